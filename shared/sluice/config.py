@@ -1,0 +1,60 @@
+"""Settings, parsed once from the environment (prefix ``SLUICE_``).
+
+Only ``Settings.from_env`` reads ``os.environ``; everything else receives a
+Settings object from the composition root (``sluice.wiring``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore", frozen=True)
+
+    # Redis (ElastiCache in AWS). rediss:// for TLS; the AUTH token may come from Secrets Manager.
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_auth_secret_arn: str | None = None
+
+    # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_security: Literal["plaintext", "iam"] = "plaintext"
+    kafka_topic: str = "sluice.jobs"
+    kafka_dead_letter_topic: str = "sluice.jobs.dlq"
+    kafka_partitions: int = Field(default=4, ge=1)
+    kafka_consumer_group: str = "sluice-relay"
+
+    # AWS. endpoint_url points every boto3 client at the moto server locally.
+    aws_region: str = "us-east-1"
+    aws_endpoint_url: str | None = None
+    jobs_table: str = "sluice-jobs"
+    idempotency_table: str = "sluice-idempotency"
+    results_bucket: str = "sluice-results"
+    large_result_bytes: int = Field(default=300_000, ge=1, le=390_000)
+    retention_days: int = Field(default=14, ge=1)
+
+    # Gateway limits.
+    max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+
+    # Job defaults.
+    default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
+    default_max_attempts: int = Field(default=5, ge=1, le=100)
+
+    # Worker runtime.
+    worker_concurrency: int = Field(default=1, ge=1, le=64)
+    worker_batch: int = Field(default=10, ge=1, le=1000)
+    heartbeat_fraction: float = Field(default=1 / 3, gt=0, lt=1)
+    lambda_margin_ms: int = Field(default=2_000, ge=0)
+    worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
+
+    # Relay.
+    relay_batch: int = Field(default=500, ge=1)
+    relay_poll_ms: int = Field(default=200, ge=1)
+    relay_stop_before_ms: int = Field(default=5_000, ge=0)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls()

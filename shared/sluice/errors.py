@@ -1,0 +1,131 @@
+"""Every failure Sluice reports, under one base class.
+
+Adapters (redis, DynamoDB, Kafka) translate their client libraries' errors into
+these, so that nothing above the adapter layer ever catches a botocore or redis
+exception. Lua scripts report failures as error replies whose first word is a
+code from ``ERROR_CODES``; ``from_code`` turns such a reply into the exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SluiceError(Exception):
+    """Base of every Sluice error. ``code`` is stable and machine-readable."""
+
+    code = "SLUICE_ERROR"
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        self.details = details
+
+
+class InvalidInput(SluiceError, ValueError):
+    """The caller passed a value that Sluice refuses; nothing was written."""
+
+    code = "INVALID_INPUT"
+
+
+class InvalidQueueName(InvalidInput):
+    """Queue names must match ^[a-z0-9][a-z0-9_-]{0,63}$."""
+
+    code = "INVALID_QUEUE"
+
+
+class JobNotFound(SluiceError, LookupError):
+    """No job with that id exists (or it has expired)."""
+
+    code = "NOT_FOUND"
+
+
+class JobExists(SluiceError):
+    """A job with that id already exists with different content."""
+
+    code = "JOB_EXISTS"
+
+
+class LeaseLost(SluiceError):
+    """The caller no longer holds the job's lease (expired, taken over, or released)."""
+
+    code = "LEASE_LOST"
+
+
+class StaleToken(LeaseLost):
+    """A newer fencing token exists for this job; the write was refused.
+
+    Carries both tokens so the log line can say exactly how far behind the writer was.
+    """
+
+    code = "STALE_TOKEN"
+
+    def __init__(self, message: str = "", *, mine: int | None = None, current: int | None = None,
+                 **details: Any) -> None:
+        super().__init__(message or f"stale fencing token {mine} (current is {current})",
+                         mine=mine, current=current, **details)
+        self.mine = mine
+        self.current = current
+
+
+class JobCancelled(SluiceError):
+    """The job was cancelled."""
+
+    code = "CANCELLED"
+
+
+class AlreadyFinished(SluiceError):
+    """The job already reached a final state (succeeded, dead or cancelled)."""
+
+    code = "ALREADY_FINISHED"
+
+
+class QueuePaused(SluiceError):
+    """The queue is paused."""
+
+    code = "PAUSED"
+
+
+class StoreError(SluiceError):
+    """The job store failed in a way that is neither fencing nor not-found."""
+
+    code = "STORE_ERROR"
+
+
+class BackendUnavailable(SluiceError):
+    """A backing service (Redis, Kafka, DynamoDB, S3) could not be reached; safe to retry."""
+
+    code = "UNAVAILABLE"
+
+
+class IdempotencyConflict(SluiceError):
+    """The idempotency key was reused with a different request body."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class InProgress(SluiceError):
+    """An identical request with the same idempotency key is still being processed."""
+
+    code = "IN_PROGRESS"
+
+
+class HandlerNotFound(SluiceError):
+    """No handler is registered for the job's queue."""
+
+    code = "NO_HANDLER"
+
+
+ERROR_CODES: dict[str, type[SluiceError]] = {
+    cls.code: cls
+    for cls in (
+        SluiceError, InvalidInput, InvalidQueueName, JobNotFound, JobExists, LeaseLost,
+        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, StoreError,
+        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound,
+    )
+}
+
+
+def from_code(code: str, message: str = "", **details: Any) -> SluiceError:
+    """Build the exception for a stable error code; unknown codes become SluiceError."""
+    cls = ERROR_CODES.get(code, SluiceError)
+    return cls(message or code, **details)

@@ -1,0 +1,198 @@
+"""The data every layer passes around, validated once at the edge.
+
+Times are integer milliseconds since the epoch (``*_ms``) so that Python, Lua and
+DynamoDB agree on them without float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sluice.errors import InvalidInput, InvalidQueueName
+
+QUEUE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+SCHEMA_VERSION: Final = 1
+MIN_LEASE_MS = 10  # the engine's floor; the public API's floor is 1 s
+MAX_LEASE_MS = 12 * 3600 * 1000
+MAX_DELAY_MS = 7 * 24 * 3600 * 1000
+MAX_ATTEMPTS = 100
+MAX_PRIORITY = 9
+
+
+def validate_queue_name(name: object) -> str:
+    """Return ``name`` if it is a legal queue name, else raise InvalidQueueName."""
+    if not isinstance(name, str) or QUEUE_NAME_RE.fullmatch(name) is None:
+        raise InvalidQueueName(f"invalid queue name {name!r}: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
+    return name
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return ``job_id`` if legal (1..128 of [A-Za-z0-9_.-], not starting with punctuation)."""
+    if not isinstance(job_id, str) or JOB_ID_RE.fullmatch(job_id) is None:
+        raise InvalidInput(f"invalid job id {job_id!r}: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")
+    return job_id
+
+
+def validate_token(token: object) -> int:
+    """Fencing tokens are positive integers; bool is rejected even though it is an int."""
+    if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+        raise InvalidInput(f"invalid fencing token {token!r}: must be a positive integer")
+    return token
+
+
+def dump_json(value: Any) -> str:
+    """Serialise a payload or result canonically, or raise InvalidInput.
+
+    NaN and Infinity are refused because they are not JSON and DynamoDB and other
+    languages' parsers would choke on them later, far from the caller.
+    """
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False,
+                          ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInput(f"value is not JSON-serialisable: {exc}") from exc
+
+
+class JobState(StrEnum):
+    ACCEPTED = "accepted"  # in Kafka, not yet relayed
+    QUEUED = "queued"  # in Redis: ready, delayed or waiting for a retry
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the handler raised Fail: permanent, no retries
+    DEAD = "dead"  # retries exhausted (or no handler); in the dead-letter set
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
+JobId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+
+
+class JobSpec(BaseModel):
+    """A job as the gateway accepted it: the record in Kafka and the input to ``enqueue``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    job_id: JobId
+    queue: QueueName
+    payload: Any = None
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
+    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
+    lease_ms: int = Field(default=30_000, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
+    run_at_ms: int = Field(default=0, ge=0)  # 0 = ready now
+    enqueued_at_ms: int = Field(default=0, ge=0)
+    idempotency_key: str | None = None
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_json(cls, value: Any) -> Any:
+        dump_json(value)
+        return value
+
+    def payload_json(self) -> str:
+        return dump_json(self.payload)
+
+
+class Job(BaseModel):
+    """What a handler receives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    priority: int = 0
+    enqueued_at_ms: int = 0
+
+
+class LeasedJob(BaseModel):
+    """A job handed out by ``lease``: the Redis token proves liveness of this lease."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    queue: str
+    payload: Any
+    token: int
+    deadline_ms: int
+    attempt: int
+    max_attempts: int
+    priority: int = 0
+    lease_ms: int
+    enqueued_at_ms: int = 0
+    cancel_requested: bool = False
+
+    def as_job(self) -> Job:
+        return Job(id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
+                   max_attempts=self.max_attempts, priority=self.priority,
+                   enqueued_at_ms=self.enqueued_at_ms)
+
+
+class QueueConfig(BaseModel):
+    """Runtime knobs of one queue, stored in Redis so every relay and worker sees changes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_in_flight: int = Field(default=0, ge=0)  # 0 = unlimited
+    rate_per_s: float = Field(default=0.0, ge=0.0)  # 0 = unlimited
+    burst: int = Field(default=0, ge=0)
+    paused: bool = False
+    high_watermark: int = Field(default=0, ge=0)  # 0 = no watermark
+    low_watermark: int = Field(default=0, ge=0)
+
+
+class QueueStats(BaseModel):
+    queue: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+    config: QueueConfig = QueueConfig()
+
+
+class DeadJob(BaseModel):
+    job_id: str
+    queue: str
+    attempts: int
+    last_error: str | None
+    died_at_ms: int
+
+
+class JobRecord(BaseModel):
+    """A job's durable state in the jobs table (the token authority)."""
+
+    job_id: str
+    queue: str
+    status: JobState
+    attempts: int = 0
+    token: int = 0
+    lease_owner: str | None = None
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+    finished_at_ms: int | None = None
+    last_error: str | None = None
+    result: Any = None
+    result_ref: str | None = None  # s3://bucket/key when the result was too large for the item
+    result_token: int | None = None
+    cancel_requested: bool = False
+
+
+class WriteOutcome(StrEnum):
+    WRITTEN = "written"
+    ALREADY_WRITTEN = "already_written"  # a retry of my own write that had landed

@@ -1,0 +1,101 @@
+"""Pure decision logic: no I/O, no clocks read here; callers pass time and randomness in."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+BASE_BACKOFF_MS = 1_000
+MAX_BACKOFF_MS = 15 * 60 * 1000
+
+
+def backoff_ms(attempt: int, *, base_ms: int = BASE_BACKOFF_MS, cap_ms: int = MAX_BACKOFF_MS,
+               rng: random.Random | None = None) -> int:
+    """Exponential backoff with full jitter (AWS Architecture Blog, 2015).
+
+    Full jitter spreads retries of a burst of failures uniformly, so they do not
+    come back as a synchronised wave. ``attempt`` is 1 for the first retry.
+    """
+    if attempt < 1:
+        raise ValueError("attempt starts at 1")
+    ceiling = min(cap_ms, base_ms * (2 ** min(attempt - 1, 32)))
+    return (rng or random).randint(0, ceiling)
+
+
+Decision = Literal["retry", "dead"]
+
+
+def retry_or_dead(attempts: int, max_attempts: int, *, permanent: bool = False) -> Decision:
+    """After a failed attempt number ``attempts``: try again, or dead-letter."""
+    if permanent or attempts >= max_attempts:
+        return "dead"
+    return "retry"
+
+
+@dataclass(frozen=True, slots=True)
+class LeasePlan:
+    heartbeat_s: float
+    hard_timeout_s: float
+
+
+def lease_plan(lease_ms: int, *, heartbeat_fraction: float = 1 / 3,
+               job_timeout_ms: int | None = None) -> LeasePlan:
+    """When to renew, and the per-job hard timeout.
+
+    Renewing every lease/3 tolerates two consecutive missed heartbeats before the
+    lease runs out. The hard timeout defaults to 10 leases so a runaway handler is
+    stopped long before any sane maximum extension.
+    """
+    lease_s = lease_ms / 1000
+    timeout_ms = job_timeout_ms if job_timeout_ms is not None else lease_ms * 10
+    return LeasePlan(heartbeat_s=lease_s * heartbeat_fraction, hard_timeout_s=timeout_ms / 1000)
+
+
+def can_finish_before(remaining_ms: int, job_timeout_ms: int, margin_ms: int) -> bool:
+    """A Lambda worker leases a job only if the job can finish before the function times out."""
+    return remaining_ms >= job_timeout_ms + margin_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    tokens: float
+    updated_ms: int
+
+
+def refill(bucket: Bucket, now_ms: int, rate_per_s: float, burst: int) -> Bucket:
+    """Token bucket refill (the Lua rate script does the same arithmetic atomically)."""
+    if rate_per_s <= 0:
+        return Bucket(tokens=float("inf"), updated_ms=now_ms)
+    elapsed = max(0, now_ms - bucket.updated_ms)
+    capacity = max(1, burst)
+    return Bucket(tokens=min(capacity, bucket.tokens + elapsed * rate_per_s / 1000), updated_ms=now_ms)
+
+
+def take(bucket: Bucket, wanted: int) -> tuple[int, Bucket]:
+    """How many of ``wanted`` the bucket allows now."""
+    granted = int(min(wanted, bucket.tokens))
+    return granted, Bucket(tokens=bucket.tokens - granted, updated_ms=bucket.updated_ms)
+
+
+def dispatch_count(ready: int, leased: int, max_in_flight: int, per_invocation: int,
+                   cap: int = 50) -> int:
+    """How many worker invocations to start for a backlog.
+
+    Never more than the in-flight limit leaves room for, and at most ``cap`` per tick
+    so a huge backlog does not exhaust the account's Lambda concurrency at once.
+    """
+    if ready <= 0:
+        return 0
+    room = ready if max_in_flight <= 0 else max(0, max_in_flight - leased)
+    wanted = min(ready, room)
+    return min(cap, -(-wanted // max(1, per_invocation)))
+
+
+def watermark_paused(ready: int, high: int, low: int, currently_paused: bool) -> bool:
+    """Hysteresis: pause pushing above the high mark, resume only below the low mark."""
+    if high <= 0:
+        return False
+    if currently_paused:
+        return ready >= max(0, low)
+    return ready > high

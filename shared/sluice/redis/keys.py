@@ -1,0 +1,79 @@
+"""The only place Redis key names are built.
+
+Every key of a queue carries the ``{queue}`` hash tag, so all of one queue's keys
+live in one cluster slot and a Lua script may touch any of them atomically.
+The registry of queue names is the one global key; it is advisory and written
+outside scripts, because a script may not span slots.
+
+Layout of queue ``q`` (see docs/design.md for the state machine):
+
+    sluice:{q}:job:<id>     hash   the job: payload, priority, attempts, token, state, ...
+    sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
+    sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
+    sluice:{q}:leased       zset   score = lease deadline ms
+    sluice:{q}:dead         zset   score = died-at ms
+    sluice:{q}:seq          string FIFO sequence for ready scores
+    sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
+    sluice:{q}:bucket       hash   token-bucket state shared by every relay
+    sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner_token (exactly-once hand-off)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.models import validate_job_id, validate_queue_name
+
+PREFIX = "sluice"
+QUEUES_KEY = f"{PREFIX}:queues"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    queue: str
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue)
+
+    @property
+    def base(self) -> str:
+        return f"{PREFIX}:{{{self.queue}}}"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}:job:{validate_job_id(job_id)}"
+
+    @property
+    def job_prefix(self) -> str:
+        """Scripts build job keys from ids they pop from a zset: same slot, same prefix."""
+        return f"{self.base}:job:"
+
+    @property
+    def ready(self) -> str:
+        return f"{self.base}:ready"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @property
+    def leased(self) -> str:
+        return f"{self.base}:leased"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.base}:seq"
+
+    @property
+    def config(self) -> str:
+        return f"{self.base}:config"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.base}:bucket"
+
+    def relayed(self, topic: str, partition: int) -> str:
+        return f"{self.base}:relayed:{topic}:{int(partition)}"

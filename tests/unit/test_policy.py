@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sluice import policy
+
+
+def test_backoff_full_jitter_stays_under_exponential_ceiling() -> None:
+    rng = random.Random(7)
+    for attempt in range(1, 12):
+        ceiling = min(policy.MAX_BACKOFF_MS, policy.BASE_BACKOFF_MS * 2 ** (attempt - 1))
+        draws = [policy.backoff_ms(attempt, rng=rng) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in draws)
+        # full jitter: draws spread over the range, not bunched at the ceiling
+        assert min(draws) < ceiling / 4 and max(draws) > ceiling * 3 / 4
+
+
+def test_backoff_rejects_attempt_zero() -> None:
+    with pytest.raises(ValueError):
+        policy.backoff_ms(0)
+
+
+@pytest.mark.parametrize(("attempts", "max_attempts", "permanent", "expected"), [
+    (1, 5, False, "retry"), (4, 5, False, "retry"), (5, 5, False, "dead"), (1, 5, True, "dead"),
+    (1, 1, False, "dead"),
+])
+def test_retry_or_dead(attempts: int, max_attempts: int, permanent: bool, expected: str) -> None:
+    assert policy.retry_or_dead(attempts, max_attempts, permanent=permanent) == expected
+
+
+def test_token_bucket_refills_at_rate_and_caps_at_burst() -> None:
+    b = policy.Bucket(tokens=0, updated_ms=0)
+    b = policy.refill(b, 500, rate_per_s=100, burst=20)
+    assert b.tokens == 20  # 50 earned, capped at burst
+    granted, b = policy.take(b, 30)
+    assert granted == 20 and b.tokens == 0
+    b = policy.refill(b, 600, rate_per_s=100, burst=20)
+    assert b.tokens == pytest.approx(10)
+
+
+def test_watermark_hysteresis() -> None:
+    assert policy.watermark_paused(101, 100, 50, currently_paused=False) is True
+    assert policy.watermark_paused(80, 100, 50, currently_paused=True) is True
+    assert policy.watermark_paused(49, 100, 50, currently_paused=True) is False
+    assert policy.watermark_paused(10_000, 0, 0, currently_paused=False) is False
+
+
+def test_dispatch_count_respects_in_flight_room() -> None:
+    assert policy.dispatch_count(ready=0, leased=0, max_in_flight=0, per_invocation=10) == 0
+    assert policy.dispatch_count(ready=95, leased=0, max_in_flight=0, per_invocation=10) == 10
+    assert policy.dispatch_count(ready=95, leased=18, max_in_flight=20, per_invocation=10) == 1
+    assert policy.dispatch_count(ready=95, leased=20, max_in_flight=20, per_invocation=10) == 0
+
+
+def test_lambda_never_leases_what_it_cannot_finish() -> None:
+    assert policy.can_finish_before(5_000, 10_000, 1_000) is False
+    assert policy.can_finish_before(12_000, 10_000, 1_000) is True
