@@ -143,6 +143,25 @@ class LeasedJob(BaseModel):
                    enqueued_at_ms=self.enqueued_at_ms)
 
 
+class Extended(BaseModel):
+    """What a successful ``extend`` returns: the new deadline, and whether cancel was requested."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deadline_ms: int
+    cancel_requested: bool = False
+
+
+class DispatchEvent(BaseModel):
+    """The worker Lambda's input: from the relay's dispatch or the scheduled safety net."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    queues: list[QueueName] = Field(min_length=1, max_length=50)
+    batch: int = Field(default=10, ge=1, le=1000)
+    source: str = "relay"
+
+
 class QueueConfig(BaseModel):
     """Runtime knobs of one queue, stored in Redis so every relay and worker sees changes."""
 

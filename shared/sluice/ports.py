@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from sluice.models import (
     DeadJob,
+    Extended,
     JobRecord,
     JobSpec,
     LeasedJob,
@@ -33,14 +34,14 @@ class JobQueue(Protocol):
         ...
 
     def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]: ...
-    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> int:
-        """Returns the new deadline in ms; raises LeaseLost."""
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        """Raises LeaseLost unless ``token`` still holds the lease."""
         ...
 
     def ack(self, queue: str, job_id: str, token: int) -> None: ...
     def fail(self, queue: str, job_id: str, token: int, error: str,
              retry_after_ms: int | None = None, permanent: bool = False) -> str:
-        """Returns "retry" or "dead"."""
+        """Returns "retry" or "dead". ``retry_after_ms`` comes from policy.backoff_ms; None = now."""
         ...
 
     def release(self, queue: str, job_id: str, token: int) -> None: ...
