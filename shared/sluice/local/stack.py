@@ -1,0 +1,153 @@
+"""``sluice dev``: the whole pipeline on one machine, on free ports, state under ``.sluice/``.
+
+The servers (redis-server, the moto server for DynamoDB and S3, Tansu storing to
+S3 on that moto server) are children of this process, each in its own process
+group; ``Stack.stop`` ends them all, so Ctrl-C or SIGTERM leaves no orphan.
+A pid file makes a second ``sluice dev`` in the same folder report the running
+one instead of starting another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.config import Settings
+from sluice.local import servers
+
+STATE_DIR = Path(".sluice")
+TANSU_BUCKET = "tansu"
+
+
+class StackRunning(RuntimeError):
+    """Another ``sluice dev`` already runs in this folder."""
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_stack(state_dir: Path = STATE_DIR) -> dict[str, Any] | None:
+    """The endpoints of the stack running in this folder, or None."""
+    pid_file = state_dir / "dev.pid"
+    endpoints = state_dir / "endpoints.json"
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().strip())
+    except ValueError:
+        return None
+    if not pid_alive(pid):
+        return None
+    if endpoints.exists():
+        data: dict[str, Any] = json.loads(endpoints.read_text())
+        data.setdefault("pid", pid)
+        return data
+    return {"pid": pid, "starting": True}
+
+
+def settings_from_endpoints(data: dict[str, Any], base: Settings | None = None) -> Settings:
+    """Settings that point every adapter at a running local stack."""
+    overrides = {
+        "redis_url": data["redis_url"],
+        "kafka_bootstrap": data["kafka_bootstrap"],
+        "aws_endpoint_url": data["aws_endpoint_url"],
+        "kafka_security": "plaintext",
+    }
+    if base is None:
+        return Settings(**overrides)
+    return base.model_copy(update=overrides)
+
+
+@dataclass
+class Stack:
+    """The servers of a local stack. ``start`` is idempotent per instance."""
+
+    state_dir: Path = STATE_DIR
+    kafka_bootstrap: str | None = None  # an existing Kafka named in config; else Tansu
+    servers: dict[str, servers.Server] = field(default_factory=dict)
+    settings: Settings | None = None
+
+    def claim(self) -> None:
+        """Take the folder's pid file, or raise StackRunning."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        other = running_stack(self.state_dir)
+        if other is not None and other.get("pid") != os.getpid():
+            raise StackRunning(f"sluice dev already runs here (pid {other['pid']}); "
+                               f"endpoints in {self.state_dir / 'endpoints.json'}")
+        with contextlib.suppress(FileNotFoundError):
+            (self.state_dir / "endpoints.json").unlink()
+        (self.state_dir / "dev.pid").write_text(str(os.getpid()))
+
+    def start_servers(self, base: Settings | None = None) -> Settings:
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.servers["redis"] = servers.start_redis(workdir=self.state_dir / "redis",
+                                                    log_path=logs / "redis.log")
+        moto = servers.start_moto(log_path=logs / "moto.log")
+        self.servers["moto"] = moto
+        aws = moto.extra["url"]
+        if self.kafka_bootstrap is None:
+            servers.ensure_bucket(aws, TANSU_BUCKET)
+            tansu = servers.start_tansu(s3_endpoint=aws, bucket=TANSU_BUCKET, log_path=logs / "tansu.log")
+            self.servers["tansu"] = tansu
+            bootstrap = tansu.extra["bootstrap"]
+        else:
+            bootstrap = self.kafka_bootstrap
+        self.settings = settings_from_endpoints(
+            {"redis_url": self.servers["redis"].extra["url"], "kafka_bootstrap": bootstrap,
+             "aws_endpoint_url": aws}, base)
+        return self.settings
+
+    def restart_broker(self) -> None:
+        """Stop and start Tansu on the same port: its S3 storage keeps every record."""
+        old = self.servers["tansu"]
+        old.stop()
+        logs = self.state_dir / "logs"
+        self.servers["tansu"] = servers.start_tansu(old.port, s3_endpoint=self.servers["moto"].extra["url"],
+                                                    bucket=TANSU_BUCKET, log_path=logs / "tansu.log")
+
+    def restart_redis(self) -> None:
+        """Stop and start redis-server on the same port with its data lost (no persistence)."""
+        old = self.servers["redis"]
+        old.kill()
+        self.servers["redis"] = servers.start_redis(old.port, workdir=self.state_dir / "redis",
+                                                    log_path=self.state_dir / "logs" / "redis.log")
+
+    def write_endpoints(self, extra: dict[str, Any]) -> Path:
+        assert self.settings is not None
+        data = {
+            "pid": os.getpid(),
+            "redis_url": self.settings.redis_url,
+            "kafka_bootstrap": self.settings.kafka_bootstrap,
+            "aws_endpoint_url": self.settings.aws_endpoint_url,
+            "dynamodb_endpoint": self.settings.aws_endpoint_url,
+            "jobs_table": self.settings.jobs_table,
+            "started_at": time.time(),
+            "server_pids": {name: s.pid for name, s in self.servers.items()},
+            **extra,
+        }
+        path = self.state_dir / "endpoints.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)  # readers never see a half-written file
+        return path
+
+    def stop(self) -> None:
+        for server in reversed(list(self.servers.values())):
+            server.stop()
+        self.servers.clear()
+        for name in ("endpoints.json", "dev.pid"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.state_dir / name).unlink()
