@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     heartbeat_fraction: float = Field(default=1 / 3, gt=0, lt=1)
     lambda_margin_ms: int = Field(default=2_000, ge=0)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
+    handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
 
     # Relay.
     relay_batch: int = Field(default=500, ge=1)
