@@ -1,0 +1,427 @@
+"""The jobs table: job status for users, and the fencing-token authority for workers.
+
+One item per job (partition key ``job_id``). ``grant`` mints the fencing token with
+``ADD token 1`` and returns it (``UPDATED_NEW``): DynamoDB has made the increment
+durable before it answers, so tokens stay strictly increasing per job whatever
+happens to Redis, whose own lease token is used only for liveness.
+
+Every write a lease holder makes is conditional on ``token = :mine AND status =
+leased``. When the condition fails DynamoDB returns the item as it was
+(``ReturnValuesOnConditionCheckFailure=ALL_OLD``), and that one read-free answer
+says which of three things happened: my own earlier write had landed (same token,
+same digest: success), a newer token exists (``StaleToken``, counted and logged
+with both tokens), or something else (typed error). So a retry never writes twice
+and never needs a read first. See docs/store.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sluice.config import Settings
+from sluice.errors import (
+    AlreadyFinished,
+    BackendUnavailable,
+    InvalidInput,
+    JobCancelled,
+    JobExists,
+    JobNotFound,
+    StoreError,
+)
+from sluice.models import (
+    FINAL_STATES,
+    JobRecord,
+    JobSpec,
+    JobState,
+    WriteOutcome,
+    validate_job_id,
+    validate_queue_name,
+    validate_token,
+)
+from sluice.ports import Metrics, ResultSink
+from sluice.store.errors import is_conditional_failure, old_item, translate, translated
+from sluice.store.fenced import EmfMetrics, Fence, FencedTable, classify, item_int, item_str
+from sluice.store.results import EncodedResult, S3ResultSink, result_key
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+log = logging.getLogger("sluice.store")
+
+# Every attribute goes through a placeholder: status, token, queue and result are
+# reserved words or close to it, and one table of aliases keeps expressions legible.
+NAMES = {
+    "#id": "job_id", "#q": "queue", "#st": "status", "#att": "attempts", "#tok": "token",
+    "#own": "lease_owner", "#cr": "created_at_ms", "#up": "updated_at_ms", "#fin": "finished_at_ms",
+    "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
+    "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
+}
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+FENCE = "#tok = :mine AND #st = :leased"
+FAILURE_STATES = frozenset({JobState.QUEUED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+MAX_ERROR_CHARS = 4_000  # keeps a huge traceback from pushing the item towards 400 KB
+MAX_OWNER_CHARS = 256
+BATCH_GET_LIMIT = 100
+BATCH_GET_ROUNDS = 8
+
+
+def S(value: str) -> dict[str, str]:  # DynamoDB's own type letters
+    return {"S": value}
+
+
+def N(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def _system_now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class DynamoJobStore:
+    """``ports.JobStore`` on a DynamoDB table, with large results in S3."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str = "sluice-jobs", *,
+                 results: ResultSink | None = None, large_result_bytes: int = 300_000,
+                 retention_days: int = 14, metrics: Metrics | None = None,
+                 now_ms: Callable[[], int] = _system_now_ms, max_workers: int = 16) -> None:
+        self._db = client
+        self.table = table_name
+        self._results = results
+        self.large_result_bytes = large_result_bytes
+        self.retention_s = retention_days * 86_400
+        self._fence = Fence(metrics)
+        self._now_ms = now_ms
+        self._max_workers = max_workers
+        self._pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None) -> DynamoJobStore:
+        import boto3
+
+        config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=3,
+                        read_timeout=10, max_pool_connections=32)
+        common: dict[str, Any] = {"region_name": settings.aws_region, "config": config,
+                                  "endpoint_url": settings.aws_endpoint_url}
+        return cls(boto3.client("dynamodb", **common), settings.jobs_table,
+                   results=S3ResultSink(boto3.client("s3", **common), settings.results_bucket),
+                   large_result_bytes=settings.large_result_bytes, retention_days=settings.retention_days,
+                   metrics=metrics if metrics is not None else EmfMetrics())
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _request(self, job_id: str, *, update: str | None = None, condition: str | None = None,
+                 values: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+        """A request with only the placeholders its expressions use (DynamoDB rejects unused ones)."""
+        used = set(_PLACEHOLDER.findall(" ".join(e for e in (update, condition) if e)))
+        request: dict[str, Any] = {"TableName": self.table, "Key": {"job_id": S(job_id)}, **extra}
+        if update:
+            request["UpdateExpression"] = update
+        if condition:
+            request["ConditionExpression"] = condition
+            request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        names = {k: v for k, v in NAMES.items() if k in used}
+        if names:
+            request["ExpressionAttributeNames"] = names
+        vals = {k: v for k, v in (values or {}).items() if k in used}
+        if vals:
+            request["ExpressionAttributeValues"] = vals
+        return request
+
+    def _update(self, operation: str, request: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+        """(attributes returned, True) on success; (old item, False) if the condition failed."""
+        try:
+            response = self._db.update_item(**request)
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                old = old_item(exc)
+                # ALL_OLD is empty when there is no item; a read confirms it (and covers
+                # emulators that omit the item).
+                return old if old is not None else self._read(request["Key"]["job_id"]["S"]), False
+            raise translate(exc, operation) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, operation) from exc
+        return dict(response.get("Attributes") or {}), True
+
+    def _read(self, job_id: str) -> dict[str, Any] | None:
+        with translated("get_item"):
+            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)}, ConsistentRead=True)
+        item = response.get("Item")
+        return dict(item) if item else None
+
+    def _finish_values(self, now: int) -> dict[str, Any]:
+        return {":now": N(now), ":exp": N(now // 1000 + self.retention_s)}
+
+    # -- the token authority ----------------------------------------------------------------
+
+    def grant(self, job_id: str, queue: str, owner: str) -> int:
+        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
+            raise InvalidInput(f"invalid lease owner {owner!r}: 1..{MAX_OWNER_CHARS} characters")
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, "
+                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
+            # A succeeded job is NOT refused: after a crash before ack it runs again and
+            # writes again with the newer token.
+            condition="attribute_not_exists(#id) OR (#st <> :cancelled AND "
+                      "(attribute_not_exists(#cx) OR #cx = :false))",
+            values={":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
+                    ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False}},
+            ReturnValues="UPDATED_NEW")
+        attrs, ok = self._update("grant", request)
+        if ok and attrs is not None:
+            return item_int(attrs, "token")
+        if attrs is not None and item_str(attrs, "status") != JobState.CANCELLED:
+            self._honour_cancel_request(job_id)
+        raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
+
+    def _honour_cancel_request(self, job_id: str) -> None:
+        """The holder asked to stop never finished it (crashed, lease expired): cancel now."""
+        now = self._now_ms()
+        request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                                condition="#cx = :true AND #st <> :cancelled",
+                                values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
+                                        **self._finish_values(now)})
+        self._update("grant.cancel", request)
+
+    # -- fenced writes -----------------------------------------------------------------------
+
+    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
+        job_id, token = validate_job_id(job_id), validate_token(token)
+        encoded = EncodedResult.of(result)
+        request = self._result_request(job_id, token, encoded, fenced=True)
+        old, ok = self._update("write_result", request)
+        if ok:
+            return WriteOutcome.WRITTEN
+        if (old is not None and item_int(old, "token") == token
+                and item_str(old, "status") == JobState.SUCCEEDED
+                and item_int(old, "result_token", -1) == token
+                and item_str(old, "result_digest") == encoded.digest):
+            return WriteOutcome.ALREADY_WRITTEN  # a retry of my own write that had landed
+        raise classify(self._fence, "write_result", job_id, token, old,
+                       lambda msg: StoreError(msg, job_id=job_id, token=token))
+
+    def write_result_unfenced(self, job_id: str, token: int, result: Any) -> None:
+        """THE BUG the fencing token exists to prevent; only the gc-pause scenario's --no-fencing uses it."""
+        job_id, token = validate_job_id(job_id), validate_token(token)
+        request = self._result_request(job_id, token, EncodedResult.of(result), fenced=False)
+        log.warning("UNFENCED result write for %s with token %d: a stale writer can overwrite", job_id,
+                    token, extra={"job_id": job_id, "token": token})
+        self._update("write_result_unfenced", request)
+
+    def _result_request(self, job_id: str, token: int, encoded: EncodedResult, *,
+                        fenced: bool) -> dict[str, Any]:
+        values: dict[str, Any] = {":succeeded": S(JobState.SUCCEEDED), ":mine": N(token),
+                                  ":digest": S(encoded.digest), ":leased": S(JobState.LEASED),
+                                  **self._finish_values(self._now_ms())}
+        if encoded.size > self.large_result_bytes:
+            if self._results is None:
+                raise InvalidInput(f"result of {encoded.size} bytes exceeds {self.large_result_bytes} "
+                                   "and no results bucket is configured", job_id=job_id)
+            # Uploaded before the fenced write: the key carries the token, so even a
+            # stale writer's upload cannot replace the object the current item points to.
+            values[":ref"] = S(self._results.put(result_key(job_id, token), encoded.text.encode("utf-8")))
+            stored, dropped = "#ref = :ref", "#res"
+        else:
+            values[":res"] = S(encoded.text)
+            stored, dropped = "#res = :res", "#ref"
+        update = (f"SET #st = :succeeded, {stored}, #rt = :mine, #dig = :digest, #up = :now, "
+                  f"#fin = :now, #exp = :exp REMOVE {dropped}")
+        return self._request(job_id, update=update, condition=FENCE if fenced else None, values=values)
+
+    def record_failure(self, job_id: str, token: int, error: str, status: str) -> None:
+        job_id, token = validate_job_id(job_id), validate_token(token)
+        try:
+            state = JobState(status)
+        except ValueError:
+            state = None
+        if state not in FAILURE_STATES:
+            raise InvalidInput(f"invalid failure status {status!r}: one of queued, failed, dead, cancelled")
+        if not isinstance(error, str):
+            raise InvalidInput("error must be a string")
+        error = error if len(error) <= MAX_ERROR_CHARS else error[:MAX_ERROR_CHARS] + "... [truncated]"
+        now = self._now_ms()
+        values = {":status": S(state), ":err": S(error), ":mine": N(token), ":leased": S(JobState.LEASED),
+                  **self._finish_values(now)}
+        update = "SET #st = :status, #err = :err, #up = :now"
+        if state in FINAL_STATES:
+            update += ", #fin = :now, #exp = :exp"
+        old, ok = self._update("record_failure", self._request(job_id, update=update, condition=FENCE,
+                                                               values=values))
+        if ok or (old is not None and item_int(old, "token") == token and item_str(old, "status") == state
+                  and item_str(old, "last_error") == error):
+            return  # written now, or a retry of my own write that had landed
+        raise classify(self._fence, "record_failure", job_id, token, old,
+                       lambda msg: StoreError(msg, job_id=job_id, token=token))
+
+    def release(self, job_id: str, token: int) -> None:
+        job_id, token = validate_job_id(job_id), validate_token(token)
+        request = self._request(job_id, update="ADD #att :minus SET #st = :queued, #up = :now",
+                                condition=FENCE,
+                                values={":minus": N(-1), ":queued": S(JobState.QUEUED),
+                                        ":now": N(self._now_ms()), ":mine": N(token),
+                                        ":leased": S(JobState.LEASED)})
+        old, ok = self._update("release", request)
+        if ok or (old is not None and item_int(old, "token") == token
+                  and item_str(old, "status") == JobState.QUEUED):
+            return  # released now, or a retry of my own release that had landed
+        raise classify(self._fence, "release", job_id, token, old,
+                       lambda msg: StoreError(msg, job_id=job_id, token=token))
+
+    def fenced_table(self, table_name: str, job_id: str, token: int) -> FencedTable:
+        """A handler's own table, fenced on this job's token in this jobs table."""
+        return FencedTable(self._db, table_name, job_id, token, jobs_table=self.table,
+                           metrics=self._fence.metrics)
+
+    # -- lifecycle outside a lease ------------------------------------------------------------
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        if not isinstance(spec, JobSpec):
+            raise InvalidInput("record_accepted takes a JobSpec")
+        now = self._now_ms()
+        item = {"job_id": S(spec.job_id), "queue": S(spec.queue), "status": S(JobState.ACCEPTED),
+                "attempts": N(0), "token": N(0), "created_at_ms": N(spec.enqueued_at_ms or now),
+                "updated_at_ms": N(now)}
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)",
+                              ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise translate(exc, "record_accepted") from exc
+            old = old_item(exc)
+            if old is not None and item_str(old, "queue") != spec.queue:
+                raise JobExists(f"job {spec.job_id} exists in queue {item_str(old, 'queue')}",
+                                job_id=spec.job_id) from exc
+            # Otherwise: a retry, or the relay or a worker got there first. Nothing to do.
+        except BotoCoreError as exc:
+            raise translate(exc, "record_accepted") from exc
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+        """accepted -> queued, creating the item if absent. Best effort: failures are logged.
+
+        A job already leased or finished keeps its state (the condition fails, as intended).
+        """
+        pairs = [(validate_job_id(j), validate_queue_name(q)) for j, q in jobs]  # all or nothing
+        if not pairs:
+            return
+        if len(pairs) == 1:
+            self._mark_one(*pairs[0])
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="sluice-store")
+        list(self._pool.map(lambda pair: self._mark_one(*pair), pairs))
+
+    def _mark_one(self, job_id: str, queue: str) -> None:
+        request = self._request(
+            job_id,
+            update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
+                   "#cr = if_not_exists(#cr, :now), #att = if_not_exists(#att, :zero), "
+                   "#tok = if_not_exists(#tok, :zero)",
+            condition="attribute_not_exists(#id) OR #st = :accepted",
+            values={":queued": S(JobState.QUEUED), ":now": N(self._now_ms()), ":queue": S(queue),
+                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
+        try:
+            _, ok = self._update("mark_queued", request)
+        except Exception as exc:  # tolerated: status lags, nothing else depends on it
+            log.warning("mark_queued failed for %s: %s", job_id, exc, extra={"job_id": job_id})
+            return
+        if not ok:
+            log.debug("mark_queued skipped %s: already past accepted", job_id, extra={"job_id": job_id})
+
+    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
+        final: set[str] = set()
+        for start in range(0, len(ids), BATCH_GET_LIMIT):
+            keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + BATCH_GET_LIMIT]]
+            for round_ in range(BATCH_GET_ROUNDS):
+                response: Any
+                with translated("batch_get_item"):
+                    response = self._db.batch_get_item(RequestItems={self.table: {
+                        "Keys": keys, "ConsistentRead": True,
+                        "ProjectionExpression": "#id, #st",
+                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status"}}})
+                for item in response.get("Responses", {}).get(self.table, []):
+                    if item_str(item, "status") in FINAL_STATES:
+                        final.add(str(item["job_id"]["S"]))
+                keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
+                if not keys:
+                    break
+                time.sleep(min(1.0, 0.025 * 2 ** round_))  # throttled: back off, then ask for the rest
+            else:
+                raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed",
+                                         unprocessed=len(keys))
+        return final
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        job_id = validate_job_id(job_id)
+        for _ in range(5):  # the status may move between our two conditional writes
+            now = self._now_ms()
+            request = self._request(
+                job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                condition="#st IN (:accepted, :queued)",
+                values={":cancelled": S(JobState.CANCELLED), ":accepted": S(JobState.ACCEPTED),
+                        ":queued": S(JobState.QUEUED), **self._finish_values(now)},
+                ReturnValues="ALL_NEW")
+            attrs, ok = self._update("request_cancel", request)
+            if ok and attrs is not None:
+                return self._record(attrs)
+            if attrs is None:
+                raise JobNotFound(f"no job {job_id}", job_id=job_id)
+            status = item_str(attrs, "status")
+            if status in FINAL_STATES:
+                raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+            if status == JobState.LEASED:
+                # The holder sees the flag on its next heartbeat and stops; grant honours it too.
+                request = self._request(job_id, update="SET #cx = :true, #up = :now",
+                                        condition="#st = :leased",
+                                        values={":true": {"BOOL": True}, ":now": N(now),
+                                                ":leased": S(JobState.LEASED)},
+                                        ReturnValues="ALL_NEW")
+                attrs, ok = self._update("request_cancel", request)
+                if ok and attrs is not None:
+                    return self._record(attrs)
+        raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str, *, load_result: bool = True) -> JobRecord:
+        job_id = validate_job_id(job_id)
+        item = self._read(job_id)
+        # TTL deletes lazily (up to days late); an expired item is already gone for users.
+        if item is None or 0 < item_int(item, "expires_at") <= self._now_ms() // 1000:
+            raise JobNotFound(f"no job {job_id}", job_id=job_id)
+        return self._record(item, load_result=load_result)
+
+    def _record(self, item: dict[str, Any], *, load_result: bool = True) -> JobRecord:
+        result: Any = None
+        if (text := item_str(item, "result")) is not None:
+            result = json.loads(text)
+        ref = item_str(item, "result_ref")
+        if ref is not None and load_result and self._results is not None:
+            result = json.loads(self._results.get(ref))
+        finished = item_int(item, "finished_at_ms", -1)
+        return JobRecord(
+            job_id=item_str(item, "job_id") or "", queue=item_str(item, "queue") or "",
+            status=JobState(item_str(item, "status") or ""), attempts=item_int(item, "attempts"),
+            token=item_int(item, "token"), lease_owner=item_str(item, "lease_owner"),
+            created_at_ms=item_int(item, "created_at_ms"), updated_at_ms=item_int(item, "updated_at_ms"),
+            finished_at_ms=finished if finished >= 0 else None, last_error=item_str(item, "last_error"),
+            result=result, result_ref=ref,
+            result_token=item_int(item, "result_token", -1) if "result_token" in item else None,
+            cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None

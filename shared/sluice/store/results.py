@@ -1,0 +1,69 @@
+"""Results too large for a DynamoDB item live in S3; the item keeps a pointer.
+
+The object key contains the fencing token (``results/<job_id>/<token>.json``), so a
+stale writer that uploads before its fenced item write is refused can never
+overwrite the object the current holder's item points to. Objects of refused
+writes are orphans; the bucket's lifecycle rule (``tables.create_results_bucket``)
+expires them with the job retention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import StoreError
+from sluice.models import dump_json, validate_job_id, validate_token
+from sluice.store.errors import translated
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+RESULTS_PREFIX = "results"
+
+
+def result_key(job_id: str, token: int) -> str:
+    return f"{RESULTS_PREFIX}/{validate_job_id(job_id)}/{validate_token(token)}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A result ready to store: canonical JSON, its digest, and where the bytes go."""
+
+    text: str
+    digest: str
+    size: int
+
+    @classmethod
+    def of(cls, value: Any) -> EncodedResult:
+        """Canonical JSON (sorted keys, no NaN) or InvalidInput before anything is written."""
+        text = dump_json(value)
+        data = text.encode("utf-8")
+        return cls(text=text, digest=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+class S3ResultSink:
+    """``ports.ResultSink`` over one bucket. Refs look like ``s3://bucket/key``."""
+
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self._s3 = client
+        self.bucket = bucket
+
+    def put(self, key: str, body: bytes) -> str:
+        with translated("s3.put_object"):
+            self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
+        return f"s3://{self.bucket}/{key}"
+
+    def get(self, ref: str) -> bytes:
+        bucket, key = parse_ref(ref)
+        with translated("s3.get_object"):
+            response = self._s3.get_object(Bucket=bucket, Key=key)
+            return response["Body"].read()
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    if not ref.startswith("s3://") or "/" not in ref[5:]:
+        raise StoreError(f"malformed result reference {ref!r}")
+    bucket, _, key = ref[5:].partition("/")
+    return bucket, key
