@@ -92,7 +92,8 @@ class DynamoJobStore:
     def __init__(self, client: DynamoDBClient, table_name: str = "sluice-jobs", *,
                  results: ResultSink | None = None, large_result_bytes: int = 300_000,
                  retention_days: int = 14, metrics: Metrics | None = None,
-                 now_ms: Callable[[], int] = _system_now_ms, max_workers: int = 16) -> None:
+                 now_ms: Callable[[], int] = _system_now_ms, sleep: Callable[[float], None] = time.sleep,
+                 max_workers: int = 16) -> None:
         self._db = client
         self.table = table_name
         self._results = results
@@ -100,6 +101,7 @@ class DynamoJobStore:
         self.retention_s = retention_days * 86_400
         self._fence = Fence(metrics)
         self._now_ms = now_ms
+        self._sleep = sleep
         self._max_workers = max_workers
         self._pool: ThreadPoolExecutor | None = None
 
@@ -357,7 +359,7 @@ class DynamoJobStore:
                 keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
                 if not keys:
                     break
-                time.sleep(min(1.0, 0.025 * 2 ** round_))  # throttled: back off, then ask for the rest
+                self._sleep(min(1.0, 0.025 * 2 ** round_))  # throttled: back off, then ask for the rest
             else:
                 raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed",
                                          unprocessed=len(keys))
