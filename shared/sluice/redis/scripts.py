@@ -1,0 +1,131 @@
+"""One typed method per Lua script in ``lua/``; Redis errors become ``sluice.errors``.
+
+Each ``.lua`` file is read once per process, when first used, and registered as a
+redis-py ``Script`` (EVALSHA, with one SCRIPT LOAD on NOSCRIPT). A line
+``--@include _lib.lua`` is replaced by that file's Lua source, so helpers are written
+once. Arguments are passed through ARGV, never pasted into the source.
+
+Scripts report failures as error replies ``CODE text k=v ...``; ``translate`` turns
+them into the exception for ``CODE`` with the ``k=v`` pairs as details (so
+``STALE_TOKEN mine=3 current=4`` becomes ``StaleToken(mine=3, current=4)``).
+Nothing here retries: a script whose reply was lost may have run, and running it again
+(an ack, a lease) is not harmless. Connection failures become ``BackendUnavailable``
+and the caller decides.
+
+Inputs are validated by ``engine.RedisQueue`` before they get here; the scripts
+validate again before their first write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, NamedTuple
+
+import redis
+from redis.commands.core import Script
+
+from sluice.errors import BackendUnavailable, SluiceError, from_code
+from sluice.redis.keys import QueueKeys
+
+_INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
+# Server replies that mean "not now" rather than "wrong": safe to retry later.
+_UNAVAILABLE = ("READONLY", "LOADING", "MASTERDOWN", "OOM", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
+
+
+@cache
+def source(name: str) -> str:
+    """The Lua source of ``name`` (e.g. "lease.lua") with its includes pasted in."""
+    folder = resources.files("sluice.redis") / "lua"
+    text = (folder / name).read_text(encoding="utf-8")
+    return _INCLUDE.sub(lambda m: (folder / m.group(1)).read_text(encoding="utf-8"), text)
+
+
+def _word(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_error(text: str, **extra: Any) -> SluiceError:
+    """``CODE text k=v ...`` -> the exception for CODE, with the k=v pairs as details."""
+    code, _, rest = text.partition(" ")
+    details: dict[str, Any] = {}
+    for word in rest.split():
+        key, eq, value = word.partition("=")
+        if eq:
+            details[key] = int(value) if value.lstrip("-").isdigit() else value
+    details.update(extra)
+    return from_code(code, f"{code}: {rest}" if rest else code, **details)
+
+
+def translate(exc: redis.exceptions.RedisError) -> SluiceError:
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return BackendUnavailable(f"redis unavailable: {exc}")
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.ResponseError):
+        if text.startswith(_UNAVAILABLE):
+            return BackendUnavailable(f"redis refused: {text}")
+        return parse_error(text)
+    return SluiceError(f"redis error: {text}")
+
+
+class JobFields(NamedTuple):
+    """A validated job as the enqueue and push scripts take it (7 ARGV entries)."""
+
+    job_id: str
+    payload: str  # JSON
+    priority: int
+    max_attempts: int
+    lease_ms: int
+    run_at_ms: int
+    enqueued_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    pushed: int
+    skipped: int
+    offset: int  # the partition's stored relayed offset after the push
+
+
+class Scripts:
+    """The Lua scripts bound to one redis client. Methods take already-validated input."""
+
+    def __init__(self, client: redis.Redis[Any]) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {}
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.client.register_script(source(name))
+        try:
+            return script(keys=keys, args=args)
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def enqueue(self, k: QueueKeys, jobs: Sequence[JobFields]) -> list[bool]:
+        args: list[Any] = [len(jobs)]
+        for job in jobs:
+            args.extend(job)
+        reply = self._run("enqueue.lua", [k.job_prefix, k.ready, k.delayed, k.seq], args)
+        return [bool(x) for x in reply]
+
+    # --- relay --------------------------------------------------------------------------
+
+    def push(self, k: QueueKeys, topic: str, partition: int, owner_token: int,
+             records: Sequence[tuple[int, JobFields]]) -> PushResult:
+        args: list[Any] = [owner_token, len(records)]
+        for offset, job in records:
+            args.append(offset)
+            args.extend(job)
+        reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq],
+                          args)
+        return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
+
+    def rate(self, k: QueueKeys, wanted: int) -> int:
+        return int(self._run("rate.lua", [k.bucket, k.config], [wanted]))

@@ -1,0 +1,158 @@
+"""push.lua and rate.lua on a real redis-server: the keys they leave and their errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from sluice.errors import InvalidInput, InvalidQueueName, StaleToken
+from sluice.models import JobSpec
+from sluice.redis.engine import RedisQueue
+from sluice.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.redis.scripts import source
+from tests.integration.test_engine_support import job, make_queue, members, redis_now_ms, snapshot, spec
+
+pytestmark = pytest.mark.integration
+K = QueueKeys("q")
+TOPIC = "sluice.jobs"
+
+
+@pytest.fixture
+def rq(redis_url: str) -> Iterator[RedisQueue]:
+    yield from make_queue(redis_url)
+
+
+def recs(*offsets: int, prefix: str = "j", **kw: object) -> list[tuple[int, JobSpec]]:
+    return [(o, spec(f"{prefix}{o}", **kw)) for o in offsets]  # type: ignore[arg-type]
+
+
+def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    result = rq.push("q", TOPIC, 2, 5, recs(10, 11, 12))
+    assert (result.pushed, result.skipped, result.offset) == (3, 0, 12)
+    assert redis_client.hgetall(K.relayed(TOPIC, 2)) == {"owner": "5", "offset": "12"}
+    assert members(redis_client, "q", "ready") == ["j10", "j11", "j12"]
+    assert job(redis_client, "q", "j11")["p"] == '{"id":"j11"}'
+    assert job(redis_client, "q", "j11")["s"] == "w"
+    assert redis_client.smembers(QUEUES_KEY) == {"q"}
+
+
+def test_push_replay_is_skipped_exactly_once(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.push("q", TOPIC, 0, 1, recs(0, 1, 2))
+    # A relay that died before its Kafka commit replays 0..2 and continues with 3, 4.
+    result = rq.push("q", TOPIC, 0, 1, recs(0, 1, 2, 3, 4))
+    assert (result.pushed, result.skipped, result.offset) == (2, 3, 4)
+    assert redis_client.zcard(K.ready) == 5
+    # Offsets are per partition: the same offsets on another partition are new records.
+    result = rq.push("q", TOPIC, 1, 1, recs(0, 1, prefix="p1-"))
+    assert (result.pushed, result.skipped) == (2, 0)
+
+
+def test_push_skips_existing_job_ids_and_in_batch_duplicates(rq: RedisQueue,
+                                                            redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("dup", payload="first"))
+    result = rq.push("q", TOPIC, 0, 1, [(0, spec("dup", payload="second")), (1, spec("x")),
+                                        (2, spec("x", payload="again"))])
+    assert (result.pushed, result.skipped) == (1, 2)
+    assert job(redis_client, "q", "dup")["p"] == '"first"'
+    assert job(redis_client, "q", "x")["p"] == '{"id":"x"}'
+
+
+def test_push_offset_never_goes_down(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.push("q", TOPIC, 0, 1, recs(100))
+    result = rq.push("q", TOPIC, 0, 1, recs(50, 60))
+    assert (result.pushed, result.skipped, result.offset) == (0, 2, 100)
+    assert redis_client.hget(K.relayed(TOPIC, 0), "offset") == "100"
+
+
+def test_push_newer_owner_fences_older(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.push("q", TOPIC, 0, 7, recs(0))
+    rq.push("q", TOPIC, 0, 9, recs(1))
+    before = snapshot(redis_client)
+    with pytest.raises(StaleToken) as err:
+        rq.push("q", TOPIC, 0, 8, recs(2))
+    assert (err.value.mine, err.value.current) == (8, 9)
+    assert snapshot(redis_client) == before
+
+
+def test_push_delayed_and_priority(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    later = redis_now_ms(redis_client) + 60_000
+    rq.push("q", TOPIC, 0, 1, [(0, spec("low")), (1, spec("high", priority=9)),
+                               (2, spec("later", run_at_ms=later))])
+    assert members(redis_client, "q", "ready") == ["high", "low"]
+    assert redis_client.zrange(K.delayed, 0, -1, withscores=True) == [("later", float(later))]
+
+
+def test_push_unsorted_offsets_are_sorted_first(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    records = recs(*range(1500))[::-1]
+    result = rq.push("q", TOPIC, 0, 1, records)  # two chunks of <= 1000, in offset order
+    assert (result.pushed, result.offset) == (1500, 1499)
+    assert redis_client.zcard(K.ready) == 1500
+
+
+@pytest.mark.parametrize("bad", [
+    {"queue": "Q"}, {"topic": ""}, {"topic": "a:b"}, {"partition": -1}, {"owner": 0}, {"owner": -3},
+    {"owner": True}, {"owner": 2**60}, {"records": []}, {"records": [(-1, "x")]},
+    {"records": [(1, {"job_id": "x"})]}, {"records": [(1, spec("x", queue="other"))]},
+    {"records": [(1, JobSpec.model_construct(job_id="x", queue="q", payload={1, 2}, priority=0,
+                                             max_attempts=5, lease_ms=30_000, run_at_ms=0,
+                                             enqueued_at_ms=0))]},
+])
+def test_push_hostile_input_writes_nothing(rq: RedisQueue, redis_client: redis.Redis,
+                                           bad: dict[str, object]) -> None:
+    rq.push("q", TOPIC, 0, 1, recs(0))
+    before = snapshot(redis_client)
+    args: dict[str, object] = {"queue": "q", "topic": TOPIC, "partition": 0, "owner": 1, "records": recs(1)}
+    args.update(bad)
+    with pytest.raises((InvalidInput, InvalidQueueName)):
+        rq.push(args["queue"], args["topic"], args["partition"], args["owner"], args["records"])  # type: ignore[arg-type]
+    assert snapshot(redis_client) == before
+
+
+def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """The script validates on its own too (defence in depth against other callers)."""
+    rq.push("q", TOPIC, 0, 1, recs(0))
+    before = snapshot(redis_client)
+    script = redis_client.register_script(source("push.lua"))
+    good = [1, 1, 5, "ok", '"p"', 0, 5, 30_000, 0, 0]
+    keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq]
+    for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10"), (6, "0"), (7, "5"),
+                         (8, str(10**15)), (0, "x"), (1, "2")]:
+        args = list(good)
+        args[index] = value
+        with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+            script(keys=keys, args=args)
+    assert snapshot(redis_client) == before
+
+
+def test_rate_unlimited_without_config(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    assert rq.take_rate("q", 500) == 500
+    assert not redis_client.exists(K.bucket)
+
+
+def test_rate_bucket_burst_then_refill(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    redis_client.hset(K.config, mapping={"rate_per_s": 100, "burst": 20})
+    assert rq.take_rate("q", 50) == 20  # a new bucket starts full
+    assert rq.take_rate("q", 50) == 0
+    time.sleep(0.12)  # about 12 tokens at 100/s
+    got = rq.take_rate("q", 50)
+    assert 10 <= got <= 20
+    bucket = redis_client.hgetall(K.bucket)
+    assert float(bucket["tokens"]) < 1
+    assert abs(int(bucket["ts"]) - redis_now_ms(redis_client)) < 1000
+
+
+def test_rate_burst_zero_means_capacity_one(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    redis_client.hset(K.config, mapping={"rate_per_s": 1000, "burst": 0})
+    assert rq.take_rate("q", 10) == 1
+
+
+@pytest.mark.parametrize("wanted", [0, -1, 10**7, True, 1.5])
+def test_rate_hostile_wanted(rq: RedisQueue, redis_client: redis.Redis, wanted: object) -> None:
+    redis_client.hset(K.config, mapping={"rate_per_s": 10, "burst": 5})
+    before = snapshot(redis_client)
+    with pytest.raises(InvalidInput):
+        rq.take_rate("q", wanted)  # type: ignore[arg-type]
+    assert snapshot(redis_client) == before
