@@ -1,0 +1,358 @@
+"""The relay use-case against in-memory fakes of its ports (no sockets)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sluice.errors import BackendUnavailable
+from sluice.models import JobSpec
+from sluice.relay import RELAY_QUEUE, Relay, SourceRecord, decode, partition_job_id
+from tests.unit.test_relay_fakes import (
+    FakeClock,
+    FakeDispatcher,
+    FakeEngine,
+    FakeSource,
+    FakeStore,
+)
+
+TOPIC = "sluice.jobs"
+
+
+class World:
+    def __init__(self, partitions: int = 2) -> None:
+        self.clock = FakeClock()
+        self.engine = FakeEngine(self.clock)
+        self.store = FakeStore()
+        self.source = FakeSource(topic=TOPIC, n_partitions=partitions, clock=self.clock)
+        self.dispatcher = FakeDispatcher()
+        self.seq = 0
+
+    def relay(self, relay_id: str = "r1", source: FakeSource | None = None, **kw: Any) -> Relay:
+        kw.setdefault("poll_ms", 10)
+        return Relay(self.engine, self.store, source or self.source, self.dispatcher,  # type: ignore[arg-type]
+                     relay_id=relay_id, clock=self.clock, **kw)
+
+    def add(self, n: int, queue: str = "q", partition: int | None = None) -> list[str]:
+        ids = []
+        for _ in range(n):
+            self.seq += 1
+            spec = JobSpec(job_id=f"job-{self.seq}", queue=queue, payload={"n": self.seq})
+            self.source.append_spec(self.seq % self.source.n_partitions if partition is None else partition,
+                                    spec)
+            ids.append(spec.job_id)
+        return ids
+
+    def in_redis(self, queue: str = "q") -> list[str]:
+        return list(self.engine.jobs.get(queue, {}))
+
+
+def run_steps(relay: Relay, n: int) -> None:
+    for _ in range(n):
+        relay.step()
+
+
+def test_every_record_is_pushed_once_and_offsets_committed_after_the_push() -> None:
+    w = World()
+    ids = w.add(50)
+    relay = w.relay(batch=7)
+    run_steps(relay, 20)
+    assert sorted(w.in_redis()) == sorted(ids)
+    assert len(w.engine.enqueued) == 50
+    assert w.source.committed_offsets == {0: 25, 1: 25}
+    assert sorted(w.store.queued) == sorted((i, "q") for i in ids)
+    # the partition ownership jobs exist and are leased with tokens
+    assert set(w.engine.ownership) == {partition_job_id(TOPIC, 0), partition_job_id(TOPIC, 1)}
+
+
+def test_crash_between_push_and_commit_creates_no_duplicate() -> None:
+    w = World(partitions=1)
+    ids = w.add(30)
+
+    class Crash(Exception):
+        pass
+
+    pushes = 0
+
+    def die_after_second_push(partition: int, queue: str, outcome: Any) -> None:
+        nonlocal pushes
+        pushes += 1
+        if pushes == 2:
+            raise Crash
+
+    relay = w.relay(batch=10, after_push=die_after_second_push)
+    with pytest.raises(Crash):
+        run_steps(relay, 10)
+    assert w.source.committed_offsets == {0: 10}  # the second batch is in Redis but not committed
+    assert len(w.in_redis()) == 20
+    # the dead relay's lease runs out; a new relay (new consumer) starts from the committed offset
+    w.clock.t += 60
+    fresh = FakeSource(clock=w.clock, topic=TOPIC, n_partitions=1, log=w.source.log,
+                       committed_offsets=dict(w.source.committed_offsets))
+    relay2 = w.relay("r2", source=fresh, batch=10)
+    run_steps(relay2, 10)
+    assert sorted(w.in_redis()) == sorted(ids)
+    assert len(w.engine.enqueued) == 30  # nothing enqueued twice
+    assert relay2.report.skipped == 10 and relay2.report.pushed == 10
+    assert fresh.committed_offsets == {0: 30}
+
+
+def test_a_relay_that_lost_its_partition_stops_pushing_at_once() -> None:
+    w = World(partitions=1)
+    w.add(10)
+    old = w.relay("old", batch=5, lease_ms=3000)
+    old.step()
+    assert len(w.in_redis()) == 5
+    # old freezes past its lease; a new relay takes the partition and pushes
+    w.clock.t += 10
+    new_source = FakeSource(clock=w.clock, topic=TOPIC, n_partitions=1, log=w.source.log,
+                            committed_offsets=dict(w.source.committed_offsets))
+    new = w.relay("new", source=new_source, batch=5, lease_ms=3000)
+    new.step()
+    assert new.report.partitions_owned == {0}
+    w.add(10, partition=0)
+    new.step()
+    # old wakes up with records still pending: its extend fails, it drops the partition
+    w.source.log = new_source.log
+    pushes_before = w.engine.calls.count("push")
+    old.step()
+    assert 0 not in old._owned
+    assert w.engine.calls.count("push") == pushes_before
+    run_steps(new, 5)
+    assert len(w.engine.enqueued) == len(set(w.engine.enqueued)) == 20
+
+
+def test_push_refused_with_stale_token_drops_the_partition() -> None:
+    w = World(partitions=1)
+    w.add(10)
+    relay = w.relay(batch=5)
+    relay.step()
+    # a newer owner pushed to this queue's record (its lease token is higher)
+    w.engine.relayed[("q", TOPIC, 0)]["owner_token"] = 99
+    relay.step()
+    assert relay.report.stale_stops == 1
+    assert 0 not in relay._owned and w.source.assigned == []
+    assert len(w.in_redis()) == 5
+    assert w.source.committed_offsets == {0: 5}  # nothing committed for the lost partition
+
+
+def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flowing() -> None:
+    w = World(partitions=1)
+    w.add(2, partition=0)
+    w.source.append(0, b"x", b"\xff\xfe not json")
+    w.source.append(0, b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode())
+    w.source.append(0, b"bad", json.dumps({"job_id": "bad", "queue": "NOT A QUEUE"}).encode())
+    w.source.append(0, None, None)
+    w.source.append(0, b"other", JobSpec(job_id="mismatch", queue="q").model_dump_json().encode())
+    ok = w.add(2, partition=0)
+    relay = w.relay()
+    run_steps(relay, 3)
+    reasons = [reason for _, reason in w.source.dead]
+    assert [r.offset for r, _ in w.source.dead] == [2, 3, 4, 5, 6]
+    assert reasons[0].startswith("undecodable")
+    assert reasons[1] == "unknown schema_version 2"
+    assert reasons[2].startswith("invalid job spec") and "queue" in reasons[2]
+    assert reasons[3].startswith("undecodable")
+    assert "does not match" in reasons[4]
+    assert ok[-1] in w.in_redis() and len(w.in_redis()) == 4
+    assert w.source.committed_offsets == {0: 9}
+    assert w.source.events.index("flush") < w.source.events.index("commit")
+
+
+def test_decode_accepts_a_valid_record_and_names_each_poison() -> None:
+    spec = JobSpec(job_id="a1", queue="q", payload=[1, 2])
+    assert decode(SourceRecord(0, 0, b"a1", spec.model_dump_json().encode())) == spec
+    assert decode(SourceRecord(0, 0, None, spec.model_dump_json().encode())) == spec
+    assert decode(SourceRecord(0, 0, None, b"[1,2]")) == "invalid: not a JSON object"
+    assert decode(SourceRecord(0, 0, None, b"{\"schema_version\": \"x\"}")).startswith("unknown")
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert decode(SourceRecord(0, 0, None, deep)).startswith(("undecodable", "invalid"))
+
+
+def test_jobs_the_store_says_are_final_are_not_pushed() -> None:
+    w = World(partitions=1)
+    ids = w.add(10)
+    w.store.final = {ids[2], ids[7]}  # cancelled before the relay got there, or done before a replay
+    relay = w.relay()
+    run_steps(relay, 3)
+    assert sorted(w.in_redis()) == sorted(set(ids) - w.store.final)
+    assert relay.report.final_dropped == 2
+    assert w.source.committed_offsets == {0: 10}
+
+
+def test_store_outage_blocks_pushing_and_loses_nothing() -> None:
+    w = World(partitions=1)
+    ids = w.add(10)
+    w.store.down = True
+    relay = w.relay()
+    with pytest.raises(BackendUnavailable):
+        relay.step()
+    assert w.in_redis() == [] and w.source.committed_offsets == {}
+    w.store.down = False
+    run_steps(relay, 3)
+    assert sorted(w.in_redis()) == sorted(ids)
+
+
+def test_run_until_survives_a_redis_outage_and_releases_its_partitions() -> None:
+    w = World(partitions=2)
+    ids = w.add(20)
+    relay = w.relay()
+    relay.step()
+    w.engine.down = True
+    w.add(5)
+    outage_end = w.clock.t + 1.0
+
+    original_sleep = w.clock.sleep
+
+    def sleep(seconds: float) -> None:
+        original_sleep(seconds)
+        if w.clock.t >= outage_end:
+            w.engine.down = False
+
+    w.clock.sleep = sleep  # type: ignore[method-assign]
+    report = relay.run_until(w.clock.now_ms() + 5_000)
+    assert report.errors > 0
+    assert len(w.in_redis()) == 25 and set(ids) <= set(w.in_redis())
+    assert all(lease.holder is None for _, lease in w.engine.ownership.values())
+    assert w.source.assigned == []
+
+
+def test_two_relays_share_partitions_without_duplicates() -> None:
+    w = World(partitions=4)
+    ids = w.add(400)
+    sources = [FakeSource(clock=w.clock, topic=TOPIC, n_partitions=4, log=w.source.log,
+                          committed_offsets=w.source.committed_offsets) for _ in range(2)]
+    a = w.relay("a", source=sources[0], max_partitions=2, batch=20)
+    b = w.relay("b", source=sources[1], max_partitions=2, batch=20)
+    for _ in range(30):
+        a.step()
+        b.step()
+    assert a.report.partitions_owned.isdisjoint(b.report.partitions_owned)
+    assert len(a.report.partitions_owned) == len(b.report.partitions_owned) == 2
+    assert sorted(w.in_redis()) == sorted(ids)
+    assert len(w.engine.enqueued) == 400
+
+
+def test_handover_at_the_end_of_an_invocation() -> None:
+    w = World(partitions=2)
+    first = w.add(20)
+    a = w.relay("a")
+    a.run_until(w.clock.now_ms() + 500)
+    assert sorted(w.in_redis()) == sorted(first)
+    second = w.add(20)
+    b = w.relay("b", source=FakeSource(clock=w.clock, topic=TOPIC, n_partitions=2, log=w.source.log,
+                                       committed_offsets=w.source.committed_offsets))
+    b.run_until(w.clock.now_ms() + 500)
+    assert b.report.partitions_owned == {0, 1}
+    assert sorted(w.in_redis()) == sorted(first + second)
+    assert b.report.skipped == 0  # a committed everything before handing over
+
+
+def test_rate_limit_is_shared_through_the_engine_bucket() -> None:
+    w = World(partitions=2)
+    w.add(1000)
+    w.engine.set_config("q", rate_per_s=100.0, burst=10)
+    relay = w.relay()
+    relay.step()  # takes ownership; the bucket starts with its burst
+    start_t, start_n = w.clock.t, len(w.in_redis())
+    while w.clock.t - start_t < 5:
+        relay.step()
+        w.clock.t += 0.01
+    rate = (len(w.in_redis()) - start_n) / (w.clock.t - start_t)
+    assert 90 <= rate <= 110
+    assert w.source.committed_offsets[0] < 400  # held back: the rest waits in Kafka
+
+
+def test_manual_pause_and_resume_are_picked_up_from_config() -> None:
+    w = World(partitions=1)
+    w.engine.set_config("q", paused=True)
+    w.add(10)
+    relay = w.relay(refresh_s=0.5)
+    run_steps(relay, 5)
+    assert w.in_redis() == [] and w.source.committed_offsets == {}
+    w.engine.set_config("q", paused=False)
+    w.clock.t += 1
+    run_steps(relay, 3)
+    assert len(w.in_redis()) == 10
+
+
+def test_paused_queue_does_not_block_other_queues_until_the_buffer_is_full() -> None:
+    w = World(partitions=1)
+    w.engine.set_config("slow", paused=True)
+    w.add(5, queue="slow", partition=0)
+    fast = w.add(5, queue="fast", partition=0)
+    relay = w.relay(max_pending=50)
+    run_steps(relay, 3)
+    assert sorted(w.in_redis("fast")) == sorted(fast)
+    assert w.source.committed_offsets == {}  # the first paused record holds the commit point
+    w.add(100, queue="slow", partition=0)
+    run_steps(relay, 5)
+    assert w.source.paused == {0}  # buffer full: fetching stops, Kafka holds the rest
+
+
+def test_watermark_pauses_above_high_and_resumes_below_low() -> None:
+    w = World(partitions=1)
+    w.engine.set_config("q", high_watermark=50, low_watermark=20)
+    w.add(300)
+    relay = w.relay(batch=10, refresh_s=0.1)
+    for _ in range(40):
+        relay.step()
+        w.clock.t += 0.1
+    depth = w.engine.depth("q")
+    assert 50 <= depth <= 51  # stops at the mark, not a batch past it
+    # workers drain to 30: still above low, stays paused (hysteresis)
+    w.engine.consumed["q"] = len(w.in_redis()) - 30
+    for _ in range(10):
+        relay.step()
+        w.clock.t += 0.1
+    assert w.engine.depth("q") == 30
+    w.engine.consumed["q"] = len(w.in_redis()) - 10
+    for _ in range(10):
+        relay.step()
+        w.clock.t += 0.1
+    assert 50 <= w.engine.depth("q") <= 51
+
+
+def test_dispatch_after_push_sized_from_backlog_and_in_flight_limit() -> None:
+    w = World(partitions=1)
+    w.engine.set_config("q", max_in_flight=30)
+    w.add(100)
+    relay = w.relay(worker_batch=10)
+    run_steps(relay, 2)
+    assert w.dispatcher.calls and w.dispatcher.calls[0] == ("q", 3, 10)
+    n = len(w.dispatcher.calls)
+    run_steps(relay, 2)  # nothing new pushed and under a second: no new invocations
+    assert len(w.dispatcher.calls) == n
+
+
+def test_maintenance_reaps_every_queue_and_nudges_undrained_backlogs() -> None:
+    w = World(partitions=1)
+    w.engine.jobs["idle"] = {"x": JobSpec(job_id="x", queue="idle")}
+    relay = w.relay(maintenance_s=5)
+    relay.step()
+    assert "idle" in w.engine.reaped and RELAY_QUEUE not in w.engine.reaped
+    assert ("idle", 1, 10) in w.dispatcher.calls
+
+
+def test_lost_redrive_and_foreign_topic_jobs_are_released() -> None:
+    w = World(partitions=1)
+    w.engine.enqueue(JobSpec(job_id="other.0", queue=RELAY_QUEUE, payload={"topic": "other", "partition": 0}))
+    relay = w.relay()
+    relay.step()
+    assert relay.report.partitions_owned == {0}
+    assert w.engine.ownership["other.0"][1].holder is None
+    assert "redrive" in w.engine.calls
+
+
+def test_extends_its_partition_leases_while_running() -> None:
+    w = World(partitions=1)
+    relay = w.relay(lease_ms=3000)
+    relay.step()
+    token = relay._owned[0].token
+    for _ in range(100):
+        w.clock.t += 0.1
+        relay.step()
+    assert relay._owned[0].token == token  # kept the same lease for 10 s with a 3 s lease
+    assert w.engine.calls.count("extend") >= 9

@@ -1,0 +1,263 @@
+"""In-memory fakes of the ports the relay uses, with the contracts' semantics.
+
+The fake engine's push follows push.lua's contract (owner-token check, offset skip,
+idempotent by job id); the fake source behaves like a manually assigned Kafka consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice import policy
+from sluice.errors import BackendUnavailable, LeaseLost, StaleToken
+from sluice.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.relay import SourceRecord
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now_ms(self) -> int:
+        return int(self.t * 1000)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.001)
+
+
+@dataclass
+class Pushed:
+    pushed: int
+    skipped: int
+
+
+@dataclass
+class _Lease:
+    token: int = 0
+    holder: str | None = None
+    deadline: float = 0.0
+    attempts: int = 0
+
+
+class FakeEngine:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, dict[str, JobSpec]] = {}  # queue -> job id -> spec, in push order
+        self.enqueued: list[tuple[str, str]] = []
+        self.relayed: dict[tuple[str, str, int], dict[str, int]] = {}
+        self.configs: dict[str, QueueConfig] = {}
+        self.buckets: dict[str, policy.Bucket] = {}
+        self.ownership: dict[str, tuple[JobSpec, _Lease]] = {}
+        self.consumed: dict[str, int] = {}  # workers took this many off the ready count
+        self.calls: list[str] = []
+        self.down = False
+        self.reaped: list[str] = []
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if self.down:
+            raise BackendUnavailable("redis is down")
+
+    # ownership jobs (queue sluice-relay)
+    def enqueue(self, spec: JobSpec) -> bool:
+        self._call("enqueue")
+        if spec.job_id in self.ownership:
+            return False
+        self.ownership[spec.job_id] = (spec, _Lease())
+        return True
+
+    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+        self._call("lease")
+        out = []
+        for job_id, (spec, lease) in self.ownership.items():
+            if len(out) >= n:
+                break
+            if lease.holder is not None and lease.deadline > self.clock.t:
+                continue
+            lease.token += 1
+            lease.attempts += 1
+            lease.holder, lease.deadline = worker_id, self.clock.t + lease_ms / 1000
+            out.append(LeasedJob(job_id=job_id, queue=queue, payload=spec.payload, token=lease.token,
+                                 deadline_ms=int(lease.deadline * 1000), attempt=lease.attempts,
+                                 max_attempts=spec.max_attempts, lease_ms=lease_ms))
+        return out
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        self._call("extend")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        lease.deadline = self.clock.t + lease_ms / 1000
+        return Extended(deadline_ms=int(lease.deadline * 1000))
+
+    def release(self, queue: str, job_id: str, token: int) -> None:
+        self._call("release")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        lease.holder = None
+        lease.attempts -= 1
+
+    def redrive(self, queue: str, job_id: str | None = None) -> int:
+        self._call("redrive")
+        return 0
+
+    def reap(self, queue: str, limit: int) -> int:
+        self._call("reap")
+        self.reaped.append(queue)
+        return 0
+
+    # queues
+    def depth(self, queue: str) -> int:
+        return len(self.jobs.get(queue, {})) - self.consumed.get(queue, 0)
+
+    def stats(self, queue: str) -> QueueStats:
+        self._call("stats")
+        return QueueStats(queue=queue, ready=self.depth(queue), delayed=0, leased=0, dead=0,
+                          oldest_ready_age_ms=None, config=self.get_config(queue))
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.configs.get(queue, QueueConfig())
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        self.configs[queue] = self.get_config(queue).model_copy(update=changes)
+        return self.configs[queue]
+
+    def queues(self) -> list[str]:
+        return sorted(self.jobs)
+
+    def push(self, queue: str, topic: str, partition: int, owner_token: int,
+             records: list[tuple[int, JobSpec]]) -> Pushed:
+        self._call("push")
+        rec = self.relayed.setdefault((queue, topic, partition), {"offset": -1, "owner_token": 0})
+        if owner_token < rec["owner_token"]:
+            raise StaleToken(mine=owner_token, current=rec["owner_token"])
+        rec["owner_token"] = owner_token
+        pushed = skipped = 0
+        jobs = self.jobs.setdefault(queue, {})
+        for offset, spec in records:
+            if offset <= rec["offset"] or spec.job_id in jobs:
+                skipped += 1
+                continue
+            jobs[spec.job_id] = spec
+            self.enqueued.append((queue, spec.job_id))
+            pushed += 1
+        rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
+        return Pushed(pushed, skipped)
+
+    def take_rate(self, queue: str, wanted: int) -> int:
+        self._call("take_rate")
+        cfg = self.get_config(queue)
+        now_ms = self.clock.now_ms()
+        bucket = self.buckets.get(queue, policy.Bucket(tokens=max(1, cfg.burst), updated_ms=now_ms))
+        bucket = policy.refill(bucket, now_ms, cfg.rate_per_s, cfg.burst)
+        granted, self.buckets[queue] = policy.take(bucket, wanted)
+        return granted
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.final: set[str] = set()
+        self.queued: list[tuple[str, str]] = []
+        self.mark_calls = 0
+        self.final_calls = 0
+        self.down = False
+
+    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        self.final_calls += 1
+        if self.down:
+            raise BackendUnavailable("dynamodb is down")
+        return self.final & set(job_ids)
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+        self.mark_calls += 1
+        self.queued.extend(jobs)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the relay should not call store.{name}")
+
+
+@dataclass
+class FakeSource:
+    topic: str = "sluice.jobs"
+    n_partitions: int = 2
+    log: dict[int, list[SourceRecord]] = field(default_factory=dict)
+    committed_offsets: dict[int, int] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)
+    assigned: list[int] = field(default_factory=list)
+    paused: set[int] = field(default_factory=set)
+    dead: list[tuple[SourceRecord, str]] = field(default_factory=list)
+    unflushed_dead: int = 0
+    commits: list[dict[int, int]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    clock: FakeClock | None = None  # an empty poll waits out its timeout on this clock
+
+    def append(self, partition: int, key: bytes | None, value: bytes | None) -> int:
+        records = self.log.setdefault(partition, [])
+        records.append(SourceRecord(partition, len(records), key, value))
+        return len(records) - 1
+
+    def append_spec(self, partition: int, spec: JobSpec) -> int:
+        return self.append(partition, spec.job_id.encode(), spec.model_dump_json().encode())
+
+    def partitions(self) -> list[int]:
+        return list(range(self.n_partitions))
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        self.assigned = list(partitions)
+        self.paused &= set(partitions)
+        for p in partitions:
+            self.positions.setdefault(p, self.committed_offsets.get(p, 0))
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            assert p in self.assigned
+            self.positions[p] = self.committed_offsets.get(p, 0)
+
+    def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
+        out: list[SourceRecord] = []
+        for p in self.assigned:
+            if p in self.paused:
+                continue
+            records = self.log.get(p, [])
+            pos = self.positions[p]
+            chunk = records[pos:pos + max_records - len(out)]
+            self.positions[p] = pos + len(chunk)
+            out.extend(chunk)
+        if not out and self.clock is not None:
+            self.clock.sleep(timeout_ms / 1000)
+        return out
+
+    def pause(self, partitions: Sequence[int]) -> None:
+        self.paused |= set(partitions)
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        self.paused -= set(partitions)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        self.events.append("commit")
+        self.commits.append(dict(offsets))
+        assert self.unflushed_dead == 0, "committed past a dead letter that was not flushed"
+        self.committed_offsets.update(offsets)
+
+    def dead_letter(self, record: SourceRecord, reason: str) -> None:
+        self.dead.append((record, reason))
+        self.unflushed_dead += 1
+
+    def flush_dead_letters(self) -> None:
+        self.events.append("flush")
+        self.unflushed_dead = 0
+
+
+class FakeDispatcher:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def dispatch(self, queue: str, invocations: int, batch: int) -> int:
+        self.calls.append((queue, invocations, batch))
+        return invocations
