@@ -18,15 +18,22 @@ from typing import Any
 import redis
 
 from sluice.config import Settings
-from sluice.errors import InvalidInput
+from sluice.errors import InvalidInput, SluiceError
 from sluice.models import (
     MAX_ATTEMPTS,
     MAX_DELAY_MS,
     MAX_LEASE_MS,
     MAX_PRIORITY,
     MIN_LEASE_MS,
+    QUEUE_NAME_RE,
+    DeadJob,
+    Extended,
     JobSpec,
+    LeasedJob,
+    QueueConfig,
+    QueueStats,
     dump_json,
+    validate_job_id,
     validate_queue_name,
     validate_token,
 )
@@ -38,6 +45,8 @@ __all__ = ["PushResult", "RedisQueue"]
 MAX_BATCH = 1000  # jobs per script call: bounds the script's run time and Lua's unpack()
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_TOKEN = 2**53 - 1  # Lua numbers are doubles: larger integers would lose precision
+MAX_ERROR_CHARS = 4000  # a last error is for people; a whole traceback would bloat the hash
+RECLAIM_PER_LEASE = 100  # expired leases and due delayed jobs each lease call reclaims first
 _REGISTRY_TTL_S = 60.0
 
 
@@ -52,6 +61,10 @@ def _token(value: object) -> int:
     if token > MAX_TOKEN:
         raise InvalidInput(f"invalid token {token}: larger than any token Redis can issue")
     return token
+
+
+def _lease_ms(value: object) -> int:
+    return _int(value, MIN_LEASE_MS, MAX_LEASE_MS, "lease_ms (10 ms..12 h)")
 
 
 def _wall_ms() -> int:
@@ -154,6 +167,136 @@ class RedisQueue:
                     out[index] = was_added
         return out
 
+    # --- the lease life cycle ---------------------------------------------------------------
+
+    def lease(self, queue: str, n: int, lease_ms: int | None = None, worker_id: str = "") -> list[LeasedJob]:
+        """Lease up to ``n`` (1..1000) jobs for ``lease_ms`` (None: each job's own lease_ms).
+
+        Due delayed jobs and expired leases are reclaimed first (up to 100 of each).
+        """
+        k = self.keys(queue)
+        _int(n, 1, MAX_BATCH, "n")
+        ms = 0 if lease_ms is None else _lease_ms(lease_ms)
+        if not isinstance(worker_id, str) or len(worker_id) > 256:
+            raise InvalidInput(f"worker_id must be a string of at most 256 characters, got {worker_id!r}")
+        return self.scripts.lease(k, n, ms, worker_id, RECLAIM_PER_LEASE)
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        """New deadline = now + lease_ms. Raises LeaseLost (or StaleToken) unless ``token`` holds it."""
+        k = self.keys(queue)
+        return self.scripts.extend(k, validate_job_id(job_id), _token(token), _lease_ms(lease_ms))
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        """Finish a job. A stale or unknown token raises and changes nothing."""
+        error = self.ack_many(queue, [(job_id, token)])[0]
+        if error is not None:
+            raise error
+
+    def ack_many(self, queue: str, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
+        """Ack several jobs in one script call each 1000; per job None (acked) or the error."""
+        k = self.keys(queue)
+        checked = [(validate_job_id(job_id), _token(token)) for job_id, token in jobs]
+        out: list[SluiceError | None] = []
+        for start in range(0, len(checked), MAX_BATCH):
+            out += self.scripts.ack(k, checked[start:start + MAX_BATCH])
+        return out
+
+    def fail(self, queue: str, job_id: str, token: int, error: str,
+             retry_after_ms: int | None = None, permanent: bool = False) -> str:
+        """"retry" (after retry_after_ms; None = now) or "dead" (permanent, cancelled or out of attempts)."""
+        k = self.keys(queue)
+        if not isinstance(error, str):
+            raise InvalidInput(f"error must be a string, got {type(error).__name__}")
+        if len(error) > MAX_ERROR_CHARS:
+            error = error[:MAX_ERROR_CHARS - 1] + "\u2026"
+        after = 0 if retry_after_ms is None else _int(retry_after_ms, 0, MAX_DELAY_MS, "retry_after_ms")
+        if not isinstance(permanent, bool):
+            raise InvalidInput("permanent must be a bool")
+        return self.scripts.fail(k, validate_job_id(job_id), _token(token), error, after, permanent)
+
+    def release(self, queue: str, job_id: str, token: int) -> None:
+        """Give a lease back; the attempt is not counted. A cancel-requested job is removed."""
+        k = self.keys(queue)
+        self.scripts.release(k, validate_job_id(job_id), _token(token))
+
+    def cancel(self, queue: str, job_id: str) -> str:
+        """"removed" (it was waiting) or "requested" (leased: its worker sees it on extend)."""
+        k = self.keys(queue)
+        return self.scripts.cancel(k, validate_job_id(job_id))
+
+    def reap(self, queue: str, limit: int = 1000) -> int:
+        """Reclaim up to ``limit`` expired leases (and promote due delayed jobs); returns expired."""
+        k = self.keys(queue)
+        return self.scripts.reap(k, _int(limit, 1, 10_000, "limit"))[0]
+
+    # --- dead letters -----------------------------------------------------------------------
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        k = self.keys(queue)
+        _int(limit, 1, 10_000, "limit")
+        try:
+            entries = self.client.zrange(k.dead, 0, limit - 1, withscores=True)
+            pipe = self.client.pipeline(transaction=False)
+            for job_id, _ in entries:
+                pipe.hmget(k.job_prefix + _text(job_id), "a", "err")
+            fields = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        return [DeadJob(job_id=_text(job_id), queue=queue, attempts=int(f[0] or 0),
+                        last_error=None if f[1] is None else _text(f[1]), died_at_ms=int(score))
+                for (job_id, score), f in zip(entries, fields, strict=True)]
+
+    def redrive(self, queue: str, job_id: str | None = None) -> int:
+        """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready."""
+        k = self.keys(queue)
+        if job_id is not None:
+            return self.scripts.redrive(k, validate_job_id(job_id), 1)
+        total = 0
+        while moved := self.scripts.redrive(k, None, MAX_BATCH):
+            total += moved
+        return total
+
+    def purge_dead(self, queue: str) -> int:
+        k = self.keys(queue)
+        total = 0
+        while deleted := self.scripts.purge(k, MAX_BATCH):
+            total += deleted
+        return total
+
+    # --- queues -----------------------------------------------------------------------------
+
+    def stats(self, queue: str) -> QueueStats:
+        k = self.keys(queue)
+        r = self.scripts.stats(k)
+        return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
+                          oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
+                          config=_config(r.config))
+
+    def get_config(self, queue: str) -> QueueConfig:
+        k = self.keys(queue)
+        try:
+            return _config(self.client.hgetall(k.config))
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        """Change some knobs (max_in_flight, rate_per_s, burst, paused, high/low_watermark)."""
+        k = self.keys(queue)
+        if not changes:
+            raise InvalidInput("set_config needs at least one change")
+        fields = {name: _config_value(name, value) for name, value in changes.items()}
+        self._register(queue)
+        self.scripts.config(k, fields)
+        return self.get_config(queue)
+
+    def queues(self) -> list[str]:
+        """Every queue ever enqueued to or configured (the advisory registry)."""
+        try:
+            names = self.client.smembers(QUEUES_KEY)
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        return sorted(n for n in map(_text, names) if QUEUE_NAME_RE.fullmatch(n))
+
     # --- relay ----------------------------------------------------------------------------
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
@@ -191,6 +334,36 @@ class RedisQueue:
         """How many of ``wanted`` jobs the queue's shared token bucket allows now."""
         k = self.keys(queue)
         return self.scripts.rate(k, _int(wanted, 1, 1_000_000, "wanted"))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark")
+
+
+def _config_value(name: str, value: object) -> str:
+    if name in _CONFIG_INTS:
+        return str(_int(value, 0, 1_000_000_000, name))
+    if name == "rate_per_s":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
+            raise InvalidInput(f"rate_per_s must be a number in 0..1e9, got {value!r}")
+        return repr(float(value))
+    if name == "paused":
+        if not isinstance(value, bool):
+            raise InvalidInput(f"paused must be a bool, got {value!r}")
+        return "1" if value else "0"
+    raise InvalidInput(f"unknown queue setting {name!r}")
+
+
+def _config(raw: dict[Any, Any]) -> QueueConfig:
+    fields = {_text(key): _text(value) for key, value in raw.items()}
+    return QueueConfig(
+        **{name: int(fields[name]) for name in _CONFIG_INTS if name in fields},
+        rate_per_s=float(fields.get("rate_per_s", 0)),
+        paused=fields.get("paused") == "1",
+    )
 
 
 def _auth_token(arn: str, settings: Settings) -> str:

@@ -18,8 +18,9 @@ validate again before their first write.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -29,6 +30,7 @@ import redis
 from redis.commands.core import Script
 
 from sluice.errors import BackendUnavailable, SluiceError, from_code
+from sluice.models import Extended, LeasedJob
 from sluice.redis.keys import QueueKeys
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
@@ -83,6 +85,16 @@ class JobFields(NamedTuple):
     enqueued_at_ms: int
 
 
+class StatsReply(NamedTuple):
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int  # -1 when nothing is ready
+    now_ms: int
+    config: dict[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class PushResult:
     pushed: int
@@ -114,6 +126,65 @@ class Scripts:
             args.extend(job)
         reply = self._run("enqueue.lua", [k.job_prefix, k.ready, k.delayed, k.seq], args)
         return [bool(x) for x in reply]
+
+    def lease(self, k: QueueKeys, n: int, lease_ms: int, worker_id: str,
+              reclaim_limit: int) -> list[LeasedJob]:
+        reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.seq, k.config],
+                          [n, lease_ms, worker_id, reclaim_limit])
+        now = int(reply[0])
+        queue = k.queue
+        loads = json.loads
+        return [
+            LeasedJob(job_id=_word(reply[i]), queue=queue, payload=loads(reply[i + 3]), token=reply[i + 1],
+                      deadline_ms=now + reply[i + 7], attempt=reply[i + 2], max_attempts=reply[i + 5],
+                      priority=reply[i + 4], lease_ms=reply[i + 7], enqueued_at_ms=reply[i + 6])
+            for i in range(1, len(reply), 8)
+        ]
+
+    def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
+        reply = self._run("extend.lua", [k.job(job_id), k.leased], [job_id, token, lease_ms])
+        return Extended(deadline_ms=int(reply[0]), cancel_requested=bool(reply[1]))
+
+    def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
+        args: list[Any] = []
+        for job_id, token in jobs:
+            args.append(job_id)
+            args.append(token)
+        reply = self._run("ack.lua", [k.job_prefix, k.leased], args)
+        return [None if x == 1 else parse_error(_word(x)) for x in reply]
+
+    def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
+             permanent: bool) -> str:
+        return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.seq],
+                               [job_id, token, error, retry_after_ms, int(permanent)]))
+
+    def release(self, k: QueueKeys, job_id: str, token: int) -> str:
+        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.seq], [job_id, token]))
+
+    def cancel(self, k: QueueKeys, job_id: str) -> str:
+        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed], [job_id]))
+
+    def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
+        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.seq], [limit])
+        return int(reply[0]), int(reply[1])
+
+    def redrive(self, k: QueueKeys, job_id: str | None, limit: int) -> int:
+        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq], [job_id or "", limit]))
+
+    def purge(self, k: QueueKeys, limit: int) -> int:
+        return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))
+
+    def stats(self, k: QueueKeys) -> StatsReply:
+        r = self._run("stats.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config], [])
+        flat = [_word(x) for x in r[6]]
+        return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
+                          dict(zip(flat[::2], flat[1::2], strict=True)))
+
+    def config(self, k: QueueKeys, fields: Mapping[str, str]) -> int:
+        args: list[str] = []
+        for field, value in fields.items():
+            args += [field, value]
+        return int(self._run("config.lua", [k.config], args))
 
     # --- relay --------------------------------------------------------------------------
 

@@ -156,3 +156,9 @@ local function holder_error(f, token)
   if token > cur or f[2] ~= 'l' then return 'LEASE_LOST', f[1] or '0' end
   return nil
 end
+
+-- The error text for a failed holder check ("CODE job=<id> mine=<t> current=<t>").
+local function holder_reply(code, id, mine, cur)
+  if code == 'NOT_FOUND' then return 'NOT_FOUND job=' .. id end
+  return code .. ' job=' .. id .. ' mine=' .. mine .. ' current=' .. cur
+end

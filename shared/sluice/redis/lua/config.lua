@@ -1,0 +1,37 @@
+-- config.lua: set some of a queue's runtime knobs (the others are left as they are).
+--
+-- Input
+--   KEYS[1] config hash  sluice:{q}:config
+--   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
+--           low_watermark (integers >= 0), rate_per_s (number >= 0), paused (0 | 1)
+-- Output
+--   number of fields written
+-- Errors (nothing written)
+--   INVALID_INPUT <what>   unknown field, bad value, or low_watermark > high_watermark
+
+--@include _lib.lua
+
+local config = KEYS[1]
+if #ARGV == 0 or #ARGV % 2 ~= 0 then return invalid('field/value pairs') end
+local ints = {max_in_flight = true, burst = true, high_watermark = true, low_watermark = true}
+local new = {}
+for i = 1, #ARGV, 2 do
+  local field, value = ARGV[i], ARGV[i + 1]
+  if ints[field] then
+    if not int_in(value, 0, 1000000000) then return invalid(field) end
+  elseif field == 'rate_per_s' then
+    local r = tonumber(value)
+    if not r or r < 0 or r > 1000000000 or r ~= r then return invalid(field) end
+  elseif field == 'paused' then
+    if value ~= '0' and value ~= '1' then return invalid(field) end
+  else
+    return invalid('field ' .. tostring(field))
+  end
+  new[field] = value
+end
+local cur = redis.call('HMGET', config, 'high_watermark', 'low_watermark')
+local high = tonumber(new.high_watermark or cur[1]) or 0
+local low = tonumber(new.low_watermark or cur[2]) or 0
+if high > 0 and low > high then return invalid('low_watermark above high_watermark') end
+redis.call('HSET', config, unpack(ARGV))
+return #ARGV / 2

@@ -1,0 +1,24 @@
+-- purge.lua: delete dead-lettered jobs for good.
+--
+-- Input
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[2] dead zset
+--   ARGV[1] limit  1..1000 oldest dead jobs per call (the caller loops until 0)
+-- Output
+--   number of jobs deleted (hash and dead entry)
+-- Errors (nothing written)
+--   INVALID_INPUT limit
+
+--@include _lib.lua
+
+local prefix, dead = KEYS[1], KEYS[2]
+local limit = int_in(ARGV[1], 1, 1000)
+if not limit then return invalid('limit') end
+local ids = redis.call('ZRANGE', dead, 0, limit - 1)
+if #ids == 0 then return 0 end
+local keys = {}
+for i, id in ipairs(ids) do keys[i] = prefix .. id end
+redis.call('DEL', unpack(keys))
+-- The ids are ranks 0..#ids-1 of dead.
+redis.call('ZREMRANGEBYRANK', dead, 0, #ids - 1)
+return #ids

@@ -1,0 +1,20 @@
+-- reap.lua: reclaim expired leases and promote due delayed jobs, for queues whose
+-- workers are not calling lease (driven by a schedule and by the relay).
+--
+-- Input
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)  KEYS[6] seq
+--   ARGV[1] limit  1..10000 of each kind per call
+-- Output
+--   {expired, promoted}. An expired lease goes back to ready (its attempt was counted
+--   when it was leased), or to dead when attempts >= max_attempts, or is removed when
+--   a cancel was requested. Due delayed jobs move to ready.
+-- Errors (nothing written)
+--   INVALID_INPUT limit
+
+--@include _lib.lua
+
+local limit = int_in(ARGV[1], 1, 10000)
+if not limit then return invalid('limit') end
+local expired, promoted = reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], now_ms(), limit)
+return {expired, promoted}

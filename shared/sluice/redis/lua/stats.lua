@@ -1,0 +1,30 @@
+-- stats.lua: a consistent snapshot of one queue's depths (read only).
+--
+-- Input
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
+--   KEYS[6] config hash
+-- Output
+--   {ready, delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
+--    config as field, value, field, value ...}
+--   The oldest ready job is the earliest-enqueued of the heads of the ten priority
+--   bands (within a band jobs are FIFO), so this costs at most ten lookups.
+
+--@include _lib.lua
+
+local prefix, ready = KEYS[1], KEYS[2]
+local now = now_ms()
+local oldest = nil
+for pr = 0, MAX_PRIORITY do
+  local lo = ready_score(pr, 0)
+  -- Bounds as numbers: redis.call sends them exactly (%.17g); '..' would round them.
+  local head = redis.call('ZRANGEBYSCORE', ready, lo, lo + BAND - 1, 'LIMIT', 0, 1)
+  if #head > 0 then
+    local e = tonumber(redis.call('HGET', prefix .. head[1], 'e'))
+    if e and (oldest == nil or e < oldest) then oldest = e end
+  end
+end
+local age = -1
+if oldest then age = math.max(0, now - oldest) end
+return {redis.call('ZCARD', ready), redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]),
+        redis.call('ZCARD', KEYS[5]), age, now, redis.call('HGETALL', KEYS[6])}
