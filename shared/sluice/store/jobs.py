@@ -109,7 +109,7 @@ class DynamoJobStore:
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None) -> DynamoJobStore:
         import boto3
 
-        config = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=3,
+        config = Config(retries={"mode": "standard", "total_max_attempts": 4}, connect_timeout=3,
                         read_timeout=10, max_pool_connections=32)
         common: dict[str, Any] = {"region_name": settings.aws_region, "config": config,
                                   "endpoint_url": settings.aws_endpoint_url}
@@ -230,9 +230,10 @@ class DynamoJobStore:
             if self._results is None:
                 raise InvalidInput(f"result of {encoded.size} bytes exceeds {self.large_result_bytes} "
                                    "and no results bucket is configured", job_id=job_id)
-            # Uploaded before the fenced write: the key carries the token, so even a
-            # stale writer's upload cannot replace the object the current item points to.
-            values[":ref"] = S(self._results.put(result_key(job_id, token), encoded.text.encode("utf-8")))
+            # Uploaded before the fenced write; the key carries token and digest, so even
+            # a stale writer's upload cannot replace the object the current item points to.
+            key = result_key(job_id, token, encoded.digest)
+            values[":ref"] = S(self._results.put(key, encoded.text.encode("utf-8")))
             stored, dropped = "#ref = :ref", "#res"
         else:
             values[":res"] = S(encoded.text)

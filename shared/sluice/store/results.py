@@ -1,10 +1,12 @@
 """Results too large for a DynamoDB item live in S3; the item keeps a pointer.
 
-The object key contains the fencing token (``results/<job_id>/<token>.json``), so a
-stale writer that uploads before its fenced item write is refused can never
-overwrite the object the current holder's item points to. Objects of refused
-writes are orphans; the bucket's lifecycle rule (``tables.create_results_bucket``)
-expires them with the job retention.
+The object key contains the fencing token and the digest of the content
+(``results/<job_id>/<token>/<sha256>.json``). The upload happens before the fenced
+item write, so a stale writer does upload; but its object can never replace the
+one the current item points to: another token gives another key, and the same
+token with other content (a non-deterministic handler retried) gives another key
+too. Objects of refused writes are orphans; the bucket's lifecycle rule
+(``tables.create_results_bucket``) expires them after the job retention.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ if TYPE_CHECKING:
 RESULTS_PREFIX = "results"
 
 
-def result_key(job_id: str, token: int) -> str:
-    return f"{RESULTS_PREFIX}/{validate_job_id(job_id)}/{validate_token(token)}.json"
+def result_key(job_id: str, token: int, digest: str) -> str:
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise StoreError(f"not a sha256 hex digest: {digest!r}")
+    return f"{RESULTS_PREFIX}/{validate_job_id(job_id)}/{validate_token(token)}/{digest}.json"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,282 @@
+"""DynamoJobStore over real HTTP against the moto server: retries, large results, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from sluice.config import Settings
+from sluice.errors import BackendUnavailable, InvalidInput, JobNotFound, StaleToken
+from sluice.models import JobSpec, JobState, WriteOutcome, dump_json
+from sluice.store import tables
+from sluice.store.jobs import DynamoJobStore
+from sluice.store.results import S3ResultSink
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+class CountingMetrics:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        self.names.append(name)
+
+
+@dataclass
+class Env:
+    settings: Settings
+    store: DynamoJobStore
+    db: Any
+    s3: Any
+    metrics: CountingMetrics
+
+    def client_via(self, endpoint: str, **config: Any) -> Any:
+        return boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint,
+                            config=Config(**config))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.db.scan(TableName=self.settings.jobs_table, ConsistentRead=True)["Items"])
+
+    def objects(self) -> list[str]:
+        response = self.s3.list_objects_v2(Bucket=self.settings.results_bucket)
+        return [o["Key"] for o in response.get("Contents", [])]
+
+
+def make_env(moto_url: str, unique: str, **overrides: Any) -> Env:
+    settings = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
+                        idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}", **overrides)
+    tables.ensure_all(settings)
+    tables.ensure_all(settings)  # idempotent: a second run changes nothing and raises nothing
+    metrics = CountingMetrics()
+    store = DynamoJobStore.from_settings(settings, metrics=metrics)
+    common = {"region_name": "us-east-1", "endpoint_url": moto_url}
+    return Env(settings, store, boto3.client("dynamodb", **common), boto3.client("s3", **common), metrics)
+
+
+@pytest.fixture
+def env(moto_url: str, unique: str) -> Env:
+    return make_env(moto_url, unique)
+
+
+def test_tables_have_the_documented_layout(env: Env) -> None:
+    jobs = env.db.describe_table(TableName=env.settings.jobs_table)["Table"]
+    idem = env.db.describe_table(TableName=env.settings.idempotency_table)["Table"]
+    assert jobs["KeySchema"] == [{"AttributeName": "job_id", "KeyType": "HASH"}]
+    assert idem["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    ttl = env.db.describe_time_to_live(TableName=env.settings.idempotency_table)["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == "expiration"
+    ttl = env.db.describe_time_to_live(TableName=env.settings.jobs_table)["TimeToLiveDescription"]
+    assert ttl["AttributeName"] == "expires_at"
+    rules = env.s3.get_bucket_lifecycle_configuration(Bucket=env.settings.results_bucket)["Rules"]
+    assert rules[0]["Expiration"]["Days"] == env.settings.retention_days + 1
+
+
+def test_lifecycle_over_http(env: Env) -> None:
+    store = env.store
+    store.record_accepted(JobSpec(job_id="j1", queue="q", payload=1))
+    store.mark_queued([("j1", "q")])
+    t1 = store.grant("j1", "q", "w1")
+    store.record_failure("j1", t1, "boom", "queued")
+    t2 = store.grant("j1", "q", "w2")
+    assert store.write_result("j1", t2, {"ok": True}) is WriteOutcome.WRITTEN
+    rec = store.get_job("j1")
+    assert (rec.status, rec.attempts, rec.token, rec.result, rec.last_error) == (
+        JobState.SUCCEEDED, 2, t2, {"ok": True}, "boom")
+    with pytest.raises(StaleToken):
+        store.write_result("j1", t1, {"ok": False})
+    assert env.metrics.names == ["FencedWriteRejected"]
+    with pytest.raises(JobNotFound):
+        store.get_job("nope")
+
+
+def test_mark_queued_and_final_job_ids_in_bulk(env: Env) -> None:
+    store = env.store
+    ids = [f"bulk-{i}" for i in range(150)]
+    store.mark_queued([(j, "q") for j in ids])  # concurrent conditional updates
+    assert {i["status"]["S"] for i in env.items()} == {"queued"}
+    for j in ids[:30]:
+        store.write_result(j, store.grant(j, "q", "w"), j)
+    store.grant(ids[30], "q", "w")
+    assert store.final_job_ids([*ids, "unknown", *ids[:5]]) == set(ids[:30])
+
+
+def test_mark_queued_tolerates_failures(env: Env, moto_url: str) -> None:
+    store = DynamoJobStore(env.db, "no-such-table")
+    store.mark_queued([("a", "q"), ("b", "q")])  # logged, not raised: status lags, nothing breaks
+    assert env.items() == []
+
+
+class SlowProxy:
+    """A TCP proxy to the moto server that, when armed, forwards one matching request,
+    lets it land, and then holds the response past the client's read timeout:
+    exactly a write that timed out on the client but happened on the server."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed: bytes | None = None
+        self.delay = 0.0
+        self.landed = 0
+        self.closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def arm(self, target: bytes, delay: float) -> None:
+        self.armed, self.delay = target, delay
+
+    def close(self) -> None:
+        self.closing = True
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self.closing:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            buffer = b""
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                body, buffer = rest[:length], rest[length:]
+                lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"connection:")]
+                request = b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + body
+                response = self._forward(request)
+                if self.armed is not None and self.armed in head:
+                    self.armed = None
+                    self.landed += 1
+                    time.sleep(self.delay)  # the client gives up meanwhile
+                    return
+                conn.sendall(response)
+                return  # upstream said close; so do we
+
+    def _forward(self, request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.upstream_port)) as up:
+            up.sendall(request)
+            chunks = []
+            while chunk := up.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+@pytest.fixture
+def proxy(moto_url: str) -> Iterator[SlowProxy]:
+    p = SlowProxy(int(moto_url.rsplit(":", 1)[1]))
+    yield p
+    p.close()
+
+
+def test_write_that_timed_out_but_landed_is_already_written(env: Env, proxy: SlowProxy) -> None:
+    """botocore's own retry after a read timeout: the store reports success, not a conflict."""
+    client = env.client_via(proxy.url, read_timeout=0.4, connect_timeout=1,
+                            retries={"mode": "standard", "total_max_attempts": 3})
+    store = DynamoJobStore(client, env.settings.jobs_table)
+    token = store.grant("j1", "q", "w")
+    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=1.0)
+    assert store.write_result("j1", token, {"v": 1}) is WriteOutcome.ALREADY_WRITTEN
+    assert proxy.landed == 1
+    rec = env.store.get_job("j1")
+    assert (rec.status, rec.result, rec.result_token) == (JobState.SUCCEEDED, {"v": 1}, token)
+
+
+def test_write_timeout_surfaces_as_retryable_and_the_retry_is_recognised(env: Env, proxy: SlowProxy) -> None:
+    """No botocore retries: the caller sees BackendUnavailable and retries the same write itself."""
+    client = env.client_via(proxy.url, read_timeout=0.4, connect_timeout=1,
+                            retries={"mode": "standard", "total_max_attempts": 1})
+    store = DynamoJobStore(client, env.settings.jobs_table)
+    token = store.grant("j1", "q", "w")
+    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=1.0)
+    with pytest.raises(BackendUnavailable):
+        store.write_result("j1", token, [1, 2, 3])
+    assert env.store.get_job("j1").status is JobState.SUCCEEDED  # it did land
+    assert store.write_result("j1", token, [1, 2, 3]) is WriteOutcome.ALREADY_WRITTEN
+    # A release that timed out and landed is recognised too, not turned into a conflict.
+    t2 = store.grant("j1", "q", "w")
+    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=1.0)
+    with pytest.raises(BackendUnavailable):
+        store.release("j1", t2)
+    store.release("j1", t2)
+    assert env.store.get_job("j1").attempts == 1  # given back exactly once
+
+
+def test_large_result_round_trips_through_s3(env: Env) -> None:
+    """Default threshold (300 KB); 450 KB would not even fit in a DynamoDB item."""
+    store = env.store
+    big = {"rows": ["r" * 100 + str(i) for i in range(4_300)]}
+    token = store.grant("big", "q", "w")
+    assert store.write_result("big", token, big) is WriteOutcome.WRITTEN
+    assert store.write_result("big", token, big) is WriteOutcome.ALREADY_WRITTEN
+    digest = hashlib.sha256(dump_json(big).encode()).hexdigest()
+    assert env.objects() == [f"results/big/{token}/{digest}.json"]
+    rec = store.get_job("big")
+    assert rec.result == big and rec.result_ref == f"s3://{env.settings.results_bucket}/{env.objects()[0]}"
+    # A stale writer's large upload (even with the same token) lands under a key of its
+    # own and changes nothing the item points to.
+    newer = store.grant("big", "q", "w2")
+    with pytest.raises(StaleToken):
+        store.write_result("big", token, {"rows": ["stale" * 80_000]})
+    assert len(env.objects()) == 2
+    assert store.get_job("big").result == big and newer > token
+
+
+def test_result_just_under_threshold_stays_inline(moto_url: str, unique: str) -> None:
+    env = make_env(moto_url, unique, large_result_bytes=2_000)
+    sink = S3ResultSink(env.s3, env.settings.results_bucket)
+    store = DynamoJobStore(env.db, env.settings.jobs_table, results=sink, large_result_bytes=2_000)
+    exact = "x" * (2_000 - 2)  # JSON adds the two quotes: exactly at the limit
+    store.write_result("a", store.grant("a", "q", "w"), exact)
+    store.write_result("b", store.grant("b", "q", "w"), exact + "y")
+    assert [k.rsplit("/", 1)[0] for k in env.objects()] == ["results/b/1"]
+    assert store.get_job("a").result == exact and store.get_job("b").result == exact + "y"
+
+
+def test_bad_input_is_typed_and_writes_nothing(env: Env) -> None:
+    store = env.store
+    bad_ids: list[Any] = ["", "x" * 129, "bad\x00id", "bad\nid", "tab\tid", "del\x7f", None, 3]
+    for job_id in bad_ids:
+        calls = (lambda j: store.grant(j, "q", "w"), lambda j: store.write_result(j, 1, 1),
+                 lambda j: store.record_failure(j, 1, "e", "dead"), lambda j: store.release(j, 1),
+                 lambda j: store.request_cancel(j), lambda j: store.mark_queued([(j, "q")]))
+        for call in calls:
+            with pytest.raises(InvalidInput):
+                call(job_id)
+    assert env.items() == []
+
+    token = store.grant("j1", "q", "w")
+    before = env.items()
+    for bad_token in (0, -1, -(2**63), True, 1.5, "1", None, [1]):
+        for fenced_call in (lambda t: store.write_result("j1", t, 1),
+                            lambda t: store.record_failure("j1", t, "e", "failed"),
+                            lambda t: store.release("j1", t)):
+            with pytest.raises(InvalidInput):
+                fenced_call(bad_token)
+    for bad_result in (object(), {1, 2}, float("nan"), {"x": float("-inf")}, b"raw", {"k": (1j)}):
+        with pytest.raises(InvalidInput):
+            store.write_result("j1", token, bad_result)
+    assert env.items() == before and env.objects() == []
