@@ -9,16 +9,22 @@ from sluice.errors import (
     StaleToken,
 )
 from sluice.models import Job, JobSpec, JobState
+from sluice.runtime import Fail, JobContext, Retry
+from sluice.worker import Worker
 
 __all__ = [
     "AlreadyFinished",
+    "Fail",
     "Job",
     "JobCancelled",
+    "JobContext",
     "JobNotFound",
     "JobSpec",
     "JobState",
     "LeaseLost",
+    "Retry",
     "SluiceError",
     "StaleToken",
+    "Worker",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,15 @@
+"""Worker Lambda: drain the queues a dispatch event names, within this invocation's time.
+
+Invoked asynchronously by the relay's dispatch and every minute by the scheduled
+safety-net rule (constant Input, same shape). Returns the drain summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch
+
+
+def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
+    return handle_dispatch(event, context)

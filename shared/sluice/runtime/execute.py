@@ -1,0 +1,109 @@
+"""One leased job from grant to verdict: the worker's per-job use case.
+
+The Redis lease says who may work on the job right now; the grant from the jobs
+table (DynamoDB) mints the fencing token that every write carries. Handler
+outcomes map to states as follows (docs/worker.md has the table):
+
+- returns a JSON-able value: result written with the token, then acked -> succeeded
+- returns something JSON cannot hold: a handler error (InvalidInput message)
+- raises ``Retry(after)``: queued again after ``after`` s (dead once attempts run out)
+- raises ``Fail(reason)``: failed, no retries
+- raises anything else, or overruns its hard timeout: retried with backoff, dead at max_attempts
+- no handler for the queue: dead, with that reason
+- cancel requested before it starts: cancelled; while it runs and it then raises: cancelled
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sluice.errors import BackendUnavailable, InvalidInput, JobCancelled, LeaseLost, SluiceError, StaleToken
+from sluice.models import dump_json
+from sluice.ports import JobStore
+from sluice.runtime import telemetry as t
+from sluice.runtime.context import FencedTableFactory, JobContext
+from sluice.runtime.heartbeat import Tracked
+from sluice.runtime.invoke import Invocation, invoke
+from sluice.runtime.options import HandlerSpec, WorkerOptions
+from sluice.runtime.outcomes import Fail, Outcome, Retry
+from sluice.runtime.settle import Attempt, Settler
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class JobRunner:
+    def __init__(self, settler: Settler, store: JobStore, options: WorkerOptions, worker_id: str, *,
+                 fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = _now_ms) -> None:
+        self.settler = settler
+        self.store = store
+        self.options = options
+        self.worker_id = worker_id
+        self._fenced = fenced
+        self._now_ms = now_ms
+
+    def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
+        job = tracked.leased
+        if tracked.state.lease_lost.is_set():
+            return Outcome.LEASE_LOST  # lost while it waited in the local batch
+        try:
+            token = self.store.grant(job.job_id, job.queue, self.worker_id)
+        except JobCancelled:
+            # Cancelled in the store while queued: the grant refused it; drop it from Redis.
+            return self.settler.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))
+        except (BackendUnavailable, SluiceError) as exc:
+            # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
+            return self.settler.release(tracked, tracked.log, None, f"grant failed: {exc}")
+        a = Attempt(tracked, token, tracked.log.bind(token=token))
+        if spec is None:
+            return self.settler.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
+        if tracked.state.cancel_requested.is_set():
+            return self.settler.cancel(a, "cancelled before it started")
+        timeout_ms = spec.timeout_for(self.options)
+        ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
+                         max_attempts=job.max_attempts, token=token, lease_token=job.token,
+                         worker_id=self.worker_id, logger=a.log,
+                         timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
+                         _fenced=self._fenced)
+        if job.enqueued_at_ms:
+            self.settler.tel.metrics.observe_ms(t.QUEUE_WAIT, max(0, self._now_ms() - job.enqueued_at_ms))
+        a.log.info("job started")
+        inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
+        self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
+        return self._verdict(a, ctx, inv, timeout_ms)
+
+    def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
+        s = self.settler
+        if inv.timed_out:
+            # Stop renewing at once and tell a cooperative handler to stop; the thread lives on.
+            s.heartbeat.untrack(a.tracked)
+            a.tracked.state.lease_lost.set()
+            why = f"hard timeout: the handler ran longer than {timeout_ms / 1000:g} s"
+            return s.fail(a, why, kind="error")
+        s.hooks.fire("after_handler", ctx)
+        exc = inv.error
+        if exc is None:
+            try:
+                dump_json(inv.result)
+            except InvalidInput as bad:
+                return s.fail(a, f"InvalidInput: the handler's result cannot be stored: {bad}", kind="error")
+            return s.succeed(a, inv.result, ctx)
+        if isinstance(exc, Retry):
+            return s.fail(a, exc.reason, kind="retry", retry_after_ms=exc.after_ms)
+        if isinstance(exc, Fail):
+            return s.fail(a, exc.reason, kind="failed")
+        if isinstance(exc, StaleToken):  # a FencedTable write of the handler was refused
+            s.tel.metrics.count(t.FENCED_WRITES_REJECTED)
+            return s.lost(a, f"the handler's fenced write was rejected: {exc}")
+        if isinstance(exc, LeaseLost):
+            return s.lost(a, f"the handler reported a lost lease: {exc}")
+        if isinstance(exc, JobCancelled):
+            return s.cancel(a, f"cancelled while running: {exc}")
+        a.log.error("handler raised %s", describe(exc), exc_info=exc)
+        return s.fail(a, describe(exc), kind="error")

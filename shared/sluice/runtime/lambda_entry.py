@@ -1,0 +1,71 @@
+"""The worker Lambda's one function: parse the dispatch, drain within the time left, report.
+
+The event is ``models.DispatchEvent``: from the relay's async dispatch or from the
+scheduled safety-net rule, whose constant Input has the same shape. The handler
+module (``Settings.handlers_module``) must expose a ``sluice.Worker``, by
+convention named ``app``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import ValidationError
+
+from sluice.errors import HandlerNotFound, InvalidInput
+from sluice.models import DispatchEvent
+from sluice.runtime.options import WorkerOptions
+
+if TYPE_CHECKING:
+    from sluice.config import Settings
+    from sluice.worker import Worker
+
+
+class LambdaContextLike(Protocol):
+    """The parts of ``awslambdaric``'s LambdaContext the worker uses."""
+
+    @property
+    def aws_request_id(self) -> str: ...
+    @property
+    def function_name(self) -> str: ...
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
+def parse_dispatch(event: object) -> DispatchEvent:
+    try:
+        return DispatchEvent.model_validate(event)
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
+                           for e in exc.errors())
+        raise InvalidInput(f"not a worker dispatch event ({errors})") from exc
+
+
+def load_app(module_name: str) -> Worker:
+    """The ``Worker`` named ``app`` in ``module_name`` (or its only Worker)."""
+    from sluice.worker import Worker
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HandlerNotFound(f"cannot import the handlers module {module_name!r}: {exc}") from exc
+    app = getattr(module, "app", None)
+    if isinstance(app, Worker):
+        return app
+    found = [v for v in vars(module).values() if isinstance(v, Worker)]
+    if len(found) == 1:
+        return found[0]
+    raise HandlerNotFound(f"module {module_name!r} must define exactly one sluice.Worker, named app")
+
+
+def handle_dispatch(event: object, context: LambdaContextLike,
+                    settings: Settings | None = None) -> dict[str, Any]:
+    from sluice import wiring
+
+    dispatch = parse_dispatch(event)
+    s = settings or wiring.settings()
+    worker = load_app(s.handlers_module).bind(
+        queue=wiring.queue(s), store=wiring.store(s), options=WorkerOptions.from_settings(s),
+        worker_id=f"{context.function_name}:{context.aws_request_id}")
+    summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
+    return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}

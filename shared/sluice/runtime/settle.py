@@ -1,0 +1,196 @@
+"""Ending one attempt: write and ack, or record the failure and hand the job back.
+
+Order matters. The durable record (DynamoDB) is written first and Redis second, so
+a crash in between leaves a job that Redis will hand out again, never a job that
+Redis forgot while the store still says "leased". A write that is rejected for a
+stale token proves another worker was granted the job: nothing further is sent
+for it, not even an ack, because our Redis lease token may by then name someone
+else's lease (Redis tokens can repeat after a failover; see docs/worker.md).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sluice import policy
+from sluice.errors import BackendUnavailable, JobCancelled, LeaseLost, SluiceError, StaleToken
+from sluice.models import JobState, LeasedJob
+from sluice.ports import JobQueue, JobStore
+from sluice.runtime import telemetry as t
+from sluice.runtime.heartbeat import Heartbeat, Tracked
+from sluice.runtime.hooks import Hooks
+from sluice.runtime.outcomes import Outcome
+from sluice.runtime.telemetry import JobLogger, Telemetry
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One granted attempt: the lease, its fencing token and its bound logger."""
+
+    tracked: Tracked
+    token: int
+    log: JobLogger
+
+    @property
+    def leased(self) -> LeasedJob:
+        return self.tracked.leased
+
+
+class Settler:
+    def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
+                 hooks: Hooks, *, attempts: int = 3, rng: random.Random | None = None) -> None:
+        self.queue = queue
+        self.store = store
+        self.heartbeat = heartbeat
+        self.tel = telemetry
+        self.hooks = hooks
+        self._attempts = attempts
+        self._rng = rng
+
+    def retrying(self, call: Callable[[], T]) -> T:
+        """``call`` again after BackendUnavailable; only for calls that are safe to repeat."""
+        for i in range(self._attempts):
+            try:
+                return call()
+            except BackendUnavailable:
+                if i == self._attempts - 1:
+                    raise
+                time.sleep(0.05 * 2**i)
+        raise AssertionError("unreachable")
+
+    # -- success --------------------------------------------------------------------------------
+
+    def succeed(self, a: Attempt, result: Any, ctx: Any) -> Outcome:
+        if a.tracked.state.lease_lost.is_set():
+            return self.lost(a, "result discarded: the lease was lost while the handler ran")
+        self.hooks.fire("before_write", ctx)
+        try:
+            written = self.retrying(lambda: self.store.write_result(a.leased.job_id, a.token, result))
+        except StaleToken as exc:
+            self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
+            return self.lost(a, f"fenced write rejected: token {exc.mine} is stale, current is {exc.current}")
+        except JobCancelled:
+            return self.cancelled_meanwhile(a)
+        except SluiceError as exc:
+            return self.unsettled(a, f"result write failed: {exc}")
+        self.hooks.fire("before_ack", ctx)
+        self.heartbeat.untrack(a.tracked)  # the ack ends the lease; a late renewal must not cry "lost"
+        try:
+            self.retrying(lambda: self.queue.ack(a.leased.queue, a.leased.job_id, a.leased.token))
+        except LeaseLost as exc:
+            # The result is stored; the job will run again and write an equal result.
+            self.tel.metrics.count(t.LEASES_LOST)
+            a.log.warning("lease lost: ack rejected after the result was written (%s); "
+                          "the job will run again", exc)
+        except SluiceError as exc:
+            a.log.error("ack failed after the result was written (%s); the lease will lapse", exc)
+        self.tel.metrics.count(t.JOBS_SUCCEEDED)
+        a.log.info("job succeeded", extra={"write": str(written)})
+        return Outcome.SUCCEEDED
+
+    # -- failure --------------------------------------------------------------------------------
+
+    def fail(self, a: Attempt, error: str, *, kind: str, retry_after_ms: int | None = None) -> Outcome:
+        """``kind``: "error" and "retry" follow the retry policy, "failed" and "dead" are final."""
+        if a.tracked.state.cancel_requested.is_set():
+            return self.cancel(a, f"cancelled: {error}")
+        job = a.leased
+        status, outcome = JobState.QUEUED, Outcome.RETRIED
+        if kind == "failed":
+            status, outcome = JobState.FAILED, Outcome.FAILED
+        elif kind == "dead" or policy.retry_or_dead(job.attempt, job.max_attempts) == "dead":
+            status, outcome = JobState.DEAD, Outcome.DEAD
+        elif retry_after_ms is None:
+            retry_after_ms = policy.backoff_ms(job.attempt, rng=self._rng)
+        ended = self._record(a, error, status)
+        if ended is not None:
+            return ended
+        self.heartbeat.untrack(a.tracked)
+        permanent = status in (JobState.FAILED, JobState.DEAD)
+        try:
+            self.retrying(lambda: self.queue.fail(job.queue, job.job_id, job.token, error,
+                                                  retry_after_ms=None if permanent else retry_after_ms,
+                                                  permanent=permanent))
+        except LeaseLost as exc:
+            self.tel.metrics.count(t.LEASES_LOST)
+            a.log.warning("lease lost: fail rejected (%s)", exc)
+            return Outcome.LEASE_LOST
+        except SluiceError as exc:
+            a.log.error("could not hand the job back (%s); the lease will lapse", exc)
+            return Outcome.UNSETTLED
+        metric = {Outcome.RETRIED: t.JOBS_RETRIED, Outcome.FAILED: t.JOBS_FAILED}.get(outcome,
+                                                                                     t.JOBS_DEAD_LETTERED)
+        self.tel.metrics.count(metric)
+        a.log.warning("job %s: %s", outcome.value, error, extra={"retry_after_ms": retry_after_ms})
+        return outcome
+
+    def cancel(self, a: Attempt, why: str) -> Outcome:
+        ended = self._record(a, why, JobState.CANCELLED)
+        return ended if ended is not None else self.cancelled_meanwhile(a)
+
+    def cancelled_meanwhile(self, a: Attempt) -> Outcome:
+        """The store says cancelled: drop the job from Redis (an ack removes it)."""
+        self.heartbeat.untrack(a.tracked)
+        try:
+            self.retrying(lambda: self.queue.ack(a.leased.queue, a.leased.job_id, a.leased.token))
+        except SluiceError as exc:
+            a.log.warning("could not remove the cancelled job from the queue: %s", exc)
+        self.tel.metrics.count(t.JOBS_CANCELLED)
+        a.log.info("job cancelled")
+        return Outcome.CANCELLED
+
+    def _record(self, a: Attempt, error: str, status: JobState) -> Outcome | None:
+        """Write the failure to the store first. None if recorded, else how the attempt ended."""
+        try:
+            self.retrying(lambda: self.store.record_failure(a.leased.job_id, a.token, error, status.value))
+            return None
+        except StaleToken as exc:
+            self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
+            return self.lost(a, f"fenced failure record rejected: token {exc.mine} "
+                                f"is stale, current is {exc.current}")
+        except JobCancelled:
+            return self.cancelled_meanwhile(a)
+        except SluiceError as exc:
+            return self.unsettled(a, f"could not record the failure: {exc}")
+
+    # -- no verdict -------------------------------------------------------------------------------
+
+    def lost(self, a: Attempt, why: str) -> Outcome:
+        self.heartbeat.untrack(a.tracked)
+        if not a.tracked.state.lease_lost.is_set():
+            a.tracked.state.lease_lost.set()
+            self.tel.metrics.count(t.LEASES_LOST)
+        a.log.warning("lease lost: %s", why)
+        return Outcome.LEASE_LOST
+
+    def unsettled(self, a: Attempt, why: str) -> Outcome:
+        """Neither store nor queue can be trusted right now: let the lease lapse; reap retries it."""
+        self.heartbeat.untrack(a.tracked)
+        a.log.error("job left to its lease: %s", why)
+        return Outcome.UNSETTLED
+
+    def release(self, tracked: Tracked, log: JobLogger, token: int | None, why: str) -> Outcome:
+        """Give a lease back without using up an attempt (Redis, and the store if granted)."""
+        self.heartbeat.untrack(tracked)
+        if tracked.state.lease_lost.is_set():
+            return Outcome.LEASE_LOST
+        job = tracked.leased
+        try:
+            if token is not None:
+                self.retrying(lambda: self.store.release(job.job_id, token))
+            self.retrying(lambda: self.queue.release(job.queue, job.job_id, job.token))
+        except LeaseLost as exc:
+            log.warning("lease lost: release rejected (%s)", exc)
+            return Outcome.LEASE_LOST
+        except SluiceError as exc:
+            log.error("release failed (%s); the lease will lapse", exc)
+            return Outcome.UNSETTLED
+        self.tel.metrics.count(t.LEASES_RELEASED)
+        log.info("lease released: %s", why)
+        return Outcome.RELEASED

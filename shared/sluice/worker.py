@@ -1,0 +1,279 @@
+"""The worker: a registry of handlers per queue, and the loop that drains queues through them.
+
+    app = sluice.Worker()
+
+    @app.handler("thumbnails", timeout_s=60)
+    def make_thumbnail(job: sluice.Job, ctx: sluice.JobContext) -> dict: ...
+
+The same ``app`` runs in the worker Lambda (``drain`` with the invocation's
+remaining time) and in a long-running process (``run``). It talks to Redis and
+DynamoDB only through the ``JobQueue`` and ``JobStore`` ports, bound with
+``bind`` (the Lambda entry does that from Settings via ``sluice.wiring``).
+Per-job mechanics live in ``sluice.runtime``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sluice.errors import InvalidInput, SluiceError
+from sluice.models import LeasedJob, validate_queue_name
+from sluice.ports import JobQueue, JobStore
+from sluice.runtime.budget import RemainingMs, TimeBudget
+from sluice.runtime.context import FencedTableFactory
+from sluice.runtime.execute import JobRunner
+from sluice.runtime.heartbeat import Heartbeat, Tracked
+from sluice.runtime.hooks import NO_HOOKS, Hooks
+from sluice.runtime.options import Handler, HandlerSpec, WorkerOptions, timeout_ms_of
+from sluice.runtime.outcomes import Outcome
+from sluice.runtime.settle import Settler
+from sluice.runtime.telemetry import Telemetry
+
+H = TypeVar("H", bound=Handler)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class DrainSummary:
+    """What one ``drain`` did; the worker Lambda returns ``as_dict()``."""
+
+    leased: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    stopped: str = ""  # batch | empty | time | stop | error
+    skipped_for_time: list[str] = field(default_factory=list)
+    error: str | None = None
+    elapsed_ms: int = 0
+
+    def add(self, outcome: Outcome) -> None:
+        self.outcomes[outcome.value] += 1
+
+    def merge(self, other: DrainSummary) -> None:
+        self.leased += other.leased
+        self.outcomes.update(other.outcomes)
+        self.elapsed_ms += other.elapsed_ms
+        self.stopped, self.error = other.stopped, other.error or self.error
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"leased": self.leased, **{o.value: self.outcomes[o.value] for o in Outcome},
+                "stopped": self.stopped, "skipped_for_time": sorted(set(self.skipped_for_time)),
+                "error": self.error, "elapsed_ms": self.elapsed_ms}
+
+
+@dataclass
+class _Session:
+    """Per-drain machinery: one heartbeat thread and one runner, shared by every job."""
+
+    queue: JobQueue
+    heartbeat: Heartbeat
+    runner: JobRunner
+    settler: Settler
+    pool: ThreadPoolExecutor | None
+
+
+class Worker:
+    def __init__(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
+                 options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+                 worker_id: str | None = None, hooks: Hooks = NO_HOOKS,
+                 fenced: FencedTableFactory | None = None) -> None:
+        self._handlers: dict[str, HandlerSpec] = {}
+        self.queue = queue
+        self.store = store
+        self.options = options or WorkerOptions()
+        self._telemetry = telemetry
+        self.worker_id = worker_id or default_worker_id()
+        self.hooks = hooks
+        self._fenced = fenced
+
+    # -- registration ---------------------------------------------------------------------------
+
+    def handler(self, queue: str, *, timeout_s: float | None = None) -> Callable[[H], H]:
+        """Register the decorated function for ``queue``; ``timeout_s`` is its hard timeout."""
+        def register(fn: H) -> H:
+            self.register(queue, fn, timeout_s=timeout_s)
+            return fn
+        return register
+
+    def register(self, queue: str, fn: Handler, *, timeout_s: float | None = None) -> None:
+        if queue in self._handlers:
+            raise InvalidInput(f"a handler for queue {queue!r} is already registered")
+        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s))
+
+    @property
+    def handlers(self) -> Mapping[str, HandlerSpec]:
+        return dict(self._handlers)
+
+    def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
+             options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+             worker_id: str | None = None, hooks: Hooks | None = None,
+             fenced: FencedTableFactory | None = None) -> Worker:
+        """A copy of this worker with the same handlers and the given adapters and knobs."""
+        bound = Worker(queue=queue or self.queue, store=store or self.store,
+                       options=options or self.options, telemetry=telemetry or self._telemetry,
+                       worker_id=worker_id or self.worker_id, hooks=hooks or self.hooks,
+                       fenced=fenced or self._fenced)
+        bound._handlers = dict(self._handlers)
+        return bound
+
+    @property
+    def telemetry(self) -> Telemetry:
+        if self._telemetry is None:
+            self._telemetry = Telemetry()  # Powertools; built lazily so importing is cheap
+        return self._telemetry
+
+    # -- draining -------------------------------------------------------------------------------
+
+    def drain(self, queues: Iterable[str], batch: int, remaining_ms: RemainingMs | None = None, *,
+              stop: threading.Event | None = None) -> DrainSummary:
+        """Lease and run up to ``batch`` jobs from ``queues``, round-robin, then return.
+
+        With ``remaining_ms`` (Lambda's ``context.get_remaining_time_in_millis``) it
+        leases only jobs whose hard timeout plus ``options.margin_ms`` fits in the time
+        left, and releases any lease it will not finish before returning.
+        """
+        names = [validate_queue_name(q) for q in queues]
+        if not names or isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidInput("drain needs at least one queue and a batch of at least 1")
+        session = self._open()
+        try:
+            return self._drain(session, names, batch, TimeBudget(remaining_ms, self.options.margin_ms),
+                               stop or threading.Event())
+        finally:
+            self._close(session)
+
+    def run(self, queues: Iterable[str], *, stop: threading.Event, idle_s: float = 0.2,
+            max_jobs: int | None = None) -> DrainSummary:
+        """Drain forever (a worker process) until ``stop`` is set or ``max_jobs`` were leased."""
+        names = [validate_queue_name(q) for q in queues]
+        total = DrainSummary()
+        session = self._open()
+        try:
+            while not stop.is_set() and (max_jobs is None or total.leased < max_jobs):
+                want = self.options.lease_batch if max_jobs is None else max_jobs - total.leased
+                one = self._drain(session, names, min(want, self.options.lease_batch),
+                                  TimeBudget(None, 0), stop)
+                total.merge(one)
+                if one.leased == 0:
+                    stop.wait(idle_s)
+        finally:
+            self._close(session)
+        return total
+
+    def _open(self) -> _Session:
+        queue, store = self.queue, self.store
+        if queue is None or store is None:
+            raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
+        tel = self.telemetry
+        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction)
+        settler = Settler(queue, store, hb, tel, self.hooks, attempts=self.options.settle_attempts)
+        fenced = self._fenced or getattr(store, "fenced_table", None)
+        runner = JobRunner(settler, store, self.options, self.worker_id, fenced=fenced)
+        pool = None
+        if self.options.concurrency > 1:
+            pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
+        hb.start()
+        return _Session(queue, hb, runner, settler, pool)
+
+    def _close(self, session: _Session) -> None:
+        session.heartbeat.stop()
+        if session.pool is not None:
+            session.pool.shutdown(wait=True)
+        try:
+            self.telemetry.metrics.flush()
+        except Exception:  # metrics must never fail a drain
+            self.telemetry.logger.exception("could not flush metrics")
+
+    def _drain(self, session: _Session, queues: list[str], batch: int, budget: TimeBudget,
+               stop: threading.Event) -> DrainSummary:
+        summary = DrainSummary()
+        started = time.monotonic()
+        left, reason = batch, ""
+        while not reason:
+            leased_any, skipped = False, 0
+            for name in queues:
+                if left <= 0 or stop.is_set():
+                    break
+                spec = self._handlers.get(name)
+                timeout_ms = spec.timeout_for(self.options) if spec else 0
+                wanted = budget.fit(timeout_ms, self.options.concurrency, min(left, self.options.lease_batch))
+                if wanted == 0:
+                    skipped += 1
+                    summary.skipped_for_time.append(name)
+                    continue
+                leased_at = time.monotonic()
+                try:
+                    jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
+                except SluiceError as exc:
+                    self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
+                    summary.error, reason = f"lease {name}: {exc}", "error"
+                    break
+                left -= len(jobs)
+                summary.leased += len(jobs)
+                leased_any = leased_any or bool(jobs)
+                tracked = [session.heartbeat.track(j, leased_at, self._job_log(j)) for j in jobs]
+                self._run_batch(session, tracked, spec, budget, stop, summary)
+            if reason:
+                break
+            if stop.is_set():
+                reason = "stop"
+            elif left <= 0:
+                reason = "batch"
+            elif not leased_any:
+                reason = "time" if skipped == len(queues) else "empty"
+        summary.stopped = reason
+        summary.elapsed_ms = int((time.monotonic() - started) * 1000)
+        return summary
+
+    def _job_log(self, job: LeasedJob) -> Any:
+        return self.telemetry.job_logger(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
+                                         lease_token=job.token, worker_id=self.worker_id)
+
+    def _run_batch(self, session: _Session, tracked: list[Tracked], spec: HandlerSpec | None,
+                   budget: TimeBudget, stop: threading.Event, summary: DrainSummary) -> None:
+        """Run a leased batch on ``concurrency`` slots; release whatever cannot start in time."""
+        work = deque(tracked)
+        lock = threading.Lock()
+        timeout_ms = spec.timeout_for(self.options) if spec else 0
+
+        def slot() -> None:
+            while True:
+                with lock:
+                    if not work:
+                        return
+                    item = work.popleft()
+                outcome = self._run_one(session, item, spec, budget, stop, timeout_ms)
+                with lock:
+                    summary.add(outcome)
+
+        if session.pool is None or len(tracked) <= 1:
+            slot()
+            return
+        futures = [session.pool.submit(slot) for _ in range(min(self.options.concurrency, len(tracked)))]
+        for f in futures:
+            f.result()
+
+    def _run_one(self, session: _Session, item: Tracked, spec: HandlerSpec | None, budget: TimeBudget,
+                 stop: threading.Event, timeout_ms: int) -> Outcome:
+        if stop.is_set():
+            return session.settler.release(item, item.log, None, "the worker is stopping")
+        if not budget.can_start(timeout_ms):
+            return session.settler.release(item, item.log, None, "not enough time left to finish it")
+        try:
+            return session.runner.run(item, spec)
+        except Exception as exc:  # a bug or an untranslated client error: never strand the job
+            item.log.exception("unexpected error while running the job: %s", exc)
+            if item.active:
+                return session.settler.release(item, item.log, None, f"unexpected error: {exc}")
+            return Outcome.UNSETTLED
+

@@ -1,0 +1,356 @@
+"""In-memory fakes of ``ports.JobQueue`` and ``ports.JobStore`` with the contracts' semantics.
+
+The queue mirrors the Redis engine: attempts counted at lease time (release gives
+one back), a liveness token per lease, expired leases reclaimed by the next lease
+call, ``fail`` to delayed or dead. The store mirrors the DynamoDB token authority:
+``grant`` mints the fencing token, writes are fenced on ``token = mine AND status =
+leased``. Time is real (monotonic ms) unless a clock is given, so heartbeat threads
+and handlers can run against them. ``broken`` injects errors per method.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.errors import AlreadyFinished, JobCancelled, JobNotFound, LeaseLost, StaleToken, StoreError
+from sluice.models import (
+    FINAL_STATES,
+    DeadJob,
+    Extended,
+    JobRecord,
+    JobSpec,
+    JobState,
+    LeasedJob,
+    QueueConfig,
+    QueueStats,
+    WriteOutcome,
+    dump_json,
+)
+
+
+def real_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ManualClock:
+    def __init__(self, start_ms: int = 1_000_000) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+@dataclass
+class QJob:
+    spec: JobSpec
+    state: str = "ready"  # ready | delayed | leased | dead | done
+    token: int = 0
+    attempts: int = 0
+    deadline_ms: int = 0
+    run_at_ms: int = 0
+    seq: int = 0
+    cancel_requested: bool = False
+    last_error: str | None = None
+    lease_ms: int = 0
+    owner: str | None = None
+
+
+class Broken:
+    """Raise ``exc`` from the next ``times`` calls of a method."""
+
+    def __init__(self) -> None:
+        self._plan: dict[str, list[BaseException]] = {}
+
+    def add(self, method: str, exc: BaseException, times: int = 1) -> None:
+        self._plan.setdefault(method, []).extend([exc] * times)
+
+    def check(self, method: str) -> None:
+        queue = self._plan.get(method)
+        if queue:
+            raise queue.pop(0)
+
+
+class FakeQueue:
+    def __init__(self, now_ms: Callable[[], int] = real_ms) -> None:
+        self.now_ms = now_ms
+        self.jobs: dict[tuple[str, str], QJob] = {}
+        self.calls: list[tuple[str, str, int]] = []  # (method, job id, token)
+        self.broken = Broken()
+        self._seq = itertools.count(1)
+        self._lock = threading.RLock()
+
+    # -- helpers for tests ------------------------------------------------------------------
+
+    def add(self, queue: str, job_id: str, payload: Any = None, **spec: Any) -> JobSpec:
+        s = JobSpec(job_id=job_id, queue=queue, payload=payload, **spec)
+        self.enqueue(s)
+        return s
+
+    def job(self, queue: str, job_id: str) -> QJob:
+        return self.jobs[(queue, job_id)]
+
+    def called(self, method: str) -> list[tuple[str, str, int]]:
+        return [c for c in self.calls if c[0] == method]
+
+    def steal(self, queue: str, job_id: str) -> int:
+        """Another worker takes the lease (as if ours expired): a newer token, a new deadline."""
+        with self._lock:
+            j = self.job(queue, job_id)
+            j.token += 1
+            j.deadline_ms = self.now_ms() + 60_000
+            return j.token
+
+    # -- the port -----------------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec) -> bool:
+        with self._lock:
+            key = (spec.queue, spec.job_id)
+            if key in self.jobs:
+                return False
+            delayed = spec.run_at_ms > self.now_ms()
+            self.jobs[key] = QJob(spec, state="delayed" if delayed else "ready", run_at_ms=spec.run_at_ms,
+                                  seq=next(self._seq))
+            return True
+
+    def _reclaim(self, queue: str) -> None:
+        now = self.now_ms()
+        for (q, _), j in self.jobs.items():
+            if q != queue:
+                continue
+            if j.state == "delayed" and j.run_at_ms <= now:
+                j.state, j.seq = "ready", next(self._seq)
+            elif j.state == "leased" and j.deadline_ms <= now:
+                j.state = "dead" if j.attempts >= j.spec.max_attempts else "ready"
+                j.seq = next(self._seq)
+
+    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+        with self._lock:
+            self.broken.check("lease")
+            self.calls.append(("lease", queue, n))
+            self._reclaim(queue)
+            ready = sorted((j for (q, _), j in self.jobs.items() if q == queue and j.state == "ready"),
+                           key=lambda j: (-j.spec.priority, j.seq))
+            out = []
+            for j in ready[:n]:
+                j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
+                j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + lease_ms, lease_ms, worker_id
+                out.append(LeasedJob(job_id=j.spec.job_id, queue=queue, payload=j.spec.payload, token=j.token,
+                                     deadline_ms=j.deadline_ms, attempt=j.attempts,
+                                     max_attempts=j.spec.max_attempts, priority=j.spec.priority,
+                                     lease_ms=lease_ms, enqueued_at_ms=j.spec.enqueued_at_ms,
+                                     cancel_requested=j.cancel_requested))
+            return out
+
+    def _held(self, method: str, queue: str, job_id: str, token: int) -> QJob:
+        self.broken.check(method)
+        self.calls.append((method, job_id, token))
+        j = self.jobs.get((queue, job_id))
+        if j is None or j.state != "leased" or j.token != token:
+            raise LeaseLost(f"{method}: token {token} does not hold {job_id}")
+        return j
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        with self._lock:
+            j = self._held("extend", queue, job_id, token)
+            j.deadline_ms = self.now_ms() + lease_ms
+            return Extended(deadline_ms=j.deadline_ms, cancel_requested=j.cancel_requested)
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        with self._lock:
+            self._held("ack", queue, job_id, token).state = "done"
+
+    def fail(self, queue: str, job_id: str, token: int, error: str,
+             retry_after_ms: int | None = None, permanent: bool = False) -> str:
+        with self._lock:
+            j = self._held("fail", queue, job_id, token)
+            j.last_error = error
+            if permanent or j.attempts >= j.spec.max_attempts:
+                j.state = "dead"
+                return "dead"
+            if retry_after_ms:
+                j.state, j.run_at_ms = "delayed", self.now_ms() + retry_after_ms
+            else:
+                j.state, j.seq = "ready", next(self._seq)
+            return "retry"
+
+    def release(self, queue: str, job_id: str, token: int) -> None:
+        with self._lock:
+            j = self._held("release", queue, job_id, token)
+            j.state, j.attempts, j.seq = "ready", j.attempts - 1, next(self._seq)
+
+    def cancel(self, queue: str, job_id: str) -> str:
+        with self._lock:
+            j = self.job(queue, job_id)
+            if j.state == "leased":
+                j.cancel_requested = True
+                return "requested"
+            j.state = "done"
+            return "removed"
+
+    def reap(self, queue: str, limit: int) -> int:
+        with self._lock:
+            before = sum(1 for j in self.jobs.values() if j.state == "leased")
+            self._reclaim(queue)
+            return before - sum(1 for j in self.jobs.values() if j.state == "leased")
+
+    def stats(self, queue: str) -> QueueStats:
+        with self._lock:
+            states = [j.state for (q, _), j in self.jobs.items() if q == queue]
+            return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
+                              leased=states.count("leased"), dead=states.count("dead"),
+                              oldest_ready_age_ms=None)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
+                        died_at_ms=0) for (q, _), j in self.jobs.items() if q == queue and j.state == "dead"]
+
+    def redrive(self, queue: str, job_id: str | None = None) -> int:
+        raise NotImplementedError
+
+    def purge_dead(self, queue: str) -> int:
+        raise NotImplementedError
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return QueueConfig()
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        raise NotImplementedError
+
+    def queues(self) -> list[str]:
+        return sorted({q for q, _ in self.jobs})
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str, int]] = []
+        self.broken = Broken()
+        self._lock = threading.RLock()
+
+    def item(self, job_id: str) -> dict[str, Any]:
+        return self.items[job_id]
+
+    def called(self, method: str) -> list[tuple[str, str, int]]:
+        return [c for c in self.calls if c[0] == method]
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        with self._lock:
+            self.items.setdefault(spec.job_id, {"queue": spec.queue, "status": "accepted", "token": 0,
+                                                "attempts": 0, "cancel_requested": False})
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+        with self._lock:
+            for job_id, queue in jobs:
+                it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
+                                                    "attempts": 0, "cancel_requested": False})
+                if it["status"] == "accepted":
+                    it["status"] = "queued"
+
+    def grant(self, job_id: str, queue: str, owner: str) -> int:
+        with self._lock:
+            self.broken.check("grant")
+            it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
+                                                "attempts": 0, "cancel_requested": False})
+            if it["status"] == "cancelled" or it["cancel_requested"]:
+                it["status"] = "cancelled"
+                raise JobCancelled(f"job {job_id} was cancelled")
+            it["token"] += 1
+            it["attempts"] += 1
+            it["status"], it["owner"] = "leased", owner
+            self.calls.append(("grant", job_id, it["token"]))
+            return int(it["token"])
+
+    def _fenced(self, method: str, job_id: str, token: int) -> dict[str, Any] | None:
+        """The item if ``token`` may write now; None if this is a landed retry to be checked."""
+        self.broken.check(method)
+        self.calls.append((method, job_id, token))
+        it = self.items.get(job_id)
+        if it is None:
+            raise StoreError(f"{method}: no item for {job_id}")
+        if it["token"] > token:
+            raise StaleToken(mine=token, current=it["token"])
+        if it["status"] == "cancelled":
+            raise JobCancelled(f"job {job_id} was cancelled")
+        if it["token"] == token and it["status"] == "leased":
+            return it
+        return None
+
+    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
+        with self._lock:
+            text = dump_json(result)
+            it = self._fenced("write_result", job_id, token)
+            if it is None:
+                old = self.items[job_id]
+                if old["status"] == "succeeded" and old.get("result_json") == text:
+                    return WriteOutcome.ALREADY_WRITTEN
+                raise StoreError(f"write_result: {job_id} is {old['status']}")
+            it.update(status="succeeded", result=result, result_json=text, result_token=token)
+            return WriteOutcome.WRITTEN
+
+    def write_result_unfenced(self, job_id: str, token: int, result: Any) -> None:
+        with self._lock:
+            self.items[job_id].update(status="succeeded", result=result, result_token=token)
+
+    def record_failure(self, job_id: str, token: int, error: str, status: str) -> None:
+        with self._lock:
+            if status not in ("queued", "failed", "dead", "cancelled"):
+                raise ValueError(status)
+            it = self._fenced("record_failure", job_id, token)
+            if it is None:
+                raise StoreError(f"record_failure: {job_id} is {self.items[job_id]['status']}")
+            it.update(status=status, last_error=error)
+
+    def release(self, job_id: str, token: int) -> None:
+        with self._lock:
+            it = self._fenced("release", job_id, token)
+            if it is None:
+                raise StoreError("release: not leased")
+            it["attempts"] -= 1
+            it["status"] = "queued"
+
+    def get_job(self, job_id: str) -> JobRecord:
+        it = self.items.get(job_id)
+        if it is None:
+            raise JobNotFound(job_id)
+        return JobRecord(job_id=job_id, queue=it["queue"], status=JobState(it["status"]),
+                         attempts=it["attempts"], token=it["token"], result=it.get("result"),
+                         last_error=it.get("last_error"), result_token=it.get("result_token"),
+                         cancel_requested=it["cancel_requested"], lease_owner=it.get("owner"))
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        with self._lock:
+            it = self.items[job_id]
+            if JobState(it["status"]) in FINAL_STATES:
+                raise AlreadyFinished(job_id)
+            if it["status"] == "leased":
+                it["cancel_requested"] = True
+            else:
+                it["status"] = "cancelled"
+            return self.get_job(job_id)
+
+    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        return {j for j in job_ids if j in self.items
+                and JobState(self.items[j]["status"]) in FINAL_STATES}
+
+    def fenced_table(self, table_name: str, job_id: str, token: int) -> FakeFencedTable:
+        return FakeFencedTable(self, table_name, job_id, token)
+
+
+class FakeFencedTable:
+    def __init__(self, store: FakeStore, name: str, job_id: str, token: int) -> None:
+        self.store, self.table_name, self.job_id, self.token = store, name, job_id, token
+        self.rows: dict[str, Any] = {}
+
+    def put_item(self, item: dict[str, Any]) -> None:
+        current = self.store.items[self.job_id]["token"]
+        if current > self.token:
+            raise StaleToken(mine=self.token, current=current)
+        self.rows[str(item.get("id"))] = item
