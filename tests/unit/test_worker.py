@@ -13,8 +13,7 @@ from sluice.models import Job
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import JobContext
 from sluice.runtime.hooks import Hooks
-from tests.unit.fakes import FakeQueue, ManualClock
-from tests.unit.worker_kit import kit
+from tests.unit.fakes import FakeQueue, ManualClock, kit
 
 
 def test_handlers_register_by_queue_and_reject_bad_registrations() -> None:
