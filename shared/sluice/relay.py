@@ -20,8 +20,11 @@ built by the caller (``sluice.wiring`` in Lambda, fixtures in tests).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import queue as queue_mod
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -69,7 +72,6 @@ class RelayEngine(Protocol):
     def redrive(self, queue: str, job_id: str | None = None) -> int: ...
     def reap(self, queue: str, limit: int) -> int: ...
     def stats(self, queue: str) -> QueueStats: ...
-    def get_config(self, queue: str) -> QueueConfig: ...
     def queues(self) -> list[str]: ...
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
              records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
@@ -206,6 +208,43 @@ class _QueueState:
         return self.config.paused or self.watermark_paused
 
 
+class StatusWriter:
+    """``store.mark_queued`` off the push path, on one background thread.
+
+    The status is for people (accepted -> queued); nothing depends on it, and a worker's
+    grant moves the job on regardless. So a slow table must not slow pushing: batches
+    queue up here, and only a long backlog (``max_batches``) makes the relay wait.
+    """
+
+    def __init__(self, store: JobStore, metrics: Metrics, max_batches: int = 200) -> None:
+        self.store, self.metrics = store, metrics
+        self._queue: queue_mod.Queue[list[tuple[str, str]] | None] = queue_mod.Queue(max_batches)
+        self._thread: threading.Thread | None = None
+
+    def submit(self, jobs: list[tuple[str, str]]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sluice-relay-status", daemon=True)
+            self._thread.start()
+        self._queue.put(jobs)
+
+    def _run(self) -> None:
+        while (jobs := self._queue.get()) is not None:
+            try:
+                self.store.mark_queued(jobs)
+            except Exception as exc:  # a status update must never kill the relay
+                self.metrics.count("RelayMarkQueuedFailed", len(jobs))
+                log.warning("could not mark %d jobs queued: %s", len(jobs), exc)
+
+    def close(self, timeout_s: float) -> None:
+        """Finish what is queued, waiting at most ``timeout_s``; the thread dies with the process."""
+        if self._thread is None:
+            return
+        with contextlib.suppress(queue_mod.Full):
+            self._queue.put(None, timeout=timeout_s)
+        self._thread.join(timeout_s)
+        self._thread = None
+
+
 def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
            rotation: int) -> list[tuple[_Owned, int]]:
     """Split a queue's allowance fairly over partitions, so none starves under a rate limit."""
@@ -239,7 +278,7 @@ class Relay:
                  max_partitions: int = 1_000, max_pending: int = 5_000,
                  refresh_s: float = 0.5, ownership_s: float = 1.0, maintenance_s: float = 5.0,
                  dispatch_interval_s: float = 1.0, worker_batch: int = 10, reap_limit: int = 500,
-                 after_push: AfterPush | None = None) -> None:
+                 status_drain_s: float = 2.0, after_push: AfterPush | None = None) -> None:
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
         self.relay_id = relay_id
@@ -251,6 +290,7 @@ class Relay:
         self.dispatch_interval_s, self.worker_batch = dispatch_interval_s, worker_batch
         self.reap_limit = reap_limit
         self.after_push = after_push
+        self.status_drain_s = status_drain_s
         self.report = RelayReport()
         self._owned: dict[int, _Owned] = {}
         self._queues: dict[str, _QueueState] = {}
@@ -258,6 +298,7 @@ class Relay:
         self._next_ownership = float("-inf")
         self._next_maintenance = float("-inf")
         self._rotation = 0
+        self._status = StatusWriter(store, self.metrics)
 
     @classmethod
     def from_settings(cls, settings: Settings, engine: RelayEngine, store: JobStore, source: RecordSource,
@@ -328,6 +369,7 @@ class Relay:
             self.source.assign([])
         except SluiceError as exc:
             log.warning("could not clear the assignment: %s", exc)
+        self._status.close(self.status_drain_s)
 
     # -- ownership ----------------------------------------------------------------------------------
 
@@ -435,8 +477,8 @@ class Relay:
         return state
 
     def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
-        stats = self.engine.stats(queue)
-        state.config = self.engine.get_config(queue)
+        stats = self.engine.stats(queue)  # carries the queue's config: one round trip
+        state.config = stats.config
         state.ready, state.leased = stats.ready, stats.leased
         state.pushed_since_refresh = 0
         state.refreshed_at = now
@@ -510,14 +552,8 @@ class Relay:
         return pushed
 
     def _mark_queued(self, jobs: list[tuple[str, str]]) -> None:
-        if not jobs:
-            return
-        try:
-            self.store.mark_queued(jobs)
-        except SluiceError as exc:
-            # Status only: the worker's grant moves the job on regardless. Redis already holds it.
-            self.metrics.count("RelayMarkQueuedFailed", len(jobs))
-            log.warning("could not mark %d jobs queued: %s", len(jobs), exc)
+        if jobs:
+            self._status.submit(jobs)
 
     def _commit(self) -> None:
         offsets: dict[int, int] = {}

@@ -59,6 +59,7 @@ def test_every_record_is_pushed_once_and_offsets_committed_after_the_push() -> N
     ids = w.add(50)
     relay = w.relay(batch=7)
     run_steps(relay, 20)
+    relay.stop()  # drains the background status writer
     assert sorted(w.in_redis()) == sorted(ids)
     assert len(w.engine.enqueued) == 50
     assert w.source.committed_offsets == {0: 25, 1: 25}

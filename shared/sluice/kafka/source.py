@@ -1,0 +1,155 @@
+"""The relay's Kafka adapter: the job topic by manual assignment, and the dead-letter producer.
+
+Partitions are assigned by hand (``assign``), never by consumer-group membership:
+ownership comes from the relay's leases in our own engine, and a group join costs
+seconds on every Lambda start (about 23 s on Tansu with default settings). Offsets are
+still committed under the consumer group id, which works without joining the group,
+so ``kafka-consumer-groups`` and lag alarms see how far the relay has got.
+
+kafka-python errors become ``BackendUnavailable`` here; nothing above sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sluice.config import Settings
+from sluice.errors import BackendUnavailable
+from sluice.kafka.auth import client_config
+from sluice.relay import SourceRecord
+
+log = logging.getLogger(__name__)
+
+DLQ_FLUSH_TIMEOUT_S = 10.0
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    from kafka.errors import KafkaError
+
+    try:
+        yield
+    except KafkaError as exc:
+        raise BackendUnavailable(f"kafka {what} failed: {exc!r}") from exc
+
+
+class KafkaSource:
+    """Implements ``sluice.relay.RecordSource`` over a kafka-python consumer and producer."""
+
+    def __init__(self, consumer: Any, topic: str, dead_letter_topic: str,
+                 producer: Any | Callable[[], Any]) -> None:
+        """``producer`` may be a factory: most invocations never dead-letter anything."""
+        self.consumer = consumer
+        self._topic = topic
+        self.dead_letter_topic = dead_letter_topic
+        self._producer: Any | None = None if callable(producer) else producer
+        self._make_producer: Callable[[], Any] | None = producer if callable(producer) else None
+        self._unacked: list[tuple[SourceRecord, str, Any]] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KafkaSource:
+        from kafka import KafkaConsumer, KafkaProducer
+
+        cfg = client_config(settings)
+        with _translated("connect"):
+            consumer = KafkaConsumer(group_id=settings.kafka_consumer_group, enable_auto_commit=False,
+                                     auto_offset_reset="earliest", max_poll_records=settings.relay_batch,
+                                     **cfg)
+
+        def producer() -> Any:
+            with _translated("connect"):
+                return KafkaProducer(acks="all", linger_ms=5, max_block_ms=10_000, **cfg)
+
+        return cls(consumer, settings.kafka_topic, settings.kafka_dead_letter_topic, producer)
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def _tp(self, partition: int) -> Any:
+        from kafka import TopicPartition
+
+        return TopicPartition(self._topic, partition)
+
+    def partitions(self) -> list[int]:
+        with _translated("metadata"):
+            found = self.consumer.partitions_for_topic(self._topic)
+        return sorted(found or ())
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        with _translated("assign"):
+            self.consumer.assign([self._tp(p) for p in partitions])
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        # Explicit: a consumer reused across Lambda invocations may hold a stale position.
+        with _translated("seek"):
+            for p in partitions:
+                tp = self._tp(p)
+                committed = self.consumer.committed(tp)
+                if committed is None:
+                    self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek(tp, committed)
+
+    def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
+        with _translated("poll"):
+            batches = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        return [SourceRecord(r.partition, r.offset, r.key, r.value)
+                for _, records in sorted(batches.items(), key=lambda kv: kv[0].partition)
+                for r in records]
+
+    def pause(self, partitions: Sequence[int]) -> None:
+        self.consumer.pause(*(self._tp(p) for p in partitions))
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        self.consumer.resume(*(self._tp(p) for p in partitions))
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        with _translated("commit"):
+            self.consumer.commit({self._tp(p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+
+    # -- dead letters ---------------------------------------------------------------------------------
+
+    def _dlq_producer(self) -> Any:
+        if self._producer is None:
+            assert self._make_producer is not None
+            self._producer = self._make_producer()
+        return self._producer
+
+    def dead_letter(self, record: SourceRecord, reason: str) -> None:
+        """Send the record as it was, with why and where from in its headers (acked at flush)."""
+        headers = [
+            ("sluice-reason", reason.encode("utf-8", "replace")),
+            ("sluice-source-topic", self._topic.encode()),
+            ("sluice-source-partition", str(record.partition).encode()),
+            ("sluice-source-offset", str(record.offset).encode()),
+        ]
+        with _translated("dead-letter send"):
+            future = self._dlq_producer().send(self.dead_letter_topic, key=record.key,
+                                               value=record.value if record.value is not None else b"",
+                                               headers=headers)
+        self._unacked.append((record, reason, future))
+
+    def flush_dead_letters(self) -> None:
+        """Wait for every dead letter; resend failures and raise, so nothing is committed past them."""
+        if not self._unacked:
+            return
+        with _translated("dead-letter flush"):
+            self._dlq_producer().flush(timeout=DLQ_FLUSH_TIMEOUT_S)
+        failed = [(record, reason) for record, reason, future in self._unacked if not future.succeeded()]
+        self._unacked = []
+        for record, reason in failed:
+            self.dead_letter(record, reason)
+        if failed:
+            raise BackendUnavailable(f"{len(failed)} dead letters were not acknowledged; resent")
+
+    def close(self) -> None:
+        with _translated("close"):
+            self.consumer.close(autocommit=False)
+            if self._producer is not None:
+                self._producer.close(timeout=DLQ_FLUSH_TIMEOUT_S)
