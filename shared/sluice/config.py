@@ -42,6 +42,12 @@ class Settings(BaseSettings):
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
     default_max_attempts: int = Field(default=5, ge=1, le=100)
+    # Deploy-time defaults (template.yaml parameters): retry backoff for policy.backoff_ms, and the
+    # relay's push rate for queues with no rate of their own in Redis (0 = unlimited).
+    retry_base_ms: int = Field(default=1_000, ge=1)
+    retry_cap_ms: int = Field(default=15 * 60 * 1000, ge=1)
+    default_rate_per_s: float = Field(default=0.0, ge=0.0)
+    default_burst: int = Field(default=0, ge=0)
 
     # Worker runtime.
     worker_concurrency: int = Field(default=1, ge=1, le=64)
