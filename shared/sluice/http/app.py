@@ -1,0 +1,273 @@
+"""The gateway's HTTP surface: a Powertools REST resolver behind a strict body guard.
+
+``Gateway(event, context)`` is the Lambda handler. For the two POST routes it first
+runs ``jsonguard`` on the raw event body (content type, size, base64, UTF-8, depth,
+duplicate keys, NaN, huge integers), because Powertools' own body parsing happens
+inside its validation middleware, before any hook of ours, and is lenient. The parsed
+value is then handed to Powertools through ``json_body_deserializer``, and pydantic
+validates it against the same models that generate ``/v1/openapi.json``.
+
+A resolver instance is not thread-safe (it keeps the current event on itself); a
+Lambda container runs one request at a time, and ``local_server`` serialises calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+
+from sluice import __version__
+from sluice.api import Api, Outcome
+from sluice.errors import InvalidQueueName, SluiceError
+from sluice.http import jsonguard, problems
+from sluice.http.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    JOB_ID_PATTERN,
+    QUEUE_PATTERN,
+    Accepted,
+    BatchAccepted,
+    BatchRequest,
+    CancelAccepted,
+    EnqueueRequest,
+    JobView,
+    Problem,
+    QueueView,
+)
+
+log = logging.getLogger(__name__)
+
+ENVELOPE_BYTES: Final = 64 * 1024  # room for the JSON around one maximal payload
+BATCH_BODY_BYTES: Final = 10 * 1024 * 1024  # API Gateway's own request limit
+_BODY_ROUTES = re.compile(r"^/v1/queues/[^/]*/jobs(?P<batch>/batch)?/?$")
+_SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a known shape
+    (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/?$"), ("POST",)),
+    (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch/?$"), ("POST",)),
+    (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
+    (re.compile(r"^/v1/jobs/[^/]+/?$"), ("GET", "DELETE")),
+    (re.compile(r"^/v1/openapi\.json$"), ("GET",)),
+)
+
+QueueParam = Annotated[str, Path(pattern=QUEUE_PATTERN, description="Queue name.")]
+JobIdParam = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id from the 202 response.")]
+KeyHeader = Annotated[str | None, Header(
+    alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
+    description="1..128 printable ASCII characters. Same key and body: the original job (200).")]
+
+
+def _problem_response(p: Problem, headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(p.status, problems.PROBLEM_JSON, p.model_dump_json(exclude_none=True),
+                    headers={**problems.headers_for(p), **(headers or {})})
+
+
+def _problem_spec(description: str) -> OpenAPIResponse:
+    return {"description": description, "content": {problems.PROBLEM_JSON: {"model": Problem}}}
+
+
+def _ok_spec(description: str, model: type[Any], headers: dict[str, Any] | None = None) -> OpenAPIResponse:
+    spec: OpenAPIResponse = {"description": description,
+                             "content": {content_types.APPLICATION_JSON: {"model": model}}}
+    if headers:
+        spec["headers"] = headers
+    return spec
+
+
+_COMMON: Final[dict[int, OpenAPIResponse]] = {400: _problem_spec("Invalid path or header parameter."),
+                  503: _problem_spec("A backend is unavailable; retry after Retry-After seconds.")}
+_BODY: Final[dict[int, OpenAPIResponse]] = {
+    **_COMMON,
+    400: _problem_spec("Malformed or invalid body (errors[] names the failing fields and job index)."),
+    409: _problem_spec("A request with the same Idempotency-Key is still in progress."),
+    413: _problem_spec("Payload over the configured limit."),
+    415: _problem_spec("Content-Type is not application/json."),
+    422: _problem_spec("Idempotency-Key reused with a different request."),
+}
+_LOCATION: Final = {"Location": {"description": "/v1/jobs/{job_id}", "schema": {"type": "string"}}}
+
+
+class Gateway:
+    """The Lambda handler object: one per container, adapters built on first use."""
+
+    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024) -> None:
+        self._api_or_factory = api
+        self.max_payload_bytes = max_payload_bytes
+        self._body: Any = None
+        self._openapi: str | None = None
+        self.resolver = self._build()
+
+    @property
+    def api(self) -> Api:
+        if not isinstance(self._api_or_factory, Api):
+            self._api_or_factory = self._api_or_factory()
+        return self._api_or_factory
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        path = str(event.get("path") or "")
+        body_route = _BODY_ROUTES.match(path)
+        if str(event.get("httpMethod", "")).upper() == "POST" and body_route:
+            limit = BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
+            try:
+                self._body = jsonguard.parse_body(
+                    event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
+                    content_type=jsonguard.header(event.get("headers"), "content-type"), max_bytes=limit)
+            except SluiceError as exc:
+                p = problems.from_exception(exc, instance=path)
+                return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True),
+                        "isBase64Encoded": False,
+                        "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
+        try:
+            return self.resolver.resolve(event, context)
+        finally:
+            self._body = None
+
+    def openapi_json(self) -> str:
+        if self._openapi is None:
+            self._openapi = build_openapi(self.resolver)
+        return self._openapi
+
+    # -- routes ------------------------------------------------------------------------------
+
+    def _build(self) -> APIGatewayRestResolver:  # noqa: C901 - one closure per route reads best
+        app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=lambda _text: self._body)
+
+        def remaining_ms() -> Callable[[], int] | None:
+            ctx = app.lambda_context
+            fn = getattr(ctx, "get_remaining_time_in_millis", None)
+            return fn if callable(fn) else None
+
+        def scope() -> str:
+            # Idempotency keys are per caller: two tenants may pick the same key.
+            identity = (app.current_event.get("requestContext") or {}).get("identity") or {}
+            return str(identity.get("userArn") or identity.get("apiKeyId") or "")
+
+        def accepted(outcome: Outcome) -> Response[Any]:
+            headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+            if isinstance(outcome.body, Accepted):
+                headers["Location"] = f"/v1/jobs/{outcome.body.job_id}"
+            return Response(200 if outcome.replayed else 202, content_types.APPLICATION_JSON,
+                            outcome.body, headers=headers)
+
+        @app.post("/v1/queues/<queue>/jobs", status_code=202, operation_id="enqueue", tags=["jobs"],
+                  summary="Enqueue one job; 202 only after Kafka acknowledged it.",
+                  responses={202: _ok_spec("Accepted.", Accepted, _LOCATION),
+                             200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
+                                           Accepted, _LOCATION), **_BODY})
+        def enqueue(queue: QueueParam, job: Annotated[EnqueueRequest, Body()],
+                    idempotency_key: KeyHeader = None) -> Response[Accepted]:
+            key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
+            return accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms()))
+
+        @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
+                  tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
+                  responses={202: _ok_spec("Accepted, one result per job in order.", BatchAccepted),
+                             200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
+                                           BatchAccepted), **_BODY})
+        def enqueue_batch(queue: QueueParam, batch: Annotated[BatchRequest, Body()],
+                          idempotency_key: KeyHeader = None) -> Response[BatchAccepted]:
+            key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
+            return accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
+                                                   remaining_ms=remaining_ms()))
+
+        @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
+                 summary="A job's status, attempts, timestamps, and result or last error.",
+                 responses={200: _ok_spec("The job.", JobView), **_COMMON,
+                            404: _problem_spec("No such job (or it expired).")})
+        def get_job(job_id: JobIdParam) -> JobView:
+            return self.api.status(job_id)
+
+        @app.delete("/v1/jobs/<job_id>", status_code=202, operation_id="cancel_job", tags=["jobs"],
+                    summary="Cancel a job that has not finished.",
+                    responses={202: _ok_spec("Cancellation accepted.", CancelAccepted), **_COMMON,
+                               404: _problem_spec("No such job."),
+                               409: _problem_spec("The job already finished.")})
+        def cancel_job(job_id: JobIdParam) -> Response[CancelAccepted]:
+            return Response(202, content_types.APPLICATION_JSON, self.api.cancel(job_id))
+
+        @app.get("/v1/queues/<queue>", operation_id="get_queue", tags=["queues"],
+                 summary="Depths, oldest ready job's age, rate limit and paused flag.",
+                 responses={200: _ok_spec("The queue.", QueueView), **_COMMON})
+        def get_queue(queue: QueueParam) -> QueueView:
+            return self.api.stats(queue)
+
+        @app.get("/v1/openapi.json", include_in_schema=False)
+        def openapi() -> Response[Any]:
+            return Response(200, content_types.APPLICATION_JSON, self.openapi_json())
+
+        def invalid(exc: RequestValidationError) -> Response[Any]:
+            return _problem_response(problems.from_validation(exc.errors(), instance=app.current_event.path))
+
+        def sluice_error(exc: SluiceError) -> Response[Any]:
+            p = problems.from_exception(exc, instance=app.current_event.path)
+            if p.status >= 500:
+                log.warning("%s %s -> %s: %r", app.current_event.http_method, app.current_event.path,
+                            p.status, exc)
+            return _problem_response(p)
+
+        def unexpected(exc: Exception) -> Response[Any]:
+            log.exception("unhandled error on %s %s", app.current_event.http_method, app.current_event.path)
+            return _problem_response(problems.from_exception(exc, instance=app.current_event.path))
+
+        def not_found(_exc: NotFoundError) -> Response[Any]:
+            event = app.current_event
+            return _problem_response(*_unrouted(event.http_method.upper(), event.path))
+
+        app.exception_handler(RequestValidationError)(invalid)
+        app.exception_handler(SluiceError)(sluice_error)
+        app.exception_handler(Exception)(unexpected)
+        app.not_found(not_found)
+
+        return app
+
+
+def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
+    """404, or 405 with Allow for a known path, or 400 for a known shape with a bad queue name."""
+    for shape, allowed in _SHAPES:
+        match = shape.match(path)
+        if match is None:
+            continue
+        queue = match.groupdict().get("queue")
+        if queue is not None and re.fullmatch(QUEUE_PATTERN, queue) is None:
+            exc = InvalidQueueName(f"invalid queue name {queue!r}: must match {QUEUE_PATTERN}")
+            return problems.from_exception(exc, instance=path), {}
+        if method not in allowed:
+            detail = f"{method} is not allowed here; use {', '.join(allowed)}"
+            return (problems.problem(problems.METHOD_NOT_ALLOWED, detail, code="METHOD_NOT_ALLOWED",
+                                     instance=path), {"Allow": ", ".join(allowed)})
+    return problems.problem(problems.NOT_FOUND, f"no route for {method} {path}", code="NOT_FOUND",
+                            instance=path), {}
+
+
+def build_openapi(resolver: APIGatewayRestResolver) -> str:
+    """The OpenAPI 3.1 document Powertools generates from the route signatures and models.
+
+    Powertools adds its own 422 schema (``HTTPValidationError``) to every operation; our
+    routes declare their own 422, so the unused component schemas are dropped.
+    """
+    doc = json.loads(resolver.get_openapi_json_schema(
+        title="Sluice enqueue gateway", version=__version__,
+        description="Enqueue jobs durably (Kafka-acknowledged) and query or cancel them. "
+                    "Errors are RFC 9457 problem documents (application/problem+json)."))
+    for operation in (op for item in doc["paths"].values() for op in item.values()):
+        default_422 = operation["responses"].get("422", {}).get("content", {}).get("application/json", {})
+        if "HTTPValidationError" in json.dumps(default_422):
+            del operation["responses"]["422"]  # this operation never answers 422
+        for param in operation.get("parameters", []):
+            options = param["schema"].get("anyOf", [])
+            if not param["required"] and len(options) == 2 and {"type": "null"} in options:
+                # An optional header is absent, never null: describe the value when present.
+                present = next(o for o in options if o != {"type": "null"})
+                param["schema"] = {**{k: v for k, v in param["schema"].items() if k != "anyOf"}, **present}
+    schemas = doc.get("components", {}).get("schemas", {})
+    text = json.dumps(doc["paths"])
+    for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
+        if f"#/components/schemas/{unused}" not in text:
+            schemas.pop(unused, None)
+    return json.dumps(doc, separators=(",", ":"))

@@ -1,0 +1,118 @@
+"""The public wire format of the gateway: request and response bodies.
+
+The same classes validate requests, shape responses, and generate the OpenAPI
+document, so the document cannot drift from what the code accepts. Request models
+are strict: a boolean or a float where an integer belongs is an error, not a
+coercion, and any field the API does not define (``job_id``, ``attempts``,
+``token`` included) is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sluice.models import MAX_ATTEMPTS, MAX_LEASE_MS, MAX_PRIORITY, JobState
+
+QUEUE_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+JOB_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
+MAX_DELAY_SECONDS: Final = 7 * 24 * 3600
+MAX_LEASE_SECONDS: Final = MAX_LEASE_MS // 1000
+MAX_BATCH: Final = 100
+
+
+class EnqueueRequest(BaseModel):
+    """One job. Only ``payload`` is required; the job id is assigned by the gateway."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is.")]
+    delay_seconds: int = Field(default=0, ge=0, le=MAX_DELAY_SECONDS,
+                               description="Run no earlier than this many seconds from now.")
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="0 (default) to 9 (most urgent).")
+    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS,
+                              description="Attempts before the job is dead-lettered.")
+    lease_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS,
+                               description="How long a worker holds the job between heartbeats.")
+
+
+class BatchRequest(BaseModel):
+    """1..100 jobs for one queue, validated all-or-nothing."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Accepted(BaseModel):
+    """A job durably appended to the log (Kafka acknowledged it)."""
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    queue: str = Field(pattern=QUEUE_PATTERN)
+    status: Literal["accepted"] = "accepted"
+
+
+class BatchAccepted(BaseModel):
+    queue: str = Field(pattern=QUEUE_PATTERN)
+    jobs: list[Accepted] = Field(description="One result per submitted job, in order.")
+
+
+class JobView(BaseModel):
+    """A job's state as the jobs table records it."""
+
+    job_id: str
+    queue: str
+    status: JobState
+    attempts: int = Field(ge=0)
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None = None
+    cancel_requested: bool = False
+    result: Any = None
+    result_ref: str | None = Field(default=None, description="Where a result too large for the item is.")
+    last_error: str | None = None
+
+
+class CancelAccepted(BaseModel):
+    job_id: str
+    status: Literal["cancelled", "cancel_requested"] = Field(
+        description="cancelled: it will not run. cancel_requested: it is running; its worker is told.")
+
+
+class QueueView(BaseModel):
+    queue: str = Field(pattern=QUEUE_PATTERN)
+    ready: int = Field(ge=0)
+    delayed: int = Field(ge=0)
+    leased: int = Field(ge=0)
+    dead: int = Field(ge=0)
+    oldest_ready_age_ms: int | None = Field(description="Age of the oldest ready job; null when none.")
+    paused: bool
+    rate_per_s: float = Field(ge=0, description="Relay push rate limit; 0 = unlimited.")
+    burst: int = Field(ge=0)
+    max_in_flight: int = Field(ge=0, description="0 = unlimited.")
+    high_watermark: int = Field(ge=0)
+    low_watermark: int = Field(ge=0)
+
+
+class FieldError(BaseModel):
+    """One failing field: a JSON pointer into the request, and why."""
+
+    pointer: str = Field(description="RFC 6901 pointer, e.g. /jobs/3/priority; path and header "
+                                     "parameters are #/path/queue and #/header/idempotency-key.")
+    detail: str
+    index: int | None = Field(default=None, description="For a batch: the failing job's position.")
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document (application/problem+json)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    code: str = Field(description="Stable machine-readable error code.")
+    errors: list[FieldError] | None = None

@@ -1,0 +1,110 @@
+"""Errors as RFC 9457 problem documents (``application/problem+json``).
+
+One table maps each ``sluice.errors`` type to a status, a stable ``type`` URI and a
+title; validation errors from pydantic become ``errors`` entries whose ``pointer``
+names the failing field (and, in a batch, the failing job's index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sluice import errors
+from sluice.http.jsonguard import BadBody, PayloadTooLarge, UnsupportedMediaType
+from sluice.http.models import FieldError, Problem
+
+PROBLEM_JSON: Final = "application/problem+json"
+TYPE_BASE: Final = "urn:sluice:problem:"
+RETRY_AFTER_SECONDS: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    status: int
+    slug: str
+    title: str
+
+
+# Most specific first: the first isinstance match wins.
+_KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
+    (UnsupportedMediaType, Kind(415, "unsupported-media-type", "Unsupported Media Type")),
+    (PayloadTooLarge, Kind(413, "payload-too-large", "Payload Too Large")),
+    (BadBody, Kind(400, "malformed-body", "Malformed Request Body")),
+    (errors.InvalidQueueName, Kind(400, "invalid-queue-name", "Invalid Queue Name")),
+    (errors.InvalidInput, Kind(400, "invalid-request", "Invalid Request")),
+    (errors.JobNotFound, Kind(404, "not-found", "Not Found")),
+    (errors.AlreadyFinished, Kind(409, "already-finished", "Job Already Finished")),
+    (errors.InProgress, Kind(409, "in-progress", "Request In Progress")),
+    (errors.IdempotencyConflict, Kind(422, "idempotency-key-reused", "Idempotency Key Reused")),
+    (errors.BackendUnavailable, Kind(503, "unavailable", "Service Unavailable")),
+)
+INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
+NOT_FOUND: Final = Kind(404, "not-found", "Not Found")
+METHOD_NOT_ALLOWED: Final = Kind(405, "method-not-allowed", "Method Not Allowed")
+
+
+def kind_of(exc: BaseException) -> Kind:
+    for cls, kind in _KINDS:
+        if isinstance(exc, cls):
+            return kind
+    return INTERNAL
+
+
+def problem(kind: Kind, detail: str, *, code: str, instance: str | None = None,
+            field_errors: list[FieldError] | None = None) -> Problem:
+    return Problem(type=TYPE_BASE + kind.slug, title=kind.title, status=kind.status, detail=detail,
+                   instance=instance, code=code, errors=field_errors or None)
+
+
+def from_exception(exc: BaseException, instance: str | None = None) -> Problem:
+    kind = kind_of(exc)
+    code = exc.code if isinstance(exc, errors.SluiceError) else "INTERNAL"
+    # Never echo an unexpected exception's text: it may carry internals.
+    detail = str(exc) if kind is not INTERNAL else "unexpected error; it has been logged"
+    field_errors = None
+    index = getattr(exc, "details", {}).get("index") if isinstance(exc, errors.SluiceError) else None
+    if isinstance(index, int):
+        field_errors = [FieldError(pointer=f"/jobs/{index}/payload", detail=detail, index=index)]
+    return problem(kind, detail, code=code, instance=instance, field_errors=field_errors)
+
+
+def headers_for(p: Problem) -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)} if p.status == 503 else {}
+
+
+def _pointer(loc: Iterable[Any]) -> tuple[str, int | None]:
+    """pydantic/Powertools ``loc`` -> (JSON pointer, batch index)."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        body = parts[1:]
+        index = int(body[1]) if len(body) >= 2 and body[0] == "jobs" and body[1].isdigit() else None
+        escaped = [p.replace("~", "~0").replace("/", "~1") for p in body]
+        return "/" + "/".join(escaped), index
+    return "#/" + "/".join(p.lower() for p in parts), None
+
+
+def from_validation(raw_errors: Sequence[Mapping[str, Any]], instance: str | None = None) -> Problem:
+    """A 400 naming every failing field; for a batch, the first failing job's index leads the detail."""
+    field_errors: list[FieldError] = []
+    for err in raw_errors:
+        pointer, index = _pointer(err.get("loc", ()))
+        message = str(err.get("msg", "invalid"))
+        if err.get("type") == "extra_forbidden":
+            message = "unknown field (job ids, attempts and tokens are assigned by Sluice)"
+        field_errors.append(FieldError(pointer=pointer, detail=message, index=index))
+    indexes = sorted({e.index for e in field_errors if e.index is not None})
+    first = field_errors[0] if field_errors else None
+    if indexes:
+        lead = next(e for e in field_errors if e.index == indexes[0])
+        detail = f"job {indexes[0]} is invalid: {lead.pointer}: {lead.detail}"
+        if len(indexes) > 1:
+            detail += f" (and jobs {', '.join(map(str, indexes[1:6]))}{'...' if len(indexes) > 6 else ''})"
+        detail += "; nothing was enqueued"
+    elif first is not None:
+        detail = f"{first.pointer}: {first.detail}"
+    else:
+        detail = "request failed validation"
+    kind = Kind(400, "validation-failed", "Request Validation Failed")
+    return problem(kind, detail, code=errors.InvalidInput.code, instance=instance, field_errors=field_errors)

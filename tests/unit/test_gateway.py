@@ -1,0 +1,270 @@
+"""The gateway's behaviour over fakes of the ports: routes, statuses, idempotency, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from sluice.api import new_job_id
+from sluice.errors import BackendUnavailable, StoreError
+from sluice.http.app import Gateway
+from sluice.models import JOB_ID_RE, JobState
+from tests.unit.test_gateway_fakes import Rig, event_for, unavailable, unpack
+
+JOBS = "/v1/queues/emails/jobs"
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
+    body = {"payload": {"to": "ada"}, "delay_seconds": 60, "priority": 7, "max_attempts": 3,
+            "lease_seconds": 90}
+    code, headers, doc = rig.call("POST", JOBS, body)
+    assert code == 202
+    assert doc == {"job_id": doc["job_id"], "queue": "emails", "status": "accepted"}
+    assert JOB_ID_RE.fullmatch(doc["job_id"]) and len(doc["job_id"]) == 26
+    assert headers["location"] == f"/v1/jobs/{doc['job_id']}"
+    [spec] = rig.log.records
+    assert (spec.job_id, spec.queue, spec.payload) == (doc["job_id"], "emails", {"to": "ada"})
+    assert (spec.priority, spec.max_attempts, spec.lease_ms, spec.schema_version) == (7, 3, 90_000, 1)
+    assert spec.run_at_ms == spec.enqueued_at_ms + 60_000
+    assert json.loads(spec.model_dump_json())["schema_version"] == 1
+
+
+def test_defaults_apply_when_only_the_payload_is_given(rig: Rig) -> None:
+    rig.call("POST", JOBS, {"payload": None})
+    [spec] = rig.log.records
+    assert (spec.payload, spec.priority, spec.max_attempts) == (None, 0, 5)
+    assert (spec.lease_ms, spec.run_at_ms) == (30_000, 0)
+
+
+def test_status_works_immediately_after_the_202(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    code, _, doc = rig.call("GET", f"/v1/jobs/{accepted['job_id']}")
+    assert code == 200
+    assert (doc["job_id"], doc["queue"], doc["status"], doc["attempts"]) == (accepted["job_id"], "emails",
+                                                                            "accepted", 0)
+
+
+def test_status_reports_result_and_last_error(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    rig.store.set_status(accepted["job_id"], JobState.SUCCEEDED, attempts=2, result={"ok": True},
+                         last_error="timeout on attempt 1", finished_at_ms=123)
+    _, _, doc = rig.call("GET", f"/v1/jobs/{accepted['job_id']}")
+    assert (doc["status"], doc["attempts"], doc["result"], doc["last_error"], doc["finished_at_ms"]) == (
+        "succeeded", 2, {"ok": True}, "timeout on attempt 1", 123)
+
+
+def test_unknown_job_is_404_and_malformed_id_is_400(rig: Rig) -> None:
+    code, headers, doc = rig.call("GET", f"/v1/jobs/{new_job_id(0)}")
+    assert (code, headers["content-type"], doc["code"]) == (404, "application/problem+json", "NOT_FOUND")
+    code, _, _ = rig.call("GET", "/v1/jobs/-bad%20id")
+    assert code == 400
+
+
+def test_cancel_a_queued_job_removes_it_from_redis(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    rig.store.set_status(job_id, JobState.QUEUED)
+    rig.queue.in_redis.add(job_id)
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, doc) == (202, {"job_id": job_id, "status": "cancelled"})
+    assert rig.queue.cancelled == [("emails", job_id)]
+    assert rig.store.items[job_id].status is JobState.CANCELLED
+
+
+def test_cancel_an_accepted_job_still_in_kafka(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{accepted['job_id']}")
+    assert (code, doc["status"]) == (202, "cancelled")
+    assert rig.queue.cancelled == []  # not in Redis yet; the relay skips final jobs
+
+
+def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    rig.store.set_status(job_id, JobState.LEASED)
+    rig.queue.in_redis.add(job_id)
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"]) == (202, "cancel_requested")
+    assert rig.store.items[job_id].cancel_requested
+
+
+def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    rig.store.set_status(job_id, JobState.LEASED)
+    rig.queue.in_redis.add(job_id)
+    rig.queue.fail = BackendUnavailable("redis down")
+    code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, headers["retry-after"]) == (503, "1")
+    rig.queue.fail = None
+    assert rig.call("DELETE", f"/v1/jobs/{job_id}")[0] == 202
+
+
+@pytest.mark.parametrize("final", [JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED])
+def test_cancel_a_finished_job_is_409(rig: Rig, final: JobState) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    rig.store.set_status(accepted["job_id"], final)
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{accepted['job_id']}")
+    assert (code, doc["code"]) == (409, "ALREADY_FINISHED")
+
+
+def test_cancel_unknown_job_is_404(rig: Rig) -> None:
+    assert rig.call("DELETE", f"/v1/jobs/{new_job_id(1)}")[0] == 404
+
+
+def test_queue_stats_include_config(rig: Rig) -> None:
+    code, _, doc = rig.call("GET", "/v1/queues/emails")
+    assert code == 200
+    assert doc == {"queue": "emails", "ready": 3, "delayed": 1, "leased": 2, "dead": 0,
+                   "oldest_ready_age_ms": 1500, "paused": True, "rate_per_s": 200.0, "burst": 50,
+                   "max_in_flight": 0, "high_watermark": 0, "low_watermark": 0}
+
+
+def test_batch_returns_one_result_per_job_in_order(rig: Rig) -> None:
+    code, _, doc = rig.call("POST", f"{JOBS}/batch", {"jobs": [{"payload": i} for i in range(100)]})
+    assert code == 202
+    assert [r.payload for r in rig.log.records] == list(range(100))
+    assert [j["job_id"] for j in doc["jobs"]] == [r.job_id for r in rig.log.records]
+    assert len({j["job_id"] for j in doc["jobs"]}) == 100
+    assert all(rig.store.items[j["job_id"]].status is JobState.ACCEPTED for j in doc["jobs"])
+
+
+def test_status_write_failure_after_the_ack_still_answers_202(rig: Rig) -> None:
+    rig.store.fail_record = StoreError("dynamodb throttled")
+    code, _, doc = rig.call("POST", JOBS, {"payload": 1})
+    assert code == 202
+    assert [r.job_id for r in rig.log.records] == [doc["job_id"]]  # durable; the relay creates the item
+
+
+def test_unknown_route_is_404_and_wrong_method_is_405(rig: Rig) -> None:
+    code, _, doc = rig.call("GET", "/v2/nothing")
+    assert (code, doc["code"]) == (404, "NOT_FOUND")
+    code, headers, _ = rig.call("PATCH", "/v1/jobs/abc")
+    assert (code, headers["allow"]) == (405, "GET, DELETE")
+    code, headers, _ = rig.call("GET", JOBS)
+    assert (code, headers["allow"]) == (405, "POST")
+
+
+def test_unexpected_errors_are_500_problems_without_internals(rig: Rig) -> None:
+    rig.log.fail = RuntimeError("secret connection string")
+    code, headers, doc = rig.call("POST", JOBS, {"payload": 1})
+    assert (code, headers["content-type"]) == (500, "application/problem+json")
+    assert "secret" not in json.dumps(doc)
+
+
+# -- idempotency ---------------------------------------------------------------------------------
+
+def test_same_key_same_body_returns_the_original_job_with_200(rig: Rig) -> None:
+    key = {"Idempotency-Key": "order-1"}
+    first = rig.call("POST", JOBS, {"payload": {"a": 1}}, headers=key)
+    second = rig.call("POST", JOBS, {"payload": {"a": 1}}, headers=key)
+    assert first[0] == 202 and second[0] == 200
+    assert second[2] == first[2]
+    assert second[1]["idempotent-replayed"] == "true"
+    assert second[1]["location"] == first[1]["location"]
+    assert len(rig.log.records) == 1 and rig.log.records[0].idempotency_key is not None
+
+
+def test_same_key_with_explicit_defaults_is_the_same_request(rig: Rig) -> None:
+    key = {"Idempotency-Key": "k"}
+    rig.call("POST", JOBS, {"payload": 1}, headers=key)
+    assert rig.call("POST", JOBS, {"payload": 1, "priority": 0}, headers=key)[0] == 200
+
+
+@pytest.mark.parametrize("second", [{"payload": {"a": 2}}, {"payload": {"a": 1}, "priority": 1}])
+def test_same_key_different_body_is_422(rig: Rig, second: dict[str, Any]) -> None:
+    key = {"Idempotency-Key": "order-2"}
+    rig.call("POST", JOBS, {"payload": {"a": 1}}, headers=key)
+    code, _, doc = rig.call("POST", JOBS, second, headers=key)
+    assert (code, doc["code"]) == (422, "IDEMPOTENCY_CONFLICT")
+    assert len(rig.log.records) == 1
+
+
+def test_same_key_on_another_queue_is_422(rig: Rig) -> None:
+    key = {"Idempotency-Key": "k"}
+    rig.call("POST", JOBS, {"payload": 1}, headers=key)
+    assert rig.call("POST", "/v1/queues/other/jobs", {"payload": 1}, headers=key)[0] == 422
+
+
+def test_keys_are_scoped_per_caller(rig: Rig) -> None:
+    event = event_for("POST", JOBS, {"payload": 1}, headers={"Idempotency-Key": "k"})
+    assert unpack(rig.gateway(event, None))[0] == 202
+    event["requestContext"]["identity"]["userArn"] = "arn:aws:sts::123456789012:assumed-role/other/x"
+    assert unpack(rig.gateway(event, None))[0] == 202
+    assert len(rig.log.records) == 2
+
+
+def test_batch_replay_returns_the_same_ids(rig: Rig) -> None:
+    key = {"Idempotency-Key": "batch-1"}
+    body = {"jobs": [{"payload": i} for i in range(3)]}
+    first = rig.call("POST", f"{JOBS}/batch", body, headers=key)
+    second = rig.call("POST", f"{JOBS}/batch", body, headers=key)
+    assert (first[0], second[0], first[2]) == (202, 200, second[2])
+    assert len(rig.log.records) == 3
+
+
+def test_a_failed_request_releases_its_key(rig: Rig) -> None:
+    key = {"Idempotency-Key": "retry-me"}
+    rig.log.fail = unavailable()
+    assert rig.call("POST", JOBS, {"payload": 1}, headers=key)[0] == 503
+    rig.log.fail = None
+    code, _, doc = rig.call("POST", JOBS, {"payload": 1}, headers=key)
+    assert code == 202 and [r.job_id for r in rig.log.records] == [doc["job_id"]]
+
+
+def test_concurrent_identical_requests_make_one_job(rig: Rig) -> None:
+    """Two containers (two resolvers) receive the same keyed request at the same moment."""
+    other = Gateway(rig.api)
+    key = {"Idempotency-Key": "same-moment"}
+    in_append, release = threading.Event(), threading.Event()
+    seen: list[tuple[int, dict[str, Any]]] = []
+
+    def slow_ack() -> None:
+        in_append.set()
+        assert release.wait(5)
+
+    rig.log.before_ack = slow_ack
+    def call() -> None:
+        code, _, doc = rig.call("POST", JOBS, {"payload": 1}, headers=key)
+        seen.append((code, doc))
+
+    first = threading.Thread(target=call)
+    first.start()
+    assert in_append.wait(5)
+    rig.log.before_ack = None
+    code, _, doc = unpack(other(event_for("POST", JOBS, {"payload": 1}, headers=key), None))
+    assert (code, doc["code"]) == (409, "IN_PROGRESS")
+    release.set()
+    first.join(5)
+    [(first_code, first_doc)] = seen
+    assert first_code == 202
+    code, _, replay = unpack(other(event_for("POST", JOBS, {"payload": 1}, headers=key), None))
+    assert (code, replay["job_id"]) == (200, first_doc["job_id"])
+    assert len(rig.log.records) == 1
+
+
+# -- OpenAPI ---------------------------------------------------------------------------------------
+
+def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> None:
+    code, headers, doc = rig.call("GET", "/v1/openapi.json")
+    assert code == 200 and headers["content-type"] == "application/json"
+    assert doc["openapi"].startswith("3.")
+    assert {(p, m) for p, ops in doc["paths"].items() for m in ops} == {
+        ("/v1/queues/{queue}/jobs", "post"), ("/v1/queues/{queue}/jobs/batch", "post"),
+        ("/v1/jobs/{job_id}", "get"), ("/v1/jobs/{job_id}", "delete"), ("/v1/queues/{queue}", "get")}
+    request = doc["components"]["schemas"]["EnqueueRequest"]
+    assert request["additionalProperties"] is False and request["required"] == ["payload"]
+    lease = request["properties"]["lease_seconds"]
+    assert (lease["minimum"], lease["maximum"]) == (1, 43200)
+    post = doc["paths"]["/v1/queues/{queue}/jobs"]["post"]
+    assert set(post["responses"]) == {"200", "202", "400", "409", "413", "415", "422", "503"}
+    assert "application/problem+json" in post["responses"]["422"]["content"]
+    assert "HTTPValidationError" not in json.dumps(doc)

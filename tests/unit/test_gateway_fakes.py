@@ -1,0 +1,195 @@
+"""Small in-memory fakes of the ports the gateway uses, plus an API Gateway event builder.
+
+They follow the contracts in the brief (ports.py docstrings), not the real adapters'
+code, so the use-case tests check our orchestration rather than an adapter. This
+module holds no tests itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sluice.api import Api
+from sluice.errors import AlreadyFinished, BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
+from sluice.http.app import Gateway
+from sluice.models import JobRecord, JobSpec, JobState, QueueConfig, QueueStats
+
+EVENTS = Path(__file__).parent.parent / "events"
+
+
+class FakeLog:
+    def __init__(self) -> None:
+        self.records: list[JobSpec] = []
+        self.fail: Exception | None = None
+        self.before_ack: Callable[[], None] | None = None
+
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        if self.before_ack is not None:
+            self.before_ack()
+        if self.fail is not None:
+            raise self.fail
+        self.records.extend(specs)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.items: dict[str, JobRecord] = {}
+        self.fail_record: Exception | None = None
+        self.lock = threading.Lock()
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        if self.fail_record is not None:
+            raise self.fail_record
+        with self.lock:
+            self.items.setdefault(spec.job_id, JobRecord(
+                job_id=spec.job_id, queue=spec.queue, status=JobState.ACCEPTED,
+                created_at_ms=spec.enqueued_at_ms, updated_at_ms=spec.enqueued_at_ms))
+
+    def get_job(self, job_id: str) -> JobRecord:
+        try:
+            return self.items[job_id]
+        except KeyError:
+            raise JobNotFound(f"no job {job_id}") from None
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        record = self.get_job(job_id)
+        if record.status.final:
+            raise AlreadyFinished(f"job {job_id} is {record.status}")
+        if record.status is JobState.LEASED:
+            record = record.model_copy(update={"cancel_requested": True})
+        else:
+            record = record.model_copy(update={"status": JobState.CANCELLED})
+        self.items[job_id] = record
+        return record
+
+    def set_status(self, job_id: str, status: JobState, **extra: Any) -> None:
+        self.items[job_id] = self.items[job_id].model_copy(update={"status": status, **extra})
+
+
+class FakeQueue:
+    def __init__(self) -> None:
+        self.cancelled: list[tuple[str, str]] = []
+        self.in_redis: set[str] = set()
+        self.config = QueueConfig(rate_per_s=200.0, burst=50, paused=True)
+        self.fail: Exception | None = None
+
+    def cancel(self, queue: str, job_id: str) -> str:
+        if self.fail is not None:
+            raise self.fail
+        if job_id not in self.in_redis:
+            raise JobNotFound(job_id)
+        self.cancelled.append((queue, job_id))
+        return "removed"
+
+    def stats(self, queue: str) -> QueueStats:
+        return QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=0, oldest_ready_age_ms=1500)
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.config
+
+
+class FakeIdempotency:
+    """The three promised semantics, on a dict: replay, conflict, in progress."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        self.lock = threading.Lock()
+        self.keys_seen: list[str] = []
+
+    def run(self, key: str, fingerprint: Mapping[str, Any], action: Callable[[], dict[str, Any]],
+            remaining_ms: Callable[[], int] | None = None) -> tuple[dict[str, Any], bool]:
+        digest = json.dumps(fingerprint, sort_keys=True)
+        with self.lock:
+            self.keys_seen.append(key)
+            if key in self.records:
+                stored, result = self.records[key]
+                if stored != digest:
+                    raise IdempotencyConflict("different request")
+                if result is None:
+                    raise InProgress("in progress")
+                return copy.deepcopy(result), True
+            self.records[key] = (digest, None)
+        try:
+            result = action()
+        except BaseException:
+            with self.lock:
+                del self.records[key]
+            raise
+        with self.lock:
+            self.records[key] = (digest, result)
+        return result, False
+
+
+class Rig:
+    """A gateway over fakes, driven with real-shape API Gateway REST proxy events."""
+
+    def __init__(self, max_payload_bytes: int = 256 * 1024) -> None:
+        self.log = FakeLog()
+        self.store = FakeStore()
+        self.queue = FakeQueue()
+        self.idem = FakeIdempotency()
+        self.api = Api(self.log, self.store, self.queue, idempotency=self.idem,  # type: ignore[arg-type]
+                       max_payload_bytes=max_payload_bytes)
+        self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
+             headers: dict[str, str] | None = None, b64: bool = False,
+             content_type: str | None = "application/json") -> tuple[int, dict[str, str], Any]:
+        event = event_for(method, path, body, raw=raw, headers=headers, b64=b64, content_type=content_type)
+        response = self.gateway(event, LambdaContext())
+        return unpack(response)
+
+
+class LambdaContext:
+    function_name = "sluice-gateway"
+    aws_request_id = "c6af9ac6-7b61-11e6-9a41-93e812345678"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:sluice-gateway"
+    memory_limit_in_mb = 512
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 25_000
+
+
+def event_for(method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
+              headers: dict[str, str] | None = None, b64: bool = False,
+              content_type: str | None = "application/json") -> dict[str, Any]:
+    """A REST proxy event shaped like tests/events/apigw_enqueue.json."""
+    event: dict[str, Any] = json.loads((EVENTS / "apigw_enqueue.json").read_text())
+    text: str | bytes | None = raw if raw is not None else (None if body is None else json.dumps(body))
+    hdrs = {k: v for k, v in event["headers"].items() if k.lower() not in ("content-type", "idempotency-key")}
+    if content_type is not None:
+        hdrs["Content-Type"] = content_type
+    hdrs.update(headers or {})
+    event.update(httpMethod=method, path=path, headers=hdrs,
+                 multiValueHeaders={k: [v] for k, v in hdrs.items()}, isBase64Encoded=b64,
+                 resource="/{proxy+}", pathParameters={"proxy": path.lstrip("/")})
+    event["requestContext"] = {**event["requestContext"], "httpMethod": method, "path": "/prod" + path,
+                               "resourcePath": "/{proxy+}"}
+    if text is None:
+        event["body"] = None
+    elif b64:
+        data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+        event["body"] = base64.b64encode(data).decode("ascii")
+    else:
+        assert isinstance(text, str)
+        event["body"] = text
+    return event
+
+
+def unpack(response: Mapping[str, Any]) -> tuple[int, dict[str, str], Any]:
+    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    for k, values in (response.get("multiValueHeaders") or {}).items():
+        headers[k.lower()] = values[-1]
+    body = response.get("body")
+    parsed = json.loads(body) if body else None
+    return int(response["statusCode"]), headers, parsed
+
+
+def unavailable() -> BackendUnavailable:
+    return BackendUnavailable("kafka: no broker acknowledged within 5 s")
