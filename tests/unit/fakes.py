@@ -420,3 +420,21 @@ class Kit:
 
 def kit(queue: FakeQueue | None = None) -> Kit:
     return Kit(Worker(), queue or FakeQueue(), FakeStore(), MemoryMetrics(), CaptureLog())
+
+
+class FakeLambdaContext:
+    """The shape of awslambdaric's LambdaContext, with a real deadline ``budget_ms`` from now."""
+
+    def __init__(self, budget_ms: int, function_name: str = "sluice-worker",
+                 request_id: str = "6f1c1a8e-2a4b-4c1e-9d55-0c2b8f7e5a10") -> None:
+        self._deadline = time.monotonic() + budget_ms / 1000
+        self.aws_request_id = request_id
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = "512"
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "2024/01/01/[$LATEST]0123456789abcdef"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))

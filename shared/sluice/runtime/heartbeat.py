@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.errors import LeaseLost
+from sluice.errors import JobNotFound, LeaseLost
 from sluice.models import LeasedJob
 from sluice.policy import lease_plan
 from sluice.ports import JobQueue
@@ -113,7 +113,7 @@ class Heartbeat:
         started = self._clock()
         try:
             extended = self._queue.extend(job.queue, job.job_id, job.token, job.lease_ms)
-        except LeaseLost as exc:
+        except (LeaseLost, JobNotFound) as exc:  # NOT_FOUND: the new holder acked it
             self._lost(tracked, f"extend refused: {exc}")
             return
         except Exception as exc:  # Redis unreachable, timeouts: keep trying until the lease lapses

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sluice import policy
-from sluice.errors import BackendUnavailable, JobCancelled, LeaseLost, SluiceError, StaleToken
+from sluice.errors import BackendUnavailable, JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.models import JobState, LeasedJob
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime import telemetry as t
@@ -27,6 +27,10 @@ from sluice.runtime.outcomes import Outcome
 from sluice.runtime.telemetry import JobLogger, Telemetry
 
 T = TypeVar("T")
+
+# What the engine says when our Redis lease is gone: taken over, reclaimed, or the job acked by
+# its new holder (its hash deleted).
+GONE = (LeaseLost, JobNotFound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ class Settler:
         self.heartbeat.untrack(a.tracked)  # the ack ends the lease; a late renewal must not cry "lost"
         try:
             self.retrying(lambda: self.queue.ack(a.leased.queue, a.leased.job_id, a.leased.token))
-        except LeaseLost as exc:
+        except GONE as exc:
             # The result is stored; the job will run again and write an equal result.
             self.tel.metrics.count(t.LEASES_LOST)
             a.log.warning("lease lost: ack rejected after the result was written (%s); "
@@ -117,7 +121,7 @@ class Settler:
             self.retrying(lambda: self.queue.fail(job.queue, job.job_id, job.token, error,
                                                   retry_after_ms=None if permanent else retry_after_ms,
                                                   permanent=permanent))
-        except LeaseLost as exc:
+        except GONE as exc:
             self.tel.metrics.count(t.LEASES_LOST)
             a.log.warning("lease lost: fail rejected (%s)", exc)
             return Outcome.LEASE_LOST
@@ -185,7 +189,7 @@ class Settler:
             if token is not None:
                 self.retrying(lambda: self.store.release(job.job_id, token))
             self.retrying(lambda: self.queue.release(job.queue, job.job_id, job.token))
-        except LeaseLost as exc:
+        except GONE as exc:
             log.warning("lease lost: release rejected (%s)", exc)
             return Outcome.LEASE_LOST
         except SluiceError as exc:

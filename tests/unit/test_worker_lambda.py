@@ -1,0 +1,111 @@
+"""The worker Lambda handler: real event shapes, a fake LambdaContext, adapters from wiring."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import sluice
+from sluice import wiring
+from sluice.config import Settings
+from sluice.errors import HandlerNotFound, InvalidInput
+from sluice.models import Job
+from sluice.runtime.context import JobContext
+from sluice.runtime.lambda_entry import load_app, parse_dispatch
+from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
+
+APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
+
+# The handlers module the Lambda loads in these tests (Settings.handlers_module).
+app = sluice.Worker()
+ran: list[tuple[str, int]] = []
+
+
+@app.handler("thumbnails", timeout_s=1)
+def thumbnails(job: Job, ctx: JobContext) -> dict[str, Any]:
+    ran.append((job.id, ctx.token))
+    return {"thumb": f"{job.payload}-small"}
+
+
+@app.handler("emails", timeout_s=10)
+def emails(job: Job, ctx: JobContext) -> None:
+    raise AssertionError("a 10 s job must not be leased with 5 s left")
+
+
+def load_function() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("worker_function_app", APP)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeQueue, FakeStore]]:
+    queue, store = FakeQueue(), FakeStore()
+    settings = Settings(handlers_module=__name__, lambda_margin_ms=500, default_lease_seconds=2)
+    monkeypatch.setattr(wiring, "settings", lambda: settings)
+    monkeypatch.setattr(wiring, "queue", lambda s=None: queue)
+    monkeypatch.setattr(wiring, "store", lambda s=None: store)
+    ran.clear()
+    yield queue, store
+
+
+def test_the_dispatch_event_drains_the_named_queue(wired: tuple[FakeQueue, FakeStore],
+                                                   event_json: Callable[[str], dict[str, Any]]) -> None:
+    queue, store = wired
+    for i in range(3):
+        queue.add("thumbnails", f"img-{i}", f"cat{i}")
+    out = load_function().handler(event_json("worker_dispatch.json"), FakeLambdaContext(30_000))
+    assert out["succeeded"] == 3 and out["leased"] == 3 and out["source"] == "relay"
+    assert out["request_id"] == "6f1c1a8e-2a4b-4c1e-9d55-0c2b8f7e5a10" and out["stopped"] == "empty"
+    assert store.get_job("img-1").result == {"thumb": "cat1-small"}
+    assert store.get_job("img-1").lease_owner == "sluice-worker:6f1c1a8e-2a4b-4c1e-9d55-0c2b8f7e5a10"
+    assert [r[0] for r in ran] == ["img-0", "img-1", "img-2"]
+
+
+def test_the_schedule_event_with_five_seconds_leases_no_ten_second_job(
+        wired: tuple[FakeQueue, FakeStore], event_json: Callable[[str], dict[str, Any]]) -> None:
+    queue, _ = wired
+    queue.add("thumbnails", "img", "dog")
+    queue.add("emails", "mail", None)
+    out = load_function().handler(event_json("worker_schedule.json"), FakeLambdaContext(5_000))
+    assert out["source"] == "schedule" and out["succeeded"] == 1
+    assert out["skipped_for_time"] == ["emails"]
+    assert queue.job("emails", "mail").state == "ready" and queue.job("emails", "mail").attempts == 0
+    assert all(c[1] != "emails" for c in queue.called("lease"))
+
+
+@pytest.mark.parametrize("event", [
+    {}, {"queues": []}, {"queues": ["Bad Name"]}, {"queues": ["q"], "batch": 0},
+    {"queues": ["q"], "batch": 10_000}, {"queues": "q"}, [], "x", None,
+    {"version": "0", "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}},
+])
+def test_events_that_are_not_dispatches_get_a_typed_error(wired: tuple[FakeQueue, FakeStore],
+                                                           event: Any) -> None:
+    queue, _ = wired
+    with pytest.raises(InvalidInput, match="not a worker dispatch event"):
+        load_function().handler(event, FakeLambdaContext(30_000))
+    assert queue.calls == []
+
+
+def test_the_event_fixtures_parse() -> None:
+    root = Path(__file__).resolve().parents[1] / "events"
+    for name in ("worker_dispatch.json", "worker_schedule.json"):
+        import json
+
+        event = parse_dispatch(json.loads((root / name).read_text()))
+        assert event.queues and event.batch >= 1
+
+
+def test_load_app_finds_the_worker_or_says_why_not() -> None:
+    assert load_app(__name__) is app
+    with pytest.raises(HandlerNotFound, match="cannot import"):
+        load_app("sluice.no_such_module_here")
+    with pytest.raises(HandlerNotFound, match=r"exactly one sluice\.Worker"):
+        load_app("sluice.policy")
