@@ -162,12 +162,22 @@ class RelayReport:
     skipped: int = 0  # already in Redis: at or below the recorded offset, or the job hash exists
     final_dropped: int = 0  # the store said the job is already final (cancelled, done)
     dead_lettered: int = 0
-    stale_stops: int = 0  # partitions dropped because a newer owner pushed
+    stale_stops: int = 0  # pushes refused because a newer owner pushed
+    partitions_lost: int = 0  # stale stops plus leases lost or expired
     dispatched: int = 0
     reaped: int = 0
     loops: int = 0
     errors: int = 0
     partitions_owned: set[int] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "partitions_owned"}
+        return out | {"partitions_owned": sorted(self.partitions_owned)}
+
+    def publish(self, metrics: Metrics) -> None:
+        """Once per invocation: per-step counts would be one log line each in EMF."""
+        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped"):
+            metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
 
 @dataclass
@@ -437,6 +447,7 @@ class Relay:
         owned = self._owned.pop(partition, None)
         if owned is None:
             return
+        self.report.partitions_lost += 1
         log.warning("relay %s stops pushing partition %s: %s", self.relay_id, partition, why)
         self.metrics.count("RelayPartitionLost")
 
@@ -546,8 +557,6 @@ class Relay:
             for _ in take:
                 pending.popleft()
             owned.pending_count -= len(take)
-        if pushed:
-            self.metrics.count("RelayPushed", pushed)
         self._mark_queued(queued)
         return pushed
 
@@ -610,7 +619,6 @@ class Relay:
             log.warning("dispatch to %s failed: %s", queue, exc)
             return
         self.report.dispatched += started
-        self.metrics.count("RelayDispatched", started, queue=queue)
 
     def _maintain(self) -> None:
         """Reap expired leases, and start workers for backlogs nobody is draining."""

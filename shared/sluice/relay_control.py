@@ -1,0 +1,132 @@
+"""Operating the relay: its scheduled Lambda run, and the runtime knobs it obeys.
+
+The knobs live in each queue's config hash in Redis (``engine.set_config``). A running
+relay re-reads them every half second and ``rate.lua`` reads the rate on every call,
+so a change made here (or through the CLI, which calls these) applies within about a
+second on every relay instance, with no redeploy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from functools import cache
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sluice.errors import InvalidInput
+from sluice.models import QueueConfig
+
+if TYPE_CHECKING:
+    from sluice.config import Settings
+    from sluice.kafka.source import KafkaSource
+
+log = logging.getLogger(__name__)
+
+
+class ConfigEngine(Protocol):
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
+    def get_config(self, queue: str) -> QueueConfig: ...
+
+
+def _number(value: object, what: str, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        raise InvalidInput(f"{what} must be a number >= 0, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if value > 10_000_000:
+        raise InvalidInput(f"{what} is absurdly large: {value!r}")
+    return float(value)
+
+
+def set_rate(engine: ConfigEngine, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
+    """Limit pushing into ``queue`` to ``per_second`` jobs/s (0 = unlimited), ``burst`` at once.
+
+    The burst defaults to one second's worth, so a relay that polls every 200 ms is not
+    starved between polls.
+    """
+    rate = _number(per_second, "rate per second")
+    size = int(_number(burst, "burst", integer=True)) if burst is not None else max(1, int(rate))
+    return engine.set_config(queue, rate_per_s=rate, burst=size)
+
+
+def set_watermarks(engine: ConfigEngine, queue: str, high: int, low: int | None = None) -> QueueConfig:
+    """Pause pushing while the ready depth is above ``high``; resume below ``low`` (default high/2).
+
+    ``high`` = 0 turns the watermark off.
+    """
+    hi = int(_number(high, "high watermark", integer=True))
+    lo = int(_number(low, "low watermark", integer=True)) if low is not None else hi // 2
+    if hi and lo > hi:
+        raise InvalidInput(f"the low watermark ({lo}) must not be above the high one ({hi})")
+    return engine.set_config(queue, high_watermark=hi, low_watermark=lo)
+
+
+def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConfig:
+    return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
+
+
+def pause(engine: ConfigEngine, queue: str) -> QueueConfig:
+    """Stop pushing into ``queue``; Kafka holds its backlog. Leasing is not affected."""
+    return engine.set_config(queue, paused=True)
+
+
+def resume(engine: ConfigEngine, queue: str) -> QueueConfig:
+    return engine.set_config(queue, paused=False)
+
+
+# -- the scheduled Lambda run ---------------------------------------------------------------------
+
+
+class ScheduledEvent(BaseModel):
+    """The EventBridge "Scheduled Event" that starts a relay invocation every minute."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    detail_type: str = Field(alias="detail-type", pattern="^Scheduled Event$")
+    source: str = Field(pattern="^aws\\.events$")
+    time: str = ""
+    resources: list[str] = Field(default_factory=list)
+
+
+def parse_scheduled(event: object) -> ScheduledEvent:
+    try:
+        return ScheduledEvent.model_validate(event)
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInput(f"not an EventBridge scheduled event ({errors})") from exc
+
+
+class LambdaContextLike(Protocol):
+    @property
+    def aws_request_id(self) -> str: ...
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
+@cache
+def _source(settings: Settings) -> KafkaSource:
+    """One consumer per container, reused by every invocation (it rewinds on each take-over)."""
+    from sluice.kafka.source import KafkaSource
+
+    return KafkaSource.from_settings(settings)
+
+
+def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
+    """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
+    from sluice import wiring
+    from sluice.relay import Relay
+    from sluice.store.fenced import EmfMetrics
+
+    scheduled = parse_scheduled(event)
+    settings = wiring.settings()
+    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
+    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
+    metrics = EmfMetrics()
+    relay = Relay.from_settings(settings, wiring.queue(settings), wiring.store(settings),  # type: ignore[arg-type]
+                                _source(settings), dispatcher, relay_id, metrics=metrics)
+    log.info("relay %s starting for the schedule at %s", relay_id, scheduled.time)
+    report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
+    report.publish(metrics)
+    return report.as_dict()

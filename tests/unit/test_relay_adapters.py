@@ -1,0 +1,257 @@
+"""The relay's adapters and controls without a network: dispatchers, the Kafka source, knobs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from kafka import TopicPartition
+from kafka.errors import KafkaConnectionError
+from kafka.structs import OffsetAndMetadata
+
+from sluice import relay_control
+from sluice.dispatch import LambdaDispatcher, LocalProcessDispatcher
+from sluice.errors import BackendUnavailable, InvalidInput
+from sluice.kafka.source import KafkaSource
+from sluice.models import DispatchEvent, QueueConfig
+from sluice.relay import SourceRecord
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+
+
+# -- LambdaDispatcher --------------------------------------------------------------------------------
+
+def lambda_client() -> Any:
+    return boto3.client("lambda", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+
+
+def test_lambda_dispatcher_invokes_asynchronously_with_a_dispatch_event() -> None:
+    client = lambda_client()
+    expected = {"FunctionName": "sluice-worker", "InvocationType": "Event",
+                "Payload": DispatchEvent(queues=["q"], batch=25).model_dump_json().encode()}
+    with Stubber(client) as stub:
+        for _ in range(3):
+            stub.add_response("invoke", {"StatusCode": 202}, expected)
+        assert LambdaDispatcher(client, "sluice-worker").dispatch("q", 3, 25) == 3
+        stub.assert_no_pending_responses()
+    event = DispatchEvent.model_validate_json(expected["Payload"])
+    assert event.queues == ["q"] and event.batch == 25 and event.source == "relay"
+
+
+def test_lambda_dispatcher_counts_what_lambda_accepted_and_raises_if_nothing() -> None:
+    client = lambda_client()
+    with Stubber(client) as stub:
+        stub.add_response("invoke", {"StatusCode": 202})
+        stub.add_client_error("invoke", "TooManyRequestsException", http_status_code=429)
+        assert LambdaDispatcher(client, "w", parallel=1).dispatch("q", 2, 10) == 1
+        stub.add_client_error("invoke", "ServiceException", http_status_code=500)
+        with pytest.raises(BackendUnavailable):
+            LambdaDispatcher(client, "w").dispatch("q", 1, 10)
+    assert LambdaDispatcher(client, "w").dispatch("q", 0, 10) == 0
+    with pytest.raises(InvalidInput):
+        LambdaDispatcher(client, "")
+
+
+# -- LocalProcessDispatcher --------------------------------------------------------------------------
+
+WRITE_EVENT = "import sys, pathlib, os; pathlib.Path(sys.argv[1], str(os.getpid())).write_text(sys.argv[2])"
+
+
+def test_local_dispatcher_starts_processes_with_the_event_and_caps_them(tmp_path: Path) -> None:
+    dispatcher = LocalProcessDispatcher([sys.executable, "-c", WRITE_EVENT, str(tmp_path), "{event}"],
+                                        max_processes=2)
+    assert dispatcher.dispatch("emails", 5, 7) == 2
+    deadline = time.monotonic() + 20
+    while dispatcher.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    events = [DispatchEvent.model_validate_json(p.read_text()) for p in tmp_path.iterdir()]
+    assert [(e.queues, e.batch) for e in events] == [(["emails"], 7)] * 2
+    dispatcher.close()
+
+
+def test_local_dispatcher_appends_the_event_and_close_stops_its_workers(tmp_path: Path) -> None:
+    sleeper = LocalProcessDispatcher([sys.executable, "-c", "import time; time.sleep(60)"], max_processes=3)
+    assert sleeper._argv("E")[-1] == "E"
+    assert sleeper.dispatch("q", 3, 1) == 3
+    assert sleeper.dispatch("q", 3, 1) == 0  # all three slots busy
+    procs = list(sleeper.procs)
+    sleeper.close(timeout=5)
+    assert all(p.poll() is not None for p in procs)
+    with pytest.raises(InvalidInput):
+        LocalProcessDispatcher([])
+
+
+# -- KafkaSource -------------------------------------------------------------------------------------
+
+class Rec:
+    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.partition, self.offset, self.key, self.value = partition, offset, key, value
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.committed_offsets: dict[TopicPartition, int] = {TopicPartition("t", 1): 40}
+        self.fail = False
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        if self.fail:
+            raise KafkaConnectionError("down")
+        return {2, 0, 1} if topic == "t" else None
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.calls.append(("assign", tps))
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        return self.committed_offsets.get(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.calls.append(("seek", (tp, offset)))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self.calls.append(("seek_to_beginning", tps))
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Rec]]:
+        return {TopicPartition("t", 1): [Rec(1, 5, b"a", b"x"), Rec(1, 6, None, None)],
+                TopicPartition("t", 0): [Rec(0, 9, b"b", b"y")]}
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        self.calls.append(("commit", offsets))
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self.calls.append(("pause", tps))
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self.calls.append(("resume", tps))
+
+
+class FakeFuture:
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+
+    def succeeded(self) -> bool:
+        return self.ok
+
+
+class FakeProducer:
+    def __init__(self, results: list[bool]) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.results = results
+        self.flushes = 0
+
+    def send(self, topic: str, **kw: Any) -> FakeFuture:
+        self.sent.append({"topic": topic, **kw})
+        return FakeFuture(self.results.pop(0) if self.results else True)
+
+    def flush(self, timeout: float) -> None:
+        self.flushes += 1
+
+
+def test_source_assigns_rewinds_polls_and_commits_by_hand() -> None:
+    consumer = FakeConsumer()
+    source = KafkaSource(consumer, "t", "t.dlq", FakeProducer([]))
+    assert source.partitions() == [0, 1, 2]
+    source.assign([0, 1])
+    source.rewind_to_committed([0, 1])
+    assert consumer.calls == [
+        ("assign", [TopicPartition("t", 0), TopicPartition("t", 1)]),
+        ("seek_to_beginning", (TopicPartition("t", 0),)),
+        ("seek", (TopicPartition("t", 1), 40)),
+    ]
+    assert source.poll(10, 100) == [SourceRecord(0, 9, b"b", b"y"), SourceRecord(1, 5, b"a", b"x"),
+                                    SourceRecord(1, 6, None, None)]
+    source.commit({1: 7})
+    assert consumer.calls[-1] == ("commit", {TopicPartition("t", 1): OffsetAndMetadata(7, "", -1)})
+    source.pause([1])
+    source.resume([1])
+    assert consumer.calls[-2:] == [("pause", (TopicPartition("t", 1),)), ("resume", (TopicPartition("t", 1),))]
+
+
+def test_source_translates_kafka_errors() -> None:
+    consumer = FakeConsumer()
+    consumer.fail = True
+    with pytest.raises(BackendUnavailable):
+        KafkaSource(consumer, "t", "t.dlq", FakeProducer([])).partitions()
+
+
+def test_dead_letters_carry_the_reason_and_failed_ones_are_resent() -> None:
+    made: list[FakeProducer] = []
+
+    def factory() -> FakeProducer:
+        made.append(FakeProducer([False, True]))
+        return made[-1]
+
+    source = KafkaSource(FakeConsumer(), "t", "t.dlq", factory)
+    source.flush_dead_letters()  # nothing sent: no producer is even created
+    assert made == []
+    source.dead_letter(SourceRecord(3, 17, b"k", b"\xff"), "undecodable: not UTF-8 JSON")
+    source.dead_letter(SourceRecord(3, 18, None, None), "undecodable: empty value")
+    producer = made[0]
+    first = producer.sent[0]
+    assert first["topic"] == "t.dlq" and first["key"] == b"k" and first["value"] == b"\xff"
+    assert dict(first["headers"]) == {"sluice-reason": b"undecodable: not UTF-8 JSON",
+                                      "sluice-source-topic": b"t", "sluice-source-partition": b"3",
+                                      "sluice-source-offset": b"17"}
+    assert producer.sent[1]["value"] == b""
+    with pytest.raises(BackendUnavailable):
+        source.flush_dead_letters()  # the first was not acknowledged: resent, not committed past
+    assert len(producer.sent) == 3 and dict(producer.sent[2]["headers"])["sluice-source-offset"] == b"17"
+    source.flush_dead_letters()
+    assert producer.flushes == 2
+
+
+# -- relay_control -----------------------------------------------------------------------------------
+
+class ConfigStub:
+    def __init__(self) -> None:
+        self.config = QueueConfig()
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        self.config = self.config.model_copy(update=changes)
+        return self.config
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.config
+
+
+def test_knobs_write_the_queue_config() -> None:
+    engine = ConfigStub()
+    assert relay_control.set_rate(engine, "q", 200).burst == 200
+    assert relay_control.set_rate(engine, "q", 50.5, burst=5).rate_per_s == 50.5
+    cfg = relay_control.set_watermarks(engine, "q", 1000)
+    assert (cfg.high_watermark, cfg.low_watermark) == (1000, 500)
+    assert relay_control.pause(engine, "q").paused
+    assert not relay_control.resume(engine, "q").paused
+    assert relay_control.set_max_in_flight(engine, "q", 8).max_in_flight == 8
+
+
+@pytest.mark.parametrize("call", [
+    lambda e: relay_control.set_rate(e, "q", -1),
+    lambda e: relay_control.set_rate(e, "q", float("nan")),
+    lambda e: relay_control.set_rate(e, "q", True),
+    lambda e: relay_control.set_rate(e, "q", "200"),
+    lambda e: relay_control.set_rate(e, "q", 10, burst=2.5),
+    lambda e: relay_control.set_rate(e, "q", 1e12),
+    lambda e: relay_control.set_watermarks(e, "q", 10, 20),
+    lambda e: relay_control.set_max_in_flight(e, "q", -3),
+])
+def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
+    engine = ConfigStub()
+    with pytest.raises(InvalidInput):
+        call(engine)
+    assert engine.config == QueueConfig()
+
+
+def test_the_scheduled_event_parses_and_anything_else_is_refused() -> None:
+    event = json.loads((EVENTS / "scheduled_relay.json").read_text())
+    parsed = relay_control.parse_scheduled(event)
+    assert parsed.detail_type == "Scheduled Event" and parsed.resources[0].endswith("sluice-relay-every-minute")
+    for bad in [{}, [], "x", None, {**event, "detail-type": "Object Created"}, {**event, "source": "me"}]:
+        with pytest.raises(InvalidInput):
+            relay_control.parse_scheduled(bad)
