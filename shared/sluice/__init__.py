@@ -1,5 +1,7 @@
 """Sluice: an at-least-once job queue for AWS whose storage refuses stale writers."""
 
+from typing import Any
+
 from sluice.errors import (
     AlreadyFinished,
     JobCancelled,
@@ -28,3 +30,12 @@ __all__ = [
     "Worker",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # sluice.Client is imported on first use: worker Lambdas never load the HTTP client.
+    if name == "Client":
+        from sluice.client import Client
+
+        return Client
+    raise AttributeError(f"module 'sluice' has no attribute {name!r}")

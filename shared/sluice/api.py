@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sluice.errors import JobNotFound, SluiceError
+from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
 from sluice.http.jsonguard import PayloadTooLarge
 from sluice.http.models import (
     Accepted,
@@ -193,22 +193,21 @@ class Api:
     def cancel(self, job_id: str) -> CancelAccepted:
         """Raises JobNotFound (404) or AlreadyFinished (409)."""
         validate_job_id(job_id)
-        record = self.store.request_cancel(job_id)
-        if record.status is JobState.LEASED:
-            # The store only flags a running job; the engine tells its worker on the next
-            # heartbeat. A Redis failure here propagates (503): repeating the request is safe
-            # because flagging a leased job again changes nothing.
-            self.queue.cancel(record.queue, job_id)
-            return CancelAccepted(job_id=job_id, status="cancel_requested")
+        record = self.store.request_cancel(job_id)  # the store decides; Redis follows
+        leased = record.status is JobState.LEASED
         try:
             self.queue.cancel(record.queue, job_id)
-        except JobNotFound:
-            pass  # still in Kafka only: the relay skips final jobs
+        except (JobNotFound, AlreadyFinished):
+            pass  # not in Redis (still in Kafka: the relay skips final jobs) or it just ended
         except SluiceError as exc:
-            # The store says cancelled, so a worker's grant refuses it; removing it from
-            # Redis is housekeeping that the reaper also does.
+            if leased:
+                # Only Redis can tell a running worker (on its next heartbeat). Fail with 503:
+                # repeating the request is safe, flagging a leased job twice changes nothing.
+                raise
+            # The store says cancelled, so a worker's grant refuses the job; removing it
+            # from Redis is housekeeping.
             log.warning("cancelled job %s not removed from its Redis queue: %r", job_id, exc)
-        return CancelAccepted(job_id=job_id, status="cancelled")
+        return CancelAccepted(job_id=job_id, status="cancel_requested" if leased else "cancelled")
 
     def stats(self, queue: str) -> QueueView:
         validate_queue_name(queue)

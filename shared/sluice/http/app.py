@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -42,6 +42,9 @@ from sluice.http.models import (
     Problem,
     QueueView,
 )
+
+if TYPE_CHECKING:
+    from sluice.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -271,3 +274,21 @@ def build_openapi(resolver: APIGatewayRestResolver) -> str:
         if f"#/components/schemas/{unused}" not in text:
             schemas.pop(unused, None)
     return json.dumps(doc, separators=(",", ":"))
+
+
+def build_api(settings: Settings | None = None) -> Api:
+    """The use-cases over the real adapters from the composition root."""
+    from sluice import wiring
+    from sluice.http.idempotency import PowertoolsIdempotency
+
+    s = settings or wiring.settings()
+    return Api(wiring.job_log(settings), wiring.store(settings), wiring.queue(settings),
+               idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes)
+
+
+def gateway_from_settings(settings: Settings | None = None) -> Gateway:
+    """A Gateway whose adapters are built on the first request (cold start stays cheap)."""
+    from sluice import wiring
+
+    s = settings or wiring.settings()
+    return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes)

@@ -1,0 +1,240 @@
+"""``sluice.Client``: what a Python web server (and the CLI) uses to talk to the gateway.
+
+Every enqueue carries an Idempotency-Key (one is generated per logical call when the
+caller gives none) and every retry reuses it, so a retried request never creates a
+second job: after a lost response, a timeout, a 429, a 502/503/504 or a 409 "in
+progress", the retry gets the original job back. Retries back off exponentially with
+full jitter (``policy.backoff_ms``) and honour ``Retry-After``.
+
+Authentication: SigV4 for a deployed API with IAM auth (``sign_sigv4=True``, service
+``execute-api``, credentials from the usual botocore chain), or an API key header.
+Transport is urllib from the standard library; tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from pydantic import ValidationError
+
+from sluice import __version__
+from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError
+from sluice.http.models import (
+    Accepted,
+    BatchAccepted,
+    BatchRequest,
+    CancelAccepted,
+    EnqueueRequest,
+    JobView,
+    QueueView,
+)
+from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_queue_name
+from sluice.policy import backoff_ms
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+class Transport(Protocol):
+    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+             timeout: float) -> HttpResponse:
+        """Raise OSError (ConnectionError, TimeoutError, ...) when no response arrived."""
+        ...
+
+
+class UrllibTransport:
+    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+             timeout: float) -> HttpResponse:
+        request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return HttpResponse(response.status, {k.lower(): v for k, v in response.headers.items()},
+                                    response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return HttpResponse(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            raise reason if isinstance(reason, OSError) else ConnectionError(str(reason)) from exc
+
+
+class ApiError(SluiceError):
+    """The gateway answered with a problem document that maps to no Sluice error type."""
+
+    code = "API_ERROR"
+
+
+def _error(status: int, problem: Mapping[str, Any]) -> SluiceError:
+    code = str(problem.get("code") or "")
+    detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+    cls = ERROR_CODES.get(code)
+    if cls is None:
+        cls = InvalidInput if 400 <= status < 500 else BackendUnavailable if status in RETRY_STATUSES \
+            else ApiError
+    return cls(detail, status=status, problem=dict(problem))
+
+
+class Client:
+    def __init__(self, api_url: str, *, api_key: str | None = None, sign_sigv4: bool = False,
+                 region: str | None = None, timeout_s: float = 10.0, max_attempts: int = 6,
+                 backoff_base_ms: int = 100, backoff_cap_ms: int = 5_000, transport: Transport | None = None,
+                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
+                 credentials: Any = None) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.backoff_base_ms = backoff_base_ms
+        self.backoff_cap_ms = backoff_cap_ms
+        self.transport = transport or UrllibTransport()
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+        self.sign_sigv4 = sign_sigv4
+        match = _REGION_IN_HOST.search(self.api_url)
+        self.region = region or (match.group(1) if match else "us-east-1")
+        self._credentials = credentials
+
+    # -- the API ---------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
+                max_attempts: int = 5, lease_seconds: int = 30,
+                idempotency_key: str | None = None) -> Accepted:
+        job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
+                         "max_attempts": max_attempts, "lease_seconds": lease_seconds})
+        body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", job.model_dump(),
+                          idempotency_key=idempotency_key or _new_key())
+        return Accepted.model_validate(body)
+
+    def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | EnqueueRequest], *,
+                      idempotency_key: str | None = None) -> BatchAccepted:
+        try:
+            batch = BatchRequest(jobs=[j if isinstance(j, EnqueueRequest) else self._job(j) for j in jobs])
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid batch: {exc}") from exc
+        body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
+                          batch.model_dump(), idempotency_key=idempotency_key or _new_key())
+        return BatchAccepted.model_validate(body)
+
+    def status(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._call("GET", f"/v1/jobs/{validate_job_id(job_id)}"))
+
+    def cancel(self, job_id: str) -> CancelAccepted:
+        """Raises JobNotFound, or AlreadyFinished when the job had finished."""
+        return CancelAccepted.model_validate(self._call("DELETE", f"/v1/jobs/{validate_job_id(job_id)}"))
+
+    def queue_stats(self, queue: str) -> QueueView:
+        return QueueView.model_validate(self._call("GET", f"/v1/queues/{self._queue(queue)}"))
+
+    def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
+             clock: Callable[[], float] = time.monotonic) -> JobView:
+        """Poll until the job is final (succeeded, failed, dead, cancelled), else TimeoutError."""
+        deadline = clock() + timeout_s
+        delay = poll_s
+        while True:
+            view = self.status(job_id)
+            if view.status in FINAL_STATES:
+                return view
+            if clock() + delay > deadline:
+                raise TimeoutError(f"job {job_id} still {view.status} after {timeout_s}s")
+            self.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @staticmethod
+    def _job(fields: Mapping[str, Any]) -> EnqueueRequest:
+        try:
+            job = EnqueueRequest.model_validate(dict(fields))
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid job: {exc}") from exc
+        dump_json(job.payload)  # NaN, Infinity, non-JSON types: refuse here, not as a 400 later
+        return job
+
+    @staticmethod
+    def _queue(queue: str) -> str:
+        return quote(validate_queue_name(queue), safe="")
+
+    def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
+        data = None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+        headers = {"Accept": "application/json", "User-Agent": f"sluice-client/{__version__}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        url = self.api_url + path
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.transport.send(method, url, self._signed(method, url, headers, data), data,
+                                               self.timeout_s)
+            except OSError as exc:  # no answer: with the same idempotency key, trying again is safe
+                if attempt >= self.max_attempts:
+                    raise BackendUnavailable(f"{method} {path}: no response after {attempt} attempts: "
+                                             f"{exc!r}") from exc
+                self.sleep(self._backoff_s(attempt, None))
+                continue
+            if 200 <= response.status < 300:
+                return json.loads(response.body) if response.body else None
+            problem = _problem(response)
+            if self._retryable(response.status, problem) and attempt < self.max_attempts:
+                self.sleep(self._backoff_s(attempt, response.headers.get("retry-after")))
+                continue
+            raise _error(response.status, problem)
+
+    @staticmethod
+    def _retryable(status: int, problem: Mapping[str, Any]) -> bool:
+        return status in RETRY_STATUSES or (status == 409 and problem.get("code") == "IN_PROGRESS")
+
+    def _backoff_s(self, attempt: int, retry_after: str | None) -> float:
+        wait_ms = backoff_ms(attempt, base_ms=self.backoff_base_ms, cap_ms=self.backoff_cap_ms, rng=self.rng)
+        if retry_after is not None and retry_after.strip().isdigit():
+            wait_ms = max(wait_ms, min(int(retry_after) * 1000, 60_000))
+        return wait_ms / 1000
+
+    def _signed(self, method: str, url: str, headers: dict[str, str], data: bytes | None) -> dict[str, str]:
+        if not self.sign_sigv4:
+            return headers
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        if self._credentials is None:
+            import botocore.session
+
+            self._credentials = botocore.session.get_session().get_credentials()
+            if self._credentials is None:
+                raise InvalidInput("sign_sigv4=True but no AWS credentials were found")
+        request = AWSRequest(method=method, url=url, data=data or b"", headers=dict(headers))
+        SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)  # fresh date per attempt
+        return {k: str(v) for k, v in request.headers.items()}
+
+
+def _new_key() -> str:
+    return f"sluice-{uuid.uuid4().hex}"
+
+
+def _problem(response: HttpResponse) -> dict[str, Any]:
+    try:
+        parsed = json.loads(response.body) if response.body else {}
+    except ValueError:
+        parsed = {}
+    return parsed if isinstance(parsed, dict) else {}
