@@ -306,6 +306,16 @@ def test_grant_honours_a_cancel_request_whose_holder_vanished(store: DynamoJobSt
         store.write_result("j1", t, "late")
 
 
+def test_a_result_written_despite_a_cancel_request_stays_succeeded(store: DynamoJobStore) -> None:
+    t = store.grant("j1", "q", "A")
+    store.request_cancel("j1")
+    store.write_result("j1", t, "done anyway")  # A finished before its heartbeat saw the request
+    with pytest.raises(JobCancelled):
+        store.grant("j1", "q", "B")  # redelivered after a crash before ack: not run again
+    rec = store.get_job("j1")
+    assert (rec.status, rec.result, rec.token) == (JobState.SUCCEEDED, "done anyway", t)
+
+
 def test_get_job_missing_and_expired(store: DynamoJobStore, clock: Clock) -> None:
     with pytest.raises(JobNotFound):
         store.get_job("nope")

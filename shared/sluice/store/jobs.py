@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -104,6 +105,7 @@ class DynamoJobStore:
         self._sleep = sleep
         self._max_workers = max_workers
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None) -> DynamoJobStore:
@@ -188,12 +190,17 @@ class DynamoJobStore:
         raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
 
     def _honour_cancel_request(self, job_id: str) -> None:
-        """The holder asked to stop never finished it (crashed, lease expired): cancel now."""
+        """The holder asked to stop never finished it (crashed, lease expired): cancel now.
+
+        A job that finished anyway (its holder wrote a result before seeing the request)
+        keeps its final state; it is still not run again.
+        """
         now = self._now_ms()
         request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
-                                condition="#cx = :true AND #st <> :cancelled",
+                                condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
                                 values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
-                                        **self._finish_values(now)})
+                                        ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                                        ":leased": S(JobState.LEASED), **self._finish_values(now)})
         self._update("grant.cancel", request)
 
     # -- fenced writes -----------------------------------------------------------------------
@@ -321,9 +328,12 @@ class DynamoJobStore:
         if len(pairs) == 1:
             self._mark_one(*pairs[0])
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="sluice-store")
-        list(self._pool.map(lambda pair: self._mark_one(*pair), pairs))
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._max_workers,
+                                                thread_name_prefix="sluice-store")
+            pool = self._pool
+        list(pool.map(lambda pair: self._mark_one(*pair), pairs))
 
     def _mark_one(self, job_id: str, queue: str) -> None:
         request = self._request(
@@ -425,6 +435,7 @@ class DynamoJobStore:
             cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
-            self._pool = None
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
