@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sluice.api import Api
 from sluice.errors import AlreadyFinished, BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
@@ -156,21 +158,34 @@ class LambdaContext:
         return 25_000
 
 
+_SHAPES = [  # (method, path regex) -> the recorded event of that route, and its resource
+    ("POST", re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch$"), "apigw_enqueue_batch.json"),
+    ("POST", re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs$"), "apigw_enqueue.json"),
+    ("GET", re.compile(r"^/v1/jobs/(?P<job_id>[^/]+)$"), "apigw_get_job.json"),
+    ("DELETE", re.compile(r"^/v1/jobs/(?P<job_id>[^/]+)$"), "apigw_cancel_job.json"),
+    ("GET", re.compile(r"^/v1/queues/(?P<queue>[^/]*)$"), "apigw_get_queue.json"),
+]
+
+
 def event_for(method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
               headers: dict[str, str] | None = None, b64: bool = False,
               content_type: str | None = "application/json") -> dict[str, Any]:
-    """A REST proxy event shaped like tests/events/apigw_enqueue.json."""
-    event: dict[str, Any] = json.loads((EVENTS / "apigw_enqueue.json").read_text())
+    """A REST proxy event: the recorded event of the matching route, with this request in it."""
+    name, params = "apigw_openapi.json", None
+    for m, shape, file in _SHAPES:
+        if (match := shape.match(path)) and m == method:
+            name, params = file, {k: unquote(v) for k, v in match.groupdict().items()}
+            break
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
     text: str | bytes | None = raw if raw is not None else (None if body is None else json.dumps(body))
     hdrs = {k: v for k, v in event["headers"].items() if k.lower() not in ("content-type", "idempotency-key")}
-    if content_type is not None:
+    if content_type is not None and (text is not None or method == "POST"):
         hdrs["Content-Type"] = content_type
     hdrs.update(headers or {})
     event.update(httpMethod=method, path=path, headers=hdrs,
                  multiValueHeaders={k: [v] for k, v in hdrs.items()}, isBase64Encoded=b64,
-                 resource="/{proxy+}", pathParameters={"proxy": path.lstrip("/")})
-    event["requestContext"] = {**event["requestContext"], "httpMethod": method, "path": "/prod" + path,
-                               "resourcePath": "/{proxy+}"}
+                 pathParameters=params)
+    event["requestContext"] = {**event["requestContext"], "httpMethod": method, "path": "/live" + path}
     if text is None:
         event["body"] = None
     elif b64:

@@ -1,0 +1,137 @@
+"""functions/gateway/app.py, driven with the recorded API Gateway events as they are.
+
+The composition root is pointed at fakes, so this checks the thin handler's wiring:
+settings, adapters built once per container on first use, Powertools logging and metrics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from sluice import wiring
+from sluice.http import idempotency
+from sluice.models import JobRecord, JobState
+from tests.unit.test_gateway_fakes import (
+    EVENTS,
+    FakeIdempotency,
+    FakeLog,
+    FakeQueue,
+    FakeStore,
+    LambdaContext,
+)
+
+APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
+
+
+class Fakes:
+    def __init__(self) -> None:
+        self.log, self.store, self.queue, self.idem = FakeLog(), FakeStore(), FakeQueue(), FakeIdempotency()
+        self.builds = 0
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
+    f = Fakes()
+
+    def built(adapter: Any) -> Any:
+        def build(settings: Any = None) -> Any:
+            f.builds += 1
+            return adapter
+        return build
+
+    monkeypatch.setenv("SLUICE_MAX_PAYLOAD_BYTES", "1000")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "sluice-gateway")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Sluice")
+    wiring.reset()
+    monkeypatch.setattr(wiring, "job_log", built(f.log))
+    monkeypatch.setattr(wiring, "store", built(f.store))
+    monkeypatch.setattr(wiring, "queue", built(f.queue))
+    monkeypatch.setattr(idempotency.PowertoolsIdempotency, "from_settings", staticmethod(built(f.idem)))
+    yield f
+    monkeypatch.undo()
+    wiring.reset()
+
+
+@pytest.fixture
+def app(fakes: Fakes) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gateway_app_under_test", APP)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())  # type: ignore[no-any-return]
+
+
+def call(app: ModuleType, ev: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    response = app.handler(ev, LambdaContext())
+    headers = {k.lower(): v[-1] for k, v in (response.get("multiValueHeaders") or {}).items()}
+    headers |= {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    return response["statusCode"], headers, json.loads(response["body"])
+
+
+def test_cold_start_builds_no_adapter(app: ModuleType, fakes: Fakes) -> None:
+    assert fakes.builds == 0
+
+
+def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+    code, headers, body = call(app, event("apigw_enqueue.json"))
+    assert code == 202 and headers["location"] == f"/v1/jobs/{body['job_id']}"
+    [spec] = fakes.log.records
+    assert (spec.queue, spec.payload, spec.priority, spec.lease_ms) == (
+        "emails", {"to": "ada@example.com", "template": "welcome"}, 5, 60_000)
+    caller = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"
+    assert spec.idempotency_key == f"{caller}|order-1234-welcome-email"
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf and emf[-1]["Gateway2xx"] == [1.0]
+    code, _, again = call(app, event("apigw_enqueue.json"))
+    assert (code, again) == (200, body)
+    assert fakes.builds == 4  # log, store, queue and idempotency: once per container
+
+
+def test_recorded_batch_event(app: ModuleType, fakes: Fakes) -> None:
+    code, _, body = call(app, event("apigw_enqueue_batch.json"))
+    assert code == 202 and [j["queue"] for j in body["jobs"]] == ["emails", "emails"]
+    assert fakes.log.records[1].run_at_ms == fakes.log.records[1].enqueued_at_ms + 30_000
+
+
+def test_recorded_base64_event(app: ModuleType, fakes: Fakes) -> None:
+    code, _, _ = call(app, event("apigw_enqueue_base64.json"))
+    assert code == 202 and fakes.log.records[0].payload["image"] == "s3://photos/é.jpg"
+
+
+def test_settings_reach_the_gateway(app: ModuleType, fakes: Fakes) -> None:
+    ev = event("apigw_enqueue.json")
+    ev["body"] = json.dumps({"payload": "x" * 1000})  # over SLUICE_MAX_PAYLOAD_BYTES=1000 as JSON
+    code, _, doc = call(app, ev)
+    assert (code, doc["status"]) == (413, 413)
+    assert fakes.log.records == []
+
+
+def test_recorded_get_cancel_and_queue_events(app: ModuleType, fakes: Fakes) -> None:
+    assert call(app, event("apigw_get_job.json"))[0] == 404
+    job_id = event("apigw_get_job.json")["pathParameters"]["job_id"]
+    fakes.store.items[job_id] = JobRecord(job_id=job_id, queue="emails", status=JobState.QUEUED)
+    fakes.queue.in_redis.add(job_id)
+    code, _, body = call(app, event("apigw_get_job.json"))
+    assert (code, body["status"]) == (200, "queued")
+    code, _, body = call(app, event("apigw_cancel_job.json"))
+    assert (code, body) == (202, {"job_id": job_id, "status": "cancelled"})
+    assert call(app, event("apigw_cancel_job.json"))[0] == 409
+    code, _, body = call(app, event("apigw_get_queue.json"))
+    assert (code, body["queue"], body["ready"]) == (200, "emails", 3)
+
+
+def test_recorded_openapi_event(app: ModuleType) -> None:
+    code, headers, doc = call(app, event("apigw_openapi.json"))
+    assert code == 200 and headers["content-type"] == "application/json"
+    assert "/v1/queues/{queue}/jobs" in doc["paths"]
