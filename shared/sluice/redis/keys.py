@@ -64,6 +64,12 @@ class QueueKeys:
         return f"{self.base}:dead"
 
     @property
+    def tokens(self) -> str:
+        """hash job id -> Redis token of its current lease; a field exists iff the job is leased
+        (one HMGET checks a whole batch of acks)."""
+        return f"{self.base}:tokens"
+
+    @property
     def seq(self) -> str:
         return f"{self.base}:seq"
 
