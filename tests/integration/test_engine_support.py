@@ -1,7 +1,8 @@
 """Helpers shared by the engine's integration tests (no tests here).
 
 ``snapshot`` captures every key with its type, value and TTL, so a test can assert
-that a refused call wrote nothing at all.
+that a refused call wrote nothing at all. ``where`` tells which of the queue's
+structures hold a job id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import redis
 from sluice.models import JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
+
+BAND = 2**44
 
 
 def snapshot(client: redis.Redis) -> dict[str, Any]:
@@ -43,6 +46,20 @@ def job(client: redis.Redis, queue: str, job_id: str) -> dict[str, str]:
 
 def members(client: redis.Redis, queue: str, which: str) -> list[str]:
     return client.zrange(getattr(QueueKeys(queue), which), 0, -1)  # type: ignore[no-any-return]
+
+
+def score(client: redis.Redis, queue: str, which: str, job_id: str) -> float | None:
+    return client.zscore(getattr(QueueKeys(queue), which), job_id)  # type: ignore[no-any-return]
+
+
+def where(client: redis.Redis, queue: str, job_id: str) -> set[str]:
+    """Every structure of ``queue`` that mentions ``job_id`` (one, unless something is wrong)."""
+    k = QueueKeys(queue)
+    found = {name for name in ("ready", "delayed", "leased", "dead")
+             if client.zscore(getattr(k, name), job_id) is not None}
+    if client.hexists(k.tokens, job_id):
+        found.add("tokens")
+    return found
 
 
 def redis_now_ms(client: redis.Redis) -> int:

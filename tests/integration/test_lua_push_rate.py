@@ -35,7 +35,7 @@ def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client
     assert redis_client.hgetall(K.relayed(TOPIC, 2)) == {"owner": "5", "offset": "12"}
     assert members(redis_client, "q", "ready") == ["j10", "j11", "j12"]
     assert job(redis_client, "q", "j11")["p"] == '{"id":"j11"}'
-    assert job(redis_client, "q", "j11")["s"] == "w"
+    assert job(redis_client, "q", "j11")["m"].startswith("0,5,30000,")
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
 
 
@@ -116,10 +116,11 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     rq.push("q", TOPIC, 0, 1, recs(0))
     before = snapshot(redis_client)
     script = redis_client.register_script(source("push.lua"))
-    good = [1, 1, 5, "ok", '"p"', 0, 5, 30_000, 0, 0]
+    good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0]
     keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq]
-    for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10"), (6, "0"), (7, "5"),
-                         (8, str(10**15)), (0, "x"), (1, "2")]:
+    for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10,5,30000,0"), (5, "0,0,30000,0"),
+                         (5, "0,5,5,0"), (5, "0,5,30000"), (5, "0,101,30000,0"), (6, str(10**15)),
+                         (6, "1.5"), (0, "x"), (1, "2")]:
         args = list(good)
         args[index] = value
         with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):

@@ -82,14 +82,12 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int) -> JobFields:
     payload = dump_json(spec.payload)
     if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload of {spec.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
-    return JobFields(
-        spec.job_id, payload,
-        _int(spec.priority, 0, MAX_PRIORITY, "priority"),
-        _int(spec.max_attempts, 1, MAX_ATTEMPTS, "max_attempts"),
-        _int(spec.lease_ms, MIN_LEASE_MS, MAX_LEASE_MS, "lease_ms"),
-        _int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)"),
-        _int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms"),
-    )
+    priority = _int(spec.priority, 0, MAX_PRIORITY, "priority")
+    max_attempts = _int(spec.max_attempts, 1, MAX_ATTEMPTS, "max_attempts")
+    lease_ms = _lease_ms(spec.lease_ms)
+    run_at_ms = _int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)")
+    enqueued_at_ms = _int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms") or now_ms
+    return JobFields(spec.job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}", run_at_ms)
 
 
 class RedisQueue:
@@ -173,13 +171,15 @@ class RedisQueue:
         """Lease up to ``n`` (1..1000) jobs for ``lease_ms`` (None: each job's own lease_ms).
 
         Due delayed jobs and expired leases are reclaimed first (up to 100 of each).
+        ``worker_id`` is validated but not stored in Redis (that would cost a write per
+        job); the job store records the lease owner.
         """
         k = self.keys(queue)
         _int(n, 1, MAX_BATCH, "n")
         ms = 0 if lease_ms is None else _lease_ms(lease_ms)
         if not isinstance(worker_id, str) or len(worker_id) > 256:
             raise InvalidInput(f"worker_id must be a string of at most 256 characters, got {worker_id!r}")
-        return self.scripts.lease(k, n, ms, worker_id, RECLAIM_PER_LEASE)
+        return self.scripts.lease(k, n, ms, RECLAIM_PER_LEASE)
 
     def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
         """New deadline = now + lease_ms. Raises LeaseLost (or StaleToken) unless ``token`` holds it."""

@@ -74,15 +74,12 @@ def translate(exc: redis.exceptions.RedisError) -> SluiceError:
 
 
 class JobFields(NamedTuple):
-    """A validated job as the enqueue and push scripts take it (7 ARGV entries)."""
+    """A validated job as the enqueue and push scripts take it (4 ARGV entries)."""
 
     job_id: str
     payload: str  # JSON
-    priority: int
-    max_attempts: int
-    lease_ms: int
+    meta: str  # "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>", see lua/_lib.lua
     run_at_ms: int
-    enqueued_at_ms: int
 
 
 class StatsReply(NamedTuple):
@@ -127,45 +124,51 @@ class Scripts:
         reply = self._run("enqueue.lua", [k.job_prefix, k.ready, k.delayed, k.seq], args)
         return [bool(x) for x in reply]
 
-    def lease(self, k: QueueKeys, n: int, lease_ms: int, worker_id: str,
-              reclaim_limit: int) -> list[LeasedJob]:
-        reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.seq, k.config],
-                          [n, lease_ms, worker_id, reclaim_limit])
+    def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
+        reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
+                                        k.config], [n, lease_ms, reclaim_limit])
         now = int(reply[0])
         queue = k.queue
         loads = json.loads
-        return [
-            LeasedJob(job_id=_word(reply[i]), queue=queue, payload=loads(reply[i + 3]), token=reply[i + 1],
-                      deadline_ms=now + reply[i + 7], attempt=reply[i + 2], max_attempts=reply[i + 5],
-                      priority=reply[i + 4], lease_ms=reply[i + 7], enqueued_at_ms=reply[i + 6])
-            for i in range(1, len(reply), 8)
-        ]
+        jobs = []
+        for i in range(1, len(reply), 2):
+            job_id, token, attempt, meta = _word(reply[i]).split(" ")
+            priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
+            ms = lease_ms or own_lease_ms
+            jobs.append(LeasedJob(
+                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), token=int(token),
+                deadline_ms=now + ms, attempt=int(attempt), max_attempts=max_attempts,
+                priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms))
+        return jobs
 
     def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
-        reply = self._run("extend.lua", [k.job(job_id), k.leased], [job_id, token, lease_ms])
+        reply = self._run("extend.lua", [k.job(job_id), k.leased, k.tokens], [job_id, token, lease_ms])
         return Extended(deadline_ms=int(reply[0]), cancel_requested=bool(reply[1]))
 
     def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
-        args: list[Any] = []
-        for job_id, token in jobs:
-            args.append(job_id)
-            args.append(token)
-        reply = self._run("ack.lua", [k.job_prefix, k.leased], args)
-        return [None if x == 1 else parse_error(_word(x)) for x in reply]
+        pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens], [pairs])
+        out: list[SluiceError | None] = [None] * len(jobs)
+        for i in range(1, len(reply), 2):
+            out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))
+        return out
 
     def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
              permanent: bool) -> str:
-        return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.seq],
+        return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
+                                              k.seq],
                                [job_id, token, error, retry_after_ms, int(permanent)]))
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
-        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.seq], [job_id, token]))
+        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq],
+                               [job_id, token]))
 
     def cancel(self, k: QueueKeys, job_id: str) -> str:
-        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed], [job_id]))
+        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens], [job_id]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
-        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.seq], [limit])
+        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq],
+                          [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int) -> int:

@@ -1,49 +1,60 @@
 -- ack.lua: finish one or more leased jobs (success): their hashes are deleted.
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
---   KEYS[2] leased zset
---   ARGV    pairs: job_id, token (1..1000 pairs)
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
+--   KEYS[2] leased zset  KEYS[3] tokens hash (job id -> lease token)
+--   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
+--           argument rather than 2n, because encoding each argument is what a Python
+--           client pays for (job ids cannot contain spaces)
 -- Output
---   one entry per pair: 1 = acked, or an error string for that job alone:
---   "NOT_FOUND job=<id>", "STALE_TOKEN job=<id> mine=<t> current=<t>",
---   "LEASE_LOST job=<id> mine=<t> current=<t>" (the others are still acked).
+--   {acked, then for each pair that was not acked: its index (1-based), its error}
+--   errors: "NOT_FOUND job=<id>", "STALE_TOKEN job=<id> mine=<t> current=<t>",
+--   "LEASE_LOST job=<id> mine=<t> [current=<t>]" (the others are still acked).
+--   When all are acked the reply is just {n}: one entry for the client to parse.
 --   A stale ack changes nothing for its job. An id repeated in one call is acked once;
 --   its repeats report NOT_FOUND, as they would if sent one after another.
+--   One HMGET of the tokens hash checks the whole batch.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 
 --@include _lib.lua
 
-local prefix, leased = KEYS[1], KEYS[2]
-local pairs_n = #ARGV / 2
-if pairs_n < 1 or pairs_n > 1000 or #ARGV % 2 ~= 0 then return invalid('pair count') end
-local tokens = {}
-for i = 1, pairs_n do
-  tokens[i] = int_in(ARGV[2 * i], 1, 9007199254740991)
-  if not tokens[i] then return invalid('token') end
+local prefix, leased, tokens = KEYS[1], KEYS[2], KEYS[3]
+local ids, mine = {}, {}
+for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
+  if not int_in(token, 1, MAX_TOKEN) then return invalid('token') end
+  ids[#ids + 1] = id
+  mine[#mine + 1] = token
+end
+local n = #ids
+-- The pairs must cover the whole argument, single-spaced: nothing was skipped.
+if n < 1 or n > 1000 or #ARGV[1] ~= #table.concat(ids, ' ') + #table.concat(mine, ' ') + 1 then
+  return invalid('pairs')
 end
 
-local out, keys, ids, seen = {}, {}, {}, {}
-for i = 1, pairs_n do
-  local id = ARGV[2 * i - 1]
-  local code, cur
+local current = redis.call('HMGET', tokens, unpack(ids))
+local out, keys, done, seen = {0}, {}, {}, {}
+for i = 1, n do
+  local id = ids[i]
+  local bad
   if seen[id] then
-    code = 'NOT_FOUND'
-  else
-    code, cur = holder_error(redis.call('HMGET', prefix .. id, 't', 's'), tokens[i])
+    bad = 'NOT_FOUND job=' .. id
+  elseif current[i] ~= mine[i] then
+    bad = holder_error(id, mine[i], current[i], prefix .. id)
   end
-  if code then
-    out[i] = holder_reply(code, id, ARGV[2 * i], cur)
+  if bad then
+    out[#out + 1] = i
+    out[#out + 1] = bad
   else
     seen[id] = true
-    out[i] = 1
     keys[#keys + 1] = prefix .. id
-    ids[#ids + 1] = id
+    done[#done + 1] = id
   end
 end
-if #keys > 0 then
+if #done > 0 then
   redis.call('DEL', unpack(keys))
-  redis.call('ZREM', leased, unpack(ids))
+  redis.call('ZREM', leased, unpack(done))
+  redis.call('HDEL', tokens, unpack(done))
 end
+out[1] = #done
 return out

@@ -1,7 +1,8 @@
 -- cancel.lua: cancel a job. A waiting job is removed; a leased job is marked.
 --
 -- Input
---   KEYS[1] job hash  KEYS[2] ready zset  KEYS[3] delayed zset
+--   KEYS[1] job hash  KEYS[2] ready  KEYS[3] delayed  KEYS[4] dead  (zsets)
+--   KEYS[5] tokens hash
 --   ARGV[1] job_id
 -- Output
 --   "removed"    it was waiting (ready or delayed): hash and zset entry deleted
@@ -11,14 +12,13 @@
 -- Errors (nothing written)
 --   NOT_FOUND job=<id>         ALREADY_FINISHED job=<id> (it is dead-lettered)
 
-local key, ready, delayed, id = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
-local state = redis.call('HGET', key, 's')
-if not state then return redis.error_reply('NOT_FOUND job=' .. id) end
-if state == 'x' then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
-if state == 'l' then
+local key, ready, delayed, dead, tokens, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
+if redis.call('EXISTS', key) == 0 then return redis.error_reply('NOT_FOUND job=' .. id) end
+if redis.call('HEXISTS', tokens, id) == 1 then
   redis.call('HSET', key, 'c', '1')
   return 'requested'
 end
+if redis.call('ZSCORE', dead, id) then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)

@@ -1,11 +1,11 @@
 -- enqueue.lua: add jobs to one queue, idempotently by job id.
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready zset  KEYS[3] delayed zset  KEYS[4] seq string
 --   ARGV[1] k           number of jobs (1..1000)
---   then k groups of 7: job_id, payload, priority (0..9), max_attempts (1..100),
---                       lease_ms (10..43200000), run_at_ms (0 = now), enqueued_at_ms (0 = now)
+--   then k groups of 4: job_id, payload (JSON), meta, run_at_ms (0 = now)
+--                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
 -- Output
 --   array of k integers: 1 = added, 0 = a job with that id already existed (or the id
 --   repeats earlier in this batch); an existing job is left exactly as it was.
@@ -19,23 +19,20 @@
 
 local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local k = int_in(ARGV[1], 1, 1000)
-if not k or #ARGV ~= 1 + 7 * k then return invalid('job count') end
+if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
 
 local now = now_ms()
-local out, starts, seen = {}, {}, {}
-for r = 0, k - 1 do
-  local i = 2 + 7 * r
+local starts = {}
+for r = 1, k do
+  local i = 4 * r - 2
   local bad = check_job(i, now)
   if bad then return bad end
-  local id = ARGV[i]
-  if seen[id] or redis.call('EXISTS', prefix .. id) == 1 then
-    out[r + 1] = 0
-  else
-    seen[id] = true
-    out[r + 1] = 1
-    starts[#starts + 1] = i
-  end
+  starts[r] = i
 end
 
-create_jobs(prefix, ready, delayed, seqkey, starts, now)
+local fresh = new_jobs(prefix, starts)
+create_jobs(prefix, ready, delayed, seqkey, fresh, now)
+local added, out = {}, {}
+for _, i in ipairs(fresh) do added[i] = true end
+for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
 return out

@@ -1,7 +1,7 @@
 -- purge.lua: delete dead-lettered jobs for good.
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] dead zset
 --   ARGV[1] limit  1..1000 oldest dead jobs per call (the caller loops until 0)
 -- Output

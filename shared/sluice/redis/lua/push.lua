@@ -2,12 +2,11 @@
 --
 -- Input
 --   KEYS[1] relayed   hash  sluice:{q}:relayed:<topic>:<partition>  fields owner, offset
---   KEYS[2] job prefix      sluice:{q}:job:   (job keys = prefix .. id; same slot)
+--   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
---   then k groups of 8:     offset, job_id, payload, priority, max_attempts, lease_ms,
---                           run_at_ms, enqueued_at_ms (0 = now)
+--   then k groups of 5:     offset, job_id, payload, meta, run_at_ms   (as in enqueue.lua)
 -- Output
 --   {pushed, skipped, stored_offset}
 --   Records at or below the stored offset, and jobs whose hash already exists (or that
@@ -22,36 +21,30 @@
 --@include _lib.lua
 
 local relayed, prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner = int_in(ARGV[1], 1, 9007199254740991)
+local owner = int_in(ARGV[1], 1, MAX_TOKEN)
 if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)
-if not k or #ARGV ~= 2 + 8 * k then return invalid('record count') end
+if not k or #ARGV ~= 2 + 5 * k then return invalid('record count') end
 
 local stored = redis.call('HMGET', relayed, 'owner', 'offset')
-local stored_owner = tonumber(stored[1]) or 0
-if owner < stored_owner then
+if owner < (tonumber(stored[1]) or 0) then
   return redis.error_reply('STALE_TOKEN mine=' .. ARGV[1] .. ' current=' .. stored[1])
 end
 local stored_offset = tonumber(stored[2]) or -1
 
 local now = now_ms()
-local max_offset, starts, seen, skipped = stored_offset, {}, {}, 0
+local max_offset, starts = stored_offset, {}
 for r = 0, k - 1 do
-  local i = 3 + 8 * r
-  local offset = int_in(ARGV[i], 0, 9007199254740991)
+  local i = 3 + 5 * r
+  local offset = int_in(ARGV[i], 0, MAX_TOKEN)
   if not offset then return invalid('offset') end
   local bad = check_job(i + 1, now)
   if bad then return bad end
   if offset > max_offset then max_offset = offset end
-  local id = ARGV[i + 1]
-  if offset <= stored_offset or seen[id] or redis.call('EXISTS', prefix .. id) == 1 then
-    skipped = skipped + 1
-  else
-    seen[id] = true
-    starts[#starts + 1] = i + 1
-  end
+  if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
 
-redis.call('HSET', relayed, 'owner', owner, 'offset', max_offset)
-create_jobs(prefix, ready, delayed, seqkey, starts, now)
-return {#starts, skipped, max_offset}
+local fresh = new_jobs(prefix, starts)
+redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
+create_jobs(prefix, ready, delayed, seqkey, fresh, now)
+return {#fresh, k - #fresh, max_offset}

@@ -2,13 +2,14 @@
 -- workers are not calling lease (driven by a schedule and by the relay).
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
---   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)  KEYS[6] seq
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
+--   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
+--   KEYS[6] tokens hash  KEYS[7] seq
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output
---   {expired, promoted}. An expired lease goes back to ready (its attempt was counted
---   when it was leased), or to dead when attempts >= max_attempts, or is removed when
---   a cancel was requested. Due delayed jobs move to ready.
+--   {expired, promoted}. An expired lease counts as an attempt: the job goes back to
+--   ready, or to dead when attempts >= max_attempts, or is removed when a cancel was
+--   requested. Due delayed jobs move to ready.
 -- Errors (nothing written)
 --   INVALID_INPUT limit
 
@@ -16,5 +17,6 @@
 
 local limit = int_in(ARGV[1], 1, 10000)
 if not limit then return invalid('limit') end
-local expired, promoted = reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], now_ms(), limit)
+local expired, promoted = reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[5], KEYS[7],
+  now_ms(), limit)
 return {expired, promoted}

@@ -1,13 +1,13 @@
 -- redrive.lua: move dead-lettered jobs back to ready with fresh attempts.
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] dead  KEYS[3] ready  (zsets)  KEYS[4] seq
 --   ARGV[1] job_id, or "" for the oldest dead jobs
 --   ARGV[2] limit  1..1000 (with ""; the caller loops until 0)
 -- Output
---   number of jobs moved. Each gets attempts 0, state waiting, a place at the end of
---   its priority band; its token and last error are kept (tokens never go back).
+--   number of jobs moved. Each gets attempts 0 and a place at the end of its priority
+--   band; its last error is kept.
 -- Errors (nothing written)
 --   NOT_FOUND job=<id>  that job is not dead-lettered;  INVALID_INPUT <what>
 
@@ -25,14 +25,14 @@ if one ~= '' then
 else
   ids = redis.call('ZRANGE', dead, 0, limit - 1)
 end
+if #ids == 0 then return 0 end
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local pr = tonumber(redis.call('HGET', key, 'pr'))
-  if pr then
-    redis.call('HSET', key, 's', 'w', 'a', 0)
-    redis.call('HDEL', key, 'c', 'w')
-    to_ready(ready, seqkey, id, pr)
+  local meta = redis.call('HGET', key, 'm')
+  if meta then
+    redis.call('HDEL', key, 'a', 'c')
+    to_ready(ready, seqkey, id, priority_of(meta))
   end
 end
-if #ids > 0 then redis.call('ZREM', dead, unpack(ids)) end
+redis.call('ZREM', dead, unpack(ids))
 return #ids

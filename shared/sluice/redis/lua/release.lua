@@ -1,29 +1,29 @@
 -- release.lua: give a lease back without counting the attempt (a worker shutting down).
 --
 -- Input
---   KEYS[1] job hash  KEYS[2] leased zset  KEYS[3] ready zset  KEYS[4] seq
+--   KEYS[1] job hash  KEYS[2] leased zset  KEYS[3] ready zset  KEYS[4] tokens hash
+--   KEYS[5] seq
 --   ARGV[1] job_id    ARGV[2] token
 -- Output
---   "released"   back in ready (end of its priority band), attempts - 1
+--   "released"   back in ready (end of its priority band); attempts unchanged
 --   "cancelled"  a cancel had been requested: the job is removed instead
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
 --@include _lib.lua
 
-local key, leased, ready, seqkey, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
-local token = int_in(ARGV[2], 1, 9007199254740991)
-if not token then return invalid('token') end
+local key, leased, ready, tokens, seqkey, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
+if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 
-local f = redis.call('HMGET', key, 't', 's', 'a', 'pr', 'c')
-local code, cur = holder_error(f, token)
-if code then return redis.error_reply(holder_reply(code, id, ARGV[2], cur)) end
+local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
+if bad then return redis.error_reply(bad) end
 
+local f = redis.call('HMGET', key, 'm', 'c')
 redis.call('ZREM', leased, id)
-if f[5] == '1' then
+redis.call('HDEL', tokens, id)
+if f[2] == '1' then
   redis.call('DEL', key)
   return 'cancelled'
 end
-redis.call('HSET', key, 's', 'w', 'a', math.max(0, (tonumber(f[3]) or 0) - 1))
-to_ready(ready, seqkey, id, tonumber(f[4]))
+to_ready(ready, seqkey, id, priority_of(f[1]))
 return 'released'

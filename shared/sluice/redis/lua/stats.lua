@@ -1,12 +1,12 @@
 -- stats.lua: a consistent snapshot of one queue's depths (read only).
 --
 -- Input
---   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id; same slot)
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
 --   KEYS[6] config hash
 -- Output
 --   {ready, delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
---    config as field, value, field, value ...}
+--    config as {field, value, field, value ...}}
 --   The oldest ready job is the earliest-enqueued of the heads of the ten priority
 --   bands (within a band jobs are FIFO), so this costs at most ten lookups.
 
@@ -20,7 +20,8 @@ for pr = 0, MAX_PRIORITY do
   -- Bounds as numbers: redis.call sends them exactly (%.17g); '..' would round them.
   local head = redis.call('ZRANGEBYSCORE', ready, lo, lo + BAND - 1, 'LIMIT', 0, 1)
   if #head > 0 then
-    local e = tonumber(redis.call('HGET', prefix .. head[1], 'e'))
+    local meta = redis.call('HGET', prefix .. head[1], 'm')
+    local e = meta and tonumber(string.match(meta, '(%d+)$'))
     if e and (oldest == nil or e < oldest) then oldest = e end
   end
 end
