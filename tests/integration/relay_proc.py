@@ -226,7 +226,6 @@ def main(argv: list[str] | None = None) -> None:
     relay, source = build(args.redis, args.bootstrap, args.topic, args.group, relay_id=args.relay_id,
                           batch=args.batch, lease_ms=args.lease_ms, max_partitions=args.max_partitions,
                           after_push=die_between_push_and_commit if args.die_after_pushes else None)
-    print(json.dumps({"event": "started", "pid": os.getpid(), "at": time.time()}), file=sys.stderr, flush=True)
     report = relay.run_until(relay.clock.now_ms() + int(args.seconds * 1000))
     source.close()
     print(json.dumps({"pushed": report.pushed, "skipped": report.skipped, "stale_stops": report.stale_stops,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,3 +57,135 @@ def test_ten_thousand_jobs_each_in_redis_exactly_once(tansu: Any, topic: str, re
     assert sum(ends.values()) == 10_000
     assert committed(bs, topic, f"g-{unique}", PARTITIONS) == ends
     assert relayed_offsets(redis_client, topic, PARTITIONS) == {p: e - 1 for p, e in ends.items()}
+
+
+def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flowing(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, unique: str) -> None:
+    bs, group = tansu.extra["bootstrap"], f"g-{unique}"
+    good = job_records("ok", 6, partitions=1)
+    poison: list[tuple[bytes | None, bytes | None, int | None]] = [
+        (b"junk", b"\xff\xfe{not json", 0),
+        (b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode(), 0),
+        (b"bad", json.dumps({"job_id": "bad", "queue": "Bad Queue!"}).encode(), 0),
+        (b"tombstone", None, 0),
+    ]
+    produce(bs, topic, good[:3] + poison + good[3:])
+    relay, source = build(redis_url, bs, topic, group)
+    try:
+        step_until(relay, lambda: redis_client.zcard(QueueKeys("q").ready) >= 6, 20)
+        relay.step()
+    finally:
+        relay.stop()
+        source.close()
+    assert sorted(ready_ids(redis_client)) == sorted(key.decode() for key, _, _ in good)
+    assert committed(bs, topic, group, PARTITIONS)[0] == 10  # past the poison, not stuck on it
+    letters = consume_all(bs, f"{topic}.dlq", 4)
+    reasons = {int(h["sluice-source-offset"]): h["sluice-reason"].decode() for _, h in letters}
+    assert sorted(reasons) == [3, 4, 5, 6]
+    assert reasons[3].startswith("undecodable")
+    assert reasons[4] == "unknown schema_version 2"
+    assert reasons[5].startswith("invalid job spec") and "queue" in reasons[5]
+    assert reasons[6].startswith("undecodable")
+    assert letters[0][0] == b"\xff\xfe{not json"  # the record as it was, for a later look
+    assert all(h["sluice-source-topic"] == topic.encode() for _, h in letters)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, dict[str, bytes]]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))])
+        out: list[tuple[bytes, dict[str, bytes]]] = []
+        deadline = time.monotonic() + 10
+        while len(out) < expected and time.monotonic() < deadline:
+            for records in consumer.poll(200).values():
+                out += [(r.value, dict(r.headers)) for r in records]
+        return sorted(out, key=lambda x: int(x[1]["sluice-source-offset"]))
+    finally:
+        consumer.close()
+
+
+def test_jobs_final_in_the_store_are_dropped_and_the_rest_marked_queued(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str) -> None:
+    from sluice.config import Settings
+    from sluice.models import JobSpec, JobState
+    from sluice.store import tables
+    from sluice.store.jobs import DynamoJobStore
+
+    bs, group = tansu.extra["bootstrap"], f"g-{unique}"
+    cfg = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}")
+    store = DynamoJobStore.from_settings(cfg)
+    tables.create_jobs_table(store._db, cfg.jobs_table)
+    records = job_records("s", 20)
+    for _, value, _ in records:
+        store.record_accepted(JobSpec.model_validate_json(value))
+    cancelled = {"s-3", "s-11"}
+    for job_id in cancelled:
+        assert store.request_cancel(job_id).status == JobState.CANCELLED
+    produce(bs, topic, records)
+    relay, source = build(redis_url, bs, topic, group, store=store)
+    try:
+        step_until(relay, lambda: relay.report.pushed + relay.report.final_dropped >= 20, 20)
+    finally:
+        relay.stop()  # drains the background status writes
+        source.close()
+    assert set(ready_ids(redis_client)) == {key.decode() for key, _, _ in records} - cancelled
+    assert relay.report.final_dropped == 2
+    statuses = {key.decode(): store.get_job(key.decode()).status for key, _, _ in records}
+    assert {j for j, s in statuses.items() if s == JobState.CANCELLED} == cancelled
+    assert {j for j, s in statuses.items() if s == JobState.QUEUED} == set(statuses) - cancelled
+
+
+class LambdaContext:
+    function_name = "sluice-relay"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:sluice-relay"
+    aws_request_id = "c6af9ac6-7b61-11e6-9a41-93e812345678"
+
+    def __init__(self, budget_ms: int) -> None:
+        self.deadline = time.monotonic() + budget_ms / 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.deadline - time.monotonic()) * 1000)
+
+
+@pytest.mark.timeout(60)
+def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str,
+        monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
+    import importlib.util
+
+    from sluice import relay_control, wiring
+    from sluice.config import Settings
+    from sluice.store import tables
+
+    bs = tansu.extra["bootstrap"]
+    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
+           "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}", "SLUICE_AWS_ENDPOINT_URL": moto_url,
+           "SLUICE_JOBS_TABLE": f"jobs-{unique}", "SLUICE_RELAY_STOP_BEFORE_MS": "5000"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    wiring.reset()
+    relay_control._source.cache_clear()
+    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+    records = job_records("l", 200)
+    produce(bs, topic, records)
+    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
+    spec = importlib.util.spec_from_file_location("relay_app", path)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    started = time.monotonic()
+    try:
+        result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=7_000))
+    finally:
+        relay_control._source(Settings.from_env()).close()
+        relay_control._source.cache_clear()
+        wiring.reset()
+    took = time.monotonic() - started
+    assert 1.5 <= took <= 3.5  # 7 s of budget minus the 5 s it leaves for the hand-over
+    assert result["pushed"] == 200 and result["partitions_owned"] == [0, 1, 2, 3]
+    assert set(ready_ids(redis_client)) == {key.decode() for key, _, _ in records}
+    live = redis_client.zcount(QueueKeys("sluice-relay").leased, time.time() * 1000, "+inf")
+    assert live == 0  # every partition handed back for the next invocation

@@ -170,7 +170,8 @@ def test_source_assigns_rewinds_polls_and_commits_by_hand() -> None:
     assert consumer.calls[-1] == ("commit", {TopicPartition("t", 1): OffsetAndMetadata(7, "", -1)})
     source.pause([1])
     source.resume([1])
-    assert consumer.calls[-2:] == [("pause", (TopicPartition("t", 1),)), ("resume", (TopicPartition("t", 1),))]
+    tp1 = TopicPartition("t", 1)
+    assert consumer.calls[-2:] == [("pause", (tp1,)), ("resume", (tp1,))]
 
 
 def test_source_translates_kafka_errors() -> None:
@@ -251,7 +252,8 @@ def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
 def test_the_scheduled_event_parses_and_anything_else_is_refused() -> None:
     event = json.loads((EVENTS / "scheduled_relay.json").read_text())
     parsed = relay_control.parse_scheduled(event)
-    assert parsed.detail_type == "Scheduled Event" and parsed.resources[0].endswith("sluice-relay-every-minute")
+    assert parsed.detail_type == "Scheduled Event"
+    assert parsed.resources[0].endswith("sluice-relay-every-minute")
     for bad in [{}, [], "x", None, {**event, "detail-type": "Object Created"}, {**event, "source": "me"}]:
         with pytest.raises(InvalidInput):
             relay_control.parse_scheduled(bad)
