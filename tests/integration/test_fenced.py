@@ -57,33 +57,48 @@ class Worker:
     lease: LeasedJob | None = None
     token: int = 0  # the DynamoDB fencing token
     deadline_ms: int = 0
+    leased_at: float = 0.0
     lost: threading.Event = field(default_factory=threading.Event)
+    granted: threading.Event = field(default_factory=threading.Event)
+    written: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _frozen_until: float = 0.0
+    _thaw: threading.Event | None = None
 
     def log(self, what: str) -> None:
         self.events.append((round(time.monotonic() - self.t0, 2), f"{self.name} {what}"))
 
-    def take(self, timeout: float) -> bool:
-        """Poll for the lease, as a worker Lambda would; then mint the fencing token."""
+    def take(self, timeout: float, *, heartbeat: bool = False) -> bool:
+        """Poll for the lease, as a worker Lambda would; heartbeat from the moment it is
+        leased (as the worker runtime does); then mint the fencing token."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             got = self.queue.lease(self.qname, 1, LEASE_MS, self.name)
             if got:
-                self.lease = got[0]
+                self.lease, self.leased_at = got[0], time.monotonic()
                 self.deadline_ms = self.lease.deadline_ms
+                if heartbeat:
+                    threading.Thread(target=self._beat, daemon=True).start()
                 self.token = self.store.grant(JOB, self.qname, self.name)
                 self.log(f"takes the lease (redis token {self.lease.token}) with fencing token {self.token}")
+                self.granted.set()
                 return True
             time.sleep(0.02)
         return False
 
-    def start_heartbeat(self) -> None:
-        threading.Thread(target=self._beat, daemon=True).start()
+    def at(self, offset: float) -> None:
+        """Sleep until ``offset`` seconds after this worker's lease began."""
+        time.sleep(max(0.0, self.leased_at + offset - time.monotonic()))
 
-    def freeze(self, seconds: float) -> None:
+    def freeze(self, seconds: float, *, until: threading.Event | None = None) -> None:
+        """Stop heartbeating for ``seconds`` and, if given, until ``until`` is set too: the
+        seed's story pins the order of events, so a loaded machine must not reorder them."""
+        self._thaw = until
         self._frozen_until = time.monotonic() + seconds
         self.log("stalls")
+
+    def frozen(self, now: float) -> bool:
+        return now < self._frozen_until or (self._thaw is not None and not self._thaw.is_set())
 
     def stop(self) -> None:
         self._stop.set()
@@ -93,7 +108,7 @@ class Worker:
         next_renew = time.monotonic() + RENEW_S
         while not self._stop.is_set():
             now = time.monotonic()
-            if now < self._frozen_until or now < next_renew:
+            if self.frozen(now) or now < next_renew:
                 time.sleep(0.01)
                 continue
             try:
@@ -111,6 +126,7 @@ class Worker:
             self.log(f"writes with token {self.token}: storage rejects (current {exc.current})")
             return exc
         self.log(f"writes with token {self.token}: storage accepts")
+        self.written.set()
         return outcome
 
 
@@ -126,10 +142,9 @@ def start(env: Env, queue: RedisQueue, unique: str) -> tuple[Worker, Worker, lis
 
 def test_gc_pause_stale_writer_is_rejected_and_b_stands(env: Env, queue: RedisQueue, unique: str) -> None:
     a, b, events = start(env, queue, unique)
-    assert a.take(timeout=2)
-    a.start_heartbeat()
-    time.sleep(0.2)
-    a.freeze(1.2)  # seed: freezes at 2 s for 12 s
+    assert a.take(timeout=2, heartbeat=True)
+    a.at(0.2)
+    a.freeze(1.2, until=b.written)  # seed: freezes at 2 s for 12 s, B writes at 11 s
     a_deadline = a.deadline_ms
     assert b.take(timeout=3)  # only once A's lease has expired
     assert b.lease is not None and b.lease.deadline_ms - LEASE_MS >= a_deadline - 5
@@ -155,10 +170,9 @@ def test_gc_pause_stale_writer_is_rejected_and_b_stands(env: Env, queue: RedisQu
 def test_stale_writer_rejected_even_before_the_new_holder_writes(
         env: Env, queue: RedisQueue, unique: str) -> None:
     a, b, _ = start(env, queue, unique)
-    assert a.take(timeout=2)
-    a.start_heartbeat()
-    time.sleep(0.2)
-    a.freeze(1.0)
+    assert a.take(timeout=2, heartbeat=True)
+    a.at(0.2)
+    a.freeze(1.0, until=b.granted)  # resumes once B holds the newer token
     assert b.take(timeout=3)
     assert a.lost.wait(2)
     rejected = a.write({"by": "A"})  # B holds the newer token but has written nothing yet
@@ -172,10 +186,9 @@ def test_stale_writer_rejected_even_before_the_new_holder_writes(
 def test_short_freeze_keeps_the_lease_and_b_never_runs(env: Env, queue: RedisQueue, unique: str) -> None:
     """The control: a freeze shorter than lease - renewal interval is survived."""
     a, b, _ = start(env, queue, unique)
-    assert a.take(timeout=2)
-    a.start_heartbeat()
-    time.sleep(0.2)
-    a.freeze(0.5)
+    assert a.take(timeout=2, heartbeat=True)
+    a.at(0.2)
+    a.freeze(0.3)  # shorter than lease - renewal interval (0.7 s)
     assert not b.take(timeout=1.4)
     assert not a.lost.is_set()
     assert a.write({"by": "A"}) is WriteOutcome.WRITTEN
