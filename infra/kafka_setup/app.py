@@ -48,6 +48,7 @@ def topics_handler(event: dict[str, Any], context: Any) -> None:
 def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
     """Create each topic named in ``props["Topics"]`` (comma-separated) if missing."""
     from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+
     from sluice.config import Settings
     from sluice.kafka.auth import client_config
 
@@ -98,5 +99,5 @@ def _run(event: dict[str, Any], action: Any, physical_id: str) -> None:
     # The pre-signed S3 URL was signed with an empty Content-Type.
     request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
                                      headers={"Content-Type": ""})
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - URL from CloudFormation
+    with urllib.request.urlopen(request, timeout=30) as response:
         response.read()

@@ -1,0 +1,205 @@
+"""Read CloudFormation/SAM templates the way CloudFormation does, for the infra tests.
+
+``load`` understands the short-form tags (``!Ref``, ``!Sub``, ``!GetAtt``, ``!If`` ...) and
+turns them into the long form (``{"Ref": ...}``, ``{"Fn::Sub": ...}``), so tests see exactly
+the structure CloudFormation sees. ``transform`` runs the real SAM translator (the one
+``sam deploy`` uses) offline, so tests can inspect the IAM roles SAM generates from policy
+templates. ``variants`` expands ``Fn::If`` into every value a property can take.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template.yaml"
+NESTED = {"network": ROOT / "infra/network.yaml", "endpoints": ROOT / "infra/endpoints.yaml",
+          "observability": ROOT / "infra/observability.yaml"}
+
+_FN_TAGS = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
+            "Not", "Or", "Select", "Split", "Sub", "Transform", "Length", "ToJsonString"}
+
+
+class CfnLoader(yaml.SafeLoader):
+    """SafeLoader plus CloudFormation's short-form intrinsic tags."""
+
+
+def _construct(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "Condition":
+        return {"Condition": value}
+    if suffix == "GetAtt":
+        # "!GetAtt A.B.C" means resource A, attribute "B.C".
+        return {"Fn::GetAtt": value.split(".", 1) if isinstance(value, str) else value}
+    if suffix in _FN_TAGS:
+        return {f"Fn::{suffix}": value}
+    raise yaml.constructor.ConstructorError(None, None, f"unknown tag !{suffix}", node.start_mark)
+
+
+CfnLoader.add_multi_constructor("!", _construct)
+
+
+def load(path: Path = TEMPLATE) -> dict[str, Any]:
+    with path.open() as f:
+        return yaml.load(f, Loader=CfnLoader)  # type: ignore[no-any-return]
+
+
+@cache
+def template() -> dict[str, Any]:
+    return load(TEMPLATE)
+
+
+def resources(doc: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in doc["Resources"].items() if r["Type"] == type_}
+
+
+_ABSENT = object()  # the AWS::NoValue branch: the property or list item is left out
+
+
+def variants(value: Any) -> Iterator[Any]:
+    """Every concrete shape ``value`` can take, one per combination of ``Fn::If`` branches.
+
+    A branch that is ``AWS::NoValue`` removes the property or list item, as in CloudFormation.
+    """
+    for shape in _variants(value):
+        if shape is not _ABSENT:
+            yield shape
+
+
+def _variants(value: Any) -> Iterator[Any]:
+    if value == {"Ref": "AWS::NoValue"}:
+        yield _ABSENT
+    elif isinstance(value, dict) and set(value) == {"Fn::If"}:
+        _condition, yes, no = value["Fn::If"]
+        yield from _variants(yes)
+        yield from _variants(no)
+    elif isinstance(value, dict):
+        shapes: list[dict[str, Any]] = [{}]
+        for key, item in value.items():
+            shapes = [{**shape, key: option} if option is not _ABSENT else shape
+                      for shape in shapes for option in _variants(item)]
+        yield from shapes
+    elif isinstance(value, list):
+        lists: list[list[Any]] = [[]]
+        for item in value:
+            lists = [[*prefix, option] if option is not _ABSENT else prefix
+                     for prefix in lists for option in _variants(item)]
+        yield from lists
+    else:
+        yield value
+
+
+def is_ref(value: Any, name: str) -> bool:
+    return value == {"Ref": name}
+
+
+def is_getatt(value: Any, name: str, attribute: str | None = None) -> bool:
+    if not (isinstance(value, dict) and "Fn::GetAtt" in value):
+        return False
+    resource, attr = value["Fn::GetAtt"]
+    return bool(resource == name and (attribute is None or attr == attribute))
+
+
+@cache
+def transformed() -> dict[str, Any]:
+    """template.yaml after the SAM transform (plain CloudFormation, Fn::If kept), offline.
+
+    The translator looks managed policies up by name only for names listed in ``Policies``;
+    the template lists none, so the map is empty and no AWS credentials are needed.
+    """
+    import boto3
+    from samtranslator.parser.parser import Parser
+    from samtranslator.translator.translator import Translator
+
+    doc = copy.deepcopy(template())
+    # As `sam validate` does: local code paths become placeholder S3 URIs (sam package uploads them).
+    for resource in doc["Resources"].values():
+        props = resource.get("Properties", {})
+        for key in ("CodeUri", "ContentUri"):
+            if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
+                props[key] = f"s3://bucket/{props[key]}"
+    translator = Translator({}, Parser(), boto_session=boto3.session.Session(region_name="us-east-1"))
+    return translator.translate(doc, parameter_values={},  # type: ignore[no-any-return]
+                                get_managed_policy_map=dict)
+
+
+def parameters(doc: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Parameter values as a deploy with these overrides (and defaults elsewhere) would see them."""
+    values: dict[str, Any] = {}
+    for name, spec in doc.get("Parameters", {}).items():
+        value = overrides.get(name, spec.get("Default"))
+        if spec["Type"] == "CommaDelimitedList" and isinstance(value, str):
+            value = value.split(",")
+        values[name] = value
+    values.update({"AWS::Region": "us-east-1", "AWS::Partition": "aws", "AWS::AccountId": "123456789012",
+                   "AWS::StackName": "sluice-test", "AWS::URLSuffix": "amazonaws.com"})
+    return values
+
+
+def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
+    """Evaluate the Conditions section (Equals, Not, And, Or, Condition over parameter Refs)."""
+    done: dict[str, bool] = {}
+
+    def value(v: Any) -> Any:
+        if isinstance(v, dict) and set(v) == {"Ref"}:
+            return params[v["Ref"]]
+        return v
+
+    def truth(expr: Any) -> bool:
+        (fn, args), = expr.items()
+        if fn == "Fn::Equals":
+            return str(value(args[0])) == str(value(args[1]))
+        if fn == "Fn::Not":
+            return not truth(args[0])
+        if fn == "Fn::And":
+            return all(truth(a) for a in args)
+        if fn == "Fn::Or":
+            return any(truth(a) for a in args)
+        if fn == "Condition":
+            return named(args)
+        raise ValueError(f"unsupported condition function {fn}")
+
+    def named(name: str) -> bool:
+        if name not in done:
+            done[name] = truth(doc["Conditions"][name])
+        return done[name]
+
+    for name in doc.get("Conditions", {}):
+        named(name)
+    return done
+
+
+def resolve(value: Any, conds: dict[str, bool]) -> Any:
+    """``value`` with every ``Fn::If`` decided by ``conds`` (AWS::NoValue items removed)."""
+    if isinstance(value, dict) and set(value) == {"Fn::If"}:
+        name, yes, no = value["Fn::If"]
+        return resolve(yes if conds[name] else no, conds)
+    if isinstance(value, dict):
+        out = {k: resolve(v, conds) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _ABSENT}
+    if isinstance(value, list):
+        items = [resolve(v, conds) for v in value]
+        return [v for v in items if v is not _ABSENT]
+    if value == {"Ref": "AWS::NoValue"}:
+        return _ABSENT
+    return value
+
+
+def sub(text: str, values: dict[str, Any]) -> str:
+    """Fn::Sub's ${Name} and ${Resource.Attr} replaced from ``values`` (unknown names left alone)."""
+    import re
+
+    return re.sub(r"\$\{([A-Za-z0-9:.]+)\}", lambda m: str(values.get(m.group(1), m.group(0))), text)

@@ -1,0 +1,435 @@
+"""The security and wiring properties template.yaml promises, checked on the template itself.
+
+Each test reads the template as CloudFormation would (short-form tags included), and where
+IAM is concerned, after the real SAM transform, so the roles checked are the roles deployed.
+Where the template mirrors code (table keys, request models, settings, metric names), the
+test asks the code, not a copy of its values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra import cfn
+
+T = cfn.template()
+RES = T["Resources"]
+DEFAULTS = cfn.conditions(T, cfn.parameters(T))
+
+# AWS managed policies SAM attaches to generated roles; each uses Resource "*".
+ALLOWED_MANAGED_POLICIES = {
+    "AWSLambdaBasicExecutionRole": "SAM's default for every generated role (log writes)",
+    "AWSLambdaVPCAccessExecutionRole": "ENI actions, which AWS grants only on Resource '*'",
+    "AWSXrayWriteOnlyAccess": "X-Ray has no resource-level permissions",
+}
+
+
+def props(name: str) -> dict[str, Any]:
+    return RES[name]["Properties"]  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ DynamoDB
+
+
+def test_every_table_is_on_demand_with_pitr_sse_and_ttl() -> None:
+    tables = cfn.resources(T, "AWS::DynamoDB::Table")
+    assert len(tables) >= 2
+    for name, table in tables.items():
+        p = table["Properties"]
+        assert p["BillingMode"] == "PAY_PER_REQUEST", name
+        assert p["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True, name
+        assert p["SSESpecification"]["SSEEnabled"] is True, name
+        assert p["TimeToLiveSpecification"]["Enabled"] is True, name
+
+
+class _RecordingDynamoDB:
+    """Stands in for a boto3 client so sluice.store.tables shows the layout it creates."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.ttl: str | None = None
+
+    def create_table(self, **kw: Any) -> None:
+        (key,) = kw["KeySchema"]
+        assert key["KeyType"] == "HASH"
+        self.key = key["AttributeName"]
+
+    def get_waiter(self, _name: str) -> Any:
+        return type("W", (), {"wait": lambda *a, **k: None})()
+
+    def update_time_to_live(self, **kw: Any) -> None:
+        self.ttl = kw["TimeToLiveSpecification"]["AttributeName"]
+
+
+@pytest.mark.parametrize(("resource", "creator"), [("JobsTable", "create_jobs_table"),
+                                                   ("IdempotencyTable", "create_idempotency_table")])
+def test_tables_have_the_layout_the_code_creates_locally(resource: str, creator: str) -> None:
+    from sluice.store import tables
+
+    client = _RecordingDynamoDB()
+    getattr(tables, creator)(client, "t")
+    p = props(resource)
+    assert p["KeySchema"] == [{"AttributeName": client.key, "KeyType": "HASH"}]
+    assert p["AttributeDefinitions"] == [{"AttributeName": client.key, "AttributeType": "S"}]
+    assert p["TimeToLiveSpecification"]["AttributeName"] == client.ttl
+
+
+# ------------------------------------------------------------------ Redis
+
+
+def test_redis_is_encrypted_multi_az_with_a_generated_auth_token() -> None:
+    (group,) = cfn.resources(T, "AWS::ElastiCache::ReplicationGroup").values()
+    p = group["Properties"]
+    assert p["TransitEncryptionEnabled"] is True
+    assert p["TransitEncryptionMode"] == "required"
+    assert p["AtRestEncryptionEnabled"] is True
+    assert p["MultiAZEnabled"] is True and p["AutomaticFailoverEnabled"] is True
+    nodes = p["NumCacheClusters"]
+    assert T["Parameters"][nodes["Ref"]]["MinValue"] >= 2, "failover needs a replica"
+    secret = re.fullmatch(r"\{\{resolve:secretsmanager:\$\{(\w+)\}\}\}", p["AuthToken"]["Fn::Sub"])
+    assert secret, p["AuthToken"]
+    assert RES[secret.group(1)]["Type"] == "AWS::SecretsManager::Secret"
+    assert "GenerateSecretString" in props(secret.group(1))
+    # The functions are told where the token is, and only they may read it.
+    env = T["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["SLUICE_REDIS_AUTH_SECRET_ARN"] == {"Ref": secret.group(1)}
+    assert env["SLUICE_REDIS_URL"]["Fn::Sub"].startswith("rediss://"), "TLS is required by the group"
+
+
+def test_redis_never_evicts() -> None:
+    (group,) = cfn.resources(T, "AWS::ElastiCache::ReplicationGroup").values()
+    params = group["Properties"]["CacheParameterGroupName"]
+    assert RES[params["Ref"]]["Type"] == "AWS::ElastiCache::ParameterGroup"
+    assert props(params["Ref"])["Properties"]["maxmemory-policy"] == "noeviction"
+
+
+# ------------------------------------------------------------------ IAM
+
+
+def _function_roles() -> dict[str, dict[str, Any]]:
+    out = cfn.transformed()
+    roles = {}
+    for name, fn in cfn.resources(out, "AWS::Lambda::Function").items():
+        role = fn["Properties"]["Role"]
+        assert cfn.is_getatt(role, role["Fn::GetAtt"][0], "Arn"), f"{name} must get a role from this stack"
+        roles[name] = out["Resources"][role["Fn::GetAtt"][0]]
+    return roles
+
+
+def test_every_function_has_its_own_role() -> None:
+    roles = _function_roles()
+    assert {"GatewayFunction", "RelayFunction", "WorkerFunction"} <= set(roles)
+    assert len({id(r) for r in roles.values()}) == len(roles)
+    for name, role in roles.items():
+        statement, = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": ["lambda.amazonaws.com"]}, name
+
+
+def test_no_role_has_a_wildcard_action_or_an_unexplained_wildcard_resource() -> None:
+    for name, role in _function_roles().items():
+        for arn in role["Properties"].get("ManagedPolicyArns", []):
+            assert arn.rsplit("/", 1)[-1] in ALLOWED_MANAGED_POLICIES, f"{name}: {arn}"
+        for policies in cfn.variants(role["Properties"].get("Policies", [])):
+            for policy in policies:
+                for statement in policy["PolicyDocument"]["Statement"]:
+                    assert statement["Effect"] == "Allow", name
+                    actions = statement["Action"]
+                    for action in [actions] if isinstance(actions, str) else actions:
+                        assert "*" not in action, f"{name}: wildcard action {action}"
+                    resources = statement["Resource"]
+                    for resource in [resources] if not isinstance(resources, list) else resources:
+                        assert resource != "*", f"{name}: Resource '*' for {actions}"
+
+
+def test_policy_templates_are_scoped_to_this_stacks_resources() -> None:
+    scoped = {"TableName", "BucketName", "SecretArn", "FunctionName", "QueueName"}
+    seen = 0
+    for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
+        for policies in cfn.variants(fn["Properties"].get("Policies", [])):
+            for policy in policies:
+                if "Statement" in policy:
+                    continue
+                (template_name, args), = policy.items()
+                for key, value in args.items():
+                    assert key in scoped, f"{name}: {template_name} {key}"
+                    target = value.get("Ref") or value.get("Fn::GetAtt", [None])[0]
+                    assert target in RES, f"{name}: {template_name} must name a resource of this stack"
+                    seen += 1
+    assert seen >= 8
+
+
+def test_worker_may_send_only_to_its_dead_letter_queue_and_put_only_results() -> None:
+    statements = [s for p in props("WorkerFunction")["Policies"] if "Statement" in p for s in p["Statement"]]
+    by_action = {a: s["Resource"] for s in statements for a in s["Action"]}
+    assert by_action["sqs:SendMessage"] == {"Fn::GetAtt": ["WorkerDeadLetterQueue", "Arn"]}
+    assert by_action["s3:PutObject"] == {"Fn::Sub": "${ResultsBucket.Arn}/*"}
+
+
+# ------------------------------------------------------------------ API
+
+
+def _api(**overrides: Any) -> dict[str, Any]:
+    conds = cfn.conditions(T, cfn.parameters(T, **overrides))
+    return cfn.resolve(props("Api")["DefinitionBody"], conds)  # type: ignore[no-any-return]
+
+
+def _operations(body: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in body["paths"].items() for method, op in item.items()]
+
+
+def test_api_requires_sigv4_by_default() -> None:
+    assert T["Parameters"]["ApiAuthMode"]["Default"] == "IAM"
+    body = _api()
+    scheme = body["components"]["securitySchemes"]["sigv4"]
+    assert scheme["x-amazon-apigateway-authtype"] == "awsSigv4"
+    ops = _operations(body)
+    assert len(ops) == 6
+    for path, method, op in ops:
+        assert op["security"] == [{"sigv4": []}], f"{method} {path}"
+
+
+@pytest.mark.parametrize(("mode", "required"), [("API_KEY", [{"api_key": []}]),
+                                                ("IAM_AND_API_KEY", [{"sigv4": [], "api_key": []}])])
+def test_api_key_modes_require_a_key_and_a_usage_plan(mode: str, required: list[dict[str, Any]]) -> None:
+    body = _api(ApiAuthMode=mode)
+    for path, method, op in _operations(body):
+        assert op["security"] == required, f"{method} {path}"
+    conds = cfn.conditions(T, cfn.parameters(T, ApiAuthMode=mode))
+    for name in ("ApiUsagePlan", "ApiKey", "ApiUsagePlanKey"):
+        assert conds[RES[name]["Condition"]], name
+    assert not cfn.conditions(T, cfn.parameters(T))[RES["ApiKey"]["Condition"]]
+
+
+def test_every_route_goes_to_the_gateway_and_bodies_are_validated() -> None:
+    body = _api()
+    validators = body["x-amazon-apigateway-request-validators"]
+    for path, _method, op in _operations(body):
+        integration = op["x-amazon-apigateway-integration"]
+        assert integration["type"] == "aws_proxy"
+        assert "${GatewayFunction.Arn}" in integration["uri"]["Fn::Sub"]
+        assert path.startswith("/v1/")
+        if "requestBody" in op:
+            assert validators[op["x-amazon-apigateway-request-validator"]]["validateRequestBody"] is True
+    permission = props("GatewayApiPermission")
+    assert permission["SourceArn"]["Fn::Sub"].endswith("${Api}/*/*/v1/*")
+
+
+def _schema_limits(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Field -> (type, minimum, maximum), following pydantic's $refs and anyOf wrappers."""
+    out = {}
+    for field, spec in schema["properties"].items():
+        spec = defs.get(spec.get("$ref", "").rsplit("/", 1)[-1], spec)
+        out[field] = (spec.get("type"), spec.get("minimum"), spec.get("maximum"))
+    return out
+
+
+def test_api_request_models_are_the_gateways_models() -> None:
+    from sluice.http.models import BatchRequest, EnqueueRequest
+
+    schemas = _api()["components"]["schemas"]
+    mine = schemas["EnqueueRequest"]
+    theirs = EnqueueRequest.model_json_schema()
+    assert set(mine["properties"]) == set(theirs["properties"])
+    assert set(mine["required"]) == set(theirs.get("required", []))
+    assert mine["additionalProperties"] is False and EnqueueRequest.model_config.get("extra") == "forbid"
+    assert _schema_limits(mine, {}) == {k: v for k, v in _schema_limits(theirs, {}).items()
+                                        if k != "payload"} | {"payload": (None, None, None)}
+    batch, batch_theirs = schemas["EnqueueBatchRequest"], BatchRequest.model_json_schema()
+    jobs, jobs_theirs = batch["properties"]["jobs"], batch_theirs["properties"]["jobs"]
+    assert (jobs["minItems"], jobs["maxItems"]) == (jobs_theirs["minItems"], jobs_theirs["maxItems"])
+    assert batch["additionalProperties"] is False
+    assert {k: v for k, v in jobs["items"].items()} == mine
+
+
+def test_api_stage_is_throttled_and_logged() -> None:
+    p = props("Api")
+    (settings,) = p["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] == {"Ref": "ApiThrottleRatePerSecond"}
+    assert settings["ThrottlingBurstLimit"] == {"Ref": "ApiThrottleBurst"}
+    fmt = json.loads(p["AccessLogSetting"]["Format"])
+    assert {"requestId", "status", "caller"} <= set(fmt)
+    assert cfn.is_getatt(p["AccessLogSetting"]["DestinationArn"], "ApiAccessLogGroup", "Arn")
+    cap = T["Parameters"]["MaxPayloadBytes"]
+    assert cap["MaxValue"] == 10 * 1024 * 1024
+    assert T["Globals"]["Function"]["Environment"]["Variables"]["SLUICE_MAX_PAYLOAD_BYTES"] == {
+        "Ref": "MaxPayloadBytes"}
+
+
+# ------------------------------------------------------------------ functions
+
+
+def test_worker_async_invocations_are_never_retried_and_fail_to_a_dlq() -> None:
+    configs = [c["Properties"] for c in cfn.resources(T, "AWS::Lambda::EventInvokeConfig").values()
+               if c["Properties"]["FunctionName"] == {"Ref": "WorkerFunction"}]
+    assert len(configs) == 1
+    (config,) = configs
+    assert config["MaximumRetryAttempts"] == 0
+    destination = config["DestinationConfig"]["OnFailure"]["Destination"]
+    assert cfn.is_getatt(destination, destination["Fn::GetAtt"][0], "Arn")
+    assert RES[destination["Fn::GetAtt"][0]]["Type"] == "AWS::SQS::Queue"
+    # SAM's EventInvokeConfig property would grant sqs:SendMessage*; the template must not use it.
+    assert "EventInvokeConfig" not in props("WorkerFunction")
+
+
+def test_relay_runs_one_instance_per_partition_group() -> None:
+    from sluice.config import Settings
+
+    p = props("RelayFunction")
+    assert p["ReservedConcurrentExecutions"] == {
+        "Fn::If": ["ReserveRelay", {"Ref": "RelayPartitionGroups"}, {"Ref": "AWS::NoValue"}]}
+    groups = T["Parameters"]["RelayPartitionGroups"]["AllowedValues"]
+    ticks = [e for e in p["Events"].values() if e["Type"] == "Schedule"]
+    assert len(ticks) == max(groups)
+    for groups_wanted in groups:
+        conds = cfn.conditions(T, cfn.parameters(T, RelayPartitionGroups=groups_wanted))
+        states = [cfn.resolve(t["Properties"].get("State", "ENABLED"), conds) for t in ticks]
+        enabled = [s for s in states if s == "ENABLED"]
+        assert len(enabled) == groups_wanted
+    # A run stops relay_stop_before_ms before its timeout, ahead of the next minute's tick.
+    assert p["Timeout"] * 1000 > Settings().relay_stop_before_ms
+    assert p["Timeout"] <= 60
+
+
+def test_safety_net_sends_a_valid_dispatch_event() -> None:
+    from sluice.models import DispatchEvent
+
+    event = props("WorkerFunction")["Events"]["SafetyNet"]["Properties"]
+    text, values = event["Input"]["Fn::Sub"]
+    params = cfn.parameters(T, SafetyNetQueues="emails,thumbnails")
+    joined = values["Queues"]["Fn::Join"]
+    values = {"Queues": joined[0].join(params[joined[1]["Ref"]]), "WorkerBatch": params["WorkerBatch"]}
+    parsed = DispatchEvent.model_validate_json(cfn.sub(text, values))
+    assert parsed.queues == ["emails", "thumbnails"] and parsed.source == "safety-net"
+    assert parsed.batch == params["WorkerBatch"]
+
+
+def test_environment_variables_are_settings_fields() -> None:
+    from sluice.config import Settings
+
+    names = set(T["Globals"]["Function"]["Environment"]["Variables"])
+    for fn in cfn.resources(T, "AWS::Serverless::Function").values():
+        names |= set(fn["Properties"].get("Environment", {}).get("Variables", {}))
+    sluice_vars = {n for n in names if n.startswith("SLUICE_")}
+    assert len(sluice_vars) > 15
+    unknown = {n for n in sluice_vars if n.removeprefix("SLUICE_").lower() not in Settings.model_fields}
+    assert not unknown, f"not Settings fields (they would be ignored): {sorted(unknown)}"
+
+
+def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
+    layer = props("SharedLayer")
+    assert layer["ContentUri"] == "shared/" and RES["SharedLayer"]["Metadata"]["BuildMethod"] == "python3.12"
+    assert T["Globals"]["Function"]["Architectures"] == ["arm64"] == layer["CompatibleArchitectures"]
+    assert T["Globals"]["Function"]["Runtime"] == "python3.12"
+    for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
+        p = fn["Properties"]
+        if name != "KafkaBootstrapFunction":  # outside the VPC, boto3 only
+            assert p["Layers"] == [{"Ref": "SharedLayer"}], name
+            assert p["VpcConfig"]["SecurityGroupIds"] == [{"Ref": "FunctionSecurityGroup"}], name
+        group = p["LoggingConfig"]["LogGroup"]["Ref"]
+        assert props(group)["RetentionInDays"] == {"Ref": "LogRetentionDays"}, name
+    for name, group in cfn.resources(T, "AWS::Logs::LogGroup").items():
+        assert "RetentionInDays" in group["Properties"], name
+
+
+def test_infra_handlers_exist() -> None:
+    for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
+        p = fn["Properties"]
+        module, function = p.get("Handler", T["Globals"]["Function"]["Handler"]).split(".")
+        source = cfn.ROOT / p["CodeUri"] / f"{module}.py"
+        if not p["CodeUri"].startswith("infra/"):
+            continue  # functions/* belong to their own issues; test_build checks them once present
+        assert re.search(rf"^def {function}\(", source.read_text(), re.M), f"{name}: {source}"
+
+
+# ------------------------------------------------------------------ S3, network, nested stacks
+
+
+def test_results_bucket_is_private_encrypted_tls_only_and_expires() -> None:
+    p = props("ResultsBucket")
+    assert p["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert all(p["PublicAccessBlockConfiguration"].values()) and len(p["PublicAccessBlockConfiguration"]) == 4
+    (rule,) = p["LifecycleConfiguration"]["Rules"]
+    assert rule["ExpirationInDays"]["Fn::FindInMap"][0] == "ResultExpiry"
+    expiry = T["Mappings"]["ResultExpiry"]
+    for days in T["Parameters"]["RetentionDays"]["AllowedValues"]:
+        assert expiry[str(days)]["Days"] == days + 1, "objects outlive the items that point at them"
+    (deny,) = props("ResultsBucketPolicy")["PolicyDocument"]["Statement"]
+    assert deny["Effect"] == "Deny" and deny["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+
+
+def test_vpc_endpoints_cover_every_api_the_functions_call() -> None:
+    nested = cfn.load(cfn.NESTED["endpoints"])
+    services = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
+                for r in cfn.resources(nested, "AWS::EC2::VPCEndpoint").values()}
+    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager"}
+    network = cfn.load(cfn.NESTED["network"])
+    assert not cfn.resources(network, "AWS::EC2::InternetGateway")
+    assert not cfn.resources(network, "AWS::EC2::NatGateway")
+
+
+@pytest.mark.parametrize("resource", ["Network", "Endpoints", "Observability"])
+def test_nested_stacks_get_exactly_the_parameters_they_declare(resource: str) -> None:
+    p = props(resource)
+    child = cfn.load(cfn.ROOT / p["TemplateURL"])
+    declared = child["Parameters"]
+    assert set(p["Parameters"]) <= set(declared)
+    assert {n for n, spec in declared.items() if "Default" not in spec} <= set(p["Parameters"])
+
+
+# ------------------------------------------------------------------ observability
+
+
+def test_alarms_watch_the_metrics_the_code_emits() -> None:
+    from sluice.runtime import telemetry
+
+    obs = cfn.load(cfn.NESTED["observability"])
+    alarms = cfn.resources(obs, "AWS::CloudWatch::Alarm")
+    expressions = " ".join(m.get("Expression", "") for a in alarms.values()
+                           for m in a["Properties"].get("Metrics", []))
+    for metric in (telemetry.JOBS_DEAD_LETTERED, telemetry.FENCED_WRITES_REJECTED, "RelayLag"):
+        assert f"({metric}) FROM {telemetry.NAMESPACE}" in expressions, metric
+    plain = {a["Properties"].get("MetricName") for a in alarms.values()}
+    assert {"ApproximateNumberOfMessagesVisible", "5XXError", "SumOffsetLag"} <= plain
+    assert sum("ErrorRate" in name for name in alarms) == 3
+    for name, alarm in alarms.items():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+
+
+def test_dashboard_body_is_valid_json() -> None:
+    obs = cfn.load(cfn.NESTED["observability"])
+    body = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]["Properties"]["DashboardBody"]
+    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body["Fn::Sub"]))
+    assert names <= set(obs["Parameters"]) | {"AWS::Region"}
+    widgets = json.loads(cfn.sub(body["Fn::Sub"], {n: "x" for n in names} | {"RelayLagAlarmThreshold": 1}))
+    assert len(widgets["widgets"]) >= 6
+
+
+def test_template_outputs_the_api_url_and_table_names() -> None:
+    outputs = T["Outputs"]
+    assert outputs["ApiUrl"]["Value"]["Fn::Sub"].startswith("https://${Api}.execute-api.")
+    assert outputs["JobsTableName"]["Value"] == {"Ref": "JobsTable"}
+    assert outputs["IdempotencyTableName"]["Value"] == {"Ref": "IdempotencyTable"}
+
+
+def test_layer_pins_satisfy_the_package_dependencies() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((cfn.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = {}
+    for line in Path(cfn.ROOT / "shared/requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"unpinned: {line}"
+            pins[req.name.lower()] = spec.version
+    for dep in map(Requirement, project):
+        assert dep.name.lower() in pins, f"{dep.name} missing from the layer"
+        pinned = pins[dep.name.lower()]
+        assert dep.specifier.contains(pinned), f"{dep.name}=={pinned} does not satisfy {dep}"
