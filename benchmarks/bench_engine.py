@@ -24,9 +24,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
+import redis
 
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     counting_client,
     emit,
     log,
@@ -34,8 +34,8 @@ from benchmarks.common import (  # noqa: E402
     redis_cpu_s,
     redis_server,
 )
-from sluice.models import JobSpec  # noqa: E402
-from sluice.redis.engine import RedisQueue  # noqa: E402
+from sluice.models import JobSpec
+from sluice.redis.engine import RedisQueue
 
 LEASE_MS = 30_000
 PUSH_BATCH = 500  # Settings.relay_batch: what the relay pushes at once

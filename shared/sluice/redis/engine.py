@@ -87,7 +87,8 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int) -> JobFields:
     lease_ms = _lease_ms(spec.lease_ms)
     run_at_ms = _int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)")
     enqueued_at_ms = _int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms") or now_ms
-    return JobFields(spec.job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}", run_at_ms)
+    meta = f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}"
+    return JobFields(spec.job_id, payload, meta, run_at_ms)
 
 
 class RedisQueue:

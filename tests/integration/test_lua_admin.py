@@ -1,0 +1,234 @@
+"""cancel, reap, redrive, purge, stats and config scripts; dead letters and the queue registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import sluice.redis.engine as engine_module
+from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound
+from sluice.models import QueueConfig
+from sluice.redis.engine import RedisQueue
+from sluice.redis.keys import QueueKeys
+from sluice.redis.scripts import source
+from tests.integration.test_engine_support import (
+    job,
+    make_queue,
+    members,
+    redis_now_ms,
+    snapshot,
+    spec,
+    where,
+)
+
+pytestmark = pytest.mark.integration
+K = QueueKeys("q")
+
+
+@pytest.fixture
+def rq(redis_url: str) -> Iterator[RedisQueue]:
+    yield from make_queue(redis_url)
+
+
+def make_dead(rq: RedisQueue, *ids: str) -> None:
+    rq.enqueue_many([spec(i, max_attempts=1) for i in ids])
+    for j in rq.lease("q", len(ids), 5_000):
+        assert rq.fail("q", j.job_id, j.token, f"broke {j.job_id}") == "dead"
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+def test_cancel_waiting_jobs_removes_them(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue_many([spec("ready"), spec("later", run_at_ms=redis_now_ms(redis_client) + 60_000),
+                     spec("keep")])
+    assert rq.cancel("q", "ready") == "removed"
+    assert rq.cancel("q", "later") == "removed"
+    assert job(redis_client, "q", "ready") == job(redis_client, "q", "later") == {}
+    assert where(redis_client, "q", "ready") == where(redis_client, "q", "later") == set()
+    assert members(redis_client, "q", "ready") == ["keep"]
+
+
+def test_cancel_leased_job_marks_it_and_expiry_then_drops_it(rq: RedisQueue,
+                                                            redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("a", max_attempts=5))
+    rq.lease("q", 1, 20)
+    assert rq.cancel("q", "a") == "requested"
+    assert job(redis_client, "q", "a")["c"] == "1"
+    assert where(redis_client, "q", "a") == {"leased", "tokens"}
+    time.sleep(0.04)
+    assert rq.reap("q") == 1
+    assert job(redis_client, "q", "a") == {}
+    assert where(redis_client, "q", "a") == set()
+
+
+def test_cancel_dead_job_is_already_finished(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    make_dead(rq, "a")
+    before = snapshot(redis_client)
+    with pytest.raises(AlreadyFinished):
+        rq.cancel("q", "a")
+    assert snapshot(redis_client) == before
+
+
+def test_cancel_missing_job_is_not_found(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    with pytest.raises(JobNotFound):
+        rq.cancel("q", "ghost")
+    assert snapshot(redis_client) == {}
+
+
+# --- reap --------------------------------------------------------------------------------------
+
+def test_reap_returns_expired_leases_and_promotes_due_delayed(rq: RedisQueue,
+                                                             redis_client: redis.Redis) -> None:
+    rq.enqueue_many([spec("retry", max_attempts=2), spec("last", max_attempts=1), spec("alive")])
+    rq.lease("q", 2, 20)
+    rq.lease("q", 1, 60_000)
+    rq.enqueue(spec("delayed", run_at_ms=redis_now_ms(redis_client) + 20))
+    time.sleep(0.04)
+    assert rq.reap("q") == 2
+    assert members(redis_client, "q", "ready") == ["delayed", "retry"]  # promotion runs first
+    assert where(redis_client, "q", "last") == {"dead"}
+    assert where(redis_client, "q", "alive") == {"leased", "tokens"}
+    assert job(redis_client, "q", "retry")["a"] == "1"
+    assert rq.reap("q") == 0
+
+
+def test_reap_is_bounded_by_limit(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue_many([spec(f"j{i}") for i in range(5)])
+    rq.lease("q", 5, 20)
+    time.sleep(0.04)
+    assert rq.reap("q", limit=3) == 3
+    assert redis_client.zcard(K.leased) == 2
+    assert redis_client.hlen(K.tokens) == 2
+    assert rq.reap("q", limit=3) == 2
+
+
+def test_reap_lua_validates(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    script = redis_client.register_script(source("reap.lua"))
+    with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+        script(keys=[K.job_prefix, K.ready, K.delayed, K.leased, K.dead, K.tokens, K.seq], args=[0])
+
+
+# --- dead letters: list, redrive, purge --------------------------------------------------------
+
+def test_dead_letters_lists_oldest_first(rq: RedisQueue) -> None:
+    make_dead(rq, "a")
+    time.sleep(0.002)
+    make_dead(rq, "b")
+    dead = rq.dead_letters("q")
+    assert [(d.job_id, d.attempts, d.last_error) for d in dead] == [("a", 1, "broke a"), ("b", 1, "broke b")]
+    assert dead[0].died_at_ms <= dead[1].died_at_ms
+    assert [d.job_id for d in rq.dead_letters("q", limit=1)] == ["a"]
+
+
+def test_redrive_one_gives_fresh_attempts(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    make_dead(rq, "a", "b")
+    assert rq.redrive("q", "a") == 1
+    assert where(redis_client, "q", "a") == {"ready"}
+    assert where(redis_client, "q", "b") == {"dead"}
+    assert "a" not in job(redis_client, "q", "a")
+    assert job(redis_client, "q", "a")["err"] == "broke a"
+    [again] = rq.lease("q", 1, 1_000)
+    assert (again.job_id, again.attempt) == ("a", 1)
+
+
+def test_redrive_one_that_is_not_dead_is_not_found(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("alive"))
+    before = snapshot(redis_client)
+    with pytest.raises(JobNotFound):
+        rq.redrive("q", "alive")
+    assert snapshot(redis_client) == before
+
+
+def test_redrive_all_loops_over_chunks(rq: RedisQueue, redis_client: redis.Redis,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    make_dead(rq, *[f"j{i}" for i in range(7)])
+    monkeypatch.setattr(engine_module, "MAX_BATCH", 3)
+    assert rq.redrive("q") == 7
+    assert redis_client.zcard(K.dead) == 0
+    assert redis_client.zcard(K.ready) == 7
+
+
+def test_purge_deletes_dead_jobs_for_good(rq: RedisQueue, redis_client: redis.Redis,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    make_dead(rq, *[f"j{i}" for i in range(5)])
+    rq.enqueue(spec("alive"))
+    monkeypatch.setattr(engine_module, "MAX_BATCH", 2)
+    assert rq.purge_dead("q") == 5
+    assert redis_client.zcard(K.dead) == 0
+    assert all(job(redis_client, "q", f"j{i}") == {} for i in range(5))
+    assert where(redis_client, "q", "alive") == {"ready"}
+    assert rq.purge_dead("q") == 0
+
+
+# --- stats -------------------------------------------------------------------------------------
+
+def test_stats_counts_every_state(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    make_dead(rq, "dead1")
+    rq.enqueue_many([spec("r1"), spec("r2"), spec("l1"),
+                     spec("d1", run_at_ms=redis_now_ms(redis_client) + 60_000)])
+    rq.lease("q", 1, 60_000)
+    rq.set_config("q", max_in_flight=4, rate_per_s=2.5, paused=True)
+    stats = rq.stats("q")
+    assert (stats.queue, stats.ready, stats.delayed, stats.leased, stats.dead) == ("q", 2, 1, 1, 1)
+    assert stats.config == QueueConfig(max_in_flight=4, rate_per_s=2.5, paused=True)
+
+
+def test_stats_oldest_ready_age_across_priorities(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    now = redis_now_ms(redis_client)
+    rq.enqueue_many([spec("new-high", priority=9, enqueued_at_ms=now - 1_000),
+                     spec("old-low", priority=0, enqueued_at_ms=now - 50_000)])
+    age = rq.stats("q").oldest_ready_age_ms
+    assert age is not None
+    assert 50_000 <= age < 55_000
+    assert rq.stats("empty").oldest_ready_age_ms is None
+
+
+# --- config and the registry -------------------------------------------------------------------
+
+def test_set_config_writes_only_the_changed_fields(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.set_config("q", rate_per_s=100, burst=20)
+    config = rq.set_config("q", paused=True)
+    assert config == QueueConfig(rate_per_s=100.0, burst=20, paused=True)
+    assert redis_client.hgetall(K.config) == {"rate_per_s": "100.0", "burst": "20", "paused": "1"}
+    assert rq.get_config("q") == config
+    assert rq.set_config("q", paused=False).paused is False
+
+
+@pytest.mark.parametrize("bad", [{"unknown": 1}, {"max_in_flight": -1}, {"max_in_flight": 1.5},
+                                 {"burst": True}, {"rate_per_s": -0.1}, {"rate_per_s": float("nan")},
+                                 {"rate_per_s": float("inf")}, {"paused": 1}, {"paused": "yes"}, {}])
+def test_set_config_rejects_bad_values(rq: RedisQueue, redis_client: redis.Redis,
+                                       bad: dict[str, object]) -> None:
+    rq.set_config("q", burst=3)
+    before = snapshot(redis_client)
+    with pytest.raises(InvalidInput):
+        rq.set_config("q", **bad)
+    assert snapshot(redis_client) == before
+
+
+def test_low_watermark_above_high_is_refused(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.set_config("q", high_watermark=100, low_watermark=50)
+    before = snapshot(redis_client)
+    with pytest.raises(InvalidInput, match="low_watermark"):
+        rq.set_config("q", low_watermark=150)
+    with pytest.raises(InvalidInput, match="low_watermark"):
+        rq.set_config("q", high_watermark=10)
+    assert snapshot(redis_client) == before
+
+
+def test_config_lua_validates(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    script = redis_client.register_script(source("config.lua"))
+    for args in (["paused"], ["paused", "2"], ["burst", "-1"], ["rate_per_s", "nan"], ["evil", "1"]):
+        with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+            script(keys=[K.config], args=args)
+    assert snapshot(redis_client) == {}
+
+
+def test_queues_lists_the_registry(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("a", queue="emails"))
+    rq.set_config("thumbnails", max_in_flight=2)
+    redis_client.sadd("sluice:queues", "Not A Queue")  # junk in the advisory set is ignored
+    assert rq.queues() == ["emails", "thumbnails"]
