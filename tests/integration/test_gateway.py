@@ -1,0 +1,272 @@
+"""The gateway against the real adapters: Tansu (Kafka), the moto server (DynamoDB), redis-server.
+
+Requests are the recorded API Gateway events (tests/events) or built the same way, and
+go through ``Gateway`` over ``build_api`` (the composition root's adapters), or over
+real HTTP through the local adapter and ``sluice.Client``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice import wiring
+from sluice.api import Api
+from sluice.client import Client
+from sluice.config import Settings
+from sluice.errors import AlreadyFinished, BackendUnavailable
+from sluice.http.app import Gateway, build_api
+from sluice.http.idempotency import PowertoolsIdempotency
+from sluice.http.local_server import LocalGateway
+from sluice.kafka.auth import client_config
+from sluice.kafka.producer import KafkaJobLog
+from sluice.local import servers
+from sluice.models import JobSpec
+from tests.integration.test_gateway_stack import job_items, kafka_records, stack_settings
+
+pytestmark = pytest.mark.integration
+EVENTS = Path(__file__).parent.parent / "events"
+
+
+@pytest.fixture(scope="module")
+def settings(tansu: servers.Server, moto_server: servers.Server,
+             redis_server: servers.Server) -> Iterator[Settings]:
+    s = stack_settings(tansu, moto_server, redis_server)
+    yield s
+    wiring.reset()
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings) -> Api:
+    return build_api(settings)
+
+
+@pytest.fixture
+def gateway(api: Api) -> Gateway:
+    return Gateway(api)
+
+
+def recorded(name: str, **changes: Any) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    event.update(changes)
+    return event
+
+
+def post(queue: str, body: Any, key: str | None = None, path_suffix: str = "") -> dict[str, Any]:
+    event = recorded("apigw_enqueue.json", path=f"/v1/queues/{queue}/jobs{path_suffix}",
+                     pathParameters={"queue": queue}, body=json.dumps(body))
+    event["headers"] = {k: v for k, v in event["headers"].items() if k != "Idempotency-Key"}
+    if key is not None:
+        event["headers"]["Idempotency-Key"] = key
+    event["multiValueHeaders"] = {k: [v] for k, v in event["headers"].items()}
+    return event
+
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def call(gateway: Handler, event: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    response = gateway(event, None)
+    headers = {k.lower(): v[-1] for k, v in (response.get("multiValueHeaders") or {}).items()}
+    headers |= {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    return response["statusCode"], headers, json.loads(response["body"]) if response.get("body") else None
+
+
+def get(path: str) -> dict[str, Any]:
+    return recorded("apigw_get_job.json", path=path)
+
+
+def test_recorded_enqueue_reaches_kafka_and_the_jobs_table(gateway: Gateway, settings: Settings) -> None:
+    code, headers, body = call(gateway, recorded("apigw_enqueue.json"))
+    assert code == 202 and headers["location"] == f"/v1/jobs/{body['job_id']}"
+    records = dict(kafka_records(settings))
+    value = records[body["job_id"]]  # keyed by job id
+    spec = JobSpec.model_validate(value)  # the record is a JobSpec, as the relay reads it
+    assert (value["schema_version"], spec.queue, spec.priority, spec.lease_ms) == (1, "emails", 5, 60_000)
+    code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
+    assert (code, status["status"], status["attempts"]) == (200, "accepted", 0)
+
+
+def test_batch_is_in_kafka_and_readable_at_once(gateway: Gateway, settings: Settings) -> None:
+    jobs = [{"payload": {"n": i}, "priority": i % 10} for i in range(25)]
+    code, _, body = call(gateway, post("batchq", {"jobs": jobs}, path_suffix="/batch"))
+    assert code == 202
+    ids = [j["job_id"] for j in body["jobs"]]
+    records = dict(kafka_records(settings))
+    assert [records[i]["payload"]["n"] for i in ids] == list(range(25))
+    items = job_items(settings)
+    assert {items[i] for i in ids} == {"accepted"}
+
+
+def test_hostile_input_writes_nothing_anywhere(gateway: Gateway, settings: Settings) -> None:
+    before_kafka, before_items = len(kafka_records(settings)), len(job_items(settings))
+    hostile = [
+        ("not json", None), ('{"payload": ' + "[" * 65 + "]" * 65 + "}", None), ('{"payload": NaN}', None),
+        ('{"payload": 1, "payload": 2}', None), ('{"payload": 1, "job_id": "x"}', None),
+        ('{"payload": ' + "9" * 39 + "}", None), ('{"payload": "' + "x" * 300_000 + '"}', None),
+        ('{"jobs": [{"payload": 1}, {"payload": 2, "priority": 10}]}', "/batch"),
+    ]
+    for raw, suffix in hostile:
+        event = post("hostile", None, path_suffix=suffix or "")
+        event["body"] = raw
+        assert call(gateway, event)[0] in (400, 413)
+    event = post("bad:queue", {"payload": 1})
+    assert call(gateway, event)[0] == 400
+    assert (len(kafka_records(settings)), len(job_items(settings))) == (before_kafka, before_items)
+
+
+def test_idempotency_on_powertools_and_dynamodb(gateway: Gateway, settings: Settings) -> None:
+    first = call(gateway, post("idem", {"payload": {"order": 1}}, key="order-1"))
+    again = call(gateway, post("idem", {"payload": {"order": 1}}, key="order-1"))
+    other = call(gateway, post("idem", {"payload": {"order": 2}}, key="order-1"))
+    assert (first[0], again[0], other[0]) == (202, 200, 422)
+    assert again[2] == first[2] and again[1]["idempotent-replayed"] == "true"
+    assert other[1]["content-type"] == "application/problem+json"
+    keyed = [k for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|order-1")]
+    assert keyed == [first[2]["job_id"]]
+
+
+class HeldLog:
+    """The real Kafka log, with a gate before the append so two requests truly overlap."""
+
+    def __init__(self, inner: KafkaJobLog) -> None:
+        self.inner, self.entered, self.release = inner, threading.Event(), threading.Event()
+
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        self.entered.set()
+        assert self.release.wait(10)
+        self.inner.append(specs)
+
+
+def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Settings) -> None:
+    held = HeldLog(api.log)  # type: ignore[arg-type]
+    slow_api = Api(held, api.store, api.queue, idempotency=api.idempotency)
+    first_container, second_container = Gateway(slow_api), Gateway(slow_api)
+    results: list[tuple[int, dict[str, str], Any]] = []
+    thread = threading.Thread(target=lambda: results.append(
+        call(first_container, post("idem", {"payload": "once"}, key="same-moment"))))
+    thread.start()
+    assert held.entered.wait(10)
+    code, _, doc = call(second_container, post("idem", {"payload": "once"}, key="same-moment"))
+    assert (code, doc["code"]) == (409, "IN_PROGRESS")
+    held.release.set()
+    thread.join(10)
+    [(code, _, accepted)] = results
+    assert code == 202
+    code, _, replay = call(second_container, post("idem", {"payload": "once"}, key="same-moment"))
+    assert (code, replay) == (200, accepted)
+    keyed = [k for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|same-moment")]
+    assert keyed == [accepted["job_id"]]
+
+
+def test_kafka_unavailable_is_503_and_nothing_is_left_accepted(api: Api, settings: Settings) -> None:
+    dead = KafkaJobLog({"bootstrap_servers": [f"127.0.0.1:{servers.free_port()}"]}, settings.kafka_topic,
+                       delivery_timeout_ms=1500, request_timeout_ms=500, max_block_ms=500)
+    down = Gateway(Api(dead, api.store, api.queue, idempotency=api.idempotency))
+    code, headers, doc = call(down, post("down", {"payload": 1}, key="while-down"))
+    assert (code, headers["retry-after"], doc["code"]) == (503, "1", "UNAVAILABLE")
+    assert "job_id" not in doc
+    in_kafka = {k for k, _ in kafka_records(settings)}
+    accepted = {j for j, status in job_items(settings).items() if status == "accepted"}
+    assert accepted <= in_kafka  # no job is reported accepted that Kafka did not acknowledge
+    # The failed request released its key: once Kafka is back the same request goes through.
+    code, _, body = call(Gateway(api), post("down", {"payload": 1}, key="while-down"))
+    assert code == 202 and body["job_id"] in {k for k, _ in kafka_records(settings)}
+
+
+@pytest.mark.timeout(60)
+def test_broker_dies_under_a_connected_producer(api: Api, settings: Settings, tmp_path: Path) -> None:
+    broker = servers.start_tansu(log_path=tmp_path / "tansu.log")
+    try:
+        local = settings.model_copy(update={"kafka_bootstrap": broker.extra["bootstrap"]})
+        from sluice.kafka.producer import ensure_topics
+
+        ensure_topics(local)
+        log = KafkaJobLog(client_config(local), local.kafka_topic, delivery_timeout_ms=2000,
+                          request_timeout_ms=1000, max_block_ms=1000)
+        gw = Gateway(Api(log, api.store, api.queue))
+        code, _, first = call(gw, post("dying", {"payload": 1}))
+        assert code == 202
+        before = set(job_items(settings))
+        broker.kill()
+        started = time.monotonic()
+        code, headers, _ = call(gw, post("dying", {"payload": 2}))
+        assert (code, headers["retry-after"]) == (503, "1")
+        assert time.monotonic() - started < 10
+        # The unacknowledged job's status item was withdrawn, so it can never run.
+        assert [s for j, s in job_items(settings).items() if j not in before] == ["cancelled"]
+        assert first["job_id"] in before
+    finally:
+        broker.stop()
+
+
+def test_cancel_and_stats_over_the_real_engine_and_store(gateway: Gateway, api: Api) -> None:
+    queue = f"cx{int(time.time() * 1000) % 10**9}"
+    ids = [call(gateway, post(queue, {"payload": i}))[2]["job_id"] for i in range(3)]
+    # Play the relay's part: push into Redis and mark queued.
+    for job_id in ids:
+        spec = JobSpec(job_id=job_id, queue=queue, payload=None)
+        assert api.queue.enqueue(spec)
+    api.store.mark_queued([(j, queue) for j in ids])
+    code, _, stats = call(gateway, recorded("apigw_get_queue.json", path=f"/v1/queues/{queue}"))
+    assert (code, stats["ready"], stats["leased"]) == (200, 3, 0)
+
+    # queued -> cancelled, removed from Redis
+    code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{ids[0]}"))
+    assert (code, body["status"]) == (202, "cancelled")
+    # leased -> cancel requested; the worker sees it on its next heartbeat
+    [leased] = [j for j in api.queue.lease(queue, 1, 30_000, "w1") if j.job_id in ids[1:]]
+    token = api.store.grant(leased.job_id, queue, "w1")
+    code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{leased.job_id}"))
+    assert (code, body["status"]) == (202, "cancel_requested")
+    assert api.queue.extend(queue, leased.job_id, leased.token, 30_000).cancel_requested
+    # finished -> 409
+    remaining = next(j for j in ids[1:] if j != leased.job_id)
+    [job] = api.queue.lease(queue, 1, 30_000, "w2")
+    token = api.store.grant(remaining, queue, "w2")
+    api.store.write_result(remaining, token, {"ok": True})
+    api.queue.ack(queue, job.job_id, job.token)
+    code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{remaining}"))
+    assert (code, body["code"]) == (409, "ALREADY_FINISHED")
+    code, _, stats = call(gateway, recorded("apigw_get_queue.json", path=f"/v1/queues/{queue}"))
+    assert (stats["ready"], stats["leased"]) == (0, 1)
+    api.queue.set_config(queue, rate_per_s=50.0, burst=10, paused=True)
+    _, _, stats = call(gateway, recorded("apigw_get_queue.json", path=f"/v1/queues/{queue}"))
+    assert (stats["rate_per_s"], stats["burst"], stats["paused"]) == (50.0, 10, True)
+
+
+def test_client_over_http_through_the_local_adapter(api: Api) -> None:
+    with LocalGateway([Gateway(api), Gateway(api)]) as server:
+        client = Client(server.url)
+        accepted = client.enqueue("http", {"hello": "wörld"}, priority=2, idempotency_key="http-1")
+        assert client.enqueue("http", {"hello": "wörld"}, priority=2, idempotency_key="http-1") == accepted
+        assert client.status(accepted.job_id).status == "accepted"
+        batch = client.enqueue_batch("http", [{"payload": i} for i in range(3)])
+        assert len({j.job_id for j in batch.jobs}) == 3
+        assert client.cancel(accepted.job_id).status == "cancelled"
+        assert client.wait(accepted.job_id, timeout_s=5).status == "cancelled"
+        with pytest.raises(AlreadyFinished):
+            client.cancel(accepted.job_id)
+        assert client.queue_stats("http").queue == "http"
+
+
+def test_client_gives_up_with_backend_unavailable_when_nothing_listens() -> None:
+    client = Client(f"http://127.0.0.1:{servers.free_port()}", max_attempts=2, sleep=lambda s: None)
+    with pytest.raises(BackendUnavailable):
+        client.enqueue("q", 1)
+
+
+def test_idempotency_store_is_the_powertools_layout(api: Api, settings: Settings) -> None:
+    assert isinstance(api.idempotency, PowertoolsIdempotency)
+    import boto3
+
+    db = boto3.client("dynamodb", endpoint_url=settings.aws_endpoint_url, region_name=settings.aws_region)
+    items = db.scan(TableName=settings.idempotency_table)["Items"]
+    assert items and all(i["id"]["S"].startswith("sluice-gateway-v1#") for i in items)
+    assert {i["status"]["S"] for i in items} == {"COMPLETED"}
