@@ -57,7 +57,8 @@ def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
     retention_ms = str(int(props.get("RetentionHours", 168)) * 3600 * 1000)
     settings = Settings(kafka_bootstrap=props["BootstrapServers"], kafka_security=props["Security"],
                         aws_region=props.get("Region", "us-east-1"))
-    admin = KafkaAdminClient(**client_config(settings), request_timeout_ms=ADMIN_TIMEOUT_MS)
+    admin = KafkaAdminClient(**client_config(settings), request_timeout_ms=ADMIN_TIMEOUT_MS,
+                             bootstrap_timeout_ms=ADMIN_TIMEOUT_MS)
     try:
         existing = set(admin.list_topics())
         missing = [t for t in topics if t not in existing]
@@ -68,7 +69,7 @@ def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
         grow = {}
         for topic in admin.describe_topics([t for t in topics if t in existing]):
             if len(topic["partitions"]) < partitions:
-                grow[topic["topic"]] = NewPartitions(total_count=partitions)
+                grow[topic.get("name") or topic["topic"]] = NewPartitions(total_count=partitions)
         if grow:
             admin.create_partitions(grow)
     finally:
