@@ -433,3 +433,24 @@ def test_layer_pins_satisfy_the_package_dependencies() -> None:
         assert dep.name.lower() in pins, f"{dep.name} missing from the layer"
         pinned = pins[dep.name.lower()]
         assert dep.specifier.contains(pinned), f"{dep.name}=={pinned} does not satisfy {dep}"
+
+
+@pytest.mark.parametrize("environment", ["dev", "prod"])
+def test_samconfig_overrides_are_valid_parameter_values(environment: str) -> None:
+    import tomllib
+
+    config = tomllib.loads((cfn.ROOT / "samconfig.toml").read_text())[environment]["deploy"]["parameters"]
+    assert "CAPABILITY_IAM" in config["capabilities"]
+    overrides = dict(item.split("=", 1) for item in config["parameter_overrides"])
+    declared = T["Parameters"]
+    for name, value in overrides.items():
+        spec = declared[name]
+        if "AllowedValues" in spec:
+            assert value in {str(v) for v in spec["AllowedValues"]}, f"{environment}: {name}={value}"
+        if spec["Type"] == "Number":
+            assert spec.get("MinValue", float("-inf")) <= float(value) <= spec.get("MaxValue", float("inf"))
+        if "AllowedPattern" in spec:
+            assert re.fullmatch(spec["AllowedPattern"], value), f"{environment}: {name}={value}"
+    # Whatever the environment, the conditions still give a working stack.
+    conds = cfn.conditions(T, cfn.parameters(T, **overrides))
+    assert conds["CreateEndpoints"] or not conds["CreateNetwork"]
