@@ -212,7 +212,7 @@ class Api:
     def stats(self, queue: str) -> QueueView:
         validate_queue_name(queue)
         stats = self.queue.stats(queue)
-        config = self.queue.get_config(queue)
+        config = stats.config  # read in the same atomic script as the depths
         return QueueView(
             queue=queue, ready=stats.ready, delayed=stats.delayed, leased=stats.leased, dead=stats.dead,
             oldest_ready_age_ms=stats.oldest_ready_age_ms, paused=config.paused,

@@ -90,10 +90,8 @@ class FakeQueue:
         return "removed"
 
     def stats(self, queue: str) -> QueueStats:
-        return QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=0, oldest_ready_age_ms=1500)
-
-    def get_config(self, queue: str) -> QueueConfig:
-        return self.config
+        return QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=0, oldest_ready_age_ms=1500,
+                          config=self.config)
 
 
 class FakeIdempotency:
