@@ -254,6 +254,8 @@ def test_api_stage_is_throttled_and_logged() -> None:
     fmt = json.loads(p["AccessLogSetting"]["Format"])
     assert {"requestId", "status", "caller"} <= set(fmt)
     assert cfn.is_getatt(p["AccessLogSetting"]["DestinationArn"], "ApiAccessLogGroup", "Arn")
+    # Stage logging needs the account's CloudWatch role first; the stage variable orders them.
+    assert "ApiGatewayAccount" in json.dumps(p["Variables"])
     cap = T["Parameters"]["MaxPayloadBytes"]
     assert cap["MaxValue"] == 10 * 1024 * 1024
     assert T["Globals"]["Function"]["Environment"]["Variables"]["SLUICE_MAX_PAYLOAD_BYTES"] == {
