@@ -456,3 +456,20 @@ def test_samconfig_overrides_are_valid_parameter_values(environment: str) -> Non
     # Whatever the environment, the conditions still give a working stack.
     conds = cfn.conditions(T, cfn.parameters(T, **overrides))
     assert conds["CreateEndpoints"] or not conds["CreateNetwork"]
+
+
+def test_gateway_responses_are_problem_json_whatever_the_message() -> None:
+    responses = _api()["x-amazon-apigateway-gateway-responses"]
+    assert {"BAD_REQUEST_BODY", "THROTTLED", "DEFAULT_4XX", "DEFAULT_5XX"} <= set(responses)
+    hostile = '"quoted" \\ message'
+    for name, response in responses.items():
+        content_type = response["responseParameters"]["gatewayresponse.header.Content-Type"]
+        assert content_type == "'application/problem+json'", name
+        template = response["responseTemplates"]["application/json"]
+        # What API Gateway substitutes: messageString arrives quoted and escaped for JSON.
+        body = (template.replace("$context.error.messageString", json.dumps(hostile))
+                .replace("$context.error.responseType", "ACCESS_DENIED"))
+        problem = json.loads(body)
+        assert problem["type"] == "about:blank" and problem["detail"] == hostile, name
+        if "statusCode" in response:
+            assert problem["status"] == response["statusCode"], name
