@@ -1,6 +1,7 @@
 """The gateway against the real adapters: Tansu (Kafka), the moto server (DynamoDB), redis-server.
 
-Requests are the recorded API Gateway events (tests/events) or built the same way, and
+Requests are the API Gateway REST proxy event fixtures (tests/events: hand-built in the documented
+REST proxy shape, not captured from a deployment) or built the same way, and
 go through ``Gateway`` over ``build_api`` (the composition root's adapters), or over
 real HTTP through the local adapter and ``sluice.Client``.
 """

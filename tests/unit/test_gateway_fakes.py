@@ -156,7 +156,7 @@ class LambdaContext:
         return 25_000
 
 
-_SHAPES = [  # (method, path regex) -> the recorded event of that route, and its resource
+_SHAPES = [  # (method, path regex) -> the event fixture of that route, and its resource
     ("POST", re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch$"), "apigw_enqueue_batch.json"),
     ("POST", re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs$"), "apigw_enqueue.json"),
     ("GET", re.compile(r"^/v1/jobs/(?P<job_id>[^/]+)$"), "apigw_get_job.json"),
@@ -168,7 +168,7 @@ _SHAPES = [  # (method, path regex) -> the recorded event of that route, and its
 def event_for(method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
               headers: dict[str, str] | None = None, b64: bool = False,
               content_type: str | None = "application/json") -> dict[str, Any]:
-    """A REST proxy event: the recorded event of the matching route, with this request in it."""
+    """A REST proxy event: the event fixture of the matching route, with this request in it."""
     name, params = "apigw_openapi.json", None
     for m, shape, file in _SHAPES:
         if (match := shape.match(path)) and m == method:

@@ -1,4 +1,4 @@
-"""functions/gateway/app.py, driven with the recorded API Gateway events as they are.
+"""functions/gateway/app.py, driven with the API Gateway REST proxy event fixtures (tests/events) as they are.
 
 The composition root is pointed at fakes, so this checks the thin handler's wiring:
 settings, adapters built once per container on first use, Powertools logging and metrics.
