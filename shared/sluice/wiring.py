@@ -26,7 +26,10 @@ def settings() -> Settings:
 def boto_client(service: str, s: Settings) -> Any:
     import boto3
 
-    return boto3.client(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+    # boto3.client is overloaded per literal service name; go through a Session's
+    # untyped factory so one helper serves every service.
+    factory: Any = boto3.session.Session().client
+    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
 
 
 @cache
