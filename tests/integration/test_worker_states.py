@@ -183,3 +183,35 @@ def test_a_stopping_worker_releases_its_unstarted_leases(stack: Stack, unique: s
     again = stack.queue.lease("stopping", 5, 1000, "check")
     assert sorted((j.job_id, j.attempt) for j in again) == [(f"s1-{unique}", 1), (f"s2-{unique}", 1)]
     assert metrics.counts[t.LEASES_RELEASED] == 2
+
+
+def test_ctx_fenced_table_writes_carry_the_token_and_stale_ones_are_refused(
+        stack: Stack, moto_server: Server, unique: str) -> None:
+    import boto3
+
+    from sluice.store import tables
+
+    db = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=moto_server.extra["url"])
+    side = f"side-{unique}"
+    tables.create_idempotency_table(db, side)  # any table keyed on "id"
+    app = sluice.Worker()
+
+    @app.handler("sidefx")
+    def h(job: Job, ctx: JobContext) -> str:
+        table = ctx.fenced_table(side)
+        table.put_item({"id": f"{job.id}-a", "token": ctx.token})
+        if job.payload == "taken-over":
+            stack.store.grant(job.id, "sidefx", "another-worker")  # a newer holder exists now
+            table.put_item({"id": f"{job.id}-b", "token": ctx.token})
+        return "done"
+
+    w, metrics = bound(stack, app)
+    add(stack, "sidefx", f"ok-{unique}", "fine")
+    add(stack, "sidefx", f"late-{unique}", "taken-over")
+    out = w.drain(["sidefx"], 2).as_dict()
+    assert (out["succeeded"], out["lease_lost"]) == (1, 1)
+    ids = {i["id"]["S"] for i in db.scan(TableName=side)["Items"]}
+    assert ids == {f"ok-{unique}-a", f"late-{unique}-a"}  # the stale "-b" write never landed
+    assert metrics.counts[t.FENCED_WRITES_REJECTED] == 1
+    late = stack.store.get_job(f"late-{unique}")
+    assert late.status == "leased" and late.token == 2 and late.result is None
