@@ -1,0 +1,41 @@
+"""Getting back the jobs Redis lost.
+
+Redis is not the system of record: Kafka holds every accepted job and DynamoDB every
+job's status. When Redis loses data (a restart without persistence, a failover that
+dropped the last writes, a FLUSHALL), the jobs it held are replayed from Kafka:
+
+- the relay records, per partition and in DynamoDB, a checkpoint: the Redis epoch it
+  pushed under, and the offsets of the records whose jobs were not final yet;
+- a relay taking a partition compares that epoch with Redis's epoch now; if they
+  differ, it reads the partition again from the checkpoint's low-water mark, and the
+  relay's usual filter (``store.final_job_ids``) drops the jobs already final.
+
+``for_relay`` wraps a relay's engine and source; ``Relay`` itself is unchanged.
+docs/redis-loss.md has the design and its argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.recovery.hook import RecoveringEngine, RecoveringSource, Recovery, wrap
+from sluice.recovery.tracker import Checkpoint, PartitionTracker, StartPlan, owner_token, plan_start
+
+__all__ = ["Checkpoint", "PartitionTracker", "RecoveringEngine", "RecoveringSource", "Recovery",
+           "StartPlan", "for_relay", "owner_token", "plan_start", "wrap"]
+
+
+def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: Any = None,
+              **knobs: Any) -> tuple[RecoveringEngine, RecoveringSource]:
+    """The relay's (engine, source) with recovery in between, from Settings.
+
+    ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
+    (its ``final_job_ids``). ``knobs``: ``interval_s``, ``scan_limit``, ``max_pending``.
+    """
+    from sluice import wiring
+    from sluice.recovery.adapters import DynamoCheckpoints, KafkaOffsets, RedisEpochs
+
+    recovery = Recovery(source.topic, RedisEpochs(engine.client),
+                        DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),
+                        KafkaOffsets(source), store, metrics=metrics, **knobs)
+    return wrap(engine, source, recovery)

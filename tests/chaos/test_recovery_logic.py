@@ -1,0 +1,232 @@
+"""Redis-loss recovery without servers: checkpoints, start plans, trackers and the relay hooks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice.errors import InvalidInput, JobNotFound, LeaseLost, StaleToken
+from sluice.models import JobSpec
+from sluice.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
+from sluice.recovery.hook import Recovery, wrap
+from sluice.relay import RELAY_QUEUE, SourceRecord
+
+
+def test_the_first_session_trusts_the_committed_offset_and_writes_a_checkpoint() -> None:
+    plan = plan_start(None, "e1", 40, "t", 0)
+    assert plan.start is None and not plan.replay and plan.generation == 1
+    assert plan.save == Checkpoint("t", 0, "e1", 1, 40, 40) and plan.expect_epoch is None
+
+
+def test_the_same_epoch_resumes_at_the_lower_of_high_and_committed_knowing_the_pending_jobs() -> None:
+    ckpt = Checkpoint("t", 0, "e1", 3, 10, 50, ((10, "a"), (30, "b"), (45, "c")))
+    plan = plan_start(ckpt, "e1", 40, "t", 0)
+    assert plan.start == 40 and not plan.replay and plan.generation == 3
+    assert plan.known == ((10, "a"), (30, "b")) and plan.save is None
+    assert plan_start(ckpt, "e1", None, "t", 0).start == 50
+
+
+def test_a_new_epoch_replays_from_the_low_water_mark_with_a_new_generation() -> None:
+    ckpt = Checkpoint("t", 0, "e1", 3, 10, 50, ((10, "a"),))
+    plan = plan_start(ckpt, "e2", 40, "t", 0)
+    assert plan.start == 10 and plan.replay and plan.generation == 4 and plan.known == ()
+    # the switch claims nothing above low_water, so a relay dying mid-replay replays again
+    assert plan.save == Checkpoint("t", 0, "e2", 4, 10, 10) and plan.expect_epoch == "e1"
+
+
+def test_owner_tokens_of_a_newer_generation_beat_any_older_lease_token() -> None:
+    assert owner_token(2, 1) > owner_token(1, 2**32 - 1)
+    assert owner_token(1, 5) > owner_token(1, 4)
+    for gen, lease in ((0, 1), (1, 0), (1, 2**32), (2**21, 1)):
+        with pytest.raises(InvalidInput):
+            owner_token(gen, lease)
+
+
+def test_the_tracker_keeps_unfinished_jobs_in_offset_order_and_caps_the_checkpoint() -> None:
+    t = PartitionTracker(5, known=[(3, "k")])
+    for offset, job in ((5, "a"), (6, None), (7, "b"), (8, "c"), (6, "again")):
+        t.track(offset, job)
+    assert list(t.entries) == [(3, "k"), (5, "a"), (7, "b"), (8, "c")] and t.next == 9
+    assert t.drop({"a", "k"}, limit=2) == 2  # the scan looks at the oldest two only
+    assert list(t.entries) == [(7, "b"), (8, "c")]
+    assert t.summary(high=9, max_pending=10) == (7, 9, ((7, "b"), (8, "c")))
+    assert t.summary(high=8, max_pending=10) == (7, 8, ((7, "b"),))
+    assert t.summary(high=9, max_pending=1) == (7, 8, ((7, "b"),))  # high comes down to fit
+    assert t.summary(high=50, max_pending=10)[1] == 9  # never above what was read
+    t.drop({"b", "c"}, limit=10)
+    assert t.summary(high=9, max_pending=10) == (9, 9, ())
+
+
+# -- the hooks, over fakes ------------------------------------------------------------------------
+
+
+class FakeEpochs:
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        self.created = 0
+        self.rebased: list[tuple[str, int, int, int]] = []
+
+    def peek(self) -> str | None:
+        return self.epoch
+
+    def current(self) -> str:
+        if self.epoch is None:
+            self.created += 1
+            self.epoch = f"e{self.created}"
+        return self.epoch
+
+    def rebase(self, queue: str, topic: str, partition: int, owner: int, offset: int) -> bool:
+        self.rebased.append((queue, partition, owner, offset))
+        return True
+
+
+class FakeCheckpoints:
+    def __init__(self) -> None:
+        self.items: dict[int, Checkpoint] = {}
+
+    def load(self, topic: str, partition: int) -> Checkpoint | None:
+        return self.items.get(partition)
+
+    def save(self, ckpt: Checkpoint, expect_epoch: str | None) -> bool:
+        old = self.items.get(ckpt.partition)
+        if (old.epoch if old else None) != expect_epoch:
+            return False
+        self.items[ckpt.partition] = ckpt
+        return True
+
+
+class FakeOffsets:
+    def __init__(self, committed: dict[int, int | None]) -> None:
+        self._committed = committed
+        self.seeks: list[tuple[int, int]] = []
+
+    def committed(self, partition: int) -> int | None:
+        return self._committed.get(partition)
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.seeks.append((partition, offset))
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.final: set[str] = set()
+
+    def final_job_ids(self, job_ids: Any) -> set[str]:
+        return self.final & set(job_ids)
+
+
+class FakeSource:
+    topic = "t"
+
+    def __init__(self) -> None:
+        self.records: list[SourceRecord] = []
+        self.commits: list[dict[int, int]] = []
+
+    def partitions(self) -> list[int]:
+        return [0, 1]
+
+    def assign(self, partitions: Any) -> None: ...
+    def rewind_to_committed(self, partitions: Any) -> None: ...
+
+    def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
+        out, self.records = self.records, []
+        return out
+
+    def commit(self, offsets: Any) -> None:
+        self.commits.append(dict(offsets))
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.pushes: list[tuple[str, int, int]] = []
+        self.enqueued: list[str] = []
+        self.missing = False
+
+    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
+        self.pushes.append((queue, partition, owner_token))
+        return None
+
+    def enqueue(self, spec: JobSpec) -> bool:
+        self.enqueued.append(spec.job_id)
+        return True
+
+    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[Any]:
+        return []
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any:
+        if self.missing:
+            raise JobNotFound(f"no job {job_id}")
+        return None
+
+
+def record(partition: int, offset: int, job_id: str) -> SourceRecord:
+    spec = JobSpec(job_id=job_id, queue="q", payload={})
+    return SourceRecord(partition, offset, job_id.encode(), spec.model_dump_json().encode())
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.epochs, self.ckpts = FakeEpochs(), FakeCheckpoints()
+        self.offsets = FakeOffsets({0: 100, 1: None})
+        self.store, self.source, self.engine = FakeStore(), FakeSource(), FakeEngine()
+        self.clock = [0.0]
+        self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
+                                 clock=lambda: self.clock[0])
+        self.wrapped_engine, self.wrapped_source = wrap(self.engine, self.source,  # type: ignore[arg-type]
+                                                        self.recovery)
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+def test_a_new_partition_starts_at_its_committed_offset_and_checkpoints_what_is_unfinished(rig: Any) -> None:
+    rig.wrapped_source.rewind_to_committed([0])
+    assert rig.offsets.seeks == [] and rig.ckpts.items[0].low_water == 100
+    rig.source.records = [record(0, 100, "a"), record(0, 101, "b"), record(0, 102, "c")]
+    rig.wrapped_source.poll(0, 10)
+    rig.store.final = {"a", "c"}
+    rig.clock[0] = 5.0
+    rig.wrapped_source.commit({0: 103})
+    assert rig.source.commits == [{0: 103}]
+    assert rig.ckpts.items[0] == Checkpoint("t", 0, rig.epochs.epoch, 1, 101, 103, ((101, "b"),))
+
+
+def test_after_a_redis_loss_pushes_are_refused_and_the_next_session_replays(rig: Any) -> None:
+    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")
+    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")  # same epoch: not registered again
+    rig.wrapped_source.rewind_to_committed([0])
+    rig.wrapped_engine.push("q", "t", 0, 7, [])
+    assert rig.engine.pushes == [("q", 0, owner_token(1, 7))]
+    rig.ckpts.items[0] = Checkpoint("t", 0, rig.epochs.epoch, 1, 60, 100, ((60, "x"),))
+    rig.epochs.epoch = None  # Redis restarted empty
+    with pytest.raises(StaleToken):
+        rig.wrapped_engine.push("q", "t", 0, 8, [])
+    rig.engine.missing = True
+    with pytest.raises(LeaseLost):  # the ownership job vanished: the relay drops the partition
+        rig.wrapped_engine.extend(RELAY_QUEUE, "t.0", 7, 1000)
+    rig.wrapped_source.assign([])  # the relay gave everything up
+    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")
+    assert rig.engine.enqueued == ["t.0", "t.1"] * 2  # once at start, once more in the new epoch
+    rig.wrapped_source.rewind_to_committed([0])
+    assert rig.offsets.seeks == [(0, 60)]  # replay from the low-water mark
+    assert rig.ckpts.items[0].generation == 2 and rig.ckpts.items[0].high == 60
+    rig.wrapped_engine.push("q", "t", 0, 1, [])
+    rig.wrapped_engine.push("q", "t", 0, 1, [])
+    rig.wrapped_engine.push("r", "t", 0, 1, [])
+    assert rig.engine.pushes[-1] == ("r", 0, owner_token(2, 1)) and owner_token(2, 1) > owner_token(1, 8)
+    assert rig.epochs.rebased == [("q", 0, owner_token(2, 1), 59), ("r", 0, owner_token(2, 1), 59)]
+    rig.wrapped_source.commit({0: 70})  # below what Kafka had committed (100): not sent
+    assert rig.source.commits == []
+
+
+def test_a_checkpoint_refused_because_the_epoch_moved_on_drops_the_session(rig: Any) -> None:
+    rig.wrapped_source.rewind_to_committed([0])
+    rig.ckpts.items[0] = Checkpoint("t", 0, "someone-else", 2, 0, 0)
+    rig.clock[0] = 5.0
+    rig.wrapped_source.commit({0: 101})
+    assert 0 not in rig.recovery.sessions
+    with pytest.raises(StaleToken):
+        rig.wrapped_engine.push("q", "t", 0, 1, [])
