@@ -26,6 +26,7 @@ from sluice.models import validate_job_id, validate_queue_name
 
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
+EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (sluice.recovery)
 
 
 @dataclass(frozen=True, slots=True)
