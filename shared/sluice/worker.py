@@ -186,9 +186,16 @@ class Worker:
         return _Session(queue, hb, runner, settler, pool)
 
     def _close(self, session: _Session) -> None:
-        session.heartbeat.stop()
         if session.pool is not None:
             session.pool.shutdown(wait=True)
+        # The last line of "never strand a job": whatever is still held (only an
+        # unexpected error can leave one) goes back now, before Lambda freezes us.
+        for tracked in session.heartbeat.held():
+            try:
+                session.settler.release(tracked, tracked.log, None, "the drain ended without settling it")
+            except Exception as exc:
+                tracked.log.error("could not release a held lease: %s", exc)
+        session.heartbeat.stop()
         try:
             self.telemetry.metrics.flush()
         except Exception:  # metrics must never fail a drain

@@ -183,3 +183,21 @@ def test_run_processes_jobs_until_stopped() -> None:
     total = k.worker(lease_batch=2).run(["q"], stop=stop, idle_s=0.01)
     assert done == [f"j{i}" for i in range(5)] and total.outcomes["succeeded"] == 5
     assert k.queue.stats("q").leased == 0 and k.queue.stats("q").ready == 3
+
+
+def test_a_crash_inside_the_drain_loop_still_releases_every_held_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    k = kit()
+    k.app.register("q", lambda job, ctx: "never")
+    for i in range(3):
+        k.queue.add("q", f"j{i}")
+    w = k.worker(lease_batch=3)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the batch runner")
+
+    monkeypatch.setattr(w, "_run_batch", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        w.drain(["q"], 3)
+    assert k.queue.stats("q").leased == 0 and k.queue.stats("q").ready == 3
+    assert len(k.queue.called("release")) == 3

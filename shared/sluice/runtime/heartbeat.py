@@ -73,6 +73,11 @@ class Heartbeat:
         with self._cond:
             return len(self._tracked)
 
+    def held(self) -> list[Tracked]:
+        """Every lease still being renewed (leased, and neither settled nor lost)."""
+        with self._cond:
+            return list(self._tracked)
+
     # -- the thread -------------------------------------------------------------------------------
 
     def start(self) -> None:
