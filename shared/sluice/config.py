@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     # AWS. endpoint_url points every boto3 client at the moto server locally.
     aws_region: str = "us-east-1"
     aws_endpoint_url: str | None = None
+    lambda_endpoint_url: str | None = None  # local stack: its Lambda service (sluice.local.lambdas)
     jobs_table: str = "sluice-jobs"
     idempotency_table: str = "sluice-idempotency"
     results_bucket: str = "sluice-results"
@@ -56,6 +57,7 @@ class Settings(BaseSettings):
     lambda_margin_ms: int = Field(default=2_000, ge=0)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
     handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
+    history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)
 
     # Relay.
     relay_batch: int = Field(default=500, ge=1)

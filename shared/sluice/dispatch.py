@@ -44,7 +44,7 @@ class LambdaDispatcher:
         from botocore.config import Config
 
         client = boto3.client("lambda", region_name=settings.aws_region,
-                              endpoint_url=settings.aws_endpoint_url,
+                              endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
                               config=Config(connect_timeout=2, read_timeout=5,
                                             retries={"max_attempts": 2, "mode": "standard"}))
         return cls(client, settings.worker_function_name or "")

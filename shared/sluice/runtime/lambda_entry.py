@@ -64,8 +64,13 @@ def handle_dispatch(event: object, context: LambdaContextLike,
 
     dispatch = parse_dispatch(event)
     s = settings or wiring.settings()
+    queue, store = wiring.queue(s), wiring.store(s)
+    if s.history_path:  # local stack and chaos runs: record grants, writes and acks (sluice.local.history)
+        from sluice.local.history import recorded
+
+        queue, store = recorded(queue, store, s.history_path)
     worker = load_app(s.handlers_module).bind(
-        queue=wiring.queue(s), store=wiring.store(s), options=WorkerOptions.from_settings(s),
+        queue=queue, store=store, options=WorkerOptions.from_settings(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}
