@@ -10,6 +10,7 @@ one instead of starting another.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import time
@@ -18,14 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from sluice.config import Settings
+from sluice.errors import SluiceError
 from sluice.local import servers
 
 STATE_DIR = Path(".sluice")
 TANSU_BUCKET = "tansu"
 
 
-class StackRunning(RuntimeError):
+class StackRunning(SluiceError):
     """Another ``sluice dev`` already runs in this folder."""
+
+    code = "STACK_RUNNING"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """``SLUICE_*`` variables that make ``Settings.from_env()`` in a child equal ``settings``."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        env[f"SLUICE_{name.upper()}"] = text
+    return env
 
 
 def pid_alive(pid: int) -> bool:
@@ -78,14 +93,26 @@ class Stack:
     kafka_bootstrap: str | None = None  # an existing Kafka named in config; else Tansu
     servers: dict[str, servers.Server] = field(default_factory=dict)
     settings: Settings | None = None
+    _lock_fd: int | None = field(default=None, repr=False)
 
     def claim(self) -> None:
-        """Take the folder's pid file, or raise StackRunning."""
+        """Take the folder's lock and pid file, or raise StackRunning.
+
+        An exclusive ``flock`` on ``dev.lock``, held for the life of the process, makes two
+        stacks starting at the same moment impossible; the kernel drops it when the process
+        dies, however it dies, so a stale pid file never blocks a new stack.
+        """
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        other = running_stack(self.state_dir)
-        if other is not None and other.get("pid") != os.getpid():
-            raise StackRunning(f"sluice dev already runs here (pid {other['pid']}); "
-                               f"endpoints in {self.state_dir / 'endpoints.json'}")
+        fd = os.open(self.state_dir / "dev.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            other = running_stack(self.state_dir) or {}
+            where = f"; gateway {other['gateway_url']}" if other.get("gateway_url") else " (starting)"
+            raise StackRunning(f"sluice dev already runs in {self.state_dir.resolve().parent} "
+                               f"(pid {other.get('pid', '?')}){where}") from None
+        self._lock_fd = fd
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / "endpoints.json").unlink()
         (self.state_dir / "dev.pid").write_text(str(os.getpid()))
@@ -151,3 +178,6 @@ class Stack:
         for name in ("endpoints.json", "dev.pid"):
             with contextlib.suppress(FileNotFoundError):
                 (self.state_dir / name).unlink()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None

@@ -1,0 +1,115 @@
+"""The ``sluice`` command line: ``sluice --help``.
+
+Commands live in small modules (``jobs``, ``ops``, ``top``, ``local``); this one
+builds the group, resolves where to talk to (``target``), and turns every error into
+one line on stderr and a non-zero exit code. ``SLUICE_DEBUG=1`` shows tracebacks.
+
+Other packages add commands with ``register``: if ``sluice.chaos.cli`` exists, its
+``scenario`` and ``chaos`` commands (click commands or groups) are added to the group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sluice import __version__
+from sluice.cli.target import Target
+from sluice.errors import SluiceError
+
+EXIT_ERROR = 1
+EXIT_NOT_FOUND = 3
+PLUGINS = ("sluice.chaos.cli",)
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class SluiceGroup(click.Group):
+    """A click group that never shows a traceback for an expected failure."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("SLUICE_DEBUG"):
+                raise
+            fail(one_line(exc), exit_code(exc))
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, SluiceError):
+        return text
+    if isinstance(exc, ConnectionError | OSError):
+        return f"cannot connect: {text}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def exit_code(exc: BaseException) -> int:
+    from sluice.errors import JobNotFound
+
+    return EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else EXIT_ERROR
+
+
+@click.group(cls=SluiceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sluice")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".sluice"),
+              show_default=True, envvar="SLUICE_STATE_DIR",
+              help="Where the local stack keeps endpoints.json, logs and data.")
+@click.option("--api-url", envvar="SLUICE_API_URL", default=None,
+              help="A deployed gateway (SigV4-signed; SLUICE_API_KEY sends an API key instead). "
+                   "Default: the local stack.")
+@click.pass_context
+def main(ctx: click.Context, state_dir: Path, api_url: str | None) -> None:
+    """Sluice: an at-least-once job queue whose storage refuses stale writers.
+
+    \b
+    Start here:
+      sluice dev                     run the whole pipeline on this machine
+      sluice demo --jobs 2000        see it work end to end, with a summary
+      sluice enqueue echo --payload '{"hi": 1}' --wait
+    Commands talk to the local stack of this folder (.sluice/endpoints.json), or to a
+    deployment: SLUICE_API_URL for the HTTP API, SLUICE_REDIS_URL (and the other
+    SLUICE_* settings) for Redis and DynamoDB.
+    """
+    ctx.obj = Target(state_dir=state_dir, api_url=api_url)
+
+
+def register(group: click.Group) -> None:
+    """Add the commands of optional modules (the chaos suite) that are installed."""
+    for module_name in PLUGINS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue  # not installed: nothing to add
+            raise
+        for name in ("scenario", "chaos"):
+            command = getattr(module, name, None)
+            if isinstance(command, click.Command) and name not in group.commands:
+                group.add_command(command, name)
+
+
+def _load() -> None:
+    from sluice.cli import jobs, local, ops, top
+
+    for module in (jobs, ops, top, local):
+        for command in module.COMMANDS:
+            main.add_command(command)
+    register(main)
+
+
+_load()

@@ -1,0 +1,98 @@
+"""``sluice dev`` and ``sluice demo``: the pipeline on this machine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sluice.cli.target import Target
+
+
+def _settings_overrides(lease_seconds: int | None, worker_batch: int | None,
+                        worker_concurrency: int | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if lease_seconds is not None:
+        out["default_lease_seconds"] = lease_seconds
+    if worker_batch is not None:
+        out["worker_batch"] = worker_batch
+    if worker_concurrency is not None:
+        out["worker_concurrency"] = worker_concurrency
+    return out
+
+
+@click.command()
+@click.option("--handlers", default="sluice.examples", show_default=True,
+              help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Worker containers (processes) that may run at once.")
+@click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
+              help="Use this existing Kafka (host:port) instead of starting Tansu.")
+@click.option("--lease-seconds", type=click.IntRange(1, 3600), default=None, help="Workers' lease length.")
+@click.option("--worker-batch", type=click.IntRange(1, 1000), default=None,
+              help="Jobs a worker leases per call and per invocation.")
+@click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
+              help="Jobs one worker runs at once (threads).")
+@click.option("--relay-every", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
+              help="Seconds between scheduled relay invocations.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.pass_obj
+def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None, lease_seconds: int | None,
+        worker_batch: int | None, worker_concurrency: int | None, relay_every: float, log_level: str) -> None:
+    """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
+
+    Writes .sluice/endpoints.json and prints the endpoints. A second `sluice dev` in
+    the same folder reports the running one.
+    """
+    from sluice.local.dev import DevOptions, DevStack, describe, signals_stop
+
+    options = DevOptions(state_dir=target.state_dir, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
+                         workers=workers, relay_every_s=relay_every, relay_timeout_s=relay_every + 10,
+                         log_level=log_level.upper(),
+                         settings=_settings_overrides(lease_seconds, worker_batch, worker_concurrency))
+    stack = DevStack(options)
+    with signals_stop(stack):
+        endpoints = stack.start(progress=lambda m: click.echo(f"  {m}...", err=True))
+        try:
+            click.echo(f"sluice dev is running (pid {endpoints['pid']}); Ctrl-C or SIGTERM stops it")
+            for name, value in describe(endpoints):
+                click.echo(f"  {name:<9} {value}")
+            click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
+            sys.stdout.flush()
+            stack.wait()
+            click.echo("stopping...", err=True)
+        finally:
+            stack.stop()
+    click.echo("stopped; no process left behind", err=True)
+
+
+@click.command()
+@click.option("--jobs", "n_jobs", type=click.IntRange(10, 100_000), default=2000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="End with the summary as one JSON line.")
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Worker containers that may run at once.")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Picks which jobs are duplicates, delayed or failing.")
+@click.option("--timeout", type=click.FloatRange(10, 3600), default=300.0, show_default=True,
+              help="Give up waiting for the jobs to finish after this many seconds.")
+@click.option("--keep", is_flag=True, help="Leave the demo's state directory for inspection.")
+@click.pass_obj
+def demo(target: Target, n_jobs: int, as_json: bool, workers: int, seed: int, timeout: float,
+         keep: bool) -> None:
+    """Start a private stack, push JOBS jobs through it, and check that nothing was lost.
+
+    Exits 0 only if every accepted job ended succeeded or dead with exactly one
+    result, and no stale write was accepted.
+    """
+    from sluice.local.demo import DemoOptions, run_demo
+
+    state_dir = target.state_dir.parent / ".sluice-demo" if target.state_dir == Path(".sluice") \
+        else target.state_dir
+    ok = run_demo(DemoOptions(jobs=n_jobs, as_json=as_json, workers=workers, seed=seed, timeout_s=timeout,
+                              state_dir=state_dir, keep=keep))
+    sys.exit(0 if ok else 1)
+
+
+COMMANDS = [dev, demo]

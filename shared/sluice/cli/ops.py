@@ -1,0 +1,215 @@
+"""Operator commands on Redis: ``sluice queues``, ``sluice queue ...``, ``sluice dlq ...``.
+
+They go to Redis directly (the local stack's, or ``SLUICE_REDIS_URL``): the HTTP API
+is for producers, and these knobs are for whoever runs the queues. Every change is
+picked up by running relays within about a second (``sluice.relay_control``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sluice import relay_control
+from sluice.cli.target import Target
+from sluice.errors import InvalidInput
+from sluice.models import QueueConfig, QueueStats, validate_job_id, validate_queue_name
+from sluice.relay import RELAY_QUEUE
+
+
+def console() -> Console:
+    """Rich output; piped output gets a wide fixed width instead of rich's 80 columns."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def age(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def rate(config: QueueConfig) -> str:
+    if config.rate_per_s <= 0:
+        return "unlimited"
+    return f"{config.rate_per_s:g}/s burst {config.burst}"
+
+
+def stats_row(st: QueueStats) -> dict[str, Any]:
+    c = st.config
+    return {"queue": st.queue, "ready": st.ready, "delayed": st.delayed, "in_flight": st.leased,
+            "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms, "paused": c.paused,
+            "rate_per_s": c.rate_per_s, "burst": c.burst, "max_in_flight": c.max_in_flight,
+            "high_watermark": c.high_watermark, "low_watermark": c.low_watermark}
+
+
+def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
+    engine = target.engine()
+    names = [q for q in engine.queues() if include_internal or q != RELAY_QUEUE]
+    return [engine.stats(q) for q in names]
+
+
+def queues_table(stats: list[QueueStats], title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
+                "max in flight", "state"):
+        table.add_column(col, justify="left" if col in ("queue", "rate", "state") else "right")
+    for st in stats:
+        c = st.config
+        table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
+                      age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
+                      "[yellow]paused[/]" if c.paused else "running")
+    return table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per queue, one per line.")
+@click.option("--all", "include_internal", is_flag=True, help="Include the relay's internal queue.")
+@click.pass_obj
+def queues(target: Target, as_json: bool, include_internal: bool) -> None:
+    """List every queue: depths, in-flight count, rate limit and paused state."""
+    stats = all_stats(target, include_internal)
+    if as_json:
+        for st in stats:
+            click.echo(json.dumps(stats_row(st)))
+        return
+    if not stats:
+        click.echo("no queues yet: enqueue a job to create one")
+        return
+    console().print(queues_table(stats))
+
+
+# -- sluice queue ... -------------------------------------------------------------------------------
+
+
+@click.group()
+def queue() -> None:
+    """Change a queue's knobs at runtime: pause, resume, rate, limit, watermark."""
+
+
+def _show(config: QueueConfig, name: str) -> None:
+    limit = config.max_in_flight or "unlimited"
+    state = "paused" if config.paused else "running"
+    click.echo(f"{name}: {state}, rate {rate(config)}, max in flight {limit}")
+
+
+@queue.command()
+@click.argument("name")
+@click.pass_obj
+def pause(target: Target, name: str) -> None:
+    """Stop pushing jobs into NAME's Redis queue; Kafka holds the backlog."""
+    _show(relay_control.pause(target.engine(), validate_queue_name(name)), name)
+
+
+@queue.command()
+@click.argument("name")
+@click.pass_obj
+def resume(target: Target, name: str) -> None:
+    """Resume pushing jobs into NAME."""
+    _show(relay_control.resume(target.engine(), validate_queue_name(name)), name)
+
+
+@queue.command("rate")
+@click.argument("name")
+@click.option("--per-second", type=float, required=True,
+              help="Jobs per second pushed into Redis; 0 = no limit.")
+@click.option("--burst", type=click.IntRange(0, None), default=None,
+              help="Jobs that may go at once (default: one second's worth).")
+@click.pass_obj
+def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) -> None:
+    """Limit how fast the relay pushes NAME's jobs (shared by every relay)."""
+    _show(relay_control.set_rate(target.engine(), validate_queue_name(name), per_second, burst), name)
+
+
+@queue.command()
+@click.argument("name")
+@click.option("--max-in-flight", type=click.IntRange(0, None), required=True,
+              help="Most jobs leased at once; 0 = no limit.")
+@click.pass_obj
+def limit(target: Target, name: str, max_in_flight: int) -> None:
+    """Cap how many of NAME's jobs run at the same time."""
+    _show(relay_control.set_max_in_flight(target.engine(), validate_queue_name(name), max_in_flight), name)
+
+
+@queue.command()
+@click.argument("name")
+@click.option("--high", type=click.IntRange(0, None), required=True,
+              help="Pause pushing above this ready depth.")
+@click.option("--low", type=click.IntRange(0, None), default=None, help="Resume below this (default high/2).")
+@click.pass_obj
+def watermark(target: Target, name: str, high: int, low: int | None) -> None:
+    """Backpressure: stop pushing while NAME's ready depth is above --high."""
+    config = relay_control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
+    click.echo(f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
+
+
+# -- sluice dlq ... ---------------------------------------------------------------------------------
+
+
+@click.group()
+def dlq() -> None:
+    """Dead-lettered jobs: list, redrive, purge."""
+
+
+@dlq.command("list")
+@click.argument("name")
+@click.option("--limit", "max_jobs", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
+@click.pass_obj
+def dlq_list(target: Target, name: str, max_jobs: int, as_json: bool) -> None:
+    """List NAME's dead jobs, oldest first, with their last error."""
+    dead = target.engine().dead_letters(validate_queue_name(name), max_jobs)
+    if as_json:
+        for d in dead:
+            click.echo(d.model_dump_json())
+        return
+    if not dead:
+        click.echo(f"{name}: no dead jobs")
+        return
+    table = Table()
+    for col in ("job id", "attempts", "died", "last error"):
+        table.add_column(col)
+    now = time.time() * 1000
+    for d in dead:
+        table.add_row(d.job_id, str(d.attempts), f"{age(int(now - d.died_at_ms))} ago",
+                      (d.last_error or "")[:100])
+    console().print(table)
+
+
+@dlq.command()
+@click.argument("name")
+@click.argument("job_id", required=False)
+@click.option("--all", "everything", is_flag=True, help="Redrive every dead job of NAME.")
+@click.pass_obj
+def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> None:
+    """Put dead jobs back in NAME's ready queue: one JOB_ID, or --all."""
+    if (job_id is None) == (not everything):
+        raise InvalidInput("give either a JOB_ID or --all")
+    engine = target.engine()
+    moved = engine.redrive(validate_queue_name(name), None if everything else validate_job_id(job_id))
+    click.echo(f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
+
+
+@dlq.command()
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Really delete them.")
+@click.pass_obj
+def purge(target: Target, name: str, yes: bool) -> None:
+    """Delete every dead job of NAME from Redis (their status stays dead)."""
+    if not yes:
+        raise InvalidInput(f"purging deletes every dead job of {name}; add --yes to confirm")
+    deleted = target.engine().purge_dead(validate_queue_name(name))
+    click.echo(f"{name}: {deleted} dead job{'s' if deleted != 1 else ''} purged")
+
+
+COMMANDS = [queues, queue, dlq]

@@ -1,0 +1,113 @@
+"""``sluice top``: queue depths, throughput and lease health, refreshing live.
+
+Throughput is how fast jobs leave the queues: the drop in ready + delayed + in
+flight + dead, plus what arrived meanwhile, is not observable from Redis alone, so
+on the local stack it is read from the workers' history (acks per second); against
+a deployment it shows the change in depth per second. Lease health is the number of
+leases past their deadline that nobody has reclaimed yet (a crashed or frozen
+worker); the relay reaps them within seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from sluice.cli.ops import age, console, rate
+from sluice.cli.target import Target
+from sluice.local import history
+from sluice.models import QueueStats
+from sluice.redis.keys import QueueKeys
+from sluice.relay import RELAY_QUEUE
+
+
+@dataclass
+class Sample:
+    at: float
+    stats: list[QueueStats]
+    overdue: dict[str, int]
+    acks: int | None
+
+
+@dataclass
+class TopState:
+    target: Target
+    previous: Sample | None = None
+    history_offset: int = 0
+    acks: int = 0
+    rates: dict[str, float] = field(default_factory=dict)
+
+    def sample(self) -> Sample:
+        engine = self.target.engine()
+        names = [q for q in engine.queues() if q != RELAY_QUEUE]
+        stats = [engine.stats(q) for q in names]
+        now_ms = _redis_ms(engine.client)
+        overdue = {q: int(engine.client.zcount(QueueKeys(q).leased, 0, now_ms)) for q in names}
+        acks = self._acks()
+        return Sample(time.monotonic(), stats, overdue, acks)
+
+    def _acks(self) -> int | None:
+        path = (self.target.local or {}).get("history_path")
+        if not path:
+            return None
+        events, self.history_offset = history.read(path, self.history_offset)
+        self.acks += sum(1 for e in events if e.get("op") == "ack" and e.get("outcome") == "ok")
+        return self.acks
+
+    def render(self, s: Sample) -> Any:
+        prev, self.previous = self.previous, s
+        dt = (s.at - prev.at) if prev else 0.0
+        table = Table(title=f"sluice top - {self.target.where}", title_justify="left")
+        for col in ("queue", "ready", "delayed", "in flight", "overdue leases", "dead", "oldest ready",
+                    "Δ depth/s", "rate", "state"):
+            table.add_column(col, justify="left" if col in ("queue", "rate", "state") else "right")
+        before = {st.queue: st for st in prev.stats} if prev else {}
+        for st in s.stats:
+            depth = st.ready + st.delayed + st.leased
+            old = before.get(st.queue)
+            delta = "-"
+            if old is not None and dt > 0:
+                delta = f"{(depth - old.ready - old.delayed - old.leased) / dt:+.1f}"
+            overdue = s.overdue.get(st.queue, 0)
+            table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased),
+                          f"[red]{overdue}[/]" if overdue else "0", str(st.dead), age(st.oldest_ready_age_ms),
+                          delta, rate(st.config), "[yellow]paused[/]" if st.config.paused else "running")
+        if s.acks is not None and prev is not None and prev.acks is not None and dt > 0:
+            line = f"throughput: {(s.acks - prev.acks) / dt:.1f} jobs/s finished   total acked: {s.acks}"
+        elif s.acks is not None:
+            line = f"throughput: measuring...   total acked: {s.acks}"
+        else:
+            line = "throughput: see Δ depth/s (no worker history for a deployed stack)"
+        return Group(table, Text(line), Text("Ctrl-C to quit", style="dim"))
+
+
+def _redis_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@click.command()
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.pass_obj
+def top(target: Target, interval: float, once: bool) -> None:
+    """Live queue depths, throughput and lease health."""
+    state = TopState(target)
+    if once:
+        console().print(state.render(state.sample()))
+        return
+    with Live(state.render(state.sample()), refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(state.render(state.sample()))
+
+
+COMMANDS = [top]

@@ -1,0 +1,194 @@
+"""The built-in handlers: the default ``--handlers`` module of ``sluice dev`` and the demo.
+
+Each queue shows one thing a real handler does:
+
+- ``echo``: returns ``{"echo": <payload>}``.
+- ``hash``: CPU work, ``{"data": "...", "rounds": 1000}`` -> iterated SHA-256.
+- ``notify``: calls an HTTP service with the fencing token and an idempotency key
+  (``store.fenced.fencing_headers``), so the service itself can refuse a stale
+  worker. ``{"url": "http://127.0.0.1:PORT/sink/x", "message": ...}``; the local
+  stack serves such a service (``sluice.local.sink``) and passes its URL in
+  ``SLUICE_EXAMPLES_SINK_URL``.
+- ``ledger``: writes an item through ``ctx.fenced_table`` (a DynamoDB transaction that
+  also checks the job's token), ``{"account": "a1", "amount": 5}``; ``"sleep": s`` first
+  works ``s`` seconds without looking at its lease, as a careless handler would.
+- ``flaky``: fails now and then, predictably: ``failing_attempts(payload)`` says how
+  many attempts raise before one succeeds (None: every attempt, so the job ends dead).
+- ``slow``: runs longer than its lease, ``{"seconds": 6}``, kept alive by heartbeats;
+  its result counts how often the lease was renewed while it ran.
+
+``expected_result`` predicts the result of the deterministic queues, for the demo's
+and the chaos checker's "wrong results" check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from sluice import Fail, Job, JobContext, LeaseLost, Retry, Worker
+from sluice.models import dump_json
+from sluice.store.fenced import fencing_headers
+
+app = Worker()
+
+LEDGER_TABLE = "sluice-examples"
+SINK_URL_ENV = "SLUICE_EXAMPLES_SINK_URL"
+MAX_ROUNDS = 200_000
+MAX_SLEEP_S = 90
+
+
+def _obj(job: Job) -> dict[str, Any]:
+    if not isinstance(job.payload, dict):
+        raise Fail(f"payload must be a JSON object, got {type(job.payload).__name__}")
+    return job.payload
+
+
+def _digest(value: Any) -> int:
+    return int.from_bytes(hashlib.sha256(dump_json(value).encode("utf-8")).digest()[:8], "big")
+
+
+# -- echo --------------------------------------------------------------------------------------------
+
+
+@app.handler("echo")
+def echo(job: Job, ctx: JobContext) -> dict[str, Any]:
+    return {"echo": job.payload}
+
+
+# -- hash --------------------------------------------------------------------------------------------
+
+
+def hash_rounds(data: str, rounds: int) -> str:
+    h = data.encode("utf-8")
+    for _ in range(rounds):
+        h = hashlib.sha256(h).digest()
+    return h.hex()
+
+
+@app.handler("hash")
+def hash_payload(job: Job, ctx: JobContext) -> dict[str, Any]:
+    p = _obj(job)
+    rounds = p.get("rounds", 1)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise Fail(f"rounds must be an integer in 1..{MAX_ROUNDS}")
+    data = p.get("data", "")
+    if not isinstance(data, str):
+        data = dump_json(data)
+    return {"sha256": hash_rounds(data, rounds), "rounds": rounds}
+
+
+# -- notify (HTTP with fencing headers) ---------------------------------------------------------------
+
+
+@app.handler("notify", timeout_s=30)
+def notify(job: Job, ctx: JobContext) -> dict[str, Any]:
+    p = _obj(job)
+    url = p.get("url") or os.environ.get(SINK_URL_ENV)
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise Fail(f"no sink URL: pass payload.url or set {SINK_URL_ENV}")
+    body = json.dumps({"job_id": job.id, "message": p.get("message")}).encode("utf-8")
+    headers = {"Content-Type": "application/json", **fencing_headers(job.id, ctx.token)}
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            reply = json.loads(response.read() or b"null")
+            return {"status": response.status, "reply": reply}
+    except urllib.error.HTTPError as exc:
+        if exc.code == 409:  # the service saw a newer token for this key: we are the stale worker
+            raise LeaseLost(f"{url} refused fencing token {ctx.token}: a newer worker called it") from exc
+        if exc.code >= 500 or exc.code == 429:
+            raise Retry(after=0.5, reason=f"{url} answered {exc.code}") from exc
+        raise Fail(f"{url} answered {exc.code}") from exc
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise Retry(after=0.5, reason=f"{url} unreachable: {exc}") from exc
+
+
+# -- ledger (FencedTable) -------------------------------------------------------------------------------
+
+
+@app.handler("ledger")
+def ledger(job: Job, ctx: JobContext) -> dict[str, Any]:
+    p = _obj(job)
+    account = str(p.get("account", "default"))[:64]
+    amount = p.get("amount", 0)
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise Fail("amount must be an integer")
+    pause = p.get("sleep", 0)
+    if isinstance(pause, int | float) and not isinstance(pause, bool) and 0 < pause <= MAX_SLEEP_S:
+        # Work that ignores ctx.lease_lost, as careless handlers do: if this worker froze
+        # meanwhile and another took the job over, the write below is refused anyway.
+        time.sleep(float(pause))
+    table = ctx.fenced_table(str(p.get("table", LEDGER_TABLE)))
+    # Keyed by job: a redelivered job overwrites its own entry, never adds a second one.
+    table.put_item({"pk": f"{account}#{job.id}", "account": account, "amount": amount,
+                    "job_id": job.id, "token": ctx.token})
+    return {"account": account, "amount": amount, "entry": f"{account}#{job.id}"}
+
+
+# -- flaky ---------------------------------------------------------------------------------------------
+
+
+def failing_attempts(payload: Any) -> int | None:
+    """How many attempts of this payload fail before one succeeds; None: all of them.
+
+    ``{"fail_attempts": k}`` says it outright, ``{"always_fail": true}`` never
+    succeeds; otherwise one payload in five fails once, chosen by its hash.
+    """
+    if isinstance(payload, dict):
+        if payload.get("always_fail") is True:
+            return None
+        k = payload.get("fail_attempts")
+        if isinstance(k, int) and not isinstance(k, bool) and k >= 0:
+            return k
+    return 1 if _digest(payload) % 5 == 0 else 0
+
+
+@app.handler("flaky")
+def flaky(job: Job, ctx: JobContext) -> dict[str, Any]:
+    failing = failing_attempts(job.payload)
+    if failing is None or job.attempt <= failing:
+        raise RuntimeError(f"flaky: attempt {job.attempt} fails on purpose "
+                           f"({'always' if failing is None else f'first {failing}'})")
+    # Independent of the attempt number: a redelivered job must write an equal result.
+    return {"ok": True, "failed_attempts": failing, "payload": job.payload}
+
+
+# -- slow (longer than its lease) ------------------------------------------------------------------------
+
+
+@app.handler("slow", timeout_s=MAX_SLEEP_S + 10)
+def slow(job: Job, ctx: JobContext) -> dict[str, Any]:
+    p = _obj(job)
+    seconds = p.get("seconds", 5)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= MAX_SLEEP_S:
+        raise Fail(f"seconds must be a number in 0..{MAX_SLEEP_S}")
+    deadlines = {ctx.lease_deadline_ms}
+    end = time.monotonic() + float(seconds)
+    while (left := end - time.monotonic()) > 0:
+        if ctx.lease_lost.wait(min(0.1, left)):
+            raise LeaseLost("slow: the lease was lost while sleeping; stopping early")
+        deadlines.add(ctx.lease_deadline_ms)
+    return {"slept": seconds, "renewals": len(deadlines) - 1}
+
+
+# -- prediction ------------------------------------------------------------------------------------------
+
+
+def expected_result(queue: str, payload: Any) -> Any:
+    """The result a deterministic queue's handler returns for ``payload`` (``...`` if unknown)."""
+    if queue == "echo":
+        return {"echo": payload}
+    if queue == "hash" and isinstance(payload, dict):
+        data = payload.get("data", "")
+        return {"sha256": hash_rounds(data if isinstance(data, str) else dump_json(data),
+                                      int(payload.get("rounds", 1))), "rounds": int(payload.get("rounds", 1))}
+    if queue == "flaky":
+        failing = failing_attempts(payload)
+        return ... if failing is None else {"ok": True, "failed_attempts": failing, "payload": payload}
+    return ...

@@ -1,0 +1,326 @@
+"""``sluice demo``: a private local stack, a mixed workload over HTTP, live progress, a verdict.
+
+1. Start a stack (``local.dev``) under its own state directory, tuned for a short run:
+   3 s leases (so the ``slow`` jobs outlive theirs), 4 worker containers of 4 threads,
+   a worker safety net every 2 s.
+2. Enqueue the plan (``local.workload``) over HTTP while showing live counts: enqueued,
+   in Kafka, in Redis, leased, succeeded, retrying, dead.
+3. Freeze one worker with SIGSTOP while it holds a ``ledger`` job that works without
+   looking at its lease, until another worker has been granted that job, then let it
+   run on: its ``FencedTable`` write must be refused. So a healthy run shows the
+   fencing at work, not only the happy path.
+4. When every accepted job is final, check the invariants (``local.verify``) against the
+   jobs table and the workers' history, print the summary (and ``--json``: one JSON
+   line last), and stop everything.
+
+Every number is measured: the gateway's answers, Redis, the jobs table, the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from sluice.local import history, verify, workload
+from sluice.local.dev import DevOptions, DevStack
+
+DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow")
+DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": 3, "worker_batch": 25, "worker_concurrency": 4}
+
+
+@dataclass
+class DemoOptions:
+    jobs: int = 2000
+    as_json: bool = False
+    workers: int = 4
+    seed: int = 1
+    timeout_s: float = 300.0
+    state_dir: Path = Path(".sluice-demo")
+    keep: bool = False
+    freeze: bool = True
+
+
+@dataclass
+class Board:
+    """What the progress display shows, refreshed from Redis and the history."""
+
+    path: str = ""
+    analyser: history.Analyser = field(default_factory=history.Analyser)
+    offset: int = 0
+    ready: int = 0
+    delayed: int = 0
+    leased: int = 0
+    frozen: str = ""
+
+
+class Freezer(threading.Thread):
+    """SIGSTOPs the worker that holds ``job_id`` until another worker is granted it."""
+
+    def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event) -> None:
+        super().__init__(name="sluice-demo-freezer", daemon=True)
+        self.job, self.state, self.stop_event = job, state, stop
+        self.note = "not attempted"
+
+    def _grants(self) -> list[tuple[int, float, float]]:
+        facts = self.state.analyser.report.jobs.get(self.job.job_id or "")
+        return list(facts.grants) if facts else []
+
+    def _wait(self, pred: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def run(self) -> None:
+        if not self._wait(lambda: self.job.job_id and self._grants(), 60):
+            self.note = "its job never started"
+            return
+        pid = next(int(e["pid"]) for e in self._events() if e.get("op") == "grant")
+        time.sleep(0.3)  # inside the handler's work, before its write
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            self.note = "its worker had already exited"
+            return
+        self.state.frozen = f"worker {pid} frozen (SIGSTOP)"
+        try:
+            took_over = self._wait(lambda: len(self._grants()) > 1, 30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.state.frozen = ""
+        self.note = (f"worker {pid} frozen past its lease; another worker took the job over"
+                     if took_over else f"worker {pid} frozen, but nobody took the job over in time")
+
+    def _events(self) -> list[dict[str, Any]]:
+        events, _ = history.read(self.state.path)
+        return [e for e in events if e.get("job") == self.job.job_id]
+
+
+def _progress(plan: workload.Plan, sent: workload.SendReport, st: Board, dev: DevStack,
+              started: float) -> Any:
+    r = st.analyser.report
+    succeeded, dead = len(r.succeeded), len(r.dead)
+    retrying = sum(1 for f in r.jobs.values() if f.retries and not f.succeeded and not f.dead)
+    in_kafka = max(0, sent.accepted - st.ready - st.delayed - st.leased - succeeded - dead)
+    table = Table(title=f"sluice demo: {len(plan.jobs)} jobs", title_justify="left")
+    for col in ("enqueued", "in Kafka", "in Redis", "leased", "succeeded", "retrying", "dead"):
+        table.add_column(col, justify="right")
+    table.add_row(str(sent.accepted), str(in_kafka), str(st.ready + st.delayed), str(st.leased),
+                  f"[green]{succeeded}[/]", f"[yellow]{retrying}[/]", f"[red]{dead}[/]")
+    done = succeeded + dead
+    width = 40
+    filled = int(width * done / max(1, len(plan.jobs)))
+    busy = dev.lambdas.busy("sluice-worker") if dev.lambdas else 0
+    elapsed = time.monotonic() - started
+    lines = [Text(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{len(plan.jobs)} done   "
+                  f"{elapsed:5.1f}s   {done / max(elapsed, 0.001):.0f} jobs/s   workers busy: {busy}")]
+    if st.frozen:
+        lines.append(Text(st.frozen, style="bold magenta"))
+    return Group(table, *lines)
+
+
+def _poll(st: Board, dev: DevStack, path: str) -> None:
+    events, st.offset = history.read(path, st.offset)
+    st.analyser.feed(events)
+    from sluice import wiring
+
+    assert dev.settings is not None
+    engine = wiring.queue(dev.settings)
+    ready = delayed = leased = 0
+    for q in DEMO_QUEUES:
+        s = engine.stats(q)
+        ready, delayed, leased = ready + s.ready, delayed + s.delayed, leased + s.leased
+    st.ready, st.delayed, st.leased = ready, delayed, leased
+
+
+def _finished(plan: workload.Plan, sent: workload.SendReport, st: Board, sender: threading.Thread) -> bool:
+    if sender.is_alive():
+        return False
+    r = st.analyser.report
+    final = r.succeeded | r.dead
+    return all(j.job_id in final for j in plan.jobs if j.job_id is not None)
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+def summarize(plan: workload.Plan, sent: workload.SendReport, report: history.HistoryReport,
+              verdict: verify.Verdict) -> dict[str, Any]:
+    latencies, last_final = [], sent.started
+    for job in plan.jobs:
+        facts = report.jobs.get(job.job_id or "")
+        if facts is None:
+            continue
+        if facts.writes:
+            done_at = min(float(w["t1"]) for w in facts.writes)
+            if job.delay_s == 0:
+                latencies.append((done_at - job.sent_at) * 1000)
+            last_final = max(last_final, done_at)
+    elapsed = max(0.001, last_final - sent.started)
+    return {
+        "accepted": sent.accepted,
+        "succeeded": verdict.succeeded,
+        "dead": verdict.dead,
+        "duplicates_suppressed": sent.duplicates_suppressed,
+        "retries": report.retries,
+        "leases_lost": report.leases_lost,
+        "fenced_writes_rejected": report.fenced_writes_rejected,
+        "stale_writes_accepted": report.stale_writes_accepted,
+        "latency_ms": {p: round(percentile(latencies, q), 1)
+                       for p, q in (("p50", 50), ("p95", 95), ("p99", 99))},
+        "jobs_per_s": round((verdict.succeeded + verdict.dead) / elapsed, 1),
+        "invocations": report.invocations,
+        "not_final": len(verdict.not_final),
+        "wrong_results": len(verdict.wrong_results),
+        "conflicting_results": len(verdict.conflicting_writes),
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def _summary_table(s: dict[str, Any], ok: bool, notes: list[str]) -> Any:
+    t = Table(title="sluice demo: summary", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    lat = s["latency_ms"]
+    for name, value in (
+        ("jobs accepted", s["accepted"]), ("succeeded", s["succeeded"]), ("dead-lettered", s["dead"]),
+        ("duplicates suppressed at enqueue", s["duplicates_suppressed"]), ("retries", s["retries"]),
+        ("leases lost", s["leases_lost"]), ("fenced writes rejected", s["fenced_writes_rejected"]),
+        ("stale writes accepted", s["stale_writes_accepted"]),
+        ("end-to-end latency p50 / p95 / p99", f"{lat['p50']:.0f} / {lat['p95']:.0f} / {lat['p99']:.0f} ms"),
+        ("throughput", f"{s['jobs_per_s']} jobs/s over {s['elapsed_s']} s"),
+    ):
+        t.add_row(name, str(value))
+    verdict = Text("invariants hold: every accepted job ended succeeded or dead, each with exactly one "
+                   "result, and no stale write was accepted", style="bold green") if ok else \
+        Text("INVARIANTS VIOLATED", style="bold red")
+    return Group(t, *[Text(n, style="dim") for n in notes], verdict)
+
+
+def run_demo(o: DemoOptions) -> bool:
+    console = Console()
+    interactive = console.is_terminal
+    out = Console(stderr=True) if o.as_json and not interactive else console
+    dev = DevStack(DevOptions(state_dir=o.state_dir, workers=o.workers, relay_every_s=300,
+                              relay_timeout_s=600,
+                              safety_net_every_s=2, log_level="WARNING", settings=dict(DEMO_SETTINGS)))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(o, dev, out, interactive)
+    finally:
+        dev.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if not o.keep:
+            shutil.rmtree(o.state_dir, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool:
+    out.print(f"[bold]sluice demo[/]: starting a private stack in {o.state_dir}/ ...")
+    endpoints = dev.start()
+    out.print(f"gateway {endpoints['gateway_url']}, Redis {endpoints['redis_url']}, "
+              f"Kafka {endpoints['kafka_bootstrap']}, DynamoDB {endpoints['dynamodb_endpoint']}")
+    plan = workload.plan(o.jobs, o.seed, str(endpoints["sink_url"]))
+    freeze_job = next((j for j in plan.jobs if j.queue == "ledger" and not j.duplicate), None)
+    if o.freeze and freeze_job is not None:
+        freeze_job.payload = {**freeze_job.payload, "sleep": 1.5}
+    sent = workload.SendReport()
+    path = str(endpoints["history_path"])
+    st = Board(path=path)
+    stop = threading.Event()
+    started = time.monotonic()
+    sender = threading.Thread(target=workload.send, args=(plan, str(endpoints["gateway_url"]), sent),
+                              name="sluice-demo-send", daemon=True)
+    sender.start()
+    freezer = Freezer(freeze_job, st, stop) if o.freeze and freeze_job is not None else None
+    if freezer is not None:
+        freezer.start()
+    deadline = started + o.timeout_s
+    last_line = 0.0
+    try:
+        with Live(_progress(plan, sent, st, dev, started), console=out, refresh_per_second=4,
+                  transient=False, auto_refresh=interactive) as live:
+            while time.monotonic() < deadline:
+                _poll(st, dev, path)
+                live.update(_progress(plan, sent, st, dev, started))
+                if not interactive and time.monotonic() - last_line > 5:
+                    last_line = time.monotonic()
+                    r = st.analyser.report
+                    out.print(f"  {time.monotonic() - started:5.1f}s  enqueued {sent.accepted}  "
+                              f"succeeded {len(r.succeeded)}  dead {len(r.dead)}")
+                if _finished(plan, sent, st, sender):
+                    break
+                time.sleep(0.25)
+    finally:
+        stop.set()
+    if freezer is not None:
+        freezer.join(5)
+    _settle(st, dev, path)
+    report = st.analyser.finish()
+    assert dev.settings is not None
+    ids = [j.job_id for j in plan.jobs if j.job_id is not None]
+    verdict = verify.check(plan.jobs, verify.fetch(dev.settings, ids), report)
+    summary = summarize(plan, sent, report, verdict)
+    failures = verdict.failures() + [e for e in sent.errors if "second job" in e]
+    if time.monotonic() >= deadline:
+        failures.append(f"timed out after {o.timeout_s:.0f}s")
+    ok = not failures
+    notes = _notes(plan, sent, verdict, freezer)
+    out.print(_summary_table(summary, ok, notes))
+    for f in failures:
+        out.print(f"[red]violation:[/] {f}")
+    if o.as_json:
+        sys.stdout.flush()
+        print(json.dumps({**summary, "ok": ok}), flush=True)
+    return ok
+
+
+def _settle(st: Board, dev: DevStack, path: str, timeout: float = 5.0) -> None:
+    """Give the last acks a moment, so the summary is not cut in the middle of settling."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _poll(st, dev, path)
+        if st.leased == 0:
+            return
+        time.sleep(0.1)
+
+
+def _notes(plan: workload.Plan, sent: workload.SendReport, verdict: verify.Verdict,
+           freezer: Freezer | None) -> list[str]:
+    notes = [f"plan: {plan.count(lambda j: j.delay_s > 0)} delayed, "
+             f"{plan.count(lambda j: j.duplicate)} sent twice with one idempotency key, "
+             f"{plan.count(lambda j: j.expect_dead)} destined to fail, "
+             f"{plan.count(lambda j: j.queue == 'slow')} longer than their lease"]
+    if verdict.unexpected_dead or verdict.unexpected_success:
+        notes.append(f"outcomes off the handlers' prediction: {verdict.unexpected_dead} died unexpectedly, "
+                     f"{verdict.unexpected_success} succeeded unexpectedly")
+    if freezer is not None:
+        notes.append(f"freeze: {freezer.note}")
+    notes += [f"enqueue error: {e}" for e in sent.errors[:3]]
+    return notes

@@ -1,0 +1,158 @@
+"""The demo's workload: which jobs, and sending them to the gateway over HTTP.
+
+The plan is a pure function of (jobs, seed), so a run can be repeated. It mixes
+every example queue: most jobs are plain, some are delayed, some fail once and
+then succeed, some are destined to fail (dead-lettered), a few run longer than
+their lease, and a few are sent twice with the same idempotency key. The plan
+also predicts how each job ends (``expect_dead``), so the demo can say whether
+the pipeline did what the handlers say it should.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.client import Client
+from sluice.examples import failing_attempts
+
+BATCH = 100
+DEMO_MAX_ATTEMPTS = 3
+SLOW_SECONDS = 7.0
+
+
+@dataclass
+class PlannedJob:
+    index: int
+    queue: str
+    payload: Any
+    delay_s: int = 0
+    max_attempts: int = DEMO_MAX_ATTEMPTS
+    duplicate: bool = False  # sent alone with an idempotency key, then sent again with it
+    expect_dead: bool = False
+    job_id: str | None = None
+    sent_at: float = 0.0  # wall clock, when its request started
+
+
+@dataclass
+class Plan:
+    jobs: list[PlannedJob]
+
+    def count(self, pred: Callable[[PlannedJob], bool]) -> int:
+        return sum(1 for j in self.jobs if pred(j))
+
+
+def plan(n: int, seed: int, sink_url: str) -> Plan:
+    rng = random.Random(seed)
+    jobs: list[PlannedJob] = []
+    slow = max(2, n // 200)
+    for i in range(n):
+        if i < slow:
+            jobs.append(PlannedJob(i, "slow", {"seconds": SLOW_SECONDS, "i": i}))
+            continue
+        roll = rng.random()
+        if roll < 0.50:
+            job = PlannedJob(i, "echo", {"i": i, "text": f"hello {i}"})
+            if rng.random() < 0.10:
+                job.delay_s = rng.randint(1, 4)
+        elif roll < 0.65:
+            job = PlannedJob(i, "hash", {"data": f"demo-{seed}-{i}", "rounds": 500})
+        elif roll < 0.73:
+            job = PlannedJob(i, "ledger", {"account": f"acct-{i % 25}", "amount": i % 100})
+        elif roll < 0.78:
+            job = PlannedJob(i, "notify", {"url": f"{sink_url}/demo", "message": f"job {i}"})
+        elif roll < 0.98:
+            payload: dict[str, Any] = {"i": i, "seed": seed}
+            job = PlannedJob(i, "flaky", payload)
+        else:
+            job = PlannedJob(i, "flaky", {"i": i, "always_fail": True}, max_attempts=2)
+        if job.queue == "flaky":
+            job.expect_dead = failing_attempts(job.payload) is None or \
+                (failing_attempts(job.payload) or 0) >= job.max_attempts
+        jobs.append(job)
+    for job in rng.sample(jobs[slow:], k=max(1, n * 3 // 100)):
+        if job.delay_s == 0:
+            job.duplicate = True
+    return Plan(jobs)
+
+
+@dataclass
+class SendReport:
+    accepted: int = 0
+    duplicates_sent: int = 0
+    duplicates_suppressed: int = 0  # the repeat returned the original job id: no second job
+    errors: list[str] = field(default_factory=list)
+    started: float = 0.0
+    finished: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.accepted += n
+
+
+def _request(job: PlannedJob) -> dict[str, Any]:
+    return {"payload": job.payload, "delay_seconds": job.delay_s, "max_attempts": job.max_attempts}
+
+
+def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> None:
+    """Enqueue the plan: batches of up to 100 per queue, duplicates one by one, twice."""
+    report.started = time.time()
+    local = threading.local()
+
+    def client() -> Client:
+        if not hasattr(local, "client"):
+            local.client = Client(gateway_url, timeout_s=30, max_attempts=8)
+        c: Client = local.client
+        return c
+
+    def batch(jobs: Sequence[PlannedJob]) -> None:
+        sent = time.time()
+        try:
+            result = client().enqueue_batch(jobs[0].queue, [_request(j) for j in jobs])
+        except Exception as exc:  # reported, and the invariants check counts what was accepted
+            report.errors.append(f"batch of {len(jobs)} on {jobs[0].queue}: {exc}")
+            return
+        for job, accepted in zip(jobs, result.jobs, strict=True):
+            job.job_id, job.sent_at = accepted.job_id, sent
+        report.add(len(jobs))
+
+    def twice(job: PlannedJob) -> None:
+        key = f"demo-{job.index}-{time.time_ns()}"
+        sent = time.time()
+        try:
+            first = client().enqueue(job.queue, job.payload, delay_seconds=job.delay_s,
+                                     max_attempts=job.max_attempts, idempotency_key=key)
+            job.job_id, job.sent_at = first.job_id, sent
+            report.add(1)
+            again = client().enqueue(job.queue, job.payload, delay_seconds=job.delay_s,
+                                     max_attempts=job.max_attempts, idempotency_key=key)
+        except Exception as exc:
+            report.errors.append(f"keyed enqueue of job {job.index}: {exc}")
+            return
+        with report.lock:
+            report.duplicates_sent += 1
+            if again.job_id == first.job_id:
+                report.duplicates_suppressed += 1
+            else:
+                report.accepted += 1  # a second job was created: the invariants will count it
+                report.errors.append(f"duplicate of job {job.index} created a second job {again.job_id}")
+
+    singles = [j for j in p.jobs if j.duplicate]
+    by_queue: dict[str, list[PlannedJob]] = {}
+    for j in p.jobs:
+        if not j.duplicate:
+            by_queue.setdefault(j.queue, []).append(j)
+    chunks = [q[i:i + BATCH] for q in by_queue.values() for i in range(0, len(q), BATCH)]
+    chunks.sort(key=lambda c: c[0].index)  # slow jobs first: they take longest
+    with ThreadPoolExecutor(threads, thread_name_prefix="sluice-demo-send") as pool:
+        futures = [pool.submit(batch, c) for c in chunks]
+        futures += [pool.submit(twice, j) for j in singles]
+        for f in futures:
+            f.result()
+    report.finished = time.time()
