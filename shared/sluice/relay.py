@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -275,6 +276,18 @@ def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
     return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
 
 
+_Item = tuple[_Owned, str, list[tuple[int, JobSpec]]]  # a partition's next records for one queue
+
+
+@dataclass
+class _Executed:
+    # per plan item, in order: the records sent (finals removed), and push's outcome,
+    # the LeaseLost that refused it, or None when nothing was sent
+    results: list[tuple[list[tuple[int, JobSpec]], PushOutcome | LeaseLost | None]] = field(
+        default_factory=list)
+    error: SluiceError | None = None
+
+
 AfterPush = Callable[[int, str, PushOutcome], None]
 
 
@@ -288,7 +301,8 @@ class Relay:
                  max_partitions: int = 1_000, max_pending: int = 5_000,
                  refresh_s: float = 0.5, ownership_s: float = 1.0, maintenance_s: float = 5.0,
                  dispatch_interval_s: float = 1.0, worker_batch: int = 10, reap_limit: int = 500,
-                 status_drain_s: float = 2.0, after_push: AfterPush | None = None) -> None:
+                 commit_s: float = 0.2, status_drain_s: float = 2.0,
+                 after_push: AfterPush | None = None) -> None:
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
         self.relay_id = relay_id
@@ -301,6 +315,7 @@ class Relay:
         self.reap_limit = reap_limit
         self.after_push = after_push
         self.status_drain_s = status_drain_s
+        self.commit_s = commit_s
         self.report = RelayReport()
         self._owned: dict[int, _Owned] = {}
         self._queues: dict[str, _QueueState] = {}
@@ -309,6 +324,8 @@ class Relay:
         self._next_maintenance = float("-inf")
         self._rotation = 0
         self._status = StatusWriter(store, self.metrics)
+        self._executor: ThreadPoolExecutor | None = None
+        self._last_commit = float("-inf")
 
     @classmethod
     def from_settings(cls, settings: Settings, engine: RelayEngine, store: JobStore, source: RecordSource,
@@ -352,21 +369,29 @@ class Relay:
         if not self._owned:
             self.clock.sleep(self.poll_ms / 1000)
             return 0
-        had_work = any(self._pushable(o) for o in self._owned.values())
-        records = self.source.poll(0 if had_work else self.poll_ms, self.batch * 2)
-        self._ingest(records)
-        pushed = self._push_all()
+        plan = self._plan()
+        pushing = self._pusher().submit(self._execute, plan) if plan else None
+        pushed = 0
+        try:  # while Redis runs the push, fetch and decode what comes next
+            records = self.source.poll(0 if plan or self._held_up() else self.poll_ms, self.batch * 2)
+            self._ingest(records)
+        finally:
+            if pushing is not None:
+                pushed = self._apply(plan, pushing.result())
         self._commit()
         self._dispatch()
         self._flow_control()
-        if pushed == 0 and not records and had_work:
+        if pushed == 0 and not records and self._held_up():
             self.clock.sleep(min(0.02, self.poll_ms / 1000))  # blocked by rate or pause: do not spin
         return pushed
 
     def stop(self) -> None:
         """Commit what was pushed and release every partition lease (best effort)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         try:
-            self._commit()
+            self._commit(force=True)
         except SluiceError as exc:
             log.warning("final commit failed: %s", exc)
         for p in list(self._owned):
@@ -473,8 +498,15 @@ class Relay:
             owned.pending.setdefault(spec.queue, deque()).append((record.offset, spec))
             owned.pending_count += 1
 
-    def _pushable(self, owned: _Owned) -> bool:
-        return any(q and not self._state(name).blocked for name, q in owned.pending.items())
+    def _held_up(self) -> bool:
+        """Records wait for a queue that is not paused: the rate limit, or a full batch."""
+        return any(q and not self._state(name).blocked
+                   for owned in self._owned.values() for name, q in owned.pending.items())
+
+    def _pusher(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-push")
+        return self._executor
 
     # -- records out --------------------------------------------------------------------------------
 
@@ -501,14 +533,14 @@ class Relay:
             self.metrics.count("RelayWatermarkPaused" if paused else "RelayWatermarkResumed", queue=queue)
         state.watermark_paused = paused
 
-    def _plan(self) -> list[tuple[_Owned, str, list[tuple[int, JobSpec]]]]:
+    def _plan(self) -> list[_Item]:
         """Which records to push now: per queue, after pause, watermark and the shared bucket."""
         by_queue: dict[str, list[_Owned]] = {}
         for owned in self._owned.values():
             for queue, q in owned.pending.items():
                 if q:
                     by_queue.setdefault(queue, []).append(owned)
-        plan: list[tuple[_Owned, str, list[tuple[int, JobSpec]]]] = []
+        plan: list[_Item] = []
         for queue, partitions in by_queue.items():
             state = self._state(queue)
             if state.blocked:
@@ -524,25 +556,45 @@ class Relay:
                 plan.append((owned, queue, [q[i] for i in range(n)]))
         return plan
 
-    def _push_all(self) -> int:
-        plan = self._plan()
-        if not plan:
-            return 0
-        final = self.store.final_job_ids([s.job_id for _, _, take in plan for _, s in take])
-        pushed = 0
-        queued: list[tuple[str, str]] = []
-        for owned, queue, take in plan:
-            if self._owned.get(owned.number) is not owned:
-                continue  # lost this partition earlier in the same round
-            records = [(off, spec) for off, spec in take if spec.job_id not in final]
-            if records:
+    def _execute(self, plan: list[_Item]) -> _Executed:
+        """The I/O half of a push round, on the pusher thread: final jobs out, then push.lua.
+
+        Reads relay state but changes none of it; ``_apply`` does that on the main thread.
+        """
+        done = _Executed()
+        try:
+            final = self.store.final_job_ids([s.job_id for _, _, take in plan for _, s in take])
+            stale: set[int] = set()
+            for owned, queue, take in plan:
+                records = [(off, spec) for off, spec in take if spec.job_id not in final]
+                if owned.number in stale or not records:
+                    done.results.append((records, None))
+                    continue
                 try:
                     outcome = self.engine.push(queue, self.topic, owned.number, owned.token, records)
                 except LeaseLost as exc:  # StaleToken: a newer relay owns this partition now
-                    self.report.stale_stops += 1
-                    self._lose(owned.number, str(exc))
-                    self.source.assign(sorted(self._owned))
+                    stale.add(owned.number)
+                    done.results.append((records, exc))
                     continue
+                done.results.append((records, outcome))
+                if self.after_push is not None:
+                    self.after_push(owned.number, queue, outcome)
+        except SluiceError as exc:  # the rest of the plan stays pending and is tried again
+            done.error = exc
+        return done
+
+    def _apply(self, plan: list[_Item], done: _Executed) -> int:
+        pushed = 0
+        queued: list[tuple[str, str]] = []
+        for (owned, queue, take), (records, outcome) in zip(plan, done.results, strict=False):
+            if self._owned.get(owned.number) is not owned:
+                continue  # lost earlier in this round: its records are the new owner's now
+            if isinstance(outcome, LeaseLost):
+                self.report.stale_stops += 1
+                self._lose(owned.number, str(outcome))
+                self.source.assign(sorted(self._owned))
+                continue
+            if outcome is not None:
                 pushed += outcome.pushed
                 self.report.pushed += outcome.pushed
                 self.report.skipped += outcome.skipped
@@ -550,21 +602,26 @@ class Relay:
                 state = self._queues[queue]
                 state.pushed_since_refresh += outcome.pushed
                 state.pushed_since_dispatch += outcome.pushed
-                if self.after_push is not None:
-                    self.after_push(owned.number, queue, outcome)
             self.report.final_dropped += len(take) - len(records)
             pending = owned.pending[queue]
             for _ in take:
                 pending.popleft()
             owned.pending_count -= len(take)
         self._mark_queued(queued)
+        if done.error is not None:
+            raise done.error
         return pushed
 
     def _mark_queued(self, jobs: list[tuple[str, str]]) -> None:
         if jobs:
             self._status.submit(jobs)
 
-    def _commit(self) -> None:
+    def _commit(self, force: bool = False) -> None:
+        """Tell Kafka how far Redis has got; at most every ``commit_s`` (exactly-once needs no hurry)."""
+        now = self.clock.monotonic()
+        if not force and now - self._last_commit < self.commit_s:
+            return
+        self._last_commit = now
         offsets: dict[int, int] = {}
         flush = False
         for owned in self._owned.values():

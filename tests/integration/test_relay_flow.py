@@ -119,13 +119,16 @@ def test_manual_pause_holds_the_backlog_in_kafka_and_resume_releases_it(
         setup: tuple[str, str, RedisQueue], redis_url: str, redis_client: Any, unique: str) -> None:
     bs, topic, engine = setup
     relay_control.pause(engine, "q")
-    produce(bs, topic, job_records("p", 500))
-    running = Running(*build(redis_url, bs, topic, f"g-{unique}"))
+    produce(bs, topic, job_records("p", 2000))
+    # a small buffer, so the held-up partitions stop fetching and must start again on resume
+    running = Running(*build(redis_url, bs, topic, f"g-{unique}", max_pending=100))
     try:
         time.sleep(1.5)
         assert redis_client.zcard(READY) == 0
+        assert all(o.fetch_paused for o in running.relay._owned.values())
+        assert all(o.pending_count < 1000 for o in running.relay._owned.values())  # Kafka holds the rest
         relay_control.resume(engine, "q")
-        took = wait_for(lambda: redis_client.zcard(READY) == 500, 5, "the resumed queue")
-        assert took < 2
+        took = wait_for(lambda: redis_client.zcard(READY) == 2000, 5, "the resumed queue")
+        assert took < 3
     finally:
         running.stop()

@@ -32,6 +32,7 @@ class World:
 
     def relay(self, relay_id: str = "r1", source: FakeSource | None = None, **kw: Any) -> Relay:
         kw.setdefault("poll_ms", 10)
+        kw.setdefault("commit_s", 0)
         return Relay(self.engine, self.store, source or self.source, self.dispatcher,  # type: ignore[arg-type]
                      relay_id=relay_id, clock=self.clock, **kw)
 
@@ -104,15 +105,15 @@ def test_a_relay_that_lost_its_partition_stops_pushing_at_once() -> None:
     w = World(partitions=1)
     w.add(10)
     old = w.relay("old", batch=5, lease_ms=3000)
-    old.step()
+    run_steps(old, 2)  # takes the partition and fetches; pushes while fetching again
     assert len(w.in_redis()) == 5
     # old freezes past its lease; a new relay takes the partition and pushes
     w.clock.t += 10
     new_source = FakeSource(clock=w.clock, topic=TOPIC, n_partitions=1, log=w.source.log,
                             committed_offsets=dict(w.source.committed_offsets))
     new = w.relay("new", source=new_source, batch=5, lease_ms=3000)
-    new.step()
-    assert new.report.partitions_owned == {0}
+    run_steps(new, 2)
+    assert new.report.partitions_owned == {0} and len(w.in_redis()) == 10
     w.add(10, partition=0)
     new.step()
     # old wakes up with records still pending: its extend fails, it drops the partition
@@ -129,7 +130,7 @@ def test_push_refused_with_stale_token_drops_the_partition() -> None:
     w = World(partitions=1)
     w.add(10)
     relay = w.relay(batch=5)
-    relay.step()
+    run_steps(relay, 2)
     # a newer owner pushed to this queue's record (its lease token is higher)
     w.engine.relayed[("q", TOPIC, 0)]["owner_token"] = 99
     relay.step()
@@ -188,8 +189,9 @@ def test_store_outage_blocks_pushing_and_loses_nothing() -> None:
     ids = w.add(10)
     w.store.down = True
     relay = w.relay()
+    relay.step()  # fetched
     with pytest.raises(BackendUnavailable):
-        relay.step()
+        relay.step()  # the push round needs the store first
     assert w.in_redis() == [] and w.source.committed_offsets == {}
     w.store.down = False
     run_steps(relay, 3)
@@ -357,3 +359,61 @@ def test_extends_its_partition_leases_while_running() -> None:
         relay.step()
     assert relay._owned[0].token == token  # kept the same lease for 10 s with a 3 s lease
     assert w.engine.calls.count("extend") >= 9
+
+
+def test_kafka_commits_are_spaced_out_and_the_last_one_is_forced_at_stop() -> None:
+    w = World(partitions=1)
+    w.add(100)
+    relay = w.relay(batch=10, commit_s=1.0)
+    run_steps(relay, 12)  # the fake clock barely moves: one commit at most
+    assert len(w.source.commits) <= 1
+    assert len(w.in_redis()) == 100
+    relay.stop()
+    assert w.source.committed_offsets == {0: 100}
+
+
+def test_a_push_round_that_fails_half_way_keeps_the_rest_pending() -> None:
+    w = World(partitions=2)
+    ids = w.add(20)
+    relay = w.relay(batch=10)
+    relay.step()  # fetched both partitions
+    original = w.engine.push
+    calls = 0
+
+    def flaky(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise BackendUnavailable("connection reset")
+        return original(*args)
+
+    w.engine.push = flaky  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable):
+        relay.step()
+    assert len(w.in_redis()) == 10  # the first partition's batch landed and was taken off
+    assert sum(o.pending_count for o in relay._owned.values()) == 10
+    run_steps(relay, 3)
+    relay.stop()
+    assert sorted(w.in_redis()) == sorted(ids) and len(w.engine.enqueued) == 20
+
+
+def test_status_updates_never_hold_up_or_break_pushing() -> None:
+    import threading
+
+    w = World(partitions=1)
+    w.add(30)
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def slow_then_broken(jobs: Any) -> None:
+        calls.append(len(jobs))
+        gate.wait(5)
+        raise BackendUnavailable("table throttled")
+
+    w.store.mark_queued = slow_then_broken  # type: ignore[method-assign]
+    relay = w.relay(batch=10)
+    run_steps(relay, 6)
+    assert len(w.in_redis()) == 30  # pushed while the first status write still hangs
+    gate.set()
+    relay.stop()
+    assert sum(calls) == 30

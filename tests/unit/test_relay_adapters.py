@@ -124,11 +124,8 @@ class FakeConsumer:
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         self.calls.append(("commit", offsets))
 
-    def pause(self, *tps: TopicPartition) -> None:
-        self.calls.append(("pause", tps))
-
-    def resume(self, *tps: TopicPartition) -> None:
-        self.calls.append(("resume", tps))
+    def position(self, tp: TopicPartition) -> int:
+        return 77
 
 
 class FakeFuture:
@@ -168,10 +165,22 @@ def test_source_assigns_rewinds_polls_and_commits_by_hand() -> None:
                                     SourceRecord(1, 6, None, None)]
     source.commit({1: 7})
     assert consumer.calls[-1] == ("commit", {TopicPartition("t", 1): OffsetAndMetadata(7, "", -1)})
+
+def test_pause_takes_a_partition_out_of_the_assignment_and_resume_seeks_it_back() -> None:
+    consumer = FakeConsumer()
+    source = KafkaSource(consumer, "t", "t.dlq", FakeProducer([]))
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    source.assign([0, 1])
     source.pause([1])
+    assert consumer.calls[-1] == ("assign", [tp0])
+    source.assign([0, 1, 2])  # ownership changes while 1 is paused: it stays out
+    assert consumer.calls[-1] == ("assign", [tp0, TopicPartition("t", 2)])
     source.resume([1])
-    tp1 = TopicPartition("t", 1)
-    assert consumer.calls[-2:] == [("pause", (tp1,)), ("resume", (tp1,))]
+    assert consumer.calls[-2:] == [("assign", [tp0, tp1, TopicPartition("t", 2)]), ("seek", (tp1, 77))]
+    source.pause([0])
+    source.assign([1])  # a paused partition that is no longer owned is forgotten
+    source.resume([0])
+    assert consumer.calls[-1] == ("assign", [tp1])
 
 
 def test_source_translates_kafka_errors() -> None:

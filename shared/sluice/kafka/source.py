@@ -48,6 +48,8 @@ class KafkaSource:
         self._producer: Any | None = None if callable(producer) else producer
         self._make_producer: Callable[[], Any] | None = producer if callable(producer) else None
         self._unacked: list[tuple[SourceRecord, str, Any]] = []
+        self._wanted: list[int] = []  # what the relay owns
+        self._paused: dict[int, int | None] = {}  # owned but not fetched: position to resume at
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KafkaSource:
@@ -80,8 +82,13 @@ class KafkaSource:
         return sorted(found or ())
 
     def assign(self, partitions: Sequence[int]) -> None:
+        self._wanted = list(partitions)
+        self._paused = {p: pos for p, pos in self._paused.items() if p in self._wanted}
+        self._apply_assignment()
+
+    def _apply_assignment(self) -> None:
         with _translated("assign"):
-            self.consumer.assign([self._tp(p) for p in partitions])
+            self.consumer.assign([self._tp(p) for p in self._wanted if p not in self._paused])
 
     def rewind_to_committed(self, partitions: Sequence[int]) -> None:
         # Explicit: a consumer reused across Lambda invocations may hold a stale position.
@@ -101,11 +108,25 @@ class KafkaSource:
                 for _, records in sorted(batches.items(), key=lambda kv: kv[0].partition)
                 for r in records]
 
+    # Pausing takes the partition out of the assignment and resuming seeks it back in.
+    # kafka-python's own pause()/resume() can strand a partition for good: records it
+    # parks for a paused partition are restored only when no other partition's (even
+    # exhausted) buffer is in line, so after resume() that partition is never fetched again.
+
     def pause(self, partitions: Sequence[int]) -> None:
-        self.consumer.pause(*(self._tp(p) for p in partitions))
+        with _translated("pause"):
+            for p in partitions:
+                if p in self._wanted and p not in self._paused:
+                    self._paused[p] = self.consumer.position(self._tp(p))
+        self._apply_assignment()
 
     def resume(self, partitions: Sequence[int]) -> None:
-        self.consumer.resume(*(self._tp(p) for p in partitions))
+        positions = {p: self._paused.pop(p) for p in partitions if p in self._paused}
+        self._apply_assignment()
+        with _translated("resume"):
+            for p, position in positions.items():
+                if position is not None:
+                    self.consumer.seek(self._tp(p), position)
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         from kafka.structs import OffsetAndMetadata
