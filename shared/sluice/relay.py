@@ -74,6 +74,7 @@ class RelayEngine(Protocol):
     def reap(self, queue: str, limit: int) -> int: ...
     def stats(self, queue: str) -> QueueStats: ...
     def queues(self) -> list[str]: ...
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
              records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
     def take_rate(self, queue: str, wanted: int) -> int: ...
@@ -302,6 +303,7 @@ class Relay:
                  refresh_s: float = 0.5, ownership_s: float = 1.0, maintenance_s: float = 5.0,
                  dispatch_interval_s: float = 1.0, worker_batch: int = 10, reap_limit: int = 500,
                  commit_s: float = 0.2, status_drain_s: float = 2.0,
+                 default_rate_per_s: float = 0.0, default_burst: int = 0,
                  after_push: AfterPush | None = None) -> None:
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
@@ -316,6 +318,8 @@ class Relay:
         self.after_push = after_push
         self.status_drain_s = status_drain_s
         self.commit_s = commit_s
+        self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst
+        self._defaulted: set[str] = set()
         self.report = RelayReport()
         self._owned: dict[int, _Owned] = {}
         self._queues: dict[str, _QueueState] = {}
@@ -331,7 +335,9 @@ class Relay:
     def from_settings(cls, settings: Settings, engine: RelayEngine, store: JobStore, source: RecordSource,
                       dispatcher: Dispatcher | None, relay_id: str, **overrides: Any) -> Relay:
         kwargs: dict[str, Any] = {"batch": settings.relay_batch, "poll_ms": settings.relay_poll_ms,
-                                  "worker_batch": settings.worker_batch}
+                                  "worker_batch": settings.worker_batch,
+                                  "default_rate_per_s": settings.default_rate_per_s,
+                                  "default_burst": settings.default_burst}
         return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -522,6 +528,13 @@ class Relay:
     def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
         stats = self.engine.stats(queue)  # carries the queue's config: one round trip
         state.config = stats.config
+        if self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted:
+            # A queue nobody has configured gets the deployment's default rate, written to
+            # Redis so that every relay shares the same bucket (rate.lua reads it there).
+            self._defaulted.add(queue)
+            state.config = self.engine.set_config(
+                queue, rate_per_s=self.default_rate_per_s,
+                burst=self.default_burst or max(1, int(self.default_rate_per_s)))
         state.ready, state.leased = stats.ready, stats.leased
         state.pushed_since_refresh = 0
         state.refreshed_at = now

@@ -189,3 +189,34 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     assert set(ready_ids(redis_client)) == {key.decode() for key, _, _ in records}
     live = redis_client.zcount(QueueKeys("sluice-relay").leased, time.time() * 1000, "+inf")
     assert live == 0  # every partition handed back for the next invocation
+
+
+def test_after_a_push_the_relay_starts_workers_sized_from_the_backlog(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, unique: str, tmp_path: Path) -> None:
+    import sys
+
+    from sluice.dispatch import LocalProcessDispatcher
+    from sluice.models import DispatchEvent
+    from sluice.redis.engine import RedisQueue
+
+    bs = tansu.extra["bootstrap"]
+    RedisQueue.from_url(redis_url).set_config("q", max_in_flight=20)
+    produce(bs, topic, job_records("d", 300))
+    write = "import sys, pathlib, os; pathlib.Path(sys.argv[1], str(os.getpid())).write_text(sys.argv[2])"
+    dispatcher = LocalProcessDispatcher([sys.executable, "-c", write, str(tmp_path), "{event}"],
+                                        max_processes=10)
+    relay, source = build(redis_url, bs, topic, f"g-{unique}", dispatcher=dispatcher, worker_batch=5,
+                          dispatch_interval_s=60)  # one dispatch round, however slow the machine
+    try:
+        step_until(relay, lambda: relay.report.pushed >= 300 and relay.report.dispatched > 0, 20)
+        deadline = time.monotonic() + 20
+        while dispatcher.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        relay.stop()
+        source.close()
+        dispatcher.close()
+    events = [DispatchEvent.model_validate_json(p.read_text()) for p in tmp_path.iterdir()]
+    # 300 ready, at most 20 in flight, 5 per worker: 4 workers, all told to drain "q"
+    assert len(events) == relay.report.dispatched == 4
+    assert all(e.queues == ["q"] and e.batch == 5 and e.source == "relay" for e in events)

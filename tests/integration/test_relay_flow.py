@@ -66,7 +66,7 @@ def test_rate_limit_holds_within_ten_percent_and_a_runtime_change_applies_within
         setup: tuple[str, str, RedisQueue], redis_url: str, redis_client: Any, unique: str) -> None:
     bs, topic, engine = setup
     produce(bs, topic, job_records("r", 4000))
-    relay_control.set_rate(engine, "q", 200, burst=20)
+    relay_control.set_rate(engine, "q", 200, burst=40)
     running = Running(*build(redis_url, bs, topic, f"g-{unique}"))
     try:
         wait_for(lambda: redis_client.zcard(READY) > 0, 15, "the first push")
