@@ -1,0 +1,364 @@
+"""Model-based test: random sequences of engine calls against a pure Python model.
+
+Leases are real and short (20 ms), so they do expire between steps. The model knows
+every deadline and run-at time (the engine reports them, in Redis time); the only
+thing it cannot know is whether a deadline falling *during* a lease or reap call was
+already past when the script read TIME. For those few jobs (and only those) the
+model looks at the engine to learn which way it went, then checks everything else.
+
+Invariants, after every step: each job is in exactly one state and the same state as
+in the model; a job's tokens never repeat or go down; no job is lost; max_in_flight is
+never exceeded; attempts never exceed max_attempts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from sluice.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
+from sluice.redis.engine import RedisQueue
+from sluice.redis.keys import QueueKeys
+from tests.integration.test_engine_support import redis_now_ms, spec, where
+
+pytestmark = pytest.mark.integration
+
+Q = "model"
+K = QueueKeys(Q)
+SHORT, LONG = 20, 5_000  # lease lengths, ms
+STATE_KEYS = {"ready": {"ready"}, "delayed": {"delayed"}, "leased": {"leased", "tokens"}, "dead": {"dead"},
+              "gone": set()}
+
+
+@dataclass
+class Job:
+    priority: int
+    max_attempts: int
+    state: str = "ready"  # ready | delayed | leased | dead | gone
+    attempts: int = 0  # attempts of ended leases
+    token: int | None = None  # current lease token
+    tokens: list[int] = field(default_factory=list)  # every token ever handed out
+    order: int = 0  # position within its priority band while ready
+    run_at: int = 0  # while delayed
+    deadline: int = 0  # while leased
+    cancel: bool = False
+
+
+class EngineMachine(RuleBasedStateMachine):
+    url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = redis.Redis.from_url(self.url, decode_responses=True)
+        self.client.flushall()
+        self.rq = RedisQueue.from_url(self.url)
+        self.jobs: dict[str, Job] = {}
+        self.counter = itertools.count()
+        self.ids = itertools.count()
+        self.max_in_flight = 0
+
+    def teardown(self) -> None:
+        self.rq.close()
+        self.client.close()
+
+    # --- model helpers ---------------------------------------------------------------------
+
+    def now(self) -> int:
+        return redis_now_ms(self.client)
+
+    def to_ready(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        job.state, job.token, job.order = "ready", None, next(self.counter)
+
+    def in_state(self, *states: str) -> list[str]:
+        return sorted(i for i, j in self.jobs.items() if j.state in states)
+
+    def end_lease(self, job_id: str, *, count: bool) -> None:
+        """A lease ended without ack: by expiry (count=True) or release (count=False)."""
+        job = self.jobs[job_id]
+        if count:
+            job.attempts += 1
+        if job.cancel:
+            job.state, job.token = "gone", None
+        elif job.attempts >= job.max_attempts:
+            job.state, job.token = "dead", None
+        else:
+            self.to_ready(job_id)
+
+    def reclaim(self, t0: int, t1: int) -> None:
+        """What lease/reap did first: promotions by run-at, then expiries by deadline."""
+        def happened(job_id: str, when: int, still_there: bool) -> bool:
+            if t0 < when <= t1:
+                event("a deadline fell inside the call: resolved by looking")
+            return when <= t0 or (when <= t1 and not still_there)
+
+        due = [i for i in self.in_state("delayed")
+               if happened(i, self.jobs[i].run_at, self.client.zscore(K.delayed, i) is not None)]
+        expired = [i for i in self.in_state("leased")
+                   if happened(i, self.jobs[i].deadline,
+                               self.client.hget(K.tokens, i) == str(self.jobs[i].token))]
+        for job_id in sorted(due, key=lambda i: (self.jobs[i].run_at, i)):
+            self.to_ready(job_id)
+        for job_id in sorted(expired, key=lambda i: (self.jobs[i].deadline, i)):
+            self.end_lease(job_id, count=True)
+
+    def expected_error(self, job_id: str, token: int) -> type[SluiceError] | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state == "gone":
+            return JobNotFound
+        if job.state != "leased":
+            return LeaseLost
+        if token < (job.token or 0):
+            return StaleToken
+        if token > (job.token or 0):
+            return LeaseLost
+        return None
+
+    def holder_call(self, job_id: str, token: int, call: Any) -> Any:
+        """Run an extend/ack/fail/release; returns its result, or None after an expected error."""
+        expected = self.expected_error(job_id, token)
+        event(f"holder call: {expected.__name__ if expected else 'ok'}")
+        if expected is None:
+            return call()
+        with pytest.raises(expected):
+            call()
+        return None
+
+    def pick(self, ids: list[str], index: int) -> str | None:
+        """Choose by a drawn index: what is drawn must not depend on timing, only its meaning."""
+        return ids[index % len(ids)] if ids else None
+
+    def pick_leased_before(self, index: int, tindex: int) -> tuple[str, int] | None:
+        """Mostly a leased job and its token; else any job leased before, and any of its
+        tokens or one never issued."""
+        leased = self.in_state("leased")
+        if leased and index % 4:
+            job_id = leased[index % len(leased)]
+        else:
+            job_id = self.pick(sorted(i for i, j in self.jobs.items() if j.tokens), index)
+        if job_id is None:
+            return None
+        tokens = self.jobs[job_id].tokens
+        choices = [tokens[-1], tokens[-1], tokens[-1], *tokens, tokens[-1] + 1000]
+        return job_id, choices[tindex % len(choices)]
+
+    # --- rules -----------------------------------------------------------------------------
+
+    @initialize(max_in_flight=st.sampled_from([0, 0, 2, 3]))
+    def configure(self, max_in_flight: int) -> None:
+        self.max_in_flight = max_in_flight
+        if max_in_flight:
+            self.rq.set_config(Q, max_in_flight=max_in_flight)
+
+    @precondition(lambda self: len(self.jobs) < 12)
+    @rule(batch=st.lists(st.tuples(st.sampled_from([0, 0, 5, 9]), st.integers(1, 3), st.booleans()),
+                         min_size=1, max_size=3))
+    def enqueue(self, batch: list[tuple[int, int, bool]]) -> None:
+        """One enqueue_many call; (priority, max_attempts, delayed by 30 ms) per job."""
+        t0 = self.now()
+        specs = [spec(f"j{next(self.ids)}", Q, priority=priority, max_attempts=max_attempts,
+                      run_at_ms=t0 + 30 if delayed else 0) for priority, max_attempts, delayed in batch]
+        assert self.rq.enqueue_many(specs) == [True] * len(specs)
+        t1 = self.now()
+        for s in specs:
+            job = self.jobs[s.job_id] = Job(s.priority, s.max_attempts)
+            run_at = s.run_at_ms
+            if run_at and (run_at > t1 or self.client.zscore(K.delayed, s.job_id) is not None):
+                job.state, job.run_at = "delayed", run_at
+            else:
+                self.to_ready(s.job_id)
+
+    @rule(index=st.integers(0, 1000))
+    def enqueue_again(self, index: int) -> None:
+        job_id = self.pick(sorted(self.jobs), index)
+        if job_id is None or self.jobs[job_id].state == "gone":
+            return  # acked or cancelled: the id may be reused; not what this rule checks
+        assert self.rq.enqueue(spec(job_id, Q, payload="again", priority=9)) is False
+
+    @rule(n=st.integers(1, 3), lease_ms=st.sampled_from([SHORT, LONG]))
+    def lease(self, n: int, lease_ms: int) -> None:
+        t0 = self.now()
+        got = self.rq.lease(Q, n, lease_ms, "model")
+        t1 = self.now()
+        self.reclaim(t0, t1)
+        room = n
+        if self.max_in_flight:
+            room = min(n, self.max_in_flight - len(self.in_state("leased")))
+        ready = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
+        assert [j.job_id for j in got] == ready[:max(0, room)]
+        event(f"lease got {len(got)}" + (" (max_in_flight bound)" if room < min(n, len(ready)) else ""))
+        for leased in got:
+            job = self.jobs[leased.job_id]
+            assert all(leased.token > old for old in job.tokens), (leased.token, job.tokens)
+            assert leased.attempt == job.attempts + 1 <= job.max_attempts
+            assert (leased.max_attempts, leased.priority, leased.lease_ms) == (job.max_attempts, job.priority,
+                                                                               lease_ms)
+            job.state, job.token, job.deadline = "leased", leased.token, leased.deadline_ms
+            job.tokens.append(leased.token)
+
+    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000), lease_ms=st.sampled_from([SHORT, LONG]))
+    def extend(self, index: int, tindex: int, lease_ms: int) -> None:
+        if (picked := self.pick_leased_before(index, tindex)) is None:
+            return
+        job_id, token = picked
+        extended = self.holder_call(job_id, token, lambda: self.rq.extend(Q, job_id, token, lease_ms))
+        if extended is not None:
+            assert extended.cancel_requested is self.jobs[job_id].cancel
+            self.jobs[job_id].deadline = extended.deadline_ms
+
+    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000))
+    def ack(self, index: int, tindex: int) -> None:
+        if (picked := self.pick_leased_before(index, tindex)) is None:
+            return
+        job_id, token = picked
+        expected = self.expected_error(job_id, token)
+        [error] = self.rq.ack_many(Q, [(job_id, token)])
+        event(f"ack: {expected.__name__ if expected else 'ok'}")
+        assert type(error) is expected if expected else error is None, (error, expected)
+        if expected is None:
+            self.jobs[job_id].state, self.jobs[job_id].token = "gone", None
+
+    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000), retry_after=st.sampled_from([0, 0, 25]),
+          permanent=st.booleans())
+    def fail(self, index: int, tindex: int, retry_after: int, permanent: bool) -> None:
+        if (picked := self.pick_leased_before(index, tindex)) is None:
+            return
+        job_id, token = picked
+        outcome = self.holder_call(job_id, token,
+                                   lambda: self.rq.fail(Q, job_id, token, "boom", retry_after, permanent))
+        if outcome is None:
+            return
+        job = self.jobs[job_id]
+        job.attempts += 1
+        job.token = None
+        if permanent or job.cancel or job.attempts >= job.max_attempts:
+            assert outcome == "dead"
+            job.state = "dead"
+        else:
+            assert outcome == "retry"
+            if retry_after:
+                run_at = self.client.zscore(K.delayed, job_id)
+                assert run_at is not None
+                job.state, job.run_at = "delayed", int(run_at)
+            else:
+                self.to_ready(job_id)
+
+    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000))
+    def release(self, index: int, tindex: int) -> None:
+        if (picked := self.pick_leased_before(index, tindex)) is None:
+            return
+        job_id, token = picked
+        if self.expected_error(job_id, token) is None:
+            self.rq.release(Q, job_id, token)
+            self.end_lease(job_id, count=False)
+        else:
+            self.holder_call(job_id, token, lambda: self.rq.release(Q, job_id, token))
+
+    @rule(index=st.integers(0, 1000))
+    def cancel(self, index: int) -> None:
+        job_id = self.pick(sorted(self.jobs), index)
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        if job.state == "gone":
+            with pytest.raises(JobNotFound):
+                self.rq.cancel(Q, job_id)
+        elif job.state == "dead":
+            with pytest.raises(AlreadyFinished):
+                self.rq.cancel(Q, job_id)
+        elif job.state == "leased":
+            assert self.rq.cancel(Q, job_id) == "requested"
+            job.cancel = True
+        else:
+            assert self.rq.cancel(Q, job_id) == "removed"
+            job.state = "gone"
+
+    @rule()
+    def reap(self) -> None:
+        t0 = self.now()
+        expired_before = set(self.in_state("leased"))
+        count = self.rq.reap(Q)
+        event(f"reap reclaimed {min(count, 2)}{'+' if count >= 2 else ''}")
+        self.reclaim(t0, self.now())
+        assert count == len(expired_before - set(self.in_state("leased")))
+
+    @rule(index=st.integers(0, 1000))
+    def redrive(self, index: int) -> None:
+        job_id = self.pick(self.in_state("dead"), index)
+        if job_id is None:
+            return
+        assert self.rq.redrive(Q, job_id) == 1
+        job = self.jobs[job_id]
+        job.attempts, job.cancel = 0, False
+        self.to_ready(job_id)
+
+    @rule(ms=st.sampled_from([5, 30]))
+    def sleep(self, ms: int) -> None:
+        import time
+
+        time.sleep(ms / 1000)
+
+    # --- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def every_job_in_exactly_its_model_state(self) -> None:
+        for job_id, job in self.jobs.items():
+            assert where(self.client, Q, job_id) == STATE_KEYS[job.state], (job_id, job)
+            assert self.client.exists(K.job(job_id)) == (job.state != "gone"), (job_id, job)
+            if job.state == "leased":
+                assert self.client.hget(K.tokens, job_id) == str(job.token)
+                assert self.client.zscore(K.leased, job_id) == job.deadline
+
+    @invariant()
+    def nothing_but_model_jobs(self) -> None:
+        known = set(self.jobs)
+        for name in ("ready", "delayed", "leased", "dead"):
+            assert set(self.client.zrange(getattr(K, name), 0, -1)) <= known
+        assert set(self.client.hkeys(K.tokens)) == set(self.in_state("leased"))
+
+    @invariant()
+    def tokens_strictly_increase(self) -> None:
+        for job in self.jobs.values():
+            assert job.tokens == sorted(set(job.tokens))
+
+    @invariant()
+    def max_in_flight_holds(self) -> None:
+        if self.max_in_flight:
+            assert self.client.zcard(K.leased) <= self.max_in_flight
+
+    @invariant()
+    def attempts_within_max(self) -> None:
+        for job_id, job in self.jobs.items():
+            assert job.attempts <= job.max_attempts
+            if job.state != "gone":
+                assert int(self.client.hget(K.job(job_id), "a") or 0) == job.attempts
+
+    @invariant()
+    def stats_agree(self) -> None:
+        stats = self.rq.stats(Q)
+        counts = {s: len(self.in_state(s)) for s in ("ready", "delayed", "leased", "dead")}
+        assert (stats.ready, stats.delayed, stats.leased, stats.dead) == tuple(counts.values())
+
+
+@pytest.mark.timeout(120)
+def test_engine_matches_the_model(redis_url: str) -> None:
+    class Machine(EngineMachine):
+        url = redis_url
+
+    run_state_machine_as_test(Machine, settings=settings(
+        max_examples=60, stateful_step_count=35, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))

@@ -1,0 +1,110 @@
+"""The Lua sources and the error mapping, without a server."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+import redis
+
+from sluice import models
+from sluice.errors import (
+    AlreadyFinished,
+    BackendUnavailable,
+    InvalidInput,
+    JobNotFound,
+    LeaseLost,
+    SluiceError,
+    StaleToken,
+)
+from sluice.redis.scripts import parse_error, source, translate
+
+LUA = resources.files("sluice.redis") / "lua"
+SCRIPTS = sorted(p.name for p in LUA.iterdir() if p.name.endswith(".lua") and not p.name.startswith("_"))
+
+
+def test_one_script_per_state_change() -> None:
+    assert set(SCRIPTS) >= {f"{verb}.lua" for verb in (
+        "enqueue", "push", "lease", "extend", "ack", "fail", "release", "cancel", "reap", "redrive",
+        "purge", "stats", "config", "rate")}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_opens_with_an_input_output_header(name: str) -> None:
+    text = (LUA / name).read_text()
+    header = text.split("\n\n")[0]
+    assert header.startswith(f"-- {name}:")
+    for section in ("-- Input", "-- Output", "KEYS[1]"):
+        assert section in header, section
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_scripts_take_every_key_through_keys(name: str) -> None:
+    """No key name is spelled in Lua: they all come from KEYS (job keys from the KEYS prefix)."""
+    code = "\n".join(line for line in source(name).splitlines() if not line.lstrip().startswith("--"))
+    assert "sluice:" not in code
+    assert "{" not in re.sub(r"\{[^{}]*\}", "", code.replace("{{", ""))  # only Lua table braces
+    for call in re.findall(r"redis\.call\('(\w+)', ([^,)]+)", code):
+        command, first = call
+        if command in ("TIME",):
+            continue
+        assert not first.startswith(("'", '"')), f"{name}: {command} on a literal key {first}"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_includes_are_pasted_and_render_is_stable(name: str) -> None:
+    rendered = source(name)
+    assert not re.search(r"^--@include", rendered, re.MULTILINE)
+    assert "local function int_in" in rendered or "--@include" not in (LUA / name).read_text()
+    assert rendered == source(name)
+
+
+def test_time_comes_from_redis() -> None:
+    lib = (LUA / "_lib.lua").read_text()
+    assert "redis.call('TIME')" in lib
+    for name in SCRIPTS:
+        assert "os.time" not in source(name) and "os.clock" not in source(name)
+
+
+def test_lua_limits_match_the_models() -> None:
+    lib = (LUA / "_lib.lua").read_text()
+    consts = {m[0]: int(m[1]) for m in re.findall(r"^local (MAX_\w+|MIN_\w+) = (\d+)", lib, re.MULTILINE)}
+    assert consts == {
+        "MAX_PRIORITY": models.MAX_PRIORITY, "MAX_ATTEMPTS": models.MAX_ATTEMPTS,
+        "MIN_LEASE_MS": models.MIN_LEASE_MS, "MAX_LEASE_MS": models.MAX_LEASE_MS,
+        "MAX_DELAY_MS": models.MAX_DELAY_MS, "MAX_TOKEN": 2**53 - 1,
+    }
+    assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
+
+
+@pytest.mark.parametrize(("text", "cls", "details"), [
+    ("STALE_TOKEN job=a mine=3 current=4", StaleToken, {"job": "a", "mine": 3, "current": 4}),
+    ("LEASE_LOST job=a mine=9", LeaseLost, {"job": "a", "mine": 9}),
+    ("NOT_FOUND job=x", JobNotFound, {"job": "x"}),
+    ("ALREADY_FINISHED job=x", AlreadyFinished, {"job": "x"}),
+    ("INVALID_INPUT meta of x", InvalidInput, {}),
+    ("SOMETHING_NEW", SluiceError, {}),
+])
+def test_error_replies_map_to_typed_errors(text: str, cls: type[SluiceError],
+                                           details: dict[str, object]) -> None:
+    err = parse_error(text)
+    assert type(err) is cls
+    assert err.details == details
+    if cls is StaleToken:
+        assert isinstance(err, StaleToken) and (err.mine, err.current) == (3, 4)
+
+
+@pytest.mark.parametrize("exc", [redis.exceptions.ConnectionError("refused"),
+                                 redis.exceptions.TimeoutError("slow"),
+                                 redis.exceptions.ResponseError("READONLY You can't write against a replica"),
+                                 redis.exceptions.ResponseError("LOADING Redis is loading"),
+                                 redis.exceptions.ResponseError("OOM command not allowed"),
+                                 redis.exceptions.BusyLoadingError("loading")])
+def test_backend_trouble_is_unavailable(exc: redis.exceptions.RedisError) -> None:
+    assert isinstance(translate(exc), BackendUnavailable)
+
+
+def test_a_script_bug_is_a_plain_sluice_error() -> None:
+    err = translate(redis.exceptions.ResponseError("ERR user_script:1: attempt to call a nil value"))
+    assert type(err) is SluiceError
