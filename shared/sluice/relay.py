@@ -327,6 +327,7 @@ class Relay:
         self._next_ownership = float("-inf")
         self._next_maintenance = float("-inf")
         self._rotation = 0
+        self._throttled = False
         self._status = StatusWriter(store, self.metrics)
         self._executor: ThreadPoolExecutor | None = None
         self._last_commit = float("-inf")
@@ -387,8 +388,9 @@ class Relay:
         self._commit()
         self._dispatch()
         self._flow_control()
-        if pushed == 0 and not records and self._held_up():
-            self.clock.sleep(min(0.02, self.poll_ms / 1000))  # blocked by rate or pause: do not spin
+        if not records and (self._throttled or (pushed == 0 and self._held_up())):
+            # The bucket is empty: let it fill for a moment rather than ask Redis in a tight loop.
+            self.clock.sleep(min(0.02, self.poll_ms / 1000))
         return pushed
 
     def stop(self) -> None:
@@ -554,6 +556,7 @@ class Relay:
                 if q:
                     by_queue.setdefault(queue, []).append(owned)
         plan: list[_Item] = []
+        self._throttled = False
         for queue, partitions in by_queue.items():
             state = self._state(queue)
             if state.blocked:
@@ -563,6 +566,7 @@ class Relay:
             if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
                 wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
             allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
+            self._throttled |= allowed < wanted
             self._rotation += 1
             for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
                 q = owned.pending[queue]
