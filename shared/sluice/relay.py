@@ -74,7 +74,6 @@ class RelayEngine(Protocol):
     def reap(self, queue: str, limit: int) -> int: ...
     def stats(self, queue: str) -> QueueStats: ...
     def queues(self) -> list[str]: ...
-    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
              records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
     def take_rate(self, queue: str, wanted: int) -> int: ...
@@ -530,11 +529,13 @@ class Relay:
     def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
         stats = self.engine.stats(queue)  # carries the queue's config: one round trip
         state.config = stats.config
-        if self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted:
+        set_config = getattr(self.engine, "set_config", None)  # optional: wrappers may not pass it on
+        if (self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted
+                and set_config is not None):
             # A queue nobody has configured gets the deployment's default rate, written to
             # Redis so that every relay shares the same bucket (rate.lua reads it there).
             self._defaulted.add(queue)
-            state.config = self.engine.set_config(
+            state.config = set_config(
                 queue, rate_per_s=self.default_rate_per_s,
                 burst=self.default_burst or max(1, int(self.default_rate_per_s)))
         state.ready, state.leased = stats.ready, stats.leased
