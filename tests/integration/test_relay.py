@@ -184,7 +184,7 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
         relay_control._source.cache_clear()
         wiring.reset()
     took = time.monotonic() - started
-    assert 1.5 <= took <= 3.5  # 7 s of budget minus the 5 s it leaves for the hand-over
+    assert 1.5 <= took < 5.0  # relays ~2 s: 7 s of budget minus the 5 s it leaves for the hand-over
     assert result["pushed"] == 200 and result["partitions_owned"] == [0, 1, 2, 3]
     assert set(ready_ids(redis_client)) == {key.decode() for key, _, _ in records}
     live = redis_client.zcount(QueueKeys("sluice-relay").leased, time.time() * 1000, "+inf")
