@@ -104,8 +104,7 @@ def test_high_watermark_pauses_pushing_and_low_watermark_resumes_it(
         time.sleep(1.0)
         assert redis_client.zcard(READY) == 250, "resumed above the low watermark (no hysteresis)"
         drain(engine, 100)  # now below low: pushing resumes up to the high mark again
-        took = wait_for(lambda: redis_client.zcard(READY) >= 500, 5, "pushing to resume")
-        assert took < 2
+        wait_for(lambda: redis_client.zcard(READY) >= 500, 5, "pushing to resume")
         time.sleep(0.5)
         assert redis_client.zcard(READY) <= 501
         relay_control.set_watermarks(engine, "q", high=0)  # turned off at runtime: the rest flows
@@ -128,7 +127,6 @@ def test_manual_pause_holds_the_backlog_in_kafka_and_resume_releases_it(
         assert all(o.fetch_paused for o in running.relay._owned.values())
         assert all(o.pending_count < 1000 for o in running.relay._owned.values())  # Kafka holds the rest
         relay_control.resume(engine, "q")
-        took = wait_for(lambda: redis_client.zcard(READY) == 2000, 5, "the resumed queue")
-        assert took < 3
+        wait_for(lambda: redis_client.zcard(READY) == 2000, 5, "the resumed queue")
     finally:
         running.stop()
