@@ -401,12 +401,7 @@ class Relay:
             self._commit(force=True)
         except SluiceError as exc:
             log.warning("final commit failed: %s", exc)
-        for p in list(self._owned):
-            owned = self._owned.pop(p)
-            try:
-                self.engine.release(RELAY_QUEUE, owned.job_id, owned.token)
-            except SluiceError as exc:  # it expires on its own
-                log.warning("could not release partition %s: %s", p, exc)
+        self._give_back(list(self._owned))
         try:
             self.source.assign([])
         except SluiceError as exc:
@@ -457,10 +452,24 @@ class Relay:
             self._owned[p] = _Owned(number=p, job_id=job.job_id, token=job.token, leased_at=now)
             gained.append(p)
         if gained:
-            self.source.assign(sorted(self._owned))  # rewinding needs the partitions assigned
-            self.source.rewind_to_committed(gained)
+            try:
+                self.source.assign(sorted(self._owned))  # rewinding needs the partitions assigned
+                self.source.rewind_to_committed(gained)
+            except SluiceError:
+                self._give_back(gained)  # never push a partition whose start is unknown
+                raise
             log.info("relay %s took partitions %s", self.relay_id, gained)
         return bool(gained)
+
+    def _give_back(self, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            owned = self._owned.pop(p, None)
+            if owned is None:
+                continue
+            try:
+                self.engine.release(RELAY_QUEUE, owned.job_id, owned.token)
+            except SluiceError as exc:  # it expires on its own
+                log.warning("could not release partition %s: %s", p, exc)
 
     def _register(self) -> None:
         """Make sure every partition has its ownership job (idempotent enqueue)."""
@@ -498,7 +507,6 @@ class Relay:
                 self.source.dead_letter(record, spec)
                 owned.dead_since_commit = True
                 self.report.dead_lettered += 1
-                self.metrics.count("RelayDeadLettered")
                 log.warning("poison record %s/%s -> dead-letter topic: %s", record.partition,
                             record.offset, spec)
                 continue

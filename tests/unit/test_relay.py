@@ -431,3 +431,18 @@ def test_unconfigured_queues_get_the_deployment_default_rate_once() -> None:
     assert w.engine.get_config("fresh").rate_per_s == 50.0 and w.engine.get_config("fresh").burst == 50
     assert w.engine.get_config("tuned").rate_per_s == 5.0  # an operator's own setting stands
     assert "take_rate" in w.engine.calls
+
+
+def test_a_partition_whose_start_cannot_be_found_is_given_back_not_pushed() -> None:
+    w = World(partitions=1)
+    w.add(5)
+
+    def broken(partitions: Any) -> None:
+        raise BackendUnavailable("broker unreachable")
+
+    w.source.rewind_to_committed = broken  # type: ignore[method-assign]
+    relay = w.relay()
+    with pytest.raises(BackendUnavailable):
+        relay.step()
+    assert relay._owned == {} and w.in_redis() == []
+    assert all(lease.holder is None for _, lease in w.engine.ownership.values())
