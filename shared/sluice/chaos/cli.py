@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -96,12 +97,56 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
     _finish(result, as_json)
 
 
+@click.command("chaos")
+@click.option("--jobs", type=click.IntRange(1, 1_000_000), default=500, show_default=True,
+              help="Unique jobs to enqueue.")
+@click.option("--duration", type=click.FloatRange(5, 86_400), default=40.0, show_default=True,
+              help="Seconds of faults; jobs are enqueued over the first 90%.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seeds the workload and the nemesis.")
+@click.option("--workers", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option("--no-faults", is_flag=True, help="A control run: the same workload, no nemesis.")
+@click.option("--drain-timeout", type=float, default=None, help="Seconds to wait for the queues to drain.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the history and logs go (default .sluice/chaos/seed<K>-<time>).")
+@click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
+def chaos(jobs: int, duration: float, seed: int, workers: int, no_faults: bool, drain_timeout: float | None,
+          state_dir: Path | None, as_json: bool) -> None:
+    """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
+    from sluice.chaos import runner
+
+    options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers,
+                             faults=not no_faults, drain_timeout_s=drain_timeout, state_dir=state_dir)
+    try:
+        outcome = runner.run(options, say=click.echo)
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    r = outcome.report
+    click.echo("")
+    for name in ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
+                 "writes_rejected", "lost", "unexpected", "duplicate_results", "wrong_results",
+                 "stale_writes_accepted", "stuck"):
+        must_be_zero = name in ("lost", "unexpected", "duplicate_results", "wrong_results",
+                                "stale_writes_accepted", "stuck")
+        value = getattr(r, name)
+        line = f"  {name.replace('_', ' '):<24}{value:>8}"
+        click.echo(click.style(line, fg="red") if must_be_zero and value else line)
+    click.echo(f"  {'faults':<24}{sum(r.faults.values()):>8}  {dict(sorted(r.faults.items()))}")
+    click.echo("")
+    verdict = "PASS: every invariant held" if r.ok else "FAIL: an invariant was violated"
+    click.echo(click.style(verdict, fg="green" if r.ok else "red") + f" (history: {outcome.state_dir})")
+    if as_json:
+        click.echo(json.dumps(outcome.as_dict(), separators=(",", ":"), default=str))
+    sys.exit(0 if r.ok else 1)
+
+
 @click.group()
 def main_group() -> None:
     """The break-it commands on their own."""
 
 
 main_group.add_command(scenario)
+main_group.add_command(chaos)
 
 
 def main() -> None:

@@ -1,0 +1,184 @@
+"""The chaos run's checker: reads the history and the stores' final state, counts violations.
+
+Pure: events (``sluice.chaos.history``) and snapshots in, a ``Report`` out. What each
+count means (docs/break-it.md has the argument):
+
+- ``lost``: accepted (Kafka acknowledged the enqueue) but neither succeeded (a result
+  write was accepted, or the store says succeeded) nor dead/failed;
+- ``unexpected``: a result exists for a job no enqueue ever named (an enqueue whose
+  outcome is unknown counts as named: its job may legitimately run);
+- ``duplicate_executions``: handler runs beyond the first, summed over jobs. Allowed by
+  at-least-once, so only counted;
+- ``duplicate_results``: jobs for which storage accepted two different results, or
+  accepted the same token's write twice (a blind retry into a duplicate). Must be 0;
+- ``wrong_results``: jobs whose accepted or stored result is not the deterministic
+  function of the payload. Must be 0;
+- ``stale_writes_accepted``: accepted writes with a token older than one already
+  granted when the write started (DynamoDB had seen the newer token), plus succeeded
+  items whose result token is older than their current token. Must be 0;
+- ``stuck``: the store says leased and Redis holds no live lease for the job. Must be 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCEPTED_WRITES = ("written", "already_written")
+FINAL_FAILURES = ("dead", "failed")
+SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class StoreItem:
+    """A job's item in the jobs table at the end of the run."""
+
+    status: str
+    token: int = 0
+    result_token: int | None = None
+    result_digest: str | None = None
+
+
+@dataclass
+class Report:
+    accepted: int = 0
+    unknown_enqueues: int = 0
+    succeeded: int = 0
+    dead: int = 0
+    lost: int = 0
+    unexpected: int = 0
+    executions: int = 0
+    duplicate_executions: int = 0
+    jobs_run_more_than_once: int = 0
+    duplicate_results: int = 0
+    wrong_results: int = 0
+    stale_writes_accepted: int = 0
+    writes_rejected: int = 0
+    stuck: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_landed: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.unexpected or self.duplicate_results or self.wrong_results
+                    or self.stale_writes_accepted or self.stuck)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "lost": self.lost, "unexpected": self.unexpected,
+                "duplicate_executions": self.duplicate_executions,
+                "duplicate_results": self.duplicate_results, "wrong_results": self.wrong_results,
+                "stale_writes_accepted": self.stale_writes_accepted, "stuck": self.stuck,
+                "faults": dict(sorted(self.faults.items())), "ok": self.ok,
+                "succeeded": self.succeeded, "dead": self.dead, "unknown_enqueues": self.unknown_enqueues,
+                "executions": self.executions, "jobs_run_more_than_once": self.jobs_run_more_than_once,
+                "writes_rejected": self.writes_rejected,
+                "faults_landed": dict(sorted(self.faults_landed.items())),
+                "samples": {k: v for k, v in self.samples.items() if v}}
+
+
+@dataclass
+class _Job:
+    expect: str | None = None
+    enqueue: str | None = None  # ok | info | fail
+    grants: list[tuple[int, float]] = field(default_factory=list)  # (token, t1)
+    writes: list[dict[str, Any]] = field(default_factory=list)  # accepted result writes
+    invokes: int = 0
+
+
+def _index(events: Iterable[Mapping[str, Any]], report: Report) -> dict[str, _Job]:
+    jobs: dict[str, _Job] = defaultdict(_Job)
+    for e in events:
+        op, outcome = e.get("op"), e.get("outcome")
+        if op == "fault":
+            phase, kind = e.get("phase", "injected"), str(e.get("kind"))
+            bucket = {"injected": report.faults, "landed": report.faults_landed,
+                      "fallback": report.faults_landed}.get(str(phase))
+            if bucket is not None:  # "resumed" and "error" are not faults of their own
+                bucket[kind] = bucket.get(kind, 0) + 1
+            continue
+        job_id = e.get("job")
+        if not job_id:
+            continue
+        j = jobs[str(job_id)]
+        if op == "enqueue":
+            # an enqueue retried under the same id: the best outcome wins (ok > info > fail)
+            rank = {"ok": 3, "info": 2, "fail": 1}
+            if rank.get(str(outcome), 0) > rank.get(j.enqueue or "", 0):
+                j.enqueue = str(outcome)
+            j.expect = e.get("expect", j.expect)
+        elif op == "grant" and outcome == "ok":
+            j.grants.append((int(e["token"]), float(e.get("t1", 0))))
+        elif op == "write":
+            if outcome in ACCEPTED_WRITES:
+                j.writes.append(dict(e))
+            elif outcome == "rejected":
+                report.writes_rejected += 1
+        elif op == "invoke":
+            j.invokes += 1
+    return jobs
+
+
+def _sample(report: Report, name: str, job_id: str) -> None:
+    found = report.samples.setdefault(name, [])
+    if len(found) < SAMPLES:
+        found.append(job_id)
+
+
+def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
+          live_leases: set[str]) -> Report:
+    """``store``: every item of the jobs table; ``live_leases``: jobs Redis holds a live lease on."""
+    report = Report()
+    jobs = _index(events, report)
+    for job_id in store:
+        jobs.setdefault(job_id, _Job())
+    for job_id, j in jobs.items():
+        item = store.get(job_id)
+        named = j.enqueue in ("ok", "info")
+        succeeded = bool(j.writes) or (item is not None and item.status == "succeeded")
+        dead = item is not None and item.status in FINAL_FAILURES
+        report.accepted += j.enqueue == "ok"
+        report.unknown_enqueues += j.enqueue == "info"
+        report.executions += j.invokes
+        if j.invokes > 1:
+            report.duplicate_executions += j.invokes - 1
+            report.jobs_run_more_than_once += 1
+        if succeeded and named:
+            report.succeeded += 1
+        elif dead and named:
+            report.dead += 1
+        if j.enqueue == "ok" and not succeeded and not dead:
+            report.lost += 1
+            _sample(report, "lost", job_id)
+        if succeeded and not named:
+            report.unexpected += 1
+            _sample(report, "unexpected", job_id)
+        _check_results(report, job_id, j, item)
+        if item is not None and item.status == "leased" and job_id not in live_leases:
+            report.stuck += 1
+            _sample(report, "stuck", job_id)
+    return report
+
+
+def _check_results(report: Report, job_id: str, j: _Job, item: StoreItem | None) -> None:
+    written = [w for w in j.writes if w.get("outcome") == "written"]
+    digests = {str(w.get("digest")) for w in j.writes}
+    same_token = Counter(int(w["token"]) for w in written)
+    if len(digests) > 1 or any(n > 1 for n in same_token.values()):
+        report.duplicate_results += 1
+        _sample(report, "duplicate_results", job_id)
+    stored = item.result_digest if item is not None and item.status == "succeeded" else None
+    if j.expect is not None and ((digests and digests != {j.expect})
+                                 or (stored is not None and stored != j.expect)):
+        report.wrong_results += 1
+        _sample(report, "wrong_results", job_id)
+    stale = sum(1 for w in written
+                if any(tok > int(w["token"]) and t1 < float(w.get("t0", 0)) for tok, t1 in j.grants))
+    if not stale and item is not None and item.status == "succeeded" \
+            and item.result_token is not None and item.result_token != item.token:
+        stale = 1  # the item holds an older token's result over a newer grant
+    if stale:
+        report.stale_writes_accepted += stale
+        _sample(report, "stale_writes_accepted", job_id)

@@ -1,0 +1,161 @@
+"""The nemesis: a seeded, reproducible plan of faults, and the thread that injects them.
+
+``plan(seed, ...)`` is pure: the same seed gives the same faults at the same times
+against the same process slots. Every fault kind appears at least once (the first
+round is a seeded shuffle of all kinds), then kinds are drawn with weights.
+
+Kinds:
+- ``kill_worker_mid_job`` / ``kill_worker_before_ack`` / ``kill_relay_after_push``:
+  the target is armed through its control file and SIGKILLs itself at that exact
+  point (``agents.Control``); if it does not get there within ``arm_s`` it is
+  SIGKILLed from outside wherever it is (recorded as phase ``fallback``);
+- ``pause_worker``: SIGSTOP for 1-3x the lease, then SIGCONT;
+- ``restart_redis``: redis-server killed and started empty on the same port;
+- ``restart_broker``: Tansu stopped and started again; its data lives in S3 (moto).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sluice.chaos.history import History
+
+KINDS = ("kill_worker_mid_job", "kill_worker_before_ack", "pause_worker", "kill_relay_after_push",
+         "restart_redis", "restart_broker")
+WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker": 4,
+           "kill_relay_after_push": 2, "restart_redis": 1, "restart_broker": 1}
+ARMED = {"kill_worker_mid_job", "kill_worker_before_ack", "kill_relay_after_push"}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    at_s: float  # seconds after the nemesis starts
+    kind: str
+    target: str  # a process slot ("w0", "r0") or the server ("redis", "broker")
+    hold_s: float = 0.0  # how long a pause lasts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at_s": round(self.at_s, 3), "kind": self.kind, "target": self.target,
+                "hold_s": round(self.hold_s, 3)}
+
+
+def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, workers: int, relays: int,
+         start_s: float = 3.0, tail_s: float = 5.0) -> list[Fault]:
+    rng = random.Random(seed)
+    first = list(KINDS)
+    rng.shuffle(first)
+    faults: list[Fault] = []
+    t = start_s
+    while t <= duration_s - tail_s:
+        kind = first.pop(0) if first else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        if kind == "kill_relay_after_push":
+            target = f"r{rng.randrange(relays)}"
+        elif kind == "restart_redis":
+            target = "redis"
+        elif kind == "restart_broker":
+            target = "broker"
+        else:
+            target = f"w{rng.randrange(workers)}"
+        hold = rng.uniform(1.0, 3.0) * lease_s if kind == "pause_worker" else 0.0
+        faults.append(Fault(t, kind, target, hold))
+        t += rng.uniform(0.5, 1.5) * interval_s
+    return faults
+
+
+class Processes(Protocol):
+    def signal(self, name: str, sig: int) -> bool: ...
+
+
+class Servers(Protocol):
+    def restart_redis(self) -> None: ...
+    def restart_broker(self) -> None: ...
+
+
+class Nemesis:
+    def __init__(self, faults: list[Fault], procs: Processes, servers: Servers, history: History,
+                 control_dir: Path, *, arm_s: float = 4.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.faults, self.procs, self.servers, self.history = faults, procs, servers, history
+        self.control_dir = control_dir
+        self.arm_s = arm_s
+        self.clock = clock
+        self.injected: dict[str, int] = {}
+        self._timers: list[threading.Timer] = []
+        self._paused: set[str] = set()
+        self._lock = threading.Lock()
+
+    def run(self, stop: threading.Event) -> None:
+        started = self.clock()
+        for fault in self.faults:
+            if stop.wait(max(0.0, started + fault.at_s - self.clock())):
+                return
+            try:
+                self.inject(fault)
+            except Exception as exc:  # a failed restart must not end the run: record it and go on
+                self.history.emit("fault", kind=fault.kind, target=fault.target, phase="error",
+                                  error=str(exc)[:200])
+
+    def inject(self, f: Fault) -> None:
+        self.history.emit("fault", kind=f.kind, target=f.target, phase="injected", hold_s=f.hold_s)
+        self.injected[f.kind] = self.injected.get(f.kind, 0) + 1
+        if f.kind in ARMED:
+            self._arm(f)
+        elif f.kind == "pause_worker":
+            if self.procs.signal(f.target, signal.SIGSTOP):
+                with self._lock:
+                    self._paused.add(f.target)
+                self._later(f.hold_s, lambda: self._resume(f.target))
+        elif f.kind == "restart_redis":
+            self.servers.restart_redis()
+        elif f.kind == "restart_broker":
+            self.servers.restart_broker()
+
+    def _arm(self, f: Fault) -> None:
+        path = self.control_dir / f"{f.target}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"kind": f.kind, "until": time.time() + self.arm_s}))
+        tmp.replace(path)
+
+        def fallback() -> None:
+            if path.exists():  # it never reached the point: kill it wherever it is
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                if self.procs.signal(f.target, signal.SIGKILL):
+                    self.history.emit("fault", kind=f.kind, target=f.target, phase="fallback")
+
+        self._later(self.arm_s, fallback)
+
+    def _resume(self, name: str) -> None:
+        with self._lock:
+            if name not in self._paused:
+                return
+            self._paused.discard(name)
+        self.procs.signal(name, signal.SIGCONT)
+        self.history.emit("fault", kind="pause_worker", target=name, phase="resumed")
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        timer = threading.Timer(delay, fn)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def close(self) -> None:
+        """Cancel what is pending and wake every paused process."""
+        for timer in self._timers:
+            timer.cancel()
+        with self._lock:
+            paused, self._paused = set(self._paused), set()
+        for name in paused:
+            self.procs.signal(name, signal.SIGCONT)
+        for path in self.control_dir.glob("*.json"):
+            with contextlib.suppress(OSError):
+                path.unlink()

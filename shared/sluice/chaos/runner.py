@@ -1,0 +1,319 @@
+"""``sluice chaos``: the whole pipeline under a seeded nemesis, then a checker over its history.
+
+1. Start a local stack of our own: redis-server, the moto server (DynamoDB and S3) and
+   Tansu storing to S3 on that moto server, so a broker restart keeps its data.
+2. Start worker processes and a relay process (``chaos.agents``), supervised: a process
+   that dies is started again, as Lambda would start another invocation.
+3. Enqueue N jobs through the gateway's use case (``chaos.workload``) while the nemesis
+   (``chaos.nemesis``) injects its planned faults for ``duration`` seconds.
+4. Stop the faults, let the queues drain until every accepted job is final (or a
+   timeout), stop the processes, and give the history plus the final state of the jobs
+   table and of Redis to the checker (``chaos.checker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.chaos import checker, history, nemesis
+from sluice.chaos.agents import QUEUE
+from sluice.chaos.procs import Child
+from sluice.chaos.workload import Enqueuer
+
+Say = Callable[[str], None]
+ENQUEUE_SHARE = 0.9  # jobs arrive over most of the fault window, so the faults always meet work
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int = 500
+    duration_s: float = 40.0
+    seed: int = 1
+    workers: int = 3
+    relays: int = 1
+    lease_s: float = 2.0
+    fault_interval_s: float = 4.0
+    faults: bool = True
+    drain_timeout_s: float | None = None  # default: max(120, duration)
+    state_dir: Path | None = None
+    partitions: int = 4
+
+
+@dataclass
+class Outcome:
+    report: checker.Report
+    plan: list[nemesis.Fault]
+    state_dir: Path
+    drained: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.report.as_dict(), "drained": self.drained, "seconds": self.seconds,
+                "state_dir": str(self.state_dir), **({"diagnosis": self.diagnosis} if self.diagnosis else {})}
+
+
+class Supervisor:
+    """Keeps one process per slot alive: a slot whose process died gets a new one."""
+
+    def __init__(self, spawn: Callable[[str], Child], names: list[str], events: history.History) -> None:
+        self._spawn = spawn
+        self.children = {name: spawn(name) for name in names}
+        self._events = events
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.respawns = 0
+        self._thread = threading.Thread(target=self._watch, name="chaos-supervisor", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            for name, child in list(self.children.items()):
+                if not child.alive() and not self._stop.is_set():
+                    self._events.emit("respawn", target=name, old_pid=child.pid,
+                                      exit=child.proc.returncode)
+                    child.kill()
+                    with self._lock:
+                        self.children[name] = self._spawn(name)
+                    self.respawns += 1
+
+    def signal(self, name: str, sig: int) -> bool:
+        with self._lock:
+            child = self.children.get(name)
+        return child is not None and child.signal(sig)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for child in self.children.values():
+            child.stop(timeout=10)
+
+
+def _create_topics(settings: Any, partitions: int) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        for name in (settings.kafka_topic, settings.kafka_dead_letter_topic):
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def snapshot(settings: Any) -> dict[str, checker.StoreItem]:
+    """Every job item in the jobs table (checkpoint items, whose keys start with "~", skipped)."""
+    from sluice import wiring
+
+    db = wiring.boto_client("dynamodb", settings)
+    items: dict[str, checker.StoreItem] = {}
+    for page in db.get_paginator("scan").paginate(TableName=settings.jobs_table, ConsistentRead=True):
+        for item in page.get("Items", []):
+            job_id = item["job_id"]["S"]
+            if job_id.startswith("~"):
+                continue
+            result = item.get("result", {}).get("S")
+            items[job_id] = checker.StoreItem(
+                status=item.get("status", {}).get("S", ""), token=int(item.get("token", {}).get("N", 0)),
+                result_token=int(item["result_token"]["N"]) if "result_token" in item else None,
+                result_digest=history.digest(json.loads(result)) if result is not None else None)
+    return items
+
+
+def kafka_dump(settings: Any, path: Path, quiet_s: float = 3.0) -> dict[str, tuple[int, int]]:
+    """Every record of the job topic, (partition, offset) by job id, also written to ``path``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", group_id=None)
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        parts = sorted(consumer.partitions_for_topic(settings.kafka_topic) or ())
+        consumer.assign([TopicPartition(settings.kafka_topic, p) for p in parts])
+        consumer.seek_to_beginning()
+        idle_since = time.monotonic()
+        with path.open("w") as out:
+            while time.monotonic() - idle_since < quiet_s:
+                batches = consumer.poll(timeout_ms=500, max_records=5000)
+                if batches:
+                    idle_since = time.monotonic()
+                for records in batches.values():
+                    for r in records:
+                        job = r.key.decode() if r.key else ""
+                        found.setdefault(job, (r.partition, r.offset))
+                        out.write(json.dumps({"p": r.partition, "o": r.offset, "job": job}) + "\n")
+    finally:
+        consumer.close()
+    return found
+
+
+def live_leases(redis_url: str) -> set[str]:
+    import redis
+
+    from sluice.redis.keys import QueueKeys
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        secs, micros = client.time()
+        now = secs * 1000 + micros // 1000
+        return set(client.zrangebyscore(QueueKeys(QUEUE).leased, now, "+inf"))
+    finally:
+        client.close()
+
+
+class Run:
+    def __init__(self, o: Options, say: Say) -> None:
+        self.o, self.say = o, say
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.dir = o.state_dir or Path(".sluice") / "chaos" / f"seed{o.seed}-{stamp}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "control").mkdir(exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.history_path = self.dir / "history.jsonl"
+        self.history = history.History(self.history_path)
+
+    def _spawn(self, settings: Any) -> Callable[[str], Child]:
+        o = self.o
+        base = {"settings": settings.model_dump(mode="json"), "history": str(self.history_path),
+                "control_dir": str(self.dir / "control"), "lease_ms": int(o.lease_s * 1000)}
+
+        def spawn(name: str) -> Child:
+            role = "worker" if name.startswith("w") else "relay"
+            cfg = {**base, "name": name}
+            if role == "relay":
+                cfg |= {"lease_ms": 3000, "invocation_s": 20, "checkpoint_s": 2.0}
+            return Child(name, "sluice.chaos.agents", [role, json.dumps(cfg)],
+                         log_path=self.dir / "logs" / f"{name}.log")
+        return spawn
+
+    def execute(self) -> Outcome:
+        from sluice.config import Settings
+        from sluice.local.stack import Stack
+        from sluice.store import tables
+
+        o, say = self.o, self.say
+        times: dict[str, float] = {}
+        t_start = time.monotonic()
+        stack = Stack(state_dir=self.dir / "stack")
+        supervisor: Supervisor | None = None
+        try:
+            base = Settings(kafka_topic="chaos.jobs", kafka_dead_letter_topic="chaos.dlq",
+                            kafka_partitions=o.partitions, kafka_consumer_group="chaos-relay")
+            settings = stack.start_servers(base)
+            tables.ensure_all(settings)
+            _create_topics(settings, o.partitions)
+            names = [f"w{i}" for i in range(o.workers)] + [f"r{i}" for i in range(o.relays)]
+            supervisor = Supervisor(self._spawn(settings), names, self.history)
+            times["setup"] = time.monotonic() - t_start
+            say(f"stack up in {times['setup']:.1f}s: redis {settings.redis_url}, "
+                f"kafka {settings.kafka_bootstrap} (Tansu on S3), aws {settings.aws_endpoint_url}; "
+                f"{o.workers} workers, {o.relays} relay; history {self.history_path}")
+            faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
+                                  workers=o.workers, relays=o.relays) if o.faults else []
+            for f in faults:
+                self.history.emit("plan", **f.as_dict())
+            self._chaos(settings, stack, supervisor, faults, times)
+            drained = self._drain(settings, times)
+            supervisor.stop()
+            supervisor = None
+            say("checking the history against the stores...")
+            report = checker.check(history.read(self.history_path), snapshot(settings),
+                                   live_leases(settings.redis_url))
+            diagnosis = self._diagnose(report, settings)
+        finally:
+            if supervisor is not None:
+                supervisor.stop()
+            stack.stop()
+        times["total"] = time.monotonic() - t_start
+        return Outcome(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
+                       diagnosis)
+
+    def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
+        """Where the log has each lost job (None: the broker lost a record it had acknowledged)."""
+        lost = report.samples.get("lost", [])
+        if not lost:
+            return {}
+        in_kafka = kafka_dump(settings, self.dir / "kafka.jsonl")
+        return {"lost_in_kafka_at": {job: in_kafka.get(job) for job in lost}}
+
+    def _chaos(self, settings: Any, stack: Any, supervisor: Supervisor, faults: list[nemesis.Fault],
+               times: dict[str, float]) -> None:
+        from sluice.api import Api
+        from sluice.kafka.producer import KafkaJobLog
+        from sluice.redis.engine import RedisQueue
+        from sluice.store.jobs import DynamoJobStore
+
+        o, say = self.o, self.say
+        api = Api(KafkaJobLog.from_settings(settings), DynamoJobStore.from_settings(settings),
+                  RedisQueue.from_settings(settings))
+        enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE)
+        stop = threading.Event()
+        nem = nemesis.Nemesis(faults, supervisor, stack, self.history, self.dir / "control")
+        threads = [threading.Thread(target=enqueuer.run, args=(stop,), name="chaos-workload", daemon=True),
+                   threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        say(f"chaos: {o.jobs} jobs over {o.duration_s * ENQUEUE_SHARE:.0f}s, {len(faults)} faults over "
+            f"{o.duration_s:.0f}s (seed {o.seed})")
+        next_report = started + 10
+        while time.monotonic() - started < o.duration_s:
+            time.sleep(0.5)
+            if time.monotonic() >= next_report:
+                next_report += 10
+                say(f"  t={time.monotonic() - started:5.0f}s accepted={enqueuer.accepted} "
+                    f"unknown={enqueuer.unknown} faults={sum(nem.injected.values())} "
+                    f"respawns={supervisor.respawns}")
+        stop.set()
+        nem.close()
+        for t in threads:
+            t.join(30)
+        times["chaos"] = time.monotonic() - started
+        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}; "
+            f"{enqueuer.accepted} jobs accepted")
+
+    def _drain(self, settings: Any, times: dict[str, float]) -> bool:
+        """Wait until every accepted job is final in the jobs table, or the drain timeout."""
+        from sluice.store.jobs import DynamoJobStore
+
+        o, say = self.o, self.say
+        store = DynamoJobStore.from_settings(settings)
+        accepted = {str(e["job"]) for e in history.read(self.history_path)
+                    if e.get("op") == "enqueue" and e.get("outcome") == "ok"}
+        waiting = set(accepted)
+        timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
+        started = time.monotonic()
+        next_report = started
+        while waiting and time.monotonic() - started < timeout:
+            with contextlib.suppress(Exception):  # a slow moto answer: ask again next round
+                waiting -= store.final_job_ids(sorted(waiting))
+            if time.monotonic() >= next_report:
+                next_report += 10
+                say(f"  draining: {len(accepted) - len(waiting)}/{len(accepted)} final")
+            if waiting:
+                time.sleep(1.0)
+        store.close()
+        times["drain"] = time.monotonic() - started
+        if waiting:
+            say(f"not drained after {times['drain']:.0f}s: {len(waiting)} jobs not final")
+        else:
+            say(f"drained: every accepted job is final after {times['drain']:.0f}s")
+        return not waiting
+
+
+def run(o: Options, say: Say = print) -> Outcome:
+    import os
+
+    from sluice.local.servers import DUMMY_AWS_ENV
+
+    for key, value in DUMMY_AWS_ENV.items():  # every AWS client here talks to the local moto server
+        os.environ.setdefault(key, value)
+    return Run(o, say).execute()

@@ -1,0 +1,87 @@
+"""The chaos workload: N unique jobs, enqueued through the gateway's use case at a steady pace.
+
+Payloads are a function of (seed, index), and a job's correct result a function of its
+payload (``agents.expected_result``), so the checker knows every right answer. Job ids
+are chosen here too (``s<seed>-<index>-<try>``), through the use case's id hook, so an
+enqueue that fails with an unknown outcome (Kafka did not answer) is still named in
+the history: if that job runs after all, its result is not "unexpected".
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from sluice.chaos.agents import QUEUE, expected_result
+from sluice.chaos.history import History, digest
+from sluice.errors import SluiceError
+
+MAX_ATTEMPTS = 25  # generous: every kill, freeze and lost lease costs the job an attempt
+
+
+def payload(seed: int, i: int) -> dict[str, Any]:
+    rng = random.Random(f"{seed}:{i}")
+    return {"i": i, "data": f"{rng.getrandbits(64):016x}", "work_ms": rng.randint(0, 30)}
+
+
+def job_id(seed: int, i: int, attempt: int) -> str:
+    return f"s{seed}-{i:06d}-{attempt}"
+
+
+class Enqueuer:
+    """Enqueues ``jobs`` jobs spread evenly over ``window_s`` seconds, in small batches."""
+
+    def __init__(self, api: Any, history: History, seed: int, jobs: int, window_s: float, *,
+                 batch: int = 10, lease_seconds: int = 30,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.api, self.history, self.seed, self.jobs = api, history, seed, jobs
+        self.window_s, self.batch, self.lease_seconds = window_s, batch, lease_seconds
+        self.clock = clock
+        self.accepted = 0
+        self.unknown = 0
+        self.done = threading.Event()
+        self._ids: deque[str] = deque()
+        api.new_id = lambda _now_ms: self._ids.popleft()  # the use case's id hook
+
+    def run(self, stop: threading.Event) -> None:
+        started = self.clock()
+        try:
+            for first in range(0, self.jobs, self.batch):
+                due = started + self.window_s * first / self.jobs
+                if stop.wait(max(0.0, due - self.clock())):
+                    return
+                self._enqueue(list(range(first, min(first + self.batch, self.jobs))), stop)
+        finally:
+            self.done.set()
+
+    def _enqueue(self, indices: list[int], stop: threading.Event) -> None:
+        from sluice.http.models import BatchRequest, EnqueueRequest
+
+        attempt = 0
+        while not stop.is_set():
+            ids = [job_id(self.seed, i, attempt) for i in indices]
+            payloads = [payload(self.seed, i) for i in indices]
+            request = BatchRequest(jobs=[EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS,
+                                                        lease_seconds=self.lease_seconds) for p in payloads])
+            self._ids.clear()
+            self._ids.extend(ids)
+            t0 = time.time()
+            try:
+                self.api.enqueue_batch(QUEUE, request)
+                outcome = "ok"
+            except SluiceError:  # Kafka did not acknowledge: the records may or may not be there
+                outcome = "info"
+            t1 = time.time()
+            for i, jid, p in zip(indices, ids, payloads, strict=True):
+                self.history.emit("enqueue", job=jid, i=i, expect=digest(expected_result(p)),
+                                  outcome=outcome, t0=t0, t1=t1)
+            if outcome == "ok":
+                self.accepted += len(ids)
+                return
+            self.unknown += len(ids)
+            attempt += 1
+            stop.wait(0.5)  # the same payloads again, as new jobs, once Kafka is back

@@ -1,0 +1,182 @@
+"""The chaos checker on hand-made histories: a clean one, and one breaking each invariant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sluice.chaos import history
+from sluice.chaos.checker import Report, StoreItem, check
+
+GOOD = "d-good"
+BAD = "d-bad"
+
+
+def enqueue(job: str, outcome: str = "ok", expect: str = GOOD, t: float = 1.0) -> dict[str, Any]:
+    return {"op": "enqueue", "job": job, "outcome": outcome, "expect": expect, "t0": t, "t1": t}
+
+
+def grant(job: str, token: int, t1: float) -> dict[str, Any]:
+    return {"op": "grant", "job": job, "token": token, "outcome": "ok", "t0": t1 - 0.01, "t1": t1}
+
+
+def invoke(job: str, token: int, t: float) -> dict[str, Any]:
+    return {"op": "invoke", "job": job, "token": token, "t0": t, "t1": t}
+
+
+def write(job: str, token: int, t0: float, digest: str = GOOD, outcome: str = "written") -> dict[str, Any]:
+    return {"op": "write", "job": job, "token": token, "digest": digest, "outcome": outcome,
+            "t0": t0, "t1": t0 + 0.01}
+
+
+def run(job: str, token: int, t: float, digest: str = GOOD) -> list[dict[str, Any]]:
+    """One execution: grant, invoke, accepted write, ack."""
+    return [grant(job, token, t), invoke(job, token, t + 0.1), write(job, token, t + 0.2, digest),
+            {"op": "ack", "job": job, "outcome": "ok", "t0": t + 0.3, "t1": t + 0.3}]
+
+
+def done(token: int = 1, digest: str = GOOD) -> StoreItem:
+    return StoreItem("succeeded", token=token, result_token=token, result_digest=digest)
+
+
+def invariants(r: Report) -> dict[str, int]:
+    return {k: getattr(r, k) for k in ("lost", "unexpected", "duplicate_results", "wrong_results",
+                                       "stale_writes_accepted", "stuck")}
+
+
+CLEAN = dict.fromkeys(("lost", "unexpected", "duplicate_results", "wrong_results",
+                       "stale_writes_accepted", "stuck"), 0)
+
+
+def test_a_clean_history_passes_and_counts_what_happened() -> None:
+    events = [enqueue("a"), *run("a", 1, 2.0), enqueue("b"), *run("b", 1, 3.0)]
+    r = check(events, {"a": done(), "b": done()}, set())
+    assert invariants(r) == CLEAN and r.ok
+    assert (r.accepted, r.succeeded, r.executions, r.duplicate_executions) == (2, 2, 2, 0)
+
+
+def test_crash_before_ack_runs_twice_writes_twice_with_equal_results_and_is_fine() -> None:
+    events = [enqueue("a"), grant("a", 1, 2.0), invoke("a", 1, 2.1), write("a", 1, 2.2),
+              *run("a", 2, 5.0)]
+    r = check(events, {"a": done(token=2)}, set())
+    assert invariants(r) == CLEAN
+    assert r.duplicate_executions == 1 and r.jobs_run_more_than_once == 1
+
+
+def test_an_accepted_job_that_never_finished_is_lost() -> None:
+    events = [enqueue("a"), grant("a", 1, 2.0), invoke("a", 1, 2.1)]
+    r = check(events, {"a": StoreItem("queued", token=1)}, set())
+    assert r.lost == 1 and r.samples["lost"] == ["a"] and not r.ok
+
+
+def test_a_job_missing_from_the_store_too_is_lost() -> None:
+    assert check([enqueue("a")], {}, set()).lost == 1
+
+
+def test_dead_jobs_are_not_lost_and_unknown_enqueues_are_not_expected() -> None:
+    events = [enqueue("a"), enqueue("b", outcome="info"), enqueue("c", outcome="fail")]
+    r = check(events, {"a": StoreItem("dead", token=5)}, set())
+    assert invariants(r) == CLEAN and (r.dead, r.accepted, r.unknown_enqueues) == (1, 1, 1)
+
+
+def test_a_result_for_a_job_never_enqueued_is_unexpected() -> None:
+    r = check([*run("ghost", 1, 2.0)], {"ghost": done()}, set())
+    assert r.unexpected == 1 and r.samples["unexpected"] == ["ghost"]
+    failed_enqueue = check([enqueue("x", outcome="fail"), *run("x", 1, 2.0)], {}, set())
+    assert failed_enqueue.unexpected == 1
+
+
+def test_a_job_whose_enqueue_outcome_was_unknown_may_run() -> None:
+    r = check([enqueue("a", outcome="info"), *run("a", 1, 2.0)], {"a": done()}, set())
+    assert invariants(r) == CLEAN
+
+
+def test_a_result_only_in_the_store_counts_as_unexpected_too() -> None:
+    assert check([], {"ghost": done()}, set()).unexpected == 1
+
+
+def test_two_different_results_accepted_for_one_job_are_duplicate_results() -> None:
+    events = [enqueue("a"), *run("a", 1, 2.0), *run("a", 2, 5.0, digest=BAD)]
+    r = check(events, {"a": done(token=2, digest=BAD)}, set())
+    assert r.duplicate_results == 1 and r.wrong_results == 1
+
+
+def test_the_same_token_written_twice_is_a_duplicate_result() -> None:
+    events = [enqueue("a"), *run("a", 1, 2.0), write("a", 1, 3.0)]
+    r = check(events, {"a": done()}, set())
+    assert r.duplicate_results == 1 and r.wrong_results == 0
+
+
+def test_a_retry_recognised_as_already_written_is_not_a_duplicate() -> None:
+    events = [enqueue("a"), *run("a", 1, 2.0), write("a", 1, 3.0, outcome="already_written")]
+    assert invariants(check(events, {"a": done()}, set())) == CLEAN
+
+
+def test_a_wrong_result_in_the_history_or_in_the_store_is_counted() -> None:
+    in_history = check([enqueue("a"), *run("a", 1, 2.0, digest=BAD)], {"a": done(digest=BAD)}, set())
+    assert in_history.wrong_results == 1
+    stored_only = check([enqueue("a"), *run("a", 1, 2.0)], {"a": done(digest=BAD)}, set())
+    assert stored_only.wrong_results == 1 and stored_only.samples["wrong_results"] == ["a"]
+
+
+def test_a_write_accepted_after_a_newer_token_was_granted_is_a_stale_write() -> None:
+    # A holds token 1 and stalls; B is granted token 2 at t=5 and writes; A writes at t=6: accepted.
+    events = [enqueue("a"), grant("a", 1, 1.0), invoke("a", 1, 1.1), *run("a", 2, 5.0),
+              write("a", 1, 6.0)]
+    r = check(events, {"a": StoreItem("succeeded", token=2, result_token=1, result_digest=GOOD)}, set())
+    assert r.stale_writes_accepted == 1 and r.samples["stale_writes_accepted"] == ["a"]
+
+
+def test_a_write_that_started_before_the_newer_grant_finished_is_not_proven_stale() -> None:
+    events = [enqueue("a"), grant("a", 1, 1.0), write("a", 1, 4.995), grant("a", 2, 5.0)]
+    r = check(events, {"a": StoreItem("leased", token=2)}, {"a"})
+    assert r.stale_writes_accepted == 0
+
+
+def test_a_rejected_stale_write_is_fine_and_counted_as_rejected() -> None:
+    events = [enqueue("a"), grant("a", 1, 1.0), *run("a", 2, 5.0), write("a", 1, 6.0, outcome="rejected")]
+    r = check(events, {"a": done(token=2)}, set())
+    assert invariants(r) == CLEAN and r.writes_rejected == 1
+
+
+def test_a_succeeded_item_holding_an_older_tokens_result_is_a_stale_write() -> None:
+    item = StoreItem("succeeded", token=3, result_token=2, result_digest=GOOD)
+    r = check([enqueue("a")], {"a": item}, set())
+    assert r.stale_writes_accepted == 1
+
+
+def test_leased_in_the_store_with_no_live_lease_in_redis_is_stuck() -> None:
+    events = [enqueue("a"), grant("a", 1, 1.0)]
+    stuck = check(events, {"a": StoreItem("leased", token=1)}, set())
+    assert stuck.stuck == 1 and stuck.lost == 1
+    running = check(events, {"a": StoreItem("leased", token=1)}, {"a"})
+    assert running.stuck == 0
+
+
+def test_faults_are_counted_per_kind_injected_and_landed() -> None:
+    events = [{"op": "fault", "kind": "restart_redis", "phase": "injected"},
+              {"op": "fault", "kind": "pause_worker", "phase": "injected"},
+              {"op": "fault", "kind": "pause_worker", "phase": "resumed"},
+              {"op": "fault", "kind": "kill_worker_before_ack", "phase": "injected"},
+              {"op": "fault", "kind": "kill_worker_before_ack", "phase": "landed"}]
+    r = check(events, {}, set())
+    assert r.faults == {"restart_redis": 1, "pause_worker": 1, "kill_worker_before_ack": 1}
+    assert r.faults_landed == {"kill_worker_before_ack": 1}
+
+
+def test_the_json_report_has_the_issue_keys() -> None:
+    out = check([enqueue("a")], {}, set()).as_dict()
+    for key in ("accepted", "lost", "unexpected", "duplicate_executions", "duplicate_results",
+                "wrong_results", "stale_writes_accepted", "stuck", "faults"):
+        assert key in out
+    assert out["ok"] is False
+
+
+def test_history_lines_torn_by_a_kill_are_skipped(tmp_path: Path) -> None:
+    h = history.History(tmp_path / "h.jsonl")
+    h.emit("enqueue", job="a", outcome="ok")
+    h.close()
+    with open(tmp_path / "h.jsonl", "a") as f:
+        f.write('{"op":"write","job":"a","tok')
+    events = history.read(tmp_path / "h.jsonl")
+    assert [e["op"] for e in events] == ["enqueue"] and events[0]["pid"] > 0
