@@ -52,6 +52,12 @@ class JobRunner:
         job = tracked.leased
         if tracked.state.lease_lost.is_set():
             return Outcome.LEASE_LOST  # lost while it waited in the local batch
+        if time.monotonic() >= tracked.state.expires_at:
+            # Lapsed unrenewed (the process was frozen, or Redis unreachable) and the heartbeat has
+            # not said so yet. The grant is the one write fencing cannot refuse: granted now, a job
+            # another worker already finished would go back to "leased" for good (found by the
+            # chaos suite; docs/break-it.md). So do not grant; the job comes back to someone.
+            return self.settler.lost(Attempt(tracked, 0, tracked.log), "the lease lapsed before the grant")
         try:
             token = self.store.grant(job.job_id, job.queue, self.worker_id)
         except JobCancelled:

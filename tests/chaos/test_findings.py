@@ -1,0 +1,78 @@
+"""Regression tests for what the chaos suite found (docs/break-it.md, "Findings").
+
+1. A worker frozen between its lease and its grant woke up and was granted a job that another
+   worker had meanwhile finished and acknowledged: the jobs table said "leased" for good.
+2. After a broker crash, Tansu acknowledged an idempotent producer's retried record with
+   offset -1 and never stored it: the gateway answered 202 for a job that was gone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from sluice.errors import BackendUnavailable
+from sluice.kafka.producer import KafkaJobLog
+from sluice.models import JobSpec
+from sluice.runtime.outcomes import Outcome
+from tests.unit.fakes import kit
+
+
+def test_a_lease_that_lapsed_before_the_grant_is_not_granted() -> None:
+    k = kit()
+    k.app.register("q", lambda job, ctx: "done")
+    k.queue.add("q", "j1")
+    worker = k.worker(lease_ms=1000)
+    session = worker._open()
+    try:
+        leased = k.queue.lease("q", 1, 1000, "w-test")[0]
+        frozen_since = time.monotonic() - 5  # leased, then frozen for 5 s: longer than the lease
+        tracked = session.heartbeat.track(leased, frozen_since, worker._job_log(leased))
+        outcome = session.runner.run(tracked, worker.handlers["q"])
+    finally:
+        worker._close(session)
+    assert outcome is Outcome.LEASE_LOST
+    assert k.store.called("grant") == []  # no token minted, so no status taken back to "leased"
+    assert tracked.state.lease_lost.is_set() and not tracked.active
+
+
+def test_a_live_lease_is_still_granted() -> None:
+    k = kit()
+    k.app.register("q", lambda job, ctx: "done")
+    k.queue.add("q", "j1")
+    assert k.worker().drain(["q"], 1).outcomes["succeeded"] == 1
+    assert len(k.store.called("grant")) == 1
+
+
+class _Acked:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def get(self, timeout: float) -> Any:
+        return self
+
+
+class _Producer:
+    def __init__(self, offsets: list[int]) -> None:
+        self.offsets = offsets
+        self.closed = False
+
+    def send(self, topic: str, key: bytes, value: bytes) -> _Acked:
+        return _Acked(self.offsets.pop(0))
+
+    def close(self, timeout: float = 0) -> None:
+        self.closed = True
+
+
+def test_an_acknowledgement_without_an_offset_is_an_unknown_outcome() -> None:
+    log = KafkaJobLog({}, "jobs")
+    broken = _Producer([5, -1])
+    log._producer = broken
+    specs = [JobSpec(job_id=f"j{i}", queue="q", payload=i) for i in range(2)]
+    with pytest.raises(BackendUnavailable):
+        log.append(specs)  # the gateway withdraws these jobs and answers 503, not 202
+    assert broken.closed and log._producer is None  # the next append starts a fresh producer
+    log._producer = _Producer([6, 7])
+    log.append(specs)
