@@ -116,6 +116,7 @@ def _source(settings: Settings) -> KafkaSource:
 def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
     from sluice import wiring
+    from sluice.recovery import for_relay
     from sluice.relay import Relay
     from sluice.store.fenced import EmfMetrics
 
@@ -124,8 +125,11 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
     metrics = EmfMetrics()
-    relay = Relay.from_settings(settings, wiring.queue(settings), wiring.store(settings),  # type: ignore[arg-type]
-                                _source(settings), dispatcher, relay_id, metrics=metrics)
+    # Redis-loss recovery sits between the relay and its engine and source (docs/redis-loss.md).
+    engine, source = for_relay(settings, wiring.queue(settings), wiring.store(settings), _source(settings),
+                               metrics=metrics)
+    relay = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
+                                metrics=metrics)
     log.info("relay %s starting for the schedule at %s", relay_id, scheduled.time)
     report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     report.publish(metrics)
