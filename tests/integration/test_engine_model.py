@@ -14,6 +14,7 @@ never exceeded; attempts never exceed max_attempts.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,6 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
-    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from sluice.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from tests.integration.test_engine_support import redis_now_ms, spec, where
+from tests.integration.test_engine_support import BAND, redis_now_ms, spec, where
 
 pytestmark = pytest.mark.integration
 
@@ -164,11 +164,10 @@ class EngineMachine(RuleBasedStateMachine):
         if max_in_flight:
             self.rq.set_config(Q, max_in_flight=max_in_flight)
 
-    @precondition(lambda self: len(self.jobs) < 12)
-    @rule(batch=st.lists(st.tuples(st.sampled_from([0, 0, 5, 9]), st.integers(1, 3), st.booleans()),
-                         min_size=1, max_size=3))
     def enqueue(self, batch: list[tuple[int, int, bool]]) -> None:
         """One enqueue_many call; (priority, max_attempts, delayed by 30 ms) per job."""
+        if len(self.jobs) >= 12:
+            return
         t0 = self.now()
         specs = [spec(f"j{next(self.ids)}", Q, priority=priority, max_attempts=max_attempts,
                       run_at_ms=t0 + 30 if delayed else 0) for priority, max_attempts, delayed in batch]
@@ -182,14 +181,12 @@ class EngineMachine(RuleBasedStateMachine):
             else:
                 self.to_ready(s.job_id)
 
-    @rule(index=st.integers(0, 1000))
     def enqueue_again(self, index: int) -> None:
         job_id = self.pick(sorted(self.jobs), index)
         if job_id is None or self.jobs[job_id].state == "gone":
             return  # acked or cancelled: the id may be reused; not what this rule checks
         assert self.rq.enqueue(spec(job_id, Q, payload="again", priority=9)) is False
 
-    @rule(n=st.integers(1, 3), lease_ms=st.sampled_from([SHORT, LONG]))
     def lease(self, n: int, lease_ms: int) -> None:
         t0 = self.now()
         got = self.rq.lease(Q, n, lease_ms, "model")
@@ -210,7 +207,6 @@ class EngineMachine(RuleBasedStateMachine):
             job.state, job.token, job.deadline = "leased", leased.token, leased.deadline_ms
             job.tokens.append(leased.token)
 
-    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000), lease_ms=st.sampled_from([SHORT, LONG]))
     def extend(self, index: int, tindex: int, lease_ms: int) -> None:
         if (picked := self.pick_leased_before(index, tindex)) is None:
             return
@@ -220,7 +216,6 @@ class EngineMachine(RuleBasedStateMachine):
             assert extended.cancel_requested is self.jobs[job_id].cancel
             self.jobs[job_id].deadline = extended.deadline_ms
 
-    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000))
     def ack(self, index: int, tindex: int) -> None:
         if (picked := self.pick_leased_before(index, tindex)) is None:
             return
@@ -232,8 +227,6 @@ class EngineMachine(RuleBasedStateMachine):
         if expected is None:
             self.jobs[job_id].state, self.jobs[job_id].token = "gone", None
 
-    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000), retry_after=st.sampled_from([0, 0, 25]),
-          permanent=st.booleans())
     def fail(self, index: int, tindex: int, retry_after: int, permanent: bool) -> None:
         if (picked := self.pick_leased_before(index, tindex)) is None:
             return
@@ -246,10 +239,12 @@ class EngineMachine(RuleBasedStateMachine):
         job.attempts += 1
         job.token = None
         if permanent or job.cancel or job.attempts >= job.max_attempts:
+            event("fail: dead")
             assert outcome == "dead"
             job.state = "dead"
         else:
             assert outcome == "retry"
+            event(f"fail: retry {'later' if retry_after else 'now'}")
             if retry_after:
                 run_at = self.client.zscore(K.delayed, job_id)
                 assert run_at is not None
@@ -257,7 +252,6 @@ class EngineMachine(RuleBasedStateMachine):
             else:
                 self.to_ready(job_id)
 
-    @rule(index=st.integers(0, 1000), tindex=st.integers(0, 1000))
     def release(self, index: int, tindex: int) -> None:
         if (picked := self.pick_leased_before(index, tindex)) is None:
             return
@@ -268,7 +262,6 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             self.holder_call(job_id, token, lambda: self.rq.release(Q, job_id, token))
 
-    @rule(index=st.integers(0, 1000))
     def cancel(self, index: int) -> None:
         job_id = self.pick(sorted(self.jobs), index)
         if job_id is None:
@@ -287,7 +280,6 @@ class EngineMachine(RuleBasedStateMachine):
             assert self.rq.cancel(Q, job_id) == "removed"
             job.state = "gone"
 
-    @rule()
     def reap(self) -> None:
         t0 = self.now()
         expired_before = set(self.in_state("leased"))
@@ -296,7 +288,6 @@ class EngineMachine(RuleBasedStateMachine):
         self.reclaim(t0, self.now())
         assert count == len(expired_before - set(self.in_state("leased")))
 
-    @rule(index=st.integers(0, 1000))
     def redrive(self, index: int) -> None:
         job_id = self.pick(self.in_state("dead"), index)
         if job_id is None:
@@ -306,11 +297,35 @@ class EngineMachine(RuleBasedStateMachine):
         job.attempts, job.cancel = 0, False
         self.to_ready(job_id)
 
-    @rule(ms=st.sampled_from([5, 30]))
     def sleep(self, ms: int) -> None:
-        import time
-
         time.sleep(ms / 1000)
+
+    # One rule that picks the operation, rather than one rule per operation: every drawn
+    # example then exercises a mix of operations (weighted by repetition in OPS).
+    OPS = ("lease", "enqueue", "ack", "fail", "lease", "extend", "sleep", "release", "enqueue", "ack",
+           "cancel", "lease", "reap", "fail", "redrive", "sleep", "enqueue_again")
+
+    @rule(op=st.sampled_from(OPS), index=st.integers(0, 1000), tindex=st.integers(0, 1000),
+          n=st.integers(1, 3), choice=st.integers(0, 2), flag=st.booleans(),
+          batch=st.lists(st.tuples(st.sampled_from([0, 0, 5, 9]), st.integers(1, 3), st.booleans()),
+                         min_size=1, max_size=3))
+    def step(self, op: str, index: int, tindex: int, n: int, choice: int, flag: bool,
+             batch: list[tuple[int, int, bool]]) -> None:
+        lease_ms = (SHORT, SHORT, LONG)[choice]
+        calls = {
+            "enqueue": lambda: self.enqueue(batch),
+            "enqueue_again": lambda: self.enqueue_again(index),
+            "lease": lambda: self.lease(n, lease_ms),
+            "extend": lambda: self.extend(index, tindex, lease_ms),
+            "ack": lambda: self.ack(index, tindex),
+            "fail": lambda: self.fail(index, tindex, (0, 0, 25)[choice], flag and choice == 2),
+            "release": lambda: self.release(index, tindex),
+            "cancel": lambda: self.cancel(index),
+            "reap": self.reap,
+            "redrive": lambda: self.redrive(index),
+            "sleep": lambda: self.sleep((5, 30, 30)[choice]),
+        }
+        calls[op]()
 
     # --- invariants ------------------------------------------------------------------------
 
@@ -322,6 +337,16 @@ class EngineMachine(RuleBasedStateMachine):
             if job.state == "leased":
                 assert self.client.hget(K.tokens, job_id) == str(job.token)
                 assert self.client.zscore(K.leased, job_id) == job.deadline
+
+    @invariant()
+    def ready_order_and_scores_match(self) -> None:
+        """Ready is ordered by priority, then FIFO; delayed by run-at; leased by deadline."""
+        expected = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
+        ready = self.client.zrange(K.ready, 0, -1, withscores=True)
+        assert [i for i, _ in ready] == expected
+        assert all(int(s) // BAND == 9 - self.jobs[i].priority for i, s in ready)
+        for job_id in self.in_state("delayed"):
+            assert self.client.zscore(K.delayed, job_id) == self.jobs[job_id].run_at
 
     @invariant()
     def nothing_but_model_jobs(self) -> None:

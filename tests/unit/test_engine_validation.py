@@ -39,6 +39,8 @@ def raw(**overrides: Any) -> JobSpec:
     lambda rq: rq.extend("q", "a b", 1, 1_000),
     lambda rq: rq.ack("q", "a", -1),
     lambda rq: rq.ack_many("q", [("a", 1), ("b", True)]),
+    lambda rq: rq.ack_many("q", [("a", 1), "b"]),
+    lambda rq: rq.ack_many("q", [("a", 1, 2)]),
     lambda rq: rq.fail("q", "a", 1, "x", retry_after_ms=-5),
     lambda rq: rq.fail("q", "a", 1, b"bytes"),
     lambda rq: rq.release("q", "a", 2**53),
@@ -72,8 +74,8 @@ def test_job_fields_pack_the_meta_the_scripts_read() -> None:
     assert fields == ("a", '{"a":[true,null],"b":1}', "7,3,1500,42", 5)
 
 
-def test_job_fields_stamp_enqueued_at_when_missing() -> None:
-    assert job_fields(JobSpec(job_id="a", queue="q"), "q", now_ms=777).meta.endswith(",777")
+def test_job_fields_leave_a_missing_enqueued_at_to_the_script() -> None:
+    assert job_fields(JobSpec(job_id="a", queue="q"), "q", now_ms=777).meta == "0,5,30000,0"
 
 
 def test_error_text_is_truncated_not_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,9 @@ Every state change is one Lua script (``lua/<verb>.lua``, called through
 input raises a typed ``InvalidInput`` before anything is sent, and turns replies
 into models. The scripts validate again before their first write.
 
-Lease tokens minted here (HINCRBY-style on the job hash) prove liveness only; the
-fencing token a handler writes with comes from the job store (DynamoDB).
+Lease tokens minted here (by the queue's counter, strictly increasing for each job)
+prove liveness only; the fencing token a handler writes with comes from the job store
+(DynamoDB). The state machine, key layout and scripts are described in docs/engine.md.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int) -> JobFields:
     max_attempts = _int(spec.max_attempts, 1, MAX_ATTEMPTS, "max_attempts")
     lease_ms = _lease_ms(spec.lease_ms)
     run_at_ms = _int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)")
-    enqueued_at_ms = _int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms") or now_ms
+    enqueued_at_ms = _int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms")  # 0: the script's TIME
     meta = f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}"
     return JobFields(spec.job_id, payload, meta, run_at_ms)
 
@@ -196,7 +197,11 @@ class RedisQueue:
     def ack_many(self, queue: str, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
         """Ack several jobs in one script call each 1000; per job None (acked) or the error."""
         k = self.keys(queue)
-        checked = [(validate_job_id(job_id), _token(token)) for job_id, token in jobs]
+        checked = []
+        for pair in jobs:
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise InvalidInput(f"expected (job_id, token) pairs, got {pair!r}")
+            checked.append((validate_job_id(pair[0]), _token(pair[1])))
         out: list[SluiceError | None] = []
         for start in range(0, len(checked), MAX_BATCH):
             out += self.scripts.ack(k, checked[start:start + MAX_BATCH])
@@ -384,5 +389,7 @@ def _auth_token(arn: str, settings: Settings) -> str:
         raise BackendUnavailable(f"cannot read the Redis AUTH secret: {exc}") from exc
     if secret.startswith("{"):
         value = json.loads(secret)
-        return str(value.get("password") or value.get("token") or value.get("auth_token"))
-    return secret
+        secret = value.get("password") or value.get("token") or value.get("auth_token") or ""
+    if not secret:
+        raise BackendUnavailable(f"the secret {arn} holds no Redis AUTH token")
+    return str(secret)

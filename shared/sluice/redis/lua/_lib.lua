@@ -5,7 +5,8 @@
 --
 -- A job is a small hash (few fields, so one HMGET serves a lease):
 --   p    payload JSON, stored as given (never decoded here)
---   m    "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>" (priority is one digit)
+--   m    "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>" (priority is one digit;
+--        an enqueued_at_ms of 0 is replaced by the script's TIME)
 --   a    attempts used by leases that have ended (absent = 0); the running lease is
 --        attempt a + 1. Ack deletes the hash, so a is only written when a lease fails,
 --        expires or is redriven: a lease itself writes nothing to the job hash.
@@ -109,6 +110,7 @@ local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   local rz, dz = {}, {}
   for _, i in ipairs(starts) do
     local id, meta, run_at = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
+    if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     redis.call('HSET', prefix .. id, 'p', ARGV[i + 1], 'm', meta)
     if run_at <= now then
       seq = seq + 1

@@ -6,6 +6,7 @@
 --   ARGV[1] k           number of jobs (1..1000)
 --   then k groups of 4: job_id, payload (JSON), meta, run_at_ms (0 = now)
 --                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
+--                       (enqueued_at_ms 0 = now)
 -- Output
 --   array of k integers: 1 = added, 0 = a job with that id already existed (or the id
 --   repeats earlier in this batch); an existing job is left exactly as it was.
