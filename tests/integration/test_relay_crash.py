@@ -108,11 +108,12 @@ def test_two_relays_at_once_push_every_job_once(tansu: Any, topic: str, redis_ur
     first = job_records("t", 2000)
     produce(bs, topic, first)
     drainer = Drainer(redis_url).start()
-    a = relay_proc.start(redis_url, bs, topic, group, relay_id="a", seconds=4, max_partitions=2,
+    a = relay_proc.start(redis_url, bs, topic, group, relay_id="a", seconds=6, max_partitions=2,
                          batch=50, lease_ms=1000)
     wait_for(lambda: owned_now(redis_client) == 2, 15, "relay a to own two partitions")
     b = relay_proc.start(redis_url, bs, topic, group, relay_id="b", seconds=8, batch=50, lease_ms=1000)
     wait_for(lambda: owned_now(redis_client) == 4, 15, "relay b to own the other two")
+    assert a.proc.poll() is None, "relay a ended before both ran at once"
     more: list[tuple[bytes, bytes, int | None]] = []
     for i in range(10):  # keep records coming while both run, and after a hands over to b
         chunk = job_records("t", 300, start=2000 + 300 * i)
