@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from sluice.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from tests.integration.test_engine_support import BAND, redis_now_ms, spec, where
+from tests.integration.test_engine_support import BAND, redis_now_ms, spec
 
 pytestmark = pytest.mark.integration
 
@@ -329,48 +329,51 @@ class EngineMachine(RuleBasedStateMachine):
 
     # --- invariants ------------------------------------------------------------------------
 
-    @invariant()
-    def every_job_in_exactly_its_model_state(self) -> None:
-        for job_id, job in self.jobs.items():
-            assert where(self.client, Q, job_id) == STATE_KEYS[job.state], (job_id, job)
-            assert self.client.exists(K.job(job_id)) == (job.state != "gone"), (job_id, job)
-            if job.state == "leased":
-                assert self.client.hget(K.tokens, job_id) == str(job.token)
-                assert self.client.zscore(K.leased, job_id) == job.deadline
-
-    @invariant()
-    def ready_order_and_scores_match(self) -> None:
-        """Ready is ordered by priority, then FIFO; delayed by run-at; leased by deadline."""
-        expected = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
-        ready = self.client.zrange(K.ready, 0, -1, withscores=True)
-        assert [i for i, _ in ready] == expected
-        assert all(int(s) // BAND == 9 - self.jobs[i].priority for i, s in ready)
-        for job_id in self.in_state("delayed"):
-            assert self.client.zscore(K.delayed, job_id) == self.jobs[job_id].run_at
-
-    @invariant()
-    def nothing_but_model_jobs(self) -> None:
-        known = set(self.jobs)
+    def observe(self) -> dict[str, Any]:
+        """The queue's whole state in one round trip (invariants run after every step)."""
+        pipe = self.client.pipeline(transaction=False)
         for name in ("ready", "delayed", "leased", "dead"):
-            assert set(self.client.zrange(getattr(K, name), 0, -1)) <= known
-        assert set(self.client.hkeys(K.tokens)) == set(self.in_state("leased"))
+            pipe.zrange(getattr(K, name), 0, -1, withscores=True)
+        pipe.hgetall(K.tokens)
+        ids = sorted(self.jobs)
+        for job_id in ids:
+            pipe.hmget(K.job(job_id), "p", "a")
+        r = pipe.execute()
+        seen = {name: dict(r[i]) for i, name in enumerate(("ready", "delayed", "leased", "dead"))}
+        return {"zsets": seen, "ready_order": [m for m, _ in r[0]], "tokens": r[4],
+                "jobs": dict(zip(ids, r[5:], strict=True))}
 
     @invariant()
-    def tokens_strictly_increase(self) -> None:
-        for job in self.jobs.values():
-            assert job.tokens == sorted(set(job.tokens))
-
-    @invariant()
-    def max_in_flight_holds(self) -> None:
-        if self.max_in_flight:
-            assert self.client.zcard(K.leased) <= self.max_in_flight
-
-    @invariant()
-    def attempts_within_max(self) -> None:
+    def engine_matches_model(self) -> None:
+        state = self.observe()
+        zsets, tokens = state["zsets"], state["tokens"]
         for job_id, job in self.jobs.items():
+            # Exactly one state, the model's; no job lost.
+            found = {name for name, members in zsets.items() if job_id in members}
+            found |= {"tokens"} if job_id in tokens else set()
+            assert found == STATE_KEYS[job.state], (job_id, job, found)
+            payload, attempts = state["jobs"][job_id]
+            assert (payload is not None) == (job.state != "gone"), (job_id, job)
+            # Attempts never exceed max_attempts, and agree with the model.
             assert job.attempts <= job.max_attempts
             if job.state != "gone":
-                assert int(self.client.hget(K.job(job_id), "a") or 0) == job.attempts
+                assert int(attempts or 0) == job.attempts, (job_id, job, attempts)
+            # A job's tokens never repeat or go down.
+            assert job.tokens == sorted(set(job.tokens))
+            if job.state == "leased":
+                assert tokens[job_id] == str(job.token)
+                assert zsets["leased"][job_id] == job.deadline
+            if job.state == "delayed":
+                assert zsets["delayed"][job_id] == job.run_at
+        # Nothing the model does not know about.
+        assert set().union(*zsets.values(), tokens) <= set(self.jobs)
+        # Ready is ordered by priority, then FIFO, in the right score band.
+        expected = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
+        assert state["ready_order"] == expected
+        assert all(int(sc) // BAND == 9 - self.jobs[i].priority for i, sc in zsets["ready"].items())
+        # max_in_flight is never exceeded.
+        if self.max_in_flight:
+            assert len(zsets["leased"]) <= self.max_in_flight
 
     @invariant()
     def stats_agree(self) -> None:
