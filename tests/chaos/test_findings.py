@@ -1,7 +1,8 @@
 """Regression tests for what the chaos suite found (docs/break-it.md, "Findings").
 
-1. A worker frozen between its lease and its grant woke up and was granted a job that another
-   worker had meanwhile finished and acknowledged: the jobs table said "leased" for good.
+1. A worker frozen between its lease and its grant (or during the grant call) woke up and was
+   granted a job that another worker had meanwhile finished and acknowledged: the jobs table
+   said "leased" for good.
 2. After a broker crash, Tansu acknowledged an idempotent producer's retried record with
    offset -1 and never stored it: the gateway answered 202 for a job that was gone.
 """
@@ -36,6 +37,37 @@ def test_a_lease_that_lapsed_before_the_grant_is_not_granted() -> None:
     assert outcome is Outcome.LEASE_LOST
     assert k.store.called("grant") == []  # no token minted, so no status taken back to "leased"
     assert tracked.state.lease_lost.is_set() and not tracked.active
+
+
+def test_a_grant_that_lands_after_the_lease_lapsed_puts_a_finished_job_back_to_succeeded() -> None:
+    k = kit()
+    k.app.register("q", lambda job, ctx: "mine")
+    k.queue.add("q", "j1")
+    worker = k.worker(lease_ms=1000)
+    session = worker._open()
+    real_grant = k.store.grant
+
+    def frozen_during_the_grant(job_id: str, queue: str, owner: str) -> int:
+        # meanwhile another worker took the lease, ran the job and wrote "theirs"
+        k.queue.steal("q", "j1")
+        k.store.items["j1"] = {"queue": "q", "status": "succeeded", "token": 1, "attempts": 1,
+                               "cancel_requested": False, "result": "theirs", "result_json": '"theirs"',
+                               "result_token": 1}
+        time.sleep(0.2)  # the freeze: the request goes out after our lease lapsed
+        return real_grant(job_id, queue, owner)
+
+    k.store.grant = frozen_during_the_grant  # type: ignore[method-assign]
+    try:
+        leased = k.queue.lease("q", 1, 1000, "w-test")[0]
+        tracked = session.heartbeat.track(leased, time.monotonic() - 0.9, worker._job_log(leased))
+        outcome = session.runner.run(tracked, worker.handlers["q"])
+    finally:
+        worker._close(session)
+    assert outcome is Outcome.LEASE_LOST
+    item = k.store.items["j1"]
+    assert (item["status"], item["result"]) == ("succeeded", "theirs")
+    assert (item["token"], item["result_token"]) == (2, 2)
+    assert k.queue.called("ack") == []  # the Redis lease is not ours: nothing to ack
 
 
 def test_a_live_lease_is_still_granted() -> None:

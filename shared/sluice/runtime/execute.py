@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from sluice.errors import BackendUnavailable, InvalidInput, JobCancelled, LeaseLost, SluiceError, StaleToken
-from sluice.models import dump_json
+from sluice.models import JobState, dump_json
 from sluice.ports import JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import FencedTableFactory, JobContext
@@ -67,6 +67,8 @@ class JobRunner:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
             return self.settler.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
+        if time.monotonic() >= tracked.state.expires_at:
+            return self._granted_too_late(a)
         if spec is None:
             return self.settler.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
         if tracked.state.cancel_requested.is_set():
@@ -83,6 +85,24 @@ class JobRunner:
         inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
         self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
         return self._verdict(a, ctx, inv, timeout_ms)
+
+    def _granted_too_late(self, a: Attempt) -> Outcome:
+        """The grant landed after the lease lapsed (frozen while the call was in flight).
+
+        If another worker had finished the job meanwhile, this grant took it back from
+        "succeeded" to "leased", and holding the newest token only this worker can undo
+        that: it writes the stored result again under its token (fenced, so a newer holder
+        wins). Then it gives the job up like any lost lease.
+        """
+        job = a.leased
+        try:
+            rec = self.store.get_job(job.job_id)
+            if rec.status is JobState.LEASED and rec.token == a.token and rec.result_token is not None:
+                self.store.write_result(job.job_id, a.token, rec.result)
+                a.log.warning("a late grant took a finished job back to leased; its result is restored")
+        except SluiceError as exc:
+            a.log.warning("could not check or undo a late grant: %s", exc)
+        return self.settler.lost(a, "the lease lapsed while the grant was in flight")
 
     def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
         s = self.settler
