@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     relay_batch: int = Field(default=500, ge=1)
     relay_poll_ms: int = Field(default=200, ge=1)
     relay_stop_before_ms: int = Field(default=5_000, ge=0)
+    relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
 
     @classmethod
     def from_env(cls) -> Settings:

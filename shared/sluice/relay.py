@@ -169,6 +169,7 @@ class RelayReport:
     reaped: int = 0
     loops: int = 0
     errors: int = 0
+    lag: int | None = None  # records in Kafka not yet in Redis, worst owned partition, last measured
     partitions_owned: set[int] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, Any]:
@@ -303,7 +304,12 @@ class Relay:
                  dispatch_interval_s: float = 1.0, worker_batch: int = 10, reap_limit: int = 500,
                  commit_s: float = 0.2, status_drain_s: float = 2.0,
                  default_rate_per_s: float = 0.0, default_burst: int = 0,
+                 partition_groups: int = 1, share_grace_s: float = 10.0, lag_every_s: float = 30.0,
+                 config_writer: Any = None, highwater: Callable[[int], int | None] | None = None,
                  after_push: AfterPush | None = None) -> None:
+        """``config_writer`` (default: the engine) writes default rates; ``highwater`` (default:
+        the source's) gives a partition's end offset for the ``RelayLag`` metric. Both are
+        optional so that wrapped engines and sources need not pass them through."""
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
         self.relay_id = relay_id
@@ -319,6 +325,12 @@ class Relay:
         self.commit_s = commit_s
         self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst
         self._defaulted: set[str] = set()
+        self.partition_groups, self.share_grace_s = partition_groups, share_grace_s
+        self.lag_every_s = lag_every_s
+        self._set_config = getattr(config_writer or engine, "set_config", None)
+        self._highwater = highwater or getattr(source, "highwater", None)
+        self._started = self.clock.monotonic()
+        self._next_lag = self._started + lag_every_s
         self.report = RelayReport()
         self._owned: dict[int, _Owned] = {}
         self._queues: dict[str, _QueueState] = {}
@@ -337,7 +349,8 @@ class Relay:
         kwargs: dict[str, Any] = {"batch": settings.relay_batch, "poll_ms": settings.relay_poll_ms,
                                   "worker_batch": settings.worker_batch,
                                   "default_rate_per_s": settings.default_rate_per_s,
-                                  "default_burst": settings.default_burst}
+                                  "default_burst": settings.default_burst,
+                                  "partition_groups": settings.relay_partition_groups}
         return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -358,6 +371,7 @@ class Relay:
                     self.clock.sleep(min(backoff, remaining))
                     backoff = min(backoff * 2, 2.0)
         finally:
+            self._report_lag()
             self.stop()
         return self.report
 
@@ -387,6 +401,8 @@ class Relay:
         self._commit()
         self._dispatch()
         self._flow_control()
+        if self.clock.monotonic() >= self._next_lag:
+            self._report_lag()
         if not records and (self._throttled or (pushed == 0 and self._held_up())):
             # The bucket is empty: let it fill for a moment rather than ask Redis in a tight loop.
             self.clock.sleep(min(0.02, self.poll_ms / 1000))
@@ -438,7 +454,12 @@ class Relay:
 
     def _acquire(self, now: float) -> bool:
         self._register()
-        room = self.max_partitions - len(self._owned)
+        limit = self.max_partitions
+        if self.partition_groups > 1 and now - self._started < self.share_grace_s:
+            # Several relays run at once, one per group: each takes its share first, and any
+            # partition still free after the grace period (a group's invocation did not start).
+            limit = min(limit, -(-len(self._registered) // self.partition_groups))
+        room = limit - len(self._owned)
         if room <= 0 or not self._registered:
             return False
         gained: list[int] = []
@@ -537,13 +558,12 @@ class Relay:
     def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
         stats = self.engine.stats(queue)  # carries the queue's config: one round trip
         state.config = stats.config
-        set_config = getattr(self.engine, "set_config", None)  # optional: wrappers may not pass it on
         if (self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted
-                and set_config is not None):
+                and self._set_config is not None):
             # A queue nobody has configured gets the deployment's default rate, written to
             # Redis so that every relay shares the same bucket (rate.lua reads it there).
             self._defaulted.add(queue)
-            state.config = set_config(
+            state.config = self._set_config(
                 queue, rate_per_s=self.default_rate_per_s,
                 burst=self.default_burst or max(1, int(self.default_rate_per_s)))
         state.ready, state.leased = stats.ready, stats.leased
@@ -676,6 +696,24 @@ class Relay:
             o.fetch_paused = True
         for o in go:
             o.fetch_paused = False
+
+    def _report_lag(self) -> None:
+        """``RelayLag``: records in Kafka not yet in Redis, the worst of the owned partitions."""
+        self._next_lag = self.clock.monotonic() + self.lag_every_s
+        if self._highwater is None:
+            return
+        lags = []
+        for owned in self._owned.values():
+            start = owned.commit_point()
+            try:
+                end = self._highwater(owned.number)
+            except SluiceError:
+                continue
+            if start is not None and end is not None:
+                lags.append(max(0, end - start))
+        if lags:
+            self.report.lag = max(lags)
+            self.metrics.count("RelayLag", self.report.lag)
 
     # -- workers --------------------------------------------------------------------------------------
 

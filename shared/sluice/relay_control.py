@@ -128,8 +128,9 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     # Redis-loss recovery sits between the relay and its engine and source (docs/redis-loss.md).
     engine, source = for_relay(settings, wiring.queue(settings), wiring.store(settings), _source(settings),
                                metrics=metrics)
+    raw_engine, raw_source = wiring.queue(settings), _source(settings)
     relay = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
-                                metrics=metrics)
+                                metrics=metrics, config_writer=raw_engine, highwater=raw_source.highwater)
     log.info("relay %s starting for the schedule at %s", relay_id, scheduled.time)
     report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     report.publish(metrics)

@@ -446,3 +446,46 @@ def test_a_partition_whose_start_cannot_be_found_is_given_back_not_pushed() -> N
         relay.step()
     assert relay._owned == {} and w.in_redis() == []
     assert all(lease.holder is None for _, lease in w.engine.ownership.values())
+
+
+def test_relays_started_together_take_their_share_then_whatever_is_left_free() -> None:
+    w = World(partitions=4)
+    a = w.relay("a", partition_groups=2, share_grace_s=10)
+    b = w.relay("b", partition_groups=2, share_grace_s=10)
+    a.step()
+    b.step()
+    assert len(a._owned) == 2 and len(b._owned) == 2
+    c = w.relay("c", partition_groups=2, share_grace_s=10)
+    b.stop()  # b's group ends early: its partitions are free, and c takes its share of them
+    c.step()
+    assert len(c._owned) == 2
+    w.clock.t += 11  # past the grace period a relay takes any partition nobody holds
+    c.stop()
+    run_steps(a, 2)
+    assert len(a._owned) == 4
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.counts: list[tuple[str, float]] = []
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        self.counts.append((name, value))
+
+
+def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
+    w = World(partitions=2)
+    w.engine.set_config("q", paused=True)
+    w.add(30, partition=0)
+    w.add(10, partition=1)
+    metrics = Counted()
+    ends = {0: 30, 1: 10}
+    relay = w.relay(metrics=metrics, highwater=ends.get, lag_every_s=1)
+    run_steps(relay, 3)
+    w.clock.t += 2
+    relay.step()
+    assert ("RelayLag", 30) in metrics.counts  # nothing pushed: all of partition 0 is behind
+    w.engine.set_config("q", paused=False)
+    w.clock.t += 1
+    report = relay.run_until(w.clock.now_ms() + 2000)
+    assert report.lag == 0 and metrics.counts[-1] == ("RelayLag", 0)

@@ -183,6 +183,18 @@ def test_pause_takes_a_partition_out_of_the_assignment_and_resume_seeks_it_back(
     assert consumer.calls[-1] == ("assign", [tp1])
 
 
+def test_highwater_is_the_last_known_end_even_while_paused() -> None:
+    consumer = FakeConsumer()
+    consumer.highwater = lambda tp: {0: 120}.get(tp.partition)  # type: ignore[attr-defined]
+    source = KafkaSource(consumer, "t", "t.dlq", FakeProducer([]))
+    assert source.highwater(0) is None  # not assigned: nothing known yet
+    source.assign([0, 1])
+    assert source.highwater(0) == 120 and source.highwater(1) is None
+    source.pause([0])
+    consumer.highwater = lambda tp: None  # type: ignore[attr-defined]
+    assert source.highwater(0) == 120
+
+
 def test_source_translates_kafka_errors() -> None:
     consumer = FakeConsumer()
     consumer.fail = True

@@ -50,6 +50,7 @@ class KafkaSource:
         self._unacked: list[tuple[SourceRecord, str, Any]] = []
         self._wanted: list[int] = []  # what the relay owns
         self._paused: dict[int, int | None] = {}  # owned but not fetched: position to resume at
+        self._highwaters: dict[int, int] = {}  # last known, so a paused partition still has one
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KafkaSource:
@@ -107,6 +108,16 @@ class KafkaSource:
         return [SourceRecord(r.partition, r.offset, r.key, r.value)
                 for _, records in sorted(batches.items(), key=lambda kv: kv[0].partition)
                 for r in records]
+
+    def highwater(self, partition: int) -> int | None:
+        """The partition's end offset as of the last fetch (None before one); for the lag metric."""
+        tp = self._tp(partition)
+        if partition in self._wanted and partition not in self._paused:
+            with _translated("highwater"):
+                found = self.consumer.highwater(tp)
+            if found is not None:
+                self._highwaters[partition] = int(found)
+        return self._highwaters.get(partition)
 
     # Pausing takes the partition out of the assignment and resuming seeks it back in.
     # kafka-python's own pause()/resume() can strand a partition for good: records it
