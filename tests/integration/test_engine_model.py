@@ -92,6 +92,7 @@ class EngineMachine(RuleBasedStateMachine):
         job = self.jobs[job_id]
         if count:
             job.attempts += 1
+        event(f"lease ended by {'expiry' if count else 'release'}{' after cancel' if job.cancel else ''}")
         if job.cancel:
             job.state, job.token = "gone", None
         elif job.attempts >= job.max_attempts:
@@ -263,7 +264,8 @@ class EngineMachine(RuleBasedStateMachine):
             self.holder_call(job_id, token, lambda: self.rq.release(Q, job_id, token))
 
     def cancel(self, index: int) -> None:
-        job_id = self.pick(sorted(self.jobs), index)
+        leased = self.in_state("leased")
+        job_id = self.pick(leased if leased and index % 2 else sorted(self.jobs), index)
         if job_id is None:
             return
         job = self.jobs[job_id]
