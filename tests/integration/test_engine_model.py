@@ -390,5 +390,5 @@ def test_engine_matches_the_model(redis_url: str) -> None:
         url = redis_url
 
     run_state_machine_as_test(Machine, settings=settings(
-        max_examples=60, stateful_step_count=35, deadline=None, database=None,
+        max_examples=50, stateful_step_count=35, deadline=None, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
