@@ -71,7 +71,7 @@ def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None
 @click.command()
 @click.option("--jobs", "n_jobs", type=click.IntRange(10, 100_000), default=2000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with the summary as one JSON line.")
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+@click.option("--workers", type=click.IntRange(1, 64), default=3, show_default=True,
               help="Worker containers that may run at once.")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Picks which jobs are duplicates, delayed or failing.")

@@ -1,7 +1,7 @@
 """``sluice demo``: a private local stack, a mixed workload over HTTP, live progress, a verdict.
 
 1. Start a stack (``local.dev``) under its own state directory, tuned for a short run:
-   3 s leases (so the ``slow`` jobs outlive theirs), 4 worker containers of 4 threads,
+   3 s leases (so the ``slow`` jobs outlive theirs), 3 worker containers of 6 threads,
    a worker safety net every 2 s.
 2. Enqueue the plan (``local.workload``) over HTTP while showing live counts: enqueued,
    in Kafka, in Redis, leased, succeeded, retrying, dead.
@@ -40,14 +40,14 @@ from sluice.local import history, verify, workload
 from sluice.local.dev import DevOptions, DevStack
 
 DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow")
-DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": 3, "worker_batch": 25, "worker_concurrency": 4}
+DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": 3, "worker_batch": 30, "worker_concurrency": 6}
 
 
 @dataclass
 class DemoOptions:
     jobs: int = 2000
     as_json: bool = False
-    workers: int = 4
+    workers: int = 3
     seed: int = 1
     timeout_s: float = 300.0
     state_dir: Path = Path(".sluice-demo")
@@ -69,12 +69,19 @@ class Board:
 
 
 class Freezer(threading.Thread):
-    """SIGSTOPs the worker that holds ``job_id`` until another worker is granted it."""
+    """SIGSTOPs the worker that holds ``job_id`` until another worker is granted it.
+
+    The job is enqueued alone before the rest, so the frozen worker holds no other
+    lease: a worker frozen with leased jobs it has not started yet resumes and asks the
+    jobs table for their tokens before its heartbeat notices the leases are gone, which
+    re-opens jobs that another worker finished meanwhile (reported to the worker's owners).
+    """
 
     def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event) -> None:
         super().__init__(name="sluice-demo-freezer", daemon=True)
         self.job, self.state, self.stop_event = job, state, stop
         self.note = "not attempted"
+        self.frozen = threading.Event()  # set once the worker is stopped (or the attempt gave up)
 
     def _grants(self) -> list[tuple[int, float, float]]:
         facts = self.state.analyser.report.jobs.get(self.job.job_id or "")
@@ -89,7 +96,13 @@ class Freezer(threading.Thread):
         return False
 
     def run(self) -> None:
-        if not self._wait(lambda: self.job.job_id and self._grants(), 60):
+        try:
+            self._freeze()
+        finally:
+            self.frozen.set()
+
+    def _freeze(self) -> None:
+        if not self._wait(lambda: self.job.job_id and self._grants(), 30):
             self.note = "its job never started"
             return
         pid = next(int(e["pid"]) for e in self._events() if e.get("op") == "grant")
@@ -100,6 +113,7 @@ class Freezer(threading.Thread):
             self.note = "its worker had already exited"
             return
         self.state.frozen = f"worker {pid} frozen (SIGSTOP)"
+        self.frozen.set()
         try:
             took_over = self._wait(lambda: len(self._grants()) > 1, 30)
         finally:
@@ -117,8 +131,9 @@ class Freezer(threading.Thread):
 def _progress(plan: workload.Plan, sent: workload.SendReport, st: Board, dev: DevStack,
               started: float) -> Any:
     r = st.analyser.report
-    succeeded, dead = len(r.succeeded), len(r.dead)
-    retrying = sum(1 for f in r.jobs.values() if f.retries and not f.succeeded and not f.dead)
+    ours = {j.job_id for j in plan.jobs if j.job_id is not None}
+    succeeded, dead = len(r.succeeded & ours), len(r.dead & ours)
+    retrying = sum(1 for j, f in r.jobs.items() if j in ours and f.retries and not f.succeeded and not f.dead)
     in_kafka = max(0, sent.accepted - st.ready - st.delayed - st.leased - succeeded - dead)
     table = Table(title=f"sluice demo: {len(plan.jobs)} jobs", title_justify="left")
     for col in ("enqueued", "in Kafka", "in Redis", "leased", "succeeded", "retrying", "dead"):
@@ -224,9 +239,9 @@ def run_demo(o: DemoOptions) -> bool:
     console = Console()
     interactive = console.is_terminal
     out = Console(stderr=True) if o.as_json and not interactive else console
-    dev = DevStack(DevOptions(state_dir=o.state_dir, workers=o.workers, relay_every_s=300,
-                              relay_timeout_s=600,
-                              safety_net_every_s=2, log_level="WARNING", settings=dict(DEMO_SETTINGS)))
+    dev = DevStack(DevOptions(state_dir=o.state_dir, workers=o.workers, warm_workers=o.workers,
+                              relay_every_s=300, relay_timeout_s=600, safety_net_every_s=2,
+                              log_level="WARNING", settings=dict(DEMO_SETTINGS)))
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run(o, dev, out, interactive)
@@ -255,12 +270,17 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     st = Board(path=path)
     stop = threading.Event()
     started = time.monotonic()
-    sender = threading.Thread(target=workload.send, args=(plan, str(endpoints["gateway_url"]), sent),
-                              name="sluice-demo-send", daemon=True)
-    sender.start()
+    gateway = str(endpoints["gateway_url"])
+    sender = threading.Thread(target=workload.send, args=(plan, gateway, sent), name="sluice-demo-send",
+                              daemon=True)
     freezer = Freezer(freeze_job, st, stop) if o.freeze and freeze_job is not None else None
-    if freezer is not None:
+    if freezer is not None and freeze_job is not None:
+        # Alone and first, so the frozen worker holds this lease only: see docs in Freezer.
+        workload.send_one(freeze_job, gateway, sent)
         freezer.start()
+        while not freezer.frozen.wait(0.1):
+            _poll(st, dev, path)
+    sender.start()
     deadline = started + o.timeout_s
     last_line = 0.0
     try:
@@ -291,7 +311,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     if time.monotonic() >= deadline:
         failures.append(f"timed out after {o.timeout_s:.0f}s")
     ok = not failures
-    notes = _notes(plan, sent, verdict, freezer)
+    notes = _notes(plan, sent, verdict, freezer, report)
     out.print(_summary_table(summary, ok, notes))
     for f in failures:
         out.print(f"[red]violation:[/] {f}")
@@ -312,7 +332,7 @@ def _settle(st: Board, dev: DevStack, path: str, timeout: float = 5.0) -> None:
 
 
 def _notes(plan: workload.Plan, sent: workload.SendReport, verdict: verify.Verdict,
-           freezer: Freezer | None) -> list[str]:
+           freezer: Freezer | None, report: history.HistoryReport) -> list[str]:
     notes = [f"plan: {plan.count(lambda j: j.delay_s > 0)} delayed, "
              f"{plan.count(lambda j: j.duplicate)} sent twice with one idempotency key, "
              f"{plan.count(lambda j: j.expect_dead)} destined to fail, "
@@ -323,4 +343,8 @@ def _notes(plan: workload.Plan, sent: workload.SendReport, verdict: verify.Verdi
     if freezer is not None:
         notes.append(f"freeze: {freezer.note}")
     notes += [f"enqueue error: {e}" for e in sent.errors[:3]]
+    ours = {j.job_id for j in plan.jobs}
+    strangers = [j for j in report.jobs if j not in ours]
+    if strangers:  # not an invariant of this run: someone else may have used the gateway's port
+        notes.append(f"{len(strangers)} jobs ran that this demo did not enqueue (e.g. {strangers[0]})")
     return notes

@@ -54,7 +54,8 @@ class DevOptions:
     relay_every_s: float = 30.0
     relay_timeout_s: float = 40.0
     safety_net_every_s: float = 10.0
-    gateway_concurrency: int = 3  # gateway containers (processes)
+    gateway_concurrency: int = 2  # gateway containers (processes)
+    warm_workers: int = 1  # worker containers started ahead of the first dispatch
     history: bool = True
     log_level: str = "INFO"
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
@@ -123,7 +124,12 @@ class DevStack:
             progress("starting the gateway and the local Lambda service")
             self.lambdas = LocalLambda(self._functions(s), self.logs).start()
             self.lambda_api = LambdaApi(self.lambdas, port=lambda_port).start()
+            warm_up = {"queues": ["echo"], "batch": 1, "source": "warm-up"}
+            warm = [self.lambdas.invoke(WORKER_FUNCTION, warm_up)
+                    for _ in range(min(o.warm_workers, o.workers))]
             self.gateway = self._start_gateway(s)
+            for inv in warm:
+                inv.done.wait(30)
             self._scheduler = threading.Thread(target=self._schedule, name="sluice-schedule", daemon=True)
             self._scheduler.start()
             self.endpoints = {

@@ -386,7 +386,7 @@ class Analyser:
                 f.dead = True
             elif op == "ack" and outcome == "ok":
                 f.acked = True
-            if outcome == "lost" and op in ("extend", "ack", "fail", "release"):
+            if outcome in ("lost", "rejected") and op in ("extend", "ack", "fail", "release"):
                 self._lose(f, pid, self._current.get((pid, job), -int(e.get("lease", 0))))
 
     def _lose(self, f: JobFacts, pid: int, token: int) -> None:

@@ -250,6 +250,8 @@ class LocalLambda:
                     self.counts["errors"] += 1
                 inv.finish(answer.get("result"), answer.get("error"))
                 self._cond.notify_all()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            c.proc.wait(30)  # reap it: an exited container must not linger as a zombie
         with self._cond:
             self._cond.notify_all()  # exited: housekeeping reports a busy invocation as crashed
 

@@ -1,7 +1,7 @@
 """``sluice dev``: the whole pipeline on one machine, on free ports, state under ``.sluice/``.
 
 The servers (redis-server, the moto server for DynamoDB and S3, Tansu storing to
-S3 on that moto server) are children of this process, each in its own process
+S3 on a second moto server) are children of this process, each in its own process
 group; ``Stack.stop`` ends them all, so Ctrl-C or SIGTERM leaves no orphan.
 A pid file makes a second ``sluice dev`` in the same folder report the running
 one instead of starting another.
@@ -14,13 +14,16 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sluice.config import Settings
 from sluice.errors import SluiceError
-from sluice.local import servers
+from sluice.local import motoserver, servers
+from sluice.local.servers import Server
 
 STATE_DIR = Path(".sluice")
 TANSU_BUCKET = "tansu"
@@ -118,18 +121,37 @@ class Stack:
         (self.state_dir / "dev.pid").write_text(str(os.getpid()))
 
     def start_servers(self, base: Settings | None = None) -> Settings:
+        """Start the servers, the independent ones at the same time, and return Settings for them.
+
+        Tansu keeps its log on a moto server of its own: the broker's S3 traffic then never
+        queues behind DynamoDB requests (so Kafka acknowledgements stay quick under load), and
+        a broker restart touches nothing the application stores. Both moto servers run one
+        request at a time (``local.motoserver``): stock moto lets concurrent conditional
+        writes to one item interleave, which real DynamoDB never does.
+        """
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        self.servers["redis"] = servers.start_redis(workdir=self.state_dir / "redis",
-                                                    log_path=logs / "redis.log")
-        moto = servers.start_moto(log_path=logs / "moto.log")
-        self.servers["moto"] = moto
-        aws = moto.extra["url"]
+        starters: dict[str, Callable[[], Server]] = {
+            "redis": lambda: servers.start_redis(workdir=self.state_dir / "redis",
+                                                 log_path=logs / "redis.log"),
+            "moto": lambda: motoserver.start(log_path=logs / "moto.log"),
+        }
         if self.kafka_bootstrap is None:
-            servers.ensure_bucket(aws, TANSU_BUCKET)
-            tansu = servers.start_tansu(s3_endpoint=aws, bucket=TANSU_BUCKET, log_path=logs / "tansu.log")
-            self.servers["tansu"] = tansu
-            bootstrap = tansu.extra["bootstrap"]
+            starters["kafka-s3"] = lambda: motoserver.start(log_path=logs / "kafka-s3.log")
+        with ThreadPoolExecutor(len(starters)) as pool:
+            futures = {name: pool.submit(fn) for name, fn in starters.items()}
+            failed: BaseException | None = None
+            for name, future in futures.items():
+                try:
+                    self.servers[name] = future.result()
+                except Exception as exc:  # stop() ends the ones that did start
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
+        aws = self.servers["moto"].extra["url"]
+        if self.kafka_bootstrap is None:
+            self.servers["tansu"] = self._start_tansu()
+            bootstrap = self.servers["tansu"].extra["bootstrap"]
         else:
             bootstrap = self.kafka_bootstrap
         self.settings = settings_from_endpoints(
@@ -137,13 +159,17 @@ class Stack:
              "aws_endpoint_url": aws}, base)
         return self.settings
 
+    def _start_tansu(self, port: int | None = None) -> Server:
+        s3 = self.servers["kafka-s3"].extra["url"]
+        servers.ensure_bucket(s3, TANSU_BUCKET)
+        return servers.start_tansu(port, s3_endpoint=s3, bucket=TANSU_BUCKET,
+                                   log_path=self.state_dir / "logs" / "tansu.log")
+
     def restart_broker(self) -> None:
         """Stop and start Tansu on the same port: its S3 storage keeps every record."""
         old = self.servers["tansu"]
         old.stop()
-        logs = self.state_dir / "logs"
-        self.servers["tansu"] = servers.start_tansu(old.port, s3_endpoint=self.servers["moto"].extra["url"],
-                                                    bucket=TANSU_BUCKET, log_path=logs / "tansu.log")
+        self.servers["tansu"] = self._start_tansu(old.port)
 
     def restart_redis(self) -> None:
         """Stop and start redis-server on the same port with its data lost (no persistence)."""

@@ -25,7 +25,7 @@ from sluice.examples import expected_result
 from sluice.local.history import HistoryReport, digest
 from sluice.local.workload import PlannedJob
 
-_FIELDS = "job_id, #st, attempts, #res, result_token, result_ref, result_digest"
+_FIELDS = "job_id, #st, attempts, #res, result_token, result_ref, result_digest, #tok, lease_owner"
 
 
 @dataclass
@@ -75,7 +75,7 @@ def fetch(settings: Settings, job_ids: Sequence[str]) -> dict[str, dict[str, Any
                 break
             reply = client.batch_get_item(RequestItems={settings.jobs_table: {
                 "Keys": keys, "ConsistentRead": True, "ProjectionExpression": _FIELDS,
-                "ExpressionAttributeNames": {"#st": "status", "#res": "result"}}})
+                "ExpressionAttributeNames": {"#st": "status", "#res": "result", "#tok": "token"}}})
             responses: dict[str, Any] = dict(reply.get("Responses") or {})
             for item in responses.get(settings.jobs_table, []):
                 plain = {k: des.deserialize(v) for k, v in item.items()}
@@ -117,7 +117,10 @@ def check(jobs: Iterable[PlannedJob], items: dict[str, dict[str, Any]], history:
             if (item or {}).get("result") is not None:
                 v.wrong_results.append(f"{job.job_id}: dead but holds a result")
         else:
-            v.not_final.append(f"{job.job_id} ({job.queue}) is {status or 'missing'}")
+            detail = "" if item is None else \
+                f" with token {item.get('token')}, owner {item.get('lease_owner')}, " \
+                f"attempts {item.get('attempts')}"
+            v.not_final.append(f"{job.job_id} ({job.queue}) is {status or 'missing'}{detail}")
     return v
 
 

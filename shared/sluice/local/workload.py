@@ -102,7 +102,7 @@ def _request(job: PlannedJob) -> dict[str, Any]:
 
 def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> None:
     """Enqueue the plan: batches of up to 100 per queue, duplicates one by one, twice."""
-    report.started = time.time()
+    report.started = report.started or time.time()
     local = threading.local()
 
     def client() -> Client:
@@ -143,9 +143,10 @@ def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> 
                 report.accepted += 1  # a second job was created: the invariants will count it
                 report.errors.append(f"duplicate of job {job.index} created a second job {again.job_id}")
 
-    singles = [j for j in p.jobs if j.duplicate]
+    todo = [j for j in p.jobs if j.job_id is None]  # skip what ``send_one`` already sent
+    singles = [j for j in todo if j.duplicate]
     by_queue: dict[str, list[PlannedJob]] = {}
-    for j in p.jobs:
+    for j in todo:
         if not j.duplicate:
             by_queue.setdefault(j.queue, []).append(j)
     chunks = [q[i:i + BATCH] for q in by_queue.values() for i in range(0, len(q), BATCH)]
@@ -156,3 +157,17 @@ def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> 
         for f in futures:
             f.result()
     report.finished = time.time()
+
+
+def send_one(job: PlannedJob, gateway_url: str, report: SendReport) -> None:
+    """Enqueue one job on its own, ahead of the rest (the demo's freeze target)."""
+    job.sent_at = time.time()
+    report.started = report.started or job.sent_at
+    try:
+        accepted = Client(gateway_url, timeout_s=30, max_attempts=8).enqueue(
+            job.queue, job.payload, delay_seconds=job.delay_s, max_attempts=job.max_attempts)
+    except Exception as exc:
+        report.errors.append(f"enqueue of job {job.index}: {exc}")
+        return
+    job.job_id = accepted.job_id
+    report.add(1)

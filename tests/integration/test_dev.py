@@ -1,0 +1,92 @@
+"""`sluice dev` as a user runs it: a subprocess that serves the whole pipeline until SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SLUICE = str(Path(sys.executable).parent / "sluice")
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"sluice dev exited {proc.returncode}: {err}")
+        if path.exists():
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        time.sleep(0.1)
+    raise AssertionError(f"no {path} after {timeout}s")
+
+
+def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    proc = subprocess.Popen([SLUICE, "dev", "--workers", "2", "--log-level", "WARNING"], cwd=tmp_path,
+                            env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", proc)
+        for key in ("gateway_url", "redis_url", "kafka_bootstrap", "dynamodb_endpoint"):
+            assert endpoints[key], key
+        assert endpoints["pid"] == proc.pid
+
+        status, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/echo/jobs",
+                                {"payload": {"hello": "dev"}})
+        assert status == 202, accepted
+        job_url = f"{endpoints['gateway_url']}/v1/jobs/{accepted['job_id']}"
+        deadline = time.monotonic() + 30
+        view: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status, view = http("GET", job_url)
+            assert status == 200, view
+            if view["status"] == "succeeded":
+                break
+            time.sleep(0.2)
+        assert view["status"] == "succeeded", view
+        assert view["result"] == {"echo": {"hello": "dev"}}
+
+        second = subprocess.run([SLUICE, "dev"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=30)
+        assert second.returncode != 0
+        assert "already runs" in second.stderr and endpoints["gateway_url"] in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        assert json.loads((tmp_path / ".sluice" / "endpoints.json").read_text())["pid"] == proc.pid
+
+        children = psutil.Process(proc.pid).children(recursive=True)
+        names = " ".join(" ".join(c.cmdline()) for c in children)
+        for part in ("redis-server", "moto_server", "tansu", "sluice-gateway", "sluice-relay",
+                     "sluice-worker"):
+            assert part in names, part
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "gateway" in out and endpoints["gateway_url"] in out
+    time.sleep(0.2)
+    left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [c.cmdline() for c in left]
+    assert not (tmp_path / ".sluice" / "endpoints.json").exists()

@@ -1,0 +1,104 @@
+"""The CLI without any stack: help everywhere, and one-line errors with a non-zero exit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from sluice.cli import main
+from sluice.cli.jobs import parse_payload
+from sluice.errors import InvalidInput
+
+
+def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [prefix]
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out += all_commands(cmd, (*prefix, name))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+    for var in [v for v in os.environ if v.startswith("SLUICE_")]:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+def test_every_command_has_help(runner: CliRunner) -> None:
+    commands = all_commands(main)
+    names = {" ".join(c) for c in commands}
+    for expected in ("enqueue", "status", "queues", "queue pause", "queue resume", "queue rate",
+                     "queue limit",
+                     "dlq list", "dlq redrive", "dlq purge", "top", "dev", "demo"):
+        assert expected in names
+    for command in commands:
+        result = runner.invoke(main, [*command, "--help"])
+        assert result.exit_code == 0, (command, result.output)
+        assert "Usage:" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["enqueue", "echo", "--payload", "{}"],
+    ["status", "01ABC"],
+    ["queues"],
+    ["queue", "pause", "echo"],
+    ["queue", "rate", "echo", "--per-second", "5", "--burst", "2"],
+    ["queue", "limit", "echo", "--max-in-flight", "3"],
+    ["dlq", "list", "echo"],
+    ["dlq", "redrive", "echo", "--all"],
+    ["dlq", "purge", "echo", "--yes"],
+    ["top", "--once"],
+])
+def test_without_a_stack_every_command_says_so_in_one_line(runner: CliRunner, args: list[str]) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: no local stack is running")
+    assert "sluice dev" in lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["enqueue", "echo", "--payload", "{not json"], "--payload is not JSON"),
+    (["enqueue", "Bad Queue!", "--payload", "1"], "invalid queue name"),
+    (["dlq", "purge", "echo"], "--yes"),
+    (["dlq", "redrive", "echo"], "either a JOB_ID or --all"),
+    (["dlq", "redrive", "echo", "01ABC", "--all"], "either a JOB_ID or --all"),
+])
+def test_bad_input_is_refused_before_anything_is_contacted(runner: CliRunner, args: list[str],
+                                                           message: str) -> None:
+    result = runner.invoke(main, ["--api-url", "http://127.0.0.1:9", *args])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_usage_errors_exit_2_with_clicks_message(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["enqueue", "echo"])
+    assert result.exit_code == 2
+    assert "--payload" in result.output
+    result = runner.invoke(main, ["enqueue", "echo", "--payload", "1", "--priority", "10"])
+    assert result.exit_code == 2
+
+
+def test_payload_from_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "p.json"
+    f.write_text('{"a": [1, 2]}')
+    assert parse_payload(f"@{f}") == {"a": [1, 2]}
+    with pytest.raises(InvalidInput, match="cannot read"):
+        parse_payload(f"@{tmp_path / 'missing.json'}")
+
+
+def test_version(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert "sluice" in result.output

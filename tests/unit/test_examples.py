@@ -1,0 +1,158 @@
+"""The built-in example handlers (sluice.examples), called directly with a stand-in context."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+import urllib.error
+from typing import Any
+
+import pytest
+
+from sluice import Fail, Job, LeaseLost, Retry
+from sluice import examples as ex
+from sluice.store.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+
+
+class Ctx:
+    def __init__(self, token: int = 7) -> None:
+        self.token = token
+        self.lease_lost = threading.Event()
+        self.lease_deadline_ms = 1_000
+        self.tables: list[tuple[str, dict[str, Any]]] = []
+
+    def fenced_table(self, name: str) -> Any:
+        ctx = self
+
+        class Table:
+            def put_item(self, item: dict[str, Any]) -> None:
+                ctx.tables.append((name, item))
+
+        return Table()
+
+
+def job(queue: str, payload: Any, attempt: int = 1) -> Job:
+    return Job(id="01JOB", queue=queue, payload=payload, attempt=attempt, max_attempts=3)
+
+
+def test_every_example_queue_has_a_handler() -> None:
+    assert set(ex.app.handlers) == {"echo", "hash", "notify", "ledger", "flaky", "slow"}
+
+
+def test_echo_returns_the_payload_under_echo() -> None:
+    payload = {"hello": ["world", 1, None]}
+    assert ex.echo(job("echo", payload), Ctx()) == {"echo": payload}  # type: ignore[arg-type]
+    assert ex.expected_result("echo", payload) == {"echo": payload}
+
+
+def test_hash_iterates_sha256_and_matches_the_prediction() -> None:
+    result = ex.hash_payload(job("hash", {"data": "abc", "rounds": 2}), Ctx())  # type: ignore[arg-type]
+    once = hashlib.sha256(b"abc").digest()
+    assert result == {"sha256": hashlib.sha256(once).hexdigest(), "rounds": 2}
+    assert ex.expected_result("hash", {"data": "abc", "rounds": 2}) == result
+
+
+@pytest.mark.parametrize("rounds", [0, -1, True, 1.5, "3", ex.MAX_ROUNDS + 1])
+def test_hash_refuses_bad_rounds_permanently(rounds: Any) -> None:
+    with pytest.raises(Fail):
+        ex.hash_payload(job("hash", {"data": "x", "rounds": rounds}), Ctx())  # type: ignore[arg-type]
+
+
+def test_handlers_refuse_a_payload_that_is_not_an_object() -> None:
+    for fn in (ex.hash_payload, ex.notify, ex.ledger, ex.slow):
+        with pytest.raises(Fail, match="JSON object"):
+            fn(job("x", [1, 2]), Ctx())  # type: ignore[arg-type]
+
+
+def test_flaky_fails_exactly_as_predicted_then_succeeds_with_an_attempt_free_result() -> None:
+    payload = {"fail_attempts": 2}
+    assert ex.failing_attempts(payload) == 2
+    for attempt in (1, 2):
+        with pytest.raises(RuntimeError, match="on purpose"):
+            ex.flaky(job("flaky", payload, attempt), Ctx())  # type: ignore[arg-type]
+    third = ex.flaky(job("flaky", payload, 3), Ctx())  # type: ignore[arg-type]
+    fourth = ex.flaky(job("flaky", payload, 4), Ctx())  # type: ignore[arg-type]
+    assert third == fourth == ex.expected_result("flaky", payload)
+
+
+def test_flaky_always_fail_never_succeeds_and_has_no_expected_result() -> None:
+    payload = {"always_fail": True}
+    assert ex.failing_attempts(payload) is None
+    with pytest.raises(RuntimeError):
+        ex.flaky(job("flaky", payload, 99), Ctx())  # type: ignore[arg-type]
+    assert ex.expected_result("flaky", payload) is ...
+
+
+def test_flaky_default_fails_about_one_payload_in_five_deterministically() -> None:
+    outcomes = [ex.failing_attempts({"i": i}) for i in range(1000)]
+    assert outcomes == [ex.failing_attempts({"i": i}) for i in range(1000)]
+    assert set(outcomes) == {0, 1}
+    assert 150 < outcomes.count(1) < 250
+
+
+def test_ledger_writes_one_entry_per_job_through_the_fenced_table() -> None:
+    ctx = Ctx(token=4)
+    result = ex.ledger(job("ledger", {"account": "a1", "amount": 5}), ctx)  # type: ignore[arg-type]
+    assert result == {"account": "a1", "amount": 5, "entry": "a1#01JOB"}
+    assert ctx.tables == [(ex.LEDGER_TABLE, {"pk": "a1#01JOB", "account": "a1", "amount": 5,
+                                              "job_id": "01JOB", "token": 4})]
+
+
+def test_ledger_refuses_a_non_integer_amount() -> None:
+    with pytest.raises(Fail):
+        ex.ledger(job("ledger", {"amount": 1.5}), Ctx())  # type: ignore[arg-type]
+
+
+def test_slow_outlives_nothing_when_short_and_stops_when_the_lease_is_lost() -> None:
+    assert ex.slow(job("slow", {"seconds": 0.05}), Ctx()) == {"slept": 0.05, "renewals": 0}  # type: ignore[arg-type]
+    ctx = Ctx()
+    ctx.lease_lost.set()
+    with pytest.raises(LeaseLost):
+        ex.slow(job("slow", {"seconds": 5}), ctx)  # type: ignore[arg-type]
+    with pytest.raises(Fail):
+        ex.slow(job("slow", {"seconds": -1}), Ctx())  # type: ignore[arg-type]
+
+
+class FakeResponse(io.BytesIO):
+    status = 200
+
+    def __enter__(self) -> FakeResponse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_notify_sends_the_fencing_token_and_a_stable_idempotency_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def urlopen(request: Any, timeout: float) -> FakeResponse:
+        seen.append(request)
+        return FakeResponse(json.dumps({"accepted": True}).encode())
+
+    monkeypatch.setattr(ex.urllib.request, "urlopen", urlopen)
+    result = ex.notify(job("notify", {"url": "http://127.0.0.1:9/sink/x", "message": "hi"}),
+                       Ctx(token=12))  # type: ignore[arg-type]
+    assert result == {"status": 200, "reply": {"accepted": True}}
+    headers = {k.lower(): v for k, v in seen[0].header_items()}
+    assert headers[TOKEN_HEADER.lower()] == "12"
+    assert headers[IDEMPOTENCY_HEADER.lower()] == "01JOB"
+    assert json.loads(seen[0].data) == {"job_id": "01JOB", "message": "hi"}
+
+
+@pytest.mark.parametrize(("status", "raised"), [(409, LeaseLost), (503, Retry), (429, Retry), (400, Fail)])
+def test_notify_maps_the_service_answer(monkeypatch: pytest.MonkeyPatch, status: int, raised: type) -> None:
+    def urlopen(request: Any, timeout: float) -> FakeResponse:
+        raise urllib.error.HTTPError(request.full_url, status, "no", {}, io.BytesIO(b"{}"))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ex.urllib.request, "urlopen", urlopen)
+    with pytest.raises(raised):
+        ex.notify(job("notify", {"url": "http://127.0.0.1:9/sink"}), Ctx())  # type: ignore[arg-type]
+
+
+def test_notify_without_any_url_fails_permanently(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ex.SINK_URL_ENV, raising=False)
+    with pytest.raises(Fail, match="no sink URL"):
+        ex.notify(job("notify", {}), Ctx())  # type: ignore[arg-type]

@@ -1,0 +1,131 @@
+"""The worker history (sluice.local.history): recording decorators and the analysis the demo reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.errors import LeaseLost, StaleToken
+from sluice.local import history
+from sluice.models import WriteOutcome
+
+
+class Store:
+    def __init__(self) -> None:
+        self.tokens: dict[str, int] = {}
+        self.written: dict[str, int] = {}
+
+    def grant(self, job_id: str, queue: str, owner: str) -> int:
+        self.tokens[job_id] = self.tokens.get(job_id, 0) + 1
+        return self.tokens[job_id]
+
+    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
+        if token < self.tokens[job_id]:
+            raise StaleToken(mine=token, current=self.tokens[job_id])
+        self.written[job_id] = token
+        return WriteOutcome.WRITTEN
+
+
+class Queue:
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        if token < 0:
+            raise LeaseLost("gone")
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any:
+        raise LeaseLost("gone")
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_recording_store_and_queue_write_one_line_per_call_and_behave_like_the_originals(
+        tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    q, s = history.recorded(Queue(), Store(), str(path))  # type: ignore[arg-type]
+    assert s.grant("j1", "q", "w") == 1
+    assert s.write_result("j1", 1, {"r": 1}) is WriteOutcome.WRITTEN
+    q.ack("q", "j1", 5)
+    with pytest.raises(LeaseLost):
+        q.extend("q", "j1", 5, 1000)
+    ops = [(e["op"], e["outcome"]) for e in lines(path)]
+    assert ops == [("grant", "ok"), ("write", "written"), ("ack", "ok"), ("extend", "lost")]
+    write = lines(path)[1]
+    assert write["token"] == 1 and write["digest"] == history.digest({"r": 1})
+    assert write["t0"] <= write["t1"]
+
+
+def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    _q, s = history.recorded(Queue(), Store(), str(path))  # type: ignore[arg-type]
+    s.grant("j1", "q", "A")
+    s.grant("j1", "q", "B")
+    with pytest.raises(StaleToken):
+        s.write_result("j1", 1, {"r": "A"})
+    rejected = lines(path)[-1]
+    assert (rejected["op"], rejected["outcome"], rejected["token"], rejected["current"]) == \
+        ("write", "rejected", 1, 2)
+
+
+def ev(op: str, job: str = "j", pid: int = 1, t: float = 0.0, **kw: Any) -> dict[str, Any]:
+    return {"op": op, "job": job, "pid": pid, "t0": t, "t1": t + 0.01, **kw}
+
+
+def test_analysis_counts_successes_retries_dead_and_losses_once_per_attempt() -> None:
+    a = history.Analyser()
+    a.feed([
+        ev("grant", "ok1", outcome="ok", token=1, t=1), ev("write", "ok1", outcome="written", token=1, t=2,
+                                                         digest="d"),
+        ev("ack", "ok1", outcome="ok", t=3),
+        ev("grant", "r", outcome="ok", token=1, t=1),
+        ev("failure", "r", outcome="ok", token=1, status="queued"),
+        ev("grant", "r", outcome="ok", token=2, t=5),
+        ev("failure", "r", outcome="ok", token=2, status="dead"),
+        ev("fail", "r", outcome="dead"),
+        # pid 7 loses its lease: heartbeat, then its write is refused - one lost lease, one rejected write
+        ev("grant", "x", pid=7, outcome="ok", token=1, t=1),
+        ev("extend", "x", pid=7, outcome="lost", lease=3),
+        ev("grant", "x", pid=8, outcome="ok", token=2, t=4),
+        ev("write", "x", pid=7, outcome="rejected", token=1, t=6, current=2),
+        ev("write", "x", pid=8, outcome="written", token=2, t=7, digest="d2"),
+    ])
+    r = a.finish()
+    assert r.succeeded == {"ok1", "x"}
+    assert r.dead == {"r"}
+    assert r.retries == 1
+    assert r.invocations == 5
+    assert r.fenced_writes_rejected == 1
+    assert r.leases_lost == 1
+    assert r.stale_writes_accepted == 0
+
+
+def test_a_write_accepted_after_a_newer_grant_finished_is_a_stale_write() -> None:
+    a = history.Analyser()
+    a.feed([
+        ev("grant", outcome="ok", token=1, t=1), ev("grant", outcome="ok", token=2, t=2),
+        ev("write", outcome="written", token=1, t=3, digest="a"),  # started after grant 2 ended
+    ])
+    assert a.finish().stale_writes_accepted == 1
+
+
+def test_a_write_racing_a_newer_grant_is_not_called_stale() -> None:
+    a = history.Analyser()
+    a.feed([ev("grant", outcome="ok", token=1, t=1), {"op": "grant", "job": "j", "pid": 2, "outcome": "ok",
+                                                     "token": 2, "t0": 2.0, "t1": 3.0},
+            ev("write", outcome="written", token=1, t=2.5, digest="a")])
+    assert a.finish().stale_writes_accepted == 0
+
+
+def test_read_skips_a_torn_last_line_and_resumes_from_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"op": "grant", "job": "a"}\nnot json\n{"op": "ack"')
+    events, offset = history.read(path)
+    assert [e["op"] for e in events] == ["grant"]
+    with path.open("a") as f:
+        f.write(', "job": "a"}\n')
+    more, _ = history.read(path, offset)
+    assert [e["op"] for e in more] == ["ack"]
+    assert history.read(tmp_path / "missing.jsonl") == ([], 0)
