@@ -176,7 +176,8 @@ class Worker:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
         hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction)
-        settler = Settler(queue, store, hb, tel, self.hooks, attempts=self.options.settle_attempts)
+        settler = Settler(queue, store, hb, tel, self.hooks, attempts=self.options.settle_attempts,
+                          retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms)
         fenced = self._fenced or getattr(store, "fenced_table", None)
         runner = JobRunner(settler, store, self.options, self.worker_id, fenced=fenced)
         pool = None

@@ -135,7 +135,7 @@ class FakeQueue:
                 j.state = "dead" if j.attempts >= j.spec.max_attempts else "ready"
                 j.seq = next(self._seq)
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         with self._lock:
             self.broken.check("lease")
             self.calls.append(("lease", queue, n))
@@ -145,11 +145,12 @@ class FakeQueue:
             out = []
             for j in ready[:n]:
                 j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
-                j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + lease_ms, lease_ms, worker_id
+                ms = lease_ms if lease_ms is not None else j.spec.lease_ms
+                j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + ms, ms, worker_id
                 out.append(LeasedJob(job_id=j.spec.job_id, queue=queue, payload=j.spec.payload, token=j.token,
                                      deadline_ms=j.deadline_ms, attempt=j.attempts,
                                      max_attempts=j.spec.max_attempts, priority=j.spec.priority,
-                                     lease_ms=lease_ms, enqueued_at_ms=j.spec.enqueued_at_ms,
+                                     lease_ms=ms, enqueued_at_ms=j.spec.enqueued_at_ms,
                                      cancel_requested=j.cancel_requested))
             return out
 

@@ -71,7 +71,7 @@ class FakeEngine:
         self.ownership[spec.job_id] = (spec, _Lease())
         return True
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         self._call("lease")
         out = []
         for job_id, (spec, lease) in self.ownership.items():

@@ -23,22 +23,26 @@ Handler = Callable[["Job", "JobContext"], Any]
 class WorkerOptions:
     """How a worker leases and runs jobs.
 
-    ``lease_ms`` is what the worker asks the engine for; heartbeats renew it every
-    ``lease_ms * heartbeat_fraction``. ``lease_batch`` is how many jobs one lease call
+    ``lease_ms`` is what the worker asks the engine for; None (the Lambda default) takes
+    each job's own lease, the ``lease_seconds`` its enqueuer chose. Heartbeats renew a
+    job's lease every ``lease * heartbeat_fraction``. ``lease_batch`` is how many jobs one lease call
     takes; ``concurrency`` how many run at once (1 = one after another).
     ``margin_ms`` is the Lambda safety margin: a job is leased only if the time left
     covers its hard timeout plus this margin (writing, acking, releasing the rest).
     """
 
-    lease_ms: int = 30_000
+    lease_ms: int | None = 30_000
     heartbeat_fraction: float = 1 / 3
     lease_batch: int = 10
     concurrency: int = 1
     margin_ms: int = 2_000
     settle_attempts: int = 3  # tries for a store/queue call that failed with BackendUnavailable
+    budget_lease_ms: int = 30_000  # the lease assumed for hard timeouts when lease_ms is None
+    retry_base_ms: int = 1_000  # backoff for a failed attempt: full jitter under base * 2**(n-1)
+    retry_cap_ms: int = 15 * 60 * 1000
 
     def __post_init__(self) -> None:
-        if not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
+        if self.lease_ms is not None and not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
             raise InvalidInput(f"lease_ms must be in {MIN_LEASE_MS}..{MAX_LEASE_MS}")
         if not 0 < self.heartbeat_fraction < 1:
             raise InvalidInput("heartbeat_fraction must be in (0, 1)")
@@ -46,14 +50,19 @@ class WorkerOptions:
             raise InvalidInput("lease_batch must be in 1..1000 and concurrency in 1..64")
         if self.margin_ms < 0 or self.settle_attempts < 1:
             raise InvalidInput("margin_ms must be >= 0 and settle_attempts >= 1")
+        if not 0 <= self.retry_base_ms <= self.retry_cap_ms:
+            raise InvalidInput("retry_base_ms must be in 0..retry_cap_ms")
 
     @classmethod
     def from_settings(cls, s: Settings) -> WorkerOptions:
-        return cls(lease_ms=s.default_lease_seconds * 1000, heartbeat_fraction=s.heartbeat_fraction,
-                   lease_batch=s.worker_batch, concurrency=s.worker_concurrency, margin_ms=s.lambda_margin_ms)
+        return cls(lease_ms=None, heartbeat_fraction=s.heartbeat_fraction,
+                   lease_batch=s.worker_batch, concurrency=s.worker_concurrency, margin_ms=s.lambda_margin_ms,
+                   budget_lease_ms=s.default_lease_seconds * 1000, retry_base_ms=s.retry_base_ms,
+                   retry_cap_ms=s.retry_cap_ms)
 
     def default_timeout_ms(self) -> int:
-        plan = lease_plan(self.lease_ms, heartbeat_fraction=self.heartbeat_fraction)
+        # Before leasing, a job's own lease is unknown: budget with the deployment default.
+        plan = lease_plan(self.lease_ms or self.budget_lease_ms, heartbeat_fraction=self.heartbeat_fraction)
         return int(plan.hard_timeout_s * 1000)
 
 

@@ -48,7 +48,9 @@ class Attempt:
 
 class Settler:
     def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
-                 hooks: Hooks, *, attempts: int = 3, rng: random.Random | None = None) -> None:
+                 hooks: Hooks, *, attempts: int = 3, rng: random.Random | None = None,
+                 retry_base_ms: int = policy.BASE_BACKOFF_MS,
+                 retry_cap_ms: int = policy.MAX_BACKOFF_MS) -> None:
         self.queue = queue
         self.store = store
         self.heartbeat = heartbeat
@@ -56,6 +58,7 @@ class Settler:
         self.hooks = hooks
         self._attempts = attempts
         self._rng = rng
+        self._backoff = (retry_base_ms, retry_cap_ms)
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call`` again after BackendUnavailable; only for calls that are safe to repeat."""
@@ -111,7 +114,8 @@ class Settler:
         elif kind == "dead" or policy.retry_or_dead(job.attempt, job.max_attempts) == "dead":
             status, outcome = JobState.DEAD, Outcome.DEAD
         elif retry_after_ms is None:
-            retry_after_ms = policy.backoff_ms(job.attempt, rng=self._rng)
+            retry_after_ms = policy.backoff_ms(job.attempt, base_ms=self._backoff[0], cap_ms=self._backoff[1],
+                                               rng=self._rng)
         ended = self._record(a, error, status)
         if ended is not None:
             return ended
