@@ -112,7 +112,7 @@ class RedisQueue:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisQueue:
-        password = _auth_token(settings.redis_auth_secret_arn, settings) \
+        password = redis_auth_token(settings.redis_auth_secret_arn, settings) \
             if settings.redis_auth_secret_arn else None
         return cls.from_url(settings.redis_url, **({"password": password} if password else {}))
 
@@ -372,7 +372,7 @@ def _config(raw: dict[Any, Any]) -> QueueConfig:
     )
 
 
-def _auth_token(arn: str, settings: Settings) -> str:
+def redis_auth_token(arn: str, settings: Settings) -> str:
     """The ElastiCache AUTH token from Secrets Manager (a plain string or {"password": ...})."""
     import json
 
