@@ -127,17 +127,17 @@ class Scripts:
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
                                         k.config], [n, lease_ms, reclaim_limit])
-        now = int(reply[0])
+        now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
         jobs = []
-        for i in range(1, len(reply), 2):
-            job_id, token, attempt, meta = _word(reply[i]).split(" ")
+        for k_th, i in enumerate(range(2, len(reply), 2), start=1):
+            job_id, used, meta = _word(reply[i]).split(" ")
             priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
             ms = lease_ms or own_lease_ms
             jobs.append(LeasedJob(
-                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), token=int(token),
-                deadline_ms=now + ms, attempt=int(attempt), max_attempts=max_attempts,
+                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), token=t0 + k_th,
+                deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
                 priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms))
         return jobs
 

@@ -9,13 +9,14 @@
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
 -- Output
---   {now_ms, then 2 entries per leased job: "<job_id> <token> <attempt> <meta>", payload}
+--   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>", payload}
+--   The k-th job returned (k = 1, 2, ...) has token t0 + k and attempt a + 1 (a = attempts
+--   used before; it is written to the job only if this lease fails or expires).
 --   meta = "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>"; a lease's deadline
---   is now_ms + (ARGV[2], or the meta's lease_ms when ARGV[2] is 0). Two reply entries
---   per job rather than eight, because parsing each entry is what a Python client pays for.
---   Tokens come from one INCRBY of seq, so each is greater than any token the job had.
---   The attempt is the job's a + 1 (it is written to the job only if the lease fails or
---   expires). Jobs leave ready highest priority first, FIFO within a priority. With
+--   is now_ms + (ARGV[2], or the meta's lease_ms when ARGV[2] is 0).
+--   Two reply entries per job, and no numbers formatted per job, because parsing reply
+--   entries is what a Python client pays for and formatting numbers is what Lua pays for.
+--   Tokens come from one INCRBY of seq, so each is greater than any token the job had. Jobs leave ready highest priority first, FIFO within a priority. With
 --   max_in_flight > 0 in config, no more than max_in_flight jobs are leased at once.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
@@ -38,25 +39,27 @@ local max_in_flight = tonumber(redis.call('HGET', config, 'max_in_flight')) or 0
 if max_in_flight > 0 then
   n = math.min(n, max_in_flight - redis.call('ZCARD', leased))
 end
-local out = {now}
+local out = {now, 0}
 if n <= 0 then return out end
 local popped = redis.call('ZPOPMIN', ready, n)
 if #popped == 0 then return out end
 
 local token = redis.call('INCRBY', seqkey, #popped / 2) - #popped / 2
+out[2] = token
+-- One deadline string for the batch (when the caller gave the lease length), so ZADD
+-- does not format the same number once per job.
+local deadline = lease_ms > 0 and string.format('%d', now + lease_ms)
 local lz, tz = {}, {}
 for i = 1, #popped, 2 do
   local id = popped[i]
   local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm')
   if f[1] then
     token = token + 1
-    local ms = lease_ms
-    if ms == 0 then ms = tonumber(string.match(f[3], '^%d,%d+,(%d+)')) end
-    lz[#lz + 1] = now + ms
+    lz[#lz + 1] = deadline or now + tonumber(string.match(f[3], '^%d,%d+,(%d+)'))
     lz[#lz + 1] = id
     tz[#tz + 1] = id
     tz[#tz + 1] = token
-    out[#out + 1] = string.format('%s %d %d %s', id, token, (tonumber(f[2]) or 0) + 1, f[3])
+    out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3]
     out[#out + 1] = f[1]
   end
 end
