@@ -12,6 +12,7 @@ from sluice.errors import JobNotFound, LeaseLost, StaleToken
 from sluice.models import LeasedJob
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
+from sluice.redis.scripts import source
 from tests.integration.test_engine_support import (
     BAND,
     job,
@@ -242,3 +243,15 @@ def test_release_of_a_cancel_requested_job_removes_it(rq: RedisQueue, redis_clie
     rq.release("q", "a", j.token)
     assert where(redis_client, "q", "a") == set()
     assert job(redis_client, "q", "a") == {}
+
+
+def test_ack_lua_validates_before_writing(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    good = leased(rq)
+    before = snapshot(redis_client)
+    script = redis_client.register_script(source("ack.lua"))
+    keys = [K.job_prefix, K.leased, K.tokens]
+    for pairs in ("", "a", f"a {good.token} b", f"a  {good.token}", f"a {good.token} a -1", "a 0x10",
+                  f"a {good.token} b 1.5", " ".join(["x 1"] * 1001)):
+        with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+            script(keys=keys, args=[pairs])
+    assert snapshot(redis_client) == before  # not even the valid first pair was acked

@@ -22,7 +22,6 @@
 local prefix, leased, tokens = KEYS[1], KEYS[2], KEYS[3]
 local ids, mine = {}, {}
 for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
-  if not int_in(token, 1, MAX_TOKEN) then return invalid('token') end
   ids[#ids + 1] = id
   mine[#mine + 1] = token
 end
@@ -36,6 +35,9 @@ local current = redis.call('HMGET', tokens, unpack(ids))
 local out, keys, done, seen = {0}, {}, {}, {}
 for i = 1, n do
   local id = ids[i]
+  -- A token equal to the stored one is well formed by definition; only the others are
+  -- parsed (still before any write).
+  if current[i] ~= mine[i] and not int_in(mine[i], 1, MAX_TOKEN) then return invalid('token') end
   local bad
   if seen[id] then
     bad = 'NOT_FOUND job=' .. id
