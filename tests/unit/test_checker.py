@@ -180,3 +180,19 @@ def test_history_lines_torn_by_a_kill_are_skipped(tmp_path: Path) -> None:
         f.write('{"op":"write","job":"a","tok')
     events = history.read(tmp_path / "h.jsonl")
     assert [e["op"] for e in events] == ["enqueue"] and events[0]["pid"] > 0
+
+
+def test_a_tail_returns_only_complete_new_lines(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    tail = history.Tail(path)
+    assert tail.read() == []
+    h = history.History(path)
+    h.emit("enqueue", job="a")
+    with open(path, "a") as f:
+        f.write('{"op":"write","job":"a"')  # a line a process is still writing
+    assert [e["job"] for e in tail.read()] == ["a"]
+    with open(path, "a") as f:
+        f.write("}\n")
+    h.emit("ack", job="a")
+    h.close()
+    assert [e["op"] for e in tail.read()] == ["write", "ack"] and tail.read() == []

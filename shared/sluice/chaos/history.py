@@ -66,6 +66,29 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
+    return _parse(data)
+
+
+class Tail:
+    """Reads a history as it grows: each ``read`` returns only the complete lines added since."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+        self.offset += end
+        return _parse(data[:end])
+
+
+def _parse(data: bytes) -> list[dict[str, Any]]:
     events = []
     for raw in data.splitlines():
         try:
@@ -161,7 +184,7 @@ class RecordingQueue:
         self._queue = queue
         self._rec = _Recorder(history)
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         jobs = self._queue.lease(queue, n, lease_ms, worker_id)
         for job in jobs:
             self._rec.history.emit("lease", job=job.job_id, lease=job.token, attempt=job.attempt)

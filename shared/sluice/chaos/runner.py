@@ -252,16 +252,16 @@ class Run:
         from sluice.store.jobs import DynamoJobStore
 
         o, say = self.o, self.say
-        api = Api(KafkaJobLog.from_settings(settings), DynamoJobStore.from_settings(settings),
-                  RedisQueue.from_settings(settings))
+        job_log = KafkaJobLog.from_settings(settings)
+        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings))
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE)
-        stop = threading.Event()
+        stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, supervisor, stack, self.history, self.dir / "control")
-        threads = [threading.Thread(target=enqueuer.run, args=(stop,), name="chaos-workload", daemon=True),
-                   threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)]
+        workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
+        faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
         started = time.monotonic()
-        for t in threads:
-            t.start()
+        workload.start()
+        faulting.start()
         say(f"chaos: {o.jobs} jobs over {o.duration_s * ENQUEUE_SHARE:.0f}s, {len(faults)} faults over "
             f"{o.duration_s:.0f}s (seed {o.seed})")
         next_report = started + 10
@@ -274,11 +274,15 @@ class Run:
                     f"respawns={supervisor.respawns}")
         stop.set()
         nem.close()
-        for t in threads:
-            t.join(30)
+        faulting.join(30)
         times["chaos"] = time.monotonic() - started
-        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}; "
-            f"{enqueuer.accepted} jobs accepted")
+        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}")
+        # Faults delay the workload (a broker restart holds appends up): it still enqueues all N.
+        if not enqueuer.done.wait(max(60.0, o.duration_s)):
+            abort.set()
+        workload.join(30)
+        job_log.close()
+        say(f"{enqueuer.accepted} jobs accepted ({enqueuer.unknown} enqueues of unknown outcome, retried)")
 
     def _drain(self, settings: Any, times: dict[str, float]) -> bool:
         """Wait until every accepted job is final in the jobs table, or the drain timeout."""
@@ -286,20 +290,34 @@ class Run:
 
         o, say = self.o, self.say
         store = DynamoJobStore.from_settings(settings)
-        accepted = {str(e["job"]) for e in history.read(self.history_path)
-                    if e.get("op") == "enqueue" and e.get("outcome") == "ok"}
+        tail = history.Tail(self.history_path)
+        accepted: set[str] = set()
+        written: set[str] = set()
+
+        def catch_up() -> None:
+            for e in tail.read():
+                if e.get("op") == "enqueue" and e.get("outcome") == "ok":
+                    accepted.add(str(e["job"]))
+                elif e.get("op") == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
+                    written.add(str(e["job"]))
+
+        catch_up()
         waiting = set(accepted)
         timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
         started = time.monotonic()
         next_report = started
         while waiting and time.monotonic() - started < timeout:
+            # The history says which jobs have a result; the store confirms those without one, and
+            # all of them once the history has nothing left: polling every job would slow moto down.
+            catch_up()
+            unsure = waiting - written or waiting
             with contextlib.suppress(Exception):  # a slow moto answer: ask again next round
-                waiting -= store.final_job_ids(sorted(waiting))
+                waiting -= store.final_job_ids(sorted(unsure))
             if time.monotonic() >= next_report:
                 next_report += 10
-                say(f"  draining: {len(accepted) - len(waiting)}/{len(accepted)} final")
+                say(f"  draining: {len(accepted) - len(waiting - written)}/{len(accepted)} written")
             if waiting:
-                time.sleep(1.0)
+                time.sleep(2.0)
         store.close()
         times["drain"] = time.monotonic() - started
         if waiting:
