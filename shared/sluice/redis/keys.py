@@ -5,17 +5,22 @@ live in one cluster slot and a Lua script may touch any of them atomically.
 The registry of queue names is the one global key; it is advisory and written
 outside scripts, because a script may not span slots.
 
-Layout of queue ``q`` (see docs/design.md for the state machine):
+Layout of queue ``q`` (docs/engine.md has the state machine):
 
-    sluice:{q}:job:<id>     hash   the job: payload, priority, attempts, token, state, ...
+    sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
+                                   a attempts used; c cancel requested; err last error
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
     sluice:{q}:leased       zset   score = lease deadline ms
+    sluice:{q}:tokens       hash   job id -> token of its current lease (present iff leased)
     sluice:{q}:dead         zset   score = died-at ms
-    sluice:{q}:seq          string FIFO sequence for ready scores
+    sluice:{q}:seq          string FIFO order and lease tokens (one INCRBY per lease call)
     sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
-    sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner_token (exactly-once hand-off)
+    sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
+
+Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
+this Redis dataset; its disappearance tells the relay that Redis lost data).
 """
 
 from __future__ import annotations
