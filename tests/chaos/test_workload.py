@@ -1,0 +1,50 @@
+"""The chaos workload: every payload once, a deterministic answer, unknown enqueues retried under new ids."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sluice.chaos import history
+from sluice.chaos.agents import expected_result
+from sluice.chaos.workload import Enqueuer, payload
+from sluice.errors import BackendUnavailable
+
+
+class FakeApi:
+    """The gateway use case's enqueue_batch, failing the first ``failures`` calls as Kafka would."""
+
+    def __init__(self, failures: int) -> None:
+        self.new_id: Any = None
+        self.failures = failures
+        self.ids: list[list[str]] = []
+
+    def enqueue_batch(self, queue: str, request: Any) -> None:
+        ids = [self.new_id(0) for _ in request.jobs]
+        self.ids.append(ids)
+        if self.failures:
+            self.failures -= 1
+            raise BackendUnavailable("kafka did not acknowledge")
+
+
+def test_every_index_is_enqueued_once_accepted_and_unknown_outcomes_are_named(tmp_path: Path) -> None:
+    api = FakeApi(failures=1)
+    h = history.History(tmp_path / "h.jsonl")
+    enqueuer = Enqueuer(api, h, seed=3, jobs=25, window_s=0.0, batch=10)
+    enqueuer.run(threading.Event())
+    events = [e for e in history.read(tmp_path / "h.jsonl") if e["op"] == "enqueue"]
+    unknown = [e for e in events if e["outcome"] == "info"]
+    accepted = [e for e in events if e["outcome"] == "ok"]
+    assert [e["job"] for e in unknown] == [f"s3-{i:06d}-0" for i in range(10)]
+    assert sorted(e["i"] for e in accepted) == list(range(25))
+    assert {e["job"] for e in accepted} >= {f"s3-{i:06d}-1" for i in range(10)}  # retried, new ids
+    assert (enqueuer.accepted, enqueuer.unknown) == (25, 10) and enqueuer.done.is_set()
+    for e in accepted:
+        assert e["expect"] == history.digest(expected_result(payload(3, e["i"])))
+
+
+def test_payloads_depend_on_seed_and_index_only() -> None:
+    assert payload(1, 5) == payload(1, 5) != payload(2, 5)
+    assert payload(1, 5) != payload(1, 6)
+    assert 0 <= payload(1, 5)["work_ms"] <= 30
