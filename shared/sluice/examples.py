@@ -14,7 +14,8 @@ Each queue shows one thing a real handler does:
   works ``s`` seconds without looking at its lease, as a careless handler would.
 - ``flaky``: fails now and then, predictably: ``failing_attempts(payload)`` says how
   many attempts raise before one succeeds (None: every attempt, so the job ends dead).
-- ``slow``: runs longer than its lease, ``{"seconds": 6}``, kept alive by heartbeats;
+- ``slow``: sleeps ``{"seconds": 6}``, longer than its lease when enqueued with a short one
+  (``sluice enqueue slow -p '{"seconds": 6}' --lease-seconds 2``), kept alive by heartbeats;
   its result counts how often the lease was renewed while it ran.
 
 ``expected_result`` predicts the result of the deterministic queues, for the demo's

@@ -10,11 +10,8 @@ import click
 from sluice.cli.target import Target
 
 
-def _settings_overrides(lease_seconds: int | None, worker_batch: int | None,
-                        worker_concurrency: int | None) -> dict[str, int]:
+def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None) -> dict[str, int]:
     out: dict[str, int] = {}
-    if lease_seconds is not None:
-        out["default_lease_seconds"] = lease_seconds
     if worker_batch is not None:
         out["worker_batch"] = worker_batch
     if worker_concurrency is not None:
@@ -29,7 +26,6 @@ def _settings_overrides(lease_seconds: int | None, worker_batch: int | None,
               help="Worker containers (processes) that may run at once.")
 @click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
               help="Use this existing Kafka (host:port) instead of starting Tansu.")
-@click.option("--lease-seconds", type=click.IntRange(1, 3600), default=None, help="Workers' lease length.")
 @click.option("--worker-batch", type=click.IntRange(1, 1000), default=None,
               help="Jobs a worker leases per call and per invocation.")
 @click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
@@ -39,8 +35,8 @@ def _settings_overrides(lease_seconds: int | None, worker_batch: int | None,
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
-def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None, lease_seconds: int | None,
-        worker_batch: int | None, worker_concurrency: int | None, relay_every: float, log_level: str) -> None:
+def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
+        worker_concurrency: int | None, relay_every: float, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Writes .sluice/endpoints.json and prints the endpoints. A second `sluice dev` in
@@ -51,7 +47,7 @@ def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None
     options = DevOptions(state_dir=target.state_dir, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
                          workers=workers, relay_every_s=relay_every, relay_timeout_s=relay_every + 10,
                          log_level=log_level.upper(),
-                         settings=_settings_overrides(lease_seconds, worker_batch, worker_concurrency))
+                         settings=_settings_overrides(worker_batch, worker_concurrency))
     stack = DevStack(options)
     with signals_stop(stack):
         endpoints = stack.start(progress=lambda m: click.echo(f"  {m}...", err=True))
@@ -71,7 +67,7 @@ def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None
 @click.command()
 @click.option("--jobs", "n_jobs", type=click.IntRange(10, 100_000), default=2000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="End with the summary as one JSON line.")
-@click.option("--workers", type=click.IntRange(1, 64), default=3, show_default=True,
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Worker containers that may run at once.")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Picks which jobs are duplicates, delayed or failing.")

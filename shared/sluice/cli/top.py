@@ -61,7 +61,7 @@ class TopState:
         self.acks += sum(1 for e in events if e.get("op") == "ack" and e.get("outcome") == "ok")
         return self.acks
 
-    def render(self, s: Sample) -> Any:
+    def render(self, s: Sample, *, live: bool = True) -> Any:
         prev, self.previous = self.previous, s
         dt = (s.at - prev.at) if prev else 0.0
         table = Table(title=f"sluice top - {self.target.where}", title_justify="left")
@@ -85,7 +85,7 @@ class TopState:
             line = f"throughput: measuring...   total acked: {s.acks}"
         else:
             line = "throughput: see Δ depth/s (no worker history for a deployed stack)"
-        return Group(table, Text(line), Text("Ctrl-C to quit", style="dim"))
+        return Group(table, Text(line), *([Text("Ctrl-C to quit", style="dim")] if live else []))
 
 
 def _redis_ms(client: Any) -> int:
@@ -102,7 +102,7 @@ def top(target: Target, interval: float, once: bool) -> None:
     """Live queue depths, throughput and lease health."""
     state = TopState(target)
     if once:
-        console().print(state.render(state.sample()))
+        console().print(state.render(state.sample(), live=False))
         return
     with Live(state.render(state.sample()), refresh_per_second=4, screen=False) as live:
         while True:

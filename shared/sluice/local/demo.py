@@ -1,7 +1,7 @@
 """``sluice demo``: a private local stack, a mixed workload over HTTP, live progress, a verdict.
 
 1. Start a stack (``local.dev``) under its own state directory, tuned for a short run:
-   3 s leases (so the ``slow`` jobs outlive theirs), 3 worker containers of 6 threads,
+   3 s leases (so the ``slow`` jobs outlive theirs), 4 worker containers of 6 threads,
    a worker safety net every 2 s.
 2. Enqueue the plan (``local.workload``) over HTTP while showing live counts: enqueued,
    in Kafka, in Redis, leased, succeeded, retrying, dead.
@@ -40,14 +40,17 @@ from sluice.local import history, verify, workload
 from sluice.local.dev import DevOptions, DevStack
 
 DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow")
-DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": 3, "worker_batch": 30, "worker_concurrency": 6}
+# The jobs carry their own 3 s lease (workload.DEMO_LEASE_S); the default lease here only sizes
+# the workers' time budget. Retries back off from 300 ms so the retried jobs finish in the run.
+DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": workload.DEMO_LEASE_S, "worker_batch": 30,
+                                 "worker_concurrency": 6, "retry_base_ms": 300}
 
 
 @dataclass
 class DemoOptions:
     jobs: int = 2000
     as_json: bool = False
-    workers: int = 3
+    workers: int = 4
     seed: int = 1
     timeout_s: float = 300.0
     state_dir: Path = Path(".sluice-demo")
@@ -77,9 +80,9 @@ class Freezer(threading.Thread):
     re-opens jobs that another worker finished meanwhile (reported to the worker's owners).
     """
 
-    def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event) -> None:
+    def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event, dev: DevStack) -> None:
         super().__init__(name="sluice-demo-freezer", daemon=True)
-        self.job, self.state, self.stop_event = job, state, stop
+        self.job, self.state, self.stop_event, self.dev = job, state, stop, dev
         self.note = "not attempted"
         self.frozen = threading.Event()  # set once the worker is stopped (or the attempt gave up)
 
@@ -115,7 +118,15 @@ class Freezer(threading.Thread):
         self.state.frozen = f"worker {pid} frozen (SIGSTOP)"
         self.frozen.set()
         try:
-            took_over = self._wait(lambda: len(self._grants()) > 1, 30)
+            took_over = False
+            lease_s = float(workload.DEMO_LEASE_S)
+            self._wait(lambda: False, lease_s)
+            for _ in range(10):  # the safety net would come by; ask it now, ahead of the busy queue
+                if self.dev.lambdas is not None:
+                    self.dev.lambdas.invoke("sluice-worker", {"queues": [self.job.queue], "batch": 1,
+                                                              "source": "safety-net"}, first=True)
+                if took_over := self._wait(lambda: len(self._grants()) > 1, 3):
+                    break
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -273,7 +284,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     gateway = str(endpoints["gateway_url"])
     sender = threading.Thread(target=workload.send, args=(plan, gateway, sent), name="sluice-demo-send",
                               daemon=True)
-    freezer = Freezer(freeze_job, st, stop) if o.freeze and freeze_job is not None else None
+    freezer = Freezer(freeze_job, st, stop, dev) if o.freeze and freeze_job is not None else None
     if freezer is not None and freeze_job is not None:
         # Alone and first, so the frozen worker holds this lease only: see docs in Freezer.
         workload.send_one(freeze_job, gateway, sent)

@@ -139,6 +139,7 @@ class DevStack:
                 "handlers": o.handlers,
                 "history_path": str(history) if history else None,
                 "log_dir": str(self.logs.resolve()),
+                "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
                 "tansu": "tansu" in self.stack.servers,
             }
@@ -303,7 +304,7 @@ def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
         ("kafka", f"{kafka}   ({broker}, topic {endpoints.get('kafka_topic')})"),
         ("dynamodb", f"{endpoints.get('dynamodb_endpoint')}   (moto; S3 too)"),
         ("workers", f"{endpoints.get('handlers')} via {endpoints.get('lambda_url')}"),
-        ("state", f"{endpoints.get('log_dir', '.sluice/logs')}/..  (endpoints.json, logs, history)"),
+        ("state", f"{endpoints.get('state_dir', '.sluice')}/  (endpoints.json, logs/, history.jsonl)"),
     ]
 
 

@@ -230,7 +230,7 @@ class RecordingQueue:
     def enqueue(self, spec: JobSpec) -> bool:
         return self._queue.enqueue(spec)
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         return self._queue.lease(queue, n, lease_ms, worker_id)
 
     def cancel(self, queue: str, job_id: str) -> str:

@@ -105,8 +105,11 @@ class LocalLambda:
 
     # -- API -------------------------------------------------------------------------------------
 
-    def invoke(self, name: str, event: Any, *, asynchronous: bool = True) -> Invocation:
-        """Queue an invocation; wait on ``done`` for its answer. KeyError for an unknown function."""
+    def invoke(self, name: str, event: Any, *, asynchronous: bool = True, first: bool = False) -> Invocation:
+        """Queue an invocation; wait on ``done`` for its answer. KeyError for an unknown function.
+
+        ``first`` puts it ahead of the invocations already waiting (an operator's manual run).
+        """
         fn = self.functions[name]
         inv = Invocation(name, event)
         with self._cond:
@@ -116,7 +119,10 @@ class LocalLambda:
                 self.counts["coalesced"] += 1
                 inv.finish(error="coalesced with identical waiting invocations")
                 return inv
-            waiting.append(inv)
+            if first:
+                waiting.appendleft(inv)
+            else:
+                waiting.append(inv)
             self.counts["invocations"] += 1
             self._cond.notify_all()
         return inv

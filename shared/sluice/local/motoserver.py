@@ -71,7 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
-    app = DomainDispatcherApplication(create_backend_app)
+    class Dispatch(DomainDispatcherApplication):
+        """Remembers which backend serves a host: moto otherwise scans every service's URL
+        patterns on every request, a sizeable share of a request's cost."""
+
+        known: dict[str | None, Any] = {}
+
+        def get_backend_for_host(self, host: str | None) -> Any:
+            if host not in self.known:
+                self.known[host] = super().get_backend_for_host(host)
+            return self.known[host]
+
+    app = Dispatch(create_backend_app)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     run_simple(args.host, args.port, Serialized(app), threaded=True,
                request_handler=MotoRequestHandler)

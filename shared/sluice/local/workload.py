@@ -23,6 +23,7 @@ from sluice.examples import failing_attempts
 
 BATCH = 100
 DEMO_MAX_ATTEMPTS = 3
+DEMO_LEASE_S = 3  # each job's own lease: short, so the slow jobs outlive theirs several times
 SLOW_SECONDS = 7.0
 
 
@@ -97,7 +98,8 @@ class SendReport:
 
 
 def _request(job: PlannedJob) -> dict[str, Any]:
-    return {"payload": job.payload, "delay_seconds": job.delay_s, "max_attempts": job.max_attempts}
+    return {"payload": job.payload, "delay_seconds": job.delay_s, "max_attempts": job.max_attempts,
+            "lease_seconds": DEMO_LEASE_S}
 
 
 def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> None:
@@ -127,11 +129,13 @@ def send(p: Plan, gateway_url: str, report: SendReport, *, threads: int = 4) -> 
         sent = time.time()
         try:
             first = client().enqueue(job.queue, job.payload, delay_seconds=job.delay_s,
-                                     max_attempts=job.max_attempts, idempotency_key=key)
+                                     max_attempts=job.max_attempts, lease_seconds=DEMO_LEASE_S,
+                                     idempotency_key=key)
             job.job_id, job.sent_at = first.job_id, sent
             report.add(1)
             again = client().enqueue(job.queue, job.payload, delay_seconds=job.delay_s,
-                                     max_attempts=job.max_attempts, idempotency_key=key)
+                                     max_attempts=job.max_attempts, lease_seconds=DEMO_LEASE_S,
+                                     idempotency_key=key)
         except Exception as exc:
             report.errors.append(f"keyed enqueue of job {job.index}: {exc}")
             return
@@ -165,7 +169,8 @@ def send_one(job: PlannedJob, gateway_url: str, report: SendReport) -> None:
     report.started = report.started or job.sent_at
     try:
         accepted = Client(gateway_url, timeout_s=30, max_attempts=8).enqueue(
-            job.queue, job.payload, delay_seconds=job.delay_s, max_attempts=job.max_attempts)
+            job.queue, job.payload, delay_seconds=job.delay_s, max_attempts=job.max_attempts,
+            lease_seconds=DEMO_LEASE_S)
     except Exception as exc:
         report.errors.append(f"enqueue of job {job.index}: {exc}")
         return
