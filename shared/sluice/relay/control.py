@@ -1,0 +1,160 @@
+"""Shaping the push per queue, and starting workers for what was pushed.
+
+Manual pause, a depth watermark with hysteresis and a token bucket shared through
+Redis decide how many records a queue may take now; every relay re-reads the
+queue's config from Redis every ``refresh_s``, so knobs take effect without a
+redeploy. The same per-queue state then decides how many workers to dispatch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sluice import policy
+from sluice.errors import SluiceError
+from sluice.models import QueueConfig
+from sluice.relay.ownership import RELAY_QUEUE
+from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
+
+log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+
+
+def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
+           rotation: int) -> list[tuple[_Owned, int]]:
+    """Split a queue's allowance fairly over partitions, so none starves under a rate limit."""
+    if allowed <= 0 or not partitions:
+        return []
+    k = rotation % len(partitions)
+    order = partitions[k:] + partitions[:k]
+    caps = [min(len(o.pending[queue]), batch) for o in order]
+    counts = [0] * len(order)
+    fair = -(-allowed // len(order))
+    for i, cap in enumerate(caps):  # everyone's fair share first, then the leftovers in order
+        counts[i] = min(cap, fair, allowed)
+        allowed -= counts[i]
+    for i, cap in enumerate(caps):
+        extra = min(cap - counts[i], allowed)
+        counts[i] += extra
+        allowed -= extra
+    return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
+
+
+class _Control(_RelayState):
+    """Per-queue pause, watermark, rate and dispatch decisions (a mixin of ``Relay``)."""
+
+    # -- how much to push ---------------------------------------------------------------------------
+
+    def _state(self, queue: str) -> _QueueState:
+        state = self._queues.get(queue)
+        if state is None:
+            state = self._queues[queue] = _QueueState()
+        now = self.clock.monotonic()
+        if now - state.refreshed_at >= self.refresh_s:
+            self._refresh(queue, state, now)
+        return state
+
+    def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
+        stats = self.engine.stats(queue)  # carries the queue's config: one round trip
+        state.config = stats.config
+        if (self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted
+                and self._set_config is not None):
+            # A queue nobody has configured gets the deployment's default rate, written to
+            # Redis so that every relay shares the same bucket (rate.lua reads it there).
+            self._defaulted.add(queue)
+            state.config = self._set_config(
+                queue, rate_per_s=self.default_rate_per_s,
+                burst=self.default_burst or max(1, int(self.default_rate_per_s)))
+        state.ready, state.leased = stats.ready, stats.leased
+        state.pushed_since_refresh = 0
+        state.refreshed_at = now
+        cfg = state.config
+        paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
+                                         state.watermark_paused)
+        if paused != state.watermark_paused:
+            log.info("queue %s %s at ready depth %s", queue, "paused" if paused else "resumed", state.ready)
+            self.metrics.count("RelayWatermarkPaused" if paused else "RelayWatermarkResumed", queue=queue)
+        state.watermark_paused = paused
+
+    def _plan(self) -> list[_Item]:
+        """Which records to push now: per queue, after pause, watermark and the shared bucket."""
+        by_queue: dict[str, list[_Owned]] = {}
+        for owned in self._owned.values():
+            for queue, q in owned.pending.items():
+                if q:
+                    by_queue.setdefault(queue, []).append(owned)
+        plan: list[_Item] = []
+        self._throttled = False
+        for queue, partitions in by_queue.items():
+            state = self._state(queue)
+            if state.blocked:
+                continue
+            cfg = state.config
+            wanted = sum(min(len(o.pending[queue]), self.batch) for o in partitions)
+            if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
+                wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
+            allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
+            self._throttled |= allowed < wanted
+            self._rotation += 1
+            for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
+                q = owned.pending[queue]
+                plan.append((owned, queue, [q[i] for i in range(n)]))
+        return plan
+
+    def _held_up(self) -> bool:
+        """Records wait for a queue that is not paused: the rate limit, or a full batch."""
+        return any(q and not self._state(name).blocked
+                   for owned in self._owned.values() for name, q in owned.pending.items())
+
+    def _flow_control(self) -> None:
+        """Stop fetching partitions whose backlog is held up (paused or rate-limited queues)."""
+        stop = [o for o in self._owned.values() if not o.fetch_paused and o.pending_count >= self.max_pending]
+        go = [o for o in self._owned.values() if o.fetch_paused and o.pending_count < self.max_pending // 2]
+        if stop:
+            self.source.pause([o.number for o in stop])
+        if go:
+            self.source.resume([o.number for o in go])
+        for o in stop:
+            o.fetch_paused = True
+        for o in go:
+            o.fetch_paused = False
+
+    # -- workers --------------------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        if self.dispatcher is None:
+            return
+        now = self.clock.monotonic()
+        for queue, state in self._queues.items():
+            if state.pushed_since_dispatch and now - state.dispatched_at >= self.dispatch_interval_s:
+                self._dispatch_queue(queue, state, now)
+
+    def _dispatch_queue(self, queue: str, state: _QueueState, now: float) -> None:
+        assert self.dispatcher is not None
+        n = policy.dispatch_count(state.ready_estimate, state.leased, state.config.max_in_flight,
+                                  self.worker_batch)
+        state.pushed_since_dispatch = 0
+        state.dispatched_at = now
+        if n <= 0:
+            return
+        try:
+            started = self.dispatcher.dispatch(queue, n, self.worker_batch)
+        except SluiceError as exc:  # the scheduled safety net still drains the queue
+            self.metrics.count("RelayDispatchFailed", queue=queue)
+            log.warning("dispatch to %s failed: %s", queue, exc)
+            return
+        self.report.dispatched += started
+
+    def _maintain(self) -> None:
+        """Reap expired leases, and start workers for backlogs nobody is draining."""
+        now = self.clock.monotonic()
+        for queue in self.engine.queues():
+            if queue == RELAY_QUEUE:
+                continue
+            reaped = self.engine.reap(queue, self.reap_limit)
+            self.report.reaped += reaped
+            state = self._queues.setdefault(queue, _QueueState())
+            self._refresh(queue, state, now)
+            if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
+                    and now - state.dispatched_at >= self.maintenance_s):
+                state.pushed_since_dispatch = max(1, reaped)
+                self._dispatch_queue(queue, state, now)

@@ -1,0 +1,126 @@
+"""What the relay talks to, and what a Kafka record means to it.
+
+The relay core sees only these protocols; the Kafka, Redis and DynamoDB adapters
+are built by the caller. The recovery layer (``sluice.recovery.hook``) wraps
+``RecordSource`` and ``RelayEngine`` and decodes records with ``decode``, so the
+three live together here rather than inside the relay loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from sluice.models import SCHEMA_VERSION, JobSpec, LeasedJob, QueueStats
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One Kafka record as the relay sees it: no client library types leak past the adapter."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class PushOutcome(Protocol):
+    @property
+    def pushed(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+
+
+class RelayEngine(Protocol):
+    """The part of the Redis engine the relay uses: ``ports.JobQueue`` plus push and take_rate."""
+
+    def enqueue(self, spec: JobSpec) -> bool: ...
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]: ...
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any: ...
+    def release(self, queue: str, job_id: str, token: int) -> None: ...
+    def redrive(self, queue: str, job_id: str | None = None) -> int: ...
+    def reap(self, queue: str, limit: int) -> int: ...
+    def stats(self, queue: str) -> QueueStats: ...
+    def queues(self) -> list[str]: ...
+    def push(self, queue: str, topic: str, partition: int, owner_token: int,
+             records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
+    def take_rate(self, queue: str, wanted: int) -> int: ...
+
+
+class RecordSource(Protocol):
+    """The job topic (``sluice.kafka.source.KafkaSource``), consumed by manual assignment."""
+
+    @property
+    def topic(self) -> str: ...
+    def partitions(self) -> list[int]:
+        """The topic's partition numbers; empty if the topic does not exist yet."""
+        ...
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        """Consume exactly these partitions from now on (replaces the previous set)."""
+        ...
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        """Next poll of each partition starts at its committed offset (or the log start)."""
+        ...
+
+    def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]: ...
+    def pause(self, partitions: Sequence[int]) -> None: ...
+    def resume(self, partitions: Sequence[int]) -> None: ...
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit the next offset to read for each partition (Kafka's convention)."""
+        ...
+
+    def dead_letter(self, record: SourceRecord, reason: str) -> None: ...
+    def flush_dead_letters(self) -> None:
+        """Returns once every dead letter sent so far is acknowledged."""
+        ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class _NoMetrics:
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        return None
+
+
+def decode(record: SourceRecord) -> JobSpec | str:
+    """The record's JobSpec, or the reason it is poison (for the dead-letter topic)."""
+    if record.value is None:
+        return "undecodable: empty value"
+    try:
+        spec = JobSpec.model_validate_json(record.value)
+    except ValidationError as exc:
+        return _poison_reason(record.value, exc)
+    if record.key is not None and record.key != spec.job_id.encode():
+        return f"invalid: key {record.key[:64]!r} does not match job_id {spec.job_id!r}"
+    return spec
+
+
+def _poison_reason(value: bytes, exc: ValidationError) -> str:
+    # Only the failure path parses twice, to tell a newer schema from garbage.
+    try:
+        doc = json.loads(value)
+    except (ValueError, RecursionError):
+        return "undecodable: not UTF-8 JSON"
+    if not isinstance(doc, dict):
+        return "invalid: not a JSON object"
+    version = doc.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        return f"unknown schema_version {str(version)[:32]}"
+    errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+    return f"invalid job spec: {errors}"[:1000]

@@ -1,0 +1,140 @@
+"""What one relay instance keeps in memory, and the constructor that sets it all up.
+
+The relay's behaviour is split over mixins (``ownership``, ``control``, ``push``,
+``loop``) that all work on the state built here. Keeping every attribute in one
+``__init__`` means each mixin's reads are typed, and there is one place to see
+what a relay remembers between steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.models import JobSpec, QueueConfig
+from sluice.ports import Dispatcher, JobStore, Metrics
+from sluice.relay.ports import PushOutcome, RecordSource, RelayEngine, SystemClock, _NoMetrics
+from sluice.relay.status import StatusWriter
+
+
+@dataclass
+class RelayReport:
+    pushed: int = 0
+    skipped: int = 0  # already in Redis: at or below the recorded offset, or the job hash exists
+    final_dropped: int = 0  # the store said the job is already final (cancelled, done)
+    dead_lettered: int = 0
+    stale_stops: int = 0  # pushes refused because a newer owner pushed
+    partitions_lost: int = 0  # stale stops plus leases lost or expired
+    dispatched: int = 0
+    reaped: int = 0
+    loops: int = 0
+    errors: int = 0
+    lag: int | None = None  # records in Kafka not yet in Redis, worst owned partition, last measured
+    partitions_owned: set[int] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "partitions_owned"}
+        return out | {"partitions_owned": sorted(self.partitions_owned)}
+
+    def publish(self, metrics: Metrics) -> None:
+        """Once per invocation: per-step counts would be one log line each in EMF."""
+        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped"):
+            metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
+
+
+@dataclass
+class _Owned:
+    number: int
+    job_id: str
+    token: int
+    leased_at: float  # monotonic
+    pending: dict[str, deque[tuple[int, JobSpec]]] = field(default_factory=dict)
+    pending_count: int = 0
+    next_offset: int | None = None  # one past the last record taken from the source
+    committed: int | None = None
+    fetch_paused: bool = False
+    dead_since_commit: bool = False
+
+    def commit_point(self) -> int | None:
+        heads = [q[0][0] for q in self.pending.values() if q]
+        return min(heads) if heads else self.next_offset
+
+
+@dataclass
+class _QueueState:
+    config: QueueConfig = field(default_factory=QueueConfig)
+    ready: int = 0
+    leased: int = 0
+    refreshed_at: float = float("-inf")
+    watermark_paused: bool = False
+    pushed_since_refresh: int = 0
+    pushed_since_dispatch: int = 0
+    dispatched_at: float = float("-inf")
+
+    @property
+    def ready_estimate(self) -> int:
+        return self.ready + self.pushed_since_refresh
+
+    @property
+    def blocked(self) -> bool:
+        return self.config.paused or self.watermark_paused
+
+
+_Item = tuple[_Owned, str, list[tuple[int, JobSpec]]]  # a partition's next records for one queue
+
+AfterPush = Callable[[int, str, PushOutcome], None]
+
+
+class _RelayState:
+    """The relay's constructor and state; ``sluice.relay.Relay`` adds the behaviour."""
+
+    def __init__(self, engine: RelayEngine, store: JobStore, source: RecordSource,
+                 dispatcher: Dispatcher | None = None, *, relay_id: str,
+                 clock: Any = None, metrics: Metrics | None = None,
+                 batch: int = 500, poll_ms: int = 200, lease_ms: int = 15_000,
+                 max_partitions: int = 1_000, max_pending: int = 5_000,
+                 refresh_s: float = 0.5, ownership_s: float = 1.0, maintenance_s: float = 5.0,
+                 dispatch_interval_s: float = 1.0, worker_batch: int = 10, reap_limit: int = 500,
+                 commit_s: float = 0.2, status_drain_s: float = 2.0,
+                 default_rate_per_s: float = 0.0, default_burst: int = 0,
+                 partition_groups: int = 1, share_grace_s: float = 10.0, lag_every_s: float = 30.0,
+                 config_writer: Any = None, highwater: Callable[[int], int | None] | None = None,
+                 after_push: AfterPush | None = None) -> None:
+        """``config_writer`` (default: the engine) writes default rates; ``highwater`` (default:
+        the source's) gives a partition's end offset for the ``RelayLag`` metric. Both are
+        optional so that wrapped engines and sources need not pass them through."""
+        self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
+        self.topic = source.topic
+        self.relay_id = relay_id
+        self.clock = clock or SystemClock()
+        self.metrics: Metrics = metrics or _NoMetrics()
+        self.batch, self.poll_ms, self.lease_ms = batch, poll_ms, lease_ms
+        self.max_partitions, self.max_pending = max_partitions, max_pending
+        self.refresh_s, self.ownership_s, self.maintenance_s = refresh_s, ownership_s, maintenance_s
+        self.dispatch_interval_s, self.worker_batch = dispatch_interval_s, worker_batch
+        self.reap_limit = reap_limit
+        self.after_push = after_push
+        self.status_drain_s = status_drain_s
+        self.commit_s = commit_s
+        self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst
+        self._defaulted: set[str] = set()
+        self.partition_groups, self.share_grace_s = partition_groups, share_grace_s
+        self.lag_every_s = lag_every_s
+        self._set_config = getattr(config_writer or engine, "set_config", None)
+        self._highwater = highwater or getattr(source, "highwater", None)
+        self._started = self.clock.monotonic()
+        self._next_lag = self._started + lag_every_s
+        self.report = RelayReport()
+        self._owned: dict[int, _Owned] = {}
+        self._queues: dict[str, _QueueState] = {}
+        self._registered: set[int] = set()
+        self._next_ownership = float("-inf")
+        self._next_maintenance = float("-inf")
+        self._rotation = 0
+        self._throttled = False
+        self._status = StatusWriter(store, self.metrics)
+        self._executor: ThreadPoolExecutor | None = None
+        self._last_commit = float("-inf")
