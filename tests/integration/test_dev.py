@@ -43,10 +43,23 @@ def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> di
     raise AssertionError(f"no {path} after {timeout}s")
 
 
+HANDLERS = """
+import sluice
+
+app = sluice.Worker()
+
+
+@app.handler("shout")
+def shout(job, ctx):
+    return {"shouted": str(job.payload["text"]).upper(), "token": ctx.token}
+"""
+
+
 def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    (tmp_path / "myjobs.py").write_text(HANDLERS)  # the user's own module, next to where they run dev
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    proc = subprocess.Popen([SLUICE, "dev", "--workers", "2", "--log-level", "WARNING"], cwd=tmp_path,
-                            env=env,
+    argv = [SLUICE, "dev", "--workers", "2", "--log-level", "WARNING", "--handlers", "myjobs"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", proc)
@@ -54,8 +67,8 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
             assert endpoints[key], key
         assert endpoints["pid"] == proc.pid
 
-        status, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/echo/jobs",
-                                {"payload": {"hello": "dev"}})
+        status, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/shout/jobs",
+                                {"payload": {"text": "hello dev"}})
         assert status == 202, accepted
         job_url = f"{endpoints['gateway_url']}/v1/jobs/{accepted['job_id']}"
         deadline = time.monotonic() + 30
@@ -67,7 +80,8 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
                 break
             time.sleep(0.2)
         assert view["status"] == "succeeded", view
-        assert view["result"] == {"echo": {"hello": "dev"}}
+        assert view["result"] == {"shouted": "HELLO DEV", "token": 1}
+        assert endpoints["handlers"] == "myjobs"
 
         second = subprocess.run([SLUICE, "dev"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=30)

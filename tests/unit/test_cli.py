@@ -102,3 +102,12 @@ def test_version(runner: CliRunner) -> None:
     result = runner.invoke(main, ["--version"])
     assert result.exit_code == 0
     assert "sluice" in result.output
+
+
+def test_dev_with_a_handlers_module_that_does_not_import_fails_before_starting_anything(
+        runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["dev", "--handlers", "no_such_module_xyz"])
+    assert result.exit_code == 1
+    assert "no_such_module_xyz" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / ".sluice" / "dev.pid").exists()  # the claim was given back

@@ -129,3 +129,36 @@ def test_read_skips_a_torn_last_line_and_resumes_from_the_offset(tmp_path: Path)
     more, _ = history.read(path, offset)
     assert [e["op"] for e in more] == ["ack"]
     assert history.read(tmp_path / "missing.jsonl") == ([], 0)
+
+
+def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_rest() -> None:
+    from sluice.local import verify
+    from sluice.local.workload import PlannedJob
+
+    ok = PlannedJob(0, "echo", {"a": 1}, job_id="ok")
+    dead = PlannedJob(1, "flaky", {"always_fail": True}, job_id="dead", expect_dead=True)
+    stuck = PlannedJob(2, "echo", 1, job_id="stuck")
+    wrong = PlannedJob(3, "echo", 2, job_id="wrong")
+    never = PlannedJob(4, "echo", 3)  # never accepted: not checked
+    result = {"echo": {"a": 1}}
+    bad = {"echo": 99}
+    a = history.Analyser()
+    a.feed([ev("grant", "ok", outcome="ok", token=1, t=1),
+            ev("write", "ok", outcome="written", token=1, t=2, digest=history.digest(result)),
+            ev("grant", "wrong", outcome="ok", token=1, t=1),
+            ev("write", "wrong", outcome="written", token=1, t=2, digest=history.digest(bad))])
+    report = a.finish()
+    full = history.digest(result)  # the store keeps the whole sha256; the history its first 16 digits
+    items = {
+        "ok": {"status": "succeeded", "result": json.dumps(result), "result_token": 1,
+               "result_digest": full + "0" * 48},
+        "dead": {"status": "dead"},
+        "stuck": {"status": "leased", "token": 1, "lease_owner": "w", "attempts": 1},
+        "wrong": {"status": "succeeded", "result": json.dumps(bad), "result_token": 1,
+                  "result_digest": history.digest(bad) + "0" * 48},
+    }
+    v = verify.check([ok, dead, stuck, wrong, never], items, report)
+    assert (v.checked, v.succeeded, v.dead) == (4, 2, 1)
+    assert v.not_final == ["stuck (echo) is leased with token 1, owner w, attempts 1"]
+    assert len(v.wrong_results) == 1 and v.wrong_results[0].startswith("wrong: echo returned")
+    assert not v.ok and len(v.failures()) == 2
