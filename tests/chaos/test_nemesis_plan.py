@@ -13,12 +13,12 @@ def test_the_same_seed_gives_the_same_faults_and_another_seed_other_ones() -> No
 
 def test_every_kind_appears_within_the_window_on_real_targets() -> None:
     for seed in range(20):
-        faults = plan(seed, 40, interval_s=4, lease_s=2, workers=3, relays=1)
+        faults = plan(seed, 45, interval_s=3.5, lease_s=2, workers=3, relays=1)  # the short run's plan
         assert {f.kind for f in faults} == set(KINDS)
-        assert all(3.0 <= f.at_s <= 35.0 for f in faults)
+        assert all(3.0 <= f.at_s <= 40.0 for f in faults)
         assert [f.at_s for f in faults] == sorted(f.at_s for f in faults)
         for f in faults:
-            if f.kind == "pause_worker":
+            if f.kind in ("pause_worker", "pause_worker_before_write"):
                 assert 2.0 <= f.hold_s <= 6.0 and f.target in ("w0", "w1", "w2")
             elif f.kind == "kill_relay_after_push":
                 assert f.target == "r0"

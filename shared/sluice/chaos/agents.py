@@ -9,10 +9,12 @@ of bounded invocations, as the scheduled Lambda would.
 The nemesis places some faults exactly by arming a process through a control file
 (``<control_dir>/<name>.json``: ``{"kind": ..., "until": epoch s}``); the process checks
 it at the matching point, records the fault as landed, removes the file and SIGKILLs
-itself:
+(or SIGSTOPs) itself:
 
 - ``kill_worker_mid_job``: inside the handler, after the job started;
 - ``kill_worker_before_ack``: after the result write, before the ack;
+- ``pause_worker_before_write``: SIGSTOP (not SIGKILL) after the runtime's own lease check and
+  just before the fenced write, the gc-pause story under load; the nemesis sends SIGCONT;
 - ``kill_relay_after_push``: after a Redis push returned, before the Kafka commit.
 """
 
@@ -49,8 +51,10 @@ class Control:
         self.name = name
         self.history = history
 
-    def strike(self, kind: str, **fields: Any) -> None:
-        """SIGKILL this process now if the nemesis armed ``kind`` (and the arming has not expired)."""
+    def strike(self, kind: str, sig: int = signal.SIGKILL, **fields: Any) -> None:
+        """Send this process ``sig`` now if the nemesis armed ``kind`` (and the arming has not expired).
+
+        For SIGSTOP the nemesis sees the control file gone and sends SIGCONT later."""
         try:
             armed = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -60,7 +64,7 @@ class Control:
         with contextlib.suppress(OSError):
             self.path.unlink()  # the process that replaces this one must not die of it too
         self.history.emit("fault", kind=kind, phase="landed", target=self.name, **fields)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
 
 
 def _settings(cfg: dict[str, Any]) -> Any:
@@ -91,6 +95,9 @@ def run_worker(cfg: dict[str, Any]) -> int:
         time.sleep(pause)
         return expected_result(job.payload)
 
+    def before_write(ctx: Any) -> None:
+        control.strike("pause_worker_before_write", signal.SIGSTOP, job=ctx.job_id, token=ctx.token)
+
     def before_ack(ctx: Any) -> None:
         control.strike("kill_worker_before_ack", job=ctx.job_id, token=ctx.token)
 
@@ -100,7 +107,8 @@ def run_worker(cfg: dict[str, Any]) -> int:
                       options=WorkerOptions(lease_ms=int(cfg["lease_ms"]),
                                             lease_batch=int(cfg.get("batch", 4))),
                       telemetry=Telemetry(MemoryMetrics(), logger),
-                      worker_id=f"{cfg['name']}:{os.getpid()}", hooks=Hooks(before_ack=before_ack))
+                      worker_id=f"{cfg['name']}:{os.getpid()}",
+                      hooks=Hooks(before_write=before_write, before_ack=before_ack))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker.run([QUEUE], stop=stop, idle_s=0.05)

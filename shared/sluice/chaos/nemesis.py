@@ -10,6 +10,9 @@ Kinds:
   point (``agents.Control``); if it does not get there within ``arm_s`` it is
   SIGKILLed from outside wherever it is (recorded as phase ``fallback``);
 - ``pause_worker``: SIGSTOP for 1-3x the lease, then SIGCONT;
+- ``pause_worker_before_write``: the same pause, placed by arming: the worker stops itself
+  after the runtime's own lease check, just before its fenced write (the gc-pause story),
+  so that storage has stale writes to refuse. Not landing within ``arm_s``: no pause;
 - ``restart_redis``: redis-server killed and started empty on the same port;
 - ``restart_broker``: Tansu stopped and started again; its data lives in S3 (moto).
 """
@@ -29,11 +32,13 @@ from typing import Any, Protocol
 
 from sluice.chaos.history import History
 
-KINDS = ("kill_worker_mid_job", "kill_worker_before_ack", "pause_worker", "kill_relay_after_push",
-         "restart_redis", "restart_broker")
-WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker": 4,
-           "kill_relay_after_push": 2, "restart_redis": 1, "restart_broker": 1}
+KINDS = ("kill_worker_mid_job", "kill_worker_before_ack", "pause_worker", "pause_worker_before_write",
+         "kill_relay_after_push", "restart_redis", "restart_broker")
+WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker": 3,
+           "pause_worker_before_write": 3, "kill_relay_after_push": 2, "restart_redis": 1,
+           "restart_broker": 1}
 ARMED = {"kill_worker_mid_job", "kill_worker_before_ack", "kill_relay_after_push"}
+PAUSES = {"pause_worker", "pause_worker_before_write"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +70,7 @@ def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, wor
             target = "broker"
         else:
             target = f"w{rng.randrange(workers)}"
-        hold = rng.uniform(1.0, 3.0) * lease_s if kind == "pause_worker" else 0.0
+        hold = rng.uniform(1.0, 3.0) * lease_s if kind in PAUSES else 0.0
         faults.append(Fault(t, kind, target, hold))
         t += rng.uniform(0.5, 1.5) * interval_s
     return faults
@@ -109,6 +114,8 @@ class Nemesis:
         self.injected[f.kind] = self.injected.get(f.kind, 0) + 1
         if f.kind in ARMED:
             self._arm(f)
+        elif f.kind == "pause_worker_before_write":
+            self._arm_pause(f)
         elif f.kind == "pause_worker":
             if self.procs.signal(f.target, signal.SIGSTOP):
                 with self._lock:
@@ -119,11 +126,15 @@ class Nemesis:
         elif f.kind == "restart_broker":
             self.servers.restart_broker()
 
-    def _arm(self, f: Fault) -> None:
+    def _write_arming(self, f: Fault) -> Path:
         path = self.control_dir / f"{f.target}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"kind": f.kind, "until": time.time() + self.arm_s}))
         tmp.replace(path)
+        return path
+
+    def _arm(self, f: Fault) -> None:
+        path = self._write_arming(f)
 
         def fallback() -> None:
             if path.exists():  # it never reached the point: kill it wherever it is
@@ -134,13 +145,31 @@ class Nemesis:
 
         self._later(self.arm_s, fallback)
 
-    def _resume(self, name: str) -> None:
+    def _arm_pause(self, f: Fault) -> None:
+        """The worker stops itself at the point; once it has (its file is gone), wake it later."""
+        path = self._write_arming(f)
+        deadline = self.clock() + self.arm_s
+
+        def watch() -> None:
+            if not path.exists():
+                with self._lock:
+                    self._paused.add(f.target)
+                self._later(f.hold_s, lambda: self._resume(f.target, f.kind))
+            elif self.clock() < deadline:
+                self._later(0.05, watch)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+        self._later(0.05, watch)
+
+    def _resume(self, name: str, kind: str = "pause_worker") -> None:
         with self._lock:
             if name not in self._paused:
                 return
             self._paused.discard(name)
         self.procs.signal(name, signal.SIGCONT)
-        self.history.emit("fault", kind="pause_worker", target=name, phase="resumed")
+        self.history.emit("fault", kind=kind, target=name, phase="resumed")
 
     def _later(self, delay: float, fn: Callable[[], None]) -> None:
         timer = threading.Timer(delay, fn)

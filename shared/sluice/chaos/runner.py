@@ -39,7 +39,7 @@ class Options:
     workers: int = 3
     relays: int = 1
     lease_s: float = 2.0
-    fault_interval_s: float = 4.0
+    fault_interval_s: float = 3.5
     faults: bool = True
     drain_timeout_s: float | None = None  # default: max(120, duration)
     state_dir: Path | None = None
