@@ -74,10 +74,11 @@ class Board:
 class Freezer(threading.Thread):
     """SIGSTOPs the worker that holds ``job_id`` until another worker is granted it.
 
-    The job is enqueued alone before the rest, so the frozen worker holds no other
-    lease: a worker frozen with leased jobs it has not started yet resumes and asks the
-    jobs table for their tokens before its heartbeat notices the leases are gone, which
-    re-opens jobs that another worker finished meanwhile (reported to the worker's owners).
+    The job is enqueued alone before the rest, so the frozen worker holds this one lease
+    and the story stays the seed's: A stalls, its lease expires, B takes the job with a
+    newer token, A wakes up and writes, and storage refuses A. Once A's lease has expired,
+    a drain of the job's queue is asked for ahead of the queued dispatches, as the
+    scheduled safety net would do a little later.
     """
 
     def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event, dev: DevStack) -> None:
