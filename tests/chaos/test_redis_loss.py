@@ -96,15 +96,15 @@ def finish(s: Settings, store: DynamoJobStore, engine: RedisQueue, n: int) -> se
 def test_jobs_lost_with_redis_are_replayed_and_final_ones_are_not(settings: Settings,
                                                                    own_redis: servers.Server) -> None:
     s = settings
-    first = job_records("a", 300)
+    first = job_records("a", 150)
     produce(s.kafka_bootstrap, s.kafka_topic, first)
     p = Pipeline(s)
     client = redis.Redis.from_url(s.redis_url, decode_responses=True)
     try:
-        p.step_until(lambda: len(in_redis(client)) == 300, 30, "the first 300 jobs in Redis")
-        done = finish(s, p.store, p.engine, 120)
-        assert len(done) == 120
-        # a checkpoint after the bounded scan has seen the 120 final jobs
+        p.step_until(lambda: len(in_redis(client)) == 150, 30, "the first 150 jobs in Redis")
+        done = finish(s, p.store, p.engine, 50)
+        assert len(done) == 50
+        # a checkpoint after the bounded scan has seen the 50 final jobs
         time.sleep(0.3)
         p.step_until(lambda: p.recovery.sessions and all(
             x.high is not None for x in p.recovery.sessions.values()), 10, "commits")
@@ -117,7 +117,7 @@ def test_jobs_lost_with_redis_are_replayed_and_final_ones_are_not(settings: Sett
         own_redis.proc = restarted.proc
         assert in_redis(client) == set()
 
-        later = job_records("b", 50)
+        later = job_records("b", 30)
         produce(s.kafka_bootstrap, s.kafka_topic, later)
         expected = ({k.decode() for k, _, _ in first} - done) | {k.decode() for k, _, _ in later}
         p.step_until(lambda: in_redis(client) >= expected, 40, "the lost jobs to come back")
