@@ -151,7 +151,7 @@ class FakeEngine:
         self.enqueued.append(spec.job_id)
         return True
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[Any]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[Any]:
         return []
 
     def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any:

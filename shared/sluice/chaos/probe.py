@@ -64,7 +64,7 @@ class ProbedQueue:
         self._queue = queue
         self._emit = emit
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         jobs = self._queue.lease(queue, n, lease_ms, worker_id)
         for job in jobs:
             self._emit("leased", job=job.job_id, lease=job.token, deadline_ms=job.deadline_ms)

@@ -270,8 +270,8 @@ class RecoveringEngine:
         self.recovery.before_push(queue, partition, owner)
         return self.engine.push(queue, topic, partition, owner, records)
 
-    def lease(self, queue: str, n: int, lease_ms: int, worker_id: str) -> list[LeasedJob]:
-        if queue == RELAY_QUEUE:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
+        if queue == RELAY_QUEUE and lease_ms is not None:
             self._register_again(lease_ms)
         return self.engine.lease(queue, n, lease_ms, worker_id)
 
