@@ -143,3 +143,22 @@ def test_the_console_script_itself(stack: tuple[Path, dict[str, Any]]) -> None:
                              "--json"], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0, result.stderr
     assert any(json.loads(x)["queue"] == "echo" for x in result.stdout.splitlines())
+
+
+def test_operators_reach_redis_and_dynamodb_through_settings_without_a_local_stack(
+        stack: tuple[Path, dict[str, Any]], cli: Any, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    _state, endpoints = stack
+    job_id = cli("enqueue", "echo", "-p", '"direct"', "--wait").output.split()[0]
+    monkeypatch.setenv("SLUICE_REDIS_URL", endpoints["redis_url"])
+    monkeypatch.setenv("SLUICE_JOBS_TABLE", endpoints["jobs_table"])
+    monkeypatch.setenv("SLUICE_AWS_ENDPOINT_URL", endpoints["aws_endpoint_url"])
+    runner = CliRunner()
+    elsewhere = ["--state-dir", str(tmp_path / "no-stack-here")]
+    queues = runner.invoke(main, [*elsewhere, "queues", "--json"])
+    assert queues.exit_code == 0, queues.output
+    assert any(json.loads(x)["queue"] == "echo" for x in queues.output.splitlines())
+    status = runner.invoke(main, [*elsewhere, "status", job_id, "--json"])
+    assert status.exit_code == 0, status.output
+    record = json.loads(status.output)
+    assert record["status"] == "succeeded" and record["result"] == {"echo": "direct"}
