@@ -24,10 +24,9 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
               help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Worker containers (processes) that may run at once.")
-@click.option("--kafka", "kafka_bootstrap", envvar=["SLUICE_DEV_KAFKA", "SLUICE_KAFKA_BOOTSTRAP"],
-              default=None,
-              help="Use this existing Kafka (host:port; default: SLUICE_KAFKA_BOOTSTRAP if set) "
-                   "instead of starting Tansu.")
+@click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
+              help="Use this existing plaintext Kafka (host:port, or SLUICE_DEV_KAFKA) instead of "
+                   "starting Tansu. Not SLUICE_KAFKA_BOOTSTRAP: that may name a deployed cluster.")
 @click.option("--worker-batch", type=click.IntRange(1, 1000), default=None,
               help="Jobs a worker leases per call and per invocation.")
 @click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
