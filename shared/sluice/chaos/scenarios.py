@@ -105,7 +105,7 @@ class _Env:
 def _servers() -> Iterator[_Env]:
     """A redis-server and a moto server of the scenario's own, with a fresh jobs table."""
     from sluice.config import Settings
-    from sluice.local import servers
+    from sluice.local import motoserver, servers
     from sluice.redis.engine import RedisQueue
     from sluice.store import tables
     from sluice.store.jobs import DynamoJobStore
@@ -114,7 +114,7 @@ def _servers() -> Iterator[_Env]:
     started: list[servers.Server] = []
     try:
         started.append(servers.start_redis(workdir=workdir / "redis", log_path=workdir / "redis.log"))
-        started.append(servers.start_moto(log_path=workdir / "moto.log"))
+        started.append(motoserver.start(log_path=workdir / "moto.log"))  # one request at a time, as DynamoDB
         redis_url, moto_url = started[0].extra["url"], started[1].extra["url"]
         suffix = uuid.uuid4().hex[:8]
         s = Settings(redis_url=redis_url, aws_endpoint_url=moto_url, jobs_table=f"jobs-{suffix}",
