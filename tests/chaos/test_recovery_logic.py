@@ -230,3 +230,17 @@ def test_a_checkpoint_refused_because_the_epoch_moved_on_drops_the_session(rig: 
     assert 0 not in rig.recovery.sessions
     with pytest.raises(StaleToken):
         rig.wrapped_engine.push("q", "t", 0, 1, [])
+
+
+def test_a_failed_checkpoint_does_not_hold_up_the_kafka_commit(rig: Any) -> None:
+    from sluice.errors import BackendUnavailable
+
+    rig.wrapped_source.rewind_to_committed([0])
+
+    def unavailable(ckpt: Checkpoint, expect_epoch: str | None) -> bool:
+        raise BackendUnavailable("dynamodb throttled")
+
+    rig.ckpts.save = unavailable
+    rig.clock[0] = 5.0
+    rig.wrapped_source.commit({0: 101})
+    assert rig.source.commits == [{0: 101}] and 0 in rig.recovery.sessions

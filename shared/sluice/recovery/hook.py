@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sluice.errors import JobNotFound, LeaseLost, StaleToken
+from sluice.errors import JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.models import JobSpec, LeasedJob
 from sluice.ports import Metrics
 from sluice.recovery.tracker import Checkpoint, PartitionTracker, owner_token, plan_start
@@ -140,7 +140,7 @@ class Recovery:
     def keep(self, partitions: Sequence[int]) -> None:
         """The relay's assignment is now ``partitions``: forget the others (lost or given back)."""
         if not partitions:
-            self.checkpoint(force=True)
+            self._checkpoint_quietly(force=True)
         for p in set(self.sessions) - set(partitions):
             del self.sessions[p]
 
@@ -171,8 +171,16 @@ class Recovery:
                 out[p] = offset
                 s.committed = offset
         if self.clock() >= self._next_checkpoint:
-            self.checkpoint()
+            self._checkpoint_quietly()
         return out
+
+    def _checkpoint_quietly(self, *, force: bool = False) -> None:
+        """A checkpoint that failed is only late: it must not hold up the Kafka commit."""
+        try:
+            self.checkpoint(force=force)
+        except SluiceError as exc:
+            self.metrics.count("RelayCheckpointFailed")
+            log.warning("checkpoint failed, next one in %ss: %s", self.interval_s, exc)
 
     def checkpoint(self, *, force: bool = False) -> None:
         """A bounded scan per partition, then one conditional write of its checkpoint."""
