@@ -33,11 +33,13 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
               help="Jobs one worker runs at once (threads).")
 @click.option("--relay-every", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
               help="Seconds between scheduled relay invocations.")
+@click.option("--history/--no-history", default=True, show_default=True,
+              help="Record every grant, result write and ack in .sluice/history.jsonl (sluice top reads it).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
 def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
-        worker_concurrency: int | None, relay_every: float, log_level: str) -> None:
+        worker_concurrency: int | None, relay_every: float, history: bool, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Writes .sluice/endpoints.json and prints the endpoints. A second `sluice dev` in
@@ -47,7 +49,7 @@ def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None
 
     options = DevOptions(state_dir=target.state_dir, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
                          workers=workers, relay_every_s=relay_every, relay_timeout_s=relay_every + 10,
-                         log_level=log_level.upper(),
+                         log_level=log_level.upper(), history=history,
                          settings=_settings_overrides(worker_batch, worker_concurrency))
     stack = DevStack(options)
     with signals_stop(stack):

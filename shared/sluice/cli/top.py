@@ -10,6 +10,8 @@ worker); the relay reaps them within seconds.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +59,9 @@ class TopState:
         path = (self.target.local or {}).get("history_path")
         if not path:
             return None
+        if self.previous is None and self.history_offset == 0:
+            with contextlib.suppress(OSError):  # count from now on: the history may be long
+                self.history_offset = os.path.getsize(path)
         events, self.history_offset = history.read(path, self.history_offset)
         self.acks += sum(1 for e in events if e.get("op") == "ack" and e.get("outcome") == "ok")
         return self.acks
@@ -80,9 +85,10 @@ class TopState:
                           f"[red]{overdue}[/]" if overdue else "0", str(st.dead), age(st.oldest_ready_age_ms),
                           delta, rate(st.config), "[yellow]paused[/]" if st.config.paused else "running")
         if s.acks is not None and prev is not None and prev.acks is not None and dt > 0:
-            line = f"throughput: {(s.acks - prev.acks) / dt:.1f} jobs/s finished   total acked: {s.acks}"
+            per_s = (s.acks - prev.acks) / dt
+            line = f"throughput: {per_s:.1f} jobs/s finished   acked since start: {s.acks}"
         elif s.acks is not None:
-            line = f"throughput: measuring...   total acked: {s.acks}"
+            line = f"throughput: measuring...   acked since start: {s.acks}"
         else:
             line = "throughput: see Δ depth/s (no worker history for a deployed stack)"
         return Group(table, Text(line), *([Text("Ctrl-C to quit", style="dim")] if live else []))
