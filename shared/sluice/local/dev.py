@@ -115,21 +115,24 @@ class DevStack:
                                "worker_function_name": WORKER_FUNCTION, **o.settings})
             progress("starting redis, moto and the Kafka broker")
             s = self.stack.start_servers(base)
-            progress("creating topics, tables and buckets")
-            self._ensure_resources(s)
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}"})
             self.settings = s
-            progress("starting the gateway and the local Lambda service")
+            progress("starting the local Lambda service; creating topics, tables and buckets")
             self.lambdas = LocalLambda(self._functions(s), self.logs).start()
             self.lambda_api = LambdaApi(self.lambdas, port=lambda_port).start()
+            # Cold starts (imports, clients) overlap the resource creation; neither warm-up
+            # touches a table or a topic.
             warm_up = {"queues": ["echo"], "batch": 1, "source": "warm-up"}
             warm = [self.lambdas.invoke(WORKER_FUNCTION, warm_up)
                     for _ in range(min(o.warm_workers, o.workers))]
-            self.gateway = self._start_gateway(s)
+            warm += [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
+                     for _ in range(o.gateway_concurrency)]
+            self._ensure_resources(s)
             for inv in warm:
                 inv.done.wait(30)
+            self.gateway = self._serve_gateway()
             self._scheduler = threading.Thread(target=self._schedule, name="sluice-schedule", daemon=True)
             self._scheduler.start()
             self.endpoints = {
@@ -201,7 +204,7 @@ class DevStack:
                      int(o.relay_timeout_s * 1000), 2, relay_env, idle_s=o.relay_every_s * 3),
         ]
 
-    def _start_gateway(self, s: Settings) -> Any:
+    def _serve_gateway(self) -> Any:
         """HTTP on 127.0.0.1; each request becomes a proxy event for a gateway container.
 
         Containers, not threads: Powertools' resolver keeps the current event in a class
@@ -220,11 +223,7 @@ class DevStack:
             result: dict[str, Any] = inv.result
             return result
 
-        n = self.options.gateway_concurrency
-        warm = [lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False) for _ in range(n)]
-        for inv in warm:  # cold starts now rather than on the first requests
-            inv.done.wait(30)
-        return LocalGateway([handler] * n).start()
+        return LocalGateway([handler] * self.options.gateway_concurrency).start()
 
     # -- EventBridge's part ----------------------------------------------------------------------------
 
