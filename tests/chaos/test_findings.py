@@ -2,7 +2,8 @@
 
 1. A worker frozen between its lease and its grant (or during the grant call) woke up and was
    granted a job that another worker had meanwhile finished and acknowledged: the jobs table
-   said "leased" for good.
+   said "leased" for good. Likewise a re-run after a crash before ack, given up when Redis
+   lost the job under it.
 2. After a broker crash, Tansu acknowledged an idempotent producer's retried record with
    offset -1 and never stored it: the gateway answered 202 for a job that was gone.
 """
@@ -68,6 +69,27 @@ def test_a_grant_that_lands_after_the_lease_lapsed_puts_a_finished_job_back_to_s
     assert (item["status"], item["result"]) == ("succeeded", "theirs")
     assert (item["token"], item["result_token"]) == (2, 2)
     assert k.queue.called("ack") == []  # the Redis lease is not ours: nothing to ack
+
+
+def test_a_re_run_of_a_finished_job_given_up_when_redis_lost_it_restores_the_stored_result() -> None:
+    # Crash before ack: "first" was written with token 1, the job came back and is run again.
+    k = kit()
+    k.queue.add("q", "j1")
+    k.store.items["j1"] = {"queue": "q", "status": "succeeded", "token": 1, "attempts": 1,
+                           "cancel_requested": False, "result": "first", "result_json": '"first"',
+                           "result_token": 1}
+
+    def rerun(job: Any, ctx: Any) -> str:
+        k.queue.jobs.pop(("q", "j1"))  # Redis restarts empty while the re-run works
+        ctx.lease_lost.wait(5)  # the heartbeat finds the job gone
+        return "second"
+
+    k.app.register("q", rerun)
+    summary = k.worker(lease_ms=300).drain(["q"], 1)
+    assert summary.outcomes["lease_lost"] == 1
+    item = k.store.items["j1"]
+    assert (item["status"], item["result"]) == ("succeeded", "first")
+    assert (item["result_token"], item["token"]) == (2, 2)
 
 
 def test_a_live_lease_is_still_granted() -> None:

@@ -68,7 +68,9 @@ class JobRunner:
             return self.settler.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
         if time.monotonic() >= tracked.state.expires_at:
-            return self._granted_too_late(a)
+            outcome = self.settler.lost(a, "the lease lapsed while the grant was in flight")
+            self._undo_grant(a)
+            return outcome
         if spec is None:
             return self.settler.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
         if tracked.state.cancel_requested.is_set():
@@ -84,25 +86,30 @@ class JobRunner:
         a.log.info("job started")
         inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
         self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
-        return self._verdict(a, ctx, inv, timeout_ms)
+        outcome = self._verdict(a, ctx, inv, timeout_ms)
+        if outcome is Outcome.LEASE_LOST:
+            self._undo_grant(a)
+        return outcome
 
-    def _granted_too_late(self, a: Attempt) -> Outcome:
-        """The grant landed after the lease lapsed (frozen while the call was in flight).
+    def _undo_grant(self, a: Attempt) -> None:
+        """An attempt given up after its grant must not leave a finished job "leased".
 
-        If another worker had finished the job meanwhile, this grant took it back from
-        "succeeded" to "leased", and holding the newest token only this worker can undo
-        that: it writes the stored result again under its token (fenced, so a newer holder
-        wins). Then it gives the job up like any lost lease.
+        A grant takes a succeeded job back to "leased" (a re-run after a crash before ack, or
+        a grant that landed after the lease lapsed while another worker finished the job).
+        If this attempt is then given up and no newer token was granted since, no other
+        worker can ever finish it: Redis may have lost the job, or it was acked already. So
+        the stored result is written again under this attempt's token (fenced: a newer holder
+        wins), and the job reads "succeeded" again with the result it had. (Chaos finding,
+        docs/break-it.md.)
         """
         job = a.leased
         try:
             rec = self.store.get_job(job.job_id)
             if rec.status is JobState.LEASED and rec.token == a.token and rec.result_token is not None:
                 self.store.write_result(job.job_id, a.token, rec.result)
-                a.log.warning("a late grant took a finished job back to leased; its result is restored")
+                a.log.warning("gave up a re-run of a finished job; its stored result is restored")
         except SluiceError as exc:
-            a.log.warning("could not check or undo a late grant: %s", exc)
-        return self.settler.lost(a, "the lease lapsed while the grant was in flight")
+            a.log.warning("could not check or restore the job after giving it up: %s", exc)
 
     def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
         s = self.settler
