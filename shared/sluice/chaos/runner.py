@@ -29,6 +29,7 @@ from sluice.chaos.workload import Enqueuer
 
 Say = Callable[[str], None]
 ENQUEUE_SHARE = 0.9  # jobs arrive over most of the fault window, so the faults always meet work
+QUIET_S = 60.0  # a drain with no job finishing and no process doing anything for this long is over
 
 
 @dataclass(frozen=True)
@@ -294,28 +295,38 @@ class Run:
         accepted: set[str] = set()
         written: set[str] = set()
 
-        def catch_up() -> None:
-            for e in tail.read():
+        def catch_up() -> bool:
+            events = tail.read()
+            for e in events:
                 if e.get("op") == "enqueue" and e.get("outcome") == "ok":
                     accepted.add(str(e["job"]))
                 elif e.get("op") == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
                     written.add(str(e["job"]))
+            return bool(events)
 
         catch_up()
         waiting = set(accepted)
         timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
         started = time.monotonic()
-        next_report = started
+        next_report = moved = started
         while waiting and time.monotonic() - started < timeout:
             # The history says which jobs have a result; the store confirms those without one, and
             # all of them once the history has nothing left: polling every job would slow moto down.
-            catch_up()
+            before = len(waiting)
+            if catch_up():
+                moved = time.monotonic()
             unsure = waiting - written or waiting
             with contextlib.suppress(Exception):  # a slow moto answer: ask again next round
                 waiting -= store.final_job_ids(sorted(unsure))
+            if len(waiting) < before:
+                moved = time.monotonic()
             if time.monotonic() >= next_report:
                 next_report += 10
-                say(f"  draining: {len(accepted) - len(waiting - written)}/{len(accepted)} written")
+                say(f"  draining: {len(accepted) - len(waiting)}/{len(accepted)} final, "
+                    f"{len(written & accepted)} written")
+            if waiting and time.monotonic() - moved >= QUIET_S:
+                say(f"  nothing moved for {QUIET_S:.0f}s: these jobs will not finish by themselves")
+                break
             if waiting:
                 time.sleep(2.0)
         store.close()
