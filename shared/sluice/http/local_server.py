@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -98,6 +99,14 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]
     return int(response.get("statusCode", 502)), pairs, raw
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up before its answer is not an error worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class LocalGateway:
     def __init__(self, handlers: Handler | Sequence[Handler], *, host: str = "127.0.0.1", port: int = 0,
                  function_name: str = "sluice-gateway", timeout_ms: int = 29_000) -> None:
@@ -107,7 +116,7 @@ class LocalGateway:
             self._idle.put(handler)
         self.function_name = function_name
         self.timeout_ms = timeout_ms
-        self._server = ThreadingHTTPServer((host, port), self._request_handler())
+        self._server = _QuietServer((host, port), self._request_handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

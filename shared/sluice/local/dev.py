@@ -20,6 +20,8 @@ Children get their configuration as ``SLUICE_*`` variables (``stack.settings_env
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import signal
 import sys
@@ -92,6 +94,7 @@ class DevStack:
         self.endpoints: dict[str, Any] = {}
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
+        self._log_handler: logging.Handler | None = None
 
     @property
     def logs(self) -> Path:
@@ -113,6 +116,7 @@ class DevStack:
             base = Settings(**{"handlers_module": o.handlers,
                                "history_path": str(history) if history else None,
                                "worker_function_name": WORKER_FUNCTION, **o.settings})
+            self._log_to_file()
             progress("starting redis, moto and the Kafka broker")
             s = self.stack.start_servers(base)
             self.sink = FencedSink().start()
@@ -154,10 +158,19 @@ class DevStack:
         return self.endpoints
 
     def _written(self) -> dict[str, Any]:
-        import json
-
         data: dict[str, Any] = json.loads((self.options.state_dir / "endpoints.json").read_text())
         return data
+
+    def _log_to_file(self) -> None:
+        """This process's own log lines (the HTTP front, the Lambda service) go to logs/dev.log,
+        not to the terminal, where the endpoints block should stay readable."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.logs / "dev.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger = logging.getLogger("sluice")
+        logger.addHandler(handler)
+        logger.propagate = False
+        self._log_handler = handler
 
     def _check_handlers(self) -> None:
         """Import the handlers module here first: a typo is one clear error, not crashing workers."""
@@ -218,10 +231,21 @@ class DevStack:
 
         def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
             inv = lambdas.invoke(GATEWAY_FUNCTION, event, asynchronous=False)
-            if not inv.done.wait(GATEWAY_TIMEOUT_MS / 1000 + 5) or inv.error is not None:
-                raise RuntimeError(f"gateway function failed: {inv.error or 'no answer'}")
-            result: dict[str, Any] = inv.result
-            return result
+            answered = inv.done.wait(GATEWAY_TIMEOUT_MS / 1000 + 5)
+            if answered and inv.error is None and isinstance(inv.result, dict):
+                result: dict[str, Any] = inv.result
+                return result
+            # What API Gateway answers when its Lambda integration fails or times out.
+            status, title = (503, "Service Unavailable") if self._stop.is_set() else \
+                (502, "Bad Gateway") if answered else (504, "Gateway Timeout")
+            detail = "sluice dev is stopping" if status == 503 else \
+                f"the gateway function failed: {inv.error}"
+            if status != 503:
+                logging.getLogger("sluice.local.dev").warning("%s %s: %s", event.get("httpMethod"),
+                                                             event.get("path"), detail)
+            body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+            return {"statusCode": status, "headers": {"Content-Type": "application/problem+json"},
+                    "body": json.dumps(body)}
 
         return LocalGateway([handler] * self.options.gateway_concurrency).start()
 
@@ -240,7 +264,7 @@ class DevStack:
                     next_safety = now + o.safety_net_every_s
                     self.invoke_safety_net()
             except Exception as exc:  # a hiccup must not stop the schedule
-                print(f"sluice dev: schedule: {exc}", file=sys.stderr)
+                logging.getLogger("sluice.local.dev").warning("schedule: %s", exc)
             self._stop.wait(min(next_relay, next_safety) - time.monotonic())
 
     def invoke_relay(self) -> None:
@@ -278,6 +302,12 @@ class DevStack:
             t.join(15)
         self.gateway = self.lambda_api = self.lambdas = self.sink = None
         self.stack.stop()
+        if self._log_handler is not None:
+            logger = logging.getLogger("sluice")
+            logger.removeHandler(self._log_handler)
+            logger.propagate = True
+            self._log_handler.close()
+            self._log_handler = None
 
     def wait(self) -> None:
         """Block until ``request_stop`` (a signal handler calls it)."""
