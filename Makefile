@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared functions tests benchmarks
+	$(BIN)/ruff check shared functions infra tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

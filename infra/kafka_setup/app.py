@@ -40,6 +40,9 @@ def bootstrap_handler(event: dict[str, Any], context: Any) -> None:
     _run(event, lambda props: lookup(props), physical_id=event["LogicalResourceId"])
 
 
+PROBE_ATTEMPTS = 3
+
+
 def topics_handler(event: dict[str, Any], context: Any) -> None:
     props = event.get("ResourceProperties", {})
     _run(event, ensure_topics, physical_id=f"{props.get('BootstrapServers', '')}|{props.get('Topics', '')}")
@@ -48,6 +51,7 @@ def topics_handler(event: dict[str, Any], context: Any) -> None:
 def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
     """Create each topic named in ``props["Topics"]`` (comma-separated) if missing."""
     from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+    from kafka.errors import IncompatibleBrokerVersion
 
     from sluice.config import Settings
     from sluice.kafka.auth import client_config
@@ -57,15 +61,24 @@ def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
     retention_ms = str(int(props.get("RetentionHours", 168)) * 3600 * 1000)
     settings = Settings(kafka_bootstrap=props["BootstrapServers"], kafka_security=props["Security"],
                         aws_region=props.get("Region", "us-east-1"))
-    admin = KafkaAdminClient(**client_config(settings), request_timeout_ms=ADMIN_TIMEOUT_MS,
-                             bootstrap_timeout_ms=ADMIN_TIMEOUT_MS)
+    for attempt in range(PROBE_ATTEMPTS):
+        admin = KafkaAdminClient(**client_config(settings), request_timeout_ms=ADMIN_TIMEOUT_MS,
+                                 bootstrap_timeout_ms=ADMIN_TIMEOUT_MS)
+        try:
+            existing = set(admin.list_topics())
+            missing = [t for t in topics if t not in existing]
+            if missing:
+                # replication_factor=-1: the broker's default (MSK Serverless fixes it at 3).
+                admin.create_topics([NewTopic(t, partitions, -1, topic_configs={"retention.ms": retention_ms})
+                                     for t in missing])
+            break
+        except IncompatibleBrokerVersion:
+            # kafka-python picks request versions from an ApiVersions probe; a probe that timed
+            # out on a busy broker leaves a guess too old for CreateTopics. A fresh client probes again.
+            admin.close()
+            if attempt == PROBE_ATTEMPTS - 1:
+                raise
     try:
-        existing = set(admin.list_topics())
-        missing = [t for t in topics if t not in existing]
-        if missing:
-            # replication_factor=-1: the broker's default (MSK Serverless fixes it at 3).
-            admin.create_topics([NewTopic(t, partitions, -1, topic_configs={"retention.ms": retention_ms})
-                                 for t in missing])
         grow = {}
         for topic in admin.describe_topics([t for t in topics if t in existing]):
             if len(topic["partitions"]) < partitions:

