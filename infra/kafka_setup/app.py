@@ -80,7 +80,10 @@ def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
                 raise
     try:
         grow = {}
-        for topic in admin.describe_topics([t for t in topics if t in existing]):
+        present = [t for t in topics if t in existing]
+        # describe_topics([]) describes every topic in the cluster; growing those would
+        # touch topics this stack does not own.
+        for topic in admin.describe_topics(present) if present else []:
             if len(topic["partitions"]) < partitions:
                 grow[topic.get("name") or topic["topic"]] = NewPartitions(total_count=partitions)
         if grow:

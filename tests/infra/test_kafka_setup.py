@@ -85,6 +85,26 @@ def _partitions(bootstrap: str, topics: list[str]) -> dict[str, int]:
 
 
 @pytest.mark.timeout(90)
+def test_a_first_deploy_leaves_other_topics_alone(tansu: servers.Server, unique: str,
+                                                  replies: Replies) -> None:
+    # describe_topics([]) means "every topic": a first deploy once tried to grow foreign topics.
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    bootstrap = tansu.extra["bootstrap"]
+    foreign = f"theirs-{unique}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(foreign, 1, 1)])
+    finally:
+        admin.close()
+    props = {"BootstrapServers": bootstrap, "Security": "plaintext", "Region": "us-east-1",
+             "Topics": f"ours-{unique}", "Partitions": "3"}
+    app.topics_handler(replies.event("Create", props), None)
+    assert replies.bodies[-1]["Status"] == "SUCCESS", replies.bodies[-1]
+    assert _partitions(bootstrap, [foreign, f"ours-{unique}"]) == {foreign: 1, f"ours-{unique}": 3}
+
+
+@pytest.mark.timeout(90)
 def test_topics_are_created_grown_and_kept(tansu: servers.Server, unique: str, replies: Replies) -> None:
     bootstrap = tansu.extra["bootstrap"]
     topics = [f"jobs-{unique}", f"jobs-{unique}.dlq"]
