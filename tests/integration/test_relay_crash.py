@@ -68,7 +68,8 @@ def assert_exactly_once(leased: list[str], expected: set[str]) -> None:
 def test_sigkill_between_push_and_commit_ten_times_duplicates_and_loses_nothing(
         tansu: Any, topic: str, redis_url: str, redis_client: Any, unique: str) -> None:
     bs, group = tansu.extra["bootstrap"], f"g-{unique}"
-    records = job_records("k", 6000)
+    # Enough that ten short-lived relays cannot drain it all, even on an idle machine.
+    records = job_records("k", 30000)
     produce(bs, topic, records)
     expected = {key.decode() for key, _, _ in records}
     drainer = Drainer(redis_url).start()  # acks delete job hashes: a replayed push would show
