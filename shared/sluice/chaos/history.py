@@ -26,12 +26,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sluice.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
-from sluice.models import JobRecord, JobSpec, LeasedJob, WriteOutcome, dump_json
+from sluice.errors import SluiceError, StaleToken
+from sluice.local.history import StorePassThrough, outcome_of
+from sluice.models import LeasedJob, WriteOutcome, dump_json
 from sluice.ports import JobQueue, JobStore
 
 T = TypeVar("T")
@@ -100,16 +101,6 @@ def _parse(data: bytes) -> list[dict[str, Any]]:
     return events
 
 
-def outcome_of(exc: SluiceError) -> str:
-    if isinstance(exc, StaleToken):
-        return "rejected"
-    if isinstance(exc, JobCancelled):
-        return "cancelled"
-    if isinstance(exc, LeaseLost | JobNotFound):
-        return "lost"
-    return "error"
-
-
 class _Recorder:
     def __init__(self, history: History) -> None:
         self.history = history
@@ -129,7 +120,7 @@ class _Recorder:
         return result
 
 
-class RecordingStore:
+class RecordingStore(StorePassThrough):
     """``ports.JobStore`` that records grants, result writes, failure records and releases."""
 
     def __init__(self, store: JobStore, history: History) -> None:
@@ -158,20 +149,6 @@ class RecordingStore:
         self._rec.call("store_release", lambda: self._store.release(job_id, token),
                        {"job": job_id, "token": token})
 
-    def record_accepted(self, spec: JobSpec) -> None:
-        self._store.record_accepted(spec)
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
-        self._store.mark_queued(jobs)
-
-    def get_job(self, job_id: str) -> JobRecord:
-        return self._store.get_job(job_id)
-
-    def request_cancel(self, job_id: str) -> JobRecord:
-        return self._store.request_cancel(job_id)
-
-    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return self._store.final_job_ids(job_ids)
 
     def fenced_table(self, table_name: str, job_id: str, token: int) -> Any:
         return self._store.fenced_table(table_name, job_id, token)  # type: ignore[attr-defined]

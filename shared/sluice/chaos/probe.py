@@ -17,14 +17,13 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import IO, Any
 
 from sluice.errors import JobNotFound, LeaseLost, SluiceError, StaleToken
+from sluice.local.history import StorePassThrough
 from sluice.models import (
     Extended,
-    JobRecord,
-    JobSpec,
     LeasedJob,
     WriteOutcome,
 )
@@ -99,7 +98,7 @@ class ProbedQueue:
         return getattr(self._queue, name)
 
 
-class ProbedStore:
+class ProbedStore(StorePassThrough):
     """The job store calls a scenario worker makes; ``fencing=False`` is the bug."""
 
     def __init__(self, store: JobStore, emit: Emit, *, fencing: bool = True) -> None:
@@ -140,17 +139,3 @@ class ProbedStore:
     def release(self, job_id: str, token: int) -> None:
         self._store.release(job_id, token)
 
-    def record_accepted(self, spec: JobSpec) -> None:
-        self._store.record_accepted(spec)
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
-        self._store.mark_queued(jobs)
-
-    def get_job(self, job_id: str) -> JobRecord:
-        return self._store.get_job(job_id)
-
-    def request_cancel(self, job_id: str) -> JobRecord:
-        return self._store.request_cancel(job_id)
-
-    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return self._store.final_job_ids(job_ids)

@@ -83,7 +83,8 @@ class History:
             os.close(self._fd)
 
 
-def _outcome(exc: BaseException) -> str:
+def outcome_of(exc: BaseException) -> str:
+    """How a history line names a refused call (shared with sluice.chaos)."""
     if isinstance(exc, StaleToken):
         return "rejected"
     if isinstance(exc, JobCancelled):
@@ -106,7 +107,7 @@ class _Recorder:
             extra: dict[str, Any] = {"error": str(exc)[:200]}
             if isinstance(exc, StaleToken):
                 extra["current"] = exc.current
-            self.history.emit(op, outcome=_outcome(exc), t0=t0, t1=time.time(), **fields, **extra)
+            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=time.time(), **fields, **extra)
             raise
         if record_ok:
             self.history.emit(op, outcome=ok(result), t0=t0, t1=time.time(), **fields)
@@ -138,7 +139,28 @@ class RecordingFencedTable:
         return getattr(self._table, name)
 
 
-class RecordingStore:
+class StorePassThrough:
+    """The JobStore calls that no recorder or probe looks at, passed straight to ``_store``."""
+
+    _store: JobStore
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        self._store.record_accepted(spec)
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+        self._store.mark_queued(jobs)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        return self._store.get_job(job_id)
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        return self._store.request_cancel(job_id)
+
+    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        return self._store.final_job_ids(job_ids)
+
+
+class RecordingStore(StorePassThrough):
     """``ports.JobStore`` that records grants, result writes and failure records."""
 
     def __init__(self, store: JobStore, history: History) -> None:
@@ -150,7 +172,7 @@ class RecordingStore:
         try:
             token = self._store.grant(job_id, queue, owner)
         except SluiceError as exc:
-            self._rec.history.emit("grant", outcome=_outcome(exc), job=job_id, queue=queue, owner=owner,
+            self._rec.history.emit("grant", outcome=outcome_of(exc), job=job_id, queue=queue, owner=owner,
                                    t0=t0, t1=time.time(), error=str(exc)[:200])
             raise
         self._rec.history.emit("grant", outcome="ok", job=job_id, queue=queue, owner=owner, token=token,
@@ -181,22 +203,6 @@ class RecordingStore:
             raise SluiceError("the store offers no fenced tables")
         return RecordingFencedTable(factory(table_name, job_id, token), self._rec, job_id, token)
 
-    # -- unrecorded delegation ------------------------------------------------------------------
-
-    def record_accepted(self, spec: JobSpec) -> None:
-        self._store.record_accepted(spec)
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
-        self._store.mark_queued(jobs)
-
-    def get_job(self, job_id: str) -> JobRecord:
-        return self._store.get_job(job_id)
-
-    def request_cancel(self, job_id: str) -> JobRecord:
-        return self._store.request_cancel(job_id)
-
-    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return self._store.final_job_ids(job_ids)
 
 
 class RecordingQueue:
