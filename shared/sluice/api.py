@@ -4,30 +4,36 @@ Pure orchestration over the ports (``JobLog``, ``JobStore``, ``JobQueue``) and a
 idempotency guard; no client library is imported here. The HTTP layer
 (``sluice.http.app``) parses and validates, then calls exactly one method.
 
-Enqueue order, and why:
+Enqueue, and why it writes nothing but the Kafka record:
 
-1. Build the specs (server-side job ids) and check payload sizes. Nothing written yet.
-2. Append to Kafka and, *at the same time*, create the status items (``record_accepted``).
-   Overlapping the two writes hides the faster one's latency.
-3. Only after Kafka acknowledged every record is the job reported accepted.
-   If Kafka failed or timed out, the record may or may not have landed, so the status
-   items are moved to ``cancelled``: the relay skips final jobs, so a 503 means the job
-   will not run, and a client retry cannot make it run twice. Nobody has seen these job
-   ids yet, so nobody ever observes the brief ``accepted`` state.
-4. If the status write failed but Kafka acknowledged, the job is durable and will run
-   (the relay's ``mark_queued`` creates a missing item); the answer is still 202.
+1. Build the specs and check payload sizes. Nothing written yet. Job ids are minted
+   here and verify themselves (``sluice.ids``: ULID, queue, HMAC with the gateway's
+   secret), so no status item is needed for ``GET`` to work right after the 202.
+2. Append to Kafka; answer 202 only once Kafka acknowledged every record. That single
+   acknowledged append is the whole happy path: a DynamoDB write per job would cost more
+   than the append itself. The relay's ``mark_queued`` creates the status item later.
+3. If Kafka failed or timed out, the outcome is unknown: the record may have landed.
+   Each job is withdrawn (``JobStore.cancel_unrecorded``: a ``cancelled`` item), so the
+   relay skips it (``final_job_ids``) and a worker's ``grant`` refuses it, and the answer
+   is 503. A job that a relay and a worker already started before the withdrawal runs;
+   a failed withdrawal is logged. The client retries with the same Idempotency-Key.
+
+Reads: a job with a status item is answered from it. A job without one whose id
+verifies, minted within ``id_horizon_ms`` (Kafka's retention), is ``accepted``: the
+gateway issued it, Kafka acknowledged it, and the relay has not recorded it yet.
+Everything else is 404.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+from sluice import ids
 from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
 from sluice.http.jsonguard import PayloadTooLarge
 from sluice.http.models import (
@@ -39,23 +45,16 @@ from sluice.http.models import (
     JobView,
     QueueView,
 )
-from sluice.models import JobSpec, JobState, dump_json, validate_job_id, validate_queue_name
+from sluice.models import JobRecord, JobSpec, JobState, dump_json, validate_job_id, validate_queue_name
 from sluice.ports import JobLog, JobQueue, JobStore
 
 log = logging.getLogger(__name__)
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-
-
-def new_job_id(now_ms: int, entropy: bytes | None = None) -> str:
-    """A ULID: 48-bit millisecond time + 80 random bits, 26 Crockford base32 characters.
-
-    Time-ordered, so ids sort by acceptance time and DynamoDB/Kafka keys spread evenly
-    (the random tail, not the clock, picks the partition).
-    """
-    rand = entropy if entropy is not None else os.urandom(10)
-    value = ((now_ms & (2**48 - 1)) << 80) | int.from_bytes(rand[:10], "big")
-    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+# Default Kafka retention: an unrelayed record older than this is gone from the log.
+DEFAULT_ID_HORIZON_MS: Final = 7 * 24 * 3600 * 1000
+NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
+CANCELLED_BEFORE_RELAY: Final = "cancelled before the relay took it"
+new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
 
 
 class Idempotency(Protocol):
@@ -85,19 +84,24 @@ def _now_ms() -> int:
 
 
 class Api:
-    def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *,
+    def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *, job_id_key: bytes,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
-                 clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] = new_job_id,
-                 status_writers: int = 8) -> None:
+                 clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
+                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8) -> None:
         self.log = log
         self.store = store
         self.queue = queue
         self.idempotency = idempotency
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
+        self.job_id_key = ids.check_key(job_id_key)
+        self.id_horizon_ms = id_horizon_ms
+        # None: mint self-verifying ids. A callable (now_ms -> id) names jobs itself (the chaos
+        # workload does, so that an enqueue with an unknown outcome is named in its history);
+        # such ids do not verify, so GET answers 404 for them until the relay records them.
         self.new_id = new_id
-        # Created once per container: status writes overlap the Kafka append (module docstring).
-        self._pool = ThreadPoolExecutor(max_workers=status_writers, thread_name_prefix="sluice-status")
+        self._withdraw_workers = withdraw_workers
+        self._pool: ThreadPoolExecutor | None = None  # created by the first withdrawal of a batch
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -105,14 +109,16 @@ class Api:
                 remaining_ms: Callable[[], int] | None = None) -> Outcome:
         validate_queue_name(queue)
         self._check_size(request, index=None)
+        if idempotency_key is None or self.idempotency is None:
+            spec = self._spec(queue, request, self.clock(), None)
+            self._accept([spec])
+            return Outcome(Accepted(job_id=spec.job_id, queue=queue))
 
         def action() -> dict[str, Any]:
             spec = self._spec(queue, request, self.clock(), idempotency_key)
             self._accept([spec])
-            return Accepted(job_id=spec.job_id, queue=queue).model_dump(mode="json")
+            return {"job_id": spec.job_id, "queue": queue, "status": "accepted"}
 
-        if idempotency_key is None or self.idempotency is None:
-            return Outcome(Accepted.model_validate(action()))
         fingerprint = {"op": "enqueue", "queue": queue, "request": request.model_dump(mode="json")}
         result, replayed = self.idempotency.run(idempotency_key, fingerprint, action, remaining_ms)
         return Outcome(Accepted.model_validate(result), replayed)
@@ -123,17 +129,17 @@ class Api:
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
 
-        def action() -> dict[str, Any]:
+        def accept() -> BatchAccepted:
             now = self.clock()
             specs = [self._spec(queue, job, now, idempotency_key) for job in request.jobs]
             self._accept(specs)
-            accepted = [Accepted(job_id=s.job_id, queue=queue) for s in specs]
-            return BatchAccepted(queue=queue, jobs=accepted).model_dump(mode="json")
+            return BatchAccepted(queue=queue, jobs=[Accepted(job_id=s.job_id, queue=queue) for s in specs])
 
         if idempotency_key is None or self.idempotency is None:
-            return Outcome(BatchAccepted.model_validate(action()))
+            return Outcome(accept())
         fingerprint = {"op": "enqueue_batch", "queue": queue, "request": request.model_dump(mode="json")}
-        result, replayed = self.idempotency.run(idempotency_key, fingerprint, action, remaining_ms)
+        result, replayed = self.idempotency.run(idempotency_key, fingerprint,
+                                                lambda: accept().model_dump(mode="json"), remaining_ms)
         return Outcome(BatchAccepted.model_validate(result), replayed)
 
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
@@ -143,9 +149,12 @@ class Api:
             raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
                                   index=index)
 
+    def _job_id(self, now_ms: int, queue: str) -> str:
+        return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)
+
     def _spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None) -> JobSpec:
         return JobSpec(
-            job_id=self.new_id(now_ms),
+            job_id=self._job_id(now_ms, queue),
             queue=queue,
             payload=request.payload,
             priority=request.priority,
@@ -157,32 +166,52 @@ class Api:
         )
 
     def _accept(self, specs: Sequence[JobSpec]) -> None:
-        recorded = [self._pool.submit(self.store.record_accepted, spec) for spec in specs]
         try:
             self.log.append(specs)
-        except BaseException:
-            self._withdraw(specs, recorded)
+        except Exception:  # unavailable, timed out, or a bug: either way the outcome is unknown
+            self._withdraw(specs)
             raise
-        for spec, future in zip(specs, recorded, strict=True):
-            exc = future.exception()
-            if exc is not None:  # durable in Kafka; the relay will create the item (step 4)
-                log.warning("status item for accepted job %s not written: %r", spec.job_id, exc)
 
-    def _withdraw(self, specs: Sequence[JobSpec], recorded: Sequence[Future[None]]) -> None:
-        """Kafka did not acknowledge: make sure these jobs never run (module docstring, step 3)."""
-        for spec, future in zip(specs, recorded, strict=True):
-            if future.exception() is not None:
-                continue  # no item was created; if the record landed anyway, see docs/api.md
-            try:
-                self.store.request_cancel(spec.job_id)
-            except SluiceError as exc:
-                log.error("could not withdraw unacknowledged job %s: %r", spec.job_id, exc)
+    def _withdraw(self, specs: Sequence[JobSpec]) -> None:
+        """Kafka did not acknowledge; the records may be there anyway. Stop them from running."""
+        if len(specs) == 1:
+            self._withdraw_one(specs[0])
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._withdraw_workers,
+                                            thread_name_prefix="sluice-withdraw")
+        list(self._pool.map(self._withdraw_one, specs))
+
+    def _withdraw_one(self, spec: JobSpec) -> None:
+        try:
+            self.store.cancel_unrecorded(spec.job_id, spec.queue, NOT_ACKNOWLEDGED)
+        except AlreadyFinished:
+            log.warning("unacknowledged job %s had already finished: Kafka had it after all", spec.job_id)
+        except SluiceError as exc:
+            # If the record did land, this job runs although the client was told 503.
+            log.error("could not withdraw unacknowledged job %s: %r", spec.job_id, exc)
 
     # -- reads and cancel ------------------------------------------------------------------
 
+    def minted(self, job_id: str) -> ids.Minted | None:
+        """Queue and acceptance time of an id this gateway issued within the horizon, else None."""
+        found = ids.verify(job_id, self.job_id_key)
+        if found is None or self.clock() - found.accepted_at_ms > self.id_horizon_ms:
+            return None
+        return found
+
     def status(self, job_id: str) -> JobView:
         validate_job_id(job_id)
-        record = self.store.get_job(job_id)
+        try:
+            record = self.store.get_job(job_id)
+        except JobNotFound:
+            minted = self.minted(job_id)
+            if minted is None:
+                raise
+            # Issued by us and acknowledged by Kafka (the 202 came after the ack; a failed
+            # append leaves a cancelled item), not yet recorded by the relay.
+            return JobView(job_id=job_id, queue=minted.queue, status=JobState.ACCEPTED, attempts=0,
+                           created_at_ms=minted.accepted_at_ms, updated_at_ms=minted.accepted_at_ms)
         return JobView(
             job_id=record.job_id, queue=record.queue, status=record.status, attempts=record.attempts,
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,
@@ -193,7 +222,7 @@ class Api:
     def cancel(self, job_id: str) -> CancelAccepted:
         """Raises JobNotFound (404) or AlreadyFinished (409)."""
         validate_job_id(job_id)
-        record = self.store.request_cancel(job_id)  # the store decides; Redis follows
+        record = self._cancel_in_store(job_id)  # the store decides; Redis follows
         leased = record.status is JobState.LEASED
         try:
             self.queue.cancel(record.queue, job_id)
@@ -208,6 +237,14 @@ class Api:
             # from Redis is housekeeping.
             log.warning("cancelled job %s not removed from its Redis queue: %r", job_id, exc)
         return CancelAccepted(job_id=job_id, status="cancel_requested" if leased else "cancelled")
+
+    def _cancel_in_store(self, job_id: str) -> JobRecord:
+        minted = self.minted(job_id)
+        if minted is None:
+            return self.store.request_cancel(job_id)
+        # Ours and possibly not recorded yet: a cancelled item, created if the relay has not
+        # made one (it then skips the job); an existing item is cancelled as request_cancel does.
+        return self.store.cancel_unrecorded(job_id, minted.queue, CANCELLED_BEFORE_RELAY)
 
     def stats(self, queue: str) -> QueueView:
         validate_queue_name(queue)

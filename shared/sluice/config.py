@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,6 +39,13 @@ class Settings(BaseSettings):
 
     # Gateway limits.
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+    # Job ids verify themselves (sluice.ids: ULID.queue.HMAC), so the gateway answers GET for a job
+    # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
+    # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
+    # horizon (default 7 days, Kafka's default retention) is 404; keep it <= retention_days.
+    job_id_secret: SecretStr | None = None
+    job_id_secret_arn: str | None = None
+    job_id_horizon_s: int = Field(default=7 * 24 * 3600, ge=1)
 
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)

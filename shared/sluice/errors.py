@@ -115,6 +115,12 @@ class HandlerNotFound(SluiceError):
     code = "NO_HANDLER"
 
 
+class ConfigError(SluiceError):
+    """The deployment's configuration is missing or inconsistent; the component refuses to start."""
+
+    code = "CONFIG_ERROR"
+
+
 ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (

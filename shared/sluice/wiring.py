@@ -54,6 +54,37 @@ def job_log(s: Settings | None = None) -> JobLog:
 
 
 @cache
+def job_id_key(s: Settings | None = None) -> bytes:
+    """The HMAC key of self-verifying job ids (``sluice.ids``), read once per container.
+
+    ``job_id_secret`` if set, else the bare SecretString of ``job_id_secret_arn`` in Secrets
+    Manager; ConfigError with neither (the gateway must not mint ids nobody can verify).
+    """
+    from sluice.errors import BackendUnavailable, ConfigError
+    from sluice.ids import MIN_KEY_BYTES
+
+    s = s or settings()
+    if s.job_id_secret is not None:
+        secret, source = s.job_id_secret.get_secret_value(), "SLUICE_JOB_ID_SECRET"
+    elif s.job_id_secret_arn:
+        import botocore.exceptions
+
+        try:
+            secret = str(boto_client("secretsmanager", s).get_secret_value(
+                SecretId=s.job_id_secret_arn)["SecretString"])
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise BackendUnavailable(f"cannot read the job id secret: {exc}") from exc
+        source = s.job_id_secret_arn
+    else:
+        raise ConfigError("no job id secret: set SLUICE_JOB_ID_SECRET or SLUICE_JOB_ID_SECRET_ARN "
+                          "(the gateway signs job ids with it; docs/api.md)")
+    key = secret.encode("utf-8")
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(f"the job id secret from {source} is shorter than {MIN_KEY_BYTES} bytes")
+    return key
+
+
+@cache
 def dispatcher(s: Settings | None = None) -> Dispatcher:
     from sluice.dispatch import LambdaDispatcher
 
@@ -62,5 +93,5 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
 
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
-    for builder in (settings, queue, store, job_log, dispatcher):
+    for builder in (settings, queue, store, job_log, dispatcher, job_id_key):
         builder.cache_clear()

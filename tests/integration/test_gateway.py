@@ -101,8 +101,58 @@ def test_batch_is_in_kafka_and_readable_at_once(gateway: Gateway, settings: Sett
     ids = [j["job_id"] for j in body["jobs"]]
     records = dict(kafka_records(settings))
     assert [records[i]["payload"]["n"] for i in ids] == list(range(25))
-    items = job_items(settings)
-    assert {items[i] for i in ids} == {"accepted"}
+    assert not set(ids) & set(job_items(settings))  # no status write on the happy path
+    for job_id in ids[:3]:
+        code, _, status = call(gateway, get(f"/v1/jobs/{job_id}"))
+        assert (code, status["status"], status["queue"]) == (200, "accepted", "batchq")
+
+
+def test_forged_wrong_queue_and_expired_ids_are_404(gateway: Gateway, api: Api, settings: Settings) -> None:
+    _, _, body = call(gateway, recorded("apigw_enqueue.json"))
+    stamp, queue, mac = body["job_id"].split(".")
+    forged = f"{stamp}.{queue}.{'0' * 16 if mac != '0' * 16 else '1' * 16}"
+    for job_id in (forged, f"{stamp}.batchq.{mac}"):
+        code, _, doc = call(gateway, get(f"/v1/jobs/{job_id}"))
+        assert (code, doc["code"]) == (404, "NOT_FOUND")
+    later = Api(api.log, api.store, api.queue, job_id_key=api.job_id_key, id_horizon_ms=api.id_horizon_ms,
+                clock=lambda: int(time.time() * 1000) + api.id_horizon_ms + 1000)
+    assert call(Gateway(later), get(f"/v1/jobs/{body['job_id']}"))[0] == 404
+    assert call(gateway, get(f"/v1/jobs/{body['job_id']}"))[0] == 200
+
+
+def test_cancel_before_the_relay_leaves_a_tombstone_the_relay_skips(
+        gateway: Gateway, api: Api, settings: Settings, redis_url: str, unique: str) -> None:
+    import redis as redis_lib
+
+    from sluice.redis.keys import QueueKeys
+    from tests.integration.relay_proc import build
+
+    queue = f"tomb{unique}"[:60].lower()
+    ids = [call(gateway, post(queue, {"payload": i}))[2]["job_id"] for i in range(3)]
+    code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{ids[0]}"))
+    assert (code, body) == (202, {"job_id": ids[0], "status": "cancelled"})
+    code, _, status = call(gateway, get(f"/v1/jobs/{ids[0]}"))
+    assert (code, status["status"], status["queue"]) == (200, "cancelled", queue)
+    assert job_items(settings)[ids[0]] == "cancelled"
+    # The relay reads the topic from the start: it must drop every final job in it, ours included.
+    final = api.store.final_job_ids([k for k, _ in kafka_records(settings)])
+    assert ids[0] in final
+    relay, source = build(redis_url, settings.kafka_bootstrap, settings.kafka_topic, f"g-{unique}",
+                          store=api.store)
+    ready = QueueKeys(queue).ready
+    client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 20
+        while client.zcard(ready) < 2 or relay.report.final_dropped < len(final):
+            assert time.monotonic() < deadline, "the relay did not get there in time"
+            relay.step()
+    finally:
+        relay.stop()  # drains the background status writes
+        source.close()
+    assert sorted(client.zrange(ready, 0, -1)) == sorted(ids[1:])  # the cancelled job never reached Redis
+    statuses = [call(gateway, get(f"/v1/jobs/{j}"))[2]["status"] for j in ids]
+    assert statuses == ["cancelled", "queued", "queued"]
+    assert call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{ids[0]}"))[0] == 409
 
 
 def test_hostile_input_writes_nothing_anywhere(gateway: Gateway, settings: Settings) -> None:
@@ -147,7 +197,7 @@ class HeldLog:
 
 def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Settings) -> None:
     held = HeldLog(api.log)  # type: ignore[arg-type]
-    slow_api = Api(held, api.store, api.queue, idempotency=api.idempotency)
+    slow_api = Api(held, api.store, api.queue, idempotency=api.idempotency, job_id_key=api.job_id_key)
     first_container, second_container = Gateway(slow_api), Gateway(slow_api)
     results: list[tuple[int, dict[str, str], Any]] = []
     thread = threading.Thread(target=lambda: results.append(
@@ -169,13 +219,18 @@ def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Setting
 def test_kafka_unavailable_is_503_and_nothing_is_left_accepted(api: Api, settings: Settings) -> None:
     dead = KafkaJobLog({"bootstrap_servers": [f"127.0.0.1:{servers.free_port()}"]}, settings.kafka_topic,
                        delivery_timeout_ms=1500, request_timeout_ms=500, max_block_ms=500)
-    down = Gateway(Api(dead, api.store, api.queue, idempotency=api.idempotency))
+    down = Gateway(Api(dead, api.store, api.queue, idempotency=api.idempotency, job_id_key=api.job_id_key))
+    before = set(job_items(settings))
     code, headers, doc = call(down, post("down", {"payload": 1}, key="while-down"))
     assert (code, headers["retry-after"], doc["code"]) == (503, "1", "UNAVAILABLE")
     assert "job_id" not in doc
     in_kafka = {k for k, _ in kafka_records(settings)}
     accepted = {j for j, status in job_items(settings).items() if status == "accepted"}
     assert accepted <= in_kafka  # no job is reported accepted that Kafka did not acknowledge
+    # The unacknowledged job is withdrawn: a cancelled tombstone the relay and workers honour.
+    [(tombstone, status)] = [(j, s) for j, s in job_items(settings).items() if j not in before]
+    assert status == "cancelled" and tombstone not in in_kafka
+    assert call(Gateway(api), get(f"/v1/jobs/{tombstone}"))[2]["status"] == "cancelled"
     # The failed request released its key: once Kafka is back the same request goes through.
     code, _, body = call(Gateway(api), post("down", {"payload": 1}, key="while-down"))
     assert code == 202 and body["job_id"] in {k for k, _ in kafka_records(settings)}
@@ -191,7 +246,7 @@ def test_broker_dies_under_a_connected_producer(api: Api, settings: Settings, tm
         ensure_topics(local)
         log = KafkaJobLog(client_config(local), local.kafka_topic, delivery_timeout_ms=2000,
                           request_timeout_ms=1000, max_block_ms=1000)
-        gw = Gateway(Api(log, api.store, api.queue))
+        gw = Gateway(Api(log, api.store, api.queue, job_id_key=api.job_id_key))
         code, _, first = call(gw, post("dying", {"payload": 1}))
         assert code == 202
         before = set(job_items(settings))
@@ -200,9 +255,10 @@ def test_broker_dies_under_a_connected_producer(api: Api, settings: Settings, tm
         code, headers, _ = call(gw, post("dying", {"payload": 2}))
         assert (code, headers["retry-after"]) == (503, "1")
         assert time.monotonic() - started < 10
-        # The unacknowledged job's status item was withdrawn, so it can never run.
+        # The unacknowledged job was withdrawn: a cancelled tombstone, so it can never run.
         assert [s for j, s in job_items(settings).items() if j not in before] == ["cancelled"]
-        assert first["job_id"] in before
+        assert first["job_id"] not in before  # acknowledged: no status write, and GET still works
+        assert call(Gateway(api), get(f"/v1/jobs/{first['job_id']}"))[2]["status"] == "accepted"
     finally:
         broker.stop()
 
@@ -271,3 +327,17 @@ def test_idempotency_store_is_the_powertools_layout(api: Api, settings: Settings
     items = db.scan(TableName=settings.idempotency_table)["Items"]
     assert items and all(i["id"]["S"].startswith("sluice-gateway-v1#") for i in items)
     assert {i["status"]["S"] for i in items} == {"COMPLETED"}
+
+
+def test_the_job_id_secret_comes_from_secrets_manager(settings: Settings, unique: str) -> None:
+    import boto3
+
+    sm = boto3.client("secretsmanager", region_name=settings.aws_region,
+                      endpoint_url=settings.aws_endpoint_url)
+    arn = sm.create_secret(Name=f"sluice-job-id-{unique}",
+                           SecretString=f"from-secrets-manager-{unique}")["ARN"]
+    from_arn = settings.model_copy(update={"job_id_secret": None, "job_id_secret_arn": arn})
+    assert build_api(from_arn).job_id_key == f"from-secrets-manager-{unique}".encode()
+    missing = from_arn.model_copy(update={"job_id_secret_arn": arn + "-gone"})
+    with pytest.raises(BackendUnavailable, match="job id secret"):
+        wiring.job_id_key(missing)

@@ -6,6 +6,8 @@ import time
 import uuid
 from typing import Any
 
+from pydantic import SecretStr
+
 from sluice.config import Settings
 from sluice.kafka.auth import client_config
 from sluice.kafka.producer import ensure_topics
@@ -21,7 +23,8 @@ def stack_settings(tansu: servers.Server, moto: servers.Server, redis: servers.S
         kafka_bootstrap=tansu.extra["bootstrap"], kafka_topic=f"gw-{u}",
         kafka_dead_letter_topic=f"gw-{u}.dlq",
         kafka_partitions=3, aws_endpoint_url=moto.extra["url"], jobs_table=f"jobs-{u}",
-        idempotency_table=f"idem-{u}", results_bucket=f"results-{u}", redis_url=redis.extra["url"])
+        idempotency_table=f"idem-{u}", results_bucket=f"results-{u}", redis_url=redis.extra["url"],
+        job_id_secret=SecretStr(f"gateway-test-secret-{u}"))
     ensure_topics(settings)
     ensure_all(settings)
     return settings

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from sluice.api import new_job_id
+from sluice import ids
+from sluice.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, new_job_id
 from sluice.errors import BackendUnavailable, StoreError
 from sluice.http.app import Gateway
 from sluice.models import JOB_ID_RE, JobState
-from tests.unit.test_gateway_fakes import Rig, event_for, unavailable, unpack
+from tests.unit.test_gateway_fakes import KEY, Rig, event_for, unavailable, unpack
 
 JOBS = "/v1/queues/emails/jobs"
 
@@ -22,13 +23,19 @@ def rig() -> Rig:
     return Rig()
 
 
+def relayed(rig: Rig, job_id: str, status: JobState = JobState.QUEUED, **extra: Any) -> None:
+    """Play the relay's part (mark_queued creates the item), then move the job on."""
+    rig.store.mark_queued([(job_id, "emails")])
+    rig.store.set_status(job_id, status, **extra)
+
+
 def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
     body = {"payload": {"to": "ada"}, "delay_seconds": 60, "priority": 7, "max_attempts": 3,
             "lease_seconds": 90}
     code, headers, doc = rig.call("POST", JOBS, body)
     assert code == 202
     assert doc == {"job_id": doc["job_id"], "queue": "emails", "status": "accepted"}
-    assert JOB_ID_RE.fullmatch(doc["job_id"]) and len(doc["job_id"]) == 26
+    assert JOB_ID_RE.fullmatch(doc["job_id"]) and ids.verify(doc["job_id"], KEY) == ("emails", rig.now_ms)
     assert headers["location"] == f"/v1/jobs/{doc['job_id']}"
     [spec] = rig.log.records
     assert (spec.job_id, spec.queue, spec.payload) == (doc["job_id"], "emails", {"to": "ada"})
@@ -46,16 +53,49 @@ def test_defaults_apply_when_only_the_payload_is_given(rig: Rig) -> None:
 
 def test_status_works_immediately_after_the_202(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    assert rig.store.items == {}  # the happy path writes nothing but the Kafka record
+    rig.now_ms += 5
     code, _, doc = rig.call("GET", f"/v1/jobs/{accepted['job_id']}")
     assert code == 200
     assert (doc["job_id"], doc["queue"], doc["status"], doc["attempts"]) == (accepted["job_id"], "emails",
                                                                             "accepted", 0)
+    assert doc["created_at_ms"] == doc["updated_at_ms"] == rig.log.records[0].enqueued_at_ms
+    relayed(rig, accepted["job_id"])  # once the relay recorded it, the item answers
+    assert rig.call("GET", f"/v1/jobs/{accepted['job_id']}")[2]["status"] == "queued"
+
+
+def test_unrecorded_ids_only_verify_when_minted_here(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    stamp, queue, mac = accepted["job_id"].split(".")
+    flipped = mac[:-1] + ("A" if mac[-1] != "A" else "B")
+    other_key = ids.mint(rig.now_ms, "emails", b"another-deployment-key-0123456")
+    for job_id in (f"{stamp}.{queue}.{flipped}",  # forged mac
+                   f"{stamp}.thumbnails.{mac}",  # the mac of another queue
+                   f"{new_job_id(rig.now_ms)}.{queue}.{mac}",  # another ULID
+                   f"{stamp}.{queue}.{mac[:-1]}",  # truncated
+                   stamp,  # a bare ULID
+                   other_key):  # another deployment's secret
+        code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
+        assert (code, doc["code"]) == (404, "NOT_FOUND"), job_id
+        assert rig.call("DELETE", f"/v1/jobs/{job_id}")[0] == 404, job_id
+    assert rig.store.items == {} and rig.store.unrecorded == []
+
+
+def test_unrecorded_ids_expire_with_the_horizon(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    rig.now_ms += DEFAULT_ID_HORIZON_MS
+    assert rig.call("GET", f"/v1/jobs/{accepted['job_id']}")[0] == 200
+    rig.now_ms += 1
+    assert rig.call("GET", f"/v1/jobs/{accepted['job_id']}")[0] == 404
+    assert rig.call("DELETE", f"/v1/jobs/{accepted['job_id']}")[0] == 404
+    relayed(rig, accepted["job_id"])  # a recorded job is answered from its item, whatever its age
+    assert rig.call("GET", f"/v1/jobs/{accepted['job_id']}")[0] == 200
 
 
 def test_status_reports_result_and_last_error(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    rig.store.set_status(accepted["job_id"], JobState.SUCCEEDED, attempts=2, result={"ok": True},
-                         last_error="timeout on attempt 1", finished_at_ms=123)
+    relayed(rig, accepted["job_id"], JobState.SUCCEEDED, attempts=2, result={"ok": True},
+            last_error="timeout on attempt 1", finished_at_ms=123)
     _, _, doc = rig.call("GET", f"/v1/jobs/{accepted['job_id']}")
     assert (doc["status"], doc["attempts"], doc["result"], doc["last_error"], doc["finished_at_ms"]) == (
         "succeeded", 2, {"ok": True}, "timeout on attempt 1", 123)
@@ -71,7 +111,7 @@ def test_unknown_job_is_404_and_malformed_id_is_400(rig: Rig) -> None:
 def test_cancel_a_queued_job_removes_it_from_redis(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
-    rig.store.set_status(job_id, JobState.QUEUED)
+    relayed(rig, job_id)
     rig.queue.in_redis.add(job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc) == (202, {"job_id": job_id, "status": "cancelled"})
@@ -81,15 +121,20 @@ def test_cancel_a_queued_job_removes_it_from_redis(rig: Rig) -> None:
 
 def test_cancel_an_accepted_job_still_in_kafka(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    code, _, doc = rig.call("DELETE", f"/v1/jobs/{accepted['job_id']}")
+    job_id = accepted["job_id"]
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
+    assert [(j, q) for j, q, _ in rig.store.unrecorded] == [(job_id, "emails")]
     assert rig.queue.cancelled == []  # not in Redis yet; the relay skips final jobs
+    assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "cancelled"
+    relayed(rig, job_id, JobState.CANCELLED)
+    assert rig.call("DELETE", f"/v1/jobs/{job_id}")[2]["code"] == "ALREADY_FINISHED"
 
 
 def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
-    rig.store.set_status(job_id, JobState.LEASED)
+    relayed(rig, job_id, JobState.LEASED)
     rig.queue.in_redis.add(job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
@@ -99,7 +144,7 @@ def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
 def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
-    rig.store.set_status(job_id, JobState.LEASED)
+    relayed(rig, job_id, JobState.LEASED)
     rig.queue.in_redis.add(job_id)
     rig.queue.fail = BackendUnavailable("redis down")
     code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
@@ -111,7 +156,7 @@ def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig
 @pytest.mark.parametrize("final", [JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED])
 def test_cancel_a_finished_job_is_409(rig: Rig, final: JobState) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    rig.store.set_status(accepted["job_id"], final)
+    relayed(rig, accepted["job_id"], final)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{accepted['job_id']}")
     assert (code, doc["code"]) == (409, "ALREADY_FINISHED")
 
@@ -134,14 +179,31 @@ def test_batch_returns_one_result_per_job_in_order(rig: Rig) -> None:
     assert [r.payload for r in rig.log.records] == list(range(100))
     assert [j["job_id"] for j in doc["jobs"]] == [r.job_id for r in rig.log.records]
     assert len({j["job_id"] for j in doc["jobs"]}) == 100
-    assert all(rig.store.items[j["job_id"]].status is JobState.ACCEPTED for j in doc["jobs"])
+    assert rig.store.items == {}
+    assert {rig.call("GET", f"/v1/jobs/{j['job_id']}")[2]["status"] for j in doc["jobs"][:3]} == {"accepted"}
 
 
-def test_status_write_failure_after_the_ack_still_answers_202(rig: Rig) -> None:
-    rig.store.fail_record = StoreError("dynamodb throttled")
-    code, _, doc = rig.call("POST", JOBS, {"payload": 1})
-    assert code == 202
-    assert [r.job_id for r in rig.log.records] == [doc["job_id"]]  # durable; the relay creates the item
+@pytest.mark.parametrize("path,body", [(JOBS, {"payload": 1}),
+                                       (f"{JOBS}/batch", {"jobs": [{"payload": i} for i in range(3)]})])
+def test_kafka_failure_is_503_and_withdraws_every_job(rig: Rig, path: str, body: Any) -> None:
+    minted: list[str] = []
+    rig.log.before_ack = lambda: minted.extend(r.job_id for r in rig.log.pending)
+    rig.log.fail = unavailable()
+    code, headers, doc = rig.call("POST", path, body)
+    assert (code, headers["retry-after"], doc["code"]) == (503, "1", "UNAVAILABLE")
+    assert rig.log.records == [] and len(minted) == len(body.get("jobs", [body]))
+    assert sorted(rig.store.unrecorded) == sorted((j, "emails", NOT_ACKNOWLEDGED) for j in minted)
+    # Tombstones: the relay skips final jobs, a worker's grant refuses cancelled ones; GET agrees.
+    assert {rig.store.items[j].status for j in minted} == {JobState.CANCELLED}
+    assert {rig.call("GET", f"/v1/jobs/{j}")[2]["status"] for j in minted} == {"cancelled"}
+
+
+def test_a_failed_withdrawal_is_logged_and_still_503(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    rig.log.fail = unavailable()
+    rig.store.fail_cancel = StoreError("dynamodb throttled")
+    assert rig.call("POST", JOBS, {"payload": 1})[0] == 503
+    [(job_id, _, _)] = rig.store.unrecorded
+    assert any(job_id in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
 
 
 def test_unknown_route_is_404_and_wrong_method_is_405(rig: Rig) -> None:

@@ -23,15 +23,18 @@ from sluice.http.app import Gateway
 from sluice.models import JobRecord, JobSpec, JobState, QueueConfig, QueueStats
 
 EVENTS = Path(__file__).parent.parent / "events"
+KEY = b"unit-test-job-id-key-0123456789"
 
 
 class FakeLog:
     def __init__(self) -> None:
         self.records: list[JobSpec] = []
+        self.pending: list[JobSpec] = []  # the append in flight
         self.fail: Exception | None = None
         self.before_ack: Callable[[], None] | None = None
 
     def append(self, specs: Sequence[JobSpec]) -> None:
+        self.pending = list(specs)
         if self.before_ack is not None:
             self.before_ack()
         if self.fail is not None:
@@ -42,16 +45,36 @@ class FakeLog:
 class FakeStore:
     def __init__(self) -> None:
         self.items: dict[str, JobRecord] = {}
-        self.fail_record: Exception | None = None
+        self.fail_cancel: Exception | None = None
+        self.unrecorded: list[tuple[str, str, str]] = []  # cancel_unrecorded calls
         self.lock = threading.Lock()
 
     def record_accepted(self, spec: JobSpec) -> None:
-        if self.fail_record is not None:
-            raise self.fail_record
         with self.lock:
             self.items.setdefault(spec.job_id, JobRecord(
                 job_id=spec.job_id, queue=spec.queue, status=JobState.ACCEPTED,
                 created_at_ms=spec.enqueued_at_ms, updated_at_ms=spec.enqueued_at_ms))
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+        """The relay's part: creates the item if absent, moves only accepted -> queued."""
+        with self.lock:
+            for job_id, queue in jobs:
+                record = self.items.get(job_id)
+                if record is None:
+                    self.items[job_id] = JobRecord(job_id=job_id, queue=queue, status=JobState.QUEUED)
+                elif record.status is JobState.ACCEPTED:
+                    self.items[job_id] = record.model_copy(update={"status": JobState.QUEUED})
+
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+        with self.lock:
+            self.unrecorded.append((job_id, queue, reason))
+            if self.fail_cancel is not None:
+                raise self.fail_cancel
+            if job_id not in self.items:
+                record = JobRecord(job_id=job_id, queue=queue, status=JobState.CANCELLED, last_error=reason)
+                self.items[job_id] = record
+                return record
+        return self.request_cancel(job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
         try:
@@ -134,8 +157,9 @@ class Rig:
         self.store = FakeStore()
         self.queue = FakeQueue()
         self.idem = FakeIdempotency()
+        self.now_ms = 1_700_000_000_000
         self.api = Api(self.log, self.store, self.queue, idempotency=self.idem,  # type: ignore[arg-type]
-                       max_payload_bytes=max_payload_bytes)
+                       max_payload_bytes=max_payload_bytes, job_id_key=KEY, clock=lambda: self.now_ms)
         self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)
 
     def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,

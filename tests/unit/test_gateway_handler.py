@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from sluice import wiring
+from sluice import ids, wiring
+from sluice.errors import ConfigError
 from sluice.http import idempotency
 from sluice.models import JobRecord, JobState
 from tests.unit.test_gateway_fakes import (
@@ -28,6 +29,7 @@ from tests.unit.test_gateway_fakes import (
 )
 
 APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
+SECRET = "handler-test-secret-0123456789"
 
 
 class Fakes:
@@ -47,6 +49,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
         return build
 
     monkeypatch.setenv("SLUICE_MAX_PAYLOAD_BYTES", "1000")
+    monkeypatch.setenv("SLUICE_JOB_ID_SECRET", SECRET)
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "sluice-gateway")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Sluice")
     wiring.reset()
@@ -59,13 +62,17 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
     wiring.reset()
 
 
-@pytest.fixture
-def app(fakes: Fakes) -> ModuleType:
+def load_app() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gateway_app_under_test", APP)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def app(fakes: Fakes) -> ModuleType:
+    return load_app()
 
 
 def event(name: str) -> dict[str, Any]:
@@ -96,6 +103,41 @@ def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.Ca
     code, _, again = call(app, event("apigw_enqueue.json"))
     assert (code, again) == (200, body)
     assert fakes.builds == 4  # log, store, queue and idempotency: once per container
+
+
+def test_recorded_enqueue_then_get_says_accepted(app: ModuleType, fakes: Fakes) -> None:
+    ev = event("apigw_enqueue.json")
+    ev["headers"] = {k: v for k, v in ev["headers"].items() if k != "Idempotency-Key"}
+    ev["multiValueHeaders"] = {k: [v] for k, v in ev["headers"].items()}
+    _, _, body = call(app, ev)
+    assert ids.verify(body["job_id"], SECRET.encode()) is not None
+    get = event("apigw_get_job.json")
+    get.update(path=f"/v1/jobs/{body['job_id']}", pathParameters={"job_id": body["job_id"]})
+    code, _, doc = call(app, get)
+    assert (code, doc["status"], doc["queue"]) == (200, "accepted", "emails")
+    assert fakes.store.items == {}
+
+
+@pytest.mark.parametrize("env,message", [
+    ({}, "SLUICE_JOB_ID_SECRET"),
+    ({"SLUICE_JOB_ID_SECRET": SECRET, "SLUICE_JOB_ID_HORIZON_S": str(15 * 86_400)}, "SLUICE_RETENTION_DAYS"),
+])
+def test_gateway_refuses_to_start_without_a_sound_job_id_secret(
+        fakes: Fakes, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str) -> None:
+    monkeypatch.delenv("SLUICE_JOB_ID_SECRET")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    wiring.settings.cache_clear()  # the other builders are the fixture's fakes
+    with pytest.raises(ConfigError, match=message):
+        load_app()
+
+
+def test_a_short_secret_is_refused(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_JOB_ID_SECRET", "short")
+    wiring.settings.cache_clear()
+    wiring.job_id_key.cache_clear()
+    with pytest.raises(ConfigError, match="shorter than 16 bytes"):
+        wiring.job_id_key()
 
 
 def test_recorded_batch_event(app: ModuleType, fakes: Fakes) -> None:

@@ -247,6 +247,7 @@ class Run:
 
     def _chaos(self, settings: Any, stack: Any, supervisor: Supervisor, faults: list[nemesis.Fault],
                times: dict[str, float]) -> None:
+        from sluice import wiring
         from sluice.api import Api
         from sluice.kafka.producer import KafkaJobLog
         from sluice.redis.engine import RedisQueue
@@ -254,7 +255,8 @@ class Run:
 
         o, say = self.o, self.say
         job_log = KafkaJobLog.from_settings(settings)
-        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings))
+        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
+                  job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE)
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, supervisor, stack, self.history, self.dir / "control")

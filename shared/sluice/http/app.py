@@ -27,7 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from sluice import __version__
 from sluice.api import Api, Outcome
-from sluice.errors import InvalidQueueName, SluiceError
+from sluice.errors import ConfigError, InvalidQueueName, SluiceError
 from sluice.http import jsonguard, problems
 from sluice.http.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -276,19 +276,40 @@ def build_openapi(resolver: APIGatewayRestResolver) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def check_settings(s: Settings) -> None:
+    """Refuse to start (ConfigError) without a job id secret or with a horizon past retention.
+
+    A finished job's item lives ``retention_days``; were the horizon longer, an expired
+    item's id would still verify and GET would call a finished job ``accepted``.
+    """
+    if s.job_id_secret is None and not s.job_id_secret_arn:
+        raise ConfigError("the gateway needs a job id secret: set SLUICE_JOB_ID_SECRET or "
+                          "SLUICE_JOB_ID_SECRET_ARN (docs/api.md, Job ids)")
+    if s.job_id_horizon_s > s.retention_days * 86_400:
+        raise ConfigError(f"SLUICE_JOB_ID_HORIZON_S ({s.job_id_horizon_s}) must not exceed "
+                          f"SLUICE_RETENTION_DAYS ({s.retention_days}) in seconds")
+
+
 def build_api(settings: Settings | None = None) -> Api:
     """The use-cases over the real adapters from the composition root."""
     from sluice import wiring
     from sluice.http.idempotency import PowertoolsIdempotency
 
     s = settings or wiring.settings()
+    check_settings(s)
     return Api(wiring.job_log(settings), wiring.store(settings), wiring.queue(settings),
+               job_id_key=wiring.job_id_key(settings), id_horizon_ms=s.job_id_horizon_s * 1000,
                idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes)
 
 
 def gateway_from_settings(settings: Settings | None = None) -> Gateway:
-    """A Gateway whose adapters are built on the first request (cold start stays cheap)."""
+    """A Gateway whose adapters are built on the first request (cold start stays cheap).
+
+    The configuration is checked now, so a gateway without a job id secret fails its
+    cold start instead of answering 500 to every request.
+    """
     from sluice import wiring
 
     s = settings or wiring.settings()
+    check_settings(s)
     return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes)

@@ -13,12 +13,15 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
 
 from sluice.config import Settings
 from sluice.errors import SluiceError
@@ -41,6 +44,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for name, value in settings.model_dump().items():
         if value is None:
             continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         env[f"SLUICE_{name.upper()}"] = text
     return env
@@ -154,9 +159,14 @@ class Stack:
             bootstrap = self.servers["tansu"].extra["bootstrap"]
         else:
             bootstrap = self.kafka_bootstrap
-        self.settings = settings_from_endpoints(
+        settings = settings_from_endpoints(
             {"redis_url": self.servers["redis"].extra["url"], "kafka_bootstrap": bootstrap,
              "aws_endpoint_url": aws}, base)
+        if settings.job_id_secret is None and settings.job_id_secret_arn is None:
+            # One per stack, handed to every process it starts (settings_env): the gateway
+            # signs job ids with it (docs/api.md, Job ids). Not written to endpoints.json.
+            settings = settings.model_copy(update={"job_id_secret": SecretStr(secrets.token_urlsafe(32))})
+        self.settings = settings
         return self.settings
 
     def _start_tansu(self, port: int | None = None) -> Server:
