@@ -193,6 +193,22 @@ class DeadJob(BaseModel):
     died_at_ms: int
 
 
+class EndedJob(BaseModel):
+    """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
+    ``state`` is dead (its lease expired on the last attempt) or cancelled (its lease
+    ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
+
+    job_id: str
+    queue: str
+    state: JobState
+    ended_at_ms: int
+    last_error: str | None = None
+
+    @property
+    def member(self) -> str:
+        return f"{self.state.value}:{self.job_id}"
+
+
 class JobRecord(BaseModel):
     """A job's durable state in the jobs table (the token authority)."""
 

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from sluice.models import (
     DeadJob,
+    EndedJob,
     Extended,
     JobRecord,
     JobSpec,
@@ -82,6 +83,14 @@ class JobStore(Protocol):
     def release(self, job_id: str, token: int) -> None: ...
     def get_job(self, job_id: str) -> JobRecord: ...
     def request_cancel(self, job_id: str) -> JobRecord: ...
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+        """Cancel a job that may have no item yet: creates a cancelled one, else request_cancel."""
+        ...
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        """Record a job Redis ended (dead, cancelled) unless its item is already final."""
+        ...
+
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]: ...
 
 

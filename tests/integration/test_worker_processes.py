@@ -163,3 +163,59 @@ def test_a_crash_between_write_and_ack_runs_again_with_the_same_result(stack: St
     assert rec.status == "succeeded" and rec.result == first.result
     assert rec.attempts == 2 and rec.result_token == first.result_token + 1  # type: ignore[operator]
     assert stack.queue.stats("work").leased == 0 and stack.queue.stats("work").ready == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_crash_on_the_last_attempt_ends_dead_in_redis_and_in_the_store(stack: Stack, unique: str,
+                                                                        tansu: Any) -> None:
+    """The lease of a job on its last attempt expires (its worker was SIGKILLed): Redis
+    dead-letters it inside a script, and no worker is left to tell DynamoDB. The relay's
+    maintenance settles it, so the user does not read "leased" for ever."""
+    from sluice.models import JobState
+    from tests.integration.relay_proc import build, create_topic
+
+    job_id = f"last-{unique}"
+    stack.queue.enqueue(JobSpec(job_id=job_id, queue="work", payload={"n": 3, "sleep": 5}, max_attempts=1))
+    a = stack.start("A")
+    a.wait_for("job started")
+    a.signal(signal.SIGKILL)
+    a.proc.wait(5)
+    assert stack.store.get_job(job_id).status == JobState.LEASED
+    time.sleep(LEASE_MS / 1000 + 0.2)
+
+    topic = f"settle-{unique}"
+    create_topic(tansu.extra["bootstrap"], topic, 1)
+    relay, source = build(stack.cfg["redis_url"], tansu.extra["bootstrap"], topic, f"g-{unique}",
+                          store=stack.store, maintenance_s=0.1)
+    try:
+        deadline = time.monotonic() + 20
+        while relay.report.settled < 1 and time.monotonic() < deadline:
+            relay.step()
+    finally:
+        relay.stop()
+        source.close()
+    rec = stack.store.get_job(job_id)
+    assert (rec.status, rec.last_error, rec.attempts) == (JobState.DEAD, "lease expired on attempt 1", 1)
+    assert [d.job_id for d in stack.queue.dead_letters("work")] == [job_id]
+    assert stack.queue.unsettled("work") == []  # settled, so forgotten
+
+
+def test_a_rerun_of_a_succeeded_job_that_fails_leaves_it_succeeded(stack: Stack, unique: str) -> None:
+    """A dies between its result write and its ack; the re-run B fails (a flaky dependency,
+    say). The job keeps the result A stored and reads "succeeded", and B removes it from
+    Redis instead of retrying it."""
+    from sluice.models import JobState
+
+    job_id = f"rerun-{unique}"
+    enqueue(stack, job_id, n=4)
+    a = stack.start("A", hook="kill-before-ack")
+    a.wait_for("about to die before the ack")
+    assert a.proc.wait(10) == -signal.SIGKILL
+    b = stack.start("B", fail=True)
+    assert b.summary()["summary"]["succeeded"] == 1  # ended as the success it already was
+    rec = stack.store.get_job(job_id)
+    assert (rec.status, rec.result, rec.attempts, rec.token) == (JobState.SUCCEEDED, {"square": 16}, 2, 2)
+    assert rec.result_token == 1 and rec.last_error is None
+    assert "re-run of an already succeeded job ended" in " ".join(b.messages())
+    stats = stack.queue.stats("work")
+    assert (stats.ready, stats.delayed, stats.leased, stats.dead) == (0, 0, 0, 0)

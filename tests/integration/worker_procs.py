@@ -7,7 +7,8 @@ final ``{"summary": ...}`` line.
 
 The queue's handler reads its payload: ``{"n": 7, "sleep": 1.5, "spin": 2.0, "tag": true}``
 sleeps ``sleep * sleep_scale`` s, spins the CPU in pure Python for ``spin`` s, and
-returns ``{"square": 49}`` (plus ``"by": <process name>`` when ``tag``).
+returns ``{"square": 49}`` (plus ``"by": <process name>`` when ``tag``); with ``"fail": true``
+in the config it raises instead (a retryable error).
 
 ``hook`` places a fault exactly: ``kill-before-ack`` SIGKILLs the process after the
 result was written and before the ack; ``stop-before-write`` SIGSTOPs it after the
@@ -62,6 +63,8 @@ def build_worker(cfg: dict[str, Any]) -> Any:
             spin(float(p["spin"]))
         if p.get("sleep"):
             time.sleep(float(p["sleep"]) * scale)
+        if cfg.get("fail"):
+            raise RuntimeError(f"{name} was told to fail")
         return {"square": p["n"] ** 2, **({"by": name} if p.get("tag") else {})}
 
     def kill_self(ctx: Any) -> None:

@@ -139,10 +139,20 @@ def test_a_rejected_stale_write_is_fine_and_counted_as_rejected() -> None:
     assert invariants(r) == CLEAN and r.writes_rejected == 1
 
 
-def test_a_succeeded_item_holding_an_older_tokens_result_is_a_stale_write() -> None:
+def test_a_succeeded_item_holding_an_older_result_than_an_accepted_write_is_a_stale_write() -> None:
     item = StoreItem("succeeded", token=3, result_token=2, result_digest=GOOD)
-    r = check([enqueue("a")], {"a": item}, set())
+    events = [enqueue("a"), grant("a", 2, 1.0), grant("a", 3, 2.0), write("a", 3, 2.1), write("a", 2, 1.1)]
+    r = check(events, {"a": item}, set())
     assert r.stale_writes_accepted == 1
+
+
+def test_a_rerun_of_a_succeeded_job_that_never_wrote_is_not_a_stale_write() -> None:
+    """Its worker died before the ack; the re-run was granted token 3 and died too. The job
+    stays succeeded with token 2's result (the store's contract), and that is correct."""
+    item = StoreItem("succeeded", token=3, result_token=2, result_digest=GOOD)
+    events = [enqueue("a"), *run("a", 2, 1.0), grant("a", 3, 2.0)]
+    r = check(events, {"a": item}, set())
+    assert r.stale_writes_accepted == 0 and r.ok
 
 
 def test_leased_in_the_store_with_no_live_lease_in_redis_is_stuck() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sluice.errors import BackendUnavailable
-from sluice.models import JobSpec
+from sluice.models import EndedJob, JobSpec, JobState
 from sluice.relay import RELAY_QUEUE, Relay, SourceRecord, decode, partition_job_id
 from tests.unit.test_relay_fakes import (
     FakeClock,
@@ -339,6 +339,27 @@ def test_maintenance_reaps_every_queue_and_nudges_undrained_backlogs() -> None:
     relay.step()
     assert "idle" in w.engine.reaped and RELAY_QUEUE not in w.engine.reaped
     assert ("idle", 1, 10) in w.dispatcher.calls
+
+
+def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written() -> None:
+    """A lease that expired on its last attempt (or after a cancel request) ended the job in
+    Redis with no worker left to say so: the relay writes it to the store, then forgets it."""
+    w = World(partitions=1)
+    w.engine.jobs["q"] = {}
+    dead = EndedJob(job_id="d1", queue="q", state=JobState.DEAD, ended_at_ms=5,
+                    last_error="lease expired on attempt 3")
+    gone = EndedJob(job_id="c1", queue="q", state=JobState.CANCELLED, ended_at_ms=6)
+    w.engine.endings["q"] = [dead, gone]
+    w.store.refuse_settle = {"c1"}
+    relay = w.relay(maintenance_s=5)
+    relay.step()
+    assert w.store.settled == [dead]
+    assert w.engine.endings["q"] == [gone]  # not written, so kept for the next round
+    assert relay.report.settled == 1
+    w.store.refuse_settle = set()
+    w.clock.t += 6
+    relay.step()
+    assert w.store.settled == [dead, gone] and w.engine.endings["q"] == []
 
 
 def test_lost_redrive_and_foreign_topic_jobs_are_released() -> None:

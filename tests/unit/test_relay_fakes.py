@@ -12,7 +12,7 @@ from typing import Any
 
 from sluice import policy
 from sluice.errors import BackendUnavailable, LeaseLost, StaleToken
-from sluice.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.models import EndedJob, Extended, JobSpec, JobState, LeasedJob, QueueConfig, QueueStats
 from sluice.relay import SourceRecord
 
 
@@ -57,6 +57,7 @@ class FakeEngine:
         self.calls: list[str] = []
         self.down = False
         self.reaped: list[str] = []
+        self.endings: dict[str, list[EndedJob]] = {}  # what Redis ended alone (keys.settle)
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -106,6 +107,16 @@ class FakeEngine:
     def redrive(self, queue: str, job_id: str | None = None) -> int:
         self._call("redrive")
         return 0
+
+    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+        self._call("unsettled")
+        return list(self.endings.get(queue, []))[:limit]
+
+    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+        self._call("settled")
+        before = self.endings.get(queue, [])
+        self.endings[queue] = [j for j in before if j not in jobs]
+        return len(before) - len(self.endings[queue])
 
     def reap(self, queue: str, limit: int) -> int:
         self._call("reap")
@@ -167,6 +178,14 @@ class FakeStore:
         self.mark_calls = 0
         self.final_calls = 0
         self.down = False
+        self.settled: list[EndedJob] = []
+        self.refuse_settle: set[str] = set()  # job ids whose settle_ended fails
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        if self.down or ended.job_id in self.refuse_settle:
+            raise BackendUnavailable("dynamodb is down")
+        self.settled.append(ended)
+        return True
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         self.final_calls += 1

@@ -25,7 +25,7 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
-from sluice.models import JobSpec, JobState, WriteOutcome
+from sluice.models import EndedJob, JobSpec, JobState, WriteOutcome
 from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
 from sluice.store.results import S3ResultSink
@@ -146,11 +146,33 @@ def test_rerun_after_success_writes_again_with_newer_token(store: DynamoJobStore
     t1 = store.grant("j1", "q", "A")
     store.write_result("j1", t1, {"v": 1})
     t2 = store.grant("j1", "q", "B")  # crash before ack: redelivered, not refused
-    assert t2 == t1 + 1 and store.get_job("j1").status is JobState.LEASED
-    assert raw(store, "j1") is not None and "expires_at" not in (raw(store, "j1") or {})
+    assert t2 == t1 + 1 and store.get_job("j1").status is JobState.SUCCEEDED  # once succeeded, always
+    with pytest.raises(StaleToken):
+        store.write_result("j1", t1, {"v": 1})
     assert store.write_result("j1", t2, {"v": 1}) is WriteOutcome.WRITTEN
+    assert store.write_result("j1", t2, {"v": 1}) is WriteOutcome.ALREADY_WRITTEN  # never lands twice
+    with pytest.raises(StoreError):
+        store.write_result("j1", t2, {"v": 2})
     rec = store.get_job("j1")
-    assert (rec.attempts, rec.result_token, rec.result) == (2, t2, {"v": 1})
+    assert (rec.status, rec.attempts, rec.result_token, rec.result) == (JobState.SUCCEEDED, 2, t2, {"v": 1})
+
+
+@pytest.mark.parametrize("status", ["queued", "dead", "failed"])
+def test_a_rerun_of_a_succeeded_job_cannot_take_its_result_away(store: DynamoJobStore, status: str) -> None:
+    """The re-run after a crash before ack fails, or is released, or gives up: the job stays
+    succeeded with its result, and the store says so with AlreadyFinished."""
+    t1 = store.grant("j1", "q", "A")
+    store.write_result("j1", t1, "first")
+    t2 = store.grant("j1", "q", "B")
+    with pytest.raises(AlreadyFinished):
+        store.record_failure("j1", t2, "boom", status)
+    with pytest.raises(AlreadyFinished):
+        store.release("j1", t2)
+    with pytest.raises(StaleToken):
+        store.record_failure("j1", t1, "boom", status)
+    rec = store.get_job("j1")
+    assert (rec.status, rec.result, rec.result_token, rec.token) == (JobState.SUCCEEDED, "first", t1, t2)
+    assert rec.last_error is None and (raw(store, "j1") or {}).get("expires_at") is not None
 
 
 def test_write_for_unknown_job_or_future_token_is_store_error(store: DynamoJobStore) -> None:
@@ -414,3 +436,69 @@ def test_bad_owner_and_queue_rejected(store: DynamoJobStore) -> None:
     with pytest.raises(InvalidInput):
         store.grant("j1", "Bad{q}", "w")
     assert raw(store, "j1") is None
+
+
+def _ended(job_id: str, state: JobState, err: str | None = None) -> EndedJob:
+    return EndedJob(job_id=job_id, queue="q", state=state, ended_at_ms=1, last_error=err)
+
+
+def test_settle_ended_records_what_redis_ended_unless_the_item_is_final(store: DynamoJobStore) -> None:
+    store.grant("died", "q", "A")  # its holder crashed on the last attempt; the lease expired
+    assert store.settle_ended(_ended("died", JobState.DEAD, "lease expired on attempt 3")) is True
+    rec = store.get_job("died")
+    assert (rec.status, rec.last_error) == (JobState.DEAD, "lease expired on attempt 3")
+    assert rec.finished_at_ms is not None and (raw(store, "died") or {}).get("expires_at") is not None
+    assert store.settle_ended(_ended("died", JobState.DEAD)) is False  # already final: a repeat is harmless
+
+    t = store.grant("done", "q", "A")
+    store.write_result("done", t, "ok")
+    assert store.settle_ended(_ended("done", JobState.DEAD)) is False  # a result always wins
+    assert store.get_job("done").status is JobState.SUCCEEDED
+
+    store.grant("flagged", "q", "A")
+    store.request_cancel("flagged")  # leased: flagged, then the holder died
+    assert store.settle_ended(_ended("flagged", JobState.CANCELLED)) is True
+    assert store.get_job("flagged").status is JobState.CANCELLED
+
+    # No item at all (the relay's mark_queued never landed): created, with its queue.
+    assert store.settle_ended(_ended("ghost", JobState.DEAD)) is True
+    rec = store.get_job("ghost")
+    assert (rec.status, rec.queue, rec.token, rec.last_error) == (
+        JobState.DEAD, "q", 0, "the lease expired on the last attempt")
+
+
+def test_settle_ended_refuses_other_states_and_bad_ids(store: DynamoJobStore) -> None:
+    with pytest.raises(InvalidInput):
+        store.settle_ended(_ended("j1", JobState.SUCCEEDED))
+    with pytest.raises(InvalidInput):
+        store.settle_ended(EndedJob(job_id="bad id", queue="q", state=JobState.DEAD, ended_at_ms=1))
+    assert raw(store, "j1") is None
+
+
+def test_a_settled_dead_job_can_run_again_after_a_redrive(store: DynamoJobStore) -> None:
+    store.grant("j1", "q", "A")
+    store.settle_ended(_ended("j1", JobState.DEAD))
+    t = store.grant("j1", "q", "B")  # redriven by an operator
+    assert store.write_result("j1", t, "second life") is WriteOutcome.WRITTEN
+    assert store.get_job("j1").status is JobState.SUCCEEDED
+
+
+def test_cancel_unrecorded_creates_a_cancelled_item_or_cancels_the_existing_one(store: DynamoJobStore) -> None:
+    rec = store.cancel_unrecorded("new1", "q", "not acknowledged by Kafka")
+    assert (rec.status, rec.queue, rec.last_error) == (JobState.CANCELLED, "q", "not acknowledged by Kafka")
+    assert store.get_job("new1").status is JobState.CANCELLED
+    with pytest.raises(JobCancelled):
+        store.grant("new1", "q", "A")  # the relay or a worker that meets it later never runs it
+    with pytest.raises(AlreadyFinished):
+        store.cancel_unrecorded("new1", "q", "again")
+
+    store.mark_queued([("queued1", "q")])
+    assert store.cancel_unrecorded("queued1", "q", "user").status is JobState.CANCELLED
+    store.grant("leased1", "q", "A")
+    rec = store.cancel_unrecorded("leased1", "q", "user")
+    assert (rec.status, rec.cancel_requested) == (JobState.LEASED, True)
+    with pytest.raises(InvalidInput):
+        store.cancel_unrecorded("x1", "Bad Queue", "user")
+    with pytest.raises(InvalidInput):
+        store.cancel_unrecorded("x1", "q", "")
+    assert raw(store, "x1") is None

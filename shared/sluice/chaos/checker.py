@@ -15,7 +15,7 @@ count means (docs/break-it.md has the argument):
   function of the payload. Must be 0;
 - ``stale_writes_accepted``: accepted writes with a token older than one already
   granted when the write started (DynamoDB had seen the newer token), plus succeeded
-  items whose result token is older than their current token. Must be 0;
+  items whose result is older than another accepted write. Must be 0;
 - ``stuck``: the store says leased and Redis holds no live lease for the job. Must be 0.
 """
 
@@ -176,9 +176,11 @@ def _check_results(report: Report, job_id: str, j: _Job, item: StoreItem | None)
         _sample(report, "wrong_results", job_id)
     stale = sum(1 for w in written
                 if any(tok > int(w["token"]) and t1 < float(w.get("t0", 0)) for tok, t1 in j.grants))
-    if not stale and item is not None and item.status == "succeeded" \
-            and item.result_token is not None and item.result_token != item.token:
-        stale = 1  # the item holds an older token's result over a newer grant
+    if not stale and item is not None and item.status == "succeeded" and item.result_token is not None \
+            and any(int(w["token"]) > item.result_token for w in written):
+        # The item holds an older token's result over a newer accepted write. (An older result
+        # under a newer grant alone is fine: a re-run of a succeeded job that never wrote.)
+        stale = 1
     if stale:
         report.stale_writes_accepted += stale
         _sample(report, "stale_writes_accepted", job_id)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.errors import JobNotFound, LeaseLost, SluiceError, StaleToken
-from sluice.models import JobSpec, LeasedJob
+from sluice.models import EndedJob, JobSpec, LeasedJob
 from sluice.ports import Metrics
 from sluice.recovery.tracker import Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay import (
@@ -327,6 +327,12 @@ class RecoveringEngine:
 
     def take_rate(self, queue: str, wanted: int) -> int:
         return self.engine.take_rate(queue, wanted)
+
+    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+        return self.engine.unsettled(queue, limit)
+
+    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+        return self.engine.settled(queue, jobs)
 
 
 def wrap(engine: RelayEngine, source: RecordSource, recovery: Recovery) -> tuple[RecoveringEngine,

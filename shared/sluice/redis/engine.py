@@ -28,8 +28,10 @@ from sluice.models import (
     MIN_LEASE_MS,
     QUEUE_NAME_RE,
     DeadJob,
+    EndedJob,
     Extended,
     JobSpec,
+    JobState,
     LeasedJob,
     QueueConfig,
     QueueStats,
@@ -251,6 +253,37 @@ class RedisQueue:
         return [DeadJob(job_id=_text(job_id), queue=queue, attempts=int(f[0] or 0),
                         last_error=None if f[1] is None else _text(f[1]), died_at_ms=int(score))
                 for (job_id, score), f in zip(entries, fields, strict=True)]
+
+    # --- endings the jobs table has not been told (keys.settle) -------------------------------
+
+    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+        """The oldest ``limit`` entries of the settle set; a read, so no script."""
+        k = self.keys(queue)
+        _int(limit, 1, 1000, "limit")
+        try:
+            entries = self.client.zrange(k.settle, 0, limit - 1, withscores=True)
+            pipe = self.client.pipeline(transaction=False)
+            for member, _ in entries:
+                pipe.hget(k.job_prefix + _text(member).partition(":")[2], "err")
+            errors = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        ended = []
+        for (member, score), err in zip(entries, errors, strict=True):
+            state, _, job_id = _text(member).partition(":")
+            ended.append(EndedJob(job_id=job_id, queue=queue, state=JobState(state), ended_at_ms=int(score),
+                                  last_error=None if err is None else _text(err)))
+        return ended
+
+    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+        """Forget entries the jobs table now reflects (unless they changed since they were read)."""
+        if not jobs:
+            return 0
+        k = self.keys(queue)
+        removed = 0
+        for start in range(0, len(jobs), 1000):
+            removed += self.scripts.settled(k, [(j.member, j.ended_at_ms) for j in jobs[start:start + 1000]])
+        return removed
 
     def redrive(self, queue: str, job_id: str | None = None) -> int:
         """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready."""

@@ -14,6 +14,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:leased       zset   score = lease deadline ms
     sluice:{q}:tokens       hash   job id -> token of its current lease (present iff leased)
     sluice:{q}:dead         zset   score = died-at ms
+    sluice:{q}:settle       zset   "dead:<id>" / "cancelled:<id>", score = when: leases that expired into a
+                                   final state the jobs table has not been told yet (the relay settles them)
     sluice:{q}:seq          string FIFO order and lease tokens (one INCRBY per lease call)
     sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
@@ -68,6 +70,12 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return f"{self.base}:dead"
+
+    @property
+    def settle(self) -> str:
+        """zset of "<state>:<id>": an expiry that ended a job (dead, or dropped after a cancel
+        request) is recorded here in the same script, because no worker is left to tell DynamoDB."""
+        return f"{self.base}:settle"
 
     @property
     def tokens(self) -> str:

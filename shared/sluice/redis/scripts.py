@@ -126,7 +126,7 @@ class Scripts:
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                        k.config], [n, lease_ms, reclaim_limit])
+                                        k.config, k.settle], [n, lease_ms, reclaim_limit])
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
@@ -156,23 +156,30 @@ class Scripts:
     def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
              permanent: bool) -> str:
         return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
-                                              k.seq],
+                                              k.seq, k.settle],
                                [job_id, token, error, retry_after_ms, int(permanent)]))
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
-        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq],
+        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle],
                                [job_id, token]))
 
     def cancel(self, k: QueueKeys, job_id: str) -> str:
         return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens], [job_id]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
-        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq],
-                          [limit])
+        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
+                                       k.settle], [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int) -> int:
-        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq], [job_id or "", limit]))
+        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle],
+                             [job_id or "", limit]))
+
+    def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int]]) -> int:
+        args: list[Any] = []
+        for member, score in entries:
+            args += [member, score]
+        return int(self._run("settled.lua", [k.settle], args))
 
     def purge(self, k: QueueKeys, limit: int) -> int:
         return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))

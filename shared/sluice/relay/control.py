@@ -16,6 +16,7 @@ from sluice.models import QueueConfig
 from sluice.relay.ownership import RELAY_QUEUE
 from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
 
+SETTLE_LIMIT = 100  # per queue per maintenance: a backlog of endings drains over a few rounds
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
 
@@ -120,6 +121,35 @@ class _Control(_RelayState):
 
     # -- workers --------------------------------------------------------------------------------------
 
+    def _settle(self, queue: str) -> None:
+        """Copy into the jobs table what Redis ended on its own (``keys.settle``).
+
+        A lease that expired on its last attempt, or after a cancel request, ends the job
+        inside a Redis script; the worker that held it is gone, so the jobs table would say
+        "leased" for good. Each entry is forgotten only after its write (or after the store
+        said the item had already moved on), so a crash here repeats a write, harmlessly.
+        """
+        try:
+            ended = self.engine.unsettled(queue, SETTLE_LIMIT)
+        except SluiceError as exc:
+            log.warning("could not read the endings to settle in %s: %s", queue, exc)
+            return
+        done = []
+        for job in ended:
+            try:
+                if self.store.settle_ended(job):
+                    self.report.settled += 1
+                    log.info("settled %s as %s: Redis ended it with no worker left to report",
+                             job.job_id, job.state.value, extra={"job_id": job.job_id, "queue": queue})
+                done.append(job)
+            except SluiceError as exc:
+                log.warning("could not settle %s as %s: %s", job.job_id, job.state.value, exc)
+        if done:
+            try:
+                self.engine.settled(queue, done)
+            except SluiceError as exc:  # written; the next maintenance writes them again
+                log.warning("could not forget %d settled endings in %s: %s", len(done), queue, exc)
+
     def _dispatch(self) -> None:
         if self.dispatcher is None:
             return
@@ -145,13 +175,15 @@ class _Control(_RelayState):
         self.report.dispatched += started
 
     def _maintain(self) -> None:
-        """Reap expired leases, and start workers for backlogs nobody is draining."""
+        """Reap expired leases, settle the endings nobody reported, and start workers for
+        backlogs nobody is draining."""
         now = self.clock.monotonic()
         for queue in self.engine.queues():
             if queue == RELAY_QUEUE:
                 continue
             reaped = self.engine.reap(queue, self.reap_limit)
             self.report.reaped += reaped
+            self._settle(queue)
             state = self._queues.setdefault(queue, _QueueState())
             self._refresh(queue, state, now)
             if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0

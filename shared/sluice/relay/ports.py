@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from sluice.models import SCHEMA_VERSION, JobSpec, LeasedJob, QueueStats
+from sluice.models import SCHEMA_VERSION, EndedJob, JobSpec, LeasedJob, QueueStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,8 @@ class RelayEngine(Protocol):
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
              records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
     def take_rate(self, queue: str, wanted: int) -> int: ...
+    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]: ...
+    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int: ...
 
 
 class RecordSource(Protocol):

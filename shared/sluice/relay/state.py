@@ -30,6 +30,7 @@ class RelayReport:
     partitions_lost: int = 0  # stale stops plus leases lost or expired
     dispatched: int = 0
     reaped: int = 0
+    settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
     loops: int = 0
     errors: int = 0
     lag: int | None = None  # records in Kafka not yet in Redis, worst owned partition, last measured
@@ -41,7 +42,8 @@ class RelayReport:
 
     def publish(self, metrics: Metrics) -> None:
         """Once per invocation: per-step counts would be one log line each in EMF."""
-        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped"):
+        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped",
+                     "settled"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
 

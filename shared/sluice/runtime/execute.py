@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from sluice.errors import BackendUnavailable, InvalidInput, JobCancelled, LeaseLost, SluiceError, StaleToken
-from sluice.models import JobState, dump_json
+from sluice.models import dump_json
 from sluice.ports import JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import FencedTableFactory, JobContext
@@ -54,9 +54,8 @@ class JobRunner:
             return Outcome.LEASE_LOST  # lost while it waited in the local batch
         if time.monotonic() >= tracked.state.expires_at:
             # Lapsed unrenewed (the process was frozen, or Redis unreachable) and the heartbeat has
-            # not said so yet. The grant is the one write fencing cannot refuse: granted now, a job
-            # another worker already finished would go back to "leased" for good (found by the
-            # chaos suite; docs/break-it.md). So do not grant; the job comes back to someone.
+            # not said so yet. A grant now would only mint a token for a lease someone else may
+            # hold, and make that holder's writes stale. So do not grant; the job comes back.
             return self.settler.lost(Attempt(tracked, 0, tracked.log), "the lease lapsed before the grant")
         try:
             token = self.store.grant(job.job_id, job.queue, self.worker_id)
@@ -68,9 +67,7 @@ class JobRunner:
             return self.settler.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
         if time.monotonic() >= tracked.state.expires_at:
-            outcome = self.settler.lost(a, "the lease lapsed while the grant was in flight")
-            self._undo_grant(a)
-            return outcome
+            return self.settler.lost(a, "the lease lapsed while the grant was in flight")
         if spec is None:
             return self.settler.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
         if tracked.state.cancel_requested.is_set():
@@ -86,30 +83,7 @@ class JobRunner:
         a.log.info("job started")
         inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
         self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
-        outcome = self._verdict(a, ctx, inv, timeout_ms)
-        if outcome is Outcome.LEASE_LOST:
-            self._undo_grant(a)
-        return outcome
-
-    def _undo_grant(self, a: Attempt) -> None:
-        """An attempt given up after its grant must not leave a finished job "leased".
-
-        A grant takes a succeeded job back to "leased" (a re-run after a crash before ack, or
-        a grant that landed after the lease lapsed while another worker finished the job).
-        If this attempt is then given up and no newer token was granted since, no other
-        worker can ever finish it: Redis may have lost the job, or it was acked already. So
-        the stored result is written again under this attempt's token (fenced: a newer holder
-        wins), and the job reads "succeeded" again with the result it had. (Chaos finding,
-        docs/break-it.md.)
-        """
-        job = a.leased
-        try:
-            rec = self.store.get_job(job.job_id)
-            if rec.status is JobState.LEASED and rec.token == a.token and rec.result_token is not None:
-                self.store.write_result(job.job_id, a.token, rec.result)
-                a.log.warning("gave up a re-run of a finished job; its stored result is restored")
-        except SluiceError as exc:
-            a.log.warning("could not check or restore the job after giving it up: %s", exc)
+        return self._verdict(a, ctx, inv, timeout_ms)
 
     def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
         s = self.settler

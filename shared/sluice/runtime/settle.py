@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sluice import policy
-from sluice.errors import BackendUnavailable, JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
+from sluice.errors import (
+    AlreadyFinished,
+    BackendUnavailable,
+    JobCancelled,
+    JobNotFound,
+    LeaseLost,
+    SluiceError,
+    StaleToken,
+)
 from sluice.models import JobState, LeasedJob
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime import telemetry as t
@@ -164,8 +172,26 @@ class Settler:
                                 f"is stale, current is {exc.current}")
         except JobCancelled:
             return self.cancelled_meanwhile(a)
+        except AlreadyFinished:
+            return self.succeeded_before(a.tracked, a.log, "its failure is not recorded")
         except SluiceError as exc:
             return self.unsettled(a, f"could not record the failure: {exc}")
+
+    def succeeded_before(self, tracked: Tracked, log: JobLogger, what: str) -> Outcome:
+        """A re-run of a job that already succeeded (its worker died before the ack) ended
+        without a result: the stored result stands, so the job is done; an ack removes it."""
+        self.heartbeat.untrack(tracked)
+        job = tracked.leased
+        try:
+            self.retrying(lambda: self.queue.ack(job.queue, job.job_id, job.token))
+        except GONE as exc:
+            log.warning("lease lost: ack of an already succeeded job rejected (%s)", exc)
+            return Outcome.LEASE_LOST
+        except SluiceError as exc:
+            log.error("ack of an already succeeded job failed (%s); the lease will lapse", exc)
+            return Outcome.UNSETTLED
+        log.info("re-run of an already succeeded job ended; %s, the stored result stands", what)
+        return Outcome.SUCCEEDED
 
     # -- no verdict -------------------------------------------------------------------------------
 
@@ -193,6 +219,8 @@ class Settler:
             if token is not None:
                 self.retrying(lambda: self.store.release(job.job_id, token))
             self.retrying(lambda: self.queue.release(job.queue, job.job_id, job.token))
+        except AlreadyFinished:
+            return self.succeeded_before(tracked, log, "it was not finished again")
         except GONE as exc:
             log.warning("lease lost: release rejected (%s)", exc)
             return Outcome.LEASE_LOST

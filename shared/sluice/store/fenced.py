@@ -3,7 +3,8 @@
 A worker that lost its lease without noticing (GC pause, frozen VM) must not
 change anything, not only our result. ``FencedTable`` makes every put, update and
 delete a two-item ``TransactWriteItems``: a ``ConditionCheck`` that the job's item
-in the jobs table still carries the caller's token with status ``leased``, plus the
+in the jobs table still carries the caller's token with status ``leased`` (or
+``succeeded``: the current holder of a re-run after a crash before ack), plus the
 write itself. DynamoDB applies both or neither, so a write from a stale token is
 refused even when the newer holder has not written anything yet. A plain
 conditional write cannot do this: its condition may only read the item it writes.
@@ -202,9 +203,10 @@ class FencedTable:
         return {"ConditionCheck": {
             "TableName": self.jobs_table,
             "Key": {"job_id": {"S": self.job_id}},
-            "ConditionExpression": "#tok = :mine AND #st = :leased",
+            "ConditionExpression": "#tok = :mine AND #st IN (:leased, :succeeded)",
             "ExpressionAttributeNames": {"#tok": "token", "#st": "status"},
-            "ExpressionAttributeValues": {":mine": {"N": str(self.token)}, ":leased": {"S": JobState.LEASED}},
+            "ExpressionAttributeValues": {":mine": {"N": str(self.token)}, ":leased": {"S": JobState.LEASED},
+                                          ":succeeded": {"S": JobState.SUCCEEDED}},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }}
 

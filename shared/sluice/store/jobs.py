@@ -12,6 +12,10 @@ says which of three things happened: my own earlier write had landed (same token
 same digest: success), a newer token exists (``StaleToken``, counted and logged
 with both tokens), or something else (typed error). So a retry never writes twice
 and never needs a read first. See docs/store.md.
+
+Once ``succeeded``, a job stays succeeded. A re-run (the worker crashed before its
+ack) is granted a newer token and may write its result again, but a re-run that
+fails, is released or dies cannot take the stored result's status away.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from sluice.errors import (
 )
 from sluice.models import (
     FINAL_STATES,
+    EndedJob,
     JobRecord,
     JobSpec,
     JobState,
@@ -68,6 +73,9 @@ NAMES = {
 }
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
 FENCE = "#tok = :mine AND #st = :leased"
+# A result may also be written by the current holder of a re-run of a succeeded job, once:
+# its own earlier write (same token) must read as "already written", never land twice.
+RESULT_FENCE = "#tok = :mine AND (#st = :leased OR (#st = :succeeded AND #rt < :mine))"
 FAILURE_STATES = frozenset({JobState.QUEUED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
 MAX_ERROR_CHARS = 4_000  # keeps a huge traceback from pushing the item towards 400 KB
 MAX_OWNER_CHARS = 256
@@ -171,21 +179,28 @@ class DynamoJobStore:
         if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
             raise InvalidInput(f"invalid lease owner {owner!r}: 1..{MAX_OWNER_CHARS} characters")
         now = self._now_ms()
+        values = {":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
+                  ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
+                  ":succeeded": S(JobState.SUCCEEDED)}
         request = self._request(
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
-            # A succeeded job is NOT refused: after a crash before ack it runs again and
-            # writes again with the newer token.
-            condition="attribute_not_exists(#id) OR (#st <> :cancelled AND "
+            condition="attribute_not_exists(#id) OR (NOT (#st IN (:cancelled, :succeeded)) AND "
                       "(attribute_not_exists(#cx) OR #cx = :false))",
-            values={":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
-                    ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False}},
-            ReturnValues="UPDATED_NEW")
+            values=values, ReturnValues="UPDATED_NEW")
         attrs, ok = self._update("grant", request)
         if ok and attrs is not None:
             return item_int(attrs, "token")
-        if attrs is not None and item_str(attrs, "status") != JobState.CANCELLED:
+        if attrs is not None and item_str(attrs, "status") == JobState.SUCCEEDED:
+            # A re-run (its worker crashed before the ack): a newer token, the status stays.
+            request = self._request(job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
+                                    condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
+                                    values=values, ReturnValues="UPDATED_NEW")
+            attrs, ok = self._update("grant", request)
+            if ok and attrs is not None:
+                return item_int(attrs, "token")
+        if attrs is not None and item_str(attrs, "status") not in (JobState.CANCELLED, JobState.SUCCEEDED):
             self._honour_cancel_request(job_id)
         raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
 
@@ -247,7 +262,7 @@ class DynamoJobStore:
             stored, dropped = "#res = :res", "#ref"
         update = (f"SET #st = :succeeded, {stored}, #rt = :mine, #dig = :digest, #up = :now, "
                   f"#fin = :now, #exp = :exp REMOVE {dropped}")
-        return self._request(job_id, update=update, condition=FENCE if fenced else None, values=values)
+        return self._request(job_id, update=update, condition=RESULT_FENCE if fenced else None, values=values)
 
     def record_failure(self, job_id: str, token: int, error: str, status: str) -> None:
         job_id, token = validate_job_id(job_id), validate_token(token)
@@ -271,6 +286,7 @@ class DynamoJobStore:
         if ok or (old is not None and item_int(old, "token") == token and item_str(old, "status") == state
                   and item_str(old, "last_error") == error):
             return  # written now, or a retry of my own write that had landed
+        self._refuse_if_succeeded(job_id, token, old)
         raise classify(self._fence, "record_failure", job_id, token, old,
                        lambda msg: StoreError(msg, job_id=job_id, token=token))
 
@@ -285,8 +301,17 @@ class DynamoJobStore:
         if ok or (old is not None and item_int(old, "token") == token
                   and item_str(old, "status") == JobState.QUEUED):
             return  # released now, or a retry of my own release that had landed
+        self._refuse_if_succeeded(job_id, token, old)
         raise classify(self._fence, "release", job_id, token, old,
                        lambda msg: StoreError(msg, job_id=job_id, token=token))
+
+    @staticmethod
+    def _refuse_if_succeeded(job_id: str, token: int, old: dict[str, Any] | None) -> None:
+        """The current holder of a re-run of a succeeded job: the job keeps its result."""
+        if (old is not None and item_int(old, "token") == token
+                and item_str(old, "status") == JobState.SUCCEEDED):
+            raise AlreadyFinished(f"job {job_id} already succeeded; this re-run changes nothing",
+                                  job_id=job_id, status=JobState.SUCCEEDED.value, token=token)
 
     def fenced_table(self, table_name: str, job_id: str, token: int) -> FencedTable:
         """A handler's own table, fenced on this job's token in this jobs table."""
@@ -405,6 +430,56 @@ class DynamoJobStore:
                 if ok and attrs is not None:
                     return self._record(attrs)
         raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
+
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+        """Cancel a job that may have no item yet (the gateway writes none on accept).
+
+        Creates a ``cancelled`` item when there is none; otherwise ``request_cancel``
+        (so a finished job raises AlreadyFinished and a leased one is flagged).
+        """
+        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInput("reason must be a non-empty string")
+        now = self._now_ms()
+        item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
+                "token": N(0), "created_at_ms": N(now), "updated_at_ms": N(now), "finished_at_ms": N(now),
+                "last_error": S(reason[:MAX_ERROR_CHARS]), "expires_at": N(now // 1000 + self.retention_s)}
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise translate(exc, "cancel_unrecorded") from exc
+            return self.request_cancel(job_id)
+        except BotoCoreError as exc:
+            raise translate(exc, "cancel_unrecorded") from exc
+        return self._record(item)
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
+
+        Applies only while the item is not final (a worker's own verdict, or a succeeded
+        result, always wins); creates the item if the relay's ``mark_queued`` never did.
+        True if written, False if the item had already moved on.
+        """
+        job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
+        if ended.state not in (JobState.DEAD, JobState.CANCELLED):
+            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
+        why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
+            "the lease expired on the last attempt" if ended.state is JobState.DEAD
+            else "cancelled: the lease ended after a cancel request")
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
+                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
+                   "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
+            condition="attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)",
+            values={":state": S(ended.state), ":err": S(why[:MAX_ERROR_CHARS]), ":queue": S(queue),
+                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                    ":leased": S(JobState.LEASED), **self._finish_values(now)})
+        _, ok = self._update("settle_ended", request)
+        return ok
 
     # -- reads -------------------------------------------------------------------------------
 

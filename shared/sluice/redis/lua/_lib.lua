@@ -145,7 +145,7 @@ end
 -- leases: the attempt is counted, then the job goes back to ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
-local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, now, limit)
+local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, now, limit)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -166,24 +166,30 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, now
   end
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
-    local dz = {}
+    local dz, sz = {}, {}
     for _, id in ipairs(gone) do
       local key = prefix .. id
       local f = redis.call('HMGET', key, 'a', 'm', 'c')
       if f[3] == '1' then
         redis.call('DEL', key)
+        sz[#sz + 1] = now
+        sz[#sz + 1] = 'cancelled:' .. id
       elseif f[2] then
         local a = (tonumber(f[1]) or 0) + 1
         redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
         if a >= max_attempts_of(f[2]) then
           dz[#dz + 1] = now
           dz[#dz + 1] = id
+          sz[#sz + 1] = now
+          sz[#sz + 1] = 'dead:' .. id
         else
           to_ready(ready, seqkey, id, priority_of(f[2]))
         end
       end
     end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
+    -- No worker is left to tell the jobs table, which still says "leased": the relay will.
+    if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end
     redis.call('HDEL', tokens, unpack(gone))
     -- The expired ids are exactly ranks 0..#gone-1: the earliest deadlines.
     redis.call('ZREMRANGEBYRANK', leased, 0, #gone - 1)

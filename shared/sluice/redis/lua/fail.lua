@@ -3,7 +3,7 @@
 -- Input
 --   KEYS[1] job hash  sluice:{q}:job:<id>
 --   KEYS[2] leased  KEYS[3] ready  KEYS[4] delayed  KEYS[5] dead  (zsets)
---   KEYS[6] tokens hash  KEYS[7] seq
+--   KEYS[6] tokens hash  KEYS[7] seq  KEYS[8] settle zset
 --   ARGV[1] job_id  ARGV[2] token  ARGV[3] error (kept as the job's last error)
 --   ARGV[4] retry_after_ms  0..604800000 (0 = ready now; the caller computes the backoff)
 --   ARGV[5] permanent       0 | 1 (1 = no more attempts)
@@ -11,14 +11,16 @@
 --   "dead"   when permanent, a cancel was requested, or attempts >= max_attempts
 --            (the job moves to dead, score = now)
 --   "retry"  otherwise: to delayed at now + retry_after_ms, or straight to ready
---   Either way the attempt is counted (a + 1) and the error kept.
+--   Either way the attempt is counted (a + 1) and the error kept. A non-permanent
+--   failure that ends in dead (cancel requested, or attempts used up) also adds
+--   "cancelled:<id>" / "dead:<id>" to settle: the worker may have told the store "queued".
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
 --@include _lib.lua
 
-local key, leased, ready, delayed, dead, tokens, seqkey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local key, leased, ready, delayed, dead, tokens, seqkey, settle =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id = ARGV[1]
 if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 local err = ARGV[3]
@@ -39,6 +41,9 @@ redis.call('HDEL', tokens, id)
 redis.call('HSET', key, 'a', a, 'err', err)
 if permanent == '1' or f[3] == '1' or a >= max_attempts_of(f[2]) then
   redis.call('ZADD', dead, now, id)
+  if permanent == '0' then
+    redis.call('ZADD', settle, now, (f[3] == '1' and 'cancelled:' or 'dead:') .. id)
+  end
   return 'dead'
 end
 if after > 0 then

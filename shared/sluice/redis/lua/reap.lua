@@ -5,11 +5,12 @@
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
 --   KEYS[6] tokens hash  KEYS[7] seq
+--   KEYS[8] settle zset: "dead:<id>" / "cancelled:<id>" for each expiry that ended a job
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output
 --   {expired, promoted}. An expired lease counts as an attempt: the job goes back to
 --   ready, or to dead when attempts >= max_attempts, or is removed when a cancel was
---   requested. Due delayed jobs move to ready.
+--   requested; those two endings are also recorded in settle. Due delayed jobs move to ready.
 -- Errors (nothing written)
 --   INVALID_INPUT limit
 
@@ -18,5 +19,5 @@
 local limit = int_in(ARGV[1], 1, 10000)
 if not limit then return invalid('limit') end
 local expired, promoted = reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[5], KEYS[7],
-  now_ms(), limit)
+  KEYS[8], now_ms(), limit)
 return {expired, promoted}

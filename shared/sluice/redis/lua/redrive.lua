@@ -3,6 +3,8 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] dead  KEYS[3] ready  (zsets)  KEYS[4] seq
+--   KEYS[5] settle zset: the moved jobs' "dead:<id>" entries are dropped (a redriven job
+--           must not be settled dead in the jobs table after it was given another chance)
 --   ARGV[1] job_id, or "" for the oldest dead jobs
 --   ARGV[2] limit  1..1000 (with ""; the caller loops until 0)
 -- Output
@@ -13,7 +15,7 @@
 
 --@include _lib.lua
 
-local prefix, dead, ready, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, dead, ready, seqkey, settle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local one = ARGV[1]
 local limit = int_in(ARGV[2], 1, 1000)
 if not limit then return invalid('limit') end
@@ -35,4 +37,7 @@ for _, id in ipairs(ids) do
   end
 end
 redis.call('ZREM', dead, unpack(ids))
+local entries = {}
+for i, id in ipairs(ids) do entries[i] = 'dead:' .. id end
+redis.call('ZREM', settle, unpack(entries))
 return #ids

@@ -2,17 +2,18 @@
 --
 -- Input
 --   KEYS[1] job hash  KEYS[2] leased zset  KEYS[3] ready zset  KEYS[4] tokens hash
---   KEYS[5] seq
+--   KEYS[5] seq  KEYS[6] settle zset
 --   ARGV[1] job_id    ARGV[2] token
 -- Output
 --   "released"   back in ready (end of its priority band); attempts unchanged
---   "cancelled"  a cancel had been requested: the job is removed instead
+--   "cancelled"  a cancel had been requested: the job is removed instead, and
+--                "cancelled:<id>" is added to settle (the store was told "queued")
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
 --@include _lib.lua
 
-local key, leased, ready, tokens, seqkey, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
+local key, leased, ready, tokens, seqkey, settle, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1]
 if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 
 local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
@@ -23,6 +24,7 @@ redis.call('ZREM', leased, id)
 redis.call('HDEL', tokens, id)
 if f[2] == '1' then
   redis.call('DEL', key)
+  redis.call('ZADD', settle, now_ms(), 'cancelled:' .. id)
   return 'cancelled'
 end
 to_ready(ready, seqkey, id, priority_of(f[1]))
