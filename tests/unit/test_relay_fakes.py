@@ -12,7 +12,7 @@ from typing import Any
 
 from sluice import policy
 from sluice.errors import BackendUnavailable, LeaseLost, StaleToken
-from sluice.models import EndedJob, Extended, JobSpec, JobState, LeasedJob, QueueConfig, QueueStats
+from sluice.models import EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
 from sluice.relay import SourceRecord
 
 

@@ -483,7 +483,7 @@ def test_a_settled_dead_job_can_run_again_after_a_redrive(store: DynamoJobStore)
     assert store.get_job("j1").status is JobState.SUCCEEDED
 
 
-def test_cancel_unrecorded_creates_a_cancelled_item_or_cancels_the_existing_one(store: DynamoJobStore) -> None:
+def test_cancel_unrecorded_creates_a_cancelled_item_or_cancels_the_existing(store: DynamoJobStore) -> None:
     rec = store.cancel_unrecorded("new1", "q", "not acknowledged by Kafka")
     assert (rec.status, rec.queue, rec.last_error) == (JobState.CANCELLED, "q", "not acknowledged by Kafka")
     assert store.get_job("new1").status is JobState.CANCELLED

@@ -194,9 +194,10 @@ class DynamoJobStore:
             return item_int(attrs, "token")
         if attrs is not None and item_str(attrs, "status") == JobState.SUCCEEDED:
             # A re-run (its worker crashed before the ack): a newer token, the status stays.
-            request = self._request(job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
-                                    condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
-                                    values=values, ReturnValues="UPDATED_NEW")
+            request = self._request(
+                job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
+                condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
+                values=values, ReturnValues="UPDATED_NEW")
             attrs, ok = self._update("grant", request)
             if ok and attrs is not None:
                 return item_int(attrs, "token")
