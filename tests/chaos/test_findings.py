@@ -3,7 +3,7 @@
 1. A worker frozen between its lease and its grant (or during the grant call) woke up and was
    granted a job that another worker had meanwhile finished and acknowledged: the jobs table
    said "leased" for good. Likewise a re-run after a crash before ack, given up when Redis
-   lost the job under it.
+   lost the job under it. The store now keeps a succeeded job succeeded through re-runs.
 2. After a broker crash, Tansu acknowledged an idempotent producer's retried record with
    offset -1 and never stored it: the gateway answered 202 for a job that was gone.
 """
@@ -40,7 +40,7 @@ def test_a_lease_that_lapsed_before_the_grant_is_not_granted() -> None:
     assert tracked.state.lease_lost.is_set() and not tracked.active
 
 
-def test_a_grant_that_lands_after_the_lease_lapsed_puts_a_finished_job_back_to_succeeded() -> None:
+def test_a_grant_that_lands_after_the_lease_lapsed_leaves_a_finished_job_succeeded() -> None:
     k = kit()
     k.app.register("q", lambda job, ctx: "mine")
     k.queue.add("q", "j1")
@@ -66,12 +66,12 @@ def test_a_grant_that_lands_after_the_lease_lapsed_puts_a_finished_job_back_to_s
         worker._close(session)
     assert outcome is Outcome.LEASE_LOST
     item = k.store.items["j1"]
-    assert (item["status"], item["result"]) == ("succeeded", "theirs")
-    assert (item["token"], item["result_token"]) == (2, 2)
+    assert (item["status"], item["result"]) == ("succeeded", "theirs")  # the grant did not touch it
+    assert (item["token"], item["result_token"]) == (2, 1)
     assert k.queue.called("ack") == []  # the Redis lease is not ours: nothing to ack
 
 
-def test_a_re_run_of_a_finished_job_given_up_when_redis_lost_it_restores_the_stored_result() -> None:
+def test_a_re_run_of_a_finished_job_given_up_when_redis_lost_it_keeps_the_stored_result() -> None:
     # Crash before ack: "first" was written with token 1, the job came back and is run again.
     k = kit()
     k.queue.add("q", "j1")
@@ -88,8 +88,8 @@ def test_a_re_run_of_a_finished_job_given_up_when_redis_lost_it_restores_the_sto
     summary = k.worker(lease_ms=300).drain(["q"], 1)
     assert summary.outcomes["lease_lost"] == 1
     item = k.store.items["j1"]
-    assert (item["status"], item["result"]) == ("succeeded", "first")
-    assert (item["result_token"], item["token"]) == (2, 2)
+    assert (item["status"], item["result"]) == ("succeeded", "first")  # never "leased" on the way
+    assert (item["result_token"], item["token"]) == (1, 2)
 
 
 def test_a_live_lease_is_still_granted() -> None:

@@ -265,11 +265,14 @@ class FakeStore:
             it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
                                                 "attempts": 0, "cancel_requested": False})
             if it["status"] == "cancelled" or it["cancel_requested"]:
-                it["status"] = "cancelled"
+                if it["status"] != "succeeded":
+                    it["status"] = "cancelled"
                 raise JobCancelled(f"job {job_id} was cancelled")
             it["token"] += 1
             it["attempts"] += 1
-            it["status"], it["owner"] = "leased", owner
+            it["owner"] = owner
+            if it["status"] != "succeeded":  # once succeeded, always (a re-run keeps the status)
+                it["status"] = "leased"
             self.calls.append(("grant", job_id, it["token"]))
             return int(it["token"])
 
@@ -286,7 +289,15 @@ class FakeStore:
             raise JobCancelled(f"job {job_id} was cancelled")
         if it["token"] == token and it["status"] == "leased":
             return it
+        if (method == "write_result" and it["token"] == token and it["status"] == "succeeded"
+                and it.get("result_token", 0) < token):
+            return it  # the current holder of a re-run writes once
         return None
+
+    def _refuse_if_succeeded(self, job_id: str, token: int) -> None:
+        it = self.items[job_id]
+        if it["token"] == token and it["status"] == "succeeded":
+            raise AlreadyFinished(f"job {job_id} already succeeded")
 
     def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
         with self._lock:
@@ -310,6 +321,7 @@ class FakeStore:
                 raise ValueError(status)
             it = self._fenced("record_failure", job_id, token)
             if it is None:
+                self._refuse_if_succeeded(job_id, token)
                 raise StoreError(f"record_failure: {job_id} is {self.items[job_id]['status']}")
             it.update(status=status, last_error=error)
 
@@ -317,6 +329,7 @@ class FakeStore:
         with self._lock:
             it = self._fenced("release", job_id, token)
             if it is None:
+                self._refuse_if_succeeded(job_id, token)
                 raise StoreError("release: not leased")
             it["attempts"] -= 1
             it["status"] = "queued"
