@@ -144,3 +144,20 @@ def test_the_relays_lambda_dispatcher_reaches_it_through_settings(service: Any) 
     assert dispatcher.dispatch("echo", 2, 5) == 2
     lines = wait_lines(out, 2)
     assert all(x.split()[1] == "None" for x in lines)  # the DispatchEvent has no "n"
+
+
+def test_every_finished_invocation_is_reported_to_the_observer_and_a_second_stop_does_nothing(
+        service: Any) -> None:
+    svc, _api, _out = service
+    seen: list[Any] = []
+    svc.on_finish = seen.append
+    ok = svc.invoke("echo", {"n": 4}, asynchronous=False)
+    failed = svc.invoke("echo", {"fail": True}, asynchronous=False)
+    assert ok.done.wait(15) and failed.done.wait(15)
+    assert [(inv.id, inv.error is None) for inv in seen] == [(ok.id, True), (failed.id, False)]
+    assert seen[0].result["n"] == 4 and "asked to fail" in (seen[1].error or "")
+    svc.on_finish = lambda _inv: 1 / 0  # type: ignore[func-returns-value]  # a broken observer
+    assert svc.invoke("echo", {"n": 5}, asynchronous=False).done.wait(15)  # is not the service's problem
+    svc.stop()
+    svc.stop()
+    assert svc.describe() == []

@@ -58,6 +58,26 @@ def test_recording_store_and_queue_write_one_line_per_call_and_behave_like_the_o
     assert write["t0"] <= write["t1"]
 
 
+def test_leases_are_recorded_per_job_and_one_process_shares_one_writer_per_path(tmp_path: Path) -> None:
+    from sluice.models import LeasedJob
+
+    class Leasing(Queue):
+        def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[Any]:
+            return [LeasedJob.model_construct(job_id=f"j{i}", queue=queue, token=10 + i, attempt=1)
+                    for i in range(n)]
+
+    path = tmp_path / "h.jsonl"
+    q, _s = history.recorded(Leasing(), Store(), str(path))  # type: ignore[arg-type]
+    assert [j.job_id for j in q.lease("q", 2, None, "w")] == ["j0", "j1"]
+    assert q.lease("q", 0, None, "w") == []
+    assert history.open_history(path) is history.open_history(str(path)) is q._rec.history
+    history.open_history(path).emit("fault", kind="k")  # another op, same file; t1 stamped
+    events = lines(path)
+    assert [(e["op"], e.get("job"), e.get("lease")) for e in events] == [
+        ("lease", "j0", 10), ("lease", "j1", 11), ("fault", None, None)]
+    assert all(e["t1"] > 0 for e in events)
+
+
 def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
     _q, s = history.recorded(Queue(), Store(), str(path))  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ class DevOptions:
     history: bool = True
     log_level: str = "INFO"
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
+    relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
 
 
 def _handler_ref(function: str, fallback: str) -> str:
@@ -213,7 +214,8 @@ class DevStack:
             Function(WORKER_FUNCTION, _handler_ref("worker", "sluice.runtime.lambda_entry:handle_dispatch"),
                      o.worker_timeout_s * 1000, o.workers, worker_env, idle_s=o.worker_idle_s),
             # Two at most: the next scheduled run starts while the previous one hands over.
-            Function(RELAY_FUNCTION, _handler_ref("relay", "sluice.relay_control:run_scheduled"),
+            Function(RELAY_FUNCTION,
+                     o.relay_handler or _handler_ref("relay", "sluice.relay_control:run_scheduled"),
                      int(o.relay_timeout_s * 1000), 2, relay_env, idle_s=o.relay_every_s * 3),
         ]
 
@@ -316,6 +318,14 @@ class DevStack:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def stop_functions(self) -> None:
+        """Stop the schedule and every container, and leave the servers up (to be read, then ``stop``)."""
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(5)
+        if self.lambdas is not None:
+            self.lambdas.stop()
 
 
 def _quietly(fn: Callable[[], None]) -> None:

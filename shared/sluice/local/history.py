@@ -4,7 +4,10 @@ On the local stack (``sluice dev``, ``sluice demo``, ``sluice chaos``) every wor
 process appends one line per event to the file named by ``Settings.history_path``.
 The recording is done by decorators around the worker's two ports, so the runtime
 itself is unchanged: ``recorded(queue, store, path)`` returns adapters that behave
-exactly like the real ones and write a line after each call.
+exactly like the real ones and write a line after each call. This is the one
+recorder: the worker Lambda uses it (``runtime.lambda_entry``), and so do the chaos
+run's worker processes; the chaos run adds its own ops to the same file
+(``sluice.chaos.history``: enqueues, handler invocations, faults, relay pushes).
 
 Each line: ``{"op", "job", "queue", "token", "outcome", "t0", "t1", "pid", ...}``, with
 ``t0``/``t1`` the wall-clock start and end of the call. Ops:
@@ -17,7 +20,8 @@ Each line: ``{"op", "job", "queue", "token", "outcome", "t0", "t1", "pid", ...}`
 - ``failure``: a failure record (``status`` queued|failed|dead|cancelled), same outcomes;
 - ``ack`` / ``fail`` / ``release``: the Redis side, outcome ``ok`` (``fail`` also gives
   ``retry``/``dead``), ``lost`` or ``error``; ``lease`` is the Redis lease token;
-- ``extend``: only failures are recorded (outcome ``lost``), a heartbeat finding its lease gone.
+- ``extend``: only failures are recorded (outcome ``lost``), a heartbeat finding its lease gone;
+- ``lease``: a job leased from Redis (``lease`` token, ``attempt``), no outcome.
 
 ``analyse`` turns a history into per-job facts and the counts the demo and the
 chaos checker report. A write is a *stale write accepted* when it was accepted and
@@ -40,6 +44,7 @@ from typing import Any, TypeVar
 from sluice.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.models import (
     DeadJob,
+    EndedJob,
     Extended,
     JobRecord,
     JobSpec,
@@ -73,6 +78,7 @@ class History:
         self.pid = os.getpid()
 
     def emit(self, op: str, **fields: Any) -> None:
+        fields.setdefault("t1", time.time())
         line = json.dumps({"op": op, "pid": self.pid, **fields}, separators=(",", ":"), default=str)
         data = (line + "\n").encode("utf-8")
         with self._lock:
@@ -159,6 +165,12 @@ class StorePassThrough:
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         return self._store.final_job_ids(job_ids)
 
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+        return self._store.cancel_unrecorded(job_id, queue, reason)
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        return self._store.settle_ended(ended)
+
 
 class RecordingStore(StorePassThrough):
     """``ports.JobStore`` that records grants, result writes and failure records."""
@@ -206,7 +218,7 @@ class RecordingStore(StorePassThrough):
 
 
 class RecordingQueue:
-    """``ports.JobQueue`` that records acks, fails, releases and lost heartbeats."""
+    """``ports.JobQueue`` that records leases, acks, fails, releases and lost heartbeats."""
 
     def __init__(self, queue: JobQueue, history: History) -> None:
         self._queue = queue
@@ -237,7 +249,10 @@ class RecordingQueue:
         return self._queue.enqueue(spec)
 
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
-        return self._queue.lease(queue, n, lease_ms, worker_id)
+        jobs = self._queue.lease(queue, n, lease_ms, worker_id)
+        for job in jobs:  # where an attempt began: a job killed before its grant shows up here only
+            self._rec.history.emit("lease", job=job.job_id, queue=queue, lease=job.token, attempt=job.attempt)
+        return jobs
 
     def cancel(self, queue: str, job_id: str) -> str:
         return self._queue.cancel(queue, job_id)
@@ -271,12 +286,19 @@ _open: dict[str, History] = {}
 _open_lock = threading.Lock()
 
 
+def open_history(path: str | os.PathLike[str]) -> History:
+    """This process's one ``History`` for ``path``, shared by every recorder and probe in it."""
+    key = str(path)
+    with _open_lock:
+        history = _open.get(key)
+        if history is None:
+            history = _open[key] = History(key)
+    return history
+
+
 def recorded(queue: JobQueue, store: JobStore, path: str) -> tuple[RecordingQueue, RecordingStore]:
     """The worker's ports, recording to ``path`` (one open file per process and path)."""
-    with _open_lock:
-        history = _open.get(path)
-        if history is None:
-            history = _open[path] = History(path)
+    history = open_history(path)
     return RecordingQueue(queue, history), RecordingStore(store, history)
 
 

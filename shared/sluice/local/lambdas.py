@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -102,6 +102,9 @@ class LocalLambda:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._logs: dict[str, IO[bytes]] = {}
+        # Called with every invocation once it has its answer or error (under the service's lock:
+        # keep it short). The chaos run records the worker's drain summaries through it.
+        self.on_finish: Callable[[Invocation], None] | None = None
 
     # -- API -------------------------------------------------------------------------------------
 
@@ -117,7 +120,7 @@ class LocalLambda:
             if asynchronous and len(waiting) >= fn.max_concurrency and \
                     sum(1 for w in waiting if w.event == event) >= fn.max_concurrency:
                 self.counts["coalesced"] += 1
-                inv.finish(error="coalesced with identical waiting invocations")
+                self._finish(inv, error="coalesced with identical waiting invocations")
                 return inv
             if first:
                 waiting.appendleft(inv)
@@ -126,6 +129,14 @@ class LocalLambda:
             self.counts["invocations"] += 1
             self._cond.notify_all()
         return inv
+
+    def _finish(self, inv: Invocation, result: Any = None, error: str | None = None) -> None:
+        inv.finish(result, error)
+        if self.on_finish is not None:
+            try:
+                self.on_finish(inv)
+            except Exception:  # an observer must never break the service
+                log.exception("on_finish failed for %s", inv.id)
 
     def busy(self, name: str | None = None) -> int:
         with self._cond:
@@ -148,7 +159,10 @@ class LocalLambda:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End every container (SIGTERM, then SIGKILL after ``timeout``). A second call does nothing."""
         with self._cond:
+            if self._stopping:
+                return
             self._stopping = True
             containers = list(self.containers)
             self._cond.notify_all()
@@ -186,7 +200,7 @@ class LocalLambda:
             if c.proc.poll() is not None:
                 if inv is not None:
                     self.counts["crashed"] += 1
-                    inv.finish(error=f"container {c.pid} exited with {c.proc.returncode}")
+                    self._finish(inv, error=f"container {c.pid} exited with {c.proc.returncode}")
                 continue
             if inv is not None and inv.started is not None and \
                     now - inv.started > c.function.timeout_ms / 1000 + 1.0:
@@ -194,7 +208,7 @@ class LocalLambda:
                             c.pid)
                 self.counts["timeouts"] += 1
                 c.kill()
-                inv.finish(error="Task timed out")
+                self._finish(inv, error="Task timed out")
                 continue
             if inv is None and now - c.last_used > c.function.idle_s:
                 assert c.proc.stdin is not None
@@ -219,7 +233,7 @@ class LocalLambda:
                 try:
                     idle.send(inv)
                 except OSError as exc:  # it died between the check and the write
-                    inv.finish(error=f"container {idle.pid} unreachable: {exc}")
+                    self._finish(inv, error=f"container {idle.pid} unreachable: {exc}")
                     idle.kill()
 
     def _spawn(self, fn: Function) -> Container | None:
@@ -254,7 +268,7 @@ class LocalLambda:
                 c.busy, c.last_used = None, time.monotonic()
                 if answer.get("error"):
                     self.counts["errors"] += 1
-                inv.finish(answer.get("result"), answer.get("error"))
+                self._finish(inv, answer.get("result"), answer.get("error"))
                 self._cond.notify_all()
         with contextlib.suppress(subprocess.TimeoutExpired):
             c.proc.wait(30)  # reap it: an exited container must not linger as a zombie
