@@ -1,36 +1,66 @@
-"""The short chaos run of ``make test``: 500 jobs through the real pipeline under a seeded nemesis.
+"""The short chaos runs of ``make test``: the real pipeline under a seeded nemesis.
 
-About a minute: the command starts its own redis-server, moto server and Tansu (storing to
-S3 on that moto server), three worker processes and a relay, enqueues 500 jobs while the
-nemesis injects every kind of fault, waits for the queues to drain, and checks the history.
+- Lambda runtime (the default, as ``sluice dev`` runs the pipeline), 500 jobs, about a
+  minute: the command starts its own redis-server, moto servers and Tansu (storing to S3),
+  the local Lambda service with worker containers dispatched by the relay and the safety
+  net, and the relay in containers of its own on a schedule; enqueues 500 jobs while the
+  nemesis injects every kind of fault, waits for the queues to drain, and checks the history.
+- Process runtime, a cheaper smoke run: long-lived worker and relay processes.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from sluice.chaos import history
 from sluice.chaos.cli import chaos
 from sluice.chaos.nemesis import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck")
+
+
+def run(tmp_path: Path, *args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(chaos, [*args, "--json", "--state-dir", str(tmp_path / "run")])
+    report: dict[str, Any] = json.loads(result.output.strip().splitlines()[-1])
+    assert result.exit_code == 0, result.output[-3000:]
+    for invariant in INVARIANTS:
+        assert report[invariant] == 0, (invariant, report.get("samples"), report.get("diagnosis"))
+    return report
 
 
 @pytest.mark.timeout(300)
-def test_500_jobs_under_every_fault_lose_nothing_and_break_no_invariant(tmp_path: Path) -> None:
-    result = CliRunner().invoke(chaos, ["--jobs", "500", "--duration", "45", "--seed", "11", "--json",
-                                        "--state-dir", str(tmp_path / "run")])
-    report = json.loads(result.output.strip().splitlines()[-1])
-    assert result.exit_code == 0, result.output[-3000:]
+def test_500_jobs_on_the_lambda_runtime_under_every_fault_lose_nothing_and_break_no_invariant(
+        tmp_path: Path) -> None:
+    report = run(tmp_path, "--runtime", "lambda", "--jobs", "500", "--duration", "45", "--seed", "11")
+    assert report["runtime"] == "lambda"
     assert report["accepted"] == 500 and report["drained"] is True
-    for invariant in ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted",
-                      "stuck"):
-        assert report[invariant] == 0, (invariant, report.get("samples"), report.get("diagnosis"))
     assert set(report["faults"]) == set(KINDS) and all(n >= 1 for n in report["faults"].values())
     # the faults did bite: some jobs ran more than once, and every job ran at least once
     assert report["duplicate_executions"] >= 1
     assert report["executions"] >= report["succeeded"] == 500
-    assert (tmp_path / "run" / "history.jsonl").stat().st_size > 0
+    # ... inside Lambda containers: killed ones were replaced by cold starts, and the history
+    # holds the workers' invocations, dispatched by the relay and by the safety net
+    counts = report["runtime_counts"]
+    assert counts["crashed"] >= 1 and counts["cold_starts"] > 3
+    events = history.read(tmp_path / "run" / "history.jsonl")
+    sources = {e.get("source") for e in events if e["op"] == "invocation"}
+    assert {"relay", "safety-net"} <= sources
+    assert report["faults_landed"].get("kill_relay_after_push", 0) >= 1  # a relay container died
+    relay_pids = {e["pid"] for e in events if e["op"] == "push"}
+    worker_pids = {e["pid"] for e in events if e["op"] == "grant"}
+    assert relay_pids and worker_pids and not relay_pids & worker_pids
+
+
+@pytest.mark.timeout(240)
+def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path) -> None:
+    report = run(tmp_path, "--runtime", "process", "--jobs", "200", "--duration", "20", "--seed", "12")
+    assert report["runtime"] == "process"
+    assert report["accepted"] == 200 and report["drained"] is True
+    assert sum(report["faults"].values()) >= 3
+    assert report["executions"] >= report["succeeded"] == 200

@@ -103,18 +103,23 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
 @click.option("--duration", type=click.FloatRange(5, 86_400), default=40.0, show_default=True,
               help="Seconds of faults; jobs are enqueued over the first 90%.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seeds the workload and the nemesis.")
-@click.option("--workers", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 32), default=3, show_default=True,
+              help="Worker containers (lambda: the worker function's concurrency) or processes.")
+@click.option("--runtime", type=click.Choice(["lambda", "process"]), default="lambda", show_default=True,
+              help="lambda: the local Lambda service as sluice dev runs it (worker containers dispatched by "
+                   "the relay and the safety net, the relay on a schedule); process: long-lived worker "
+                   "and relay processes.")
 @click.option("--no-faults", is_flag=True, help="A control run: the same workload, no nemesis.")
 @click.option("--drain-timeout", type=float, default=None, help="Seconds to wait for the queues to drain.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the history and logs go (default .sluice/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
-def chaos(jobs: int, duration: float, seed: int, workers: int, no_faults: bool, drain_timeout: float | None,
-          state_dir: Path | None, as_json: bool) -> None:
+def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
+          drain_timeout: float | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
     from sluice.chaos import runner
 
-    options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers,
+    options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
                              faults=not no_faults, drain_timeout_s=drain_timeout, state_dir=state_dir)
     try:
         outcome = runner.run(options, say=click.echo)
@@ -132,6 +137,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, no_faults: bool, 
         line = f"  {name.replace('_', ' '):<24}{value:>8}"
         click.echo(click.style(line, fg="red") if must_be_zero and value else line)
     click.echo(f"  {'faults':<24}{sum(r.faults.values()):>8}  {dict(sorted(r.faults.items()))}")
+    click.echo(f"  {outcome.runtime + ' runtime':<24}{'':>8}  {outcome.runtime_counts}")
     click.echo("")
     verdict = "PASS: every invariant held" if r.ok else "FAIL: an invariant was violated"
     click.echo(click.style(verdict, fg="green" if r.ok else "red") + f" (history: {outcome.state_dir})")

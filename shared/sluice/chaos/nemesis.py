@@ -1,14 +1,18 @@
 """The nemesis: a seeded, reproducible plan of faults, and the thread that injects them.
 
 ``plan(seed, ...)`` is pure: the same seed gives the same faults at the same times
-against the same process slots. Every fault kind appears at least once (the first
-round is a seeded shuffle of all kinds), then kinds are drawn with weights.
+against the same targets. Every fault kind appears at least once (the first round is a
+seeded shuffle of all kinds), then kinds are drawn with weights. A target is a process
+slot ("w1", "r0") or a server; what a slot means is the runtime's business
+(``Targets``): the process runtime's worker process w1, or, in the Lambda runtime, a
+worker container busy with a job when the fault comes (containers come and go, as
+Lambda's do).
 
 Kinds:
 - ``kill_worker_mid_job`` / ``kill_worker_before_ack`` / ``kill_relay_after_push``:
   the target is armed through its control file and SIGKILLs itself at that exact
-  point (``agents.Control``); if it does not get there within ``arm_s`` it is
-  SIGKILLed from outside wherever it is (recorded as phase ``fallback``);
+  point (``app.Control``); if none gets there within ``arm_s``, one is SIGKILLed from
+  outside wherever it is (recorded as phase ``fallback``);
 - ``pause_worker``: SIGSTOP for 1-3x the lease, then SIGCONT;
 - ``pause_worker_before_write``: the same pause, placed by arming: the worker stops itself
   after the runtime's own lease check, just before its fenced write (the gc-pause story),
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import signal
 import threading
@@ -76,8 +81,16 @@ def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, wor
     return faults
 
 
-class Processes(Protocol):
-    def signal(self, name: str, sig: int) -> bool: ...
+class Targets(Protocol):
+    """Where the faults land: the processes of a runtime (``chaos.runtimes``)."""
+
+    def arming(self, target: str) -> str:
+        """The control file stem that ``target``'s processes check (``chaos.app.Control``)."""
+        ...
+
+    def pick(self, target: str) -> int | None:
+        """The pid to signal for ``target`` now (a process busy with work if there is one), or None."""
+        ...
 
 
 class Servers(Protocol):
@@ -85,18 +98,27 @@ class Servers(Protocol):
     def restart_broker(self) -> None: ...
 
 
+def send(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 class Nemesis:
-    def __init__(self, faults: list[Fault], procs: Processes, servers: Servers, history: History,
+    def __init__(self, faults: list[Fault], targets: Targets, servers: Servers, history: History,
                  control_dir: Path, *, arm_s: float = 4.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.faults, self.procs, self.servers, self.history = faults, procs, servers, history
+        self.faults, self.targets, self.servers, self.history = faults, targets, servers, history
         self.control_dir = control_dir
         self.arm_s = arm_s
         self.clock = clock
         self.injected: dict[str, int] = {}
         self._timers: list[threading.Timer] = []
-        self._paused: set[str] = set()
+        self._paused: set[int] = set()
         self._lock = threading.Lock()
+        self._armings = 0
 
     def run(self, stop: threading.Event) -> None:
         started = self.clock()
@@ -117,59 +139,76 @@ class Nemesis:
         elif f.kind == "pause_worker_before_write":
             self._arm_pause(f)
         elif f.kind == "pause_worker":
-            if self.procs.signal(f.target, signal.SIGSTOP):
-                with self._lock:
-                    self._paused.add(f.target)
-                self._later(f.hold_s, lambda: self._resume(f.target))
+            pid = self.targets.pick(f.target)
+            if pid is not None and send(pid, signal.SIGSTOP):
+                self._paused_until(pid, f)
         elif f.kind == "restart_redis":
             self.servers.restart_redis()
         elif f.kind == "restart_broker":
             self.servers.restart_broker()
 
-    def _write_arming(self, f: Fault) -> Path:
-        path = self.control_dir / f"{f.target}.json"
+    def _write_arming(self, f: Fault) -> tuple[Path, str]:
+        self._armings += 1
+        arming_id = str(self._armings)
+        path = self.control_dir / f"{self.targets.arming(f.target)}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"kind": f.kind, "until": time.time() + self.arm_s}))
+        tmp.write_text(json.dumps({"kind": f.kind, "until": time.time() + self.arm_s, "id": arming_id}))
         tmp.replace(path)
-        return path
+        return path, arming_id
+
+    def _landed(self, arming_id: str) -> int | None:
+        """The pid of the process that took this arming, or None while nobody has."""
+        for claimed in self.control_dir.glob(f"landed-{arming_id}-*"):
+            with contextlib.suppress(ValueError):
+                return int(claimed.name.rsplit("-", 1)[1])
+        return None
+
+    def _disarm(self, path: Path, arming_id: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text()).get("id") == arming_id:  # not a newer fault's arming
+                path.unlink()
 
     def _arm(self, f: Fault) -> None:
-        path = self._write_arming(f)
+        path, arming_id = self._write_arming(f)
 
         def fallback() -> None:
-            if path.exists():  # it never reached the point: kill it wherever it is
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                if self.procs.signal(f.target, signal.SIGKILL):
-                    self.history.emit("fault", kind=f.kind, target=f.target, phase="fallback")
+            if self._landed(arming_id) is not None:
+                return
+            self._disarm(path, arming_id)  # nobody got to the point: kill one wherever it is
+            pid = self.targets.pick(f.target)
+            if pid is not None and send(pid, signal.SIGKILL):
+                self.history.emit("fault", kind=f.kind, target=f.target, phase="fallback", victim=pid)
 
         self._later(self.arm_s, fallback)
 
     def _arm_pause(self, f: Fault) -> None:
-        """The worker stops itself at the point; once it has (its file is gone), wake it later."""
-        path = self._write_arming(f)
+        """The worker stops itself at the point; once one has, wake it ``hold_s`` later."""
+        path, arming_id = self._write_arming(f)
         deadline = self.clock() + self.arm_s
 
         def watch() -> None:
-            if not path.exists():
-                with self._lock:
-                    self._paused.add(f.target)
-                self._later(f.hold_s, lambda: self._resume(f.target, f.kind))
+            pid = self._landed(arming_id)
+            if pid is not None:
+                self._paused_until(pid, f)
             elif self.clock() < deadline:
                 self._later(0.05, watch)
             else:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+                self._disarm(path, arming_id)
 
         self._later(0.05, watch)
 
-    def _resume(self, name: str, kind: str = "pause_worker") -> None:
+    def _paused_until(self, pid: int, f: Fault) -> None:
         with self._lock:
-            if name not in self._paused:
+            self._paused.add(pid)
+        self._later(f.hold_s, lambda: self._resume(pid, f))
+
+    def _resume(self, pid: int, f: Fault) -> None:
+        with self._lock:
+            if pid not in self._paused:
                 return
-            self._paused.discard(name)
-        self.procs.signal(name, signal.SIGCONT)
-        self.history.emit("fault", kind=kind, target=name, phase="resumed")
+            self._paused.discard(pid)
+        send(pid, signal.SIGCONT)
+        self.history.emit("fault", kind=f.kind, target=f.target, phase="resumed", victim=pid)
 
     def _later(self, delay: float, fn: Callable[[], None]) -> None:
         timer = threading.Timer(delay, fn)
@@ -183,8 +222,8 @@ class Nemesis:
             timer.cancel()
         with self._lock:
             paused, self._paused = set(self._paused), set()
-        for name in paused:
-            self.procs.signal(name, signal.SIGCONT)
+        for pid in paused:
+            send(pid, signal.SIGCONT)
         for path in self.control_dir.glob("*.json"):
             with contextlib.suppress(OSError):
                 path.unlink()

@@ -1,14 +1,16 @@
 """``sluice chaos``: the whole pipeline under a seeded nemesis, then a checker over its history.
 
 1. Start a local stack of our own: redis-server, the moto server (DynamoDB and S3) and
-   Tansu storing to S3 on that moto server, so a broker restart keeps its data.
-2. Start worker processes and a relay process (``chaos.agents``), supervised: a process
-   that dies is started again, as Lambda would start another invocation.
-3. Enqueue N jobs through the gateway's use case (``chaos.workload``) while the nemesis
+   Tansu storing to S3 on a moto server, so a broker restart keeps its data; and the
+   pipeline's moving parts on a runtime (``chaos.runtimes``): ``lambda``, the local
+   Lambda service as ``sluice dev`` runs it (worker containers dispatched by the relay
+   and the safety net, the relay on a schedule), or ``process``, long-lived worker and
+   relay processes kept alive by a supervisor.
+2. Enqueue N jobs through the gateway's use case (``chaos.workload``) while the nemesis
    (``chaos.nemesis``) injects its planned faults for ``duration`` seconds.
-4. Stop the faults, let the queues drain until every accepted job is final (or a
-   timeout), stop the processes, and give the history plus the final state of the jobs
-   table and of Redis to the checker (``chaos.checker``).
+3. Stop the faults, let the queues drain until every accepted job is final (or a
+   timeout), stop the workers and relays, and give the history plus the final state of
+   the jobs table and of Redis to the checker (``chaos.checker``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos import checker, history, nemesis
-from sluice.chaos.agents import QUEUE
-from sluice.chaos.procs import Child
+from sluice.chaos import checker, history, nemesis, runtimes
+from sluice.chaos.app import QUEUE
 from sluice.chaos.workload import Enqueuer
 
 Say = Callable[[str], None]
@@ -45,6 +46,7 @@ class Options:
     drain_timeout_s: float | None = None  # default: max(120, duration)
     state_dir: Path | None = None
     partitions: int = 4
+    runtime: str = "lambda"  # or "process" (chaos.runtimes)
 
 
 @dataclass
@@ -55,59 +57,13 @@ class Outcome:
     drained: bool
     seconds: dict[str, float] = field(default_factory=dict)
     diagnosis: dict[str, Any] = field(default_factory=dict)
+    runtime: str = ""
+    runtime_counts: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.report.as_dict(), "drained": self.drained, "seconds": self.seconds,
+                "runtime": self.runtime, "runtime_counts": self.runtime_counts,
                 "state_dir": str(self.state_dir), **({"diagnosis": self.diagnosis} if self.diagnosis else {})}
-
-
-class Supervisor:
-    """Keeps one process per slot alive: a slot whose process died gets a new one."""
-
-    def __init__(self, spawn: Callable[[str], Child], names: list[str], events: history.History) -> None:
-        self._spawn = spawn
-        self.children = {name: spawn(name) for name in names}
-        self._events = events
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self.respawns = 0
-        self._thread = threading.Thread(target=self._watch, name="chaos-supervisor", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.2):
-            for name, child in list(self.children.items()):
-                if not child.alive() and not self._stop.is_set():
-                    self._events.emit("respawn", target=name, old_pid=child.pid,
-                                      exit=child.proc.returncode)
-                    child.kill()
-                    with self._lock:
-                        self.children[name] = self._spawn(name)
-                    self.respawns += 1
-
-    def signal(self, name: str, sig: int) -> bool:
-        with self._lock:
-            child = self.children.get(name)
-        return child is not None and child.signal(sig)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for child in self.children.values():
-            child.stop(timeout=10)
-
-
-def _create_topics(settings: Any, partitions: int) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    try:
-        for name in (settings.kafka_topic, settings.kafka_dead_letter_topic):
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(name, partitions, 1)])
-    finally:
-        admin.close()
 
 
 def snapshot(settings: Any) -> dict[str, checker.StoreItem]:
@@ -181,61 +137,43 @@ class Run:
         self.history_path = self.dir / "history.jsonl"
         self.history = history.History(self.history_path)
 
-    def _spawn(self, settings: Any) -> Callable[[str], Child]:
-        o = self.o
-        base = {"settings": settings.model_dump(mode="json"), "history": str(self.history_path),
-                "control_dir": str(self.dir / "control"), "lease_ms": int(o.lease_s * 1000)}
-
-        def spawn(name: str) -> Child:
-            role = "worker" if name.startswith("w") else "relay"
-            cfg = {**base, "name": name}
-            if role == "relay":
-                cfg |= {"lease_ms": 3000, "invocation_s": 20, "checkpoint_s": 2.0}
-            return Child(name, "sluice.chaos.agents", [role, json.dumps(cfg)],
-                         log_path=self.dir / "logs" / f"{name}.log")
-        return spawn
-
     def execute(self) -> Outcome:
         from sluice.config import Settings
-        from sluice.local.stack import Stack
-        from sluice.store import tables
 
         o, say = self.o, self.say
         times: dict[str, float] = {}
         t_start = time.monotonic()
-        stack = Stack(state_dir=self.dir / "stack")
-        supervisor: Supervisor | None = None
+        runtime = runtimes.make(o.runtime, o, self.dir, self.history)
+        counts: dict[str, int] = {}
+        stopped = False
         try:
             base = Settings(kafka_topic="chaos.jobs", kafka_dead_letter_topic="chaos.dlq",
                             kafka_partitions=o.partitions, kafka_consumer_group="chaos-relay")
-            settings = stack.start_servers(base)
-            tables.ensure_all(settings)
-            _create_topics(settings, o.partitions)
-            names = [f"w{i}" for i in range(o.workers)] + [f"r{i}" for i in range(o.relays)]
-            supervisor = Supervisor(self._spawn(settings), names, self.history)
+            settings = runtime.start(base, say)
             times["setup"] = time.monotonic() - t_start
-            say(f"stack up in {times['setup']:.1f}s: redis {settings.redis_url}, "
+            say(f"stack up in {times['setup']:.1f}s ({runtime.name} runtime): redis {settings.redis_url}, "
                 f"kafka {settings.kafka_bootstrap} (Tansu on S3), aws {settings.aws_endpoint_url}; "
-                f"{o.workers} workers, {o.relays} relay; history {self.history_path}")
+                f"{runtime.describe()}; history {self.history_path}")
             faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
                                   workers=o.workers, relays=o.relays) if o.faults else []
             for f in faults:
                 self.history.emit("plan", **f.as_dict())
-            self._chaos(settings, stack, supervisor, faults, times)
+            self._chaos(settings, runtime, faults, times)
             drained = self._drain(settings, times)
-            supervisor.stop()
-            supervisor = None
+            counts = runtime.stop_agents()
+            stopped = True
             say("checking the history against the stores...")
             report = checker.check(history.read(self.history_path), snapshot(settings),
                                    live_leases(settings.redis_url))
             diagnosis = self._diagnose(report, settings)
         finally:
-            if supervisor is not None:
-                supervisor.stop()
-            stack.stop()
+            if not stopped:
+                with contextlib.suppress(Exception):
+                    runtime.stop_agents()
+            runtime.stop()
         times["total"] = time.monotonic() - t_start
         return Outcome(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
-                       diagnosis)
+                       diagnosis, runtime.name, counts)
 
     def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
         """Where the log has each lost job (None: the broker lost a record it had acknowledged)."""
@@ -245,7 +183,7 @@ class Run:
         in_kafka = kafka_dump(settings, self.dir / "kafka.jsonl")
         return {"lost_in_kafka_at": {job: in_kafka.get(job) for job in lost}}
 
-    def _chaos(self, settings: Any, stack: Any, supervisor: Supervisor, faults: list[nemesis.Fault],
+    def _chaos(self, settings: Any, runtime: runtimes.Runtime, faults: list[nemesis.Fault],
                times: dict[str, float]) -> None:
         from sluice import wiring
         from sluice.api import Api
@@ -257,9 +195,10 @@ class Run:
         job_log = KafkaJobLog.from_settings(settings)
         api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
                   job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
-        enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE)
+        enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
+                            lease_seconds=runtime.lease_seconds)
         stop, abort = threading.Event(), threading.Event()
-        nem = nemesis.Nemesis(faults, supervisor, stack, self.history, self.dir / "control")
+        nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
         faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
         started = time.monotonic()
@@ -274,7 +213,7 @@ class Run:
                 next_report += 10
                 say(f"  t={time.monotonic() - started:5.0f}s accepted={enqueuer.accepted} "
                     f"unknown={enqueuer.unknown} faults={sum(nem.injected.values())} "
-                    f"respawns={supervisor.respawns}")
+                    f"{runtime.activity()}")
         stop.set()
         nem.close()
         faulting.join(30)

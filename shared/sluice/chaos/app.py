@@ -1,0 +1,149 @@
+"""What the chaos run puts inside workers and relays, whichever runtime carries them.
+
+Both runtimes (``--runtime process``: long-lived agent processes, ``chaos.agents``;
+``--runtime lambda``: the local Lambda service of ``sluice dev``, ``chaos.functions``)
+run the same pieces:
+
+- ``worker_app``: a ``sluice.Worker`` with one handler, whose result is a deterministic
+  function of the payload (``expected_result``), and the nemesis's fault points as
+  runtime hooks;
+- ``Control``: the nemesis's arming files, and the one place a process kills or stops itself;
+- ``RecordedEngine`` / ``RecordedSource``: the relay's engine and record source,
+  recording what each push and poll did (for diagnosing a lost job).
+
+Arming: the nemesis writes ``<control_dir>/<stem>.json`` (``{"kind", "until", "id"}``),
+where the stem is a process slot (``w0``, ``r0``: process runtime) or a function
+(``worker``, ``relay``: Lambda runtime, where any container of the function may take it).
+A process at the matching point claims the arming by renaming the file to
+``landed-<id>-<pid>`` (a rename succeeds once, so one process takes it), records the
+fault as landed, and sends itself the signal. The nemesis reads the pid of a
+self-stopped process from that name, to wake it later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sluice.local.history import History
+from sluice.models import dump_json
+
+QUEUE = "chaos"
+
+
+def expected_result(payload: Any) -> dict[str, str]:
+    """The one correct result of a chaos job."""
+    return {"sha256": hashlib.sha256(dump_json(payload).encode("utf-8")).hexdigest()}
+
+
+def landed_name(arming_id: str, pid: int) -> str:
+    return f"landed-{arming_id}-{pid}"
+
+
+class Control:
+    """The nemesis's arming file for one stem (a process slot, or a function)."""
+
+    def __init__(self, control_dir: str | os.PathLike[str], name: str, history: History) -> None:
+        self.path = Path(control_dir) / f"{name}.json"
+        self.name = name
+        self.history = history
+
+    def strike(self, kind: str, sig: int = signal.SIGKILL, **fields: Any) -> None:
+        """Send this process ``sig`` now if the nemesis armed ``kind`` (and the arming has not expired)."""
+        try:
+            armed = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return
+        if armed.get("kind") != kind or float(armed.get("until", 0)) < time.time():
+            return
+        claimed = self.path.with_name(landed_name(str(armed.get("id", "")), os.getpid()))
+        try:
+            os.rename(self.path, claimed)  # one process takes it; the others find no file
+        except OSError:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(claimed.read_text()).get("id") != armed.get("id"):  # re-armed in between
+                os.rename(claimed, self.path)
+                return
+        self.history.emit("fault", kind=kind, phase="landed", target=self.name, **fields)
+        os.kill(os.getpid(), sig)
+
+
+def worker_app(history: Callable[[], History], control: Callable[[], Control],
+               timeout_s: float | None = None) -> Any:
+    """The chaos ``sluice.Worker``: its handler and its fault points.
+
+    ``history`` and ``control`` are called when first needed, so a module can build the
+    app at import time (the worker Lambda imports ``Settings.handlers_module``) and open
+    its files only inside the container.
+    """
+    from sluice.runtime.hooks import Hooks
+    from sluice.worker import Worker
+
+    def before_write(ctx: Any) -> None:
+        control().strike("pause_worker_before_write", signal.SIGSTOP, job=ctx.job_id, token=ctx.token)
+
+    def before_ack(ctx: Any) -> None:
+        control().strike("kill_worker_before_ack", job=ctx.job_id, token=ctx.token)
+
+    app = Worker(hooks=Hooks(before_write=before_write, before_ack=before_ack))
+
+    @app.handler(QUEUE, timeout_s=timeout_s)
+    def work(job: Any, ctx: Any) -> dict[str, str]:
+        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=time.time())
+        pause = float(job.payload.get("work_ms", 0)) / 2000
+        time.sleep(pause)
+        control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
+        time.sleep(pause)
+        return expected_result(job.payload)
+
+    return app
+
+
+class RecordedSource:
+    """The relay's record source, recording what each poll read."""
+
+    def __init__(self, source: Any, history: History) -> None:
+        self._source, self._history = source, history
+
+    def poll(self, timeout_ms: int, max_records: int) -> Any:
+        records = self._source.poll(timeout_ms, max_records)
+        by_partition: dict[int, list[int]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r.offset)
+        for p, offsets in by_partition.items():
+            self._history.emit("read", partition=p, first=min(offsets), last=max(offsets), n=len(offsets))
+        return records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+
+class RecordedEngine:
+    """The relay's engine, recording every push: which records, and what Redis made of them."""
+
+    def __init__(self, engine: Any, history: History) -> None:
+        self._engine, self._history = engine, history
+
+    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
+        t0 = time.time()
+        try:
+            out = self._engine.push(queue, topic, partition, owner_token, records)
+        except Exception as exc:
+            self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
+                               error=str(exc)[:200], first=records[0][0], last=records[-1][0])
+            raise
+        self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="ok",
+                           first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
+                           jobs=[spec.job_id for _, spec in records])
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)

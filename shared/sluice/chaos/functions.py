@@ -1,0 +1,92 @@
+"""The chaos run inside the local Lambda service (``sluice chaos --runtime lambda``).
+
+The chaos run starts ``sluice dev``'s stack (``local.dev.DevStack``) with two things of
+its own, both configured through Settings, as a user's deployment would be:
+
+- **worker**: the worker function is the real one (``functions/worker/app.py`` ->
+  ``runtime.lambda_entry.handle_dispatch``: the invocation's time budget, releasing
+  what it will not finish, the history recorders from ``Settings.history_path``).
+  Only its handlers module is this one: ``Settings.handlers_module`` names it, and
+  ``app`` carries the chaos handler and the fault points as runtime hooks
+  (``chaos.app.worker_app``). Any container of the function may take an arming
+  (stem ``worker``).
+- **relay**: ``relay`` below replaces the relay function's handler
+  (``DevOptions.relay_handler``). It is ``relay_control.run_scheduled`` with the
+  relay's push recorded, the fault point between a push and the Kafka commit
+  (``after_push``; stem ``relay``), and the chaos run's short partition lease, so that
+  a killed relay's partitions are taken over in seconds, not 15. It runs in its own
+  container processes, as in ``sluice dev``, so the nemesis can kill it; the schedule
+  and the worker dispatch are ``sluice dev``'s own.
+
+Files: the history is ``Settings.history_path``; the arming files are in ``control/``
+next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sluice.chaos.app import Control, RecordedEngine, RecordedSource, worker_app
+from sluice.local.history import History, open_history
+
+HANDLER_TIMEOUT_S = 2.0  # the chaos handler's hard timeout: its work takes 30 ms at most
+PARTITION_LEASE_MS = 3_000  # the relay's partition lease (15 s in the Lambda's defaults)
+CHECKPOINT_S = 2.0  # Redis-loss recovery's checkpoint interval (5 s in the Lambda)
+
+
+@cache
+def _history() -> History:
+    from sluice import wiring
+
+    path = wiring.settings().history_path
+    if not path:
+        raise RuntimeError("the chaos functions need Settings.history_path (SLUICE_HISTORY_PATH)")
+    return open_history(path)
+
+
+@cache
+def _control(stem: str) -> Control:
+    return Control(Path(_history().path).parent / "control", stem, _history())
+
+
+app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S)
+
+
+@cache
+def _source(settings: Any) -> Any:
+    """One consumer per container, reused by every invocation, as in ``relay_control``."""
+    from sluice.kafka.source import KafkaSource
+
+    return KafkaSource.from_settings(settings)
+
+
+def relay(event: Any, context: Any) -> dict[str, Any]:
+    """The relay function's handler in the chaos run: ``run_scheduled`` plus recording and a kill point."""
+    from sluice import wiring
+    from sluice.recovery import for_relay
+    from sluice.relay import Relay
+    from sluice.relay_control import parse_scheduled
+
+    parse_scheduled(event)
+    settings = wiring.settings()
+    history, control = _history(), _control("relay")
+
+    def after_push(partition: int, queue: str, outcome: Any) -> None:
+        control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
+
+    raw_engine, raw_source = wiring.queue(settings), _source(settings)
+    engine, source = for_relay(settings, RecordedEngine(raw_engine, history), wiring.store(settings),
+                               RecordedSource(raw_source, history), interval_s=CHECKPOINT_S)
+    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
+    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
+    r = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
+                            config_writer=raw_engine, highwater=raw_source.highwater, after_push=after_push,
+                            lease_ms=PARTITION_LEASE_MS, ownership_s=0.5)
+    report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
+    history.emit("relay_run", target=relay_id, replays=source.recovery.replays,
+                 **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})
+    return report.as_dict()
