@@ -42,10 +42,10 @@ class Settings(BaseSettings):
     # Job ids verify themselves (sluice.ids: ULID.queue.HMAC), so the gateway answers GET for a job
     # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
     # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
-    # horizon (default 7 days, Kafka's default retention) is 404; keep it <= retention_days.
+    # horizon (Kafka's retention: 7 days by default; capped at retention_days) is 404.
     job_id_secret: SecretStr | None = None
     job_id_secret_arn: str | None = None
-    job_id_horizon_s: int = Field(default=7 * 24 * 3600, ge=1)
+    job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
 
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)

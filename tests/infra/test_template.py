@@ -101,6 +101,23 @@ def test_redis_is_encrypted_multi_az_with_a_generated_auth_token() -> None:
     assert env["SLUICE_REDIS_URL"]["Fn::Sub"].startswith("rediss://"), "TLS is required by the group"
 
 
+def test_only_the_gateway_reads_the_generated_job_id_secret() -> None:
+    env = props("GatewayFunction")["Environment"]["Variables"]
+    secret = env["SLUICE_JOB_ID_SECRET_ARN"]["Ref"]
+    assert RES[secret]["Type"] == "AWS::SecretsManager::Secret"
+    assert props(secret)["GenerateSecretString"]["PasswordLength"] >= 32  # ids.MIN_KEY_BYTES is 16
+    assert env["SLUICE_JOB_ID_HORIZON_HOURS"] == {"Ref": "KafkaRetentionHours"}  # Kafka's retention
+    readers: dict[str, list[Any]] = {}
+    for name, role in _function_roles().items():
+        for policies in cfn.variants(role["Properties"].get("Policies", [])):
+            for policy in policies:
+                for statement in policy["PolicyDocument"]["Statement"]:
+                    if secret in json.dumps(statement["Resource"]):
+                        readers.setdefault(name, []).append(statement["Action"])
+    assert set(readers) == {"GatewayFunction"}
+    assert all(actions == ["secretsmanager:GetSecretValue"] for actions in readers["GatewayFunction"])
+
+
 def test_redis_never_evicts() -> None:
     (group,) = cfn.resources(T, "AWS::ElastiCache::ReplicationGroup").values()
     params = group["Properties"]["CacheParameterGroupName"]

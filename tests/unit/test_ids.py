@@ -25,6 +25,13 @@ def test_shape_ulid_queue_mac() -> None:
     assert ids.verify(job_id, KEY) == ids.Minted("emails", NOW)
 
 
+@given(value=st.integers(min_value=0, max_value=2**130 - 1))
+def test_base32_is_crockford_most_significant_first(value: int) -> None:
+    slow = "".join(ids.CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+    assert ids._base32(value, 26) == slow
+    assert ids._base32(value & (2**80 - 1), 16) == slow[-16:]
+
+
 def test_ulid_time_and_order() -> None:
     assert ids.ulid_time_ms(ids.ulid(NOW)) == NOW
     assert ids.ulid(NOW, bytes(10)) < ids.ulid(NOW + 1, bytes(10))
