@@ -27,6 +27,7 @@ Everything else is 404.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +103,7 @@ class Api:
         self.new_id = new_id
         self._withdraw_workers = withdraw_workers
         self._pool: ThreadPoolExecutor | None = None  # created by the first withdrawal of a batch
+        self._pool_lock = threading.Lock()
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -177,9 +179,10 @@ class Api:
         if len(specs) == 1:
             self._withdraw_one(specs[0])
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self._withdraw_workers,
-                                            thread_name_prefix="sluice-withdraw")
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._withdraw_workers,
+                                                thread_name_prefix="sluice-withdraw")
         list(self._pool.map(self._withdraw_one, specs))
 
     def _withdraw_one(self, spec: JobSpec) -> None:
@@ -187,7 +190,7 @@ class Api:
             self.store.cancel_unrecorded(spec.job_id, spec.queue, NOT_ACKNOWLEDGED)
         except AlreadyFinished:
             log.warning("unacknowledged job %s had already finished: Kafka had it after all", spec.job_id)
-        except SluiceError as exc:
+        except Exception as exc:  # never mask the append's own error (the 503)
             # If the record did land, this job runs although the client was told 503.
             log.error("could not withdraw unacknowledged job %s: %r", spec.job_id, exc)
 

@@ -198,9 +198,11 @@ def test_kafka_failure_is_503_and_withdraws_every_job(rig: Rig, path: str, body:
     assert {rig.call("GET", f"/v1/jobs/{j}")[2]["status"] for j in minted} == {"cancelled"}
 
 
-def test_a_failed_withdrawal_is_logged_and_still_503(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("failure", [StoreError("dynamodb throttled"), RuntimeError("an untranslated bug")])
+def test_a_failed_withdrawal_is_logged_and_still_503(rig: Rig, caplog: pytest.LogCaptureFixture,
+                                                     failure: Exception) -> None:
     rig.log.fail = unavailable()
-    rig.store.fail_cancel = StoreError("dynamodb throttled")
+    rig.store.fail_cancel = failure
     assert rig.call("POST", JOBS, {"payload": 1})[0] == 503
     [(job_id, _, _)] = rig.store.unrecorded
     assert any(job_id in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
