@@ -2,7 +2,7 @@
 
 Prints one JSON object:
   {"bench": "gateway", "jobs_per_s", "p50_ms", "p99_ms", "raw_producer_per_s", "ratio",
-   "raw_p50_ms", "p50_ratio", "resolver_jobs_per_s", "resolver_ratio", "keyed_jobs_per_s", ...}
+   "raw_p50_ms", "p50_ratio", "keyed_jobs_per_s", ...}
 
 It starts its own Tansu broker (in-memory), moto server and redis-server
 (sluice.local.servers), then, in alternating rounds on the same broker and topic:
@@ -13,9 +13,8 @@ It starts its own Tansu broker (in-memory), moto server and redis-server
   proxy events (tests/events/apigw_enqueue.json with its 19 headers) through ``Gateway`` over
   ``build_api``, the real adapters, one request at a time, each answered 202 only after
   Kafka acknowledged it. The happy path writes nothing else (job ids verify themselves,
-  docs/api.md), so this is the whole cost of an enqueue;
-- resolver: the same, with every request through Powertools' resolver instead of the
-  direct path for plain enqueues (``Gateway(direct_enqueue=False)``): what that path buys;
+  docs/api.md), so this is the whole cost of an enqueue: body guard, Powertools' resolver
+  with its validation, the use case and the producer;
 - keyed (``keyed_jobs_per_s``, one round): with an Idempotency-Key (Powertools idempotency on
   DynamoDB, the moto server: two more writes per request).
 
@@ -129,28 +128,26 @@ def main() -> None:
         ensure_topics(settings)
         ensure_all(settings)
         api = build_api(settings)
-        direct, resolver = Gateway(api), Gateway(api, direct_enqueue=False)
+        gateway = Gateway(api)
         producer = KafkaProducer(**client_config(settings), acks="all", enable_idempotence=True, linger_ms=0)
 
-        through(direct, events(50))  # warm up: connections, producer metadata, imports
-        through(resolver, events(50))
+        through(gateway, events(50))  # warm up: connections, producer metadata, imports
         raw(producer, settings.kafka_topic, 50)
 
-        sides = ("raw", "gateway", "resolver")
+        sides = ("raw", "gateway")
         rates: dict[str, list[float]] = {side: [] for side in sides}
         latencies: dict[str, list[float]] = {side: [] for side in sides}
         for round_ in range(ROUNDS):
             spent = dict.fromkeys(sides, 0.0)
             for _ in range(PER_ROUND // BLOCK):  # small interleaved blocks: each side sees the same machine
                 spent["raw"] += raw(producer, settings.kafka_topic, BLOCK, latencies["raw"])
-                spent["gateway"] += through(direct, events(BLOCK), latencies["gateway"])
-                spent["resolver"] += through(resolver, events(BLOCK), latencies["resolver"])
+                spent["gateway"] += through(gateway, events(BLOCK), latencies["gateway"])
             for side in sides:
                 rates[side].append(PER_ROUND // BLOCK * BLOCK / spent[side])
             last = {side: values[-1] for side, values in rates.items()}
             log(f"round {round_}: raw {last['raw']:.0f}/s, gateway {last['gateway']:.0f}/s "
-                f"(ratio {last['gateway'] / last['raw']:.2f}), resolver {last['resolver']:.0f}/s")
-        keyed_rate = KEYED / through(direct, events(KEYED, keyed=True))
+                f"(ratio {last['gateway'] / last['raw']:.2f})")
+        keyed_rate = KEYED / through(gateway, events(KEYED, keyed=True))
         producer.close()
 
         best = {side: max(values) for side, values in rates.items()}
@@ -162,9 +159,6 @@ def main() -> None:
              raw_p99_ms=round(percentile(latencies["raw"], 0.99), 3),
              # Medians shrug off the bursts of load that make best-of-rounds noisy here.
              p50_ratio=round(percentile(latencies["raw"], 0.5) / percentile(latencies["gateway"], 0.5), 3),
-             resolver_jobs_per_s=round(best["resolver"], 1),
-             resolver_ratio=round(best["resolver"] / best["raw"], 3),
-             resolver_p50_ms=round(percentile(latencies["resolver"], 0.5), 3),
              per_round_ratios=[round(g / r, 3) for g, r in zip(rates["gateway"], rates["raw"], strict=True)],
              keyed_jobs_per_s=round(keyed_rate, 1), requests_per_round=PER_ROUND, rounds=ROUNDS,
              target_ratio=0.5)

@@ -152,7 +152,7 @@ class FakeIdempotency:
 class Rig:
     """A gateway over fakes, driven with real-shape API Gateway REST proxy events."""
 
-    def __init__(self, max_payload_bytes: int = 256 * 1024, *, direct_enqueue: bool = True) -> None:
+    def __init__(self, max_payload_bytes: int = 256 * 1024) -> None:
         self.log = FakeLog()
         self.store = FakeStore()
         self.queue = FakeQueue()
@@ -160,7 +160,7 @@ class Rig:
         self.now_ms = 1_700_000_000_000
         self.api = Api(self.log, self.store, self.queue, idempotency=self.idem,  # type: ignore[arg-type]
                        max_payload_bytes=max_payload_bytes, job_id_key=KEY, clock=lambda: self.now_ms)
-        self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes, direct_enqueue=direct_enqueue)
+        self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)
 
     def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,
              headers: dict[str, str] | None = None, b64: bool = False,

@@ -24,7 +24,6 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
-from pydantic import BaseModel, ValidationError
 
 from sluice import __version__
 from sluice.api import Api, Outcome
@@ -52,8 +51,6 @@ log = logging.getLogger(__name__)
 ENVELOPE_BYTES: Final = 64 * 1024  # room for the JSON around one maximal payload
 BATCH_BODY_BYTES: Final = 10 * 1024 * 1024  # API Gateway's own request limit
 _BODY_ROUTES = re.compile(r"^/v1/queues/[^/]*/jobs(?P<batch>/batch)?/?$")
-_KEY_RE = re.compile(IDEMPOTENCY_KEY_PATTERN)
-_DIRECT_ROUTE = re.compile(r"/v1/queues/(?P<queue>[a-z0-9][a-z0-9_-]{0,63})/jobs(?P<batch>/batch)?")
 _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a known shape
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/?$"), ("POST",)),
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch/?$"), ("POST",)),
@@ -102,11 +99,9 @@ _LOCATION: Final = {"Location": {"description": "/v1/jobs/{job_id}", "schema": {
 class Gateway:
     """The Lambda handler object: one per container, adapters built on first use."""
 
-    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
-                 direct_enqueue: bool = True) -> None:
+    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024) -> None:
         self._api_or_factory = api
         self.max_payload_bytes = max_payload_bytes
-        self.direct_enqueue = direct_enqueue  # False: every request through the resolver (tests, bench)
         self._body: Any = None
         self._openapi: str | None = None
         self.resolver = self._build()
@@ -132,54 +127,10 @@ class Gateway:
                         "isBase64Encoded": False,
                         "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
             try:
-                if self.direct_enqueue and (response := self._enqueue_directly(event, context, path)):
-                    return response
                 return self.resolver.resolve(event, context)
             finally:
                 self._body = None
         return self.resolver.resolve(event, context)
-
-    def _enqueue_directly(self, event: dict[str, Any], context: Any, path: str) -> dict[str, Any] | None:
-        """The enqueue routes' plain requests, answered without the resolver; else None.
-
-        Powertools' routing, parameter validation and response building cost ~0.12 ms per
-        request, more than everything else the gateway does and about 15% of a Kafka ack
-        (docs/api.md, Performance). A request takes this path only when the resolver would
-        accept it as is: a plain queue name, no or exactly one well-formed Idempotency-Key,
-        and a body that the same pydantic model validates. Everything else (every error,
-        every odd header or path) returns None and goes through the resolver, so each 4xx
-        keeps one source; errors raised by the use case itself are rendered exactly as the
-        resolver's handlers render them (tests/unit/test_gateway_direct.py compares the two).
-        """
-        route = _DIRECT_ROUTE.fullmatch(path)
-        key = _single_header(event, "idempotency-key")
-        if route is None or isinstance(key, _Ambiguous):
-            return None
-        if key is not None and _KEY_RE.fullmatch(key) is None:
-            return None
-        queue = route.group("queue")
-        scoped = None if key is None else f"{_caller(event)}|{key}"
-        remaining = getattr(context, "get_remaining_time_in_millis", None)
-        options: dict[str, Any] = {"idempotency_key": scoped,
-                                   "remaining_ms": remaining if callable(remaining) else None}
-        call: Callable[[], Outcome]
-        try:
-            if route.group("batch") is None:
-                job = EnqueueRequest.model_validate(self._body)
-                call = lambda: self.api.enqueue(queue, job, **options)  # noqa: E731
-            else:
-                batch = BatchRequest.model_validate(self._body)
-                call = lambda: self.api.enqueue_batch(queue, batch, **options)  # noqa: E731
-        except ValidationError:
-            return None
-        try:
-            outcome = call()
-        except SluiceError as exc:
-            return _rendered(_sluice_problem(exc, "POST", path))
-        except Exception:
-            log.exception("unhandled error on POST %s", path)
-            return _rendered(_problem_response(problems.from_exception(Exception(), instance=path)))
-        return _rendered(_accepted(outcome))
 
     def openapi_json(self) -> str:
         if self._openapi is None:
@@ -282,50 +233,10 @@ def _sluice_problem(exc: SluiceError, method: str, path: str) -> Response[Any]:
     return _problem_response(p)
 
 
-def _rendered(response: Response[Any]) -> dict[str, Any]:
-    """A Response as the resolver hands it to API Gateway (REST proxy, multi-value headers)."""
-    body = response.body
-    text = body.model_dump_json() if isinstance(body, BaseModel) else str(body)
-    headers = {k: list(v) if isinstance(v, list) else [v] for k, v in response.headers.items()}
-    return {"statusCode": response.status_code, "body": text, "isBase64Encoded": False,
-            "multiValueHeaders": headers}
-
-
 def _caller(event: Mapping[str, Any]) -> str:
     """Whom Idempotency-Keys are scoped to: two tenants may pick the same key."""
     identity = (event.get("requestContext") or {}).get("identity") or {}
     return str(identity.get("userArn") or identity.get("apiKeyId") or "")
-
-
-class _Ambiguous:
-    pass
-
-
-_AMBIGUOUS: Final = _Ambiguous()
-
-
-def _single_header(event: Mapping[str, Any], name: str) -> str | _Ambiguous | None:
-    """The one value of a header (the resolver reads multiValueHeaders first), None if absent.
-
-    _AMBIGUOUS for anything the direct path leaves to the resolver: several values, the
-    name spelled twice, a value that is not a string.
-    """
-    multi, single = event.get("multiValueHeaders"), event.get("headers")
-    if (multi and not isinstance(multi, Mapping)) or (single and not isinstance(single, Mapping)):
-        return _AMBIGUOUS
-    if multi:
-        found = [v for k, v in multi.items() if str(k).lower() == name]
-        if len(found) == 1 and isinstance(found[0], list) and len(found[0]) == 1:
-            found = found[0]
-        elif found:
-            return _AMBIGUOUS
-    else:
-        found = [v for k, v in (single or {}).items() if str(k).lower() == name]
-    if not found:
-        return None
-    if len(found) > 1 or not isinstance(found[0], str):
-        return _AMBIGUOUS
-    return str(found[0])
 
 
 def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
