@@ -187,7 +187,7 @@ class Api:
 
     def _withdraw_one(self, spec: JobSpec) -> None:
         try:
-            self.store.cancel_unrecorded(spec.job_id, spec.queue, NOT_ACKNOWLEDGED)
+            self.store.cancel_unrecorded(spec.job_id, spec.queue, NOT_ACKNOWLEDGED, spec.enqueued_at_ms)
         except AlreadyFinished:
             log.warning("unacknowledged job %s had already finished: Kafka had it after all", spec.job_id)
         except Exception as exc:  # never mask the append's own error (the 503)
@@ -247,7 +247,8 @@ class Api:
             return self.store.request_cancel(job_id)
         # Ours and possibly not recorded yet: a cancelled item, created if the relay has not
         # made one (it then skips the job); an existing item is cancelled as request_cancel does.
-        return self.store.cancel_unrecorded(job_id, minted.queue, CANCELLED_BEFORE_RELAY)
+        return self.store.cancel_unrecorded(job_id, minted.queue, CANCELLED_BEFORE_RELAY,
+                                            minted.accepted_at_ms)
 
     def stats(self, queue: str) -> QueueView:
         validate_queue_name(queue)

@@ -66,8 +66,8 @@ class JobStore(Protocol):
     """The DynamoDB jobs table: status for users, fencing-token authority for workers."""
 
     def record_accepted(self, spec: JobSpec) -> None: ...
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
-        """(job_id, queue) pairs moved from accepted to queued by the relay."""
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
+        """(job_id, queue, enqueued_at_ms) of jobs the relay moved from accepted to queued."""
         ...
 
     def grant(self, job_id: str, queue: str, owner: str) -> int:
@@ -83,7 +83,7 @@ class JobStore(Protocol):
     def release(self, job_id: str, token: int) -> None: ...
     def get_job(self, job_id: str) -> JobRecord: ...
     def request_cancel(self, job_id: str) -> JobRecord: ...
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
         """Cancel a job that may have no item yet: creates a cancelled one, else request_cancel."""
         ...
 

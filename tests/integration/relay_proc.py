@@ -34,7 +34,7 @@ class NullStore:
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         return set()
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         return None
 
 

@@ -92,6 +92,11 @@ def test_recorded_enqueue_reaches_kafka_and_the_jobs_table(gateway: Gateway, set
     assert (value["schema_version"], spec.queue, spec.priority, spec.lease_ms) == (1, "emails", 5, 60_000)
     code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
     assert (code, status["status"], status["attempts"]) == (200, "accepted", 0)
+    assert status["created_at_ms"] == spec.enqueued_at_ms
+    # The relay takes it (its mark_queued creates the first item): the same acceptance time.
+    gateway.api.store.mark_queued([(spec.job_id, spec.queue, spec.enqueued_at_ms)])
+    code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
+    assert (code, status["status"], status["created_at_ms"]) == (200, "queued", spec.enqueued_at_ms)
 
 
 def test_batch_is_in_kafka_and_readable_at_once(gateway: Gateway, settings: Settings) -> None:
@@ -270,7 +275,7 @@ def test_cancel_and_stats_over_the_real_engine_and_store(gateway: Gateway, api: 
     for job_id in ids:
         spec = JobSpec(job_id=job_id, queue=queue, payload=None)
         assert api.queue.enqueue(spec)
-    api.store.mark_queued([(j, queue) for j in ids])
+    api.store.mark_queued([(j, queue, 0) for j in ids])
     code, _, stats = call(gateway, recorded("apigw_get_queue.json", path=f"/v1/queues/{queue}"))
     assert (code, stats["ready"], stats["leased"]) == (200, 3, 0)
 

@@ -84,7 +84,7 @@ def test_tables_have_the_documented_layout(env: Env) -> None:
 def test_lifecycle_over_http(env: Env) -> None:
     store = env.store
     store.record_accepted(JobSpec(job_id="j1", queue="q", payload=1))
-    store.mark_queued([("j1", "q")])
+    store.mark_queued([("j1", "q", 0)])
     t1 = store.grant("j1", "q", "w1")
     store.record_failure("j1", t1, "boom", "queued")
     t2 = store.grant("j1", "q", "w2")
@@ -102,7 +102,7 @@ def test_lifecycle_over_http(env: Env) -> None:
 def test_mark_queued_and_final_job_ids_in_bulk(env: Env) -> None:
     store = env.store
     ids = [f"bulk-{i}" for i in range(120)]  # more than one BatchGetItem chunk
-    store.mark_queued([(j, "q") for j in ids])  # concurrent conditional updates
+    store.mark_queued([(j, "q", 0) for j in ids])  # concurrent conditional updates
     assert [i["status"]["S"] for i in env.items()] == ["queued"] * 120
     for j in ids[:15]:
         store.write_result(j, store.grant(j, "q", "w"), j)
@@ -113,7 +113,7 @@ def test_mark_queued_and_final_job_ids_in_bulk(env: Env) -> None:
 
 def test_mark_queued_tolerates_failures(env: Env, moto_url: str) -> None:
     store = DynamoJobStore(env.db, "no-such-table")
-    store.mark_queued([("a", "q"), ("b", "q")])  # logged, not raised: status lags, nothing breaks
+    store.mark_queued([("a", "q", 0), ("b", "q", 0)])  # logged, not raised: status lags, nothing breaks
     assert env.items() == []
 
 
@@ -268,7 +268,7 @@ def test_bad_input_is_typed_and_writes_nothing(env: Env) -> None:
     for job_id in bad_ids:
         calls = (lambda j: store.grant(j, "q", "w"), lambda j: store.write_result(j, 1, 1),
                  lambda j: store.record_failure(j, 1, "e", "dead"), lambda j: store.release(j, 1),
-                 lambda j: store.request_cancel(j), lambda j: store.mark_queued([(j, "q")]))
+                 lambda j: store.request_cancel(j), lambda j: store.mark_queued([(j, "q", 0)]))
         for call in calls:
             with pytest.raises(InvalidInput):
                 call(job_id)

@@ -251,9 +251,9 @@ class FakeStore:
             self.items.setdefault(spec.job_id, {"queue": spec.queue, "status": "accepted", "token": 0,
                                                 "attempts": 0, "cancel_requested": False})
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         with self._lock:
-            for job_id, queue in jobs:
+            for job_id, queue, _ in jobs:
                 it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
                                                     "attempts": 0, "cancel_requested": False})
                 if it["status"] == "accepted":

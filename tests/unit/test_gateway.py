@@ -25,7 +25,7 @@ def rig() -> Rig:
 
 def relayed(rig: Rig, job_id: str, status: JobState = JobState.QUEUED, **extra: Any) -> None:
     """Play the relay's part (mark_queued creates the item), then move the job on."""
-    rig.store.mark_queued([(job_id, "emails")])
+    rig.store.mark_queued([(job_id, "emails", 0)])
     rig.store.set_status(job_id, status, **extra)
 
 

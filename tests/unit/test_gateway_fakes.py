@@ -55,17 +55,17 @@ class FakeStore:
                 job_id=spec.job_id, queue=spec.queue, status=JobState.ACCEPTED,
                 created_at_ms=spec.enqueued_at_ms, updated_at_ms=spec.enqueued_at_ms))
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         """The relay's part: creates the item if absent, moves only accepted -> queued."""
         with self.lock:
-            for job_id, queue in jobs:
+            for job_id, queue, _ in jobs:
                 record = self.items.get(job_id)
                 if record is None:
                     self.items[job_id] = JobRecord(job_id=job_id, queue=queue, status=JobState.QUEUED)
                 elif record.status is JobState.ACCEPTED:
                     self.items[job_id] = record.model_copy(update={"status": JobState.QUEUED})
 
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
         with self.lock:
             self.unrecorded.append((job_id, queue, reason))
             if self.fail_cancel is not None:

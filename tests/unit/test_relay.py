@@ -40,7 +40,8 @@ class World:
         ids = []
         for _ in range(n):
             self.seq += 1
-            spec = JobSpec(job_id=f"job-{self.seq}", queue=queue, payload={"n": self.seq})
+            spec = JobSpec(job_id=f"job-{self.seq}", queue=queue, payload={"n": self.seq},
+                           enqueued_at_ms=1_700_000_000_000 + self.seq)
             self.source.append_spec(self.seq % self.source.n_partitions if partition is None else partition,
                                     spec)
             ids.append(spec.job_id)
@@ -64,7 +65,8 @@ def test_every_record_is_pushed_once_and_offsets_committed_after_the_push() -> N
     assert sorted(w.in_redis()) == sorted(ids)
     assert len(w.engine.enqueued) == 50
     assert w.source.committed_offsets == {0: 25, 1: 25}
-    assert sorted(w.store.queued) == sorted((i, "q") for i in ids)
+    # with each job's enqueue time: the item the store creates keeps the acceptance time
+    assert sorted(w.store.queued) == sorted((i, "q", 1_700_000_000_000 + int(i[4:])) for i in ids)
     # the partition ownership jobs exist and are leased with tokens
     assert set(w.engine.ownership) == {partition_job_id(TOPIC, 0), partition_job_id(TOPIC, 1)}
 

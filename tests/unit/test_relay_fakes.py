@@ -193,7 +193,7 @@ class FakeStore:
             raise BackendUnavailable("dynamodb is down")
         return self.final & set(job_ids)
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         self.mark_calls += 1
         self.queued.extend(jobs)
 

@@ -235,7 +235,7 @@ def test_record_accepted_and_mark_queued(store: DynamoJobStore) -> None:
     rec = store.get_job("j1")
     assert (rec.status, rec.created_at_ms, rec.token, rec.attempts) == (JobState.ACCEPTED, 5, 0, 0)
     store.grant("j2", "q", "w")  # a fast worker got j2 before the relay marked it
-    store.mark_queued([("j1", "q"), ("j2", "q"), ("j3", "q")])
+    store.mark_queued([("j1", "q", 0), ("j2", "q", 0), ("j3", "q", 0)])
     assert store.get_job("j1").status is JobState.QUEUED
     assert store.get_job("j2").status is JobState.LEASED
     assert store.get_job("j3").status is JobState.QUEUED  # created if absent
@@ -245,7 +245,7 @@ def test_record_accepted_and_mark_queued(store: DynamoJobStore) -> None:
 
 def test_mark_queued_validates_everything_before_writing(store: DynamoJobStore) -> None:
     with pytest.raises(InvalidInput):
-        store.mark_queued([("ok", "q"), ("bad id", "q")])
+        store.mark_queued([("ok", "q", 0), ("bad id", "q", 0)])
     assert raw(store, "ok") is None
 
 
@@ -389,7 +389,7 @@ def test_bad_job_ids_write_nothing(store: DynamoJobStore, job_id: Any) -> None:
     calls = [lambda: store.grant(job_id, "q", "w"), lambda: store.write_result(job_id, 1, 1),
              lambda: store.record_failure(job_id, 1, "e", "dead"), lambda: store.release(job_id, 1),
              lambda: store.request_cancel(job_id), lambda: store.get_job(job_id),
-             lambda: store.final_job_ids([job_id]), lambda: store.mark_queued([(job_id, "q")]),
+             lambda: store.final_job_ids([job_id]), lambda: store.mark_queued([(job_id, "q", 0)]),
              lambda: store.write_result_unfenced(job_id, 1, 1)]
     for call in calls:
         with pytest.raises(InvalidInput):
@@ -492,7 +492,7 @@ def test_cancel_unrecorded_creates_a_cancelled_item_or_cancels_the_existing(stor
     with pytest.raises(AlreadyFinished):
         store.cancel_unrecorded("new1", "q", "again")
 
-    store.mark_queued([("queued1", "q")])
+    store.mark_queued([("queued1", "q", 0)])
     assert store.cancel_unrecorded("queued1", "q", "user").status is JobState.CANCELLED
     store.grant("leased1", "q", "A")
     rec = store.cancel_unrecorded("leased1", "q", "user")
@@ -502,3 +502,19 @@ def test_cancel_unrecorded_creates_a_cancelled_item_or_cancels_the_existing(stor
     with pytest.raises(InvalidInput):
         store.cancel_unrecorded("x1", "q", "")
     assert raw(store, "x1") is None
+
+
+def test_the_first_item_of_a_job_keeps_its_acceptance_time(store: DynamoJobStore, clock: Clock) -> None:
+    """The gateway writes no item: GET shows the acceptance time from the id until the relay
+    (or a cancel) creates one, and that item must say the same, not the writer's clock."""
+    accepted = clock.ms - 60_000
+    store.mark_queued([("j1", "q", accepted), ("j2", "q", 0)])
+    assert store.get_job("j1").created_at_ms == accepted
+    assert store.get_job("j2").created_at_ms == clock.ms  # unknown: now
+    assert store.cancel_unrecorded("j3", "q", "user", accepted).created_at_ms == accepted
+    assert store.get_job("j3").created_at_ms == accepted
+    with pytest.raises(InvalidInput):
+        store.mark_queued([("j4", "q", -1)])
+    with pytest.raises(InvalidInput):
+        store.cancel_unrecorded("j4", "q", "user", True)  # type: ignore[arg-type]
+    assert raw(store, "j4") is None

@@ -153,7 +153,7 @@ class StorePassThrough:
     def record_accepted(self, spec: JobSpec) -> None:
         self._store.record_accepted(spec)
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         self._store.mark_queued(jobs)
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -165,8 +165,8 @@ class StorePassThrough:
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         return self._store.final_job_ids(job_ids)
 
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
-        return self._store.cancel_unrecorded(job_id, queue, reason)
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
+        return self._store.cancel_unrecorded(job_id, queue, reason, created_at_ms)
 
     def settle_ended(self, ended: EndedJob) -> bool:
         return self._store.settle_ended(ended)

@@ -94,7 +94,7 @@ class _Pushing(_Ownership):
 
     def _apply(self, plan: list[_Item], done: _Executed) -> int:
         pushed = 0
-        queued: list[tuple[str, str]] = []
+        queued: list[tuple[str, str, int]] = []
         for (owned, queue, take), (records, outcome) in zip(plan, done.results, strict=False):
             if self._owned.get(owned.number) is not owned:
                 continue  # lost earlier in this round: its records are the new owner's now
@@ -107,7 +107,7 @@ class _Pushing(_Ownership):
                 pushed += outcome.pushed
                 self.report.pushed += outcome.pushed
                 self.report.skipped += outcome.skipped
-                queued.extend((spec.job_id, queue) for _, spec in records)
+                queued.extend((spec.job_id, queue, spec.enqueued_at_ms) for _, spec in records)
                 state = self._queues[queue]
                 state.pushed_since_refresh += outcome.pushed
                 state.pushed_since_dispatch += outcome.pushed
@@ -121,7 +121,7 @@ class _Pushing(_Ownership):
             raise done.error
         return pushed
 
-    def _mark_queued(self, jobs: list[tuple[str, str]]) -> None:
+    def _mark_queued(self, jobs: list[tuple[str, str, int]]) -> None:
         if jobs:
             self._status.submit(jobs)
 

@@ -22,10 +22,10 @@ class StatusWriter:
 
     def __init__(self, store: JobStore, metrics: Metrics, max_batches: int = 200) -> None:
         self.store, self.metrics = store, metrics
-        self._queue: queue_mod.Queue[list[tuple[str, str]] | None] = queue_mod.Queue(max_batches)
+        self._queue: queue_mod.Queue[list[tuple[str, str, int]] | None] = queue_mod.Queue(max_batches)
         self._thread: threading.Thread | None = None
 
-    def submit(self, jobs: list[tuple[str, str]]) -> None:
+    def submit(self, jobs: list[tuple[str, str, int]]) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sluice-relay-status", daemon=True)
             self._thread.start()

@@ -91,6 +91,12 @@ def N(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
+def _created(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"invalid enqueue time {value!r}: a non-negative integer (ms)")
+    return value
+
+
 def _system_now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -343,12 +349,15 @@ class DynamoJobStore:
         except BotoCoreError as exc:
             raise translate(exc, "record_accepted") from exc
 
-    def mark_queued(self, jobs: Sequence[tuple[str, str]]) -> None:
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         """accepted -> queued, creating the item if absent. Best effort: failures are logged.
 
         A job already leased or finished keeps its state (the condition fails, as intended).
+        The third element is the job's enqueue time (``JobSpec.enqueued_at_ms``; 0 if unknown):
+        the gateway writes no item, so this is where ``created_at_ms`` is first stored, and it
+        must be the acceptance time GET showed from the id, not the relay's clock.
         """
-        pairs = [(validate_job_id(j), validate_queue_name(q)) for j, q in jobs]  # all or nothing
+        pairs = [(validate_job_id(j), validate_queue_name(q), _created(c)) for j, q, c in jobs]  # all or none
         if not pairs:
             return
         if len(pairs) == 1:
@@ -361,15 +370,16 @@ class DynamoJobStore:
             pool = self._pool
         list(pool.map(lambda pair: self._mark_one(*pair), pairs))
 
-    def _mark_one(self, job_id: str, queue: str) -> None:
+    def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:
+        now = self._now_ms()
         request = self._request(
             job_id,
             update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
-                   "#cr = if_not_exists(#cr, :now), #att = if_not_exists(#att, :zero), "
+                   "#cr = if_not_exists(#cr, :created), #att = if_not_exists(#att, :zero), "
                    "#tok = if_not_exists(#tok, :zero)",
             condition="attribute_not_exists(#id) OR #st = :accepted",
-            values={":queued": S(JobState.QUEUED), ":now": N(self._now_ms()), ":queue": S(queue),
-                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
+            values={":queued": S(JobState.QUEUED), ":now": N(now), ":queue": S(queue),
+                    ":created": N(created_at_ms or now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
         try:
             _, ok = self._update("mark_queued", request)
         except Exception as exc:  # tolerated: status lags, nothing else depends on it
@@ -432,18 +442,20 @@ class DynamoJobStore:
                     return self._record(attrs)
         raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
 
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str) -> JobRecord:
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
         """Cancel a job that may have no item yet (the gateway writes none on accept).
 
         Creates a ``cancelled`` item when there is none; otherwise ``request_cancel``
         (so a finished job raises AlreadyFinished and a leased one is flagged).
+        ``created_at_ms``: when the job was accepted, if known (0: now).
         """
-        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        job_id, queue, created = validate_job_id(job_id), validate_queue_name(queue), _created(created_at_ms)
         if not isinstance(reason, str) or not reason:
             raise InvalidInput("reason must be a non-empty string")
         now = self._now_ms()
         item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
-                "token": N(0), "created_at_ms": N(now), "updated_at_ms": N(now), "finished_at_ms": N(now),
+                "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
+                "finished_at_ms": N(now),
                 "last_error": S(reason[:MAX_ERROR_CHARS]), "expires_at": N(now // 1000 + self.retention_s)}
         try:
             self._db.put_item(TableName=self.table, Item=item,
