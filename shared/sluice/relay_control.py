@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +23,8 @@ from sluice.models import QueueConfig
 if TYPE_CHECKING:
     from sluice.config import Settings
     from sluice.kafka.source import KafkaSource
+    from sluice.recovery.hook import RecoveringSource
+    from sluice.relay import Relay
 
 log = logging.getLogger(__name__)
 
@@ -113,25 +116,48 @@ def _source(settings: Settings) -> KafkaSource:
     return KafkaSource.from_settings(settings)
 
 
-def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
-    """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
+Wrap = Callable[[Any], Any]
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: Any = None,
+                    wrap_engine: Wrap = _same, wrap_source: Wrap = _same,
+                    recovery: Mapping[str, Any] | None = None,
+                    **options: Any) -> tuple[Relay, RecoveringSource]:
+    """The relay one scheduled invocation runs, and its recovering source (for its replay count).
+
+    The real adapters, with Redis-loss recovery between the relay and its engine and source
+    (docs/redis-loss.md). A harness may wrap the engine and source inside the recovery layer
+    (the chaos run records pushes and polls), pass recovery knobs, and override Relay options.
+    """
     from sluice import wiring
     from sluice.recovery import for_relay
     from sluice.relay import Relay
+
+    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
+    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
+    raw_engine, raw_source = wiring.queue(settings), _source(settings)
+    engine, source = for_relay(settings, wrap_engine(raw_engine), wiring.store(settings),
+                               wrap_source(raw_source), metrics=metrics, **(recovery or {}))
+    relay = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
+                                metrics=metrics, config_writer=raw_engine, highwater=raw_source.highwater,
+                                **options)
+    return relay, source
+
+
+def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
+    """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
+    from sluice import wiring
     from sluice.store.fenced import EmfMetrics
 
     scheduled = parse_scheduled(event)
     settings = wiring.settings()
-    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
-    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
     metrics = EmfMetrics()
-    # Redis-loss recovery sits between the relay and its engine and source (docs/redis-loss.md).
-    engine, source = for_relay(settings, wiring.queue(settings), wiring.store(settings), _source(settings),
-                               metrics=metrics)
-    raw_engine, raw_source = wiring.queue(settings), _source(settings)
-    relay = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
-                                metrics=metrics, config_writer=raw_engine, highwater=raw_source.highwater)
-    log.info("relay %s starting for the schedule at %s", relay_id, scheduled.time)
+    relay, _ = scheduled_relay(settings, context, metrics=metrics)
+    log.info("relay %s starting for the schedule at %s", relay.relay_id, scheduled.time)
     report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     report.publish(metrics)
     return report.as_dict()

@@ -24,8 +24,6 @@ next to it.
 
 from __future__ import annotations
 
-import os
-import socket
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -56,20 +54,10 @@ def _control(stem: str) -> Control:
 app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S)
 
 
-@cache
-def _source(settings: Any) -> Any:
-    """One consumer per container, reused by every invocation, as in ``relay_control``."""
-    from sluice.kafka.source import KafkaSource
-
-    return KafkaSource.from_settings(settings)
-
-
 def relay(event: Any, context: Any) -> dict[str, Any]:
     """The relay function's handler in the chaos run: ``run_scheduled`` plus recording and a kill point."""
     from sluice import wiring
-    from sluice.recovery import for_relay
-    from sluice.relay import Relay
-    from sluice.relay_control import parse_scheduled
+    from sluice.relay_control import parse_scheduled, scheduled_relay
 
     parse_scheduled(event)
     settings = wiring.settings()
@@ -78,15 +66,11 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
-    raw_engine, raw_source = wiring.queue(settings), _source(settings)
-    engine, source = for_relay(settings, RecordedEngine(raw_engine, history), wiring.store(settings),
-                               RecordedSource(raw_source, history), interval_s=CHECKPOINT_S)
-    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
-    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
-    r = Relay.from_settings(settings, engine, wiring.store(settings), source, dispatcher, relay_id,
-                            config_writer=raw_engine, highwater=raw_source.highwater, after_push=after_push,
-                            lease_ms=PARTITION_LEASE_MS, ownership_s=0.5)
+    r, source = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
+                                wrap_source=lambda s: RecordedSource(s, history),
+                                recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
+                                lease_ms=PARTITION_LEASE_MS, ownership_s=0.5)
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
-    history.emit("relay_run", target=relay_id, replays=source.recovery.replays,
+    history.emit("relay_run", target=r.relay_id, replays=source.recovery.replays,
                  **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})
     return report.as_dict()
