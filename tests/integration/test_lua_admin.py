@@ -232,3 +232,19 @@ def test_queues_lists_the_registry(rq: RedisQueue, redis_client: redis.Redis) ->
     rq.set_config("thumbnails", max_in_flight=2)
     redis_client.sadd("sluice:queues", "Not A Queue")  # junk in the advisory set is ignored
     assert rq.queues() == ["emails", "thumbnails"]
+
+
+def test_a_push_after_redis_lost_its_data_registers_the_queue_again(rq: RedisQueue,
+                                                                    redis_client: redis.Redis) -> None:
+    """Redis restarted empty while this engine (a warm relay container) had registered the queue
+    before: the next push must register it again, or the safety net and the relay's maintenance,
+    which drain registered queues only, never send a worker to the jobs it pushed (chaos finding)."""
+    rq.enqueue(spec("a", queue="emails"))
+    rq.push("emails", "t", 0, 1, [(0, spec("b", queue="emails"))])
+    redis_client.flushall()  # the restart without persistence
+    assert rq.queues() == []
+    rq.push("emails", "t", 0, 1, [(1, spec("c", queue="emails"))])
+    assert rq.queues() == ["emails"]
+    redis_client.flushall()
+    rq.enqueue(spec("d", queue="emails"))
+    assert rq.queues() == ["emails"]

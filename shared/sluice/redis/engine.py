@@ -50,7 +50,6 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_TOKEN = 2**53 - 1  # Lua numbers are doubles: larger integers would lose precision
 MAX_ERROR_CHARS = 4000  # a last error is for people; a whole traceback would bloat the hash
 RECLAIM_PER_LEASE = 100  # expired leases and due delayed jobs each lease call reclaims first
-_REGISTRY_TTL_S = 60.0
 
 
 def _int(value: object, lo: int, hi: int, what: str) -> int:
@@ -101,7 +100,6 @@ class RedisQueue:
         self.client = client
         self.scripts = Scripts(client)
         self._keys: dict[str, QueueKeys] = {}
-        self._registered: dict[str, float] = {}
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisQueue:
@@ -132,15 +130,18 @@ class RedisQueue:
         return k
 
     def _register(self, queue: str) -> None:
-        """Advisory registry for ``queues()``: outside scripts, as it lives in another slot."""
-        now = time.monotonic()
-        if now - self._registered.get(queue, -_REGISTRY_TTL_S) < _REGISTRY_TTL_S:
-            return
+        """Advisory registry for ``queues()``: outside scripts, as it lives in another slot.
+
+        One SADD per enqueue or push call, never skipped: the relay's maintenance and the
+        safety net drain only registered queues, and Redis can lose the registry (a restart
+        without persistence) while this process still believes it registered. A job pushed
+        into an unregistered queue would wait in ready with nobody ever sent to lease it
+        (found by the chaos suite; docs/break-it.md). The cost is one round trip per batch.
+        """
         try:
             self.client.sadd(QUEUES_KEY, queue)
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
-        self._registered[queue] = now
 
     # --- enqueue --------------------------------------------------------------------------
 
