@@ -16,11 +16,12 @@ import pytest
 import redis
 
 from sluice.errors import InvalidInput
-from sluice.models import EndedJob, JobState, LeasedJob
+from sluice.models import EndedJob, JobState
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.redis.scripts import source
-from tests.integration.test_engine_support import make_queue, score, snapshot, spec, where
+from tests.integration.test_engine_support import make_queue, score, snapshot, where
+from tests.integration.test_lua_lifecycle import leased
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
@@ -29,12 +30,6 @@ K = QueueKeys("q")
 @pytest.fixture
 def rq(redis_url: str) -> Iterator[RedisQueue]:
     yield from make_queue(redis_url)
-
-
-def leased(rq: RedisQueue, job_id: str = "a", lease_ms: int = 5_000, **kw: object) -> LeasedJob:
-    rq.enqueue(spec(job_id, **kw))  # type: ignore[arg-type]
-    [j] = rq.lease("q", 1, lease_ms)
-    return j
 
 
 def settle(client: redis.Redis) -> dict[str, float]:

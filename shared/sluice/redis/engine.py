@@ -13,7 +13,7 @@ prove liveness only; the fencing token a handler writes with comes from the job 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -240,40 +240,41 @@ class RedisQueue:
 
     # --- dead letters -----------------------------------------------------------------------
 
-    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        k = self.keys(queue)
-        _int(limit, 1, 10_000, "limit")
+    def _oldest_with_fields(self, zset: str, prefix: str, limit: int, fields: tuple[str, ...],
+                            job_id_of: Callable[[Any], str] | None = None,
+                            ) -> list[tuple[str, int, list[Any]]]:
+        """(member, score, the member's job-hash fields) for the ``limit`` lowest scores of
+        ``zset``: two round trips, a read, so no script."""
+        job_id_of = job_id_of or _text
         try:
-            entries = self.client.zrange(k.dead, 0, limit - 1, withscores=True)
+            entries = self.client.zrange(zset, 0, limit - 1, withscores=True)
             pipe = self.client.pipeline(transaction=False)
-            for job_id, _ in entries:
-                pipe.hmget(k.job_prefix + _text(job_id), "a", "err")
-            fields = pipe.execute()
+            for member, _ in entries:
+                pipe.hmget(prefix + job_id_of(member), *fields)
+            values = pipe.execute()
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
-        return [DeadJob(job_id=_text(job_id), queue=queue, attempts=int(f[0] or 0),
-                        last_error=None if f[1] is None else _text(f[1]), died_at_ms=int(score))
-                for (job_id, score), f in zip(entries, fields, strict=True)]
+        return [(_text(m), int(score), [None if v is None else _text(v) for v in f])
+                for (m, score), f in zip(entries, values, strict=True)]
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        k = self.keys(queue)
+        rows = self._oldest_with_fields(k.dead, k.job_prefix, _int(limit, 1, 10_000, "limit"), ("a", "err"))
+        return [DeadJob(job_id=job_id, queue=queue, attempts=int(f[0] or 0), last_error=f[1], died_at_ms=died)
+                for job_id, died, f in rows]
 
     # --- endings the jobs table has not been told (keys.settle) -------------------------------
 
     def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
-        """The oldest ``limit`` entries of the settle set; a read, so no script."""
+        """The oldest ``limit`` entries of the settle set, with the job's last error if it has one."""
         k = self.keys(queue)
-        _int(limit, 1, 1000, "limit")
-        try:
-            entries = self.client.zrange(k.settle, 0, limit - 1, withscores=True)
-            pipe = self.client.pipeline(transaction=False)
-            for member, _ in entries:
-                pipe.hget(k.job_prefix + _text(member).partition(":")[2], "err")
-            errors = pipe.execute()
-        except redis.exceptions.RedisError as exc:
-            raise translate(exc) from exc
+        rows = self._oldest_with_fields(k.settle, k.job_prefix, _int(limit, 1, 1000, "limit"), ("err",),
+                                        job_id_of=lambda member: _text(member).partition(":")[2])
         ended = []
-        for (member, score), err in zip(entries, errors, strict=True):
-            state, _, job_id = _text(member).partition(":")
-            ended.append(EndedJob(job_id=job_id, queue=queue, state=JobState(state), ended_at_ms=int(score),
-                                  last_error=None if err is None else _text(err)))
+        for member, score, (err,) in rows:
+            state, _, job_id = member.partition(":")
+            ended.append(EndedJob(job_id=job_id, queue=queue, state=JobState(state), ended_at_ms=score,
+                                  last_error=err))
         return ended
 
     def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
