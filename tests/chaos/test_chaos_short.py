@@ -44,7 +44,8 @@ def test_500_jobs_on_the_lambda_runtime_under_every_fault_lose_nothing_and_break
     # the faults did bite: some jobs ran more than once, and every job ran at least once
     assert report["duplicate_executions"] >= 1
     # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
-    assert 500 <= report["succeeded"] <= 500 + report["unknown_enqueues"] <= report["executions"]
+    assert 500 <= report["succeeded"] <= 500 + report["unknown_enqueues"]
+    assert report["executions"] >= report["succeeded"]
     # ... inside Lambda containers: killed ones were replaced by cold starts, and the history
     # holds the workers' invocations, dispatched by the relay and by the safety net
     counts = report["runtime_counts"]
@@ -65,4 +66,5 @@ def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path
     assert report["accepted"] == 200 and report["drained"] is True
     assert sum(report["faults"].values()) >= 3
     # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
-    assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"] <= report["executions"]
+    assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"]
+    assert report["executions"] >= report["succeeded"]
