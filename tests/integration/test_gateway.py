@@ -93,10 +93,21 @@ def test_recorded_enqueue_reaches_kafka_and_the_jobs_table(gateway: Gateway, set
     code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
     assert (code, status["status"], status["attempts"]) == (200, "accepted", 0)
     assert status["created_at_ms"] == spec.enqueued_at_ms
-    # The relay takes it (its mark_queued creates the first item): the same acceptance time.
+
+
+def test_the_acceptance_time_survives_the_relay_recording_it(gateway: Gateway, settings: Settings) -> None:
+    """GET shows the acceptance time from the id until the relay's mark_queued creates the
+    first item; that item must carry the same time, not the relay's clock."""
+    code, _, body = call(gateway, post("stamps", {"payload": 1}))
+    assert code == 202
+    spec = JobSpec.model_validate(dict(kafka_records(settings))[body["job_id"]])
+    accepted = call(gateway, get(f"/v1/jobs/{body['job_id']}"))[2]
+    assert (accepted["status"], accepted["created_at_ms"]) == ("accepted", spec.enqueued_at_ms)
+    time.sleep(0.05)
     gateway.api.store.mark_queued([(spec.job_id, spec.queue, spec.enqueued_at_ms)])
-    code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
-    assert (code, status["status"], status["created_at_ms"]) == (200, "queued", spec.enqueued_at_ms)
+    queued = call(gateway, get(f"/v1/jobs/{body['job_id']}"))[2]
+    assert (queued["status"], queued["created_at_ms"]) == ("queued", spec.enqueued_at_ms)
+    assert queued["updated_at_ms"] > queued["created_at_ms"]
 
 
 def test_batch_is_in_kafka_and_readable_at_once(gateway: Gateway, settings: Settings) -> None:
