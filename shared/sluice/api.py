@@ -111,19 +111,14 @@ class Api:
                 remaining_ms: Callable[[], int] | None = None) -> Outcome:
         validate_queue_name(queue)
         self._check_size(request, index=None)
-        if idempotency_key is None or self.idempotency is None:
-            spec = self._spec(queue, request, self.clock(), None)
-            self._accept([spec])
-            return Outcome(Accepted(job_id=spec.job_id, queue=queue))
 
-        def action() -> dict[str, Any]:
-            spec = self._spec(queue, request, self.clock(), idempotency_key)
+        def accept() -> Accepted:
+            key = idempotency_key if self.idempotency is not None else None
+            spec = self._spec(queue, request, self.clock(), key)
             self._accept([spec])
-            return {"job_id": spec.job_id, "queue": queue, "status": "accepted"}
+            return Accepted(job_id=spec.job_id, queue=queue)
 
-        fingerprint = {"op": "enqueue", "queue": queue, "request": request.model_dump(mode="json")}
-        result, replayed = self.idempotency.run(idempotency_key, fingerprint, action, remaining_ms)
-        return Outcome(Accepted.model_validate(result), replayed)
+        return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
                       remaining_ms: Callable[[], int] | None = None) -> Outcome:
@@ -137,12 +132,22 @@ class Api:
             self._accept(specs)
             return BatchAccepted(queue=queue, jobs=[Accepted(job_id=s.job_id, queue=queue) for s in specs])
 
-        if idempotency_key is None or self.idempotency is None:
+        return self._once(idempotency_key, "enqueue_batch", queue, request, accept, BatchAccepted,
+                          remaining_ms)
+
+    def _once(self, key: str | None, op: str, queue: str, request: EnqueueRequest | BatchRequest,
+              accept: Callable[[], Accepted | BatchAccepted], model: type[Accepted] | type[BatchAccepted],
+              remaining_ms: Callable[[], int] | None) -> Outcome:
+        """``accept()`` now, or at most once per Idempotency-Key (a replay returns the stored body).
+
+        The fingerprint is built only for a keyed request: the plain path stays free of it.
+        """
+        if key is None or self.idempotency is None:
             return Outcome(accept())
-        fingerprint = {"op": "enqueue_batch", "queue": queue, "request": request.model_dump(mode="json")}
-        result, replayed = self.idempotency.run(idempotency_key, fingerprint,
-                                                lambda: accept().model_dump(mode="json"), remaining_ms)
-        return Outcome(BatchAccepted.model_validate(result), replayed)
+        fingerprint = {"op": op, "queue": queue, "request": request.model_dump(mode="json")}
+        result, replayed = self.idempotency.run(key, fingerprint, lambda: accept().model_dump(mode="json"),
+                                                remaining_ms)
+        return Outcome(model.model_validate(result), replayed)
 
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
         size = len(dump_json(request.payload).encode("utf-8"))
