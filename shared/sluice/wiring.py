@@ -60,21 +60,15 @@ def job_id_key(s: Settings | None = None) -> bytes:
     ``job_id_secret`` if set, else the bare SecretString of ``job_id_secret_arn`` in Secrets
     Manager; ConfigError with neither (the gateway must not mint ids nobody can verify).
     """
-    from sluice.errors import BackendUnavailable, ConfigError
+    from sluice.errors import ConfigError
     from sluice.ids import MIN_KEY_BYTES
+    from sluice.secrets import secret_string
 
     s = s or settings()
     if s.job_id_secret is not None:
         secret, source = s.job_id_secret.get_secret_value(), "SLUICE_JOB_ID_SECRET"
     elif s.job_id_secret_arn:
-        import botocore.exceptions
-
-        try:
-            secret = str(boto_client("secretsmanager", s).get_secret_value(
-                SecretId=s.job_id_secret_arn)["SecretString"])
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise BackendUnavailable(f"cannot read the job id secret: {exc}") from exc
-        source = s.job_id_secret_arn
+        secret, source = secret_string(s.job_id_secret_arn, s, "job id secret"), s.job_id_secret_arn
     else:
         raise ConfigError("no job id secret: set SLUICE_JOB_ID_SECRET or SLUICE_JOB_ID_SECRET_ARN "
                           "(the gateway signs job ids with it; docs/api.md)")

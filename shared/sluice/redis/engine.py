@@ -411,17 +411,10 @@ def redis_auth_token(arn: str, settings: Settings) -> str:
     """The ElastiCache AUTH token from Secrets Manager (a plain string or {"password": ...})."""
     import json
 
-    import boto3
-    import botocore.exceptions
-
     from sluice.errors import BackendUnavailable
+    from sluice.secrets import secret_string
 
-    client = boto3.client("secretsmanager", region_name=settings.aws_region,
-                          endpoint_url=settings.aws_endpoint_url)
-    try:
-        secret = str(client.get_secret_value(SecretId=arn)["SecretString"])
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-        raise BackendUnavailable(f"cannot read the Redis AUTH secret: {exc}") from exc
+    secret = secret_string(arn, settings, "Redis AUTH secret")
     if secret.startswith("{"):
         value = json.loads(secret)
         secret = value.get("password") or value.get("token") or value.get("auth_token") or ""
