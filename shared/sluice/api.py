@@ -27,10 +27,8 @@ Everything else is 404.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -47,6 +45,7 @@ from sluice.http.models import (
     QueueView,
 )
 from sluice.models import JobRecord, JobSpec, JobState, dump_json, validate_job_id, validate_queue_name
+from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
 
 log = logging.getLogger(__name__)
@@ -101,9 +100,7 @@ class Api:
         # workload does, so that an enqueue with an unknown outcome is named in its history);
         # such ids do not verify, so GET answers 404 for them until the relay records them.
         self.new_id = new_id
-        self._withdraw_workers = withdraw_workers
-        self._pool: ThreadPoolExecutor | None = None  # created by the first withdrawal of a batch
-        self._pool_lock = threading.Lock()
+        self._pool = LazyPool(withdraw_workers, "sluice-withdraw")
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -181,14 +178,7 @@ class Api:
 
     def _withdraw(self, specs: Sequence[JobSpec]) -> None:
         """Kafka did not acknowledge; the records may be there anyway. Stop them from running."""
-        if len(specs) == 1:
-            self._withdraw_one(specs[0])
-            return
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self._withdraw_workers,
-                                                thread_name_prefix="sluice-withdraw")
-        list(self._pool.map(self._withdraw_one, specs))
+        self._pool.map(self._withdraw_one, specs)
 
     def _withdraw_one(self, spec: JobSpec) -> None:
         try:

@@ -23,10 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
@@ -53,6 +51,7 @@ from sluice.models import (
     validate_queue_name,
     validate_token,
 )
+from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
 from sluice.store.errors import is_conditional_failure, old_item, translate, translated
 from sluice.store.fenced import EmfMetrics, Fence, FencedTable, classify, item_int, item_str
@@ -117,9 +116,7 @@ class DynamoJobStore:
         self._fence = Fence(metrics)
         self._now_ms = now_ms
         self._sleep = sleep
-        self._max_workers = max_workers
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._pool = LazyPool(max_workers, "sluice-store")
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None) -> DynamoJobStore:
@@ -358,17 +355,7 @@ class DynamoJobStore:
         must be the acceptance time GET showed from the id, not the relay's clock.
         """
         pairs = [(validate_job_id(j), validate_queue_name(q), _created(c)) for j, q, c in jobs]  # all or none
-        if not pairs:
-            return
-        if len(pairs) == 1:
-            self._mark_one(*pairs[0])
-            return
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self._max_workers,
-                                                thread_name_prefix="sluice-store")
-            pool = self._pool
-        list(pool.map(lambda pair: self._mark_one(*pair), pairs))
+        self._pool.map(lambda pair: self._mark_one(*pair), pairs)
 
     def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:
         now = self._now_ms()
@@ -523,7 +510,4 @@ class DynamoJobStore:
             cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)))
 
     def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+        self._pool.close()
