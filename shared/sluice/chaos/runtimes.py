@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from sluice.chaos.history import History
 from sluice.chaos.procs import Child, process_state
+from sluice.local.stack import plain_settings
 
 Say = Callable[[str], None]
 
@@ -242,10 +243,8 @@ class ProcessRuntime:
 
     def _spawner(self, settings: Any) -> Callable[[str], Child]:
         o = self.o
-        base = {"settings": settings.model_dump(mode="json"), "history": str(self.history.path),
+        base = {"settings": plain_settings(settings), "history": str(self.history.path),
                 "control_dir": str(self.dir / "control"), "lease_ms": int(o.lease_s * 1000)}
-        if getattr(settings, "job_id_secret", None) is not None:  # model_dump masks secrets
-            base["settings"]["job_id_secret"] = settings.job_id_secret.get_secret_value()
 
         def spawn(name: str) -> Child:
             role = "worker" if name.startswith("w") else "relay"

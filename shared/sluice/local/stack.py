@@ -38,17 +38,22 @@ class StackRunning(SluiceError):
     code = "STACK_RUNNING"
 
 
+def plain_settings(settings: Settings) -> dict[str, Any]:
+    """``settings`` as plain values, secrets revealed: for a child process we start, which must
+    rebuild an equal ``Settings`` (``model_dump`` alone masks secrets)."""
+    plain = {name: value for name, value in settings.model_dump(mode="json").items() if value is not None}
+    secret = {name: value.get_secret_value() for name, value in settings if isinstance(value, SecretStr)}
+    return plain | secret
+
+
+def _env_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """``SLUICE_*`` variables that make ``Settings.from_env()`` in a child equal ``settings``."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        env[f"SLUICE_{name.upper()}"] = text
-    return env
+    return {f"SLUICE_{name.upper()}": _env_text(value)
+            for name, value in plain_settings(settings).items()}
 
 
 def pid_alive(pid: int) -> bool:
