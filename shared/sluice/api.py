@@ -22,6 +22,9 @@ Reads: a job with a status item is answered from it. A job without one whose id
 verifies, minted within ``id_horizon_ms`` (Kafka's retention), is ``accepted``: the
 gateway issued it, Kafka acknowledged it, and the relay has not recorded it yet.
 Everything else is 404.
+
+Reserved queues (``models.RESERVED_QUEUE_PREFIX``) are Sluice's own: enqueueing into one,
+or reading one's stats, is a 400 naming the prefix; a job of one reads and cancels as 404.
 """
 
 from __future__ import annotations
@@ -44,7 +47,15 @@ from sluice.http.models import (
     JobView,
     QueueView,
 )
-from sluice.models import JobRecord, JobSpec, JobState, dump_json, validate_job_id, validate_queue_name
+from sluice.models import (
+    JobRecord,
+    JobSpec,
+    JobState,
+    dump_json,
+    is_reserved_queue,
+    validate_job_id,
+    validate_public_queue,
+)
 from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
 
@@ -106,7 +117,7 @@ class Api:
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
                 remaining_ms: Callable[[], int] | None = None) -> Outcome:
-        validate_queue_name(queue)
+        validate_public_queue(queue)
         self._check_size(request, index=None)
 
         def accept() -> Accepted:
@@ -119,7 +130,7 @@ class Api:
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
                       remaining_ms: Callable[[], int] | None = None) -> Outcome:
-        validate_queue_name(queue)
+        validate_public_queue(queue)
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
 
@@ -196,6 +207,8 @@ class Api:
         found = ids.verify(job_id, self.job_id_key)
         if found is None or self.clock() - found.accepted_at_ms > self.id_horizon_ms:
             return None
+        if is_reserved_queue(found.queue):  # minted before the prefix was reserved: not a caller's job
+            raise JobNotFound(f"no job {job_id}")
         return found
 
     def status(self, job_id: str) -> JobView:
@@ -210,6 +223,8 @@ class Api:
             # append leaves a cancelled item), not yet recorded by the relay.
             return JobView(job_id=job_id, queue=minted.queue, status=JobState.ACCEPTED, attempts=0,
                            created_at_ms=minted.accepted_at_ms, updated_at_ms=minted.accepted_at_ms)
+        if is_reserved_queue(record.queue):
+            raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
         return JobView(
             job_id=record.job_id, queue=record.queue, status=record.status, attempts=record.attempts,
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,
@@ -221,6 +236,8 @@ class Api:
         """Raises JobNotFound (404) or AlreadyFinished (409)."""
         validate_job_id(job_id)
         record = self._cancel_in_store(job_id)  # the store decides; Redis follows
+        if is_reserved_queue(record.queue):  # only a job from before the prefix was reserved
+            raise JobNotFound(f"no job {job_id}")
         leased = record.status is JobState.LEASED
         try:
             self.queue.cancel(record.queue, job_id)
@@ -246,7 +263,7 @@ class Api:
                                             minted.accepted_at_ms)
 
     def stats(self, queue: str) -> QueueView:
-        validate_queue_name(queue)
+        validate_public_queue(queue)
         stats = self.queue.stats(queue)
         config = stats.config  # read in the same atomic script as the depths
         return QueueView(

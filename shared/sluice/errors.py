@@ -33,6 +33,12 @@ class InvalidQueueName(InvalidInput):
     code = "INVALID_QUEUE"
 
 
+class ReservedQueue(InvalidQueueName):
+    """Queue names starting with ``sluice-`` belong to Sluice's internal queues."""
+
+    code = "RESERVED_QUEUE"
+
+
 class JobNotFound(SluiceError, LookupError):
     """No job with that id exists (or it has expired)."""
 
@@ -124,7 +130,7 @@ class ConfigError(SluiceError):
 ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (
-        SluiceError, InvalidInput, InvalidQueueName, JobNotFound, JobExists, LeaseLost,
+        SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
         StaleToken, JobCancelled, AlreadyFinished, QueuePaused, StoreError,
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound,
     )

@@ -13,9 +13,14 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sluice.errors import InvalidInput, InvalidQueueName
+from sluice.errors import InvalidInput, InvalidQueueName, ReservedQueue
 
 QUEUE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# Queues whose names start with this are Sluice's own (the relay's partition ownership lives
+# in ``sluice-relay``): no caller may enqueue into, read, cancel or operate them, the relay
+# never pushes a Kafka record into one, and no worker is dispatched for one. lua/_lib.lua
+# holds the same prefix (tests/unit/test_engine_scripts.py checks they agree).
+RESERVED_QUEUE_PREFIX: Final = "sluice-"
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 SCHEMA_VERSION: Final = 1
@@ -31,6 +36,20 @@ def validate_queue_name(name: object) -> str:
     if not isinstance(name, str) or QUEUE_NAME_RE.fullmatch(name) is None:
         raise InvalidQueueName(f"invalid queue name {name!r}: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
     return name
+
+
+def is_reserved_queue(name: object) -> bool:
+    """Whether ``name`` is (or would be) one of Sluice's internal queues."""
+    return isinstance(name, str) and name.startswith(RESERVED_QUEUE_PREFIX)
+
+
+def validate_public_queue(name: object) -> str:
+    """``validate_queue_name``, and raise ReservedQueue for an internal queue's name."""
+    queue = validate_queue_name(name)
+    if is_reserved_queue(queue):
+        raise ReservedQueue(f"queue {queue!r} is reserved: names starting with {RESERVED_QUEUE_PREFIX!r} "
+                            "belong to Sluice's internal queues", queue=queue, prefix=RESERVED_QUEUE_PREFIX)
+    return queue
 
 
 def validate_job_id(job_id: object) -> str:
@@ -160,6 +179,14 @@ class DispatchEvent(BaseModel):
     queues: list[QueueName] = Field(min_length=1, max_length=50)
     batch: int = Field(default=10, ge=1, le=1000)
     source: str = "relay"
+
+    @field_validator("queues")
+    @classmethod
+    def _no_internal_queue(cls, queues: list[str]) -> list[str]:
+        reserved = [q for q in queues if is_reserved_queue(q)]
+        if reserved:  # a worker leasing the relay's partition jobs would stop the relay
+            raise ValueError(f"{reserved} are Sluice's internal queues: no worker drains them")
+        return queues
 
 
 class QueueConfig(BaseModel):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sluice.errors import InvalidInput, SluiceError
-from sluice.models import LeasedJob, validate_queue_name
+from sluice.models import LeasedJob, validate_public_queue
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime.budget import RemainingMs, TimeBudget
 from sluice.runtime.context import FencedTableFactory
@@ -142,7 +142,7 @@ class Worker:
         leases only jobs whose hard timeout plus ``options.margin_ms`` fits in the time
         left, and releases any lease it will not finish before returning.
         """
-        names = [validate_queue_name(q) for q in queues]
+        names = [validate_public_queue(q) for q in queues]
         if not names or isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise InvalidInput("drain needs at least one queue and a batch of at least 1")
         session = self._open()
@@ -155,7 +155,7 @@ class Worker:
     def run(self, queues: Iterable[str], *, stop: threading.Event, idle_s: float = 0.2,
             max_jobs: int | None = None) -> DrainSummary:
         """Drain forever (a worker process) until ``stop`` is set or ``max_jobs`` were leased."""
-        names = [validate_queue_name(q) for q in queues]
+        names = [validate_public_queue(q) for q in queues]
         total = DrainSummary()
         session = self._open()
         try:

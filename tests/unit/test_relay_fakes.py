@@ -66,11 +66,16 @@ class FakeEngine:
 
     # ownership jobs (queue sluice-relay)
     def enqueue(self, spec: JobSpec) -> bool:
+        """A job in the ownership queue by any path (a test plants what a caller once could)."""
         self._call("enqueue")
         if spec.job_id in self.ownership:
             return False
         self.ownership[spec.job_id] = (spec, _Lease())
         return True
+
+    def enqueue_internal(self, spec: JobSpec) -> bool:
+        assert spec.queue.startswith("sluice-"), spec.queue
+        return self.enqueue(spec)
 
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         self._call("lease")
@@ -103,6 +108,13 @@ class FakeEngine:
             raise LeaseLost(job_id)
         lease.holder = None
         lease.attempts -= 1
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        self._call("ack")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        del self.ownership[job_id]
 
     def redrive(self, queue: str, job_id: str | None = None) -> int:
         self._call("redrive")

@@ -32,6 +32,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (UnsupportedMediaType, Kind(415, "unsupported-media-type", "Unsupported Media Type")),
     (PayloadTooLarge, Kind(413, "payload-too-large", "Payload Too Large")),
     (BadBody, Kind(400, "malformed-body", "Malformed Request Body")),
+    (errors.ReservedQueue, Kind(400, "reserved-queue-name", "Reserved Queue Name")),
     (errors.InvalidQueueName, Kind(400, "invalid-queue-name", "Invalid Queue Name")),
     (errors.InvalidInput, Kind(400, "invalid-request", "Invalid Request")),
     (errors.JobNotFound, Kind(404, "not-found", "Not Found")),
@@ -42,6 +43,8 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
 )
 INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
 NOT_FOUND: Final = Kind(404, "not-found", "Not Found")
+GENERIC_DETAIL: Final = {500: "unexpected error; it has been logged",
+                         503: "a backend is unavailable; retry after Retry-After seconds"}
 METHOD_NOT_ALLOWED: Final = Kind(405, "method-not-allowed", "Method Not Allowed")
 
 
@@ -61,8 +64,9 @@ def problem(kind: Kind, detail: str, *, code: str, instance: str | None = None,
 def from_exception(exc: BaseException, instance: str | None = None) -> Problem:
     kind = kind_of(exc)
     code = exc.code if isinstance(exc, errors.SluiceError) else "INTERNAL"
-    # Never echo an unexpected exception's text: it may carry internals.
-    detail = str(exc) if kind is not INTERNAL else "unexpected error; it has been logged"
+    # Never echo a server-side failure's text (an unexpected exception, a backend's error): it
+    # may carry internals such as secret ARNs, host names or Kafka errors. The caller logs it.
+    detail = str(exc) if kind.status < 500 else GENERIC_DETAIL.get(kind.status, GENERIC_DETAIL[500])
     field_errors = None
     index = getattr(exc, "details", {}).get("index") if isinstance(exc, errors.SluiceError) else None
     if isinstance(index, int):

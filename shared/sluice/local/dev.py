@@ -37,6 +37,7 @@ from sluice.local import servers
 from sluice.local.lambdas import Function, LambdaApi, LocalLambda
 from sluice.local.sink import FencedSink
 from sluice.local.stack import STATE_DIR, Stack, settings_env
+from sluice.models import is_reserved_queue
 
 WORKER_FUNCTION = "sluice-worker"
 RELAY_FUNCTION = "sluice-relay"
@@ -282,6 +283,8 @@ class DevStack:
         engine = wiring.queue(self.settings)
         queues = []
         for name in engine.queues():
+            if is_reserved_queue(name):  # Sluice's own (the relay's partition jobs): never a worker's
+                continue
             st = engine.stats(name)
             if st.ready or st.delayed or st.leased:
                 queues.append(name)

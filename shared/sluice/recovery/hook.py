@@ -33,14 +33,13 @@ from sluice.models import EndedJob, JobSpec, LeasedJob
 from sluice.ports import Metrics
 from sluice.recovery.tracker import Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay import (
-    OWNERSHIP_MAX_ATTEMPTS,
     RELAY_QUEUE,
     PushOutcome,
     RecordSource,
     RelayEngine,
     SourceRecord,
     decode,
-    partition_job_id,
+    partition_job,
 )
 
 log = logging.getLogger(__name__)
@@ -291,9 +290,7 @@ class RecoveringEngine:
         epoch = self.recovery.epochs.current()
         topic = self.recovery.topic
         for p in self._partitions():
-            self.engine.enqueue(JobSpec(job_id=partition_job_id(topic, p), queue=RELAY_QUEUE,
-                                        payload={"topic": topic, "partition": p},
-                                        max_attempts=OWNERSHIP_MAX_ATTEMPTS, lease_ms=lease_ms))
+            self.engine.enqueue_internal(partition_job(topic, p, lease_ms))
         self._registered_epoch = epoch
 
     def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any:
@@ -304,8 +301,11 @@ class RecoveringEngine:
                 raise LeaseLost(f"ownership job {job_id} is gone: {exc}") from exc
             raise
 
-    def enqueue(self, spec: JobSpec) -> bool:
-        return self.engine.enqueue(spec)
+    def enqueue_internal(self, spec: JobSpec) -> bool:
+        return self.engine.enqueue_internal(spec)
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        self.engine.ack(queue, job_id, token)
 
     def release(self, queue: str, job_id: str, token: int) -> None:
         try:

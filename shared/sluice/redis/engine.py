@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from sluice.config import Settings
-from sluice.errors import InvalidInput, SluiceError
+from sluice.errors import InvalidInput, InvalidQueueName, SluiceError
 from sluice.models import (
     MAX_ATTEMPTS,
     MAX_DELAY_MS,
@@ -36,7 +36,9 @@ from sluice.models import (
     QueueConfig,
     QueueStats,
     dump_json,
+    is_reserved_queue,
     validate_job_id,
+    validate_public_queue,
     validate_queue_name,
     validate_token,
 )
@@ -150,22 +152,36 @@ class RedisQueue:
         return self.enqueue_many([spec])[0]
 
     def enqueue_many(self, specs: Sequence[JobSpec]) -> list[bool]:
-        """Enqueue several jobs (any queues); one script call per queue and 1000 jobs.
+        """Enqueue several jobs (any public queues); one script call per queue and 1000 jobs.
 
-        Everything is validated before the first call, so one bad job writes nothing.
+        Everything is validated before the first call, so one bad job writes nothing. A
+        reserved queue (``models.RESERVED_QUEUE_PREFIX``) raises ReservedQueue.
         """
+        return self._enqueue(specs, internal=False)
+
+    def enqueue_internal(self, spec: JobSpec) -> bool:
+        """Enqueue one job into one of Sluice's own queues (only the relay's partition
+        ownership does this); a public queue raises InvalidQueueName."""
+        if not is_reserved_queue(getattr(spec, "queue", None)):
+            raise InvalidQueueName(f"enqueue_internal is for reserved queues, not {spec.queue!r}")
+        return self._enqueue([spec], internal=True)[0]
+
+    def _enqueue(self, specs: Sequence[JobSpec], *, internal: bool) -> list[bool]:
         now = _wall_ms()
         by_queue: dict[str, list[tuple[int, JobFields]]] = {}
         for index, spec in enumerate(specs):
             queue = getattr(spec, "queue", None)
             self.keys(queue)  # type: ignore[arg-type]
+            if not internal:
+                validate_public_queue(queue)
             by_queue.setdefault(queue, []).append((index, job_fields(spec, queue, now)))  # type: ignore[arg-type]
         out = [False] * len(specs)
         for queue, jobs in by_queue.items():
             self._register(queue)
             for start in range(0, len(jobs), MAX_BATCH):
                 chunk = jobs[start:start + MAX_BATCH]
-                added = self.scripts.enqueue(self._keys[queue], [fields for _, fields in chunk])
+                added = self.scripts.enqueue(self._keys[queue], [fields for _, fields in chunk],
+                                             internal=internal)
                 for (index, _), was_added in zip(chunk, added, strict=True):
                     out[index] = was_added
         return out
@@ -345,10 +361,11 @@ class RedisQueue:
         """Enqueue Kafka records exactly once per (topic, partition) offset, fenced by owner.
 
         Records at or below the partition's stored offset are skipped, as are ids that
-        already exist. Raises StaleToken if a newer relay owns the partition. Batches over
-        1000 records are sent in offset order, 1000 at a time (each chunk atomic).
+        already exist. Raises StaleToken if a newer relay owns the partition, ReservedQueue
+        for one of Sluice's own queues. Batches over 1000 records are sent in offset order,
+        1000 at a time (each chunk atomic).
         """
-        k = self.keys(queue)
+        k = self.keys(validate_public_queue(queue))
         if not isinstance(topic, str) or not 0 < len(topic) <= 249 or any(c in topic for c in ":{} \r\n"):
             raise InvalidInput(f"invalid topic {topic!r}")
         _int(partition, 0, 1_000_000, "partition")

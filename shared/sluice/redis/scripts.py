@@ -117,11 +117,14 @@ class Scripts:
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def enqueue(self, k: QueueKeys, jobs: Sequence[JobFields]) -> list[bool]:
+    def enqueue(self, k: QueueKeys, jobs: Sequence[JobFields], *, internal: bool = False) -> list[bool]:
+        """``enqueue.lua`` (public queues only) or, ``internal``, ``enqueue_internal.lua``
+        (reserved queues only): the same job layout and reply."""
         args: list[Any] = [len(jobs)]
         for job in jobs:
             args.extend(job)
-        reply = self._run("enqueue.lua", [k.job_prefix, k.ready, k.delayed, k.seq], args)
+        reply = self._run("enqueue_internal.lua" if internal else "enqueue.lua",
+                          [k.job_prefix, k.ready, k.delayed, k.seq], args)
         return [bool(x) for x in reply]
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:

@@ -21,7 +21,7 @@ Modules, in dependency order:
   ports      the protocols the relay talks through, the record type, ``decode``
   status     the background ``mark_queued`` writer
   state      the report, per-partition and per-queue state, the constructor
-  ownership  partition leases (``RELAY_QUEUE``, ``partition_job_id``)
+  ownership  partition leases (``RELAY_QUEUE``, ``partition_job``)
   control    pause, watermark, rate bucket, fetch flow control, dispatch, maintenance
   push       ingest, push rounds, Kafka commits, lag
   loop       ``Relay``: step, run_until, stop
@@ -31,7 +31,7 @@ from here.
 """
 
 from sluice.relay.loop import Relay
-from sluice.relay.ownership import OWNERSHIP_MAX_ATTEMPTS, RELAY_QUEUE, partition_job_id
+from sluice.relay.ownership import OWNERSHIP_MAX_ATTEMPTS, RELAY_QUEUE, partition_job, partition_job_id
 from sluice.relay.ports import (
     PushOutcome,
     RecordSource,
@@ -56,5 +56,6 @@ __all__ = [
     "StatusWriter",
     "SystemClock",
     "decode",
+    "partition_job",
     "partition_job_id",
 ]

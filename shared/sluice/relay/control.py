@@ -12,8 +12,7 @@ import logging
 
 from sluice import policy
 from sluice.errors import SluiceError
-from sluice.models import QueueConfig
-from sluice.relay.ownership import RELAY_QUEUE
+from sluice.models import QueueConfig, is_reserved_queue
 from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
 
 SETTLE_LIMIT = 100  # per queue per maintenance: a backlog of endings drains over a few rounds
@@ -155,6 +154,8 @@ class _Control(_RelayState):
             return
         now = self.clock.monotonic()
         for queue, state in self._queues.items():
+            if is_reserved_queue(queue):  # Sluice's own: no worker may ever lease from it
+                continue
             if state.pushed_since_dispatch and now - state.dispatched_at >= self.dispatch_interval_s:
                 self._dispatch_queue(queue, state, now)
 
@@ -179,7 +180,7 @@ class _Control(_RelayState):
         backlogs nobody is draining."""
         now = self.clock.monotonic()
         for queue in self.engine.queues():
-            if queue == RELAY_QUEUE:
+            if is_reserved_queue(queue):
                 continue
             reaped = self.engine.reap(queue, self.reap_limit)
             self.report.reaped += reaped

@@ -44,10 +44,13 @@ class Relay(_Pushing, _Control):
                 try:
                     self.step()
                     backoff = 0.05
-                except SluiceError as exc:  # a backend hiccup: nothing was lost, try again
+                except Exception as exc:  # a backend hiccup or a bug: log, count, go on
                     self.report.errors += 1
                     self.metrics.count("RelayErrors")
-                    log.warning("relay step failed: %s", exc)
+                    if not isinstance(exc, SluiceError):
+                        self._unexpected(exc)
+                    else:  # nothing was lost, try again
+                        log.warning("relay step failed: %s", exc)
                     remaining = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
                     self.clock.sleep(min(backoff, remaining))
                     backoff = min(backoff * 2, 2.0)
@@ -55,6 +58,23 @@ class Relay(_Pushing, _Control):
             self._report_lag()
             self.stop()
         return self.report
+
+    def _unexpected(self, exc: Exception) -> None:
+        """A step met an error no adapter translated (a bug, or input nobody foresaw): the
+        relay's memory of its partitions may be half-updated, so it gives every partition
+        back and takes them again from their committed offsets; ``push.lua`` skips what
+        Redis already holds. Nothing is lost and the relay goes on."""
+        self.report.unexpected_errors += 1
+        self.metrics.count("RelayUnexpectedErrors")
+        log.error("relay step met an unexpected error; restarting its partitions from their "
+                  "committed offsets", exc_info=exc)
+        self._next_ownership = float("-inf")
+        try:
+            self._give_back(list(self._owned))
+            self.source.assign([])
+        except Exception:  # the leases expire on their own; the loop must go on
+            log.exception("could not give the partitions back after an unexpected error")
+            self._owned.clear()
 
     def run_for_lambda(self, remaining_ms: int, stop_before_ms: int) -> RelayReport:
         return self.run_until(self.clock.now_ms() + max(0, remaining_ms - stop_before_ms))

@@ -3,7 +3,12 @@
 Each (topic, partition) is a job of the internal queue ``sluice-relay`` (our own
 engine, dogfooded); a relay owns a partition while it holds that job's lease, and
 the lease token is the owner token ``push.lua`` checks. ``sluice.recovery`` builds
-the same job ids, so the naming lives here with the leasing.
+the same jobs, so the naming lives here with the leasing.
+
+The queue is reserved (``models.RESERVED_QUEUE_PREFIX``): only ``enqueue_internal``
+writes into it. Whatever is leased from it is still checked (``_partition_of``) before
+it is trusted, because a job could have got there before the queue was reserved: a job
+whose id is not its partition's own, or whose payload is not well-formed, is removed.
 """
 
 from __future__ import annotations
@@ -12,17 +17,40 @@ import logging
 from collections.abc import Sequence
 
 from sluice.errors import BackendUnavailable, LeaseLost, SluiceError
-from sluice.models import JobSpec
+from sluice.models import RESERVED_QUEUE_PREFIX, JobSpec, LeasedJob
 from sluice.relay.state import _Owned, _RelayState
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
-RELAY_QUEUE = "sluice-relay"
+RELAY_QUEUE = RESERVED_QUEUE_PREFIX + "relay"
 OWNERSHIP_MAX_ATTEMPTS = 100  # a killed relay costs its partition job one attempt; redrive resets
+MAX_PARTITION = 1_000_000  # the engine's bound on a partition number (RedisQueue.push)
 
 
 def partition_job_id(topic: str, partition: int) -> str:
     return f"{topic}.{int(partition)}"
+
+
+def partition_job(topic: str, partition: int, lease_ms: int) -> JobSpec:
+    """The ownership job of one partition (enqueued with ``enqueue_internal``)."""
+    return JobSpec(job_id=partition_job_id(topic, partition), queue=RELAY_QUEUE,
+                   payload={"topic": topic, "partition": partition},
+                   max_attempts=OWNERSHIP_MAX_ATTEMPTS, lease_ms=lease_ms)
+
+
+def _partition_of(job: LeasedJob) -> tuple[str, int] | str:
+    """(topic, partition) of a well-formed ownership job, or why it is not one."""
+    payload = job.payload
+    if not isinstance(payload, dict) or set(payload) != {"topic", "partition"}:
+        return "payload is not {topic, partition}"
+    topic, partition = payload["topic"], payload["partition"]
+    if not isinstance(topic, str) or not topic:
+        return "topic is not a non-empty string"
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= MAX_PARTITION:
+        return f"partition is not an integer in 0..{MAX_PARTITION}"
+    if job.job_id != partition_job_id(topic, partition):
+        return f"job id is not the partition's own ({partition_job_id(topic, partition)!r})"
+    return topic, partition
 
 
 class _Ownership(_RelayState):
@@ -67,11 +95,14 @@ class _Ownership(_RelayState):
         gained: list[int] = []
         # n = room, not our partition count: another topic's unowned jobs may sit in the same queue
         for job in self.engine.lease(RELAY_QUEUE, min(room, 100), self.lease_ms, self.relay_id):
-            payload = job.payload if isinstance(job.payload, dict) else {}
-            if payload.get("topic") != self.topic or job.job_id in (o.job_id for o in self._owned.values()):
+            found = _partition_of(job)
+            if isinstance(found, str):
+                self._remove_bad(job, found)
+                continue
+            topic, p = found
+            if topic != self.topic or p in self._owned:
                 self.engine.release(RELAY_QUEUE, job.job_id, job.token)  # another relay's topic
                 continue
-            p = int(payload["partition"])
             self._owned[p] = _Owned(number=p, job_id=job.job_id, token=job.token, leased_at=now)
             gained.append(p)
         if gained:
@@ -83,6 +114,17 @@ class _Ownership(_RelayState):
                 raise
             log.info("relay %s took partitions %s", self.relay_id, gained)
         return bool(gained)
+
+    def _remove_bad(self, job: LeasedJob, why: str) -> None:
+        """A job in the ownership queue that no relay enqueued: acked, so it is gone for good
+        (dead, it would come back with the next redrive)."""
+        self.report.bad_ownership_jobs += 1
+        self.metrics.count("RelayBadOwnershipJob")
+        log.warning("relay %s removes job %r from %s: %s", self.relay_id, job.job_id[:140], RELAY_QUEUE, why)
+        try:
+            self.engine.ack(RELAY_QUEUE, job.job_id, job.token)
+        except SluiceError as exc:  # its lease expires; the next relay to lease it removes it
+            log.warning("could not remove job %r from %s: %s", job.job_id[:140], RELAY_QUEUE, exc)
 
     def _give_back(self, partitions: Sequence[int]) -> None:
         for p in partitions:
@@ -99,9 +141,7 @@ class _Ownership(_RelayState):
         partitions = set(self.source.partitions())
         new = partitions - self._registered
         for p in sorted(new):
-            self.engine.enqueue(JobSpec(job_id=partition_job_id(self.topic, p), queue=RELAY_QUEUE,
-                                        payload={"topic": self.topic, "partition": p},
-                                        max_attempts=OWNERSHIP_MAX_ATTEMPTS, lease_ms=self.lease_ms))
+            self.engine.enqueue_internal(partition_job(self.topic, p, self.lease_ms))
         if new:
             # Killed relays spend attempts of their partition jobs; one must never stay dead.
             self.engine.redrive(RELAY_QUEUE)

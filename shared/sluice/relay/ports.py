@@ -16,7 +16,15 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from sluice.models import SCHEMA_VERSION, EndedJob, JobSpec, LeasedJob, QueueStats
+from sluice.models import (
+    RESERVED_QUEUE_PREFIX,
+    SCHEMA_VERSION,
+    EndedJob,
+    JobSpec,
+    LeasedJob,
+    QueueStats,
+    is_reserved_queue,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +45,17 @@ class PushOutcome(Protocol):
 
 
 class RelayEngine(Protocol):
-    """The part of the Redis engine the relay uses: ``ports.JobQueue`` plus push and take_rate."""
+    """The part of the Redis engine the relay uses: ``ports.JobQueue`` plus push, take_rate and
+    the internal enqueue of its partition ownership jobs."""
 
-    def enqueue(self, spec: JobSpec) -> bool: ...
+    def enqueue_internal(self, spec: JobSpec) -> bool:
+        """Enqueue into one of Sluice's own queues (the partition ownership jobs)."""
+        ...
+
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]: ...
     def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Any: ...
     def release(self, queue: str, job_id: str, token: int) -> None: ...
+    def ack(self, queue: str, job_id: str, token: int) -> None: ...
     def redrive(self, queue: str, job_id: str | None = None) -> int: ...
     def reap(self, queue: str, limit: int) -> int: ...
     def stats(self, queue: str) -> QueueStats: ...
@@ -110,6 +123,8 @@ def decode(record: SourceRecord) -> JobSpec | str:
         return _poison_reason(record.value, exc)
     if record.key is not None and record.key != spec.job_id.encode():
         return f"invalid: key {record.key[:64]!r} does not match job_id {spec.job_id!r}"
+    if is_reserved_queue(spec.queue):  # no gateway accepts these; a record for one is hostile
+        return f"reserved queue {spec.queue!r}: names starting with {RESERVED_QUEUE_PREFIX!r} are internal"
     return spec
 
 

@@ -28,8 +28,9 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 @dataclass
 class _Executed:
     # per plan item, in order: the records sent (finals removed), and push's outcome,
-    # the LeaseLost that refused it, or None when nothing was sent
-    results: list[tuple[list[tuple[int, JobSpec]], PushOutcome | LeaseLost | None]] = field(
+    # the LeaseLost that refused it, an unexpected error (the records stay pending), or
+    # None when nothing was sent
+    results: list[tuple[list[tuple[int, JobSpec]], PushOutcome | Exception | None]] = field(
         default_factory=list)
     error: SluiceError | None = None
 
@@ -85,6 +86,11 @@ class _Pushing(_Ownership):
                     stale.add(owned.number)
                     done.results.append((records, exc))
                     continue
+                except SluiceError:
+                    raise
+                except Exception as exc:  # a bug or unforeseen input: this item only
+                    done.results.append((records, exc))
+                    continue
                 done.results.append((records, outcome))
                 if self.after_push is not None:
                     self.after_push(owned.number, queue, outcome)
@@ -102,6 +108,12 @@ class _Pushing(_Ownership):
                 self.report.stale_stops += 1
                 self._lose(owned.number, str(outcome))
                 self.source.assign(sorted(self._owned))
+                continue
+            if isinstance(outcome, Exception):  # the other partitions and queues still flow
+                self.report.unexpected_errors += 1
+                self.metrics.count("RelayUnexpectedErrors")
+                log.error("pushing partition %s into %s failed unexpectedly; its records stay pending",
+                          owned.number, queue, exc_info=outcome)
                 continue
             if outcome is not None:
                 pushed += outcome.pushed

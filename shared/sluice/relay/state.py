@@ -31,6 +31,8 @@ class RelayReport:
     dispatched: int = 0
     reaped: int = 0
     settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
+    bad_ownership_jobs: int = 0  # jobs in the ownership queue that were not a partition's own: removed
+    unexpected_errors: int = 0  # non-Sluice errors a step met (logged, counted; the relay went on)
     loops: int = 0
     errors: int = 0
     lag: int | None = None  # records in Kafka not yet in Redis, worst owned partition, last measured

@@ -32,6 +32,8 @@ local MIN_LEASE_MS = 10
 local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
+-- Queues named with this prefix are Sluice's own (sluice.models.RESERVED_QUEUE_PREFIX).
+local RESERVED_PREFIX = 'sluice-'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -48,6 +50,23 @@ end
 
 local function invalid(what)
   return redis.error_reply('INVALID_INPUT ' .. what)
+end
+
+-- The queue of a key, read from its {hash tag} (keys.py puts it in every key of a queue).
+local function queue_of(key)
+  local s, e = string.find(key, '%b{}')
+  if s then return string.sub(key, s + 1, e - 1) end
+  return nil
+end
+
+-- nil when the queue of `key` is public, else the RESERVED_QUEUE error reply. Only
+-- enqueue_internal.lua writes jobs into a reserved queue.
+local function refuse_reserved(key)
+  local queue = queue_of(key)
+  if queue and string.sub(queue, 1, #RESERVED_PREFIX) == RESERVED_PREFIX then
+    return redis.error_reply('RESERVED_QUEUE queue=' .. queue .. ' prefix=' .. RESERVED_PREFIX)
+  end
+  return nil
 end
 
 local function ready_score(priority, seq)

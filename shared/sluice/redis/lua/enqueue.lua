@@ -15,10 +15,13 @@
 --   run_at_ms.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
+--   RESERVED_QUEUE queue=<q> prefix=<p>  the queue is one of Sluice's own (enqueue_internal.lua)
 
 --@include _lib.lua
 
 local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local reserved = refuse_reserved(prefix)
+if reserved then return reserved end
 local k = int_in(ARGV[1], 1, 1000)
 if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
 

@@ -17,10 +17,13 @@
 -- Errors (nothing written)
 --   STALE_TOKEN mine=<token> current=<token>  a relay with a newer token owns the partition
 --   INVALID_INPUT <what>
+--   RESERVED_QUEUE queue=<q> prefix=<p>  the queue is one of Sluice's own: no record goes there
 
 --@include _lib.lua
 
 local relayed, prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local reserved = refuse_reserved(prefix)
+if reserved then return reserved end
 local owner = int_in(ARGV[1], 1, MAX_TOKEN)
 if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)

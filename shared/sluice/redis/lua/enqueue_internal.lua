@@ -1,0 +1,45 @@
+-- enqueue_internal.lua: add jobs to one of Sluice's own queues (the relay's partition
+-- ownership jobs), idempotently by job id. enqueue.lua refuses these queues, and this
+-- script refuses every other queue, so neither path opens the other.
+--
+-- Input
+--   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
+--   KEYS[2] ready zset  KEYS[3] delayed zset  KEYS[4] seq string
+--   ARGV[1] k           number of jobs (1..1000)
+--   then k groups of 4: job_id, payload (JSON), meta, run_at_ms (0 = now)
+--                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
+--                       (enqueued_at_ms 0 = now)
+-- Output
+--   array of k integers: 1 = added, 0 = a job with that id already existed (or the id
+--   repeats earlier in this batch); an existing job is left exactly as it was.
+--   A job with run_at_ms <= now goes to ready, score (9 - priority) * 2^44 + seq
+--   (higher priority first, FIFO within a priority); later ones go to delayed, score
+--   run_at_ms.
+-- Errors (nothing written)
+--   INVALID_INPUT <what>
+--   INVALID_QUEUE queue=<q>  the queue is not reserved (use enqueue.lua)
+
+--@include _lib.lua
+
+local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if not refuse_reserved(prefix) then
+  return redis.error_reply('INVALID_QUEUE queue=' .. tostring(queue_of(prefix)) .. ' is not reserved')
+end
+local k = int_in(ARGV[1], 1, 1000)
+if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
+
+local now = now_ms()
+local starts = {}
+for r = 1, k do
+  local i = 4 * r - 2
+  local bad = check_job(i, now)
+  if bad then return bad end
+  starts[r] = i
+end
+
+local fresh = new_jobs(prefix, starts)
+create_jobs(prefix, ready, delayed, seqkey, fresh, now)
+local added, out = {}, {}
+for _, i in ipairs(fresh) do added[i] = true end
+for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
+return out
