@@ -78,6 +78,11 @@ def test_lua_limits_match_the_models() -> None:
     assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
 
 
+def test_lua_reserved_prefix_matches_the_models() -> None:
+    lib = (LUA / "_lib.lua").read_text()
+    assert re.findall(r"^local RESERVED_PREFIX = '([^']*)'$", lib, re.MULTILINE) == [models.RESERVED_QUEUE_PREFIX]
+
+
 @pytest.mark.parametrize(("text", "cls", "details"), [
     ("STALE_TOKEN job=a mine=3 current=4", StaleToken, {"job": "a", "mine": 3, "current": 4}),
     ("LEASE_LOST job=a mine=9", LeaseLost, {"job": "a", "mine": 9}),

@@ -119,6 +119,7 @@ class _Ownership(_RelayState):
         """A job in the ownership queue that no relay enqueued: acked, so it is gone for good
         (dead, it would come back with the next redrive)."""
         self.report.bad_ownership_jobs += 1
+        self._registered = set()  # if it sat on a partition's own id, that partition needs its job back
         self.metrics.count("RelayBadOwnershipJob")
         log.warning("relay %s removes job %r from %s: %s", self.relay_id, job.job_id[:140], RELAY_QUEUE, why)
         try:
