@@ -88,4 +88,5 @@ def test_the_relays_ownership_jobs_go_in_through_the_internal_path_only(rq: Redi
     # ... and the internal path is no way into a public queue, neither in Python nor in Lua.
     refused(redis_client, lambda: rq.enqueue_internal(spec("x", "q")), InvalidQueueName)
     fields = job_fields(spec("x", "q"), "q", 0)
-    refused(redis_client, lambda: rq.scripts.enqueue(QueueKeys("q"), [fields], internal=True), InvalidQueueName)
+    refused(redis_client, lambda: rq.scripts.enqueue(QueueKeys("q"), [fields], internal=True),
+            InvalidQueueName)

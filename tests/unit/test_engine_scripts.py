@@ -80,7 +80,8 @@ def test_lua_limits_match_the_models() -> None:
 
 def test_lua_reserved_prefix_matches_the_models() -> None:
     lib = (LUA / "_lib.lua").read_text()
-    assert re.findall(r"^local RESERVED_PREFIX = '([^']*)'$", lib, re.MULTILINE) == [models.RESERVED_QUEUE_PREFIX]
+    found = re.findall(r"^local RESERVED_PREFIX = '([^']*)'$", lib, re.MULTILINE)
+    assert found == [models.RESERVED_QUEUE_PREFIX]
 
 
 @pytest.mark.parametrize(("text", "cls", "details"), [
