@@ -144,3 +144,34 @@ def test_no_worker_is_dispatched_for_a_reserved_queue() -> None:
     relay.stop()
     assert {q for q, _, _ in w.dispatcher.calls} == {"q"}
     assert "sluice-other" not in w.engine.reaped
+
+
+def test_sluice_devs_safety_net_never_sends_a_worker_to_a_reserved_queue(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Any) -> None:
+    """The relay holds leases in sluice-relay at all times; the safety net used to name it."""
+    from sluice import wiring
+    from sluice.config import Settings
+    from sluice.local.dev import WORKER_FUNCTION, DevOptions, DevStack
+    from sluice.models import DispatchEvent, QueueStats
+
+    class Engine:
+        def queues(self) -> list[str]:
+            return ["emails", RELAY_QUEUE, "sluice-other"]
+
+        def stats(self, queue: str) -> QueueStats:
+            return QueueStats(queue=queue, ready=1, delayed=0, leased=1, dead=0, oldest_ready_age_ms=0)
+
+    class Lambdas:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, Any]] = []
+
+        def invoke(self, name: str, event: Any) -> None:
+            self.events.append((name, event))
+
+    monkeypatch.setattr(wiring, "queue", lambda s=None: Engine())
+    dev = DevStack(DevOptions(state_dir=tmp_path))
+    dev.settings, dev.lambdas = Settings(), Lambdas()  # type: ignore[assignment]
+    dev.invoke_safety_net()
+    [(name, event)] = dev.lambdas.events  # type: ignore[attr-defined]
+    assert name == WORKER_FUNCTION and event["queues"] == ["emails"]
+    DispatchEvent.model_validate(event)  # the worker accepts it

@@ -59,7 +59,8 @@ _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a kn
     (re.compile(r"^/v1/openapi\.json$"), ("GET",)),
 )
 
-QueueParam = Annotated[str, Path(pattern=QUEUE_PATTERN, description="Queue name.")]
+QueueParam = Annotated[str, Path(pattern=QUEUE_PATTERN, description=(
+    "Queue name. Names starting with sluice- are reserved for Sluice's own queues (400)."))]
 JobIdParam = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id from the 202 response.")]
 KeyHeader = Annotated[str | None, Header(
     alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
