@@ -67,6 +67,12 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
             assert endpoints[key], key
         assert endpoints["pid"] == proc.pid
 
+        # Issue 19: these two once stopped every job for good (the relay's own queue); now 400.
+        for partition in ("x", 0):
+            hostile = {"payload": {"topic": "sluice.jobs", "partition": partition}, "priority": 9}
+            status, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/sluice-relay/jobs", hostile)
+            assert (status, problem["code"]) == (400, "RESERVED_QUEUE"), problem
+
         status, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/shout/jobs",
                                 {"payload": {"text": "hello dev"}})
         assert status == 202, accepted
