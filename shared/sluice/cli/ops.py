@@ -19,8 +19,7 @@ from rich.table import Table
 from sluice import relay_control
 from sluice.cli.target import Target
 from sluice.errors import InvalidInput
-from sluice.models import QueueConfig, QueueStats, validate_job_id, validate_queue_name
-from sluice.relay import RELAY_QUEUE
+from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
 
 
 def console() -> Console:
@@ -55,7 +54,7 @@ def stats_row(st: QueueStats) -> dict[str, Any]:
 
 def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
     engine = target.engine()
-    names = [q for q in engine.queues() if include_internal or q != RELAY_QUEUE]
+    names = [q for q in engine.queues() if include_internal or not is_reserved_queue(q)]
     return [engine.stats(q) for q in names]
 
 

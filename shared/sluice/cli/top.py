@@ -25,9 +25,8 @@ from rich.text import Text
 from sluice.cli.ops import age, console, rate
 from sluice.cli.target import Target
 from sluice.local import history
-from sluice.models import QueueStats
+from sluice.models import QueueStats, is_reserved_queue
 from sluice.redis.keys import QueueKeys
-from sluice.relay import RELAY_QUEUE
 
 
 @dataclass
@@ -48,7 +47,7 @@ class TopState:
 
     def sample(self) -> Sample:
         engine = self.target.engine()
-        names = [q for q in engine.queues() if q != RELAY_QUEUE]
+        names = [q for q in engine.queues() if not is_reserved_queue(q)]
         stats = [engine.stats(q) for q in names]
         now_ms = _redis_ms(engine.client)
         overdue = {q: int(engine.client.zcount(QueueKeys(q).leased, 0, now_ms)) for q in names}
