@@ -162,8 +162,9 @@ class RedisQueue:
     def enqueue_internal(self, spec: JobSpec) -> bool:
         """Enqueue one job into one of Sluice's own queues (only the relay's partition
         ownership does this); a public queue raises InvalidQueueName."""
-        if not is_reserved_queue(getattr(spec, "queue", None)):
-            raise InvalidQueueName(f"enqueue_internal is for reserved queues, not {spec.queue!r}")
+        queue = getattr(spec, "queue", None)
+        if not is_reserved_queue(queue):
+            raise InvalidQueueName(f"enqueue_internal is for reserved queues, not {queue!r}")
         return self._enqueue([spec], internal=True)[0]
 
     def _enqueue(self, specs: Sequence[JobSpec], *, internal: bool) -> list[bool]:
