@@ -25,6 +25,7 @@
 -- Error replies read "CODE text k=v ...": scripts.py maps CODE to a sluice.errors class.
 
 local BAND = 17592186044416          -- 2^44: ready score = (9 - priority) * BAND + seq
+local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its ready score - FRONT
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
@@ -141,8 +142,17 @@ local function to_ready(ready, seqkey, id, priority)
   redis.call('ZADD', ready, ready_score(priority, seq), id)
 end
 
+-- Put one job whose lease lapsed back in ready at the front of its priority band: it has
+-- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
+-- score is FRONT below the band's usual scores: ahead of every job of its band, behind
+-- every job of the higher bands (seqs stay far below 2^43), FIFO among reclaimed jobs.
+local function to_front(ready, seqkey, id, priority)
+  local seq = redis.call('INCR', seqkey)
+  redis.call('ZADD', ready, ready_score(priority, seq) - FRONT, id)
+end
+
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
--- leases: the attempt is counted, then the job goes back to ready, or to dead when its
+-- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, now, limit)
@@ -183,7 +193,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = 'dead:' .. id
         else
-          to_ready(ready, seqkey, id, priority_of(f[2]))
+          to_front(ready, seqkey, id, priority_of(f[2]))
         end
       end
     end
