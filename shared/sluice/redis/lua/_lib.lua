@@ -32,6 +32,7 @@ local MAX_ATTEMPTS = 100
 local MIN_LEASE_MS = 10
 local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
+local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days is clamped, not refused
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
 
 local function now_ms()
@@ -85,7 +86,10 @@ local function check_job(i, now)
     end
     heads[head] = true
   end
-  if run_at ~= '0' and not int_in(run_at, 0, now + MAX_DELAY_MS) then
+  -- The caller bounded the delay on its own clock, which may be a little ahead of TIME:
+  -- refusing it here would refuse its whole batch, so up to MAX_SKEW_MS past the horizon is
+  -- accepted and create_jobs clamps it to TIME + 7 days. Beyond that it is nonsense.
+  if run_at ~= '0' and not int_in(run_at, 0, now + MAX_DELAY_MS + MAX_SKEW_MS) then
     return invalid('run_at_ms of ' .. id)
   end
   return nil
@@ -110,7 +114,7 @@ local function new_jobs(prefix, starts)
 end
 
 -- Create the (validated, new) jobs at ARGV offsets `starts`. Ready jobs share one
--- INCRBY of the sequence and one ZADD; delayed ones one ZADD.
+-- INCRBY of the sequence and one ZADD; delayed ones one ZADD, run-at at most 7 days from TIME.
 local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   local n_ready = 0
   for _, i in ipairs(starts) do
@@ -120,7 +124,7 @@ local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   if n_ready > 0 then seq = redis.call('INCRBY', seqkey, n_ready) - n_ready end
   local rz, dz = {}, {}
   for _, i in ipairs(starts) do
-    local id, meta, run_at = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local id, meta, run_at = ARGV[i], ARGV[i + 2], math.min(tonumber(ARGV[i + 3]), now + MAX_DELAY_MS)
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     redis.call('HSET', prefix .. id, 'p', ARGV[i + 1], 'm', meta)
     if run_at <= now then
