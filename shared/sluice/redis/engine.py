@@ -381,6 +381,16 @@ class RedisQueue:
             skipped += result.skipped
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
+    def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
+        """The partition's offset recorded by push.lua in ``queue`` (-1: nothing pushed yet)."""
+        k = self.keys(queue)
+        _int(partition, 0, 1_000_000, "partition")
+        try:
+            value = self.client.hget(k.relayed(topic, partition), "offset")
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        return -1 if value is None else int(value)
+
     def take_rate(self, queue: str, wanted: int) -> int:
         """How many of ``wanted`` jobs the queue's shared token bucket allows now."""
         k = self.keys(queue)
