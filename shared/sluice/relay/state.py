@@ -43,7 +43,7 @@ class RelayReport:
 
     def publish(self, metrics: Metrics) -> None:
         """Once per invocation: per-step counts would be one log line each in EMF."""
-        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped",
+        for name in ("pushed", "skipped", "reread", "final_dropped", "dead_lettered", "dispatched", "reaped",
                      "settled"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
