@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     worker_batch: int = Field(default=10, ge=1, le=1000)
     heartbeat_fraction: float = Field(default=1 / 3, gt=0, lt=1)
     lambda_margin_ms: int = Field(default=2_000, ge=0)
+    # A job is granted its fencing token only with this much lease left (policy.grant_margin_ms).
+    grant_margin_ms: int = Field(default=5_000, ge=0)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
     handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
     history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)

@@ -52,6 +52,25 @@ def lease_plan(lease_ms: int, *, heartbeat_fraction: float = 1 / 3,
     return LeasePlan(heartbeat_s=lease_s * heartbeat_fraction, hard_timeout_s=timeout_ms / 1000)
 
 
+def grant_margin_ms(lease_ms: int, margin_ms: int, heartbeat_fraction: float = 1 / 3) -> int:
+    """The lease a job must have left for the worker to ask for its fencing token.
+
+    A grant mints a newer token; if it lands after the lease lapsed and another worker
+    was granted meanwhile, it turns that worker stale and the late holder then discards
+    its own work: two attempts lost, a dead letter on the last one. So a grant needs
+    ``margin_ms`` of lease left (the worst-case grant latency: one or two DynamoDB
+    updates and a pause of the process). Capped at half of what a healthy lease keeps
+    between two renewals, ``lease * (1 - heartbeat_fraction)``, so that a short lease is
+    never refused while its renewals succeed.
+    """
+    return max(0, min(margin_ms, int(lease_ms * (1 - heartbeat_fraction) / 2)))
+
+
+def can_grant(remaining_ms: float, lease_ms: int, margin_ms: int, heartbeat_fraction: float = 1 / 3) -> bool:
+    """Whether a lease with ``remaining_ms`` left may still be granted (``grant_margin_ms``)."""
+    return remaining_ms > 0 and remaining_ms >= grant_margin_ms(lease_ms, margin_ms, heartbeat_fraction)
+
+
 def can_finish_before(remaining_ms: int, job_timeout_ms: int, margin_ms: int) -> bool:
     """A Lambda worker leases a job only if the job can finish before the function times out."""
     return remaining_ms >= job_timeout_ms + margin_ms

@@ -54,13 +54,14 @@ def test_a_grant_that_lands_after_the_lease_lapsed_leaves_a_finished_job_succeed
         k.store.items["j1"] = {"queue": "q", "status": "succeeded", "token": 1, "attempts": 1,
                                "cancel_requested": False, "result": "theirs", "result_json": '"theirs"',
                                "result_token": 1}
-        time.sleep(0.2)  # the freeze: the request goes out after our lease lapsed
+        time.sleep(0.6)  # a freeze longer than the grant margin: the request goes out after the lapse
         return real_grant(job_id, queue, owner)
 
     k.store.grant = frozen_during_the_grant  # type: ignore[method-assign]
     try:
         leased = k.queue.lease("q", 1, 1000, "w-test")[0]
-        tracked = session.heartbeat.track(leased, time.monotonic() - 0.9, worker._job_log(leased))
+        # 500 ms of lease left: more than the grant margin (333 ms for a 1 s lease), so it grants
+        tracked = session.heartbeat.track(leased, time.monotonic() - 0.5, worker._job_log(leased))
         outcome = session.runner.run(tracked, worker.handlers["q"])
     finally:
         worker._close(session)

@@ -43,19 +43,76 @@ def test_owner_tokens_of_a_newer_generation_beat_any_older_lease_token() -> None
             owner_token(gen, lease)
 
 
-def test_the_tracker_keeps_unfinished_jobs_in_offset_order_and_caps_the_checkpoint() -> None:
+def test_the_tracker_keeps_unfinished_jobs_in_offset_order_and_lists_them_all() -> None:
     t = PartitionTracker(5, known=[(3, "k")])
     for offset, job in ((5, "a"), (6, None), (7, "b"), (8, "c"), (6, "again")):
         t.track(offset, job)
-    assert list(t.entries) == [(3, "k"), (5, "a"), (7, "b"), (8, "c")] and t.next == 9
-    assert t.drop({"a", "k"}, limit=2) == 2  # the scan looks at the oldest two only
-    assert list(t.entries) == [(7, "b"), (8, "c")]
-    assert t.summary(high=9, max_pending=10) == (7, 9, ((7, "b"), (8, "c")))
-    assert t.summary(high=8, max_pending=10) == (7, 8, ((7, "b"),))
-    assert t.summary(high=9, max_pending=1) == (7, 8, ((7, "b"),))  # high comes down to fit
-    assert t.summary(high=50, max_pending=10)[1] == 9  # never above what was read
-    t.drop({"b", "c"}, limit=10)
-    assert t.summary(high=9, max_pending=10) == (9, 9, ())
+    assert [(o, e.job_id) for o, e in t.entries.items()] == [(3, "k"), (5, "a"), (7, "b"), (8, "c")]
+    assert t.next == 9
+    scanned = t.due(0.0, limit=2)  # the scan looks at the oldest two due
+    assert scanned == [(3, "k"), (5, "a")]
+    assert t.checked(scanned, {"a", "k"}, 0.0, 1.0) == 2
+    assert [(o, e.job_id) for o, e in t.entries.items()] == [(7, "b"), (8, "c")]
+    assert t.summary(high=9) == (7, 9, ((7, "b"), (8, "c")))
+    assert t.summary(high=8) == (7, 8, ((7, "b"),))
+    assert t.summary(high=50)[1] == 9  # never above what was read
+    t.checked(t.due(0.0, 10), {"b", "c"}, 0.0, 1.0)
+    assert t.summary(high=9) == (9, 9, ())
+
+
+def test_issue_13_bug_3_a_long_lived_backlog_neither_pins_high_nor_fills_the_scan() -> None:
+    """2,000 jobs delayed by a day, then newer ones that finish: ``high`` passes them all, and
+    the scan reaches the newer ones although the old ones stay unfinished (no window to fill)."""
+    t = PartitionTracker(0)
+    for offset in range(2000):
+        t.track(offset, f"late{offset}", now=0.0)
+    for offset in range(2000, 2500):
+        t.track(offset, f"new{offset}", now=0.0)
+    done = {f"new{o}" for o in range(2000, 2500)}
+    now, interval, scans = 0.0, 5.0, []
+    for _ in range(12):  # one minute of scans, 1,000 ids each at most
+        scanned = t.due(now, limit=1000)
+        scans.append(len(scanned))
+        t.checked(scanned, done & {j for _, j in scanned}, now, interval)
+        now += interval
+    low, high, pending = t.summary(high=2500)
+    assert high == 2500 and low == 0
+    assert pending == tuple((o, f"late{o}") for o in range(2000))  # every unfinished one, no cap
+    # the unfinished ones back off: a minute of scans reads each a few times, not twelve
+    assert sum(scans) < 2500 + 2000 * 4
+    later = t.due(now + 5 * 60, limit=5000)
+    assert len(later) == 2000  # still checked every few minutes (2**BACKOFF_EXP intervals at most)
+
+
+def test_known_entries_from_a_checkpoint_are_checked_spread_out() -> None:
+    import random
+
+    known = [(o, f"j{o}") for o in range(1000)]
+    t = PartitionTracker(1000, known, now=100.0, spread_s=320.0, rng=random.Random(1))
+    assert len(t.due(100.0, 5000)) < 20  # spread, not all at once
+    assert 100 < len(t.due(160.0, 5000)) < 320  # about a fifth in the first minute
+    assert len(t.due(420.0, 5000)) == 1000
+    assert t.summary(1000) == (0, 1000, tuple(known))
+
+
+def test_an_incomplete_checkpoint_resumes_from_its_low_water_mark_to_learn_its_pending_list() -> None:
+    ckpt = Checkpoint("t", 0, "e1", 3, 10, 50, ((10, "a"),), complete=False)
+    plan = plan_start(ckpt, "e1", 40, "t", 0)
+    assert plan.start == 10 and not plan.replay and plan.known == () and plan.save is None
+    assert plan.generation == 3
+
+
+def test_a_checkpoint_is_not_held_back_by_more_than_a_thousand_unfinished_jobs(rig: Any) -> None:
+    rig.offsets._committed[0] = 0
+    rig.wrapped_source.rewind_to_committed([0])
+    rig.source.records = [record(0, o, f"j{o}") for o in range(2500)]
+    rig.wrapped_source.poll(0, 5000)
+    rig.clock[0] = 5.0
+    rig.wrapped_source.commit({0: 2500})
+    ckpt = rig.ckpts.items[0]
+    assert (ckpt.low_water, ckpt.high, len(ckpt.pending)) == (0, 2500, 2500)
+    plan = plan_start(ckpt, rig.epochs.epoch, 2500, "t", 0)
+    assert plan.start == 2500 and len(plan.known) == 2500  # the next session resumes past them
 
 
 # -- the hooks, over fakes ------------------------------------------------------------------------

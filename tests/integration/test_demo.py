@@ -37,7 +37,8 @@ def test_demo_200_jobs_exits_0_with_a_consistent_summary(tmp_path: Path) -> None
                     for j in plan.jobs if j.queue == "flaky")
     assert s["retries"] >= predicted > 0
     assert s["stale_writes_accepted"] == 0
-    assert s["fenced_writes_rejected"] == 0 or s["leases_lost"] >= 1
+    # the frozen worker's takeover and its refused write happen on every run (issue 13, bug 7)
+    assert s["fenced_writes_rejected"] >= 1 and s["leases_lost"] >= 1
     lat = s["latency_ms"]
     assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
     assert s["jobs_per_s"] > 0

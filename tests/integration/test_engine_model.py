@@ -35,6 +35,8 @@ from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from tests.integration.test_engine_support import BAND, redis_now_ms, spec
 
+FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua to_front)
+
 pytestmark = pytest.mark.integration
 
 Q = "model"
@@ -80,9 +82,10 @@ class EngineMachine(RuleBasedStateMachine):
     def now(self) -> int:
         return redis_now_ms(self.client)
 
-    def to_ready(self, job_id: str) -> None:
+    def to_ready(self, job_id: str, *, front: bool = False) -> None:
+        """Back in ready: at the end of its band, or (a lapsed lease) at its front, FIFO among those."""
         job = self.jobs[job_id]
-        job.state, job.token, job.order = "ready", None, next(self.counter)
+        job.state, job.token, job.order = "ready", None, next(self.counter) - (FRONT if front else 0)
 
     def in_state(self, *states: str) -> list[str]:
         return sorted(i for i, j in self.jobs.items() if j.state in states)
@@ -98,7 +101,7 @@ class EngineMachine(RuleBasedStateMachine):
         elif job.attempts >= job.max_attempts:
             job.state, job.token = "dead", None
         else:
-            self.to_ready(job_id)
+            self.to_ready(job_id, front=count)
 
     def reclaim(self, t0: int, t1: int) -> None:
         """What lease/reap did first: promotions by run-at, then expiries by deadline."""
@@ -372,7 +375,8 @@ class EngineMachine(RuleBasedStateMachine):
         # Ready is ordered by priority, then FIFO, in the right score band.
         expected = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
         assert state["ready_order"] == expected
-        assert all(int(sc) // BAND == 9 - self.jobs[i].priority for i, sc in zsets["ready"].items())
+        assert all((int(sc) + (FRONT if self.jobs[i].order < 0 else 0)) // BAND == 9 - self.jobs[i].priority
+                   for i, sc in zsets["ready"].items())
         # max_in_flight is never exceeded.
         if self.max_in_flight:
             assert len(zsets["leased"]) <= self.max_in_flight

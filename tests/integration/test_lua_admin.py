@@ -15,10 +15,12 @@ from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.redis.scripts import source
 from tests.integration.test_engine_support import (
+    BAND,
     job,
     make_queue,
     members,
     redis_now_ms,
+    score,
     snapshot,
     spec,
     where,
@@ -88,11 +90,43 @@ def test_reap_returns_expired_leases_and_promotes_due_delayed(rq: RedisQueue,
     rq.enqueue(spec("delayed", run_at_ms=redis_now_ms(redis_client) + 20))
     time.sleep(0.04)
     assert rq.reap("q") == 2
-    assert members(redis_client, "q", "ready") == ["delayed", "retry"]  # promotion runs first
+    # promotion runs first, but a reclaimed job goes to the front of its band (issue 13, bug 7)
+    assert members(redis_client, "q", "ready") == ["retry", "delayed"]
     assert where(redis_client, "q", "last") == {"dead"}
     assert where(redis_client, "q", "alive") == {"leased", "tokens"}
     assert job(redis_client, "q", "retry")["a"] == "1"
     assert rq.reap("q") == 0
+
+
+def test_reap_puts_a_lapsed_job_at_the_front_of_its_band(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Issue 13, bug 7: a job whose lease lapsed has waited longest; it runs next in its band,
+    not behind the backlog that arrived while it was leased (nor ahead of higher bands)."""
+    rq.enqueue_many([spec("first", priority=5), spec("second", priority=5)])
+    rq.lease("q", 1, 20)
+    rq.lease("q", 1, 40)  # "first" lapses before "second"
+    rq.enqueue_many([spec(f"b{i}", priority=5) for i in range(3)]
+                    + [spec("high", priority=7), spec("low", priority=2)])
+    time.sleep(0.08)
+    assert rq.reap("q") == 2
+    assert members(redis_client, "q", "ready") == ["high", "first", "second", "b0", "b1", "b2", "low"]
+    # the band of a reclaimed job's score: FRONT (2**43) below the usual (9 - priority) * 2**44 + seq
+    for job_id in ("first", "second"):
+        value = score(redis_client, "q", "ready", job_id)
+        assert value is not None and (int(value) + 2**43) // BAND == 9 - 5
+    # and it is what the next lease hands out, after the higher band
+    assert [j.job_id for j in rq.lease("q", 3, 1000)] == ["high", "first", "second"]
+    # stats sees a reclaimed job as the head of its band (its age is the oldest)
+    assert rq.stats("q").ready == 4
+
+
+def test_lease_hands_a_lapsed_job_out_before_the_backlog(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("stuck"))
+    [held] = rq.lease("q", 1, 20)
+    rq.enqueue_many([spec(f"b{i}") for i in range(5)])
+    time.sleep(0.04)
+    [taken] = rq.lease("q", 1, 1000)  # reclaims "stuck", then leases the head of the band
+    assert (taken.job_id, taken.attempt) == ("stuck", 2) and taken.token > held.token
+    assert members(redis_client, "q", "ready") == [f"b{i}" for i in range(5)]
 
 
 def test_reap_is_bounded_by_limit(rq: RedisQueue, redis_client: redis.Redis) -> None:

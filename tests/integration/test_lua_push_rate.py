@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from sluice.errors import InvalidInput, InvalidQueueName, StaleToken
-from sluice.models import JobSpec
+from sluice.models import MAX_DELAY_MS, JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.redis.scripts import source
@@ -83,6 +83,25 @@ def test_push_delayed_and_priority(rq: RedisQueue, redis_client: redis.Redis) ->
                                (2, spec("later", run_at_ms=later))])
     assert members(redis_client, "q", "ready") == ["high", "low"]
     assert redis_client.zrange(K.delayed, 0, -1, withscores=True) == [("later", float(later))]
+
+
+def test_push_of_a_maximum_delay_ahead_of_redis_time_is_clamped_not_refused(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Issue 13 (minor): a job accepted with the maximum delay by a host whose clock is a little
+    ahead of Redis's used to be refused (by the relay's clock, then Redis TIME), and with it the
+    whole batch, for as long as the skew lasted. Now Redis clamps it to TIME + 7 days."""
+    before = redis_now_ms(redis_client)
+    ahead = before + MAX_DELAY_MS + 5_000  # the gateway's clock was 5 s ahead
+    result = rq.push("q", TOPIC, 0, 1, [(0, spec("now")), (1, spec("max", run_at_ms=ahead))])
+    after = redis_now_ms(redis_client)
+    assert (result.pushed, result.skipped) == (2, 0)
+    assert members(redis_client, "q", "ready") == ["now"]
+    when = redis_client.zscore(K.delayed, "max")
+    assert when is not None and before + MAX_DELAY_MS <= when <= after + MAX_DELAY_MS
+    # enqueue (a caller's own clock) tolerates a little skew too, and Redis clamps the same way
+    assert rq.enqueue(spec("direct", run_at_ms=after + MAX_DELAY_MS + 5_000))
+    direct = redis_client.zscore(K.delayed, "direct")
+    assert direct is not None and direct <= redis_now_ms(redis_client) + MAX_DELAY_MS
 
 
 def test_push_unsorted_offsets_are_sorted_first(rq: RedisQueue, redis_client: redis.Redis) -> None:

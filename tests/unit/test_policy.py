@@ -57,3 +57,22 @@ def test_dispatch_count_respects_in_flight_room() -> None:
 def test_lambda_never_leases_what_it_cannot_finish() -> None:
     assert policy.can_finish_before(5_000, 10_000, 1_000) is False
     assert policy.can_finish_before(12_000, 10_000, 1_000) is True
+
+
+def test_grant_margin_is_the_configured_margin_capped_by_what_a_healthy_lease_keeps() -> None:
+    # 30 s lease renewed every 10 s keeps >= 20 s: a 5 s margin applies in full.
+    assert policy.grant_margin_ms(30_000, 5_000) == 5_000
+    # 2 s lease keeps >= 1333 ms between renewals: the margin is capped at half of that.
+    assert policy.grant_margin_ms(2_000, 5_000) == 666
+    assert policy.grant_margin_ms(2_000, 5_000, heartbeat_fraction=0.5) == 500
+    assert policy.grant_margin_ms(30_000, 0) == 0
+
+
+def test_can_grant_needs_the_margin_left_and_never_grants_a_lapsed_lease() -> None:
+    assert policy.can_grant(20_000, 30_000, 5_000)
+    assert policy.can_grant(5_000, 30_000, 5_000)
+    assert not policy.can_grant(4_999, 30_000, 5_000)  # a late grant could outrun the lease
+    assert not policy.can_grant(0, 30_000, 0) and not policy.can_grant(-1, 30_000, 0)
+    assert policy.can_grant(1, 30_000, 0)
+    # a healthy short lease, just before its renewal, is still granted
+    assert policy.can_grant(2_000 * 2 / 3 - 1, 2_000, 5_000)

@@ -173,6 +173,10 @@ class FakeEngine:
         rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
         return Pushed(pushed, skipped)
 
+    def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
+        self._call("relayed_offset")
+        return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
+
     def take_rate(self, queue: str, wanted: int) -> int:
         self._call("take_rate")
         cfg = self.get_config(queue)

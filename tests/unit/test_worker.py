@@ -321,3 +321,33 @@ def test_a_handler_raising_stale_token_by_hand_is_counted() -> None:
     k.queue.add("q", "j")
     assert k.worker().drain(["q"], 1).as_dict()["lease_lost"] == 1
     assert k.count(t.FENCED_WRITES_REJECTED) == 1
+
+
+def test_a_job_with_too_little_lease_left_is_released_without_a_grant() -> None:
+    """Issue 13, bug 6: a grant must not land after the lease lapsed and another worker's grant.
+
+    Two jobs in one local batch, one slot, renewals failing (Redis unreachable): while the
+    first runs, the second's lease runs down. When its turn comes it still holds the lease,
+    but with less than the grant margin left: it goes back unrun, attempt given back, and
+    no token is minted for it."""
+    k = kit()
+    k.queue.broken.add("extend", sluice.errors.BackendUnavailable("redis down"), times=1000)
+    ran: list[str] = []
+
+    @k.app.handler("q")
+    def h(job: Job, ctx: JobContext) -> str:
+        ran.append(job.id)
+        if job.id == "a":
+            threading.Event().wait(4.5)  # b's lease (6 s, unrenewed) keeps about 1.5 s
+        return "ok"
+
+    k.queue.add("q", "a")
+    k.queue.add("q", "b")
+    summary = k.worker(lease_ms=6_000, grant_margin_ms=2_000, lease_batch=2).drain(["q"], 2)
+
+    assert ran == ["a"]
+    assert summary.as_dict()["succeeded"] == 1 and summary.as_dict()["released"] == 1
+    assert [c[1] for c in k.store.called("grant")] == ["a"]
+    b = k.queue.job("q", "b")
+    assert b.state == "ready" and b.attempts == 0
+    assert k.log.having("lease released: only")

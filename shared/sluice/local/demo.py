@@ -8,7 +8,8 @@
 3. Freeze one worker with SIGSTOP while it holds a ``ledger`` job that works without
    looking at its lease, until another worker has been granted that job, then let it
    run on: its ``FencedTable`` write must be refused. So a healthy run shows the
-   fencing at work, not only the happy path.
+   fencing at work, not only the happy path; a run where it does not happen (no takeover,
+   no refused write) fails, with the reason, like a broken invariant.
 4. When every accepted job is final, check the invariants (``local.verify``) against the
    jobs table and the workers' history, print the summary (and ``--json``: one JSON
    line last), and stop everything.
@@ -40,6 +41,12 @@ from sluice.local import history, verify, workload
 from sluice.local.dev import DevOptions, DevStack
 
 DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow")
+# The frozen ledger job works this long before its write: the freeze lands well inside it even
+# when the history is read late on a loaded machine. A busy stack may take a while to start it,
+# and to take it over (a lapsed lease goes to the front of its band: one lease call suffices).
+FREEZE_JOB_SLEEP_S = 3.0
+START_WAIT_S = 60.0
+TAKEOVER_TRIES = 20
 # The jobs carry their own 3 s lease (workload.DEMO_LEASE_S); the default lease here only sizes
 # the workers' time budget. Retries back off from 300 ms so the retried jobs finish in the run.
 DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": workload.DEMO_LEASE_S, "worker_batch": 30,
@@ -86,6 +93,8 @@ class Freezer(threading.Thread):
         self.job, self.state, self.stop_event, self.dev = job, state, stop, dev
         self.note = "not attempted"
         self.frozen = threading.Event()  # set once the worker is stopped (or the attempt gave up)
+        self.pid = 0
+        self.took_over = False
 
     def _grants(self) -> list[tuple[int, float, float]]:
         facts = self.state.analyser.report.jobs.get(self.job.job_id or "")
@@ -106,34 +115,52 @@ class Freezer(threading.Thread):
             self.frozen.set()
 
     def _freeze(self) -> None:
-        if not self._wait(lambda: self.job.job_id and self._grants(), 30):
+        if not self._wait(lambda: self.job.job_id and self._grants(), START_WAIT_S):
             self.note = "its job never started"
             return
         pid = next(int(e["pid"]) for e in self._events() if e.get("op") == "grant")
-        time.sleep(0.3)  # inside the handler's work, before its write
+        time.sleep(0.3)  # inside the handler's work (FREEZE_JOB_SLEEP_S), before its write
         try:
             os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
             self.note = "its worker had already exited"
             return
+        self.pid = pid
         self.state.frozen = f"worker {pid} frozen (SIGSTOP)"
         self.frozen.set()
         try:
-            took_over = False
-            lease_s = float(workload.DEMO_LEASE_S)
-            self._wait(lambda: False, lease_s)
-            for _ in range(10):  # the safety net would come by; ask it now, ahead of the busy queue
+            if any(e.get("op") in ("write", "fenced") and int(e.get("pid", 0)) == pid
+                   for e in self._events()):
+                self.note = f"worker {pid} was frozen only after its write: too late to show fencing"
+                return
+            self._wait(lambda: False, float(workload.DEMO_LEASE_S))
+            for _ in range(TAKEOVER_TRIES):
+                # Its lease has lapsed: the next lease of the queue reclaims it to the front of its
+                # band. Ask for a drain now, ahead of the queued dispatches, as the scheduled
+                # safety net would a little later.
                 if self.dev.lambdas is not None:
                     self.dev.lambdas.invoke("sluice-worker", {"queues": [self.job.queue], "batch": 1,
                                                               "source": "safety-net"}, first=True)
-                if took_over := self._wait(lambda: len(self._grants()) > 1, 3):
+                if self._wait(lambda: len(self._grants()) > 1, 3):
+                    self.took_over = True
                     break
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        self.state.frozen = ""
+            self.state.frozen = ""
         self.note = (f"worker {pid} frozen past its lease; another worker took the job over"
-                     if took_over else f"worker {pid} frozen, but nobody took the job over in time")
+                     if self.took_over else f"worker {pid} frozen, but nobody took the job over in time")
+
+    def failure(self, report: history.HistoryReport) -> str | None:
+        """Why this run did not show the fencing story, or None if it did (checked after the run)."""
+        if not self.took_over:
+            return f"the freeze did not show fencing: {self.note}"
+        refused = [e for e in self._events() if e.get("op") in ("write", "fenced")
+                   and e.get("outcome") == "rejected" and int(e.get("pid", 0)) == self.pid]
+        if not refused:
+            return (f"the freeze did not show fencing: worker {self.pid} was taken over, but no write "
+                    f"of it was refused (fenced writes rejected {report.fenced_writes_rejected})")
+        return None
 
     def _events(self) -> list[dict[str, Any]]:
         events, _ = history.read(self.state.path)
@@ -276,7 +303,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     plan = workload.plan(o.jobs, o.seed, str(endpoints["sink_url"]))
     freeze_job = next((j for j in plan.jobs if j.queue == "ledger" and not j.duplicate), None)
     if o.freeze and freeze_job is not None:
-        freeze_job.payload = {**freeze_job.payload, "sleep": 1.5}
+        freeze_job.payload = {**freeze_job.payload, "sleep": FREEZE_JOB_SLEEP_S}
     sent = workload.SendReport()
     path = str(endpoints["history_path"])
     st = Board(path=path)
@@ -319,7 +346,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     ids = [j.job_id for j in plan.jobs if j.job_id is not None]
     verdict = verify.check(plan.jobs, verify.fetch(dev.settings, ids), report)
     summary = summarize(plan, sent, report, verdict)
-    failures = verdict.failures() + [e for e in sent.errors if "second job" in e]
+    failures = _failures(verdict, sent, freezer, report)
     if time.monotonic() >= deadline:
         failures.append(f"timed out after {o.timeout_s:.0f}s")
     ok = not failures
@@ -331,6 +358,16 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
         sys.stdout.flush()
         print(json.dumps({**summary, "ok": ok}), flush=True)
     return ok
+
+
+def _failures(verdict: verify.Verdict, sent: workload.SendReport, freezer: Freezer | None,
+              report: history.HistoryReport) -> list[str]:
+    failures = verdict.failures() + [e for e in sent.errors if "second job" in e]
+    if freezer is not None:  # the run exists to show this: a run that did not is a failed run
+        missed = freezer.failure(report)
+        if missed is not None:
+            failures.append(missed)
+    return failures
 
 
 def _settle(st: Board, dev: DevStack, path: str, timeout: float = 5.0) -> None:

@@ -30,10 +30,11 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: A
     """The relay's (engine, source) with recovery in between, from Settings.
 
     ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
-    (its ``final_job_ids``). ``knobs``: ``interval_s``, ``scan_limit``, ``max_pending``.
+    (its ``final_job_ids``). ``knobs``: ``interval_s``, ``scan_limit``.
     """
     from sluice import wiring
-    from sluice.recovery.adapters import DynamoCheckpoints, KafkaOffsets, RedisEpochs
+    from sluice.recovery.adapters import KafkaOffsets, RedisEpochs
+    from sluice.recovery.checkpoints import DynamoCheckpoints
 
     recovery = Recovery(source.topic, RedisEpochs(engine.client),
                         DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from sluice.errors import JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.models import EndedJob, JobSpec, LeasedJob
 from sluice.ports import Metrics
-from sluice.recovery.tracker import Checkpoint, PartitionTracker, owner_token, plan_start
+from sluice.recovery.tracker import BACKOFF_EXP, Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay import (
     RELAY_QUEUE,
     PushOutcome,
@@ -98,11 +98,10 @@ class Recovery:
 
     def __init__(self, topic: str, epochs: Epochs, checkpoints: Checkpoints, offsets: Offsets,
                  finality: Finality, *, interval_s: float = 5.0, scan_limit: int = 1000,
-                 max_pending: int = 1000, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = topic
         self.epochs, self.checkpoints, self.offsets, self.finality = epochs, checkpoints, offsets, finality
-        self.interval_s, self.scan_limit, self.max_pending = interval_s, scan_limit, max_pending
+        self.interval_s, self.scan_limit = interval_s, scan_limit
         self.metrics: Metrics = metrics or _NoMetrics()
         self.clock = clock
         self.sessions: dict[int, _Session] = {}
@@ -127,8 +126,10 @@ class Recovery:
             if plan.start is not None and plan.start != committed:
                 self.offsets.seek(p, plan.start)
             start = plan.start if plan.start is not None else (committed or 0)
-            self.sessions[p] = _Session(epoch, plan.generation, start, PartitionTracker(start, plan.known),
-                                        committed, plan.replay)
+            # Known entries were checked by earlier sessions: spread their next checks out.
+            tracker = PartitionTracker(start, plan.known, now=self.clock(),
+                                       spread_s=self.interval_s * 2**BACKOFF_EXP)
+            self.sessions[p] = _Session(epoch, plan.generation, start, tracker, committed, plan.replay)
             if plan.replay:
                 self.replays += 1
                 self.metrics.count("RelayReplays")
@@ -151,11 +152,12 @@ class Recovery:
     # -- the record stream -------------------------------------------------------------------------
 
     def track(self, records: Sequence[SourceRecord]) -> None:
+        now = self.clock()
         for r in records:
             s = self.sessions.get(r.partition)
-            if s is not None:
+            if s is not None and r.offset >= s.tracker.next:
                 spec = decode(r)
-                s.tracker.track(r.offset, spec.job_id if isinstance(spec, JobSpec) else None)
+                s.tracker.track(r.offset, spec.job_id if isinstance(spec, JobSpec) else None, now)
 
     def commit_filter(self, offsets: Mapping[int, int]) -> dict[int, int]:
         """Record the relay's progress; pass on only offsets beyond what Kafka had committed."""
@@ -182,17 +184,20 @@ class Recovery:
             log.warning("checkpoint failed, next one in %ss: %s", self.interval_s, exc)
 
     def checkpoint(self, *, force: bool = False) -> None:
-        """A bounded scan per partition, then one conditional write of its checkpoint."""
-        if not force and self.clock() < self._next_checkpoint:
+        """A bounded scan per partition (the oldest due entries), then one conditional write of
+        its checkpoint, which lists every unfinished record below the relay's commit point."""
+        now = self.clock()
+        if not force and now < self._next_checkpoint:
             return
-        self._next_checkpoint = self.clock() + self.interval_s
+        self._next_checkpoint = now + self.interval_s
         for p, s in list(self.sessions.items()):
             if s.high is None:
                 continue
-            ids = s.tracker.oldest(self.scan_limit)
-            if ids:
-                s.tracker.drop(self.finality.final_job_ids(ids), self.scan_limit)
-            low, high, pending = s.tracker.summary(s.high, self.max_pending)
+            scanned = s.tracker.due(now, self.scan_limit)
+            if scanned:
+                final = self.finality.final_job_ids([job_id for _, job_id in scanned])
+                s.tracker.checked(scanned, final, now, self.interval_s)
+            low, high, pending = s.tracker.summary(s.high)
             ckpt = Checkpoint(self.topic, p, s.epoch, s.generation, low, high, pending)
             if not self.checkpoints.save(ckpt, s.epoch):
                 log.warning("checkpoint of partition %s refused: its epoch moved on; dropping it", p)
@@ -276,6 +281,15 @@ class RecoveringEngine:
         owner = self.recovery.owner(partition, owner_token)
         self.recovery.before_push(queue, partition, owner)
         return self.engine.push(queue, topic, partition, owner, records)
+
+    def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
+        """As for a push: a replay session rebases the queue's offset first, so the relay never
+        skips a record by an offset a stale relay wrote into the new Redis."""
+        if not self.recovery.usable(partition):
+            raise StaleToken(f"partition {partition}: Redis's epoch changed since this relay took it")
+        owner = self.recovery.owner(partition, owner_token)
+        self.recovery.before_push(queue, partition, owner)
+        return self.engine.relayed_offset(queue, topic, partition, owner)
 
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         if queue == RELAY_QUEUE and lease_ms is not None:

@@ -19,7 +19,7 @@ replays from ``low_water``. See docs/redis-loss.md.
 
 from __future__ import annotations
 
-from collections import deque
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -38,6 +38,9 @@ class Checkpoint:
     low_water: int
     high: int
     pending: tuple[tuple[int, str], ...] = ()
+    # False when the store could not return every page of ``pending`` (docs/redis-loss.md): the
+    # next session then reads again from ``low_water`` to learn them, which is safe, only slower.
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,10 @@ def plan_start(ckpt: Checkpoint | None, epoch: str, committed: int | None, topic
         base = committed or 0
         first = Checkpoint(topic, partition, epoch, 1, base, base)
         return StartPlan(None, False, 1, (), first, None)
+    if ckpt.epoch == epoch and not ckpt.complete:
+        # Part of the pending list is missing: read again from low_water and learn it anew.
+        # Records Redis already holds cost nothing on the way (the relay skips them by offset).
+        return StartPlan(ckpt.low_water, False, ckpt.generation, (), None, None)
     if ckpt.epoch == epoch:
         start = ckpt.high if committed is None else min(ckpt.high, committed)
         known = tuple(e for e in ckpt.pending if e[0] < start)
@@ -79,44 +86,74 @@ def owner_token(generation: int, lease_token: int) -> int:
     return (generation << LEASE_TOKEN_BITS) | lease_token
 
 
-class PartitionTracker:
-    """The records of one partition this session has seen whose jobs may not be final yet."""
+BACKOFF_EXP = 6  # a job found unfinished again and again is re-checked at most every 2**6 intervals
 
-    def __init__(self, start: int, known: Iterable[tuple[int, str]] = ()) -> None:
-        self.entries: deque[tuple[int, str]] = deque(sorted(known))
+
+@dataclass(slots=True)
+class _Entry:
+    job_id: str
+    due: float  # the scan checks it again no earlier than this (the caller's clock)
+    misses: int = 0  # scans that found it unfinished
+
+
+class PartitionTracker:
+    """The records of one partition whose jobs may not be final yet, however many and however old.
+
+    Every record read is tracked until a scan finds its job final. The scan takes the oldest
+    entries that are due, and each entry it finds unfinished waits twice as long before its
+    next check (up to ``2**BACKOFF_EXP`` intervals). So a few thousand jobs delayed by a day
+    cost a trickle of reads, and never keep the scan from reaching the newer jobs behind them:
+    there is no window for them to fill. ``summary`` lists them all (docs/redis-loss.md).
+    """
+
+    def __init__(self, start: int, known: Iterable[tuple[int, str]] = (), *, now: float = 0.0,
+                 spread_s: float = 0.0, rng: random.Random | None = None) -> None:
+        """``known``: unfinished entries below ``start`` from the checkpoint. They were checked
+        before, so their first check is spread over ``spread_s`` rather than all at once."""
+        rand = rng or random.Random(start)
+        self.entries: dict[int, _Entry] = {
+            offset: _Entry(job_id, now + rand.uniform(0, spread_s), BACKOFF_EXP if spread_s else 0)
+            for offset, job_id in sorted(known)}
         self.next = start  # every offset below is accounted for
 
-    def track(self, offset: int, job_id: str | None) -> None:
+    def track(self, offset: int, job_id: str | None, now: float = 0.0) -> None:
         """A record read from the log; ``job_id`` None for a poison record (dead-lettered: done)."""
         if offset < self.next:
             return  # read again after a seek: already accounted for
         self.next = offset + 1
         if job_id is not None:
-            self.entries.append((offset, job_id))
+            self.entries[offset] = _Entry(job_id, now)
 
-    def oldest(self, limit: int) -> list[str]:
-        return [job_id for _, job_id in list(self.entries)[:limit]]
+    def due(self, now: float, limit: int) -> list[tuple[int, str]]:
+        """The oldest ``limit`` entries due for a check at ``now``."""
+        out: list[tuple[int, str]] = []
+        for offset, e in self.entries.items():
+            if len(out) == limit:
+                break
+            if e.due <= now:
+                out.append((offset, e.job_id))
+        return out
 
-    def drop(self, final: set[str], limit: int) -> int:
-        """Forget the jobs in ``final`` among the oldest ``limit`` entries (the bounded scan)."""
-        if not final:
-            return 0
-        head = [self.entries.popleft() for _ in range(min(limit, len(self.entries)))]
-        kept = [e for e in head if e[1] not in final]
-        self.entries.extendleft(reversed(kept))
-        return len(head) - len(kept)
+    def checked(self, scanned: Iterable[tuple[int, str]], final: set[str], now: float,
+                interval_s: float) -> int:
+        """Forget the scanned entries whose jobs are final; back the others off. Returns how many went."""
+        gone = 0
+        for offset, job_id in scanned:
+            e = self.entries.get(offset)
+            if e is None:
+                continue
+            if job_id in final:
+                del self.entries[offset]
+                gone += 1
+            else:
+                e.misses = min(e.misses + 1, BACKOFF_EXP)
+                e.due = now + interval_s * 2**e.misses
+        return gone
 
-    def summary(self, high: int, max_pending: int) -> tuple[int, int, tuple[tuple[int, str], ...]]:
-        """(low_water, high, pending) for a checkpoint: ``pending`` lists every entry below
-        ``high``; if there are more than ``max_pending``, ``high`` comes down to fit them."""
+    def summary(self, high: int) -> tuple[int, int, tuple[tuple[int, str], ...]]:
+        """(low_water, high, pending) for a checkpoint: ``pending`` lists every entry below ``high``,
+        however many (the checkpoint store pages them), so ``high`` never waits for old jobs."""
         high = min(high, self.next)
-        below: list[tuple[int, str]] = []
-        for entry in self.entries:
-            if entry[0] >= high:
-                break
-            if len(below) == max_pending:
-                high = entry[0]
-                break
-            below.append(entry)
+        below = tuple((o, e.job_id) for o, e in self.entries.items() if o < high)
         low = below[0][0] if below else high
-        return low, high, tuple(below)
+        return low, high, below

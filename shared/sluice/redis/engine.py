@@ -75,14 +75,23 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def job_fields(spec: JobSpec, queue: str, now_ms: int) -> JobFields:
+# How far past the 7-day horizon of this host's clock a run_at may be. enqueue: another host's
+# clock, or a delay computed a moment ago. push: the gateway bounded the delay when it accepted
+# the job, on its clock; refusing it here (this host's clock, then Redis's TIME) would refuse the
+# whole batch over a little skew, so the relay allows what the scripts allow (MAX_SKEW_MS in
+# _lib.lua), and Redis clamps every run_at to its own TIME + 7 days.
+DELAY_SKEW_MS = 30_000
+RELAY_SKEW_MS = 3_600_000
+
+
+def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW_MS) -> JobFields:
     """Check a JobSpec again (it may have been built with model_construct) for ``queue``."""
     if not isinstance(spec, JobSpec):
         raise InvalidInput(f"expected a JobSpec, got {type(spec).__name__}")
     if spec.queue != queue:
         raise InvalidInput(f"job {spec.job_id!r} is for queue {spec.queue!r}, not {queue!r}")
     QueueKeys(queue).job(spec.job_id)  # validates the id
-    horizon = now_ms + MAX_DELAY_MS
+    horizon = now_ms + MAX_DELAY_MS + skew_ms
     payload = dump_json(spec.payload)
     if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload of {spec.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
@@ -376,7 +385,8 @@ class RedisQueue:
         for record in records:
             if not isinstance(record, tuple) or len(record) != 2:
                 raise InvalidInput("records must be (offset, JobSpec) pairs")
-            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), job_fields(record[1], queue, now)))
+            fields = job_fields(record[1], queue, now, RELAY_SKEW_MS)
+            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), fields))
         if not checked:
             raise InvalidInput("push needs at least one record")
         checked.sort(key=lambda r: r[0])
@@ -388,6 +398,16 @@ class RedisQueue:
             pushed += result.pushed
             skipped += result.skipped
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
+
+    def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
+        """The partition's offset recorded by push.lua in ``queue`` (-1: nothing pushed yet)."""
+        k = self.keys(queue)
+        _int(partition, 0, 1_000_000, "partition")
+        try:
+            value = self.client.hget(k.relayed(topic, partition), "offset")
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        return -1 if value is None else int(value)
 
     def take_rate(self, queue: str, wanted: int) -> int:
         """How many of ``wanted`` jobs the queue's shared token bucket allows now."""

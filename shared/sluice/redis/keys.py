@@ -10,6 +10,7 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
                                    a attempts used; c cancel requested; err last error
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
+                                   (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
     sluice:{q}:leased       zset   score = lease deadline ms
     sluice:{q}:tokens       hash   job id -> token of its current lease (present iff leased)

@@ -90,6 +90,7 @@ class Relay(_Pushing, _Control):
         if not self._owned:
             self.clock.sleep(self.poll_ms / 1000)
             return 0
+        self._skip_relayed()
         plan = self._plan()
         pushing = self._pusher().submit(self._execute, plan) if plan else None
         pushed = 0

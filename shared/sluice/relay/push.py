@@ -59,6 +59,32 @@ class _Pushing(_Ownership):
             owned.pending.setdefault(spec.queue, deque()).append((record.offset, spec))
             owned.pending_count += 1
 
+    def _skip_relayed(self) -> None:
+        """Drop from the buffers the records Redis already holds: at or below push.lua's recorded
+        offset (read again after a restart, or a resume from an older checkpoint). They leave
+        here, before they cost a rate token, a finality read, a push or a status write."""
+        for owned in list(self._owned.values()):
+            for queue, q in owned.pending.items():
+                if not q:
+                    continue
+                mark = owned.relayed.get(queue)
+                if mark is None:
+                    try:
+                        mark = self.engine.relayed_offset(queue, self.topic, owned.number, owned.token)
+                    except LeaseLost as exc:  # a newer owner, or Redis's epoch changed
+                        self.report.stale_stops += 1
+                        self._lose(owned.number, str(exc))
+                        self.source.assign(sorted(self._owned))
+                        break
+                    owned.relayed[queue] = mark
+                n = 0
+                while q and q[0][0] <= mark:
+                    q.popleft()
+                    n += 1
+                owned.pending_count -= n
+                self.report.skipped += n
+                self.report.reread += n
+
     def _pusher(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-push")
@@ -116,6 +142,8 @@ class _Pushing(_Ownership):
                           owned.number, queue, exc_info=outcome)
                 continue
             if outcome is not None:
+                if records:  # push.lua raised the recorded offset to at least the last one sent
+                    owned.relayed[queue] = max(owned.relayed.get(queue, -1), records[-1][0])
                 pushed += outcome.pushed
                 self.report.pushed += outcome.pushed
                 self.report.skipped += outcome.skipped

@@ -24,6 +24,7 @@ from sluice.relay.status import StatusWriter
 class RelayReport:
     pushed: int = 0
     skipped: int = 0  # already in Redis: at or below the recorded offset, or the job hash exists
+    reread: int = 0  # of those, skipped by the recorded offset before the push (no rate token spent)
     final_dropped: int = 0  # the store said the job is already final (cancelled, done)
     dead_lettered: int = 0
     stale_stops: int = 0  # pushes refused because a newer owner pushed
@@ -44,7 +45,7 @@ class RelayReport:
 
     def publish(self, metrics: Metrics) -> None:
         """Once per invocation: per-step counts would be one log line each in EMF."""
-        for name in ("pushed", "skipped", "final_dropped", "dead_lettered", "dispatched", "reaped",
+        for name in ("pushed", "skipped", "reread", "final_dropped", "dead_lettered", "dispatched", "reaped",
                      "settled"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
@@ -61,6 +62,10 @@ class _Owned:
     committed: int | None = None
     fetch_paused: bool = False
     dead_since_commit: bool = False
+    # per queue: push.lua's recorded offset for this partition, read once per session; records at
+    # or below it are in Redis already (a re-read after a restart) and are skipped before they
+    # cost a rate token, a finality read or a status write
+    relayed: dict[str, int] = field(default_factory=dict)
 
     def commit_point(self) -> int | None:
         heads = [q[0][0] for q in self.pending.values() if q]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from sluice import policy
 from sluice.errors import BackendUnavailable, InvalidInput, JobCancelled, LeaseLost, SluiceError, StaleToken
 from sluice.models import dump_json
 from sluice.ports import JobStore
@@ -52,11 +53,19 @@ class JobRunner:
         job = tracked.leased
         if tracked.state.lease_lost.is_set():
             return Outcome.LEASE_LOST  # lost while it waited in the local batch
-        if time.monotonic() >= tracked.state.expires_at:
+        remaining_ms = (tracked.state.expires_at - time.monotonic()) * 1000
+        if remaining_ms <= 0:
             # Lapsed unrenewed (the process was frozen, or Redis unreachable) and the heartbeat has
             # not said so yet. A grant now would only mint a token for a lease someone else may
             # hold, and make that holder's writes stale. So do not grant; the job comes back.
             return self.settler.lost(Attempt(tracked, 0, tracked.log), "the lease lapsed before the grant")
+        o = self.options
+        if not policy.can_grant(remaining_ms, job.lease_ms, o.grant_margin_ms, o.heartbeat_fraction):
+            # Still ours, but a grant might land after it lapsed and after another worker's
+            # grant, making that worker stale (policy.grant_margin_ms). Give it back unrun.
+            margin = policy.grant_margin_ms(job.lease_ms, o.grant_margin_ms, o.heartbeat_fraction)
+            why = f"only {remaining_ms:.0f} ms of lease left, {margin} ms needed to grant"
+            return self.settler.release(tracked, tracked.log, None, why)
         try:
             token = self.store.grant(job.job_id, job.queue, self.worker_id)
         except JobCancelled:

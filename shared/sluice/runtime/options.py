@@ -29,6 +29,8 @@ class WorkerOptions:
     takes; ``concurrency`` how many run at once (1 = one after another).
     ``margin_ms`` is the Lambda safety margin: a job is leased only if the time left
     covers its hard timeout plus this margin (writing, acking, releasing the rest).
+    ``grant_margin_ms`` is the lease a job must have left to be granted its fencing token
+    (``policy.grant_margin_ms``); with less, it is released without running.
     """
 
     lease_ms: int | None = 30_000
@@ -36,6 +38,7 @@ class WorkerOptions:
     lease_batch: int = 10
     concurrency: int = 1
     margin_ms: int = 2_000
+    grant_margin_ms: int = 5_000
     settle_attempts: int = 3  # tries for a store/queue call that failed with BackendUnavailable
     budget_lease_ms: int = 30_000  # the lease assumed for hard timeouts when lease_ms is None
     retry_base_ms: int = 1_000  # backoff for a failed attempt: full jitter under base * 2**(n-1)
@@ -48,8 +51,8 @@ class WorkerOptions:
             raise InvalidInput("heartbeat_fraction must be in (0, 1)")
         if not 1 <= self.lease_batch <= 1000 or not 1 <= self.concurrency <= 64:
             raise InvalidInput("lease_batch must be in 1..1000 and concurrency in 1..64")
-        if self.margin_ms < 0 or self.settle_attempts < 1:
-            raise InvalidInput("margin_ms must be >= 0 and settle_attempts >= 1")
+        if self.margin_ms < 0 or self.grant_margin_ms < 0 or self.settle_attempts < 1:
+            raise InvalidInput("margin_ms and grant_margin_ms must be >= 0 and settle_attempts >= 1")
         if not 0 <= self.retry_base_ms <= self.retry_cap_ms:
             raise InvalidInput("retry_base_ms must be in 0..retry_cap_ms")
 
@@ -57,6 +60,7 @@ class WorkerOptions:
     def from_settings(cls, s: Settings) -> WorkerOptions:
         return cls(lease_ms=None, heartbeat_fraction=s.heartbeat_fraction,
                    lease_batch=s.worker_batch, concurrency=s.worker_concurrency, margin_ms=s.lambda_margin_ms,
+                   grant_margin_ms=s.grant_margin_ms,
                    budget_lease_ms=s.default_lease_seconds * 1000, retry_base_ms=s.retry_base_ms,
                    retry_cap_ms=s.retry_cap_ms)
 

@@ -25,12 +25,14 @@
 -- Error replies read "CODE text k=v ...": scripts.py maps CODE to a sluice.errors class.
 
 local BAND = 17592186044416          -- 2^44: ready score = (9 - priority) * BAND + seq
+local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its ready score - FRONT
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
 local MIN_LEASE_MS = 10
 local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
+local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days is clamped, not refused
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
 -- Queues named with this prefix are Sluice's own (sluice.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
@@ -103,7 +105,10 @@ local function check_job(i, now)
     end
     heads[head] = true
   end
-  if run_at ~= '0' and not int_in(run_at, 0, now + MAX_DELAY_MS) then
+  -- The caller bounded the delay on its own clock, which may be a little ahead of TIME:
+  -- refusing it here would refuse its whole batch, so up to MAX_SKEW_MS past the horizon is
+  -- accepted and create_jobs clamps it to TIME + 7 days. Beyond that it is nonsense.
+  if run_at ~= '0' and not int_in(run_at, 0, now + MAX_DELAY_MS + MAX_SKEW_MS) then
     return invalid('run_at_ms of ' .. id)
   end
   return nil
@@ -128,7 +133,7 @@ local function new_jobs(prefix, starts)
 end
 
 -- Create the (validated, new) jobs at ARGV offsets `starts`. Ready jobs share one
--- INCRBY of the sequence and one ZADD; delayed ones one ZADD.
+-- INCRBY of the sequence and one ZADD; delayed ones one ZADD, run-at at most 7 days from TIME.
 local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   local n_ready = 0
   for _, i in ipairs(starts) do
@@ -138,7 +143,7 @@ local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   if n_ready > 0 then seq = redis.call('INCRBY', seqkey, n_ready) - n_ready end
   local rz, dz = {}, {}
   for _, i in ipairs(starts) do
-    local id, meta, run_at = ARGV[i], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local id, meta, run_at = ARGV[i], ARGV[i + 2], math.min(tonumber(ARGV[i + 3]), now + MAX_DELAY_MS)
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     redis.call('HSET', prefix .. id, 'p', ARGV[i + 1], 'm', meta)
     if run_at <= now then
@@ -160,8 +165,17 @@ local function to_ready(ready, seqkey, id, priority)
   redis.call('ZADD', ready, ready_score(priority, seq), id)
 end
 
+-- Put one job whose lease lapsed back in ready at the front of its priority band: it has
+-- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
+-- score is FRONT below the band's usual scores: ahead of every job of its band, behind
+-- every job of the higher bands (seqs stay far below 2^43), FIFO among reclaimed jobs.
+local function to_front(ready, seqkey, id, priority)
+  local seq = redis.call('INCR', seqkey)
+  redis.call('ZADD', ready, ready_score(priority, seq) - FRONT, id)
+end
+
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
--- leases: the attempt is counted, then the job goes back to ready, or to dead when its
+-- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, now, limit)
@@ -202,7 +216,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = 'dead:' .. id
         else
-          to_ready(ready, seqkey, id, priority_of(f[2]))
+          to_front(ready, seqkey, id, priority_of(f[2]))
         end
       end
     end

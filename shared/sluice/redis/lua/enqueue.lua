@@ -12,7 +12,8 @@
 --   repeats earlier in this batch); an existing job is left exactly as it was.
 --   A job with run_at_ms <= now goes to ready, score (9 - priority) * 2^44 + seq
 --   (higher priority first, FIFO within a priority); later ones go to delayed, score
---   run_at_ms.
+--   run_at_ms, at most TIME + 7 days (a later run_at_ms is clamped there, not refused: the
+--   caller bounded the delay on its own clock, which may be a little ahead of Redis's).
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 --   RESERVED_QUEUE queue=<q> prefix=<p>  the queue is one of Sluice's own (enqueue_internal.lua)

@@ -9,6 +9,7 @@
 --   ARGV[1] n              1..1000 jobs wanted
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
+--                          (an expired lease's job goes to the front of its band: _lib.lua to_front)
 -- Output
 --   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>", payload}
 --   The k-th job returned (k = 1, 2, ...) has token t0 + k and attempt a + 1 (a = attempts

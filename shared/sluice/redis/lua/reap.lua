@@ -9,7 +9,7 @@
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output
 --   {expired, promoted}. An expired lease counts as an attempt: the job goes back to
---   ready, or to dead when attempts >= max_attempts, or is removed when a cancel was
+--   the front of its band in ready, or to dead when attempts >= max_attempts, or is removed when a cancel was
 --   requested; those two endings are also recorded in settle. Due delayed jobs move to ready.
 -- Errors (nothing written)
 --   INVALID_INPUT limit

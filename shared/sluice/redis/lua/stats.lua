@@ -8,7 +8,7 @@
 --   {ready, delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
 --    config as {field, value, field, value ...}}
 --   The oldest ready job is the earliest-enqueued of the heads of the ten priority
---   bands (within a band jobs are FIFO), so this costs at most ten lookups.
+--   bands (within a band jobs are FIFO, reclaimed ones first), so this costs at most ten lookups.
 
 --@include _lib.lua
 
@@ -16,7 +16,7 @@ local prefix, ready = KEYS[1], KEYS[2]
 local now = now_ms()
 local oldest = nil
 for pr = 0, MAX_PRIORITY do
-  local lo = ready_score(pr, 0)
+  local lo = ready_score(pr, 0) - FRONT  -- a band starts with its reclaimed jobs (_lib.lua to_front)
   -- Bounds as numbers: redis.call sends them exactly (%.17g); '..' would round them.
   local head = redis.call('ZRANGEBYSCORE', ready, lo, lo + BAND - 1, 'LIMIT', 0, 1)
   if #head > 0 then
