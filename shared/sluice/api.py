@@ -240,9 +240,16 @@ class Api:
             raise JobNotFound(f"no job {job_id}")
         leased = record.status is JobState.LEASED
         try:
-            self.queue.cancel(record.queue, job_id)
-        except (JobNotFound, AlreadyFinished):
-            pass  # not in Redis (still in Kafka: the relay skips final jobs) or it just ended
+            # The store says leased: if Redis has it waiting (its holder died, the lease was
+            # reclaimed), the removal records a settle entry, so the item ends even if we die.
+            outcome = self.queue.cancel(record.queue, job_id, settle=leased)
+        except JobNotFound:
+            outcome = "gone"  # not in Redis (still in Kafka: the relay skips final jobs), or ended
+        except AlreadyFinished:
+            if leased:  # dead-lettered in Redis, not yet settled in the store: too late to cancel
+                raise AlreadyFinished(f"job {job_id} already ended in its queue (dead-lettered)",
+                                      job_id=job_id, status=JobState.DEAD.value) from None
+            outcome = "gone"
         except SluiceError as exc:
             if leased:
                 # Only Redis can tell a running worker (on its next heartbeat). Fail with 503:
@@ -251,6 +258,12 @@ class Api:
             # The store says cancelled, so a worker's grant refuses the job; removing it
             # from Redis is housekeeping.
             log.warning("cancelled job %s not removed from its Redis queue: %r", job_id, exc)
+            outcome = "kept"
+        if leased and outcome != "requested":
+            # Nobody holds it and nobody will lease it again: end it now. Safe, since a grant
+            # refuses a cancel-requested job; a job that finished meanwhile answers 409.
+            self.store.honour_cancel(job_id)
+            leased = False
         return CancelAccepted(job_id=job_id, status="cancel_requested" if leased else "cancelled")
 
     def _cancel_in_store(self, job_id: str) -> JobRecord:

@@ -155,6 +155,9 @@ class LeasedJob(BaseModel):
     lease_ms: int
     enqueued_at_ms: int = 0
     cancel_requested: bool = False
+    # The job's redrive generation in Redis (0: never redriven). The grant passes it on: a
+    # final item is left only for a generation newer than the one it last ran under.
+    redrive_gen: int = 0
 
     def as_job(self) -> Job:
         return Job(id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
@@ -230,10 +233,24 @@ class EndedJob(BaseModel):
     state: JobState
     ended_at_ms: int
     last_error: str | None = None
+    # The job's redrive generation when it ended: the settle write is fenced on it (it may
+    # not land once a newer generation was granted). None: an entry of the older
+    # "<state>:<id>" format, written before generations existed (treated as 0).
+    redrive_gen: int | None = 0
 
     @property
     def member(self) -> str:
-        return f"{self.state.value}:{self.job_id}"
+        if self.redrive_gen is None:
+            return f"{self.state.value}:{self.job_id}"
+        return f"{self.state.value}:{self.redrive_gen}:{self.job_id}"
+
+    @classmethod
+    def parse(cls, member: str, queue: str, ended_at_ms: int, last_error: str | None = None) -> EndedJob:
+        """An entry of the settle set: "<state>:<g>:<id>" (or the older "<state>:<id>")."""
+        parts = member.split(":")
+        gen = int(parts[1]) if len(parts) == 3 else None
+        return cls(job_id=parts[-1], queue=queue, state=JobState(parts[0]), ended_at_ms=ended_at_ms,
+                   last_error=last_error, redrive_gen=gen)
 
 
 class JobRecord(BaseModel):
@@ -253,6 +270,7 @@ class JobRecord(BaseModel):
     result_ref: str | None = None  # s3://bucket/key when the result was too large for the item
     result_token: int | None = None
     cancel_requested: bool = False
+    redrive_gen: int = 0  # redrives an operator made (sluice.redrive); 0: never redriven
 
 
 class WriteOutcome(StrEnum):

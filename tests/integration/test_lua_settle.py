@@ -43,7 +43,7 @@ def test_expiry_on_the_last_attempt_is_recorded_with_the_dead_letter(rq: RedisQu
     time.sleep(0.05)
     assert rq.reap("q") == 2
     assert where(redis_client, "q", "a") == {"dead"} and where(redis_client, "q", "b") == {"ready"}
-    assert settle(redis_client) == {"dead:a": score(redis_client, "q", "dead", "a")}
+    assert settle(redis_client) == {"dead:0:a": score(redis_client, "q", "dead", "a")}
     [ended] = rq.unsettled("q")
     assert (ended.job_id, ended.queue, ended.state, ended.last_error) == (
         "a", "q", JobState.DEAD, "lease expired on attempt 1")
@@ -54,7 +54,7 @@ def test_expiry_found_by_a_lease_call_is_recorded_too(rq: RedisQueue, redis_clie
     leased(rq, "a", lease_ms=20, max_attempts=1)
     time.sleep(0.05)
     assert rq.lease("q", 1, 1_000) == []  # reclaimed inline, then nothing to lease
-    assert list(settle(redis_client)) == ["dead:a"]
+    assert list(settle(redis_client)) == ["dead:0:a"]
 
 
 def test_expiry_after_a_cancel_request_is_recorded_as_cancelled(rq: RedisQueue,
@@ -64,7 +64,7 @@ def test_expiry_after_a_cancel_request_is_recorded_as_cancelled(rq: RedisQueue,
     time.sleep(0.05)
     rq.reap("q")
     assert where(redis_client, "q", "a") == set()
-    assert list(settle(redis_client)) == ["cancelled:a"]
+    assert list(settle(redis_client)) == ["cancelled:0:a"]
     [ended] = rq.unsettled("q")
     assert (ended.state, ended.last_error) == (JobState.CANCELLED, None)  # the hash is gone
 
@@ -80,7 +80,7 @@ def test_fail_records_only_the_endings_the_worker_did_not_choose(rq: RedisQueue,
     assert rq.fail("q", "flag", j.token, "boom") == "dead"  # a cancel request overrides the retry
     j = leased(rq, "retry", max_attempts=5)
     assert rq.fail("q", "retry", j.token, "boom") == "retry"
-    assert sorted(settle(redis_client)) == ["cancelled:flag", "dead:last"]
+    assert sorted(settle(redis_client)) == ["cancelled:0:flag", "dead:0:last"]
 
 
 def test_release_of_a_cancel_requested_job_is_recorded(rq: RedisQueue, redis_client: redis.Redis) -> None:
@@ -89,7 +89,7 @@ def test_release_of_a_cancel_requested_job_is_recorded(rq: RedisQueue, redis_cli
     rq.release("q", "a", j.token)
     k = leased(rq, "b")
     rq.release("q", "b", k.token)
-    assert list(settle(redis_client)) == ["cancelled:a"]
+    assert list(settle(redis_client)) == ["cancelled:0:a"]
 
 
 def test_redrive_drops_the_entry_of_a_job_given_another_chance(rq: RedisQueue,
@@ -99,7 +99,7 @@ def test_redrive_drops_the_entry_of_a_job_given_another_chance(rq: RedisQueue,
     time.sleep(0.05)
     rq.reap("q")
     assert rq.redrive("q", "a") == 1
-    assert list(settle(redis_client)) == ["dead:b"]
+    assert list(settle(redis_client)) == ["dead:0:b"]
     assert rq.redrive("q") == 1
     assert settle(redis_client) == {}
 
@@ -157,4 +157,10 @@ def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redi
 
 
 def test_ended_job_member_matches_what_the_scripts_write() -> None:
-    assert EndedJob(job_id="a", queue="q", state=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:a"
+    assert EndedJob(job_id="a", queue="q", state=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:0:a"
+    assert EndedJob(job_id="a", queue="q", state=JobState.DEAD, ended_at_ms=1, redrive_gen=7).member == "dead:7:a"
+    older = EndedJob.parse("dead:a", "q", 5)  # the format before redrive generations
+    assert (older.job_id, older.state, older.redrive_gen, older.member) == ("a", JobState.DEAD, None, "dead:a")
+    newer = EndedJob.parse("cancelled:3:a.b-c", "q", 5)
+    assert (newer.job_id, newer.state, newer.redrive_gen, newer.member) == (
+        "a.b-c", JobState.CANCELLED, 3, "cancelled:3:a.b-c")

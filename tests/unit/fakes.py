@@ -191,7 +191,7 @@ class FakeQueue:
             j = self._held("release", queue, job_id, token)
             j.state, j.attempts, j.seq = "ready", j.attempts - 1, next(self._seq)
 
-    def cancel(self, queue: str, job_id: str) -> str:
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
         with self._lock:
             j = self.job(queue, job_id)
             if j.state == "leased":
@@ -217,7 +217,7 @@ class FakeQueue:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
                         died_at_ms=0) for (q, _), j in self.jobs.items() if q == queue and j.state == "dead"]
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         raise NotImplementedError
 
     def purge_dead(self, queue: str) -> int:
@@ -259,11 +259,14 @@ class FakeStore:
                 if it["status"] == "accepted":
                     it["status"] = "queued"
 
-    def grant(self, job_id: str, queue: str, owner: str) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
         with self._lock:
             self.broken.check("grant")
             it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
                                                 "attempts": 0, "cancel_requested": False})
+            if it["status"] in ("failed", "dead") and redrive_gen <= it.get("run_gen", 0):
+                raise AlreadyFinished(f"job {job_id} already {it['status']}", status=it["status"])
+            it["run_gen"] = redrive_gen
             if it["status"] == "cancelled" or it["cancel_requested"]:
                 if it["status"] != "succeeded":
                     it["status"] = "cancelled"

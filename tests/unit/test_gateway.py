@@ -136,9 +136,33 @@ def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
     job_id = accepted["job_id"]
     relayed(rig, job_id, JobState.LEASED)
     rig.queue.in_redis.add(job_id)
+    rig.queue.leased.add(job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
     assert rig.store.items[job_id].cancel_requested
+
+
+def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig) -> None:
+    """Issue 13, bug 1: its holder died and the lease was reclaimed, so Redis has it waiting while
+    the item says leased. Removing it must end the item (here at once, and by a settle entry
+    in case the gateway dies first), not leave it leased with a request nobody will honour."""
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    relayed(rig, job_id, JobState.LEASED)
+    rig.queue.in_redis.add(job_id)
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"]) == (202, "cancelled")
+    assert rig.store.items[job_id].status is JobState.CANCELLED
+    assert rig.queue.settle_entries == [f"cancelled:0:{job_id}"]
+
+
+def test_cancel_a_job_leased_in_the_store_and_gone_from_redis_ends_it(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    relayed(rig, job_id, JobState.LEASED)  # e.g. Redis lost it; a grant would refuse it now anyway
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"]) == (202, "cancelled")
+    assert rig.store.items[job_id].status is JobState.CANCELLED
 
 
 def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:
@@ -146,6 +170,7 @@ def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig
     job_id = accepted["job_id"]
     relayed(rig, job_id, JobState.LEASED)
     rig.queue.in_redis.add(job_id)
+    rig.queue.leased.add(job_id)
     rig.queue.fail = BackendUnavailable("redis down")
     code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, headers["retry-after"]) == (503, "1")

@@ -93,6 +93,17 @@ class FakeStore:
         self.items[job_id] = record
         return record
 
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        record = self.get_job(job_id)
+        if record.status is JobState.CANCELLED:
+            return record
+        if record.status.final:
+            raise AlreadyFinished(f"job {job_id} is {record.status}")
+        assert record.cancel_requested, "honour_cancel without a cancel request"
+        record = record.model_copy(update={"status": JobState.CANCELLED})
+        self.items[job_id] = record
+        return record
+
     def set_status(self, job_id: str, status: JobState, **extra: Any) -> None:
         self.items[job_id] = self.items[job_id].model_copy(update={"status": status, **extra})
 
@@ -101,15 +112,22 @@ class FakeQueue:
     def __init__(self) -> None:
         self.cancelled: list[tuple[str, str]] = []
         self.in_redis: set[str] = set()
+        self.leased: set[str] = set()  # held by a live lease in Redis (a subset of in_redis)
+        self.settle_entries: list[str] = []
         self.config = QueueConfig(rate_per_s=200.0, burst=50, paused=True)
         self.fail: Exception | None = None
 
-    def cancel(self, queue: str, job_id: str) -> str:
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
         if self.fail is not None:
             raise self.fail
         if job_id not in self.in_redis:
             raise JobNotFound(job_id)
+        if job_id in self.leased:
+            return "requested"
         self.cancelled.append((queue, job_id))
+        self.in_redis.discard(job_id)
+        if settle:
+            self.settle_entries.append(f"cancelled:0:{job_id}")
         return "removed"
 
     def stats(self, queue: str) -> QueueStats:

@@ -18,7 +18,7 @@ class Store:
         self.tokens: dict[str, int] = {}
         self.written: dict[str, int] = {}
 
-    def grant(self, job_id: str, queue: str, owner: str) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
         self.tokens[job_id] = self.tokens.get(job_id, 0) + 1
         return self.tokens[job_id]
 

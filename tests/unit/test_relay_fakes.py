@@ -116,7 +116,7 @@ class FakeEngine:
             raise LeaseLost(job_id)
         del self.ownership[job_id]
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         self._call("redrive")
         return 0
 

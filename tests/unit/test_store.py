@@ -193,7 +193,9 @@ def test_record_failure_is_fenced_and_idempotent(store: DynamoJobStore, status: 
     rec = store.get_job("j1")
     assert (rec.status, rec.last_error) == (status, "boom")
     assert (rec.finished_at_ms is not None) == (status != "queued")
-    b = store.grant("j1", "q", "B") if status in ("queued", "failed", "dead") else None
+    # A final verdict is left only through a redrive (issue 13, bug 4).
+    gen = store.redrive("j1") if status in ("failed", "dead") else 0
+    b = store.grant("j1", "q", "B", gen) if status in ("queued", "failed", "dead") else None
     if b is not None:
         with pytest.raises(StaleToken) as info:
             store.record_failure("j1", a, "late", "dead")
@@ -478,7 +480,7 @@ def test_settle_ended_refuses_other_states_and_bad_ids(store: DynamoJobStore) ->
 def test_a_settled_dead_job_can_run_again_after_a_redrive(store: DynamoJobStore) -> None:
     store.grant("j1", "q", "A")
     store.settle_ended(_ended("j1", JobState.DEAD))
-    t = store.grant("j1", "q", "B")  # redriven by an operator
+    t = store.grant("j1", "q", "B", store.redrive("j1"))  # redriven by an operator
     assert store.write_result("j1", t, "second life") is WriteOutcome.WRITTEN
     assert store.get_job("j1").status is JobState.SUCCEEDED
 

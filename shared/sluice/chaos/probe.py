@@ -106,8 +106,8 @@ class ProbedStore(StorePassThrough):
         self._emit = emit
         self.fencing = fencing
 
-    def grant(self, job_id: str, queue: str, owner: str) -> int:
-        token = self._store.grant(job_id, queue, owner)
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+        token = self._store.grant(job_id, queue, owner, redrive_gen)
         self._emit("granted", job=job_id, token=token)
         return token
 

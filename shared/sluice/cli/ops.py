@@ -20,6 +20,7 @@ from sluice import relay_control
 from sluice.cli.target import Target
 from sluice.errors import InvalidInput
 from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
+from sluice.redrive import redrive_all, redrive_one
 
 
 def console() -> Console:
@@ -191,11 +192,20 @@ def dlq_list(target: Target, name: str, max_jobs: int, as_json: bool) -> None:
 @click.option("--all", "everything", is_flag=True, help="Redrive every dead job of NAME.")
 @click.pass_obj
 def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> None:
-    """Put dead jobs back in NAME's ready queue: one JOB_ID, or --all."""
+    """Put dead jobs back in NAME's ready queue: one JOB_ID, or --all.
+
+    Each redrive is recorded in the jobs table first (a new redrive generation), which is
+    what lets the job leave its final state; a job whose record expired is refused."""
     if (job_id is None) == (not everything):
         raise InvalidInput("give either a JOB_ID or --all")
-    engine = target.engine()
-    moved = engine.redrive(validate_queue_name(name), None if everything else validate_job_id(job_id))
+    engine, store, name = target.engine(), target.store(), validate_queue_name(name)
+    if job_id is not None:
+        moved = redrive_one(engine, store, name, validate_job_id(job_id))
+    else:
+        report = redrive_all(engine, store, name)
+        moved = report.moved
+        for refused, why in report.refused.items():
+            click.echo(f"{name}: {refused} not redriven: {why}", err=True)
     click.echo(f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
 
 

@@ -162,6 +162,12 @@ class StorePassThrough:
     def request_cancel(self, job_id: str) -> JobRecord:
         return self._store.request_cancel(job_id)
 
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        return self._store.honour_cancel(job_id)
+
+    def redrive(self, job_id: str) -> int:
+        return self._store.redrive(job_id)
+
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         return self._store.final_job_ids(job_ids)
 
@@ -179,10 +185,10 @@ class RecordingStore(StorePassThrough):
         self._store = store
         self._rec = _Recorder(history)
 
-    def grant(self, job_id: str, queue: str, owner: str) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
         t0 = time.time()
         try:
-            token = self._store.grant(job_id, queue, owner)
+            token = self._store.grant(job_id, queue, owner, redrive_gen)
         except SluiceError as exc:
             self._rec.history.emit("grant", outcome=outcome_of(exc), job=job_id, queue=queue, owner=owner,
                                    t0=t0, t1=time.time(), error=str(exc)[:200])
@@ -254,8 +260,8 @@ class RecordingQueue:
             self._rec.history.emit("lease", job=job.job_id, queue=queue, lease=job.token, attempt=job.attempt)
         return jobs
 
-    def cancel(self, queue: str, job_id: str) -> str:
-        return self._queue.cancel(queue, job_id)
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+        return self._queue.cancel(queue, job_id, settle)
 
     def reap(self, queue: str, limit: int) -> int:
         return self._queue.reap(queue, limit)
@@ -266,8 +272,8 @@ class RecordingQueue:
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return self._queue.dead_letters(queue, limit)
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
-        return self._queue.redrive(queue, job_id)
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        return self._queue.redrive(queue, job_id, generation)
 
     def purge_dead(self, queue: str) -> int:
         return self._queue.purge_dead(queue)

@@ -327,8 +327,8 @@ class RecoveringEngine:
         except JobNotFound as exc:
             raise LeaseLost(str(exc)) from exc
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
-        return self.engine.redrive(queue, job_id)
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        return self.engine.redrive(queue, job_id, generation)
 
     def reap(self, queue: str, limit: int) -> int:
         return self.engine.reap(queue, limit)

@@ -31,7 +31,6 @@ from sluice.models import (
     EndedJob,
     Extended,
     JobSpec,
-    JobState,
     LeasedJob,
     QueueConfig,
     QueueStats,
@@ -254,10 +253,16 @@ class RedisQueue:
         k = self.keys(queue)
         self.scripts.release(k, validate_job_id(job_id), _token(token))
 
-    def cancel(self, queue: str, job_id: str) -> str:
-        """"removed" (it was waiting) or "requested" (leased: its worker sees it on extend)."""
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+        """"removed" (it was waiting) or "requested" (leased: its worker sees it on extend).
+
+        ``settle``: the jobs table says the job is leased (its holder died and the lease
+        was reclaimed): a removal then also records the ending in the settle set, so the
+        relay ends the item even if the caller cannot (docs/engine.md, Cancel)."""
         k = self.keys(queue)
-        return self.scripts.cancel(k, validate_job_id(job_id))
+        if not isinstance(settle, bool):
+            raise InvalidInput("settle must be a bool")
+        return self.scripts.cancel(k, validate_job_id(job_id), settle)
 
     def reap(self, queue: str, limit: int = 1000) -> int:
         """Reclaim up to ``limit`` expired leases (and promote due delayed jobs); returns expired."""
@@ -295,13 +300,8 @@ class RedisQueue:
         """The oldest ``limit`` entries of the settle set, with the job's last error if it has one."""
         k = self.keys(queue)
         rows = self._oldest_with_fields(k.settle, k.job_prefix, _int(limit, 1, 1000, "limit"), ("err",),
-                                        job_id_of=lambda member: _text(member).partition(":")[2])
-        ended = []
-        for member, score, (err,) in rows:
-            state, _, job_id = member.partition(":")
-            ended.append(EndedJob(job_id=job_id, queue=queue, state=JobState(state), ended_at_ms=score,
-                                  last_error=err))
-        return ended
+                                        job_id_of=lambda member: _text(member).rpartition(":")[2])
+        return [EndedJob.parse(member, queue, score, err) for member, score, (err,) in rows]
 
     def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
         """Forget entries the jobs table now reflects (unless they changed since they were read)."""
@@ -313,11 +313,20 @@ class RedisQueue:
             removed += self.scripts.settled(k, [(j.member, j.ended_at_ms) for j in jobs[start:start + 1000]])
         return removed
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
-        """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready."""
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready.
+
+        ``generation``: the redrive generation the jobs table minted for this job's redrive
+        (``sluice.redrive``, which every redrive of a queue with a jobs table goes through);
+        the worker's grant needs it to leave the job's final item. 0 (only for all, or for
+        queues with no jobs table, such as the relay's own) leaves the job's generation alone.
+        """
         k = self.keys(queue)
         if job_id is not None:
-            return self.scripts.redrive(k, validate_job_id(job_id), 1)
+            generation = _int(generation, 0, MAX_TOKEN, "generation")
+            return self.scripts.redrive(k, validate_job_id(job_id), 1, generation)
+        if generation:
+            raise InvalidInput("a redrive generation belongs to one job: give its job_id")
         total = 0
         while moved := self.scripts.redrive(k, None, MAX_BATCH):
             total += moved

@@ -135,13 +135,14 @@ class Scripts:
         loads = json.loads
         jobs = []
         for k_th, i in enumerate(range(2, len(reply), 2), start=1):
-            job_id, used, meta = _word(reply[i]).split(" ")
+            job_id, used, meta, *gen = _word(reply[i]).split(" ")
             priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
             ms = lease_ms or own_lease_ms
             jobs.append(LeasedJob(
                 job_id=job_id, queue=queue, payload=loads(reply[i + 1]), token=t0 + k_th,
                 deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
-                priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms))
+                priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms,
+                redrive_gen=int(gen[0]) if gen else 0))
         return jobs
 
     def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
@@ -166,17 +167,18 @@ class Scripts:
         return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle],
                                [job_id, token]))
 
-    def cancel(self, k: QueueKeys, job_id: str) -> str:
-        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens], [job_id]))
+    def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
+        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle],
+                               [job_id, int(settle)]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
                                        k.settle], [limit])
         return int(reply[0]), int(reply[1])
 
-    def redrive(self, k: QueueKeys, job_id: str | None, limit: int) -> int:
+    def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
         return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle],
-                             [job_id or "", limit]))
+                             [job_id or "", limit, generation]))
 
     def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int]]) -> int:
         args: list[Any] = []

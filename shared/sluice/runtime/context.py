@@ -49,6 +49,7 @@ class JobContext:
     timeout_at: float  # time.monotonic() of the hard timeout
     _lease: LeaseState
     _fenced: FencedTableFactory | None = None
+    _tables: dict[str, Any] = field(default_factory=dict)
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -71,7 +72,13 @@ class JobContext:
         return self.lease_lost.is_set() or self.cancel_requested.is_set()
 
     def fenced_table(self, name: str) -> Any:
-        """A ``sluice.store.fenced.FencedTable`` on ``name`` whose writes carry this job's token."""
+        """A ``sluice.store.fenced.FencedTable`` on ``name`` whose writes carry this job's token.
+
+        One per table and attempt, so that sending a write again after ``BackendUnavailable``
+        is recognised as a retry (same request token) however the handler gets the table."""
         if self._fenced is None:
             raise SluiceError("this worker's store offers no fenced tables")
-        return self._fenced(name, self.job_id, self.token)
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self._fenced(name, self.job_id, self.token)
+        return table

@@ -19,7 +19,15 @@ import time
 from collections.abc import Callable
 
 from sluice import policy
-from sluice.errors import BackendUnavailable, InvalidInput, JobCancelled, LeaseLost, SluiceError, StaleToken
+from sluice.errors import (
+    AlreadyFinished,
+    BackendUnavailable,
+    InvalidInput,
+    JobCancelled,
+    LeaseLost,
+    SluiceError,
+    StaleToken,
+)
 from sluice.models import dump_json
 from sluice.ports import JobStore
 from sluice.runtime import telemetry as t
@@ -67,7 +75,11 @@ class JobRunner:
             why = f"only {remaining_ms:.0f} ms of lease left, {margin} ms needed to grant"
             return self.settler.release(tracked, tracked.log, None, why)
         try:
-            token = self.store.grant(job.job_id, job.queue, self.worker_id)
+            token = self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen)
+        except AlreadyFinished as exc:
+            # Failed or dead in the store, yet back in Redis (its worker wrote the verdict and
+            # died before telling Redis): finish what it started, without running it again.
+            return self.settler.finished_before(tracked, tracked.log, exc)
         except JobCancelled:
             # Cancelled in the store while queued: the grant refused it; drop it from Redis.
             return self.settler.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))

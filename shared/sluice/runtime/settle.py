@@ -193,6 +193,27 @@ class Settler:
         log.info("re-run of an already succeeded job ended; %s, the stored result stands", what)
         return Outcome.SUCCEEDED
 
+    def finished_before(self, tracked: Tracked, log: JobLogger, exc: AlreadyFinished) -> Outcome:
+        """The grant refused a job whose item is already failed or dead (no newer redrive): an
+        earlier attempt wrote that verdict and died before Redis heard of it, so its lease
+        lapsed and the job came back. It must not run again; Redis gets the same verdict
+        (dead-lettered, no settle entry: the store already knows), so an operator can still
+        redrive it. Nothing loops: the job leaves the ready set for good."""
+        self.heartbeat.untrack(tracked)
+        job = tracked.leased
+        try:
+            self.retrying(lambda: self.queue.fail(job.queue, job.job_id, job.token, f"not run again: {exc}",
+                                                  permanent=True))
+        except GONE as lost:
+            log.warning("lease lost: dead-lettering an already finished job rejected (%s)", lost)
+            return Outcome.LEASE_LOST
+        except SluiceError as err:
+            log.error("could not dead-letter an already finished job (%s); the lease will lapse", err)
+            return Outcome.UNSETTLED
+        log.warning("job already %s in the store: not run again, dead-lettered in Redis",
+                    exc.details.get("status"))
+        return Outcome.DEAD
+
     # -- no verdict -------------------------------------------------------------------------------
 
     def lost(self, a: Attempt, why: str) -> Outcome:

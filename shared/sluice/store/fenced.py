@@ -17,6 +17,7 @@ jobs item returned with a failed condition (``classify``).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.store")
 
 REJECTED_METRIC = "FencedWriteRejected"
+# Cancellation reasons that mean "not now" (DynamoDB's codes inside TransactionCanceledException).
+RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded",
+                               "RequestLimitExceeded", "TransactionInProgress"})
 TOKEN_HEADER = "Sluice-Fencing-Token"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -174,6 +178,11 @@ class FencedTable:
         self.jobs_table = jobs_table
         self._fence = Fence(metrics)
         self._ser = TypeSerializer()
+        # The last write whose outcome is unknown (it raised BackendUnavailable) and its request
+        # token: the same write sent next is the caller's retry and reuses the token, so DynamoDB
+        # applies it once (within its 10-minute idempotency window). Any other write gets a fresh one.
+        self._unsure: tuple[str, str] | None = None
+        self._lock = threading.Lock()
 
     def put_item(self, item: Mapping[str, Any], *, condition: str | None = None,
                  names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> None:
@@ -203,8 +212,11 @@ class FencedTable:
         return {"ConditionCheck": {
             "TableName": self.jobs_table,
             "Key": {"job_id": {"S": self.job_id}},
-            "ConditionExpression": "#tok = :mine AND #st IN (:leased, :succeeded)",
-            "ExpressionAttributeNames": {"#tok": "token", "#st": "status"},
+            # succeeded: the current holder of a re-run after a crash before ack, until that
+            # re-run ends without a result (ended_token, DynamoJobStore._end_rerun).
+            "ConditionExpression": "#tok = :mine AND (#st = :leased OR (#st = :succeeded AND "
+                                   "(attribute_not_exists(#end) OR #end < :mine)))",
+            "ExpressionAttributeNames": {"#tok": "token", "#st": "status", "#end": "ended_token"},
             "ExpressionAttributeValues": {":mine": {"N": str(self.token)}, ":leased": {"S": JobState.LEASED},
                                           ":succeeded": {"S": JobState.SUCCEEDED}},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -218,15 +230,37 @@ class FencedTable:
             op["ExpressionAttributeNames"] = dict(names)
         if values:
             op["ExpressionAttributeValues"] = self._encode(values)
+        items: list[Any] = [self._check(), {kind: op}]
+        signature = repr((kind, op))
+        request_token = self._request_token(signature)
         try:
-            # The request token makes a botocore retry of a transaction that had landed
-            # (timeout after commit) a no-op instead of a second application.
-            items: list[Any] = [self._check(), {kind: op}]
-            self._client.transact_write_items(TransactItems=items, ClientRequestToken=uuid.uuid4().hex)
+            # The request token makes a retry of a transaction that had landed (timeout after
+            # commit) a no-op instead of a second application: botocore's own retries, and the
+            # caller's retry after BackendUnavailable, which sends the same write again.
+            self._client.transact_write_items(TransactItems=items, ClientRequestToken=request_token)
         except ClientError as exc:
-            raise self._refusal(operation, exc) from exc
+            error = self._refusal(operation, exc)
+            self._outcome(signature, request_token, known=not isinstance(error, BackendUnavailable))
+            raise error from exc
         except BotoCoreError as exc:
+            self._outcome(signature, request_token, known=False)
             raise translate(exc, f"fenced.{operation}") from exc
+        self._outcome(signature, request_token, known=True)
+
+    def _request_token(self, signature: str) -> str:
+        """The token of the same write whose outcome is unknown (a retry), else a fresh one."""
+        with self._lock:
+            if self._unsure is not None and self._unsure[0] == signature:
+                return self._unsure[1]
+        return uuid.uuid4().hex
+
+    def _outcome(self, signature: str, request_token: str, *, known: bool) -> None:
+        """Remember a write that may have landed (BackendUnavailable); forget it once known."""
+        with self._lock:
+            if not known:
+                self._unsure = (signature, request_token)
+            elif self._unsure is not None and self._unsure[1] == request_token:
+                self._unsure = None
 
     def _refusal(self, operation: str, exc: ClientError) -> SluiceError:
         if error_code(exc) != "TransactionCanceledException":
@@ -241,6 +275,7 @@ class FencedTable:
             return WriteConditionFailed(
                 f"{operation} on {self.table_name}: the write's own condition is false",
                 table=self.table_name, job_id=self.job_id)
-        if "TransactionConflict" in codes:
-            return BackendUnavailable(f"{operation}: concurrent transaction on the same item", reasons=codes)
+        if RETRYABLE_REASONS.intersection(codes):
+            # A conflicting transaction, or throttling reported per item: not now, not wrong.
+            return BackendUnavailable(f"{operation}: cancelled for now: {codes}", reasons=codes)
         return StoreError(f"{operation} on {self.table_name} cancelled: {codes}", reasons=codes)

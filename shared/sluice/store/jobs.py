@@ -69,6 +69,7 @@ NAMES = {
     "#own": "lease_owner", "#cr": "created_at_ms", "#up": "updated_at_ms", "#fin": "finished_at_ms",
     "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
     "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
+    "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
 }
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
 FENCE = "#tok = :mine AND #st = :leased"
@@ -76,6 +77,12 @@ FENCE = "#tok = :mine AND #st = :leased"
 # its own earlier write (same token) must read as "already written", never land twice.
 RESULT_FENCE = "#tok = :mine AND (#st = :leased OR (#st = :succeeded AND #rt < :mine))"
 FAILURE_STATES = frozenset({JobState.QUEUED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
+# A grant never leaves a final state, except failed or dead for a redrive generation newer than the
+# one the item last ran under (and no newer than the redrives the item recorded): only an explicit
+# redrive (sluice.redrive) re-opens a job, never a lease that lapsed after the verdict was written.
+OPEN = "NOT (#st IN (:cancelled, :succeeded, :failed, :dead))"
+REDRIVEN = "(#st IN (:failed, :dead) AND #rg >= :gen AND (attribute_not_exists(#run) OR #run < :gen))"
 MAX_ERROR_CHARS = 4_000  # keeps a huge traceback from pushing the item towards 400 KB
 MAX_OWNER_CHARS = 256
 BATCH_GET_LIMIT = 100
@@ -93,6 +100,12 @@ def N(value: int) -> dict[str, str]:
 def _created(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"invalid enqueue time {value!r}: a non-negative integer (ms)")
+    return value
+
+
+def _generation(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53 - 1:
+        raise InvalidInput(f"invalid redrive generation {value!r}: an integer >= 0")
     return value
 
 
@@ -177,25 +190,41 @@ class DynamoJobStore:
 
     # -- the token authority ----------------------------------------------------------------
 
-    def grant(self, job_id: str, queue: str, owner: str) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+        """The next fencing token for a lease just taken in Redis.
+
+        ``redrive_gen``: the job's redrive generation in Redis (``LeasedJob.redrive_gen``).
+        A failed or dead item is granted only for a generation newer than the one it last
+        ran under (``AlreadyFinished`` otherwise); a redriven job's item must exist (its
+        token cannot restart at 1: ``AlreadyFinished`` with status "expired").
+        """
         job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
         if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
             raise InvalidInput(f"invalid lease owner {owner!r}: 1..{MAX_OWNER_CHARS} characters")
+        gen = _generation(redrive_gen)
         now = self._now_ms()
         values = {":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
                   ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
-                  ":succeeded": S(JobState.SUCCEEDED)}
+                  ":succeeded": S(JobState.SUCCEEDED), ":failed": S(JobState.FAILED),
+                  ":dead": S(JobState.DEAD), ":gen": N(gen)}
+        condition = (f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED})" if gen == 0 else
+                     f"attribute_exists(#id) AND {NOT_CANCELLED} AND ({OPEN} OR {REDRIVEN})")
         request = self._request(
             job_id,
-            update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, "
+            update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
-            condition="attribute_not_exists(#id) OR (NOT (#st IN (:cancelled, :succeeded)) AND "
-                      "(attribute_not_exists(#cx) OR #cx = :false))",
-            values=values, ReturnValues="UPDATED_NEW")
+            condition=condition, values=values, ReturnValues="UPDATED_NEW")
         attrs, ok = self._update("grant", request)
         if ok and attrs is not None:
             return item_int(attrs, "token")
-        if attrs is not None and item_str(attrs, "status") == JobState.SUCCEEDED:
+        status = item_str(attrs, "status") if attrs is not None else None
+        if attrs is None or status in (JobState.FAILED, JobState.DEAD):
+            # The verdict was written and then the lease lapsed (the worker died before it told
+            # Redis), or the item expired after it ended: not run again without a redrive.
+            raise AlreadyFinished(f"job {job_id} already {status or 'ended and its record expired'}; "
+                                  "not run again without a redrive", job_id=job_id,
+                                  status=status or "expired", redrive_gen=gen)
+        if status == JobState.SUCCEEDED:
             # A re-run (its worker crashed before the ack): a newer token, the status stays.
             request = self._request(
                 job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
@@ -204,11 +233,32 @@ class DynamoJobStore:
             attrs, ok = self._update("grant", request)
             if ok and attrs is not None:
                 return item_int(attrs, "token")
-        if attrs is not None and item_str(attrs, "status") not in (JobState.CANCELLED, JobState.SUCCEEDED):
-            self._honour_cancel_request(job_id)
+        if status not in (JobState.CANCELLED, JobState.SUCCEEDED):
+            self._honour(job_id, "grant.cancel")
         raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
 
-    def _honour_cancel_request(self, job_id: str) -> None:
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        """End as cancelled a job whose cancel was requested and which nobody will run any more.
+
+        For a caller that knows no grant can follow: the holder asked to stop died, and Redis
+        removed the job (``cancel`` with ``settle``) or no longer has it. Safe whenever
+        ``cancel_requested`` is set, because a grant then refuses. Returns the cancelled
+        record; a job that finished anyway raises ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        attrs, ok = self._honour(job_id, "honour_cancel")
+        if ok and attrs is not None:
+            return self._record(attrs)
+        if attrs is None:
+            raise JobNotFound(f"no job {job_id}", job_id=job_id)
+        status = item_str(attrs, "status")
+        if status == JobState.CANCELLED:
+            return self._record(attrs)
+        if status in FINAL_STATES:
+            raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+        raise StoreError(f"honour_cancel: no cancel was requested for {job_id} ({status})", job_id=job_id)
+
+    def _honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
         """The holder asked to stop never finished it (crashed, lease expired): cancel now.
 
         A job that finished anyway (its holder wrote a result before seeing the request)
@@ -219,8 +269,9 @@ class DynamoJobStore:
                                 condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
                                 values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
                                         ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                                        ":leased": S(JobState.LEASED), **self._finish_values(now)})
-        self._update("grant.cancel", request)
+                                        ":leased": S(JobState.LEASED), **self._finish_values(now)},
+                                ReturnValues="ALL_NEW")
+        return self._update(operation, request)
 
     # -- fenced writes -----------------------------------------------------------------------
 
@@ -290,7 +341,7 @@ class DynamoJobStore:
         if ok or (old is not None and item_int(old, "token") == token and item_str(old, "status") == state
                   and item_str(old, "last_error") == error):
             return  # written now, or a retry of my own write that had landed
-        self._refuse_if_succeeded(job_id, token, old)
+        self._end_rerun(job_id, token, old)
         raise classify(self._fence, "record_failure", job_id, token, old,
                        lambda msg: StoreError(msg, job_id=job_id, token=token))
 
@@ -305,17 +356,28 @@ class DynamoJobStore:
         if ok or (old is not None and item_int(old, "token") == token
                   and item_str(old, "status") == JobState.QUEUED):
             return  # released now, or a retry of my own release that had landed
-        self._refuse_if_succeeded(job_id, token, old)
+        self._end_rerun(job_id, token, old)
         raise classify(self._fence, "release", job_id, token, old,
                        lambda msg: StoreError(msg, job_id=job_id, token=token))
 
-    @staticmethod
-    def _refuse_if_succeeded(job_id: str, token: int, old: dict[str, Any] | None) -> None:
-        """The current holder of a re-run of a succeeded job: the job keeps its result."""
-        if (old is not None and item_int(old, "token") == token
+    def _end_rerun(self, job_id: str, token: int, old: dict[str, Any] | None) -> None:
+        """The current holder of a re-run of a succeeded job ended it: the job keeps its result.
+
+        The re-run's token stays the newest (nobody is granted after it), so it is recorded
+        as ended (``ended_token``): a ``FencedTable`` write from the re-run's handler after
+        this, such as its abandoned thread after a hard timeout, is refused. Idempotent, so
+        a retry of the failure or release reads the same.
+        """
+        if not (old is not None and item_int(old, "token") == token
                 and item_str(old, "status") == JobState.SUCCEEDED):
-            raise AlreadyFinished(f"job {job_id} already succeeded; this re-run changes nothing",
-                                  job_id=job_id, status=JobState.SUCCEEDED.value, token=token)
+            return
+        if item_int(old, "ended_token") != token:
+            request = self._request(job_id, update="SET #end = :mine",
+                                    condition="#tok = :mine AND #st = :succeeded",
+                                    values={":mine": N(token), ":succeeded": S(JobState.SUCCEEDED)})
+            self._update("end_rerun", request)  # refused: a newer grant retired this token anyway
+        raise AlreadyFinished(f"job {job_id} already succeeded; this re-run changes nothing",
+                              job_id=job_id, status=JobState.SUCCEEDED.value, token=token)
 
     def fenced_table(self, table_name: str, job_id: str, token: int) -> FencedTable:
         """A handler's own table, fenced on this job's token in this jobs table."""
@@ -429,6 +491,38 @@ class DynamoJobStore:
                     return self._record(attrs)
         raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
 
+    def redrive(self, job_id: str) -> int:
+        """The jobs-table half of a redrive: mint the job's next redrive generation.
+
+        ``sluice.redrive`` calls this before it moves the job out of Redis's dead set with
+        the generation, which the next lease hands to the grant. The status stays as it is
+        until that grant (so a redrive whose Redis half fails changes nothing); the item
+        stops expiring (its token must survive until the job runs) and an earlier cancel
+        request is dropped (the operator's redrive supersedes it). Refused with
+        ``JobNotFound`` when the item is gone: its record expired (``retention_days``) and
+        with it the job's highest token, so a redrive would hand out tokens that were
+        already used; purge it and enqueue the work again under a new id. A cancelled or
+        succeeded job is ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        request = self._request(
+            job_id, update="ADD #rg :one SET #up = :now REMOVE #exp, #cx",
+            condition="attribute_exists(#id) AND NOT (#st IN (:cancelled, :succeeded))",
+            values={":one": N(1), ":now": N(self._now_ms()), ":cancelled": S(JobState.CANCELLED),
+                    ":succeeded": S(JobState.SUCCEEDED)},
+            ReturnValues="UPDATED_NEW")
+        attrs, ok = self._update("redrive", request)
+        if ok and attrs is not None:
+            return item_int(attrs, "redrive_gen")
+        if attrs is None:
+            raise JobNotFound(f"job {job_id} has no record in the jobs table: it expired after it ended "
+                              "(or the relay has not settled its ending yet); a redrive could hand out "
+                              "fencing tokens already used, so it is refused. Purge it and enqueue the "
+                              "work again under a new id", job_id=job_id)
+        status = item_str(attrs, "status")
+        raise AlreadyFinished(f"job {job_id} already {status}; a redrive cannot run it again",
+                              job_id=job_id, status=status)
+
     def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
         """Cancel a job that may have no item yet (the gateway writes none on accept).
 
@@ -460,9 +554,14 @@ class DynamoJobStore:
 
         Applies only while the item is not final (a worker's own verdict, or a succeeded
         result, always wins); creates the item if the relay's ``mark_queued`` never did.
+        Fenced like every write: only on the attempt that ended, that is while no grant
+        of a newer redrive generation than the entry's (``run_gen > redrive_gen``) has
+        happened; a job leaves Redis's dead set or comes back after a cancel only through
+        a redrive, so a newer grant within the same generation cannot exist.
         True if written, False if the item had already moved on.
         """
         job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
+        gen = _generation(ended.redrive_gen or 0)
         if ended.state not in (JobState.DEAD, JobState.CANCELLED):
             raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
         why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
@@ -474,10 +573,11 @@ class DynamoJobStore:
             update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
                    "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
-            condition="attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)",
+            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
+                      "AND (attribute_not_exists(#run) OR #run <= :gen)",
             values={":state": S(ended.state), ":err": S(why[:MAX_ERROR_CHARS]), ":queue": S(queue),
                     ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                    ":leased": S(JobState.LEASED), **self._finish_values(now)})
+                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
         _, ok = self._update("settle_ended", request)
         return ok
 
@@ -507,7 +607,8 @@ class DynamoJobStore:
             finished_at_ms=finished if finished >= 0 else None, last_error=item_str(item, "last_error"),
             result=result, result_ref=ref,
             result_token=item_int(item, "result_token", -1) if "result_token" in item else None,
-            cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)))
+            cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)),
+            redrive_gen=item_int(item, "redrive_gen"))
 
     def close(self) -> None:
         self._pool.close()

@@ -12,6 +12,9 @@
 --        expires or is redriven: a lease itself writes nothing to the job hash.
 --   c    "1" when a cancel was requested while the job was leased
 --   err  the last error
+--   g    redrive generation (absent = 0): set by redrive.lua to the generation the jobs
+--        table minted for that redrive; lease hands it to the worker, whose grant may
+--        leave a final item only for a newer generation (docs/store.md)
 -- A job's state is where its id is: ready or delayed (waiting), leased (and a field in
 -- the tokens hash holding its lease token), or dead.
 --
@@ -159,6 +162,13 @@ local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
 end
 
+-- The settle-set member recording that job `id` (redrive generation `g`, a hash field
+-- value or false) ended in `state` with no worker left to tell the jobs table:
+-- "<state>:<g>:<id>". The relay fences its DynamoDB write on the generation (docs/store.md).
+local function settle_member(state, id, g)
+  return state .. ':' .. (g or '0') .. ':' .. id
+end
+
 -- Put one job back in ready at the end of its priority band.
 local function to_ready(ready, seqkey, id, priority)
   local seq = redis.call('INCR', seqkey)
@@ -202,11 +212,11 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
     local dz, sz = {}, {}
     for _, id in ipairs(gone) do
       local key = prefix .. id
-      local f = redis.call('HMGET', key, 'a', 'm', 'c')
+      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
       if f[3] == '1' then
         redis.call('DEL', key)
         sz[#sz + 1] = now
-        sz[#sz + 1] = 'cancelled:' .. id
+        sz[#sz + 1] = settle_member('cancelled', id, f[4])
       elseif f[2] then
         local a = (tonumber(f[1]) or 0) + 1
         redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
@@ -214,7 +224,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           dz[#dz + 1] = now
           dz[#dz + 1] = id
           sz[#sz + 1] = now
-          sz[#sz + 1] = 'dead:' .. id
+          sz[#sz + 1] = settle_member('dead', id, f[4])
         else
           to_front(ready, seqkey, id, priority_of(f[2]))
         end

@@ -2,24 +2,35 @@
 --
 -- Input
 --   KEYS[1] job hash  KEYS[2] ready  KEYS[3] delayed  KEYS[4] dead  (zsets)
---   KEYS[5] tokens hash
+--   KEYS[5] tokens hash  KEYS[6] settle zset
 --   ARGV[1] job_id
+--   ARGV[2] settle  "0" | "1": "1" when the jobs table still says the job is leased (its
+--           holder died and its lease was reclaimed, so it waits again): removing it must
+--           also record "cancelled:<g>:<id>" in settle, or nothing would ever end the item
 -- Output
---   "removed"    it was waiting (ready or delayed): hash and zset entry deleted
+--   "removed"    it was waiting (ready or delayed): hash and zset entry deleted (and, with
+--                settle "1", the ending recorded in settle, score = Redis time)
 --   "requested"  it is leased: c = 1 on the hash. extend reports it to the worker; when
 --                the lease ends other than by ack/fail (release, expiry) the job is removed,
 --                and fail dead-letters it instead of retrying.
 -- Errors (nothing written)
 --   NOT_FOUND job=<id>         ALREADY_FINISHED job=<id> (it is dead-lettered)
+--   INVALID_INPUT settle
 
-local key, ready, delayed, dead, tokens, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
+--@include _lib.lua
+
+local key, ready, delayed, dead, tokens, settle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, record = ARGV[1], ARGV[2]
+if record ~= '0' and record ~= '1' then return invalid('settle') end
 if redis.call('EXISTS', key) == 0 then return redis.error_reply('NOT_FOUND job=' .. id) end
 if redis.call('HEXISTS', tokens, id) == 1 then
   redis.call('HSET', key, 'c', '1')
   return 'requested'
 end
 if redis.call('ZSCORE', dead, id) then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
+local g = redis.call('HGET', key, 'g')
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)
+if record == '1' then redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, g)) end
 return 'removed'

@@ -13,7 +13,7 @@
 --   "retry"  otherwise: to delayed at now + retry_after_ms, or straight to ready
 --   Either way the attempt is counted (a + 1) and the error kept. A non-permanent
 --   failure that ends in dead (cancel requested, or attempts used up) also adds
---   "cancelled:<id>" / "dead:<id>" to settle: the worker may have told the store "queued".
+--   "cancelled:<g>:<id>" / "dead:<g>:<id>" to settle (g: the job's redrive generation): the worker may have told the store "queued".
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
@@ -33,7 +33,7 @@ if permanent ~= '0' and permanent ~= '1' then return invalid('permanent') end
 local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
 if bad then return redis.error_reply(bad) end
 
-local f = redis.call('HMGET', key, 'a', 'm', 'c')
+local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
 local a = (tonumber(f[1]) or 0) + 1
 local now = now_ms()
 redis.call('ZREM', leased, id)
@@ -42,7 +42,7 @@ redis.call('HSET', key, 'a', a, 'err', err)
 if permanent == '1' or f[3] == '1' or a >= max_attempts_of(f[2]) then
   redis.call('ZADD', dead, now, id)
   if permanent == '0' then
-    redis.call('ZADD', settle, now, (f[3] == '1' and 'cancelled:' or 'dead:') .. id)
+    redis.call('ZADD', settle, now, settle_member(f[3] == '1' and 'cancelled' or 'dead', id, f[4]))
   end
   return 'dead'
 end

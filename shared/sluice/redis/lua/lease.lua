@@ -11,7 +11,9 @@
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
 --                          (an expired lease's job goes to the front of its band: _lib.lua to_front)
 -- Output
---   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>", payload}
+--   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>[ <g>]", payload}
+--   g is the job's redrive generation, present only once it was redriven (docs/store.md):
+--   the worker's grant needs it to leave a final item.
 --   The k-th job returned (k = 1, 2, ...) has token t0 + k and attempt a + 1 (a = attempts
 --   used before; it is written to the job only if this lease fails or expires).
 --   meta = "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>"; a lease's deadline
@@ -54,14 +56,15 @@ local deadline = lease_ms > 0 and string.format('%d', now + lease_ms)
 local lz, tz = {}, {}
 for i = 1, #popped, 2 do
   local id = popped[i]
-  local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm')
+  local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm', 'g')
   if f[1] then
     token = token + 1
     lz[#lz + 1] = deadline or now + tonumber(string.match(f[3], '^%d,%d+,(%d+)'))
     lz[#lz + 1] = id
     tz[#tz + 1] = id
     tz[#tz + 1] = token
-    out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3]
+    out[#out + 1] = f[4] and id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. f[4]
+      or id .. ' ' .. (f[2] or '0') .. ' ' .. f[3]
     out[#out + 1] = f[1]
   end
 end

@@ -7,7 +7,7 @@
 -- Output
 --   "released"   back in ready (end of its priority band); attempts unchanged
 --   "cancelled"  a cancel had been requested: the job is removed instead, and
---                "cancelled:<id>" is added to settle (the store was told "queued")
+--                "cancelled:<g>:<id>" is added to settle (the store was told "queued")
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
@@ -19,12 +19,12 @@ if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
 if bad then return redis.error_reply(bad) end
 
-local f = redis.call('HMGET', key, 'm', 'c')
+local f = redis.call('HMGET', key, 'm', 'c', 'g')
 redis.call('ZREM', leased, id)
 redis.call('HDEL', tokens, id)
 if f[2] == '1' then
   redis.call('DEL', key)
-  redis.call('ZADD', settle, now_ms(), 'cancelled:' .. id)
+  redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, f[3]))
   return 'cancelled'
 end
 to_ready(ready, seqkey, id, priority_of(f[1]))

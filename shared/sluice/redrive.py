@@ -1,0 +1,66 @@
+"""Redrive: the one explicit way a dead or failed job runs again (CLI, ops, operator API).
+
+A final state may be left only through a redrive, never through a lease that lapsed
+after the verdict was written. So a redrive is explicit in both authorities, in this
+order:
+
+1. the jobs table mints the job's next redrive generation (``JobStore.redrive``). It
+   refuses a job whose item is gone (its record expired, and with it the highest fencing
+   token: tokens must never go backwards) and a cancelled or succeeded one;
+2. Redis moves the job from its dead set to ready and stores the generation on the job
+   (``JobQueue.redrive``); the next lease hands it to the worker, whose grant leaves the
+   final item only for a generation newer than the one the item last ran under.
+
+A crash between the two leaves a generation nobody carries: the item stays final, the
+job stays dead in Redis, and redriving again works. docs/store.md ("Redrive").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from sluice.errors import AlreadyFinished, JobNotFound
+from sluice.models import validate_job_id, validate_queue_name
+from sluice.ports import JobQueue, JobStore
+
+log = logging.getLogger("sluice.redrive")
+
+PAGE = 1000  # dead letters read per round of a redrive of a whole queue
+MAX_LISTED = 10_000  # the engine's dead_letters limit
+
+
+@dataclass
+class RedriveReport:
+    moved: int = 0
+    refused: dict[str, str] = field(default_factory=dict)  # job id -> why (the store refused it)
+
+
+def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str) -> int:
+    """Redrive one dead job: 1 once moved. JobNotFound / AlreadyFinished say why not."""
+    queue_name, job_id = validate_queue_name(queue_name), validate_job_id(job_id)
+    generation = store.redrive(job_id)
+    moved = queue.redrive(queue_name, job_id, generation)
+    log.info("redrove %s in %s as generation %d", job_id, queue_name, generation,
+             extra={"job_id": job_id, "queue": queue_name, "redrive_gen": generation})
+    return moved
+
+
+def redrive_all(queue: JobQueue, store: JobStore, queue_name: str) -> RedriveReport:
+    """Redrive every dead job of a queue, oldest first; refused ones stay dead and are reported."""
+    queue_name = validate_queue_name(queue_name)
+    report = RedriveReport()
+    while True:
+        limit = min(MAX_LISTED, len(report.refused) + PAGE)
+        page = [d.job_id for d in queue.dead_letters(queue_name, limit) if d.job_id not in report.refused]
+        if not page:
+            return report
+        for job_id in page:
+            try:
+                report.moved += redrive_one(queue, store, queue_name, job_id)
+            except (JobNotFound, AlreadyFinished) as exc:
+                # Refused by the store (expired record, cancelled, succeeded), or no longer dead
+                # in Redis (redriven or purged meanwhile): either way, not ours to move now.
+                report.refused[job_id] = str(exc)
+        if len(report.refused) >= MAX_LISTED:
+            return report  # every listed job is refused; the rest waits for the next run
