@@ -158,9 +158,11 @@ def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redi
 
 def test_ended_job_member_matches_what_the_scripts_write() -> None:
     assert EndedJob(job_id="a", queue="q", state=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:0:a"
-    assert EndedJob(job_id="a", queue="q", state=JobState.DEAD, ended_at_ms=1, redrive_gen=7).member == "dead:7:a"
+    redriven = EndedJob(job_id="a", queue="q", state=JobState.DEAD, ended_at_ms=1, redrive_gen=7)
+    assert redriven.member == "dead:7:a"
     older = EndedJob.parse("dead:a", "q", 5)  # the format before redrive generations
-    assert (older.job_id, older.state, older.redrive_gen, older.member) == ("a", JobState.DEAD, None, "dead:a")
+    assert (older.job_id, older.state, older.redrive_gen, older.member) == (
+        "a", JobState.DEAD, None, "dead:a")
     newer = EndedJob.parse("cancelled:3:a.b-c", "q", 5)
     assert (newer.job_id, newer.state, newer.redrive_gen, newer.member) == (
         "a.b-c", JobState.CANCELLED, 3, "cancelled:3:a.b-c")
