@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -21,7 +22,7 @@ from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.redis.scripts import source
 from tests.integration.test_engine_support import make_queue, score, snapshot, where
-from tests.integration.test_lua_lifecycle import leased
+from tests.integration.test_lua_lifecycle import leased, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
@@ -166,3 +167,80 @@ def test_ended_job_member_matches_what_the_scripts_write() -> None:
     newer = EndedJob.parse("cancelled:3:a.b-c", "q", 5)
     assert (newer.job_id, newer.state, newer.redrive_gen, newer.member) == (
         "a.b-c", JobState.CANCELLED, 3, "cancelled:3:a.b-c")
+
+
+# --- issue 13: the redrive generation, and the cancel of a reclaimed job ---------------------------
+
+
+def test_redrive_stores_the_generation_lease_hands_it_out_and_endings_carry_it(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    leased(rq, "a", lease_ms=20, max_attempts=1)
+    time.sleep(0.05)
+    rq.reap("q")
+    assert list(settle(redis_client)) == ["dead:0:a"]
+    assert rq.redrive("q", "a", generation=3) == 1
+    assert redis_client.hget(K.job("a"), "g") == "3"
+    assert settle(redis_client) == {} and where(redis_client, "q", "a") == {"ready"}
+    [again] = rq.lease("q", 1, 20)
+    assert (again.job_id, again.redrive_gen, again.attempt) == ("a", 3, 1)
+    time.sleep(0.05)
+    rq.reap("q")  # the redriven run's lease expires on its last attempt too
+    assert list(settle(redis_client)) == ["dead:3:a"]
+    assert [e.redrive_gen for e in rq.unsettled("q")] == [3]
+    assert rq.redrive("q", "a") == 1  # generation 0 (no jobs table): the job keeps its generation
+    assert redis_client.hget(K.job("a"), "g") == "3" and settle(redis_client) == {}
+
+
+def test_redrive_drops_a_pending_cancelled_ending_and_an_older_format_entry(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    j = leased(rq, "a", max_attempts=5)
+    rq.cancel("q", "a")
+    assert rq.fail("q", "a", j.token, "boom") == "dead"  # the cancel request turned it dead
+    redis_client.zadd(K.settle, {"dead:a": 1})  # written before generations existed
+    assert set(settle(redis_client)) == {"cancelled:0:a", "dead:a"}
+    rq.redrive("q", "a", generation=1)
+    assert settle(redis_client) == {}
+
+
+def test_settled_forgets_entries_of_both_formats(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    redis_client.zadd(K.settle, {"dead:a": 5, "cancelled:2:b": 6})
+    read = rq.unsettled("q")
+    assert [(e.job_id, e.redrive_gen) for e in read] == [("a", None), ("b", 2)]
+    assert rq.settled("q", read) == 2
+    assert settle(redis_client) == {}
+
+
+def test_cancel_with_settle_records_the_removal_of_a_waiting_job(rq: RedisQueue,
+                                                                 redis_client: redis.Redis) -> None:
+    leased(rq, "a", lease_ms=20, max_attempts=5)
+    time.sleep(0.05)
+    rq.reap("q")  # its holder died: back in ready, while the jobs table still says leased
+    redis_client.hset(K.job("a"), "g", "2")  # as an earlier redrive of generation 2 left it
+    assert rq.cancel("q", "a", settle=True) == "removed"
+    assert where(redis_client, "q", "a") == set() and not redis_client.exists(K.job("a"))
+    assert list(settle(redis_client)) == ["cancelled:2:a"]
+    rq.enqueue(spec("b"))
+    assert rq.cancel("q", "b") == "removed"  # without settle: the store has cancelled it already
+    assert list(settle(redis_client)) == ["cancelled:2:a"]
+
+
+def test_cancel_with_settle_of_a_leased_job_only_marks_it(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    leased(rq, "a")
+    assert rq.cancel("q", "a", settle=True) == "requested"
+    assert redis_client.hget(K.job("a"), "c") == "1" and settle(redis_client) == {}
+
+
+@pytest.mark.parametrize("script,keys,argv", [
+    ("cancel.lua", lambda: [K.job("a"), K.ready, K.delayed, K.dead, K.tokens, K.settle], ["a", "2"]),
+    ("redrive.lua", lambda: [K.job_prefix, K.dead, K.ready, K.seq, K.settle], ["a", "1", "-1"]),
+    ("redrive.lua", lambda: [K.job_prefix, K.dead, K.ready, K.seq, K.settle], ["a", "1", "1e3"]),
+])
+def test_cancel_and_redrive_validate_before_writing(rq: RedisQueue, redis_client: redis.Redis, script: str,
+                                                    keys: Any, argv: list[str]) -> None:
+    leased(rq, "a", lease_ms=20, max_attempts=1)
+    time.sleep(0.05)
+    rq.reap("q")
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+        redis_client.register_script(source(script))(keys=keys(), args=argv)
+    assert snapshot(redis_client) == before
