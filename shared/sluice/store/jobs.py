@@ -20,9 +20,7 @@ fails, is released or dies cannot take the stored result's status away.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,7 +40,6 @@ from sluice.errors import (
 )
 from sluice.models import (
     FINAL_STATES,
-    EndedJob,
     JobRecord,
     JobSpec,
     JobState,
@@ -53,8 +50,10 @@ from sluice.models import (
 )
 from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
+from sluice.store.endings import Endings
 from sluice.store.errors import is_conditional_failure, old_item, translate, translated
 from sluice.store.fenced import EmfMetrics, Fence, FencedTable, classify, item_int, item_str
+from sluice.store.items import MAX_ERROR_CHARS, N, S, _created, _generation
 from sluice.store.results import EncodedResult, S3ResultSink, result_key
 
 if TYPE_CHECKING:
@@ -62,16 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluice.store")
 
-# Every attribute goes through a placeholder: status, token, queue and result are
-# reserved words or close to it, and one table of aliases keeps expressions legible.
-NAMES = {
-    "#id": "job_id", "#q": "queue", "#st": "status", "#att": "attempts", "#tok": "token",
-    "#own": "lease_owner", "#cr": "created_at_ms", "#up": "updated_at_ms", "#fin": "finished_at_ms",
-    "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
-    "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
-    "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
-}
-_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
 FENCE = "#tok = :mine AND #st = :leased"
 # A result may also be written by the current holder of a re-run of a succeeded job, once:
 # its own earlier write (same token) must read as "already written", never land twice.
@@ -83,37 +72,16 @@ NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
 # redrive (sluice.redrive) re-opens a job, never a lease that lapsed after the verdict was written.
 OPEN = "NOT (#st IN (:cancelled, :succeeded, :failed, :dead))"
 REDRIVEN = "(#st IN (:failed, :dead) AND #rg >= :gen AND (attribute_not_exists(#run) OR #run < :gen))"
-MAX_ERROR_CHARS = 4_000  # keeps a huge traceback from pushing the item towards 400 KB
 MAX_OWNER_CHARS = 256
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
-
-
-def S(value: str) -> dict[str, str]:  # DynamoDB's own type letters
-    return {"S": value}
-
-
-def N(value: int) -> dict[str, str]:
-    return {"N": str(value)}
-
-
-def _created(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"invalid enqueue time {value!r}: a non-negative integer (ms)")
-    return value
-
-
-def _generation(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53 - 1:
-        raise InvalidInput(f"invalid redrive generation {value!r}: an integer >= 0")
-    return value
 
 
 def _system_now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class DynamoJobStore:
+class DynamoJobStore(Endings):
     """``ports.JobStore`` on a DynamoDB table, with large results in S3."""
 
     def __init__(self, client: DynamoDBClient, table_name: str = "sluice-jobs", *,
@@ -143,50 +111,6 @@ class DynamoJobStore:
                    results=S3ResultSink(boto3.client("s3", **common), settings.results_bucket),
                    large_result_bytes=settings.large_result_bytes, retention_days=settings.retention_days,
                    metrics=metrics if metrics is not None else EmfMetrics())
-
-    # -- requests ---------------------------------------------------------------------------
-
-    def _request(self, job_id: str, *, update: str | None = None, condition: str | None = None,
-                 values: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-        """A request with only the placeholders its expressions use (DynamoDB rejects unused ones)."""
-        used = set(_PLACEHOLDER.findall(" ".join(e for e in (update, condition) if e)))
-        request: dict[str, Any] = {"TableName": self.table, "Key": {"job_id": S(job_id)}, **extra}
-        if update:
-            request["UpdateExpression"] = update
-        if condition:
-            request["ConditionExpression"] = condition
-            request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-        names = {k: v for k, v in NAMES.items() if k in used}
-        if names:
-            request["ExpressionAttributeNames"] = names
-        vals = {k: v for k, v in (values or {}).items() if k in used}
-        if vals:
-            request["ExpressionAttributeValues"] = vals
-        return request
-
-    def _update(self, operation: str, request: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
-        """(attributes returned, True) on success; (old item, False) if the condition failed."""
-        try:
-            response = self._db.update_item(**request)
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                old = old_item(exc)
-                # ALL_OLD is empty when there is no item; a read confirms it (and covers
-                # emulators that omit the item).
-                return old if old is not None else self._read(request["Key"]["job_id"]["S"]), False
-            raise translate(exc, operation) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, operation) from exc
-        return dict(response.get("Attributes") or {}), True
-
-    def _read(self, job_id: str) -> dict[str, Any] | None:
-        with translated("get_item"):
-            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)}, ConsistentRead=True)
-        item = response.get("Item")
-        return dict(item) if item else None
-
-    def _finish_values(self, now: int) -> dict[str, Any]:
-        return {":now": N(now), ":exp": N(now // 1000 + self.retention_s)}
 
     # -- the token authority ----------------------------------------------------------------
 
@@ -236,42 +160,6 @@ class DynamoJobStore:
         if status not in (JobState.CANCELLED, JobState.SUCCEEDED):
             self._honour(job_id, "grant.cancel")
         raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
-
-    def honour_cancel(self, job_id: str) -> JobRecord:
-        """End as cancelled a job whose cancel was requested and which nobody will run any more.
-
-        For a caller that knows no grant can follow: the holder asked to stop died, and Redis
-        removed the job (``cancel`` with ``settle``) or no longer has it. Safe whenever
-        ``cancel_requested`` is set, because a grant then refuses. Returns the cancelled
-        record; a job that finished anyway raises ``AlreadyFinished``.
-        """
-        job_id = validate_job_id(job_id)
-        attrs, ok = self._honour(job_id, "honour_cancel")
-        if ok and attrs is not None:
-            return self._record(attrs)
-        if attrs is None:
-            raise JobNotFound(f"no job {job_id}", job_id=job_id)
-        status = item_str(attrs, "status")
-        if status == JobState.CANCELLED:
-            return self._record(attrs)
-        if status in FINAL_STATES:
-            raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
-        raise StoreError(f"honour_cancel: no cancel was requested for {job_id} ({status})", job_id=job_id)
-
-    def _honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
-        """The holder asked to stop never finished it (crashed, lease expired): cancel now.
-
-        A job that finished anyway (its holder wrote a result before seeing the request)
-        keeps its final state; it is still not run again.
-        """
-        now = self._now_ms()
-        request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
-                                condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
-                                values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
-                                        ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                                        ":leased": S(JobState.LEASED), **self._finish_values(now)},
-                                ReturnValues="ALL_NEW")
-        return self._update(operation, request)
 
     # -- fenced writes -----------------------------------------------------------------------
 
@@ -461,126 +349,6 @@ class DynamoJobStore:
                                          unprocessed=len(keys))
         return final
 
-    def request_cancel(self, job_id: str) -> JobRecord:
-        job_id = validate_job_id(job_id)
-        for _ in range(5):  # the status may move between our two conditional writes
-            now = self._now_ms()
-            request = self._request(
-                job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
-                condition="#st IN (:accepted, :queued)",
-                values={":cancelled": S(JobState.CANCELLED), ":accepted": S(JobState.ACCEPTED),
-                        ":queued": S(JobState.QUEUED), **self._finish_values(now)},
-                ReturnValues="ALL_NEW")
-            attrs, ok = self._update("request_cancel", request)
-            if ok and attrs is not None:
-                return self._record(attrs)
-            if attrs is None:
-                raise JobNotFound(f"no job {job_id}", job_id=job_id)
-            status = item_str(attrs, "status")
-            if status in FINAL_STATES:
-                raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
-            if status == JobState.LEASED:
-                # The holder sees the flag on its next heartbeat and stops; grant honours it too.
-                request = self._request(job_id, update="SET #cx = :true, #up = :now",
-                                        condition="#st = :leased",
-                                        values={":true": {"BOOL": True}, ":now": N(now),
-                                                ":leased": S(JobState.LEASED)},
-                                        ReturnValues="ALL_NEW")
-                attrs, ok = self._update("request_cancel", request)
-                if ok and attrs is not None:
-                    return self._record(attrs)
-        raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
-
-    def redrive(self, job_id: str) -> int:
-        """The jobs-table half of a redrive: mint the job's next redrive generation.
-
-        ``sluice.redrive`` calls this before it moves the job out of Redis's dead set with
-        the generation, which the next lease hands to the grant. The status stays as it is
-        until that grant (so a redrive whose Redis half fails changes nothing); the item
-        stops expiring (its token must survive until the job runs) and an earlier cancel
-        request is dropped (the operator's redrive supersedes it). Refused with
-        ``JobNotFound`` when the item is gone: its record expired (``retention_days``) and
-        with it the job's highest token, so a redrive would hand out tokens that were
-        already used; purge it and enqueue the work again under a new id. A cancelled or
-        succeeded job is ``AlreadyFinished``.
-        """
-        job_id = validate_job_id(job_id)
-        request = self._request(
-            job_id, update="ADD #rg :one SET #up = :now REMOVE #exp, #cx",
-            condition="attribute_exists(#id) AND NOT (#st IN (:cancelled, :succeeded))",
-            values={":one": N(1), ":now": N(self._now_ms()), ":cancelled": S(JobState.CANCELLED),
-                    ":succeeded": S(JobState.SUCCEEDED)},
-            ReturnValues="UPDATED_NEW")
-        attrs, ok = self._update("redrive", request)
-        if ok and attrs is not None:
-            return item_int(attrs, "redrive_gen")
-        if attrs is None:
-            raise JobNotFound(f"job {job_id} has no record in the jobs table: it expired after it ended "
-                              "(or the relay has not settled its ending yet); a redrive could hand out "
-                              "fencing tokens already used, so it is refused. Purge it and enqueue the "
-                              "work again under a new id", job_id=job_id)
-        status = item_str(attrs, "status")
-        raise AlreadyFinished(f"job {job_id} already {status}; a redrive cannot run it again",
-                              job_id=job_id, status=status)
-
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
-        """Cancel a job that may have no item yet (the gateway writes none on accept).
-
-        Creates a ``cancelled`` item when there is none; otherwise ``request_cancel``
-        (so a finished job raises AlreadyFinished and a leased one is flagged).
-        ``created_at_ms``: when the job was accepted, if known (0: now).
-        """
-        job_id, queue, created = validate_job_id(job_id), validate_queue_name(queue), _created(created_at_ms)
-        if not isinstance(reason, str) or not reason:
-            raise InvalidInput("reason must be a non-empty string")
-        now = self._now_ms()
-        item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
-                "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
-                "finished_at_ms": N(now),
-                "last_error": S(reason[:MAX_ERROR_CHARS]), "expires_at": N(now // 1000 + self.retention_s)}
-        try:
-            self._db.put_item(TableName=self.table, Item=item,
-                              ConditionExpression="attribute_not_exists(job_id)")
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise translate(exc, "cancel_unrecorded") from exc
-            return self.request_cancel(job_id)
-        except BotoCoreError as exc:
-            raise translate(exc, "cancel_unrecorded") from exc
-        return self._record(item)
-
-    def settle_ended(self, ended: EndedJob) -> bool:
-        """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
-
-        Applies only while the item is not final (a worker's own verdict, or a succeeded
-        result, always wins); creates the item if the relay's ``mark_queued`` never did.
-        Fenced like every write: only on the attempt that ended, that is while no grant
-        of a newer redrive generation than the entry's (``run_gen > redrive_gen``) has
-        happened; a job leaves Redis's dead set or comes back after a cancel only through
-        a redrive, so a newer grant within the same generation cannot exist.
-        True if written, False if the item had already moved on.
-        """
-        job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
-        gen = _generation(ended.redrive_gen or 0)
-        if ended.state not in (JobState.DEAD, JobState.CANCELLED):
-            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
-        why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
-            "the lease expired on the last attempt" if ended.state is JobState.DEAD
-            else "cancelled: the lease ended after a cancel request")
-        now = self._now_ms()
-        request = self._request(
-            job_id,
-            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
-                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
-                   "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
-            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
-                      "AND (attribute_not_exists(#run) OR #run <= :gen)",
-            values={":state": S(ended.state), ":err": S(why[:MAX_ERROR_CHARS]), ":queue": S(queue),
-                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
-        _, ok = self._update("settle_ended", request)
-        return ok
-
     # -- reads -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str, *, load_result: bool = True) -> JobRecord:
@@ -590,25 +358,6 @@ class DynamoJobStore:
         if item is None or 0 < item_int(item, "expires_at") <= self._now_ms() // 1000:
             raise JobNotFound(f"no job {job_id}", job_id=job_id)
         return self._record(item, load_result=load_result)
-
-    def _record(self, item: dict[str, Any], *, load_result: bool = True) -> JobRecord:
-        result: Any = None
-        if (text := item_str(item, "result")) is not None:
-            result = json.loads(text)
-        ref = item_str(item, "result_ref")
-        if ref is not None and load_result and self._results is not None:
-            result = json.loads(self._results.get(ref))
-        finished = item_int(item, "finished_at_ms", -1)
-        return JobRecord(
-            job_id=item_str(item, "job_id") or "", queue=item_str(item, "queue") or "",
-            status=JobState(item_str(item, "status") or ""), attempts=item_int(item, "attempts"),
-            token=item_int(item, "token"), lease_owner=item_str(item, "lease_owner"),
-            created_at_ms=item_int(item, "created_at_ms"), updated_at_ms=item_int(item, "updated_at_ms"),
-            finished_at_ms=finished if finished >= 0 else None, last_error=item_str(item, "last_error"),
-            result=result, result_ref=ref,
-            result_token=item_int(item, "result_token", -1) if "result_token" in item else None,
-            cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)),
-            redrive_gen=item_int(item, "redrive_gen"))
 
     def close(self) -> None:
         self._pool.close()

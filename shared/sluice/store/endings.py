@@ -1,0 +1,184 @@
+"""Writes to the jobs table outside a lease: cancel, redrive, and endings Redis made.
+
+``request_cancel`` / ``cancel_unrecorded`` / ``honour_cancel`` (docs/api.md, DELETE),
+``redrive`` (the jobs-table half of ``sluice.redrive``: the redrive generation) and
+``settle_ended`` (the relay's write of a settle entry, fenced on that generation). See
+docs/store.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound, StoreError
+from sluice.models import (
+    FINAL_STATES,
+    EndedJob,
+    JobRecord,
+    JobState,
+    validate_job_id,
+    validate_queue_name,
+)
+from sluice.store.errors import is_conditional_failure, translate
+from sluice.store.fenced import item_int, item_str
+from sluice.store.items import MAX_ERROR_CHARS, ItemTable, N, S, _created, _generation
+
+
+class Endings(ItemTable):
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        """End as cancelled a job whose cancel was requested and which nobody will run any more.
+
+        For a caller that knows no grant can follow: the holder asked to stop died, and Redis
+        removed the job (``cancel`` with ``settle``) or no longer has it. Safe whenever
+        ``cancel_requested`` is set, because a grant then refuses. Returns the cancelled
+        record; a job that finished anyway raises ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        attrs, ok = self._honour(job_id, "honour_cancel")
+        if ok and attrs is not None:
+            return self._record(attrs)
+        if attrs is None:
+            raise JobNotFound(f"no job {job_id}", job_id=job_id)
+        status = item_str(attrs, "status")
+        if status == JobState.CANCELLED:
+            return self._record(attrs)
+        if status in FINAL_STATES:
+            raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+        raise StoreError(f"honour_cancel: no cancel was requested for {job_id} ({status})", job_id=job_id)
+
+    def _honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
+        """The holder asked to stop never finished it (crashed, lease expired): cancel now.
+
+        A job that finished anyway (its holder wrote a result before seeing the request)
+        keeps its final state; it is still not run again.
+        """
+        now = self._now_ms()
+        request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                                condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
+                                values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
+                                        ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                                        ":leased": S(JobState.LEASED), **self._finish_values(now)},
+                                ReturnValues="ALL_NEW")
+        return self._update(operation, request)
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        job_id = validate_job_id(job_id)
+        for _ in range(5):  # the status may move between our two conditional writes
+            now = self._now_ms()
+            request = self._request(
+                job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                condition="#st IN (:accepted, :queued)",
+                values={":cancelled": S(JobState.CANCELLED), ":accepted": S(JobState.ACCEPTED),
+                        ":queued": S(JobState.QUEUED), **self._finish_values(now)},
+                ReturnValues="ALL_NEW")
+            attrs, ok = self._update("request_cancel", request)
+            if ok and attrs is not None:
+                return self._record(attrs)
+            if attrs is None:
+                raise JobNotFound(f"no job {job_id}", job_id=job_id)
+            status = item_str(attrs, "status")
+            if status in FINAL_STATES:
+                raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+            if status == JobState.LEASED:
+                # The holder sees the flag on its next heartbeat and stops; grant honours it too.
+                request = self._request(job_id, update="SET #cx = :true, #up = :now",
+                                        condition="#st = :leased",
+                                        values={":true": {"BOOL": True}, ":now": N(now),
+                                                ":leased": S(JobState.LEASED)},
+                                        ReturnValues="ALL_NEW")
+                attrs, ok = self._update("request_cancel", request)
+                if ok and attrs is not None:
+                    return self._record(attrs)
+        raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
+
+    def redrive(self, job_id: str) -> int:
+        """The jobs-table half of a redrive: mint the job's next redrive generation.
+
+        ``sluice.redrive`` calls this before it moves the job out of Redis's dead set with
+        the generation, which the next lease hands to the grant. The status stays as it is
+        until that grant (so a redrive whose Redis half fails changes nothing); the item
+        stops expiring (its token must survive until the job runs) and an earlier cancel
+        request is dropped (the operator's redrive supersedes it). Refused with
+        ``JobNotFound`` when the item is gone: its record expired (``retention_days``) and
+        with it the job's highest token, so a redrive would hand out tokens that were
+        already used; purge it and enqueue the work again under a new id. A cancelled or
+        succeeded job is ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        request = self._request(
+            job_id, update="ADD #rg :one SET #up = :now REMOVE #exp, #cx",
+            condition="attribute_exists(#id) AND NOT (#st IN (:cancelled, :succeeded))",
+            values={":one": N(1), ":now": N(self._now_ms()), ":cancelled": S(JobState.CANCELLED),
+                    ":succeeded": S(JobState.SUCCEEDED)},
+            ReturnValues="UPDATED_NEW")
+        attrs, ok = self._update("redrive", request)
+        if ok and attrs is not None:
+            return item_int(attrs, "redrive_gen")
+        if attrs is None:
+            raise JobNotFound(f"job {job_id} has no record in the jobs table: it expired after it ended "
+                              "(or the relay has not settled its ending yet); a redrive could hand out "
+                              "fencing tokens already used, so it is refused. Purge it and enqueue the "
+                              "work again under a new id", job_id=job_id)
+        status = item_str(attrs, "status")
+        raise AlreadyFinished(f"job {job_id} already {status}; a redrive cannot run it again",
+                              job_id=job_id, status=status)
+
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
+        """Cancel a job that may have no item yet (the gateway writes none on accept).
+
+        Creates a ``cancelled`` item when there is none; otherwise ``request_cancel``
+        (so a finished job raises AlreadyFinished and a leased one is flagged).
+        ``created_at_ms``: when the job was accepted, if known (0: now).
+        """
+        job_id, queue, created = validate_job_id(job_id), validate_queue_name(queue), _created(created_at_ms)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInput("reason must be a non-empty string")
+        now = self._now_ms()
+        item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
+                "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
+                "finished_at_ms": N(now),
+                "last_error": S(reason[:MAX_ERROR_CHARS]), "expires_at": N(now // 1000 + self.retention_s)}
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise translate(exc, "cancel_unrecorded") from exc
+            return self.request_cancel(job_id)
+        except BotoCoreError as exc:
+            raise translate(exc, "cancel_unrecorded") from exc
+        return self._record(item)
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
+
+        Applies only while the item is not final (a worker's own verdict, or a succeeded
+        result, always wins); creates the item if the relay's ``mark_queued`` never did.
+        Fenced like every write: only on the attempt that ended, that is while no grant
+        of a newer redrive generation than the entry's (``run_gen > redrive_gen``) has
+        happened; a job leaves Redis's dead set or comes back after a cancel only through
+        a redrive, so a newer grant within the same generation cannot exist.
+        True if written, False if the item had already moved on.
+        """
+        job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
+        gen = _generation(ended.redrive_gen or 0)
+        if ended.state not in (JobState.DEAD, JobState.CANCELLED):
+            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
+        why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
+            "the lease expired on the last attempt" if ended.state is JobState.DEAD
+            else "cancelled: the lease ended after a cancel request")
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
+                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
+                   "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
+            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
+                      "AND (attribute_not_exists(#run) OR #run <= :gen)",
+            values={":state": S(ended.state), ":err": S(why[:MAX_ERROR_CHARS]), ":queue": S(queue),
+                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
+        _, ok = self._update("settle_ended", request)
+        return ok
