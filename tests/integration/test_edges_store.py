@@ -9,12 +9,14 @@ step (``RelayControl._settle``): read the settle set, write each ending, forget 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 import sluice
+import sluice.errors
 from sluice.api import Api
 from sluice.errors import AlreadyFinished, JobNotFound
 from sluice.local.servers import Server
@@ -279,3 +281,42 @@ def test_grant_refuses_a_redriven_generation_the_item_never_issued(stack: Stack,
     stack.store.record_failure(job_id, token, "boom", "failed")
     with pytest.raises(AlreadyFinished):
         stack.store.grant(job_id, Q, "B", 7)
+
+
+# -- minor: the abandoned thread of a re-run that passed its hard timeout cannot write -----------------
+
+
+def test_abandoned_thread_of_a_timed_out_rerun_of_a_succeeded_job_cannot_write(stack: Stack,
+                                                                                unique: str) -> None:
+    side = f"side-{unique}"
+    db = stack.store._db
+    db.create_table(TableName=side, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                    BillingMode="PAY_PER_REQUEST")
+    job_id = f"r1-{unique}"
+    job = leased(stack, job_id)
+    first = stack.store.grant(job_id, Q, "A", job.redrive_gen)
+    stack.store.write_result(job_id, first, {"ok": True})  # A dies before its ack
+    lapse(stack)
+    late: list[str] = []
+    done = threading.Event()
+    app = sluice.Worker()
+
+    @app.handler(Q, timeout_s=0.2)
+    def slow(job: Job, ctx: JobContext) -> None:
+        time.sleep(0.5)  # past the hard timeout: the runtime has given up on this thread
+        try:
+            ctx.fenced_table(side).put_item({"pk": "late"})
+            late.append("written")
+        except sluice.errors.SluiceError as exc:
+            late.append(type(exc).__name__)
+        done.set()
+
+    w = app.bind(queue=stack.queue, store=stack.store, options=WorkerOptions(lease_ms=5_000),
+                 worker_id="edges-rerun")
+    assert w.drain([Q], 1).as_dict()["succeeded"] == 1  # the re-run ended; the stored result stands
+    assert done.wait(5)
+    assert late == ["LeaseLost"]
+    assert db.scan(TableName=side)["Items"] == []
+    record = stack.store.get_job(job_id)
+    assert (record.status, record.result, record.token) == (JobState.SUCCEEDED, {"ok": True}, first + 1)
