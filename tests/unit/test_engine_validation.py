@@ -47,6 +47,11 @@ def raw(**overrides: Any) -> JobSpec:
     lambda rq: rq.cancel("q", ""),
     lambda rq: rq.reap("q", 0),
     lambda rq: rq.redrive("q", "a:b"),
+    lambda rq: rq.redrive("q", "a", generation=-1),
+    lambda rq: rq.redrive("q", "a", generation=True),
+    lambda rq: rq.redrive("q", "a", generation=2**53),
+    lambda rq: rq.redrive("q", None, generation=1),  # a generation belongs to one job
+    lambda rq: rq.cancel("q", "a", settle=1),
     lambda rq: rq.dead_letters("q", 0),
     lambda rq: rq.set_config("q", max_in_flight=-1),
     lambda rq: rq.set_config("q"),

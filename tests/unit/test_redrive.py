@@ -1,0 +1,78 @@
+"""sluice.redrive: the jobs table first (a generation), then Redis with it; refusals reported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound
+from sluice.models import DeadJob
+from sluice.redrive import redrive_all, redrive_one
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.log: list[tuple[Any, ...]] = []
+
+
+class Store:
+    def __init__(self, calls: Calls, refuse: dict[str, Exception] | None = None) -> None:
+        self.calls, self.refuse = calls, refuse or {}
+        self.gens: dict[str, int] = {}
+
+    def redrive(self, job_id: str) -> int:
+        self.calls.log.append(("store", job_id))
+        if job_id in self.refuse:
+            raise self.refuse[job_id]
+        self.gens[job_id] = self.gens.get(job_id, 0) + 1
+        return self.gens[job_id]
+
+
+class Queue:
+    def __init__(self, calls: Calls, dead: list[str]) -> None:
+        self.calls, self.dead = calls, list(dead)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        return [DeadJob(job_id=j, queue=queue, attempts=1, last_error=None, died_at_ms=0)
+                for j in self.dead[:limit]]
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        self.calls.log.append(("redis", job_id, generation))
+        if job_id not in self.dead:
+            raise JobNotFound(f"{job_id} is not dead")
+        self.dead.remove(job_id)
+        return 1
+
+
+def test_one_redrive_asks_the_store_first_and_hands_redis_its_generation() -> None:
+    calls = Calls()
+    store, queue = Store(calls), Queue(calls, ["a"])
+    assert redrive_one(queue, store, "q", "a") == 1  # type: ignore[arg-type]
+    assert calls.log == [("store", "a"), ("redis", "a", 1)]
+
+
+def test_a_refused_redrive_never_touches_redis() -> None:
+    calls = Calls()
+    store = Store(calls, {"a": JobNotFound("expired")})
+    queue = Queue(calls, ["a"])
+    with pytest.raises(JobNotFound):
+        redrive_one(queue, store, "q", "a")  # type: ignore[arg-type]
+    assert calls.log == [("store", "a")] and queue.dead == ["a"]
+
+
+@pytest.mark.parametrize("queue_name,job_id", [("Bad Queue", "a"), ("q", "a:b"), ("q", "")])
+def test_bad_input_is_refused_before_anything_is_written(queue_name: str, job_id: str) -> None:
+    calls = Calls()
+    with pytest.raises(InvalidInput):
+        redrive_one(Queue(calls, [job_id]), Store(calls), queue_name, job_id)  # type: ignore[arg-type]
+    assert calls.log == []
+
+
+def test_redrive_all_moves_what_it_may_and_reports_the_rest() -> None:
+    calls = Calls()
+    store = Store(calls, {"old": JobNotFound("expired"), "done": AlreadyFinished("succeeded")})
+    queue = Queue(calls, ["old", "a", "done", "b"])
+    report = redrive_all(queue, store, "q")  # type: ignore[arg-type]
+    assert report.moved == 2 and set(report.refused) == {"old", "done"}
+    assert queue.dead == ["old", "done"]  # left dead, and the loop ended
