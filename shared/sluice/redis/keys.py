@@ -8,15 +8,16 @@ outside scripts, because a script may not span slots.
 Layout of queue ``q`` (docs/engine.md has the state machine):
 
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
-                                   a attempts used; c cancel requested; err last error
+                                   a attempts used; c cancel requested; err last error; g redrive generation
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
                                    (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
     sluice:{q}:leased       zset   score = lease deadline ms
     sluice:{q}:tokens       hash   job id -> token of its current lease (present iff leased)
     sluice:{q}:dead         zset   score = died-at ms
-    sluice:{q}:settle       zset   "dead:<id>" / "cancelled:<id>", score = when: leases that expired into a
-                                   final state the jobs table has not been told yet (the relay settles them)
+    sluice:{q}:settle       zset   "dead:<g>:<id>" / "cancelled:<g>:<id>" (g: redrive generation), score =
+                                   when: endings (expiry into a final state, a cancel) the jobs table has
+                                   not been told yet (the relay settles them, fenced on g)
     sluice:{q}:seq          string FIFO order and lease tokens (one INCRBY per lease call)
     sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
@@ -74,8 +75,9 @@ class QueueKeys:
 
     @property
     def settle(self) -> str:
-        """zset of "<state>:<id>": an expiry that ended a job (dead, or dropped after a cancel
-        request) is recorded here in the same script, because no worker is left to tell DynamoDB."""
+        """zset of settle entries "<state>:<g>:<id>" (g: the job's redrive generation): an ending
+        (dead, or dropped after a cancel request) is recorded here in the same script, because no
+        worker is left to tell DynamoDB."""
         return f"{self.base}:settle"
 
     @property

@@ -5,7 +5,7 @@
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
 --   KEYS[6] tokens hash  KEYS[7] seq
---   KEYS[8] settle zset: "dead:<id>" / "cancelled:<id>" for each expiry that ended a job
+--   KEYS[8] settle zset: "dead:<g>:<id>" / "cancelled:<g>:<id>" for each expiry that ended a job
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output
 --   {expired, promoted}. An expired lease counts as an attempt: the job goes back to
