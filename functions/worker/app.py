@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch
+from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch, prepare
+
+# At init, once per container: load the handlers module and refuse any handler whose timeout
+# cannot fit this function's Timeout (HandlerDoesNotFit names it), rather than lease nothing.
+prepare()
 
 
 def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     lambda_margin_ms: int = Field(default=2_000, ge=0)
     # A job is granted its fencing token only with this much lease left (policy.grant_margin_ms).
     grant_margin_ms: int = Field(default=5_000, ge=0)
+    # The worker function's Timeout, which Lambda does not expose to its code: template.yaml passes
+    # it from the same parameter. Sets the invocation budget that handler timeouts must fit
+    # (policy.invocation_budget_ms); None (a long-running worker process) means no budget.
+    function_timeout_s: int | None = Field(default=None, ge=1, le=900)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
     handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
     history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)

@@ -127,6 +127,13 @@ class ConfigError(SluiceError):
     code = "CONFIG_ERROR"
 
 
+class HandlerDoesNotFit(ConfigError):
+    """A handler's hard timeout is longer than the worker function's invocation budget: no
+    invocation could ever lease its jobs. The worker refuses to start rather than lease nothing."""
+
+    code = "HANDLER_DOES_NOT_FIT"
+
+
 ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (

@@ -71,6 +71,26 @@ def can_grant(remaining_ms: float, lease_ms: int, margin_ms: int, heartbeat_frac
     return remaining_ms > 0 and remaining_ms >= grant_margin_ms(lease_ms, margin_ms, heartbeat_fraction)
 
 
+def invocation_budget_ms(function_timeout_ms: int, margin_ms: int) -> int:
+    """The longest hard timeout a job may have and still be leased by an invocation of a
+    function with this timeout.
+
+    The invocation's first lease comes only after its own start (settings, clients, the first
+    Redis round trip), so a job whose timeout equalled ``function timeout - margin`` could
+    never be leased: ``TimeBudget.fit`` would see less than that left. The start-up allowance
+    is a tenth of the timeout, at least a second. Zero or less means no job can ever run.
+    """
+    allowance_ms = max(1_000, function_timeout_ms // 10)
+    return function_timeout_ms - margin_ms - allowance_ms
+
+
+def default_job_timeout_ms(lease_ms: int, budget_ms: int | None) -> int:
+    """The hard timeout of a handler registered without one: 10 leases, or the invocation's
+    budget where that is shorter (a Lambda worker), so that such a handler always runs."""
+    ten_leases = lease_plan(lease_ms).hard_timeout_s * 1000
+    return int(ten_leases if budget_ms is None else min(ten_leases, budget_ms))
+
+
 def can_finish_before(remaining_ms: int, job_timeout_ms: int, margin_ms: int) -> bool:
     """A Lambda worker leases a job only if the job can finish before the function times out."""
     return remaining_ms >= job_timeout_ms + margin_ms

@@ -3,7 +3,9 @@
 The event is ``models.DispatchEvent``: from the relay's async dispatch or from the
 scheduled safety-net rule, whose constant Input has the same shape. The handler
 module (``Settings.handlers_module``) must expose a ``sluice.Worker``, by
-convention named ``app``.
+convention named ``app``. ``prepare`` loads it once per container (the function's
+module calls it at init) and refuses handlers whose timeout cannot fit the function's
+invocation budget (``WorkerOptions.check_fits``).
 """
 
 from __future__ import annotations
@@ -58,19 +60,42 @@ def load_app(module_name: str) -> Worker:
     raise HandlerNotFound(f"module {module_name!r} must define exactly one sluice.Worker, named app")
 
 
+_prepared: dict[tuple[str, WorkerOptions], Worker] = {}
+
+
+def prepare(settings: Settings | None = None) -> tuple[Worker, WorkerOptions]:
+    """The handlers module's Worker and the options it runs with, checked once per container.
+
+    Raises ``HandlerDoesNotFit`` (naming the handler, its timeout and the budget) where a
+    handler's timeout cannot fit an invocation of the worker function.
+    """
+    from sluice import wiring
+
+    s = settings or wiring.settings()
+    options = WorkerOptions.from_settings(s)
+    key = (s.handlers_module, options)
+    app = _prepared.get(key)
+    if app is None:
+        app = load_app(s.handlers_module)
+        options.check_fits(app.handlers.values())
+        _prepared[key] = app
+    return app, options
+
+
 def handle_dispatch(event: object, context: LambdaContextLike,
                     settings: Settings | None = None) -> dict[str, Any]:
     from sluice import wiring
 
     dispatch = parse_dispatch(event)
     s = settings or wiring.settings()
+    app, options = prepare(s)
     queue, store = wiring.queue(s), wiring.store(s)
     if s.history_path:  # local stack and chaos runs: record grants, writes and acks (sluice.local.history)
         from sluice.local.history import recorded
 
         queue, store = recorded(queue, store, s.history_path)
-    worker = load_app(s.handlers_module).bind(
-        queue=queue, store=store, options=WorkerOptions.from_settings(s),
+    worker = app.bind(
+        queue=queue, store=store, options=options,
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import InvalidInput
+from sluice.errors import HandlerDoesNotFit, InvalidInput
 from sluice.models import MAX_LEASE_MS, MIN_LEASE_MS, validate_queue_name
-from sluice.policy import lease_plan
+from sluice.policy import default_job_timeout_ms, invocation_budget_ms
 
 if TYPE_CHECKING:
     from sluice.config import Settings
@@ -31,6 +31,8 @@ class WorkerOptions:
     covers its hard timeout plus this margin (writing, acking, releasing the rest).
     ``grant_margin_ms`` is the lease a job must have left to be granted its fencing token
     (``policy.grant_margin_ms``); with less, it is released without running.
+    ``invocation_budget_ms`` is the longest hard timeout an invocation of the worker function
+    can lease (``policy.invocation_budget_ms``); None means no deadline (a worker process).
     """
 
     lease_ms: int | None = 30_000
@@ -43,6 +45,7 @@ class WorkerOptions:
     budget_lease_ms: int = 30_000  # the lease assumed for hard timeouts when lease_ms is None
     retry_base_ms: int = 1_000  # backoff for a failed attempt: full jitter under base * 2**(n-1)
     retry_cap_ms: int = 15 * 60 * 1000
+    invocation_budget_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.lease_ms is not None and not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
@@ -55,24 +58,47 @@ class WorkerOptions:
             raise InvalidInput("margin_ms and grant_margin_ms must be >= 0 and settle_attempts >= 1")
         if not 0 <= self.retry_base_ms <= self.retry_cap_ms:
             raise InvalidInput("retry_base_ms must be in 0..retry_cap_ms")
+        if self.invocation_budget_ms is not None and self.invocation_budget_ms <= 0:
+            raise InvalidInput(f"the worker function leaves no time for any job (budget "
+                               f"{self.invocation_budget_ms} ms): raise its timeout or lower the margin")
 
     @classmethod
     def from_settings(cls, s: Settings) -> WorkerOptions:
+        budget = None if s.function_timeout_s is None else \
+            invocation_budget_ms(s.function_timeout_s * 1000, s.lambda_margin_ms)
         return cls(lease_ms=None, heartbeat_fraction=s.heartbeat_fraction,
                    lease_batch=s.worker_batch, concurrency=s.worker_concurrency, margin_ms=s.lambda_margin_ms,
                    grant_margin_ms=s.grant_margin_ms,
                    budget_lease_ms=s.default_lease_seconds * 1000, retry_base_ms=s.retry_base_ms,
-                   retry_cap_ms=s.retry_cap_ms)
+                   retry_cap_ms=s.retry_cap_ms, invocation_budget_ms=budget)
 
     def default_timeout_ms(self) -> int:
         # Before leasing, a job's own lease is unknown: budget with the deployment default.
-        plan = lease_plan(self.lease_ms or self.budget_lease_ms, heartbeat_fraction=self.heartbeat_fraction)
-        return int(plan.hard_timeout_s * 1000)
+        return default_job_timeout_ms(self.lease_ms or self.budget_lease_ms, self.invocation_budget_ms)
+
+    def check_fits(self, specs: Iterable[HandlerSpec]) -> None:
+        """Refuse handlers whose hard timeout no invocation of the worker function could lease.
+
+        Called once per container when the handlers module loads; without it such a handler's
+        jobs would wait in ready for ever, every invocation skipping them for want of time.
+        """
+        budget = self.invocation_budget_ms
+        if budget is None:
+            return
+        unfit = [f"{spec.queue!r} (timeout_s={spec.timeout_ms / 1000:g})" for spec in specs
+                 if spec.timeout_ms is not None and spec.timeout_ms > budget]
+        if unfit:
+            raise HandlerDoesNotFit(
+                f"handler {', '.join(unfit)} cannot run: the worker function's budget for one job is "
+                f"{budget / 1000:g} s (its timeout less the {self.margin_ms / 1000:g} s margin and a "
+                f"start-up allowance). Lower timeout_s, or raise WorkerTimeoutSeconds "
+                f"(at most 900).", budget_ms=budget, handlers=unfit)
 
 
 @dataclass(frozen=True, slots=True)
 class HandlerSpec:
-    """One registered handler. ``timeout_ms`` None means the worker's default (10 leases)."""
+    """One registered handler. ``timeout_ms`` None means the worker's default (10 leases, or the
+    invocation budget where that is shorter)."""
 
     queue: str
     fn: Handler
