@@ -20,8 +20,13 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
 
 
 @click.command()
-@click.option("--handlers", default="sluice.examples", show_default=True,
-              help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs.")
+@click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The SAM template whose functions to run (default: this checkout's).")
+@click.option("--config-env", default=None,
+              help="Take parameter values from this samconfig.toml environment (as sam deploy --config-env).")
+@click.option("--handlers", default=None,
+              help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs "
+                   "(the WorkerHandlersModule parameter; default: the template's).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Worker containers (processes) that may run at once.")
 @click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
@@ -31,25 +36,31 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
               help="Jobs a worker leases per call and per invocation.")
 @click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
               help="Jobs one worker runs at once (threads).")
-@click.option("--relay-every", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
-              help="Seconds between scheduled relay invocations.")
+@click.option("--relay-every", type=click.FloatRange(1, 3600), default=None,
+              help="Seconds between scheduled relay invocations (an override of the template's "
+                   "schedule; each run then lasts this plus 10 s).")
 @click.option("--history/--no-history", default=True, show_default=True,
               help="Record every grant, result write and ack in .sluice/history.jsonl (sluice top reads it).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
-def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
-        worker_concurrency: int | None, relay_every: float, history: bool, log_level: str) -> None:
+def dev(target: Target, template_path: Path | None, config_env: str | None, handlers: str | None,
+        workers: int, kafka_bootstrap: str | None, worker_batch: int | None, worker_concurrency: int | None,
+        relay_every: float | None, history: bool, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
-    Writes .sluice/endpoints.json and prints the endpoints. A second `sluice dev` in
+    Each function runs as template.yaml configures it; every local difference is printed at
+    start-up. Writes .sluice/endpoints.json and prints the endpoints. A second `sluice dev` in
     the same folder reports the running one.
     """
     from sluice.local.dev import DevOptions, DevStack, describe, signals_stop
+    from sluice.local.template import TEMPLATE
 
-    options = DevOptions(state_dir=target.state_dir, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
-                         workers=workers, relay_every_s=relay_every, relay_timeout_s=relay_every + 10,
-                         log_level=log_level.upper(), history=history,
+    options = DevOptions(state_dir=target.state_dir, template=template_path or TEMPLATE,
+                         config_env=config_env, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
+                         workers=workers, relay_every_s=relay_every,
+                         relay_timeout_s=None if relay_every is None else relay_every + 10,
+                         log_level=log_level.upper(), history=history, why="a sluice dev option",
                          settings=_settings_overrides(worker_batch, worker_concurrency))
     stack = DevStack(options)
     with signals_stop(stack):
@@ -58,6 +69,10 @@ def dev(target: Target, handlers: str, workers: int, kafka_bootstrap: str | None
             click.echo(f"sluice dev is running (pid {endpoints['pid']}); Ctrl-C or SIGTERM stops it")
             for name, value in describe(endpoints):
                 click.echo(f"  {name:<9} {value}")
+            click.echo(f"local overrides of {endpoints['template']}"
+                       f"{' at ' + str(endpoints['config_env']) if endpoints['config_env'] else ''}:")
+            for line in endpoints["overrides"]:
+                click.echo(f"  {line}")
             click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
             sys.stdout.flush()
             stack.wait()

@@ -13,7 +13,11 @@
   API, exactly as in AWS;
 - a fencing-aware HTTP sink for the ``notify`` example (``local.sink``).
 
-Children get their configuration as ``SLUICE_*`` variables (``stack.settings_env``).
+Every function's configuration (Timeout, MemorySize, environment, reserved concurrency,
+schedules and their inputs) comes from ``template.yaml`` at its parameters' defaults, or at a
+``samconfig.toml`` environment's values (``config_env``), through ``local.deployed.plan``.
+What differs locally is a named ``Override`` (``DevStack.overrides``), printed by ``sluice dev``
+at start-up; where the local servers are is a named binding (``deployed.BINDINGS``).
 ``DevStack.stop`` ends every child; ``run`` does so on Ctrl-C or SIGTERM.
 """
 
@@ -33,36 +37,50 @@ from pathlib import Path
 from typing import Any
 
 from sluice.config import Settings
-from sluice.local import servers
+from sluice.local import deployed, servers
+from sluice.local.deployed import LocalChanges, LocalFunction, Override
 from sluice.local.lambdas import Function, LambdaApi, LocalLambda
 from sluice.local.sink import FencedSink
-from sluice.local.stack import STATE_DIR, Stack, settings_env
+from sluice.local.stack import STATE_DIR, Stack, _env_text
+from sluice.local.template import TEMPLATE, DeployConfig, load
 from sluice.models import is_reserved_queue
 
-WORKER_FUNCTION = "sluice-worker"
-RELAY_FUNCTION = "sluice-relay"
-GATEWAY_FUNCTION = "sluice-gateway"
-GATEWAY_TIMEOUT_MS = 29_000  # API Gateway's integration timeout
+WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
+RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
+GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
 
 
 @dataclass
 class DevOptions:
+    """How a local stack differs from the template. Every field left None takes the template's
+    value; one that is set becomes a named override (``DevStack.overrides``)."""
+
     state_dir: Path = STATE_DIR
-    handlers: str = "sluice.examples"
+    template: Path = TEMPLATE
+    config_env: str | None = None  # a samconfig.toml environment, e.g. dev
+    parameters: dict[str, str] = field(default_factory=dict)  # template parameter values (as sam deploy)
+    handlers: str | None = None  # the WorkerHandlersModule parameter
     kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
-    workers: int = 4  # worker function concurrency (container processes)
-    worker_timeout_s: int = 900
+    workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
+    worker_timeout_s: int | None = None
     worker_idle_s: float = 120.0
-    relay_every_s: float = 30.0
-    relay_timeout_s: float = 40.0
-    safety_net_every_s: float = 10.0
-    gateway_concurrency: int = 2  # gateway containers (processes)
+    relay_every_s: float | None = None
+    relay_timeout_s: float | None = None
+    safety_net_every_s: float | None = None
+    gateway_concurrency: int = 2  # gateway containers (processes); unreserved in the template
     warm_workers: int = 1  # worker containers started ahead of the first dispatch
     history: bool = True
     log_level: str = "INFO"
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
     relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
+    why: str = "set by the caller"  # the reason printed beside the overrides above
+
+    def deploy(self) -> DeployConfig:
+        params = dict(self.parameters)
+        if self.handlers is not None:
+            params["WorkerHandlersModule"] = self.handlers
+        return load(self.template, self.config_env, overrides=params)
 
 
 def _handler_ref(function: str, fallback: str) -> str:
@@ -87,7 +105,10 @@ def scheduled_event() -> dict[str, Any]:
 class DevStack:
     def __init__(self, options: DevOptions) -> None:
         self.options = options
+        self.deploy = options.deploy()  # ConfigError now, before anything starts
         self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap)
+        self.local_functions: list[LocalFunction] = []
+        self.overrides: list[Override] = []
         self.settings: Settings | None = None
         self.lambdas: LocalLambda | None = None
         self.lambda_api: LambdaApi | None = None
@@ -115,18 +136,20 @@ class DevStack:
             history = (o.state_dir / "history.jsonl").resolve() if o.history else None
             if history is not None:
                 history.unlink(missing_ok=True)
-            base = Settings(**{"handlers_module": o.handlers,
-                               "history_path": str(history) if history else None,
-                               "worker_function_name": WORKER_FUNCTION, **o.settings})
+            worker_cfg = self.deploy.functions["WorkerFunction"]
+            base = deployed.settings_of({**worker_cfg.concrete_env(), **self._settings_env()},
+                                        history_path=str(history) if history
+                                        else o.settings.get("history_path"))
             self._log_to_file()
             progress("starting redis, moto and the Kafka broker")
             s = self.stack.start_servers(base)
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}"})
-            self.settings = s
+            functions = self.prepare(s, self.sink.url)
+            s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
-            self.lambdas = LocalLambda(self._functions(s), self.logs).start()
+            self.lambdas = LocalLambda(functions, self.logs).start()
             self.lambda_api = LambdaApi(self.lambdas, port=lambda_port).start()
             # Cold starts (imports, clients) overlap the resource creation; neither warm-up
             # touches a table or a topic.
@@ -145,7 +168,10 @@ class DevStack:
                 "gateway_url": self.gateway.url,
                 "lambda_url": self.lambda_api.url,
                 "sink_url": self.sink.url,
-                "handlers": o.handlers,
+                "handlers": s.handlers_module,
+                "template": str(o.template),
+                "config_env": o.config_env,
+                "overrides": [row.line() for row in self.overrides],
                 "history_path": str(history) if history else None,
                 "log_dir": str(self.logs.resolve()),
                 "state_dir": str(o.state_dir.resolve()),
@@ -181,7 +207,7 @@ class DevStack:
         cwd = os.getcwd()
         if cwd not in sys.path:
             sys.path.insert(0, cwd)  # the user's own module, as the children will see it
-        load_app(self.options.handlers)
+        load_app(self.deploy.functions["WorkerFunction"].concrete_env()["SLUICE_HANDLERS_MODULE"])
 
     def _ensure_resources(self, s: Settings) -> None:
         import boto3
@@ -195,30 +221,89 @@ class DevStack:
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
 
-    def _child_env(self, s: Settings, service: str) -> dict[str, str]:
-        assert self.sink is not None
-        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
-        return {**servers.DUMMY_AWS_ENV, **settings_env(s), "PYTHONPATH": path,
-                "POWERTOOLS_SERVICE_NAME": service, "POWERTOOLS_LOG_LEVEL": self.options.log_level,
-                "POWERTOOLS_METRICS_NAMESPACE": "Sluice", "SLUICE_EXAMPLES_SINK_URL": self.sink.url}
+    def _settings_env(self) -> dict[str, str]:
+        return {f"SLUICE_{k.upper()}": _env_text(v) for k, v in self.options.settings.items()
+                if v is not None and f"SLUICE_{k.upper()}" not in deployed.BINDINGS}
 
-    def _functions(self, s: Settings) -> list[Function]:
+    def prepare(self, s: Settings, sink_url: str) -> list[Function]:
+        """The local Lambda service's functions for servers at ``s``: the template's, with every
+        local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
+        self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
+                                                             self.bindings(s, sink_url))
+        worker = self.function("WorkerFunction")
+        self.settings = deployed.settings_of(worker.env, worker_function_name=WORKER_FUNCTION,
+                                             lambda_endpoint_url=s.lambda_endpoint_url)
+        return self._functions()
+
+    def bindings(self, s: Settings, sink_url: str) -> dict[str, str]:
+        """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
+        out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+               "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
+               "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
+               "SLUICE_EXAMPLES_SINK_URL": sink_url}
+        optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
+                    "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,
+                    "SLUICE_JOB_ID_SECRET": s.job_id_secret.get_secret_value() if s.job_id_secret else None}
+        return out | {k: v for k, v in optional.items() if v is not None}
+
+    def changes(self, s: Settings) -> LocalChanges:
+        """Every local difference from the template, each with its reason."""
         o = self.options
-        worker_env = self._child_env(s, WORKER_FUNCTION)
-        relay_env = {**self._child_env(s, RELAY_FUNCTION),
-                     "SLUICE_RELAY_STOP_BEFORE_MS": str(min(s.relay_stop_before_ms,
-                                                           int(o.relay_timeout_s * 1000) // 4))}
-        return [
-            Function(GATEWAY_FUNCTION, _handler_ref("gateway", "sluice.local.container:gateway"),
-                     GATEWAY_TIMEOUT_MS, o.gateway_concurrency, self._child_env(s, GATEWAY_FUNCTION),
-                     idle_s=3600),
-            Function(WORKER_FUNCTION, _handler_ref("worker", "sluice.runtime.lambda_entry:handle_dispatch"),
-                     o.worker_timeout_s * 1000, o.workers, worker_env, idle_s=o.worker_idle_s),
-            # Two at most: the next scheduled run starts while the previous one hands over.
-            Function(RELAY_FUNCTION,
-                     o.relay_handler or _handler_ref("relay", "sluice.relay_control:run_scheduled"),
-                     int(o.relay_timeout_s * 1000), 2, relay_env, idle_s=o.relay_every_s * 3),
-        ]
+        env: dict[str, dict[str, tuple[str, str]]] = {lid: {} for lid in deployed.NAMES}
+        for values in env.values():
+            values["SLUICE_KAFKA_SECURITY"] = (s.kafka_security, "the local Kafka has no IAM auth")
+            values["POWERTOOLS_LOG_LEVEL"] = (o.log_level, "--log-level")
+            for var, value in self._settings_env().items():
+                values[var] = (value, f"{o.why} (settings {var.removeprefix('SLUICE_').lower()})")
+        timeout: dict[str, tuple[float, str]] = {}
+        schedule: dict[str, tuple[float, str]] = {}
+        concurrency = {"WorkerFunction": (o.workers, "--workers: local containers; unreserved in AWS"),
+                       "GatewayFunction": (o.gateway_concurrency,
+                                           "local gateway containers; unreserved in AWS")}
+        if o.worker_timeout_s is not None:
+            timeout["WorkerFunction"] = (o.worker_timeout_s, o.why)
+            env["WorkerFunction"]["SLUICE_FUNCTION_TIMEOUT_S"] = (str(o.worker_timeout_s),
+                                                                  "follows the worker's Timeout")
+        if o.relay_timeout_s is not None:
+            timeout["RelayFunction"] = (o.relay_timeout_s, o.why)
+            stop_ms = min(s.relay_stop_before_ms, int(o.relay_timeout_s * 1000) // 4)
+            if stop_ms != s.relay_stop_before_ms:
+                env["RelayFunction"]["SLUICE_RELAY_STOP_BEFORE_MS"] = (
+                    str(stop_ms), "a quarter of the shortened relay Timeout")
+        if self.deploy.functions["RelayFunction"].reserved_concurrency is None and \
+                "RelayFunction" not in concurrency:
+            concurrency["RelayFunction"] = (1, "unreserved in AWS (ReserveRelayConcurrency=false); "
+                                               "one local container, as scheduled runs do not overlap")
+        if o.relay_every_s is not None:
+            schedule["RelayFunction"] = (o.relay_every_s, o.why)
+            if o.relay_timeout_s is None or o.relay_timeout_s > o.relay_every_s:
+                concurrency["RelayFunction"] = (2, "runs overlap while one hands over to the next")
+        if o.safety_net_every_s is not None:
+            schedule["WorkerFunction"] = (o.safety_net_every_s, o.why)
+        inputs = {"WorkerFunction": ("every queue with work", "the local safety net drains every queue "
+                                     "with work, not only SafetyNetQueues")}
+        return LocalChanges(timeout_s=timeout, concurrency=concurrency, schedule_s=schedule,
+                            schedule_input=inputs, env=env)
+
+    def function(self, logical_id: str) -> LocalFunction:
+        return next(f for f in self.local_functions if f.logical_id == logical_id)
+
+    def _functions(self) -> list[Function]:
+        o = self.options
+        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+        refs = {"GatewayFunction": (_handler_ref("gateway", "sluice.local.container:gateway"), 3600.0),
+                "WorkerFunction": (_handler_ref("worker", "sluice.runtime.lambda_entry:handle_dispatch"),
+                                   o.worker_idle_s),
+                "RelayFunction": (o.relay_handler or
+                                  _handler_ref("relay", "sluice.relay_control:run_scheduled"),
+                                  max(o.relay_every_s or 60.0, 20.0) * 3)}
+        out = []
+        for fn in self.local_functions:
+            ref, idle = refs[fn.logical_id]
+            env = {**servers.DUMMY_AWS_ENV, **fn.env, "PYTHONPATH": path}
+            assert fn.max_concurrency is not None, f"{fn.logical_id}: changes() names a local concurrency"
+            out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle))
+        return out
 
     def _serve_gateway(self) -> Any:
         """HTTP on 127.0.0.1; each request becomes a proxy event for a gateway container.
@@ -231,10 +316,11 @@ class DevStack:
 
         lambdas = self.lambdas
         assert lambdas is not None
+        timeout_s = self.function("GatewayFunction").timeout_s
 
         def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
             inv = lambdas.invoke(GATEWAY_FUNCTION, event, asynchronous=False)
-            answered = inv.done.wait(GATEWAY_TIMEOUT_MS / 1000 + 5)
+            answered = inv.done.wait(timeout_s + 5)
             if answered and inv.error is None and isinstance(inv.result, dict):
                 result: dict[str, Any] = inv.result
                 return result
@@ -254,21 +340,29 @@ class DevStack:
 
     # -- EventBridge's part ----------------------------------------------------------------------------
 
+    def _timers(self) -> list[tuple[float, Callable[[], None]]]:
+        """EventBridge's rules: (period, action) for each enabled schedule of the template."""
+        relay, worker = self.function("RelayFunction"), self.function("WorkerFunction")
+        timers: list[tuple[float, Callable[[], None]]] = [
+            (period, self.invoke_relay) for period in relay.schedules.values() if period is not None]
+        timers += [(period, self.invoke_safety_net) for period in worker.schedules.values()
+                   if period is not None]
+        return timers
+
     def _schedule(self) -> None:
-        o = self.options
-        next_relay = next_safety = time.monotonic()
+        timers = self._timers()
+        due = [time.monotonic()] * len(timers)
         while not self._stop.is_set():
-            now = time.monotonic()
-            try:
-                if now >= next_relay:
-                    next_relay = now + o.relay_every_s
-                    self.invoke_relay()
-                if now >= next_safety:
-                    next_safety = now + o.safety_net_every_s
-                    self.invoke_safety_net()
-            except Exception as exc:  # a hiccup must not stop the schedule
-                logging.getLogger("sluice.local.dev").warning("schedule: %s", exc)
-            self._stop.wait(min(next_relay, next_safety) - time.monotonic())
+            for i, (period, action) in enumerate(timers):
+                now = time.monotonic()
+                if now < due[i]:
+                    continue
+                due[i] = now + period
+                try:
+                    action()
+                except Exception as exc:  # a hiccup must not stop the schedule
+                    logging.getLogger("sluice.local.dev").warning("schedule: %s", exc)
+            self._stop.wait(max(0.0, min(due, default=time.monotonic() + 1) - time.monotonic()))
 
     def invoke_relay(self) -> None:
         if self.lambdas is not None:

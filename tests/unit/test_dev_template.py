@@ -1,0 +1,170 @@
+"""Issue 14: the local stack runs each function as template.yaml configures it.
+
+``sluice dev``, the demo and the chaos runtime build their functions through
+``DevStack.prepare``; these tests take what it hands the local Lambda service (the
+``lambdas.Function`` objects and the scheduler's timers) and compare them with the
+template's configuration field by field. Any difference that is neither a named override
+(``DevStack.overrides``) nor a named binding (``deployed.BINDINGS``) fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from sluice.config import Settings
+from sluice.errors import ConfigError
+from sluice.local import deployed, servers
+from sluice.local.dev import DevOptions, DevStack
+from sluice.local.lambdas import Function
+from sluice.local.template import Resource, load, rate_seconds
+from tests.infra import cfn
+
+PROCESS_PLUMBING = {*servers.DUMMY_AWS_ENV, "PYTHONPATH"}  # not configuration: credentials for moto, imports
+
+LOCAL = Settings(redis_url="redis://127.0.0.1:7001/0", kafka_bootstrap="127.0.0.1:7002",
+                 aws_endpoint_url="http://127.0.0.1:7003", lambda_endpoint_url="http://127.0.0.1:7004",
+                 kafka_security="plaintext", job_id_secret=SecretStr("k" * 32))
+
+
+def _chaos_options(tmp: Path) -> DevOptions:
+    """What the chaos suite's Lambda runtime asks for (sluice.chaos.runtimes.LambdaRuntime)."""
+    from sluice.chaos.runtimes import LambdaRuntime as R
+
+    return DevOptions(state_dir=tmp, handlers="sluice.chaos.functions", relay_handler="sluice.chaos.functions:relay",
+                      workers=4, worker_timeout_s=R.WORKER_TIMEOUT_S, relay_every_s=R.RELAY_EVERY_S,
+                      relay_timeout_s=R.RELAY_TIMEOUT_S, safety_net_every_s=R.SAFETY_NET_EVERY_S,
+                      gateway_concurrency=1, history=False, log_level="WARNING",
+                      settings={"default_lease_seconds": 2, "worker_batch": 30, "history_path": str(tmp / "h")})
+
+
+def _demo_options(tmp: Path) -> DevOptions:
+    from sluice.local.demo import DEMO_SETTINGS
+
+    return DevOptions(state_dir=tmp, workers=4, relay_every_s=300, relay_timeout_s=600, safety_net_every_s=2,
+                      log_level="WARNING", settings=dict(DEMO_SETTINGS))
+
+
+CASES: dict[str, Any] = {
+    "sluice dev": lambda tmp: DevOptions(state_dir=tmp),
+    "sluice dev --config-env dev": lambda tmp: DevOptions(state_dir=tmp, config_env="dev"),
+    "sluice dev --config-env prod": lambda tmp: DevOptions(state_dir=tmp, config_env="prod"),
+    "sluice demo": _demo_options,
+    "sluice chaos --runtime lambda": _chaos_options,
+}
+
+
+def _prepared(options: DevOptions) -> tuple[DevStack, dict[str, Function]]:
+    dev = DevStack(options)
+    functions = dev.prepare(LOCAL, "http://127.0.0.1:7005")
+    return dev, {f.name: f for f in functions}
+
+
+def _differences(dev: DevStack, functions: dict[str, Function]) -> list[tuple[str, str, str, str]]:
+    """(function, field, template, local) for every field where the local stack differs."""
+    found = []
+    for logical_id, name in deployed.NAMES.items():
+        cfg, fn = dev.deploy.functions[logical_id], functions[name]
+        if fn.timeout_ms != cfg.timeout_s * 1000:
+            found.append((logical_id, "Timeout", str(cfg.timeout_s), f"{fn.timeout_ms / 1000:g}"))
+        if fn.env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") != str(cfg.memory_mb):
+            found.append((logical_id, "MemorySize", str(cfg.memory_mb), str(fn.env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))))
+        if fn.max_concurrency != cfg.reserved_concurrency:
+            found.append((logical_id, "ReservedConcurrentExecutions", str(cfg.reserved_concurrency),
+                          str(fn.max_concurrency)))
+        for var, value in cfg.env.items():
+            local = fn.env.get(var)
+            if isinstance(value, Resource):
+                if var not in deployed.BINDINGS:
+                    found.append((logical_id, f"Environment.{var}", str(value), str(local)))
+            elif local != value:
+                found.append((logical_id, f"Environment.{var}", value, str(local)))
+        for var in set(fn.env) - set(cfg.env) - PROCESS_PLUMBING - set(deployed.BINDINGS):
+            found.append((logical_id, f"Environment.{var}", "(unset)", fn.env[var]))
+    timers = dev._timers()
+    for logical_id, action in (("RelayFunction", dev.invoke_relay), ("WorkerFunction", dev.invoke_safety_net)):
+        cfg = dev.deploy.functions[logical_id]
+        periods = sorted(p for p, a in timers if a == action)
+        for s in cfg.schedules:
+            if s.enabled and rate_seconds(s.expression) not in periods:
+                found.append((logical_id, f"Events.{s.name}", s.expression, str(periods)))
+            if s.enabled and s.input is not None:  # the local safety net computes its queues
+                found.append((logical_id, f"Events.{s.name}.Input", str(s.input), "every queue with work"))
+        if len(periods) != sum(1 for s in cfg.schedules if s.enabled):
+            found.append((logical_id, "Events", str(len(cfg.schedules)), str(len(periods))))
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_local_difference_from_the_template_is_a_named_override(case: str, tmp_path: Path) -> None:
+    dev, functions = _prepared(CASES[case](tmp_path))
+    named = {(o.function, o.field) for o in dev.overrides}
+    differences = _differences(dev, functions)
+    unnamed = [d for d in differences if (d[0], d[1]) not in named]
+    assert not unnamed, f"{case}: differences from template.yaml that are not named overrides: {unnamed}"
+    # And no override is named for a field that does not differ (the printed list is honest).
+    real = {(d[0], d[1]) for d in differences}
+    assert {(o.function, o.field) for o in dev.overrides if not o.field.startswith("Environment.")} <= real | {
+        (o.function, o.field) for o in dev.overrides if o.field.startswith("Events.")}
+    print(f"\n{case}:", *[o.line() for o in dev.overrides], sep="\n  ")
+
+
+def test_sluice_dev_keeps_no_private_worker_timeout(tmp_path: Path) -> None:
+    """Before issue 14 the local worker ran with a private 900 s timeout; it is the template's now."""
+    dev, functions = _prepared(DevOptions(state_dir=tmp_path))
+    worker = functions["sluice-worker"]
+    expected = int(cfn.parameters(cfn.template())["WorkerTimeoutSeconds"])
+    assert worker.timeout_ms == expected * 1000
+    assert worker.env["SLUICE_FUNCTION_TIMEOUT_S"] == str(expected)
+    assert not [o for o in dev.overrides if o.field == "Timeout"]
+
+
+def test_an_override_changes_the_value_and_is_printed(tmp_path: Path) -> None:
+    dev, functions = _prepared(DevOptions(state_dir=tmp_path, worker_timeout_s=60, why="a test"))
+    assert functions["sluice-worker"].timeout_ms == 60_000
+    assert functions["sluice-worker"].env["SLUICE_FUNCTION_TIMEOUT_S"] == "60"
+    lines = [o.line() for o in dev.overrides]
+    assert "WorkerFunction.Timeout: 300 -> 60  (a test)" in lines
+
+
+def test_config_env_values_reach_the_functions(tmp_path: Path) -> None:
+    _, functions = _prepared(DevOptions(state_dir=tmp_path, config_env="prod"))
+    assert functions["sluice-worker"].env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "1024"
+    assert functions["sluice-worker"].env["SLUICE_KAFKA_PARTITIONS"] == "16"
+    assert functions["sluice-relay"].env["SLUICE_RELAY_PARTITION_GROUPS"] == "2"
+
+
+def test_the_template_reader_follows_the_raw_template() -> None:
+    t = cfn.template()
+    params = cfn.parameters(t)
+    d = load()
+    worker = d.functions["WorkerFunction"]
+    assert worker.timeout_s == int(params["WorkerTimeoutSeconds"])
+    assert worker.memory_mb == int(params["WorkerMemoryMB"])
+    assert d.functions["GatewayFunction"].timeout_s == t["Resources"]["GatewayFunction"]["Properties"]["Timeout"]
+    assert d.functions["RelayFunction"].memory_mb == t["Globals"]["Function"]["MemorySize"]
+    globals_env = t["Globals"]["Function"]["Environment"]["Variables"]
+    assert set(globals_env) <= set(worker.env)
+    assert worker.env["SLUICE_DEFAULT_LEASE_SECONDS"] == str(params["DefaultLeaseSeconds"])
+    assert isinstance(worker.env["SLUICE_JOBS_TABLE"], Resource)
+    (net,) = worker.schedules
+    assert net.input == {"queues": ["default"], "batch": int(params["WorkerBatch"]), "source": "safety-net"}
+    relay = d.functions["RelayFunction"]
+    assert [s.enabled for s in relay.schedules] == [True, False, False, False]
+    assert relay.reserved_concurrency == int(params["RelayPartitionGroups"])
+
+
+def test_the_template_reader_refuses_what_it_cannot_resolve(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not in the template: Nope"):
+        load(overrides={"Nope": "1"})
+    with pytest.raises(ConfigError, match=r"no \[staging.deploy.parameters\]"):
+        load(config_env="staging")
+    bad = tmp_path / "samconfig.toml"
+    bad.write_text('[x.deploy.parameters]\nparameter_overrides = ["WorkerBatch"]\n')
+    with pytest.raises(ConfigError, match="not Name=Value"):
+        load(config_env="x", samconfig=bad)
+    with pytest.raises(ConfigError, match="rate"):
+        rate_seconds("cron(0 * * * ? *)")
