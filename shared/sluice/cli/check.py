@@ -1,0 +1,98 @@
+"""``sluice check``: what a deploy of the template gives each queue's handler, before ``sam deploy``.
+
+For the worker function's configuration in the template (at parameter defaults, or at a
+samconfig.toml environment's values), each registered queue gets: its hard timeout (its own
+``timeout_s``, or the default the worker would give it), the lease its jobs get by default,
+the batch, how many of its jobs one invocation can run, and whether it fits at all. Exits
+non-zero where a handler cannot run, the same check the worker makes at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from sluice.runtime.options import WorkerOptions
+
+
+@dataclass(frozen=True)
+class QueueReport:
+    queue: str
+    timeout_s: float
+    timeout_from: str  # "timeout_s" or "default"
+    lease_s: int
+    batch: int
+    per_invocation: int  # jobs of this queue a fresh invocation leases per lease call
+    budget_s: float | None
+    fits: bool
+
+
+def report(app_handlers: dict[str, object], options: WorkerOptions, lease_s: int) -> list[QueueReport]:
+    """One row per registered handler (pure: no I/O)."""
+    from sluice.runtime.options import HandlerSpec
+
+    rows = []
+    budget = options.invocation_budget_ms
+    for queue, spec in sorted(app_handlers.items()):
+        assert isinstance(spec, HandlerSpec)
+        timeout = spec.timeout_for(options)
+        fits = budget is None or timeout <= budget
+        per = options.lease_batch if budget is None else \
+            min(options.lease_batch, (budget // max(1, timeout)) * options.concurrency) if fits else 0
+        origin = "timeout_s" if spec.timeout_ms is not None else "default"
+        rows.append(QueueReport(queue, timeout / 1000, origin, lease_s, options.lease_batch, int(per),
+                                None if budget is None else budget / 1000, fits))
+    return rows
+
+
+@click.command()
+@click.argument("handlers_module")
+@click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The SAM template to deploy (default: this checkout's template.yaml).")
+@click.option("--config-env", default=None, help="A samconfig.toml environment (as sam deploy --config-env).")
+@click.option("--function", "logical_id", default="WorkerFunction", show_default=True,
+              help="The worker function's logical id in the template.")
+def check(handlers_module: str, template_path: Path | None, config_env: str | None, logical_id: str) -> None:
+    """Report, per queue of HANDLERS_MODULE, what a deploy gives it; exit 1 where one cannot run.
+
+    Run it before `sam deploy`, with the same template and --config-env.
+    """
+    from sluice.errors import ConfigError
+    from sluice.local.deployed import settings_of
+    from sluice.local.template import TEMPLATE, load
+    from sluice.runtime.lambda_entry import load_app
+
+    deploy = load(template_path or TEMPLATE, config_env)
+    cfg = deploy.functions.get(logical_id)
+    if cfg is None:
+        raise ConfigError(f"{deploy.path} has no function {logical_id}")
+    settings = settings_of(cfg.concrete_env(), handlers_module=handlers_module)
+    if settings.function_timeout_s is None:
+        raise ConfigError(f"{logical_id} does not pass SLUICE_FUNCTION_TIMEOUT_S (its Timeout) to its code")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the user's own module, as `sluice dev` finds it
+    app = load_app(handlers_module)
+    options = WorkerOptions.from_settings(settings)
+    rows = report(dict(app.handlers), options, settings.default_lease_seconds)
+    where = f"{deploy.path}{' at ' + config_env if config_env else ''}"
+    click.echo(f"{logical_id} in {where}: Timeout {cfg.timeout_s} s, margin {options.margin_ms / 1000:g} s, "
+               f"budget per job {rows[0].budget_s if rows else '-'} s")
+    click.echo(f"{'queue':<20} {'timeout':>9} {'from':<9} {'lease':>6} {'batch':>5} {'per lease':>9}  fits")
+    for r in rows:
+        click.echo(f"{r.queue:<20} {r.timeout_s:>8g}s {r.timeout_from:<9} {r.lease_s:>5}s {r.batch:>5} "
+                   f"{r.per_invocation:>9}  {'yes' if r.fits else 'NO'}")
+    bad = [r for r in rows if not r.fits]
+    if not rows:
+        click.echo(f"{handlers_module} registers no handler", err=True)
+        sys.exit(1)
+    if bad:
+        click.echo(f"cannot run: {', '.join(r.queue for r in bad)}: a handler's timeout must be at most "
+                   f"{bad[0].budget_s:g} s here; lower its timeout_s or raise WorkerTimeoutSeconds", err=True)
+        sys.exit(1)
+
+
+COMMANDS = [check]

@@ -1,0 +1,47 @@
+"""``sluice check``: per queue, what a deploy of the template gives it; non-zero where one cannot run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from sluice.cli import main
+from tests.infra import cfn
+
+
+def _template_with(tmp_path: Path, overrides: list[str]) -> Path:
+    template = tmp_path / "template.yaml"
+    shutil.copyfile(cfn.TEMPLATE, template)
+    quoted = ", ".join(f'"{o}"' for o in overrides)
+    (tmp_path / "samconfig.toml").write_text(f"[small.deploy.parameters]\nparameter_overrides = [{quoted}]\n")
+    return template
+
+
+def test_at_the_template_defaults_every_example_fits() -> None:
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.examples"])
+    assert out.exit_code == 0, out.output
+    rows = {line.split()[0]: line.split() for line in out.output.splitlines()[2:]}
+    assert set(rows) == {"echo", "hash", "notify", "ledger", "flaky", "slow"}
+    # echo has no timeout_s: its default fits the 300 s function (the issue's bug: 300 s did not).
+    assert rows["echo"][1:3] == ["268s", "default"] and rows["echo"][-1] == "yes"
+    assert rows["notify"][1:3] == ["30s", "timeout_s"] and rows["notify"][3:5] == ["30s", "10"]
+
+
+def test_a_handler_that_cannot_fit_the_configured_worker_exits_non_zero(tmp_path: Path) -> None:
+    template = _template_with(tmp_path, ["WorkerTimeoutSeconds=20", "WorkerBatch=5"])
+    args = ["check", "--template", str(template), "--config-env", "small", "sluice.examples"]
+    out = CliRunner(mix_stderr=False).invoke(main, args)
+    assert out.exit_code == 1
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert rows["notify"][-1] == "NO" and rows["slow"][-1] == "NO"
+    assert rows["echo"][-1] == "yes" and rows["echo"][4] == "5"
+    assert "cannot run: notify, slow" in out.stderr and "16 s" in out.stderr
+
+
+def test_an_unknown_config_env_or_module_is_one_clear_error(tmp_path: Path) -> None:
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--config-env", "nowhere", "sluice.examples"])
+    assert out.exit_code == 1 and "no [nowhere.deploy.parameters]" in out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.no_such_handlers"])
+    assert out.exit_code == 1 and "cannot import the handlers module" in out.stderr
