@@ -151,7 +151,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
 def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
     from sluice import wiring
-    from sluice.store.fenced import EmfMetrics
+    from sluice.metrics import EmfMetrics
 
     scheduled = parse_scheduled(event)
     settings = wiring.settings()

@@ -341,7 +341,7 @@ def test_environment_variables_are_settings_fields() -> None:
 
 def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     layer = props("SharedLayer")
-    assert layer["ContentUri"] == "shared/" and RES["SharedLayer"]["Metadata"]["BuildMethod"] == "python3.12"
+    assert layer["ContentUri"] == "shared/" and RES["SharedLayer"]["Metadata"]["BuildMethod"] == "makefile"
     assert T["Globals"]["Function"]["Architectures"] == ["arm64"] == layer["CompatibleArchitectures"]
     assert T["Globals"]["Function"]["Runtime"] == "python3.12"
     for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():

@@ -5,7 +5,8 @@ its own, both configured through Settings, as a user's deployment would be:
 
 - **worker**: the worker function is the real one (``functions/worker/app.py`` ->
   ``runtime.lambda_entry.handle_dispatch``: the invocation's time budget, releasing
-  what it will not finish, the history recorders from ``Settings.history_path``).
+  what it will not finish; the local container adds the history recorders from
+  ``Settings.history_path``).
   Only its handlers module is this one: ``Settings.handlers_module`` names it, and
   ``app`` carries the chaos handler and the fault points as runtime hooks
   (``chaos.app.worker_app``). Any container of the function may take an arming

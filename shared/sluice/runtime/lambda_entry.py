@@ -11,6 +11,7 @@ invocation budget (``WorkerOptions.check_fits``).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -21,7 +22,20 @@ from sluice.runtime.options import WorkerOptions
 
 if TYPE_CHECKING:
     from sluice.config import Settings
+    from sluice.ports import JobQueue, JobStore
     from sluice.worker import Worker
+
+PortWrapper = Callable[["JobQueue", "JobStore", "Settings"], "tuple[JobQueue, JobStore]"]
+_port_wrappers: list[PortWrapper] = []
+
+
+def wrap_ports(wrapper: PortWrapper) -> None:
+    """Have every dispatch's queue and store ports pass through ``wrapper``.
+
+    Production registers none. The local stack's container registers its history recorder
+    here (``sluice.local.container``): production code never imports the dev tooling.
+    """
+    _port_wrappers.append(wrapper)
 
 
 class LambdaContextLike(Protocol):
@@ -90,10 +104,8 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     s = settings or wiring.settings()
     app, options = prepare(s)
     queue, store = wiring.queue(s), wiring.store(s)
-    if s.history_path:  # local stack and chaos runs: record grants, writes and acks (sluice.local.history)
-        from sluice.local.history import recorded
-
-        queue, store = recorded(queue, store, s.history_path)
+    for wrap in _port_wrappers:
+        queue, store = wrap(queue, store, s)
     worker = app.bind(
         queue=queue, store=store, options=options,
         worker_id=f"{context.function_name}:{context.aws_request_id}")

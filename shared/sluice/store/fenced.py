@@ -35,6 +35,7 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
+from sluice.metrics import EmfMetrics as EmfMetrics  # re-exported: store.jobs counts through it
 from sluice.models import JobState, validate_job_id, validate_token
 from sluice.ports import Metrics
 from sluice.store.errors import WriteConditionFailed, error_code, translate
@@ -57,24 +58,6 @@ class NullMetrics:
 
     def count(self, name: str, value: float = 1, **dimensions: str) -> None:
         return None
-
-
-class EmfMetrics:
-    """One CloudWatch EMF line per count, through Powertools (namespace "Sluice").
-
-    ``single_metric`` flushes immediately, which suits rare events such as fenced
-    refusals and needs no ``log_metrics`` decorator around the caller.
-    """
-
-    def __init__(self, namespace: str = "Sluice") -> None:
-        self.namespace = namespace
-
-    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
-        from aws_lambda_powertools.metrics import MetricUnit, single_metric
-
-        with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=self.namespace) as metric:
-            for key, dim in dimensions.items():
-                metric.add_dimension(name=key, value=dim)
 
 
 class Fence:
