@@ -143,3 +143,17 @@ def test_layer_bytecode_is_precompiled_with_hash_based_invalidation(build: Path)
             timestamped.append(str(pyc.relative_to(site)))
     assert not missing, f"{len(missing)} modules without bytecode, e.g. {missing[:5]}"
     assert not timestamped, f"timestamp-based bytecode: {timestamped[:5]}"
+
+
+@pytest.mark.timeout(200)
+def test_every_native_library_in_the_layer_is_arm64(build: Path) -> None:
+    """A wheel resolved for the wrong platform would import nowhere in Lambda: read every ELF header."""
+    site = build / "SharedLayer" / "python"
+    natives = [p for p in site.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name)]
+    assert natives
+    wrong = []
+    for lib in natives:
+        header = lib.read_bytes()[:20]
+        if header[:4] != b"\x7fELF" or int.from_bytes(header[18:20], "little") != EM_AARCH64:
+            wrong.append(str(lib.relative_to(site)))
+    assert not wrong, f"not arm64: {wrong}"

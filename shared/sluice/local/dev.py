@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.config import Settings
+from sluice.errors import ConfigError
 from sluice.local import deployed, servers
 from sluice.local.deployed import LocalChanges, LocalFunction, Override
 from sluice.local.lambdas import Function, LambdaApi, LocalLambda
@@ -75,6 +76,10 @@ class DevOptions:
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
     relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
     why: str = "set by the caller"  # the reason printed beside the overrides above
+    # A `sam build` folder: run the BUILT functions, each with only its bundle and the layer on
+    # its path (infra/lambda_rie.py), under ``artifacts_python`` (the runtime's python3.12).
+    artifacts: Path | None = None
+    artifacts_python: str = "python3.12"
 
     def deploy(self) -> DeployConfig:
         params = dict(self.parameters)
@@ -301,9 +306,26 @@ class DevStack:
         for fn in self.local_functions:
             ref, idle = refs[fn.logical_id]
             env = {**servers.DUMMY_AWS_ENV, **fn.env, "PYTHONPATH": path}
+            command: tuple[str, ...] = ()
+            if o.artifacts is not None:
+                command = self._artifact_command(fn.logical_id, fn.name)
+                env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
             assert fn.max_concurrency is not None, f"{fn.logical_id}: changes() names a local concurrency"
-            out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle))
+            out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle,
+                                command=command))
         return out
+
+    def _artifact_command(self, logical_id: str, name: str) -> tuple[str, ...]:
+        """The built function under infra/lambda_rie.py: its bundle, the layer, nothing else."""
+        o = self.options
+        assert o.artifacts is not None
+        task, opt = o.artifacts / logical_id, o.artifacts / "SharedLayer" / "python"
+        rie = FUNCTIONS_DIR.parent / "infra" / "lambda_rie.py"
+        for needed in (task, opt, rie):
+            if not needed.exists():
+                raise ConfigError(f"{needed} is missing: run sam build (see infra/artifacts.py)")
+        handler = self.deploy.functions[logical_id].handler
+        return (o.artifacts_python, "-I", "-S", str(rie), name, str(task), str(opt), handler)
 
     def _serve_gateway(self) -> Any:
         """HTTP on 127.0.0.1; each request becomes a proxy event for a gateway container.

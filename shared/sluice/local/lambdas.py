@@ -47,6 +47,9 @@ class Function:
     max_concurrency: int
     env: Mapping[str, str] = field(default_factory=dict)
     idle_s: float = 60.0  # a container idle this long is reclaimed
+    # The container's command line, where not sluice.local.container in this interpreter: built
+    # artifacts run under infra/lambda_rie.py in the runtime's Python (sluice dev --artifacts).
+    command: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -241,7 +244,8 @@ class LocalLambda:
         if logf is None:
             logf = self._logs[fn.name] = open(self.log_dir / f"{fn.name}.log", "ab")  # noqa: SIM115
         try:
-            proc = subprocess.Popen([self.python, "-m", "sluice.local.container", fn.name, fn.handler],
+            argv = list(fn.command) or [self.python, "-m", "sluice.local.container", fn.name, fn.handler]
+            proc = subprocess.Popen(argv,
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf,
                                     env={**os.environ, **fn.env}, start_new_session=True)
         except OSError as exc:

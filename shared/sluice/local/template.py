@@ -61,6 +61,7 @@ class FunctionConfig:
     env: Mapping[str, str | Resource]
     reserved_concurrency: int | None
     schedules: tuple[Schedule, ...] = ()
+    handler: str = "app.handler"
 
     def concrete_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if isinstance(v, str)}
@@ -270,6 +271,7 @@ def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, 
         env=env,
         reserved_concurrency=None if reserved is None else int(reserved),
         schedules=tuple(schedules),
+        handler=str(props.get("Handler", g.get("Handler", "app.handler"))),
     )
 
 
