@@ -23,17 +23,17 @@ PYENV_VERSION = "3.12.1:3.11.7"
 PLATFORMS = {"x86_64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}
 
 
-def local_template(arch: str = "x86_64") -> str:
+def local_template(arch: str = "x86_64", root: Path = ROOT) -> str:
     """template.yaml for ``arch``, with its relative paths made absolute (the copy lives elsewhere)."""
-    text = (ROOT / "template.yaml").read_text()
+    text = (root / "template.yaml").read_text()
     replacements = {
         "    Architectures: [arm64]\n": f"    Architectures: [{arch}]\n",
         "      CompatibleArchitectures: [arm64]\n": f"      CompatibleArchitectures: [{arch}]\n",
         "      BuildArchitecture: arm64\n": f"      BuildArchitecture: {arch}\n",
-        "CodeUri: functions/": f"CodeUri: {ROOT}/functions/",
-        "CodeUri: infra/": f"CodeUri: {ROOT}/infra/",
-        "ContentUri: shared/": f"ContentUri: {ROOT}/shared/",
-        "TemplateURL: infra/": f"TemplateURL: {ROOT}/infra/",
+        "CodeUri: functions/": f"CodeUri: {root}/functions/",
+        "CodeUri: infra/": f"CodeUri: {root}/infra/",
+        "ContentUri: shared/": f"ContentUri: {root}/shared/",
+        "TemplateURL: infra/": f"TemplateURL: {root}/infra/",
     }
     for old, new in replacements.items():
         if old not in text:
@@ -56,11 +56,11 @@ def python312() -> str:
     return out.stdout.strip()
 
 
-def build(out: Path, arch: str = "x86_64", timeout: float = 600) -> Path:
-    """``sam build`` of the template for ``arch`` into ``out/build``; returns that folder."""
+def build(out: Path, arch: str = "x86_64", timeout: float = 600, root: Path = ROOT) -> Path:
+    """``sam build`` of ``root``'s template for ``arch`` into ``out/build``; returns that folder."""
     out.mkdir(parents=True, exist_ok=True)
     template = out / "template.yaml"
-    template.write_text(local_template(arch))
+    template.write_text(local_template(arch, root))
     sam = shutil.which("sam", path=env()["PATH"])
     if sam is None:
         raise RuntimeError("sam is not installed (pip install -e .[dev])")
@@ -73,5 +73,5 @@ def build(out: Path, arch: str = "x86_64", timeout: float = 600) -> Path:
     return build_dir
 
 
-if __name__ == "__main__":
-    print(build(Path(sys.argv[1])))
+if __name__ == "__main__":  # OUT_DIR [SOURCE_ROOT]: another checkout's template, e.g. to compare
+    print(build(Path(sys.argv[1]), root=Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else ROOT))

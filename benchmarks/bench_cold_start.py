@@ -1,0 +1,144 @@
+"""Cold start of each function, from the BUILT artifacts, against `import boto3`.
+
+Prints one JSON object per function:
+  {"bench": "cold_start", "function", "import_ms", "first_call_ms", "boto3_import_ms", ...}
+
+It builds the template for this machine (``infra/artifacts.py``: x86_64, python3.12, the
+layer with its precompiled bytecode), or measures ``--artifacts DIR`` (a build folder), and
+starts redis-server, the moto server and Tansu. For each function it starts fresh python3.12
+processes (``-I -S``) with only that function's bundle and the built layer on the path, as
+Lambda lays them out, configured from the template as ``sluice dev`` does, and times:
+
+- ``import_ms``: importing the handler module (Lambda's init phase: the gateway and the
+  worker build their adapters then; the worker also loads and checks its handlers module);
+- ``first_call_ms``: the first invocation, with the adapters built on that call: the gateway
+  enqueues one job (Kafka acknowledges it), the relay runs one short scheduled pass, the
+  worker drains an empty queue;
+- ``boto3_import_ms``: ``import boto3`` alone from the same layer, the yardstick.
+
+Each figure is the median of ROUNDS fresh processes. The targets (issue 14): import within
+1.5x boto3's, import plus first call within 3x (``import_ratio``, ``total_ratio``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import emit, log
+from infra import artifacts
+
+ROUNDS = 5
+EVENTS = Path(__file__).resolve().parent.parent / "tests" / "events"
+
+DRIVER = r"""
+import json, sys, time
+task, opt, ref, event, timeout_ms = sys.argv[1:6]
+sys.path[:0] = [task, opt]
+sys.path.insert(2, sys.argv[6])  # the rie's folder, for its Context (stdlib only), after the layer
+from lambda_rie import Context
+module_name, _, name = ref.rpartition(".")
+t0 = time.perf_counter()
+import importlib
+handler = getattr(importlib.import_module(module_name), name)
+t1 = time.perf_counter()
+result = handler(json.loads(event), Context("bench", int(timeout_ms), "cold-start"))
+t2 = time.perf_counter()
+print(json.dumps({"import_ms": (t1 - t0) * 1000, "first_call_ms": (t2 - t1) * 1000,
+                  "result": str(result)[:200]}))
+"""
+
+BOTO3 = r"""
+import sys, time
+sys.path[:0] = [sys.argv[1]]
+t0 = time.perf_counter()
+import boto3
+print((time.perf_counter() - t0) * 1000)
+"""
+
+
+def _run(python: str, args: list[str], env: dict[str, str], code: str) -> str:
+    out = subprocess.run([python, "-I", "-S", "-c", code, *args], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{args[:3]} failed:\n{out.stderr[-3000:]}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _events() -> dict[str, tuple[dict[str, Any], int]]:
+    return {
+        "GatewayFunction": (json.loads((EVENTS / "apigw_enqueue.json").read_text()), 29_000),
+        # remaining = stop_before + 300 ms: one short pass, then the hand-over.
+        "RelayFunction": (json.loads((EVENTS / "scheduled_relay.json").read_text()), 5_300),
+        "WorkerFunction": ({"queues": ["echo"], "batch": 10, "source": "relay"}, 300_000),
+    }
+
+
+def measure(build: Path, state: Path) -> list[dict[str, Any]]:
+    from sluice.kafka.producer import ensure_topics
+    from sluice.local import servers
+    from sluice.local.dev import DevOptions, DevStack
+    from sluice.local.stack import Stack
+    from sluice.store import tables
+
+    for key, value in servers.DUMMY_AWS_ENV.items():
+        os.environ.setdefault(key, value)  # this process creates the topics and tables on moto
+    python = artifacts.python312()
+    rie_dir = str(Path(artifacts.__file__).resolve().parent)
+    stack = Stack(state_dir=state)
+    try:
+        dev = DevStack(DevOptions(state_dir=state, artifacts=build, history=False, log_level="WARNING",
+                                  artifacts_python=python))
+        base = dev.deploy.functions["WorkerFunction"].concrete_env()
+        from sluice.local.deployed import settings_of
+
+        s = stack.start_servers(settings_of(base))
+        ensure_topics(s)
+        tables.ensure_all(s)
+        functions = {f.name: f for f in dev.prepare(s, "http://127.0.0.1:9")}
+        env_base = {**servers.DUMMY_AWS_ENV, "PATH": "/usr/bin:/bin"}
+        layer = str(build / "SharedLayer" / "python")
+        boto3_ms = statistics.median(float(_run(python, [layer], env_base, BOTO3)) for _ in range(ROUNDS))
+        rows = []
+        for logical_id, (event, timeout_ms) in _events().items():
+            fn = functions[dev.function(logical_id).name]
+            env = {**env_base, **fn.env}
+            task, opt = str(build / logical_id), str(build / "SharedLayer" / "python")
+            handler = dev.deploy.functions[logical_id].handler
+            runs = [json.loads(_run(python, [task, opt, handler, json.dumps(event), str(timeout_ms), rie_dir],
+                                    env, DRIVER)) for _ in range(ROUNDS)]
+            imp = statistics.median(r["import_ms"] for r in runs)
+            first = statistics.median(r["first_call_ms"] for r in runs)
+            log(f"{logical_id}: {runs[-1]['result']}")
+            rows.append({"function": fn.name, "import_ms": round(imp, 1), "first_call_ms": round(first, 1),
+                         "boto3_import_ms": round(boto3_ms, 1), "import_ratio": round(imp / boto3_ms, 2),
+                         "total_ratio": round((imp + first) / boto3_ms, 2)})
+        return rows
+    finally:
+        stack.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifacts", type=Path, default=None,
+                        help="a sam build folder (default: build one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sluice-cold-") as tmp:
+        build = args.artifacts or artifacts.build(Path(tmp) / "x86", "x86_64")
+        for row in measure(build, Path(tmp) / "state"):
+            emit("cold_start", **row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
