@@ -9,6 +9,7 @@ client libraries it actually uses (cold start).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,27 @@ def queue(s: Settings | None = None) -> JobQueue:
     from sluice.redis.engine import RedisQueue
 
     return RedisQueue.from_settings(s or settings())
+
+
+class _Deferred:
+    """A port built on its first use. Importing redis-py costs a cold start about 100 ms (it
+    loads redis.asyncio too), and the gateway's enqueue path never touches Redis: only status
+    reads and cancels do, so only they pay for it."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self._target: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._target is None:
+            self._target = self._build()
+        return getattr(self._target, name)
+
+
+def deferred_queue(s: Settings | None = None) -> JobQueue:
+    """``queue(s)``, built (and redis imported) only when first used."""
+    deferred: Any = _Deferred(lambda: queue(s))
+    return deferred  # type: ignore[no-any-return]
 
 
 @cache
