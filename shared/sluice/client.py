@@ -6,6 +6,12 @@ second job: after a lost response, a timeout, a 429, a 502/503/504 or a 409 "in
 progress", the retry gets the original job back. Retries back off exponentially with
 full jitter (``policy.backoff_ms``) and honour ``Retry-After``.
 
+``keyed=False`` sends no key: the gateway then writes no idempotency record (two DynamoDB
+writes fewer per job, docs/cost.md), for a caller that already makes one job per request.
+Such a request is retried only after a 429 (API Gateway refused it before the gateway ran);
+after a lost response or a 5xx its outcome is unknown, and a retry could make a second job,
+so the error goes to the caller.
+
 Authentication: SigV4 for a deployed API with IAM auth (``sign_sigv4=True``, service
 ``execute-api``, credentials from the usual botocore chain), or an API key header.
 Transport is urllib from the standard library; tests pass a fake.
@@ -42,6 +48,7 @@ from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_que
 from sluice.policy import backoff_ms
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+UNKEYED_RETRY_STATUSES = frozenset({429})  # refused before the gateway ran: nothing was accepted
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 
 
@@ -115,21 +122,21 @@ class Client:
 
     def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
                 max_attempts: int = 5, lease_seconds: int = 30,
-                idempotency_key: str | None = None) -> Accepted:
+                idempotency_key: str | None = None, keyed: bool = True) -> Accepted:
         job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
                          "max_attempts": max_attempts, "lease_seconds": lease_seconds})
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", job.model_dump(),
-                          idempotency_key=idempotency_key or _new_key())
+                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
         return Accepted.model_validate(body)
 
     def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | EnqueueRequest], *,
-                      idempotency_key: str | None = None) -> BatchAccepted:
+                      idempotency_key: str | None = None, keyed: bool = True) -> BatchAccepted:
         try:
             batch = BatchRequest(jobs=[j if isinstance(j, EnqueueRequest) else self._job(j) for j in jobs])
         except ValidationError as exc:
             raise InvalidInput(f"invalid batch: {exc}") from exc
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
-                          batch.model_dump(), idempotency_key=idempotency_key or _new_key())
+                          batch.model_dump(), idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
         return BatchAccepted.model_validate(body)
 
     def status(self, job_id: str) -> JobView:
@@ -171,7 +178,8 @@ class Client:
     def _queue(queue: str) -> str:
         return quote(validate_queue_name(queue), safe="")
 
-    def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None,
+              keyed: bool = True) -> Any:
         data = None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
         headers = {"Accept": "application/json", "User-Agent": f"sluice-client/{__version__}"}
         if data is not None:
@@ -188,7 +196,7 @@ class Client:
                 response = self.transport.send(method, url, self._signed(method, url, headers, data), data,
                                                self.timeout_s)
             except OSError as exc:  # no answer: with the same idempotency key, trying again is safe
-                if attempt >= self.max_attempts:
+                if attempt >= self.max_attempts or not keyed:
                     raise BackendUnavailable(f"{method} {path}: no response after {attempt} attempts: "
                                              f"{exc!r}") from exc
                 self.sleep(self._backoff_s(attempt, None))
@@ -196,7 +204,8 @@ class Client:
             if 200 <= response.status < 300:
                 return json.loads(response.body) if response.body else None
             problem = _problem(response)
-            if self._retryable(response.status, problem) and attempt < self.max_attempts:
+            if attempt < self.max_attempts and (self._retryable(response.status, problem) if keyed
+                                                else response.status in UNKEYED_RETRY_STATUSES):
                 self.sleep(self._backoff_s(attempt, response.headers.get("retry-after")))
                 continue
             raise _error(response.status, problem)
@@ -226,6 +235,14 @@ class Client:
         request = AWSRequest(method=method, url=url, data=data or b"", headers=dict(headers))
         SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)  # fresh date per attempt
         return {k: str(v) for k, v in request.headers.items()}
+
+
+def _key(given: str | None, keyed: bool) -> str | None:
+    if not keyed:
+        if given is not None:
+            raise InvalidInput("keyed=False sends no Idempotency-Key; do not pass idempotency_key with it")
+        return None
+    return given or _new_key()
 
 
 def _new_key() -> str:
