@@ -24,6 +24,9 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
               default=None, help="The SAM template whose functions to run (default: this checkout's).")
 @click.option("--config-env", default=None,
               help="Take parameter values from this samconfig.toml environment (as sam deploy --config-env).")
+@click.option("--artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Run the BUILT functions of this sam build folder (python infra/artifacts.py OUT builds "
+                   "one for this machine), each with only its bundle and the layer on its path.")
 @click.option("--handlers", default=None,
               help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs "
                    "(the WorkerHandlersModule parameter; default: the template's).")
@@ -44,9 +47,9 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
-def dev(target: Target, template_path: Path | None, config_env: str | None, handlers: str | None,
-        workers: int, kafka_bootstrap: str | None, worker_batch: int | None, worker_concurrency: int | None,
-        relay_every: float | None, history: bool, log_level: str) -> None:
+def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
+        handlers: str | None, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
+        worker_concurrency: int | None, relay_every: float | None, history: bool, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Each function runs as template.yaml configures it; every local difference is printed at
@@ -58,6 +61,7 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, hand
 
     options = DevOptions(state_dir=target.state_dir, template=template_path or TEMPLATE,
                          config_env=config_env, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
+                         artifacts=artifacts.resolve() if artifacts else None,
                          workers=workers, relay_every_s=relay_every,
                          relay_timeout_s=None if relay_every is None else relay_every + 10,
                          log_level=log_level.upper(), history=history, why="a sluice dev option",
