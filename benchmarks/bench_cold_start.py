@@ -90,7 +90,7 @@ def _events() -> dict[str, tuple[dict[str, Any], int]]:
     }
 
 
-def measure(build: Path, state: Path) -> list[dict[str, Any]]:
+def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> list[dict[str, Any]]:
     from sluice.kafka.producer import ensure_topics
     from sluice.local import servers
     from sluice.local.dev import DevOptions, DevStack
@@ -114,6 +114,7 @@ def measure(build: Path, state: Path) -> list[dict[str, Any]]:
         functions = {f.name: f for f in dev.prepare(s, "http://127.0.0.1:9")}
         env_base = {**servers.DUMMY_AWS_ENV, "PATH": "/usr/bin:/bin"}
         opt = str(build / "SharedLayer" / "python")
+        boto3_from = str(yardstick_layer or opt)
         rows = []
         for logical_id, (event, timeout_ms) in _events().items():
             fn = functions[dev.function(logical_id).name]
@@ -121,7 +122,7 @@ def measure(build: Path, state: Path) -> list[dict[str, Any]]:
             handler = dev.deploy.functions[logical_id].handler
             runs, yardstick = [], []
             for _ in range(ROUNDS):  # the yardstick right beside each run: load here comes and goes
-                yardstick.append(float(_run(python, [opt], env_base, BOTO3)))
+                yardstick.append(float(_run(python, [boto3_from], env_base, BOTO3)))
                 runs.append(json.loads(_run(python, [str(build / logical_id), opt, handler, json.dumps(event),
                                                      str(timeout_ms), rie_dir], env, DRIVER)))
             imp = statistics.median(r["import_ms"] for r in runs)
@@ -144,10 +145,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--artifacts", type=Path, default=None,
                         help="a sam build folder (default: build one)")
+    parser.add_argument("--yardstick", type=Path, default=None,
+                        help="time `import boto3` from this site folder instead of the build's layer: to "
+                             "compare a build without bytecode against the precompiled boto3 Lambda's "
+                             "runtime has, give a precompiled layer's python/ folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-cold-") as tmp:
         build = args.artifacts or artifacts.build(Path(tmp) / "x86", "x86_64")
-        for row in measure(build, Path(tmp) / "state"):
+        for row in measure(build, Path(tmp) / "state", args.yardstick):
             emit("cold_start", **row)
     return 0
 
