@@ -106,6 +106,11 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "gateway" in out and endpoints["gateway_url"] in out
+    # Issue 14: what differs from template.yaml is printed at start-up, each with its reason.
+    assert "local overrides of" in out
+    assert "WorkerFunction.ReservedConcurrentExecutions: (unset) -> 2  (--workers" in out
+    assert "WorkerFunction.Environment.POWERTOOLS_LOG_LEVEL: INFO -> WARNING  (--log-level)" in out
+    assert endpoints["overrides"] and all(line in out for line in endpoints["overrides"])
     time.sleep(0.2)
     left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [c.cmdline() for c in left]
