@@ -185,3 +185,15 @@ def test_the_template_reader_refuses_what_it_cannot_resolve(tmp_path: Path) -> N
         load(config_env="x", samconfig=bad)
     with pytest.raises(ConfigError, match="rate"):
         rate_seconds("cron(0 * * * ? *)")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"WorkerTimeoutSeconds": "901"}, r"outside 10\.\.900"),
+    ({"WorkerTimeoutSeconds": "ten"}, "not a number"),
+    ({"CacheEngine": "memcached"}, "not one of valkey, redis"),
+    ({"WorkerHandlersModule": "my-jobs"}, "does not match"),
+    ({"SafetyNetQueues": "default,sluice-relay"}, "does not match"),
+])
+def test_a_value_cloudformation_would_refuse_is_refused(override: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load(overrides=override)

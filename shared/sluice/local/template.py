@@ -155,7 +155,28 @@ def _parameters(doc: dict[str, Any], given: Mapping[str, str]) -> dict[str, str]
         if value is None:
             raise ConfigError(f"parameter {name} has no default and no value")
         out[name] = _text(value)
+        if name in given:
+            _check_parameter(name, spec, out[name])
     return out
+
+
+def _check_parameter(name: str, spec: Mapping[str, Any], value: str) -> None:
+    """The constraints CloudFormation checks before a deploy, so a value it would refuse fails here."""
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in {_text(a) for a in allowed}:
+        raise ConfigError(f"parameter {name}={value!r} is not one of {', '.join(_text(a) for a in allowed)}")
+    pattern = spec.get("AllowedPattern")
+    items = value.split(",") if spec.get("Type") == "CommaDelimitedList" else [value]
+    if pattern is not None and not all(re.fullmatch(pattern, item) for item in items):
+        raise ConfigError(f"parameter {name}={value!r} does not match {pattern}")
+    if spec.get("Type") == "Number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"parameter {name}={value!r} is not a number") from None
+        low, high = spec.get("MinValue"), spec.get("MaxValue")
+        if (low is not None and number < float(low)) or (high is not None and number > float(high)):
+            raise ConfigError(f"parameter {name}={value} is outside {low}..{high}")
 
 
 def _text(value: Any) -> str:
