@@ -42,8 +42,9 @@ def queue(s: Settings | None = None) -> JobQueue:
 
 class _Deferred:
     """A port built on its first use. Importing redis-py costs a cold start about 100 ms (it
-    loads redis.asyncio too), and the gateway's enqueue path never touches Redis: only status
-    reads and cancels do, so only they pay for it."""
+    loads redis.asyncio too), and building the jobs table's client another 100-200 ms, and the
+    gateway's enqueue path needs neither: only status reads and cancels (and the withdrawal
+    after a failed enqueue) do, so only they pay for it."""
 
     def __init__(self, build: Callable[[], Any]) -> None:
         self._build = build
@@ -58,6 +59,12 @@ class _Deferred:
 def deferred_queue(s: Settings | None = None) -> JobQueue:
     """``queue(s)``, built (and redis imported) only when first used."""
     deferred: Any = _Deferred(lambda: queue(s))
+    return deferred  # type: ignore[no-any-return]
+
+
+def deferred_store(s: Settings | None = None) -> JobStore:
+    """``store(s)``, built only when first used."""
+    deferred: Any = _Deferred(lambda: store(s))
     return deferred  # type: ignore[no-any-return]
 
 

@@ -102,12 +102,16 @@ def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.Ca
     assert emf and emf[-1]["Gateway2xx"] == [1.0]
     code, _, again = call(app, event("apigw_enqueue.json"))
     assert (code, again) == (200, body)
-    # log, store and idempotency: once per container. The Redis queue is not built at all: the
-    # enqueue path never touches Redis, so it never imports redis-py (issue 14, cold start).
-    assert fakes.builds == 3
+    # log and idempotency: once per container. The Redis queue and the jobs table's store are
+    # not built at all: the enqueue path touches neither, so it never imports redis-py nor
+    # builds that client (issue 14, cold start).
+    assert fakes.builds == 2
     call(app, event("apigw_get_queue.json"))
     call(app, event("apigw_get_queue.json"))
-    assert fakes.builds == 4  # the queue, built on the first request that needs it, once
+    assert fakes.builds == 3  # the queue, built on the first request that needs it, once
+    call(app, event("apigw_get_job.json"))
+    call(app, event("apigw_get_job.json"))
+    assert fakes.builds == 4  # the store, likewise
 
 
 def test_recorded_enqueue_then_get_says_accepted(app: ModuleType, fakes: Fakes) -> None:

@@ -310,7 +310,7 @@ def build_api(settings: Settings | None = None) -> Api:
 
     s = settings or wiring.settings()
     check_settings(s)
-    return Api(wiring.job_log(settings), wiring.store(settings), wiring.deferred_queue(settings),
+    return Api(wiring.job_log(settings), wiring.deferred_store(settings), wiring.deferred_queue(settings),
                job_id_key=wiring.job_id_key(settings), id_horizon_ms=id_horizon_ms(s),
                idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes)
 
