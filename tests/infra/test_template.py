@@ -419,6 +419,49 @@ def test_alarms_watch_the_metrics_the_code_emits() -> None:
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
 
 
+@pytest.mark.parametrize("nodes", range(2, 7))
+def test_every_redis_node_the_template_can_create_has_a_memory_alarm(nodes: int) -> None:
+    """CacheNodes allows 2..6 nodes and any of them may be the primary after a failover: each one
+    (and no node that does not exist) is watched, on the alarm topic."""
+    assert T["Resources"]["RedisGroup"]["Properties"]["NumCacheClusters"] == {"Ref": "CacheNodes"}
+    assert (T["Parameters"]["CacheNodes"]["MinValue"], T["Parameters"]["CacheNodes"]["MaxValue"]) == (2, 6)
+    assert props("Observability")["Parameters"]["CacheNodes"] == {"Ref": "CacheNodes"}
+    obs = cfn.load(cfn.NESTED["observability"])
+    conds = cfn.conditions(obs, cfn.parameters(obs, CacheNodes=nodes, RedisGroupId="grp"))
+    watched = set()
+    for name, alarm in cfn.resources(obs, "AWS::CloudWatch::Alarm").items():
+        if "Condition" in alarm and not conds[alarm["Condition"]]:
+            continue
+        p = alarm["Properties"]
+        if p.get("MetricName") != "DatabaseMemoryUsagePercentage":
+            continue
+        assert p["Namespace"] == "AWS/ElastiCache" and p["Threshold"] <= 90, name
+        (dim,) = p["Dimensions"]
+        assert dim["Name"] == "CacheClusterId"
+        watched.add(cfn.sub(dim["Value"]["Fn::Sub"], {"RedisGroupId": "grp"}))
+        assert p["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+    assert watched == {f"grp-{i:03d}" for i in range(1, nodes + 1)}
+
+
+def test_alarm_topic_uses_a_key_whose_policy_lets_cloudwatch_publish() -> None:
+    """alias/aws/sns's policy does not admit CloudWatch: alarms on such a topic fail silently."""
+    obs = cfn.load(cfn.NESTED["observability"])
+    topic = obs["Resources"]["AlarmTopic"]["Properties"]
+    key_ref = topic["KmsMasterKeyId"]
+    assert isinstance(key_ref, dict) and set(key_ref) == {"Ref"}, f"not a key of this stack: {key_ref}"
+    key = obs["Resources"][key_ref["Ref"]]
+    assert key["Type"] == "AWS::KMS::Key"
+    assert key["Properties"].get("EnableKeyRotation") is True
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    cloudwatch = [s for s in statements if s["Effect"] == "Allow"
+                  and s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"]
+    assert cloudwatch, "no statement admits cloudwatch.amazonaws.com"
+    actions = {a for s in cloudwatch for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= actions
+    admins = [s for s in statements if s["Action"] == "kms:*"]
+    assert admins and all("root" in json.dumps(s["Principal"]) for s in admins), "the key must stay manageable"
+
+
 def test_dashboard_body_is_valid_json() -> None:
     obs = cfn.load(cfn.NESTED["observability"])
     body = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]["Properties"]["DashboardBody"]
