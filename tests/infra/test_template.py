@@ -456,10 +456,11 @@ def test_alarm_topic_uses_a_key_whose_policy_lets_cloudwatch_publish() -> None:
     cloudwatch = [s for s in statements if s["Effect"] == "Allow"
                   and s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"]
     assert cloudwatch, "no statement admits cloudwatch.amazonaws.com"
-    actions = {a for s in cloudwatch for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    actions = {a for s in cloudwatch
+               for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= actions
     admins = [s for s in statements if s["Action"] == "kms:*"]
-    assert admins and all("root" in json.dumps(s["Principal"]) for s in admins), "the key must stay manageable"
+    assert admins and all("root" in json.dumps(s["Principal"]) for s in admins), "key must stay manageable"
 
 
 def test_dashboard_body_is_valid_json() -> None:

@@ -38,7 +38,8 @@ def backdate(client: redis.Redis, job_id: str, died_at_ms: int) -> None:
 
 # --- trim ---------------------------------------------------------------------------------------
 
-def test_trim_keeps_the_newest_dead_jobs_and_deletes_the_rest(rq: RedisQueue, redis_client: redis.Redis) -> None:
+def test_trim_keeps_the_newest_dead_jobs_and_deletes_the_rest(rq: RedisQueue,
+                                                             redis_client: redis.Redis) -> None:
     make_dead(rq, *[f"j{i}" for i in range(6)])
     for i in range(6):
         backdate(redis_client, f"j{i}", 1_000 + i)  # j0 died first

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sluice import policy
+from sluice import limits, policy
 from sluice.errors import SluiceError
 from sluice.models import QueueConfig, is_reserved_queue
 from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
@@ -65,9 +65,15 @@ class _Control(_RelayState):
                 queue, rate_per_s=self.default_rate_per_s,
                 burst=self.default_burst or max(1, int(self.default_rate_per_s)))
         state.ready, state.leased = stats.ready, stats.leased
+        state.delayed, state.dead = stats.delayed, stats.dead
         state.pushed_since_refresh = 0
         state.refreshed_at = now
         cfg = state.config
+        full = limits.dead_full(self.limits, cfg, stats.dead)
+        if full != state.dead_full:
+            log.warning("queue %s %s at %s dead jobs", queue, "held back" if full else "released", stats.dead)
+            self.metrics.count("RelayDeadCapHeld" if full else "RelayDeadCapReleased", queue=queue)
+        state.dead_full = full
         paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
                                          state.watermark_paused)
         if paused != state.watermark_paused:
@@ -84,6 +90,8 @@ class _Control(_RelayState):
                     by_queue.setdefault(queue, []).append(owned)
         plan: list[_Item] = []
         self._throttled = False
+        if self._redis_full():
+            return plan
         for queue, partitions in by_queue.items():
             state = self._state(queue)
             if state.blocked:
@@ -95,10 +103,42 @@ class _Control(_RelayState):
             allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
             self._throttled |= allowed < wanted
             self._rotation += 1
+            room = limits.delayed_room(self.limits, cfg, state.delayed)
+            now_ms = self.clock.now_ms()
             for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
                 q = owned.pending[queue]
-                plan.append((owned, queue, [q[i] for i in range(n)]))
+                take = [q[i] for i in range(n)]
+                if room is not None:  # over the delayed cap, a delayed record waits in Kafka
+                    delayed = [spec.run_at_ms > now_ms for _, spec in take]
+                    take = take[:limits.take_within(delayed, room)]
+                    pushed_delayed = sum(delayed[:len(take)])
+                    room -= pushed_delayed
+                    state.delayed += pushed_delayed
+                if take:
+                    plan.append((owned, queue, take))
         return plan
+
+    def _redis_full(self) -> bool:
+        """Above ``limits.push_memory_percent`` of maxmemory nothing is pushed: the headroom left
+        is for leases, acks and fails, which must never meet OOM (read every ``refresh_s``)."""
+        now = self.clock.monotonic()
+        if self._memory_percent is None or not self.limits.push_memory_percent:
+            return False
+        if now < self._next_memory:
+            return self._memory_full
+        self._next_memory = now + self.refresh_s
+        try:
+            percent = self._memory_percent()
+        except SluiceError as exc:
+            log.warning("could not read Redis memory: %s", exc)
+            return self._memory_full
+        full = self.limits.memory_full(percent)
+        if full != self._memory_full:
+            log.warning("Redis at %.0f%% of maxmemory: pushing %s", percent or 0,
+                        "held" if full else "resumed")
+            self.metrics.count("RelayMemoryHeld" if full else "RelayMemoryReleased")
+        self._memory_full = full
+        return full
 
     def _held_up(self) -> bool:
         """Records wait for a queue that is not paused: the rate limit, or a full batch."""
@@ -149,6 +189,20 @@ class _Control(_RelayState):
             except SluiceError as exc:  # written; the next maintenance writes them again
                 log.warning("could not forget %d settled endings in %s: %s", len(done), queue, exc)
 
+    def _trim(self, queue: str) -> None:
+        """Forget old dead jobs (``limits.dead_keep``, ``dead_retention_ms``) after ``_settle``,
+        so the endings it just wrote to the jobs table are no longer in the way."""
+        if self._trim_dead is None or not (self.limits.dead_keep or self.limits.dead_retention_ms):
+            return
+        try:
+            trimmed, _unsettled = self._trim_dead(queue, self.limits.dead_keep, self.limits.dead_retention_ms)
+        except SluiceError as exc:
+            log.warning("could not trim the dead jobs of %s: %s", queue, exc)
+            return
+        if trimmed:
+            self.report.trimmed += trimmed
+            log.info("trimmed %d dead jobs of %s (their endings stay in the jobs table)", trimmed, queue)
+
     def _dispatch(self) -> None:
         if self.dispatcher is None:
             return
@@ -185,6 +239,7 @@ class _Control(_RelayState):
             reaped = self.engine.reap(queue, self.reap_limit)
             self.report.reaped += reaped
             self._settle(queue)
+            self._trim(queue)
             state = self._queues.setdefault(queue, _QueueState())
             self._refresh(queue, state, now)
             if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
