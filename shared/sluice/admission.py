@@ -36,6 +36,7 @@ class ViewSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class View:
     config: QueueConfig
+    ready: int
     delayed: int
     dead: int
     registered: bool
@@ -67,14 +68,15 @@ class Admission:
         if not view.registered and limit and view.queues >= limit:
             raise QueueNotAllowed(f"queue {queue!r} is new and {view.queues} queues are registered, the "
                                   "limit (SLUICE_MAX_QUEUES); an operator may raise it", queue=queue)
-        why = limits.refusal(self.limits, view.config, view.delayed, view.dead, view.memory_percent, delayed)
+        why = limits.refusal(self.limits, view.config, (view.ready, view.delayed), view.dead,
+                             view.memory_percent, delayed)
         if why is not None:
             retry = max(1, round(view.read_at + self.ttl_s - self.clock() + 0.5))
             raise QueueFull(f"queue {queue!r} takes no more of these jobs now: {why}", queue=queue,
                             retry_after_s=retry)
         if delayed:  # count them now: a burst within one view's life stops at the cap too
-            self._views[queue] = View(view.config, view.delayed + delayed, view.dead, True, view.queues,
-                                      view.memory_percent, view.read_at)
+            self._views[queue] = View(view.config, view.ready, view.delayed + delayed, view.dead, True,
+                                      view.queues, view.memory_percent, view.read_at)
 
     def _view(self, queue: str) -> View | None:
         now = self.clock()
@@ -92,7 +94,7 @@ class Admission:
             except SluiceError as exc:
                 log.warning("no view of queue %s, accepting without one: %s", queue, exc)
                 return None
-            view = View(stats.config, stats.delayed, stats.dead, registered, size, memory, now)
+            view = View(stats.config, stats.ready, stats.delayed, stats.dead, registered, size, memory, now)
             if len(self._views) > 10_000:  # random names must not grow a container without bound
                 self._views.clear()
             self._views[queue] = view

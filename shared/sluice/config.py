@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     dead_retention_hours: int = Field(default=72, ge=0)  # trim: dead jobs older than this go
     max_queues: int = Field(default=1_000, ge=0)  # queue names the registry accepts
     queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
-    redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # relay pushes nothing above it
+    redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.limits)
+    memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
 
     # Job defaults.

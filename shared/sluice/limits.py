@@ -40,13 +40,15 @@ class Limits:
     max_queues: int = 0  # registered queue names; 0 = no limit
     allow: frozenset[str] | None = None  # None: any valid name
     push_memory_percent: int = 0  # 0 = no memory guard
+    memory_guard_depth: int = 100  # above the guard, queues with this many waiting jobs are held
 
     @classmethod
     def from_settings(cls, s: Settings) -> Limits:
         return cls(max_delayed=s.max_delayed_per_queue, max_dead=s.max_dead_per_queue,
                    dead_keep=s.dead_keep_per_queue, dead_retention_ms=s.dead_retention_hours * 3_600_000,
                    max_queues=s.max_queues, allow=s.allowed_queues(),
-                   push_memory_percent=s.redis_push_memory_percent)
+                   push_memory_percent=s.redis_push_memory_percent,
+                   memory_guard_depth=s.memory_guard_depth)
 
     def caps(self, config: QueueConfig) -> tuple[int, int]:
         """The queue's effective (max_delayed, max_dead): its own config, else the deployment's."""
@@ -62,21 +64,33 @@ class Limits:
         """The registry size beyond which ``queue`` may not be added (0 = none)."""
         return 0 if queue in INTERNAL_QUEUES else self.max_queues
 
-    def memory_full(self, percent: float | None) -> bool:
-        return self.push_memory_percent > 0 and percent is not None and percent >= self.push_memory_percent
+    def memory_hold(self, percent: float | None, waiting: int) -> bool:
+        """Whether a queue with ``waiting`` (ready + delayed) jobs may not grow at this memory use.
+
+        Above the guard, a queue whose backlog is at least ``memory_guard_depth`` is held (the
+        queues that fill Redis are the ones nobody drains; one whose workers keep up keeps
+        flowing); halfway from the guard to 100% every queue is held, so leases, acks and fails
+        keep their headroom whatever happens.
+        """
+        guard = self.push_memory_percent
+        if not guard or percent is None or percent < guard:
+            return False
+        return percent >= guard + (100 - guard) / 2 or waiting >= self.memory_guard_depth
 
 
-def refusal(limits: Limits, config: QueueConfig, delayed: int, dead: int, memory_percent: float | None,
-            new_delayed: int) -> str | None:
+def refusal(limits: Limits, config: QueueConfig, waiting: tuple[int, int], dead: int,
+            memory_percent: float | None, new_delayed: int) -> str | None:
     """Why the gateway should refuse jobs for a queue in this state (None: accept).
 
-    ``new_delayed`` of the jobs asked for are delayed. A queue at its dead cap takes no job at
-    all (a queue whose jobs all die, e.g. one without a handler, would fill it); one at its
-    delayed cap takes ready jobs but no delayed ones.
+    ``waiting`` is (ready, delayed); ``new_delayed`` of the jobs asked for are delayed. A queue
+    at its dead cap takes no job at all (a queue whose jobs all die, e.g. one without a handler,
+    would fill it); one at its delayed cap takes ready jobs but no delayed ones. Above the memory
+    guard a deep queue takes nothing (``Limits.memory_hold``).
     """
     max_delayed, max_dead = limits.caps(config)
-    if limits.memory_full(memory_percent):
-        return f"Redis is {memory_percent:.0f}% full; jobs wait until workers drain it"
+    ready, delayed = waiting
+    if limits.memory_hold(memory_percent, ready + delayed):
+        return f"Redis is {memory_percent or 0:.0f}% full and this queue holds {ready + delayed} waiting jobs"
     if max_dead and dead >= max_dead:
         return f"the queue holds {dead} dead jobs, its cap is {max_dead}: redrive or purge them"
     if new_delayed and max_delayed and delayed + new_delayed > max_delayed:

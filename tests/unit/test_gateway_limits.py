@@ -78,12 +78,18 @@ def test_the_view_is_read_once_per_ttl_not_per_request() -> None:
     assert rig.queue.reads == 2
 
 
-def test_redis_near_full_refuses_every_queue() -> None:
-    rig, _ = limited(Limits(push_memory_percent=80))
+def test_above_the_memory_guard_deep_queues_are_refused_and_near_full_every_queue() -> None:
+    rig, clock = limited(Limits(push_memory_percent=80, memory_guard_depth=50))
     rig.queue.memory = 85.0
+    assert rig.call("POST", JOBS, {"payload": 1})[0] == 202  # 4 waiting jobs: it is being drained
+    rig.queue.delayed = 60
+    clock.t += 2.0
     code, _, doc = rig.call("POST", JOBS, {"payload": 1})
     assert (code, doc["code"]) == (429, "QUEUE_FULL")
     assert "85% full" in doc["detail"]
+    rig.queue.delayed, rig.queue.memory = 0, 91.0  # halfway to 100%: nothing more goes in
+    clock.t += 2.0
+    assert rig.call("POST", JOBS, {"payload": 1})[0] == 429
 
 
 def test_a_new_queue_beyond_the_registry_limit_is_refused_clearly() -> None:
@@ -115,7 +121,7 @@ def test_an_unreadable_view_accepts_the_job() -> None:
 
 
 def test_internal_queue_names_match_the_relay() -> None:
-    assert INTERNAL_QUEUES == {RELAY_QUEUE}
+    assert {RELAY_QUEUE} == INTERNAL_QUEUES
 
 
 @pytest.mark.parametrize(("flags", "room", "n"), [

@@ -90,11 +90,10 @@ class _Control(_RelayState):
                     by_queue.setdefault(queue, []).append(owned)
         plan: list[_Item] = []
         self._throttled = False
-        if self._redis_full():
-            return plan
+        memory = self._redis_memory()
         for queue, partitions in by_queue.items():
             state = self._state(queue)
-            if state.blocked:
+            if state.blocked or self.limits.memory_hold(memory, state.ready_estimate + state.delayed):
                 continue
             cfg = state.config
             wanted = sum(min(len(o.pending[queue]), self.batch) for o in partitions)
@@ -118,27 +117,27 @@ class _Control(_RelayState):
                     plan.append((owned, queue, take))
         return plan
 
-    def _redis_full(self) -> bool:
-        """Above ``limits.push_memory_percent`` of maxmemory nothing is pushed: the headroom left
-        is for leases, acks and fails, which must never meet OOM (read every ``refresh_s``)."""
+    def _redis_memory(self) -> float | None:
+        """Redis's memory use in % of maxmemory, read every ``refresh_s`` (``limits.memory_hold``
+        decides per queue: the headroom above the guard is for leases, acks and fails)."""
         now = self.clock.monotonic()
         if self._memory_percent is None or not self.limits.push_memory_percent:
-            return False
+            return None
         if now < self._next_memory:
-            return self._memory_full
+            return self._memory
         self._next_memory = now + self.refresh_s
         try:
-            percent = self._memory_percent()
+            percent: float | None = self._memory_percent()
         except SluiceError as exc:
             log.warning("could not read Redis memory: %s", exc)
-            return self._memory_full
-        full = self.limits.memory_full(percent)
-        if full != self._memory_full:
-            log.warning("Redis at %.0f%% of maxmemory: pushing %s", percent or 0,
-                        "held" if full else "resumed")
-            self.metrics.count("RelayMemoryHeld" if full else "RelayMemoryReleased")
-        self._memory_full = full
-        return full
+            return self._memory
+        over = percent is not None and percent >= self.limits.push_memory_percent
+        if over != (self._memory is not None and self._memory >= self.limits.push_memory_percent):
+            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", percent or 0,
+                        "on" if over else "off")
+            self.metrics.count("RelayMemoryGuardOn" if over else "RelayMemoryGuardOff")
+        self._memory = percent
+        return percent
 
     def _held_up(self) -> bool:
         """Records wait for a queue that is not paused: the rate limit, or a full batch."""

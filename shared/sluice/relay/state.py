@@ -141,7 +141,7 @@ class _RelayState:
         self._memory_percent = getattr(engine, "memory_percent", None)
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
-        self._memory_full = False
+        self._memory: float | None = None
         self._next_memory = float("-inf")
         self.status_drain_s = status_drain_s
         self.commit_s = commit_s
