@@ -68,12 +68,13 @@ def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats
 def queues_table(stats: list[QueueStats], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
-                "max in flight", "caps", "state"):
+                "max in flight", "caps", "state"):  # caps: delayed/dead, "-" = the default
         table.add_column(col, justify="left" if col in ("queue", "rate", "state") else "right")
     for st in stats:
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
-                      age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"), caps(c),
+                      age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
+                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}",
                       "[yellow]paused[/]" if c.paused else "running")
     return table
 
