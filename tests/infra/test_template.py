@@ -339,6 +339,23 @@ def test_environment_variables_are_settings_fields() -> None:
     assert not unknown, f"not Settings fields (they would be ignored): {sorted(unknown)}"
 
 
+def test_the_limits_are_parameters_with_the_settings_defaults() -> None:
+    """Every function reads the same limits (gateway, relay and worker all build the engine)."""
+    from sluice.config import Settings
+
+    env = T["Globals"]["Function"]["Environment"]["Variables"]
+    pairs = (("MaxDelayedPerQueue", "max_delayed_per_queue"), ("MaxDeadPerQueue", "max_dead_per_queue"),
+             ("DeadKeepPerQueue", "dead_keep_per_queue"), ("DeadRetentionHours", "dead_retention_hours"),
+             ("MaxQueues", "max_queues"), ("QueueAllowList", "queue_allow_list"),
+             ("RedisPushMemoryPercent", "redis_push_memory_percent"))
+    for param, field in pairs:
+        assert env[f"SLUICE_{field.upper()}"] == {"Ref": param}
+        assert T["Parameters"][param]["Default"] == Settings.model_fields[field].default, param
+    pattern = T["Parameters"]["QueueAllowList"]["AllowedPattern"]
+    assert re.fullmatch(pattern, "") and re.fullmatch(pattern, "emails,thumbs")
+    assert not re.fullmatch(pattern, "Emails") and not re.fullmatch(pattern, "a,,b")
+
+
 def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     layer = props("SharedLayer")
     assert layer["ContentUri"] == "shared/" and RES["SharedLayer"]["Metadata"]["BuildMethod"] == "python3.12"
