@@ -56,6 +56,7 @@ class Admission:
                  clock: Callable[[], float] = _monotonic) -> None:
         self.source, self.limits, self.ttl_s, self.clock = source, limits_, ttl_ms / 1000, clock
         self._views: dict[str, View] = {}
+        self._memory: tuple[float, float | None] = (float("-inf"), None)  # (read at, %), per container
         self._lock = threading.Lock()
 
     def check(self, queue: str, jobs: int, delayed: int) -> None:
@@ -88,13 +89,18 @@ class Admission:
             if view is not None and now - view.read_at < self.ttl_s:
                 return view
             try:
-                stats = self.source.stats(queue)
                 registered, size = self.source.registry(queue)
-                memory = self.source.memory_percent()
+                # A queue not registered has no keys (the registry goes first, and only a data loss
+                # empties it): no depths to read, so a random name costs one round trip, not two.
+                stats = self.source.stats(queue) if registered else QueueStats(
+                    queue=queue, ready=0, delayed=0, leased=0, dead=0, oldest_ready_age_ms=None)
+                if now - self._memory[0] >= self.ttl_s:
+                    self._memory = (now, self.source.memory_percent())
             except SluiceError as exc:
                 log.warning("no view of queue %s, accepting without one: %s", queue, exc)
                 return None
-            view = View(stats.config, stats.ready, stats.delayed, stats.dead, registered, size, memory, now)
+            view = View(stats.config, stats.ready, stats.delayed, stats.dead, registered, size,
+                        self._memory[1], now)
             if len(self._views) > 10_000:  # random names must not grow a container without bound
                 self._views.clear()
             self._views[queue] = view

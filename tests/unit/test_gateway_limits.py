@@ -99,6 +99,7 @@ def test_a_new_queue_beyond_the_registry_limit_is_refused_clearly() -> None:
     code, _, doc = rig.call("POST", "/v1/queues/another/jobs", {"payload": 1})
     assert (code, doc["code"]) == (403, "QUEUE_NOT_ALLOWED")
     assert "SLUICE_MAX_QUEUES" in doc["detail"]
+    assert rig.queue.reads == 1  # the registered queue's depths; a new name has none to read
 
 
 def test_the_allow_list_refuses_other_queues_without_asking_redis() -> None:

@@ -238,9 +238,10 @@ class _Control(_RelayState):
             reaped = self.engine.reap(queue, self.reap_limit)
             self.report.reaped += reaped
             self._settle(queue)
-            self._trim(queue)
             state = self._queues.setdefault(queue, _QueueState())
             self._refresh(queue, state, now)
+            if state.dead:  # most queues have none: no round trip for them
+                self._trim(queue)
             if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
                     and now - state.dispatched_at >= self.maintenance_s):
                 state.pushed_since_dispatch = max(1, reaped)
