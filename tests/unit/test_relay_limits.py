@@ -162,3 +162,16 @@ def test_records_of_a_queue_the_registry_refuses_go_to_the_dead_letter_topic() -
     assert w.source.committed_offsets == {0: 7}
     assert relay.report.refused == 3
     assert w.engine.calls.count("register") == 2  # once per queue, not per record
+
+
+def test_a_queue_held_at_its_delayed_cap_spends_no_rate_tokens() -> None:
+    """The bucket is shared by every relay: tokens taken for records that then wait are lost."""
+    w = World(Limits(max_delayed=2))
+    w.engine.set_config("q", rate_per_s=1000.0, burst=1000)
+    w.add(4, delay_s=3600)
+    relay = w.relay()
+    w.run(relay, 5)
+    assert len(w.in_redis()) == 2
+    asked = w.engine.calls.count("take_rate")
+    w.run(relay, 20)
+    assert w.engine.calls.count("take_rate") == asked

@@ -9,10 +9,12 @@ redeploy. The same per-queue state then decides how many workers to dispatch.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from itertools import islice
 
 from sluice import limits, policy
 from sluice.errors import SluiceError
-from sluice.models import QueueConfig, is_reserved_queue
+from sluice.models import JobSpec, QueueConfig, is_reserved_queue
 from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
 
 SETTLE_LIMIT = 100  # per queue per maintenance: a backlog of endings drains over a few rounds
@@ -37,6 +39,11 @@ def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
         counts[i] += extra
         allowed -= extra
     return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
+
+
+def _delayed(records: Iterable[tuple[int, JobSpec]], n: int, now_ms: int) -> list[bool]:
+    """For the first ``n`` records: is each one delayed (due after ``now_ms``)?"""
+    return [spec.run_at_ms > now_ms for _, spec in islice(records, n)]
 
 
 class _Control(_RelayState):
@@ -99,20 +106,23 @@ class _Control(_RelayState):
             wanted = sum(min(len(o.pending[queue]), self.batch) for o in partitions)
             if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
                 wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
+            room = limits.delayed_room(self.limits, cfg, state.delayed)
+            now_ms = self.clock.now_ms()
+            if room is not None:  # up to each partition's first delayed record over the cap
+                fits = [limits.take_within(_delayed(o.pending[queue], self.batch, now_ms), room)
+                        for o in partitions]
+                wanted = min(wanted, sum(fits))
             allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
             self._throttled |= allowed < wanted
             self._rotation += 1
-            room = limits.delayed_room(self.limits, cfg, state.delayed)
-            now_ms = self.clock.now_ms()
             for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
                 q = owned.pending[queue]
                 take = [q[i] for i in range(n)]
                 if room is not None:  # over the delayed cap, a delayed record waits in Kafka
-                    delayed = [spec.run_at_ms > now_ms for _, spec in take]
+                    delayed = _delayed(take, n, now_ms)
                     take = take[:limits.take_within(delayed, room)]
-                    pushed_delayed = sum(delayed[:len(take)])
-                    room -= pushed_delayed
-                    state.delayed += pushed_delayed
+                    room -= sum(delayed[:len(take)])
+                    state.delayed += sum(delayed[:len(take)])
                 if take:
                     plan.append((owned, queue, take))
         return plan
