@@ -102,6 +102,8 @@ class _Pushing(_Ownership):
         try:
             self._register_queue(queue)
         except QueueNotAllowed as exc:
+            if len(self._refused) > 10_000:  # random names must not grow a relay without bound
+                self._refused.clear()
             self._refused[queue] = (now + self.maintenance_s, str(exc))
             return str(exc)
         except SluiceError as exc:

@@ -88,11 +88,11 @@ class _QueueState:
     pushed_since_dispatch: int = 0
     dispatched_at: float = float("-inf")
 
+    dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.limits)
+
     @property
     def ready_estimate(self) -> int:
         return self.ready + self.pushed_since_refresh
-
-    dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.limits)
 
     @property
     def blocked(self) -> bool:
