@@ -67,7 +67,7 @@ def translate(exc: redis.exceptions.RedisError) -> SluiceError:
         return BackendUnavailable(f"redis unavailable: {exc}")
     text = str(exc)
     if isinstance(exc, redis.exceptions.ResponseError):
-        if text.startswith(_UNAVAILABLE):
+        if text.startswith(_UNAVAILABLE) or "-OOM command not allowed" in text:  # the latter: in a script
             return BackendUnavailable(f"redis refused: {text}")
         return parse_error(text)
     return SluiceError(f"redis error: {text}")
