@@ -18,18 +18,13 @@ No I/O here: the relay and the gateway's ``QueueViews`` feed these functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from sluice.errors import QueueNotAllowed
-from sluice.models import QueueConfig
+from sluice.models import QueueConfig, is_reserved_queue
 
 if TYPE_CHECKING:
     from sluice.config import Settings
-
-# Queues Sluice itself uses: never refused by the allow-list or the registry limit. The relay's
-# partition-ownership queue (relay.ownership.RELAY_QUEUE; a unit test keeps the two equal).
-INTERNAL_QUEUES: Final = frozenset({"sluice-relay"})
-
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -56,13 +51,14 @@ class Limits:
 
     def check_name(self, queue: str) -> None:
         """QueueNotAllowed unless the allow-list (if any) names ``queue``."""
-        if self.allow is not None and queue not in self.allow and queue not in INTERNAL_QUEUES:
+        # Sluice's own (reserved, sluice-) queues are never refused: callers cannot use them anyway.
+        if self.allow is not None and queue not in self.allow and not is_reserved_queue(queue):
             raise QueueNotAllowed(f"queue {queue!r} is not on the operator's allow-list "
                                   "(SLUICE_QUEUE_ALLOW_LIST)", queue=queue)
 
     def registry_limit(self, queue: str) -> int:
         """The registry size beyond which ``queue`` may not be added (0 = none)."""
-        return 0 if queue in INTERNAL_QUEUES else self.max_queues
+        return 0 if is_reserved_queue(queue) else self.max_queues
 
     def memory_hold(self, percent: float | None, waiting: int) -> bool:
         """Whether a queue with ``waiting`` (ready + delayed) jobs may not grow at this memory use.

@@ -10,7 +10,7 @@ from sluice.admission import Admission
 from sluice.api import Api
 from sluice.errors import BackendUnavailable
 from sluice.http.app import Gateway
-from sluice.limits import INTERNAL_QUEUES, Limits, take_within
+from sluice.limits import Limits, take_within
 from sluice.models import QueueConfig
 from sluice.relay.ownership import RELAY_QUEUE
 from tests.unit.test_gateway_fakes import KEY, Rig
@@ -121,8 +121,10 @@ def test_an_unreadable_view_accepts_the_job() -> None:
     assert rig.call("POST", f"{JOBS}/batch", delayed(5))[0] == 202
 
 
-def test_internal_queue_names_match_the_relay() -> None:
-    assert {RELAY_QUEUE} == INTERNAL_QUEUES
+def test_sluices_own_queues_are_never_refused_by_the_registry_limits() -> None:
+    limits = Limits(max_queues=1, allow=frozenset({"emails"}))
+    limits.check_name(RELAY_QUEUE)
+    assert limits.registry_limit(RELAY_QUEUE) == 0 and limits.registry_limit("emails") == 1
 
 
 @pytest.mark.parametrize(("flags", "room", "n"), [
