@@ -76,7 +76,7 @@ def test_trim_keeps_a_dead_job_whose_ending_is_not_settled_yet(rq: RedisQueue,
     make_dead(rq, "settled")
     for job_id in ("expired", "cancelled", "settled"):
         backdate(redis_client, job_id, 1_000)
-    assert set(redis_client.zrange(K.settle, 0, -1)) == {"dead:expired", "cancelled:cancelled"}
+    assert set(redis_client.zrange(K.settle, 0, -1)) == {"dead:0:expired", "cancelled:0:cancelled"}
     assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (1, 2)
     assert set(members(redis_client, "q", "dead")) == {"expired", "cancelled"}
     assert job(redis_client, "q", "expired")["err"] == "lease expired on attempt 1"
@@ -85,6 +85,30 @@ def test_trim_keeps_a_dead_job_whose_ending_is_not_settled_yet(rq: RedisQueue,
     assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (2, 0)
     assert members(redis_client, "q", "dead") == []
     assert redis_client.keys("sluice:{q}:job:*") == []
+
+
+def test_trim_finds_the_ending_of_a_redriven_job_and_the_older_entry_format(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """A redriven job's ending carries its redrive generation ("dead:<g>:<id>"); entries written
+    before generations existed read "dead:<id>". Either one keeps the job."""
+    rq.enqueue(spec("again", max_attempts=1))
+    rq.lease("q", 1, 10)
+    time.sleep(0.05)
+    rq.reap("q")  # dead on its only attempt: "dead:0:again"
+    rq.settled("q", rq.unsettled("q"))
+    assert rq.redrive("q", "again", generation=7) == 1
+    rq.lease("q", 1, 10)
+    time.sleep(0.05)
+    rq.reap("q")  # dead again, in generation 7
+    assert redis_client.zrange(K.settle, 0, -1) == ["dead:7:again"]
+    make_dead(rq, "legacy")
+    redis_client.zadd(K.settle, {"dead:legacy": 5})
+    for job_id in ("again", "legacy"):
+        backdate(redis_client, job_id, 1_000)
+    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (0, 2)
+    rq.settled("q", [e for e in rq.unsettled("q") if e.job_id == "again"])
+    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (1, 1)
+    assert job(redis_client, "q", "again") == {} and job(redis_client, "q", "legacy") != {}
 
 
 def test_trim_looks_at_no_more_than_its_limit(rq: RedisQueue, redis_client: redis.Redis) -> None:

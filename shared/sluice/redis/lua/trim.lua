@@ -8,7 +8,8 @@
 --   ARGV[3] limit       1..1000 oldest dead jobs looked at per call
 -- Output
 --   {trimmed, unsettled}: jobs deleted (hash and dead entry), and jobs over a limit that were
---   kept because the settle set still holds their ending ("dead:<id>" or "cancelled:<id>"):
+--   kept because the settle set still holds their ending ("dead:<g>:<id>" or
+--   "cancelled:<g>:<id>" with g the job's redrive generation, or the older "<state>:<id>"):
 --   the relay has not written it to the jobs table yet, and it reads the job's last error
 --   from the hash. Every other dead job's ending is in the jobs table already: a worker
 --   records a failure there before it calls fail.lua (docs/worker.md).
@@ -31,12 +32,27 @@ if keep > 0 then over = math.max(0, redis.call('ZCARD', dead) - keep) end
 local cutoff = -1
 if max_age > 0 then cutoff = now_ms() - max_age end
 local oldest = redis.call('ZRANGE', dead, 0, limit - 1, 'WITHSCORES')
+local any_settle = redis.call('ZCARD', settle) > 0  -- the common case: nothing to look up
+
+-- Whether job `id` (hash `key`) has an ending in the settle set the relay has not written yet.
+local function unsettled_ending(id, key)
+  if not any_settle then return false end
+  local g = redis.call('HGET', key, 'g') or '0'
+  for _, state in ipairs({'dead', 'cancelled'}) do
+    if redis.call('ZSCORE', settle, settle_member(state, id, g))
+        or redis.call('ZSCORE', settle, state .. ':' .. id) then
+      return true
+    end
+  end
+  return false
+end
+
 local gone, keys, unsettled = {}, {}, 0
 for r = 1, #oldest, 2 do
   local id, died = oldest[r], tonumber(oldest[r + 1])
   local rank = (r - 1) / 2
   if rank >= over and died > cutoff then break end  -- sorted by died-at: the rest are newer
-  if redis.call('ZSCORE', settle, 'dead:' .. id) or redis.call('ZSCORE', settle, 'cancelled:' .. id) then
+  if unsettled_ending(id, prefix .. id) then
     unsettled = unsettled + 1
   else
     gone[#gone + 1] = id
