@@ -47,6 +47,7 @@ from sluice.http.models import (
     JobView,
     QueueView,
 )
+from sluice.limits import Limits
 from sluice.models import (
     JobRecord,
     JobSpec,
@@ -82,6 +83,12 @@ class Idempotency(Protocol):
         ...
 
 
+class Admission(Protocol):
+    """Refuses jobs a queue may not take now (``sluice.admission``: QueueFull, QueueNotAllowed)."""
+
+    def check(self, queue: str, jobs: int, delayed: int) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What an enqueue returns; ``replayed`` means an earlier request with the key made it."""
@@ -98,7 +105,8 @@ class Api:
     def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *, job_id_key: bytes,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
                  clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
-                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8) -> None:
+                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
+                 admission: Admission | None = None, limits: Limits | None = None) -> None:
         self.log = log
         self.store = store
         self.queue = queue
@@ -112,6 +120,8 @@ class Api:
         # such ids do not verify, so GET answers 404 for them until the relay records them.
         self.new_id = new_id
         self._pool = LazyPool(withdraw_workers, "sluice-withdraw")
+        self.admission = admission  # None: no caps (unit tests, the chaos workload)
+        self.limits = limits or Limits()
 
     # -- enqueue ---------------------------------------------------------------------------
 
@@ -121,6 +131,7 @@ class Api:
         self._check_size(request, index=None)
 
         def accept() -> Accepted:
+            self._admit(queue, [request])  # inside: a replay returns its stored answer
             key = idempotency_key if self.idempotency is not None else None
             spec = self._spec(queue, request, self.clock(), key)
             self._accept([spec])
@@ -135,6 +146,7 @@ class Api:
             self._check_size(job, index=index)
 
         def accept() -> BatchAccepted:
+            self._admit(queue, request.jobs)
             now = self.clock()
             specs = [self._spec(queue, job, now, idempotency_key) for job in request.jobs]
             self._accept(specs)
@@ -156,6 +168,10 @@ class Api:
         result, replayed = self.idempotency.run(key, fingerprint, lambda: accept().model_dump(mode="json"),
                                                 remaining_ms)
         return Outcome(model.model_validate(result), replayed)
+
+    def _admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
+        if self.admission is not None:
+            self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
 
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
         size = len(dump_json(request.payload).encode("utf-8"))
@@ -284,4 +300,5 @@ class Api:
             oldest_ready_age_ms=stats.oldest_ready_age_ms, paused=config.paused,
             rate_per_s=config.rate_per_s, burst=config.burst, max_in_flight=config.max_in_flight,
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
+            max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
         )

@@ -47,6 +47,18 @@ class Settings(BaseSettings):
     job_id_secret_arn: str | None = None
     job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
 
+    # Limits that keep callers from filling Redis (docs/deploy.md, "Sizing Redis"). 0 = no limit.
+    # A queue's own max_delayed / max_dead in its Redis config override the two caps.
+    max_delayed_per_queue: int = Field(default=10_000, ge=0)  # gateway 429s / relay holds back beyond
+    max_dead_per_queue: int = Field(default=10_000, ge=0)  # the queue takes no more jobs at this depth
+    dead_keep_per_queue: int = Field(default=1_000, ge=0)  # trim: the newest this many dead jobs stay
+    dead_retention_hours: int = Field(default=72, ge=0)  # trim: dead jobs older than this go
+    max_queues: int = Field(default=1_000, ge=0)  # queue names the registry accepts
+    queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
+    redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.limits)
+    memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
+    queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
+
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
     default_max_attempts: int = Field(default=5, ge=1, le=100)
@@ -77,6 +89,11 @@ class Settings(BaseSettings):
     relay_poll_ms: int = Field(default=200, ge=1)
     relay_stop_before_ms: int = Field(default=5_000, ge=0)
     relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
+
+    def allowed_queues(self) -> frozenset[str] | None:
+        """The operator's allow-list, or None when any (valid) name may be used."""
+        names = frozenset(n.strip() for n in self.queue_allow_list.split(",") if n.strip())
+        return names or None
 
     @classmethod
     def from_env(cls) -> Settings:

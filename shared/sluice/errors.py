@@ -91,6 +91,20 @@ class QueuePaused(SluiceError):
     code = "PAUSED"
 
 
+class QueueFull(SluiceError):
+    """The queue is at one of its caps (delayed or dead jobs) or Redis is near full; retry later.
+
+    ``details["retry_after_s"]`` says when the gateway's view of the queue is next refreshed."""
+
+    code = "QUEUE_FULL"
+
+
+class QueueNotAllowed(SluiceError):
+    """The queue is not on the operator's allow-list, or is new and the registry is at its limit."""
+
+    code = "QUEUE_NOT_ALLOWED"
+
+
 class StoreError(SluiceError):
     """The job store failed in a way that is neither fencing nor not-found."""
 
@@ -138,7 +152,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (
         SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
-        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, StoreError,
+        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound,
     )
 }

@@ -203,6 +203,10 @@ class QueueConfig(BaseModel):
     paused: bool = False
     high_watermark: int = Field(default=0, ge=0)  # 0 = no watermark
     low_watermark: int = Field(default=0, ge=0)
+    # Caps (docs/deploy.md): 0 = the deployment's default (Settings.max_delayed_per_queue /
+    # max_dead_per_queue); sluice.limits.Limits turns them into the effective caps.
+    max_delayed: int = Field(default=0, ge=0)
+    max_dead: int = Field(default=0, ge=0)
 
 
 class QueueStats(BaseModel):

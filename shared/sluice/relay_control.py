@@ -71,6 +71,16 @@ def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConf
     return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
 
 
+def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
+             max_dead: int | None = None) -> QueueConfig:
+    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.limits)."""
+    changes = {name: int(_number(value, name.replace("_", " "), integer=True))
+               for name, value in (("max_delayed", max_delayed), ("max_dead", max_dead)) if value is not None}
+    if not changes:
+        raise InvalidInput("give --max-delayed, --max-dead or both")
+    return engine.set_config(queue, **changes)
+
+
 def pause(engine: ConfigEngine, queue: str) -> QueueConfig:
     """Stop pushing into ``queue``; Kafka holds its backlog. Leasing is not affected."""
     return engine.set_config(queue, paused=True)

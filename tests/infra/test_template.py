@@ -339,6 +339,23 @@ def test_environment_variables_are_settings_fields() -> None:
     assert not unknown, f"not Settings fields (they would be ignored): {sorted(unknown)}"
 
 
+def test_the_limits_are_parameters_with_the_settings_defaults() -> None:
+    """Every function reads the same limits (gateway, relay and worker all build the engine)."""
+    from sluice.config import Settings
+
+    env = T["Globals"]["Function"]["Environment"]["Variables"]
+    pairs = (("MaxDelayedPerQueue", "max_delayed_per_queue"), ("MaxDeadPerQueue", "max_dead_per_queue"),
+             ("DeadKeepPerQueue", "dead_keep_per_queue"), ("DeadRetentionHours", "dead_retention_hours"),
+             ("MaxQueues", "max_queues"), ("QueueAllowList", "queue_allow_list"),
+             ("RedisPushMemoryPercent", "redis_push_memory_percent"))
+    for param, field in pairs:
+        assert env[f"SLUICE_{field.upper()}"] == {"Ref": param}
+        assert T["Parameters"][param]["Default"] == Settings.model_fields[field].default, param
+    pattern = T["Parameters"]["QueueAllowList"]["AllowedPattern"]
+    assert re.fullmatch(pattern, "") and re.fullmatch(pattern, "emails,thumbs")
+    assert not re.fullmatch(pattern, "Emails") and not re.fullmatch(pattern, "a,,b")
+
+
 def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     layer = props("SharedLayer")
     assert layer["ContentUri"] == "shared/" and RES["SharedLayer"]["Metadata"]["BuildMethod"] == "makefile"
@@ -417,6 +434,50 @@ def test_alarms_watch_the_metrics_the_code_emits() -> None:
     assert sum("ErrorRate" in name for name in alarms) == 3
     for name, alarm in alarms.items():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+
+
+@pytest.mark.parametrize("nodes", range(2, 7))
+def test_every_redis_node_the_template_can_create_has_a_memory_alarm(nodes: int) -> None:
+    """CacheNodes allows 2..6 nodes and any of them may be the primary after a failover: each one
+    (and no node that does not exist) is watched, on the alarm topic."""
+    assert T["Resources"]["RedisGroup"]["Properties"]["NumCacheClusters"] == {"Ref": "CacheNodes"}
+    assert (T["Parameters"]["CacheNodes"]["MinValue"], T["Parameters"]["CacheNodes"]["MaxValue"]) == (2, 6)
+    assert props("Observability")["Parameters"]["CacheNodes"] == {"Ref": "CacheNodes"}
+    obs = cfn.load(cfn.NESTED["observability"])
+    conds = cfn.conditions(obs, cfn.parameters(obs, CacheNodes=nodes, RedisGroupId="grp"))
+    watched = set()
+    for name, alarm in cfn.resources(obs, "AWS::CloudWatch::Alarm").items():
+        if "Condition" in alarm and not conds[alarm["Condition"]]:
+            continue
+        p = alarm["Properties"]
+        if p.get("MetricName") != "DatabaseMemoryUsagePercentage":
+            continue
+        assert p["Namespace"] == "AWS/ElastiCache" and p["Threshold"] <= 90, name
+        (dim,) = p["Dimensions"]
+        assert dim["Name"] == "CacheClusterId"
+        watched.add(cfn.sub(dim["Value"]["Fn::Sub"], {"RedisGroupId": "grp"}))
+        assert p["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
+    assert watched == {f"grp-{i:03d}" for i in range(1, nodes + 1)}
+
+
+def test_alarm_topic_uses_a_key_whose_policy_lets_cloudwatch_publish() -> None:
+    """alias/aws/sns's policy does not admit CloudWatch: alarms on such a topic fail silently."""
+    obs = cfn.load(cfn.NESTED["observability"])
+    topic = obs["Resources"]["AlarmTopic"]["Properties"]
+    key_ref = topic["KmsMasterKeyId"]
+    assert isinstance(key_ref, dict) and set(key_ref) == {"Ref"}, f"not a key of this stack: {key_ref}"
+    key = obs["Resources"][key_ref["Ref"]]
+    assert key["Type"] == "AWS::KMS::Key"
+    assert key["Properties"].get("EnableKeyRotation") is True
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    cloudwatch = [s for s in statements if s["Effect"] == "Allow"
+                  and s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"]
+    assert cloudwatch, "no statement admits cloudwatch.amazonaws.com"
+    actions = {a for s in cloudwatch
+               for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {"kms:Decrypt", "kms:GenerateDataKey*"} <= actions
+    admins = [s for s in statements if s["Action"] == "kms:*"]
+    assert admins and all("root" in json.dumps(s["Principal"]) for s in admins), "key must stay manageable"
 
 
 def test_dashboard_body_is_valid_json() -> None:

@@ -36,7 +36,7 @@ def test_every_command_has_help(runner: CliRunner) -> None:
     commands = all_commands(main)
     names = {" ".join(c) for c in commands}
     for expected in ("enqueue", "status", "queues", "queue pause", "queue resume", "queue rate",
-                     "queue limit",
+                     "queue limit", "queue caps",
                      "dlq list", "dlq redrive", "dlq purge", "top", "dev", "demo"):
         assert expected in names
     for command in commands:

@@ -108,6 +108,10 @@ def test_error_replies_map_to_typed_errors(text: str, cls: type[SluiceError],
                                  redis.exceptions.ResponseError("READONLY You can't write against a replica"),
                                  redis.exceptions.ResponseError("LOADING Redis is loading"),
                                  redis.exceptions.ResponseError("OOM command not allowed"),
+                                 # what Redis 7 answers when a write inside a script meets maxmemory
+                                 redis.exceptions.ResponseError(
+                                     "Error running script (call to f_1d3a): @user_script:261: @user_script: "
+                                     "261: -OOM command not allowed when used memory > 'maxmemory'."),
                                  redis.exceptions.BusyLoadingError("loading")])
 def test_backend_trouble_is_unavailable(exc: redis.exceptions.RedisError) -> None:
     assert isinstance(translate(exc), BackendUnavailable)

@@ -116,6 +116,9 @@ class FakeQueue:
         self.settle_entries: list[str] = []
         self.config = QueueConfig(rate_per_s=200.0, burst=50, paused=True)
         self.fail: Exception | None = None
+        self.delayed, self.dead, self.reads = 1, 0, 0
+        self.registered: set[str] = set()
+        self.memory: float | None = None
 
     def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
         if self.fail is not None:
@@ -131,8 +134,16 @@ class FakeQueue:
         return "removed"
 
     def stats(self, queue: str) -> QueueStats:
-        return QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=0, oldest_ready_age_ms=1500,
-                          config=self.config)
+        self.reads += 1
+        return QueueStats(queue=queue, ready=3, delayed=self.delayed, leased=2, dead=self.dead,
+                          oldest_ready_age_ms=1500, config=self.config)
+
+    # The gateway's view of the limits (sluice.admission), as RedisQueue answers it.
+    def registry(self, queue: str) -> tuple[bool, int]:
+        return queue in self.registered, len(self.registered)
+
+    def memory_percent(self) -> float | None:
+        return self.memory
 
 
 class FakeIdempotency:

@@ -102,10 +102,10 @@ def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.Ca
     assert emf and emf[-1]["Gateway2xx"] == [1.0]
     code, _, again = call(app, event("apigw_enqueue.json"))
     assert (code, again) == (200, body)
-    # log and idempotency: once per container. The Redis queue and the jobs table's store are
-    # not built at all: the enqueue path touches neither, so it never imports redis-py nor
-    # builds that client (issue 14, cold start).
-    assert fakes.builds == 2
+    # log, idempotency and the Redis queue: once per container. The queue is built on the first
+    # admission view (a queue's caps, issue 19), not at import. The jobs table's store is not
+    # built at all: the enqueue path never touches it (issue 14, cold start).
+    assert fakes.builds == 3
     call(app, event("apigw_get_queue.json"))
     call(app, event("apigw_get_queue.json"))
     assert fakes.builds == 3  # the queue, built on the first request that needs it, once

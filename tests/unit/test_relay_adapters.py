@@ -251,6 +251,9 @@ def test_knobs_write_the_queue_config() -> None:
     assert relay_control.pause(engine, "q").paused
     assert not relay_control.resume(engine, "q").paused
     assert relay_control.set_max_in_flight(engine, "q", 8).max_in_flight == 8
+    cfg = relay_control.set_caps(engine, "q", max_delayed=500, max_dead=20)
+    assert (cfg.max_delayed, cfg.max_dead) == (500, 20)
+    assert relay_control.set_caps(engine, "q", max_dead=0).max_delayed == 500  # only what was given
 
 
 @pytest.mark.parametrize("call", [
@@ -262,6 +265,9 @@ def test_knobs_write_the_queue_config() -> None:
     lambda e: relay_control.set_rate(e, "q", 1e12),
     lambda e: relay_control.set_watermarks(e, "q", 10, 20),
     lambda e: relay_control.set_max_in_flight(e, "q", -3),
+    lambda e: relay_control.set_caps(e, "q", max_delayed=-1),
+    lambda e: relay_control.set_caps(e, "q", max_dead=1.5),
+    lambda e: relay_control.set_caps(e, "q"),
 ])
 def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
     engine = ConfigStub()

@@ -45,12 +45,18 @@ def rate(config: QueueConfig) -> str:
     return f"{config.rate_per_s:g}/s burst {config.burst}"
 
 
+def caps(config: QueueConfig) -> str:
+    """The queue's own caps; "default" where the deployment's (SLUICE_MAX_*_PER_QUEUE) apply."""
+    return (f"delayed {config.max_delayed or 'default'}, dead {config.max_dead or 'default'}")
+
+
 def stats_row(st: QueueStats) -> dict[str, Any]:
     c = st.config
     return {"queue": st.queue, "ready": st.ready, "delayed": st.delayed, "in_flight": st.leased,
             "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms, "paused": c.paused,
             "rate_per_s": c.rate_per_s, "burst": c.burst, "max_in_flight": c.max_in_flight,
-            "high_watermark": c.high_watermark, "low_watermark": c.low_watermark}
+            "high_watermark": c.high_watermark, "low_watermark": c.low_watermark,
+            "max_delayed": c.max_delayed, "max_dead": c.max_dead}  # 0: the deployment's default
 
 
 def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
@@ -62,12 +68,13 @@ def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats
 def queues_table(stats: list[QueueStats], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
-                "max in flight", "state"):
+                "max in flight", "caps", "state"):  # caps: delayed/dead, "-" = the default
         table.add_column(col, justify="left" if col in ("queue", "rate", "state") else "right")
     for st in stats:
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
                       age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
+                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}",
                       "[yellow]paused[/]" if c.paused else "running")
     return table
 
@@ -151,6 +158,19 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
     """Backpressure: stop pushing while NAME's ready depth is above --high."""
     config = relay_control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
     click.echo(f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
+
+
+@queue.command("caps")
+@click.argument("name")
+@click.option("--max-delayed", type=click.IntRange(0, None), default=None,
+              help="Delayed jobs NAME may hold (the gateway answers 429 beyond); 0 = the default.")
+@click.option("--max-dead", type=click.IntRange(0, None), default=None,
+              help="Dead jobs at which NAME takes no more jobs; 0 = the default.")
+@click.pass_obj
+def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None) -> None:
+    """Set NAME's own caps on delayed and dead jobs (docs/deploy.md, Limits)."""
+    config = relay_control.set_caps(target.engine(), validate_queue_name(name), max_delayed, max_dead)
+    click.echo(f"{name}: {caps(config)}")
 
 
 # -- sluice dlq ... ---------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def _sluice_problem(exc: SluiceError, method: str, path: str) -> Response[Any]:
     p = problems.from_exception(exc, instance=path)
     if p.status >= 500:
         log.warning("%s %s -> %s: %r", method, path, p.status, exc)
-    return _problem_response(p)
+    return _problem_response(p, problems.headers_for(p, exc))
 
 
 def _caller(event: Mapping[str, Any]) -> str:
@@ -310,9 +310,18 @@ def build_api(settings: Settings | None = None) -> Api:
 
     s = settings or wiring.settings()
     check_settings(s)
-    return Api(wiring.job_log(settings), wiring.deferred_store(settings), wiring.deferred_queue(settings),
+    from sluice.admission import Admission
+    from sluice.limits import Limits
+
+    # Deferred: the first admission view builds the Redis client, so importing the gateway and
+    # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
+    queue = wiring.deferred_queue(settings)
+    limits = Limits.from_settings(s)
+    return Api(wiring.job_log(settings), wiring.deferred_store(settings), queue,
                job_id_key=wiring.job_id_key(settings), id_horizon_ms=id_horizon_ms(s),
-               idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes)
+               idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes,
+               admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
+               limits=limits)
 
 
 def gateway_from_settings(settings: Settings | None = None) -> Gateway:

@@ -95,6 +95,8 @@ class QueueView(BaseModel):
     max_in_flight: int = Field(ge=0, description="0 = unlimited.")
     high_watermark: int = Field(ge=0)
     low_watermark: int = Field(ge=0)
+    max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")
+    max_dead: int = Field(default=0, ge=0, description="Dead jobs at which it takes no more; 0 = no cap.")
 
 
 class FieldError(BaseModel):

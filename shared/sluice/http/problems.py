@@ -40,6 +40,8 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.InProgress, Kind(409, "in-progress", "Request In Progress")),
     (errors.IdempotencyConflict, Kind(422, "idempotency-key-reused", "Idempotency Key Reused")),
     (errors.BackendUnavailable, Kind(503, "unavailable", "Service Unavailable")),
+    (errors.QueueFull, Kind(429, "queue-full", "Queue Full")),
+    (errors.QueueNotAllowed, Kind(403, "queue-not-allowed", "Queue Not Allowed")),
 )
 INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
 NOT_FOUND: Final = Kind(404, "not-found", "Not Found")
@@ -74,7 +76,10 @@ def from_exception(exc: BaseException, instance: str | None = None) -> Problem:
     return problem(kind, detail, code=code, instance=instance, field_errors=field_errors)
 
 
-def headers_for(p: Problem) -> dict[str, str]:
+def headers_for(p: Problem, exc: BaseException | None = None) -> dict[str, str]:
+    if p.status == 429:  # when the gateway's view of the queue is read again (sluice.admission)
+        after = getattr(exc, "details", {}).get("retry_after_s") if exc is not None else None
+        return {"Retry-After": str(after if isinstance(after, int) and after > 0 else RETRY_AFTER_SECONDS)}
     return {"Retry-After": str(RETRY_AFTER_SECONDS)} if p.status == 503 else {}
 
 

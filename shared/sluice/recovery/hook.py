@@ -348,6 +348,19 @@ class RecoveringEngine:
     def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
         return self.engine.settled(queue, jobs)
 
+    # The limits' questions (sluice.limits), passed through when the engine can answer them.
+
+    def register(self, queue: str) -> None:
+        getattr(self.engine, "register", lambda _q: None)(queue)
+
+    def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
+        trim = getattr(self.engine, "trim_dead", None)
+        return (0, 0) if trim is None else trim(queue, keep, max_age_ms, limit)
+
+    def memory_percent(self) -> float | None:
+        read = getattr(self.engine, "memory_percent", None)
+        return None if read is None else read()
+
 
 def wrap(engine: RelayEngine, source: RecordSource, recovery: Recovery) -> tuple[RecoveringEngine,
                                                                               RecoveringSource]:

@@ -20,6 +20,7 @@ import redis
 
 from sluice.config import Settings
 from sluice.errors import InvalidInput, InvalidQueueName, SluiceError
+from sluice.limits import Limits
 from sluice.models import (
     MAX_ATTEMPTS,
     MAX_DELAY_MS,
@@ -106,25 +107,27 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW
 class RedisQueue:
     """The lease engine over one redis client (a single node or an ElastiCache primary)."""
 
-    def __init__(self, client: redis.Redis[Any]) -> None:
+    def __init__(self, client: redis.Redis[Any], limits: Limits | None = None) -> None:
         self.client = client
         self.scripts = Scripts(client)
+        self.limits = limits or Limits()  # only the registry limits and the allow-list apply here
         self._keys: dict[str, QueueKeys] = {}
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> RedisQueue:
+    def from_url(cls, url: str, limits: Limits | None = None, **kwargs: Any) -> RedisQueue:
         # No automatic retries: a script whose reply was lost may have run already.
         options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 5.0,
                                    "socket_connect_timeout": 2.0, "health_check_interval": 30,
                                    "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}
         options.update(kwargs)
-        return cls(redis.Redis.from_url(url, **options))
+        return cls(redis.Redis.from_url(url, **options), limits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisQueue:
         password = redis_auth_token(settings.redis_auth_secret_arn, settings) \
             if settings.redis_auth_secret_arn else None
-        return cls.from_url(settings.redis_url, **({"password": password} if password else {}))
+        return cls.from_url(settings.redis_url, Limits.from_settings(settings),
+                            **({"password": password} if password else {}))
 
     def close(self) -> None:
         self.client.close()
@@ -142,16 +145,42 @@ class RedisQueue:
     def _register(self, queue: str) -> None:
         """Advisory registry for ``queues()``: outside scripts, as it lives in another slot.
 
-        One SADD per enqueue or push call, never skipped: the relay's maintenance and the
-        safety net drain only registered queues, and Redis can lose the registry (a restart
-        without persistence) while this process still believes it registered. A job pushed
-        into an unregistered queue would wait in ready with nobody ever sent to lease it
+        One ``register.lua`` per enqueue or push call, never skipped: the relay's maintenance
+        and the safety net drain only registered queues, and Redis can lose the registry (a
+        restart without persistence) while this process still believes it registered. A job
+        pushed into an unregistered queue would wait in ready with nobody ever sent to lease it
         (found by the chaos suite; docs/break-it.md). The cost is one round trip per batch.
+
+        Raises QueueNotAllowed for a name off the allow-list, or a new name once the registry
+        holds ``limits.max_queues`` (relay maintenance walks every registered queue).
         """
+        self.limits.check_name(queue)
+        self.scripts.register(QUEUES_KEY, queue, self.limits.registry_limit(queue))
+
+    def register(self, queue: str) -> None:
+        """Register ``queue`` (QueueNotAllowed beyond the limits): the relay asks before taking
+        a record for a queue it has not seen, so a refused one goes to the dead-letter topic."""
+        self._register(self.keys(queue).queue)
+
+    def registry(self, queue: str) -> tuple[bool, int]:
+        """(``queue`` is registered, how many names are): the gateway's view of the limit."""
         try:
-            self.client.sadd(QUEUES_KEY, queue)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.sismember(QUEUES_KEY, self.keys(queue).queue)
+            pipe.scard(QUEUES_KEY)
+            member, size = pipe.execute()
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
+        return bool(member), int(size)
+
+    def memory_percent(self) -> float | None:
+        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory)."""
+        try:
+            info = self.client.info("memory")
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        maximum = int(info.get("maxmemory", 0) or 0)
+        return None if maximum <= 0 else 100.0 * int(info.get("used_memory", 0)) / maximum
 
     # --- enqueue --------------------------------------------------------------------------
 
@@ -332,6 +361,14 @@ class RedisQueue:
             total += moved
         return total
 
+    def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
+        """Delete the oldest dead jobs beyond ``keep`` or older than ``max_age_ms`` (0 = no such
+        limit), at most ``limit`` looked at; one whose ending is not settled yet stays.
+        Returns (trimmed, kept unsettled). Their endings live on in the jobs table."""
+        k = self.keys(queue)
+        return self.scripts.trim(k, _int(keep, 0, 1_000_000_000, "keep"),
+                                 _int(max_age_ms, 0, MAX_TOKEN, "max_age_ms"), _int(limit, 1, 1000, "limit"))
+
     def purge_dead(self, queue: str) -> int:
         k = self.keys(queue)
         total = 0
@@ -428,7 +465,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-_CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark")
+_CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead")
 
 
 def _config_value(name: str, value: object) -> str:

@@ -67,7 +67,7 @@ def translate(exc: redis.exceptions.RedisError) -> SluiceError:
         return BackendUnavailable(f"redis unavailable: {exc}")
     text = str(exc)
     if isinstance(exc, redis.exceptions.ResponseError):
-        if text.startswith(_UNAVAILABLE):
+        if text.startswith(_UNAVAILABLE) or "-OOM command not allowed" in text:  # the latter: in a script
             return BackendUnavailable(f"redis refused: {text}")
         return parse_error(text)
     return SluiceError(f"redis error: {text}")
@@ -188,6 +188,13 @@ class Scripts:
 
     def purge(self, k: QueueKeys, limit: int) -> int:
         return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))
+
+    def trim(self, k: QueueKeys, keep: int, max_age_ms: int, limit: int) -> tuple[int, int]:
+        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle], [keep, max_age_ms, limit])
+        return int(reply[0]), int(reply[1])
+
+    def register(self, registry: str, queue: str, limit: int) -> bool:
+        return bool(self._run("register.lua", [registry], [queue, limit]))
 
     def stats(self, k: QueueKeys) -> StatsReply:
         r = self._run("stats.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config], [])

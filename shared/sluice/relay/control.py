@@ -9,10 +9,12 @@ redeploy. The same per-queue state then decides how many workers to dispatch.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from itertools import islice
 
-from sluice import policy
+from sluice import limits, policy
 from sluice.errors import SluiceError
-from sluice.models import QueueConfig, is_reserved_queue
+from sluice.models import JobSpec, QueueConfig, is_reserved_queue
 from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
 
 SETTLE_LIMIT = 100  # per queue per maintenance: a backlog of endings drains over a few rounds
@@ -37,6 +39,11 @@ def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
         counts[i] += extra
         allowed -= extra
     return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
+
+
+def _delayed(records: Iterable[tuple[int, JobSpec]], n: int, now_ms: int) -> list[bool]:
+    """For the first ``n`` records: is each one delayed (due after ``now_ms``)?"""
+    return [spec.run_at_ms > now_ms for _, spec in islice(records, n)]
 
 
 class _Control(_RelayState):
@@ -65,9 +72,15 @@ class _Control(_RelayState):
                 queue, rate_per_s=self.default_rate_per_s,
                 burst=self.default_burst or max(1, int(self.default_rate_per_s)))
         state.ready, state.leased = stats.ready, stats.leased
+        state.delayed, state.dead = stats.delayed, stats.dead
         state.pushed_since_refresh = 0
         state.refreshed_at = now
         cfg = state.config
+        full = limits.dead_full(self.limits, cfg, stats.dead)
+        if full != state.dead_full:
+            log.warning("queue %s %s at %s dead jobs", queue, "held back" if full else "released", stats.dead)
+            self.metrics.count("RelayDeadCapHeld" if full else "RelayDeadCapReleased", queue=queue)
+        state.dead_full = full
         paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
                                          state.watermark_paused)
         if paused != state.watermark_paused:
@@ -84,21 +97,57 @@ class _Control(_RelayState):
                     by_queue.setdefault(queue, []).append(owned)
         plan: list[_Item] = []
         self._throttled = False
+        memory = self._redis_memory()
         for queue, partitions in by_queue.items():
             state = self._state(queue)
-            if state.blocked:
+            if state.blocked or self.limits.memory_hold(memory, state.ready_estimate + state.delayed):
                 continue
             cfg = state.config
             wanted = sum(min(len(o.pending[queue]), self.batch) for o in partitions)
             if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
                 wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
+            room = limits.delayed_room(self.limits, cfg, state.delayed)
+            now_ms = self.clock.now_ms()
+            if room is not None:  # up to each partition's first delayed record over the cap
+                fits = [limits.take_within(_delayed(o.pending[queue], self.batch, now_ms), room)
+                        for o in partitions]
+                wanted = min(wanted, sum(fits))
             allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
             self._throttled |= allowed < wanted
             self._rotation += 1
             for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
                 q = owned.pending[queue]
-                plan.append((owned, queue, [q[i] for i in range(n)]))
+                take = [q[i] for i in range(n)]
+                if room is not None:  # over the delayed cap, a delayed record waits in Kafka
+                    delayed = _delayed(take, n, now_ms)
+                    take = take[:limits.take_within(delayed, room)]
+                    room -= sum(delayed[:len(take)])
+                    state.delayed += sum(delayed[:len(take)])
+                if take:
+                    plan.append((owned, queue, take))
         return plan
+
+    def _redis_memory(self) -> float | None:
+        """Redis's memory use in % of maxmemory, read every ``refresh_s`` (``limits.memory_hold``
+        decides per queue: the headroom above the guard is for leases, acks and fails)."""
+        now = self.clock.monotonic()
+        if self._memory_percent is None or not self.limits.push_memory_percent:
+            return None
+        if now < self._next_memory:
+            return self._memory
+        self._next_memory = now + self.refresh_s
+        try:
+            percent: float | None = self._memory_percent()
+        except SluiceError as exc:
+            log.warning("could not read Redis memory: %s", exc)
+            return self._memory
+        over = percent is not None and percent >= self.limits.push_memory_percent
+        if over != (self._memory is not None and self._memory >= self.limits.push_memory_percent):
+            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", percent or 0,
+                        "on" if over else "off")
+            self.metrics.count("RelayMemoryGuardOn" if over else "RelayMemoryGuardOff")
+        self._memory = percent
+        return percent
 
     def _held_up(self) -> bool:
         """Records wait for a queue that is not paused: the rate limit, or a full batch."""
@@ -149,6 +198,20 @@ class _Control(_RelayState):
             except SluiceError as exc:  # written; the next maintenance writes them again
                 log.warning("could not forget %d settled endings in %s: %s", len(done), queue, exc)
 
+    def _trim(self, queue: str) -> None:
+        """Forget old dead jobs (``limits.dead_keep``, ``dead_retention_ms``) after ``_settle``,
+        so the endings it just wrote to the jobs table are no longer in the way."""
+        if self._trim_dead is None or not (self.limits.dead_keep or self.limits.dead_retention_ms):
+            return
+        try:
+            trimmed, _unsettled = self._trim_dead(queue, self.limits.dead_keep, self.limits.dead_retention_ms)
+        except SluiceError as exc:
+            log.warning("could not trim the dead jobs of %s: %s", queue, exc)
+            return
+        if trimmed:
+            self.report.trimmed += trimmed
+            log.info("trimmed %d dead jobs of %s (their endings stay in the jobs table)", trimmed, queue)
+
     def _dispatch(self) -> None:
         if self.dispatcher is None:
             return
@@ -187,6 +250,8 @@ class _Control(_RelayState):
             self._settle(queue)
             state = self._queues.setdefault(queue, _QueueState())
             self._refresh(queue, state, now)
+            if state.dead:  # most queues have none: no round trip for them
+                self._trim(queue)
             if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
                     and now - state.dispatched_at >= self.maintenance_s):
                 state.pushed_since_dispatch = max(1, reaped)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sluice.config import Settings
 from sluice.errors import SluiceError
+from sluice.limits import Limits
 from sluice.ports import Dispatcher, JobStore
 from sluice.relay.control import _Control
 from sluice.relay.ports import RecordSource, RelayEngine
@@ -31,7 +32,8 @@ class Relay(_Pushing, _Control):
                                   "worker_batch": settings.worker_batch,
                                   "default_rate_per_s": settings.default_rate_per_s,
                                   "default_burst": settings.default_burst,
-                                  "partition_groups": settings.relay_partition_groups}
+                                  "partition_groups": settings.relay_partition_groups,
+                                  "limits": Limits.from_settings(settings)}
         return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sluice.errors import LeaseLost, SluiceError
+from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
 from sluice.models import JobSpec
 from sluice.relay.ownership import _Ownership
 from sluice.relay.ports import PushOutcome, SourceRecord, decode
@@ -49,6 +49,9 @@ class _Pushing(_Ownership):
                 owned.committed = record.offset
             owned.next_offset = record.offset + 1
             spec = decode(record)
+            if not isinstance(spec, str) and (why := self._refusal(spec.queue)) is not None:
+                self.report.refused += 1
+                spec = f"queue refused: {why}"
             if isinstance(spec, str):
                 self.source.dead_letter(record, spec)
                 owned.dead_since_commit = True
@@ -84,6 +87,30 @@ class _Pushing(_Ownership):
                 owned.pending_count -= n
                 self.report.skipped += n
                 self.report.reread += n
+
+    def _refusal(self, queue: str) -> str | None:
+        """Why the registry refuses ``queue`` (allow-list, or full), else None; asked once per queue
+        (a refusal is remembered for ``maintenance_s``). Such a record goes to the dead-letter
+        topic: held back it would stop its partition's commits for good. Any other error admits
+        the record: its push registers the queue again, and fails and retries as pushes do."""
+        if queue in self._admitted or self._register_queue is None:
+            return None
+        now = self.clock.monotonic()
+        refused = self._refused.get(queue)
+        if refused is not None and now < refused[0]:
+            return refused[1]
+        try:
+            self._register_queue(queue)
+        except QueueNotAllowed as exc:
+            if len(self._refused) > 10_000:  # random names must not grow a relay without bound
+                self._refused.clear()
+            self._refused[queue] = (now + self.maintenance_s, str(exc))
+            return str(exc)
+        except SluiceError as exc:
+            log.warning("could not register queue %s before pushing: %s", queue, exc)
+            return None
+        self._admitted.add(queue)
+        return None
 
     def _pusher(self) -> ThreadPoolExecutor:
         if self._executor is None:

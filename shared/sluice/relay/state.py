@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.limits import Limits
 from sluice.models import JobSpec, QueueConfig
 from sluice.ports import Dispatcher, JobStore, Metrics
 from sluice.relay.ports import PushOutcome, RecordSource, RelayEngine, SystemClock, _NoMetrics
@@ -31,6 +32,8 @@ class RelayReport:
     partitions_lost: int = 0  # stale stops plus leases lost or expired
     dispatched: int = 0
     reaped: int = 0
+    trimmed: int = 0  # old dead jobs deleted from Redis (their endings stay in the jobs table)
+    refused: int = 0  # records of a queue the registry refused, sent to the dead-letter topic
     settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
     bad_ownership_jobs: int = 0  # jobs in the ownership queue that were not a partition's own: removed
     unexpected_errors: int = 0  # non-Sluice errors a step met (logged, counted; the relay went on)
@@ -46,7 +49,7 @@ class RelayReport:
     def publish(self, metrics: Metrics) -> None:
         """Once per invocation: per-step counts would be one log line each in EMF."""
         for name in ("pushed", "skipped", "reread", "final_dropped", "dead_lettered", "dispatched", "reaped",
-                     "settled"):
+                     "settled", "trimmed", "refused"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
 
@@ -77,11 +80,15 @@ class _QueueState:
     config: QueueConfig = field(default_factory=QueueConfig)
     ready: int = 0
     leased: int = 0
+    delayed: int = 0  # since the last refresh, plus the delayed jobs pushed since (sluice.limits)
+    dead: int = 0
     refreshed_at: float = float("-inf")
     watermark_paused: bool = False
     pushed_since_refresh: int = 0
     pushed_since_dispatch: int = 0
     dispatched_at: float = float("-inf")
+
+    dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.limits)
 
     @property
     def ready_estimate(self) -> int:
@@ -89,7 +96,7 @@ class _QueueState:
 
     @property
     def blocked(self) -> bool:
-        return self.config.paused or self.watermark_paused
+        return self.config.paused or self.watermark_paused or self.dead_full
 
 
 _Item = tuple[_Owned, str, list[tuple[int, JobSpec]]]  # a partition's next records for one queue
@@ -111,7 +118,7 @@ class _RelayState:
                  default_rate_per_s: float = 0.0, default_burst: int = 0,
                  partition_groups: int = 1, share_grace_s: float = 10.0, lag_every_s: float = 30.0,
                  config_writer: Any = None, highwater: Callable[[int], int | None] | None = None,
-                 after_push: AfterPush | None = None) -> None:
+                 after_push: AfterPush | None = None, limits: Limits | None = None) -> None:
         """``config_writer`` (default: the engine) writes default rates; ``highwater`` (default:
         the source's) gives a partition's end offset for the ``RelayLag`` metric. Both are
         optional so that wrapped engines and sources need not pass them through."""
@@ -126,6 +133,16 @@ class _RelayState:
         self.dispatch_interval_s, self.worker_batch = dispatch_interval_s, worker_batch
         self.reap_limit = reap_limit
         self.after_push = after_push
+        # Caps, dead-job trimming and the memory guard (sluice.limits); the engine, if it can,
+        # answers the registry and memory questions (wrapped or fake engines may not).
+        self.limits = limits or Limits()
+        self._register_queue = getattr(engine, "register", None)
+        self._trim_dead = getattr(engine, "trim_dead", None)
+        self._memory_percent = getattr(engine, "memory_percent", None)
+        self._admitted: set[str] = set()
+        self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
+        self._memory: float | None = None
+        self._next_memory = float("-inf")
         self.status_drain_s = status_drain_s
         self.commit_s = commit_s
         self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst

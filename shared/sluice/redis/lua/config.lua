@@ -3,7 +3,8 @@
 -- Input
 --   KEYS[1] config hash  sluice:{q}:config
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
---           low_watermark (integers >= 0), rate_per_s (number >= 0), paused (0 | 1)
+--           low_watermark, max_delayed, max_dead (integers >= 0), rate_per_s (number >= 0),
+--           paused (0 | 1)
 -- Output
 --   number of fields written
 -- Errors (nothing written)
@@ -13,7 +14,8 @@
 
 local config = KEYS[1]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then return invalid('field/value pairs') end
-local ints = {max_in_flight = true, burst = true, high_watermark = true, low_watermark = true}
+local ints = {max_in_flight = true, burst = true, high_watermark = true, low_watermark = true,
+              max_delayed = true, max_dead = true}
 local new = {}
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
