@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # horizon (Kafka's retention: 7 days by default; capped at retention_days) is 404.
     job_id_secret: SecretStr | None = None
     job_id_secret_arn: str | None = None
+    # The key before the last rotation, still verified (sluice.ids key ids). With the ARN it is the
+    # secret's AWSPREVIOUS version; this setting gives it directly (local stacks, tests).
+    job_id_previous_secret: SecretStr | None = None
     job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
 
     # Job defaults.

@@ -311,7 +311,9 @@ def build_api(settings: Settings | None = None) -> Api:
     s = settings or wiring.settings()
     check_settings(s)
     return Api(wiring.job_log(settings), wiring.store(settings), wiring.queue(settings),
-               job_id_key=wiring.job_id_key(settings), id_horizon_ms=id_horizon_ms(s),
+               job_id_key=wiring.job_id_key(settings),
+               previous_job_id_keys=wiring.previous_job_id_keys(settings),
+               refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),
                idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes)
 
 
