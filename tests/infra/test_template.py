@@ -114,7 +114,8 @@ def test_only_the_gateway_reads_the_generated_job_id_secret() -> None:
                 for statement in policy["PolicyDocument"]["Statement"]:
                     if secret in json.dumps(statement["Resource"]):
                         readers.setdefault(name, []).append(statement["Action"])
-    assert set(readers) == {"GatewayFunction"}
+    # The rotation function writes it (tests/infra/test_template_security.py scopes that role).
+    assert set(readers) == {"GatewayFunction", "SecretRotationFunction"}
     assert all(actions == ["secretsmanager:GetSecretValue"] for actions in readers["GatewayFunction"])
 
 
@@ -346,7 +347,7 @@ def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     assert T["Globals"]["Function"]["Runtime"] == "python3.12"
     for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
         p = fn["Properties"]
-        if name != "KafkaBootstrapFunction":  # outside the VPC, boto3 only
+        if name not in ("KafkaBootstrapFunction", "SecretRotationFunction"):  # outside the VPC, boto3 only
             assert p["Layers"] == [{"Ref": "SharedLayer"}], name
             assert p["VpcConfig"]["SecurityGroupIds"] == [{"Ref": "FunctionSecurityGroup"}], name
         group = p["LoggingConfig"]["LogGroup"]["Ref"]
