@@ -90,7 +90,8 @@ def _wait_available(ec: Any) -> None:
     deadline = time.monotonic() + WAIT_S
     while True:
         (found,) = ec.describe_replication_groups(ReplicationGroupId=group)["ReplicationGroups"]
-        if found["Status"] == "available" and not found.get("PendingModifiedValues", {}).get("AuthTokenStatus"):
+        pending = found.get("PendingModifiedValues", {}).get("AuthTokenStatus")
+        if found["Status"] == "available" and not pending:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"replication group {group} still {found['Status']} after {WAIT_S} s")

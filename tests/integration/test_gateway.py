@@ -359,7 +359,8 @@ def test_the_job_id_secret_comes_from_secrets_manager(settings: Settings, unique
         wiring.job_id_key(missing)
 
 
-def test_a_rotated_job_id_secret_gives_the_current_and_the_previous_key(settings: Settings, unique: str) -> None:
+def test_a_rotated_job_id_secret_gives_the_current_and_the_previous_key(settings: Settings,
+                                                                       unique: str) -> None:
     import boto3
 
     sm = boto3.client("secretsmanager", region_name=settings.aws_region,
