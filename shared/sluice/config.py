@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     # A job is granted its fencing token only with this much lease left (policy.grant_margin_ms).
     grant_margin_ms: int = Field(default=5_000, ge=0)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
-    handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
+    # The module whose `app` (a sluice.Worker) runs jobs. None by default: the examples (an HTTP
+    # caller, a table writer) run only where asked for (`sluice dev`, the demo).
+    handlers_module: str = "sluice.no_handlers"
     history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)
 
     # Relay.
