@@ -70,3 +70,87 @@ def test_the_rotation_handler_knows_every_step() -> None:
         assert f'"{step}"' in source, step
     assert '"ROTATE"' in source  # the old Redis token stays valid while functions re-read
     assert RES["RedisGroup"]["Properties"]["TransitEncryptionMode"] == "required"
+
+
+# ------------------------------------------------------------------ item 9: network scope
+
+
+def _egress(conds: dict[str, bool]) -> list[dict[str, Any]]:
+    rules = cfn.resolve(props("FunctionSecurityGroup")["SecurityGroupEgress"], conds)
+    for name, r in cfn.resources(T, "AWS::EC2::SecurityGroupEgress").items():
+        if r.get("Condition") is None or conds[r["Condition"]]:
+            rule = {k: v for k, v in cfn.resolve(r["Properties"], conds).items()
+                    if v != {"Ref": "AWS::NoValue"}}
+            assert rule.pop("GroupId") == {"Ref": "FunctionSecurityGroup"}, name
+            rules.append(rule)
+    return rules  # type: ignore[no-any-return]
+
+
+def test_https_egress_goes_to_the_endpoints_only_when_the_stack_makes_them() -> None:
+    conds = cfn.conditions(T, cfn.parameters(T))
+    assert conds["CreateEndpoints"]
+    https = [r for r in _egress(conds) if r.get("FromPort") == 443]
+    assert all("CidrIp" not in r for r in https), https  # no 0.0.0.0/0
+    lists = [r["DestinationPrefixListId"] for r in https if "DestinationPrefixListId" in r]
+    assert lists == [{"Fn::GetAtt": ["PrefixLists", "DynamoDb"]}, {"Fn::GetAtt": ["PrefixLists", "S3"]}]
+    [to_endpoints] = [r for r in https if "DestinationSecurityGroupId" in r]
+    assert to_endpoints["DestinationSecurityGroupId"] == {
+        "Fn::GetAtt": ["Endpoints", "Outputs.EndpointSecurityGroupId"]}
+    everything = _egress(conds)
+    assert all(r.get("CidrIp") in (None, "255.255.255.255/32") for r in everything), everything
+    lookup = props("PrefixLists")
+    assert cfn.is_getatt(lookup["ServiceToken"], "PrefixListsFunction", "Arn")
+    assert props("PrefixListsFunction")["Handler"] == "app.prefix_lists_handler"
+
+
+def test_an_existing_vpc_without_our_endpoints_keeps_https_to_anywhere_documented() -> None:
+    conds = cfn.conditions(T, cfn.parameters(T, VpcId="vpc-0abc", CreateVpcEndpoints="false"))
+    assert not conds["CreateEndpoints"]
+    assert [r["CidrIp"] for r in _egress(conds) if r.get("FromPort") == 443] == ["0.0.0.0/0"]
+    assert "CreateVpcEndpoints=false" in (cfn.ROOT / "docs/deploy.md").read_text()
+
+
+def test_the_prefix_list_lookup_names_both_services_of_the_region() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kafka_setup_app", cfn.ROOT / "infra/kafka_setup/app.py")
+    assert spec and spec.loader
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+
+    class Ec2:
+        def describe_prefix_lists(self, Filters: list[dict[str, Any]]) -> dict[str, Any]:
+            (f,) = Filters
+            assert f["Name"] == "prefix-list-name"
+            known = {"com.amazonaws.eu-west-1.dynamodb": "pl-6da54004",
+                     "com.amazonaws.eu-west-1.s3": "pl-6fa54006"}
+            return {"PrefixLists": [{"PrefixListName": n, "PrefixListId": known[n]} for n in f["Values"]
+                                    if n in known]}
+
+    found = app.prefix_lists({"Region": "eu-west-1"}, Ec2())
+    assert found == {"DynamoDb": "pl-6da54004", "S3": "pl-6fa54006"}
+    try:
+        app.prefix_lists({"Region": "xx-nowhere-1"}, Ec2())
+    except RuntimeError as exc:
+        assert "com.amazonaws.xx-nowhere-1.dynamodb" in str(exc)
+    else:
+        raise AssertionError("a Region without the prefix lists must fail the deploy")
+
+
+def test_every_vpc_endpoint_serves_this_account_only() -> None:
+    nested = cfn.load(cfn.NESTED["endpoints"])
+    endpoints = cfn.resources(nested, "AWS::EC2::VPCEndpoint")
+    assert len(endpoints) == 5
+    for name, endpoint in endpoints.items():
+        statements = endpoint["Properties"]["PolicyDocument"]["Statement"]
+        service = endpoint["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
+        for st in statements:
+            assert st["Effect"] == "Allow", name
+            if st["Action"] == "*":
+                cond = st["Condition"]["StringEquals"]
+                assert cond["aws:PrincipalAccount"] == {"Ref": "AWS::AccountId"}, name
+                if service != "sts":  # STS calls name no resource of the account
+                    assert cond["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
+            else:  # the one exception: custom resources answer CloudFormation through S3
+                assert (service, st["Action"]) == ("s3", "s3:PutObject"), name
+                assert st["Resource"]["Fn::Sub"].endswith(":s3:::cloudformation-custom-resource-response-*/*")
