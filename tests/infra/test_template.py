@@ -194,7 +194,7 @@ def test_worker_may_send_only_to_its_dead_letter_queue_and_put_only_results() ->
     statements = [s for p in props("WorkerFunction")["Policies"] if "Statement" in p for s in p["Statement"]]
     by_action = {a: s["Resource"] for s in statements for a in s["Action"]}
     assert by_action["sqs:SendMessage"] == {"Fn::GetAtt": ["WorkerDeadLetterQueue", "Arn"]}
-    assert by_action["s3:PutObject"] == {"Fn::Sub": "${ResultsBucket.Arn}/*"}
+    assert by_action["s3:PutObject"] == {"Fn::Sub": "${ResultsBucket.Arn}/results/*"}  # issue 19: a prefix
 
 
 # ------------------------------------------------------------------ API

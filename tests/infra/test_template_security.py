@@ -154,3 +154,38 @@ def test_every_vpc_endpoint_serves_this_account_only() -> None:
             else:  # the one exception: custom resources answer CloudFormation through S3
                 assert (service, st["Action"]) == ("s3", "s3:PutObject"), name
                 assert st["Resource"]["Fn::Sub"].endswith(":s3:::cloudformation-custom-resource-response-*/*")
+
+
+# ------------------------------------------------------------------ item 9: IAM scope
+
+
+def test_no_function_may_scan_or_query_a_table() -> None:
+    for name, role in _function_roles().items():
+        for statement in _statements(role):
+            for action in statement["Action"]:
+                assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
+                    (name, action)
+
+
+def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
+    from sluice.store.results import RESULTS_PREFIX, result_key
+
+    assert result_key("j", 1, "0" * 64).startswith(f"{RESULTS_PREFIX}/")
+    s3 = {}
+    for name, role in _function_roles().items():
+        for statement in _statements(role):
+            for action in statement["Action"]:
+                if action.startswith("s3:"):
+                    s3.setdefault(name, set()).add((action, json.dumps(statement["Resource"])))
+    scoped = json.dumps({"Fn::Sub": f"${{ResultsBucket.Arn}}/{RESULTS_PREFIX}/*"})
+    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped)},
+                  "GatewayFunction": {("s3:GetObject", scoped)}}
+
+
+def test_the_worker_can_run_the_fenced_transaction_on_the_jobs_table() -> None:
+    """A handler's FencedTable write is a TransactWriteItems with a ConditionCheck on the job."""
+    source = (cfn.ROOT / "shared/sluice/store/fenced.py").read_text()
+    assert '"ConditionCheck"' in source
+    actions = {a for s in _statements(_function_roles()["WorkerFunction"]) for a in s["Action"]
+               if "JobsTable" in json.dumps(s["Resource"])}
+    assert {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"} <= actions
