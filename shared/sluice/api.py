@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ID_HORIZON_MS: Final = 7 * 24 * 3600 * 1000
 NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
 CANCELLED_BEFORE_RELAY: Final = "cancelled before the relay took it"
-KEY_REFRESH_MS = 60_000  # at most one re-read of the job id keys a minute (Api._may_refresh_keys)
+KEY_REFRESH_MS = 60_000  # at most one re-read of the job id keys a minute (ids.Verifier)
 new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
 
 
@@ -108,12 +108,11 @@ class Api:
         self.idempotency = idempotency
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
-        self.job_id_key = ids.check_key(job_id_key)
-        self.previous_job_id_keys = tuple(ids.check_key(k) for k in previous_job_id_keys)
-        # Called (at most once a KEY_REFRESH_MS) when an id names a key this gateway does not
-        # hold: another container may already mint with a key rotated in since this one started.
-        self.refresh_keys = refresh_keys
-        self._keys_read_ms = clock()
+        # Mints with the current key, verifies with it and the previous one; ``refresh_keys``
+        # re-reads both (at most once a KEY_REFRESH_MS) when an id names a key this gateway does
+        # not hold: another container may already mint with a key rotated in since this one started.
+        self.verifier = ids.Verifier(job_id_key, previous_job_id_keys, refresh=refresh_keys, clock=clock,
+                                     refresh_ms=KEY_REFRESH_MS)
         self.id_horizon_ms = id_horizon_ms
         # None: mint self-verifying ids. A callable (now_ms -> id) names jobs itself (the chaos
         # workload does, so that an enqueue with an unknown outcome is named in its history);
@@ -212,31 +211,20 @@ class Api:
 
     def minted(self, job_id: str) -> ids.Minted | None:
         """Queue and acceptance time of an id this gateway issued within the horizon, else None."""
-        found = ids.verify(job_id, self.job_id_key, self.previous_job_id_keys)
-        if found is None and self._may_refresh_keys(job_id):
-            found = ids.verify(job_id, self.job_id_key, self.previous_job_id_keys)
+        found = self.verifier.verify(job_id)
         if found is None or self.clock() - found.accepted_at_ms > self.id_horizon_ms:
             return None
         if is_reserved_queue(found.queue):  # minted before the prefix was reserved: not a caller's job
             raise JobNotFound(f"no job {job_id}")
         return found
 
-    def _may_refresh_keys(self, job_id: str) -> bool:
-        """Re-read the keys if ``job_id`` names an unknown key id and the last read is old enough.
+    @property
+    def job_id_key(self) -> bytes:
+        return self.verifier.key
 
-        Rate-limited, so a caller sending made-up ids costs at most one read a minute.
-        """
-        mac = job_id.rsplit(".", 1)[-1]
-        known = {ids.key_id(k) for k in (self.job_id_key, *self.previous_job_id_keys)}
-        now = self.clock()
-        if (self.refresh_keys is None or len(mac) != ids.KEY_ID_LENGTH + ids.MAC_LENGTH
-                or mac[:ids.KEY_ID_LENGTH] in known or now - self._keys_read_ms < KEY_REFRESH_MS):
-            return False
-        self._keys_read_ms = now
-        current, previous = self.refresh_keys()
-        self.job_id_key = ids.check_key(current)
-        self.previous_job_id_keys = tuple(ids.check_key(k) for k in previous)
-        return True
+    @property
+    def previous_job_id_keys(self) -> tuple[bytes, ...]:
+        return self.verifier.previous
 
     def status(self, job_id: str) -> JobView:
         validate_job_id(job_id)

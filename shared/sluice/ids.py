@@ -36,7 +36,7 @@ import base64
 import hashlib
 import hmac
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
 from sluice.models import QUEUE_NAME_RE
@@ -142,3 +142,42 @@ def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | 
     if any(hmac.compare_digest(_mac(k, signed).encode(), given) for k in keys):
         return Minted(queue, accepted_at_ms)
     return None
+
+
+class Verifier:
+    """The current and previous keys, read again when an id names a key id neither has.
+
+    A container started before a rotation holds the old pair; an id minted elsewhere with the
+    new key names a key id it does not know. ``refresh`` (I/O, given by the composition root)
+    then reads both keys again, at most once every ``refresh_ms`` of ``clock`` (ms), so ids a
+    caller makes up cost at most one read a minute. Without ``refresh`` the keys are fixed.
+    """
+
+    def __init__(self, key: bytes, previous: Iterable[bytes] = (), *,
+                 refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
+                 clock: Callable[[], int] | None = None, refresh_ms: int = 60_000) -> None:
+        self.key = check_key(key)
+        self.previous = tuple(check_key(k) for k in previous)
+        self._refresh, self._clock, self._refresh_ms = refresh, clock, refresh_ms
+        self._read_ms = clock() if clock is not None else 0
+
+    def verify(self, job_id: str) -> Minted | None:
+        found = verify(job_id, self.key, self.previous)
+        if found is None and self._reread(job_id):
+            found = verify(job_id, self.key, self.previous)
+        return found
+
+    def _reread(self, job_id: str) -> bool:
+        if self._refresh is None or self._clock is None:
+            return False
+        mac = job_id.rsplit(".", 1)[-1]
+        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH or mac[:KEY_ID_LENGTH] in {
+                key_id(k) for k in (self.key, *self.previous)}:
+            return False
+        now = self._clock()
+        if now - self._read_ms < self._refresh_ms:
+            return False
+        self._read_ms = now
+        key, previous = self._refresh()
+        self.key, self.previous = check_key(key), tuple(check_key(k) for k in previous)
+        return True

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.config import Settings
 
 if TYPE_CHECKING:
+    from sluice.ids import Verifier
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
 
 
@@ -100,6 +101,23 @@ def refresh_job_id_keys(s: Settings | None = None) -> tuple[bytes, tuple[bytes, 
     job_id_key.cache_clear()
     previous_job_id_keys.cache_clear()
     return job_id_keys(s)
+
+
+def job_id_verifier(s: Settings | None = None) -> Verifier | None:
+    """The relay's check of record ids: the job id keys, re-read after a rotation; None if unset.
+
+    A deployment without a job id secret has no gateway minting ids, so nothing to check.
+    """
+    import time
+
+    from sluice.ids import Verifier
+
+    s = s or settings()
+    if s.job_id_secret is None and not s.job_id_secret_arn:
+        return None
+    current, previous = job_id_keys(s)
+    return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s),
+                    clock=lambda: time.time_ns() // 1_000_000)
 
 
 def _key(secret: str, source: str) -> bytes:

@@ -108,7 +108,7 @@ def test_redis_is_encrypted_multi_az_with_a_generated_auth_token() -> None:
     assert env["SLUICE_REDIS_URL"]["Fn::Sub"].startswith("rediss://"), "TLS is required by the group"
 
 
-def test_only_the_gateway_reads_the_generated_job_id_secret() -> None:
+def test_only_the_gateway_and_the_relay_read_the_generated_job_id_secret() -> None:
     env = props("GatewayFunction")["Environment"]["Variables"]
     secret = env["SLUICE_JOB_ID_SECRET_ARN"]["Ref"]
     assert RES[secret]["Type"] == "AWS::SecretsManager::Secret"
@@ -121,9 +121,12 @@ def test_only_the_gateway_reads_the_generated_job_id_secret() -> None:
                 for statement in policy["PolicyDocument"]["Statement"]:
                     if secret in json.dumps(statement["Resource"]):
                         readers.setdefault(name, []).append(statement["Action"])
-    # The rotation function writes it (tests/infra/test_template_security.py scopes that role).
-    assert set(readers) == {"GatewayFunction", "SecretRotationFunction"}
-    assert all(actions == ["secretsmanager:GetSecretValue"] for actions in readers["GatewayFunction"])
+    # The relay verifies ids (issue 19); the rotation function writes it
+    # (tests/infra/test_template_security.py scopes that role).
+    assert set(readers) == {"GatewayFunction", "RelayFunction", "SecretRotationFunction"}
+    for reader in ("GatewayFunction", "RelayFunction"):
+        assert all(actions == ["secretsmanager:GetSecretValue"] for actions in readers[reader]), reader
+    assert props("RelayFunction")["Environment"]["Variables"]["SLUICE_JOB_ID_SECRET_ARN"] == {"Ref": secret}
 
 
 def test_redis_never_evicts() -> None:

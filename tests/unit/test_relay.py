@@ -512,3 +512,41 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
     w.clock.t += 1
     report = relay.run_until(w.clock.now_ms() + 2000)
     assert report.lag == 0 and metrics.counts[-1] == ("RelayLag", 0)
+
+
+# ------------------------------------------------------------------ issue 19, item 9: unminted records
+
+
+def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
+    from sluice import ids
+
+    key, old = b"this-deployment-key-0123456789", b"the-previous-key-0123456789"
+    stranger = b"someone-else-key-0123456"
+    w = World(partitions=1)
+    now = 1_700_000_000_000
+    good = [ids.mint(now, "q", key), ids.mint(now, "q", old)]  # the current and the previous key
+    stamp, queue, mac = ids.mint(now, "q", key).split(".")
+    bad = {
+        "plain-id": "a job id that is no minted id at all",
+        ids.mint(now, "q", stranger): "another deployment's key",
+        f"{stamp}.{queue}.{mac[:-1]}{'A' if mac[-1] != 'A' else 'B'}": "a forged mac",
+        ids.mint(now, "other", key): "minted for another queue than the record's",
+    }
+    for job_id in [good[0], *bad, good[1]]:
+        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    relay = w.relay(job_ids=ids.Verifier(key, [old]))
+    run_steps(relay, 3)
+    assert w.in_redis() == good
+    dead = {record.key.decode(): reason for record, reason in w.source.dead}  # type: ignore[union-attr]
+    assert set(dead) == set(bad)
+    assert all(reason.startswith("unminted") for reason in dead.values())
+    other_queue = next(job_id for job_id in bad if ".other." in job_id)
+    assert "for queue 'other'" in dead[other_queue]
+    assert w.source.committed_offsets == {0: 6} and relay.report.dead_lettered == 4
+
+
+def test_without_keys_the_relay_trusts_every_record() -> None:
+    w = World(partitions=1)
+    w.add(2, partition=0)
+    run_steps(w.relay(), 3)
+    assert len(w.in_redis()) == 2 and w.source.dead == []

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.ids import Verifier
 from sluice.models import JobSpec, QueueConfig
 from sluice.ports import Dispatcher, JobStore, Metrics
 from sluice.relay.ports import PushOutcome, RecordSource, RelayEngine, SystemClock, _NoMetrics
@@ -111,10 +112,13 @@ class _RelayState:
                  default_rate_per_s: float = 0.0, default_burst: int = 0,
                  partition_groups: int = 1, share_grace_s: float = 10.0, lag_every_s: float = 30.0,
                  config_writer: Any = None, highwater: Callable[[int], int | None] | None = None,
-                 after_push: AfterPush | None = None) -> None:
+                 after_push: AfterPush | None = None, job_ids: Verifier | None = None) -> None:
         """``config_writer`` (default: the engine) writes default rates; ``highwater`` (default:
         the source's) gives a partition's end offset for the ``RelayLag`` metric. Both are
-        optional so that wrapped engines and sources need not pass them through."""
+        optional so that wrapped engines and sources need not pass them through. ``job_ids``
+        (the job id keys) makes every record prove a gateway of this deployment minted its id;
+        a record that cannot goes to the dead-letter topic. None trusts every record (harnesses
+        that name jobs themselves)."""
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
         self.relay_id = relay_id
@@ -126,6 +130,7 @@ class _RelayState:
         self.dispatch_interval_s, self.worker_batch = dispatch_interval_s, worker_batch
         self.reap_limit = reap_limit
         self.after_push = after_push
+        self.job_ids = job_ids
         self.status_drain_s = status_drain_s
         self.commit_s = commit_s
         self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst
