@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from sluice import ids
-from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
+from sluice import ids, policy
+from sluice.errors import AlreadyFinished, JobNotFound, PriorityNotAllowed, SluiceError
 from sluice.http.jsonguard import PayloadTooLarge
 from sluice.http.models import (
     Accepted,
@@ -48,6 +48,7 @@ from sluice.http.models import (
     QueueView,
 )
 from sluice.models import (
+    MAX_PRIORITY,
     JobRecord,
     JobSpec,
     JobState,
@@ -101,7 +102,8 @@ class Api:
                  refresh_keys: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
                  clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
-                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8) -> None:
+                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
+                 max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = ()) -> None:
         self.log = log
         self.store = store
         self.queue = queue
@@ -114,6 +116,7 @@ class Api:
         self.verifier = ids.Verifier(job_id_key, previous_job_id_keys, refresh=refresh_keys, clock=clock,
                                      refresh_ms=KEY_REFRESH_MS)
         self.id_horizon_ms = id_horizon_ms
+        self.max_caller_priority, self.operators = max_caller_priority, tuple(operators)
         # None: mint self-verifying ids. A callable (now_ms -> id) names jobs itself (the chaos
         # workload does, so that an enqueue with an unknown outcome is named in its history);
         # such ids do not verify, so GET answers 404 for them until the relay records them.
@@ -123,9 +126,11 @@ class Api:
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
-                remaining_ms: Callable[[], int] | None = None) -> Outcome:
+                remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
+        """``principal``: the caller's IAM ARN as API Gateway verified it ("" if none)."""
         validate_public_queue(queue)
         self._check_size(request, index=None)
+        self._check_priority(request, principal, index=None)
 
         def accept() -> Accepted:
             key = idempotency_key if self.idempotency is not None else None
@@ -136,10 +141,11 @@ class Api:
         return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
-                      remaining_ms: Callable[[], int] | None = None) -> Outcome:
+                      remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
         validate_public_queue(queue)
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
+            self._check_priority(job, principal, index=index)
 
         def accept() -> BatchAccepted:
             now = self.clock()
@@ -170,6 +176,14 @@ class Api:
             where = "payload" if index is None else f"job {index}: payload"
             raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
                                   index=index)
+
+    def _check_priority(self, request: EnqueueRequest, principal: str, index: int | None) -> None:
+        highest = self.max_caller_priority
+        if not policy.priority_allowed(request.priority, principal, max_caller_priority=highest,
+                                       operators=self.operators):
+            where = "priority" if index is None else f"job {index}: priority"
+            raise PriorityNotAllowed(f"{where} {request.priority} is above {highest}, the highest a "
+                                     "caller may use; higher ones are for operators")
 
     def _job_id(self, now_ms: int, queue: str) -> str:
         return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)

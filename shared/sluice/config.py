@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     job_id_previous_secret: SecretStr | None = None
     job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
 
+    # Priorities above max_caller_priority are for operators only: principals (IAM user or role
+    # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
+    max_caller_priority: int = Field(default=9, ge=0, le=9)
+    operator_principals: str = ""
+
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
     default_max_attempts: int = Field(default=5, ge=1, le=100)
@@ -78,6 +83,10 @@ class Settings(BaseSettings):
     relay_poll_ms: int = Field(default=200, ge=1)
     relay_stop_before_ms: int = Field(default=5_000, ge=0)
     relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
+    # Worker invocations one relay starts per second across all queues (token bucket; 0 = only the
+    # per-queue cap of 50 a tick), so many queues with backlogs cannot exhaust Lambda concurrency.
+    dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
+    dispatch_budget_burst: int = Field(default=50, ge=0)
 
     @classmethod
     def from_env(cls) -> Settings:

@@ -189,3 +189,49 @@ def test_the_worker_can_run_the_fenced_transaction_on_the_jobs_table() -> None:
     actions = {a for s in _statements(_function_roles()["WorkerFunction"]) for a in s["Action"]
                if "JobsTable" in json.dumps(s["Resource"])}
     assert {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"} <= actions
+
+
+# ------------------------------------------------------------------ item 5: concurrency and cost
+
+
+def test_workers_and_the_gateway_are_capped_by_default() -> None:
+    params = T["Parameters"]
+    defaults = cfn.parameters(T)
+    conds = cfn.conditions(T, defaults)
+    for fn, param in (("WorkerFunction", "WorkerReservedConcurrency"),
+                      ("GatewayFunction", "GatewayReservedConcurrency")):
+        assert 0 < params[param]["Default"] <= params[param]["MaxValue"], param
+        reserved = cfn.resolve(props(fn)["ReservedConcurrentExecutions"], conds)
+        assert reserved == {"Ref": param}, fn
+    # The relay's dispatch budget reaches the relay, as the Settings fields it is.
+    env = props("RelayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_DISPATCH_BUDGET_PER_S"] == {"Ref": "RelayDispatchPerSecond"}
+    assert env["SLUICE_DISPATCH_BUDGET_BURST"] == {"Ref": "RelayDispatchBurst"}
+    assert params["RelayDispatchPerSecond"]["Default"] > 0 and params["RelayDispatchBurst"]["Default"] > 0
+
+
+def test_top_priorities_are_for_the_operator_allow_list() -> None:
+    from sluice.models import MAX_PRIORITY
+
+    params = T["Parameters"]
+    assert params["MaxCallerPriority"]["Default"] < MAX_PRIORITY
+    assert params["OperatorPrincipalArns"]["Default"] == ""  # nobody, until named
+    env = props("GatewayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_MAX_CALLER_PRIORITY"] == {"Ref": "MaxCallerPriority"}
+    assert env["SLUICE_OPERATOR_PRINCIPALS"] == {"Fn::Join": [",", {"Ref": "OperatorPrincipalArns"}]}
+
+
+def test_the_optional_waf_limits_each_source_and_answers_429() -> None:
+    off = cfn.conditions(T, cfn.parameters(T))
+    on = cfn.conditions(T, cfn.parameters(T, ApiWafRateLimit="2000"))
+    assert not off["UseWaf"] and on["UseWaf"]
+    acl = props("ApiWaf")
+    (rule,) = acl["Rules"]
+    rate = rule["Statement"]["RateBasedStatement"]
+    assert rate == {"Limit": {"Ref": "ApiWafRateLimit"}, "AggregateKeyType": "IP"}
+    assert rule["Action"]["Block"]["CustomResponse"]["ResponseCode"] == 429
+    body = acl["CustomResponseBodies"][rule["Action"]["Block"]["CustomResponse"]["CustomResponseBodyKey"]]
+    assert json.loads(body["Content"])["status"] == 429
+    assoc = props("ApiWafAssociation")
+    assert assoc["ResourceArn"]["Fn::Sub"].endswith("/restapis/${Api}/stages/live")
+    assert cfn.is_getatt(assoc["WebACLArn"], "ApiWaf", "Arn")

@@ -550,3 +550,44 @@ def test_without_keys_the_relay_trusts_every_record() -> None:
     w.add(2, partition=0)
     run_steps(w.relay(), 3)
     assert len(w.in_redis()) == 2 and w.source.dead == []
+
+
+# ------------------------------------------------------------------ issue 19, item 5: dispatch budget
+
+
+def _flooded_world(queues: int, jobs_each: int) -> World:
+    w = World(partitions=1)
+    for i in range(queues):
+        w.add(jobs_each, queue=f"q{i:02d}", partition=0)
+    return w
+
+
+def test_one_relay_starts_at_most_its_budget_of_workers_across_all_queues() -> None:
+    w = _flooded_world(queues=40, jobs_each=200)  # unbudgeted: 40 queues x 20 invocations
+    relay = w.relay(worker_batch=10, dispatch_per_s=5, dispatch_burst=10)
+    for _ in range(20):  # 2 s of relay time
+        relay.step()
+        w.clock.t += 0.1
+    started = sum(n for _, n, _ in w.dispatcher.calls)
+    assert 10 <= started <= 10 + 5 * 2 + 1  # the burst, then the rate
+    # Shared out: no queue took more than two, so most queues with a backlog got a worker.
+    per_queue: dict[str, int] = {}
+    for queue, n, _ in w.dispatcher.calls:
+        per_queue[queue] = per_queue.get(queue, 0) + n
+    assert max(per_queue.values()) <= 2 and len(per_queue) >= 10
+
+
+def test_without_a_budget_every_queue_gets_its_per_queue_share() -> None:
+    w = _flooded_world(queues=5, jobs_each=200)
+    run_steps(w.relay(worker_batch=10), 3)
+    assert sorted(n for _, n, _ in w.dispatcher.calls) == [20] * 5
+
+
+def test_the_settings_default_is_a_budget() -> None:
+    from sluice.config import Settings
+
+    s = Settings()
+    assert s.dispatch_budget_per_s > 0 and s.dispatch_budget_burst > 0
+    w = World(partitions=1)
+    relay = Relay.from_settings(s, w.engine, w.store, w.source, w.dispatcher, "r1")  # type: ignore[arg-type]
+    assert (relay.dispatch_per_s, relay.dispatch_burst) == (s.dispatch_budget_per_s, s.dispatch_budget_burst)

@@ -31,7 +31,9 @@ class Relay(_Pushing, _Control):
                                   "worker_batch": settings.worker_batch,
                                   "default_rate_per_s": settings.default_rate_per_s,
                                   "default_burst": settings.default_burst,
-                                  "partition_groups": settings.relay_partition_groups}
+                                  "partition_groups": settings.relay_partition_groups,
+                                  "dispatch_per_s": settings.dispatch_budget_per_s,
+                                  "dispatch_burst": settings.dispatch_budget_burst}
         return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
 
     # -- the loop ---------------------------------------------------------------------------------
