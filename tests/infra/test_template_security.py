@@ -208,6 +208,8 @@ def test_workers_and_the_gateway_are_capped_by_default() -> None:
     assert env["SLUICE_DISPATCH_BUDGET_PER_S"] == {"Ref": "RelayDispatchPerSecond"}
     assert env["SLUICE_DISPATCH_BUDGET_BURST"] == {"Ref": "RelayDispatchBurst"}
     assert params["RelayDispatchPerSecond"]["Default"] > 0 and params["RelayDispatchBurst"]["Default"] > 0
+    # One relay's burst fits the worker reservation: no dispatch waits on throttling by default.
+    assert params["RelayDispatchBurst"]["Default"] <= params["WorkerReservedConcurrency"]["Default"]
 
 
 def test_top_priorities_are_for_the_operator_allow_list() -> None:
