@@ -13,7 +13,12 @@ CloudFormation cannot do either step itself:
   (Kafka cannot lower it). Delete leaves topics alone: they hold accepted jobs, and deleting
   the cluster removes them anyway.
 
-Both always answer CloudFormation, success or failure, so a broken cluster fails the
+* ``prefix_lists_handler`` looks up the AWS-managed prefix lists of DynamoDB and S3 in the
+  stack's Region (``com.amazonaws.<region>.dynamodb`` / ``.s3``), so the functions' security
+  group can send HTTPS to those services' gateway endpoints instead of to 0.0.0.0/0
+  (issue 19). CloudFormation has no attribute for them. Outside the VPC, boto3 only.
+
+All of them always answer CloudFormation, success or failure, so a broken cluster fails the
 deploy in minutes instead of leaving the stack waiting an hour for a reply.
 """
 
@@ -38,6 +43,26 @@ def bootstrap_handler(event: dict[str, Any], context: Any) -> None:
         return {"BootstrapServers": servers}
 
     _run(event, lambda props: lookup(props), physical_id=event["LogicalResourceId"])
+
+
+def prefix_lists_handler(event: dict[str, Any], context: Any) -> None:
+    _run(event, prefix_lists, physical_id=event["LogicalResourceId"])
+
+
+def prefix_lists(props: dict[str, Any], ec2: Any = None) -> dict[str, str]:
+    """{"DynamoDb": pl-..., "S3": pl-...} of ``props["Region"]``."""
+    if ec2 is None:
+        import boto3
+
+        ec2 = boto3.client("ec2", region_name=props.get("Region"))
+    region = props["Region"]
+    names = {"DynamoDb": f"com.amazonaws.{region}.dynamodb", "S3": f"com.amazonaws.{region}.s3"}
+    found = ec2.describe_prefix_lists(Filters=[{"Name": "prefix-list-name", "Values": list(names.values())}])
+    ids = {p["PrefixListName"]: p["PrefixListId"] for p in found["PrefixLists"]}
+    missing = [name for name in names.values() if name not in ids]
+    if missing:
+        raise RuntimeError(f"no AWS-managed prefix list named {', '.join(missing)}")
+    return {key: ids[name] for key, name in names.items()}
 
 
 PROBE_ATTEMPTS = 3

@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from sluice import ids
-from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
+from sluice import ids, policy
+from sluice.errors import AlreadyFinished, JobNotFound, PriorityNotAllowed, SluiceError
 from sluice.http.jsonguard import PayloadTooLarge
 from sluice.http.models import (
     Accepted,
@@ -49,6 +49,7 @@ from sluice.http.models import (
 )
 from sluice.limits import Limits
 from sluice.models import (
+    MAX_PRIORITY,
     JobRecord,
     JobSpec,
     JobState,
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ID_HORIZON_MS: Final = 7 * 24 * 3600 * 1000
 NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
 CANCELLED_BEFORE_RELAY: Final = "cancelled before the relay took it"
+KEY_REFRESH_MS = 60_000  # at most one re-read of the job id keys a minute (ids.Verifier)
 new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
 
 
@@ -103,18 +105,26 @@ def _now_ms() -> int:
 
 class Api:
     def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *, job_id_key: bytes,
+                 previous_job_id_keys: Sequence[bytes] = (),
+                 refresh_keys: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
                  clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
                  id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
-                 admission: Admission | None = None, limits: Limits | None = None) -> None:
+                 admission: Admission | None = None, limits: Limits | None = None,
+                 max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = ()) -> None:
         self.log = log
         self.store = store
         self.queue = queue
         self.idempotency = idempotency
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
-        self.job_id_key = ids.check_key(job_id_key)
+        # Mints with the current key, verifies with it and the previous one; ``refresh_keys``
+        # re-reads both (at most once a KEY_REFRESH_MS) when an id names a key this gateway does
+        # not hold: another container may already mint with a key rotated in since this one started.
+        self.verifier = ids.Verifier(job_id_key, previous_job_id_keys, refresh=refresh_keys, clock=clock,
+                                     refresh_ms=KEY_REFRESH_MS)
         self.id_horizon_ms = id_horizon_ms
+        self.max_caller_priority, self.operators = max_caller_priority, tuple(operators)
         # None: mint self-verifying ids. A callable (now_ms -> id) names jobs itself (the chaos
         # workload does, so that an enqueue with an unknown outcome is named in its history);
         # such ids do not verify, so GET answers 404 for them until the relay records them.
@@ -126,9 +136,11 @@ class Api:
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
-                remaining_ms: Callable[[], int] | None = None) -> Outcome:
+                remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
+        """``principal``: the caller's IAM ARN as API Gateway verified it ("" if none)."""
         validate_public_queue(queue)
         self._check_size(request, index=None)
+        self._check_priority(request, principal, index=None)
 
         def accept() -> Accepted:
             self._admit(queue, [request])  # inside: a replay returns its stored answer
@@ -140,10 +152,11 @@ class Api:
         return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
-                      remaining_ms: Callable[[], int] | None = None) -> Outcome:
+                      remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
         validate_public_queue(queue)
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
+            self._check_priority(job, principal, index=index)
 
         def accept() -> BatchAccepted:
             self._admit(queue, request.jobs)
@@ -179,6 +192,14 @@ class Api:
             where = "payload" if index is None else f"job {index}: payload"
             raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
                                   index=index)
+
+    def _check_priority(self, request: EnqueueRequest, principal: str, index: int | None) -> None:
+        highest = self.max_caller_priority
+        if not policy.priority_allowed(request.priority, principal, max_caller_priority=highest,
+                                       operators=self.operators):
+            where = "priority" if index is None else f"job {index}: priority"
+            raise PriorityNotAllowed(f"{where} {request.priority} is above {highest}, the highest a "
+                                     "caller may use; higher ones are for operators")
 
     def _job_id(self, now_ms: int, queue: str) -> str:
         return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)
@@ -220,12 +241,20 @@ class Api:
 
     def minted(self, job_id: str) -> ids.Minted | None:
         """Queue and acceptance time of an id this gateway issued within the horizon, else None."""
-        found = ids.verify(job_id, self.job_id_key)
+        found = self.verifier.verify(job_id)
         if found is None or self.clock() - found.accepted_at_ms > self.id_horizon_ms:
             return None
         if is_reserved_queue(found.queue):  # minted before the prefix was reserved: not a caller's job
             raise JobNotFound(f"no job {job_id}")
         return found
+
+    @property
+    def job_id_key(self) -> bytes:
+        return self.verifier.key
+
+    @property
+    def previous_job_id_keys(self) -> tuple[bytes, ...]:
+        return self.verifier.previous
 
     def status(self, job_id: str) -> JobView:
         validate_job_id(job_id)

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # horizon (Kafka's retention: 7 days by default; capped at retention_days) is 404.
     job_id_secret: SecretStr | None = None
     job_id_secret_arn: str | None = None
+    # The key before the last rotation, still verified (sluice.ids key ids). With the ARN it is the
+    # secret's AWSPREVIOUS version; this setting gives it directly (local stacks, tests).
+    job_id_previous_secret: SecretStr | None = None
     job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
 
     # Limits that keep callers from filling Redis (docs/deploy.md, "Sizing Redis"). 0 = no limit.
@@ -58,6 +61,10 @@ class Settings(BaseSettings):
     redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.limits)
     memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
+    # Priorities above max_caller_priority are for operators only: principals (IAM user or role
+    # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
+    max_caller_priority: int = Field(default=9, ge=0, le=9)
+    operator_principals: str = ""
 
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
@@ -81,7 +88,9 @@ class Settings(BaseSettings):
     # (policy.invocation_budget_ms); None (a long-running worker process) means no budget.
     function_timeout_s: int | None = Field(default=None, ge=1, le=900)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
-    handlers_module: str = "sluice.examples"  # the module whose `app` (a sluice.Worker) runs jobs
+    # The module whose `app` (a sluice.Worker) runs jobs. None by default: the examples (an HTTP
+    # caller, a table writer) run only where asked for (`sluice dev`, the demo).
+    handlers_module: str = "sluice.no_handlers"
     history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)
 
     # Relay.
@@ -89,6 +98,10 @@ class Settings(BaseSettings):
     relay_poll_ms: int = Field(default=200, ge=1)
     relay_stop_before_ms: int = Field(default=5_000, ge=0)
     relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
+    # Worker invocations one relay starts per second across all queues (token bucket; 0 = only the
+    # per-queue cap of 50 a tick), so many queues with backlogs cannot exhaust Lambda concurrency.
+    dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
+    dispatch_budget_burst: int = Field(default=50, ge=0)
 
     def allowed_queues(self) -> frozenset[str] | None:
         """The operator's allow-list, or None when any (valid) name may be used."""

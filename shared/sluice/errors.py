@@ -135,6 +135,12 @@ class HandlerNotFound(SluiceError):
     code = "NO_HANDLER"
 
 
+class PriorityNotAllowed(SluiceError):
+    """The priority is above what this caller may use; operators (an allow-list of principals) may."""
+
+    code = "PRIORITY_NOT_ALLOWED"
+
+
 class ConfigError(SluiceError):
     """The deployment's configuration is missing or inconsistent; the component refuses to start."""
 

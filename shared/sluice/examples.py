@@ -8,10 +8,19 @@ Each queue shows one thing a real handler does:
   (``store.fenced.fencing_headers``), so the service itself can refuse a stale
   worker. ``{"url": "http://127.0.0.1:PORT/sink/x", "message": ...}``; the local
   stack serves such a service (``sluice.local.sink``) and passes its URL in
-  ``SLUICE_EXAMPLES_SINK_URL``.
+  ``SLUICE_EXAMPLES_SINK_URL``. The URL is the caller's, so it is an SSRF unless held
+  in: only hosts on an allow-list (``SLUICE_EXAMPLES_NOTIFY_HOSTS``, comma-separated
+  ``host`` or ``host:port``; by default the sink's host) are called, and no redirect is
+  followed (a 3xx fails the job).
 - ``ledger``: writes an item through ``ctx.fenced_table`` (a DynamoDB transaction that
   also checks the job's token), ``{"account": "a1", "amount": 5}``; ``"sleep": s`` first
-  works ``s`` seconds without looking at its lease, as a careless handler would.
+  works ``s`` seconds without looking at its lease, as a careless handler would. It
+  writes to one table only, named by the deployment (``SLUICE_EXAMPLES_LEDGER_TABLE``,
+  default ``sluice-examples``), never by the payload.
+
+These handlers are a demonstration: the deployed worker loads ``sluice.no_handlers`` unless
+``WorkerHandlersModule`` says otherwise (issue 19); ``sluice dev`` and the demo load this
+module.
 - ``flaky``: fails now and then, predictably: ``failing_attempts(payload)`` says how
   many attempts raise before one succeeds (None: every attempt, so the job ends dead).
 - ``slow``: sleeps ``{"seconds": 6}``, longer than its lease when enqueued with a short one
@@ -31,6 +40,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 from sluice import Fail, Job, JobContext, LeaseLost, Retry, Worker
 from sluice.models import dump_json
@@ -40,6 +50,8 @@ app = Worker()
 
 LEDGER_TABLE = "sluice-examples"
 SINK_URL_ENV = "SLUICE_EXAMPLES_SINK_URL"
+NOTIFY_HOSTS_ENV = "SLUICE_EXAMPLES_NOTIFY_HOSTS"
+LEDGER_TABLE_ENV = "SLUICE_EXAMPLES_LEDGER_TABLE"
 MAX_ROUNDS = 200_000
 MAX_SLEEP_S = 90
 
@@ -87,17 +99,53 @@ def hash_payload(job: Job, ctx: JobContext) -> dict[str, Any]:
 # -- notify (HTTP with fencing headers) ---------------------------------------------------------------
 
 
+def notify_hosts() -> set[str]:
+    """The hosts ``notify`` may call: SLUICE_EXAMPLES_NOTIFY_HOSTS, else the sink's host."""
+    listed = os.environ.get(NOTIFY_HOSTS_ENV)
+    if listed is None:
+        sink = os.environ.get(SINK_URL_ENV)
+        listed = urlsplit(sink).netloc if sink else ""
+    return {h.strip().lower() for h in listed.split(",") if h.strip()}
+
+
+def _allowed(url: str, hosts: set[str]) -> bool:
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:  # a malformed port
+        return False
+    if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
+        return False
+    return host in hosts or (port is not None and f"{host}:{port}" in hosts)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as an HTTPError: a redirect could lead anywhere, the allow-list too."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
+def _open(request: urllib.request.Request, timeout: float) -> Any:
+    return _OPENER.open(request, timeout=timeout)
+
+
 @app.handler("notify", timeout_s=30)
 def notify(job: Job, ctx: JobContext) -> dict[str, Any]:
     p = _obj(job)
     url = p.get("url") or os.environ.get(SINK_URL_ENV)
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise Fail(f"no sink URL: pass payload.url or set {SINK_URL_ENV}")
+    if not _allowed(url, notify_hosts()):
+        raise Fail(f"{urlsplit(url).netloc!r} is not an allowed notify host ({NOTIFY_HOSTS_ENV})")
     body = json.dumps({"job_id": job.id, "message": p.get("message")}).encode("utf-8")
     headers = {"Content-Type": "application/json", **fencing_headers(job.id, ctx.token)}
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with _open(request, timeout=10) as response:
             reply = json.loads(response.read() or b"null")
             return {"status": response.status, "reply": reply}
     except urllib.error.HTTPError as exc:
@@ -105,7 +153,8 @@ def notify(job: Job, ctx: JobContext) -> dict[str, Any]:
             raise LeaseLost(f"{url} refused fencing token {ctx.token}: a newer worker called it") from exc
         if exc.code >= 500 or exc.code == 429:
             raise Retry(after=0.5, reason=f"{url} answered {exc.code}") from exc
-        raise Fail(f"{url} answered {exc.code}") from exc
+        raise Fail(f"{url} answered {exc.code} (redirects are not followed)" if 300 <= exc.code < 400
+                   else f"{url} answered {exc.code}") from exc
     except (urllib.error.URLError, TimeoutError) as exc:
         raise Retry(after=0.5, reason=f"{url} unreachable: {exc}") from exc
 
@@ -125,7 +174,11 @@ def ledger(job: Job, ctx: JobContext) -> dict[str, Any]:
         # Work that ignores ctx.lease_lost, as careless handlers do: if this worker froze
         # meanwhile and another took the job over, the write below is refused anyway.
         time.sleep(float(pause))
-    table = ctx.fenced_table(str(p.get("table", LEDGER_TABLE)))
+    name = os.environ.get(LEDGER_TABLE_ENV) or LEDGER_TABLE
+    if "table" in p and p["table"] != name:
+        raise Fail(f"ledger writes only to its configured table ({LEDGER_TABLE_ENV}), "
+                   "not to one named in the payload")
+    table = ctx.fenced_table(name)
     # Keyed by job: a redelivered job overwrites its own entry, never adds a second one.
     table.put_item({"pk": f"{account}#{job.id}", "account": account, "amount": amount,
                     "job_id": job.id, "token": ctx.token})

@@ -10,13 +10,24 @@ carries its own proof:
   and DynamoDB. The time is also when the job was accepted.
 - ``queue``: the queue the job was enqueued on. Queue names cannot contain ``.``, so
   the id splits unambiguously into three parts.
-- ``mac``: HMAC-SHA256 with the gateway's secret over ``<ULID>.<queue>``, truncated to
-  80 bits (16 Crockford characters). Forging one takes about 2**80 guesses online.
+- ``mac``: one Crockford character naming the key (its key id, ``key_id``), then
+  HMAC-SHA256 with that key over ``<ULID>.<queue>.<key id>``, truncated to 80 bits (16
+  Crockford characters). Forging one takes about 2**80 guesses online.
 
-``verify`` returns the queue and the acceptance time of an id minted with the key, or
-None for anything else (a forged or truncated mac, another queue, a bare ULID, an id
-of any other shape). The longest id is 26 + 1 + 64 + 1 + 16 = 108 characters, inside
-``models.validate_job_id``'s 128. Pure: no I/O, no clock.
+The key id lets the key rotate with two keys live: the gateway mints with the current key
+and verifies with the current and the previous one, so ids minted before a rotation keep
+verifying (GET, cancel, the relay's check) until they leave Kafka's retention. The key id
+is derived from the key itself (no registry to keep in step with Secrets Manager); two keys
+that happen to share one are both tried. The key id sits inside the mac segment, so the
+id keeps its ``<ULID>.<queue>.<mac>`` shape, which per-queue IAM policies rely on.
+
+Ids minted before key ids existed (a bare 16-character mac over ``<ULID>.<queue>``) are
+verified against every key, so an upgrade does not orphan the ids still in Kafka.
+
+``verify`` returns the queue and the acceptance time of an id minted with one of the
+keys, or None for anything else (a forged or truncated mac, another queue, a bare ULID,
+an id of any other shape). The longest id is 26 + 1 + 64 + 1 + 17 = 109 characters,
+inside ``models.validate_job_id``'s 128. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import base64
 import hashlib
 import hmac
 import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
 from sluice.models import QUEUE_NAME_RE
@@ -33,6 +45,7 @@ CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _VALUE: Final = {c: i for i, c in enumerate(CROCKFORD)}
 ULID_LENGTH: Final = 26
 MAC_LENGTH: Final = 16  # 80 bits
+KEY_ID_LENGTH: Final = 1  # one Crockford character: 32 key ids
 _MAC_BYTES: Final = MAC_LENGTH * 5 // 8
 MIN_KEY_BYTES: Final = 16
 
@@ -85,6 +98,11 @@ def _mac(key: bytes, signed: str) -> str:
     return _base32(int.from_bytes(digest[:_MAC_BYTES], "big"), MAC_LENGTH)
 
 
+def key_id(key: bytes) -> str:
+    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use)."""
+    return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key).digest()[0] & 31]
+
+
 def check_key(key: bytes) -> bytes:
     if not isinstance(key, bytes) or len(key) < MIN_KEY_BYTES:
         raise ValueError(f"the job id key must be at least {MIN_KEY_BYTES} bytes")
@@ -92,25 +110,74 @@ def check_key(key: bytes) -> bytes:
 
 
 def mint(now_ms: int, queue: str, key: bytes, entropy: bytes | None = None) -> str:
-    """A new job id for ``queue``, accepted at ``now_ms``."""
+    """A new job id for ``queue``, accepted at ``now_ms``, signed with ``key``."""
     if QUEUE_NAME_RE.fullmatch(queue) is None:
         raise ValueError(f"invalid queue name {queue!r}")
     signed = f"{ulid(now_ms, entropy)}.{queue}"
-    return f"{signed}.{_mac(key, signed)}"
+    kid = key_id(key)
+    return f"{signed}.{kid}{_mac(key, f'{signed}.{kid}')}"
 
 
-def verify(job_id: str, key: bytes) -> Minted | None:
-    """(queue, accepted_at_ms) if ``job_id`` was minted with ``key``, else None."""
-    if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + MAC_LENGTH:
+def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
+    """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
+    if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:
         return None
     parts = job_id.split(".")
     if len(parts) != 3:
         return None
     stamp, queue, mac = parts
     accepted_at_ms = ulid_time_ms(stamp)
-    if accepted_at_ms is None or len(mac) != MAC_LENGTH or QUEUE_NAME_RE.fullmatch(queue) is None:
+    if accepted_at_ms is None or QUEUE_NAME_RE.fullmatch(queue) is None:
+        return None
+    signed = f"{stamp}.{queue}"
+    keys = (key, *previous)
+    if len(mac) == KEY_ID_LENGTH + MAC_LENGTH:
+        kid, mac = mac[:KEY_ID_LENGTH], mac[KEY_ID_LENGTH:]
+        keys = tuple(k for k in keys if key_id(k) == kid)
+        signed = f"{signed}.{kid}"
+    elif len(mac) != MAC_LENGTH:  # 16: minted before key ids; any key may have signed it
         return None
     # Bytes, not str: compare_digest refuses a non-ASCII str, and this input is the caller's.
-    if not hmac.compare_digest(_mac(key, f"{stamp}.{queue}").encode(), mac.encode("utf-8", "replace")):
-        return None
-    return Minted(queue, accepted_at_ms)
+    given = mac.encode("utf-8", "replace")
+    if any(hmac.compare_digest(_mac(k, signed).encode(), given) for k in keys):
+        return Minted(queue, accepted_at_ms)
+    return None
+
+
+class Verifier:
+    """The current and previous keys, read again when an id names a key id neither has.
+
+    A container started before a rotation holds the old pair; an id minted elsewhere with the
+    new key names a key id it does not know. ``refresh`` (I/O, given by the composition root)
+    then reads both keys again, at most once every ``refresh_ms`` of ``clock`` (ms), so ids a
+    caller makes up cost at most one read a minute. Without ``refresh`` the keys are fixed.
+    """
+
+    def __init__(self, key: bytes, previous: Iterable[bytes] = (), *,
+                 refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
+                 clock: Callable[[], int] | None = None, refresh_ms: int = 60_000) -> None:
+        self.key = check_key(key)
+        self.previous = tuple(check_key(k) for k in previous)
+        self._refresh, self._clock, self._refresh_ms = refresh, clock, refresh_ms
+        self._read_ms = clock() if clock is not None else 0
+
+    def verify(self, job_id: str) -> Minted | None:
+        found = verify(job_id, self.key, self.previous)
+        if found is None and self._reread(job_id):
+            found = verify(job_id, self.key, self.previous)
+        return found
+
+    def _reread(self, job_id: str) -> bool:
+        if self._refresh is None or self._clock is None:
+            return False
+        mac = job_id.rsplit(".", 1)[-1]
+        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH or mac[:KEY_ID_LENGTH] in {
+                key_id(k) for k in (self.key, *self.previous)}:
+            return False
+        now = self._clock()
+        if now - self._read_ms < self._refresh_ms:
+            return False
+        self._read_ms = now
+        key, previous = self._refresh()
+        self.key, self.previous = check_key(key), tuple(check_key(k) for k in previous)
+        return True

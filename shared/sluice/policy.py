@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -129,6 +130,64 @@ def dispatch_count(ready: int, leased: int, max_in_flight: int, per_invocation: 
     room = ready if max_in_flight <= 0 else max(0, max_in_flight - leased)
     wanted = min(ready, room)
     return min(cap, -(-wanted // max(1, per_invocation)))
+
+
+def share_budget(wanted: Mapping[str, int], budget: int, start: int = 0) -> dict[str, int]:
+    """Split ``budget`` worker invocations over queues that want ``wanted[q]`` each.
+
+    Round-robin, one invocation at a time, beginning at the ``start``-th queue (the caller
+    rotates it): when the budget is short every queue with a backlog gets a turn, so one
+    queue's flood cannot take every invocation.
+    """
+    queues = [q for q, n in wanted.items() if n > 0]
+    out = dict.fromkeys(wanted, 0)
+    if not queues:
+        return out
+    order = queues[start % len(queues):] + queues[:start % len(queues)]
+    left = max(0, budget)
+    while left > 0:
+        gave = False
+        for q in order:
+            if left > 0 and out[q] < wanted[q]:
+                out[q] += 1
+                left -= 1
+                gave = True
+        if not gave:
+            break
+    return out
+
+
+def is_operator(principal: str, operators: Sequence[str]) -> bool:
+    """``principal`` (API Gateway's ``identity.userArn``) is on the operator allow-list.
+
+    An entry is an IAM user or role ARN. A role's sessions call as
+    ``arn:aws:sts::<account>:assumed-role/<role name>/<session>``, which matches the entry
+    ``arn:aws:iam::<account>:role/[<path>/]<role name>``. Nothing else matches: no wildcards.
+    """
+    if not principal:
+        return False
+    if principal in operators:
+        return True
+    parts = principal.split(":", 5)
+    if len(parts) != 6 or parts[2] != "sts" or not parts[5].startswith("assumed-role/"):
+        return False
+    account, role = parts[4], parts[5].split("/")[1]
+    for entry in operators:
+        e = entry.split(":", 5)
+        if (len(e) == 6 and e[1] == parts[1] and e[2] == "iam" and e[4] == account
+                and e[5].startswith("role/") and e[5].rsplit("/", 1)[-1] == role):
+            return True
+    return False
+
+
+def priority_allowed(priority: int, principal: str, *, max_caller_priority: int,
+                     operators: Sequence[str]) -> bool:
+    """Priorities up to ``max_caller_priority`` are everyone's; higher ones are for operators.
+
+    Strict priority lets a flood at the top priority starve every other job of its queue, so
+    the top of the range is reserved to whom the deployment names.
+    """
+    return priority <= max_caller_priority or is_operator(principal, operators)
 
 
 def watermark_paused(ready: int, high: int, low: int, currently_paused: bool) -> bool:

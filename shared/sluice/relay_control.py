@@ -140,14 +140,17 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     """The relay one scheduled invocation runs, and its recovering source (for its replay count).
 
     The real adapters, with Redis-loss recovery between the relay and its engine and source
-    (docs/redis-loss.md). A harness may wrap the engine and source inside the recovery layer
-    (the chaos run records pushes and polls), pass recovery knobs, and override Relay options.
+    (docs/redis-loss.md), checking each record's job id with the job id keys. A harness may
+    wrap the engine and source inside the recovery layer (the chaos run records pushes and
+    polls), pass recovery knobs, and override Relay options (``job_ids=None``: unsigned ids).
     """
     from sluice import wiring
     from sluice.recovery import for_relay
     from sluice.relay import Relay
 
     dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
+    # Each record must carry an id a gateway of this deployment minted (docs/relay.md).
+    options.setdefault("job_ids", wiring.job_id_verifier(settings))
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
     raw_engine, raw_source = wiring.queue(settings), _source(settings)
     engine, source = for_relay(settings, wrap_engine(raw_engine), wiring.store(settings),

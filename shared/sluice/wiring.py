@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.config import Settings
 
 if TYPE_CHECKING:
+    from sluice.ids import Verifier
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
 
 
@@ -84,23 +85,74 @@ def job_log(s: Settings | None = None) -> JobLog:
 
 @cache
 def job_id_key(s: Settings | None = None) -> bytes:
-    """The HMAC key of self-verifying job ids (``sluice.ids``), read once per container.
+    """The current HMAC key of self-verifying job ids (``sluice.ids``), read once per container.
 
     ``job_id_secret`` if set, else the bare SecretString of ``job_id_secret_arn`` in Secrets
     Manager; ConfigError with neither (the gateway must not mint ids nobody can verify).
     """
     from sluice.errors import ConfigError
-    from sluice.ids import MIN_KEY_BYTES
     from sluice.secrets import secret_string
 
     s = s or settings()
     if s.job_id_secret is not None:
-        secret, source = s.job_id_secret.get_secret_value(), "SLUICE_JOB_ID_SECRET"
-    elif s.job_id_secret_arn:
-        secret, source = secret_string(s.job_id_secret_arn, s, "job id secret"), s.job_id_secret_arn
-    else:
-        raise ConfigError("no job id secret: set SLUICE_JOB_ID_SECRET or SLUICE_JOB_ID_SECRET_ARN "
-                          "(the gateway signs job ids with it; docs/api.md)")
+        return _key(s.job_id_secret.get_secret_value(), "SLUICE_JOB_ID_SECRET")
+    if s.job_id_secret_arn:
+        return _key(secret_string(s.job_id_secret_arn, s, "job id secret"), s.job_id_secret_arn)
+    raise ConfigError("no job id secret: set SLUICE_JOB_ID_SECRET or SLUICE_JOB_ID_SECRET_ARN "
+                      "(the gateway signs job ids with it; docs/api.md)")
+
+
+@cache
+def previous_job_id_keys(s: Settings | None = None) -> tuple[bytes, ...]:
+    """The key before the last rotation, still verified: empty before the first rotation.
+
+    ``job_id_previous_secret`` if set, else the AWSPREVIOUS version of ``job_id_secret_arn``.
+    """
+    from sluice.secrets import previous_secret_string
+
+    s = s or settings()
+    if s.job_id_previous_secret is not None:
+        return (_key(s.job_id_previous_secret.get_secret_value(), "SLUICE_JOB_ID_PREVIOUS_SECRET"),)
+    if s.job_id_secret is None and s.job_id_secret_arn:
+        previous = previous_secret_string(s.job_id_secret_arn, s, "previous job id secret")
+        if previous is not None:
+            return (_key(previous, f"{s.job_id_secret_arn} (AWSPREVIOUS)"),)
+    return ()
+
+
+def job_id_keys(s: Settings | None = None) -> tuple[bytes, tuple[bytes, ...]]:
+    """(current, previous) job id keys."""
+    return job_id_key(s), previous_job_id_keys(s)
+
+
+def refresh_job_id_keys(s: Settings | None = None) -> tuple[bytes, tuple[bytes, ...]]:
+    """Read both keys again: an id named a key this container has not seen (a rotation)."""
+    job_id_key.cache_clear()
+    previous_job_id_keys.cache_clear()
+    return job_id_keys(s)
+
+
+def job_id_verifier(s: Settings | None = None) -> Verifier | None:
+    """The relay's check of record ids: the job id keys, re-read after a rotation; None if unset.
+
+    A deployment without a job id secret has no gateway minting ids, so nothing to check.
+    """
+    import time
+
+    from sluice.ids import Verifier
+
+    s = s or settings()
+    if s.job_id_secret is None and not s.job_id_secret_arn:
+        return None
+    current, previous = job_id_keys(s)
+    return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s),
+                    clock=lambda: time.time_ns() // 1_000_000)
+
+
+def _key(secret: str, source: str) -> bytes:
+    from sluice.errors import ConfigError
+    from sluice.ids import MIN_KEY_BYTES
+
     key = secret.encode("utf-8")
     if len(key) < MIN_KEY_BYTES:
         raise ConfigError(f"the job id secret from {source} is shorter than {MIN_KEY_BYTES} bytes")
@@ -116,5 +168,5 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
 
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
-    for builder in (settings, queue, store, job_log, dispatcher, job_id_key):
+    for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys):
         builder.cache_clear()

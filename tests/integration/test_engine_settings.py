@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
+import redis
 
 from sluice.config import Settings
 from sluice.errors import BackendUnavailable
+from sluice.local import servers
 from sluice.redis.engine import RedisQueue, redis_auth_token
 from tests.integration.test_engine_support import spec
 
@@ -42,3 +45,35 @@ def test_missing_or_empty_secret_is_backend_unavailable(moto_url: str, unique: s
         redis_auth_token(empty, settings)
     with pytest.raises(BackendUnavailable):
         redis_auth_token(f"arn:aws:secretsmanager:us-east-1:123456789012:secret:nope-{unique}", settings)
+
+
+def test_a_rotated_auth_token_is_read_again_after_wrongpass(moto_url: str, unique: str,
+                                                            tmp_path: Path) -> None:
+    """Issue 19, item 8: the token changes in Secrets Manager and Redis; the queue keeps working."""
+    server = servers.start_redis(workdir=tmp_path / "redis")
+    admin = redis.Redis.from_url(server.extra["url"], decode_responses=True)
+    rq = None
+    try:
+        settings = Settings(aws_endpoint_url=moto_url, redis_url=server.extra["url"])
+        sm = boto3.client("secretsmanager", region_name=settings.aws_region, endpoint_url=moto_url)
+        arn = sm.create_secret(Name=f"redis-rot-{unique}", SecretString="first-token")["ARN"]
+        admin.config_set("requirepass", "first-token")
+        admin = redis.Redis.from_url(server.extra["url"], password="first-token", decode_responses=True)
+        rq = RedisQueue.from_settings(settings.model_copy(update={"redis_auth_secret_arn": arn}))
+        assert rq.enqueue(spec("a")) is True
+        # Rotation: Secrets Manager first, then Redis; every open connection is dropped.
+        sm.put_secret_value(SecretId=arn, SecretString="second-token")
+        admin.config_set("requirepass", "second-token")
+        admin = redis.Redis.from_url(server.extra["url"], password="second-token", decode_responses=True)
+        admin.client_kill_filter(_type="normal", skipme=True)
+        assert [j.job_id for j in rq.lease("q", 1, 1_000)] == ["a"]  # WRONGPASS, re-read, retried
+        # A token nobody can read again stays refused, as BackendUnavailable.
+        admin.config_set("requirepass", "third-token-not-in-the-secret")
+        admin = redis.Redis.from_url(server.extra["url"], password="third-token-not-in-the-secret")
+        admin.client_kill_filter(_type="normal", skipme=True)
+        with pytest.raises(BackendUnavailable, match="AUTH"):
+            rq.stats("q")
+    finally:
+        if rq is not None:
+            rq.close()
+        server.stop()

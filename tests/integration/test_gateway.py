@@ -357,3 +357,19 @@ def test_the_job_id_secret_comes_from_secrets_manager(settings: Settings, unique
     missing = from_arn.model_copy(update={"job_id_secret_arn": arn + "-gone"})
     with pytest.raises(BackendUnavailable, match="job id secret"):
         wiring.job_id_key(missing)
+
+
+def test_a_rotated_job_id_secret_gives_the_current_and_the_previous_key(settings: Settings,
+                                                                       unique: str) -> None:
+    import boto3
+
+    sm = boto3.client("secretsmanager", region_name=settings.aws_region,
+                      endpoint_url=settings.aws_endpoint_url)
+    arn = sm.create_secret(Name=f"sluice-job-id-rot-{unique}", SecretString=f"first-key-{unique}")["ARN"]
+    from_arn = settings.model_copy(update={"job_id_secret": None, "job_id_secret_arn": arn})
+    assert wiring.refresh_job_id_keys(from_arn) == (f"first-key-{unique}".encode(), ())  # never rotated
+    sm.put_secret_value(SecretId=arn, SecretString=f"second-key-{unique}")  # AWSCURRENT moves on
+    current, previous = wiring.refresh_job_id_keys(from_arn)
+    assert (current, previous) == (f"second-key-{unique}".encode(), (f"first-key-{unique}".encode(),))
+    api = build_api(from_arn)
+    assert (api.job_id_key, api.previous_job_id_keys) == (current, previous)

@@ -223,3 +223,53 @@ def test_after_a_push_the_relay_starts_workers_sized_from_the_backlog(
     # 300 ready, at most 20 in flight, 5 per worker: 4 workers, all told to drain "q"
     assert len(events) == relay.report.dispatched == 4
     assert all(e.queues == ["q"] and e.batch == 5 and e.source == "relay" for e in events)
+
+
+@pytest.mark.timeout(60)
+def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str,
+        monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
+    """Issue 19, item 9: anyone who can write to Kafka cannot enqueue (an unauthenticated cluster)."""
+    import importlib.util
+
+    from sluice import ids, relay_control, wiring
+    from sluice.config import Settings
+    from sluice.models import JobSpec
+    from sluice.store import tables
+
+    key = f"the-deployment-job-id-key-{unique}"
+    bs = tansu.extra["bootstrap"]
+    create_topic(bs, f"{topic}.dlq", 1)
+    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
+           "SLUICE_KAFKA_DEAD_LETTER_TOPIC": f"{topic}.dlq", "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}",
+           "SLUICE_AWS_ENDPOINT_URL": moto_url, "SLUICE_JOBS_TABLE": f"jobs-{unique}",
+           "SLUICE_RELAY_STOP_BEFORE_MS": "5000", "SLUICE_JOB_ID_SECRET": key}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    wiring.reset()
+    relay_control._source.cache_clear()
+    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+    now = int(time.time() * 1000)
+    minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
+    forged = [f"plain-{unique}", ids.mint(now, "q", b"another-deployments-key-000"),
+              ids.mint(now, "elsewhere", key.encode())]
+    records = [(j.encode(), JobSpec(job_id=j, queue="q", payload=None).model_dump_json().encode(), 0)
+               for j in [minted[0], *forged, *minted[1:]]]
+    produce(bs, topic, records)
+    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
+    spec = importlib.util.spec_from_file_location("relay_app", path)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    try:
+        # 7 s of relaying: the dead-letter producer starts cold.
+        result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
+    finally:
+        relay_control._source(Settings.from_env()).close()
+        relay_control._source.cache_clear()
+        wiring.reset()
+    assert result["pushed"] == 3 and result["dead_lettered"] == 3, result
+    assert set(ready_ids(redis_client)) == set(minted)
+    letters = consume_all(bs, f"{topic}.dlq", 3)
+    assert sorted(h["sluice-reason"].decode().split(":")[0] for _, h in letters) == ["unminted"] * 3
+    assert committed(bs, topic, f"g-{unique}", PARTITIONS)[0] == 6  # past them, not stuck

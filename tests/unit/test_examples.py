@@ -125,14 +125,20 @@ class FakeResponse(io.BytesIO):
         return None
 
 
-def test_notify_sends_the_fencing_token_and_a_stable_idempotency_key(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def sink_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ex.NOTIFY_HOSTS_ENV, "127.0.0.1:9")
+
+
+def test_notify_sends_the_fencing_token_and_a_stable_idempotency_key(monkeypatch: pytest.MonkeyPatch,
+                                                                      sink_host: None) -> None:
     seen: list[Any] = []
 
     def urlopen(request: Any, timeout: float) -> FakeResponse:
         seen.append(request)
         return FakeResponse(json.dumps({"accepted": True}).encode())
 
-    monkeypatch.setattr(ex.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(ex, "_open", urlopen)
     result = ex.notify(job("notify", {"url": "http://127.0.0.1:9/sink/x", "message": "hi"}),
                        Ctx(token=12))  # type: ignore[arg-type]
     assert result == {"status": 200, "reply": {"accepted": True}}
@@ -143,11 +149,12 @@ def test_notify_sends_the_fencing_token_and_a_stable_idempotency_key(monkeypatch
 
 
 @pytest.mark.parametrize(("status", "raised"), [(409, LeaseLost), (503, Retry), (429, Retry), (400, Fail)])
-def test_notify_maps_the_service_answer(monkeypatch: pytest.MonkeyPatch, status: int, raised: type) -> None:
+def test_notify_maps_the_service_answer(monkeypatch: pytest.MonkeyPatch, status: int, raised: type,
+                                       sink_host: None) -> None:
     def urlopen(request: Any, timeout: float) -> FakeResponse:
         raise urllib.error.HTTPError(request.full_url, status, "no", {}, io.BytesIO(b"{}"))  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ex.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(ex, "_open", urlopen)
     with pytest.raises(raised):
         ex.notify(job("notify", {"url": "http://127.0.0.1:9/sink"}), Ctx())  # type: ignore[arg-type]
 
@@ -156,3 +163,60 @@ def test_notify_without_any_url_fails_permanently(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv(ex.SINK_URL_ENV, raising=False)
     with pytest.raises(Fail, match="no sink URL"):
         ex.notify(job("notify", {}), Ctx())  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ issue 19, item 4
+
+
+def test_the_deployed_default_handlers_module_has_no_handlers() -> None:
+    import importlib
+
+    from sluice.config import Settings
+    from tests.infra.cfn import template
+
+    default = Settings().handlers_module
+    assert template()["Parameters"]["WorkerHandlersModule"]["Default"] == default != "sluice.examples"
+    assert importlib.import_module(default).app.handlers == {}
+
+
+@pytest.mark.parametrize("url", [
+    "http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:10/sink", "http://127.0.0.1/sink",
+    "https://internal.corp:9/x", "http://127.0.0.1:9@evil.example/x", "http://user:pw@127.0.0.1:9/x",
+    "file:///etc/passwd", "http://127.0.0.1:bad/x",
+])
+def test_notify_calls_only_allowed_hosts(monkeypatch: pytest.MonkeyPatch, sink_host: None, url: str) -> None:
+    monkeypatch.setattr(ex, "_open", lambda *a, **k: pytest.fail(f"called {url}"))
+    with pytest.raises(Fail):
+        ex.notify(job("notify", {"url": url}), Ctx())  # type: ignore[arg-type]
+
+
+def test_notify_allows_the_sink_host_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ex.NOTIFY_HOSTS_ENV, raising=False)
+    monkeypatch.setenv(ex.SINK_URL_ENV, "http://127.0.0.1:4567/sink")
+    assert ex.notify_hosts() == {"127.0.0.1:4567"}
+    monkeypatch.delenv(ex.SINK_URL_ENV)
+    assert ex.notify_hosts() == set()  # nothing configured: nothing may be called
+    monkeypatch.setenv(ex.NOTIFY_HOSTS_ENV, "Hooks.Example.com, 10.0.0.5:8080")
+    assert ex._allowed("https://hooks.example.com/x", ex.notify_hosts())
+    assert ex._allowed("http://10.0.0.5:8080/x", ex.notify_hosts())
+    assert not ex._allowed("http://10.0.0.5:8081/x", ex.notify_hosts())
+
+
+def test_notify_maps_a_redirect_to_a_permanent_failure(monkeypatch: pytest.MonkeyPatch,
+                                                       sink_host: None) -> None:
+    def urlopen(request: Any, timeout: float) -> FakeResponse:
+        raise urllib.error.HTTPError(request.full_url, 302, "moved", {}, io.BytesIO(b""))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ex, "_open", urlopen)
+    with pytest.raises(Fail, match="redirects are not followed"):
+        ex.notify(job("notify", {"url": "http://127.0.0.1:9/sink"}), Ctx())  # type: ignore[arg-type]
+
+
+def test_ledger_writes_only_to_its_configured_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = Ctx()
+    with pytest.raises(Fail, match="configured table"):
+        ex.ledger(job("ledger", {"amount": 1, "table": "sluice-jobs"}), ctx)  # type: ignore[arg-type]
+    monkeypatch.setenv(ex.LEDGER_TABLE_ENV, "team-ledger")
+    ex.ledger(job("ledger", {"amount": 1}), ctx)  # type: ignore[arg-type]
+    ex.ledger(job("ledger", {"amount": 2, "table": "team-ledger"}), ctx)  # type: ignore[arg-type]
+    assert [name for name, _ in ctx.tables] == ["team-ledger", "team-ledger"]

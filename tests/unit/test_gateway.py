@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from sluice import ids
-from sluice.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, new_job_id
+from sluice.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, new_job_id
 from sluice.errors import BackendUnavailable, StoreError
 from sluice.http.app import Gateway
 from sluice.models import JOB_ID_RE, JobState
-from tests.unit.test_gateway_fakes import KEY, Rig, event_for, unavailable, unpack
+from tests.unit.test_gateway_fakes import KEY, LambdaContext, Rig, event_for, unavailable, unpack
 
 JOBS = "/v1/queues/emails/jobs"
 
@@ -358,3 +358,87 @@ def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> Non
     assert set(post["responses"]) == {"200", "202", "400", "409", "413", "415", "422", "503"}
     assert "application/problem+json" in post["responses"]["422"]["content"]
     assert "HTTPValidationError" not in json.dumps(doc)
+
+
+# ------------------------------------------------------------------ job id key rotation (issue 19, item 8)
+
+NEW_KEY = b"the-rotated-in-job-id-key-0123456789"
+
+
+def test_after_a_rotation_ids_of_the_previous_key_still_answer(rig: Rig) -> None:
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    rotated = Api(rig.log, rig.store, rig.queue, job_id_key=NEW_KEY, previous_job_id_keys=[KEY],  # type: ignore[arg-type]
+                  clock=lambda: rig.now_ms)
+    assert rotated.status(accepted["job_id"]).status is JobState.ACCEPTED
+    fresh = rotated.minted(ids.mint(rig.now_ms, "emails", NEW_KEY))
+    assert fresh == ("emails", rig.now_ms)
+    without_previous = Api(rig.log, rig.store, rig.queue, job_id_key=NEW_KEY,  # type: ignore[arg-type]
+                           clock=lambda: rig.now_ms)
+    assert without_previous.minted(accepted["job_id"]) is None
+
+
+def test_an_id_of_a_key_rotated_in_elsewhere_rereads_the_keys_at_most_once_a_minute(rig: Rig) -> None:
+    reads: list[int] = []
+
+    def refresh() -> tuple[bytes, tuple[bytes, ...]]:
+        reads.append(rig.now_ms)
+        return NEW_KEY, (KEY,)
+
+    api = Api(rig.log, rig.store, rig.queue, job_id_key=KEY, refresh_keys=refresh,  # type: ignore[arg-type]
+              clock=lambda: rig.now_ms)
+    newer = ids.mint(rig.now_ms, "emails", NEW_KEY)
+    assert api.minted(newer) is None and reads == []  # just read: no second read yet
+    rig.now_ms += 61_000
+    assert api.minted(ids.mint(rig.now_ms, "emails", KEY)) is not None and reads == []  # a known key id
+    assert api.minted(newer) == ("emails", rig.now_ms - 61_000) and reads == [rig.now_ms]
+    assert api.job_id_key == NEW_KEY  # now mints with the rotated-in key
+    forged = newer[:-1] + ("A" if newer[-1] != "A" else "B")
+    rig.now_ms += 1_000
+    assert api.minted(forged) is None and len(reads) == 1  # known key id: no read
+
+
+# ------------------------------------------------------------------ operators' priorities (issue 19, item 5)
+
+OPERATOR_ROLE = "arn:aws:iam::123456789012:role/ops/sluice-operators"
+
+
+def _priority_rig(operators: list[str]) -> Rig:
+    rig = Rig()
+    rig.api.max_caller_priority, rig.api.operators = 5, tuple(operators)
+    return rig
+
+
+def _as(principal: str) -> Any:
+    def event(method: str, path: str, body: Any) -> dict[str, Any]:
+        e = event_for(method, path, body)
+        e["requestContext"]["identity"]["userArn"] = principal
+        return e
+    return event
+
+
+def test_a_caller_may_not_use_the_top_priorities() -> None:
+    rig = _priority_rig([OPERATOR_ROLE])
+    code, _, doc = rig.call("POST", JOBS, {"payload": 1, "priority": 9})  # the recorded web-servers role
+    assert (code, doc["code"], doc["status"]) == (403, "PRIORITY_NOT_ALLOWED", 403)
+    assert "above 5" in doc["detail"]
+    batch = {"jobs": [{"payload": 1}, {"payload": 2, "priority": 6}]}
+    code, _, doc = rig.call("POST", f"{JOBS}/batch", batch)
+    assert (code, doc["code"]) == (403, "PRIORITY_NOT_ALLOWED") and "job 1" in doc["detail"]
+    assert rig.log.records == []  # nothing accepted, not even the batch's first job
+    assert rig.call("POST", JOBS, {"payload": 1, "priority": 5})[0] == 202
+
+
+def test_an_operator_role_session_may_use_them() -> None:
+    rig = _priority_rig([OPERATOR_ROLE])
+    session = "arn:aws:sts::123456789012:assumed-role/sluice-operators/alice"
+    response = rig.gateway(_as(session)("POST", JOBS, {"payload": 1, "priority": 9}), LambdaContext())
+    assert unpack(response)[0] == 202 and rig.log.records[0].priority == 9
+    other_account = "arn:aws:sts::999999999999:assumed-role/sluice-operators/mallory"
+    response = rig.gateway(_as(other_account)("POST", JOBS, {"payload": 1, "priority": 9}), LambdaContext())
+    assert unpack(response)[0] == 403
+
+
+def test_without_a_principal_api_key_callers_get_the_caller_limit() -> None:
+    rig = _priority_rig([OPERATOR_ROLE])
+    response = rig.gateway(_as("")("POST", JOBS, {"payload": 1, "priority": 6}), LambdaContext())
+    assert unpack(response)[0] == 403

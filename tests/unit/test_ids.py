@@ -19,7 +19,9 @@ times = st.integers(min_value=0, max_value=2**48 - 1)
 def test_shape_ulid_queue_mac() -> None:
     job_id = ids.mint(NOW, "emails", KEY, entropy=bytes(range(10)))
     stamp, queue, mac = job_id.split(".")
-    assert (len(stamp), queue, len(mac)) == (26, "emails", 16)
+    # The mac segment: the key id (one character), then the 80-bit mac (16 characters).
+    assert (len(stamp), queue, len(mac)) == (26, "emails", 17)
+    assert mac[0] == ids.key_id(KEY)
     assert stamp == ids.ulid(NOW, bytes(range(10)))
     assert set(stamp + mac) <= set(ids.CROCKFORD)
     assert ids.verify(job_id, KEY) == ids.Minted("emails", NOW)
@@ -45,7 +47,7 @@ def test_ulid_time_and_order() -> None:
 @given(queue=queues, now=times, entropy=st.binary(min_size=10, max_size=10))
 def test_every_minted_id_is_a_legal_job_id_and_verifies(queue: str, now: int, entropy: bytes) -> None:
     job_id = ids.mint(now, queue, KEY, entropy)
-    assert JOB_ID_RE.fullmatch(job_id) and len(job_id) <= 108
+    assert JOB_ID_RE.fullmatch(job_id) and len(job_id) <= 109
     assert ids.verify(job_id, KEY) == (queue, now)
     assert ids.verify(job_id, OTHER) is None
 
@@ -80,3 +82,42 @@ def test_keys_and_queues_are_checked_when_minting() -> None:
         ids.mint(NOW, "a.b", KEY)  # a dot would make ids ambiguous
     with pytest.raises(ValueError):
         ids.mint(NOW, "", KEY)
+
+
+# ------------------------------------------------------------------ key rotation (issue 19, item 8)
+
+
+def _key_with_another_id(key: bytes) -> bytes:
+    return next(k for n in range(100) if ids.key_id(k := key + bytes([n])) != ids.key_id(key))
+
+
+def test_an_id_minted_with_the_previous_key_verifies_after_a_rotation() -> None:
+    new = _key_with_another_id(OTHER)
+    old_id = ids.mint(NOW, "emails", OTHER)
+    assert ids.verify(old_id, new) is None  # the new key alone does not know it
+    assert ids.verify(old_id, new, previous=[OTHER]) == ("emails", NOW)
+    assert ids.verify(ids.mint(NOW, "emails", new), new, previous=[OTHER]) == ("emails", NOW)
+
+
+def test_the_key_id_picks_the_key_and_cannot_be_swapped() -> None:
+    new = _key_with_another_id(KEY)
+    stamp, queue, mac = ids.mint(NOW, "emails", KEY).split(".")
+    swapped = f"{stamp}.{queue}.{ids.key_id(new)}{mac[1:]}"
+    assert ids.verify(swapped, KEY, previous=[new]) is None
+    assert ids.verify(swapped, new, previous=[KEY]) is None
+
+
+def test_keys_sharing_a_key_id_are_both_tried() -> None:
+    twin = next(k for n in range(1000) if ids.key_id(k := OTHER + n.to_bytes(2, "big")) == ids.key_id(KEY)
+                and k != KEY)
+    assert ids.verify(ids.mint(NOW, "emails", KEY), twin, previous=[KEY]) == ("emails", NOW)
+
+
+def test_ids_minted_before_key_ids_still_verify_with_any_key() -> None:
+    stamp = ids.ulid(NOW, bytes(10))
+    legacy = f"{stamp}.emails.{ids._mac(KEY, f'{stamp}.emails')}"
+    assert ids.verify(legacy, KEY) == ("emails", NOW)
+    assert ids.verify(legacy, OTHER, previous=[KEY]) == ("emails", NOW)
+    assert ids.verify(legacy, OTHER) is None
+    # A legacy mac does not become a keyed one by gaining a key id in front.
+    assert ids.verify(f"{stamp}.emails.{ids.key_id(KEY)}{ids._mac(KEY, f'{stamp}.emails')}", KEY) is None

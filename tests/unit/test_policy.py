@@ -76,3 +76,36 @@ def test_can_grant_needs_the_margin_left_and_never_grants_a_lapsed_lease() -> No
     assert policy.can_grant(1, 30_000, 0)
     # a healthy short lease, just before its renewal, is still granted
     assert policy.can_grant(2_000 * 2 / 3 - 1, 2_000, 5_000)
+
+
+def test_share_budget_gives_every_queue_a_turn_before_a_second() -> None:
+    from sluice.policy import share_budget
+
+    wanted = {"flood": 50, "a": 2, "b": 1, "idle": 0}
+    assert share_budget(wanted, 4) == {"flood": 2, "a": 1, "b": 1, "idle": 0}
+    assert share_budget(wanted, 4, start=1) == {"flood": 1, "a": 2, "b": 1, "idle": 0}
+    assert share_budget(wanted, 1000) == wanted  # never more than wanted
+    assert share_budget(wanted, 0) == dict.fromkeys(wanted, 0)
+    assert share_budget({}, 5) == {}
+    assert sum(share_budget(wanted, 7, start=3).values()) == 7
+
+
+@pytest.mark.parametrize(("principal", "expected"), [
+    ("arn:aws:iam::123456789012:role/ops/sluice-operators", True),  # the entry itself
+    ("arn:aws:sts::123456789012:assumed-role/sluice-operators/alice", True),  # a session of it
+    ("arn:aws:iam::123456789012:user/root-ops", True),
+    ("arn:aws:sts::123456789012:assumed-role/sluice-operators-2/alice", False),
+    ("arn:aws:sts::999999999999:assumed-role/sluice-operators/alice", False),  # another account
+    ("arn:aws-cn:sts::123456789012:assumed-role/sluice-operators/alice", False),  # another partition
+    ("arn:aws:sts::123456789012:federated-user/sluice-operators", False),
+    ("arn:aws:iam::123456789012:user/someone", False),
+    ("", False), ("sluice-operators", False), ("arn:aws:sts::123456789012:assumed-role", False),
+])
+def test_operators_are_exact_principals_or_sessions_of_their_roles(principal: str, expected: bool) -> None:
+    from sluice.policy import is_operator, priority_allowed
+
+    operators = ["arn:aws:iam::123456789012:role/ops/sluice-operators",
+                 "arn:aws:iam::123456789012:user/root-ops"]
+    assert is_operator(principal, operators) is expected
+    assert priority_allowed(9, principal, max_caller_priority=5, operators=operators) is expected
+    assert priority_allowed(5, principal, max_caller_priority=5, operators=operators)

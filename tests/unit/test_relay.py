@@ -512,3 +512,82 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
     w.clock.t += 1
     report = relay.run_until(w.clock.now_ms() + 2000)
     assert report.lag == 0 and metrics.counts[-1] == ("RelayLag", 0)
+
+
+# ------------------------------------------------------------------ issue 19, item 9: unminted records
+
+
+def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
+    from sluice import ids
+
+    key, old = b"this-deployment-key-0123456789", b"the-previous-key-0123456789"
+    stranger = b"someone-else-key-0123456"
+    w = World(partitions=1)
+    now = 1_700_000_000_000
+    good = [ids.mint(now, "q", key), ids.mint(now, "q", old)]  # the current and the previous key
+    stamp, queue, mac = ids.mint(now, "q", key).split(".")
+    bad = {
+        "plain-id": "a job id that is no minted id at all",
+        ids.mint(now, "q", stranger): "another deployment's key",
+        f"{stamp}.{queue}.{mac[:-1]}{'A' if mac[-1] != 'A' else 'B'}": "a forged mac",
+        ids.mint(now, "other", key): "minted for another queue than the record's",
+    }
+    for job_id in [good[0], *bad, good[1]]:
+        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    relay = w.relay(job_ids=ids.Verifier(key, [old]))
+    run_steps(relay, 3)
+    assert w.in_redis() == good
+    dead = {record.key.decode(): reason for record, reason in w.source.dead}  # type: ignore[union-attr]
+    assert set(dead) == set(bad)
+    assert all(reason.startswith("unminted") for reason in dead.values())
+    other_queue = next(job_id for job_id in bad if ".other." in job_id)
+    assert "for queue 'other'" in dead[other_queue]
+    assert w.source.committed_offsets == {0: 6} and relay.report.dead_lettered == 4
+
+
+def test_without_keys_the_relay_trusts_every_record() -> None:
+    w = World(partitions=1)
+    w.add(2, partition=0)
+    run_steps(w.relay(), 3)
+    assert len(w.in_redis()) == 2 and w.source.dead == []
+
+
+# ------------------------------------------------------------------ issue 19, item 5: dispatch budget
+
+
+def _flooded_world(queues: int, jobs_each: int) -> World:
+    w = World(partitions=1)
+    for i in range(queues):
+        w.add(jobs_each, queue=f"q{i:02d}", partition=0)
+    return w
+
+
+def test_one_relay_starts_at_most_its_budget_of_workers_across_all_queues() -> None:
+    w = _flooded_world(queues=40, jobs_each=200)  # unbudgeted: 40 queues x 20 invocations
+    relay = w.relay(worker_batch=10, dispatch_per_s=5, dispatch_burst=10)
+    for _ in range(20):  # 2 s of relay time
+        relay.step()
+        w.clock.t += 0.1
+    started = sum(n for _, n, _ in w.dispatcher.calls)
+    assert 10 <= started <= 10 + 5 * 2 + 1  # the burst, then the rate
+    # Shared out: no queue took more than two, so most queues with a backlog got a worker.
+    per_queue: dict[str, int] = {}
+    for queue, n, _ in w.dispatcher.calls:
+        per_queue[queue] = per_queue.get(queue, 0) + n
+    assert max(per_queue.values()) <= 2 and len(per_queue) >= 10
+
+
+def test_without_a_budget_every_queue_gets_its_per_queue_share() -> None:
+    w = _flooded_world(queues=5, jobs_each=200)
+    run_steps(w.relay(worker_batch=10), 3)
+    assert sorted(n for _, n, _ in w.dispatcher.calls) == [20] * 5
+
+
+def test_the_settings_default_is_a_budget() -> None:
+    from sluice.config import Settings
+
+    s = Settings()
+    assert s.dispatch_budget_per_s > 0 and s.dispatch_budget_burst > 0
+    w = World(partitions=1)
+    relay = Relay.from_settings(s, w.engine, w.store, w.source, w.dispatcher, "r1")  # type: ignore[arg-type]
+    assert (relay.dispatch_per_s, relay.dispatch_burst) == (s.dispatch_budget_per_s, s.dispatch_budget_burst)

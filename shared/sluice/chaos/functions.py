@@ -70,7 +70,8 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     r, source = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
                                 wrap_source=lambda s: RecordedSource(s, history),
                                 recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
-                                lease_ms=PARTITION_LEASE_MS, ownership_s=0.5)
+                                lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
+                                job_ids=None)  # the workload names its jobs itself: unsigned ids
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     history.emit("relay_run", target=r.relay_id, replays=source.recovery.replays,
                  **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})

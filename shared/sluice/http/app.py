@@ -159,7 +159,8 @@ class Gateway:
         def enqueue(queue: QueueParam, job: Annotated[EnqueueRequest, Body()],
                     idempotency_key: KeyHeader = None) -> Response[Accepted]:
             key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
-            return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms()))
+            return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms(),
+                                              principal=_principal(app.current_event)))
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -170,7 +171,8 @@ class Gateway:
                           idempotency_key: KeyHeader = None) -> Response[BatchAccepted]:
             key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
             return _accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
-                                                    remaining_ms=remaining_ms()))
+                                                    remaining_ms=remaining_ms(),
+                                                    principal=_principal(app.current_event)))
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
@@ -238,6 +240,12 @@ def _caller(event: Mapping[str, Any]) -> str:
     """Whom Idempotency-Keys are scoped to: two tenants may pick the same key."""
     identity = (event.get("requestContext") or {}).get("identity") or {}
     return str(identity.get("userArn") or identity.get("apiKeyId") or "")
+
+
+def _principal(event: Mapping[str, Any]) -> str:
+    """The caller's IAM ARN as API Gateway verified its signature; "" without SigV4 (API keys)."""
+    identity = (event.get("requestContext") or {}).get("identity") or {}
+    return str(identity.get("userArn") or "")
 
 
 def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
@@ -318,8 +326,12 @@ def build_api(settings: Settings | None = None) -> Api:
     queue = wiring.deferred_queue(settings)
     limits = Limits.from_settings(s)
     return Api(wiring.job_log(settings), wiring.deferred_store(settings), queue,
-               job_id_key=wiring.job_id_key(settings), id_horizon_ms=id_horizon_ms(s),
+               job_id_key=wiring.job_id_key(settings),
+               previous_job_id_keys=wiring.previous_job_id_keys(settings),
+               refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),
                idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes,
+               max_caller_priority=s.max_caller_priority,
+               operators=[a.strip() for a in s.operator_principals.split(",") if a.strip()],
                admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
                limits=limits)
 

@@ -35,6 +35,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.ReservedQueue, Kind(400, "reserved-queue-name", "Reserved Queue Name")),
     (errors.InvalidQueueName, Kind(400, "invalid-queue-name", "Invalid Queue Name")),
     (errors.InvalidInput, Kind(400, "invalid-request", "Invalid Request")),
+    (errors.PriorityNotAllowed, Kind(403, "priority-not-allowed", "Priority Not Allowed")),
     (errors.JobNotFound, Kind(404, "not-found", "Not Found")),
     (errors.AlreadyFinished, Kind(409, "already-finished", "Job Already Finished")),
     (errors.InProgress, Kind(409, "in-progress", "Request In Progress")),

@@ -42,6 +42,7 @@ from sluice.models import (
     validate_queue_name,
     validate_token,
 )
+from sluice.redis.auth import RotatingToken
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.redis.scripts import JobFields, PushResult, Scripts, translate
 
@@ -124,10 +125,14 @@ class RedisQueue:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisQueue:
-        password = redis_auth_token(settings.redis_auth_secret_arn, settings) \
-            if settings.redis_auth_secret_arn else None
-        return cls.from_url(settings.redis_url, Limits.from_settings(settings),
-                            **({"password": password} if password else {}))
+        arn = settings.redis_auth_secret_arn
+        limits = Limits.from_settings(settings)
+        if not arn:
+            return cls.from_url(settings.redis_url, limits)
+        # A token that can be read again: after a rotation, WRONGPASS re-reads the secret.
+        token = RotatingToken(lambda: redis_auth_token(arn, settings))
+        return cls.from_url(settings.redis_url, limits, credential_provider=token,
+                            redis_connect_func=token.on_connect)
 
     def close(self) -> None:
         self.client.close()

@@ -63,6 +63,8 @@ def parse_error(text: str, **extra: Any) -> SluiceError:
 
 
 def translate(exc: redis.exceptions.RedisError) -> SluiceError:
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return BackendUnavailable(f"redis refused the AUTH token (read again once): {exc}")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return BackendUnavailable(f"redis unavailable: {exc}")
     text = str(exc)

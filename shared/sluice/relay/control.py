@@ -216,16 +216,43 @@ class _Control(_RelayState):
         if self.dispatcher is None:
             return
         now = self.clock.monotonic()
-        for queue, state in self._queues.items():
-            if is_reserved_queue(queue):  # Sluice's own: no worker may ever lease from it
-                continue
-            if state.pushed_since_dispatch and now - state.dispatched_at >= self.dispatch_interval_s:
-                self._dispatch_queue(queue, state, now)
+        due = {queue: state for queue, state in self._queues.items()
+               # Sluice's own queues are skipped: no worker may ever lease from them.
+               if not is_reserved_queue(queue)
+               and state.pushed_since_dispatch and now - state.dispatched_at >= self.dispatch_interval_s}
+        wanted = {q: self._wanted(s) for q, s in due.items()}
+        for queue, n in self._budgeted(wanted, now).items():
+            if n == 0 < wanted[queue]:
+                continue  # the budget ran out before its turn: still due, first in line next time
+            self._start_workers(queue, due[queue], n, now)
 
     def _dispatch_queue(self, queue: str, state: _QueueState, now: float) -> None:
+        wanted = self._wanted(state)
+        n = self._budgeted({queue: wanted}, now)[queue]
+        if n == 0 < wanted:
+            state.pushed_since_dispatch = max(1, state.pushed_since_dispatch)  # due at the next tick
+            return
+        self._start_workers(queue, state, n, now)
+
+    def _wanted(self, state: _QueueState) -> int:
+        return policy.dispatch_count(state.ready_estimate, state.leased, state.config.max_in_flight,
+                                     self.worker_batch)
+
+    def _budgeted(self, wanted: dict[str, int], now: float) -> dict[str, int]:
+        """``wanted`` cut to the dispatch budget shared by every queue (a token bucket)."""
+        if self.dispatch_per_s <= 0:
+            return wanted
+        now_ms = int(now * 1000)
+        self._dispatch_bucket = policy.refill(self._dispatch_bucket, now_ms, self.dispatch_per_s,
+                                              self.dispatch_burst)
+        granted, self._dispatch_bucket = policy.take(self._dispatch_bucket, sum(wanted.values()))
+        if granted < sum(wanted.values()):
+            self.metrics.count("RelayDispatchBudgetSpent")
+        self._dispatch_turn += 1
+        return policy.share_budget(wanted, granted, self._dispatch_turn)
+
+    def _start_workers(self, queue: str, state: _QueueState, n: int, now: float) -> None:
         assert self.dispatcher is not None
-        n = policy.dispatch_count(state.ready_estimate, state.leased, state.config.max_in_flight,
-                                  self.worker_batch)
         state.pushed_since_dispatch = 0
         state.dispatched_at = now
         if n <= 0:

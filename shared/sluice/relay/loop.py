@@ -33,7 +33,9 @@ class Relay(_Pushing, _Control):
                                   "default_rate_per_s": settings.default_rate_per_s,
                                   "default_burst": settings.default_burst,
                                   "partition_groups": settings.relay_partition_groups,
-                                  "limits": Limits.from_settings(settings)}
+                                  "limits": Limits.from_settings(settings),
+                                  "dispatch_per_s": settings.dispatch_budget_per_s,
+                                  "dispatch_burst": settings.dispatch_budget_burst}
         return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
 
     # -- the loop ---------------------------------------------------------------------------------

@@ -17,12 +17,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
+from sluice.ids import Verifier
 from sluice.models import JobSpec
 from sluice.relay.ownership import _Ownership
 from sluice.relay.ports import PushOutcome, SourceRecord, decode
 from sluice.relay.state import _Item
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+
+
+def unminted(spec: JobSpec, job_ids: Verifier) -> str | None:
+    """Why ``spec``'s id was not minted by a gateway holding these keys for its queue, or None.
+
+    Kafka may be reachable by more than the gateways (a cluster named by bootstrap servers runs
+    without TLS or auth): a record whose id does not verify was written by someone else.
+    """
+    found = job_ids.verify(spec.job_id)
+    if found is None:
+        return f"unminted: job id {spec.job_id!r} was not minted by this deployment's gateway"
+    if found.queue != spec.queue:
+        return f"unminted: job id {spec.job_id!r} is for queue {found.queue!r}, not {spec.queue!r}"
+    return None
 
 
 @dataclass
@@ -49,6 +64,9 @@ class _Pushing(_Ownership):
                 owned.committed = record.offset
             owned.next_offset = record.offset + 1
             spec = decode(record)
+            # Minted first: a record no gateway minted must not register its queue name.
+            if not isinstance(spec, str) and self.job_ids is not None:
+                spec = unminted(spec, self.job_ids) or spec
             if not isinstance(spec, str) and (why := self._refusal(spec.queue)) is not None:
                 self.report.refused += 1
                 spec = f"queue refused: {why}"

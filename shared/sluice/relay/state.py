@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice import policy
+from sluice.ids import Verifier
 from sluice.limits import Limits
 from sluice.models import JobSpec, QueueConfig
 from sluice.ports import Dispatcher, JobStore, Metrics
@@ -118,10 +120,16 @@ class _RelayState:
                  default_rate_per_s: float = 0.0, default_burst: int = 0,
                  partition_groups: int = 1, share_grace_s: float = 10.0, lag_every_s: float = 30.0,
                  config_writer: Any = None, highwater: Callable[[int], int | None] | None = None,
-                 after_push: AfterPush | None = None, limits: Limits | None = None) -> None:
+                 after_push: AfterPush | None = None, limits: Limits | None = None,
+                 job_ids: Verifier | None = None,
+                 dispatch_per_s: float = 0.0, dispatch_burst: int = 0) -> None:
         """``config_writer`` (default: the engine) writes default rates; ``highwater`` (default:
         the source's) gives a partition's end offset for the ``RelayLag`` metric. Both are
-        optional so that wrapped engines and sources need not pass them through."""
+        optional so that wrapped engines and sources need not pass them through. ``job_ids``
+        (the job id keys) makes every record prove a gateway of this deployment minted its id;
+        a record that cannot goes to the dead-letter topic. None trusts every record (harnesses
+        that name jobs themselves). ``dispatch_per_s`` and ``dispatch_burst`` bound the worker
+        invocations this relay starts across all queues (0: no budget beyond the per-queue cap)."""
         self.engine, self.store, self.source, self.dispatcher = engine, store, source, dispatcher
         self.topic = source.topic
         self.relay_id = relay_id
@@ -143,6 +151,10 @@ class _RelayState:
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
         self._memory: float | None = None
         self._next_memory = float("-inf")
+        self.job_ids = job_ids
+        self.dispatch_per_s, self.dispatch_burst = dispatch_per_s, dispatch_burst
+        self._dispatch_bucket = policy.Bucket(tokens=float(max(1, dispatch_burst)), updated_ms=0)
+        self._dispatch_turn = 0
         self.status_drain_s = status_drain_s
         self.commit_s = commit_s
         self.default_rate_per_s, self.default_burst = default_rate_per_s, default_burst

@@ -1,0 +1,239 @@
+"""Issue 19's template properties (items 3, 4, 5, 8, 9): rotation, scope, limits.
+
+Same approach as test_template.py: the template read as CloudFormation reads it, and IAM
+after the real SAM transform.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.infra import cfn
+from tests.infra.test_template import RES, T, _function_roles, props
+
+
+def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [statement for policies in cfn.variants(role["Properties"].get("Policies", []))
+            for policy in policies for statement in policy["PolicyDocument"]["Statement"]]
+
+
+# ------------------------------------------------------------------ item 8: secrets rotate
+
+
+def test_both_secrets_rotate_on_a_schedule_through_the_rotation_function() -> None:
+    schedules = {p["Properties"]["SecretId"]["Ref"]: p for p in
+                 cfn.resources(T, "AWS::SecretsManager::RotationSchedule").values()}
+    assert set(schedules) == {"RedisAuthSecret", "JobIdSecret"}
+    for schedule in schedules.values():
+        p = schedule["Properties"]
+        assert cfn.is_getatt(p["RotationLambdaARN"], "SecretRotationFunction", "Arn")
+        assert p["RotationRules"]["ScheduleExpression"] == "rate(30 days)"
+        assert p["RotateImmediatelyOnUpdate"] is False  # a deploy does not rotate
+        assert "SecretRotationPermission" in schedule["DependsOn"]
+    permission = props("SecretRotationPermission")
+    assert permission["Principal"] == "secretsmanager.amazonaws.com"
+    assert permission["SourceAccount"] == {"Ref": "AWS::AccountId"}
+    fn = props("SecretRotationFunction")
+    assert fn["CodeUri"] == "infra/secret_rotation/" and fn["Handler"] == "app.handler"
+    assert fn["Environment"]["Variables"] == {"REDIS_SECRET_ARN": {"Ref": "RedisAuthSecret"},
+                                              "REPLICATION_GROUP_ID": {"Ref": "RedisGroup"}}
+
+
+def test_the_rotation_function_may_touch_only_the_two_secrets_and_the_redis_group() -> None:
+    statements = _statements(_function_roles()["SecretRotationFunction"])
+    by_action = {a: s["Resource"] for s in statements for a in s["Action"] if not a.startswith("logs:")}
+    secrets = [{"Ref": "RedisAuthSecret"}, {"Ref": "JobIdSecret"}]
+    for action in ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue",
+                   "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage"):
+        assert by_action.pop(action) == secrets, action
+    group = {"Fn::Sub": "arn:${AWS::Partition}:elasticache:${AWS::Region}:${AWS::AccountId}"
+                        ":replicationgroup:${RedisGroup}"}
+    assert by_action.pop("elasticache:ModifyReplicationGroup") == group
+    assert by_action.pop("elasticache:DescribeReplicationGroups") == group
+    assert by_action == {}
+
+
+def test_only_the_rotation_function_writes_a_secret() -> None:
+    for name, role in _function_roles().items():
+        for statement in _statements(role):
+            writes = [a for a in statement["Action"] if a.startswith("secretsmanager:")
+                      and a not in ("secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret")]
+            assert not writes or name == "SecretRotationFunction", (name, writes)
+            if writes:
+                assert "RedisAuthSecret" in json.dumps(statement["Resource"])
+
+
+def test_the_rotation_handler_knows_every_step() -> None:
+    source = (cfn.ROOT / "infra/secret_rotation/app.py").read_text()
+    for step in ("createSecret", "setSecret", "testSecret", "finishSecret"):
+        assert f'"{step}"' in source, step
+    assert '"ROTATE"' in source  # the old Redis token stays valid while functions re-read
+    assert RES["RedisGroup"]["Properties"]["TransitEncryptionMode"] == "required"
+
+
+# ------------------------------------------------------------------ item 9: network scope
+
+
+def _egress(conds: dict[str, bool]) -> list[dict[str, Any]]:
+    rules = cfn.resolve(props("FunctionSecurityGroup")["SecurityGroupEgress"], conds)
+    for name, r in cfn.resources(T, "AWS::EC2::SecurityGroupEgress").items():
+        if r.get("Condition") is None or conds[r["Condition"]]:
+            rule = {k: v for k, v in cfn.resolve(r["Properties"], conds).items()
+                    if v != {"Ref": "AWS::NoValue"}}
+            assert rule.pop("GroupId") == {"Ref": "FunctionSecurityGroup"}, name
+            rules.append(rule)
+    return rules  # type: ignore[no-any-return]
+
+
+def test_https_egress_goes_to_the_endpoints_only_when_the_stack_makes_them() -> None:
+    conds = cfn.conditions(T, cfn.parameters(T))
+    assert conds["CreateEndpoints"]
+    https = [r for r in _egress(conds) if r.get("FromPort") == 443]
+    assert all("CidrIp" not in r for r in https), https  # no 0.0.0.0/0
+    lists = [r["DestinationPrefixListId"] for r in https if "DestinationPrefixListId" in r]
+    assert lists == [{"Fn::GetAtt": ["PrefixLists", "DynamoDb"]}, {"Fn::GetAtt": ["PrefixLists", "S3"]}]
+    [to_endpoints] = [r for r in https if "DestinationSecurityGroupId" in r]
+    assert to_endpoints["DestinationSecurityGroupId"] == {
+        "Fn::GetAtt": ["Endpoints", "Outputs.EndpointSecurityGroupId"]}
+    everything = _egress(conds)
+    assert all(r.get("CidrIp") in (None, "255.255.255.255/32") for r in everything), everything
+    lookup = props("PrefixLists")
+    assert cfn.is_getatt(lookup["ServiceToken"], "PrefixListsFunction", "Arn")
+    assert props("PrefixListsFunction")["Handler"] == "app.prefix_lists_handler"
+
+
+def test_an_existing_vpc_without_our_endpoints_keeps_https_to_anywhere_documented() -> None:
+    conds = cfn.conditions(T, cfn.parameters(T, VpcId="vpc-0abc", CreateVpcEndpoints="false"))
+    assert not conds["CreateEndpoints"]
+    assert [r["CidrIp"] for r in _egress(conds) if r.get("FromPort") == 443] == ["0.0.0.0/0"]
+    assert "CreateVpcEndpoints=false" in (cfn.ROOT / "docs/deploy.md").read_text()
+
+
+def test_the_prefix_list_lookup_names_both_services_of_the_region() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kafka_setup_app", cfn.ROOT / "infra/kafka_setup/app.py")
+    assert spec and spec.loader
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+
+    class Ec2:
+        def describe_prefix_lists(self, Filters: list[dict[str, Any]]) -> dict[str, Any]:
+            (f,) = Filters
+            assert f["Name"] == "prefix-list-name"
+            known = {"com.amazonaws.eu-west-1.dynamodb": "pl-6da54004",
+                     "com.amazonaws.eu-west-1.s3": "pl-6fa54006"}
+            return {"PrefixLists": [{"PrefixListName": n, "PrefixListId": known[n]} for n in f["Values"]
+                                    if n in known]}
+
+    found = app.prefix_lists({"Region": "eu-west-1"}, Ec2())
+    assert found == {"DynamoDb": "pl-6da54004", "S3": "pl-6fa54006"}
+    try:
+        app.prefix_lists({"Region": "xx-nowhere-1"}, Ec2())
+    except RuntimeError as exc:
+        assert "com.amazonaws.xx-nowhere-1.dynamodb" in str(exc)
+    else:
+        raise AssertionError("a Region without the prefix lists must fail the deploy")
+
+
+def test_every_vpc_endpoint_serves_this_account_only() -> None:
+    nested = cfn.load(cfn.NESTED["endpoints"])
+    endpoints = cfn.resources(nested, "AWS::EC2::VPCEndpoint")
+    assert len(endpoints) == 5
+    for name, endpoint in endpoints.items():
+        statements = endpoint["Properties"]["PolicyDocument"]["Statement"]
+        service = endpoint["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
+        for st in statements:
+            assert st["Effect"] == "Allow", name
+            if st["Action"] == "*":
+                cond = st["Condition"]["StringEquals"]
+                assert cond["aws:PrincipalAccount"] == {"Ref": "AWS::AccountId"}, name
+                if service != "sts":  # STS calls name no resource of the account
+                    assert cond["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
+            else:  # the one exception: custom resources answer CloudFormation through S3
+                assert (service, st["Action"]) == ("s3", "s3:PutObject"), name
+                assert st["Resource"]["Fn::Sub"].endswith(":s3:::cloudformation-custom-resource-response-*/*")
+
+
+# ------------------------------------------------------------------ item 9: IAM scope
+
+
+def test_no_function_may_scan_or_query_a_table() -> None:
+    for name, role in _function_roles().items():
+        for statement in _statements(role):
+            for action in statement["Action"]:
+                assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
+                    (name, action)
+
+
+def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
+    from sluice.store.results import RESULTS_PREFIX, result_key
+
+    assert result_key("j", 1, "0" * 64).startswith(f"{RESULTS_PREFIX}/")
+    s3 = {}
+    for name, role in _function_roles().items():
+        for statement in _statements(role):
+            for action in statement["Action"]:
+                if action.startswith("s3:"):
+                    s3.setdefault(name, set()).add((action, json.dumps(statement["Resource"])))
+    scoped = json.dumps({"Fn::Sub": f"${{ResultsBucket.Arn}}/{RESULTS_PREFIX}/*"})
+    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped)},
+                  "GatewayFunction": {("s3:GetObject", scoped)}}
+
+
+def test_the_worker_can_run_the_fenced_transaction_on_the_jobs_table() -> None:
+    """A handler's FencedTable write is a TransactWriteItems with a ConditionCheck on the job."""
+    source = (cfn.ROOT / "shared/sluice/store/fenced.py").read_text()
+    assert '"ConditionCheck"' in source
+    actions = {a for s in _statements(_function_roles()["WorkerFunction"]) for a in s["Action"]
+               if "JobsTable" in json.dumps(s["Resource"])}
+    assert {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"} <= actions
+
+
+# ------------------------------------------------------------------ item 5: concurrency and cost
+
+
+def test_workers_and_the_gateway_are_capped_by_default() -> None:
+    params = T["Parameters"]
+    defaults = cfn.parameters(T)
+    conds = cfn.conditions(T, defaults)
+    for fn, param in (("WorkerFunction", "WorkerReservedConcurrency"),
+                      ("GatewayFunction", "GatewayReservedConcurrency")):
+        assert 0 < params[param]["Default"] <= params[param]["MaxValue"], param
+        reserved = cfn.resolve(props(fn)["ReservedConcurrentExecutions"], conds)
+        assert reserved == {"Ref": param}, fn
+    # The relay's dispatch budget reaches the relay, as the Settings fields it is.
+    env = props("RelayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_DISPATCH_BUDGET_PER_S"] == {"Ref": "RelayDispatchPerSecond"}
+    assert env["SLUICE_DISPATCH_BUDGET_BURST"] == {"Ref": "RelayDispatchBurst"}
+    assert params["RelayDispatchPerSecond"]["Default"] > 0 and params["RelayDispatchBurst"]["Default"] > 0
+    # One relay's burst fits the worker reservation: no dispatch waits on throttling by default.
+    assert params["RelayDispatchBurst"]["Default"] <= params["WorkerReservedConcurrency"]["Default"]
+
+
+def test_top_priorities_are_for_the_operator_allow_list() -> None:
+    from sluice.models import MAX_PRIORITY
+
+    params = T["Parameters"]
+    assert params["MaxCallerPriority"]["Default"] < MAX_PRIORITY
+    assert params["OperatorPrincipalArns"]["Default"] == ""  # nobody, until named
+    env = props("GatewayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_MAX_CALLER_PRIORITY"] == {"Ref": "MaxCallerPriority"}
+    assert env["SLUICE_OPERATOR_PRINCIPALS"] == {"Fn::Join": [",", {"Ref": "OperatorPrincipalArns"}]}
+
+
+def test_the_optional_waf_limits_each_source_and_answers_429() -> None:
+    off = cfn.conditions(T, cfn.parameters(T))
+    on = cfn.conditions(T, cfn.parameters(T, ApiWafRateLimit="2000"))
+    assert not off["UseWaf"] and on["UseWaf"]
+    acl = props("ApiWaf")
+    (rule,) = acl["Rules"]
+    rate = rule["Statement"]["RateBasedStatement"]
+    assert rate == {"Limit": {"Ref": "ApiWafRateLimit"}, "AggregateKeyType": "IP"}
+    assert rule["Action"]["Block"]["CustomResponse"]["ResponseCode"] == 429
+    body = acl["CustomResponseBodies"][rule["Action"]["Block"]["CustomResponse"]["CustomResponseBodyKey"]]
+    assert json.loads(body["Content"])["status"] == 429
+    assoc = props("ApiWafAssociation")
+    assert assoc["ResourceArn"]["Fn::Sub"].endswith("/restapis/${Api}/stages/live")
+    assert cfn.is_getatt(assoc["WebACLArn"], "ApiWaf", "Arn")
