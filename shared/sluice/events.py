@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sluice.errors import JobCancelled, JobNotFound, LeaseLost, StaleToken
+from sluice.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 
 log = logging.getLogger("sluice.events")
 
@@ -160,8 +160,7 @@ class ResultWritten(CallEnded):
 
     job: str
     token: int
-    digest: str = ""
-    unfenced: bool = False
+    result: Any = field(default=None, repr=False)  # the value written (an observer may digest it)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,8 +170,7 @@ class ResultRefused(CallEnded):
     job: str
     token: int
     current: int | None = None
-    digest: str = ""
-    unfenced: bool = False
+    result: Any = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,6 +270,7 @@ class JobEnded(Event):
 # -- the bus --------------------------------------------------------------------------------------
 
 E = TypeVar("E", bound=Event)
+T = TypeVar("T")
 Subscriber = Callable[[Any], None]
 
 
@@ -321,3 +320,28 @@ def outcome_of(exc: BaseException) -> str:
 
 def error_text(exc: BaseException) -> str:
     return str(exc)[:200]
+
+
+def timed(bus: EventBus, call: Callable[[], T], kind: type[CallEnded], fields: dict[str, Any], *,
+          ok: Callable[[T], str] = lambda _r: "ok", refused: type[CallEnded] | None = None,
+          details: Callable[[T], dict[str, Any]] | None = None) -> T:
+    """``call()``, then ``kind`` (or ``refused`` if it raised a SluiceError) with its outcome and times.
+
+    ``details`` adds fields taken from a result; ``current`` (the newer fencing token) is filled
+    in for a stale token where the event has it.
+    """
+    if not bus.listening:
+        return call()
+    t0 = time.time()
+    try:
+        result = call()
+    except SluiceError as exc:
+        cls = refused or kind
+        extra: dict[str, Any] = {}
+        if isinstance(exc, StaleToken) and "current" in cls.__dataclass_fields__:
+            extra["current"] = exc.current
+        bus.emit(cls(outcome=outcome_of(exc), t0=t0, error=error_text(exc), **fields, **extra))
+        raise
+    more = details(result) if details is not None else {}
+    bus.emit(kind(outcome=ok(result), t0=t0, **fields, **more))
+    return result
