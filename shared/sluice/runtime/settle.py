@@ -96,7 +96,8 @@ class Settler:
         job = a.leased
         self.events.emit(ev.JobEnded(job=job.job_id, queue=job.queue, state=state.value, source="worker",
                                      redrive_gen=job.redrive_gen, token=a.token, attempts=job.attempt,
-                                     created_at_ms=job.enqueued_at_ms, ended_at_ms=time.time_ns() // 1_000_000))
+                                     created_at_ms=job.enqueued_at_ms,
+                                     ended_at_ms=time.time_ns() // 1_000_000))
 
     # -- success --------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from sluice.errors import (
     JobNotFound,
     StoreError,
 )
+from sluice.events import EventBus
 from sluice.models import (
     FINAL_STATES,
     JobRecord,
@@ -48,7 +49,6 @@ from sluice.models import (
     validate_queue_name,
     validate_token,
 )
-from sluice.events import EventBus
 from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
 from sluice.store.endings import Endings
