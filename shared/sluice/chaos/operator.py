@@ -1,0 +1,224 @@
+"""The operator in the chaos run: cancels, redrives, purges, pauses and resumes while the nemesis faults.
+
+``plan(seed, ...)`` is pure, like the nemesis's: the same seed gives the same actions at
+the same times (a random stream of its own, so turning the operator on or off leaves
+the fault plan of a seed as it was). ``Operator`` carries the actions out through the
+paths a real operator uses, and records each one in the history as one ``operator``
+line (``kind``, ``outcome``, ``t0``/``t1``, and what it touched), which the checker
+reads to know what each action allows (``chaos.checker``):
+
+- ``cancel``: ``Api.cancel`` (the gateway's ``DELETE /v1/jobs/{id}``) on one of the
+  latest accepted jobs; ``outcome`` is the API's answer: ``cancelled``,
+  ``cancel_requested`` (the job was leased), ``finished`` (409), ``not_found`` (404:
+  the relay has not recorded it yet) or ``error`` (503: the outcome is unknown);
+- ``redrive``: ``sluice dlq list`` then ``sluice dlq redrive QUEUE JOB`` (the engine's
+  ``dead_letters`` and ``redrive``) on one listed dead job; ``outcome`` ``ok`` (moved),
+  ``not_found``, ``none`` (nothing was dead) or ``error``;
+- ``redrive_all``: ``sluice dlq redrive QUEUE --all``; ``listed`` = the dead jobs read
+  just before, ``moved`` = how many went back;
+- ``purge``: ``sluice dlq purge QUEUE --yes``; ``listed`` = the dead jobs read just
+  before, ``deleted`` = how many went;
+- ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay_control``),
+  the resume ``hold_s`` after the pause. A resume that fails is tried again until it
+  lands: an operator who paused a queue does not walk away from it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.chaos.history import History
+
+KINDS = ("cancel", "redrive", "redrive_all", "purge", "pause")
+WEIGHTS = {"cancel": 5, "redrive": 3, "redrive_all": 1, "purge": 1, "pause": 1}
+LISTED = 1_000  # dead jobs read before a redrive or purge (the chaos queue never holds more)
+RESUME_RETRY_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    at_s: float  # seconds after the operator starts
+    kind: str
+    pick: float  # which candidate (a job, a dead job) the action takes: index = int(pick * n)
+    hold_s: float = 0.0  # pause: how long until the resume
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at_s": round(self.at_s, 3), "kind": self.kind, "pick": round(self.pick, 6),
+                "hold_s": round(self.hold_s, 3)}
+
+
+def plan(seed: int, duration_s: float, *, interval_s: float, start_s: float = 4.0,
+         tail_s: float = 8.0, hold_s: tuple[float, float] = (4.0, 8.0)) -> list[Action]:
+    """Every kind once (a seeded shuffle), then weighted draws; pauses never overlap and
+    each one's resume comes before the window's tail, so the drain starts unpaused."""
+    rng = random.Random(f"operator:{seed}")
+    first = list(KINDS)
+    rng.shuffle(first)
+    actions: list[Action] = []
+    t = start_s
+    paused_until = 0.0
+    while t <= duration_s - tail_s:
+        kind = first.pop(0) if first else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        pick = rng.random()
+        hold = rng.uniform(*hold_s) if kind == "pause" else 0.0
+        if kind == "pause" and (t < paused_until or t + hold > duration_s - tail_s):
+            kind, hold = "cancel", 0.0  # no second pause on a paused queue, none past the window
+        if kind == "pause":
+            paused_until = t + hold
+        actions.append(Action(t, kind, pick, hold))
+        t += rng.uniform(0.5, 1.5) * interval_s
+    return actions
+
+
+def chosen(pick: float, candidates: Sequence[str]) -> str | None:
+    return candidates[min(len(candidates) - 1, int(pick * len(candidates)))] if candidates else None
+
+
+class Operator:
+    """Carries out a plan of ``Action`` against the chaos queue, recording each in ``history``.
+
+    ``api``: a ``sluice.api.Api`` (cancel); ``engine``: a ``RedisQueue`` (the dead-letter
+    commands and the queue's config); ``recent``: the latest accepted job ids, newest last.
+    """
+
+    def __init__(self, actions: list[Action], api: Any, engine: Any, queue: str, history: History,
+                 recent: Callable[[], Sequence[str]], *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.actions, self.api, self.engine, self.queue = actions, api, engine, queue
+        self.history, self.recent, self.clock = history, recent, clock
+        self.done: dict[str, int] = {}
+        self._paused = False
+        self._lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
+
+    def run(self, stop: threading.Event) -> None:
+        started = self.clock()
+        for action in self.actions:
+            if stop.wait(max(0.0, started + action.at_s - self.clock())):
+                return
+            try:
+                self.act(action)
+            except Exception as exc:  # an operator's mistake must not end the run: record it, go on
+                self.history.emit("operator", kind=action.kind, outcome="error", error=str(exc)[:200])
+
+    def act(self, a: Action) -> None:
+        self.done[a.kind] = self.done.get(a.kind, 0) + 1
+        {"cancel": self._cancel, "redrive": self._redrive, "redrive_all": self._redrive_all,
+         "purge": self._purge, "pause": self._pause}[a.kind](a)
+
+    def _record(self, kind: str, t0: float, outcome: str, **fields: Any) -> None:
+        self.history.emit("operator", kind=kind, outcome=outcome, t0=t0, t1=time.time(), **fields)
+
+    def _cancel(self, a: Action) -> None:
+        from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
+
+        job = chosen(a.pick, list(self.recent()))
+        if job is None:
+            self._record("cancel", time.time(), "none")
+            return
+        t0 = time.time()
+        try:
+            answer = self.api.cancel(job)
+        except AlreadyFinished:
+            self._record("cancel", t0, "finished", job=job)
+        except JobNotFound:
+            self._record("cancel", t0, "not_found", job=job)
+        except SluiceError as exc:  # the gateway's 503: the store may or may not have cancelled it
+            self._record("cancel", t0, "error", job=job, error=str(exc)[:200])
+        else:
+            self._record("cancel", t0, str(answer.status), job=job)
+
+    def _dead(self) -> list[str]:
+        return [d.job_id for d in self.engine.dead_letters(self.queue, LISTED)]
+
+    def _redrive(self, a: Action) -> None:
+        from sluice.errors import JobNotFound, SluiceError
+
+        t0 = time.time()
+        try:
+            job = chosen(a.pick, self._dead())
+        except SluiceError as exc:
+            self._record("redrive", t0, "error", error=str(exc)[:200])
+            return
+        if job is None:
+            self._record("redrive", t0, "none")
+            return
+        t0 = time.time()
+        try:
+            moved = self.engine.redrive(self.queue, job)
+        except JobNotFound:
+            self._record("redrive", t0, "not_found", job=job)
+        except SluiceError as exc:
+            self._record("redrive", t0, "error", job=job, error=str(exc)[:200])
+        else:
+            self._record("redrive", t0, "ok" if moved else "not_found", job=job, moved=moved)
+
+    def _listed_then(self, kind: str, call: Callable[[], int], count: str) -> None:
+        from sluice.errors import SluiceError
+
+        t0 = time.time()
+        listed: list[str] = []
+        try:
+            listed = self._dead()
+            n = call()
+        except SluiceError as exc:
+            self._record(kind, t0, "error", listed=listed, error=str(exc)[:200])
+        else:
+            self._record(kind, t0, "ok", listed=listed, **{count: n})
+
+    def _redrive_all(self, a: Action) -> None:
+        self._listed_then("redrive_all", lambda: int(self.engine.redrive(self.queue, None)), "moved")
+
+    def _purge(self, a: Action) -> None:
+        self._listed_then("purge", lambda: int(self.engine.purge_dead(self.queue)), "deleted")
+
+    def _pause(self, a: Action) -> None:
+        from sluice import relay_control
+        from sluice.errors import SluiceError
+
+        t0 = time.time()
+        with self._lock:
+            self._paused = True  # even if the call fails: it may have landed, so resume it anyway
+        try:
+            relay_control.pause(self.engine, self.queue)
+        except SluiceError as exc:
+            self._record("pause", t0, "error", error=str(exc)[:200])
+        else:
+            self._record("pause", t0, "ok")
+        timer = threading.Timer(a.hold_s, self.resume)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def resume(self, deadline_s: float = 30.0) -> None:
+        """Resume the queue if this operator paused it; retried until it lands or ``deadline_s``."""
+        from sluice import relay_control
+        from sluice.errors import SluiceError
+
+        with self._lock:
+            if not self._paused:
+                return
+            give_up = self.clock() + deadline_s
+            while True:
+                t0 = time.time()
+                try:
+                    relay_control.resume(self.engine, self.queue)
+                except SluiceError as exc:
+                    self._record("resume", t0, "error", error=str(exc)[:200])
+                    if self.clock() >= give_up:
+                        return
+                    time.sleep(RESUME_RETRY_S)
+                    continue
+                self._record("resume", t0, "ok")
+                self._paused = False
+                return
+
+    def close(self) -> None:
+        """Cancel the pending resumes and resume now: the drain must not start on a paused queue."""
+        for timer in self._timers:
+            timer.cancel()
+        self.resume()
