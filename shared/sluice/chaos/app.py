@@ -85,6 +85,7 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     its files only inside the container.
     """
     from sluice.runtime.hooks import Hooks
+    from sluice.runtime.outcomes import Fail
     from sluice.worker import Worker
 
     def before_write(ctx: Any) -> None:
@@ -102,6 +103,8 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
         time.sleep(pause)
         control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
         time.sleep(pause)
+        if job.payload.get("poison"):  # the operator's dead letters (workload.POISON_SHARE)
+            raise Fail("poison: this job fails by design")
         return expected_result(job.payload)
 
     return app
@@ -140,7 +143,7 @@ class RecordedEngine:
             self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
                                error=str(exc)[:200], first=records[0][0], last=records[-1][0])
             raise
-        self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="ok",
+        self._history.emit("push", t0=t0, queue=queue, partition=partition, owner=owner_token, outcome="ok",
                            first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
                            jobs=[spec.job_id for _, spec in records])
         return out

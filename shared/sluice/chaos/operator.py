@@ -186,9 +186,9 @@ class Operator:
         try:
             relay_control.pause(self.engine, self.queue)
         except SluiceError as exc:
-            self._record("pause", t0, "error", error=str(exc)[:200])
+            self._record("pause", t0, "error", queue=self.queue, error=str(exc)[:200])
         else:
-            self._record("pause", t0, "ok")
+            self._record("pause", t0, "ok", queue=self.queue)
         timer = threading.Timer(a.hold_s, self.resume)
         timer.daemon = True
         self._timers.append(timer)
@@ -208,12 +208,12 @@ class Operator:
                 try:
                     relay_control.resume(self.engine, self.queue)
                 except SluiceError as exc:
-                    self._record("resume", t0, "error", error=str(exc)[:200])
+                    self._record("resume", t0, "error", queue=self.queue, error=str(exc)[:200])
                     if self.clock() >= give_up:
                         return
                     time.sleep(RESUME_RETRY_S)
                     continue
-                self._record("resume", t0, "ok")
+                self._record("resume", t0, "ok", queue=self.queue)
                 self._paused = False
                 return
 

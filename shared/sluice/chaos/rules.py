@@ -67,9 +67,9 @@ class Ops:
     redrives: dict[str, list[Span]] = field(default_factory=dict)
     redrive_alls: list[Span] = field(default_factory=list)
     purges: list[tuple[Span, frozenset[str]]] = field(default_factory=list)
-    switches: list[tuple[str, Span]] = field(default_factory=list)  # ("pause" | "resume", span)
+    switches: list[tuple[str, Span, str | None]] = field(default_factory=list)  # (pause|resume, span, queue)
     redis_restarts: list[float] = field(default_factory=list)
-    pushes: list[tuple[float, int, str]] = field(default_factory=list)  # (t0, jobs pushed, where)
+    pushes: list[tuple[float, str | None, str]] = field(default_factory=list)  # (t0, queue, where)
 
     def add(self, e: Mapping[str, Any]) -> None:
         op, kind = e.get("op"), str(e.get("kind", ""))
@@ -78,7 +78,7 @@ class Ops:
                 self.redis_restarts.append(float(e.get("t1", 0)))
         elif op == "push":
             if e.get("outcome") == "ok" and int(e.get("pushed", 0)) > 0:
-                self.pushes.append((float(e.get("t0", 0)), int(e["pushed"]),
+                self.pushes.append((float(e.get("t0", 0)), e.get("queue"),
                                     f"pid {e.get('pid')} partition {e.get('partition')} at {e.get('t0')}"))
         elif op == "operator":
             self._operator(kind, e)
@@ -94,7 +94,7 @@ class Ops:
         elif kind == "purge":
             self.purges.append((span, frozenset(str(j) for j in e.get("listed") or ())))
         elif kind in ("pause", "resume"):
-            self.switches.append((kind, span))
+            self.switches.append((kind, span, e.get("queue")))
 
     # -- cancel ----------------------------------------------------------------------------------------
 
@@ -117,7 +117,8 @@ class Ops:
 
     def rerun_without_redrive(self, job: str, verdicts: Iterable[tuple[float, float]],
                               grant_starts: Sequence[float]) -> bool:
-        redrives = [r for r in (*self.redrives.get(job, ()), *self.redrive_alls) if r.outcome in MAY_HAVE_MOVED]
+        redrives = [r for r in (*self.redrives.get(job, ()), *self.redrive_alls)
+                    if r.outcome in MAY_HAVE_MOVED]
         for v0, v1 in verdicts:
             for g in grant_starts:
                 if g > v1 and not any(r.t1 > v0 and r.t0 < g for r in redrives):
@@ -137,20 +138,24 @@ class Ops:
 
     # -- pause -----------------------------------------------------------------------------------------
 
-    def paused_windows(self) -> list[tuple[float, float]]:
-        """(from, until): when no push may add a job. Only a pause that answered ok opens one."""
+    def paused_windows(self) -> list[tuple[float, float, str | None]]:
+        """(from, until, queue): when no push may add a job to the queue. Only a pause that
+        answered ok opens one; the first resume after it closes it, whatever it answered."""
         switches = sorted(self.switches, key=lambda s: s[1].t0)
         windows = []
-        for i, (kind, span) in enumerate(switches):
+        for i, (kind, span, queue) in enumerate(switches):
             if kind != "pause" or span.outcome != "ok":
                 continue
-            ends = [s.t0 for k, s in switches[i + 1:] if k == "resume"]
+            ends = [s.t0 for k, s, q in switches[i + 1:] if k == "resume" and q == queue]
             ends += [t for t in self.redis_restarts if t > span.t0]
             start, end = span.t1 + PAUSE_GRACE_S, min(ends, default=float("inf"))
             if start < end:
-                windows.append((start, end))
+                windows.append((start, end, queue))
         return windows
 
     def pushes_while_paused(self) -> list[str]:
+        """Pushes that added jobs inside a paused window of their queue (a push or pause line
+        without a queue matches any)."""
         windows = self.paused_windows()
-        return [where for t0, _n, where in self.pushes if any(a < t0 < b for a, b in windows)]
+        return [where for t0, pq, where in self.pushes
+                if any(a < t0 < b and (pq is None or q is None or pq == q) for a, b, q in windows)]
