@@ -79,6 +79,12 @@ def chosen(pick: float, candidates: Sequence[str]) -> str | None:
     return candidates[min(len(candidates) - 1, int(pick * len(candidates)))] if candidates else None
 
 
+def newest_first(pick: float, candidates: Sequence[str]) -> str | None:
+    """A job among ``candidates`` (newest last), the newest the likeliest: those are the ones
+    still waiting in Kafka or Redis, or running, when the cancel comes."""
+    return chosen(pick * pick, list(reversed(candidates)))
+
+
 class Operator:
     """Carries out a plan of ``Action`` against the chaos queue, recording each in ``history``.
 
@@ -116,7 +122,7 @@ class Operator:
     def _cancel(self, a: Action) -> None:
         from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
 
-        job = chosen(a.pick, list(self.recent()))
+        job = newest_first(a.pick, self.recent())
         if job is None:
             self._record("cancel", time.time(), "none")
             return

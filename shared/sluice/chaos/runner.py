@@ -202,7 +202,8 @@ class Run:
         api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
                   job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
-                            lease_seconds=runtime.lease_seconds, poison=o.operator)
+                            lease_seconds=runtime.lease_seconds, poison=o.operator,
+                            mint_key=wiring.job_id_key(settings) if o.operator else None)
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.

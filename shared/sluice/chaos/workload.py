@@ -44,9 +44,9 @@ class Enqueuer:
 
     def __init__(self, api: Any, history: History, seed: int, jobs: int, window_s: float, *,
                  batch: int = 10, lease_seconds: int = 30, poison: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 mint_key: bytes | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.history, self.seed, self.jobs = api, history, seed, jobs
-        self.poison = poison
+        self.poison, self.mint_key = poison, mint_key
         self._recent: deque[str] = deque(maxlen=RECENT)  # accepted ids, newest last
         self._recent_lock = threading.Lock()
         self.window_s, self.batch, self.lease_seconds = window_s, batch, lease_seconds
@@ -56,6 +56,17 @@ class Enqueuer:
         self.done = threading.Event()
         self._ids: deque[str] = deque()
         api.new_id = lambda _now_ms: self._ids.popleft()  # the use case's id hook
+
+    def _name(self, indices: list[int], attempt: int) -> list[str]:
+        """``s<seed>-<index>-<try>``; or, with ``mint_key``, ids minted as the gateway mints them
+        (``sluice.ids``), so that a cancel before the relay recorded the job takes the gateway's
+        real path for its own ids (``Api.cancel`` -> ``cancel_unrecorded``)."""
+        if self.mint_key is None:
+            return [job_id(self.seed, i, attempt) for i in indices]
+        from sluice import ids
+
+        now_ms = time.time_ns() // 1_000_000
+        return [ids.mint(now_ms, QUEUE, self.mint_key) for _ in indices]
 
     def recent(self) -> list[str]:
         """The latest accepted job ids, newest last (the operator's cancel candidates)."""
@@ -78,7 +89,7 @@ class Enqueuer:
 
         attempt = 0
         while not stop.is_set():
-            ids = [job_id(self.seed, i, attempt) for i in indices]
+            ids = self._name(indices, attempt)
             payloads = [payload(self.seed, i, self.poison) for i in indices]
             request = BatchRequest(jobs=[EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS,
                                                         lease_seconds=self.lease_seconds) for p in payloads])
