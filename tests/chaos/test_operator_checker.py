@@ -230,3 +230,11 @@ def test_a_run_without_the_operator_reports_no_operator_counts() -> None:
     d = r.as_dict()
     assert d["operator"] == {} and d["cancelled"] == 0 and d["purged_lost"] == 0 and r.ok
     assert {"cancel_violations", "reruns_without_redrive", "pause_violations"} <= set(d)
+
+
+def test_reruns_are_checked_on_the_workload_s_jobs_only() -> None:
+    # the relay's partition-ownership jobs ("<topic>.<partition>", queue sluice-relay) are not chaos jobs
+    events = [*failed("chaos.jobs.0", 1, 2.0, "dead"), *failed("chaos.jobs.0", 2, 5.0, "dead")]
+    assert check(events, {"chaos.jobs.0": StoreItem("dead", token=2)}, set()).reruns_without_redrive == 0
+    assert check([enqueue("chaos.jobs.0"), *events], {"chaos.jobs.0": StoreItem("dead", token=2)},
+                 set()).reruns_without_redrive == 1

@@ -28,7 +28,7 @@ def test_every_kind_appears_and_no_pause_overlaps_another_or_outlives_the_window
         assert all(4.0 <= a.at_s <= 37.0 and 0.0 <= a.pick < 1.0 for a in actions)
         assert [a.at_s for a in actions] == sorted(a.at_s for a in actions)
         pauses = [a for a in actions if a.kind == "pause"]
-        assert all(4.0 <= p.hold_s <= 8.0 and p.at_s + p.hold_s <= 37.0 for p in pauses)
+        assert all(5.0 <= p.hold_s <= 10.0 and p.at_s + p.hold_s <= 37.0 for p in pauses)
         assert all(p.at_s + p.hold_s <= q.at_s for p, q in itertools.pairwise(pauses))
         assert all(a.hold_s == 0.0 for a in actions if a.kind != "pause")
 

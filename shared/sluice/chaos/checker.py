@@ -29,7 +29,7 @@ do, and nothing else (``chaos.rules`` has each rule and its argument):
   answered ``cancel_requested`` that is granted again after the answer. Must be 0;
 - ``reruns_without_redrive``: a grant of a job that started after the store accepted
   its final verdict (``dead`` or ``failed``), with no redrive of the job (or of every
-  dead job) in between. Must be 0;
+  dead job) in between; jobs the workload enqueued only. Must be 0;
 - ``purged_lost``: accepted jobs that end neither succeeded nor final in the store,
   excused because an operator purge deleted them while they were dead in Redis
   (listed by the purge's dead-letter read, or dead-lettered by a worker between that
@@ -229,7 +229,9 @@ def _check_operator(report: Report, job_id: str, j: _Job, item: StoreItem | None
     if ops.cancel_broken(job_id, item.status if item is not None else None, j.grant_starts, writes):
         report.cancel_violations += 1
         _sample(report, "cancel_violations", job_id)
-    if ops.rerun_without_redrive(job_id, j.verdicts, j.grant_starts):
+    # Only the workload's jobs: the operator redrives those alone. (Jobs of other queues in the
+    # history, such as the relay's partition-ownership jobs, are outside the run's contract.)
+    if j.enqueue is not None and ops.rerun_without_redrive(job_id, j.verdicts, j.grant_starts):
         report.reruns_without_redrive += 1
         _sample(report, "reruns_without_redrive", job_id)
 

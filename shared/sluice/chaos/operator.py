@@ -53,7 +53,7 @@ class Action:
 
 
 def plan(seed: int, duration_s: float, *, interval_s: float, start_s: float = 4.0,
-         tail_s: float = 8.0, hold_s: tuple[float, float] = (4.0, 8.0)) -> list[Action]:
+         tail_s: float = 8.0, hold_s: tuple[float, float] = (5.0, 10.0)) -> list[Action]:
     """Every kind once (a seeded shuffle), then weighted draws; pauses never overlap and
     each one's resume comes before the window's tail, so the drain starts unpaused."""
     rng = random.Random(f"operator:{seed}")
