@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sluice.local.history import History
+from sluice.local.history import History, wall
 from sluice.models import dump_json
 
 QUEUE = "chaos"
@@ -61,7 +61,7 @@ class Control:
             armed = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return
-        if armed.get("kind") != kind or float(armed.get("until", 0)) < time.time():
+        if armed.get("kind") != kind or float(armed.get("until", 0)) < wall():
             return
         claimed = self.path.with_name(landed_name(str(armed.get("id", "")), os.getpid()))
         try:
@@ -98,7 +98,7 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
 
     @app.handler(QUEUE, timeout_s=timeout_s)
     def work(job: Any, ctx: Any) -> dict[str, str]:
-        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=time.time())
+        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=wall())
         pause = float(job.payload.get("work_ms", 0)) / 2000
         time.sleep(pause)
         control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
@@ -136,7 +136,7 @@ class RecordedEngine:
         self._engine, self._history = engine, history
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
-        t0 = time.time()
+        t0 = wall()
         try:
             out = self._engine.push(queue, topic, partition, owner_token, records)
         except Exception as exc:

@@ -58,6 +58,10 @@ from sluice.ports import JobQueue, JobStore
 
 T = TypeVar("T")
 
+# The history's clock, bound at import: a chaos run may skew this process's wall clock
+# (``sluice.chaos.skew`` replaces ``time.time``), and its history must stay on the machine's.
+wall = time.time
+
 
 def digest(value: Any) -> str:
     try:
@@ -78,7 +82,7 @@ class History:
         self.pid = os.getpid()
 
     def emit(self, op: str, **fields: Any) -> None:
-        fields.setdefault("t1", time.time())
+        fields.setdefault("t1", wall())
         line = json.dumps({"op": op, "pid": self.pid, **fields}, separators=(",", ":"), default=str)
         data = (line + "\n").encode("utf-8")
         with self._lock:
@@ -106,17 +110,17 @@ class _Recorder:
 
     def call(self, op: str, fn: Callable[[], T], fields: dict[str, Any],
              ok: Callable[[T], str] = lambda _r: "ok", record_ok: bool = True) -> T:
-        t0 = time.time()
+        t0 = wall()
         try:
             result = fn()
         except SluiceError as exc:
             extra: dict[str, Any] = {"error": str(exc)[:200]}
             if isinstance(exc, StaleToken):
                 extra["current"] = exc.current
-            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=time.time(), **fields, **extra)
+            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=wall(), **fields, **extra)
             raise
         if record_ok:
-            self.history.emit(op, outcome=ok(result), t0=t0, t1=time.time(), **fields)
+            self.history.emit(op, outcome=ok(result), t0=t0, t1=wall(), **fields)
         return result
 
 
@@ -186,15 +190,15 @@ class RecordingStore(StorePassThrough):
         self._rec = _Recorder(history)
 
     def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
-        t0 = time.time()
+        t0 = wall()
         try:
             token = self._store.grant(job_id, queue, owner, redrive_gen)
         except SluiceError as exc:
             self._rec.history.emit("grant", outcome=outcome_of(exc), job=job_id, queue=queue, owner=owner,
-                                   t0=t0, t1=time.time(), error=str(exc)[:200])
+                                   t0=t0, t1=wall(), error=str(exc)[:200])
             raise
         self._rec.history.emit("grant", outcome="ok", job=job_id, queue=queue, owner=owner, token=token,
-                               t0=t0, t1=time.time())
+                               t0=t0, t1=wall())
         return token
 
     def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
