@@ -10,7 +10,7 @@ import pytest
 
 from sluice.chaos import history
 from sluice.chaos.nemesis import plan as fault_plan
-from sluice.chaos.operator import KINDS, Action, Operator, plan
+from sluice.chaos.operator import KINDS, Action, Operator, plan, redrive_path
 from sluice.errors import AlreadyFinished, BackendUnavailable, JobNotFound
 from sluice.models import DeadJob, QueueConfig
 
@@ -64,7 +64,7 @@ class FakeEngine:
         return [DeadJob(job_id=j, queue=queue, attempts=1, last_error="poison", died_at_ms=1)
                 for j in self.dead]
 
-    def redrive(self, queue: str, job_id: str | None = None) -> int:
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         self.calls.append(("redrive", job_id))
         if job_id is not None and job_id not in self.dead:
             raise JobNotFound(job_id=job_id)
@@ -84,8 +84,19 @@ class FakeEngine:
         return QueueConfig(paused=self.paused)
 
 
+class FakeStore:
+    """The jobs table's side of a redrive, where the tree has one (``sluice.redrive``)."""
+
+    def __init__(self) -> None:
+        self.generations: dict[str, int] = {}
+
+    def redrive(self, job_id: str) -> int:
+        self.generations[job_id] = self.generations.get(job_id, 0) + 1
+        return self.generations[job_id]
+
+
 def operator_lines(path: Path) -> list[dict[str, Any]]:
-    return [{k: v for k, v in e.items() if k not in ("pid", "t0", "t1")}
+    return [{k: v for k, v in e.items() if k not in ("pid", "t0", "t1", "via")}
             for e in history.read(path) if e["op"] == "operator"]
 
 
@@ -98,7 +109,7 @@ def test_cancels_record_the_api_s_answer_for_the_job_they_picked(hist: history.H
     api = FakeApi({"j0": "cancelled", "j1": "cancel_requested", "j2": AlreadyFinished(), "j3": JobNotFound(),
                    "j4": BackendUnavailable("kafka")})
     recent = ["j0", "j1", "j2", "j3", "j4"]
-    op = Operator([], api, FakeEngine([]), "chaos", hist, lambda: recent)
+    op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: recent)
     for i in range(5):  # the newest the likeliest: pick**2 indexes the newest-first list
         op.act(Action(0.0, "cancel", pick=((4 - i + 0.5) / 5) ** 0.5))
     op.act(Action(0.0, "cancel", pick=0.0))  # the newest
@@ -106,13 +117,13 @@ def test_cancels_record_the_api_s_answer_for_the_job_they_picked(hist: history.H
     outcomes = [(e["job"], e["outcome"]) for e in operator_lines(hist.path)]
     assert outcomes[:5] == [("j0", "cancelled"), ("j1", "cancel_requested"), ("j2", "finished"),
                             ("j3", "not_found"), ("j4", "error")]
-    Operator([], api, FakeEngine([]), "chaos", hist, lambda: []).act(Action(0.0, "cancel", 0.5))
+    Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: []).act(Action(0.0, "cancel", 0.5))
     assert operator_lines(hist.path)[-1] == {"op": "operator", "kind": "cancel", "outcome": "none"}
 
 
 def test_redrives_and_purges_name_what_was_dead_when_they_acted(hist: history.History) -> None:
     engine = FakeEngine(["d0", "d1", "d2"])
-    op = Operator([], FakeApi({}), engine, "chaos", hist, list)
+    op = Operator([], FakeApi({}), engine, FakeStore(), "chaos", hist, list)
     op.act(Action(0.0, "redrive", pick=0.5))  # the middle one of three
     op.act(Action(0.0, "redrive_all", pick=0.0))
     op.act(Action(0.0, "redrive", pick=0.0))  # nothing dead now
@@ -124,12 +135,15 @@ def test_redrives_and_purges_name_what_was_dead_when_they_acted(hist: history.Hi
         {"op": "operator", "kind": "redrive", "outcome": "none"},
         {"op": "operator", "kind": "purge", "outcome": "ok", "listed": ["d3"], "deleted": 1}]
     assert engine.dead == [] and op.done == {"redrive": 2, "redrive_all": 1, "purge": 1}
+    vias = {e.get("via") for e in history.read(hist.path) if e.get("kind", "").startswith("redrive")
+            and e["outcome"] == "ok"}
+    assert vias == {"store+redis" if redrive_path() is not None else "redis"}
 
 
 def test_a_pause_is_resumed_after_its_hold_and_a_failing_resume_is_tried_until_it_lands(
         hist: history.History) -> None:
     engine = FakeEngine([], fail_resumes=2)
-    op = Operator([], FakeApi({}), engine, "chaos", hist, list)
+    op = Operator([], FakeApi({}), engine, FakeStore(), "chaos", hist, list)
     op.act(Action(0.0, "pause", pick=0.0, hold_s=60.0))
     assert engine.paused
     op.close()  # the run's end comes first: the pending resume happens now, retried past two failures

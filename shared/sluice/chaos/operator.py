@@ -11,11 +11,16 @@ reads to know what each action allows (``chaos.checker``):
   latest accepted jobs; ``outcome`` is the API's answer: ``cancelled``,
   ``cancel_requested`` (the job was leased), ``finished`` (409), ``not_found`` (404:
   the relay has not recorded it yet) or ``error`` (503: the outcome is unknown);
-- ``redrive``: ``sluice dlq list`` then ``sluice dlq redrive QUEUE JOB`` (the engine's
-  ``dead_letters`` and ``redrive``) on one listed dead job; ``outcome`` ``ok`` (moved),
-  ``not_found``, ``none`` (nothing was dead) or ``error``;
+- ``redrive``: ``sluice dlq list`` then ``sluice dlq redrive QUEUE JOB`` on one listed dead
+  job; ``outcome`` ``ok`` (moved), ``not_found``, ``refused`` (the store would not: the
+  job is cancelled, succeeded or its record expired), ``none`` (nothing was dead) or
+  ``error``;
 - ``redrive_all``: ``sluice dlq redrive QUEUE --all``; ``listed`` = the dead jobs read
-  just before, ``moved`` = how many went back;
+  just before, ``moved`` = how many went back, ``refused`` = the ones the store refused.
+
+  A redrive goes the way the CLI's does: through ``sluice.redrive`` (the jobs table mints
+  the job's next redrive generation, then Redis moves it) where this tree has that module,
+  else the engine's Redis-only ``redrive``. ``via`` in the line says which;
 - ``purge``: ``sluice dlq purge QUEUE --yes``; ``listed`` = the dead jobs read just
   before, ``deleted`` = how many went;
 - ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay_control``),
@@ -25,11 +30,13 @@ reads to know what each action allows (``chaos.checker``):
 
 from __future__ import annotations
 
+import importlib
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from sluice.chaos.history import History
@@ -75,6 +82,14 @@ def plan(seed: int, duration_s: float, *, interval_s: float, start_s: float = 4.
     return actions
 
 
+def redrive_path() -> ModuleType | None:
+    """``sluice.redrive``, the CLI's redrive (store, then Redis), if this tree has it."""
+    try:
+        return importlib.import_module("sluice.redrive")
+    except ImportError:
+        return None
+
+
 def chosen(pick: float, candidates: Sequence[str]) -> str | None:
     return candidates[min(len(candidates) - 1, int(pick * len(candidates)))] if candidates else None
 
@@ -89,12 +104,15 @@ class Operator:
     """Carries out a plan of ``Action`` against the chaos queue, recording each in ``history``.
 
     ``api``: a ``sluice.api.Api`` (cancel); ``engine``: a ``RedisQueue`` (the dead-letter
-    commands and the queue's config); ``recent``: the latest accepted job ids, newest last.
+    commands and the queue's config); ``store``: the jobs table (a redrive's generation);
+    ``recent``: the latest accepted job ids, newest last.
     """
 
-    def __init__(self, actions: list[Action], api: Any, engine: Any, queue: str, history: History,
+    def __init__(self, actions: list[Action], api: Any, engine: Any, store: Any, queue: str, history: History,
                  recent: Callable[[], Sequence[str]], *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.actions, self.api, self.engine, self.queue = actions, api, engine, queue
+        self.actions, self.api, self.engine, self.store, self.queue = actions, api, engine, store, queue
+        self.path = redrive_path()
+        self.via = "store+redis" if self.path is not None else "redis"
         self.history, self.recent, self.clock = history, recent, clock
         self.done: dict[str, int] = {}
         self._paused = False
@@ -142,7 +160,7 @@ class Operator:
         return [d.job_id for d in self.engine.dead_letters(self.queue, LISTED)]
 
     def _redrive(self, a: Action) -> None:
-        from sluice.errors import JobNotFound, SluiceError
+        from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
 
         t0 = time.time()
         try:
@@ -155,32 +173,44 @@ class Operator:
             return
         t0 = time.time()
         try:
-            moved = self.engine.redrive(self.queue, job)
+            if self.path is not None:
+                moved = int(self.path.redrive_one(self.engine, self.store, self.queue, job))
+            else:
+                moved = int(self.engine.redrive(self.queue, job))
         except JobNotFound:
-            self._record("redrive", t0, "not_found", job=job)
+            self._record("redrive", t0, "not_found", job=job, via=self.via)
+        except AlreadyFinished as exc:
+            self._record("redrive", t0, "refused", job=job, via=self.via, error=str(exc)[:200])
         except SluiceError as exc:
-            self._record("redrive", t0, "error", job=job, error=str(exc)[:200])
+            self._record("redrive", t0, "error", job=job, via=self.via, error=str(exc)[:200])
         else:
-            self._record("redrive", t0, "ok" if moved else "not_found", job=job, moved=moved)
+            self._record("redrive", t0, "ok" if moved else "not_found", job=job, moved=moved, via=self.via)
 
-    def _listed_then(self, kind: str, call: Callable[[], int], count: str) -> None:
+    def _listed_then(self, kind: str, call: Callable[[], dict[str, Any]]) -> None:
         from sluice.errors import SluiceError
 
         t0 = time.time()
         listed: list[str] = []
         try:
             listed = self._dead()
-            n = call()
+            counts = call()
         except SluiceError as exc:
             self._record(kind, t0, "error", listed=listed, error=str(exc)[:200])
         else:
-            self._record(kind, t0, "ok", listed=listed, **{count: n})
+            self._record(kind, t0, "ok", listed=listed, **counts)
 
     def _redrive_all(self, a: Action) -> None:
-        self._listed_then("redrive_all", lambda: int(self.engine.redrive(self.queue, None)), "moved")
+        def redrive() -> dict[str, Any]:
+            if self.path is None:
+                return {"moved": int(self.engine.redrive(self.queue, None)), "via": self.via}
+            report = self.path.redrive_all(self.engine, self.store, self.queue)
+            return {"moved": int(report.moved), "via": self.via,
+                    **({"refused": sorted(report.refused)} if report.refused else {})}
+
+        self._listed_then("redrive_all", redrive)
 
     def _purge(self, a: Action) -> None:
-        self._listed_then("purge", lambda: int(self.engine.purge_dead(self.queue)), "deleted")
+        self._listed_then("purge", lambda: {"deleted": int(self.engine.purge_dead(self.queue))})
 
     def _pause(self, a: Action) -> None:
         from sluice import relay_control

@@ -58,8 +58,9 @@ from sluice.ports import JobQueue, JobStore
 
 T = TypeVar("T")
 
-# The history's clock, bound at import: a chaos run may skew this process's wall clock
-# (``sluice.chaos.skew`` replaces ``time.time``), and its history must stay on the machine's.
+# The history's clock, bound at import: a chaos run may skew a relay process's wall clock
+# (``sluice.chaos.skew`` replaces ``time.time``), and the lines that process writes must stay
+# on the machine's. (The recorders below run in worker processes, which are never skewed.)
 wall = time.time
 
 
@@ -110,17 +111,17 @@ class _Recorder:
 
     def call(self, op: str, fn: Callable[[], T], fields: dict[str, Any],
              ok: Callable[[T], str] = lambda _r: "ok", record_ok: bool = True) -> T:
-        t0 = wall()
+        t0 = time.time()
         try:
             result = fn()
         except SluiceError as exc:
             extra: dict[str, Any] = {"error": str(exc)[:200]}
             if isinstance(exc, StaleToken):
                 extra["current"] = exc.current
-            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=wall(), **fields, **extra)
+            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=time.time(), **fields, **extra)
             raise
         if record_ok:
-            self.history.emit(op, outcome=ok(result), t0=t0, t1=wall(), **fields)
+            self.history.emit(op, outcome=ok(result), t0=t0, t1=time.time(), **fields)
         return result
 
 
@@ -190,15 +191,15 @@ class RecordingStore(StorePassThrough):
         self._rec = _Recorder(history)
 
     def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
-        t0 = wall()
+        t0 = time.time()
         try:
             token = self._store.grant(job_id, queue, owner, redrive_gen)
         except SluiceError as exc:
             self._rec.history.emit("grant", outcome=outcome_of(exc), job=job_id, queue=queue, owner=owner,
-                                   t0=t0, t1=wall(), error=str(exc)[:200])
+                                   t0=t0, t1=time.time(), error=str(exc)[:200])
             raise
         self._rec.history.emit("grant", outcome="ok", job=job_id, queue=queue, owner=owner, token=token,
-                               t0=t0, t1=wall())
+                               t0=t0, t1=time.time())
         return token
 
     def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
