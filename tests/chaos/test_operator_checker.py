@@ -221,6 +221,25 @@ def test_a_pause_that_failed_or_was_forgotten_by_a_redis_restart_holds_nothing_b
     assert check(events, {}, set()).pause_violations == 1  # 13.5 was inside, 15.0 after the restart
 
 
+def config(t1: float, paused: bool, pid: int = 7, queue: str = "chaos") -> dict[str, Any]:
+    return {"op": "config", "queue": queue, "paused": paused, "t0": t1 - 0.01, "t1": t1, "pid": pid}
+
+
+def test_a_relay_that_read_paused_must_not_push_even_inside_the_grace() -> None:
+    # 10.5 is inside the 3 s grace after the pause, but relay 7 had already read "paused" at 10.2
+    events = [operator("pause", 10.0, queue="chaos"), config(10.2, True), push(10.5),
+              config(10.7, True, pid=8), config(11.0, False, pid=8)]
+    r = check(events, {}, set())
+    assert r.pause_violations == 1 and r.samples["pause_violations"] == ["pid 7 partition 0 at 10.5"]
+    # what another relay read, or what relay 7 read of another queue, or after the push, does not count
+    for read in (config(10.2, True, pid=8), config(10.2, True, queue="other"), config(10.6, True)):
+        events = [operator("pause", 10.0, queue="chaos"), read, push(10.5)]
+        assert check(events, {}, set()).pause_violations == 0
+    # a relay that read "running" again (resumed) may push
+    events = [config(10.2, True), config(20.2, False), push(20.5)]
+    assert check(events, {}, set()).pause_violations == 0
+
+
 def test_a_pause_never_resumed_holds_until_the_end() -> None:
     assert check([operator("pause", 10.0, queue="chaos"), push(100.0)], {}, set()).pause_violations == 1
 

@@ -130,7 +130,8 @@ class RecordedSource:
 
 
 class RecordedEngine:
-    """The relay's engine, recording every push: which records, and what Redis made of them."""
+    """The relay's engine, recording every push (which records, and what Redis made of them)
+    and every config read."""
 
     def __init__(self, engine: Any, history: History) -> None:
         self._engine, self._history = engine, history
@@ -146,6 +147,14 @@ class RecordedEngine:
         self._history.emit("push", t0=t0, queue=queue, partition=partition, owner=owner_token, outcome="ok",
                            first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
                            jobs=[spec.job_id for _, spec in records])
+        return out
+
+    def stats(self, queue: str) -> Any:
+        """The relay's read of a queue's depths and config (every ``refresh_s``): recorded with
+        whether it said paused, so the checker knows what each relay saw (``chaos.rules``)."""
+        t0 = wall()
+        out = self._engine.stats(queue)
+        self._history.emit("config", t0=t0, queue=queue, paused=bool(out.config.paused))
         return out
 
     def __getattr__(self, name: str) -> Any:

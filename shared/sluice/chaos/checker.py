@@ -130,7 +130,7 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - 
     jobs: dict[str, _Job] = defaultdict(_Job)
     for e in events:
         op, outcome = e.get("op"), e.get("outcome")
-        if op in ("operator", "push"):
+        if op in ("operator", "push", "config"):
             ops.add(e)
             if op == "operator":
                 key = f"{e.get('kind')}:{outcome}"

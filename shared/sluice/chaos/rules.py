@@ -31,10 +31,15 @@ by the dead-letter read just before the purge, or a worker dead-lettered it betw
 that read and the purge's end.
 
 **pause** / **resume** (``relay_control``): a paused queue takes no new jobs from Kafka
-(leasing what Redis already holds goes on, by design). Every relay re-reads the config
-every ``refresh_s`` (0.5 s), so from ``pause.t1 + PAUSE_GRACE_S`` until the next resume's
-``t0`` (or a Redis restart's, which forgets the config and with it the pause), no push
-may add a job to the queue. That every job still ends after the resume is the
+(leasing what Redis already holds goes on, by design). Two rules:
+
+- each relay honours what it read: a push that added jobs, by a relay process whose last
+  config read of the queue before the push said paused, is a violation (exact: the
+  relay's ``config`` lines, ``chaos.app.RecordedEngine.stats``);
+- each relay reads it in time: every relay re-reads the config every ``refresh_s``
+  (0.5 s), so from ``pause.t1 + PAUSE_GRACE_S`` until the next resume's ``t0`` (or a
+  Redis restart's, which forgets the config and with it the pause), no push may add a
+  job to the queue. That every job still ends after the resume is the
 checker's ``lost`` rule, unchanged.
 """
 
@@ -69,7 +74,8 @@ class Ops:
     purges: list[tuple[Span, frozenset[str]]] = field(default_factory=list)
     switches: list[tuple[str, Span, str | None]] = field(default_factory=list)  # (pause|resume, span, queue)
     redis_restarts: list[float] = field(default_factory=list)
-    pushes: list[tuple[float, str | None, str]] = field(default_factory=list)  # (t0, queue, where)
+    pushes: list[tuple[float, str | None, str, Any]] = field(default_factory=list)  # (t0, queue, where, pid)
+    configs: dict[tuple[Any, str | None], list[tuple[float, bool]]] = field(default_factory=dict)
 
     def add(self, e: Mapping[str, Any]) -> None:
         op, kind = e.get("op"), str(e.get("kind", ""))
@@ -79,7 +85,11 @@ class Ops:
         elif op == "push":
             if e.get("outcome") == "ok" and int(e.get("pushed", 0)) > 0:
                 self.pushes.append((float(e.get("t0", 0)), e.get("queue"),
-                                    f"pid {e.get('pid')} partition {e.get('partition')} at {e.get('t0')}"))
+                                    f"pid {e.get('pid')} partition {e.get('partition')} at {e.get('t0')}",
+                                    e.get("pid")))
+        elif op == "config":
+            self.configs.setdefault((e.get("pid"), e.get("queue")), []).append(
+                (float(e.get("t1", 0)), bool(e.get("paused"))))
         elif op == "operator":
             self._operator(kind, e)
 
@@ -153,9 +163,17 @@ class Ops:
                 windows.append((start, end, queue))
         return windows
 
+    def saw_paused(self, pid: Any, queue: str | None, t0: float) -> bool:
+        """Whether this relay process's last config read of ``queue`` before ``t0`` said paused."""
+        before = [paused for t1, paused in self.configs.get((pid, queue), ()) if t1 < t0]
+        return bool(before) and before[-1]
+
     def pushes_while_paused(self) -> list[str]:
-        """Pushes that added jobs inside a paused window of their queue (a push or pause line
-        without a queue matches any)."""
+        """Pushes that added jobs after their relay read "paused", or inside a paused window of
+        their queue (a push or pause line without a queue matches any)."""
         windows = self.paused_windows()
-        return [where for t0, pq, where in self.pushes
-                if any(a < t0 < b and (pq is None or q is None or pq == q) for a, b, q in windows)]
+        for reads in self.configs.values():
+            reads.sort()
+        return [where for t0, pq, where, pid in self.pushes
+                if self.saw_paused(pid, pq, t0)
+                or any(a < t0 < b and (pq is None or q is None or pq == q) for a, b, q in windows)]
