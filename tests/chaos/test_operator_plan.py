@@ -10,7 +10,7 @@ import pytest
 
 from sluice.chaos import history
 from sluice.chaos.nemesis import plan as fault_plan
-from sluice.chaos.operator import KINDS, Action, Operator, plan, redrive_path
+from sluice.chaos.operator import KINDS, Action, Operator, Running, plan, redrive_path
 from sluice.errors import AlreadyFinished, BackendUnavailable, JobNotFound
 from sluice.models import DeadJob, QueueConfig
 
@@ -110,15 +110,39 @@ def test_cancels_record_the_api_s_answer_for_the_job_they_picked(hist: history.H
                    "j4": BackendUnavailable("kafka")})
     recent = ["j0", "j1", "j2", "j3", "j4"]
     op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: recent)
-    for i in range(5):  # the newest the likeliest: pick**2 indexes the newest-first list
-        op.act(Action(0.0, "cancel", pick=((4 - i + 0.5) / 5) ** 0.5))
+    for i in range(5):  # the newest the likeliest: (2 pick)**2 indexes the newest-first list
+        op.act(Action(0.0, "cancel", pick=((4 - i + 0.5) / 5) ** 0.5 / 2))
     op.act(Action(0.0, "cancel", pick=0.0))  # the newest
-    assert api.cancelled == ["j0", "j1", "j2", "j3", "j4", "j4"]
+    op.act(Action(0.0, "cancel", pick=0.5))  # a running one, but none runs: the newest recent one
+    assert api.cancelled == ["j0", "j1", "j2", "j3", "j4", "j4", "j4"]
     outcomes = [(e["job"], e["outcome"]) for e in operator_lines(hist.path)]
     assert outcomes[:5] == [("j0", "cancelled"), ("j1", "cancel_requested"), ("j2", "finished"),
                             ("j3", "not_found"), ("j4", "error")]
+    assert {e["target"] for e in operator_lines(hist.path)} == {"recent"}
     Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: []).act(Action(0.0, "cancel", 0.5))
     assert operator_lines(hist.path)[-1] == {"op": "operator", "kind": "cancel", "outcome": "none"}
+
+
+def test_a_cancel_above_one_half_takes_a_job_a_worker_holds_and_has_not_finished(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    h = history.History(path)
+    running = Running(path)
+    for job in ("a", "b", "c", "d", "e"):
+        h.emit("grant", job=job, outcome="ok", token=1)
+    h.emit("grant", job="x", outcome="cancelled")  # refused: never held
+    h.emit("write", job="b", outcome="written", token=1)
+    h.emit("ack", job="c", outcome="ok")
+    h.emit("failure", job="d", outcome="ok", status="failed")
+    assert running() == ["a", "e"]  # a's worker died holding it: it stays
+    h.emit("release", job="e", outcome="ok")
+    assert running() == ["a"]
+    api = FakeApi({"a": "cancel_requested", "r": "cancelled"})
+    op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", h, lambda: ["r"], running=running)
+    op.act(Action(0.0, "cancel", pick=0.75))
+    op.act(Action(0.0, "cancel", pick=0.25))
+    lines = [e for e in operator_lines(path) if e["kind"] == "cancel"]
+    assert [(e["job"], e["outcome"], e["target"]) for e in lines] == [("a", "cancel_requested", "running"),
+                                                                      ("r", "cancelled", "recent")]
 
 
 def test_redrives_and_purges_name_what_was_dead_when_they_acted(hist: history.History) -> None:

@@ -8,7 +8,9 @@ line (``kind``, ``outcome``, ``t0``/``t1``, and what it touched), which the chec
 reads to know what each action allows (``chaos.checker``):
 
 - ``cancel``: ``Api.cancel`` (the gateway's ``DELETE /v1/jobs/{id}``) on one of the
-  latest accepted jobs; ``outcome`` is the API's answer: ``cancelled``,
+  latest accepted jobs (``target`` ``recent``), or on one a worker was granted and has not
+  finished (``running``: what a user reporting a job "stuck running" would name; workers
+  the nemesis killed leave such jobs behind); ``outcome`` is the API's answer: ``cancelled``,
   ``cancel_requested`` (the job was leased), ``finished`` (409), ``not_found`` (404:
   the relay has not recorded it yet) or ``error`` (503: the outcome is unknown);
 - ``redrive``: ``sluice dlq list`` then ``sluice dlq redrive QUEUE JOB`` on one listed dead
@@ -36,13 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from sluice.chaos.history import History
+from sluice.chaos.history import History, Tail
 
 KINDS = ("cancel", "redrive", "redrive_all", "purge", "pause")
 WEIGHTS = {"cancel": 5, "redrive": 3, "redrive_all": 1, "purge": 1, "pause": 1}
+ENDS = ("write", "failure", "ack", "fail", "release", "store_release")
 LISTED = 1_000  # dead jobs read before a redrive or purge (the chaos queue never holds more)
 RESUME_RETRY_S = 0.5
 
@@ -94,6 +98,29 @@ def chosen(pick: float, candidates: Sequence[str]) -> str | None:
     return candidates[min(len(candidates) - 1, int(pick * len(candidates)))] if candidates else None
 
 
+class Running:
+    """The jobs a worker was granted and has not finished, as the history tells (oldest first).
+
+    A job leaves once a result, a failure record, an ack, a fail or a release of it is
+    recorded; a job whose worker died stays until someone else finishes it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.tail = Tail(path)
+        self.granted: dict[str, float] = {}
+
+    def __call__(self) -> list[str]:
+        for e in self.tail.read():
+            job = e.get("job")
+            if not job:
+                continue
+            if e.get("op") == "grant" and e.get("outcome") == "ok":
+                self.granted[str(job)] = float(e.get("t1", 0))
+            elif e.get("op") in ENDS:
+                self.granted.pop(str(job), None)
+        return sorted(self.granted, key=lambda j: self.granted[j])
+
+
 def newest_first(pick: float, candidates: Sequence[str]) -> str | None:
     """A job among ``candidates`` (newest last), the newest the likeliest: those are the ones
     still waiting in Kafka or Redis, or running, when the cancel comes."""
@@ -105,15 +132,18 @@ class Operator:
 
     ``api``: a ``sluice.api.Api`` (cancel); ``engine``: a ``RedisQueue`` (the dead-letter
     commands and the queue's config); ``store``: the jobs table (a redrive's generation);
-    ``recent``: the latest accepted job ids, newest last.
+    ``recent``: the latest accepted job ids, newest last; ``running``: jobs a worker holds
+    (``Running``). A cancel's ``pick`` below one half takes a recent job, above it a running
+    one (a recent one if none runs).
     """
 
     def __init__(self, actions: list[Action], api: Any, engine: Any, store: Any, queue: str, history: History,
-                 recent: Callable[[], Sequence[str]], *, clock: Callable[[], float] = time.monotonic) -> None:
+                 recent: Callable[[], Sequence[str]], *, running: Callable[[], Sequence[str]] = list,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.actions, self.api, self.engine, self.store, self.queue = actions, api, engine, store, queue
         self.path = redrive_path()
         self.via = "store+redis" if self.path is not None else "redis"
-        self.history, self.recent, self.clock = history, recent, clock
+        self.history, self.recent, self.running, self.clock = history, recent, running, clock
         self.done: dict[str, int] = {}
         self._paused = False
         self._lock = threading.Lock()
@@ -140,7 +170,10 @@ class Operator:
     def _cancel(self, a: Action) -> None:
         from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
 
-        job = newest_first(a.pick, self.recent())
+        pick = (a.pick % 0.5) * 2
+        running = list(self.running()) if a.pick >= 0.5 else []
+        target = "running" if running else "recent"
+        job = chosen(pick, running) if running else newest_first(pick, self.recent())
         if job is None:
             self._record("cancel", time.time(), "none")
             return
@@ -148,13 +181,13 @@ class Operator:
         try:
             answer = self.api.cancel(job)
         except AlreadyFinished:
-            self._record("cancel", t0, "finished", job=job)
+            self._record("cancel", t0, "finished", job=job, target=target)
         except JobNotFound:
-            self._record("cancel", t0, "not_found", job=job)
+            self._record("cancel", t0, "not_found", job=job, target=target)
         except SluiceError as exc:  # the gateway's 503: the store may or may not have cancelled it
-            self._record("cancel", t0, "error", job=job, error=str(exc)[:200])
+            self._record("cancel", t0, "error", job=job, target=target, error=str(exc)[:200])
         else:
-            self._record("cancel", t0, str(answer.status), job=job)
+            self._record("cancel", t0, str(answer.status), job=job, target=target)
 
     def _dead(self) -> list[str]:
         return [d.job_id for d in self.engine.dead_letters(self.queue, LISTED)]

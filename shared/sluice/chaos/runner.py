@@ -209,7 +209,8 @@ class Run:
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
         op_engine, op_store = RedisQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
         op_api = Api(job_log, op_store, op_engine, job_id_key=wiring.job_id_key(settings))
-        person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent)
+        person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
+                                   running=operator.Running(self.history_path))
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
         faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
         operating = threading.Thread(target=person.run, args=(stop,), name="chaos-operator", daemon=True)
