@@ -127,14 +127,17 @@ def test_a_cancel_above_one_half_takes_a_job_a_worker_holds_and_has_not_finished
     path = tmp_path / "history.jsonl"
     h = history.History(path)
     running = Running(path)
-    for job in ("a", "b", "c", "d", "e"):
-        h.emit("grant", job=job, outcome="ok", token=1)
-    h.emit("grant", job="x", outcome="cancelled")  # refused: never held
-    h.emit("write", job="b", outcome="written", token=1)
-    h.emit("ack", job="c", outcome="ok")
-    h.emit("failure", job="d", outcome="ok", status="failed")
+    for t, job in enumerate(("a", "b", "c", "d", "e", "f")):
+        h.emit("grant", job=job, outcome="ok", token=1, t0=10.0 + t, t1=10.5 + t)
+    h.emit("grant", job="x", outcome="cancelled", t0=11.0, t1=11.1)  # refused: never held
+    h.emit("write", job="b", outcome="written", token=1, t0=20.0, t1=20.1)
+    h.emit("ack", job="c", outcome="ok", t0=20.0, t1=20.1)
+    h.emit("failure", job="d", outcome="ok", status="failed", t0=20.0, t1=20.1)
+    h.emit("extend", job="f", outcome="lost", t0=20.0, t1=20.1)
     assert running() == ["a", "e"]  # a's worker died holding it: it stays
-    h.emit("release", job="e", outcome="ok")
+    h.emit("release", job="e", outcome="ok", t0=20.0, t1=20.1)
+    # a slow grant whose line comes after another worker's write: over by then
+    h.emit("grant", job="b", outcome="ok", token=2, t0=19.0, t1=21.0)
     assert running() == ["a"]
     api = FakeApi({"a": "cancel_requested", "r": "cancelled"})
     op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", h, lambda: ["r"], running=running)

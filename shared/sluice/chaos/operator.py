@@ -101,24 +101,28 @@ def chosen(pick: float, candidates: Sequence[str]) -> str | None:
 class Running:
     """The jobs a worker was granted and has not finished, as the history tells (oldest first).
 
-    A job leaves once a result, a failure record, an ack, a fail or a release of it is
-    recorded; a job whose worker died stays until someone else finishes it.
+    By time, not by line order (a line is written when its call returns, so a slow grant's
+    line can follow a later write's): a job runs while its latest grant started after every
+    result, failure record, ack, fail, release or lost heartbeat of it ended. A job whose
+    worker died stays until someone else finishes it.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.tail = Tail(path)
-        self.granted: dict[str, float] = {}
+        self.granted: dict[str, float] = {}  # job -> t0 of its latest grant
+        self.ended: dict[str, float] = {}  # job -> t1 of its latest ending
 
     def __call__(self) -> list[str]:
         for e in self.tail.read():
-            job = e.get("job")
+            job, op = e.get("job"), e.get("op")
             if not job:
                 continue
-            if e.get("op") == "grant" and e.get("outcome") == "ok":
-                self.granted[str(job)] = float(e.get("t1", 0))
-            elif e.get("op") in ENDS:
-                self.granted.pop(str(job), None)
-        return sorted(self.granted, key=lambda j: self.granted[j])
+            if op == "grant" and e.get("outcome") == "ok":
+                self.granted[str(job)] = max(self.granted.get(str(job), 0.0), float(e.get("t0", 0)))
+            elif op in ENDS or (op == "extend" and e.get("outcome") == "lost"):
+                self.ended[str(job)] = max(self.ended.get(str(job), 0.0), float(e.get("t1", 0)))
+        running = [j for j, t in self.granted.items() if t > self.ended.get(j, 0.0)]
+        return sorted(running, key=lambda j: self.granted[j])
 
 
 def newest_first(pick: float, candidates: Sequence[str]) -> str | None:
