@@ -29,8 +29,16 @@ def test_every_kind_appears_and_no_pause_overlaps_another_or_outlives_the_window
         assert [a.at_s for a in actions] == sorted(a.at_s for a in actions)
         pauses = [a for a in actions if a.kind == "pause"]
         assert all(5.0 <= p.hold_s <= 10.0 and p.at_s + p.hold_s <= 37.0 for p in pauses)
-        assert all(p.at_s + p.hold_s <= q.at_s for p, q in itertools.pairwise(pauses))
+        assert all(p.at_s + 60.0 <= q.at_s for p, q in itertools.pairwise(pauses))
         assert all(a.hold_s == 0.0 for a in actions if a.kind != "pause")
+
+
+def test_a_long_run_pauses_about_once_a_minute_and_never_more_often() -> None:
+    for seed in range(10):
+        pauses = [a for a in plan(seed, 600, interval_s=2.5) if a.kind == "pause"]
+        assert 4 <= len(pauses) <= 10, seed
+        assert all(p.at_s + 60.0 <= q.at_s for p, q in itertools.pairwise(pauses))
+        assert sum(p.hold_s for p in pauses) <= 0.15 * 600
 
 
 def test_the_operator_has_a_random_stream_of_its_own_so_the_fault_plan_is_unchanged() -> None:

@@ -49,6 +49,7 @@ WEIGHTS = {"cancel": 5, "redrive": 3, "redrive_all": 1, "purge": 1, "pause": 1}
 ENDS = ("write", "failure", "ack", "fail", "release", "store_release")
 LISTED = 1_000  # dead jobs read before a redrive or purge (the chaos queue never holds more)
 RESUME_RETRY_S = 0.5
+PAUSE_EVERY_S = 60.0  # at most one pause a minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +66,24 @@ class Action:
 
 def plan(seed: int, duration_s: float, *, interval_s: float, start_s: float = 4.0,
          tail_s: float = 8.0, hold_s: tuple[float, float] = (5.0, 10.0)) -> list[Action]:
-    """Every kind once (a seeded shuffle), then weighted draws; pauses never overlap and
-    each one's resume comes before the window's tail, so the drain starts unpaused."""
+    """Every kind once (a seeded shuffle), then weighted draws. A pause starts at least
+    ``PAUSE_EVERY_S`` after the previous one (an operator pauses a queue now and then, not
+    a third of the time: a long run would mostly measure the backlog), and its resume comes
+    before the window's tail, so the drain starts unpaused."""
     rng = random.Random(f"operator:{seed}")
     first = list(KINDS)
     rng.shuffle(first)
     actions: list[Action] = []
     t = start_s
-    paused_until = 0.0
+    next_pause = 0.0
     while t <= duration_s - tail_s:
         kind = first.pop(0) if first else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         pick = rng.random()
         hold = rng.uniform(*hold_s) if kind == "pause" else 0.0
-        if kind == "pause" and (t < paused_until or t + hold > duration_s - tail_s):
-            kind, hold = "cancel", 0.0  # no second pause on a paused queue, none past the window
+        if kind == "pause" and (t < next_pause or t + hold > duration_s - tail_s):
+            kind, hold = "cancel", 0.0  # not so soon after the last pause, none past the window
         if kind == "pause":
-            paused_until = t + hold
+            next_pause = t + PAUSE_EVERY_S
         actions.append(Action(t, kind, pick, hold))
         t += rng.uniform(0.5, 1.5) * interval_s
     return actions
