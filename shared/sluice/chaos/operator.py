@@ -21,8 +21,7 @@ reads to know what each action allows (``chaos.checker``):
   just before, ``moved`` = how many went back, ``refused`` = the ones the store refused.
 
   A redrive goes the way the CLI's does: through ``sluice.redrive`` (the jobs table mints
-  the job's next redrive generation, then Redis moves it) where this tree has that module,
-  else the engine's Redis-only ``redrive``. ``via`` in the line says which;
+  the job's next redrive generation, then Redis moves it);
 - ``purge``: ``sluice dlq purge QUEUE --yes``; ``listed`` = the dead jobs read just
   before, ``deleted`` = how many went;
 - ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay_control``),
@@ -32,14 +31,12 @@ reads to know what each action allows (``chaos.checker``):
 
 from __future__ import annotations
 
-import importlib
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from sluice.chaos.history import History, Tail
@@ -87,14 +84,6 @@ def plan(seed: int, duration_s: float, *, interval_s: float, start_s: float = 4.
         actions.append(Action(t, kind, pick, hold))
         t += rng.uniform(0.5, 1.5) * interval_s
     return actions
-
-
-def redrive_path() -> ModuleType | None:
-    """``sluice.redrive``, the CLI's redrive (store, then Redis), if this tree has it."""
-    try:
-        return importlib.import_module("sluice.redrive")
-    except ImportError:
-        return None
 
 
 def chosen(pick: float, candidates: Sequence[str]) -> str | None:
@@ -148,8 +137,6 @@ class Operator:
                  recent: Callable[[], Sequence[str]], *, running: Callable[[], Sequence[str]] = list,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.actions, self.api, self.engine, self.store, self.queue = actions, api, engine, store, queue
-        self.path = redrive_path()
-        self.via = "store+redis" if self.path is not None else "redis"
         self.history, self.recent, self.running, self.clock = history, recent, running, clock
         self.done: dict[str, int] = {}
         self._paused = False
@@ -201,6 +188,7 @@ class Operator:
 
     def _redrive(self, a: Action) -> None:
         from sluice.errors import AlreadyFinished, JobNotFound, SluiceError
+        from sluice.redrive import redrive_one
 
         t0 = time.time()
         try:
@@ -213,18 +201,15 @@ class Operator:
             return
         t0 = time.time()
         try:
-            if self.path is not None:
-                moved = int(self.path.redrive_one(self.engine, self.store, self.queue, job))
-            else:
-                moved = int(self.engine.redrive(self.queue, job))
+            moved = int(redrive_one(self.engine, self.store, self.queue, job))
         except JobNotFound:
-            self._record("redrive", t0, "not_found", job=job, via=self.via)
+            self._record("redrive", t0, "not_found", job=job)
         except AlreadyFinished as exc:
-            self._record("redrive", t0, "refused", job=job, via=self.via, error=str(exc)[:200])
+            self._record("redrive", t0, "refused", job=job, error=str(exc)[:200])
         except SluiceError as exc:
-            self._record("redrive", t0, "error", job=job, via=self.via, error=str(exc)[:200])
+            self._record("redrive", t0, "error", job=job, error=str(exc)[:200])
         else:
-            self._record("redrive", t0, "ok" if moved else "not_found", job=job, moved=moved, via=self.via)
+            self._record("redrive", t0, "ok" if moved else "not_found", job=job, moved=moved)
 
     def _listed_then(self, kind: str, call: Callable[[], dict[str, Any]]) -> None:
         from sluice.errors import SluiceError
@@ -240,12 +225,12 @@ class Operator:
             self._record(kind, t0, "ok", listed=listed, **counts)
 
     def _redrive_all(self, a: Action) -> None:
+        from sluice.redrive import redrive_all
+
         def redrive() -> dict[str, Any]:
-            if self.path is None:
-                return {"moved": int(self.engine.redrive(self.queue, None)), "via": self.via}
-            report = self.path.redrive_all(self.engine, self.store, self.queue)
-            return {"moved": int(report.moved), "via": self.via,
-                    **({"refused": sorted(report.refused)} if report.refused else {})}
+            report = redrive_all(self.engine, self.store, self.queue)
+            refused = {"refused": sorted(report.refused)} if report.refused else {}
+            return {"moved": int(report.moved), **refused}
 
         self._listed_then("redrive_all", redrive)
 
