@@ -119,6 +119,20 @@ def test_a_leased_job_asked_to_cancel_is_never_granted_again() -> None:
     assert r.cancel_violations == 1 and not r.ok
 
 
+def test_a_redrive_after_a_cancel_request_supersedes_it() -> None:
+    # store.redrive drops the request: the redriven run may be granted; one granted before the
+    # redrive (or with a redrive that moved nothing) is still a violation.
+    base = [enqueue("a"), grant("a", 1, 1.5), operator("cancel", 2.0, "cancel_requested", job="a"),
+            {"op": "failure", "job": "a", "token": 1, "status": "dead", "outcome": "ok",
+             "t0": 2.5, "t1": 2.51}]
+    ok = [*base, operator("redrive", 3.0, job="a", moved=1), *run("a", 2, 4.0)]
+    assert violations(check(ok, {"a": done(2)}, set())) == {}
+    for redrive in (operator("redrive", 5.0, job="a", moved=1),
+                    operator("redrive", 3.0, "not_found", job="a")):
+        r = check([*base, redrive, *run("a", 2, 4.0)], {"a": done(2)}, set())
+        assert r.cancel_violations == 1 and not r.ok
+
+
 def test_a_leased_job_asked_to_cancel_and_left_leased_is_stuck_and_lost() -> None:
     # The bug 1: the request is never honoured. Nothing about the cancel excuses it.
     events = [enqueue("a"), grant("a", 1, 1.5), operator("cancel", 2.0, "cancel_requested", job="a")]

@@ -15,7 +15,8 @@ and an action took effect at some instant inside its own ``[t0, t1]``.
 - ``cancel_requested``: the item was leased; the store flagged it. The holder may still
   finish (succeeded), fail (dead/failed) or stop (cancelled): any final state is allowed,
   and ending ``cancelled`` is not a loss. But grant refuses a flagged item, so no grant
-  may start after the answer, whatever happens next (a redrive included);
+  may start after the answer, unless a redrive of the job came after it: the store's
+  redrive drops the request (the operator's redrive supersedes it, ``store.redrive``);
 - ``error`` (the gateway's 503): the store may or may not have cancelled it, so ending
   ``cancelled`` is allowed and nothing else is asserted;
 - ``finished`` (409) and ``not_found`` (404) changed nothing and allow nothing.
@@ -119,16 +120,22 @@ class Ops:
             if c.outcome == "cancelled" and (status != "cancelled" or granted_after
                                              or any(t0 > c.t1 for t0 in write_starts)):
                 return True
-            if c.outcome == "cancel_requested" and granted_after:
+            if c.outcome == "cancel_requested" and any(
+                    t0 > c.t1 and not self._redriven_between(job, c.t1, t0) for t0 in grant_starts):
                 return True
         return False
+
+    def _redriven_between(self, job: str, after: float, before: float) -> bool:
+        return any(r.t1 > after and r.t0 < before for r in self._redrives_of(job))
+
+    def _redrives_of(self, job: str) -> list[Span]:
+        return [r for r in (*self.redrives.get(job, ()), *self.redrive_alls) if r.outcome in MAY_HAVE_MOVED]
 
     # -- redrive ---------------------------------------------------------------------------------------
 
     def rerun_without_redrive(self, job: str, verdicts: Iterable[tuple[float, float]],
                               grant_starts: Sequence[float]) -> bool:
-        redrives = [r for r in (*self.redrives.get(job, ()), *self.redrive_alls)
-                    if r.outcome in MAY_HAVE_MOVED]
+        redrives = self._redrives_of(job)
         for v0, v1 in verdicts:
             for g in grant_starts:
                 if g > v1 and not any(r.t1 > v0 and r.t0 < g for r in redrives):
