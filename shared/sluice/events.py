@@ -230,6 +230,15 @@ class Pushed(CallEnded):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRead(Event):
+    """The relay read a queue's depths and config (every ``refresh_s``); ``t0`` when it began."""
+
+    queue: str
+    paused: bool
+    t0: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Committed(Event):
     topic: str
     partition: int

@@ -108,7 +108,7 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
     assert "gateway" in out and endpoints["gateway_url"] in out
     # Issue 14: what differs from template.yaml is printed at start-up, each with its reason.
     assert "local overrides of" in out
-    assert "WorkerFunction.ReservedConcurrentExecutions: (unset) -> 2  (--workers" in out
+    assert "WorkerFunction.ReservedConcurrentExecutions: 25 -> 2  (--workers" in out
     assert "WorkerFunction.Environment.POWERTOOLS_LOG_LEVEL: INFO -> WARNING  (--log-level)" in out
     assert endpoints["overrides"] and all(line in out for line in endpoints["overrides"])
     time.sleep(0.2)

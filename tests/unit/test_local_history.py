@@ -215,17 +215,20 @@ def test_the_relay_events_give_the_lines_the_relay_wrappers_write(tmp_path: Path
 
     wrapped, evented = tmp_path / "w.jsonl", tmp_path / "e.jsonl"
     specs = [(7, SimpleNamespace(job_id="a")), (8, SimpleNamespace(job_id="b"))]
-    engine = SimpleNamespace(push=lambda *a: SimpleNamespace(pushed=2, skipped=0))
+    engine = SimpleNamespace(push=lambda *a: SimpleNamespace(pushed=2, skipped=0),
+                             stats=lambda q: SimpleNamespace(config=SimpleNamespace(paused=True)))
     source = SimpleNamespace(poll=lambda *a: [SimpleNamespace(partition=0, offset=o) for o in (7, 8)])
     RecordedEngine(engine, history.open_history(wrapped)).push("q", "t", 0, 3, specs)
     RecordedSource(source, history.open_history(wrapped)).poll(10, 2)
+    RecordedEngine(engine, history.open_history(wrapped)).stats("q")
     report = record_relay(history.open_history(evented))
     report(events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2, skipped=0,
                          jobs=("a", "b"), outcome="ok", t0=0.0))
     report(events.RecordsRead(topic="t", partition=0, first=7, last=8, n=2))
+    report(events.ConfigRead(queue="q", paused=True, t0=0.0))
 
     def shape(path: Path) -> list[dict[str, Any]]:
         return [{k: v for k, v in e.items() if k not in ("t0", "t1")} for e in lines(path)]
 
     assert shape(wrapped) == shape(evented)
-    assert [e["op"] for e in lines(evented)] == ["push", "read"]
+    assert [e["op"] for e in lines(evented)] == ["push", "read", "config"]

@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 from sluice.chaos.app import QUEUE, Control, RecordedEngine, RecordedSource, expected_result, worker_app
+from sluice.chaos.skew import ClockFollower
 from sluice.events import EventBus
 from sluice.local.history import open_history, record
 
@@ -73,6 +74,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
     s = _settings(cfg)
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
+    ClockFollower(cfg["control_dir"], cfg["name"], history).start()  # the skew_relay_clock fault
 
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)

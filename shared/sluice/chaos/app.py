@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import events as ev
-from sluice.local.history import History
+from sluice.local.history import History, wall
 from sluice.models import dump_json
 
 QUEUE = "chaos"
@@ -62,7 +62,7 @@ class Control:
             armed = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return
-        if armed.get("kind") != kind or float(armed.get("until", 0)) < time.time():
+        if armed.get("kind") != kind or float(armed.get("until", 0)) < wall():
             return
         claimed = self.path.with_name(landed_name(str(armed.get("id", "")), os.getpid()))
         try:
@@ -86,6 +86,7 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     its files only inside the container.
     """
     from sluice.runtime.hooks import Hooks
+    from sluice.runtime.outcomes import Fail
     from sluice.worker import Worker
 
     def before_write(ctx: Any) -> None:
@@ -98,11 +99,13 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
 
     @app.handler(QUEUE, timeout_s=timeout_s)
     def work(job: Any, ctx: Any) -> dict[str, str]:
-        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=time.time())
+        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=wall())
         pause = float(job.payload.get("work_ms", 0)) / 2000
         time.sleep(pause)
         control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
         time.sleep(pause)
+        if job.payload.get("poison"):  # the operator's dead letters (workload.POISON_SHARE)
+            raise Fail("poison: this job fails by design")
         return expected_result(job.payload)
 
     return app
@@ -128,22 +131,31 @@ class RecordedSource:
 
 
 class RecordedEngine:
-    """The relay's engine, recording every push: which records, and what Redis made of them."""
+    """The relay's engine, recording every push (which records, and what Redis made of them)
+    and every config read."""
 
     def __init__(self, engine: Any, history: History) -> None:
         self._engine, self._history = engine, history
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
-        t0 = time.time()
+        t0 = wall()
         try:
             out = self._engine.push(queue, topic, partition, owner_token, records)
         except Exception as exc:
             self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
                                error=str(exc)[:200], first=records[0][0], last=records[-1][0])
             raise
-        self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="ok",
+        self._history.emit("push", t0=t0, queue=queue, partition=partition, owner=owner_token, outcome="ok",
                            first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
                            jobs=[spec.job_id for _, spec in records])
+        return out
+
+    def stats(self, queue: str) -> Any:
+        """The relay's read of a queue's depths and config (every ``refresh_s``): recorded with
+        whether it said paused, so the checker knows what each relay saw (``chaos.rules``)."""
+        t0 = wall()
+        out = self._engine.stats(queue)
+        self._history.emit("config", t0=t0, queue=queue, paused=bool(out.config.paused))
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -151,18 +163,21 @@ class RecordedEngine:
 
 
 def record_relay(history: History) -> Callable[[ev.Event], None]:
-    """The relay's ``RecordsRead`` and ``Pushed`` events as ``read`` and ``push`` lines: the same
-    lines ``RecordedSource``/``RecordedEngine`` write, for when the relay emits its events
-    (the relay's parts, issue 16); the wrappers go then."""
+    """The relay's ``RecordsRead``, ``Pushed`` and ``ConfigRead`` events as ``read``, ``push`` and
+    ``config`` lines: the same lines ``RecordedSource``/``RecordedEngine`` write, for when the
+    relay emits its events (the relay's parts, issue 16); the wrappers go then."""
 
     def report(e: ev.Event) -> None:
-        if isinstance(e, ev.RecordsRead):
+        if isinstance(e, ev.ConfigRead):
+            history.emit("config", t0=e.t0, t1=e.at, queue=e.queue, paused=e.paused)
+        elif isinstance(e, ev.RecordsRead):
             history.emit("read", partition=e.partition, first=e.first, last=e.last, n=e.n, t1=e.at)
         elif isinstance(e, ev.Pushed):
             common = {"t0": e.t0, "t1": e.at, "partition": e.partition, "owner": e.owner,
                       "outcome": e.outcome, "first": e.first, "last": e.last}
             if e.outcome == "ok":
-                history.emit("push", **common, pushed=e.pushed, skipped=e.skipped, jobs=list(e.jobs))
+                history.emit("push", **common, queue=e.queue, pushed=e.pushed, skipped=e.skipped,
+                             jobs=list(e.jobs))
             else:
                 history.emit("push", **common, error=e.error)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.chaos.app import Control, RecordedEngine, RecordedSource, worker_app
+from sluice.chaos.skew import ClockFollower
 from sluice.local.history import History, open_history
 
 HANDLER_TIMEOUT_S = 2.0  # the chaos handler's hard timeout: its work takes 30 ms at most
@@ -52,6 +53,12 @@ def _control(stem: str) -> Control:
     return Control(Path(_history().path).parent / "control", stem, _history())
 
 
+@cache
+def _clock() -> ClockFollower:
+    """This relay container's clock follows the nemesis's skew (started once per container)."""
+    return ClockFollower(Path(_history().path).parent / "control", "relay", _history()).start()
+
+
 app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S)
 
 
@@ -63,6 +70,7 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     parse_scheduled(event)
     settings = wiring.settings()
     history, control = _history(), _control("relay")
+    _clock().step()  # at once: a stepped clock is there when the invocation starts
 
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
