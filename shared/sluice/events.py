@@ -35,8 +35,13 @@ from sluice.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, Sta
 log = logging.getLogger("sluice.events")
 
 
+# Bound at import: an event's times are the machine's wall clock even where a chaos run skews
+# a process's ``time.time`` (``sluice.chaos.skew``), so every observer's lines share one clock.
+_wall = time.time
+
+
 def _now() -> float:
-    return time.time()
+    return _wall()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,7 +346,7 @@ def timed(bus: EventBus, call: Callable[[], T], kind: type[CallEnded], fields: d
     """
     if not bus.listening:
         return call()
-    t0 = time.time()
+    t0 = _wall()
     try:
         result = call()
     except SluiceError as exc:
