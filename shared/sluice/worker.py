@@ -33,7 +33,6 @@ from sluice.runtime.budget import RemainingMs, TimeBudget
 from sluice.runtime.context import FencedTableFactory
 from sluice.runtime.execute import JobRunner
 from sluice.runtime.heartbeat import Heartbeat, Tracked
-from sluice.runtime.hooks import NO_HOOKS, Hooks
 from sluice.runtime.options import Handler, HandlerSpec, WorkerOptions, timeout_ms_of
 from sluice.runtime.outcomes import Outcome
 from sluice.runtime.settle import Settler
@@ -86,7 +85,7 @@ class _Session:
 class Worker:
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
-                 worker_id: str | None = None, hooks: Hooks = NO_HOOKS,
+                 worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self.queue = queue
@@ -94,7 +93,6 @@ class Worker:
         self.options = options or WorkerOptions()
         self._telemetry = telemetry
         self.worker_id = worker_id or default_worker_id()
-        self.hooks = hooks
         self._fenced = fenced
         self.events = events if events is not None else ev.EventBus()  # what happens to each job
 
@@ -118,12 +116,12 @@ class Worker:
 
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
-             worker_id: str | None = None, hooks: Hooks | None = None,
+             worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
-                       worker_id=worker_id or self.worker_id, hooks=hooks or self.hooks,
+                       worker_id=worker_id or self.worker_id,
                        fenced=fenced or self._fenced, events=events or self.events)
         bound._handlers = dict(self._handlers)
         return bound
@@ -178,7 +176,7 @@ class Worker:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
         hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=self.events)
-        settler = Settler(queue, store, hb, tel, self.hooks, attempts=self.options.settle_attempts,
+        settler = Settler(queue, store, hb, tel, attempts=self.options.settle_attempts,
                           retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
                           events=self.events)
         fenced = self._fenced or self._store_tables(store)

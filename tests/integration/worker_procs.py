@@ -44,8 +44,8 @@ def spin(seconds: float) -> int:
 
 def build_worker(cfg: dict[str, Any]) -> Any:
     from sluice.config import Settings
+    from sluice.events import Acking, ResultWriting
     from sluice.redis.engine import RedisQueue
-    from sluice.runtime.hooks import Hooks
     from sluice.runtime.options import WorkerOptions
     from sluice.runtime.telemetry import MemoryMetrics, Telemetry
     from sluice.store.jobs import DynamoJobStore
@@ -67,20 +67,23 @@ def build_worker(cfg: dict[str, Any]) -> Any:
             raise RuntimeError(f"{name} was told to fail")
         return {"square": p["n"] ** 2, **({"by": name} if p.get("tag") else {})}
 
-    def kill_self(ctx: Any) -> None:
-        ctx.logger.info("about to die before the ack")
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    def stop_self(ctx: Any) -> None:
-        ctx.logger.info("freezing before the write")
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    hooks = {"kill-before-ack": Hooks(before_ack=kill_self),
-             "stop-before-write": Hooks(before_write=stop_self)}.get(cfg.get("hook") or "", Hooks())
     metrics = MemoryMetrics()
     worker = app.bind(queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s),
                       options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=1),
-                      telemetry=Telemetry(metrics), worker_id=f"{name}:{os.getpid()}", hooks=hooks)
+                      telemetry=Telemetry(metrics), worker_id=f"{name}:{os.getpid()}")
+
+    def kill_self(_e: Acking) -> None:
+        worker.telemetry.logger.info("about to die before the ack")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def stop_self(_e: ResultWriting) -> None:
+        worker.telemetry.logger.info("freezing before the write")
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    if cfg.get("hook") == "kill-before-ack":
+        worker.events.subscribe(kill_self, Acking)
+    elif cfg.get("hook") == "stop-before-write":
+        worker.events.subscribe(stop_self, ResultWriting)
     return worker, metrics
 
 

@@ -31,7 +31,6 @@ from sluice.models import (
     WriteOutcome,
     dump_json,
 )
-from sluice.runtime.hooks import NO_HOOKS, Hooks
 from sluice.runtime.options import WorkerOptions
 from sluice.runtime.telemetry import MemoryMetrics, Telemetry
 from sluice.worker import Worker
@@ -427,10 +426,10 @@ class Kit:
     metrics: MemoryMetrics
     log: CaptureLog
 
-    def worker(self, hooks: Hooks = NO_HOOKS, **options: Any) -> Worker:
+    def worker(self, **options: Any) -> Worker:
         opts = {"lease_ms": 2_000, "margin_ms": 0, **options}
         return self.app.bind(queue=self.queue, store=self.store, options=WorkerOptions(**opts),
-                             telemetry=Telemetry(self.metrics, self.log), worker_id="w-test", hooks=hooks)
+                             telemetry=Telemetry(self.metrics, self.log), worker_id="w-test")
 
     def count(self, name: str) -> float:
         return self.metrics.counts.get(name, 0)

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import sluice
+from sluice import events as ev
 from sluice.errors import InvalidInput, InvalidQueueName, SluiceError, StaleToken
 from sluice.models import Job
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import JobContext
-from sluice.runtime.hooks import Hooks
 from tests.unit.fakes import FakeQueue, ManualClock, kit
 
 
@@ -294,20 +294,22 @@ def test_the_hard_timeout_fails_the_attempt_and_stops_renewing() -> None:
     assert k.store.called("write_result") == []
 
 
-def test_hooks_fire_between_the_handler_the_write_and_the_ack() -> None:
+def test_fault_points_fire_between_the_handler_the_write_and_the_ack() -> None:
     k = kit()
     k.app.register("q", lambda job, ctx: "ok")
     order: list[str] = []
 
     def mark(name: str) -> Any:
-        def hook(ctx: JobContext) -> None:
+        def hook(_e: ev.Event) -> None:
             written = bool(k.store.called("write_result"))
             order.append(f"{name}:{'written' if written else 'unwritten'}")
         return hook
 
     k.queue.add("q", "j")
-    hooks = Hooks(after_handler=mark("after"), before_write=mark("write"), before_ack=mark("ack"))
-    k.worker(hooks=hooks).drain(["q"], 1)
+    k.app.events.subscribe(mark("after"), ev.HandlerEnded)
+    k.app.events.subscribe(mark("write"), ev.ResultWriting)
+    k.app.events.subscribe(mark("ack"), ev.Acking)
+    k.worker().drain(["q"], 1)
     assert order == ["after:unwritten", "write:unwritten", "ack:written"]
 
 

@@ -84,3 +84,24 @@ def test_a_failing_subscriber_changes_nothing() -> None:
     k.queue.add("q", "j")
     assert k.worker().drain(["q"], 1).as_dict()["succeeded"] == 1
     assert k.store.get_job("j").status == "succeeded"
+
+
+def test_the_chaos_nemesis_strikes_before_the_write_and_before_the_ack() -> None:
+    from sluice.chaos.app import QUEUE, worker_app
+
+    strikes: list[tuple[str, str, int, bool]] = []
+    k = kit()
+
+    class Control:
+        def strike(self, kind: str, sig: int = 9, **fields: Any) -> None:
+            strikes.append((kind, fields["job"], fields["token"], bool(k.store.called("write_result"))))
+
+    class History:
+        def emit(self, op: str, **fields: Any) -> None:
+            pass
+
+    app = worker_app(lambda: History(), lambda: Control())  # type: ignore[arg-type,return-value]
+    k.queue.add(QUEUE, "j", {"work_ms": 0})
+    app.bind(queue=k.queue, store=k.store, telemetry=k.worker().telemetry, worker_id="w").drain([QUEUE], 1)
+    assert [s for s in strikes if s[0] != "kill_worker_mid_job"] == [
+        ("pause_worker_before_write", "j", 1, False), ("kill_worker_before_ack", "j", 1, True)]

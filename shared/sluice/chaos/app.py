@@ -6,7 +6,7 @@ run the same pieces:
 
 - ``worker_app``: a ``sluice.Worker`` with one handler, whose result is a deterministic
   function of the payload (``expected_result``), and the nemesis's fault points as
-  runtime hooks;
+  subscribers of its events (``ResultWriting``, ``Acking``);
 - ``Control``: the nemesis's arming files, and the one place a process kills or stops itself;
 - ``RecordedEngine`` / ``RecordedSource``: the relay's engine and record source,
   recording what each push and poll did (for diagnosing a lost job).
@@ -85,17 +85,18 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     app at import time (the worker Lambda imports ``Settings.handlers_module``) and open
     its files only inside the container.
     """
-    from sluice.runtime.hooks import Hooks
     from sluice.runtime.outcomes import Fail
     from sluice.worker import Worker
 
-    def before_write(ctx: Any) -> None:
-        control().strike("pause_worker_before_write", signal.SIGSTOP, job=ctx.job_id, token=ctx.token)
+    def before_write(e: ev.ResultWriting) -> None:
+        control().strike("pause_worker_before_write", signal.SIGSTOP, job=e.job, token=e.token)
 
-    def before_ack(ctx: Any) -> None:
-        control().strike("kill_worker_before_ack", job=ctx.job_id, token=ctx.token)
+    def before_ack(e: ev.Acking) -> None:
+        control().strike("kill_worker_before_ack", job=e.job, token=e.token)
 
-    app = Worker(hooks=Hooks(before_write=before_write, before_ack=before_ack))
+    app = Worker()
+    app.events.subscribe(before_write, ev.ResultWriting)
+    app.events.subscribe(before_ack, ev.Acking)
 
     @app.handler(QUEUE, timeout_s=timeout_s)
     def work(job: Any, ctx: Any) -> dict[str, str]:

@@ -8,7 +8,7 @@ its own, both configured through Settings, as a user's deployment would be:
   what it will not finish; the local container adds the history recorders from
   ``Settings.history_path``).
   Only its handlers module is this one: ``Settings.handlers_module`` names it, and
-  ``app`` carries the chaos handler and the fault points as runtime hooks
+  ``app`` carries the chaos handler and the fault points as event subscribers
   (``chaos.app.worker_app``). Any container of the function may take an arming
   (stem ``worker``).
 - **relay**: ``relay`` below replaces the relay function's handler

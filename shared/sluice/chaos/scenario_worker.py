@@ -52,9 +52,8 @@ def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
 
 def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     from sluice.config import Settings
-    from sluice.events import EventBus
+    from sluice.events import Acking, EventBus, ResultWriting
     from sluice.redis.engine import RedisQueue
-    from sluice.runtime.hooks import Hooks
     from sluice.runtime.options import WorkerOptions
     from sluice.runtime.telemetry import MemoryMetrics, Telemetry
     from sluice.store.jobs import DynamoJobStore
@@ -65,30 +64,31 @@ def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     app = Worker()
     app.register(cfg["queue"], _handler(cfg, emit), timeout_s=float(cfg.get("timeout_s", 3600)))
 
-    def before_write(ctx: Any) -> None:
-        emit("before_write", job=ctx.job_id, token=ctx.token)
+    def before_write(e: ResultWriting) -> None:
+        emit("before_write", job=e.job, token=e.token)
         if cfg.get("freeze_before_write"):
-            emit("stall", job=ctx.job_id, token=ctx.token)
+            emit("stall", job=e.job, token=e.token)
             os.kill(os.getpid(), signal.SIGSTOP)  # the GC pause; the controller sends SIGCONT
-            emit("resumed", job=ctx.job_id, token=ctx.token)
+            emit("resumed", job=e.job, token=e.token)
 
-    def before_ack(ctx: Any) -> None:
-        emit("before_ack", job=ctx.job_id, token=ctx.token)
+    def before_ack(e: Acking) -> None:
+        emit("before_ack", job=e.job, token=e.token)
         if cfg.get("die_before_ack"):
-            emit("dying", job=ctx.job_id, token=ctx.token)
+            emit("dying", job=e.job, token=e.token)
             os.kill(os.getpid(), signal.SIGKILL)
 
     logger: Any = logging.getLogger(f"sluice.scenario.{cfg['name']}")  # a LogSink
     fencing = bool(cfg.get("fencing", True))
     events = EventBus()
     events.subscribe(probe(emit, fencing=fencing))
+    events.subscribe(before_write, ResultWriting)
+    events.subscribe(before_ack, Acking)
     worker = app.bind(
         queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s, fencing=fencing),
         events=events,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=1,
                               heartbeat_fraction=float(cfg["heartbeat_fraction"])),
-        telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",
-        hooks=Hooks(before_write=before_write, before_ack=before_ack))
+        telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}")
     return worker
 
 

@@ -8,7 +8,6 @@
 - ``settle``: write + ack, or record the failure + fail/release, in a crash-safe order
 - ``budget``: Lambda time budgeting
 - ``telemetry``: Powertools metrics and logger, injectable
-- ``hooks``: fault-injection points for tests and the chaos suite
 - ``lambda_entry``: the worker Lambda's one function
 """
 

@@ -111,7 +111,7 @@ class JobRunner:
                                     duration_ms=inv.duration_ms,
                                     error="" if inv.error is None else ev.error_text(inv.error)))
         self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
-        return self._verdict(a, ctx, inv, timeout_ms)
+        return self._verdict(a, inv, timeout_ms)
 
     def _grant(self, job: LeasedJob) -> int:
         return ev.timed(self.settler.events,
@@ -119,7 +119,7 @@ class JobRunner:
                         ev.Granted, {"job": job.job_id, "queue": job.queue, "owner": self.worker_id},
                         details=lambda token: {"token": token})
 
-    def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
+    def _verdict(self, a: Attempt, inv: Invocation, timeout_ms: int) -> Outcome:
         s = self.settler
         if inv.timed_out:
             # Stop renewing at once and tell a cooperative handler to stop; the thread lives on.
@@ -127,14 +127,13 @@ class JobRunner:
             a.tracked.state.lease_lost.set()
             why = f"hard timeout: the handler ran longer than {timeout_ms / 1000:g} s"
             return s.fail(a, why, kind="error")
-        s.hooks.fire("after_handler", ctx)
         exc = inv.error
         if exc is None:
             try:
                 dump_json(inv.result)
             except InvalidInput as bad:
                 return s.fail(a, f"InvalidInput: the handler's result cannot be stored: {bad}", kind="error")
-            return s.succeed(a, inv.result, ctx)
+            return s.succeed(a, inv.result)
         if isinstance(exc, Retry):
             return s.fail(a, exc.reason, kind="retry", retry_after_ms=exc.after_ms)
         if isinstance(exc, Fail):

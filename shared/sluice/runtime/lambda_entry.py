@@ -77,6 +77,11 @@ def prepare(settings: Settings | None = None) -> tuple[Worker, WorkerOptions]:
     if app is None:
         app = load_app(s.handlers_module)
         options.check_fits(app.handlers.values())
+        if not any(a is app for a in _prepared.values()):
+            # The app's own subscribers (a test's fault points) stay; the process's bus hears
+            # everything too. Production subscribes nothing to it; the local stack's containers
+            # subscribe their history recorder (sluice.local.container), never imported from here.
+            app.events.subscribe(wiring.events().emit)
         _prepared[key] = app
     return app, options
 
@@ -88,10 +93,8 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     dispatch = parse_dispatch(event)
     s = settings or wiring.settings()
     app, options = prepare(s)
-    # The process's event bus: production subscribes nothing; the local stack's containers
-    # subscribe their history recorder (sluice.local.container), never imported from here.
     worker = app.bind(
-        queue=wiring.queue(s), store=wiring.store(s), options=options, events=wiring.events(),
+        queue=wiring.queue(s), store=wiring.store(s), options=options,
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}

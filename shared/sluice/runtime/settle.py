@@ -31,7 +31,6 @@ from sluice.models import JobState, LeasedJob, WriteOutcome
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.heartbeat import Heartbeat, Tracked
-from sluice.runtime.hooks import Hooks
 from sluice.runtime.outcomes import Outcome
 from sluice.runtime.telemetry import JobLogger, Telemetry
 
@@ -57,14 +56,13 @@ class Attempt:
 
 class Settler:
     def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
-                 hooks: Hooks, *, attempts: int = 3, rng: random.Random | None = None,
+                 *, attempts: int = 3, rng: random.Random | None = None,
                  retry_base_ms: int = policy.BASE_BACKOFF_MS,
                  retry_cap_ms: int = policy.MAX_BACKOFF_MS, events: ev.EventBus | None = None) -> None:
         self.queue = queue
         self.store = store
         self.heartbeat = heartbeat
         self.tel = telemetry
-        self.hooks = hooks
         self._attempts = attempts
         self._rng = rng
         self._backoff = (retry_base_ms, retry_cap_ms)
@@ -101,11 +99,10 @@ class Settler:
 
     # -- success --------------------------------------------------------------------------------
 
-    def succeed(self, a: Attempt, result: Any, ctx: Any) -> Outcome:
+    def succeed(self, a: Attempt, result: Any) -> Outcome:
         if a.tracked.state.lease_lost.is_set():
             return self.lost(a, "result discarded: the lease was lost while the handler ran")
         job = a.leased
-        self.hooks.fire("before_write", ctx)
         self.events.emit(ev.ResultWriting(job=job.job_id, queue=job.queue, token=a.token))
         fields = {"job": job.job_id, "token": a.token, "result": result}
         try:
@@ -121,7 +118,6 @@ class Settler:
             return self.unsettled(a, f"result write failed: {exc}")
         if written is WriteOutcome.WRITTEN:
             self._ended(a, JobState.SUCCEEDED)
-        self.hooks.fire("before_ack", ctx)
         self.events.emit(ev.Acking(job=job.job_id, queue=job.queue, lease=job.token, token=a.token))
         self.heartbeat.untrack(a.tracked)  # the ack ends the lease; a late renewal must not cry "lost"
         try:
