@@ -94,6 +94,7 @@ class JobMachine(RuleBasedStateMachine):
         self.offsets: dict[str, int] = {}
         self.ids = itertools.count()
         self.final_since: dict[str, tuple[str, int]] = {}  # final (status, token) seen, no redrive since
+        self.redriven: dict[str, int] = {}  # redriven, not granted since: the item's token then
         self.max_token: dict[str, int] = {}
         self.expired: set[str] = set()
         self.reclaimed: set[str] = set()  # back in ready because their lease lapsed
@@ -289,7 +290,9 @@ class JobMachine(RuleBasedStateMachine):
         if job_id is None:
             return
         redrive_job(self.engine, self.store, job_id)
-        self.final_since.pop(job_id, None)
+        seen = self.final_since.pop(job_id, None)
+        if seen is not None:
+            self.redriven[job_id] = seen[1]  # still final until its next grant: not a violation
 
     @rule()
     def purge(self) -> None:
@@ -360,7 +363,9 @@ class JobMachine(RuleBasedStateMachine):
                     self.check("I3", (status, item["token"]) == (was, token),
                                f"{job_id} was {was} (token {token}), now {status} (token {item['token']}) "
                                "without a redrive")
-            if item is not None and status in FINAL and seen is None:
+            if item is not None and self.redriven.get(job_id, item["token"]) != item["token"]:
+                del self.redriven[job_id]  # the redriven job was granted again
+            if item is not None and status in FINAL and seen is None and job_id not in self.redriven:
                 self.final_since[job_id] = (status, item["token"])
             if job_id in self.expired:
                 continue
