@@ -322,7 +322,7 @@ class JobMachine(RuleBasedStateMachine):
             assert ok, f"{name} violated: {message() if callable(message) else message}"
 
     @invariant()
-    def check_invariants(self) -> None:
+    def job_invariants(self) -> None:
         self.fencing()
         if self.relay.frozen:
             return  # mid-maintenance: judged once the relay thaws
@@ -483,10 +483,10 @@ UNFIXED: dict[str, str] = {
 def replay(cls: type[JobMachine], steps: list[tuple[str, dict[str, Any]]]) -> None:
     m = cls()
     try:
-        m.check_invariants()
+        m.job_invariants()
         for name, kwargs in steps:
             getattr(m, name)(**kwargs)
-            m.check_invariants()
+            m.job_invariants()
     finally:
         m.teardown()
 
