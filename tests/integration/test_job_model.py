@@ -304,9 +304,11 @@ class JobMachine(RuleBasedStateMachine):
         gone too: retention_days outlives the topic's retention (docs/store.md)."""
         items, rs = self.items(), self.redis_state()
         live = set().union(*(rs[z] for z in LIVE_ZSETS))
-        # 14 days on, every lease has lapsed and been reaped: only Redis's dead set may still hold it.
-        job_id = self.pick(sorted(j for j, it in items.items() if it["status"] in FINAL and j not in live),
-                           index)
+        # 14 days on, every lease has lapsed and been reaped and every worker that held one is long
+        # gone: only Redis's dead set may still hold the job.
+        held = {w.job_id for w in self.live_runs("held", "running", "frozen")}
+        job_id = self.pick(sorted(j for j, it in items.items()
+                                  if it["status"] in FINAL and j not in live and j not in held), index)
         if job_id is None:
             return
         self.db.delete_item(TableName=self.table, Key={"job_id": {"S": job_id}})
