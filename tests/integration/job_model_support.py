@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.models import WriteOutcome
-from sluice.recovery.adapters import DynamoCheckpoints, RedisEpochs
+from sluice.recovery.adapters import RedisEpochs
+from sluice.recovery.checkpoints import DynamoCheckpoints
 from sluice.recovery.hook import Recovery, wrap
 from sluice.redis.engine import RedisQueue
 from sluice.relay import Relay
@@ -32,7 +33,7 @@ from tests.unit.test_relay_fakes import FakeClock, FakeSource
 
 QUEUE = "jm"
 LONG_MS = 60_000  # every lease: nothing lapses by itself; the machine lapses leases explicitly
-MAX_PENDING = 2  # checkpoint entries: small, so that a few unfinished jobs fill the window
+PAGE_BYTES = 100  # checkpoint pages this small, so that a few unfinished jobs fill several of them
 quiet = logging.getLogger("sluice.jobmodel")
 quiet.setLevel(logging.CRITICAL)
 
@@ -285,8 +286,9 @@ class RelayBox:
     def _new(self) -> Relay:
         self.n += 1
         recovery = Recovery(self.source.topic, RedisEpochs(self.engine.client),
-                            DynamoCheckpoints(self.db, self.table), SourceOffsets(self.source), self.store,
-                            interval_s=0.0, max_pending=MAX_PENDING)
+                            DynamoCheckpoints(self.db, self.table, page_bytes=PAGE_BYTES,
+                                              inline_bytes=PAGE_BYTES),
+                            SourceOffsets(self.source), self.store, interval_s=0.0)
         engine, source = wrap(self.meter, self.source, recovery)  # type: ignore[arg-type]
         return Relay(engine, self.store, source, None, relay_id=f"relay-{self.n}", clock=FakeClock(),
                      batch=50, commit_s=0.0, maintenance_s=1e9, refresh_s=0.0, status_drain_s=10.0,

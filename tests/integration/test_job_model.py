@@ -44,6 +44,7 @@ from sluice.errors import AlreadyFinished, JobNotFound
 from sluice.models import FINAL_STATES, JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
+from sluice.redrive import redrive_one
 from sluice.relay import SourceRecord
 from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
@@ -64,8 +65,8 @@ KEY = b"k" * 32
 
 
 def redrive_job(engine: RedisQueue, store: DynamoJobStore, job_id: str) -> int:
-    """What ``sluice dead redrive <queue> --job <id>`` does."""
-    return engine.redrive(QUEUE, job_id)
+    """What ``sluice dead redrive <queue> <id>`` does: the store's redrive generation, then Redis."""
+    return redrive_one(engine, store, QUEUE, job_id)
 
 
 class JobMachine(RuleBasedStateMachine):
@@ -124,7 +125,7 @@ class JobMachine(RuleBasedStateMachine):
         state: dict[str, Any] = {name: dict(out[i]) for i, name in enumerate(names)}
         state["ready_order"] = [m for m, _ in out[0]]
         state["tokens"] = {k: int(v) for k, v in out[4].items()}
-        state["settle"] = {m.partition(":")[2] for m in out[5]}
+        state["settle"] = {m.rpartition(":")[2] for m in out[5]}  # "dead:<id>", "dead:<gen>:<id>"
         return state
 
     def items(self) -> dict[str, dict[str, Any]]:
@@ -216,7 +217,9 @@ class JobMachine(RuleBasedStateMachine):
           fault=st.sampled_from(FAULTS))
     def run(self, index: int, verdict: str, fault: Fault | None) -> None:
         """A worker grants and runs its leased job; it may die or freeze at one call."""
-        self.workers.start(self.pick(self.live_runs("held"), index), verdict, fault)
+        run = self.pick(self.live_runs("held"), index)
+        if run is not None:  # (a replay has no preconditions)
+            self.workers.start(run, verdict, fault)
 
     @precondition(lambda self: bool(self.live_runs("held")))
     @rule(index=st.integers(0, 100))
@@ -225,6 +228,8 @@ class JobMachine(RuleBasedStateMachine):
         Redis's clock it has lapsed: the pause between the runtime's lease check and its grant
         (bug 6). Which is the truth depends on where the pause falls; a grant must not care."""
         run = self.pick(self.live_runs("held"), index)
+        if run is None:
+            return
         run.tracked.state.expires_at = time.monotonic() + 1.0
         self.workers.start(run, "ok", None)
 
@@ -289,7 +294,10 @@ class JobMachine(RuleBasedStateMachine):
         job_id = self.pick(sorted(self.redis_state()["dead"]), index)
         if job_id is None:
             return
-        redrive_job(self.engine, self.store, job_id)
+        try:
+            redrive_job(self.engine, self.store, job_id)
+        except (JobNotFound, AlreadyFinished):
+            return  # refused with a reason: its record expired, or it was cancelled or succeeded
         seen = self.final_since.pop(job_id, None)
         if seen is not None:
             self.redriven[job_id] = seen[1]  # still final until its next grant: not a violation
@@ -471,15 +479,8 @@ FOUND: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("enqueue_and_push", {"n": 2, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
         ("lease_lapses", {"index": 0}), ("lease", {"n": 1})],
 }
-UNFIXED: dict[str, str] = {
-    "bug1-cancel-after-crash": "needs the edges-store fix (bug 1: cancel of a reclaimed job)",
-    "bug2-settle-races-redrive": "needs the edges-store fix (bug 2: fenced settle entries)",
-    "bug3-reread-costs-rate": "needs the edges-relay fix (bug 3: re-reads cost no rate token)",
-    "bug4-failed-runs-again": "needs the edges-store fix (bug 4: redrive generation)",
-    "bug5-token-backwards": "needs the edges-store fix (bug 5: token floor on redrive)",
-    "bug6-late-grant": "needs the edges-relay fix (bug 6: grant margin)",
-    "bug7-reclaimed-waits": "needs the edges-relay fix (bug 7: reclaimed job first in its band)",
-}
+# Sequences whose fix is not merged yet (reason: the fix missing); empty since issue 13's fixes landed.
+UNFIXED: dict[str, str] = {}
 
 
 def replay(cls: type[JobMachine], steps: list[tuple[str, dict[str, Any]]]) -> None:
