@@ -202,7 +202,7 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- rules: workers -----------------------------------------------------------------------------
 
-    @precondition(lambda self: self.on("lease"))
+    @precondition(lambda self: self.on("lease") and bool(self.specs))
     @rule(n=st.integers(1, 2))
     def lease(self, n: int) -> None:
         reclaimed_before = set(self.reclaimed)
@@ -250,7 +250,7 @@ class JobMachine(RuleBasedStateMachine):
         run = self.pick(self.live_runs("held", "frozen"), index)
         self.workers.heartbeat.beat(run.tracked)
 
-    @precondition(lambda self: self.on("lease_lapses"))
+    @precondition(lambda self: self.on("lease_lapses") and bool(self.workers.all))
     @rule(index=st.integers(0, 100))
     def lease_lapses(self, index: int) -> None:
         """Time passes for one lease: its deadline is now in the past, by Redis's clock and the
@@ -266,7 +266,7 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- rules: operators and maintenance -----------------------------------------------------------
 
-    @precondition(lambda self: self.on("reap"))
+    @precondition(lambda self: self.on("reap") and bool(self.workers.all))
     @rule()
     def reap(self) -> None:
         self.watch_reclaim(lambda: self.engine.reap(QUEUE))
@@ -282,7 +282,7 @@ class JobMachine(RuleBasedStateMachine):
     def relay_thaws(self) -> None:
         self.relay.thaw()
 
-    @precondition(lambda self: self.on("cancel"))
+    @precondition(lambda self: self.on("cancel") and bool(self.specs))
     @rule(index=st.integers(0, 100))
     def cancel(self, index: int) -> None:
         job_id = self.pick(sorted(self.specs), index)
@@ -298,7 +298,7 @@ class JobMachine(RuleBasedStateMachine):
         if answer.status == "cancel_requested":
             self.cancel_requested.add(job_id)
 
-    @precondition(lambda self: self.on("redrive"))
+    @precondition(lambda self: self.on("redrive") and bool(self.workers.all))
     @rule(index=st.integers(0, 100))
     def redrive(self, index: int) -> None:
         job_id = self.pick(sorted(self.redis_state()["dead"]), index)
@@ -312,12 +312,12 @@ class JobMachine(RuleBasedStateMachine):
         if seen is not None:
             self.redriven[job_id] = seen[1]  # still final until its next grant: not a violation
 
-    @precondition(lambda self: self.on("purge"))
+    @precondition(lambda self: self.on("purge") and bool(self.workers.all))
     @rule()
     def purge(self) -> None:
         self.engine.purge_dead(QUEUE)
 
-    @precondition(lambda self: self.on("ttl_expires"))
+    @precondition(lambda self: self.on("ttl_expires") and bool(self.workers.all))
     @rule(index=st.integers(0, 100))
     def ttl_expires(self, index: int) -> None:
         """DynamoDB's TTL deletes a final item (moto never does: delete it). Its Kafka record is
