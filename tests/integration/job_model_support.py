@@ -24,7 +24,6 @@ from sluice.redis.engine import RedisQueue
 from sluice.relay import Relay
 from sluice.runtime.execute import JobRunner
 from sluice.runtime.heartbeat import Heartbeat, Tracked
-from sluice.runtime.hooks import NO_HOOKS
 from sluice.runtime.options import HandlerSpec, WorkerOptions
 from sluice.runtime.outcomes import Fail, Retry
 from sluice.runtime.settle import Settler
@@ -176,7 +175,7 @@ class Workers:
         run.fault, run.state = fault, "running"
         store = Faulty(self.store, run, self.events, names=STORE_CALLS)
         queue = Faulty(self.engine, run, self.events, names=QUEUE_CALLS)
-        settler = Settler(queue, store, self.heartbeat, self.tel, NO_HOOKS, attempts=1, retry_base_ms=0,
+        settler = Settler(queue, store, self.heartbeat, self.tel, attempts=1, retry_base_ms=0,
                           retry_cap_ms=0)
         runner = JobRunner(settler, store, WorkerOptions(lease_ms=LONG_MS), run.name)
         spec = HandlerSpec(QUEUE, handler_for(verdict, self.runs), timeout_ms=20_000)
