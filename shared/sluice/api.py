@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from sluice import ids, policy
 from sluice.errors import AlreadyFinished, JobNotFound, PriorityNotAllowed, SluiceError
+from sluice.events import EventBus, JobEnded
 from sluice.http.jsonguard import PayloadTooLarge
 from sluice.http.models import (
     Accepted,
@@ -111,8 +112,10 @@ class Api:
                  clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
                  id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
                  admission: Admission | None = None, limits: Limits | None = None,
-                 max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = ()) -> None:
+                 max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = (),
+                 events: EventBus | None = None) -> None:
         self.log = log
+        self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
         self.store = store
         self.queue = queue
         self.idempotency = idempotency
@@ -307,8 +310,13 @@ class Api:
         if leased and outcome != "requested":
             # Nobody holds it and nobody will lease it again: end it now. Safe, since a grant
             # refuses a cancel-requested job; a job that finished meanwhile answers 409.
-            self.store.honour_cancel(job_id)
+            record = self.store.honour_cancel(job_id)
             leased = False
+        if not leased and record.status is JobState.CANCELLED:
+            self.events.emit(JobEnded(job=job_id, queue=record.queue, state=JobState.CANCELLED.value,
+                                      source="cancel", redrive_gen=record.redrive_gen, token=record.token,
+                                      attempts=record.attempts, created_at_ms=record.created_at_ms,
+                                      ended_at_ms=record.finished_at_ms or self.clock()))
         return CancelAccepted(job_id=job_id, status="cancel_requested" if leased else "cancelled")
 
     def _cancel_in_store(self, job_id: str) -> JobRecord:

@@ -14,10 +14,26 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sluice.config import Settings
+from sluice.events import EventBus
 
 if TYPE_CHECKING:
     from sluice.ids import Verifier
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
+
+
+_events: EventBus | None = None
+
+
+def events() -> EventBus:
+    """This process's one event bus: what happens to jobs, for every subscriber in the process.
+
+    Not forgotten by ``reset``: subscriptions (the local stack's history recorder) outlive
+    the adapters they observe.
+    """
+    global _events
+    if _events is None:
+        _events = EventBus()
+    return _events
 
 
 @cache

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sluice import events as ev
 from sluice.errors import InvalidInput, SluiceError
 from sluice.models import LeasedJob, validate_public_queue
 from sluice.ports import JobQueue, JobStore
@@ -86,7 +87,7 @@ class Worker:
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
                  worker_id: str | None = None, hooks: Hooks = NO_HOOKS,
-                 fenced: FencedTableFactory | None = None) -> None:
+                 fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self.queue = queue
         self.store = store
@@ -95,6 +96,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.hooks = hooks
         self._fenced = fenced
+        self.events = events if events is not None else ev.EventBus()  # what happens to each job
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -117,12 +119,12 @@ class Worker:
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
              worker_id: str | None = None, hooks: Hooks | None = None,
-             fenced: FencedTableFactory | None = None) -> Worker:
+             fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
                        worker_id=worker_id or self.worker_id, hooks=hooks or self.hooks,
-                       fenced=fenced or self._fenced)
+                       fenced=fenced or self._fenced, events=events or self.events)
         bound._handlers = dict(self._handlers)
         return bound
 
@@ -175,16 +177,29 @@ class Worker:
         if queue is None or store is None:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
-        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction)
+        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=self.events)
         settler = Settler(queue, store, hb, tel, self.hooks, attempts=self.options.settle_attempts,
-                          retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms)
-        fenced = self._fenced or getattr(store, "fenced_table", None)
+                          retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
+                          events=self.events)
+        fenced = self._fenced or self._store_tables(store)
         runner = JobRunner(settler, store, self.options, self.worker_id, fenced=fenced)
         pool = None
         if self.options.concurrency > 1:
             pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
         hb.start()
         return _Session(queue, hb, runner, settler, pool)
+
+    def _store_tables(self, store: JobStore) -> FencedTableFactory | None:
+        """The store's fenced tables, reporting their writes on this worker's events."""
+        factory = getattr(store, "fenced_table", None)
+        if factory is None:
+            return None
+        events = self.events
+
+        def fenced_table(name: str, job_id: str, token: int) -> Any:
+            return factory(name, job_id, token, events=events)
+
+        return fenced_table
 
     def _close(self, session: _Session) -> None:
         if session.pool is not None:
@@ -226,6 +241,9 @@ class Worker:
                     self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
                     summary.error, reason = f"lease {name}: {exc}", "error"
                     break
+                for j in jobs:
+                    self.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.token, attempt=j.attempt,
+                                               deadline_ms=j.deadline_ms))
                 left -= len(jobs)
                 summary.leased += len(jobs)
                 leased_any = leased_any or bool(jobs)

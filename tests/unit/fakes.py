@@ -361,7 +361,8 @@ class FakeStore:
         return {j for j in job_ids if j in self.items
                 and JobState(self.items[j]["status"]) in FINAL_STATES}
 
-    def fenced_table(self, table_name: str, job_id: str, token: int) -> FakeFencedTable:
+    def fenced_table(self, table_name: str, job_id: str, token: int, *,
+                     events: Any = None) -> FakeFencedTable:
         return FakeFencedTable(self, table_name, job_id, token)
 
 

@@ -11,6 +11,7 @@ import pytest
 from sluice import ids
 from sluice.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, new_job_id
 from sluice.errors import BackendUnavailable, StoreError
+from sluice.events import JobEnded
 from sluice.http.app import Gateway
 from sluice.models import JOB_ID_RE, JobState
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, Rig, event_for, unavailable, unpack
@@ -163,6 +164,21 @@ def test_cancel_a_job_leased_in_the_store_and_gone_from_redis_ends_it(rig: Rig) 
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
     assert rig.store.items[job_id].status is JobState.CANCELLED
+
+
+def test_a_cancel_that_ends_a_job_emits_one_job_ended_and_a_cancel_request_none(rig: Rig) -> None:
+    ended: list[JobEnded] = []
+    rig.api.events.subscribe(ended.append, JobEnded)
+    ids = [rig.call("POST", JOBS, {"payload": i})[2]["job_id"] for i in range(2)]
+    relayed(rig, ids[0])
+    rig.queue.in_redis.add(ids[0])
+    assert rig.call("DELETE", f"/v1/jobs/{ids[0]}")[2]["status"] == "cancelled"
+    relayed(rig, ids[1], JobState.LEASED)
+    rig.queue.in_redis.add(ids[1])
+    rig.queue.leased.add(ids[1])
+    assert rig.call("DELETE", f"/v1/jobs/{ids[1]}")[2]["status"] == "cancel_requested"
+    assert [(e.job, e.queue, e.state, e.source) for e in ended] == [(ids[0], "emails", "cancelled", "cancel")]
+    assert ended[0].ended_at_ms > 0
 
 
 def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:

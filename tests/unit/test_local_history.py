@@ -1,4 +1,4 @@
-"""The worker history (sluice.local.history): recording decorators and the analysis the demo reports."""
+"""The worker history (sluice.local.history): its event-bus recorder and the analysis the demo reports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sluice import events
 from sluice.errors import LeaseLost, StaleToken
 from sluice.local import history
 from sluice.models import WriteOutcome
@@ -42,52 +43,75 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_recording_store_and_queue_write_one_line_per_call_and_behave_like_the_originals(
-        tmp_path: Path) -> None:
+def recording(path: Path) -> events.EventBus:
+    bus = events.EventBus()
+    history.record(bus, path)
+    return bus
+
+
+def grant(bus: events.EventBus, store: Store, job: str, owner: str) -> int:
+    return events.timed(bus, lambda: store.grant(job, "q", owner), events.Granted,
+                        {"job": job, "queue": "q", "owner": owner}, details=lambda t: {"token": t})
+
+
+def write(bus: events.EventBus, store: Store, job: str, token: int, result: Any) -> WriteOutcome:
+    return events.timed(bus, lambda: store.write_result(job, token, result), events.ResultWritten,
+                        {"job": job, "token": token, "result": result}, ok=str, refused=events.ResultRefused)
+
+
+def test_the_recorder_writes_one_line_per_reported_call_as_it_returned_or_raised(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    q, s = history.recorded(Queue(), Store(), str(path))  # type: ignore[arg-type]
-    assert s.grant("j1", "q", "w") == 1
-    assert s.write_result("j1", 1, {"r": 1}) is WriteOutcome.WRITTEN
-    q.ack("q", "j1", 5)
+    bus, s, q = recording(path), Store(), Queue()
+    assert grant(bus, s, "j1", "w") == 1
+    assert write(bus, s, "j1", 1, {"r": 1}) is WriteOutcome.WRITTEN
+    redis = {"job": "j1", "queue": "q", "lease": 5}
+    events.timed(bus, lambda: q.ack("q", "j1", 5), events.Acked, redis)
     with pytest.raises(LeaseLost):
-        q.extend("q", "j1", 5, 1000)
+        events.timed(bus, lambda: q.extend("q", "j1", 5, 1000), events.Renewed, redis)
     ops = [(e["op"], e["outcome"]) for e in lines(path)]
     assert ops == [("grant", "ok"), ("write", "written"), ("ack", "ok"), ("extend", "lost")]
-    write = lines(path)[1]
-    assert write["token"] == 1 and write["digest"] == history.digest({"r": 1})
-    assert write["t0"] <= write["t1"]
+    written = lines(path)[1]
+    assert written["token"] == 1 and written["digest"] == history.digest({"r": 1})
+    assert written["t0"] <= written["t1"]
 
 
 def test_leases_are_recorded_per_job_and_one_process_shares_one_writer_per_path(tmp_path: Path) -> None:
-    from sluice.models import LeasedJob
-
-    class Leasing(Queue):
-        def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[Any]:
-            return [LeasedJob.model_construct(job_id=f"j{i}", queue=queue, token=10 + i, attempt=1)
-                    for i in range(n)]
-
     path = tmp_path / "h.jsonl"
-    q, _s = history.recorded(Leasing(), Store(), str(path))  # type: ignore[arg-type]
-    assert [j.job_id for j in q.lease("q", 2, None, "w")] == ["j0", "j1"]
-    assert q.lease("q", 0, None, "w") == []
-    assert history.open_history(path) is history.open_history(str(path)) is q._rec.history
+    bus = recording(path)
+    for i in range(2):
+        bus.emit(events.Leased(job=f"j{i}", queue="q", lease=10 + i, attempt=1))
+    recorder = history.record(events.EventBus(), str(path))
+    assert history.open_history(path) is history.open_history(str(path)) is recorder.history
     history.open_history(path).emit("fault", kind="k")  # another op, same file; t1 stamped
-    events = lines(path)
-    assert [(e["op"], e.get("job"), e.get("lease")) for e in events] == [
+    lines_ = lines(path)
+    assert [(e["op"], e.get("job"), e.get("lease")) for e in lines_] == [
         ("lease", "j0", 10), ("lease", "j1", 11), ("fault", None, None)]
-    assert all(e["t1"] > 0 for e in events)
+    assert all(e["t1"] > 0 for e in lines_)
 
 
 def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    _q, s = history.recorded(Queue(), Store(), str(path))  # type: ignore[arg-type]
-    s.grant("j1", "q", "A")
-    s.grant("j1", "q", "B")
+    bus, s = recording(path), Store()
+    grant(bus, s, "j1", "A")
+    grant(bus, s, "j1", "B")
     with pytest.raises(StaleToken):
-        s.write_result("j1", 1, {"r": "A"})
+        write(bus, s, "j1", 1, {"r": "A"})
     rejected = lines(path)[-1]
     assert (rejected["op"], rejected["outcome"], rejected["token"], rejected["current"]) == \
         ("write", "rejected", 1, 2)
+
+
+def test_a_worker_on_a_recorded_bus_writes_lease_grant_write_and_ack_in_order(tmp_path: Path) -> None:
+    from tests.unit.fakes import kit
+
+    path = tmp_path / "h.jsonl"
+    k = kit()
+    k.app.register("q", lambda job, ctx: {"r": 1})
+    k.queue.add("q", "j")
+    k.worker().bind(events=recording(path)).drain(["q"], 1)
+    assert [(e["op"], e.get("outcome")) for e in lines(path)] == [
+        ("lease", None), ("grant", "ok"), ("write", "written"), ("ack", "ok")]
+    assert lines(path)[2]["digest"] == history.digest({"r": 1})
 
 
 def ev(op: str, job: str = "j", pid: int = 1, t: float = 0.0, **kw: Any) -> dict[str, Any]:
@@ -182,3 +206,26 @@ def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_
     assert v.not_final == ["stuck (echo) is leased with token 1, owner w, attempts 1"]
     assert len(v.wrong_results) == 1 and v.wrong_results[0].startswith("wrong: echo returned")
     assert not v.ok and len(v.failures()) == 2
+
+
+def test_the_relay_events_give_the_lines_the_relay_wrappers_write(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from sluice.chaos.app import RecordedEngine, RecordedSource, record_relay
+
+    wrapped, evented = tmp_path / "w.jsonl", tmp_path / "e.jsonl"
+    specs = [(7, SimpleNamespace(job_id="a")), (8, SimpleNamespace(job_id="b"))]
+    engine = SimpleNamespace(push=lambda *a: SimpleNamespace(pushed=2, skipped=0))
+    source = SimpleNamespace(poll=lambda *a: [SimpleNamespace(partition=0, offset=o) for o in (7, 8)])
+    RecordedEngine(engine, history.open_history(wrapped)).push("q", "t", 0, 3, specs)
+    RecordedSource(source, history.open_history(wrapped)).poll(10, 2)
+    report = record_relay(history.open_history(evented))
+    report(events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2, skipped=0,
+                         jobs=("a", "b"), outcome="ok", t0=0.0))
+    report(events.RecordsRead(topic="t", partition=0, first=7, last=8, n=2))
+
+    def shape(path: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k not in ("t0", "t1")} for e in lines(path)]
+
+    assert shape(wrapped) == shape(evented)
+    assert [e["op"] for e in lines(evented)] == ["push", "read"]

@@ -29,7 +29,8 @@ import threading
 from typing import Any
 
 from sluice.chaos.app import QUEUE, Control, RecordedEngine, RecordedSource, expected_result, worker_app
-from sluice.local.history import open_history, recorded
+from sluice.events import EventBus
+from sluice.local.history import open_history, record
 
 __all__ = ["QUEUE", "expected_result", "main"]
 
@@ -49,10 +50,11 @@ def run_worker(cfg: dict[str, Any]) -> int:
     s = _settings(cfg)
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
-    queue, store = recorded(RedisQueue.from_settings(s), DynamoJobStore.from_settings(s), cfg["history"])
+    events = EventBus()
+    record(events, cfg["history"])
     logger: Any = logging.getLogger(f"sluice.chaos.{cfg['name']}")
     worker = worker_app(lambda: history, lambda: control).bind(
-        queue=queue, store=store,
+        queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s), events=events,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=int(cfg.get("batch", 4))),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}")
     stop = threading.Event()

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sluice import events as ev
 from sluice.local.history import History
 from sluice.models import dump_json
 
@@ -147,3 +148,22 @@ class RecordedEngine:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
+
+
+def record_relay(history: History) -> Callable[[ev.Event], None]:
+    """The relay's ``RecordsRead`` and ``Pushed`` events as ``read`` and ``push`` lines: the same
+    lines ``RecordedSource``/``RecordedEngine`` write, for when the relay emits its events
+    (the relay's parts, issue 16); the wrappers go then."""
+
+    def report(e: ev.Event) -> None:
+        if isinstance(e, ev.RecordsRead):
+            history.emit("read", partition=e.partition, first=e.first, last=e.last, n=e.n, t1=e.at)
+        elif isinstance(e, ev.Pushed):
+            common = {"t0": e.t0, "t1": e.at, "partition": e.partition, "owner": e.owner,
+                      "outcome": e.outcome, "first": e.first, "last": e.last}
+            if e.outcome == "ok":
+                history.emit("push", **common, pushed=e.pushed, skipped=e.skipped, jobs=list(e.jobs))
+            else:
+                history.emit("push", **common, error=e.error)
+
+    return report

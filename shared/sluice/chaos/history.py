@@ -1,9 +1,9 @@
 """The chaos run's history: one JSON line per operation, appended by every process.
 
 The recording is ``sluice.local.history``'s, the one the worker Lambda uses on the
-local stack: the same ``History`` file writer and the same port decorators
-(``recorded``), in the worker Lambda containers (``--runtime lambda``) and in the
-worker processes (``--runtime process``) alike. This module only adds the chaos
+local stack: the same ``History`` file writer and the same subscriber of the worker's
+event bus (``Recorder``), in the worker Lambda containers (``--runtime lambda``) and in
+the worker processes (``--runtime process``) alike. This module only adds the chaos
 run's own ops to that file, and the controller's way of reading it.
 
 Each line: ``{"op", "pid", "t0", "t1", ...}`` with ``t0``/``t1`` the wall-clock start and
@@ -19,7 +19,7 @@ end of the operation (one machine, one clock). Ops the checker reads:
 - ``fault`` (nemesis, or a process about to kill itself): ``kind``, ``target``, ``phase``.
 
 And for diagnosis: ``lease``, ``ack`` / ``fail`` / ``release``, ``failure``,
-``store_release``, ``extend`` (worker ports, see ``sluice.local.history``); ``push``,
+``store_release``, ``extend`` (worker events, see ``sluice.local.history``); ``push``,
 ``read``, ``relay_run`` (relay); ``respawn`` (process runtime), ``lambda`` (Lambda runtime:
 the local Lambda service's counts).
 

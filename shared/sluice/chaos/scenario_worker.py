@@ -3,7 +3,7 @@
 Run by ``sluice.chaos.scenarios`` as ``python -m sluice.chaos.scenario_worker '<json>'``.
 The worker leases one job from a real Redis, takes its fencing token from the real
 jobs table (moto server) and heartbeats from its own thread, exactly as in
-production; ``ProbedQueue``/``ProbedStore`` report every call as a JSON line.
+production; ``probe``, subscribed to its event bus, reports every call as a JSON line.
 
 Fault points are placed by the worker itself, at the exact moment the story needs:
 
@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from sluice.chaos.probe import EventPipe, ProbedQueue, ProbedStore
+from sluice.chaos.probe import EventPipe, probe
 
 
 def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
@@ -52,6 +52,7 @@ def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
 
 def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     from sluice.config import Settings
+    from sluice.events import EventBus
     from sluice.redis.engine import RedisQueue
     from sluice.runtime.hooks import Hooks
     from sluice.runtime.options import WorkerOptions
@@ -78,9 +79,12 @@ def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
             os.kill(os.getpid(), signal.SIGKILL)
 
     logger: Any = logging.getLogger(f"sluice.scenario.{cfg['name']}")  # a LogSink
+    fencing = bool(cfg.get("fencing", True))
+    events = EventBus()
+    events.subscribe(probe(emit, fencing=fencing))
     worker = app.bind(
-        queue=ProbedQueue(RedisQueue.from_settings(s), emit),
-        store=ProbedStore(DynamoJobStore.from_settings(s), emit, fencing=bool(cfg.get("fencing", True))),
+        queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s, fencing=fencing),
+        events=events,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=1,
                               heartbeat_fraction=float(cfg["heartbeat_fraction"])),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",

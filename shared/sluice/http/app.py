@@ -325,7 +325,7 @@ def build_api(settings: Settings | None = None) -> Api:
     # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
     queue = wiring.deferred_queue(settings)
     limits = Limits.from_settings(s)
-    return Api(wiring.job_log(settings), wiring.deferred_store(settings), queue,
+    return Api(wiring.job_log(settings), wiring.deferred_store(settings), queue, events=wiring.events(),
                job_id_key=wiring.job_id_key(settings),
                previous_job_id_keys=wiring.previous_job_id_keys(settings),
                refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.http.local_server import LocalContext
 
 if TYPE_CHECKING:
-    from sluice.config import Settings
-    from sluice.ports import JobQueue, JobStore
+    from sluice.events import Event
 
 
 def load(ref: str) -> Callable[[Any, Any], Any]:
@@ -58,20 +57,21 @@ def gateway(event: Any, context: Any) -> Any:
     return _gateway(event, context)
 
 
-def record_history(queue: JobQueue, store: JobStore, s: Settings) -> tuple[JobQueue, JobStore]:
-    """The worker's ports, recording grants, writes and acks to ``Settings.history_path`` if set."""
-    if not s.history_path:
-        return queue, store
-    from sluice.local.history import recorded
+def record_history(event: Event) -> None:
+    """Record a worker event to ``Settings.history_path`` if set (a subscriber of the process's bus)."""
+    from sluice import wiring
+    from sluice.local.history import Recorder, open_history
 
-    return recorded(queue, store, s.history_path)
+    path = wiring.settings().history_path
+    if path:
+        Recorder(open_history(path))(event)
 
 
 def main(argv: list[str]) -> int:
-    from sluice.runtime.lambda_entry import wrap_ports
+    from sluice import wiring
 
     function_name, ref = argv[0], argv[1]
-    wrap_ports(record_history)  # before the handler module loads: local containers record history
+    wiring.events().subscribe(record_history)  # before the handler module loads: local containers record
     answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # print() and loggers now write to the log file, never to the answer channel
     handler = load(ref)

@@ -2,11 +2,11 @@
 
 On the local stack (``sluice dev``, ``sluice demo``, ``sluice chaos``) every worker
 process appends one line per event to the file named by ``Settings.history_path``.
-The recording is done by decorators around the worker's two ports, so the runtime
-itself is unchanged: ``recorded(queue, store, path)`` returns adapters that behave
-exactly like the real ones and write a line after each call. This is the one
-recorder: the worker Lambda uses it (``runtime.lambda_entry``), and so do the chaos
-run's worker processes; the chaos run adds its own ops to the same file
+The recording is a subscriber of the worker's event bus (``sluice.events``):
+``record(bus, path)`` writes a line per port call the worker reports, as the call
+returned or raised (each retry too). This is the one recorder: local worker Lambda
+containers subscribe it (``sluice.local.container``), and so do the chaos run's
+worker processes; the chaos run adds its own ops to the same file
 (``sluice.chaos.history``: enqueues, handler invocations, faults, relay pushes).
 
 Each line: ``{"op", "job", "queue", "token", "outcome", "t0", "t1", "pid", ...}``, with
@@ -36,27 +36,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from sluice.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
-from sluice.models import (
-    DeadJob,
-    EndedJob,
-    Extended,
-    JobRecord,
-    JobSpec,
-    LeasedJob,
-    QueueConfig,
-    QueueStats,
-    WriteOutcome,
-    dump_json,
-)
-from sluice.ports import JobQueue, JobStore
-
-T = TypeVar("T")
+from sluice import events as ev
+from sluice.errors import SluiceError
+from sluice.models import dump_json
 
 
 def digest(value: Any) -> str:
@@ -89,203 +76,56 @@ class History:
             os.close(self._fd)
 
 
-def outcome_of(exc: BaseException) -> str:
-    """How a history line names a refused call (shared with sluice.chaos)."""
-    if isinstance(exc, StaleToken):
-        return "rejected"
-    if isinstance(exc, JobCancelled):
-        return "cancelled"
-    if isinstance(exc, LeaseLost | JobNotFound):
-        return "lost"
-    return "error"
+outcome_of = ev.outcome_of  # how a history line names a refused call (shared with sluice.chaos)
 
 
-class _Recorder:
+def _call(e: ev.CallEnded) -> dict[str, Any]:
+    line: dict[str, Any] = {"outcome": e.outcome, "t0": e.t0, "t1": e.at}
+    if e.error:
+        line["error"] = e.error
+    current = getattr(e, "current", None)
+    if current is not None:
+        line["current"] = current
+    return line
+
+
+def _redis(e: ev.Acked | ev.FailReported | ev.Released | ev.Renewed) -> dict[str, Any]:
+    return {"job": e.job, "queue": e.queue, "lease": e.lease, **_call(e)}
+
+
+def line_of(e: ev.Event) -> tuple[str, dict[str, Any]] | None:
+    """The history line (op and fields) of a worker event, None for events the history skips."""
+    if isinstance(e, ev.Leased):
+        return "lease", {"job": e.job, "queue": e.queue, "lease": e.lease, "attempt": e.attempt, "t1": e.at}
+    if isinstance(e, ev.Granted):
+        token = {"token": e.token} if e.token is not None else {}
+        return "grant", {"job": e.job, "queue": e.queue, "owner": e.owner, **token, **_call(e)}
+    if isinstance(e, ev.ResultWritten | ev.ResultRefused):
+        return "write", {"job": e.job, "token": e.token, "digest": digest(e.result), **_call(e)}
+    if isinstance(e, ev.FencedWrite):
+        return "fenced", {"job": e.job, "token": e.token, "table": e.table, "kind": e.kind, **_call(e)}
+    if isinstance(e, ev.FailureRecorded):
+        return "failure", {"job": e.job, "token": e.token, "status": e.status, **_call(e)}
+    if isinstance(e, ev.GrantReleased):
+        return "store_release", {"job": e.job, "token": e.token, **_call(e)}
+    if isinstance(e, ev.Renewed):
+        return ("extend", _redis(e)) if e.outcome != "ok" else None  # only a lease found gone
+    if isinstance(e, ev.Acked | ev.FailReported | ev.Released):
+        op = {ev.Acked: "ack", ev.FailReported: "fail", ev.Released: "release"}[type(e)]
+        return op, _redis(e)
+    return None
+
+
+class Recorder:
+    """An event-bus subscriber appending one history line per worker event (``line_of``)."""
+
     def __init__(self, history: History) -> None:
         self.history = history
 
-    def call(self, op: str, fn: Callable[[], T], fields: dict[str, Any],
-             ok: Callable[[T], str] = lambda _r: "ok", record_ok: bool = True) -> T:
-        t0 = time.time()
-        try:
-            result = fn()
-        except SluiceError as exc:
-            extra: dict[str, Any] = {"error": str(exc)[:200]}
-            if isinstance(exc, StaleToken):
-                extra["current"] = exc.current
-            self.history.emit(op, outcome=outcome_of(exc), t0=t0, t1=time.time(), **fields, **extra)
-            raise
-        if record_ok:
-            self.history.emit(op, outcome=ok(result), t0=t0, t1=time.time(), **fields)
-        return result
-
-
-class RecordingFencedTable:
-    """A handler's FencedTable whose writes are recorded as ``fenced`` events."""
-
-    def __init__(self, table: Any, recorder: _Recorder, job_id: str, token: int) -> None:
-        self._table = table
-        self._rec = recorder
-        self._fields = {"job": job_id, "token": token, "table": getattr(table, "table_name", "?")}
-
-    def put_item(self, item: Any, **kwargs: Any) -> None:
-        self._rec.call("fenced", lambda: self._table.put_item(item, **kwargs),
-                       {**self._fields, "kind": "put"},
-                       ok=lambda _r: "written")
-
-    def update_item(self, key: Any, update: str, **kwargs: Any) -> None:
-        self._rec.call("fenced", lambda: self._table.update_item(key, update, **kwargs),
-                       {**self._fields, "kind": "update"}, ok=lambda _r: "written")
-
-    def delete_item(self, key: Any, **kwargs: Any) -> None:
-        self._rec.call("fenced", lambda: self._table.delete_item(key, **kwargs),
-                       {**self._fields, "kind": "delete"}, ok=lambda _r: "written")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._table, name)
-
-
-class StorePassThrough:
-    """The JobStore calls that no recorder or probe looks at, passed straight to ``_store``."""
-
-    _store: JobStore
-
-    def record_accepted(self, spec: JobSpec) -> None:
-        self._store.record_accepted(spec)
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
-        self._store.mark_queued(jobs)
-
-    def get_job(self, job_id: str) -> JobRecord:
-        return self._store.get_job(job_id)
-
-    def request_cancel(self, job_id: str) -> JobRecord:
-        return self._store.request_cancel(job_id)
-
-    def honour_cancel(self, job_id: str) -> JobRecord:
-        return self._store.honour_cancel(job_id)
-
-    def redrive(self, job_id: str) -> int:
-        return self._store.redrive(job_id)
-
-    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return self._store.final_job_ids(job_ids)
-
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
-        return self._store.cancel_unrecorded(job_id, queue, reason, created_at_ms)
-
-    def settle_ended(self, ended: EndedJob) -> bool:
-        return self._store.settle_ended(ended)
-
-
-class RecordingStore(StorePassThrough):
-    """``ports.JobStore`` that records grants, result writes and failure records."""
-
-    def __init__(self, store: JobStore, history: History) -> None:
-        self._store = store
-        self._rec = _Recorder(history)
-
-    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
-        t0 = time.time()
-        try:
-            token = self._store.grant(job_id, queue, owner, redrive_gen)
-        except SluiceError as exc:
-            self._rec.history.emit("grant", outcome=outcome_of(exc), job=job_id, queue=queue, owner=owner,
-                                   t0=t0, t1=time.time(), error=str(exc)[:200])
-            raise
-        self._rec.history.emit("grant", outcome="ok", job=job_id, queue=queue, owner=owner, token=token,
-                               t0=t0, t1=time.time())
-        return token
-
-    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
-        return self._rec.call("write", lambda: self._store.write_result(job_id, token, result),
-                              {"job": job_id, "token": token, "digest": digest(result)},
-                              ok=lambda r: str(r))
-
-    def write_result_unfenced(self, job_id: str, token: int, result: Any) -> None:
-        self._rec.call("write", lambda: self._store.write_result_unfenced(job_id, token, result),
-                       {"job": job_id, "token": token, "digest": digest(result), "unfenced": True},
-                       ok=lambda _r: "written")
-
-    def record_failure(self, job_id: str, token: int, error: str, status: str) -> None:
-        self._rec.call("failure", lambda: self._store.record_failure(job_id, token, error, status),
-                       {"job": job_id, "token": token, "status": status})
-
-    def release(self, job_id: str, token: int) -> None:
-        self._rec.call("store_release", lambda: self._store.release(job_id, token),
-                       {"job": job_id, "token": token})
-
-    def fenced_table(self, table_name: str, job_id: str, token: int) -> RecordingFencedTable:
-        factory = getattr(self._store, "fenced_table", None)
-        if factory is None:
-            raise SluiceError("the store offers no fenced tables")
-        return RecordingFencedTable(factory(table_name, job_id, token), self._rec, job_id, token)
-
-
-
-class RecordingQueue:
-    """``ports.JobQueue`` that records leases, acks, fails, releases and lost heartbeats."""
-
-    def __init__(self, queue: JobQueue, history: History) -> None:
-        self._queue = queue
-        self._rec = _Recorder(history)
-
-    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
-        return self._rec.call("extend", lambda: self._queue.extend(queue, job_id, token, lease_ms),
-                              {"job": job_id, "queue": queue, "lease": token}, record_ok=False)
-
-    def ack(self, queue: str, job_id: str, token: int) -> None:
-        self._rec.call("ack", lambda: self._queue.ack(queue, job_id, token),
-                       {"job": job_id, "queue": queue, "lease": token})
-
-    def fail(self, queue: str, job_id: str, token: int, error: str,
-             retry_after_ms: int | None = None, permanent: bool = False) -> str:
-        return self._rec.call("fail", lambda: self._queue.fail(queue, job_id, token, error,
-                                                               retry_after_ms=retry_after_ms,
-                                                               permanent=permanent),
-                              {"job": job_id, "queue": queue, "lease": token}, ok=lambda r: str(r))
-
-    def release(self, queue: str, job_id: str, token: int) -> None:
-        self._rec.call("release", lambda: self._queue.release(queue, job_id, token),
-                       {"job": job_id, "queue": queue, "lease": token})
-
-    # -- unrecorded delegation ------------------------------------------------------------------
-
-    def enqueue(self, spec: JobSpec) -> bool:
-        return self._queue.enqueue(spec)
-
-    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
-        jobs = self._queue.lease(queue, n, lease_ms, worker_id)
-        for job in jobs:  # where an attempt began: a job killed before its grant shows up here only
-            self._rec.history.emit("lease", job=job.job_id, queue=queue, lease=job.token, attempt=job.attempt)
-        return jobs
-
-    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
-        return self._queue.cancel(queue, job_id, settle)
-
-    def reap(self, queue: str, limit: int) -> int:
-        return self._queue.reap(queue, limit)
-
-    def stats(self, queue: str) -> QueueStats:
-        return self._queue.stats(queue)
-
-    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        return self._queue.dead_letters(queue, limit)
-
-    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
-        return self._queue.redrive(queue, job_id, generation)
-
-    def purge_dead(self, queue: str) -> int:
-        return self._queue.purge_dead(queue)
-
-    def get_config(self, queue: str) -> QueueConfig:
-        return self._queue.get_config(queue)
-
-    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
-        return self._queue.set_config(queue, **changes)
-
-    def queues(self) -> list[str]:
-        return self._queue.queues()
+    def __call__(self, event: ev.Event) -> None:
+        line = line_of(event)
+        if line is not None:
+            self.history.emit(line[0], **line[1])
 
 
 _open: dict[str, History] = {}
@@ -302,10 +142,12 @@ def open_history(path: str | os.PathLike[str]) -> History:
     return history
 
 
-def recorded(queue: JobQueue, store: JobStore, path: str) -> tuple[RecordingQueue, RecordingStore]:
-    """The worker's ports, recording to ``path`` (one open file per process and path)."""
-    history = open_history(path)
-    return RecordingQueue(queue, history), RecordingStore(store, history)
+
+def record(bus: ev.EventBus, path: str | os.PathLike[str]) -> Recorder:
+    """Subscribe a recorder of ``path`` (one open file per process and path) to ``bus``."""
+    recorder = Recorder(open_history(path))
+    bus.subscribe(recorder)
+    return recorder
 
 
 # -- reading and analysis ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from sluice import events as ev
 from sluice import policy
 from sluice.errors import (
     AlreadyFinished,
@@ -28,7 +29,7 @@ from sluice.errors import (
     SluiceError,
     StaleToken,
 )
-from sluice.models import dump_json
+from sluice.models import LeasedJob, dump_json
 from sluice.ports import JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import FencedTableFactory, JobContext
@@ -75,7 +76,7 @@ class JobRunner:
             why = f"only {remaining_ms:.0f} ms of lease left, {margin} ms needed to grant"
             return self.settler.release(tracked, tracked.log, None, why)
         try:
-            token = self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen)
+            token = self._grant(job)
         except AlreadyFinished as exc:
             # Failed or dead in the store, yet back in Redis (its worker wrote the verdict and
             # died before telling Redis): finish what it started, without running it again.
@@ -102,9 +103,21 @@ class JobRunner:
         if job.enqueued_at_ms:
             self.settler.tel.metrics.observe_ms(t.QUEUE_WAIT, max(0, self._now_ms() - job.enqueued_at_ms))
         a.log.info("job started")
+        events = self.settler.events
+        events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt))
         inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
+        outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
+        events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
+                                    duration_ms=inv.duration_ms,
+                                    error="" if inv.error is None else ev.error_text(inv.error)))
         self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
         return self._verdict(a, ctx, inv, timeout_ms)
+
+    def _grant(self, job: LeasedJob) -> int:
+        return ev.timed(self.settler.events,
+                        lambda: self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen),
+                        ev.Granted, {"job": job.job_id, "queue": job.queue, "owner": self.worker_id},
+                        details=lambda token: {"token": token})
 
     def _verdict(self, a: Attempt, ctx: JobContext, inv: Invocation, timeout_ms: int) -> Outcome:
         s = self.settler

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sluice import events as ev
 from sluice.errors import JobNotFound, LeaseLost
 from sluice.models import LeasedJob
 from sluice.policy import lease_plan
@@ -40,8 +41,9 @@ class Tracked:
 
 class Heartbeat:
     def __init__(self, queue: JobQueue, telemetry: Telemetry, *, heartbeat_fraction: float = 1 / 3,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, events: ev.EventBus | None = None) -> None:
         self._queue = queue
+        self._events = events if events is not None else ev.EventBus()
         self._tel = telemetry
         self._fraction = heartbeat_fraction
         self._clock = clock
@@ -117,7 +119,10 @@ class Heartbeat:
         job = tracked.leased
         started = self._clock()
         try:
-            extended = self._queue.extend(job.queue, job.job_id, job.token, job.lease_ms)
+            extended = ev.timed(self._events, lambda: self._queue.extend(job.queue, job.job_id, job.token,
+                                                                          job.lease_ms),
+                                ev.Renewed, {"job": job.job_id, "queue": job.queue, "lease": job.token},
+                                details=lambda e: {"deadline_ms": e.deadline_ms})
         except (LeaseLost, JobNotFound) as exc:  # NOT_FOUND: the new holder acked it
             self._lost(tracked, f"extend refused: {exc}")
             return

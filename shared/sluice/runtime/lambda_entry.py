@@ -11,7 +11,6 @@ invocation budget (``WorkerOptions.check_fits``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -22,21 +21,7 @@ from sluice.runtime.options import WorkerOptions
 
 if TYPE_CHECKING:
     from sluice.config import Settings
-    from sluice.ports import JobQueue, JobStore
     from sluice.worker import Worker
-
-PortWrapper = Callable[["JobQueue", "JobStore", "Settings"], "tuple[JobQueue, JobStore]"]
-_port_wrappers: list[PortWrapper] = []
-
-
-def wrap_ports(wrapper: PortWrapper) -> None:
-    """Have every dispatch's queue and store ports pass through ``wrapper``.
-
-    Production registers none. The local stack's container registers its history recorder
-    here (``sluice.local.container``): production code never imports the dev tooling.
-    """
-    _port_wrappers.append(wrapper)
-
 
 class LambdaContextLike(Protocol):
     """The parts of ``awslambdaric``'s LambdaContext the worker uses."""
@@ -103,11 +88,10 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     dispatch = parse_dispatch(event)
     s = settings or wiring.settings()
     app, options = prepare(s)
-    queue, store = wiring.queue(s), wiring.store(s)
-    for wrap in _port_wrappers:
-        queue, store = wrap(queue, store, s)
+    # The process's event bus: production subscribes nothing; the local stack's containers
+    # subscribe their history recorder (sluice.local.container), never imported from here.
     worker = app.bind(
-        queue=queue, store=store, options=options,
+        queue=wiring.queue(s), store=wiring.store(s), options=options, events=wiring.events(),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}

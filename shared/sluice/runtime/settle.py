@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from sluice import events as ev
 from sluice import policy
 from sluice.errors import (
     AlreadyFinished,
@@ -26,7 +27,7 @@ from sluice.errors import (
     SluiceError,
     StaleToken,
 )
-from sluice.models import JobState, LeasedJob
+from sluice.models import JobState, LeasedJob, WriteOutcome
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.heartbeat import Heartbeat, Tracked
@@ -58,7 +59,7 @@ class Settler:
     def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
                  hooks: Hooks, *, attempts: int = 3, rng: random.Random | None = None,
                  retry_base_ms: int = policy.BASE_BACKOFF_MS,
-                 retry_cap_ms: int = policy.MAX_BACKOFF_MS) -> None:
+                 retry_cap_ms: int = policy.MAX_BACKOFF_MS, events: ev.EventBus | None = None) -> None:
         self.queue = queue
         self.store = store
         self.heartbeat = heartbeat
@@ -67,6 +68,7 @@ class Settler:
         self._attempts = attempts
         self._rng = rng
         self._backoff = (retry_base_ms, retry_cap_ms)
+        self.events = events if events is not None else ev.EventBus()
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call`` again after BackendUnavailable; only for calls that are safe to repeat."""
@@ -79,14 +81,37 @@ class Settler:
                 time.sleep(0.05 * 2**i)
         raise AssertionError("unreachable")
 
+    # -- observed calls: one event per call (each retry too), as the call returned or raised -------
+
+    def _redis(self, kind: type[ev.CallEnded], job: LeasedJob, call: Callable[[], T],
+               ok: Callable[[T], str] = lambda _r: "ok") -> T:
+        return self.retrying(lambda: ev.timed(self.events, call, kind,
+                                              {"job": job.job_id, "queue": job.queue, "lease": job.token},
+                                              ok=ok))
+
+    def _ack(self, job: LeasedJob) -> None:
+        self._redis(ev.Acked, job, lambda: self.queue.ack(job.queue, job.job_id, job.token))
+
+    def _ended(self, a: Attempt, state: JobState) -> None:
+        job = a.leased
+        self.events.emit(ev.JobEnded(job=job.job_id, queue=job.queue, state=state.value, source="worker",
+                                     redrive_gen=job.redrive_gen, token=a.token, attempts=job.attempt,
+                                     created_at_ms=job.enqueued_at_ms,
+                                     ended_at_ms=time.time_ns() // 1_000_000))
+
     # -- success --------------------------------------------------------------------------------
 
     def succeed(self, a: Attempt, result: Any, ctx: Any) -> Outcome:
         if a.tracked.state.lease_lost.is_set():
             return self.lost(a, "result discarded: the lease was lost while the handler ran")
+        job = a.leased
         self.hooks.fire("before_write", ctx)
+        self.events.emit(ev.ResultWriting(job=job.job_id, queue=job.queue, token=a.token))
+        fields = {"job": job.job_id, "token": a.token, "result": result}
         try:
-            written = self.retrying(lambda: self.store.write_result(a.leased.job_id, a.token, result))
+            written = self.retrying(lambda: ev.timed(
+                self.events, lambda: self.store.write_result(job.job_id, a.token, result), ev.ResultWritten,
+                fields, ok=str, refused=ev.ResultRefused))
         except StaleToken as exc:
             self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
             return self.lost(a, f"fenced write rejected: token {exc.mine} is stale, current is {exc.current}")
@@ -94,10 +119,13 @@ class Settler:
             return self.cancelled_meanwhile(a)
         except SluiceError as exc:
             return self.unsettled(a, f"result write failed: {exc}")
+        if written is WriteOutcome.WRITTEN:
+            self._ended(a, JobState.SUCCEEDED)
         self.hooks.fire("before_ack", ctx)
+        self.events.emit(ev.Acking(job=job.job_id, queue=job.queue, lease=job.token, token=a.token))
         self.heartbeat.untrack(a.tracked)  # the ack ends the lease; a late renewal must not cry "lost"
         try:
-            self.retrying(lambda: self.queue.ack(a.leased.queue, a.leased.job_id, a.leased.token))
+            self._ack(job)
         except GONE as exc:
             # The result is stored; the job will run again and write an equal result.
             self.tel.metrics.count(t.LEASES_LOST)
@@ -129,10 +157,12 @@ class Settler:
             return ended
         self.heartbeat.untrack(a.tracked)
         permanent = status in (JobState.FAILED, JobState.DEAD)
+        if permanent:
+            self._ended(a, status)
         try:
-            self.retrying(lambda: self.queue.fail(job.queue, job.job_id, job.token, error,
-                                                  retry_after_ms=None if permanent else retry_after_ms,
-                                                  permanent=permanent))
+            self._redis(ev.FailReported, job, lambda: self.queue.fail(
+                job.queue, job.job_id, job.token, error, retry_after_ms=None if permanent else retry_after_ms,
+                permanent=permanent), ok=str)
         except GONE as exc:
             self.tel.metrics.count(t.LEASES_LOST)
             a.log.warning("lease lost: fail rejected (%s)", exc)
@@ -148,13 +178,16 @@ class Settler:
 
     def cancel(self, a: Attempt, why: str) -> Outcome:
         ended = self._record(a, why, JobState.CANCELLED)
-        return ended if ended is not None else self.cancelled_meanwhile(a)
+        if ended is not None:
+            return ended
+        self._ended(a, JobState.CANCELLED)
+        return self.cancelled_meanwhile(a)
 
     def cancelled_meanwhile(self, a: Attempt) -> Outcome:
         """The store says cancelled: drop the job from Redis (an ack removes it)."""
         self.heartbeat.untrack(a.tracked)
         try:
-            self.retrying(lambda: self.queue.ack(a.leased.queue, a.leased.job_id, a.leased.token))
+            self._ack(a.leased)
         except SluiceError as exc:
             a.log.warning("could not remove the cancelled job from the queue: %s", exc)
         self.tel.metrics.count(t.JOBS_CANCELLED)
@@ -164,7 +197,10 @@ class Settler:
     def _record(self, a: Attempt, error: str, status: JobState) -> Outcome | None:
         """Write the failure to the store first. None if recorded, else how the attempt ended."""
         try:
-            self.retrying(lambda: self.store.record_failure(a.leased.job_id, a.token, error, status.value))
+            job = a.leased
+            self.retrying(lambda: ev.timed(
+                self.events, lambda: self.store.record_failure(job.job_id, a.token, error, status.value),
+                ev.FailureRecorded, {"job": job.job_id, "token": a.token, "status": status.value}))
             return None
         except StaleToken as exc:
             self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
@@ -183,7 +219,7 @@ class Settler:
         self.heartbeat.untrack(tracked)
         job = tracked.leased
         try:
-            self.retrying(lambda: self.queue.ack(job.queue, job.job_id, job.token))
+            self._ack(job)
         except GONE as exc:
             log.warning("lease lost: ack of an already succeeded job rejected (%s)", exc)
             return Outcome.LEASE_LOST
@@ -202,8 +238,8 @@ class Settler:
         self.heartbeat.untrack(tracked)
         job = tracked.leased
         try:
-            self.retrying(lambda: self.queue.fail(job.queue, job.job_id, job.token, f"not run again: {exc}",
-                                                  permanent=True))
+            self._redis(ev.FailReported, job, lambda: self.queue.fail(
+                job.queue, job.job_id, job.token, f"not run again: {exc}", permanent=True), ok=str)
         except GONE as lost:
             log.warning("lease lost: dead-lettering an already finished job rejected (%s)", lost)
             return Outcome.LEASE_LOST
@@ -238,8 +274,10 @@ class Settler:
         job = tracked.leased
         try:
             if token is not None:
-                self.retrying(lambda: self.store.release(job.job_id, token))
-            self.retrying(lambda: self.queue.release(job.queue, job.job_id, job.token))
+                granted = token
+                self.retrying(lambda: ev.timed(self.events, lambda: self.store.release(job.job_id, granted),
+                                               ev.GrantReleased, {"job": job.job_id, "token": granted}))
+            self._redis(ev.Released, job, lambda: self.queue.release(job.queue, job.job_id, job.token))
         except AlreadyFinished:
             return self.succeeded_before(tracked, log, "it was not finished again")
         except GONE as exc:

@@ -35,6 +35,7 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
+from sluice.events import EventBus, FencedWrite, timed
 from sluice.metrics import EmfMetrics as EmfMetrics  # re-exported: store.jobs counts through it
 from sluice.models import JobState, validate_job_id, validate_token
 from sluice.ports import Metrics
@@ -148,7 +149,8 @@ class FencedTable:
     """
 
     def __init__(self, client: DynamoDBClient, table_name: str, job_id: str, token: int, *,
-                 jobs_table: str = "sluice-jobs", metrics: Metrics | None = None) -> None:
+                 jobs_table: str = "sluice-jobs", metrics: Metrics | None = None,
+                 events: EventBus | None = None) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise InvalidInput(f"invalid table name {table_name!r}")
         if table_name == jobs_table:
@@ -160,6 +162,7 @@ class FencedTable:
         self.token = validate_token(token)
         self.jobs_table = jobs_table
         self._fence = Fence(metrics)
+        self._events = events if events is not None else EventBus()  # a FencedWrite per write
         self._ser = TypeSerializer()
         # The last write whose outcome is unknown (it raised BackendUnavailable) and its request
         # token: the same write sent next is the caller's retry and reuses the token, so DynamoDB
@@ -169,19 +172,24 @@ class FencedTable:
 
     def put_item(self, item: Mapping[str, Any], *, condition: str | None = None,
                  names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> None:
-        op: dict[str, Any] = {"TableName": self.table_name, "Item": self._encode(item)}
-        self._write("Put", "put_item", op, condition, names, values)
+        self._observed("put", lambda: self._write("Put", "put_item", {
+            "TableName": self.table_name, "Item": self._encode(item)}, condition, names, values))
 
     def update_item(self, key: Mapping[str, Any], update: str, *, condition: str | None = None,
                     names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> None:
-        op: dict[str, Any] = {"TableName": self.table_name, "Key": self._encode(key),
-                              "UpdateExpression": update}
-        self._write("Update", "update_item", op, condition, names, values)
+        self._observed("update", lambda: self._write("Update", "update_item", {
+            "TableName": self.table_name, "Key": self._encode(key), "UpdateExpression": update},
+            condition, names, values))
 
     def delete_item(self, key: Mapping[str, Any], *, condition: str | None = None,
                     names: Mapping[str, str] | None = None, values: Mapping[str, Any] | None = None) -> None:
-        op: dict[str, Any] = {"TableName": self.table_name, "Key": self._encode(key)}
-        self._write("Delete", "delete_item", op, condition, names, values)
+        self._observed("delete", lambda: self._write("Delete", "delete_item", {
+            "TableName": self.table_name, "Key": self._encode(key)}, condition, names, values))
+
+    def _observed(self, kind: str, write: Callable[[], None]) -> None:
+        timed(self._events, write, FencedWrite,
+              {"job": self.job_id, "token": self.token, "table": self.table_name, "kind": kind},
+              ok=lambda _r: "written")
 
     def _encode(self, item: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(item, Mapping) or not item:

@@ -1,0 +1,73 @@
+"""The event bus: synchronous, ordered, typed; a failing observer never breaks the emitter."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sluice import events as ev
+from sluice.errors import JobCancelled, LeaseLost, SluiceError, StaleToken
+
+
+def acked(job: str = "j") -> ev.Acked:
+    return ev.Acked(job=job, queue="q", lease=1, outcome="ok", t0=0.0)
+
+
+def test_delivery_is_synchronous_in_subscription_order_and_by_type() -> None:
+    bus = ev.EventBus()
+    seen: list[tuple[str, str]] = []
+    bus.subscribe(lambda e: seen.append(("all", type(e).__name__)))
+    bus.subscribe(lambda e: seen.append(("acks", e.job)), ev.Acked)
+    bus.subscribe(lambda e: seen.append(("calls", type(e).__name__)), ev.CallEnded)
+    bus.emit(acked("a"))
+    bus.emit(ev.Leased(job="b", queue="q", lease=1, attempt=1))
+    assert seen == [("all", "Acked"), ("acks", "a"), ("calls", "Acked"), ("all", "Leased")]
+
+
+def test_unsubscribe_and_listening() -> None:
+    bus = ev.EventBus()
+    assert not bus.listening
+    seen: list[ev.Event] = []
+    off = bus.subscribe(seen.append)
+    assert bus.listening
+    off()
+    bus.emit(acked())
+    assert seen == [] and not bus.listening
+
+
+def test_a_failing_subscriber_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    bus = ev.EventBus()
+    seen: list[ev.Event] = []
+
+    def broken(_e: ev.Event) -> None:
+        raise RuntimeError("observer bug")
+
+    bus.subscribe(broken)
+    bus.subscribe(seen.append)
+    bus.emit(acked())
+    assert len(seen) == 1
+    assert "observer bug" in caplog.text
+
+
+def test_a_base_exception_is_not_swallowed() -> None:
+    bus = ev.EventBus()
+
+    def stop(_e: ev.Event) -> None:
+        raise SystemExit(3)
+
+    bus.subscribe(stop)
+    with pytest.raises(SystemExit):
+        bus.emit(acked())
+
+
+def test_events_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        acked().job = "other"  # type: ignore[misc]
+
+
+def test_outcome_words() -> None:
+    assert ev.outcome_of(StaleToken("x", mine=1, current=2)) == "rejected"
+    assert ev.outcome_of(JobCancelled("x")) == "cancelled"
+    assert ev.outcome_of(LeaseLost("x")) == "lost"
+    assert ev.outcome_of(SluiceError("x")) == "error"
