@@ -208,24 +208,29 @@ def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_
     assert not v.ok and len(v.failures()) == 2
 
 
-def test_the_relay_events_give_the_lines_the_relay_wrappers_write(tmp_path: Path) -> None:
-    from types import SimpleNamespace
+def test_the_relay_events_give_the_lines_the_relay_wrappers_wrote(tmp_path: Path) -> None:
+    """The relay emits RecordsRead and Pushed; record_relay writes from them the read and push
+    lines the RecordedSource/RecordedEngine wrappers wrote (those lines, field for field)."""
+    from sluice.chaos.app import record_relay
+    from sluice.models import JobSpec
+    from tests.unit.test_relay import World
 
-    from sluice.chaos.app import RecordedEngine, RecordedSource, record_relay
-
-    wrapped, evented = tmp_path / "w.jsonl", tmp_path / "e.jsonl"
-    specs = [(7, SimpleNamespace(job_id="a")), (8, SimpleNamespace(job_id="b"))]
-    engine = SimpleNamespace(push=lambda *a: SimpleNamespace(pushed=2, skipped=0))
-    source = SimpleNamespace(poll=lambda *a: [SimpleNamespace(partition=0, offset=o) for o in (7, 8)])
-    RecordedEngine(engine, history.open_history(wrapped)).push("q", "t", 0, 3, specs)
-    RecordedSource(source, history.open_history(wrapped)).poll(10, 2)
-    report = record_relay(history.open_history(evented))
-    report(events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2, skipped=0,
-                         jobs=("a", "b"), outcome="ok", t0=0.0))
-    report(events.RecordsRead(topic="t", partition=0, first=7, last=8, n=2))
+    evented = tmp_path / "e.jsonl"
+    w = World(partitions=1)
+    for job_id in ("a", "b"):
+        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    bus = events.EventBus()
+    bus.subscribe(record_relay(history.open_history(evented)), events.RecordsRead, events.Pushed)
+    relay = w.relay(events=bus)
+    for _ in range(3):
+        relay.step()
+    token = relay.ownership.owned[0].token
 
     def shape(path: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in e.items() if k not in ("t0", "t1")} for e in lines(path)]
+        return [{k: v for k, v in e.items() if k not in ("t0", "t1", "pid")} for e in lines(path)]
 
-    assert shape(wrapped) == shape(evented)
-    assert [e["op"] for e in lines(evented)] == ["push", "read"]
+    wrote = [{"op": "read", "partition": 0, "first": 0, "last": 1, "n": 2},
+             {"op": "push", "partition": 0, "owner": token, "outcome": "ok", "first": 0, "last": 1,
+              "pushed": 2, "skipped": 0, "jobs": ["a", "b"]}]
+    assert shape(evented) == wrote
+    assert [e["op"] for e in lines(evented)] == ["read", "push"]

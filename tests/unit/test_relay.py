@@ -31,11 +31,11 @@ class World:
         self.seq = 0
 
     def relay(self, relay_id: str = "r1", source: FakeSource | None = None, *, metrics: Any = None,
-              after_push: Any = None, job_ids: Any = None, **knobs: Any) -> Relay:
+              after_push: Any = None, job_ids: Any = None, events: Any = None, **knobs: Any) -> Relay:
         config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, **knobs})
         return Relay(self.engine, self.store, source or self.source, self.dispatcher,  # type: ignore[arg-type]
                      relay_id=relay_id, clock=self.clock, metrics=metrics, after_push=after_push,
-                     job_ids=job_ids, config=config)
+                     job_ids=job_ids, events=events, config=config)
 
     def add(self, n: int, queue: str = "q", partition: int | None = None) -> list[str]:
         ids = []
@@ -363,6 +363,36 @@ def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written(
     w.clock.t += 6
     relay.step()
     assert w.store.settled == [dead, gone] and w.engine.endings["q"] == []
+
+
+def test_the_relay_emits_pushed_committed_settled_and_job_ended_for_the_endings_it_settles() -> None:
+    from sluice import events
+
+    w = World(partitions=1)
+    ids = w.add(3, partition=0)
+    dead = EndedJob(job_id="d1", queue="q", state=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
+    gone = EndedJob(job_id="c1", queue="q", state=JobState.CANCELLED, ended_at_ms=6)
+    refused = EndedJob(job_id="x1", queue="q", state=JobState.DEAD, ended_at_ms=7)
+    w.engine.endings["q"] = [dead, gone, refused]
+    w.store.refuse_settle = {"x1"}  # not written: no ending to announce
+    bus = events.EventBus()
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    relay = w.relay(maintenance_s=5, events=bus)
+    run_steps(relay, 3)
+    w.clock.t += 6  # the next maintenance, now that "q" exists
+    relay.step()
+    pushed = [e for e in seen if isinstance(e, events.Pushed)]
+    assert [(e.partition, e.first, e.last, e.pushed, e.outcome) for e in pushed] == [(0, 0, 2, 3, "ok")]
+    assert list(pushed[0].jobs) == ids and pushed[0].owner == relay.ownership.owned[0].token
+    committed = [e for e in seen if isinstance(e, events.Committed)]
+    assert committed and committed[-1].partition == 0 and committed[-1].offset == 3
+    ended = [(e.job, e.state, e.source, e.redrive_gen) for e in seen if isinstance(e, events.JobEnded)]
+    assert ended == [("d1", "dead", "settle", 2), ("c1", "cancelled", "settle", 0)]
+    assert [(e.queue, e.n) for e in seen if isinstance(e, events.Settled)] == [("q", 2)]
+    # the order a subscriber sees: a job's ending before the queue's settled count
+    kinds = [type(e).__name__ for e in seen if isinstance(e, events.JobEnded | events.Settled)]
+    assert kinds == ["JobEnded", "JobEnded", "Settled"]
 
 
 def test_lost_redrive_and_foreign_topic_jobs_are_released() -> None:

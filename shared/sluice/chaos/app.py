@@ -8,8 +8,8 @@ run the same pieces:
   function of the payload (``expected_result``), and the nemesis's fault points as
   runtime hooks;
 - ``Control``: the nemesis's arming files, and the one place a process kills or stops itself;
-- ``RecordedEngine`` / ``RecordedSource``: the relay's engine and record source,
-  recording what each push and poll did (for diagnosing a lost job).
+- ``record_relay``: a subscriber of the relay's events (``RecordsRead``, ``Pushed``),
+  recording what each poll and push did (for diagnosing a lost job).
 
 Arming: the nemesis writes ``<control_dir>/<stem>.json`` (``{"kind", "until", "id"}``),
 where the stem is a process slot (``w0``, ``r0``: process runtime) or a function
@@ -108,52 +108,8 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     return app
 
 
-class RecordedSource:
-    """The relay's record source, recording what each poll read."""
-
-    def __init__(self, source: Any, history: History) -> None:
-        self._source, self._history = source, history
-
-    def poll(self, timeout_ms: int, max_records: int) -> Any:
-        records = self._source.poll(timeout_ms, max_records)
-        by_partition: dict[int, list[int]] = {}
-        for r in records:
-            by_partition.setdefault(r.partition, []).append(r.offset)
-        for p, offsets in by_partition.items():
-            self._history.emit("read", partition=p, first=min(offsets), last=max(offsets), n=len(offsets))
-        return records
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-
-class RecordedEngine:
-    """The relay's engine, recording every push: which records, and what Redis made of them."""
-
-    def __init__(self, engine: Any, history: History) -> None:
-        self._engine, self._history = engine, history
-
-    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
-        t0 = time.time()
-        try:
-            out = self._engine.push(queue, topic, partition, owner_token, records)
-        except Exception as exc:
-            self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
-                               error=str(exc)[:200], first=records[0][0], last=records[-1][0])
-            raise
-        self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="ok",
-                           first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
-                           jobs=[spec.job_id for _, spec in records])
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
 def record_relay(history: History) -> Callable[[ev.Event], None]:
-    """The relay's ``RecordsRead`` and ``Pushed`` events as ``read`` and ``push`` lines: the same
-    lines ``RecordedSource``/``RecordedEngine`` write, for when the relay emits its events
-    (the relay's parts, issue 16); the wrappers go then."""
+    """The relay's ``RecordsRead`` and ``Pushed`` events as the history's ``read`` and ``push`` lines."""
 
     def report(e: ev.Event) -> None:
         if isinstance(e, ev.RecordsRead):

@@ -29,7 +29,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos.app import Control, RecordedEngine, RecordedSource, worker_app
+from sluice import events as ev
+from sluice.chaos.app import Control, record_relay, worker_app
+from sluice.events import EventBus
 from sluice.local.history import History, open_history
 
 HANDLER_TIMEOUT_S = 2.0  # the chaos handler's hard timeout: its work takes 30 ms at most
@@ -67,8 +69,9 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
-    r, recovery = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
-                                  wrap_source=lambda s: RecordedSource(s, history),
+    bus = EventBus()  # this invocation's: its reads and pushes go to the history
+    bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed)
+    r, recovery = scheduled_relay(settings, context, events=bus,
                                   recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
                                   lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
                                   job_ids=None)  # the workload names its jobs itself: unsigned ids

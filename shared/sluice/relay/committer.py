@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from sluice import events as ev
 from sluice.errors import SluiceError
+from sluice.events import EventBus
 from sluice.ports import Metrics
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
@@ -24,9 +26,11 @@ class Committer:
     """Kafka commits of the owned partitions' commit points, and the ``RelayLag`` metric."""
 
     def __init__(self, source: RecordSource, config: RelayConfig, ownership: Ownership, *,
-                 clock: Clock, report: RelayReport, metrics: Metrics, hooks: RelayHooks) -> None:
+                 clock: Clock, report: RelayReport, metrics: Metrics, hooks: RelayHooks,
+                 events: EventBus | None = None) -> None:
         self.source, self.config, self.ownership = source, config, ownership
         self.clock, self.report, self.metrics, self.hooks = clock, report, metrics, hooks
+        self.events = events or EventBus()
         self._last_commit = float("-inf")
         self.next_lag = clock.monotonic() + config.lag_every_s
 
@@ -50,6 +54,9 @@ class Committer:
         forward = self.hooks.on_commit(offsets)
         if forward:
             self.source.commit(forward)
+            if self.events.listening:
+                for p, offset in forward.items():
+                    self.events.emit(ev.Committed(topic=self.source.topic, partition=p, offset=offset))
         for p, offset in offsets.items():
             owned_by[p].committed = offset
             owned_by[p].dead_since_commit = False

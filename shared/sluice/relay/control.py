@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -26,6 +26,7 @@ from sluice.relay.state import AfterPush
 
 if TYPE_CHECKING:
     from sluice.config import Settings
+    from sluice.events import EventBus
     from sluice.ids import Verifier
     from sluice.kafka.source import KafkaSource
     from sluice.recovery.hook import Recovery
@@ -131,25 +132,18 @@ def _source(settings: Settings) -> KafkaSource:
     return KafkaSource.from_settings(settings)
 
 
-Wrap = Callable[[Any], Any]
-
-
-def _same(x: Any) -> Any:
-    return x
-
-
 def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: Any = None,
-                    wrap_engine: Wrap = _same, wrap_source: Wrap = _same,
-                    recovery: Mapping[str, Any] | None = None, after_push: AfterPush | None = None,
+                    events: EventBus | None = None, recovery: Mapping[str, Any] | None = None,
+                    after_push: AfterPush | None = None,
                     job_ids: Verifier | Literal["settings"] | None = "settings",
                     **options: Any) -> tuple[Relay, Recovery]:
     """The relay one scheduled invocation runs, and its recovery hooks (for their replay count).
 
     The real adapters, with Redis-loss recovery as the relay's hooks (docs/redis-loss.md),
-    checking each record's job id with the job id keys (``job_ids=None``: unsigned ids). A
-    harness may wrap the engine and source (the chaos run records pushes and polls; to go when
-    it subscribes to relay events instead), pass recovery knobs, a push callback, and override
-    ``RelayConfig`` fields (``options``).
+    checking each record's job id with the job id keys (``job_ids=None``: unsigned ids), and
+    emitting on ``events`` (default: the process's bus, ``wiring.events``). A harness may hand
+    in its own bus (the chaos run records reads and pushes from it), pass recovery knobs, a
+    push callback, and override ``RelayConfig`` fields (``options``).
     """
     from sluice import wiring
     from sluice.recovery import for_relay
@@ -160,12 +154,15 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     if job_ids == "settings":  # each record must carry an id a gateway of this deployment minted
         job_ids = wiring.job_id_verifier(settings)
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
-    engine, source = wrap_engine(wiring.queue(settings)), wrap_source(_source(settings))
+    from sluice.redis.engine import RedisQueue
+
+    engine, source = RedisQueue.from_settings(settings), _source(settings)
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, metrics=metrics,
                                **(recovery or {}))
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
-                  hooks=recovery_hooks, after_push=after_push, job_ids=job_ids)
+                  hooks=recovery_hooks, after_push=after_push, job_ids=job_ids,
+                  events=wiring.events() if events is None else events)
     return relay, recovery_hooks
 
 

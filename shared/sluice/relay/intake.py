@@ -13,7 +13,9 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from sluice import events as ev
 from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
+from sluice.events import EventBus
 from sluice.ids import Verifier
 from sluice.models import JobSpec
 from sluice.relay.config import RelayConfig
@@ -48,13 +50,16 @@ class Intake:
 
     def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, ownership: Ownership,
                  *, report: RelayReport, hooks: RelayHooks, monotonic: Callable[[], float],
-                 job_ids: Verifier | None = None) -> None:
+                 job_ids: Verifier | None = None, events: EventBus | None = None) -> None:
         self.engine, self.source, self.config, self.ownership = engine, source, config, ownership
         self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
+        self.events = events or EventBus()
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 
     def take(self, records: Sequence[SourceRecord]) -> None:
+        if records and self.events.listening:
+            self._read(records)
         owned_by = self.ownership.owned
         decoded: list[tuple[SourceRecord, JobSpec | str]] = []
         for record in records:
@@ -83,6 +88,15 @@ class Intake:
             owned.pending_count += 1
         if decoded:
             self.hooks.on_records(decoded)
+
+    def _read(self, records: Sequence[SourceRecord]) -> None:
+        """``RecordsRead`` per partition of a poll (before any is taken: what Kafka gave)."""
+        by_partition: dict[int, list[int]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r.offset)
+        for p, offsets in by_partition.items():
+            self.events.emit(ev.RecordsRead(topic=self.source.topic, partition=p, first=min(offsets),
+                                            last=max(offsets), n=len(offsets)))
 
     def skip_relayed(self) -> None:
         """Drop from the buffers the records Redis already holds: at or below push.lua's recorded

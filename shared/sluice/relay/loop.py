@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from sluice.errors import SluiceError
+from sluice.events import EventBus
 from sluice.ids import Verifier
 from sluice.ports import Dispatcher, JobStore, Metrics
 from sluice.relay.committer import Committer
@@ -35,28 +36,33 @@ class Relay:
     def __init__(self, engine: RelayEngine, store: JobStore, source: RecordSource,
                  dispatcher: Dispatcher | None = None, *, relay_id: str, config: RelayConfig | None = None,
                  clock: Clock | None = None, metrics: Metrics | None = None, hooks: RelayHooks | None = None,
-                 after_push: AfterPush | None = None, job_ids: Verifier | None = None) -> None:
+                 after_push: AfterPush | None = None, job_ids: Verifier | None = None,
+                 events: EventBus | None = None) -> None:
         """``after_push`` (partition, queue, outcome) runs on the pusher thread after each push:
         the chaos run's kill point. ``job_ids``: the keys every record's id must verify with
-        (``intake.unminted``); None trusts every record."""
+        (``intake.unminted``); None trusts every record. ``events``: the bus the relay emits
+        on (``RecordsRead``, ``Pushed``, ``Committed``, ``Settled``, ``JobEnded``); the
+        composition root hands it in."""
         self.relay_id, self.source = relay_id, source
         self.config = config = config or RelayConfig()
         self.clock: Clock = clock or SystemClock()
         self.metrics: Metrics = metrics or _NoMetrics()
         self.hooks = hooks = hooks or RelayHooks()
         self.report = report = RelayReport()
+        self.events = bus = events or EventBus()
         self.ownership = Ownership(engine, source, config, relay_id=relay_id, started=self.clock.monotonic(),
                                    metrics=self.metrics, report=report, hooks=hooks)
         self.intake = Intake(engine, source, config, self.ownership, report=report, hooks=hooks,
-                             monotonic=self.clock.monotonic, job_ids=job_ids)
+                             monotonic=self.clock.monotonic, job_ids=job_ids, events=bus)
         self.queues = QueueStates(engine, config, self.metrics)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
-                             metrics=self.metrics, hooks=hooks, after_push=after_push)
+                             metrics=self.metrics, hooks=hooks, after_push=after_push, events=bus)
         self.committer = Committer(source, config, self.ownership, clock=self.clock, report=report,
-                                   metrics=self.metrics, hooks=hooks)
+                                   metrics=self.metrics, hooks=hooks, events=bus)
         self.dispatch = Dispatch(dispatcher, config, report=report, metrics=self.metrics)
-        self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report)
+        self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report,
+                                       events=bus)
         self._take_rate = engine.take_rate
         self._next_maintenance = float("-inf")
 

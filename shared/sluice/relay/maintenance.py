@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from sluice import events as ev
 from sluice.errors import SluiceError
+from sluice.events import EventBus
 from sluice.models import is_reserved_queue
 from sluice.ports import JobStore
 from sluice.relay.config import RelayConfig
@@ -24,9 +26,10 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 
 class Maintenance:
     def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, queues: QueueStates,
-                 dispatch: Dispatch, *, report: RelayReport) -> None:
+                 dispatch: Dispatch, *, report: RelayReport, events: EventBus | None = None) -> None:
         self.engine, self.store, self.config, self.queues = engine, store, config, queues
         self.dispatch, self.report = dispatch, report
+        self.events = events or EventBus()
 
     def run(self, now: float) -> None:
         """Reap expired leases, settle the endings nobody reported, and start workers for
@@ -60,15 +63,22 @@ class Maintenance:
             log.warning("could not read the endings to settle in %s: %s", queue, exc)
             return
         done = []
+        settled = 0
         for job in ended:
             try:
                 if self.store.settle_ended(job):
                     self.report.settled += 1
+                    settled += 1
                     log.info("settled %s as %s: Redis ended it with no worker left to report",
                              job.job_id, job.state.value, extra={"job_id": job.job_id, "queue": queue})
+                    self.events.emit(ev.JobEnded(job=job.job_id, queue=queue, state=job.state.value,
+                                                 source="settle", redrive_gen=job.redrive_gen or 0,
+                                                 ended_at_ms=job.ended_at_ms))
                 done.append(job)
             except SluiceError as exc:
                 log.warning("could not settle %s as %s: %s", job.job_id, job.state.value, exc)
+        if settled:
+            self.events.emit(ev.Settled(queue=queue, n=settled))
         if done:
             try:
                 self.engine.settled(queue, done)

@@ -10,10 +10,14 @@ changes relay state. A push refused because a newer owner pushed loses the parti
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
+from sluice import events as ev
 from sluice.errors import LeaseLost, SluiceError
+from sluice.events import EventBus
 from sluice.models import JobSpec
 from sluice.ports import JobStore, Metrics
 from sluice.relay.config import RelayConfig
@@ -41,10 +45,11 @@ class Pusher:
 
     def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, ownership: Ownership, *,
                  topic: str, report: RelayReport, metrics: Metrics, hooks: RelayHooks,
-                 after_push: AfterPush | None = None) -> None:
+                 after_push: AfterPush | None = None, events: EventBus | None = None) -> None:
         self.engine, self.store, self.config, self.ownership = engine, store, config, ownership
         self.topic, self.report, self.metrics, self.hooks = topic, report, metrics, hooks
         self.after_push = after_push
+        self.events = events or EventBus()
         self._status = StatusWriter(store, metrics)
         self._executor: ThreadPoolExecutor | None = None
 
@@ -69,7 +74,7 @@ class Pusher:
                     continue
                 try:
                     token = self.hooks.before_push(queue, owned.number, owned.token)
-                    outcome = self.engine.push(queue, self.topic, owned.number, token, records)
+                    outcome = self._push(queue, owned.number, token, records)
                 except LeaseLost as exc:  # StaleToken: a newer relay owns this partition now
                     stale.add(owned.number)
                     done.results.append((records, exc))
@@ -85,6 +90,23 @@ class Pusher:
         except SluiceError as exc:  # the rest of the plan stays pending and is tried again
             done.error = exc
         return done
+
+    def _push(self, queue: str, partition: int, token: int,
+              records: list[tuple[int, JobSpec]]) -> PushOutcome:
+        """``push.lua``, and a ``Pushed`` event (on this thread, before the outcome is applied)."""
+        if not self.events.listening:
+            return self.engine.push(queue, self.topic, partition, token, records)
+        fields: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "owner": token,
+                  "first": records[0][0], "last": records[-1][0]}
+        t0 = time.time()
+        try:
+            outcome = self.engine.push(queue, self.topic, partition, token, records)
+        except Exception as exc:
+            self.events.emit(ev.Pushed(outcome="error", t0=t0, error=ev.error_text(exc), **fields))
+            raise
+        self.events.emit(ev.Pushed(outcome="ok", t0=t0, pushed=outcome.pushed, skipped=outcome.skipped,
+                                   jobs=tuple(spec.job_id for _, spec in records), **fields))
+        return outcome
 
     def finish(self, plan: list[Item], done: Executed, states: dict[str, QueueState]) -> int:
         """Apply a round's outcome; returns how many jobs it pushed. Raises the round's error."""
