@@ -36,7 +36,7 @@ demo: $(STAMP)
 	$(BIN)/sluice demo --jobs 2000
 
 chaos: $(STAMP)
-	$(BIN)/sluice chaos --runtime lambda --jobs 10000 --duration 600 --seed 1
+	$(BIN)/sluice chaos --runtime lambda --jobs 10000 --duration 600 --seed 1 --operator
 
 build: $(STAMP)
 	PYENV_VERSION=3.12.1:3.11.7 PATH=$(CURDIR)/$(BIN):$$PATH sam build --template template.yaml

@@ -6,6 +6,8 @@
   net, and the relay in containers of its own on a schedule; enqueues 500 jobs while the
   nemesis injects every kind of fault, waits for the queues to drain, and checks the history.
 - Process runtime, a cheaper smoke run: long-lived worker and relay processes.
+- Lambda runtime with the operator (``--operator``): 300 jobs while an operator also cancels,
+  redrives, purges, pauses and resumes; the checker's operator rules hold.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from sluice.chaos.cli import chaos
 from sluice.chaos.nemesis import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck")
+INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",
+              "cancel_violations", "reruns_without_redrive", "pause_violations")
 
 
 def run(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -68,3 +71,25 @@ def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path
     # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
     assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"]
     assert report["executions"] >= report["succeeded"]
+
+
+@pytest.mark.timeout(300)
+def test_an_operator_cancelling_redriving_purging_and_pausing_under_faults_breaks_no_invariant(
+        tmp_path: Path) -> None:
+    report = run(tmp_path, "--runtime", "lambda", "--jobs", "300", "--duration", "35", "--seed", "13",
+                 "--operator")
+    assert report["accepted"] == 300 and report["drained"] is True
+    assert sum(report["faults"].values()) >= 5
+    # every action of the seed's plan was carried out, through the operator's own paths
+    kinds = {key.split(":")[0] for key in report["operator"]}
+    assert {"cancel", "redrive", "redrive_all", "purge", "pause", "resume"} <= kinds
+    assert report["operator"].get("pause:ok") == report["operator"].get("resume:ok") == 1
+    # every accepted job ended: succeeded, failed by design (poison), or cancelled by the operator
+    assert report["succeeded"] + report["dead"] + report["cancelled"] + report["purged_lost"] >= 300
+    assert report["dead"] >= 1  # the poison jobs the operator has to redrive and purge
+    events = history.read(tmp_path / "run" / "history.jsonl")
+    pause = next(e for e in events if e["op"] == "operator" and e["kind"] == "pause")
+    resume = next(e for e in events if e["op"] == "operator" and e["kind"] == "resume")
+    pushed = [e for e in events if e["op"] == "push" and e.get("outcome") == "ok" and e.get("pushed")]
+    assert any(e["t0"] > resume["t1"] for e in pushed)  # the queue came back after the resume
+    assert resume["t0"] - pause["t1"] >= 5.0

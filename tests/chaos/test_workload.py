@@ -48,3 +48,29 @@ def test_payloads_depend_on_seed_and_index_only() -> None:
     assert payload(1, 5) == payload(1, 5) != payload(2, 5)
     assert payload(1, 5) != payload(1, 6)
     assert 0 <= payload(1, 5)["work_ms"] <= 30
+
+
+def test_with_a_mint_key_the_ids_are_the_gateway_s_own_so_its_cancel_path_knows_them(tmp_path: Path) -> None:
+    from sluice import ids
+
+    key = b"k" * 32
+    api = FakeApi(failures=0)
+    enqueuer = Enqueuer(api, history.History(tmp_path / "h.jsonl"), seed=3, jobs=20, window_s=0.0, batch=10,
+                        poison=True, mint_key=key)
+    enqueuer.run(threading.Event())
+    events = [e for e in history.read(tmp_path / "h.jsonl") if e["op"] == "enqueue"]
+    assert len({e["job"] for e in events}) == 20
+    for e in events:
+        minted = ids.verify(e["job"], key)
+        assert minted is not None and minted.queue == "chaos"
+    assert enqueuer.recent() == [e["job"] for e in events][-20:]
+
+
+def test_poison_jobs_are_a_seeded_few_and_only_when_asked_for() -> None:
+    poisoned = [i for i in range(2000) if payload(5, i, poison=True).get("poison")]
+    assert 20 <= len(poisoned) <= 110  # about 3 %
+    assert poisoned == [i for i in range(2000) if payload(5, i, poison=True).get("poison")]
+    assert not any(payload(5, i).get("poison") for i in range(2000))
+    clean = payload(5, poisoned[0], poison=True)
+    del clean["poison"]
+    assert clean == payload(5, poisoned[0])  # the rest of the payload is the same job's

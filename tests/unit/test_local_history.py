@@ -209,8 +209,8 @@ def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_
 
 
 def test_the_relay_events_give_the_lines_the_relay_wrappers_wrote(tmp_path: Path) -> None:
-    """The relay emits RecordsRead and Pushed; record_relay writes from them the read and push
-    lines the RecordedSource/RecordedEngine wrappers wrote (those lines, field for field)."""
+    """The relay emits RecordsRead and Pushed; record_relay writes from them the chaos history's
+    read and push lines (the fields the RecordedSource/RecordedEngine wrappers write)."""
     from sluice.chaos.app import record_relay
     from sluice.models import JobSpec
     from tests.unit.test_relay import World

@@ -8,8 +8,8 @@ run the same pieces:
   function of the payload (``expected_result``), and the nemesis's fault points as
   runtime hooks;
 - ``Control``: the nemesis's arming files, and the one place a process kills or stops itself;
-- ``record_relay``: a subscriber of the relay's events (``RecordsRead``, ``Pushed``),
-  recording what each poll and push did (for diagnosing a lost job).
+- ``RecordedEngine`` / ``RecordedSource``: the relay's engine and record source,
+  recording what each push and poll did (for diagnosing a lost job).
 
 Arming: the nemesis writes ``<control_dir>/<stem>.json`` (``{"kind", "until", "id"}``),
 where the stem is a process slot (``w0``, ``r0``: process runtime) or a function
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import events as ev
-from sluice.local.history import History
+from sluice.local.history import History, wall
 from sluice.models import dump_json
 
 QUEUE = "chaos"
@@ -62,7 +62,7 @@ class Control:
             armed = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return
-        if armed.get("kind") != kind or float(armed.get("until", 0)) < time.time():
+        if armed.get("kind") != kind or float(armed.get("until", 0)) < wall():
             return
         claimed = self.path.with_name(landed_name(str(armed.get("id", "")), os.getpid()))
         try:
@@ -86,6 +86,7 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     its files only inside the container.
     """
     from sluice.runtime.hooks import Hooks
+    from sluice.runtime.outcomes import Fail
     from sluice.worker import Worker
 
     def before_write(ctx: Any) -> None:
@@ -98,18 +99,73 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
 
     @app.handler(QUEUE, timeout_s=timeout_s)
     def work(job: Any, ctx: Any) -> dict[str, str]:
-        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=time.time())
+        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=wall())
         pause = float(job.payload.get("work_ms", 0)) / 2000
         time.sleep(pause)
         control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
         time.sleep(pause)
+        if job.payload.get("poison"):  # the operator's dead letters (workload.POISON_SHARE)
+            raise Fail("poison: this job fails by design")
         return expected_result(job.payload)
 
     return app
 
 
+class RecordedSource:
+    """The relay's record source, recording what each poll read."""
+
+    def __init__(self, source: Any, history: History) -> None:
+        self._source, self._history = source, history
+
+    def poll(self, timeout_ms: int, max_records: int) -> Any:
+        records = self._source.poll(timeout_ms, max_records)
+        by_partition: dict[int, list[int]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r.offset)
+        for p, offsets in by_partition.items():
+            self._history.emit("read", partition=p, first=min(offsets), last=max(offsets), n=len(offsets))
+        return records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+
+class RecordedEngine:
+    """The relay's engine, recording every push (which records, and what Redis made of them)
+    and every config read."""
+
+    def __init__(self, engine: Any, history: History) -> None:
+        self._engine, self._history = engine, history
+
+    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
+        t0 = wall()
+        try:
+            out = self._engine.push(queue, topic, partition, owner_token, records)
+        except Exception as exc:
+            self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
+                               error=str(exc)[:200], first=records[0][0], last=records[-1][0])
+            raise
+        self._history.emit("push", t0=t0, queue=queue, partition=partition, owner=owner_token, outcome="ok",
+                           first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
+                           jobs=[spec.job_id for _, spec in records])
+        return out
+
+    def stats(self, queue: str) -> Any:
+        """The relay's read of a queue's depths and config (every ``refresh_s``): recorded with
+        whether it said paused, so the checker knows what each relay saw (``chaos.rules``)."""
+        t0 = wall()
+        out = self._engine.stats(queue)
+        self._history.emit("config", t0=t0, queue=queue, paused=bool(out.config.paused))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
 def record_relay(history: History) -> Callable[[ev.Event], None]:
-    """The relay's ``RecordsRead`` and ``Pushed`` events as the history's ``read`` and ``push`` lines."""
+    """The relay's ``RecordsRead`` and ``Pushed`` events as ``read`` and ``push`` lines: the lines
+    ``RecordedSource``/``RecordedEngine`` write, for when the chaos relay subscribes to the relay's
+    events instead (it needs a queue-config read event first: ``RecordedEngine.stats``)."""
 
     def report(e: ev.Event) -> None:
         if isinstance(e, ev.RecordsRead):

@@ -17,6 +17,26 @@ count means (docs/break-it.md has the argument):
   granted when the write started (DynamoDB had seen the newer token), plus succeeded
   items whose result is older than another accepted write. Must be 0;
 - ``stuck``: the store says leased and Redis holds no live lease for the job. Must be 0.
+
+With the operator on (``chaos.operator``), its ``operator`` lines change what a job may
+do, and nothing else (``chaos.rules`` has each rule and its argument):
+
+- ``cancelled``: jobs that end ``cancelled`` after an operator cancel the API accepted
+  (or answered with an unknown outcome); such a job is not lost. Ending ``cancelled``
+  without one is still lost;
+- ``cancel_violations``: a job the API answered ``cancelled`` that does not end
+  ``cancelled``, or is granted or has a result accepted after that answer; a job
+  answered ``cancel_requested`` that is granted again after the answer. Must be 0;
+- ``reruns_without_redrive``: a grant of a job that started after the store accepted
+  its final verdict (``dead`` or ``failed``), with no redrive of the job (or of every
+  dead job) in between; jobs the workload enqueued only. Must be 0;
+- ``purged_lost``: accepted jobs that end neither succeeded nor final in the store,
+  excused because an operator purge deleted them while they were dead in Redis
+  (listed by the purge's dead-letter read, or dead-lettered by a worker between that
+  read and the purge). Counted;
+- ``pause_violations``: a push that added jobs to the queue while the operator had it
+  paused (from the pause's answer plus the relay's config refresh, until the resume, or
+  a Redis restart, which forgets the pause). Must be 0.
 """
 
 from __future__ import annotations
@@ -25,6 +45,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from sluice.chaos import rules
 
 ACCEPTED_WRITES = ("written", "already_written")
 FINAL_FAILURES = ("dead", "failed")
@@ -57,6 +79,12 @@ class Report:
     stale_writes_accepted: int = 0
     writes_rejected: int = 0
     stuck: int = 0
+    cancelled: int = 0
+    cancel_violations: int = 0
+    reruns_without_redrive: int = 0
+    purged_lost: int = 0
+    pause_violations: int = 0
+    operator: dict[str, int] = field(default_factory=dict)  # "<kind>:<outcome>" -> count
     faults: dict[str, int] = field(default_factory=dict)
     faults_landed: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[str]] = field(default_factory=dict)
@@ -64,14 +92,20 @@ class Report:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.unexpected or self.duplicate_results or self.wrong_results
-                    or self.stale_writes_accepted or self.stuck)
+                    or self.stale_writes_accepted or self.stuck or self.cancel_violations
+                    or self.reruns_without_redrive or self.pause_violations)
 
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "lost": self.lost, "unexpected": self.unexpected,
                 "duplicate_executions": self.duplicate_executions,
                 "duplicate_results": self.duplicate_results, "wrong_results": self.wrong_results,
                 "stale_writes_accepted": self.stale_writes_accepted, "stuck": self.stuck,
+                "cancel_violations": self.cancel_violations,
+                "reruns_without_redrive": self.reruns_without_redrive,
+                "pause_violations": self.pause_violations,
                 "faults": dict(sorted(self.faults.items())), "ok": self.ok,
+                "cancelled": self.cancelled, "purged_lost": self.purged_lost,
+                "operator": dict(sorted(self.operator.items())),
                 "succeeded": self.succeeded, "dead": self.dead, "unknown_enqueues": self.unknown_enqueues,
                 "executions": self.executions, "jobs_run_more_than_once": self.jobs_run_more_than_once,
                 "writes_rejected": self.writes_rejected,
@@ -84,15 +118,26 @@ class _Job:
     expect: str | None = None
     enqueue: str | None = None  # ok | info | fail
     grants: list[tuple[int, float]] = field(default_factory=list)  # (token, t1)
+    grant_starts: list[float] = field(default_factory=list)  # t0 of each grant, in the same order
+    verdicts: list[tuple[float, float]] = field(default_factory=list)  # accepted dead/failed: (t0, t1)
+    redis_deaths: list[tuple[float, float]] = field(default_factory=list)  # fail -> dead: (t0, t1)
     writes: list[dict[str, Any]] = field(default_factory=list)  # accepted result writes
     invokes: int = 0
 
 
-def _index(events: Iterable[Mapping[str, Any]], report: Report) -> dict[str, _Job]:
+def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - one branch per op
+           ops: rules.Ops) -> dict[str, _Job]:
     jobs: dict[str, _Job] = defaultdict(_Job)
     for e in events:
         op, outcome = e.get("op"), e.get("outcome")
+        if op in ("operator", "push", "config"):
+            ops.add(e)
+            if op == "operator":
+                key = f"{e.get('kind')}:{outcome}"
+                report.operator[key] = report.operator.get(key, 0) + 1
+            continue
         if op == "fault":
+            ops.add(e)
             phase, kind = e.get("phase", "injected"), str(e.get("kind"))
             bucket = {"injected": report.faults, "landed": report.faults_landed,
                       "fallback": report.faults_landed}.get(str(phase))
@@ -111,6 +156,11 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report) -> dict[str, _Jo
             j.expect = e.get("expect", j.expect)
         elif op == "grant" and outcome == "ok":
             j.grants.append((int(e["token"]), float(e.get("t1", 0))))
+            j.grant_starts.append(float(e.get("t0", e.get("t1", 0))))
+        elif op == "failure" and outcome == "ok" and e.get("status") in FINAL_FAILURES:
+            j.verdicts.append((float(e.get("t0", 0)), float(e.get("t1", 0))))
+        elif op == "fail" and outcome == "dead":
+            j.redis_deaths.append((float(e.get("t0", 0)), float(e.get("t1", 0))))
         elif op == "write":
             if outcome in ACCEPTED_WRITES:
                 j.writes.append(dict(e))
@@ -131,7 +181,8 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
           live_leases: set[str]) -> Report:
     """``store``: every item of the jobs table; ``live_leases``: jobs Redis holds a live lease on."""
     report = Report()
-    jobs = _index(events, report)
+    ops = rules.Ops()
+    jobs = _index(events, report, ops)
     for job_id in store:
         jobs.setdefault(job_id, _Job())
     for job_id, j in jobs.items():
@@ -149,9 +200,16 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
             report.succeeded += 1
         elif dead and named:
             report.dead += 1
-        if j.enqueue == "ok" and not succeeded and not dead:
-            report.lost += 1
-            _sample(report, "lost", job_id)
+        cancelled = item is not None and item.status == "cancelled" and ops.may_end_cancelled(job_id)
+        report.cancelled += cancelled and named
+        if j.enqueue == "ok" and not succeeded and not dead and not cancelled:
+            if ops.purged_while_dead(job_id, j.redis_deaths):
+                report.purged_lost += 1
+                _sample(report, "purged_lost", job_id)
+            else:
+                report.lost += 1
+                _sample(report, "lost", job_id)
+        _check_operator(report, job_id, j, item, ops)
         if succeeded and not named:
             report.unexpected += 1
             _sample(report, "unexpected", job_id)
@@ -159,7 +217,23 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
         if item is not None and item.status == "leased" and job_id not in live_leases:
             report.stuck += 1
             _sample(report, "stuck", job_id)
+    paused_pushes = ops.pushes_while_paused()
+    report.pause_violations = len(paused_pushes)
+    for where in paused_pushes:
+        _sample(report, "pause_violations", where)
     return report
+
+
+def _check_operator(report: Report, job_id: str, j: _Job, item: StoreItem | None, ops: rules.Ops) -> None:
+    writes = [float(w.get("t0", 0)) for w in j.writes]
+    if ops.cancel_broken(job_id, item.status if item is not None else None, j.grant_starts, writes):
+        report.cancel_violations += 1
+        _sample(report, "cancel_violations", job_id)
+    # Only the workload's jobs: the operator redrives those alone. (Jobs of other queues in the
+    # history, such as the relay's partition-ownership jobs, are outside the run's contract.)
+    if j.enqueue is not None and ops.rerun_without_redrive(job_id, j.verdicts, j.grant_starts):
+        report.reruns_without_redrive += 1
+        _sample(report, "reruns_without_redrive", job_id)
 
 
 def _check_results(report: Report, job_id: str, j: _Job, item: StoreItem | None) -> None:

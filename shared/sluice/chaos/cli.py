@@ -110,17 +110,21 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
                    "the relay and the safety net, the relay on a schedule); process: long-lived worker "
                    "and relay processes.")
 @click.option("--no-faults", is_flag=True, help="A control run: the same workload, no nemesis.")
+@click.option("--operator/--no-operator", default=False, show_default=True,
+              help="An operator also cancels jobs, redrives and purges dead ones, pauses and resumes the "
+                   "queue while the nemesis faults (a few jobs then fail by design, to be dead-lettered).")
 @click.option("--drain-timeout", type=float, default=None, help="Seconds to wait for the queues to drain.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the history and logs go (default .sluice/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
 def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
-          drain_timeout: float | None, state_dir: Path | None, as_json: bool) -> None:
+          operator: bool, drain_timeout: float | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
     from sluice.chaos import runner
 
     options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
-                             faults=not no_faults, drain_timeout_s=drain_timeout, state_dir=state_dir)
+                             faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
+                             state_dir=state_dir)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
@@ -128,15 +132,17 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
         return
     r = outcome.report
     click.echo("")
-    for name in ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
-                 "writes_rejected", "lost", "unexpected", "duplicate_results", "wrong_results",
-                 "stale_writes_accepted", "stuck"):
-        must_be_zero = name in ("lost", "unexpected", "duplicate_results", "wrong_results",
-                                "stale_writes_accepted", "stuck")
+    must_be_zero = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted",
+                    "stuck", "cancel_violations", "reruns_without_redrive", "pause_violations")
+    shown = ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
+             "writes_rejected", *must_be_zero) + (("cancelled", "purged_lost") if operator else ())
+    for name in shown:
         value = getattr(r, name)
         line = f"  {name.replace('_', ' '):<24}{value:>8}"
-        click.echo(click.style(line, fg="red") if must_be_zero and value else line)
+        click.echo(click.style(line, fg="red") if name in must_be_zero and value else line)
     click.echo(f"  {'faults':<24}{sum(r.faults.values()):>8}  {dict(sorted(r.faults.items()))}")
+    if operator:
+        click.echo(f"  {'operator':<24}{sum(r.operator.values()):>8}  {dict(sorted(r.operator.items()))}")
     click.echo(f"  {outcome.runtime + ' runtime':<24}{'':>8}  {outcome.runtime_counts}")
     click.echo("")
     verdict = "PASS: every invariant held" if r.ok else "FAIL: an invariant was violated"

@@ -29,9 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sluice import events as ev
-from sluice.chaos.app import Control, record_relay, worker_app
-from sluice.events import EventBus
+from sluice.chaos.app import Control, RecordedEngine, RecordedSource, worker_app
+from sluice.chaos.skew import ClockFollower
 from sluice.local.history import History, open_history
 
 HANDLER_TIMEOUT_S = 2.0  # the chaos handler's hard timeout: its work takes 30 ms at most
@@ -54,6 +53,12 @@ def _control(stem: str) -> Control:
     return Control(Path(_history().path).parent / "control", stem, _history())
 
 
+@cache
+def _clock() -> ClockFollower:
+    """This relay container's clock follows the nemesis's skew (started once per container)."""
+    return ClockFollower(Path(_history().path).parent / "control", "relay", _history()).start()
+
+
 app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S)
 
 
@@ -65,13 +70,13 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     parse_scheduled(event)
     settings = wiring.settings()
     history, control = _history(), _control("relay")
+    _clock().step()  # at once: a stepped clock is there when the invocation starts
 
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
-    bus = EventBus()  # this invocation's: its reads and pushes go to the history
-    bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed)
-    r, recovery = scheduled_relay(settings, context, events=bus,
+    r, recovery = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
+                                  wrap_source=lambda s: RecordedSource(s, history),
                                   recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
                                   lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
                                   job_ids=None)  # the workload names its jobs itself: unsigned ids

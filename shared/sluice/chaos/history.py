@@ -16,7 +16,10 @@ end of the operation (one machine, one clock). Ops the checker reads:
 - ``invoke`` (worker, from inside the handler): ``job``, ``token``: one execution;
 - ``write`` (worker): ``job``, ``token``, ``digest``, ``outcome`` ``written`` |
   ``already_written`` | ``rejected`` (``current`` = the newer token) | ``cancelled`` | ``error``;
-- ``fault`` (nemesis, or a process about to kill itself): ``kind``, ``target``, ``phase``.
+- ``fault`` (nemesis, or a process about to kill itself): ``kind``, ``target``, ``phase``;
+- ``operator`` (``chaos.operator``): ``kind``, ``outcome`` and what the action touched;
+- ``push`` (relay): ``queue``, ``pushed``; ``config`` (relay): ``queue``, ``paused``, what
+  each relay read of the queue's config (the pause rules, ``chaos.rules``).
 
 And for diagnosis: ``lease``, ``ack`` / ``fail`` / ``release``, ``failure``,
 ``store_release``, ``extend`` (worker events, see ``sluice.local.history``); ``push``,

@@ -18,7 +18,11 @@ Kinds:
   after the runtime's own lease check, just before its fenced write (the gc-pause story),
   so that storage has stale writes to refuse. Not landing within ``arm_s``: no pause;
 - ``restart_redis``: redis-server killed and started empty on the same port;
-- ``restart_broker``: Tansu stopped and started again; its data lives in S3 (moto).
+- ``restart_broker``: Tansu stopped and started again; its data lives in S3 (moto);
+- ``skew_relay_clock``: the relay processes' wall clock is stepped ``offset_s`` (0.5-8 s,
+  ahead or behind) away from the machine's, Redis's included, for ``hold_s`` (5-15 s),
+  then back (``chaos.skew``: written to ``control/<stem>-clock.json``, which each relay
+  process follows).
 """
 
 from __future__ import annotations
@@ -38,10 +42,10 @@ from typing import Any, Protocol
 from sluice.chaos.history import History
 
 KINDS = ("kill_worker_mid_job", "kill_worker_before_ack", "pause_worker", "pause_worker_before_write",
-         "kill_relay_after_push", "restart_redis", "restart_broker")
+         "kill_relay_after_push", "restart_redis", "restart_broker", "skew_relay_clock")
 WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker": 3,
            "pause_worker_before_write": 3, "kill_relay_after_push": 2, "restart_redis": 1,
-           "restart_broker": 1}
+           "restart_broker": 1, "skew_relay_clock": 1}
 ARMED = {"kill_worker_mid_job", "kill_worker_before_ack", "kill_relay_after_push"}
 PAUSES = {"pause_worker", "pause_worker_before_write"}
 
@@ -51,11 +55,12 @@ class Fault:
     at_s: float  # seconds after the nemesis starts
     kind: str
     target: str  # a process slot ("w0", "r0") or the server ("redis", "broker")
-    hold_s: float = 0.0  # how long a pause lasts
+    hold_s: float = 0.0  # how long a pause (or a clock skew) lasts
+    offset_s: float = 0.0  # skew_relay_clock: how far the relay's clock is stepped
 
     def as_dict(self) -> dict[str, Any]:
         return {"at_s": round(self.at_s, 3), "kind": self.kind, "target": self.target,
-                "hold_s": round(self.hold_s, 3)}
+                "hold_s": round(self.hold_s, 3), "offset_s": round(self.offset_s, 3)}
 
 
 def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, workers: int, relays: int,
@@ -67,7 +72,8 @@ def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, wor
     t = start_s
     while t <= duration_s - tail_s:
         kind = first.pop(0) if first else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
-        if kind == "kill_relay_after_push":
+        offset = 0.0
+        if kind in ("kill_relay_after_push", "skew_relay_clock"):
             target = f"r{rng.randrange(relays)}"
         elif kind == "restart_redis":
             target = "redis"
@@ -76,7 +82,9 @@ def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, wor
         else:
             target = f"w{rng.randrange(workers)}"
         hold = rng.uniform(1.0, 3.0) * lease_s if kind in PAUSES else 0.0
-        faults.append(Fault(t, kind, target, hold))
+        if kind == "skew_relay_clock":
+            hold, offset = rng.uniform(5.0, 15.0), rng.choice((-1, 1)) * rng.uniform(0.5, 8.0)
+        faults.append(Fault(t, kind, target, hold, offset))
         t += rng.uniform(0.5, 1.5) * interval_s
     return faults
 
@@ -132,7 +140,8 @@ class Nemesis:
                                   error=str(exc)[:200])
 
     def inject(self, f: Fault) -> None:
-        self.history.emit("fault", kind=f.kind, target=f.target, phase="injected", hold_s=f.hold_s)
+        self.history.emit("fault", kind=f.kind, target=f.target, phase="injected", hold_s=f.hold_s,
+                          **({"offset_s": f.offset_s} if f.offset_s else {}))
         self.injected[f.kind] = self.injected.get(f.kind, 0) + 1
         if f.kind in ARMED:
             self._arm(f)
@@ -146,6 +155,18 @@ class Nemesis:
             self.servers.restart_redis()
         elif f.kind == "restart_broker":
             self.servers.restart_broker()
+        elif f.kind == "skew_relay_clock":
+            self._skew(f)
+
+    def _skew(self, f: Fault) -> None:
+        from sluice.chaos.skew import clock_file
+
+        self._armings += 1
+        path = clock_file(self.control_dir, self.targets.arming(f.target))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"offset_s": f.offset_s, "until": time.time() + f.hold_s,
+                                   "id": str(self._armings)}))
+        tmp.replace(path)
 
     def _write_arming(self, f: Fault) -> tuple[Path, str]:
         self._armings += 1

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos import checker, history, nemesis, runtimes
+from sluice.chaos import checker, history, nemesis, operator, runtimes
 from sluice.chaos.app import QUEUE
 from sluice.chaos.workload import Enqueuer
 
@@ -47,6 +47,8 @@ class Options:
     state_dir: Path | None = None
     partitions: int = 4
     runtime: str = "lambda"  # or "process" (chaos.runtimes)
+    operator: bool = False  # an operator cancels, redrives, purges, pauses and resumes (chaos.operator)
+    operator_interval_s: float = 2.5
 
 
 @dataclass
@@ -158,7 +160,11 @@ class Run:
                                   workers=o.workers, relays=o.relays) if o.faults else []
             for f in faults:
                 self.history.emit("plan", **f.as_dict())
-            self._chaos(settings, runtime, faults, times)
+            actions = (operator.plan(o.seed, o.duration_s, interval_s=o.operator_interval_s)
+                       if o.operator else [])
+            for a in actions:
+                self.history.emit("plan", role="operator", **a.as_dict())
+            self._chaos(settings, runtime, faults, actions, times)
             drained = self._drain(settings, times)
             counts = runtime.stop_agents()
             stopped = True
@@ -184,7 +190,7 @@ class Run:
         return {"lost_in_kafka_at": {job: in_kafka.get(job) for job in lost}}
 
     def _chaos(self, settings: Any, runtime: runtimes.Runtime, faults: list[nemesis.Fault],
-               times: dict[str, float]) -> None:
+               actions: list[operator.Action], times: dict[str, float]) -> None:
         from sluice import wiring
         from sluice.api import Api
         from sluice.kafka.producer import KafkaJobLog
@@ -196,16 +202,25 @@ class Run:
         api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
                   job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
-                            lease_seconds=runtime.lease_seconds)
+                            lease_seconds=runtime.lease_seconds, poison=o.operator,
+                            mint_key=wiring.job_id_key(settings) if o.operator else None)
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
+        # The operator's own gateway use case and Redis client, as a person at another terminal has.
+        op_engine, op_store = RedisQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
+        op_api = Api(job_log, op_store, op_engine, job_id_key=wiring.job_id_key(settings))
+        person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
+                                   running=operator.Running(self.history_path))
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
         faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
+        operating = threading.Thread(target=person.run, args=(stop,), name="chaos-operator", daemon=True)
         started = time.monotonic()
         workload.start()
         faulting.start()
+        operating.start()
         say(f"chaos: {o.jobs} jobs over {o.duration_s * ENQUEUE_SHARE:.0f}s, {len(faults)} faults over "
-            f"{o.duration_s:.0f}s (seed {o.seed})")
+            f"{o.duration_s:.0f}s (seed {o.seed})"
+            + (f", {len(actions)} operator actions" if o.operator else ""))
         next_report = started + 10
         while time.monotonic() - started < o.duration_s:
             time.sleep(0.5)
@@ -217,8 +232,11 @@ class Run:
         stop.set()
         nem.close()
         faulting.join(30)
+        operating.join(30)
+        person.close()  # a pause still on is resumed: the drain needs the queue running
         times["chaos"] = time.monotonic() - started
-        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}")
+        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}"
+            + (f"; operator: {dict(sorted(person.done.items()))}" if o.operator else ""))
         # Faults delay the workload (a broker restart holds appends up): it still enqueues all N.
         if not enqueuer.done.wait(max(60.0, o.duration_s)):
             abort.set()

@@ -21,11 +21,18 @@ from sluice.chaos.history import History, digest
 from sluice.errors import SluiceError
 
 MAX_ATTEMPTS = 25  # generous: every kill, freeze and lost lease costs the job an attempt
+POISON_SHARE = 0.03  # with the operator on: jobs whose handler fails them (Fail), for it to redrive
+RECENT = 40  # the latest accepted jobs the operator picks its cancels from
 
 
-def payload(seed: int, i: int) -> dict[str, Any]:
+def payload(seed: int, i: int, poison: bool = False) -> dict[str, Any]:
+    """``poison``: a seeded few jobs fail permanently in the handler (``chaos.app``), so that
+    the operator has dead-lettered jobs to list, redrive and purge."""
     rng = random.Random(f"{seed}:{i}")
-    return {"i": i, "data": f"{rng.getrandbits(64):016x}", "work_ms": rng.randint(0, 30)}
+    p: dict[str, Any] = {"i": i, "data": f"{rng.getrandbits(64):016x}", "work_ms": rng.randint(0, 30)}
+    if poison and rng.random() < POISON_SHARE:
+        p["poison"] = True
+    return p
 
 
 def job_id(seed: int, i: int, attempt: int) -> str:
@@ -36,9 +43,12 @@ class Enqueuer:
     """Enqueues ``jobs`` jobs spread evenly over ``window_s`` seconds, in small batches."""
 
     def __init__(self, api: Any, history: History, seed: int, jobs: int, window_s: float, *,
-                 batch: int = 10, lease_seconds: int = 30,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 batch: int = 10, lease_seconds: int = 30, poison: bool = False,
+                 mint_key: bytes | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.history, self.seed, self.jobs = api, history, seed, jobs
+        self.poison, self.mint_key = poison, mint_key
+        self._recent: deque[str] = deque(maxlen=RECENT)  # accepted ids, newest last
+        self._recent_lock = threading.Lock()
         self.window_s, self.batch, self.lease_seconds = window_s, batch, lease_seconds
         self.clock = clock
         self.accepted = 0
@@ -46,6 +56,22 @@ class Enqueuer:
         self.done = threading.Event()
         self._ids: deque[str] = deque()
         api.new_id = lambda _now_ms: self._ids.popleft()  # the use case's id hook
+
+    def _name(self, indices: list[int], attempt: int) -> list[str]:
+        """``s<seed>-<index>-<try>``; or, with ``mint_key``, ids minted as the gateway mints them
+        (``sluice.ids``), so that a cancel before the relay recorded the job takes the gateway's
+        real path for its own ids (``Api.cancel`` -> ``cancel_unrecorded``)."""
+        if self.mint_key is None:
+            return [job_id(self.seed, i, attempt) for i in indices]
+        from sluice import ids
+
+        now_ms = time.time_ns() // 1_000_000
+        return [ids.mint(now_ms, QUEUE, self.mint_key) for _ in indices]
+
+    def recent(self) -> list[str]:
+        """The latest accepted job ids, newest last (the operator's cancel candidates)."""
+        with self._recent_lock:
+            return list(self._recent)
 
     def run(self, stop: threading.Event) -> None:
         started = self.clock()
@@ -63,8 +89,8 @@ class Enqueuer:
 
         attempt = 0
         while not stop.is_set():
-            ids = [job_id(self.seed, i, attempt) for i in indices]
-            payloads = [payload(self.seed, i) for i in indices]
+            ids = self._name(indices, attempt)
+            payloads = [payload(self.seed, i, self.poison) for i in indices]
             request = BatchRequest(jobs=[EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS,
                                                         lease_seconds=self.lease_seconds) for p in payloads])
             self._ids.clear()
@@ -81,6 +107,8 @@ class Enqueuer:
                                   outcome=outcome, t0=t0, t1=t1)
             if outcome == "ok":
                 self.accepted += len(ids)
+                with self._recent_lock:
+                    self._recent.extend(ids)
                 return
             self.unknown += len(ids)
             attempt += 1

@@ -27,9 +27,9 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
 @click.option("--artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Run the BUILT functions of this sam build folder (python infra/artifacts.py OUT builds "
                    "one for this machine), each with only its bundle and the layer on its path.")
-@click.option("--handlers", default=None,
+@click.option("--handlers", default="sluice.examples", show_default=True,
               help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs "
-                   "(the WorkerHandlersModule parameter; default: the template's).")
+                   "(the WorkerHandlersModule parameter; the template's default deploys none).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Worker containers (processes) that may run at once.")
 @click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
@@ -48,7 +48,7 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
-        handlers: str | None, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
+        handlers: str, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
         worker_concurrency: int | None, relay_every: float | None, history: bool, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 

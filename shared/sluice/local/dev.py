@@ -61,7 +61,10 @@ class DevOptions:
     template: Path = TEMPLATE
     config_env: str | None = None  # a samconfig.toml environment, e.g. dev
     parameters: dict[str, str] = field(default_factory=dict)  # template parameter values (as sam deploy)
-    handlers: str | None = None  # the WorkerHandlersModule parameter
+    # The WorkerHandlersModule parameter. The template deploys no handlers (issue 19 item 4); the
+    # local stack runs the examples unless told otherwise, as `sam deploy --parameter-overrides`
+    # would: a parameter value, not a difference from the deployed shape.
+    handlers: str | None = "sluice.examples"
     kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
     workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
     worker_timeout_s: int | None = None

@@ -45,6 +45,11 @@ from sluice import events as ev
 from sluice.errors import SluiceError
 from sluice.models import dump_json
 
+# The history's clock, bound at import: a chaos run may skew a relay process's wall clock
+# (``sluice.chaos.skew`` replaces ``time.time``), and the lines that process writes must stay
+# on the machine's. (The recorders below run in worker processes, which are never skewed.)
+wall = time.time
+
 
 def digest(value: Any) -> str:
     try:
@@ -65,7 +70,7 @@ class History:
         self.pid = os.getpid()
 
     def emit(self, op: str, **fields: Any) -> None:
-        fields.setdefault("t1", time.time())
+        fields.setdefault("t1", wall())
         line = json.dumps({"op": op, "pid": self.pid, **fields}, separators=(",", ":"), default=str)
         data = (line + "\n").encode("utf-8")
         with self._lock:
