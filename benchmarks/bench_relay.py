@@ -36,7 +36,7 @@ from sluice.local.servers import start_redis, start_tansu
 from sluice.models import JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from sluice.relay import Relay
+from sluice.relay import Relay, RelayConfig
 
 JOBS = 50_000
 PARTITIONS = 4
@@ -88,7 +88,7 @@ def relay_run(bootstrap: str, redis_url: str, group: str) -> tuple[float, float]
     source = KafkaSource.from_settings(Settings(kafka_bootstrap=bootstrap, kafka_topic=TOPIC,
                                                 kafka_consumer_group=group))
     relay = Relay(RedisQueue.from_url(redis_url), NullStore(), source, None,  # type: ignore[arg-type]
-                  relay_id="bench", poll_ms=50)
+                  relay_id="bench", config=RelayConfig(poll_ms=50))
     cpu0, start = redis_cpu_s(redis_url), time.perf_counter()
     while relay.report.pushed < JOBS:
         relay.step()

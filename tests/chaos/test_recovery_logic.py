@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import InvalidInput, JobNotFound, LeaseLost, StaleToken
+from sluice.errors import InvalidInput, JobNotFound, StaleToken
 from sluice.models import JobSpec
 from sluice.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
-from sluice.recovery.hook import Recovery, wrap
-from sluice.relay import RELAY_QUEUE, SourceRecord
+from sluice.recovery.hook import Recovery
+from sluice.relay import RelayConfig, RelayHooks, RelayReport, SourceRecord, decode
+from sluice.relay.ownership import Ownership, partition_job
+from sluice.relay.state import OwnedPartition
 
 
 def test_the_first_session_trusts_the_committed_offset_and_writes_a_checkpoint() -> None:
@@ -104,11 +106,11 @@ def test_an_incomplete_checkpoint_resumes_from_its_low_water_mark_to_learn_its_p
 
 def test_a_checkpoint_is_not_held_back_by_more_than_a_thousand_unfinished_jobs(rig: Any) -> None:
     rig.offsets._committed[0] = 0
-    rig.wrapped_source.rewind_to_committed([0])
+    rig.take([0])
     rig.source.records = [record(0, o, f"j{o}") for o in range(2500)]
-    rig.wrapped_source.poll(0, 5000)
+    rig.poll()
     rig.clock[0] = 5.0
-    rig.wrapped_source.commit({0: 2500})
+    rig.commit({0: 2500})
     ckpt = rig.ckpts.items[0]
     assert (ckpt.low_water, ckpt.high, len(ckpt.pending)) == (0, 2500, 2500)
     plan = plan_start(ckpt, rig.epochs.epoch, 2500, "t", 0)
@@ -231,8 +233,49 @@ class Rig:
         self.clock = [0.0]
         self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
                                  clock=lambda: self.clock[0])
-        self.wrapped_engine, self.wrapped_source = wrap(self.engine, self.source,  # type: ignore[arg-type]
-                                                        self.recovery)
+
+    # The relay's calls at each hook, as its parts make them (sluice.relay.ownership, intake,
+    # pusher, committer), around the fake source and engine.
+
+    def take(self, partitions: list[int]) -> None:
+        self.source.rewind_to_committed(partitions)
+        self.recovery.on_partitions_taken(partitions)
+
+    def poll(self) -> None:
+        self.recovery.on_records([(r, decode(r)) for r in self.source.poll(0, 10_000)])
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        forward = self.recovery.on_commit(offsets)
+        if forward:
+            self.source.commit(forward)
+
+    def assign(self, partitions: list[int]) -> None:
+        self.recovery.on_assigned(partitions)
+        self.source.assign(partitions)
+
+    def lease(self) -> None:
+        def register_all() -> None:
+            for p in self.source.partitions():
+                self.engine.enqueue_internal(partition_job("t", p, 1000))
+
+        self.recovery.before_lease(register_all)
+
+    def push(self, queue: str, partition: int, lease_token: int) -> None:
+        owner = self.recovery.before_push(queue, partition, lease_token)
+        self.engine.push(queue, "t", partition, owner, [])
+
+    def lost_on_extend(self) -> bool:
+        """Whether a relay holding partition 0 loses it when extending its ownership lease."""
+        class NoNewPartitions(FakeSource):
+            def partitions(self) -> list[int]:
+                return []
+
+        ownership = Ownership(self.engine, NoNewPartitions(), RelayConfig(lease_ms=1000),  # type: ignore[arg-type]
+                              relay_id="r", started=0.0, metrics=self.recovery.metrics, report=RelayReport(),
+                              hooks=RelayHooks())
+        ownership.owned[0] = OwnedPartition(number=0, job_id="t.0", token=7, leased_at=0.0)
+        ownership.check(1.0)
+        return 0 not in ownership.owned and ownership.report.partitions_lost == 1
 
 
 @pytest.fixture
@@ -241,64 +284,63 @@ def rig() -> Rig:
 
 
 def test_a_new_partition_starts_at_its_committed_offset_and_checkpoints_what_is_unfinished(rig: Any) -> None:
-    rig.wrapped_source.rewind_to_committed([0])
+    rig.take([0])
     assert rig.offsets.seeks == [] and rig.ckpts.items[0].low_water == 100
     rig.source.records = [record(0, 100, "a"), record(0, 101, "b"), record(0, 102, "c")]
-    rig.wrapped_source.poll(0, 10)
+    rig.poll()
     rig.store.final = {"a", "c"}
     rig.clock[0] = 5.0
-    rig.wrapped_source.commit({0: 103})
+    rig.commit({0: 103})
     assert rig.source.commits == [{0: 103}]
     assert rig.ckpts.items[0] == Checkpoint("t", 0, rig.epochs.epoch, 1, 101, 103, ((101, "b"),))
 
 
 def test_after_a_redis_loss_pushes_are_refused_and_the_next_session_replays(rig: Any) -> None:
-    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")
-    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")  # same epoch: not registered again
-    rig.wrapped_source.rewind_to_committed([0])
-    rig.wrapped_engine.push("q", "t", 0, 7, [])
+    rig.lease()
+    rig.lease()  # same epoch: not registered again
+    rig.take([0])
+    rig.push("q", 0, 7)
     assert rig.engine.pushes == [("q", 0, owner_token(1, 7))]
     rig.ckpts.items[0] = Checkpoint("t", 0, rig.epochs.epoch, 1, 60, 100, ((60, "x"),))
     rig.epochs.epoch = None  # Redis restarted empty
     with pytest.raises(StaleToken):
-        rig.wrapped_engine.push("q", "t", 0, 8, [])
+        rig.push("q", 0, 8)
     rig.engine.missing = True
-    with pytest.raises(LeaseLost):  # the ownership job vanished: the relay drops the partition
-        rig.wrapped_engine.extend(RELAY_QUEUE, "t.0", 7, 1000)
-    rig.wrapped_source.assign([])  # the relay gave everything up
-    rig.wrapped_engine.lease(RELAY_QUEUE, 10, 1000, "r")
+    assert rig.lost_on_extend()  # the ownership job vanished: the relay drops the partition
+    rig.assign([])  # the relay gave everything up
+    rig.lease()
     assert rig.engine.enqueued == ["t.0", "t.1"] * 2  # once at start, once more in the new epoch
-    rig.wrapped_source.rewind_to_committed([0])
+    rig.take([0])
     assert rig.offsets.seeks == [(0, 60)]  # replay from the low-water mark
     assert rig.ckpts.items[0].generation == 2 and rig.ckpts.items[0].high == 60
-    rig.wrapped_engine.push("q", "t", 0, 1, [])
-    rig.wrapped_engine.push("q", "t", 0, 1, [])
-    rig.wrapped_engine.push("r", "t", 0, 1, [])
+    rig.push("q", 0, 1)
+    rig.push("q", 0, 1)
+    rig.push("r", 0, 1)
     assert rig.engine.pushes[-1] == ("r", 0, owner_token(2, 1)) and owner_token(2, 1) > owner_token(1, 8)
     assert rig.epochs.rebased == [("q", 0, owner_token(2, 1), 59), ("r", 0, owner_token(2, 1), 59)]
-    rig.wrapped_source.commit({0: 70})  # below what Kafka had committed (100): not sent
+    rig.commit({0: 70})  # below what Kafka had committed (100): not sent
     assert rig.source.commits == []
 
 
 def test_a_checkpoint_refused_because_the_epoch_moved_on_drops_the_session(rig: Any) -> None:
-    rig.wrapped_source.rewind_to_committed([0])
+    rig.take([0])
     rig.ckpts.items[0] = Checkpoint("t", 0, "someone-else", 2, 0, 0)
     rig.clock[0] = 5.0
-    rig.wrapped_source.commit({0: 101})
+    rig.commit({0: 101})
     assert 0 not in rig.recovery.sessions
     with pytest.raises(StaleToken):
-        rig.wrapped_engine.push("q", "t", 0, 1, [])
+        rig.push("q", 0, 1)
 
 
 def test_a_failed_checkpoint_does_not_hold_up_the_kafka_commit(rig: Any) -> None:
     from sluice.errors import BackendUnavailable
 
-    rig.wrapped_source.rewind_to_committed([0])
+    rig.take([0])
 
     def unavailable(ckpt: Checkpoint, expect_epoch: str | None) -> bool:
         raise BackendUnavailable("dynamodb throttled")
 
     rig.ckpts.save = unavailable
     rig.clock[0] = 5.0
-    rig.wrapped_source.commit({0: 101})
+    rig.commit({0: 101})
     assert rig.source.commits == [{0: 101}] and 0 in rig.recovery.sessions

@@ -2,7 +2,7 @@
 
 Real Tansu, a real redis-server of the test's own (restarted with its data lost), the
 moto server for the jobs table and the checkpoints, and the real ``Relay`` with
-recovery wrapped around its engine and source (``sluice.recovery.for_relay``).
+recovery as its hooks (``sluice.recovery.for_relay``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sluice.local import servers
 from sluice.recovery import for_relay
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from sluice.relay import Relay
+from sluice.relay import Relay, RelayConfig
 from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
 from tests.integration.relay_proc import create_topic, job_records, produce
@@ -59,10 +59,9 @@ class Pipeline:
         self.engine = RedisQueue.from_settings(s)
         self.store = DynamoJobStore.from_settings(s)
         self.source = KafkaSource.from_settings(s)
-        engine, source = for_relay(s, self.engine, self.store, self.source, interval_s=0.2)
-        self.recovery = source.recovery
-        self.relay = Relay(engine, self.store, source, None, relay_id=relay_id, poll_ms=50,
-                           ownership_s=0.2, lease_ms=1500)
+        self.recovery = for_relay(s, self.engine, self.store, self.source, interval_s=0.2)
+        self.relay = Relay(self.engine, self.store, self.source, None, relay_id=relay_id, hooks=self.recovery,
+                           config=RelayConfig(poll_ms=50, ownership_s=0.2, lease_ms=1500))
 
     def step_until(self, done: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -105,12 +105,13 @@ def build(redis_url: str, bootstrap: str, topic: str, group: str, *, store: Any 
     """An in-process relay over the real engine and broker: (Relay, KafkaSource)."""
     from sluice.kafka.source import KafkaSource
     from sluice.redis.engine import RedisQueue
-    from sluice.relay import Relay
+    from sluice.relay import Relay, RelayConfig
 
+    after_push = options.pop("after_push", None)
     options = {"poll_ms": 50, "ownership_s": 0.2, **options}
     source = KafkaSource.from_settings(settings(bootstrap, topic, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, dispatcher,
-                  relay_id=relay_id, **options)
+                  relay_id=relay_id, config=RelayConfig(**options), after_push=after_push)
     return relay, source
 
 

@@ -4,7 +4,7 @@ disagree after a crash, an operator's redrive or a retention expiry.
 Each test replays one of the issue's timelines, deterministically, on a real redis-server and
 the moto server, with the real engine, store, redrive path and worker runtime; a worker's
 death is played by not making its next call. ``relay_settles`` is the relay's maintenance
-step (``RelayControl._settle``): read the settle set, write each ending, forget it.
+step (``relay.maintenance.Maintenance._settle``): read the settle set, write each ending, forget it.
 """
 
 from __future__ import annotations

@@ -156,8 +156,9 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
         monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
     import importlib.util
 
-    from sluice import relay_control, wiring
+    from sluice import wiring
     from sluice.config import Settings
+    from sluice.relay import control
     from sluice.store import tables
 
     bs = tansu.extra["bootstrap"]
@@ -167,7 +168,7 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     wiring.reset()
-    relay_control._source.cache_clear()
+    control._source.cache_clear()
     tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
     records = job_records("l", 50)  # the moto server marks ~100 items/s queued: keep the drain short
     produce(bs, topic, records)
@@ -180,8 +181,8 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     try:
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=7_000))
     finally:
-        relay_control._source(Settings.from_env()).close()
-        relay_control._source.cache_clear()
+        control._source(Settings.from_env()).close()
+        control._source.cache_clear()
         wiring.reset()
     took = time.monotonic() - started
     # relays ~2 s (7 s of budget minus the 5 s it keeps for the hand-over), then commits, releases
@@ -232,9 +233,10 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     """Issue 19, item 9: anyone who can write to Kafka cannot enqueue (an unauthenticated cluster)."""
     import importlib.util
 
-    from sluice import ids, relay_control, wiring
+    from sluice import ids, wiring
     from sluice.config import Settings
     from sluice.models import JobSpec
+    from sluice.relay import control
     from sluice.store import tables
 
     key = f"the-deployment-job-id-key-{unique}"
@@ -247,7 +249,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     wiring.reset()
-    relay_control._source.cache_clear()
+    control._source.cache_clear()
     tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
     now = int(time.time() * 1000)
     minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
@@ -265,8 +267,8 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
         # 7 s of relaying: the dead-letter producer starts cold.
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
     finally:
-        relay_control._source(Settings.from_env()).close()
-        relay_control._source.cache_clear()
+        control._source(Settings.from_env()).close()
+        control._source.cache_clear()
         wiring.reset()
     assert result["pushed"] == 3 and result["dead_lettered"] == 3, result
     assert set(ready_ids(redis_client)) == set(minted)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sluice import relay_control
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
+from sluice.relay import control
 from tests.integration.relay_proc import build, create_topic, job_records, produce
 
 pytestmark = pytest.mark.integration
@@ -66,14 +66,14 @@ def test_rate_limit_holds_within_ten_percent_and_a_runtime_change_applies_within
         setup: tuple[str, str, RedisQueue], redis_url: str, redis_client: Any, unique: str) -> None:
     bs, topic, engine = setup
     produce(bs, topic, job_records("r", 4000))
-    relay_control.set_rate(engine, "q", 200, burst=40)
+    control.set_rate(engine, "q", 200, burst=40)
     running = Running(*build(redis_url, bs, topic, f"g-{unique}"))
     try:
         wait_for(lambda: redis_client.zcard(READY) > 0, 15, "the first push")
         time.sleep(0.5)  # past the initial burst
         rate = rate_over(redis_client, 10)
         assert 180 <= rate <= 220, f"{rate:.1f} jobs/s is not 200 +- 10%"
-        relay_control.set_rate(engine, "q", 1000, burst=100)  # an operator raises it at runtime
+        control.set_rate(engine, "q", 1000, burst=100)  # an operator raises it at runtime
         changed = time.monotonic()
         wait_for(lambda: rate_over(redis_client, 0.5) > 600, 5, "the new rate to apply")
         assert time.monotonic() - changed <= 5
@@ -94,7 +94,7 @@ def test_high_watermark_pauses_pushing_and_low_watermark_resumes_it(
         setup: tuple[str, str, RedisQueue], redis_url: str, redis_client: Any, unique: str) -> None:
     bs, topic, engine = setup
     produce(bs, topic, job_records("w", 3000))
-    relay_control.set_watermarks(engine, "q", high=500, low=200)
+    control.set_watermarks(engine, "q", high=500, low=200)
     running = Running(*build(redis_url, bs, topic, f"g-{unique}", refresh_s=0.1))
     try:
         wait_for(lambda: redis_client.zcard(READY) >= 500, 15, "the high watermark")
@@ -107,7 +107,7 @@ def test_high_watermark_pauses_pushing_and_low_watermark_resumes_it(
         wait_for(lambda: redis_client.zcard(READY) >= 500, 5, "pushing to resume")
         time.sleep(0.5)
         assert redis_client.zcard(READY) <= 501
-        relay_control.set_watermarks(engine, "q", high=0)  # turned off at runtime: the rest flows
+        control.set_watermarks(engine, "q", high=0)  # turned off at runtime: the rest flows
         wait_for(lambda: redis_client.zcard(READY) >= 3000 - 750, 5, "the backlog after the change")
     finally:
         running.stop()
@@ -117,16 +117,17 @@ def test_high_watermark_pauses_pushing_and_low_watermark_resumes_it(
 def test_manual_pause_holds_the_backlog_in_kafka_and_resume_releases_it(
         setup: tuple[str, str, RedisQueue], redis_url: str, redis_client: Any, unique: str) -> None:
     bs, topic, engine = setup
-    relay_control.pause(engine, "q")
+    control.pause(engine, "q")
     produce(bs, topic, job_records("p", 2000))
     # a small buffer, so the held-up partitions stop fetching and must start again on resume
     running = Running(*build(redis_url, bs, topic, f"g-{unique}", max_pending=100))
     try:
         time.sleep(1.5)
         assert redis_client.zcard(READY) == 0
-        assert all(o.fetch_paused for o in running.relay._owned.values())
-        assert all(o.pending_count < 1000 for o in running.relay._owned.values())  # Kafka holds the rest
-        relay_control.resume(engine, "q")
+        owned = running.relay.ownership.owned.values()
+        assert all(o.fetch_paused for o in owned)
+        assert all(o.pending_count < 1000 for o in owned)  # Kafka holds the rest
+        control.resume(engine, "q")
         wait_for(lambda: redis_client.zcard(READY) == 2000, 5, "the resumed queue")
     finally:
         running.stop()

@@ -6,7 +6,7 @@ pushed them into its own ownership queue, ``_acquire`` crashed on ``int("x")`` i
 run after, and no ordinary job ran again. Here the gateway refuses both with a 400; the same
 two jobs are then planted where a pre-fix deployment had left them (as records in Kafka and as
 jobs in the ownership queue in Redis), and the real relay (the relay Lambda's composition:
-``relay_control.scheduled_relay``, Redis-loss recovery included) dead-letters the records,
+``relay.control.scheduled_relay``, Redis-loss recovery included) dead-letters the records,
 removes the jobs, owns every partition once, and an ordinary job enqueued through the gateway
 runs to success.
 """
@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from sluice import ids, relay_control, wiring
+from sluice import ids, wiring
 from sluice.config import Settings
 from sluice.http.app import Gateway, build_api
 from sluice.local import servers
 from sluice.models import JobSpec
 from sluice.redis.keys import QueueKeys
-from sluice.relay import RELAY_QUEUE, partition_job_id
+from sluice.relay import RELAY_QUEUE, control, partition_job_id
 from sluice.runtime.options import WorkerOptions
 from sluice.worker import Worker
 from tests.integration.test_gateway import call, get, post, recorded
@@ -95,7 +95,7 @@ def test_the_issues_hostile_requests_are_refused_and_ordinary_jobs_keep_running(
 
     # 4. The real relay: it must not crash, and it must push the ordinary job.
     metrics = Counted()
-    relay, _ = relay_control.scheduled_relay(settings, Context(), metrics=metrics, poll_ms=50,
+    relay, _ = control.scheduled_relay(settings, Context(), metrics=metrics, poll_ms=50,
                                              ownership_s=0.2)
     deadline = time.monotonic() + 30
     try:
@@ -105,8 +105,8 @@ def test_the_issues_hostile_requests_are_refused_and_ordinary_jobs_keep_running(
         relay.step()
     finally:
         relay.stop()
-        relay_control._source(settings).close()
-        relay_control._source.cache_clear()
+        control._source(settings).close()
+        control._source.cache_clear()
     report = relay.report
     assert report.bad_ownership_jobs == 2 and ("RelayBadOwnershipJob", 1) in metrics.counts
     assert report.partitions_owned == {0, 1, 2} and report.errors == 0

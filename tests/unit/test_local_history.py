@@ -232,3 +232,31 @@ def test_the_relay_events_give_the_lines_the_relay_wrappers_write(tmp_path: Path
 
     assert shape(wrapped) == shape(evented)
     assert [e["op"] for e in lines(evented)] == ["push", "read", "config"]
+
+
+def test_a_real_relay_emits_the_events_record_relay_turns_into_read_and_push_lines(tmp_path: Path) -> None:
+    """The relay's parts emit RecordsRead and Pushed; record_relay writes from them the chaos
+    history's read and push lines."""
+    from sluice.chaos.app import record_relay
+    from sluice.models import JobSpec
+    from tests.unit.test_relay import World
+
+    evented = tmp_path / "e.jsonl"
+    w = World(partitions=1)
+    for job_id in ("a", "b"):
+        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    bus = events.EventBus()
+    bus.subscribe(record_relay(history.open_history(evented)), events.RecordsRead, events.Pushed)
+    relay = w.relay(events=bus)
+    for _ in range(3):
+        relay.step()
+    token = relay.ownership.owned[0].token
+
+    def shape(path: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k not in ("t0", "t1", "pid")} for e in lines(path)]
+
+    wrote = [{"op": "read", "partition": 0, "first": 0, "last": 1, "n": 2},
+             {"op": "push", "partition": 0, "owner": token, "outcome": "ok", "first": 0, "last": 1,
+              "queue": "q", "pushed": 2, "skipped": 0, "jobs": ["a", "b"]}]
+    assert shape(evented) == wrote
+    assert [e["op"] for e in lines(evented)] == ["read", "push"]

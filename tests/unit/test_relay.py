@@ -9,7 +9,7 @@ import pytest
 
 from sluice.errors import BackendUnavailable
 from sluice.models import EndedJob, JobSpec, JobState
-from sluice.relay import RELAY_QUEUE, Relay, SourceRecord, decode, partition_job_id
+from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
 from tests.unit.test_relay_fakes import (
     FakeClock,
     FakeDispatcher,
@@ -30,11 +30,12 @@ class World:
         self.dispatcher = FakeDispatcher()
         self.seq = 0
 
-    def relay(self, relay_id: str = "r1", source: FakeSource | None = None, **kw: Any) -> Relay:
-        kw.setdefault("poll_ms", 10)
-        kw.setdefault("commit_s", 0)
+    def relay(self, relay_id: str = "r1", source: FakeSource | None = None, *, metrics: Any = None,
+              after_push: Any = None, job_ids: Any = None, events: Any = None, **knobs: Any) -> Relay:
+        config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, **knobs})
         return Relay(self.engine, self.store, source or self.source, self.dispatcher,  # type: ignore[arg-type]
-                     relay_id=relay_id, clock=self.clock, **kw)
+                     relay_id=relay_id, clock=self.clock, metrics=metrics, after_push=after_push,
+                     job_ids=job_ids, events=events, config=config)
 
     def add(self, n: int, queue: str = "q", partition: int | None = None) -> list[str]:
         ids = []
@@ -122,7 +123,7 @@ def test_a_relay_that_lost_its_partition_stops_pushing_at_once() -> None:
     w.source.log = new_source.log
     pushes_before = w.engine.calls.count("push")
     old.step()
-    assert 0 not in old._owned
+    assert 0 not in old.ownership.owned
     assert w.engine.calls.count("push") == pushes_before
     run_steps(new, 5)
     assert len(w.engine.enqueued) == len(set(w.engine.enqueued)) == 20
@@ -137,7 +138,7 @@ def test_push_refused_with_stale_token_drops_the_partition() -> None:
     w.engine.relayed[("q", TOPIC, 0)]["owner_token"] = 99
     relay.step()
     assert relay.report.stale_stops == 1
-    assert 0 not in relay._owned and w.source.assigned == []
+    assert 0 not in relay.ownership.owned and w.source.assigned == []
     assert len(w.in_redis()) == 5
     assert w.source.committed_offsets == {0: 5}  # nothing committed for the lost partition
 
@@ -364,6 +365,36 @@ def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written(
     assert w.store.settled == [dead, gone] and w.engine.endings["q"] == []
 
 
+def test_the_relay_emits_pushed_committed_settled_and_job_ended_for_the_endings_it_settles() -> None:
+    from sluice import events
+
+    w = World(partitions=1)
+    ids = w.add(3, partition=0)
+    dead = EndedJob(job_id="d1", queue="q", state=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
+    gone = EndedJob(job_id="c1", queue="q", state=JobState.CANCELLED, ended_at_ms=6)
+    refused = EndedJob(job_id="x1", queue="q", state=JobState.DEAD, ended_at_ms=7)
+    w.engine.endings["q"] = [dead, gone, refused]
+    w.store.refuse_settle = {"x1"}  # not written: no ending to announce
+    bus = events.EventBus()
+    seen: list[events.Event] = []
+    bus.subscribe(seen.append)
+    relay = w.relay(maintenance_s=5, events=bus)
+    run_steps(relay, 3)
+    w.clock.t += 6  # the next maintenance, now that "q" exists
+    relay.step()
+    pushed = [e for e in seen if isinstance(e, events.Pushed)]
+    assert [(e.partition, e.first, e.last, e.pushed, e.outcome) for e in pushed] == [(0, 0, 2, 3, "ok")]
+    assert list(pushed[0].jobs) == ids and pushed[0].owner == relay.ownership.owned[0].token
+    committed = [e for e in seen if isinstance(e, events.Committed)]
+    assert committed and committed[-1].partition == 0 and committed[-1].offset == 3
+    ended = [(e.job, e.state, e.source, e.redrive_gen) for e in seen if isinstance(e, events.JobEnded)]
+    assert ended == [("d1", "dead", "settle", 2), ("c1", "cancelled", "settle", 0)]
+    assert [(e.queue, e.n) for e in seen if isinstance(e, events.Settled)] == [("q", 2)]
+    # the order a subscriber sees: a job's ending before the queue's settled count
+    kinds = [type(e).__name__ for e in seen if isinstance(e, events.JobEnded | events.Settled)]
+    assert kinds == ["JobEnded", "JobEnded", "Settled"]
+
+
 def test_lost_redrive_and_foreign_topic_jobs_are_released() -> None:
     w = World(partitions=1)
     w.engine.enqueue(JobSpec(job_id="other.0", queue=RELAY_QUEUE, payload={"topic": "other", "partition": 0}))
@@ -378,11 +409,11 @@ def test_extends_its_partition_leases_while_running() -> None:
     w = World(partitions=1)
     relay = w.relay(lease_ms=3000)
     relay.step()
-    token = relay._owned[0].token
+    token = relay.ownership.owned[0].token
     for _ in range(100):
         w.clock.t += 0.1
         relay.step()
-    assert relay._owned[0].token == token  # kept the same lease for 10 s with a 3 s lease
+    assert relay.ownership.owned[0].token == token  # kept the same lease for 10 s with a 3 s lease
     assert w.engine.calls.count("extend") >= 9
 
 
@@ -416,7 +447,7 @@ def test_a_push_round_that_fails_half_way_keeps_the_rest_pending() -> None:
     with pytest.raises(BackendUnavailable):
         relay.step()
     assert len(w.in_redis()) == 10  # the first partition's batch landed and was taken off
-    assert sum(o.pending_count for o in relay._owned.values()) == 10
+    assert sum(o.pending_count for o in relay.ownership.owned.values()) == 10
     run_steps(relay, 3)
     relay.stop()
     assert sorted(w.in_redis()) == sorted(ids) and len(w.engine.enqueued) == 20
@@ -467,7 +498,7 @@ def test_a_partition_whose_start_cannot_be_found_is_given_back_not_pushed() -> N
     relay = w.relay()
     with pytest.raises(BackendUnavailable):
         relay.step()
-    assert relay._owned == {} and w.in_redis() == []
+    assert relay.ownership.owned == {} and w.in_redis() == []
     assert all(lease.holder is None for _, lease in w.engine.ownership.values())
 
 
@@ -477,15 +508,15 @@ def test_relays_started_together_take_their_share_then_whatever_is_left_free() -
     b = w.relay("b", partition_groups=2, share_grace_s=10)
     a.step()
     b.step()
-    assert len(a._owned) == 2 and len(b._owned) == 2
+    assert len(a.ownership.owned) == 2 and len(b.ownership.owned) == 2
     c = w.relay("c", partition_groups=2, share_grace_s=10)
     b.stop()  # b's group ends early: its partitions are free, and c takes its share of them
     c.step()
-    assert len(c._owned) == 2
+    assert len(c.ownership.owned) == 2
     w.clock.t += 11  # past the grace period a relay takes any partition nobody holds
     c.stop()
     run_steps(a, 2)
-    assert len(a._owned) == 4
+    assert len(a.ownership.owned) == 4
 
 
 class Counted:
@@ -503,7 +534,8 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
     w.add(10, partition=1)
     metrics = Counted()
     ends = {0: 30, 1: 10}
-    relay = w.relay(metrics=metrics, highwater=ends.get, lag_every_s=1)
+    w.source.highwater = ends.get  # type: ignore[method-assign]
+    relay = w.relay(metrics=metrics, lag_every_s=1)
     run_steps(relay, 3)
     w.clock.t += 2
     relay.step()
@@ -589,5 +621,7 @@ def test_the_settings_default_is_a_budget() -> None:
     s = Settings()
     assert s.dispatch_budget_per_s > 0 and s.dispatch_budget_burst > 0
     w = World(partitions=1)
-    relay = Relay.from_settings(s, w.engine, w.store, w.source, w.dispatcher, "r1")  # type: ignore[arg-type]
-    assert (relay.dispatch_per_s, relay.dispatch_burst) == (s.dispatch_budget_per_s, s.dispatch_budget_burst)
+    relay = Relay(w.engine, w.store, w.source, w.dispatcher, relay_id="r1",  # type: ignore[arg-type]
+                  config=RelayConfig.from_settings(s))
+    assert (relay.config.dispatch_per_s, relay.config.dispatch_burst) == (s.dispatch_budget_per_s,
+                                                                          s.dispatch_budget_burst)

@@ -15,12 +15,11 @@ from kafka import TopicPartition
 from kafka.errors import KafkaConnectionError
 from kafka.structs import OffsetAndMetadata
 
-from sluice import relay_control
 from sluice.dispatch import LambdaDispatcher, LocalProcessDispatcher
 from sluice.errors import BackendUnavailable, InvalidInput
 from sluice.kafka.source import KafkaSource
 from sluice.models import DispatchEvent, QueueConfig
-from sluice.relay import SourceRecord
+from sluice.relay import SourceRecord, control
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
 
@@ -228,7 +227,7 @@ def test_dead_letters_carry_the_reason_and_failed_ones_are_resent() -> None:
     assert producer.flushes == 2
 
 
-# -- relay_control -----------------------------------------------------------------------------------
+# -- relay.control -----------------------------------------------------------------------------------
 
 class ConfigStub:
     def __init__(self) -> None:
@@ -244,30 +243,30 @@ class ConfigStub:
 
 def test_knobs_write_the_queue_config() -> None:
     engine = ConfigStub()
-    assert relay_control.set_rate(engine, "q", 200).burst == 200
-    assert relay_control.set_rate(engine, "q", 50.5, burst=5).rate_per_s == 50.5
-    cfg = relay_control.set_watermarks(engine, "q", 1000)
+    assert control.set_rate(engine, "q", 200).burst == 200
+    assert control.set_rate(engine, "q", 50.5, burst=5).rate_per_s == 50.5
+    cfg = control.set_watermarks(engine, "q", 1000)
     assert (cfg.high_watermark, cfg.low_watermark) == (1000, 500)
-    assert relay_control.pause(engine, "q").paused
-    assert not relay_control.resume(engine, "q").paused
-    assert relay_control.set_max_in_flight(engine, "q", 8).max_in_flight == 8
-    cfg = relay_control.set_caps(engine, "q", max_delayed=500, max_dead=20)
+    assert control.pause(engine, "q").paused
+    assert not control.resume(engine, "q").paused
+    assert control.set_max_in_flight(engine, "q", 8).max_in_flight == 8
+    cfg = control.set_caps(engine, "q", max_delayed=500, max_dead=20)
     assert (cfg.max_delayed, cfg.max_dead) == (500, 20)
-    assert relay_control.set_caps(engine, "q", max_dead=0).max_delayed == 500  # only what was given
+    assert control.set_caps(engine, "q", max_dead=0).max_delayed == 500  # only what was given
 
 
 @pytest.mark.parametrize("call", [
-    lambda e: relay_control.set_rate(e, "q", -1),
-    lambda e: relay_control.set_rate(e, "q", float("nan")),
-    lambda e: relay_control.set_rate(e, "q", True),
-    lambda e: relay_control.set_rate(e, "q", "200"),
-    lambda e: relay_control.set_rate(e, "q", 10, burst=2.5),
-    lambda e: relay_control.set_rate(e, "q", 1e12),
-    lambda e: relay_control.set_watermarks(e, "q", 10, 20),
-    lambda e: relay_control.set_max_in_flight(e, "q", -3),
-    lambda e: relay_control.set_caps(e, "q", max_delayed=-1),
-    lambda e: relay_control.set_caps(e, "q", max_dead=1.5),
-    lambda e: relay_control.set_caps(e, "q"),
+    lambda e: control.set_rate(e, "q", -1),
+    lambda e: control.set_rate(e, "q", float("nan")),
+    lambda e: control.set_rate(e, "q", True),
+    lambda e: control.set_rate(e, "q", "200"),
+    lambda e: control.set_rate(e, "q", 10, burst=2.5),
+    lambda e: control.set_rate(e, "q", 1e12),
+    lambda e: control.set_watermarks(e, "q", 10, 20),
+    lambda e: control.set_max_in_flight(e, "q", -3),
+    lambda e: control.set_caps(e, "q", max_delayed=-1),
+    lambda e: control.set_caps(e, "q", max_dead=1.5),
+    lambda e: control.set_caps(e, "q"),
 ])
 def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
     engine = ConfigStub()
@@ -278,9 +277,9 @@ def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
 
 def test_the_scheduled_event_parses_and_anything_else_is_refused() -> None:
     event = json.loads((EVENTS / "scheduled_relay.json").read_text())
-    parsed = relay_control.parse_scheduled(event)
+    parsed = control.parse_scheduled(event)
     assert parsed.detail_type == "Scheduled Event"
     assert parsed.resources[0].endswith("sluice-relay-every-minute")
     for bad in [{}, [], "x", None, {**event, "detail-type": "Object Created"}, {**event, "source": "me"}]:
         with pytest.raises(InvalidInput):
-            relay_control.parse_scheduled(bad)
+            control.parse_scheduled(bad)

@@ -177,6 +177,16 @@ class FakeEngine:
         self._call("relayed_offset")
         return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
 
+    # the limits' questions (sluice.limits): no allow-list, no dead-job trimming, no memory reading
+    def register(self, queue: str) -> None:
+        return None
+
+    def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
+        return 0, 0
+
+    def memory_percent(self) -> float | None:
+        return None
+
     def take_rate(self, queue: str, wanted: int) -> int:
         self._call("take_rate")
         cfg = self.get_config(queue)
@@ -287,6 +297,9 @@ class FakeSource:
     def flush_dead_letters(self) -> None:
         self.events.append("flush")
         self.unflushed_dead = 0
+
+    def highwater(self, partition: int) -> int | None:
+        return None  # a test that measures lag sets its own
 
 
 class FakeDispatcher:

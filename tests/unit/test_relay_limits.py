@@ -9,7 +9,7 @@ from typing import Any
 from sluice.errors import QueueNotAllowed
 from sluice.limits import Limits
 from sluice.models import JobSpec, QueueStats
-from sluice.relay import Relay
+from sluice.relay import Relay, RelayConfig
 from tests.unit.test_relay import TOPIC
 from tests.unit.test_relay_fakes import FakeClock, FakeDispatcher, FakeEngine, FakeSource, FakeStore
 
@@ -65,7 +65,7 @@ class World:
     def relay(self, **kw: Any) -> Relay:
         kw = {"poll_ms": 10, "commit_s": 0, "refresh_s": 0.1, "batch": 10, **kw}
         return Relay(self.engine, self.store, self.source, FakeDispatcher(),  # type: ignore[arg-type]
-                     relay_id="r1", clock=self.clock, limits=self.limits, **kw)
+                     relay_id="r1", clock=self.clock, config=RelayConfig(limits=self.limits, **kw))
 
     def add(self, n: int, queue: str = "q", delay_s: int = 0) -> list[str]:
         ids = []

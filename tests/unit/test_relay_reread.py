@@ -1,14 +1,14 @@
 """Issue 13, bug 3: records the relay reads again cost nothing, and old jobs do not pin the checkpoint.
 
-The relay with recovery wrapped around it (as in the Lambda), over in-memory fakes.
+The relay with recovery as its hooks (as in the Lambda), over in-memory fakes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sluice.recovery import Checkpoint, Recovery, wrap
-from sluice.relay import Relay
+from sluice.recovery import Checkpoint, Recovery
+from sluice.relay import Relay, RelayConfig
 from tests.unit.test_relay import World
 
 
@@ -74,9 +74,8 @@ class Costs:
 def recovering_relay(w: World, ckpts: Checkpoints, relay_id: str) -> Relay:
     recovery = Recovery(w.source.topic, Epochs(), ckpts, Offsets(w), w.store, interval_s=1.0,
                         clock=w.clock.monotonic)
-    engine, source = wrap(w.engine, w.source, recovery)  # type: ignore[arg-type]
-    return Relay(engine, w.store, source, w.dispatcher, relay_id=relay_id, clock=w.clock,  # type: ignore[arg-type]
-                 poll_ms=10, commit_s=0)
+    return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id, clock=w.clock,  # type: ignore[arg-type]
+                 hooks=recovery, config=RelayConfig(poll_ms=10, commit_s=0))
 
 
 def test_newer_jobs_of_a_rate_limited_queue_flow_while_2000_delayed_old_ones_are_pending() -> None:
@@ -115,9 +114,9 @@ def test_records_redis_already_holds_cost_no_rate_token_no_finality_read_and_no_
     first.step()
     assert sorted(w.in_redis()) == sorted(ids)
     w.source.committed_offsets.clear()  # as if it died before committing
-    first._status.close(2.0)
+    first.pusher.drain()  # the status writes of the first relay land first
     w.engine.set_config("q", rate_per_s=5.0, burst=5)
-    for owned in list(first._owned.values()):  # it is gone: its leases lapse
+    for owned in list(first.ownership.owned.values()):  # it is gone: its leases lapse
         w.engine.ownership[owned.job_id][1].holder = None
     costs = Costs(w)
     queued_before = len(w.store.queued)

@@ -67,7 +67,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
     from sluice.kafka.source import KafkaSource
     from sluice.recovery import for_relay
     from sluice.redis.engine import RedisQueue
-    from sluice.relay import Relay
+    from sluice.relay import Relay, RelayConfig
     from sluice.store.jobs import DynamoJobStore
 
     s = _settings(cfg)
@@ -87,14 +87,14 @@ def run_relay(cfg: dict[str, Any]) -> int:
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1
-        wrapped_engine, wrapped_source = for_relay(s, RecordedEngine(engine, history), store,
-                                                   RecordedSource(source, history),
-                                                   interval_s=float(cfg.get("checkpoint_s", 2.0)))
-        relay = Relay(wrapped_engine, store, wrapped_source, None,
-                      relay_id=f"{cfg['name']}-{os.getpid()}-{n}", poll_ms=100, ownership_s=0.5,
-                      lease_ms=int(cfg["lease_ms"]), after_push=after_push)
+        recorded_engine, recorded_source = RecordedEngine(engine, history), RecordedSource(source, history)
+        recovery = for_relay(s, recorded_engine, store, recorded_source,
+                             interval_s=float(cfg.get("checkpoint_s", 2.0)))
+        relay = Relay(recorded_engine, store, recorded_source, None,
+                      relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery, after_push=after_push,
+                      config=RelayConfig(poll_ms=100, ownership_s=0.5, lease_ms=int(cfg["lease_ms"])))
         report = relay.run_until(relay.clock.now_ms() + int(float(cfg["invocation_s"]) * 1000))
-        history.emit("relay_run", target=cfg["name"], replays=wrapped_source.recovery.replays,
+        history.emit("relay_run", target=cfg["name"], replays=recovery.replays,
                      **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})
 
 

@@ -12,7 +12,7 @@ its own, both configured through Settings, as a user's deployment would be:
   (``chaos.app.worker_app``). Any container of the function may take an arming
   (stem ``worker``).
 - **relay**: ``relay`` below replaces the relay function's handler
-  (``DevOptions.relay_handler``). It is ``relay_control.run_scheduled`` with the
+  (``DevOptions.relay_handler``). It is ``relay.control.run_scheduled`` with the
   relay's push recorded, the fault point between a push and the Kafka commit
   (``after_push``; stem ``relay``), and the chaos run's short partition lease, so that
   a killed relay's partitions are taken over in seconds, not 15. It runs in its own
@@ -65,7 +65,7 @@ app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT
 def relay(event: Any, context: Any) -> dict[str, Any]:
     """The relay function's handler in the chaos run: ``run_scheduled`` plus recording and a kill point."""
     from sluice import wiring
-    from sluice.relay_control import parse_scheduled, scheduled_relay
+    from sluice.relay.control import parse_scheduled, scheduled_relay
 
     parse_scheduled(event)
     settings = wiring.settings()
@@ -75,12 +75,12 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
-    r, source = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
-                                wrap_source=lambda s: RecordedSource(s, history),
-                                recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
-                                lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
-                                job_ids=None)  # the workload names its jobs itself: unsigned ids
+    r, recovery = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
+                                  wrap_source=lambda s: RecordedSource(s, history),
+                                  recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
+                                  lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
+                                  job_ids=None)  # the workload names its jobs itself: unsigned ids
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
-    history.emit("relay_run", target=r.relay_id, replays=source.recovery.replays,
+    history.emit("relay_run", target=r.relay_id, replays=recovery.replays,
                  **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})
     return report.as_dict()

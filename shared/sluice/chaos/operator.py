@@ -24,7 +24,7 @@ reads to know what each action allows (``chaos.checker``):
   the job's next redrive generation, then Redis moves it);
 - ``purge``: ``sluice dlq purge QUEUE --yes``; ``listed`` = the dead jobs read just
   before, ``deleted`` = how many went;
-- ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay_control``),
+- ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay.control``),
   the resume ``hold_s`` after the pause. A resume that fails is tried again until it
   lands: an operator who paused a queue does not walk away from it.
 """
@@ -238,8 +238,8 @@ class Operator:
         self._listed_then("purge", lambda: {"deleted": int(self.engine.purge_dead(self.queue))})
 
     def _pause(self, a: Action) -> None:
-        from sluice import relay_control
         from sluice.errors import SluiceError
+        from sluice.relay import control as relay_control
 
         t0 = time.time()
         with self._lock:
@@ -257,8 +257,8 @@ class Operator:
 
     def resume(self, deadline_s: float = 30.0) -> None:
         """Resume the queue if this operator paused it; retried until it lands or ``deadline_s``."""
-        from sluice import relay_control
         from sluice.errors import SluiceError
+        from sluice.relay import control as relay_control
 
         with self._lock:
             if not self._paused:

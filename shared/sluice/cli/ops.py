@@ -2,7 +2,7 @@
 
 They go to Redis directly (the local stack's, or ``SLUICE_REDIS_URL``): the HTTP API
 is for producers, and these knobs are for whoever runs the queues. Every change is
-picked up by running relays within about a second (``sluice.relay_control``).
+picked up by running relays within about a second (``sluice.relay.control``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sluice import relay_control
 from sluice.cli.target import Target
 from sluice.errors import InvalidInput
 from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
 from sluice.redrive import redrive_all, redrive_one
+from sluice.relay import control
 
 
 def console() -> Console:
@@ -115,7 +115,7 @@ def _show(config: QueueConfig, name: str) -> None:
 @click.pass_obj
 def pause(target: Target, name: str) -> None:
     """Stop pushing jobs into NAME's Redis queue; Kafka holds the backlog."""
-    _show(relay_control.pause(target.engine(), validate_queue_name(name)), name)
+    _show(control.pause(target.engine(), validate_queue_name(name)), name)
 
 
 @queue.command()
@@ -123,7 +123,7 @@ def pause(target: Target, name: str) -> None:
 @click.pass_obj
 def resume(target: Target, name: str) -> None:
     """Resume pushing jobs into NAME."""
-    _show(relay_control.resume(target.engine(), validate_queue_name(name)), name)
+    _show(control.resume(target.engine(), validate_queue_name(name)), name)
 
 
 @queue.command("rate")
@@ -135,7 +135,7 @@ def resume(target: Target, name: str) -> None:
 @click.pass_obj
 def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) -> None:
     """Limit how fast the relay pushes NAME's jobs (shared by every relay)."""
-    _show(relay_control.set_rate(target.engine(), validate_queue_name(name), per_second, burst), name)
+    _show(control.set_rate(target.engine(), validate_queue_name(name), per_second, burst), name)
 
 
 @queue.command()
@@ -145,7 +145,7 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 @click.pass_obj
 def limit(target: Target, name: str, max_in_flight: int) -> None:
     """Cap how many of NAME's jobs run at the same time."""
-    _show(relay_control.set_max_in_flight(target.engine(), validate_queue_name(name), max_in_flight), name)
+    _show(control.set_max_in_flight(target.engine(), validate_queue_name(name), max_in_flight), name)
 
 
 @queue.command()
@@ -156,7 +156,7 @@ def limit(target: Target, name: str, max_in_flight: int) -> None:
 @click.pass_obj
 def watermark(target: Target, name: str, high: int, low: int | None) -> None:
     """Backpressure: stop pushing while NAME's ready depth is above --high."""
-    config = relay_control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
+    config = control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
     click.echo(f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
 
 
@@ -169,7 +169,7 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
 @click.pass_obj
 def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None) -> None:
     """Set NAME's own caps on delayed and dead jobs (docs/deploy.md, Limits)."""
-    config = relay_control.set_caps(target.engine(), validate_queue_name(name), max_delayed, max_dead)
+    config = control.set_caps(target.engine(), validate_queue_name(name), max_delayed, max_dead)
     click.echo(f"{name}: {caps(config)}")
 
 

@@ -303,7 +303,7 @@ class DevStack:
                 "WorkerFunction": (_handler_ref("worker", "sluice.runtime.lambda_entry:handle_dispatch"),
                                    o.worker_idle_s),
                 "RelayFunction": (o.relay_handler or
-                                  _handler_ref("relay", "sluice.relay_control:run_scheduled"),
+                                  _handler_ref("relay", "sluice.relay.control:run_scheduled"),
                                   max(o.relay_every_s or 60.0, 20.0) * 3)}
         out = []
         for fn in self.local_functions:

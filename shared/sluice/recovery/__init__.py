@@ -10,7 +10,7 @@ dropped the last writes, a FLUSHALL), the jobs it held are replayed from Kafka:
   differ, it reads the partition again from the checkpoint's low-water mark, and the
   relay's usual filter (``store.final_job_ids``) drops the jobs already final.
 
-``for_relay`` wraps a relay's engine and source; ``Relay`` itself is unchanged.
+``for_relay`` builds the ``Recovery`` a relay takes as its hooks (``Relay(..., hooks=...)``).
 docs/redis-loss.md has the design and its argument.
 """
 
@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.recovery.hook import RecoveringEngine, RecoveringSource, Recovery, wrap
+from sluice.recovery.hook import Recovery
 from sluice.recovery.tracker import Checkpoint, PartitionTracker, StartPlan, owner_token, plan_start
 
-__all__ = ["Checkpoint", "PartitionTracker", "RecoveringEngine", "RecoveringSource", "Recovery",
-           "StartPlan", "for_relay", "owner_token", "plan_start", "wrap"]
+__all__ = ["Checkpoint", "PartitionTracker", "Recovery", "StartPlan", "for_relay", "owner_token",
+           "plan_start"]
 
 
 def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: Any = None,
-              **knobs: Any) -> tuple[RecoveringEngine, RecoveringSource]:
-    """The relay's (engine, source) with recovery in between, from Settings.
+              **knobs: Any) -> Recovery:
+    """The relay's recovery hooks, from Settings.
 
     ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
     (its ``final_job_ids``). ``knobs``: ``interval_s``, ``scan_limit``.
@@ -36,7 +36,6 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: A
     from sluice.recovery.adapters import KafkaOffsets, RedisEpochs
     from sluice.recovery.checkpoints import DynamoCheckpoints
 
-    recovery = Recovery(source.topic, RedisEpochs(engine.client),
-                        DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),
-                        KafkaOffsets(source), store, metrics=metrics, **knobs)
-    return wrap(engine, source, recovery)
+    return Recovery(source.topic, RedisEpochs(engine.client),
+                    DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),
+                    KafkaOffsets(source), store, metrics=metrics, **knobs)

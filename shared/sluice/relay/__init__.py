@@ -17,19 +17,26 @@ Redis every ``refresh_s``. After a push, workers are dispatched for the backlog.
 This package talks only to ports; the Kafka, Redis and DynamoDB adapters are
 built by the caller (``sluice.wiring`` in Lambda, fixtures in tests).
 
-Modules, in dependency order:
-  ports      the protocols the relay talks through, the record type, ``decode``
-  status     the background ``mark_queued`` writer
-  state      the report, per-partition and per-queue state, the constructor
-  ownership  partition leases (``RELAY_QUEUE``, ``partition_job``)
-  control    pause, watermark, rate bucket, fetch flow control, dispatch, maintenance
-  push       ingest, push rounds, Kafka commits, lag
-  loop       ``Relay``: step, run_until, stop
-
-Everything that was importable from the single ``sluice.relay`` module still is,
-from here.
+Modules, in dependency order; each part is one object that ``Relay`` composes:
+  ports        the protocols the relay talks through, the record type, ``decode``
+  config       ``RelayConfig``: every knob, built once from Settings
+  state        plain data: the report, each owned partition, each queue
+  hooks        ``RelayHooks``: the named points recovery plugs into
+  status       the background ``mark_queued`` writer
+  ownership    Ownership: partition leases (``RELAY_QUEUE``, ``partition_job``)
+  intake       Intake: records in, decoded once; dead letters; fetch flow control
+  queues       QueueStates: each queue's config and depth from Redis; memory guard
+  planner      Planner: which records to push now (pure: watermarks, caps, holds, rate, fair shares)
+  pusher       Pusher: push rounds on a pusher thread, their outcome applied
+  committer    Committer: Kafka commits, the lag metric
+  dispatch     Dispatch: starting workers
+  maintenance  Maintenance: reap, settle, trim, dispatch for idle backlogs
+  loop         ``Relay``: the composition, step, run_until, stop
+  control      operating the relay: the scheduled Lambda run and the runtime knobs
 """
 
+from sluice.relay.config import RelayConfig
+from sluice.relay.hooks import RelayHooks
 from sluice.relay.loop import Relay
 from sluice.relay.ownership import OWNERSHIP_MAX_ATTEMPTS, RELAY_QUEUE, partition_job, partition_job_id
 from sluice.relay.ports import (
@@ -50,7 +57,9 @@ __all__ = [
     "PushOutcome",
     "RecordSource",
     "Relay",
+    "RelayConfig",
     "RelayEngine",
+    "RelayHooks",
     "RelayReport",
     "SourceRecord",
     "StatusWriter",

@@ -1,285 +1,190 @@
-"""Shaping the push per queue, and starting workers for what was pushed.
+"""Operating the relay: its scheduled Lambda run, and the runtime knobs it obeys.
 
-Manual pause, a depth watermark with hysteresis and a token bucket shared through
-Redis decide how many records a queue may take now; every relay re-reads the
-queue's config from Redis every ``refresh_s``, so knobs take effect without a
-redeploy. The same per-queue state then decides how many workers to dispatch.
+The one home of both: ``functions/relay/app.py`` calls ``run_scheduled``; the CLI
+(``sluice pause``, ``sluice rate``, ...) calls the knob setters.
+
+The knobs live in each queue's config hash in Redis (``engine.set_config``). A running
+relay re-reads them every half second and ``rate.lua`` reads the rate on every call,
+so a change made here (or through the CLI, which calls these) applies within about a
+second on every relay instance, with no redeploy.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from itertools import islice
+import os
+import socket
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from sluice import limits, policy
-from sluice.errors import SluiceError
-from sluice.models import JobSpec, QueueConfig, is_reserved_queue
-from sluice.relay.state import _Item, _Owned, _QueueState, _RelayState
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-SETTLE_LIMIT = 100  # per queue per maintenance: a backlog of endings drains over a few rounds
-log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+from sluice.errors import InvalidInput
+from sluice.models import QueueConfig
+from sluice.relay.state import AfterPush
 
+if TYPE_CHECKING:
+    from sluice.config import Settings
+    from sluice.events import EventBus
+    from sluice.ids import Verifier
+    from sluice.kafka.source import KafkaSource
+    from sluice.recovery.hook import Recovery
+    from sluice.relay.loop import Relay
 
-def _share(allowed: int, partitions: list[_Owned], queue: str, batch: int,
-           rotation: int) -> list[tuple[_Owned, int]]:
-    """Split a queue's allowance fairly over partitions, so none starves under a rate limit."""
-    if allowed <= 0 or not partitions:
-        return []
-    k = rotation % len(partitions)
-    order = partitions[k:] + partitions[:k]
-    caps = [min(len(o.pending[queue]), batch) for o in order]
-    counts = [0] * len(order)
-    fair = -(-allowed // len(order))
-    for i, cap in enumerate(caps):  # everyone's fair share first, then the leftovers in order
-        counts[i] = min(cap, fair, allowed)
-        allowed -= counts[i]
-    for i, cap in enumerate(caps):
-        extra = min(cap - counts[i], allowed)
-        counts[i] += extra
-        allowed -= extra
-    return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
+log = logging.getLogger(__name__)
 
 
-def _delayed(records: Iterable[tuple[int, JobSpec]], n: int, now_ms: int) -> list[bool]:
-    """For the first ``n`` records: is each one delayed (due after ``now_ms``)?"""
-    return [spec.run_at_ms > now_ms for _, spec in islice(records, n)]
+class ConfigEngine(Protocol):
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
+    def get_config(self, queue: str) -> QueueConfig: ...
 
 
-class _Control(_RelayState):
-    """Per-queue pause, watermark, rate and dispatch decisions (a mixin of ``Relay``)."""
+def _number(value: object, what: str, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        raise InvalidInput(f"{what} must be a number >= 0, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if value > 10_000_000:
+        raise InvalidInput(f"{what} is absurdly large: {value!r}")
+    return float(value)
 
-    # -- how much to push ---------------------------------------------------------------------------
 
-    def _state(self, queue: str) -> _QueueState:
-        state = self._queues.get(queue)
-        if state is None:
-            state = self._queues[queue] = _QueueState()
-        now = self.clock.monotonic()
-        if now - state.refreshed_at >= self.refresh_s:
-            self._refresh(queue, state, now)
-        return state
+def set_rate(engine: ConfigEngine, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
+    """Limit pushing into ``queue`` to ``per_second`` jobs/s (0 = unlimited), ``burst`` at once.
 
-    def _refresh(self, queue: str, state: _QueueState, now: float) -> None:
-        stats = self.engine.stats(queue)  # carries the queue's config: one round trip
-        state.config = stats.config
-        if (self.default_rate_per_s > 0 and stats.config == QueueConfig() and queue not in self._defaulted
-                and self._set_config is not None):
-            # A queue nobody has configured gets the deployment's default rate, written to
-            # Redis so that every relay shares the same bucket (rate.lua reads it there).
-            self._defaulted.add(queue)
-            state.config = self._set_config(
-                queue, rate_per_s=self.default_rate_per_s,
-                burst=self.default_burst or max(1, int(self.default_rate_per_s)))
-        state.ready, state.leased = stats.ready, stats.leased
-        state.delayed, state.dead = stats.delayed, stats.dead
-        state.pushed_since_refresh = 0
-        state.refreshed_at = now
-        cfg = state.config
-        full = limits.dead_full(self.limits, cfg, stats.dead)
-        if full != state.dead_full:
-            log.warning("queue %s %s at %s dead jobs", queue, "held back" if full else "released", stats.dead)
-            self.metrics.count("RelayDeadCapHeld" if full else "RelayDeadCapReleased", queue=queue)
-        state.dead_full = full
-        paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
-                                         state.watermark_paused)
-        if paused != state.watermark_paused:
-            log.info("queue %s %s at ready depth %s", queue, "paused" if paused else "resumed", state.ready)
-            self.metrics.count("RelayWatermarkPaused" if paused else "RelayWatermarkResumed", queue=queue)
-        state.watermark_paused = paused
+    The burst defaults to one second's worth, so a relay that polls every 200 ms is not
+    starved between polls.
+    """
+    rate = _number(per_second, "rate per second")
+    size = int(_number(burst, "burst", integer=True)) if burst is not None else max(1, int(rate))
+    return engine.set_config(queue, rate_per_s=rate, burst=size)
 
-    def _plan(self) -> list[_Item]:
-        """Which records to push now: per queue, after pause, watermark and the shared bucket."""
-        by_queue: dict[str, list[_Owned]] = {}
-        for owned in self._owned.values():
-            for queue, q in owned.pending.items():
-                if q:
-                    by_queue.setdefault(queue, []).append(owned)
-        plan: list[_Item] = []
-        self._throttled = False
-        memory = self._redis_memory()
-        for queue, partitions in by_queue.items():
-            state = self._state(queue)
-            if state.blocked or self.limits.memory_hold(memory, state.ready_estimate + state.delayed):
-                continue
-            cfg = state.config
-            wanted = sum(min(len(o.pending[queue]), self.batch) for o in partitions)
-            if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
-                wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
-            room = limits.delayed_room(self.limits, cfg, state.delayed)
-            now_ms = self.clock.now_ms()
-            if room is not None:  # up to each partition's first delayed record over the cap
-                fits = [limits.take_within(_delayed(o.pending[queue], self.batch, now_ms), room)
-                        for o in partitions]
-                wanted = min(wanted, sum(fits))
-            allowed = self.engine.take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
-            self._throttled |= allowed < wanted
-            self._rotation += 1
-            for owned, n in _share(allowed, partitions, queue, self.batch, self._rotation):
-                q = owned.pending[queue]
-                take = [q[i] for i in range(n)]
-                if room is not None:  # over the delayed cap, a delayed record waits in Kafka
-                    delayed = _delayed(take, n, now_ms)
-                    take = take[:limits.take_within(delayed, room)]
-                    room -= sum(delayed[:len(take)])
-                    state.delayed += sum(delayed[:len(take)])
-                if take:
-                    plan.append((owned, queue, take))
-        return plan
 
-    def _redis_memory(self) -> float | None:
-        """Redis's memory use in % of maxmemory, read every ``refresh_s`` (``limits.memory_hold``
-        decides per queue: the headroom above the guard is for leases, acks and fails)."""
-        now = self.clock.monotonic()
-        if self._memory_percent is None or not self.limits.push_memory_percent:
-            return None
-        if now < self._next_memory:
-            return self._memory
-        self._next_memory = now + self.refresh_s
-        try:
-            percent: float | None = self._memory_percent()
-        except SluiceError as exc:
-            log.warning("could not read Redis memory: %s", exc)
-            return self._memory
-        over = percent is not None and percent >= self.limits.push_memory_percent
-        if over != (self._memory is not None and self._memory >= self.limits.push_memory_percent):
-            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", percent or 0,
-                        "on" if over else "off")
-            self.metrics.count("RelayMemoryGuardOn" if over else "RelayMemoryGuardOff")
-        self._memory = percent
-        return percent
+def set_watermarks(engine: ConfigEngine, queue: str, high: int, low: int | None = None) -> QueueConfig:
+    """Pause pushing while the ready depth is above ``high``; resume below ``low`` (default high/2).
 
-    def _held_up(self) -> bool:
-        """Records wait for a queue that is not paused: the rate limit, or a full batch."""
-        return any(q and not self._state(name).blocked
-                   for owned in self._owned.values() for name, q in owned.pending.items())
+    ``high`` = 0 turns the watermark off.
+    """
+    hi = int(_number(high, "high watermark", integer=True))
+    lo = int(_number(low, "low watermark", integer=True)) if low is not None else hi // 2
+    if hi and lo > hi:
+        raise InvalidInput(f"the low watermark ({lo}) must not be above the high one ({hi})")
+    return engine.set_config(queue, high_watermark=hi, low_watermark=lo)
 
-    def _flow_control(self) -> None:
-        """Stop fetching partitions whose backlog is held up (paused or rate-limited queues)."""
-        stop = [o for o in self._owned.values() if not o.fetch_paused and o.pending_count >= self.max_pending]
-        go = [o for o in self._owned.values() if o.fetch_paused and o.pending_count < self.max_pending // 2]
-        if stop:
-            self.source.pause([o.number for o in stop])
-        if go:
-            self.source.resume([o.number for o in go])
-        for o in stop:
-            o.fetch_paused = True
-        for o in go:
-            o.fetch_paused = False
 
-    # -- workers --------------------------------------------------------------------------------------
+def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConfig:
+    return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
 
-    def _settle(self, queue: str) -> None:
-        """Copy into the jobs table what Redis ended on its own (``keys.settle``).
 
-        A lease that expired on its last attempt, or after a cancel request, ends the job
-        inside a Redis script; the worker that held it is gone, so the jobs table would say
-        "leased" for good. Each entry is forgotten only after its write (or after the store
-        said the item had already moved on), so a crash here repeats a write, harmlessly.
-        """
-        try:
-            ended = self.engine.unsettled(queue, SETTLE_LIMIT)
-        except SluiceError as exc:
-            log.warning("could not read the endings to settle in %s: %s", queue, exc)
-            return
-        done = []
-        for job in ended:
-            try:
-                if self.store.settle_ended(job):
-                    self.report.settled += 1
-                    log.info("settled %s as %s: Redis ended it with no worker left to report",
-                             job.job_id, job.state.value, extra={"job_id": job.job_id, "queue": queue})
-                done.append(job)
-            except SluiceError as exc:
-                log.warning("could not settle %s as %s: %s", job.job_id, job.state.value, exc)
-        if done:
-            try:
-                self.engine.settled(queue, done)
-            except SluiceError as exc:  # written; the next maintenance writes them again
-                log.warning("could not forget %d settled endings in %s: %s", len(done), queue, exc)
+def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
+             max_dead: int | None = None) -> QueueConfig:
+    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.limits)."""
+    changes = {name: int(_number(value, name.replace("_", " "), integer=True))
+               for name, value in (("max_delayed", max_delayed), ("max_dead", max_dead)) if value is not None}
+    if not changes:
+        raise InvalidInput("give --max-delayed, --max-dead or both")
+    return engine.set_config(queue, **changes)
 
-    def _trim(self, queue: str) -> None:
-        """Forget old dead jobs (``limits.dead_keep``, ``dead_retention_ms``) after ``_settle``,
-        so the endings it just wrote to the jobs table are no longer in the way."""
-        if self._trim_dead is None or not (self.limits.dead_keep or self.limits.dead_retention_ms):
-            return
-        try:
-            trimmed, _unsettled = self._trim_dead(queue, self.limits.dead_keep, self.limits.dead_retention_ms)
-        except SluiceError as exc:
-            log.warning("could not trim the dead jobs of %s: %s", queue, exc)
-            return
-        if trimmed:
-            self.report.trimmed += trimmed
-            log.info("trimmed %d dead jobs of %s (their endings stay in the jobs table)", trimmed, queue)
 
-    def _dispatch(self) -> None:
-        if self.dispatcher is None:
-            return
-        now = self.clock.monotonic()
-        due = {queue: state for queue, state in self._queues.items()
-               # Sluice's own queues are skipped: no worker may ever lease from them.
-               if not is_reserved_queue(queue)
-               and state.pushed_since_dispatch and now - state.dispatched_at >= self.dispatch_interval_s}
-        wanted = {q: self._wanted(s) for q, s in due.items()}
-        for queue, n in self._budgeted(wanted, now).items():
-            if n == 0 < wanted[queue]:
-                continue  # the budget ran out before its turn: still due, first in line next time
-            self._start_workers(queue, due[queue], n, now)
+def pause(engine: ConfigEngine, queue: str) -> QueueConfig:
+    """Stop pushing into ``queue``; Kafka holds its backlog. Leasing is not affected."""
+    return engine.set_config(queue, paused=True)
 
-    def _dispatch_queue(self, queue: str, state: _QueueState, now: float) -> None:
-        wanted = self._wanted(state)
-        n = self._budgeted({queue: wanted}, now)[queue]
-        if n == 0 < wanted:
-            state.pushed_since_dispatch = max(1, state.pushed_since_dispatch)  # due at the next tick
-            return
-        self._start_workers(queue, state, n, now)
 
-    def _wanted(self, state: _QueueState) -> int:
-        return policy.dispatch_count(state.ready_estimate, state.leased, state.config.max_in_flight,
-                                     self.worker_batch)
+def resume(engine: ConfigEngine, queue: str) -> QueueConfig:
+    return engine.set_config(queue, paused=False)
 
-    def _budgeted(self, wanted: dict[str, int], now: float) -> dict[str, int]:
-        """``wanted`` cut to the dispatch budget shared by every queue (a token bucket)."""
-        if self.dispatch_per_s <= 0:
-            return wanted
-        now_ms = int(now * 1000)
-        self._dispatch_bucket = policy.refill(self._dispatch_bucket, now_ms, self.dispatch_per_s,
-                                              self.dispatch_burst)
-        granted, self._dispatch_bucket = policy.take(self._dispatch_bucket, sum(wanted.values()))
-        if granted < sum(wanted.values()):
-            self.metrics.count("RelayDispatchBudgetSpent")
-        self._dispatch_turn += 1
-        return policy.share_budget(wanted, granted, self._dispatch_turn)
 
-    def _start_workers(self, queue: str, state: _QueueState, n: int, now: float) -> None:
-        assert self.dispatcher is not None
-        state.pushed_since_dispatch = 0
-        state.dispatched_at = now
-        if n <= 0:
-            return
-        try:
-            started = self.dispatcher.dispatch(queue, n, self.worker_batch)
-        except SluiceError as exc:  # the scheduled safety net still drains the queue
-            self.metrics.count("RelayDispatchFailed", queue=queue)
-            log.warning("dispatch to %s failed: %s", queue, exc)
-            return
-        self.report.dispatched += started
+# -- the scheduled Lambda run ---------------------------------------------------------------------
 
-    def _maintain(self) -> None:
-        """Reap expired leases, settle the endings nobody reported, and start workers for
-        backlogs nobody is draining."""
-        now = self.clock.monotonic()
-        for queue in self.engine.queues():
-            if is_reserved_queue(queue):
-                continue
-            reaped = self.engine.reap(queue, self.reap_limit)
-            self.report.reaped += reaped
-            self._settle(queue)
-            state = self._queues.setdefault(queue, _QueueState())
-            self._refresh(queue, state, now)
-            if state.dead:  # most queues have none: no round trip for them
-                self._trim(queue)
-            if (self.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
-                    and now - state.dispatched_at >= self.maintenance_s):
-                state.pushed_since_dispatch = max(1, reaped)
-                self._dispatch_queue(queue, state, now)
+
+class ScheduledEvent(BaseModel):
+    """The EventBridge "Scheduled Event" that starts a relay invocation every minute."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    detail_type: str = Field(alias="detail-type", pattern="^Scheduled Event$")
+    source: str = Field(pattern="^aws\\.events$")
+    time: str = ""
+    resources: list[str] = Field(default_factory=list)
+
+
+def parse_scheduled(event: object) -> ScheduledEvent:
+    try:
+        return ScheduledEvent.model_validate(event)
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}" for e in exc.errors())
+        raise InvalidInput(f"not an EventBridge scheduled event ({errors})") from exc
+
+
+class LambdaContextLike(Protocol):
+    @property
+    def aws_request_id(self) -> str: ...
+    def get_remaining_time_in_millis(self) -> int: ...
+
+
+Wrap = Callable[[Any], Any]
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+@cache
+def _source(settings: Settings) -> KafkaSource:
+    """One consumer per container, reused by every invocation (it rewinds on each take-over)."""
+    from sluice.kafka.source import KafkaSource
+
+    return KafkaSource.from_settings(settings)
+
+
+def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: Any = None,
+                    events: EventBus | None = None, wrap_engine: Wrap = _same, wrap_source: Wrap = _same,
+                    recovery: Mapping[str, Any] | None = None,
+                    after_push: AfterPush | None = None,
+                    job_ids: Verifier | Literal["settings"] | None = "settings",
+                    **options: Any) -> tuple[Relay, Recovery]:
+    """The relay one scheduled invocation runs, and its recovery hooks (for their replay count).
+
+    The real adapters, with Redis-loss recovery as the relay's hooks (docs/redis-loss.md),
+    checking each record's job id with the job id keys (``job_ids=None``: unsigned ids), and
+    emitting on ``events`` (default: the process's bus, ``wiring.events``). A harness may hand
+    in its own bus, wrap the engine and source (the chaos run records pushes, polls and config
+    reads; the wrappers go once it subscribes to relay events), pass recovery knobs, a push
+    callback, and override ``RelayConfig`` fields (``options``).
+    """
+    from sluice import wiring
+    from sluice.recovery import for_relay
+    from sluice.relay.config import RelayConfig
+    from sluice.relay.loop import Relay
+
+    dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
+    if job_ids == "settings":  # each record must carry an id a gateway of this deployment minted
+        job_ids = wiring.job_id_verifier(settings)
+    relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
+    from sluice.redis.engine import RedisQueue
+
+    engine, source = wrap_engine(RedisQueue.from_settings(settings)), wrap_source(_source(settings))
+    recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, metrics=metrics,
+                               **(recovery or {}))
+    relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
+                  config=RelayConfig.from_settings(settings, **options), metrics=metrics,
+                  hooks=recovery_hooks, after_push=after_push, job_ids=job_ids,
+                  events=wiring.events() if events is None else events)
+    return relay, recovery_hooks
+
+
+def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
+    """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
+    from sluice import wiring
+    from sluice.metrics import EmfMetrics
+
+    scheduled = parse_scheduled(event)
+    settings = wiring.settings()
+    metrics = EmfMetrics()
+    relay, _ = scheduled_relay(settings, context, metrics=metrics)
+    log.info("relay %s starting for the schedule at %s", relay.relay_id, scheduled.time)
+    report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
+    report.publish(metrics)
+    return report.as_dict()

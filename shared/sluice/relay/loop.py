@@ -1,42 +1,70 @@
-"""The relay's life: one poll-push-commit ``step`` after another until the deadline.
+"""The relay: its parts put together, and the order of one poll-push-commit ``step``.
 
-``Relay`` puts the mixins together (ownership, push shaping and dispatch, pushing
-and committing) and owns the order of a step; ``run_until`` is one Lambda
-invocation, and ``stop`` hands everything back so the next invocation starts clean.
+``Relay`` composes partition ownership, intake, the push planner, the pusher, the
+committer, dispatch and maintenance, each built here from one ``RelayConfig``; the
+hooks (``RelayHooks``; Redis-loss recovery in the Lambda) are handed in. ``run_until``
+is one Lambda invocation, and ``stop`` hands everything back so the next one starts clean.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from sluice.config import Settings
 from sluice.errors import SluiceError
-from sluice.limits import Limits
-from sluice.ports import Dispatcher, JobStore
-from sluice.relay.control import _Control
-from sluice.relay.ports import RecordSource, RelayEngine
-from sluice.relay.push import _Pushing
-from sluice.relay.state import RelayReport
+from sluice.events import EventBus
+from sluice.ids import Verifier
+from sluice.ports import Dispatcher, JobStore, Metrics
+from sluice.relay.committer import Committer
+from sluice.relay.config import RelayConfig
+from sluice.relay.dispatch import Dispatch
+from sluice.relay.hooks import RelayHooks
+from sluice.relay.intake import Intake
+from sluice.relay.maintenance import Maintenance
+from sluice.relay.ownership import Ownership
+from sluice.relay.planner import Planner, waiting
+from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock, _NoMetrics
+from sluice.relay.pusher import Pusher
+from sluice.relay.queues import QueueStates
+from sluice.relay.state import AfterPush, Item, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
 
-class Relay(_Pushing, _Control):
+class Relay:
     """One relay instance. ``run_until`` is the whole life of a Lambda invocation."""
 
-    @classmethod
-    def from_settings(cls, settings: Settings, engine: RelayEngine, store: JobStore, source: RecordSource,
-                      dispatcher: Dispatcher | None, relay_id: str, **overrides: Any) -> Relay:
-        kwargs: dict[str, Any] = {"batch": settings.relay_batch, "poll_ms": settings.relay_poll_ms,
-                                  "worker_batch": settings.worker_batch,
-                                  "default_rate_per_s": settings.default_rate_per_s,
-                                  "default_burst": settings.default_burst,
-                                  "partition_groups": settings.relay_partition_groups,
-                                  "limits": Limits.from_settings(settings),
-                                  "dispatch_per_s": settings.dispatch_budget_per_s,
-                                  "dispatch_burst": settings.dispatch_budget_burst}
-        return cls(engine, store, source, dispatcher, relay_id=relay_id, **(kwargs | overrides))
+    def __init__(self, engine: RelayEngine, store: JobStore, source: RecordSource,
+                 dispatcher: Dispatcher | None = None, *, relay_id: str, config: RelayConfig | None = None,
+                 clock: Clock | None = None, metrics: Metrics | None = None, hooks: RelayHooks | None = None,
+                 after_push: AfterPush | None = None, job_ids: Verifier | None = None,
+                 events: EventBus | None = None) -> None:
+        """``after_push`` (partition, queue, outcome) runs on the pusher thread after each push:
+        the chaos run's kill point. ``job_ids``: the keys every record's id must verify with
+        (``intake.unminted``); None trusts every record. ``events``: the bus the relay emits
+        on (``RecordsRead``, ``Pushed``, ``Committed``, ``Settled``, ``JobEnded``); the
+        composition root hands it in."""
+        self.relay_id, self.source = relay_id, source
+        self.config = config = config or RelayConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.metrics: Metrics = metrics or _NoMetrics()
+        self.hooks = hooks = hooks or RelayHooks()
+        self.report = report = RelayReport()
+        self.events = bus = events or EventBus()
+        self.ownership = Ownership(engine, source, config, relay_id=relay_id, started=self.clock.monotonic(),
+                                   metrics=self.metrics, report=report, hooks=hooks)
+        self.intake = Intake(engine, source, config, self.ownership, report=report, hooks=hooks,
+                             monotonic=self.clock.monotonic, job_ids=job_ids, events=bus)
+        self.queues = QueueStates(engine, config, self.metrics)
+        self.planner = Planner(config)
+        self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
+                             metrics=self.metrics, hooks=hooks, after_push=after_push, events=bus)
+        self.committer = Committer(source, config, self.ownership, clock=self.clock, report=report,
+                                   metrics=self.metrics, hooks=hooks, events=bus)
+        self.dispatch = Dispatch(dispatcher, config, report=report, metrics=self.metrics)
+        self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report,
+                                       events=bus)
+        self._take_rate = engine.take_rate
+        self._next_maintenance = float("-inf")
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -59,7 +87,7 @@ class Relay(_Pushing, _Control):
                     self.clock.sleep(min(backoff, remaining))
                     backoff = min(backoff * 2, 2.0)
         finally:
-            self._report_lag()
+            self.committer.report_lag()
             self.stop()
         return self.report
 
@@ -72,13 +100,13 @@ class Relay(_Pushing, _Control):
         self.metrics.count("RelayUnexpectedErrors")
         log.error("relay step met an unexpected error; restarting its partitions from their "
                   "committed offsets", exc_info=exc)
-        self._next_ownership = float("-inf")
+        self.ownership.look_again()
         try:
-            self._give_back(list(self._owned))
-            self.source.assign([])
+            self.ownership.give_back(list(self.ownership.owned))
+            self.ownership.assign()
         except Exception:  # the leases expire on their own; the loop must go on
             log.exception("could not give the partitions back after an unexpected error")
-            self._owned.clear()
+            self.ownership.owned.clear()
 
     def run_for_lambda(self, remaining_ms: int, stop_before_ms: int) -> RelayReport:
         return self.run_until(self.clock.now_ms() + max(0, remaining_ms - stop_before_ms))
@@ -87,45 +115,57 @@ class Relay(_Pushing, _Control):
         """One poll-push-commit round; returns how many jobs were pushed."""
         self.report.loops += 1
         now = self.clock.monotonic()
-        self._check_ownership(now)
+        self.ownership.check(now)
         if now >= self._next_maintenance:
-            self._next_maintenance = now + self.maintenance_s
-            self._maintain()
-        if not self._owned:
-            self.clock.sleep(self.poll_ms / 1000)
+            self._next_maintenance = now + self.config.maintenance_s
+            self.maintenance.run(now)
+        if not self.ownership.owned:
+            self.clock.sleep(self.config.poll_ms / 1000)
             return 0
-        self._skip_relayed()
+        self.intake.skip_relayed()
         plan = self._plan()
-        pushing = self._pusher().submit(self._execute, plan) if plan else None
+        pushing = self.pusher.start(plan) if plan else None
         pushed = 0
         try:  # while Redis runs the push, fetch and decode what comes next
-            records = self.source.poll(0 if plan or self._held_up() else self.poll_ms, self.batch * 2)
-            self._ingest(records)
+            records = self.source.poll(0 if plan or self._held_up() else self.config.poll_ms,
+                                       self.config.batch * 2)
+            self.intake.take(records)
         finally:
             if pushing is not None:
-                pushed = self._apply(plan, pushing.result())
-        self._commit()
-        self._dispatch()
-        self._flow_control()
-        if self.clock.monotonic() >= self._next_lag:
-            self._report_lag()
-        if not records and (self._throttled or (pushed == 0 and self._held_up())):
+                pushed = self.pusher.finish(plan, pushing.result(), self.queues.states)
+        self.committer.commit()
+        self.dispatch.pushed(self.queues.states, self.clock.monotonic())
+        self.intake.flow_control()
+        if self.clock.monotonic() >= self.committer.next_lag:
+            self.committer.report_lag()
+        if not records and (self.planner.throttled or (pushed == 0 and self._held_up())):
             # The bucket is empty: let it fill for a moment rather than ask Redis in a tight loop.
-            self.clock.sleep(min(0.02, self.poll_ms / 1000))
+            self.clock.sleep(min(0.02, self.config.poll_ms / 1000))
         return pushed
+
+    def _plan(self) -> list[Item]:
+        """Which records to push now: the planner's decision on freshly read queue states."""
+        by_queue = waiting(self.ownership.owned.values())
+        memory = self.queues.redis_memory(self.clock.monotonic())
+        states = {queue: self.queues.get(queue, self.clock.monotonic()) for queue in by_queue}
+        return self.planner.plan(by_queue, states, memory, self.clock.now_ms(), self._take_rate)
+
+    def _held_up(self) -> bool:
+        """Records wait for a queue that is not paused: the rate limit, or a full batch."""
+        now = self.clock.monotonic()
+        return any(q and not self.queues.get(name, now).blocked
+                   for owned in self.ownership.owned.values() for name, q in owned.pending.items())
 
     def stop(self) -> None:
         """Commit what was pushed and release every partition lease (best effort)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self.pusher.close()
         try:
-            self._commit(force=True)
+            self.committer.commit(force=True)
         except SluiceError as exc:
             log.warning("final commit failed: %s", exc)
-        self._give_back(list(self._owned))
+        self.ownership.give_back(list(self.ownership.owned))
         try:
-            self.source.assign([])
+            self.ownership.assign()
         except SluiceError as exc:
             log.warning("could not clear the assignment: %s", exc)
-        self._status.close(self.status_drain_s)
+        self.pusher.drain()

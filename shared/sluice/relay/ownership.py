@@ -1,4 +1,4 @@
-"""Partition ownership: which Kafka partitions this relay may push, through leases.
+"""Partition ownership: which Kafka partitions this relay may push, held through leases.
 
 Each (topic, partition) is a job of the internal queue ``sluice-relay`` (our own
 engine, dogfooded); a relay owns a partition while it holds that job's lease, and
@@ -16,9 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sluice.errors import BackendUnavailable, LeaseLost, SluiceError
+from sluice.errors import BackendUnavailable, JobNotFound, LeaseLost, SluiceError
 from sluice.models import RESERVED_QUEUE_PREFIX, JobSpec, LeasedJob
-from sluice.relay.state import _Owned, _RelayState
+from sluice.ports import Metrics
+from sluice.relay.config import RelayConfig
+from sluice.relay.hooks import RelayHooks
+from sluice.relay.ports import RecordSource, RelayEngine
+from sluice.relay.state import OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
@@ -53,30 +57,51 @@ def _partition_of(job: LeasedJob) -> tuple[str, int] | str:
     return topic, partition
 
 
-class _Ownership(_RelayState):
-    """Taking, keeping and giving back partition leases (a mixin of ``Relay``)."""
+class Ownership:
+    """Taking, keeping and giving back partition leases; ``owned`` is what this relay may push."""
 
-    def _check_ownership(self, now: float) -> None:
+    def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, *, relay_id: str,
+                 started: float, metrics: Metrics, report: RelayReport, hooks: RelayHooks) -> None:
+        self.engine, self.source, self.config = engine, source, config
+        self.topic = source.topic
+        self.relay_id, self.metrics, self.report, self.hooks = relay_id, metrics, report, hooks
+        self.owned: dict[int, OwnedPartition] = {}
+        self._registered: set[int] = set()
+        self._next_look = float("-inf")
+        self._started = started
+
+    def check(self, now: float) -> None:
+        """Extend the leases due, and every ``ownership_s`` look for free partitions."""
         changed = False
-        for owned in list(self._owned.values()):
-            if now - owned.leased_at >= self.lease_ms / 3000:
+        for owned in list(self.owned.values()):
+            if now - owned.leased_at >= self.config.lease_ms / 3000:
                 changed |= self._extend(owned, now)
-        if now >= self._next_ownership:
-            self._next_ownership = now + self.ownership_s
+        if now >= self._next_look:
+            self._next_look = now + self.config.ownership_s
             changed |= self._acquire(now)
         if changed:
-            self.source.assign(sorted(self._owned))
-            self.report.partitions_owned |= set(self._owned)
+            self.assign()
+            self.report.partitions_owned |= set(self.owned)
 
-    def _extend(self, owned: _Owned, now: float) -> bool:
+    def look_again(self) -> None:
+        """Look for free partitions at the next step, not ``ownership_s`` from now."""
+        self._next_look = float("-inf")
+
+    def assign(self) -> None:
+        """Consume exactly the owned partitions."""
+        partitions = sorted(self.owned)
+        self.hooks.on_assigned(partitions)
+        self.source.assign(partitions)
+
+    def _extend(self, owned: OwnedPartition, now: float) -> bool:
         try:
-            self.engine.extend(RELAY_QUEUE, owned.job_id, owned.token, self.lease_ms)
-        except LeaseLost:
-            self._lose(owned.number, "lease lost")
+            self.engine.extend(RELAY_QUEUE, owned.job_id, owned.token, self.config.lease_ms)
+        except (LeaseLost, JobNotFound):  # JobNotFound: the ownership job vanished with Redis's data
+            self.lose(owned.number, "lease lost")
             return True
         except BackendUnavailable:
-            if now - owned.leased_at >= self.lease_ms / 1000:
-                self._lose(owned.number, "lease expired while Redis was unreachable")
+            if now - owned.leased_at >= self.config.lease_ms / 1000:
+                self.lose(owned.number, "lease expired while Redis was unreachable")
                 return True
             raise
         owned.leased_at = now
@@ -84,33 +109,36 @@ class _Ownership(_RelayState):
 
     def _acquire(self, now: float) -> bool:
         self._register()
-        limit = self.max_partitions
-        if self.partition_groups > 1 and now - self._started < self.share_grace_s:
+        limit = self.config.max_partitions
+        groups = self.config.partition_groups
+        if groups > 1 and now - self._started < self.config.share_grace_s:
             # Several relays run at once, one per group: each takes its share first, and any
             # partition still free after the grace period (a group's invocation did not start).
-            limit = min(limit, -(-len(self._registered) // self.partition_groups))
-        room = limit - len(self._owned)
+            limit = min(limit, -(-len(self._registered) // groups))
+        room = limit - len(self.owned)
         if room <= 0 or not self._registered:
             return False
         gained: list[int] = []
+        self.hooks.before_lease(self._register_all)
         # n = room, not our partition count: another topic's unowned jobs may sit in the same queue
-        for job in self.engine.lease(RELAY_QUEUE, min(room, 100), self.lease_ms, self.relay_id):
+        for job in self.engine.lease(RELAY_QUEUE, min(room, 100), self.config.lease_ms, self.relay_id):
             found = _partition_of(job)
             if isinstance(found, str):
                 self._remove_bad(job, found)
                 continue
             topic, p = found
-            if topic != self.topic or p in self._owned:
+            if topic != self.topic or p in self.owned:
                 self.engine.release(RELAY_QUEUE, job.job_id, job.token)  # another relay's topic
                 continue
-            self._owned[p] = _Owned(number=p, job_id=job.job_id, token=job.token, leased_at=now)
+            self.owned[p] = OwnedPartition(number=p, job_id=job.job_id, token=job.token, leased_at=now)
             gained.append(p)
         if gained:
             try:
-                self.source.assign(sorted(self._owned))  # rewinding needs the partitions assigned
+                self.assign()  # rewinding needs the partitions assigned
                 self.source.rewind_to_committed(gained)
+                self.hooks.on_partitions_taken(gained)
             except SluiceError:
-                self._give_back(gained)  # never push a partition whose start is unknown
+                self.give_back(gained)  # never push a partition whose start is unknown
                 raise
             log.info("relay %s took partitions %s", self.relay_id, gained)
         return bool(gained)
@@ -127,9 +155,9 @@ class _Ownership(_RelayState):
         except SluiceError as exc:  # its lease expires; the next relay to lease it removes it
             log.warning("could not remove job %r from %s: %s", job.job_id[:140], RELAY_QUEUE, exc)
 
-    def _give_back(self, partitions: Sequence[int]) -> None:
+    def give_back(self, partitions: Sequence[int]) -> None:
         for p in partitions:
-            owned = self._owned.pop(p, None)
+            owned = self.owned.pop(p, None)
             if owned is None:
                 continue
             try:
@@ -142,14 +170,20 @@ class _Ownership(_RelayState):
         partitions = set(self.source.partitions())
         new = partitions - self._registered
         for p in sorted(new):
-            self.engine.enqueue_internal(partition_job(self.topic, p, self.lease_ms))
+            self.engine.enqueue_internal(partition_job(self.topic, p, self.config.lease_ms))
         if new:
             # Killed relays spend attempts of their partition jobs; one must never stay dead.
             self.engine.redrive(RELAY_QUEUE)
         self._registered = partitions
 
-    def _lose(self, partition: int, why: str) -> None:
-        owned = self._owned.pop(partition, None)
+    def _register_all(self) -> None:
+        """Enqueue every partition's ownership job again (after Redis lost them)."""
+        for p in self.source.partitions():
+            self.engine.enqueue_internal(partition_job(self.topic, p, self.config.lease_ms))
+
+    def lose(self, partition: int, why: str) -> None:
+        """Stop pushing ``partition`` at once (a newer owner, or a lost lease); the caller reassigns."""
+        owned = self.owned.pop(partition, None)
         if owned is None:
             return
         self.report.partitions_lost += 1

@@ -1,9 +1,8 @@
 """What the relay talks to, and what a Kafka record means to it.
 
 The relay core sees only these protocols; the Kafka, Redis and DynamoDB adapters
-are built by the caller. The recovery layer (``sluice.recovery.hook``) wraps
-``RecordSource`` and ``RelayEngine`` and decodes records with ``decode``, so the
-three live together here rather than inside the relay loop.
+are built by the caller (``sluice.wiring`` in Lambda, fixtures in tests), and the relay
+calls them directly: behaviour around them plugs in through ``sluice.relay.hooks``.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from sluice.models import (
     EndedJob,
     JobSpec,
     LeasedJob,
+    QueueConfig,
     QueueStats,
     is_reserved_queue,
 )
@@ -65,12 +65,22 @@ class RelayEngine(Protocol):
     def take_rate(self, queue: str, wanted: int) -> int: ...
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
         """The highest offset of (topic, partition) pushed into ``queue`` (-1: none): push.lua skips
-        every record at or below it. ``owner_token`` is the caller's push token (a wrapper may fence
-        or rebase with it first, as for a push)."""
+        every record at or below it. ``owner_token`` is the token the relay pushes with."""
         ...
 
     def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]: ...
     def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int: ...
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        """Writes the deployment's default rate for a queue nobody configured."""
+        ...
+
+    # The limits' questions (sluice.limits)
+    def register(self, queue: str) -> None:
+        """Admit ``queue`` to the registry; ``QueueNotAllowed`` if the allow-list or the cap refuses it."""
+        ...
+
+    def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]: ...
+    def memory_percent(self) -> float | None: ...
 
 
 class RecordSource(Protocol):
@@ -101,6 +111,16 @@ class RecordSource(Protocol):
     def flush_dead_letters(self) -> None:
         """Returns once every dead letter sent so far is acknowledged."""
         ...
+
+    def highwater(self, partition: int) -> int | None:
+        """The partition's end offset as last seen (None: not known yet); for ``RelayLag``."""
+        ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+    def monotonic(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:

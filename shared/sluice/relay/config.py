@@ -1,0 +1,55 @@
+"""The relay's knobs, parsed once: one frozen ``RelayConfig`` that every relay part reads.
+
+Built from Settings by ``RelayConfig.from_settings`` (the Lambda) or directly (tests,
+benchmarks, the chaos run); a part never takes its knobs one keyword at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.limits import Limits
+
+if TYPE_CHECKING:
+    from sluice.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    batch: int = 500  # records per (partition, queue) per push; a poll takes up to twice this
+    poll_ms: int = 200
+    lease_ms: int = 15_000  # partition ownership lease
+    max_partitions: int = 1_000
+    max_pending: int = 5_000  # records buffered per partition before its fetching pauses
+    refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
+    ownership_s: float = 1.0  # how often free partitions are looked for
+    maintenance_s: float = 5.0  # reap, settle, trim, dispatch for idle backlogs
+    dispatch_interval_s: float = 1.0
+    worker_batch: int = 10
+    reap_limit: int = 500
+    commit_s: float = 0.2  # at most one Kafka commit per this
+    status_drain_s: float = 2.0  # how long ``stop`` waits for queued status writes
+    default_rate_per_s: float = 0.0  # written to Redis for a queue nobody configured
+    default_burst: int = 0
+    partition_groups: int = 1  # relays started at once; each takes its share first
+    share_grace_s: float = 10.0
+    lag_every_s: float = 30.0
+    # the worker invocations this relay starts per second across all queues (0: no budget
+    # beyond the per-queue cap), and its burst
+    dispatch_per_s: float = 0.0
+    dispatch_burst: int = 0
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> RelayConfig:
+        base = cls(batch=settings.relay_batch, poll_ms=settings.relay_poll_ms,
+                   worker_batch=settings.worker_batch, default_rate_per_s=settings.default_rate_per_s,
+                   default_burst=settings.default_burst, partition_groups=settings.relay_partition_groups,
+                   limits=Limits.from_settings(settings), dispatch_per_s=settings.dispatch_budget_per_s,
+                   dispatch_burst=settings.dispatch_budget_burst)
+        return base.replace(**overrides)
+
+    def replace(self, **changes: Any) -> RelayConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,42 @@
+"""Named points where other behaviour plugs into the relay, fired synchronously in order.
+
+``RelayHooks`` does nothing at each point; ``sluice.recovery.Recovery`` (getting back what
+Redis lost) overrides them. The relay calls its adapters directly and the hooks beside
+them, so nothing wraps a port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from sluice.models import JobSpec
+from sluice.relay.ports import SourceRecord
+
+Decoded = Sequence[tuple[SourceRecord, JobSpec | str]]  # each taken record with its decode (or poison reason)
+
+
+class RelayHooks:
+    def before_lease(self, register_all: Callable[[], None]) -> None:
+        """Before the relay leases ownership jobs; ``register_all`` enqueues every partition's again."""
+        return None
+
+    def on_partitions_taken(self, partitions: Sequence[int]) -> None:
+        """The relay took ``partitions`` and rewound them to their committed offsets."""
+        return None
+
+    def on_assigned(self, partitions: Sequence[int]) -> None:
+        """The relay now consumes exactly ``partitions`` (empty: it is stopping)."""
+        return None
+
+    def on_records(self, decoded: Decoded) -> None:
+        """The records just taken from the source, each decoded once."""
+        return None
+
+    def before_push(self, queue: str, partition: int, lease_token: int) -> int:
+        """Before a push (or a read of the relayed offset): the owner token to push with.
+        May raise ``StaleToken``: the partition must not be pushed any more."""
+        return lease_token
+
+    def on_commit(self, offsets: Mapping[int, int]) -> Mapping[int, int]:
+        """The relay's commit point per partition; returns the offsets to commit to Kafka."""
+        return offsets

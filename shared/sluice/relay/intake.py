@@ -1,0 +1,165 @@
+"""Records in: each Kafka record decoded once, then buffered, skipped or dead-lettered.
+
+A record of an owned partition is decoded here and nowhere else; the relay's hooks get
+the decoded records too (recovery tracks their job ids). A poison record, or one of a
+queue the registry refuses, goes to the dead-letter topic. Records Redis already holds
+(at or below ``push.lua``'s recorded offset) leave the buffers before they cost a rate
+token. A partition whose buffer is full stops fetching until it drains.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from sluice import events as ev
+from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
+from sluice.events import EventBus
+from sluice.ids import Verifier
+from sluice.models import JobSpec
+from sluice.relay.config import RelayConfig
+from sluice.relay.hooks import RelayHooks
+from sluice.relay.ownership import Ownership
+from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord, decode
+from sluice.relay.state import RelayReport
+
+log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+
+
+def unminted(spec: JobSpec, job_ids: Verifier) -> str | None:
+    """Why ``spec``'s id was not minted by a gateway holding these keys for its queue, or None.
+
+    Kafka may be reachable by more than the gateways (a cluster named by bootstrap servers runs
+    without TLS or auth): a record whose id does not verify was written by someone else.
+    """
+    found = job_ids.verify(spec.job_id)
+    if found is None:
+        return f"unminted: job id {spec.job_id!r} was not minted by this deployment's gateway"
+    if found.queue != spec.queue:
+        return f"unminted: job id {spec.job_id!r} is for queue {found.queue!r}, not {spec.queue!r}"
+    return None
+
+
+class Intake:
+    """Takes polled records into the owned partitions' buffers.
+
+    ``job_ids`` (the job id keys) makes every record prove a gateway of this deployment minted
+    its id; a record that cannot goes to the dead-letter topic. None trusts every record
+    (harnesses that name jobs themselves)."""
+
+    def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, ownership: Ownership,
+                 *, report: RelayReport, hooks: RelayHooks, monotonic: Callable[[], float],
+                 job_ids: Verifier | None = None, events: EventBus | None = None) -> None:
+        self.engine, self.source, self.config, self.ownership = engine, source, config, ownership
+        self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
+        self.events = events or EventBus()
+        self._admitted: set[str] = set()
+        self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
+
+    def take(self, records: Sequence[SourceRecord]) -> None:
+        if records and self.events.listening:
+            self._read(records)
+        owned_by = self.ownership.owned
+        decoded: list[tuple[SourceRecord, JobSpec | str]] = []
+        for record in records:
+            owned = owned_by.get(record.partition)
+            if owned is None or (owned.next_offset is not None and record.offset < owned.next_offset):
+                continue  # not ours any more, or a re-delivery of something already taken
+            if owned.next_offset is None:  # we started at the committed offset: nothing to commit yet
+                owned.committed = record.offset
+            owned.next_offset = record.offset + 1
+            spec = decode(record)
+            decoded.append((record, spec))
+            # Minted first: a record no gateway minted must not register its queue name.
+            if not isinstance(spec, str) and self.job_ids is not None:
+                spec = unminted(spec, self.job_ids) or spec
+            if not isinstance(spec, str) and (why := self._refusal(spec.queue)) is not None:
+                self.report.refused += 1
+                spec = f"queue refused: {why}"
+            if isinstance(spec, str):
+                self.source.dead_letter(record, spec)
+                owned.dead_since_commit = True
+                self.report.dead_lettered += 1
+                log.warning("poison record %s/%s -> dead-letter topic: %s", record.partition,
+                            record.offset, spec)
+                continue
+            owned.pending.setdefault(spec.queue, deque()).append((record.offset, spec))
+            owned.pending_count += 1
+        if decoded:
+            self.hooks.on_records(decoded)
+
+    def _read(self, records: Sequence[SourceRecord]) -> None:
+        """``RecordsRead`` per partition of a poll (before any is taken: what Kafka gave)."""
+        by_partition: dict[int, list[int]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r.offset)
+        for p, offsets in by_partition.items():
+            self.events.emit(ev.RecordsRead(topic=self.source.topic, partition=p, first=min(offsets),
+                                            last=max(offsets), n=len(offsets)))
+
+    def skip_relayed(self) -> None:
+        """Drop from the buffers the records Redis already holds: at or below push.lua's recorded
+        offset (read again after a restart, or a resume from an older checkpoint). They leave
+        here, before they cost a rate token, a finality read, a push or a status write."""
+        for owned in list(self.ownership.owned.values()):
+            for queue, q in owned.pending.items():
+                if not q:
+                    continue
+                mark = owned.relayed.get(queue)
+                if mark is None:
+                    try:
+                        # as for a push: the hooks fence (and may rebase) before the read
+                        token = self.hooks.before_push(queue, owned.number, owned.token)
+                        mark = self.engine.relayed_offset(queue, self.source.topic, owned.number, token)
+                    except LeaseLost as exc:  # a newer owner, or Redis's epoch changed
+                        self.report.stale_stops += 1
+                        self.ownership.lose(owned.number, str(exc))
+                        self.ownership.assign()
+                        break
+                    owned.relayed[queue] = mark
+                n = 0
+                while q and q[0][0] <= mark:
+                    q.popleft()
+                    n += 1
+                owned.pending_count -= n
+                self.report.skipped += n
+                self.report.reread += n
+
+    def _refusal(self, queue: str) -> str | None:
+        """Why the registry refuses ``queue`` (allow-list, or full), else None; asked once per queue
+        (a refusal is remembered for ``maintenance_s``). Such a record goes to the dead-letter
+        topic: held back it would stop its partition's commits for good. Any other error admits
+        the record: its push registers the queue again, and fails and retries as pushes do."""
+        if queue in self._admitted:
+            return None
+        now = self.monotonic()
+        refused = self._refused.get(queue)
+        if refused is not None and now < refused[0]:
+            return refused[1]
+        try:
+            self.engine.register(queue)
+        except QueueNotAllowed as exc:
+            if len(self._refused) > 10_000:  # random names must not grow a relay without bound
+                self._refused.clear()
+            self._refused[queue] = (now + self.config.maintenance_s, str(exc))
+            return str(exc)
+        except SluiceError as exc:
+            log.warning("could not register queue %s before pushing: %s", queue, exc)
+            return None
+        self._admitted.add(queue)
+        return None
+
+    def flow_control(self) -> None:
+        """Stop fetching partitions whose backlog is held up (paused or rate-limited queues)."""
+        owned, most = self.ownership.owned.values(), self.config.max_pending
+        stop = [o for o in owned if not o.fetch_paused and o.pending_count >= most]
+        go = [o for o in owned if o.fetch_paused and o.pending_count < most // 2]
+        if stop:
+            self.source.pause([o.number for o in stop])
+        if go:
+            self.source.resume([o.number for o in go])
+        for o in stop:
+            o.fetch_paused = True
+        for o in go:
+            o.fetch_paused = False

@@ -1,0 +1,158 @@
+"""The pusher: a planned round of records goes into Redis through ``push.lua``.
+
+``push.lua`` records the highest offset it enqueued per (queue, topic, partition) in the
+same atomic step and skips records at or below it (docs/relay.md). The I/O half of a
+round (``start``: drop the jobs already final, push) runs on a pusher thread while the
+main thread polls; ``finish`` applies the outcome on the main thread, the only one that
+changes relay state. A push refused because a newer owner pushed loses the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice import events as ev
+from sluice.errors import LeaseLost, SluiceError
+from sluice.events import EventBus
+from sluice.models import JobSpec
+from sluice.ports import JobStore, Metrics
+from sluice.relay.config import RelayConfig
+from sluice.relay.hooks import RelayHooks
+from sluice.relay.ownership import Ownership
+from sluice.relay.ports import PushOutcome, RelayEngine
+from sluice.relay.state import AfterPush, Item, QueueState, RelayReport
+from sluice.relay.status import StatusWriter
+
+log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+
+
+@dataclass
+class Executed:
+    # per plan item, in order: the records sent (finals removed), and push's outcome,
+    # the LeaseLost that refused it, an unexpected error (the records stay pending), or
+    # None when nothing was sent
+    results: list[tuple[list[tuple[int, JobSpec]], PushOutcome | Exception | None]] = field(
+        default_factory=list)
+    error: SluiceError | None = None
+
+
+class Pusher:
+    """Runs push rounds and applies their outcome to the buffers, the report and the queue states."""
+
+    def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, ownership: Ownership, *,
+                 topic: str, report: RelayReport, metrics: Metrics, hooks: RelayHooks,
+                 after_push: AfterPush | None = None, events: EventBus | None = None) -> None:
+        self.engine, self.store, self.config, self.ownership = engine, store, config, ownership
+        self.topic, self.report, self.metrics, self.hooks = topic, report, metrics, hooks
+        self.after_push = after_push
+        self.events = events or EventBus()
+        self._status = StatusWriter(store, metrics)
+        self._executor: ThreadPoolExecutor | None = None
+
+    def start(self, plan: list[Item]) -> Future[Executed]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-push")
+        return self._executor.submit(self._execute, plan)
+
+    def _execute(self, plan: list[Item]) -> Executed:
+        """The I/O half of a push round, on the pusher thread: final jobs out, then push.lua.
+
+        Reads relay state but changes none of it; ``finish`` does that on the main thread.
+        """
+        done = Executed()
+        try:
+            final = self.store.final_job_ids([s.job_id for _, _, take in plan for _, s in take])
+            stale: set[int] = set()
+            for owned, queue, take in plan:
+                records = [(off, spec) for off, spec in take if spec.job_id not in final]
+                if owned.number in stale or not records:
+                    done.results.append((records, None))
+                    continue
+                try:
+                    token = self.hooks.before_push(queue, owned.number, owned.token)
+                    outcome = self._push(queue, owned.number, token, records)
+                except LeaseLost as exc:  # StaleToken: a newer relay owns this partition now
+                    stale.add(owned.number)
+                    done.results.append((records, exc))
+                    continue
+                except SluiceError:
+                    raise
+                except Exception as exc:  # a bug or unforeseen input: this item only
+                    done.results.append((records, exc))
+                    continue
+                done.results.append((records, outcome))
+                if self.after_push is not None:
+                    self.after_push(owned.number, queue, outcome)
+        except SluiceError as exc:  # the rest of the plan stays pending and is tried again
+            done.error = exc
+        return done
+
+    def _push(self, queue: str, partition: int, token: int,
+              records: list[tuple[int, JobSpec]]) -> PushOutcome:
+        """``push.lua``, and a ``Pushed`` event (on this thread, before the outcome is applied)."""
+        if not self.events.listening:
+            return self.engine.push(queue, self.topic, partition, token, records)
+        fields: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "owner": token,
+                  "first": records[0][0], "last": records[-1][0]}
+        t0 = time.time()
+        try:
+            outcome = self.engine.push(queue, self.topic, partition, token, records)
+        except Exception as exc:
+            self.events.emit(ev.Pushed(outcome="error", t0=t0, error=ev.error_text(exc), **fields))
+            raise
+        self.events.emit(ev.Pushed(outcome="ok", t0=t0, pushed=outcome.pushed, skipped=outcome.skipped,
+                                   jobs=tuple(spec.job_id for _, spec in records), **fields))
+        return outcome
+
+    def finish(self, plan: list[Item], done: Executed, states: dict[str, QueueState]) -> int:
+        """Apply a round's outcome; returns how many jobs it pushed. Raises the round's error."""
+        pushed = 0
+        queued: list[tuple[str, str, int]] = []
+        owned_by = self.ownership.owned
+        for (owned, queue, take), (records, outcome) in zip(plan, done.results, strict=False):
+            if owned_by.get(owned.number) is not owned:
+                continue  # lost earlier in this round: its records are the new owner's now
+            if isinstance(outcome, LeaseLost):
+                self.report.stale_stops += 1
+                self.ownership.lose(owned.number, str(outcome))
+                self.ownership.assign()
+                continue
+            if isinstance(outcome, Exception):  # the other partitions and queues still flow
+                self.report.unexpected_errors += 1
+                self.metrics.count("RelayUnexpectedErrors")
+                log.error("pushing partition %s into %s failed unexpectedly; its records stay pending",
+                          owned.number, queue, exc_info=outcome)
+                continue
+            if outcome is not None:
+                if records:  # push.lua raised the recorded offset to at least the last one sent
+                    owned.relayed[queue] = max(owned.relayed.get(queue, -1), records[-1][0])
+                pushed += outcome.pushed
+                self.report.pushed += outcome.pushed
+                self.report.skipped += outcome.skipped
+                queued.extend((spec.job_id, queue, spec.enqueued_at_ms) for _, spec in records)
+                state = states[queue]
+                state.pushed_since_refresh += outcome.pushed
+                state.pushed_since_dispatch += outcome.pushed
+            self.report.final_dropped += len(take) - len(records)
+            pending = owned.pending[queue]
+            for _ in take:
+                pending.popleft()
+            owned.pending_count -= len(take)
+        if queued:
+            self._status.submit(queued)
+        if done.error is not None:
+            raise done.error
+        return pushed
+
+    def close(self) -> None:
+        """Wait for a round in flight (``stop``); the status writer drains in ``drain``."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def drain(self) -> None:
+        self._status.close(self.config.status_drain_s)

@@ -1,0 +1,90 @@
+"""Per-queue state: each queue's config and depth, re-read from Redis every ``refresh_s``.
+
+The re-read is what makes the runtime knobs (pause, watermarks, rate, caps) take effect
+on every relay within about a second, with no redeploy. It also decides the watermark's
+hysteresis and the dead cap's hold, writes the deployment's default rate for a queue
+nobody configured, and reads Redis's memory use for the memory guard.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sluice import limits, policy
+from sluice.errors import SluiceError
+from sluice.models import QueueConfig
+from sluice.ports import Metrics
+from sluice.relay.config import RelayConfig
+from sluice.relay.ports import RelayEngine
+from sluice.relay.state import QueueState
+
+log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+
+
+class QueueStates:
+    """The relay's view of every queue it pushed into or maintained."""
+
+    def __init__(self, engine: RelayEngine, config: RelayConfig, metrics: Metrics) -> None:
+        self.engine, self.config, self.metrics = engine, config, metrics
+        self.states: dict[str, QueueState] = {}
+        self._defaulted: set[str] = set()
+        self._memory: float | None = None
+        self._next_memory = float("-inf")
+
+    def get(self, queue: str, now: float) -> QueueState:
+        """The queue's state, refreshed if older than ``refresh_s``."""
+        state = self.states.get(queue)
+        if state is None:
+            state = self.states[queue] = QueueState()
+        if now - state.refreshed_at >= self.config.refresh_s:
+            self.refresh(queue, state, now)
+        return state
+
+    def refresh(self, queue: str, state: QueueState, now: float) -> None:
+        stats = self.engine.stats(queue)  # carries the queue's config: one round trip
+        state.config = stats.config
+        rate = self.config.default_rate_per_s
+        if rate > 0 and stats.config == QueueConfig() and queue not in self._defaulted:
+            # A queue nobody has configured gets the deployment's default rate, written to
+            # Redis so that every relay shares the same bucket (rate.lua reads it there).
+            self._defaulted.add(queue)
+            state.config = self.engine.set_config(queue, rate_per_s=rate,
+                                                  burst=self.config.default_burst or max(1, int(rate)))
+        state.ready, state.leased = stats.ready, stats.leased
+        state.delayed, state.dead = stats.delayed, stats.dead
+        state.pushed_since_refresh = 0
+        state.refreshed_at = now
+        cfg = state.config
+        full = limits.dead_full(self.config.limits, cfg, stats.dead)
+        if full != state.dead_full:
+            log.warning("queue %s %s at %s dead jobs", queue, "held back" if full else "released", stats.dead)
+            self.metrics.count("RelayDeadCapHeld" if full else "RelayDeadCapReleased", queue=queue)
+        state.dead_full = full
+        paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
+                                         state.watermark_paused)
+        if paused != state.watermark_paused:
+            log.info("queue %s %s at ready depth %s", queue, "paused" if paused else "resumed", state.ready)
+            self.metrics.count("RelayWatermarkPaused" if paused else "RelayWatermarkResumed", queue=queue)
+        state.watermark_paused = paused
+
+    def redis_memory(self, now: float) -> float | None:
+        """Redis's memory use in % of maxmemory, read every ``refresh_s`` (``limits.memory_hold``
+        decides per queue: the headroom above the guard is for leases, acks and fails)."""
+        guard = self.config.limits.push_memory_percent
+        if not guard:
+            return None
+        if now < self._next_memory:
+            return self._memory
+        self._next_memory = now + self.config.refresh_s
+        try:
+            percent = self.engine.memory_percent()
+        except SluiceError as exc:
+            log.warning("could not read Redis memory: %s", exc)
+            return self._memory
+        over = percent is not None and percent >= guard
+        if over != (self._memory is not None and self._memory >= guard):
+            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", percent or 0,
+                        "on" if over else "off")
+            self.metrics.count("RelayMemoryGuardOn" if over else "RelayMemoryGuardOff")
+        self._memory = percent
+        return percent
