@@ -30,12 +30,12 @@ or reading one's stats, is a 400 naming the prefix; a job of one reads and cance
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from sluice import ids, policy
+from sluice.clock import wall_ms
 from sluice.errors import AlreadyFinished, JobNotFound, PriorityNotAllowed, SluiceError
 from sluice.events import EventBus, JobEnded
 from sluice.http.jsonguard import PayloadTooLarge
@@ -100,16 +100,12 @@ class Outcome:
     replayed: bool = False
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Api:
     def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *, job_id_key: bytes,
                  previous_job_id_keys: Sequence[bytes] = (),
                  refresh_keys: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
-                 clock: Callable[[], int] = _now_ms, new_id: Callable[[int], str] | None = None,
+                 clock: Callable[[], int] = wall_ms, new_id: Callable[[int], str] | None = None,
                  id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
                  admission: Admission | None = None, limits: Limits | None = None,
                  max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = (),

@@ -1,4 +1,5 @@
-"""Counts as CloudWatch EMF lines, for components that have no Powertools ``Metrics`` of their own.
+"""Counts as CloudWatch EMF lines, for components that have no Powertools ``Metrics`` of their own,
+and the no-op ``NullMetrics`` for those given none.
 
 Light on purpose: the relay and the store both count through it, and importing it loads
 neither boto3 nor Powertools (that happens on the first count).
@@ -23,3 +24,10 @@ class EmfMetrics:
         with single_metric(name=name, unit=MetricUnit.Count, value=value, namespace=self.namespace) as metric:
             for key, dim in dimensions.items():
                 metric.add_dimension(name=key, value=dim)
+
+
+class NullMetrics:
+    """Counts nothing: the default wherever no metrics sink is given (tests, tools)."""
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        return None

@@ -29,6 +29,9 @@ MAX_LEASE_MS = 12 * 3600 * 1000
 MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 MAX_ATTEMPTS = 100
 MAX_PRIORITY = 9
+# A last error is for people: a whole traceback would bloat the Redis hash and push the
+# jobs item towards DynamoDB's 400 KB. Redis and the jobs table keep the same text.
+MAX_ERROR_CHARS = 4000
 
 
 def validate_queue_name(name: object) -> str:
@@ -64,6 +67,11 @@ def validate_token(token: object) -> int:
     if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
         raise InvalidInput(f"invalid fencing token {token!r}: must be a positive integer")
     return token
+
+
+def truncate_error(text: str) -> str:
+    """``text`` cut to ``MAX_ERROR_CHARS``, its end marked with an ellipsis when cut."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 1] + "\u2026"
 
 
 def dump_json(value: Any) -> str:

@@ -69,7 +69,6 @@ class JobQueue(Protocol):
 class JobStore(Protocol):
     """The DynamoDB jobs table: status for users, fencing-token authority for workers."""
 
-    def record_accepted(self, spec: JobSpec) -> None: ...
     def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         """(job_id, queue, enqueued_at_ms) of jobs the relay moved from accepted to queued."""
         ...

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sluice.errors import SluiceError, StaleToken
+from sluice.metrics import NullMetrics
 from sluice.models import JobSpec
 from sluice.ports import Metrics
 from sluice.recovery.tracker import BACKOFF_EXP, Checkpoint, PartitionTracker, owner_token, plan_start
@@ -67,11 +68,6 @@ class Finality(Protocol):
     def final_job_ids(self, job_ids: Sequence[str]) -> set[str]: ...
 
 
-class _NoMetrics:
-    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
-        return None
-
-
 @dataclass
 class _Session:
     epoch: str
@@ -93,7 +89,7 @@ class Recovery(RelayHooks):
         self.topic = topic
         self.epochs, self.checkpoints, self.offsets, self.finality = epochs, checkpoints, offsets, finality
         self.interval_s, self.scan_limit = interval_s, scan_limit
-        self.metrics: Metrics = metrics or _NoMetrics()
+        self.metrics: Metrics = metrics or NullMetrics()
         self.clock = clock
         self.sessions: dict[int, _Session] = {}
         self.replays = 0

@@ -12,12 +12,12 @@ prove liveness only; the fencing token a handler writes with comes from the job 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
+from sluice.clock import wall_ms
 from sluice.config import Settings
 from sluice.errors import InvalidInput, InvalidQueueName, SluiceError
 from sluice.limits import Limits
@@ -37,6 +37,7 @@ from sluice.models import (
     QueueStats,
     dump_json,
     is_reserved_queue,
+    truncate_error,
     validate_job_id,
     validate_public_queue,
     validate_queue_name,
@@ -51,7 +52,6 @@ __all__ = ["PushResult", "RedisQueue"]
 MAX_BATCH = 1000  # jobs per script call: bounds the script's run time and Lua's unpack()
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_TOKEN = 2**53 - 1  # Lua numbers are doubles: larger integers would lose precision
-MAX_ERROR_CHARS = 4000  # a last error is for people; a whole traceback would bloat the hash
 RECLAIM_PER_LEASE = 100  # expired leases and due delayed jobs each lease call reclaims first
 
 
@@ -70,10 +70,6 @@ def _token(value: object) -> int:
 
 def _lease_ms(value: object) -> int:
     return _int(value, MIN_LEASE_MS, MAX_LEASE_MS, "lease_ms (10 ms..12 h)")
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # How far past the 7-day horizon of this host's clock a run_at may be. enqueue: another host's
@@ -210,7 +206,7 @@ class RedisQueue:
         return self._enqueue([spec], internal=True)[0]
 
     def _enqueue(self, specs: Sequence[JobSpec], *, internal: bool) -> list[bool]:
-        now = _wall_ms()
+        now = wall_ms()
         by_queue: dict[str, list[tuple[int, JobFields]]] = {}
         for index, spec in enumerate(specs):
             queue = getattr(spec, "queue", None)
@@ -275,8 +271,7 @@ class RedisQueue:
         k = self.keys(queue)
         if not isinstance(error, str):
             raise InvalidInput(f"error must be a string, got {type(error).__name__}")
-        if len(error) > MAX_ERROR_CHARS:
-            error = error[:MAX_ERROR_CHARS - 1] + "\u2026"
+        error = truncate_error(error)
         after = 0 if retry_after_ms is None else _int(retry_after_ms, 0, MAX_DELAY_MS, "retry_after_ms")
         if not isinstance(permanent, bool):
             raise InvalidInput("permanent must be a bool")
@@ -431,7 +426,7 @@ class RedisQueue:
             raise InvalidInput(f"invalid topic {topic!r}")
         _int(partition, 0, 1_000_000, "partition")
         _token(owner_token)
-        now = _wall_ms()
+        now = wall_ms()
         checked = []
         for record in records:
             if not isinstance(record, tuple) or len(record) != 2:

@@ -13,6 +13,7 @@ import logging
 from sluice.errors import SluiceError
 from sluice.events import EventBus
 from sluice.ids import Verifier
+from sluice.metrics import NullMetrics
 from sluice.ports import Dispatcher, JobStore, Metrics
 from sluice.relay.committer import Committer
 from sluice.relay.config import RelayConfig
@@ -22,7 +23,7 @@ from sluice.relay.intake import Intake
 from sluice.relay.maintenance import Maintenance
 from sluice.relay.ownership import Ownership
 from sluice.relay.planner import Planner, waiting
-from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock, _NoMetrics
+from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock
 from sluice.relay.pusher import Pusher
 from sluice.relay.queues import QueueStates
 from sluice.relay.state import AfterPush, Item, RelayReport
@@ -46,7 +47,7 @@ class Relay:
         self.relay_id, self.source = relay_id, source
         self.config = config = config or RelayConfig()
         self.clock: Clock = clock or SystemClock()
-        self.metrics: Metrics = metrics or _NoMetrics()
+        self.metrics: Metrics = metrics or NullMetrics()
         self.hooks = hooks = hooks or RelayHooks()
         self.report = report = RelayReport()
         self.events = bus = events or EventBus()

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from sluice.clock import wall_ms
 from sluice.models import (
     RESERVED_QUEUE_PREFIX,
     SCHEMA_VERSION,
@@ -125,18 +126,13 @@ class Clock(Protocol):
 
 class SystemClock:
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return wall_ms()
 
     def monotonic(self) -> float:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-class _NoMetrics:
-    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
-        return None
 
 
 def decode(record: SourceRecord) -> JobSpec | str:

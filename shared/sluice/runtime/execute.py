@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from sluice import events as ev
 from sluice import policy
+from sluice.clock import wall_ms
 from sluice.errors import (
     AlreadyFinished,
     BackendUnavailable,
@@ -40,17 +41,13 @@ from sluice.runtime.outcomes import Fail, Outcome, Retry
 from sluice.runtime.settle import Attempt, Settler
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
 class JobRunner:
     def __init__(self, settler: Settler, store: JobStore, options: WorkerOptions, worker_id: str, *,
-                 fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = _now_ms) -> None:
+                 fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms) -> None:
         self.settler = settler
         self.store = store
         self.options = options

@@ -36,9 +36,10 @@ from sluice.errors import (
     StoreError,
 )
 from sluice.events import EventBus, FencedWrite, timed
-from sluice.metrics import EmfMetrics as EmfMetrics  # re-exported: store.jobs counts through it
+from sluice.metrics import NullMetrics
 from sluice.models import JobState, validate_job_id, validate_token
 from sluice.ports import Metrics
+from sluice.store.codec import item_int, item_str
 from sluice.store.errors import WriteConditionFailed, error_code, translate
 
 if TYPE_CHECKING:
@@ -52,13 +53,6 @@ RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "Provis
                                "RequestLimitExceeded", "TransactionInProgress"})
 TOKEN_HEADER = "Sluice-Fencing-Token"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-class NullMetrics:
-    """Counts nothing; for tests and tools that do not publish metrics."""
-
-    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
-        return None
 
 
 class Fence:
@@ -76,16 +70,6 @@ class Fence:
                     operation, job_id,
                     extra={"job_id": job_id, "operation": operation, "token": mine, "current_token": current})
         return StaleToken(mine=mine, current=current, job_id=job_id, operation=operation)
-
-
-def item_int(item: Mapping[str, Any], name: str, default: int = 0) -> int:
-    value = item.get(name)
-    return int(value["N"]) if value and "N" in value else default
-
-
-def item_str(item: Mapping[str, Any], name: str) -> str | None:
-    value = item.get(name)
-    return str(value["S"]) if value and "S" in value else None
 
 
 def classify(fence: Fence, operation: str, job_id: str, mine: int, old: Mapping[str, Any] | None,

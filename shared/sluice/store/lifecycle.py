@@ -1,6 +1,7 @@
-"""Writes to the jobs table outside a lease: cancel, redrive, and endings Redis made.
+"""The lifecycle writes: the jobs table's writes made outside a lease.
 
-``request_cancel`` / ``cancel_unrecorded`` / ``honour_cancel`` (docs/api.md, DELETE),
+``record_accepted`` / ``mark_queued`` (the relay, before any worker), ``request_cancel`` /
+``cancel_unrecorded`` / ``honour_cancel`` (docs/api.md, DELETE),
 ``redrive`` (the jobs-table half of ``sluice.redrive``: the redrive generation) and
 ``settle_ended`` (the relay's write of a settle entry, fenced on that generation). See
 docs/store.md.
@@ -8,25 +9,87 @@ docs/store.md.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound, StoreError
+from sluice.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
 from sluice.models import (
     FINAL_STATES,
     EndedJob,
     JobRecord,
+    JobSpec,
     JobState,
+    truncate_error,
     validate_job_id,
     validate_queue_name,
 )
-from sluice.store.errors import is_conditional_failure, translate
-from sluice.store.fenced import item_int, item_str
-from sluice.store.items import MAX_ERROR_CHARS, ItemTable, N, S, _created, _generation
+from sluice.pools import LazyPool
+from sluice.store.codec import N, S, created_ms, generation, item_int, item_str
+from sluice.store.errors import is_conditional_failure, old_item, translate
+from sluice.store.items import ItemTable
+
+log = logging.getLogger("sluice.store")
 
 
-class Endings(ItemTable):
+class Lifecycle(ItemTable):
+    _pool: LazyPool
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        """Write the ``accepted`` item of a job (tools and tests; the gateway writes none)."""
+        if not isinstance(spec, JobSpec):
+            raise InvalidInput("record_accepted takes a JobSpec")
+        now = self._now_ms()
+        item = {"job_id": S(spec.job_id), "queue": S(spec.queue), "status": S(JobState.ACCEPTED),
+                "attempts": N(0), "token": N(0), "created_at_ms": N(spec.enqueued_at_ms or now),
+                "updated_at_ms": N(now)}
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)",
+                              ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise translate(exc, "record_accepted") from exc
+            old = old_item(exc)
+            if old is not None and item_str(old, "queue") != spec.queue:
+                raise JobExists(f"job {spec.job_id} exists in queue {item_str(old, 'queue')}",
+                                job_id=spec.job_id) from exc
+            # Otherwise: a retry, or the relay or a worker got there first. Nothing to do.
+        except BotoCoreError as exc:
+            raise translate(exc, "record_accepted") from exc
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
+        """accepted -> queued, creating the item if absent. Best effort: failures are logged.
+
+        A job already leased or finished keeps its state (the condition fails, as intended).
+        The third element is the job's enqueue time (``JobSpec.enqueued_at_ms``; 0 if unknown):
+        the gateway writes no item, so this is where ``created_at_ms`` is first stored, and it
+        must be the acceptance time GET showed from the id, not the relay's clock.
+        """
+        # All or none: one bad tuple refuses the batch before any write.
+        pairs = [(validate_job_id(j), validate_queue_name(q), created_ms(c)) for j, q, c in jobs]
+        self._pool.map(lambda pair: self._mark_one(*pair), pairs)
+
+    def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
+                   "#cr = if_not_exists(#cr, :created), #att = if_not_exists(#att, :zero), "
+                   "#tok = if_not_exists(#tok, :zero)",
+            condition="attribute_not_exists(#id) OR #st = :accepted",
+            values={":queued": S(JobState.QUEUED), ":now": N(now), ":queue": S(queue),
+                    ":created": N(created_at_ms or now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
+        try:
+            _, ok = self._update("mark_queued", request)
+        except Exception as exc:  # tolerated: status lags, nothing else depends on it
+            log.warning("mark_queued failed for %s: %s", job_id, exc, extra={"job_id": job_id})
+            return
+        if not ok:
+            log.debug("mark_queued skipped %s: already past accepted", job_id, extra={"job_id": job_id})
+
     def honour_cancel(self, job_id: str) -> JobRecord:
         """End as cancelled a job whose cancel was requested and which nobody will run any more.
 
@@ -132,14 +195,15 @@ class Endings(ItemTable):
         (so a finished job raises AlreadyFinished and a leased one is flagged).
         ``created_at_ms``: when the job was accepted, if known (0: now).
         """
-        job_id, queue, created = validate_job_id(job_id), validate_queue_name(queue), _created(created_at_ms)
+        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        created = created_ms(created_at_ms)
         if not isinstance(reason, str) or not reason:
             raise InvalidInput("reason must be a non-empty string")
         now = self._now_ms()
         item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
                 "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
                 "finished_at_ms": N(now),
-                "last_error": S(reason[:MAX_ERROR_CHARS]), "expires_at": N(now // 1000 + self.retention_s)}
+                "last_error": S(truncate_error(reason)), "expires_at": N(now // 1000 + self.retention_s)}
         try:
             self._db.put_item(TableName=self.table, Item=item,
                               ConditionExpression="attribute_not_exists(job_id)")
@@ -163,7 +227,7 @@ class Endings(ItemTable):
         True if written, False if the item had already moved on.
         """
         job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
-        gen = _generation(ended.redrive_gen or 0)
+        gen = generation(ended.redrive_gen or 0)
         if ended.state not in (JobState.DEAD, JobState.CANCELLED):
             raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
         why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
@@ -177,7 +241,7 @@ class Endings(ItemTable):
                    "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
             condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
                       "AND (attribute_not_exists(#run) OR #run <= :gen)",
-            values={":state": S(ended.state), ":err": S(why[:MAX_ERROR_CHARS]), ":queue": S(queue),
+            values={":state": S(ended.state), ":err": S(truncate_error(why)), ":queue": S(queue),
                     ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
                     ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
         _, ok = self._update("settle_ended", request)
