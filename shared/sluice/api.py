@@ -36,18 +36,8 @@ from typing import Any, Final, Protocol
 
 from sluice import ids, policy
 from sluice.clock import wall_ms
-from sluice.errors import AlreadyFinished, JobNotFound, PriorityNotAllowed, SluiceError
+from sluice.errors import AlreadyFinished, JobNotFound, PayloadTooLarge, PriorityNotAllowed, SluiceError
 from sluice.events import EventBus, JobEnded
-from sluice.http.jsonguard import PayloadTooLarge
-from sluice.http.models import (
-    Accepted,
-    BatchAccepted,
-    BatchRequest,
-    CancelAccepted,
-    EnqueueRequest,
-    JobView,
-    QueueView,
-)
 from sluice.limits import Limits
 from sluice.models import (
     MAX_PRIORITY,
@@ -61,6 +51,15 @@ from sluice.models import (
 )
 from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
+from sluice.wire import (
+    Accepted,
+    BatchAccepted,
+    BatchRequest,
+    CancelAccepted,
+    EnqueueRequest,
+    JobView,
+    QueueView,
+)
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,9 @@ from pydantic import ValidationError
 
 from sluice import __version__
 from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError
-from sluice.http.models import (
+from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_queue_name
+from sluice.policy import backoff_ms
+from sluice.wire import (
     Accepted,
     BatchAccepted,
     BatchRequest,
@@ -44,8 +46,6 @@ from sluice.http.models import (
     JobView,
     QueueView,
 )
-from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_queue_name
-from sluice.policy import backoff_ms
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 UNKEYED_RETRY_STATUSES = frozenset({429})  # refused before the gateway ran: nothing was accepted

@@ -8,7 +8,7 @@ code from ``ERROR_CODES``; ``from_code`` turns such a reply into the exception.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 
 class SluiceError(Exception):
@@ -27,8 +27,15 @@ class InvalidInput(SluiceError, ValueError):
     code = "INVALID_INPUT"
 
 
+class PayloadTooLarge(InvalidInput):
+    """The request body or a job payload is larger than the configured limit."""
+
+    code = "PAYLOAD_TOO_LARGE"
+    status: ClassVar[int] = 413
+
+
 class InvalidQueueName(InvalidInput):
-    """Queue names must match ^[a-z0-9][a-z0-9_-]{0,63}$."""
+    """A queue name outside ``models.QUEUE_NAME_PATTERN``."""
 
     code = "INVALID_QUEUE"
 

@@ -15,13 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sluice.errors import InvalidInput, InvalidQueueName, ReservedQueue
 
-QUEUE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# Every name pattern, once: the validators, the wire models, the OpenAPI document and the HTTP
+# routes read these (template.yaml's AllowedPatterns are tested equal, tests/unit/test_names.py).
+QUEUE_NAME: Final = r"[a-z0-9][a-z0-9_-]{0,63}"
+QUEUE_NAME_PATTERN: Final = f"^{QUEUE_NAME}$"
+QUEUE_NAME_RE = re.compile(QUEUE_NAME)
+JOB_ID: Final = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+JOB_ID_PATTERN: Final = f"^{JOB_ID}$"
+JOB_ID_RE = re.compile(JOB_ID)
+# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
 # Queues whose names start with this are Sluice's own (the relay's partition ownership lives
 # in ``sluice-relay``): no caller may enqueue into, read, cancel or operate them, the relay
 # never pushes a Kafka record into one, and no worker is dispatched for one. lua/_lib.lua
 # holds the same prefix (tests/unit/test_engine_scripts.py checks they agree).
 RESERVED_QUEUE_PREFIX: Final = "sluice-"
-JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 SCHEMA_VERSION: Final = 1
 MIN_LEASE_MS = 10  # the engine's floor; the public API's floor is 1 s
@@ -37,7 +45,7 @@ MAX_ERROR_CHARS = 4000
 def validate_queue_name(name: object) -> str:
     """Return ``name`` if it is a legal queue name, else raise InvalidQueueName."""
     if not isinstance(name, str) or QUEUE_NAME_RE.fullmatch(name) is None:
-        raise InvalidQueueName(f"invalid queue name {name!r}: must match ^[a-z0-9][a-z0-9_-]{{0,63}}$")
+        raise InvalidQueueName(f"invalid queue name {name!r}: must match {QUEUE_NAME_PATTERN}")
     return name
 
 
@@ -58,7 +66,7 @@ def validate_public_queue(name: object) -> str:
 def validate_job_id(job_id: object) -> str:
     """Return ``job_id`` if legal (1..128 of [A-Za-z0-9_.-], not starting with punctuation)."""
     if not isinstance(job_id, str) or JOB_ID_RE.fullmatch(job_id) is None:
-        raise InvalidInput(f"invalid job id {job_id!r}: must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")
+        raise InvalidInput(f"invalid job id {job_id!r}: must match {JOB_ID_PATTERN}")
     return job_id
 
 
@@ -103,8 +111,8 @@ class JobState(StrEnum):
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
 
-QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
-JobId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
+JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
 
 
 class JobSpec(BaseModel):

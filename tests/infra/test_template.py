@@ -259,7 +259,7 @@ def _schema_limits(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, An
 
 
 def test_api_request_models_are_the_gateways_models() -> None:
-    from sluice.http.models import BatchRequest, EnqueueRequest
+    from sluice.wire import BatchRequest, EnqueueRequest
 
     schemas = _api()["components"]["schemas"]
     mine = schemas["EnqueueRequest"]

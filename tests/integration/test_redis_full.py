@@ -19,12 +19,12 @@ import redis
 from sluice.admission import Admission
 from sluice.api import Api
 from sluice.errors import QueueFull, SluiceError
-from sluice.http.models import BatchRequest, EnqueueRequest
 from sluice.kafka.producer import KafkaJobLog
 from sluice.limits import Limits
 from sluice.local import servers
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
+from sluice.wire import BatchRequest, EnqueueRequest
 from tests.integration.relay_proc import NullStore, build, create_topic, settings
 from tests.integration.test_relay_flow import Running, wait_for
 

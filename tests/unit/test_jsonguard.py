@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from sluice.errors import PayloadTooLarge
 from sluice.http.jsonguard import (
     MAX_DEPTH,
     BadBody,
-    PayloadTooLarge,
     UnsupportedMediaType,
     check_content_type,
     decode_body,

@@ -83,3 +83,33 @@ def test_the_layer_build_leaves_out_exactly_the_tooling() -> None:
     spec.loader.exec_module(build)
     as_modules = sorted("sluice." + t.removesuffix(".py").replace("/", ".") for t in build.TOOLING)
     assert as_modules == sorted(TOOLING)
+
+
+# (module, what it may not import): the use case sits below its HTTP adapter, and the wire
+# format (request and response bodies) below both (issue 16).
+BELOW = [("sluice.api", "sluice.http"), ("sluice.wire", "sluice.http"), ("sluice.wire", "sluice.api")]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def upward_imports(files: list[tuple[Path, str]]) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line} imports {name}"
+            for path, module in files for lower, upper in BELOW if _within(module, lower)
+            for line, name in imports_of(path, module) if _within(name, upper)]
+
+
+def test_the_use_case_imports_nothing_from_its_http_adapter() -> None:
+    upward = upward_imports([(p, m) for p, m in _production_files() if m.startswith("sluice.")])
+    assert not upward, "a lower layer imports an upper one:\n" + "\n".join(upward)
+
+
+def test_the_layer_rule_sees_the_old_api_imports(tmp_path: Path) -> None:
+    (tmp_path / "sluice").mkdir()
+    bad = tmp_path / "sluice" / "api.py"
+    bad.write_text("from sluice.http.models import Accepted\nfrom sluice.http import jsonguard\n"
+                   "from sluice.httpx import fine\n")
+    found = [n for _, n in imports_of(bad, "sluice.api") if _within(n, "sluice.http")]
+    assert found == ["sluice.http.models", "sluice.http.models.Accepted",
+                     "sluice.http", "sluice.http.jsonguard"]

@@ -85,7 +85,7 @@ class Enqueuer:
             self.done.set()
 
     def _enqueue(self, indices: list[int], stop: threading.Event) -> None:
-        from sluice.http.models import BatchRequest, EnqueueRequest
+        from sluice.wire import BatchRequest, EnqueueRequest
 
         attempt = 0
         while not stop.is_set():

@@ -29,10 +29,8 @@ from sluice import __version__
 from sluice.api import Api, Outcome
 from sluice.errors import ConfigError, InvalidQueueName, SluiceError
 from sluice.http import jsonguard, problems
-from sluice.http.models import (
-    IDEMPOTENCY_KEY_PATTERN,
-    JOB_ID_PATTERN,
-    QUEUE_PATTERN,
+from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN
+from sluice.wire import (
     Accepted,
     BatchAccepted,
     BatchRequest,
@@ -59,7 +57,7 @@ _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a kn
     (re.compile(r"^/v1/openapi\.json$"), ("GET",)),
 )
 
-QueueParam = Annotated[str, Path(pattern=QUEUE_PATTERN, description=(
+QueueParam = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description=(
     "Queue name. Names starting with sluice- are reserved for Sluice's own queues (400)."))]
 JobIdParam = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id from the 202 response.")]
 KeyHeader = Annotated[str | None, Header(
@@ -255,8 +253,8 @@ def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
         if match is None:
             continue
         queue = match.groupdict().get("queue")
-        if queue is not None and re.fullmatch(QUEUE_PATTERN, queue) is None:
-            exc = InvalidQueueName(f"invalid queue name {queue!r}: must match {QUEUE_PATTERN}")
+        if queue is not None and re.fullmatch(QUEUE_NAME_PATTERN, queue) is None:
+            exc = InvalidQueueName(f"invalid queue name {queue!r}: must match {QUEUE_NAME_PATTERN}")
             return problems.from_exception(exc, instance=path), {}
         if method not in allowed:
             detail = f"{method} is not allowed here; use {', '.join(allowed)}"

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from sluice.errors import InvalidInput
+from sluice.errors import InvalidInput, PayloadTooLarge
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 38  # DynamoDB numbers carry 38 significant digits; beyond that they are not numbers
@@ -35,13 +35,6 @@ class BadBody(InvalidInput):
 
     code = "BAD_BODY"
     status: ClassVar[int] = 400
-
-
-class PayloadTooLarge(InvalidInput):
-    """The request body or a job payload is larger than the configured limit."""
-
-    code = "PAYLOAD_TOO_LARGE"
-    status: ClassVar[int] = 413
 
 
 class UnsupportedMediaType(InvalidInput):

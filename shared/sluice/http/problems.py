@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sluice import errors
-from sluice.http.jsonguard import BadBody, PayloadTooLarge, UnsupportedMediaType
-from sluice.http.models import FieldError, Problem
+from sluice.errors import PayloadTooLarge
+from sluice.http.jsonguard import BadBody, UnsupportedMediaType
+from sluice.wire import FieldError, Problem
 
 PROBLEM_JSON: Final = "application/problem+json"
 TYPE_BASE: Final = "urn:sluice:problem:"

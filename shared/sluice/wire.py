@@ -1,5 +1,8 @@
 """The public wire format of the gateway: request and response bodies.
 
+Below both the use case (``api``) and the HTTP adapter (``http``), which import it; it
+imports nothing from either.
+
 The same classes validate requests, shape responses, and generate the OpenAPI
 document, so the document cannot drift from what the code accepts. Request models
 are strict: a boolean or a float where an integer belongs is an error, not a
@@ -13,12 +16,15 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sluice.models import MAX_ATTEMPTS, MAX_LEASE_MS, MAX_PRIORITY, JobState
+from sluice.models import (
+    JOB_ID_PATTERN,
+    MAX_ATTEMPTS,
+    MAX_LEASE_MS,
+    MAX_PRIORITY,
+    QUEUE_NAME_PATTERN,
+    JobState,
+)
 
-QUEUE_PATTERN: Final = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-JOB_ID_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
-IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
 MAX_DELAY_SECONDS: Final = 7 * 24 * 3600
 MAX_LEASE_SECONDS: Final = MAX_LEASE_MS // 1000
 MAX_BATCH: Final = 100
@@ -51,12 +57,12 @@ class Accepted(BaseModel):
     """A job durably appended to the log (Kafka acknowledged it)."""
 
     job_id: str = Field(pattern=JOB_ID_PATTERN)
-    queue: str = Field(pattern=QUEUE_PATTERN)
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     status: Literal["accepted"] = "accepted"
 
 
 class BatchAccepted(BaseModel):
-    queue: str = Field(pattern=QUEUE_PATTERN)
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     jobs: list[Accepted] = Field(description="One result per submitted job, in order.")
 
 
@@ -83,7 +89,7 @@ class CancelAccepted(BaseModel):
 
 
 class QueueView(BaseModel):
-    queue: str = Field(pattern=QUEUE_PATTERN)
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     ready: int = Field(ge=0)
     delayed: int = Field(ge=0)
     leased: int = Field(ge=0)
