@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.errors import InvalidInput, InvalidQueueName, ReservedQueue
 
@@ -80,6 +80,11 @@ def validate_token(token: object) -> int:
 def truncate_error(text: str) -> str:
     """``text`` cut to ``MAX_ERROR_CHARS``, its end marked with an ellipsis when cut."""
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 1] + "\u2026"
+
+
+def describe_validation(exc: ValidationError, *, root: str = "event", limit: int | None = None) -> str:
+    """A pydantic error as one line, "field.path: why; ..." (``root`` names an error of the whole)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or root}: {e['msg']}" for e in exc.errors()[:limit])
 
 
 def dump_json(value: Any) -> str:

@@ -18,13 +18,14 @@ import json
 import logging
 import queue
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote
+
+from sluice.local.httpd import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class LocalGateway:
+class LocalGateway(ThreadedServer):
     def __init__(self, handlers: Handler | Sequence[Handler], *, host: str = "127.0.0.1", port: int = 0,
                  function_name: str = "sluice-gateway", timeout_ms: int = 29_000) -> None:
         pool = [handlers] if callable(handlers) else list(handlers)
@@ -116,17 +117,8 @@ class LocalGateway:
             self._idle.put(handler)
         self.function_name = function_name
         self.timeout_ms = timeout_ms
-        self._server = _QuietServer((host, port), self._request_handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(self._request_handler(), host, port, thread_name="sluice-local-gateway",
+                         server_class=_QuietServer)
 
     def invoke(self, event: dict[str, Any]) -> dict[str, Any]:
         handler = self._idle.get()
@@ -134,27 +126,6 @@ class LocalGateway:
             return handler(event, LocalContext(self.function_name, self.timeout_ms))
         finally:
             self._idle.put(handler)
-
-    def start(self) -> LocalGateway:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sluice-local-gateway",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self._server.serve_forever()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> LocalGateway:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
         gateway = self

@@ -30,9 +30,11 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO, Any
+
+from sluice.local.httpd import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +282,7 @@ class LocalLambda:
             self._cond.notify_all()  # exited: housekeeping reports a busy invocation as crashed
 
 
-class LambdaApi:
+class LambdaApi(ThreadedServer):
     """The Lambda Invoke API over HTTP (the part boto3's ``invoke`` uses), plus a status page.
 
     ``POST /2015-03-31/functions/{name}/invocations``: ``X-Amz-Invocation-Type: Event`` -> 202,
@@ -290,25 +292,7 @@ class LambdaApi:
 
     def __init__(self, service: LocalLambda, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> LambdaApi:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sluice-lambda-api",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        super().__init__(self._handler(), host, port, thread_name="sluice-lambda-api")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         service = self.service

@@ -14,35 +14,19 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from sluice.local.httpd import ThreadedServer
 from sluice.store.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
 
 
-class FencedSink:
+class FencedSink(ThreadedServer):
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._lock = threading.Lock()
         self.tokens: dict[str, int] = {}
         self.counts = {"accepted": 0, "replayed": 0, "rejected": 0}
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/sink"
-
-    def start(self) -> FencedSink:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sluice-sink", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        super().__init__(self._handler(), host, port, thread_name="sluice-sink", url_path="/sink")
 
     def call(self, key: str, token: int) -> tuple[int, dict[str, Any]]:
         """The decision for one call: (HTTP status, body)."""

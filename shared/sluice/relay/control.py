@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sluice.errors import InvalidInput
-from sluice.models import QueueConfig
+from sluice.models import QueueConfig, describe_validation
 from sluice.relay.state import AfterPush
 
 if TYPE_CHECKING:
@@ -114,8 +114,7 @@ def parse_scheduled(event: object) -> ScheduledEvent:
     try:
         return ScheduledEvent.model_validate(event)
     except ValidationError as exc:
-        errors = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}" for e in exc.errors())
-        raise InvalidInput(f"not an EventBridge scheduled event ({errors})") from exc
+        raise InvalidInput(f"not an EventBridge scheduled event ({describe_validation(exc)})") from exc
 
 
 class LambdaContextLike(Protocol):

@@ -24,6 +24,7 @@ from sluice.models import (
     LeasedJob,
     QueueConfig,
     QueueStats,
+    describe_validation,
     is_reserved_queue,
 )
 
@@ -161,5 +162,4 @@ def _poison_reason(value: bytes, exc: ValidationError) -> str:
     version = doc.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         return f"unknown schema_version {str(version)[:32]}"
-    errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-    return f"invalid job spec: {errors}"[:1000]
+    return f"invalid job spec: {describe_validation(exc, root='', limit=5)}"[:1000]

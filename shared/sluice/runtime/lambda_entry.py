@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from sluice.errors import HandlerNotFound, InvalidInput
-from sluice.models import DispatchEvent
+from sluice.models import DispatchEvent, describe_validation
 from sluice.runtime.options import WorkerOptions
 
 if TYPE_CHECKING:
@@ -37,9 +37,7 @@ def parse_dispatch(event: object) -> DispatchEvent:
     try:
         return DispatchEvent.model_validate(event)
     except ValidationError as exc:
-        errors = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'event'}: {e['msg']}"
-                           for e in exc.errors())
-        raise InvalidInput(f"not a worker dispatch event ({errors})") from exc
+        raise InvalidInput(f"not a worker dispatch event ({describe_validation(exc)})") from exc
 
 
 def load_app(module_name: str) -> Worker:

@@ -1,0 +1,55 @@
+"""An HTTP server on a daemon thread, for the local stack's fakes of AWS endpoints.
+
+The local gateway (``http/local_server.py``), the Lambda Invoke API (``lambdas.py``) and the
+fenced sink (``sink.py``) differ only in their request handler; starting, stopping and the
+URL are this one class.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
+
+
+class ThreadedServer:
+    """Serves ``handler`` on ``host:port`` (0: a free port) from a daemon thread once started."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0, *,
+                 thread_name: str = "sluice-http", url_path: str = "",
+                 server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer) -> None:
+        self._server = server_class((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+        self._thread_name = thread_name
+        self._url_path = url_path
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self._url_path}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self._thread_name,
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until ``stop`` (from another thread)."""
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
