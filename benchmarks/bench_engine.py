@@ -67,9 +67,9 @@ def work(url: str, queue: str, batch: int, quota: int, go: Any, out: Any) -> Non
         if not leased:
             break
         if len(leased) == 1:
-            q.ack(queue, leased[0].job_id, leased[0].token)
+            q.ack(queue, leased[0].job_id, leased[0].lease_token)
         else:
-            errors = q.ack_many(queue, [(j.job_id, j.token) for j in leased])
+            errors = q.ack_many(queue, [(j.job_id, j.lease_token) for j in leased])
             assert not any(errors), errors
         done += len(leased)
     out.put((done, client.round_trips, time.monotonic()))
@@ -81,7 +81,7 @@ def warm_up(url: str) -> None:
     fill(url, "warm", 10)
     q = RedisQueue.from_url(url)
     for job in q.lease("warm", 10, LEASE_MS):
-        q.ack("warm", job.job_id, job.token)
+        q.ack("warm", job.job_id, job.lease_token)
     q.close()
 
 
@@ -126,7 +126,7 @@ def lifecycle_once(url: str, jobs: int) -> tuple[float, float]:
     q = RedisQueue.from_url(url)
     done = 0
     while leased := q.lease(queue, 50, LEASE_MS, "bench"):
-        errors = q.ack_many(queue, [(j.job_id, j.token) for j in leased])
+        errors = q.ack_many(queue, [(j.job_id, j.lease_token) for j in leased])
         assert not any(errors), errors
         done += len(leased)
     cpu2 = redis_cpu_s(url)

@@ -139,7 +139,7 @@ class Child:
             if not jobs:
                 break
             for j in jobs:
-                self.queue.ack(queue, j.job_id, j.token)
+                self.queue.ack(queue, j.job_id, j.lease_token)
             count += len(jobs)
         return {"count": count, "elapsed": time.perf_counter() - start}
 

@@ -161,14 +161,14 @@ class Job(BaseModel):
 
 
 class LeasedJob(BaseModel):
-    """A job handed out by ``lease``: the Redis token proves liveness of this lease."""
+    """A job handed out by ``lease``: its ``lease_token`` (Redis's) proves liveness of this lease only."""
 
     model_config = ConfigDict(frozen=True)
 
     job_id: str
     queue: str
     payload: Any
-    token: int
+    lease_token: int  # never a fencing token: the jobs table grants those (glossary, docs/design.md)
     deadline_ms: int
     attempt: int
     max_attempts: int

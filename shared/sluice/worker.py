@@ -240,8 +240,8 @@ class Worker:
                     summary.error, reason = f"lease {name}: {exc}", "error"
                     break
                 for j in jobs:
-                    self.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.token, attempt=j.attempt,
-                                               deadline_ms=j.deadline_ms))
+                    self.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
+                                               attempt=j.attempt, deadline_ms=j.deadline_ms))
                 left -= len(jobs)
                 summary.leased += len(jobs)
                 leased_any = leased_any or bool(jobs)
@@ -261,7 +261,7 @@ class Worker:
 
     def _job_log(self, job: LeasedJob) -> Any:
         return self.telemetry.job_logger(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
-                                         lease_token=job.token, worker_id=self.worker_id)
+                                         lease_token=job.lease_token, worker_id=self.worker_id)
 
     def _run_batch(self, session: _Session, tracked: list[Tracked], spec: HandlerSpec | None,
                    budget: TimeBudget, stop: threading.Event, summary: DrainSummary) -> None:

@@ -87,7 +87,7 @@ def finish(s: Settings, store: DynamoJobStore, engine: RedisQueue, n: int) -> se
     for job in engine.lease("q", n, 60_000, "w"):
         token = store.grant(job.job_id, "q", "w")
         store.write_result(job.job_id, token, {"ok": True})
-        engine.ack("q", job.job_id, job.token)
+        engine.ack("q", job.job_id, job.lease_token)
         done.add(job.job_id)
     return done
 

@@ -159,7 +159,7 @@ class Drainer:
         jobs = self.engine.lease(self.queue, 500, 60_000, "drainer")
         if jobs:
             self.leased.extend(j.job_id for j in jobs)
-            self.engine.ack_many(self.queue, [(j.job_id, j.token) for j in jobs])
+            self.engine.ack_many(self.queue, [(j.job_id, j.lease_token) for j in jobs])
         return len(jobs)
 
     def _run(self) -> None:

@@ -140,7 +140,7 @@ def test_a_live_lease_still_honours_the_cancel(stack: Stack, unique: str) -> Non
     stack.store.grant(job_id, Q, "A", job.redrive_gen)
     api = Api(log=None, store=stack.store, queue=stack.queue, job_id_key=b"k" * 32)  # type: ignore[arg-type]
     assert api.cancel(job_id).status == "cancel_requested"
-    assert stack.queue.extend(Q, job_id, job.token, 1_000).cancel_requested
+    assert stack.queue.extend(Q, job_id, job.lease_token, 1_000).cancel_requested
     assert settle_members(stack) == []
 
 
@@ -218,7 +218,7 @@ def test_redriven_run_that_fails_again_is_final_again(stack: Stack, unique: str)
     job = leased(stack, job_id, max_attempts=5)
     t1 = stack.store.grant(job_id, Q, "A", job.redrive_gen)
     stack.store.record_failure(job_id, t1, "bad", "failed")
-    stack.queue.fail(Q, job_id, job.token, "bad", permanent=True)
+    stack.queue.fail(Q, job_id, job.lease_token, "bad", permanent=True)
     redrive_one(stack.queue, stack.store, Q, job_id)
     [again] = stack.queue.lease(Q, 1, 50)
     t2 = stack.store.grant(job_id, Q, "B", again.redrive_gen)
@@ -244,7 +244,7 @@ def test_redrive_of_a_job_whose_record_expired_is_refused(stack: Stack, unique: 
     job = leased(stack, job_id, max_attempts=1)
     token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
     stack.store.record_failure(job_id, token, "boom", "dead")
-    stack.queue.fail(Q, job_id, job.token, "boom", permanent=True)
+    stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
     expire(stack, job_id)  # 14 days later; Redis's dead set keeps the job
 
     with pytest.raises(JobNotFound, match="fencing tokens already used"):
@@ -262,7 +262,7 @@ def test_redriven_job_whose_record_expired_before_its_grant_is_not_restarted_at_
     job = leased(stack, job_id, max_attempts=1)
     token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
     stack.store.record_failure(job_id, token, "boom", "dead")
-    stack.queue.fail(Q, job_id, job.token, "boom", permanent=True)
+    stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
     redrive_one(stack.queue, stack.store, Q, job_id)
     expire(stack, job_id)  # however it went: the redriven job reaches its grant with no item
     calls: list[int] = []

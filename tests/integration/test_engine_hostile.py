@@ -35,7 +35,7 @@ def held(rq: RedisQueue) -> LeasedJob:
     """A queue with a leased job ("held"), a waiting one and a dead one."""
     rq.enqueue_many([spec("held", priority=9), spec("waiting"), spec("doomed", max_attempts=1, priority=8)])
     [held, doomed] = rq.lease("q", 2, 60_000)
-    rq.fail("q", doomed.job_id, doomed.token, "boom")
+    rq.fail("q", doomed.job_id, doomed.lease_token, "boom")
     return held
 
 
@@ -96,19 +96,19 @@ def test_delay_beyond_seven_days(rq: RedisQueue, redis_client: redis.Redis, held
 
 @pytest.mark.parametrize("after", [-1, MAX_DELAY_MS + 1, 10**20, 0.5, "1s", True])
 def test_bad_retry_after(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob, after: Any) -> None:
-    refused(redis_client, lambda: rq.fail("q", "held", held.token, "x", retry_after_ms=after))
+    refused(redis_client, lambda: rq.fail("q", "held", held.lease_token, "x", retry_after_ms=after))
 
 
 @pytest.mark.parametrize("lease_ms", [-1, 0, 9, 12 * 3600 * 1000 + 1, 10**15, 1.5, "30s", True], ids=repr)
 def test_bad_lease_lengths(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob, lease_ms: Any) -> None:
     refused(redis_client, lambda: rq.lease("q", 1, lease_ms))
-    refused(redis_client, lambda: rq.extend("q", "held", held.token, lease_ms))
+    refused(redis_client, lambda: rq.extend("q", "held", held.lease_token, lease_ms))
     refused(redis_client, lambda: rq.enqueue(raw_spec(lease_ms=lease_ms)))
 
 
 def test_no_lease_length_is_refused_where_one_is_required(rq: RedisQueue, redis_client: redis.Redis,
                                                           held: LeasedJob) -> None:
-    refused(redis_client, lambda: rq.extend("q", "held", held.token, None))  # type: ignore[arg-type]
+    refused(redis_client, lambda: rq.extend("q", "held", held.lease_token, None))  # type: ignore[arg-type]
     refused(redis_client, lambda: rq.enqueue(raw_spec(lease_ms=None)))
 
 
@@ -156,13 +156,13 @@ def test_one_bad_job_in_a_batch_writes_nothing(rq: RedisQueue, redis_client: red
 @pytest.mark.parametrize("job_id", ["", "a b", "a:b", "{q}", "-x", ".x", "x" * 129, "é", "a\nb", None, 5])
 def test_bad_job_ids(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob, job_id: Any) -> None:
     refused(redis_client, lambda: rq.enqueue(raw_spec(job_id=job_id)))
-    refused(redis_client, lambda: rq.ack("q", job_id, held.token))
+    refused(redis_client, lambda: rq.ack("q", job_id, held.lease_token))
     refused(redis_client, lambda: rq.cancel("q", job_id))
 
 
 def test_bad_error_text(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob) -> None:
-    refused(redis_client, lambda: rq.fail("q", "held", held.token, None))  # type: ignore[arg-type]
-    refused(redis_client, lambda: rq.fail("q", "held", held.token, "x", permanent="yes"))  # type: ignore[arg-type]
+    refused(redis_client, lambda: rq.fail("q", "held", held.lease_token, None))  # type: ignore[arg-type]
+    refused(redis_client, lambda: rq.fail("q", "held", held.lease_token, "x", permanent="yes"))  # type: ignore[arg-type]
 
 
 # --- tokens --------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_bad_error_text(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJ
 def test_malformed_tokens(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob, token: Any) -> None:
     refused(redis_client, lambda: rq.extend("q", "held", token, 1_000))
     refused(redis_client, lambda: rq.ack("q", "held", token))
-    refused(redis_client, lambda: rq.ack_many("q", [("held", held.token), ("held", token)]))
+    refused(redis_client, lambda: rq.ack_many("q", [("held", held.lease_token), ("held", token)]))
     refused(redis_client, lambda: rq.fail("q", "held", token, "x"))
     refused(redis_client, lambda: rq.release("q", "held", token))
 
@@ -181,7 +181,7 @@ def test_malformed_tokens(rq: RedisQueue, redis_client: redis.Redis, held: Lease
 @pytest.mark.parametrize("which", ["unknown", "stale"])
 def test_unknown_and_stale_tokens(rq: RedisQueue, redis_client: redis.Redis, held: LeasedJob, call: str,
                                   which: str) -> None:
-    token = held.token + 10_000 if which == "unknown" else held.token - 1
+    token = held.lease_token + 10_000 if which == "unknown" else held.lease_token - 1
     calls: dict[str, Callable[[], Any]] = {
         "extend": lambda: rq.extend("q", "held", token, 1_000),
         "ack": lambda: rq.ack("q", "held", token),
@@ -212,4 +212,4 @@ def test_every_refusal_is_a_sluice_error(rq: RedisQueue, held: LeasedJob) -> Non
     with pytest.raises(SluiceError):
         rq.lease("Q", 1, 1_000)
     with pytest.raises(SluiceError):
-        rq.ack("q", "held", held.token + 1)
+        rq.ack("q", "held", held.lease_token + 1)

@@ -204,12 +204,12 @@ class EngineMachine(RuleBasedStateMachine):
         event(f"lease got {len(got)}" + (" (max_in_flight bound)" if room < min(n, len(ready)) else ""))
         for leased in got:
             job = self.jobs[leased.job_id]
-            assert all(leased.token > old for old in job.tokens), (leased.token, job.tokens)
+            assert all(leased.lease_token > old for old in job.tokens), (leased.lease_token, job.tokens)
             assert leased.attempt == job.attempts + 1 <= job.max_attempts
             assert (leased.max_attempts, leased.priority, leased.lease_ms) == (job.max_attempts, job.priority,
                                                                                lease_ms)
-            job.state, job.token, job.deadline = "leased", leased.token, leased.deadline_ms
-            job.tokens.append(leased.token)
+            job.state, job.token, job.deadline = "leased", leased.lease_token, leased.deadline_ms
+            job.tokens.append(leased.lease_token)
 
     def extend(self, index: int, tindex: int, lease_ms: int) -> None:
         if (picked := self.pick_leased_before(index, tindex)) is None:

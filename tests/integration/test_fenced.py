@@ -80,7 +80,8 @@ class Worker:
                 if heartbeat:
                     threading.Thread(target=self._beat, daemon=True).start()
                 self.token = self.store.grant(JOB, self.qname, self.name)
-                self.log(f"takes the lease (redis token {self.lease.token}) with fencing token {self.token}")
+                self.log(f"takes the lease (redis token {self.lease.lease_token}) "
+                         f"with fencing token {self.token}")
                 self.granted.set()
                 return True
             time.sleep(0.02)
@@ -112,7 +113,8 @@ class Worker:
                 time.sleep(0.01)
                 continue
             try:
-                self.deadline_ms = self.queue.extend(self.qname, JOB, self.lease.token, LEASE_MS).deadline_ms
+                lease_token = self.lease.lease_token
+                self.deadline_ms = self.queue.extend(self.qname, JOB, lease_token, LEASE_MS).deadline_ms
             except LeaseLost:
                 self.log("finds its lease lost")
                 self.lost.set()
@@ -156,8 +158,8 @@ def test_gc_pause_stale_writer_is_rejected_and_b_stands(env: Env, queue: RedisQu
     assert isinstance(rejected, StaleToken) and (rejected.mine, rejected.current) == (a.token, b.token)
     assert a.lease is not None and b.lease is not None
     with pytest.raises(LeaseLost):
-        queue.ack(a.qname, JOB, a.lease.token)
-    queue.ack(b.qname, JOB, b.lease.token)
+        queue.ack(a.qname, JOB, a.lease.lease_token)
+    queue.ack(b.qname, JOB, b.lease.lease_token)
     rec = env.store.get_job(JOB)
     assert (rec.result, rec.result_token, rec.attempts, rec.lease_owner) == ({"by": "B"}, b.token, 2, "B")
     assert env.metrics.names == ["FencedWriteRejected"]
@@ -194,7 +196,7 @@ def test_short_freeze_keeps_the_lease_and_b_never_runs(env: Env, queue: RedisQue
     assert a.write({"by": "A"}) is WriteOutcome.WRITTEN
     a.stop()
     assert a.lease is not None
-    queue.ack(a.qname, JOB, a.lease.token)
+    queue.ack(a.qname, JOB, a.lease.lease_token)
     assert env.store.get_job(JOB).result_token == a.token == 1
 
 
@@ -219,7 +221,7 @@ def test_redis_data_loss_between_grants_never_repeats_a_fencing_token(
         lease_b = second.lease(qname, 1, LEASE_MS, "B")[0]
         token_b = env.store.grant(JOB, qname, "B")
         # The hazard: Redis hands out the same lease token again, so it cannot fence.
-        assert lease_b.token <= lease_a.token
+        assert lease_b.lease_token <= lease_a.lease_token
         # The authority: DynamoDB's token still grows.
         assert token_b > token_a
         with pytest.raises(StaleToken):

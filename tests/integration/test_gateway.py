@@ -298,13 +298,13 @@ def test_cancel_and_stats_over_the_real_engine_and_store(gateway: Gateway, api: 
     token = api.store.grant(leased.job_id, queue, "w1")
     code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{leased.job_id}"))
     assert (code, body["status"]) == (202, "cancel_requested")
-    assert api.queue.extend(queue, leased.job_id, leased.token, 30_000).cancel_requested
+    assert api.queue.extend(queue, leased.job_id, leased.lease_token, 30_000).cancel_requested
     # finished -> 409
     remaining = next(j for j in ids[1:] if j != leased.job_id)
     [job] = api.queue.lease(queue, 1, 30_000, "w2")
     token = api.store.grant(remaining, queue, "w2")
     api.store.write_result(remaining, token, {"ok": True})
-    api.queue.ack(queue, job.job_id, job.token)
+    api.queue.ack(queue, job.job_id, job.lease_token)
     code, _, body = call(gateway, recorded("apigw_cancel_job.json", path=f"/v1/jobs/{remaining}"))
     assert (code, body["code"]) == (409, "ALREADY_FINISHED")
     code, _, stats = call(gateway, recorded("apigw_get_queue.json", path=f"/v1/queues/{queue}"))

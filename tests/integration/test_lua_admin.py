@@ -38,7 +38,7 @@ def rq(redis_url: str) -> Iterator[RedisQueue]:
 def make_dead(rq: RedisQueue, *ids: str) -> None:
     rq.enqueue_many([spec(i, max_attempts=1) for i in ids])
     for j in rq.lease("q", len(ids), 5_000):
-        assert rq.fail("q", j.job_id, j.token, f"broke {j.job_id}") == "dead"
+        assert rq.fail("q", j.job_id, j.lease_token, f"broke {j.job_id}") == "dead"
 
 
 # --- cancel ------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_lease_hands_a_lapsed_job_out_before_the_backlog(rq: RedisQueue, redis_c
     rq.enqueue_many([spec(f"b{i}") for i in range(5)])
     time.sleep(0.04)
     [taken] = rq.lease("q", 1, 1000)  # reclaims "stuck", then leases the head of the band
-    assert (taken.job_id, taken.attempt) == ("stuck", 2) and taken.token > held.token
+    assert (taken.job_id, taken.attempt) == ("stuck", 2) and taken.lease_token > held.lease_token
     assert members(redis_client, "q", "ready") == [f"b{i}" for i in range(5)]
 
 

@@ -112,7 +112,7 @@ def test_lease_leaves_token_deadline_and_returns_what_the_worker_needs(rq: Redis
     assert before + 2_000 <= leased.deadline_ms <= redis_now_ms(redis_client) + 2_000
     assert where(redis_client, "q", "a") == {"leased", "tokens"}
     assert score(redis_client, "q", "leased", "a") == leased.deadline_ms
-    assert redis_client.hget(K.tokens, "a") == str(leased.token)
+    assert redis_client.hget(K.tokens, "a") == str(leased.lease_token)
     # A lease writes nothing to the job hash.
     assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000"}
 
@@ -137,8 +137,8 @@ def test_lease_tokens_strictly_increase_per_job(rq: RedisQueue) -> None:
     tokens = []
     for _ in range(4):
         [leased] = rq.lease("q", 1, 1000)
-        tokens.append(leased.token)
-        rq.release("q", "a", leased.token)
+        tokens.append(leased.lease_token)
+        rq.release("q", "a", leased.lease_token)
     assert tokens == sorted(set(tokens))
 
 
@@ -148,7 +148,7 @@ def test_lease_respects_max_in_flight(rq: RedisQueue, redis_client: redis.Redis)
     first = rq.lease("q", 10, 5_000)
     assert len(first) == 3
     assert rq.lease("q", 10, 5_000) == []
-    rq.ack("q", first[0].job_id, first[0].token)
+    rq.ack("q", first[0].job_id, first[0].lease_token)
     assert len(rq.lease("q", 10, 5_000)) == 1
     assert redis_client.zcard(K.leased) == 3
 
@@ -168,7 +168,7 @@ def test_lease_reclaims_an_expired_lease_as_an_attempt(rq: RedisQueue, redis_cli
     time.sleep(0.04)
     [second] = rq.lease("q", 1, 1000)
     assert (second.job_id, second.attempt) == ("a", 2)
-    assert second.token > first.token
+    assert second.lease_token > first.lease_token
     assert job(redis_client, "q", "a")["a"] == "1"
     assert job(redis_client, "q", "a")["err"] == "lease expired on attempt 1"
 

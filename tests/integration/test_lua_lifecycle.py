@@ -63,23 +63,23 @@ HOLDER_OPS: list[tuple[str, Callable[[RedisQueue, str, int], object]]] = [
 def test_extend_moves_the_deadline(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, lease_ms=1_000)
     before = redis_now_ms(redis_client)
-    extended = rq.extend("q", "a", j.token, 60_000)
+    extended = rq.extend("q", "a", j.lease_token, 60_000)
     assert before + 60_000 <= extended.deadline_ms <= redis_now_ms(redis_client) + 60_000
     assert score(redis_client, "q", "leased", "a") == extended.deadline_ms
     assert extended.cancel_requested is False
-    assert redis_client.hget(K.tokens, "a") == str(j.token)
+    assert redis_client.hget(K.tokens, "a") == str(j.lease_token)
 
 
 def test_extend_reports_a_cancel_request(rq: RedisQueue) -> None:
     j = leased(rq)
     assert rq.cancel("q", "a") == "requested"
-    assert rq.extend("q", "a", j.token, 1_000).cancel_requested is True
+    assert rq.extend("q", "a", j.lease_token, 1_000).cancel_requested is True
 
 
 def test_extend_of_an_expired_but_unclaimed_lease_succeeds(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, lease_ms=20)
     time.sleep(0.04)  # expired, but no lease or reap call has reclaimed it: nobody else holds it
-    rq.extend("q", "a", j.token, 5_000)
+    rq.extend("q", "a", j.lease_token, 5_000)
     assert rq.lease("q", 1, 1_000) == []
     assert where(redis_client, "q", "a") == {"leased", "tokens"}
 
@@ -92,8 +92,8 @@ def test_stale_token_is_refused_with_both_tokens(rq: RedisQueue, redis_client: r
     first, second = stale_pair(rq)
     before = snapshot(redis_client)
     with pytest.raises(StaleToken) as err:
-        op(rq, "a", first.token)
-    assert (err.value.mine, err.value.current) == (first.token, second.token)
+        op(rq, "a", first.lease_token)
+    assert (err.value.mine, err.value.current) == (first.lease_token, second.lease_token)
     assert err.value.details["job"] == "a"
     assert snapshot(redis_client) == before
 
@@ -104,7 +104,7 @@ def test_unknown_token_is_lease_lost(rq: RedisQueue, redis_client: redis.Redis, 
     j = leased(rq)
     before = snapshot(redis_client)
     with pytest.raises(LeaseLost) as err:
-        op(rq, "a", j.token + 1000)
+        op(rq, "a", j.lease_token + 1000)
     assert not isinstance(err.value, StaleToken)
     assert snapshot(redis_client) == before
 
@@ -117,7 +117,7 @@ def test_job_that_is_not_leased_is_lease_lost(rq: RedisQueue, redis_client: redi
     assert rq.reap("q") == 1  # back in ready; the old holder's token is still "current"
     before = snapshot(redis_client)
     with pytest.raises(LeaseLost):
-        op(rq, "a", j.token)
+        op(rq, "a", j.lease_token)
     assert snapshot(redis_client) == before
 
 
@@ -136,7 +136,7 @@ def test_missing_job_is_not_found(rq: RedisQueue, redis_client: redis.Redis, nam
 def test_ack_deletes_the_job_everywhere(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq)
     rq.enqueue(spec("b"))
-    rq.ack("q", "a", j.token)
+    rq.ack("q", "a", j.lease_token)
     assert job(redis_client, "q", "a") == {}
     assert where(redis_client, "q", "a") == set()
     assert where(redis_client, "q", "b") == {"ready"}
@@ -144,17 +144,17 @@ def test_ack_deletes_the_job_everywhere(rq: RedisQueue, redis_client: redis.Redi
 
 def test_double_ack_is_an_error_not_a_silent_no_op(rq: RedisQueue) -> None:
     j = leased(rq)
-    rq.ack("q", "a", j.token)
+    rq.ack("q", "a", j.lease_token)
     with pytest.raises(JobNotFound):
-        rq.ack("q", "a", j.token)
+        rq.ack("q", "a", j.lease_token)
 
 
 def test_ack_many_acks_the_good_and_reports_the_bad(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.enqueue_many([spec(f"j{i}") for i in range(4)])
     jobs = rq.lease("q", 4, 5_000)
-    pairs = [(j.job_id, j.token) for j in jobs]
-    assert jobs[1].token > 1
-    pairs[1] = (jobs[1].job_id, jobs[1].token - 1)  # older than the job's current token: stale
+    pairs = [(j.job_id, j.lease_token) for j in jobs]
+    assert jobs[1].lease_token > 1
+    pairs[1] = (jobs[1].job_id, jobs[1].lease_token - 1)  # older than the job's current token: stale
     pairs.append(("ghost", 3))
     pairs.append(pairs[0])  # repeated in the same call
     errors = rq.ack_many("q", pairs)
@@ -168,7 +168,7 @@ def test_ack_many_acks_the_good_and_reports_the_bad(rq: RedisQueue, redis_client
 def test_ack_many_in_chunks_of_1000(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.enqueue_many([spec(f"j{i}") for i in range(1200)])
     jobs = rq.lease("q", 1000, 5_000) + rq.lease("q", 1000, 5_000)
-    assert rq.ack_many("q", [(j.job_id, j.token) for j in jobs]) == [None] * 1200
+    assert rq.ack_many("q", [(j.job_id, j.lease_token) for j in jobs]) == [None] * 1200
     assert snapshot(redis_client).keys() <= {K.seq, "sluice:queues"}
 
 
@@ -178,7 +178,7 @@ def test_fail_with_backoff_waits_in_delayed_and_keeps_the_error(rq: RedisQueue,
                                                                 redis_client: redis.Redis) -> None:
     j = leased(rq, max_attempts=3)
     before = redis_now_ms(redis_client)
-    assert rq.fail("q", "a", j.token, "boom", retry_after_ms=60_000) == "retry"
+    assert rq.fail("q", "a", j.lease_token, "boom", retry_after_ms=60_000) == "retry"
     assert where(redis_client, "q", "a") == {"delayed"}
     assert before + 60_000 <= score(redis_client, "q", "delayed", "a") <= redis_now_ms(redis_client) + 60_000
     assert job(redis_client, "q", "a")["a"] == "1"
@@ -189,7 +189,7 @@ def test_fail_without_backoff_is_ready_again_at_the_end_of_its_band(rq: RedisQue
                                                                    redis_client: redis.Redis) -> None:
     j = leased(rq, priority=4)
     rq.enqueue(spec("b", priority=4))
-    assert rq.fail("q", "a", j.token, "boom") == "retry"
+    assert rq.fail("q", "a", j.lease_token, "boom") == "retry"
     assert members(redis_client, "q", "ready") == ["b", "a"]
     assert score(redis_client, "q", "ready", "a") // BAND == 9 - 4
     [again] = rq.lease("q", 2, 1_000)[1:]
@@ -198,7 +198,7 @@ def test_fail_without_backoff_is_ready_again_at_the_end_of_its_band(rq: RedisQue
 
 def test_fail_on_the_last_attempt_dead_letters(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, max_attempts=1)
-    assert rq.fail("q", "a", j.token, "boom", retry_after_ms=10) == "dead"
+    assert rq.fail("q", "a", j.lease_token, "boom", retry_after_ms=10) == "dead"
     assert where(redis_client, "q", "a") == {"dead"}
     assert job(redis_client, "q", "a")["a"] == "1"
     [dead] = rq.dead_letters("q")
@@ -207,20 +207,20 @@ def test_fail_on_the_last_attempt_dead_letters(rq: RedisQueue, redis_client: red
 
 def test_fail_permanent_dead_letters_with_attempts_left(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, max_attempts=5)
-    assert rq.fail("q", "a", j.token, "bad input", permanent=True) == "dead"
+    assert rq.fail("q", "a", j.lease_token, "bad input", permanent=True) == "dead"
     assert where(redis_client, "q", "a") == {"dead"}
 
 
 def test_fail_after_cancel_request_dead_letters(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, max_attempts=5)
     rq.cancel("q", "a")
-    assert rq.fail("q", "a", j.token, "stopped") == "dead"
+    assert rq.fail("q", "a", j.lease_token, "stopped") == "dead"
     assert where(redis_client, "q", "a") == {"dead"}
 
 
 def test_fail_truncates_a_huge_error(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq)
-    rq.fail("q", "a", j.token, "x" * 100_000, retry_after_ms=1_000)
+    rq.fail("q", "a", j.lease_token, "x" * 100_000, retry_after_ms=1_000)
     assert 0 < len(job(redis_client, "q", "a")["err"]) <= 4_000
 
 
@@ -229,18 +229,18 @@ def test_fail_truncates_a_huge_error(rq: RedisQueue, redis_client: redis.Redis) 
 def test_release_returns_the_job_without_counting_the_attempt(rq: RedisQueue,
                                                               redis_client: redis.Redis) -> None:
     j = leased(rq)
-    rq.release("q", "a", j.token)
+    rq.release("q", "a", j.lease_token)
     assert where(redis_client, "q", "a") == {"ready"}
     assert "a" not in job(redis_client, "q", "a")
     [again] = rq.lease("q", 1, 1_000)
     assert again.attempt == 1
-    assert again.token > j.token
+    assert again.lease_token > j.lease_token
 
 
 def test_release_of_a_cancel_requested_job_removes_it(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq)
     rq.cancel("q", "a")
-    rq.release("q", "a", j.token)
+    rq.release("q", "a", j.lease_token)
     assert where(redis_client, "q", "a") == set()
     assert job(redis_client, "q", "a") == {}
 
@@ -250,8 +250,9 @@ def test_ack_lua_validates_before_writing(rq: RedisQueue, redis_client: redis.Re
     before = snapshot(redis_client)
     script = redis_client.register_script(source("ack.lua"))
     keys = [K.job_prefix, K.leased, K.tokens]
-    for pairs in ("", "a", f"a {good.token} b", f"a  {good.token}", f"a {good.token} a -1", "a 0x10",
-                  f"a {good.token} b 1.5", " ".join(["x 1"] * 1001)):
+    t = good.lease_token
+    for pairs in ("", "a", f"a {t} b", f"a  {t}", f"a {t} a -1", "a 0x10",
+                  f"a {t} b 1.5", " ".join(["x 1"] * 1001)):
         with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
             script(keys=keys, args=[pairs])
     assert snapshot(redis_client) == before  # not even the valid first pair was acked

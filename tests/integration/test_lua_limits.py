@@ -29,7 +29,7 @@ def make_dead(rq: RedisQueue, *ids: str) -> None:
     """Dead the way a worker makes them: a permanent fail, after it wrote the jobs table."""
     rq.enqueue_many([spec(i, max_attempts=3) for i in ids])
     for j in rq.lease("q", len(ids), 5_000):
-        assert rq.fail("q", j.job_id, j.token, f"broke {j.job_id}", permanent=True) == "dead"
+        assert rq.fail("q", j.job_id, j.lease_token, f"broke {j.job_id}", permanent=True) == "dead"
 
 
 def backdate(client: redis.Redis, job_id: str, died_at_ms: int) -> None:
@@ -72,7 +72,7 @@ def test_trim_keeps_a_dead_job_whose_ending_is_not_settled_yet(rq: RedisQueue,
     rq.reap("q")  # "expired" -> dead + "dead:expired" in settle; "cancelled" back to ready
     (again,) = rq.lease("q", 1, 60_000)
     rq.cancel("q", "cancelled")
-    assert rq.fail("q", again.job_id, again.token, "boom") == "dead"  # "cancelled:cancelled"
+    assert rq.fail("q", again.job_id, again.lease_token, "boom") == "dead"  # "cancelled:cancelled"
     make_dead(rq, "settled")
     for job_id in ("expired", "cancelled", "settled"):
         backdate(redis_client, job_id, 1_000)

@@ -73,23 +73,24 @@ def test_expiry_after_a_cancel_request_is_recorded_as_cancelled(rq: RedisQueue,
 def test_fail_records_only_the_endings_the_worker_did_not_choose(rq: RedisQueue,
                                                                 redis_client: redis.Redis) -> None:
     j = leased(rq, "perm", max_attempts=5)
-    assert rq.fail("q", "perm", j.token, "bad input", permanent=True) == "dead"  # the worker's own verdict
+    # the worker's own verdict
+    assert rq.fail("q", "perm", j.lease_token, "bad input", permanent=True) == "dead"
     j = leased(rq, "last", max_attempts=1)
-    assert rq.fail("q", "last", j.token, "boom") == "dead"  # attempts used up
+    assert rq.fail("q", "last", j.lease_token, "boom") == "dead"  # attempts used up
     j = leased(rq, "flag", max_attempts=5)
     rq.cancel("q", "flag")
-    assert rq.fail("q", "flag", j.token, "boom") == "dead"  # a cancel request overrides the retry
+    assert rq.fail("q", "flag", j.lease_token, "boom") == "dead"  # a cancel request overrides the retry
     j = leased(rq, "retry", max_attempts=5)
-    assert rq.fail("q", "retry", j.token, "boom") == "retry"
+    assert rq.fail("q", "retry", j.lease_token, "boom") == "retry"
     assert sorted(settle(redis_client)) == ["cancelled:0:flag", "dead:0:last"]
 
 
 def test_release_of_a_cancel_requested_job_is_recorded(rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, "a")
     rq.cancel("q", "a")
-    rq.release("q", "a", j.token)
+    rq.release("q", "a", j.lease_token)
     k = leased(rq, "b")
-    rq.release("q", "b", k.token)
+    rq.release("q", "b", k.lease_token)
     assert list(settle(redis_client)) == ["cancelled:0:a"]
 
 
@@ -195,7 +196,7 @@ def test_redrive_drops_a_pending_cancelled_ending_and_an_older_format_entry(
         rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, "a", max_attempts=5)
     rq.cancel("q", "a")
-    assert rq.fail("q", "a", j.token, "boom") == "dead"  # the cancel request turned it dead
+    assert rq.fail("q", "a", j.lease_token, "boom") == "dead"  # the cancel request turned it dead
     redis_client.zadd(K.settle, {"dead:a": 1})  # written before generations existed
     assert set(settle(redis_client)) == {"cancelled:0:a", "dead:a"}
     rq.redrive("q", "a", generation=1)

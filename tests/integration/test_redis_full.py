@@ -48,12 +48,12 @@ class Worker:
         while not self._stop.is_set():
             try:
                 jobs = self.engine.lease("ordinary", 50, 30_000, "w")
-                for error in self.engine.ack_many("ordinary", [(j.job_id, j.token) for j in jobs]):
+                for error in self.engine.ack_many("ordinary", [(j.job_id, j.lease_token) for j in jobs]):
                     if error is not None:
                         self.errors.append(repr(error))
                 self.acked.update(j.job_id for j in jobs)
                 for j in self.engine.lease("flood-dead", 50, 30_000, "w"):
-                    self.engine.fail("flood-dead", j.job_id, j.token, "no handler", permanent=True)
+                    self.engine.fail("flood-dead", j.job_id, j.lease_token, "no handler", permanent=True)
                 self.peak_memory = max(self.peak_memory, self.engine.memory_percent() or 0)
             except SluiceError as exc:  # an OOM reply would land here (BackendUnavailable)
                 self.errors.append(repr(exc))

@@ -85,7 +85,7 @@ def drain(engine: RedisQueue, n: int) -> None:
     while n > 0:
         jobs = engine.lease("q", min(n, 500), 60_000, "drainer")
         assert jobs, "nothing to drain"
-        engine.ack_many("q", [(j.job_id, j.token) for j in jobs])
+        engine.ack_many("q", [(j.job_id, j.lease_token) for j in jobs])
         n -= len(jobs)
 
 

@@ -146,7 +146,8 @@ class FakeQueue:
                 j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
                 ms = lease_ms if lease_ms is not None else j.spec.lease_ms
                 j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + ms, ms, worker_id
-                out.append(LeasedJob(job_id=j.spec.job_id, queue=queue, payload=j.spec.payload, token=j.token,
+                out.append(LeasedJob(job_id=j.spec.job_id, queue=queue, payload=j.spec.payload,
+                                     lease_token=j.token,
                                      deadline_ms=j.deadline_ms, attempt=j.attempts,
                                      max_attempts=j.spec.max_attempts, priority=j.spec.priority,
                                      lease_ms=ms, enqueued_at_ms=j.spec.enqueued_at_ms,

@@ -88,7 +88,7 @@ class FakeEngine:
             lease.token += 1
             lease.attempts += 1
             lease.holder, lease.deadline = worker_id, self.clock.t + lease_ms / 1000
-            out.append(LeasedJob(job_id=job_id, queue=queue, payload=spec.payload, token=lease.token,
+            out.append(LeasedJob(job_id=job_id, queue=queue, payload=spec.payload, lease_token=lease.token,
                                  deadline_ms=int(lease.deadline * 1000), attempt=lease.attempts,
                                  max_attempts=spec.max_attempts, lease_ms=lease_ms))
         return out

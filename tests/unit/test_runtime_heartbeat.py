@@ -105,7 +105,7 @@ def test_a_lease_lost_while_waiting_in_the_batch_is_never_started() -> None:
 
 
 def leased(lease_ms: int = 300) -> LeasedJob:
-    return LeasedJob(job_id="j", queue="q", payload=None, token=1, deadline_ms=0, attempt=1,
+    return LeasedJob(job_id="j", queue="q", payload=None, lease_token=1, deadline_ms=0, attempt=1,
                      max_attempts=3, lease_ms=lease_ms)
 
 

@@ -141,7 +141,7 @@ class Scripts:
             priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
             ms = lease_ms or own_lease_ms
             jobs.append(LeasedJob(
-                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), token=t0 + k_th,
+                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), lease_token=t0 + k_th,
                 deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
                 priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms,
                 redrive_gen=int(gen[0]) if gen else 0))

@@ -128,9 +128,9 @@ class Ownership:
                 continue
             topic, p = found
             if topic != self.topic or p in self.owned:
-                self.engine.release(RELAY_QUEUE, job.job_id, job.token)  # another relay's topic
+                self.engine.release(RELAY_QUEUE, job.job_id, job.lease_token)  # another relay's topic
                 continue
-            self.owned[p] = OwnedPartition(number=p, job_id=job.job_id, token=job.token, leased_at=now)
+            self.owned[p] = OwnedPartition(number=p, job_id=job.job_id, token=job.lease_token, leased_at=now)
             gained.append(p)
         if gained:
             try:
@@ -151,7 +151,7 @@ class Ownership:
         self.metrics.count("RelayBadOwnershipJob")
         log.warning("relay %s removes job %r from %s: %s", self.relay_id, job.job_id[:140], RELAY_QUEUE, why)
         try:
-            self.engine.ack(RELAY_QUEUE, job.job_id, job.token)
+            self.engine.ack(RELAY_QUEUE, job.job_id, job.lease_token)
         except SluiceError as exc:  # its lease expires; the next relay to lease it removes it
             log.warning("could not remove job %r from %s: %s", job.job_id[:140], RELAY_QUEUE, exc)
 

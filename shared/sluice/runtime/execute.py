@@ -93,7 +93,7 @@ class JobRunner:
             return self.settler.cancel(a, "cancelled before it started")
         timeout_ms = spec.timeout_for(self.options)
         ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
-                         max_attempts=job.max_attempts, token=token, lease_token=job.token,
+                         max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced)

@@ -119,9 +119,9 @@ class Heartbeat:
         job = tracked.leased
         started = self._clock()
         try:
-            extended = ev.timed(self._events, lambda: self._queue.extend(job.queue, job.job_id, job.token,
-                                                                          job.lease_ms),
-                                ev.Renewed, {"job": job.job_id, "queue": job.queue, "lease": job.token},
+            extended = ev.timed(self._events, lambda: self._queue.extend(job.queue, job.job_id,
+                                                                          job.lease_token, job.lease_ms),
+                                ev.Renewed, {"job": job.job_id, "queue": job.queue, "lease": job.lease_token},
                                 details=lambda e: {"deadline_ms": e.deadline_ms})
         except (LeaseLost, JobNotFound) as exc:  # NOT_FOUND: the new holder acked it
             self._lost(tracked, f"extend refused: {exc}")

@@ -83,12 +83,11 @@ class Settler:
 
     def _redis(self, kind: type[ev.CallEnded], job: LeasedJob, call: Callable[[], T],
                ok: Callable[[T], str] = lambda _r: "ok") -> T:
-        return self.retrying(lambda: ev.timed(self.events, call, kind,
-                                              {"job": job.job_id, "queue": job.queue, "lease": job.token},
-                                              ok=ok))
+        fields = {"job": job.job_id, "queue": job.queue, "lease": job.lease_token}
+        return self.retrying(lambda: ev.timed(self.events, call, kind, fields, ok=ok))
 
     def _ack(self, job: LeasedJob) -> None:
-        self._redis(ev.Acked, job, lambda: self.queue.ack(job.queue, job.job_id, job.token))
+        self._redis(ev.Acked, job, lambda: self.queue.ack(job.queue, job.job_id, job.lease_token))
 
     def _ended(self, a: Attempt, state: JobState) -> None:
         job = a.leased
@@ -118,7 +117,7 @@ class Settler:
             return self.unsettled(a, f"result write failed: {exc}")
         if written is WriteOutcome.WRITTEN:
             self._ended(a, JobState.SUCCEEDED)
-        self.events.emit(ev.Acking(job=job.job_id, queue=job.queue, lease=job.token, token=a.token))
+        self.events.emit(ev.Acking(job=job.job_id, queue=job.queue, lease=job.lease_token, token=a.token))
         self.heartbeat.untrack(a.tracked)  # the ack ends the lease; a late renewal must not cry "lost"
         try:
             self._ack(job)
@@ -157,8 +156,8 @@ class Settler:
             self._ended(a, status)
         try:
             self._redis(ev.FailReported, job, lambda: self.queue.fail(
-                job.queue, job.job_id, job.token, error, retry_after_ms=None if permanent else retry_after_ms,
-                permanent=permanent), ok=str)
+                job.queue, job.job_id, job.lease_token, error,
+                retry_after_ms=None if permanent else retry_after_ms, permanent=permanent), ok=str)
         except GONE as exc:
             self.tel.metrics.count(t.LEASES_LOST)
             a.log.warning("lease lost: fail rejected (%s)", exc)
@@ -235,7 +234,7 @@ class Settler:
         job = tracked.leased
         try:
             self._redis(ev.FailReported, job, lambda: self.queue.fail(
-                job.queue, job.job_id, job.token, f"not run again: {exc}", permanent=True), ok=str)
+                job.queue, job.job_id, job.lease_token, f"not run again: {exc}", permanent=True), ok=str)
         except GONE as lost:
             log.warning("lease lost: dead-lettering an already finished job rejected (%s)", lost)
             return Outcome.LEASE_LOST
@@ -273,7 +272,7 @@ class Settler:
                 granted = token
                 self.retrying(lambda: ev.timed(self.events, lambda: self.store.release(job.job_id, granted),
                                                ev.GrantReleased, {"job": job.job_id, "token": granted}))
-            self._redis(ev.Released, job, lambda: self.queue.release(job.queue, job.job_id, job.token))
+            self._redis(ev.Released, job, lambda: self.queue.release(job.queue, job.job_id, job.lease_token))
         except AlreadyFinished:
             return self.succeeded_before(tracked, log, "it was not finished again")
         except GONE as exc:
