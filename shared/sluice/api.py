@@ -92,7 +92,7 @@ class Admission(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Enqueued:
     """What an enqueue returns; ``replayed`` means an earlier request with the key made it."""
 
     body: Accepted | BatchAccepted
@@ -134,7 +134,7 @@ class Api:
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
-                remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
+                remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Enqueued:
         """``principal``: the caller's IAM ARN as API Gateway verified it ("" if none)."""
         validate_public_queue(queue)
         self._check_size(request, index=None)
@@ -150,7 +150,7 @@ class Api:
         return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
-                      remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Outcome:
+                      remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Enqueued:
         validate_public_queue(queue)
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
@@ -168,17 +168,17 @@ class Api:
 
     def _once(self, key: str | None, op: str, queue: str, request: EnqueueRequest | BatchRequest,
               accept: Callable[[], Accepted | BatchAccepted], model: type[Accepted] | type[BatchAccepted],
-              remaining_ms: Callable[[], int] | None) -> Outcome:
+              remaining_ms: Callable[[], int] | None) -> Enqueued:
         """``accept()`` now, or at most once per Idempotency-Key (a replay returns the stored body).
 
         The fingerprint is built only for a keyed request: the plain path stays free of it.
         """
         if key is None or self.idempotency is None:
-            return Outcome(accept())
+            return Enqueued(accept())
         fingerprint = {"op": op, "queue": queue, "request": request.model_dump(mode="json")}
         result, replayed = self.idempotency.run(key, fingerprint, lambda: accept().model_dump(mode="json"),
                                                 remaining_ms)
-        return Outcome(model.model_validate(result), replayed)
+        return Enqueued(model.model_validate(result), replayed)
 
     def _admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
         if self.admission is not None:

@@ -141,8 +141,8 @@ def notify(job: Job, ctx: JobContext) -> dict[str, Any]:
         raise Fail(f"no sink URL: pass payload.url or set {SINK_URL_ENV}")
     if not _allowed(url, notify_hosts()):
         raise Fail(f"{urlsplit(url).netloc!r} is not an allowed notify host ({NOTIFY_HOSTS_ENV})")
-    body = json.dumps({"job_id": job.id, "message": p.get("message")}).encode("utf-8")
-    headers = {"Content-Type": "application/json", **fencing_headers(job.id, ctx.token)}
+    body = json.dumps({"job_id": job.job_id, "message": p.get("message")}).encode("utf-8")
+    headers = {"Content-Type": "application/json", **fencing_headers(job.job_id, ctx.token)}
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with _open(request, timeout=10) as response:
@@ -180,9 +180,9 @@ def ledger(job: Job, ctx: JobContext) -> dict[str, Any]:
                    "not to one named in the payload")
     table = ctx.fenced_table(name)
     # Keyed by job: a redelivered job overwrites its own entry, never adds a second one.
-    table.put_item({"pk": f"{account}#{job.id}", "account": account, "amount": amount,
-                    "job_id": job.id, "token": ctx.token})
-    return {"account": account, "amount": amount, "entry": f"{account}#{job.id}"}
+    table.put_item({"pk": f"{account}#{job.job_id}", "account": account, "amount": amount,
+                    "job_id": job.job_id, "token": ctx.token})
+    return {"account": account, "amount": amount, "entry": f"{account}#{job.job_id}"}
 
 
 # -- flaky ---------------------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ class Job(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    id: str
+    job_id: str
     queue: str
     payload: Any
     attempt: int
@@ -181,7 +181,7 @@ class LeasedJob(BaseModel):
     redrive_gen: int = 0
 
     def as_job(self) -> Job:
-        return Job(id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
+        return Job(job_id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
                    max_attempts=self.max_attempts, priority=self.priority,
                    enqueued_at_ms=self.enqueued_at_ms)
 

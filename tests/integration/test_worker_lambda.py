@@ -39,7 +39,7 @@ def ten_seconds(job: Job, ctx: JobContext) -> None:
 @app.handler("mixed", timeout_s=1)
 def mixed(job: Job, ctx: JobContext) -> str:
     time.sleep(job.payload["sleep"])  # 2 s ones overrun their 1 s timeout
-    return job.id
+    return job.job_id
 
 
 @app.handler("quick", timeout_s=1)
@@ -145,7 +145,7 @@ current: list[ShrinkingContext] = []
 @app.handler("costly", timeout_s=1)
 def costly(job: Job, ctx: JobContext) -> str:
     current[0].spend()
-    return job.id
+    return job.job_id
 
 
 def test_leases_it_will_not_finish_are_released_before_returning(stack: Stack, unique: str) -> None:

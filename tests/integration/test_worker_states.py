@@ -141,9 +141,9 @@ def test_cancel_while_queued_and_while_running(stack: Stack, unique: str) -> Non
 
     @app.handler("cancels")
     def h(job: Job, ctx: JobContext) -> None:
-        ran.append(job.id)
-        stack.store.request_cancel(job.id)
-        stack.queue.cancel("cancels", job.id)
+        ran.append(job.job_id)
+        stack.store.request_cancel(job.job_id)
+        stack.queue.cancel("cancels", job.job_id)
         assert ctx.cancel_requested.wait(5)  # the next heartbeat brings the request
         raise RuntimeError("stopping as asked")
 
@@ -199,10 +199,10 @@ def test_ctx_fenced_table_writes_carry_the_token_and_stale_ones_are_refused(
     @app.handler("sidefx")
     def h(job: Job, ctx: JobContext) -> str:
         table = ctx.fenced_table(side)
-        table.put_item({"id": f"{job.id}-a", "token": ctx.token})
+        table.put_item({"id": f"{job.job_id}-a", "token": ctx.token})
         if job.payload == "taken-over":
-            stack.store.grant(job.id, "sidefx", "another-worker")  # a newer holder exists now
-            table.put_item({"id": f"{job.id}-b", "token": ctx.token})
+            stack.store.grant(job.job_id, "sidefx", "another-worker")  # a newer holder exists now
+            table.put_item({"id": f"{job.job_id}-b", "token": ctx.token})
         return "done"
 
     w, metrics = bound(stack, app)

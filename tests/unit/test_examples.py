@@ -34,7 +34,7 @@ class Ctx:
 
 
 def job(queue: str, payload: Any, attempt: int = 1) -> Job:
-    return Job(id="01JOB", queue=queue, payload=payload, attempt=attempt, max_attempts=3)
+    return Job(job_id="01JOB", queue=queue, payload=payload, attempt=attempt, max_attempts=3)
 
 
 def test_every_example_queue_has_a_handler() -> None:

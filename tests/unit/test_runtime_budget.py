@@ -51,7 +51,7 @@ def test_time_running_out_mid_batch_releases_what_cannot_start() -> None:
     @k.app.handler("q", timeout_s=1)
     def h(job: Job, ctx: JobContext) -> str:
         left.advance(-1_200)  # each job (with its overhead) eats 1.2 s of the invocation
-        return job.id
+        return job.job_id
 
     for i in range(6):
         k.queue.add("q", f"j{i}")
@@ -174,7 +174,7 @@ def test_run_processes_jobs_until_stopped() -> None:
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> None:
-        done.append(job.id)
+        done.append(job.job_id)
         if len(done) == 5:
             stop.set()
 

@@ -92,10 +92,10 @@ def test_a_lease_lost_while_waiting_in_the_batch_is_never_started() -> None:
 
     @k.app.handler("q", timeout_s=5)
     def h(job: Job, ctx: JobContext) -> None:
-        if job.id == "a":
+        if job.job_id == "a":
             k.queue.steal("q", "b")
             time.sleep(0.2)
-        ran.append(job.id)
+        ran.append(job.job_id)
 
     k.queue.add("q", "a")
     k.queue.add("q", "b")

@@ -210,7 +210,7 @@ def test_cancel_requested_while_running_reaches_the_handler() -> None:
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> None:
-        k.queue.cancel("q", job.id)
+        k.queue.cancel("q", job.job_id)
         assert ctx.cancel_requested.wait(5)
         assert ctx.should_stop()
         raise RuntimeError("stopping as asked")
@@ -226,7 +226,7 @@ def test_a_stale_fenced_write_is_rejected_and_nothing_is_acked() -> None:
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> str:
-        k.store.grant(job.id, "q", "another-worker")  # e.g. after Redis lost the lease
+        k.store.grant(job.job_id, "q", "another-worker")  # e.g. after Redis lost the lease
         return "late"
 
     k.queue.add("q", "j")
@@ -243,7 +243,7 @@ def test_a_lease_lost_while_running_sets_the_event_and_nothing_is_written() -> N
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> str:
-        k.queue.steal("q", job.id)
+        k.queue.steal("q", job.job_id)
         assert ctx.lease_lost.wait(5)
         return "stale"
 
@@ -261,7 +261,7 @@ def test_a_handlers_own_fenced_write_refused_ends_the_attempt_as_lease_lost() ->
     def h(job: Job, ctx: JobContext) -> str:
         table = ctx.fenced_table("thumbnails")
         table.put_item({"id": "a"})
-        k.store.grant(job.id, "q", "another-worker")
+        k.store.grant(job.job_id, "q", "another-worker")
         table.put_item({"id": "b"})
         return "unreachable"
 
@@ -338,8 +338,8 @@ def test_a_job_with_too_little_lease_left_is_released_without_a_grant() -> None:
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> str:
-        ran.append(job.id)
-        if job.id == "a":
+        ran.append(job.job_id)
+        if job.job_id == "a":
             threading.Event().wait(4.5)  # b's lease (6 s, unrenewed) keeps about 1.5 s
         return "ok"
 

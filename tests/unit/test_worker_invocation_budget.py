@@ -39,7 +39,7 @@ ran: list[str] = []
 
 @app.handler("plain")  # no timeout_s: as in the README and four of the examples
 def plain(job: Job, ctx: JobContext) -> str:
-    ran.append(job.id)
+    ran.append(job.job_id)
     return "ok"
 
 

@@ -28,7 +28,7 @@ ran: list[tuple[str, int]] = []
 
 @app.handler("thumbnails", timeout_s=1)
 def thumbnails(job: Job, ctx: JobContext) -> dict[str, Any]:
-    ran.append((job.id, ctx.token))
+    ran.append((job.job_id, ctx.token))
     return {"thumb": f"{job.payload}-small"}
 
 

@@ -100,10 +100,10 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
 
     @app.handler(QUEUE, timeout_s=timeout_s)
     def work(job: Any, ctx: Any) -> dict[str, str]:
-        history().emit("invoke", job=job.id, token=ctx.token, attempt=job.attempt, t0=wall())
+        history().emit("invoke", job=job.job_id, token=ctx.token, attempt=job.attempt, t0=wall())
         pause = float(job.payload.get("work_ms", 0)) / 2000
         time.sleep(pause)
-        control().strike("kill_worker_mid_job", job=job.id, token=ctx.token)
+        control().strike("kill_worker_mid_job", job=job.job_id, token=ctx.token)
         time.sleep(pause)
         if job.payload.get("poison"):  # the operator's dead letters (workload.POISON_SHARE)
             raise Fail("poison: this job fails by design")

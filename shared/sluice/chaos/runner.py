@@ -52,7 +52,9 @@ class Options:
 
 
 @dataclass
-class Outcome:
+class RunResult:
+    """What one chaos run found: the checker's report, the faults injected, the timings."""
+
     report: checker.Report
     plan: list[nemesis.Fault]
     state_dir: Path
@@ -139,7 +141,7 @@ class Run:
         self.history_path = self.dir / "history.jsonl"
         self.history = history.History(self.history_path)
 
-    def execute(self) -> Outcome:
+    def execute(self) -> RunResult:
         from sluice.config import Settings
 
         o, say = self.o, self.say
@@ -178,7 +180,7 @@ class Run:
                     runtime.stop_agents()
             runtime.stop()
         times["total"] = time.monotonic() - t_start
-        return Outcome(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
+        return RunResult(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
                        diagnosis, runtime.name, counts)
 
     def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
@@ -299,7 +301,7 @@ class Run:
         return not waiting
 
 
-def run(o: Options, say: Say = print) -> Outcome:
+def run(o: Options, say: Say = print) -> RunResult:
     import os
 
     from sluice.local.servers import DUMMY_AWS_ENV

@@ -35,7 +35,7 @@ def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
     tag = bool(cfg.get("tag_result", False))
 
     def work(job: Any, ctx: Any) -> dict[str, Any]:
-        emit("handler_start", job=job.id, token=ctx.token, attempt=job.attempt)
+        emit("handler_start", job=job.job_id, token=ctx.token, attempt=job.attempt)
         until = time.time() + work_s
         if cfg.get("work_from_lease"):  # stop working work_s after the lease began, not after the grant
             until = (ctx.lease_deadline_ms - int(cfg["lease_ms"])) / 1000 + work_s
@@ -44,7 +44,7 @@ def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
         result: dict[str, Any] = {"sum": sum(job.payload["numbers"])}
         if tag:  # the gc-pause story needs to see whose result is stored
             result |= {"by": cfg["name"], "token": ctx.token}
-        emit("handler_end", job=job.id, token=ctx.token)
+        emit("handler_end", job=job.job_id, token=ctx.token)
         return result
 
     return work

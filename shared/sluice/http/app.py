@@ -26,7 +26,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from sluice import __version__
-from sluice.api import Api, Outcome
+from sluice.api import Api, Enqueued
 from sluice.errors import ConfigError, InvalidQueueName, SluiceError
 from sluice.http import jsonguard, problems
 from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN
@@ -219,7 +219,7 @@ class Gateway:
         return app
 
 
-def _accepted(outcome: Outcome) -> Response[Any]:
+def _accepted(outcome: Enqueued) -> Response[Any]:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
     if isinstance(outcome.body, Accepted):
         headers["Location"] = f"/v1/jobs/{outcome.body.job_id}"

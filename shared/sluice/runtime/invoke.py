@@ -42,7 +42,7 @@ def invoke(fn: Handler, job: Job, ctx: JobContext, timeout_s: float) -> Invocati
             done.set()
 
     started = time.monotonic()
-    thread = threading.Thread(target=target, name=f"sluice-job-{job.id}", daemon=True)
+    thread = threading.Thread(target=target, name=f"sluice-job-{job.job_id}", daemon=True)
     thread.start()
     finished = done.wait(timeout=max(0.0, timeout_s))
     duration_ms = (time.monotonic() - started) * 1000
