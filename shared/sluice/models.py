@@ -250,12 +250,12 @@ class DeadJob(BaseModel):
 
 class EndedJob(BaseModel):
     """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
-    ``state`` is dead (its lease expired on the last attempt) or cancelled (its lease
+    ``status`` is dead (its lease expired on the last attempt) or cancelled (its lease
     ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
 
     job_id: str
     queue: str
-    state: JobState
+    status: JobState
     ended_at_ms: int
     last_error: str | None = None
     # The job's redrive generation when it ended: the settle write is fenced on it (it may
@@ -266,15 +266,15 @@ class EndedJob(BaseModel):
     @property
     def member(self) -> str:
         if self.redrive_gen is None:
-            return f"{self.state.value}:{self.job_id}"
-        return f"{self.state.value}:{self.redrive_gen}:{self.job_id}"
+            return f"{self.status.value}:{self.job_id}"
+        return f"{self.status.value}:{self.redrive_gen}:{self.job_id}"
 
     @classmethod
     def parse(cls, member: str, queue: str, ended_at_ms: int, last_error: str | None = None) -> EndedJob:
         """An entry of the settle set: "<state>:<g>:<id>" (or the older "<state>:<id>")."""
         parts = member.split(":")
         gen = int(parts[1]) if len(parts) == 3 else None
-        return cls(job_id=parts[-1], queue=queue, state=JobState(parts[0]), ended_at_ms=ended_at_ms,
+        return cls(job_id=parts[-1], queue=queue, status=JobState(parts[0]), ended_at_ms=ended_at_ms,
                    last_error=last_error, redrive_gen=gen)
 
 

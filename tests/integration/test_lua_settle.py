@@ -46,7 +46,7 @@ def test_expiry_on_the_last_attempt_is_recorded_with_the_dead_letter(rq: RedisQu
     assert where(redis_client, "q", "a") == {"dead"} and where(redis_client, "q", "b") == {"ready"}
     assert settle(redis_client) == {"dead:0:a": score(redis_client, "q", "dead", "a")}
     [ended] = rq.unsettled("q")
-    assert (ended.job_id, ended.queue, ended.state, ended.last_error) == (
+    assert (ended.job_id, ended.queue, ended.status, ended.last_error) == (
         "a", "q", JobState.DEAD, "lease expired on attempt 1")
     assert ended.ended_at_ms == score(redis_client, "q", "dead", "a")
 
@@ -67,7 +67,7 @@ def test_expiry_after_a_cancel_request_is_recorded_as_cancelled(rq: RedisQueue,
     assert where(redis_client, "q", "a") == set()
     assert list(settle(redis_client)) == ["cancelled:0:a"]
     [ended] = rq.unsettled("q")
-    assert (ended.state, ended.last_error) == (JobState.CANCELLED, None)  # the hash is gone
+    assert (ended.status, ended.last_error) == (JobState.CANCELLED, None)  # the hash is gone
 
 
 def test_fail_records_only_the_endings_the_worker_did_not_choose(rq: RedisQueue,
@@ -159,14 +159,14 @@ def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redi
 
 
 def test_ended_job_member_matches_what_the_scripts_write() -> None:
-    assert EndedJob(job_id="a", queue="q", state=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:0:a"
-    redriven = EndedJob(job_id="a", queue="q", state=JobState.DEAD, ended_at_ms=1, redrive_gen=7)
+    assert EndedJob(job_id="a", queue="q", status=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:0:a"
+    redriven = EndedJob(job_id="a", queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=7)
     assert redriven.member == "dead:7:a"
     older = EndedJob.parse("dead:a", "q", 5)  # the format before redrive generations
-    assert (older.job_id, older.state, older.redrive_gen, older.member) == (
+    assert (older.job_id, older.status, older.redrive_gen, older.member) == (
         "a", JobState.DEAD, None, "dead:a")
     newer = EndedJob.parse("cancelled:3:a.b-c", "q", 5)
-    assert (newer.job_id, newer.state, newer.redrive_gen, newer.member) == (
+    assert (newer.job_id, newer.status, newer.redrive_gen, newer.member) == (
         "a.b-c", JobState.CANCELLED, 3, "cancelled:3:a.b-c")
 
 

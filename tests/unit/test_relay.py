@@ -349,9 +349,9 @@ def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written(
     Redis with no worker left to say so: the relay writes it to the store, then forgets it."""
     w = World(partitions=1)
     w.engine.jobs["q"] = {}
-    dead = EndedJob(job_id="d1", queue="q", state=JobState.DEAD, ended_at_ms=5,
+    dead = EndedJob(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5,
                     last_error="lease expired on attempt 3")
-    gone = EndedJob(job_id="c1", queue="q", state=JobState.CANCELLED, ended_at_ms=6)
+    gone = EndedJob(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
     w.engine.endings["q"] = [dead, gone]
     w.store.refuse_settle = {"c1"}
     relay = w.relay(maintenance_s=5)

@@ -441,7 +441,7 @@ def test_bad_owner_and_queue_rejected(store: DynamoJobStore) -> None:
 
 
 def _ended(job_id: str, state: JobState, err: str | None = None) -> EndedJob:
-    return EndedJob(job_id=job_id, queue="q", state=state, ended_at_ms=1, last_error=err)
+    return EndedJob(job_id=job_id, queue="q", status=state, ended_at_ms=1, last_error=err)
 
 
 def test_settle_ended_records_what_redis_ended_unless_the_item_is_final(store: DynamoJobStore) -> None:
@@ -473,7 +473,7 @@ def test_settle_ended_refuses_other_states_and_bad_ids(store: DynamoJobStore) ->
     with pytest.raises(InvalidInput):
         store.settle_ended(_ended("j1", JobState.SUCCEEDED))
     with pytest.raises(InvalidInput):
-        store.settle_ended(EndedJob(job_id="bad id", queue="q", state=JobState.DEAD, ended_at_ms=1))
+        store.settle_ended(EndedJob(job_id="bad id", queue="q", status=JobState.DEAD, ended_at_ms=1))
     assert raw(store, "j1") is None
 
 

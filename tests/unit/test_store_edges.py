@@ -44,7 +44,7 @@ def store(env: tuple[DynamoJobStore, str]) -> DynamoJobStore:
 
 
 def ended(job_id: str, gen: int | None) -> EndedJob:
-    return EndedJob(job_id=job_id, queue="q", state=JobState.DEAD, ended_at_ms=1, redrive_gen=gen)
+    return EndedJob(job_id=job_id, queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=gen)
 
 
 # -- bug 4: a final item is left only for a newer redrive generation -----------------------------------

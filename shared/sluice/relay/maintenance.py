@@ -70,13 +70,13 @@ class Maintenance:
                     self.report.settled += 1
                     settled += 1
                     log.info("settled %s as %s: Redis ended it with no worker left to report",
-                             job.job_id, job.state.value, extra={"job_id": job.job_id, "queue": queue})
-                    self.events.emit(ev.JobEnded(job=job.job_id, queue=queue, state=job.state.value,
+                             job.job_id, job.status.value, extra={"job_id": job.job_id, "queue": queue})
+                    self.events.emit(ev.JobEnded(job=job.job_id, queue=queue, state=job.status.value,
                                                  source="settle", redrive_gen=job.redrive_gen or 0,
                                                  ended_at_ms=job.ended_at_ms))
                 done.append(job)
             except SluiceError as exc:
-                log.warning("could not settle %s as %s: %s", job.job_id, job.state.value, exc)
+                log.warning("could not settle %s as %s: %s", job.job_id, job.status.value, exc)
         if settled:
             self.events.emit(ev.Settled(queue=queue, n=settled))
         if done:

@@ -228,10 +228,10 @@ class Lifecycle(ItemTable):
         """
         job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
         gen = generation(ended.redrive_gen or 0)
-        if ended.state not in (JobState.DEAD, JobState.CANCELLED):
-            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.state.value}")
-        why = ended.last_error if ended.state is JobState.DEAD and ended.last_error else (
-            "the lease expired on the last attempt" if ended.state is JobState.DEAD
+        if ended.status not in (JobState.DEAD, JobState.CANCELLED):
+            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.status.value}")
+        why = ended.last_error if ended.status is JobState.DEAD and ended.last_error else (
+            "the lease expired on the last attempt" if ended.status is JobState.DEAD
             else "cancelled: the lease ended after a cancel request")
         now = self._now_ms()
         request = self._request(
@@ -241,7 +241,7 @@ class Lifecycle(ItemTable):
                    "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
             condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
                       "AND (attribute_not_exists(#run) OR #run <= :gen)",
-            values={":state": S(ended.state), ":err": S(truncate_error(why)), ":queue": S(queue),
+            values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
                     ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
                     ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
         _, ok = self._update("settle_ended", request)
