@@ -153,8 +153,7 @@ def job_id_verifier(s: Settings | None = None) -> Verifier | None:
 
     A deployment without a job id secret has no gateway minting ids, so nothing to check.
     """
-    import time
-
+    from sluice.clock import wall_ms
     from sluice.ids import Verifier
 
     s = s or settings()
@@ -162,7 +161,7 @@ def job_id_verifier(s: Settings | None = None) -> Verifier | None:
         return None
     current, previous = job_id_keys(s)
     return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s),
-                    clock=lambda: time.time_ns() // 1_000_000)
+                    clock=wall_ms)
 
 
 def _key(secret: str, source: str) -> bytes:

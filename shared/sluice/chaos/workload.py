@@ -64,8 +64,9 @@ class Enqueuer:
         if self.mint_key is None:
             return [job_id(self.seed, i, attempt) for i in indices]
         from sluice import ids
+        from sluice.clock import wall_ms
 
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = wall_ms()
         return [ids.mint(now_ms, QUEUE, self.mint_key) for _ in indices]
 
     def recent(self) -> list[str]:
