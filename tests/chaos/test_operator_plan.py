@@ -13,6 +13,7 @@ from sluice.chaos.nemesis import plan as fault_plan
 from sluice.chaos.operator import KINDS, Action, Operator, Running, plan
 from sluice.errors import AlreadyFinished, BackendUnavailable, JobNotFound
 from sluice.models import DeadJob, QueueConfig
+from tests.unit.fakes import FakeStore
 
 
 def test_the_same_seed_gives_the_same_actions_and_another_seed_other_ones() -> None:
@@ -92,15 +93,9 @@ class FakeEngine:
         return QueueConfig(paused=self.paused)
 
 
-class FakeStore:
-    """The jobs table's side of a redrive (``sluice.redrive``): the next generation."""
-
-    def __init__(self) -> None:
-        self.generations: dict[str, int] = {}
-
-    def redrive(self, job_id: str) -> int:
-        self.generations[job_id] = self.generations.get(job_id, 0) + 1
-        return self.generations[job_id]
+def jobs_table() -> FakeStore:
+    """The jobs table's side of a redrive (``sluice.redrive``) only: the next generation."""
+    return FakeStore(only={"redrive"})
 
 
 def operator_lines(path: Path) -> list[dict[str, Any]]:
@@ -117,7 +112,7 @@ def test_cancels_record_the_api_s_answer_for_the_job_they_picked(hist: history.H
     api = FakeApi({"j0": "cancelled", "j1": "cancel_requested", "j2": AlreadyFinished(), "j3": JobNotFound(),
                    "j4": BackendUnavailable("kafka")})
     recent = ["j0", "j1", "j2", "j3", "j4"]
-    op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: recent)
+    op = Operator([], api, FakeEngine([]), jobs_table(), "chaos", hist, lambda: recent)
     for i in range(5):  # the newest the likeliest: (2 pick)**2 indexes the newest-first list
         op.act(Action(0.0, "cancel", pick=((4 - i + 0.5) / 5) ** 0.5 / 2))
     op.act(Action(0.0, "cancel", pick=0.0))  # the newest
@@ -127,7 +122,7 @@ def test_cancels_record_the_api_s_answer_for_the_job_they_picked(hist: history.H
     assert outcomes[:5] == [("j0", "cancelled"), ("j1", "cancel_requested"), ("j2", "finished"),
                             ("j3", "not_found"), ("j4", "error")]
     assert {e["target"] for e in operator_lines(hist.path)} == {"recent"}
-    Operator([], api, FakeEngine([]), FakeStore(), "chaos", hist, lambda: []).act(Action(0.0, "cancel", 0.5))
+    Operator([], api, FakeEngine([]), jobs_table(), "chaos", hist, lambda: []).act(Action(0.0, "cancel", 0.5))
     assert operator_lines(hist.path)[-1] == {"op": "operator", "kind": "cancel", "outcome": "none"}
 
 
@@ -148,7 +143,7 @@ def test_a_cancel_above_one_half_takes_a_job_a_worker_holds_and_has_not_finished
     h.emit("grant", job="b", outcome="ok", token=2, t0=19.0, t1=21.0)
     assert running() == ["a"]
     api = FakeApi({"a": "cancel_requested", "r": "cancelled"})
-    op = Operator([], api, FakeEngine([]), FakeStore(), "chaos", h, lambda: ["r"], running=running)
+    op = Operator([], api, FakeEngine([]), jobs_table(), "chaos", h, lambda: ["r"], running=running)
     op.act(Action(0.0, "cancel", pick=0.75))
     op.act(Action(0.0, "cancel", pick=0.25))
     lines = [e for e in operator_lines(path) if e["kind"] == "cancel"]
@@ -158,7 +153,7 @@ def test_a_cancel_above_one_half_takes_a_job_a_worker_holds_and_has_not_finished
 
 def test_redrives_and_purges_name_what_was_dead_when_they_acted(hist: history.History) -> None:
     engine = FakeEngine(["d0", "d1", "d2"])
-    store = FakeStore()
+    store = jobs_table()
     op = Operator([], FakeApi({}), engine, store, "chaos", hist, list)
     op.act(Action(0.0, "redrive", pick=0.5))  # the middle one of three
     op.act(Action(0.0, "redrive_all", pick=0.0))
@@ -177,7 +172,7 @@ def test_redrives_and_purges_name_what_was_dead_when_they_acted(hist: history.Hi
 def test_a_pause_is_resumed_after_its_hold_and_a_failing_resume_is_tried_until_it_lands(
         hist: history.History) -> None:
     engine = FakeEngine([], fail_resumes=2)
-    op = Operator([], FakeApi({}), engine, FakeStore(), "chaos", hist, list)
+    op = Operator([], FakeApi({}), engine, jobs_table(), "chaos", hist, list)
     op.act(Action(0.0, "pause", pick=0.0, hold_s=60.0))
     assert engine.paused
     op.close()  # the run's end comes first: the pending resume happens now, retried past two failures

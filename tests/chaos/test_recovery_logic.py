@@ -13,6 +13,7 @@ from sluice.recovery.hook import Recovery
 from sluice.relay import RelayConfig, RelayHooks, RelayReport, SourceRecord, decode
 from sluice.relay.ownership import Ownership, partition_job
 from sluice.relay.state import OwnedPartition
+from tests.unit.fakes import FakeStore
 
 
 def test_the_first_session_trusts_the_committed_offset_and_writes_a_checkpoint() -> None:
@@ -167,14 +168,6 @@ class FakeOffsets:
         self.seeks.append((partition, offset))
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.final: set[str] = set()
-
-    def final_job_ids(self, job_ids: Any) -> set[str]:
-        return self.final & set(job_ids)
-
-
 class FakeSource:
     topic = "t"
 
@@ -229,7 +222,7 @@ class Rig:
     def __init__(self) -> None:
         self.epochs, self.ckpts = FakeEpochs(), FakeCheckpoints()
         self.offsets = FakeOffsets({0: 100, 1: None})
-        self.store, self.source, self.engine = FakeStore(), FakeSource(), FakeEngine()
+        self.store, self.source, self.engine = FakeStore(only={"final_job_ids"}), FakeSource(), FakeEngine()
         self.clock = [0.0]
         self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
                                  clock=lambda: self.clock[0])

@@ -17,10 +17,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import AlreadyFinished, JobCancelled, JobNotFound, LeaseLost, StaleToken, StoreError
+from sluice.errors import (
+    AlreadyFinished,
+    BackendUnavailable,
+    JobCancelled,
+    JobNotFound,
+    LeaseLost,
+    StaleToken,
+    StoreError,
+)
 from sluice.models import (
     FINAL_STATES,
     DeadJob,
+    EndedJob,
     Extended,
     JobRecord,
     JobSpec,
@@ -233,12 +242,41 @@ class FakeQueue:
         return sorted({q for q, _ in self.jobs})
 
 
+# The relay's calls to the jobs table; a relay rig passes them as ``only`` so that any other
+# call fails the test.
+RELAY_CALLS = frozenset({"mark_queued", "final_job_ids", "settle_ended"})
+
+
 class FakeStore:
-    def __init__(self) -> None:
+    """The one in-memory ``ports.JobStore`` of the tests: the worker's, the gateway's, the relay's.
+
+    ``items`` holds one plain dict per job (the jobs item's attributes). ``final`` adds ids
+    that ``final_job_ids`` reports final without an item; ``down`` makes the relay's calls
+    unavailable; ``only`` (a set of method names) makes any other call an assertion error.
+    """
+
+    def __init__(self, *, only: Iterable[str] | None = None) -> None:
         self.items: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str, int]] = []
         self.broken = Broken()
         self._lock = threading.RLock()
+        self.only = frozenset(only) if only is not None else None
+        self.final: set[str] = set()
+        self.queued: list[tuple[str, str, int]] = []  # every mark_queued entry, in order
+        self.mark_calls = 0
+        self.final_calls = 0
+        self.down = False
+        self.settled: list[EndedJob] = []
+        self.refuse_settle: set[str] = set()  # job ids whose settle_ended fails
+        self.fail_cancel: Exception | None = None
+        self.unrecorded: list[tuple[str, str, str]] = []  # cancel_unrecorded calls
+        self.generations: dict[str, int] = {}  # redrive generations minted
+
+    def __getattribute__(self, name: str) -> Any:
+        only = object.__getattribute__(self, "only")
+        if only is not None and name in _STORE_CALLS and name not in only:
+            raise AssertionError(f"this caller should not call store.{name}")
+        return object.__getattribute__(self, name)
 
     def item(self, job_id: str) -> dict[str, Any]:
         return self.items[job_id]
@@ -246,18 +284,28 @@ class FakeStore:
     def called(self, method: str) -> list[tuple[str, str, int]]:
         return [c for c in self.calls if c[0] == method]
 
-    def record_accepted(self, spec: JobSpec) -> None:
-        with self._lock:
-            self.items.setdefault(spec.job_id, {"queue": spec.queue, "status": "accepted", "token": 0,
-                                                "attempts": 0, "cancel_requested": False})
+    def _unavailable(self) -> None:
+        if self.down:
+            raise BackendUnavailable("dynamodb is down")
 
     def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
+        """The relay's part: creates the item if absent, moves only accepted -> queued."""
         with self._lock:
+            self.mark_calls += 1
+            self.queued.extend(jobs)
             for job_id, queue, _ in jobs:
                 it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
                                                     "attempts": 0, "cancel_requested": False})
                 if it["status"] == "accepted":
                     it["status"] = "queued"
+
+    def set_status(self, job_id: str, status: JobState, **extra: Any) -> None:
+        self.items[job_id].update(status=status.value, **extra)
+
+    def put(self, record: JobRecord) -> None:
+        """Seed an item from a record, as if the job had got there."""
+        it = record.model_dump(exclude={"job_id", "lease_owner"})
+        self.items[record.job_id] = {**it, "status": record.status.value, "owner": record.lease_owner}
 
     def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
         with self._lock:
@@ -340,30 +388,66 @@ class FakeStore:
     def get_job(self, job_id: str) -> JobRecord:
         it = self.items.get(job_id)
         if it is None:
-            raise JobNotFound(job_id)
-        return JobRecord(job_id=job_id, queue=it["queue"], status=JobState(it["status"]),
-                         attempts=it["attempts"], token=it["token"], result=it.get("result"),
-                         last_error=it.get("last_error"), result_token=it.get("result_token"),
-                         cancel_requested=it["cancel_requested"], lease_owner=it.get("owner"))
+            raise JobNotFound(f"no job {job_id}")
+        fields = {k: v for k, v in it.items() if k in JobRecord.model_fields and v is not None}
+        return JobRecord(**{**fields, "job_id": job_id, "status": JobState(it["status"]),
+                            "lease_owner": it.get("owner")})
 
     def request_cancel(self, job_id: str) -> JobRecord:
         with self._lock:
-            it = self.items[job_id]
-            if JobState(it["status"]) in FINAL_STATES:
-                raise AlreadyFinished(job_id)
-            if it["status"] == "leased":
-                it["cancel_requested"] = True
+            record = self.get_job(job_id)
+            if record.status.final:
+                raise AlreadyFinished(f"job {job_id} is {record.status}")
+            if record.status is JobState.LEASED:
+                self.items[job_id]["cancel_requested"] = True
             else:
-                it["status"] = "cancelled"
+                self.items[job_id]["status"] = "cancelled"
             return self.get_job(job_id)
 
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
+        with self._lock:
+            self.unrecorded.append((job_id, queue, reason))
+            if self.fail_cancel is not None:
+                raise self.fail_cancel
+            if job_id not in self.items:
+                self.items[job_id] = {"queue": queue, "status": "cancelled", "token": 0, "attempts": 0,
+                                      "cancel_requested": False, "last_error": reason}
+                return self.get_job(job_id)
+        return self.request_cancel(job_id)
+
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        record = self.get_job(job_id)
+        if record.status is JobState.CANCELLED:
+            return record
+        if record.status.final:
+            raise AlreadyFinished(f"job {job_id} is {record.status}")
+        assert record.cancel_requested, "honour_cancel without a cancel request"
+        self.items[job_id]["status"] = "cancelled"
+        return self.get_job(job_id)
+
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return {j for j in job_ids if j in self.items
-                and JobState(self.items[j]["status"]) in FINAL_STATES}
+        self.final_calls += 1
+        self._unavailable()
+        return {j for j in job_ids if j in self.final or (
+            j in self.items and JobState(self.items[j]["status"]) in FINAL_STATES)}
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        if ended.job_id in self.refuse_settle:
+            raise BackendUnavailable("dynamodb is down")
+        self._unavailable()
+        self.settled.append(ended)
+        return True
+
+    def redrive(self, job_id: str) -> int:
+        self.generations[job_id] = self.generations.get(job_id, 0) + 1
+        return self.generations[job_id]
 
     def fenced_table(self, table_name: str, job_id: str, token: int, *,
                      events: Any = None) -> FakeFencedTable:
         return FakeFencedTable(self, table_name, job_id, token)
+
+
+_STORE_CALLS = frozenset(n for n, v in vars(FakeStore).items() if callable(v) and not n.startswith("_"))
 
 
 class FakeFencedTable:

@@ -117,7 +117,7 @@ def test_cancel_a_queued_job_removes_it_from_redis(rig: Rig) -> None:
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc) == (202, {"job_id": job_id, "status": "cancelled"})
     assert rig.queue.cancelled == [("emails", job_id)]
-    assert rig.store.items[job_id].status is JobState.CANCELLED
+    assert rig.store.get_job(job_id).status is JobState.CANCELLED
 
 
 def test_cancel_an_accepted_job_still_in_kafka(rig: Rig) -> None:
@@ -140,7 +140,7 @@ def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
     rig.queue.leased.add(job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
-    assert rig.store.items[job_id].cancel_requested
+    assert rig.store.get_job(job_id).cancel_requested
 
 
 def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig) -> None:
@@ -153,7 +153,7 @@ def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig)
     rig.queue.in_redis.add(job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
-    assert rig.store.items[job_id].status is JobState.CANCELLED
+    assert rig.store.get_job(job_id).status is JobState.CANCELLED
     assert rig.queue.settle_entries == [f"cancelled:0:{job_id}"]
 
 
@@ -163,7 +163,7 @@ def test_cancel_a_job_leased_in_the_store_and_gone_from_redis_ends_it(rig: Rig) 
     relayed(rig, job_id, JobState.LEASED)  # e.g. Redis lost it; a grant would refuse it now anyway
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
-    assert rig.store.items[job_id].status is JobState.CANCELLED
+    assert rig.store.get_job(job_id).status is JobState.CANCELLED
 
 
 def test_a_cancel_that_ends_a_job_emits_one_job_ended_and_a_cancel_request_none(rig: Rig) -> None:
@@ -236,7 +236,7 @@ def test_kafka_failure_is_503_and_withdraws_every_job(rig: Rig, path: str, body:
     assert rig.log.records == [] and len(minted) == len(body.get("jobs", [body]))
     assert sorted(rig.store.unrecorded) == sorted((j, "emails", NOT_ACKNOWLEDGED) for j in minted)
     # Tombstones: the relay skips final jobs, a worker's grant refuses cancelled ones; GET agrees.
-    assert {rig.store.items[j].status for j in minted} == {JobState.CANCELLED}
+    assert {rig.store.get_job(j).status for j in minted} == {JobState.CANCELLED}
     assert {rig.call("GET", f"/v1/jobs/{j}")[2]["status"] for j in minted} == {"cancelled"}
 
 

@@ -18,9 +18,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from sluice.api import Api
-from sluice.errors import AlreadyFinished, BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
+from sluice.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
 from sluice.http.app import Gateway
-from sluice.models import JobRecord, JobSpec, JobState, QueueConfig, QueueStats
+from sluice.models import JobSpec, QueueConfig, QueueStats
+from tests.unit.fakes import FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"
 KEY = b"unit-test-job-id-key-0123456789"
@@ -40,72 +41,6 @@ class FakeLog:
         if self.fail is not None:
             raise self.fail
         self.records.extend(specs)
-
-
-class FakeStore:
-    def __init__(self) -> None:
-        self.items: dict[str, JobRecord] = {}
-        self.fail_cancel: Exception | None = None
-        self.unrecorded: list[tuple[str, str, str]] = []  # cancel_unrecorded calls
-        self.lock = threading.Lock()
-
-    def record_accepted(self, spec: JobSpec) -> None:
-        with self.lock:
-            self.items.setdefault(spec.job_id, JobRecord(
-                job_id=spec.job_id, queue=spec.queue, status=JobState.ACCEPTED,
-                created_at_ms=spec.enqueued_at_ms, updated_at_ms=spec.enqueued_at_ms))
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
-        """The relay's part: creates the item if absent, moves only accepted -> queued."""
-        with self.lock:
-            for job_id, queue, _ in jobs:
-                record = self.items.get(job_id)
-                if record is None:
-                    self.items[job_id] = JobRecord(job_id=job_id, queue=queue, status=JobState.QUEUED)
-                elif record.status is JobState.ACCEPTED:
-                    self.items[job_id] = record.model_copy(update={"status": JobState.QUEUED})
-
-    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
-        with self.lock:
-            self.unrecorded.append((job_id, queue, reason))
-            if self.fail_cancel is not None:
-                raise self.fail_cancel
-            if job_id not in self.items:
-                record = JobRecord(job_id=job_id, queue=queue, status=JobState.CANCELLED, last_error=reason)
-                self.items[job_id] = record
-                return record
-        return self.request_cancel(job_id)
-
-    def get_job(self, job_id: str) -> JobRecord:
-        try:
-            return self.items[job_id]
-        except KeyError:
-            raise JobNotFound(f"no job {job_id}") from None
-
-    def request_cancel(self, job_id: str) -> JobRecord:
-        record = self.get_job(job_id)
-        if record.status.final:
-            raise AlreadyFinished(f"job {job_id} is {record.status}")
-        if record.status is JobState.LEASED:
-            record = record.model_copy(update={"cancel_requested": True})
-        else:
-            record = record.model_copy(update={"status": JobState.CANCELLED})
-        self.items[job_id] = record
-        return record
-
-    def honour_cancel(self, job_id: str) -> JobRecord:
-        record = self.get_job(job_id)
-        if record.status is JobState.CANCELLED:
-            return record
-        if record.status.final:
-            raise AlreadyFinished(f"job {job_id} is {record.status}")
-        assert record.cancel_requested, "honour_cancel without a cancel request"
-        record = record.model_copy(update={"status": JobState.CANCELLED})
-        self.items[job_id] = record
-        return record
-
-    def set_status(self, job_id: str, status: JobState, **extra: Any) -> None:
-        self.items[job_id] = self.items[job_id].model_copy(update={"status": status, **extra})
 
 
 class FakeQueue:

@@ -19,12 +19,12 @@ from sluice import ids, wiring
 from sluice.errors import ConfigError
 from sluice.http import idempotency
 from sluice.models import JobRecord, JobState
+from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import (
     EVENTS,
     FakeIdempotency,
     FakeLog,
     FakeQueue,
-    FakeStore,
     LambdaContext,
 )
 
@@ -174,7 +174,7 @@ def test_settings_reach_the_gateway(app: ModuleType, fakes: Fakes) -> None:
 def test_recorded_get_cancel_and_queue_events(app: ModuleType, fakes: Fakes) -> None:
     assert call(app, event("apigw_get_job.json"))[0] == 404
     job_id = event("apigw_get_job.json")["pathParameters"]["job_id"]
-    fakes.store.items[job_id] = JobRecord(job_id=job_id, queue="emails", status=JobState.QUEUED)
+    fakes.store.put(JobRecord(job_id=job_id, queue="emails", status=JobState.QUEUED))
     fakes.queue.in_redis.add(job_id)
     code, _, body = call(app, event("apigw_get_job.json"))
     assert (code, body["status"]) == (200, "queued")

@@ -65,7 +65,7 @@ def test_jobs_of_a_reserved_queue_read_and_cancel_as_404(rig: Rig) -> None:
     # An id minted for the queue before the prefix was reserved, and an item a pre-fix relay recorded.
     minted = ids.mint(rig.now_ms, "sluice-relay", KEY)
     recorded = ids.mint(rig.now_ms - 1, "sluice-relay", KEY)
-    rig.store.items[recorded] = JobRecord(job_id=recorded, queue="sluice-relay", status=JobState.QUEUED)
+    rig.store.put(JobRecord(job_id=recorded, queue="sluice-relay", status=JobState.QUEUED))
     rig.queue.in_redis |= {minted, recorded}
     for job_id in (minted, recorded, "sluice.jobs.0"):  # "sluice.jobs.0": a partition's own job
         code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")

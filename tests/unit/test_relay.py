@@ -10,12 +10,12 @@ import pytest
 from sluice.errors import BackendUnavailable
 from sluice.models import EndedJob, JobSpec, JobState
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
+from tests.unit.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay_fakes import (
     FakeClock,
     FakeDispatcher,
     FakeEngine,
     FakeSource,
-    FakeStore,
 )
 
 TOPIC = "sluice.jobs"
@@ -25,7 +25,7 @@ class World:
     def __init__(self, partitions: int = 2) -> None:
         self.clock = FakeClock()
         self.engine = FakeEngine(self.clock)
-        self.store = FakeStore()
+        self.store = FakeStore(only=RELAY_CALLS)
         self.source = FakeSource(topic=TOPIC, n_partitions=partitions, clock=self.clock)
         self.dispatcher = FakeDispatcher()
         self.seq = 0
@@ -370,9 +370,9 @@ def test_the_relay_emits_pushed_committed_settled_and_job_ended_for_the_endings_
 
     w = World(partitions=1)
     ids = w.add(3, partition=0)
-    dead = EndedJob(job_id="d1", queue="q", state=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
-    gone = EndedJob(job_id="c1", queue="q", state=JobState.CANCELLED, ended_at_ms=6)
-    refused = EndedJob(job_id="x1", queue="q", state=JobState.DEAD, ended_at_ms=7)
+    dead = EndedJob(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
+    gone = EndedJob(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
+    refused = EndedJob(job_id="x1", queue="q", status=JobState.DEAD, ended_at_ms=7)
     w.engine.endings["q"] = [dead, gone, refused]
     w.store.refuse_settle = {"x1"}  # not written: no ending to announce
     bus = events.EventBus()

@@ -6,9 +6,11 @@ idempotent by job id); the fake source behaves like a manually assigned Kafka co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 from sluice import policy
 from sluice.errors import BackendUnavailable, LeaseLost, StaleToken
@@ -197,36 +199,6 @@ class FakeEngine:
         return granted
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.final: set[str] = set()
-        self.queued: list[tuple[str, str]] = []
-        self.mark_calls = 0
-        self.final_calls = 0
-        self.down = False
-        self.settled: list[EndedJob] = []
-        self.refuse_settle: set[str] = set()  # job ids whose settle_ended fails
-
-    def settle_ended(self, ended: EndedJob) -> bool:
-        if self.down or ended.job_id in self.refuse_settle:
-            raise BackendUnavailable("dynamodb is down")
-        self.settled.append(ended)
-        return True
-
-    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        self.final_calls += 1
-        if self.down:
-            raise BackendUnavailable("dynamodb is down")
-        return self.final & set(job_ids)
-
-    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
-        self.mark_calls += 1
-        self.queued.extend(jobs)
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the relay should not call store.{name}")
-
-
 @dataclass
 class FakeSource:
     topic: str = "sluice.jobs"
@@ -309,3 +281,13 @@ class FakeDispatcher:
     def dispatch(self, queue: str, invocations: int, batch: int) -> int:
         self.calls.append((queue, invocations, batch))
         return invocations
+
+
+def test_the_one_fake_store_refuses_calls_outside_its_callers_set() -> None:
+    from tests.unit.fakes import RELAY_CALLS, FakeStore
+
+    store = FakeStore(only=RELAY_CALLS)
+    store.mark_queued([("j", "q", 0)])
+    assert store.final_job_ids(["j"]) == set() and store.queued == [("j", "q", 0)]
+    with pytest.raises(AssertionError, match=r"should not call store\.grant"):
+        store.grant("j", "q", "w")

@@ -10,8 +10,9 @@ from sluice.errors import QueueNotAllowed
 from sluice.limits import Limits
 from sluice.models import JobSpec, QueueStats
 from sluice.relay import Relay, RelayConfig
+from tests.unit.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay import TOPIC
-from tests.unit.test_relay_fakes import FakeClock, FakeDispatcher, FakeEngine, FakeSource, FakeStore
+from tests.unit.test_relay_fakes import FakeClock, FakeDispatcher, FakeEngine, FakeSource
 
 
 class LimitedEngine(FakeEngine):
@@ -57,7 +58,7 @@ class World:
     def __init__(self, limits: Limits) -> None:
         self.clock = FakeClock()
         self.engine = LimitedEngine(self.clock)
-        self.store = FakeStore()
+        self.store = FakeStore(only=RELAY_CALLS)
         self.source = FakeSource(topic=TOPIC, n_partitions=1, clock=self.clock)
         self.limits = limits
         self.seq = 0
