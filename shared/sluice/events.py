@@ -1,6 +1,6 @@
 """What happens to a job, as typed events on one synchronous bus.
 
-The worker, the settler, the relay and the gateway's use cases emit these; observers
+The worker, the finisher, the relay and the gateway's use cases emit these; observers
 (the JSONL history, the chaos probe and nemesis, metrics, logs) subscribe. Nothing
 wraps a port to watch it.
 

@@ -32,10 +32,10 @@ from sluice.ports import JobQueue, JobStore
 from sluice.runtime.budget import RemainingMs, TimeBudget
 from sluice.runtime.context import FencedTableFactory
 from sluice.runtime.execute import JobRunner
+from sluice.runtime.finish import Finisher
 from sluice.runtime.heartbeat import Heartbeat, Tracked
 from sluice.runtime.options import Handler, HandlerSpec, WorkerOptions, timeout_ms_of
 from sluice.runtime.outcomes import Outcome
-from sluice.runtime.settle import Settler
 from sluice.runtime.telemetry import Telemetry
 
 H = TypeVar("H", bound=Handler)
@@ -78,7 +78,7 @@ class _Session:
     queue: JobQueue
     heartbeat: Heartbeat
     runner: JobRunner
-    settler: Settler
+    finisher: Finisher
     pool: ThreadPoolExecutor | None
 
 
@@ -176,16 +176,16 @@ class Worker:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
         hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=self.events)
-        settler = Settler(queue, store, hb, tel, attempts=self.options.settle_attempts,
+        finisher = Finisher(queue, store, hb, tel, attempts=self.options.settle_attempts,
                           retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
                           events=self.events)
         fenced = self._fenced or self._store_tables(store)
-        runner = JobRunner(settler, store, self.options, self.worker_id, fenced=fenced)
+        runner = JobRunner(finisher, store, self.options, self.worker_id, fenced=fenced)
         pool = None
         if self.options.concurrency > 1:
             pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
         hb.start()
-        return _Session(queue, hb, runner, settler, pool)
+        return _Session(queue, hb, runner, finisher, pool)
 
     def _store_tables(self, store: JobStore) -> FencedTableFactory | None:
         """The store's fenced tables, reporting their writes on this worker's events."""
@@ -206,7 +206,7 @@ class Worker:
         # unexpected error can leave one) goes back now, before Lambda freezes us.
         for tracked in session.heartbeat.held():
             try:
-                session.settler.release(tracked, tracked.log, None, "the drain ended without settling it")
+                session.finisher.release(tracked, tracked.log, None, "the drain ended without settling it")
             except Exception as exc:
                 tracked.log.error("could not release a held lease: %s", exc)
         session.heartbeat.stop()
@@ -290,14 +290,14 @@ class Worker:
     def _run_one(self, session: _Session, item: Tracked, spec: HandlerSpec | None, budget: TimeBudget,
                  stop: threading.Event, timeout_ms: int) -> Outcome:
         if stop.is_set():
-            return session.settler.release(item, item.log, None, "the worker is stopping")
+            return session.finisher.release(item, item.log, None, "the worker is stopping")
         if not budget.can_start(timeout_ms):
-            return session.settler.release(item, item.log, None, "not enough time left to finish it")
+            return session.finisher.release(item, item.log, None, "not enough time left to finish it")
         try:
             return session.runner.run(item, spec)
         except Exception as exc:  # a bug or an untranslated client error: never strand the job
             item.log.exception("unexpected error while running the job: %s", exc)
             if item.active:
-                return session.settler.release(item, item.log, None, f"unexpected error: {exc}")
+                return session.finisher.release(item, item.log, None, f"unexpected error: {exc}")
             return Outcome.UNSETTLED
 

@@ -34,11 +34,11 @@ from sluice.models import LeasedJob, dump_json
 from sluice.ports import JobStore
 from sluice.runtime import telemetry as t
 from sluice.runtime.context import FencedTableFactory, JobContext
+from sluice.runtime.finish import Attempt, Finisher
 from sluice.runtime.heartbeat import Tracked
 from sluice.runtime.invoke import Invocation, invoke
 from sluice.runtime.options import HandlerSpec, WorkerOptions
 from sluice.runtime.outcomes import Fail, Outcome, Retry
-from sluice.runtime.settle import Attempt, Settler
 
 
 def describe(exc: BaseException) -> str:
@@ -46,9 +46,9 @@ def describe(exc: BaseException) -> str:
 
 
 class JobRunner:
-    def __init__(self, settler: Settler, store: JobStore, options: WorkerOptions, worker_id: str, *,
+    def __init__(self, finisher: Finisher, store: JobStore, options: WorkerOptions, worker_id: str, *,
                  fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms) -> None:
-        self.settler = settler
+        self.finisher = finisher
         self.store = store
         self.options = options
         self.worker_id = worker_id
@@ -64,33 +64,33 @@ class JobRunner:
             # Lapsed unrenewed (the process was frozen, or Redis unreachable) and the heartbeat has
             # not said so yet. A grant now would only mint a token for a lease someone else may
             # hold, and make that holder's writes stale. So do not grant; the job comes back.
-            return self.settler.lost(Attempt(tracked, 0, tracked.log), "the lease lapsed before the grant")
+            return self.finisher.lost(Attempt(tracked, 0, tracked.log), "the lease lapsed before the grant")
         o = self.options
         if not policy.can_grant(remaining_ms, job.lease_ms, o.grant_margin_ms, o.heartbeat_fraction):
             # Still ours, but a grant might land after it lapsed and after another worker's
             # grant, making that worker stale (policy.grant_margin_ms). Give it back unrun.
             margin = policy.grant_margin_ms(job.lease_ms, o.grant_margin_ms, o.heartbeat_fraction)
             why = f"only {remaining_ms:.0f} ms of lease left, {margin} ms needed to grant"
-            return self.settler.release(tracked, tracked.log, None, why)
+            return self.finisher.release(tracked, tracked.log, None, why)
         try:
             token = self._grant(job)
         except AlreadyFinished as exc:
             # Failed or dead in the store, yet back in Redis (its worker wrote the verdict and
             # died before telling Redis): finish what it started, without running it again.
-            return self.settler.finished_before(tracked, tracked.log, exc)
+            return self.finisher.finished_before(tracked, tracked.log, exc)
         except JobCancelled:
             # Cancelled in the store while queued: the grant refused it; drop it from Redis.
-            return self.settler.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))
+            return self.finisher.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))
         except (BackendUnavailable, SluiceError) as exc:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
-            return self.settler.release(tracked, tracked.log, None, f"grant failed: {exc}")
+            return self.finisher.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
         if time.monotonic() >= tracked.state.expires_at:
-            return self.settler.lost(a, "the lease lapsed while the grant was in flight")
+            return self.finisher.lost(a, "the lease lapsed while the grant was in flight")
         if spec is None:
-            return self.settler.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
+            return self.finisher.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
         if tracked.state.cancel_requested.is_set():
-            return self.settler.cancel(a, "cancelled before it started")
+            return self.finisher.cancel(a, "cancelled before it started")
         timeout_ms = spec.timeout_for(self.options)
         ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
                          max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
@@ -98,26 +98,26 @@ class JobRunner:
                          timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced)
         if job.enqueued_at_ms:
-            self.settler.tel.metrics.observe_ms(t.QUEUE_WAIT, max(0, self._now_ms() - job.enqueued_at_ms))
+            self.finisher.tel.metrics.observe_ms(t.QUEUE_WAIT, max(0, self._now_ms() - job.enqueued_at_ms))
         a.log.info("job started")
-        events = self.settler.events
+        events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt))
         inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
         outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
         events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
                                     duration_ms=inv.duration_ms,
                                     error="" if inv.error is None else ev.error_text(inv.error)))
-        self.settler.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
+        self.finisher.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
         return self._verdict(a, inv, timeout_ms)
 
     def _grant(self, job: LeasedJob) -> int:
-        return ev.timed(self.settler.events,
+        return ev.timed(self.finisher.events,
                         lambda: self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen),
                         ev.Granted, {"job": job.job_id, "queue": job.queue, "owner": self.worker_id},
                         details=lambda token: {"token": token})
 
     def _verdict(self, a: Attempt, inv: Invocation, timeout_ms: int) -> Outcome:
-        s = self.settler
+        s = self.finisher
         if inv.timed_out:
             # Stop renewing at once and tell a cooperative handler to stop; the thread lives on.
             s.heartbeat.untrack(a.tracked)

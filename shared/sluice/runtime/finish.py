@@ -1,4 +1,7 @@
-"""Ending one attempt: write and ack, or record the failure and hand the job back.
+"""Finishing one attempt: write and ack, or record the failure and hand the job back.
+
+"Finish" is the worker's word; "settle" is only the relay's (copying an ending Redis made
+into the jobs table). See the glossary in docs/design.md.
 
 Order matters. The durable record (DynamoDB) is written first and Redis second, so
 a crash in between leaves a job that Redis will hand out again, never a job that
@@ -54,7 +57,7 @@ class Attempt:
         return self.tracked.leased
 
 
-class Settler:
+class Finisher:
     def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
                  *, attempts: int = 3, rng: random.Random | None = None,
                  retry_base_ms: int = policy.BASE_BACKOFF_MS,
