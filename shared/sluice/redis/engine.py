@@ -241,14 +241,14 @@ class RedisQueue:
             raise InvalidInput(f"worker_id must be a string of at most 256 characters, got {worker_id!r}")
         return self.scripts.lease(k, n, ms, RECLAIM_PER_LEASE)
 
-    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
-        """New deadline = now + lease_ms. Raises LeaseLost (or StaleToken) unless ``token`` holds it."""
+    def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
+        """New deadline = now + lease_ms. Raises LeaseLost (or StaleToken) unless ``lease_token`` holds it."""
         k = self.keys(queue)
-        return self.scripts.extend(k, validate_job_id(job_id), _token(token), _lease_ms(lease_ms))
+        return self.scripts.extend(k, validate_job_id(job_id), _token(lease_token), _lease_ms(lease_ms))
 
-    def ack(self, queue: str, job_id: str, token: int) -> None:
+    def ack(self, queue: str, job_id: str, lease_token: int) -> None:
         """Finish a job. A stale or unknown token raises and changes nothing."""
-        error = self.ack_many(queue, [(job_id, token)])[0]
+        error = self.ack_many(queue, [(job_id, lease_token)])[0]
         if error is not None:
             raise error
 
@@ -265,7 +265,7 @@ class RedisQueue:
             out += self.scripts.ack(k, checked[start:start + MAX_BATCH])
         return out
 
-    def fail(self, queue: str, job_id: str, token: int, error: str,
+    def fail(self, queue: str, job_id: str, lease_token: int, error: str,
              retry_after_ms: int | None = None, permanent: bool = False) -> str:
         """"retry" (after retry_after_ms; None = now) or "dead" (permanent, cancelled or out of attempts)."""
         k = self.keys(queue)
@@ -275,12 +275,12 @@ class RedisQueue:
         after = 0 if retry_after_ms is None else _int(retry_after_ms, 0, MAX_DELAY_MS, "retry_after_ms")
         if not isinstance(permanent, bool):
             raise InvalidInput("permanent must be a bool")
-        return self.scripts.fail(k, validate_job_id(job_id), _token(token), error, after, permanent)
+        return self.scripts.fail(k, validate_job_id(job_id), _token(lease_token), error, after, permanent)
 
-    def release(self, queue: str, job_id: str, token: int) -> None:
+    def release(self, queue: str, job_id: str, lease_token: int) -> None:
         """Give a lease back; the attempt is not counted. A cancel-requested job is removed."""
         k = self.keys(queue)
-        self.scripts.release(k, validate_job_id(job_id), _token(token))
+        self.scripts.release(k, validate_job_id(job_id), _token(lease_token))
 
     def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
         """"removed" (it was waiting) or "requested" (leased: its worker sees it on extend).
