@@ -520,3 +520,25 @@ def test_the_first_item_of_a_job_keeps_its_acceptance_time(store: DynamoJobStore
     with pytest.raises(InvalidInput):
         store.cancel_unrecorded("j4", "q", "user", True)  # type: ignore[arg-type]
     assert raw(store, "j4") is None
+
+
+def test_each_fenced_write_recognises_its_own_landed_retry_and_nothing_else(store: DynamoJobStore) -> None:
+    """One ``_fenced_update``: a retry is success only when the item shows my token and what my
+    write set; the same token with another result or error is refused (issue 16)."""
+    t = store.grant("r", "q", "w")
+    store.release("r", t)
+    store.release("r", t)  # landed: queued under my token
+    assert store.get_job("r").status is JobState.QUEUED
+    t = store.grant("f", "q", "w")
+    store.record_failure("f", t, "x" * 5000, "failed")
+    store.record_failure("f", t, "x" * 5000, "failed")  # landed: the same (truncated) error
+    assert store.get_job("f").last_error == "x" * 3999 + "\u2026"
+    with pytest.raises(StoreError):
+        store.record_failure("f", t, "another error", "failed")
+    with pytest.raises(StoreError):
+        store.release("f", t)  # failed, not queued: not my release
+    t = store.grant("w", "q", "w")
+    assert store.write_result("w", t, 1) is WriteOutcome.WRITTEN
+    assert store.write_result("w", t, 1) is WriteOutcome.ALREADY_WRITTEN
+    with pytest.raises(StoreError):
+        store.write_result("w", t, 2)
