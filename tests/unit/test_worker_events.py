@@ -64,7 +64,7 @@ def test_a_stale_write_is_refused_with_both_tokens_and_nothing_ends_or_acks() ->
     k = kit()
 
     def late(job: Job, ctx: JobContext) -> str:
-        k.store.grant(job.id, "q", "another-worker")
+        k.store.grant(job.job_id, "q", "another-worker")
         return "late"
 
     seen = run(k, late)

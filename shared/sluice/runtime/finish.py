@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from sluice import events as ev
 from sluice import policy
+from sluice.clock import wall_ms
 from sluice.errors import (
     AlreadyFinished,
     BackendUnavailable,
@@ -97,7 +98,7 @@ class Finisher:
         self.events.emit(ev.JobEnded(job=job.job_id, queue=job.queue, state=state.value, source="worker",
                                      redrive_gen=job.redrive_gen, token=a.token, attempts=job.attempt,
                                      created_at_ms=job.enqueued_at_ms,
-                                     ended_at_ms=time.time_ns() // 1_000_000))
+                                     ended_at_ms=wall_ms()))
 
     # -- success --------------------------------------------------------------------------------
 
