@@ -23,10 +23,10 @@ from sluice.recovery.hook import Recovery, wrap
 from sluice.redis.engine import RedisQueue
 from sluice.relay import Relay
 from sluice.runtime.execute import JobRunner
+from sluice.runtime.finish import Finisher
 from sluice.runtime.heartbeat import Heartbeat, Tracked
 from sluice.runtime.options import HandlerSpec, WorkerOptions
 from sluice.runtime.outcomes import Fail, Retry
-from sluice.runtime.settle import Settler
 from sluice.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.test_relay_fakes import FakeClock, FakeSource
 
@@ -80,7 +80,7 @@ class WorkerRun:
 
     @property
     def lease_token(self) -> int:
-        return self.tracked.leased.token
+        return self.tracked.leased.lease_token
 
 
 class Faulty:
@@ -137,9 +137,9 @@ QUEUE_CALLS = {"ack": "ack", "fail": "fail", "release": "release_q"}
 
 def handler_for(verdict: str, runs: list[tuple[str, int]]) -> Callable[[Any, Any], Any]:
     def handle(job: Any, ctx: Any) -> Any:
-        runs.append((job.id, ctx.token))
+        runs.append((job.job_id, ctx.token))
         if verdict == "ok":
-            return {"job": job.id}
+            return {"job": job.job_id}
         if verdict == "fail":
             raise Fail("the handler said no")
         if verdict == "retry":
@@ -175,9 +175,9 @@ class Workers:
         run.fault, run.state = fault, "running"
         store = Faulty(self.store, run, self.events, names=STORE_CALLS)
         queue = Faulty(self.engine, run, self.events, names=QUEUE_CALLS)
-        settler = Settler(queue, store, self.heartbeat, self.tel, attempts=1, retry_base_ms=0,
+        finisher = Finisher(queue, store, self.heartbeat, self.tel, attempts=1, retry_base_ms=0,
                           retry_cap_ms=0)
-        runner = JobRunner(settler, store, WorkerOptions(lease_ms=LONG_MS), run.name)
+        runner = JobRunner(finisher, store, WorkerOptions(lease_ms=LONG_MS), run.name)
         spec = HandlerSpec(QUEUE, handler_for(verdict, self.runs), timeout_ms=20_000)
 
         def body() -> None:

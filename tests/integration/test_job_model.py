@@ -3,7 +3,7 @@
 A real redis-server and the moto server (over HTTP) hold the job; the machine drives the real
 adapters: jobs are appended to a fake Kafka source and pushed by the real relay (with Redis-loss
 recovery wrapped around it), leased from the real engine, run by the real ``JobRunner`` and
-``Settler`` with a deterministic handler, cancelled through ``Api.cancel``, redriven and purged
+``Finisher`` with a deterministic handler, cancelled through ``Api.cancel``, redriven and purged
 as the CLI does, reaped and settled by the relay's maintenance. A worker can die or freeze at
 any store or queue call. Leases are long (60 s) and lapse only when the machine says so (their
 deadline is moved into the past in Redis), so every example is deterministic and fast.
