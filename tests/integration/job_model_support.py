@@ -19,9 +19,10 @@ from typing import Any
 from sluice.models import WriteOutcome
 from sluice.recovery.adapters import RedisEpochs
 from sluice.recovery.checkpoints import DynamoCheckpoints
-from sluice.recovery.hook import Recovery, wrap
+from sluice.recovery.hook import Recovery
 from sluice.redis.engine import RedisQueue
 from sluice.relay import Relay
+from sluice.relay.config import RelayConfig
 from sluice.runtime.execute import JobRunner
 from sluice.runtime.finish import Finisher
 from sluice.runtime.heartbeat import Heartbeat, Tracked
@@ -288,9 +289,9 @@ class RelayBox:
                             DynamoCheckpoints(self.db, self.table, page_bytes=PAGE_BYTES,
                                               inline_bytes=PAGE_BYTES),
                             SourceOffsets(self.source), self.store, interval_s=0.0)
-        engine, source = wrap(self.meter, self.source, recovery)  # type: ignore[arg-type]
-        return Relay(engine, self.store, source, None, relay_id=f"relay-{self.n}", clock=FakeClock(),
-                     batch=50, commit_s=0.0, maintenance_s=1e9, refresh_s=0.0, status_drain_s=10.0,
+        config = RelayConfig(batch=50, commit_s=0.0, maintenance_s=1e9, refresh_s=0.0, status_drain_s=10.0)
+        return Relay(self.meter, self.store, self.source, None,  # type: ignore[arg-type]
+                     relay_id=f"relay-{self.n}", clock=FakeClock(), config=config, hooks=recovery,
                      after_push=self.meter.after_push)
 
     def restart(self) -> None:
@@ -304,13 +305,13 @@ class RelayBox:
         log = self.source.log.get(0, [])
         for _ in range(40):
             self.relay.step()
-            owned = self.relay._owned
+            owned = self.relay.ownership.owned
             if (owned and self.source.positions.get(0, 0) >= len(log)
                     and not any(q for o in owned.values() for q in o.pending.values())):
                 break
         else:
             raise AssertionError("the relay did not catch up with the source")
-        self.relay._status.close(10)
+        self.relay.pusher.drain()
         return (self.meter.taken - before[0], self.meter.pushed - before[1],
                 self.relay.report.final_dropped - before[2])
 
@@ -318,7 +319,9 @@ class RelayBox:
         self.store.armed = freeze
         self.store.frozen.clear()
         self.store.thaw.clear()
-        self.maint = threading.Thread(target=self.relay._maintain, daemon=True)
+        relay = self.relay
+        self.maint = threading.Thread(target=lambda: relay.maintenance.run(relay.clock.monotonic()),
+                                      daemon=True)
         self.maint.start()
         deadline = time.monotonic() + 60
         while self.maint.is_alive() and not self.store.frozen.is_set():
