@@ -5,14 +5,16 @@ would set them) so each flood reaches its limit in a few requests: reserved name
 flood, oversized payloads and batches, deeply delayed batches until the delayed cap, a queue
 with no handler until its dead cap, and random queue names until the registry is full. Each
 refusal is checked for its exact status and problem code, and for writing nothing: the jobs
-topic's end offsets are the same before and after it (the gateway's only write is to Kafka).
+topic's end offsets are the same before and after it (the gateway's only write is to Kafka),
+and, at the end, the topic's records are audited: each hostile queue holds exactly the jobs
+answered 202, and no record breaks a limit.
 
 All along, a background thread enqueues an ordinary ``echo`` job (sluice.examples) every
 ``ORDINARY_EVERY_S``; the last test enqueues one more after every flood, and every one of them
 must reach ``succeeded``: no hostile input may stop ordinary work.
 
-The tests share the stack and run in file order (the registry flood comes last but one, since
-it fills the registry that the other cases' queues are in).
+The tests share the stack and run in file order (the registry flood comes after the other
+floods, since it fills the registry that their queues are in).
 """
 
 from __future__ import annotations
