@@ -45,7 +45,8 @@ class Died(BaseException):
 
 @dataclass(frozen=True)
 class Fault:
-    call: str  # grant, write_result, record_failure, release (store); ack, fail, release_q (queue)
+    call: str  # grant, write_result, record_failure, release (store); ack, fail, release_q (queue);
+    # "a|b": whichever of these calls the attempt makes first (its verdict write, its queue call)
     when: str  # before | after
     mode: str  # die | freeze
 
@@ -92,7 +93,7 @@ class Faulty:
 
     def _trigger(self, call: str, when: str) -> None:
         f = self._run.fault
-        if f is None or f.call != call or f.when != when:
+        if f is None or call not in f.call.split("|") or f.when != when:
             return
         if f.mode == "die":
             self._run.state = "died"
@@ -129,6 +130,22 @@ class Faulty:
             r.verdict_written = True
             self._events.append(Event("record" if name == "record_failure" else "release", args[0], args[1],
                                       r.name, args[3] if name == "record_failure" else ""))
+
+
+# Where in an attempt a worker dies or freezes: the machine's run_dies and run_freezes rules draw
+# one of these points, whatever the handler's verdict, so that each (verdict, point) pair is as
+# likely as any other (a worker that fails permanently and dies right after record_failure, bug 4,
+# is one such pair; a worker that pauses between its grant and its handler, bugs 2 and 6, another).
+VERDICT_WRITE = "write_result|record_failure|release"
+QUEUE_CALL = "ack|fail|release_q"
+POINTS = {"before_grant": ("grant", "before"), "after_grant": ("grant", "after"),
+          "before_verdict": (VERDICT_WRITE, "before"), "after_verdict": (VERDICT_WRITE, "after"),
+          "before_queue": (QUEUE_CALL, "before")}
+
+
+def fault_at(point: str, mode: str) -> Fault:
+    call, when = POINTS[point]
+    return Fault(call, when, mode)
 
 
 STORE_CALLS = {"grant": "grant", "write_result": "write_result", "record_failure": "record_failure",

@@ -48,7 +48,16 @@ from sluice.redrive import redrive_one
 from sluice.relay import SourceRecord
 from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
-from tests.integration.job_model_support import QUEUE, Died, Event, Fault, RelayBox, WorkerRun, Workers
+from tests.integration.job_model_support import (
+    POINTS,
+    QUEUE,
+    Died,
+    Event,
+    RelayBox,
+    WorkerRun,
+    Workers,
+    fault_at,
+)
 from tests.unit.test_relay_fakes import FakeSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -56,11 +65,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 K = QueueKeys(QUEUE)
 FINAL = {s.value for s in FINAL_STATES}
 LIVE_ZSETS = ("ready", "delayed", "leased")
-FAULTS = [None, None, None] + [Fault(call, when, mode) for mode in ("die", "freeze")
-                               for call, when in (("grant", "before"), ("grant", "after"),
-                                                  ("write_result", "before"), ("write_result", "after"),
-                                                  ("record_failure", "after"), ("ack", "before"),
-                                                  ("fail", "before"), ("release", "after"))]
+VERDICTS = ["ok", "error", "fail", "retry"]
 KEY = b"k" * 32
 
 
@@ -76,6 +81,7 @@ class JobMachine(RuleBasedStateMachine):
     examples = itertools.count()
     mute: frozenset[str] = frozenset()  # invariants left out (hunting one bug at a time)
     focus: frozenset[str] = frozenset()  # rules used (empty: all)
+    first_failure = ""  # "example <n>: <invariant>", reported by the hunting runs (docs/job-states.md)
 
     def __init__(self) -> None:
         super().__init__()
@@ -84,7 +90,7 @@ class JobMachine(RuleBasedStateMachine):
         self.engine = RedisQueue.from_url(self.redis_url)
         self.db = boto3.client("dynamodb", endpoint_url=self.moto_url, region_name="us-east-1")
         self.store = DynamoJobStore(self.db, self.table)
-        n = next(self.examples)
+        self.n = n = next(self.examples)
         self.prefix = f"x{uuid.uuid4().hex[:6]}{n}-"
         self.source = FakeSource(topic=f"t.{self.prefix}", n_partitions=1)
         self.engine.set_config(QUEUE, rate_per_s=1000, burst=100_000)
@@ -102,6 +108,11 @@ class JobMachine(RuleBasedStateMachine):
         self.reclaimed: set[str] = set()  # back in ready because their lease lapsed
         self.cancel_requested: set[str] = set()
         self.checked_events = 0
+        # Both authorities as the last invariant check read them: the rules' preconditions look here,
+        # so that a rule is drawn only when it can act (a redrive when a job is dead, a TTL expiry
+        # when a final item is there to expire), and a bug deep in a sequence is not diluted by no-ops.
+        self.seen_rs: dict[str, Any] = {"ready": {}, "delayed": {}, "leased": {}, "dead": {}, "settle": set()}
+        self.seen_items: dict[str, dict[str, Any]] = {}
 
     def teardown(self) -> None:
         self.workers.close()
@@ -151,6 +162,10 @@ class JobMachine(RuleBasedStateMachine):
 
     def live_runs(self, *states: str) -> list[WorkerRun]:
         return [w for w in self.workers.all if w.state in states]
+
+    def expired_leases(self) -> bool:
+        return any(run.tracked.state.expires_at < time.monotonic() for run in self.workers.all
+                   if run.job_id in self.seen_rs["leased"])
 
     def watch_reclaim(self, call: Any) -> Any:
         """Run ``call``; remember which expired leases it put back in ready (for I8)."""
@@ -219,13 +234,28 @@ class JobMachine(RuleBasedStateMachine):
                        f"{fresh} leased before {waiting}, whose leases lapsed earlier (band {band})")
 
     @precondition(lambda self: self.on("run") and bool(self.live_runs("held")))
-    @rule(index=st.integers(0, 100), verdict=st.sampled_from(["ok", "ok", "error", "fail", "retry"]),
-          fault=st.sampled_from(FAULTS))
-    def run(self, index: int, verdict: str, fault: Fault | None) -> None:
-        """A worker grants and runs its leased job; it may die or freeze at one call."""
+    @rule(index=st.integers(0, 100), verdict=st.sampled_from(VERDICTS))
+    def run(self, index: int, verdict: str) -> None:
+        """A worker grants, runs its leased job, writes the verdict and tells Redis."""
         run = self.pick(self.live_runs("held"), index)
         if run is not None:  # (a replay has no preconditions)
-            self.workers.start(run, verdict, fault)
+            self.workers.start(run, verdict, None)
+
+    @precondition(lambda self: self.on("run_dies") and bool(self.live_runs("held")))
+    @rule(index=st.integers(0, 100), verdict=st.sampled_from(VERDICTS), point=st.sampled_from(sorted(POINTS)))
+    def run_dies(self, index: int, verdict: str, point: str) -> None:
+        """A worker's attempt, and the worker dies at one point of it (it makes no further call)."""
+        run = self.pick(self.live_runs("held"), index)
+        if run is not None:
+            self.workers.start(run, verdict, fault_at(point, "die"))
+
+    @precondition(lambda self: self.on("run_freezes") and bool(self.live_runs("held")))
+    @rule(index=st.integers(0, 100), verdict=st.sampled_from(VERDICTS), point=st.sampled_from(sorted(POINTS)))
+    def run_freezes(self, index: int, verdict: str, point: str) -> None:
+        """A worker's attempt, and the worker pauses at one point of it until ``thaw``."""
+        run = self.pick(self.live_runs("held"), index)
+        if run is not None:
+            self.workers.start(run, verdict, fault_at(point, "freeze"))
 
     @precondition(lambda self: self.on("run_late") and bool(self.live_runs("held")))
     @rule(index=st.integers(0, 100))
@@ -250,7 +280,7 @@ class JobMachine(RuleBasedStateMachine):
         run = self.pick(self.live_runs("held", "frozen"), index)
         self.workers.heartbeat.beat(run.tracked)
 
-    @precondition(lambda self: self.on("lease_lapses") and bool(self.workers.all))
+    @precondition(lambda self: self.on("lease_lapses") and bool(self.seen_rs["leased"]))
     @rule(index=st.integers(0, 100))
     def lease_lapses(self, index: int) -> None:
         """Time passes for one lease: its deadline is now in the past, by Redis's clock and the
@@ -266,16 +296,26 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- rules: operators and maintenance -----------------------------------------------------------
 
-    @precondition(lambda self: self.on("reap") and bool(self.workers.all))
+    @precondition(lambda self: self.on("reap") and bool(self.seen_rs["leased"]))
     @rule()
     def reap(self) -> None:
         self.watch_reclaim(lambda: self.engine.reap(QUEUE))
 
-    @precondition(lambda self: self.on("relay_maintenance") and not self.relay.frozen)
-    @rule(freeze=st.booleans())
-    def relay_maintenance(self, freeze: bool) -> None:
-        """Reap and settle; with freeze, the relay stops right after reading the settle set."""
-        self.watch_reclaim(lambda: self.relay.maintain(freeze))
+    @precondition(lambda self: self.on("relay_maintenance") and not self.relay.frozen
+                  and bool(self.workers.all))
+    @rule()
+    def relay_maintenance(self) -> None:
+        """Reap and settle."""
+        self.watch_reclaim(lambda: self.relay.maintain(False))
+
+    @precondition(lambda self: self.on("relay_freezes_mid_settle") and not self.relay.frozen
+                  and bool(self.seen_rs["settle"] or self.expired_leases()))
+    @rule()
+    def relay_freezes_mid_settle(self) -> None:
+        """Maintenance reaps, reads its settle set, and the relay pauses right before its DynamoDB
+        writes, until ``relay_thaws`` (drawn only when there is something to settle: an entry in the
+        settle set, or an expired lease that the reap will end)."""
+        self.watch_reclaim(lambda: self.relay.maintain(True))
 
     @precondition(lambda self: self.on("relay_thaws") and self.relay.frozen)
     @rule()
@@ -298,7 +338,7 @@ class JobMachine(RuleBasedStateMachine):
         if answer.status == "cancel_requested":
             self.cancel_requested.add(job_id)
 
-    @precondition(lambda self: self.on("redrive") and bool(self.workers.all))
+    @precondition(lambda self: self.on("redrive") and bool(self.seen_rs["dead"]))
     @rule(index=st.integers(0, 100))
     def redrive(self, index: int) -> None:
         job_id = self.pick(sorted(self.redis_state()["dead"]), index)
@@ -312,12 +352,13 @@ class JobMachine(RuleBasedStateMachine):
         if seen is not None:
             self.redriven[job_id] = seen[1]  # still final until its next grant: not a violation
 
-    @precondition(lambda self: self.on("purge") and bool(self.workers.all))
+    @precondition(lambda self: self.on("purge") and bool(self.seen_rs["dead"]))
     @rule()
     def purge(self) -> None:
         self.engine.purge_dead(QUEUE)
 
-    @precondition(lambda self: self.on("ttl_expires") and bool(self.workers.all))
+    @precondition(lambda self: self.on("ttl_expires") and any(
+        it["status"] in FINAL for j, it in self.seen_items.items() if j not in self.expired))
     @rule(index=st.integers(0, 100))
     def ttl_expires(self, index: int) -> None:
         """DynamoDB's TTL deletes a final item (moto never does: delete it). Its Kafka record is
@@ -340,15 +381,18 @@ class JobMachine(RuleBasedStateMachine):
 
     def check(self, name: str, ok: bool, message: Any) -> None:
         """One invariant check; ``mute`` holds the names a run leaves out (see the tests below)."""
-        if name not in self.mute:
-            assert ok, f"{name} violated: {message() if callable(message) else message}"
+        if name not in self.mute and not ok:
+            if not JobMachine.first_failure:  # the first example that failed, before any shrinking
+                JobMachine.first_failure = f"example {self.n}: {name}"
+            raise AssertionError(f"{name} violated: {message() if callable(message) else message}")
 
     @invariant()
     def job_invariants(self) -> None:
         self.fencing()
+        rs, items = self.redis_state(), self.items()
+        self.seen_rs, self.seen_items = rs, items
         if self.relay.frozen:
             return  # mid-maintenance: judged once the relay thaws
-        rs, items = self.redis_state(), self.items()
         self.authorities_agree(rs, items)
         self.holders_stay_current(rs, items)
 
@@ -441,9 +485,14 @@ FOCUS = frozenset(filter(None, os.environ.get("JOBMODEL_FOCUS", "").split(",")))
 
 def run_machine(redis_url: str, moto_url: str, table: str, mute: frozenset[str] = frozenset(),
                 focus: frozenset[str] = frozenset(), examples: int = EXAMPLES) -> None:
-    run_state_machine_as_test(machine(redis_url, moto_url, table, mute, focus), settings=settings(
-        max_examples=examples, stateful_step_count=STEPS, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    JobMachine.examples, JobMachine.first_failure = itertools.count(1), ""
+    try:
+        run_state_machine_as_test(machine(redis_url, moto_url, table, mute, focus), settings=settings(
+            max_examples=examples, stateful_step_count=STEPS, deadline=None, database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+    except AssertionError as exc:
+        exc.add_note(f"first failing example (before shrinking): {JobMachine.first_failure}")
+        raise
 
 
 @pytest.mark.timeout(900)
@@ -459,35 +508,34 @@ __all__ = ["Died", "JobMachine"]
 # "What the machine found"), cut down by hand to the steps that matter and replayed here step by
 # step, with every invariant checked after each step as the machine does.
 
-DIE_AFTER_GRANT = Fault("grant", "after", "die")
 FOUND: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "bug1-cancel-after-crash": [
         ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
-        ("run", {"index": 0, "verdict": "ok", "fault": DIE_AFTER_GRANT}),
+        ("run_dies", {"index": 0, "verdict": "ok", "point": "after_grant"}),
         ("lease_lapses", {"index": 0}),
         ("reap", {}), ("cancel", {"index": 0})],
     "bug2-settle-races-redrive": [
         ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease", {"n": 1}),
-        ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_maintenance", {"freeze": True}),
+        ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_freezes_mid_settle", {}),
         ("redrive", {"index": 0}), ("lease", {"n": 1}),
-        ("run", {"index": 1, "verdict": "ok", "fault": Fault("grant", "after", "freeze")}),
+        ("run_freezes", {"index": 1, "verdict": "ok", "point": "after_grant"}),
         ("relay_thaws", {})],
     "bug3-reread-costs-rate": [
         ("enqueue_and_push", {"n": 3, "priority": 0, "max_attempts": 1}), ("relay_restart", {})],
     "bug4-failed-runs-again": [
         ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
-        ("run", {"index": 0, "verdict": "fail", "fault": Fault("record_failure", "after", "die")}),
+        ("run_dies", {"index": 0, "verdict": "fail", "point": "after_verdict"}),
         ("lease_lapses", {"index": 0}), ("lease", {"n": 1}),
-        ("run", {"index": 0, "verdict": "ok", "fault": None})],
+        ("run", {"index": 0, "verdict": "ok", })],
     "bug5-token-backwards": [
         ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease", {"n": 1}),
-        ("run", {"index": 0, "verdict": "fail", "fault": None}), ("ttl_expires", {"index": 0}),
+        ("run", {"index": 0, "verdict": "fail", }), ("ttl_expires", {"index": 0}),
         ("redrive", {"index": 0}), ("lease", {"n": 1}),
-        ("run", {"index": 0, "verdict": "ok", "fault": None})],
+        ("run", {"index": 0, "verdict": "ok", })],
     "bug6-late-grant": [
         ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
         ("lease_lapses", {"index": 0}), ("lease", {"n": 1}),
-        ("run", {"index": 1, "verdict": "ok", "fault": Fault("grant", "after", "freeze")}),
+        ("run_freezes", {"index": 1, "verdict": "ok", "point": "after_grant"}),
         ("run_late", {"index": 0})],
     "bug7-reclaimed-waits": [
         ("enqueue_and_push", {"n": 2, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
