@@ -217,9 +217,17 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- rules: workers -----------------------------------------------------------------------------
 
-    @precondition(lambda self: self.on("lease") and bool(self.specs))
+    def can_lease(self) -> bool:
+        return bool(self.seen_rs["ready"]) or self.expired_leases()
+
+    @precondition(lambda self: self.on("lease") and self.can_lease())
     @rule(n=st.integers(1, 2))
     def lease(self, n: int) -> None:
+        """Workers lease jobs and hold them (their attempts start in ``run`` and its kin)."""
+        self.lease_checked(n)
+
+    def lease_checked(self, n: int) -> list[WorkerRun]:
+        """Lease ``n``; check I8 on what came out."""
         reclaimed_before = set(self.reclaimed)
         got, expired = self.watch_reclaim(lambda: self.workers.lease(n))
         reclaimed = reclaimed_before | expired
@@ -232,6 +240,14 @@ class JobMachine(RuleBasedStateMachine):
             waiting = sorted(j for j in reclaimed & ready if self.specs[j].priority == band)
             self.check("I8", not (fresh and waiting),
                        f"{fresh} leased before {waiting}, whose leases lapsed earlier (band {band})")
+        return got  # type: ignore[no-any-return]
+
+    @precondition(lambda self: self.on("lease_and_run") and self.can_lease())
+    @rule(verdict=st.sampled_from(VERDICTS))
+    def lease_and_run(self, verdict: str) -> None:
+        """What a worker does when nothing goes wrong: lease one job and run it at once."""
+        for run in self.lease_checked(1):
+            self.workers.start(run, verdict, None)
 
     @precondition(lambda self: self.on("run") and bool(self.live_runs("held")))
     @rule(index=st.integers(0, 100), verdict=st.sampled_from(VERDICTS))
@@ -256,6 +272,17 @@ class JobMachine(RuleBasedStateMachine):
         run = self.pick(self.live_runs("held"), index)
         if run is not None:
             self.workers.start(run, verdict, fault_at(point, "freeze"))
+
+    @precondition(lambda self: self.on("run_pauses_after_grant") and bool(self.live_runs("held")))
+    @rule(index=st.integers(0, 100))
+    def run_pauses_after_grant(self, index: int) -> None:
+        """A worker is granted its token and pauses before its handler (a GC pause, a frozen
+        Lambda) until ``thaw``: the window in which a settle write (bug 2) or a late grant (bug 6)
+        can land under a current holder. Also one of ``run_freezes``'s points; a rule of its own
+        because a holder paused with its grant is what both races need."""
+        run = self.pick(self.live_runs("held"), index)
+        if run is not None:
+            self.workers.start(run, "ok", fault_at("after_grant", "freeze"))
 
     @precondition(lambda self: self.on("run_late") and bool(self.live_runs("held")))
     @rule(index=st.integers(0, 100))
