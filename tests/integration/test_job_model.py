@@ -508,6 +508,10 @@ EXAMPLES = int(os.environ.get("JOBMODEL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("JOBMODEL_STEPS", "30"))
 HUNT = frozenset(filter(None, os.environ.get("JOBMODEL_MUTE", "").split(",")))
 FOCUS = frozenset(filter(None, os.environ.get("JOBMODEL_FOCUS", "").split(",")))
+# The suite's run draws the same examples every time, so `make test` is reproducible: the one
+# defect the search still finds on main (a redriven job a Redis loss drops) is pinned by its
+# strict-xfail replay instead of failing one CI run in a few. Hunting runs set JOBMODEL_RANDOM=1.
+RANDOM = bool(os.environ.get("JOBMODEL_RANDOM"))
 
 
 def run_machine(redis_url: str, moto_url: str, table: str, mute: frozenset[str] = frozenset(),
@@ -516,6 +520,7 @@ def run_machine(redis_url: str, moto_url: str, table: str, mute: frozenset[str] 
     try:
         run_state_machine_as_test(machine(redis_url, moto_url, table, mute, focus), settings=settings(
             max_examples=examples, stateful_step_count=STEPS, deadline=None, database=None,
+            derandomize=not RANDOM,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
     except AssertionError as exc:
         exc.add_note(f"first failing example (before shrinking): {JobMachine.first_failure}")
