@@ -40,7 +40,8 @@ log = logging.getLogger("sluice.events")
 _wall = time.time
 
 
-def _now() -> float:
+def wall() -> float:
+    """The machine's wall clock (never skewed): every event's times, and a call's ``t0``."""
     return _wall()
 
 
@@ -48,7 +49,7 @@ def _now() -> float:
 class Event:
     """Every event; ``at`` is the wall clock when it was emitted (the call's end for a call)."""
 
-    at: float = field(default_factory=_now)
+    at: float = field(default_factory=wall)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

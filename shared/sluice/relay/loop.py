@@ -42,7 +42,7 @@ class Relay:
         """``after_push`` (partition, queue, outcome) runs on the pusher thread after each push:
         the chaos run's kill point. ``job_ids``: the keys every record's id must verify with
         (``intake.unminted``); None trusts every record. ``events``: the bus the relay emits
-        on (``RecordsRead``, ``Pushed``, ``Committed``, ``Settled``, ``JobEnded``); the
+        on (``RecordsRead``, ``Pushed``, ``ConfigRead``, ``Committed``, ``Settled``, ``JobEnded``); the
         composition root hands it in."""
         self.relay_id, self.source = relay_id, source
         self.config = config = config or RelayConfig()
@@ -55,7 +55,7 @@ class Relay:
                                    metrics=self.metrics, report=report, hooks=hooks)
         self.intake = Intake(engine, source, config, self.ownership, report=report, hooks=hooks,
                              monotonic=self.clock.monotonic, job_ids=job_ids, events=bus)
-        self.queues = QueueStates(engine, config, self.metrics)
+        self.queues = QueueStates(engine, config, self.metrics, events=bus)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
                              metrics=self.metrics, hooks=hooks, after_push=after_push, events=bus)

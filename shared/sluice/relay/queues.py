@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from sluice import events as ev
 from sluice import limits, policy
 from sluice.errors import SluiceError
 from sluice.models import QueueConfig
@@ -24,8 +25,10 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 class QueueStates:
     """The relay's view of every queue it pushed into or maintained."""
 
-    def __init__(self, engine: RelayEngine, config: RelayConfig, metrics: Metrics) -> None:
+    def __init__(self, engine: RelayEngine, config: RelayConfig, metrics: Metrics,
+                 events: ev.EventBus | None = None) -> None:
         self.engine, self.config, self.metrics = engine, config, metrics
+        self.events = events or ev.EventBus()
         self.states: dict[str, QueueState] = {}
         self._defaulted: set[str] = set()
         self._memory: float | None = None
@@ -41,7 +44,11 @@ class QueueStates:
         return state
 
     def refresh(self, queue: str, state: QueueState, now: float) -> None:
+        listening = self.events.listening  # nobody listens: no clock read, no event built
+        t0 = ev.wall() if listening else 0.0
         stats = self.engine.stats(queue)  # carries the queue's config: one round trip
+        if listening:  # what this relay saw, before the default rate below (the chaos pause rule)
+            self.events.emit(ev.ConfigRead(queue=queue, paused=bool(stats.config.paused), t0=t0))
         state.config = stats.config
         rate = self.config.default_rate_per_s
         if rate > 0 and stats.config == QueueConfig() and queue not in self._defaulted:
