@@ -208,35 +208,38 @@ def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_
     assert not v.ok and len(v.failures()) == 2
 
 
-def test_the_relay_events_give_the_lines_the_relay_wrappers_write(tmp_path: Path) -> None:
-    from types import SimpleNamespace
+def test_record_relay_writes_the_lines_the_chaos_checker_reads(tmp_path: Path) -> None:
+    """The read, push and config lines the relay's engine and source wrappers wrote before issue 16
+    (field for field: ``chaos.rules`` and ``chaos.check`` read them), now from the relay's events,
+    with the events' own times."""
+    from sluice.chaos.app import record_relay
 
-    from sluice.chaos.app import RecordedEngine, RecordedSource, record_relay
-
-    wrapped, evented = tmp_path / "w.jsonl", tmp_path / "e.jsonl"
-    specs = [(7, SimpleNamespace(job_id="a")), (8, SimpleNamespace(job_id="b"))]
-    engine = SimpleNamespace(push=lambda *a: SimpleNamespace(pushed=2, skipped=0),
-                             stats=lambda q: SimpleNamespace(config=SimpleNamespace(paused=True)))
-    source = SimpleNamespace(poll=lambda *a: [SimpleNamespace(partition=0, offset=o) for o in (7, 8)])
-    RecordedEngine(engine, history.open_history(wrapped)).push("q", "t", 0, 3, specs)
-    RecordedSource(source, history.open_history(wrapped)).poll(10, 2)
-    RecordedEngine(engine, history.open_history(wrapped)).stats("q")
+    evented = tmp_path / "e.jsonl"
     report = record_relay(history.open_history(evented))
     report(events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2, skipped=0,
-                         jobs=("a", "b"), outcome="ok", t0=0.0))
-    report(events.RecordsRead(topic="t", partition=0, first=7, last=8, n=2))
-    report(events.ConfigRead(queue="q", paused=True, t0=0.0))
+                         jobs=("a", "b"), outcome="ok", t0=1.0, at=2.0))
+    report(events.Pushed(queue="q", topic="t", partition=1, owner=4, first=9, last=9, outcome="error",
+                         error="boom", t0=3.0, at=4.0))
+    report(events.RecordsRead(topic="t", partition=0, first=7, last=8, n=2, at=5.0))
+    report(events.ConfigRead(queue="q", paused=True, t0=6.0, at=7.0))
 
     def shape(path: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in e.items() if k not in ("t0", "t1")} for e in lines(path)]
+        return [{k: v for k, v in e.items() if k != "pid"} for e in lines(path)]
 
-    assert shape(wrapped) == shape(evented)
-    assert [e["op"] for e in lines(evented)] == ["push", "read", "config"]
+    assert shape(evented) == [
+        {"op": "push", "t0": 1.0, "t1": 2.0, "partition": 0, "owner": 3, "outcome": "ok", "first": 7,
+         "last": 8, "queue": "q", "pushed": 2, "skipped": 0, "jobs": ["a", "b"]},
+        {"op": "push", "t0": 3.0, "t1": 4.0, "partition": 1, "owner": 4, "outcome": "error", "first": 9,
+         "last": 9, "error": "boom"},
+        {"op": "read", "partition": 0, "first": 7, "last": 8, "n": 2, "t1": 5.0},
+        {"op": "config", "t0": 6.0, "t1": 7.0, "queue": "q", "paused": True},
+    ]
 
 
-def test_a_real_relay_emits_the_events_record_relay_turns_into_read_and_push_lines(tmp_path: Path) -> None:
-    """The relay's parts emit RecordsRead and Pushed; record_relay writes from them the chaos
-    history's read and push lines."""
+def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_config_lines(
+        tmp_path: Path) -> None:
+    """The relay's parts emit RecordsRead, ConfigRead and Pushed; record_relay writes from them the
+    chaos history's read, config and push lines."""
     from sluice.chaos.app import record_relay
     from sluice.models import JobSpec
     from tests.unit.test_relay import World
@@ -246,7 +249,8 @@ def test_a_real_relay_emits_the_events_record_relay_turns_into_read_and_push_lin
     for job_id in ("a", "b"):
         w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
     bus = events.EventBus()
-    bus.subscribe(record_relay(history.open_history(evented)), events.RecordsRead, events.Pushed)
+    bus.subscribe(record_relay(history.open_history(evented)), events.RecordsRead, events.Pushed,
+                  events.ConfigRead)
     relay = w.relay(events=bus)
     for _ in range(3):
         relay.step()
@@ -256,7 +260,8 @@ def test_a_real_relay_emits_the_events_record_relay_turns_into_read_and_push_lin
         return [{k: v for k, v in e.items() if k not in ("t0", "t1", "pid")} for e in lines(path)]
 
     wrote = [{"op": "read", "partition": 0, "first": 0, "last": 1, "n": 2},
+             {"op": "config", "queue": "q", "paused": False},
              {"op": "push", "partition": 0, "owner": token, "outcome": "ok", "first": 0, "last": 1,
               "queue": "q", "pushed": 2, "skipped": 0, "jobs": ["a", "b"]}]
     assert shape(evented) == wrote
-    assert [e["op"] for e in lines(evented)] == ["read", "push"]
+    assert [e["op"] for e in lines(evented)] == ["read", "config", "push"]

@@ -28,7 +28,8 @@ import sys
 import threading
 from typing import Any
 
-from sluice.chaos.app import QUEUE, Control, RecordedEngine, RecordedSource, expected_result, worker_app
+from sluice import events as ev
+from sluice.chaos.app import QUEUE, Control, expected_result, record_relay, worker_app
 from sluice.chaos.skew import ClockFollower
 from sluice.local.history import open_history, record
 
@@ -84,13 +85,13 @@ def run_relay(cfg: dict[str, Any]) -> int:
     signal.signal(signal.SIGTERM, terminate)
     engine, store = RedisQueue.from_settings(s), DynamoJobStore.from_settings(s)
     source = KafkaSource.from_settings(s)
+    bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
+    bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1
-        recorded_engine, recorded_source = RecordedEngine(engine, history), RecordedSource(source, history)
-        recovery = for_relay(s, recorded_engine, store, recorded_source,
-                             interval_s=float(cfg.get("checkpoint_s", 2.0)))
-        relay = Relay(recorded_engine, store, recorded_source, None,
+        recovery = for_relay(s, engine, store, source, interval_s=float(cfg.get("checkpoint_s", 2.0)))
+        relay = Relay(engine, store, source, None, events=bus,
                       relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery, after_push=after_push,
                       config=RelayConfig(poll_ms=100, ownership_s=0.5, lease_ms=int(cfg["lease_ms"])))
         report = relay.run_until(relay.clock.now_ms() + int(float(cfg["invocation_s"]) * 1000))

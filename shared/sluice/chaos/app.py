@@ -8,8 +8,9 @@ run the same pieces:
   function of the payload (``expected_result``), and the nemesis's fault points as
   subscribers of its events (``ResultWriting``, ``Acking``);
 - ``Control``: the nemesis's arming files, and the one place a process kills or stops itself;
-- ``RecordedEngine`` / ``RecordedSource``: the relay's engine and record source,
-  recording what each push and poll did (for diagnosing a lost job).
+- ``record_relay``: a subscriber of the relay's events, writing what each poll read,
+  each push did and each queue-config read saw (for the checker's pause rule, and for
+  diagnosing a lost job). Nothing wraps the relay's ports.
 
 Arming: the nemesis writes ``<control_dir>/<stem>.json`` (``{"kind", "until", "id"}``),
 where the stem is a process slot (``w0``, ``r0``: process runtime) or a function
@@ -112,61 +113,10 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
     return app
 
 
-class RecordedSource:
-    """The relay's record source, recording what each poll read."""
-
-    def __init__(self, source: Any, history: History) -> None:
-        self._source, self._history = source, history
-
-    def poll(self, timeout_ms: int, max_records: int) -> Any:
-        records = self._source.poll(timeout_ms, max_records)
-        by_partition: dict[int, list[int]] = {}
-        for r in records:
-            by_partition.setdefault(r.partition, []).append(r.offset)
-        for p, offsets in by_partition.items():
-            self._history.emit("read", partition=p, first=min(offsets), last=max(offsets), n=len(offsets))
-        return records
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._source, name)
-
-
-class RecordedEngine:
-    """The relay's engine, recording every push (which records, and what Redis made of them)
-    and every config read."""
-
-    def __init__(self, engine: Any, history: History) -> None:
-        self._engine, self._history = engine, history
-
-    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
-        t0 = wall()
-        try:
-            out = self._engine.push(queue, topic, partition, owner_token, records)
-        except Exception as exc:
-            self._history.emit("push", t0=t0, partition=partition, owner=owner_token, outcome="error",
-                               error=str(exc)[:200], first=records[0][0], last=records[-1][0])
-            raise
-        self._history.emit("push", t0=t0, queue=queue, partition=partition, owner=owner_token, outcome="ok",
-                           first=records[0][0], last=records[-1][0], pushed=out.pushed, skipped=out.skipped,
-                           jobs=[spec.job_id for _, spec in records])
-        return out
-
-    def stats(self, queue: str) -> Any:
-        """The relay's read of a queue's depths and config (every ``refresh_s``): recorded with
-        whether it said paused, so the checker knows what each relay saw (``chaos.rules``)."""
-        t0 = wall()
-        out = self._engine.stats(queue)
-        self._history.emit("config", t0=t0, queue=queue, paused=bool(out.config.paused))
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
 def record_relay(history: History) -> Callable[[ev.Event], None]:
-    """The relay's ``RecordsRead``, ``Pushed`` and ``ConfigRead`` events as ``read``, ``push`` and
-    ``config`` lines: the same lines ``RecordedSource``/``RecordedEngine`` write, for when the
-    relay emits its events (the relay's parts, issue 16); the wrappers go then."""
+    """The relay's ``RecordsRead``, ``Pushed`` and ``ConfigRead`` events as the history's ``read``,
+    ``push`` and ``config`` lines (``chaos.rules`` reads them). Times are the events' own, on the
+    machine's clock even in a relay whose clock the nemesis skews (``sluice.events.wall``)."""
 
     def report(e: ev.Event) -> None:
         if isinstance(e, ev.ConfigRead):

@@ -13,7 +13,8 @@ its own, both configured through Settings, as a user's deployment would be:
   (stem ``worker``).
 - **relay**: ``relay`` below replaces the relay function's handler
   (``DevOptions.relay_handler``). It is ``relay.control.run_scheduled`` with the
-  relay's push recorded, the fault point between a push and the Kafka commit
+  relay's reads, pushes and config reads recorded (``chaos.app.record_relay``, a
+  subscriber of the process's bus), the fault point between a push and the Kafka commit
   (``after_push``; stem ``relay``), and the chaos run's short partition lease, so that
   a killed relay's partitions are taken over in seconds, not 15. It runs in its own
   container processes, as in ``sluice dev``, so the nemesis can kill it; the schedule
@@ -29,7 +30,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos.app import Control, RecordedEngine, RecordedSource, worker_app
+from sluice import events as ev
+from sluice.chaos.app import Control, record_relay, worker_app
 from sluice.chaos.skew import ClockFollower
 from sluice.local.history import History, open_history
 
@@ -54,6 +56,15 @@ def _control(stem: str) -> Control:
 
 
 @cache
+def _recording() -> None:
+    """The relay's reads, pushes and config reads as history lines: ``record_relay`` on the
+    process's bus (the one ``scheduled_relay`` emits on), subscribed once per container."""
+    from sluice import wiring
+
+    wiring.events().subscribe(record_relay(_history()), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
+
+
+@cache
 def _clock() -> ClockFollower:
     """This relay container's clock follows the nemesis's skew (started once per container)."""
     return ClockFollower(Path(_history().path).parent / "control", "relay", _history()).start()
@@ -71,14 +82,13 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     settings = wiring.settings()
     history, control = _history(), _control("relay")
     _clock().step()  # at once: a stepped clock is there when the invocation starts
+    _recording()
 
     def after_push(partition: int, queue: str, outcome: Any) -> None:
         control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
-    r, recovery = scheduled_relay(settings, context, wrap_engine=lambda e: RecordedEngine(e, history),
-                                  wrap_source=lambda s: RecordedSource(s, history),
-                                  recovery={"interval_s": CHECKPOINT_S}, after_push=after_push,
-                                  lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
+    r, recovery = scheduled_relay(settings, context, recovery={"interval_s": CHECKPOINT_S},
+                                  after_push=after_push, lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
                                   job_ids=None)  # the workload names its jobs itself: unsigned ids
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     history.emit("relay_run", target=r.relay_id, replays=recovery.replays,

@@ -36,7 +36,7 @@ that read and the purge's end.
 
 - each relay honours what it read: a push that added jobs, by a relay process whose last
   config read of the queue before the push said paused, is a violation (exact: the
-  relay's ``config`` lines, ``chaos.app.RecordedEngine.stats``);
+  relay's ``config`` lines: ``ConfigRead`` events, ``chaos.app.record_relay``);
 - each relay reads it in time: every relay re-reads the config every ``refresh_s``
   (0.5 s), so from ``pause.t1 + PAUSE_GRACE_S`` until the next resume's ``t0`` (or a
   Redis restart's, which forgets the config and with it the pause), no push may add a

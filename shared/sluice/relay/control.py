@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -123,13 +123,6 @@ class LambdaContextLike(Protocol):
     def get_remaining_time_in_millis(self) -> int: ...
 
 
-Wrap = Callable[[Any], Any]
-
-
-def _same(x: Any) -> Any:
-    return x
-
-
 @cache
 def _source(settings: Settings) -> KafkaSource:
     """One consumer per container, reused by every invocation (it rewinds on each take-over)."""
@@ -139,7 +132,7 @@ def _source(settings: Settings) -> KafkaSource:
 
 
 def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: Any = None,
-                    events: EventBus | None = None, wrap_engine: Wrap = _same, wrap_source: Wrap = _same,
+                    events: EventBus | None = None,
                     recovery: Mapping[str, Any] | None = None,
                     after_push: AfterPush | None = None,
                     job_ids: Verifier | Literal["settings"] | None = "settings",
@@ -148,10 +141,9 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
 
     The real adapters, with Redis-loss recovery as the relay's hooks (docs/redis-loss.md),
     checking each record's job id with the job id keys (``job_ids=None``: unsigned ids), and
-    emitting on ``events`` (default: the process's bus, ``wiring.events``). A harness may hand
-    in its own bus, wrap the engine and source (the chaos run records pushes, polls and config
-    reads; the wrappers go once it subscribes to relay events), pass recovery knobs, a push
-    callback, and override ``RelayConfig`` fields (``options``).
+    emitting on ``events`` (default: the process's bus, ``wiring.events``, to which the chaos run
+    subscribes its recorder of reads, pushes and config reads). A harness may hand in its own
+    bus, pass recovery knobs, a push callback, and override ``RelayConfig`` fields (``options``).
     """
     from sluice import wiring
     from sluice.recovery import for_relay
@@ -164,7 +156,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
     from sluice.redis.engine import RedisQueue
 
-    engine, source = wrap_engine(RedisQueue.from_settings(settings)), wrap_source(_source(settings))
+    engine, source = RedisQueue.from_settings(settings), _source(settings)
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, metrics=metrics,
                                **(recovery or {}))
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
