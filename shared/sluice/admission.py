@@ -19,6 +19,7 @@ from typing import Protocol
 
 from sluice import limits
 from sluice.errors import QueueFull, QueueNotAllowed, SluiceError
+from sluice.lazy import Lazy, resolve
 from sluice.limits import Limits
 from sluice.models import QueueConfig, QueueStats
 
@@ -52,12 +53,17 @@ def _monotonic() -> float:
 class Admission:
     """Refuses jobs a queue may not take now: QueueFull (429) or QueueNotAllowed (403)."""
 
-    def __init__(self, source: ViewSource, limits_: Limits, *, ttl_ms: int = 2_000,
+    def __init__(self, source: ViewSource | Lazy[ViewSource], limits_: Limits, *, ttl_ms: int = 2_000,
                  clock: Callable[[], float] = _monotonic) -> None:
-        self.source, self.limits, self.ttl_s, self.clock = source, limits_, ttl_ms / 1000, clock
+        self._source, self.limits, self.ttl_s, self.clock = source, limits_, ttl_ms / 1000, clock
         self._views: dict[str, View] = {}
         self._memory: tuple[float, float | None] = (float("-inf"), None)  # (read at, %), per container
         self._lock = threading.Lock()
+
+    @property
+    def source(self) -> ViewSource:
+        """Redis, built on the first view if held lazily (``sluice.lazy``: the gateway's cold start)."""
+        return resolve(self._source)
 
     def check(self, queue: str, jobs: int, delayed: int) -> None:
         """Raise unless ``queue`` may take ``jobs`` more jobs, ``delayed`` of them delayed."""

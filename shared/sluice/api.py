@@ -38,6 +38,7 @@ from sluice import ids, policy
 from sluice.clock import wall_ms
 from sluice.errors import AlreadyFinished, JobNotFound, PayloadTooLarge, PriorityNotAllowed, SluiceError
 from sluice.events import EventBus, JobEnded
+from sluice.lazy import Lazy, resolve
 from sluice.limits import Limits
 from sluice.models import (
     MAX_PRIORITY,
@@ -100,7 +101,8 @@ class Enqueued:
 
 
 class Api:
-    def __init__(self, log: JobLog, store: JobStore, queue: JobQueue, *, job_id_key: bytes,
+    def __init__(self, log: JobLog, store: JobStore | Lazy[JobStore], queue: JobQueue | Lazy[JobQueue], *,
+                 job_id_key: bytes,
                  previous_job_id_keys: Sequence[bytes] = (),
                  refresh_keys: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
                  idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
@@ -111,8 +113,8 @@ class Api:
                  events: EventBus | None = None) -> None:
         self.log = log
         self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
-        self.store = store
-        self.queue = queue
+        # Either may be held lazily (``sluice.lazy``): the gateway builds them on first use.
+        self._store, self._queue = store, queue
         self.idempotency = idempotency
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
@@ -130,6 +132,14 @@ class Api:
         self._pool = LazyPool(withdraw_workers, "sluice-withdraw")
         self.admission = admission  # None: no caps (unit tests, the chaos workload)
         self.limits = limits or Limits()
+
+    @property
+    def store(self) -> JobStore:
+        return resolve(self._store)
+
+    @property
+    def queue(self) -> JobQueue:
+        return resolve(self._queue)
 
     # -- enqueue ---------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ client libraries it actually uses (cold start).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from sluice.events import EventBus
 
 if TYPE_CHECKING:
     from sluice.ids import Verifier
+    from sluice.lazy import Lazy
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
 
 
@@ -57,32 +57,18 @@ def queue(s: Settings | None = None) -> JobQueue:
     return RedisQueue.from_settings(s or settings())
 
 
-class _Deferred:
-    """A port built on its first use. Importing redis-py costs a cold start about 100 ms (it
-    loads redis.asyncio too), and building the jobs table's client another 100-200 ms, and the
-    gateway's enqueue path needs neither: only status reads and cancels (and the withdrawal
-    after a failed enqueue) do, so only they pay for it."""
+def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:
+    """``queue(s)``, built (and redis imported) on the first ``get()`` (``sluice.lazy``: cold start)."""
+    from sluice.lazy import Lazy
 
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build = build
-        self._target: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._target is None:
-            self._target = self._build()
-        return getattr(self._target, name)
+    return Lazy(lambda: queue(s))
 
 
-def deferred_queue(s: Settings | None = None) -> JobQueue:
-    """``queue(s)``, built (and redis imported) only when first used."""
-    deferred: Any = _Deferred(lambda: queue(s))
-    return deferred  # type: ignore[no-any-return]
+def lazy_store(s: Settings | None = None) -> Lazy[JobStore]:
+    """``store(s)``, built on the first ``get()``."""
+    from sluice.lazy import Lazy
 
-
-def deferred_store(s: Settings | None = None) -> JobStore:
-    """``store(s)``, built only when first used."""
-    deferred: Any = _Deferred(lambda: store(s))
-    return deferred  # type: ignore[no-any-return]
+    return Lazy(lambda: store(s))
 
 
 @cache

@@ -319,11 +319,11 @@ def build_api(settings: Settings | None = None) -> Api:
     from sluice.admission import Admission
     from sluice.limits import Limits
 
-    # Deferred: the first admission view builds the Redis client, so importing the gateway and
+    # Lazy: the first admission view builds the Redis client, so importing the gateway and
     # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
-    queue = wiring.deferred_queue(settings)
+    queue = wiring.lazy_queue(settings)
     limits = Limits.from_settings(s)
-    return Api(wiring.job_log(settings), wiring.deferred_store(settings), queue, events=wiring.events(),
+    return Api(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
                job_id_key=wiring.job_id_key(settings),
                previous_job_id_keys=wiring.previous_job_id_keys(settings),
                refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),
