@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,23 +31,38 @@ def dispatch_event(queue: str, batch: int) -> str:
 class LambdaDispatcher:
     """Invokes the worker function asynchronously, a few invokes in parallel."""
 
-    def __init__(self, client: Any, function_name: str, *, parallel: int = 8) -> None:
+    def __init__(self, client: Any, function_name: str, *, parallel: int = 8,
+                 build_client: Callable[[], Any] | None = None) -> None:
+        """``client``: a Lambda client; or None and ``build_client``, called on the first dispatch."""
         if not function_name:
             raise InvalidInput("LambdaDispatcher needs the worker function's name or ARN")
-        self.client = client
+        if client is None and build_client is None:
+            raise InvalidInput("LambdaDispatcher needs a Lambda client or a way to build one")
+        self._client = client
+        self._build = build_client if client is None else None
         self.function_name = function_name
         self.parallel = parallel
 
+    @property
+    def client(self) -> Any:
+        # Built on the first dispatch, not with the relay: a Lambda client costs a cold relay
+        # 100-300 ms of botocore model loading, and most passes of a quiet relay dispatch nothing.
+        if self._build is not None:
+            self._client, self._build = self._build(), None
+        return self._client
+
     @classmethod
     def from_settings(cls, settings: Settings) -> LambdaDispatcher:
-        import boto3
-        from botocore.config import Config
+        def build() -> Any:
+            import boto3
+            from botocore.config import Config
 
-        client = boto3.client("lambda", region_name=settings.aws_region,
-                              endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
-                              config=Config(connect_timeout=2, read_timeout=5,
-                                            retries={"max_attempts": 2, "mode": "standard"}))
-        return cls(client, settings.worker_function_name or "")
+            return boto3.client("lambda", region_name=settings.aws_region,
+                                endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
+                                config=Config(connect_timeout=2, read_timeout=5,
+                                              retries={"max_attempts": 2, "mode": "standard"}))
+
+        return cls(None, settings.worker_function_name or "", build_client=build)
 
     def _invoke(self, payload: bytes) -> bool:
         import botocore.exceptions
@@ -65,6 +80,7 @@ class LambdaDispatcher:
         if invocations <= 0:
             return 0
         payload = dispatch_event(queue, batch).encode()
+        _ = self.client  # built here, before the pool's threads share it
         if invocations == 1:
             accepted = int(self._invoke(payload))
         else:

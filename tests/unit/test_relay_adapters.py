@@ -283,3 +283,24 @@ def test_the_scheduled_event_parses_and_anything_else_is_refused() -> None:
     for bad in [{}, [], "x", None, {**event, "detail-type": "Object Created"}, {**event, "source": "me"}]:
         with pytest.raises(InvalidInput):
             control.parse_scheduled(bad)
+
+
+def test_lambda_dispatcher_from_settings_builds_its_client_on_the_first_dispatch_only() -> None:
+    # Cold start (issue 14): a relay pass that dispatches nothing never pays for a Lambda client.
+    built: list[object] = []
+    client = lambda_client()
+
+    def build() -> object:
+        built.append(client)
+        return client
+
+    dispatcher = LambdaDispatcher(None, "w", build_client=build)
+    assert dispatcher.dispatch("q", 0, 10) == 0 and built == []
+    with Stubber(client) as stub:
+        stub.add_response("invoke", {"StatusCode": 202})
+        stub.add_response("invoke", {"StatusCode": 202})
+        assert dispatcher.dispatch("q", 1, 10) == 1
+        assert dispatcher.dispatch("q", 1, 10) == 1
+    assert built == [client]
+    with pytest.raises(InvalidInput):
+        LambdaDispatcher(None, "w")
