@@ -542,3 +542,23 @@ def test_each_fenced_write_recognises_its_own_landed_retry_and_nothing_else(stor
     assert store.write_result("w", t, 1) is WriteOutcome.ALREADY_WRITTEN
     with pytest.raises(StoreError):
         store.write_result("w", t, 2)
+
+
+def test_the_s3_client_is_built_on_the_first_large_result_only(
+        aws: tuple[Any, Any], table: str, metrics: CountingMetrics, clock: Clock) -> None:
+    # Cold start (issue 14): a container whose results fit the item never builds an S3 client.
+    built: list[Any] = []
+
+    def build() -> Any:
+        built.append(aws[1])
+        return aws[1]
+
+    store = DynamoJobStore(aws[0], table, results=S3ResultSink(None, BUCKET, build_client=build),
+                           large_result_bytes=1000, retention_days=2, metrics=metrics, now_ms=clock)
+    store.write_result("j1", store.grant("j1", "q", "w"), "small")
+    assert built == []
+    store.write_result("j2", store.grant("j2", "q", "w"), {"blob": "x" * 5_000})
+    assert store.get_job("j2").result == {"blob": "x" * 5_000}
+    assert built == [aws[1]]
+    with pytest.raises(StoreError):
+        S3ResultSink(None, BUCKET)

@@ -85,7 +85,8 @@ class DynamoJobStore(LeaseWrites, Lifecycle):
         common: dict[str, Any] = {"region_name": settings.aws_region, "config": config,
                                   "endpoint_url": settings.aws_endpoint_url}
         return cls(boto3.client("dynamodb", **common), settings.jobs_table,
-                   results=S3ResultSink(boto3.client("s3", **common), settings.results_bucket),
+                   results=S3ResultSink(None, settings.results_bucket,
+                                        build_client=lambda: boto3.client("s3", **common)),
                    large_result_bytes=settings.large_result_bytes, retention_days=settings.retention_days,
                    metrics=metrics if metrics is not None else EmfMetrics(), fencing=fencing)
 

@@ -12,6 +12,8 @@ too. Objects of refused writes are orphans; the bucket's lifecycle rule
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +52,28 @@ class EncodedResult:
 class S3ResultSink:
     """``ports.ResultSink`` over one bucket. Refs look like ``s3://bucket/key``."""
 
-    def __init__(self, client: S3Client, bucket: str) -> None:
-        self._s3 = client
+    def __init__(self, client: S3Client | None, bucket: str, *,
+                 build_client: Callable[[], S3Client] | None = None) -> None:
+        """``client``: an S3 client; or None and ``build_client``, called on the first put or get.
+
+        Most results fit the item, so most containers never touch S3: building its client (and
+        loading its botocore model) at start-up would cost every cold start for nothing.
+        """
+        if client is None and build_client is None:
+            raise StoreError("S3ResultSink needs an S3 client or a way to build one")
+        self._client = client
+        self._build = build_client if client is None else None
+        self._lock = threading.Lock()  # the store's threads may be the first to need it
         self.bucket = bucket
+
+    @property
+    def _s3(self) -> S3Client:
+        if self._build is not None:
+            with self._lock:
+                if self._build is not None:
+                    self._client, self._build = self._build(), None
+        assert self._client is not None
+        return self._client
 
     def put(self, key: str, body: bytes) -> str:
         with translated("s3.put_object"):
