@@ -44,9 +44,13 @@ def settings() -> Settings:
 def boto_client(service: str, s: Settings) -> Any:
     import boto3
 
-    # boto3.client is overloaded per literal service name; go through a Session's
-    # untyped factory so one helper serves every service.
-    factory: Any = boto3.session.Session().client
+    # The process's default session, which boto3.client (the store, the dispatcher) uses too: a
+    # fresh Session per client would load botocore's endpoint data and each service model again,
+    # 100 ms and more of a cold start per client. boto3.client is overloaded per literal service
+    # name; go through the session's untyped factory so one helper serves every service.
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    factory: Any = boto3.DEFAULT_SESSION.client  # type: ignore[union-attr]
     return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
 
 
