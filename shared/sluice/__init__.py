@@ -1,18 +1,20 @@
 """Sluice: an at-least-once job queue for AWS whose storage refuses stale writers."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sluice.errors import (
-    AlreadyFinished,
-    JobCancelled,
-    JobNotFound,
-    LeaseLost,
-    SluiceError,
-    StaleToken,
-)
-from sluice.models import Job, JobSpec, JobState
-from sluice.runtime import Fail, JobContext, Retry
-from sluice.worker import Worker
+if TYPE_CHECKING:
+    from sluice.client import Client as Client  # re-exported, not in __all__: star-imports skip it
+    from sluice.errors import (
+        AlreadyFinished,
+        JobCancelled,
+        JobNotFound,
+        LeaseLost,
+        SluiceError,
+        StaleToken,
+    )
+    from sluice.models import Job, JobSpec, JobState
+    from sluice.runtime import Fail, JobContext, Retry
+    from sluice.worker import Worker
 
 __all__ = [
     "AlreadyFinished",
@@ -31,11 +33,28 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
+# Where each public name lives. Imported on first use (PEP 562), not with the package: every
+# function imports ``sluice.<something>``, which runs this file first, and the relay and the
+# gateway need neither the worker runtime nor the HTTP client (cold start, issue 14).
+_HOMES = {
+    "AlreadyFinished": "sluice.errors", "JobCancelled": "sluice.errors", "JobNotFound": "sluice.errors",
+    "LeaseLost": "sluice.errors", "SluiceError": "sluice.errors", "StaleToken": "sluice.errors",
+    "Job": "sluice.models", "JobSpec": "sluice.models", "JobState": "sluice.models",
+    "Fail": "sluice.runtime", "JobContext": "sluice.runtime", "Retry": "sluice.runtime",
+    "Worker": "sluice.worker", "Client": "sluice.client",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # sluice.Client is imported on first use: worker Lambdas never load the HTTP client.
-    if name == "Client":
-        from sluice.client import Client
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'sluice' has no attribute {name!r}")
+    import importlib
 
-        return Client
-    raise AttributeError(f"module 'sluice' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # once: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,35 @@
+"""``import sluice.<module>`` loads only what that module needs (cold start, issue 14)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import sluice
+
+
+def _loaded_after(module: str) -> set[str]:
+    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize("module", ["sluice.relay.control", "sluice.http.app"])
+def test_the_relay_and_the_gateway_do_not_load_the_worker_runtime(module: str) -> None:
+    loaded = _loaded_after(module)
+    assert module in loaded
+    assert not {"sluice.worker", "sluice.runtime.execute", "sluice.client"} & loaded
+
+
+def test_the_public_names_still_resolve() -> None:
+    from sluice.errors import LeaseLost
+    from sluice.runtime import Retry
+    from sluice.worker import Worker
+
+    assert (sluice.Worker, sluice.Retry, sluice.LeaseLost) == (Worker, Retry, LeaseLost)
+    assert set(sluice.__all__) <= set(dir(sluice))
+    with pytest.raises(AttributeError):
+        _ = sluice.NoSuchThing  # type: ignore[attr-defined]
