@@ -33,3 +33,10 @@ def test_the_public_names_still_resolve() -> None:
     assert set(sluice.__all__) <= set(dir(sluice))
     with pytest.raises(AttributeError):
         _ = sluice.NoSuchThing  # type: ignore[attr-defined]
+
+
+def test_a_handlers_module_using_fenced_writes_does_not_load_boto3_at_import() -> None:
+    # The worker loads its handlers module at init; boto3 comes with the first job's store instead
+    # (sluice.examples imports sluice.store.fenced for fencing_headers).
+    loaded = _loaded_after("sluice.examples")
+    assert "sluice.store.fenced" in loaded and "boto3" not in loaded

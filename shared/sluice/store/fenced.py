@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.errors import (
@@ -147,6 +146,10 @@ class FencedTable:
         self.jobs_table = jobs_table
         self._fence = Fence(metrics)
         self._events = events if events is not None else EventBus()  # a FencedWrite per write
+        # Imported here, not with the module: the handlers module imports this one (fencing_headers)
+        # at a worker's init, and boto3 would double that import; the first job needs it anyway.
+        from boto3.dynamodb.types import TypeSerializer
+
         self._ser = TypeSerializer()
         # The last write whose outcome is unknown (it raised BackendUnavailable) and its request
         # token: the same write sent next is the caller's retry and reuses the token, so DynamoDB
