@@ -162,6 +162,30 @@ local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
   if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
 end
 
+-- The body of enqueue.lua and enqueue_internal.lua, which differ only in which queues they
+-- accept: ARGV = n, then n x (id, payload, meta, run_at_ms). Validates every job before the
+-- first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
+local function enqueue_jobs(prefix, ready, delayed, seqkey)
+  local k = int_in(ARGV[1], 1, 1000)
+  if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
+
+  local now = now_ms()
+  local starts = {}
+  for r = 1, k do
+    local i = 4 * r - 2
+    local bad = check_job(i, now)
+    if bad then return bad end
+    starts[r] = i
+  end
+
+  local fresh = new_jobs(prefix, starts)
+  create_jobs(prefix, ready, delayed, seqkey, fresh, now)
+  local added, out = {}, {}
+  for _, i in ipairs(fresh) do added[i] = true end
+  for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
+  return out
+end
+
 -- The settle-set member recording that job `id` (redrive generation `g`, a hash field
 -- value or false) ended in `state` with no worker left to tell the jobs table:
 -- "<state>:<g>:<id>". The relay fences its DynamoDB write on the generation (docs/store.md).

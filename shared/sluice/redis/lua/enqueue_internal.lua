@@ -25,21 +25,4 @@ local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not refuse_reserved(prefix) then
   return redis.error_reply('INVALID_QUEUE queue=' .. tostring(queue_of(prefix)) .. ' is not reserved')
 end
-local k = int_in(ARGV[1], 1, 1000)
-if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
-
-local now = now_ms()
-local starts = {}
-for r = 1, k do
-  local i = 4 * r - 2
-  local bad = check_job(i, now)
-  if bad then return bad end
-  starts[r] = i
-end
-
-local fresh = new_jobs(prefix, starts)
-create_jobs(prefix, ready, delayed, seqkey, fresh, now)
-local added, out = {}, {}
-for _, i in ipairs(fresh) do added[i] = true end
-for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
-return out
+return enqueue_jobs(prefix, ready, delayed, seqkey)
