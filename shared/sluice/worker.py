@@ -5,6 +5,9 @@
     @app.handler("thumbnails", timeout_s=60)
     def make_thumbnail(job: sluice.Job, ctx: sluice.JobContext) -> dict: ...
 
+    @app.handler("resize", model=Resize)  # a pydantic model: the handler gets a validated Resize
+    def resize(req: Resize, ctx: sluice.JobContext) -> dict: ...
+
 The same ``app`` runs in the worker Lambda (``drain`` with the invocation's
 remaining time) and in a long-running process (``run``). It talks to Redis and
 DynamoDB only through the ``JobQueue`` and ``JobStore`` ports, bound with
@@ -23,22 +26,27 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
 
 from sluice import events as ev
 from sluice.errors import InvalidInput, SluiceError
 from sluice.models import LeasedJob, validate_public_queue
 from sluice.ports import JobQueue, JobStore
 from sluice.runtime.budget import RemainingMs, TimeBudget
-from sluice.runtime.context import FencedTableFactory
+from sluice.runtime.context import FencedTableFactory, JobContext
 from sluice.runtime.execute import JobRunner
 from sluice.runtime.finish import Finisher
 from sluice.runtime.heartbeat import Heartbeat, Tracked
-from sluice.runtime.options import Handler, HandlerSpec, WorkerOptions, timeout_ms_of
+from sluice.runtime.options import AnyHandler, Handler, HandlerSpec, WorkerOptions, timeout_ms_of
 from sluice.runtime.outcomes import Outcome
 from sluice.runtime.telemetry import Telemetry
+from sluice.runtime.typed import schema_copy
 
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 
 
 def default_worker_id() -> str:
@@ -98,21 +106,42 @@ class Worker:
 
     # -- registration ---------------------------------------------------------------------------
 
-    def handler(self, queue: str, *, timeout_s: float | None = None) -> Callable[[H], H]:
-        """Register the decorated function for ``queue``; ``timeout_s`` is its hard timeout."""
-        def register(fn: H) -> H:
-            self.register(queue, fn, timeout_s=timeout_s)
+    @overload
+    def handler(self, queue: str, *, timeout_s: float | None = None,
+                model: None = None) -> Callable[[H], H]: ...
+
+    @overload
+    def handler(self, queue: str, *, timeout_s: float | None = None,
+                model: type[M]) -> Callable[[Callable[[M, JobContext], R]], Callable[[M, JobContext], R]]: ...
+
+    def handler(self, queue: str, *, timeout_s: float | None = None,
+                model: type[BaseModel] | None = None) -> Callable[[Any], Any]:
+        """Register the decorated function for ``queue``; ``timeout_s`` is its hard timeout.
+
+        With ``model`` (a pydantic model) the function takes the payload validated as that
+        model, ``fn(payload: Model, ctx)``; a payload that does not validate fails the job at
+        once, not retried, with the validation errors as its reason (docs/worker.md)."""
+        def register(fn: Any) -> Any:
+            self.register(queue, fn, timeout_s=timeout_s, model=model)
             return fn
         return register
 
-    def register(self, queue: str, fn: Handler, *, timeout_s: float | None = None) -> None:
+    def register(self, queue: str, fn: AnyHandler, *, timeout_s: float | None = None,
+                 model: type[BaseModel] | None = None) -> None:
         if queue in self._handlers:
             raise InvalidInput(f"a handler for queue {queue!r} is already registered")
-        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s))
+        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s), model)
 
     @property
     def handlers(self) -> Mapping[str, HandlerSpec]:
         return dict(self._handlers)
+
+    def schemas(self) -> dict[str, dict[str, Any]]:
+        """Each typed queue's JSON Schema (``model.model_json_schema()``), by queue name.
+
+        A team's deployment publishes these next to its routes; the gateway refuses a payload
+        that does not match with a 400 before it reaches Kafka. Each call returns fresh copies."""
+        return {q: schema_copy(spec.schema) for q, spec in self._handlers.items() if spec.schema is not None}
 
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,

@@ -8,6 +8,7 @@ outcomes map to states as follows (docs/worker.md has the table):
 - returns something JSON cannot hold: a handler error (InvalidInput message)
 - raises ``Retry(after)``: queued again after ``after`` s (dead once attempts run out)
 - raises ``Fail(reason)``: failed, no retries
+- a typed queue's payload does not validate against its model: ``Fail`` with the errors
 - raises anything else, or overruns its hard timeout: retried with backoff, dead at max_attempts
 - no handler for the queue: dead, with that reason
 - cancel requested before it starts: cancelled; while it runs and it then raises: cancelled
@@ -102,7 +103,7 @@ class JobRunner:
         a.log.info("job started")
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt))
-        inv = invoke(spec.fn, job.as_job(), ctx, timeout_ms / 1000)
+        inv = invoke(spec.call, job.as_job(), ctx, timeout_ms / 1000)
         outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
         events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
                                     duration_ms=inv.duration_ms,

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import HandlerDoesNotFit, InvalidInput
 from sluice.models import MAX_LEASE_MS, MIN_LEASE_MS, validate_queue_name
 from sluice.policy import default_job_timeout_ms, invocation_budget_ms
+from sluice.runtime.typed import check_model, parse_payload
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from sluice.config import Settings
     from sluice.models import Job
     from sluice.runtime.context import JobContext
 
 Handler = Callable[["Job", "JobContext"], Any]
+# A Handler, or one registered with ``model=``, which takes the validated payload instead of the Job.
+AnyHandler = Callable[[Any, "JobContext"], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +103,14 @@ class WorkerOptions:
 @dataclass(frozen=True, slots=True)
 class HandlerSpec:
     """One registered handler. ``timeout_ms`` None means the worker's default (10 leases, or the
-    invocation budget where that is shorter)."""
+    invocation budget where that is shorter). With a ``model`` (a pydantic model), ``fn`` takes
+    the validated payload instead of the Job, and ``schema`` is the model's JSON Schema."""
 
     queue: str
-    fn: Handler
+    fn: AnyHandler
     timeout_ms: int | None = None
+    model: type[BaseModel] | None = None
+    schema: dict[str, Any] | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_queue_name(self.queue)
@@ -111,9 +119,19 @@ class HandlerSpec:
         if self.timeout_ms is not None and not 0 < self.timeout_ms < MAX_LEASE_MS:
             # The hard timeout must stay below the longest lease the engine will extend to.
             raise InvalidInput(f"timeout for {self.queue!r} must be in (0, {MAX_LEASE_MS // 1000}) seconds")
+        if self.model is not None:
+            object.__setattr__(self, "schema", check_model(self.queue, self.model))
 
     def timeout_for(self, options: WorkerOptions) -> int:
         return self.timeout_ms if self.timeout_ms is not None else options.default_timeout_ms()
+
+    def call(self, job: Job, ctx: JobContext) -> Any:
+        """Run the handler on ``job``: on its Job, or on its payload validated as ``model``
+        (``Fail`` with the validation errors if it does not validate). Runs on the job's
+        thread, under its hard timeout, like the handler itself."""
+        if self.model is None:
+            return self.fn(job, ctx)
+        return self.fn(parse_payload(self.model, job.payload), ctx)
 
 
 def timeout_ms_of(seconds: float | None) -> int | None:
