@@ -26,6 +26,11 @@ module.
 - ``slow``: sleeps ``{"seconds": 6}``, longer than its lease when enqueued with a short one
   (``sluice enqueue slow -p '{"seconds": 6}' --lease-seconds 2``), kept alive by heartbeats;
   its result counts how often the lease was renewed while it ran.
+- ``thumbnails``: a typed queue (``model=Thumbnail``): the handler gets a validated
+  ``Thumbnail``, ``{"url": "s3://photos/cat.jpg", "width": 128, "format": "webp"}``, and
+  plans its thumbnail's key; a payload that does not validate (``{"width": 0}``) ends
+  ``failed`` at once, with each field's error as its reason. ``app.schemas()["thumbnails"]``
+  is its JSON Schema.
 
 ``expected_result`` predicts the result of the deterministic queues, for the demo's
 and the chaos checker's "wrong results" check.
@@ -39,10 +44,13 @@ import os
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from sluice import Fail, Job, JobContext, LeaseLost, Retry, Worker
+from sluice.errors import InvalidInput
 from sluice.models import dump_json
 from sluice.store.fenced import fencing_headers
 
@@ -231,6 +239,30 @@ def slow(job: Job, ctx: JobContext) -> dict[str, Any]:
     return {"slept": seconds, "renewals": len(deadlines) - 1}
 
 
+# -- thumbnails (a typed queue) ---------------------------------------------------------------------------
+
+
+class Thumbnail(BaseModel):
+    """A ``thumbnails`` job: the image, and the box its thumbnail fits in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)  # a misspelt field is refused, not ignored
+
+    url: str = Field(min_length=1, max_length=1024, pattern=r"^(s3|https?)://")
+    width: int = Field(gt=0, le=4096)
+    format: Literal["png", "webp"] = "png"
+
+
+def thumbnail_of(req: Thumbnail) -> dict[str, Any]:
+    digest = hashlib.sha256(f"{req.url}|{req.width}".encode()).hexdigest()[:16]
+    return {"thumbnail": f"thumbs/{digest}-{req.width}.{req.format}", "width": req.width,
+            "format": req.format}
+
+
+@app.handler("thumbnails", model=Thumbnail)
+def thumbnails(req: Thumbnail, ctx: JobContext) -> dict[str, Any]:
+    return thumbnail_of(req)
+
+
 # -- prediction ------------------------------------------------------------------------------------------
 
 
@@ -245,4 +277,9 @@ def expected_result(queue: str, payload: Any) -> Any:
     if queue == "flaky":
         failing = failing_attempts(payload)
         return ... if failing is None else {"ok": True, "failed_attempts": failing, "payload": payload}
+    if queue == "thumbnails":
+        try:
+            return thumbnail_of(Thumbnail.model_validate_json(dump_json(payload)))
+        except (ValidationError, InvalidInput):
+            return ...  # it ends failed, with no result
     return ...

@@ -38,7 +38,7 @@ def job(queue: str, payload: Any, attempt: int = 1) -> Job:
 
 
 def test_every_example_queue_has_a_handler() -> None:
-    assert set(ex.app.handlers) == {"echo", "hash", "notify", "ledger", "flaky", "slow"}
+    assert set(ex.app.handlers) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails"}
 
 
 def test_echo_returns_the_payload_under_echo() -> None:
@@ -220,3 +220,29 @@ def test_ledger_writes_only_to_its_configured_table(monkeypatch: pytest.MonkeyPa
     ex.ledger(job("ledger", {"amount": 1}), ctx)  # type: ignore[arg-type]
     ex.ledger(job("ledger", {"amount": 2, "table": "team-ledger"}), ctx)  # type: ignore[arg-type]
     assert [name for name, _ in ctx.tables] == ["team-ledger", "team-ledger"]
+
+
+def test_thumbnails_is_a_typed_queue_whose_handler_gets_a_validated_thumbnail() -> None:
+    spec = ex.app.handlers["thumbnails"]
+    assert spec.model is ex.Thumbnail and spec.fn is ex.thumbnails
+    assert ex.app.schemas() == {"thumbnails": ex.Thumbnail.model_json_schema()}
+    payload = {"url": "s3://photos/cat.jpg", "width": 128, "format": "webp"}
+    result = spec.call(job("thumbnails", payload), Ctx())  # type: ignore[arg-type]
+    assert result["width"] == 128 and result["format"] == "webp"
+    assert result["thumbnail"].startswith("thumbs/") and result["thumbnail"].endswith("-128.webp")
+    assert ex.expected_result("thumbnails", payload) == result
+    assert ex.expected_result("thumbnails", {"url": "s3://p/a.jpg", "width": 9})["format"] == "png"
+
+
+@pytest.mark.parametrize(("payload", "why"), [
+    ({"width": 0}, "url: Field required; width: Input should be greater than 0"),
+    ({"url": "file:///etc/passwd", "width": 10}, "url: String should match pattern"),
+    ({"url": "s3://p/a.jpg", "width": 10, "fromat": "png"}, "fromat: Extra inputs are not permitted"),
+    ({"url": "s3://p/a.jpg", "width": 10, "format": "gif"}, "format: Input should be 'png' or 'webp'"),
+    ("s3://p/a.jpg", "payload: Input should be an object"),
+])
+def test_thumbnails_refuses_an_invalid_payload_permanently_naming_the_field(payload: Any, why: str) -> None:
+    with pytest.raises(Fail) as caught:
+        ex.app.handlers["thumbnails"].call(job("thumbnails", payload), Ctx())  # type: ignore[arg-type]
+    assert caught.value.reason.startswith("payload does not match Thumbnail") and why in caught.value.reason
+    assert ex.expected_result("thumbnails", payload) is ...
