@@ -10,6 +10,8 @@ import urllib.error
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from sluice import Fail, Job, LeaseLost, Retry
 from sluice import examples as ex
@@ -246,3 +248,23 @@ def test_thumbnails_refuses_an_invalid_payload_permanently_naming_the_field(payl
         ex.app.handlers["thumbnails"].call(job("thumbnails", payload), Ctx())  # type: ignore[arg-type]
     assert caught.value.reason.startswith("payload does not match Thumbnail") and why in caught.value.reason
     assert ex.expected_result("thumbnails", payload) is ...
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 5000),
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from(["png", "webp", "gif", "s3://p/a.jpg", "https://x/y", "ftp://z", "64"]),
+                    st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@example({"url": "s3://p/a.jpg", "width": 64.0})  # JSON Schema's integer includes 64.0; so does the model
+@example({"url": "https://x/y", "width": 4096, "format": "webp"})
+@given(st.dictionaries(st.sampled_from(["url", "width", "format", "fromat"]), _VALUES, max_size=4))
+def test_the_door_is_never_looser_than_the_worker_for_the_thumbnails_schema(payload: dict[str, Any]) -> None:
+    """Whatever the published schema admits (the gateway's check), the worker's model accepts:
+    a payload let in at the door never ends failed for its shape (docs/worker.md, rule 2)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = ex.app.schemas()["thumbnails"]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    if jsonschema.Draft202012Validator(schema).is_valid(payload):
+        ex.Thumbnail.model_validate_json(json.dumps(payload))
