@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from sluice.runtime import telemetry as t
 from sluice.runtime.context import JobContext
 from sluice.runtime.typed import parse_payload
 from tests.unit.fakes import kit
+from tests.unit.test_runtime_heartbeat import thief
 
 
 class Thumbnail(BaseModel):
@@ -250,3 +252,24 @@ def test_model_must_be_a_basemodel_subclass() -> None:
         with pytest.raises(InvalidInput, match="must be a pydantic BaseModel subclass"):
             app.register("thumbs", lambda req, ctx: None, model=bad)  # type: ignore[arg-type]
     assert app.handlers == {}
+
+
+def test_a_typed_handler_outliving_its_lease_keeps_it_by_heartbeats_and_writes_with_its_token() -> None:
+    k = kit()
+    lease_ms = 120
+    armed = threading.Event()
+
+    @k.app.handler("long", model=Thumbnail, timeout_s=10)
+    def long(req: Thumbnail, ctx: JobContext) -> dict[str, Any]:
+        armed.set()
+        time.sleep(5 * lease_ms / 1000)
+        return {"width": req.width, "lost": ctx.lease_lost.is_set(), "token": ctx.token}
+
+    k.queue.add("long", "j", {"url": "u", "width": 3})
+    with thief(k.queue, "long", armed) as stolen:
+        assert k.worker(lease_ms=lease_ms).drain(["long"], 1).as_dict()["succeeded"] == 1
+    assert stolen == []
+    rec = k.store.get_job("j")
+    assert rec.result == {"width": 3, "lost": False, "token": 1}
+    assert rec.result_token == 1 and rec.attempts == 1
+    assert len(k.queue.called("extend")) >= 4
