@@ -130,7 +130,7 @@ class Worker:
                  model: type[BaseModel] | None = None) -> None:
         if queue in self._handlers:
             raise InvalidInput(f"a handler for queue {queue!r} is already registered")
-        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s), model)
+        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s), model=model)
 
     @property
     def handlers(self) -> Mapping[str, HandlerSpec]:

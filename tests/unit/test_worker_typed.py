@@ -7,12 +7,15 @@ import dataclasses
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import sluice
+from sluice.cli import main
 from sluice.errors import InvalidInput
 from sluice.models import MAX_ERROR_CHARS, Job
 from sluice.runtime import telemetry as t
@@ -273,3 +276,23 @@ def test_a_typed_handler_outliving_its_lease_keeps_it_by_heartbeats_and_writes_w
     assert rec.result == {"width": 3, "lost": False, "token": 1}
     assert rec.result_token == 1 and rec.attempts == 1
     assert len(k.queue.called("extend")) >= 4
+
+
+def test_sluice_check_reports_a_model_without_a_schema_before_any_deploy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "badtyped_handlers.py").write_text(
+        "import sluice\n"
+        "from pydantic import BaseModel, ConfigDict\n"
+        "class Opaque: ...\n"
+        "class Bad(BaseModel):\n"
+        "    model_config = ConfigDict(arbitrary_types_allowed=True)\n"
+        "    thing: Opaque\n"
+        "app = sluice.Worker()\n"
+        "@app.handler('thumbs', model=Bad)\n"
+        "def h(req, ctx): ...\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "badtyped_handlers"])
+    assert out.exit_code == 1
+    assert "model Bad for queue 'thumbs' has no JSON Schema" in out.stderr
+    assert "Traceback" not in out.stderr
