@@ -133,15 +133,20 @@ class Granted(CallEnded):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerStarted(Event):
+    """``queue_wait_ms``: from the enqueue to now (None if the job does not say when it was enqueued)."""
+
     job: str
     queue: str
     token: int
     attempt: int
+    lease: int = 0
+    queue_wait_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerEnded(Event):
-    """``outcome``: returned, raised or timed_out."""
+    """``outcome``: returned, raised or timed_out; ``stale_token``: it raised StaleToken (one of its
+    own fenced writes was refused)."""
 
     job: str
     queue: str
@@ -149,6 +154,7 @@ class HandlerEnded(Event):
     outcome: str
     duration_ms: float
     error: str = ""
+    stale_token: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,6 +212,43 @@ class GrantReleased(CallEnded):
 
     job: str
     token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseGone(Event):
+    """The worker learned that its Redis lease on the job is gone (taken over, lapsed, refused).
+
+    ``again``: the attempt already knew (its ``lease_lost`` was set), so this is the same loss
+    said once more; ``token`` is the fencing token if one was granted.
+    """
+
+    job: str
+    queue: str
+    lease: int
+    attempt: int
+    why: str
+    token: int | None = None
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished(Event):
+    """The worker finished one attempt (glossary: finish) with this verdict.
+
+    ``outcome`` is a ``runtime.outcomes.Outcome`` value: succeeded, retried, failed, dead,
+    cancelled, released, lease_lost or unsettled. ``detail``: the write's outcome for a success,
+    else why. Not emitted where a re-run ends on a verdict an earlier attempt wrote (the
+    stored result or failure stands): that attempt finished nothing new.
+    """
+
+    job: str
+    queue: str
+    lease: int
+    attempt: int
+    outcome: str
+    token: int | None = None
+    detail: str = ""
+    retry_after_ms: int | None = None
 
 
 # -- relay ----------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from sluice.runtime.context import FencedTableFactory, JobContext
 from sluice.runtime.execute import JobRunner
 from sluice.runtime.finish import Finisher
 from sluice.runtime.heartbeat import Heartbeat, Tracked
+from sluice.runtime.observers import observe
 from sluice.runtime.options import AnyHandler, Handler, HandlerSpec, WorkerOptions, timeout_ms_of
 from sluice.runtime.outcomes import Outcome
 from sluice.runtime.telemetry import Telemetry
@@ -81,13 +82,19 @@ class DrainSummary:
 
 @dataclass
 class _Session:
-    """Per-drain machinery: one heartbeat thread and one runner, shared by every job."""
+    """Per-drain machinery: one heartbeat thread and one runner, shared by every job.
+
+    ``events`` is the drain's own bus: this worker's telemetry observes it (metrics and
+    lifecycle logs, ``runtime.observers``), and it hands every event on to ``Worker.events``,
+    which bound copies of one app share: so each drain counts only its own jobs.
+    """
 
     queue: JobQueue
     heartbeat: Heartbeat
     runner: JobRunner
     finisher: Finisher
     pool: ThreadPoolExecutor | None
+    events: ev.EventBus
 
 
 class Worker:
@@ -204,24 +211,26 @@ class Worker:
         if queue is None or store is None:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
-        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=self.events)
+        bus = ev.EventBus()
+        bus.subscribe(self.events.emit)  # first: the process's subscribers (a nemesis) see it first
+        observe(bus, tel, self.worker_id)
+        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
         finisher = Finisher(queue, store, hb, tel, attempts=self.options.settle_attempts,
                           retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
-                          events=self.events)
-        fenced = self._fenced or self._store_tables(store)
+                          events=bus)
+        fenced = self._fenced or self._store_tables(store, bus)
         runner = JobRunner(finisher, store, self.options, self.worker_id, fenced=fenced)
         pool = None
         if self.options.concurrency > 1:
             pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
         hb.start()
-        return _Session(queue, hb, runner, finisher, pool)
+        return _Session(queue, hb, runner, finisher, pool, bus)
 
-    def _store_tables(self, store: JobStore) -> FencedTableFactory | None:
-        """The store's fenced tables, reporting their writes on this worker's events."""
+    def _store_tables(self, store: JobStore, events: ev.EventBus) -> FencedTableFactory | None:
+        """The store's fenced tables, reporting their writes on the drain's events."""
         factory = getattr(store, "fenced_table", None)
         if factory is None:
             return None
-        events = self.events
 
         def fenced_table(name: str, job_id: str, token: int) -> Any:
             return factory(name, job_id, token, events=events)
@@ -269,7 +278,7 @@ class Worker:
                     summary.error, reason = f"lease {name}: {exc}", "error"
                     break
                 for j in jobs:
-                    self.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
+                    session.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
                                                attempt=j.attempt, deadline_ms=j.deadline_ms))
                 left -= len(jobs)
                 summary.leased += len(jobs)

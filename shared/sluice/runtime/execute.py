@@ -33,7 +33,6 @@ from sluice.errors import (
 )
 from sluice.models import LeasedJob, dump_json
 from sluice.ports import JobStore
-from sluice.runtime import telemetry as t
 from sluice.runtime.context import FencedTableFactory, JobContext
 from sluice.runtime.finish import Attempt, Finisher
 from sluice.runtime.heartbeat import Tracked
@@ -98,17 +97,16 @@ class JobRunner:
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced)
-        if job.enqueued_at_ms:
-            self.finisher.tel.metrics.observe_ms(t.QUEUE_WAIT, max(0, self._now_ms() - job.enqueued_at_ms))
-        a.log.info("job started")
+        waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
-        events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt))
+        events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,
+                                      lease=job.lease_token, queue_wait_ms=waited))
         inv = invoke(spec.call, job.as_job(), ctx, timeout_ms / 1000)
         outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
         events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
                                     duration_ms=inv.duration_ms,
-                                    error="" if inv.error is None else ev.error_text(inv.error)))
-        self.finisher.tel.metrics.observe_ms(t.JOB_DURATION, inv.duration_ms)
+                                    error="" if inv.error is None else ev.error_text(inv.error),
+                                    stale_token=isinstance(inv.error, StaleToken)))
         return self._verdict(a, inv, timeout_ms)
 
     def _grant(self, job: LeasedJob) -> int:
@@ -136,8 +134,7 @@ class JobRunner:
             return s.fail(a, exc.reason, kind="retry", retry_after_ms=exc.after_ms)
         if isinstance(exc, Fail):
             return s.fail(a, exc.reason, kind="failed")
-        if isinstance(exc, StaleToken):  # a FencedTable write of the handler was refused
-            s.tel.metrics.count(t.FENCED_WRITES_REJECTED)
+        if isinstance(exc, StaleToken):  # a FencedTable write of the handler was refused (counted)
             return s.lost(a, f"the handler's fenced write was rejected: {exc}")
         if isinstance(exc, LeaseLost):
             return s.lost(a, f"the handler reported a lost lease: {exc}")

@@ -33,8 +33,8 @@ from sluice.errors import (
 )
 from sluice.models import JobState, LeasedJob, WriteOutcome
 from sluice.ports import JobQueue, JobStore
-from sluice.runtime import telemetry as t
 from sluice.runtime.heartbeat import Heartbeat, Tracked
+from sluice.runtime.observers import own_bus
 from sluice.runtime.outcomes import Outcome
 from sluice.runtime.telemetry import JobLogger, Telemetry
 
@@ -70,7 +70,7 @@ class Finisher:
         self._attempts = attempts
         self._rng = rng
         self._backoff = (retry_base_ms, retry_cap_ms)
-        self.events = events if events is not None else ev.EventBus()
+        self.events = own_bus(events, telemetry)  # metrics and lifecycle logs observe it
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call`` again after BackendUnavailable; only for calls that are safe to repeat."""
@@ -93,6 +93,19 @@ class Finisher:
     def _ack(self, job: LeasedJob) -> None:
         self._redis(ev.Acked, job, lambda: self.queue.ack(job.queue, job.job_id, job.lease_token))
 
+    def _finished(self, a: Attempt, outcome: Outcome, detail: str = "",
+                  retry_after_ms: int | None = None) -> Outcome:
+        job = a.leased
+        self.events.emit(ev.Finished(job=job.job_id, queue=job.queue, lease=job.lease_token,
+                                     attempt=job.attempt, token=a.token, outcome=outcome.value,
+                                     detail=detail, retry_after_ms=retry_after_ms))
+        return outcome
+
+    def _lease_gone(self, a: Attempt, why: str, *, again: bool = False) -> None:
+        job = a.leased
+        self.events.emit(ev.LeaseGone(job=job.job_id, queue=job.queue, lease=job.lease_token,
+                                      attempt=job.attempt, token=a.token, why=why, again=again))
+
     def _ended(self, a: Attempt, state: JobState) -> None:
         job = a.leased
         self.events.emit(ev.JobEnded(job=job.job_id, queue=job.queue, state=state.value, source="worker",
@@ -113,7 +126,6 @@ class Finisher:
                 self.events, lambda: self.store.write_result(job.job_id, a.token, result), ev.ResultWritten,
                 fields, ok=str, refused=ev.ResultRefused))
         except StaleToken as exc:
-            self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
             return self.lost(a, f"fenced write rejected: token {exc.mine} is stale, current is {exc.current}")
         except JobCancelled:
             return self.cancelled_meanwhile(a)
@@ -127,14 +139,10 @@ class Finisher:
             self._ack(job)
         except GONE as exc:
             # The result is stored; the job will run again and write an equal result.
-            self.tel.metrics.count(t.LEASES_LOST)
-            a.log.warning("lease lost: ack rejected after the result was written (%s); "
-                          "the job will run again", exc)
+            self._lease_gone(a, f"ack rejected after the result was written ({exc}); the job will run again")
         except SluiceError as exc:
             a.log.error("ack failed after the result was written (%s); the lease will lapse", exc)
-        self.tel.metrics.count(t.JOBS_SUCCEEDED)
-        a.log.info("job succeeded", extra={"write": str(written)})
-        return Outcome.SUCCEEDED
+        return self._finished(a, Outcome.SUCCEEDED, str(written))
 
     # -- failure --------------------------------------------------------------------------------
 
@@ -163,17 +171,12 @@ class Finisher:
                 job.queue, job.job_id, job.lease_token, error,
                 retry_after_ms=None if permanent else retry_after_ms, permanent=permanent), ok=str)
         except GONE as exc:
-            self.tel.metrics.count(t.LEASES_LOST)
-            a.log.warning("lease lost: fail rejected (%s)", exc)
-            return Outcome.LEASE_LOST
+            self._lease_gone(a, f"fail rejected ({exc})")
+            return self._finished(a, Outcome.LEASE_LOST, f"fail rejected ({exc})")
         except SluiceError as exc:
             a.log.error("could not hand the job back (%s); the lease will lapse", exc)
             return Outcome.UNSETTLED
-        metric = {Outcome.RETRIED: t.JOBS_RETRIED, Outcome.FAILED: t.JOBS_FAILED}.get(outcome,
-                                                                                     t.JOBS_DEAD_LETTERED)
-        self.tel.metrics.count(metric)
-        a.log.warning("job %s: %s", outcome.value, error, extra={"retry_after_ms": retry_after_ms})
-        return outcome
+        return self._finished(a, outcome, error, retry_after_ms)
 
     def cancel(self, a: Attempt, why: str) -> Outcome:
         ended = self._record(a, why, JobState.CANCELLED)
@@ -189,9 +192,7 @@ class Finisher:
             self._ack(a.leased)
         except SluiceError as exc:
             a.log.warning("could not remove the cancelled job from the queue: %s", exc)
-        self.tel.metrics.count(t.JOBS_CANCELLED)
-        a.log.info("job cancelled")
-        return Outcome.CANCELLED
+        return self._finished(a, Outcome.CANCELLED)
 
     def _record(self, a: Attempt, error: str, status: JobState) -> Outcome | None:
         """Write the failure to the store first. None if recorded, else how the attempt ended."""
@@ -202,7 +203,6 @@ class Finisher:
                 ev.FailureRecorded, {"job": job.job_id, "token": a.token, "status": status.value}))
             return None
         except StaleToken as exc:
-            self.tel.metrics.count(t.FENCED_WRITES_REJECTED)
             return self.lost(a, f"fenced failure record rejected: token {exc.mine} "
                                 f"is stale, current is {exc.current}")
         except JobCancelled:
@@ -253,17 +253,15 @@ class Finisher:
 
     def lost(self, a: Attempt, why: str) -> Outcome:
         self.heartbeat.untrack(a.tracked)
-        if not a.tracked.state.lease_lost.is_set():
-            a.tracked.state.lease_lost.set()
-            self.tel.metrics.count(t.LEASES_LOST)
-        a.log.warning("lease lost: %s", why)
-        return Outcome.LEASE_LOST
+        again = a.tracked.state.lease_lost.is_set()  # the heartbeat (or the handler) saw it first
+        a.tracked.state.lease_lost.set()
+        self._lease_gone(a, why, again=again)
+        return self._finished(a, Outcome.LEASE_LOST, why)
 
     def unsettled(self, a: Attempt, why: str) -> Outcome:
         """Neither store nor queue can be trusted right now: let the lease lapse; reap retries it."""
         self.heartbeat.untrack(a.tracked)
-        a.log.error("job left to its lease: %s", why)
-        return Outcome.UNSETTLED
+        return self._finished(a, Outcome.UNSETTLED, why)
 
     def release(self, tracked: Tracked, log: JobLogger, token: int | None, why: str) -> Outcome:
         """Give a lease back without using up an attempt (Redis, and the store if granted)."""
@@ -285,6 +283,4 @@ class Finisher:
         except SluiceError as exc:
             log.error("release failed (%s); the lease will lapse", exc)
             return Outcome.UNSETTLED
-        self.tel.metrics.count(t.LEASES_RELEASED)
-        log.info("lease released: %s", why)
-        return Outcome.RELEASED
+        return self._finished(Attempt(tracked, token or 0, log), Outcome.RELEASED, why)

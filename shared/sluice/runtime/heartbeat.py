@@ -24,8 +24,8 @@ from sluice.errors import JobNotFound, LeaseLost
 from sluice.models import LeasedJob
 from sluice.policy import lease_plan
 from sluice.ports import JobQueue
-from sluice.runtime import telemetry as t
 from sluice.runtime.context import LeaseState
+from sluice.runtime.observers import own_bus
 from sluice.runtime.telemetry import JobLogger, Telemetry
 
 
@@ -43,8 +43,7 @@ class Heartbeat:
     def __init__(self, queue: JobQueue, telemetry: Telemetry, *, heartbeat_fraction: float = 1 / 3,
                  clock: Callable[[], float] = time.monotonic, events: ev.EventBus | None = None) -> None:
         self._queue = queue
-        self._events = events if events is not None else ev.EventBus()
-        self._tel = telemetry
+        self._events = own_bus(events, telemetry)  # metrics and lifecycle logs observe it
         self._fraction = heartbeat_fraction
         self._clock = clock
         self._cond = threading.Condition()
@@ -143,7 +142,6 @@ class Heartbeat:
         if extended.cancel_requested and not tracked.state.cancel_requested.is_set():
             tracked.log.info("cancel requested")
             tracked.state.cancel_requested.set()
-        self._tel.metrics.count(t.LEASE_EXTENSIONS)
 
     def _lost(self, tracked: Tracked, why: str) -> None:
         with self._cond:
@@ -152,5 +150,6 @@ class Heartbeat:
             tracked.active = False
             self._tracked.discard(tracked)
         tracked.state.lease_lost.set()
-        self._tel.metrics.count(t.LEASES_LOST)
-        tracked.log.warning("lease lost: %s", why)
+        job = tracked.leased
+        self._events.emit(ev.LeaseGone(job=job.job_id, queue=job.queue, lease=job.lease_token,
+                                       attempt=job.attempt, why=why))
