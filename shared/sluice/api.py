@@ -42,6 +42,7 @@ from sluice.lazy import Lazy, resolve
 from sluice.limits import Limits
 from sluice.models import (
     MAX_PRIORITY,
+    PAYLOAD_CHECKED,
     JobRecord,
     JobSpec,
     JobState,
@@ -213,17 +214,19 @@ class Api:
         return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)
 
     def _spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None) -> JobSpec:
-        return JobSpec(
-            job_id=self._job_id(now_ms, queue),
-            queue=queue,
-            payload=request.payload,
-            priority=request.priority,
-            max_attempts=request.max_attempts,
-            lease_ms=request.lease_seconds * 1000,
-            run_at_ms=now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
-            enqueued_at_ms=now_ms,
-            idempotency_key=key,
-        )
+        """The record for ``request``, whose payload ``_check_size`` has serialised already: on the
+        gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka)."""
+        return JobSpec.model_validate({
+            "job_id": self._job_id(now_ms, queue),
+            "queue": queue,
+            "payload": request.payload,
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "lease_ms": request.lease_seconds * 1000,
+            "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
+            "enqueued_at_ms": now_ms,
+            "idempotency_key": key,
+        }, context={PAYLOAD_CHECKED: True})
 
     def _accept(self, specs: Sequence[JobSpec]) -> None:
         try:

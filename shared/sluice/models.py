@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from sluice.errors import InvalidInput, InvalidQueueName, ReservedQueue
 
@@ -120,6 +120,11 @@ QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
 JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
 
 
+# Validation context of a JobSpec whose payload the caller has just serialised with ``dump_json``
+# (the gateway does, to measure it): the validator need not serialise it a second time.
+PAYLOAD_CHECKED: Final = "payload_checked"
+
+
 class JobSpec(BaseModel):
     """A job as the gateway accepted it: the record in Kafka and the input to ``enqueue``."""
 
@@ -138,8 +143,9 @@ class JobSpec(BaseModel):
 
     @field_validator("payload")
     @classmethod
-    def _payload_is_json(cls, value: Any) -> Any:
-        dump_json(value)
+    def _payload_is_json(cls, value: Any, info: ValidationInfo) -> Any:
+        if not (info.context and info.context.get(PAYLOAD_CHECKED)):
+            dump_json(value)
         return value
 
     def payload_json(self) -> str:

@@ -458,3 +458,35 @@ def test_without_a_principal_api_key_callers_get_the_caller_limit() -> None:
     rig = _priority_rig([OPERATOR_ROLE])
     response = rig.gateway(_as("")("POST", JOBS, {"payload": 1, "priority": 6}), LambdaContext())
     assert unpack(response)[0] == 403
+
+
+def test_a_payload_becomes_canonical_json_once_on_the_gateway(rig: Rig,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: the size check serialises it; the record's validation does not do it again."""
+    import sluice.models
+
+    payload = {"to": "ada", "n": [1, 2.5, "é"]}
+    encoded: list[Any] = []
+    real = sluice.models.dump_json
+
+    def counting(value: Any) -> str:
+        if value == payload:
+            encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(sluice.models, "dump_json", counting)
+    monkeypatch.setattr("sluice.api.dump_json", counting)
+    assert rig.call("POST", JOBS, {"payload": payload})[0] == 202
+    assert len(encoded) == 1 and rig.log.records[0].payload == payload
+    encoded.clear()
+    assert rig.call("POST", f"{JOBS}/batch", {"jobs": [{"payload": payload}] * 3})[0] == 202
+    assert len(encoded) == 3
+
+
+def test_a_record_built_elsewhere_still_refuses_a_payload_json_cannot_hold() -> None:
+    from pydantic import ValidationError
+
+    from sluice.models import JobSpec
+
+    with pytest.raises(ValidationError, match="not JSON-serialisable"):
+        JobSpec(job_id="01J0000000000000000000000A", queue="q", payload={"x": float("nan")})

@@ -22,7 +22,8 @@ def finished(outcome: str, **more: object) -> ev.Finished:
 @pytest.mark.parametrize(("event", "metric"), [
     (ev.Renewed(job="j", queue="q", lease=7, outcome="ok", t0=0.0), t.LEASE_EXTENSIONS),
     (ev.ResultRefused(job="j", token=5, outcome="rejected", t0=0.0, current=6), t.FENCED_WRITES_REJECTED),
-    (ev.FailureRecorded(job="j", token=5, status="dead", outcome="rejected", t0=0.0), t.FENCED_WRITES_REJECTED),
+    (ev.FailureRecorded(job="j", token=5, status="dead", outcome="rejected", t0=0.0),
+     t.FENCED_WRITES_REJECTED),
     (ev.LeaseGone(**JOB, why="x"), t.LEASES_LOST),  # type: ignore[arg-type]
     (finished("succeeded"), t.JOBS_SUCCEEDED),
     (finished("retried"), t.JOBS_RETRIED),
