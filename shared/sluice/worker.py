@@ -244,7 +244,7 @@ class Worker:
         # unexpected error can leave one) goes back now, before Lambda freezes us.
         for tracked in session.heartbeat.held():
             try:
-                session.finisher.release(tracked, tracked.log, None, "the drain ended without settling it")
+                session.finisher.release(tracked, tracked.log, None, "the drain ended without finishing it")
             except Exception as exc:
                 tracked.log.error("could not release a held lease: %s", exc)
         session.heartbeat.stop()

@@ -5,9 +5,10 @@
 - ``heartbeat``: the thread that renews every lease this worker holds
 - ``invoke``: runs a handler on its own thread with a hard timeout
 - ``execute``: grant -> handler -> verdict for one job
-- ``settle``: write + ack, or record the failure + fail/release, in a crash-safe order
+- ``finish``: write + ack, or record the failure + fail/release, in a crash-safe order
 - ``budget``: Lambda time budgeting
 - ``telemetry``: Powertools metrics and logger, injectable
+- ``observers``: the metrics and the lifecycle logs, as subscribers of the worker's events
 - ``lambda_entry``: the worker Lambda's one function
 """
 

@@ -25,7 +25,7 @@ class TimeBudget:
     margin_ms: int
 
     def can_start(self, timeout_ms: int) -> bool:
-        """Whether a job with this hard timeout can run to its end and be settled in time."""
+        """Whether a job with this hard timeout can run to its end and be finished in time."""
         if self.remaining_ms is None:
             return True
         return can_finish_before(self.remaining_ms(), timeout_ms, self.margin_ms)

@@ -75,7 +75,7 @@ class Heartbeat:
             return len(self._tracked)
 
     def held(self) -> list[Tracked]:
-        """Every lease still being renewed (leased, and neither settled nor lost)."""
+        """Every lease still being renewed (leased, and neither finished nor lost)."""
         with self._cond:
             return list(self._tracked)
 
@@ -145,7 +145,7 @@ class Heartbeat:
 
     def _lost(self, tracked: Tracked, why: str) -> None:
         with self._cond:
-            if not tracked.active:  # settled (acked, failed) while this renewal was in flight
+            if not tracked.active:  # finished (acked, failed) while this renewal was in flight
                 return
             tracked.active = False
             self._tracked.discard(tracked)
