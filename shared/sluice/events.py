@@ -302,6 +302,79 @@ class Settled(Event):
     n: int
 
 
+# -- relay incidents: rare turns of its state, which its metrics and logs observe ----------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Incident(Event):
+    """A rare event (a few per invocation at most): emitted whether or not anyone listens, and a
+    subscriber of incidents alone does not make a bus ``listening`` (no hot path builds more)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayStepFailed(Incident):
+    """A relay step raised; ``unexpected``: not a SluiceError (the relay restarts its partitions)."""
+
+    error: str
+    unexpected: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionLost(Incident):
+    """The relay stopped pushing ``partition``: a newer owner pushed, or its lease is gone."""
+
+    partition: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnershipJobRemoved(Incident):
+    """A job in the ownership queue that no relay enqueued was removed."""
+
+    job: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueHeld(Incident):
+    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs) or watermark (at
+    ``depth`` ready jobs); ``held`` True when it closed, False when it opened again."""
+
+    queue: str
+    gate: str
+    held: bool
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryGuard(Incident):
+    """Redis's memory crossed the push guard: ``on`` at ``percent`` of maxmemory, or off again."""
+
+    on: bool
+    percent: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchLimited(Incident):
+    """The dispatch budget granted fewer worker invocations than the queues wanted."""
+
+    wanted: int
+    granted: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchFailed(Incident):
+    queue: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagMeasured(Incident):
+    """Records in Kafka not yet in Redis, the worst owned partition (every ``lag_every_s``)."""
+
+    lag: int
+
+
 # -- every path -----------------------------------------------------------------------------------
 
 
@@ -338,23 +411,29 @@ class EventBus:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subs: tuple[tuple[tuple[type[Event], ...], Subscriber], ...] = ()
+        self._listening = False
 
     def subscribe(self, callback: Callable[[E], None], *types: type[E]) -> Callable[[], None]:
         """Call ``callback`` for each event of ``types`` (all events if none); returns an unsubscribe."""
         entry: tuple[tuple[type[Event], ...], Subscriber] = (tuple(types) or (Event,), callback)
         with self._lock:
-            self._subs = (*self._subs, entry)
+            self._set((*self._subs, entry))
 
         def unsubscribe() -> None:
             with self._lock:
-                self._subs = tuple(s for s in self._subs if s is not entry)
+                self._set(tuple(s for s in self._subs if s is not entry))
 
         return unsubscribe
 
+    def _set(self, subs: tuple[tuple[tuple[type[Event], ...], Subscriber], ...]) -> None:
+        self._subs = subs
+        self._listening = any(not all(issubclass(t, Incident) for t in types) for types, _ in subs)
+
     @property
     def listening(self) -> bool:
-        """True if anyone listens: a hot path may skip building events nobody reads."""
-        return bool(self._subs)
+        """True if anyone listens to more than incidents: a hot path may skip building events
+        nobody reads. (Incidents are emitted either way.)"""
+        return self._listening
 
     def emit(self, event: Event) -> None:
         for types, callback in self._subs:

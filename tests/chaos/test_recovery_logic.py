@@ -264,7 +264,7 @@ class Rig:
                 return []
 
         ownership = Ownership(self.engine, NoNewPartitions(), RelayConfig(lease_ms=1000),  # type: ignore[arg-type]
-                              relay_id="r", started=0.0, metrics=self.recovery.metrics, report=RelayReport(),
+                              relay_id="r", started=0.0, report=RelayReport(),
                               hooks=RelayHooks())
         ownership.owned[0] = OwnedPartition(number=0, job_id="t.0", token=7, leased_at=0.0)
         ownership.check(1.0)

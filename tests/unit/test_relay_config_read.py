@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from sluice import events as ev
-from sluice.metrics import NullMetrics
 from sluice.models import QueueConfig, QueueStats
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
@@ -32,7 +31,7 @@ class Engine:
 
 
 def states(engine: Engine, bus: ev.EventBus | None, **config: Any) -> QueueStates:
-    return QueueStates(engine, RelayConfig(**config), NullMetrics(), events=bus)  # type: ignore[arg-type]
+    return QueueStates(engine, RelayConfig(**config), events=bus)  # type: ignore[arg-type]
 
 
 def test_each_config_read_emits_what_it_said_with_its_times() -> None:

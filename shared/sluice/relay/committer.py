@@ -12,7 +12,6 @@ import logging
 from sluice import events as ev
 from sluice.errors import SluiceError
 from sluice.events import EventBus
-from sluice.ports import Metrics
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
@@ -26,10 +25,10 @@ class Committer:
     """Kafka commits of the owned partitions' commit points, and the ``RelayLag`` metric."""
 
     def __init__(self, source: RecordSource, config: RelayConfig, ownership: Ownership, *,
-                 clock: Clock, report: RelayReport, metrics: Metrics, hooks: RelayHooks,
+                 clock: Clock, report: RelayReport, hooks: RelayHooks,
                  events: EventBus | None = None) -> None:
         self.source, self.config, self.ownership = source, config, ownership
-        self.clock, self.report, self.metrics, self.hooks = clock, report, metrics, hooks
+        self.clock, self.report, self.hooks = clock, report, hooks
         self.events = events or EventBus()
         self._last_commit = float("-inf")
         self.next_lag = clock.monotonic() + config.lag_every_s
@@ -75,4 +74,4 @@ class Committer:
                 lags.append(max(0, end - start))
         if lags:
             self.report.lag = max(lags)
-            self.metrics.count("RelayLag", self.report.lag)
+            self.events.emit(ev.LagMeasured(lag=self.report.lag))

@@ -8,22 +8,20 @@ round-robin). Sluice's own queues never get workers.
 
 from __future__ import annotations
 
-import logging
-
+from sluice import events as ev
 from sluice import policy
 from sluice.errors import SluiceError
 from sluice.models import is_reserved_queue
-from sluice.ports import Dispatcher, Metrics
+from sluice.ports import Dispatcher
 from sluice.relay.config import RelayConfig
 from sluice.relay.state import QueueState, RelayReport
-
-log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
 
 class Dispatch:
     def __init__(self, dispatcher: Dispatcher | None, config: RelayConfig, *, report: RelayReport,
-                 metrics: Metrics) -> None:
-        self.dispatcher, self.config, self.report, self.metrics = dispatcher, config, report, metrics
+                 events: ev.EventBus | None = None) -> None:
+        self.dispatcher, self.config, self.report = dispatcher, config, report
+        self.events = events or ev.EventBus()  # incidents: a budget spent, a dispatch failed
         self._bucket = policy.Bucket(tokens=float(max(1, config.dispatch_burst)), updated_ms=0)
         self._turn = 0
 
@@ -66,7 +64,7 @@ class Dispatch:
         self._bucket = policy.refill(self._bucket, now_ms, rate, burst)
         granted, self._bucket = policy.take(self._bucket, sum(wanted.values()))
         if granted < sum(wanted.values()):
-            self.metrics.count("RelayDispatchBudgetSpent")
+            self.events.emit(ev.DispatchLimited(wanted=sum(wanted.values()), granted=granted))
         self._turn += 1
         return policy.share_budget(wanted, granted, self._turn)
 
@@ -79,7 +77,6 @@ class Dispatch:
         try:
             started = self.dispatcher.dispatch(queue, n, self.config.worker_batch)
         except SluiceError as exc:  # the scheduled safety net still drains the queue
-            self.metrics.count("RelayDispatchFailed", queue=queue)
-            log.warning("dispatch to %s failed: %s", queue, exc)
+            self.events.emit(ev.DispatchFailed(queue=queue, error=str(exc)))
             return
         self.report.dispatched += started

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from sluice import events as ev
 from sluice.errors import SluiceError
 from sluice.events import EventBus
 from sluice.ids import Verifier
@@ -21,6 +22,7 @@ from sluice.relay.dispatch import Dispatch
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.intake import Intake
 from sluice.relay.maintenance import Maintenance
+from sluice.relay.observers import observe
 from sluice.relay.ownership import Ownership
 from sluice.relay.planner import Planner, waiting
 from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock
@@ -51,17 +53,19 @@ class Relay:
         self.hooks = hooks = hooks or RelayHooks()
         self.report = report = RelayReport()
         self.events = bus = events or EventBus()
+        # Its metrics and incident logs observe the bus until ``stop`` (relay/observers.py).
+        self._unobserve = observe(bus, self.metrics, relay_id)
         self.ownership = Ownership(engine, source, config, relay_id=relay_id, started=self.clock.monotonic(),
-                                   metrics=self.metrics, report=report, hooks=hooks)
+                                   report=report, hooks=hooks, events=bus)
         self.intake = Intake(engine, source, config, self.ownership, report=report, hooks=hooks,
                              monotonic=self.clock.monotonic, job_ids=job_ids, events=bus)
-        self.queues = QueueStates(engine, config, self.metrics, events=bus)
+        self.queues = QueueStates(engine, config, events=bus)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
                              metrics=self.metrics, hooks=hooks, after_push=after_push, events=bus)
         self.committer = Committer(source, config, self.ownership, clock=self.clock, report=report,
-                                   metrics=self.metrics, hooks=hooks, events=bus)
-        self.dispatch = Dispatch(dispatcher, config, report=report, metrics=self.metrics)
+                                   hooks=hooks, events=bus)
+        self.dispatch = Dispatch(dispatcher, config, report=report, events=bus)
         self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report,
                                        events=bus)
         self._take_rate = engine.take_rate
@@ -79,7 +83,8 @@ class Relay:
                     backoff = 0.05
                 except Exception as exc:  # a backend hiccup or a bug: log, count, go on
                     self.report.errors += 1
-                    self.metrics.count("RelayErrors")
+                    self.events.emit(ev.RelayStepFailed(error=ev.error_text(exc),
+                                                        unexpected=not isinstance(exc, SluiceError)))
                     if not isinstance(exc, SluiceError):
                         self._unexpected(exc)
                     else:  # nothing was lost, try again
@@ -98,7 +103,6 @@ class Relay:
         back and takes them again from their committed offsets; ``push.lua`` skips what
         Redis already holds. Nothing is lost and the relay goes on."""
         self.report.unexpected_errors += 1
-        self.metrics.count("RelayUnexpectedErrors")
         log.error("relay step met an unexpected error; restarting its partitions from their "
                   "committed offsets", exc_info=exc)
         self.ownership.look_again()
@@ -170,3 +174,4 @@ class Relay:
         except SluiceError as exc:
             log.warning("could not clear the assignment: %s", exc)
         self.pusher.drain()
+        self._unobserve()

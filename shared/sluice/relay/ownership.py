@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from sluice import events as ev
 from sluice.errors import BackendUnavailable, JobNotFound, LeaseLost, SluiceError
 from sluice.models import RESERVED_QUEUE_PREFIX, JobSpec, LeasedJob
-from sluice.ports import Metrics
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ports import RecordSource, RelayEngine
@@ -61,10 +61,12 @@ class Ownership:
     """Taking, keeping and giving back partition leases; ``owned`` is what this relay may push."""
 
     def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, *, relay_id: str,
-                 started: float, metrics: Metrics, report: RelayReport, hooks: RelayHooks) -> None:
+                 started: float, report: RelayReport, hooks: RelayHooks,
+                 events: ev.EventBus | None = None) -> None:
         self.engine, self.source, self.config = engine, source, config
         self.topic = source.topic
-        self.relay_id, self.metrics, self.report, self.hooks = relay_id, metrics, report, hooks
+        self.relay_id, self.report, self.hooks = relay_id, report, hooks
+        self.events = events or ev.EventBus()  # incidents: a partition lost, a bad ownership job
         self.owned: dict[int, OwnedPartition] = {}
         self._registered: set[int] = set()
         self._next_look = float("-inf")
@@ -148,8 +150,7 @@ class Ownership:
         (dead, it would come back with the next redrive)."""
         self.report.bad_ownership_jobs += 1
         self._registered = set()  # if it sat on a partition's own id, that partition needs its job back
-        self.metrics.count("RelayBadOwnershipJob")
-        log.warning("relay %s removes job %r from %s: %s", self.relay_id, job.job_id[:140], RELAY_QUEUE, why)
+        self.events.emit(ev.OwnershipJobRemoved(job=job.job_id, why=why))
         try:
             self.engine.ack(RELAY_QUEUE, job.job_id, job.lease_token)
         except SluiceError as exc:  # its lease expires; the next relay to lease it removes it
@@ -187,5 +188,4 @@ class Ownership:
         if owned is None:
             return
         self.report.partitions_lost += 1
-        log.warning("relay %s stops pushing partition %s: %s", self.relay_id, partition, why)
-        self.metrics.count("RelayPartitionLost")
+        self.events.emit(ev.PartitionLost(partition=partition, why=why))

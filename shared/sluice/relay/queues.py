@@ -14,7 +14,6 @@ from sluice import events as ev
 from sluice import limits, policy
 from sluice.errors import SluiceError
 from sluice.models import QueueConfig
-from sluice.ports import Metrics
 from sluice.relay.config import RelayConfig
 from sluice.relay.ports import RelayEngine
 from sluice.relay.state import QueueState
@@ -25,9 +24,8 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 class QueueStates:
     """The relay's view of every queue it pushed into or maintained."""
 
-    def __init__(self, engine: RelayEngine, config: RelayConfig, metrics: Metrics,
-                 events: ev.EventBus | None = None) -> None:
-        self.engine, self.config, self.metrics = engine, config, metrics
+    def __init__(self, engine: RelayEngine, config: RelayConfig, events: ev.EventBus | None = None) -> None:
+        self.engine, self.config = engine, config
         self.events = events or ev.EventBus()
         self.states: dict[str, QueueState] = {}
         self._defaulted: set[str] = set()
@@ -64,14 +62,12 @@ class QueueStates:
         cfg = state.config
         full = limits.dead_full(self.config.limits, cfg, stats.dead)
         if full != state.dead_full:
-            log.warning("queue %s %s at %s dead jobs", queue, "held back" if full else "released", stats.dead)
-            self.metrics.count("RelayDeadCapHeld" if full else "RelayDeadCapReleased", queue=queue)
+            self.events.emit(ev.QueueHeld(queue=queue, gate="dead_cap", held=full, depth=stats.dead))
         state.dead_full = full
         paused = policy.watermark_paused(state.ready, cfg.high_watermark, cfg.low_watermark,
                                          state.watermark_paused)
         if paused != state.watermark_paused:
-            log.info("queue %s %s at ready depth %s", queue, "paused" if paused else "resumed", state.ready)
-            self.metrics.count("RelayWatermarkPaused" if paused else "RelayWatermarkResumed", queue=queue)
+            self.events.emit(ev.QueueHeld(queue=queue, gate="watermark", held=paused, depth=state.ready))
         state.watermark_paused = paused
 
     def redis_memory(self, now: float) -> float | None:
@@ -90,8 +86,6 @@ class QueueStates:
             return self._memory
         over = percent is not None and percent >= guard
         if over != (self._memory is not None and self._memory >= guard):
-            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", percent or 0,
-                        "on" if over else "off")
-            self.metrics.count("RelayMemoryGuardOn" if over else "RelayMemoryGuardOff")
+            self.events.emit(ev.MemoryGuard(on=over, percent=percent or 0))
         self._memory = percent
         return percent

@@ -1,0 +1,90 @@
+"""The relay's metrics and incident logs: subscribers of its incidents, not calls in its parts.
+
+A part says what turned (``events.Incident``: a partition lost, a queue's gate closed, a
+dispatch refused, the lag measured); ``RelayMetrics`` counts it under the EMF names the
+alarms and docs/relay.md use, ``RelayLog`` writes the line. ``Relay`` attaches both to its
+bus and detaches them in ``stop``. Incidents are rare, so observing them leaves the bus's
+hot-path events unbuilt (``EventBus.listening``).
+
+Still counted where they happen: the invocation's totals (``RelayReport.publish``, once at
+the end), the pusher's own errors and status writes (``pusher.py``, ``status.py``) and the
+recovery hooks' replays and checkpoints (``sluice.recovery``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sluice import events as ev
+from sluice.ports import Metrics
+from sluice.relay.ownership import RELAY_QUEUE
+
+log = logging.getLogger("sluice.relay")
+
+GATE_METRICS = {("dead_cap", True): "RelayDeadCapHeld", ("dead_cap", False): "RelayDeadCapReleased",
+                ("watermark", True): "RelayWatermarkPaused", ("watermark", False): "RelayWatermarkResumed"}
+
+
+class RelayMetrics:
+    """Each incident as the count it has always been (names and dimensions unchanged)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def __call__(self, e: ev.Event) -> None:
+        m = self.metrics
+        if isinstance(e, ev.RelayStepFailed):
+            m.count("RelayErrors")
+            if e.unexpected:
+                m.count("RelayUnexpectedErrors")
+        elif isinstance(e, ev.PartitionLost):
+            m.count("RelayPartitionLost")
+        elif isinstance(e, ev.OwnershipJobRemoved):
+            m.count("RelayBadOwnershipJob")
+        elif isinstance(e, ev.QueueHeld):
+            m.count(GATE_METRICS[e.gate, e.held], queue=e.queue)
+        elif isinstance(e, ev.MemoryGuard):
+            m.count("RelayMemoryGuardOn" if e.on else "RelayMemoryGuardOff")
+        elif isinstance(e, ev.DispatchLimited):
+            m.count("RelayDispatchBudgetSpent")
+        elif isinstance(e, ev.DispatchFailed):
+            m.count("RelayDispatchFailed", queue=e.queue)
+        elif isinstance(e, ev.LagMeasured):
+            m.count("RelayLag", e.lag)
+
+
+class RelayLog:
+    """The incident's log line. A failed step logs itself (``loop.py``): it has the traceback."""
+
+    def __init__(self, relay_id: str) -> None:
+        self.relay_id = relay_id
+
+    def __call__(self, e: ev.Event) -> None:
+        if isinstance(e, ev.PartitionLost):
+            log.warning("relay %s stops pushing partition %s: %s", self.relay_id, e.partition, e.why)
+        elif isinstance(e, ev.OwnershipJobRemoved):
+            log.warning("relay %s removes job %r from %s: %s", self.relay_id, e.job[:140], RELAY_QUEUE, e.why)
+        elif isinstance(e, ev.QueueHeld):
+            if e.gate == "dead_cap":
+                log.warning("queue %s %s at %s dead jobs", e.queue, "held back" if e.held else "released",
+                            e.depth)
+            else:
+                log.info("queue %s %s at ready depth %s", e.queue, "paused" if e.held else "resumed", e.depth)
+        elif isinstance(e, ev.MemoryGuard):
+            log.warning("Redis at %.0f%% of maxmemory: the memory guard is %s", e.percent,
+                        "on" if e.on else "off")
+        elif isinstance(e, ev.DispatchFailed):
+            log.warning("dispatch to %s failed: %s", e.queue, e.error)
+
+
+def observe(bus: ev.EventBus, metrics: Metrics, relay_id: str) -> Callable[[], None]:
+    """Attach both to ``bus`` (incidents only); returns the detach."""
+    detach = (bus.subscribe(RelayMetrics(metrics), ev.Incident),
+              bus.subscribe(RelayLog(relay_id), ev.Incident))
+
+    def undo() -> None:
+        for d in detach:
+            d()
+
+    return undo
