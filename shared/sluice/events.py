@@ -369,6 +369,27 @@ class DispatchFailed(Incident):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Replayed(Incident):
+    """Redis lost data (its epoch changed from ``old_epoch``): ``partition`` is replayed from
+    ``start`` (Kafka had committed ``committed``), skipping jobs already final."""
+
+    topic: str
+    partition: int
+    start: int
+    committed: int | None
+    old_epoch: str | None
+    epoch: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointFailed(Incident):
+    """A recovery checkpoint failed; it is only late: the next one is due in ``retry_in_s``."""
+
+    error: str
+    retry_in_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LagMeasured(Incident):
     """Records in Kafka not yet in Redis, the worst owned partition (every ``lag_every_s``)."""
 

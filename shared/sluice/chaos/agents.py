@@ -90,7 +90,8 @@ def run_relay(cfg: dict[str, Any]) -> int:
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1
-        recovery = for_relay(s, engine, store, source, interval_s=float(cfg.get("checkpoint_s", 2.0)))
+        recovery = for_relay(s, engine, store, source, events=bus,
+                             interval_s=float(cfg.get("checkpoint_s", 2.0)))
         relay = Relay(engine, store, source, None, events=bus,
                       relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery, after_push=after_push,
                       config=RelayConfig(poll_ms=100, ownership_s=0.5, lease_ms=int(cfg["lease_ms"])))

@@ -25,12 +25,13 @@ __all__ = ["Checkpoint", "PartitionTracker", "Recovery", "StartPlan", "for_relay
            "plan_start"]
 
 
-def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: Any = None,
+def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, events: Any = None,
               **knobs: Any) -> Recovery:
     """The relay's recovery hooks, from Settings.
 
     ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
-    (its ``final_job_ids``). ``knobs``: ``interval_s``, ``scan_limit``.
+    (its ``final_job_ids``); ``events``: the relay's bus, for its incidents. ``knobs``:
+    ``interval_s``, ``scan_limit``.
     """
     from sluice import wiring
     from sluice.recovery.adapters import KafkaOffsets, RedisEpochs
@@ -38,4 +39,4 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, metrics: A
 
     return Recovery(source.topic, RedisEpochs(engine.client),
                     DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),
-                    KafkaOffsets(source), store, metrics=metrics, **knobs)
+                    KafkaOffsets(source), store, events=events, **knobs)

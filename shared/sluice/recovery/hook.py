@@ -27,10 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sluice import events as ev
 from sluice.errors import SluiceError, StaleToken
-from sluice.metrics import NullMetrics
 from sluice.models import JobSpec
-from sluice.ports import Metrics
 from sluice.recovery.tracker import BACKOFF_EXP, Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay.hooks import Decoded, RelayHooks
 
@@ -85,11 +84,11 @@ class Recovery(RelayHooks):
 
     def __init__(self, topic: str, epochs: Epochs, checkpoints: Checkpoints, offsets: Offsets,
                  finality: Finality, *, interval_s: float = 5.0, scan_limit: int = 1000,
-                 metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 events: ev.EventBus | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = topic
         self.epochs, self.checkpoints, self.offsets, self.finality = epochs, checkpoints, offsets, finality
         self.interval_s, self.scan_limit = interval_s, scan_limit
-        self.metrics: Metrics = metrics or NullMetrics()
+        self.events = events or ev.EventBus()  # incidents (Replayed, CheckpointFailed): the relay's bus
         self.clock = clock
         self.sessions: dict[int, _Session] = {}
         self.replays = 0
@@ -144,10 +143,8 @@ class Recovery(RelayHooks):
             self.sessions[p] = _Session(epoch, plan.generation, start, tracker, committed, plan.replay)
             if plan.replay:
                 self.replays += 1
-                self.metrics.count("RelayReplays")
-                log.warning("Redis lost data (epoch %s -> %s): replaying partition %s of %s from offset %s "
-                            "(committed %s), skipping jobs already final", ckpt.epoch if ckpt else None,
-                            epoch, p, self.topic, start, committed)
+                self.events.emit(ev.Replayed(topic=self.topic, partition=p, start=start, committed=committed,
+                                             old_epoch=ckpt.epoch if ckpt else None, epoch=epoch))
 
     def on_assigned(self, partitions: Sequence[int]) -> None:
         """The relay's assignment is now ``partitions``: forget the others (lost or given back)."""
@@ -191,8 +188,7 @@ class Recovery(RelayHooks):
         try:
             self.checkpoint(force=force)
         except SluiceError as exc:
-            self.metrics.count("RelayCheckpointFailed")
-            log.warning("checkpoint failed, next one in %ss: %s", self.interval_s, exc)
+            self.events.emit(ev.CheckpointFailed(error=str(exc), retry_in_s=self.interval_s))
 
     def checkpoint(self, *, force: bool = False) -> None:
         """A bounded scan per partition (the oldest due entries), then one conditional write of

@@ -157,12 +157,13 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     from sluice.redis.engine import RedisQueue
 
     engine, source = RedisQueue.from_settings(settings), _source(settings)
-    recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, metrics=metrics,
+    bus = wiring.events() if events is None else events
+    recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, events=bus,
                                **(recovery or {}))
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
                   hooks=recovery_hooks, after_push=after_push, job_ids=job_ids,
-                  events=wiring.events() if events is None else events)
+                  events=bus)
     return relay, recovery_hooks
 
 

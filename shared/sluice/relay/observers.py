@@ -7,8 +7,7 @@ bus and detaches them in ``stop``. Incidents are rare, so observing them leaves 
 hot-path events unbuilt (``EventBus.listening``).
 
 Still counted where they happen: the invocation's totals (``RelayReport.publish``, once at
-the end), the pusher's own errors and status writes (``pusher.py``, ``status.py``) and the
-recovery hooks' replays and checkpoints (``sluice.recovery``).
+the end) and the pusher's own errors and status writes (``pusher.py``, ``status.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +51,10 @@ class RelayMetrics:
             m.count("RelayDispatchFailed", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
+        elif isinstance(e, ev.Replayed):
+            m.count("RelayReplays")
+        elif isinstance(e, ev.CheckpointFailed):
+            m.count("RelayCheckpointFailed")
 
 
 class RelayLog:
@@ -76,6 +79,12 @@ class RelayLog:
                         "on" if e.on else "off")
         elif isinstance(e, ev.DispatchFailed):
             log.warning("dispatch to %s failed: %s", e.queue, e.error)
+        elif isinstance(e, ev.Replayed):
+            log.warning("Redis lost data (epoch %s -> %s): replaying partition %s of %s from offset %s "
+                        "(committed %s), skipping jobs already final", e.old_epoch, e.epoch, e.partition,
+                        e.topic, e.start, e.committed)
+        elif isinstance(e, ev.CheckpointFailed):
+            log.warning("checkpoint failed, next one in %ss: %s", e.retry_in_s, e.error)
 
 
 def observe(bus: ev.EventBus, metrics: Metrics, relay_id: str) -> Callable[[], None]:
