@@ -12,22 +12,7 @@ from sluice import events
 from sluice.errors import LeaseLost, StaleToken
 from sluice.local import history
 from sluice.models import WriteOutcome
-
-
-class Store:
-    def __init__(self) -> None:
-        self.tokens: dict[str, int] = {}
-        self.written: dict[str, int] = {}
-
-    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
-        self.tokens[job_id] = self.tokens.get(job_id, 0) + 1
-        return self.tokens[job_id]
-
-    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome:
-        if token < self.tokens[job_id]:
-            raise StaleToken(mine=token, current=self.tokens[job_id])
-        self.written[job_id] = token
-        return WriteOutcome.WRITTEN
+from tests.unit.fakes import FakeStore
 
 
 class Queue:
@@ -49,19 +34,19 @@ def recording(path: Path) -> events.EventBus:
     return bus
 
 
-def grant(bus: events.EventBus, store: Store, job: str, owner: str) -> int:
+def grant(bus: events.EventBus, store: FakeStore, job: str, owner: str) -> int:
     return events.timed(bus, lambda: store.grant(job, "q", owner), events.Granted,
                         {"job": job, "queue": "q", "owner": owner}, details=lambda t: {"token": t})
 
 
-def write(bus: events.EventBus, store: Store, job: str, token: int, result: Any) -> WriteOutcome:
+def write(bus: events.EventBus, store: FakeStore, job: str, token: int, result: Any) -> WriteOutcome:
     return events.timed(bus, lambda: store.write_result(job, token, result), events.ResultWritten,
                         {"job": job, "token": token, "result": result}, ok=str, refused=events.ResultRefused)
 
 
 def test_the_recorder_writes_one_line_per_reported_call_as_it_returned_or_raised(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    bus, s, q = recording(path), Store(), Queue()
+    bus, s, q = recording(path), FakeStore(), Queue()
     assert grant(bus, s, "j1", "w") == 1
     assert write(bus, s, "j1", 1, {"r": 1}) is WriteOutcome.WRITTEN
     redis = {"job": "j1", "queue": "q", "lease": 5}
@@ -91,7 +76,7 @@ def test_leases_are_recorded_per_job_and_one_process_shares_one_writer_per_path(
 
 def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
-    bus, s = recording(path), Store()
+    bus, s = recording(path), FakeStore()
     grant(bus, s, "j1", "A")
     grant(bus, s, "j1", "B")
     with pytest.raises(StaleToken):
