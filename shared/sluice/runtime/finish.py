@@ -66,7 +66,6 @@ class Finisher:
         self.queue = queue
         self.store = store
         self.heartbeat = heartbeat
-        self.tel = telemetry
         self._attempts = attempts
         self._rng = rng
         self._backoff = (retry_base_ms, retry_cap_ms)
