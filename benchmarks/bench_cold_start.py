@@ -22,6 +22,7 @@ Lambda lays them out, configured from the template as ``sluice dev`` does, and t
   that ended whenever its adapters were built, so it timed an idle wait and, on a slow
   round, no work at all.);
 - ``boto3_import_ms``: ``import boto3`` alone from the same layer, the yardstick;
+- ``cpu_*``: the same in CPU time (see ``_figures``);
 - ``redis_loaded``, ``modules``: whether redis-py was imported by then (the gateway's enqueue
   path needs none), and how many modules were.
 
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,33 +62,34 @@ sys.path[:0] = [task, opt]
 sys.path.insert(2, rie)  # the rie's folder, for its Context (stdlib only), after the layer
 from lambda_rie import Context
 module_name, _, name = ref.rpartition(".")
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import importlib
 handler = getattr(importlib.import_module(module_name), name)
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 pushed_at = []
 if until == "first-push":  # inside the timed call: the relay imports both on its first call anyway
     from sluice import events, wiring
     def on_push(e):
         if e.outcome == "ok" and e.pushed:
-            pushed_at.append(time.perf_counter())
+            pushed_at.append((time.process_time(), time.perf_counter()))
     wiring.events().subscribe(on_push, events.Pushed)
 result = handler(json.loads(event), Context("bench", int(timeout_ms), "cold-start"))
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 if until == "first-push" and not pushed_at:
     sys.exit(f"the relay pushed nothing within its window: {str(result)[:500]}")
-end = pushed_at[0] if pushed_at else t2
-print(json.dumps({"import_ms": (t1 - t0) * 1000, "first_call_ms": (end - t1) * 1000,
+c_end, t_end = pushed_at[0] if pushed_at else (c2, t2)
+print(json.dumps({"import_ms": (t1 - t0) * 1000, "first_call_ms": (t_end - t1) * 1000,
+                  "import_cpu_ms": (c1 - c0) * 1000, "first_call_cpu_ms": (c_end - c1) * 1000,
                   "call_ms": (t2 - t1) * 1000, "redis_loaded": "redis" in sys.modules,
                   "modules": len(sys.modules), "result": str(result)[:200]}))
 """
 
 BOTO3 = r"""
-import sys, time
+import json, sys, time
 sys.path[:0] = [sys.argv[1]]
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import boto3
-print((time.perf_counter() - t0) * 1000)
+print(json.dumps([(time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000]))
 """
 
 
@@ -114,7 +117,7 @@ def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
     }
 
 
-def _append_one_job(env: dict[str, str]) -> None:
+def _append_one_job(env: Mapping[str, str]) -> None:
     """One fresh job in Kafka for the relay's next round, its id signed as the gateway signs."""
     from sluice import ids
     from sluice.clock import wall_ms
@@ -145,6 +148,31 @@ def _fresh(event: dict[str, Any]) -> dict[str, Any]:
     key = f"cold-start-{uuid.uuid4().hex}"
     multi = {**(event.get("multiValueHeaders") or {}), "Idempotency-Key": [key]}
     return {**event, "headers": {**headers, "Idempotency-Key": key}, "multiValueHeaders": multi}
+
+
+def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[str, float]:
+    """Medians of the rounds; each ratio is the median of the per-round ratios to the yardstick run
+    beside it. Wall clock is the target's measure; CPU time (``cpu_*``: the process's, all its
+    threads) is beside it because on a loaded machine waiting for a CPU swells wall clock, most
+    of all in the first call, whose servers compete for the same cores."""
+    rounds = list(zip(runs, yardstick, strict=True))
+
+    def med(values: Iterable[float]) -> float:
+        return round(statistics.median(values), 1)
+
+    def ratio(fields: tuple[str, ...], clock: int) -> float:
+        return round(statistics.median(float(sum(r[f] for f in fields)) / b[clock] for r, b in rounds), 2)
+
+    return {"import_ms": med(r["import_ms"] for r in runs),
+            "first_call_ms": med(r["first_call_ms"] for r in runs),
+            "boto3_import_ms": med(b[0] for b in yardstick),
+            "import_ratio": ratio(("import_ms",), 0),
+            "total_ratio": ratio(("import_ms", "first_call_ms"), 0),
+            "cpu_import_ms": med(r["import_cpu_ms"] for r in runs),
+            "cpu_first_call_ms": med(r["first_call_cpu_ms"] for r in runs),
+            "cpu_boto3_import_ms": med(b[1] for b in yardstick),
+            "cpu_import_ratio": ratio(("import_cpu_ms",), 1),
+            "cpu_total_ratio": ratio(("import_cpu_ms", "first_call_cpu_ms"), 1)}
 
 
 def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> list[dict[str, Any]]:
@@ -183,20 +211,12 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
             for _ in range(ROUNDS):  # the yardstick right beside each run: load here comes and goes
                 if until == "first-push":
                     _append_one_job(fn.env)
-                yardstick.append(float(_run(python, [boto3_from], env_base, BOTO3)))
+                yardstick.append(json.loads(_run(python, [boto3_from], env_base, BOTO3)))
                 args = [str(build / logical_id), opt, handler, json.dumps(_fresh(event)), str(timeout_ms),
                         rie_dir, until]
                 runs.append(json.loads(_run(python, args, env, DRIVER)))
-            imp = statistics.median(r["import_ms"] for r in runs)
-            first = statistics.median(r["first_call_ms"] for r in runs)
             log(f"{logical_id}: {runs[-1]['result']}")
-            rows.append({"function": fn.name, "import_ms": round(imp, 1), "first_call_ms": round(first, 1),
-                         "boto3_import_ms": round(statistics.median(yardstick), 1),
-                         "import_ratio": round(statistics.median(
-                             r["import_ms"] / b for r, b in zip(runs, yardstick, strict=True)), 2),
-                         "total_ratio": round(statistics.median(
-                             (r["import_ms"] + r["first_call_ms"]) / b
-                             for r, b in zip(runs, yardstick, strict=True)), 2),
+            rows.append({"function": fn.name, **_figures(runs, yardstick),
                          "redis_loaded": runs[-1]["redis_loaded"], "modules": runs[-1]["modules"],
                          **({"relay_call_ms": round(statistics.median(r["call_ms"] for r in runs), 1)}
                             if until == "first-push" else {})})
