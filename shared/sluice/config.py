@@ -1,19 +1,38 @@
 """Settings, parsed once from the environment (prefix ``SLUICE_``).
 
-Only ``Settings.from_env`` reads ``os.environ``; everything else receives a
-Settings object from the composition root (``sluice.wiring``).
+Only ``Settings`` itself reads ``os.environ``: the composition root (``sluice.wiring``)
+builds one with ``Settings.from_env`` and hands it to everything else.
+
+A plain pydantic model, not pydantic-settings' ``BaseSettings``: importing pydantic-settings
+(its sources, dotenv, argparse, pydantic dataclasses) cost every function's cold start about
+a fifth of ``import boto3`` (issue 14), for an environment of flat scalars that needs none of
+it. The behaviour is ``BaseSettings``' for these fields: a ``SLUICE_<FIELD>`` variable (any
+case) fills each field the caller does not pass, its string validated in pydantic's lax mode
+("4" is 4); keyword arguments win; other variables are ignored; defaults are validated.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+ENV_PREFIX = "sluice_"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore", frozen=True)
+def _environ() -> dict[str, str]:
+    """The ``SLUICE_*`` variables, by field name (case-insensitive, as pydantic-settings matched)."""
+    return {k.lower().removeprefix(ENV_PREFIX): v for k, v in os.environ.items()
+            if k.lower().startswith(ENV_PREFIX)}
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, validate_default=True)
+
+    def __init__(self, **values: Any) -> None:
+        env = _environ()
+        super().__init__(**{**{k: v for k, v in env.items() if k in type(self).model_fields}, **values})
 
     # Redis (ElastiCache in AWS). rediss:// for TLS; the AUTH token may come from Secrets Manager.
     redis_url: str = "redis://127.0.0.1:6379/0"

