@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -150,6 +150,28 @@ class JobSpec(BaseModel):
 
     def payload_json(self) -> str:
         return dump_json(self.payload)
+
+
+class DecodedJob(NamedTuple):
+    """A ``JobSpec`` as the relay carries it from Kafka to Redis: checked against the model's
+    fields once (``sluice.relay.records.decode_job``), its payload already canonical JSON.
+
+    A tuple, not a model: the relay holds tens of thousands of these, and builds one per record.
+    """
+
+    job_id: str
+    queue: str
+    payload: str  # canonical JSON (``dump_json``)
+    priority: int
+    max_attempts: int
+    lease_ms: int
+    run_at_ms: int
+    enqueued_at_ms: int
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> DecodedJob:
+        return cls(spec.job_id, spec.queue, dump_json(spec.payload), spec.priority, spec.max_attempts,
+                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms)
 
 
 class Job(BaseModel):

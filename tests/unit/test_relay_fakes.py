@@ -175,6 +175,18 @@ class FakeEngine:
         rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
         return Pushed(pushed, skipped)
 
+    def push_many(self, topic: str, items: Any) -> list[Any]:
+        """As ``RedisQueue.push_many``: one round trip (down: it raises), then per item ``push``'s
+        outcome or the error that refused that item alone."""
+        self._call("push_many")
+        out: list[Any] = []
+        for queue, partition, token, records in items:
+            try:
+                out.append(self.push(queue, topic, partition, token, list(records)))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
         self._call("relayed_offset")
         return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]

@@ -29,7 +29,6 @@ from typing import Protocol
 
 from sluice import events as ev
 from sluice.errors import SluiceError, StaleToken
-from sluice.models import JobSpec
 from sluice.recovery.tracker import BACKOFF_EXP, Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay.hooks import Decoded, RelayHooks
 
@@ -165,7 +164,7 @@ class Recovery(RelayHooks):
         for r, spec in decoded:
             s = self.sessions.get(r.partition)
             if s is not None and r.offset >= s.tracker.next:
-                s.tracker.track(r.offset, spec.job_id if isinstance(spec, JobSpec) else None, now)
+                s.tracker.track(r.offset, None if isinstance(spec, str) else spec.job_id, now)
 
     def on_commit(self, offsets: Mapping[int, int]) -> dict[int, int]:
         """Record the relay's progress; pass on only offsets beyond what Kafka had committed."""

@@ -29,6 +29,7 @@ from sluice.models import (
     MIN_LEASE_MS,
     QUEUE_NAME_RE,
     DeadJob,
+    DecodedJob,
     EndedJob,
     Extended,
     JobSpec,
@@ -47,7 +48,7 @@ from sluice.redis.auth import RotatingToken
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.redis.scripts import JobFields, PushResult, Scripts, translate
 
-__all__ = ["PushResult", "RedisQueue"]
+__all__ = ["PushItem", "PushResult", "RedisQueue"]
 
 MAX_BATCH = 1000  # jobs per script call: bounds the script's run time and Lua's unpack()
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -422,8 +423,7 @@ class RedisQueue:
         1000 at a time (each chunk atomic).
         """
         k = self.keys(validate_public_queue(queue))
-        if not isinstance(topic, str) or not 0 < len(topic) <= 249 or any(c in topic for c in ":{} \r\n"):
-            raise InvalidInput(f"invalid topic {topic!r}")
+        _topic(topic)
         _int(partition, 0, 1_000_000, "partition")
         _token(owner_token)
         now = wall_ms()
@@ -445,6 +445,62 @@ class RedisQueue:
             skipped += result.skipped
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
+    def push_many(self, topic: str, items: Sequence[PushItem]) -> list[PushResult | SluiceError]:
+        """The relay's push: ``push`` for each (queue, partition, owner token, records) item, for
+        records already decoded (``DecodedJob``: checked against ``JobSpec``'s fields, payload
+        canonical JSON), in two round trips however many items: the registry, then push.lua per
+        item (per 1000 records) in one pipeline.
+
+        Per item, in order: its result, or the error that refused it (``StaleToken``: a newer
+        relay owns the partition; ``InvalidInput``; ``QueueNotAllowed``), nothing of a refused
+        item written. Raises ``BackendUnavailable`` if a round trip failed (any item may have
+        landed: push.lua's offset record makes the retry safe).
+        """
+        _topic(topic)
+        horizon = wall_ms() + MAX_DELAY_MS + RELAY_SKEW_MS
+        out: list[PushResult | SluiceError] = []
+        calls: list[tuple[QueueKeys, str, int, list[Any]]] = []
+        owners: list[int] = []  # per call: its item's index
+        for i, (queue, partition, owner_token, records) in enumerate(items):
+            try:
+                k = self.keys(validate_public_queue(queue))
+                _int(partition, 0, 1_000_000, "partition")
+                for args in _push_args(queue, _token(owner_token), records, horizon):
+                    calls.append((k, topic, partition, args))
+                    owners.append(i)
+            except SluiceError as exc:
+                out.append(exc)
+                continue
+            out.append(PushResult(0, 0, -1))
+        refused = self._register_all({k.queue for k, _, _, _ in calls})
+        sent = []
+        for c, (k, _, _, _) in enumerate(calls):
+            if k.queue in refused:
+                out[owners[c]] = refused[k.queue]
+            else:
+                sent.append(c)
+        for c, result in zip(sent, self.scripts.push_many([calls[c] for c in sent]), strict=True):
+            before = out[owners[c]]
+            if isinstance(before, SluiceError):
+                continue  # an earlier chunk of this item was refused: its first error stands
+            out[owners[c]] = result if isinstance(result, SluiceError) else PushResult(
+                before.pushed + result.pushed, before.skipped + result.skipped, result.offset)
+        return out
+
+    def _register_all(self, queues: set[str]) -> dict[str, SluiceError]:
+        """``_register`` for several queues in one round trip; the refused ones, with why."""
+        refused: dict[str, SluiceError] = {}
+        asked = []
+        for queue in sorted(queues):
+            try:
+                self.limits.check_name(queue)
+                asked.append(queue)
+            except SluiceError as exc:
+                refused[queue] = exc
+        replies = self.scripts.register_many(QUEUES_KEY, [(q, self.limits.registry_limit(q)) for q in asked])
+        refused.update((q, r) for q, r in zip(asked, replies, strict=True) if isinstance(r, SluiceError))
+        return refused
+
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
         """The partition's offset recorded by push.lua in ``queue`` (-1: nothing pushed yet)."""
         k = self.keys(queue)
@@ -459,6 +515,45 @@ class RedisQueue:
         """How many of ``wanted`` jobs the queue's shared token bucket allows now."""
         k = self.keys(queue)
         return self.scripts.rate(k, _int(wanted, 1, 1_000_000, "wanted"))
+
+
+PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
+
+
+def _topic(topic: object) -> str:
+    if not isinstance(topic, str) or not 0 < len(topic) <= 249 or any(c in topic for c in ":{} \r\n"):
+        raise InvalidInput(f"invalid topic {topic!r}")
+    return topic
+
+
+def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, DecodedJob]],
+               horizon: int) -> list[list[Any]]:
+    """push.lua's ARGV for decoded records, per MAX_BATCH in offset order. What ``job_fields``
+    checks for a JobSpec that decoding has not (the queue, the clock-relative bounds, the
+    size); push.lua checks the id and the meta again, and stores the payload as given."""
+    if not records:
+        raise InvalidInput("push needs at least one record")
+    if len(records) > MAX_BATCH:  # each chunk raises the offset record: chunks go in offset order
+        records = sorted(records, key=lambda r: r[0])
+    chunks = []
+    for start in range(0, len(records), MAX_BATCH):
+        chunk = records[start:start + MAX_BATCH]
+        args: list[Any] = [owner_token, len(chunk)]
+        extend = args.extend
+        for offset, job in chunk:
+            if type(job) is not DecodedJob or job.queue != queue:
+                raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
+            if type(offset) is not int or not 0 <= offset <= MAX_TOKEN:
+                raise InvalidInput(f"offset must be an integer in 0..{MAX_TOKEN}, got {offset!r}")
+            if job.run_at_ms > horizon or job.enqueued_at_ms > horizon:
+                raise InvalidInput(f"job {job.job_id!r}: run_at_ms/enqueued_at_ms more than 7 days ahead")
+            payload = job.payload
+            if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
+                raise InvalidInput(f"payload of {job.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
+            extend((offset, job.job_id, payload,
+                    f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}", job.run_at_ms))
+        chunks.append(args)
+    return chunks
 
 
 def _text(value: Any) -> str:

@@ -108,14 +108,45 @@ class Scripts:
         self.client = client
         self._scripts: dict[str, Script] = {}
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _script(self, name: str) -> Script:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.client.register_script(source(name))
+        return script
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return script(keys=keys, args=args)
+            return self._script(name)(keys=keys, args=args)
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
+
+    def _pipelined(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Several calls of one script in one round trip (no MULTI: each call is atomic on its
+        own); per call its reply, or its error translated. A NOSCRIPT reply (a restarted or
+        failed-over Redis) means that call did not run: the script is loaded and those calls
+        sent again. Raises, translated, when the round trip itself failed: then any call may
+        have run."""
+        if not calls:
+            return []
+        sha = self._script(name).sha  # type: ignore[attr-defined]  # redis-py has it; its stubs do not
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                pipe.evalsha(sha, len(keys), *keys, *args)
+            try:
+                for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+                    replies[i] = reply
+                todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+                if todo:
+                    self.client.execute_command("SCRIPT", "LOAD", source(name))
+            except redis.exceptions.RedisError as exc:
+                raise translate(exc) from exc
+            if not todo:
+                break
+        return [translate(r) if isinstance(r, redis.exceptions.RedisError) else r for r in replies]
 
     # --- jobs -----------------------------------------------------------------------------
 
@@ -221,6 +252,21 @@ class Scripts:
         reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq],
                           args)
         return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
+
+    def push_many(self, calls: Sequence[tuple[QueueKeys, str, int, Sequence[Any]]]
+                  ) -> list[PushResult | SluiceError]:
+        """``push.lua`` once per (keys, topic, partition, ARGV) in one round trip; per call its
+        result or the error that refused it (nothing of that call written)."""
+        replies = self._pipelined("push.lua", [
+            ([k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq], args)
+            for k, topic, partition, args in calls])
+        return [r if isinstance(r, SluiceError) else PushResult(pushed=int(r[0]), skipped=int(r[1]),
+                                                                  offset=int(r[2])) for r in replies]
+
+    def register_many(self, registry: str, queues: Sequence[tuple[str, int]]) -> list[bool | SluiceError]:
+        """``register.lua`` per (queue, limit), in one round trip; per queue its reply or error."""
+        replies = self._pipelined("register.lua", [([registry], [q, limit]) for q, limit in queues])
+        return [r if isinstance(r, SluiceError) else bool(r) for r in replies]
 
     def rate(self, k: QueueKeys, wanted: int) -> int:
         return int(self._run("rate.lua", [k.bucket, k.config], [wanted]))

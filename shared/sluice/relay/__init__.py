@@ -18,7 +18,8 @@ This package talks only to ports; the Kafka, Redis and DynamoDB adapters are
 built by the caller (``sluice.wiring`` in Lambda, fixtures in tests).
 
 Modules, in dependency order; each part is one object that ``Relay`` composes:
-  ports        the protocols the relay talks through, the record type, ``decode``
+  ports        the protocols the relay talks through, the record type
+  records      ``decode_job``: a record's value, decoded once (``decode``: the JobSpec model's view)
   config       ``RelayConfig``: every knob, built once from Settings
   state        plain data: the report, each owned partition, each queue
   hooks        ``RelayHooks``: the named points recovery plugs into
@@ -45,8 +46,8 @@ from sluice.relay.ports import (
     RelayEngine,
     SourceRecord,
     SystemClock,
-    decode,
 )
+from sluice.relay.records import decode, decode_job
 from sluice.relay.state import AfterPush, RelayReport
 from sluice.relay.status import StatusWriter
 
@@ -65,6 +66,7 @@ __all__ = [
     "StatusWriter",
     "SystemClock",
     "decode",
+    "decode_job",
     "partition_job",
     "partition_job_id",
 ]

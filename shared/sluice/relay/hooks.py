@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from sluice.models import JobSpec
+from sluice.models import DecodedJob
 from sluice.relay.ports import SourceRecord
 
-Decoded = Sequence[tuple[SourceRecord, JobSpec | str]]  # each taken record with its decode (or poison reason)
+# each taken record with its decode (or poison reason)
+Decoded = Sequence[tuple[SourceRecord, DecodedJob | str]]
 
 
 class RelayHooks:

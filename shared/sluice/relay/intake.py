@@ -17,17 +17,18 @@ from sluice import events as ev
 from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
 from sluice.events import EventBus
 from sluice.ids import Verifier
-from sluice.models import JobSpec
+from sluice.models import DecodedJob
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
-from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord, decode
+from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord
+from sluice.relay.records import decode_job
 from sluice.relay.state import RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
 
-def unminted(spec: JobSpec, job_ids: Verifier) -> str | None:
+def unminted(spec: DecodedJob, job_ids: Verifier) -> str | None:
     """Why ``spec``'s id was not minted by a gateway holding these keys for its queue, or None.
 
     Kafka may be reachable by more than the gateways (a cluster named by bootstrap servers runs
@@ -61,7 +62,7 @@ class Intake:
         if records and self.events.listening:
             self._read(records)
         owned_by = self.ownership.owned
-        decoded: list[tuple[SourceRecord, JobSpec | str]] = []
+        decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         for record in records:
             owned = owned_by.get(record.partition)
             if owned is None or (owned.next_offset is not None and record.offset < owned.next_offset):
@@ -69,7 +70,7 @@ class Intake:
             if owned.next_offset is None:  # we started at the committed offset: nothing to commit yet
                 owned.committed = record.offset
             owned.next_offset = record.offset + 1
-            spec = decode(record)
+            spec = decode_job(record)
             decoded.append((record, spec))
             # Minted first: a record no gateway minted must not register its queue name.
             if not isinstance(spec, str) and self.job_ids is not None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 
 from sluice import limits
-from sluice.models import JobSpec
+from sluice.models import DecodedJob
 from sluice.relay.config import RelayConfig
 from sluice.relay.state import Item, OwnedPartition, QueueState
 
@@ -37,7 +37,7 @@ def share(allowed: int, partitions: list[OwnedPartition], queue: str, batch: int
     return [(o, n) for o, n in zip(order, counts, strict=True) if n > 0]
 
 
-def delayed(records: Iterable[tuple[int, JobSpec]], n: int, now_ms: int) -> list[bool]:
+def delayed(records: Iterable[tuple[int, DecodedJob]], n: int, now_ms: int) -> list[bool]:
     """For the first ``n`` records: is each one delayed (due after ``now_ms``)?"""
     return [spec.run_at_ms > now_ms for _, spec in islice(records, n)]
 

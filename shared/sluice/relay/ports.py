@@ -7,26 +7,13 @@ calls them directly: behaviour around them plugs in through ``sluice.relay.hooks
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from sluice.clock import wall_ms
-from sluice.models import (
-    RESERVED_QUEUE_PREFIX,
-    SCHEMA_VERSION,
-    EndedJob,
-    JobSpec,
-    LeasedJob,
-    QueueConfig,
-    QueueStats,
-    describe_validation,
-    is_reserved_queue,
-)
+from sluice.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +24,9 @@ class SourceRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+
+
+PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
 
 
 class PushOutcome(Protocol):
@@ -62,8 +52,12 @@ class RelayEngine(Protocol):
     def reap(self, queue: str, limit: int) -> int: ...
     def stats(self, queue: str) -> QueueStats: ...
     def queues(self) -> list[str]: ...
-    def push(self, queue: str, topic: str, partition: int, owner_token: int,
-             records: list[tuple[int, JobSpec]]) -> PushOutcome: ...
+    def push_many(self, topic: str, items: Sequence[PushItem]) -> Sequence[PushOutcome | Exception]:
+        """``push.lua`` for each (queue, partition, owner token, records) item, in one round trip.
+        Per item its outcome, or the error that refused it (``StaleToken``: a newer relay owns
+        the partition). Raises ``BackendUnavailable`` when the round trip failed."""
+        ...
+
     def take_rate(self, queue: str, wanted: int) -> int: ...
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
         """The highest offset of (topic, partition) pushed into ``queue`` (-1: none): push.lua skips
@@ -134,32 +128,3 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-def decode(record: SourceRecord) -> JobSpec | str:
-    """The record's JobSpec, or the reason it is poison (for the dead-letter topic)."""
-    if record.value is None:
-        return "undecodable: empty value"
-    try:
-        spec = JobSpec.model_validate_json(record.value)
-    except ValidationError as exc:
-        return _poison_reason(record.value, exc)
-    if record.key is not None and record.key != spec.job_id.encode():
-        return f"invalid: key {record.key[:64]!r} does not match job_id {spec.job_id!r}"
-    if is_reserved_queue(spec.queue):  # no gateway accepts these; a record for one is hostile
-        return f"reserved queue {spec.queue!r}: names starting with {RESERVED_QUEUE_PREFIX!r} are internal"
-    return spec
-
-
-def _poison_reason(value: bytes, exc: ValidationError) -> str:
-    # Only the failure path parses twice, to tell a newer schema from garbage.
-    try:
-        doc = json.loads(value)
-    except (ValueError, RecursionError):
-        return "undecodable: not UTF-8 JSON"
-    if not isinstance(doc, dict):
-        return "invalid: not a JSON object"
-    version = doc.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        return f"unknown schema_version {str(version)[:32]}"
-    return f"invalid job spec: {describe_validation(exc, root='', limit=5)}"[:1000]

@@ -10,6 +10,7 @@ changes relay state. A push refused because a newer owner pushed loses the parti
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,25 +18,27 @@ from typing import Any
 from sluice import events as ev
 from sluice.errors import LeaseLost, SluiceError
 from sluice.events import EventBus
-from sluice.models import JobSpec
+from sluice.models import DecodedJob
 from sluice.ports import JobStore, Metrics
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
-from sluice.relay.ports import PushOutcome, RelayEngine
+from sluice.relay.ports import PushItem, PushOutcome, RelayEngine
 from sluice.relay.state import AfterPush, Item, QueueState, RelayReport
 from sluice.relay.status import StatusWriter
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
 
+Records = list[tuple[int, DecodedJob]]
+
+
 @dataclass
 class Executed:
     # per plan item, in order: the records sent (finals removed), and push's outcome,
-    # the LeaseLost that refused it, an unexpected error (the records stay pending), or
+    # the LeaseLost that refused it, another error (the records stay pending), or
     # None when nothing was sent
-    results: list[tuple[list[tuple[int, JobSpec]], PushOutcome | Exception | None]] = field(
-        default_factory=list)
+    results: list[tuple[Records, PushOutcome | Exception | None]] = field(default_factory=list)
     error: SluiceError | None = None
 
 
@@ -52,29 +55,35 @@ class Pusher:
         self._status = StatusWriter(store, metrics)
         self._executor: ThreadPoolExecutor | None = None
 
+    @property
+    def status(self) -> StatusWriter:
+        return self._status
+
     def start(self, plan: list[Item]) -> Future[Executed]:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-push")
         return self._executor.submit(self._execute, plan)
 
     def _execute(self, plan: list[Item]) -> Executed:
-        """The I/O half of a push round, on the pusher thread: final jobs out, then push.lua.
+        """The I/O half of a push round, on the pusher thread: final jobs out, then every item's
+        push.lua in one round trip (``push_many``).
 
         Reads relay state but changes none of it; ``finish`` does that on the main thread.
         """
         done = Executed()
         try:
-            final = self.store.final_job_ids([s.job_id for _, _, take in plan for _, s in take])
+            final = self.store.final_job_ids([job.job_id for _, _, take in plan for _, job in take])
             stale: set[int] = set()
+            sending: list[int] = []  # indexes into plan, and into done.results
+            items: list[PushItem] = []
             for owned, queue, take in plan:
-                records = [(off, spec) for off, spec in take if spec.job_id not in final]
+                records = [(off, job) for off, job in take if job.job_id not in final] if final else take
                 if owned.number in stale or not records:
                     done.results.append((records, None))
                     continue
                 try:
                     token = self.hooks.before_push(queue, owned.number, owned.token)
-                    outcome = self._push(queue, owned.number, token, records)
-                except LeaseLost as exc:  # StaleToken: a newer relay owns this partition now
+                except LeaseLost as exc:  # the hooks refuse this partition (recovery: Redis's epoch changed)
                     stale.add(owned.number)
                     done.results.append((records, exc))
                     continue
@@ -83,42 +92,64 @@ class Pusher:
                 except Exception as exc:  # a bug or unforeseen input: this item only
                     done.results.append((records, exc))
                     continue
-                done.results.append((records, outcome))
-                if self.after_push is not None:
-                    self.after_push(owned.number, queue, outcome)
+                sending.append(len(done.results))
+                done.results.append((records, None))
+                items.append((queue, owned.number, token, records))
+            if items:
+                self._push(plan, items, sending, done)
         except SluiceError as exc:  # the rest of the plan stays pending and is tried again
             done.error = exc
         return done
 
-    def _push(self, queue: str, partition: int, token: int,
-              records: list[tuple[int, JobSpec]]) -> PushOutcome:
-        """``push.lua``, and a ``Pushed`` event (on this thread, before the outcome is applied)."""
-        if not self.events.listening:
-            return self.engine.push(queue, self.topic, partition, token, records)
-        fields: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "owner": token,
-                  "first": records[0][0], "last": records[-1][0]}
+    def _push(self, plan: list[Item], items: list[PushItem], sending: list[int], done: Executed) -> None:
+        """``push_many``, a ``Pushed`` event per item (on this thread, before the outcome is
+        applied), and ``after_push`` per item pushed."""
         t0 = ev.wall()  # the machine's clock, as the event's ``at`` (a chaos run skews time.time)
+        outcomes: Sequence[PushOutcome | Exception]
         try:
-            outcome = self.engine.push(queue, self.topic, partition, token, records)
-        except Exception as exc:
-            self.events.emit(ev.Pushed(outcome="error", t0=t0, error=ev.error_text(exc), **fields))
+            outcomes = self.engine.push_many(self.topic, items)
+        except SluiceError as exc:  # no reply: these items stay pending (a retry is safe)
+            self._emit(items, [exc] * len(items), t0)
+            for i in sending:
+                done.results[i] = (done.results[i][0], exc)
             raise
-        self.events.emit(ev.Pushed(outcome="ok", t0=t0, pushed=outcome.pushed, skipped=outcome.skipped,
-                                   jobs=tuple(spec.job_id for _, spec in records), **fields))
-        return outcome
+        except Exception as exc:  # a bug or unforeseen input: these items stay pending
+            outcomes = [exc] * len(items)
+        self._emit(items, outcomes, t0)
+        for i, item, outcome in zip(sending, items, outcomes, strict=True):
+            done.results[i] = (done.results[i][0], outcome)
+            if isinstance(outcome, SluiceError) and not isinstance(outcome, LeaseLost):
+                done.error = done.error or outcome  # raised once the others are applied
+            elif not isinstance(outcome, Exception) and self.after_push is not None:
+                self.after_push(item[1], item[0], outcome)
+
+    def _emit(self, items: list[PushItem], outcomes: Sequence[PushOutcome | Exception], t0: float) -> None:
+        if not self.events.listening:
+            return
+        for (queue, partition, token, records), outcome in zip(items, outcomes, strict=True):
+            common: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "t0": t0,
+                                      "owner": token, "first": records[0][0], "last": records[-1][0]}
+            if isinstance(outcome, Exception):
+                self.events.emit(ev.Pushed(outcome="error", error=ev.error_text(outcome), **common))
+            else:
+                self.events.emit(ev.Pushed(outcome="ok", pushed=outcome.pushed, skipped=outcome.skipped,
+                                           jobs=tuple(job.job_id for _, job in records), **common))
 
     def finish(self, plan: list[Item], done: Executed, states: dict[str, QueueState]) -> int:
         """Apply a round's outcome; returns how many jobs it pushed. Raises the round's error."""
         pushed = 0
-        queued: list[tuple[str, str, int]] = []
+        queued: list[tuple[str, Records]] = []  # for the status writer, which builds its tuples itself
         owned_by = self.ownership.owned
         for (owned, queue, take), (records, outcome) in zip(plan, done.results, strict=False):
+            # strict=False: a round that failed before its push holds fewer results than items
             if owned_by.get(owned.number) is not owned:
                 continue  # lost earlier in this round: its records are the new owner's now
             if isinstance(outcome, LeaseLost):
                 self.report.stale_stops += 1
                 self.ownership.lose(owned.number, str(outcome))
                 self.ownership.assign()
+                continue
+            if isinstance(outcome, SluiceError):  # the round's error, raised below: tried again
                 continue
             if isinstance(outcome, Exception):  # the other partitions and queues still flow
                 self.report.unexpected_errors += 1
@@ -132,7 +163,7 @@ class Pusher:
                 pushed += outcome.pushed
                 self.report.pushed += outcome.pushed
                 self.report.skipped += outcome.skipped
-                queued.extend((spec.job_id, queue, spec.enqueued_at_ms) for _, spec in records)
+                queued.append((queue, records))
                 state = states[queue]
                 state.pushed_since_refresh += outcome.pushed
                 state.pushed_since_dispatch += outcome.pushed

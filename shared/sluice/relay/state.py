@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.models import JobSpec, QueueConfig
+from sluice.models import DecodedJob, QueueConfig
 from sluice.ports import Metrics
 from sluice.relay.ports import PushOutcome
 
@@ -57,7 +57,7 @@ class OwnedPartition:
     token: int
     leased_at: float  # monotonic; Ownership
     # Intake: records taken from the source and not pushed yet, per queue, in offset order
-    pending: dict[str, deque[tuple[int, JobSpec]]] = field(default_factory=dict)
+    pending: dict[str, deque[tuple[int, DecodedJob]]] = field(default_factory=dict)
     pending_count: int = 0
     next_offset: int | None = None  # one past the last record taken from the source
     fetch_paused: bool = False
@@ -99,6 +99,6 @@ class QueueState:
         return self.config.paused or self.watermark_paused or self.dead_full
 
 
-Item = tuple[OwnedPartition, str, list[tuple[int, JobSpec]]]  # a partition's next records for one queue
+Item = tuple[OwnedPartition, str, list[tuple[int, DecodedJob]]]  # a partition's next records for one queue
 
 AfterPush = Callable[[int, str, PushOutcome], None]
