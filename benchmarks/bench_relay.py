@@ -2,7 +2,7 @@
 
 Prints one JSON object:
   {"bench": "relay", "jobs": N, "partitions": P, "jobs_per_s", "raw_consume_per_s",
-   "ratio", "redis_cpu_us_per_job"}
+   "ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_waited_s", "round_ratios"}
 
 It starts its own Tansu broker and redis-server (sluice.local.servers), produces N
 job records over P partitions, then alternately consumes them raw (assign + poll,
@@ -12,7 +12,11 @@ the median of ROUNDS rounds by ratio, each round a raw run and a relay run measu
 back, because this machine is noisy. The relay's job store is a
 null store here: this measures the Kafka -> Redis hand-off; the store's own costs
 (BatchGetItem for final jobs, status updates off the push path) are in bench_store.
-Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job.
+Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job. Both
+sides check record CRCs with the ``crc32c`` C extension (a dependency; ``crc32c`` says
+kafka-python uses it). ``status_max_waiting`` is the most pushed jobs the status writer
+(``mark_queued``, off the push path) ever had waiting, and ``status_waited_s`` how long the
+relay waited for it; with the null store, that is the writer thread's own cost.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from sluice.models import JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.relay import Relay, RelayConfig
+from sluice.relay.status import Backlog
 
 JOBS = 50_000
 PARTITIONS = 4
@@ -82,7 +87,7 @@ def raw_consume(bootstrap: str) -> float:
     return JOBS / elapsed
 
 
-def relay_run(bootstrap: str, redis_url: str, group: str) -> tuple[float, float]:
+def relay_run(bootstrap: str, redis_url: str, group: str) -> tuple[float, float, Backlog]:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     source = KafkaSource.from_settings(Settings(kafka_bootstrap=bootstrap, kafka_topic=TOPIC,
@@ -98,7 +103,7 @@ def relay_run(bootstrap: str, redis_url: str, group: str) -> tuple[float, float]
     assert client.zcard(QueueKeys("bench").ready) == JOBS
     source.close()
     client.close()
-    return JOBS / elapsed, cpu * 1e6 / JOBS
+    return JOBS / elapsed, cpu * 1e6 / JOBS, relay.pusher.status.backlog
 
 
 def main() -> None:
@@ -112,17 +117,24 @@ def main() -> None:
             rounds = []
             for round_ in range(ROUNDS):
                 raw = raw_consume(bootstrap)
-                rate, us = relay_run(bootstrap, url, f"bench-{round_}")
-                rounds.append((rate / raw, rate, raw, us))
+                rate, us, backlog = relay_run(bootstrap, url, f"bench-{round_}")
+                rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.waited_s))
                 log(f"round {round_}: raw {raw:.0f}/s, relay {rate:.0f}/s ({rate / raw:.2f}), "
-                    f"{us:.1f} us Redis CPU/job")
+                    f"{us:.1f} us Redis CPU/job, status writer at most {backlog.max_waiting} jobs behind")
         finally:
             redis_server.stop()
             tansu.stop()
-    ratio, rate, raw, us = sorted(rounds)[len(rounds) // 2]  # the median round: a pair measured together
+    ratio, rate, raw, us, waiting, waited = sorted(rounds)[len(rounds) // 2]  # the median round: a pair
     emit("relay", jobs=JOBS, partitions=PARTITIONS, jobs_per_s=round(rate), raw_consume_per_s=round(raw),
-         ratio=round(ratio, 3), redis_cpu_us_per_job=round(us, 1),
+         ratio=round(ratio, 3), redis_cpu_us_per_job=round(us, 1), crc32c=crc32c_in_use(),
+         status_max_waiting=waiting, status_waited_s=round(waited, 3),
          round_ratios=[round(r[0], 3) for r in rounds])
+
+
+def crc32c_in_use() -> bool:
+    from kafka.record import util
+
+    return util.crc32c_c is not None and util.calc_crc32c.__defaults__ == (util.crc32c_c,)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""Issue 18: the relay decodes each record once, into a ``DecodedJob``, without a model per record.
+
+``decode_job`` must accept exactly what the ``JobSpec`` model (``decode``) accepts, give the
+same job, and give a poison record the model's own reason. Hostile values included.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.models import DecodedJob, JobSpec
+from sluice.redis import engine as engine_mod
+from sluice.relay import SourceRecord, decode, decode_job
+from tests.unit.fakes import RELAY_CALLS, FakeStore
+from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource
+
+
+def reference(record: SourceRecord) -> DecodedJob | str:
+    spec = decode(record)
+    return spec if isinstance(spec, str) else DecodedJob.of(spec)
+
+
+def good(**changes: Any) -> dict[str, Any]:
+    return {"schema_version": 1, "job_id": "a1", "queue": "q", "payload": {"b": [1, 2.5, None], "a": "é"},
+            "priority": 3, "max_attempts": 7, "lease_ms": 45_000, "run_at_ms": 5, "enqueued_at_ms": 9,
+            "idempotency_key": "k"} | changes
+
+
+HOSTILE: list[tuple[bytes | None, bytes | None]] = [
+    (None, None),
+    (None, b""),
+    (None, b"\xff\xfe not json"),
+    (None, b"[1,2]"),
+    (None, b"null"),
+    (None, b'"a string"'),
+    (None, b"[" * 100_000 + b"]" * 100_000),
+    (None, b'{"payload": ' + b"[" * 5000 + b"]" * 5000 + b', "job_id": "a", "queue": "q"}'),
+    (None, b'{"job_id":"a","queue":"q","payload":"\\ud800"}'),  # a lone surrogate
+    (None, b'{"job_id":"a","queue":"q","payload":NaN}'),
+    (None, b'{"job_id":"a","queue":"q","payload":[Infinity]}'),
+    (None, b'{"job_id":"a","queue":"q","payload":1e400}'),
+    (None, b'{"job_id":"a","queue":"q","job_id":"b"}'),  # a repeated key: the last one counts
+    (None, b'{"job_id":"a","queue":"q","payload":123456789012345678901234567890}'),
+    (None, b'\xef\xbb\xbf{"job_id":"a","queue":"q"}'),  # a byte order mark
+    (None, json.dumps(good()).encode("utf-16")),
+    (b"a1", json.dumps(good()).encode()),
+    (b"other", json.dumps(good()).encode()),
+    (None, json.dumps(good(queue="sluice-relay")).encode()),
+    (None, json.dumps(good(queue="NOT A QUEUE")).encode()),
+    (None, json.dumps(good(job_id="bad id")).encode()),
+    (None, json.dumps(good(job_id="x" * 129)).encode()),
+    (None, json.dumps(good(schema_version=2)).encode()),
+    (None, json.dumps(good(schema_version=1.0)).encode()),
+    (None, json.dumps(good(schema_version=True)).encode()),
+    (None, json.dumps(good(schema_version="1")).encode()),
+    (None, json.dumps(good(priority=10)).encode()),
+    (None, json.dumps(good(priority=True)).encode()),
+    (None, json.dumps(good(priority=1.0)).encode()),
+    (None, json.dumps(good(priority="1")).encode()),
+    (None, json.dumps(good(max_attempts=0)).encode()),
+    (None, json.dumps(good(lease_ms=9)).encode()),
+    (None, json.dumps(good(lease_ms=10**12)).encode()),
+    (None, json.dumps(good(run_at_ms=-1)).encode()),
+    (None, json.dumps(good(enqueued_at_ms=-5)).encode()),
+    (None, json.dumps(good(idempotency_key=5)).encode()),
+    (None, json.dumps(good(extra="field")).encode()),
+    (None, json.dumps({"job_id": "a", "queue": "q"}).encode()),  # every default
+    (None, json.dumps({"queue": "q"}).encode()),
+    (None, json.dumps({"job_id": "a"}).encode()),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), HOSTILE)
+def test_decode_job_agrees_with_the_model_on_hostile_records(key: bytes | None, value: bytes | None) -> None:
+    record = SourceRecord(0, 0, key, value)
+    assert decode_job(record) == reference(record)
+
+
+def test_decode_job_is_the_model_s_job_with_its_payload_canonical() -> None:
+    spec = JobSpec(**good())
+    job = decode_job(SourceRecord(0, 0, b"a1", spec.model_dump_json().encode()))
+    assert job == DecodedJob("a1", "q", '{"a":"é","b":[1,2.5,null]}', 3, 7, 45_000, 5, 9)
+    assert decode_job(SourceRecord(0, 0, None, b'{"job_id":"a","queue":"q"}')) == DecodedJob(
+        "a", "q", "null", 0, 5, 30_000, 0, 0)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                  max_size=3), max_leaves=8)
+_field_values = st.one_of(_json, st.sampled_from([0, 1, 2, 9, 10, 100, 101, 30_000, "q", "a1", "sluice-x"]))
+_fields = st.sampled_from(["schema_version", "job_id", "queue", "payload", "priority", "max_attempts",
+                           "lease_ms", "run_at_ms", "enqueued_at_ms", "idempotency_key", "other"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(changes=st.dictionaries(_fields, _field_values, max_size=4), drop=st.lists(_fields, max_size=2),
+       key=st.sampled_from([None, b"a1", b"q"]))
+def test_decode_job_agrees_with_the_model_on_mutated_records(changes: dict[str, Any], drop: list[str],
+                                                             key: bytes | None) -> None:
+    doc = good(**changes)
+    for name in drop:
+        doc.pop(name, None)
+    record = SourceRecord(0, 0, key, json.dumps(doc, allow_nan=True).encode())
+    assert decode_job(record) == reference(record)
+
+
+def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Today's count on the relay's side: one ``dump_json`` per record, in ``decode_job``; the
+    engine's push arguments take the decoded payload as it is (before: two, and a third check
+    of the model's fields in the engine)."""
+    from sluice import models
+    from sluice.relay import Relay, RelayConfig
+
+    calls = 0
+    real = models.dump_json
+
+    def counted(value: Any) -> str:
+        nonlocal calls
+        calls += isinstance(value, dict) and set(value) == {"n"}  # the records' payloads only
+        return real(value)
+
+    clock = FakeClock()
+    source = FakeSource(n_partitions=1, clock=clock)
+    for i in range(50):
+        source.append_spec(0, JobSpec(job_id=f"j{i}", queue="q", payload={"n": i}))
+    engine = FakeEngine(clock)
+    relay = Relay(engine, FakeStore(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
+                  relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0))
+    monkeypatch.setattr("sluice.relay.records.dump_json", counted)
+    monkeypatch.setattr("sluice.models.dump_json", counted)
+    monkeypatch.setattr("sluice.redis.engine.dump_json", counted)
+    for _ in range(4):
+        relay.step()
+    assert len(engine.jobs["q"]) == 50
+    assert calls == 50
+    jobs = [(offset, job) for offset, job in enumerate(engine.jobs["q"].values())]
+    [args] = engine_mod._push_args("q", 1, jobs, horizon=2**52)
+    assert calls == 50  # building push.lua's arguments serialises nothing
+    assert args[:2] == [1, 50] and args[2:7] == [0, "j0", '{"n":0}', "0,5,30000,0", 0]
