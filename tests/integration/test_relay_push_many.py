@@ -117,7 +117,8 @@ def test_more_than_a_script_call_of_records_goes_in_offset_ordered_chunks(rq: Re
     assert redis_client.zcard(QueueKeys("q").ready) == 2500
 
 
-def test_redis_unreachable_raises_and_a_bad_topic_is_refused(rq: RedisQueue, redis_client: redis.Redis) -> None:
+def test_redis_unreachable_raises_and_a_bad_topic_is_refused(rq: RedisQueue,
+                                                              redis_client: redis.Redis) -> None:
     with pytest.raises(InvalidInput):
         rq.push_many("bad topic", [("q", 0, 1, jobs("q", 0))])
     before = snapshot(redis_client)
