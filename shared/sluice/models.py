@@ -87,6 +87,10 @@ def describe_validation(exc: ValidationError, *, root: str = "event", limit: int
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or root}: {e['msg']}" for e in exc.errors()[:limit])
 
 
+# json.dumps(value, **these) builds a new encoder on every call; this one is built once.
+_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False)
+
+
 def dump_json(value: Any) -> str:
     """Serialise a payload or result canonically, or raise InvalidInput.
 
@@ -94,8 +98,7 @@ def dump_json(value: Any) -> str:
     languages' parsers would choke on them later, far from the caller.
     """
     try:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False,
-                          ensure_ascii=False)
+        return _CANONICAL.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"value is not JSON-serialisable: {exc}") from exc
 

@@ -23,7 +23,7 @@ from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord
 from sluice.relay.records import decode_job
-from sluice.relay.state import RelayReport
+from sluice.relay.state import OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
@@ -61,7 +61,7 @@ class Intake:
     def take(self, records: Sequence[SourceRecord]) -> None:
         if records and self.events.listening:
             self._read(records)
-        owned_by = self.ownership.owned
+        owned_by, admitted, job_ids = self.ownership.owned, self._admitted, self.job_ids
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         for record in records:
             owned = owned_by.get(record.partition)
@@ -70,25 +70,33 @@ class Intake:
             if owned.next_offset is None:  # we started at the committed offset: nothing to commit yet
                 owned.committed = record.offset
             owned.next_offset = record.offset + 1
-            spec = decode_job(record)
-            decoded.append((record, spec))
-            # Minted first: a record no gateway minted must not register its queue name.
-            if not isinstance(spec, str) and self.job_ids is not None:
-                spec = unminted(spec, self.job_ids) or spec
-            if not isinstance(spec, str) and (why := self._refusal(spec.queue)) is not None:
-                self.report.refused += 1
-                spec = f"queue refused: {why}"
-            if isinstance(spec, str):
-                self.source.dead_letter(record, spec)
-                owned.dead_since_commit = True
-                self.report.dead_lettered += 1
-                log.warning("poison record %s/%s -> dead-letter topic: %s", record.partition,
-                            record.offset, spec)
+            job = decode_job(record)
+            decoded.append((record, job))
+            if isinstance(job, str):
+                self._dead_letter(owned, record, job)
                 continue
-            owned.pending.setdefault(spec.queue, deque()).append((record.offset, spec))
+            # Minted first: a record no gateway minted must not register its queue name.
+            if job_ids is not None and (why := unminted(job, job_ids)) is not None:
+                self._dead_letter(owned, record, why)
+                continue
+            queue = job.queue
+            if queue not in admitted and (why := self._refusal(queue)) is not None:
+                self.report.refused += 1
+                self._dead_letter(owned, record, f"queue refused: {why}")
+                continue
+            pending = owned.pending.get(queue)
+            if pending is None:
+                pending = owned.pending[queue] = deque()
+            pending.append((record.offset, job))
             owned.pending_count += 1
         if decoded:
             self.hooks.on_records(decoded)
+
+    def _dead_letter(self, owned: OwnedPartition, record: SourceRecord, reason: str) -> None:
+        self.source.dead_letter(record, reason)
+        owned.dead_since_commit = True
+        self.report.dead_lettered += 1
+        log.warning("poison record %s/%s -> dead-letter topic: %s", record.partition, record.offset, reason)
 
     def _read(self, records: Sequence[SourceRecord]) -> None:
         """``RecordsRead`` per partition of a poll (before any is taken: what Kafka gave)."""

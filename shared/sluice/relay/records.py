@@ -12,7 +12,7 @@ word, and the model stays the one definition of a valid job.
 from __future__ import annotations
 
 import json
-from functools import cache
+from collections.abc import Callable
 from typing import Annotated, Any, NotRequired, Required
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
@@ -36,7 +36,6 @@ _PRIORITY, _MAX_ATTEMPTS, _LEASE_MS, _RUN_AT_MS, _ENQUEUED_AT_MS = (
     _DEFAULTS[n] for n in ("priority", "max_attempts", "lease_ms", "run_at_ms", "enqueued_at_ms"))
 
 
-@cache
 def _fields() -> TypeAdapter[dict[str, Any]]:
     """JobSpec's fields as a TypedDict: the same types and bounds, the same strictness and
     refusal of unknown keys, but a dict out, and no payload validator (``decode_job``
@@ -52,12 +51,22 @@ def _fields() -> TypeAdapter[dict[str, Any]]:
     return TypeAdapter(typed)
 
 
+_validate: Callable[[bytes], dict[str, Any]] | None = None  # _fields()'s core validator, once built
+
+
+def _validator() -> Callable[[bytes], dict[str, Any]]:
+    global _validate
+    if _validate is None:
+        _validate = _fields().validator.validate_json
+    return _validate
+
+
 def decode_job(record: SourceRecord) -> DecodedJob | str:
     """The record's job, or the reason it is poison (for the dead-letter topic)."""
     if record.value is None:
         return "undecodable: empty value"
     try:
-        d = _fields().validate_json(record.value)
+        d = (_validate or _validator())(record.value)
         payload = dump_json(d.get("payload"))
     except (ValidationError, InvalidInput):  # the model says why (or, never expected, accepts it)
         spec = decode(record)
