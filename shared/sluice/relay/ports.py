@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sluice.clock import wall_ms
 from sluice.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRecord:
-    """One Kafka record as the relay sees it: no client library types leak past the adapter."""
+class SourceRecord(NamedTuple):
+    """One Kafka record as the relay sees it: no client library types leak past the adapter.
+    A tuple: the adapter builds one per record (a frozen dataclass costs about 3 times more)."""
 
     partition: int
     offset: int
