@@ -46,7 +46,7 @@ from sluice.models import (
 )
 from sluice.redis.auth import RotatingToken
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import JobFields, PushResult, Scripts, translate
+from sluice.redis.scripts import JobFields, PushResult, Scripts, push_argv, translate
 
 __all__ = ["PushItem", "PushResult", "RedisQueue"]
 
@@ -538,8 +538,8 @@ def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decode
     chunks = []
     for start in range(0, len(records), MAX_BATCH):
         chunk = records[start:start + MAX_BATCH]
-        args: list[Any] = [owner_token, len(chunk)]
-        extend = args.extend
+        flat: list[str] = []
+        extend = flat.extend
         for offset, job in chunk:
             if type(job) is not DecodedJob or job.queue != queue:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
@@ -550,9 +550,9 @@ def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decode
             payload = job.payload
             if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
                 raise InvalidInput(f"payload of {job.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
-            extend((offset, job.job_id, payload,
-                    f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}", job.run_at_ms))
-        chunks.append(args)
+            meta = f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}"
+            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms)))
+        chunks.append(push_argv(owner_token, flat))
     return chunks
 
 

@@ -86,14 +86,18 @@ local function max_attempts_of(meta)
   return tonumber(string.match(meta, '^%d,(%d+)'))
 end
 
--- Validate a job given as ARGV[i..i+3]: id, payload, meta, run_at_ms.
+-- Validate a job given as A[i..i+3]: id, payload, meta, run_at_ms (A: ARGV, or the records
+-- push.lua decoded from its one argument).
 -- Returns nil when valid, else an error reply. Jobs of one batch mostly share their
 -- "<priority>,<max_attempts>,<lease_ms>" head, so each distinct head is range-checked
 -- once per call (`heads`); enqueued_at_ms must be at most 13 digits (before 2286) and
 -- run_at_ms "0" needs no parsing: these checks run for every job of every push.
 local heads = {}
-local function check_job(i, now)
-  local id, payload, meta, run_at = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+local function check_job(A, i, now)
+  local id, payload, meta, run_at = A[i], A[i + 1], A[i + 2], A[i + 3]
+  if type(id) ~= 'string' or type(payload) ~= 'string' or type(meta) ~= 'string' then
+    return invalid('job')
+  end
   if #id == 0 or #id > 128 or not string.match(id, '^[%w][%w_.%-]*$') then
     return invalid('job id')
   end
@@ -117,16 +121,16 @@ local function check_job(i, now)
   return nil
 end
 
--- Keys of the jobs at ARGV offsets `starts` that do not exist yet (and are not repeated
--- within the batch), as a list of ARGV offsets. One EXISTS over the whole batch answers
+-- Keys of the jobs at offsets `starts` of A that do not exist yet (and are not repeated
+-- within the batch), as a list of offsets. One EXISTS over the whole batch answers
 -- the common case (all new); only when some exist is each one looked up.
-local function new_jobs(prefix, starts)
+local function new_jobs(A, prefix, starts)
   local keys = {}
-  for k, i in ipairs(starts) do keys[k] = prefix .. ARGV[i] end
+  for k, i in ipairs(starts) do keys[k] = prefix .. A[i] end
   local fresh, seen = {}, {}
   local any = #keys > 0 and redis.call('EXISTS', unpack(keys)) > 0
   for k, i in ipairs(starts) do
-    local id = ARGV[i]
+    local id = A[i]
     if not seen[id] and not (any and redis.call('EXISTS', keys[k]) == 1) then
       fresh[#fresh + 1] = i
     end
@@ -135,20 +139,20 @@ local function new_jobs(prefix, starts)
   return fresh
 end
 
--- Create the (validated, new) jobs at ARGV offsets `starts`. Ready jobs share one
+-- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
 -- INCRBY of the sequence and one ZADD; delayed ones one ZADD, run-at at most 7 days from TIME.
-local function create_jobs(prefix, ready, delayed, seqkey, starts, now)
+local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now)
   local n_ready = 0
   for _, i in ipairs(starts) do
-    if tonumber(ARGV[i + 3]) <= now then n_ready = n_ready + 1 end
+    if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
   end
   local seq = 0
   if n_ready > 0 then seq = redis.call('INCRBY', seqkey, n_ready) - n_ready end
   local rz, dz = {}, {}
   for _, i in ipairs(starts) do
-    local id, meta, run_at = ARGV[i], ARGV[i + 2], math.min(tonumber(ARGV[i + 3]), now + MAX_DELAY_MS)
+    local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
-    redis.call('HSET', prefix .. id, 'p', ARGV[i + 1], 'm', meta)
+    redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta)
     if run_at <= now then
       seq = seq + 1
       rz[#rz + 1] = ready_score(priority_of(meta), seq)
@@ -173,13 +177,13 @@ local function enqueue_jobs(prefix, ready, delayed, seqkey)
   local starts = {}
   for r = 1, k do
     local i = 4 * r - 2
-    local bad = check_job(i, now)
+    local bad = check_job(ARGV, i, now)
     if bad then return bad end
     starts[r] = i
   end
 
-  local fresh = new_jobs(prefix, starts)
-  create_jobs(prefix, ready, delayed, seqkey, fresh, now)
+  local fresh = new_jobs(ARGV, prefix, starts)
+  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now)
   local added, out = {}, {}
   for _, i in ipairs(fresh) do added[i] = true end
   for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
