@@ -96,12 +96,12 @@ class Pusher:
                 done.results.append((records, None))
                 items.append((queue, owned.number, token, records))
             if items:
-                self._push(plan, items, sending, done)
+                self._push(items, sending, done)
         except SluiceError as exc:  # the rest of the plan stays pending and is tried again
             done.error = exc
         return done
 
-    def _push(self, plan: list[Item], items: list[PushItem], sending: list[int], done: Executed) -> None:
+    def _push(self, items: list[PushItem], sending: list[int], done: Executed) -> None:
         """``push_many``, a ``Pushed`` event per item (on this thread, before the outcome is
         applied), and ``after_push`` per item pushed."""
         t0 = ev.wall()  # the machine's clock, as the event's ``at`` (a chaos run skews time.time)
