@@ -363,6 +363,25 @@ class DispatchLimited(Incident):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PushFailed(Incident):
+    """One partition's push into ``queue`` raised something unexpected; its records stay pending
+    and the other partitions flow."""
+
+    partition: int
+    queue: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusWriteFailed(Incident):
+    """The relay's status writer could not mark ``jobs`` jobs queued (a status update only:
+    the grant moves them on regardless)."""
+
+    jobs: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchFailed(Incident):
     queue: str
     error: str

@@ -25,6 +25,8 @@ class Recorded:
     (ev.RelayStepFailed(error="KeyError", unexpected=True),
      [("RelayErrors", 1, {}), ("RelayUnexpectedErrors", 1, {})]),
     (ev.PartitionLost(partition=3, why="stale"), [("RelayPartitionLost", 1, {})]),
+    (ev.PushFailed(partition=2, queue="q", error="KeyError"), [("RelayUnexpectedErrors", 1, {})]),
+    (ev.StatusWriteFailed(jobs=7, error="throttled"), [("RelayMarkQueuedFailed", 7, {})]),
     (ev.OwnershipJobRemoved(job="x", why="not ours"), [("RelayBadOwnershipJob", 1, {})]),
     (ev.QueueHeld(queue="q", gate="dead_cap", held=True, depth=9), [("RelayDeadCapHeld", 1, {"queue": "q"})]),
     (ev.QueueHeld(queue="q", gate="dead_cap", held=False, depth=1),

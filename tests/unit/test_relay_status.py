@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sluice.metrics import NullMetrics
+from sluice.events import EventBus
 from sluice.models import DecodedJob
 from sluice.relay.status import StatusWriter
 
@@ -32,7 +32,7 @@ class SlowStore:
 
 def test_the_writer_builds_the_tuples_and_writes_what_queued_up_in_one_call() -> None:
     store = SlowStore()
-    writer = StatusWriter(store, NullMetrics())  # type: ignore[arg-type]
+    writer = StatusWriter(store, EventBus())  # type: ignore[arg-type]
     writer.submit([("q", records("q", 0, 1))])  # the writer takes it and waits on the gate
     assert store.entered.wait(5)
     for i in range(2, 8, 2):
@@ -49,7 +49,7 @@ def test_the_writer_builds_the_tuples_and_writes_what_queued_up_in_one_call() ->
 
 def test_a_full_backlog_makes_the_relay_wait_and_says_how_long() -> None:
     store = SlowStore()
-    writer = StatusWriter(store, NullMetrics(), max_batches=1)  # type: ignore[arg-type]
+    writer = StatusWriter(store, EventBus(), max_batches=1)  # type: ignore[arg-type]
     writer.submit([("q", records("q", 0))])
     assert store.entered.wait(5)
     writer.submit([("q", records("q", 1))])  # waits in the queue while the first is written

@@ -62,7 +62,7 @@ class Relay:
         self.queues = QueueStates(engine, config, events=bus)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
-                             metrics=self.metrics, hooks=hooks, after_push=after_push, events=bus)
+                             hooks=hooks, after_push=after_push, events=bus)
         self.committer = Committer(source, config, self.ownership, clock=self.clock, report=report,
                                    hooks=hooks, events=bus)
         self.dispatch = Dispatch(dispatcher, config, report=report, events=bus)

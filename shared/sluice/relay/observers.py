@@ -6,8 +6,8 @@ alarms and docs/relay.md use, ``RelayLog`` writes the line. ``Relay`` attaches b
 bus and detaches them in ``stop``. Incidents are rare, so observing them leaves the bus's
 hot-path events unbuilt (``EventBus.listening``).
 
-Still counted where they happen: the invocation's totals (``RelayReport.publish``, once at
-the end) and the pusher's own errors and status writes (``pusher.py``, ``status.py``).
+Still counted where it happens: the invocation's totals (``RelayReport.publish``, once at
+the end).
 """
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ log = logging.getLogger("sluice.relay")
 GATE_METRICS = {("dead_cap", True): "RelayDeadCapHeld", ("dead_cap", False): "RelayDeadCapReleased",
                 ("watermark", True): "RelayWatermarkPaused", ("watermark", False): "RelayWatermarkResumed"}
 
+# Incidents counted once each, with no dimension.
+ONCE: dict[type[ev.Event], str] = {
+    ev.PushFailed: "RelayUnexpectedErrors", ev.PartitionLost: "RelayPartitionLost",
+    ev.OwnershipJobRemoved: "RelayBadOwnershipJob", ev.DispatchLimited: "RelayDispatchBudgetSpent",
+    ev.Replayed: "RelayReplays", ev.CheckpointFailed: "RelayCheckpointFailed"}
+
 
 class RelayMetrics:
     """Each incident as the count it has always been (names and dimensions unchanged)."""
@@ -33,28 +39,23 @@ class RelayMetrics:
 
     def __call__(self, e: ev.Event) -> None:
         m = self.metrics
-        if isinstance(e, ev.RelayStepFailed):
+        once = ONCE.get(type(e))
+        if once is not None:
+            m.count(once)
+        elif isinstance(e, ev.RelayStepFailed):
             m.count("RelayErrors")
             if e.unexpected:
                 m.count("RelayUnexpectedErrors")
-        elif isinstance(e, ev.PartitionLost):
-            m.count("RelayPartitionLost")
-        elif isinstance(e, ev.OwnershipJobRemoved):
-            m.count("RelayBadOwnershipJob")
+        elif isinstance(e, ev.StatusWriteFailed):
+            m.count("RelayMarkQueuedFailed", e.jobs)
         elif isinstance(e, ev.QueueHeld):
             m.count(GATE_METRICS[e.gate, e.held], queue=e.queue)
         elif isinstance(e, ev.MemoryGuard):
             m.count("RelayMemoryGuardOn" if e.on else "RelayMemoryGuardOff")
-        elif isinstance(e, ev.DispatchLimited):
-            m.count("RelayDispatchBudgetSpent")
         elif isinstance(e, ev.DispatchFailed):
             m.count("RelayDispatchFailed", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
-        elif isinstance(e, ev.Replayed):
-            m.count("RelayReplays")
-        elif isinstance(e, ev.CheckpointFailed):
-            m.count("RelayCheckpointFailed")
 
 
 class RelayLog:

@@ -19,7 +19,7 @@ from sluice import events as ev
 from sluice.errors import LeaseLost, SluiceError
 from sluice.events import EventBus
 from sluice.models import DecodedJob
-from sluice.ports import JobStore, Metrics
+from sluice.ports import JobStore
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
@@ -46,13 +46,13 @@ class Pusher:
     """Runs push rounds and applies their outcome to the buffers, the report and the queue states."""
 
     def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, ownership: Ownership, *,
-                 topic: str, report: RelayReport, metrics: Metrics, hooks: RelayHooks,
+                 topic: str, report: RelayReport, hooks: RelayHooks,
                  after_push: AfterPush | None = None, events: EventBus | None = None) -> None:
         self.engine, self.store, self.config, self.ownership = engine, store, config, ownership
-        self.topic, self.report, self.metrics, self.hooks = topic, report, metrics, hooks
+        self.topic, self.report, self.hooks = topic, report, hooks
         self.after_push = after_push
         self.events = events or EventBus()
-        self._status = StatusWriter(store, metrics)
+        self._status = StatusWriter(store, self.events)
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -153,7 +153,8 @@ class Pusher:
                 continue
             if isinstance(outcome, Exception):  # the other partitions and queues still flow
                 self.report.unexpected_errors += 1
-                self.metrics.count("RelayUnexpectedErrors")
+                self.events.emit(ev.PushFailed(partition=owned.number, queue=queue,
+                                               error=ev.error_text(outcome)))
                 log.error("pushing partition %s into %s failed unexpectedly; its records stay pending",
                           owned.number, queue, exc_info=outcome)
                 continue

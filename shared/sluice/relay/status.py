@@ -10,8 +10,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sluice import events as ev
+from sluice.events import EventBus
 from sluice.models import DecodedJob
-from sluice.ports import JobStore, Metrics
+from sluice.ports import JobStore
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
@@ -43,9 +45,9 @@ class StatusWriter:
     and writes whatever has queued up in one ``mark_queued`` call (at most ``max_jobs``).
     """
 
-    def __init__(self, store: JobStore, metrics: Metrics, max_batches: int = 200,
+    def __init__(self, store: JobStore, events: EventBus, max_batches: int = 200,
                  max_jobs: int = 5_000) -> None:
-        self.store, self.metrics, self.max_jobs = store, metrics, max_jobs
+        self.store, self.events, self.max_jobs = store, events, max_jobs
         self._queue: queue_mod.Queue[tuple[Round, int] | None] = queue_mod.Queue(max_batches)
         self._thread: threading.Thread | None = None
         self.backlog = Backlog()
@@ -89,7 +91,7 @@ class StatusWriter:
         try:
             self.store.mark_queued(jobs)
         except Exception as exc:  # a status update must never kill the relay
-            self.metrics.count("RelayMarkQueuedFailed", len(jobs))
+            self.events.emit(ev.StatusWriteFailed(jobs=len(jobs), error=ev.error_text(exc)))
             log.warning("could not mark %d jobs queued: %s", len(jobs), exc)
         finally:
             self.backlog.written += len(jobs)
