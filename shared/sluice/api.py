@@ -286,6 +286,8 @@ class Api:
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,
             finished_at_ms=record.finished_at_ms, cancel_requested=record.cancel_requested,
             result=record.result, result_ref=record.result_ref, last_error=record.last_error,
+            progress=record.progress, progress_detail=record.progress_detail,
+            progress_at_ms=record.progress_at_ms,
         )
 
     def cancel(self, job_id: str) -> CancelAccepted:

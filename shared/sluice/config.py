@@ -55,6 +55,12 @@ class Settings(BaseModel):
     results_bucket: str = "sluice-results"
     large_result_bytes: int = Field(default=300_000, ge=1, le=390_000)
     retention_days: int = Field(default=14, ge=1)
+    # Completion events (docs/events.md): the EventBridge bus, and the largest result carried in an
+    # event (larger ones are an S3 pointer).
+    events_bus_name: str = "sluice-events"
+    event_result_inline_bytes: int = Field(default=16 * 1024, ge=0, le=200_000)
+    # Progress (ctx.progress): at most one write per job per this many ms.
+    progress_every_ms: int = Field(default=1_000, ge=0)
 
     # Gateway limits.
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)

@@ -77,6 +77,22 @@ def validate_token(token: object) -> int:
     return token
 
 
+MAX_PROGRESS_DETAIL_BYTES = 1024  # a progress note (ctx.progress), UTF-8; longer is refused
+
+
+def validate_progress(fraction: object, detail: object) -> tuple[float, str]:
+    """A progress report as stored: a fraction in [0, 1] and a short note; InvalidInput otherwise."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0.0 <= fraction <= 1.0:
+        raise InvalidInput(f"invalid progress {fraction!r}: a number from 0 to 1")
+    if not isinstance(detail, str):
+        raise InvalidInput("the progress detail must be a string")
+    size = len(detail.encode("utf-8"))
+    if size > MAX_PROGRESS_DETAIL_BYTES:
+        raise InvalidInput(f"progress detail of {size} bytes is over the {MAX_PROGRESS_DETAIL_BYTES}-byte "
+                           "limit: keep it a short note, put data in the result")
+    return float(fraction), detail
+
+
 def truncate_error(text: str) -> str:
     """``text`` cut to ``MAX_ERROR_CHARS``, its end marked with an ellipsis when cut."""
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 1] + "\u2026"
@@ -327,6 +343,9 @@ class JobRecord(BaseModel):
     result_token: int | None = None
     cancel_requested: bool = False
     redrive_gen: int = 0  # redrives an operator made (sluice.redrive); 0: never redriven
+    progress: float | None = None  # the holder's last ctx.progress, 0..1 (None: never reported)
+    progress_detail: str | None = None
+    progress_at_ms: int | None = None
 
 
 class WriteOutcome(StrEnum):

@@ -80,6 +80,10 @@ class JobView(BaseModel):
     result: Any = None
     result_ref: str | None = Field(default=None, description="Where a result too large for the item is.")
     last_error: str | None = None
+    progress: float | None = Field(default=None, ge=0, le=1,
+                                   description="The handler's last ctx.progress (0..1), if it reported any.")
+    progress_detail: str | None = None
+    progress_at_ms: int | None = None
 
 
 class CancelAccepted(BaseModel):

@@ -171,7 +171,20 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
     return LambdaDispatcher.from_settings(s or settings())
 
 
+@cache
+def completion_publisher(s: Settings | None = None) -> Any:
+    """The completion events' ``Publisher`` (the events Lambda; ``sluice dev``'s stream poller)."""
+    from sluice.completion.publish import EventBridgeSink, Publisher
+    from sluice.store.results import S3ResultSink
+
+    s = s or settings()
+    return Publisher(EventBridgeSink(boto_client("events", s)), s.events_bus_name,
+                     results=S3ResultSink(None, s.results_bucket, build_client=lambda: boto_client("s3", s)),
+                     inline_bytes=s.event_result_inline_bytes)
+
+
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
-    for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys):
+    for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
+                    completion_publisher):
         builder.cache_clear()

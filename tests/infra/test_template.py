@@ -377,7 +377,9 @@ def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
         p = fn["Properties"]
         # Outside the VPC, boto3 only.
-        if name not in ("KafkaBootstrapFunction", "SecretRotationFunction", "PrefixListsFunction"):
+        if name == "EventsFunction":  # the layer, outside the VPC (docs/events.md: no endpoint)
+            assert p["Layers"] == [{"Ref": "SharedLayer"}] and "VpcConfig" not in p, name
+        elif name not in ("KafkaBootstrapFunction", "SecretRotationFunction", "PrefixListsFunction"):
             assert p["Layers"] == [{"Ref": "SharedLayer"}], name
             assert p["VpcConfig"]["SecurityGroupIds"] == [{"Ref": "FunctionSecurityGroup"}], name
         group = p["LoggingConfig"]["LogGroup"]["Ref"]

@@ -376,6 +376,16 @@ class FakeStore:
                 raise StoreError(f"record_failure: {job_id} is {self.items[job_id]['status']}")
             it.update(status=status, last_error=error)
 
+    def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:
+        from sluice.models import validate_progress
+
+        with self._lock:
+            fraction, detail = validate_progress(fraction, detail)
+            it = self._fenced("write_progress", job_id, token)
+            if it is None:
+                raise LeaseLost(f"write_progress: {job_id} is {self.items[job_id]['status']}")
+            it.update(progress=fraction, progress_detail=detail)
+
     def release(self, job_id: str, token: int) -> None:
         with self._lock:
             it = self._fenced("release", job_id, token)

@@ -104,9 +104,9 @@ def register(group: click.Group) -> None:
 
 
 def _load() -> None:
-    from sluice.cli import check, jobs, local, ops, top
+    from sluice.cli import check, events, jobs, local, ops, top
 
-    for module in (jobs, ops, top, local, check):
+    for module in (jobs, ops, top, local, check, events):
         for command in module.COMMANDS:
             main.add_command(command)
     register(main)

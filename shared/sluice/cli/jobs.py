@@ -30,6 +30,8 @@ def _echo_job(view: Any, as_json: bool) -> None:
         click.echo(json.dumps(data))
         return
     click.echo(f"{data['job_id']}  {data['queue']}  {data['status']}  attempts={data['attempts']}")
+    if (line := progress_line(data)) is not None:
+        click.echo(line)
     if data.get("result") is not None:
         click.echo(f"result: {json.dumps(data['result'])}")
     if data.get("result_ref"):
@@ -88,6 +90,16 @@ def status(target: Target, job_id: str, as_json: bool, wait: bool, timeout: floa
         click.echo(json.dumps(data))
     else:
         click.echo(f"{record.job_id}  {record.queue}  {record.status.value}  attempts={record.attempts}")
+        if (line := progress_line(data)) is not None:
+            click.echo(line)
+
+
+def progress_line(data: dict[str, Any]) -> str | None:
+    """``progress: 40% resized 4 of 10`` for a job whose handler reported progress."""
+    if data.get("progress") is None:
+        return None
+    detail = data.get("progress_detail") or ""
+    return f"progress: {data['progress'] * 100:.0f}%" + (f" {detail}" if detail else "")
 
 
 @click.command()

@@ -125,6 +125,7 @@ class DevStack:
         self.endpoints: dict[str, Any] = {}
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
+        self._events_thread: threading.Thread | None = None
         self._log_handler: logging.Handler | None = None
 
     @property
@@ -167,6 +168,7 @@ class DevStack:
             warm += [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
                      for _ in range(o.gateway_concurrency)]
             self._ensure_resources(s)
+            events_queue = self._start_events(s)
             for inv in warm:
                 inv.done.wait(30)
             self.gateway = self._serve_gateway()
@@ -185,6 +187,7 @@ class DevStack:
                 "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
                 "tansu": "tansu" in self.stack.servers,
+                "events_queue_url": events_queue,
             }
             self.stack.write_endpoints(self.endpoints)
             self.endpoints = {**self.endpoints, **self._written()}
@@ -228,6 +231,27 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
+
+    def _start_events(self, s: Settings) -> str:
+        """Completion events on moto: the stream poller (Lambda's event source mapping, which moto
+        lacks) feeding the events function's ``Publisher``, and the bus routed to an SQS queue
+        that ``sluice events --follow`` reads. Returns that queue's URL."""
+        import boto3
+
+        from sluice import wiring
+        from sluice.completion.publish import batch_failures
+        from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream
+
+        worker = self.settings or s
+        queue_url = ensure_bus(worker)
+        publisher = wiring.completion_publisher(worker)
+        client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+        poller = StreamPoller(client, ensure_jobs_stream(worker),
+                              lambda event: batch_failures(publisher.publish(event["Records"])))
+        self._events_thread = threading.Thread(target=poller.run, args=(self._stop,), name="sluice-events",
+                                               daemon=True)
+        self._events_thread.start()
+        return queue_url
 
     def _settings_env(self) -> dict[str, str]:
         return {f"SLUICE_{k.upper()}": _env_text(v) for k, v in self.options.settings.items()
@@ -417,6 +441,8 @@ class DevStack:
         self._stop.set()
         if self._scheduler is not None:
             self._scheduler.join(5)
+        if self._events_thread is not None:
+            self._events_thread.join(5)
         parts = [p for p in (self.gateway, self.lambda_api, self.lambdas, self.sink) if p is not None]
         # In parallel: each HTTP server takes up to its poll interval (0.5 s) to notice.
         threads = [threading.Thread(target=_quietly, args=(p.stop,)) for p in parts]

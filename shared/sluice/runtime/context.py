@@ -50,6 +50,14 @@ class JobContext:
     _lease: LeaseState
     _fenced: FencedTableFactory | None = None
     _tables: dict[str, Any] = field(default_factory=dict)
+    _progress: Any = None  # a runtime.progress.Progress, if the store records progress
+
+    def progress(self, fraction: float, detail: str = "") -> None:
+        """Record how far the job is (``fraction`` in [0, 1], a short ``detail``), fenced on this
+        job's token and written at most once a second; see ``sluice.runtime.progress``."""
+        if self._progress is None:
+            raise SluiceError("this worker's store records no progress")
+        self._progress.report(fraction, detail)
 
     @property
     def lease_lost(self) -> threading.Event:

@@ -39,6 +39,7 @@ from sluice.runtime.heartbeat import Tracked
 from sluice.runtime.invoke import Invocation, invoke
 from sluice.runtime.options import HandlerSpec, WorkerOptions
 from sluice.runtime.outcomes import Fail, Outcome, Retry
+from sluice.runtime.progress import Progress
 
 
 def describe(exc: BaseException) -> str:
@@ -96,18 +97,36 @@ class JobRunner:
                          max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
-                         _fenced=self._fenced)
+                         _fenced=self._fenced, _progress=self._progress(job.job_id, token))
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,
                                       lease=job.lease_token, queue_wait_ms=waited))
         inv = invoke(spec.call, job.as_job(), ctx, timeout_ms / 1000)
+        if not inv.timed_out:  # a timed-out handler's thread lives on: its lease is given up
+            self._flush_progress(ctx)
         outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
         events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
                                     duration_ms=inv.duration_ms,
                                     error="" if inv.error is None else ev.error_text(inv.error),
                                     stale_token=isinstance(inv.error, StaleToken)))
         return self._verdict(a, inv, timeout_ms)
+
+    def _progress(self, job_id: str, token: int) -> Progress | None:
+        write = getattr(self.store, "write_progress", None)  # not every store records progress
+        if write is None:
+            return None
+        return Progress(write, job_id, token, every_ms=self.options.progress_every_ms, now_ms=self._now_ms)
+
+    @staticmethod
+    def _flush_progress(ctx: JobContext) -> None:
+        """The throttle's kept-back report, before the verdict; a refusal changes no verdict
+        (the verdict's own fenced write says whether this holder is stale)."""
+        if ctx._progress is not None:
+            try:
+                ctx._progress.flush()
+            except SluiceError as exc:
+                ctx.logger.warning("last progress report not written: %s", exc)
 
     def _grant(self, job: LeasedJob) -> int:
         return ev.timed(self.finisher.events,

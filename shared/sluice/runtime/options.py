@@ -51,6 +51,7 @@ class WorkerOptions:
     retry_base_ms: int = 1_000  # backoff for a failed attempt: full jitter under base * 2**(n-1)
     retry_cap_ms: int = 15 * 60 * 1000
     invocation_budget_ms: int | None = None
+    progress_every_ms: int = 1_000  # ctx.progress writes at most once per this per job
 
     def __post_init__(self) -> None:
         if self.lease_ms is not None and not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
@@ -75,7 +76,8 @@ class WorkerOptions:
                    lease_batch=s.worker_batch, concurrency=s.worker_concurrency, margin_ms=s.lambda_margin_ms,
                    grant_margin_ms=s.grant_margin_ms,
                    budget_lease_ms=s.default_lease_seconds * 1000, retry_base_ms=s.retry_base_ms,
-                   retry_cap_ms=s.retry_cap_ms, invocation_budget_ms=budget)
+                   retry_cap_ms=s.retry_cap_ms, invocation_budget_ms=budget,
+                   progress_every_ms=s.progress_every_ms)
 
     def default_timeout_ms(self) -> int:
         # Before leasing, a job's own lease is unknown: budget with the deployment default.

@@ -22,6 +22,7 @@ NAMES = {
     "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
     "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
     "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
+    "#pg": "progress", "#pgd": "progress_detail", "#pgt": "progress_at_ms",
 }
 
 
@@ -75,4 +76,7 @@ def decode_record(item: Mapping[str, Any], load_result: Callable[[str], bytes] |
         result=result, result_ref=ref,
         result_token=item_int(item, "result_token", -1) if "result_token" in item else None,
         cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)),
-        redrive_gen=item_int(item, "redrive_gen"))
+        redrive_gen=item_int(item, "redrive_gen"),
+        progress=float(item["progress"]["N"]) if "N" in item.get("progress", {}) else None,
+        progress_detail=item_str(item, "progress_detail"),
+        progress_at_ms=item_int(item, "progress_at_ms") if "progress_at_ms" in item else None)

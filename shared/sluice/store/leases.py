@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from sluice.errors import AlreadyFinished, InvalidInput, StoreError
+from sluice.errors import AlreadyFinished, InvalidInput, LeaseLost, StoreError
 from sluice.events import EventBus
 from sluice.models import (
     FINAL_STATES,
@@ -27,6 +27,7 @@ from sluice.models import (
     WriteOutcome,
     truncate_error,
     validate_job_id,
+    validate_progress,
     validate_token,
 )
 from sluice.store.codec import N, S, item_int, item_str
@@ -147,6 +148,23 @@ class LeaseWrites(ItemTable):
                                         ":leased": S(JobState.LEASED)})
         self._fenced_update("release", job_id, token, request, rerun_ends=True,
                             lands_as={"status": S(JobState.QUEUED)})
+
+    def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:
+        """The holder's progress, fenced like its result: only ``token`` of a leased job moves it.
+
+        A stale holder gets ``StaleToken``; nothing is retried here (the next report, or the
+        throttle's flush, carries the latest value anyway)."""
+        job_id, token = validate_job_id(job_id), validate_token(token)
+        fraction, detail = validate_progress(fraction, detail)
+        request = self._request(job_id, update="SET #pg = :pg, #pgd = :pgd, #pgt = :now",
+                                condition=FENCE,
+                                values={":pg": {"N": repr(fraction)}, ":pgd": S(detail),
+                                        ":now": N(self._now_ms()), ":mine": N(token),
+                                        ":leased": S(JobState.LEASED)})
+        old, ok = self._update("write_progress", request)
+        if not ok:
+            raise classify(self._fence, "write_progress", job_id, token, old,
+                           lambda msg: LeaseLost(msg, job_id=job_id, token=token))
 
     def _end_rerun(self, job_id: str, token: int, old: dict[str, Any] | None) -> None:
         """The current holder of a re-run of a succeeded job ended it: the job keeps its result.

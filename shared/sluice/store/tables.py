@@ -18,13 +18,16 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 
-def _create_table(client: DynamoDBClient, name: str, key: str, ttl_attribute: str) -> None:
+def _create_table(client: DynamoDBClient, name: str, key: str, ttl_attribute: str, *,
+                  stream: bool = False) -> None:
+    spec = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    extra: dict[str, Any] = {"StreamSpecification": spec} if stream else {}
     try:
         client.create_table(
             TableName=name,
             KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
+            BillingMode="PAY_PER_REQUEST", **extra,
         )
     except ClientError as exc:
         if error_code(exc) != "ResourceInUseException":
@@ -41,8 +44,9 @@ def _create_table(client: DynamoDBClient, name: str, key: str, ttl_attribute: st
 
 
 def create_jobs_table(client: DynamoDBClient, name: str) -> None:
-    """Partition key ``job_id``; TTL on ``expires_at`` (set only on final states)."""
-    _create_table(client, name, "job_id", "expires_at")
+    """Partition key ``job_id``; TTL on ``expires_at`` (set only on final states); a stream of both
+    images, which the completion events hang off (docs/events.md)."""
+    _create_table(client, name, "job_id", "expires_at", stream=True)
 
 
 def create_idempotency_table(client: DynamoDBClient, name: str) -> None:

@@ -1,0 +1,45 @@
+"""Completion events in template.yaml: the stream, the bus, the mapping's retries, least privilege."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.infra import cfn
+
+T = cfn.template()
+RES = T["Resources"]
+
+
+def props(name: str) -> dict[str, Any]:
+    return RES[name]["Properties"]  # type: ignore[no-any-return]
+
+
+def test_the_jobs_table_streams_both_images_to_the_events_function() -> None:
+    assert props("JobsTable")["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    esm = props("EventsStream")
+    assert esm["EventSourceArn"] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}
+    assert esm["FunctionName"] == {"Ref": "EventsFunction"}
+    assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert esm["StartingPosition"] == "TRIM_HORIZON" and esm["BisectBatchOnFunctionError"] is True
+    dlq = {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
+    assert esm["DestinationConfig"]["OnFailure"]["Destination"] == dlq
+    (f,) = esm["FilterCriteria"]["Filters"]
+    assert json.loads(f["Pattern"])["dynamodb"]["NewImage"]["status"]["S"] == [
+        "succeeded", "failed", "dead", "cancelled"]
+
+
+def test_the_events_function_may_put_only_to_its_bus_and_read_only_the_stream() -> None:
+    p = props("EventsFunction")
+    assert p["CodeUri"] == "functions/events/"
+    assert p["Environment"]["Variables"]["SLUICE_EVENTS_BUS_NAME"] == {"Ref": "EventBus"}
+    by_action = {a: s["Resource"] for pol in p["Policies"] for s in pol["Statement"] for a in s["Action"]}
+    assert by_action["events:PutEvents"] == {"Fn::GetAtt": ["EventBus", "Arn"]}
+    for action in ("dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:DescribeStream"):
+        assert by_action[action] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}
+    assert by_action["s3:PutObject"] == {"Fn::Sub": "${ResultsBucket.Arn}/results/*"}
+    assert by_action["sqs:SendMessage"] == {"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}
+    assert set(by_action) == {"events:PutEvents", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+                              "dynamodb:DescribeStream", "dynamodb:ListStreams", "s3:PutObject",
+                              "sqs:SendMessage"}
+    assert "Events" not in p  # no SAM event: it would attach a managed policy on Resource "*"

@@ -1,0 +1,125 @@
+"""Completion events end to end on moto: final writes -> the jobs table's stream -> the poller ->
+the Publisher -> EventBridge -> an SQS target; and progress writes fenced on the real table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+import pytest
+
+from sluice import wiring
+from sluice.completion.publish import Publisher, batch_failures
+from sluice.config import Settings
+from sluice.errors import InvalidInput, LeaseLost, StaleToken
+from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream, follow
+from sluice.models import EndedJob, JobState
+from sluice.store import tables
+from sluice.store.jobs import DynamoJobStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+def _id(n: int) -> str:
+    return f"01JDXAMPLE00000000000000{n:02d}.q.abc"
+
+
+@pytest.fixture
+def s(moto_url: str, unique: str) -> Settings:
+    settings = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
+                        idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}",
+                        events_bus_name=f"bus-{unique}")
+    tables.ensure_all(settings)
+    return settings
+
+
+def _received(s: Settings, url: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    follow(s, url, out.append, wait_s=0, until_empty=True)
+    return out
+
+
+def _poller(s: Settings, publisher: Any) -> StreamPoller:
+    client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+    return StreamPoller(client, ensure_jobs_stream(s),
+                        lambda event: batch_failures(publisher.publish(event["Records"])))
+
+
+def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_repeats_its_id(
+        s: Settings, unique: str) -> None:
+    url = ensure_bus(s, f"follow-{unique}")
+    store = DynamoJobStore.from_settings(s)
+    ok, failed, settled, cancelled, running = (_id(n) for n in range(1, 6))
+    store.mark_queued([(j, "q", 0) for j in (ok, failed, settled, cancelled, running)])
+    store.write_result(ok, store.grant(ok, "q", "w"), {"pages": 4})
+    store.record_failure(failed, store.grant(failed, "q", "w"), "bad input", "failed")
+    store.grant(settled, "q", "w")
+    store.settle_ended(EndedJob(job_id=settled, queue="q", status=JobState.DEAD, ended_at_ms=1))
+    store.request_cancel(cancelled)
+    store.grant(running, "q", "w")  # never ends: no event
+    # The "crash": nothing published these; the writes alone are in the stream.
+    publisher = wiring.completion_publisher.__wrapped__(s)  # an uncached one, for these settings
+    poller = _poller(s, publisher)
+    assert poller.poll_once() > 0
+    events = _received(s, url)
+    by_job = {e["detail"]["job_id"]: e for e in events}
+    assert len(events) == 4 and set(by_job) == {ok, failed, settled, cancelled}
+    assert {e["detail-type"] for e in events} == {"Job Succeeded", "Job Failed", "Job Dead", "Job Cancelled"}
+    assert all(e["source"] == "sluice" for e in events)
+    assert by_job[ok]["detail"]["result"] == {"pages": 4}
+    assert by_job[ok]["detail"]["event_id"] == f"{ok}:succeeded:0"
+    assert by_job[failed]["detail"]["last_error"] == "bad input"
+    # The publisher died after PutEvents and before its checkpoint: the next one reads the same
+    # records again and publishes them again, with the same ids.
+    again = _poller(s, publisher)
+    again.poll_once()
+    repeats = _received(s, url)
+    assert sorted(e["detail"]["event_id"] for e in repeats) == sorted(e["detail"]["event_id"] for e in events)
+    # The checkpoint moved: the first poller publishes nothing more.
+    assert poller.poll_once() == 0 and _received(s, url) == []
+
+
+def test_a_refused_put_is_retried_from_the_failed_record(s: Settings, unique: str) -> None:
+    url = ensure_bus(s, f"follow-{unique}")
+    store = DynamoJobStore.from_settings(s)
+    store.mark_queued([(_id(1), "q", 0)])
+    store.write_result(_id(1), store.grant(_id(1), "q", "w"), 1)
+    real = wiring.completion_publisher.__wrapped__(s)
+
+    class Down:
+        def put(self, entries: list[dict[str, Any]]) -> list[bool]:
+            return [False] * len(entries)
+
+    poller = _poller(s, Publisher(Down(), s.events_bus_name))
+    poller.poll_once()
+    assert _received(s, url) == []
+    poller.handle = lambda event: batch_failures(real.publish(event["Records"]))
+    poller.poll_once()
+    (event,) = _received(s, url)
+    assert event["detail"]["event_id"] == f"{_id(1)}:succeeded:0"
+
+
+def test_progress_is_fenced_on_the_token_and_shown_by_get_job(s: Settings) -> None:
+    store = DynamoJobStore.from_settings(s)
+    job = _id(7)
+    store.mark_queued([(job, "q", 0)])
+    t1 = store.grant(job, "q", "w1")
+    store.write_progress(job, t1, 0.4, "resized 4 of 10")
+    rec = store.get_job(job)
+    assert (rec.progress, rec.progress_detail) == (0.4, "resized 4 of 10") and rec.progress_at_ms
+    store.record_failure(job, t1, "boom", "queued")
+    t2 = store.grant(job, "q", "w2")
+    with pytest.raises(StaleToken):
+        store.write_progress(job, t1, 0.9, "stale")  # the old holder cannot move it
+    store.write_progress(job, t2, 0.1, "again")
+    with pytest.raises(InvalidInput):
+        store.write_progress(job, t2, 1.5, "")
+    with pytest.raises(InvalidInput):
+        store.write_progress(job, t2, 0.5, "x" * 5000)
+    store.write_result(job, t2, "ok")
+    with pytest.raises(LeaseLost):
+        store.write_progress(job, t2, 0.2, "after the end")
+    rec = store.get_job(job)
+    assert (rec.progress, rec.progress_detail, rec.status) == (0.1, "again", JobState.SUCCEEDED)
+    assert json.loads(rec.model_dump_json())["progress"] == 0.1
