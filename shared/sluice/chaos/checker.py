@@ -37,6 +37,14 @@ do, and nothing else (``chaos.rules`` has each rule and its argument):
 - ``pause_violations``: a push that added jobs to the queue while the operator had it
   paused (from the pause's answer plus the relay's config refresh, until the resume, or
   a Redis restart, which forgets the pause). Must be 0.
+
+When the run collected its completion events (a ``completions`` line, ``chaos.completions``):
+
+- ``completion_violations``: a final job without an event naming its final status; an
+  ending (a job and redrive generation) with two distinct event ids (two states); a job
+  that is not final with an event of a generation it has not been redriven past (a job
+  that never ended got an event). Must be 0. Duplicates of one id are allowed (at least
+  once) and counted in ``completions_duplicated``.
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ class StoreItem:
     token: int = 0
     result_token: int | None = None
     result_digest: str | None = None
+    redrive_gen: int = 0  # redrives made
+    run_gen: int = 0  # the generation its latest grant ran under: its ending's event names it
 
 
 @dataclass
@@ -84,6 +94,9 @@ class Report:
     reruns_without_redrive: int = 0
     purged_lost: int = 0
     pause_violations: int = 0
+    completions: int = -1  # distinct completion events; -1: the run did not collect them
+    completions_duplicated: int = 0
+    completion_violations: int = 0
     operator: dict[str, int] = field(default_factory=dict)  # "<kind>:<outcome>" -> count
     faults: dict[str, int] = field(default_factory=dict)
     faults_landed: dict[str, int] = field(default_factory=dict)
@@ -93,7 +106,7 @@ class Report:
     def ok(self) -> bool:
         return not (self.lost or self.unexpected or self.duplicate_results or self.wrong_results
                     or self.stale_writes_accepted or self.stuck or self.cancel_violations
-                    or self.reruns_without_redrive or self.pause_violations)
+                    or self.reruns_without_redrive or self.pause_violations or self.completion_violations)
 
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "lost": self.lost, "unexpected": self.unexpected,
@@ -103,6 +116,8 @@ class Report:
                 "cancel_violations": self.cancel_violations,
                 "reruns_without_redrive": self.reruns_without_redrive,
                 "pause_violations": self.pause_violations,
+                "completion_violations": self.completion_violations, "completions": self.completions,
+                "completions_duplicated": self.completions_duplicated,
                 "faults": dict(sorted(self.faults.items())), "ok": self.ok,
                 "cancelled": self.cancelled, "purged_lost": self.purged_lost,
                 "operator": dict(sorted(self.operator.items())),
@@ -123,6 +138,7 @@ class _Job:
     redis_deaths: list[tuple[float, float]] = field(default_factory=list)  # fail -> dead: (t0, t1)
     writes: list[dict[str, Any]] = field(default_factory=list)  # accepted result writes
     invokes: int = 0
+    completions: list[tuple[str, str, int]] = field(default_factory=list)  # (event id, state, generation)
 
 
 def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - one branch per op
@@ -135,6 +151,9 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - 
             if op == "operator":
                 key = f"{e.get('kind')}:{outcome}"
                 report.operator[key] = report.operator.get(key, 0) + 1
+            continue
+        if op == "completions":  # the run collected its completion events (chaos.completions)
+            report.completions = 0
             continue
         if op == "fault":
             ops.add(e)
@@ -168,6 +187,8 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - 
                 report.writes_rejected += 1
         elif op == "invoke":
             j.invokes += 1
+        elif op == "completion":
+            j.completions.append((str(e.get("event_id")), str(e.get("state")), int(e.get("gen") or 0)))
     return jobs
 
 
@@ -217,6 +238,8 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
         if item is not None and item.status == "leased" and job_id not in live_leases:
             report.stuck += 1
             _sample(report, "stuck", job_id)
+        if report.completions >= 0:
+            _check_completions(report, job_id, j, item)
     paused_pushes = ops.pushes_while_paused()
     report.pause_violations = len(paused_pushes)
     for where in paused_pushes:
@@ -258,3 +281,27 @@ def _check_results(report: Report, job_id: str, j: _Job, item: StoreItem | None)
     if stale:
         report.stale_writes_accepted += stale
         _sample(report, "stale_writes_accepted", job_id)
+
+
+FINAL_STATES = ("succeeded", "failed", "dead", "cancelled")
+
+
+def _check_completions(report: Report, job_id: str, j: _Job, item: StoreItem | None) -> None:
+    """Exactly one distinct event per ending, none for a job that never ended."""
+    ids = {eid for eid, _, _ in j.completions}
+    report.completions += len(ids)
+    report.completions_duplicated += len(j.completions) - len(ids)
+    per_ending: dict[int, set[str]] = defaultdict(set)
+    for eid, _, gen in j.completions:
+        per_ending[gen].add(eid)
+    final = item is not None and item.status in FINAL_STATES
+    broken = any(len(v) > 1 for v in per_ending.values())
+    if final:
+        assert item is not None
+        broken = broken or (item.status, item.run_gen) not in {(s, g) for _, s, g in j.completions}
+    else:
+        redriven_past = item.redrive_gen if item is not None else 0
+        broken = broken or any(gen >= redriven_past for gen in per_ending)
+    if broken:
+        report.completion_violations += 1
+        _sample(report, "completion_violations", job_id)

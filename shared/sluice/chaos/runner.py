@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos import checker, history, nemesis, operator, runtimes
+from sluice.chaos import checker, completions, history, nemesis, operator, runtimes
 from sluice.chaos.app import QUEUE
 from sluice.chaos.workload import Enqueuer
 
@@ -85,7 +85,9 @@ def snapshot(settings: Any) -> dict[str, checker.StoreItem]:
             items[job_id] = checker.StoreItem(
                 status=item.get("status", {}).get("S", ""), token=int(item.get("token", {}).get("N", 0)),
                 result_token=int(item["result_token"]["N"]) if "result_token" in item else None,
-                result_digest=history.digest(json.loads(result)) if result is not None else None)
+                result_digest=history.digest(json.loads(result)) if result is not None else None,
+                redrive_gen=int(item.get("redrive_gen", {}).get("N", 0)),
+                run_gen=int(item.get("run_gen", {}).get("N", 0)))
     return items
 
 
@@ -170,6 +172,9 @@ class Run:
             drained = self._drain(settings, times)
             counts = runtime.stop_agents()
             stopped = True
+            say("publishing the completion events through the stream, EventBridge and SQS...")
+            received = completions.collect(settings, self.history)
+            self.history.emit("completions", received=received)
             say("checking the history against the stores...")
             report = checker.check(history.read(self.history_path), snapshot(settings),
                                    live_leases(settings.redis_url))
