@@ -25,7 +25,7 @@ from sluice.chaos.nemesis import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",
-              "cancel_violations", "reruns_without_redrive", "pause_violations")
+              "cancel_violations", "reruns_without_redrive", "pause_violations", "completion_violations")
 
 
 def run(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -34,6 +34,8 @@ def run(tmp_path: Path, *args: str) -> dict[str, Any]:
     assert result.exit_code == 0, result.output[-3000:]
     for invariant in INVARIANTS:
         assert report[invariant] == 0, (invariant, report.get("samples"), report.get("diagnosis"))
+    # every ended job's completion event went through the stream, EventBridge and SQS (issue 17)
+    assert report["completions"] >= report["succeeded"] + report["dead"] > 0
     return report
 
 
