@@ -123,3 +123,28 @@ def test_progress_is_fenced_on_the_token_and_shown_by_get_job(s: Settings) -> No
     rec = store.get_job(job)
     assert (rec.progress, rec.progress_detail, rec.status) == (0.1, "again", JobState.SUCCEEDED)
     assert json.loads(rec.model_dump_json())["progress"] == 0.1
+
+
+def test_a_redriven_job_ending_again_gets_a_new_id_and_a_rerun_of_a_success_none(s: Settings,
+                                                                                  unique: str) -> None:
+    url = ensure_bus(s, f"follow-{unique}")
+    store = DynamoJobStore.from_settings(s)
+    dead, rerun, unrecorded, honoured = _id(11), _id(12), _id(13), _id(14)
+    store.mark_queued([(j, "q", 0) for j in (dead, rerun, honoured)])
+    store.record_failure(dead, store.grant(dead, "q", "w"), "boom", "dead")
+    gen = store.redrive(dead)
+    store.record_failure(dead, store.grant(dead, "q", "w", gen), "boom again", "dead")
+    store.write_result(rerun, store.grant(rerun, "q", "w"), 1)
+    store.write_result(rerun, store.grant(rerun, "q", "w2"), 1)  # its worker died before the ack
+    store.cancel_unrecorded(unrecorded, "q", "cancelled before the relay")
+    store.grant(honoured, "q", "w")
+    store.request_cancel(honoured)  # leased: flagged
+    store.honour_cancel(honoured)  # its holder died: cancelled now
+    publisher = wiring.completion_publisher.__wrapped__(s)
+    poller = _poller(s, publisher)
+    while poller.poll_once():
+        pass
+    ids = sorted(e["detail"]["event_id"] for e in _received(s, url))
+    assert ids == sorted([f"{dead}:dead:0", f"{dead}:dead:{gen}", f"{rerun}:succeeded:0",
+                          f"{unrecorded}:cancelled:0", f"{honoured}:cancelled:0"])
+    assert gen == 1
