@@ -34,7 +34,7 @@ def collect(settings: Any, history: History, queue_name: str = "chaos-completion
         return batch_failures(publisher.publish(event["Records"]))
 
     StreamPoller(streams, arn, handle).poll_once()  # ... and then it "crashes": no checkpoint kept
-    poller = StreamPoller(streams, arn, handle)
+    poller = StreamPoller(streams, arn, handle, batch=1000)
     for _ in range(MAX_ROUNDS):
         if not poller.poll_once():
             break

@@ -127,4 +127,6 @@ def follow(s: Settings, queue_url: str, emit: Callable[[dict[str, Any]], None], 
             return
         for m in messages:
             emit(json.loads(m["Body"]))
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+        if messages:
+            sqs.delete_message_batch(QueueUrl=queue_url, Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)])
