@@ -491,6 +491,7 @@ def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
         ("kafka", f"{kafka}   ({broker}, topic {endpoints.get('kafka_topic')})"),
         ("dynamodb", f"{endpoints.get('dynamodb_endpoint')}   (moto; S3 too)"),
         ("workers", f"{endpoints.get('handlers')} via {endpoints.get('lambda_url')}"),
+        ("events", "jobs-table stream -> EventBridge (moto) -> SQS: sluice events --follow"),
         ("state", f"{endpoints.get('state_dir', '.sluice')}/  (endpoints.json, logs/, history.jsonl)"),
     ]
 
