@@ -34,7 +34,7 @@ from urllib.parse import quote
 from pydantic import ValidationError
 
 from sluice import __version__
-from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError
+from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
 from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_queue_name
 from sluice.policy import backoff_ms
 from sluice.wire import (
@@ -151,7 +151,8 @@ class Client:
 
     def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
              clock: Callable[[], float] = time.monotonic) -> JobView:
-        """Poll until the job is final (succeeded, failed, dead, cancelled), else TimeoutError."""
+        """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``
+        (a ``TimeoutError``)."""
         deadline = clock() + timeout_s
         delay = poll_s
         while True:
@@ -159,7 +160,8 @@ class Client:
             if view.status in FINAL_STATES:
                 return view
             if clock() + delay > deadline:
-                raise TimeoutError(f"job {job_id} still {view.status} after {timeout_s}s")
+                raise WaitTimedOut(f"gave up waiting after {timeout_s:g}s: job {job_id} is still "
+                                   f"{view.status}")
             self.sleep(delay)
             delay = min(delay * 1.5, 2.0)
 

@@ -86,6 +86,12 @@ class JobCancelled(SluiceError):
     code = "CANCELLED"
 
 
+class WaitTimedOut(SluiceError, TimeoutError):
+    """A wait for a job to end gave up: the job had not ended when the timeout passed."""
+
+    code = "WAIT_TIMEOUT"
+
+
 class AlreadyFinished(SluiceError):
     """The job already reached a final state (succeeded, dead or cancelled)."""
 

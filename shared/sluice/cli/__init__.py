@@ -2,7 +2,8 @@
 
 Commands live in small modules (``jobs``, ``ops``, ``top``, ``local``); this one
 builds the group, resolves where to talk to (``target``), and turns every error into
-one line on stderr and a non-zero exit code. ``SLUICE_DEBUG=1`` shows tracebacks.
+one line on stderr (JSON with ``--json``) and a non-zero exit code (``output``: the codes).
+``SLUICE_DEBUG=1`` shows tracebacks. The command modules are imported on first use.
 
 Other packages add commands with ``register``: if ``sluice.chaos.cli`` exists, its
 ``scenario`` and ``chaos`` commands (click commands or groups) are added to the group.
@@ -12,41 +13,68 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from sluice import __version__
-from sluice.cli.target import Target
+from sluice.cli.output import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    fail,
+    give_json,
+    json_mode,
+    remember_json,
+)
 from sluice.errors import SluiceError
 
-EXIT_ERROR = 1
-EXIT_NOT_FOUND = 3
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "fail", "main", "register"]
 PLUGINS = ("sluice.chaos.cli",)
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 class SluiceGroup(click.Group):
-    """A click group that never shows a traceback for an expected failure."""
+    """A click group that never shows a traceback for an expected failure.
+
+    Its commands are imported when first looked up (``loader``), not with the group: so
+    ``sluice --version`` and ``sluice enqueue`` do not import Redis, rich or the local stack.
+    Every command added gets ``--json`` (``output.give_json``)."""
+
+    loader: Callable[[], None] | None = None
+
+    @property
+    def commands(self) -> MutableMapping[str, click.Command]:
+        if self.loader is not None:
+            load, self.loader = self.loader, None
+            load()
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
+        self._commands = value
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        give_json(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        raw = [*ctx.protected_args, *ctx.args]  # for a command line too broken to parse --json
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+        except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
+        except click.ClickException as exc:
+            if not (json_mode(ctx) or "--json" in raw):
+                raise
+            fail(exc.format_message(), exc.exit_code, "USAGE", as_json=True)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+            fail("interrupted", EXIT_INTERRUPTED, "INTERRUPTED", as_json=json_mode(ctx))
         except Exception as exc:
             if os.environ.get("SLUICE_DEBUG"):
                 raise
-            fail(one_line(exc), exit_code(exc))
+            fail(one_line(exc), exit_code(exc), error_code(exc), as_json=json_mode(ctx))
 
 
 def one_line(exc: BaseException) -> str:
@@ -58,14 +86,26 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def exit_code(exc: BaseException) -> int:
-    from sluice.errors import JobNotFound
+def error_code(exc: BaseException) -> str:
+    if isinstance(exc, SluiceError):
+        return exc.code
+    return "CANNOT_CONNECT" if isinstance(exc, ConnectionError | OSError) else "INTERNAL"
 
+
+def exit_code(exc: BaseException) -> int:
+    from sluice.cli.output import EXIT_WAIT_TIMEOUT
+    from sluice.errors import JobNotFound, WaitTimedOut
+
+    if isinstance(exc, WaitTimedOut):
+        return EXIT_WAIT_TIMEOUT
     return EXIT_NOT_FOUND if isinstance(exc, JobNotFound) else EXIT_ERROR
 
 
 @click.group(cls=SluiceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sluice")
+@click.option("--json", is_flag=True, expose_value=False, is_eager=True,
+              callback=remember_json,
+              help="JSON output and JSON errors for the command that follows (as its own --json).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".sluice"),
               show_default=True, envvar="SLUICE_STATE_DIR",
               help="Where the local stack keeps endpoints.json, logs and data.")
@@ -85,6 +125,8 @@ def main(ctx: click.Context, state_dir: Path, api_url: str | None) -> None:
     deployment: SLUICE_API_URL for the HTTP API, SLUICE_REDIS_URL (and the other
     SLUICE_* settings) for Redis and DynamoDB.
     """
+    from sluice.cli.target import Target
+
     ctx.obj = Target(state_dir=state_dir, api_url=api_url)
 
 
@@ -112,4 +154,5 @@ def _load() -> None:
     register(main)
 
 
-_load()
+assert isinstance(main, SluiceGroup)
+main.loader = _load

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
+from sluice.cli.output import emit, fail, json_mode
 from sluice.runtime.options import WorkerOptions
 
 
@@ -78,21 +80,36 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     app = load_app(handlers_module)
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
-    where = f"{deploy.path}{' at ' + config_env if config_env else ''}"
-    click.echo(f"{logical_id} in {where}: Timeout {cfg.timeout_s} s, margin {options.margin_ms / 1000:g} s, "
+    if json_mode():
+        emit({"function": logical_id, "template": str(deploy.path), "config_env": config_env,
+              "timeout_s": cfg.timeout_s, "margin_s": options.margin_ms / 1000,
+              "queues": [asdict(r) for r in rows]}, "")
+    else:
+        _print(logical_id, f"{deploy.path}{' at ' + config_env if config_env else ''}", cfg.timeout_s,
+               options.margin_ms / 1000, rows)
+    bad = [r for r in rows if not r.fits]
+    if not rows:
+        _refuse(f"{handlers_module} registers no handler", "NO_HANDLER")
+    if bad:
+        _refuse(f"cannot run: {', '.join(r.queue for r in bad)}: a handler's timeout must be at most "
+                f"{bad[0].budget_s:g} s here; lower its timeout_s or raise WorkerTimeoutSeconds",
+                "HANDLER_DOES_NOT_FIT")
+
+
+def _print(logical_id: str, where: str, timeout_s: Any, margin_s: float, rows: list[QueueReport]) -> None:
+    click.echo(f"{logical_id} in {where}: Timeout {timeout_s} s, margin {margin_s:g} s, "
                f"budget per job {rows[0].budget_s if rows else '-'} s")
     click.echo(f"{'queue':<20} {'timeout':>9} {'from':<9} {'lease':>6} {'batch':>5} {'per lease':>9}  fits")
     for r in rows:
         click.echo(f"{r.queue:<20} {r.timeout_s:>8g}s {r.timeout_from:<9} {r.lease_s:>5}s {r.batch:>5} "
                    f"{r.per_invocation:>9}  {'yes' if r.fits else 'NO'}")
-    bad = [r for r in rows if not r.fits]
-    if not rows:
-        click.echo(f"{handlers_module} registers no handler", err=True)
-        sys.exit(1)
-    if bad:
-        click.echo(f"cannot run: {', '.join(r.queue for r in bad)}: a handler's timeout must be at most "
-                   f"{bad[0].budget_s:g} s here; lower its timeout_s or raise WorkerTimeoutSeconds", err=True)
-        sys.exit(1)
+
+
+def _refuse(message: str, code: str) -> None:
+    if json_mode():
+        fail(message, 1, code)
+    click.echo(message, err=True)
+    sys.exit(1)
 
 
 COMMANDS = [check]

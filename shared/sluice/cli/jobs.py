@@ -1,14 +1,21 @@
-"""``sluice enqueue``, ``sluice status``, ``sluice cancel``: jobs through the HTTP API."""
+"""``sluice enqueue``, ``sluice status``, ``sluice cancel``: jobs through the HTTP API.
+
+With ``--wait`` the exit code says how the job ended (``output.FINAL_EXIT``: 0 succeeded,
+4 failed, 5 dead, 6 cancelled) and 7 if ``--timeout`` passed first (docs/api.md).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
 
+from sluice.cli.output import FINAL_EXIT, emit
 from sluice.cli.target import Target
 from sluice.errors import InvalidInput
+from sluice.models import validate_queue_name
 
 
 def parse_payload(text: str) -> Any:
@@ -22,6 +29,12 @@ def parse_payload(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise InvalidInput(f"--payload is not JSON: {exc}") from exc
+
+
+def _ended(view: Any, as_json: bool) -> None:
+    """Print a job --wait saw end, and exit with the code of its final state."""
+    _echo_job(view, as_json)
+    sys.exit(FINAL_EXIT.get(str(view.status), 0))
 
 
 def _echo_job(view: Any, as_json: bool) -> None:
@@ -58,13 +71,17 @@ def _echo_job(view: Any, as_json: bool) -> None:
 def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int, max_attempts: int,
             lease_seconds: int, idempotency_key: str | None, wait: bool, timeout: float,
             as_json: bool) -> None:
-    """Enqueue one job on QUEUE; prints its id once Kafka has acknowledged it."""
+    """Enqueue one job on QUEUE; prints its id once Kafka has acknowledged it.
+
+    With --wait, exits 0 if the job succeeded, 4 failed, 5 dead, 6 cancelled, 7 timed out."""
+    body = parse_payload(payload)  # the arguments first: a bad one is reported before any connection
+    validate_queue_name(queue)
     client = target.client()
-    accepted = client.enqueue(queue, parse_payload(payload), delay_seconds=delay, priority=priority,
+    accepted = client.enqueue(queue, body, delay_seconds=delay, priority=priority,
                               max_attempts=max_attempts, lease_seconds=lease_seconds,
                               idempotency_key=idempotency_key)
     if wait:
-        _echo_job(client.wait(accepted.job_id, timeout_s=timeout), as_json)
+        _ended(client.wait(accepted.job_id, timeout_s=timeout), as_json)
     elif as_json:
         click.echo(accepted.model_dump_json())
     else:
@@ -78,11 +95,14 @@ def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int,
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="With --wait: give up after.")
 @click.pass_obj
 def status(target: Target, job_id: str, as_json: bool, wait: bool, timeout: float) -> None:
-    """Show a job's status, attempts, and result or last error."""
+    """Show a job's status, attempts, and result or last error.
+
+    With --wait, exits 0 if the job succeeded, 4 failed, 5 dead, 6 cancelled, 7 timed out."""
     if target.has_api():
         client = target.client()
-        view = client.wait(job_id, timeout_s=timeout) if wait else client.status(job_id)
-        _echo_job(view, as_json)
+        if wait:
+            _ended(client.wait(job_id, timeout_s=timeout), as_json)
+        _echo_job(client.status(job_id), as_json)
         return
     record = target.store().get_job(job_id)  # an operator with AWS credentials and no API
     data = record.model_dump(mode="json")
@@ -108,7 +128,7 @@ def progress_line(data: dict[str, Any]) -> str | None:
 def cancel(target: Target, job_id: str) -> None:
     """Cancel a job that has not finished (a running one is told on its next heartbeat)."""
     result = target.client().cancel(job_id)
-    click.echo(f"{result.job_id}  {result.status}")
+    emit(result.model_dump(mode="json"), f"{result.job_id}  {result.status}")
 
 
 COMMANDS = [enqueue, status, cancel]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from sluice.cli.output import emit, json_mode
 from sluice.cli.target import Target
 
 
@@ -17,6 +19,17 @@ def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None
     if worker_concurrency is not None:
         out["worker_concurrency"] = worker_concurrency
     return out
+
+
+def _announce(endpoints: dict[str, Any], described: list[tuple[str, str]]) -> None:
+    click.echo(f"sluice dev is running (pid {endpoints['pid']}); Ctrl-C or SIGTERM stops it")
+    for name, value in described:
+        click.echo(f"  {name:<9} {value}")
+    click.echo(f"local overrides of {endpoints['template']}"
+               f"{' at ' + str(endpoints['config_env']) if endpoints['config_env'] else ''}:")
+    for line in endpoints["overrides"]:
+        click.echo(f"  {line}")
+    click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
 
 
 @click.command()
@@ -70,14 +83,10 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
     with signals_stop(stack):
         endpoints = stack.start(progress=lambda m: click.echo(f"  {m}...", err=True))
         try:
-            click.echo(f"sluice dev is running (pid {endpoints['pid']}); Ctrl-C or SIGTERM stops it")
-            for name, value in describe(endpoints):
-                click.echo(f"  {name:<9} {value}")
-            click.echo(f"local overrides of {endpoints['template']}"
-                       f"{' at ' + str(endpoints['config_env']) if endpoints['config_env'] else ''}:")
-            for line in endpoints["overrides"]:
-                click.echo(f"  {line}")
-            click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
+            if json_mode():  # the endpoints, as .sluice/endpoints.json holds them
+                emit(endpoints, "")
+            else:
+                _announce(endpoints, describe(endpoints))
             sys.stdout.flush()
             stack.wait()
             click.echo("stopping...", err=True)

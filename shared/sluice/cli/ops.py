@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sluice.cli.output import emit, json_mode
 from sluice.cli.target import Target
 from sluice.errors import InvalidInput
 from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
@@ -104,10 +105,12 @@ def queue() -> None:
     """Change a queue's knobs at runtime: pause, resume, rate, limit, watermark."""
 
 
-def _show(config: QueueConfig, name: str) -> None:
+def _show(config: QueueConfig, name: str, text: str | None = None) -> None:
+    """The queue's config after a change: TEXT (default: state, rate, limit), or all of it as JSON."""
     limit = config.max_in_flight or "unlimited"
     state = "paused" if config.paused else "running"
-    click.echo(f"{name}: {state}, rate {rate(config)}, max in flight {limit}")
+    emit({"queue": name, **config.model_dump(mode="json")},
+         text or f"{name}: {state}, rate {rate(config)}, max in flight {limit}")
 
 
 @queue.command()
@@ -157,7 +160,7 @@ def limit(target: Target, name: str, max_in_flight: int) -> None:
 def watermark(target: Target, name: str, high: int, low: int | None) -> None:
     """Backpressure: stop pushing while NAME's ready depth is above --high."""
     config = control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
-    click.echo(f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
+    _show(config, name, f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
 
 
 @queue.command("caps")
@@ -170,7 +173,7 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
 def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None) -> None:
     """Set NAME's own caps on delayed and dead jobs (docs/deploy.md, Limits)."""
     config = control.set_caps(target.engine(), validate_queue_name(name), max_delayed, max_dead)
-    click.echo(f"{name}: {caps(config)}")
+    _show(config, name, f"{name}: {caps(config)}")
 
 
 # -- sluice dlq ... ---------------------------------------------------------------------------------
@@ -219,14 +222,17 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
     if (job_id is None) == (not everything):
         raise InvalidInput("give either a JOB_ID or --all")
     engine, store, name = target.engine(), target.store(), validate_queue_name(name)
+    refused: dict[str, str] = {}
     if job_id is not None:
         moved = redrive_one(engine, store, name, validate_job_id(job_id))
     else:
         report = redrive_all(engine, store, name)
-        moved = report.moved
-        for refused, why in report.refused.items():
-            click.echo(f"{name}: {refused} not redriven: {why}", err=True)
-    click.echo(f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
+        moved, refused = report.moved, report.refused
+        if not json_mode():  # with --json they are in the one result object
+            for job, why in refused.items():
+                click.echo(f"{name}: {job} not redriven: {why}", err=True)
+    emit({"queue": name, "moved": moved, "refused": refused},
+         f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
 
 
 @dlq.command()
@@ -238,7 +244,8 @@ def purge(target: Target, name: str, yes: bool) -> None:
     if not yes:
         raise InvalidInput(f"purging deletes every dead job of {name}; add --yes to confirm")
     deleted = target.engine().purge_dead(validate_queue_name(name))
-    click.echo(f"{name}: {deleted} dead job{'s' if deleted != 1 else ''} purged")
+    emit({"queue": name, "purged": deleted},
+         f"{name}: {deleted} dead job{'s' if deleted != 1 else ''} purged")
 
 
 COMMANDS = [queues, queue, dlq]

@@ -22,7 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sluice.cli.ops import age, console, rate
+from sluice.cli.ops import age, console, rate, stats_row
+from sluice.cli.output import emit, json_mode
 from sluice.cli.target import Target
 from sluice.local import history
 from sluice.models import QueueStats, is_reserved_queue
@@ -65,6 +66,14 @@ class TopState:
         self.acks += sum(1 for e in events if e.get("op") == "ack" and e.get("outcome") == "ok")
         return self.acks
 
+    def as_data(self, s: Sample) -> dict[str, Any]:
+        """The snapshot for --json: each queue's row (as ``sluice queues --json``) with its overdue
+        leases, and the acks counted so far (null for a deployed stack). Rates are left to the
+        reader: two lines' depths and ``at`` give them."""
+        self.previous = s
+        return {"at": time.time(), "where": self.target.where, "acked_since_start": s.acks,
+                "queues": [{**stats_row(st), "overdue_leases": s.overdue.get(st.queue, 0)} for st in s.stats]}
+
     def render(self, s: Sample, *, live: bool = True) -> Any:
         prev, self.previous = self.previous, s
         dt = (s.at - prev.at) if prev else 0.0
@@ -106,6 +115,11 @@ def _redis_ms(client: Any) -> int:
 def top(target: Target, interval: float, once: bool) -> None:
     """Live queue depths, throughput and lease health."""
     state = TopState(target)
+    while json_mode():  # one JSON line per refresh
+        emit(state.as_data(state.sample()), "")
+        if once:
+            return
+        time.sleep(interval)
     if once:
         console().print(state.render(state.sample(), live=False))
         return

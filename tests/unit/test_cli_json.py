@@ -1,0 +1,164 @@
+"""The CLI's contract for scripts (issue 17): --json everywhere, JSON errors, --wait's exit codes,
+arguments checked before any connection, and a --version that imports almost nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from sluice.cli import main
+from sluice.cli.target import Target
+from sluice.client import Client
+from tests.unit.test_cli import all_commands
+from tests.unit.test_client import ACCEPTED, JOB, FakeTransport, ok
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
+    for var in [v for v in os.environ if v.startswith("SLUICE_")]:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return CliRunner(mix_stderr=False)
+
+
+def json_error(result: Result) -> dict[str, Any]:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    error = json.loads(lines[0])["error"]
+    assert set(error) == {"code", "message", "exit"} and error["exit"] == result.exit_code
+    return dict(error)
+
+
+def test_every_command_takes_json(runner: CliRunner) -> None:
+    leaves = [c for c in all_commands(main) if c and not isinstance(_command(c), click.Group)]
+    assert len(leaves) > 15
+    missing = [" ".join(c) for c in leaves if "--json" not in runner.invoke(main, [*c, "--help"]).stdout]
+    assert not missing, missing
+
+
+def _command(path: tuple[str, ...]) -> click.Command:
+    command: click.Command = main
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def test_a_command_added_later_gets_json_too(runner: CliRunner) -> None:
+    @click.command("later-cmd")
+    def later() -> None:
+        from sluice.cli.output import emit
+
+        emit({"ok": True}, "ok")
+
+    main.add_command(later)
+    try:
+        assert json.loads(runner.invoke(main, ["later-cmd", "--json"]).stdout) == {"ok": True}
+        assert runner.invoke(main, ["later-cmd"]).stdout == "ok\n"
+    finally:
+        main.commands.pop("later-cmd")
+
+
+@pytest.mark.parametrize("args", [
+    ["queues", "--json"],
+    ["--json", "queues"],
+    ["queue", "pause", "echo", "--json"],
+    ["queue", "caps", "echo", "--max-dead", "3", "--json"],
+    ["dlq", "redrive", "echo", "--all", "--json"],
+    ["dlq", "purge", "echo", "--yes", "--json"],
+    ["top", "--once", "--json"],
+    ["cancel", JOB, "--json"],
+    ["status", JOB, "--json"],
+])
+def test_without_a_stack_the_error_is_json(runner: CliRunner, args: list[str]) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code == 1 and result.stdout == ""
+    error = json_error(result)
+    assert error["code"] == "NO_TARGET" and error["message"].startswith("no local stack is running")
+
+
+@pytest.mark.parametrize(("args", "code", "exit_code"), [
+    (["enqueue", "echo", "--json"], "USAGE", 2),  # --payload is missing
+    (["queues", "--json", "--no-such-option"], "USAGE", 2),
+    (["--json", "no-such-command"], "USAGE", 2),
+    (["enqueue", "echo", "-p", "{not json", "--json"], "INVALID_INPUT", 1),
+    (["dlq", "purge", "echo", "--json"], "INVALID_INPUT", 1),
+])
+def test_usage_and_input_errors_are_json_too(runner: CliRunner, args: list[str], code: str,
+                                            exit_code: int) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code == exit_code
+    assert json_error(result)["code"] == code
+
+
+def test_without_json_errors_stay_one_line_of_text(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["queue", "pause", "echo"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: no local stack")
+
+
+@pytest.mark.parametrize(("payload", "message"), [("{not json", "--payload is not JSON"),
+                                                  ("@missing.json", "cannot read the payload file")])
+def test_a_bad_payload_is_reported_before_a_missing_stack(runner: CliRunner, payload: str,
+                                                          message: str) -> None:
+    result = runner.invoke(main, ["enqueue", "echo", "--payload", payload])
+    assert result.exit_code == 1
+    assert message in result.stderr and "no local stack" not in result.stderr
+
+
+def _view(status: str) -> dict[str, Any]:
+    return {"job_id": JOB, "queue": "emails", "attempts": 1, "created_at_ms": 1, "updated_at_ms": 2,
+            "status": status}
+
+
+def _fake_api(monkeypatch: pytest.MonkeyPatch, *replies: Any) -> None:
+    fake = Client("http://api.test", transport=FakeTransport(*replies), sleep=lambda _s: None)
+    monkeypatch.setattr(Target, "client", lambda _self: fake)
+    monkeypatch.setattr(Target, "has_api", lambda _self: True)
+
+
+@pytest.mark.parametrize(("status", "exit_code"), [("succeeded", 0), ("failed", 4), ("dead", 5),
+                                                   ("cancelled", 6)])
+def test_wait_exits_with_the_code_of_the_final_state(runner: CliRunner, monkeypatch: pytest.MonkeyPatch,
+                                                     status: str, exit_code: int) -> None:
+    _fake_api(monkeypatch, ok(ACCEPTED, 202), ok(_view("leased")), ok(_view(status)))
+    result = runner.invoke(main, ["enqueue", "emails", "-p", "{}", "--wait", "--json"])
+    assert result.exit_code == exit_code, result.stderr
+    assert json.loads(result.stdout)["status"] == status
+    _fake_api(monkeypatch, ok(_view(status)))
+    assert runner.invoke(main, ["status", JOB, "--wait"]).exit_code == exit_code
+    _fake_api(monkeypatch, ok(_view(status)))
+    assert runner.invoke(main, ["status", JOB]).exit_code == 0  # without --wait: a report, not a verdict
+
+
+def test_a_wait_that_times_out_says_so(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_api(monkeypatch, ok(_view("leased")))
+    result = runner.invoke(main, ["status", JOB, "--wait", "--timeout", "0.01"])
+    assert result.exit_code == 7
+    assert result.stderr.startswith("error: gave up waiting after 0.01s") and "still leased" in result.stderr
+    assert "cannot connect" not in result.stderr
+    _fake_api(monkeypatch, ok(ACCEPTED, 202), ok(_view("queued")))
+    result = runner.invoke(main, ["enqueue", "emails", "-p", "{}", "--wait", "--timeout", "0.01", "--json"])
+    assert result.exit_code == 7 and json_error(result)["code"] == "WAIT_TIMEOUT"
+
+
+HEAVY = ("boto3", "botocore", "redis", "kafka", "confluent_kafka", "rich", "pydantic", "sluice.local",
+         "sluice.config", "sluice.client", "sluice.cli.ops", "sluice.cli.target")
+
+
+def test_version_imports_almost_nothing() -> None:
+    code = ("import sys, json\nsys.argv = ['sluice', '--version']\nfrom sluice.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    version, modules = out.stdout.splitlines()
+    assert version.startswith("sluice, version")
+    loaded = [m for m in json.loads(modules) if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert not loaded, loaded
