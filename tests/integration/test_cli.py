@@ -164,3 +164,30 @@ def test_operators_reach_redis_and_dynamodb_through_settings_without_a_local_sta
     assert status.exit_code == 0, status.output
     record = json.loads(status.output)
     assert record["status"] == "succeeded" and record["result"] == {"echo": "direct"}
+
+
+def test_wait_exit_codes_and_json_output_on_a_real_stack(cli: Any, engine: RedisQueue) -> None:
+    failed = cli("enqueue", "hash", "-p", "[1]", "--wait", "--json", ok=False)  # the handler Fails
+    assert failed.exit_code == 4 and json.loads(failed.output)["status"] == "failed"
+    dead = cli("enqueue", "flaky", "-p", json.dumps({"always_fail": True, "n": "exit-5"}),
+               "--max-attempts", "1", "--wait", ok=False)
+    assert dead.exit_code == 5 and "dead" in dead.output
+    job_id = json.loads(cli("enqueue", "echo", "-p", "1", "--delay", "60", "--json").output)["job_id"]
+    timed_out = cli("status", job_id, "--wait", "--timeout", "0.5", ok=False)
+    assert timed_out.exit_code == 7 and "gave up waiting" in timed_out.output
+    assert "cannot connect" not in timed_out.output
+    assert json.loads(cli("cancel", job_id, "--json").output)["status"] == "cancelled"
+    assert cli("status", job_id, "--wait", ok=False).exit_code == 6
+    missing = cli("status", "01NOSUCHJOB0000000000000000", "--json", ok=False)
+    assert missing.exit_code == 3 and json.loads(missing.output)["error"]["code"] == "NOT_FOUND"
+
+    paused = json.loads(cli("queue", "pause", "jsonknobs", "--json").output)
+    assert (paused["queue"], paused["paused"]) == ("jsonknobs", True)
+    assert json.loads(cli("queue", "caps", "jsonknobs", "--max-dead", "9", "--json").output)["max_dead"] == 9
+    assert json.loads(cli("queue", "resume", "jsonknobs", "--json").output)["paused"] is False
+    assert json.loads(cli("dlq", "redrive", "hash", "--all", "--json").output) == \
+        {"queue": "hash", "moved": 1, "refused": {}}
+    wait_dead(engine, "hash", 1)  # it ran again, and Failed again
+    assert json.loads(cli("dlq", "purge", "hash", "--yes", "--json").output) == {"queue": "hash", "purged": 1}
+    snapshot = json.loads(cli("top", "--once", "--json").output)
+    assert any(q["queue"] == "echo" and "overdue_leases" in q for q in snapshot["queues"])
