@@ -162,3 +162,14 @@ def test_version_imports_almost_nothing() -> None:
     assert version.startswith("sluice, version")
     loaded = [m for m in json.loads(modules) if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert not loaded, loaded
+
+
+def test_check_as_json(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["check", "sluice.examples", "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["function"] == "WorkerFunction"
+    echo = next(q for q in report["queues"] if q["queue"] == "echo")
+    assert (echo["timeout_s"], echo["timeout_from"], echo["fits"]) == (268, "default", True)
+    result = runner.invoke(main, ["check", "sluice.no_such_handlers", "--json"])
+    assert result.exit_code == 1 and json_error(result)["code"] == "NO_HANDLER"
