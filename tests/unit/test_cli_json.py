@@ -59,12 +59,23 @@ def test_a_command_added_later_gets_json_too(runner: CliRunner) -> None:
 
         emit({"ok": True}, "ok")
 
+    @click.command("own-json")
+    @click.option("--json", "as_json", is_flag=True)
+    def own(as_json: bool) -> None:
+        click.echo(f"as_json={as_json}")
+
     main.add_command(later)
+    main.add_command(own)
     try:
         assert json.loads(runner.invoke(main, ["later-cmd", "--json"]).stdout) == {"ok": True}
+        assert json.loads(runner.invoke(main, ["--json", "later-cmd"]).stdout) == {"ok": True}
         assert runner.invoke(main, ["later-cmd"]).stdout == "ok\n"
+        assert runner.invoke(main, ["--json", "own-json"]).stdout == "as_json=True\n"
+        assert runner.invoke(main, ["own-json", "--json"]).stdout == "as_json=True\n"
+        assert runner.invoke(main, ["own-json"]).stdout == "as_json=False\n"
     finally:
         main.commands.pop("later-cmd")
+        main.commands.pop("own-json")
 
 
 @pytest.mark.parametrize("args", [

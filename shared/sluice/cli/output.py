@@ -39,10 +39,11 @@ _META_KEY = "sluice.json"  # in click's ctx.meta, which a command's context shar
 JSON_HELP = "Print JSON (one object per line); errors too, as {\"error\": {...}} on stderr."
 
 
-def remember_json(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+def remember_json(ctx: click.Context, _param: click.Parameter, value: Any) -> bool:
+    """Record --json in ctx.meta; a command's own --json parameter is also true after `sluice --json`."""
     if value:
         ctx.meta[_META_KEY] = True
-    return value
+    return bool(ctx.meta.get(_META_KEY))
 
 
 def json_option() -> click.Option:
