@@ -184,3 +184,13 @@ def test_check_as_json(runner: CliRunner) -> None:
     assert (echo["timeout_s"], echo["timeout_from"], echo["fits"]) == (268, "default", True)
     result = runner.invoke(main, ["check", "sluice.no_such_handlers", "--json"])
     assert result.exit_code == 1 and json_error(result)["code"] == "NO_HANDLER"
+
+
+@pytest.mark.parametrize("args", [["queue", "pause", "Bad!"], ["queue", "caps", "Bad!", "--max-dead", "1"],
+                                  ["dlq", "list", "Bad!"], ["dlq", "purge", "Bad!", "--yes"],
+                                  ["dlq", "redrive", "echo", "bad id!"]])
+def test_a_bad_queue_name_or_job_id_is_reported_before_a_missing_stack(runner: CliRunner,
+                                                                       args: list[str]) -> None:
+    result = runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 1
+    assert json_error(result)["code"] in ("INVALID_QUEUE", "INVALID_INPUT")

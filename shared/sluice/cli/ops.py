@@ -23,6 +23,9 @@ from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_j
 from sluice.redrive import redrive_all, redrive_one
 from sluice.relay import control
 
+# Arguments are checked as they are parsed: a bad one is reported before any connection.
+QUEUE_NAME = click.argument("name", callback=lambda _ctx, _param, value: validate_queue_name(value))
+
 
 def console() -> Console:
     """Rich output; piped output gets a wide fixed width instead of rich's 80 columns."""
@@ -114,7 +117,7 @@ def _show(config: QueueConfig, name: str, text: str | None = None) -> None:
 
 
 @queue.command()
-@click.argument("name")
+@QUEUE_NAME
 @click.pass_obj
 def pause(target: Target, name: str) -> None:
     """Stop pushing jobs into NAME's Redis queue; Kafka holds the backlog."""
@@ -122,7 +125,7 @@ def pause(target: Target, name: str) -> None:
 
 
 @queue.command()
-@click.argument("name")
+@QUEUE_NAME
 @click.pass_obj
 def resume(target: Target, name: str) -> None:
     """Resume pushing jobs into NAME."""
@@ -130,7 +133,7 @@ def resume(target: Target, name: str) -> None:
 
 
 @queue.command("rate")
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--per-second", type=float, required=True,
               help="Jobs per second pushed into Redis; 0 = no limit.")
 @click.option("--burst", type=click.IntRange(0, None), default=None,
@@ -142,7 +145,7 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 
 
 @queue.command()
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--max-in-flight", type=click.IntRange(0, None), required=True,
               help="Most jobs leased at once; 0 = no limit.")
 @click.pass_obj
@@ -152,7 +155,7 @@ def limit(target: Target, name: str, max_in_flight: int) -> None:
 
 
 @queue.command()
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--high", type=click.IntRange(0, None), required=True,
               help="Pause pushing above this ready depth.")
 @click.option("--low", type=click.IntRange(0, None), default=None, help="Resume below this (default high/2).")
@@ -164,7 +167,7 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
 
 
 @queue.command("caps")
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--max-delayed", type=click.IntRange(0, None), default=None,
               help="Delayed jobs NAME may hold (the gateway answers 429 beyond); 0 = the default.")
 @click.option("--max-dead", type=click.IntRange(0, None), default=None,
@@ -185,7 +188,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--limit", "max_jobs", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job, one per line.")
 @click.pass_obj
@@ -210,8 +213,8 @@ def dlq_list(target: Target, name: str, max_jobs: int, as_json: bool) -> None:
 
 
 @dlq.command()
-@click.argument("name")
-@click.argument("job_id", required=False)
+@QUEUE_NAME
+@click.argument("job_id", required=False, callback=lambda _c, _p, v: v and validate_job_id(v))
 @click.option("--all", "everything", is_flag=True, help="Redrive every dead job of NAME.")
 @click.pass_obj
 def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> None:
@@ -236,7 +239,7 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
 
 
 @dlq.command()
-@click.argument("name")
+@QUEUE_NAME
 @click.option("--yes", is_flag=True, help="Really delete them.")
 @click.pass_obj
 def purge(target: Target, name: str, yes: bool) -> None:
