@@ -86,7 +86,7 @@ def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Pa
         ("write", "rejected", 1, 2)
 
 
-def test_a_worker_on_a_recorded_bus_writes_lease_grant_write_and_ack_in_order(tmp_path: Path) -> None:
+def test_a_worker_on_a_recorded_bus_writes_lease_grant_start_write_and_ack_in_order(tmp_path: Path) -> None:
     from tests.unit.fakes import kit
 
     path = tmp_path / "h.jsonl"
@@ -95,8 +95,10 @@ def test_a_worker_on_a_recorded_bus_writes_lease_grant_write_and_ack_in_order(tm
     k.queue.add("q", "j")
     k.worker().bind(events=recording(path)).drain(["q"], 1)
     assert [(e["op"], e.get("outcome")) for e in lines(path)] == [
-        ("lease", None), ("grant", "ok"), ("write", "written"), ("ack", "ok")]
-    assert lines(path)[2]["digest"] == history.digest({"r": 1})
+        ("lease", None), ("grant", "ok"), ("start", None), ("write", "written"), ("ack", "ok")]
+    assert lines(path)[3]["digest"] == history.digest({"r": 1})
+    start = lines(path)[2]  # the latency benchmark's "handler start"
+    assert (start["job"], start["queue"], start["token"], start["attempt"]) == ("j", "q", 1, 1)
 
 
 def ev(op: str, job: str = "j", pid: int = 1, t: float = 0.0, **kw: Any) -> dict[str, Any]:

@@ -139,6 +139,7 @@ class Relay:
             if pushing is not None:
                 pushed = self.pusher.finish(plan, pushing.result(), self.queues.states)
         self.committer.commit()
+        self._recount_waiting()
         self.dispatch.pushed(self.queues.states, self.clock.monotonic())
         self.intake.flow_control()
         if self.clock.monotonic() >= self.committer.next_lag:
@@ -147,6 +148,14 @@ class Relay:
             # The bucket is empty: let it fill for a moment rather than ask Redis in a tight loop.
             self.clock.sleep(min(0.02, self.config.poll_ms / 1000))
         return pushed
+
+    def _recount_waiting(self) -> None:
+        """Re-read (every ``refresh_s``) the queues whose pushes wait for a worker that was waiting
+        for work: if it has gone, they get workers now rather than at the next maintenance."""
+        now = self.clock.monotonic()
+        for queue, state in list(self.queues.states.items()):
+            if state.pushed_since_dispatch and state.idle_workers:
+                self.queues.get(queue, now)
 
     def _plan(self) -> list[Item]:
         """Which records to push now: the planner's decision on freshly read queue states."""
