@@ -124,8 +124,8 @@ class Relay:
         if now >= self._next_maintenance:
             self._next_maintenance = now + self.config.maintenance_s
             self.maintenance.run(now)
-        if not self.ownership.owned:
-            self.clock.sleep(self.config.poll_ms / 1000)
+        if not self.ownership.owned:  # waiting for partitions: the outgoing relay's release
+            self.clock.sleep(min(self.config.poll_ms / 1000, self.config.takeover_s))
             return 0
         self.intake.skip_relayed()
         plan = self._plan()
@@ -150,12 +150,13 @@ class Relay:
         return pushed
 
     def _recount_waiting(self) -> None:
-        """Re-read (every ``refresh_s``) the queues whose pushes wait for a worker that was waiting
-        for work: if it has gone, they get workers now rather than at the next maintenance."""
+        """Re-read (every ``recount_s``) the queues whose new jobs were left to workers waiting for
+        work (``Dispatch.pushed``): if those have just left, the jobs get workers now."""
         now = self.clock.monotonic()
         for queue, state in list(self.queues.states.items()):
-            if state.pushed_since_dispatch and state.idle_workers:
-                self.queues.get(queue, now)
+            if state.pushed_since_dispatch and state.idle_workers and \
+                    now - state.refreshed_at >= self.config.recount_s:
+                self.queues.refresh(queue, state, now)
 
     def _plan(self) -> list[Item]:
         """Which records to push now: the planner's decision on freshly read queue states."""
