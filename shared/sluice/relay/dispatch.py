@@ -76,9 +76,9 @@ class Dispatch:
     def _start_workers(self, queue: str, state: QueueState, n: int, now: float) -> None:
         assert self.dispatcher is not None
         state.pushed_since_dispatch = 0
-        state.dispatched_at = now
-        if n <= 0:
+        if n <= 0:  # nothing started: the next push may start workers at once, not a second later
             return
+        state.dispatched_at = now
         try:
             started = self.dispatcher.dispatch(queue, n, self.config.worker_batch)
         except SluiceError as exc:  # the scheduled safety net still drains the queue
