@@ -223,6 +223,29 @@ def test_record_relay_writes_the_lines_the_chaos_checker_reads(tmp_path: Path) -
     ]
 
 
+def test_the_local_stacks_recorder_writes_a_relay_push_as_the_chaos_history_does(tmp_path: Path) -> None:
+    """The local stack's relay container records its pushes through the one Recorder (the latency
+    benchmark reads them); the line is the chaos history's push line, field for field."""
+    from sluice.chaos.app import record_relay
+
+    pushed = events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2,
+                           skipped=0, jobs=("a", "b"), outcome="ok", t0=1.0, at=2.0)
+    failed = events.Pushed(queue="q", topic="t", partition=1, owner=4, first=9, last=9, outcome="error",
+                           error="boom", t0=3.0, at=4.0)
+    local, chaos = tmp_path / "local.jsonl", tmp_path / "chaos.jsonl"
+    recorder = history.Recorder(history.History(local))
+    report = record_relay(history.History(chaos))
+    for e in (pushed, failed):
+        recorder(e)
+        report(e)
+
+    def shape(path: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k != "pid"} for e in lines(path)]
+
+    assert shape(local) == shape(chaos)
+    assert [e["jobs"] for e in lines(local)[:1]] == [["a", "b"]]
+
+
 def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_config_lines(
         tmp_path: Path) -> None:
     """The relay's parts emit RecordsRead, ConfigRead and Pushed; record_relay writes from them the
