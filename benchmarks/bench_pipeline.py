@@ -5,7 +5,8 @@ Prints one JSON object:
    "worker_path_per_s", "ratio", "target_met", ...}
 
 It starts a private ``sluice dev`` stack (the template's functions; WORKERS worker containers)
-and sends JOBS ``echo`` jobs over HTTP from CLIENTS threads, one job per request, without an
+and sends JOBS ``echo`` jobs over HTTP from CLIENTS threads, one job per request (``--batch``
+for more), without an
 Idempotency-Key (the gateway then writes nothing to DynamoDB). ``jobs_per_s`` is JOBS over the
 time from the first 202 to the last result written (from the stack's history); the latency is
 each job's 202 to its result write. Then, in the same run and against the same moto server,
@@ -40,8 +41,9 @@ WORKER_PATH_S = 20.0
 TIMEOUT_S = 900.0
 
 
-def send(url: str, n: int, clients: int) -> tuple[dict[str, float], list[str]]:
-    """``n`` echo jobs from ``clients`` threads; each job's 202 time (wall clock) by job id."""
+def send(url: str, n: int, clients: int, batch: int = 1) -> tuple[dict[str, float], list[str]]:
+    """``n`` echo jobs from ``clients`` threads, ``batch`` per request; each job's 202 time (wall
+    clock) by job id."""
     from sluice.client import Client
 
     accepted: dict[str, float] = {}
@@ -53,13 +55,19 @@ def send(url: str, n: int, clients: int) -> tuple[dict[str, float], list[str]]:
         c = Client(url, timeout_s=30)
         for i in counter:  # shared: each index once across the threads
             try:
-                job = c.enqueue("echo", {"i": i}, keyed=False).job_id
+                if batch == 1:
+                    jobs = [c.enqueue("echo", {"i": i}, keyed=False).job_id]
+                else:
+                    reply = c.enqueue_batch("echo", [{"payload": {"i": i, "k": k}} for k in range(batch)],
+                                            keyed=False)
+                    jobs = [j.job_id for j in reply.jobs]
             except Exception as exc:  # counted, not fatal: the figure says how many got through
                 with lock:
                     errors.append(str(exc)[:200])
                 continue
+            now = time.time()
             with lock:
-                accepted[job] = time.time()
+                accepted.update(dict.fromkeys(jobs, now))
 
     threads = [threading.Thread(target=client, name=f"bench-client-{k}") for k in range(clients)]
     for t in threads:
@@ -94,7 +102,7 @@ def worker_path(settings: Any, threads: int, seconds: float) -> float:
     return sum(counts) / (time.monotonic() - started)
 
 
-def run(jobs: int, clients: int, workers: int) -> dict[str, Any]:
+def run(jobs: int, clients: int, workers: int, batch: int = 1) -> dict[str, Any]:
     from sluice.local.dev import DevOptions, DevStack
 
     with tempfile.TemporaryDirectory(prefix="sluice-bench-pipeline-") as tmp:
@@ -116,7 +124,7 @@ def run(jobs: int, clients: int, workers: int) -> dict[str, Any]:
             counts.clear()
             log(f"pipeline: sending {jobs} jobs from {clients} clients")
             t0 = time.monotonic()
-            accepted, errors = send(str(endpoints["gateway_url"]), jobs, clients)
+            accepted, errors = send(str(endpoints["gateway_url"]), jobs // batch, clients, batch)
             sent_s = time.monotonic() - t0
             log(f"pipeline: {len(accepted)} accepted in {sent_s:.1f}s ({len(errors)} errors); waiting")
             deadline = time.monotonic() + TIMEOUT_S
@@ -135,7 +143,8 @@ def run(jobs: int, clients: int, workers: int) -> dict[str, Any]:
         finally:
             dev.stop()
     rate = len(done) / elapsed
-    return {"jobs": jobs, "clients": clients, "workers": workers, "accepted": len(accepted),
+    return {"jobs": jobs, "clients": clients, "workers": workers, "per_request": batch,
+            "accepted": len(accepted),
             "errors": len(errors), "completed": len(done), "seconds": round(elapsed, 1),
             "jobs_per_s": round(rate, 1), "enqueue_per_s": round(len(accepted) / sent_s, 1),
             "latency_p50_ms": round(pct(latency_ms, 0.5)), "latency_p99_ms": round(pct(latency_ms, 0.99)),
@@ -150,8 +159,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--batch", type=int, default=1, help="jobs per request (1-100)")
     args = parser.parse_args()
-    emit("pipeline", **run(args.jobs, args.clients, args.workers))
+    emit("pipeline", **run(args.jobs, args.clients, args.workers, args.batch))
 
 
 if __name__ == "__main__":
