@@ -5,8 +5,9 @@ Prints one JSON object:
    "worker_path_per_s", "ratio", "target_met", ...}
 
 It starts a private ``sluice dev`` stack (the template's functions; WORKERS worker containers)
-and sends JOBS ``echo`` jobs over HTTP from CLIENTS threads, one job per request (``--batch``
-for more), without an
+and sends JOBS ``echo`` jobs over HTTP from CLIENTS threads, PER_REQUEST jobs per request (the
+local stack runs two gateway containers, AWS 50: one job per request, ``--batch 1``, measures
+those two), without an
 Idempotency-Key (the gateway then writes nothing to DynamoDB). ``jobs_per_s`` is JOBS over the
 time from the first 202 to the last result written (from the stack's history); the latency is
 each job's 202 to its result write. Then, in the same run and against the same moto server,
@@ -37,6 +38,7 @@ from benchmarks.common import emit, log
 JOBS = 5_000
 CLIENTS = 8
 WORKERS = 4
+PER_REQUEST = 10
 WORKER_PATH_S = 20.0
 TIMEOUT_S = 900.0
 
@@ -159,7 +161,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--clients", type=int, default=CLIENTS)
     parser.add_argument("--workers", type=int, default=WORKERS)
-    parser.add_argument("--batch", type=int, default=1, help="jobs per request (1-100)")
+    parser.add_argument("--batch", type=int, default=PER_REQUEST, help="jobs per request (1-100)")
     args = parser.parse_args()
     emit("pipeline", **run(args.jobs, args.clients, args.workers, args.batch))
 
