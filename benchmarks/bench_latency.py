@@ -152,7 +152,7 @@ def run(jobs: int, gap_s: float, seed: int) -> dict[str, Any]:
         endpoints = dev.start()
         counts: dict[str, int] = {}
         assert dev.lambdas is not None
-        dev.lambdas.on_finish = lambda inv: counts.__setitem__(inv.function, counts.get(inv.function, 0) + 1)
+        dev.lambdas.on_finish = lambda inv: _count(counts, inv)
         log(f"latency: stack up in {time.monotonic() - started:.1f}s")
         try:
             tail = Tail(str(endpoints["history_path"]))
@@ -222,6 +222,13 @@ def figures(sent: dict[str, float], tail: Tail, raw_s: list[float], counts: dict
             "start_vs_raw_p99": round(start["p99_ms"] / base, 2),
             "stages": {k: summary(v) for k, v in stages.items()},
             "invocations": counts, "load_1m": round(os.getloadavg()[0], 1)}
+
+
+def _count(counts: dict[str, int], inv: Any) -> None:
+    """Invocations that ran, by function: not those the local Lambda service dropped as identical
+    to ones already waiting (``local.lambdas``, coalesced); those are counted apart."""
+    key = "coalesced" if inv.error and "coalesced" in inv.error else inv.function
+    counts[key] = counts.get(key, 0) + 1
 
 
 def main() -> None:
