@@ -106,6 +106,9 @@ class Settings(BaseModel):
     worker_batch: int = Field(default=10, ge=1, le=1000)
     heartbeat_fraction: float = Field(default=1 / 3, gt=0, lt=1)
     lambda_margin_ms: int = Field(default=2_000, ge=0)
+    # How long a worker invocation draining one queue waits for new jobs once the queue is empty
+    # (woken at once by the relay's push), so a busy queue costs no invocation per job (docs/worker.md).
+    worker_linger_ms: int = Field(default=1_000, ge=0, le=60_000)
     # A job is granted its fencing token only with this much lease left (policy.grant_margin_ms).
     grant_margin_ms: int = Field(default=5_000, ge=0)
     # The worker function's Timeout, which Lambda does not expose to its code: template.yaml passes

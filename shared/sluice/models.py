@@ -285,6 +285,7 @@ class QueueStats(BaseModel):
     dead: int
     oldest_ready_age_ms: int | None
     config: QueueConfig = QueueConfig()
+    idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
 
 
 class DeadJob(BaseModel):

@@ -6,7 +6,7 @@ Each Protocol is small on purpose: a use-case depends only on the methods it cal
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sluice.models import (
     DeadJob,
@@ -25,6 +25,14 @@ class Clock(Protocol):
     def now_ms(self) -> int: ...
     def monotonic(self) -> float: ...
     def sleep(self, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class WorkWaiter(Protocol):
+    """A queue a worker can wait on for new jobs (``RedisQueue``): the worker's linger."""
+
+    def idle(self, queue: str, worker_id: str, ms: int) -> int: ...
+    def wait_for_work(self, queue: str, timeout_ms: int) -> bool: ...
 
 
 class JobQueue(Protocol):

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from sluice import events as ev
 from sluice.errors import InvalidInput, SluiceError
 from sluice.models import LeasedJob, validate_public_queue
-from sluice.ports import JobQueue, JobStore
+from sluice.ports import JobQueue, JobStore, WorkWaiter
 from sluice.runtime.budget import RemainingMs, TimeBudget
 from sluice.runtime.context import FencedTableFactory, JobContext
 from sluice.runtime.execute import JobRunner
@@ -48,6 +48,7 @@ from sluice.runtime.typed import schema_copy
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
+MAX_WAIT_MS = 4_000  # one blocking wait (the engine's bound, below its socket timeout)
 
 
 def default_worker_id() -> str:
@@ -258,44 +259,89 @@ class Worker:
         summary = DrainSummary()
         started = time.monotonic()
         left, reason = batch, ""
+        idle_since: float | None = None
+        lingers = self._lingers(session, queues)
         while not reason:
-            leased_any, skipped = False, 0
-            for name in queues:
-                if left <= 0 or stop.is_set():
-                    break
-                spec = self._handlers.get(name)
-                timeout_ms = spec.timeout_for(self.options) if spec else 0
-                wanted = budget.fit(timeout_ms, self.options.concurrency, min(left, self.options.lease_batch))
-                if wanted == 0:
-                    skipped += 1
-                    summary.skipped_for_time.append(name)
-                    continue
-                leased_at = time.monotonic()
-                try:
-                    jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
-                except SluiceError as exc:
-                    self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
-                    summary.error, reason = f"lease {name}: {exc}", "error"
-                    break
-                for j in jobs:
-                    session.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
-                                               attempt=j.attempt, deadline_ms=j.deadline_ms))
-                left -= len(jobs)
-                summary.leased += len(jobs)
-                leased_any = leased_any or bool(jobs)
-                tracked = [session.heartbeat.track(j, leased_at, self._job_log(j)) for j in jobs]
-                self._run_batch(session, tracked, spec, budget, stop, summary)
-            if reason:
-                break
-            if stop.is_set():
+            left, leased_any, skipped = self._round(session, queues, left, budget, stop, summary)
+            if summary.error:
+                reason = "error"
+            elif stop.is_set():
                 reason = "stop"
             elif left <= 0:
-                reason = "batch"
-            elif not leased_any:
-                reason = "time" if skipped == len(queues) else "empty"
+                reason = "" if lingers else "batch"
+                left = batch  # a lingering drain goes on while its queue has work: batch is per round
+            elif leased_any:
+                idle_since = None
+            elif skipped == len(queues):
+                reason = "time"
+            else:
+                idle_since = time.monotonic() if idle_since is None else idle_since
+                if not (lingers and self._linger(session, queues[0], budget, idle_since)):
+                    reason = "empty"
         summary.stopped = reason
         summary.elapsed_ms = int((time.monotonic() - started) * 1000)
         return summary
+
+    def _round(self, session: _Session, queues: list[str], left: int, budget: TimeBudget,
+               stop: threading.Event, summary: DrainSummary) -> tuple[int, bool, int]:
+        """One lease-and-run pass over ``queues``: (jobs still allowed, leased any, queues skipped
+        for lack of time). A failed lease sets ``summary.error``."""
+        leased_any, skipped = False, 0
+        for name in queues:
+            if left <= 0 or stop.is_set():
+                break
+            spec = self._handlers.get(name)
+            timeout_ms = spec.timeout_for(self.options) if spec else 0
+            wanted = budget.fit(timeout_ms, self.options.concurrency, min(left, self.options.lease_batch))
+            if wanted == 0:
+                skipped += 1
+                summary.skipped_for_time.append(name)
+                continue
+            leased_at = time.monotonic()
+            try:
+                jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
+            except SluiceError as exc:
+                self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
+                summary.error = f"lease {name}: {exc}"
+                break
+            for j in jobs:
+                session.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
+                                              attempt=j.attempt, deadline_ms=j.deadline_ms))
+            left -= len(jobs)
+            summary.leased += len(jobs)
+            leased_any = leased_any or bool(jobs)
+            tracked = [session.heartbeat.track(j, leased_at, self._job_log(j)) for j in jobs]
+            self._run_batch(session, tracked, spec, budget, stop, summary)
+        return left, leased_any, skipped
+
+    def _lingers(self, session: _Session, queues: list[str]) -> bool:
+        """Whether this drain waits for new jobs once its queue is empty (one queue, a queue that
+        can wake it, a linger set). Draining several queues (the safety net) never lingers."""
+        return self.options.linger_ms > 0 and len(queues) == 1 and isinstance(session.queue, WorkWaiter)
+
+    def _linger(self, session: _Session, queue: str, budget: TimeBudget, idle_since: float) -> bool:
+        """Wait for the relay's next push into the empty ``queue``, within the linger and the time
+        budget; True to lease again. While waiting the worker is counted as idle (``idle.lua``), so
+        the relay starts no new worker for the jobs it pushes: ``push.lua`` wakes this one."""
+        spec = self._handlers.get(queue)
+        timeout_ms = spec.timeout_for(self.options) if spec else 0
+        left_ms = self.options.linger_ms - (time.monotonic() - idle_since) * 1000
+        if budget.remaining_ms is not None:  # waking up is only worth it if a job can still fit
+            left_ms = min(left_ms, budget.remaining_ms() - self.options.margin_ms - timeout_ms)
+        if left_ms < 1:
+            return False
+        waiter = session.queue
+        assert isinstance(waiter, WorkWaiter)
+        try:
+            waiter.idle(queue, self.worker_id, int(left_ms))
+            woke = waiter.wait_for_work(queue, int(min(left_ms, MAX_WAIT_MS)))
+            if woke:  # busy from now on: the relay must not count on this worker for new pushes
+                waiter.idle(queue, self.worker_id, 0)
+        except SluiceError as exc:
+            self.telemetry.logger.warning("waiting for work on %s failed: %s", queue, exc,
+                                          extra={"queue": queue})
+            return False
+        return True
 
     def _job_log(self, job: LeasedJob) -> Any:
         return self.telemetry.job_logger(job_id=job.job_id, queue=job.queue, attempt=job.attempt,

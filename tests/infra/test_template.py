@@ -308,23 +308,31 @@ def test_worker_async_invocations_are_never_retried_and_fail_to_a_dlq() -> None:
     assert "EventInvokeConfig" not in props("WorkerFunction")
 
 
-def test_relay_runs_one_instance_per_partition_group() -> None:
+def test_relay_runs_overlap_at_each_hand_over_with_two_instances_reserved_per_partition_group() -> None:
+    """Issue 18, the relay's hand-over: a run stops relay_stop_before_ms before its Timeout, and
+    that must be well after the next minute's tick has started the next run (EventBridge and a
+    cold start may be late), so no moment is left with no relay; two runs per group then
+    overlap, and the reservation covers both (a third would be throttled, and never is needed)."""
     from sluice.config import Settings
 
     p = props("RelayFunction")
-    assert p["ReservedConcurrentExecutions"] == {
-        "Fn::If": ["ReserveRelay", {"Ref": "RelayPartitionGroups"}, {"Ref": "AWS::NoValue"}]}
     groups = T["Parameters"]["RelayPartitionGroups"]["AllowedValues"]
     ticks = [e for e in p["Events"].values() if e["Type"] == "Schedule"]
     assert len(ticks) == max(groups)
+    assert {t["Properties"]["Schedule"] for t in ticks} == {"rate(1 minute)"}
+    runs_s = p["Timeout"] - Settings().relay_stop_before_ms / 1000
+    assert runs_s >= 60 + 20, "a run must outlast the next tick by a late start's worth"
+    assert runs_s < 2 * 60, "at most two runs of a group overlap"
+    assert p["Timeout"] <= 900
     for groups_wanted in groups:
-        conds = cfn.conditions(T, cfn.parameters(T, RelayPartitionGroups=groups_wanted))
+        params = cfn.parameters(T, RelayPartitionGroups=groups_wanted)
+        conds = cfn.conditions(T, params)
         states = [cfn.resolve(t["Properties"].get("State", "ENABLED"), conds) for t in ticks]
         enabled = [s for s in states if s == "ENABLED"]
         assert len(enabled) == groups_wanted
-    # A run stops relay_stop_before_ms before its timeout, ahead of the next minute's tick.
-    assert p["Timeout"] * 1000 > Settings().relay_stop_before_ms
-    assert p["Timeout"] <= 60
+        assert cfn.resolve(p["ReservedConcurrentExecutions"], conds) == 2 * groups_wanted
+    unreserved = cfn.conditions(T, cfn.parameters(T, ReserveRelayConcurrency="false"))
+    assert cfn.resolve(p["ReservedConcurrentExecutions"], unreserved) == {"Ref": "AWS::NoValue"}
 
 
 def test_safety_net_sends_a_valid_dispatch_event() -> None:

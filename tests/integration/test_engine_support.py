@@ -29,6 +29,9 @@ def snapshot(client: redis.Redis) -> dict[str, Any]:
             value = client.zrange(key, 0, -1, withscores=True)
         elif kind == "set":
             value = sorted(client.smembers(key))
+        elif kind == "list":  # a queue's wake list (push.lua): its TTL ticks down, so only whether it has one
+            state[key] = (kind, client.lrange(key, 0, -1), client.pttl(key) > 0)
+            continue
         else:
             value = client.get(key)
         state[key] = (kind, value, client.pttl(key))

@@ -136,7 +136,7 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     rq.push("q", TOPIC, 0, 1, recs(0))
     script = redis_client.register_script(source("push.lua"))
     good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0]  # owner, count, then offset, id, payload, meta, run_at
-    keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq]
+    keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake]
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
         return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]])]

@@ -171,7 +171,9 @@ def test_the_template_reader_follows_the_raw_template() -> None:
     assert net.input == {"queues": ["default"], "batch": int(params["WorkerBatch"]), "source": "safety-net"}
     relay = d.functions["RelayFunction"]
     assert [s.enabled for s in relay.schedules] == [True, False, False, False]
-    assert relay.reserved_concurrency == int(params["RelayPartitionGroups"])
+    # two runs per partition group overlap at each hand-over (issue 18; docs/relay.md)
+    assert relay.reserved_concurrency == 2 * int(params["RelayPartitionGroups"])
+    assert relay.timeout_s == t["Resources"]["RelayFunction"]["Properties"]["Timeout"]
 
 
 def test_the_template_reader_refuses_what_it_cannot_resolve(tmp_path: Path) -> None:

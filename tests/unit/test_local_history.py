@@ -86,7 +86,7 @@ def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Pa
         ("write", "rejected", 1, 2)
 
 
-def test_a_worker_on_a_recorded_bus_writes_lease_grant_write_and_ack_in_order(tmp_path: Path) -> None:
+def test_a_worker_on_a_recorded_bus_writes_lease_grant_start_write_and_ack_in_order(tmp_path: Path) -> None:
     from tests.unit.fakes import kit
 
     path = tmp_path / "h.jsonl"
@@ -95,8 +95,10 @@ def test_a_worker_on_a_recorded_bus_writes_lease_grant_write_and_ack_in_order(tm
     k.queue.add("q", "j")
     k.worker().bind(events=recording(path)).drain(["q"], 1)
     assert [(e["op"], e.get("outcome")) for e in lines(path)] == [
-        ("lease", None), ("grant", "ok"), ("write", "written"), ("ack", "ok")]
-    assert lines(path)[2]["digest"] == history.digest({"r": 1})
+        ("lease", None), ("grant", "ok"), ("start", None), ("write", "written"), ("ack", "ok")]
+    assert lines(path)[3]["digest"] == history.digest({"r": 1})
+    start = lines(path)[2]  # the latency benchmark's "handler start"
+    assert (start["job"], start["queue"], start["token"], start["attempt"]) == ("j", "q", 1, 1)
 
 
 def ev(op: str, job: str = "j", pid: int = 1, t: float = 0.0, **kw: Any) -> dict[str, Any]:
@@ -219,6 +221,29 @@ def test_record_relay_writes_the_lines_the_chaos_checker_reads(tmp_path: Path) -
         {"op": "read", "partition": 0, "first": 7, "last": 8, "n": 2, "t1": 5.0},
         {"op": "config", "t0": 6.0, "t1": 7.0, "queue": "q", "paused": True},
     ]
+
+
+def test_the_local_stacks_recorder_writes_a_relay_push_as_the_chaos_history_does(tmp_path: Path) -> None:
+    """The local stack's relay container records its pushes through the one Recorder (the latency
+    benchmark reads them); the line is the chaos history's push line, field for field."""
+    from sluice.chaos.app import record_relay
+
+    pushed = events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2,
+                           skipped=0, jobs=("a", "b"), outcome="ok", t0=1.0, at=2.0)
+    failed = events.Pushed(queue="q", topic="t", partition=1, owner=4, first=9, last=9, outcome="error",
+                           error="boom", t0=3.0, at=4.0)
+    local, chaos = tmp_path / "local.jsonl", tmp_path / "chaos.jsonl"
+    recorder = history.Recorder(history.History(local))
+    report = record_relay(history.History(chaos))
+    for e in (pushed, failed):
+        recorder(e)
+        report(e)
+
+    def shape(path: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k != "pid"} for e in lines(path)]
+
+    assert shape(local) == shape(chaos)
+    assert [e["jobs"] for e in lines(local)[:1]] == [["a", "b"]]
 
 
 def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_config_lines(

@@ -335,6 +335,47 @@ def test_dispatch_after_push_sized_from_backlog_and_in_flight_limit() -> None:
     assert len(w.dispatcher.calls) == n
 
 
+def test_no_worker_is_started_for_jobs_a_waiting_worker_takes_and_only_the_rest_get_workers() -> None:
+    """Issue 18: a worker waiting for work in a queue (its linger) is woken by push.lua and takes
+    what was pushed, so the relay starts none for it; it starts workers only for what the waiting
+    ones cannot take, and once nobody waits any more (the next refresh), for what is left."""
+    w = World(partitions=1)
+    w.engine.idle["q"] = 1
+    w.add(5)  # one invocation's worth: the waiting worker's
+    relay = w.relay(worker_batch=10, dispatch_interval_s=0.0)
+    run_steps(relay, 3)
+    assert w.dispatcher.calls == []
+    w.engine.idle["q"] = 0  # it left without taking them (a crash): the queue is still due
+    w.clock.t += 1.0  # the next refresh sees it
+    run_steps(relay, 2)
+    assert w.dispatcher.calls == [("q", 1, 10)]
+    w.engine.idle["q"] = 2
+    w.add(100)  # 11 invocations' worth in all, 2 of them already waiting
+    w.clock.t += 1.0
+    run_steps(relay, 3)
+    assert w.dispatcher.calls[1:] == [("q", 9, 10)]
+
+
+def test_a_queue_whose_jobs_waiting_workers_took_gets_a_worker_at_once_for_its_next_push() -> None:
+    """Issue 18: deciding that a queue needs no worker (waiting workers took its jobs) must not
+    hold back its next dispatch by the dispatch interval: if those workers have gone meanwhile
+    (their linger, or their time, ran out), the next job would wait up to a second."""
+    w = World(partitions=1)
+    w.engine.idle["q"] = 1
+    w.add(3)
+    relay = w.relay(worker_batch=10)  # dispatch_interval_s: the default second
+    run_steps(relay, 3)
+    assert w.dispatcher.calls == []
+    w.engine.consumed["q"], w.engine.idle["q"] = 3, 0  # taken; that worker then left
+    w.clock.t += 0.1
+    run_steps(relay, 2)  # the recount: nothing ready, nothing to start
+    assert w.dispatcher.calls == []
+    w.clock.t += 0.1
+    w.add(1)
+    run_steps(relay, 3)
+    assert w.dispatcher.calls == [("q", 1, 10)]
+
+
 def test_maintenance_reaps_every_queue_and_nudges_undrained_backlogs() -> None:
     w = World(partitions=1)
     w.engine.jobs["idle"] = {"x": JobSpec(job_id="x", queue="idle")}

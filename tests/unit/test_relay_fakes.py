@@ -56,6 +56,7 @@ class FakeEngine:
         self.buckets: dict[str, policy.Bucket] = {}
         self.ownership: dict[str, tuple[JobSpec, _Lease]] = {}
         self.consumed: dict[str, int] = {}  # workers took this many off the ready count
+        self.idle: dict[str, int] = {}  # workers waiting for work (their linger), per queue
         self.calls: list[str] = []
         self.down = False
         self.reaped: list[str] = []
@@ -144,7 +145,8 @@ class FakeEngine:
     def stats(self, queue: str) -> QueueStats:
         self._call("stats")
         return QueueStats(queue=queue, ready=self.depth(queue), delayed=0, leased=0, dead=0,
-                          oldest_ready_age_ms=None, config=self.get_config(queue))
+                          oldest_ready_age_ms=None, config=self.get_config(queue),
+                          idle_workers=self.idle.get(queue, 0))
 
     def get_config(self, queue: str) -> QueueConfig:
         return self.configs.get(queue, QueueConfig())

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import events as ev
-from sluice.local.history import History, wall
+from sluice.local.history import History, push_fields, wall
 from sluice.models import dump_json
 
 QUEUE = "chaos"
@@ -124,12 +124,6 @@ def record_relay(history: History) -> Callable[[ev.Event], None]:
         elif isinstance(e, ev.RecordsRead):
             history.emit("read", partition=e.partition, first=e.first, last=e.last, n=e.n, t1=e.at)
         elif isinstance(e, ev.Pushed):
-            common = {"t0": e.t0, "t1": e.at, "partition": e.partition, "owner": e.owner,
-                      "outcome": e.outcome, "first": e.first, "last": e.last}
-            if e.outcome == "ok":
-                history.emit("push", **common, queue=e.queue, pushed=e.pushed, skipped=e.skipped,
-                             jobs=list(e.jobs))
-            else:
-                history.emit("push", **common, error=e.error)
+            history.emit("push", **push_fields(e))
 
     return report

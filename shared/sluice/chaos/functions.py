@@ -57,11 +57,12 @@ def _control(stem: str) -> Control:
 
 @cache
 def _recording() -> None:
-    """The relay's reads, pushes and config reads as history lines: ``record_relay`` on the
-    process's bus (the one ``scheduled_relay`` emits on), subscribed once per container."""
+    """The relay's reads and config reads as history lines: ``record_relay`` on the process's bus
+    (the one ``scheduled_relay`` emits on), subscribed once per container. Its pushes are recorded
+    already, by the local container's history recorder (``sluice.local.history.line_of``)."""
     from sluice import wiring
 
-    wiring.events().subscribe(record_relay(_history()), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
+    wiring.events().subscribe(record_relay(_history()), ev.RecordsRead, ev.ConfigRead)
 
 
 @cache

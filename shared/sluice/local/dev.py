@@ -304,8 +304,10 @@ class DevStack:
                     str(stop_ms), "a quarter of the shortened relay Timeout")
         if self.deploy.functions["RelayFunction"].reserved_concurrency is None and \
                 "RelayFunction" not in concurrency:
-            concurrency["RelayFunction"] = (1, "unreserved in AWS (ReserveRelayConcurrency=false); "
-                                               "one local container, as scheduled runs do not overlap")
+            groups = int(self.deploy.parameters.get("RelayPartitionGroups", 1))
+            concurrency["RelayFunction"] = (2 * groups, "unreserved in AWS (ReserveRelayConcurrency=false); "
+                                                        "two local containers per group, as runs overlap "
+                                                        "at each hand-over")
         if o.relay_every_s is not None:
             schedule["RelayFunction"] = (o.relay_every_s, o.why)
             if o.relay_timeout_s is None or o.relay_timeout_s > o.relay_every_s:

@@ -21,7 +21,10 @@ Each line: ``{"op", "job", "queue", "token", "outcome", "t0", "t1", "pid", ...}`
 - ``ack`` / ``fail`` / ``release``: the Redis side, outcome ``ok`` (``fail`` also gives
   ``retry``/``dead``), ``lost`` or ``error``; ``lease`` is the Redis lease token;
 - ``extend``: only failures are recorded (outcome ``lost``), a heartbeat finding its lease gone;
-- ``lease``: a job leased from Redis (``lease`` token, ``attempt``), no outcome.
+- ``lease``: a job leased from Redis (``lease`` token, ``attempt``), no outcome;
+- ``start``: the handler was called (``token``, ``attempt``; ``t1`` the moment);
+- ``push`` (relay): ``push.lua`` moved records ``first``..``last`` of a ``partition`` into a
+  ``queue`` under ``owner``, with the ``jobs`` pushed (``outcome`` ok), or failed (``error``).
 
 ``analyse`` turns a history into per-job facts and the counts the demo and the
 chaos checker report. A write is a *stale write accepted* when it was accepted and
@@ -98,10 +101,23 @@ def _redis(e: ev.Acked | ev.FailReported | ev.Released | ev.Renewed) -> dict[str
     return {"job": e.job, "queue": e.queue, "lease": e.lease, **_call(e)}
 
 
+def push_fields(e: ev.Pushed) -> dict[str, Any]:
+    """A relay push's history line (the chaos checker reads these fields too)."""
+    common = {"t0": e.t0, "t1": e.at, "partition": e.partition, "owner": e.owner, "outcome": e.outcome,
+              "first": e.first, "last": e.last}
+    if e.outcome == "ok":
+        return {**common, "queue": e.queue, "pushed": e.pushed, "skipped": e.skipped, "jobs": list(e.jobs)}
+    return {**common, "error": e.error}
+
+
 def line_of(e: ev.Event) -> tuple[str, dict[str, Any]] | None:
     """The history line (op and fields) of a worker event, None for events the history skips."""
     if isinstance(e, ev.Leased):
         return "lease", {"job": e.job, "queue": e.queue, "lease": e.lease, "attempt": e.attempt, "t1": e.at}
+    if isinstance(e, ev.HandlerStarted):
+        return "start", {"job": e.job, "queue": e.queue, "token": e.token, "attempt": e.attempt, "t1": e.at}
+    if isinstance(e, ev.Pushed):
+        return "push", push_fields(e)
     if isinstance(e, ev.Granted):
         token = {"token": e.token} if e.token is not None else {}
         return "grant", {"job": e.job, "queue": e.queue, "owner": e.owner, **token, **_call(e)}

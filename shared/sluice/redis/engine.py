@@ -53,6 +53,8 @@ __all__ = ["PushItem", "PushResult", "RedisQueue"]
 MAX_BATCH = 1000  # jobs per script call: bounds the script's run time and Lua's unpack()
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_TOKEN = 2**53 - 1  # Lua numbers are doubles: larger integers would lose precision
+MAX_WAIT_MS = 4_000  # one BLPOP: below the client's 5 s socket timeout
+MAX_IDLE_MS = 60_000  # idle.lua's bound on how long a worker says it waits
 RECLAIM_PER_LEASE = 100  # expired leases and due delayed jobs each lease call reclaims first
 
 
@@ -384,7 +386,28 @@ class RedisQueue:
         r = self.scripts.stats(k)
         return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
-                          config=_config(r.config))
+                          config=_config(r.config), idle_workers=r.idle)
+
+    # --- waiting for work (a worker's linger) -------------------------------------------------
+
+    def idle(self, queue: str, worker_id: str, ms: int) -> int:
+        """``worker_id`` waits for work in ``queue`` until now + ``ms`` (0: no longer); the relay
+        counts such workers (``stats``) and starts none for jobs they will take. Returns how many
+        wait now."""
+        if not isinstance(worker_id, str) or not 0 < len(worker_id) <= 256:
+            raise InvalidInput(f"worker_id must be a string of 1 to 256 characters, got {worker_id!r}")
+        return self.scripts.idle(self.keys(queue), worker_id, _int(ms, 0, MAX_IDLE_MS, "ms"))
+
+    def wait_for_work(self, queue: str, timeout_ms: int) -> bool:
+        """Block until ``push.lua`` pushes a job into ``queue`` (True) or ``timeout_ms`` passes (False).
+
+        BLPOP on the queue's wake list, one token per job pushed: a token may be stale (nobody
+        waited when it was pushed), so True means "lease now", not "a job is surely there"."""
+        timeout_ms = _int(timeout_ms, 1, MAX_WAIT_MS, "timeout_ms")
+        try:
+            return self.client.blpop([self.keys(queue).wake], timeout=timeout_ms / 1000) is not None
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
 
     def get_config(self, queue: str) -> QueueConfig:
         k = self.keys(queue)

@@ -22,6 +22,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
+    sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)
+    sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
 
 Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data).
@@ -97,6 +99,16 @@ class QueueKeys:
     @property
     def bucket(self) -> str:
         return f"{self.base}:bucket"
+
+    @property
+    def idle(self) -> str:
+        """zset worker id -> until when (ms) it waits for work: the relay counts them (stats.lua)."""
+        return f"{self.base}:idle"
+
+    @property
+    def wake(self) -> str:
+        """list of tokens, one per job pushed (push.lua, capped): a waiting worker BLPOPs it."""
+        return f"{self.base}:wake"
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"

@@ -102,6 +102,7 @@ class StatsReply(NamedTuple):
     oldest_ready_age_ms: int  # -1 when nothing is ready
     now_ms: int
     config: dict[str, str]
+    idle: int = 0  # workers waiting for work (idle.lua)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,10 +241,15 @@ class Scripts:
         return bool(self._run("register.lua", [registry], [queue, limit]))
 
     def stats(self, k: QueueKeys) -> StatsReply:
-        r = self._run("stats.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config], [])
+        r = self._run("stats.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle], [])
         flat = [_word(x) for x in r[6]]
         return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
-                          dict(zip(flat[::2], flat[1::2], strict=True)))
+                          dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]))
+
+    def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
+        """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the
+        number of waiting workers after the call."""
+        return int(self._run("idle.lua", [k.idle], [worker_id, ms]))
 
     def config(self, k: QueueKeys, fields: Mapping[str, str]) -> int:
         args: list[str] = []
@@ -258,8 +264,8 @@ class Scripts:
         flat: list[str] = []
         for offset, job in records:
             flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms))
-        reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq],
-                          push_argv(owner_token, flat))
+        reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq,
+                                       k.wake], push_argv(owner_token, flat))
         return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
 
     def push_many(self, calls: Sequence[tuple[QueueKeys, str, int, Sequence[Any]]]
@@ -267,7 +273,7 @@ class Scripts:
         """``push.lua`` once per (keys, topic, partition, ARGV) in one round trip; per call its
         result or the error that refused it (nothing of that call written)."""
         replies = self._pipelined("push.lua", [
-            ([k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq], args)
+            ([k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake], args)
             for k, topic, partition, args in calls])
         return [r if isinstance(r, SluiceError) else PushResult(pushed=int(r[0]), skipped=int(r[1]),
                                                                   offset=int(r[2])) for r in replies]

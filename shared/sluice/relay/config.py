@@ -24,7 +24,13 @@ class RelayConfig:
     max_partitions: int = 1_000
     max_pending: int = 5_000  # records buffered per partition before its fetching pauses
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
+    # ... and a queue whose new jobs were left to workers waiting for work: if those have just
+    # left (their linger over), its jobs get workers within this, not at the next maintenance
+    recount_s: float = 0.05
     ownership_s: float = 1.0  # how often free partitions are looked for
+    # ... and by a relay that owns none: the next scheduled invocation, started while the
+    # outgoing one still runs, takes the partitions over within this of their release
+    takeover_s: float = 0.1
     maintenance_s: float = 5.0  # reap, settle, trim, dispatch for idle backlogs
     dispatch_interval_s: float = 1.0
     worker_batch: int = 10

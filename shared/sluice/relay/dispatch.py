@@ -35,6 +35,11 @@ class Dispatch:
                if not is_reserved_queue(queue)
                and state.pushed_since_dispatch and now - state.dispatched_at >= interval}
         wanted = {q: self._wanted(s) for q, s in due.items()}
+        # Workers waiting for work in this queue (the worker's linger) were woken by push.lua and
+        # take these jobs: no invocation for them. The queue stays due, so that if they are gone
+        # by the next refresh, workers are started then.
+        wanted = {q: max(0, n - due[q].idle_workers) for q, n in wanted.items()
+                  if not 0 < n <= due[q].idle_workers}
         for queue, n in self._budgeted(wanted, now).items():
             if n == 0 < wanted[queue]:
                 continue  # the budget ran out before its turn: still due, first in line next time
@@ -71,9 +76,9 @@ class Dispatch:
     def _start_workers(self, queue: str, state: QueueState, n: int, now: float) -> None:
         assert self.dispatcher is not None
         state.pushed_since_dispatch = 0
-        state.dispatched_at = now
-        if n <= 0:
+        if n <= 0:  # nothing started: the next push may start workers at once, not a second later
             return
+        state.dispatched_at = now
         try:
             started = self.dispatcher.dispatch(queue, n, self.config.worker_batch)
         except SluiceError as exc:  # the scheduled safety net still drains the queue

@@ -124,8 +124,8 @@ class Relay:
         if now >= self._next_maintenance:
             self._next_maintenance = now + self.config.maintenance_s
             self.maintenance.run(now)
-        if not self.ownership.owned:
-            self.clock.sleep(self.config.poll_ms / 1000)
+        if not self.ownership.owned:  # waiting for partitions: the outgoing relay's release
+            self.clock.sleep(min(self.config.poll_ms / 1000, self.config.takeover_s))
             return 0
         self.intake.skip_relayed()
         plan = self._plan()
@@ -139,6 +139,7 @@ class Relay:
             if pushing is not None:
                 pushed = self.pusher.finish(plan, pushing.result(), self.queues.states)
         self.committer.commit()
+        self._recount_waiting()
         self.dispatch.pushed(self.queues.states, self.clock.monotonic())
         self.intake.flow_control()
         if self.clock.monotonic() >= self.committer.next_lag:
@@ -147,6 +148,15 @@ class Relay:
             # The bucket is empty: let it fill for a moment rather than ask Redis in a tight loop.
             self.clock.sleep(min(0.02, self.config.poll_ms / 1000))
         return pushed
+
+    def _recount_waiting(self) -> None:
+        """Re-read (every ``recount_s``) the queues whose new jobs were left to workers waiting for
+        work (``Dispatch.pushed``): if those have just left, the jobs get workers now."""
+        now = self.clock.monotonic()
+        for queue, state in list(self.queues.states.items()):
+            if state.pushed_since_dispatch and state.idle_workers and \
+                    now - state.refreshed_at >= self.config.recount_s:
+                self.queues.refresh(queue, state, now)
 
     def _plan(self) -> list[Item]:
         """Which records to push now: the planner's decision on freshly read queue states."""

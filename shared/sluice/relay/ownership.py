@@ -71,6 +71,7 @@ class Ownership:
         self._registered: set[int] = set()
         self._next_look = float("-inf")
         self._started = started
+        self._first_gain: float | None = None  # when this relay first took a partition
 
     def check(self, now: float) -> None:
         """Extend the leases due, and every ``ownership_s`` look for free partitions."""
@@ -79,8 +80,9 @@ class Ownership:
             if now - owned.leased_at >= self.config.lease_ms / 3000:
                 changed |= self._extend(owned, now)
         if now >= self._next_look:
-            self._next_look = now + self.config.ownership_s
             changed |= self._acquire(now)
+            # Owning nothing, this is an invocation waiting for the outgoing one's release: look often.
+            self._next_look = now + (self.config.ownership_s if self.owned else self.config.takeover_s)
         if changed:
             self.assign()
             self.report.partitions_owned |= set(self.owned)
@@ -113,9 +115,11 @@ class Ownership:
         self._register()
         limit = self.config.max_partitions
         groups = self.config.partition_groups
-        if groups > 1 and now - self._started < self.config.share_grace_s:
+        if groups > 1 and (self._first_gain is None or now - self._first_gain < self.config.share_grace_s):
             # Several relays run at once, one per group: each takes its share first, and any
             # partition still free after the grace period (a group's invocation did not start).
+            # The grace counts from this relay's first partition, not its start: a relay started
+            # while the outgoing ones still hold every partition waits for their release first.
             limit = min(limit, -(-len(self._registered) // groups))
         room = limit - len(self.owned)
         if room <= 0 or not self._registered:
@@ -135,6 +139,7 @@ class Ownership:
             self.owned[p] = OwnedPartition(number=p, job_id=job.job_id, token=job.lease_token, leased_at=now)
             gained.append(p)
         if gained:
+            self._first_gain = now if self._first_gain is None else self._first_gain
             try:
                 self.assign()  # rewinding needs the partitions assigned
                 self.source.rewind_to_committed(gained)

@@ -57,6 +57,7 @@ class QueueStates:
                                                   burst=self.config.default_burst or max(1, int(rate)))
         state.ready, state.leased = stats.ready, stats.leased
         state.delayed, state.dead = stats.delayed, stats.dead
+        state.idle_workers = stats.idle_workers
         state.pushed_since_refresh = 0
         state.refreshed_at = now
         cfg = state.config

@@ -87,6 +87,7 @@ class QueueState:
     pushed_since_refresh: int = 0
     pushed_since_dispatch: int = 0
     dispatched_at: float = float("-inf")
+    idle_workers: int = 0  # workers waiting for its jobs (worker linger): push.lua wakes them
 
     dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.limits)
 

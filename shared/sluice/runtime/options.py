@@ -52,6 +52,9 @@ class WorkerOptions:
     retry_cap_ms: int = 15 * 60 * 1000
     invocation_budget_ms: int | None = None
     progress_every_ms: int = 1_000  # ctx.progress writes at most once per this per job
+    # Once its one queue is empty, how long a drain waits for a push to wake it before it
+    # returns (0: it returns at once, and ``batch`` bounds the whole drain).
+    linger_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.lease_ms is not None and not MIN_LEASE_MS <= self.lease_ms <= MAX_LEASE_MS:
@@ -62,6 +65,8 @@ class WorkerOptions:
             raise InvalidInput("lease_batch must be in 1..1000 and concurrency in 1..64")
         if self.margin_ms < 0 or self.grant_margin_ms < 0 or self.settle_attempts < 1:
             raise InvalidInput("margin_ms and grant_margin_ms must be >= 0 and settle_attempts >= 1")
+        if not 0 <= self.linger_ms <= 60_000:
+            raise InvalidInput("linger_ms must be in 0..60000")
         if not 0 <= self.retry_base_ms <= self.retry_cap_ms:
             raise InvalidInput("retry_base_ms must be in 0..retry_cap_ms")
         if self.invocation_budget_ms is not None and self.invocation_budget_ms <= 0:
@@ -77,7 +82,7 @@ class WorkerOptions:
                    grant_margin_ms=s.grant_margin_ms,
                    budget_lease_ms=s.default_lease_seconds * 1000, retry_base_ms=s.retry_base_ms,
                    retry_cap_ms=s.retry_cap_ms, invocation_budget_ms=budget,
-                   progress_every_ms=s.progress_every_ms)
+                   progress_every_ms=s.progress_every_ms, linger_ms=s.worker_linger_ms)
 
     def default_timeout_ms(self) -> int:
         # Before leasing, a job's own lease is unknown: budget with the deployment default.

@@ -4,6 +4,7 @@
 --   KEYS[1] relayed   hash  sluice:{q}:relayed:<topic>:<partition>  fields owner, offset
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
+--   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
 --   ARGV[3] records         a JSON array of 5k strings, k groups of 5: offset, job_id, payload,
@@ -15,7 +16,8 @@
 --   repeat an id in this batch), are skipped. The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
 --   same atomic step as the enqueue: a relay that dies before its Kafka commit pushes
---   nothing twice.
+--   nothing twice. Each fresh job adds a token to the wake list (at most WAKE_MAX kept, for
+--   WAKE_TTL_MS): a worker waiting for work in BLPOP wakes at once (worker.py, linger).
 -- Errors (nothing written)
 --   STALE_TOKEN mine=<token> current=<token>  a relay with a newer token owns the partition
 --   INVALID_INPUT <what>
@@ -23,7 +25,10 @@
 
 --@include _lib.lua
 
-local relayed, prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local WAKE_MAX = 16        -- tokens kept: one per waiting worker to wake is enough
+local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty lease; let it go
+
+local relayed, prefix, ready, delayed, seqkey, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
 local owner = int_in(ARGV[1], 1, MAX_TOKEN)
@@ -54,4 +59,11 @@ end
 local fresh = new_jobs(R, prefix, starts)
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
 create_jobs(R, prefix, ready, delayed, seqkey, fresh, now)
+if #fresh > 0 then
+  local tokens = {}
+  for i = 1, math.min(#fresh, WAKE_MAX) do tokens[i] = '1' end
+  redis.call('LPUSH', wake, unpack(tokens))
+  redis.call('LTRIM', wake, 0, WAKE_MAX - 1)
+  redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+end
 return {#fresh, k - #fresh, max_offset}

@@ -3,10 +3,10 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
---   KEYS[6] config hash
+--   KEYS[6] config hash  KEYS[7] idle zset (workers waiting for work, score = until when)
 -- Output
 --   {ready, delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
---    config as {field, value, field, value ...}}
+--    config as {field, value, field, value ...}, idle workers (deadline after TIME)}
 --   The oldest ready job is the earliest-enqueued of the heads of the ten priority
 --   bands (within a band jobs are FIFO, reclaimed ones first), so this costs at most ten lookups.
 
@@ -28,4 +28,5 @@ end
 local age = -1
 if oldest then age = math.max(0, now - oldest) end
 return {redis.call('ZCARD', ready), redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]),
-        redis.call('ZCARD', KEYS[5]), age, now, redis.call('HGETALL', KEYS[6])}
+        redis.call('ZCARD', KEYS[5]), age, now, redis.call('HGETALL', KEYS[6]),
+        redis.call('ZCOUNT', KEYS[7], now + 1, '+inf')}

@@ -1,0 +1,244 @@
+"""Latency at low load: how long one job takes, stage by stage, against a raw Kafka round trip.
+
+Prints one JSON object:
+  {"bench": "latency", "jobs", "enqueue_to_start_p50_ms", "enqueue_to_start_p99_ms",
+   "enqueue_to_result_p50_ms", "enqueue_to_result_p99_ms", "raw_kafka_p50_ms", "raw_kafka_p99_ms",
+   "start_vs_raw_p50", "start_vs_raw_p99", "stages": {stage: {"p50_ms", "p99_ms"}}, ...}
+
+It starts a private ``sluice dev`` stack (the template's functions and schedules: the relay
+every minute, stopping 5 s before its 60 s timeout) and enqueues JOBS ``echo`` jobs one at a
+time over HTTP, each only after the previous one's result is readable and a random pause
+(0-GAP_S), so no job ever waits behind another and the sends do not lock onto the relay's
+cadence. The stages come from the stack's history (``sluice.local.history``, one JSONL line
+per event, wall clock of one machine): the client's 202, the relay's ``push`` (``push.lua``
+returned), the worker's ``lease``, the handler's ``start`` and the result ``write`` accepted
+by the jobs table (from then on ``GET /v1/jobs/{id}`` reads it: the read is strongly consistent).
+
+Between two jobs, one raw kafka-python round trip goes through the same broker: a producer
+(acks=all, no linger, as the gateway's) sends one record to a topic of its own and a consumer
+(assigned, polling, default fetch settings) receives it; its p50 is the yardstick.
+Targets (issue 18): enqueue-to-start p50 <= 2.5x raw p50, p99 <= 6x raw p50.
+
+A run lasts about JOBS x (per-job latency + GAP_S/2 + a raw round trip); with 200 jobs it spans
+a relay hand-over or more, which the p99 includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import emit, log
+from sluice.local import history
+
+JOBS = 200
+GAP_S = 0.2
+JOB_TIMEOUT_S = 30.0
+RAW_TOPIC = "bench.latency.raw"
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1), nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary(values_s: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {"p50_ms": round(pct(ms, 0.5), 1), "p99_ms": round(pct(ms, 0.99), 1),
+            "max_ms": round(max(ms, default=0.0), 1), "n": len(ms)}
+
+
+class Tail:
+    """The history as it grows, indexed by job: the first time of each op that matters here."""
+
+    OPS = ("lease", "start", "write")
+
+    def __init__(self, path: str) -> None:
+        self.path, self.offset = path, 0
+        self.first: dict[str, dict[str, float]] = {}
+        self.pushes: list[dict[str, Any]] = []
+
+    def read(self) -> None:
+        events, self.offset = history.read(self.path, self.offset)
+        for e in events:
+            op = e.get("op")
+            if op == "push" and e.get("outcome") == "ok":
+                for job in e.get("jobs", ()):
+                    self.first.setdefault(str(job), {}).setdefault("push", float(e["t1"]))
+            elif op in self.OPS and e.get("job"):
+                if op == "write" and e.get("outcome") not in ("written", "already_written"):
+                    continue
+                self.first.setdefault(str(e["job"]), {}).setdefault(str(op), float(e["t1"]))
+
+    def written(self, job: str) -> bool:
+        return "write" in self.first.get(job, {})
+
+
+class RawKafka:
+    """One record at a time through the broker: producer send to consumer receipt."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+        from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin.create_topics([NewTopic(RAW_TOPIC, 1, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        finally:
+            admin.close()
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+        tp = TopicPartition(RAW_TOPIC, 0)
+        self.consumer.assign([tp])
+        self.consumer.seek_to_end(tp)
+        self.consumer.position(tp)
+        self._got: dict[bytes, float] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._consume, name="bench-raw-consumer", daemon=True)
+        self._thread.start()
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            for records in self.consumer.poll(timeout_ms=500).values():
+                now = time.time()
+                with self._cond:
+                    for r in records:
+                        self._got[r.value] = now
+                    self._cond.notify_all()
+
+    def round_trip(self, n: int) -> float | None:
+        value = f"raw-{n}-{time.time_ns()}".encode()
+        sent = time.time()
+        self.producer.send(RAW_TOPIC, value)
+        self.producer.flush()
+        with self._cond:
+            if not self._cond.wait_for(lambda: value in self._got, 10.0):
+                return None
+            return self._got.pop(value) - sent
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.consumer.close()
+        self.producer.close()
+
+
+def run(jobs: int, gap_s: float, seed: int) -> dict[str, Any]:
+    from sluice.client import Client
+    from sluice.local.dev import DevOptions, DevStack
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
+        dev = DevStack(DevOptions(state_dir=Path(tmp) / ".sluice", workers=2, warm_workers=1,
+                                  log_level="WARNING"))
+        started = time.monotonic()
+        endpoints = dev.start()
+        counts: dict[str, int] = {}
+        assert dev.lambdas is not None
+        dev.lambdas.on_finish = lambda inv: _count(counts, inv)
+        log(f"latency: stack up in {time.monotonic() - started:.1f}s")
+        try:
+            tail = Tail(str(endpoints["history_path"]))
+            raw = RawKafka(str(endpoints["kafka_bootstrap"]))
+            client = Client(str(endpoints["gateway_url"]), timeout_s=10)
+            # The first jobs wait for the relay to take its partitions and the worker to warm up.
+            for i in range(3):
+                job = client.enqueue("echo", {"warm": i}).job_id
+                _wait(tail, job, 90.0)
+            sent: dict[str, float] = {}
+            raw_s: list[float] = []
+            counts.clear()  # invocations of the measured jobs only
+            begun = time.monotonic()
+            for i in range(jobs):
+                job = client.enqueue("echo", {"i": i}).job_id
+                sent[job] = time.time()
+                if not _wait(tail, job, JOB_TIMEOUT_S):
+                    log(f"latency: job {i} ({job}) not done within {JOB_TIMEOUT_S}s")
+                rt = raw.round_trip(i)
+                if rt is not None:
+                    raw_s.append(rt)
+                time.sleep(rng.uniform(0, gap_s))
+                if (i + 1) % 50 == 0:
+                    log(f"latency: {i + 1}/{jobs} jobs, {time.monotonic() - begun:.0f}s")
+            time.sleep(0.5)
+            tail.read()
+            raw.close()
+            counts = {name.split("-")[-1]: n for name, n in counts.items()}
+        finally:
+            dev.stop()
+    return figures(sent, tail, raw_s, counts)
+
+
+def _wait(tail: Tail, job: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        tail.read()
+        if tail.written(job):
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def figures(sent: dict[str, float], tail: Tail, raw_s: list[float], counts: dict[str, int]) -> dict[str, Any]:
+    stages: dict[str, list[float]] = {k: [] for k in ("202_to_push", "push_to_lease", "lease_to_start",
+                                                       "start_to_result", "202_to_start", "202_to_result")}
+    missing = 0
+    for job, t202 in sent.items():
+        f = tail.first.get(job, {})
+        if not all(k in f for k in ("push", "lease", "start", "write")):
+            missing += 1
+            continue
+        stages["202_to_push"].append(f["push"] - t202)
+        stages["push_to_lease"].append(f["lease"] - f["push"])
+        stages["lease_to_start"].append(f["start"] - f["lease"])
+        stages["start_to_result"].append(f["write"] - f["start"])
+        stages["202_to_start"].append(f["start"] - t202)
+        stages["202_to_result"].append(f["write"] - t202)
+    start, result = summary(stages["202_to_start"]), summary(stages["202_to_result"])
+    raw = summary(raw_s)
+    base = raw["p50_ms"] or float("nan")
+    return {"jobs": len(sent), "incomplete": missing,
+            "enqueue_to_start_p50_ms": start["p50_ms"], "enqueue_to_start_p99_ms": start["p99_ms"],
+            "enqueue_to_result_p50_ms": result["p50_ms"], "enqueue_to_result_p99_ms": result["p99_ms"],
+            "raw_kafka_p50_ms": raw["p50_ms"], "raw_kafka_p99_ms": raw["p99_ms"],
+            "start_vs_raw_p50": round(start["p50_ms"] / base, 2),
+            "start_vs_raw_p99": round(start["p99_ms"] / base, 2),
+            "stages": {k: summary(v) for k, v in stages.items()},
+            "invocations": counts, "load_1m": round(os.getloadavg()[0], 1)}
+
+
+def _count(counts: dict[str, int], inv: Any) -> None:
+    """Invocations that ran, by function: not those the local Lambda service dropped as identical
+    to ones already waiting (``local.lambdas``, coalesced); those are counted apart."""
+    key = "coalesced" if inv.error and "coalesced" in inv.error else inv.function
+    counts[key] = counts.get(key, 0) + 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=JOBS)
+    parser.add_argument("--gap", type=float, default=GAP_S, help="largest random pause between jobs (s)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    emit("latency", **run(args.jobs, args.gap, args.seed))
+
+
+if __name__ == "__main__":
+    main()
