@@ -327,6 +327,15 @@ class JobRecord(BaseModel):
     result_token: int | None = None
     cancel_requested: bool = False
     redrive_gen: int = 0  # redrives an operator made (sluice.redrive); 0: never redriven
+    # Families (sluice.flows): the job that started this one, the jobs this one started, the
+    # continuations it started, the continuation waiting for this one; and, on a continuation,
+    # the children it waits for and how many of them have not ended yet.
+    parent_id: str | None = None
+    children: list[str] = Field(default_factory=list)
+    continuations: list[str] = Field(default_factory=list)
+    continuation: str | None = None
+    waits_for: list[str] = Field(default_factory=list)
+    remaining: int | None = None
 
 
 class WriteOutcome(StrEnum):

@@ -80,6 +80,14 @@ class JobView(BaseModel):
     result: Any = None
     result_ref: str | None = Field(default=None, description="Where a result too large for the item is.")
     last_error: str | None = None
+    parent_id: str | None = Field(default=None, description="The job whose handler started this one.")
+    children: list[str] = Field(default_factory=list, description="The jobs this one's handler started.")
+    continuations: list[str] = Field(default_factory=list,
+                                     description="Continuations this one's handler started (then=).")
+    continuation: str | None = Field(default=None, description="The continuation waiting for this job.")
+    waits_for: list[str] = Field(default_factory=list,
+                                 description="On a continuation: the children it runs after.")
+    remaining: int | None = Field(default=None, description="On a continuation: children not ended yet.")
 
 
 class CancelAccepted(BaseModel):

@@ -22,6 +22,10 @@ NAMES = {
     "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
     "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
     "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
+    # families (store/families.py)
+    "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
+    "#fam": "waits_for", "#left": "remaining", "#ended": "ended_children", "#spec": "continuation_spec",
+    "#rel": "released_at_ms",
 }
 
 
@@ -75,4 +79,14 @@ def decode_record(item: Mapping[str, Any], load_result: Callable[[str], bytes] |
         result=result, result_ref=ref,
         result_token=item_int(item, "result_token", -1) if "result_token" in item else None,
         cancel_requested=bool(item.get("cancel_requested", {}).get("BOOL", False)),
-        redrive_gen=item_int(item, "redrive_gen"))
+        redrive_gen=item_int(item, "redrive_gen"),
+        parent_id=item_str(item, "parent_id"), children=item_set(item, "children"),
+        continuations=item_set(item, "continuations"), continuation=item_str(item, "continuation"),
+        waits_for=item_set(item, "waits_for"),
+        remaining=item_int(item, "remaining") if "remaining" in item else None)
+
+
+def item_set(item: Mapping[str, Any], name: str) -> list[str]:
+    """A string set, sorted (ids sort by time); [] when absent (DynamoDB stores no empty set)."""
+    value = item.get(name)
+    return sorted(str(v) for v in value["SS"]) if value and "SS" in value else []

@@ -35,6 +35,7 @@ from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
 from sluice.store.codec import N, S, generation, item_int, item_str
 from sluice.store.errors import translated
+from sluice.store.families import Families
 from sluice.store.fenced import Fence
 from sluice.store.leases import LeaseWrites
 from sluice.store.lifecycle import Lifecycle
@@ -54,7 +55,7 @@ BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
 
 
-class DynamoJobStore(LeaseWrites, Lifecycle):
+class DynamoJobStore(LeaseWrites, Lifecycle, Families):
     """``ports.JobStore`` on a DynamoDB table, with large results in S3."""
 
     def __init__(self, client: DynamoDBClient, table_name: str = "sluice-jobs", *,
