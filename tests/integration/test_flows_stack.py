@@ -53,6 +53,14 @@ def test_a_fanout_runs_its_children_then_its_continuation_once_through_the_pipel
                                     "states": {"succeeded": n}}
         assert report["parent_id"] == accepted["job_id"] and report["remaining"] == 0
         assert sorted(report["waits_for"]) == sorted(parent["children"]) and report["attempts"] == 1
+        shown = subprocess.run([SLUICE, "status", accepted["job_id"]], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert f"children: {n}: " in shown.stdout and f"continuation: {then}" in shown.stdout
+        shown = subprocess.run([SLUICE, "status", then], cwd=tmp_path, env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert f"parent: {accepted['job_id']}" in shown.stdout
+        assert f"waits for: {n} children, 0 not ended yet" in shown.stdout
         child_id = parent["children"][0]
         child = until(f"{gw}/v1/jobs/{child_id}", lambda v: v["status"] == "succeeded")
         assert (child["parent_id"], child["continuation"], child["attempts"]) == (accepted["job_id"], then, 1)

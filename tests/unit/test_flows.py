@@ -328,3 +328,20 @@ def test_enqueue_without_a_gateway_is_a_clear_error(rig: Rig) -> None:
     app.bind(queue=queue, store=rig.store, telemetry=Telemetry(metrics=MemoryMetrics()),
              worker_id="w").drain(["fanout"], 1)
     assert errors and "no gateway function" in errors[0]
+
+
+def test_sluice_status_shows_parent_children_and_continuation(rig: Rig,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.cli.jobs import _echo_job
+
+    family = rig.api.enqueue_children(rig.request(7, then=True))
+    _echo_job(rig.api.status(rig.parent), as_json=False)
+    out = capsys.readouterr().out
+    assert f"children: 7: {' '.join(sorted(family.job_ids)[:5])} (+2 more)" in out
+    assert f"continuation: {family.continuation}" in out
+    _echo_job(rig.api.status(family.job_ids[0]), as_json=False)
+    out = capsys.readouterr().out
+    assert f"parent: {rig.parent}" in out and f"counts down: {family.continuation}" in out
+    _echo_job(rig.api.status(family.continuation or ""), as_json=False)
+    out = capsys.readouterr().out
+    assert f"parent: {rig.parent}" in out and "waits for: 7 children, 7 not ended yet" in out
