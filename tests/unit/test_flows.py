@@ -345,3 +345,25 @@ def test_sluice_status_shows_parent_children_and_continuation(rig: Rig,
     _echo_job(rig.api.status(family.continuation or ""), as_json=False)
     out = capsys.readouterr().out
     assert f"parent: {rig.parent}" in out and "waits for: 7 children, 7 not ended yet" in out
+
+
+def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_read(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    child, other = family.job_ids
+    plain = ids.mint(PARENT_MS, "work", KEY)
+    rig.store.grant(child, "work", "w")
+    rig.store.grant(plain, "work", "w")
+    reads: list[str] = []
+    real = rig.store._db.get_item
+
+    def counted(**kw: Any) -> Any:
+        reads.append(kw["Key"]["job_id"]["S"])
+        return real(**kw)
+
+    rig.store._db.get_item = counted  # type: ignore[method-assign]
+    assert rig.store.continuation_of(child) == family.continuation
+    assert rig.store.continuation_of(plain) is None
+    assert reads == []
+    assert rig.store.continuation_of(other) == family.continuation  # never granted here: read
+    assert rig.store.continuation_of(child) == family.continuation  # asked again: read
+    assert reads == [other, child]

@@ -48,8 +48,12 @@ def _ss(values: Sequence[str]) -> dict[str, list[str]]:
     return {"SS": sorted(set(values))}
 
 
+GRANTS_REMEMBERED = 10_000
+
+
 class Families(ItemTable):
     _pool: LazyPool
+    _continuations: dict[str, str | None]
 
     def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
               limit: int) -> None:
@@ -122,8 +126,22 @@ class Families(ItemTable):
             raise translate(exc, "start_family") from exc
         return self.family(continuation)
 
+    def _granted(self, job_id: str, item: dict[str, Any]) -> None:
+        """Remember what the grant's item says about the job's continuation: the worker that
+        granted it asks ``continuation_of`` when the job ends, and need not read the item again."""
+        if len(self._continuations) >= GRANTS_REMEMBERED:  # jobs granted here that never ended here
+            self._continuations.pop(next(iter(self._continuations)), None)
+        self._continuations[job_id] = item_str(item, "continuation")
+
     def continuation_of(self, job_id: str) -> str | None:
-        """The continuation waiting for ``job_id`` (None for a job in no family with one)."""
+        """The continuation waiting for ``job_id`` (None for a job in no family with one).
+
+        Known without a read for a job this store granted (``_granted``): a child's item names its
+        continuation before its Kafka record exists, so before any grant. Otherwise one read."""
+        try:
+            return self._continuations.pop(job_id)
+        except KeyError:
+            pass
         with translated("get_item"):
             response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)}, ConsistentRead=True,
                                          ProjectionExpression="#then",

@@ -1,7 +1,8 @@
 """The jobs table: job status for users, and the fencing-token authority for workers.
 
 One item per job (partition key ``job_id``). ``grant`` mints the fencing token with
-``ADD token 1`` and returns it (``UPDATED_NEW``): DynamoDB has made the increment
+``ADD token 1`` and returns it (``ALL_NEW``: the item, so the grant also tells whether
+a continuation waits for the job, ``store/families.py``): DynamoDB has made the increment
 durable before it answers, so fencing tokens stay strictly increasing per job whatever
 happens to Redis, whose own lease token is used only for liveness.
 
@@ -75,6 +76,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         self._now_ms = now_ms
         self._sleep = sleep
         self._pool = LazyPool(max_workers, "sluice-store")
+        self._continuations: dict[str, str | None] = {}  # job id -> its continuation, from its grant
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None,
@@ -116,9 +118,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
-            condition=condition, values=values, ReturnValues="UPDATED_NEW")
+            condition=condition, values=values, ReturnValues="ALL_NEW")
         attrs, ok = self._update("grant", request)
         if ok and attrs is not None:
+            self._granted(job_id, attrs)
             return item_int(attrs, "token")
         status = item_str(attrs, "status") if attrs is not None else None
         if attrs is None or status in (JobState.FAILED, JobState.DEAD):
@@ -132,9 +135,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             request = self._request(
                 job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
                 condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
-                values=values, ReturnValues="UPDATED_NEW")
+                values=values, ReturnValues="ALL_NEW")
             attrs, ok = self._update("grant", request)
             if ok and attrs is not None:
+                self._granted(job_id, attrs)
                 return item_int(attrs, "token")
         if status not in (JobState.CANCELLED, JobState.SUCCEEDED):
             self._honour(job_id, "grant.cancel")
