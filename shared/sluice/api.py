@@ -305,6 +305,8 @@ class Api:
                            created_at_ms=minted.accepted_at_ms, updated_at_ms=minted.accepted_at_ms)
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
+        if record.remaining is not None:  # a continuation: its children are in its family's record
+            record.waits_for = api_families.families_of(self).waits_for(job_id)
         return JobView(
             job_id=record.job_id, queue=record.queue, status=record.status, attempts=record.attempts,
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,

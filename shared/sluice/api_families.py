@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sluice import ids
 from sluice.errors import ConfigError, FamilyConflict, InvalidInput, JobNotFound, TooManyChildren
 from sluice.flows import MAX_CHILDREN, FamilyAccepted, FamilyRequest, FamilyStore, NewChild, keys_unique
-from sluice.models import JobSpec, is_reserved_queue, validate_job_id
+from sluice.models import FINAL_STATES, JobSpec, is_reserved_queue, validate_job_id
 
 if TYPE_CHECKING:
     from sluice.api import Api
@@ -98,16 +98,23 @@ def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
         then_id = ids.derive(parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key, key)
         then_spec = api._spec(request.then.queue, request.then, now, None, job_id=then_id)
         _same_family(store, then_id, child_ids)
+    known = store.children_state(child_ids)
+    for child_id, state in known.items():
+        if state.continuation != then_id:  # the key named a child of another family
+            raise FamilyConflict(f"child {child_id} already belongs to "
+                                 f"{state.continuation or 'no continuation'}: use another key",
+                                 job_id=child_id)
     store.adopt(parent_id, request.token, child_ids, then_id, MAX_CHILDREN)
-    store.record_children(parent_id, [NewChild(s.job_id, s.queue, now) for s in specs], then_id)
+    store.record_children(parent_id, [NewChild(s.job_id, s.queue, now, i) for i, s in enumerate(specs)],
+                          then_id)
     if then_spec is not None and then_id is not None:
         store.start_family(then_id, then_spec.queue, parent_id, child_ids, then_spec.model_dump_json(), now)
-    final = store.final_job_ids(child_ids)
+    final = {j: st for j, st in known.items() if st.status in FINAL_STATES}
     fresh = [s for s in specs if s.job_id not in final]
     if fresh:
         api.log.append(fresh)
     if final and then_id is not None:
-        _count_final(api, store, then_id, sorted(final))
+        _count_final(api, store, then_id, [st.slot for st in final.values()])
     return FamilyAccepted(job_ids=child_ids, continuation=then_id)
 
 
@@ -122,11 +129,11 @@ def _same_family(store: FamilyStore, then_id: str, child_ids: Sequence[str]) -> 
                              "use another then key", job_id=then_id)
 
 
-def _count_final(api: Api, store: FamilyStore, then_id: str, final: Sequence[str]) -> None:
+def _count_final(api: Api, store: FamilyStore, then_id: str, slots: Sequence[int]) -> None:
     """Children that ended before this (re-run) request: counted now, since their JobEnded may be
-    long past (or never came: a child withdrawn after a failed append)."""
-    for child in final:
-        if store.count_down(then_id, child) == 0:
+    long past (or never came: the process that ended them died before its countdown)."""
+    for slot in slots:
+        if store.count_down(then_id, slot) == 0:
             release_continuation(api, then_id)
 
 

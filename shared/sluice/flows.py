@@ -79,6 +79,19 @@ class NewChild:
     job_id: str
     queue: str
     created_at_ms: int
+    slot: int = 0  # its place among its family's children (the countdown's idempotency key)
+
+
+Slot = tuple[str, int]  # a child's continuation, and its place among that continuation's children
+
+
+@dataclass(frozen=True, slots=True)
+class ChildState:
+    """What the gateway reads of a child's item before starting it (again)."""
+
+    status: str
+    continuation: str | None
+    slot: int
 
 
 class Gatekeeper(Protocol):
@@ -92,9 +105,9 @@ class Gatekeeper(Protocol):
 class FamilyReads(Protocol):
     """What the countdown needs of the jobs table (``store.families.Families``)."""
 
-    def continuation_of(self, job_id: str) -> str | None: ...
+    def continuation_of(self, job_id: str) -> Slot | None: ...
 
-    def count_down(self, continuation: str, child_id: str) -> int | None: ...
+    def count_down(self, continuation: str, slot: int) -> int | None: ...
 
 
 class Countdown:
@@ -115,10 +128,11 @@ class Countdown:
         return bus.subscribe(self.on_ended, JobEnded)
 
     def on_ended(self, event: JobEnded) -> None:
-        continuation = self.store.continuation_of(event.job)
-        if continuation is None:
+        found = self.store.continuation_of(event.job)
+        if found is None:
             return
-        remaining = self.store.count_down(continuation, event.job)
+        continuation, slot = found
+        remaining = self.store.count_down(continuation, slot)
         if remaining == 0:
             log.info("every child of %s has ended: releasing it", continuation)
             self.release(continuation)
@@ -156,8 +170,10 @@ class FamilyStore(FamilyReads, Protocol):
 
     def family(self, continuation: str) -> Any: ...
 
+    def waits_for(self, continuation: str) -> list[str]: ...
+
     def mark_released(self, continuation: str) -> bool: ...
 
-    def final_job_ids(self, job_ids: Any) -> set[str]: ...
+    def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]: ...
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]: ...

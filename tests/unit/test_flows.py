@@ -241,6 +241,25 @@ def test_a_rerun_with_other_children_for_the_same_continuation_is_refused(rig: R
     assert rig.appended() == before
 
 
+def test_a_child_key_already_used_in_another_family_is_refused_before_any_write(rig: Rig) -> None:
+    rig.api.enqueue_children(rig.request(2, then=True))
+    before = list(rig.appended())
+    other = rig.request(2).model_copy(update={"then": ThenRequest(queue="report", payload=0, key="other")})
+    with pytest.raises(FamilyConflict, match="already belongs to"):
+        rig.api.enqueue_children(other)
+    assert rig.appended() == before and len(rig.api.status(rig.parent).continuations) == 1
+
+
+def test_the_continuations_item_stays_small_however_many_children_count_down(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(300, then=True))
+    countdown = Countdown(rig.store, rig.api.release_continuation)
+    for child in family.job_ids:
+        countdown.on_ended(ended(child))
+    item = rig.store._read(family.continuation or "")
+    assert item is not None and len(str(item)) < 6_000  # 300 slots, not 300 ids of 100 bytes (30 KB)
+    assert rig.appended().count(family.continuation) == 1
+
+
 def test_a_family_with_a_cancelled_child_still_runs_its_continuation(rig: Rig) -> None:
     family = rig.api.enqueue_children(rig.request(2, then=True))
     rig.api.cancel(family.job_ids[0])  # the gateway's cancel emits JobEnded; the api counts it
@@ -361,9 +380,9 @@ def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_r
         return real(**kw)
 
     rig.store._db.get_item = counted  # type: ignore[method-assign]
-    assert rig.store.continuation_of(child) == family.continuation
+    assert rig.store.continuation_of(child) == (family.continuation, 0)
     assert rig.store.continuation_of(plain) is None
     assert reads == []
-    assert rig.store.continuation_of(other) == family.continuation  # never granted here: read
-    assert rig.store.continuation_of(child) == family.continuation  # asked again: read
+    assert rig.store.continuation_of(other) == (family.continuation, 1)  # never granted here: read
+    assert rig.store.continuation_of(child) == (family.continuation, 0)  # asked again: read
     assert reads == [other, child]

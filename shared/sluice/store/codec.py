@@ -24,8 +24,7 @@ NAMES = {
     "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
     # families (store/families.py)
     "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
-    "#fam": "waits_for", "#left": "remaining", "#ended": "ended_children", "#spec": "continuation_spec",
-    "#rel": "released_at_ms",
+    "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
 }
 
 

@@ -1,17 +1,20 @@
 """The jobs table's family writes: children a job started, and the countdown of a continuation.
 
-A family lives on three kinds of items (docs/flows.md):
+A family lives on four kinds of items (docs/flows.md):
 
-- the parent's item gains ``children`` (and ``continuations``): a string set, added to with
+- the parent's item gains ``children`` (and ``continuations``): string sets, added to with
   ``ADD`` under the parent's current fencing token, so only the worker holding the parent now
-  can add to it, and a re-run adding the same ids changes nothing;
+  can add to them, and a re-run adding the same ids changes nothing;
 - each child's item is created ``accepted`` before its Kafka record exists, naming its
   ``parent_id`` and, in a family with a continuation, that ``continuation``: whoever sees the
-  child end reads it there;
-- the continuation's item is created ``accepted`` with ``waits_for`` (the children),
-  ``remaining`` (how many have not ended) and ``continuation_spec`` (its Kafka record, appended
-  only once ``remaining`` is 0). ``count_down`` adds the child to ``ended_children`` and takes one
-  off ``remaining`` in one conditional write, so a child that ends twice counts once.
+  child end reads it there (or has it from the grant), with the child's ``family_slot``;
+- the continuation's item is created ``accepted`` with ``remaining`` (children not ended yet);
+  each child's countdown adds its slot to ``ended_slots`` and takes one off ``remaining`` in one
+  conditional write (a slot counts once). It stays small (no list of ids), since every child's
+  countdown writes it and DynamoDB bills a write by the item's size;
+- the family's record (key ``~family~<continuation>``, never a job id) holds what is written
+  once: ``waits_for`` (the children) and ``continuation_spec`` (the continuation's Kafka record,
+  appended once ``remaining`` is 0).
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sluice.errors import JobNotFound, LeaseLost, TooManyChildren
-from sluice.flows import NewChild
+from sluice.errors import BackendUnavailable, JobNotFound, LeaseLost, TooManyChildren
+from sluice.flows import ChildState, NewChild, Slot
 from sluice.models import JobState
 from sluice.pools import LazyPool
 from sluice.store.codec import N, S, item_int, item_str
@@ -48,12 +51,23 @@ def _ss(values: Sequence[str]) -> dict[str, list[str]]:
     return {"SS": sorted(set(values))}
 
 
+def _slot(item: dict[str, Any]) -> Slot | None:
+    then = item_str(item, "continuation")
+    return None if then is None else (then, item_int(item, "family_slot"))
+
+
+def family_key(continuation: str) -> str:
+    """The key of a family's record: never a job id (``~`` is in none), like the relay's checkpoints."""
+    return f"~family~{continuation}"
+
+
 GRANTS_REMEMBERED = 10_000
+_SLOT_NAMES = {"#then": "continuation", "#slot": "family_slot"}
 
 
 class Families(ItemTable):
     _pool: LazyPool
-    _continuations: dict[str, str | None]
+    _continuations: dict[str, Slot | None]
 
     def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
               limit: int) -> None:
@@ -99,31 +113,39 @@ class Families(ItemTable):
                     "#up = if_not_exists(#up, :cr)", "#att = if_not_exists(#att, :zero)",
                     "#tok = if_not_exists(#tok, :zero)"]
             if continuation:
-                sets.append("#then = if_not_exists(#then, :then)")
+                sets += ["#then = if_not_exists(#then, :then)", "#slot = if_not_exists(#slot, :slot)"]
             request = self._request(child.job_id, update="SET " + ", ".join(sets), values={
                 ":par": S(parent_id), ":q": S(child.queue), ":accepted": S(JobState.ACCEPTED),
-                ":cr": N(child.created_at_ms), ":zero": N(0), ":then": S(continuation or "-")})
+                ":cr": N(child.created_at_ms), ":zero": N(0), ":then": S(continuation or "-"),
+                ":slot": N(child.slot)})
             self._update("record_children", request)
 
         self._pool.map(one, list(children))
 
     def start_family(self, continuation: str, queue: str, parent_id: str, child_ids: Sequence[str],
                      spec_json: str, created_at_ms: int) -> Family:
-        """Create the continuation's item, waiting for ``child_ids``; an existing one is returned as is."""
+        """Create the family's record and the continuation's item (waiting for ``child_ids``).
+
+        Each is created only if absent, the record first: a re-run (or a repeat after a crash
+        between the two) finds them as they are, and never resets the count.
+        """
         now = self._now_ms()
+        record: dict[str, Any] = {"job_id": S(family_key(continuation)), "parent_id": S(parent_id),
+                                  "waits_for": _ss(child_ids), "continuation_spec": S(spec_json),
+                                  "created_at_ms": N(now)}
         item: dict[str, Any] = {"job_id": S(continuation), "queue": S(queue), "status": S(JobState.ACCEPTED),
-                "attempts": N(0), "token": N(0), "created_at_ms": N(created_at_ms), "updated_at_ms": N(now),
-                "parent_id": S(parent_id), "waits_for": _ss(child_ids), "remaining": N(len(set(child_ids))),
-                "continuation_spec": S(spec_json)}
-        try:
-            self._db.put_item(TableName=self.table, Item=item,
-                              ConditionExpression="attribute_not_exists(job_id)")
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
+                                "attempts": N(0), "token": N(0), "created_at_ms": N(created_at_ms),
+                                "updated_at_ms": N(now), "parent_id": S(parent_id),
+                                "remaining": N(len(set(child_ids)))}
+        for put in (record, item):
+            try:
+                self._db.put_item(TableName=self.table, Item=put,
+                                  ConditionExpression="attribute_not_exists(job_id)")
+            except ClientError as exc:
+                if not is_conditional_failure(exc):
+                    raise translate(exc, "start_family") from exc
+            except BotoCoreError as exc:
                 raise translate(exc, "start_family") from exc
-            return self.family(continuation)
-        except BotoCoreError as exc:
-            raise translate(exc, "start_family") from exc
         return self.family(continuation)
 
     def _granted(self, job_id: str, item: dict[str, Any]) -> None:
@@ -131,10 +153,10 @@ class Families(ItemTable):
         granted it asks ``continuation_of`` when the job ends, and need not read the item again."""
         if len(self._continuations) >= GRANTS_REMEMBERED:  # jobs granted here that never ended here
             self._continuations.pop(next(iter(self._continuations)), None)
-        self._continuations[job_id] = item_str(item, "continuation")
+        self._continuations[job_id] = _slot(item)
 
-    def continuation_of(self, job_id: str) -> str | None:
-        """The continuation waiting for ``job_id`` (None for a job in no family with one).
+    def continuation_of(self, job_id: str) -> Slot | None:
+        """The continuation waiting for ``job_id`` and the job's slot in it (None: no continuation).
 
         Known without a read for a job this store granted (``_granted``): a child's item names its
         continuation before its Kafka record exists, so before any grant. Otherwise one read."""
@@ -143,36 +165,77 @@ class Families(ItemTable):
         except KeyError:
             pass
         with translated("get_item"):
-            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)}, ConsistentRead=True,
-                                         ProjectionExpression="#then",
-                                         ExpressionAttributeNames={"#then": "continuation"})
-        return item_str(response.get("Item") or {}, "continuation")
+            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)},
+                                         ConsistentRead=True, ProjectionExpression="#then, #slot",
+                                         ExpressionAttributeNames=_SLOT_NAMES)
+        return _slot(response.get("Item") or {})
 
-    def count_down(self, continuation: str, child_id: str) -> int | None:
-        """Count ``child_id`` as ended: the children still running, or None if it was counted already
-        (or is not one of this continuation's children)."""
+    def count_down(self, continuation: str, slot: int) -> int | None:
+        """Count the child in ``slot`` as ended: the children still running, or None if it was
+        counted already.
+
+        One conditional write on the continuation's item: the slot joins ``ended_slots`` (a number
+        set, a few KB for 1,000 children) and ``remaining`` drops by one, or nothing happens. The
+        list of children is not on this item, so it stays small however many count down on it
+        (DynamoDB bills a write by the item's size).
+        """
         request = self._request(
-            continuation, update="ADD #ended :child SET #left = #left - :one",
-            condition="attribute_exists(#left) AND contains(#fam, :id) AND NOT contains(#ended, :id)",
-            values={":child": _ss([child_id]), ":id": S(child_id), ":one": N(1)}, ReturnValues="UPDATED_NEW")
+            continuation, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
+            condition="attribute_exists(#left) AND NOT contains(#ended, :slot)",
+            values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1), ":now": N(self._now_ms())},
+            ReturnValues="UPDATED_NEW")
         attrs, ok = self._update("count_down", request)
         return item_int(attrs, "remaining") if ok and attrs is not None else None
 
+    def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]:
+        """Status, continuation and slot of the children that have an item (BatchGetItem)."""
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[str, ChildState] = {}
+        for start in range(0, len(ids), 100):
+            keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + 100]]
+            for _ in range(8):
+                with translated("batch_get_item"):
+                    response: Any = self._db.batch_get_item(RequestItems={self.table: {
+                        "Keys": keys, "ConsistentRead": True,
+                        "ProjectionExpression": "#id, #st, #then, #slot",
+                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", **_SLOT_NAMES}}})
+                for item in response.get("Responses", {}).get(self.table, []):
+                    out[str(item["job_id"]["S"])] = ChildState(item_str(item, "status") or "",
+                                                               item_str(item, "continuation"),
+                                                               item_int(item, "family_slot"))
+                keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
+                if not keys:
+                    break
+            else:
+                raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed")
+        return out
+
     def family(self, continuation: str) -> Family:
-        item = self._read(continuation)
-        if item is None or "waits_for" not in item:
+        record, item = self._read(family_key(continuation)), self._read(continuation)
+        if record is None or item is None:
             raise JobNotFound(f"no continuation {continuation}", job_id=continuation)
         return Family(continuation=continuation, queue=item_str(item, "queue") or "",
-                      parent_id=item_str(item, "parent_id") or "",
-                      waits_for=tuple(sorted(item["waits_for"]["SS"])), remaining=item_int(item, "remaining"),
-                      released="released_at_ms" in item, spec_json=item_str(item, "continuation_spec"))
+                      parent_id=item_str(record, "parent_id") or "",
+                      waits_for=tuple(sorted(record["waits_for"]["SS"])),
+                      remaining=item_int(item, "remaining"),
+                      released="released_at_ms" in item, spec_json=item_str(record, "continuation_spec"))
+
+    def waits_for(self, continuation: str) -> list[str]:
+        """The children a continuation runs after ([] if ``continuation`` is none)."""
+        record = self._read(family_key(continuation))
+        return sorted(record["waits_for"]["SS"]) if record is not None and "waits_for" in record else []
 
     def mark_released(self, continuation: str) -> bool:
-        """Record that the continuation's Kafka record was appended; False if it already was."""
-        request = self._request(continuation, update="SET #rel = :now, #up = :now REMOVE #spec",
-                                condition="attribute_exists(#fam) AND attribute_not_exists(#rel)",
-                                values={":now": N(self._now_ms())})
+        """Record that the continuation's Kafka record was appended; False if it already was.
+        The family's record then expires with the job's retention."""
+        now = self._now_ms()
+        request = self._request(continuation, update="SET #rel = :now, #up = :now",
+                                condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
+                                values={":now": N(now)})
         _, ok = self._update("mark_released", request)
+        if ok:
+            self._update("mark_released", self._request(
+                family_key(continuation), update="SET #exp = :exp", values=self._finish_values(now)))
         return ok
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:

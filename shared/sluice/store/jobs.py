@@ -76,7 +76,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         self._now_ms = now_ms
         self._sleep = sleep
         self._pool = LazyPool(max_workers, "sluice-store")
-        self._continuations: dict[str, str | None] = {}  # job id -> its continuation, from its grant
+        self._continuations: dict[str, tuple[str, int] | None] = {}  # job id -> its slot, from its grant
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None,
