@@ -133,8 +133,9 @@ def _count_final(api: Api, store: FamilyStore, then_id: str, slots: Sequence[int
     """Children that ended before this (re-run) request: counted now, since their JobEnded may be
     long past (or never came: the process that ended them died before its countdown)."""
     for slot in slots:
-        if store.count_down(then_id, slot) == 0:
-            release_continuation(api, then_id)
+        store.count_down(then_id, slot)
+    if store.unreleased(then_id):  # now, or counted before and its release failed
+        release_continuation(api, then_id)
 
 
 def release_continuation(api: Api, continuation: str) -> bool:

@@ -16,18 +16,21 @@ release the continuation (``api.Api.release_continuation``), which appends its K
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sluice.errors import SluiceError
 from sluice.events import EventBus, JobEnded
 from sluice.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
 from sluice.wire import EnqueueRequest
 
 log = logging.getLogger("sluice.flows")
 
+RELEASE_TRIES: Final = 3
 MAX_CHILDREN: Final = 1_000  # children one job may start, continuations' children included
 INTERNAL: Final = "sluice_internal"  # the key of the gateway's direct-invoke events (never from API Gateway)
 
@@ -109,6 +112,10 @@ class FamilyReads(Protocol):
 
     def count_down(self, continuation: str, slot: int) -> int | None: ...
 
+    def unreleased(self, continuation: str) -> bool:
+        """True if every child was counted and the continuation was not appended yet."""
+        ...
+
 
 class Countdown:
     """Counts a child's ending on its continuation, and releases the continuation at 0.
@@ -116,13 +123,15 @@ class Countdown:
     Subscribed to ``JobEnded``; every emitter (worker, settle, cancel) gets it. The count is
     idempotent per child (``count_down``), so a job that ends twice (a redrive, two emitters)
     counts once, and a continuation is released when its last child is counted, and only then.
-    A release that fails is retried by the next ending of that family's children and by
-    ``sluice flows release`` (docs/flows.md, Failure); the continuation never runs twice because
-    ``release_continuation`` appends it only once (``mark_released``) and its id is fixed.
+    The release is tried ``RELEASE_TRIES`` times; a continuation left at 0 unreleased is released
+    again by any later ending of one of its children (a redrive, a repeated event) and by a re-run
+    of its parent (docs/flows.md, Failure). It never runs twice: ``release_continuation`` appends
+    it only until ``mark_released``, and its id is fixed.
     """
 
-    def __init__(self, store: FamilyReads, release: Callable[[str], object]) -> None:
-        self.store, self.release = store, release
+    def __init__(self, store: FamilyReads, release: Callable[[str], object], *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store, self.release, self._sleep = store, release, sleep
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
         return bus.subscribe(self.on_ended, JobEnded)
@@ -133,9 +142,21 @@ class Countdown:
             return
         continuation, slot = found
         remaining = self.store.count_down(continuation, slot)
-        if remaining == 0:
+        if remaining == 0 or (remaining is None and self.store.unreleased(continuation)):
             log.info("every child of %s has ended: releasing it", continuation)
-            self.release(continuation)
+            self._release(continuation)
+
+    def _release(self, continuation: str) -> None:
+        for attempt in range(RELEASE_TRIES):
+            try:
+                self.release(continuation)
+                return
+            except SluiceError as exc:
+                if attempt == RELEASE_TRIES - 1:
+                    log.error("could not release continuation %s: %s; a later ending of one of its "
+                              "children, or a re-run of its parent, releases it", continuation, exc)
+                    return
+                self._sleep(0.2 * 2 ** attempt)
 
 
 def family_event(event: Any) -> FamilyRequest | ReleaseRequest | None:

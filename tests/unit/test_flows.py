@@ -386,3 +386,37 @@ def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_r
     assert rig.store.continuation_of(other) == (family.continuation, 1)  # never granted here: read
     assert rig.store.continuation_of(child) == (family.continuation, 0)  # asked again: read
     assert reads == [other, child]
+
+
+def test_a_failed_release_is_retried_and_a_later_ending_or_a_rerun_releases_it(rig: Rig) -> None:
+    from sluice.errors import BackendUnavailable
+
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    calls: list[str] = []
+
+    def flaky(then: str) -> None:
+        calls.append(then)
+        if len(calls) <= 4:  # the first countdown's three tries, and one more
+            raise BackendUnavailable("the gateway function is unavailable")
+        rig.api.release_continuation(then)
+
+    countdown = Countdown(rig.store, flaky, sleep=lambda _s: None)
+    a, b = family.job_ids
+    countdown.on_ended(ended(a))
+    countdown.on_ended(ended(b))  # the last child: three tries, all refused
+    assert len(calls) == 3 and family.continuation not in rig.appended()
+    assert rig.store.unreleased(family.continuation or "")
+    countdown.on_ended(ended(b, source="settle"))  # the same child ends again: released now
+    assert calls == [family.continuation] * 5 and rig.appended().count(family.continuation) == 1
+    assert not rig.store.unreleased(family.continuation or "")
+
+
+def test_a_rerun_parent_releases_a_continuation_whose_release_was_lost(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    for child in family.job_ids:
+        rig.store.write_result(child, rig.store.grant(child, "work", "w"), 1)
+        Countdown(rig.store, lambda _then: None).on_ended(ended(child))  # counted, release lost
+    assert rig.store.unreleased(family.continuation or "")
+    token = rig.store.grant(rig.parent, "fanout", "w2")
+    rig.api.enqueue_children(rig.request(2, then=True, token=token))
+    assert rig.appended().count(family.continuation) == 1

@@ -187,6 +187,11 @@ class Families(ItemTable):
         attrs, ok = self._update("count_down", request)
         return item_int(attrs, "remaining") if ok and attrs is not None else None
 
+    def unreleased(self, continuation: str) -> bool:
+        item = self._read(continuation)
+        return item is not None and "remaining" in item and item_int(item, "remaining") <= 0 \
+            and "released_at_ms" not in item
+
     def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]:
         """Status, continuation and slot of the children that have an item (BatchGetItem)."""
         ids = list(dict.fromkeys(job_ids))
