@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.errors import SluiceError
-from sluice.events import EventBus, JobEnded
+from sluice.events import EventBus, JobEnded, ResultWritten
 from sluice.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
 from sluice.wire import EnqueueRequest
 
@@ -134,7 +134,20 @@ class Countdown:
         self.store, self.release, self._sleep = store, release, sleep
 
     def subscribe(self, bus: EventBus) -> Callable[[], None]:
-        return bus.subscribe(self.on_ended, JobEnded)
+        ended = bus.subscribe(self.on_ended, JobEnded)
+        rerun = bus.subscribe(self.on_rewritten, ResultWritten)
+
+        def unsubscribe() -> None:
+            ended()
+            rerun()
+
+        return unsubscribe
+
+    def on_rewritten(self, event: ResultWritten) -> None:
+        """A re-run found its result already written (``already_written``: no ``JobEnded``): its
+        first run may have died between its write and its countdown, so count it (once, as ever)."""
+        if event.outcome == "already_written":
+            self.on_ended(JobEnded(job=event.job, queue="", state="succeeded", source="worker"))
 
     def on_ended(self, event: JobEnded) -> None:
         found = self.store.continuation_of(event.job)

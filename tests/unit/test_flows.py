@@ -420,3 +420,15 @@ def test_a_rerun_parent_releases_a_continuation_whose_release_was_lost(rig: Rig)
     token = rig.store.grant(rig.parent, "fanout", "w2")
     rig.api.enqueue_children(rig.request(2, then=True, token=token))
     assert rig.appended().count(family.continuation) == 1
+
+
+def test_a_child_whose_first_run_died_before_its_countdown_is_counted_by_its_rerun(rig: Rig) -> None:
+    from sluice.events import ResultWritten
+
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    bus = EventBus()
+    Countdown(rig.store, rig.api.release_continuation).subscribe(bus)
+    bus.emit(ResultWritten(outcome="written", t0=0.0, job=family.job_ids[0], token=1))  # JobEnded: lost
+    assert family.continuation not in rig.appended()
+    bus.emit(ResultWritten(outcome="already_written", t0=0.0, job=family.job_ids[0], token=2))  # re-run
+    assert rig.appended().count(family.continuation) == 1
