@@ -32,6 +32,7 @@ log = logging.getLogger("sluice.flows")
 
 RELEASE_TRIES: Final = 3
 MAX_CHILDREN: Final = 1_000  # children one job may start, continuations' children included
+MAX_REQUEST_BYTES: Final = 6_000_000  # a synchronous Lambda invoke's payload limit (6 MB), less room
 INTERNAL: Final = "sluice_internal"  # the key of the gateway's direct-invoke events (never from API Gateway)
 
 

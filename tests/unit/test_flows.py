@@ -432,3 +432,37 @@ def test_a_child_whose_first_run_died_before_its_countdown_is_counted_by_its_rer
     assert family.continuation not in rig.appended()
     bus.emit(ResultWritten(outcome="already_written", t0=0.0, job=family.job_ids[0], token=2))  # re-run
     assert rig.appended().count(family.continuation) == 1
+
+
+def test_too_many_or_too_large_children_are_refused_in_the_worker_before_anything_is_sent(rig: Rig) -> None:
+    app = sluice.Worker()
+    errors: list[str] = []
+    sent: list[Any] = []
+
+    @app.handler("fanout")
+    def fanout(job: sluice.Job, ctx: sluice.JobContext) -> Any:
+        for jobs in ([("work", i, f"k{i}") for i in range(1001)],
+                     [("work", "x" * 200_000, f"big{i}") for i in range(31)],
+                     [("work", 1, "")]):
+            try:
+                ctx.enqueue_many(jobs)
+            except SluiceError as exc:
+                errors.append(f"{exc.code}: {exc}")
+        return None
+
+    class Spy:
+        def enqueue_children(self, request: Any) -> Any:
+            sent.append(request)
+            return rig.keeper.enqueue_children(request)
+
+        def release(self, continuation: str) -> None:
+            rig.keeper.release(continuation)
+
+    queue = WorkerQueue()
+    queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
+    app.bind(queue=queue, store=rig.store, gatekeeper=Spy(), telemetry=Telemetry(metrics=MemoryMetrics()),
+             worker_id="w").drain(["fanout"], 1)
+    assert [e.split(":")[0] for e in errors] == ["TOO_MANY_CHILDREN", "PAYLOAD_TOO_LARGE", "INVALID_INPUT"]
+    assert "split them over several enqueue_many calls" in errors[1]
+    assert "invalid child key" in errors[2]  # checked by the gateway
+    assert len(sent) == 1 and rig.appended() == []

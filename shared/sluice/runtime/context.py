@@ -10,8 +10,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sluice.errors import ConfigError, InvalidInput, SluiceError
-from sluice.flows import ChildRequest, FamilyAccepted, FamilyRequest, Gatekeeper, ThenRequest
+from sluice.errors import ConfigError, InvalidInput, PayloadTooLarge, SluiceError, TooManyChildren
+from sluice.flows import (
+    MAX_CHILDREN,
+    MAX_REQUEST_BYTES,
+    ChildRequest,
+    FamilyAccepted,
+    FamilyRequest,
+    Gatekeeper,
+    ThenRequest,
+)
 from sluice.models import JobRecord, describe_validation
 from sluice.runtime.telemetry import JobLogger
 
@@ -113,6 +121,14 @@ class JobContext:
                                         _fields(then, ("queue", "payload", "key"))))
         except ValidationError as exc:
             raise InvalidInput(f"invalid children ({describe_validation(exc)})") from None
+        if len(request.jobs) > MAX_CHILDREN:  # the gateway refuses it too; say so before sending it
+            raise TooManyChildren(f"{len(request.jobs)} children in one request; a job may start at most "
+                                  f"{MAX_CHILDREN}", limit=MAX_CHILDREN)
+        size = len(request.model_dump_json())
+        if size > MAX_REQUEST_BYTES:
+            raise PayloadTooLarge(f"these children are {size} bytes as JSON; one request carries at most "
+                                  f"{MAX_REQUEST_BYTES} (a synchronous Lambda invoke's limit): split them "
+                                  "over several enqueue_many calls, with distinct keys")
         return self._gatekeeper.enqueue_children(request)
 
     def children(self) -> list[JobRecord]:
