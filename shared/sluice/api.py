@@ -34,10 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from sluice import ids, policy
+from sluice import api_families, ids, policy
 from sluice.clock import wall_ms
 from sluice.errors import AlreadyFinished, JobNotFound, PayloadTooLarge, PriorityNotAllowed, SluiceError
 from sluice.events import EventBus, JobEnded
+from sluice.flows import Countdown, FamilyAccepted, FamilyRequest
 from sluice.lazy import Lazy, resolve
 from sluice.limits import Limits
 from sluice.models import (
@@ -114,6 +115,7 @@ class Api:
                  events: EventBus | None = None) -> None:
         self.log = log
         self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
+        self.events.subscribe(self._count_down, JobEnded)
         # Either may be held lazily (``sluice.lazy``): the gateway builds them on first use.
         self._store, self._queue = store, queue
         self.idempotency = idempotency
@@ -147,9 +149,7 @@ class Api:
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
                 remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Enqueued:
         """``principal``: the caller's IAM ARN as API Gateway verified it ("" if none)."""
-        validate_public_queue(queue)
-        self._check_size(request, index=None)
-        self._check_priority(request, principal, index=None)
+        self._check_request(queue, request, index=None, principal=principal)
 
         def accept() -> Accepted:
             self._admit(queue, [request])  # inside: a replay returns its stored answer
@@ -195,6 +195,13 @@ class Api:
         if self.admission is not None:
             self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
 
+    def _check_request(self, queue: str, request: EnqueueRequest, *, index: int | None,
+                       principal: str = "") -> None:
+        """Every check of one job before anything is written: a caller's enqueue and a child's."""
+        validate_public_queue(queue)
+        self._check_size(request, index=index)
+        self._check_priority(request, principal, index=index)
+
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
         size = len(dump_json(request.payload).encode("utf-8"))
         if size > self.max_payload_bytes:
@@ -213,11 +220,13 @@ class Api:
     def _job_id(self, now_ms: int, queue: str) -> str:
         return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)
 
-    def _spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None) -> JobSpec:
+    def _spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None, *,
+              job_id: str | None = None) -> JobSpec:
         """The record for ``request``, whose payload ``_check_size`` has serialised already: on the
-        gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka)."""
+        gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
+        ``job_id``: a child's derived id (``sluice.api_families``); None mints one."""
         return JobSpec.model_validate({
-            "job_id": self._job_id(now_ms, queue),
+            "job_id": job_id or self._job_id(now_ms, queue),
             "queue": queue,
             "payload": request.payload,
             "priority": request.priority,
@@ -247,6 +256,21 @@ class Api:
         except Exception as exc:  # never mask the append's own error (the 503)
             # If the record did land, this job runs although the client was told 503.
             log.error("could not withdraw unacknowledged job %s: %r", spec.job_id, exc)
+
+    # -- families (sluice.flows; the gateway function's direct-invoke entry) ---------------------
+
+    def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted:
+        """A leased job's children (and continuation); see ``sluice.api_families``."""
+        return api_families.enqueue_children(self, request)
+
+    def release_continuation(self, continuation: str) -> bool:
+        return api_families.release_continuation(self, continuation)
+
+    def _count_down(self, event: JobEnded) -> None:
+        """A cancel ended a child: count it on its continuation here, in the gateway."""
+        store = self.store
+        if hasattr(store, "continuation_of"):
+            Countdown(api_families.families_of(self), self.release_continuation).on_ended(event)
 
     # -- reads and cancel ------------------------------------------------------------------
 
@@ -281,6 +305,8 @@ class Api:
                            created_at_ms=minted.accepted_at_ms, updated_at_ms=minted.accepted_at_ms)
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
+        if record.remaining is not None:  # a continuation: its children are in its family's record
+            record.waits_for = api_families.families_of(self).waits_for(job_id)
         return JobView(
             job_id=record.job_id, queue=record.queue, status=record.status, attempts=record.attempts,
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,
@@ -288,6 +314,8 @@ class Api:
             result=record.result, result_ref=record.result_ref, last_error=record.last_error,
             progress=record.progress, progress_detail=record.progress_detail,
             progress_at_ms=record.progress_at_ms,
+            parent_id=record.parent_id, children=record.children, continuations=record.continuations,
+            continuation=record.continuation, waits_for=record.waits_for, remaining=record.remaining,
         )
 
     def cancel(self, job_id: str) -> CancelAccepted:

@@ -116,6 +116,9 @@ class Settings(BaseModel):
     # (policy.invocation_budget_ms); None (a long-running worker process) means no budget.
     function_timeout_s: int | None = Field(default=None, ge=1, le=900)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
+    # The gateway function, which workers and the relay invoke directly to start children and
+    # release continuations (sluice.flows); None: ctx.enqueue is refused with a ConfigError.
+    gateway_function_name: str | None = None
     # The module whose `app` (a sluice.Worker) runs jobs. None by default: the examples (an HTTP
     # caller, a table writer) run only where asked for (`sluice dev`, the demo).
     handlers_module: str = "sluice.no_handlers"

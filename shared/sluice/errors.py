@@ -167,12 +167,25 @@ class HandlerDoesNotFit(ConfigError):
     code = "HANDLER_DOES_NOT_FIT"
 
 
+class TooManyChildren(InvalidInput):
+    """A parent asked for more children than one job may have (``flows.MAX_CHILDREN``)."""
+
+    code = "TOO_MANY_CHILDREN"
+
+
+class FamilyConflict(InvalidInput):
+    """A continuation's key was used again with other children (a handler that is not deterministic)."""
+
+    code = "FAMILY_CONFLICT"
+
+
 ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (
         SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
         StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
-        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound,
+        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
+        PriorityNotAllowed, TooManyChildren, FamilyConflict,
     )
 }
 

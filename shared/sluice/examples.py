@@ -31,6 +31,9 @@ module.
   plans its thumbnail's key; a payload that does not validate (``{"width": 0}``) ends
   ``failed`` at once, with each field's error as its reason. ``app.schemas()["thumbnails"]``
   is its JSON Schema.
+- ``fanout``: ``{"n": 10}`` starts ``n`` children on ``square`` (each squares its integer
+  payload) and a continuation on ``sum``, which runs once after every child has ended and
+  sums their results (``ctx.children()``): jobs that start jobs (docs/flows.md).
 
 ``expected_result`` predicts the result of the deterministic queues, for the demo's
 and the chaos checker's "wrong results" check.
@@ -51,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sluice import Fail, Job, JobContext, LeaseLost, Retry, Worker
 from sluice.errors import InvalidInput
+from sluice.flows import MAX_CHILDREN
 from sluice.models import dump_json
 from sluice.store.fenced import fencing_headers
 
@@ -263,6 +267,40 @@ def thumbnails(req: Thumbnail, ctx: JobContext) -> dict[str, Any]:
     return thumbnail_of(req)
 
 
+# -- fanout (jobs that start jobs) --------------------------------------------------------------------------
+
+
+@app.handler("fanout")
+def fanout(job: Job, ctx: JobContext) -> dict[str, Any]:
+    """``{"n": 10}``: ``n`` children on ``square`` (payloads 0..n-1), then one ``sum`` after them all.
+
+    The keys name the children, so a re-run of this job starts the same ``n`` children again
+    (nothing new) and the same continuation."""
+    n = _obj(job).get("n", 10)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHILDREN:
+        raise Fail(f"n must be an integer in 1..{MAX_CHILDREN}")
+    family = ctx.enqueue_many([("square", i, f"square-{i}") for i in range(n)], then=("sum", {"n": n}))
+    return {"children": len(family.job_ids), "continuation": family.continuation}
+
+
+@app.handler("square")
+def square(job: Job, ctx: JobContext) -> int:
+    if isinstance(job.payload, bool) or not isinstance(job.payload, int):
+        raise Fail("square takes an integer")
+    return int(job.payload) ** 2
+
+
+@app.handler("sum")
+def sum_children(job: Job, ctx: JobContext) -> dict[str, Any]:
+    """The continuation of ``fanout``: the sum of its children's results, and how they ended."""
+    children = ctx.children()
+    states: dict[str, int] = {}
+    for child in children:
+        states[child.status.value] = states.get(child.status.value, 0) + 1
+    total = sum(c.result for c in children if c.status.value == "succeeded" and isinstance(c.result, int))
+    return {"sum": total, "children": len(children), "states": states}
+
+
 # -- prediction ------------------------------------------------------------------------------------------
 
 
@@ -274,6 +312,11 @@ def expected_result(queue: str, payload: Any) -> Any:
         data = payload.get("data", "")
         return {"sha256": hash_rounds(data if isinstance(data, str) else dump_json(data),
                                       int(payload.get("rounds", 1))), "rounds": int(payload.get("rounds", 1))}
+    if queue == "square" and isinstance(payload, int) and not isinstance(payload, bool):
+        return payload ** 2
+    if queue == "sum" and isinstance(payload, dict) and isinstance(payload.get("n"), int):
+        n = payload["n"]
+        return {"sum": sum(i * i for i in range(n)), "children": n, "states": {"succeeded": n}}
     if queue == "flaky":
         failing = failing_attempts(payload)
         return ... if failing is None else {"ok": True, "failed_attempts": failing, "payload": payload}

@@ -36,6 +36,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
@@ -116,6 +117,49 @@ def mint(now_ms: int, queue: str, key: bytes, entropy: bytes | None = None) -> s
     signed = f"{ulid(now_ms, entropy)}.{queue}"
     kid = key_id(key)
     return f"{signed}.{kid}{_mac(key, f'{signed}.{kid}')}"
+
+
+CHILD_KEY_MAX: Final = 64
+CHILD_KEY_RE: Final = re.compile(r"^[\x21-\x7e]{1,64}$")  # printable ASCII, no space
+
+
+def check_child_key(key: object) -> str:
+    """A child's key (``ctx.enqueue(..., key=)``): 1..64 printable ASCII characters, no space."""
+    if not isinstance(key, str) or CHILD_KEY_RE.fullmatch(key) is None:
+        shown = key if not isinstance(key, str) or len(key) <= 80 else key[:80] + "..."
+        raise ValueError(f"invalid child key {shown!r}: 1..{CHILD_KEY_MAX} printable ASCII characters, "
+                         "no spaces")
+    return key
+
+
+def child_entropy(parent_id: str, key: str) -> bytes:
+    """The 80 random bits of a child's ULID: a hash of its parent's id and its key.
+
+    A NUL separates the two (neither can contain one), so no two (parent, key) pairs hash
+    the same input. ``key`` is the child's key, or ``CONTINUATION_PREFIX`` + a key.
+    """
+    return hashlib.sha256(b"sluice child\x00" + parent_id.encode("utf-8") + b"\x00"
+                          + key.encode("utf-8")).digest()[:10]
+
+
+# Never part of a valid child key: a continuation's id and a child's never collide.
+CONTINUATION_PREFIX: Final = "\x00then\x00"
+
+
+def derive(parent_id: str, queue: str, key: str, signing_key: bytes) -> str:
+    """The id of ``parent_id``'s child ``key`` on ``queue``: the same inputs always give the same id.
+
+    A re-run parent (its worker died before the ack) asks for the same children again and gets
+    the same ids, so the relay and Redis see one job each. The shape is a minted id's
+    (``<ULID>.<queue>.<mac>``): the ULID keeps the parent's time (so the child is inside the
+    same retention horizon) and takes its randomness from ``child_entropy``; the mac is the
+    gateway's, so only a holder of the job id key can derive one.
+    """
+    stamp = parent_id.split(".", 1)[0]
+    parent_ms = ulid_time_ms(stamp)
+    if parent_ms is None:
+        raise ValueError(f"invalid parent job id {parent_id!r}")
+    return mint(parent_ms, queue, signing_key, child_entropy(parent_id, key))
 
 
 def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:

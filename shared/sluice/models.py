@@ -347,6 +347,15 @@ class JobRecord(BaseModel):
     progress: float | None = None  # the holder's last ctx.progress, 0..1 (None: never reported)
     progress_detail: str | None = None
     progress_at_ms: int | None = None
+    # Families (sluice.flows): the job that started this one, the jobs this one started, the
+    # continuations it started, the continuation waiting for this one; and, on a continuation,
+    # the children it waits for and how many of them have not ended yet.
+    parent_id: str | None = None
+    children: list[str] = Field(default_factory=list)
+    continuations: list[str] = Field(default_factory=list)
+    continuation: str | None = None
+    waits_for: list[str] = Field(default_factory=list)
+    remaining: int | None = None
 
 
 class WriteOutcome(StrEnum):

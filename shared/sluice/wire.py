@@ -84,6 +84,14 @@ class JobView(BaseModel):
                                    description="The handler's last ctx.progress (0..1), if it reported any.")
     progress_detail: str | None = None
     progress_at_ms: int | None = None
+    parent_id: str | None = Field(default=None, description="The job whose handler started this one.")
+    children: list[str] = Field(default_factory=list, description="The jobs this one's handler started.")
+    continuations: list[str] = Field(default_factory=list,
+                                     description="Continuations this one's handler started (then=).")
+    continuation: str | None = Field(default=None, description="The continuation waiting for this job.")
+    waits_for: list[str] = Field(default_factory=list,
+                                 description="On a continuation: the children it runs after.")
+    remaining: int | None = Field(default=None, description="On a continuation: children not ended yet.")
 
 
 class CancelAccepted(BaseModel):

@@ -16,6 +16,7 @@ from sluice.config import Settings
 from sluice.events import EventBus
 
 if TYPE_CHECKING:
+    from sluice.gatekeeper import Gatekeeper
     from sluice.ids import Verifier
     from sluice.lazy import Lazy
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
@@ -183,8 +184,34 @@ def completion_publisher(s: Settings | None = None) -> Any:
                      inline_bytes=s.event_result_inline_bytes)
 
 
+@cache
+def gatekeeper(s: Settings | None = None) -> Gatekeeper | None:
+    """The gateway's family entry (``sluice.flows``), or None where no gateway function is named."""
+    from sluice.gatekeeper import Gatekeeper, LambdaInvoke
+
+    s = s or settings()
+    if not s.gateway_function_name:
+        return None
+    return Gatekeeper(LambdaInvoke.from_settings(s))
+
+
+def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
+    """Count children's endings on ``bus`` (the relay's settle), releasing continuations via the gateway."""
+    from sluice.flows import Countdown
+
+    keeper = gatekeeper(s)
+    store_ = store(s)
+    if keeper is None or not hasattr(store_, "continuation_of") or id(bus) in _counted:
+        return
+    _counted.add(id(bus))
+    Countdown(store_, keeper.release).subscribe(bus)  # type: ignore[arg-type]
+
+
+_counted: set[int] = set()
+
+
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher):
+                    completion_publisher, gatekeeper):
         builder.cache_clear()

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from sluice import events as ev
 from sluice.errors import InvalidInput, SluiceError
+from sluice.flows import Countdown, Gatekeeper
 from sluice.models import LeasedJob, validate_public_queue
 from sluice.ports import JobQueue, JobStore, WorkWaiter
 from sluice.runtime.budget import RemainingMs, TimeBudget
@@ -102,7 +103,8 @@ class Worker:
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
                  worker_id: str | None = None,
-                 fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> None:
+                 fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
+                 gatekeeper: Gatekeeper | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self.queue = queue
         self.store = store
@@ -111,6 +113,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self._fenced = fenced
         self.events = events if events is not None else ev.EventBus()  # what happens to each job
+        self.gatekeeper = gatekeeper  # the gateway's family entry: ctx.enqueue, continuations (sluice.flows)
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -154,12 +157,14 @@ class Worker:
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
              worker_id: str | None = None,
-             fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None) -> Worker:
+             fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
+             gatekeeper: Gatekeeper | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
                        worker_id=worker_id or self.worker_id,
-                       fenced=fenced or self._fenced, events=events or self.events)
+                       fenced=fenced or self._fenced, events=events or self.events,
+                       gatekeeper=gatekeeper or self.gatekeeper)
         bound._handlers = dict(self._handlers)
         return bound
 
@@ -220,10 +225,14 @@ class Worker:
                           retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
                           events=bus)
         fenced = self._fenced or self._store_tables(store, bus)
-        runner = JobRunner(finisher, store, self.options, self.worker_id, fenced=fenced)
+        runner = JobRunner(finisher, store, self.options, self.worker_id, fenced=fenced,
+                           gatekeeper=self.gatekeeper)
         pool = None
         if self.options.concurrency > 1:
             pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
+        # A child that ends here counts down its continuation (sluice.flows): a subscriber of the drain's bus.
+        if self.gatekeeper is not None and hasattr(store, "continuation_of"):
+            Countdown(store, self.gatekeeper.release).subscribe(bus)  # type: ignore[arg-type]
         hb.start()
         return _Session(queue, hb, runner, finisher, pool, bus)
 

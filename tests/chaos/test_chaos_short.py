@@ -25,7 +25,8 @@ from sluice.chaos.nemesis import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",
-              "cancel_violations", "reruns_without_redrive", "pause_violations", "completion_violations")
+              "cancel_violations", "reruns_without_redrive", "pause_violations", "completion_violations",
+              "family_violations")
 
 
 def run(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -45,6 +46,9 @@ def test_500_jobs_on_the_lambda_runtime_under_every_fault_lose_nothing_and_break
     report = run(tmp_path, "--runtime", "lambda", "--jobs", "500", "--duration", "45", "--seed", "11")
     assert report["runtime"] == "lambda"
     assert report["accepted"] == 500 and report["drained"] is True
+    # jobs that start jobs (issue 15): every 20th job fanned out; each family checked above
+    assert report["families"] == 25 and report["family_children"] == 100
+    assert report["continuation_runs"] >= 25
     assert set(report["faults"]) == set(KINDS) and all(n >= 1 for n in report["faults"].values())
     # the faults did bite: some jobs ran more than once, and every job ran at least once
     assert report["duplicate_executions"] >= 1
@@ -69,6 +73,7 @@ def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path
     report = run(tmp_path, "--runtime", "process", "--jobs", "200", "--duration", "20", "--seed", "12")
     assert report["runtime"] == "process"
     assert report["accepted"] == 200 and report["drained"] is True
+    assert report["families"] == 10 and report["family_children"] == 40
     assert sum(report["faults"].values()) >= 3
     # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
     assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"]

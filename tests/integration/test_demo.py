@@ -42,6 +42,11 @@ def test_demo_200_jobs_exits_0_with_a_consistent_summary(tmp_path: Path) -> None
     lat = s["latency_ms"]
     assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
     assert s["jobs_per_s"] > 0
+    # jobs that start jobs (issue 15): each parent's children ran, and its continuation summed them
+    parents = plan.count(lambda j: j.queue == "fanout")
+    assert s["families"] == {"parents": parents, "children": parents * workload.FANOUT_CHILDREN,
+                             "continuations": parents, "sums_ok": parents}
+    assert parents >= 1
     assert s["ok"] is True
     assert "invariants hold" in result.stdout + result.stderr
     assert not (tmp_path / "demo").exists()  # cleaned up after itself

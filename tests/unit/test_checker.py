@@ -206,3 +206,66 @@ def test_a_tail_returns_only_complete_new_lines(tmp_path: Path) -> None:
     h.emit("ack", job="a")
     h.close()
     assert [e["op"] for e in tail.read()] == ["write", "ack"] and tail.read() == []
+
+
+# -- families (chaos.families) ----------------------------------------------------------------------
+
+
+def family(parent: str, children: list[str], then: str, t: float = 2.05) -> dict[str, Any]:
+    return {"op": "family", "job": parent, "children": children, "continuation": then,
+            "expects": {**dict.fromkeys(children, GOOD), then: "d-then"}, "t0": t, "t1": t}
+
+
+Family = tuple[list[dict[str, Any]], dict[str, StoreItem]]
+
+
+def a_family(then_at: float = 9.0, child_digest: str = GOOD) -> Family:
+    events = [enqueue("p"), grant("p", 1, 2.0), family("p", ["c0", "c1"], "t"), *run("p", 1, 2.0)[1:],
+              *run("c0", 1, 4.0), *run("c1", 1, 5.0, child_digest), *run("t", 1, then_at, "d-then")]
+    store = {"p": done(), "c0": done(), "c1": done(digest=child_digest), "t": done(digest="d-then")}
+    return events, store
+
+
+def test_a_family_whose_continuation_ran_once_after_its_children_is_clean() -> None:
+    events, store = a_family()
+    r = check(events, store, set())
+    assert invariants(r) == CLEAN and r.ok and r.family_violations == 0
+    assert (r.accepted, r.succeeded, r.families, r.family_children, r.continuation_runs) == (1, 1, 1, 2, 1)
+    assert r.executions == 4  # the parent, its two children and the continuation
+
+
+def test_a_continuation_that_ran_before_its_last_child_wrote_is_a_violation() -> None:
+    events, store = a_family(then_at=4.5)  # c1 writes at 5.2
+    r = check(events, store, set())
+    assert r.family_violations == 1 and not r.ok
+    assert "before its last child" in r.samples["family_violations"][0]
+
+
+def test_a_child_that_did_not_succeed_or_a_continuation_that_never_ran_is_a_violation() -> None:
+    events, store = a_family()
+    store["c1"] = StoreItem("dead")
+    events = [e for e in events if not (e["job"] == "c1" and e["op"] == "write")]
+    r = check(events, store, set())
+    assert r.family_violations == 1
+    assert "c1: child of p did not succeed (dead)" in r.samples["family_violations"]
+    events, store = a_family()
+    events = [e for e in events if e["job"] != "t"]
+    del store["t"]
+    r = check(events, store, set())
+    assert r.family_violations == 1
+    assert "t: continuation of p did not run" in r.samples["family_violations"][0]
+
+
+def test_two_runs_of_a_parent_naming_other_children_and_wrong_child_results_are_caught() -> None:
+    events, store = a_family()
+    r = check([*events, family("p", ["c0", "c9"], "t", t=6.0)], store, set())
+    assert r.family_violations == 1 and "different families" in r.samples["family_violations"][0]
+    events, store = a_family(child_digest=BAD)
+    r = check(events, store, set())
+    assert r.wrong_results == 1 and not r.ok  # the child's result against its named answer
+
+
+def test_a_result_of_a_job_no_family_named_is_still_unexpected() -> None:
+    events, store = a_family()
+    r = check([*events, *run("stranger", 1, 3.0)], {**store, "stranger": done()}, set())
+    assert r.unexpected == 1

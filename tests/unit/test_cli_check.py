@@ -23,7 +23,8 @@ def test_at_the_template_defaults_every_example_fits() -> None:
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.examples"])
     assert out.exit_code == 0, out.output
     rows = {line.split()[0]: line.split() for line in out.output.splitlines()[2:]}
-    assert set(rows) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails"}
+    assert set(rows) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails", "fanout",
+                         "square", "sum"}
     # echo has no timeout_s: its default fits the 300 s function (the bug: 300 s did not).
     assert rows["echo"][1:3] == ["268s", "default"] and rows["echo"][-1] == "yes"
     assert rows["notify"][1:3] == ["30s", "timeout_s"] and rows["notify"][3:5] == ["30s", "10"]

@@ -40,7 +40,8 @@ def job(queue: str, payload: Any, attempt: int = 1) -> Job:
 
 
 def test_every_example_queue_has_a_handler() -> None:
-    assert set(ex.app.handlers) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails"}
+    assert set(ex.app.handlers) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails",
+                                    "fanout", "square", "sum"}
 
 
 def test_echo_returns_the_payload_under_echo() -> None:

@@ -275,3 +275,36 @@ def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_con
               "queue": "q", "pushed": 2, "skipped": 0, "jobs": ["a", "b"]}]
     assert shape(evented) == wrote
     assert [e["op"] for e in lines(evented)] == ["read", "config", "push"]
+
+
+def test_check_families_wants_every_child_once_and_one_continuation_after_them_with_the_sum() -> None:
+    from sluice.local import verify
+    from sluice.local.workload import PlannedJob
+
+    parents = [PlannedJob(i, "fanout", {"n": 2}, job_id=f"p{i}") for i in range(4)]
+    members = {p.job_id or "": ([f"{p.job_id}c0", f"{p.job_id}c1"], [f"{p.job_id}t"]) for p in parents}
+    members["p3"] = (["p3c0"], ["p3t"])  # a child missing
+    good = {"sum": 1, "children": 2, "states": {"succeeded": 2}}
+    events, items = [], {}
+    for p in ("p0", "p1", "p2"):
+        for i, c in enumerate((f"{p}c0", f"{p}c1")):
+            events += [ev("grant", c, outcome="ok", token=1, t=1),
+                       ev("write", c, outcome="written", token=1, t=2, digest=history.digest(i * i))]
+            items[c] = {"status": "succeeded", "result": json.dumps(i * i)}
+        started = 1.5 if p == "p1" else 3  # p1's continuation started before its last child's write
+        events += [ev("grant", f"{p}t", outcome="ok", token=1, t=started),
+                   ev("write", f"{p}t", outcome="written", token=1, t=4, digest=history.digest(good))]
+        items[f"{p}t"] = {"status": "succeeded", "remaining": 0,
+                          "result": json.dumps(good if p != "p2" else {**good, "sum": 7})}
+    v = verify.check_families(parents, members, items, _report(events))
+    assert (v.parents, v.children, v.continuations, v.sums_ok) == (4, 7, 4, 1)
+    assert len(v.problems) == 3
+    assert any("p1t started before" in p for p in v.problems)
+    assert any("p2t" in p and "expected succeeded" in p for p in v.problems)
+    assert any("p3: 1 children" in p for p in v.problems)
+
+
+def _report(events: list[dict[str, Any]]) -> history.HistoryReport:
+    a = history.Analyser()
+    a.feed(events)
+    return a.finish()

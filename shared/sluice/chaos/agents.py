@@ -29,8 +29,11 @@ import threading
 from typing import Any
 
 from sluice import events as ev
+from sluice import wiring
 from sluice.chaos.app import QUEUE, Control, expected_result, record_relay, worker_app
 from sluice.chaos.skew import ClockFollower
+from sluice.flows import Countdown
+from sluice.gatekeeper import Gatekeeper
 from sluice.local.history import open_history, record
 
 __all__ = ["QUEUE", "expected_result", "main"]
@@ -40,6 +43,21 @@ def _settings(cfg: dict[str, Any]) -> Any:
     from sluice.config import Settings
 
     return Settings(**cfg["settings"])
+
+
+def in_process_gatekeeper(s: Any) -> Gatekeeper:
+    """The gateway's family entry inside this process: the process runtime has no gateway
+    function to invoke, so its agents hold the gateway's use case themselves (a harness only:
+    a deployed worker never holds the job id key or a producer; docs/security.md)."""
+    from sluice.api import Api
+    from sluice.http.app import Gateway
+    from sluice.kafka.producer import KafkaJobLog
+    from sluice.redis.engine import RedisQueue
+    from sluice.store.jobs import DynamoJobStore
+
+    gateway = Gateway(Api(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
+                          RedisQueue.from_settings(s), job_id_key=wiring.job_id_key(s)))
+    return Gatekeeper(lambda event: gateway(event, None))
 
 
 def run_worker(cfg: dict[str, Any]) -> int:
@@ -52,12 +70,13 @@ def run_worker(cfg: dict[str, Any]) -> int:
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
     logger: Any = logging.getLogger(f"sluice.chaos.{cfg['name']}")
-    app = worker_app(lambda: history, lambda: control)
+    app = worker_app(lambda: history, lambda: control, family_key=lambda: wiring.job_id_key(s))
     record(app.events, cfg["history"])  # after the nemesis's fault points, on the same bus
     worker = app.bind(
         queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s),
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=int(cfg.get("batch", 4))),
-        telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}")
+        telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",
+        gatekeeper=in_process_gatekeeper(s))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker.run([QUEUE], stop=stop, idle_s=0.05)
@@ -87,6 +106,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
     source = KafkaSource.from_settings(s)
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
+    Countdown(store, in_process_gatekeeper(s).release).subscribe(bus)  # settled children count down
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1

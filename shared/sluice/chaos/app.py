@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice import events as ev
+from sluice.chaos import families
 from sluice.local.history import History, push_fields, wall
 from sluice.models import dump_json
 
@@ -79,8 +80,11 @@ class Control:
 
 
 def worker_app(history: Callable[[], History], control: Callable[[], Control],
-               timeout_s: float | None = None) -> Any:
+               timeout_s: float | None = None, family_key: Callable[[], bytes] | None = None) -> Any:
     """The chaos ``sluice.Worker``: its handler and its fault points.
+
+    ``family_key``: the job id key, with which a parent names its family in the history before
+    it asks the gateway for it (``chaos.families``); None: parents start no family.
 
     ``history`` and ``control`` are called when first needed, so a module can build the
     app at import time (the worker Lambda imports ``Settings.handlers_module``) and open
@@ -108,6 +112,10 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
         time.sleep(pause)
         if job.payload.get("poison"):  # the operator's dead letters (workload.POISON_SHARE)
             raise Fail("poison: this job fails by design")
+        if "then" in job.payload:  # a family's continuation (chaos.families)
+            return families.run_continuation(job, ctx)
+        if job.payload.get("family") and family_key is not None:  # a parent (chaos.families)
+            families.start(job, ctx, QUEUE, family_key, history().emit)
         return expected_result(job.payload)
 
     return app

@@ -16,7 +16,13 @@ count means (docs/break-it.md has the argument):
 - ``stale_writes_accepted``: accepted writes with a token older than one already
   granted when the write started (DynamoDB had seen the newer token), plus succeeded
   items whose result is older than another accepted write. Must be 0;
-- ``stuck``: the store says leased and Redis holds no live lease for the job. Must be 0.
+- ``stuck``: the store says leased and Redis holds no live lease for the job. Must be 0;
+- ``family_violations`` (``chaos.families``): a parent whose runs named different children or
+  continuations, a child that did not end succeeded, a continuation that did not run to success,
+  holds two results, or ran before its last child's first result write. Must be 0. Children
+  and continuations are named by their parent's ``family`` line (never ``unexpected``), and
+  counted in ``families``/``family_children``/``continuation_runs``, not as accepted jobs;
+  the result checks (duplicate, wrong, stale) apply to them as to any job.
 
 With the operator on (``chaos.operator``), its ``operator`` lines change what a job may
 do, and nothing else (``chaos.rules`` has each rule and its argument):
@@ -97,6 +103,10 @@ class Report:
     completions: int = -1  # distinct completion events; -1: the run did not collect them
     completions_duplicated: int = 0
     completion_violations: int = 0
+    families: int = 0
+    family_children: int = 0
+    continuation_runs: int = 0
+    family_violations: int = 0
     operator: dict[str, int] = field(default_factory=dict)  # "<kind>:<outcome>" -> count
     faults: dict[str, int] = field(default_factory=dict)
     faults_landed: dict[str, int] = field(default_factory=dict)
@@ -106,7 +116,8 @@ class Report:
     def ok(self) -> bool:
         return not (self.lost or self.unexpected or self.duplicate_results or self.wrong_results
                     or self.stale_writes_accepted or self.stuck or self.cancel_violations
-                    or self.reruns_without_redrive or self.pause_violations or self.completion_violations)
+                    or self.reruns_without_redrive or self.pause_violations or self.completion_violations
+                    or self.family_violations)
 
     def as_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "lost": self.lost, "unexpected": self.unexpected,
@@ -118,6 +129,8 @@ class Report:
                 "pause_violations": self.pause_violations,
                 "completion_violations": self.completion_violations, "completions": self.completions,
                 "completions_duplicated": self.completions_duplicated,
+                "family_violations": self.family_violations, "families": self.families,
+                "family_children": self.family_children, "continuation_runs": self.continuation_runs,
                 "faults": dict(sorted(self.faults.items())), "ok": self.ok,
                 "cancelled": self.cancelled, "purged_lost": self.purged_lost,
                 "operator": dict(sorted(self.operator.items())),
@@ -139,13 +152,17 @@ class _Job:
     writes: list[dict[str, Any]] = field(default_factory=list)  # accepted result writes
     invokes: int = 0
     completions: list[tuple[str, str, int]] = field(default_factory=list)  # (event id, state, generation)
+    invoke_starts: list[float] = field(default_factory=list)
 
 
 def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - one branch per op
-           ops: rules.Ops) -> dict[str, _Job]:
+           ops: rules.Ops, families: dict[str, list[Mapping[str, Any]]] | None = None) -> dict[str, _Job]:
     jobs: dict[str, _Job] = defaultdict(_Job)
     for e in events:
         op, outcome = e.get("op"), e.get("outcome")
+        if op == "family" and families is not None:
+            families.setdefault(str(e.get("job")), []).append(e)
+            continue
         if op in ("operator", "push", "config"):
             ops.add(e)
             if op == "operator":
@@ -187,6 +204,7 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - 
                 report.writes_rejected += 1
         elif op == "invoke":
             j.invokes += 1
+            j.invoke_starts.append(float(e.get("t0", 0)))
         elif op == "completion":
             j.completions.append((str(e.get("event_id")), str(e.get("state")), int(e.get("gen") or 0)))
     return jobs
@@ -203,16 +221,23 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
     """``store``: every item of the jobs table; ``live_leases``: jobs Redis holds a live lease on."""
     report = Report()
     ops = rules.Ops()
-    jobs = _index(events, report, ops)
+    families: dict[str, list[Mapping[str, Any]]] = {}
+    jobs = _index(events, report, ops, families)
+    members = family_check(report, families, jobs, store)
     for job_id in store:
         jobs.setdefault(job_id, _Job())
     for job_id, j in jobs.items():
         item = store.get(job_id)
-        named = j.enqueue in ("ok", "info")
+        named = j.enqueue in ("ok", "info") or job_id in members
         succeeded = bool(j.writes) or (item is not None and item.status == "succeeded")
         dead = item is not None and item.status in FINAL_FAILURES
         report.accepted += j.enqueue == "ok"
         report.unknown_enqueues += j.enqueue == "info"
+        if job_id in members:  # counted by family_check, not as the workload's own jobs
+            _check_results(report, job_id, j, item)
+            report.executions += j.invokes
+            _check_stuck(report, job_id, item, live_leases)
+            continue
         report.executions += j.invokes
         if j.invokes > 1:
             report.duplicate_executions += j.invokes - 1
@@ -235,9 +260,7 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
             report.unexpected += 1
             _sample(report, "unexpected", job_id)
         _check_results(report, job_id, j, item)
-        if item is not None and item.status == "leased" and job_id not in live_leases:
-            report.stuck += 1
-            _sample(report, "stuck", job_id)
+        _check_stuck(report, job_id, item, live_leases)
         if report.completions >= 0:
             _check_completions(report, job_id, j, item)
     paused_pushes = ops.pushes_while_paused()
@@ -245,6 +268,61 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
     for where in paused_pushes:
         _sample(report, "pause_violations", where)
     return report
+
+
+def family_check(report: Report, families: Mapping[str, list[Mapping[str, Any]]],
+                 jobs: dict[str, _Job], store: Mapping[str, StoreItem]) -> set[str]:
+    """Families (``chaos.families``): each parent named one set of children and one continuation
+    (every run of the parent named the same); every child ended succeeded; the continuation
+    succeeded, once: one result, its handler first run after every child's first accepted
+    result write (each child's countdown follows its write). Returns every member's id (named:
+    their results are expected, their right answers set here)."""
+    members: set[str] = set()
+    for parent, lines in families.items():
+        report.families += 1
+        named = {(tuple(e.get("children", ())), str(e.get("continuation"))) for e in lines}
+        if len(named) != 1:
+            _violation(report, parent, "its runs named different families")
+            continue
+        (children, then), = named
+        for e in lines:
+            for member, expect in dict(e.get("expects") or {}).items():
+                jobs[member].expect = str(expect)
+        members.update(children)
+        members.add(then)
+        report.family_children += len(children)
+        if len(set(children)) != len(children):
+            _violation(report, parent, "a child id repeats")
+        last_child = 0.0
+        for child in children:
+            c, item = jobs.get(child), store.get(child)
+            if c is None or not c.writes or item is None or item.status != "succeeded":
+                _violation(report, child, f"child of {parent} did not succeed "
+                                          f"({item.status if item else 'no item'})")
+                continue
+            last_child = max(last_child, min(float(w.get("t1", 0)) for w in c.writes))
+        t, item = jobs.get(then), store.get(then)
+        if t is None or not t.writes or item is None or item.status != "succeeded":
+            _violation(report, then, f"continuation of {parent} did not run to success "
+                                     f"({item.status if item else 'no item'})")
+            continue
+        report.continuation_runs += t.invokes
+        if len({str(w.get("digest")) for w in t.writes}) > 1:
+            _violation(report, then, "the continuation has two different results")
+        if last_child and t.invoke_starts and min(t.invoke_starts) < last_child:
+            _violation(report, then, "the continuation ran before its last child's result was written")
+    return members
+
+
+def _check_stuck(report: Report, job_id: str, item: StoreItem | None, live_leases: set[str]) -> None:
+    if item is not None and item.status == "leased" and job_id not in live_leases:
+        report.stuck += 1
+        _sample(report, "stuck", job_id)
+
+
+def _violation(report: Report, job_id: str, why: str) -> None:
+    report.family_violations += 1
+    _sample(report, "family_violations", f"{job_id}: {why}")
 
 
 def _check_operator(report: Report, job_id: str, j: _Job, item: StoreItem | None, ops: rules.Ops) -> None:

@@ -71,7 +71,15 @@ def _clock() -> ClockFollower:
     return ClockFollower(Path(_history().path).parent / "control", "relay", _history()).start()
 
 
-app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S)
+def _job_id_key() -> bytes:
+    from sluice import wiring
+
+    return wiring.job_id_key()
+
+
+# The worker function's gatekeeper (ctx.enqueue_many -> the gateway function) comes from wiring, as
+# in a deployment; the key only lets the harness name each family in the history (chaos.families).
+app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S, family_key=_job_id_key)
 
 
 def relay(event: Any, context: Any) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class Options:
     runtime: str = "lambda"  # or "process" (chaos.runtimes)
     operator: bool = False  # an operator cancels, redrives, purges, pauses and resumes (chaos.operator)
     operator_interval_s: float = 2.5
+    families: bool = True  # every 20th job starts children and a continuation (chaos.families)
 
 
 @dataclass
@@ -210,7 +211,8 @@ class Run:
                   job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
-                            mint_key=wiring.job_id_key(settings) if o.operator else None)
+                            mint_key=wiring.job_id_key(settings) if o.operator else None,
+                            family_key=wiring.job_id_key(settings) if o.families else None)
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
@@ -257,22 +259,11 @@ class Run:
 
         o, say = self.o, self.say
         store = DynamoJobStore.from_settings(settings)
-        tail = history.Tail(self.history_path)
-        accepted: set[str] = set()
-        written: set[str] = set()
-
-        def catch_up() -> bool:
-            """Read new history; True if a job got its first accepted result."""
-            before = len(written)
-            for e in tail.read():
-                if e.get("op") == "enqueue" and e.get("outcome") == "ok":
-                    accepted.add(str(e["job"]))
-                elif e.get("op") == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
-                    written.add(str(e["job"]))
-            return len(written) > before
-
-        catch_up()
-        waiting = set(accepted)
+        progress = _Progress(history.Tail(self.history_path))
+        progress.catch_up()
+        accepted, written, members, waiting = progress.accepted, progress.written, progress.members, \
+            progress.waiting
+        catch_up = progress.catch_up
         timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
         started = time.monotonic()
         next_report = moved = started
@@ -291,7 +282,8 @@ class Run:
             if time.monotonic() >= next_report:
                 next_report += 10
                 say(f"  draining: {len(written & accepted)}/{len(accepted)} written, "
-                    f"{len(accepted) - len(waiting)} confirmed final by the store")
+                    f"{len(accepted | members) - len(waiting)} confirmed final by the store "
+                    f"({len(members)} of them children and continuations)")
             if waiting and time.monotonic() - moved >= QUIET_S:
                 say(f"  nothing moved for {QUIET_S:.0f}s: these jobs will not finish by themselves")
                 break
@@ -304,6 +296,34 @@ class Run:
         else:
             say(f"drained: every accepted job is final after {times['drain']:.0f}s")
         return not waiting
+
+
+class _Progress:
+    """What the history says so far: accepted jobs, jobs with a result, and family members
+    (children and continuations the parents named, ``chaos.families``), which the drain waits for."""
+
+    def __init__(self, tail: history.Tail) -> None:
+        self.tail = tail
+        self.accepted: set[str] = set()
+        self.written: set[str] = set()
+        self.members: set[str] = set()
+        self.waiting: set[str] = set()
+
+    def catch_up(self) -> bool:
+        """Read new history; True if a job got its first accepted result."""
+        before = len(self.written)
+        for e in self.tail.read():
+            op = e.get("op")
+            if op == "enqueue" and e.get("outcome") == "ok":
+                self.accepted.add(str(e["job"]))
+                self.waiting.add(str(e["job"]))
+            elif op == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
+                self.written.add(str(e["job"]))
+            elif op == "family":
+                new = {*map(str, e.get("children", ())), str(e.get("continuation"))} - self.members
+                self.members.update(new)
+                self.waiting.update(new)
+        return len(self.written) > before
 
 
 def run(o: Options, say: Say = print) -> RunResult:

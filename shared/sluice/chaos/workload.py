@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sluice.chaos import families
 from sluice.chaos.agents import QUEUE, expected_result
 from sluice.chaos.history import History, digest
 from sluice.errors import SluiceError
@@ -25,13 +26,17 @@ POISON_SHARE = 0.03  # with the operator on: jobs whose handler fails them (Fail
 RECENT = 40  # the latest accepted jobs the operator picks its cancels from
 
 
-def payload(seed: int, i: int, poison: bool = False) -> dict[str, Any]:
+def payload(seed: int, i: int, poison: bool = False, family: bool = False,
+            lease_seconds: int = 30) -> dict[str, Any]:
     """``poison``: a seeded few jobs fail permanently in the handler (``chaos.app``), so that
-    the operator has dead-lettered jobs to list, redrive and purge."""
+    the operator has dead-lettered jobs to list, redrive and purge. ``family``: every
+    ``families.FAMILY_EVERY``-th job starts children and a continuation (``chaos.families``)."""
     rng = random.Random(f"{seed}:{i}")
     p: dict[str, Any] = {"i": i, "data": f"{rng.getrandbits(64):016x}", "work_ms": rng.randint(0, 30)}
     if poison and rng.random() < POISON_SHARE:
         p["poison"] = True
+    elif family and families.is_parent(i):
+        p.update(family=families.FAMILY_CHILDREN, lease_seconds=lease_seconds, max_attempts=MAX_ATTEMPTS)
     return p
 
 
@@ -44,9 +49,11 @@ class Enqueuer:
 
     def __init__(self, api: Any, history: History, seed: int, jobs: int, window_s: float, *,
                  batch: int = 10, lease_seconds: int = 30, poison: bool = False,
-                 mint_key: bytes | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 mint_key: bytes | None = None, family_key: bytes | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.api, self.history, self.seed, self.jobs = api, history, seed, jobs
         self.poison, self.mint_key = poison, mint_key
+        self.family_key = family_key  # with it, families: their parents' ids are minted with it
         self._recent: deque[str] = deque(maxlen=RECENT)  # accepted ids, newest last
         self._recent_lock = threading.Lock()
         self.window_s, self.batch, self.lease_seconds = window_s, batch, lease_seconds
@@ -61,13 +68,15 @@ class Enqueuer:
         """``s<seed>-<index>-<try>``; or, with ``mint_key``, ids minted as the gateway mints them
         (``sluice.ids``), so that a cancel before the relay recorded the job takes the gateway's
         real path for its own ids (``Api.cancel`` -> ``cancel_unrecorded``)."""
-        if self.mint_key is None:
-            return [job_id(self.seed, i, attempt) for i in indices]
         from sluice import ids
         from sluice.clock import wall_ms
 
         now_ms = wall_ms()
-        return [ids.mint(now_ms, QUEUE, self.mint_key) for _ in indices]
+        if self.mint_key is not None:
+            return [ids.mint(now_ms, QUEUE, self.mint_key) for _ in indices]
+        # A parent's id must be one the gateway issued: it checks that before starting children.
+        return [ids.mint(now_ms, QUEUE, self.family_key) if self.family_key is not None and
+                families.is_parent(i) else job_id(self.seed, i, attempt) for i in indices]
 
     def recent(self) -> list[str]:
         """The latest accepted job ids, newest last (the operator's cancel candidates)."""
@@ -91,7 +100,8 @@ class Enqueuer:
         attempt = 0
         while not stop.is_set():
             ids = self._name(indices, attempt)
-            payloads = [payload(self.seed, i, self.poison) for i in indices]
+            payloads = [payload(self.seed, i, self.poison, self.family_key is not None, self.lease_seconds)
+                        for i in indices]
             request = BatchRequest(jobs=[EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS,
                                                         lease_seconds=self.lease_seconds) for p in payloads])
             self._ids.clear()

@@ -51,6 +51,23 @@ def _echo_job(view: Any, as_json: bool) -> None:
         click.echo(f"result: {data['result_ref']}")
     if data.get("last_error"):
         click.echo(f"last error: {data['last_error']}")
+    _echo_family(data)
+
+
+def _echo_family(data: dict[str, Any]) -> None:
+    """Parent, children and continuations (docs/flows.md): one line each, only where there are any."""
+    if data.get("parent_id"):
+        click.echo(f"parent: {data['parent_id']}")
+    if data.get("children"):
+        shown = data["children"][:5]
+        more = f" (+{len(data['children']) - len(shown)} more)" if len(data["children"]) > len(shown) else ""
+        click.echo(f"children: {len(data['children'])}: {' '.join(shown)}{more}")
+    for then in data.get("continuations") or []:
+        click.echo(f"continuation: {then}")
+    if data.get("continuation"):
+        click.echo(f"counts down: {data['continuation']}")
+    if data.get("waits_for"):
+        click.echo(f"waits for: {len(data['waits_for'])} children, {data.get('remaining')} not ended yet")
 
 
 @click.command()
@@ -110,6 +127,7 @@ def status(target: Target, job_id: str, as_json: bool, wait: bool, timeout: floa
         click.echo(json.dumps(data))
     else:
         click.echo(f"{record.job_id}  {record.queue}  {record.status.value}  attempts={record.attempts}")
+        _echo_family(data)
         if (line := progress_line(data)) is not None:
             click.echo(line)
 

@@ -24,12 +24,13 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from pydantic import ValidationError
 
-from sluice import __version__
+from sluice import __version__, flows
 from sluice.api import Api, Enqueued
-from sluice.errors import ConfigError, InvalidQueueName, SluiceError
+from sluice.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
 from sluice.http import jsonguard, problems
-from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN
+from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN, describe_validation
 from sluice.wire import (
     Accepted,
     BatchAccepted,
@@ -112,6 +113,8 @@ class Gateway:
         return self._api_or_factory
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        if flows.INTERNAL in event and "httpMethod" not in event:
+            return self.internal(event)
         path = str(event.get("path") or "")
         body_route = _BODY_ROUTES.match(path)
         if str(event.get("httpMethod", "")).upper() == "POST" and body_route:
@@ -130,6 +133,29 @@ class Gateway:
             finally:
                 self._body = None
         return self.resolver.resolve(event, context)
+
+    def internal(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The direct-invoke entry (worker, relay): start children, or release a continuation.
+
+        API Gateway never sends such an event (its proxy events carry ``httpMethod``), so only a
+        principal allowed ``lambda:InvokeFunction`` on this function reaches it (docs/security.md).
+        Answers ``{"statusCode", "family"}`` or ``{"statusCode", "error": {"code", "message"}}``.
+        """
+        try:
+            request = flows.family_event(event)
+            if isinstance(request, flows.ReleaseRequest):
+                released = self.api.release_continuation(request.continuation)
+                return {"statusCode": 200, "released": released}
+            assert request is not None
+            accepted = self.api.enqueue_children(request)
+            return {"statusCode": 202, "family": accepted.model_dump(mode="json")}
+        except ValidationError as exc:
+            error: SluiceError = InvalidInput(f"invalid family request ({describe_validation(exc)})")
+        except SluiceError as exc:
+            error = exc
+        p = problems.from_exception(error)
+        return {"statusCode": p.status, "error": {"code": error.code, "message": str(error),
+                                                  "details": _jsonable(error.details)}}
 
     def openapi_json(self) -> str:
         if self._openapi is None:
@@ -332,6 +358,10 @@ def build_api(settings: Settings | None = None) -> Api:
                operators=[a.strip() for a in s.operator_principals.split(",") if a.strip()],
                admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
                limits=limits)
+
+
+def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}
 
 
 def gateway_from_settings(settings: Settings | None = None) -> Gateway:

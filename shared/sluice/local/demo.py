@@ -40,7 +40,7 @@ from rich.text import Text
 from sluice.local import history, verify, workload
 from sluice.local.dev import DevOptions, DevStack
 
-DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow")
+DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow", "fanout", "square", "sum")
 # The frozen ledger job works this long before its write: the freeze lands well inside it even
 # when the history is read late on a loaded machine. A busy stack may take a while to start it,
 # and to take it over (a lapsed lease goes to the front of its band: one lease call suffices).
@@ -76,6 +76,8 @@ class Board:
     delayed: int = 0
     leased: int = 0
     frozen: str = ""
+    # fanout parents that succeeded -> (children, continuations), as their items record them
+    families: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 class Freezer(threading.Thread):
@@ -205,12 +207,28 @@ def _poll(st: Board, dev: DevStack, path: str) -> None:
     st.ready, st.delayed, st.leased = ready, delayed, leased
 
 
+def _families(plan: workload.Plan, st: Board, dev: DevStack) -> None:
+    """Learn the children and continuation of each fanout parent that has succeeded."""
+    done = st.analyser.report.succeeded
+    todo = [j.job_id for j in plan.jobs if j.queue == "fanout" and j.job_id in done
+            and j.job_id not in st.families]
+    if todo:
+        assert dev.settings is not None
+        st.families.update(verify.family_members(dev.settings, todo))
+
+
+def _family_ids(st: Board) -> list[str]:
+    return [j for kids, thens in st.families.values() for j in (*kids, *thens)]
+
+
 def _finished(plan: workload.Plan, sent: workload.SendReport, st: Board, sender: threading.Thread) -> bool:
     if sender.is_alive():
         return False
     r = st.analyser.report
     final = r.succeeded | r.dead
-    return all(j.job_id in final for j in plan.jobs if j.job_id is not None)
+    parents = [j.job_id for j in plan.jobs if j.queue == "fanout" and j.job_id is not None]
+    return all(j.job_id in final for j in plan.jobs if j.job_id is not None) and \
+        all(p in st.families for p in parents) and all(j in final for j in _family_ids(st))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -264,6 +282,9 @@ def _summary_table(s: dict[str, Any], ok: bool, notes: list[str]) -> Any:
         ("duplicates suppressed at enqueue", s["duplicates_suppressed"]), ("retries", s["retries"]),
         ("leases lost", s["leases_lost"]), ("fenced writes rejected", s["fenced_writes_rejected"]),
         ("stale writes accepted", s["stale_writes_accepted"]),
+        ("families: parents / children / continuations / sums right",
+         " / ".join(str(s.get("families", {}).get(k, 0)) for k in ("parents", "children", "continuations",
+                                                                   "sums_ok"))),
         ("end-to-end latency p50 / p95 / p99", f"{lat['p50']:.0f} / {lat['p95']:.0f} / {lat['p99']:.0f} ms"),
         ("throughput", f"{s['jobs_per_s']} jobs/s over {s['elapsed_s']} s"),
     ):
@@ -327,6 +348,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
                   transient=False, auto_refresh=interactive) as live:
             while time.monotonic() < deadline:
                 _poll(st, dev, path)
+                _families(plan, st, dev)
                 live.update(_progress(plan, sent, st, dev, started))
                 if not interactive and time.monotonic() - last_line > 5:
                     last_line = time.monotonic()
@@ -345,12 +367,17 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     assert dev.settings is not None
     ids = [j.job_id for j in plan.jobs if j.job_id is not None]
     verdict = verify.check(plan.jobs, verify.fetch(dev.settings, ids), report)
+    _families(plan, st, dev)
+    family_items = verify.fetch(dev.settings, _family_ids(st), verify.FAMILY_FIELDS)
+    families = verify.check_families(plan.jobs, st.families, family_items, report)
     summary = summarize(plan, sent, report, verdict)
-    failures = _failures(verdict, sent, freezer, report)
+    summary["families"] = {"parents": families.parents, "children": families.children,
+                           "continuations": families.continuations, "sums_ok": families.sums_ok}
+    failures = _failures(verdict, sent, freezer, report) + [f"family: {p}" for p in families.problems[:5]]
     if time.monotonic() >= deadline:
         failures.append(f"timed out after {o.timeout_s:.0f}s")
     ok = not failures
-    notes = _notes(plan, sent, verdict, freezer, report)
+    notes = _notes(plan, sent, verdict, freezer, report, st.families)
     out.print(_summary_table(summary, ok, notes))
     for f in failures:
         out.print(f"[red]violation:[/] {f}")
@@ -381,18 +408,21 @@ def _settle(st: Board, dev: DevStack, path: str, timeout: float = 5.0) -> None:
 
 
 def _notes(plan: workload.Plan, sent: workload.SendReport, verdict: verify.Verdict,
-           freezer: Freezer | None, report: history.HistoryReport) -> list[str]:
+           freezer: Freezer | None, report: history.HistoryReport,
+           families: dict[str, tuple[list[str], list[str]]]) -> list[str]:
     notes = [f"plan: {plan.count(lambda j: j.delay_s > 0)} delayed, "
              f"{plan.count(lambda j: j.duplicate)} sent twice with one idempotency key, "
              f"{plan.count(lambda j: j.expect_dead)} destined to fail, "
-             f"{plan.count(lambda j: j.queue == 'slow')} longer than their lease"]
+             f"{plan.count(lambda j: j.queue == 'slow')} longer than their lease, "
+             f"{plan.count(lambda j: j.queue == 'fanout')} fanning out to {workload.FANOUT_CHILDREN} "
+             "children and a continuation each"]
     if verdict.unexpected_dead or verdict.unexpected_success:
         notes.append(f"outcomes off the handlers' prediction: {verdict.unexpected_dead} died unexpectedly, "
                      f"{verdict.unexpected_success} succeeded unexpectedly")
     if freezer is not None:
         notes.append(f"freeze: {freezer.note}")
     notes += [f"enqueue error: {e}" for e in sent.errors[:3]]
-    ours = {j.job_id for j in plan.jobs}
+    ours = {j.job_id for j in plan.jobs} | {j for kids, thens in families.values() for j in (*kids, *thens)}
     strangers = [j for j in report.jobs if j not in ours]
     if strangers:  # not an invariant of this run: someone else may have used the gateway's port
         notes.append(f"{len(strangers)} jobs ran that this demo did not enqueue (e.g. {strangers[0]})")

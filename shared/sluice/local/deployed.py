@@ -39,6 +39,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
+    "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",
     "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the local redis-server has no AUTH token",
     "SLUICE_JOB_ID_SECRET_ARN": "dropped: the key is given as SLUICE_JOB_ID_SECRET (no Secrets Manager)",
     "SLUICE_JOB_ID_SECRET": "the stack's job id key, in place of SLUICE_JOB_ID_SECRET_ARN",

@@ -272,6 +272,7 @@ class DevStack:
         out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
                "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
+               "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
         optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
                     "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,

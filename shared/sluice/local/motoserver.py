@@ -13,6 +13,8 @@ anyway, so this costs no throughput.
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
 import signal
 import subprocess
@@ -28,14 +30,70 @@ StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
+WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
+COUNT_ENV = "SLUICE_MOTO_COUNT_WRITES"  # "1": count DynamoDB writes per item key (benchmarks)
+COUNTS_PATH = "/_sluice/writes"
+
+
+class WriteCounter:
+    """DynamoDB write requests per item key (``GET /_sluice/writes``): a benchmark's measure of
+    what a path costs the jobs table, whichever process made the write (``bench_fanout``)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, int] = {}
+        self.by_op: dict[str, int] = {}
+
+    def add(self, environ: dict[str, Any]) -> None:
+        op = str(environ.get("HTTP_X_AMZ_TARGET", "")).rsplit(".", 1)[-1]
+        if op not in WRITES:
+            return
+        self.by_op[op] = self.by_op.get(op, 0) + 1
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return
+        for key in _keys(op, request):
+            self.by_key[key] = self.by_key.get(key, 0) + 1
+
+    def answer(self, start_response: StartResponse) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps({"by_key": self.by_key, "by_op": self.by_op}).encode()]
+
+
+def _keys(op: str, request: dict[str, Any]) -> list[str]:
+    def key(item: Any) -> str:
+        value: Any = (item or {}).get("job_id") or next(iter((item or {}).values()), {})
+        return str(value.get("S", "")) if isinstance(value, dict) else ""
+
+    if op in ("PutItem",):
+        return [key(request.get("Item"))]
+    if op in ("UpdateItem", "DeleteItem"):
+        return [key(request.get("Key"))]
+    if op == "TransactWriteItems":
+        return [key(next(iter(i.values())).get("Key") or next(iter(i.values())).get("Item"))
+                for i in request.get("TransactItems", [])]
+    return [key(r.get("PutRequest", {}).get("Item") or r.get("DeleteRequest", {}).get("Key"))
+            for rs in request.get("RequestItems", {}).values() for r in rs]
+
+
 class Serialized:
     """A WSGI app that lets one request at a time into ``app`` (and materialises its body)."""
 
-    def __init__(self, app: Wsgi) -> None:
+    def __init__(self, app: Wsgi, counter: WriteCounter | None = None) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.counter = counter
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        if self.counter is not None:
+            if environ.get("PATH_INFO") == COUNTS_PATH:
+                with self.lock:
+                    return self.counter.answer(start_response)
+            with self.lock:
+                self.counter.add(environ)
         with self.lock:
             result = self.app(environ, start_response)
             try:
@@ -84,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 
     app = Dispatch(create_backend_app)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    run_simple(args.host, args.port, Serialized(app), threaded=True,
+    counter = WriteCounter() if os.environ.get(COUNT_ENV) == "1" else None
+    run_simple(args.host, args.port, Serialized(app, counter), threaded=True,
                request_handler=MotoRequestHandler)
     return 0
 

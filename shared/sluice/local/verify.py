@@ -61,7 +61,7 @@ class Verdict:
         return out
 
 
-def fetch(settings: Settings, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def fetch(settings: Settings, job_ids: Sequence[str], fields: str = _FIELDS) -> dict[str, dict[str, Any]]:
     """The jobs table's items for ``job_ids`` (BatchGetItem, 100 at a time, retrying leftovers)."""
     import boto3
 
@@ -74,7 +74,7 @@ def fetch(settings: Settings, job_ids: Sequence[str]) -> dict[str, dict[str, Any
             if not keys:
                 break
             reply = client.batch_get_item(RequestItems={settings.jobs_table: {
-                "Keys": keys, "ConsistentRead": True, "ProjectionExpression": _FIELDS,
+                "Keys": keys, "ConsistentRead": True, "ProjectionExpression": fields,
                 "ExpressionAttributeNames": {"#st": "status", "#res": "result", "#tok": "token"}}})
             responses: dict[str, Any] = dict(reply.get("Responses") or {})
             for item in responses.get(settings.jobs_table, []):
@@ -151,3 +151,74 @@ def _check_result(job: PlannedJob, item: dict[str, Any], writes: list[dict[str, 
     if want is not ... and value != want:
         v.wrong_results.append(f"{job.job_id}: {job.queue} returned {str(value)[:80]}, "
                                f"expected {str(want)[:80]}")
+
+
+# -- families (jobs that start jobs, docs/flows.md) -----------------------------------------------------
+
+FAMILY_FIELDS = "job_id, #st, children, continuations, #res, remaining, #tok"
+
+
+@dataclass
+class FamilyVerdict:
+    """The demo's ``fanout`` parents: every child ran once, and each continuation once, after them."""
+
+    parents: int = 0
+    children: int = 0
+    continuations: int = 0
+    sums_ok: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def family_members(settings: Settings, parents: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Each parent's (children, continuations), for the parents that have recorded any."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for job_id, item in fetch(settings, list(parents), FAMILY_FIELDS).items():
+        kids, thens = sorted(item.get("children") or ()), sorted(item.get("continuations") or ())
+        if kids:
+            out[job_id] = (kids, thens)
+    return out
+
+
+def check_families(jobs: Iterable[PlannedJob], members: dict[str, tuple[list[str], list[str]]],
+                   items: dict[str, dict[str, Any]], history: HistoryReport) -> FamilyVerdict:
+    """Per ``fanout`` parent: ``n`` children, each succeeded with one result; one continuation,
+    succeeded, its sum right, counted down to 0, first granted after every child's result write."""
+    v = FamilyVerdict()
+    for job in jobs:
+        if job.queue != "fanout" or job.job_id is None:
+            continue
+        v.parents += 1
+        n = int(job.payload["n"])
+        kids, thens = members.get(job.job_id, ([], []))
+        v.children += len(kids)
+        v.continuations += len(thens)
+        if len(kids) != n or len(thens) != 1:
+            v.problems.append(f"{job.job_id}: {len(kids)} children and {len(thens)} continuations, "
+                              f"expected {n} and 1")
+            continue
+        last_child = 0.0
+        for kid in kids:
+            facts = history.jobs.get(kid)
+            if (items.get(kid) or {}).get("status") != "succeeded" or facts is None or not facts.writes:
+                v.problems.append(f"child {kid} of {job.job_id} did not succeed")
+                continue
+            if len({w.get("digest") for w in facts.writes}) > 1:
+                v.problems.append(f"child {kid} has two different results")
+            last_child = max(last_child, min(float(w["t1"]) for w in facts.writes))
+        then = thens[0]
+        item, facts = items.get(then) or {}, history.jobs.get(then)
+        want = expected_result("sum", {"n": n})
+        if item.get("status") != "succeeded" or _decoded(item.get("result")) != want:
+            v.problems.append(f"continuation {then}: {item.get('status')} with {item.get('result')}, "
+                              f"expected succeeded with {want}")
+            continue
+        if int(item.get("remaining", -1)) != 0:
+            v.problems.append(f"continuation {then} counted down to {item.get('remaining')}, not 0")
+        if facts is None or not facts.grants or min(t0 for _, t0, _ in facts.grants) < last_child:
+            v.problems.append(f"continuation {then} started before its last child's result was written")
+            continue
+        if len({w.get("digest") for w in facts.writes}) > 1:
+            v.problems.append(f"continuation {then} has two different results")
+            continue
+        v.sums_ok += 1
+    return v

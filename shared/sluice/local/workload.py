@@ -3,7 +3,8 @@
 The plan is a pure function of (jobs, seed), so a run can be repeated. It mixes
 every example queue: most jobs are plain, some are delayed, some fail once and
 then succeed, some are destined to fail (dead-lettered), a few run longer than
-their lease, and a few are sent twice with the same idempotency key. The plan
+their lease, a few fan out to children and a continuation that sums them
+(``fanout``, docs/flows.md), and a few are sent twice with the same idempotency key. The plan
 also predicts how each job ends (``expect_dead``), so the demo can say whether
 the pipeline did what the handlers say it should.
 """
@@ -25,6 +26,7 @@ BATCH = 100
 DEMO_MAX_ATTEMPTS = 3
 DEMO_LEASE_S = 3  # each job's own lease: short, so the slow jobs outlive theirs several times
 SLOW_SECONDS = 7.0
+FANOUT_CHILDREN = 10
 
 
 @dataclass
@@ -52,34 +54,41 @@ def plan(n: int, seed: int, sink_url: str) -> Plan:
     rng = random.Random(seed)
     jobs: list[PlannedJob] = []
     slow = max(2, n // 200)
+    fanouts = slow + max(1, n // 400)
     for i in range(n):
         if i < slow:
             jobs.append(PlannedJob(i, "slow", {"seconds": SLOW_SECONDS, "i": i}))
-            continue
-        roll = rng.random()
-        if roll < 0.50:
-            job = PlannedJob(i, "echo", {"i": i, "text": f"hello {i}"})
-            if rng.random() < 0.10:
-                job.delay_s = rng.randint(1, 4)
-        elif roll < 0.65:
-            job = PlannedJob(i, "hash", {"data": f"demo-{seed}-{i}", "rounds": 500})
-        elif roll < 0.73:
-            job = PlannedJob(i, "ledger", {"account": f"acct-{i % 25}", "amount": i % 100})
-        elif roll < 0.78:
-            job = PlannedJob(i, "notify", {"url": f"{sink_url}/demo", "message": f"job {i}"})
-        elif roll < 0.98:
-            payload: dict[str, Any] = {"i": i, "seed": seed}
-            job = PlannedJob(i, "flaky", payload)
+        elif i < fanouts:  # a parent of FANOUT_CHILDREN children and a continuation summing them
+            jobs.append(PlannedJob(i, "fanout", {"n": FANOUT_CHILDREN}))
         else:
-            job = PlannedJob(i, "flaky", {"i": i, "always_fail": True}, max_attempts=2)
-        if job.queue == "flaky":
-            job.expect_dead = failing_attempts(job.payload) is None or \
-                (failing_attempts(job.payload) or 0) >= job.max_attempts
-        jobs.append(job)
+            jobs.append(_planned(i, rng, seed, sink_url))
     for job in rng.sample(jobs[slow:], k=max(1, n * 3 // 100)):
         if job.delay_s == 0:
             job.duplicate = True
     return Plan(jobs)
+
+
+def _planned(i: int, rng: random.Random, seed: int, sink_url: str) -> PlannedJob:
+    roll = rng.random()
+    if roll < 0.50:
+        job = PlannedJob(i, "echo", {"i": i, "text": f"hello {i}"})
+        if rng.random() < 0.10:
+            job.delay_s = rng.randint(1, 4)
+    elif roll < 0.65:
+        job = PlannedJob(i, "hash", {"data": f"demo-{seed}-{i}", "rounds": 500})
+    elif roll < 0.73:
+        job = PlannedJob(i, "ledger", {"account": f"acct-{i % 25}", "amount": i % 100})
+    elif roll < 0.78:
+        job = PlannedJob(i, "notify", {"url": f"{sink_url}/demo", "message": f"job {i}"})
+    elif roll < 0.98:
+        payload: dict[str, Any] = {"i": i, "seed": seed}
+        job = PlannedJob(i, "flaky", payload)
+    else:
+        job = PlannedJob(i, "flaky", {"i": i, "always_fail": True}, max_attempts=2)
+    if job.queue == "flaky":
+        job.expect_dead = failing_attempts(job.payload) is None or \
+            (failing_attempts(job.payload) or 0) >= job.max_attempts
+    return job
 
 
 @dataclass

@@ -160,6 +160,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     bus = wiring.events() if events is None else events
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, events=bus,
                                **(recovery or {}))
+    wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (sluice.flows)
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
                   hooks=recovery_hooks, after_push=after_push, job_ids=job_ids,

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import SluiceError
+from pydantic import ValidationError
+
+from sluice.errors import ConfigError, InvalidInput, PayloadTooLarge, SluiceError, TooManyChildren
+from sluice.flows import (
+    MAX_CHILDREN,
+    MAX_REQUEST_BYTES,
+    ChildRequest,
+    FamilyAccepted,
+    FamilyRequest,
+    Gatekeeper,
+    ThenRequest,
+)
+from sluice.models import JobRecord, describe_validation
 from sluice.runtime.telemetry import JobLogger
 
 FencedTableFactory = Callable[[str, str, int], Any]  # (table name, job id, fencing token) -> FencedTable
@@ -58,6 +70,8 @@ class JobContext:
         if self._progress is None:
             raise SluiceError("this worker's store records no progress")
         self._progress.report(fraction, detail)
+    _gatekeeper: Gatekeeper | None = None  # the gateway's family entry (sluice.flows)
+    _families: Any = None  # the jobs table's family reads (store.families.Families), for children()
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -90,3 +104,53 @@ class JobContext:
         if table is None:
             table = self._tables[name] = self._fenced(name, self.job_id, self.token)
         return table
+
+    # -- jobs that start jobs (sluice.flows, docs/flows.md) ------------------------------------
+
+    def enqueue(self, queue: str, payload: Any, *, key: str, **options: Any) -> str:
+        """Start a child job on ``queue``; returns its id. ``key`` names it among this job's
+        children: a re-run of this job (same key) gets the same child, never a second one.
+        ``options``: ``delay_seconds``, ``priority``, ``max_attempts``, ``lease_seconds``."""
+        return self.enqueue_many([{"queue": queue, "payload": payload, "key": key, **options}]).job_ids[0]
+
+    def enqueue_many(self, jobs: Sequence[Mapping[str, Any] | tuple[Any, ...]], *,
+                     then: Mapping[str, Any] | tuple[Any, ...] | None = None) -> FamilyAccepted:
+        """Start children (each ``(queue, payload, key)`` or a dict with those and enqueue options)
+        and, with ``then=(queue, payload)`` (or ``(queue, payload, key)``, or a dict), a
+        continuation that runs once after every one of them has ended, whatever its state."""
+        if self._gatekeeper is None:
+            raise ConfigError("this worker cannot start jobs: no gateway function is configured "
+                              "(SLUICE_GATEWAY_FUNCTION_NAME)")
+        try:
+            request = FamilyRequest(parent_id=self.job_id, token=self.token,
+                                    jobs=[ChildRequest.model_validate(_fields(j, ("queue", "payload", "key")))
+                                          for j in jobs],
+                                    then=None if then is None else ThenRequest.model_validate(
+                                        _fields(then, ("queue", "payload", "key"))))
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid children ({describe_validation(exc)})") from None
+        if len(request.jobs) > MAX_CHILDREN:  # the gateway refuses it too; say so before sending it
+            raise TooManyChildren(f"{len(request.jobs)} children in one request; a job may start at most "
+                                  f"{MAX_CHILDREN}", limit=MAX_CHILDREN)
+        size = len(request.model_dump_json())
+        if size > MAX_REQUEST_BYTES:
+            raise PayloadTooLarge(f"these children are {size} bytes as JSON; one request carries at most "
+                                  f"{MAX_REQUEST_BYTES} (a synchronous Lambda invoke's limit): split them "
+                                  "over several enqueue_many calls, with distinct keys")
+        return self._gatekeeper.enqueue_children(request)
+
+    def children(self) -> list[JobRecord]:
+        """On a continuation: the final records (state, result, error) of the children it ran after."""
+        if self._families is None:
+            raise ConfigError("this worker's store keeps no families")
+        family = self._families.family(self.job_id)
+        found = self._families.get_jobs(list(family.waits_for))
+        return [found[j] for j in family.waits_for if j in found]
+
+
+def _fields(value: Mapping[str, Any] | tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(value, tuple):
+        if not 2 <= len(value) <= len(names):
+            raise InvalidInput(f"expected ({', '.join(names)}), got {len(value)} items")
+        return dict(zip(names, value, strict=False))
+    return dict(value)

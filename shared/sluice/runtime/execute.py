@@ -31,6 +31,7 @@ from sluice.errors import (
     SluiceError,
     StaleToken,
 )
+from sluice.flows import Gatekeeper
 from sluice.models import LeasedJob, dump_json
 from sluice.ports import JobStore
 from sluice.runtime.context import FencedTableFactory, JobContext
@@ -48,13 +49,16 @@ def describe(exc: BaseException) -> str:
 
 class JobRunner:
     def __init__(self, finisher: Finisher, store: JobStore, options: WorkerOptions, worker_id: str, *,
-                 fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms) -> None:
+                 fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms,
+                 gatekeeper: Gatekeeper | None = None) -> None:
         self.finisher = finisher
         self.store = store
         self.options = options
         self.worker_id = worker_id
         self._fenced = fenced
         self._now_ms = now_ms
+        self._gatekeeper = gatekeeper
+        self._families = store if hasattr(store, "family") else None
 
     def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
         job = tracked.leased
@@ -97,7 +101,8 @@ class JobRunner:
                          max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
-                         _fenced=self._fenced, _progress=self._progress(job.job_id, token))
+                         _fenced=self._fenced, _progress=self._progress(job.job_id, token),
+                         _gatekeeper=self._gatekeeper, _families=self._families)
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,

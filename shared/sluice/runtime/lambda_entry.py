@@ -92,7 +92,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     s = settings or wiring.settings()
     app, options = prepare(s)
     worker = app.bind(
-        queue=wiring.queue(s), store=wiring.store(s), options=options,
+        queue=wiring.queue(s), store=wiring.store(s), options=options, gatekeeper=wiring.gatekeeper(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}

@@ -23,6 +23,9 @@ NAMES = {
     "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
     "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
     "#pg": "progress", "#pgd": "progress_detail", "#pgt": "progress_at_ms",
+    # families (store/families.py)
+    "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
+    "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
 }
 
 
@@ -79,4 +82,14 @@ def decode_record(item: Mapping[str, Any], load_result: Callable[[str], bytes] |
         redrive_gen=item_int(item, "redrive_gen"),
         progress=float(item["progress"]["N"]) if "N" in item.get("progress", {}) else None,
         progress_detail=item_str(item, "progress_detail"),
-        progress_at_ms=item_int(item, "progress_at_ms") if "progress_at_ms" in item else None)
+        progress_at_ms=item_int(item, "progress_at_ms") if "progress_at_ms" in item else None,
+        parent_id=item_str(item, "parent_id"), children=item_set(item, "children"),
+        continuations=item_set(item, "continuations"), continuation=item_str(item, "continuation"),
+        waits_for=item_set(item, "waits_for"),
+        remaining=item_int(item, "remaining") if "remaining" in item else None)
+
+
+def item_set(item: Mapping[str, Any], name: str) -> list[str]:
+    """A string set, sorted (ids sort by time); [] when absent (DynamoDB stores no empty set)."""
+    value = item.get(name)
+    return sorted(str(v) for v in value["SS"]) if value and "SS" in value else []

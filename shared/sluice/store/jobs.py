@@ -1,7 +1,8 @@
 """The jobs table: job status for users, and the fencing-token authority for workers.
 
 One item per job (partition key ``job_id``). ``grant`` mints the fencing token with
-``ADD token 1`` and returns it (``UPDATED_NEW``): DynamoDB has made the increment
+``ADD token 1`` and returns it (``ALL_NEW``: the item, so the grant also tells whether
+a continuation waits for the job, ``store/families.py``): DynamoDB has made the increment
 durable before it answers, so fencing tokens stay strictly increasing per job whatever
 happens to Redis, whose own lease token is used only for liveness.
 
@@ -35,6 +36,7 @@ from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
 from sluice.store.codec import N, S, generation, item_int, item_str
 from sluice.store.errors import translated
+from sluice.store.families import Families
 from sluice.store.fenced import Fence
 from sluice.store.leases import LeaseWrites
 from sluice.store.lifecycle import Lifecycle
@@ -54,7 +56,7 @@ BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
 
 
-class DynamoJobStore(LeaseWrites, Lifecycle):
+class DynamoJobStore(LeaseWrites, Lifecycle, Families):
     """``ports.JobStore`` on a DynamoDB table, with large results in S3."""
 
     def __init__(self, client: DynamoDBClient, table_name: str = "sluice-jobs", *,
@@ -74,6 +76,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle):
         self._now_ms = now_ms
         self._sleep = sleep
         self._pool = LazyPool(max_workers, "sluice-store")
+        self._continuations: dict[str, tuple[str, int] | None] = {}  # job id -> its slot, from its grant
 
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None,
@@ -115,9 +118,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle):
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
-            condition=condition, values=values, ReturnValues="UPDATED_NEW")
+            condition=condition, values=values, ReturnValues="ALL_NEW")
         attrs, ok = self._update("grant", request)
         if ok and attrs is not None:
+            self._granted(job_id, attrs)
             return item_int(attrs, "token")
         status = item_str(attrs, "status") if attrs is not None else None
         if attrs is None or status in (JobState.FAILED, JobState.DEAD):
@@ -131,9 +135,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle):
             request = self._request(
                 job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
                 condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
-                values=values, ReturnValues="UPDATED_NEW")
+                values=values, ReturnValues="ALL_NEW")
             attrs, ok = self._update("grant", request)
             if ok and attrs is not None:
+                self._granted(job_id, attrs)
                 return item_int(attrs, "token")
         if status not in (JobState.CANCELLED, JobState.SUCCEEDED):
             self._honour(job_id, "grant.cancel")

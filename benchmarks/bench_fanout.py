@@ -1,0 +1,128 @@
+"""Jobs that start jobs, end to end on the local stack: one parent, 1,000 children, a continuation.
+
+Prints one JSON object:
+  {"bench": "fanout", "children": 1000, "parent_to_continuation_s", "children_per_s",
+   "writes_per_child", "writes_per_plain_job", "extra_writes_per_child", "plain_jobs", ...}
+
+The stack is ``sluice dev``'s (``local.dev.DevStack``: gateway, relay and worker Lambdas in the
+local Lambda service, Tansu, redis-server, the moto server), with the examples' handlers:
+``fanout`` starts ``n`` children on ``square`` and a continuation on ``sum`` (docs/flows.md).
+
+- parent_to_continuation_s: from the parent's first grant (its start) to the continuation's
+  first grant, from the stack's history of grants; the children all ran in between.
+- writes_per_child: DynamoDB write requests on the jobs table (the moto server counts them per
+  item key: ``local.motoserver.WriteCounter``) made for the family, divided by its children:
+  each child's own item, plus the continuation's item (its countdown) and the parent's extra
+  writes (recording its children), whoever made them (gateway, relay, workers).
+- plain_jobs_per_s: the plain jobs' throughput (first grant to last result write), for scale.
+- writes_per_plain_job: the same count for ``PLAIN`` plain ``echo`` jobs enqueued in the same
+  run (accepted by the relay, granted, result written): the path a job without a family takes.
+
+moto is one Python process and much slower per request than DynamoDB; the counts, not the
+times, carry over to AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import emit, log
+
+CHILDREN = int(os.environ.get("SLUICE_BENCH_FANOUT_CHILDREN", "1000"))
+PLAIN = 200
+TIMEOUT_S = 600.0
+
+
+def writes(moto_url: str) -> dict[str, int]:
+    from sluice.local.motoserver import COUNTS_PATH
+
+    with urllib.request.urlopen(moto_url + COUNTS_PATH, timeout=30) as r:
+        by_key: dict[str, int] = json.loads(r.read())["by_key"]
+    return by_key
+
+
+def first_times(path: Path, op: str) -> dict[str, float]:
+    """Per job, the start of its first successful ``op`` (grant, write) in the stack's history."""
+    out: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("op") == op and e.get("outcome") in ("ok", "written"):
+            out.setdefault(str(e["job"]), float(e["t0"]))
+    return out
+
+
+def wait(client: Any, job_id: str, deadline: float) -> Any:
+    while time.monotonic() < deadline:
+        view = client.status(job_id)
+        if view.status.value in ("succeeded", "failed", "dead", "cancelled"):
+            return view
+        time.sleep(0.5)
+    raise TimeoutError(f"{job_id} did not finish in time")
+
+
+def main() -> None:
+    from sluice.client import Client
+    from sluice.local.dev import DevOptions, DevStack
+    from sluice.local.motoserver import COUNT_ENV
+
+    os.environ[COUNT_ENV] = "1"  # the moto server this stack starts counts writes per item
+    state = Path(tempfile.mkdtemp(prefix="sluice-bench-fanout-"))
+    dev = DevStack(DevOptions(state_dir=state, workers=4, warm_workers=4, log_level="WARNING",
+                              safety_net_every_s=2, settings={"worker_batch": 50, "worker_concurrency": 6}))
+    try:
+        ep = dev.start()
+        client = Client(str(ep["gateway_url"]), timeout_s=60, max_attempts=5)
+        deadline = time.monotonic() + TIMEOUT_S
+        plain = [a.job_id for start in range(0, PLAIN, 100)
+                 for a in client.enqueue_batch("echo", [{"payload": {"i": i}}
+                                                        for i in range(start, start + 100)]).jobs]
+        for job_id in plain:
+            wait(client, job_id, deadline)
+        log(f"bench_fanout: {PLAIN} plain jobs done; starting a parent of {CHILDREN} children")
+        parent = client.enqueue("fanout", {"n": CHILDREN}, lease_seconds=120).job_id
+        view = wait(client, parent, deadline)
+        if view.status.value != "succeeded":
+            raise RuntimeError(f"the parent ended {view.status.value}: {view.last_error}")
+        then = view.result["continuation"]
+        report = wait(client, then, deadline)
+        grants = first_times(Path(str(ep["history_path"])), "grant")
+        written = first_times(Path(str(ep["history_path"])), "write")
+        plain_s = max(written[j] for j in plain) - min(grants[j] for j in plain)
+        counts = writes(str(ep["dynamodb_endpoint"]))
+        children = client.status(parent).children
+        per_plain = sum(counts.get(j, 0) for j in plain) / len(plain)
+        child_writes = sum(counts.get(j, 0) for j in children)
+        family_writes = child_writes + counts.get(then, 0) + counts.get(parent, 0) - per_plain
+        emit("fanout", children=len(children), continuation=report.status.value,
+             sum_ok=report.result == {"sum": sum(i * i for i in range(CHILDREN)), "children": CHILDREN,
+                                      "states": {"succeeded": CHILDREN}},
+             parent_to_continuation_s=round(grants[then] - grants[parent], 2),
+             children_per_s=round(len(children) / max(0.001, grants[then] - grants[parent]), 1),
+             writes_per_child=round(family_writes / len(children), 2),
+             child_item_writes_per_child=round(child_writes / len(children), 2),
+             continuation_item_writes=counts.get(then, 0),
+             parent_extra_writes=round(counts.get(parent, 0) - per_plain, 2),
+             writes_per_plain_job=round(per_plain, 2),
+             extra_writes_per_child=round(family_writes / len(children) - per_plain, 2),
+             plain_jobs=PLAIN, plain_jobs_per_s=round(PLAIN / max(0.001, plain_s), 1))
+    finally:
+        dev.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
