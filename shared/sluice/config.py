@@ -134,6 +134,18 @@ class Settings(BaseModel):
     dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
     dispatch_budget_burst: int = Field(default=50, ge=0)
 
+    # Per-queue CloudWatch metrics (sluice.queue_metrics; 10 custom metrics a queue, $0.30 each a
+    # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,
+    # else the first metrics_queue_cap queues a process sees. metrics_queue_cap 0 turns them off.
+    metrics_queues: str = ""
+    metrics_queue_cap: int = Field(default=50, ge=0, le=10_000)
+
+    def metrics_queue_names(self) -> frozenset[str] | None:
+        """The queues that may get per-queue metrics (still at most ``metrics_queue_cap`` of
+        them, ``queue_metrics.QueueBound``), or None for any."""
+        names = frozenset(n.strip() for n in self.metrics_queues.split(",") if n.strip())
+        return names or self.allowed_queues()
+
     def allowed_queues(self) -> frozenset[str] | None:
         """The operator's allow-list, or None when any (valid) name may be used."""
         names = frozenset(n.strip() for n in self.queue_allow_list.split(",") if n.strip())

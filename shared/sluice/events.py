@@ -415,6 +415,22 @@ class LagMeasured(Incident):
     lag: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueMeasured(Incident):
+    """The relay re-read a queue's stats (every ``refresh_s``, once per queue it visits): the
+    depths, the oldest ready job's age (None: nothing ready) and ``relayed``, the jobs it pushed
+    into the queue since the last measure. Periodic rather than rare, but one small event per
+    queue a second: an incident, so per-queue metrics (``queue_metrics``) build no hot-path events."""
+
+    queue: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+    relayed: int = 0
+
+
 # -- every path -----------------------------------------------------------------------------------
 
 

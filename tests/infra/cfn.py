@@ -20,7 +20,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 NESTED = {"network": ROOT / "infra/network.yaml", "endpoints": ROOT / "infra/endpoints.yaml",
-          "observability": ROOT / "infra/observability.yaml"}
+          "observability": ROOT / "infra/observability.yaml",
+          "queue_alarm": ROOT / "infra/queue-alarm.yaml"}  # standalone, one stack per queue: linted here
 
 _FN_TAGS = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
             "Not", "Or", "Select", "Split", "Sub", "Transform", "Length", "ToJsonString"}

@@ -176,8 +176,18 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     scheduled = parse_scheduled(event)
     settings = wiring.settings()
     metrics = EmfMetrics()
+    from sluice import events as ev
+    from sluice.queue_metrics import QueueBound, QueueDepthMetrics
+
     relay, _ = scheduled_relay(settings, context, metrics=metrics)
+    # Per-queue depths and ages, one EMF line a queue a minute (docs/relay.md, "Per-queue metrics").
+    depths = QueueDepthMetrics(QueueBound.from_settings(settings))
+    unobserve = relay.events.subscribe(depths, ev.QueueMeasured)
     log.info("relay %s starting for the schedule at %s", relay.relay_id, scheduled.time)
-    report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
+    try:
+        report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
+    finally:
+        unobserve()
+        depths.flush()
     report.publish(metrics)
     return report.as_dict()

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
+from sluice import events as ev
 from sluice.errors import HandlerNotFound, InvalidInput
 from sluice.models import DispatchEvent, describe_validation
 from sluice.runtime.options import WorkerOptions
 
 if TYPE_CHECKING:
     from sluice.config import Settings
+    from sluice.queue_metrics import QueueWorkMetrics
     from sluice.worker import Worker
 
 class LambdaContextLike(Protocol):
@@ -94,5 +96,24 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     worker = app.bind(
         queue=wiring.queue(s), store=wiring.store(s), options=options, gatekeeper=wiring.gatekeeper(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
-    summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
+    work = queue_work_metrics(app, s)
+    try:
+        summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)
+    finally:
+        work.flush()  # before Lambda freezes the container
     return {"source": dispatch.source, "request_id": context.aws_request_id, **summary.as_dict()}
+
+
+_work_metrics: dict[int, QueueWorkMetrics] = {}  # by id(app): the apps live on in _prepared
+
+
+def queue_work_metrics(app: Worker, settings: Settings) -> QueueWorkMetrics:
+    """The per-queue wait times and endings of ``app``'s jobs (``sluice.queue_metrics``), observed
+    on its events from the first dispatch of the container on; flushed after each drain."""
+    from sluice.queue_metrics import QueueBound, QueueWorkMetrics
+
+    work = _work_metrics.get(id(app))
+    if work is None:
+        work = _work_metrics[id(app)] = QueueWorkMetrics(QueueBound.from_settings(settings))
+        app.events.subscribe(work, ev.HandlerStarted, ev.Finished)
+    return work

@@ -1,0 +1,36 @@
+"""The per-queue alarm template and dashboard widgets read the metrics the code publishes
+(``sluice.queue_metrics``): a renamed metric fails here, not silently in CloudWatch."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sluice import queue_metrics as qm
+from tests.infra import cfn
+
+
+def test_the_queue_alarm_watches_the_oldest_age_of_one_queue() -> None:
+    t = cfn.load(cfn.NESTED["queue_alarm"])
+    (alarm,) = cfn.resources(t, "AWS::CloudWatch::Alarm").values()
+    p = alarm["Properties"]
+    assert p["MetricName"] == qm.OLDEST_AGE
+    assert t["Parameters"]["MetricsNamespace"]["Default"] == qm.NAMESPACE
+    assert p["Dimensions"] == [{"Name": qm.DIMENSION, "Value": {"Ref": "QueueName"}}]
+    assert (p["Period"], p["Statistic"], p["ComparisonOperator"]) == (60, "Maximum", "GreaterThanThreshold")
+    assert p["Threshold"] == {"Ref": "AgeThresholdSeconds"}
+
+
+def test_the_dashboard_shows_every_per_queue_metric_by_queue() -> None:
+    obs = cfn.load(cfn.NESTED["observability"])
+    dashboard = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]
+    body = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
+    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body))
+    widgets = json.loads(cfn.sub(body, {n: "x" for n in names} | {"RelayLagAlarmThreshold": 1}))["widgets"]
+    expressions = [m[0]["expression"] for w in widgets for m in w["properties"]["metrics"]
+                   if isinstance(m[0], dict) and "expression" in m[0]]
+    for metric in qm.ALL_METRICS:
+        search = f"{{{qm.NAMESPACE},{qm.DIMENSION}}} MetricName=\"{metric}\""
+        assert any(search in e for e in expressions), metric
+    assert any("QueueWaitTime" in e and "'p99'" in e for e in expressions)
+    assert any("QueueWaitTime" in e and "'p50'" in e for e in expressions)
