@@ -34,3 +34,16 @@ def test_the_dashboard_shows_every_per_queue_metric_by_queue() -> None:
         assert any(search in e for e in expressions), metric
     assert any("QueueWaitTime" in e and "'p99'" in e for e in expressions)
     assert any("QueueWaitTime" in e and "'p50'" in e for e in expressions)
+
+
+def test_the_bound_is_a_template_parameter_with_the_settings_defaults() -> None:
+    from sluice.config import Settings
+
+    t = cfn.template()
+    env = t["Globals"]["Function"]["Environment"]["Variables"]
+    for param, field in (("MetricsQueues", "metrics_queues"), ("MetricsQueueCap", "metrics_queue_cap")):
+        assert env[f"SLUICE_{field.upper()}"] == {"Ref": param}
+        assert t["Parameters"][param]["Default"] == Settings.model_fields[field].default, param
+    pattern = t["Parameters"]["MetricsQueues"]["AllowedPattern"]
+    assert re.fullmatch(pattern, "") and re.fullmatch(pattern, "emails,thumbs")
+    assert not re.fullmatch(pattern, "Emails") and not re.fullmatch(pattern, "a,,b")
