@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -203,6 +204,9 @@ class FakeEngine:
         assert spec.queue == "sluice-relay"
         self.enqueued.append(spec.job_id)
         return True
+
+    def enqueue_internal_many(self, specs: Sequence[JobSpec]) -> list[bool]:
+        return [self.enqueue_internal(spec) for spec in specs]
 
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[Any]:
         return []

@@ -90,3 +90,27 @@ def test_a_refused_checkpoint_leaves_its_new_pages_to_expire(moto_url: str, uniq
     assert not ckpts.save(Checkpoint("t", 3, "e1", 1, 0, 1000, entries(1000)), "e1")
     assert pages(db, table) and all("expires_at" in item for item in pages(db, table).values())
     assert DynamoCheckpoints(db, table).load("t", 3) == Checkpoint("t", 3, "e2", 2, 0, 0)
+
+
+def test_load_many_reads_every_checkpoint_and_its_pages_in_two_requests(moto_url: str, unique: str) -> None:
+    """A relay taking 8 partitions reads their checkpoints in one BatchGetItem (and their pages in
+    one more), not one GetItem each: round trips on its cold start (issue 14)."""
+    ckpts, db, table = store(moto_url, unique, page_bytes=20_000, inline_bytes=10_000)
+    saved = {0: Checkpoint("t", 0, "e1", 1, 0, 1000, entries(1000)),  # paged
+             1: Checkpoint("t", 1, "e1", 2, 5, 9, ((5, "j5"), (7, "j7"))),
+             3: Checkpoint("t", 3, "e2", 1, 4, 4)}
+    for ckpt in saved.values():
+        assert ckpts.save(ckpt, None)
+    calls: list[str] = []
+    db.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    reader = DynamoCheckpoints(db, table)
+    loaded = reader.load_many("t", range(8))
+    assert calls == ["BatchGetItem", "BatchGetItem"]
+    assert loaded == {p: saved.get(p) for p in range(8)}
+    assert loaded == {p: DynamoCheckpoints(db, table).load("t", p) for p in range(8)}
+    # what it read is what its next save builds on: the unchanged pages are not written again
+    before = pages(db, table).keys()
+    assert reader.save(saved[0], "e1")
+    assert pages(db, table).keys() == before
+    calls.clear()
+    assert reader.load_many("t", []) == {} and calls == []

@@ -149,6 +149,41 @@ class FakeProducer:
         self.flushes += 1
 
 
+class FakeCoordinator:
+    """kafka-python's consumer coordinator: one OffsetFetch for a list of partitions."""
+
+    def __init__(self, committed: dict[TopicPartition, int]) -> None:
+        self.committed, self.fetches = committed, []  # type: list[list[TopicPartition]]
+
+    def fetch_committed_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, Any]:
+        self.fetches.append(list(partitions))
+        return {tp: OffsetAndMetadata(self.committed[tp], "", -1)
+                for tp in partitions if tp in self.committed}
+
+
+def test_a_take_over_reads_the_committed_offsets_once_in_one_request() -> None:
+    """Rewinding 8 partitions is one OffsetFetch, and recovery's plan of the same take-over uses
+    what it read rather than asking again (16 round trips before, on the relay's cold start)."""
+    from sluice.recovery.adapters import KafkaOffsets
+
+    consumer = FakeConsumer()
+    consumer._coordinator = FakeCoordinator({TopicPartition("t", 1): 40, TopicPartition("t", 5): 7})  # type: ignore[attr-defined]
+    source = KafkaSource(consumer, "t", "t.dlq", FakeProducer([]))
+    source.assign(list(range(8)))
+    expected = {p: {1: 40, 5: 7}.get(p) for p in range(8)}
+    source.rewind_to_committed(list(range(8)))
+    assert source.rewound == expected
+    assert consumer._coordinator.fetches == [[TopicPartition("t", p) for p in range(8)]]  # type: ignore[attr-defined]
+    assert ("seek", (TopicPartition("t", 1), 40)) in consumer.calls
+    assert ("seek_to_beginning", (TopicPartition("t", 0),)) in consumer.calls
+    offsets = KafkaOffsets(source)
+    assert offsets.committed_many(list(range(8))) == expected
+    assert len(consumer._coordinator.fetches) == 1  # type: ignore[attr-defined]
+    # used once: a later read (a retried plan, another take-over) asks Kafka again, in one request
+    assert offsets.committed_many([1, 5]) == {1: 40, 5: 7}
+    assert consumer._coordinator.fetches[1:] == [[TopicPartition("t", 1), TopicPartition("t", 5)]]  # type: ignore[attr-defined]
+
+
 def test_source_assigns_rewinds_polls_and_commits_by_hand() -> None:
     consumer = FakeConsumer()
     source = KafkaSource(consumer, "t", "t.dlq", FakeProducer([]))

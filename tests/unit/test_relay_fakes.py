@@ -80,6 +80,9 @@ class FakeEngine:
         assert spec.queue.startswith("sluice-"), spec.queue
         return self.enqueue(spec)
 
+    def enqueue_internal_many(self, specs: Sequence[JobSpec]) -> list[bool]:
+        return [self.enqueue_internal(spec) for spec in specs]
+
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
         self._call("lease")
         out = []

@@ -51,6 +51,7 @@ class KafkaSource:
         self._wanted: list[int] = []  # what the relay owns
         self._paused: dict[int, int | None] = {}  # owned but not fetched: position to resume at
         self._highwaters: dict[int, int] = {}  # last known, so a paused partition still has one
+        self.rewound: dict[int, int | None] = {}  # the committed offsets the last rewind read
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KafkaSource:
@@ -92,15 +93,28 @@ class KafkaSource:
             self.consumer.assign([self._tp(p) for p in self._wanted if p not in self._paused])
 
     def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        """Seek each partition to its committed offset (the log start if none), keeping the
+        offsets it read as ``rewound`` for recovery's plan of the same take-over."""
         # Explicit: a consumer reused across Lambda invocations may hold a stale position.
+        committed = self.committed_offsets(partitions)
         with _translated("seek"):
-            for p in partitions:
-                tp = self._tp(p)
-                committed = self.consumer.committed(tp)
-                if committed is None:
-                    self.consumer.seek_to_beginning(tp)
+            for p, offset in committed.items():
+                if offset is None:
+                    self.consumer.seek_to_beginning(self._tp(p))
                 else:
-                    self.consumer.seek(tp, committed)
+                    self.consumer.seek(self._tp(p), offset)
+        self.rewound = committed
+
+    def committed_offsets(self, partitions: Sequence[int]) -> dict[int, int | None]:
+        """The group's committed offset per partition (None: none yet), in ONE OffsetFetch: the
+        consumer's public ``committed`` asks once per partition, a round trip each (cold start)."""
+        tps = {p: self._tp(p) for p in partitions}
+        fetch = getattr(getattr(self.consumer, "_coordinator", None), "fetch_committed_offsets", None)
+        with _translated("committed"):
+            if fetch is None:  # not kafka-python's KafkaConsumer
+                return {p: self.consumer.committed(tp) for p, tp in tps.items()}
+            found = fetch(list(tps.values()))  # what committed() reads too: {tp: OffsetAndMetadata}
+        return {p: int(found[tp].offset) if tp in found else None for p, tp in tps.items()}
 
     def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
         with _translated("poll"):

@@ -37,6 +37,7 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, events: An
     from sluice.recovery.adapters import KafkaOffsets, RedisEpochs
     from sluice.recovery.checkpoints import DynamoCheckpoints
 
-    return Recovery(source.topic, RedisEpochs(engine.client),
-                    DynamoCheckpoints(wiring.boto_client("dynamodb", settings), settings.jobs_table),
+    # The store's own DynamoDB client: a second client costs a cold start its own set-up.
+    client = getattr(store, "client", None) or wiring.boto_client("dynamodb", settings)
+    return Recovery(source.topic, RedisEpochs(engine.client), DynamoCheckpoints(client, settings.jobs_table),
                     KafkaOffsets(source), store, events=events, **knobs)

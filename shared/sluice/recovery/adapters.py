@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -86,6 +86,17 @@ class KafkaOffsets:
         with self._translated("committed"):
             value = self.source.consumer.committed(self._tp(partition))
         return None if value is None else int(value)
+
+    def committed_many(self, partitions: Sequence[int]) -> dict[int, int | None]:
+        """The committed offsets of ``partitions``: those the relay's rewind of this take-over
+        just read (``KafkaSource.rewound``, used once), the rest in one OffsetFetch."""
+        rewound: dict[int, int | None] = getattr(self.source, "rewound", {})
+        out = {p: rewound.pop(p) for p in partitions if p in rewound}
+        rest = [p for p in partitions if p not in out]
+        if rest:
+            with self._translated("committed"):
+                out |= self.source.committed_offsets(rest)
+        return out
 
     def seek(self, partition: int, offset: int) -> None:
         with self._translated("seek"):

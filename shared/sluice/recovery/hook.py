@@ -51,6 +51,9 @@ class Epochs(Protocol):
 
 
 class Checkpoints(Protocol):
+    """May also have ``load_many(topic, partitions) -> {partition: Checkpoint | None}``: one read
+    for a whole take-over (``DynamoCheckpoints``); ``Recovery`` uses it where it is there."""
+
     def load(self, topic: str, partition: int) -> Checkpoint | None: ...
     def save(self, ckpt: Checkpoint, expect_epoch: str | None) -> bool:
         """Write ``ckpt`` if the stored epoch is ``expect_epoch`` (None: no checkpoint yet)."""
@@ -58,6 +61,8 @@ class Checkpoints(Protocol):
 
 
 class Offsets(Protocol):
+    """May also have ``committed_many(partitions) -> {partition: offset | None}`` (``KafkaOffsets``)."""
+
     def committed(self, partition: int) -> int | None: ...
     def seek(self, partition: int, offset: int) -> None: ...
 
@@ -123,11 +128,14 @@ class Recovery(RelayHooks):
     def on_partitions_taken(self, partitions: Sequence[int]) -> None:
         """The relay took ``partitions`` and rewound them to the committed offset: plan and seek."""
         epoch = self.epochs.current()
+        ckpts, offsets = self._read_all(partitions)
         for p in partitions:
             self.sessions.pop(p, None)
-            for _ in range(3):  # another relay may switch the epoch between our load and save
-                ckpt = self.checkpoints.load(self.topic, p)
-                committed = self.offsets.committed(p)
+            for attempt in range(3):  # another relay may switch the epoch between our load and save
+                if attempt == 0:
+                    ckpt, committed = ckpts[p], offsets[p]
+                else:
+                    ckpt, committed = self.checkpoints.load(self.topic, p), self.offsets.committed(p)
                 plan = plan_start(ckpt, epoch, committed, self.topic, p)
                 if plan.save is None or self.checkpoints.save(plan.save, plan.expect_epoch):
                     break
@@ -144,6 +152,19 @@ class Recovery(RelayHooks):
                 self.replays += 1
                 self.events.emit(ev.Replayed(topic=self.topic, partition=p, start=start, committed=committed,
                                              old_epoch=ckpt.epoch if ckpt else None, epoch=epoch))
+
+    def _read_all(self, partitions: Sequence[int]) -> tuple[Mapping[int, Checkpoint | None],
+                                                            Mapping[int, int | None]]:
+        """Every partition's checkpoint and committed offset, in one request each where the adapters
+        can batch (``load_many``, ``committed_many``): a take-over of 8 partitions on a cold start
+        made 8 reads of each, a round trip apiece."""
+        load_many = getattr(self.checkpoints, "load_many", None)
+        ckpts = (load_many(self.topic, partitions) if load_many is not None
+                 else {p: self.checkpoints.load(self.topic, p) for p in partitions})
+        committed_many = getattr(self.offsets, "committed_many", None)
+        offsets = (committed_many(partitions) if committed_many is not None
+                   else {p: self.offsets.committed(p) for p in partitions})
+        return ckpts, offsets
 
     def on_assigned(self, partitions: Sequence[int]) -> None:
         """The relay's assignment is now ``partitions``: forget the others (lost or given back)."""

@@ -175,17 +175,17 @@ class Ownership:
         """Make sure every partition has its ownership job (idempotent enqueue)."""
         partitions = set(self.source.partitions())
         new = partitions - self._registered
-        for p in sorted(new):
-            self.engine.enqueue_internal(partition_job(self.topic, p, self.config.lease_ms))
         if new:
+            self.engine.enqueue_internal_many([partition_job(self.topic, p, self.config.lease_ms)
+                                               for p in sorted(new)])
             # Killed relays spend attempts of their partition jobs; one must never stay dead.
             self.engine.redrive(RELAY_QUEUE)
         self._registered = partitions
 
     def _register_all(self) -> None:
         """Enqueue every partition's ownership job again (after Redis lost them)."""
-        for p in self.source.partitions():
-            self.engine.enqueue_internal(partition_job(self.topic, p, self.config.lease_ms))
+        self.engine.enqueue_internal_many([partition_job(self.topic, p, self.config.lease_ms)
+                                           for p in self.source.partitions()])
 
     def lose(self, partition: int, why: str) -> None:
         """Stop pushing ``partition`` at once (a newer owner, or a lost lease); the caller reassigns."""

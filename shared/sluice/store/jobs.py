@@ -78,6 +78,11 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         self._pool = LazyPool(max_workers, "sluice-store")
         self._continuations: dict[str, tuple[str, int] | None] = {}  # job id -> its slot, from its grant
 
+    @property
+    def client(self) -> DynamoDBClient:
+        """Its DynamoDB client, for other adapters on the same table (recovery's checkpoints)."""
+        return self._db
+
     @classmethod
     def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None,
                       fencing: bool = True) -> DynamoJobStore:
