@@ -125,3 +125,28 @@ def test_records_use_the_sluice_prefix_and_the_powertools_layout(idem: Powertool
     [item] = items
     assert item["id"]["S"].startswith(f"{KEY_PREFIX}#")
     assert {"expiration", "status", "data", "validation"} <= set(item)
+
+
+def test_the_dynamodb_layer_is_built_on_the_first_keyed_request_not_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyless enqueue needs no DynamoDB client (nor boto3): the gateway's cold start (issue 14)."""
+    from sluice import wiring
+
+    built: list[str] = []
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(TableName=TABLE, KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+                            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                            BillingMode="PAY_PER_REQUEST")
+
+        def boto_client(service: str, s: Settings) -> Any:
+            built.append(service)
+            return client
+
+        monkeypatch.setattr(wiring, "boto_client", boto_client)
+        idem = PowertoolsIdempotency.from_settings(Settings(idempotency_table=TABLE))
+        assert built == []
+        action = Action()
+        assert idem.run("k1", FP, action) == (action.result | {"call": 1}, False)
+        assert idem.run("k1", FP, action) == (action.result | {"call": 1}, True)
+        assert built == ["dynamodb"]  # once, on the first keyed request

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import BackendUnavailable, IdempotencyConflict, InProgress
+from sluice.lazy import Lazy, resolve
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
@@ -46,19 +47,31 @@ class _Remaining:
 
 
 class PowertoolsIdempotency:
-    def __init__(self, persistence: BasePersistenceLayer, *, expires_after_seconds: int = 24 * 3600) -> None:
-        self.persistence = persistence
+    def __init__(self, persistence: BasePersistenceLayer | Lazy[BasePersistenceLayer], *,
+                 expires_after_seconds: int = 24 * 3600) -> None:
+        """``persistence`` may be held lazily: built on the first keyed request (``sluice.lazy``)."""
+        self._persistence = persistence
         self.expires_after_seconds = expires_after_seconds
+
+    @property
+    def persistence(self) -> BasePersistenceLayer:
+        return resolve(self._persistence)
 
     @classmethod
     def from_settings(cls, settings: Settings, client: Any = None) -> PowertoolsIdempotency:
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+        """Without ``client``, the DynamoDB layer (Powertools' idempotency package, boto3, a client)
+        is built on the first request that carries a key: a keyless enqueue needs none of them,
+        and they cost a gateway's cold start about as much as ``import boto3`` (issue 14)."""
 
-        if client is None:
+        def build() -> BasePersistenceLayer:
+            from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
             from sluice.wiring import boto_client
 
-            client = boto_client("dynamodb", settings)
-        return cls(DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=client))
+            return DynamoDBPersistenceLayer(table_name=settings.idempotency_table,
+                                            boto3_client=client or boto_client("dynamodb", settings))
+
+        return cls(build() if client is not None else Lazy(build))
 
     def run(self, key: str, fingerprint: Mapping[str, Any], action: Callable[[], dict[str, Any]],
             remaining_ms: Callable[[], int] | None = None) -> tuple[dict[str, Any], bool]:
