@@ -195,7 +195,8 @@ class FakeEngine:
         self.enqueued: list[str] = []
         self.missing = False
 
-    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
+    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any,
+             gens: Any = None) -> Any:
         self.pushes.append((queue, partition, owner_token))
         return None
 

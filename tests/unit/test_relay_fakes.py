@@ -159,7 +159,7 @@ class FakeEngine:
         return sorted(self.jobs)
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
-             records: list[tuple[int, JobSpec]]) -> Pushed:
+             records: list[tuple[int, JobSpec]], gens: Any = None) -> Pushed:
         self._call("push")
         rec = self.relayed.setdefault((queue, topic, partition), {"offset": -1, "owner_token": 0})
         if owner_token < rec["owner_token"]:

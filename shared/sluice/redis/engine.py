@@ -12,14 +12,15 @@ prove liveness only; the fencing token a handler writes with comes from the job 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from sluice.clock import wall_ms
 from sluice.config import Settings
-from sluice.errors import InvalidInput, InvalidQueueName, SluiceError
+from sluice.errors import InvalidInput, InvalidQueueName, JobNotFound, SluiceError
 from sluice.limits import Limits
 from sluice.models import (
     MAX_ATTEMPTS,
@@ -326,6 +327,24 @@ class RedisQueue:
         return [DeadJob(job_id=job_id, queue=queue, attempts=int(f[0] or 0), last_error=f[1], died_at_ms=died)
                 for job_id, died, f in rows]
 
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        """A dead job as its Kafka record had it (ready now), for a redrive to append again
+        (``sluice.redrive``); ``JobNotFound`` if the job is not dead-lettered. A read: no script."""
+        k = self.keys(queue)
+        key = k.job(validate_job_id(job_id))
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zscore(k.dead, job_id)
+            pipe.hmget(key, "p", "m")
+            score, (payload, meta) = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        if score is None or payload is None or meta is None:
+            raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in _text(meta).split(","))
+        return JobSpec(job_id=job_id, queue=queue, payload=json.loads(_text(payload)), priority=priority,
+                       max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms)
+
     # --- endings the jobs table has not been told (keys.settle) -------------------------------
 
     def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
@@ -437,13 +456,14 @@ class RedisQueue:
     # --- relay ----------------------------------------------------------------------------
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
-             records: Sequence[tuple[int, JobSpec]]) -> PushResult:
+             records: Sequence[tuple[int, JobSpec]], gens: Mapping[str, int] | None = None) -> PushResult:
         """Enqueue Kafka records exactly once per (topic, partition) offset, fenced by owner.
 
         Records at or below the partition's stored offset are skipped, as are ids that
         already exist. Raises StaleToken if a newer relay owns the partition, ReservedQueue
         for one of Sluice's own queues. Batches over 1000 records are sent in offset order,
-        1000 at a time (each chunk atomic).
+        1000 at a time (each chunk atomic). ``gens``: the redrive generation of jobs that
+        have one (the jobs table's), stored on the new job for its grant.
         """
         k = self.keys(validate_public_queue(queue))
         _topic(topic)
@@ -455,7 +475,8 @@ class RedisQueue:
             if not isinstance(record, tuple) or len(record) != 2:
                 raise InvalidInput("records must be (offset, JobSpec) pairs")
             fields = job_fields(record[1], queue, now, RELAY_SKEW_MS)
-            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), fields))
+            gen = _int((gens or {}).get(fields.job_id, 0), 0, MAX_TOKEN, "redrive generation")
+            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), fields, gen))
         if not checked:
             raise InvalidInput("push needs at least one record")
         checked.sort(key=lambda r: r[0])

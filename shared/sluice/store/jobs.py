@@ -147,8 +147,21 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
     # -- batch reads ------------------------------------------------------------------------
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        return self.relay_view(job_ids)[0]
+
+    def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
+        """What the relay needs of ``job_ids``, in one consistent read: the ids whose jobs are final,
+        and the redrive generation of every job that has one.
+
+        A failed or dead job redriven since it last ran (``redrive_gen > run_gen``) is *not*
+        final: it will run again. So the relay pushes its records (``push.lua`` skips the job
+        if Redis holds it) and recovery keeps them pending until it ends again (docs/redis-loss.md,
+        "Redriven jobs"). The generations let the relay push a redriven job's record (the
+        original one, replayed) with the generation its grant needs.
+        """
         ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
         final: set[str] = set()
+        gens: dict[str, int] = {}
         for start in range(0, len(ids), BATCH_GET_LIMIT):
             keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + BATCH_GET_LIMIT]]
             for round_ in range(BATCH_GET_ROUNDS):
@@ -156,11 +169,17 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                 with translated("batch_get_item"):
                     response = self._db.batch_get_item(RequestItems={self.table: {
                         "Keys": keys, "ConsistentRead": True,
-                        "ProjectionExpression": "#id, #st",
-                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status"}}})
+                        "ProjectionExpression": "#id, #st, #rg, #run",
+                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", "#rg": "redrive_gen",
+                                                     "#run": "run_gen"}}})
                 for item in response.get("Responses", {}).get(self.table, []):
-                    if item_str(item, "status") in FINAL_STATES:
-                        final.add(str(item["job_id"]["S"]))
+                    job_id, gen = str(item["job_id"]["S"]), item_int(item, "redrive_gen")
+                    if gen:
+                        gens[job_id] = gen
+                    status = item_str(item, "status")
+                    redriven = status in (JobState.FAILED, JobState.DEAD) and gen > item_int(item, "run_gen")
+                    if status in FINAL_STATES and not redriven:
+                        final.add(job_id)
                 keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
                 if not keys:
                     break
@@ -168,7 +187,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             else:
                 raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed",
                                          unprocessed=len(keys))
-        return final
+        return final, gens
 
     # -- reads -------------------------------------------------------------------------------
 
