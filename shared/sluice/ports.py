@@ -116,11 +116,12 @@ class JobStore(Protocol):
         ...
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        """The ids whose jobs are final (a failed / dead job redriven since it last ran is not)."""
+        """The ids whose item is in a final state."""
         ...
 
     def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
-        """``final_job_ids``, and the redrive generation of every job that has one (one read)."""
+        """The relay's read: the ids whose jobs are done with (final, and not redriven since they
+        last ran), and the redrive generation of every job that has one."""
         ...
 
 

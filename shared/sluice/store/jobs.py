@@ -147,21 +147,31 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
     # -- batch reads ------------------------------------------------------------------------
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
-        return self.relay_view(job_ids)[0]
+        """The ids whose item is in a final state (one consistent read per 100 ids)."""
+        return {job_id for job_id, (status, _, _) in self._statuses(job_ids).items() if status in FINAL_STATES}
 
     def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
-        """What the relay needs of ``job_ids``, in one consistent read: the ids whose jobs are final,
+        """What the relay needs of ``job_ids``, in the same read: the ids whose jobs are done with,
         and the redrive generation of every job that has one.
 
-        A failed or dead job redriven since it last ran (``redrive_gen > run_gen``) is *not*
-        final: it will run again. So the relay pushes its records (``push.lua`` skips the job
-        if Redis holds it) and recovery keeps them pending until it ends again (docs/redis-loss.md,
-        "Redriven jobs"). The generations let the relay push a redriven job's record (the
-        original one, replayed) with the generation its grant needs.
+        A failed or dead job redriven since it last ran (``redrive_gen > run_gen``) is not done
+        with: it will run again. So the relay pushes its records (``push.lua`` skips the job while
+        Redis holds it) with the generation its grant needs, and recovery keeps them pending until
+        the job ends again (docs/redis-loss.md, "Redriven jobs").
         """
-        ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
-        final: set[str] = set()
+        done: set[str] = set()
         gens: dict[str, int] = {}
+        for job_id, (status, gen, run) in self._statuses(job_ids).items():
+            if gen:
+                gens[job_id] = gen
+            if status in FINAL_STATES and not (status in (JobState.FAILED, JobState.DEAD) and gen > run):
+                done.add(job_id)
+        return done, gens
+
+    def _statuses(self, job_ids: Iterable[str]) -> dict[str, tuple[str | None, int, int]]:
+        """job id -> (status, redrive_gen, run_gen) of the items that exist."""
+        ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
+        found: dict[str, tuple[str | None, int, int]] = {}
         for start in range(0, len(ids), BATCH_GET_LIMIT):
             keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + BATCH_GET_LIMIT]]
             for round_ in range(BATCH_GET_ROUNDS):
@@ -173,13 +183,8 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                         "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", "#rg": "redrive_gen",
                                                      "#run": "run_gen"}}})
                 for item in response.get("Responses", {}).get(self.table, []):
-                    job_id, gen = str(item["job_id"]["S"]), item_int(item, "redrive_gen")
-                    if gen:
-                        gens[job_id] = gen
-                    status = item_str(item, "status")
-                    redriven = status in (JobState.FAILED, JobState.DEAD) and gen > item_int(item, "run_gen")
-                    if status in FINAL_STATES and not redriven:
-                        final.add(job_id)
+                    found[str(item["job_id"]["S"])] = (item_str(item, "status"), item_int(item, "redrive_gen"),
+                                                        item_int(item, "run_gen"))
                 keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
                 if not keys:
                     break
@@ -187,7 +192,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             else:
                 raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed",
                                          unprocessed=len(keys))
-        return final, gens
+        return found
 
     # -- reads -------------------------------------------------------------------------------
 
