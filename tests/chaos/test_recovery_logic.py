@@ -223,7 +223,8 @@ class Rig:
     def __init__(self) -> None:
         self.epochs, self.ckpts = FakeEpochs(), FakeCheckpoints()
         self.offsets = FakeOffsets({0: 100, 1: None})
-        self.store, self.source, self.engine = FakeStore(only={"final_job_ids", "relay_view"}), FakeSource(), FakeEngine()
+        self.store = FakeStore(only={"final_job_ids", "relay_view"})
+        self.source, self.engine = FakeSource(), FakeEngine()
         self.clock = [0.0]
         self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
                                  clock=lambda: self.clock[0])

@@ -212,7 +212,8 @@ class JobMachine(RuleBasedStateMachine):
         self.redrives_read = len(self.redrive_log.offsets)
         self.check("I7", taken <= pushed + dropped + redrives,
                    f"the relay took {taken} rate tokens for {pushed} new jobs "
-                   f"(+{dropped} dropped as final, +{redrives} redrive records): re-read records cost rate tokens")
+                   f"(+{dropped} dropped as final, +{redrives} redrive records): "
+                   "re-read records cost rate tokens")
 
     @precondition(lambda self: self.on("relay_restart") and not self.relay.frozen)
     @rule()

@@ -40,6 +40,22 @@ def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
 
 
+def test_push_stores_a_redriven_jobs_generation_for_its_grant(rq: RedisQueue,
+                                                              redis_client: redis.Redis) -> None:
+    """A redriven job pushed again (after a Redis loss) carries the jobs table's redrive generation,
+    which the lease hands to the grant; a job Redis already holds keeps its own."""
+    rq.enqueue(spec("held"))
+    result = rq.push("q", TOPIC, 0, 1, recs(0, 1), gens={"j1": 3, "held": 9})
+    assert (result.pushed, result.skipped) == (2, 0)
+    assert job(redis_client, "q", "j1")["g"] == "3" and "g" not in job(redis_client, "q", "j0")
+    assert rq.push("q", TOPIC, 0, 1, [(2, spec("held"))], gens={"held": 9}).skipped == 1
+    assert "g" not in job(redis_client, "q", "held")
+    leased = {j.job_id: j.redrive_gen for j in rq.lease("q", 3, 5_000)}
+    assert leased == {"held": 0, "j0": 0, "j1": 3}
+    with pytest.raises(InvalidInput):
+        rq.push("q", TOPIC, 0, 1, recs(5), gens={"j5": -1})
+
+
 def test_push_replay_is_skipped_exactly_once(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.push("q", TOPIC, 0, 1, recs(0, 1, 2))
     # A relay that died before its Kafka commit replays 0..2 and continues with 3, 4.

@@ -61,6 +61,7 @@ class FakeEngine:
         self.down = False
         self.reaped: list[str] = []
         self.endings: dict[str, list[EndedJob]] = {}  # what Redis ended alone (keys.settle)
+        self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -173,6 +174,8 @@ class FakeEngine:
                 continue
             jobs[spec.job_id] = spec
             self.enqueued.append((queue, spec.job_id))
+            if gens and gens.get(spec.job_id):
+                self.gens[spec.job_id] = gens[spec.job_id]
             pushed += 1
         rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
         return Pushed(pushed, skipped)

@@ -251,6 +251,26 @@ def test_mark_queued_validates_everything_before_writing(store: DynamoJobStore) 
     assert raw(store, "ok") is None
 
 
+def test_a_redriven_job_is_final_but_not_done_with_for_the_relay(store: DynamoJobStore) -> None:
+    """relay_view: a failed or dead job redriven since it last ran will run again, so the relay
+    pushes its records (with the generation) and recovery keeps them pending; once it ran under
+    that generation and ended again it is done with (docs/redis-loss.md, "Redriven jobs")."""
+    for job_id, verdict in (("f", "failed"), ("d", "dead"), ("s", None)):
+        t = store.grant(job_id, "q", "w")
+        if verdict is None:
+            store.write_result(job_id, t, "ok")
+        else:
+            store.record_failure(job_id, t, "no", verdict)
+    assert store.relay_view(["f", "d", "s", "absent"]) == ({"f", "d", "s"}, {})
+    gen_f, gen_d = store.redrive("f"), store.redrive("d")
+    assert store.relay_view(["f", "d", "s"]) == ({"s"}, {"f": gen_f, "d": gen_d})
+    assert store.final_job_ids(["f", "d", "s"]) == {"f", "d", "s"}  # the items still say so
+    t = store.grant("f", "q", "w2", gen_f)  # its run under the redrive: not final, not done with
+    assert store.relay_view(["f"]) == (set(), {"f": gen_f})
+    store.record_failure("f", t, "no again", "failed")  # ended again: done with, until a new redrive
+    assert store.relay_view(["f", "d"]) == ({"f"}, {"f": gen_f, "d": gen_d})
+
+
 def test_final_job_ids_chunks_and_dedupes(store: DynamoJobStore) -> None:
     ids = [f"j{i}" for i in range(230)]
     for i, job_id in enumerate(ids[:40]):

@@ -148,7 +148,8 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         """The ids whose item is in a final state (one consistent read per 100 ids)."""
-        return {job_id for job_id, (status, _, _) in self._statuses(job_ids).items() if status in FINAL_STATES}
+        statuses = self._statuses(job_ids)
+        return {job_id for job_id, (status, _, _) in statuses.items() if status in FINAL_STATES}
 
     def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
         """What the relay needs of ``job_ids``, in the same read: the ids whose jobs are done with,
@@ -183,8 +184,8 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                         "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", "#rg": "redrive_gen",
                                                      "#run": "run_gen"}}})
                 for item in response.get("Responses", {}).get(self.table, []):
-                    found[str(item["job_id"]["S"])] = (item_str(item, "status"), item_int(item, "redrive_gen"),
-                                                        item_int(item, "run_gen"))
+                    found[str(item["job_id"]["S"])] = (
+                        item_str(item, "status"), item_int(item, "redrive_gen"), item_int(item, "run_gen"))
                 keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
                 if not keys:
                     break
