@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sluice.errors import AlreadyFinished, JobNotFound
+from sluice.errors import AlreadyFinished, JobNotFound, RedriveRaced
 from sluice.models import validate_job_id, validate_queue_name
 from sluice.ports import JobLog, JobQueue, JobStore
 
@@ -45,7 +45,8 @@ class RedriveReport:
 
 
 def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, *, log: JobLog | None) -> int:
-    """Redrive one dead job: 1 once moved. JobNotFound / AlreadyFinished say why not.
+    """Redrive one dead job: 1 once moved. JobNotFound / AlreadyFinished say why not;
+    RedriveRaced that the job left the dead set between the append and the move.
 
     ``log``: Kafka, where the job's record is appended again (step 2). None only where no
     relay replays the log after a Redis loss (tests over fakes): the redrive then lives in
@@ -53,9 +54,16 @@ def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, 
     """
     queue_name, job_id = validate_queue_name(queue_name), validate_job_id(job_id)
     generation = store.redrive(job_id)
-    if log is not None:
+    if log is None:
+        moved = queue.redrive(queue_name, job_id, generation)
+    else:
         log.append([queue.dead_spec(queue_name, job_id)])
-    moved = queue.redrive(queue_name, job_id, generation)
+        try:
+            moved = queue.redrive(queue_name, job_id, generation)
+        except JobNotFound as exc:
+            raise RedriveRaced(f"job {job_id} left the dead set of {queue_name} while it was redriven "
+                               "(purged, trimmed or redriven meanwhile); its record is in Kafka again, so "
+                               "the relay brings it back if Redis no longer holds it", job_id=job_id) from exc
     logger.info("redrove %s in %s as generation %d", job_id, queue_name, generation,
                 extra={"job_id": job_id, "queue": queue_name, "redrive_gen": generation})
     return moved
@@ -73,7 +81,7 @@ def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLo
         for job_id in page:
             try:
                 report.moved += redrive_one(queue, store, queue_name, job_id, log=log)
-            except (JobNotFound, AlreadyFinished) as exc:
+            except (JobNotFound, AlreadyFinished, RedriveRaced) as exc:
                 # Refused by the store (expired record, cancelled, succeeded), or no longer dead
                 # in Redis (redriven or purged meanwhile): either way, not ours to move now.
                 report.refused[job_id] = str(exc)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound
+from sluice.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, RedriveRaced
 from sluice.models import DeadJob, JobSpec
 from sluice.redrive import redrive_all, redrive_one
 
@@ -85,6 +85,22 @@ def test_a_job_no_longer_dead_is_not_appended() -> None:
     with pytest.raises(JobNotFound):
         redrive_one(Queue(calls, []), Store(calls), "q", "a", log=Log(calls))  # type: ignore[arg-type]
     assert calls.log == [("store", "a")]
+
+
+def test_a_job_purged_between_the_append_and_the_move_is_reported_raced() -> None:
+    """Its record is in Kafka already, so the relay may bring it back: not "not found"."""
+    calls = Calls()
+    queue = Queue(calls, ["a", "b"])
+
+    class Purging(Log):
+        def append(self, specs: list[JobSpec]) -> None:
+            super().append(specs)
+            queue.dead.remove(specs[0].job_id)  # an operator purges it, or a trim ends it
+
+    with pytest.raises(RedriveRaced, match="relay brings it back"):
+        redrive_one(queue, Store(calls), "q", "a", log=Purging(calls))  # type: ignore[arg-type]
+    report = redrive_all(queue, Store(calls), "q", log=Purging(calls))  # type: ignore[arg-type]
+    assert report.moved == 0 and "relay brings it back" in report.refused["b"]
 
 
 def test_without_a_log_only_the_store_and_redis_are_told() -> None:
