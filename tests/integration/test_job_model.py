@@ -611,6 +611,18 @@ FOUND["redriven-after-checkpoint-lost-with-redis"] = [
     ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 2}), ("lease_and_run", {"verdict": "fail"}),
     ("relay_restart", {}), ("redrive", {"index": 0}), ("lease_and_run", {"verdict": "retry"}),
     ("redis_loses_everything", {})]
+# Written by hand while fixing the two above, once the relay pushed a redriven job with the store's
+# generation: a worker frozen before its grant since before a redrive grants afterwards with its
+# older generation, which set the item's run_gen back; the job then ended dead unrun (a reap, a
+# settle) and after a Redis loss the replay ran it again under the redrive it had already used.
+FOUND["stale-grant-lowers-run-gen"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 2}), ("lease", {"n": 1}),
+    ("run_freezes", {"index": 0, "verdict": "ok", "point": "before_grant"}), ("lease_lapses", {"index": 0}),
+    ("lease", {"n": 1}), ("run", {"index": 0, "verdict": "fail"}), ("redrive", {"index": 0}),
+    ("lease", {"n": 1}), ("run", {"index": 0, "verdict": "error"}), ("thaw", {"index": 0}),
+    ("lease", {"n": 1}), ("run_dies", {"index": 0, "verdict": "ok", "point": "before_grant"}),
+    ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_maintenance", {}),
+    ("redis_loses_everything", {}), ("lease", {"n": 1}), ("run", {"index": 0, "verdict": "ok"})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 

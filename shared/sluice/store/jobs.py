@@ -29,6 +29,7 @@ from sluice.errors import (
     InvalidInput,
     JobCancelled,
     JobNotFound,
+    LeaseLost,
 )
 from sluice.metrics import EmfMetrics
 from sluice.models import FINAL_STATES, JobRecord, JobState, validate_job_id, validate_queue_name
@@ -51,6 +52,11 @@ NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
 # redrive (sluice.redrive) re-opens a job, never a lease that lapsed after the verdict was written.
 OPEN = "NOT (#st IN (:cancelled, :succeeded, :failed, :dead))"
 REDRIVEN = "(#st IN (:failed, :dead) AND #rg >= :gen AND (attribute_not_exists(#run) OR #run < :gen))"
+# run_gen never goes down: a lease of an older generation than the item last ran under was taken
+# before a redrive that has run since, so its holder is stale (its Redis lease long gone). Were run_gen
+# lowered, a redriven job that then ended unrun (a reap, a settle) would look redriven again, and the
+# relay, which pushes a replayed job with the item's redrive_gen, would run it once more.
+NOT_OLDER = "(attribute_not_exists(#run) OR #run <= :gen)"
 MAX_OWNER_CHARS = 256
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
@@ -112,8 +118,9 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                   ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
                   ":succeeded": S(JobState.SUCCEEDED), ":failed": S(JobState.FAILED),
                   ":dead": S(JobState.DEAD), ":gen": N(gen)}
-        condition = (f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED})" if gen == 0 else
-                     f"attribute_exists(#id) AND {NOT_CANCELLED} AND ({OPEN} OR {REDRIVEN})")
+        condition = (
+            f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED} AND {NOT_OLDER})" if gen == 0
+            else f"attribute_exists(#id) AND {NOT_CANCELLED} AND {NOT_OLDER} AND ({OPEN} OR {REDRIVEN})")
         request = self._request(
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
@@ -124,6 +131,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             self._granted(job_id, attrs)
             return item_int(attrs, "token")
         status = item_str(attrs, "status") if attrs is not None else None
+        ran = item_int(attrs, "run_gen") if attrs is not None else 0
+        if ran > gen and status not in FINAL_STATES:
+            raise LeaseLost(f"job {job_id} ran under redrive generation {ran} since this lease (generation "
+                            f"{gen}) was taken: the lease is stale; no token granted", job_id=job_id)
         if attrs is None or status in (JobState.FAILED, JobState.DEAD):
             # The verdict was written and then the lease lapsed (the worker died before it told
             # Redis), or the item expired after it ended: not run again without a redrive.
