@@ -8,7 +8,8 @@ log, in this order:
    refuses a job whose item is gone (its record expired, and with it the highest fencing
    token: tokens must never go backwards) and a cancelled or succeeded one;
 2. the job's record is appended to Kafka again (``JobLog.append``; its spec read from
-   Redis's dead set), so that a Redis data loss cannot take the redrive with it: the
+   Redis's dead set before step 1, so that a job that is not dead is refused before any
+   generation is minted), so that a Redis data loss cannot take the redrive with it: the
    relay's recovery replays only from its checkpoint, which may have passed the job's
    first record while the job was final. The relay treats the new record like any other:
    a redriven job is not final to it (``JobStore.relay_view``), and ``push.lua`` skips it
@@ -53,11 +54,13 @@ def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, 
     Redis alone.
     """
     queue_name, job_id = validate_queue_name(queue_name), validate_job_id(job_id)
+    # Read first: a job that is not dead is refused before the store mints a generation for it.
+    spec = queue.dead_spec(queue_name, job_id) if log is not None else None
     generation = store.redrive(job_id)
-    if log is None:
+    if log is None or spec is None:
         moved = queue.redrive(queue_name, job_id, generation)
     else:
-        log.append([queue.dead_spec(queue_name, job_id)])
+        log.append([spec])
         try:
             moved = queue.redrive(queue_name, job_id, generation)
         except JobNotFound as exc:
