@@ -180,14 +180,14 @@ class FakeEngine:
         rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
         return Pushed(pushed, skipped)
 
-    def push_many(self, topic: str, items: Any) -> list[Any]:
+    def push_many(self, topic: str, items: Any, gens: Any = None) -> list[Any]:
         """As ``RedisQueue.push_many``: one round trip (down: it raises), then per item ``push``'s
         outcome or the error that refused that item alone."""
         self._call("push_many")
         out: list[Any] = []
         for queue, partition, token, records in items:
             try:
-                out.append(self.push(queue, topic, partition, token, list(records)))
+                out.append(self.push(queue, topic, partition, token, list(records), gens))
             except Exception as exc:
                 out.append(exc)
         return out

@@ -489,11 +489,13 @@ class RedisQueue:
             skipped += result.skipped
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
-    def push_many(self, topic: str, items: Sequence[PushItem]) -> list[PushResult | SluiceError]:
+    def push_many(self, topic: str, items: Sequence[PushItem],
+                  gens: Mapping[str, int] | None = None) -> list[PushResult | SluiceError]:
         """The relay's push: ``push`` for each (queue, partition, owner token, records) item, for
         records already decoded (``DecodedJob``: checked against ``JobSpec``'s fields, payload
         canonical JSON), in two round trips however many items: the registry, then push.lua per
-        item (per 1000 records) in one pipeline.
+        item (per 1000 records) in one pipeline. ``gens``: the jobs table's redrive generation of
+        the jobs that have one, stored on each new job for its grant.
 
         Per item, in order: its result, or the error that refused it (``StaleToken``: a newer
         relay owns the partition; ``InvalidInput``; ``QueueNotAllowed``), nothing of a refused
@@ -509,7 +511,7 @@ class RedisQueue:
             try:
                 k = self.keys(validate_public_queue(queue))
                 _int(partition, 0, 1_000_000, "partition")
-                for args in _push_args(queue, _token(owner_token), records, horizon):
+                for args in _push_args(queue, _token(owner_token), records, horizon, gens):
                     calls.append((k, topic, partition, args))
                     owners.append(i)
             except SluiceError as exc:
@@ -571,7 +573,7 @@ def _topic(topic: object) -> str:
 
 
 def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, DecodedJob]],
-               horizon: int) -> list[list[Any]]:
+               horizon: int, gens: Mapping[str, int] | None = None) -> list[list[Any]]:
     """push.lua's ARGV for decoded records, per MAX_BATCH in offset order. What ``job_fields``
     checks for a JobSpec that decoding has not (the queue, the clock-relative bounds, the
     size); push.lua checks the id and the meta again, and stores the payload as given."""
@@ -595,7 +597,10 @@ def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decode
             if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
                 raise InvalidInput(f"payload of {job.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
             meta = f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}"
-            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms)))
+            gen = gens.get(job.job_id, 0) if gens else 0
+            if type(gen) is not int or not 0 <= gen <= MAX_TOKEN:
+                raise InvalidInput(f"redrive generation of {job.job_id}: 0..{MAX_TOKEN}, not {gen!r}")
+            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms), str(gen)))
         chunks.append(push_argv(owner_token, flat))
     return chunks
 
