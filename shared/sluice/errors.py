@@ -98,6 +98,14 @@ class AlreadyFinished(SluiceError):
     code = "ALREADY_FINISHED"
 
 
+class RedriveRaced(SluiceError):
+    """A redrive appended the job's record to Kafka, then found the job gone from Redis's dead set
+    (purged, trimmed or redriven meanwhile): the relay brings it back from that record if Redis no
+    longer holds it, so the redrive may still take effect (``sluice.redrive``)."""
+
+    code = "REDRIVE_RACED"
+
+
 class QueuePaused(SluiceError):
     """The queue is paused."""
 

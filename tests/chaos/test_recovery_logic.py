@@ -196,7 +196,8 @@ class FakeEngine:
         self.enqueued: list[str] = []
         self.missing = False
 
-    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any) -> Any:
+    def push(self, queue: str, topic: str, partition: int, owner_token: int, records: Any,
+             gens: Any = None) -> Any:
         self.pushes.append((queue, partition, owner_token))
         return None
 
@@ -226,7 +227,8 @@ class Rig:
     def __init__(self) -> None:
         self.epochs, self.ckpts = FakeEpochs(), FakeCheckpoints()
         self.offsets = FakeOffsets({0: 100, 1: None})
-        self.store, self.source, self.engine = FakeStore(only={"final_job_ids"}), FakeSource(), FakeEngine()
+        self.store = FakeStore(only={"final_job_ids", "relay_view"})
+        self.source, self.engine = FakeSource(), FakeEngine()
         self.clock = [0.0]
         self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
                                  clock=lambda: self.clock[0])

@@ -37,6 +37,9 @@ class NullStore:
     def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
         return None
 
+    def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
+        return set(), {}
+
 
 def settings(bootstrap: str, topic: str, group: str, **extra: Any) -> Any:
     from sluice.config import Settings

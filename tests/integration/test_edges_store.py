@@ -155,7 +155,7 @@ def test_settle_entry_read_before_a_redrive_cannot_end_the_redriven_run(stack: S
     read = stack.queue.unsettled(Q)  # the relay reads it ...
     assert [e.member for e in read] == [f"dead:0:{job_id}"]
 
-    assert redrive_one(stack.queue, stack.store, Q, job_id) == 1  # ... an operator redrives ...
+    assert redrive_one(stack.queue, stack.store, Q, job_id, log=None) == 1  # ... an operator redrives ...
     [again] = stack.queue.lease(Q, 1)
     second = stack.store.grant(job_id, Q, "B", again.redrive_gen)  # ... and a worker is granted it
     assert (again.redrive_gen, second) == (1, first + 1)
@@ -173,7 +173,7 @@ def test_settle_landing_between_redrive_and_grant_does_not_stop_the_redriven_run
     stack.store.grant(job_id, Q, "A", job.redrive_gen)
     lapse(stack)
     read = stack.queue.unsettled(Q)
-    redrive_one(stack.queue, stack.store, Q, job_id)
+    redrive_one(stack.queue, stack.store, Q, job_id, log=None)
     assert relay_settles(stack, read) == [True]  # nobody was granted the new generation yet
     assert stack.store.get_job(job_id).status is JobState.DEAD
     [again] = stack.queue.lease(Q, 1)
@@ -206,7 +206,7 @@ def test_failed_job_whose_worker_died_before_telling_redis_does_not_run_again(st
     assert settle_members(stack) == []
 
     # Only an explicit redrive runs it again, once.
-    assert redrive_one(stack.queue, stack.store, Q, job_id) == 1
+    assert redrive_one(stack.queue, stack.store, Q, job_id, log=None) == 1
     w.drain([Q], 1)
     assert calls == [token + 1]
     record = stack.store.get_job(job_id)
@@ -219,7 +219,7 @@ def test_redriven_run_that_fails_again_is_final_again(stack: Stack, unique: str)
     t1 = stack.store.grant(job_id, Q, "A", job.redrive_gen)
     stack.store.record_failure(job_id, t1, "bad", "failed")
     stack.queue.fail(Q, job_id, job.lease_token, "bad", permanent=True)
-    redrive_one(stack.queue, stack.store, Q, job_id)
+    redrive_one(stack.queue, stack.store, Q, job_id, log=None)
     [again] = stack.queue.lease(Q, 1, 50)
     t2 = stack.store.grant(job_id, Q, "B", again.redrive_gen)
     stack.store.record_failure(job_id, t2, "bad again", "failed")  # B dies before queue.fail
@@ -248,11 +248,11 @@ def test_redrive_of_a_job_whose_record_expired_is_refused(stack: Stack, unique: 
     expire(stack, job_id)  # 14 days later; Redis's dead set keeps the job
 
     with pytest.raises(JobNotFound, match="fencing tokens already used"):
-        redrive_one(stack.queue, stack.store, Q, job_id)
+        redrive_one(stack.queue, stack.store, Q, job_id, log=None)
 
     assert where(stack.queue.client, Q, job_id) == {"dead"}  # left as it was
     assert stack.queue.lease(Q, 1) == []
-    report = redrive_all(stack.queue, stack.store, Q)
+    report = redrive_all(stack.queue, stack.store, Q, log=None)
     assert report.moved == 0 and list(report.refused) == [job_id]
 
 
@@ -263,7 +263,7 @@ def test_redriven_job_whose_record_expired_before_its_grant_is_not_restarted_at_
     token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
     stack.store.record_failure(job_id, token, "boom", "dead")
     stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
-    redrive_one(stack.queue, stack.store, Q, job_id)
+    redrive_one(stack.queue, stack.store, Q, job_id, log=None)
     expire(stack, job_id)  # however it went: the redriven job reaches its grant with no item
     calls: list[int] = []
     w = counting_worker(stack, calls)

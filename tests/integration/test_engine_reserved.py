@@ -64,7 +64,7 @@ def test_the_scripts_refuse_reserved_queues_themselves(rq: RedisQueue, redis_cli
     k = QueueKeys(queue)
     fields = job_fields(spec("a", queue), queue, 0)
     refused(redis_client, lambda: rq.scripts.enqueue(k, [fields]), ReservedQueue)
-    refused(redis_client, lambda: rq.scripts.push(k, "sluice.jobs", 0, 1, [(0, fields)]), ReservedQueue)
+    refused(redis_client, lambda: rq.scripts.push(k, "sluice.jobs", 0, 1, [(0, fields, 0)]), ReservedQueue)
     with pytest.raises(ReservedQueue) as raised:
         rq.scripts.enqueue(k, [fields])
     assert raised.value.details == {"queue": queue, "prefix": RESERVED_QUEUE_PREFIX}

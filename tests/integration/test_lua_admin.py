@@ -168,6 +168,19 @@ def test_redrive_one_gives_fresh_attempts(rq: RedisQueue, redis_client: redis.Re
     assert (again.job_id, again.attempt) == ("a", 1)
 
 
+def test_dead_spec_is_the_record_a_redrive_appends_again(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("d", payload={"n": [1, "x"]}, priority=5, max_attempts=1, lease_ms=45_000,
+                    enqueued_at_ms=1_700_000_000_123, run_at_ms=redis_now_ms(redis_client) - 10))
+    [leased] = rq.lease("q", 1, 5_000)
+    assert rq.fail("q", "d", leased.lease_token, "broke") == "dead"
+    assert rq.dead_spec("q", "d") == spec("d", payload={"n": [1, "x"]}, priority=5, max_attempts=1,
+                                          lease_ms=45_000, enqueued_at_ms=1_700_000_000_123)  # ready now
+    rq.enqueue(spec("alive"))
+    for not_dead in ("alive", "nobody"):
+        with pytest.raises(JobNotFound):
+            rq.dead_spec("q", not_dead)
+
+
 def test_redrive_one_that_is_not_dead_is_not_found(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.enqueue(spec("alive"))
     before = snapshot(redis_client)

@@ -40,6 +40,22 @@ def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
 
 
+def test_push_stores_a_redriven_jobs_generation_for_its_grant(rq: RedisQueue,
+                                                              redis_client: redis.Redis) -> None:
+    """A redriven job pushed again (after a Redis loss) carries the jobs table's redrive generation,
+    which the lease hands to the grant; a job Redis already holds keeps its own."""
+    rq.enqueue(spec("held"))
+    result = rq.push("q", TOPIC, 0, 1, recs(0, 1), gens={"j1": 3, "held": 9})
+    assert (result.pushed, result.skipped) == (2, 0)
+    assert job(redis_client, "q", "j1")["g"] == "3" and "g" not in job(redis_client, "q", "j0")
+    assert rq.push("q", TOPIC, 0, 1, [(2, spec("held"))], gens={"held": 9}).skipped == 1
+    assert "g" not in job(redis_client, "q", "held")
+    leased = {j.job_id: j.redrive_gen for j in rq.lease("q", 3, 5_000)}
+    assert leased == {"held": 0, "j0": 0, "j1": 3}
+    with pytest.raises(InvalidInput):
+        rq.push("q", TOPIC, 0, 1, recs(5), gens={"j5": -1})
+
+
 def test_push_replay_is_skipped_exactly_once(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.push("q", TOPIC, 0, 1, recs(0, 1, 2))
     # A relay that died before its Kafka commit replays 0..2 and continues with 3, 4.
@@ -135,18 +151,18 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     """The script validates on its own too (defence in depth against other callers)."""
     rq.push("q", TOPIC, 0, 1, recs(0))
     script = redis_client.register_script(source("push.lua"))
-    good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0]  # owner, count, then offset, id, payload, meta, run_at
+    good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0]  # owner, count, offset, id, payload, meta, run_at, gen
     keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake]
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
         return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]])]
 
-    script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0]))  # the good one is good
+    script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0, 0]))  # the good one is good
     before = snapshot(redis_client)
     bad_args = []
     for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10,5,30000,0"), (5, "0,0,30000,0"),
                          (5, "0,5,5,0"), (5, "0,5,30000"), (5, "0,101,30000,0"), (6, str(10**15)),
-                         (6, "1.5"), (0, "x"), (1, "2")]:
+                         (6, "1.5"), (7, "-1"), (7, "x"), (7, str(2**53)), (0, "x"), (1, "2")]:
         args = list(good)
         args[index] = value
         bad_args.append(argv(args))
@@ -155,7 +171,8 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
                  json.dumps(records * 2), json.dumps([5, *records[1:]]),
                  json.dumps([records[0], 7, *records[2:]]),
                  json.dumps([*records[:2], None, *records[3:]]),
-                 json.dumps([*records[:3], ["x"], records[4]]), "[" * 2000 + "]" * 2000]:
+                 json.dumps([*records[:3], ["x"], *records[4:]]), json.dumps([*records[:5], 3]),
+                 "[" * 2000 + "]" * 2000]:
         bad_args.append([1, 1, blob])
     bad_args.append([*argv(good), "extra"])
     bad_args.append([1, 1, *json.loads(argv(good)[2])])  # the old form: five arguments per record

@@ -76,6 +76,17 @@ def test_every_item_of_a_round_goes_in_one_round_trip_after_the_registry(rq: Red
     assert again == [PushResult(0, 10, 10 * p + 10) for p in range(4)] + [PushResult(0, 2, 1)]
 
 
+def test_redriven_jobs_are_pushed_with_their_generation(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """``gens`` (the jobs table's redrive generations, ``JobStore.relay_view``) go onto the jobs
+    created, for their grant; a bad one refuses its item alone."""
+    results = rq.push_many(TOPIC, [("q", 0, 1, jobs("q", 0, 1)), ("r", 0, 1, jobs("r", 5))],
+                           gens={"j1": 4, "j5": -1})
+    assert results[0] == PushResult(2, 0, 1) and isinstance(results[1], InvalidInput)
+    assert job(redis_client, "q", "j1")["g"] == "4" and "g" not in job(redis_client, "q", "j0")
+    assert not redis_client.exists(QueueKeys("r").job("j5"))
+    assert {j.job_id: j.redrive_gen for j in rq.lease("q", 2, 5_000)} == {"j0": 0, "j1": 4}
+
+
 def test_a_refused_item_writes_nothing_and_the_others_land(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.push_many(TOPIC, [("q", 0, 9, jobs("q", 0))])  # partition 0 of q is owned under token 9
     before = job(redis_client, "q", "j0")

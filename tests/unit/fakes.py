@@ -244,7 +244,7 @@ class FakeQueue:
 
 # The relay's calls to the jobs table; a relay rig passes them as ``only`` so that any other
 # call fails the test.
-RELAY_CALLS = frozenset({"mark_queued", "final_job_ids", "settle_ended"})
+RELAY_CALLS = frozenset({"mark_queued", "final_job_ids", "relay_view", "settle_ended"})
 
 
 class FakeStore:
@@ -440,6 +440,10 @@ class FakeStore:
         self._unavailable()
         return {j for j in job_ids if j in self.final or (
             j in self.items and JobState(self.items[j]["status"]) in FINAL_STATES)}
+
+    def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
+        ids = list(job_ids)
+        return self.final_job_ids(ids), {j: self.generations[j] for j in ids if self.generations.get(j)}
 
     def settle_ended(self, ended: EndedJob) -> bool:
         if ended.job_id in self.refuse_settle:

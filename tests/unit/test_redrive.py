@@ -1,4 +1,5 @@
-"""sluice.redrive: the jobs table first (a generation), then Redis with it; refusals reported."""
+"""sluice.redrive: the jobs table first (a generation), then the job's record in Kafka again, then
+Redis with the generation; refusals reported."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound
-from sluice.models import DeadJob
+from sluice.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, RedriveRaced
+from sluice.models import DeadJob, JobSpec
 from sluice.redrive import redrive_all, redrive_one
 
 
@@ -37,6 +38,11 @@ class Queue:
         return [DeadJob(job_id=j, queue=queue, attempts=1, last_error=None, died_at_ms=0)
                 for j in self.dead[:limit]]
 
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        if job_id not in self.dead:
+            raise JobNotFound(f"{job_id} is not dead")
+        return JobSpec(job_id=job_id, queue=queue, payload={"n": 1})
+
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         self.calls.log.append(("redis", job_id, generation))
         if job_id not in self.dead:
@@ -45,10 +51,61 @@ class Queue:
         return 1
 
 
-def test_one_redrive_asks_the_store_first_and_hands_redis_its_generation() -> None:
+class Log:
+    """Kafka: records the specs appended; ``down`` makes the append fail as the broker would."""
+
+    def __init__(self, calls: Calls, *, down: bool = False) -> None:
+        self.calls, self.down = calls, down
+
+    def append(self, specs: list[JobSpec]) -> None:
+        if self.down:
+            raise BackendUnavailable("kafka did not acknowledge")
+        self.calls.log.extend(("kafka", s.job_id, s.queue, s.payload) for s in specs)
+
+
+def test_one_redrive_asks_the_store_first_appends_the_record_and_hands_redis_its_generation() -> None:
     calls = Calls()
     store, queue = Store(calls), Queue(calls, ["a"])
-    assert redrive_one(queue, store, "q", "a") == 1  # type: ignore[arg-type]
+    assert redrive_one(queue, store, "q", "a", log=Log(calls)) == 1  # type: ignore[arg-type]
+    assert calls.log == [("store", "a"), ("kafka", "a", "q", {"n": 1}), ("redis", "a", 1)]
+
+
+def test_a_redrive_kafka_did_not_take_leaves_the_job_dead() -> None:
+    """The record must be in the log before Redis moves the job: otherwise a Redis loss after the
+    move could take the redrive with it (docs/redis-loss.md, "Redriven jobs")."""
+    calls = Calls()
+    queue = Queue(calls, ["a"])
+    with pytest.raises(BackendUnavailable):
+        redrive_one(queue, Store(calls), "q", "a", log=Log(calls, down=True))  # type: ignore[arg-type]
+    assert calls.log == [("store", "a")] and queue.dead == ["a"]
+
+
+def test_a_job_that_is_not_dead_is_refused_before_a_generation_is_minted() -> None:
+    calls = Calls()
+    with pytest.raises(JobNotFound):
+        redrive_one(Queue(calls, []), Store(calls), "q", "a", log=Log(calls))  # type: ignore[arg-type]
+    assert calls.log == []
+
+
+def test_a_job_purged_between_the_append_and_the_move_is_reported_raced() -> None:
+    """Its record is in Kafka already, so the relay may bring it back: not "not found"."""
+    calls = Calls()
+    queue = Queue(calls, ["a", "b"])
+
+    class Purging(Log):
+        def append(self, specs: list[JobSpec]) -> None:
+            super().append(specs)
+            queue.dead.remove(specs[0].job_id)  # an operator purges it, or a trim ends it
+
+    with pytest.raises(RedriveRaced, match="relay brings it back"):
+        redrive_one(queue, Store(calls), "q", "a", log=Purging(calls))  # type: ignore[arg-type]
+    report = redrive_all(queue, Store(calls), "q", log=Purging(calls))  # type: ignore[arg-type]
+    assert report.moved == 0 and "relay brings it back" in report.refused["b"]
+
+
+def test_without_a_log_only_the_store_and_redis_are_told() -> None:
+    calls = Calls()
+    assert redrive_one(Queue(calls, ["a"]), Store(calls), "q", "a", log=None) == 1  # type: ignore[arg-type]
     assert calls.log == [("store", "a"), ("redis", "a", 1)]
 
 
@@ -57,7 +114,7 @@ def test_a_refused_redrive_never_touches_redis() -> None:
     store = Store(calls, {"a": JobNotFound("expired")})
     queue = Queue(calls, ["a"])
     with pytest.raises(JobNotFound):
-        redrive_one(queue, store, "q", "a")  # type: ignore[arg-type]
+        redrive_one(queue, store, "q", "a", log=Log(calls))  # type: ignore[arg-type]
     assert calls.log == [("store", "a")] and queue.dead == ["a"]
 
 
@@ -65,7 +122,7 @@ def test_a_refused_redrive_never_touches_redis() -> None:
 def test_bad_input_is_refused_before_anything_is_written(queue_name: str, job_id: str) -> None:
     calls = Calls()
     with pytest.raises(InvalidInput):
-        redrive_one(Queue(calls, [job_id]), Store(calls), queue_name, job_id)  # type: ignore[arg-type]
+        redrive_one(Queue(calls, [job_id]), Store(calls), queue_name, job_id, log=Log(calls))  # type: ignore[arg-type]
     assert calls.log == []
 
 
@@ -73,6 +130,7 @@ def test_redrive_all_moves_what_it_may_and_reports_the_rest() -> None:
     calls = Calls()
     store = Store(calls, {"old": JobNotFound("expired"), "done": AlreadyFinished("succeeded")})
     queue = Queue(calls, ["old", "a", "done", "b"])
-    report = redrive_all(queue, store, "q")  # type: ignore[arg-type]
+    report = redrive_all(queue, store, "q", log=Log(calls))  # type: ignore[arg-type]
     assert report.moved == 2 and set(report.refused) == {"old", "done"}
+    assert [c[1] for c in calls.log if c[0] == "kafka"] == ["a", "b"]
     assert queue.dead == ["old", "done"]  # left dead, and the loop ended

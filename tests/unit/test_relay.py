@@ -187,6 +187,18 @@ def test_jobs_the_store_says_are_final_are_not_pushed() -> None:
     assert w.source.committed_offsets == {0: 10}
 
 
+def test_a_redriven_job_is_pushed_with_the_redrive_generation_the_store_minted() -> None:
+    """A redriven job's record (its first one replayed, or the one the redrive appended) carries no
+    generation: the store's goes with it into Redis, for the grant (docs/redis-loss.md)."""
+    w = World(partitions=1)
+    ids = w.add(3)
+    w.store.generations[ids[1]] = 2
+    relay = w.relay()
+    run_steps(relay, 3)
+    assert sorted(w.in_redis()) == sorted(ids)
+    assert w.engine.gens == {ids[1]: 2}
+
+
 def test_store_outage_blocks_pushing_and_loses_nothing() -> None:
     w = World(partitions=1)
     ids = w.add(10)

@@ -61,6 +61,7 @@ class FakeEngine:
         self.down = False
         self.reaped: list[str] = []
         self.endings: dict[str, list[EndedJob]] = {}  # what Redis ended alone (keys.settle)
+        self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -162,7 +163,7 @@ class FakeEngine:
         return sorted(self.jobs)
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
-             records: list[tuple[int, JobSpec]]) -> Pushed:
+             records: list[tuple[int, JobSpec]], gens: Any = None) -> Pushed:
         self._call("push")
         rec = self.relayed.setdefault((queue, topic, partition), {"offset": -1, "owner_token": 0})
         if owner_token < rec["owner_token"]:
@@ -176,18 +177,20 @@ class FakeEngine:
                 continue
             jobs[spec.job_id] = spec
             self.enqueued.append((queue, spec.job_id))
+            if gens and gens.get(spec.job_id):
+                self.gens[spec.job_id] = gens[spec.job_id]
             pushed += 1
         rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
         return Pushed(pushed, skipped)
 
-    def push_many(self, topic: str, items: Any) -> list[Any]:
+    def push_many(self, topic: str, items: Any, gens: Any = None) -> list[Any]:
         """As ``RedisQueue.push_many``: one round trip (down: it raises), then per item ``push``'s
         outcome or the error that refused that item alone."""
         self._call("push_many")
         out: list[Any] = []
         for queue, partition, token, records in items:
             try:
-                out.append(self.push(queue, topic, partition, token, list(records)))
+                out.append(self.push(queue, topic, partition, token, list(records), gens))
             except Exception as exc:
                 out.append(exc)
         return out

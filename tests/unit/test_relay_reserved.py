@@ -92,10 +92,11 @@ def test_one_partitions_push_failing_unexpectedly_never_stops_the_others() -> No
     ids = w.add(40)
     original = w.engine.push
 
-    def broken_for_partition_0(queue: str, topic: str, partition: int, token: int, records: Any) -> Any:
+    def broken_for_partition_0(queue: str, topic: str, partition: int, token: int, records: Any,
+                               gens: Any = None) -> Any:
         if partition == 0:
             raise KeyError("a bug that only partition 0's records trigger")
-        return original(queue, topic, partition, token, records)
+        return original(queue, topic, partition, token, records, gens)
 
     w.engine.push = broken_for_partition_0  # type: ignore[method-assign]
     metrics = Counted()

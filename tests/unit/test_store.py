@@ -22,6 +22,7 @@ from sluice.errors import (
     JobCancelled,
     JobExists,
     JobNotFound,
+    LeaseLost,
     StaleToken,
     StoreError,
 )
@@ -249,6 +250,43 @@ def test_mark_queued_validates_everything_before_writing(store: DynamoJobStore) 
     with pytest.raises(InvalidInput):
         store.mark_queued([("ok", "q", 0), ("bad id", "q", 0)])
     assert raw(store, "ok") is None
+
+
+def test_a_redriven_job_is_final_but_not_done_with_for_the_relay(store: DynamoJobStore) -> None:
+    """relay_view: a failed or dead job redriven since it last ran will run again, so the relay
+    pushes its records (with the generation) and recovery keeps them pending; once it ran under
+    that generation and ended again it is done with (docs/redis-loss.md, "Redriven jobs")."""
+    for job_id, verdict in (("f", "failed"), ("d", "dead"), ("s", None)):
+        t = store.grant(job_id, "q", "w")
+        if verdict is None:
+            store.write_result(job_id, t, "ok")
+        else:
+            store.record_failure(job_id, t, "no", verdict)
+    assert store.relay_view(["f", "d", "s", "absent"]) == ({"f", "d", "s"}, {})
+    gen_f, gen_d = store.redrive("f"), store.redrive("d")
+    assert store.relay_view(["f", "d", "s"]) == ({"s"}, {"f": gen_f, "d": gen_d})
+    assert store.final_job_ids(["f", "d", "s"]) == {"f", "d", "s"}  # the items still say so
+    t = store.grant("f", "q", "w2", gen_f)  # its run under the redrive: not final, not done with
+    assert store.relay_view(["f"]) == (set(), {"f": gen_f})
+    store.record_failure("f", t, "no again", "failed")  # ended again: done with, until a new redrive
+    assert store.relay_view(["f", "d"]) == ({"f"}, {"f": gen_f, "d": gen_d})
+
+
+def test_a_grant_of_an_older_generation_than_the_item_ran_under_is_stale(store: DynamoJobStore) -> None:
+    """run_gen never goes down: a lease taken before a redrive that has run since is stale. Lowered,
+    it made a redriven job that then ended unrun look redriven again (the job model's
+    stale-grant-lowers-run-gen replay)."""
+    t = store.grant("j1", "q", "A")
+    store.record_failure("j1", t, "no", "failed")
+    gen = store.redrive("j1")
+    t = store.grant("j1", "q", "B", gen)
+    store.record_failure("j1", t, "again later", "queued")  # B's retry: open, run_gen = gen
+    for stale in (0, gen - 1):
+        with pytest.raises(LeaseLost, match="stale"):
+            store.grant("j1", "q", "C", stale)  # C leased it before the redrive, and froze
+    record = store.get_job("j1")
+    assert (record.status, record.token) == (JobState.QUEUED, t)
+    assert store.grant("j1", "q", "D", gen) == t + 1  # the redriven copy is granted as before
 
 
 def test_final_job_ids_chunks_and_dedupes(store: DynamoJobStore) -> None:

@@ -128,6 +128,7 @@ class Operator:
 
     ``api``: a ``sluice.api.Api`` (cancel); ``engine``: a ``RedisQueue`` (the dead-letter
     commands and the queue's config); ``store``: the jobs table (a redrive's generation);
+    ``log``: Kafka (a redrive appends the job's record again; None in tests over fakes);
     ``recent``: the latest accepted job ids, newest last; ``running``: jobs a worker holds
     (``Running``). A cancel's ``pick`` below one half takes a recent job, above it a running
     one (a recent one if none runs).
@@ -135,8 +136,9 @@ class Operator:
 
     def __init__(self, actions: list[Action], api: Any, engine: Any, store: Any, queue: str, history: History,
                  recent: Callable[[], Sequence[str]], *, running: Callable[[], Sequence[str]] = list,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, log: Any = None) -> None:
         self.actions, self.api, self.engine, self.store, self.queue = actions, api, engine, store, queue
+        self.log = log  # Kafka: a redrive appends the job's record again (sluice.redrive)
         self.history, self.recent, self.running, self.clock = history, recent, running, clock
         self.done: dict[str, int] = {}
         self._paused = False
@@ -201,7 +203,7 @@ class Operator:
             return
         t0 = time.time()
         try:
-            moved = int(redrive_one(self.engine, self.store, self.queue, job))
+            moved = int(redrive_one(self.engine, self.store, self.queue, job, log=self.log))
         except JobNotFound:
             self._record("redrive", t0, "not_found", job=job)
         except AlreadyFinished as exc:
@@ -228,7 +230,7 @@ class Operator:
         from sluice.redrive import redrive_all
 
         def redrive() -> dict[str, Any]:
-            report = redrive_all(self.engine, self.store, self.queue)
+            report = redrive_all(self.engine, self.store, self.queue, log=self.log)
             refused = {"refused": sorted(report.refused)} if report.refused else {}
             return {"moved": int(report.moved), **refused}
 

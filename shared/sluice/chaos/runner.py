@@ -219,7 +219,7 @@ class Run:
         op_engine, op_store = RedisQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
         op_api = Api(job_log, op_store, op_engine, job_id_key=wiring.job_id_key(settings))
         person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
-                                   running=operator.Running(self.history_path))
+                                   running=operator.Running(self.history_path), log=job_log)
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
         faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
         operating = threading.Thread(target=person.run, args=(stop,), name="chaos-operator", daemon=True)

@@ -221,19 +221,26 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
     """Put dead jobs back in NAME's ready queue: one JOB_ID, or --all.
 
     Each redrive is recorded in the jobs table first (a new redrive generation), which is
-    what lets the job leave its final state; a job whose record expired is refused."""
+    what lets the job leave its final state; a job whose record expired is refused. The
+    job's record is then appended to Kafka again (SLUICE_KAFKA_*), so that the relay can
+    bring it back if Redis loses its data."""
     if (job_id is None) == (not everything):
         raise InvalidInput("give either a JOB_ID or --all")
-    engine, store, name = target.engine(), target.store(), validate_queue_name(name)
+    # The log: each redrive appends the job's record to Kafka again, so that a Redis data loss
+    # cannot take the redrive with it (docs/redis-loss.md, "Redriven jobs").
+    engine, store, log, name = target.engine(), target.store(), target.log(), validate_queue_name(name)
     refused: dict[str, str] = {}
-    if job_id is not None:
-        moved = redrive_one(engine, store, name, validate_job_id(job_id))
-    else:
-        report = redrive_all(engine, store, name)
-        moved, refused = report.moved, report.refused
-        if not json_mode():  # with --json they are in the one result object
-            for job, why in refused.items():
-                click.echo(f"{name}: {job} not redriven: {why}", err=True)
+    try:
+        if job_id is not None:
+            moved = redrive_one(engine, store, name, validate_job_id(job_id), log=log)
+        else:
+            report = redrive_all(engine, store, name, log=log)
+            moved, refused = report.moved, report.refused
+            if not json_mode():  # with --json they are in the one result object
+                for job, why in refused.items():
+                    click.echo(f"{name}: {job} not redriven: {why}", err=True)
+    finally:
+        log.close()
     emit({"queue": name, "moved": moved, "refused": refused},
          f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
 

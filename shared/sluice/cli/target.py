@@ -6,7 +6,8 @@ Resolution, for every command:
   SigV4-signed unless ``SLUICE_API_KEY`` is set), else the local stack's gateway;
 - Redis (queues, queue, dlq, top): ``SLUICE_REDIS_URL`` (with the rest of ``SLUICE_*``,
   e.g. ``SLUICE_REDIS_AUTH_SECRET_ARN``), else the local stack's Redis;
-- DynamoDB (status without any API): ``SLUICE_JOBS_TABLE`` and the usual AWS settings.
+- DynamoDB (status without any API): ``SLUICE_JOBS_TABLE`` and the usual AWS settings;
+- Kafka (a redrive appends the job's record again): ``SLUICE_KAFKA_BOOTSTRAP``.
 
 The local stack is the one whose ``.sluice/endpoints.json`` sits in the working
 directory (``--state-dir`` to look elsewhere).
@@ -27,6 +28,7 @@ from sluice.local.stack import running_stack, settings_from_endpoints
 
 if TYPE_CHECKING:
     from sluice.client import Client
+    from sluice.kafka.producer import KafkaJobLog
     from sluice.redis.engine import RedisQueue
     from sluice.store.jobs import DynamoJobStore
 
@@ -93,3 +95,10 @@ class Target:
         from sluice.store.jobs import DynamoJobStore
 
         return DynamoJobStore.from_settings(self.settings(need="SLUICE_JOBS_TABLE"))
+
+    def log(self) -> KafkaJobLog:
+        """Kafka, for a redrive's record (``sluice.redrive``): ``SLUICE_KAFKA_BOOTSTRAP`` and the
+        rest of ``SLUICE_KAFKA_*``, else the local stack's broker."""
+        from sluice.kafka.producer import KafkaJobLog
+
+        return KafkaJobLog.from_settings(self.settings(need="SLUICE_KAFKA_BOOTSTRAP"))

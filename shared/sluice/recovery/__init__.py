@@ -8,7 +8,7 @@ dropped the last writes, a FLUSHALL), the jobs it held are replayed from Kafka:
   pushed under, and the offsets of the records whose jobs were not final yet;
 - a relay taking a partition compares that epoch with Redis's epoch now; if they
   differ, it reads the partition again from the checkpoint's low-water mark, and the
-  relay's usual filter (``store.final_job_ids``) drops the jobs already final.
+  relay's usual filter (``store.relay_view``) drops the jobs already final.
 
 ``for_relay`` builds the ``Recovery`` a relay takes as its hooks (``Relay(..., hooks=...)``).
 docs/redis-loss.md has the design and its argument.
@@ -30,7 +30,7 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, events: An
     """The relay's recovery hooks, from Settings.
 
     ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
-    (its ``final_job_ids``); ``events``: the relay's bus, for its incidents. ``knobs``:
+    (its ``relay_view``); ``events``: the relay's bus, for its incidents. ``knobs``:
     ``interval_s``, ``scan_limit``.
     """
     from sluice import wiring

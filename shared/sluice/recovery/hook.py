@@ -7,7 +7,7 @@
 - ``on_commit``: learn how far the relay has pushed (the checkpoint's ``high``), keep
   Kafka's committed offset from going backwards after a rewind, and checkpoint every few
   seconds after a bounded scan of the oldest tracked jobs against the store
-  (``final_job_ids``);
+  (``relay_view``: a job redriven since it last ran is not done with);
 - ``on_assigned``: forget partitions the relay gave up; an empty assignment (the relay
   stopping) writes a last checkpoint;
 - ``before_push`` (also before reading a relayed offset): refuse a partition whose session
@@ -68,7 +68,10 @@ class Offsets(Protocol):
 
 
 class Finality(Protocol):
-    def final_job_ids(self, job_ids: Sequence[str]) -> set[str]: ...
+    def relay_view(self, job_ids: Sequence[str]) -> tuple[set[str], dict[str, int]]:
+        """(the ids whose jobs are done with, redrive generations): ``ports.JobStore.relay_view``.
+        A failed or dead job redriven since it last ran is not done with: it stays pending."""
+        ...
 
 
 @dataclass
@@ -222,7 +225,7 @@ class Recovery(RelayHooks):
                 continue
             scanned = s.tracker.due(now, self.scan_limit)
             if scanned:
-                final = self.finality.final_job_ids([job_id for _, job_id in scanned])
+                final, _ = self.finality.relay_view([job_id for _, job_id in scanned])
                 s.tracker.checked(scanned, final, now, self.interval_s)
             low, high, pending = s.tracker.summary(s.high)
             ckpt = Checkpoint(self.topic, p, s.epoch, s.generation, low, high, pending)

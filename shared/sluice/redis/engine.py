@@ -12,14 +12,15 @@ prove liveness only; the fencing token a handler writes with comes from the job 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from sluice.clock import wall_ms
 from sluice.config import Settings
-from sluice.errors import InvalidInput, InvalidQueueName, SluiceError
+from sluice.errors import InvalidInput, InvalidQueueName, JobNotFound, SluiceError
 from sluice.limits import Limits
 from sluice.models import (
     MAX_ATTEMPTS,
@@ -332,6 +333,24 @@ class RedisQueue:
         return [DeadJob(job_id=job_id, queue=queue, attempts=int(f[0] or 0), last_error=f[1], died_at_ms=died)
                 for job_id, died, f in rows]
 
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        """A dead job as its Kafka record had it (ready now), for a redrive to append again
+        (``sluice.redrive``); ``JobNotFound`` if the job is not dead-lettered. A read: no script."""
+        k = self.keys(queue)
+        key = k.job(validate_job_id(job_id))
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zscore(k.dead, job_id)
+            pipe.hmget(key, "p", "m")
+            score, (payload, meta) = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+        if score is None or payload is None or meta is None:
+            raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in _text(meta).split(","))
+        return JobSpec(job_id=job_id, queue=queue, payload=json.loads(_text(payload)), priority=priority,
+                       max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms)
+
     # --- endings the jobs table has not been told (keys.settle) -------------------------------
 
     def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
@@ -443,13 +462,14 @@ class RedisQueue:
     # --- relay ----------------------------------------------------------------------------
 
     def push(self, queue: str, topic: str, partition: int, owner_token: int,
-             records: Sequence[tuple[int, JobSpec]]) -> PushResult:
+             records: Sequence[tuple[int, JobSpec]], gens: Mapping[str, int] | None = None) -> PushResult:
         """Enqueue Kafka records exactly once per (topic, partition) offset, fenced by owner.
 
         Records at or below the partition's stored offset are skipped, as are ids that
         already exist. Raises StaleToken if a newer relay owns the partition, ReservedQueue
         for one of Sluice's own queues. Batches over 1000 records are sent in offset order,
-        1000 at a time (each chunk atomic).
+        1000 at a time (each chunk atomic). ``gens``: the redrive generation of jobs that
+        have one (the jobs table's), stored on the new job for its grant.
         """
         k = self.keys(validate_public_queue(queue))
         _topic(topic)
@@ -461,7 +481,8 @@ class RedisQueue:
             if not isinstance(record, tuple) or len(record) != 2:
                 raise InvalidInput("records must be (offset, JobSpec) pairs")
             fields = job_fields(record[1], queue, now, RELAY_SKEW_MS)
-            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), fields))
+            gen = _int((gens or {}).get(fields.job_id, 0), 0, MAX_TOKEN, "redrive generation")
+            checked.append((_int(record[0], 0, MAX_TOKEN, "offset"), fields, gen))
         if not checked:
             raise InvalidInput("push needs at least one record")
         checked.sort(key=lambda r: r[0])
@@ -474,11 +495,13 @@ class RedisQueue:
             skipped += result.skipped
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
-    def push_many(self, topic: str, items: Sequence[PushItem]) -> list[PushResult | SluiceError]:
+    def push_many(self, topic: str, items: Sequence[PushItem],
+                  gens: Mapping[str, int] | None = None) -> list[PushResult | SluiceError]:
         """The relay's push: ``push`` for each (queue, partition, owner token, records) item, for
         records already decoded (``DecodedJob``: checked against ``JobSpec``'s fields, payload
         canonical JSON), in two round trips however many items: the registry, then push.lua per
-        item (per 1000 records) in one pipeline.
+        item (per 1000 records) in one pipeline. ``gens``: the jobs table's redrive generation of
+        the jobs that have one, stored on each new job for its grant.
 
         Per item, in order: its result, or the error that refused it (``StaleToken``: a newer
         relay owns the partition; ``InvalidInput``; ``QueueNotAllowed``), nothing of a refused
@@ -494,7 +517,7 @@ class RedisQueue:
             try:
                 k = self.keys(validate_public_queue(queue))
                 _int(partition, 0, 1_000_000, "partition")
-                for args in _push_args(queue, _token(owner_token), records, horizon):
+                for args in _push_args(queue, _token(owner_token), records, horizon, gens):
                     calls.append((k, topic, partition, args))
                     owners.append(i)
             except SluiceError as exc:
@@ -556,7 +579,7 @@ def _topic(topic: object) -> str:
 
 
 def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, DecodedJob]],
-               horizon: int) -> list[list[Any]]:
+               horizon: int, gens: Mapping[str, int] | None = None) -> list[list[Any]]:
     """push.lua's ARGV for decoded records, per MAX_BATCH in offset order. What ``job_fields``
     checks for a JobSpec that decoding has not (the queue, the clock-relative bounds, the
     size); push.lua checks the id and the meta again, and stores the payload as given."""
@@ -580,7 +603,10 @@ def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decode
             if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
                 raise InvalidInput(f"payload of {job.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
             meta = f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}"
-            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms)))
+            gen = gens.get(job.job_id, 0) if gens else 0
+            if type(gen) is not int or not 0 <= gen <= MAX_TOKEN:
+                raise InvalidInput(f"redrive generation of {job.job_id}: 0..{MAX_TOKEN}, not {gen!r}")
+            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms), str(gen)))
         chunks.append(push_argv(owner_token, flat))
     return chunks
 

@@ -87,11 +87,14 @@ class JobFields(NamedTuple):
 _RECORDS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+PUSH_FIELDS = 6  # per record in push.lua's records argument
+
+
 def push_argv(owner_token: int, flat: list[str]) -> list[Any]:
     """push.lua's ARGV: the owner token, the record count, and the records as one JSON array of
-    strings (offset, job_id, payload, meta, run_at_ms per record). One argument rather than five
-    per record: redis-py packs each argument in Python, which was most of a push's client CPU."""
-    return [owner_token, len(flat) // 5, _RECORDS.encode(flat)]
+    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen per record). One argument rather
+    than six per record: redis-py packs each argument in Python, which was most of a push's client CPU."""
+    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat)]
 
 
 class StatsReply(NamedTuple):
@@ -260,10 +263,11 @@ class Scripts:
     # --- relay --------------------------------------------------------------------------
 
     def push(self, k: QueueKeys, topic: str, partition: int, owner_token: int,
-             records: Sequence[tuple[int, JobFields]]) -> PushResult:
+             records: Sequence[tuple[int, JobFields, int]]) -> PushResult:
+        """``records``: (offset, job, redrive generation or 0)."""
         flat: list[str] = []
-        for offset, job in records:
-            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms))
+        for offset, job, gen in records:
+            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen))
         reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq,
                                        k.wake], push_argv(owner_token, flat))
         return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))

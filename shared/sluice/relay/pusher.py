@@ -72,7 +72,9 @@ class Pusher:
         """
         done = Executed()
         try:
-            final = self.store.final_job_ids([job.job_id for _, _, take in plan for _, job in take])
+            # Redriven jobs are not final, and are pushed with their redrive generation (a replayed
+            # record of one carries none): docs/redis-loss.md, "Redriven jobs".
+            final, gens = self.store.relay_view([job.job_id for _, _, take in plan for _, job in take])
             stale: set[int] = set()
             sending: list[int] = []  # indexes into plan, and into done.results
             items: list[PushItem] = []
@@ -96,18 +98,18 @@ class Pusher:
                 done.results.append((records, None))
                 items.append((queue, owned.number, token, records))
             if items:
-                self._push(items, sending, done)
+                self._push(items, sending, done, gens)
         except SluiceError as exc:  # the rest of the plan stays pending and is tried again
             done.error = exc
         return done
 
-    def _push(self, items: list[PushItem], sending: list[int], done: Executed) -> None:
+    def _push(self, items: list[PushItem], sending: list[int], done: Executed, gens: dict[str, int]) -> None:
         """``push_many``, a ``Pushed`` event per item (on this thread, before the outcome is
         applied), and ``after_push`` per item pushed."""
         t0 = ev.wall()  # the machine's clock, as the event's ``at`` (a chaos run skews time.time)
         outcomes: Sequence[PushOutcome | Exception]
         try:
-            outcomes = self.engine.push_many(self.topic, items)
+            outcomes = self.engine.push_many(self.topic, items, gens)
         except SluiceError as exc:  # no reply: these items stay pending (a retry is safe)
             self._emit(items, [exc] * len(items), t0)
             for i in sending:

@@ -29,6 +29,7 @@ from sluice.errors import (
     InvalidInput,
     JobCancelled,
     JobNotFound,
+    LeaseLost,
 )
 from sluice.metrics import EmfMetrics
 from sluice.models import FINAL_STATES, JobRecord, JobState, validate_job_id, validate_queue_name
@@ -51,6 +52,11 @@ NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
 # redrive (sluice.redrive) re-opens a job, never a lease that lapsed after the verdict was written.
 OPEN = "NOT (#st IN (:cancelled, :succeeded, :failed, :dead))"
 REDRIVEN = "(#st IN (:failed, :dead) AND #rg >= :gen AND (attribute_not_exists(#run) OR #run < :gen))"
+# run_gen never goes down: a lease of an older generation than the item last ran under was taken
+# before a redrive that has run since, so its holder is stale (its Redis lease long gone). Were run_gen
+# lowered, a redriven job that then ended unrun (a reap, a settle) would look redriven again, and the
+# relay, which pushes a replayed job with the item's redrive_gen, would run it once more.
+NOT_OLDER = "(attribute_not_exists(#run) OR #run <= :gen)"
 MAX_OWNER_CHARS = 256
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
@@ -117,8 +123,9 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                   ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
                   ":succeeded": S(JobState.SUCCEEDED), ":failed": S(JobState.FAILED),
                   ":dead": S(JobState.DEAD), ":gen": N(gen)}
-        condition = (f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED})" if gen == 0 else
-                     f"attribute_exists(#id) AND {NOT_CANCELLED} AND ({OPEN} OR {REDRIVEN})")
+        condition = (
+            f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED} AND {NOT_OLDER})" if gen == 0
+            else f"attribute_exists(#id) AND {NOT_CANCELLED} AND {NOT_OLDER} AND ({OPEN} OR {REDRIVEN})")
         request = self._request(
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
@@ -129,6 +136,10 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             self._granted(job_id, attrs)
             return item_int(attrs, "token")
         status = item_str(attrs, "status") if attrs is not None else None
+        ran = item_int(attrs, "run_gen") if attrs is not None else 0
+        if ran > gen and status not in FINAL_STATES:
+            raise LeaseLost(f"job {job_id} ran under redrive generation {ran} since this lease (generation "
+                            f"{gen}) was taken: the lease is stale; no token granted", job_id=job_id)
         if attrs is None or status in (JobState.FAILED, JobState.DEAD):
             # The verdict was written and then the lease lapsed (the worker died before it told
             # Redis), or the item expired after it ended: not run again without a redrive.
@@ -152,8 +163,32 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
     # -- batch reads ------------------------------------------------------------------------
 
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        """The ids whose item is in a final state (one consistent read per 100 ids)."""
+        statuses = self._statuses(job_ids)
+        return {job_id for job_id, (status, _, _) in statuses.items() if status in FINAL_STATES}
+
+    def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
+        """What the relay needs of ``job_ids``, in the same read: the ids whose jobs are done with,
+        and the redrive generation of every job that has one.
+
+        A failed or dead job redriven since it last ran (``redrive_gen > run_gen``) is not done
+        with: it will run again. So the relay pushes its records (``push.lua`` skips the job while
+        Redis holds it) with the generation its grant needs, and recovery keeps them pending until
+        the job ends again (docs/redis-loss.md, "Redriven jobs").
+        """
+        done: set[str] = set()
+        gens: dict[str, int] = {}
+        for job_id, (status, gen, run) in self._statuses(job_ids).items():
+            if gen:
+                gens[job_id] = gen
+            if status in FINAL_STATES and not (status in (JobState.FAILED, JobState.DEAD) and gen > run):
+                done.add(job_id)
+        return done, gens
+
+    def _statuses(self, job_ids: Iterable[str]) -> dict[str, tuple[str | None, int, int]]:
+        """job id -> (status, redrive_gen, run_gen) of the items that exist."""
         ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
-        final: set[str] = set()
+        found: dict[str, tuple[str | None, int, int]] = {}
         for start in range(0, len(ids), BATCH_GET_LIMIT):
             keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + BATCH_GET_LIMIT]]
             for round_ in range(BATCH_GET_ROUNDS):
@@ -161,11 +196,12 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
                 with translated("batch_get_item"):
                     response = self._db.batch_get_item(RequestItems={self.table: {
                         "Keys": keys, "ConsistentRead": True,
-                        "ProjectionExpression": "#id, #st",
-                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status"}}})
+                        "ProjectionExpression": "#id, #st, #rg, #run",
+                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", "#rg": "redrive_gen",
+                                                     "#run": "run_gen"}}})
                 for item in response.get("Responses", {}).get(self.table, []):
-                    if item_str(item, "status") in FINAL_STATES:
-                        final.add(str(item["job_id"]["S"]))
+                    found[str(item["job_id"]["S"])] = (
+                        item_str(item, "status"), item_int(item, "redrive_gen"), item_int(item, "run_gen"))
                 keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
                 if not keys:
                     break
@@ -173,7 +209,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
             else:
                 raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed",
                                          unprocessed=len(keys))
-        return final
+        return found
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -7,9 +7,12 @@
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
---   ARGV[3] records         a JSON array of 5k strings, k groups of 5: offset, job_id, payload,
---                           meta, run_at_ms (as in enqueue.lua). One argument rather than 5k:
---                           the client packs one string instead of thousands (issue 18).
+--   ARGV[3] records         a JSON array of 6k strings, k groups of 6: offset, job_id, payload,
+--                           meta, run_at_ms (as in enqueue.lua), redrive_gen. One argument rather
+--                           than 6k: the client packs one string instead of thousands (issue 18).
+--                           redrive_gen: 0, or the job's redrive generation in the jobs table,
+--                           stored as the new job's g (a redriven job replayed after a Redis
+--                           loss: its grant needs the generation to leave its final item)
 -- Output
 --   {pushed, skipped, stored_offset}
 --   Records at or below the stored offset, and jobs whose hash already exists (or that
@@ -36,7 +39,7 @@ if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)
 if not k or #ARGV ~= 3 then return invalid('record count') end
 local ok, R = pcall(cjson.decode, ARGV[3])
-if not ok or type(R) ~= 'table' or #R ~= 5 * k then return invalid('records') end
+if not ok or type(R) ~= 'table' or #R ~= 6 * k then return invalid('records') end
 
 local stored = redis.call('HMGET', relayed, 'owner', 'offset')
 if owner < (tonumber(stored[1]) or 0) then
@@ -47,9 +50,10 @@ local stored_offset = tonumber(stored[2]) or -1
 local now = now_ms()
 local max_offset, starts = stored_offset, {}
 for r = 0, k - 1 do
-  local i = 1 + 5 * r
+  local i = 1 + 6 * r
   local offset = int_in(R[i], 0, MAX_TOKEN)
   if not offset then return invalid('offset') end
+  if not int_in(R[i + 5], 0, MAX_TOKEN) then return invalid('redrive_gen') end
   local bad = check_job(R, i + 1, now)
   if bad then return bad end
   if offset > max_offset then max_offset = offset end
@@ -59,6 +63,9 @@ end
 local fresh = new_jobs(R, prefix, starts)
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
 create_jobs(R, prefix, ready, delayed, seqkey, fresh, now)
+for _, s in ipairs(fresh) do
+  if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
+end
 if #fresh > 0 then
   local tokens = {}
   for i = 1, math.min(#fresh, WAKE_MAX) do tokens[i] = '1' end
