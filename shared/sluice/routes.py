@@ -34,7 +34,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from sluice.errors import ConfigError, InvalidInput, SluiceError
+from sluice.errors import (
+    ConfigError,
+    InvalidInput,
+    InvalidSchema,
+    NoRoute,
+    PayloadInvalid,
+    RouteConflict,
+    SluiceError,
+    UnknownFunction,
+)
+
+__all__ = ["InvalidSchema", "NoRoute", "PayloadInvalid", "Route", "RouteCache", "RouteConflict", "RouteTable",
+           "UnknownFunction", "check_new", "check_schema", "covers", "payload_errors", "routes_for"]
+from sluice.lazy import Lazy, resolve
 from sluice.models import QUEUE_NAME_RE, is_reserved_queue
 
 PREFIX_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\*")
@@ -42,30 +55,6 @@ MAX_ROUTES_PER_REGISTRATION: Final = 100  # one DynamoDB transaction
 MAX_SCHEMA_BYTES: Final = 64 * 1024  # one route item stays far below DynamoDB's 400 KB
 FUNCTION_RE: Final = re.compile(r"^(arn:[a-z-]+:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}$")
 OWNER_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-class RouteConflict(InvalidInput):
-    """Another owner already routes this queue (or a pattern that overlaps it)."""
-
-    code = "ROUTE_CONFLICT"
-
-
-class InvalidSchema(InvalidInput):
-    """A typed queue's schema is not a valid JSON Schema."""
-
-    code = "INVALID_SCHEMA"
-
-
-class UnknownFunction(InvalidInput):
-    """A route names a worker function that does not exist."""
-
-    code = "UNKNOWN_FUNCTION"
-
-
-class NoRoute(InvalidInput):
-    """No deployed worker handles this queue: the gateway refuses its jobs."""
-
-    code = "NO_ROUTE"
 
 
 def validate_pattern(pattern: object) -> str:
@@ -114,6 +103,32 @@ def check_schema(queue: str, schema: object) -> dict[str, Any]:
         raise InvalidSchema(f"the schema of queue {queue!r} is not a valid JSON Schema: at {where}: "
                             f"{exc.message}") from None
     return schema
+
+
+_VALIDATORS: dict[str, Any] = {}  # schema JSON -> compiled validator, per container
+
+
+def payload_errors(schema: Mapping[str, Any], payload: Any, pointer: str = "/payload",
+                   limit: int = 20) -> list[tuple[str, str]]:
+    """(JSON pointer, message) for each way ``payload`` breaks ``schema``, first ``limit`` of them.
+
+    The schema passed ``check_schema`` at registration; validators are compiled once per schema.
+    """
+    key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        from jsonschema import Draft202012Validator
+
+        if len(_VALIDATORS) > 1000:  # schemas come from the routes table: bounded, but be safe
+            _VALIDATORS.clear()
+        validator = _VALIDATORS[key] = Draft202012Validator(dict(schema))
+    out = []
+    for err in sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.absolute_path))):
+        path = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.absolute_path)
+        out.append((pointer + path, err.message if len(err.message) <= 300 else err.message[:297] + "..."))
+        if len(out) >= limit:
+            break
+    return out
 
 
 @dataclass(frozen=True)
@@ -248,7 +263,7 @@ class RouteCache:
     refuses no queue for want of a route (a deployment that registers none works as before).
     """
 
-    def __init__(self, source: RouteSource, *, ttl_s: float = 30.0,
+    def __init__(self, source: RouteSource | Lazy[RouteSource], *, ttl_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source, self.ttl_s, self.clock = source, ttl_s, clock
         self._table = RouteTable()
@@ -263,7 +278,7 @@ class RouteCache:
         with self._lock:
             if now - self._read_at >= self.ttl_s:
                 try:
-                    self._table = RouteTable(self.source.list_routes())
+                    self._table = RouteTable(resolve(self.source).list_routes())
                 except SluiceError:  # a backend error or a bad item: keep the last table, retry soon
                     self.errors += 1
                     self._read_at = now - self.ttl_s + min(5.0, self.ttl_s)

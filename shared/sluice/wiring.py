@@ -172,10 +172,15 @@ def routes(s: Settings | None = None) -> RouteCache | None:
     s = s or settings()
     if not s.routes_table:
         return None
-    from sluice.routes import RouteCache
-    from sluice.store.routes import DynamoRouteStore
+    from sluice.lazy import Lazy
+    from sluice.routes import RouteCache, RouteSource
 
-    return RouteCache(DynamoRouteStore.from_settings(s), ttl_s=s.route_cache_ttl_s)
+    def build() -> RouteSource:  # on the first read: no boto3 at a gateway's import (cold start)
+        from sluice.store.routes import DynamoRouteStore
+
+        return DynamoRouteStore.from_settings(s)
+
+    return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
 
 
 @cache
