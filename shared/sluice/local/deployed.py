@@ -37,6 +37,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_KAFKA_BOOTSTRAP": "the local Kafka (Tansu, or --kafka)",
     "SLUICE_JOBS_TABLE": "the jobs table on the moto server",
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
+    "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",

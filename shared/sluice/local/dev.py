@@ -49,6 +49,7 @@ from sluice.models import is_reserved_queue
 WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
 RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
 GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
+ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
 
 
@@ -154,7 +155,8 @@ class DevStack:
             s = self.stack.start_servers(base)
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
-            s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}"})
+            s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
+                                     "routes_table": s.routes_table or ROUTES_TABLE})
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
@@ -186,6 +188,7 @@ class DevStack:
                 "log_dir": str(self.logs.resolve()),
                 "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
+                "routes_table": s.routes_table,
                 "tansu": "tansu" in self.stack.servers,
                 "events_queue_url": events_queue,
             }
@@ -271,6 +274,7 @@ class DevStack:
         """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
         out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
                "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
+               "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
