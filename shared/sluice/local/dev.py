@@ -93,6 +93,7 @@ class DevOptions:
     # template (infra/worker.yaml at TeamName=NAME, HandlersModule=MODULE), with its own pool of
     # warm containers, named sluice-worker-NAME, its queues routed to it in the routes table.
     team_workers: tuple[tuple[str, str], ...] = ()
+    team_containers: int | None = None  # each team's local containers (None: as many as ``workers``)
     team_template: Path = FUNCTIONS_DIR.parent / "infra" / "worker.yaml"
 
     def deploy(self) -> DeployConfig:
@@ -419,7 +420,8 @@ class DevStack:
         timeout, period = base.timeout_s.get("WorkerFunction"), base.schedule_s.get("WorkerFunction")
         return LocalChanges(
             timeout_s={} if timeout is None else {logical_id: timeout},
-            concurrency={logical_id: (o.workers, "--workers: each team's own pool of local containers")},
+            concurrency={logical_id: (o.team_containers or o.workers,
+                                      "--workers: each team's own pool of local containers")},
             schedule_s={} if period is None else {logical_id: period},
             schedule_input={logical_id: ("its routed queues with work", "the local safety net drains the "
                                          "queues routed to it that have work, not only Queues")},
