@@ -23,6 +23,7 @@ from sluice.errors import RouteConflict
 from sluice.local.dev import DevOptions, DevStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+INVOKED: list[tuple[str, dict[str, Any]]] = []  # (function, event) of every finished invocation
 
 
 def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
@@ -38,9 +39,12 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, dict[str, Any]]]:
     state: Path = tmp_path_factory.mktemp("teams") / ".sluice"
-    dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=2,
+    # The safety net rarely runs: the jobs below reach their worker through the relay's dispatch.
+    dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=600,
                               team_workers=(("words", "sluice.examples_team"),), history=False))
     endpoints = dev.start()
+    assert dev.lambdas is not None
+    dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
     try:
         yield dev, endpoints
     finally:
@@ -76,6 +80,10 @@ def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[
     assert done["status"] == "succeeded", done
     assert done["result"]["words"] == 3 and done["result"]["function"] == "sluice-worker-words"
     assert wait_job(gateway, echo["job_id"])["status"] == "succeeded"
+    # The relay dispatched each queue's backlog to its routed function.
+    relayed = {(fn, q) for fn, e in INVOKED if e.get("source") == "relay" for q in e.get("queues", [])}
+    assert ("sluice-worker-words", "word-count") in relayed and ("sluice-worker", "echo") in relayed, relayed
+    assert ("sluice-worker", "word-count") not in relayed
     # Each function ran in its own containers.
     by_function = {c["function"] for c in dev.lambdas.describe()}
     assert {"sluice-worker", "sluice-worker-words"} <= by_function
@@ -119,3 +127,21 @@ def test_two_workers_claiming_one_queue_stop_the_stack_from_starting(tmp_path: P
     with pytest.raises(RouteConflict, match="already routed by"):
         dev.start()
     assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
+
+
+def test_with_unrouted_default_such_a_job_dies_at_once_in_the_default_worker(tmp_path: Path) -> None:
+    """The other guard: accepted (UnroutedQueues=default), dispatched to the default worker, which
+    has no handler: dead on its first lease with the reason, never released, never re-run."""
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              safety_net_every_s=600, parameters={"UnroutedQueues": "default"},
+                              team_workers=(("words", "sluice.examples_team"),)))
+    endpoints = dev.start()
+    try:
+        code, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs",
+                              {"payload": 1, "max_attempts": 5})
+        assert code == 202, accepted
+        done = wait_job(endpoints["gateway_url"], accepted["job_id"])
+        assert done["status"] == "dead" and done["attempts"] == 1, done
+        assert done["last_error"] == "no handler registered for queue 'nobody-handles'"
+    finally:
+        dev.stop()
