@@ -113,12 +113,12 @@ def plan(deploy: DeployConfig, changes: LocalChanges,
     return functions, overrides
 
 
-def plan_team(cfg: FunctionConfig, name: str, changes: LocalChanges,
+def plan_team(cfg: FunctionConfig, team: str, name: str, changes: LocalChanges,
               bindings: Mapping[str, str]) -> tuple[LocalFunction, list[Override]]:
-    """A team's worker function (infra/worker.yaml, ``sluice dev --worker``), from its own template
-    the same way: ``changes`` keyed by its logical id; override rows name the team's function."""
+    """A team's worker function ``name`` (infra/worker.yaml, ``sluice dev --worker``), from its own
+    template the same way: ``changes`` keyed by its logical id; override rows say which team's."""
     fn, rows = _one(cfg, name, changes, bindings)
-    return fn, [Override(f"{r.function}[{name}]", r.field, r.template, r.local, r.reason) for r in rows]
+    return fn, [Override(f"{r.function}[{team}]", r.field, r.template, r.local, r.reason) for r in rows]
 
 
 def _one(cfg: FunctionConfig, name: str, ch: LocalChanges,

@@ -348,8 +348,8 @@ class DevStack:
         self.team_functions = {}
         for name, (_module, deploy) in self.teams.items():
             cfg = deploy.functions[team_function_id(deploy)]
-            fn, rows = deployed.plan_team(cfg, team_function_name(name), self.team_changes(cfg.logical_id, s),
-                                          self.bindings(s, sink_url))
+            fn, rows = deployed.plan_team(cfg, name, team_function_name(name),
+                                          self.team_changes(cfg.logical_id, s), self.bindings(s, sink_url))
             self.team_functions[name] = fn
             self.overrides += rows
         worker = self.function("WorkerFunction")
