@@ -1,18 +1,18 @@
 """A second team's handlers, for ``sluice dev --worker words=sluice.examples_team`` and the demo.
 
 They run in their own worker function (``sluice-worker-words``), with its own containers, and
-their queue is routed to it (docs/teams.md). ``word-count`` checks its payload with a pydantic
-model: a payload that does not validate fails at once, not retried.
+their queue is routed to it (docs/teams.md). ``word-count`` is a typed queue (``model=Text``):
+its JSON Schema is published with its route, so the gateway refuses a payload that does not
+match (400 ``PAYLOAD_INVALID``) and the handler gets a validated ``Text``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.runtime.context import JobContext
-from sluice.runtime.outcomes import Fail
 from sluice.worker import Worker
 
 app = Worker()
@@ -20,18 +20,16 @@ FUNCTION = "sluice-worker-words"  # the function the local stack runs these in (
 
 
 class Text(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A ``word-count`` job: the text, and the demo's index (echoed back)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     text: str = Field(max_length=100_000)
-    i: int | None = None  # the demo's index, echoed back
+    i: int | None = None
 
 
-@app.handler("word-count", timeout_s=30)
-def word_count(job: Any, ctx: JobContext) -> dict[str, Any]:
-    try:
-        text = Text.model_validate(job.payload)
-    except ValidationError as exc:
-        raise Fail(f"invalid payload: {exc.errors(include_url=False)}") from None
+@app.handler("word-count", model=Text, timeout_s=30)
+def word_count(text: Text, ctx: JobContext) -> dict[str, Any]:
     # The function that ran it, as Lambda named it (worker ids are "<function>:<request id>").
     return {"words": len(text.text.split()), "i": text.i, "function": ctx.worker_id.split(":")[0]}
 

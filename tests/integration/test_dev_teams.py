@@ -65,7 +65,8 @@ def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[
     gateway = endpoints["gateway_url"]
     assert endpoints["workers"] == [{"name": "words", "function": "sluice-worker-words",
                                      "handlers": "sluice.examples_team"}]
-    assert "word-count -> sluice-worker-words" in endpoints["routes"]
+    assert "word-count -> sluice-worker-words (typed)" in endpoints["routes"]
+    assert "thumbnails -> sluice-worker (typed)" in endpoints["routes"]
     assert "echo -> sluice-worker" in endpoints["routes"]
     # Its own function in the local Lambda service, configured from infra/worker.yaml.
     assert dev.lambdas is not None and "sluice-worker-words" in dev.lambdas.functions
@@ -80,9 +81,17 @@ def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[
     assert done["status"] == "succeeded", done
     assert done["result"]["words"] == 3 and done["result"]["function"] == "sluice-worker-words"
     assert wait_job(gateway, echo["job_id"])["status"] == "succeeded"
-    # The relay dispatched each queue's backlog to its routed function.
-    relayed = {(fn, q) for fn, e in INVOKED if e.get("source") == "relay" for q in e.get("queues", [])}
-    assert ("sluice-worker-words", "word-count") in relayed and ("sluice-worker", "echo") in relayed, relayed
+    # The relay dispatched each queue's backlog to its routed function (an invocation is recorded
+    # when it returns, a moment after its job's result is written).
+    deadline = time.monotonic() + 20
+    while True:
+        relayed = {(fn, q) for fn, e in list(INVOKED) if e.get("source") == "relay"
+                   for q in e.get("queues", [])}
+        if {("sluice-worker-words", "word-count"), ("sluice-worker", "echo")} <= relayed or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ("sluice-worker-words", "word-count") in relayed and ("sluice-worker", "echo") in relayed, INVOKED
     assert ("sluice-worker", "word-count") not in relayed
     # Each function ran in its own containers.
     by_function = {c["function"] for c in dev.lambdas.describe()}
@@ -93,9 +102,21 @@ def test_an_unrouted_queues_job_is_refused_at_the_door(stack: tuple[DevStack, di
     _, endpoints = stack
     code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs", {"payload": 1})
     assert code == 404 and problem["code"] == "NO_ROUTE", problem
+    # word-count is typed (model=Text): a payload that does not match its published schema is a
+    # 400 naming each field, before Kafka; so is one for the default worker's typed thumbnails.
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/word-count/jobs",
+                         {"payload": {"text": 5, "extra": True}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
+    assert {e["pointer"] for e in problem["errors"]} == {"/payload", "/payload/text"}, problem["errors"]
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/thumbnails/jobs",
+                         {"payload": {"width": 0}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
     code, view = http("GET", f"{endpoints['gateway_url']}/v1/queues/word-count")
     assert code == 200
     assert view["route"]["function"] == "sluice-worker-words" and view["route"]["owner"] == "words"
+    assert view["route"]["payload_schema"]["properties"]["text"]["type"] == "string"
+    _, openapi = http("GET", f"{endpoints['gateway_url']}/v1/openapi.json")
+    assert {"word-count", "thumbnails"} <= set(openapi["x-sluice-typed-queues"])
 
 
 def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, dict[str, Any]]) -> None:
@@ -104,9 +125,9 @@ def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, 
     out = CliRunner(mix_stderr=False).invoke(main, [*args, "queues", "--json"])
     assert out.exit_code == 0, out.output + out.stderr
     rows = {json.loads(line)["queue"]: json.loads(line) for line in out.stdout.splitlines()}
-    assert rows["word-count"]["route"] == "sluice-worker-words (words)"
+    assert rows["word-count"]["route"] == "sluice-worker-words (words typed)"
     out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list"])
-    assert out.exit_code == 0 and "word-count" in out.stdout and "sluice-worker-words  (words)" in out.stdout
+    assert out.exit_code == 0 and "sluice-worker-words  (words)  typed: word-count" in out.stdout
     # A route to a function that does not exist is refused, and nothing is written.
     register = [*args, "routes", "register", "--function"]
     out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker-ghost",
