@@ -53,6 +53,7 @@ from sluice.models import QUEUE_NAME_RE, is_reserved_queue
 PREFIX_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\*")
 MAX_ROUTES_PER_REGISTRATION: Final = 100  # one DynamoDB transaction
 MAX_SCHEMA_BYTES: Final = 64 * 1024  # one route item stays far below DynamoDB's 400 KB
+EMPTY_TTL_S: Final = 5.0  # how long a cache keeps an empty table, or waits after a failed read
 FUNCTION_RE: Final = re.compile(r"^(arn:[a-z-]+:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}$")
 OWNER_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -281,9 +282,10 @@ class RouteCache:
                     self._table = RouteTable(resolve(self.source).list_routes())
                 except SluiceError:  # a backend error or a bad item: keep the last table, retry soon
                     self.errors += 1
-                    self._read_at = now - self.ttl_s + min(5.0, self.ttl_s)
+                    self._read_at = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
                     raise
-                self._read_at = now
+                # No route yet: read again sooner, so the first registration counts within seconds.
+                self._read_at = now if self._table.routes else now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
         return self._table
 
     def resolve(self, queue: str) -> Route | None:

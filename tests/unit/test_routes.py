@@ -131,14 +131,14 @@ class Source:
 
 def test_the_cache_reads_once_per_ttl_and_picks_up_a_new_route_after_it() -> None:
     now = [0.0]
-    source = Source([])
+    source = Source([r("echo", "default-fn")])
     cache = RouteCache(source, ttl_s=30, clock=lambda: now[0])
-    assert not cache.known() and cache.resolve("thumbnails") is None
-    source.routes = [r("thumbnails", "team-fn")]
+    assert cache.known() and cache.resolve("thumbnails") is None
+    source.routes = [r("echo", "default-fn"), r("thumbnails", "team-fn")]
     now[0] = 29.0
     assert cache.resolve("thumbnails") is None and source.reads == 1
     now[0] = 30.0
-    assert cache.resolve("thumbnails").function == "team-fn" and cache.known()  # type: ignore[union-attr]
+    assert cache.resolve("thumbnails").function == "team-fn"  # type: ignore[union-attr]
     assert source.reads == 2
 
 
@@ -168,3 +168,17 @@ def test_the_lambda_dispatcher_invokes_each_queues_routed_function() -> None:
         assert dispatcher.dispatch("thumbs-big", 1, 10) == 1
         assert dispatcher.dispatch("echo", 1, 10) == 1
         stub.assert_no_pending_responses()
+
+
+def test_an_empty_registry_is_read_again_within_seconds_so_a_first_route_counts_soon() -> None:
+    now = [0.0]
+    source = Source([])
+    cache = RouteCache(source, ttl_s=30, clock=lambda: now[0])
+    assert not cache.known()
+    source.routes = [r("thumbnails", "team-fn")]
+    now[0] = 4.9
+    assert not cache.known() and source.reads == 1
+    now[0] = 5.0
+    assert cache.known() and source.reads == 2
+    now[0] = 34.9  # a table with routes is kept the whole ttl
+    assert cache.known() and source.reads == 2

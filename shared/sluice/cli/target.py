@@ -82,6 +82,10 @@ class Target:
         if self.env.get(need):
             return Settings.from_env()
         if self.local:
+            from sluice.local.servers import DUMMY_AWS_ENV
+
+            for key, value in DUMMY_AWS_ENV.items():  # the local moto server and Lambda API take any
+                os.environ.setdefault(key, value)
             return settings_from_endpoints(self.local, Settings.from_env())
         raise self._not_running(need)
 
