@@ -89,3 +89,28 @@ def test_its_environment_variables_are_settings_fields() -> None:
     for var in FN["Environment"]["Variables"]:
         assert var in names or not var.startswith("SLUICE_"), var
         assert re.fullmatch(r"[A-Z_]+", var)
+
+
+def _leading_keys(condition: Any, queues: list[str]) -> list[str]:
+    """The Split/Sub/Join of the jobs-table condition, evaluated as CloudFormation would."""
+    split = condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]["Fn::Split"]
+    text, names = split[1]["Fn::Sub"]
+    joined = names["Names"]["Fn::Join"]
+    assert joined[1] == {"Ref": "Queues"}
+    return str(text.replace("${Names}", joined[0].join(queues))).split(split[0])
+
+
+def test_the_jobs_table_is_reached_only_for_its_own_queues_job_ids() -> None:
+    from fnmatch import fnmatchcase
+
+    from sluice.ids import mint
+
+    statements = [s for p in FN["Policies"] for s in p["Statement"]]
+    jobs = next(s for s in statements if _imports(s["Resource"]) == ["${SluiceStackName}-JobsTableArn"])
+    keys = _leading_keys(jobs["Condition"], ["avatars", "avatar-cleanup"])
+    assert keys == ["*.avatars.*", "*.avatar-cleanup.*"]
+    key = b"k" * 32
+    for queue, allowed in (("avatars", True), ("avatar-cleanup", True), ("avatar", False),
+                           ("avatars2", False), ("thumbnails", False)):
+        job_id = mint(1_700_000_000_000, queue, key)
+        assert any(fnmatchcase(job_id, k) for k in keys) is allowed, (queue, job_id)
