@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from sluice.errors import (
+    BackendUnavailable,
     ConfigError,
     InvalidInput,
     InvalidSchema,
@@ -271,6 +272,7 @@ class RouteCache:
         self._read_at = float("-inf")
         self._lock = threading.Lock()
         self.errors = 0
+        self.has_read = False  # a read has succeeded: ``last()`` is a real table, not a blank one
 
     def table(self) -> RouteTable:
         now = self.clock()
@@ -284,6 +286,7 @@ class RouteCache:
                     self.errors += 1
                     self._read_at = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
                     raise
+                self.has_read = True
                 # No route yet: read again sooner, so the first registration counts within seconds.
                 self._read_at = now if self._table.routes else now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
         return self._table
@@ -303,11 +306,12 @@ class RouteCache:
 
 
 class CachedRouteLookup:
-    """``function_for(queue)``: the routed function, else ``default``; never raises.
+    """``function_for(queue)``: the routed function, else ``default``.
 
-    For the relay's dispatch: if the routes cannot be read, the last table is used, and the
-    default worker before any read succeeded (its safety net still drains routed queues'
-    functions' own schedules, so nothing is stranded).
+    For the relay's dispatch. If the routes cannot be read, the last table read is used. Before
+    any read succeeded it raises BackendUnavailable instead of guessing: the default worker has
+    no handler for a team's queue and would dead-letter its jobs. The relay counts a failed
+    dispatch and goes on; each function's safety net still drains its queues.
     """
 
     def __init__(self, cache: RouteCache, default: str) -> None:
@@ -316,6 +320,11 @@ class CachedRouteLookup:
     def __call__(self, queue: str) -> str:
         try:
             route = self.cache.resolve(queue)
-        except SluiceError:
-            route = self.cache.last().resolve(queue)
+        except SluiceError as exc:
+            route, why = self.cache.last().resolve(queue), str(exc)
+        else:
+            why = "the last read failed"
+        if not self.cache.has_read:  # also in the pause after a failed read: the table is blank
+            raise BackendUnavailable(f"the routes cannot be read yet, so the worker function of {queue} "
+                                     f"is unknown ({why})")
         return self.default if route is None else route.function

@@ -148,7 +148,20 @@ def test_the_dispatch_lookup_keeps_the_last_table_when_the_registry_is_down() ->
     lookup = CachedRouteLookup(RouteCache(source, ttl_s=30, clock=lambda: now[0]), "default-fn")
     assert lookup("thumbnails") == "team-fn" and lookup("echo") == "default-fn"
     source.fail, now[0] = True, 31.0
-    assert lookup("thumbnails") == "team-fn"  # never raises: the relay must keep dispatching
+    assert lookup("thumbnails") == "team-fn"  # the last table read: the relay keeps dispatching
+
+
+def test_the_dispatch_lookup_does_not_guess_before_any_read_succeeded() -> None:
+    """Sending a team's queue to the default worker would dead-letter its jobs (no handler)."""
+    source = Source([r("thumbnails", "team-fn")])
+    source.fail = True
+    lookup = CachedRouteLookup(RouteCache(source, ttl_s=30, clock=lambda: 0.0), "default-fn")
+    for _ in range(2):  # the second call falls in the pause after the failed read: still no guess
+        with pytest.raises(BackendUnavailable, match="thumbnails"):
+            lookup("thumbnails")
+    source.fail = False
+    lookup.cache.forget()
+    assert lookup("thumbnails") == "team-fn" and lookup("echo") == "default-fn"
 
 
 def test_the_lambda_dispatcher_invokes_each_queues_routed_function() -> None:
