@@ -40,7 +40,7 @@ from sluice.config import Settings
 from sluice.errors import ConfigError
 from sluice.local import deployed, servers
 from sluice.local.deployed import LocalChanges, LocalFunction, Override
-from sluice.local.lambdas import Function, LambdaApi, LocalLambda
+from sluice.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
 from sluice.local.sink import FencedSink
 from sluice.local.stack import STATE_DIR, Stack, _env_text
 from sluice.local.template import TEMPLATE, DeployConfig, load
@@ -208,11 +208,15 @@ class DevStack:
                     for _ in range(min(o.warm_workers, o.workers))]
             warm += [self.lambdas.invoke(team.name, {**warm_up, "queues": [self._first_queue(name)]})
                      for name, team in self.team_functions.items()]
-            warm += [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
-                     for _ in range(o.gateway_concurrency)]
+            # The gateway reads the routes on its warm-up: with teams, only once every worker's
+            # are registered, or it could keep a table with some of them for route_cache_ttl_s.
+            if not self.teams:
+                warm += self._warm_gateways()
             self._ensure_resources(s)
             events_queue = self._start_events(s)
             self.routes = self._register_routes(s)
+            if self.teams:
+                warm += self._warm_gateways()
             for inv in warm:
                 inv.done.wait(30)
             self.gateway = self._serve_gateway()
@@ -243,6 +247,11 @@ class DevStack:
             self.stop()
             raise
         return self.endpoints
+
+    def _warm_gateways(self) -> list[Invocation]:
+        assert self.lambdas is not None
+        return [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
+                for _ in range(self.options.gateway_concurrency)]
 
     def _written(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.options.state_dir / "endpoints.json").read_text())
