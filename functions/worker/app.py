@@ -1,13 +1,15 @@
 """Worker Lambda: drain the queues a dispatch event names, within this invocation's time.
 
 Invoked asynchronously by the relay's dispatch and every minute by the scheduled
-safety-net rule (constant Input, same shape). Returns the drain summary.
+safety-net rule (constant Input, same shape). Returns the drain summary. A CloudFormation
+``Custom::SluiceRoutes`` request registers this function's routes (sluice.runtime.routes_resource).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sluice.runtime import routes_resource
 from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch, prepare
 
 # At init, once per container: load the handlers module and refuse any handler whose timeout
@@ -16,4 +18,6 @@ prepare()
 
 
 def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
+    if routes_resource.is_custom_resource(event):  # DefaultWorkerRoutes: this function's own routes
+        return routes_resource.handle(event, context)
     return handle_dispatch(event, context)

@@ -36,7 +36,15 @@ from typing import Any, Final, Protocol
 
 from sluice import api_families, ids, policy
 from sluice.clock import wall_ms
-from sluice.errors import AlreadyFinished, JobNotFound, PayloadTooLarge, PriorityNotAllowed, SluiceError
+from sluice.errors import (
+    AlreadyFinished,
+    JobNotFound,
+    NoRoute,
+    PayloadInvalid,
+    PayloadTooLarge,
+    PriorityNotAllowed,
+    SluiceError,
+)
 from sluice.events import EventBus, JobEnded
 from sluice.flows import Countdown, FamilyAccepted, FamilyRequest
 from sluice.lazy import Lazy, resolve
@@ -54,6 +62,7 @@ from sluice.models import (
 )
 from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
+from sluice.routes import RouteCache, RouteTable, payload_errors
 from sluice.wire import (
     Accepted,
     BatchAccepted,
@@ -61,6 +70,7 @@ from sluice.wire import (
     CancelAccepted,
     EnqueueRequest,
     JobView,
+    QueueRoute,
     QueueView,
 )
 
@@ -112,7 +122,8 @@ class Api:
                  id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
                  admission: Admission | None = None, limits: Limits | None = None,
                  max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = (),
-                 events: EventBus | None = None) -> None:
+                 events: EventBus | None = None, routes: RouteCache | None = None,
+                 refuse_unrouted: bool = True) -> None:
         self.log = log
         self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
         self.events.subscribe(self._count_down, JobEnded)
@@ -135,6 +146,10 @@ class Api:
         self._pool = LazyPool(withdraw_workers, "sluice-withdraw")
         self.admission = admission  # None: no caps (unit tests, the chaos workload)
         self.limits = limits or Limits()
+        # The routes (sluice.routes): once any is known, a queue no route covers is refused
+        # (NoRoute, 404) unless ``refuse_unrouted`` is off; a typed queue's payloads are checked
+        # against its JSON Schema (PayloadInvalid, 400) before anything is written.
+        self.routes, self.refuse_unrouted = routes, refuse_unrouted
 
     @property
     def store(self) -> JobStore:
@@ -166,6 +181,7 @@ class Api:
         for index, job in enumerate(request.jobs):
             self._check_size(job, index=index)
             self._check_priority(job, principal, index=index)
+        self._check_route(queue, request.jobs, batch=True)
 
         def accept() -> BatchAccepted:
             self._admit(queue, request.jobs)
@@ -201,6 +217,7 @@ class Api:
         validate_public_queue(queue)
         self._check_size(request, index=index)
         self._check_priority(request, principal, index=index)
+        self._check_route(queue, [request], batch=index is not None, offset=index or 0)
 
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
         size = len(dump_json(request.payload).encode("utf-8"))
@@ -208,6 +225,45 @@ class Api:
             where = "payload" if index is None else f"job {index}: payload"
             raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
                                   index=index)
+
+    def route_table(self) -> RouteTable | None:
+        """The routes as this container last read them (at most ``ttl_s`` old); None without any.
+
+        If the routes table cannot be read, the last table read is used (empty before one):
+        a registry outage must not stop enqueues.
+        """
+        if self.routes is None:
+            return None
+        try:
+            return self.routes.table()
+        except SluiceError as exc:
+            log.warning("could not read the routes, using the last ones read: %s", exc)
+            return self.routes.last()
+
+    def _check_route(self, queue: str, requests: Sequence[EnqueueRequest], *, batch: bool,
+                     offset: int = 0) -> None:
+        table = self.route_table()
+        if table is None or not len(table):
+            return  # no routes known: every queue goes to the default worker
+        route = table.resolve(queue)
+        if route is None:
+            if self.refuse_unrouted:
+                raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
+                              "(sluice routes list); nothing was enqueued", queue=queue)
+            return
+        schema = route.schemas.get(queue)
+        if schema is None:
+            return
+        errors: list[tuple[str, str, int | None]] = []
+        for index, request in enumerate(requests, start=offset):
+            where = f"/jobs/{index}/payload" if batch else "/payload"
+            found = payload_errors(schema, request.payload, where)
+            errors += [(p, m, index if batch else None) for p, m in found]
+        if errors:
+            (pointer, message, _i), more = errors[0], len(errors) - 1
+            raise PayloadInvalid(f"the payload does not match queue {queue!r}'s schema: {pointer}: {message}"
+                                 f"{f' (and {more} more)' if more else ''}; nothing was enqueued",
+                                 queue=queue, errors=errors)
 
     def _check_priority(self, request: EnqueueRequest, principal: str, index: int | None) -> None:
         highest = self.max_caller_priority
@@ -376,4 +432,13 @@ class Api:
             rate_per_s=config.rate_per_s, burst=config.burst, max_in_flight=config.max_in_flight,
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
             max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
+            route=self._route_view(queue),
         )
+
+    def _route_view(self, queue: str) -> QueueRoute | None:
+        table = self.route_table()
+        route = None if table is None else table.resolve(queue)
+        if route is None:
+            return None
+        return QueueRoute(pattern=route.pattern, function=route.function, owner=route.owner,
+                          payload_schema=route.schemas.get(queue))

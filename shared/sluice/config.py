@@ -119,6 +119,13 @@ class Settings(BaseModel):
     # The gateway function, which workers and the relay invoke directly to start children and
     # release continuations (sluice.flows); None: ctx.enqueue is refused with a ConfigError.
     gateway_function_name: str | None = None
+    # Routes (sluice.routes): the table of queue -> worker function, empty = no routing (every queue
+    # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
+    routes_table: str = ""
+    route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
+    # A queue no route covers, once routes are known: refused at the gateway (404 NO_ROUTE), or
+    # sent to the default worker ("default").
+    unrouted_queues: Literal["refuse", "default"] = "refuse"
     # The module whose `app` (a sluice.Worker) runs jobs. None by default: the examples (an HTTP
     # caller, a table writer) run only where asked for (`sluice dev`, the demo).
     handlers_module: str = "sluice.no_handlers"

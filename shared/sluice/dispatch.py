@@ -29,10 +29,15 @@ def dispatch_event(queue: str, batch: int) -> str:
 
 
 class LambdaDispatcher:
-    """Invokes the worker function asynchronously, a few invokes in parallel."""
+    """Invokes a queue's worker function asynchronously, a few invokes in parallel.
+
+    ``function_for(queue)`` names the function a queue is routed to (``routes.CachedRouteLookup``);
+    without it every queue goes to ``function_name``, the default worker.
+    """
 
     def __init__(self, client: Any, function_name: str, *, parallel: int = 8,
-                 build_client: Callable[[], Any] | None = None) -> None:
+                 build_client: Callable[[], Any] | None = None,
+                 function_for: Callable[[str], str] | None = None) -> None:
         """``client``: a Lambda client; or None and ``build_client``, called on the first dispatch."""
         if not function_name:
             raise InvalidInput("LambdaDispatcher needs the worker function's name or ARN")
@@ -41,6 +46,7 @@ class LambdaDispatcher:
         self._client = client
         self._build = build_client if client is None else None
         self.function_name = function_name
+        self.function_for = function_for or (lambda _queue: function_name)
         self.parallel = parallel
 
     @property
@@ -52,7 +58,8 @@ class LambdaDispatcher:
         return self._client
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LambdaDispatcher:
+    def from_settings(cls, settings: Settings,
+                      function_for: Callable[[str], str] | None = None) -> LambdaDispatcher:
         def build() -> Any:
             import boto3
             from botocore.config import Config
@@ -62,16 +69,15 @@ class LambdaDispatcher:
                                 config=Config(connect_timeout=2, read_timeout=5,
                                               retries={"max_attempts": 2, "mode": "standard"}))
 
-        return cls(None, settings.worker_function_name or "", build_client=build)
+        return cls(None, settings.worker_function_name or "", build_client=build, function_for=function_for)
 
-    def _invoke(self, payload: bytes) -> bool:
+    def _invoke(self, function: str, payload: bytes) -> bool:
         import botocore.exceptions
 
         try:
-            reply = self.client.invoke(FunctionName=self.function_name, InvocationType="Event",
-                                       Payload=payload)
+            reply = self.client.invoke(FunctionName=function, InvocationType="Event", Payload=payload)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            log.warning("async invoke of %s failed: %s", self.function_name, exc)
+            log.warning("async invoke of %s failed: %s", function, exc)
             return False
         return int(reply.get("StatusCode", 0)) == 202
 
@@ -79,15 +85,16 @@ class LambdaDispatcher:
         """Returns how many invocations Lambda accepted; raises only if none was."""
         if invocations <= 0:
             return 0
+        function = self.function_for(queue)
         payload = dispatch_event(queue, batch).encode()
         _ = self.client  # built here, before the pool's threads share it
         if invocations == 1:
-            accepted = int(self._invoke(payload))
+            accepted = int(self._invoke(function, payload))
         else:
             with ThreadPoolExecutor(max_workers=min(self.parallel, invocations)) as pool:
-                accepted = sum(pool.map(self._invoke, [payload] * invocations))
+                accepted = sum(pool.map(lambda p: self._invoke(function, p), [payload] * invocations))
         if accepted == 0:
-            raise BackendUnavailable(f"Lambda accepted none of {invocations} invokes of {self.function_name}")
+            raise BackendUnavailable(f"Lambda accepted none of {invocations} invokes of {function}")
         return accepted
 
 

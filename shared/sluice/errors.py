@@ -187,6 +187,38 @@ class FamilyConflict(InvalidInput):
     code = "FAMILY_CONFLICT"
 
 
+class RouteConflict(InvalidInput):
+    """Another owner already routes this queue (or a pattern that overlaps it)."""
+
+    code = "ROUTE_CONFLICT"
+
+
+class InvalidSchema(InvalidInput):
+    """A typed queue's schema is not a valid JSON Schema."""
+
+    code = "INVALID_SCHEMA"
+
+
+class UnknownFunction(InvalidInput):
+    """A route names a worker function that does not exist."""
+
+    code = "UNKNOWN_FUNCTION"
+
+
+class NoRoute(InvalidInput):
+    """No deployed worker handles this queue: the gateway refuses its jobs (404)."""
+
+    code = "NO_ROUTE"
+
+
+class PayloadInvalid(InvalidInput):
+    """A typed queue's payload does not validate against the queue's JSON Schema (400).
+
+    ``details["errors"]``: (JSON pointer into the request, message, batch index or None) per failure."""
+
+    code = "PAYLOAD_INVALID"
+
+
 ERROR_CODES: dict[str, type[SluiceError]] = {
     cls.code: cls
     for cls in (

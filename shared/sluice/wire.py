@@ -100,6 +100,16 @@ class CancelAccepted(BaseModel):
         description="cancelled: it will not run. cancel_requested: it is running; its worker is told.")
 
 
+class QueueRoute(BaseModel):
+    """Which worker function drains a queue, and its payload schema if the queue is typed."""
+
+    pattern: str = Field(description="The route: the queue's name, or a prefix ending in *.")
+    function: str = Field(description="The worker function its jobs are dispatched to.")
+    owner: str = Field(description="The team that registered the route.")
+    payload_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema (2020-12) every payload must match; null: any JSON value.")
+
+
 class QueueView(BaseModel):
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     ready: int = Field(ge=0)
@@ -115,6 +125,7 @@ class QueueView(BaseModel):
     low_watermark: int = Field(ge=0)
     max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")
     max_dead: int = Field(default=0, ge=0, description="Dead jobs at which it takes no more; 0 = no cap.")
+    route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
 
 
 class FieldError(BaseModel):

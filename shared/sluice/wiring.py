@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sluice.ids import Verifier
     from sluice.lazy import Lazy
     from sluice.ports import Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.routes import RouteCache
 
 
 _events: EventBus | None = None
@@ -166,10 +167,33 @@ def _key(secret: str, source: str) -> bytes:
 
 
 @cache
+def routes(s: Settings | None = None) -> RouteCache | None:
+    """This container's cached view of the routes table; None when the deployment has none."""
+    s = s or settings()
+    if not s.routes_table:
+        return None
+    from sluice.lazy import Lazy
+    from sluice.routes import RouteCache, RouteSource
+
+    def build() -> RouteSource:  # on the first read: no boto3 at a gateway's import (cold start)
+        from sluice.store.routes import DynamoRouteStore
+
+        return DynamoRouteStore.from_settings(s)
+
+    return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
+
+
+@cache
 def dispatcher(s: Settings | None = None) -> Dispatcher:
     from sluice.dispatch import LambdaDispatcher
 
-    return LambdaDispatcher.from_settings(s or settings())
+    s = s or settings()
+    cache_ = routes(s)
+    if cache_ is None or not s.worker_function_name:
+        return LambdaDispatcher.from_settings(s)
+    from sluice.routes import CachedRouteLookup
+
+    return LambdaDispatcher.from_settings(s, function_for=CachedRouteLookup(cache_, s.worker_function_name))
 
 
 @cache
@@ -213,5 +237,5 @@ _counted: set[int] = set()
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher, gatekeeper):
+                    completion_publisher, gatekeeper, routes):
         builder.cache_clear()

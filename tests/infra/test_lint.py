@@ -13,12 +13,20 @@ import pytest
 from tests.infra import cfn
 from tests.infra.tools import run, tool
 
-TEMPLATES = ["template.yaml", *(str(p.relative_to(cfn.ROOT)) for p in cfn.NESTED.values())]
+TEAM_WORKER = "infra/worker.yaml"  # a team's own stack (issue 15), not nested in ours
+TEMPLATES = ["template.yaml", *(str(p.relative_to(cfn.ROOT)) for p in cfn.NESTED.values()), TEAM_WORKER]
 
 
 @pytest.mark.timeout(120)
 def test_sam_validate_lint() -> None:
     result = run(tool("sam"), "validate", "--lint", "--template", "template.yaml", timeout=110)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_sam_validate_lint_accepts_the_team_worker_template() -> None:
+    result = run(tool("sam"), "validate", "--lint", "--template", TEAM_WORKER, timeout=110)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is a valid SAM Template" in result.stdout + result.stderr
 

@@ -160,9 +160,15 @@ def test_every_vpc_endpoint_serves_this_account_only() -> None:
 
 
 def test_no_function_may_scan_or_query_a_table() -> None:
+    """No function may list jobs, results or idempotency records. The one exception is the routes
+    table (issue 15): a few configuration items, read whole by the gateway and the relay, and by a
+    worker registering its routes; a Scan there is allowed on that table alone."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
+                routes = statement["Resource"] == {"Fn::GetAtt": ["RoutesTable", "Arn"]}
+                if action == "dynamodb:Scan" and routes:
+                    continue
                 assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
                     (name, action)
 

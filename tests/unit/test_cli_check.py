@@ -46,3 +46,33 @@ def test_an_unknown_config_env_or_module_is_one_clear_error(tmp_path: Path) -> N
     assert out.exit_code == 1 and "no [nowhere.deploy.parameters]" in out.stderr
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.no_such_handlers"])
     assert out.exit_code == 1 and "cannot import the handlers module" in out.stderr
+
+
+TEAM = str(cfn.ROOT / "infra" / "worker.yaml")
+LAYER = "SluiceLayerArn=arn:aws:lambda:us-east-1:123456789012:layer:sluice:7"
+
+
+def test_a_teams_worker_template_is_checked_the_same_way() -> None:
+    """Issue 14/15: a team's own worker function takes its configuration from its own template."""
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter", LAYER,
+                                                    "sluice.examples"])
+    assert out.exit_code == 0, out.output + out.stderr
+    assert out.stdout.startswith("TeamWorkerFunction in ") and "Timeout 300 s" in out.stdout
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert rows["echo"][1:3] == ["268s", "default"] and rows["slow"][-1] == "yes"
+    small = ["check", "--template", TEAM, "--parameter", LAYER, "--parameter", "WorkerTimeoutSeconds=20",
+             "--parameter", "WorkerBatch=4", "sluice.examples"]
+    out = CliRunner(mix_stderr=False).invoke(main, small)
+    assert out.exit_code == 1 and "cannot run: notify, slow" in out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert rows["echo"][4] == "4" and rows["echo"][-1] == "yes"
+
+
+def test_a_team_template_needs_its_layer_parameter_and_refuses_a_bad_value() -> None:
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "sluice.examples"])
+    assert out.exit_code == 1 and "SluiceLayerArn has no default" in out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter",
+                                                    "SluiceLayerArn=not-an-arn", "sluice.examples"])
+    assert out.exit_code == 1 and "does not match" in out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "oops", "sluice.examples"])
+    assert out.exit_code == 1 and "not NAME=VALUE" in out.stderr

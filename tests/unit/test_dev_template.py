@@ -45,9 +45,11 @@ def _chaos_options(tmp: Path) -> DevOptions:
 
 def _demo_options(tmp: Path) -> DevOptions:
     from sluice.local.demo import DEMO_SETTINGS
+    from sluice.local.workload import TEAM_WORKER
 
     return DevOptions(state_dir=tmp, workers=4, relay_every_s=300, relay_timeout_s=600, safety_net_every_s=2,
-                      log_level="WARNING", settings=dict(DEMO_SETTINGS))
+                      log_level="WARNING", settings=dict(DEMO_SETTINGS), team_workers=(TEAM_WORKER,),
+                      team_containers=1)
 
 
 CASES: dict[str, Any] = {
@@ -56,6 +58,8 @@ CASES: dict[str, Any] = {
     "sluice dev --config-env prod": lambda tmp: DevOptions(state_dir=tmp, config_env="prod"),
     "sluice demo": _demo_options,
     "sluice chaos --runtime lambda": _chaos_options,
+    "sluice dev --worker words=sluice.examples_team": lambda tmp: DevOptions(
+        state_dir=tmp, team_workers=(("words", "sluice.examples_team"),)),
 }
 
 
@@ -83,6 +87,29 @@ def _differences(dev: DevStack, functions: dict[str, Function]) -> list[Differen
                           str(fn.max_concurrency)))
         found += _env_differences(logical_id, cfg.env, fn.env)
     return found + _schedule_differences(dev)
+
+
+def _team_differences(dev: DevStack, functions: dict[str, Function]) -> list[Difference]:
+    """The same comparison for each team's worker function, against its own template."""
+    found = []
+    for team, (_module, deploy) in dev.teams.items():
+        (cfg,) = deploy.functions.values()
+        fn, lid = functions[f"sluice-worker-{team}"], f"{cfg.logical_id}[{team}]"
+        if fn.timeout_ms != cfg.timeout_s * 1000:
+            found.append((lid, "Timeout", str(cfg.timeout_s), f"{fn.timeout_ms / 1000:g}"))
+        if fn.env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE") != str(cfg.memory_mb):
+            memory = str(fn.env.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
+            found.append((lid, "MemorySize", str(cfg.memory_mb), memory))
+        if fn.max_concurrency != cfg.reserved_concurrency:
+            found.append((lid, "ReservedConcurrentExecutions", str(cfg.reserved_concurrency),
+                          str(fn.max_concurrency)))
+        found += _env_differences(lid, cfg.env, fn.env)
+        periods = sorted(p for p, a in dev._timers() if a == dev.invoke_safety_net)
+        for sched in cfg.schedules:  # drained by the local safety net, grouped by route
+            if sched.enabled and rate_seconds(sched.expression) not in periods:
+                found.append((lid, f"Events.{sched.name}", sched.expression, str(periods)))
+            found.append((lid, f"Events.{sched.name}.Input", str(sched.input), "its routed queues with work"))
+    return found
 
 
 def _env_differences(logical_id: str, template: Any, local: Any) -> list[Difference]:
@@ -119,7 +146,7 @@ def _schedule_differences(dev: DevStack) -> list[Difference]:
 def test_every_local_difference_from_the_template_is_a_named_override(case: str, tmp_path: Path) -> None:
     dev, functions = _prepared(CASES[case](tmp_path))
     named = {(o.function, o.field) for o in dev.overrides}
-    differences = _differences(dev, functions)
+    differences = _differences(dev, functions) + _team_differences(dev, functions)
     unnamed = [d for d in differences if (d[0], d[1]) not in named]
     assert not unnamed, f"{case}: differences from template.yaml that are not named overrides: {unnamed}"
     # And no override is named for a field that does not differ (the printed list is honest).

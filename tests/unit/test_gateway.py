@@ -212,7 +212,7 @@ def test_queue_stats_include_config(rig: Rig) -> None:
     assert doc == {"queue": "emails", "ready": 3, "delayed": 1, "leased": 2, "dead": 0,
                    "oldest_ready_age_ms": 1500, "paused": True, "rate_per_s": 200.0, "burst": 50,
                    "max_in_flight": 0, "high_watermark": 0, "low_watermark": 0, "max_delayed": 0,
-                   "max_dead": 0}
+                   "max_dead": 0, "route": None}
 
 
 def test_batch_returns_one_result_per_job_in_order(rig: Rig) -> None:
@@ -371,7 +371,7 @@ def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> Non
     lease = request["properties"]["lease_seconds"]
     assert (lease["minimum"], lease["maximum"]) == (1, 43200)
     post = doc["paths"]["/v1/queues/{queue}/jobs"]["post"]
-    assert set(post["responses"]) == {"200", "202", "400", "409", "413", "415", "422", "503"}
+    assert set(post["responses"]) == {"200", "202", "400", "404", "409", "413", "415", "422", "503"}
     assert "application/problem+json" in post["responses"]["422"]["content"]
     assert "HTTPValidationError" not in json.dumps(doc)
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sluice.cli.output import emit, fail, json_mode
 from sluice.runtime.options import WorkerOptions
+
+if TYPE_CHECKING:
+    from sluice.local.template import FunctionConfig
 
 
 @dataclass(frozen=True)
@@ -51,24 +55,50 @@ def report(app_handlers: dict[str, object], options: WorkerOptions, lease_s: int
     return rows
 
 
+def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
+    """WorkerFunction, else the one function whose environment names a handlers module."""
+    if "WorkerFunction" in functions:
+        return "WorkerFunction"
+    workers = sorted(lid for lid, f in functions.items() if "SLUICE_HANDLERS_MODULE" in f.env)
+    if len(workers) != 1:
+        from sluice.errors import ConfigError
+
+        names = ", ".join(workers) or "none"
+        raise ConfigError(f"the template has {len(workers)} worker functions ({names}): "
+                          "name one with --function")
+    return workers[0]
+
+
 @click.command()
 @click.argument("handlers_module")
 @click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="The SAM template to deploy (default: this checkout's template.yaml).")
 @click.option("--config-env", default=None, help="A samconfig.toml environment (as sam deploy --config-env).")
-@click.option("--function", "logical_id", default="WorkerFunction", show_default=True,
-              help="The worker function's logical id in the template.")
-def check(handlers_module: str, template_path: Path | None, config_env: str | None, logical_id: str) -> None:
+@click.option("--function", "logical_id", default=None,
+              help="The worker function's logical id in the template (default: WorkerFunction, or the "
+                   "template's only function with SLUICE_HANDLERS_MODULE, as in a team's infra/worker.yaml).")
+@click.option("--parameter", "parameters", multiple=True, metavar="NAME=VALUE",
+              help="A template parameter's value, as sam deploy --parameter-overrides (repeatable).")
+def check(handlers_module: str, template_path: Path | None, config_env: str | None, logical_id: str | None,
+          parameters: tuple[str, ...]) -> None:
     """Report, per queue of HANDLERS_MODULE, what a deploy gives it; exit 1 where one cannot run.
 
-    Run it before `sam deploy`, with the same template and --config-env.
+    Run it before `sam deploy`, with the same template and --config-env. A team's own worker
+    template (infra/worker.yaml) is checked the same way.
     """
     from sluice.errors import ConfigError
     from sluice.local.deployed import settings_of
     from sluice.local.template import TEMPLATE, load
     from sluice.runtime.lambda_entry import load_app
 
-    deploy = load(template_path or TEMPLATE, config_env)
+    overrides = {}
+    for item in parameters:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--parameter {item!r} is not NAME=VALUE")
+        overrides[name] = value
+    deploy = load(template_path or TEMPLATE, config_env, overrides=overrides)
+    logical_id = logical_id or worker_function(deploy.functions)
     cfg = deploy.functions.get(logical_id)
     if cfg is None:
         raise ConfigError(f"{deploy.path} has no function {logical_id}")

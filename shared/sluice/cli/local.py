@@ -32,6 +32,14 @@ def _announce(endpoints: dict[str, Any], described: list[tuple[str, str]]) -> No
     click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
 
 
+def _team_worker(spec: str) -> tuple[str, str]:
+    name, sep, module = spec.partition("=")
+    if not sep or not name or not module:
+        raise click.BadParameter(f"{spec!r} is not NAME=MODULE (e.g. media=myteam.jobs)",
+                                 param_hint="--worker")
+    return name, module
+
+
 @click.command()
 @click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="The SAM template whose functions to run (default: this checkout's).")
@@ -44,7 +52,11 @@ def _announce(endpoints: dict[str, Any], described: list[tuple[str, str]]) -> No
               help="Module whose `app` (a sluice.Worker) holds your handlers, e.g. myapp.jobs "
                    "(the WorkerHandlersModule parameter; the template's default deploys none).")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Worker containers (processes) that may run at once.")
+              help="Worker containers (processes) that may run at once, per worker function.")
+@click.option("--worker", "team_workers", multiple=True, metavar="NAME=MODULE",
+              help="Also run a team's own worker function sluice-worker-NAME for MODULE's handlers, "
+                   "configured from infra/worker.yaml, with its own containers; every worker's queues "
+                   "are routed to it (repeatable; docs/teams.md).")
 @click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
               help="Use this existing plaintext Kafka (host:port, or SLUICE_DEV_KAFKA) instead of "
                    "starting Tansu. Not SLUICE_KAFKA_BOOTSTRAP: that may name a deployed cluster.")
@@ -61,8 +73,9 @@ def _announce(endpoints: dict[str, Any], described: list[tuple[str, str]]) -> No
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
-        handlers: str, workers: int, kafka_bootstrap: str | None, worker_batch: int | None,
-        worker_concurrency: int | None, relay_every: float | None, history: bool, log_level: str) -> None:
+        handlers: str, workers: int, team_workers: tuple[str, ...], kafka_bootstrap: str | None,
+        worker_batch: int | None, worker_concurrency: int | None, relay_every: float | None, history: bool,
+        log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Each function runs as template.yaml configures it; every local difference is printed at
@@ -78,7 +91,8 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
                          workers=workers, relay_every_s=relay_every,
                          relay_timeout_s=None if relay_every is None else relay_every + 10,
                          log_level=log_level.upper(), history=history, why="a sluice dev option",
-                         settings=_settings_overrides(worker_batch, worker_concurrency))
+                         settings=_settings_overrides(worker_batch, worker_concurrency),
+                         team_workers=tuple(_team_worker(w) for w in team_workers))
     stack = DevStack(options)
     with signals_stop(stack):
         endpoints = stack.start(progress=lambda m: click.echo(f"  {m}...", err=True))

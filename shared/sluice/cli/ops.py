@@ -22,6 +22,7 @@ from sluice.errors import InvalidInput
 from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
 from sluice.redrive import redrive_all, redrive_one
 from sluice.relay import control
+from sluice.routes import RouteTable
 
 # Arguments are checked as they are parsed: a bad one is reported before any connection.
 QUEUE_NAME = click.argument("name", callback=lambda _ctx, _param, value: validate_queue_name(value))
@@ -54,10 +55,25 @@ def caps(config: QueueConfig) -> str:
     return (f"delayed {config.max_delayed or 'default'}, dead {config.max_dead or 'default'}")
 
 
-def stats_row(st: QueueStats) -> dict[str, Any]:
+def route_of(table: RouteTable | None, queue: str) -> str:
+    """Where a queue's jobs go: its route's function (and owner), or the default worker."""
+    route = None if table is None else table.resolve(queue)
+    if route is None:
+        return "default worker"
+    typed = " typed" if queue in route.schemas else ""
+    return f"{route.function} ({route.owner}{typed})"
+
+
+def route_table(target: Target) -> RouteTable | None:
+    store = target.routes()
+    return None if store is None else RouteTable(store.list_routes())
+
+
+def stats_row(st: QueueStats, route: str = "default worker") -> dict[str, Any]:
     c = st.config
-    return {"queue": st.queue, "ready": st.ready, "delayed": st.delayed, "in_flight": st.leased,
-            "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms, "paused": c.paused,
+    return {"queue": st.queue, "route": route, "ready": st.ready, "delayed": st.delayed,
+            "in_flight": st.leased, "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms,
+            "paused": c.paused,
             "rate_per_s": c.rate_per_s, "burst": c.burst, "max_in_flight": c.max_in_flight,
             "high_watermark": c.high_watermark, "low_watermark": c.low_watermark,
             "max_delayed": c.max_delayed, "max_dead": c.max_dead}  # 0: the deployment's default
@@ -69,17 +85,18 @@ def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats
     return [engine.stats(q) for q in names]
 
 
-def queues_table(stats: list[QueueStats], title: str | None = None) -> Table:
+def queues_table(stats: list[QueueStats], title: str | None = None,
+                 routes: RouteTable | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
-                "max in flight", "caps", "state"):  # caps: delayed/dead, "-" = the default
-        table.add_column(col, justify="left" if col in ("queue", "rate", "state") else "right")
+                "max in flight", "caps", "state", "route"):  # caps: delayed/dead, "-" = the default
+        table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right")
     for st in stats:
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
                       age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
                       f"{c.max_delayed or '-'}/{c.max_dead or '-'}",
-                      "[yellow]paused[/]" if c.paused else "running")
+                      "[yellow]paused[/]" if c.paused else "running", route_of(routes, st.queue))
     return table
 
 
@@ -88,16 +105,17 @@ def queues_table(stats: list[QueueStats], title: str | None = None) -> Table:
 @click.option("--all", "include_internal", is_flag=True, help="Include the relay's internal queue.")
 @click.pass_obj
 def queues(target: Target, as_json: bool, include_internal: bool) -> None:
-    """List every queue: depths, in-flight count, rate limit and paused state."""
+    """List every queue: depths, in-flight count, rate limit, paused state and route."""
     stats = all_stats(target, include_internal)
+    routes = route_table(target)
     if as_json:
         for st in stats:
-            click.echo(json.dumps(stats_row(st)))
+            click.echo(json.dumps(stats_row(st, route_of(routes, st.queue))))
         return
     if not stats:
         click.echo("no queues yet: enqueue a job to create one")
         return
-    console().print(queues_table(stats))
+    console().print(queues_table(stats, routes=routes))
 
 
 # -- sluice queue ... -------------------------------------------------------------------------------

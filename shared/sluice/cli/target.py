@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sluice.kafka.producer import KafkaJobLog
     from sluice.redis.engine import RedisQueue
     from sluice.store.jobs import DynamoJobStore
+    from sluice.store.routes import DynamoRouteStore, LambdaFunctions
 
 
 class NoTarget(SluiceError):
@@ -83,6 +84,10 @@ class Target:
         if self.env.get(need):
             return Settings.from_env()
         if self.local:
+            from sluice.local.servers import DUMMY_AWS_ENV
+
+            for key, value in DUMMY_AWS_ENV.items():  # the local moto server and Lambda API take any
+                os.environ.setdefault(key, value)
             return settings_from_endpoints(self.local, Settings.from_env())
         raise self._not_running(need)
 
@@ -90,6 +95,19 @@ class Target:
         from sluice.redis.engine import RedisQueue
 
         return RedisQueue.from_settings(self.settings(need="SLUICE_REDIS_URL"))
+
+    def routes(self) -> DynamoRouteStore | None:
+        """The routes table (SLUICE_ROUTES_TABLE, or the local stack's); None if there is none."""
+        from sluice.store.routes import DynamoRouteStore
+
+        s = self.settings(need="SLUICE_ROUTES_TABLE") if self.env.get("SLUICE_ROUTES_TABLE") or self.local \
+            else None
+        return DynamoRouteStore.from_settings(s) if s is not None and s.routes_table else None
+
+    def functions(self) -> LambdaFunctions:
+        from sluice.store.routes import LambdaFunctions
+
+        return LambdaFunctions.from_settings(self.settings(need="SLUICE_ROUTES_TABLE"))
 
     def store(self) -> DynamoJobStore:
         from sluice.store.jobs import DynamoJobStore

@@ -44,6 +44,7 @@ from sluice.wire import (
 
 if TYPE_CHECKING:
     from sluice.config import Settings
+    from sluice.routes import RouteCache, RouteTable
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,10 @@ _COMMON: Final[dict[int, OpenAPIResponse]] = {400: _problem_spec("Invalid path o
                   503: _problem_spec("A backend is unavailable; retry after Retry-After seconds.")}
 _BODY: Final[dict[int, OpenAPIResponse]] = {
     **_COMMON,
-    400: _problem_spec("Malformed or invalid body (errors[] names the failing fields and job index)."),
+    400: _problem_spec("Malformed or invalid body (errors[] names the failing fields and job index), "
+                       "or a payload that does not match a typed queue's schema (code PAYLOAD_INVALID)."),
+    404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE): routes are registered "
+                       "and none covers it."),
     409: _problem_spec("A request with the same Idempotency-Key is still in progress."),
     413: _problem_spec("Payload over the configured limit."),
     415: _problem_spec("Content-Type is not application/json."),
@@ -99,11 +103,14 @@ _LOCATION: Final = {"Location": {"description": "/v1/jobs/{job_id}", "schema": {
 class Gateway:
     """The Lambda handler object: one per container, adapters built on first use."""
 
-    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024) -> None:
+    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
+                 routes: RouteCache | None = None) -> None:
         self._api_or_factory = api
         self.max_payload_bytes = max_payload_bytes
         self._body: Any = None
         self._openapi: str | None = None
+        self._routes = routes  # the typed queues' schemas in the OpenAPI document
+        self._typed: tuple[Any, str] | None = None  # (route table, document with its schemas)
         self.resolver = self._build()
 
     @property
@@ -160,7 +167,15 @@ class Gateway:
     def openapi_json(self) -> str:
         if self._openapi is None:
             self._openapi = build_openapi(self.resolver)
-        return self._openapi
+        if self._routes is None:
+            return self._openapi
+        try:
+            table = self._routes.table()
+        except SluiceError:
+            table = self._routes.last()
+        if self._typed is None or self._typed[0] is not table:  # rebuilt when the routes change
+            self._typed = (table, with_payload_schemas(self._openapi, table))
+        return self._typed[1]
 
     # -- routes ------------------------------------------------------------------------------
 
@@ -318,6 +333,35 @@ def build_openapi(resolver: APIGatewayRestResolver) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def with_payload_schemas(document: str, table: RouteTable) -> str:
+    """The document plus each typed queue's payload schema: ``components.schemas`` gets
+    ``Payload_<queue>``, and ``x-sluice-typed-queues`` maps each queue to it (its enqueue routes
+    accept only payloads that match; 400 PAYLOAD_INVALID otherwise)."""
+    typed = {q: s for r in table.routes for q, s in sorted(r.schemas.items())}
+    if not typed:
+        return document
+    doc = json.loads(document)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    listing = {}
+    for queue, schema in typed.items():
+        name = f"Payload_{queue}"
+        schemas[name] = _rebase_refs(schema, f"#/components/schemas/{name}")
+        listing[queue] = {"$ref": f"#/components/schemas/{name}"}
+    doc["x-sluice-typed-queues"] = listing
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _rebase_refs(value: Any, base: str) -> Any:
+    """A schema's own ``#/...`` references (pydantic's ``#/$defs/X``), made to point inside it
+    once it sits at ``base`` in another document."""
+    if isinstance(value, dict):
+        return {k: (base + v[1:] if k == "$ref" and isinstance(v, str) and v.startswith("#/") else
+                    _rebase_refs(v, base)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebase_refs(v, base) for v in value]
+    return value
+
+
 def check_settings(s: Settings) -> None:
     """Refuse to start (ConfigError) without a job id secret."""
     if s.job_id_secret is None and not s.job_id_secret_arn:
@@ -349,6 +393,7 @@ def build_api(settings: Settings | None = None) -> Api:
     # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
     queue = wiring.lazy_queue(settings)
     limits = Limits.from_settings(s)
+    # The routes are read on the first enqueue (not at import), at most every route_cache_ttl_s.
     return Api(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
                job_id_key=wiring.job_id_key(settings),
                previous_job_id_keys=wiring.previous_job_id_keys(settings),
@@ -357,7 +402,7 @@ def build_api(settings: Settings | None = None) -> Api:
                max_caller_priority=s.max_caller_priority,
                operators=[a.strip() for a in s.operator_principals.split(",") if a.strip()],
                admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
-               limits=limits)
+               limits=limits, routes=wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse")
 
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
@@ -374,4 +419,5 @@ def gateway_from_settings(settings: Settings | None = None) -> Gateway:
 
     s = settings or wiring.settings()
     check_settings(s)
-    return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes)
+    return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes,
+                   routes=wiring.routes(settings))

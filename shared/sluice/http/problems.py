@@ -35,6 +35,8 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (BadBody, Kind(400, "malformed-body", "Malformed Request Body")),
     (errors.ReservedQueue, Kind(400, "reserved-queue-name", "Reserved Queue Name")),
     (errors.InvalidQueueName, Kind(400, "invalid-queue-name", "Invalid Queue Name")),
+    (errors.NoRoute, Kind(404, "no-route", "No Worker Handles This Queue")),
+    (errors.PayloadInvalid, Kind(400, "payload-invalid", "Payload Does Not Match The Queue's Schema")),
     (errors.InvalidInput, Kind(400, "invalid-request", "Invalid Request")),
     (errors.PriorityNotAllowed, Kind(403, "priority-not-allowed", "Priority Not Allowed")),
     (errors.JobNotFound, Kind(404, "not-found", "Not Found")),
@@ -75,6 +77,8 @@ def from_exception(exc: BaseException, instance: str | None = None) -> Problem:
     index = getattr(exc, "details", {}).get("index") if isinstance(exc, errors.SluiceError) else None
     if isinstance(index, int):
         field_errors = [FieldError(pointer=f"/jobs/{index}/payload", detail=detail, index=index)]
+    if isinstance(exc, errors.PayloadInvalid):  # each failing field of each job, by JSON pointer
+        field_errors = [FieldError(pointer=p, detail=m, index=i) for p, m, i in exc.details.get("errors", [])]
     return problem(kind, detail, code=code, instance=instance, field_errors=field_errors)
 
 

@@ -301,7 +301,8 @@ def run_demo(o: DemoOptions) -> bool:
     out = Console(stderr=True) if o.as_json and not interactive else console
     dev = DevStack(DevOptions(state_dir=o.state_dir, workers=o.workers, warm_workers=o.workers,
                               relay_every_s=300, relay_timeout_s=600, safety_net_every_s=2,
-                              log_level="WARNING", settings=dict(DEMO_SETTINGS)))
+                              log_level="WARNING", settings=dict(DEMO_SETTINGS),
+                              team_workers=(workload.TEAM_WORKER,), team_containers=1))
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _run(o, dev, out, interactive)
@@ -416,6 +417,9 @@ def _notes(plan: workload.Plan, sent: workload.SendReport, verdict: verify.Verdi
              f"{plan.count(lambda j: j.queue == 'slow')} longer than their lease, "
              f"{plan.count(lambda j: j.queue == 'fanout')} fanning out to {workload.FANOUT_CHILDREN} "
              "children and a continuation each"]
+    team = plan.count(lambda j: j.queue == "word-count")
+    notes.append(f"two worker functions: {team} word-count jobs routed to sluice-worker-words "
+                 "(each result names the function that ran it), the rest to sluice-worker")
     if verdict.unexpected_dead or verdict.unexpected_success:
         notes.append(f"outcomes off the handlers' prediction: {verdict.unexpected_dead} died unexpectedly, "
                      f"{verdict.unexpected_success} succeeded unexpectedly")

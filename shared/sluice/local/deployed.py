@@ -37,6 +37,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_KAFKA_BOOTSTRAP": "the local Kafka (Tansu, or --kafka)",
     "SLUICE_JOBS_TABLE": "the jobs table on the moto server",
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
+    "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",
@@ -110,6 +111,14 @@ def plan(deploy: DeployConfig, changes: LocalChanges,
         functions.append(fn)
         overrides += rows
     return functions, overrides
+
+
+def plan_team(cfg: FunctionConfig, team: str, name: str, changes: LocalChanges,
+              bindings: Mapping[str, str]) -> tuple[LocalFunction, list[Override]]:
+    """A team's worker function ``name`` (infra/worker.yaml, ``sluice dev --worker``), from its own
+    template the same way: ``changes`` keyed by its logical id; override rows say which team's."""
+    fn, rows = _one(cfg, name, changes, bindings)
+    return fn, [Override(f"{r.function}[{team}]", r.field, r.template, r.local, r.reason) for r in rows]
 
 
 def _one(cfg: FunctionConfig, name: str, ch: LocalChanges,

@@ -34,21 +34,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.config import Settings
 from sluice.errors import ConfigError
 from sluice.local import deployed, servers
 from sluice.local.deployed import LocalChanges, LocalFunction, Override
-from sluice.local.lambdas import Function, LambdaApi, LocalLambda
+from sluice.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
 from sluice.local.sink import FencedSink
 from sluice.local.stack import STATE_DIR, Stack, _env_text
 from sluice.local.template import TEMPLATE, DeployConfig, load
 from sluice.models import is_reserved_queue
 
+if TYPE_CHECKING:
+    from sluice.routes import RouteTable
+
 WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
 RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
 GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
+ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
+STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
+LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
 
 
@@ -83,12 +89,41 @@ class DevOptions:
     # its path (infra/lambda_rie.py), under ``artifacts_python`` (the runtime's python3.12).
     artifacts: Path | None = None
     artifacts_python: str = "python3.12"
+    # Teams' worker functions (`sluice dev --worker NAME=MODULE`): each configured from its own
+    # template (infra/worker.yaml at TeamName=NAME, HandlersModule=MODULE), with its own pool of
+    # warm containers, named sluice-worker-NAME, its queues routed to it in the routes table.
+    team_workers: tuple[tuple[str, str], ...] = ()
+    team_containers: int | None = None  # each team's local containers (None: as many as ``workers``)
+    team_template: Path = FUNCTIONS_DIR.parent / "infra" / "worker.yaml"
 
     def deploy(self) -> DeployConfig:
         params = dict(self.parameters)
         if self.handlers is not None:
             params["WorkerHandlersModule"] = self.handlers
         return load(self.template, self.config_env, overrides=params)
+
+    def team_deploys(self) -> dict[str, tuple[str, DeployConfig]]:
+        """NAME -> (module, its template resolved at TeamName=NAME, HandlersModule=MODULE)."""
+        out: dict[str, tuple[str, DeployConfig]] = {}
+        for name, module in self.team_workers:
+            if name in out:
+                raise ConfigError(f"--worker {name}= is given twice")
+            params = {"SluiceStackName": STACK_NAME, "TeamName": name, "HandlersModule": module,
+                      "SluiceLayerArn": LOCAL_LAYER}
+            out[name] = (module, load(self.team_template, overrides=params))
+        return out
+
+
+def team_function_name(team: str) -> str:
+    return f"{STACK_NAME}-worker-{team}"
+
+
+def team_function_id(deploy: DeployConfig) -> str:
+    """The one worker function of a team's template (the function naming a handlers module)."""
+    found = [lid for lid, f in deploy.functions.items() if "SLUICE_HANDLERS_MODULE" in f.env]
+    if len(found) != 1:
+        raise ConfigError(f"{deploy.path} must declare exactly one worker function, not {len(found)}")
+    return found[0]
 
 
 def _handler_ref(function: str, fallback: str) -> str:
@@ -114,8 +149,12 @@ class DevStack:
     def __init__(self, options: DevOptions) -> None:
         self.options = options
         self.deploy = options.deploy()  # ConfigError now, before anything starts
+        self.teams = options.team_deploys()
+        if self.teams and options.artifacts is not None:
+            raise ConfigError("--worker runs teams' functions from this checkout; not with --artifacts")
         self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap)
         self.local_functions: list[LocalFunction] = []
+        self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
         self.overrides: list[Override] = []
         self.settings: Settings | None = None
         self.lambdas: LocalLambda | None = None
@@ -123,6 +162,7 @@ class DevStack:
         self.gateway: Any = None
         self.sink: FencedSink | None = None
         self.endpoints: dict[str, Any] = {}
+        self.routes: list[str] = []  # "pattern -> function" registered at start (with --worker)
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._events_thread: threading.Thread | None = None
@@ -154,7 +194,8 @@ class DevStack:
             s = self.stack.start_servers(base)
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
-            s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}"})
+            s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
+                                     "routes_table": s.routes_table or ROUTES_TABLE})
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
@@ -165,10 +206,17 @@ class DevStack:
             warm_up = {"queues": ["echo"], "batch": 1, "source": "warm-up"}
             warm = [self.lambdas.invoke(WORKER_FUNCTION, warm_up)
                     for _ in range(min(o.warm_workers, o.workers))]
-            warm += [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
-                     for _ in range(o.gateway_concurrency)]
+            warm += [self.lambdas.invoke(team.name, {**warm_up, "queues": [self._first_queue(name)]})
+                     for name, team in self.team_functions.items()]
+            # The gateway reads the routes on its warm-up: with teams, only once every worker's
+            # are registered, or it could keep a table with some of them for route_cache_ttl_s.
+            if not self.teams:
+                warm += self._warm_gateways()
             self._ensure_resources(s)
             events_queue = self._start_events(s)
+            self.routes = self._register_routes(s)
+            if self.teams:
+                warm += self._warm_gateways()
             for inv in warm:
                 inv.done.wait(30)
             self.gateway = self._serve_gateway()
@@ -179,6 +227,9 @@ class DevStack:
                 "lambda_url": self.lambda_api.url,
                 "sink_url": self.sink.url,
                 "handlers": s.handlers_module,
+                "workers": [{"name": n, "function": team_function_name(n), "handlers": m}
+                            for n, (m, _d) in self.teams.items()],
+                "routes": self.routes,
                 "template": str(o.template),
                 "config_env": o.config_env,
                 "overrides": [row.line() for row in self.overrides],
@@ -186,6 +237,7 @@ class DevStack:
                 "log_dir": str(self.logs.resolve()),
                 "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
+                "routes_table": s.routes_table,
                 "tansu": "tansu" in self.stack.servers,
                 "events_queue_url": events_queue,
             }
@@ -195,6 +247,11 @@ class DevStack:
             self.stop()
             raise
         return self.endpoints
+
+    def _warm_gateways(self) -> list[Invocation]:
+        assert self.lambdas is not None
+        return [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
+                for _ in range(self.options.gateway_concurrency)]
 
     def _written(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.options.state_dir / "endpoints.json").read_text())
@@ -212,13 +269,48 @@ class DevStack:
         self._log_handler = handler
 
     def _check_handlers(self) -> None:
-        """Import the handlers module here first: a typo is one clear error, not crashing workers."""
+        """Import the handlers modules here first: a typo is one clear error, not crashing workers."""
         from sluice.runtime.lambda_entry import load_app
 
         cwd = os.getcwd()
         if cwd not in sys.path:
             sys.path.insert(0, cwd)  # the user's own module, as the children will see it
-        load_app(self.deploy.functions["WorkerFunction"].concrete_env()["SLUICE_HANDLERS_MODULE"])
+        load_app(self.default_module)
+        for name, (module, _deploy) in self.teams.items():
+            if not load_app(module).handlers:
+                raise ConfigError(f"--worker {name}={module}: the module registers no handler")
+
+    @property
+    def default_module(self) -> str:
+        return self.deploy.functions["WorkerFunction"].concrete_env()["SLUICE_HANDLERS_MODULE"]
+
+    def _first_queue(self, team: str) -> str:
+        from sluice.runtime.lambda_entry import load_app
+
+        return sorted(load_app(self.teams[team][0]).handlers)[0]
+
+    def _register_routes(self, s: Settings) -> list[str]:
+        """With teams' workers, every worker function's queues become its routes, as each one's
+        Custom::SluiceRoutes does at deploy time (the default worker's is DefaultWorkerRoutes).
+        Without teams none are registered, so every queue goes to the default worker as before:
+        the one local difference from a deploy, printed as a note. A queue two modules handle
+        is a RouteConflict: the stack does not start."""
+        if not self.teams:
+            return []
+        from sluice.routes import app_schemas, routes_for
+        from sluice.runtime.lambda_entry import load_app
+        from sluice.store.routes import DynamoRouteStore, LambdaFunctions, register
+
+        store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
+        workers = [(WORKER_FUNCTION, "sluice", self.default_module)]
+        workers += [(team_function_name(n), n, m) for n, (m, _d) in self.teams.items()]
+        lines = []
+        for function, owner, module in workers:
+            app = load_app(module)
+            wanted = routes_for(function, owner, app.handlers, app_schemas(app))
+            register(store, functions, wanted, owner=owner, function=function)
+            lines += [f"{r.pattern} -> {function}{' (typed)' if r.schemas else ''}" for r in wanted]
+        return lines
 
     def _ensure_resources(self, s: Settings) -> None:
         import boto3
@@ -262,6 +354,13 @@ class DevStack:
         local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
         self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
                                                              self.bindings(s, sink_url))
+        self.team_functions = {}
+        for name, (_module, deploy) in self.teams.items():
+            cfg = deploy.functions[team_function_id(deploy)]
+            fn, rows = deployed.plan_team(cfg, name, team_function_name(name),
+                                          self.team_changes(cfg.logical_id, s), self.bindings(s, sink_url))
+            self.team_functions[name] = fn
+            self.overrides += rows
         worker = self.function("WorkerFunction")
         self.settings = deployed.settings_of(worker.env, worker_function_name=WORKER_FUNCTION,
                                              lambda_endpoint_url=s.lambda_endpoint_url)
@@ -271,6 +370,7 @@ class DevStack:
         """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
         out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
                "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
+               "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
@@ -320,6 +420,22 @@ class DevStack:
         return LocalChanges(timeout_s=timeout, concurrency=concurrency, schedule_s=schedule,
                             schedule_input=inputs, env=env)
 
+    def team_changes(self, logical_id: str, s: Settings) -> LocalChanges:
+        """A team's function differs locally as the default worker does (containers, timeout,
+        safety net), each with its reason."""
+        o, base = self.options, self.changes(s)
+        env = {var: value for var, value in base.env.get("WorkerFunction", {}).items()
+               if var != "SLUICE_KAFKA_SECURITY"}  # a team's worker never talks to Kafka
+        timeout, period = base.timeout_s.get("WorkerFunction"), base.schedule_s.get("WorkerFunction")
+        return LocalChanges(
+            timeout_s={} if timeout is None else {logical_id: timeout},
+            concurrency={logical_id: (o.team_containers or o.workers,
+                                      "--workers: each team's own pool of local containers")},
+            schedule_s={} if period is None else {logical_id: period},
+            schedule_input={logical_id: ("its routed queues with work", "the local safety net drains the "
+                                         "queues routed to it that have work, not only Queues")},
+            env={logical_id: env})
+
     def function(self, logical_id: str) -> LocalFunction:
         return next(f for f in self.local_functions if f.logical_id == logical_id)
 
@@ -343,6 +459,12 @@ class DevStack:
             assert fn.max_concurrency is not None, f"{fn.logical_id}: changes() names a local concurrency"
             out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle,
                                 command=command))
+        for team in self.team_functions.values():  # the layer's entry, as infra/worker.yaml's Handler
+            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": path}
+            assert team.max_concurrency is not None
+            out.append(Function(team.name, "sluice.runtime.worker_function:handler",
+                                int(team.timeout_s * 1000), team.max_concurrency, env,
+                                idle_s=o.worker_idle_s))
         return out
 
     def _artifact_command(self, logical_id: str, name: str) -> tuple[str, ...]:
@@ -434,9 +556,25 @@ class DevStack:
             st = engine.stats(name)
             if st.ready or st.delayed or st.leased:
                 queues.append(name)
-        if queues:
-            event = {"queues": queues[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
-            self.lambdas.invoke(WORKER_FUNCTION, event)
+        by_function: dict[str, list[str]] = {}
+        table = self._routes()
+        for name in queues:  # each queue to the function it is routed to, as each one's schedule does
+            route = table.resolve(name)
+            by_function.setdefault(WORKER_FUNCTION if route is None else route.function, []).append(name)
+        for function, names in by_function.items():
+            event = {"queues": names[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
+            try:
+                self.lambdas.invoke(function, event)
+            except KeyError:  # routed (sluice routes register) to a function this stack does not run
+                logging.getLogger("sluice.local.dev").warning("safety net: no local function %s", function)
+
+    def _routes(self) -> RouteTable:
+        from sluice.routes import RouteTable
+        from sluice.store.routes import DynamoRouteStore
+
+        if not self.teams or self.settings is None:
+            return RouteTable()
+        return RouteTable(DynamoRouteStore.from_settings(self.settings).list_routes())
 
     # -- stop ----------------------------------------------------------------------------------------
 
@@ -495,6 +633,8 @@ def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
         ("dynamodb", f"{endpoints.get('dynamodb_endpoint')}   (moto; S3 too)"),
         ("workers", f"{endpoints.get('handlers')} via {endpoints.get('lambda_url')}"),
         ("events", "jobs-table stream -> EventBridge (moto) -> SQS: sluice events --follow"),
+        *[("worker", f"{w['function']}: {w['handlers']}") for w in endpoints.get("workers") or []],
+        *[("route", line) for line in endpoints.get("routes") or []],
         ("state", f"{endpoints.get('state_dir', '.sluice')}/  (endpoints.json, logs/, history.jsonl)"),
     ]
 

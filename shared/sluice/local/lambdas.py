@@ -39,6 +39,7 @@ from sluice.local.httpd import ThreadedServer
 log = logging.getLogger(__name__)
 
 _INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations/?$")
+_FUNCTION_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/?$")
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,17 @@ class LocalLambda:
             self._cond.notify_all()  # exited: housekeeping reports a busy invocation as crashed
 
 
+def _get_function(service: LocalLambda, name: str) -> tuple[int, Any, dict[str, str]]:
+    """Lambda's GetFunction: 200 with the configuration, or 404 ResourceNotFoundException."""
+    name = name.rsplit(":", 1)[-1] if name.startswith("arn:") else name
+    fn = service.functions.get(name)
+    if fn is None:
+        return 404, {"Type": "User", "message": f"Function not found: {name}"}, {
+            "x-amzn-ErrorType": "ResourceNotFoundException"}
+    return 200, {"Configuration": {"FunctionName": name, "Timeout": fn.timeout_ms // 1000,
+                                   "Handler": fn.handler}}, {}
+
+
 class LambdaApi(ThreadedServer):
     """The Lambda Invoke API over HTTP (the part boto3's ``invoke`` uses), plus a status page.
 
@@ -328,6 +340,9 @@ class LambdaApi(ThreadedServer):
                     self._send(200, inv.result)
 
             def do_GET(self) -> None:
+                match = _FUNCTION_PATH.match(self.path.split("?")[0])
+                if match:  # GetFunction: route registration checks that a worker function exists
+                    return self._send(*_get_function(service, match.group("name")))
                 if self.path.rstrip("/") != "/local/containers":
                     self._send(404, {"message": "not found"})
                     return

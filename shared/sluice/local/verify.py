@@ -20,6 +20,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
+from sluice import examples_team
 from sluice.config import Settings
 from sluice.examples import expected_result
 from sluice.local.history import HistoryReport, digest
@@ -148,6 +149,8 @@ def _check_result(job: PlannedJob, item: dict[str, Any], writes: list[dict[str, 
         v.wrong_results.append(f"{job.job_id}: stored result does not match its own digest")
         return
     want = expected_result(job.queue, job.payload)
+    if want is ...:  # the second worker function's queue: its result names the function that ran it
+        want = examples_team.expected_result(job.queue, job.payload)
     if want is not ... and value != want:
         v.wrong_results.append(f"{job.job_id}: {job.queue} returned {str(value)[:80]}, "
                                f"expected {str(want)[:80]}")

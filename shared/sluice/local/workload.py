@@ -1,7 +1,8 @@
 """The demo's workload: which jobs, and sending them to the gateway over HTTP.
 
 The plan is a pure function of (jobs, seed), so a run can be repeated. It mixes
-every example queue: most jobs are plain, some are delayed, some fail once and
+every example queue, and ``word-count``, which a second worker function runs
+(``TEAM_WORKER``): most jobs are plain, some are delayed, some fail once and
 then succeed, some are destined to fail (dead-lettered), a few run longer than
 their lease, a few fan out to children and a continuation that sums them
 (``fanout``, docs/flows.md), and a few are sent twice with the same idempotency key. The plan
@@ -23,6 +24,7 @@ from sluice.client import Client
 from sluice.examples import failing_attempts
 
 BATCH = 100
+TEAM_WORKER = ("words", "sluice.examples_team")  # the demo's second worker function (issue 15)
 DEMO_MAX_ATTEMPTS = 3
 DEMO_LEASE_S = 3  # each job's own lease: short, so the slow jobs outlive theirs several times
 SLOW_SECONDS = 7.0
@@ -69,11 +71,22 @@ def plan(n: int, seed: int, sink_url: str) -> Plan:
 
 
 def _planned(i: int, rng: random.Random, seed: int, sink_url: str) -> PlannedJob:
+    job = _rolled(i, rng, seed, sink_url)
+    if job.queue == "flaky":
+        job.expect_dead = failing_attempts(job.payload) is None or \
+            (failing_attempts(job.payload) or 0) >= job.max_attempts
+    return job
+
+
+def _rolled(i: int, rng: random.Random, seed: int, sink_url: str) -> PlannedJob:
+    """One plain job of the mix, by a roll of ``rng``."""
     roll = rng.random()
-    if roll < 0.50:
+    if roll < 0.45:
         job = PlannedJob(i, "echo", {"i": i, "text": f"hello {i}"})
         if rng.random() < 0.10:
             job.delay_s = rng.randint(1, 4)
+    elif roll < 0.50:  # the second worker function's queue (sluice.examples_team, TEAM_WORKER)
+        job = PlannedJob(i, "word-count", {"i": i, "text": f"job number {i} of seed {seed}"})
     elif roll < 0.65:
         job = PlannedJob(i, "hash", {"data": f"demo-{seed}-{i}", "rounds": 500})
     elif roll < 0.73:
@@ -85,9 +98,6 @@ def _planned(i: int, rng: random.Random, seed: int, sink_url: str) -> PlannedJob
         job = PlannedJob(i, "flaky", payload)
     else:
         job = PlannedJob(i, "flaky", {"i": i, "always_fail": True}, max_attempts=2)
-    if job.queue == "flaky":
-        job.expect_dead = failing_attempts(job.payload) is None or \
-            (failing_attempts(job.payload) or 0) >= job.max_attempts
     return job
 
 

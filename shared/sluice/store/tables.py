@@ -54,6 +54,11 @@ def create_idempotency_table(client: DynamoDBClient, name: str) -> None:
     _create_table(client, name, "id", "expiration")
 
 
+def create_routes_table(client: DynamoDBClient, name: str) -> None:
+    """The routes table (``sluice.store.routes``): key ``pattern``; nothing expires."""
+    _create_table(client, name, "pattern", "expires_at")
+
+
 def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-1",
                           retention_days: int = 14) -> None:
     """The bucket for large results; objects expire with the job retention.
@@ -84,5 +89,7 @@ def ensure_all(settings: Settings) -> None:
     dynamodb = boto3.client("dynamodb", **common)
     create_jobs_table(dynamodb, settings.jobs_table)
     create_idempotency_table(dynamodb, settings.idempotency_table)
+    if settings.routes_table:
+        create_routes_table(dynamodb, settings.routes_table)
     create_results_bucket(boto3.client("s3", **common), settings.results_bucket, settings.aws_region,
                           settings.retention_days)

@@ -1,0 +1,168 @@
+"""``sluice dev --worker NAME=MODULE`` (issue 15): two worker functions side by side, each with its
+own containers, each queue routed to its function; the gateway refuses an unrouted queue.
+
+One stack for the module: the default worker (sluice.examples) and team "words"
+(sluice.examples_team), over real HTTP, Kafka, Redis and DynamoDB on moto.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sluice.cli import main
+from sluice.errors import RouteConflict
+from sluice.local.dev import DevOptions, DevStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+INVOKED: list[tuple[str, dict[str, Any]]] = []  # (function, event) of every finished invocation
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, dict[str, Any]]]:
+    state: Path = tmp_path_factory.mktemp("teams") / ".sluice"
+    # The safety net rarely runs: the jobs below reach their worker through the relay's dispatch.
+    dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=600,
+                              team_workers=(("words", "sluice.examples_team"),), history=False))
+    endpoints = dev.start()
+    assert dev.lambdas is not None
+    dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
+    try:
+        yield dev, endpoints
+    finally:
+        dev.stop()
+
+
+def wait_job(gateway: str, job_id: str, timeout_s: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _, view = http("GET", f"{gateway}/v1/jobs/{job_id}")
+        if view.get("status") in ("succeeded", "failed", "dead", "cancelled") or time.monotonic() > deadline:
+            return view  # type: ignore[no-any-return]
+        time.sleep(0.3)
+
+
+def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    dev, endpoints = stack
+    gateway = endpoints["gateway_url"]
+    assert endpoints["workers"] == [{"name": "words", "function": "sluice-worker-words",
+                                     "handlers": "sluice.examples_team"}]
+    assert "word-count -> sluice-worker-words (typed)" in endpoints["routes"]
+    assert "thumbnails -> sluice-worker (typed)" in endpoints["routes"]
+    assert "echo -> sluice-worker" in endpoints["routes"]
+    # Its own function in the local Lambda service, configured from infra/worker.yaml.
+    assert dev.lambdas is not None and "sluice-worker-words" in dev.lambdas.functions
+    team = dev.team_functions["words"]
+    assert team.env["SLUICE_HANDLERS_MODULE"] == "sluice.examples_team"
+    assert team.env["POWERTOOLS_SERVICE_NAME"] == "sluice-worker-words" and team.timeout_s == 300
+    code, words = http("POST", f"{gateway}/v1/queues/word-count/jobs", {"payload": {"text": "one two three"}})
+    assert code == 202, words
+    code, echo = http("POST", f"{gateway}/v1/queues/echo/jobs", {"payload": {"hi": 1}})
+    assert code == 202, echo
+    done = wait_job(gateway, words["job_id"])
+    assert done["status"] == "succeeded", done
+    assert done["result"]["words"] == 3 and done["result"]["function"] == "sluice-worker-words"
+    assert wait_job(gateway, echo["job_id"])["status"] == "succeeded"
+    # The relay dispatched each queue's backlog to its routed function (an invocation is recorded
+    # when it returns, a moment after its job's result is written).
+    deadline = time.monotonic() + 20
+    while True:
+        relayed = {(fn, q) for fn, e in list(INVOKED) if e.get("source") == "relay"
+                   for q in e.get("queues", [])}
+        if {("sluice-worker-words", "word-count"), ("sluice-worker", "echo")} <= relayed or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ("sluice-worker-words", "word-count") in relayed and ("sluice-worker", "echo") in relayed, INVOKED
+    assert ("sluice-worker", "word-count") not in relayed
+    # Each function ran in its own containers.
+    by_function = {c["function"] for c in dev.lambdas.describe()}
+    assert {"sluice-worker", "sluice-worker-words"} <= by_function
+
+
+def test_an_unrouted_queues_job_is_refused_at_the_door(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    _, endpoints = stack
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs", {"payload": 1})
+    assert code == 404 and problem["code"] == "NO_ROUTE", problem
+    # word-count is typed (model=Text): a payload that does not match its published schema is a
+    # 400 naming each field, before Kafka; so is one for the default worker's typed thumbnails.
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/word-count/jobs",
+                         {"payload": {"text": 5, "extra": True}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
+    assert {e["pointer"] for e in problem["errors"]} == {"/payload", "/payload/text"}, problem["errors"]
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/thumbnails/jobs",
+                         {"payload": {"width": 0}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
+    code, view = http("GET", f"{endpoints['gateway_url']}/v1/queues/word-count")
+    assert code == 200
+    assert view["route"]["function"] == "sluice-worker-words" and view["route"]["owner"] == "words"
+    assert view["route"]["payload_schema"]["properties"]["text"]["type"] == "string"
+    _, openapi = http("GET", f"{endpoints['gateway_url']}/v1/openapi.json")
+    assert {"word-count", "thumbnails"} <= set(openapi["x-sluice-typed-queues"])
+
+
+def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    dev, _ = stack
+    args = ["--state-dir", str(dev.options.state_dir)]
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "queues", "--json"])
+    assert out.exit_code == 0, out.output + out.stderr
+    rows = {json.loads(line)["queue"]: json.loads(line) for line in out.stdout.splitlines()}
+    assert rows["word-count"]["route"] == "sluice-worker-words (words typed)"
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list"])
+    assert out.exit_code == 0 and "sluice-worker-words  (words)  typed: word-count" in out.stdout
+    # A route to a function that does not exist is refused, and nothing is written.
+    register = [*args, "routes", "register", "--function"]
+    out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker-ghost",
+                                                    "--handlers", "tests.integration.ghost_handlers"])
+    assert out.exit_code == 1 and "does not exist" in out.stderr, out.output + out.stderr
+    # Another team claiming word-count is refused, naming its owner.
+    out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker", "--handlers",
+                                                    "sluice.examples_team", "--owner", "other"])
+    assert out.exit_code == 1 and "already routed by 'words'" in out.stderr, out.output + out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list", "--json"])
+    assert {json.loads(x)["pattern"] for x in out.stdout.splitlines()} >= {"word-count", "echo"}
+    assert "ghost" not in out.stdout
+
+
+def test_two_workers_claiming_one_queue_stop_the_stack_from_starting(tmp_path: Path) -> None:
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              team_workers=(("copycat", "sluice.examples"),)))
+    with pytest.raises(RouteConflict, match="already routed by"):
+        dev.start()
+    assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
+
+
+def test_with_unrouted_default_such_a_job_dies_at_once_in_the_default_worker(tmp_path: Path) -> None:
+    """The other guard: accepted (UnroutedQueues=default), dispatched to the default worker, which
+    has no handler: dead on its first lease with the reason, never released, never re-run."""
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              safety_net_every_s=600, parameters={"UnroutedQueues": "default"},
+                              team_workers=(("words", "sluice.examples_team"),)))
+    endpoints = dev.start()
+    try:
+        code, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs",
+                              {"payload": 1, "max_attempts": 5})
+        assert code == 202, accepted
+        done = wait_job(endpoints["gateway_url"], accepted["job_id"])
+        assert done["status"] == "dead" and done["attempts"] == 1, done
+        assert done["last_error"] == "no handler registered for queue 'nobody-handles'"
+    finally:
+        dev.stop()
