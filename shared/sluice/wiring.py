@@ -219,6 +219,19 @@ def gatekeeper(s: Settings | None = None) -> Gatekeeper | None:
     return Gatekeeper(LambdaInvoke.from_settings(s))
 
 
+@cache
+def stream_countdown(s: Settings | None = None) -> Any:
+    """The countdown of the jobs table's stream (the countdown Lambda; ``sluice dev``'s poller)."""
+    from sluice.errors import ConfigError
+    from sluice.flows import Countdown
+
+    keeper = gatekeeper(s)
+    if keeper is None:
+        raise ConfigError("the stream's countdown releases continuations through the gateway "
+                          "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
+    return Countdown(store(s), keeper.release)  # type: ignore[arg-type]
+
+
 def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
     """Count children's endings on ``bus`` (the relay's settle), releasing continuations via the gateway."""
     from sluice.flows import Countdown
@@ -237,5 +250,5 @@ _counted: set[int] = set()
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher, gatekeeper, routes):
+                    completion_publisher, gatekeeper, routes, stream_countdown):
         builder.cache_clear()

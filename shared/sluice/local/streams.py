@@ -3,7 +3,7 @@
 
 Moto records DynamoDB stream records and delivers EventBridge events to SQS targets, but has no
 event source mappings and invokes no Lambda from a rule. So ``StreamPoller`` does what the
-mapping does in AWS: read each shard after its checkpoint, hand a batch to the same
+mappings do in AWS (the events function's and the countdown function's, ``stream_consumers``): read each shard after its checkpoint, hand a batch to the same
 ``Publisher`` the events Lambda uses, and move the checkpoint only past records published
 (``batchItemFailures`` stop it at the first failure, which is read again next round).
 """
@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ log = logging.getLogger("sluice.local.streams")
 RULE = "sluice-completions-local"
 FOLLOW_QUEUE = "sluice-events-follow"
 Handle = Callable[[dict[str, Any]], Mapping[str, Any]]  # a Lambda event -> its answer
+Consume = Callable[[Sequence[Mapping[str, Any]]], list[str]]  # records -> the sequence numbers to retry
 
 
 def _boto(service: str, s: Settings) -> Any:
@@ -68,6 +69,15 @@ def lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
     return {"eventID": record.get("eventID", ""), "eventName": record["eventName"], "eventVersion": "1.1",
             "eventSource": "aws:dynamodb", "awsRegion": record.get("awsRegion", "us-east-1"),
             "dynamodb": data, "eventSourceARN": stream_arn}
+
+
+def stream_consumers(records: Sequence[Mapping[str, Any]], *consumers: Consume) -> list[str]:
+    """Hand one batch to each consumer (the functions that share the stream in AWS: the events
+    ``Publisher`` and the ``Countdown``); the records any of them wants again, in stream order."""
+    failed: set[str] = set()
+    for consume in consumers:
+        failed.update(consume(records))
+    return [seq for r in records if (seq := str((r.get("dynamodb") or {}).get("SequenceNumber", ""))) in failed]
 
 
 class StreamPoller:

@@ -1,0 +1,139 @@
+"""The continuations' countdown on the jobs table's stream: a child whose process died between its
+final write and its in-process countdown is counted from its stream record (docs/flows.md, Failure).
+
+The jobs table and its stream are in-process moto (no sockets): the records are the ones moto's
+stream holds for the writes made here, in the shape Lambda hands the countdown function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from sluice.errors import BackendUnavailable
+from sluice.events import EventBus
+from sluice.flows import Countdown, ended_child
+from sluice.local.streams import lambda_record, stream_consumers
+from sluice.store.jobs import DynamoJobStore
+from tests.unit.test_flows import Rig, db, ended, rig, store  # noqa: F401  (fixtures)
+
+
+def stream(rig: Rig) -> list[dict[str, Any]]:
+    """Every record of the jobs table's stream so far (one shard in moto)."""
+    name = rig.store.table
+    arn = rig.store._db.describe_table(TableName=name)["Table"]["LatestStreamArn"]
+    client = boto3.client("dynamodbstreams", region_name="us-east-1")
+    out: list[dict[str, Any]] = []
+    for shard in client.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = client.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                       ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        out += [lambda_record(r, arn) for r in client.get_records(ShardIterator=it, Limit=1000)["Records"]]
+    return out
+
+
+def end(store: DynamoJobStore, child: str, state: str) -> None:
+    """The child's final write, and nothing after it: its process dies before the countdown."""
+    token = store.grant(child, "work", "w1")
+    if state == "succeeded":
+        store.write_result(child, token, 1)
+    else:
+        store.record_failure(child, token, "boom", state)
+
+
+def test_children_that_failed_or_died_before_their_countdown_are_counted_from_the_stream(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(3, then=True))
+    then = family.continuation or ""
+    a, b, c = family.job_ids
+    bus = EventBus()
+    Countdown(rig.store, rig.api.release_continuation).subscribe(bus)
+    end(rig.store, a, "succeeded")
+    bus.emit(ended(a))  # the fast path counted this one
+    end(rig.store, b, "failed")  # ... these two processes died before theirs: no JobEnded
+    end(rig.store, c, "dead")
+    assert rig.api.status(then).remaining == 2 and then not in rig.appended()
+
+    records = stream(rig)
+    assert {ended_child(r) for r in records} - {None} == {(then, 0), (then, 1), (then, 2)}
+    countdown = Countdown(rig.store, rig.api.release_continuation)
+    assert countdown.recount(records) == []
+    assert rig.api.status(then).remaining == 0
+    assert rig.appended().count(then) == 1
+
+    assert countdown.recount(records + records) == []  # delivered again (a retried batch): nothing
+    bus.emit(ended(b, "failed"))  # and the fast path, late, counts nothing either
+    assert rig.api.status(then).remaining == 0 and rig.appended().count(then) == 1
+
+
+def test_a_duplicate_stream_record_counts_its_child_once(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    then = family.continuation or ""
+    end(rig.store, family.job_ids[0], "failed")
+    [record] = [r for r in stream(rig) if ended_child(r) is not None]
+    countdown = Countdown(rig.store, rig.api.release_continuation)
+    assert countdown.recount([record, record]) == [] and countdown.recount([record]) == []
+    assert rig.api.status(then).remaining == 1 and then not in rig.appended()
+    end(rig.store, family.job_ids[1], "cancelled")
+    assert countdown.recount(stream(rig)) == []  # the whole stream, the first record again
+    assert rig.appended().count(then) == 1
+
+
+def test_a_release_that_fails_is_answered_for_retry_and_released_once_on_redelivery(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    then = family.continuation or ""
+    end(rig.store, family.job_ids[0], "dead")
+    records = stream(rig)
+    [last] = [r for r in records if ended_child(r) is not None]
+    down = True
+
+    def release(continuation: str) -> None:
+        if down:
+            raise BackendUnavailable("the gateway function is unavailable")
+        rig.api.release_continuation(continuation)
+
+    countdown = Countdown(rig.store, release, sleep=lambda _s: None)
+    assert countdown.recount(records) == [str(last["dynamodb"]["SequenceNumber"])]
+    assert then not in rig.appended() and rig.store.unreleased(then)
+    down = False
+    assert countdown.recount(records) == []  # Lambda retries from that record
+    assert rig.appended().count(then) == 1 and not rig.store.unreleased(then)
+
+
+def test_records_that_are_not_a_childs_final_transition_count_nothing(rig: Rig) -> None:
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    child = family.job_ids[0]
+    end(rig.store, child, "succeeded")
+    rig.store.write_result(child, 1, 1)  # a re-run writing its result again: succeeded -> succeeded
+    end(rig.store, rig.parent, "succeeded")  # the parent: final, but no continuation waits for it
+    records = stream(rig)
+    found = [ended_child(r) for r in records]
+    assert found.count((family.continuation, 0)) == 1 and len([f for f in found if f]) == 1
+    assert ended_child({"eventName": "REMOVE", "dynamodb": {}}) is None
+    assert ended_child({"eventName": "MODIFY", "dynamodb": {"OldImage": records[-1]["dynamodb"].get(
+        "NewImage")}}) is None  # no new image
+
+
+def test_the_local_poller_hands_each_batch_to_both_consumers_and_retries_the_union() -> None:
+    records = [{"dynamodb": {"SequenceNumber": str(n)}} for n in (1, 2, 3)]
+    seen: list[str] = []
+
+    def publish(batch: Any) -> list[str]:
+        seen.append("publish")
+        return ["3"]
+
+    def recount(batch: Any) -> list[str]:
+        seen.append("recount")
+        return ["2", "3"]
+
+    assert stream_consumers(records, publish, recount) == ["2", "3"]
+    assert seen == ["publish", "recount"]
+
+
+def test_the_stream_countdown_needs_the_gateway_function() -> None:
+    from sluice import wiring
+    from sluice.config import Settings
+    from sluice.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SLUICE_GATEWAY_FUNCTION_NAME"):
+        wiring.stream_countdown.__wrapped__(Settings(gateway_function_name=None))
