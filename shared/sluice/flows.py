@@ -134,8 +134,9 @@ class Countdown:
     again by the stream's ``recount`` retrying the record, by any later ending of one of its
     children (a redrive, a repeated event) and by a re-run of its parent (docs/flows.md, Failure).
     A process that dies between a child's final write and ``on_ended`` is covered by ``recount``
-    on that write's stream record: the fast path may be lost, the stream's never is. It never runs twice: ``release_continuation`` appends
-    it only until ``mark_released``, and its id is fixed.
+    on that write's stream record: the fast path may be lost, the stream's never is. It never
+    runs twice: ``release_continuation`` appends it only until ``mark_released``, and its id is
+    fixed.
     """
 
     def __init__(self, store: FamilyReads, release: Callable[[str], object], *,

@@ -43,3 +43,38 @@ def test_the_events_function_may_put_only_to_its_bus_and_read_only_the_stream() 
                               "dynamodb:DescribeStream", "dynamodb:ListStreams", "s3:PutObject",
                               "sqs:SendMessage"}
     assert "Events" not in p  # no SAM event: it would attach a managed policy on Resource "*"
+
+
+def test_the_countdown_function_reads_the_stream_for_childrens_final_writes_only() -> None:
+    """docs/flows.md, Failure: the durable countdown, a sibling of the events function."""
+    esm = props("CountdownStream")
+    assert esm["EventSourceArn"] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}
+    assert esm["FunctionName"] == {"Ref": "CountdownFunction"}
+    assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert esm["StartingPosition"] == "TRIM_HORIZON" and esm["BisectBatchOnFunctionError"] is True
+    assert esm["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["CountdownDeadLetterQueue", "Arn"]}
+    (f,) = esm["FilterCriteria"]["Filters"]
+    image = json.loads(f["Pattern"])["dynamodb"]["NewImage"]
+    assert image == {"status": {"S": ["succeeded", "failed", "dead", "cancelled"]},
+                     "continuation": {"S": [{"exists": True}]}}
+    readers = [n for n, r in RES.items() if r["Type"] == "AWS::Lambda::EventSourceMapping"
+               and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}]
+    assert sorted(readers) == ["CountdownStream", "EventsStream"]  # DynamoDB: two readers a shard
+
+
+def test_the_countdown_function_may_count_down_and_invoke_the_gateway_only() -> None:
+    p = props("CountdownFunction")
+    assert p["CodeUri"] == "functions/countdown/"
+    assert p["Environment"]["Variables"]["SLUICE_GATEWAY_FUNCTION_NAME"] == {"Ref": "GatewayFunction"}
+    policies = p["Policies"]
+    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "GatewayFunction"}}} in policies
+    by_action = {a: s["Resource"] for pol in policies for s in pol.get("Statement", []) for a in s["Action"]}
+    assert by_action == {
+        "dynamodb:GetItem": {"Fn::GetAtt": ["JobsTable", "Arn"]},
+        "dynamodb:UpdateItem": {"Fn::GetAtt": ["JobsTable", "Arn"]},
+        **{a: {"Fn::GetAtt": ["JobsTable", "StreamArn"]} for a in (
+            "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+            "dynamodb:ListStreams")},
+        "sqs:SendMessage": {"Fn::GetAtt": ["CountdownDeadLetterQueue", "Arn"]}}
+    assert len(policies) == 2 and "Events" not in p

@@ -7,17 +7,35 @@ stream holds for the writes made here, in the shape Lambda hands the countdown f
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
+from moto import mock_aws
 
 from sluice.errors import BackendUnavailable
 from sluice.events import EventBus
 from sluice.flows import Countdown, ended_child
 from sluice.local.streams import lambda_record, stream_consumers
+from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
-from tests.unit.test_flows import Rig, db, ended, rig, store  # noqa: F401  (fixtures)
+from tests.unit.test_flows import Rig, ended
+
+
+@pytest.fixture(scope="module")
+def db() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("dynamodb", region_name="us-east-1")
+
+
+@pytest.fixture
+def rig(db: Any) -> Iterator[Rig]:
+    name = f"jobs-{uuid.uuid4().hex[:8]}"
+    tables.create_jobs_table(db, name)  # with its stream, as in the template
+    yield Rig(DynamoJobStore(db, name))
+    db.delete_table(TableName=name)
 
 
 def stream(rig: Rig) -> list[dict[str, Any]]:
@@ -33,13 +51,13 @@ def stream(rig: Rig) -> list[dict[str, Any]]:
     return out
 
 
-def end(store: DynamoJobStore, child: str, state: str) -> None:
+def end(jobs: DynamoJobStore, child: str, state: str) -> None:
     """The child's final write, and nothing after it: its process dies before the countdown."""
-    token = store.grant(child, "work", "w1")
+    token = jobs.grant(child, "work", "w1")
     if state == "succeeded":
-        store.write_result(child, token, 1)
+        jobs.write_result(child, token, 1)
     else:
-        store.record_failure(child, token, "boom", state)
+        jobs.record_failure(child, token, "boom", state)
 
 
 def test_children_that_failed_or_died_before_their_countdown_are_counted_from_the_stream(rig: Rig) -> None:

@@ -341,8 +341,9 @@ class DevStack:
         # process died before its in-process countdown is counted here (docs/flows.md, Failure).
         countdown = wiring.stream_countdown(worker) if worker.gateway_function_name else None
         client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+        consumers = [publisher.publish, *([countdown.recount] if countdown else [])]
         poller = StreamPoller(client, ensure_jobs_stream(worker), lambda event: batch_failures(
-            stream_consumers(event["Records"], publisher.publish, *([countdown.recount] if countdown else []))))
+            stream_consumers(event["Records"], *consumers)))
         self._events_thread = threading.Thread(target=poller.run, args=(self._stop,), name="sluice-events",
                                                daemon=True)
         self._events_thread.start()

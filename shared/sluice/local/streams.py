@@ -3,9 +3,10 @@
 
 Moto records DynamoDB stream records and delivers EventBridge events to SQS targets, but has no
 event source mappings and invokes no Lambda from a rule. So ``StreamPoller`` does what the
-mappings do in AWS (the events function's and the countdown function's, ``stream_consumers``): read each shard after its checkpoint, hand a batch to the same
-``Publisher`` the events Lambda uses, and move the checkpoint only past records published
-(``batchItemFailures`` stop it at the first failure, which is read again next round).
+mappings do in AWS: read each shard after its checkpoint, hand a batch to the same ``Publisher``
+the events Lambda uses (and to the countdown function's ``Countdown.recount``:
+``stream_consumers``), and move the checkpoint only past records done (``batchItemFailures``
+stop it at the first failure, which is read again next round).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def stream_consumers(records: Sequence[Mapping[str, Any]], *consumers: Consume) 
     failed: set[str] = set()
     for consume in consumers:
         failed.update(consume(records))
-    return [seq for r in records if (seq := str((r.get("dynamodb") or {}).get("SequenceNumber", ""))) in failed]
+    seqs = [str((r.get("dynamodb") or {}).get("SequenceNumber", "")) for r in records]
+    return [seq for seq in seqs if seq in failed]
 
 
 class StreamPoller:
