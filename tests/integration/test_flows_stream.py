@@ -1,0 +1,72 @@
+"""The continuations' countdown on moto's real stream, through the local poller as ``sluice dev``
+runs it: both consumers (completion events and the countdown) on each batch, a release refused
+(the checkpoint stays), retried on the next round, and a poller that lost its checkpoint (a crash)
+delivering everything again: the continuation is appended once (docs/flows.md, Failure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+
+from sluice.completion.publish import Publisher, batch_failures
+from sluice.config import Settings
+from sluice.errors import BackendUnavailable
+from sluice.flows import Countdown
+from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream, stream_consumers
+from sluice.store import tables
+from sluice.store.jobs import DynamoJobStore
+from tests.integration.test_completion_events import _received
+from tests.unit.test_flows import Rig
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def s(moto_url: str, unique: str) -> Settings:
+    settings = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
+                        idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}",
+                        events_bus_name=f"bus-{unique}")
+    tables.ensure_all(settings)
+    return settings
+
+
+def test_children_whose_process_died_before_their_countdown_release_the_continuation_once(
+        s: Settings, unique: str) -> None:
+    from sluice import wiring
+
+    url = ensure_bus(s, f"follow-{unique}")
+    rig = Rig(DynamoJobStore.from_settings(s))
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    then = family.continuation or ""
+    for child, state in zip(family.job_ids, ("failed", "dead"), strict=True):
+        rig.store.record_failure(child, rig.store.grant(child, "work", "w"), "boom", state)
+    assert rig.api.status(then).remaining == 2  # no JobEnded reached a countdown: both "died"
+
+    gateway_up = False
+
+    def release(continuation: str) -> None:
+        if not gateway_up:
+            raise BackendUnavailable("the gateway function is unavailable")
+        rig.api.release_continuation(continuation)
+
+    publisher = Publisher(wiring.completion_publisher.__wrapped__(s).sink, s.events_bus_name)
+    countdown = Countdown(rig.store, release, sleep=lambda _s: None)
+    client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+
+    def poller() -> StreamPoller:
+        return StreamPoller(client, ensure_jobs_stream(s), lambda event: batch_failures(
+            stream_consumers(event["Records"], publisher.publish, countdown.recount)))
+
+    first = poller()
+    first.poll_once()  # counted to 0; the release refused: the last child's record is kept
+    assert rig.api.status(then).remaining == 0 and then not in rig.appended()
+    gateway_up = True
+    first.poll_once()
+    assert rig.appended().count(then) == 1
+    poller().poll_once()  # a poller that lost its checkpoint: every record again
+    first.poll_once()
+    assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0
+    events: list[Any] = _received(s, url)
+    assert {e["detail"]["job_id"] for e in events} == set(family.job_ids)  # events flowed alongside
