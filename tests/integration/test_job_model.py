@@ -70,6 +70,7 @@ KEY = b"k" * 32
 MAX_LOSSES = 2  # Redis data losses per example
 MAX_CANCELS = 3  # per example
 MAX_EXPIRIES = 2  # per example
+MAX_PURGES = 1  # per example
 FOREVER = 10**9  # steps: a pause that only an explicit thaw ends (replays)
 
 
@@ -130,7 +131,7 @@ class JobMachine(RuleBasedStateMachine):
         self.step_no = 0  # steps taken (counted by the invariant check that follows each)
         self.relay_frozen_until = 0  # the step from which a frozen relay may thaw
         self.appended = False  # records appended since this relay invocation started
-        self.count: dict[str, int] = {"cancel": 0, "ttl_expires": 0}  # drawn so far (budgets)
+        self.count: dict[str, int] = {"cancel": 0, "ttl_expires": 0, "purge": 0}  # drawn so far (budgets)
         self.losses = 0  # Redis data losses in this example
         # Both authorities as the last invariant check read them: the rules' preconditions look here,
         # so that a rule is drawn only when it can act (a redrive when a job is dead, a TTL expiry
@@ -385,9 +386,10 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- rules: operators and maintenance -----------------------------------------------------------
 
-    @precondition(lambda self: self.on("reap") and bool(self.seen_rs["leased"]))
+    @precondition(lambda self: self.on("reap") and self.expired_leases())
     @rule()
     def reap(self) -> None:
+        """The engine's reap, drawn only when a lease has expired (delayed jobs wait an hour)."""
         self.watch_reclaim(lambda: self.engine.reap(QUEUE))
 
     def to_settle(self) -> bool:
@@ -461,9 +463,13 @@ class JobMachine(RuleBasedStateMachine):
         if picked_up:
             self.lease_and_start("ok")
 
-    @precondition(lambda self: self.on("purge") and bool(self.seen_rs["dead"]))
+    @precondition(lambda self: self.on("purge") and self.count["purge"] < MAX_PURGES
+                  and bool(self.seen_rs["dead"]))
     @rule()
     def purge(self) -> None:
+        """``sluice dead purge``: once an example (it empties the whole dead set, and it sorts first
+        among the rules, which hypothesis favours)."""
+        self.count["purge"] += 1
         self.engine.purge_dead(QUEUE)
 
     def expirable(self, items: dict[str, dict[str, Any]], rs: dict[str, Any]) -> list[str]:
@@ -491,6 +497,17 @@ class JobMachine(RuleBasedStateMachine):
         for off in [self.offsets[job_id], *self.redrive_log.offsets]:  # its first record, and a redrive's
             if self.source.log[0][off].key == job_id.encode():
                 self.source.log[0][off] = SourceRecord(0, off, job_id.encode(), None)
+
+    def stuck(self) -> bool:
+        """No other rule can act (its budget spent, every job final, the relay paused)."""
+        return not any(r.function.__name__ != "idle" and all(p(self) for p in r.preconditions)
+                       for r in type(self).setup_state().rules)
+
+    @precondition(lambda self: self.stuck())
+    @rule()
+    def idle(self) -> None:
+        """Time passes and nothing happens: drawn only when no other rule can act (hypothesis
+        stops a run with no rule to draw as an error); a paused relay's pause runs out meanwhile."""
 
     # -- invariants ---------------------------------------------------------------------------------
 
