@@ -138,6 +138,7 @@ class JobMachine(RuleBasedStateMachine):
         # when a final item is there to expire), and a bug deep in a sequence is not diluted by no-ops.
         self.seen_rs: dict[str, Any] = {"ready": {}, "delayed": {}, "leased": {}, "dead": {}, "settle": set()}
         self.seen_items: dict[str, dict[str, Any]] = {}
+        self.seen_now_ms = 0
 
     def teardown(self) -> None:
         self.workers.close()
@@ -189,8 +190,15 @@ class JobMachine(RuleBasedStateMachine):
         return [w for w in self.workers.all if w.state in states]
 
     def expired_leases(self) -> bool:
-        return any(run.tracked.state.expires_at < time.monotonic() for run in self.workers.all
-                   if run.job_id in self.seen_rs["leased"])
+        """A lease past its deadline, by Redis's clock when the last invariant check read it (not
+        the workers' clocks, which ``run_late`` sets to expire a second later: a precondition that
+        read them would change between hypothesis's runs of one example, which it reports flaky)."""
+        return any(deadline <= self.seen_now_ms for deadline in self.seen_rs["leased"].values())
+
+    def lapsed_in_redis(self, run: WorkerRun) -> bool:
+        """``run``'s lease has lapsed (deadline passed) or is gone or someone else's, as last read."""
+        return (self.seen_rs["leased"].get(run.job_id, 0) <= self.seen_now_ms
+                or self.seen_rs.get("tokens", {}).get(run.job_id) != run.lease_token)
 
     def watch_reclaim(self, call: Any) -> Any:
         """Run ``call``; remember which expired leases it put back in ready (for I8)."""
@@ -328,9 +336,7 @@ class JobMachine(RuleBasedStateMachine):
     def lapsed_held(self) -> list[WorkerRun]:
         """Workers holding a lease that has lapsed in Redis (its deadline passed, or it was
         reclaimed and leased again), as the last invariant check read Redis."""
-        now = time.monotonic()
-        return [w for w in self.live_runs("held") if w.tracked.state.expires_at < now
-                or self.seen_rs.get("tokens", {}).get(w.job_id) != w.lease_token]
+        return [w for w in self.live_runs("held") if self.lapsed_in_redis(w)]
 
     @precondition(lambda self: self.on("run_late") and bool(self.lapsed_held()))
     @rule(index=st.integers(0, 100))
@@ -354,10 +360,8 @@ class JobMachine(RuleBasedStateMachine):
         """Holders whose next beat changes something: their lease lapsed in Redis (the beat revives
         it, or finds it lost), or a cancel was requested (the beat tells them). Leases lapse only by
         ``lease_lapses``, so any other beat only moves a deadline that nothing reads."""
-        now = time.monotonic()
-        return [w for w in self.live_runs("held", "frozen") if w.tracked.state.expires_at < now
-                or w.job_id in self.cancel_requested
-                or self.seen_rs.get("tokens", {}).get(w.job_id) != w.lease_token]
+        return [w for w in self.live_runs("held", "frozen")
+                if self.lapsed_in_redis(w) or w.job_id in self.cancel_requested]
 
     @precondition(lambda self: self.on("heartbeat") and bool(self.beatable()))
     @rule(index=st.integers(0, 100))
@@ -525,7 +529,7 @@ class JobMachine(RuleBasedStateMachine):
             self.relay_thaws()  # its pause is over: the settle writes land now, and are judged below
         self.fencing()
         rs, items = self.redis_state(), self.items()
-        self.seen_rs, self.seen_items = rs, items
+        self.seen_rs, self.seen_items, self.seen_now_ms = rs, items, self.now_ms()
         if self.relay.frozen:
             return  # mid-maintenance: judged once the relay thaws
         self.authorities_agree(rs, items)
