@@ -507,6 +507,22 @@ def test_settle_ended_records_what_redis_ended_unless_the_item_is_final(store: D
         JobState.DEAD, "q", 0, "the lease expired on the last attempt")
 
 
+def test_a_settle_read_before_a_redrive_does_not_land_after_it(store: DynamoJobStore) -> None:
+    """Issue 13 bug 2, the case the job model found left on the fixed code: a job never granted
+    (item ``queued``) lapses on its last attempt and is reaped dead; the relay reads its settle
+    entry (generation 0) and pauses; an operator redrives it (generation 1 minted, the job back
+    in Redis, not granted yet); the relay's write must not end the waiting job ``dead``."""
+    store.mark_queued([("waits", "q", 1)])
+    assert store.redrive("waits") == 1
+    assert store.settle_ended(_ended("waits", JobState.DEAD)) is False
+    rec = store.get_job("waits")
+    assert rec.status is JobState.QUEUED and (raw(store, "waits") or {}).get("expires_at") is None
+    # The entry of the redriven generation still settles it.
+    assert store.settle_ended(EndedJob(job_id="waits", queue="q", status=JobState.DEAD, ended_at_ms=1,
+                                       redrive_gen=1)) is True
+    assert store.get_job("waits").status is JobState.DEAD
+
+
 def test_settle_ended_refuses_other_states_and_bad_ids(store: DynamoJobStore) -> None:
     with pytest.raises(InvalidInput):
         store.settle_ended(_ended("j1", JobState.SUCCEEDED))

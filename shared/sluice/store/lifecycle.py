@@ -220,10 +220,14 @@ class Lifecycle(ItemTable):
 
         Applies only while the item is not final (a worker's own verdict, or a succeeded
         result, always wins); creates the item if the relay's ``mark_queued`` never did.
-        Fenced like every write: only on the attempt that ended, that is while no grant
-        of a newer redrive generation than the entry's (``run_gen > redrive_gen``) has
-        happened; a job leaves Redis's dead set or comes back after a cancel only through
-        a redrive, so a newer grant within the same generation cannot exist.
+        Fenced like every write: only on the attempt that ended, that is while no newer
+        redrive generation than the entry's has been minted (``redrive_gen``) or granted
+        (``run_gen``). Minted counts, not only granted: a redrive that lands between the
+        relay's read of the settle set and this write has already put the job back in
+        Redis, and a job never granted since would otherwise end ``dead`` while it waits
+        (the job model found this). A job leaves Redis's dead set or comes back after a
+        cancel only through a redrive, so a newer grant within the same generation cannot
+        exist.
         True if written, False if the item had already moved on.
         """
         job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
@@ -240,7 +244,8 @@ class Lifecycle(ItemTable):
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
                    "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
             condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
-                      "AND (attribute_not_exists(#run) OR #run <= :gen)",
+                      "AND (attribute_not_exists(#run) OR #run <= :gen) "
+                      "AND (attribute_not_exists(#rg) OR #rg <= :gen)",
             values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
                     ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
                     ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
