@@ -14,6 +14,11 @@ local Lambda service, Tansu, redis-server, the moto server), with the examples' 
   item key: ``local.motoserver.WriteCounter``) made for the family, divided by its children:
   each child's own item, plus the continuation's item (its countdown) and the parent's extra
   writes (recording its children), whoever made them (gateway, relay, workers).
+- continuation_item_writes: the writes on the continuation's item once they stop growing
+  (``settle``): the jobs table's stream counts every child again (``flows.Countdown.recount``,
+  one refused conditional write each), behind the fast path, so the count read when the
+  continuation ends (``continuation_item_writes_at_end``) misses the stream's tail;
+  ``stream_settle_s`` is how long after the continuation's end the count stopped growing.
 - plain_jobs_per_s: the plain jobs' throughput (first grant to last result write), for scale.
 - writes_per_plain_job: the same count for ``PLAIN`` plain ``echo`` jobs enqueued in the same
   run (accepted by the relay, granted, result written): the path a job without a family takes.
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +56,26 @@ def writes(moto_url: str) -> dict[str, int]:
     with urllib.request.urlopen(moto_url + COUNTS_PATH, timeout=30) as r:
         by_key: dict[str, int] = json.loads(r.read())["by_key"]
     return by_key
+
+
+def settle(read: Callable[[], int], deadline: float, *, quiet_s: float = 5.0, every_s: float = 0.5,
+           clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> tuple[int, float]:
+    """Read a growing count until it has not changed for ``quiet_s``: (the count, seconds taken).
+
+    The stream's countdown runs behind the continuation's start, so its writes are still
+    arriving when the continuation ends. Raises TimeoutError past ``deadline``.
+    """
+    start = clock()
+    last, since = read(), start
+    while clock() - since < quiet_s:
+        if clock() > deadline:
+            raise TimeoutError(f"the count still grew at {last}")
+        sleep(every_s)
+        now = read()
+        if now != last:
+            last, since = now, clock()
+    return last, round(since - start, 2)
 
 
 def first_times(path: Path, op: str) -> dict[str, float]:
@@ -102,6 +128,8 @@ def main() -> None:
         grants = first_times(Path(str(ep["history_path"])), "grant")
         written = first_times(Path(str(ep["history_path"])), "write")
         plain_s = max(written[j] for j in plain) - min(grants[j] for j in plain)
+        at_end = writes(str(ep["dynamodb_endpoint"])).get(then, 0)
+        _, settle_s = settle(lambda: writes(str(ep["dynamodb_endpoint"])).get(then, 0), deadline)
         counts = writes(str(ep["dynamodb_endpoint"]))
         children = client.status(parent).children
         per_plain = sum(counts.get(j, 0) for j in plain) / len(plain)
@@ -115,6 +143,7 @@ def main() -> None:
              writes_per_child=round(family_writes / len(children), 2),
              child_item_writes_per_child=round(child_writes / len(children), 2),
              continuation_item_writes=counts.get(then, 0),
+             continuation_item_writes_at_end=at_end, stream_settle_s=settle_s,
              parent_extra_writes=round(counts.get(parent, 0) - per_plain, 2),
              writes_per_plain_job=round(per_plain, 2),
              extra_writes_per_child=round(family_writes / len(children) - per_plain, 2),
