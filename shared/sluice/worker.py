@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from sluice import events as ev
 from sluice.errors import InvalidInput, SluiceError
 from sluice.flows import Countdown, Gatekeeper
+from sluice.lazy import Lazy, resolve
 from sluice.models import LeasedJob, validate_public_queue
 from sluice.ports import JobQueue, JobStore, WorkWaiter
 from sluice.runtime.budget import RemainingMs, TimeBudget
@@ -89,18 +90,27 @@ class _Session:
     ``events`` is the drain's own bus: this worker's telemetry observes it (metrics and
     lifecycle logs, ``runtime.observers``), and it hands every event on to ``Worker.events``,
     which bound copies of one app share: so each drain counts only its own jobs.
+
+    The runner and finisher need the store; they are built on the first leased job
+    (``settle``), so a drain of an empty queue never builds a store held lazily (the
+    worker Lambda's: boto3 and a DynamoDB client cost a cold start ~240 ms of CPU).
     """
 
-    queue: JobQueue
-    heartbeat: Heartbeat
-    runner: JobRunner
-    finisher: Finisher
-    pool: ThreadPoolExecutor | None
-    events: ev.EventBus
+    def __init__(self, queue: JobQueue, heartbeat: Heartbeat, settle: Lazy[tuple[JobRunner, Finisher]],
+                 pool: ThreadPoolExecutor | None, events: ev.EventBus) -> None:
+        self.queue, self.heartbeat, self.settle, self.pool, self.events = queue, heartbeat, settle, pool, events
+
+    @property
+    def runner(self) -> JobRunner:
+        return self.settle.get()[0]
+
+    @property
+    def finisher(self) -> Finisher:
+        return self.settle.get()[1]
 
 
 class Worker:
-    def __init__(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
+    def __init__(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
                  worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
@@ -154,7 +164,7 @@ class Worker:
         that does not match with a 400 before it reaches Kafka. Each call returns fresh copies."""
         return {q: schema_copy(spec.schema) for q, spec in self._handlers.items() if spec.schema is not None}
 
-    def bind(self, *, queue: JobQueue | None = None, store: JobStore | None = None,
+    def bind(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
              worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
@@ -221,20 +231,28 @@ class Worker:
         bus.subscribe(self.events.emit)  # first: the process's subscribers (a nemesis) see it first
         observe(bus, tel, self.worker_id)
         hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
-        finisher = Finisher(queue, store, hb, tel, attempts=self.options.settle_attempts,
-                          retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
-                          events=bus)
-        fenced = self._fenced or self._store_tables(store, bus)
-        runner = JobRunner(finisher, store, self.options, self.worker_id, fenced=fenced,
-                           gatekeeper=self.gatekeeper)
+
+        def settle() -> tuple[JobRunner, Finisher]:
+            built = resolve(store)
+            finisher = Finisher(queue, built, hb, tel, attempts=self.options.settle_attempts,
+                                retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
+                                events=bus)
+            fenced = self._fenced or self._store_tables(built, bus)
+            runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
+                               gatekeeper=self.gatekeeper)
+            # A child that ends here counts down its continuation (sluice.flows): a subscriber of the drain's bus.
+            if self.gatekeeper is not None and hasattr(built, "continuation_of"):
+                Countdown(built, self.gatekeeper.release).subscribe(bus)  # type: ignore[arg-type]
+            return runner, finisher
+
+        parts: Lazy[tuple[JobRunner, Finisher]] = Lazy(settle)
+        if not isinstance(store, Lazy) or store.built:
+            parts.get()  # nothing to save: built now, as before
         pool = None
         if self.options.concurrency > 1:
             pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="sluice-slot")
-        # A child that ends here counts down its continuation (sluice.flows): a subscriber of the drain's bus.
-        if self.gatekeeper is not None and hasattr(store, "continuation_of"):
-            Countdown(store, self.gatekeeper.release).subscribe(bus)  # type: ignore[arg-type]
         hb.start()
-        return _Session(queue, hb, runner, finisher, pool, bus)
+        return _Session(queue, hb, parts, pool, bus)
 
     def _store_tables(self, store: JobStore, events: ev.EventBus) -> FencedTableFactory | None:
         """The store's fenced tables, reporting their writes on the drain's events."""
@@ -313,6 +331,8 @@ class Worker:
                 self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
                 summary.error = f"lease {name}: {exc}"
                 break
+            if jobs:
+                self._settle(session, name, jobs)
             for j in jobs:
                 session.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
                                               attempt=j.attempt, deadline_ms=j.deadline_ms))
@@ -322,6 +342,19 @@ class Worker:
             tracked = [session.heartbeat.track(j, leased_at, self._job_log(j)) for j in jobs]
             self._run_batch(session, tracked, spec, budget, stop, summary)
         return left, leased_any, skipped
+
+    def _settle(self, session: _Session, name: str, jobs: list[LeasedJob]) -> None:
+        """Build the drain's store-bound parts before its first job is tracked or run; if the
+        store cannot be built, hand the leases straight back (not strand them) and raise."""
+        try:
+            session.settle.get()
+        except Exception:
+            for j in jobs:
+                try:
+                    session.queue.release(name, j.job_id, j.lease_token)
+                except SluiceError as exc:
+                    self.telemetry.logger.error("could not release %s: %s", j.job_id, exc)
+            raise
 
     def _lingers(self, session: _Session, queues: list[str]) -> bool:
         """Whether this drain waits for new jobs once its queue is empty (one queue, a queue that

@@ -109,3 +109,46 @@ def test_load_app_finds_the_worker_or_says_why_not() -> None:
         load_app("sluice.no_such_module_here")
     with pytest.raises(HandlerNotFound, match=r"exactly one sluice\.Worker"):
         load_app("sluice.policy")
+
+
+def test_a_drain_of_an_empty_queue_builds_no_store_and_the_first_job_builds_it_once(
+        wired: tuple[FakeQueue, FakeStore], event_json: Callable[[str], dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 (cold start): the worker Lambda's store (boto3 and a DynamoDB client) is built
+    on the first leased job, not for a dispatch that finds its queue empty."""
+    queue, store = wired
+    builds: list[object] = []
+
+    def build(s: object = None) -> FakeStore:
+        builds.append(s)
+        return store
+
+    monkeypatch.setattr(wiring, "store", build)
+    function = load_function()
+    out = function.handler(event_json("worker_dispatch.json"), FakeLambdaContext(30_000))
+    assert out["leased"] == 0 and out["stopped"] == "empty" and builds == []
+    queue.add("thumbnails", "img-0", "cat")
+    queue.add("thumbnails", "img-1", "dog")
+    out = function.handler(event_json("worker_dispatch.json"), FakeLambdaContext(30_000))
+    assert out["succeeded"] == 2 and len(builds) == 1
+    assert store.get_job("img-1").result == {"thumb": "dog-small"}
+
+
+def test_a_store_that_cannot_be_built_hands_the_leased_jobs_back(wired: tuple[FakeQueue, FakeStore]) -> None:
+    """The store held lazily fails to build after a lease: the jobs go back to ready (not stranded
+    until their lease expires) and the drain raises the build's error."""
+    from sluice.errors import ConfigError
+    from sluice.lazy import Lazy
+    from sluice.runtime.options import WorkerOptions
+
+    queue, _ = wired
+
+    def broken() -> FakeStore:
+        raise ConfigError("no jobs table")
+
+    queue.add("thumbnails", "img-0", "cat")
+    worker = app.bind(queue=queue, store=Lazy(broken), options=WorkerOptions(concurrency=1))
+    with pytest.raises(ConfigError, match="no jobs table"):
+        worker.drain(["thumbnails"], 5, lambda: 30_000)
+    assert queue.job("thumbnails", "img-0").state == "ready" and queue.job("thumbnails", "img-0").attempts == 0
+    assert ran == []

@@ -94,7 +94,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     s = settings or wiring.settings()
     app, options = prepare(s)
     worker = app.bind(
-        queue=wiring.queue(s), store=wiring.store(s), options=options, gatekeeper=wiring.gatekeeper(s),
+        queue=wiring.queue(s), store=wiring.lazy_store(s), options=options, gatekeeper=wiring.gatekeeper(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     work = queue_work_metrics(app, s)
     try:
