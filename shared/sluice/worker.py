@@ -96,9 +96,11 @@ class _Session:
     worker Lambda's: boto3 and a DynamoDB client cost a cold start ~240 ms of CPU).
     """
 
-    def __init__(self, queue: JobQueue, heartbeat: Heartbeat, settle: Lazy[tuple[JobRunner, Finisher]],
-                 pool: ThreadPoolExecutor | None, events: ev.EventBus) -> None:
-        self.queue, self.heartbeat, self.settle, self.pool, self.events = queue, heartbeat, settle, pool, events
+    def __init__(self, queue: JobQueue, heartbeat: Heartbeat,
+                 settle: Lazy[tuple[JobRunner, Finisher]], pool: ThreadPoolExecutor | None,
+                 events: ev.EventBus) -> None:
+        self.queue, self.heartbeat, self.settle = queue, heartbeat, settle
+        self.pool, self.events = pool, events
 
     @property
     def runner(self) -> JobRunner:
@@ -235,12 +237,12 @@ class Worker:
         def settle() -> tuple[JobRunner, Finisher]:
             built = resolve(store)
             finisher = Finisher(queue, built, hb, tel, attempts=self.options.settle_attempts,
-                                retry_base_ms=self.options.retry_base_ms, retry_cap_ms=self.options.retry_cap_ms,
-                                events=bus)
+                                retry_base_ms=self.options.retry_base_ms,
+                                retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
                                gatekeeper=self.gatekeeper)
-            # A child that ends here counts down its continuation (sluice.flows): a subscriber of the drain's bus.
+            # A child that ends here counts down its continuation (sluice.flows): a drain's subscriber.
             if self.gatekeeper is not None and hasattr(built, "continuation_of"):
                 Countdown(built, self.gatekeeper.release).subscribe(bus)  # type: ignore[arg-type]
             return runner, finisher

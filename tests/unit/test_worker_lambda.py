@@ -150,5 +150,6 @@ def test_a_store_that_cannot_be_built_hands_the_leased_jobs_back(wired: tuple[Fa
     worker = app.bind(queue=queue, store=Lazy(broken), options=WorkerOptions(concurrency=1))
     with pytest.raises(ConfigError, match="no jobs table"):
         worker.drain(["thumbnails"], 5, lambda: 30_000)
-    assert queue.job("thumbnails", "img-0").state == "ready" and queue.job("thumbnails", "img-0").attempts == 0
+    job = queue.job("thumbnails", "img-0")
+    assert job.state == "ready" and job.attempts == 0
     assert ran == []
