@@ -234,3 +234,21 @@ def from_code(code: str, message: str = "", **details: Any) -> SluiceError:
     """Build the exception for a stable error code; unknown codes become SluiceError."""
     cls = ERROR_CODES.get(code, SluiceError)
     return cls(message or code, **details)
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule whose name, expression or queue Sluice refuses; nothing was written."""
+
+    code = "INVALID_SCHEDULE"
+
+
+class ScheduleTooFrequent(InvalidSchedule):
+    """A schedule that would fire more often than once a minute."""
+
+    code = "SCHEDULE_TOO_FREQUENT"
+
+
+class UnsupportedSchedule(InvalidSchedule):
+    """A valid EventBridge Scheduler expression using a feature Sluice does not compute (L, W, #)."""
+
+    code = "UNSUPPORTED_SCHEDULE"
