@@ -108,8 +108,8 @@ def _field(token: str, low: int, high: int, text: str, names: dict[str, int] | N
             start, end = low, high
         elif "-" in body:
             first, _, last = body.partition("-")
-            known = names or {}
-            start, end = _value(first, low, high, known, text), _value(last, low, high, known, text)
+            lookup = names or {}
+            start, end = _value(first, low, high, lookup, text), _value(last, low, high, lookup, text)
             if start > end:
                 raise _refuse(text, f"range {body!r} runs backwards")
         else:
