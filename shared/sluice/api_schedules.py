@@ -13,13 +13,18 @@ withdrawing it would cancel the retry that Scheduler makes after the error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sluice import schedules
 from sluice.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
     from sluice.api import Api
+
+log = logging.getLogger("sluice.api")
 
 
 def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int) -> Accepted:
@@ -31,3 +36,121 @@ def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int) -> Accepted:
     spec = api._spec(schedule.queue, request, api.clock(), None, job_id=job_id)
     api.log.append([spec])
     return Accepted(job_id=job_id, queue=schedule.queue)
+
+
+# -- the routes' models ------------------------------------------------------------------------
+
+class ScheduleRequest(BaseModel):
+    """A new schedule: every firing enqueues ``payload`` on ``queue``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = Field(description="1-64 of A-Z a-z 0-9 _ -, starting with a letter or digit.")
+    expression: str = Field(description="EventBridge Scheduler's rate(...) or cron(...) (UTC); at most "
+                                        "once a minute; L, W and # are refused.")
+    queue: str = Field(description="The queue each firing enqueues on, checked as an enqueue is.")
+    payload: Annotated[Any, Field(description="Any JSON value: every firing's job payload.")]
+
+
+class ScheduleView(BaseModel):
+    name: str
+    expression: str
+    queue: str
+    payload: Any
+    paused: bool
+    created_at_ms: int
+    next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleView]
+
+
+# -- ports -------------------------------------------------------------------------------------
+
+class ScheduleStore(Protocol):
+    """Where schedules are kept (DynamoDB items in AWS)."""
+
+    def create(self, schedule: schedules.Schedule) -> None:
+        """Store a new schedule; ``ScheduleExists`` if the name is taken."""
+
+    def get(self, name: str) -> schedules.Schedule:
+        """The schedule, or ``ScheduleNotFound``."""
+
+    def all(self) -> list[schedules.Schedule]: ...
+
+    def set_paused(self, name: str, paused: bool) -> schedules.Schedule:
+        """The schedule with its new flag, or ``ScheduleNotFound``."""
+
+    def delete(self, name: str) -> None:
+        """Forget the schedule, or ``ScheduleNotFound``."""
+
+
+class Trigger(Protocol):
+    """What fires the schedules (EventBridge Scheduler in AWS); optional locally."""
+
+    def create(self, schedule: schedules.Schedule) -> None: ...
+
+    def set_paused(self, schedule: schedules.Schedule) -> None: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+# -- the use case --------------------------------------------------------------------------------
+
+class Schedules:
+    """Create, read, pause, resume and delete schedules, and fire one (the Scheduler entry).
+
+    Every check runs before the first write, so a refused request writes nothing: the name, the
+    expression (``schedules.parse``), and the queue and payload as an enqueue checks them (reserved
+    names, size, priority, a queue no deployed worker handles, its schema).
+    """
+
+    def __init__(self, api: Api, store: ScheduleStore, trigger: Trigger | None = None) -> None:
+        self.api, self.store, self.trigger = api, store, trigger
+
+    def view(self, schedule: schedules.Schedule) -> ScheduleView:
+        upcoming = None if schedule.paused else schedule.next_after(self.api.clock())
+        return ScheduleView(name=schedule.name, expression=schedule.expression, queue=schedule.queue,
+                            payload=schedule.payload, paused=schedule.paused,
+                            created_at_ms=schedule.start_ms, next_firing_ms=upcoming)
+
+    def create(self, request: ScheduleRequest) -> ScheduleView:
+        schedule = schedules.Schedule.create(request.name, request.expression, request.queue,
+                                             request.payload, self.api.clock())
+        self.api._check_request(schedule.queue, EnqueueRequest(payload=schedule.payload), index=None)
+        self.store.create(schedule)
+        if self.trigger is not None:
+            try:
+                self.trigger.create(schedule)
+            except Exception:  # keep no item that nothing fires
+                self.store.delete(schedule.name)
+                raise
+        return self.view(schedule)
+
+    def get(self, name: str) -> ScheduleView:
+        return self.view(self.store.get(schedules.check_name(name)))
+
+    def list(self) -> ScheduleList:
+        return ScheduleList(schedules=[self.view(s) for s in sorted(self.store.all(), key=lambda s: s.name)])
+
+    def set_paused(self, name: str, paused: bool) -> ScheduleView:
+        schedule = self.store.set_paused(schedules.check_name(name), paused)
+        if self.trigger is not None:
+            self.trigger.set_paused(schedule)
+        return self.view(schedule)
+
+    def delete(self, name: str) -> None:
+        schedules.check_name(name)
+        self.store.get(name)  # 404 before touching the trigger
+        if self.trigger is not None:
+            self.trigger.delete(name)
+        self.store.delete(name)
+
+    def fire(self, name: str, scheduled_ms: int) -> Accepted | None:
+        """The job of ``name``'s firing at ``scheduled_ms``; None if the schedule is paused."""
+        schedule = self.store.get(schedules.check_name(name))
+        if schedule.paused:
+            log.info("schedule %s is paused: firing at %d skipped", name, scheduled_ms)
+            return None
+        return fire(self.api, schedule, scheduled_ms)

@@ -252,3 +252,15 @@ class UnsupportedSchedule(InvalidSchedule):
     """A valid EventBridge Scheduler expression using a feature Sluice does not compute (L, W, #)."""
 
     code = "UNSUPPORTED_SCHEDULE"
+
+
+class ScheduleNotFound(SluiceError, LookupError):
+    """No schedule with that name."""
+
+    code = "SCHEDULE_NOT_FOUND"
+
+
+class ScheduleExists(SluiceError):
+    """A schedule with that name exists already; delete it first to change it."""
+
+    code = "SCHEDULE_EXISTS"

@@ -28,8 +28,9 @@ from pydantic import ValidationError
 
 from sluice import __version__, flows
 from sluice.api import Api, Enqueued
+from sluice.api_schedules import Schedules
 from sluice.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
-from sluice.http import jsonguard, problems
+from sluice.http import jsonguard, problems, schedule_routes
 from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN, describe_validation
 from sluice.wire import (
     Accepted,
@@ -50,13 +51,16 @@ log = logging.getLogger(__name__)
 
 ENVELOPE_BYTES: Final = 64 * 1024  # room for the JSON around one maximal payload
 BATCH_BODY_BYTES: Final = 10 * 1024 * 1024  # API Gateway's own request limit
-_BODY_ROUTES = re.compile(r"^/v1/queues/[^/]*/jobs(?P<batch>/batch)?/?$")
+_BODY_ROUTES = re.compile(r"^/v1/(?:queues/[^/]*/jobs(?P<batch>/batch)?|schedules)/?$")
 _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a known shape
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/?$"), ("POST",)),
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch/?$"), ("POST",)),
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
     (re.compile(r"^/v1/jobs/[^/]+/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/openapi\.json$"), ("GET",)),
+    (re.compile(r"^/v1/schedules/?$"), ("GET", "POST")),
+    (re.compile(r"^/v1/schedules/[^/]+/?$"), ("GET", "DELETE")),
+    (re.compile(r"^/v1/schedules/[^/]+/(?:pause|resume)/?$"), ("POST",)),
 )
 
 QueueParam = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description=(
@@ -104,8 +108,10 @@ class Gateway:
     """The Lambda handler object: one per container, adapters built on first use."""
 
     def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
-                 routes: RouteCache | None = None) -> None:
+                 routes: RouteCache | None = None,
+                 schedules: Schedules | Callable[[Api], Schedules] | None = None) -> None:
         self._api_or_factory = api
+        self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
         self.max_payload_bytes = max_payload_bytes
         self._body: Any = None
         self._openapi: str | None = None
@@ -119,9 +125,19 @@ class Gateway:
             self._api_or_factory = self._api_or_factory()
         return self._api_or_factory
 
+    @property
+    def schedules(self) -> Schedules:
+        if self._schedules is None:
+            raise ConfigError("this gateway keeps no schedules: set SLUICE_SCHEDULES_TABLE")
+        if not isinstance(self._schedules, Schedules):
+            self._schedules = self._schedules(self.api)
+        return self._schedules
+
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         if flows.INTERNAL in event and "httpMethod" not in event:
             return self.internal(event)
+        if schedule_routes.is_fire_event(event):
+            return self.fire(event)
         path = str(event.get("path") or "")
         body_route = _BODY_ROUTES.match(path)
         if str(event.get("httpMethod", "")).upper() == "POST" and body_route:
@@ -163,6 +179,18 @@ class Gateway:
         p = problems.from_exception(error)
         return {"statusCode": p.status, "error": {"code": error.code, "message": str(error),
                                                   "details": _jsonable(error.details)}}
+
+    def fire(self, event: dict[str, Any]) -> dict[str, Any]:
+        """EventBridge Scheduler's invoke: one firing's job. A refusal (4xx: a deleted schedule, a
+        queue no longer routed) answers, so Scheduler does not retry it; an outage raises, so it does."""
+        try:
+            return schedule_routes.fire_event(self.schedules, event)
+        except SluiceError as exc:
+            p = problems.from_exception(exc)
+            if p.status >= 500:
+                raise
+            log.warning("schedule firing %r refused: %s", event.get(schedule_routes.FIRE_KEY), exc)
+            return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}
 
     def openapi_json(self) -> str:
         if self._openapi is None:
@@ -233,6 +261,9 @@ class Gateway:
                  responses={200: _ok_spec("The queue.", QueueView), **_COMMON})
         def get_queue(queue: QueueParam) -> QueueView:
             return self.api.stats(queue)
+
+        if self._schedules is not None:  # only a gateway with a schedule store serves (and documents) them
+            schedule_routes.add_routes(app, lambda: self.schedules, _problem_spec, _ok_spec, _COMMON)
 
         @app.get("/v1/openapi.json", include_in_schema=False)
         def openapi() -> Response[Any]:
