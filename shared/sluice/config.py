@@ -122,6 +122,13 @@ class Settings(BaseModel):
     # Routes (sluice.routes): the table of queue -> worker function, empty = no routing (every queue
     # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
     routes_table: str = ""
+    # Schedules (sluice.schedules, issue 17): the table of schedules, empty = no /v1/schedules routes.
+    # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the gateway
+    # function (gateway_function_arn) through scheduler_role_arn; without them only the table is kept.
+    schedules_table: str = ""
+    scheduler_group: str = "default"
+    scheduler_role_arn: str = ""
+    gateway_function_arn: str = ""
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
     # A queue no route covers, once routes are known: refused at the gateway (404 NO_ROUTE), or
     # sent to the default worker ("default").

@@ -30,6 +30,8 @@ from sluice import ids
 from sluice.errors import InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule
 from sluice.models import validate_public_queue
 
+FIRE_KEY: Final = "sluice_schedule"  # a firing event: {FIRE_KEY: name, "scheduled_time": ISO 8601}
+SCHEDULED_TIME: Final = "<aws.scheduler.scheduled-time>"  # EventBridge Scheduler fills it in
 SCHEDULE_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MIN_INTERVAL_MS: Final = 60_000
 _RATE_RE: Final = re.compile(r"rate\(\s*(\d{1,9})\s+([a-z]+)\s*\)")

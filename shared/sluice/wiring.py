@@ -16,6 +16,10 @@ from sluice.config import Settings
 from sluice.events import EventBus
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.api import Api
+    from sluice.api_schedules import Schedules
     from sluice.gatekeeper import Gatekeeper
     from sluice.ids import Verifier
     from sluice.lazy import Lazy
@@ -181,6 +185,28 @@ def routes(s: Settings | None = None) -> RouteCache | None:
         return DynamoRouteStore.from_settings(s)
 
     return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
+
+
+def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
+    """The gateway's schedules (issue 17), built with its Api on first use; None without a table.
+
+    Without the gateway's ARN and the Scheduler role (``sluice dev``), only the table is kept.
+    """
+    s = s or settings()
+    if not s.schedules_table:
+        return None
+
+    def build(api: Api) -> Schedules:
+        from sluice.api_schedules import Schedules
+        from sluice.store.schedules import DynamoScheduleStore, SchedulerTrigger
+
+        trigger = None
+        if s.gateway_function_arn and s.scheduler_role_arn:
+            trigger = SchedulerTrigger(boto_client("scheduler", s), s.gateway_function_arn,
+                                       s.scheduler_role_arn, s.scheduler_group)
+        return Schedules(api, DynamoScheduleStore(boto_client("dynamodb", s), s.schedules_table), trigger)
+
+    return build
 
 
 @cache

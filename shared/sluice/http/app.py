@@ -26,7 +26,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import ValidationError
 
-from sluice import __version__, flows
+from sluice import __version__, flows, schedules
 from sluice.api import Api, Enqueued
 from sluice.api_schedules import Schedules
 from sluice.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
@@ -189,7 +189,7 @@ class Gateway:
             p = problems.from_exception(exc)
             if p.status >= 500:
                 raise
-            log.warning("schedule firing %r refused: %s", event.get(schedule_routes.FIRE_KEY), exc)
+            log.warning("schedule firing %r refused: %s", event.get(schedules.FIRE_KEY), exc)
             return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}
 
     def openapi_json(self) -> str:
@@ -451,4 +451,4 @@ def gateway_from_settings(settings: Settings | None = None) -> Gateway:
     s = settings or wiring.settings()
     check_settings(s)
     return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes,
-                   routes=wiring.routes(settings))
+                   routes=wiring.routes(settings), schedules=wiring.schedules(s))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
@@ -17,9 +17,8 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from sluice.api_schedules import ScheduleList, ScheduleRequest, Schedules, ScheduleView
 from sluice.errors import InvalidSchedule
+from sluice.schedules import FIRE_KEY, SCHEDULED_TIME
 
-FIRE_KEY: Final = "sluice_schedule"  # the Scheduler target's Input: {FIRE_KEY: name, "scheduled_time": ...}
-SCHEDULED_TIME: Final = "<aws.scheduler.scheduled-time>"  # filled in by EventBridge Scheduler
 NameParam = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", description="Schedule name.")]
 
 

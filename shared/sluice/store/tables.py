@@ -59,6 +59,11 @@ def create_routes_table(client: DynamoDBClient, name: str) -> None:
     _create_table(client, name, "pattern", "expires_at")
 
 
+def create_schedules_table(client: DynamoDBClient, name: str) -> None:
+    """The schedules table (``sluice.store.schedules``): key ``name``; nothing expires."""
+    _create_table(client, name, "name", "expires_at")
+
+
 def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-1",
                           retention_days: int = 14) -> None:
     """The bucket for large results; objects expire with the job retention.
@@ -91,5 +96,7 @@ def ensure_all(settings: Settings) -> None:
     create_idempotency_table(dynamodb, settings.idempotency_table)
     if settings.routes_table:
         create_routes_table(dynamodb, settings.routes_table)
+    if settings.schedules_table:
+        create_schedules_table(dynamodb, settings.schedules_table)
     create_results_bucket(boto3.client("s3", **common), settings.results_bucket, settings.aws_region,
                           settings.retention_days)
