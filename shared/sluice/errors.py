@@ -264,3 +264,9 @@ class ScheduleExists(SluiceError):
     """A schedule with that name exists already; delete it first to change it."""
 
     code = "SCHEDULE_EXISTS"
+
+
+class NotOperator(SluiceError):
+    """The caller is not an operator: the operator API (``/v1/admin/...``) is refused (403)."""
+
+    code = "NOT_OPERATOR"

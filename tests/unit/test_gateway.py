@@ -365,7 +365,12 @@ def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> Non
     assert doc["openapi"].startswith("3.")
     assert {(p, m) for p, ops in doc["paths"].items() for m in ops} == {
         ("/v1/queues/{queue}/jobs", "post"), ("/v1/queues/{queue}/jobs/batch", "post"),
-        ("/v1/jobs/{job_id}", "get"), ("/v1/jobs/{job_id}", "delete"), ("/v1/queues/{queue}", "get")}
+        ("/v1/jobs/{job_id}", "get"), ("/v1/jobs/{job_id}", "delete"), ("/v1/queues/{queue}", "get"),
+        # the operator API (issue 17): IAM only, operators only
+        ("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{queue}/resume", "post"),
+        ("/v1/admin/queues/{queue}/rate", "put"), ("/v1/admin/queues/{queue}/max-in-flight", "put"),
+        ("/v1/admin/queues/{queue}/watermarks", "put"), ("/v1/admin/queues/{queue}/dlq", "get"),
+        ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post")}
     request = doc["components"]["schemas"]["EnqueueRequest"]
     assert request["additionalProperties"] is False and request["required"] == ["payload"]
     lease = request["properties"]["lease_seconds"]

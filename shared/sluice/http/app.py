@@ -27,9 +27,11 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import ValidationError
 
 from sluice import __version__, flows, schedules
+from sluice.admin import Admin, authorize
 from sluice.api import Api, Enqueued
 from sluice.api_schedules import Schedules
 from sluice.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
+from sluice.http import admin as admin_routes
 from sluice.http import jsonguard, problems, schedule_routes
 from sluice.models import IDEMPOTENCY_KEY_PATTERN, JOB_ID_PATTERN, QUEUE_NAME_PATTERN, describe_validation
 from sluice.wire import (
@@ -61,6 +63,7 @@ _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a kn
     (re.compile(r"^/v1/schedules/?$"), ("GET", "POST")),
     (re.compile(r"^/v1/schedules/[^/]+/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/schedules/[^/]+/(?:pause|resume)/?$"), ("POST",)),
+    *admin_routes.SHAPES,
 )
 
 QueueParam = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description=(
@@ -139,6 +142,8 @@ class Gateway:
         if schedule_routes.is_fire_event(event):
             return self.fire(event)
         path = str(event.get("path") or "")
+        if path.startswith(admin_routes.PREFIX):
+            return self._admin(event, context, path)
         body_route = _BODY_ROUTES.match(path)
         if str(event.get("httpMethod", "")).upper() == "POST" and body_route:
             limit = BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
@@ -147,15 +152,33 @@ class Gateway:
                     event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
                     content_type=jsonguard.header(event.get("headers"), "content-type"), max_bytes=limit)
             except SluiceError as exc:
-                p = problems.from_exception(exc, instance=path)
-                return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True),
-                        "isBase64Encoded": False,
-                        "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
+                return _problem_event(problems.from_exception(exc, instance=path))
             try:
                 return self.resolver.resolve(event, context)
             finally:
                 self._body = None
         return self.resolver.resolve(event, context)
+
+    def _admin(self, event: dict[str, Any], context: Any, path: str) -> dict[str, Any]:
+        """The operator API: the caller is checked first, then the body, then the route."""
+        try:
+            authorize(_principal(event), self.api.operators)
+            if event.get("body"):
+                self._body = jsonguard.parse_body(
+                    event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
+                    content_type=jsonguard.header(event.get("headers"), "content-type"),
+                    max_bytes=ENVELOPE_BYTES)
+        except SluiceError as exc:
+            return _problem_event(problems.from_exception(exc, instance=path))
+        try:
+            return self.resolver.resolve(event, context)
+        finally:
+            self._body = None
+
+    def _admin_use_cases(self) -> Admin:
+        api = self.api
+        return Admin(api.queue, api.store, api.log, routes=api.route_table(),
+                     refuse_unrouted=api.refuse_unrouted)
 
     def internal(self, event: dict[str, Any]) -> dict[str, Any]:
         """The direct-invoke entry (worker, relay): start children, or release a continuation.
@@ -264,6 +287,10 @@ class Gateway:
 
         if self._schedules is not None:  # only a gateway with a schedule store serves (and documents) them
             schedule_routes.add_routes(app, lambda: self.schedules, _problem_spec, _ok_spec, _COMMON)
+        admin_routes.register(app, self._admin_use_cases, {
+            **_COMMON, 403: _problem_spec("The caller is not an operator (code NOT_OPERATOR)."),
+            404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE)."),
+            200: {"description": "Done."}})
 
         @app.get("/v1/openapi.json", include_in_schema=False)
         def openapi() -> Response[Any]:
@@ -289,6 +316,11 @@ class Gateway:
         app.not_found(not_found)
 
         return app
+
+
+def _problem_event(p: Problem) -> dict[str, Any]:
+    return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True), "isBase64Encoded": False,
+            "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
 
 
 def _accepted(outcome: Enqueued) -> Response[Any]:

@@ -49,6 +49,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.BackendUnavailable, Kind(503, "unavailable", "Service Unavailable")),
     (errors.QueueFull, Kind(429, "queue-full", "Queue Full")),
     (errors.QueueNotAllowed, Kind(403, "queue-not-allowed", "Queue Not Allowed")),
+    (errors.NotOperator, Kind(403, "not-operator", "Operators Only")),
 )
 INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
 NOT_FOUND: Final = Kind(404, "not-found", "Not Found")

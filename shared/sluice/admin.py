@@ -1,0 +1,81 @@
+"""The operator API's use-cases: what ``sluice queue`` and ``sluice dlq`` do, for one queue.
+
+Every call first checks the caller (``authorize``): API Gateway puts the IAM caller it
+verified (SigV4) in ``identity.userArn``; a request without one (an API key, or no
+authentication) is refused, and so is one whose ARN is not on the operator allow-list when
+the deployment sets one (``SLUICE_OPERATOR_PRINCIPALS``). Checks run before any write, so a
+refused or invalid request changes nothing. Redrive goes through ``sluice.redrive``, the one
+explicit redrive path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sluice import policy
+from sluice.errors import InvalidInput, NoRoute, NotOperator
+from sluice.models import DeadJob, QueueConfig, validate_job_id, validate_public_queue
+from sluice.ports import JobLog, JobQueue, JobStore
+from sluice.redrive import RedriveReport, redrive_all, redrive_one
+from sluice.relay import control
+from sluice.routes import RouteTable
+
+MAX_LISTED = 10_000
+
+
+def authorize(principal: str, operators: Sequence[str]) -> None:
+    """NotOperator unless ``principal`` is an IAM caller (and on ``operators`` when that is set)."""
+    if not principal:
+        raise NotOperator("the operator API takes IAM-signed (SigV4) requests only; this request "
+                          "has no IAM caller (docs/security.md, Operator API)")
+    if operators and not policy.is_operator(principal, operators):
+        raise NotOperator(f"{principal} is not an operator (SLUICE_OPERATOR_PRINCIPALS)",
+                          principal=principal)
+
+
+class Admin:
+    def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
+                 routes: RouteTable | None = None, refuse_unrouted: bool = True) -> None:
+        self.queue, self.store, self.log = queue, store, log
+        self.routes, self.refuse_unrouted = routes, refuse_unrouted
+
+    def check_queue(self, name: str) -> str:
+        """The queue's name, public (400 otherwise) and covered by a route when routes exist (404)."""
+        queue = validate_public_queue(name)
+        if self.refuse_unrouted and self.routes is not None and len(self.routes) \
+                and self.routes.resolve(queue) is None:
+            raise NoRoute(f"no deployed worker handles queue {queue!r}; nothing was changed", queue=queue)
+        return queue
+
+    def pause(self, name: str) -> QueueConfig:
+        return control.pause(self.queue, self.check_queue(name))
+
+    def resume(self, name: str) -> QueueConfig:
+        return control.resume(self.queue, self.check_queue(name))
+
+    def set_rate(self, name: str, per_second: Any, burst: Any = None) -> QueueConfig:
+        return control.set_rate(self.queue, self.check_queue(name), per_second, burst)
+
+    def set_max_in_flight(self, name: str, limit: Any) -> QueueConfig:
+        return control.set_max_in_flight(self.queue, self.check_queue(name), limit)
+
+    def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
+        return control.set_watermarks(self.queue, self.check_queue(name), high, low)
+
+    def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:
+            raise InvalidInput(f"limit must be 1..{MAX_LISTED}, got {limit!r}")
+        return self.queue.dead_letters(self.check_queue(name), limit)
+
+    def redrive(self, name: str, job_id: str | None, everything: bool) -> RedriveReport:
+        queue = self.check_queue(name)
+        if (job_id is None) == (not everything):
+            raise InvalidInput("give either job_id or all: true")
+        if job_id is not None:
+            return RedriveReport(moved=redrive_one(self.queue, self.store, queue, validate_job_id(job_id),
+                                                   log=self.log))
+        return redrive_all(self.queue, self.store, queue, log=self.log)
+
+    def purge(self, name: str) -> int:
+        return self.queue.purge_dead(self.check_queue(name))

@@ -1,0 +1,264 @@
+"""Issue 17, the operator API: /v1/admin/queues/{queue}/... through the gateway handler.
+
+Driven with the REST proxy event fixtures (their identity is an IAM caller, the role
+``web-servers``: a plain enqueue caller). Every refused request must leave the queue's
+config, dead set and the jobs table untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice import ids
+from sluice.api import Api
+from sluice.errors import JobNotFound
+from sluice.http.app import Gateway
+from sluice.models import DeadJob, JobSpec, QueueConfig
+from sluice.routes import Route, RouteTable
+from tests.unit.fakes import FakeStore
+from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
+
+OPERATOR = "arn:aws:iam::123456789012:role/operator"
+OPERATOR_SESSION = "arn:aws:sts::123456789012:assumed-role/operator/alice"
+WEB = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"  # the fixtures' caller
+
+
+class AdminQueue:
+    """The queue port's operator calls, recorded; every write lands in ``writes``."""
+
+    def __init__(self) -> None:
+        self.config: dict[str, QueueConfig] = {}
+        self.dead: dict[str, list[str]] = {"emails": []}
+        self.writes: list[tuple[str, ...]] = []
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        self.writes.append(("set_config", queue, *sorted(changes)))
+        self.config[queue] = self.config.get(queue, QueueConfig()).model_copy(update=changes)
+        return self.config[queue]
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.config.get(queue, QueueConfig())
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        return [DeadJob(job_id=j, queue=queue, attempts=3, last_error="boom", died_at_ms=1)
+                for j in self.dead.get(queue, [])[:limit]]
+
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        if job_id not in self.dead.get(queue, []):
+            raise JobNotFound(f"{job_id} is not dead in {queue}")
+        return JobSpec(job_id=job_id, queue=queue, payload={"n": 1}, enqueued_at_ms=1)
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        self.writes.append(("redrive", queue, str(job_id), str(generation)))
+        self.dead[queue].remove(str(job_id))
+        return 1
+
+    def purge_dead(self, queue: str) -> int:
+        self.writes.append(("purge_dead", queue))
+        n, self.dead[queue] = len(self.dead.get(queue, [])), []
+        return n
+
+
+class FixedRoutes:
+    def __init__(self, table: RouteTable) -> None:
+        self._table = table
+
+    def table(self) -> RouteTable:
+        return self._table
+
+    def last(self) -> RouteTable:
+        return self._table
+
+
+class Rig:
+    def __init__(self, operators: tuple[str, ...] = (OPERATOR,), routes: RouteTable | None = None) -> None:
+        self.queue, self.store, self.log = AdminQueue(), FakeStore(), FakeLog()
+        cache = None if routes is None else FixedRoutes(routes)
+        self.api = Api(self.log, self.store, self.queue, idempotency=FakeIdempotency(),  # type: ignore[arg-type]
+                       job_id_key=KEY, operators=operators, routes=cache)  # type: ignore[arg-type]
+        self.gateway = Gateway(self.api)
+
+    def call(self, method: str, path: str, body: Any = None, *, caller: str | None = OPERATOR_SESSION,
+             **kw: Any) -> tuple[int, dict[str, str], Any]:
+        query = kw.pop("query", None)
+        event = event_for(method, path, body, **kw)
+        if query is not None:
+            event.update(queryStringParameters=query, multiValueQueryStringParameters={
+                k: [v] for k, v in query.items()})
+        identity = dict(event["requestContext"]["identity"])
+        identity["userArn"] = caller
+        if caller is None:  # an API key caller: no IAM identity at all
+            identity.update(caller=None, user=None, accessKey=None, apiKeyId="k1abc", apiKey="secret")
+        event["requestContext"] = {**event["requestContext"], "identity": identity}
+        return unpack(self.gateway(event, LambdaContext()))
+
+    def untouched(self) -> bool:
+        return self.queue.writes == [] and self.store.generations == {} and self.log.records == [] \
+            and self.log.pending == []
+
+
+def dead_id(rig: Rig, n: int = 0) -> str:
+    job_id = ids.mint(1_700_000_000_000 + n, "emails", KEY)
+    rig.queue.dead["emails"].append(job_id)
+    return job_id
+
+
+Q = "/v1/admin/queues/emails"
+WRITES = [("POST", Q + "/pause", None), ("POST", Q + "/resume", None),
+          ("PUT", Q + "/rate", {"per_second": 5}), ("PUT", Q + "/max-in-flight", {"max_in_flight": 3}),
+          ("PUT", Q + "/watermarks", {"high": 100}), ("POST", Q + "/dlq/redrive", {"all": True}),
+          ("DELETE", Q + "/dlq", None)]
+EVERY = [*WRITES, ("GET", Q + "/dlq", None)]
+
+
+# -- an operator may --------------------------------------------------------------------------------
+
+
+def test_an_operator_pauses_sets_rate_limit_and_watermarks_then_resumes() -> None:
+    rig = Rig()
+    code, _, doc = rig.call("POST", Q + "/pause")
+    assert (code, doc["queue"], doc["paused"]) == (200, "emails", True)
+    code, _, doc = rig.call("PUT", Q + "/rate", {"per_second": 2.5, "burst": 7})
+    assert (code, doc["rate_per_s"], doc["burst"]) == (200, 2.5, 7)
+    code, _, doc = rig.call("PUT", Q + "/max-in-flight", {"max_in_flight": 4})
+    assert (code, doc["max_in_flight"]) == (200, 4)
+    code, _, doc = rig.call("PUT", Q + "/watermarks", {"high": 100})
+    assert (code, doc["high_watermark"], doc["low_watermark"]) == (200, 100, 50)
+    code, _, doc = rig.call("POST", Q + "/resume")
+    assert (code, doc["paused"]) == (200, False)
+    assert rig.queue.config["emails"].paused is False and rig.queue.config["emails"].max_in_flight == 4
+
+
+def test_the_operator_role_itself_and_any_iam_caller_without_an_allow_list() -> None:
+    assert Rig().call("POST", Q + "/pause", caller=OPERATOR)[0] == 200
+    # No allow-list configured: IAM alone decides (the route's policy let the signed caller in).
+    assert Rig(operators=()).call("POST", Q + "/pause", caller=WEB)[0] == 200
+
+
+def test_dlq_list_redrive_one_through_sluice_redrive_and_purge() -> None:
+    rig = Rig()
+    first, second, third = dead_id(rig, 0), dead_id(rig, 1), dead_id(rig, 2)
+    code, _, doc = rig.call("GET", Q + "/dlq")
+    assert code == 200 and [j["job_id"] for j in doc["jobs"]] == [first, second, third]
+    code, _, doc = rig.call("POST", Q + "/dlq/redrive", {"job_id": first})
+    assert (code, doc["moved"], doc["refused"]) == (200, 1, {})
+    # sluice.redrive's order: a generation minted in the jobs table, the record in Kafka again, then Redis.
+    assert rig.store.generations == {first: 1}
+    assert [s.job_id for s in rig.log.pending] == [first]
+    assert ("redrive", "emails", first, "1") in rig.queue.writes
+    code, _, doc = rig.call("DELETE", Q + "/dlq")
+    assert (code, doc["purged"]) == (200, 2) and rig.queue.dead["emails"] == []
+
+
+def test_redrive_all_moves_every_dead_job() -> None:
+    rig = Rig()
+    jobs = [dead_id(rig, n) for n in range(3)]
+    code, _, doc = rig.call("POST", Q + "/dlq/redrive", {"all": True})
+    assert (code, doc["moved"]) == (200, 3) and set(rig.store.generations) == set(jobs)
+
+
+# -- non-operators are refused, and nothing is written ----------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path", "body"), EVERY)
+def test_a_plain_enqueue_caller_is_refused_403_and_nothing_is_written(method: str, path: str,
+                                                                      body: Any) -> None:
+    rig = Rig()
+    dead_id(rig)
+    code, headers, doc = rig.call(method, path, body, caller=WEB)
+    assert (code, headers["content-type"], doc["code"]) == (403, "application/problem+json", "NOT_OPERATOR")
+    assert WEB in doc["detail"] and rig.untouched()
+
+
+@pytest.mark.parametrize(("method", "path", "body"), EVERY)
+def test_an_api_key_caller_is_refused_even_with_no_allow_list(method: str, path: str, body: Any) -> None:
+    rig = Rig(operators=())
+    dead_id(rig)
+    code, _, doc = rig.call(method, path, body, caller=None)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR") and "SigV4" in doc["detail"]
+    assert rig.untouched()
+
+
+def test_a_non_operator_with_a_bad_body_still_gets_403_not_400() -> None:
+    rig = Rig()
+    code, _, doc = rig.call("PUT", Q + "/rate", raw="{not json", caller=WEB)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR") and rig.untouched()
+
+
+# -- hostile input from an operator: 4xx, nothing written -------------------------------------------
+
+
+@pytest.mark.parametrize("queue", ["sluice-relay", "sluice-"])
+@pytest.mark.parametrize(("method", "suffix", "body"), [(m, p[len(Q):], b) for m, p, b in EVERY])
+def test_reserved_queues_are_400(queue: str, method: str, suffix: str, body: Any) -> None:
+    rig = Rig()
+    code, _, doc = rig.call(method, f"/v1/admin/queues/{queue}{suffix}", body)
+    assert (code, doc["code"]) == (400, "RESERVED_QUEUE") and rig.untouched()
+
+
+@pytest.mark.parametrize("queue", ["Bad%20Name", "a" * 200, "%2e%2e", "%7Bemails%7D", "a:b", "", "%00"])
+def test_malformed_queue_names_are_400_as_on_the_enqueue_routes(queue: str) -> None:
+    rig = Rig()
+    code, _, doc = rig.call("POST", f"/v1/admin/queues/{queue}/pause")
+    pointers = [e["pointer"] for e in doc.get("errors") or []]
+    assert code == 400 and (pointers == ["#/path/queue"] or doc["code"] == "INVALID_QUEUE"), doc
+    assert rig.untouched()
+
+
+def test_a_queue_no_route_covers_is_404_once_routes_exist() -> None:
+    table = RouteTable([Route(pattern="emails", function="sluice-worker-mail", owner="mail")])
+    rig = Rig(routes=table)
+    code, _, doc = rig.call("POST", "/v1/admin/queues/unknown/pause")
+    assert (code, doc["code"]) == (404, "NO_ROUTE") and rig.untouched()
+    assert rig.call("POST", Q + "/pause")[0] == 200  # a routed queue is fine
+
+
+@pytest.mark.parametrize("body", [
+    {"per_second": -1}, {"per_second": "5"}, {"per_second": True}, {"per_second": 1e308},
+    {"per_second": 5, "burst": -2}, {"per_second": 5, "burst": 1.5}, {}, {"per_second": 5, "extra": 1},
+    [], None, {"per_second": None}])
+def test_bad_rate_values_are_400(body: Any) -> None:
+    rig = Rig()
+    code, headers, doc = rig.call("PUT", Q + "/rate", body)
+    assert code == 400 and headers["content-type"] == "application/problem+json", doc
+    assert rig.untouched()
+
+
+@pytest.mark.parametrize(("raw", "status"), [("NaN", 400), ('{"per_second": NaN}', 400),
+                                             ('{"per_second": 1, "per_second": 2}', 400)])
+def test_malformed_json_is_refused(raw: str, status: int) -> None:
+    rig = Rig()
+    assert rig.call("PUT", Q + "/rate", raw=raw)[0] == status and rig.untouched()
+
+
+@pytest.mark.parametrize(("suffix", "body"), [
+    ("/max-in-flight", {"max_in_flight": -1}), ("/max-in-flight", {"max_in_flight": "3"}),
+    ("/watermarks", {"high": 10, "low": 20}), ("/watermarks", {"low": 3}),
+    ("/dlq/redrive", {}), ("/dlq/redrive", {"all": True, "job_id": "x"})])
+def test_bad_limits_watermarks_and_redrives_are_400(suffix: str, body: Any) -> None:
+    rig = Rig()
+    dead_id(rig)
+    code, _, doc = rig.call("PUT" if suffix != "/dlq/redrive" else "POST", Q + suffix, body)
+    assert code == 400, doc
+    assert rig.untouched()
+
+
+@pytest.mark.parametrize("limit", ["0", "10001", "x"])
+def test_bad_dlq_limits_are_400(limit: str) -> None:
+    rig = Rig()
+    code, _, _ = rig.call("GET", Q + "/dlq", query={"limit": limit})
+    assert code == 400
+
+
+@pytest.mark.parametrize("job_id", ["nope", ids.mint(1_700_000_000_000, "emails", KEY)])
+def test_redriving_a_job_that_is_not_dead_is_404_and_mints_no_generation(job_id: str) -> None:
+    rig = Rig()
+    code, _, doc = rig.call("POST", Q + "/dlq/redrive", {"job_id": job_id})
+    assert (code, doc["code"]) == (404, "NOT_FOUND") and rig.untouched()
+
+
+def test_wrong_method_is_405_with_allow() -> None:
+    code, headers, _ = Rig().call("GET", Q + "/pause")
+    assert (code, headers["allow"]) == (405, "POST")
