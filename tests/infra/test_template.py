@@ -219,9 +219,35 @@ def test_api_requires_sigv4_by_default() -> None:
     scheme = body["components"]["securitySchemes"]["sigv4"]
     assert scheme["x-amazon-apigateway-authtype"] == "awsSigv4"
     ops = _operations(body)
-    assert len(ops) == 6
+    assert len(ops) == 6 + len(ADMIN_OPS)
     for path, method, op in ops:
         assert op["security"] == [{"sigv4": []}], f"{method} {path}"
+
+
+ADMIN_OPS = {("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{queue}/resume", "post"),
+             ("/v1/admin/queues/{queue}/rate", "put"), ("/v1/admin/queues/{queue}/max-in-flight", "put"),
+             ("/v1/admin/queues/{queue}/watermarks", "put"), ("/v1/admin/queues/{queue}/dlq", "get"),
+             ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post")}
+
+
+@pytest.mark.parametrize("mode", ["IAM", "API_KEY", "IAM_AND_API_KEY"])
+def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
+    """Issue 17: /v1/admin/... take IAM callers only, even when the API runs with API keys."""
+    ops = {(path, method): op for path, method, op in _operations(_api(ApiAuthMode=mode))
+           if path.startswith("/v1/admin/")}
+    assert set(ops) == ADMIN_OPS
+    for (path, method), op in ops.items():
+        assert op["security"] == [{"sigv4": []}], f"{method} {path}"
+        assert "/{queue}/" in path  # per-queue IAM policies can scope them
+
+
+def test_the_templates_operator_routes_are_the_gateways() -> None:
+    from tests.unit.test_gateway_fakes import Rig
+
+    code, _, doc = Rig().call("GET", "/v1/openapi.json")
+    assert code == 200
+    served = {(p, m) for p, ops in doc["paths"].items() for m in ops if p.startswith("/v1/admin/")}
+    assert served == ADMIN_OPS
 
 
 @pytest.mark.parametrize(("mode", "required"), [("API_KEY", [{"api_key": []}]),
@@ -229,6 +255,8 @@ def test_api_requires_sigv4_by_default() -> None:
 def test_api_key_modes_require_a_key_and_a_usage_plan(mode: str, required: list[dict[str, Any]]) -> None:
     body = _api(ApiAuthMode=mode)
     for path, method, op in _operations(body):
+        if path.startswith("/v1/admin/"):
+            continue  # SigV4 only in every mode (test_the_operator_api_is_sigv4_only_in_every_auth_mode)
         assert op["security"] == required, f"{method} {path}"
     conds = cfn.conditions(T, cfn.parameters(T, ApiAuthMode=mode))
     for name in ("ApiUsagePlan", "ApiKey", "ApiUsagePlanKey"):
