@@ -262,3 +262,16 @@ def test_redriving_a_job_that_is_not_dead_is_404_and_mints_no_generation(job_id:
 def test_wrong_method_is_405_with_allow() -> None:
     code, headers, _ = Rig().call("GET", Q + "/pause")
     assert (code, headers["allow"]) == (405, "POST")
+
+
+# -- the local server's caller header (no sockets: the event it builds) ------------------------------
+
+
+def test_the_local_servers_caller_header_becomes_the_iam_identity_and_is_removed() -> None:
+    from sluice.http.local_server import LOCAL_CALLER_HEADER, build_event
+
+    event = build_event("POST", Q + "/pause", [(LOCAL_CALLER_HEADER.lower(), OPERATOR), ("Host", "x")], None)
+    assert event["requestContext"]["identity"]["userArn"] == OPERATOR
+    assert set(event["headers"]) == {"Host"} and set(event["multiValueHeaders"]) == {"Host"}
+    plain = build_event("POST", Q + "/pause", [("Host", "x")], None)
+    assert plain["requestContext"]["identity"]["userArn"] is None

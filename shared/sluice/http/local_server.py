@@ -8,6 +8,12 @@ local stack (``sluice dev``), the schemathesis run and the benchmark all use it.
 
 Each handler instance serves one request at a time, as a Lambda container does; pass
 several instances (``handlers=[...]``) to serve requests concurrently.
+
+There is no IAM here, so the caller's identity (``requestContext.identity.userArn``, what API
+Gateway sets from a verified SigV4 signature) comes from the ``X-Sluice-Local-Caller`` header,
+which only this server honours: it is taken out of the headers, and in AWS API Gateway sets
+the identity itself, so the header means nothing there. The operator API
+(``/v1/admin/...``) then checks that ARN against the gateway's operator allow-list.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's limit; larger requests never reach Lambda
+LOCAL_CALLER_HEADER = "X-Sluice-Local-Caller"  # the IAM caller, locally (module docstring)
 
 
 class LocalContext:
@@ -57,6 +64,8 @@ def build_event(method: str, target: str, headers: Sequence[tuple[str, str]], bo
     path, _, query = target.partition("?")
     single: dict[str, str] = {}
     multi: dict[str, list[str]] = {}
+    caller = next((v.strip() for k, v in headers if k.lower() == LOCAL_CALLER_HEADER.lower()), None) or None
+    headers = [(k, v) for k, v in headers if k.lower() != LOCAL_CALLER_HEADER.lower()]
     for name, value in headers:
         single[name] = value
         multi.setdefault(name, []).append(value)
@@ -83,7 +92,7 @@ def build_event(method: str, target: str, headers: Sequence[tuple[str, str]], bo
             "resourcePath": "/{proxy+}", "httpMethod": method, "path": f"/{stage}{path}", "stage": stage,
             "requestId": str(uuid.uuid4()), "requestTimeEpoch": int(time.time() * 1000),
             "accountId": "000000000000", "apiId": "local", "protocol": "HTTP/1.1",
-            "identity": {"sourceIp": source_ip, "userAgent": user_agent, "userArn": None, "apiKeyId": None},
+            "identity": {"sourceIp": source_ip, "userAgent": user_agent, "userArn": caller, "apiKeyId": None},
         },
         "body": text,
         "isBase64Encoded": is_b64,

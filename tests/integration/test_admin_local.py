@@ -1,0 +1,66 @@
+"""Issue 17: the operator API through the local server, whose caller identity comes from the
+``X-Sluice-Local-Caller`` header (no IAM locally). A plain enqueue caller is refused (403) and
+writes nothing; an operator is allowed."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sluice.http.local_server import LOCAL_CALLER_HEADER, LocalGateway
+from tests.unit.test_gateway_admin import OPERATOR, OPERATOR_SESSION, WEB, Rig, dead_id
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[Rig, LocalGateway]]:
+    rig = Rig(operators=(OPERATOR,))
+    with LocalGateway(rig.gateway) as server:
+        yield rig, server
+
+
+def request(server: LocalGateway, method: str, path: str, body: Any = None,
+            caller: str | None = None) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if caller is not None:
+        headers[LOCAL_CALLER_HEADER] = caller
+    try:
+        conn.request(method, path, None if body is None else json.dumps(body), headers)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        conn.close()
+
+
+Q = "/v1/admin/queues/emails"
+
+
+@pytest.mark.parametrize("caller", [None, WEB, "", "arn:aws:iam::123456789012:role/operator-not"])
+def test_a_plain_enqueue_caller_is_refused_through_the_local_server(
+        served: tuple[Rig, LocalGateway], caller: str | None) -> None:
+    rig, server = served
+    dead_id(rig)
+    for method, path, body in [("POST", Q + "/pause", None), ("PUT", Q + "/rate", {"per_second": 1}),
+                               ("POST", Q + "/dlq/redrive", {"all": True}), ("DELETE", Q + "/dlq", None),
+                               ("GET", Q + "/dlq", None)]:
+        status, doc = request(server, method, path, body, caller)
+        assert (status, doc["code"]) == (403, "NOT_OPERATOR"), (method, path)
+    assert rig.untouched()
+
+
+def test_an_operator_is_allowed_through_the_local_server(served: tuple[Rig, LocalGateway]) -> None:
+    rig, server = served
+    job = dead_id(rig)
+    assert request(server, "POST", Q + "/pause", caller=OPERATOR_SESSION) == (200, {
+        **rig.queue.config["emails"].model_dump(mode="json"), "queue": "emails"})
+    assert rig.queue.config["emails"].paused is True
+    status, doc = request(server, "GET", Q + "/dlq?limit=5", caller=OPERATOR)
+    assert status == 200 and [j["job_id"] for j in doc["jobs"]] == [job]
+    status, doc = request(server, "POST", Q + "/dlq/redrive", {"job_id": job}, caller=OPERATOR)
+    assert (status, doc["moved"]) == (200, 1) and rig.store.generations == {job: 1}
