@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from sluice import __version__
 from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
-from sluice.models import FINAL_STATES, dump_json, validate_job_id, validate_queue_name
+from sluice.models import FINAL_STATES, DeadJob, QueueConfig, dump_json, validate_job_id, validate_queue_name
 from sluice.policy import backoff_ms
 from sluice.wire import (
     Accepted,
@@ -103,8 +103,10 @@ class Client:
                  region: str | None = None, timeout_s: float = 10.0, max_attempts: int = 6,
                  backoff_base_ms: int = 100, backoff_cap_ms: int = 5_000, transport: Transport | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 credentials: Any = None) -> None:
+                 credentials: Any = None, headers: Mapping[str, str] | None = None) -> None:
         self.api_url = api_url.rstrip("/")
+        # Sent with every request; locally e.g. X-Sluice-Local-Caller (sluice.http.local_server).
+        self.headers = dict(headers or {})
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -149,6 +151,45 @@ class Client:
     def queue_stats(self, queue: str) -> QueueView:
         return QueueView.model_validate(self._call("GET", f"/v1/queues/{self._queue(queue)}"))
 
+    # -- the operator API (IAM operators only; docs/api.md, Operator API) ---------------------------
+
+    def _admin(self, queue: str, rest: str) -> str:
+        return f"/v1/admin/queues/{self._queue(queue)}/{rest}"
+
+    def _config(self, method: str, queue: str, rest: str, body: Any = None) -> QueueConfig:
+        doc = dict(self._call(method, self._admin(queue, rest), body))
+        doc.pop("queue", None)  # the answer is the queue's name plus its config
+        return QueueConfig.model_validate(doc)
+
+    def pause(self, queue: str) -> QueueConfig:
+        return self._config("POST", queue, "pause")
+
+    def resume(self, queue: str) -> QueueConfig:
+        return self._config("POST", queue, "resume")
+
+    def set_rate(self, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
+        body: dict[str, Any] = {"per_second": per_second} | ({} if burst is None else {"burst": burst})
+        return self._config("PUT", queue, "rate", body)
+
+    def set_max_in_flight(self, queue: str, limit: int) -> QueueConfig:
+        return self._config("PUT", queue, "max-in-flight", {"max_in_flight": limit})
+
+    def set_watermarks(self, queue: str, high: int, low: int | None = None) -> QueueConfig:
+        body: dict[str, Any] = {"high": high} | ({} if low is None else {"low": low})
+        return self._config("PUT", queue, "watermarks", body)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        doc = self._call("GET", self._admin(queue, f"dlq?limit={int(limit)}"))
+        return [DeadJob.model_validate({**j, "queue": queue}) for j in doc["jobs"]]
+
+    def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
+        """One dead job, or every one (``job_id`` None): ``{"queue", "moved", "refused"}``."""
+        body = {"all": True} if job_id is None else {"job_id": validate_job_id(job_id)}
+        return dict(self._call("POST", self._admin(queue, "dlq/redrive"), body, keyed=False))
+
+    def purge_dead(self, queue: str) -> int:
+        return int(self._call("DELETE", self._admin(queue, "dlq"), keyed=False)["purged"])
+
     def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
              clock: Callable[[], float] = time.monotonic) -> JobView:
         """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``
@@ -183,7 +224,7 @@ class Client:
     def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None,
               keyed: bool = True) -> Any:
         data = None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
-        headers = {"Accept": "application/json", "User-Agent": f"sluice-client/{__version__}"}
+        headers = {**self.headers, "Accept": "application/json", "User-Agent": f"sluice-client/{__version__}"}
         if data is not None:
             headers["Content-Type"] = "application/json"
         if idempotency_key is not None:

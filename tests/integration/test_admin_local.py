@@ -64,3 +64,26 @@ def test_an_operator_is_allowed_through_the_local_server(served: tuple[Rig, Loca
     assert status == 200 and [j["job_id"] for j in doc["jobs"]] == [job]
     status, doc = request(server, "POST", Q + "/dlq/redrive", {"job_id": job}, caller=OPERATOR)
     assert (status, doc["moved"]) == (200, 1) and rig.store.generations == {job: 1}
+
+
+def test_the_client_drives_the_operator_api(served: tuple[Rig, LocalGateway]) -> None:
+    from sluice.client import Client
+    from sluice.errors import SluiceError
+
+    rig, server = served
+    first, second = dead_id(rig, 0), dead_id(rig, 1)
+    operator = Client(server.url, headers={LOCAL_CALLER_HEADER: OPERATOR}, max_attempts=1)
+    assert operator.pause("emails").paused is True
+    assert operator.set_rate("emails", 2.5, burst=3).rate_per_s == 2.5
+    assert operator.set_max_in_flight("emails", 4).max_in_flight == 4
+    assert operator.set_watermarks("emails", 10).low_watermark == 5
+    assert operator.resume("emails").paused is False
+    assert [d.job_id for d in operator.dead_letters("emails", 10)] == [first, second]
+    assert operator.redrive("emails", first)["moved"] == 1
+    assert operator.purge_dead("emails") == 1
+    writes = list(rig.queue.writes)
+    plain = Client(server.url, headers={LOCAL_CALLER_HEADER: WEB}, max_attempts=1)
+    with pytest.raises(SluiceError) as refused:
+        plain.pause("emails")
+    assert "not an operator" in str(refused.value)
+    assert rig.queue.writes == writes
