@@ -87,3 +87,45 @@ def test_the_client_drives_the_operator_api(served: tuple[Rig, LocalGateway]) ->
         plain.pause("emails")
     assert "not an operator" in str(refused.value)
     assert rig.queue.writes == writes
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import os
+
+    for var in [v for v in os.environ if v.startswith("SLUICE_")]:
+        monkeypatch.delenv(var, raising=False)
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)  # the CLI signs (SigV4); the local server ignores signatures
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_cli_uses_the_operator_api_when_pointed_at_an_api_without_redis(
+        served: tuple[Rig, LocalGateway], cli_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from sluice.cli import main
+
+    rig, server = served
+    job = dead_id(rig)
+    monkeypatch.setenv("SLUICE_API_URL", server.url)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["queue", "pause", "emails"])  # no caller: no IAM identity
+    assert refused.exit_code == 1 and "no IAM caller" in refused.output, refused.output
+    assert rig.untouched()
+    monkeypatch.setenv("SLUICE_LOCAL_CALLER", OPERATOR)
+    for args in (["queue", "pause", "emails"], ["queue", "rate", "emails", "--per-second", "3"],
+                 ["queue", "limit", "emails", "--max-in-flight", "2"],
+                 ["queue", "watermark", "emails", "--high", "8"]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    config = rig.queue.config["emails"]
+    assert (config.paused, config.rate_per_s, config.max_in_flight,
+            config.high_watermark) == (True, 3.0, 2, 8)
+    listed = runner.invoke(main, ["dlq", "list", "emails", "--json"])
+    assert listed.exit_code == 0 and job in listed.output
+    redriven = runner.invoke(main, ["dlq", "redrive", "emails", job])
+    assert redriven.exit_code == 0 and "1 job back" in redriven.output and rig.store.generations == {job: 1}
+    assert runner.invoke(main, ["queue", "resume", "emails"]).exit_code == 0
+    assert rig.queue.config["emails"].paused is False

@@ -139,7 +139,8 @@ def _show(config: QueueConfig, name: str, text: str | None = None) -> None:
 @click.pass_obj
 def pause(target: Target, name: str) -> None:
     """Stop pushing jobs into NAME's Redis queue; Kafka holds the backlog."""
-    _show(control.pause(target.engine(), validate_queue_name(name)), name)
+    api, name = target.operator_api(), validate_queue_name(name)
+    _show(api.pause(name) if api else control.pause(target.engine(), name), name)
 
 
 @queue.command()
@@ -147,7 +148,8 @@ def pause(target: Target, name: str) -> None:
 @click.pass_obj
 def resume(target: Target, name: str) -> None:
     """Resume pushing jobs into NAME."""
-    _show(control.resume(target.engine(), validate_queue_name(name)), name)
+    api, name = target.operator_api(), validate_queue_name(name)
+    _show(api.resume(name) if api else control.resume(target.engine(), name), name)
 
 
 @queue.command("rate")
@@ -159,7 +161,9 @@ def resume(target: Target, name: str) -> None:
 @click.pass_obj
 def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) -> None:
     """Limit how fast the relay pushes NAME's jobs (shared by every relay)."""
-    _show(control.set_rate(target.engine(), validate_queue_name(name), per_second, burst), name)
+    api, name = target.operator_api(), validate_queue_name(name)
+    _show(api.set_rate(name, per_second, burst) if api else
+          control.set_rate(target.engine(), name, per_second, burst), name)
 
 
 @queue.command()
@@ -169,7 +173,9 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 @click.pass_obj
 def limit(target: Target, name: str, max_in_flight: int) -> None:
     """Cap how many of NAME's jobs run at the same time."""
-    _show(control.set_max_in_flight(target.engine(), validate_queue_name(name), max_in_flight), name)
+    api, name = target.operator_api(), validate_queue_name(name)
+    _show(api.set_max_in_flight(name, max_in_flight) if api else
+          control.set_max_in_flight(target.engine(), name, max_in_flight), name)
 
 
 @queue.command()
@@ -180,7 +186,9 @@ def limit(target: Target, name: str, max_in_flight: int) -> None:
 @click.pass_obj
 def watermark(target: Target, name: str, high: int, low: int | None) -> None:
     """Backpressure: stop pushing while NAME's ready depth is above --high."""
-    config = control.set_watermarks(target.engine(), validate_queue_name(name), high, low)
+    api, name = target.operator_api(), validate_queue_name(name)
+    config = api.set_watermarks(name, high, low) if api else control.set_watermarks(target.engine(), name,
+                                                                                      high, low)
     _show(config, name, f"{name}: pause above {config.high_watermark}, resume below {config.low_watermark}")
 
 
@@ -212,7 +220,8 @@ def dlq() -> None:
 @click.pass_obj
 def dlq_list(target: Target, name: str, max_jobs: int, as_json: bool) -> None:
     """List NAME's dead jobs, oldest first, with their last error."""
-    dead = target.engine().dead_letters(validate_queue_name(name), max_jobs)
+    api, name = target.operator_api(), validate_queue_name(name)
+    dead = api.dead_letters(name, max_jobs) if api else target.engine().dead_letters(name, max_jobs)
     if as_json:
         for d in dead:
             click.echo(d.model_dump_json())
@@ -244,6 +253,11 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
     bring it back if Redis loses its data."""
     if (job_id is None) == (not everything):
         raise InvalidInput("give either a JOB_ID or --all")
+    api = target.operator_api()
+    if api is not None:  # the gateway redrives through sluice.redrive, the same path
+        done = api.redrive(validate_queue_name(name), job_id)
+        _redriven(str(done["queue"]), int(done["moved"]), dict(done["refused"]))
+        return
     # The log: each redrive appends the job's record to Kafka again, so that a Redis data loss
     # cannot take the redrive with it (docs/redis-loss.md, "Redriven jobs").
     engine, store, log, name = target.engine(), target.store(), target.log(), validate_queue_name(name)
@@ -259,6 +273,13 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
                     click.echo(f"{name}: {job} not redriven: {why}", err=True)
     finally:
         log.close()
+    _redriven(name, moved, refused, listed=True)
+
+
+def _redriven(name: str, moved: int, refused: dict[str, str], *, listed: bool = False) -> None:
+    if not listed and not json_mode():
+        for job, why in refused.items():
+            click.echo(f"{name}: {job} not redriven: {why}", err=True)
     emit({"queue": name, "moved": moved, "refused": refused},
          f"{name}: {moved} job{'s' if moved != 1 else ''} back in the ready queue")
 
@@ -271,7 +292,8 @@ def purge(target: Target, name: str, yes: bool) -> None:
     """Delete every dead job of NAME from Redis (their status stays dead)."""
     if not yes:
         raise InvalidInput(f"purging deletes every dead job of {name}; add --yes to confirm")
-    deleted = target.engine().purge_dead(validate_queue_name(name))
+    api, name = target.operator_api(), validate_queue_name(name)
+    deleted = api.purge_dead(name) if api else target.engine().purge_dead(name)
     emit({"queue": name, "purged": deleted},
          f"{name}: {deleted} dead job{'s' if deleted != 1 else ''} purged")
 

@@ -78,6 +78,22 @@ class Target:
             return Client(str(self.local["gateway_url"]), max_attempts=4)
         raise self._not_running("SLUICE_API_URL")
 
+    def operator_api(self) -> Client | None:
+        """The operator API (``/v1/admin/...``, SigV4) when pointed at a deployed API without Redis.
+
+        ``SLUICE_API_URL`` (or ``--api-url``) set and ``SLUICE_REDIS_URL`` not: a laptop with AWS
+        credentials and no VPC access. ``SLUICE_LOCAL_CALLER`` is sent as ``X-Sluice-Local-Caller``,
+        which only the local server honours (docs/api.md, Operator API).
+        """
+        from sluice.client import Client
+
+        url = self.api_url or self.env.get("SLUICE_API_URL")
+        if not url or self.env.get("SLUICE_REDIS_URL"):
+            return None
+        caller = self.env.get("SLUICE_LOCAL_CALLER")
+        return Client(url, sign_sigv4=True, max_attempts=4,
+                      headers={"X-Sluice-Local-Caller": caller} if caller else None)
+
     # -- Redis and DynamoDB ------------------------------------------------------------------
 
     def settings(self, *, need: str) -> Settings:
