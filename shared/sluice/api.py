@@ -126,7 +126,6 @@ class Api:
                  refuse_unrouted: bool = True) -> None:
         self.log = log
         self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
-        self.events.subscribe(self._count_down, JobEnded)
         # Either may be held lazily (``sluice.lazy``): the gateway builds them on first use.
         self._store, self._queue = store, queue
         self.idempotency = idempotency
@@ -323,10 +322,19 @@ class Api:
         return api_families.release_continuation(self, continuation)
 
     def _count_down(self, event: JobEnded) -> None:
-        """A cancel ended a child: count it on its continuation here, in the gateway."""
+        """A cancel ended a child: count it on its continuation here, in the gateway.
+
+        Called for this Api's own ending, not subscribed: the bus may be the process's one bus,
+        which outlives this Api and carries the worker's and the relay's endings (they count
+        theirs). A failure is logged, not raised: the cancel stands, and the jobs table's
+        stream counts the child again (``CountdownFunction``)."""
         store = self.store
-        if hasattr(store, "continuation_of"):
+        if not hasattr(store, "continuation_of"):
+            return
+        try:
             Countdown(api_families.families_of(self), self.release_continuation).on_ended(event)
+        except SluiceError as exc:
+            log.warning("could not count cancelled job %s on its continuation: %s", event.job, exc)
 
     # -- reads and cancel ------------------------------------------------------------------
 
@@ -407,10 +415,12 @@ class Api:
             record = self.store.honour_cancel(job_id)
             leased = False
         if not leased and record.status is JobState.CANCELLED:
-            self.events.emit(JobEnded(job=job_id, queue=record.queue, state=JobState.CANCELLED.value,
-                                      source="cancel", redrive_gen=record.redrive_gen, token=record.token,
-                                      attempts=record.attempts, created_at_ms=record.created_at_ms,
-                                      ended_at_ms=record.finished_at_ms or self.clock()))
+            ended = JobEnded(job=job_id, queue=record.queue, state=JobState.CANCELLED.value,
+                             source="cancel", redrive_gen=record.redrive_gen, token=record.token,
+                             attempts=record.attempts, created_at_ms=record.created_at_ms,
+                             ended_at_ms=record.finished_at_ms or self.clock())
+            self.events.emit(ended)
+            self._count_down(ended)
         return CancelAccepted(job_id=job_id, status="cancel_requested" if leased else "cancelled")
 
     def _cancel_in_store(self, job_id: str) -> JobRecord:

@@ -20,6 +20,10 @@ from tests.unit.test_gateway_fakes import KEY, Rig
 
 SHAPES = {"/v1/queues/{queue}/jobs": {"post"}, "/v1/queues/{queue}/jobs/batch": {"post"},
           "/v1/queues/{queue}": {"get"}, "/v1/jobs/{job_id}": {"get", "delete"}, "/v1/openapi.json": {"get"}}
+# The operator API (issue 17): SigV4 only, for operator policies; no team policy may reach it.
+ADMIN_SHAPES = {f"/v1/admin/queues/{{queue}}/{tail}": methods for tail, methods in (
+    ("pause", {"post"}), ("resume", {"post"}), ("rate", {"put"}), ("max-in-flight", {"put"}),
+    ("watermarks", {"put"}), ("dlq", {"get", "delete"}), ("dlq/redrive", {"post"}))}
 PREFIX = "arn:aws:execute-api:us-east-1:123456789012:a1b2c3d4e5/live/"
 NOW = 1_700_000_000_000
 queues = st.from_regex(QUEUE_NAME_RE, fullmatch=True)
@@ -46,10 +50,16 @@ def allowed(method: str, path: str) -> bool:
 
 def test_the_api_has_exactly_the_routes_the_policies_name() -> None:
     body = cfn.template()["Resources"]["Api"]["Properties"]["DefinitionBody"]
-    assert {path: set(item) for path, item in body["paths"].items()} == SHAPES
+    assert {path: set(item) for path, item in body["paths"].items()} == SHAPES | ADMIN_SHAPES
     served = json.loads(Rig().gateway.openapi_json())["paths"]
-    assert {p: set(item) for p, item in served.items()} == {p: m for p, m in SHAPES.items()
+    assert {p: set(item) for p, item in served.items()} == {p: m for p, m in (SHAPES | ADMIN_SHAPES).items()
                                                              if p != "/v1/openapi.json"}
+
+
+def test_the_team_policy_reaches_no_operator_route() -> None:
+    for path, methods in ADMIN_SHAPES.items():
+        for method in methods:
+            assert not allowed(method.upper(), path.replace("{queue}", "emails")), (method, path)
 
 
 def test_queue_names_cannot_hold_what_would_make_a_pattern_ambiguous() -> None:
