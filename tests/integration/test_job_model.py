@@ -478,12 +478,13 @@ class JobMachine(RuleBasedStateMachine):
 
     def expirable(self, items: dict[str, dict[str, Any]], rs: dict[str, Any]) -> list[str]:
         """Final items TTL may delete: 14 days on, every lease has lapsed and been reaped and every
-        worker that held one is long gone, so only a job no longer live in Redis (its dead set
-        aside) and held by no worker."""
+        worker that held one is long gone, and the relay's maintenance (every few seconds) has
+        settled every entry, so only a job no longer live in Redis (its dead set aside), held by no
+        worker and with no settle entry left."""
         live = set().union(*(rs[z] for z in LIVE_ZSETS))
         held = {w.job_id for w in self.live_runs("held", "running", "frozen")}
         return sorted(j for j, it in items.items()
-                      if it["status"] in FINAL and j not in live and j not in held)
+                      if it["status"] in FINAL and j not in live and j not in held and j not in rs["settle"])
 
     @precondition(lambda self: self.on("ttl_expires") and self.count["ttl_expires"] < MAX_EXPIRIES
                   and bool(self.expirable(self.seen_items, self.seen_rs)))
@@ -746,6 +747,18 @@ FOUND["preloss-worker-grants"] = [
     ("enqueue_and_push", {"max_attempts": 1, "n": 3, "priority": 0}), ("lease", {"n": 1}),
     ("redis_loses_everything", {}), ("cancel", {"index": 63}),
     ("lease_and_run", {"still_running": True, "verdict": "ok"}), ("run", {"index": 0, "verdict": "ok"})]
+# Found by the derandomized run in a loaded CI run: a model hole, not a defect. TTL expired a
+# cancelled job's item while the relay still had its settle entry, and the settle then created the
+# item again as dead (I3). 14 days on, maintenance (every few seconds) has settled every entry, so
+# TTL expires only items with none left.
+FOUND["ttl-before-settle"] = [
+    ("redis_loses_everything", {}), ("redis_loses_everything", {}),
+    ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}), ("relay_restart", {}),
+    ("cancel", {"index": 0}), ("ttl_expires", {"index": 0}),
+    ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}), ("lease", {"n": 1}),
+    ("cancel", {"index": 0}), ("lease_lapses", {"index": 0, "taken_over": False}), ("reap", {}),
+    ("cancel", {"index": 0}), ("run_late", {"index": 0}), ("ttl_expires", {"index": 0}),
+    ("relay_restart", {})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {
     "grant-after-long-pause": "not fixed: the grant margin covers a grant's latency, not a pause longer "
