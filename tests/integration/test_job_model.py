@@ -21,6 +21,7 @@ never makes the current Redis lease holder stale (nor does a settle write).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 import uuid
@@ -139,8 +140,12 @@ class JobMachine(RuleBasedStateMachine):
         self.seen_rs: dict[str, Any] = {"ready": {}, "delayed": {}, "leased": {}, "dead": {}, "settle": set()}
         self.seen_items: dict[str, dict[str, Any]] = {}
         self.seen_now_ms = 0
+        self.trace: list[Any] = []
 
     def teardown(self) -> None:
+        if TRACE:  # one line per example: the states it went through (two runs' files must match)
+            with open(TRACE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(self.trace) + "\n")
         self.workers.close()
         self.relay.close()
         self.engine.close()
@@ -531,10 +536,20 @@ class JobMachine(RuleBasedStateMachine):
         self.fencing()
         rs, items = self.redis_state(), self.items()
         self.seen_rs, self.seen_items, self.seen_now_ms = rs, items, self.now_ms()
+        if TRACE:
+            self.trace.append(self.path_point(rs, items))
         if self.relay.frozen:
             return  # mid-maintenance: judged once the relay thaws
         self.authorities_agree(rs, items)
         self.holders_stay_current(rs, items)
+
+    def path_point(self, rs: dict[str, Any], items: dict[str, dict[str, Any]]) -> list[Any]:
+        """What this step left, without ids' random prefixes or clock values (``TRACE``)."""
+        cut = len(self.prefix)
+        return [[sorted(j[cut:] for j in rs[z]) for z in (*LIVE_ZSETS, "dead")],
+                sorted(j[cut:] for j in rs["settle"]),
+                sorted((j[cut:], it["status"], it["token"]) for j, it in items.items()),
+                sorted((w.name, w.state) for w in self.workers.all)]
 
     def fencing(self) -> None:
         """I1 and I2, over every store call the workers made, in the order they landed."""
@@ -639,6 +654,9 @@ FOCUS = frozenset(filter(None, os.environ.get("JOBMODEL_FOCUS", "").split(",")))
 # hunting run finds is pinned by a strict-xfail replay (UNFIXED) instead of failing one CI run in a
 # few. Hunting runs set JOBMODEL_RANDOM=1.
 RANDOM = bool(os.environ.get("JOBMODEL_RANDOM"))
+# A file to which each example appends the states it went through: two derandomized runs, one on a
+# loaded machine, must write the same file (the draws may not depend on how fast the machine is).
+TRACE = os.environ.get("JOBMODEL_TRACE", "")
 
 
 def run_machine(redis_url: str, moto_url: str, table: str, mute: frozenset[str] = frozenset(),
