@@ -245,3 +245,15 @@ def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(
     assert functions["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == arns
     _, plain = _prepared(DevOptions(state_dir=tmp_path / "plain"))
     assert plain["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == ""
+
+
+def test_sluice_dev_says_when_no_route_is_registered() -> None:
+    """Without --worker, sluice dev registers no route where a deploy registers the default
+    worker's (DefaultWorkerRoutes): a typed queue's bad payload is 202 here and 400 in AWS. The
+    difference is printed (the docstring promised a note; nothing was printed)."""
+    from sluice.local.dev import NO_ROUTES_ROW, describe
+
+    rows = describe({"routes": []})
+    assert NO_ROUTES_ROW in rows and "PAYLOAD_INVALID" in NO_ROUTES_ROW[1]
+    routed = describe({"routes": ["thumbnails -> sluice-worker (typed)"]})
+    assert NO_ROUTES_ROW not in routed and ("route", "thumbnails -> sluice-worker (typed)") in routed
