@@ -127,10 +127,22 @@ def payload_errors(schema: Mapping[str, Any], payload: Any, pointer: str = "/pay
     out = []
     for err in sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.absolute_path))):
         path = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in err.absolute_path)
-        out.append((pointer + path, err.message if len(err.message) <= 300 else err.message[:297] + "..."))
+        out.append((pointer + path, _short_message(err.message)))
         if len(out) >= limit:
             break
     return out
+
+
+# A quoted value of more than 48 characters inside a validator's message (jsonschema puts the
+# offending value, or an unexpected key, in it with repr()).
+_LONG_QUOTED = re.compile(r"""(['"])([^'"]{40})[^'"]{8,}\1""")
+
+
+def _short_message(message: str, limit: int = 300) -> str:
+    """The message with each long quoted value cut to its first 40 characters. The reason comes
+    after the value ("'aaa...' is too long"), so cutting the message's tail would lose it."""
+    short = _LONG_QUOTED.sub(lambda m: f"{m[1]}{m[2]}...{m[1]}", message)
+    return short if len(short) <= limit else f"{short[:limit // 2 - 3]} ... {short[-(limit // 2 - 3):]}"
 
 
 @dataclass(frozen=True)

@@ -226,3 +226,34 @@ def test_the_template_reader_refuses_what_it_cannot_resolve(tmp_path: Path) -> N
 def test_a_value_cloudformation_would_refuse_is_refused(override: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(overrides=override)
+
+
+def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(tmp_path: Path) -> None:
+    """docs/api.md (Operator API, Locally): the allow-list is the template's OperatorPrincipalArns,
+    so `sluice dev --config-env ENV` sets it. A SLUICE_OPERATOR_PRINCIPALS in the shell does not:
+    the template's value (empty by default) wins, as for every other variable."""
+    import shutil
+
+    from sluice.local.template import TEMPLATE
+
+    shutil.copy(TEMPLATE, tmp_path / "template.yaml")
+    arns = "arn:aws:iam::000000000000:role/operator,arn:aws:iam::000000000000:role/oncall"
+    (tmp_path / "samconfig.toml").write_text(
+        f'[ops.deploy.parameters]\nparameter_overrides = ["OperatorPrincipalArns={arns}"]\n')
+    _, functions = _prepared(DevOptions(state_dir=tmp_path / "state", template=tmp_path / "template.yaml",
+                                        config_env="ops"))
+    assert functions["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == arns
+    _, plain = _prepared(DevOptions(state_dir=tmp_path / "plain"))
+    assert plain["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == ""
+
+
+def test_sluice_dev_says_when_no_route_is_registered() -> None:
+    """Without --worker, sluice dev registers no route where a deploy registers the default
+    worker's (DefaultWorkerRoutes): a typed queue's bad payload is 202 here and 400 in AWS. The
+    difference is printed (the docstring promised a note; nothing was printed)."""
+    from sluice.local.dev import NO_ROUTES_ROW, describe
+
+    rows = describe({"routes": []})
+    assert NO_ROUTES_ROW in rows and "PAYLOAD_INVALID" in NO_ROUTES_ROW[1]
+    routed = describe({"routes": ["thumbnails -> sluice-worker (typed)"]})
+    assert NO_ROUTES_ROW not in routed and ("route", "thumbnails -> sluice-worker (typed)") in routed

@@ -466,3 +466,23 @@ def test_too_many_or_too_large_children_are_refused_in_the_worker_before_anythin
     assert "split them over several enqueue_many calls" in errors[1]
     assert "invalid child key" in errors[2]  # checked by the gateway
     assert len(sent) == 1 and rig.appended() == []
+
+
+def test_a_continuation_released_by_anyone_before_its_children_ended_appends_nothing(rig: Rig) -> None:
+    """The release entry takes only a continuation's id (the relay's call). A caller with the
+    invoke permission releasing another family's continuation early, or an id that names no
+    continuation, gets an error and nothing reaches Kafka."""
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    then = family.continuation or ""
+    before = rig.appended()
+    with pytest.raises(InvalidInput, match="still waits for 2 children"):
+        rig.api.release_continuation(then)
+    answer = rig.gateway({"sluice_internal": "release", "continuation": then}, None)
+    assert answer["statusCode"] == 400 and answer["error"]["code"] == "INVALID_INPUT"
+    stranger = ids.mint(PARENT_MS, "report", KEY)  # verifies, but no family has it as continuation
+    answer = rig.gateway({"sluice_internal": "release", "continuation": stranger}, None)
+    assert (answer["statusCode"], answer["error"]["code"]) == (404, "NOT_FOUND"), answer
+    for bad in ("../x", "", "x" * 200):
+        answer = rig.gateway({"sluice_internal": "release", "continuation": bad}, None)
+        assert answer["statusCode"] == 400, (bad, answer)
+    assert rig.appended() == before and then not in before

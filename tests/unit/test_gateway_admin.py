@@ -275,3 +275,25 @@ def test_the_local_servers_caller_header_becomes_the_iam_identity_and_is_removed
     assert set(event["headers"]) == {"Host"} and set(event["multiValueHeaders"]) == {"Host"}
     plain = build_event("POST", Q + "/pause", [("Host", "x")], None)
     assert plain["requestContext"]["identity"]["userArn"] is None
+
+
+@pytest.mark.parametrize("ctype", ["APPLICATION/JSON", "Application/Json; charset=UTF-8"])
+def test_an_operators_content_type_in_any_case_is_json(ctype: str) -> None:
+    # The body guard accepted these, then Powertools compared the header case-sensitively: 500.
+    rig = Rig()
+    code, _, doc = rig.call("PUT", Q + "/rate", {"per_second": 3}, content_type=ctype)
+    assert (code, doc["rate_per_s"]) == (200, 3)
+
+
+@pytest.mark.parametrize("caller", [None, WEB])
+@pytest.mark.parametrize("header", ["X-Sluice-Local-Caller", "x-sluice-local-caller"])
+def test_the_deployed_gateway_never_takes_its_caller_from_the_local_header(caller: str | None,
+                                                                            header: str) -> None:
+    """In AWS the header reaches the function untouched (API Gateway passes every header): the
+    gateway must read the caller from the identity API Gateway verified, never from a header."""
+    rig = Rig()
+    dead_id(rig)
+    for method, path, body in EVERY:
+        code, _, doc = rig.call(method, path, body, caller=caller, headers={header: OPERATOR})
+        assert (code, doc["code"]) == (403, "NOT_OPERATOR"), (method, path)
+    assert rig.untouched()

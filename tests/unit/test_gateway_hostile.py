@@ -268,3 +268,14 @@ def test_base64_flag_with_garbage_is_400(rig: Rig) -> None:
     assert code == 400
     code, _, _ = rig.call("POST", JOBS, raw=base64.b64encode(b"{}").decode() + "!!", b64=False)
     assert code == 400
+
+
+@pytest.mark.parametrize("ctype", ["APPLICATION/JSON", "Application/Json; Charset=UTF-8",
+                                   "application/json ;charset=\"utf-8\"", " application/json"])
+def test_content_type_is_case_insensitive_as_media_types_are(rig: Rig, ctype: str) -> None:
+    # The guard accepted these and Powertools, comparing case-sensitively, then raised: a 500.
+    code, _, doc = rig.call("POST", JOBS, {"payload": 1}, content_type=ctype)
+    assert code == 202, doc
+    code, _, doc = rig.call("POST", BATCH, {"jobs": [{"payload": 2}]}, content_type=ctype)
+    assert code == 202, doc
+    assert [r.payload for r in rig.log.records] == [1, 2]

@@ -143,3 +143,26 @@ def test_valid_payloads_reach_kafka_unchanged(payload: dict[str, Any]) -> None:
     rig, _ = routed_rig(TEAM)
     assert rig.call("POST", "/v1/queues/thumbnails/jobs", {"payload": payload})[0] == 202
     assert rig.log.records[0].payload == payload
+
+
+LIMITED: dict[str, Any] = {"type": "object", "additionalProperties": False, "required": ["text"],
+                           "properties": {"text": {"type": "string", "maxLength": 10},
+                                          "i": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}
+
+
+@pytest.mark.parametrize(("payload", "pointer", "reason"), [
+    ({"text": "a" * 5000}, "/payload/text", "is too long"),
+    ({"text": "a", "i": "x" * 5000}, "/payload/i", "is not valid under any of the given schemas"),
+    ({"text": "a", "y" * 5000: 1}, "/payload", "was unexpected"),
+])
+def test_a_long_bad_value_is_shortened_in_the_message_and_the_reason_kept(payload: Any, pointer: str,
+                                                                          reason: str) -> None:
+    """A message echoed the whole value and was then cut at 300 characters, which cut off the
+    reason ("'aaaa...a..." for a text over its maxLength): the value is shortened instead."""
+    rig, _ = routed_rig([Route("texts", "sluice-worker-words", "words", {"texts": LIMITED})])
+    code, _, doc = rig.call("POST", "/v1/queues/texts/jobs", {"payload": payload})
+    assert (code, doc["code"]) == (400, "PAYLOAD_INVALID"), doc
+    [error] = doc["errors"]
+    assert error["pointer"] == pointer and reason in error["detail"], error
+    assert len(error["detail"]) <= 300 and reason in doc["detail"] and len(doc["detail"]) < 600
+    assert rig.log.records == []

@@ -154,7 +154,7 @@ class Gateway:
             except SluiceError as exc:
                 return _problem_event(problems.from_exception(exc, instance=path))
             try:
-                return self.resolver.resolve(event, context)
+                return self.resolver.resolve(_canonical_json(event), context)
             finally:
                 self._body = None
         return self.resolver.resolve(event, context)
@@ -171,7 +171,7 @@ class Gateway:
         except SluiceError as exc:
             return _problem_event(problems.from_exception(exc, instance=path))
         try:
-            return self.resolver.resolve(event, context)
+            return self.resolver.resolve(_canonical_json(event) if self._body is not None else event, context)
         finally:
             self._body = None
 
@@ -316,6 +316,17 @@ class Gateway:
         app.not_found(not_found)
 
         return app
+
+
+def _canonical_json(event: dict[str, Any]) -> dict[str, Any]:
+    """The event with its Content-Type spelled ``application/json``, once ``jsonguard`` accepted it.
+
+    Media types are case-insensitive (``APPLICATION/JSON``), but Powertools' validation compares
+    the header case-sensitively and raised on any other spelling (a 500). The body is parsed
+    by the guard, never by Powertools, so the header only has to pass that comparison.
+    """
+    headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
+    return {**event, "headers": {**headers, "Content-Type": "application/json"}}
 
 
 def _problem_event(p: Problem) -> dict[str, Any]:

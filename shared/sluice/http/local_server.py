@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's limit; larger requests never reach Lambda
+DRAIN_BYTES = 4 * MAX_REQUEST_BYTES  # read away before a 413; a larger upload is cut off
 LOCAL_CALLER_HEADER = "X-Sluice-Local-Caller"  # the IAM caller, locally (module docstring)
 
 
@@ -109,6 +110,14 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]
     return int(response.get("statusCode", 502)), pairs, raw
 
 
+def _discard(rfile: Any, remaining: int) -> None:
+    while remaining > 0:
+        chunk = rfile.read(min(remaining, 1 << 16))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+
+
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up before its answer is not an error worth a traceback."""
 
@@ -145,6 +154,10 @@ class LocalGateway(ThreadedServer):
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length > MAX_REQUEST_BYTES:
+                    # Read the body away first (up to a bound), as API Gateway does: a server that
+                    # answers and closes mid-upload breaks the client's send, and the client then
+                    # sees a connection failure (and retries) instead of this 413.
+                    _discard(self.rfile, min(length, DRAIN_BYTES))
                     self._send(413, [("Content-Type", "application/problem+json")], json.dumps({
                         "type": "urn:sluice:problem:payload-too-large", "title": "Payload Too Large",
                         "status": 413, "detail": "request over 10 MiB",

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sluice.config import Settings
 from sluice.errors import ConfigError
@@ -293,8 +293,8 @@ class DevStack:
         """With teams' workers, every worker function's queues become its routes, as each one's
         Custom::SluiceRoutes does at deploy time (the default worker's is DefaultWorkerRoutes).
         Without teams none are registered, so every queue goes to the default worker as before:
-        the one local difference from a deploy, printed as a note. A queue two modules handle
-        is a RouteConflict: the stack does not start."""
+        the one local difference from a deploy, printed as the ``routes`` row (``NO_ROUTES_ROW``).
+        A queue two modules handle is a RouteConflict: the stack does not start."""
         if not self.teams:
             return []
         from sluice.routes import app_schemas, routes_for
@@ -626,6 +626,14 @@ def _quietly(fn: Callable[[], None]) -> None:
         fn()
 
 
+# Without --worker no route is registered, where a deploy registers the default worker's queues
+# (DefaultWorkerRoutes): the one local difference that a caller sees at the door.
+NO_ROUTES_ROW: Final = ("routes", "none (a deploy registers the default worker's: typed queues' payloads "
+                                  "are then refused at the gateway, 400 PAYLOAD_INVALID, and unhandled "
+                                  "queues 404 NO_ROUTE; here the worker checks payloads, and every queue "
+                                  "is accepted; --worker registers routes)")
+
+
 def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
     """The short block ``sluice dev`` prints: (name, value) rows."""
     kafka = endpoints.get("kafka_bootstrap", "?")
@@ -638,7 +646,7 @@ def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
         ("workers", f"{endpoints.get('handlers')} via {endpoints.get('lambda_url')}"),
         ("events", "jobs-table stream -> EventBridge (moto) -> SQS: sluice events --follow"),
         *[("worker", f"{w['function']}: {w['handlers']}") for w in endpoints.get("workers") or []],
-        *[("route", line) for line in endpoints.get("routes") or []],
+        *([("route", line) for line in endpoints["routes"]] if endpoints.get("routes") else [NO_ROUTES_ROW]),
         ("state", f"{endpoints.get('state_dir', '.sluice')}/  (endpoints.json, logs/, history.jsonl)"),
     ]
 
