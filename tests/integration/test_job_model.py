@@ -757,7 +757,7 @@ FOUND["grant-after-long-pause"] = [
     ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
     ("run_freezes", {"index": 0, "verdict": "ok", "point": "before_grant"}),
     ("lease_lapses", {"index": 0, "taken_over": True}), ("thaw", {"index": 0})]
-# Found by the derandomized run in a loaded CI run (its draws follow Redis's clock): a worker leased
+# Found by the derandomized run in the first CI run after a change had moved its draws: a worker leased
 # before a Redis loss grants after the job's new holder, whose lease token it shares.
 FOUND["preloss-worker-grants"] = [
     ("redis_loses_everything", {}), ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}),
@@ -765,7 +765,7 @@ FOUND["preloss-worker-grants"] = [
     ("enqueue_and_push", {"max_attempts": 1, "n": 3, "priority": 0}), ("lease", {"n": 1}),
     ("redis_loses_everything", {}), ("cancel", {"index": 63}),
     ("lease_and_run", {"still_running": True, "verdict": "ok"}), ("run", {"index": 0, "verdict": "ok"})]
-# Found by the derandomized run in a loaded CI run: a model hole, not a defect. TTL expired a
+# Found by the derandomized run in the first CI run after a change had moved its draws: a model hole, not a defect. TTL expired a
 # cancelled job's item while the relay still had its settle entry, and the settle then created the
 # item again as dead (I3). 14 days on, maintenance (every few seconds) has settled every entry, so
 # TTL expires only items with none left.
