@@ -24,7 +24,8 @@ from sluice.clock import wall_ms
 from sluice.config import Settings
 from sluice.errors import InvalidInput, SluiceError, StoreError
 from sluice.routes import Route, RouteConflict, UnknownFunction, check_new
-from sluice.store.errors import error_code, translate, translated
+from sluice.store.errors import error_code, translate
+from sluice.store.scan import scan_all
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -57,15 +58,7 @@ class DynamoRouteStore:
         return cls(wiring.boto_client("dynamodb", s), s.routes_table)
 
     def list_routes(self) -> list[Route]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
-        with translated(f"scan {self.table_name}"):
-            while True:
-                page = self.client.scan(**kwargs)
-                items += page.get("Items", [])
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        items = scan_all(self.client, self.table_name)
         try:
             return [_route(item) for item in items]
         except (KeyError, ValueError, SluiceError) as exc:

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from sluice.errors import ScheduleExists, ScheduleNotFound, StoreError
 from sluice.schedules import FIRE_KEY, SCHEDULED_TIME, Schedule
 from sluice.store.errors import error_code, translate, translated
+from sluice.store.scan import scan_all
 
 _EXISTS: Final = "ConditionalCheckFailedException"
 
@@ -63,16 +64,7 @@ class DynamoScheduleStore:
         return _schedule(item)
 
     def all(self) -> list[Schedule]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
-        with translated(f"scan {self.table_name}"):
-            while True:
-                page = self.client.scan(**kwargs)
-                items += page.get("Items", [])
-                if "LastEvaluatedKey" not in page:
-                    break
-                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return [_schedule(item) for item in items]
+        return [_schedule(item) for item in scan_all(self.client, self.table_name)]
 
     def set_paused(self, name: str, paused: bool) -> Schedule:
         try:
