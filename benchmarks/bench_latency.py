@@ -29,7 +29,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import emit, log
+from benchmarks.common import by_function, dev_stack, emit, log
 from sluice.local import history
 
 JOBS = 200
@@ -142,48 +141,36 @@ class RawKafka:
 
 def run(jobs: int, gap_s: float, seed: int) -> dict[str, Any]:
     from sluice.client import Client
-    from sluice.local.dev import DevOptions, DevStack
 
     rng = random.Random(seed)
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-latency-") as tmp:
-        dev = DevStack(DevOptions(state_dir=Path(tmp) / ".sluice", workers=2, warm_workers=1,
-                                  log_level="WARNING"))
-        started = time.monotonic()
-        endpoints = dev.start()
-        counts: dict[str, int] = {}
-        assert dev.lambdas is not None
-        dev.lambdas.on_finish = lambda inv: _count(counts, inv)
-        log(f"latency: stack up in {time.monotonic() - started:.1f}s")
-        try:
-            tail = Tail(str(endpoints["history_path"]))
-            raw = RawKafka(str(endpoints["kafka_bootstrap"]))
-            client = Client(str(endpoints["gateway_url"]), timeout_s=10)
-            # The first jobs wait for the relay to take its partitions and the worker to warm up.
-            for i in range(3):
-                job = client.enqueue("echo", {"warm": i}).job_id
-                _wait(tail, job, 90.0)
-            sent: dict[str, float] = {}
-            raw_s: list[float] = []
-            counts.clear()  # invocations of the measured jobs only
-            begun = time.monotonic()
-            for i in range(jobs):
-                job = client.enqueue("echo", {"i": i}).job_id
-                sent[job] = time.time()
-                if not _wait(tail, job, JOB_TIMEOUT_S):
-                    log(f"latency: job {i} ({job}) not done within {JOB_TIMEOUT_S}s")
-                rt = raw.round_trip(i)
-                if rt is not None:
-                    raw_s.append(rt)
-                time.sleep(rng.uniform(0, gap_s))
-                if (i + 1) % 50 == 0:
-                    log(f"latency: {i + 1}/{jobs} jobs, {time.monotonic() - begun:.0f}s")
-            time.sleep(0.5)
-            tail.read()
-            raw.close()
-            counts = {name.split("-")[-1]: n for name, n in counts.items()}
-        finally:
-            dev.stop()
-    return figures(sent, tail, raw_s, counts)
+    with dev_stack("latency", workers=2, warm_workers=1) as (_, endpoints, counts):
+        tail = Tail(str(endpoints["history_path"]))
+        raw = RawKafka(str(endpoints["kafka_bootstrap"]))
+        client = Client(str(endpoints["gateway_url"]), timeout_s=10)
+        # The first jobs wait for the relay to take its partitions and the worker to warm up.
+        for i in range(3):
+            job = client.enqueue("echo", {"warm": i}).job_id
+            _wait(tail, job, 90.0)
+        sent: dict[str, float] = {}
+        raw_s: list[float] = []
+        counts.clear()  # invocations of the measured jobs only
+        begun = time.monotonic()
+        for i in range(jobs):
+            job = client.enqueue("echo", {"i": i}).job_id
+            sent[job] = time.time()
+            if not _wait(tail, job, JOB_TIMEOUT_S):
+                log(f"latency: job {i} ({job}) not done within {JOB_TIMEOUT_S}s")
+            rt = raw.round_trip(i)
+            if rt is not None:
+                raw_s.append(rt)
+            time.sleep(rng.uniform(0, gap_s))
+            if (i + 1) % 50 == 0:
+                log(f"latency: {i + 1}/{jobs} jobs, {time.monotonic() - begun:.0f}s")
+        time.sleep(0.5)
+        tail.read()
+        raw.close()
+        invocations = by_function(counts)
+    return figures(sent, tail, raw_s, invocations)
 
 
 def _wait(tail: Tail, job: str, timeout_s: float) -> bool:
@@ -222,13 +209,6 @@ def figures(sent: dict[str, float], tail: Tail, raw_s: list[float], counts: dict
             "start_vs_raw_p99": round(start["p99_ms"] / base, 2),
             "stages": {k: summary(v) for k, v in stages.items()},
             "invocations": counts, "load_1m": round(os.getloadavg()[0], 1)}
-
-
-def _count(counts: dict[str, int], inv: Any) -> None:
-    """Invocations that ran, by function: not those the local Lambda service dropped as identical
-    to ones already waiting (``local.lambdas``, coalesced); those are counted apart."""
-    key = "coalesced" if inv.error and "coalesced" in inv.error else inv.function
-    counts[key] = counts.get(key, 0) + 1
 
 
 def main() -> None:

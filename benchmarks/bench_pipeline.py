@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_latency import Tail, pct
-from benchmarks.common import emit, log
+from benchmarks.common import by_function, dev_stack, emit, log
 
 JOBS = 5_000
 CLIENTS = 8
@@ -105,45 +104,34 @@ def worker_path(settings: Any, threads: int, seconds: float) -> float:
 
 
 def run(jobs: int, clients: int, workers: int, batch: int = 1) -> dict[str, Any]:
-    from sluice.local.dev import DevOptions, DevStack
+    with dev_stack("pipeline", workers=workers, warm_workers=workers) as (dev, endpoints, counts):
+        tail = Tail(str(endpoints["history_path"]))
+        from sluice.client import Client
 
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-pipeline-") as tmp:
-        dev = DevStack(DevOptions(state_dir=Path(tmp) / ".sluice", workers=workers, warm_workers=workers,
-                                  log_level="WARNING"))
-        endpoints = dev.start()
-        counts: dict[str, int] = {}
-        assert dev.lambdas is not None and dev.settings is not None
-        dev.lambdas.on_finish = lambda inv: _count(counts, inv)
-        try:
-            tail = Tail(str(endpoints["history_path"]))
-            from sluice.client import Client
-
-            warm = Client(str(endpoints["gateway_url"])).enqueue("echo", {"warm": True}, keyed=False).job_id
-            deadline = time.monotonic() + 90
-            while not tail.written(warm) and time.monotonic() < deadline:
-                tail.read()
-                time.sleep(0.05)
-            counts.clear()
-            log(f"pipeline: sending {jobs} jobs from {clients} clients")
-            t0 = time.monotonic()
-            accepted, errors = send(str(endpoints["gateway_url"]), jobs // batch, clients, batch)
-            sent_s = time.monotonic() - t0
-            log(f"pipeline: {len(accepted)} accepted in {sent_s:.1f}s ({len(errors)} errors); waiting")
-            deadline = time.monotonic() + TIMEOUT_S
-            while time.monotonic() < deadline:
-                tail.read()
-                if all(tail.written(j) for j in accepted):
-                    break
-                time.sleep(0.2)
-            done = {j: tail.first[j]["write"] for j in accepted if tail.written(j)}
-            first, last = min(accepted.values()), max(done.values(), default=0.0)
-            elapsed = max(1e-9, last - first)
-            latency_ms = [(done[j] - at) * 1000 for j, at in accepted.items() if j in done]
-            invocations = dict(counts)
-            log(f"pipeline: {len(done)} results in {elapsed:.1f}s; now the worker path alone")
-            alone = worker_path(dev.settings, workers, min(WORKER_PATH_S, elapsed))
-        finally:
-            dev.stop()
+        warm = Client(str(endpoints["gateway_url"])).enqueue("echo", {"warm": True}, keyed=False).job_id
+        deadline = time.monotonic() + 90
+        while not tail.written(warm) and time.monotonic() < deadline:
+            tail.read()
+            time.sleep(0.05)
+        counts.clear()
+        log(f"pipeline: sending {jobs} jobs from {clients} clients")
+        t0 = time.monotonic()
+        accepted, errors = send(str(endpoints["gateway_url"]), jobs // batch, clients, batch)
+        sent_s = time.monotonic() - t0
+        log(f"pipeline: {len(accepted)} accepted in {sent_s:.1f}s ({len(errors)} errors); waiting")
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            tail.read()
+            if all(tail.written(j) for j in accepted):
+                break
+            time.sleep(0.2)
+        done = {j: tail.first[j]["write"] for j in accepted if tail.written(j)}
+        first, last = min(accepted.values()), max(done.values(), default=0.0)
+        elapsed = max(1e-9, last - first)
+        latency_ms = [(done[j] - at) * 1000 for j, at in accepted.items() if j in done]
+        invocations = dict(counts)
+        log(f"pipeline: {len(done)} results in {elapsed:.1f}s; now the worker path alone")
+        alone = worker_path(dev.settings, workers, min(WORKER_PATH_S, elapsed))
     rate = len(done) / elapsed
     return {"jobs": jobs, "clients": clients, "workers": workers, "per_request": batch,
             "accepted": len(accepted),
@@ -152,15 +140,8 @@ def run(jobs: int, clients: int, workers: int, batch: int = 1) -> dict[str, Any]
             "latency_p50_ms": round(pct(latency_ms, 0.5)), "latency_p99_ms": round(pct(latency_ms, 0.99)),
             "worker_path_per_s": round(alone, 1), "ratio": round(rate / alone, 3) if alone else None,
             "target_met": bool(alone) and rate >= 0.7 * alone,
-            "invocations": {k.split("-")[-1]: n for k, n in invocations.items()},
+            "invocations": by_function(invocations),
             "load_1m": round(os.getloadavg()[0], 1)}
-
-
-def _count(counts: dict[str, int], inv: Any) -> None:
-    """Invocations that ran, by function: not those the local Lambda service dropped as identical
-    to ones already waiting (``local.lambdas``, coalesced); those are counted apart."""
-    key = "coalesced" if inv.error and "coalesced" in inv.error else inv.function
-    counts[key] = counts.get(key, 0) + 1
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """Small helpers shared by the benchmarks: a throwaway redis-server, the PING
-yardstick, Redis's own CPU accounting, a round-trip counter, JSON output.
+yardstick, Redis's own CPU accounting, a round-trip counter, JSON output, and a
+private ``sluice dev`` stack that counts its Lambda invocations.
 
 Run a benchmark as ``python benchmarks/bench_<name>.py`` (what ``make bench`` does).
 """
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -74,3 +77,40 @@ def counting_client(url: str) -> CountingRedis:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def dev_stack(bench: str, *, workers: int,
+              warm_workers: int) -> Iterator[tuple[Any, dict[str, Any], dict[str, int]]]:
+    """A private ``sluice dev`` stack in a temporary directory, stopped on leaving.
+
+    Yields the stack, its endpoints and the invocations that ran so far by function name
+    (``count_invocation``; clear it to count from a point on, ``by_function`` to report it).
+    """
+    from sluice.local.dev import DevOptions, DevStack
+
+    with tempfile.TemporaryDirectory(prefix=f"sluice-bench-{bench}-") as tmp:
+        dev = DevStack(DevOptions(state_dir=Path(tmp) / ".sluice", workers=workers, warm_workers=warm_workers,
+                                  log_level="WARNING"))
+        started = time.monotonic()
+        endpoints = dev.start()
+        counts: dict[str, int] = {}
+        assert dev.lambdas is not None and dev.settings is not None
+        dev.lambdas.on_finish = lambda inv: count_invocation(counts, inv)
+        log(f"{bench}: stack up in {time.monotonic() - started:.1f}s")
+        try:
+            yield dev, endpoints, counts
+        finally:
+            dev.stop()
+
+
+def count_invocation(counts: dict[str, int], inv: Any) -> None:
+    """Invocations that ran, by function: not those the local Lambda service dropped as identical
+    to ones already waiting (``local.lambdas``, coalesced); those are counted apart."""
+    key = "coalesced" if inv.error and "coalesced" in inv.error else inv.function
+    counts[key] = counts.get(key, 0) + 1
+
+
+def by_function(counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` keyed by the function's short name (``sluice-worker`` -> ``worker``)."""
+    return {name.split("-")[-1]: n for name, n in counts.items()}
