@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 import pytest
 
 from sluice import wiring
 from sluice.completion.publish import Publisher, batch_failures
 from sluice.config import Settings
 from sluice.errors import InvalidInput, LeaseLost, StaleToken
-from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream, follow
+from sluice.local.streams import ensure_bus
 from sluice.models import EndedJob, JobState
-from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
+from tests.integration.streams_support import received, stream_poller, stream_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -27,23 +26,7 @@ def _id(n: int) -> str:
 
 @pytest.fixture
 def s(moto_url: str, unique: str) -> Settings:
-    settings = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
-                        idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}",
-                        events_bus_name=f"bus-{unique}")
-    tables.ensure_all(settings)
-    return settings
-
-
-def _received(s: Settings, url: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    follow(s, url, out.append, wait_s=0, until_empty=True)
-    return out
-
-
-def _poller(s: Settings, publisher: Any) -> StreamPoller:
-    client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
-    return StreamPoller(client, ensure_jobs_stream(s),
-                        lambda event: batch_failures(publisher.publish(event["Records"])))
+    return stream_settings(moto_url, unique)
 
 
 def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_repeats_its_id(
@@ -60,9 +43,9 @@ def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_
     store.grant(running, "q", "w")  # never ends: no event
     # The "crash": nothing published these; the writes alone are in the stream.
     publisher = wiring.completion_publisher.__wrapped__(s)  # an uncached one, for these settings
-    poller = _poller(s, publisher)
+    poller = stream_poller(s, publisher.publish)
     assert poller.poll_once() > 0
-    events = _received(s, url)
+    events = received(s, url)
     by_job = {e["detail"]["job_id"]: e for e in events}
     assert len(events) == 4 and set(by_job) == {ok, failed, settled, cancelled}
     assert {e["detail-type"] for e in events} == {"Job Succeeded", "Job Failed", "Job Dead", "Job Cancelled"}
@@ -72,12 +55,12 @@ def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_
     assert by_job[failed]["detail"]["last_error"] == "bad input"
     # The publisher died after PutEvents and before its checkpoint: the next one reads the same
     # records again and publishes them again, with the same ids.
-    again = _poller(s, publisher)
+    again = stream_poller(s, publisher.publish)
     again.poll_once()
-    repeats = _received(s, url)
+    repeats = received(s, url)
     assert sorted(e["detail"]["event_id"] for e in repeats) == sorted(e["detail"]["event_id"] for e in events)
     # The checkpoint moved: the first poller publishes nothing more.
-    assert poller.poll_once() == 0 and _received(s, url) == []
+    assert poller.poll_once() == 0 and received(s, url) == []
 
 
 def test_a_refused_put_is_retried_from_the_failed_record(s: Settings, unique: str) -> None:
@@ -91,12 +74,12 @@ def test_a_refused_put_is_retried_from_the_failed_record(s: Settings, unique: st
         def put(self, entries: list[dict[str, Any]]) -> list[bool]:
             return [False] * len(entries)
 
-    poller = _poller(s, Publisher(Down(), s.events_bus_name))
+    poller = stream_poller(s, Publisher(Down(), s.events_bus_name).publish)
     poller.poll_once()
-    assert _received(s, url) == []
+    assert received(s, url) == []
     poller.handle = lambda event: batch_failures(real.publish(event["Records"]))
     poller.poll_once()
-    (event,) = _received(s, url)
+    (event,) = received(s, url)
     assert event["detail"]["event_id"] == f"{_id(1)}:succeeded:0"
 
 
@@ -141,10 +124,10 @@ def test_a_redriven_job_ending_again_gets_a_new_id_and_a_rerun_of_a_success_none
     store.request_cancel(honoured)  # leased: flagged
     store.honour_cancel(honoured)  # its holder died: cancelled now
     publisher = wiring.completion_publisher.__wrapped__(s)
-    poller = _poller(s, publisher)
+    poller = stream_poller(s, publisher.publish)
     while poller.poll_once():
         pass
-    ids = sorted(e["detail"]["event_id"] for e in _received(s, url))
+    ids = sorted(e["detail"]["event_id"] for e in received(s, url))
     assert ids == sorted([f"{dead}:dead:0", f"{dead}:dead:{gen}", f"{rerun}:succeeded:0",
                           f"{unrecorded}:cancelled:0", f"{honoured}:cancelled:0"])
     assert gen == 1

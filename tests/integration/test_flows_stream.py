@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 
-from sluice.completion.publish import Publisher, batch_failures
+from sluice.completion.publish import Publisher
 from sluice.config import Settings
 from sluice.errors import BackendUnavailable
 from sluice.flows import Countdown
-from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream, stream_consumers
-from sluice.store import tables
+from sluice.local.streams import StreamPoller, ensure_bus, stream_consumers
 from sluice.store.jobs import DynamoJobStore
-from tests.integration.test_completion_events import _received
+from tests.integration.streams_support import received, stream_poller, stream_settings
 from tests.unit.test_flows import Rig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -25,11 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 @pytest.fixture
 def s(moto_url: str, unique: str) -> Settings:
-    settings = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
-                        idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}",
-                        events_bus_name=f"bus-{unique}")
-    tables.ensure_all(settings)
-    return settings
+    return stream_settings(moto_url, unique)
 
 
 def test_children_whose_process_died_before_their_countdown_release_the_continuation_once(
@@ -53,11 +47,9 @@ def test_children_whose_process_died_before_their_countdown_release_the_continua
 
     publisher = Publisher(wiring.completion_publisher.__wrapped__(s).sink, s.events_bus_name)
     countdown = Countdown(rig.store, release, sleep=lambda _s: None)
-    client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
 
     def poller() -> StreamPoller:
-        return StreamPoller(client, ensure_jobs_stream(s), lambda event: batch_failures(
-            stream_consumers(event["Records"], publisher.publish, countdown.recount)))
+        return stream_poller(s, lambda batch: stream_consumers(batch, publisher.publish, countdown.recount))
 
     first = poller()
     first.poll_once()  # counted to 0; the release refused: the last child's record is kept
@@ -68,5 +60,5 @@ def test_children_whose_process_died_before_their_countdown_release_the_continua
     poller().poll_once()  # a poller that lost its checkpoint: every record again
     first.poll_once()
     assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0
-    events: list[Any] = _received(s, url)
+    events: list[Any] = received(s, url)
     assert {e["detail"]["job_id"] for e in events} == set(family.job_ids)  # events flowed alongside

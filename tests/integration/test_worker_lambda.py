@@ -6,27 +6,22 @@ This module is also the handlers module the Lambda loads (Settings.handlers_modu
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 import sluice
-from sluice import wiring
 from sluice.errors import JobNotFound
 from sluice.local.servers import Server
 from sluice.models import Job, JobSpec, JobState
 from sluice.runtime.context import JobContext
-from tests.integration.worker_procs import Stack, make_stack
+from tests.integration.worker_lambda_support import lambda_stack, load_function
+from tests.integration.worker_procs import Stack
 from tests.unit.fakes import FakeLambdaContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
-
-APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
 
 app = sluice.Worker()
 
@@ -47,28 +42,12 @@ def quick(job: Job, ctx: JobContext) -> int:
     return int(job.payload) * 2
 
 
-def load_function() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("worker_function_app_it", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def stack(redis_url: str, moto_server: Server, unique: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    s = make_stack(redis_url, moto_server.extra["url"], unique)
-    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_AWS_ENDPOINT_URL": moto_server.extra["url"],
-           "SLUICE_JOBS_TABLE": s.cfg["table"], "SLUICE_RESULTS_BUCKET": s.cfg["bucket"],
-           "SLUICE_HANDLERS_MODULE": __name__, "SLUICE_LAMBDA_MARGIN_MS": "1000",
-           "SLUICE_DEFAULT_LEASE_SECONDS": "2", "SLUICE_WORKER_BATCH": "10"}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    wiring.reset()
-    yield s
-    wiring.reset()
-    s.queue.close()
+    with lambda_stack(redis_url, moto_server.extra["url"], unique, monkeypatch, handlers_module=__name__,
+                      SLUICE_DEFAULT_LEASE_SECONDS="2") as s:
+        yield s
 
 
 def add(stack: Stack, queue: str, job_id: str, payload: Any) -> None:

@@ -13,12 +13,11 @@ from typing import Any
 import boto3
 import pytest
 
-from sluice import wiring
 from sluice.examples import expected_result
 from sluice.local.servers import Server
 from sluice.models import MAX_ERROR_CHARS, JobSpec, JobState
-from tests.integration.test_worker_lambda import load_function
-from tests.integration.worker_procs import Stack, make_stack
+from tests.integration.worker_lambda_support import lambda_stack, load_function
+from tests.integration.worker_procs import Stack
 from tests.unit.fakes import FakeLambdaContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -29,18 +28,10 @@ QUEUE = "thumbnails"
 @pytest.fixture
 def stack(redis_url: str, moto_server: Server, unique: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    s = make_stack(redis_url, moto_server.extra["url"], unique)
-    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_AWS_ENDPOINT_URL": moto_server.extra["url"],
-           "SLUICE_JOBS_TABLE": s.cfg["table"], "SLUICE_RESULTS_BUCKET": s.cfg["bucket"],
-           "SLUICE_HANDLERS_MODULE": "sluice.examples", "SLUICE_LAMBDA_MARGIN_MS": "1000",
-           "SLUICE_DEFAULT_LEASE_SECONDS": "5", "SLUICE_WORKER_BATCH": "10",
-           "SLUICE_FUNCTION_TIMEOUT_S": "300"}  # as the template passes its default Timeout
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    wiring.reset()
-    yield s
-    wiring.reset()
-    s.queue.close()
+    with lambda_stack(redis_url, moto_server.extra["url"], unique, monkeypatch,
+                      handlers_module="sluice.examples", SLUICE_DEFAULT_LEASE_SECONDS="5",
+                      SLUICE_FUNCTION_TIMEOUT_S="300") as s:  # as the template passes its default Timeout
+        yield s
 
 
 def dynamo_item(stack: Stack, job_id: str) -> dict[str, Any]:
