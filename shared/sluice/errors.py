@@ -12,13 +12,27 @@ from typing import Any, ClassVar
 
 
 class SluiceError(Exception):
-    """Base of every Sluice error. ``code`` is stable and machine-readable."""
+    """Base of every Sluice error. ``code`` is stable and machine-readable.
+
+    Raised with no message, the error says its ``template`` filled from its details (``{name!r}``
+    from ``name=...``), or else its docstring.
+    """
 
     code = "SLUICE_ERROR"
+    template: ClassVar[str] = ""
 
     def __init__(self, message: str = "", **details: Any) -> None:
-        super().__init__(message or self.__class__.__doc__ or self.code)
+        super().__init__(message or self._message(details))
         self.details = details
+
+    @classmethod
+    def _message(cls, details: dict[str, Any]) -> str:
+        if cls.template:
+            try:
+                return cls.template.format_map(details)
+            except (KeyError, IndexError, ValueError):  # a detail it names is missing: say the rest
+                pass
+        return cls.__doc__ or cls.code
 
 
 class InvalidInput(SluiceError, ValueError):
@@ -71,13 +85,12 @@ class StaleToken(LeaseLost):
     """
 
     code = "STALE_TOKEN"
+    template = "stale fencing token {mine} (current is {current})"
 
     def __init__(self, message: str = "", *, mine: int | None = None, current: int | None = None,
                  **details: Any) -> None:
-        super().__init__(message or f"stale fencing token {mine} (current is {current})",
-                         mine=mine, current=current, **details)
-        self.mine = mine
-        self.current = current
+        super().__init__(message, mine=mine, current=current, **details)
+        self.mine, self.current = mine, current
 
 
 class JobCancelled(SluiceError):
@@ -219,23 +232,6 @@ class PayloadInvalid(InvalidInput):
     code = "PAYLOAD_INVALID"
 
 
-ERROR_CODES: dict[str, type[SluiceError]] = {
-    cls.code: cls
-    for cls in (
-        SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
-        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
-        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
-        PriorityNotAllowed, TooManyChildren, FamilyConflict,
-    )
-}
-
-
-def from_code(code: str, message: str = "", **details: Any) -> SluiceError:
-    """Build the exception for a stable error code; unknown codes become SluiceError."""
-    cls = ERROR_CODES.get(code, SluiceError)
-    return cls(message or code, **details)
-
-
 class InvalidSchedule(InvalidInput):
     """A schedule whose name, expression or queue Sluice refuses; nothing was written."""
 
@@ -258,15 +254,53 @@ class ScheduleNotFound(SluiceError, LookupError):
     """No schedule with that name."""
 
     code = "SCHEDULE_NOT_FOUND"
+    template = "no schedule named {name!r}"
 
 
 class ScheduleExists(SluiceError):
     """A schedule with that name exists already; delete it first to change it."""
 
     code = "SCHEDULE_EXISTS"
+    template = "a schedule named {name!r} exists; delete it first"
 
 
 class NotOperator(SluiceError):
     """The caller is not an operator: the operator API (``/v1/admin/...``) is refused (403)."""
 
     code = "NOT_OPERATOR"
+
+
+class BadBody(InvalidInput):
+    """The request body is not acceptable JSON; nothing was written."""
+
+    code = "BAD_BODY"
+    status: ClassVar[int] = 400
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body must be sent as application/json (UTF-8)."""
+
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    status: ClassVar[int] = 415
+
+
+# Every error a caller can get back by its code: from a Lua script's error reply, or from the
+# gateway's problem document (``code``), which the client turns back into the same type. A
+# test checks that every error the gateway answers with a status of its own is here.
+ERROR_CODES: dict[str, type[SluiceError]] = {
+    cls.code: cls
+    for cls in (
+        SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
+        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
+        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
+        PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
+        NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
+        ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType,
+    )
+}
+
+
+def from_code(code: str, message: str = "", **details: Any) -> SluiceError:
+    """Build the exception for a stable error code; unknown codes become SluiceError."""
+    cls = ERROR_CODES.get(code, SluiceError)
+    return cls(message or code, **details)

@@ -18,6 +18,9 @@ from sluice.errors import (
     IdempotencyConflict,
     InvalidInput,
     JobNotFound,
+    NoRoute,
+    NotOperator,
+    ScheduleNotFound,
 )
 
 JOB = "01HZX5Q3W7K2M9N4P6R8S0T1V2"
@@ -123,6 +126,8 @@ def test_gives_up_after_max_attempts_with_a_typed_error() -> None:
     (problem(422, "IDEMPOTENCY_CONFLICT"), IdempotencyConflict),
     (problem(400, "INVALID_INPUT"), InvalidInput), (problem(413, "PAYLOAD_TOO_LARGE"), InvalidInput),
     (problem(415, "UNSUPPORTED_MEDIA_TYPE"), InvalidInput),
+    (problem(403, "NOT_OPERATOR"), NotOperator), (problem(404, "NO_ROUTE"), NoRoute),
+    (problem(404, "SCHEDULE_NOT_FOUND"), ScheduleNotFound),
 ])
 def test_client_errors_are_not_retried_and_map_to_sluice_errors(reply: HttpResponse,
                                                                  error: type[Exception]) -> None:

@@ -16,9 +16,9 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from sluice.errors import InvalidInput, PayloadTooLarge
+from sluice.errors import BadBody, PayloadTooLarge, UnsupportedMediaType
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 38  # DynamoDB numbers carry 38 significant digits; beyond that they are not numbers
@@ -28,20 +28,6 @@ MAX_INT_DIGITS = 38  # DynamoDB numbers carry 38 significant digits; beyond that
 # '"\\"\\"\\"...' without a closing quote).
 _OUTSIDE = re.compile(r'["\[\]{}]')
 _INSIDE = re.compile(r'["\\]')
-
-
-class BadBody(InvalidInput):
-    """The request body is not acceptable JSON; nothing was written."""
-
-    code = "BAD_BODY"
-    status: ClassVar[int] = 400
-
-
-class UnsupportedMediaType(InvalidInput):
-    """The request body must be sent as application/json (UTF-8)."""
-
-    code = "UNSUPPORTED_MEDIA_TYPE"
-    status: ClassVar[int] = 415
 
 
 def header(headers: Mapping[str, str] | None, name: str) -> str | None:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sluice import errors
-from sluice.errors import PayloadTooLarge
-from sluice.http.jsonguard import BadBody, UnsupportedMediaType
+from sluice.errors import BadBody, PayloadTooLarge, UnsupportedMediaType
 from sluice.wire import FieldError, Problem
 
 PROBLEM_JSON: Final = "application/problem+json"

@@ -51,8 +51,7 @@ class DynamoScheduleStore:
                                  ExpressionAttributeNames={"#n": "name"})
         except ClientError as exc:
             if error_code(exc) == _EXISTS:
-                raise ScheduleExists(f"a schedule named {schedule.name!r} exists; delete it first",
-                                     name=schedule.name) from None
+                raise ScheduleExists(name=schedule.name) from None
             raise translate(exc, f"put_item {self.table_name}") from exc
 
     def get(self, name: str) -> Schedule:
@@ -60,7 +59,7 @@ class DynamoScheduleStore:
             item = self.client.get_item(TableName=self.table_name, Key={"name": {"S": name}},
                                         ConsistentRead=True).get("Item")
         if item is None:
-            raise ScheduleNotFound(f"no schedule named {name!r}", name=name)
+            raise ScheduleNotFound(name=name)
         return _schedule(item)
 
     def all(self) -> list[Schedule]:
@@ -74,7 +73,7 @@ class DynamoScheduleStore:
                 ExpressionAttributeValues={":p": {"BOOL": paused}}, ReturnValues="ALL_NEW")["Attributes"]
         except ClientError as exc:
             if error_code(exc) == _EXISTS:
-                raise ScheduleNotFound(f"no schedule named {name!r}", name=name) from None
+                raise ScheduleNotFound(name=name) from None
             raise translate(exc, f"update_item {self.table_name}") from exc
         return _schedule(item)
 
@@ -85,7 +84,7 @@ class DynamoScheduleStore:
                                     ExpressionAttributeNames={"#n": "name"})
         except ClientError as exc:
             if error_code(exc) == _EXISTS:
-                raise ScheduleNotFound(f"no schedule named {name!r}", name=name) from None
+                raise ScheduleNotFound(name=name) from None
             raise translate(exc, f"delete_item {self.table_name}") from exc
 
 

@@ -1,0 +1,56 @@
+"""``sluice.errors``: every error the gateway answers with a status of its own comes back to the
+client as the same type (``ERROR_CODES``), codes are unique, and messages built from details."""
+
+from __future__ import annotations
+
+import pytest
+
+import sluice.client  # its errors are among the subclasses walked
+import sluice.http.app  # noqa: F401  (loads every module whose errors the gateway can answer with)
+from sluice import errors
+from sluice.http import problems
+
+
+def subclasses(cls: type[errors.SluiceError]) -> list[type[errors.SluiceError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *subclasses(sub)]
+    return found
+
+
+def answered(cls: type[errors.SluiceError]) -> bool:
+    """Whether the gateway answers this error with a status of its own (not a 500)."""
+    return problems.kind_of(cls.__new__(cls)) is not problems.INTERNAL
+
+
+def test_every_error_with_a_status_of_its_own_maps_back_by_its_code() -> None:
+    reachable = [cls for cls in subclasses(errors.SluiceError) if answered(cls)]
+    assert errors.NotOperator in reachable and errors.BadBody in reachable  # the walk reaches them
+    missing = sorted(f"{cls.__module__}.{cls.__name__} ({cls.code})" for cls in reachable
+                     if errors.ERROR_CODES.get(cls.code) is not cls)
+    assert missing == []
+
+
+def test_codes_are_unique() -> None:
+    mine = [errors.SluiceError,
+            *(c for c in subclasses(errors.SluiceError) if c.__module__ == errors.__name__)]
+    codes = [cls.code for cls in mine]
+    assert len(codes) == len(set(codes)), sorted(c for c in codes if codes.count(c) > 1)
+
+
+def test_from_code_builds_the_type_and_an_unknown_code_the_base() -> None:
+    err = errors.from_code("NOT_OPERATOR", "arn:aws:iam::1:user/x is not an operator", principal="x")
+    assert type(err) is errors.NotOperator and err.details == {"principal": "x"}
+    assert type(errors.from_code("NO_SUCH_CODE")) is errors.SluiceError
+
+
+@pytest.mark.parametrize(("error", "message"), [
+    (errors.ScheduleNotFound(name="nightly"), "no schedule named 'nightly'"),
+    (errors.ScheduleExists(name="nightly"), "a schedule named 'nightly' exists; delete it first"),
+    (errors.StaleToken(mine=3, current=4), "stale fencing token 3 (current is 4)"),
+    (errors.ScheduleNotFound(), "No schedule with that name."),  # no detail to fill it: the docstring
+    (errors.ScheduleNotFound("gone", name="x"), "gone"),  # a message given wins
+    (errors.QueuePaused(queue="q"), "The queue is paused."),  # no template: the docstring
+])
+def test_a_message_is_the_template_filled_from_the_details(error: errors.SluiceError, message: str) -> None:
+    assert str(error) == message
