@@ -214,16 +214,9 @@ class Finisher:
     def succeeded_before(self, tracked: Tracked, log: JobLogger, what: str) -> Outcome:
         """A re-run of a job that already succeeded (its worker died before the ack) ended
         without a result: the stored result stands, so the job is done; an ack removes it."""
-        self.heartbeat.untrack(tracked)
-        job = tracked.leased
-        try:
-            self._ack(job)
-        except GONE as exc:
-            log.warning("lease lost: ack of an already succeeded job rejected (%s)", exc)
-            return Outcome.LEASE_LOST
-        except SluiceError as exc:
-            log.error("ack of an already succeeded job failed (%s); the lease will lapse", exc)
-            return Outcome.UNSETTLED
+        refused = self._tell_redis(tracked, log, "ack of an already succeeded job", self._ack)
+        if refused is not None:
+            return refused
         log.info("re-run of an already succeeded job ended; %s, the stored result stands", what)
         return Outcome.SUCCEEDED
 
@@ -233,20 +226,31 @@ class Finisher:
         lapsed and the job came back. It must not run again; Redis gets the same verdict
         (dead-lettered, no settle entry: the store already knows), so an operator can still
         redrive it. Nothing loops: the job leaves the ready set for good."""
-        self.heartbeat.untrack(tracked)
-        job = tracked.leased
-        try:
+        def dead_letter(job: LeasedJob) -> None:
             self._redis(ev.FailReported, job, lambda: self.queue.fail(
                 job.queue, job.job_id, job.lease_token, f"not run again: {exc}", permanent=True), ok=str)
-        except GONE as lost:
-            log.warning("lease lost: dead-lettering an already finished job rejected (%s)", lost)
-            return Outcome.LEASE_LOST
-        except SluiceError as err:
-            log.error("could not dead-letter an already finished job (%s); the lease will lapse", err)
-            return Outcome.UNSETTLED
+
+        refused = self._tell_redis(tracked, log, "dead-lettering an already finished job", dead_letter)
+        if refused is not None:
+            return refused
         log.warning("job already %s in the store: not run again, dead-lettered in Redis",
                     exc.details.get("status"))
         return Outcome.DEAD
+
+    def _tell_redis(self, tracked: Tracked, log: JobLogger, what: str,
+                    call: Callable[[LeasedJob], None]) -> Outcome | None:
+        """End the lease of a job whose verdict the store already holds with ``call``: None once
+        Redis took it, else how the attempt ended (lease lost, or unsettled: the lease lapses)."""
+        self.heartbeat.untrack(tracked)
+        try:
+            call(tracked.leased)
+        except GONE as exc:
+            log.warning("lease lost: %s rejected (%s)", what, exc)
+            return Outcome.LEASE_LOST
+        except SluiceError as exc:
+            log.error("%s failed (%s); the lease will lapse", what, exc)
+            return Outcome.UNSETTLED
+        return None
 
     # -- no verdict -------------------------------------------------------------------------------
 
