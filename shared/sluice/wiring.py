@@ -47,7 +47,8 @@ def settings() -> Settings:
     return Settings.from_env()
 
 
-def boto_client(service: str, s: Settings) -> Any:
+def boto_client(service: str, s: Settings, **options: Any) -> Any:
+    """A new client of ``service`` for ``s`` (``options``: boto3's, e.g. ``config``)."""
     import boto3
 
     # The process's default session, which boto3.client (the store, the dispatcher) uses too: a
@@ -57,7 +58,16 @@ def boto_client(service: str, s: Settings) -> Any:
     if boto3.DEFAULT_SESSION is None:
         boto3.setup_default_session()
     factory: Any = boto3.DEFAULT_SESSION.client  # type: ignore[union-attr]
-    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url, **options)
+
+
+@cache
+def dynamodb(s: Settings | None = None) -> Any:
+    """The container's DynamoDB client (``store.client``): the job store, the routes, the
+    schedules and the idempotency layer share it, so the first of them to need it builds it."""
+    from sluice.store.client import dynamodb_client
+
+    return dynamodb_client(s or settings())
 
 
 @cache
@@ -85,7 +95,8 @@ def lazy_store(s: Settings | None = None) -> Lazy[JobStore]:
 def store(s: Settings | None = None) -> JobStore:
     from sluice.store.jobs import DynamoJobStore
 
-    return DynamoJobStore.from_settings(s or settings())
+    s = s or settings()
+    return DynamoJobStore.from_settings(s, client=dynamodb(s))
 
 
 @cache
@@ -182,7 +193,7 @@ def routes(s: Settings | None = None) -> RouteCache | None:
     def build() -> RouteSource:  # on the first read: no boto3 at a gateway's import (cold start)
         from sluice.store.routes import DynamoRouteStore
 
-        return DynamoRouteStore.from_settings(s)
+        return DynamoRouteStore.from_settings(s)  # on the container's DynamoDB client
 
     return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
 
@@ -204,7 +215,7 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
         if s.gateway_function_arn and s.scheduler_role_arn:
             trigger = SchedulerTrigger(boto_client("scheduler", s), s.gateway_function_arn,
                                        s.scheduler_role_arn, s.scheduler_group)
-        return Schedules(api, DynamoScheduleStore(boto_client("dynamodb", s), s.schedules_table), trigger)
+        return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
 
     return build
 
@@ -276,5 +287,5 @@ _counted: set[int] = set()
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher, gatekeeper, routes, stream_countdown):
+                    completion_publisher, gatekeeper, routes, stream_countdown, dynamodb):
         builder.cache_clear()

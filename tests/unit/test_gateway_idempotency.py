@@ -139,14 +139,18 @@ def test_the_dynamodb_layer_is_built_on_the_first_keyed_request_not_before(
                             AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
                             BillingMode="PAY_PER_REQUEST")
 
-        def boto_client(service: str, s: Settings) -> Any:
+        def boto_client(service: str, s: Settings, **options: Any) -> Any:
             built.append(service)
             return client
 
         monkeypatch.setattr(wiring, "boto_client", boto_client)
-        idem = PowertoolsIdempotency.from_settings(Settings(idempotency_table=TABLE))
-        assert built == []
-        action = Action()
-        assert idem.run("k1", FP, action) == (action.result | {"call": 1}, False)
-        assert idem.run("k1", FP, action) == (action.result | {"call": 1}, True)
-        assert built == ["dynamodb"]  # once, on the first keyed request
+        wiring.reset()  # the container's DynamoDB client (wiring.dynamodb) is built afresh
+        try:
+            idem = PowertoolsIdempotency.from_settings(Settings(idempotency_table=TABLE))
+            assert built == []
+            action = Action()
+            assert idem.run("k1", FP, action) == (action.result | {"call": 1}, False)
+            assert idem.run("k1", FP, action) == (action.result | {"call": 1}, True)
+            assert built == ["dynamodb"]  # once, on the first keyed request
+        finally:
+            wiring.reset()  # not the moto client for later tests

@@ -19,3 +19,32 @@ def test_boto_clients_share_the_process_session_and_its_models(monkeypatch: pyte
     assert boto3.DEFAULT_SESSION is not None
     assert first._loader is second._loader
     assert boto3.client("dynamodb", region_name="us-east-1")._loader is first._loader
+
+
+def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() -> None:
+    # The gateway's route cache used to build a client of its own on the first enqueue, and the
+    # idempotency layer and the schedules one more each: every client its own connection pool.
+    from typing import Any
+
+    from sluice.http.idempotency import PowertoolsIdempotency
+
+    s = Settings(aws_region="us-east-1", jobs_table="jobs", routes_table="routes", schedules_table="sched",
+                 idempotency_table="idem")
+    wiring.reset()
+    try:
+        client = wiring.dynamodb(s)
+        cache = wiring.routes(s)
+        schedules = wiring.schedules(s)
+        assert cache is not None and schedules is not None
+        assert not cache.source.built  # type: ignore[union-attr]  # nothing built at a gateway's import
+        api: Any = object()
+        assert wiring.store(s).client is client  # type: ignore[attr-defined]
+        assert cache.source.get().client is client  # type: ignore[union-attr]
+        assert schedules(api).store.client is client  # type: ignore[attr-defined]
+        assert PowertoolsIdempotency.from_settings(s).persistence.client is client  # type: ignore[attr-defined]
+        assert (client.meta.config.read_timeout, client.meta.config.max_pool_connections) == (10, 32)
+        assert wiring.dynamodb(s) is client
+        wiring.reset()
+        assert wiring.dynamodb(s) is not client  # reset forgets it with the adapters built on it
+    finally:
+        wiring.reset()

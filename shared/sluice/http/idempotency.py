@@ -66,10 +66,10 @@ class PowertoolsIdempotency:
         def build() -> BasePersistenceLayer:
             from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-            from sluice.wiring import boto_client
+            from sluice import wiring
 
             return DynamoDBPersistenceLayer(table_name=settings.idempotency_table,
-                                            boto3_client=client or boto_client("dynamodb", settings))
+                                            boto3_client=client or wiring.dynamodb(settings))
 
         return cls(build() if client is not None else Lazy(build))
 

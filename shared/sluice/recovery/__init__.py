@@ -38,6 +38,6 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, events: An
     from sluice.recovery.checkpoints import DynamoCheckpoints
 
     # The store's own DynamoDB client: a second client costs a cold start its own set-up.
-    client = getattr(store, "client", None) or wiring.boto_client("dynamodb", settings)
+    client = getattr(store, "client", None) or wiring.dynamodb(settings)
     return Recovery(source.topic, RedisEpochs(engine.client), DynamoCheckpoints(client, settings.jobs_table),
                     KafkaOffsets(source), store, events=events, **knobs)

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from botocore.config import Config
-
 from sluice.clock import wall_ms
 from sluice.config import Settings
 from sluice.errors import (
@@ -35,6 +33,7 @@ from sluice.metrics import EmfMetrics
 from sluice.models import FINAL_STATES, JobRecord, JobState, validate_job_id, validate_queue_name
 from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
+from sluice.store.client import CONFIG, dynamodb_client
 from sluice.store.codec import N, S, generation, item_int, item_str
 from sluice.store.errors import translated
 from sluice.store.families import Families
@@ -90,15 +89,14 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         return self._db
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, metrics: Metrics | None = None,
-                      fencing: bool = True) -> DynamoJobStore:
+    def from_settings(cls, settings: Settings, *, client: DynamoDBClient | None = None,
+                      metrics: Metrics | None = None, fencing: bool = True) -> DynamoJobStore:
+        """``client``: the container's DynamoDB client (``wiring.dynamodb``); else a new one."""
         import boto3
 
-        config = Config(retries={"mode": "standard", "total_max_attempts": 4}, connect_timeout=3,
-                        read_timeout=10, max_pool_connections=32)
-        common: dict[str, Any] = {"region_name": settings.aws_region, "config": config,
+        common: dict[str, Any] = {"region_name": settings.aws_region, "config": CONFIG,
                                   "endpoint_url": settings.aws_endpoint_url}
-        return cls(boto3.client("dynamodb", **common), settings.jobs_table,
+        return cls(client or dynamodb_client(settings), settings.jobs_table,
                    results=S3ResultSink(None, settings.results_bucket,
                                         build_client=lambda: boto3.client("s3", **common)),
                    large_result_bytes=settings.large_result_bytes, retention_days=settings.retention_days,

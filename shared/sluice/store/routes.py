@@ -55,7 +55,7 @@ class DynamoRouteStore:
 
         if not s.routes_table:
             raise InvalidInput("no routes table: set SLUICE_ROUTES_TABLE (template.yaml's RoutesTable)")
-        return cls(wiring.boto_client("dynamodb", s), s.routes_table)
+        return cls(wiring.dynamodb(s), s.routes_table)
 
     def list_routes(self) -> list[Route]:
         items = scan_all(self.client, self.table_name)
