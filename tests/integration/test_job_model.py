@@ -767,8 +767,8 @@ FOUND["preloss-worker-grants"] = [
     ("lease_and_run", {"still_running": True, "verdict": "ok"}), ("run", {"index": 0, "verdict": "ok"})]
 # Found by the derandomized run in the first CI run after a change had moved its draws: a model
 # hole, not a defect. TTL expired a cancelled job's item while the relay still had its settle
-# entry, and the settle then created the item again as dead (I3). 14 days on, maintenance (every few seconds) has settled every entry, so
-# TTL expires only items with none left.
+# entry, and the settle then created the item again as dead (I3). 14 days on, maintenance (every
+# few seconds) has settled every entry, so TTL expires only items with none left.
 FOUND["ttl-before-settle"] = [
     ("redis_loses_everything", {}), ("redis_loses_everything", {}),
     ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}), ("relay_restart", {}),
