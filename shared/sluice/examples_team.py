@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sluice.runtime.context import JobContext
-from sluice.worker import Worker
+from sluice import Fail, Job, JobContext, Worker
 
 app = Worker()
+MAX_TEXTS = 100
 FUNCTION = "sluice-worker-words"  # the function the local stack runs these in (--worker words=...)
 
 
@@ -32,6 +32,30 @@ class Text(BaseModel):
 def word_count(text: Text, ctx: JobContext) -> dict[str, Any]:
     # The function that ran it, as Lambda named it (worker ids are "<function>:<request id>").
     return {"words": len(text.text.split()), "i": text.i, "function": ctx.worker_id.split(":")[0]}
+
+
+@app.handler("word-batch")
+def word_batch(job: Job, ctx: JobContext) -> dict[str, Any]:
+    """``{"texts": [...]}``: one ``word-count`` child per text, then ``word-total`` after them all.
+
+    A team's handler starting jobs: its function asks Sluice's gateway function for them
+    (infra/worker.yaml gives it the name and the right to invoke it; docs/flows.md)."""
+    texts = job.payload.get("texts") if isinstance(job.payload, dict) else None
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_TEXTS or \
+            not all(isinstance(t, str) for t in texts):
+        raise Fail(f"texts must be a list of 1..{MAX_TEXTS} strings")
+    family = ctx.enqueue_many([("word-count", {"text": t, "i": i}, f"text-{i}") for i, t in enumerate(texts)],
+                              then=("word-total", {"texts": len(texts)}))
+    return {"children": len(family.job_ids), "continuation": family.continuation}
+
+
+@app.handler("word-total")
+def word_total(job: Job, ctx: JobContext) -> dict[str, Any]:
+    """The continuation of ``word-batch``: the words of every child that succeeded."""
+    children = ctx.children()
+    return {"words": sum(c.result["words"] for c in children
+                         if c.status.value == "succeeded" and isinstance(c.result, dict)),
+            "children": len(children)}
 
 
 def expected_result(queue: str, payload: Any) -> Any:

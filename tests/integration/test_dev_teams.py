@@ -98,6 +98,25 @@ def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[
     assert {"sluice-worker", "sluice-worker-words"} <= by_function
 
 
+def test_a_teams_handler_starts_children_and_a_continuation(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """A team's worker function, configured from infra/worker.yaml as deployed, reaches the gateway
+    function for ctx.enqueue_many: the children and the continuation run in the team's function."""
+    _, endpoints = stack
+    gateway = endpoints["gateway_url"]
+    code, accepted = http("POST", f"{gateway}/v1/queues/word-batch/jobs",
+                          {"payload": {"texts": ["one two", "three", "four five six"]}})
+    assert code == 202, accepted
+    parent = wait_job(gateway, accepted["job_id"])
+    assert parent["status"] == "succeeded", parent
+    assert parent["result"]["children"] == 3 and len(parent["children"]) == 3, parent
+    total = wait_job(gateway, parent["result"]["continuation"])
+    assert total["status"] == "succeeded" and total["parent_id"] == parent["job_id"], total
+    assert total["result"] == {"words": 6, "children": 3}, total
+    for child in parent["children"]:
+        done = wait_job(gateway, child)
+        assert done["result"]["function"] == "sluice-worker-words", done
+
+
 def test_an_unrouted_queues_job_is_refused_at_the_door(stack: tuple[DevStack, dict[str, Any]]) -> None:
     _, endpoints = stack
     code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs", {"payload": 1})
