@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from sluice.cli import main
@@ -76,3 +78,24 @@ def test_a_team_template_needs_its_layer_parameter_and_refuses_a_bad_value() -> 
     assert out.exit_code == 1 and "does not match" in out.stderr
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "oops", "sluice.examples"])
     assert out.exit_code == 1 and "not NAME=VALUE" in out.stderr
+
+
+def test_the_handlers_module_is_found_in_the_functions_code_uri_as_deployed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/teams.md's layout: worker.yaml copied next to worker/, which holds jobs.py (its CodeUri).
+    From the team's folder, `sluice check --template worker.yaml jobs` imports worker/jobs.py, as
+    Lambda does from /var/task; it used to fail with "No module named 'jobs'"."""
+    team = tmp_path / "team"
+    (team / "worker").mkdir(parents=True)
+    shutil.copyfile(TEAM, team / "worker.yaml")
+    module = f"walk_team_jobs_{tmp_path.name.replace('-', '_')}"  # unique: imported once per process
+    (team / "worker" / f"{module}.py").write_text(
+        "import sluice\napp = sluice.Worker()\n\n"
+        "@app.handler('avatar-cleanup')\ndef cleanup(job, ctx):\n    return None\n")
+    monkeypatch.chdir(team)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    args = ["check", "--template", "worker.yaml", "--parameter", LAYER, module]
+    out = CliRunner(mix_stderr=False).invoke(main, args)
+    assert out.exit_code == 0, out.output + out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
+    assert rows["avatar-cleanup"][1:3] == ["268s", "default"] and rows["avatar-cleanup"][-1] == "yes"

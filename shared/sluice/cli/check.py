@@ -69,6 +69,14 @@ def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     return workers[0]
 
 
+def _code_folder(template: Path, cfg: FunctionConfig) -> list[str]:
+    """The function's CodeUri as a folder on this machine, if it is one (an s3:// URI is not)."""
+    if cfg.code_uri is None or "://" in cfg.code_uri:
+        return []
+    folder = (template.parent / cfg.code_uri).resolve()
+    return [str(folder)] if folder.is_dir() else []
+
+
 @click.command()
 @click.argument("handlers_module")
 @click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -105,8 +113,11 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     settings = settings_of(cfg.concrete_env(), handlers_module=handlers_module)
     if settings.function_timeout_s is None:
         raise ConfigError(f"{logical_id} does not pass SLUICE_FUNCTION_TIMEOUT_S (its Timeout) to its code")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the user's own module, as `sluice dev` finds it
+    # The user's own module: where the deploy puts it (the function's CodeUri, /var/task in
+    # Lambda), else in this folder, as `sluice dev` finds it.
+    for folder in (os.getcwd(), *_code_folder(deploy.path, cfg)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     app = load_app(handlers_module)
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)

@@ -62,6 +62,7 @@ class FunctionConfig:
     reserved_concurrency: int | None
     schedules: tuple[Schedule, ...] = ()
     handler: str = "app.handler"
+    code_uri: str | None = None  # a local folder (relative to the template), as written; None: not one
 
     def concrete_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if isinstance(v, str)}
@@ -293,6 +294,7 @@ def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, 
         reserved_concurrency=None if reserved is None else int(reserved),
         schedules=tuple(schedules),
         handler=str(props.get("Handler", g.get("Handler", "app.handler"))),
+        code_uri=code_uri if isinstance(code_uri := props.get("CodeUri", g.get("CodeUri")), str) else None,
     )
 
 
