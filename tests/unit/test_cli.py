@@ -111,3 +111,19 @@ def test_dev_with_a_handlers_module_that_does_not_import_fails_before_starting_a
     assert "no_such_module_xyz" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / ".sluice" / "dev.pid").exists()  # the claim was given back
+
+
+def test_dev_suggests_a_first_job_on_a_queue_its_handlers_have() -> None:
+    """`sluice dev --handlers myapp.jobs` (README) used to suggest `sluice enqueue echo`, a queue
+    those handlers lack: the job went dead ("no handler registered for queue 'echo'")."""
+    from sluice import Worker
+    from sluice.cli.local import try_hint
+
+    assert try_hint(Worker().handlers) is None
+    examples = try_hint(__import__("sluice.examples", fromlist=["app"]).app.handlers)
+    assert examples == "sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait"
+    app = Worker()
+    app.handler("thumbnails")(lambda job, ctx: None)
+    app.handler("archive")(lambda job, ctx: None)
+    assert try_hint(app.handlers) == ("sluice enqueue archive --payload '<its JSON payload>' --wait   "
+                                      "(queues: archive, thumbnails)")

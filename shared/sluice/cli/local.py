@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sluice.cli.output import emit, json_mode
 from sluice.cli.target import Target
+
+if TYPE_CHECKING:
+    from sluice.runtime.options import HandlerSpec
 
 
 def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None) -> dict[str, int]:
@@ -29,7 +33,23 @@ def _announce(endpoints: dict[str, Any], described: list[tuple[str, str]]) -> No
                f"{' at ' + str(endpoints['config_env']) if endpoints['config_env'] else ''}:")
     for line in endpoints["overrides"]:
         click.echo(f"  {line}")
-    click.echo("try:  sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait")
+    from sluice.runtime.lambda_entry import load_app
+
+    hint = try_hint(load_app(str(endpoints["handlers"])).handlers)
+    if hint is not None:
+        click.echo(f"try:  {hint}")
+
+
+def try_hint(handlers: Mapping[str, HandlerSpec]) -> str | None:
+    """A first job on a queue these handlers have (None: they have none). Only echo's payload is
+    known; for any other queue the user writes the payload its handler expects."""
+    if "echo" in handlers:
+        return "sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait"
+    queues = sorted(handlers)
+    if not queues:
+        return None
+    return (f"sluice enqueue {queues[0]} --payload '<its JSON payload>' --wait   "
+            f"(queues: {', '.join(queues[:8])}{', ...' if len(queues) > 8 else ''})")
 
 
 def _team_worker(spec: str) -> tuple[str, str]:
