@@ -88,6 +88,11 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
         assert view["status"] == "succeeded", view
         assert view["result"] == {"shouted": "HELLO DEV", "token": 1}
         assert endpoints["handlers"] == "myjobs"
+        # As deployed (DefaultWorkerRoutes registers the default worker's queues): a queue the
+        # handlers lack is refused at the door, not accepted to die with "no handler registered".
+        status, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/echo/jobs", {"payload": 1})
+        assert (status, problem.get("code")) == (404, "NO_ROUTE"), problem
+        assert endpoints["routes"] == ["shout -> sluice-worker"]
 
         second = subprocess.run([SLUICE, "dev"], cwd=tmp_path, env=env, capture_output=True, text=True,
                                 timeout=30)
@@ -111,6 +116,7 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
     assert "WorkerFunction.ReservedConcurrentExecutions: 25 -> 2  (--workers" in out
     assert "WorkerFunction.Environment.POWERTOOLS_LOG_LEVEL: INFO -> WARNING  (--log-level)" in out
     assert endpoints["overrides"] and all(line in out for line in endpoints["overrides"])
+    assert "try:  sluice enqueue shout --payload '<its JSON payload>' --wait" in out
     time.sleep(0.2)
     left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [c.cmdline() for c in left]

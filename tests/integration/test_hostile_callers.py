@@ -53,7 +53,11 @@ WEEK_S = 7 * 24 * 3600  # the largest delay_seconds the API takes
 ORDINARY_EVERY_S = 0.5
 PARAMETERS = {"MaxDelayedPerQueue": str(MAX_DELAYED), "MaxDeadPerQueue": str(MAX_DEAD),
               "MaxQueues": str(MAX_QUEUES), "MaxCallerPriority": str(MAX_CALLER_PRIORITY),
-              "MaxPayloadBytes": str(MAX_PAYLOAD)}
+              "MaxPayloadBytes": str(MAX_PAYLOAD),
+              # The floods use queues no worker handles (a dead-cap queue, random names): accepted,
+              # as a stack deployed with UnroutedQueues=default accepts them, so that the caps and
+              # the registry bound are what refuses them (with the default, "refuse", NO_ROUTE would).
+              "UnroutedQueues": "default"}
 
 
 @dataclass

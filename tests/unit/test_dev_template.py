@@ -248,9 +248,8 @@ def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(
 
 
 def test_sluice_dev_says_when_no_route_is_registered() -> None:
-    """Without --worker, sluice dev registers no route where a deploy registers the default
-    worker's (DefaultWorkerRoutes): a typed queue's bad payload is 202 here and 400 in AWS. The
-    difference is printed (the docstring promised a note; nothing was printed)."""
+    """sluice dev registers every worker's queues as its routes, as a deploy does (DefaultWorkerRoutes);
+    a handlers module with no handler registers none, and then nothing is refused at the door: said."""
     from sluice.local.dev import NO_ROUTES_ROW, describe
 
     rows = describe({"routes": []})

@@ -208,15 +208,12 @@ class DevStack:
                     for _ in range(min(o.warm_workers, o.workers))]
             warm += [self.lambdas.invoke(team.name, {**warm_up, "queues": [self._first_queue(name)]})
                      for name, team in self.team_functions.items()]
-            # The gateway reads the routes on its warm-up: with teams, only once every worker's
-            # are registered, or it could keep a table with some of them for route_cache_ttl_s.
-            if not self.teams:
-                warm += self._warm_gateways()
             self._ensure_resources(s)
             events_queue = self._start_events(s)
             self.routes = self._register_routes(s)
-            if self.teams:
-                warm += self._warm_gateways()
+            # The gateway reads the routes on its warm-up: only once every worker's are
+            # registered, or it could keep a table with some of them for route_cache_ttl_s.
+            warm += self._warm_gateways()
             for inv in warm:
                 inv.done.wait(30)
             self.gateway = self._serve_gateway()
@@ -290,13 +287,11 @@ class DevStack:
         return sorted(load_app(self.teams[team][0]).handlers)[0]
 
     def _register_routes(self, s: Settings) -> list[str]:
-        """With teams' workers, every worker function's queues become its routes, as each one's
-        Custom::SluiceRoutes does at deploy time (the default worker's is DefaultWorkerRoutes).
-        Without teams none are registered, so every queue goes to the default worker as before:
-        the one local difference from a deploy, printed as the ``routes`` row (``NO_ROUTES_ROW``).
-        A queue two modules handle is a RouteConflict: the stack does not start."""
-        if not self.teams:
-            return []
+        """Every worker function's queues become its routes, as each one's Custom::SluiceRoutes
+        does at deploy time (the default worker's is DefaultWorkerRoutes, teams' are in
+        infra/worker.yaml): so, as deployed, the gateway refuses a queue no handler has (404
+        NO_ROUTE, under UnroutedQueues=refuse) and a typed queue's bad payload (400). A queue two
+        modules handle is a RouteConflict: the stack does not start."""
         from sluice.routes import app_schemas, routes_for
         from sluice.runtime.lambda_entry import load_app
         from sluice.store.routes import DynamoRouteStore, LambdaFunctions, register
@@ -576,7 +571,7 @@ class DevStack:
         from sluice.routes import RouteTable
         from sluice.store.routes import DynamoRouteStore
 
-        if not self.teams or self.settings is None:
+        if self.settings is None or not self.settings.routes_table:
             return RouteTable()
         return RouteTable(DynamoRouteStore.from_settings(self.settings).list_routes())
 
@@ -626,12 +621,12 @@ def _quietly(fn: Callable[[], None]) -> None:
         fn()
 
 
-# Without --worker no route is registered, where a deploy registers the default worker's queues
-# (DefaultWorkerRoutes): the one local difference that a caller sees at the door.
-NO_ROUTES_ROW: Final = ("routes", "none (a deploy registers the default worker's: typed queues' payloads "
-                                  "are then refused at the gateway, 400 PAYLOAD_INVALID, and unhandled "
-                                  "queues 404 NO_ROUTE; here the worker checks payloads, and every queue "
-                                  "is accepted; --worker registers routes)")
+# Every worker's queues are registered as its routes at start (as each deploy's Custom::SluiceRoutes
+# does); with none registered (a handlers module with no handler, as sluice.no_handlers), the
+# gateway accepts every queue, as a deploy of that module does: said, since nothing is then refused.
+NO_ROUTES_ROW: Final = ("routes", "none (the handlers register no queue): the gateway accepts every queue "
+                                  "and checks no payload (no 404 NO_ROUTE, no 400 PAYLOAD_INVALID), and "
+                                  "the default worker has no handler for it")
 
 
 def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
