@@ -41,3 +41,36 @@ def test_the_frozen_workers_refused_write_is_the_story(tmp_path: Path) -> None:
     f = freezer(tmp_path, events)
     f.took_over, f.pid = True, 7
     assert f.failure(history.HistoryReport()) is None
+
+
+def test_the_plain_progress_line_counts_the_plans_jobs_and_the_families_apart() -> None:
+    """Without a terminal, `make demo` printed "enqueued 2000  succeeded 2021": the succeeded count
+    took in the fanout children and continuations, which were never among the 2000 enqueued."""
+    from sluice.local.demo import progress_line
+    from sluice.local.history import HistoryReport, JobFacts
+
+    report = HistoryReport()
+    ok = [{"token": 1}]
+    report.jobs = {"a": JobFacts(writes=ok), "b": JobFacts(dead=True), "child": JobFacts(writes=ok),
+                   "then": JobFacts(writes=ok)}
+    line = progress_line(12.34, 2, report, {"a", "b"})
+    assert line == "   12.3s  enqueued 2  succeeded 1  dead 1  (+2 children and continuations ended)"
+    assert progress_line(1.0, 2, HistoryReport(), {"a", "b"}) == "    1.0s  enqueued 2  succeeded 0  dead 0"
+
+
+def test_without_a_terminal_the_summary_starts_on_its_own_line() -> None:
+    """rich's Live leaves its last frame without a newline when the output is not a terminal:
+    `make demo | tee` printed "workers busy: 3sluice demo: summary"."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from sluice.local.demo import live_board
+
+    buf = io.StringIO()
+    out = Console(file=buf, force_terminal=False, width=80)
+    with live_board(out, Text("progress 1"), interactive=False) as live:
+        live.update(Text("workers busy: 3"))
+    out.print("sluice demo: summary")
+    assert buf.getvalue().splitlines()[-2:] == ["workers busy: 3", "sluice demo: summary"], buf.getvalue()

@@ -28,6 +28,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,26 @@ def _progress(plan: workload.Plan, sent: workload.SendReport, st: Board, dev: De
     return Group(table, *lines)
 
 
+@contextlib.contextmanager
+def live_board(out: Console, first: Any, interactive: bool) -> Iterator[Live]:
+    """The live progress board. Without a terminal rich leaves its last frame without a newline,
+    so what is printed next would run on from it: end that line."""
+    with Live(first, console=out, refresh_per_second=4, transient=False, auto_refresh=interactive) as live:
+        yield live
+    if not interactive:
+        out.line()
+
+
+def progress_line(elapsed: float, accepted: int, r: history.HistoryReport, ours: set[str]) -> str:
+    """The line printed every 5 s without a terminal: the plan's jobs as the table counts them,
+    and the jobs its fanouts started (children, continuations), which were never enqueued, apart."""
+    ended = r.succeeded | r.dead
+    line = (f"  {elapsed:5.1f}s  enqueued {accepted}  succeeded {len(r.succeeded & ours)}  "
+            f"dead {len(r.dead & ours)}")
+    family = len(ended - ours)
+    return line + (f"  (+{family} children and continuations ended)" if family else "")
+
+
 def _poll(st: Board, dev: DevStack, path: str) -> None:
     events, st.offset = history.read(path, st.offset)
     st.analyser.feed(events)
@@ -344,18 +365,16 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     sender.start()
     deadline = started + o.timeout_s
     last_line = 0.0
+    ours = {j.job_id for j in plan.jobs if j.job_id is not None}
     try:
-        with Live(_progress(plan, sent, st, dev, started), console=out, refresh_per_second=4,
-                  transient=False, auto_refresh=interactive) as live:
+        with live_board(out, _progress(plan, sent, st, dev, started), interactive) as live:
             while time.monotonic() < deadline:
                 _poll(st, dev, path)
                 _families(plan, st, dev)
                 live.update(_progress(plan, sent, st, dev, started))
                 if not interactive and time.monotonic() - last_line > 5:
                     last_line = time.monotonic()
-                    r = st.analyser.report
-                    out.print(f"  {time.monotonic() - started:5.1f}s  enqueued {sent.accepted}  "
-                              f"succeeded {len(r.succeeded)}  dead {len(r.dead)}")
+                    out.print(progress_line(last_line - started, sent.accepted, st.analyser.report, ours))
                 if _finished(plan, sent, st, sender):
                     break
                 time.sleep(0.25)
