@@ -46,6 +46,8 @@ def test_the_frozen_workers_refused_write_is_the_story(tmp_path: Path) -> None:
 def test_the_plain_progress_line_counts_the_plans_jobs_and_the_families_apart() -> None:
     """Without a terminal, `make demo` printed "enqueued 2000  succeeded 2021": the succeeded count
     took in the fanout children and continuations, which were never among the 2000 enqueued."""
+    from types import SimpleNamespace
+
     from sluice.local.demo import progress_line
     from sluice.local.history import HistoryReport, JobFacts
 
@@ -53,9 +55,11 @@ def test_the_plain_progress_line_counts_the_plans_jobs_and_the_families_apart() 
     ok = [{"token": 1}]
     report.jobs = {"a": JobFacts(writes=ok), "b": JobFacts(dead=True), "child": JobFacts(writes=ok),
                    "then": JobFacts(writes=ok)}
-    line = progress_line(12.34, 2, report, {"a", "b"})
-    assert line == "   12.3s  enqueued 2  succeeded 1  dead 1  (+2 children and continuations ended)"
-    assert progress_line(1.0, 2, HistoryReport(), {"a", "b"}) == "    1.0s  enqueued 2  succeeded 0  dead 0"
+    plan = [SimpleNamespace(job_id=None), SimpleNamespace(job_id=None)]
+    assert progress_line(1.0, 0, HistoryReport(), plan) == "    1.0s  enqueued 0  succeeded 0  dead 0"
+    plan[0].job_id, plan[1].job_id = "a", "b"  # ids come as the jobs are sent: read them each time
+    line = progress_line(12.34, 2, report, plan)
+    assert line == "   12.3s  enqueued 2  succeeded 1  dead 1  family jobs ended 2"
 
 
 def test_without_a_terminal_the_summary_starts_on_its_own_line() -> None:

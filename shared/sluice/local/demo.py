@@ -28,7 +28,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,14 +204,14 @@ def live_board(out: Console, first: Any, interactive: bool) -> Iterator[Live]:
         out.line()
 
 
-def progress_line(elapsed: float, accepted: int, r: history.HistoryReport, ours: set[str]) -> str:
-    """The line printed every 5 s without a terminal: the plan's jobs as the table counts them,
-    and the jobs its fanouts started (children, continuations), which were never enqueued, apart."""
-    ended = r.succeeded | r.dead
+def progress_line(elapsed: float, accepted: int, r: history.HistoryReport, jobs: Sequence[Any]) -> str:
+    """The line printed every 5 s without a terminal: the plan's jobs as the table counts them (a
+    job has its id once it is sent), and the jobs its fanouts started, never enqueued, apart."""
+    ours = {j.job_id for j in jobs if j.job_id is not None}
     line = (f"  {elapsed:5.1f}s  enqueued {accepted}  succeeded {len(r.succeeded & ours)}  "
             f"dead {len(r.dead & ours)}")
-    family = len(ended - ours)
-    return line + (f"  (+{family} children and continuations ended)" if family else "")
+    family = len((r.succeeded | r.dead) - ours)
+    return line + (f"  family jobs ended {family}" if family else "")
 
 
 def _poll(st: Board, dev: DevStack, path: str) -> None:
@@ -365,7 +365,6 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     sender.start()
     deadline = started + o.timeout_s
     last_line = 0.0
-    ours = {j.job_id for j in plan.jobs if j.job_id is not None}
     try:
         with live_board(out, _progress(plan, sent, st, dev, started), interactive) as live:
             while time.monotonic() < deadline:
@@ -374,7 +373,8 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
                 live.update(_progress(plan, sent, st, dev, started))
                 if not interactive and time.monotonic() - last_line > 5:
                     last_line = time.monotonic()
-                    out.print(progress_line(last_line - started, sent.accepted, st.analyser.report, ours))
+                    r = st.analyser.report
+                    out.print(progress_line(last_line - started, sent.accepted, r, plan.jobs))
                 if _finished(plan, sent, st, sender):
                     break
                 time.sleep(0.25)
