@@ -223,3 +223,13 @@ def test_sigv4_signs_every_attempt_for_execute_api() -> None:
         assert "/eu-west-1/execute-api/aws4_request" in auth
         assert "idempotency-key" in auth  # the key is covered by the signature
         assert headers["X-Amz-Security-Token"] == "token"
+
+
+def test_route_and_schema_refusals_raise_their_own_errors_with_their_codes() -> None:
+    """`sluice enqueue --json` printed code INVALID_INPUT for a 404 NO_ROUTE and a 400 PAYLOAD_INVALID."""
+    from sluice.client import _error
+    from sluice.errors import NoRoute, PayloadInvalid
+
+    assert type(_error(404, {"code": "NO_ROUTE", "detail": "no route"})) is NoRoute
+    refused = _error(400, {"code": "PAYLOAD_INVALID", "detail": "bad", "errors": []})
+    assert type(refused) is PayloadInvalid and refused.code == "PAYLOAD_INVALID"

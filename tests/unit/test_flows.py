@@ -486,3 +486,16 @@ def test_a_continuation_released_by_anyone_before_its_children_ended_appends_not
         answer = rig.gateway({"sluice_internal": "release", "continuation": bad}, None)
         assert answer["statusCode"] == 400, (bad, answer)
     assert rig.appended() == before and then not in before
+
+
+def test_a_childs_route_and_schema_refusals_reach_the_handler_as_their_own_exceptions() -> None:
+    """A child on an unrouted queue, or with a payload its typed queue refuses: the gateway answers
+    NO_ROUTE / PAYLOAD_INVALID, which reached the handler as a bare SluiceError, so it could not
+    tell them from any other failure (walk-through: `except PayloadInvalid` never matched)."""
+    from sluice.errors import NoRoute, PayloadInvalid
+
+    for code, cls in (("NO_ROUTE", NoRoute), ("PAYLOAD_INVALID", PayloadInvalid)):
+        answer = {"statusCode": 400, "error": {"code": code, "message": "no"}}
+        keeper = Gatekeeper(lambda event, answer=answer: answer)
+        with pytest.raises(cls):
+            keeper.release("x")
