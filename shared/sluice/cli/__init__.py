@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,29 @@ class SluiceGroup(click.Group):
             fail(exc.format_message(), exc.exit_code, "USAGE", as_json=True)
         except KeyboardInterrupt:
             fail("interrupted", EXIT_INTERRUPTED, "INTERRUPTED", as_json=json_mode(ctx))
+        except BrokenPipeError as exc:
+            if not _stdout_closed():
+                fail(one_line(exc), exit_code(exc), error_code(exc), as_json=json_mode(ctx))
+            # The reader of our output stopped (`| head`): nothing to report, and nowhere to.
+            # Point stdout at /dev/null so that the interpreter's last flush does not fail too.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(EXIT_ERROR)
         except Exception as exc:
             if os.environ.get("SLUICE_DEBUG"):
                 raise
             fail(one_line(exc), exit_code(exc), error_code(exc), as_json=json_mode(ctx))
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe nobody reads any more (poll reports POLLERR on its write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fd (a test's stream), or no poll
+        return False
 
 
 def one_line(exc: BaseException) -> str:
