@@ -144,3 +144,21 @@ def test_a_reader_that_stops_early_is_not_a_connection_error() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1
     assert err == "", err
+
+
+def test_dev_runs_a_team_worker_from_the_teams_own_template(runner: CliRunner, tmp_path: Path) -> None:
+    """docs/teams.md: the team deploys its own copy of infra/worker.yaml (its memory, timeout...);
+    `sluice dev --worker` read only the checkout's. --worker-template names the team's copy: here
+    one whose TeamName pattern refuses "media", before anything starts."""
+    from tests.infra import cfn
+
+    text = (cfn.ROOT / "infra" / "worker.yaml").read_text()
+    pattern = "AllowedPattern: ^[a-z0-9][a-z0-9-]{0,20}$"
+    assert text.count(pattern) == 1
+    (tmp_path / "worker.yaml").write_text(text.replace(pattern, "AllowedPattern: ^[a-z]{1,3}$"))
+    result = runner.invoke(main, ["dev", "--worker", "media=sluice.examples_team",
+                                  "--worker-template", str(tmp_path / "worker.yaml")])
+    assert result.exit_code == 1, result.output
+    assert "TeamName='media' does not match ^[a-z]{1,3}$" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / ".sluice" / "dev.pid").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,8 +76,12 @@ def _team_worker(spec: str) -> tuple[str, str]:
               help="Worker containers (processes) that may run at once, per worker function.")
 @click.option("--worker", "team_workers", multiple=True, metavar="NAME=MODULE",
               help="Also run a team's own worker function sluice-worker-NAME for MODULE's handlers, "
-                   "configured from infra/worker.yaml, with its own containers; every worker's queues "
-                   "are routed to it (repeatable; docs/teams.md).")
+                   "configured from infra/worker.yaml (or --worker-template), with its own "
+                   "containers; every worker's queues are routed to it (repeatable; docs/teams.md).")
+@click.option("--worker-template", "team_template", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The team's own copy of infra/worker.yaml, which --worker functions are configured "
+                   "from (default: this checkout's infra/worker.yaml).")
 @click.option("--kafka", "kafka_bootstrap", envvar="SLUICE_DEV_KAFKA", default=None,
               help="Use this existing plaintext Kafka (host:port, or SLUICE_DEV_KAFKA) instead of "
                    "starting Tansu. Not SLUICE_KAFKA_BOOTSTRAP: that may name a deployed cluster.")
@@ -93,7 +98,8 @@ def _team_worker(spec: str) -> tuple[str, str]:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
-        handlers: str, workers: int, team_workers: tuple[str, ...], kafka_bootstrap: str | None,
+        handlers: str, workers: int, team_workers: tuple[str, ...], team_template: Path | None,
+        kafka_bootstrap: str | None,
         worker_batch: int | None, worker_concurrency: int | None, relay_every: float | None, history: bool,
         log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
@@ -113,6 +119,8 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
                          log_level=log_level.upper(), history=history, why="a sluice dev option",
                          settings=_settings_overrides(worker_batch, worker_concurrency),
                          team_workers=tuple(_team_worker(w) for w in team_workers))
+    if team_template is not None:
+        options = dataclasses.replace(options, team_template=team_template.resolve())
     stack = DevStack(options)
     with signals_stop(stack):
         endpoints = stack.start(progress=lambda m: click.echo(f"  {m}...", err=True))
