@@ -53,6 +53,9 @@ class NullStore:
     def final_job_ids(self, job_ids: Any) -> set[str]:
         return set()
 
+    def relay_view(self, job_ids: Any) -> tuple[set[str], dict[str, int]]:
+        return set(), {}
+
     def mark_queued(self, jobs: Any) -> None:
         return None
 
