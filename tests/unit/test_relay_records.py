@@ -142,3 +142,33 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
     [args] = engine_mod._push_args("q", 1, jobs, horizon=2**52)
     assert calls == 50  # push.lua's arguments carry the decoded payload as it is
     assert args[:2] == [1, 50] and json.loads(args[2])[:5] == ["0", "j0", '{"n":0}', "0,5,30000,0", "0"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json)
+def test_dump_json_is_the_canonical_encoder_s_text(value: Any) -> None:
+    """``dump_json`` reuses one C encoder (issue 18: half of a small payload's cost was building
+    one per call); its text and its refusals are ``json.dumps``'s with the canonical options."""
+    from sluice.errors import InvalidInput
+    from sluice.models import dump_json
+
+    try:
+        expected = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False,
+                              ensure_ascii=False)
+    except ValueError:  # NaN or Infinity somewhere
+        with pytest.raises(InvalidInput, match="not JSON-serialisable"):
+            dump_json(value)
+        return
+    assert dump_json(value) == expected
+
+
+def test_dump_json_refuses_what_is_not_json_with_invalid_input() -> None:
+    from sluice.errors import InvalidInput
+    from sluice.models import dump_json
+
+    circular: list[Any] = []
+    circular.append(circular)
+    for bad in (float("nan"), {"a": object()}, {(1,): 2}, circular, {"a": -float("inf")}, {1: 2, "x": 1}):
+        with pytest.raises(InvalidInput, match="not JSON-serialisable"):
+            dump_json(bad)
+    assert dump_json("x\n") == '"x\\n"' and dump_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
