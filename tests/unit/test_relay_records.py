@@ -172,3 +172,49 @@ def test_dump_json_refuses_what_is_not_json_with_invalid_input() -> None:
         with pytest.raises(InvalidInput, match="not JSON-serialisable"):
             dump_json(bad)
     assert dump_json("x\n") == '"x\\n"' and dump_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+
+
+def test_intake_takes_records_of_interleaved_partitions_and_skips_redeliveries() -> None:
+    """``Intake.take`` reads a partition's state once per run of its records (issue 18); records
+    in any order, a re-delivery, a partition it does not own and a poison record still land
+    where they did record by record."""
+    import time
+
+    from sluice.relay.config import RelayConfig
+    from sluice.relay.hooks import RelayHooks
+    from sluice.relay.intake import Intake
+    from sluice.relay.state import OwnedPartition, RelayReport
+
+    class Owned:
+        owned = {p: OwnedPartition(p, f"j{p}", 1, 0.0) for p in (0, 1)}
+
+    class Source:
+        topic = "t"
+        letters: list[tuple[int, int, str]] = []
+
+        def dead_letter(self, record: SourceRecord, reason: str) -> None:
+            self.letters.append((record.partition, record.offset, reason))
+
+    def rec(p: int, off: int, q: str = "q") -> SourceRecord:
+        return SourceRecord(p, off, None, JobSpec(job_id=f"p{p}o{off}", queue=q).model_dump_json().encode())
+
+    seen: list[int] = []
+
+    class Hooks(RelayHooks):
+        def on_records(self, decoded: Any) -> None:
+            seen.extend(r.offset for r, _ in decoded)
+
+    owned, source = Owned(), Source()
+    intake = Intake(None, source, RelayConfig(), owned, report=RelayReport(),  # type: ignore[arg-type]
+                    hooks=Hooks(), monotonic=time.monotonic)
+    intake._admitted.update({"q", "r"})
+    intake.take([rec(0, 5), rec(1, 7), rec(0, 6, "r"), rec(2, 1), SourceRecord(1, 8, None, b"junk"),
+                 rec(1, 9), rec(0, 6)])  # the last one re-delivered
+    intake.take([rec(0, 6), rec(0, 7), rec(1, 9), rec(1, 10)])
+    p0, p1 = Owned.owned[0], Owned.owned[1]
+    assert (p0.committed, p0.next_offset, p0.pending_count) == (5, 8, 3)
+    assert (p1.committed, p1.next_offset, p1.pending_count) == (7, 11, 3)
+    assert [o for o, _ in p0.pending["q"]] == [5, 7] and [o for o, _ in p0.pending["r"]] == [6]
+    assert [o for o, _ in p1.pending["q"]] == [7, 9, 10]
+    assert [(p, o) for p, o, _ in source.letters] == [(1, 8)] and p1.dead_since_commit
+    assert seen == [5, 7, 6, 8, 9, 7, 10]

@@ -59,38 +59,57 @@ class Intake:
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 
     def take(self, records: Sequence[SourceRecord]) -> None:
-        if records and self.events.listening:
-            self._read(records)
+        self._read(records)
         owned_by, admitted, job_ids = self.ownership.owned, self._admitted, self.job_ids
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
+        # A poll's records come in runs of one partition (the source sorts them): a run reads
+        # its partition's state into locals once, and writes it back at its end.
+        owned: OwnedPartition | None = None
+        partition, next_offset, taken = -1, None, 0
         for record in records:
-            owned = owned_by.get(record.partition)
-            if owned is None or (owned.next_offset is not None and record.offset < owned.next_offset):
-                continue  # not ours any more, or a re-delivery of something already taken
-            if owned.next_offset is None:  # we started at the committed offset: nothing to commit yet
-                owned.committed = record.offset
-            owned.next_offset = record.offset + 1
+            if record.partition != partition:
+                if owned is not None:
+                    owned.next_offset, owned.pending_count = next_offset, owned.pending_count + taken
+                partition, taken = record.partition, 0
+                owned = owned_by.get(partition)
+                next_offset = owned.next_offset if owned is not None else None
+            if owned is None:
+                continue  # not ours any more
+            offset = record.offset
+            if next_offset is None:  # we started at the committed offset: nothing to commit yet
+                owned.committed = offset
+            elif offset < next_offset:
+                continue  # a re-delivery of something already taken
+            next_offset = offset + 1
             job = decode_job(record)
             decoded.append((record, job))
             if isinstance(job, str):
                 self._dead_letter(owned, record, job)
                 continue
-            # Minted first: a record no gateway minted must not register its queue name.
-            if job_ids is not None and (why := unminted(job, job_ids)) is not None:
-                self._dead_letter(owned, record, why)
+            if (job_ids is not None or job.queue not in admitted) and not self._admit(owned, record, job):
                 continue
-            queue = job.queue
-            if queue not in admitted and (why := self._refusal(queue)) is not None:
-                self.report.refused += 1
-                self._dead_letter(owned, record, f"queue refused: {why}")
-                continue
-            pending = owned.pending.get(queue)
+            pending = owned.pending.get(job.queue)
             if pending is None:
-                pending = owned.pending[queue] = deque()
-            pending.append((record.offset, job))
-            owned.pending_count += 1
+                pending = owned.pending[job.queue] = deque()
+            pending.append((offset, job))
+            taken += 1
+        if owned is not None:
+            owned.next_offset, owned.pending_count = next_offset, owned.pending_count + taken
         if decoded:
             self.hooks.on_records(decoded)
+
+    def _admit(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
+        """Whether ``job`` goes into the buffers; one no gateway minted, or one of a queue the
+        registry refuses, goes to the dead-letter topic instead."""
+        # Minted first: a record no gateway minted must not register its queue name.
+        if self.job_ids is not None and (why := unminted(job, self.job_ids)) is not None:
+            self._dead_letter(owned, record, why)
+            return False
+        if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
+            self.report.refused += 1
+            self._dead_letter(owned, record, f"queue refused: {why}")
+            return False
+        return True
 
     def _dead_letter(self, owned: OwnedPartition, record: SourceRecord, reason: str) -> None:
         self.source.dead_letter(record, reason)
@@ -99,7 +118,10 @@ class Intake:
         log.warning("poison record %s/%s -> dead-letter topic: %s", record.partition, record.offset, reason)
 
     def _read(self, records: Sequence[SourceRecord]) -> None:
-        """``RecordsRead`` per partition of a poll (before any is taken: what Kafka gave)."""
+        """``RecordsRead`` per partition of a poll (before any is taken: what Kafka gave), when
+        anyone listens."""
+        if not records or not self.events.listening:
+            return
         by_partition: dict[int, list[int]] = {}
         for r in records:
             by_partition.setdefault(r.partition, []).append(r.offset)

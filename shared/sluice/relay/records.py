@@ -51,6 +51,7 @@ def _fields() -> TypeAdapter[dict[str, Any]]:
     return TypeAdapter(typed)
 
 
+_new = tuple.__new__
 _validate: Callable[[bytes], dict[str, Any]] | None = None  # _fields()'s core validator, once built
 
 
@@ -72,14 +73,16 @@ def decode_job(record: SourceRecord) -> DecodedJob | str:
         spec = decode(record)
         return spec if isinstance(spec, str) else DecodedJob.of(spec)
     job_id, queue = d["job_id"], d["queue"]
-    if record.key is not None and record.key != job_id.encode():
-        return _key_mismatch(record.key, job_id)
-    if is_reserved_queue(queue):
+    key = record.key
+    if key is not None and key != job_id.encode():
+        return _key_mismatch(key, job_id)
+    if queue.startswith(RESERVED_QUEUE_PREFIX):  # is_reserved_queue, for a str the validator checked
         return _reserved(queue)
     get = d.get
-    return DecodedJob(job_id, queue, payload, get("priority", _PRIORITY), get("max_attempts", _MAX_ATTEMPTS),
-                      get("lease_ms", _LEASE_MS), get("run_at_ms", _RUN_AT_MS),
-                      get("enqueued_at_ms", _ENQUEUED_AT_MS))
+    # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function, a call more per record
+    return _new(DecodedJob, (job_id, queue, payload, get("priority", _PRIORITY),
+                             get("max_attempts", _MAX_ATTEMPTS), get("lease_ms", _LEASE_MS),
+                             get("run_at_ms", _RUN_AT_MS), get("enqueued_at_ms", _ENQUEUED_AT_MS)))
 
 
 def decode(record: SourceRecord) -> JobSpec | str:
