@@ -2,7 +2,9 @@
 
 Prints one JSON object:
   {"bench": "relay", "jobs": N, "partitions": P, "jobs_per_s", "raw_consume_per_s",
-   "ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_waited_s", "round_ratios"}
+   "ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_dropped", "round_ratios",
+   "status": {"relay_jobs_per_s", "mark_queued_per_s", "mark_queued_cpu_us_per_job",
+              "writer_max_per_s", "written", "dropped", "max_waiting"}}
 
 It starts its own Tansu broker and redis-server (sluice.local.servers), produces N
 job records over P partitions, then alternately consumes them raw (assign + poll,
@@ -15,12 +17,21 @@ null store here: this measures the Kafka -> Redis hand-off; the store's own cost
 Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job. Both
 sides check record CRCs with the ``crc32c`` C extension (a dependency; ``crc32c`` says
 kafka-python uses it). ``status_max_waiting`` is the most pushed jobs the status writer
-(``mark_queued``, off the push path) ever had waiting, and ``status_waited_s`` how long the
-relay waited for it; with the null store, that is the writer thread's own cost.
+(``mark_queued``, off the push path) ever had waiting, and ``status_dropped`` how many it
+dropped (relay/status.py: it never makes the relay wait); with the null store, that is the
+writer thread's own cost.
+
+``status``: one more relay run whose status writer writes to a jobs table on the moto server
+(``DynamoJobStore.mark_queued``: a conditional UpdateItem per job, 16 in flight): the relay's
+rate with it, ``mark_queued``'s own rate and client CPU per job (500 jobs in one call, before
+the run), the writer's rate limit, and what it wrote and dropped in the run. moto is far
+slower per request than DynamoDB, and takes a core of this machine: the rates compare the
+writer with the relay, they are not DynamoDB's.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import tempfile
@@ -36,16 +47,19 @@ import redis
 from benchmarks.common import emit, log, redis_cpu_s
 from sluice.config import Settings
 from sluice.kafka.source import KafkaSource
-from sluice.local.servers import start_redis, start_tansu
+from sluice.local.servers import DUMMY_AWS_ENV, start_moto, start_redis, start_tansu
 from sluice.models import JobSpec
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.relay import Relay, RelayConfig
 from sluice.relay.status import Backlog
+from sluice.store import tables
+from sluice.store.jobs import DynamoJobStore
 
 JOBS = 50_000
 PARTITIONS = 4
 ROUNDS = 3
+STATUS_JOBS = 500
 TOPIC = "bench.jobs"
 
 
@@ -58,6 +72,28 @@ class NullStore:
 
     def mark_queued(self, jobs: Any) -> None:
         return None
+
+
+class MotoStatusStore(NullStore):
+    """The null store, but ``mark_queued`` writes to a jobs table on the moto server."""
+
+    written = 0
+    closed = False  # the run is over: write nothing more (moto stops)
+
+    def __init__(self, url: str) -> None:
+        import boto3
+
+        db = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url,
+                          aws_access_key_id=DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"])
+        tables.create_jobs_table(db, "bench-jobs")
+        self.store = DynamoJobStore(db, "bench-jobs")
+        self.store.mark_queued([(f"warm-{i}", "bench", 0) for i in range(20)])
+
+    def mark_queued(self, jobs: Any) -> None:
+        if not self.closed:
+            self.store.mark_queued(jobs)
+            self.written += len(jobs)
 
 
 def produce(bootstrap: str) -> None:
@@ -90,12 +126,13 @@ def raw_consume(bootstrap: str) -> float:
     return JOBS / elapsed
 
 
-def relay_run(bootstrap: str, redis_url: str, group: str) -> tuple[float, float, Backlog]:
+def relay_run(bootstrap: str, redis_url: str, group: str,
+              store: NullStore | None = None) -> tuple[float, float, Backlog]:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     source = KafkaSource.from_settings(Settings(kafka_bootstrap=bootstrap, kafka_topic=TOPIC,
                                                 kafka_consumer_group=group))
-    relay = Relay(RedisQueue.from_url(redis_url), NullStore(), source, None,  # type: ignore[arg-type]
+    relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, None,  # type: ignore[arg-type]
                   relay_id="bench", config=RelayConfig(poll_ms=50))
     cpu0, start = redis_cpu_s(redis_url), time.perf_counter()
     while relay.report.pushed < JOBS:
@@ -121,17 +158,45 @@ def main() -> None:
             for round_ in range(ROUNDS):
                 raw = raw_consume(bootstrap)
                 rate, us, backlog = relay_run(bootstrap, url, f"bench-{round_}")
-                rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.waited_s))
+                rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.dropped))
                 log(f"round {round_}: raw {raw:.0f}/s, relay {rate:.0f}/s ({rate / raw:.2f}), "
                     f"{us:.1f} us Redis CPU/job, status writer at most {backlog.max_waiting} jobs behind")
+            status = status_run(bootstrap, url)
         finally:
             redis_server.stop()
             tansu.stop()
-    ratio, rate, raw, us, waiting, waited = sorted(rounds)[len(rounds) // 2]  # the median round: a pair
+    ratio, rate, raw, us, waiting, dropped = sorted(rounds)[len(rounds) // 2]  # the median round: a pair
     emit("relay", jobs=JOBS, partitions=PARTITIONS, jobs_per_s=round(rate), raw_consume_per_s=round(raw),
          ratio=round(ratio, 3), redis_cpu_us_per_job=round(us, 1), crc32c=crc32c_in_use(),
-         status_max_waiting=waiting, status_waited_s=round(waited, 3),
-         round_ratios=[round(r[0], 3) for r in rounds])
+         status_max_waiting=waiting, status_dropped=dropped,
+         round_ratios=[round(r[0], 3) for r in rounds], status=status)
+
+
+def status_run(bootstrap: str, redis_url: str) -> dict[str, Any]:
+    """The status writer against the moto server (see the module's docstring): ``mark_queued``
+    alone on STATUS_JOBS jobs, then a relay run with it."""
+    logging.getLogger("sluice").setLevel(logging.ERROR)  # the writer left running at the end fails loudly
+    moto = start_moto()
+    try:
+        store = MotoStatusStore(moto.extra["url"])
+        start, cpu0 = time.perf_counter(), time.process_time()  # this process's threads: botocore's CPU
+        store.mark_queued([(f"alone-{i}", "bench", 0) for i in range(STATUS_JOBS)])
+        alone, cpu = STATUS_JOBS / (time.perf_counter() - start), time.process_time() - cpu0
+        store.written = 0
+        rate, _, backlog = relay_run(bootstrap, redis_url, "bench-status", store)
+        store.closed = True  # what still waits goes through unwritten; the call in flight ends
+        deadline = time.monotonic() + 60
+        while backlog.waiting and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log(f"status: mark_queued alone {alone:.0f} jobs/s, {cpu * 1e6 / STATUS_JOBS:.0f} us client CPU/job; "
+            f"relay {rate:.0f}/s with it, "
+            f"{store.written} written, {backlog.dropped} dropped, at most {backlog.max_waiting} behind")
+        return {"relay_jobs_per_s": round(rate), "mark_queued_per_s": round(alone),
+                "mark_queued_cpu_us_per_job": round(cpu * 1e6 / STATUS_JOBS),
+                "writer_max_per_s": RelayConfig().status_max_per_s,
+                "written": store.written, "dropped": backlog.dropped, "max_waiting": backlog.max_waiting}
+    finally:
+        moto.stop()
 
 
 def crc32c_in_use() -> bool:

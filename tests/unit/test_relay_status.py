@@ -8,6 +8,7 @@ the relay waited for room, are kept in ``backlog``.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from sluice.events import EventBus
@@ -44,17 +45,99 @@ def test_the_writer_builds_the_tuples_and_writes_what_queued_up_in_one_call() ->
     assert [job for call in store.calls for job in call] == [
         (f"j{i}", "q" if i < 2 or i % 2 == 0 else "r", 1000 + i) for i in range(8)]
     assert len(store.calls) == 2  # the three rounds that waited went in together
-    assert writer.backlog.written == 8 and writer.backlog.waiting == 0 and writer.backlog.waited_s == 0
+    assert writer.backlog.written == 8 and writer.backlog.waiting == 0 and writer.backlog.dropped == 0
 
 
-def test_a_full_backlog_makes_the_relay_wait_and_says_how_long() -> None:
+def test_a_full_backlog_drops_the_oldest_rounds_counted_and_never_makes_the_relay_wait() -> None:
+    """At full rate a per-job UpdateItem cannot keep up (relay/status.py): beyond ``max_waiting``
+    jobs the oldest waiting rounds go unwritten, counted; the relay's submit returns at once."""
     store = SlowStore()
-    writer = StatusWriter(store, EventBus(), max_batches=1)  # type: ignore[arg-type]
+    writer = StatusWriter(store, EventBus(), max_waiting=3)  # type: ignore[arg-type]
     writer.submit([("q", records("q", 0))])
-    assert store.entered.wait(5)
-    writer.submit([("q", records("q", 1))])  # waits in the queue while the first is written
-    threading.Timer(0.2, store.gate.set).start()
-    writer.submit([("q", records("q", 2))])  # no room until the writer takes the second
+    assert store.entered.wait(5)  # the writer holds job 0 until the gate opens
+    t0 = time.monotonic()
+    for i in range(1, 9, 2):
+        writer.submit([("q", records("q", i, i + 1))])  # rounds of two: 1-2, 3-4, 5-6, 7-8
+    assert time.monotonic() - t0 < 0.5  # nobody waited for the gate
+    b = writer.backlog
+    assert b.submitted == 9 and b.dropped == 6 and b.waiting == 3 and b.max_waiting <= 3 + 1
+    store.gate.set()
     writer.close(5)
-    assert writer.backlog.waited_s >= 0.1
-    assert [job for call in store.calls for job in call] == [(f"j{i}", "q", 1000 + i) for i in range(3)]
+    assert [job for call in store.calls for job in call] == [(f"j{i}", "q", 1000 + i) for i in (0, 7, 8)]
+    assert b.written == 3 and b.waiting == 0
+
+
+def test_a_round_larger_than_the_bound_is_still_written() -> None:
+    store = SlowStore()
+    store.gate.set()
+    writer = StatusWriter(store, EventBus(), max_waiting=2)  # type: ignore[arg-type]
+    writer.submit([("q", records("q", 0, 1, 2, 3))])
+    writer.close(5)
+    assert [job[0] for call in store.calls for job in call] == ["j0", "j1", "j2", "j3"]
+    assert writer.backlog.dropped == 0
+
+
+def test_the_relay_reports_the_dropped_status_writes() -> None:
+    from sluice.models import JobSpec
+    from sluice.relay import Relay, RelayConfig
+    from tests.unit.fakes import RELAY_CALLS, FakeStore
+    from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource
+
+    class Blocked(FakeStore):
+        def mark_queued(self, jobs: Any) -> None:
+            gate.wait(5)
+
+    gate = threading.Event()
+    clock = FakeClock()
+    source = FakeSource(n_partitions=1, clock=clock)
+    for i in range(40):
+        source.append_spec(0, JobSpec(job_id=f"j{i}", queue="q"))
+    relay = Relay(FakeEngine(clock), Blocked(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
+                  relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0, batch=5,
+                                                                status_max_waiting=10))
+    for _ in range(20):
+        relay.step()
+    gate.set()
+    assert relay.report.pushed == 40
+    b = relay.pusher.status.backlog
+    assert relay.report.status_dropped == b.dropped > 0 and b.max_waiting <= 10 + 5
+    relay.stop()
+    assert b.written + b.dropped == 40
+
+
+def test_the_writer_keeps_to_its_rate_and_drops_what_waits_beyond_the_bound() -> None:
+    """``max_per_s`` bounds the writer's botocore CPU (relay/status.py): a call carries a second's
+    worth at most, and the next waits; meanwhile the backlog stays within ``max_waiting``."""
+    calls: list[tuple[float, int]] = []
+
+    class Store:
+        def mark_queued(self, jobs: Any) -> None:
+            calls.append((time.monotonic(), len(jobs)))
+
+    writer = StatusWriter(Store(), EventBus(), max_waiting=20, max_per_s=50)  # type: ignore[arg-type]
+    for i in range(0, 200, 10):
+        t0 = time.monotonic()
+        writer.submit([("q", records("q", *range(i, i + 10)))])
+        assert time.monotonic() - t0 < 0.1  # the relay never waits
+        time.sleep(0.02)  # 500 jobs a second offered, ten times the writer's rate
+    writer.close(5)
+    b = writer.backlog
+    assert all(n <= 50 for _, n in calls)
+    assert len(calls) >= 2 and calls[1][0] - calls[0][0] >= calls[0][1] / 50 * 0.9
+    assert b.written + b.dropped == 200 and b.dropped >= 100 and b.max_waiting <= 20 + 10 + 50
+
+
+def test_a_round_larger_than_a_second_s_worth_is_written_in_paced_calls() -> None:
+    calls: list[tuple[float, int]] = []
+
+    class Store:
+        def mark_queued(self, jobs: Any) -> None:
+            calls.append((time.monotonic(), len(jobs)))
+
+    writer = StatusWriter(Store(), EventBus(), max_per_s=40)  # type: ignore[arg-type]
+    writer.submit([("q", records("q", *range(50)))])
+    deadline = time.monotonic() + 5
+    while writer.backlog.written < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    writer.close(5)
+    assert [n for _, n in calls] == [40, 10] and calls[1][0] - calls[0][0] >= 0.9

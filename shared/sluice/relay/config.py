@@ -37,6 +37,8 @@ class RelayConfig:
     reap_limit: int = 500
     commit_s: float = 0.2  # at most one Kafka commit per this
     status_drain_s: float = 2.0  # how long ``stop`` waits for queued status writes
+    status_max_waiting: int = 1_000  # status writes waiting beyond this: the oldest are dropped
+    status_max_per_s: float = 100.0  # status writes a second at most (0: no limit); relay/status.py
     default_rate_per_s: float = 0.0  # written to Redis for a queue nobody configured
     default_burst: int = 0
     partition_groups: int = 1  # relays started at once; each takes its share first

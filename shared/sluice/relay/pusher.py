@@ -52,7 +52,8 @@ class Pusher:
         self.topic, self.report, self.hooks = topic, report, hooks
         self.after_push = after_push
         self.events = events or EventBus()
-        self._status = StatusWriter(store, self.events)
+        self._status = StatusWriter(store, self.events, max_waiting=config.status_max_waiting,
+                                    max_per_s=config.status_max_per_s)
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -177,6 +178,7 @@ class Pusher:
             owned.pending_count -= len(take)
         if queued:
             self._status.submit(queued)
+            self.report.status_dropped = self._status.backlog.dropped
         if done.error is not None:
             raise done.error
         return pushed

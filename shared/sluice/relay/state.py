@@ -29,6 +29,7 @@ class RelayReport:
     reaped: int = 0
     trimmed: int = 0  # old dead jobs deleted from Redis (their endings stay in the jobs table)
     refused: int = 0  # records of a queue the registry refused, sent to the dead-letter topic
+    status_dropped: int = 0  # pushed jobs whose queued status was never written (relay/status.py)
     settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
     bad_ownership_jobs: int = 0  # jobs in the ownership queue that were not a partition's own: removed
     unexpected_errors: int = 0  # non-Sluice errors a step met (logged, counted; the relay went on)
@@ -44,7 +45,7 @@ class RelayReport:
     def publish(self, metrics: Metrics) -> None:
         """Once per invocation: per-step counts would be one log line each in EMF."""
         for name in ("pushed", "skipped", "reread", "final_dropped", "dead_lettered", "dispatched", "reaped",
-                     "settled", "trimmed", "refused"):
+                     "settled", "trimmed", "refused", "status_dropped"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
 
 
