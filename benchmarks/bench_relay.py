@@ -18,8 +18,8 @@ Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per jo
 sides check record CRCs with the ``crc32c`` C extension (a dependency; ``crc32c`` says
 kafka-python uses it). ``status_max_waiting`` is the most pushed jobs the status writer
 (``mark_queued``, off the push path) ever had waiting, and ``status_dropped`` how many it
-dropped (relay/status.py: it never makes the relay wait); with the null store, that is the
-writer thread's own cost.
+dropped (relay/status.py: it never makes the relay wait, and keeps to its rate even with the
+null store, so it drops there too).
 
 ``status``: one more relay run whose status writer writes to a jobs table on the moto server
 (``DynamoJobStore.mark_queued``: a conditional UpdateItem per job, 16 in flight): the relay's
