@@ -365,14 +365,18 @@ class Api:
                 raise
             # Issued by us and acknowledged by Kafka (the 202 came after the ack; a failed
             # append leaves a cancelled item), not yet recorded by the relay.
-            return JobView(job_id=job_id, queue=minted.queue, status=JobState.ACCEPTED, attempts=0,
+            return JobView(job_id=job_id, queue=minted.queue,
+                           status=self._accepted_or_queued(minted.queue, job_id), attempts=0,
                            created_at_ms=minted.accepted_at_ms, updated_at_ms=minted.accepted_at_ms)
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
         if record.remaining is not None:  # a continuation: its children are in its family's record
             record.waits_for = api_families.families_of(self).waits_for(job_id)
+        status = record.status
+        if status is JobState.ACCEPTED:
+            status = self._accepted_or_queued(record.queue, job_id)
         return JobView(
-            job_id=record.job_id, queue=record.queue, status=record.status, attempts=record.attempts,
+            job_id=record.job_id, queue=record.queue, status=status, attempts=record.attempts,
             created_at_ms=record.created_at_ms, updated_at_ms=record.updated_at_ms,
             finished_at_ms=record.finished_at_ms, cancel_requested=record.cancel_requested,
             result=record.result, result_ref=record.result_ref, last_error=record.last_error,
@@ -381,6 +385,15 @@ class Api:
             parent_id=record.parent_id, children=record.children, continuations=record.continuations,
             continuation=record.continuation, waits_for=record.waits_for, remaining=record.remaining,
         )
+
+    def _accepted_or_queued(self, queue: str, job_id: str) -> JobState:
+        """``queued`` if Redis holds the job: the relay's status write is best effort and drops
+        what it cannot write at full rate (``relay/status.py``). Redis unreachable: ``accepted``,
+        which is still true (a read must not fail for want of a detail)."""
+        try:
+            return JobState.QUEUED if self.queue.holds(queue, job_id) else JobState.ACCEPTED
+        except SluiceError:
+            return JobState.ACCEPTED
 
     def cancel(self, job_id: str) -> CancelAccepted:
         """Raises JobNotFound (404) or AlreadyFinished (409)."""

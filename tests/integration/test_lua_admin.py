@@ -223,6 +223,19 @@ def test_stats_counts_every_state(rq: RedisQueue, redis_client: redis.Redis) -> 
     assert stats.config == QueueConfig(max_in_flight=4, rate_per_s=2.5, paused=True)
 
 
+def test_holds_is_true_only_while_a_job_is_ready_delayed_or_leased(rq: RedisQueue,
+                                                                      redis_client: redis.Redis) -> None:
+    make_dead(rq, "dead1")
+    rq.enqueue_many([spec("r1"), spec("l1"), spec("d1", run_at_ms=redis_now_ms(redis_client) + 60_000)])
+    [leased] = rq.lease("q", 1, 60_000)
+    before = snapshot(redis_client)
+    assert [rq.holds("q", j) for j in ("r1", "l1", "d1")] == [True, True, True]
+    assert not rq.holds("q", "dead1") and not rq.holds("q", "never") and not rq.holds("other", "r1")
+    assert snapshot(redis_client) == before  # a read: no key changed
+    rq.ack("q", leased.job_id, leased.lease_token)
+    assert not rq.holds("q", leased.job_id)
+
+
 def test_stats_oldest_ready_age_across_priorities(rq: RedisQueue, redis_client: redis.Redis) -> None:
     now = redis_now_ms(redis_client)
     rq.enqueue_many([spec("new-high", priority=9, enqueued_at_ms=now - 1_000),

@@ -132,6 +132,10 @@ class FakeQueue:
                                   seq=next(self._seq))
             return True
 
+    def holds(self, queue: str, job_id: str) -> bool:
+        j = self.jobs.get((queue, job_id))
+        return j is not None and j.state in ("ready", "delayed", "leased")
+
     def _reclaim(self, queue: str) -> None:
         now = self.now_ms()
         for (q, _), j in self.jobs.items():

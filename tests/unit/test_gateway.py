@@ -45,6 +45,25 @@ def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
     assert json.loads(spec.model_dump_json())["schema_version"] == 1
 
 
+def test_an_accepted_job_redis_holds_reads_queued(rig: Rig) -> None:
+    """The relay's status write is best effort (it drops what it cannot write at full rate), so an
+    item still ``accepted``, or none at all, is ``queued`` once Redis holds the job; with Redis
+    unreachable the read still answers, ``accepted``."""
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    rig.queue.in_redis.add(job_id)  # pushed; its status write dropped: no item
+    assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "queued"
+    rig.store.mark_queued([(job_id, "emails", 0)])
+    rig.store.set_status(job_id, JobState.ACCEPTED)  # an item the relay's write never moved on
+    assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "queued"
+    rig.queue.fail = BackendUnavailable("redis down")
+    code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"]) == (200, "accepted")
+    rig.queue.fail = None
+    rig.queue.in_redis.discard(job_id)  # not yet pushed
+    assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "accepted"
+
+
 def test_defaults_apply_when_only_the_payload_is_given(rig: Rig) -> None:
     rig.call("POST", JOBS, {"payload": None})
     [spec] = rig.log.records

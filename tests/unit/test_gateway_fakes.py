@@ -68,6 +68,11 @@ class FakeQueue:
             self.settle_entries.append(f"cancelled:0:{job_id}")
         return "removed"
 
+    def holds(self, queue: str, job_id: str) -> bool:
+        if self.fail is not None:
+            raise self.fail
+        return job_id in self.in_redis
+
     def stats(self, queue: str) -> QueueStats:
         self.reads += 1
         return QueueStats(queue=queue, ready=3, delayed=self.delayed, leased=2, dead=self.dead,

@@ -413,6 +413,19 @@ class RedisQueue:
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
                           config=_config(r.config), idle_workers=r.idle)
 
+    def holds(self, queue: str, job_id: str) -> bool:
+        """Whether Redis holds ``job_id`` live (ready, delayed or leased). A read, for ``GET``:
+        the relay's ``queued`` status write is best effort (``relay/status.py`` drops what it
+        cannot write at full rate), so an ``accepted`` item may be a job Redis already has."""
+        k = self.keys(queue)
+        try:
+            p = self.client.pipeline(transaction=False)
+            for zset in (k.ready, k.delayed, k.leased):
+                p.zscore(zset, job_id)
+            return any(score is not None for score in p.execute())
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+
     # --- waiting for work (a worker's linger) -------------------------------------------------
 
     def idle(self, queue: str, worker_id: str, ms: int) -> int:
