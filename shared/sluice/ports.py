@@ -89,9 +89,11 @@ class JobStore(Protocol):
         """(job_id, queue, enqueued_at_ms) of jobs the relay moved from accepted to queued."""
         ...
 
-    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
+              lease_token: int | None = None) -> int:
         """Mint the next fencing token for a new lease; strictly increasing per job.
-        A failed/dead item only for a newer ``redrive_gen`` (else AlreadyFinished)."""
+        A failed/dead item only for a newer ``redrive_gen`` (else AlreadyFinished); never for a
+        ``lease_token`` older than the one granted last (LeaseLost)."""
         ...
 
     def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome: ...

@@ -33,9 +33,7 @@ from hypothesis.stateful import (
 from sluice.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from tests.integration.test_engine_support import BAND, redis_now_ms, spec
-
-FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua to_front)
+from tests.integration.test_engine_support import FRONT, band, redis_now_ms, spec
 
 pytestmark = pytest.mark.integration
 
@@ -375,7 +373,7 @@ class EngineMachine(RuleBasedStateMachine):
         # Ready is ordered by priority, then FIFO, in the right score band.
         expected = sorted(self.in_state("ready"), key=lambda i: (-self.jobs[i].priority, self.jobs[i].order))
         assert state["ready_order"] == expected
-        assert all((int(sc) + (FRONT if self.jobs[i].order < 0 else 0)) // BAND == 9 - self.jobs[i].priority
+        assert all(band(self.client, Q, sc, reclaimed=self.jobs[i].order < 0) == 9 - self.jobs[i].priority
                    for i, sc in zsets["ready"].items())
         # max_in_flight is never exceeded.
         if self.max_in_flight:

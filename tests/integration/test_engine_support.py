@@ -17,6 +17,7 @@ from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 
 BAND = 2**44
+FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua to_front)
 
 
 def snapshot(client: redis.Redis) -> dict[str, Any]:
@@ -68,6 +69,20 @@ def where(client: redis.Redis, queue: str, job_id: str) -> set[str]:
 def redis_now_ms(client: redis.Redis) -> int:
     sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000
+
+
+def redis_now_us(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1_000_000 + int(usec)
+
+
+def band(client: redis.Redis, queue: str, value: float, *, reclaimed: bool = False) -> int:
+    """``9 - priority`` of a ready score ``(9 - priority) * BAND + seq`` (``- FRONT`` when
+    ``reclaimed``). A public queue's seq is seeded from TIME (_lib.lua take_seq), so the band
+    is found next to the counter's value now: jobs in ready took their seqs less than FRONT
+    steps before it."""
+    top = int(client.get(QueueKeys(queue).seq) or 0)
+    return (int(value) + (FRONT if reclaimed else 0) - top + FRONT) // BAND
 
 
 def make_queue(url: str) -> Iterator[RedisQueue]:

@@ -15,7 +15,7 @@ from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.redis.scripts import source
 from tests.integration.test_engine_support import (
-    BAND,
+    band,
     job,
     make_queue,
     members,
@@ -112,7 +112,7 @@ def test_reap_puts_a_lapsed_job_at_the_front_of_its_band(rq: RedisQueue, redis_c
     # the band of a reclaimed job's score: FRONT (2**43) below the usual (9 - priority) * 2**44 + seq
     for job_id in ("first", "second"):
         value = score(redis_client, "q", "ready", job_id)
-        assert value is not None and (int(value) + 2**43) // BAND == 9 - 5
+        assert value is not None and band(redis_client, "q", value, reclaimed=True) == 9 - 5
     # and it is what the next lease hands out, after the higher band
     assert [j.job_id for j in rq.lease("q", 3, 1000)] == ["high", "first", "second"]
     # stats sees a reclaimed job as the head of its band (its age is the oldest)

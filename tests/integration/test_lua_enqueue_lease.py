@@ -9,15 +9,18 @@ import pytest
 import redis
 
 from sluice.models import JobSpec
+from sluice.recovery.tracker import owner_token
 from sluice.redis.engine import RECLAIM_PER_LEASE, RedisQueue
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.redis.scripts import source
+from sluice.relay import RELAY_QUEUE
 from tests.integration.test_engine_support import (
     BAND,
     job,
     make_queue,
     members,
     redis_now_ms,
+    redis_now_us,
     score,
     snapshot,
     spec,
@@ -36,11 +39,13 @@ def rq(redis_url: str) -> Iterator[RedisQueue]:
 # --- enqueue ---------------------------------------------------------------------------------
 
 def test_enqueue_leaves_a_small_hash_and_a_ready_entry(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    before = redis_now_us(redis_client)
     assert rq.enqueue(spec("a", payload={"x": [1, 2]}, priority=3, max_attempts=7, lease_ms=1234,
                            enqueued_at_ms=1_700_000_000_000)) is True
     assert job(redis_client, "q", "a") == {"p": '{"x":[1,2]}', "m": "3,7,1234,1700000000000"}
-    assert redis_client.get(K.seq) == "1"
-    assert score(redis_client, "q", "ready", "a") == (9 - 3) * BAND + 1
+    seq = int(redis_client.get(K.seq) or 0)  # a new queue's counter starts from TIME (µs), then one step
+    assert before + 1 <= seq <= redis_now_us(redis_client) + 1
+    assert score(redis_client, "q", "ready", "a") == (9 - 3) * BAND + seq
     assert where(redis_client, "q", "a") == {"ready"}
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
 
@@ -140,6 +145,60 @@ def test_lease_tokens_strictly_increase_per_job(rq: RedisQueue) -> None:
         tokens.append(leased.lease_token)
         rq.release("q", "a", leased.lease_token)
     assert tokens == sorted(set(tokens))
+
+
+# --- seq across a Redis data loss (_lib.lua take_seq) -------------------------------------------
+
+def test_lease_tokens_increase_across_a_redis_data_loss(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """The job model's preloss-worker-grants: a lost seq starts again from TIME in microseconds,
+    not from 0, so a lease taken after the loss outranks every lease taken before it, and the
+    jobs table's grant can refuse a worker leased before the loss (docs/store.md)."""
+    rq.enqueue_many([spec("a"), spec("b")])
+    before_loss = [j.lease_token for j in rq.lease("q", 2, 60_000)]
+    redis_client.flushall()
+    with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):  # refused: nothing seeded
+        redis_client.register_script(source("lease.lua"))(
+            keys=[K.job_prefix, K.ready, K.delayed, K.leased, K.dead, K.tokens, K.seq, K.config, K.settle],
+            args=[0, 1000, 10])
+    assert rq.lease("q", 1, 60_000) == [] and snapshot(redis_client) == {}  # nothing to lease: no step
+    t0 = redis_now_us(redis_client)
+    rq.enqueue(spec("a"))  # the relay's replay
+    t1 = redis_now_us(redis_client)
+    seq = int(redis_client.get(K.seq) or 0)
+    assert t0 + 1 <= seq <= t1 + 1
+    [again] = rq.lease("q", 1, 60_000)
+    assert again.lease_token == seq + 1 > max(before_loss)
+    assert redis_client.get(K.seq) == str(seq + 1)
+    assert redis_client.hget(K.tokens, "a") == str(again.lease_token)
+
+
+def test_whichever_script_finds_seq_missing_seeds_it(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """lease.lua's own step (the counter gone while a job waits: seeded there, not from 0)."""
+    rq.enqueue(spec("a"))
+    redis_client.delete(K.seq)
+    t0 = redis_now_us(redis_client)
+    [leased] = rq.lease("q", 1, 60_000)
+    assert t0 + 1 <= leased.lease_token <= redis_now_us(redis_client) + 1
+    assert redis_client.get(K.seq) == str(leased.lease_token)
+
+
+def test_an_existing_seq_is_not_seeded_again(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    redis_client.set(K.seq, "41")  # a counter from before seeding (an upgrade): it carries on
+    rq.enqueue(spec("a"))
+    [leased] = rq.lease("q", 1, 60_000)
+    assert (redis_client.get(K.seq), leased.lease_token) == ("43", 43)
+    assert score(redis_client, "q", "leased", "a") is not None
+
+
+def test_a_reserved_queues_seq_is_not_seeded(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """The relay's partition jobs: their lease tokens must stay below 2**32 (they are the low bits
+    of its owner tokens, recovery.tracker.owner_token); a recovery generation orders them across
+    a loss instead."""
+    relay = QueueKeys(RELAY_QUEUE)
+    assert rq.enqueue_internal(spec("t.0", queue=RELAY_QUEUE))
+    assert redis_client.get(relay.seq) == "1"
+    [leased] = rq.lease(RELAY_QUEUE, 1, 60_000)
+    assert leased.lease_token == 2 and owner_token(1, leased.lease_token) == 2**32 + 2
 
 
 def test_lease_respects_max_in_flight(rq: RedisQueue, redis_client: redis.Redis) -> None:

@@ -15,7 +15,7 @@ import pytest
 from botocore.config import Config
 
 from sluice.config import Settings
-from sluice.errors import BackendUnavailable, InvalidInput, JobNotFound, StaleToken
+from sluice.errors import BackendUnavailable, InvalidInput, JobNotFound, LeaseLost, StaleToken
 from sluice.models import JobSpec, JobState, WriteOutcome, dump_json
 from sluice.store import tables
 from sluice.store.jobs import DynamoJobStore
@@ -79,6 +79,58 @@ def test_tables_have_the_documented_layout(env: Env) -> None:
     assert ttl["AttributeName"] == "expires_at"
     rules = env.s3.get_bucket_lifecycle_configuration(Bucket=env.settings.results_bucket)["Rules"]
     assert rules[0]["Expiration"]["Days"] == env.settings.retention_days + 1
+
+
+def lease_fields(env: Env, job_id: str) -> tuple[int, str, int]:
+    item = env.db.get_item(TableName=env.settings.jobs_table, Key={"job_id": {"S": job_id}},
+                           ConsistentRead=True)["Item"]
+    return int(item["token"]["N"]), item["lease_owner"]["S"], int(item["lease_token"]["N"])
+
+
+def test_a_grant_is_fenced_on_the_redis_lease_token(env: Env) -> None:
+    """The job model's grant-after-long-pause: the item keeps the lease token of its latest grant,
+    and a grant from an older lease is refused with LeaseLost, the item untouched."""
+    store = env.store
+    t1 = store.grant("j1", "q", "w-new", lease_token=5)
+    assert lease_fields(env, "j1") == (t1, "w-new", 5)
+    with pytest.raises(LeaseLost, match="granted to a newer lease") as refused:
+        store.grant("j1", "q", "w-paused", lease_token=3)
+    assert (refused.value.details["lease_token"], refused.value.details["granted_lease_token"]) == (3, 5)
+    assert lease_fields(env, "j1") == (t1, "w-new", 5)
+    # Equal: the same lease asking again (botocore retrying a grant whose answer was lost).
+    assert store.grant("j1", "q", "w-new", lease_token=5) == t1 + 1
+    # An older lease's grant that landed first is superseded by the newer one's.
+    assert store.grant("j1", "q", "w-next", lease_token=9) == t1 + 2
+    assert lease_fields(env, "j1") == (t1 + 2, "w-next", 9)
+    # No lease token (callers holding no Redis lease): neither checked nor recorded.
+    assert store.grant("j1", "q", "tool") == t1 + 3
+    assert lease_fields(env, "j1") == (t1 + 3, "tool", 9)
+    for bad in (0, -1, True, "9", 2**53):
+        with pytest.raises(InvalidInput, match="lease token"):
+            store.grant("j1", "q", "w", lease_token=bad)  # type: ignore[arg-type]
+    assert lease_fields(env, "j1") == (t1 + 3, "tool", 9)
+
+
+def test_an_older_lease_is_refused_whatever_the_status(env: Env) -> None:
+    """Refused as stale before any other reason: a succeeded job's re-run (the second update of a
+    grant) and a failed job alike; the newer lease is the one that deals with the job."""
+    store = env.store
+    store.write_result("ok", store.grant("ok", "q", "w", lease_token=10), 1)
+    with pytest.raises(LeaseLost, match="granted to a newer lease"):
+        store.grant("ok", "q", "w-old", lease_token=4)
+    rerun = store.grant("ok", "q", "w-rerun", lease_token=11)  # a re-run: the status stays
+    assert store.get_job("ok").status == JobState.SUCCEEDED
+    assert lease_fields(env, "ok") == (rerun, "w-rerun", 11)
+    store.record_failure("no", store.grant("no", "q", "w", lease_token=10), "bad", "failed")
+    with pytest.raises(LeaseLost, match="granted to a newer lease"):
+        store.grant("no", "q", "w-old", lease_token=4)
+    gen = store.redrive("no")  # the redrive generation rules hold with the lease fence
+    with pytest.raises(LeaseLost, match="granted to a newer lease"):
+        store.grant("no", "q", "w-old", gen, lease_token=9)
+    assert store.get_job("no").status == JobState.FAILED
+    token = store.grant("no", "q", "w-redriven", gen, lease_token=12)
+    assert store.get_job("no").status == JobState.LEASED
+    assert lease_fields(env, "no") == (token, "w-redriven", 12)
 
 
 def test_lifecycle_over_http(env: Env) -> None:

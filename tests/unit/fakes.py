@@ -311,11 +311,14 @@ class FakeStore:
         it = record.model_dump(exclude={"job_id", "lease_owner"})
         self.items[record.job_id] = {**it, "status": record.status.value, "owner": record.lease_owner}
 
-    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
+              lease_token: int | None = None) -> int:
         with self._lock:
             self.broken.check("grant")
             it = self.items.setdefault(job_id, {"queue": queue, "status": "queued", "token": 0,
                                                 "attempts": 0, "cancel_requested": False})
+            if lease_token is not None and it.get("lease_token", 0) > lease_token:
+                raise LeaseLost(f"job {job_id} was granted to a newer lease")
             if it["status"] in ("failed", "dead") and redrive_gen <= it.get("run_gen", 0):
                 raise AlreadyFinished(f"job {job_id} already {it['status']}", status=it["status"])
             it["run_gen"] = redrive_gen
@@ -326,6 +329,8 @@ class FakeStore:
             it["token"] += 1
             it["attempts"] += 1
             it["owner"] = owner
+            if lease_token is not None:
+                it["lease_token"] = lease_token
             if it["status"] != "succeeded":  # once succeeded, always (a re-run keeps the status)
                 it["status"] = "leased"
             self.calls.append(("grant", job_id, it["token"]))

@@ -353,3 +353,31 @@ def test_a_job_with_too_little_lease_left_is_released_without_a_grant() -> None:
     b = k.queue.job("q", "b")
     assert b.state == "ready" and b.attempts == 0
     assert k.log.having("lease released: only")
+
+
+def test_a_grant_refused_to_an_older_lease_runs_nothing_and_gives_the_lease_up() -> None:
+    """The job model's grant-after-long-pause: this worker's lease was taken over while it paused
+    before its grant, and the newer lease was granted first. Its grant is refused (the item keeps
+    the newer lease token): the handler never runs, nothing is written, and it tells Redis nothing
+    (the lease is someone else's)."""
+    k = kit()
+    ran: list[int] = []
+    k.app.register("q", lambda job, ctx: ran.append(ctx.token))
+    k.queue.add("q", "j")
+    k.store.grant("j", "q", "the-new-holder", lease_token=7)  # the fake queue's first lease token is 1
+    assert k.worker().drain(["q"], 1).as_dict()["lease_lost"] == 1
+    assert ran == []
+    rec = k.store.get_job("j")
+    assert (rec.status, rec.token, rec.lease_owner) == ("leased", 1, "the-new-holder")
+    assert k.store.item("j")["lease_token"] == 7
+    assert [c[0] for c in k.queue.calls if c[0] != "lease"] == []
+    assert k.count(t.LEASES_LOST) == 1
+    assert k.log.having("lease lost: the grant was refused: job j was granted to a newer lease")
+
+
+def test_a_grant_records_the_lease_token_it_was_fenced_on() -> None:
+    k = kit()
+    k.app.register("q", lambda job, ctx: "ok")
+    k.queue.add("q", "j")
+    assert k.worker().drain(["q"], 1).as_dict()["succeeded"] == 1
+    assert k.store.item("j")["lease_token"] == 1 == k.queue.job("q", "j").token

@@ -244,7 +244,8 @@ class Scripts:
         return bool(self._run("register.lua", [registry], [queue, limit]))
 
     def stats(self, k: QueueKeys) -> StatsReply:
-        r = self._run("stats.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle], [])
+        r = self._run("stats.lua",
+                      [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq], [])
         flat = [_word(x) for x in r[6]]
         return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
                           dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]))

@@ -86,6 +86,12 @@ class JobRunner:
         except JobCancelled:
             # Cancelled in the store while queued: the grant refused it; drop it from Redis.
             return self.finisher.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))
+        except LeaseLost as exc:
+            # A newer lease was granted (this worker paused past its margin and its lease was taken
+            # over), or the job ran under a newer redrive since: its Redis lease is someone else's or
+            # gone. Nothing to give back; nothing runs. (Were Redis still to say it is ours, the lease
+            # lapses and is reclaimed as an attempt, rather than be released to be refused again.)
+            return self.finisher.lost(Attempt(tracked, 0, tracked.log), f"the grant was refused: {exc}")
         except (BackendUnavailable, SluiceError) as exc:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
             return self.finisher.release(tracked, tracked.log, None, f"grant failed: {exc}")
@@ -135,7 +141,8 @@ class JobRunner:
 
     def _grant(self, job: LeasedJob) -> int:
         return ev.timed(self.finisher.events,
-                        lambda: self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen),
+                        lambda: self.store.grant(job.job_id, job.queue, self.worker_id, job.redrive_gen,
+                                                 lease_token=job.lease_token),
                         ev.Granted, {"job": job.job_id, "queue": job.queue, "owner": self.worker_id},
                         details=lambda token: {"token": token})
 

@@ -21,7 +21,7 @@ NAMES = {
     "#own": "lease_owner", "#cr": "created_at_ms", "#up": "updated_at_ms", "#fin": "finished_at_ms",
     "#err": "last_error", "#res": "result", "#ref": "result_ref", "#rt": "result_token",
     "#dig": "result_digest", "#cx": "cancel_requested", "#exp": "expires_at",
-    "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token",
+    "#rg": "redrive_gen", "#run": "run_gen", "#end": "ended_token", "#lt": "lease_token",
     "#pg": "progress", "#pgd": "progress_detail", "#pgt": "progress_at_ms",
     # families (store/families.py)
     "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
@@ -58,6 +58,15 @@ def generation(value: object) -> int:
     """A redrive generation (``LeasedJob.redrive_gen``, ``EndedJob.redrive_gen``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53 - 1:
         raise InvalidInput(f"invalid redrive generation {value!r}: an integer >= 0")
+    return value
+
+
+def lease_token_of(value: object) -> int | None:
+    """A Redis lease token a grant is fenced on (``LeasedJob.lease_token``), or None: not fenced."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**53 - 1:
+        raise InvalidInput(f"invalid lease token {value!r}: an integer in 1..2**53-1")
     return value
 
 

@@ -34,7 +34,7 @@ from sluice.models import FINAL_STATES, JobRecord, JobState, validate_job_id, va
 from sluice.pools import LazyPool
 from sluice.ports import Metrics, ResultSink
 from sluice.store.client import CONFIG, dynamodb_client
-from sluice.store.codec import N, S, generation, item_int, item_str
+from sluice.store.codec import N, S, generation, item_int, item_str, lease_token_of
 from sluice.store.errors import translated
 from sluice.store.families import Families
 from sluice.store.fenced import Fence
@@ -56,6 +56,13 @@ REDRIVEN = "(#st IN (:failed, :dead) AND #rg >= :gen AND (attribute_not_exists(#
 # lowered, a redriven job that then ended unrun (a reap, a settle) would look redriven again, and the
 # relay, which pushes a replayed job with the item's redrive_gen, would run it once more.
 NOT_OLDER = "(attribute_not_exists(#run) OR #run <= :gen)"
+# The grant is fenced on the Redis lease too: the item keeps the lease token of its latest grant, and a
+# grant from an older lease is refused. A worker that checked its lease, then paused past its grant
+# margin while the lease lapsed and another worker leased and was granted the job, would otherwise
+# grant late and make that holder stale (the job model's grant-after-long-pause). Equal: the same lease
+# (botocore retrying a grant whose answer was lost); lease tokens never repeat across a Redis loss
+# (_lib.lua take_seq). An older lease's grant that lands first is superseded by the newer one's.
+LEASE_NEWER = "(attribute_not_exists(#lt) OR #lt <= :lt)"
 MAX_OWNER_CHARS = 256
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
@@ -104,30 +111,36 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
 
     # -- the token authority ----------------------------------------------------------------
 
-    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
+              lease_token: int | None = None) -> int:
         """The next fencing token for a lease just taken in Redis.
 
         ``redrive_gen``: the job's redrive generation in Redis (``LeasedJob.redrive_gen``).
         A failed or dead item is granted only for a generation newer than the one it last
         ran under (``AlreadyFinished`` otherwise); a redriven job's item must exist (its
         token cannot restart at 1: ``AlreadyFinished`` with status "expired").
+        ``lease_token``: the Redis lease's (``LeasedJob.lease_token``), recorded on the item;
+        a lease older than the one granted last is refused (``LeaseLost``: ``LEASE_NEWER``).
+        None (callers that hold no Redis lease: tests, tools) neither checks nor records one.
         """
         job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
         if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
             raise InvalidInput(f"invalid lease owner {owner!r}: 1..{MAX_OWNER_CHARS} characters")
-        gen = generation(redrive_gen)
+        gen, lease = generation(redrive_gen), lease_token_of(lease_token)
         now = self._now_ms()
         values = {":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
                   ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
                   ":succeeded": S(JobState.SUCCEEDED), ":failed": S(JobState.FAILED),
-                  ":dead": S(JobState.DEAD), ":gen": N(gen)}
-        condition = (
-            f"attribute_not_exists(#id) OR ({OPEN} AND {NOT_CANCELLED} AND {NOT_OLDER})" if gen == 0
-            else f"attribute_exists(#id) AND {NOT_CANCELLED} AND {NOT_OLDER} AND ({OPEN} OR {REDRIVEN})")
+                  ":dead": S(JobState.DEAD), ":gen": N(gen), ":lt": N(lease or 0)}
+        fence, record = ("", "") if lease is None else (f" AND {LEASE_NEWER}", ", #lt = :lt")
+        kept = f"{NOT_CANCELLED} AND {NOT_OLDER}{fence}"
+        condition = (f"attribute_not_exists(#id) OR ({OPEN} AND {kept})" if gen == 0
+                     else f"attribute_exists(#id) AND {kept} AND ({OPEN} OR {REDRIVEN})")
         request = self._request(
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
-                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now) REMOVE #exp, #fin",
+                   f"#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now){record} "
+                   "REMOVE #exp, #fin",
             condition=condition, values=values, ReturnValues="ALL_NEW")
         attrs, ok = self._update("grant", request)
         if ok and attrs is not None:
@@ -138,6 +151,7 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         if ran > gen and status not in FINAL_STATES:
             raise LeaseLost(f"job {job_id} ran under redrive generation {ran} since this lease (generation "
                             f"{gen}) was taken: the lease is stale; no token granted", job_id=job_id)
+        self._refuse_older_lease(job_id, attrs, lease)
         if attrs is None or status in (JobState.FAILED, JobState.DEAD):
             # The verdict was written and then the lease lapsed (the worker died before it told
             # Redis), or the item expired after it ended: not run again without a redrive.
@@ -147,16 +161,26 @@ class DynamoJobStore(LeaseWrites, Lifecycle, Families):
         if status == JobState.SUCCEEDED:
             # A re-run (its worker crashed before the ack): a newer token, the status stays.
             request = self._request(
-                job_id, update="ADD #tok :one, #att :one SET #own = :owner, #up = :now",
-                condition="#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false)",
+                job_id, update=f"ADD #tok :one, #att :one SET #own = :owner, #up = :now{record}",
+                condition=f"#st = :succeeded AND (attribute_not_exists(#cx) OR #cx = :false){fence}",
                 values=values, ReturnValues="ALL_NEW")
             attrs, ok = self._update("grant", request)
             if ok and attrs is not None:
                 self._granted(job_id, attrs)
                 return item_int(attrs, "token")
+            self._refuse_older_lease(job_id, attrs, lease)  # a newer lease was granted in between
         if status not in (JobState.CANCELLED, JobState.SUCCEEDED):
             self._honour(job_id, "grant.cancel")
         raise JobCancelled(f"job {job_id} was cancelled; no lease granted", job_id=job_id)
+
+    @staticmethod
+    def _refuse_older_lease(job_id: str, attrs: dict[str, Any] | None, lease: int | None) -> None:
+        """``LeaseLost`` if the item (as a refused grant found it) was granted to a newer lease."""
+        granted = item_int(attrs, "lease_token") if attrs is not None else 0
+        if lease is not None and granted > lease:
+            raise LeaseLost(f"job {job_id} was granted to a newer lease (lease token {granted}) than this "
+                            f"one ({lease}): the lease is stale; no token granted", job_id=job_id,
+                            lease_token=lease, granted_lease_token=granted)
 
     # -- batch reads ------------------------------------------------------------------------
 

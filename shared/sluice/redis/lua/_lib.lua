@@ -19,8 +19,10 @@
 -- the tokens hash holding its lease token), or dead.
 --
 -- Lease tokens come from the queue's seq counter (INCRBY once per lease call), so a
--- job's tokens strictly increase; they prove liveness only (DynamoDB mints the fencing
--- token). The same counter orders ready jobs FIFO within a priority.
+-- job's lease tokens strictly increase, across a Redis data loss too (take_seq seeds a
+-- lost counter from TIME). DynamoDB mints the fencing token; its grant refuses a lease
+-- token below the one it last granted (docs/store.md). The same counter orders ready
+-- jobs FIFO within a priority.
 --
 -- Job keys are built as <job prefix> .. <job id>; the prefix is passed in KEYS and
 -- carries the {queue} hash tag, so every job key lives in the same cluster slot.
@@ -29,6 +31,8 @@
 
 local BAND = 17592186044416          -- 2^44: ready score = (9 - priority) * BAND + seq
 local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its ready score - FRONT
+-- Bands stay apart while the jobs in ready at once took their seqs less than FRONT steps
+-- apart (the counter's value itself is large: take_seq seeds it from TIME).
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
@@ -64,14 +68,45 @@ local function queue_of(key)
   return nil
 end
 
+-- Whether `key` belongs to a reserved queue (Sluice's own).
+local function is_reserved(key)
+  local queue = queue_of(key)
+  return queue ~= nil and string.sub(queue, 1, #RESERVED_PREFIX) == RESERVED_PREFIX
+end
+
 -- nil when the queue of `key` is public, else the RESERVED_QUEUE error reply. Only
 -- enqueue_internal.lua writes jobs into a reserved queue.
 local function refuse_reserved(key)
-  local queue = queue_of(key)
-  if queue and string.sub(queue, 1, #RESERVED_PREFIX) == RESERVED_PREFIX then
+  if is_reserved(key) then
+    local queue = queue_of(key)
     return redis.error_reply('RESERVED_QUEUE queue=' .. queue .. ' prefix=' .. RESERVED_PREFIX)
   end
   return nil
+end
+
+-- The queue's seq counter moved on by n (n >= 1); returns its new value, as INCRBY does.
+-- Every script takes seq through here, after it validated its input (seeding writes).
+--
+-- A counter that is missing (Redis lost its data, or the queue is new: INCRBY answers n)
+-- starts again from TIME in microseconds, not from 0. A lease token taken before a loss
+-- is then below every one taken after it, as long as the lost counter took fewer steps
+-- than microseconds passed between its seeding and the new one: fewer than a million a
+-- second on average (a job takes one per enqueue or promotion, lease and requeue), on a
+-- clock that did not go back across the loss. The jobs table's grant refuses a lease
+-- token below the one it last granted; without the seed a worker leased before a loss
+-- could grant after the job's new holder, whose token it shares or undercuts, and make
+-- that holder stale (docs/job-states.md, "preloss-worker-grants"). Seeded in 2026
+-- (1.8e15), every ready score stays below 2^53 (exact in a double) until about 2250.
+-- Reserved queues are not seeded: their lease tokens are the low 32 bits of the relay's
+-- owner tokens (sluice.recovery.tracker.owner_token), which a recovery generation above
+-- them orders across a loss.
+local function take_seq(seqkey, n)
+  local v = redis.call('INCRBY', seqkey, n)
+  if v ~= n or is_reserved(seqkey) then return v end
+  local t = redis.call('TIME')
+  v = tonumber(t[1]) * 1000000 + tonumber(t[2]) + n
+  redis.call('SET', seqkey, string.format('%d', v))
+  return v
 end
 
 local function ready_score(priority, seq)
@@ -147,7 +182,7 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now)
     if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
   end
   local seq = 0
-  if n_ready > 0 then seq = redis.call('INCRBY', seqkey, n_ready) - n_ready end
+  if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
   local rz, dz = {}, {}
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
@@ -199,16 +234,16 @@ end
 
 -- Put one job back in ready at the end of its priority band.
 local function to_ready(ready, seqkey, id, priority)
-  local seq = redis.call('INCR', seqkey)
+  local seq = take_seq(seqkey, 1)
   redis.call('ZADD', ready, ready_score(priority, seq), id)
 end
 
 -- Put one job whose lease lapsed back in ready at the front of its priority band: it has
 -- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
 -- score is FRONT below the band's usual scores: ahead of every job of its band, behind
--- every job of the higher bands (seqs stay far below 2^43), FIFO among reclaimed jobs.
+-- every job of the higher bands (see FRONT), FIFO among reclaimed jobs.
 local function to_front(ready, seqkey, id, priority)
-  local seq = redis.call('INCR', seqkey)
+  local seq = take_seq(seqkey, 1)
   redis.call('ZADD', ready, ready_score(priority, seq) - FRONT, id)
 end
 
@@ -221,7 +256,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   if #due > 0 then
-    local seq = redis.call('INCRBY', seqkey, #due) - #due
+    local seq = take_seq(seqkey, #due) - #due
     local rz = {}
     for k, id in ipairs(due) do
       local meta = redis.call('HGET', prefix .. id, 'm')

@@ -20,7 +20,9 @@
 --   is now_ms + (ARGV[2], or the meta's lease_ms when ARGV[2] is 0).
 --   Two reply entries per job, and no numbers formatted per job, because parsing reply
 --   entries is what a Python client pays for and formatting numbers is what Lua pays for.
---   Tokens come from one INCRBY of seq, so each is greater than any token the job had. Jobs leave ready highest priority first, FIFO within a priority. With
+--   Tokens come from one INCRBY of seq, so each is greater than any token the job had, before
+--   a Redis data loss too (a missing seq is seeded from TIME: _lib.lua take_seq).
+--   Jobs leave ready highest priority first, FIFO within a priority. With
 --   max_in_flight > 0 in config, no more than max_in_flight jobs are leased at once.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
@@ -48,7 +50,7 @@ if n <= 0 then return out end
 local popped = redis.call('ZPOPMIN', ready, n)
 if #popped == 0 then return out end
 
-local token = redis.call('INCRBY', seqkey, #popped / 2) - #popped / 2
+local token = take_seq(seqkey, #popped / 2) - #popped / 2
 out[2] = token
 -- One deadline string for the batch (when the caller gave the lease length), so ZADD
 -- does not format the same number once per job.

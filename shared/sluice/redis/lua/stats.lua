@@ -4,6 +4,7 @@
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
 --   KEYS[6] config hash  KEYS[7] idle zset (workers waiting for work, score = until when)
+--   KEYS[8] seq string (where the priority bands of ready lie now)
 -- Output
 --   {ready, delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
 --    config as {field, value, field, value ...}, idle workers (deadline after TIME)}
@@ -15,10 +16,14 @@
 local prefix, ready = KEYS[1], KEYS[2]
 local now = now_ms()
 local oldest = nil
+-- The jobs in ready took their seqs less than FRONT steps before the counter's value now
+-- (_lib.lua), so band pr holds the BAND scores up to its score for that value: its reclaimed
+-- jobs (to_front) in the lower half, the others above them.
+local top = tonumber(redis.call('GET', KEYS[8])) or 0
 for pr = 0, MAX_PRIORITY do
-  local lo = ready_score(pr, 0) - FRONT  -- a band starts with its reclaimed jobs (_lib.lua to_front)
-  -- Bounds as numbers: redis.call sends them exactly (%.17g); '..' would round them.
-  local head = redis.call('ZRANGEBYSCORE', ready, lo, lo + BAND - 1, 'LIMIT', 0, 1)
+  local hi = ready_score(pr, top)
+  -- Bounds as numbers: redis.call sends them exactly; '..' would round them.
+  local head = redis.call('ZRANGEBYSCORE', ready, hi - BAND + 1, hi, 'LIMIT', 0, 1)
   if #head > 0 then
     local meta = redis.call('HGET', prefix .. head[1], 'm')
     local e = meta and tonumber(string.match(meta, '(%d+)$'))
