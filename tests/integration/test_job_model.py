@@ -599,18 +599,6 @@ class JobMachine(RuleBasedStateMachine):
                        f"{job_id} is {status} in DynamoDB and not live in Redis"
                        + (" (its cancel was answered 202)" if job_id in self.cancel_requested else ""))
 
-    # Known defect (found by this machine in CI, not fixed): Redis's lease tokens restart after a
-    # data loss (lease.lua's per-queue INCRBY), so a worker leased before the loss holds the same
-    # lease token as the job's new holder, passes its lease check and its grant makes the new
-    # holder stale. No stale write is accepted (the fencing token still orders them), but the new
-    # holder's work is refused. The random run skips that one case; its replay judges it (strict
-    # xfail), so it cannot be forgotten. A fix: lease tokens that never repeat across a loss.
-    judge_preloss_grants = False
-
-    def preloss_granted_after(self, run: Any) -> bool:
-        return any(r.before_loss and r.job_id == run.job_id and r.granted is not None
-                   and run.granted is not None and r.granted > run.granted for r in self.workers.all)
-
     def holders_stay_current(self, rs: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
         """H: while a worker holds the Redis lease and has its grant, its token is the job's token
         (no later grant made it stale: H-token) and nothing ended the job under it (H-status)."""
@@ -618,8 +606,6 @@ class JobMachine(RuleBasedStateMachine):
             if (run.granted is None or run.verdict_written or run.before_loss
                     or rs["tokens"].get(run.job_id) != run.lease_token):
                 continue
-            if not self.judge_preloss_grants and self.preloss_granted_after(run):
-                continue  # the known defect below ("preloss-worker-grants"), judged by its replay only
             item = items.get(run.job_id) or {"status": None, "token": None}
             self.check("H-token", item["token"] == run.granted,
                        f"{run.name} holds the lease of {run.job_id} with token {run.granted}, "
@@ -752,13 +738,17 @@ FOUND["stale-grant-lowers-run-gen"] = [
 # pause longer than the grant margin: the worker checked its lease with plenty left, froze inside
 # the grant call, its lease lapsed and was taken over, and its grant then landed on the new holder's
 # item. The margin (docs/worker.md) bounds a grant's latency, not a pause; written from the rules
-# of the improved search (run_freezes at before_grant, lease_lapses with taken_over, thaw).
+# of the improved search (run_freezes at before_grant, lease_lapses with taken_over, thaw). Fixed by
+# fencing the grant on the Redis lease: the item keeps the lease token of its latest grant, and a
+# grant from an older lease is refused (docs/store.md).
 FOUND["grant-after-long-pause"] = [
     ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("lease", {"n": 1}),
     ("run_freezes", {"index": 0, "verdict": "ok", "point": "before_grant"}),
     ("lease_lapses", {"index": 0, "taken_over": True}), ("thaw", {"index": 0})]
 # Found by the derandomized run in the first CI run after a change had moved its draws: a worker leased
-# before a Redis loss grants after the job's new holder, whose lease token it shares.
+# before a Redis loss grants after the job's new holder, whose lease token it shares (lease tokens
+# restarted with the queue's seq). Fixed by seeding a lost seq from Redis TIME (_lib.lua take_seq):
+# the new holder's lease token is then the larger, and the fenced grant refuses the older one.
 FOUND["preloss-worker-grants"] = [
     ("redis_loses_everything", {}), ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}),
     ("enqueue_and_push", {"max_attempts": 1, "n": 1, "priority": 0}), ("cancel", {"index": 0}),
@@ -778,18 +768,11 @@ FOUND["ttl-before-settle"] = [
     ("cancel", {"index": 0}), ("run_late", {"index": 0}), ("ttl_expires", {"index": 0}),
     ("relay_restart", {})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
-UNFIXED: dict[str, str] = {
-    "grant-after-long-pause": "not fixed: the grant margin covers a grant's latency, not a pause longer "
-                              "than it between the lease check and the grant (H-token); a fix would "
-                              "fence the grant itself on the Redis lease",
-    "preloss-worker-grants": "not fixed: lease tokens restart after a Redis loss, so a worker leased "
-                             "before it passes its lease check and its grant makes the new holder "
-                             "stale (H-token)"}
+UNFIXED: dict[str, str] = {}
 
 
 def replay(cls: type[JobMachine], steps: list[tuple[str, dict[str, Any]]]) -> None:
     m = cls()
-    m.judge_preloss_grants = True
     try:
         m.job_invariants()
         for name, kwargs in steps:
