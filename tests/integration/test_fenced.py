@@ -209,7 +209,7 @@ def test_redis_data_loss_between_grants_never_repeats_a_fencing_token(
         first = RedisQueue.from_url(server.extra["url"])
         first.enqueue(spec)
         lease_a = first.lease(qname, 1, LEASE_MS, "A")[0]
-        token_a = env.store.grant(JOB, qname, "A")
+        token_a = env.store.grant(JOB, qname, "A", lease_token=lease_a.lease_token)
         first.close()
 
         port = server.port
@@ -219,11 +219,14 @@ def test_redis_data_loss_between_grants_never_repeats_a_fencing_token(
         assert second.lease(qname, 1, LEASE_MS, "B") == []  # the job is gone with the data
         second.enqueue(spec)  # replayed from Kafka, as the relay's recovery does
         lease_b = second.lease(qname, 1, LEASE_MS, "B")[0]
-        token_b = env.store.grant(JOB, qname, "B")
-        # The hazard: Redis hands out the same lease token again, so it cannot fence.
-        assert lease_b.lease_token <= lease_a.lease_token
-        # The authority: DynamoDB's token still grows.
+        token_b = env.store.grant(JOB, qname, "B", lease_token=lease_b.lease_token)
+        # Redis's lease tokens no longer repeat: the lost seq started again from TIME (µs), not
+        # from 0 (before, B got A's lease token again, and A's late grant made B stale: the job
+        # model's preloss-worker-grants). The fencing token never relied on it: it still grows.
+        assert lease_b.lease_token > lease_a.lease_token
         assert token_b > token_a
+        with pytest.raises(LeaseLost, match="granted to a newer lease"):  # A's grant, fenced on its lease
+            env.store.grant(JOB, qname, "A", lease_token=lease_a.lease_token)
         with pytest.raises(StaleToken):
             env.store.write_result(JOB, token_a, {"by": "A"})
         assert env.store.write_result(JOB, token_b, {"by": "B"}) is WriteOutcome.WRITTEN
