@@ -48,14 +48,15 @@ def test_a_grant_that_lands_after_the_lease_lapsed_leaves_a_finished_job_succeed
     session = worker._open()
     real_grant = k.store.grant
 
-    def frozen_during_the_grant(job_id: str, queue: str, owner: str, redrive_gen: int = 0) -> int:
+    def frozen_during_the_grant(job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
+                                lease_token: int | None = None) -> int:
         # meanwhile another worker took the lease, ran the job and wrote "theirs"
         k.queue.steal("q", "j1")
         k.store.items["j1"] = {"queue": "q", "status": "succeeded", "token": 1, "attempts": 1,
                                "cancel_requested": False, "result": "theirs", "result_json": '"theirs"',
                                "result_token": 1}
         time.sleep(0.6)  # a freeze longer than the grant margin: the request goes out after the lapse
-        return real_grant(job_id, queue, owner, redrive_gen)
+        return real_grant(job_id, queue, owner, redrive_gen, lease_token=lease_token)
 
     k.store.grant = frozen_during_the_grant  # type: ignore[method-assign]
     try:
