@@ -190,6 +190,16 @@ class Client:
     def purge_dead(self, queue: str) -> int:
         return int(self._call("DELETE", self._admin(queue, "dlq"), keyed=False)["purged"])
 
+    def schedules(self) -> list[dict[str, Any]] | None:
+        """``GET /v1/schedules``; None when the gateway serves no schedules (404: no schedules table)."""
+        try:
+            doc = self._call("GET", "/v1/schedules")
+        except SluiceError as exc:
+            if exc.details.get("status") == 404:
+                return None
+            raise
+        return [dict(s) for s in doc["schedules"]]
+
     def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
              clock: Callable[[], float] = time.monotonic) -> JobView:
         """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``

@@ -166,9 +166,9 @@ def register(group: click.Group) -> None:
 
 
 def _load() -> None:
-    from sluice.cli import check, events, jobs, local, ops, routes, top
+    from sluice.cli import check, console, events, jobs, local, ops, routes, top
 
-    for module in (jobs, ops, top, local, check, events, routes):
+    for module in (jobs, ops, top, local, check, events, routes, console):
         for command in module.COMMANDS:
             main.add_command(command)
     register(main)

@@ -1,0 +1,252 @@
+"""``sluice console``: its HTML (everything escaped), its routes and its CSRF refusals, with a fake API."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from sluice.cli.console import render
+from sluice.cli.console.backend import History, Watched
+from sluice.cli.console.server import Console, Response
+from sluice.client import Client, HttpResponse
+from sluice.errors import JobNotFound
+from sluice.models import DeadJob, QueueConfig
+from sluice.wire import JobView, QueueView
+
+EVIL = '<script>alert("x")</script>'
+JOB = "01JB0000000000000000000000.emails.abcdefghij"
+PORT = 8470
+HOST = {"host": f"127.0.0.1:{PORT}"}
+
+
+def view(queue: str = "emails", **kw: Any) -> QueueView:
+    base: dict[str, Any] = dict(queue=queue, ready=3, delayed=1, leased=2, dead=1, oldest_ready_age_ms=1500,
+                                paused=False, rate_per_s=0.0, burst=0, max_in_flight=0, high_watermark=0,
+                                low_watermark=0)
+    return QueueView(**(base | kw))
+
+
+def job(**kw: Any) -> JobView:
+    base: dict[str, Any] = dict(job_id=JOB, queue="emails", status="dead", attempts=3,
+                                created_at_ms=1_700_000_000_000, updated_at_ms=1_700_000_001_000)
+    return JobView(**(base | kw))
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.paused = False
+        self.dead = [DeadJob(job_id=JOB, queue="emails", attempts=3, last_error=EVIL,
+                             died_at_ms=1_700_000_000_000)]
+        self.job = job(last_error=EVIL, result={"html": EVIL}, progress=0.4, progress_detail=EVIL,
+                       progress_at_ms=1_700_000_000_500, children=[JOB])
+
+    def queue_stats(self, queue: str) -> QueueView:
+        return view(queue, paused=self.paused)
+
+    def status(self, job_id: str) -> JobView:
+        if job_id != JOB:
+            raise JobNotFound(f"no job {job_id}", status=404)
+        return self.job
+
+    def pause(self, queue: str) -> QueueConfig:
+        self.calls.append(("pause", queue))
+        self.paused = True
+        return QueueConfig(paused=True)
+
+    def resume(self, queue: str) -> QueueConfig:
+        self.calls.append(("resume", queue))
+        self.paused = False
+        return QueueConfig()
+
+    def set_rate(self, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
+        self.calls.append(("rate", queue, per_second, burst))
+        return QueueConfig(rate_per_s=per_second, burst=burst or 0)
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        return list(self.dead)
+
+    def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
+        self.calls.append(("redrive", queue, job_id))
+        return {"queue": queue, "moved": 1, "refused": {}}
+
+    def purge_dead(self, queue: str) -> int:
+        self.calls.append(("purge", queue))
+        return 1
+
+    def schedules(self) -> list[dict[str, Any]] | None:
+        return [{"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "emails", "paused": False,
+                 "next_firing_ms": 1_700_000_000_000, "payload": {"x": EVIL}}]
+
+
+@pytest.fixture
+def app() -> Console:
+    return Console(FakeBackend(), "local stack", PORT, Watched({"emails"}))
+
+
+def get(app: Console, path: str) -> Response:
+    return app.handle("GET", path, HOST)
+
+
+def post(app: Console, path: str, fields: dict[str, str], *, token: bool = True, **headers: str) -> Response:
+    body = urlencode(fields | ({"csrf": app.token} if token else {})).encode()
+    return app.handle("POST", path, HOST | {"sec-fetch-site": "same-origin",
+                                            "origin": f"http://127.0.0.1:{PORT}"} | headers, body)
+
+
+def test_every_page_escapes_user_data(app: Console) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    app.watched.add("x-evil")
+    for path in ("/", f"/jobs?id={JOB}", f"/fragment/job?id={JOB}", "/queues/emails/dlq", "/schedules",
+                 "/jobs?id=" + EVIL):
+        page = get(app, path).body
+        assert "<script>alert" not in page, path
+        assert "<script" not in page.replace('<script src="/static/console.js" defer></script>', ""), path
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in get(app, "/queues/emails/dlq").body
+    assert "&lt;script&gt;" in get(app, f"/jobs?id={JOB}").body
+
+
+def test_render_escapes_queue_names_and_attributes() -> None:
+    html = render.dlq_page("emails", [DeadJob(job_id='a"b<c', queue="emails", attempts=1, last_error=EVIL,
+                                              died_at_ms=0)], "tok", '"><img src=x onerror=alert(1)>')
+    assert 'a"b<c' not in html and "<img" not in html and "&quot;&gt;&lt;img" in html
+    assert render.esc("<&>\"'") == "&lt;&amp;&gt;&quot;&#x27;"
+
+
+def test_the_job_page_shows_state_attempts_progress_result_and_family(app: Console) -> None:
+    page = get(app, f"/jobs?id={JOB}").body
+    for text in ('id="job-status">dead<', "<th>attempts</th><td>3</td>", "40%", "fencing token",
+                 f'/jobs?id={JOB}">{JOB}</a>', 'data-final="yes"'):
+        assert text in page, text
+    missing = get(app, "/jobs?id=01JB0000000000000000000000.emails.zzzzzzzzzz")
+    assert missing.status == 404 and "no job" in missing.body
+
+
+def test_the_queues_page_shows_depths_state_and_a_sparkline(app: Console) -> None:
+    ticks = iter([0.0, 2.0, 4.0])
+    app.history = History(clock=lambda: next(ticks))
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    first = get(app, "/").body
+    assert '<td class="ready">3</td>' in first and 'class="state running"' in first
+    assert "no data yet" in first
+    get(app, "/fragment/queues")
+    fragment = get(app, "/fragment/queues").body
+    assert "<polyline" in fragment and "<html" not in fragment
+
+
+def test_history_drain_is_the_backlog_fall_per_second() -> None:
+    ticks = iter([0.0, 0.5, 2.0, 4.0])
+    h = History(clock=lambda: next(ticks))
+    for ready in (10, 9, 6, 8):  # the 0.5 s poll is too close to the first: ignored
+        h.record(view(ready=ready, delayed=0, leased=0))
+    assert h.drains("emails") == [2.0, 0.0]
+
+
+def test_pause_resume_and_rate_call_the_operator_api(app: Console) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    r = post(app, "/queues/emails/pause", {})
+    assert (r.status, r.headers["Location"]) == (303, "/?msg=emails%20paused")
+    assert 'class="state paused"' in get(app, "/").body
+    post(app, "/queues/emails/resume", {})
+    post(app, "/queues/emails/rate", {"per_second": "2.5", "burst": "5"})
+    assert fake.calls == [("pause", "emails"), ("resume", "emails"), ("rate", "emails", 2.5, 5)]
+    bad = post(app, "/queues/emails/rate", {"per_second": "fast"})
+    assert bad.status == 400 and "per_second must be a number" in bad.body
+
+
+def test_redrive_and_purge_ask_first_then_act(app: Console) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    ask = post(app, "/queues/emails/dlq/purge", {})
+    assert ask.status == 200 and "Purge every dead job of emails?" in ask.body and fake.calls == []
+    assert 'name="confirmed" value="1"' in ask.body
+    done = post(app, "/queues/emails/dlq/purge", {"confirmed": "1"})
+    assert done.status == 303 and fake.calls == [("purge", "emails")]
+    ask = post(app, "/queues/emails/dlq/redrive", {"job_id": JOB})
+    assert f"Redrive dead job {JOB}" in ask.body and len(fake.calls) == 1
+    post(app, "/queues/emails/dlq/redrive", {"job_id": JOB, "confirmed": "1"})
+    post(app, "/queues/emails/dlq/redrive", {"all": "1", "confirmed": "1"})
+    assert fake.calls[1:] == [("redrive", "emails", JOB), ("redrive", "emails", None)]
+
+
+@pytest.mark.parametrize("headers, token", [
+    ({"sec-fetch-site": "cross-site"}, True),
+    ({"sec-fetch-site": "same-site"}, True),
+    ({"origin": "http://evil.example"}, True),
+    ({"origin": "null"}, True),
+    ({}, False),
+])
+def test_cross_origin_posts_are_refused_and_change_nothing(app: Console, headers: dict[str, str],
+                                                           token: bool) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    for path, fields in (("/queues/emails/dlq/purge", {"confirmed": "1"}), ("/queues/emails/pause", {}),
+                         ("/queues/emails/dlq/redrive", {"all": "1", "confirmed": "1"}),
+                         ("/watch", {"queue": "x"})):
+        r = post(app, path, fields, token=token, **headers)
+        assert r.status == 403, (path, r.body)
+    wrong = app.handle("POST", "/queues/emails/pause", HOST, b"csrf=guess")
+    assert wrong.status == 403
+    assert fake.calls == [] and app.watched.all() == ["emails"]
+
+
+def test_a_foreign_host_is_refused_against_dns_rebinding(app: Console) -> None:
+    assert app.handle("GET", "/", {"host": f"evil.example:{PORT}"}).status == 421
+    assert app.handle("GET", "/", {"host": f"localhost:{PORT}"}).status == 200
+
+
+def test_the_token_is_in_the_page_and_differs_per_process(app: Console) -> None:
+    assert f'name="csrf" value="{app.token}"' in get(app, "/").body
+    assert Console(FakeBackend(), "x", PORT).token != app.token
+
+
+def test_no_credential_reaches_the_browser() -> None:
+    """The console's Client signs with SigV4 on the server; no page, script or answer carries the keys."""
+    from botocore.credentials import Credentials
+
+    secret, key_id, session = "wJalrSECRETKEYmaterial0000", "AKIAFAKEKEYID00000", "FwoGZXIvYXdzSESSIONTOKEN"
+    seen: list[dict[str, str]] = []
+
+    class Transport:
+        def send(self, method: str, url: str, headers: Any, body: Any, timeout: float) -> HttpResponse:
+            seen.append(dict(headers))
+            if "/v1/jobs/" in url:
+                doc = job(status="succeeded", result={"ok": True}).model_dump_json().encode()
+            elif url.endswith("/dlq?limit=100"):
+                doc = b'{"queue":"emails","jobs":[]}'
+            elif url.endswith("/v1/schedules"):
+                return HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}')
+            elif "/v1/admin/" in url:
+                doc = b'{"queue":"emails","paused":true}'
+            else:
+                doc = view().model_dump_json().encode()
+            return HttpResponse(200, {}, doc)
+
+    client = Client("https://abc.execute-api.eu-west-1.amazonaws.com/prod", sign_sigv4=True,
+                    credentials=Credentials(key_id, secret, session), transport=Transport())
+    app = Console(client, client.api_url, PORT, Watched({"emails"}))
+    answers = [get(app, p) for p in ("/", "/fragment/queues", f"/jobs?id={JOB}", f"/fragment/job?id={JOB}",
+                                     "/queues/emails/dlq", "/schedules", "/static/console.js",
+                                     "/static/console.css")]
+    answers.append(post(app, "/queues/emails/pause", {}))
+    assert all(a.status in (200, 303) for a in answers), [(a.status, a.body[:200]) for a in answers]
+    assert any("Authorization" in h and key_id in h["Authorization"] for h in seen)  # it did sign
+    for a in answers:
+        text = a.body + repr(a.headers)
+        for material in (secret, key_id, session, "Signature=", "X-Amz-Security-Token"):
+            assert material not in text
+    assert "serves no schedules" in get(app, "/schedules").body
+
+
+def test_static_files_and_unknown_paths(app: Console) -> None:
+    assert get(app, "/static/console.js").content_type.startswith("text/javascript")
+    assert get(app, "/static/../server.py").status == 404
+    assert get(app, "/nope").status == 404
+    assert app.handle("DELETE", "/", HOST).status == 405
+    assert re.search(r"data-refresh=\"/fragment/queues\"", get(app, "/").body)
