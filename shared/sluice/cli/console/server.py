@@ -27,8 +27,8 @@ from sluice.models import validate_job_id, validate_queue_name
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
-    "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",  # not no-referrer: with it a form POST's Origin is "null", refused
 }
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 _QUEUE_POST = re.compile(r"^/queues/([^/]+)/(pause|resume|rate|dlq/redrive|dlq/purge)$")

@@ -1,0 +1,167 @@
+"""``sluice console`` in a real headless browser (Debian's chromium through Selenium and chromium-driver)
+against a running ``sluice dev``: a job appears and finishes, a queue pauses, a dead job is redriven.
+
+Skipped, with the reason in the summary, where chromium, chromedriver or selenium is missing;
+``.ci/run`` installs them, so CI always runs it. ``SLUICE_CONSOLE_SCREENSHOT=path`` saves the
+queues page there (how docs/img/console.png is made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_dev import http, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and DRIVER):
+    pytest.skip("no chromium/chromedriver on this machine (apt-get install chromium chromium-driver): "
+                "the console's browser test did not run", allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+SLUICE = str(Path(sys.executable).parent / "sluice")
+HANDLERS = '''
+from pathlib import Path
+import sluice
+
+app = sluice.Worker()
+
+
+@app.handler("shout")
+def shout(job, ctx):
+    if job.payload.get("die") and not Path("redriven").exists():
+        raise RuntimeError("<script>boom</script> refused")
+    return {"shouted": str(job.payload["text"]).upper()}
+'''
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
+    (tmp_path / "myjobs.py").write_text(HANDLERS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
+    dev = subprocess.Popen([SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"],
+                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    console = None
+    try:
+        endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", dev, timeout=90)
+        console = subprocess.Popen([SLUICE, "console", "--port", "0"], cwd=tmp_path, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert console.stdout is not None
+        line = console.stdout.readline()
+        assert "sluice console on http://127.0.0.1:" in line, (line, console.stderr.read() if console.stderr else "")
+        yield tmp_path, endpoints, line.split(" on ", 1)[1].split()[0].rstrip("/")
+    finally:
+        if console is not None:
+            console.send_signal(signal.SIGINT)
+            console.wait(timeout=30)
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,800"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=str(DRIVER)))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_status(gateway: str, job_id: str, want: str, timeout: float = 60) -> None:
+    deadline, view = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        _, view = http("GET", f"{gateway}/v1/jobs/{job_id}")
+        if view.get("status") == want:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not {want}: {view}")
+
+
+class Until:
+    """WebDriverWait that says what the page showed when it gives up."""
+
+    def __init__(self, driver: Any, timeout: float = 60) -> None:
+        self.driver, self.wait = driver, WebDriverWait(driver, timeout, poll_frequency=0.2)
+
+    def until(self, condition: Any) -> Any:
+        try:
+            return self.wait.until(condition)
+        except TimeoutException as exc:
+            raise AssertionError(f"gave up on {self.driver.current_url}:\n{self.driver.page_source[:3000]}") from exc
+
+
+def text_of(driver: Any, css: str) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
+        stack: tuple[Path, dict[str, Any], str], browser: Any) -> None:
+    folder, endpoints, url = stack
+    gateway = endpoints["gateway_url"]
+    wait = Until(browser)
+
+    status, accepted = http("POST", f"{gateway}/v1/queues/shout/jobs", {"payload": {"text": "hi console"}})
+    assert status == 202, accepted
+    job_id = accepted["job_id"]
+    browser.get(f"{url}/jobs?id={job_id}")
+    wait.until(lambda d: text_of(d, "#job-status") == "succeeded")  # the page refreshes itself
+    assert "HI CONSOLE" in text_of(browser, "table.job")
+
+    browser.get(url + "/")
+    row = 'tr[data-queue="shout"]'
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
+    assert text_of(browser, f"{row} td.state") == "running"
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "shout paused")
+    assert text_of(browser, f"{row} td.state") == "paused"
+    _, queue = http("GET", f"{gateway}/v1/queues/shout")
+    assert queue["paused"] is True
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "shout resumed")
+    assert text_of(browser, f"{row} td.state") == "running"
+
+    status, accepted = http("POST", f"{gateway}/v1/queues/shout/jobs",
+                            {"payload": {"text": "dies once", "die": True}, "max_attempts": 1})
+    assert status == 202, accepted
+    dead_id = accepted["job_id"]
+    wait_status(gateway, dead_id, "dead")
+    browser.get(f"{url}/queues/shout/dlq")
+    dead_row = f'tr[data-job="{dead_id}"]'
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, dead_row))
+    assert "<script>boom</script> refused" in text_of(browser, dead_row)  # shown as text, not run
+    if os.environ.get("SLUICE_CONSOLE_SCREENSHOT"):
+        browser.get(url + "/")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.spark polyline"))
+        browser.save_screenshot(os.environ["SLUICE_CONSOLE_SCREENSHOT"])
+        browser.get(f"{url}/queues/shout/dlq")
+
+    (folder / "redriven").write_text("yes")  # the handler succeeds from now on
+    browser.find_element(By.CSS_SELECTOR, f"{dead_row} form.redrive button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#confirm-question"))
+    assert f"Redrive dead job {dead_id} of shout?" in text_of(browser, "#confirm-question")
+    browser.find_element(By.CSS_SELECTOR, "form.confirm button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#flash"))
+    assert text_of(browser, "#flash") == "redrove 1"
+    wait_status(gateway, dead_id, "succeeded")
+    browser.get(f"{url}/jobs?id={dead_id}")
+    wait.until(lambda d: text_of(d, "#job-status") == "succeeded")
