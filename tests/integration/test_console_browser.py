@@ -29,7 +29,8 @@ DRIVER = shutil.which("chromedriver")
 if not (CHROMIUM and DRIVER):
     pytest.skip("no chromium/chromedriver on this machine (apt-get install chromium chromium-driver): "
                 "the console's browser test did not run", allow_module_level=True)
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+webdriver = pytest.importorskip("selenium.webdriver",
+                                reason="selenium is not installed (pip install selenium)")
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -54,8 +55,9 @@ def shout(job, ctx):
 def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
     (tmp_path / "myjobs.py").write_text(HANDLERS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
-    dev = subprocess.Popen([SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"],
-                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    argv = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"]
+    dev = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
     console = None
     try:
         endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", dev, timeout=90)
@@ -63,7 +65,8 @@ def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert console.stdout is not None
         line = console.stdout.readline()
-        assert "sluice console on http://127.0.0.1:" in line, (line, console.stderr.read() if console.stderr else "")
+        if "sluice console on http://127.0.0.1:" not in line:
+            raise AssertionError(f"{line!r}: {console.stderr.read() if console.stderr else ''}")
         yield tmp_path, endpoints, line.split(" on ", 1)[1].split()[0].rstrip("/")
     finally:
         if console is not None:
@@ -107,7 +110,8 @@ class Until:
         try:
             return self.wait.until(condition)
         except TimeoutException as exc:
-            raise AssertionError(f"gave up on {self.driver.current_url}:\n{self.driver.page_source[:3000]}") from exc
+            page = self.driver.page_source[:3000]
+            raise AssertionError(f"gave up on {self.driver.current_url}:\n{page}") from exc
 
 
 def text_of(driver: Any, css: str) -> str:
