@@ -135,6 +135,8 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
     row = 'tr[data-queue="shout"]'
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
     assert text_of(browser, f"{row} td.state") == "running"
+    # The page's script refetches the table; the second poll gives the sparkline its first line.
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{row} svg.spark polyline"))
     browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
     wait.until(lambda d: text_of(d, "#flash") == "shout paused")
     assert text_of(browser, f"{row} td.state") == "paused"
