@@ -12,7 +12,7 @@ from sluice.cli.console import render
 from sluice.cli.console.backend import History, Watched
 from sluice.cli.console.server import Console, Response
 from sluice.client import Client, HttpResponse
-from sluice.errors import JobNotFound
+from sluice.errors import InvalidInput, JobNotFound
 from sluice.models import DeadJob, QueueConfig
 from sluice.wire import JobView, QueueView
 
@@ -250,3 +250,19 @@ def test_static_files_and_unknown_paths(app: Console) -> None:
     assert get(app, "/nope").status == 404
     assert app.handle("DELETE", "/", HOST).status == 405
     assert re.search(r"data-refresh=\"/fragment/queues\"", get(app, "/").body)
+
+
+def test_against_a_deployment_the_console_signs_on_its_server(tmp_path: Any) -> None:
+    from sluice.cli.console import build
+    from sluice.cli.target import Target
+
+    url = "https://abc.execute-api.eu-west-1.amazonaws.com/prod"
+    target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})
+    app = build(target, None, 0, ("emails",))
+    assert isinstance(app.backend, Client) and app.backend.sign_sigv4 and app.backend.region == "eu-west-1"
+    assert app.where == url
+    assert app.watched.all() == ["emails"] and app.watched.discover is None
+    other = build(target, "https://other.example/v1", 0, ())
+    assert other.where == "https://other.example/v1"
+    with pytest.raises(InvalidInput):
+        build(target, None, 0, ("Bad Name",))

@@ -6,15 +6,20 @@ Modules: ``render`` (HTML, pure), ``backend`` (the port, watched queues, sparkli
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from sluice.cli.target import Target
+
+if TYPE_CHECKING:
+    from sluice.cli.console.server import Console
 
 DEFAULT_PORT = 8470
 LOCAL_OPERATOR = "arn:aws:iam::000000000000:role/sluice-console"
 
 
-def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -> object:
+def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -> Console:
     from sluice.cli.console.backend import Watched
     from sluice.cli.console.server import Console
     from sluice.client import Client
@@ -48,12 +53,11 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
 @click.pass_obj
 def console(target: Target, port: int, api: str | None, queues: tuple[str, ...]) -> None:
     """Serve a web console on localhost: queues, jobs, dead jobs, schedules."""
-    from sluice.cli.console.server import Console, serve
+    from sluice.cli.console.server import serve
 
     app = build(target, api, port, queues)
-    assert isinstance(app, Console)
     server = serve(app)
-    click.echo(f"sluice console on http://127.0.0.1:{app.port}/ for {app.where} (Ctrl-C stops it)", err=False)
+    click.echo(f"sluice console on http://127.0.0.1:{app.port}/ for {app.where} (Ctrl-C stops it)")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
