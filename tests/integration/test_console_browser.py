@@ -145,6 +145,15 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
     browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
     wait.until(lambda d: text_of(d, "#flash") == "shout resumed")
     assert text_of(browser, f"{row} td.state") == "running"
+    for name, value in (("per_second", "5"), ("burst", "10")):
+        field = browser.find_element(By.CSS_SELECTOR, f'{row} form.rate input[name="{name}"]')
+        field.clear()
+        field.send_keys(value)
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.rate button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "shout rate set")
+    assert text_of(browser, f"{row} td.limit") == "5/s burst 10"
+    _, queue = http("GET", f"{gateway}/v1/queues/shout")
+    assert (queue["rate_per_s"], queue["burst"]) == (5, 10)
 
     status, accepted = http("POST", f"{gateway}/v1/queues/shout/jobs",
                             {"payload": {"text": "dies once", "die": True}, "max_attempts": 1})
