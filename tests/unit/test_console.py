@@ -266,3 +266,20 @@ def test_against_a_deployment_the_console_signs_on_its_server(tmp_path: Any) -> 
     assert other.where == "https://other.example/v1"
     with pytest.raises(InvalidInput):
         build(target, None, 0, ("Bad Name",))
+
+
+def test_client_schedules_lists_them_or_says_none_are_served() -> None:
+    answers = iter([HttpResponse(200, {}, b'{"schedules":[{"name":"nightly"}]}'),
+                    HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}'),
+                    HttpResponse(400, {}, b'{"code":"INVALID_INPUT","detail":"bad"}')])
+
+    class Transport:
+        def send(self, method: str, url: str, headers: Any, body: Any, timeout: float) -> HttpResponse:
+            assert (method, url) == ("GET", "http://gw/v1/schedules")
+            return next(answers)
+
+    client = Client("http://gw", transport=Transport(), max_attempts=1)
+    assert client.schedules() == [{"name": "nightly"}]
+    assert client.schedules() is None
+    with pytest.raises(InvalidInput):
+        client.schedules()
