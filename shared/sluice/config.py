@@ -35,7 +35,9 @@ class Settings(BaseModel):
         super().__init__(**{**{k: v for k, v in env.items() if k in type(self).model_fields}, **values})
 
     # Redis (ElastiCache in AWS). rediss:// for TLS; the AUTH token may come from Secrets Manager.
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # redis+cluster:// or rediss+cluster:// for cluster mode (the configuration endpoint).
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0",
+                           pattern=r"(?i)^rediss?(\+cluster)?://[^/\s]+(/\d*)?(\?\S*)?$")
     redis_auth_secret_arn: str | None = None
 
     # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.

@@ -21,7 +21,7 @@ import redis
 
 from sluice.errors import BackendUnavailable
 from sluice.redis.keys import EPOCH_KEY, QueueKeys
-from sluice.redis.scripts import source, translate
+from sluice.redis.scripts import REDIS_ERRORS, source, translate
 
 
 class RedisEpochs:
@@ -33,7 +33,7 @@ class RedisEpochs:
     def _translated(self) -> Iterator[None]:
         try:
             yield
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
     def peek(self) -> str | None:
