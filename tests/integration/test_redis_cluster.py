@@ -117,3 +117,15 @@ def test_a_shard_down_during_lease_or_ack_is_unavailable_then_recovers(redis_clu
         except BackendUnavailable:
             assert time.monotonic() < deadline, "the restarted shard never answered"
             time.sleep(0.1)
+
+
+def test_memory_guard_reads_the_fullest_primary(redis_cluster: Cluster, crq: RedisQueue) -> None:
+    assert crq.memory_percent() is None  # no maxmemory anywhere
+    with redis.Redis(port=redis_cluster.nodes[1].port) as node:
+        node.config_set("maxmemory", 1_000_000_000)
+        used = int(node.info("memory")["used_memory"])
+        try:
+            percent = crq.memory_percent()
+            assert percent is not None and percent == pytest.approx(100.0 * used / 1e9, rel=0.2)
+        finally:
+            node.config_set("maxmemory", 0)

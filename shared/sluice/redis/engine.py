@@ -46,7 +46,7 @@ from sluice.models import (
     validate_token,
 )
 from sluice.redis.auth import RotatingToken
-from sluice.redis.client import connect
+from sluice.redis.client import connect, is_cluster
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.redis.scripts import REDIS_ERRORS, JobFields, PushResult, Scripts, push_argv, translate
 
@@ -178,13 +178,19 @@ class RedisQueue:
         return bool(member), int(size)
 
     def memory_percent(self) -> float | None:
-        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory)."""
+        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory); on a
+        cluster, the fullest primary's (one shard full refuses its queues' pushes)."""
         try:
-            info = self.client.info("memory")
+            if is_cluster(self.client):
+                primaries = redis.cluster.RedisCluster.PRIMARIES
+                infos = list(self.client.info("memory", target_nodes=primaries).values())
+            else:
+                infos = [self.client.info("memory")]
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        maximum = int(info.get("maxmemory", 0) or 0)
-        return None if maximum <= 0 else 100.0 * int(info.get("used_memory", 0)) / maximum
+        shares = [100.0 * int(i.get("used_memory", 0)) / int(i["maxmemory"])
+                  for i in infos if int(i.get("maxmemory", 0) or 0) > 0]
+        return max(shares) if shares else None
 
     # --- enqueue --------------------------------------------------------------------------
 
