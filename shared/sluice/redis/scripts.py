@@ -185,7 +185,8 @@ class Scripts:
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 keys, args = calls[i]
-                pipe.evalsha(sha, len(keys), *keys, *args)
+                # As a raw command: redis-py's cluster pipeline blocks its evalsha() method, not EVALSHA.
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
             try:
                 for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
                     replies[i] = reply
