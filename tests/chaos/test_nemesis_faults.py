@@ -42,6 +42,9 @@ class NoServers:
     def restart_redis(self) -> None:
         raise AssertionError("not in this test")
 
+    def restart_redis_shard(self, index: int) -> None:
+        raise AssertionError("not in this test")
+
     def restart_broker(self) -> None:
         raise AssertionError("not in this test")
 
