@@ -99,3 +99,20 @@ def test_a_loss_on_one_shard_replays_its_queues_and_no_others(redis_cluster: Clu
         rec.before_push(q, 0, 2)
     offsets_now = [crq.client.hget(QueueKeys(q).relayed("t", 0), "offset") for q in queues]
     assert offsets_now == ["99", "79", "99"]
+
+
+def test_a_shard_down_makes_the_epoch_unavailable_until_it_is_back(redis_cluster: Cluster,
+                                                                   crq: RedisQueue) -> None:
+    from sluice.errors import BackendUnavailable
+
+    epochs = RedisEpochs(crq.client)
+    before = epochs.current()
+    redis_cluster.nodes[0].kill()
+    try:
+        with pytest.raises(BackendUnavailable):
+            epochs.peek()
+    finally:
+        redis_cluster.restart(0)
+    after = epochs.current()
+    assert after != before
+    assert [epochs.lost(before, after, queue_on(redis_cluster, i)) for i in range(3)] == [True, False, False]

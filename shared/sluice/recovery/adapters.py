@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import redis
@@ -107,11 +107,20 @@ class _ShardEpochs:
                 node = self.client.get_node(node_name=name)
                 out.append((ranges, work(self.client.get_redis_connection(node), key)))
         except redis.exceptions.AskError as exc:  # MOVED too: the slots moved; read the map again
-            self.client.nodes_manager.initialize()
+            self._refresh()
             raise BackendUnavailable(f"the Redis cluster's slot map changed ({exc}); try again") from exc
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            # A node down may be a failover: the next read must go to the new primary, and these
+            # reads bypass the cluster client, which refreshes its map only on its own errors.
+            self._refresh()
+            raise translate(exc) from exc
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return out
+
+    def _refresh(self) -> None:
+        with suppress(*REDIS_ERRORS):  # the cluster may be unreachable for now: try on the next read
+            self.client.nodes_manager.initialize()
 
     def peek(self) -> str | None:
         def read(node: Any, key: str) -> str | None:
