@@ -43,3 +43,29 @@ def test_cluster_serves_every_shard_and_a_restart_loses_one_shard(redis_cluster:
         assert client.get(tags[1]) is None
     finally:
         client.close()
+
+
+def test_the_local_stack_runs_a_cluster_and_restarts_one_shard_empty(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from sluice.local.stack import Stack
+    from tests.integration.conftest import queue_on
+
+    stack = Stack(state_dir=tmp_path / "stack", redis_shards=3)
+    try:
+        settings = stack.start_servers()
+        assert stack.cluster is not None and settings.redis_url == stack.cluster.url
+        assert [stack.servers[n].port for n in ("redis", "redis-1", "redis-2")] == [
+            s.port for s in stack.cluster.nodes]
+        client = redis.RedisCluster.from_url(settings.redis_url.replace("redis+cluster", "redis"),
+                                             decode_responses=True)
+        keys = [f"{{{queue_on(stack.cluster, i)}}}:k" for i in range(3)]
+        for k in keys:
+            client.set(k, "v")
+        old_pid = stack.servers["redis-1"].pid
+        stack.restart_redis_shard(1)
+        assert stack.servers["redis-1"].pid != old_pid and stack.servers["redis-1"].alive()
+        assert [client.get(k) for k in keys] == ["v", None, "v"]
+        client.close()
+        nodes = list(stack.cluster.nodes)
+    finally:
+        stack.stop()
+    assert not any(n.alive() for n in nodes)
