@@ -26,7 +26,8 @@ def test_redis_urls_accepted(url: str) -> None:
     assert Settings(redis_url=url).redis_url == url
 
 
-@pytest.mark.parametrize("url", ["http://h:6379", "redis+sentinel://h:1", "redis://", "h:6379"])
+@pytest.mark.parametrize("url", ["http://h:6379", "redis+sentinel://h:1", "redis://", "h:6379",
+                                 "redis+cluster://h:6379/1", "rediss+cluster://h:6379/2?ssl_cert_reqs=none"])
 def test_other_redis_urls_refused(url: str) -> None:
     with pytest.raises(ValidationError):
         Settings(redis_url=url)
