@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 ENV_PREFIX = "sluice_"
 
@@ -35,7 +35,9 @@ class Settings(BaseModel):
         super().__init__(**{**{k: v for k, v in env.items() if k in type(self).model_fields}, **values})
 
     # Redis (ElastiCache in AWS). rediss:// for TLS; the AUTH token may come from Secrets Manager.
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    # redis+cluster:// or rediss+cluster:// for cluster mode (the configuration endpoint).
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0",
+                           pattern=r"(?i)^rediss?(\+cluster)?://[^/\s]+(/\d*)?(\?\S*)?$")
     redis_auth_secret_arn: str | None = None
 
     # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.
@@ -164,6 +166,15 @@ class Settings(BaseModel):
         """The operator's allow-list, or None when any (valid) name may be used."""
         names = frozenset(n.strip() for n in self.queue_allow_list.split(",") if n.strip())
         return names or None
+
+    @field_validator("redis_url")
+    @classmethod
+    def _cluster_has_database_0_only(cls, url: str) -> str:
+        scheme, _, rest = url.partition("://")
+        database = rest.partition("?")[0].partition("/")[2]
+        if scheme.lower().endswith("+cluster") and database not in ("", "0"):
+            raise ValueError(f"a Redis cluster has database 0 only, not {database} ({url})")
+        return url
 
     @classmethod
     def from_env(cls) -> Settings:

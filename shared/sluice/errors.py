@@ -181,6 +181,13 @@ class ConfigError(SluiceError):
     code = "CONFIG_ERROR"
 
 
+class RedisTopologyError(ConfigError):
+    """The Redis URL does not match the server: a cluster URL at a single node, a single-node
+    URL at a cluster (a MOVED reply), hash slots left unassigned, or keys across slots."""
+
+    code = "REDIS_TOPOLOGY"
+
+
 class HandlerDoesNotFit(ConfigError):
     """A handler's hard timeout is longer than the worker function's invocation budget: no
     invocation could ever lease its jobs. The worker refuses to start rather than lease nothing."""

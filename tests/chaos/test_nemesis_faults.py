@@ -42,6 +42,9 @@ class NoServers:
     def restart_redis(self) -> None:
         raise AssertionError("not in this test")
 
+    def restart_redis_shard(self, index: int) -> None:
+        raise AssertionError("not in this test")
+
     def restart_broker(self) -> None:
         raise AssertionError("not in this test")
 
@@ -169,3 +172,21 @@ def test_the_lambda_runtime_aims_at_running_busy_containers_of_the_targets_funct
     os.kill(child.pid, signal.SIGCONT)
     containers.clear()
     assert rt.pick("w0") is None
+
+
+class ShardServers(NoServers):
+    def __init__(self) -> None:
+        self.restarted: list[int] = []
+
+    def restart_redis_shard(self, index: int) -> None:
+        self.restarted.append(index)
+
+
+def test_a_shard_restart_restarts_the_shard_it_names_only(tmp_path: Path) -> None:
+    h = history.History(tmp_path / "h.jsonl")
+    servers = ShardServers()
+    nem = Nemesis([], Targets(None), servers, h, tmp_path)
+    nem.inject(Fault(1.0, "restart_redis_shard", "redis-shard2"))
+    nem.inject(Fault(2.0, "restart_redis_shard", "redis-shard0"))
+    assert servers.restarted == [2, 0]
+    assert nem.injected["restart_redis_shard"] == 2

@@ -24,3 +24,16 @@ def test_every_kind_appears_within_the_window_on_real_targets() -> None:
                 assert f.target == "r0"
             elif f.kind.startswith("kill_worker"):
                 assert f.target in ("w0", "w1", "w2")
+
+
+def test_one_node_plans_are_unchanged_and_a_cluster_adds_shard_restarts() -> None:
+    from sluice.chaos.nemesis import SHARD_KIND
+
+    for seed in range(20):
+        one = plan(seed, 45, interval_s=3.5, lease_s=2, workers=3, relays=1)
+        assert one == plan(seed, 45, interval_s=3.5, lease_s=2, workers=3, relays=1, shards=1)
+        assert SHARD_KIND not in {f.kind for f in one}
+        many = plan(seed, 45, interval_s=3.5, lease_s=2, workers=3, relays=1, shards=3)
+        assert {f.kind for f in many} == {*KINDS, SHARD_KIND}
+        shards = {f.target for f in many if f.kind == SHARD_KIND}
+        assert shards <= {"redis-shard0", "redis-shard1", "redis-shard2"}

@@ -184,18 +184,24 @@ def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
 
 
 def resolve(value: Any, conds: dict[str, bool]) -> Any:
-    """``value`` with every ``Fn::If`` decided by ``conds`` (AWS::NoValue items removed)."""
+    """``value`` with every ``Fn::If`` decided by ``conds``: AWS::NoValue properties and list items
+    removed; a ``value`` that is itself AWS::NoValue stays ``{"Ref": "AWS::NoValue"}``."""
+    out = _resolve(value, conds)
+    return {"Ref": "AWS::NoValue"} if out is _ABSENT else out
+
+
+def _resolve(value: Any, conds: dict[str, bool]) -> Any:
+    if value == {"Ref": "AWS::NoValue"}:  # before the dict case, which kept it as a property
+        return _ABSENT
     if isinstance(value, dict) and set(value) == {"Fn::If"}:
         name, yes, no = value["Fn::If"]
-        return resolve(yes if conds[name] else no, conds)
+        return _resolve(yes if conds[name] else no, conds)
     if isinstance(value, dict):
-        out = {k: resolve(v, conds) for k, v in value.items()}
+        out = {k: _resolve(v, conds) for k, v in value.items()}
         return {k: v for k, v in out.items() if v is not _ABSENT}
     if isinstance(value, list):
-        items = [resolve(v, conds) for v in value]
+        items = [_resolve(v, conds) for v in value]
         return [v for v in items if v is not _ABSENT]
-    if value == {"Ref": "AWS::NoValue"}:
-        return _ABSENT
     return value
 
 

@@ -90,15 +90,25 @@ def test_tables_have_the_layout_the_code_creates_locally(resource: str, creator:
 # ------------------------------------------------------------------ Redis
 
 
-def test_redis_is_encrypted_multi_az_with_a_generated_auth_token() -> None:
+def redis_group(**params: Any) -> dict[str, Any]:
+    """The replication group's properties as a deploy with ``params`` would create it."""
     (group,) = cfn.resources(T, "AWS::ElastiCache::ReplicationGroup").values()
-    p = group["Properties"]
+    return cfn.resolve(group["Properties"], cfn.conditions(T, cfn.parameters(T, **params)))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_redis_is_encrypted_multi_az_with_a_generated_auth_token(shards: int) -> None:
+    p = redis_group(RedisShards=shards)
     assert p["TransitEncryptionEnabled"] is True
     assert p["TransitEncryptionMode"] == "required"
     assert p["AtRestEncryptionEnabled"] is True
     assert p["MultiAZEnabled"] is True and p["AutomaticFailoverEnabled"] is True
-    nodes = p["NumCacheClusters"]
-    assert T["Parameters"][nodes["Ref"]]["MinValue"] >= 2, "failover needs a replica"
+    if shards == 1:
+        nodes = p["NumCacheClusters"]
+        assert T["Parameters"][nodes["Ref"]]["MinValue"] >= 2, "failover needs a replica"
+    else:
+        replicas = p["ReplicasPerNodeGroup"]
+        assert T["Parameters"][replicas["Ref"]]["MinValue"] >= 1, "failover needs a replica per shard"
     secret = re.fullmatch(r"\{\{resolve:secretsmanager:\$\{(\w+)\}\}\}", p["AuthToken"]["Fn::Sub"])
     assert secret, p["AuthToken"]
     assert RES[secret.group(1)]["Type"] == "AWS::SecretsManager::Secret"
@@ -106,7 +116,48 @@ def test_redis_is_encrypted_multi_az_with_a_generated_auth_token() -> None:
     # The functions are told where the token is, and only they may read it.
     env = T["Globals"]["Function"]["Environment"]["Variables"]
     assert env["SLUICE_REDIS_AUTH_SECRET_ARN"] == {"Ref": secret.group(1)}
-    assert env["SLUICE_REDIS_URL"]["Fn::Sub"].startswith("rediss://"), "TLS is required by the group"
+    conds = cfn.conditions(T, cfn.parameters(T, RedisShards=shards))
+    url = cfn.resolve(env["SLUICE_REDIS_URL"], conds)["Fn::Sub"]
+    assert url.startswith("rediss://" if shards == 1 else "rediss+cluster://"), "TLS is required by the group"
+
+
+def test_one_shard_is_the_default_and_unchanged() -> None:
+    assert T["Parameters"]["RedisShards"]["Default"] == 1
+    p = redis_group()
+    assert p["NumCacheClusters"] == {"Ref": "CacheNodes"}
+    assert "NumNodeGroups" not in p and "ReplicasPerNodeGroup" not in p
+    assert p["CacheParameterGroupName"] == {"Ref": "RedisParameters"}
+    assert "cluster-enabled" not in props("RedisParameters")["Properties"]
+    env = T["Globals"]["Function"]["Environment"]["Variables"]
+    url = cfn.resolve(env["SLUICE_REDIS_URL"], cfn.conditions(T, cfn.parameters(T)))
+    assert url == {"Fn::Sub": "rediss://${RedisGroup.PrimaryEndPoint.Address}:${RedisGroup.PrimaryEndPoint.Port}/0"}
+
+
+def test_n_shards_with_m_replicas_use_cluster_mode_and_the_configuration_endpoint() -> None:
+    conds = cfn.conditions(T, cfn.parameters(T, RedisShards=4, RedisReplicasPerShard=2))
+    p = redis_group(RedisShards=4, RedisReplicasPerShard=2)
+    assert p["NumNodeGroups"] == {"Ref": "RedisShards"}
+    assert p["ReplicasPerNodeGroup"] == {"Ref": "RedisReplicasPerShard"}
+    assert "NumCacheClusters" not in p  # ElastiCache refuses both
+    assert p["CacheParameterGroupName"] == {"Ref": "RedisClusterParameters"}
+    cluster_params = RES["RedisClusterParameters"]
+    assert cluster_params["Condition"] == "RedisCluster" and conds["RedisCluster"]
+    assert cluster_params["Properties"]["Properties"] == {"cluster-enabled": "yes",
+                                                          "maxmemory-policy": "noeviction"}
+    assert cluster_params["Properties"]["CacheParameterGroupFamily"] == props("RedisParameters")[
+        "CacheParameterGroupFamily"]
+    # The same security as one shard: TLS required, AUTH from the secret, encrypted at rest.
+    assert (p["TransitEncryptionMode"], p["AtRestEncryptionEnabled"]) == ("required", True)
+    assert p["AuthToken"] == redis_group()["AuthToken"]
+    assert p["SecurityGroupIds"] == redis_group()["SecurityGroupIds"]
+    endpoint = "${RedisGroup.ConfigurationEndPoint.Address}:${RedisGroup.ConfigurationEndPoint.Port}/0"
+    env = T["Globals"]["Function"]["Environment"]["Variables"]
+    assert cfn.resolve(env["SLUICE_REDIS_URL"], conds) == {"Fn::Sub": f"rediss+cluster://{endpoint}"}
+    assert cfn.resolve(T["Outputs"]["RedisEndpoint"]["Value"], conds) == {"Fn::Sub": f"rediss+cluster://{endpoint}"}
+    # Settings accepts what the template gives the functions.
+    from sluice.config import Settings
+
+    Settings(redis_url="rediss+cluster://clustercfg.sluice.abc.use1.cache.amazonaws.com:6379/0")
 
 
 def test_only_the_gateway_and_the_relay_read_the_generated_job_id_secret() -> None:
@@ -130,9 +181,9 @@ def test_only_the_gateway_and_the_relay_read_the_generated_job_id_secret() -> No
     assert props("RelayFunction")["Environment"]["Variables"]["SLUICE_JOB_ID_SECRET_ARN"] == {"Ref": secret}
 
 
-def test_redis_never_evicts() -> None:
-    (group,) = cfn.resources(T, "AWS::ElastiCache::ReplicationGroup").values()
-    params = group["Properties"]["CacheParameterGroupName"]
+@pytest.mark.parametrize("shards", [1, 3])
+def test_redis_never_evicts(shards: int) -> None:
+    params = redis_group(RedisShards=shards)["CacheParameterGroupName"]
     assert RES[params["Ref"]]["Type"] == "AWS::ElastiCache::ParameterGroup"
     assert props(params["Ref"])["Properties"]["maxmemory-policy"] == "noeviction"
 
@@ -493,7 +544,7 @@ def test_alarms_watch_the_metrics_the_code_emits() -> None:
 def test_every_redis_node_the_template_can_create_has_a_memory_alarm(nodes: int) -> None:
     """CacheNodes allows 2..6 nodes and any of them may be the primary after a failover: each one
     (and no node that does not exist) is watched, on the alarm topic."""
-    assert T["Resources"]["RedisGroup"]["Properties"]["NumCacheClusters"] == {"Ref": "CacheNodes"}
+    assert redis_group()["NumCacheClusters"] == {"Ref": "CacheNodes"}
     assert (T["Parameters"]["CacheNodes"]["MinValue"], T["Parameters"]["CacheNodes"]["MaxValue"]) == (2, 6)
     assert props("Observability")["Parameters"]["CacheNodes"] == {"Ref": "CacheNodes"}
     obs = cfn.load(cfn.NESTED["observability"])

@@ -114,17 +114,21 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
               help="An operator also cancels jobs, redrives and purges dead ones, pauses and resumes the "
                    "queue while the nemesis faults (a few jobs then fail by design, to be dead-lettered).")
 @click.option("--drain-timeout", type=float, default=None, help="Seconds to wait for the queues to drain.")
+@click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Above 1: run on a local Redis cluster of that many masters; the nemesis then also "
+                   "restarts one shard at a time with its data lost.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the history and logs go (default .sluice/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
 def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
-          operator: bool, drain_timeout: float | None, state_dir: Path | None, as_json: bool) -> None:
+          operator: bool, drain_timeout: float | None, redis_shards: int, state_dir: Path | None,
+          as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
     from sluice.chaos import runner
 
     options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
                              faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
-                             state_dir=state_dir)
+                             state_dir=state_dir, redis_shards=redis_shards)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:

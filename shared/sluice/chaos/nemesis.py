@@ -17,7 +17,11 @@ Kinds:
 - ``pause_worker_before_write``: the same pause, placed by arming: the worker stops itself
   after the runtime's own lease check, just before its fenced write (the gc-pause story),
   so that storage has stale writes to refuse. Not landing within ``arm_s``: no pause;
-- ``restart_redis``: redis-server killed and started empty on the same port;
+- ``restart_redis``: redis-server killed and started empty on the same port (on a cluster,
+  every master);
+- ``restart_redis_shard`` (only on a cluster, ``shards`` above 1): one master killed and
+  started empty on its port, with its slots: the other shards keep their data, and the
+  relays must replay that shard's queues only (docs/redis-loss.md, "Many shards");
 - ``restart_broker``: Tansu stopped and started again; its data lives in S3 (moto);
 - ``skew_relay_clock``: the relay processes' wall clock is stepped ``offset_s`` (0.5-8 s,
   ahead or behind) away from the machine's, Redis's included, for ``hold_s`` (5-15 s),
@@ -46,6 +50,7 @@ KINDS = ("kill_worker_mid_job", "kill_worker_before_ack", "pause_worker", "pause
 WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker": 3,
            "pause_worker_before_write": 3, "kill_relay_after_push": 2, "restart_redis": 1,
            "restart_broker": 1, "skew_relay_clock": 1}
+SHARD_KIND, SHARD_WEIGHT = "restart_redis_shard", 1  # planned only on a cluster: plans for one node unchanged
 ARMED = {"kill_worker_mid_job", "kill_worker_before_ack", "kill_relay_after_push"}
 PAUSES = {"pause_worker", "pause_worker_before_write"}
 
@@ -64,19 +69,22 @@ class Fault:
 
 
 def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, workers: int, relays: int,
-         start_s: float = 3.0, tail_s: float = 5.0) -> list[Fault]:
+         start_s: float = 3.0, tail_s: float = 5.0, shards: int = 1) -> list[Fault]:
     rng = random.Random(seed)
-    first = list(KINDS)
+    weights = dict(WEIGHTS) | ({SHARD_KIND: SHARD_WEIGHT} if shards > 1 else {})
+    first = list(KINDS) + ([SHARD_KIND] if shards > 1 else [])
     rng.shuffle(first)
     faults: list[Fault] = []
     t = start_s
     while t <= duration_s - tail_s:
-        kind = first.pop(0) if first else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        kind = first.pop(0) if first else rng.choices(list(weights), weights=list(weights.values()))[0]
         offset = 0.0
         if kind in ("kill_relay_after_push", "skew_relay_clock"):
             target = f"r{rng.randrange(relays)}"
         elif kind == "restart_redis":
             target = "redis"
+        elif kind == SHARD_KIND:
+            target = f"redis-shard{rng.randrange(shards)}"
         elif kind == "restart_broker":
             target = "broker"
         else:
@@ -103,6 +111,7 @@ class Targets(Protocol):
 
 class Servers(Protocol):
     def restart_redis(self) -> None: ...
+    def restart_redis_shard(self, index: int) -> None: ...
     def restart_broker(self) -> None: ...
 
 
@@ -153,6 +162,8 @@ class Nemesis:
                 self._paused_until(pid, f)
         elif f.kind == "restart_redis":
             self.servers.restart_redis()
+        elif f.kind == SHARD_KIND:
+            self.servers.restart_redis_shard(int(f.target.removeprefix("redis-shard")))
         elif f.kind == "restart_broker":
             self.servers.restart_broker()
         elif f.kind == "skew_relay_clock":

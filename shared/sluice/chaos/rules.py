@@ -81,7 +81,7 @@ class Ops:
     def add(self, e: Mapping[str, Any]) -> None:
         op, kind = e.get("op"), str(e.get("kind", ""))
         if op == "fault":
-            if kind == "restart_redis" and e.get("phase", "injected") == "injected":
+            if kind in ("restart_redis", "restart_redis_shard") and e.get("phase", "injected") == "injected":
                 self.redis_restarts.append(float(e.get("t1", 0)))
         elif op == "push":
             if e.get("outcome") == "ok" and int(e.get("pushed", 0)) > 0:

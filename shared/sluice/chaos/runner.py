@@ -50,6 +50,7 @@ class Options:
     operator: bool = False  # an operator cancels, redrives, purges, pauses and resumes (chaos.operator)
     operator_interval_s: float = 2.5
     families: bool = True  # every 20th job starts children and a continuation (chaos.families)
+    redis_shards: int = 1  # above 1: a local Redis cluster, and the nemesis restarts single shards
 
 
 @dataclass
@@ -120,11 +121,10 @@ def kafka_dump(settings: Any, path: Path, quiet_s: float = 3.0) -> dict[str, tup
 
 
 def live_leases(redis_url: str) -> set[str]:
-    import redis
-
+    from sluice.redis.client import connect
     from sluice.redis.keys import QueueKeys
 
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = connect(redis_url)  # a cluster client for a redis+cluster:// URL
     try:
         secs, micros = client.time()
         now = secs * 1000 + micros // 1000
@@ -162,7 +162,8 @@ class Run:
                 f"kafka {settings.kafka_bootstrap} (Tansu on S3), aws {settings.aws_endpoint_url}; "
                 f"{runtime.describe()}; history {self.history_path}")
             faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
-                                  workers=o.workers, relays=o.relays) if o.faults else []
+                                  workers=o.workers, relays=o.relays,
+                                  shards=o.redis_shards) if o.faults else []
             for f in faults:
                 self.history.emit("plan", **f.as_dict())
             actions = (operator.plan(o.seed, o.duration_s, interval_s=o.operator_interval_s)

@@ -42,6 +42,7 @@ class Runtime(Protocol):
     def arming(self, target: str) -> str: ...
     def pick(self, target: str) -> int | None: ...
     def restart_redis(self) -> None: ...
+    def restart_redis_shard(self, index: int) -> None: ...
     def restart_broker(self) -> None: ...
     def activity(self) -> str: ...
     def stop_agents(self) -> dict[str, int]: ...
@@ -88,7 +89,8 @@ class LambdaRuntime:
                              worker_timeout_s=self.WORKER_TIMEOUT_S, worker_idle_s=60.0,
                              relay_every_s=self.RELAY_EVERY_S, relay_timeout_s=self.RELAY_TIMEOUT_S,
                              safety_net_every_s=self.SAFETY_NET_EVERY_S, gateway_concurrency=1,
-                             warm_workers=o.workers, history=False, log_level="WARNING", settings=overrides)
+                             warm_workers=o.workers, history=False, log_level="WARNING", settings=overrides,
+                             redis_shards=o.redis_shards)
         self.dev = DevStack(options)
         self.dev.start(progress=lambda m: say(f"  {m}"))
         self.dev.lambdas.on_finish = self._finished
@@ -138,6 +140,9 @@ class LambdaRuntime:
 
     def restart_redis(self) -> None:
         self.dev.stack.restart_redis()
+
+    def restart_redis_shard(self, index: int) -> None:
+        self.dev.stack.restart_redis_shard(index)
 
     def restart_broker(self) -> None:
         self.dev.stack.restart_broker()
@@ -225,7 +230,7 @@ class ProcessRuntime:
         from sluice.local.stack import Stack
 
         self.o, self.dir, self.history = o, run_dir, history
-        self.stack = Stack(state_dir=run_dir / "stack")
+        self.stack = Stack(state_dir=run_dir / "stack", redis_shards=o.redis_shards)
         self.supervisor: Supervisor | None = None
 
     def start(self, base: Any, say: Say) -> Any:
@@ -263,6 +268,9 @@ class ProcessRuntime:
 
     def restart_redis(self) -> None:
         self.stack.restart_redis()
+
+    def restart_redis_shard(self, index: int) -> None:
+        self.stack.restart_redis_shard(index)
 
     def restart_broker(self) -> None:
         self.stack.restart_broker()

@@ -89,6 +89,9 @@ def _team_worker(spec: str) -> tuple[str, str]:
               help="Jobs a worker leases per call and per invocation.")
 @click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
               help="Jobs one worker runs at once (threads).")
+@click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Redis shards: above 1, a local Redis cluster of that many masters, which the "
+                   "functions reach at a redis+cluster:// URL (the RedisShards parameter; docs/scale.md).")
 @click.option("--relay-every", type=click.FloatRange(1, 3600), default=None,
               help="Seconds between scheduled relay invocations (an override of the template's "
                    "schedule; each run then lasts this plus 10 s).")
@@ -99,9 +102,8 @@ def _team_worker(spec: str) -> tuple[str, str]:
 @click.pass_obj
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
         handlers: str, workers: int, team_workers: tuple[str, ...], team_template: Path | None,
-        kafka_bootstrap: str | None,
-        worker_batch: int | None, worker_concurrency: int | None, relay_every: float | None, history: bool,
-        log_level: str) -> None:
+        kafka_bootstrap: str | None, worker_batch: int | None, worker_concurrency: int | None,
+        redis_shards: int, relay_every: float | None, history: bool, log_level: str) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Each function runs as template.yaml configures it; every local difference is printed at
@@ -113,6 +115,7 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
 
     options = DevOptions(state_dir=target.state_dir, template=template_path or TEMPLATE,
                          config_env=config_env, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
+                         redis_shards=redis_shards,
                          artifacts=artifacts.resolve() if artifacts else None,
                          workers=workers, relay_every_s=relay_every,
                          relay_timeout_s=None if relay_every is None else relay_every + 10,

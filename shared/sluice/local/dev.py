@@ -72,6 +72,7 @@ class DevOptions:
     # would: a parameter value, not a difference from the deployed shape.
     handlers: str | None = "sluice.examples"
     kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
+    redis_shards: int = 1  # above 1: a local Redis cluster of that many masters (the RedisShards parameter)
     workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
     worker_timeout_s: int | None = None
     worker_idle_s: float = 120.0
@@ -98,6 +99,8 @@ class DevOptions:
 
     def deploy(self) -> DeployConfig:
         params = dict(self.parameters)
+        if self.redis_shards > 1:
+            params["RedisShards"] = str(self.redis_shards)
         if self.handlers is not None:
             params["WorkerHandlersModule"] = self.handlers
         return load(self.template, self.config_env, overrides=params)
@@ -152,7 +155,8 @@ class DevStack:
         self.teams = options.team_deploys()
         if self.teams and options.artifacts is not None:
             raise ConfigError("--worker runs teams' functions from this checkout; not with --artifacts")
-        self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap)
+        self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap,
+                           redis_shards=options.redis_shards)
         self.local_functions: list[LocalFunction] = []
         self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
         self.overrides: list[Override] = []

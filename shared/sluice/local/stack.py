@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from sluice.config import Settings
 from sluice.errors import SluiceError
 from sluice.local import motoserver, servers
+from sluice.local.cluster import Cluster, start_cluster
 from sluice.local.servers import Server
 
 STATE_DIR = Path(".sluice")
@@ -107,7 +108,9 @@ class Stack:
 
     state_dir: Path = STATE_DIR
     kafka_bootstrap: str | None = None  # an existing Kafka named in config; else Tansu
+    redis_shards: int = 1  # above 1: a local Redis cluster of that many masters (sluice.local.cluster)
     servers: dict[str, servers.Server] = field(default_factory=dict)
+    cluster: Cluster | None = None
     settings: Settings | None = None
     _lock_fd: int | None = field(default=None, repr=False)
 
@@ -145,8 +148,7 @@ class Stack:
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         starters: dict[str, Callable[[], Server]] = {
-            "redis": lambda: servers.start_redis(workdir=self.state_dir / "redis",
-                                                 log_path=logs / "redis.log"),
+            "redis": self._start_redis,
             "moto": lambda: motoserver.start(log_path=logs / "moto.log"),
         }
         if self.kafka_bootstrap is None:
@@ -167,8 +169,10 @@ class Stack:
             bootstrap = self.servers["tansu"].extra["bootstrap"]
         else:
             bootstrap = self.kafka_bootstrap
+        self._name_shards()
+        redis_url = self.cluster.url if self.cluster is not None else self.servers["redis"].extra["url"]
         settings = settings_from_endpoints(
-            {"redis_url": self.servers["redis"].extra["url"], "kafka_bootstrap": bootstrap,
+            {"redis_url": redis_url, "kafka_bootstrap": bootstrap,
              "aws_endpoint_url": aws}, base)
         if settings.job_id_secret is None and settings.job_id_secret_arn is None:
             # One per stack, handed to every process it starts (settings_env): the gateway
@@ -189,8 +193,37 @@ class Stack:
         old.stop()
         self.servers["tansu"] = self._start_tansu(old.port)
 
+    def _start_redis(self) -> Server:
+        """redis-server, or with ``redis_shards`` above 1 a cluster (its first master returned)."""
+        logs = self.state_dir / "logs"
+        if self.redis_shards <= 1:
+            return servers.start_redis(workdir=self.state_dir / "redis", log_path=logs / "redis.log")
+        self.cluster = start_cluster(self.redis_shards, workdir=self.state_dir / "redis-cluster",
+                                     log_dir=logs)
+        return self.cluster.nodes[0]
+
+    def _name_shards(self) -> None:
+        """Every master of the cluster in ``servers`` (``redis``, ``redis-1``, ...): stopped with the rest."""
+        if self.cluster is not None:
+            for i, node in enumerate(self.cluster.nodes):
+                self.servers["redis" if i == 0 else f"redis-{i}"] = node
+
+    def restart_redis_shard(self, index: int) -> None:
+        """Kill one master of the cluster and start it again on its port: its slots, no data.
+        On a single node (no cluster), the node."""
+        if self.cluster is None:
+            self.restart_redis()
+            return
+        self.cluster.restart(index % len(self.cluster.nodes))
+        self._name_shards()
+
     def restart_redis(self) -> None:
-        """Stop and start redis-server on the same port with its data lost (no persistence)."""
+        """Stop and start redis-server on the same port with its data lost (no persistence);
+        on a cluster, every master."""
+        if self.cluster is not None:
+            for i in range(len(self.cluster.nodes)):
+                self.restart_redis_shard(i)
+            return
         old = self.servers["redis"]
         old.kill()
         self.servers["redis"] = servers.start_redis(old.port, workdir=self.state_dir / "redis",
@@ -219,6 +252,7 @@ class Stack:
         for server in reversed(list(self.servers.values())):
             server.stop()
         self.servers.clear()
+        self.cluster = None
         for name in ("endpoints.json", "dev.pid"):
             with contextlib.suppress(FileNotFoundError):
                 (self.state_dir / name).unlink()

@@ -13,7 +13,8 @@
 - ``before_push`` (also before reading a relayed offset): refuse a partition whose session
   began under another Redis epoch (the relay then drops it, as for a newer owner), fold the
   generation into the owner token, and in a replay session rebase the partition's relayed
-  offset in each queue before its first push there;
+  offset in each queue that may have lost data (on a cluster: whose shard changed) before
+  its first push there;
 - ``before_lease`` of the ownership queue: after a Redis loss the ownership jobs are gone
   too, so they are enqueued again. (An ownership job that vanished is a lost lease: the
   relay's ``Ownership`` treats ``JobNotFound`` from ``extend`` as such.)
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 
 
 class Epochs(Protocol):
+    """May also have ``lost(old_epoch, epoch, queue) -> bool``: whether ``queue``'s data may have
+    been lost between the two epochs (``RedisEpochs``: on a cluster, only if its shard changed).
+    Without it, every queue of a replay session counts as lost."""
+
     def peek(self) -> str | None:
         """The Redis epoch now, or None if Redis has none (it lost it)."""
         ...
@@ -82,7 +87,8 @@ class _Session:
     tracker: PartitionTracker
     committed: int | None  # Kafka's committed offset when the session began
     replay: bool
-    rebased: set[str] = field(default_factory=set)  # queues rebased in this replay session
+    old_epoch: str | None = None  # a replay: the epoch the checkpoint had been written under
+    rebased: set[str] = field(default_factory=set)  # queues seen (rebased if lost) in this replay session
     high: int | None = None  # the relay's last commit point
 
 
@@ -122,9 +128,16 @@ class Recovery(RelayHooks):
         s = self.sessions[partition]
         owner = owner_token(s.generation, lease_token)
         if s.replay and queue not in s.rebased:
-            self.epochs.rebase(queue, self.topic, partition, owner, s.start - 1)
+            # A queue whose shard kept its data keeps its relayed offset: the relay skips the
+            # records it already pushed there, so a loss on one shard replays only that shard's queues.
+            if self._lost(s.old_epoch, s.epoch, queue):
+                self.epochs.rebase(queue, self.topic, partition, owner, s.start - 1)
             s.rebased.add(queue)
         return owner
+
+    def _lost(self, old_epoch: str | None, epoch: str, queue: str) -> bool:
+        lost = getattr(self.epochs, "lost", None)
+        return True if lost is None else bool(lost(old_epoch, epoch, queue))
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -150,7 +163,8 @@ class Recovery(RelayHooks):
             # Known entries were checked by earlier sessions: spread their next checks out.
             tracker = PartitionTracker(start, plan.known, now=self.clock(),
                                        spread_s=self.interval_s * 2**BACKOFF_EXP)
-            self.sessions[p] = _Session(epoch, plan.generation, start, tracker, committed, plan.replay)
+            self.sessions[p] = _Session(epoch, plan.generation, start, tracker, committed, plan.replay,
+                                        ckpt.epoch if plan.replay and ckpt else None)
             if plan.replay:
                 self.replays += 1
                 self.events.emit(ev.Replayed(topic=self.topic, partition=p, start=start, committed=committed,

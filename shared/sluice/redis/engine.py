@@ -46,8 +46,9 @@ from sluice.models import (
     validate_token,
 )
 from sluice.redis.auth import RotatingToken
+from sluice.redis.client import connect, is_cluster
 from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import JobFields, PushResult, Scripts, push_argv, translate
+from sluice.redis.scripts import REDIS_ERRORS, JobFields, PushResult, Scripts, push_argv, translate
 
 __all__ = ["PushItem", "PushResult", "RedisQueue"]
 
@@ -106,7 +107,8 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW
 
 
 class RedisQueue:
-    """The lease engine over one redis client (a single node or an ElastiCache primary)."""
+    """The lease engine over one redis client: a single node, or a cluster client whose scripts
+    each touch one queue's keys, so one slot (the ``{queue}`` hash tag)."""
 
     def __init__(self, client: redis.Redis[Any], limits: Limits | None = None) -> None:
         self.client = client
@@ -116,12 +118,9 @@ class RedisQueue:
 
     @classmethod
     def from_url(cls, url: str, limits: Limits | None = None, **kwargs: Any) -> RedisQueue:
-        # No automatic retries: a script whose reply was lost may have run already.
-        options: dict[str, Any] = {"decode_responses": True, "socket_timeout": 5.0,
-                                   "socket_connect_timeout": 2.0, "health_check_interval": 30,
-                                   "retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}
-        options.update(kwargs)
-        return cls(redis.Redis.from_url(url, **options), limits)
+        """Over one node (``redis://``, ``rediss://``) or a cluster (``redis+cluster://``,
+        ``rediss+cluster://``); no automatic retries either way (``sluice.redis.client``)."""
+        return cls(connect(url, **kwargs), limits)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisQueue:
@@ -174,18 +173,24 @@ class RedisQueue:
             pipe.sismember(QUEUES_KEY, self.keys(queue).queue)
             pipe.scard(QUEUES_KEY)
             member, size = pipe.execute()
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return bool(member), int(size)
 
     def memory_percent(self) -> float | None:
-        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory)."""
+        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory); on a
+        cluster, the fullest primary's (one shard full refuses its queues' pushes)."""
         try:
-            info = self.client.info("memory")
-        except redis.exceptions.RedisError as exc:
+            if is_cluster(self.client):
+                primaries = redis.cluster.RedisCluster.PRIMARIES
+                infos = list(self.client.info("memory", target_nodes=primaries).values())
+            else:
+                infos = [self.client.info("memory")]
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        maximum = int(info.get("maxmemory", 0) or 0)
-        return None if maximum <= 0 else 100.0 * int(info.get("used_memory", 0)) / maximum
+        shares = [100.0 * int(i.get("used_memory", 0)) / int(i["maxmemory"])
+                  for i in infos if int(i.get("maxmemory", 0) or 0) > 0]
+        return max(shares) if shares else None
 
     # --- enqueue --------------------------------------------------------------------------
 
@@ -322,7 +327,7 @@ class RedisQueue:
             for member, _ in entries:
                 pipe.hmget(prefix + job_id_of(member), *fields)
             values = pipe.execute()
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return [(_text(m), int(score), [None if v is None else _text(v) for v in f])
                 for (m, score), f in zip(entries, values, strict=True)]
@@ -343,7 +348,7 @@ class RedisQueue:
             pipe.zscore(k.dead, job_id)
             pipe.hmget(key, "p", "m")
             score, (payload, meta) = pipe.execute()
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         if score is None or payload is None or meta is None:
             raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
@@ -444,14 +449,14 @@ class RedisQueue:
         timeout_ms = _int(timeout_ms, 1, MAX_WAIT_MS, "timeout_ms")
         try:
             return self.client.blpop([self.keys(queue).wake], timeout=timeout_ms / 1000) is not None
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
     def get_config(self, queue: str) -> QueueConfig:
         k = self.keys(queue)
         try:
             return _config(self.client.hgetall(k.config))
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
     def set_config(self, queue: str, **changes: Any) -> QueueConfig:
@@ -468,7 +473,7 @@ class RedisQueue:
         """Every queue ever enqueued to or configured (the advisory registry)."""
         try:
             names = self.client.smembers(QUEUES_KEY)
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return sorted(n for n in map(_text, names) if QUEUE_NAME_RE.fullmatch(n))
 
@@ -572,7 +577,7 @@ class RedisQueue:
         _int(partition, 0, 1_000_000, "partition")
         try:
             value = self.client.hget(k.relayed(topic, partition), "offset")
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return -1 if value is None else int(value)
 

@@ -28,7 +28,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
 
 Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
-this Redis dataset; its disappearance tells the relay that Redis lost data).
+this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
+sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ from sluice.models import validate_job_id, validate_queue_name
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
 EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (sluice.recovery)
+
+
+def shard_epoch_key(tag: str) -> str:
+    """On a cluster, one primary's epoch key: ``tag`` is a hash tag whose slot is that primary's
+    (``recovery.shards.tag_in``)."""
+    return f"{EPOCH_KEY}:{{{tag}}}"
 
 
 @dataclass(frozen=True, slots=True)

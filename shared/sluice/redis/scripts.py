@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
-from sluice.errors import BackendUnavailable, SluiceError, from_code
+from sluice.errors import BackendUnavailable, RedisTopologyError, SluiceError, from_code
 from sluice.models import Extended, LeasedJob
 from sluice.redis.keys import QueueKeys
 
@@ -62,13 +62,49 @@ def parse_error(text: str, **extra: Any) -> SluiceError:
     return from_code(code, f"{code}: {rest}" if rest else code, **details)
 
 
-def translate(exc: redis.exceptions.RedisError) -> SluiceError:
+# redis-py's cluster client raises RedisClusterException, which is not a RedisError: catch both.
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+_TO_CLUSTER = "use redis+cluster:// (rediss+cluster:// with TLS) for a cluster"
+
+
+def _topology(exc: Exception) -> SluiceError | None:
+    """A Redis URL that does not match the server's mode, or keys that span slots: a
+    ``RedisTopologyError`` naming it; None for anything else."""
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.AskError):  # MovedError too: a plain client at a cluster
+        return RedisTopologyError(f"Redis answered MOVED/ASK ({text}): the URL names one node of a "
+                                  f"cluster; {_TO_CLUSTER}")
+    if isinstance(exc, redis.exceptions.ClusterCrossSlotError) or "same slot" in text or "key slot" in text:
+        return RedisTopologyError(f"keys of one call hash to different cluster slots ({text}); every key "
+                                  "of a call must share its {queue} hash tag")
+    if "cluster support disabled" in text or "Cluster mode is not enabled" in text:
+        return RedisTopologyError(f"a redis+cluster:// URL names a Redis without cluster mode ({text}); "
+                                  "use redis:// (rediss://) for a single node")
+    if "slots are not covered" in text:
+        return RedisTopologyError(f"the Redis cluster leaves hash slots unassigned ({text}); assign every "
+                                  "slot, or check the configuration endpoint")
+    return None
+
+
+def translate(exc: Exception) -> SluiceError:
+    """A redis-py error (``REDIS_ERRORS``) as the ``sluice.errors`` exception it means."""
+    topology = _topology(exc)
+    if topology is not None:
+        return topology
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        return BackendUnavailable(f"redis cluster unavailable: {exc}")
     if isinstance(exc, redis.exceptions.AuthenticationError):
         return BackendUnavailable(f"redis refused the AUTH token (read again once): {exc}")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return BackendUnavailable(f"redis unavailable: {exc}")
     text = str(exc)
     if isinstance(exc, redis.exceptions.ResponseError):
+        # redis-py strips a known error code off the text (CLUSTERDOWN, READONLY, TRYAGAIN...) and
+        # keeps it as status_code: "CLUSTERDOWN Hash slot not served" reads "Hash slot not served".
+        status = getattr(exc, "status_code", None)
+        if status in _UNAVAILABLE:
+            return BackendUnavailable(f"redis refused: {status} {text}")
         if text.startswith(_UNAVAILABLE) or "-OOM command not allowed" in text:  # the latter: in a script
             return BackendUnavailable(f"redis refused: {text}")
         return parse_error(text)
@@ -131,7 +167,7 @@ class Scripts:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return self._script(name)(keys=keys, args=args)
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
     def _pipelined(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
@@ -149,18 +185,19 @@ class Scripts:
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 keys, args = calls[i]
-                pipe.evalsha(sha, len(keys), *keys, *args)
+                # As a raw command: redis-py's cluster pipeline blocks its evalsha() method, not EVALSHA.
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
             try:
                 for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
                     replies[i] = reply
                 todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
                 if todo:
                     self.client.execute_command("SCRIPT", "LOAD", source(name))
-            except redis.exceptions.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 raise translate(exc) from exc
             if not todo:
                 break
-        return [translate(r) if isinstance(r, redis.exceptions.RedisError) else r for r in replies]
+        return [translate(r) if isinstance(r, REDIS_ERRORS) else r for r in replies]
 
     # --- jobs -----------------------------------------------------------------------------
 
