@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice import schedules
+from sluice.models import validate_public_queue
 from sluice.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
@@ -41,14 +42,14 @@ def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int) -> Accepted:
 # -- the routes' models ------------------------------------------------------------------------
 
 class ScheduleRequest(BaseModel):
-    """A new schedule: every firing enqueues ``payload`` on ``queue``."""
+    """A new schedule of the path's queue: every firing enqueues ``payload`` on it."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: str = Field(description="1-64 of A-Z a-z 0-9 _ -, starting with a letter or digit.")
+    name: str = Field(description="1-64 of A-Z a-z 0-9 _ -, starting with a letter or digit; unique "
+                                  "within the queue (another queue may use the same name).")
     expression: str = Field(description="EventBridge Scheduler's rate(...) or cron(...) (UTC); at most "
                                         "once a minute; L, W and # are refused.")
-    queue: str = Field(description="The queue each firing enqueues on, checked as an enqueue is.")
     payload: Annotated[Any, Field(description="Any JSON value: every firing's job payload.")]
 
 
@@ -69,20 +70,21 @@ class ScheduleList(BaseModel):
 # -- ports -------------------------------------------------------------------------------------
 
 class ScheduleStore(Protocol):
-    """Where schedules are kept (DynamoDB items in AWS)."""
+    """Where schedules are kept (DynamoDB items in AWS), keyed by queue and name."""
 
     def create(self, schedule: schedules.Schedule) -> None:
-        """Store a new schedule; ``ScheduleExists`` if the name is taken."""
+        """Store a new schedule; ``ScheduleExists`` if its queue has the name."""
 
-    def get(self, name: str) -> schedules.Schedule:
+    def get(self, queue: str, name: str) -> schedules.Schedule:
         """The schedule, or ``ScheduleNotFound``."""
 
-    def all(self) -> list[schedules.Schedule]: ...
+    def all(self, queue: str) -> list[schedules.Schedule]:
+        """The queue's schedules."""
 
-    def set_paused(self, name: str, paused: bool) -> schedules.Schedule:
+    def set_paused(self, queue: str, name: str, paused: bool) -> schedules.Schedule:
         """The schedule with its new flag, or ``ScheduleNotFound``."""
 
-    def delete(self, name: str) -> None:
+    def delete(self, queue: str, name: str) -> None:
         """Forget the schedule, or ``ScheduleNotFound``."""
 
 
@@ -93,14 +95,16 @@ class Trigger(Protocol):
 
     def set_paused(self, schedule: schedules.Schedule) -> None: ...
 
-    def delete(self, name: str) -> None: ...
+    def delete(self, queue: str, name: str) -> None: ...
 
 
 # -- the use case --------------------------------------------------------------------------------
 
 class Schedules:
-    """Create, read, pause, resume and delete schedules, and fire one (the Scheduler entry).
+    """Create, read, pause, resume and delete one queue's schedules, and fire one (the Scheduler entry).
 
+    The queue is every call's first argument (the route's path), and a name is unique within its
+    queue only, so a caller allowed one queue's paths never reaches another queue's schedules.
     Every check runs before the first write, so a refused request writes nothing: the name, the
     expression (``schedules.parse``), and the queue and payload as an enqueue checks them (reserved
     names, size, priority, a queue no deployed worker handles, its schema).
@@ -115,8 +119,14 @@ class Schedules:
                             payload=schedule.payload, paused=schedule.paused,
                             created_at_ms=schedule.start_ms, next_firing_ms=upcoming)
 
-    def create(self, request: ScheduleRequest) -> ScheduleView:
-        schedule = schedules.Schedule.create(request.name, request.expression, request.queue,
+    def _queue(self, queue: str) -> str:
+        """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted)."""
+        validate_public_queue(queue)
+        self.api._check_route(queue, [], batch=False)  # no payload: only whether a worker handles it
+        return queue
+
+    def create(self, queue: str, request: ScheduleRequest) -> ScheduleView:
+        schedule = schedules.Schedule.create(request.name, request.expression, queue,
                                              request.payload, self.api.clock())
         self.api._check_request(schedule.queue, EnqueueRequest(payload=schedule.payload), index=None)
         self.store.create(schedule)
@@ -124,33 +134,34 @@ class Schedules:
             try:
                 self.trigger.create(schedule)
             except Exception:  # keep no item that nothing fires
-                self.store.delete(schedule.name)
+                self.store.delete(schedule.queue, schedule.name)
                 raise
         return self.view(schedule)
 
-    def get(self, name: str) -> ScheduleView:
-        return self.view(self.store.get(schedules.check_name(name)))
+    def get(self, queue: str, name: str) -> ScheduleView:
+        return self.view(self.store.get(self._queue(queue), schedules.check_name(name)))
 
-    def list(self) -> ScheduleList:
-        return ScheduleList(schedules=[self.view(s) for s in sorted(self.store.all(), key=lambda s: s.name)])
+    def list(self, queue: str) -> ScheduleList:
+        found = self.store.all(self._queue(queue))
+        return ScheduleList(schedules=[self.view(s) for s in sorted(found, key=lambda s: s.name)])
 
-    def set_paused(self, name: str, paused: bool) -> ScheduleView:
-        schedule = self.store.set_paused(schedules.check_name(name), paused)
+    def set_paused(self, queue: str, name: str, paused: bool) -> ScheduleView:
+        schedule = self.store.set_paused(self._queue(queue), schedules.check_name(name), paused)
         if self.trigger is not None:
             self.trigger.set_paused(schedule)
         return self.view(schedule)
 
-    def delete(self, name: str) -> None:
+    def delete(self, queue: str, name: str) -> None:
         schedules.check_name(name)
-        self.store.get(name)  # 404 before touching the trigger
+        self.store.get(self._queue(queue), name)  # 404 before touching the trigger
         if self.trigger is not None:
-            self.trigger.delete(name)
-        self.store.delete(name)
+            self.trigger.delete(queue, name)
+        self.store.delete(queue, name)
 
-    def fire(self, name: str, scheduled_ms: int) -> Accepted | None:
-        """The job of ``name``'s firing at ``scheduled_ms``; None if the schedule is paused."""
-        schedule = self.store.get(schedules.check_name(name))
+    def fire(self, queue: str, name: str, scheduled_ms: int) -> Accepted | None:
+        """The job of ``queue``'s schedule ``name`` firing at ``scheduled_ms``; None if it is paused."""
+        schedule = self.store.get(validate_public_queue(queue), schedules.check_name(name))
         if schedule.paused:
-            log.info("schedule %s is paused: firing at %d skipped", name, scheduled_ms)
+            log.info("schedule %s/%s is paused: firing at %d skipped", queue, name, scheduled_ms)
             return None
         return fire(self.api, schedule, scheduled_ms)

@@ -124,7 +124,7 @@ class Settings(BaseModel):
     # Routes (sluice.routes): the table of queue -> worker function, empty = no routing (every queue
     # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
     routes_table: str = ""
-    # Schedules (sluice.schedules, issue 17): the table of schedules, empty = no /v1/schedules routes.
+    # Schedules (sluice.schedules, issue 17): the table of schedules, empty = no schedule routes.
     # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the gateway
     # function (gateway_function_arn) through scheduler_role_arn; without them only the table is kept.
     schedules_table: str = ""

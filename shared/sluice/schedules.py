@@ -30,7 +30,7 @@ from sluice import ids
 from sluice.errors import InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule
 from sluice.models import validate_public_queue
 
-FIRE_KEY: Final = "sluice_schedule"  # a firing event: {FIRE_KEY: name, "scheduled_time": ISO 8601}
+FIRE_KEY: Final = "sluice_schedule"  # a firing: {FIRE_KEY: name, "queue": queue, "scheduled_time": ISO 8601}
 SCHEDULED_TIME: Final = "<aws.scheduler.scheduled-time>"  # EventBridge Scheduler fills it in
 SCHEDULE_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MIN_INTERVAL_MS: Final = 60_000
@@ -232,6 +232,17 @@ class Schedule:
 
     def next_after(self, after_ms: int) -> int | None:
         return next_after(parse(self.expression), after_ms, self.start_ms)
+
+
+def scheduler_name(queue: str, name: str) -> str:
+    """The EventBridge Scheduler schedule of ``queue``'s schedule ``name`` (names are per queue, and
+    Scheduler's are per group, 1-64 of ``[0-9A-Za-z_.-]``): ``queue.name``, or, when that is too long,
+    shortened parts and a hash of both, so two queues' schedules never share one."""
+    joined = f"{queue}.{name}"
+    if len(joined) <= 64:
+        return joined
+    digest = hashlib.sha256(f"{queue}\x00{name}".encode()).hexdigest()[:20]
+    return f"{queue[:21]}.{name[:21]}.{digest}"
 
 
 def firing_entropy(name: str, scheduled_ms: int) -> bytes:

@@ -21,32 +21,33 @@ AT_ISO, AT = "2027-01-01T03:00:00Z", 1_798_772_400_000
 
 class FakeScheduleStore:
     def __init__(self) -> None:
-        self.items: dict[str, schedules.Schedule] = {}
+        self.items: dict[tuple[str, str], schedules.Schedule] = {}
         self.writes = 0
 
     def create(self, schedule: schedules.Schedule) -> None:
-        if schedule.name in self.items:
-            raise ScheduleExists(f"schedule {schedule.name!r} exists")
+        if (schedule.queue, schedule.name) in self.items:
+            raise ScheduleExists(name=schedule.name, queue=schedule.queue)
         self.writes += 1
-        self.items[schedule.name] = schedule
+        self.items[schedule.queue, schedule.name] = schedule
 
-    def get(self, name: str) -> schedules.Schedule:
-        if name not in self.items:
-            raise ScheduleNotFound(f"no schedule {name!r}")
-        return self.items[name]
+    def get(self, queue: str, name: str) -> schedules.Schedule:
+        if (queue, name) not in self.items:
+            raise ScheduleNotFound(name=name, queue=queue)
+        return self.items[queue, name]
 
-    def all(self) -> list[schedules.Schedule]:
-        return list(self.items.values())
+    def all(self, queue: str) -> list[schedules.Schedule]:
+        return [s for (q, _), s in self.items.items() if q == queue]
 
-    def set_paused(self, name: str, paused: bool) -> schedules.Schedule:
+    def set_paused(self, queue: str, name: str, paused: bool) -> schedules.Schedule:
+        found = self.get(queue, name)
         self.writes += 1
-        self.items[name] = dataclasses.replace(self.get(name), paused=paused)
-        return self.items[name]
+        self.items[queue, name] = dataclasses.replace(found, paused=paused)
+        return self.items[queue, name]
 
-    def delete(self, name: str) -> None:
-        self.get(name)
+    def delete(self, queue: str, name: str) -> None:
+        self.get(queue, name)
         self.writes += 1
-        del self.items[name]
+        del self.items[queue, name]
 
 
 class FakeTrigger:
@@ -62,7 +63,7 @@ class FakeTrigger:
     def set_paused(self, schedule: schedules.Schedule) -> None:
         self.calls.append(("pause" if schedule.paused else "resume", schedule.name))
 
-    def delete(self, name: str) -> None:
+    def delete(self, queue: str, name: str) -> None:
         self.calls.append(("delete", name))
 
 
@@ -72,11 +73,14 @@ class World(Rig):
         self.store_s, self.trigger = FakeScheduleStore(), FakeTrigger()
         self.gateway = Gateway(self.api, schedules=lambda api: Schedules(api, self.store_s, self.trigger))
 
-    def fire(self, name: str, when: str = AT_ISO) -> dict[str, Any]:
-        return self.gateway({"sluice_schedule": name, "scheduled_time": when}, LambdaContext())
+    def fire(self, name: str, when: str = AT_ISO, queue: str = "reports") -> dict[str, Any]:
+        event = {"sluice_schedule": name, "queue": queue, "scheduled_time": when}
+        return self.gateway(event, LambdaContext())
 
 
-NIGHTLY = {"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "reports", "payload": {"r": 1}}
+NIGHTLY = {"name": "nightly", "expression": "cron(0 3 * * ? *)", "payload": {"r": 1}}
+BASE = "/v1/admin/queues/reports/schedules"
+OPERATOR = "arn:aws:iam::123456789012:role/operator"
 
 
 @pytest.fixture
@@ -85,28 +89,28 @@ def w() -> World:
 
 
 def test_create_get_list_pause_resume_delete(w: World) -> None:
-    status, headers, body = w.call("POST", "/v1/schedules", NIGHTLY)
-    assert status == 201 and headers["location"] == "/v1/schedules/nightly"
+    status, headers, body = w.call("POST", BASE, NIGHTLY)
+    assert status == 201 and headers["location"] == f"{BASE}/nightly"
     assert body["paused"] is False and body["created_at_ms"] == w.now_ms
     assert body["next_firing_ms"] == schedules.next_after(schedules.parse(NIGHTLY["expression"]), w.now_ms, 0)
-    assert w.call("GET", "/v1/schedules/nightly")[2] == body
-    assert [s["name"] for s in w.call("GET", "/v1/schedules")[2]["schedules"]] == ["nightly"]
-    status, _, paused = w.call("POST", "/v1/schedules/nightly/pause")
+    assert w.call("GET", BASE + "/nightly")[2] == body
+    assert [s["name"] for s in w.call("GET", BASE)[2]["schedules"]] == ["nightly"]
+    status, _, paused = w.call("POST", BASE + "/nightly/pause")
     assert status == 200 and paused["paused"] is True and paused["next_firing_ms"] is None
-    assert w.call("POST", "/v1/schedules/nightly/resume")[2]["paused"] is False
-    assert w.call("DELETE", "/v1/schedules/nightly")[0] == 204
-    assert w.call("GET", "/v1/schedules/nightly")[0] == 404
+    assert w.call("POST", BASE + "/nightly/resume")[2]["paused"] is False
+    assert w.call("DELETE", BASE + "/nightly")[0] == 204
+    assert w.call("GET", BASE + "/nightly")[0] == 404
     assert w.trigger.calls == [("create", "nightly"), ("pause", "nightly"), ("resume", "nightly"),
                                ("delete", "nightly")]
 
 
 def test_a_name_taken_is_409_and_a_missing_one_404(w: World) -> None:
-    w.call("POST", "/v1/schedules", NIGHTLY)
-    status, _, body = w.call("POST", "/v1/schedules", {**NIGHTLY, "expression": "rate(1 hour)"})
+    w.call("POST", BASE, NIGHTLY)
+    status, _, body = w.call("POST", BASE, {**NIGHTLY, "expression": "rate(1 hour)"})
     assert (status, body["code"]) == (409, "SCHEDULE_EXISTS")
-    assert w.store_s.items["nightly"].expression == NIGHTLY["expression"]
-    for method, path in [("GET", "/v1/schedules/none"), ("DELETE", "/v1/schedules/none"),
-                         ("POST", "/v1/schedules/none/pause")]:
+    assert w.store_s.items["reports", "nightly"].expression == NIGHTLY["expression"]
+    for method, path in [("GET", BASE + "/none"), ("DELETE", BASE + "/none"),
+                         ("POST", BASE + "/none/pause")]:
         status, _, body = w.call(method, path)
         assert (status, body["code"]) == (404, "SCHEDULE_NOT_FOUND"), path
 
@@ -118,24 +122,22 @@ def test_a_name_taken_is_409_and_a_missing_one_404(w: World) -> None:
     ({"expression": "every day"}, 400, "INVALID_SCHEDULE"),
     ({"expression": "rate(30 seconds)"}, 400, "SCHEDULE_TOO_FREQUENT"),
     ({"expression": "cron(0 0 L * ? *)"}, 400, "UNSUPPORTED_SCHEDULE"),
-    ({"queue": "sluice-relay"}, 400, "RESERVED_QUEUE"),
-    ({"queue": "bad queue"}, 400, "INVALID_QUEUE"),
     ({"name": "no/slash"}, 400, "INVALID_SCHEDULE"),
     ({"name": ""}, 400, "INVALID_SCHEDULE"),
     ({"payload": "x" * 300_000}, 413, "PAYLOAD_TOO_LARGE"),
 ])
 def test_hostile_schedules_are_refused_with_the_exact_status_and_write_nothing(
         w: World, change: dict[str, Any], status: int, code: str) -> None:
-    got, headers, body = w.call("POST", "/v1/schedules", {**NIGHTLY, **change})
+    got, headers, body = w.call("POST", BASE, {**NIGHTLY, **change})
     assert (got, body["code"]) == (status, code), body
     assert headers["content-type"] == "application/problem+json"
     assert w.store_s.items == {} and w.store_s.writes == 0 and w.trigger.calls == []
 
 
 def test_a_malformed_body_is_refused_by_the_body_guard(w: World) -> None:
-    status, _, body = w.call("POST", "/v1/schedules", raw='{"name": "a", "name": "b"}')
+    status, _, body = w.call("POST", BASE, raw='{"name": "a", "name": "b"}')
     assert status == 400 and body["status"] == 400
-    status, _, body = w.call("POST", "/v1/schedules", {**NIGHTLY, "extra": 1})
+    status, _, body = w.call("POST", BASE, {**NIGHTLY, "extra": 1})
     assert status == 400 and body["status"] == 400
     assert w.store_s.writes == 0
 
@@ -146,19 +148,19 @@ def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
     w.api = rig.api
     w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
     assert w.call("POST", "/v1/queues/reports/jobs", {"payload": 1})[0] == 404  # as an enqueue
-    status, _, body = w.call("POST", "/v1/schedules", NIGHTLY)
+    status, _, body = w.call("POST", BASE, NIGHTLY)
     assert (status, body["code"]) == (404, "NO_ROUTE")
     assert w.store_s.writes == 0 and w.trigger.calls == []
 
 
 def test_a_trigger_that_fails_leaves_no_item(w: World) -> None:
     w.trigger.fail = RuntimeError("scheduler down")
-    assert w.call("POST", "/v1/schedules", NIGHTLY)[0] == 500
+    assert w.call("POST", BASE, NIGHTLY)[0] == 500
     assert w.store_s.items == {}
 
 
 def test_the_scheduler_entry_enqueues_the_derived_job_once_per_firing(w: World) -> None:
-    w.call("POST", "/v1/schedules", NIGHTLY)
+    w.call("POST", BASE, NIGHTLY)
     first, again = w.fire("nightly"), w.fire("nightly")
     assert first["statusCode"] == 202 and first == again
     assert [s.job_id for s in w.log.records] == [first["job_id"]] * 2  # the relay drops the repeat
@@ -167,8 +169,8 @@ def test_the_scheduler_entry_enqueues_the_derived_job_once_per_firing(w: World) 
 
 
 def test_the_scheduler_entry_skips_a_paused_schedule_and_refuses_without_retry(w: World) -> None:
-    w.call("POST", "/v1/schedules", NIGHTLY)
-    w.call("POST", "/v1/schedules/nightly/pause")
+    w.call("POST", BASE, NIGHTLY)
+    w.call("POST", BASE + "/nightly/pause")
     assert w.fire("nightly") == {"statusCode": 200, "skipped": "paused"}
     assert w.fire("gone")["statusCode"] == 404
     assert w.fire("nightly", "<aws.scheduler.scheduled-time>")["statusCode"] == 400
@@ -178,15 +180,77 @@ def test_the_scheduler_entry_skips_a_paused_schedule_and_refuses_without_retry(w
 
 def test_without_a_schedule_store_there_are_no_schedule_routes() -> None:
     rig = Rig()
-    status, _, body = rig.call("GET", "/v1/schedules")
+    status, _, body = rig.call("GET", BASE)
     assert status == 404 and body["code"] == "NOT_FOUND"
-    assert "/v1/schedules" not in rig.call("GET", "/v1/openapi.json")[2]["paths"]
+    assert BASE not in rig.call("GET", "/v1/openapi.json")[2]["paths"]
     with pytest.raises(ConfigError):
         rig.gateway({"sluice_schedule": "nightly", "scheduled_time": AT_ISO}, LambdaContext())
 
 
 def test_the_openapi_document_lists_the_schedule_routes(w: World) -> None:
     doc = w.call("GET", "/v1/openapi.json")[2]
-    assert {"/v1/schedules", "/v1/schedules/{name}", "/v1/schedules/{name}/pause",
-            "/v1/schedules/{name}/resume"} <= set(doc["paths"])
+    base = "/v1/admin/queues/{queue}/schedules"
+    assert {base, base + "/{name}", base + "/{name}/pause", base + "/{name}/resume"} <= set(doc["paths"])
+    assert not any(p.startswith("/v1/schedules") for p in doc["paths"])
+    assert doc["paths"][base]["post"]["parameters"][0]["name"] == "queue"
     assert isinstance(w.api, Api)
+
+
+@pytest.mark.parametrize(("queue", "code"), [("sluice-relay", "RESERVED_QUEUE"), ("Bad", "INVALID_INPUT"),
+                                              ("a" * 65, "INVALID_INPUT")])  # the path pattern
+def test_a_bad_queue_in_the_path_is_400_on_every_schedule_route_and_writes_nothing(
+        w: World, queue: str, code: str) -> None:
+    base = f"/v1/admin/queues/{queue}/schedules"
+    for method, path, body in [("POST", base, NIGHTLY), ("GET", base, None),
+                               ("GET", f"{base}/nightly", None), ("POST", f"{base}/nightly/pause", None),
+                               ("DELETE", f"{base}/nightly", None)]:
+        status, _, got = w.call(method, path, body)
+        assert (status, got["code"]) == (400, code), (method, path, got)
+    assert w.store_s.writes == 0 and w.trigger.calls == []
+
+
+def test_a_caller_who_is_not_an_operator_is_refused_403_on_every_schedule_route(w: World) -> None:
+    assert w.call("POST", BASE, NIGHTLY)[0] == 201
+    writes, calls = w.store_s.writes, list(w.trigger.calls)
+    w.api.operators = (OPERATOR,)  # the fixtures' caller (web-servers) is a plain enqueue caller
+    for method, path, body in [("POST", BASE, {**NIGHTLY, "name": "other"}), ("GET", BASE, None),
+                               ("GET", f"{BASE}/nightly", None), ("POST", f"{BASE}/nightly/pause", None),
+                               ("POST", f"{BASE}/nightly/resume", None), ("DELETE", f"{BASE}/nightly", None)]:
+        status, _, got = w.call(method, path, body)
+        assert (status, got["code"]) == (403, "NOT_OPERATOR"), (method, path)
+    assert w.store_s.writes == writes and w.trigger.calls == calls
+    assert list(w.store_s.items) == [("reports", "nightly")]
+
+
+def test_a_schedule_name_is_its_queues_another_queue_cannot_reach_it(w: World) -> None:
+    assert w.call("POST", BASE, NIGHTLY)[0] == 201
+    writes = w.store_s.writes
+    other = "/v1/admin/queues/emails/schedules"
+    for method, path in [("GET", f"{other}/nightly"), ("POST", f"{other}/nightly/pause"),
+                         ("POST", f"{other}/nightly/resume"), ("DELETE", f"{other}/nightly")]:
+        status, _, got = w.call(method, path)
+        assert (status, got["code"]) == (404, "SCHEDULE_NOT_FOUND"), (method, path)
+    assert w.call("GET", other)[2] == {"schedules": []}
+    assert w.store_s.writes == writes and w.store_s.items["reports", "nightly"].paused is False
+    status, _, body = w.call("POST", other, {**NIGHTLY, "payload": {"e": 1}})  # the same name, its own
+    assert status == 201 and body["queue"] == "emails"
+    assert w.store_s.items["reports", "nightly"].payload == {"r": 1}
+    assert w.fire("nightly", queue="emails")["job_id"] != w.fire("nightly")["job_id"]
+    assert [r.queue for r in w.log.records] == ["emails", "reports"]
+
+
+def test_an_unrouted_queue_is_404_on_reads_too() -> None:
+    rig, _ = routed_rig([Route("billing", "sluice-worker-billing", "billing")])
+    w = World()
+    w.api = rig.api
+    w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    for method, path in [("GET", BASE), ("GET", f"{BASE}/nightly"), ("DELETE", f"{BASE}/nightly")]:
+        status, _, body = w.call(method, path)
+        assert (status, body["code"]) == (404, "NO_ROUTE"), path
+
+
+def test_a_firing_without_its_queue_is_refused(w: World) -> None:
+    w.call("POST", BASE, NIGHTLY)
+    event = {"sluice_schedule": "nightly", "scheduled_time": AT_ISO}
+    assert w.gateway(event, LambdaContext())["statusCode"] == 400
+    assert w.log.records == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,47 +32,61 @@ def clients() -> Iterator[tuple[Any, Any]]:
 def store(clients: tuple[Any, Any]) -> Iterator[DynamoScheduleStore]:
     s = DynamoScheduleStore(clients[0], "schedules")
     yield s
-    for item in s.all():
-        s.delete(item.name)
+    for item in s.every():
+        s.delete(item.queue, item.name)
 
 
-def nightly(name: str = "nightly") -> schedules.Schedule:
-    return schedules.Schedule.create(name, "cron(0 3 * * ? *)", "reports", {"r": [1, "x"]}, 1_700_000_000_000)
+def nightly(name: str = "nightly", queue: str = "reports") -> schedules.Schedule:
+    return schedules.Schedule.create(name, "cron(0 3 * * ? *)", queue, {"r": [1, "x"]}, 1_700_000_000_000)
 
 
-def test_items_round_trip_and_names_are_unique(store: DynamoScheduleStore) -> None:
+def test_items_round_trip_and_names_are_unique_per_queue(store: DynamoScheduleStore) -> None:
     store.create(nightly())
-    assert store.get("nightly") == nightly()
+    assert store.get("reports", "nightly") == nightly()
     with pytest.raises(ScheduleExists):
         store.create(nightly())
     store.create(nightly("hourly"))
-    assert sorted(s.name for s in store.all()) == ["hourly", "nightly"]
-    assert store.set_paused("nightly", True).paused is True
-    assert store.get("nightly").paused is True
-    store.delete("nightly")
+    store.create(nightly(queue="emails"))  # the same name in another queue is another schedule
+    assert sorted(s.name for s in store.all("reports")) == ["hourly", "nightly"]
+    assert [s.queue for s in store.all("emails")] == ["emails"]
+    assert len(store.every()) == 3
+    assert store.set_paused("reports", "nightly", True).paused is True
+    assert store.get("reports", "nightly").paused is True and store.get("emails", "nightly").paused is False
+    store.delete("reports", "nightly")
     with pytest.raises(ScheduleNotFound):
-        store.get("nightly")
-    for call in (lambda: store.delete("nightly"), lambda: store.set_paused("nightly", False)):
+        store.get("reports", "nightly")
+    for call in (lambda: store.delete("reports", "nightly"),
+                 lambda: store.set_paused("reports", "nightly", False),
+                 lambda: store.set_paused("other", "hourly", True)):
         with pytest.raises(ScheduleNotFound):
             call()
-    assert [s.name for s in store.all()] == ["hourly"]  # a failed set_paused created nothing
+    assert [s.name for s in store.all("reports")] == ["hourly"]  # a failed set_paused created nothing
+    assert store.all("other") == [] and store.get("emails", "nightly") == nightly(queue="emails")
 
 
 def test_the_trigger_creates_pauses_and_deletes_a_scheduler_schedule(clients: tuple[Any, Any]) -> None:
     scheduler = clients[1]
     trigger = SchedulerTrigger(scheduler, ARN, ROLE)
     trigger.create(nightly())
-    made = scheduler.get_schedule(Name="nightly", GroupName="default")
+    made = scheduler.get_schedule(Name="reports.nightly", GroupName="default")
     assert made["ScheduleExpression"] == "cron(0 3 * * ? *)" and made["State"] == "ENABLED"
     assert made["Target"]["Arn"] == ARN and made["Target"]["RoleArn"] == ROLE
-    assert json.loads(made["Target"]["Input"]) == {"sluice_schedule": "nightly",
+    assert json.loads(made["Target"]["Input"]) == {"sluice_schedule": "nightly", "queue": "reports",
                                                    "scheduled_time": "<aws.scheduler.scheduled-time>"}
     trigger.set_paused(schedules.Schedule(**{**nightly().__dict__, "paused": True}))
-    assert scheduler.get_schedule(Name="nightly", GroupName="default")["State"] == "DISABLED"
-    trigger.delete("nightly")
-    trigger.delete("nightly")  # gone already: fine
+    assert scheduler.get_schedule(Name="reports.nightly", GroupName="default")["State"] == "DISABLED"
+    trigger.delete("reports", "nightly")
+    trigger.delete("reports", "nightly")  # gone already: fine
     with pytest.raises(scheduler.exceptions.ResourceNotFoundException):
-        scheduler.get_schedule(Name="nightly", GroupName="default")
+        scheduler.get_schedule(Name="reports.nightly", GroupName="default")
+
+
+def test_scheduler_names_are_per_queue_and_fit_schedulers_limit() -> None:
+    assert schedules.scheduler_name("reports", "nightly") == "reports.nightly"
+    long_q, long_n = "q" * 64, "n" * 64
+    made = {schedules.scheduler_name(long_q, long_n), schedules.scheduler_name(long_q, long_n[:-1] + "m"),
+            schedules.scheduler_name(long_q[:-1] + "r", long_n)}
+    assert len(made) == 3 and all(len(n) <= 64 and re.fullmatch(r"[0-9A-Za-z_.-]+", n) for n in made)
 
 
 def test_the_composition_root_builds_the_store_and_the_trigger_only_when_configured(

@@ -53,16 +53,14 @@ log = logging.getLogger(__name__)
 
 ENVELOPE_BYTES: Final = 64 * 1024  # room for the JSON around one maximal payload
 BATCH_BODY_BYTES: Final = 10 * 1024 * 1024  # API Gateway's own request limit
-_BODY_ROUTES = re.compile(r"^/v1/(?:queues/[^/]*/jobs(?P<batch>/batch)?|schedules)/?$")
+_BODY_ROUTES = re.compile(r"^/v1/queues/[^/]*/jobs(?P<batch>/batch)?/?$")
 _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a known shape
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/?$"), ("POST",)),
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/jobs/batch/?$"), ("POST",)),
     (re.compile(r"^/v1/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
     (re.compile(r"^/v1/jobs/[^/]+/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/openapi\.json$"), ("GET",)),
-    (re.compile(r"^/v1/schedules/?$"), ("GET", "POST")),
-    (re.compile(r"^/v1/schedules/[^/]+/?$"), ("GET", "DELETE")),
-    (re.compile(r"^/v1/schedules/[^/]+/(?:pause|resume)/?$"), ("POST",)),
+    *schedule_routes.SHAPES,
     *admin_routes.SHAPES,
 )
 
@@ -167,7 +165,8 @@ class Gateway:
                 self._body = jsonguard.parse_body(
                     event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
                     content_type=jsonguard.header(event.get("headers"), "content-type"),
-                    max_bytes=ENVELOPE_BYTES)
+                    max_bytes=ENVELOPE_BYTES + (
+                        self.max_payload_bytes if schedule_routes.CREATE_PATH.match(path) else 0))
         except SluiceError as exc:
             return _problem_event(problems.from_exception(exc, instance=path))
         try:

@@ -1,4 +1,7 @@
-"""The schedule routes (issue 17): ``/v1/schedules``, one block so other route sets stay apart.
+"""The schedule routes (issue 17): ``/v1/admin/queues/{queue}/schedules[/{name}]``, operator routes.
+
+The queue is in every path and a schedule's name is its queue's, so an IAM policy on
+``execute-api:Invoke`` for one queue's paths scopes a caller to that queue's schedules.
 
 Every route goes through ``api_schedules.Schedules``; the POST body passed the gateway's body
 guard (``jsonguard``) before pydantic sees it, as an enqueue's does. The Scheduler's firing event
@@ -8,8 +11,9 @@ guard (``jsonguard``) before pydantic sees it, as an enqueue's does. The Schedul
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
@@ -17,56 +21,70 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from sluice.api_schedules import ScheduleList, ScheduleRequest, Schedules, ScheduleView
 from sluice.errors import InvalidSchedule
+from sluice.models import QUEUE_NAME_PATTERN
 from sluice.schedules import FIRE_KEY, SCHEDULED_TIME
 
 NameParam = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", description="Schedule name.")]
+QueueParam = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="The schedule's queue.")]
+BASE: Final = "/v1/admin/queues/<queue>/schedules"
+SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/schedules/?$"), ("GET", "POST")),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/schedules/[^/]+/?$"), ("GET", "DELETE")),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/schedules/[^/]+/(?:pause|resume)/?$"), ("POST",)),
+)
+CREATE_PATH: Final = re.compile(r"^/v1/admin/queues/[^/]*/schedules/?$")  # the body may hold a whole payload
 
 
 def add_routes(app: APIGatewayRestResolver, schedules: Callable[[], Schedules],
                problem: Callable[[str], OpenAPIResponse], ok: Callable[[str, type[Any]], OpenAPIResponse],
                common: Mapping[int, OpenAPIResponse]) -> None:
-    missing = {**common, 404: problem("No such schedule (code SCHEDULE_NOT_FOUND).")}
+    """Operator routes (``/v1/admin/...``: the gateway checks the caller first), the queue in each path."""
+    common = {**common, 403: problem("The caller is not an operator (code NOT_OPERATOR)."),
+              404: problem("No deployed worker handles the queue (code NO_ROUTE).")}
+    missing = {**common, 404: problem("No such schedule in this queue (SCHEDULE_NOT_FOUND), or no deployed "
+                                      "worker handles the queue (NO_ROUTE).")}
+    tags = ["schedules"]
 
-    @app.post("/v1/schedules", status_code=201, operation_id="create_schedule", tags=["schedules"],
-              summary="Create a schedule: a cron or rate expression, a queue and a payload.",
+    @app.post(BASE, status_code=201, operation_id="create_schedule", tags=tags,
+              summary="Create a schedule of the queue: a cron or rate expression and a payload.",
               responses={201: ok("Created.", ScheduleView), **common,
                          400: problem("Bad expression (INVALID_SCHEDULE, UNSUPPORTED_SCHEDULE), faster "
                                       "than once a minute (SCHEDULE_TOO_FREQUENT), or a queue an enqueue "
                                       "refuses."),
-                         404: problem("No deployed worker handles the queue (code NO_ROUTE)."),
-                         409: problem("A schedule with this name exists (code SCHEDULE_EXISTS)."),
+                         409: problem("The queue has a schedule with this name (code SCHEDULE_EXISTS)."),
                          413: problem("Payload over the configured limit.")})
-    def create_schedule(schedule: Annotated[ScheduleRequest, Body()]) -> Response[ScheduleView]:
-        view = schedules().create(schedule)
+    def create_schedule(queue: QueueParam,
+                        schedule: Annotated[ScheduleRequest, Body()]) -> Response[ScheduleView]:
+        view = schedules().create(queue, schedule)
         return Response(201, content_types.APPLICATION_JSON, view,
-                        headers={"Location": f"/v1/schedules/{view.name}"})
+                        headers={"Location": f"/v1/admin/queues/{queue}/schedules/{view.name}"})
 
-    @app.get("/v1/schedules", operation_id="list_schedules", tags=["schedules"], summary="Every schedule.",
+    @app.get(BASE, operation_id="list_schedules", tags=tags, summary="The queue's schedules.",
              responses={200: ok("The schedules, by name.", ScheduleList), **common})
-    def list_schedules() -> ScheduleList:
-        return schedules().list()
+    def list_schedules(queue: QueueParam) -> ScheduleList:
+        return schedules().list(queue)
 
-    @app.get("/v1/schedules/<name>", operation_id="get_schedule", tags=["schedules"],
+    @app.get(f"{BASE}/<name>", operation_id="get_schedule", tags=tags,
              summary="One schedule and its next firing.", responses={200: ok("The schedule.", ScheduleView),
                                                                        **missing})
-    def get_schedule(name: NameParam) -> ScheduleView:
-        return schedules().get(name)
+    def get_schedule(queue: QueueParam, name: NameParam) -> ScheduleView:
+        return schedules().get(queue, name)
 
-    @app.post("/v1/schedules/<name>/pause", operation_id="pause_schedule", tags=["schedules"],
+    @app.post(f"{BASE}/<name>/pause", operation_id="pause_schedule", tags=tags,
               summary="Stop firing until resumed.", responses={200: ok("Paused.", ScheduleView), **missing})
-    def pause_schedule(name: NameParam) -> ScheduleView:
-        return schedules().set_paused(name, True)
+    def pause_schedule(queue: QueueParam, name: NameParam) -> ScheduleView:
+        return schedules().set_paused(queue, name, True)
 
-    @app.post("/v1/schedules/<name>/resume", operation_id="resume_schedule", tags=["schedules"],
+    @app.post(f"{BASE}/<name>/resume", operation_id="resume_schedule", tags=tags,
               summary="Fire again.", responses={200: ok("Resumed.", ScheduleView), **missing})
-    def resume_schedule(name: NameParam) -> ScheduleView:
-        return schedules().set_paused(name, False)
+    def resume_schedule(queue: QueueParam, name: NameParam) -> ScheduleView:
+        return schedules().set_paused(queue, name, False)
 
-    @app.delete("/v1/schedules/<name>", status_code=204, operation_id="delete_schedule", tags=["schedules"],
+    @app.delete(f"{BASE}/<name>", status_code=204, operation_id="delete_schedule", tags=tags,
                 summary="Delete a schedule; jobs it enqueued stay.",
                 responses={204: {"description": "Deleted."}, **missing})
-    def delete_schedule(name: NameParam) -> Response[Any]:
-        schedules().delete(name)
+    def delete_schedule(queue: QueueParam, name: NameParam) -> Response[Any]:
+        schedules().delete(queue, name)
         return Response(204, content_types.APPLICATION_JSON, "")
 
 
@@ -89,9 +107,10 @@ def scheduled_ms(text: object) -> int:
 
 def fire_event(schedules: Schedules, event: Mapping[str, Any]) -> dict[str, Any]:
     """EventBridge Scheduler's invoke: enqueue the firing's job (``Schedules.fire``'s errors propagate)."""
-    name = event.get(FIRE_KEY)
+    name, queue = event.get(FIRE_KEY), event.get("queue")
     at = scheduled_ms(event.get("scheduled_time"))
-    accepted = schedules.fire(name if isinstance(name, str) else "", at)
+    accepted = schedules.fire(queue if isinstance(queue, str) else "",
+                              name if isinstance(name, str) else "", at)
     if accepted is None:
         return {"statusCode": 200, "skipped": "paused"}
     return {"statusCode": 202, "job_id": accepted.job_id}

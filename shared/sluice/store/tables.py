@@ -19,14 +19,15 @@ if TYPE_CHECKING:
 
 
 def _create_table(client: DynamoDBClient, name: str, key: str, ttl_attribute: str, *,
-                  stream: bool = False) -> None:
+                  stream: bool = False, sort_key: str | None = None) -> None:
     spec = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
     extra: dict[str, Any] = {"StreamSpecification": spec} if stream else {}
+    keys = [key] if sort_key is None else [key, sort_key]
     try:
         client.create_table(
             TableName=name,
-            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": k, "KeyType": "RANGE" if i else "HASH"} for i, k in enumerate(keys)],
+            AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
             BillingMode="PAY_PER_REQUEST", **extra,
         )
     except ClientError as exc:
@@ -60,8 +61,9 @@ def create_routes_table(client: DynamoDBClient, name: str) -> None:
 
 
 def create_schedules_table(client: DynamoDBClient, name: str) -> None:
-    """The schedules table (``sluice.store.schedules``): key ``name``; nothing expires."""
-    _create_table(client, name, "name", "expires_at")
+    """The schedules table (``sluice.store.schedules``): key ``queue`` + ``name`` (a schedule's name is
+    its queue's, so per-queue IAM scopes it); nothing expires."""
+    _create_table(client, name, "queue", "expires_at", sort_key="name")
 
 
 def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-1",
