@@ -58,13 +58,13 @@ class _RecordingDynamoDB:
     """Stands in for a boto3 client so sluice.store.tables shows the layout it creates."""
 
     def __init__(self) -> None:
-        self.key: str | None = None
+        self.keys: list[dict[str, str]] = []
+        self.attributes: list[dict[str, str]] = []
         self.ttl: str | None = None
 
     def create_table(self, **kw: Any) -> None:
-        (key,) = kw["KeySchema"]
-        assert key["KeyType"] == "HASH"
-        self.key = key["AttributeName"]
+        self.keys, self.attributes = kw["KeySchema"], kw["AttributeDefinitions"]
+        assert self.keys[0]["KeyType"] == "HASH"
 
     def get_waiter(self, _name: str) -> Any:
         return type("W", (), {"wait": lambda *a, **k: None})()
@@ -75,15 +75,16 @@ class _RecordingDynamoDB:
 
 @pytest.mark.parametrize(("resource", "creator"), [("JobsTable", "create_jobs_table"),
                                                    ("IdempotencyTable", "create_idempotency_table"),
-                                                   ("RoutesTable", "create_routes_table")])
+                                                   ("RoutesTable", "create_routes_table"),
+                                                   ("SchedulesTable", "create_schedules_table")])
 def test_tables_have_the_layout_the_code_creates_locally(resource: str, creator: str) -> None:
     from sluice.store import tables
 
     client = _RecordingDynamoDB()
     getattr(tables, creator)(client, "t")
     p = props(resource)
-    assert p["KeySchema"] == [{"AttributeName": client.key, "KeyType": "HASH"}]
-    assert p["AttributeDefinitions"] == [{"AttributeName": client.key, "AttributeType": "S"}]
+    assert p["KeySchema"] == client.keys
+    assert p["AttributeDefinitions"] == client.attributes
     assert p["TimeToLiveSpecification"]["AttributeName"] == client.ttl
 
 
@@ -278,7 +279,12 @@ def test_api_requires_sigv4_by_default() -> None:
 ADMIN_OPS = {("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{queue}/resume", "post"),
              ("/v1/admin/queues/{queue}/rate", "put"), ("/v1/admin/queues/{queue}/max-in-flight", "put"),
              ("/v1/admin/queues/{queue}/watermarks", "put"), ("/v1/admin/queues/{queue}/dlq", "get"),
-             ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post")}
+             ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post"),
+             ("/v1/admin/queues/{queue}/schedules", "get"), ("/v1/admin/queues/{queue}/schedules", "post"),
+             ("/v1/admin/queues/{queue}/schedules/{name}", "get"),
+             ("/v1/admin/queues/{queue}/schedules/{name}", "delete"),
+             ("/v1/admin/queues/{queue}/schedules/{name}/pause", "post"),
+             ("/v1/admin/queues/{queue}/schedules/{name}/resume", "post")}
 
 
 @pytest.mark.parametrize("mode", ["IAM", "API_KEY", "IAM_AND_API_KEY"])
@@ -293,9 +299,14 @@ def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
 
 
 def test_the_templates_operator_routes_are_the_gateways() -> None:
+    from sluice.api_schedules import Schedules
+    from sluice.http.app import Gateway
     from tests.unit.test_gateway_fakes import Rig
+    from tests.unit.test_gateway_schedules import FakeScheduleStore
 
-    code, _, doc = Rig().call("GET", "/v1/openapi.json")
+    rig = Rig()  # a gateway with a schedules table, as the template's (SLUICE_SCHEDULES_TABLE)
+    rig.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, FakeScheduleStore()))
+    code, _, doc = rig.call("GET", "/v1/openapi.json")
     assert code == 200
     served = {(p, m) for p, ops in doc["paths"].items() for m in ops if p.startswith("/v1/admin/")}
     assert served == ADMIN_OPS
@@ -506,7 +517,7 @@ def test_vpc_endpoints_cover_every_api_the_functions_call() -> None:
     nested = cfn.load(cfn.NESTED["endpoints"])
     services = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
                 for r in cfn.resources(nested, "AWS::EC2::VPCEndpoint").values()}
-    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager"}
+    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager", "scheduler"}
     network = cfn.load(cfn.NESTED["network"])
     assert not cfn.resources(network, "AWS::EC2::InternetGateway")
     assert not cfn.resources(network, "AWS::EC2::NatGateway")
@@ -655,3 +666,62 @@ def test_gateway_responses_are_problem_json_whatever_the_message() -> None:
         assert problem["type"] == "about:blank" and problem["detail"] == hostile, name
         if "statusCode" in response:
             assert problem["status"] == response["statusCode"], name
+
+
+# ------------------------------------------------------------------ schedules (issue 17)
+
+SCHEDULE_ARNS = {"Fn::Sub": "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}"
+                            ":schedule/${ScheduleGroup}/*"}
+
+
+def test_the_gateway_keeps_schedules_in_its_table_and_its_group() -> None:
+    from sluice.config import Settings
+
+    env = props("GatewayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}
+    assert env["SLUICE_SCHEDULER_GROUP"] == {"Ref": "ScheduleGroup"}
+    assert env["SLUICE_SCHEDULER_ROLE_ARN"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
+    pseudo = cfn.parameters(T)
+    own = cfn.sub(env["SLUICE_GATEWAY_FUNCTION_ARN"]["Fn::Sub"], pseudo)
+    name = cfn.sub(props("GatewayFunction")["FunctionName"]["Fn::Sub"], pseudo)
+    assert own == "arn:aws:lambda:us-east-1:123456789012:function:sluice-test-gateway"
+    assert name == "sluice-test-gateway"  # the function's own ARN
+    assert RES["ScheduleGroup"]["Type"] == "AWS::Scheduler::ScheduleGroup"
+    for field in ("schedules_table", "scheduler_group", "scheduler_role_arn", "gateway_function_arn"):
+        assert field in Settings.model_fields
+
+
+def test_the_gateway_may_touch_its_groups_schedules_and_pass_the_invoke_role_only() -> None:
+    from tests.infra.test_template_security import _statements
+
+    statements = _statements(_function_roles()["GatewayFunction"])
+    scheduler = [s for s in statements if any(a.startswith("scheduler:") for a in s["Action"])]
+    assert scheduler and all(s == scheduler[0] for s in scheduler)  # one statement, in every variant
+    assert sorted(scheduler[0]["Action"]) == ["scheduler:CreateSchedule", "scheduler:DeleteSchedule",
+                                              "scheduler:GetSchedule", "scheduler:UpdateSchedule"]
+    assert scheduler[0]["Resource"] == SCHEDULE_ARNS
+    passing, *same = [s for s in statements if "iam:PassRole" in s["Action"]]
+    assert all(s == passing for s in same)
+    assert passing["Action"] == ["iam:PassRole"]
+    assert passing["Resource"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
+    for name, role in _function_roles().items():  # no other function schedules or passes a role
+        if name != "GatewayFunction":
+            for st in _statements(role):
+                assert not any(a.startswith("scheduler:") or a == "iam:PassRole" for a in st["Action"]), name
+
+
+def test_scheduler_may_invoke_the_gateway_and_nothing_else() -> None:
+    (trust,) = props("SchedulerInvokeRole")["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert trust["Action"] == "sts:AssumeRole"
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert trust["Condition"]["ArnLike"]["aws:SourceArn"] == SCHEDULE_ARNS
+    role = props("SchedulerInvokeRole")
+    assert "Policies" not in role and "ManagedPolicyArns" not in role
+    policy = props("SchedulerInvokePolicy")
+    assert policy["RoleName"] == {"Ref": "SchedulerInvokeRole"}
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert statement == {"Effect": "Allow", "Action": "lambda:InvokeFunction",
+                         "Resource": {"Fn::GetAtt": ["GatewayFunction", "Arn"]}}
+    assert [n for n, r in RES.items() if r["Type"] == "AWS::IAM::RolePolicy"] == ["SchedulerInvokePolicy"]

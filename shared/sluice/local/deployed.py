@@ -38,6 +38,10 @@ BINDINGS: dict[str, str] = {
     "SLUICE_JOBS_TABLE": "the jobs table on the moto server",
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
     "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
+    "SLUICE_SCHEDULES_TABLE": "the schedules table on the moto server (sluice dev's scheduler fires them)",
+    "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
+                              "the table's schedules",
+    "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",

@@ -53,6 +53,7 @@ WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
 RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
 GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
 ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
+SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
 STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
@@ -199,7 +200,8 @@ class DevStack:
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
-                                     "routes_table": s.routes_table or ROUTES_TABLE})
+                                     "routes_table": s.routes_table or ROUTES_TABLE,
+                                     "schedules_table": s.schedules_table or SCHEDULES_TABLE})
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
@@ -374,6 +376,7 @@ class DevStack:
         out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
                "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
                "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
+               "SLUICE_SCHEDULES_TABLE": s.schedules_table or SCHEDULES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
