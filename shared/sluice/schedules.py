@@ -234,6 +234,17 @@ class Schedule:
         return next_after(parse(self.expression), after_ms, self.start_ms)
 
 
+def firing_event(queue: str, name: str, scheduled_time: str) -> dict[str, str]:
+    """The gateway's Scheduler event for one firing: what EventBridge Scheduler sends (with
+    ``SCHEDULED_TIME`` filled in as ISO 8601) and what ``sluice dev``'s scheduler sends."""
+    return {FIRE_KEY: name, "queue": queue, "scheduled_time": scheduled_time}
+
+
+def iso(ms: int) -> str:
+    """``ms`` as Scheduler writes a scheduled time: ``2027-01-01T03:00:00Z``."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def scheduler_name(queue: str, name: str) -> str:
     """The EventBridge Scheduler schedule of ``queue``'s schedule ``name`` (names are per queue, and
     Scheduler's are per group, 1-64 of ``[0-9A-Za-z_.-]``): ``queue.name``, or, when that is too long,

@@ -47,6 +47,7 @@ from sluice.local.template import TEMPLATE, DeployConfig, load
 from sluice.models import is_reserved_queue
 
 if TYPE_CHECKING:
+    from sluice.local.scheduler import LocalScheduler
     from sluice.routes import RouteTable
 
 WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
@@ -54,6 +55,7 @@ RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
 GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
 ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
 SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
+SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
 STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
@@ -170,6 +172,7 @@ class DevStack:
         self.routes: list[str] = []  # "pattern -> function" registered at start (with --worker)
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
+        self.schedules: LocalScheduler | None = None  # EventBridge Scheduler's part (issue 17)
         self._events_thread: threading.Thread | None = None
         self._log_handler: logging.Handler | None = None
 
@@ -324,6 +327,22 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
+        table = self.function("GatewayFunction").env.get("SLUICE_SCHEDULES_TABLE")
+        if table:  # the gateway's (the workers' settings, s, name no schedules table)
+            from sluice.local.scheduler import LocalScheduler
+            from sluice.store.schedules import DynamoScheduleStore
+
+            tables.create_schedules_table(client, table)
+            self.schedules = LocalScheduler(DynamoScheduleStore(client, table).every, self.fire_schedule)
+
+    def fire_schedule(self, event: dict[str, Any]) -> None:
+        """EventBridge Scheduler's invoke of the gateway with one firing (asynchronous, as Scheduler's)."""
+        if self.lambdas is not None:
+            self.lambdas.invoke(GATEWAY_FUNCTION, event)
+
+    def fire_schedules(self) -> None:
+        if self.schedules is not None:
+            self.schedules.tick()
 
     def _start_events(self, s: Settings) -> str:
         """Completion events on moto: the stream poller (Lambda's event source mapping, which moto
@@ -527,6 +546,7 @@ class DevStack:
             (period, self.invoke_relay) for period in relay.schedules.values() if period is not None]
         timers += [(period, self.invoke_safety_net) for period in worker.schedules.values()
                    if period is not None]
+        timers.append((SCHEDULE_TICK_S, self.fire_schedules))  # Scheduler's part: the stored schedules
         return timers
 
     def _schedule(self) -> None:

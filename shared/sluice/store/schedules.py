@@ -17,7 +17,7 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 
 from sluice.errors import ScheduleExists, ScheduleNotFound, StoreError
-from sluice.schedules import FIRE_KEY, SCHEDULED_TIME, Schedule, scheduler_name
+from sluice.schedules import SCHEDULED_TIME, Schedule, firing_event, scheduler_name
 from sluice.store.errors import error_code, translate, translated
 from sluice.store.scan import scan_all
 
@@ -120,7 +120,7 @@ class SchedulerTrigger:
         self.client, self.target_arn, self.role_arn, self.group = client, target_arn, role_arn, group
 
     def _definition(self, schedule: Schedule) -> dict[str, Any]:
-        event = {FIRE_KEY: schedule.name, "queue": schedule.queue, "scheduled_time": SCHEDULED_TIME}
+        event = firing_event(schedule.queue, schedule.name, SCHEDULED_TIME)
         return {"Name": scheduler_name(schedule.queue, schedule.name), "GroupName": self.group,
                 "ScheduleExpression": schedule.expression,
                 "ScheduleExpressionTimezone": "UTC", "FlexibleTimeWindow": {"Mode": "OFF"},
