@@ -15,7 +15,14 @@ from typing import Any
 
 from sluice import policy
 from sluice.errors import InvalidInput, NoRoute, NotOperator
-from sluice.models import DeadJob, QueueConfig, validate_job_id, validate_public_queue
+from sluice.models import (
+    DeadJob,
+    QueueConfig,
+    QueueStats,
+    is_reserved_queue,
+    validate_job_id,
+    validate_public_queue,
+)
 from sluice.ports import JobLog, JobQueue, JobStore
 from sluice.redrive import RedriveReport, redrive_all, redrive_one
 from sluice.relay import control
@@ -62,6 +69,28 @@ class Admin:
 
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
         return control.set_watermarks(self.queue, self.check_queue(name), high, low)
+
+    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
+        return control.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+
+    def route(self, queue: str) -> dict[str, Any] | None:
+        """Where the queue's jobs go: its route's function and owner, or None (the default worker)."""
+        route = None if self.routes is None else self.routes.resolve(queue)
+        if route is None:
+            return None
+        return {"function": route.function, "owner": route.owner, "typed": queue in route.schemas}
+
+    def queue_row(self, stats: QueueStats) -> dict[str, Any]:
+        """One queue for ``sluice queues`` and ``sluice top``: its stats, overdue leases and route."""
+        return {**stats.model_dump(mode="json"), "overdue_leases": self.queue.overdue_leases(stats.queue),
+                "route": self.route(stats.queue)}
+
+    def queue_stats(self, name: str) -> dict[str, Any]:
+        return self.queue_row(self.queue.stats(self.check_queue(name)))
+
+    def all_queues(self) -> list[dict[str, Any]]:
+        """Every public queue Redis knows (its registry), by name."""
+        return [self.queue_row(self.queue.stats(q)) for q in self.queue.queues() if not is_reserved_queue(q)]
 
     def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:

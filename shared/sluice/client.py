@@ -178,6 +178,20 @@ class Client:
         body: dict[str, Any] = {"high": high} | ({} if low is None else {"low": low})
         return self._config("PUT", queue, "watermarks", body)
 
+    def set_caps(self, queue: str, max_delayed: int | None = None,
+                 max_dead: int | None = None) -> QueueConfig:
+        body = {k: v for k, v in (("max_delayed", max_delayed), ("max_dead", max_dead)) if v is not None}
+        return self._config("PUT", queue, "caps", body)
+
+    def queue_rows(self) -> list[dict[str, Any]]:
+        """Every queue (``GET /v1/admin/queues``): each a QueueStats's fields plus ``overdue_leases``
+        and ``route`` (``{"function", "owner", "typed"}``, or None for the default worker)."""
+        return list(self._call("GET", "/v1/admin/queues")["queues"])
+
+    def queue_row(self, queue: str) -> dict[str, Any]:
+        """One queue, as ``queue_rows`` gives each."""
+        return dict(self._call("GET", f"/v1/admin/queues/{self._queue(queue)}"))
+
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         doc = self._call("GET", self._admin(queue, f"dlq?limit={int(limit)}"))
         return [DeadJob.model_validate({**j, "queue": queue}) for j in doc["jobs"]]

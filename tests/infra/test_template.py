@@ -284,7 +284,9 @@ ADMIN_OPS = {("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{que
              ("/v1/admin/queues/{queue}/schedules/{name}", "get"),
              ("/v1/admin/queues/{queue}/schedules/{name}", "delete"),
              ("/v1/admin/queues/{queue}/schedules/{name}/pause", "post"),
-             ("/v1/admin/queues/{queue}/schedules/{name}/resume", "post")}
+             ("/v1/admin/queues/{queue}/schedules/{name}/resume", "post"),
+             ("/v1/admin/queues", "get"), ("/v1/admin/queues/{queue}", "get"),
+             ("/v1/admin/queues/{queue}/caps", "put")}
 
 
 @pytest.mark.parametrize("mode", ["IAM", "API_KEY", "IAM_AND_API_KEY"])
@@ -295,7 +297,8 @@ def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
     assert set(ops) == ADMIN_OPS
     for (path, method), op in ops.items():
         assert op["security"] == [{"sigv4": []}], f"{method} {path}"
-        assert "/{queue}/" in path  # per-queue IAM policies can scope them
+        # per-queue IAM policies can scope them; the listing of every queue is its own resource
+        assert path.startswith("/v1/admin/queues/{queue}") or path == "/v1/admin/queues", path
 
 
 def test_the_templates_operator_routes_are_the_gateways() -> None:

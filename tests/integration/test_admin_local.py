@@ -129,3 +129,43 @@ def test_the_cli_uses_the_operator_api_when_pointed_at_an_api_without_redis(
     assert redriven.exit_code == 0 and "1 job back" in redriven.output and rig.store.generations == {job: 1}
     assert runner.invoke(main, ["queue", "resume", "emails"]).exit_code == 0
     assert rig.queue.config["emails"].paused is False
+
+
+def test_sluice_queues_top_and_caps_use_the_operator_api_without_redis(
+        served: tuple[Rig, LocalGateway], cli_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17: from a laptop with the API's URL and no Redis, ``sluice queues``, ``sluice top`` and
+    ``sluice queue caps`` go through /v1/admin/queues[...]; a plain caller is refused."""
+    from click.testing import CliRunner
+
+    from sluice.cli import main
+
+    rig, server = served
+    dead_id(rig)
+    monkeypatch.setenv("SLUICE_API_URL", server.url)
+    runner = CliRunner(mix_stderr=False)
+    monkeypatch.setenv("SLUICE_LOCAL_CALLER", WEB)
+    for args in (["queues"], ["top", "--once"], ["queue", "caps", "emails", "--max-dead", "3"]):
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 1 and "not an operator" in refused.output + refused.stderr, args
+    assert rig.untouched()
+
+    monkeypatch.setenv("SLUICE_LOCAL_CALLER", OPERATOR)
+    capped = runner.invoke(main, ["queue", "caps", "emails", "--max-delayed", "40", "--max-dead", "3"])
+    assert capped.exit_code == 0 and "delayed 40, dead 3" in capped.stdout, capped.output + capped.stderr
+    assert (rig.queue.config["emails"].max_delayed, rig.queue.config["emails"].max_dead) == (40, 3)
+    listed = runner.invoke(main, ["queues", "--json"])
+    assert listed.exit_code == 0, listed.output + listed.stderr
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["queue"], row["ready"], row["in_flight"], row["dead"]) == ("emails", 7, 2, 1)
+    assert row["max_dead"] == 3
+    assert row["route"] == "default worker"
+    table = runner.invoke(main, ["queues"])
+    assert table.exit_code == 0 and "emails" in table.stdout and "40/3" in table.stdout, table.stdout
+    frame = runner.invoke(main, ["--json", "top", "--once"])
+    assert frame.exit_code == 0, frame.output + frame.stderr
+    (snapshot,) = [json.loads(line) for line in frame.stdout.splitlines()]
+    assert snapshot["acked_since_start"] is None and snapshot["where"] == server.url
+    (top_row,) = snapshot["queues"]
+    assert (top_row["queue"], top_row["overdue_leases"], top_row["ready"]) == ("emails", 1, 7)
+    shown = runner.invoke(main, ["top", "--once"])
+    assert shown.exit_code == 0 and "sluice top" in shown.stdout and "emails" in shown.stdout, shown.stdout

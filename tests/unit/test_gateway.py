@@ -389,7 +389,9 @@ def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> Non
         ("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{queue}/resume", "post"),
         ("/v1/admin/queues/{queue}/rate", "put"), ("/v1/admin/queues/{queue}/max-in-flight", "put"),
         ("/v1/admin/queues/{queue}/watermarks", "put"), ("/v1/admin/queues/{queue}/dlq", "get"),
-        ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post")}
+        ("/v1/admin/queues/{queue}/dlq", "delete"), ("/v1/admin/queues/{queue}/dlq/redrive", "post"),
+        ("/v1/admin/queues", "get"), ("/v1/admin/queues/{queue}", "get"),
+        ("/v1/admin/queues/{queue}/caps", "put")}
     request = doc["components"]["schemas"]["EnqueueRequest"]
     assert request["additionalProperties"] is False and request["required"] == ["payload"]
     lease = request["properties"]["lease_seconds"]

@@ -15,7 +15,7 @@ from sluice import ids
 from sluice.api import Api
 from sluice.errors import JobNotFound
 from sluice.http.app import Gateway
-from sluice.models import DeadJob, JobSpec, QueueConfig
+from sluice.models import DeadJob, JobSpec, QueueConfig, QueueStats
 from sluice.routes import Route, RouteTable
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
@@ -54,6 +54,16 @@ class AdminQueue:
         self.writes.append(("redrive", queue, str(job_id), str(generation)))
         self.dead[queue].remove(str(job_id))
         return 1
+
+    def queues(self) -> list[str]:
+        return sorted({"emails", "sluice-relay", *self.config})
+
+    def stats(self, queue: str) -> QueueStats:
+        return QueueStats(queue=queue, ready=7, delayed=1, leased=2, dead=len(self.dead.get(queue, [])),
+                          oldest_ready_age_ms=1500, config=self.get_config(queue))
+
+    def overdue_leases(self, queue: str) -> int:
+        return 1 if queue == "emails" else 0
 
     def purge_dead(self, queue: str) -> int:
         self.writes.append(("purge_dead", queue))
@@ -109,8 +119,8 @@ Q = "/v1/admin/queues/emails"
 WRITES = [("POST", Q + "/pause", None), ("POST", Q + "/resume", None),
           ("PUT", Q + "/rate", {"per_second": 5}), ("PUT", Q + "/max-in-flight", {"max_in_flight": 3}),
           ("PUT", Q + "/watermarks", {"high": 100}), ("POST", Q + "/dlq/redrive", {"all": True}),
-          ("DELETE", Q + "/dlq", None)]
-EVERY = [*WRITES, ("GET", Q + "/dlq", None)]
+          ("DELETE", Q + "/dlq", None), ("PUT", Q + "/caps", {"max_dead": 9})]
+EVERY = [*WRITES, ("GET", Q + "/dlq", None), ("GET", Q, None)]
 
 
 # -- an operator may --------------------------------------------------------------------------------
@@ -297,3 +307,40 @@ def test_the_deployed_gateway_never_takes_its_caller_from_the_local_header(calle
         code, _, doc = rig.call(method, path, body, caller=caller, headers={header: OPERATOR})
         assert (code, doc["code"]) == (403, "NOT_OPERATOR"), (method, path)
     assert rig.untouched()
+
+
+# -- the queues' stats and caps (sluice queues, sluice top, sluice queue caps) --------------------
+
+
+def test_an_operator_lists_the_queues_with_stats_overdue_leases_and_route() -> None:
+    rig = Rig(routes=RouteTable([Route("emails", "sluice-worker-mail", "mail")]))
+    rig.call("POST", Q + "/pause")
+    code, _, doc = rig.call("GET", "/v1/admin/queues")
+    assert code == 200 and [q["queue"] for q in doc["queues"]] == ["emails"]  # no reserved queue
+    (row,) = doc["queues"]
+    assert (row["ready"], row["delayed"], row["leased"], row["oldest_ready_age_ms"]) == (7, 1, 2, 1500)
+    assert row["overdue_leases"] == 1 and row["config"]["paused"] is True
+    assert row["route"] == {"function": "sluice-worker-mail", "owner": "mail", "typed": False}
+    code, _, one = rig.call("GET", Q)
+    assert code == 200 and one == row
+
+
+def test_an_unrouted_queues_stats_are_404_and_a_listing_is_403_for_a_plain_caller() -> None:
+    rig = Rig(routes=RouteTable([Route("billing", "sluice-worker-billing", "billing")]))
+    code, _, doc = rig.call("GET", Q)
+    assert (code, doc["code"]) == (404, "NO_ROUTE")
+    code, _, doc = rig.call("GET", "/v1/admin/queues", caller=WEB)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR")
+    code, _, doc = rig.call("GET", "/v1/admin/queues", caller=None)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR")
+
+
+def test_an_operator_sets_a_queues_caps_and_a_bad_one_writes_nothing() -> None:
+    rig = Rig()
+    code, _, doc = rig.call("PUT", Q + "/caps", {"max_delayed": 50, "max_dead": 9})
+    assert (code, doc["max_delayed"], doc["max_dead"]) == (200, 50, 9)
+    rig.queue.writes.clear()
+    for body in ({}, {"max_dead": -1}, {"max_dead": "9"}, {"max_dead": 9, "extra": 1}):
+        code, _, doc = rig.call("PUT", Q + "/caps", body)
+        assert code == 400, body
+    assert rig.queue.writes == []

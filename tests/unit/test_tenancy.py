@@ -14,16 +14,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice import ids
+from sluice.api_schedules import Schedules
+from sluice.http.app import Gateway
 from sluice.models import QUEUE_NAME_RE
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import KEY, Rig
+from tests.unit.test_gateway_schedules import FakeScheduleStore
 
 SHAPES = {"/v1/queues/{queue}/jobs": {"post"}, "/v1/queues/{queue}/jobs/batch": {"post"},
           "/v1/queues/{queue}": {"get"}, "/v1/jobs/{job_id}": {"get", "delete"}, "/v1/openapi.json": {"get"}}
 # The operator API (issue 17): SigV4 only, for operator policies; no team policy may reach it.
 ADMIN_SHAPES = {f"/v1/admin/queues/{{queue}}/{tail}": methods for tail, methods in (
     ("pause", {"post"}), ("resume", {"post"}), ("rate", {"put"}), ("max-in-flight", {"put"}),
-    ("watermarks", {"put"}), ("dlq", {"get", "delete"}), ("dlq/redrive", {"post"}))}
+    ("watermarks", {"put"}), ("dlq", {"get", "delete"}), ("dlq/redrive", {"post"}), ("caps", {"put"}),
+    ("schedules", {"get", "post"}), ("schedules/{name}", {"get", "delete"}),
+    ("schedules/{name}/pause", {"post"}), ("schedules/{name}/resume", {"post"}))} | {
+    "/v1/admin/queues": {"get"}, "/v1/admin/queues/{queue}": {"get"}}
 PREFIX = "arn:aws:execute-api:us-east-1:123456789012:a1b2c3d4e5/live/"
 NOW = 1_700_000_000_000
 queues = st.from_regex(QUEUE_NAME_RE, fullmatch=True)
@@ -51,7 +57,9 @@ def allowed(method: str, path: str) -> bool:
 def test_the_api_has_exactly_the_routes_the_policies_name() -> None:
     body = cfn.template()["Resources"]["Api"]["Properties"]["DefinitionBody"]
     assert {path: set(item) for path, item in body["paths"].items()} == SHAPES | ADMIN_SHAPES
-    served = json.loads(Rig().gateway.openapi_json())["paths"]
+    rig = Rig()  # a gateway with a schedules table, as the template's
+    rig.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, FakeScheduleStore()))
+    served = json.loads(rig.gateway.openapi_json())["paths"]
     assert {p: set(item) for p, item in served.items()} == {p: m for p, m in (SHAPES | ADMIN_SHAPES).items()
                                                              if p != "/v1/openapi.json"}
 

@@ -1,8 +1,8 @@
 """Operator commands on Redis: ``sluice queues``, ``sluice queue ...``, ``sluice dlq ...``.
 
-They go to Redis directly (the local stack's, or ``SLUICE_REDIS_URL``): the HTTP API
-is for producers, and these knobs are for whoever runs the queues. Every change is
-picked up by running relays within about a second (``sluice.relay.control``).
+They go to Redis directly (the local stack's, or ``SLUICE_REDIS_URL``), or, pointed at a deployed
+API without Redis (``Target.operator_api``), through the operator API (``/v1/admin/queues...``).
+Every change is picked up by running relays within about a second (``sluice.relay.control``).
 """
 
 from __future__ import annotations
@@ -79,6 +79,22 @@ def stats_row(st: QueueStats, route: str = "default worker") -> dict[str, Any]:
             "max_delayed": c.max_delayed, "max_dead": c.max_dead}  # 0: the deployment's default
 
 
+def api_route(route: dict[str, Any] | None) -> str:
+    """``route_of``'s text for the operator API's ``route`` field."""
+    if not route:
+        return "default worker"
+    return f"{route['function']} ({route['owner']}{' typed' if route.get('typed') else ''})"
+
+
+def api_rows(target: Target) -> list[tuple[QueueStats, int, str]] | None:
+    """Every queue through the operator API (stats, overdue leases, route), or None to use Redis."""
+    api = target.operator_api()
+    if api is None:
+        return None
+    return [(QueueStats.model_validate(row), int(row.get("overdue_leases") or 0), api_route(row.get("route")))
+            for row in api.queue_rows()]
+
+
 def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
     engine = target.engine()
     names = [q for q in engine.queues() if include_internal or not is_reserved_queue(q)]
@@ -86,7 +102,7 @@ def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats
 
 
 def queues_table(stats: list[QueueStats], title: str | None = None,
-                 routes: RouteTable | None = None) -> Table:
+                 routes: RouteTable | None = None, shown: dict[str, str] | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
                 "max in flight", "caps", "state", "route"):  # caps: delayed/dead, "-" = the default
@@ -96,7 +112,8 @@ def queues_table(stats: list[QueueStats], title: str | None = None,
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
                       age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
                       f"{c.max_delayed or '-'}/{c.max_dead or '-'}",
-                      "[yellow]paused[/]" if c.paused else "running", route_of(routes, st.queue))
+                      "[yellow]paused[/]" if c.paused else "running",
+                      (shown or {}).get(st.queue) or route_of(routes, st.queue))
     return table
 
 
@@ -106,16 +123,21 @@ def queues_table(stats: list[QueueStats], title: str | None = None,
 @click.pass_obj
 def queues(target: Target, as_json: bool, include_internal: bool) -> None:
     """List every queue: depths, in-flight count, rate limit, paused state and route."""
-    stats = all_stats(target, include_internal)
-    routes = route_table(target)
+    remote = api_rows(target)  # a deployed API without Redis: the operator API (public queues only)
+    if remote is not None:
+        stats, shown = [st for st, _o, _r in remote], {st.queue: r for st, _o, r in remote}
+        routes = None
+    else:
+        stats, routes = all_stats(target, include_internal), route_table(target)
+        shown = {st.queue: route_of(routes, st.queue) for st in stats}
     if as_json:
         for st in stats:
-            click.echo(json.dumps(stats_row(st, route_of(routes, st.queue))))
+            click.echo(json.dumps(stats_row(st, shown[st.queue])))
         return
     if not stats:
         click.echo("no queues yet: enqueue a job to create one")
         return
-    console().print(queues_table(stats, routes=routes))
+    console().print(queues_table(stats, routes=routes, shown=shown))
 
 
 # -- sluice queue ... -------------------------------------------------------------------------------
@@ -201,7 +223,11 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
 @click.pass_obj
 def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None) -> None:
     """Set NAME's own caps on delayed and dead jobs (docs/deploy.md, Limits)."""
-    config = control.set_caps(target.engine(), validate_queue_name(name), max_delayed, max_dead)
+    api, name = target.operator_api(), validate_queue_name(name)
+    if api is not None and max_delayed is None and max_dead is None:
+        raise InvalidInput("give --max-delayed, --max-dead or both")
+    config = api.set_caps(name, max_delayed, max_dead) if api else control.set_caps(
+        target.engine(), name, max_delayed, max_dead)
     _show(config, name, f"{name}: {caps(config)}")
 
 

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sluice.cli.ops import age, console, rate, stats_row
+from sluice.cli.ops import age, api_rows, console, rate, stats_row
 from sluice.cli.output import emit, json_mode
 from sluice.cli.target import Target
 from sluice.local import history
@@ -47,6 +47,10 @@ class TopState:
     rates: dict[str, float] = field(default_factory=dict)
 
     def sample(self) -> Sample:
+        remote = api_rows(self.target)  # a deployed API without Redis: the operator API
+        if remote is not None:
+            return Sample(time.monotonic(), [st for st, _o, _r in remote],
+                          {st.queue: overdue for st, overdue, _r in remote}, None)
         engine = self.target.engine()
         names = [q for q in engine.queues() if not is_reserved_queue(q)]
         stats = [engine.stats(q) for q in names]

@@ -22,6 +22,9 @@ from sluice.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
 
 PREFIX: Final = "/v1/admin/"
 SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
+    (re.compile(r"^/v1/admin/queues/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/caps/?$"), ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(pause|resume)/?$"), ("POST",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks)/?$"), ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
@@ -52,6 +55,14 @@ class WatermarksRequest(BaseModel):
                             description="Resume below this (default high/2).")
 
 
+class CapsRequest(BaseModel):
+    model_config = _STRICT
+    max_delayed: int | None = Field(default=None, ge=0, le=1_000_000_000,
+                                    description="Delayed jobs the queue may hold; 0 = the default.")
+    max_dead: int | None = Field(default=None, ge=0, le=1_000_000_000,
+                                 description="Dead jobs at which the queue takes no more; 0 = the default.")
+
+
 class RedriveRequest(BaseModel):
     model_config = _STRICT
     job_id: str | None = Field(default=None, pattern=JOB_ID_PATTERN, description="One dead job.")
@@ -69,6 +80,21 @@ def _config(queue: str, config: QueueConfig) -> Response[Any]:
 def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses: dict[int, Any]) -> None:
     """Add the operator routes to ``app``; ``admin()`` gives the use-cases for one request."""
     tags = ["operator"]
+
+    @app.get("/v1/admin/queues", operation_id="admin_queues", tags=tags, responses=responses,
+             summary="Every queue: depths, overdue leases, config and route (sluice queues, sluice top).")
+    def list_queues() -> Response[Any]:
+        return _json(200, {"queues": admin().all_queues()})
+
+    @app.get("/v1/admin/queues/<queue>", operation_id="admin_queue", tags=tags, responses=responses,
+             summary="One queue: depths, overdue leases, config and route.")
+    def one_queue(queue: AdminQueue) -> Response[Any]:
+        return _json(200, admin().queue_stats(queue))
+
+    @app.put("/v1/admin/queues/<queue>/caps", operation_id="admin_caps", tags=tags, responses=responses,
+             summary="The queue's own caps on delayed and dead jobs.")
+    def set_caps(queue: AdminQueue, body: Annotated[CapsRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead))
 
     @app.post("/v1/admin/queues/<queue>/pause", operation_id="admin_pause", tags=tags, responses=responses,
               summary="Stop pushing the queue's jobs into Redis (Kafka holds the backlog).")

@@ -418,6 +418,16 @@ class RedisQueue:
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
                           config=_config(r.config), idle_workers=r.idle)
 
+    def overdue_leases(self, queue: str) -> int:
+        """Leases past their deadline that nobody has reaped yet (a crashed or frozen worker), by
+        Redis's clock; a read, for ``sluice top``."""
+        try:
+            seconds, micros = self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            return int(self.client.zcount(self.keys(queue).leased, 0, now_ms))
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+
     def holds(self, queue: str, job_id: str) -> bool:
         """Whether Redis holds ``job_id`` live (ready, delayed or leased). A read, for ``GET``:
         the relay's ``queued`` status write is best effort (``relay/status.py`` drops what it
