@@ -204,12 +204,14 @@ class Client:
     def purge_dead(self, queue: str) -> int:
         return int(self._call("DELETE", self._admin(queue, "dlq"), keyed=False)["purged"])
 
-    def schedules(self) -> list[dict[str, Any]] | None:
-        """``GET /v1/schedules``; None when the gateway serves no schedules (404: no schedules table)."""
+    def schedules(self, queue: str) -> list[dict[str, Any]] | None:
+        """The queue's schedules (``GET /v1/admin/queues/{queue}/schedules``, an operator route); None
+        when the gateway serves no schedules (404 ``NOT_FOUND``: no schedules table). Other errors,
+        an unrouted queue's 404 ``NO_ROUTE`` among them, are raised."""
         try:
-            doc = self._call("GET", "/v1/schedules")
+            doc = self._call("GET", self._admin(queue, "schedules"))
         except SluiceError as exc:
-            if exc.details.get("status") == 404:
+            if exc.details.get("status") == 404 and exc.code == "NOT_FOUND":
                 return None
             raise
         return [dict(s) for s in doc["schedules"]]

@@ -12,7 +12,7 @@ from sluice.cli.console import render
 from sluice.cli.console.backend import History, Watched
 from sluice.cli.console.server import Console, Response
 from sluice.client import Client, HttpResponse
-from sluice.errors import InvalidInput, JobNotFound
+from sluice.errors import InvalidInput, JobNotFound, NoRoute
 from sluice.models import DeadJob, QueueConfig
 from sluice.wire import JobView, QueueView
 
@@ -77,7 +77,9 @@ class FakeBackend:
         self.calls.append(("purge", queue))
         return 1
 
-    def schedules(self) -> list[dict[str, Any]] | None:
+    def schedules(self, queue: str) -> list[dict[str, Any]] | None:
+        if queue != "emails":
+            return []
         return [{"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "emails", "paused": False,
                  "next_firing_ms": 1_700_000_000_000, "payload": {"x": EVIL}}]
 
@@ -220,7 +222,7 @@ def test_no_credential_reaches_the_browser() -> None:
                 doc = job(status="succeeded", result={"ok": True}).model_dump_json().encode()
             elif url.endswith("/dlq?limit=100"):
                 doc = b'{"queue":"emails","jobs":[]}'
-            elif url.endswith("/v1/schedules"):
+            elif url.endswith("/schedules"):
                 return HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}')
             elif "/v1/admin/" in url:
                 doc = b'{"queue":"emails","paused":true}'
@@ -271,15 +273,18 @@ def test_against_a_deployment_the_console_signs_on_its_server(tmp_path: Any) -> 
 def test_client_schedules_lists_them_or_says_none_are_served() -> None:
     answers = iter([HttpResponse(200, {}, b'{"schedules":[{"name":"nightly"}]}'),
                     HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}'),
-                    HttpResponse(400, {}, b'{"code":"INVALID_INPUT","detail":"bad"}')])
+                    HttpResponse(400, {}, b'{"code":"INVALID_INPUT","detail":"bad"}'),
+                    HttpResponse(404, {}, b'{"code":"NO_ROUTE","detail":"no worker"}')])
 
     class Transport:
         def send(self, method: str, url: str, headers: Any, body: Any, timeout: float) -> HttpResponse:
-            assert (method, url) == ("GET", "http://gw/v1/schedules")
+            assert (method, url) == ("GET", "http://gw/v1/admin/queues/emails/schedules")
             return next(answers)
 
     client = Client("http://gw", transport=Transport(), max_attempts=1)
-    assert client.schedules() == [{"name": "nightly"}]
-    assert client.schedules() is None
+    assert client.schedules("emails") == [{"name": "nightly"}]
+    assert client.schedules("emails") is None
     with pytest.raises(InvalidInput):
-        client.schedules()
+        client.schedules("emails")
+    with pytest.raises(NoRoute):  # an unrouted queue is an error, not "no schedules"
+        client.schedules("emails")

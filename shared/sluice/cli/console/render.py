@@ -201,7 +201,7 @@ def schedules_page(schedules: Sequence[Mapping[str, Any]] | None, error: str | N
         return f'<p class="error">{esc(error)}</p>'
     if schedules is None:
         return ('<p class="empty" id="no-schedules">This gateway serves no schedules (it has no schedules '
-                'table; `sluice dev` runs none). Read-only here; manage them with POST /v1/schedules.</p>')
+                'table). Read-only here; manage them with POST /v1/admin/queues/{queue}/schedules.</p>')
     if not schedules:
         return '<p class="empty">No schedules.</p>'
     rows = "".join(

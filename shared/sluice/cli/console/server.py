@@ -96,6 +96,13 @@ class Console:
 
     # -- GET ---------------------------------------------------------------------------------
 
+    def all_schedules(self) -> list[dict[str, Any]] | None:
+        """The watched queues' schedules (names are per queue); None if the gateway serves none."""
+        found = [self.backend.schedules(name) for name in sorted(self.watched.all())]
+        if found and all(f is None for f in found):
+            return None
+        return [s for f in found for s in f or []]
+
     def get(self, path: str, query: Mapping[str, str]) -> Response:
         if path == "/":
             return self.html(200, "Queues", render.queues_page(self.queues_fragment(), self.token,
@@ -108,7 +115,7 @@ class Console:
             view = self.backend.status(validate_job_id(query.get("id", "")))
             return Response(200, render.job_fragment(view))
         if path == "/schedules":
-            return self.html(200, "Schedules", render.schedules_page(self.backend.schedules(), None))
+            return self.html(200, "Schedules", render.schedules_page(self.all_schedules(), None))
         if path.startswith("/static/") and path[8:] in STATIC:
             text = resources.files("sluice.cli.console").joinpath("static", path[8:]).read_text("utf-8")
             return Response(200, text, STATIC[path[8:]])
