@@ -236,6 +236,19 @@ def test_holds_is_true_only_while_a_job_is_ready_delayed_or_leased(rq: RedisQueu
     assert not rq.holds("q", leased.job_id)
 
 
+def test_overdue_leases_counts_leases_past_their_deadline_and_writes_nothing(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue_many([spec("short"), spec("long")])
+    assert rq.overdue_leases("q") == 0
+    [short] = rq.lease("q", 1, 10)
+    [long] = rq.lease("q", 1, 60_000)
+    assert {short.job_id, long.job_id} == {"short", "long"}
+    time.sleep(0.05)
+    before = snapshot(redis_client)
+    assert rq.overdue_leases("q") == 1 and rq.overdue_leases("other") == 0
+    assert snapshot(redis_client) == before  # a read: no key changed
+
+
 def test_stats_oldest_ready_age_across_priorities(rq: RedisQueue, redis_client: redis.Redis) -> None:
     now = redis_now_ms(redis_client)
     rq.enqueue_many([spec("new-high", priority=9, enqueued_at_ms=now - 1_000),
