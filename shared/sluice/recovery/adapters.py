@@ -47,14 +47,7 @@ class RedisEpochs:
         if self._shards is not None:
             return self._shards.peek()
         with self._translated():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.get(EPOCH_KEY)
-            pipe.info("replication")
-            key, info = pipe.execute()
-        if key is None:
-            return None
-        key = key.decode() if isinstance(key, bytes) else str(key)
-        return f"{key}/{info.get('master_replid', '?')}"
+            return _read_epoch(self.client, EPOCH_KEY)
 
     def current(self) -> str:
         if self._shards is not None:
@@ -79,6 +72,18 @@ class RedisEpochs:
             self._rebase = self.client.register_script(source("rebase.lua"))
         with self._translated():
             return bool(self._rebase(keys=[QueueKeys(queue).relayed(topic, partition)], args=[owner, offset]))
+
+
+def _read_epoch(node: Any, key: str) -> str | None:
+    """``<epoch key's value>/<replication id>`` of one node, in one round trip; None without the key."""
+    pipe = node.pipeline(transaction=False)
+    pipe.get(key)
+    pipe.info("replication")
+    value, info = pipe.execute()
+    if value is None:
+        return None
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    return f"{value}/{info.get('master_replid', '?')}"
 
 
 class _ShardEpochs:
@@ -123,17 +128,7 @@ class _ShardEpochs:
             self.client.nodes_manager.initialize()
 
     def peek(self) -> str | None:
-        def read(node: Any, key: str) -> str | None:
-            pipe = node.pipeline(transaction=False)
-            pipe.get(key)
-            pipe.info("replication")
-            value, info = pipe.execute()
-            if value is None:
-                return None
-            value = value.decode() if isinstance(value, bytes) else str(value)
-            return f"{value}/{info.get('master_replid', '?')}"
-
-        parts = self._on_each(read)
+        parts = self._on_each(_read_epoch)
         if any(ident is None for _, ident in parts):
             return None
         return shards.compose(parts)
