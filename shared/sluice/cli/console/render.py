@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from sluice.cli.ops import age  # the CLI tables' age column, same wording
 from sluice.models import DeadJob
 from sluice.wire import JobView, QueueView
 
@@ -24,15 +25,6 @@ FINAL = frozenset({"succeeded", "failed", "dead", "cancelled"})
 
 def esc(value: object) -> str:
     return escape("" if value is None else str(value), quote=True)
-
-
-def age(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    return f"{seconds / 60:.1f}m" if seconds < 3600 else f"{seconds / 3600:.1f}h"
 
 
 def when(ms: int | None) -> str:
