@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sluice.completion.model import is_final_transition
+from sluice.completion.model import final_image
 from sluice.errors import SluiceError
 from sluice.events import EventBus, JobEnded, ResultWritten
 from sluice.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
@@ -214,11 +214,8 @@ def ended_child(record: Mapping[str, Any]) -> Slot | None:
     """The continuation and slot of the child a jobs-table stream record makes final, or None
     (not a final transition, or a job with no continuation). Pure: the record's new image names
     both, as the child's item has since the gateway created it."""
-    if record.get("eventName") not in ("INSERT", "MODIFY"):
-        return None
-    data = record.get("dynamodb") or {}
-    new, old = data.get("NewImage"), data.get("OldImage")
-    if new is None or not is_final_transition(old, new):
+    new = final_image(record)
+    if new is None:
         return None
     then = item_str(new, "continuation")
     return None if then is None else (then, item_int(new, "family_slot"))

@@ -64,16 +64,24 @@ def is_final_transition(old: Mapping[str, Any] | None, new: Mapping[str, Any] | 
     return new_status in FINAL_STATES and _status(old) not in FINAL_STATES
 
 
-def from_record(record: Mapping[str, Any], *,
-                inline_bytes: int = DEFAULT_INLINE_RESULT_BYTES) -> Completion | None:
-    """The completion event of one stream record (Lambda's DynamoDB event shape), or None."""
+def final_image(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The new image of a stream record (Lambda's DynamoDB event shape) that makes its job
+    final, or None (a removal, or not a transition into a final state)."""
     if record.get("eventName") not in ("INSERT", "MODIFY"):
         return None
     data = record.get("dynamodb") or {}
     new, old = data.get("NewImage"), data.get("OldImage")
     if new is None or not is_final_transition(old, new):
         return None
-    return from_item(new, inline_bytes=inline_bytes)
+    image: Mapping[str, Any] = new
+    return image
+
+
+def from_record(record: Mapping[str, Any], *,
+                inline_bytes: int = DEFAULT_INLINE_RESULT_BYTES) -> Completion | None:
+    """The completion event of one stream record, or None."""
+    new = final_image(record)
+    return None if new is None else from_item(new, inline_bytes=inline_bytes)
 
 
 def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RESULT_BYTES) -> Completion:
