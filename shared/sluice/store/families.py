@@ -23,14 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from sluice.errors import BackendUnavailable, JobNotFound, LeaseLost, TooManyChildren
 from sluice.flows import ChildState, NewChild, Slot
 from sluice.models import JobState
 from sluice.pools import LazyPool
 from sluice.store.codec import N, S, item_int, item_str
-from sluice.store.errors import is_conditional_failure, translate, translated
+from sluice.store.errors import translated
 from sluice.store.items import ItemTable
 
 
@@ -138,14 +136,7 @@ class Families(ItemTable):
                                 "updated_at_ms": N(now), "parent_id": S(parent_id),
                                 "remaining": N(len(set(child_ids)))}
         for put in (record, item):
-            try:
-                self._db.put_item(TableName=self.table, Item=put,
-                                  ConditionExpression="attribute_not_exists(job_id)")
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise translate(exc, "start_family") from exc
-            except BotoCoreError as exc:
-                raise translate(exc, "start_family") from exc
+            self._put_new("start_family", put)  # already there: a retry of this same start
         return self.family(continuation)
 
     def _granted(self, job_id: str, item: dict[str, Any]) -> None:

@@ -69,6 +69,19 @@ class ItemTable:
             raise translate(exc, operation) from exc
         return dict(response.get("Attributes") or {}), True
 
+    def _put_new(self, operation: str, item: dict[str, Any]) -> bool:
+        """Create ``item`` unless an item with its key exists: True if written, False if not."""
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)")
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise translate(exc, operation) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, operation) from exc
+        return True
+
     def _read(self, job_id: str) -> dict[str, Any] | None:
         with translated("get_item"):
             response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)}, ConsistentRead=True)

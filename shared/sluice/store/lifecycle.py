@@ -204,15 +204,8 @@ class Lifecycle(ItemTable):
                 "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
                 "finished_at_ms": N(now),
                 "last_error": S(truncate_error(reason)), "expires_at": N(now // 1000 + self.retention_s)}
-        try:
-            self._db.put_item(TableName=self.table, Item=item,
-                              ConditionExpression="attribute_not_exists(job_id)")
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise translate(exc, "cancel_unrecorded") from exc
+        if not self._put_new("cancel_unrecorded", item):
             return self.request_cancel(job_id)
-        except BotoCoreError as exc:
-            raise translate(exc, "cancel_unrecorded") from exc
         return self._record(item)
 
     def settle_ended(self, ended: EndedJob) -> bool:
