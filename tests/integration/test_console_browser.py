@@ -31,7 +31,7 @@ if not (CHROMIUM and DRIVER):
                 "the console's browser test did not run", allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver",
                                 reason="selenium is not installed (pip install selenium)")
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -101,10 +101,13 @@ def wait_status(gateway: str, job_id: str, want: str, timeout: float = 60) -> No
 
 
 class Until:
-    """WebDriverWait that says what the page showed when it gives up."""
+    """WebDriverWait that says what the page showed when it gives up. An element the page's own
+    refresh replaced between finding it and reading it is looked for again (a CI run failed on
+    that race: StaleElementReferenceException), as a missing one is."""
 
     def __init__(self, driver: Any, timeout: float = 60) -> None:
-        self.driver, self.wait = driver, WebDriverWait(driver, timeout, poll_frequency=0.2)
+        self.driver, self.wait = driver, WebDriverWait(
+            driver, timeout, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
 
     def until(self, condition: Any) -> Any:
         try:
