@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
+    from sluice.local import mototx
+
+    mototx.install()
+
     class Dispatch(DomainDispatcherApplication):
         """Remembers which backend serves a host: moto otherwise scans every service's URL
         patterns on every request, a sizeable share of a request's cost."""
