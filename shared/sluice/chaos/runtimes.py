@@ -90,7 +90,7 @@ class LambdaRuntime:
                              relay_every_s=self.RELAY_EVERY_S, relay_timeout_s=self.RELAY_TIMEOUT_S,
                              safety_net_every_s=self.SAFETY_NET_EVERY_S, gateway_concurrency=1,
                              warm_workers=o.workers, history=False, log_level="WARNING", settings=overrides,
-                             redis_shards=o.redis_shards)
+                             redis_shards=o.redis_shards, follow_events=False)
         self.dev = DevStack(options)
         self.dev.start(progress=lambda m: say(f"  {m}"))
         self.dev.lambdas.on_finish = self._finished

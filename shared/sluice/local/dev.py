@@ -85,6 +85,10 @@ class DevOptions:
     gateway_concurrency: int = 2  # gateway containers (processes); unreserved in the template
     warm_workers: int = 1  # worker containers started ahead of the first dispatch
     history: bool = True
+    # Route the bus to the queue `sluice events` reads. Off for `sluice chaos`, which reads the
+    # whole stream after its drain: moto's SQS scans every message it holds on each delivery
+    # (Queue.attributes), so an unread queue makes each publish slower than the last.
+    follow_events: bool = True
     log_level: str = "INFO"
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
     relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
@@ -352,10 +356,16 @@ class DevStack:
 
         from sluice import wiring
         from sluice.completion.publish import batch_failures
-        from sluice.local.streams import StreamPoller, ensure_bus, ensure_jobs_stream, stream_consumers
+        from sluice.local.streams import (
+            FOLLOW_QUEUE,
+            StreamPoller,
+            ensure_bus,
+            ensure_jobs_stream,
+            stream_consumers,
+        )
 
         worker = self.settings or s
-        queue_url = ensure_bus(worker)
+        queue_url = ensure_bus(worker, FOLLOW_QUEUE if self.options.follow_events else None)
         publisher = wiring.completion_publisher(worker)
         # The stream's countdown (the countdown function in AWS) on the same records: a child whose
         # process died before its in-process countdown is counted here (docs/flows.md, Failure).

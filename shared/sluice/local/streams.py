@@ -47,11 +47,15 @@ def ensure_jobs_stream(s: Settings) -> str:
     return str(table["LatestStreamArn"])
 
 
-def ensure_bus(s: Settings, queue_name: str = FOLLOW_QUEUE) -> str:
-    """The bus, a rule for every ``sluice`` event, and its SQS target; returns the queue's URL."""
+def ensure_bus(s: Settings, queue_name: str | None = FOLLOW_QUEUE) -> str:
+    """The bus and, with ``queue_name``, a rule for every ``sluice`` event and its SQS target;
+    returns the queue's URL ("" with no queue: the events are published and nobody receives
+    them, as on a bus with no rule)."""
     events, sqs = _boto("events", s), _boto("sqs", s)
     with contextlib.suppress(events.exceptions.ResourceAlreadyExistsException):
         events.create_event_bus(Name=s.events_bus_name)
+    if queue_name is None:
+        return ""
     url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(Name=RULE, EventBusName=s.events_bus_name, State="ENABLED",
