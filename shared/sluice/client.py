@@ -216,6 +216,24 @@ class Client:
             raise
         return [dict(s) for s in doc["schedules"]]
 
+    def _schedule(self, queue: str, name: str, rest: str = "") -> str:
+        from sluice.schedules import check_name
+
+        return self._admin(queue, f"schedules/{quote(check_name(name), safe='')}{rest}")
+
+    def pause_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """Stop the schedule firing (``POST .../schedules/{name}/pause``): the schedule's view."""
+        return dict(self._call("POST", self._schedule(queue, name, "/pause")))
+
+    def resume_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """Fire it again (``POST .../schedules/{name}/resume``): the schedule's view."""
+        return dict(self._call("POST", self._schedule(queue, name, "/resume")))
+
+    def delete_schedule(self, queue: str, name: str) -> None:
+        """``DELETE .../schedules/{name}`` (204); jobs it enqueued stay. Not sent twice: a repeat
+        after a lost answer would say 404 for a schedule this call deleted."""
+        self._call("DELETE", self._schedule(queue, name), keyed=False)
+
     def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
              clock: Callable[[], float] = time.monotonic) -> JobView:
         """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``

@@ -303,6 +303,22 @@ class QueueConfig(BaseModel):
     max_dead: int = Field(default=0, ge=0)
 
 
+class FinishedCounts(BaseModel):
+    """How many of a queue's jobs left it for good, by how, since its counters began (Redis's
+    ``keys.finished``; a Redis data loss starts them again at 0). Cumulative: the rate is the
+    difference between two reads. ``dead`` is every job dead-lettered: the handler's ``Fail``
+    (status failed) as well as attempts used up (dead); Redis does not tell them apart.
+    ``cancelled``: removed after a cancel request."""
+
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.succeeded + self.dead + self.cancelled
+
+
 class QueueStats(BaseModel):
     queue: str
     ready: int
@@ -312,6 +328,7 @@ class QueueStats(BaseModel):
     oldest_ready_age_ms: int | None
     config: QueueConfig = QueueConfig()
     idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
+    finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
 
 
 class DeadJob(BaseModel):

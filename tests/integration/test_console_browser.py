@@ -1,5 +1,6 @@
 """``sluice console`` in a real headless browser (Debian's chromium through Selenium and chromium-driver)
-against a running ``sluice dev``: a job appears and finishes, a queue pauses, a dead job is redriven.
+against a running ``sluice dev``: a job appears and finishes, a queue pauses, a schedule pauses,
+resumes and is deleted, a dead job is redriven.
 
 Skipped, with the reason in the summary, where chromium, chromedriver or selenium is missing;
 ``.ci/run`` installs them, so CI always runs it. ``SLUICE_CONSOLE_SCREENSHOT=path`` saves the
@@ -8,12 +9,14 @@ queues page there (how docs/img/console.png is made).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +124,33 @@ def text_of(driver: Any, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
+def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gateway: str) -> None:
+    from sluice.http.local_server import LOCAL_CALLER_HEADER
+
+    body = json.dumps({"name": "hourly", "expression": "rate(1 hour)", "payload": {"text": "tick"}}).encode()
+    req = urllib.request.Request(f"{gateway}/v1/admin/queues/shout/schedules", data=body, method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          LOCAL_CALLER_HEADER: "arn:aws:iam::000000000000:role/ops"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 201
+    browser.get(url + "/schedules")
+    row = 'tr[data-schedule="shout/hourly"]'
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
+    assert text_of(browser, f"{row} td.state") == "active"
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout paused")
+    assert text_of(browser, f"{row} td.state") == "paused"
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout resumed")
+    assert text_of(browser, f"{row} td.state") == "active"
+    browser.find_element(By.CSS_SELECTOR, f"{row} form.delete button").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#confirm-question"))
+    assert "Delete schedule hourly of shout?" in text_of(browser, "#confirm-question")
+    browser.find_element(By.CSS_SELECTOR, "form.confirm button").click()
+    wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout deleted")
+    assert not browser.find_elements(By.CSS_SELECTOR, row)
+
+
 def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
         stack: tuple[Path, dict[str, Any], str], browser: Any) -> None:
     folder, endpoints, url = stack
@@ -140,6 +170,9 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
     assert text_of(browser, f"{row} td.state") == "running"
     # The page's script refetches the table; the second poll gives the sparkline its first line.
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{row} svg.spark polyline"))
+    # the queue's own finished counts, through the operator API from Redis: the job above succeeded
+    totals = browser.find_element(By.CSS_SELECTOR, f"{row} td.finished").get_attribute("title")
+    assert totals == "since the counters began: 1 succeeded, 0 failed or dead, 0 cancelled", totals
     browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
     wait.until(lambda d: text_of(d, "#flash") == "shout paused")
     assert text_of(browser, f"{row} td.state") == "paused"
@@ -157,6 +190,8 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
     assert text_of(browser, f"{row} td.limit") == "5/s burst 10"
     _, queue = http("GET", f"{gateway}/v1/queues/shout")
     assert (queue["rate_per_s"], queue["burst"]) == (5, 10)
+
+    pause_resume_and_delete_a_schedule(browser, wait, url, gateway)
 
     status, accepted = http("POST", f"{gateway}/v1/queues/shout/jobs",
                             {"payload": {"text": "dies once", "die": True}, "max_attempts": 1})

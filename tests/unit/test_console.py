@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urlencode
@@ -9,17 +10,26 @@ from urllib.parse import urlencode
 import pytest
 
 from sluice.cli.console import render
-from sluice.cli.console.backend import History, Watched
+from sluice.cli.console.backend import History, Rates, Watched
 from sluice.cli.console.server import Console, Response
 from sluice.client import Client, HttpResponse
-from sluice.errors import InvalidInput, JobNotFound, NoRoute
-from sluice.models import DeadJob, QueueConfig
+from sluice.errors import InvalidInput, JobNotFound, NoRoute, NotOperator
+from sluice.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
 from sluice.wire import JobView, QueueView
 
 EVIL = '<script>alert("x")</script>'
 JOB = "01JB0000000000000000000000.emails.abcdefghij"
 PORT = 8470
 HOST = {"host": f"127.0.0.1:{PORT}"}
+
+
+def row(queue: str = "emails", *, paused: bool = False, succeeded: int = 0, dead: int = 0,
+        **kw: Any) -> dict[str, Any]:
+    """A queue as GET /v1/admin/queues[/{queue}] answers it."""
+    stats = QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=1, oldest_ready_age_ms=1500,
+                       config=QueueConfig(paused=paused),
+                       finished=FinishedCounts(succeeded=succeeded, dead=dead))
+    return stats.model_dump(mode="json") | {"overdue_leases": 0, "route": None} | kw
 
 
 def view(queue: str = "emails", **kw: Any) -> QueueView:
@@ -43,9 +53,16 @@ class FakeBackend:
                              died_at_ms=1_700_000_000_000)]
         self.job = job(last_error=EVIL, result={"html": EVIL}, progress=0.4, progress_detail=EVIL,
                        progress_at_ms=1_700_000_000_500, children=[JOB])
+        self.listed = ["emails", "reports"]  # what GET /v1/admin/queues lists
+        self.polls = 0
+        self.schedule_paused = False
 
-    def queue_stats(self, queue: str) -> QueueView:
-        return view(queue, paused=self.paused)
+    def queue_row(self, queue: str) -> dict[str, Any]:
+        self.polls += 1  # each poll: 4 more succeeded, 1 more dead
+        return row(queue, paused=self.paused, succeeded=4 * self.polls, dead=self.polls)
+
+    def queue_rows(self) -> list[dict[str, Any]]:
+        return [self.queue_row(q) for q in self.listed]
 
     def status(self, job_id: str) -> JobView:
         if job_id != JOB:
@@ -80,8 +97,21 @@ class FakeBackend:
     def schedules(self, queue: str) -> list[dict[str, Any]] | None:
         if queue != "emails":
             return []
-        return [{"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "emails", "paused": False,
-                 "next_firing_ms": 1_700_000_000_000, "payload": {"x": EVIL}}]
+        return [{"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "emails",
+                 "paused": self.schedule_paused, "next_firing_ms": 1_700_000_000_000, "payload": {"x": EVIL}}]
+
+    def pause_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        self.calls.append(("pause_schedule", queue, name))
+        self.schedule_paused = True
+        return {}
+
+    def resume_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        self.calls.append(("resume_schedule", queue, name))
+        self.schedule_paused = False
+        return {}
+
+    def delete_schedule(self, queue: str, name: str) -> None:
+        self.calls.append(("delete_schedule", queue, name))
 
 
 @pytest.fixture
@@ -128,25 +158,51 @@ def test_the_job_page_shows_state_attempts_progress_result_and_family(app: Conso
     assert missing.status == 404 and "no job" in missing.body
 
 
-def test_the_queues_page_shows_depths_state_and_a_sparkline(app: Console) -> None:
+def test_the_queues_page_shows_depths_state_and_a_finished_jobs_sparkline(app: Console) -> None:
     ticks = iter([0.0, 2.0, 4.0])
     app.history = History(clock=lambda: next(ticks))
     fake = app.backend
     assert isinstance(fake, FakeBackend)
     first = get(app, "/").body
     assert '<td class="ready">3</td>' in first and 'class="state running"' in first
-    assert "no data yet" in first
+    assert "no data yet" in first and "<th>finished</th>" in first and "drain" not in first
     get(app, "/fragment/queues")
     fragment = get(app, "/fragment/queues").body
-    assert "<polyline" in fragment and "<html" not in fragment
+    assert '<polyline class="finished"' in fragment and '<polyline class="dead"' in fragment
+    assert "<html" not in fragment and "jobs finished per second" in fragment
+    # each poll 5 more jobs finished (4 succeeded, 1 dead), 2 s apart
+    assert '<td class="finished" title="since the counters began: 12 succeeded, 3 failed or dead, ' \
+           '0 cancelled">2.50/s</td>' in fragment
 
 
-def test_history_drain_is_the_backlog_fall_per_second() -> None:
-    ticks = iter([0.0, 0.5, 2.0, 4.0])
+def test_history_rates_are_finished_jobs_per_second_between_polls() -> None:
+    """Differences of the cumulative counts; a drop (Redis lost them) counts from 0 again."""
+    ticks = iter([0.0, 0.5, 2.0, 4.0, 5.0, 6.0])
     h = History(clock=lambda: next(ticks))
-    for ready in (10, 9, 6, 8):  # the 0.5 s poll is too close to the first: ignored
-        h.record(view(ready=ready, delayed=0, leased=0))
-    assert h.drains("emails") == [2.0, 0.0]
+    for succeeded, dead in ((10, 0), (11, 0), (16, 1), (22, 1), (3, 1), (3, 1)):
+        # the 0.5 s poll is too close to the first: ignored
+        h.record(QueueStats.model_validate(row(succeeded=succeeded, dead=dead)))
+    assert h.rates("emails") == [Rates(3.5, 0.5), Rates(3.0, 0.0), Rates(4.0, 1.0), Rates(0.0, 0.0)]
+
+
+def test_without_queue_names_every_listed_queue_shows_and_queue_narrows() -> None:
+    fake = FakeBackend()
+    every = Console(fake, "x", PORT, Watched(every=True))
+    page = get(every, "/").body
+    assert 'data-queue="emails"' in page and 'data-queue="reports"' in page
+    post(every, "/watch", {"queue": "later"})  # added in the page though not listed yet
+    assert 'data-queue="later"' in get(every, "/").body
+    narrowed = Console(fake, "x", PORT, Watched({"reports"}))
+    page = get(narrowed, "/").body
+    assert 'data-queue="reports"' in page and 'data-queue="emails"' not in page
+
+    class Refused(FakeBackend):
+        def queue_rows(self) -> list[dict[str, Any]]:
+            raise NotOperator("not allowed to list queues")
+
+    page = get(Console(Refused(), "x", PORT, Watched({"emails"}, every=True)), "/").body
+    assert "GET /v1/admin/queues" in page and "not allowed to list queues" in page
+    assert 'data-queue="emails"' in page  # a named queue still shows
 
 
 def test_pause_resume_and_rate_call_the_operator_api(app: Console) -> None:
@@ -190,12 +246,53 @@ def test_cross_origin_posts_are_refused_and_change_nothing(app: Console, headers
     assert isinstance(fake, FakeBackend)
     for path, fields in (("/queues/emails/dlq/purge", {"confirmed": "1"}), ("/queues/emails/pause", {}),
                          ("/queues/emails/dlq/redrive", {"all": "1", "confirmed": "1"}),
-                         ("/watch", {"queue": "x"})):
+                         ("/watch", {"queue": "x"}), ("/schedules/emails/nightly/pause", {}),
+                         ("/schedules/emails/nightly/resume", {}),
+                         ("/schedules/emails/nightly/delete", {"confirmed": "1"})):
         r = post(app, path, fields, token=token, **headers)
         assert r.status == 403, (path, r.body)
     wrong = app.handle("POST", "/queues/emails/pause", HOST, b"csrf=guess")
     assert wrong.status == 403
     assert fake.calls == [] and app.watched.all() == ["emails"]
+
+
+def test_schedules_pause_resume_and_delete_after_a_confirmation(app: Console) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    page = get(app, "/schedules").body
+    assert 'data-schedule="emails/nightly"' in page and "<td class=\"state\">active</td>" in page
+    assert 'action="/schedules/emails/nightly/pause"' in page and f'value="{app.token}"' in page
+    r = post(app, "/schedules/emails/nightly/pause", {})
+    back = "/schedules?msg=schedule%20nightly%20of%20emails%20paused"
+    assert (r.status, r.headers["Location"]) == (303, back)
+    page = get(app, back).body
+    assert "<td class=\"state\">paused</td>" in page and 'action="/schedules/emails/nightly/resume"' in page
+    assert 'id="flash">schedule nightly of emails paused<' in page
+    post(app, "/schedules/emails/nightly/resume", {})
+    ask = post(app, "/schedules/emails/nightly/delete", {})
+    assert ask.status == 200 and "Delete schedule nightly of emails?" in ask.body
+    assert 'name="confirmed" value="1"' in ask.body
+    assert 'action="/schedules/emails/nightly/delete"' in ask.body
+    assert fake.calls == [("pause_schedule", "emails", "nightly"), ("resume_schedule", "emails", "nightly")]
+    done = post(app, "/schedules/emails/nightly/delete", {"confirmed": "1"})
+    assert done.status == 303 and fake.calls[-1] == ("delete_schedule", "emails", "nightly")
+
+
+@pytest.mark.parametrize("path", ["/schedules/emails/bad%20name/pause", "/schedules/Emails/nightly/pause",
+                                  "/schedules/emails/nightly/explode",
+                                  "/schedules/emails/" + "n" * 65 + "/pause"])
+def test_a_bad_schedule_action_is_refused_and_calls_nothing(app: Console, path: str) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    assert post(app, path, {"confirmed": "1"}).status in (400, 404)
+    assert fake.calls == []
+
+
+def test_schedule_rows_escape_every_value() -> None:
+    html = render.schedules_page([{"name": 'n"><img src=x>', "queue": "<q>", "expression": EVIL,
+                                   "payload": {"p": EVIL}, "paused": False}], None, "tok", EVIL)
+    assert "<img" not in html and "<script" not in html and "<q>" not in html
+    assert "/schedules/%3Cq%3E/n%22%3E%3Cimg%20src%3Dx%3E/pause" in html
 
 
 def test_a_foreign_host_is_refused_against_dns_rebinding(app: Console) -> None:
@@ -224,6 +321,8 @@ def test_no_credential_reaches_the_browser() -> None:
                 doc = b'{"queue":"emails","jobs":[]}'
             elif url.endswith("/schedules"):
                 return HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}')
+            elif url.endswith("/v1/admin/queues/emails"):
+                doc = json.dumps(row()).encode()
             elif "/v1/admin/" in url:
                 doc = b'{"queue":"emails","paused":true}'
             else:
@@ -263,9 +362,10 @@ def test_against_a_deployment_the_console_signs_on_its_server(tmp_path: Any) -> 
     app = build(target, None, 0, ("emails",))
     assert isinstance(app.backend, Client) and app.backend.sign_sigv4 and app.backend.region == "eu-west-1"
     assert app.where == url
-    assert app.watched.all() == ["emails"] and app.watched.discover is None
+    assert app.watched.all() == ["emails"] and app.watched.every is False  # --queue narrows
     other = build(target, "https://other.example/v1", 0, ())
     assert other.where == "https://other.example/v1"
+    assert other.watched.all() == [] and other.watched.every is True  # every queue the API lists
     with pytest.raises(InvalidInput):
         build(target, None, 0, ("Bad Name",))
 
@@ -288,3 +388,25 @@ def test_client_schedules_lists_them_or_says_none_are_served() -> None:
         client.schedules("emails")
     with pytest.raises(NoRoute):  # an unrouted queue is an error, not "no schedules"
         client.schedules("emails")
+
+
+def test_client_pauses_resumes_and_deletes_a_schedule_on_the_operator_routes() -> None:
+    sent: list[tuple[str, str]] = []
+
+    class Transport:
+        def send(self, method: str, url: str, headers: Any, body: Any, timeout: float) -> HttpResponse:
+            sent.append((method, url))
+            if method == "DELETE":
+                return HttpResponse(204, {}, b"")
+            return HttpResponse(200, {}, b'{"name":"nightly","paused":true}')
+
+    client = Client("http://gw", transport=Transport(), max_attempts=1)
+    assert client.pause_schedule("emails", "nightly")["paused"] is True
+    client.resume_schedule("emails", "nightly")
+    assert client.delete_schedule("emails", "nightly") is None
+    base = "http://gw/v1/admin/queues/emails/schedules/nightly"
+    assert sent == [("POST", base + "/pause"), ("POST", base + "/resume"), ("DELETE", base)]
+    for bad in ("../dlq", "a/b", "", "x" * 65):
+        with pytest.raises(InvalidInput):
+            client.pause_schedule("emails", bad)
+    assert len(sent) == 3  # nothing sent for a bad name

@@ -15,7 +15,7 @@ from sluice import ids
 from sluice.api import Api
 from sluice.errors import JobNotFound
 from sluice.http.app import Gateway
-from sluice.models import DeadJob, JobSpec, QueueConfig, QueueStats
+from sluice.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
 from sluice.routes import Route, RouteTable
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
@@ -60,7 +60,8 @@ class AdminQueue:
 
     def stats(self, queue: str) -> QueueStats:
         return QueueStats(queue=queue, ready=7, delayed=1, leased=2, dead=len(self.dead.get(queue, [])),
-                          oldest_ready_age_ms=1500, config=self.get_config(queue))
+                          oldest_ready_age_ms=1500, config=self.get_config(queue),
+                          finished=FinishedCounts(succeeded=40, dead=2, cancelled=1))
 
     def overdue_leases(self, queue: str) -> int:
         return 1 if queue == "emails" else 0
@@ -323,6 +324,17 @@ def test_an_operator_lists_the_queues_with_stats_overdue_leases_and_route() -> N
     assert row["route"] == {"function": "sluice-worker-mail", "owner": "mail", "typed": False}
     code, _, one = rig.call("GET", Q)
     assert code == 200 and one == row
+
+
+def test_the_queue_rows_carry_the_cumulative_finished_counts() -> None:
+    """Issue 17: jobs that left the queue for good, by how (keys.finished), on both stats routes;
+    the console's sparkline plots their differences between polls."""
+    rig = Rig()
+    for path in ("/v1/admin/queues", Q):
+        code, _, doc = rig.call("GET", path)
+        row = doc["queues"][0] if "queues" in doc else doc
+        assert code == 200 and row["finished"] == {"succeeded": 40, "dead": 2, "cancelled": 1}, path
+        assert (row["dead"], row["ready"]) == (0, 7)  # the depths keep their meaning
 
 
 def test_an_unrouted_queues_stats_are_404_and_a_listing_is_403_for_a_plain_caller() -> None:

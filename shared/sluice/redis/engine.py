@@ -416,7 +416,7 @@ class RedisQueue:
         r = self.scripts.stats(k)
         return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
-                          config=_config(r.config), idle_workers=r.idle)
+                          config=_config(r.config), idle_workers=r.idle, finished=r.finished)
 
     def overdue_leases(self, queue: str) -> int:
         """Leases past their deadline that nobody has reaped yet (a crashed or frozen worker), by

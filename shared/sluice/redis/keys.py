@@ -26,6 +26,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
     sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)
     sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
+    sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
+                                   way since the key was made (counters only go up; stats.lua reads them)
 
 Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
@@ -118,6 +120,13 @@ class QueueKeys:
     def wake(self) -> str:
         """list of tokens, one per job pushed (push.lua, capped): a waiting worker BLPOPs it."""
         return f"{self.base}:wake"
+
+    @property
+    def finished(self) -> str:
+        """hash succeeded / dead / cancelled -> jobs that ended that way (cumulative; only the scripts
+        that end a job add to it: ack, fail, cancel, reclaim). Readers take differences between two
+        reads, so nobody resets it, and a lost Redis (all zero again) shows as a drop."""
+        return f"{self.base}:finished"
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"

@@ -30,7 +30,7 @@ import redis
 from redis.commands.core import Script
 
 from sluice.errors import BackendUnavailable, RedisTopologyError, SluiceError, from_code
-from sluice.models import Extended, LeasedJob
+from sluice.models import Extended, FinishedCounts, LeasedJob
 from sluice.redis.keys import QueueKeys
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
@@ -142,6 +142,7 @@ class StatsReply(NamedTuple):
     now_ms: int
     config: dict[str, str]
     idle: int = 0  # workers waiting for work (idle.lua)
+    finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +214,7 @@ class Scripts:
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                        k.config, k.settle], [n, lease_ms, reclaim_limit])
+                                        k.config, k.settle, k.finished], [n, lease_ms, reclaim_limit])
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
@@ -235,7 +236,7 @@ class Scripts:
 
     def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
         pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
-        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens], [pairs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished], [pairs])
         out: list[SluiceError | None] = [None] * len(jobs)
         for i in range(1, len(reply), 2):
             out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))
@@ -244,20 +245,21 @@ class Scripts:
     def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
              permanent: bool) -> str:
         return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
-                                              k.seq, k.settle],
+                                              k.seq, k.settle, k.finished],
                                [job_id, token, error, retry_after_ms, int(permanent)]))
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
-        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle],
+        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle,
+                                                 k.finished],
                                [job_id, token]))
 
     def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
-        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle],
-                               [job_id, int(settle)]))
+        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle,
+                                                k.finished], [job_id, int(settle)]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle], [limit])
+                                       k.settle, k.finished], [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
@@ -282,10 +284,13 @@ class Scripts:
 
     def stats(self, k: QueueKeys) -> StatsReply:
         r = self._run("stats.lua",
-                      [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq], [])
+                      [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq,
+                       k.finished], [])
         flat = [_word(x) for x in r[6]]
+        succeeded, dead, cancelled = (int(x or 0) for x in r[8])
         return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
-                          dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]))
+                          dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
+                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled))
 
     def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
         """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the

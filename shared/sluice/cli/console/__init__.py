@@ -23,11 +23,12 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
     from sluice.cli.console.backend import Watched
     from sluice.cli.console.server import Console
     from sluice.client import Client
-    from sluice.models import is_reserved_queue, validate_queue_name
+    from sluice.models import validate_queue_name
 
     url = api or target.api_url or target.env.get("SLUICE_API_URL")
     caller = target.env.get("SLUICE_LOCAL_CALLER")
-    watched = Watched({validate_queue_name(q) for q in queues})
+    # No --queue: every queue the operator API lists (GET /v1/admin/queues), locally and deployed.
+    watched = Watched({validate_queue_name(q) for q in queues}, every=not queues)
     if url:  # a deployment: every call SigV4-signed here, with the usual AWS credentials
         client = Client(url, sign_sigv4=True, max_attempts=2,
                         headers={"X-Sluice-Local-Caller": caller} if caller else None)
@@ -36,8 +37,6 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
         client = target.client()
         client.headers["X-Sluice-Local-Caller"] = caller or LOCAL_OPERATOR
         client.max_attempts = 2
-        engine = target.engine()
-        watched.discover = lambda: [q for q in engine.queues() if not is_reserved_queue(q)]
         where = f"local stack ({client.api_url})"
     return Console(client, where, port, watched)
 
@@ -49,7 +48,8 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
               help="A gateway to operate (SigV4-signed with your AWS credentials). Default: --api-url / "
                    "SLUICE_API_URL, else the local stack.")
 @click.option("--queue", "queues", multiple=True, metavar="NAME",
-              help="A queue to show (repeatable); more can be added in the page.")
+              help="Show only this queue (repeatable); default: every queue GET /v1/admin/queues lists. "
+                   "More can be added in the page.")
 @click.pass_obj
 def console(target: Target, port: int, api: str | None, queues: tuple[str, ...]) -> None:
     """Serve a web console on localhost: queues, jobs, dead jobs, schedules."""

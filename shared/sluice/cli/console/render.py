@@ -16,9 +16,10 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from sluice.cli.console.backend import Rates
 from sluice.cli.ops import age  # the CLI tables' age column, same wording
-from sluice.models import DeadJob
-from sluice.wire import JobView, QueueView
+from sluice.models import DeadJob, QueueStats
+from sluice.wire import JobView
 
 FINAL = frozenset({"succeeded", "failed", "dead", "cancelled"})
 
@@ -60,45 +61,63 @@ def qpath(queue: str, rest: str = "") -> str:
     return f"/queues/{quote(queue, safe='')}{rest}"
 
 
-def sparkline(values: Sequence[float], width: int = 120, height: int = 24) -> str:
-    """An inline SVG polyline of ``values`` (oldest first), scaled to the largest."""
-    if len(values) < 2:
+def _points(values: Sequence[float], top: float, width: int, height: int) -> str:
+    step = width / (len(values) - 1)
+    return " ".join(f"{i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}"
+                    for i, v in enumerate(values))
+
+
+def sparkline(rates: Sequence[Rates], width: int = 120, height: int = 24) -> str:
+    """Inline SVG, oldest first: jobs finished per second in each poll interval (one line) and,
+    when any died, the dead ones (a second line, class ``dead``), on one scale."""
+    if len(rates) < 2:
         return (f'<svg class="spark" width="{width}" height="{height}" role="img" '
                 'aria-label="no data yet"></svg>')
-    top = max(values) or 1.0
-    step = width / (len(values) - 1)
-    points = " ".join(f"{i * step:.1f},{height - 1 - (v / top) * (height - 2):.1f}"
-                      for i, v in enumerate(values))
-    return (f'<svg class="spark" width="{width}" height="{height}" role="img" '
-            f'aria-label="drain rate, max {top:.2f}/s"><polyline fill="none" stroke="currentColor" '
-            f'points="{points}"/></svg>')
+    finished, dead = [r.finished for r in rates], [r.dead for r in rates]
+    top = max(finished) or 1.0
+    lines = (f'<polyline class="finished" fill="none" stroke="currentColor" '
+             f'points="{_points(finished, top, width, height)}"/>')
+    if any(dead):
+        lines += (f'<polyline class="dead" fill="none" stroke="#c0392b" '
+                  f'points="{_points(dead, top, width, height)}"/>')
+    label = f"jobs finished per second, last {len(rates)} poll intervals, max {max(finished):.2f}/s"
+    return (f'<svg class="spark" width="{width}" height="{height}" role="img" aria-label="{esc(label)}">'
+            f'<title>{esc(label)}</title>{lines}</svg>')
 
 
-def queue_row(view: QueueView, drain: float | None, spark: Sequence[float], token: str) -> str:
-    q = view.queue
-    state = "paused" if view.paused else "running"
-    toggle = form(qpath(q, "/resume" if view.paused else "/pause"), token, {},
-                  "Resume" if view.paused else "Pause", cls="toggle")
+def _finished_cell(stats: QueueStats, last: Rates | None) -> str:
+    done = stats.finished
+    title = (f"since the counters began: {done.succeeded} succeeded, {done.dead} failed or dead, "
+             f"{done.cancelled} cancelled")
+    shown = "-" if last is None else f"{last.finished:.2f}/s"
+    return f'<td class="finished" title="{esc(title)}">{shown}</td>'
+
+
+def queue_row(stats: QueueStats, rates: Sequence[Rates], token: str) -> str:
+    q, cfg = stats.queue, stats.config
+    state = "paused" if cfg.paused else "running"
+    toggle = form(qpath(q, "/resume" if cfg.paused else "/pause"), token, {},
+                  "Resume" if cfg.paused else "Pause", cls="toggle")
     rate_form = (f'<form method="post" action="{esc(qpath(q, "/rate"))}" class="inline rate">'
                  f'<input type="hidden" name="csrf" value="{esc(token)}">'
-                 f'<input name="per_second" size="5" value="{view.rate_per_s:g}" '
+                 f'<input name="per_second" size="5" value="{cfg.rate_per_s:g}" '
                  f'aria-label="rate per second">'
-                 f'<input name="burst" size="4" value="{view.burst}" aria-label="burst">'
+                 f'<input name="burst" size="4" value="{cfg.burst}" aria-label="burst">'
                  f'<button type="submit">Set rate</button></form>')
-    limit = "unlimited" if view.rate_per_s <= 0 else f"{view.rate_per_s:g}/s burst {view.burst}"
+    limit = "unlimited" if cfg.rate_per_s <= 0 else f"{cfg.rate_per_s:g}/s burst {cfg.burst}"
     return (f'<tr data-queue="{esc(q)}"><td class="name">{esc(q)}</td>'
-            f'<td class="ready">{view.ready}</td><td class="delayed">{view.delayed}</td>'
-            f'<td class="leased">{view.leased}</td>'
-            f'<td class="dead"><a href="{esc(qpath(q, "/dlq"))}">{view.dead}</a></td>'
-            f'<td class="oldest">{age(view.oldest_ready_age_ms)}</td>'
-            f'<td class="drain">{"-" if drain is None else f"{drain:.2f}/s"}</td>'
-            f'<td>{sparkline(spark)}</td><td class="state {state}">{state}</td>'
+            f'<td class="ready">{stats.ready}</td><td class="delayed">{stats.delayed}</td>'
+            f'<td class="leased">{stats.leased}</td>'
+            f'<td class="dead"><a href="{esc(qpath(q, "/dlq"))}">{stats.dead}</a></td>'
+            f'<td class="oldest">{age(stats.oldest_ready_age_ms)}</td>'
+            f'{_finished_cell(stats, rates[-1] if rates else None)}'
+            f'<td>{sparkline(rates)}</td><td class="state {state}">{state}</td>'
             f'<td class="limit">{esc(limit)}</td><td>{toggle} {rate_form}</td></tr>')
 
 
 QUEUE_HEAD = ("<tr><th>queue</th><th>ready</th><th>delayed</th><th>leased</th><th>dead</th>"
-              "<th>oldest ready</th><th>drain</th><th>drain, last polls</th><th>state</th><th>rate limit</th>"
-              "<th>controls</th></tr>")
+              "<th>oldest ready</th><th>finished</th><th>finished/s, last polls</th><th>state</th>"
+              "<th>rate limit</th><th>controls</th></tr>")
 
 
 def queues_table(rows: Iterable[str], errors: Mapping[str, str]) -> str:
@@ -115,8 +134,9 @@ def queues_page(table: str, token: str, message: str | None) -> str:
              f'value="{esc(token)}"><input name="queue" placeholder="queue name" aria-label="queue name">'
              f'<button type="submit">Watch queue</button></form>')
     return (f'{flash(message)}<div id="queues" data-refresh="/fragment/queues">{table}</div>'
-            f'<p class="hint">Refreshes every 2 s. Drain: how fast the backlog (ready + delayed + leased) '
-            f'fell between two polls; jobs that arrive meanwhile hide some of it.</p>{watch}')
+            f'<p class="hint">Refreshes every 2 s. Finished: jobs that succeeded, failed or died per '
+            f'second between two polls (the queue\'s own counts, from the operator API); the red line: '
+            f'those that failed or died. Hover the rate for the totals.</p>{watch}')
 
 
 def _ids(ids: Sequence[str]) -> str:
@@ -188,18 +208,34 @@ def confirm_page(question: str, action: str, fields: Mapping[str, object], token
             f'<a href="{esc(back)}" id="confirm-cancel">Cancel</a>')
 
 
-def schedules_page(schedules: Sequence[Mapping[str, Any]] | None, error: str | None) -> str:
+def spath(queue: object, name: object, verb: str) -> str:
+    return f"/schedules/{quote(str(queue), safe='')}/{quote(str(name), safe='')}/{verb}"
+
+
+def schedule_row(s: Mapping[str, Any], token: str) -> str:
+    queue, name, paused = s.get("queue"), s.get("name"), bool(s.get("paused"))
+    toggle = form(spath(queue, name, "resume" if paused else "pause"), token, {},
+                  "Resume" if paused else "Pause", cls="toggle")
+    delete = form(spath(queue, name, "delete"), token, {}, "Delete", cls="danger delete")
+    return (f'<tr data-schedule="{esc(queue)}/{esc(name)}"><td>{esc(name)}</td>'
+            f'<td><code>{esc(s.get("expression"))}</code></td><td>{esc(queue)}</td>'
+            f'<td class="state">{"paused" if paused else "active"}</td>'
+            f'<td>{esc(when(s.get("next_firing_ms")))}</td><td><pre>{_json(s.get("payload"))}</pre></td>'
+            f'<td>{toggle} {delete}</td></tr>')
+
+
+def schedules_page(schedules: Sequence[Mapping[str, Any]] | None, error: str | None, token: str = "",
+                   message: str | None = None) -> str:
     if error:
-        return f'<p class="error">{esc(error)}</p>'
+        return f'{flash(message)}<p class="error">{esc(error)}</p>'
     if schedules is None:
-        return ('<p class="empty" id="no-schedules">This gateway serves no schedules (it has no schedules '
-                'table). Read-only here; manage them with POST /v1/admin/queues/{queue}/schedules.</p>')
+        return (f'{flash(message)}<p class="empty" id="no-schedules">This gateway serves no schedules (it '
+                'has no schedules table). Create them with POST /v1/admin/queues/{queue}/schedules.</p>')
     if not schedules:
-        return '<p class="empty">No schedules.</p>'
-    rows = "".join(
-        f'<tr><td>{esc(s.get("name"))}</td><td><code>{esc(s.get("expression"))}</code></td>'
-        f'<td>{esc(s.get("queue"))}</td><td>{"paused" if s.get("paused") else "active"}</td>'
-        f'<td>{esc(when(s.get("next_firing_ms")))}</td><td><pre>{_json(s.get("payload"))}</pre></td></tr>'
-        for s in schedules)
-    return ('<table class="schedules"><tr><th>name</th><th>expression</th><th>queue</th><th>state</th>'
-            f'<th>next firing</th><th>payload</th></tr>{rows}</table><p class="hint">Read-only.</p>')
+        return f'{flash(message)}<p class="empty">No schedules.</p>'
+    rows = "".join(schedule_row(s, token) for s in schedules)
+    return (f'{flash(message)}<table class="schedules"><tr><th>name</th><th>expression</th><th>queue</th>'
+            f'<th>state</th><th>next firing</th><th>payload</th><th>controls</th></tr>{rows}</table>'
+            '<p class="hint">Pause stops the firings until resumed (missed ones are not sent); delete asks '
+            'first, and keeps the jobs it enqueued. Create schedules with POST '
+            '/v1/admin/queues/{queue}/schedules.</p>')

@@ -4,8 +4,8 @@ Every request that changes something is a POST that must pass ``Console.refuses`
 this server's (no DNS rebinding), the browser says it comes from this origin (``Sec-Fetch-Site``
 ``same-origin`` and ``Origin`` equal to ours when sent) and the form carries the per-process
 token embedded in our pages. A page on another site can therefore not pause a queue or purge a
-dead-letter queue through a browser that has the console open. Redrive and purge also ask for a
-confirmation (a second POST with ``confirmed=1``).
+dead-letter queue through a browser that has the console open. Redrive, purge and deleting a
+schedule also ask for a confirmation (a second POST with ``confirmed=1``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 from sluice.cli.console import render
 from sluice.cli.console.backend import Backend, History, Watched
 from sluice.errors import SluiceError
-from sluice.models import validate_job_id, validate_queue_name
+from sluice.models import QueueStats, validate_job_id, validate_queue_name
+from sluice.schedules import check_name
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
@@ -33,6 +34,7 @@ HEADERS = {
 STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 _QUEUE_POST = re.compile(r"^/queues/([^/]+)/(pause|resume|rate|dlq/redrive|dlq/purge)$")
 _DLQ = re.compile(r"^/queues/([^/]+)/dlq$")
+_SCHEDULE_POST = re.compile(r"^/schedules/([^/]+)/([^/]+)/(pause|resume|delete)$")
 MAX_FORM = 16_384
 TEXT = "text/plain; charset=utf-8"
 
@@ -96,9 +98,32 @@ class Console:
 
     # -- GET ---------------------------------------------------------------------------------
 
+    def queues(self) -> tuple[list[QueueStats], dict[str, str]]:
+        """The shown queues' stats, by name, and what failed: with no ``--queue``, every queue
+        ``GET /v1/admin/queues`` lists (one call), and each queue added in the page that it
+        does not list (``GET /v1/admin/queues/{queue}``)."""
+        found: dict[str, QueueStats] = {}
+        errors: dict[str, str] = {}
+        if self.watched.every:
+            try:
+                for row in self.backend.queue_rows():
+                    stats = QueueStats.model_validate(row)
+                    found[stats.queue] = stats
+            except (SluiceError, ValueError) as exc:  # ValueError: an answer that is not a queue row
+                errors["every queue (GET /v1/admin/queues)"] = str(exc)
+        for name in self.watched.all():
+            if name in found:
+                continue
+            try:
+                found[name] = QueueStats.model_validate(self.backend.queue_row(name))
+            except (SluiceError, ValueError) as exc:
+                errors[name] = str(exc)
+        return [found[name] for name in sorted(found)], errors
+
     def all_schedules(self) -> list[dict[str, Any]] | None:
-        """The watched queues' schedules (names are per queue); None if the gateway serves none."""
-        found = [self.backend.schedules(name) for name in sorted(self.watched.all())]
+        """The shown queues' schedules (names are per queue); None if the gateway serves none."""
+        shown, _ = self.queues()
+        found = [self.backend.schedules(stats.queue) for stats in shown]
         if found and all(f is None for f in found):
             return None
         return [s for f in found for s in f or []]
@@ -115,7 +140,8 @@ class Console:
             view = self.backend.status(validate_job_id(query.get("id", "")))
             return Response(200, render.job_fragment(view))
         if path == "/schedules":
-            return self.html(200, "Schedules", render.schedules_page(self.all_schedules(), None))
+            return self.html(200, "Schedules", render.schedules_page(self.all_schedules(), None, self.token,
+                                                                     query.get("msg")))
         if path.startswith("/static/") and path[8:] in STATIC:
             text = resources.files("sluice.cli.console").joinpath("static", path[8:]).read_text("utf-8")
             return Response(200, text, STATIC[path[8:]])
@@ -128,16 +154,11 @@ class Console:
         return Response(404, "not found", "text/plain; charset=utf-8")
 
     def queues_fragment(self) -> str:
-        rows, errors = [], {}
-        for name in self.watched.all():
-            try:
-                view = self.backend.queue_stats(name)
-            except SluiceError as exc:
-                errors[name] = str(exc)
-                continue
-            self.history.record(view)
-            drains = self.history.drains(name)
-            rows.append(render.queue_row(view, drains[-1] if drains else None, drains, self.token))
+        shown, errors = self.queues()
+        rows = []
+        for stats in shown:
+            self.history.record(stats)
+            rows.append(render.queue_row(stats, self.history.rates(stats.queue), self.token))
         return render.queues_table(rows, errors)
 
     def job(self, job_id: str) -> Response:
@@ -157,6 +178,10 @@ class Console:
             queue = validate_queue_name(fields.get("queue", "").strip())
             self.watched.add(queue)
             return see_other(f"/?msg={quote(f'watching {queue}')}")
+        scheduled = _SCHEDULE_POST.match(path)
+        if scheduled:
+            queue, name = validate_queue_name(scheduled.group(1)), check_name(scheduled.group(2))
+            return self.schedule_action(queue, name, scheduled.group(3), fields)
         match = _QUEUE_POST.match(path)
         if not match:
             return Response(404, "not found", "text/plain; charset=utf-8")
@@ -194,6 +219,23 @@ class Console:
             refused = "; ".join(f"{k}: {v}" for k, v in (done.get("refused") or {}).items())
             message = f"redrove {done.get('moved', 0)}" + (f"; refused {refused}" if refused else "")
         return see_other(f"{back}?msg={quote(message)}")
+
+
+    def schedule_action(self, queue: str, name: str, verb: str, fields: Mapping[str, str]) -> Response:
+        if verb == "pause":
+            self.backend.pause_schedule(queue, name)
+            message = f"schedule {name} of {queue} paused"
+        elif verb == "resume":
+            self.backend.resume_schedule(queue, name)
+            message = f"schedule {name} of {queue} resumed"
+        elif fields.get("confirmed") != "1":
+            question = f"Delete schedule {name} of {queue}? It fires no more; the jobs it enqueued stay."
+            return self.html(200, "Confirm", render.confirm_page(
+                question, render.spath(queue, name, "delete"), {}, self.token, "/schedules"))
+        else:
+            self.backend.delete_schedule(queue, name)
+            message = f"schedule {name} of {queue} deleted"
+        return see_other(f"/schedules?msg={quote(message)}")
 
 
 def _status(exc: SluiceError) -> int:

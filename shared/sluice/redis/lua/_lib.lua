@@ -232,6 +232,15 @@ local function settle_member(state, id, g)
   return state .. ':' .. (g or '0') .. ':' .. id
 end
 
+-- Add to the queue's cumulative counts of jobs that left it for good (keys.finished: a hash
+-- succeeded / dead / cancelled). Only ever incremented; readers take differences between two
+-- reads, so reading never takes a count away from another reader.
+local function count_finished(finished, succeeded, dead, cancelled)
+  if succeeded > 0 then redis.call('HINCRBY', finished, 'succeeded', succeeded) end
+  if dead > 0 then redis.call('HINCRBY', finished, 'dead', dead) end
+  if cancelled > 0 then redis.call('HINCRBY', finished, 'cancelled', cancelled) end
+end
+
 -- Put one job back in ready at the end of its priority band.
 local function to_ready(ready, seqkey, id, priority)
   local seq = take_seq(seqkey, 1)
@@ -251,7 +260,8 @@ end
 -- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
-local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, now, limit)
+-- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
+local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -272,12 +282,13 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   end
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
-    local dz, sz = {}, {}
+    local dz, sz, n_dead, n_cancelled = {}, {}, 0, 0
     for _, id in ipairs(gone) do
       local key = prefix .. id
       local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
       if f[3] == '1' then
         redis.call('DEL', key)
+        n_cancelled = n_cancelled + 1
         sz[#sz + 1] = now
         sz[#sz + 1] = settle_member('cancelled', id, f[4])
       elseif f[2] then
@@ -286,6 +297,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
         if a >= max_attempts_of(f[2]) then
           dz[#dz + 1] = now
           dz[#dz + 1] = id
+          n_dead = n_dead + 1
           sz[#sz + 1] = now
           sz[#sz + 1] = settle_member('dead', id, f[4])
         else
@@ -294,6 +306,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       end
     end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
+    count_finished(finished, 0, n_dead, n_cancelled)
     -- No worker is left to tell the jobs table, which still says "leased": the relay will.
     if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end
     redis.call('HDEL', tokens, unpack(gone))

@@ -3,6 +3,8 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] leased zset  KEYS[3] tokens hash (job id -> lease token)
+--   KEYS[4] finished hash: each acked job counts as succeeded there, or as cancelled when a
+--           cancel was requested (c = 1; the worker acks to drop a cancelled job)
 --   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
 --           argument rather than 2n, because encoding each argument is what a Python
 --           client pays for (job ids cannot contain spaces)
@@ -19,7 +21,7 @@
 
 --@include _lib.lua
 
-local prefix, leased, tokens = KEYS[1], KEYS[2], KEYS[3]
+local prefix, leased, tokens, finished = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ids, mine = {}, {}
 for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
   ids[#ids + 1] = id
@@ -54,6 +56,11 @@ for i = 1, n do
   end
 end
 if #done > 0 then
+  local cancelled = 0
+  for _, k in ipairs(keys) do
+    if redis.call('HGET', k, 'c') == '1' then cancelled = cancelled + 1 end
+  end
+  count_finished(finished, #done - cancelled, 0, cancelled)
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', leased, unpack(done))
   redis.call('HDEL', tokens, unpack(done))

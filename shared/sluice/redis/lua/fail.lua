@@ -4,6 +4,8 @@
 --   KEYS[1] job hash  sluice:{q}:job:<id>
 --   KEYS[2] leased  KEYS[3] ready  KEYS[4] delayed  KEYS[5] dead  (zsets)
 --   KEYS[6] tokens hash  KEYS[7] seq  KEYS[8] settle zset
+--   KEYS[9] finished hash: a job that ends in dead counts there (as cancelled when its settle
+--           entry says cancelled, else as dead: the handler's Fail, attempts used up)
 --   ARGV[1] job_id  ARGV[2] token  ARGV[3] error (kept as the job's last error)
 --   ARGV[4] retry_after_ms  0..604800000 (0 = ready now; the caller computes the backoff)
 --   ARGV[5] permanent       0 | 1 (1 = no more attempts)
@@ -19,8 +21,8 @@
 
 --@include _lib.lua
 
-local key, leased, ready, delayed, dead, tokens, seqkey, settle =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local key, leased, ready, delayed, dead, tokens, seqkey, settle, finished =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id = ARGV[1]
 if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 local err = ARGV[3]
@@ -41,9 +43,11 @@ redis.call('HDEL', tokens, id)
 redis.call('HSET', key, 'a', a, 'err', err)
 if permanent == '1' or f[3] == '1' or a >= max_attempts_of(f[2]) then
   redis.call('ZADD', dead, now, id)
+  local cancelled = permanent == '0' and f[3] == '1'
   if permanent == '0' then
-    redis.call('ZADD', settle, now, settle_member(f[3] == '1' and 'cancelled' or 'dead', id, f[4]))
+    redis.call('ZADD', settle, now, settle_member(cancelled and 'cancelled' or 'dead', id, f[4]))
   end
+  if cancelled then count_finished(finished, 0, 0, 1) else count_finished(finished, 0, 1, 0) end
   return 'dead'
 end
 if after > 0 then

@@ -2,7 +2,7 @@
 --
 -- Input
 --   KEYS[1] job hash  KEYS[2] leased zset  KEYS[3] ready zset  KEYS[4] tokens hash
---   KEYS[5] seq  KEYS[6] settle zset
+--   KEYS[5] seq  KEYS[6] settle zset  KEYS[7] finished hash (a removed job counts as cancelled)
 --   ARGV[1] job_id    ARGV[2] token
 -- Output
 --   "released"   back in ready (end of its priority band); attempts unchanged
@@ -13,7 +13,9 @@
 
 --@include _lib.lua
 
-local key, leased, ready, tokens, seqkey, settle, id = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1]
+local key, leased, ready, tokens, seqkey, settle, finished =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local id = ARGV[1]
 if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 
 local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
@@ -25,6 +27,7 @@ redis.call('HDEL', tokens, id)
 if f[2] == '1' then
   redis.call('DEL', key)
   redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, f[3]))
+  count_finished(finished, 0, 0, 1)
   return 'cancelled'
 end
 to_ready(ready, seqkey, id, priority_of(f[1]))
