@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 NESTED = {"network": ROOT / "infra/network.yaml", "endpoints": ROOT / "infra/endpoints.yaml",
           "observability": ROOT / "infra/observability.yaml",
+          "redis_shard_alarm": ROOT / "infra/redis-shard-alarm.yaml",  # nested in observability
           "queue_alarm": ROOT / "infra/queue-alarm.yaml"}  # standalone, one stack per queue: linted here
 
 _FN_TAGS = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
@@ -150,14 +151,22 @@ def parameters(doc: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     return values
 
 
+def _condition_value(v: Any, doc: dict[str, Any], params: dict[str, Any]) -> Any:
+    if isinstance(v, dict) and set(v) == {"Ref"}:
+        return params[v["Ref"]]
+    if isinstance(v, dict) and set(v) == {"Fn::FindInMap"}:
+        mapping, key, attribute = (str(_condition_value(part, doc, params)) for part in v["Fn::FindInMap"])
+        return doc["Mappings"][mapping][key][attribute]  # a missing key fails, as in CloudFormation
+    return v
+
+
 def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
-    """Evaluate the Conditions section (Equals, Not, And, Or, Condition over parameter Refs)."""
+    """Evaluate the Conditions section (Equals, Not, And, Or, Condition over parameter Refs and
+    FindInMap lookups keyed by them)."""
     done: dict[str, bool] = {}
 
     def value(v: Any) -> Any:
-        if isinstance(v, dict) and set(v) == {"Ref"}:
-            return params[v["Ref"]]
-        return v
+        return _condition_value(v, doc, params)
 
     def truth(expr: Any) -> bool:
         (fn, args), = expr.items()

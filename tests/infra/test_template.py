@@ -8,6 +8,7 @@ test asks the code, not a copy of its values.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -576,6 +577,143 @@ def test_every_redis_node_the_template_can_create_has_a_memory_alarm(nodes: int)
         watched.add(cfn.sub(dim["Value"]["Fn::Sub"], {"RedisGroupId": "grp"}))
         assert p["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
     assert watched == {f"grp-{i:03d}" for i in range(1, nodes + 1)}
+
+
+@functools.cache
+def _observability() -> dict[str, Any]:
+    return cfn.load(cfn.NESTED["observability"])
+
+
+def _alarm_nodes(name: str, props_: dict[str, Any], values: dict[str, Any]) -> list[str] | None:
+    """The node ids a resolved Redis memory alarm reads, or None if it is not one."""
+    stats = [m["MetricStat"] for m in props_.get("Metrics", []) if "MetricStat" in m]
+    if props_.get("MetricName") == "DatabaseMemoryUsagePercentage":
+        dims = [props_["Dimensions"]]
+    elif stats and all(s["Metric"]["MetricName"] == "DatabaseMemoryUsagePercentage" for s in stats):
+        dims = [s["Metric"]["Dimensions"] for s in stats]
+    else:
+        return None
+    nodes = []
+    for (dim,) in dims:
+        assert dim["Name"] == "CacheClusterId", name
+        nodes.append(cfn.sub(dim["Value"]["Fn::Sub"], values))
+    return nodes
+
+
+def _memory_alarms(**params: Any) -> dict[str, dict[str, Any]]:
+    """The Redis memory alarms that exist for these parameter values (the observability stack's
+    own and those of the nested stacks it creates), with every Fn::If decided and every Ref to a
+    parameter resolved, and the node ids each one reads."""
+    obs = _observability()
+    values = cfn.parameters(obs, RedisGroupId="grp", **params)
+    conds = cfn.conditions(obs, values)
+    out = {}
+    for name, alarm in cfn.resources(obs, "AWS::CloudWatch::Alarm").items():
+        if "Condition" not in alarm or conds[alarm["Condition"]]:
+            p = cfn.resolve(alarm["Properties"], conds)
+            nodes = _alarm_nodes(name, p, values)
+            if nodes is not None:
+                out[name] = {"properties": p, "nodes": nodes, "topic": {"Ref": "AlarmTopic"}}
+    for name, stack in cfn.resources(obs, "AWS::CloudFormation::Stack").items():
+        if "Condition" in stack and not conds[stack["Condition"]]:
+            continue
+        child = _load_child(stack["Properties"]["TemplateURL"])
+        passed = stack["Properties"]["Parameters"]
+        child_values = cfn.parameters(child, **{
+            k: values[v["Ref"]] if isinstance(v, dict) and v.get("Ref") in values else v
+            for k, v in passed.items()})
+        child_conds = cfn.conditions(child, child_values)
+        for alarm_name, alarm in cfn.resources(child, "AWS::CloudWatch::Alarm").items():
+            p = cfn.resolve(alarm["Properties"], child_conds)
+            nodes = _alarm_nodes(f"{name}.{alarm_name}", p, child_values)
+            if nodes is not None:
+                # The topic the child's actions name, as the parent passes it.
+                (action,) = p["AlarmActions"]
+                out[f"{name}.{alarm_name}"] = {"properties": p, "nodes": nodes,
+                                               "topic": passed[action["Ref"]]}
+    return out
+
+
+@functools.cache
+def _load_child(template_url: str) -> dict[str, Any]:
+    return cfn.load(cfn.NESTED["observability"].parent / template_url)
+
+
+def test_cluster_parameters_reach_the_observability_stack_with_the_same_bounds() -> None:
+    """The alarms can only cover every shard and replica the group can have if the nested stack
+    accepts every value the parent does."""
+    obs = cfn.load(cfn.NESTED["observability"])
+    passed = props("Observability")["Parameters"]
+    for name in ("RedisShards", "RedisReplicasPerShard"):
+        assert passed[name] == {"Ref": name}
+        parent, child = T["Parameters"][name], obs["Parameters"][name]
+        assert (child["MinValue"], child["MaxValue"], child["Default"]) == \
+            (parent["MinValue"], parent["MaxValue"], parent["Default"]), name
+
+
+@pytest.mark.parametrize(("shards", "replicas"), [(3, 2), (2, 1), (4, 5), (11, 3), (89, 1), (90, 5)])
+def test_every_node_of_every_shard_has_a_memory_alarm_in_cluster_mode(shards: int, replicas: int) -> None:
+    """Cluster mode names nodes <group>-<shard 0001..>-<node 001..> (sluice-redis-0002-001): each
+    one, and no node that does not exist, is read by a memory alarm at 80% on the alarm topic.
+    The one-shard alarms (<group>-001 ...), whose nodes do not exist here, are off."""
+    alarms = _memory_alarms(RedisShards=shards, RedisReplicasPerShard=replicas, CacheNodes=6)
+    watched = [node for a in alarms.values() for node in a["nodes"]]
+    expected = {f"grp-{s:04d}-{n:03d}" for s in range(1, shards + 1) for n in range(1, replicas + 2)}
+    assert sorted(watched) == sorted(expected)
+    for name, alarm in alarms.items():
+        p = alarm["properties"]
+        assert p["Threshold"] == 80 and p["ComparisonOperator"] == "GreaterThanThreshold", name
+        assert p["AlarmActions"] == p["OKActions"] and alarm["topic"] == {"Ref": "AlarmTopic"}, name
+        assert len({n.rsplit("-", 1)[0] for n in alarm["nodes"]}) == 1, f"{name} mixes shards"
+        stats = [m for m in p["Metrics"] if "MetricStat" in m]
+        assert len(stats) <= 10, f"{name}: a metric-math alarm reads at most 10 metrics"
+        assert all(m["MetricStat"]["Stat"] == "Maximum" and m["ReturnData"] is False for m in stats), name
+        (watches,) = [m for m in p["Metrics"] if m.get("ReturnData")]
+        # The largest of the shard's nodes, point by point: any node over 80% breaches.
+        assert watches["Expression"] == "MAX(METRICS())", name
+
+
+@pytest.mark.parametrize("nodes", [2, 6])
+def test_one_shard_keeps_its_per_node_memory_alarms_and_no_shard_alarm(nodes: int) -> None:
+    alarms = _memory_alarms(CacheNodes=nodes)
+    watched = sorted(n for a in alarms.values() for n in a["nodes"])
+    assert watched == [f"grp-{i:03d}" for i in range(1, nodes + 1)]
+    assert all(name.startswith("RedisMemoryAlarmNode") for name in alarms)
+
+
+def test_shard_alarm_stacks_get_exactly_the_parameters_they_declare() -> None:
+    obs = _observability()
+    stacks = cfn.resources(obs, "AWS::CloudFormation::Stack")
+    assert stacks
+    for name, stack in stacks.items():
+        declared = _load_child(stack["Properties"]["TemplateURL"])["Parameters"]
+        passed = stack["Properties"]["Parameters"]
+        assert set(passed) <= set(declared), name
+        assert {n for n, spec in declared.items() if "Default" not in spec} <= set(passed), name
+        refs = [v["Ref"] for v in passed.values() if isinstance(v, dict) and "Ref" in v]
+        assert set(refs) <= set(obs["Parameters"]) | set(obs["Resources"]), name
+        assert re.fullmatch(declared["Shard"]["AllowedPattern"], passed["Shard"]), name
+
+
+def test_every_shard_count_and_replica_count_is_covered_exactly() -> None:
+    """All 90 x 5 cluster configurations the parameters allow: no shard or node missed, none extra."""
+    obs = _observability()
+    shards_max = obs["Parameters"]["RedisShards"]["MaxValue"]
+    replicas_max = obs["Parameters"]["RedisReplicasPerShard"]["MaxValue"]
+    for shards in range(2, shards_max + 1):
+        for replicas in range(1, replicas_max + 1):
+            watched = [n for a in _memory_alarms(RedisShards=shards, RedisReplicasPerShard=replicas).values()
+                       for n in a["nodes"]]
+            assert len(watched) == shards * (replicas + 1) == len(set(watched)), (shards, replicas)
+            assert max(watched) == f"grp-{shards:04d}-{replicas + 1:03d}", (shards, replicas)
+
+
+def test_generated_shard_alarms_match_their_generator() -> None:
+    """infra/observability.yaml holds exactly what infra/redis_shard_alarms.py writes."""
+    from infra import redis_shard_alarms
+
+    text = cfn.NESTED["observability"].read_text()
+    assert redis_shard_alarms.splice(text) == text, "run: python infra/redis_shard_alarms.py"
 
 
 def test_alarm_topic_uses_a_key_whose_policy_lets_cloudwatch_publish() -> None:
