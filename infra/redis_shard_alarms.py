@@ -7,10 +7,11 @@ on the MAX of its nodes' memory (a metric-math alarm reads at most 10 metrics; a
 most 6 nodes). One alarm per node would be up to 90 x 6 = 540 resources, past CloudFormation's
 500 per template. The alarms sit in nested stacks, not here, because choosing a shard's nodes
 takes Fn::If, and cfn-lint's condition solver pays for every Fn::If with every condition of its
-template: 360 of them beside the shard conditions below took it from 1 s to 22 s of CPU.
+template: 360 of them beside 90-odd shard conditions took it from 1 s to 22-55 s of CPU (with
+nested stacks: 3 s).
 
-What is generated (long and regular): the ShardDigits mapping, the conditions "RedisShards >= N"
-and the stacks, between the BEGIN/END markers of infra/observability.yaml. Edit this script, then::
+What is generated (long and regular): the conditions "RedisShards >= N" and the stacks, between
+the BEGIN/END markers of infra/observability.yaml. Edit this script, then::
 
     python infra/redis_shard_alarms.py          # rewrites infra/observability.yaml in place
 
@@ -30,36 +31,16 @@ END = "# END generated ({part})"
 
 def shard_condition(shard: int) -> str:
     """Name of the condition under which shard ``shard`` exists (cluster mode, RedisShards >= shard)."""
-    tens, units = divmod(shard, 10)
-    if shard <= 2:
-        return "Cluster"
-    return f"ShardsTensAtLeast{tens}" if units == 0 else f"HasShard{shard:04d}"
-
-
-def mappings() -> list[str]:
-    return [f'    "{n}": {{Tens: "{n // 10}", Units: "{n % 10}"}}' for n in range(1, MAX_SHARDS + 1)]
+    return "Cluster" if shard <= 2 else f"HasShard{shard:04d}"
 
 
 def conditions() -> list[str]:
-    # "RedisShards >= N" on RedisShards' decimal digits (ShardDigits): 19 Equals in all, where
-    # naming each count would take 90, and cfn-lint's condition solver, which pairs every two
-    # Equals on one value, takes minutes over those.
-    tens = '!FindInMap [ShardDigits, !Ref RedisShards, Tens]'
-    units = '!FindInMap [ShardDigits, !Ref RedisShards, Units]'
-    lines = [f'  ShardsTensAre{t}: !Equals [{tens}, "{t}"]' for t in range(MAX_SHARDS // 10)]
-    for t in range(MAX_SHARDS // 10, 0, -1):
-        below = f", !Condition ShardsTensAtLeast{t + 1}" if t < MAX_SHARDS // 10 else ""
-        expr = f'!Equals [{tens}, "{t}"]'
-        lines.append(f"  ShardsTensAtLeast{t}: " + (f"!Or [{expr}{below}]" if below else expr))
-    for u in range(9, 0, -1):
-        expr = f'!Equals [{units}, "{u}"]'
-        lines.append(f"  ShardsUnitsAtLeast{u}: " + (f"!Or [{expr}, !Condition ShardsUnitsAtLeast{u + 1}]"
-                                                      if u < 9 else expr))
+    # RedisShards >= N: N itself, or RedisShards >= N + 1 (as CacheNodes' HasNode3 ... chain).
+    lines = []
     for shard in range(3, MAX_SHARDS + 1):
-        t, u = divmod(shard, 10)
-        if u:  # more tens, or the same tens and at least as many units
-            lines.append(f"  {shard_condition(shard)}: !Or [!Condition ShardsTensAtLeast{t + 1}, "
-                         f"!And [!Condition ShardsTensAre{t}, !Condition ShardsUnitsAtLeast{u}]]")
+        equals = f'!Equals [!Ref RedisShards, "{shard}"]'
+        expr = equals if shard == MAX_SHARDS else f"!Or [{equals}, !Condition {shard_condition(shard + 1)}]"
+        lines.append(f"  {shard_condition(shard)}: {expr}")
     return lines
 
 
@@ -78,7 +59,7 @@ def stack(shard: int) -> list[str]:
 def render() -> dict[str, str]:
     """The generated text of each part, markers included."""
     resources = [line for shard in range(1, MAX_SHARDS + 1) for line in stack(shard)]
-    parts = {"mappings": mappings(), "conditions": conditions(), "resources": resources}
+    parts = {"conditions": conditions(), "resources": resources}
     return {part: "\n".join([f"  {BEGIN.format(part=part)}", *lines, f"  {END.format(part=part)}"])
             for part, lines in parts.items()}
 

@@ -151,22 +151,14 @@ def parameters(doc: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     return values
 
 
-def _condition_value(v: Any, doc: dict[str, Any], params: dict[str, Any]) -> Any:
-    if isinstance(v, dict) and set(v) == {"Ref"}:
-        return params[v["Ref"]]
-    if isinstance(v, dict) and set(v) == {"Fn::FindInMap"}:
-        mapping, key, attribute = (str(_condition_value(part, doc, params)) for part in v["Fn::FindInMap"])
-        return doc["Mappings"][mapping][key][attribute]  # a missing key fails, as in CloudFormation
-    return v
-
-
 def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
-    """Evaluate the Conditions section (Equals, Not, And, Or, Condition over parameter Refs and
-    FindInMap lookups keyed by them)."""
+    """Evaluate the Conditions section (Equals, Not, And, Or, Condition over parameter Refs)."""
     done: dict[str, bool] = {}
 
     def value(v: Any) -> Any:
-        return _condition_value(v, doc, params)
+        if isinstance(v, dict) and set(v) == {"Ref"}:
+            return params[v["Ref"]]
+        return v
 
     def truth(expr: Any) -> bool:
         (fn, args), = expr.items()
