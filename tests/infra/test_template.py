@@ -866,3 +866,19 @@ def test_scheduler_may_invoke_the_gateway_and_nothing_else() -> None:
     assert statement == {"Effect": "Allow", "Action": "lambda:InvokeFunction",
                          "Resource": {"Fn::GetAtt": ["GatewayFunction", "Arn"]}}
     assert [n for n, r in RES.items() if r["Type"] == "AWS::IAM::RolePolicy"] == ["SchedulerInvokePolicy"]
+
+
+def test_the_dashboards_redis_widget_charts_every_node_of_the_group_in_either_mode() -> None:
+    """Node ids are <group>-00N on one shard and <group>-000S-00N in cluster mode: the widget
+    searches the group's nodes instead of naming -001/-002, which do not exist in cluster mode."""
+    obs = cfn.load(cfn.NESTED["observability"])
+    body = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]["Properties"]["DashboardBody"]
+    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body["Fn::Sub"]))
+    widgets = json.loads(cfn.sub(body["Fn::Sub"], {n: "x" for n in names} | {"RedisGroupId": "grp",
+                                                                    "RelayLagAlarmThreshold": 1}))["widgets"]
+    redis = next(w["properties"] for w in widgets if w["properties"].get("title") == "Redis")
+    rows = [row[0] for row in redis["metrics"]]
+    assert all(isinstance(r, dict) and "expression" in r for r in rows), "no fixed node ids"
+    for metric in ("EngineCPUUtilization", "DatabaseMemoryUsagePercentage", "ReplicationLag"):
+        assert any(f'MetricName="{metric}"' in r["expression"] and "CacheClusterId=grp'" in r["expression"]
+                   and r["expression"].startswith("SEARCH('{AWS/ElastiCache,CacheClusterId}") for r in rows)
