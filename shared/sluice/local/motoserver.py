@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,11 @@ class Serialized:
                     return self.counter.answer(start_response)
             with self.lock:
                 self.counter.add(environ)
+        if environ.get("HTTP_X_AMZ_TARGET") == RECEIVE:
+            return self._long_poll(environ, start_response)
+        return self._once(environ, start_response)
+
+    def _once(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         with self.lock:
             result = self.app(environ, start_response)
             try:
@@ -103,6 +109,47 @@ class Serialized:
                 close = getattr(result, "close", None)
                 if callable(close):
                     close()
+
+    def _long_poll(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        """An SQS long poll, waited out here and not inside moto: moto sleeps on an empty queue
+        for the whole WaitTimeSeconds, and would sleep holding the lock, so a `sluice events
+        --follow` stalled every DynamoDB call of the stack for a second per empty poll. Each try
+        is a short poll (WaitTimeSeconds 0), which moto answers exactly."""
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(size) if size else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        try:
+            request = json.loads(raw or b"{}")
+            wait_s = float(request.get("WaitTimeSeconds") or 0)
+        except (ValueError, TypeError, AttributeError):
+            wait_s = 0.0
+        if not 0 < wait_s <= MAX_WAIT_S:  # a short poll, or one moto refuses itself
+            return self._once(environ, start_response)
+        body = json.dumps({**request, "WaitTimeSeconds": 0}).encode()
+        deadline = time.monotonic() + wait_s
+        while True:
+            answer: list[Any] = []
+            attempt = {**environ, "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))}
+            chunks = self._once(attempt, lambda *args, keep=answer: keep.append(args))
+            if not _empty_receive(answer, chunks) or time.monotonic() >= deadline:
+                start_response(*answer[0])
+                return chunks
+            time.sleep(POLL_S)
+
+
+RECEIVE = "AmazonSQS.ReceiveMessage"
+MAX_WAIT_S = 20  # SQS's own bound; moto refuses more
+POLL_S = 0.05
+
+
+def _empty_receive(answer: list[Any], chunks: list[bytes]) -> bool:
+    """A 200 answer to ReceiveMessage with no messages (an error is returned as it is)."""
+    if not answer or not str(answer[0][0]).startswith("200"):
+        return False
+    try:
+        return not json.loads(b"".join(chunks) or b"{}").get("Messages")
+    except ValueError:
+        return False
 
 
 def start(port: int | None = None, log_path: Path | None = None) -> servers.Server:
