@@ -46,7 +46,7 @@ import redis
 
 from benchmarks.common import emit, log, redis_cpu_s
 from sluice.config import Settings
-from sluice.kafka.source import KafkaSource
+from sluice.kafka.source import KafkaSource, consumer_config
 from sluice.local.servers import DUMMY_AWS_ENV, start_moto, start_redis, start_tansu
 from sluice.models import JobSpec
 from sluice.redis.engine import RedisQueue
@@ -111,27 +111,42 @@ def produce(bootstrap: str) -> None:
     producer.close()
 
 
-def raw_consume(bootstrap: str) -> float:
+def settings(bootstrap: str, group: str) -> Settings:
+    return Settings(kafka_bootstrap=bootstrap, kafka_topic=TOPIC, kafka_consumer_group=group)
+
+
+def fetch_stats(consumer: Any) -> dict[str, float]:
+    """kafka-python's own fetch metrics over the run (one sample window): a fetch that waited
+    the broker's whole ``fetch_max_wait_ms`` shows as the max latency."""
+    found = consumer.metrics().get("consumer-fetch-manager-metrics", {})
+    return {"fetch_latency_max_ms": round(found.get("fetch-latency-max", 0.0), 1),
+            "fetch_latency_avg_ms": round(found.get("fetch-latency-avg", 0.0), 1),
+            "records_per_fetch": round(found.get("records-per-request-avg", 0.0))}
+
+
+def raw_consume(bootstrap: str) -> tuple[float, dict[str, float]]:
+    """assign + poll with the relay's own consumer settings (``consumer_config``) and poll size,
+    counting records and nothing else; no group: it commits nothing."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_poll_records=500)
+    consumer = KafkaConsumer(**{**consumer_config(settings(bootstrap, "raw")), "group_id": None})
     consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    max_records = RelayConfig().batch * 2  # what the relay asks a poll for
     seen, start = 0, time.perf_counter()
     while seen < JOBS:
-        for records in consumer.poll(timeout_ms=200, max_records=500).values():
+        for records in consumer.poll(timeout_ms=200, max_records=max_records).values():
             seen += len(records)
     elapsed = time.perf_counter() - start
+    stats = fetch_stats(consumer)
     consumer.close()
-    return JOBS / elapsed
+    return JOBS / elapsed, stats
 
 
 def relay_run(bootstrap: str, redis_url: str, group: str,
-              store: NullStore | None = None) -> tuple[float, float, Backlog]:
+              store: NullStore | None = None) -> tuple[float, float, Backlog, dict[str, float]]:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
-    source = KafkaSource.from_settings(Settings(kafka_bootstrap=bootstrap, kafka_topic=TOPIC,
-                                                kafka_consumer_group=group))
+    source = KafkaSource.from_settings(settings(bootstrap, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, None,  # type: ignore[arg-type]
                   relay_id="bench", config=RelayConfig(poll_ms=50))
     cpu0, start = redis_cpu_s(redis_url), time.perf_counter()
@@ -141,9 +156,10 @@ def relay_run(bootstrap: str, redis_url: str, group: str,
     elapsed = time.perf_counter() - start
     cpu = redis_cpu_s(redis_url) - cpu0
     assert client.zcard(QueueKeys("bench").ready) == JOBS
+    stats = fetch_stats(source.consumer)
     source.close()
     client.close()
-    return JOBS / elapsed, cpu * 1e6 / JOBS, relay.pusher.status.backlog
+    return JOBS / elapsed, cpu * 1e6 / JOBS, relay.pusher.status.backlog, stats
 
 
 def main() -> None:
@@ -154,13 +170,18 @@ def main() -> None:
         try:
             bootstrap, url = tansu.extra["bootstrap"], redis_server.extra["url"]
             produce(bootstrap)
-            rounds = []
+            rounds, details = [], []
             for round_ in range(ROUNDS):
-                raw = raw_consume(bootstrap)
-                rate, us, backlog = relay_run(bootstrap, url, f"bench-{round_}")
+                raw, raw_stats = raw_consume(bootstrap)
+                rate, us, backlog, relay_stats = relay_run(bootstrap, url, f"bench-{round_}")
                 rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.dropped))
+                details.append({"raw_per_s": round(raw), "relay_per_s": round(rate),
+                                "ratio": round(rate / raw, 3),
+                                "raw_fetch": raw_stats, "relay_fetch": relay_stats})
                 log(f"round {round_}: raw {raw:.0f}/s, relay {rate:.0f}/s ({rate / raw:.2f}), "
-                    f"{us:.1f} us Redis CPU/job, status writer at most {backlog.max_waiting} jobs behind")
+                    f"{us:.1f} us Redis CPU/job, status writer at most {backlog.max_waiting} jobs behind; "
+                    f"longest fetch raw {raw_stats['fetch_latency_max_ms']} ms, "
+                    f"relay {relay_stats['fetch_latency_max_ms']} ms")
             status = status_run(bootstrap, url)
         finally:
             redis_server.stop()
@@ -169,7 +190,8 @@ def main() -> None:
     emit("relay", jobs=JOBS, partitions=PARTITIONS, jobs_per_s=round(rate), raw_consume_per_s=round(raw),
          ratio=round(ratio, 3), redis_cpu_us_per_job=round(us, 1), crc32c=crc32c_in_use(),
          status_max_waiting=waiting, status_dropped=dropped,
-         round_ratios=[round(r[0], 3) for r in rounds], status=status)
+         round_ratios=[round(r[0], 3) for r in rounds], status=status,
+         fetch_max_wait_ms=Settings().relay_fetch_max_wait_ms, rounds=details)
 
 
 def status_run(bootstrap: str, redis_url: str) -> dict[str, Any]:
@@ -183,7 +205,7 @@ def status_run(bootstrap: str, redis_url: str) -> dict[str, Any]:
         store.mark_queued([(f"alone-{i}", "bench", 0) for i in range(STATUS_JOBS)])
         alone, cpu = STATUS_JOBS / (time.perf_counter() - start), time.process_time() - cpu0
         store.written = 0
-        rate, _, backlog = relay_run(bootstrap, redis_url, "bench-status", store)
+        rate, _, backlog, _ = relay_run(bootstrap, redis_url, "bench-status", store)
         store.closed = True  # what still waits goes through unwritten; the call in flight ends
         deadline = time.monotonic() + 60
         while backlog.waiting and time.monotonic() < deadline:

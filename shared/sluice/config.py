@@ -143,6 +143,14 @@ class Settings(BaseModel):
     # Relay.
     relay_batch: int = Field(default=500, ge=1)
     relay_poll_ms: int = Field(default=200, ge=1)
+    # The longest the broker holds the relay's fetch while its partitions have nothing new (Kafka's
+    # default: 500 ms). kafka-python keeps one fetch in flight per broker, leaving out partitions
+    # whose records it still holds, so the partition being worked through is fetched again only
+    # after that fetch returns: at 500 ms a backlog on one partition, its broker's others idle,
+    # drained at 8-10k jobs/s (15-16k at 100), and each bench_relay run ended in a 500 ms wait
+    # (docs/relay.md). An idle relay sends a fetch per broker this often (MSK Serverless allows
+    # 15,000 requests a second per cluster); new records end the wait at once.
+    relay_fetch_max_wait_ms: int = Field(default=100, ge=1, le=10_000)
     relay_stop_before_ms: int = Field(default=5_000, ge=0)
     relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
     # Worker invocations one relay starts per second across all queues (token bucket; 0 = only the

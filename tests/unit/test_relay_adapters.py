@@ -14,10 +14,12 @@ from botocore.stub import Stubber
 from kafka import TopicPartition
 from kafka.errors import KafkaConnectionError
 from kafka.structs import OffsetAndMetadata
+from pydantic import ValidationError
 
+from sluice.config import Settings
 from sluice.dispatch import LambdaDispatcher, LocalProcessDispatcher
 from sluice.errors import BackendUnavailable, InvalidInput
-from sluice.kafka.source import KafkaSource
+from sluice.kafka.source import KafkaSource, consumer_config
 from sluice.models import DispatchEvent, QueueConfig
 from sluice.relay import SourceRecord, control
 
@@ -234,6 +236,36 @@ def test_source_translates_kafka_errors() -> None:
     consumer.fail = True
     with pytest.raises(BackendUnavailable):
         KafkaSource(consumer, "t", "t.dlq", FakeProducer([])).partitions()
+
+
+def test_the_relay_consumer_asks_the_broker_to_wait_at_most_relay_fetch_max_wait_ms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python keeps one fetch in flight per broker, without the partitions whose records it
+    still holds: the broker's wait on the idle others (Kafka's default, 500 ms) held every refill
+    of a backlogged partition and ended every bench_relay run (docs/relay.md). The relay's
+    consumer waits 100 ms unless configured, and bench_relay's raw consume uses the same."""
+    made: list[dict[str, Any]] = []
+
+    class Consumer:
+        def __init__(self, **kw: Any) -> None:
+            made.append(kw)
+
+    monkeypatch.setattr("kafka.KafkaConsumer", Consumer)
+    monkeypatch.delenv("SLUICE_RELAY_FETCH_MAX_WAIT_MS", raising=False)
+    settings = Settings(kafka_bootstrap="b1:9092, b2:9092", kafka_consumer_group="g", relay_batch=300)
+    KafkaSource.from_settings(settings)
+    assert made == [consumer_config(settings)]
+    assert made[0] | {"client_id": None} == {
+        "bootstrap_servers": ["b1:9092", "b2:9092"], "client_id": None, "group_id": "g",
+        "enable_auto_commit": False, "auto_offset_reset": "earliest", "max_poll_records": 300,
+        "fetch_max_wait_ms": 100}
+
+    monkeypatch.setenv("SLUICE_RELAY_FETCH_MAX_WAIT_MS", "250")
+    assert consumer_config(Settings())["fetch_max_wait_ms"] == 250
+    for bad in ("0", "10001", "soon"):
+        monkeypatch.setenv("SLUICE_RELAY_FETCH_MAX_WAIT_MS", bad)
+        with pytest.raises(ValidationError):
+            Settings()
 
 
 def test_dead_letters_carry_the_reason_and_failed_ones_are_resent() -> None:

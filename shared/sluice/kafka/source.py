@@ -36,6 +36,15 @@ def _translated(what: str) -> Iterator[None]:
         raise BackendUnavailable(f"kafka {what} failed: {exc!r}") from exc
 
 
+def consumer_config(settings: Settings, client: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The relay's KafkaConsumer arguments (``client``: ``client_config(settings)``, if built).
+    bench_relay's raw consume uses them too, so that it measures the same fetches."""
+    return {**(client_config(settings) if client is None else client),
+            "group_id": settings.kafka_consumer_group, "enable_auto_commit": False,
+            "auto_offset_reset": "earliest", "max_poll_records": settings.relay_batch,
+            "fetch_max_wait_ms": settings.relay_fetch_max_wait_ms}
+
+
 class KafkaSource:
     """Implements ``sluice.relay.RecordSource`` over a kafka-python consumer and producer."""
 
@@ -59,9 +68,7 @@ class KafkaSource:
 
         cfg = client_config(settings)
         with _translated("connect"):
-            consumer = KafkaConsumer(group_id=settings.kafka_consumer_group, enable_auto_commit=False,
-                                     auto_offset_reset="earliest", max_poll_records=settings.relay_batch,
-                                     **cfg)
+            consumer = KafkaConsumer(**consumer_config(settings, cfg))
 
         def producer() -> Any:
             with _translated("connect"):
