@@ -4,15 +4,23 @@ Prints one JSON object:
   {"bench": "relay", "jobs": N, "partitions": P, "jobs_per_s", "raw_consume_per_s",
    "ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_dropped", "round_ratios",
    "status": {"relay_jobs_per_s", "mark_queued_per_s", "mark_queued_cpu_us_per_job",
-              "writer_max_per_s", "written", "dropped", "max_waiting"}}
+              "writer_max_per_s", "written", "dropped", "max_waiting"},
+   "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "raw_fetch", "relay_fetch"}]}
 
 It starts its own Tansu broker and redis-server (sluice.local.servers), produces N
-job records over P partitions, then alternately consumes them raw (assign + poll,
-nothing else) and relays them (decode, ownership, push.lua, Kafka commit) from the
-beginning, each under a fresh consumer group and into a flushed Redis, and reports
-the median of ROUNDS rounds by ratio, each round a raw run and a relay run measured back to
-back, because this machine is noisy. The relay's job store is a
-null store here: this measures the Kafka -> Redis hand-off; the store's own costs
+job records over P partitions, then alternately consumes them raw and relays them (decode,
+ownership, push.lua, Kafka commit) from the beginning, the relay under a fresh consumer group
+and into a flushed Redis. The raw side is a kafka-python consumer with the relay's own
+settings (``consumer_config``: fetch sizes, ``fetch_max_wait_ms``, poll size; no group, as it
+commits nothing) that assigns the P partitions and polls until it has counted N records,
+nothing else. It reports the median of ROUNDS rounds by ratio, each round a raw run and a relay
+run measured back to back, because this machine is noisy; ``rounds`` has each round's rates and
+each side's kafka-python fetch metrics (``fetch_latency_max_ms`` near ``fetch_max_wait_ms``: a
+fetch of only exhausted partitions that the broker held while the last one still had records,
+kafka-python keeping one fetch in flight per broker; a run either ends with that wait or not,
+which made the raw rate two-valued when the wait was Kafka's default 500 ms).
+
+The relay's job store is a null store here: this measures the Kafka -> Redis hand-off; the store's own costs
 (BatchGetItem for final jobs, status updates off the push path) are in bench_store.
 Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job. Both
 sides check record CRCs with the ``crc32c`` C extension (a dependency; ``crc32c`` says
