@@ -256,3 +256,16 @@ def test_sluice_dev_says_when_no_route_is_registered() -> None:
     assert NO_ROUTES_ROW in rows and "PAYLOAD_INVALID" in NO_ROUTES_ROW[1]
     routed = describe({"routes": ["thumbnails -> sluice-worker (typed)"]})
     assert NO_ROUTES_ROW not in routed and ("route", "thumbnails -> sluice-worker (typed)") in routed
+
+
+def test_the_relay_waits_longer_on_tansu_on_s3_and_says_why(tmp_path: Path) -> None:
+    """Tansu on S3 returns only what it read within the fetch's max wait (a chaos run stalled at
+    the relay's 100 ms); against a Kafka named in configuration the relay keeps its own setting."""
+    from sluice.local.dev import TANSU_FETCH_MAX_WAIT_MS
+
+    dev, functions = _prepared(DevOptions(state_dir=tmp_path))
+    assert functions["sluice-relay"].env["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] == str(TANSU_FETCH_MAX_WAIT_MS)
+    assert any(o.function == "RelayFunction" and "SLUICE_RELAY_FETCH_MAX_WAIT_MS" in o.field
+               and "Tansu" in o.line() for o in dev.overrides)
+    _, functions = _prepared(DevOptions(state_dir=tmp_path / "kafka", kafka_bootstrap="kafka.example:9092"))
+    assert "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in functions["sluice-relay"].env
