@@ -177,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
-    from sluice.local import mototx
+    from sluice.local import motosqs, mototx
 
     mototx.install()
+    motosqs.install()
 
     class Dispatch(DomainDispatcherApplication):
         """Remembers which backend serves a host: moto otherwise scans every service's URL
