@@ -615,26 +615,33 @@ def _push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decode
         raise InvalidInput("push needs at least one record")
     if len(records) > MAX_BATCH:  # each chunk raises the offset record: chunks go in offset order
         records = sorted(records, key=lambda r: r[0])
+    gens = gens or None
     chunks = []
     for start in range(0, len(records), MAX_BATCH):
         chunk = records[start:start + MAX_BATCH]
         flat: list[str] = []
         extend = flat.extend
         for offset, job in chunk:
-            if type(job) is not DecodedJob or job.queue != queue:
+            if type(job) is not DecodedJob:
+                raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
+            # one unpacking, not an attribute lookup per field
+            job_id, job_queue, payload, priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms = job
+            if job_queue != queue:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
             if type(offset) is not int or not 0 <= offset <= MAX_TOKEN:
                 raise InvalidInput(f"offset must be an integer in 0..{MAX_TOKEN}, got {offset!r}")
-            if job.run_at_ms > horizon or job.enqueued_at_ms > horizon:
-                raise InvalidInput(f"job {job.job_id!r}: run_at_ms/enqueued_at_ms more than 7 days ahead")
-            payload = job.payload
+            if run_at_ms > horizon or enqueued_at_ms > horizon:
+                raise InvalidInput(f"job {job_id!r}: run_at_ms/enqueued_at_ms more than 7 days ahead")
             if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
-                raise InvalidInput(f"payload of {job.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
-            meta = f"{job.priority},{job.max_attempts},{job.lease_ms},{job.enqueued_at_ms}"
-            gen = gens.get(job.job_id, 0) if gens else 0
-            if type(gen) is not int or not 0 <= gen <= MAX_TOKEN:
-                raise InvalidInput(f"redrive generation of {job.job_id}: 0..{MAX_TOKEN}, not {gen!r}")
-            extend((str(offset), job.job_id, payload, meta, str(job.run_at_ms), str(gen)))
+                raise InvalidInput(f"payload of {job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
+            gen = "0"
+            if gens is not None and job_id in gens:
+                found = gens[job_id]
+                if type(found) is not int or not 0 <= found <= MAX_TOKEN:
+                    raise InvalidInput(f"redrive generation of {job_id}: 0..{MAX_TOKEN}, not {found!r}")
+                gen = str(found)
+            extend((str(offset), job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}",
+                    str(run_at_ms), gen))
         chunks.append(push_argv(owner_token, flat))
     return chunks
 
