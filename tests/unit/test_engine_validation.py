@@ -89,3 +89,50 @@ def test_error_text_is_truncated_not_refused(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(rq.scripts, "fail", lambda *args: seen.setdefault("error", args[3]) and "retry")
     assert rq.fail("q", "a", 1, "e" * 10_000) == "retry"
     assert len(seen["error"]) == 4000
+
+
+def _decoded(**overrides: Any) -> Any:
+    from sluice.models import DecodedJob
+
+    fields: dict[str, Any] = {"job_id": "a", "queue": "q", "payload": "null", "priority": 0,
+                              "max_attempts": 5, "lease_ms": 30_000, "run_at_ms": 0, "enqueued_at_ms": 0}
+    return DecodedJob(**(fields | overrides))
+
+
+@pytest.mark.parametrize(("records", "gens"), [
+    ([(0, _decoded(queue="other"))], None),
+    ([(0, ("a", "q", "null", 0, 5, 30_000, 0, 0))], None),  # a plain tuple, not a DecodedJob
+    ([(-1, _decoded())], None),
+    ([(True, _decoded())], None),
+    ([(0, _decoded(run_at_ms=2**52 + 1))], None),
+    ([(0, _decoded(payload="x" * (10 * 1024 * 1024)))], None),
+    # a redrive generation that is not an int in range, falsy ones included (_push_args reads
+    # the table only for the jobs it names: these must still be refused)
+    ([(0, _decoded())], {"a": False}),
+    ([(0, _decoded())], {"a": None}),
+    ([(0, _decoded())], {"a": 0.0}),
+    ([(0, _decoded())], {"a": -1}),
+    ([(0, _decoded())], {"a": "1"}),
+    ([(0, _decoded())], {"a": 2**53}),
+])
+def test_push_args_refuse_bad_records_and_generations(records: Any, gens: Any) -> None:
+    from sluice.redis.engine import _push_args
+
+    with pytest.raises(InvalidInput):
+        _push_args("q", 1, records, horizon=2**52, gens=gens)
+
+
+def test_push_args_carry_each_jobs_redrive_generation() -> None:
+    import json
+
+    from sluice.redis.engine import _push_args
+
+    records = [(0, _decoded(job_id="a")), (1, _decoded(job_id="b", run_at_ms=7, priority=2))]
+    cases: list[tuple[Any, list[str]]] = [(None, ["0", "0"]), ({}, ["0", "0"]), ({"b": 3}, ["0", "3"]),
+                                          ({"a": 0, "z": 9}, ["0", "0"])]
+    for gens, want in cases:
+        [args] = _push_args("q", 1, records, horizon=2**52, gens=gens)
+        flat = json.loads(args[2])
+        assert args[:2] == [1, 2]
+        assert flat == ["0", "a", "null", "0,5,30000,0", "0", want[0],
+                        "1", "b", "null", "2,5,30000,0", "7", want[1]]
