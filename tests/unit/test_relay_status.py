@@ -85,9 +85,13 @@ def test_the_relay_reports_the_dropped_status_writes() -> None:
 
     class Blocked(FakeStore):
         def mark_queued(self, jobs: Any) -> None:
+            entered.set()
             gate.wait(5)
 
-    gate = threading.Event()
+    # The writer takes its first round before more are submitted: otherwise a writer thread
+    # scheduled late takes two rounds at once, and those in flight count as waiting (a race
+    # that failed this test under load, max_waiting 20).
+    gate, entered = threading.Event(), threading.Event()
     clock = FakeClock()
     source = FakeSource(n_partitions=1, clock=clock)
     for i in range(40):
@@ -95,7 +99,12 @@ def test_the_relay_reports_the_dropped_status_writes() -> None:
     relay = Relay(FakeEngine(clock), Blocked(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
                   relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0, batch=5,
                                                                 status_max_waiting=10))
-    for _ in range(20):
+    steps = 0
+    while not relay.report.pushed and steps < 20:
+        relay.step()
+        steps += 1
+    assert entered.wait(5)
+    for _ in range(20 - steps):
         relay.step()
     gate.set()
     assert relay.report.pushed == 40
