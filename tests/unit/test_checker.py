@@ -269,3 +269,20 @@ def test_a_result_of_a_job_no_family_named_is_still_unexpected() -> None:
     events, store = a_family()
     r = check([*events, *run("stranger", 1, 3.0)], {**store, "stranger": done()}, set())
     assert r.unexpected == 1
+
+
+def test_a_parent_cancelled_before_its_family_existed_owes_none_and_a_part_family_is_owed() -> None:
+    """A 3-shard chaos run (seed 2) had three parents cancelled while their family request was in
+    flight: the gateway created nothing, the parent ended cancelled, and the checker wanted the
+    children anyway (15 'did not succeed (no item)')."""
+    events = [enqueue("p"), grant("p", 1, 2.0), family("p", ["c0", "c1"], "t")]
+    store = {"p": StoreItem("cancelled")}
+    r = check(events, store, set())
+    assert r.family_violations == 0 and r.families_refused == 1
+    store = {"p": StoreItem("cancelled"), "c0": StoreItem("accepted")}  # created in part: stuck
+    r = check(events, store, set())
+    assert r.family_violations >= 1 and r.families_refused == 0
+    assert "c0: child of p did not succeed (accepted)" in r.samples["family_violations"]
+    store = {"p": done()}  # a parent that succeeded still owes its family
+    r = check([*events, *run("p", 1, 2.0)[1:]], store, set())
+    assert r.family_violations == 3 and r.families_refused == 0
