@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from sluice.models import JobSpec
+from sluice.models import JobSpec, LeasedJob
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 
@@ -90,3 +90,11 @@ def make_queue(url: str) -> Iterator[RedisQueue]:
     queue = RedisQueue.from_url(url)
     yield queue
     queue.close()
+
+
+def leased(rq: RedisQueue, job_id: str = "a", lease_ms: int = 5_000, **kw: Any) -> LeasedJob:
+    """Enqueues one job on queue ``q`` and leases it (the job must be the one leased)."""
+    rq.enqueue(spec(job_id, **kw))
+    [j] = rq.lease("q", 1, lease_ms)
+    assert j.job_id == job_id
+    return j

@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from sluice.errors import InvalidInput, StaleToken
-from sluice.models import FinishedCounts, LeasedJob
+from sluice.models import FinishedCounts
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
-from tests.integration.test_engine_support import make_queue, snapshot, spec
+from tests.integration.test_engine_support import leased, make_queue, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
@@ -26,13 +26,6 @@ def rq(redis_url: str) -> Iterator[RedisQueue]:
 
 def finished(client: redis.Redis) -> dict[str, str]:
     return client.hgetall(K.finished)  # type: ignore[no-any-return]
-
-
-def leased(rq: RedisQueue, job_id: str, lease_ms: int = 5_000, **kw: object) -> LeasedJob:
-    rq.enqueue(spec(job_id, **kw))  # type: ignore[arg-type]
-    [j] = rq.lease("q", 1, lease_ms)
-    assert j.job_id == job_id
-    return j
 
 
 def test_an_ack_counts_succeeded_and_an_acked_cancel_counts_cancelled(rq: RedisQueue,

@@ -16,6 +16,7 @@ from sluice.redis.scripts import source
 from tests.integration.test_engine_support import (
     band,
     job,
+    leased,
     make_queue,
     members,
     redis_now_ms,
@@ -32,13 +33,6 @@ K = QueueKeys("q")
 @pytest.fixture
 def rq(redis_url: str) -> Iterator[RedisQueue]:
     yield from make_queue(redis_url)
-
-
-def leased(rq: RedisQueue, job_id: str = "a", lease_ms: int = 5_000, **kw: object) -> LeasedJob:
-    rq.enqueue(spec(job_id, **kw))  # type: ignore[arg-type]
-    [j] = rq.lease("q", 1, lease_ms)
-    assert j.job_id == job_id
-    return j
 
 
 def stale_pair(rq: RedisQueue) -> tuple[LeasedJob, LeasedJob]:

@@ -21,8 +21,7 @@ from sluice.models import EndedJob, JobState
 from sluice.redis.engine import RedisQueue
 from sluice.redis.keys import QueueKeys
 from sluice.redis.scripts import source
-from tests.integration.test_engine_support import make_queue, score, snapshot, where
-from tests.integration.test_lua_lifecycle import leased, spec
+from tests.integration.test_engine_support import leased, make_queue, score, snapshot, spec, where
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
