@@ -34,7 +34,11 @@ if not (CHROMIUM and DRIVER):
                 "the console's browser test did not run", allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver",
                                 reason="selenium is not installed (pip install selenium)")
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -120,8 +124,25 @@ class Until:
             raise AssertionError(f"gave up on {self.driver.current_url}:\n{page}") from exc
 
 
+# The page re-renders itself every few seconds, so an element handle can go stale between finding
+# it and using it (CI failed on both StaleElementReferenceException and chromedriver's "Node with
+# given id does not belong to the document"). Reading and clicking inside one script is atomic
+# with respect to the page's own refresh.
+_TEXT_OF = "const e = document.querySelector(arguments[0]); return e === null ? null : e.innerText;"
+_CLICK = ("const e = document.querySelector(arguments[0]);"
+          " if (e === null) return false; e.click(); return true;")
+
+
 def text_of(driver: Any, css: str) -> str:
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+    text = driver.execute_script(_TEXT_OF, css)
+    if text is None:
+        raise NoSuchElementException(css)
+    return str(text)
+
+
+def click(driver: Any, css: str) -> None:
+    if not driver.execute_script(_CLICK, css):
+        raise NoSuchElementException(css)
 
 
 def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gateway: str) -> None:
@@ -137,16 +158,16 @@ def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gate
     row = 'tr[data-schedule="shout/hourly"]'
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
     assert text_of(browser, f"{row} td.state") == "active"
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    click(browser, f"{row} form.toggle button")
     wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout paused")
     assert text_of(browser, f"{row} td.state") == "paused"
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    click(browser, f"{row} form.toggle button")
     wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout resumed")
     assert text_of(browser, f"{row} td.state") == "active"
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.delete button").click()
+    click(browser, f"{row} form.delete button")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#confirm-question"))
     assert "Delete schedule hourly of shout?" in text_of(browser, "#confirm-question")
-    browser.find_element(By.CSS_SELECTOR, "form.confirm button").click()
+    click(browser, "form.confirm button")
     wait.until(lambda d: text_of(d, "#flash") == "schedule hourly of shout deleted")
     assert not browser.find_elements(By.CSS_SELECTOR, row)
 
@@ -173,19 +194,26 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
     # the queue's own finished counts, through the operator API from Redis: the job above succeeded
     totals = browser.find_element(By.CSS_SELECTOR, f"{row} td.finished").get_attribute("title")
     assert totals == "since the counters began: 1 succeeded, 0 failed or dead, 0 cancelled", totals
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    click(browser, f"{row} form.toggle button")
     wait.until(lambda d: text_of(d, "#flash") == "shout paused")
     assert text_of(browser, f"{row} td.state") == "paused"
     _, queue = http("GET", f"{gateway}/v1/queues/shout")
     assert queue["paused"] is True
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.toggle button").click()
+    click(browser, f"{row} form.toggle button")
     wait.until(lambda d: text_of(d, "#flash") == "shout resumed")
     assert text_of(browser, f"{row} td.state") == "running"
     for name, value in (("per_second", "5"), ("burst", "10")):
         field = browser.find_element(By.CSS_SELECTOR, f'{row} form.rate input[name="{name}"]')
         field.clear()
         field.send_keys(value)
-    browser.find_element(By.CSS_SELECTOR, f"{row} form.rate button").click()
+    # The table refreshes every 2 s; a refresh must not wipe a form being filled in, even once
+    # the focus has left it.
+    browser.execute_script("document.activeElement.blur();")
+    time.sleep(4.5)
+    typed = browser.execute_script(
+        f"return Array.from(document.querySelectorAll('{row} form.rate input')).map(i => i.value);")
+    assert typed[-2:] == ["5", "10"], typed
+    click(browser, f"{row} form.rate button")
     wait.until(lambda d: text_of(d, "#flash") == "shout rate set")
     assert text_of(browser, f"{row} td.limit") == "5/s burst 10"
     _, queue = http("GET", f"{gateway}/v1/queues/shout")
@@ -209,10 +237,10 @@ def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
         browser.get(f"{url}/queues/shout/dlq")
 
     (folder / "redriven").write_text("yes")  # the handler succeeds from now on
-    browser.find_element(By.CSS_SELECTOR, f"{dead_row} form.redrive button").click()
+    click(browser, f"{dead_row} form.redrive button")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#confirm-question"))
     assert f"Redrive dead job {dead_id} of shout?" in text_of(browser, "#confirm-question")
-    browser.find_element(By.CSS_SELECTOR, "form.confirm button").click()
+    click(browser, "form.confirm button")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#flash"))
     assert text_of(browser, "#flash") == "redrove 1"
     wait_status(gateway, dead_id, "succeeded")
