@@ -9,7 +9,7 @@ import pytest
 from moto import mock_aws
 
 from sluice.config import Settings
-from sluice.local.streams import FOLLOW_QUEUE, ensure_bus
+from sluice.local.streams import FOLLOW_QUEUE, FOLLOW_RETENTION_S, ensure_bus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,3 +38,13 @@ def test_with_the_follow_queue_every_sluice_event_reaches_it(settings: Settings)
                                 "EventBusName": "sluice-bus"}])
     got = boto3.client("sqs", region_name="us-east-1").receive_message(QueueUrl=url)["Messages"]
     assert len(got) == 1
+
+
+def test_the_follow_queue_keeps_messages_five_minutes_even_if_an_older_sluice_made_it(
+        settings: Settings) -> None:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    sqs.create_queue(QueueName=FOLLOW_QUEUE)  # as sluice made it before: SQS's default 4 days
+    for _ in range(2):  # an existing queue, then a second start
+        url = ensure_bus(settings)
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])
+        assert attrs["Attributes"]["MessageRetentionPeriod"] == str(FOLLOW_RETENTION_S) == "300"

@@ -6,6 +6,11 @@ message's ``visible``/``delayed`` test, and the queue's approximate counts in
 them. With thousands of messages waiting that was 83% of the moto server's samples in a
 chaos run's completion phase (py-spy). ``time.time()`` is the same number (seconds since
 the epoch, UTC) for a fraction of the cost; a datetime argument is converted as before.
+
+moto also never deletes a message past its queue's ``MessageRetentionPeriod`` (it only stops
+delivering it), so a queue nobody reads grows without end and every delivery to it scans
+more: ``sluice dev``'s follow queue, unread while nobody runs ``sluice events --follow``.
+``install`` makes moto drop them on the next send, as SQS deletes them.
 """
 
 from __future__ import annotations
@@ -17,9 +22,15 @@ _INSTALLED = "_sluice_fast_clock"
 
 
 def install() -> None:
-    """Replaces the clock ``moto.sqs.models`` imported (idempotent)."""
+    """Replaces the clock ``moto.sqs.models`` imported, and makes sends expire old messages
+    (idempotent)."""
     import moto.sqs.models as sqs
 
+    _install_clock(sqs)
+    _install_expiry(sqs)
+
+
+def _install_clock(sqs: Any) -> None:
     original = getattr(sqs, "unix_time")  # noqa: B009 (moto re-exports it untyped)
     if getattr(original, _INSTALLED, False):
         return
@@ -34,3 +45,33 @@ def install() -> None:
         setattr(fn, _INSTALLED, True)
     setattr(sqs, "unix_time", unix_time)  # noqa: B010
     setattr(sqs, "unix_time_millis", unix_time_millis)  # noqa: B010
+
+
+def _install_expiry(sqs: Any) -> None:
+    add_message = sqs.Queue.add_message
+    if getattr(add_message, _INSTALLED, False):
+        return
+
+    def add_and_expire(queue: Any, message: Any) -> None:
+        add_message(queue, message)
+        expire(queue, time.time())
+
+    setattr(add_and_expire, _INSTALLED, True)
+    sqs.Queue.add_message = add_and_expire
+
+
+def expire(queue: Any, now: float) -> int:
+    """Deletes the queue's messages older than its retention period; how many. Messages are
+    held in the order they were sent, so the common case (the oldest is young) costs one look."""
+    held = queue._messages  # moto keeps them there, in the order sent
+    cutoff_ms = (now - float(queue.message_retention_period)) * 1000
+    if not held or (held[0].sent_timestamp or 0) >= cutoff_ms:
+        return 0
+    with queue._messages_lock:
+        kept = [m for m in held if (m.sent_timestamp or 0) >= cutoff_ms]
+        for message in held:
+            if (message.sent_timestamp or 0) < cutoff_ms:
+                queue.pending_messages.discard(message)
+        dropped = len(held) - len(kept)
+        held[:] = kept
+    return dropped

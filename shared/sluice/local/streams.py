@@ -26,6 +26,7 @@ log = logging.getLogger("sluice.local.streams")
 
 RULE = "sluice-completions-local"
 FOLLOW_QUEUE = "sluice-events-follow"
+FOLLOW_RETENTION_S = 300
 Handle = Callable[[dict[str, Any]], Mapping[str, Any]]  # a Lambda event -> its answer
 Consume = Callable[[Sequence[Mapping[str, Any]]], list[str]]  # records -> the sequence numbers to retry
 
@@ -56,7 +57,14 @@ def ensure_bus(s: Settings, queue_name: str | None = FOLLOW_QUEUE) -> str:
         events.create_event_bus(Name=s.events_bus_name)
     if queue_name is None:
         return ""
-    url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
+    # Unread, the queue would only grow (a dev stack with nobody following): SQS deletes messages
+    # past their retention, and so does our moto server (motosqs). A follower sees the last 5 min.
+    retention = {"MessageRetentionPeriod": str(FOLLOW_RETENTION_S)}
+    try:
+        url = sqs.create_queue(QueueName=queue_name, Attributes=retention)["QueueUrl"]
+    except sqs.exceptions.QueueNameExists:  # made by an older sluice without the retention
+        url = sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
+        sqs.set_queue_attributes(QueueUrl=url, Attributes=retention)
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(Name=RULE, EventBusName=s.events_bus_name, State="ENABLED",
                     EventPattern=json.dumps({"source": [SOURCE]}))
