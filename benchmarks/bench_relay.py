@@ -2,7 +2,8 @@
 
 Prints one JSON object:
   {"bench": "relay", "jobs": N, "partitions": P, "jobs_per_s", "raw_consume_per_s",
-   "ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_dropped", "round_ratios",
+   "ratio", "cpu_ratio", "redis_cpu_us_per_job", "crc32c", "status_max_waiting", "status_dropped",
+   "round_ratios",
    "status": {"relay_jobs_per_s", "mark_queued_per_s", "mark_queued_cpu_us_per_job",
               "writer_max_per_s", "written", "dropped", "max_waiting"},
    "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "raw_fetch", "relay_fetch"}]}
@@ -22,7 +23,11 @@ which made the raw rate two-valued when the wait was Kafka's default 500 ms).
 
 The relay's job store is a null store here: this measures the Kafka -> Redis hand-off; the store's own costs
 (BatchGetItem for final jobs, status updates off the push path) are in bench_store.
-Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job. Both
+Redis CPU is the server's own accounting (INFO cpu) over the relay's run, per job.
+``cpu_ratio`` is the raw side's CPU per record over the relay's, each this process's own
+(``time.process_time``: every thread, kafka-python's network thread included): what the ratio
+would be if neither side shared its cores with Redis and the broker. Here all three share 2
+cores with both sides; in AWS the relay's Lambda has ElastiCache and MSK on other machines. Both
 sides check record CRCs with the ``crc32c`` C extension (a dependency; ``crc32c`` says
 kafka-python uses it). ``status_max_waiting`` is the most pushed jobs the status writer
 (``mark_queued``, off the push path) ever had waiting, and ``status_dropped`` how many it
@@ -140,12 +145,13 @@ def raw_consume(bootstrap: str) -> tuple[float, dict[str, float]]:
     consumer = KafkaConsumer(**{**consumer_config(settings(bootstrap, "raw")), "group_id": None})
     consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     max_records = RelayConfig().batch * 2  # what the relay asks a poll for
-    seen, start = 0, time.perf_counter()
+    seen, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while seen < JOBS:
         for records in consumer.poll(timeout_ms=200, max_records=max_records).values():
             seen += len(records)
     elapsed = time.perf_counter() - start
-    stats = fetch_stats(consumer)
+    cpu = time.process_time() - cpu0
+    stats = {**fetch_stats(consumer), "process_cpu_us_per_job": round(cpu * 1e6 / JOBS, 2)}
     consumer.close()
     return JOBS / elapsed, stats
 
@@ -157,14 +163,14 @@ def relay_run(bootstrap: str, redis_url: str, group: str,
     source = KafkaSource.from_settings(settings(bootstrap, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, None,  # type: ignore[arg-type]
                   relay_id="bench", config=RelayConfig(poll_ms=50))
-    cpu0, start = redis_cpu_s(redis_url), time.perf_counter()
+    cpu0, start, own0 = redis_cpu_s(redis_url), time.perf_counter(), time.process_time()
     while relay.report.pushed < JOBS:
         relay.step()
     relay.stop()
-    elapsed = time.perf_counter() - start
+    elapsed, own = time.perf_counter() - start, time.process_time() - own0
     cpu = redis_cpu_s(redis_url) - cpu0
     assert client.zcard(QueueKeys("bench").ready) == JOBS
-    stats = fetch_stats(source.consumer)
+    stats = {**fetch_stats(source.consumer), "process_cpu_us_per_job": round(own * 1e6 / JOBS, 2)}
     source.close()
     client.close()
     return JOBS / elapsed, cpu * 1e6 / JOBS, relay.pusher.status.backlog, stats
@@ -182,9 +188,10 @@ def main() -> None:
             for round_ in range(ROUNDS):
                 raw, raw_stats = raw_consume(bootstrap)
                 rate, us, backlog, relay_stats = relay_run(bootstrap, url, f"bench-{round_}")
-                rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.dropped))
+                cpu_ratio = raw_stats["process_cpu_us_per_job"] / relay_stats["process_cpu_us_per_job"]
+                rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.dropped, cpu_ratio))
                 details.append({"raw_per_s": round(raw), "relay_per_s": round(rate),
-                                "ratio": round(rate / raw, 3),
+                                "ratio": round(rate / raw, 3), "cpu_ratio": round(cpu_ratio, 3),
                                 "raw_fetch": raw_stats, "relay_fetch": relay_stats})
                 log(f"round {round_}: raw {raw:.0f}/s, relay {rate:.0f}/s ({rate / raw:.2f}), "
                     f"{us:.1f} us Redis CPU/job, status writer at most {backlog.max_waiting} jobs behind; "
@@ -194,9 +201,11 @@ def main() -> None:
         finally:
             redis_server.stop()
             tansu.stop()
-    ratio, rate, raw, us, waiting, dropped = sorted(rounds)[len(rounds) // 2]  # the median round: a pair
+    # the median round: a pair
+    ratio, rate, raw, us, waiting, dropped, cpu_ratio = sorted(rounds)[len(rounds) // 2]
     emit("relay", jobs=JOBS, partitions=PARTITIONS, jobs_per_s=round(rate), raw_consume_per_s=round(raw),
-         ratio=round(ratio, 3), redis_cpu_us_per_job=round(us, 1), crc32c=crc32c_in_use(),
+         ratio=round(ratio, 3), cpu_ratio=round(cpu_ratio, 3), redis_cpu_us_per_job=round(us, 1),
+         crc32c=crc32c_in_use(),
          status_max_waiting=waiting, status_dropped=dropped,
          round_ratios=[round(r[0], 3) for r in rounds], status=status,
          fetch_max_wait_ms=Settings().relay_fetch_max_wait_ms, rounds=details)
