@@ -74,9 +74,13 @@ class Admin:
         return control.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
 
     def route(self, queue: str) -> dict[str, Any] | None:
-        """Where the queue's jobs go: its route's function and owner, or None (the default worker)."""
+        """Where the queue's jobs go: its route's function and owner, or None (the default worker).
+        A queue no route covers while routes are known and unrouted queues are refused (one
+        registered before its route went, say) goes nowhere: ``refused``, no function."""
         route = None if self.routes is None else self.routes.resolve(queue)
         if route is None:
+            if self.refuse_unrouted and self.routes is not None and len(self.routes):
+                return {"function": None, "owner": None, "typed": False, "refused": True}
             return None
         return {"function": route.function, "owner": route.owner, "typed": queue in route.schemas}
 

@@ -447,6 +447,7 @@ class Api:
 
     def stats(self, queue: str) -> QueueView:
         validate_public_queue(queue)
+        route = self._route_view(queue)
         stats = self.queue.stats(queue)
         config = stats.config  # read in the same atomic script as the depths
         return QueueView(
@@ -455,13 +456,19 @@ class Api:
             rate_per_s=config.rate_per_s, burst=config.burst, max_in_flight=config.max_in_flight,
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
             max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
-            route=self._route_view(queue),
+            route=route,
         )
 
     def _route_view(self, queue: str) -> QueueRoute | None:
+        """The queue's route; None: the default worker. A queue no route covers, when routes are
+        known and unrouted queues are refused, is 404 NO_ROUTE here as at enqueue: nobody runs it,
+        and "the default worker" would say otherwise."""
         table = self.route_table()
         route = None if table is None else table.resolve(queue)
         if route is None:
+            if self.refuse_unrouted and table is not None and len(table):
+                raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
+                              "(sluice routes list)", queue=queue)
             return None
         return QueueRoute(pattern=route.pattern, function=route.function, owner=route.owner,
                           payload_schema=route.schemas.get(queue))

@@ -13,6 +13,7 @@ import pytest
 
 from sluice import ids
 from sluice.api import Api
+from sluice.cli.ops import UNROUTED, api_route, route_of
 from sluice.errors import JobNotFound
 from sluice.http.app import Gateway
 from sluice.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
@@ -345,6 +346,20 @@ def test_an_unrouted_queues_stats_are_404_and_a_listing_is_403_for_a_plain_calle
     assert (code, doc["code"]) == (403, "NOT_OPERATOR")
     code, _, doc = rig.call("GET", "/v1/admin/queues", caller=None)
     assert (code, doc["code"]) == (403, "NOT_OPERATOR")
+    # The operator's listing still shows it (it holds jobs), as going nowhere: not "the default worker"
+    code, _, doc = rig.call("GET", "/v1/admin/queues")
+    assert code == 200 and doc["queues"][0]["route"] == {"function": None, "owner": None, "typed": False,
+                                                         "refused": True}
+    assert api_route(doc["queues"][0]["route"]) == UNROUTED
+    assert api_route(None) == "default worker"
+
+
+def test_the_cli_names_where_a_queues_jobs_go_from_redis_too() -> None:
+    table = RouteTable([Route("billing", "sluice-worker-billing", "billing")])
+    assert route_of(table, "billing") == "sluice-worker-billing (billing)"
+    assert route_of(table, "emails") == UNROUTED  # routes known, none covers it, refused
+    assert route_of(table, "emails", refuse_unrouted=False) == "default worker"
+    assert route_of(RouteTable([]), "emails") == route_of(None, "emails") == "default worker"
 
 
 def test_an_operator_sets_a_queues_caps_and_a_bad_one_writes_nothing() -> None:

@@ -122,7 +122,13 @@ def test_get_queue_shows_the_route_and_the_schema() -> None:
     assert view["route"] == {"pattern": "thumbnails", "function": "sluice-worker-media", "owner": "media",
                              "payload_schema": SCHEMA}
     assert rig.call("GET", "/v1/queues/clips-x")[2]["route"]["payload_schema"] is None
-    assert rig.call("GET", "/v1/queues/orphan")[2]["route"] is None
+    # Nobody runs an unrouted queue: 404 as at enqueue, not "null: the default worker"
+    code, headers, doc = rig.call("GET", "/v1/queues/orphan")
+    assert code == 404 and headers["content-type"] == "application/problem+json", doc
+    assert doc["code"] == "NO_ROUTE" and "orphan" in doc["detail"]
+    rig, _ = routed_rig(TEAM, refuse=False)  # unrouted queues go to the default worker: null says so
+    code, _, view = rig.call("GET", "/v1/queues/orphan")
+    assert code == 200 and view["route"] is None
 
 
 def test_the_openapi_document_carries_each_typed_queues_schema_with_its_refs_rebased() -> None:
@@ -133,6 +139,7 @@ def test_the_openapi_document_carries_each_typed_queues_schema_with_its_refs_reb
     payload = doc["components"]["schemas"]["Payload_thumbnails"]
     assert payload["properties"]["size"] == {"$ref": "#/components/schemas/Payload_thumbnails/$defs/Size"}
     assert "404" in doc["paths"]["/v1/queues/{queue}/jobs"]["post"]["responses"]
+    assert "404" in doc["paths"]["/v1/queues/{queue}"]["get"]["responses"]
     source.routes = []  # the route is gone: so is the schema, on the next read
     _, _, doc = rig.call("GET", "/v1/openapi.json")
     assert "x-sluice-typed-queues" not in doc and "Payload_thumbnails" not in json.dumps(doc)

@@ -55,11 +55,15 @@ def caps(config: QueueConfig) -> str:
     return (f"delayed {config.max_delayed or 'default'}, dead {config.max_dead or 'default'}")
 
 
-def route_of(table: RouteTable | None, queue: str) -> str:
-    """Where a queue's jobs go: its route's function (and owner), or the default worker."""
+UNROUTED = "none: no route (enqueues refused, NO_ROUTE)"
+
+
+def route_of(table: RouteTable | None, queue: str, refuse_unrouted: bool = True) -> str:
+    """Where a queue's jobs go: its route's function (and owner), the default worker, or nobody
+    (routes are known, none covers the queue, and unrouted queues are refused)."""
     route = None if table is None else table.resolve(queue)
     if route is None:
-        return "default worker"
+        return UNROUTED if refuse_unrouted and table is not None and len(table) else "default worker"
     typed = " typed" if queue in route.schemas else ""
     return f"{route.function} ({route.owner}{typed})"
 
@@ -83,6 +87,8 @@ def api_route(route: dict[str, Any] | None) -> str:
     """``route_of``'s text for the operator API's ``route`` field."""
     if not route:
         return "default worker"
+    if route.get("refused"):
+        return UNROUTED
     return f"{route['function']} ({route['owner']}{' typed' if route.get('typed') else ''})"
 
 
@@ -129,7 +135,8 @@ def queues(target: Target, as_json: bool, include_internal: bool) -> None:
         routes = None
     else:
         stats, routes = all_stats(target, include_internal), route_table(target)
-        shown = {st.queue: route_of(routes, st.queue) for st in stats}
+        refuse = target.settings(need="SLUICE_REDIS_URL").unrouted_queues == "refuse"
+        shown = {st.queue: route_of(routes, st.queue, refuse) for st in stats}
     if as_json:
         for st in stats:
             click.echo(json.dumps(stats_row(st, shown[st.queue])))

@@ -280,7 +280,8 @@ class Gateway:
 
         @app.get("/v1/queues/<queue>", operation_id="get_queue", tags=["queues"],
                  summary="Depths, oldest ready job's age, rate limit and paused flag.",
-                 responses={200: _ok_spec("The queue.", QueueView), **_COMMON})
+                 responses={200: _ok_spec("The queue.", QueueView), **_COMMON,
+                            404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE).")})
         def get_queue(queue: QueueParam) -> QueueView:
             return self.api.stats(queue)
 
