@@ -62,16 +62,19 @@ def _install_expiry(sqs: Any) -> None:
 
 def expire(queue: Any, now: float) -> int:
     """Deletes the queue's messages older than its retention period; how many. Messages are
-    held in the order they were sent, so the common case (the oldest is young) costs one look."""
+    held in the order they were sent, so the common case (the oldest is young) costs one look.
+    A message with no send time (never marked sent) is kept."""
     held = queue._messages  # moto keeps them there, in the order sent
     cutoff_ms = (now - float(queue.message_retention_period)) * 1000
-    if not held or (held[0].sent_timestamp or 0) >= cutoff_ms:
+
+    def expired(message: Any) -> bool:
+        return message.sent_timestamp is not None and message.sent_timestamp < cutoff_ms
+
+    if not held or not expired(held[0]):
         return 0
     with queue._messages_lock:
-        kept = [m for m in held if (m.sent_timestamp or 0) >= cutoff_ms]
-        for message in held:
-            if (message.sent_timestamp or 0) < cutoff_ms:
-                queue.pending_messages.discard(message)
-        dropped = len(held) - len(kept)
-        held[:] = kept
-    return dropped
+        gone = [m for m in held if expired(m)]
+        for message in gone:
+            queue.pending_messages.discard(message)
+        held[:] = [m for m in held if not expired(m)]
+    return len(gone)
