@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_dev import http, wait_for
+from tests.integration.test_dev import http, wait_for, with_ctrl_c
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -68,7 +68,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
     console = None
     try:
         endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", dev, timeout=90)
-        console = subprocess.Popen([SLUICE, "console", "--port", "0"], cwd=tmp_path, env=env,
+        console = subprocess.Popen(with_ctrl_c([SLUICE, "console", "--port", "0"]), cwd=tmp_path, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert console.stdout is not None
         line = console.stdout.readline()

@@ -30,6 +30,19 @@ def http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
+# A shell without job control starts its background commands with SIGINT ignored, and an ignored
+# signal stays ignored across exec: Python then installs no KeyboardInterrupt handler and Ctrl-C
+# (SIGINT) does nothing. A CI run launched that way (`nohup ... &`) failed the two tests that stop a
+# command with SIGINT, as a user's Ctrl-C would. This puts SIGINT back to its default, then execs.
+_RESET_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def with_ctrl_c(argv: list[str]) -> list[str]:
+    """``argv``, run so that SIGINT interrupts it whatever this process inherited."""
+    return [sys.executable, "-c", _RESET_SIGINT, *argv]
+
+
 def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_dev import SLUICE, http, wait_for
+from tests.integration.test_dev import SLUICE, http, wait_for, with_ctrl_c
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -43,8 +43,8 @@ def test_events_follow_prints_each_ending_and_status_shows_progress(tmp_path: Pa
     try:
         endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", proc)
         assert endpoints["events_queue_url"]
-        follow = subprocess.Popen([SLUICE, "events", "--follow", "--json"], cwd=tmp_path, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        follow = subprocess.Popen(with_ctrl_c([SLUICE, "events", "--follow", "--json"]), cwd=tmp_path,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines: list[dict[str, Any]] = []
 
         def read() -> None:
