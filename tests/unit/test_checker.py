@@ -286,3 +286,34 @@ def test_a_parent_cancelled_before_its_family_existed_owes_none_and_a_part_famil
     store = {"p": done()}  # a parent that succeeded still owes its family
     r = check([*events, *run("p", 1, 2.0)[1:]], store, set())
     assert r.family_violations == 3 and r.families_refused == 0
+
+
+def cancel(job: str, outcome: str, t0: float) -> dict[str, Any]:
+    return {"op": "operator", "kind": "cancel", "outcome": outcome, "job": job, "t0": t0, "t1": t0 + 0.05}
+
+
+def test_a_child_the_operator_cancelled_owes_nothing_and_frees_the_continuations_answer() -> None:
+    """A short chaos run (seed 13) cancelled a running child: it ended cancelled, the continuation
+    ran on the other children's results (docs/flows.md), and the checker counted a family
+    violation and a wrong result. Only an operator's cancel excuses a member; the continuation
+    must still succeed once, with one result."""
+    events, store = a_family()
+    events = [e for e in events if not (e["job"] == "c1" and e["op"] == "write")]
+    events = [e if e["job"] != "t" or e["op"] != "write" else {**e, "digest": "d-fewer"} for e in events]
+    store["c1"], store["t"] = StoreItem("cancelled"), done(digest="d-fewer")
+    r = check(events, store, set())
+    assert r.family_violations == 1 and r.wrong_results == 1  # nobody cancelled c1: still owed
+    r = check([*events, cancel("c1", "cancel_requested", 5.1)], store, set())
+    assert invariants(r) == CLEAN and r.ok and r.family_violations == 0, r.samples
+    # the continuation's other rules still hold: two different answers are caught
+    twice = [*events, cancel("c1", "cancel_requested", 5.1), *run("t", 2, 11.0, "d-other")[1:]]
+    r = check(twice, store, set())
+    assert r.duplicate_results == 1 or r.family_violations == 1
+    # a continuation the operator cancelled is owed nothing; one nobody cancelled is
+    store["t"] = StoreItem("cancelled")
+    events = [e for e in events if e["job"] != "t"]  # cancelled before it ran
+    r = check([*events, cancel("c1", "cancel_requested", 5.1), cancel("t", "cancelled", 8.0)], store, set())
+    assert r.family_violations == 0 and r.ok, r.samples
+    r = check([*events, cancel("c1", "cancel_requested", 5.1)], store, set())
+    assert r.family_violations == 1
+    assert "t: continuation of p did not run" in r.samples["family_violations"][0]

@@ -56,7 +56,7 @@ When the run collected its completion events (a ``completions`` line, ``chaos.co
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,7 +225,7 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
     ops = rules.Ops()
     families: dict[str, list[Mapping[str, Any]]] = {}
     jobs = _index(events, report, ops, families)
-    members = family_check(report, families, jobs, store)
+    members = family_check(report, families, jobs, store, ops)
     for job_id in store:
         jobs.setdefault(job_id, _Job())
     for job_id, j in jobs.items():
@@ -239,6 +239,7 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
             _check_results(report, job_id, j, item)
             report.executions += j.invokes
             _check_stuck(report, job_id, item, live_leases)
+            _check_operator(report, job_id, j, item, ops)  # a member's cancel obeys the same rules
             continue
         report.executions += j.invokes
         if j.invokes > 1:
@@ -273,12 +274,17 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
 
 
 def family_check(report: Report, families: Mapping[str, list[Mapping[str, Any]]],
-                 jobs: dict[str, _Job], store: Mapping[str, StoreItem]) -> set[str]:
+                 jobs: dict[str, _Job], store: Mapping[str, StoreItem], ops: rules.Ops) -> set[str]:
     """Families (``chaos.families``): each parent named one set of children and one continuation
     (every run of the parent named the same); every child ended succeeded; the continuation
     succeeded, once: one result, its handler first run after every child's first accepted
     result write (each child's countdown follows its write). Returns every member's id (named:
-    their results are expected, their right answers set here)."""
+    their results are expected, their right answers set here).
+
+    The operator may cancel a member (``ops``): a child that ended ``cancelled`` under one of its
+    cancels is owed nothing more, and the continuation still runs (docs/flows.md: whatever each
+    child ended in), but on fewer results than the parent's expectation assumed, so only its
+    right answer goes unchecked; a continuation so cancelled is owed nothing."""
     members: set[str] = set()
     for parent, lines in families.items():
         report.families += 1
@@ -303,25 +309,49 @@ def family_check(report: Report, families: Mapping[str, list[Mapping[str, Any]]]
         report.family_children += len(children)
         if len(set(children)) != len(children):
             _violation(report, parent, "a child id repeats")
-        last_child = 0.0
-        for child in children:
-            c, item = jobs.get(child), store.get(child)
-            if c is None or not c.writes or item is None or item.status != "succeeded":
-                _violation(report, child, f"child of {parent} did not succeed "
-                                          f"({item.status if item else 'no item'})")
-                continue
-            last_child = max(last_child, min(float(w.get("t1", 0)) for w in c.writes))
-        t, item = jobs.get(then), store.get(then)
-        if t is None or not t.writes or item is None or item.status != "succeeded":
-            _violation(report, then, f"continuation of {parent} did not run to success "
-                                     f"({item.status if item else 'no item'})")
-            continue
-        report.continuation_runs += t.invokes
-        if len({str(w.get("digest")) for w in t.writes}) > 1:
-            _violation(report, then, "the continuation has two different results")
-        if last_child and t.invoke_starts and min(t.invoke_starts) < last_child:
-            _violation(report, then, "the continuation ran before its last child's result was written")
+        last_child, answer_holds = _check_children(report, parent, children, jobs, store, ops)
+        t = jobs.get(then)
+        if not answer_holds and t is not None:
+            t.expect = None
+        _check_continuation(report, parent, then, last_child, t, store.get(then), ops)
     return members
+
+
+def _check_children(report: Report, parent: str, children: Sequence[str], jobs: Mapping[str, _Job],
+                    store: Mapping[str, StoreItem], ops: rules.Ops) -> tuple[float, bool]:
+    """When the last child's first result was written, and whether the parent's expected answer
+    for the continuation still holds (no child cancelled by the operator)."""
+    last_child, answer_holds = 0.0, True
+    for child in children:
+        c, item = jobs.get(child), store.get(child)
+        if _cancelled_by_operator(child, item, ops):
+            answer_holds = False
+            continue
+        if c is None or not c.writes or item is None or item.status != "succeeded":
+            _violation(report, child, f"child of {parent} did not succeed "
+                                      f"({item.status if item else 'no item'})")
+            continue
+        last_child = max(last_child, min(float(w.get("t1", 0)) for w in c.writes))
+    return last_child, answer_holds
+
+
+def _check_continuation(report: Report, parent: str, then: str, last_child: float, t: _Job | None,
+                        item: StoreItem | None, ops: rules.Ops) -> None:
+    if _cancelled_by_operator(then, item, ops):
+        return
+    if t is None or not t.writes or item is None or item.status != "succeeded":
+        _violation(report, then, f"continuation of {parent} did not run to success "
+                                 f"({item.status if item else 'no item'})")
+        return
+    report.continuation_runs += t.invokes
+    if len({str(w.get("digest")) for w in t.writes}) > 1:
+        _violation(report, then, "the continuation has two different results")
+    if last_child and t.invoke_starts and min(t.invoke_starts) < last_child:
+        _violation(report, then, "the continuation ran before its last child's result was written")
+
+
+def _cancelled_by_operator(job_id: str, item: StoreItem | None, ops: rules.Ops) -> bool:
+    return item is not None and item.status == "cancelled" and ops.may_end_cancelled(job_id)
 
 
 def _check_stuck(report: Report, job_id: str, item: StoreItem | None, live_leases: set[str]) -> None:
