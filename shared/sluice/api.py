@@ -62,7 +62,7 @@ from sluice.models import (
 )
 from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
-from sluice.routes import RouteCache, RouteTable, payload_errors
+from sluice.routes import Route, RouteCache, RouteTable, payload_errors
 from sluice.wire import (
     Accepted,
     BatchAccepted,
@@ -241,15 +241,9 @@ class Api:
 
     def _check_route(self, queue: str, requests: Sequence[EnqueueRequest], *, batch: bool,
                      offset: int = 0) -> None:
-        table = self.route_table()
-        if table is None or not len(table):
-            return  # no routes known: every queue goes to the default worker
-        route = table.resolve(queue)
+        route = self._route(queue, then="; nothing was enqueued")
         if route is None:
-            if self.refuse_unrouted:
-                raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
-                              "(sluice routes list); nothing was enqueued", queue=queue)
-            return
+            return  # the default worker takes it: no payload schema
         schema = route.schemas.get(queue)
         if schema is None:
             return
@@ -459,16 +453,23 @@ class Api:
             route=route,
         )
 
+    def _route(self, queue: str, *, then: str = "") -> Route | None:
+        """The route covering ``queue``; None: the default worker takes it (no routes known, or
+        unrouted queues go to it). Raises NoRoute when routes are known, none covers the queue and
+        unrouted queues are refused (``then``: what the refusal left undone)."""
+        table = self.route_table()
+        route = None if table is None else table.resolve(queue)
+        if route is None and self.refuse_unrouted and table is not None and len(table):
+            raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
+                          f"(sluice routes list){then}", queue=queue)
+        return route
+
     def _route_view(self, queue: str) -> QueueRoute | None:
         """The queue's route; None: the default worker. A queue no route covers, when routes are
         known and unrouted queues are refused, is 404 NO_ROUTE here as at enqueue: nobody runs it,
         and "the default worker" would say otherwise."""
-        table = self.route_table()
-        route = None if table is None else table.resolve(queue)
+        route = self._route(queue)
         if route is None:
-            if self.refuse_unrouted and table is not None and len(table):
-                raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
-                              "(sluice routes list)", queue=queue)
             return None
         return QueueRoute(pattern=route.pattern, function=route.function, owner=route.owner,
                           payload_schema=route.schemas.get(queue))
