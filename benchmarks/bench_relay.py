@@ -6,7 +6,8 @@ Prints one JSON object:
    "round_ratios",
    "status": {"relay_jobs_per_s", "mark_queued_per_s", "mark_queued_cpu_us_per_job",
               "writer_max_per_s", "written", "dropped", "max_waiting"},
-   "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "raw_fetch", "relay_fetch"}]}
+   "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "cpu_ratio", "raw_fetch",
+                                     "relay_fetch"}]}
 
 It starts its own Tansu broker and redis-server (sluice.local.servers), produces N
 job records over P partitions, then alternately consumes them raw and relays them (decode,
