@@ -26,7 +26,7 @@ from sluice.models import (
 from sluice.ports import JobLog, JobQueue, JobStore
 from sluice.redrive import RedriveReport, redrive_all, redrive_one
 from sluice.relay import control
-from sluice.routes import Route, RouteTable
+from sluice.routes import Route, RouteTable, unrouted_refused
 
 MAX_LISTED = 10_000
 
@@ -50,7 +50,7 @@ class Admin:
     def check_queue(self, name: str) -> str:
         """The queue's name, public (400 otherwise) and covered by a route when routes exist (404)."""
         queue = validate_public_queue(name)
-        if self._refused(None if self.routes is None else self.routes.resolve(queue)):
+        if unrouted_refused(self.routes, self._resolve(queue), self.refuse_unrouted):
             raise NoRoute(f"no deployed worker handles queue {queue!r}; nothing was changed", queue=queue)
         return queue
 
@@ -76,16 +76,14 @@ class Admin:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
         A queue no route covers while routes are known and unrouted queues are refused (one
         registered before its route went, say) goes nowhere: ``refused``, no function."""
-        route = None if self.routes is None else self.routes.resolve(queue)
+        route = self._resolve(queue)
         if route is None:
             return {"function": None, "owner": None, "typed": False, "refused": True} \
-                if self._refused(route) else None
+                if unrouted_refused(self.routes, route, self.refuse_unrouted) else None
         return {"function": route.function, "owner": route.owner, "typed": queue in route.schemas}
 
-    def _refused(self, route: Route | None) -> bool:
-        """A queue's jobs go nowhere: no route (``route``, resolved) covers it while routes are
-        known and unrouted queues are refused (404 NO_ROUTE)."""
-        return route is None and self.refuse_unrouted and self.routes is not None and len(self.routes) > 0
+    def _resolve(self, queue: str) -> Route | None:
+        return None if self.routes is None else self.routes.resolve(queue)
 
     def queue_row(self, stats: QueueStats) -> dict[str, Any]:
         """One queue for ``sluice queues`` and ``sluice top``: its stats, overdue leases and route."""

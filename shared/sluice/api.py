@@ -62,7 +62,7 @@ from sluice.models import (
 )
 from sluice.pools import LazyPool
 from sluice.ports import JobLog, JobQueue, JobStore
-from sluice.routes import Route, RouteCache, RouteTable, payload_errors
+from sluice.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
 from sluice.wire import (
     Accepted,
     BatchAccepted,
@@ -459,7 +459,7 @@ class Api:
         unrouted queues are refused (``then``: what the refusal left undone)."""
         table = self.route_table()
         route = None if table is None else table.resolve(queue)
-        if route is None and self.refuse_unrouted and table is not None and len(table):
+        if unrouted_refused(table, route, self.refuse_unrouted):
             raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
                           f"(sluice routes list){then}", queue=queue)
         return route

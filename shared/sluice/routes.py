@@ -204,6 +204,13 @@ class RouteTable:
         return {r.function for r in self.routes}
 
 
+def unrouted_refused(table: RouteTable | None, route: Route | None, refuse_unrouted: bool) -> bool:
+    """Whether a queue that resolved to ``route`` goes nowhere: routes are known (``table`` holds
+    some), none covers the queue, and unrouted queues are refused (404 NO_ROUTE). Otherwise a None
+    route means the default worker takes the queue."""
+    return route is None and refuse_unrouted and table is not None and len(table) > 0
+
+
 def check_new(existing: Iterable[Route], new: Sequence[Route], *, owner: str,
               replaces_function: str | None = None) -> list[Route]:
     """Refuse ``new`` (RouteConflict) where another owner routes one of its queues.

@@ -22,7 +22,7 @@ from sluice.errors import InvalidInput
 from sluice.models import QueueConfig, QueueStats, is_reserved_queue, validate_job_id, validate_queue_name
 from sluice.redrive import redrive_all, redrive_one
 from sluice.relay import control
-from sluice.routes import RouteTable
+from sluice.routes import RouteTable, unrouted_refused
 
 # Arguments are checked as they are parsed: a bad one is reported before any connection.
 QUEUE_NAME = click.argument("name", callback=lambda _ctx, _param, value: validate_queue_name(value))
@@ -63,7 +63,7 @@ def route_of(table: RouteTable | None, queue: str, refuse_unrouted: bool = True)
     (routes are known, none covers the queue, and unrouted queues are refused)."""
     route = None if table is None else table.resolve(queue)
     if route is None:
-        return UNROUTED if refuse_unrouted and table is not None and len(table) else "default worker"
+        return UNROUTED if unrouted_refused(table, route, refuse_unrouted) else "default worker"
     typed = " typed" if queue in route.schemas else ""
     return f"{route.function} ({route.owner}{typed})"
 

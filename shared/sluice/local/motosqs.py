@@ -73,8 +73,12 @@ def expire(queue: Any, now: float) -> int:
     if not held or not expired(held[0]):
         return 0
     with queue._messages_lock:
-        gone = [m for m in held if expired(m)]
-        for message in gone:
-            queue.pending_messages.discard(message)
-        held[:] = [m for m in held if not expired(m)]
-    return len(gone)
+        kept: list[Any] = []
+        for message in held:
+            if expired(message):
+                queue.pending_messages.discard(message)
+            else:
+                kept.append(message)
+        dropped = len(held) - len(kept)
+        held[:] = kept
+    return dropped
