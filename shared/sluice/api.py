@@ -112,6 +112,9 @@ class Enqueued:
     replayed: bool = False
 
 
+ENQUEUED_NOTHING = "; nothing was enqueued"  # what an enqueue refused at its checks left undone
+
+
 class Api:
     def __init__(self, log: JobLog, store: JobStore | Lazy[JobStore], queue: JobQueue | Lazy[JobQueue], *,
                  job_id_key: bytes,
@@ -211,12 +214,13 @@ class Api:
             self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
 
     def _check_request(self, queue: str, request: EnqueueRequest, *, index: int | None,
-                       principal: str = "") -> None:
-        """Every check of one job before anything is written: a caller's enqueue and a child's."""
+                       principal: str = "", then: str = ENQUEUED_NOTHING) -> None:
+        """Every check of one job before anything is written: a caller's enqueue, a child's and a
+        schedule's (``then``: what a route or schema refusal says was left undone)."""
         validate_public_queue(queue)
         self._check_size(request, index=index)
         self._check_priority(request, principal, index=index)
-        self._check_route(queue, [request], batch=index is not None, offset=index or 0)
+        self._check_route(queue, [request], batch=index is not None, offset=index or 0, then=then)
 
     def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
         size = len(dump_json(request.payload).encode("utf-8"))
@@ -240,8 +244,8 @@ class Api:
             return self.routes.last()
 
     def _check_route(self, queue: str, requests: Sequence[EnqueueRequest], *, batch: bool,
-                     offset: int = 0) -> None:
-        route = self._route(queue, then="; nothing was enqueued")
+                     offset: int = 0, then: str = ENQUEUED_NOTHING) -> None:
+        route = self._route(queue, then=then)
         if route is None:
             return  # the default worker takes it: no payload schema
         schema = route.schemas.get(queue)
@@ -255,7 +259,7 @@ class Api:
         if errors:
             (pointer, message, _i), more = errors[0], len(errors) - 1
             raise PayloadInvalid(f"the payload does not match queue {queue!r}'s schema: {pointer}: {message}"
-                                 f"{f' (and {more} more)' if more else ''}; nothing was enqueued",
+                                 f"{f' (and {more} more)' if more else ''}{then}",
                                  queue=queue, errors=errors)
 
     def _check_priority(self, request: EnqueueRequest, principal: str, index: int | None) -> None:

@@ -100,6 +100,9 @@ class Trigger(Protocol):
 
 # -- the use case --------------------------------------------------------------------------------
 
+WROTE_NOTHING, CHANGED_NOTHING = "; nothing was written", "; nothing was changed"
+
+
 class Schedules:
     """Create, read, pause, resume and delete one queue's schedules, and fire one (the Scheduler entry).
 
@@ -119,16 +122,18 @@ class Schedules:
                             payload=schedule.payload, paused=schedule.paused,
                             created_at_ms=schedule.start_ms, next_firing_ms=upcoming)
 
-    def _queue(self, queue: str) -> str:
-        """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted)."""
+    def _queue(self, queue: str, then: str = "") -> str:
+        """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted;
+        ``then``: what a refusal left undone)."""
         validate_public_queue(queue)
-        self.api._check_route(queue, [], batch=False)  # no payload: only whether a worker handles it
+        self.api._check_route(queue, [], batch=False, then=then)  # no payload: only whether routed
         return queue
 
     def create(self, queue: str, request: ScheduleRequest) -> ScheduleView:
         schedule = schedules.Schedule.create(request.name, request.expression, queue,
                                              request.payload, self.api.clock())
-        self.api._check_request(schedule.queue, EnqueueRequest(payload=schedule.payload), index=None)
+        self.api._check_request(schedule.queue, EnqueueRequest(payload=schedule.payload), index=None,
+                                then=WROTE_NOTHING)
         self.store.create(schedule)
         if self.trigger is not None:
             try:
@@ -146,14 +151,15 @@ class Schedules:
         return ScheduleList(schedules=[self.view(s) for s in sorted(found, key=lambda s: s.name)])
 
     def set_paused(self, queue: str, name: str, paused: bool) -> ScheduleView:
-        schedule = self.store.set_paused(self._queue(queue), schedules.check_name(name), paused)
+        queue = self._queue(queue, CHANGED_NOTHING)
+        schedule = self.store.set_paused(queue, schedules.check_name(name), paused)
         if self.trigger is not None:
             self.trigger.set_paused(schedule)
         return self.view(schedule)
 
     def delete(self, queue: str, name: str) -> None:
         schedules.check_name(name)
-        self.store.get(self._queue(queue), name)  # 404 before touching the trigger
+        self.store.get(self._queue(queue, CHANGED_NOTHING), name)  # 404 before touching the trigger
         if self.trigger is not None:
             self.trigger.delete(queue, name)
         self.store.delete(queue, name)

@@ -150,7 +150,21 @@ def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
     assert w.call("POST", "/v1/queues/reports/jobs", {"payload": 1})[0] == 404  # as an enqueue
     status, _, body = w.call("POST", BASE, NIGHTLY)
     assert (status, body["code"]) == (404, "NO_ROUTE")
+    assert body["detail"].endswith("; nothing was written"), body  # a schedule, not an enqueue
     assert w.store_s.writes == 0 and w.trigger.calls == []
+
+
+def test_a_payload_its_typed_queue_refuses_is_400_and_says_nothing_was_written() -> None:
+    schema = {"type": "object", "properties": {"r": {"type": "integer"}}, "additionalProperties": False}
+    rig, _ = routed_rig([Route("reports", "sluice-worker-reports", "reports", {"reports": schema})])
+    w = World()
+    w.api = rig.api
+    w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    status, _, body = w.call("POST", BASE, {**NIGHTLY, "payload": {"nope": 1}})
+    assert (status, body["code"]) == (400, "PAYLOAD_INVALID"), body
+    assert body["detail"].endswith("; nothing was written"), body
+    assert w.store_s.writes == 0 and w.trigger.calls == []
+    assert w.call("POST", BASE, NIGHTLY)[0] == 201  # the schema's own payload is taken
 
 
 def test_a_trigger_that_fails_leaves_no_item(w: World) -> None:
@@ -244,9 +258,13 @@ def test_an_unrouted_queue_is_404_on_reads_too() -> None:
     w = World()
     w.api = rig.api
     w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
-    for method, path in [("GET", BASE), ("GET", f"{BASE}/nightly"), ("DELETE", f"{BASE}/nightly")]:
+    for method, path, then in [("GET", BASE, "(sluice routes list)"),
+                               ("GET", f"{BASE}/nightly", "(sluice routes list)"),
+                               ("POST", f"{BASE}/nightly/pause", "; nothing was changed"),
+                               ("DELETE", f"{BASE}/nightly", "; nothing was changed")]:
         status, _, body = w.call(method, path)
         assert (status, body["code"]) == (404, "NO_ROUTE"), path
+        assert body["detail"].endswith(then), body
 
 
 def test_a_firing_without_its_queue_is_refused(w: World) -> None:
