@@ -25,7 +25,8 @@ module.
   many attempts raise before one succeeds (None: every attempt, so the job ends dead).
 - ``slow``: sleeps ``{"seconds": 6}``, longer than its lease when enqueued with a short one
   (``sluice enqueue slow -p '{"seconds": 6}' --lease-seconds 2``), kept alive by heartbeats;
-  its result counts how often the lease was renewed while it ran.
+  its result counts how often the lease was renewed while it ran. It stops early when a cancel
+  is requested (``sluice cancel``), so the job ends ``cancelled``.
 - ``thumbnails``: a typed queue (``model=Thumbnail``): the handler gets a validated
   ``Thumbnail``, ``{"url": "s3://photos/cat.jpg", "width": 128, "format": "webp"}``, and
   plans its thumbnail's key; a payload that does not validate (``{"width": 0}``) ends
@@ -239,6 +240,8 @@ def slow(job: Job, ctx: JobContext) -> dict[str, Any]:
     while (left := end - time.monotonic()) > 0:
         if ctx.lease_lost.wait(min(0.1, left)):
             raise LeaseLost("slow: the lease was lost while sleeping; stopping early")
+        if ctx.cancel_requested.is_set():  # a request: stopping is the handler's part (raising: cancelled)
+            raise RuntimeError("slow: a cancel was requested; stopping early")
         deadlines.add(ctx.lease_deadline_ms)
     return {"slept": seconds, "renewals": len(deadlines) - 1}
 

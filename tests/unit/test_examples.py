@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 import urllib.error
 from typing import Any
 
@@ -22,6 +23,7 @@ class Ctx:
     def __init__(self, token: int = 7) -> None:
         self.token = token
         self.lease_lost = threading.Event()
+        self.cancel_requested = threading.Event()
         self.lease_deadline_ms = 1_000
         self.tables: list[tuple[str, dict[str, Any]]] = []
 
@@ -116,6 +118,15 @@ def test_slow_outlives_nothing_when_short_and_stops_when_the_lease_is_lost() -> 
         ex.slow(job("slow", {"seconds": 5}), ctx)  # type: ignore[arg-type]
     with pytest.raises(Fail):
         ex.slow(job("slow", {"seconds": -1}), Ctx())  # type: ignore[arg-type]
+
+
+def test_slow_stops_early_when_a_cancel_is_requested() -> None:
+    ctx = Ctx()
+    ctx.cancel_requested.set()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="cancel was requested"):
+        ex.slow(job("slow", {"seconds": 5}), ctx)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 1
 
 
 class FakeResponse(io.BytesIO):
