@@ -68,7 +68,8 @@ handler = getattr(importlib.import_module(module_name), name)
 c1, t1 = time.process_time(), time.perf_counter()
 pushed_at = []
 if until == "first-push":  # inside the timed call: the relay imports both on its first call anyway
-    from sluice import events, wiring
+    from sluice.core import bus as events
+    from sluice.entry import root as wiring
     def on_push(e):
         if e.outcome == "ok" and e.pushed:
             pushed_at.append((time.process_time(), time.perf_counter()))
@@ -120,11 +121,11 @@ def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
 
 def _append_one_job(env: Mapping[str, str]) -> None:
     """One fresh job in Kafka for the relay's next round, its id signed as the gateway signs."""
-    from sluice import ids
-    from sluice.clock import wall_ms
-    from sluice.kafka.producer import KafkaJobLog
-    from sluice.local.deployed import settings_of
-    from sluice.models import JobSpec
+    from sluice.backends.kafka.producer import KafkaJobLog
+    from sluice.core import ids
+    from sluice.core.clock import wall_ms
+    from sluice.core.models import JobSpec
+    from sluice_dev.local.deployed import settings_of
 
     s = settings_of(env)
     if s.job_id_secret is None:
@@ -177,11 +178,11 @@ def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[s
 
 
 def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> list[dict[str, Any]]:
-    from sluice.kafka.producer import ensure_topics
-    from sluice.local import servers
-    from sluice.local.dev import DevOptions, DevStack
-    from sluice.local.stack import Stack
-    from sluice.store import tables
+    from sluice.backends.dynamodb import tables
+    from sluice.backends.kafka.producer import ensure_topics
+    from sluice_dev.local import servers
+    from sluice_dev.local.dev import DevOptions, DevStack
+    from sluice_dev.local.stack import Stack
 
     for key, value in servers.DUMMY_AWS_ENV.items():
         os.environ.setdefault(key, value)  # this process creates the topics and tables on moto
@@ -192,7 +193,7 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
         dev = DevStack(DevOptions(state_dir=state, artifacts=build, history=False, log_level="WARNING",
                                   artifacts_python=python))
         base = dev.deploy.functions["WorkerFunction"].concrete_env()
-        from sluice.local.deployed import settings_of
+        from sluice_dev.local.deployed import settings_of
 
         s = stack.start_servers(settings_of(base))
         ensure_topics(s)

@@ -36,8 +36,8 @@ from benchmarks.common import (
     redis_cpu_s,
     redis_server,
 )
-from sluice.models import JobSpec
-from sluice.redis.engine import RedisQueue
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.models import JobSpec
 
 LEASE_MS = 30_000
 PUSH_BATCH = 500  # Settings.relay_batch: what the relay pushes at once

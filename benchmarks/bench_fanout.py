@@ -51,7 +51,7 @@ TIMEOUT_S = 600.0
 
 
 def writes(moto_url: str) -> dict[str, int]:
-    from sluice.local.motoserver import COUNTS_PATH
+    from sluice_dev.local.motoserver import COUNTS_PATH
 
     with urllib.request.urlopen(moto_url + COUNTS_PATH, timeout=30) as r:
         by_key: dict[str, int] = json.loads(r.read())["by_key"]
@@ -102,8 +102,8 @@ def wait(client: Any, job_id: str, deadline: float) -> Any:
 
 def main() -> None:
     from sluice.client import Client
-    from sluice.local.dev import DevOptions, DevStack
-    from sluice.local.motoserver import COUNT_ENV
+    from sluice_dev.local.dev import DevOptions, DevStack
+    from sluice_dev.local.motoserver import COUNT_ENV
 
     os.environ[COUNT_ENV] = "1"  # the moto server this stack starts counts writes per item
     state = Path(tempfile.mkdtemp(prefix="sluice-bench-fanout-"))

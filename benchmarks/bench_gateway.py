@@ -5,7 +5,7 @@ Prints one JSON object:
    "raw_p50_ms", "p50_ratio", "keyed_jobs_per_s", ...}
 
 It starts its own Tansu broker (in-memory), moto server and redis-server
-(sluice.local.servers), then, in alternating rounds on the same broker and topic:
+(sluice_dev.local.servers), then, in alternating rounds on the same broker and topic:
 
 - raw (``raw_producer_per_s``): one kafka-python producer (acks=all, idempotent, linger 0)
   sends one record of the same size at a time and waits for its acknowledgement;
@@ -40,13 +40,13 @@ if __package__ in (None, ""):
 from pydantic import SecretStr
 
 from benchmarks.common import emit, log
-from sluice.api import new_job_id
-from sluice.config import Settings
-from sluice.http.app import Gateway, build_api
-from sluice.kafka.auth import client_config
-from sluice.kafka.producer import ensure_topics
-from sluice.local import servers
-from sluice.models import JobSpec
+from sluice.backends.kafka.auth import client_config
+from sluice.backends.kafka.producer import ensure_topics
+from sluice.core.config import Settings
+from sluice.core.models import JobSpec
+from sluice.gateway.api import new_job_id
+from sluice.gateway.http.app import Gateway, build_api
+from sluice_dev.local import servers
 
 PER_ROUND = 500
 BLOCK = 50
@@ -120,7 +120,7 @@ def main() -> None:
     redis = servers.start_redis(workdir=workdir / "redis")
     try:
         os.environ.update(servers.DUMMY_AWS_ENV)
-        from sluice.store.tables import ensure_all
+        from sluice.backends.dynamodb.tables import ensure_all
 
         settings = Settings(kafka_bootstrap=tansu.extra["bootstrap"], kafka_topic="bench.jobs",
                             aws_endpoint_url=moto.extra["url"], redis_url=redis.extra["url"],

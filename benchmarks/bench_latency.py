@@ -9,7 +9,7 @@ It starts a private ``sluice dev`` stack (the template's functions and schedules
 every minute, stopping 5 s before its 60 s timeout) and enqueues JOBS ``echo`` jobs one at a
 time over HTTP, each only after the previous one's result is readable and a random pause
 (0-GAP_S), so no job ever waits behind another and the sends do not lock onto the relay's
-cadence. The stages come from the stack's history (``sluice.local.history``, one JSONL line
+cadence. The stages come from the stack's history (``sluice_dev.local.history``, one JSONL line
 per event, wall clock of one machine): the client's 202, the relay's ``push`` (``push.lua``
 returned), the worker's ``lease``, the handler's ``start`` and the result ``write`` accepted
 by the jobs table (from then on ``GET /v1/jobs/{id}`` reads it: the read is strongly consistent).
@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import by_function, dev_stack, emit, log
-from sluice.local import history
+from sluice_dev.local import history
 
 JOBS = 200
 GAP_S = 0.2

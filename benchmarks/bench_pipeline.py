@@ -80,7 +80,7 @@ def send(url: str, n: int, clients: int, batch: int = 1) -> tuple[dict[str, floa
 
 def worker_path(settings: Any, threads: int, seconds: float) -> float:
     """Grant + fenced result write per job, ``threads`` at once: the store's part of a job."""
-    from sluice.store.jobs import DynamoJobStore
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
 
     counts = [0] * threads
     stop = time.monotonic() + seconds

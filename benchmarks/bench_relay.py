@@ -9,7 +9,7 @@ Prints one JSON object:
    "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "cpu_ratio", "raw_fetch",
                                      "relay_fetch"}]}
 
-It starts its own Tansu broker and redis-server (sluice.local.servers), produces N
+It starts its own Tansu broker and redis-server (sluice_dev.local.servers), produces N
 job records over P partitions, then alternately consumes them raw and relays them (decode,
 ownership, push.lua, Kafka commit) from the beginning, the relay under a fresh consumer group
 and into a flushed Redis. The raw side is a kafka-python consumer with the relay's own
@@ -59,16 +59,16 @@ if __package__ in (None, ""):
 import redis
 
 from benchmarks.common import emit, log, redis_cpu_s
-from sluice.config import Settings
-from sluice.kafka.source import KafkaSource, consumer_config
-from sluice.local.servers import DUMMY_AWS_ENV, start_moto, start_redis, start_tansu
-from sluice.models import JobSpec
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.kafka.source import KafkaSource, consumer_config
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.config import Settings
+from sluice.core.models import JobSpec
 from sluice.relay import Relay, RelayConfig
 from sluice.relay.status import Backlog
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
+from sluice_dev.local.servers import DUMMY_AWS_ENV, start_moto, start_redis, start_tansu
 
 JOBS = 50_000
 PARTITIONS = 4

@@ -28,10 +28,10 @@ import redis
 from redis.crc import key_slot
 
 from benchmarks.common import emit, log
-from sluice.local.cluster import Cluster, start_cluster
-from sluice.local.servers import start_redis
-from sluice.models import JobSpec
-from sluice.redis.engine import RedisQueue
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.models import JobSpec
+from sluice_dev.local.cluster import Cluster, start_cluster
+from sluice_dev.local.servers import start_redis
 
 LEASE_MS = 30_000
 PUSH_BATCH = 500

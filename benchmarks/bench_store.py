@@ -37,10 +37,10 @@ if __package__ in (None, ""):
 import boto3
 
 from benchmarks.common import emit, log
-from sluice.local.servers import DUMMY_AWS_ENV, start_moto
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
-from sluice.store.results import S3ResultSink
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.dynamodb.results import S3ResultSink
+from sluice_dev.local.servers import DUMMY_AWS_ENV, start_moto
 
 N = 400
 N_TRANSACTIONS = 150  # moto's transactions are slow; fewer keep the run short
@@ -80,7 +80,7 @@ def wcu(size: int, transactional: bool = False) -> int:
 
 
 def main() -> None:
-    logging.getLogger("sluice.store").setLevel(logging.ERROR)  # the unfenced path warns on every write
+    logging.getLogger("sluice.backends.dynamodb").setLevel(logging.ERROR)  # unfenced writes warn
     server = start_moto()
     try:
         url = server.extra["url"]

@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import emit, log, redis_server
-from sluice.local.servers import DUMMY_AWS_ENV, start_moto
+from sluice_dev.local.servers import DUMMY_AWS_ENV, start_moto
 
 DURATION = 1.5
 ROUNDS = 8
@@ -51,15 +51,15 @@ for _k, _v in DUMMY_AWS_ENV.items():
 
 
 def settings(cfg: dict[str, str]) -> Any:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     return Settings(redis_url=cfg["redis"], aws_endpoint_url=cfg["moto"], jobs_table=cfg["table"],
                     results_bucket=cfg["bucket"], idempotency_table=cfg["table"] + "-idem")
 
 
 def fill(cfg: dict[str, str], queue: str, jobs: int) -> None:
-    from sluice.models import JobSpec
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.models import JobSpec
 
     q = RedisQueue.from_url(cfg["redis"])
     for start in range(0, jobs, 1000):
@@ -98,12 +98,12 @@ class Child:
     def __init__(self, cfg: dict[str, str]) -> None:
         from aws_lambda_powertools import Logger
 
-        from sluice.redis.engine import RedisQueue
-        from sluice.runtime import execute
-        from sluice.runtime.options import WorkerOptions
-        from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-        from sluice.store.jobs import DynamoJobStore
-        from sluice.worker import Worker
+        from sluice.backends.dynamodb.jobs import DynamoJobStore
+        from sluice.backends.redis.engine import RedisQueue
+        from sluice.worker.registry import Worker
+        from sluice.worker.runtime import execute
+        from sluice.worker.runtime.options import WorkerOptions
+        from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 
         s = settings(cfg)
         self.queue = RedisQueue.from_settings(s)
@@ -242,8 +242,8 @@ def bench(cfg: dict[str, str], processes: int) -> None:
 
 def fill_full(cfg: dict[str, str], queue: str, round_no: int, jobs: int) -> None:
     """Fresh jobs for a full-path round (queue names differ per P, ids per round)."""
-    from sluice.models import JobSpec
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.models import JobSpec
 
     q = RedisQueue.from_url(cfg["redis"])
     for start in range(0, jobs, 1000):
@@ -253,7 +253,7 @@ def fill_full(cfg: dict[str, str], queue: str, round_no: int, jobs: int) -> None
 
 
 def main() -> None:
-    from sluice.store import tables
+    from sluice.backends.dynamodb import tables
 
     moto = start_moto()
     try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from sluice.local.servers import start_redis
+from sluice_dev.local.servers import start_redis
 
 
 def emit(bench: str, **figures: Any) -> None:
@@ -87,7 +87,7 @@ def dev_stack(bench: str, *, workers: int,
     Yields the stack, its endpoints and the invocations that ran so far by function name
     (``count_invocation``; clear it to count from a point on, ``by_function`` to report it).
     """
-    from sluice.local.dev import DevOptions, DevStack
+    from sluice_dev.local.dev import DevOptions, DevStack
 
     with tempfile.TemporaryDirectory(prefix=f"sluice-bench-{bench}-") as tmp:
         dev = DevStack(DevOptions(state_dir=Path(tmp) / ".sluice", workers=workers, warm_workers=warm_workers,

@@ -5,7 +5,7 @@
 lays the import path out as Lambda does (``/var/task`` = TASK_DIR first, then ``/opt/python`` =
 OPT_PYTHON, then the standard library; ``-I -S`` keep this interpreter's own site-packages and
 ``PYTHON*`` variables out), imports the handler once (the init phase) and then speaks the local
-Lambda service's protocol (``sluice.local.container``): one JSON line per invocation on stdin,
+Lambda service's protocol (``sluice_dev.local.container``): one JSON line per invocation on stdin,
 ``{"id", "event", "timeout_ms"}``, one answer line on the original stdout. Standard library only:
 it must not lend the function anything the build did not put there. ``sluice dev --artifacts``
 and tests/infra/test_artifacts_e2e.py run the gateway, relay and worker through it.

@@ -6,9 +6,9 @@ whose bytecode it writes. It
 
 - installs the pinned dependencies of ``requirements.txt`` for the target platform
   (``SLUICE_LAYER_PLATFORM``, default ``manylinux2014_aarch64``: the functions run on arm64);
-- copies the ``sluice`` package without the dev tooling (``TOOLING``: the local stack,
-  chaos, the CLI; pyproject.toml's ``[tool.sluice] tooling`` names the same modules, and
-  tests/unit/test_layering.py keeps the two and the code's imports in step);
+- copies the ``sluice`` package whole: the dev tooling (the local stack, chaos, the CLI, the
+  console, the examples) is its own package, ``sluice_dev``, which never ships in the layer and
+  which nothing in ``sluice`` imports (import-linter's contracts, tests/unit/test_layering.py);
 - precompiles every module with hash-based invalidation (``unchecked-hash``: the layer is
   read-only, and SAM resets file times, which would make timestamp-checked ``.pyc`` files
   stale and the first import in every cold start compile everything again).
@@ -24,23 +24,14 @@ import py_compile
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Relative to the sluice package: modules the functions never import at run time.
-TOOLING = ("local", "chaos", "cli", "http/local_server.py")
 PYTHON_VERSION = "3.12"
 
 
-def _ignore(root: Path) -> Callable[[str, list[str]], set[str]]:
-    skipped = {root / t for t in TOOLING}
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        here = Path(directory)
-        return {n for n in names if here / n in skipped or n == "__pycache__" or n.endswith(".pyc")}
-
-    return ignore
+def _ignore(directory: str, names: list[str]) -> set[str]:
+    return {n for n in names if n == "__pycache__" or n.endswith(".pyc")}
 
 
 def install_dependencies(site: Path, platform: str) -> None:
@@ -55,7 +46,7 @@ def copy_package(site: Path) -> None:
     target = site / "sluice"
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=_ignore(source))
+    shutil.copytree(source, target, ignore=_ignore)
 
 
 def precompile(site: Path) -> None:

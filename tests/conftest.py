@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.local import servers
+from sluice_dev.local import servers
 
 for _k, _v in servers.DUMMY_AWS_ENV.items():
     os.environ[_k] = _v

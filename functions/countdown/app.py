@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice import wiring
-from sluice.completion.publish import batch_failures
+from sluice.entry import root as wiring
+from sluice.streams.completion.publish import batch_failures
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

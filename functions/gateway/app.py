@@ -1,4 +1,4 @@
-"""API Gateway (REST proxy) -> the Sluice enqueue gateway (sluice.http.app.Gateway)."""
+"""API Gateway (REST proxy) -> the Sluice enqueue gateway (sluice.gateway.http.app.Gateway)."""
 
 from typing import Any
 
@@ -6,7 +6,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
-from sluice.http.app import gateway_from_settings
+from sluice.gateway.http.app import gateway_from_settings
 
 logger = Logger()
 metrics = Metrics(namespace="Sluice")

@@ -2,15 +2,15 @@
 
 Invoked asynchronously by the relay's dispatch and every minute by the scheduled
 safety-net rule (constant Input, same shape). Returns the drain summary. A CloudFormation
-``Custom::SluiceRoutes`` request registers this function's routes (sluice.runtime.routes_resource).
+``Custom::SluiceRoutes`` request registers this function's routes (sluice.entry.routes_resource).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sluice.runtime import routes_resource
-from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch, prepare
+from sluice.entry import routes_resource
+from sluice.entry.worker import LambdaContextLike, handle_dispatch, prepare
 
 # At init, once per container: load the handlers module and refuse any handler whose timeout
 # cannot fit this function's Timeout (HandlerDoesNotFit names it), rather than lease nothing.

@@ -8,7 +8,7 @@ CloudFormation cannot do either step itself:
   so this function runs outside the VPC and needs no network setup.
 * ``topics_handler`` creates the job topic and its dead-letter topic. MSK Serverless does
   not auto-create topics. It runs inside the VPC with the shared layer and connects exactly
-  as the gateway and relay do (``sluice.kafka.auth.client_config``). It is idempotent: an
+  as the gateway and relay do (``sluice.backends.kafka.auth.client_config``). It is idempotent: an
   existing topic is kept, and its partition count is raised when the stack asks for more
   (Kafka cannot lower it). Delete leaves topics alone: they hold accepted jobs, and deleting
   the cluster removes them anyway.
@@ -78,8 +78,8 @@ def ensure_topics(props: dict[str, Any]) -> dict[str, str]:
     from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
     from kafka.errors import IncompatibleBrokerVersion
 
-    from sluice.config import Settings
-    from sluice.kafka.auth import client_config
+    from sluice.backends.kafka.auth import client_config
+    from sluice.core.config import Settings
 
     topics = [t.strip() for t in str(props["Topics"]).split(",") if t.strip()]
     partitions = int(props["Partitions"])  # CloudFormation passes every property as a string

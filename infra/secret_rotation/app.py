@@ -7,12 +7,12 @@ punctuation characters), generated here with ``secrets`` so the role needs no
 ``GetRandomPassword`` (an action without resources).
 
 - **Job id key**: nothing to set. The gateway and the relay verify with AWSCURRENT and
-  AWSPREVIOUS (``sluice.ids`` key ids), so moving the stage is the whole rotation.
+  AWSPREVIOUS (``sluice.core.ids`` key ids), so moving the stage is the whole rotation.
 - **Redis AUTH token**: ``setSecret`` adds the new token with ElastiCache's ``ROTATE``
   strategy, which keeps the old one valid too, and waits for the group to be available again
   before ``finishSecret`` moves AWSCURRENT. Connections open with the old token stay
   authenticated; a new connection that meets WRONGPASS re-reads the secret and retries once
-  (``sluice.redis.auth``). A group already holding two tokens is first ``SET`` to the current
+  (``sluice.backends.redis.auth``). A group already holding two tokens is first ``SET`` to the current
   one, so at most two tokens are ever live. ``testSecret`` cannot AUTH from here (this function
   runs outside the VPC, where the ElastiCache and Secrets Manager APIs are; Redis is not), so it
   checks that the group reports the token change complete.

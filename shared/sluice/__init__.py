@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sluice.client import Client as Client  # re-exported, not in __all__: star-imports skip it
-    from sluice.errors import (
+    from sluice.core.errors import (
         AlreadyFinished,
         JobCancelled,
         JobNotFound,
@@ -12,9 +12,9 @@ if TYPE_CHECKING:
         SluiceError,
         StaleToken,
     )
-    from sluice.models import Job, JobSpec, JobState
-    from sluice.runtime import Fail, JobContext, Retry
-    from sluice.worker import Worker
+    from sluice.core.models import Job, JobSpec, JobState
+    from sluice.worker.registry import Worker
+    from sluice.worker.runtime import Fail, JobContext, Retry
 
 __all__ = [
     "AlreadyFinished",
@@ -37,11 +37,12 @@ __version__ = "0.1.0"
 # function imports ``sluice.<something>``, which runs this file first, and the relay and the
 # gateway need neither the worker runtime nor the HTTP client (cold start, issue 14).
 _HOMES = {
-    "AlreadyFinished": "sluice.errors", "JobCancelled": "sluice.errors", "JobNotFound": "sluice.errors",
-    "LeaseLost": "sluice.errors", "SluiceError": "sluice.errors", "StaleToken": "sluice.errors",
-    "Job": "sluice.models", "JobSpec": "sluice.models", "JobState": "sluice.models",
-    "Fail": "sluice.runtime", "JobContext": "sluice.runtime", "Retry": "sluice.runtime",
-    "Worker": "sluice.worker", "Client": "sluice.client",
+    "AlreadyFinished": "sluice.core.errors", "JobCancelled": "sluice.core.errors",
+    "JobNotFound": "sluice.core.errors", "LeaseLost": "sluice.core.errors",
+    "SluiceError": "sluice.core.errors", "StaleToken": "sluice.core.errors",
+    "Job": "sluice.core.models", "JobSpec": "sluice.core.models", "JobState": "sluice.core.models",
+    "Fail": "sluice.worker.runtime", "JobContext": "sluice.worker.runtime", "Retry": "sluice.worker.runtime",
+    "Worker": "sluice.worker.registry", "Client": "sluice.client",
 }
 
 

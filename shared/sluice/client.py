@@ -34,10 +34,17 @@ from urllib.parse import quote
 from pydantic import ValidationError
 
 from sluice import __version__
-from sluice.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
-from sluice.models import FINAL_STATES, DeadJob, QueueConfig, dump_json, validate_job_id, validate_queue_name
-from sluice.policy import backoff_ms
-from sluice.wire import (
+from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
+from sluice.core.models import (
+    FINAL_STATES,
+    DeadJob,
+    QueueConfig,
+    dump_json,
+    validate_job_id,
+    validate_queue_name,
+)
+from sluice.core.policy import backoff_ms
+from sluice.core.wire import (
     Accepted,
     BatchAccepted,
     BatchRequest,
@@ -105,7 +112,7 @@ class Client:
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
                  credentials: Any = None, headers: Mapping[str, str] | None = None) -> None:
         self.api_url = api_url.rstrip("/")
-        # Sent with every request; locally e.g. X-Sluice-Local-Caller (sluice.http.local_server).
+        # Sent with every request; locally e.g. X-Sluice-Local-Caller (sluice_dev.local.api_server).
         self.headers = dict(headers or {})
         self.api_key = api_key
         self.timeout_s = timeout_s
@@ -217,7 +224,7 @@ class Client:
         return [dict(s) for s in doc["schedules"]]
 
     def _schedule(self, queue: str, name: str, rest: str = "") -> str:
-        from sluice.schedules import check_name
+        from sluice.core.schedules import check_name
 
         return self._admin(queue, f"schedules/{quote(check_name(name), safe='')}{rest}")
 

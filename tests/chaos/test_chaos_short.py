@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sluice.chaos import history
-from sluice.chaos.cli import chaos
-from sluice.chaos.nemesis import KINDS
+from sluice_dev.chaos import history
+from sluice_dev.chaos.cli import chaos
+from sluice_dev.chaos.nemesis import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sluice.chaos import history, skew
-from sluice.chaos.nemesis import Fault, Nemesis, plan
-from sluice.local.history import wall
 from sluice.relay.ports import SystemClock
+from sluice_dev.chaos import history, skew
+from sluice_dev.chaos.nemesis import Fault, Nemesis, plan
+from sluice_dev.local.history import wall
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -51,7 +51,7 @@ def test_a_relay_process_follows_the_nemesis_s_skew_and_steps_back_after_the_hol
     # the process's wall clock, as the relay's Clock port and the engine's push checks read it
     assert time.time() == pytest.approx(machine - 6.0, abs=0.5)
     assert SystemClock().now_ms() / 1000 == pytest.approx(machine - 6.0, abs=0.5)
-    from sluice.clock import wall_ms  # the engine's push checks read it
+    from sluice.core.clock import wall_ms  # the engine's push checks read it
     assert wall_ms() / 1000 == pytest.approx(machine - 6.0, abs=0.5)
     h.emit("probe")  # the history stays on the machine's clock
     follower.step()  # nothing changed: nothing recorded

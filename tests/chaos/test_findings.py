@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import BackendUnavailable
-from sluice.kafka.producer import KafkaJobLog
-from sluice.models import JobSpec
-from sluice.runtime.outcomes import Outcome
+from sluice.backends.kafka.producer import KafkaJobLog
+from sluice.core.errors import BackendUnavailable
+from sluice.core.models import JobSpec
+from sluice.worker.runtime.outcomes import Outcome
 from tests.unit.fakes import kit
 
 

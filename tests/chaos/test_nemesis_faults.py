@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from sluice.chaos import history
-from sluice.chaos.app import Control
-from sluice.chaos.nemesis import Fault, Nemesis
-from sluice.chaos.procs import process_state
+from sluice_dev.chaos import history
+from sluice_dev.chaos.app import Control
+from sluice_dev.chaos.nemesis import Fault, Nemesis
+from sluice_dev.chaos.procs import process_state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -123,8 +123,8 @@ def test_a_pause_stops_the_picked_process_for_its_hold_then_wakes_it(
 
 SELF_STOPPER = """
 import signal, sys, time
-from sluice.chaos import history
-from sluice.chaos.app import Control
+from sluice_dev.chaos import history
+from sluice_dev.chaos.app import Control
 control = Control(sys.argv[1], "worker", history.History(sys.argv[2]))
 while True:  # a worker reaching its fault point, job after job
     control.strike("pause_worker_before_write", signal.SIGSTOP)
@@ -154,8 +154,8 @@ def test_the_lambda_runtime_aims_at_running_busy_containers_of_the_targets_funct
         tmp_path: Path, child: subprocess.Popen[bytes]) -> None:
     from types import SimpleNamespace
 
-    from sluice.chaos.runtimes import LambdaRuntime
-    from sluice.local.dev import RELAY_FUNCTION, WORKER_FUNCTION
+    from sluice_dev.chaos.runtimes import LambdaRuntime
+    from sluice_dev.local.dev import RELAY_FUNCTION, WORKER_FUNCTION
 
     me = os.getpid()
     containers = [{"pid": me, "function": WORKER_FUNCTION, "busy": False},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.chaos.nemesis import KINDS, plan
+from sluice_dev.chaos.nemesis import KINDS, plan
 
 
 def test_the_same_seed_gives_the_same_faults_and_another_seed_other_ones() -> None:
@@ -27,7 +27,7 @@ def test_every_kind_appears_within_the_window_on_real_targets() -> None:
 
 
 def test_one_node_plans_are_unchanged_and_a_cluster_adds_shard_restarts() -> None:
-    from sluice.chaos.nemesis import SHARD_KIND
+    from sluice_dev.chaos.nemesis import SHARD_KIND
 
     for seed in range(20):
         one = plan(seed, 45, interval_s=3.5, lease_s=2, workers=3, relays=1)

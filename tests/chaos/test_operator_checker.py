@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.chaos.checker import Report, StoreItem, check
+from sluice_dev.chaos.checker import Report, StoreItem, check
 
 GOOD = "d-good"
 MUST_BE_ZERO = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",

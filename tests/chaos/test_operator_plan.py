@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sluice.chaos import history
-from sluice.chaos.nemesis import plan as fault_plan
-from sluice.chaos.operator import KINDS, Action, Operator, Running, plan
-from sluice.errors import AlreadyFinished, BackendUnavailable, JobNotFound
-from sluice.models import DeadJob, QueueConfig
+from sluice.core.errors import AlreadyFinished, BackendUnavailable, JobNotFound
+from sluice.core.models import DeadJob, QueueConfig
+from sluice_dev.chaos import history
+from sluice_dev.chaos.nemesis import plan as fault_plan
+from sluice_dev.chaos.operator import KINDS, Action, Operator, Running, plan
 from tests.unit.fakes import FakeStore
 
 
@@ -94,7 +94,7 @@ class FakeEngine:
 
 
 def jobs_table() -> FakeStore:
-    """The jobs table's side of a redrive (``sluice.redrive``) only: the next generation."""
+    """The jobs table's side of a redrive (``sluice.gateway.redrive``) only: the next generation."""
     return FakeStore(only={"redrive"})
 
 

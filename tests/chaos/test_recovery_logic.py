@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import InvalidInput, JobNotFound, StaleToken
-from sluice.models import JobSpec
-from sluice.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
-from sluice.recovery.hook import Recovery
+from sluice.core.errors import InvalidInput, JobNotFound, StaleToken
+from sluice.core.models import JobSpec
 from sluice.relay import RelayConfig, RelayHooks, RelayReport, SourceRecord, decode
 from sluice.relay.ownership import Ownership, partition_job
+from sluice.relay.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
+from sluice.relay.recovery.hook import Recovery
 from sluice.relay.state import OwnedPartition
 from tests.unit.fakes import FakeStore
 
@@ -332,7 +332,7 @@ def test_a_checkpoint_refused_because_the_epoch_moved_on_drops_the_session(rig: 
 
 
 def test_a_failed_checkpoint_does_not_hold_up_the_kafka_commit(rig: Any) -> None:
-    from sluice.errors import BackendUnavailable
+    from sluice.core.errors import BackendUnavailable
 
     rig.take([0])
 

@@ -2,7 +2,7 @@
 
 Real Tansu, a real redis-server of the test's own (restarted with its data lost), the
 moto server for the jobs table and the checkpoints, and the real ``Relay`` with
-recovery as its hooks (``sluice.recovery.for_relay``).
+recovery as its hooks (``sluice.relay.recovery.for_relay``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import redis
 
-from sluice.config import Settings
-from sluice.kafka.source import KafkaSource
-from sluice.local import servers
-from sluice.recovery import for_relay
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.kafka.source import KafkaSource
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.config import Settings
 from sluice.relay import Relay, RelayConfig
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
+from sluice.relay.recovery import for_relay
+from sluice_dev.local import servers
 from tests.integration.relay_proc import create_topic, job_records, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -6,10 +6,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos import history
-from sluice.chaos.agents import expected_result
-from sluice.chaos.workload import Enqueuer, payload
-from sluice.errors import BackendUnavailable
+from sluice.core.errors import BackendUnavailable
+from sluice_dev.chaos import history
+from sluice_dev.chaos.agents import expected_result
+from sluice_dev.chaos.workload import Enqueuer, payload
 
 
 class FakeApi:
@@ -51,7 +51,7 @@ def test_payloads_depend_on_seed_and_index_only() -> None:
 
 
 def test_with_a_mint_key_the_ids_are_the_gateway_s_own_so_its_cancel_path_knows_them(tmp_path: Path) -> None:
-    from sluice import ids
+    from sluice.core import ids
 
     key = b"k" * 32
     api = FakeApi(failures=0)

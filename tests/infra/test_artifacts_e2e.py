@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from infra import artifacts
-from sluice.local.dev import DevOptions, DevStack
+from sluice_dev.local.dev import DevOptions, DevStack
 from tests.infra.test_build import _python312_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

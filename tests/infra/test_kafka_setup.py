@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sluice.local import servers
+from sluice_dev.local import servers
 from tests.infra.cfn import ROOT
 
 pytestmark = pytest.mark.integration

@@ -1,12 +1,12 @@
 """The per-queue alarm template and dashboard widgets read the metrics the code publishes
-(``sluice.queue_metrics``): a renamed metric fails here, not silently in CloudWatch."""
+(``sluice.backends.aws.queue_metrics``): a renamed metric fails here, not silently in CloudWatch."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from sluice import queue_metrics as qm
+from sluice.backends.aws import queue_metrics as qm
 from tests.infra import cfn
 
 
@@ -37,7 +37,7 @@ def test_the_dashboard_shows_every_per_queue_metric_by_queue() -> None:
 
 
 def test_the_bound_is_a_template_parameter_with_the_settings_defaults() -> None:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     t = cfn.template()
     env = t["Globals"]["Function"]["Environment"]["Variables"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sluice.config import Settings
+from sluice.core.config import Settings
 from tests.infra import cfn
 
 TEAM = cfn.load(cfn.ROOT / "infra" / "worker.yaml")
@@ -56,7 +56,7 @@ def test_it_runs_in_sluices_vpc_logs_to_a_retained_group_and_uses_the_layer() ->
     assert FN["LoggingConfig"]["LogGroup"] == {"Ref": "TeamWorkerLogGroup"}
     assert RES["TeamWorkerLogGroup"]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     assert FN["Layers"] == [{"Ref": "SluiceLayerArn"}]
-    assert FN["Handler"] == "sluice.runtime.worker_function.handler"
+    assert FN["Handler"] == "sluice.entry.worker_function.handler"
     schedule = FN["Events"]["SafetyNet"]["Properties"]
     assert schedule["Schedule"] == {"Ref": "SafetyNetRate"}
     assert "safety-net" in schedule["Input"]["Fn::Sub"][0]
@@ -103,7 +103,7 @@ def _leading_keys(condition: Any, queues: list[str]) -> list[str]:
 def test_the_jobs_table_is_reached_only_for_its_own_queues_job_ids() -> None:
     from fnmatch import fnmatchcase
 
-    from sluice.ids import mint
+    from sluice.core.ids import mint
 
     statements = [s for p in FN["Policies"] for s in p["Statement"]]
     jobs = next(s for s in statements if _imports(s["Resource"]) == ["${SluiceStackName}-JobsTableArn"])

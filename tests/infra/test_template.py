@@ -56,7 +56,7 @@ def test_every_table_is_on_demand_with_pitr_sse_and_ttl() -> None:
 
 
 class _RecordingDynamoDB:
-    """Stands in for a boto3 client so sluice.store.tables shows the layout it creates."""
+    """Stands in for a boto3 client so sluice.backends.dynamodb.tables shows the layout it creates."""
 
     def __init__(self) -> None:
         self.keys: list[dict[str, str]] = []
@@ -79,7 +79,7 @@ class _RecordingDynamoDB:
                                                    ("RoutesTable", "create_routes_table"),
                                                    ("SchedulesTable", "create_schedules_table")])
 def test_tables_have_the_layout_the_code_creates_locally(resource: str, creator: str) -> None:
-    from sluice.store import tables
+    from sluice.backends.dynamodb import tables
 
     client = _RecordingDynamoDB()
     getattr(tables, creator)(client, "t")
@@ -157,7 +157,7 @@ def test_n_shards_with_m_replicas_use_cluster_mode_and_the_configuration_endpoin
     assert cfn.resolve(env["SLUICE_REDIS_URL"], conds) == {"Fn::Sub": f"rediss+cluster://{endpoint}"}
     assert cfn.resolve(T["Outputs"]["RedisEndpoint"]["Value"], conds) == {"Fn::Sub": f"rediss+cluster://{endpoint}"}
     # Settings accepts what the template gives the functions.
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     Settings(redis_url="rediss+cluster://clustercfg.sluice.abc.use1.cache.amazonaws.com:6379/0")
 
@@ -303,8 +303,8 @@ def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
 
 
 def test_the_templates_operator_routes_are_the_gateways() -> None:
-    from sluice.api_schedules import Schedules
-    from sluice.http.app import Gateway
+    from sluice.gateway.http.app import Gateway
+    from sluice.gateway.schedules import Schedules
     from tests.unit.test_gateway_fakes import Rig
     from tests.unit.test_gateway_schedules import FakeScheduleStore
 
@@ -354,7 +354,7 @@ def _schema_limits(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, An
 
 
 def test_api_request_models_are_the_gateways_models() -> None:
-    from sluice.wire import BatchRequest, EnqueueRequest
+    from sluice.core.wire import BatchRequest, EnqueueRequest
 
     schemas = _api()["components"]["schemas"]
     mine = schemas["EnqueueRequest"]
@@ -408,7 +408,7 @@ def test_relay_runs_overlap_at_each_hand_over_with_two_instances_reserved_per_pa
     that must be well after the next minute's tick has started the next run (EventBridge and a
     cold start may be late), so no moment is left with no relay; two runs per group then
     overlap, and the reservation covers both (a third would be throttled, and never is needed)."""
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     p = props("RelayFunction")
     groups = T["Parameters"]["RelayPartitionGroups"]["AllowedValues"]
@@ -431,7 +431,7 @@ def test_relay_runs_overlap_at_each_hand_over_with_two_instances_reserved_per_pa
 
 
 def test_safety_net_sends_a_valid_dispatch_event() -> None:
-    from sluice.models import DispatchEvent
+    from sluice.core.models import DispatchEvent
 
     event = props("WorkerFunction")["Events"]["SafetyNet"]["Properties"]
     text, values = event["Input"]["Fn::Sub"]
@@ -444,7 +444,7 @@ def test_safety_net_sends_a_valid_dispatch_event() -> None:
 
 
 def test_environment_variables_are_settings_fields() -> None:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     names = set(T["Globals"]["Function"]["Environment"]["Variables"])
     for fn in cfn.resources(T, "AWS::Serverless::Function").values():
@@ -457,7 +457,7 @@ def test_environment_variables_are_settings_fields() -> None:
 
 def test_the_limits_are_parameters_with_the_settings_defaults() -> None:
     """Every function reads the same limits (gateway, relay and worker all build the engine)."""
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     env = T["Globals"]["Function"]["Environment"]["Variables"]
     pairs = (("MaxDelayedPerQueue", "max_delayed_per_queue"), ("MaxDeadPerQueue", "max_dead_per_queue"),
@@ -540,7 +540,7 @@ def test_nested_stacks_get_exactly_the_parameters_they_declare(resource: str) ->
 
 
 def test_alarms_watch_the_metrics_the_code_emits() -> None:
-    from sluice.runtime import telemetry
+    from sluice.worker.runtime import telemetry
 
     obs = cfn.load(cfn.NESTED["observability"])
     alarms = cfn.resources(obs, "AWS::CloudWatch::Alarm")
@@ -816,7 +816,7 @@ SCHEDULE_ARNS = {"Fn::Sub": "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AW
 
 
 def test_the_gateway_keeps_schedules_in_its_table_and_its_group() -> None:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     env = props("GatewayFunction")["Environment"]["Variables"]
     assert env["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}

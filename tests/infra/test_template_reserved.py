@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from sluice.models import RESERVED_QUEUE_PREFIX, DispatchEvent
+from sluice.core.models import RESERVED_QUEUE_PREFIX, DispatchEvent
 from tests.infra import cfn
 
 

@@ -179,7 +179,7 @@ def test_no_function_may_scan_or_query_a_table() -> None:
 
 
 def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
-    from sluice.store.results import RESULTS_PREFIX, result_key
+    from sluice.backends.dynamodb.results import RESULTS_PREFIX, result_key
 
     assert result_key("j", 1, "0" * 64).startswith(f"{RESULTS_PREFIX}/")
     s3 = {}
@@ -197,7 +197,7 @@ def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
 
 def test_the_worker_can_run_the_fenced_transaction_on_the_jobs_table() -> None:
     """A handler's FencedTable write is a TransactWriteItems with a ConditionCheck on the job."""
-    source = (cfn.ROOT / "shared/sluice/store/fenced.py").read_text()
+    source = (cfn.ROOT / "shared/sluice/backends/dynamodb/fenced.py").read_text()
     assert '"ConditionCheck"' in source
     actions = {a for s in _statements(_function_roles()["WorkerFunction"]) for a in s["Action"]
                if "JobsTable" in json.dumps(s["Resource"])}
@@ -226,7 +226,7 @@ def test_workers_and_the_gateway_are_capped_by_default() -> None:
 
 
 def test_top_priorities_are_for_the_operator_allow_list() -> None:
-    from sluice.models import MAX_PRIORITY
+    from sluice.core.models import MAX_PRIORITY
 
     params = T["Parameters"]
     assert params["MaxCallerPriority"]["Default"] < MAX_PRIORITY

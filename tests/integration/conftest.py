@@ -1,4 +1,4 @@
-"""Integration-only fixtures: a local Redis cluster (``sluice.local.cluster``).
+"""Integration-only fixtures: a local Redis cluster (``sluice_dev.local.cluster``).
 
 The engine's script tests (``CLUSTER_MODULES``: every Lua script, checked by the key state it
 leaves) run twice, on one node and on a 3-master cluster: ``redis_url`` and ``redis_client``
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluice.local import servers
-from sluice.local.cluster import Cluster, start_cluster
+from sluice_dev.local import servers
+from sluice_dev.local.cluster import Cluster, start_cluster
 
 # Together they run every engine script: lease, extend, ack, fail, release, reap, cancel, stats,
 # redrive, settle, push (offsets, owner fencing, rate), register, idle/wake, the ownership lease.

@@ -16,19 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.models import WriteOutcome
-from sluice.recovery.adapters import RedisEpochs
-from sluice.recovery.checkpoints import DynamoCheckpoints
-from sluice.recovery.hook import Recovery
-from sluice.redis.engine import RedisQueue
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.models import WriteOutcome
 from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
-from sluice.runtime.execute import JobRunner
-from sluice.runtime.finish import Finisher
-from sluice.runtime.heartbeat import Heartbeat, Tracked
-from sluice.runtime.options import HandlerSpec, WorkerOptions
-from sluice.runtime.outcomes import Fail, Retry
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
+from sluice.relay.recovery.adapters import RedisEpochs
+from sluice.relay.recovery.checkpoints import DynamoCheckpoints
+from sluice.relay.recovery.hook import Recovery
+from sluice.worker.runtime.execute import JobRunner
+from sluice.worker.runtime.finish import Finisher
+from sluice.worker.runtime.heartbeat import Heartbeat, Tracked
+from sluice.worker.runtime.options import HandlerSpec, WorkerOptions
+from sluice.worker.runtime.outcomes import Fail, Retry
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.test_relay_fakes import FakeClock, FakeSource
 
 QUEUE = "jm"

@@ -42,7 +42,7 @@ class NullStore:
 
 
 def settings(bootstrap: str, topic: str, group: str, **extra: Any) -> Any:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     return Settings(kafka_bootstrap=bootstrap, kafka_topic=topic, kafka_dead_letter_topic=f"{topic}.dlq",
                     kafka_consumer_group=group, **extra)
@@ -83,7 +83,7 @@ def produce(bootstrap: str, topic: str,
 
 def job_records(prefix: str, n: int, queue: str = "q", partitions: int | None = None,
                 start: int = 0) -> list[tuple[bytes, bytes, int | None]]:
-    from sluice.models import JobSpec
+    from sluice.core.models import JobSpec
 
     out: list[tuple[bytes, bytes, int | None]] = []
     for i in range(start, start + n):
@@ -106,8 +106,8 @@ def committed(bootstrap: str, topic: str, group: str, partitions: int) -> dict[i
 def build(redis_url: str, bootstrap: str, topic: str, group: str, *, store: Any = None,
           dispatcher: Any = None, relay_id: str = "test", **options: Any) -> tuple[Any, Any]:
     """An in-process relay over the real engine and broker: (Relay, KafkaSource)."""
-    from sluice.kafka.source import KafkaSource
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.kafka.source import KafkaSource
+    from sluice.backends.redis.engine import RedisQueue
     from sluice.relay import Relay, RelayConfig
 
     after_push = options.pop("after_push", None)
@@ -121,13 +121,13 @@ def build(redis_url: str, bootstrap: str, topic: str, group: str, *, store: Any 
 def ready_ids(redis_client: Any, queue: str = "q") -> list[str]:
     """Every job id in the queue's ready set: a duplicate enqueue could only add a second member
     under a second id, so the test compares this list with the produced ids one for one."""
-    from sluice.redis.keys import QueueKeys
+    from sluice.backends.redis.keys import QueueKeys
 
     return [str(x) for x in redis_client.zrange(QueueKeys(queue).ready, 0, -1)]
 
 
 def relayed_offsets(redis_client: Any, topic: str, partitions: int, queue: str = "q") -> dict[int, int]:
-    from sluice.redis.keys import QueueKeys
+    from sluice.backends.redis.keys import QueueKeys
 
     out = {}
     for p in range(partitions):
@@ -146,7 +146,7 @@ class Drainer:
     def __init__(self, redis_url: str, queue: str = "q") -> None:
         import threading
 
-        from sluice.redis.engine import RedisQueue
+        from sluice.backends.redis.engine import RedisQueue
 
         self.engine = RedisQueue.from_url(redis_url)
         self.queue = queue

@@ -9,10 +9,10 @@ from typing import Any
 
 import boto3
 
-from sluice.completion.publish import batch_failures
-from sluice.config import Settings
-from sluice.local.streams import StreamPoller, ensure_jobs_stream, follow
-from sluice.store import tables
+from sluice.backends.dynamodb import tables
+from sluice.core.config import Settings
+from sluice.streams.completion.publish import batch_failures
+from sluice_dev.local.streams import StreamPoller, ensure_jobs_stream, follow
 
 
 def stream_settings(moto_url: str, unique: str) -> Settings:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sluice.http.local_server import LOCAL_CALLER_HEADER, LocalGateway
+from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LocalGateway
 from tests.unit.test_gateway_admin import OPERATOR, OPERATOR_SESSION, WEB, Rig, dead_id
 
 pytestmark = pytest.mark.timeout(60)
@@ -68,7 +68,7 @@ def test_an_operator_is_allowed_through_the_local_server(served: tuple[Rig, Loca
 
 def test_the_client_drives_the_operator_api(served: tuple[Rig, LocalGateway]) -> None:
     from sluice.client import Client
-    from sluice.errors import SluiceError
+    from sluice.core.errors import SluiceError
 
     rig, server = served
     first, second = dead_id(rig, 0), dead_id(rig, 1)
@@ -105,7 +105,7 @@ def test_the_cli_uses_the_operator_api_when_pointed_at_an_api_without_redis(
         served: tuple[Rig, LocalGateway], cli_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from sluice.cli import main
+    from sluice_dev.cli import main
 
     rig, server = served
     job = dead_id(rig)
@@ -137,7 +137,7 @@ def test_sluice_queues_top_and_caps_use_the_operator_api_without_redis(
     ``sluice queue caps`` go through /v1/admin/queues[...]; a plain caller is refused."""
     from click.testing import CliRunner
 
-    from sluice.cli import main
+    from sluice_dev.cli import main
 
     rig, server = served
     dead_id(rig)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from sluice.cli import main
-from sluice.local.dev import DevOptions, DevStack
-from sluice.redis.engine import RedisQueue
+from sluice.backends.redis.engine import RedisQueue
+from sluice_dev.cli import main
+from sluice_dev.local.dev import DevOptions, DevStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

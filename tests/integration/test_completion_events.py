@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from sluice import wiring
-from sluice.completion.publish import Publisher, batch_failures
-from sluice.config import Settings
-from sluice.errors import InvalidInput, LeaseLost, StaleToken
-from sluice.local.streams import ensure_bus
-from sluice.models import EndedJob, JobState
-from sluice.store.jobs import DynamoJobStore
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.config import Settings
+from sluice.core.errors import InvalidInput, LeaseLost, StaleToken
+from sluice.core.models import EndedJob, JobState
+from sluice.entry import root as wiring
+from sluice.streams.completion.publish import Publisher, batch_failures
+from sluice_dev.local.streams import ensure_bus
 from tests.integration.streams_support import received, stream_poller, stream_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -146,7 +146,7 @@ def click(driver: Any, css: str) -> None:
 
 
 def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gateway: str) -> None:
-    from sluice.http.local_server import LOCAL_CALLER_HEADER
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
 
     body = json.dumps({"name": "hourly", "expression": "rate(1 hour)", "payload": {"text": "tick"}}).encode()
     req = urllib.request.Request(f"{gateway}/v1/admin/queues/shout/schedules", data=body, method="POST",

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluice.cli.console.backend import Watched
-from sluice.cli.console.server import Console, serve
+from sluice_dev.cli.console.backend import Watched
+from sluice_dev.cli.console.server import Console, serve
 from tests.unit.test_console import FakeBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

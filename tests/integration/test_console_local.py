@@ -10,12 +10,12 @@ from urllib.parse import urlencode
 
 import pytest
 
-from sluice.api_schedules import Schedules
-from sluice.cli.console.backend import Watched
-from sluice.cli.console.server import Console, Response
 from sluice.client import Client
-from sluice.http.app import Gateway
-from sluice.http.local_server import LOCAL_CALLER_HEADER, LocalGateway
+from sluice.gateway.http.app import Gateway
+from sluice.gateway.schedules import Schedules
+from sluice_dev.cli.console.backend import Watched
+from sluice_dev.cli.console.server import Console, Response
+from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LocalGateway
 from tests.unit.test_gateway_admin import OPERATOR, WEB, Rig
 from tests.unit.test_gateway_schedules import NIGHTLY, FakeScheduleStore, FakeTrigger
 

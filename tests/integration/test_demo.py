@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.examples import failing_attempts
-from sluice.local import workload
+from sluice_dev.examples import failing_attempts
+from sluice_dev.local import workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(170)]
 

@@ -116,7 +116,7 @@ def test_sluice_dev_serves_the_pipeline_and_leaves_no_process_behind(tmp_path: P
 
         children = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(c.cmdline()) for c in children)
-        for part in ("redis-server", "sluice.local.motoserver", "tansu", "sluice-gateway", "sluice-relay",
+        for part in ("redis-server", "sluice_dev.local.motoserver", "tansu", "sluice-gateway", "sluice-relay",
                      "sluice-worker"):
             assert part in names, part
     finally:

@@ -13,9 +13,9 @@ from typing import Any
 import boto3
 import pytest
 
-from sluice.config import Settings
-from sluice.dispatch import LambdaDispatcher
-from sluice.local.lambdas import Function, LambdaApi, LocalLambda
+from sluice.backends.aws.dispatch import LambdaDispatcher
+from sluice.core.config import Settings
+from sluice_dev.local.lambdas import Function, LambdaApi, LocalLambda
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

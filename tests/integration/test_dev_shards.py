@@ -14,7 +14,7 @@ import psutil
 import pytest
 from redis.crc import key_slot
 
-from sluice.local.cluster import slot_ranges
+from sluice_dev.local.cluster import slot_ranges
 from tests.integration.test_dev import SLUICE, http, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]

@@ -1,8 +1,8 @@
 """``sluice dev --worker NAME=MODULE`` (issue 15): two worker functions side by side, each with its
 own containers, each queue routed to its function; the gateway refuses an unrouted queue.
 
-One stack for the module: the default worker (sluice.examples) and team "words"
-(sluice.examples_team), over real HTTP, Kafka, Redis and DynamoDB on moto.
+One stack for the module: the default worker (sluice_dev.examples) and team "words"
+(sluice_dev.examples_team), over real HTTP, Kafka, Redis and DynamoDB on moto.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sluice.cli import main
-from sluice.errors import RouteConflict
-from sluice.local.dev import DevOptions, DevStack
+from sluice.core.errors import RouteConflict
+from sluice_dev.cli import main
+from sluice_dev.local.dev import DevOptions, DevStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 INVOKED: list[tuple[str, dict[str, Any]]] = []  # (function, event) of every finished invocation
@@ -41,7 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, 
     state: Path = tmp_path_factory.mktemp("teams") / ".sluice"
     # The safety net rarely runs: the jobs below reach their worker through the relay's dispatch.
     dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=600,
-                              team_workers=(("words", "sluice.examples_team"),), history=False))
+                              team_workers=(("words", "sluice_dev.examples_team"),), history=False))
     endpoints = dev.start()
     assert dev.lambdas is not None
     dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
@@ -64,14 +64,14 @@ def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[
     dev, endpoints = stack
     gateway = endpoints["gateway_url"]
     assert endpoints["workers"] == [{"name": "words", "function": "sluice-worker-words",
-                                     "handlers": "sluice.examples_team"}]
+                                     "handlers": "sluice_dev.examples_team"}]
     assert "word-count -> sluice-worker-words (typed)" in endpoints["routes"]
     assert "thumbnails -> sluice-worker (typed)" in endpoints["routes"]
     assert "echo -> sluice-worker" in endpoints["routes"]
     # Its own function in the local Lambda service, configured from infra/worker.yaml.
     assert dev.lambdas is not None and "sluice-worker-words" in dev.lambdas.functions
     team = dev.team_functions["words"]
-    assert team.env["SLUICE_HANDLERS_MODULE"] == "sluice.examples_team"
+    assert team.env["SLUICE_HANDLERS_MODULE"] == "sluice_dev.examples_team"
     assert team.env["POWERTOOLS_SERVICE_NAME"] == "sluice-worker-words" and team.timeout_s == 300
     code, words = http("POST", f"{gateway}/v1/queues/word-count/jobs", {"payload": {"text": "one two three"}})
     assert code == 202, words
@@ -154,7 +154,7 @@ def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, 
     assert out.exit_code == 1 and "does not exist" in out.stderr, out.output + out.stderr
     # Another team claiming word-count is refused, naming its owner.
     out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker", "--handlers",
-                                                    "sluice.examples_team", "--owner", "other"])
+                                                    "sluice_dev.examples_team", "--owner", "other"])
     assert out.exit_code == 1 and "already routed by 'words'" in out.stderr, out.output + out.stderr
     out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list", "--json"])
     assert {json.loads(x)["pattern"] for x in out.stdout.splitlines()} >= {"word-count", "echo"}
@@ -163,7 +163,7 @@ def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, 
 
 def test_two_workers_claiming_one_queue_stop_the_stack_from_starting(tmp_path: Path) -> None:
     dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
-                              team_workers=(("copycat", "sluice.examples"),)))
+                              team_workers=(("copycat", "sluice_dev.examples"),)))
     with pytest.raises(RouteConflict, match="already routed by"):
         dev.start()
     assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
@@ -174,7 +174,7 @@ def test_with_unrouted_default_such_a_job_dies_at_once_in_the_default_worker(tmp
     has no handler: dead on its first lease with the reason, never released, never re-run."""
     dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
                               safety_net_every_s=600, parameters={"UnroutedQueues": "default"},
-                              team_workers=(("words", "sluice.examples_team"),)))
+                              team_workers=(("words", "sluice_dev.examples_team"),)))
     endpoints = dev.start()
     try:
         code, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs",
@@ -191,9 +191,9 @@ def test_sluice_dev_fires_a_stored_schedule_into_the_gateway_once_per_firing(
         stack: tuple[DevStack, dict[str, Any]]) -> None:
     """Issue 17: the local scheduler fires the table's schedules as EventBridge Scheduler would (the
     time injected: no real minute waited); a firing delivered twice makes one job."""
-    from sluice import schedules
-    from sluice.http.local_server import LOCAL_CALLER_HEADER
-    from sluice.local.dev import GATEWAY_FUNCTION
+    from sluice.core import schedules
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+    from sluice_dev.local.dev import GATEWAY_FUNCTION
 
     dev, endpoints = stack
     assert dev.schedules is not None and dev.lambdas is not None

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 import pytest
 
 import sluice
-import sluice.errors
-from sluice.api import Api
-from sluice.errors import AlreadyFinished, JobNotFound
-from sluice.local.servers import Server
-from sluice.models import EndedJob, Job, JobSpec, JobState, LeasedJob, WriteOutcome
-from sluice.redis.keys import QueueKeys
-from sluice.redrive import redrive_all, redrive_one
-from sluice.runtime.context import JobContext
-from sluice.runtime.options import WorkerOptions
-from sluice.worker import Worker
+import sluice.core.errors
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import AlreadyFinished, JobNotFound
+from sluice.core.models import EndedJob, Job, JobSpec, JobState, LeasedJob, WriteOutcome
+from sluice.gateway.api import Api
+from sluice.gateway.redrive import redrive_all, redrive_one
+from sluice.worker.registry import Worker
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.options import WorkerOptions
+from sluice_dev.local.servers import Server
 from tests.integration.test_engine_support import where
 from tests.integration.worker_procs import Stack, make_stack
 
@@ -311,7 +311,7 @@ def test_abandoned_thread_of_a_timed_out_rerun_of_a_succeeded_job_cannot_write(s
         try:
             ctx.fenced_table(side).put_item({"pk": "late"})
             late.append("written")
-        except sluice.errors.SluiceError as exc:
+        except sluice.core.errors.SluiceError as exc:
             late.append(type(exc).__name__)
         done.set()
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from sluice.errors import BackendUnavailable, InvalidInput, InvalidQueueName, LeaseLost, SluiceError
-from sluice.local.servers import free_port
-from sluice.models import MAX_DELAY_MS, JobSpec, LeasedJob
-from sluice.redis.engine import RedisQueue
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.errors import BackendUnavailable, InvalidInput, InvalidQueueName, LeaseLost, SluiceError
+from sluice.core.models import MAX_DELAY_MS, JobSpec, LeasedJob
+from sluice_dev.local.servers import free_port
 from tests.integration.test_engine_support import make_queue, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration

@@ -30,9 +30,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluice.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
 from tests.integration.test_engine_support import FRONT, band, redis_now_ms, spec
 
 pytestmark = pytest.mark.integration

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.errors import InvalidQueueName, ReservedQueue
-from sluice.models import RESERVED_QUEUE_PREFIX
-from sluice.redis.engine import RedisQueue, job_fields
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.engine import RedisQueue, job_fields
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.core.errors import InvalidQueueName, ReservedQueue
+from sluice.core.models import RESERVED_QUEUE_PREFIX
 from sluice.relay import RELAY_QUEUE, partition_job
 from tests.integration.test_engine_hostile import refused
 from tests.integration.test_engine_support import job, make_queue, members, spec

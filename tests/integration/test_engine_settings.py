@@ -9,10 +9,10 @@ import boto3
 import pytest
 import redis
 
-from sluice.config import Settings
-from sluice.errors import BackendUnavailable
-from sluice.local import servers
-from sluice.redis.engine import RedisQueue, redis_auth_token
+from sluice.backends.redis.engine import RedisQueue, redis_auth_token
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable
+from sluice_dev.local import servers
 from tests.integration.test_engine_support import spec
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ from typing import Any
 
 import redis
 
-from sluice.models import JobSpec, LeasedJob
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.models import JobSpec, LeasedJob
 
 BAND = 2**44
 FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua to_front)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluice import examples as ex
+from sluice_dev import examples as ex
 
 pytestmark = pytest.mark.integration
 

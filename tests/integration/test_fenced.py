@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import LeaseLost, StaleToken
-from sluice.local.servers import start_redis
-from sluice.models import JobSpec, LeasedJob, WriteOutcome
-from sluice.redis.engine import RedisQueue
-from sluice.store.jobs import DynamoJobStore
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.errors import LeaseLost, StaleToken
+from sluice.core.models import JobSpec, LeasedJob, WriteOutcome
+from sluice_dev.local.servers import start_redis
 from tests.integration.test_store import Env, make_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

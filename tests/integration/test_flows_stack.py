@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from sluice.config import Settings
-from sluice.kafka.producer import KafkaJobLog
-from sluice.models import JobSpec
+from sluice.backends.kafka.producer import KafkaJobLog
+from sluice.core.config import Settings
+from sluice.core.models import JobSpec
 from tests.integration.test_dev import SLUICE, http, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

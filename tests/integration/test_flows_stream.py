@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from sluice.completion.publish import Publisher
-from sluice.config import Settings
-from sluice.errors import BackendUnavailable
-from sluice.flows import Countdown
-from sluice.local.streams import StreamPoller, ensure_bus, stream_consumers
-from sluice.store.jobs import DynamoJobStore
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable
+from sluice.core.families import Countdown
+from sluice.streams.completion.publish import Publisher
+from sluice_dev.local.streams import StreamPoller, ensure_bus, stream_consumers
 from tests.integration.streams_support import received, stream_poller, stream_settings
 from tests.unit.test_flows import Rig
 
@@ -28,7 +28,7 @@ def s(moto_url: str, unique: str) -> Settings:
 
 def test_children_whose_process_died_before_their_countdown_release_the_continuation_once(
         s: Settings, unique: str) -> None:
-    from sluice import wiring
+    from sluice.entry import root as wiring
 
     url = ensure_bus(s, f"follow-{unique}")
     rig = Rig(DynamoJobStore.from_settings(s))

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from sluice import wiring
-from sluice.api import Api
+from sluice.backends.kafka.auth import client_config
+from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.client import Client
-from sluice.config import Settings
-from sluice.errors import AlreadyFinished, BackendUnavailable
-from sluice.http.app import Gateway, build_api
-from sluice.http.idempotency import PowertoolsIdempotency
-from sluice.http.local_server import LocalGateway
-from sluice.kafka.auth import client_config
-from sluice.kafka.producer import KafkaJobLog
-from sluice.local import servers
-from sluice.models import JobSpec
+from sluice.core.config import Settings
+from sluice.core.errors import AlreadyFinished, BackendUnavailable
+from sluice.core.models import JobSpec
+from sluice.entry import root as wiring
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway, build_api
+from sluice.gateway.http.idempotency import PowertoolsIdempotency
+from sluice_dev.local import servers
+from sluice_dev.local.api_server import LocalGateway
 from tests.integration.test_gateway_stack import job_items, kafka_records, stack_settings
 
 pytestmark = pytest.mark.integration
@@ -140,7 +140,7 @@ def test_cancel_before_the_relay_leaves_a_tombstone_the_relay_skips(
         gateway: Gateway, api: Api, settings: Settings, redis_url: str, unique: str) -> None:
     import redis as redis_lib
 
-    from sluice.redis.keys import QueueKeys
+    from sluice.backends.redis.keys import QueueKeys
     from tests.integration.relay_proc import build
 
     queue = f"tomb{unique}"[:60].lower()
@@ -257,7 +257,7 @@ def test_broker_dies_under_a_connected_producer(api: Api, settings: Settings, tm
     broker = servers.start_tansu(log_path=tmp_path / "tansu.log")
     try:
         local = settings.model_copy(update={"kafka_bootstrap": broker.extra["bootstrap"]})
-        from sluice.kafka.producer import ensure_topics
+        from sluice.backends.kafka.producer import ensure_topics
 
         ensure_topics(local)
         log = KafkaJobLog(client_config(local), local.kafka_topic, delivery_timeout_ms=2000,

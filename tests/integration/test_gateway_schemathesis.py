@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.http.app import Gateway, build_api
-from sluice.http.local_server import LocalGateway
-from sluice.local import servers
+from sluice.gateway.http.app import Gateway, build_api
+from sluice_dev.local import servers
+from sluice_dev.local.api_server import LocalGateway
 from tests.integration.test_gateway_stack import kafka_records, stack_settings
 
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"

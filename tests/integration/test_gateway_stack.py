@@ -8,15 +8,15 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from sluice.config import Settings
-from sluice.kafka.auth import client_config
-from sluice.kafka.producer import ensure_topics
-from sluice.local import servers
+from sluice.backends.kafka.auth import client_config
+from sluice.backends.kafka.producer import ensure_topics
+from sluice.core.config import Settings
+from sluice_dev.local import servers
 
 
 def stack_settings(tansu: servers.Server, moto: servers.Server, redis: servers.Server) -> Settings:
     """Fresh topic, tables and bucket on the session's servers, created the way the stack does."""
-    from sluice.store.tables import ensure_all
+    from sluice.backends.dynamodb.tables import ensure_all
 
     u = uuid.uuid4().hex[:8]
     settings = Settings(

@@ -9,7 +9,7 @@ topic holds the same records before and after it (the gateway's only write is to
 and, at the end, the topic's records are audited: each hostile queue holds exactly the jobs
 answered 202, and no record breaks a limit.
 
-All along, a background thread enqueues an ordinary ``echo`` job (sluice.examples) every
+All along, a background thread enqueues an ordinary ``echo`` job (sluice_dev.examples) every
 ``ORDINARY_EVERY_S``; the last test enqueues one more after every flood, and every one of them
 must reach ``succeeded``: no hostile input may stop ordinary work.
 
@@ -34,13 +34,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sluice import ids
-from sluice.config import Settings
-from sluice.kafka.auth import client_config
-from sluice.local.dev import DevOptions, DevStack
-from sluice.redis.engine import RedisQueue
+from sluice.backends.kafka.auth import client_config
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core import ids
+from sluice.core.config import Settings
 from sluice.relay import RELAY_QUEUE
 from sluice.relay.ownership import partition_job_id
+from sluice_dev.local.dev import DevOptions, DevStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -255,7 +255,7 @@ def test_reserved_queue_names_are_400_and_their_jobs_404(hostile: Hostile) -> No
 
 
 def _key(settings: Settings) -> bytes:
-    from sluice import wiring
+    from sluice.entry import root as wiring
 
     return wiring.job_id_key(settings)
 

@@ -40,15 +40,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluice.api import Api
-from sluice.errors import AlreadyFinished, JobNotFound
-from sluice.models import FINAL_STATES, JobSpec
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.redrive import redrive_one
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import AlreadyFinished, JobNotFound
+from sluice.core.models import FINAL_STATES, JobSpec
+from sluice.gateway.api import Api
+from sluice.gateway.redrive import redrive_one
 from sluice.relay import SourceRecord
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
 from tests.integration.job_model_support import (
     POINTS,
     QUEUE,

@@ -6,8 +6,8 @@ import json
 import threading
 import urllib.request
 
-from sluice.local.sink import FencedSink
-from sluice.store.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+from sluice.backends.dynamodb.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+from sluice_dev.local.sink import FencedSink
 
 
 def _post(url: str, key: str, token: int) -> dict[str, object]:

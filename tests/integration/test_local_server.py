@@ -1,4 +1,4 @@
-"""The local server in front of the gateway (sluice.http.local_server), over real sockets."""
+"""The local server in front of the gateway (sluice_dev.local.api_server), over real sockets."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sluice.http.local_server import MAX_REQUEST_BYTES, LocalGateway
+from sluice_dev.local.api_server import MAX_REQUEST_BYTES, LocalGateway
 from tests.unit.test_gateway_fakes import Rig
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-import sluice.redis.engine as engine_module
-from sluice.errors import AlreadyFinished, InvalidInput, JobNotFound
-from sluice.models import QueueConfig
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.redis.scripts import source
+import sluice.backends.redis.engine as engine_module
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import AlreadyFinished, InvalidInput, JobNotFound
+from sluice.core.models import QueueConfig
 from tests.integration.test_engine_support import (
     band,
     job,

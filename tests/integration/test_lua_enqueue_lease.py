@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.models import JobSpec
-from sluice.recovery.tracker import owner_token
-from sluice.redis.engine import RECLAIM_PER_LEASE, RedisQueue
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import source
+from sluice.backends.redis.engine import RECLAIM_PER_LEASE, RedisQueue
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE
+from sluice.relay.recovery.tracker import owner_token
 from tests.integration.test_engine_support import (
     BAND,
     job,

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.errors import InvalidInput, StaleToken
-from sluice.models import FinishedCounts
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import InvalidInput, StaleToken
+from sluice.core.models import FinishedCounts
 from tests.integration.test_engine_support import leased, make_queue, snapshot, spec
 
 pytestmark = pytest.mark.integration

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from sluice.errors import JobNotFound, LeaseLost, StaleToken
-from sluice.models import LeasedJob
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.redis.scripts import source
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import JobNotFound, LeaseLost, StaleToken
+from sluice.core.models import LeasedJob
 from tests.integration.test_engine_support import (
     band,
     job,

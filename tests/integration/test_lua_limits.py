@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.errors import InvalidInput, QueueNotAllowed
-from sluice.limits import Limits
-from sluice.models import QueueConfig
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import source
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import InvalidInput, QueueNotAllowed
+from sluice.core.limits import Limits
+from sluice.core.models import QueueConfig
 from tests.integration.test_engine_support import job, make_queue, members, snapshot, spec
 
 pytestmark = pytest.mark.integration

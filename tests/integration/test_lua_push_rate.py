@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.errors import InvalidInput, InvalidQueueName, StaleToken
-from sluice.models import MAX_DELAY_MS, JobSpec
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import source
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import InvalidInput, InvalidQueueName, StaleToken
+from sluice.core.models import MAX_DELAY_MS, JobSpec
 from tests.integration.test_engine_support import job, make_queue, members, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration

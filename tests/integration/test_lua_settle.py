@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import redis
 
-from sluice.errors import InvalidInput
-from sluice.models import EndedJob, JobState
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.redis.scripts import source
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import InvalidInput
+from sluice.core.models import EndedJob, JobState
 from tests.integration.test_engine_support import leased, make_queue, score, snapshot, spec, where
 
 pytestmark = pytest.mark.integration

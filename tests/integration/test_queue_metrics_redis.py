@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice import events as ev
-from sluice.queue_metrics import QueueBound, QueueDepthMetrics
-from sluice.redis.engine import RedisQueue
+from sluice.backends.aws.queue_metrics import QueueBound, QueueDepthMetrics
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core import bus as ev
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
 from tests.integration.test_engine_support import make_queue, redis_now_ms, spec

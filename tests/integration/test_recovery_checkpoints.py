@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from sluice import wiring
-from sluice.config import Settings
-from sluice.recovery import Checkpoint
-from sluice.recovery.checkpoints import DynamoCheckpoints, checkpoint_key
-from sluice.store import tables
+from sluice.backends.dynamodb import tables
+from sluice.core.config import Settings
+from sluice.entry import root as wiring
+from sluice.relay.recovery import Checkpoint
+from sluice.relay.recovery.checkpoints import DynamoCheckpoints, checkpoint_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.local.cluster import Cluster
-from sluice.recovery import Checkpoint
-from sluice.recovery.adapters import RedisEpochs
-from sluice.recovery.hook import Recovery
-from sluice.recovery.shards import parse
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.relay.recovery import Checkpoint
+from sluice.relay.recovery.adapters import RedisEpochs
+from sluice.relay.recovery.hook import Recovery
+from sluice.relay.recovery.shards import parse
+from sluice_dev.local.cluster import Cluster
 from tests.chaos.test_recovery_logic import FakeCheckpoints, FakeOffsets
 from tests.integration.conftest import queue_on
 from tests.unit.fakes import FakeStore
@@ -103,7 +103,7 @@ def test_a_loss_on_one_shard_replays_its_queues_and_no_others(redis_cluster: Clu
 
 def test_a_shard_down_makes_the_epoch_unavailable_until_it_is_back(redis_cluster: Cluster,
                                                                    crq: RedisQueue) -> None:
-    from sluice.errors import BackendUnavailable
+    from sluice.core.errors import BackendUnavailable
 
     epochs = RedisEpochs(crq.client)
     before = epochs.current()

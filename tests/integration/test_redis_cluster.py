@@ -14,11 +14,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from sluice.errors import BackendUnavailable, RedisTopologyError
-from sluice.local.cluster import Cluster, start_cluster
-from sluice.local.servers import Server
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.core.errors import BackendUnavailable, RedisTopologyError
+from sluice_dev.local.cluster import Cluster, start_cluster
+from sluice_dev.local.servers import Server
 from tests.integration.conftest import queue_on
 from tests.integration.test_engine_support import spec
 

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import redis
 
-from sluice.admission import Admission
-from sluice.api import Api
-from sluice.errors import QueueFull, SluiceError
-from sluice.kafka.producer import KafkaJobLog
-from sluice.limits import Limits
-from sluice.local import servers
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.wire import BatchRequest, EnqueueRequest
+from sluice.backends.kafka.producer import KafkaJobLog
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import QueueFull, SluiceError
+from sluice.core.limits import Limits
+from sluice.core.wire import BatchRequest, EnqueueRequest
+from sluice.gateway.admission import Admission
+from sluice.gateway.api import Api
+from sluice_dev.local import servers
 from tests.integration.relay_proc import NullStore, build, create_topic, settings
 from tests.integration.test_relay_flow import Running, wait_for
 

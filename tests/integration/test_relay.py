@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.keys import QueueKeys
 from tests.integration.relay_proc import (
     build,
     committed,
@@ -108,10 +108,10 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, 
 
 def test_jobs_final_in_the_store_are_dropped_and_the_rest_marked_queued(
         tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str) -> None:
-    from sluice.config import Settings
-    from sluice.models import JobSpec, JobState
-    from sluice.store import tables
-    from sluice.store.jobs import DynamoJobStore
+    from sluice.backends.dynamodb import tables
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.core.config import Settings
+    from sluice.core.models import JobSpec, JobState
 
     bs, group = tansu.extra["bootstrap"], f"g-{unique}"
     cfg = Settings(aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}")
@@ -156,10 +156,10 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
         monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
     import importlib.util
 
-    from sluice import wiring
-    from sluice.config import Settings
+    from sluice.backends.dynamodb import tables
+    from sluice.core.config import Settings
+    from sluice.entry import root as wiring
     from sluice.relay import control
-    from sluice.store import tables
 
     bs = tansu.extra["bootstrap"]
     env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
@@ -199,9 +199,9 @@ def test_after_a_push_the_relay_starts_workers_sized_from_the_backlog(
         tansu: Any, topic: str, redis_url: str, redis_client: Any, unique: str, tmp_path: Path) -> None:
     import sys
 
-    from sluice.dispatch import LocalProcessDispatcher
-    from sluice.models import DispatchEvent
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.aws.dispatch import LocalProcessDispatcher
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.models import DispatchEvent
 
     bs = tansu.extra["bootstrap"]
     RedisQueue.from_url(redis_url).set_config("q", max_in_flight=20)
@@ -233,11 +233,12 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     """Issue 19, item 9: anyone who can write to Kafka cannot enqueue (an unauthenticated cluster)."""
     import importlib.util
 
-    from sluice import ids, wiring
-    from sluice.config import Settings
-    from sluice.models import JobSpec
+    from sluice.backends.dynamodb import tables
+    from sluice.core import ids
+    from sluice.core.config import Settings
+    from sluice.core.models import JobSpec
+    from sluice.entry import root as wiring
     from sluice.relay import control
-    from sluice.store import tables
 
     key = f"the-deployment-job-id-key-{unique}"
     bs = tansu.extra["bootstrap"]

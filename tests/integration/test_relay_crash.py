@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.keys import QueueKeys
 from sluice.relay import RELAY_QUEUE
 from tests.integration import relay_proc
 from tests.integration.relay_proc import Drainer, build, create_topic, job_records, produce

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
 from sluice.relay import control
 from tests.integration.relay_proc import build, create_topic, job_records, produce
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sluice import events as ev
+from sluice.core import bus as ev
 from tests.integration.relay_proc import NullStore, create_topic, settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -28,9 +28,9 @@ def test_jobs_produced_across_a_relay_hand_over_wait_no_more_than_a_moment(
     template left 5 s a minute with no relay at all: tests/infra, the relay's overlap)."""
     from kafka import KafkaProducer
 
-    from sluice.kafka.source import KafkaSource
-    from sluice.models import JobSpec
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.kafka.source import KafkaSource
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.models import JobSpec
     from sluice.relay import Relay, RelayConfig
 
     bootstrap = tansu.extra["bootstrap"]

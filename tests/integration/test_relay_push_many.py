@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis
 
-from sluice.errors import BackendUnavailable, InvalidInput, QueueNotAllowed, StaleToken
-from sluice.limits import Limits
-from sluice.models import DecodedJob
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
-from sluice.redis.scripts import PushResult
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.scripts import PushResult
+from sluice.core.errors import BackendUnavailable, InvalidInput, QueueNotAllowed, StaleToken
+from sluice.core.limits import Limits
+from sluice.core.models import DecodedJob
 from tests.integration.test_engine_support import job, make_queue, snapshot
 
 pytestmark = pytest.mark.integration

@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
-from sluice import ids, wiring
-from sluice.config import Settings
-from sluice.http.app import Gateway, build_api
-from sluice.local import servers
-from sluice.models import JobSpec
-from sluice.redis.keys import QueueKeys
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core import ids
+from sluice.core.config import Settings
+from sluice.core.models import JobSpec
+from sluice.entry import root as wiring
+from sluice.gateway.http.app import Gateway, build_api
 from sluice.relay import RELAY_QUEUE, control, partition_job_id
-from sluice.runtime.options import WorkerOptions
-from sluice.worker import Worker
+from sluice.worker.registry import Worker
+from sluice.worker.runtime.options import WorkerOptions
+from sluice_dev.local import servers
 from tests.integration.test_gateway import call, get, post, recorded
 from tests.integration.test_gateway_stack import stack_settings
 from tests.integration.test_relay import consume_all

@@ -12,11 +12,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from sluice.errors import InvalidInput
-from sluice.local.lambdas import Function, LambdaApi, LocalLambda
-from sluice.routes import InvalidSchema, Route, RouteConflict, UnknownFunction, routes_for
-from sluice.store.routes import DynamoRouteStore, LambdaFunctions, register, unregister
-from sluice.store.tables import create_routes_table
+from sluice.backends.dynamodb.routes import DynamoRouteStore, LambdaFunctions, register, unregister
+from sluice.backends.dynamodb.tables import create_routes_table
+from sluice.core.errors import InvalidInput
+from sluice.core.routes import InvalidSchema, Route, RouteConflict, UnknownFunction, routes_for
+from sluice_dev.local.lambdas import Function, LambdaApi, LocalLambda
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

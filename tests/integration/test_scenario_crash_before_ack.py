@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from sluice.chaos.cli import scenario
+from sluice_dev.chaos.cli import scenario
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -14,12 +14,12 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from sluice.config import Settings
-from sluice.errors import BackendUnavailable, InvalidInput, JobNotFound, LeaseLost, StaleToken
-from sluice.models import JobSpec, JobState, WriteOutcome, dump_json
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
-from sluice.store.results import S3ResultSink
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.dynamodb.results import S3ResultSink
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, InvalidInput, JobNotFound, LeaseLost, StaleToken
+from sluice.core.models import JobSpec, JobState, WriteOutcome, dump_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice.errors import JobNotFound
-from sluice.local.servers import Server
-from sluice.models import Job, JobSpec, JobState
-from sluice.runtime.context import JobContext
+from sluice.core.errors import JobNotFound
+from sluice.core.models import Job, JobSpec, JobState
+from sluice.worker.runtime.context import JobContext
+from sluice_dev.local.servers import Server
 from tests.integration.worker_lambda_support import lambda_stack, load_function
 from tests.integration.worker_procs import Stack
 from tests.unit.fakes import FakeLambdaContext

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.errors import InvalidInput
-from sluice.models import JobSpec
-from sluice.redis.engine import RedisQueue
-from sluice.redis.keys import QueueKeys
-from sluice.redis.scripts import source
-from sluice.runtime.options import WorkerOptions
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice.worker import DrainSummary, Worker
+from sluice.backends.redis.engine import RedisQueue
+from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import source
+from sluice.core.errors import InvalidInput
+from sluice.core.models import JobSpec
+from sluice.worker.registry import DrainSummary, Worker
+from sluice.worker.runtime.options import WorkerOptions
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.integration.test_engine_support import make_queue, snapshot
 from tests.unit.fakes import FakeStore
 

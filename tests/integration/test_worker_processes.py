@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import JobNotFound, LeaseLost, StaleToken
-from sluice.local.servers import Server
-from sluice.models import JobSpec, LeasedJob
+from sluice.core.errors import JobNotFound, LeaseLost, StaleToken
+from sluice.core.models import JobSpec, LeasedJob
+from sluice_dev.local.servers import Server
 from tests.integration.worker_procs import Stack, WorkerProc, make_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -171,7 +171,7 @@ def test_a_crash_on_the_last_attempt_ends_dead_in_redis_and_in_the_store(stack: 
     """The lease of a job on its last attempt expires (its worker was SIGKILLed): Redis
     dead-letters it inside a script, and no worker is left to tell DynamoDB. The relay's
     maintenance settles it, so the user does not read "leased" for ever."""
-    from sluice.models import JobState
+    from sluice.core.models import JobState
     from tests.integration.relay_proc import build, create_topic
 
     job_id = f"last-{unique}"
@@ -204,7 +204,7 @@ def test_a_rerun_of_a_succeeded_job_that_fails_leaves_it_succeeded(stack: Stack,
     """A dies between its result write and its ack; the re-run B fails (a flaky dependency,
     say). The job keeps the result A stored and reads "succeeded", and B removes it from
     Redis instead of retrying it."""
-    from sluice.models import JobState
+    from sluice.core.models import JobState
 
     job_id = f"rerun-{unique}"
     enqueue(stack, job_id, n=4)

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice.local.servers import Server
-from sluice.models import Job, JobSpec
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
-from sluice.runtime.options import WorkerOptions
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice.worker import Worker
+from sluice.core.models import Job, JobSpec
+from sluice.worker.registry import Worker
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.options import WorkerOptions
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
+from sluice_dev.local.servers import Server
 from tests.integration.worker_procs import Stack, make_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -189,7 +189,7 @@ def test_ctx_fenced_table_writes_carry_the_token_and_stale_ones_are_refused(
         stack: Stack, moto_server: Server, unique: str) -> None:
     import boto3
 
-    from sluice.store import tables
+    from sluice.backends.dynamodb import tables
 
     db = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=moto_server.extra["url"])
     side = f"side-{unique}"

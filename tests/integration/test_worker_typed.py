@@ -1,6 +1,6 @@
 """A typed queue through the worker Lambda on a real redis-server and the moto server (issue 15).
 
-The handlers module is ``sluice.examples`` (its ``thumbnails`` queue, ``model=Thumbnail``), loaded
+The handlers module is ``sluice_dev.examples`` (its ``thumbnails`` queue, ``model=Thumbnail``), loaded
 by ``functions/worker/app.py`` as in a deployment. The jobs go straight into the engine, as jobs
 accepted before a schema was published at the gateway would be: the worker is the last line.
 """
@@ -13,9 +13,9 @@ from typing import Any
 import boto3
 import pytest
 
-from sluice.examples import expected_result
-from sluice.local.servers import Server
-from sluice.models import MAX_ERROR_CHARS, JobSpec, JobState
+from sluice.core.models import MAX_ERROR_CHARS, JobSpec, JobState
+from sluice_dev.examples import expected_result
+from sluice_dev.local.servers import Server
 from tests.integration.worker_lambda_support import lambda_stack, load_function
 from tests.integration.worker_procs import Stack
 from tests.unit.fakes import FakeLambdaContext
@@ -29,7 +29,7 @@ QUEUE = "thumbnails"
 def stack(redis_url: str, moto_server: Server, unique: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     with lambda_stack(redis_url, moto_server.extra["url"], unique, monkeypatch,
-                      handlers_module="sluice.examples", SLUICE_DEFAULT_LEASE_SECONDS="5",
+                      handlers_module="sluice_dev.examples", SLUICE_DEFAULT_LEASE_SECONDS="5",
                       SLUICE_FUNCTION_TIMEOUT_S="300") as s:  # as the template passes its default Timeout
         yield s
 

@@ -43,13 +43,13 @@ def spin(seconds: float) -> int:
 
 
 def build_worker(cfg: dict[str, Any]) -> Any:
-    from sluice.config import Settings
-    from sluice.events import Acking, ResultWriting
-    from sluice.redis.engine import RedisQueue
-    from sluice.runtime.options import WorkerOptions
-    from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-    from sluice.store.jobs import DynamoJobStore
-    from sluice.worker import Worker
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.bus import Acking, ResultWriting
+    from sluice.core.config import Settings
+    from sluice.worker.registry import Worker
+    from sluice.worker.runtime.options import WorkerOptions
+    from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 
     s = Settings(redis_url=cfg["redis_url"], aws_endpoint_url=cfg["moto_url"], jobs_table=cfg["table"],
                  results_bucket=cfg["bucket"])
@@ -199,10 +199,10 @@ class Stack:
 
 def make_stack(redis_url: str, moto_url: str, unique: str, queue: str = "work",
                lease_ms: int = 500) -> Stack:
-    from sluice.config import Settings
-    from sluice.redis.engine import RedisQueue
-    from sluice.store import tables
-    from sluice.store.jobs import DynamoJobStore
+    from sluice.backends.dynamodb import tables
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.config import Settings
 
     s = Settings(redis_url=redis_url, aws_endpoint_url=moto_url, jobs_table=f"jobs-{unique}",
                  idempotency_table=f"idem-{unique}", results_bucket=f"results-{unique}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.errors import (
+from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
     JobCancelled,
@@ -26,7 +26,7 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
-from sluice.models import (
+from sluice.core.models import (
     FINAL_STATES,
     DeadJob,
     EndedJob,
@@ -40,9 +40,9 @@ from sluice.models import (
     WriteOutcome,
     dump_json,
 )
-from sluice.runtime.options import WorkerOptions
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice.worker import Worker
+from sluice.worker.registry import Worker
+from sluice.worker.runtime.options import WorkerOptions
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 
 
 def real_ms() -> int:
@@ -386,7 +386,7 @@ class FakeStore:
             it.update(status=status, last_error=error)
 
     def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:
-        from sluice.models import validate_progress
+        from sluice.core.models import validate_progress
 
         with self._lock:
             fraction, detail = validate_progress(fraction, detail)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sluice.chaos import history
-from sluice.chaos.checker import Report, StoreItem, check
+from sluice_dev.chaos import history
+from sluice_dev.chaos.checker import Report, StoreItem, check
 
 GOOD = "d-good"
 BAD = "d-bad"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.chaos.checker import StoreItem, check
+from sluice_dev.chaos.checker import StoreItem, check
 from tests.unit.test_checker import done, enqueue, run
 
 COLLECTED = {"op": "completions", "received": 0}

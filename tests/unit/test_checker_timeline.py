@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.chaos.timeline import Narrator
+from sluice_dev.chaos.timeline import Narrator
 
 
 def ev(kind: str, who: str, t: float, **fields: Any) -> dict[str, Any]:

@@ -9,9 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from sluice.cli import main
-from sluice.cli.jobs import parse_payload
-from sluice.errors import InvalidInput
+from sluice.core.errors import InvalidInput
+from sluice_dev.cli import main
+from sluice_dev.cli.jobs import parse_payload
 
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -117,10 +117,10 @@ def test_dev_suggests_a_first_job_on_a_queue_its_handlers_have() -> None:
     """`sluice dev --handlers myapp.jobs` (README) used to suggest `sluice enqueue echo`, a queue
     those handlers lack: the job went dead ("no handler registered for queue 'echo'")."""
     from sluice import Worker
-    from sluice.cli.local import try_hint
+    from sluice_dev.cli.local import try_hint
 
     assert try_hint(Worker().handlers) is None
-    examples = try_hint(__import__("sluice.examples", fromlist=["app"]).app.handlers)
+    examples = try_hint(__import__("sluice_dev.examples", fromlist=["app"]).app.handlers)
     assert examples == "sluice enqueue echo --payload '{\"hello\": \"world\"}' --wait"
     app = Worker()
     app.handler("thumbnails")(lambda job, ctx: None)
@@ -137,7 +137,7 @@ def test_a_reader_that_stops_early_is_not_a_connection_error() -> None:
     import sys
 
     sluice = str(Path(sys.executable).parent / "sluice")
-    proc = subprocess.Popen([sluice, "check", "--json", "sluice.examples"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sluice, "check", "--json", "sluice_dev.examples"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
@@ -156,7 +156,7 @@ def test_dev_runs_a_team_worker_from_the_teams_own_template(runner: CliRunner, t
     pattern = "AllowedPattern: ^[a-z0-9][a-z0-9-]{0,20}$"
     assert text.count(pattern) == 1
     (tmp_path / "worker.yaml").write_text(text.replace(pattern, "AllowedPattern: ^[a-z]{1,3}$"))
-    result = runner.invoke(main, ["dev", "--worker", "media=sluice.examples_team",
+    result = runner.invoke(main, ["dev", "--worker", "media=sluice_dev.examples_team",
                                   "--worker-template", str(tmp_path / "worker.yaml")])
     assert result.exit_code == 1, result.output
     assert "TeamName='media' does not match ^[a-z]{1,3}$" in result.output, result.output

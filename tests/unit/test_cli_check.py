@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sluice.cli import main
+from sluice_dev.cli import main
 from tests.infra import cfn
 
 
@@ -22,7 +22,7 @@ def _template_with(tmp_path: Path, overrides: list[str]) -> Path:
 
 
 def test_at_the_template_defaults_every_example_fits() -> None:
-    out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.examples"])
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice_dev.examples"])
     assert out.exit_code == 0, out.output
     rows = {line.split()[0]: line.split() for line in out.output.splitlines()[2:]}
     assert set(rows) == {"echo", "hash", "notify", "ledger", "flaky", "slow", "thumbnails", "fanout",
@@ -34,7 +34,7 @@ def test_at_the_template_defaults_every_example_fits() -> None:
 
 def test_a_handler_that_cannot_fit_the_configured_worker_exits_non_zero(tmp_path: Path) -> None:
     template = _template_with(tmp_path, ["WorkerTimeoutSeconds=20", "WorkerBatch=5"])
-    args = ["check", "--template", str(template), "--config-env", "small", "sluice.examples"]
+    args = ["check", "--template", str(template), "--config-env", "small", "sluice_dev.examples"]
     out = CliRunner(mix_stderr=False).invoke(main, args)
     assert out.exit_code == 1
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
@@ -44,7 +44,8 @@ def test_a_handler_that_cannot_fit_the_configured_worker_exits_non_zero(tmp_path
 
 
 def test_an_unknown_config_env_or_module_is_one_clear_error(tmp_path: Path) -> None:
-    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--config-env", "nowhere", "sluice.examples"])
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--config-env", "nowhere",
+                                                    "sluice_dev.examples"])
     assert out.exit_code == 1 and "no [nowhere.deploy.parameters]" in out.stderr
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice.no_such_handlers"])
     assert out.exit_code == 1 and "cannot import the handlers module" in out.stderr
@@ -57,13 +58,13 @@ LAYER = "SluiceLayerArn=arn:aws:lambda:us-east-1:123456789012:layer:sluice:7"
 def test_a_teams_worker_template_is_checked_the_same_way() -> None:
     """Issue 14/15: a team's own worker function takes its configuration from its own template."""
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter", LAYER,
-                                                    "sluice.examples"])
+                                                    "sluice_dev.examples"])
     assert out.exit_code == 0, out.output + out.stderr
     assert out.stdout.startswith("TeamWorkerFunction in ") and "Timeout 300 s" in out.stdout
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
     assert rows["echo"][1:3] == ["268s", "default"] and rows["slow"][-1] == "yes"
     small = ["check", "--template", TEAM, "--parameter", LAYER, "--parameter", "WorkerTimeoutSeconds=20",
-             "--parameter", "WorkerBatch=4", "sluice.examples"]
+             "--parameter", "WorkerBatch=4", "sluice_dev.examples"]
     out = CliRunner(mix_stderr=False).invoke(main, small)
     assert out.exit_code == 1 and "cannot run: notify, slow" in out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
@@ -71,12 +72,12 @@ def test_a_teams_worker_template_is_checked_the_same_way() -> None:
 
 
 def test_a_team_template_needs_its_layer_parameter_and_refuses_a_bad_value() -> None:
-    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "sluice.examples"])
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "sluice_dev.examples"])
     assert out.exit_code == 1 and "SluiceLayerArn has no default" in out.stderr
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter",
-                                                    "SluiceLayerArn=not-an-arn", "sluice.examples"])
+                                                    "SluiceLayerArn=not-an-arn", "sluice_dev.examples"])
     assert out.exit_code == 1 and "does not match" in out.stderr
-    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "oops", "sluice.examples"])
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "oops", "sluice_dev.examples"])
     assert out.exit_code == 1 and "not NAME=VALUE" in out.stderr
 
 

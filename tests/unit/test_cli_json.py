@@ -14,9 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from sluice.cli import main
-from sluice.cli.target import Target
 from sluice.client import Client
+from sluice_dev.cli import main
+from sluice_dev.cli.target import Target
 from tests.unit.test_cli import all_commands
 from tests.unit.test_client import ACCEPTED, JOB, FakeTransport, ok
 
@@ -55,7 +55,7 @@ def _command(path: tuple[str, ...]) -> click.Command:
 def test_a_command_added_later_gets_json_too(runner: CliRunner) -> None:
     @click.command("later-cmd")
     def later() -> None:
-        from sluice.cli.output import emit
+        from sluice_dev.cli.output import emit
 
         emit({"ok": True}, "ok")
 
@@ -160,12 +160,12 @@ def test_a_wait_that_times_out_says_so(runner: CliRunner, monkeypatch: pytest.Mo
     assert result.exit_code == 7 and json_error(result)["code"] == "WAIT_TIMEOUT"
 
 
-HEAVY = ("boto3", "botocore", "redis", "kafka", "confluent_kafka", "rich", "pydantic", "sluice.local",
-         "sluice.config", "sluice.client", "sluice.cli.ops", "sluice.cli.target")
+HEAVY = ("boto3", "botocore", "redis", "kafka", "confluent_kafka", "rich", "pydantic", "sluice_dev.local",
+         "sluice.core.config", "sluice.client", "sluice_dev.cli.ops", "sluice_dev.cli.target")
 
 
 def test_version_imports_almost_nothing() -> None:
-    code = ("import sys, json\nsys.argv = ['sluice', '--version']\nfrom sluice.cli import main\n"
+    code = ("import sys, json\nsys.argv = ['sluice', '--version']\nfrom sluice_dev.cli import main\n"
             "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
             "print(json.dumps(sorted(sys.modules)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -176,7 +176,7 @@ def test_version_imports_almost_nothing() -> None:
 
 
 def test_check_as_json(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["check", "sluice.examples", "--json"])
+    result = runner.invoke(main, ["check", "sluice_dev.examples", "--json"])
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["function"] == "WorkerFunction"

@@ -12,7 +12,7 @@ from botocore.credentials import Credentials
 
 import sluice
 from sluice.client import Client, HttpResponse
-from sluice.errors import (
+from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
     IdempotencyConflict,
@@ -228,7 +228,7 @@ def test_sigv4_signs_every_attempt_for_execute_api() -> None:
 def test_route_and_schema_refusals_raise_their_own_errors_with_their_codes() -> None:
     """`sluice enqueue --json` printed code INVALID_INPUT for a 404 NO_ROUTE and a 400 PAYLOAD_INVALID."""
     from sluice.client import _error
-    from sluice.errors import NoRoute, PayloadInvalid
+    from sluice.core.errors import NoRoute, PayloadInvalid
 
     assert type(_error(404, {"code": "NO_ROUTE", "detail": "no route"})) is NoRoute
     refused = _error(400, {"code": "PAYLOAD_INVALID", "detail": "bad", "errors": []})

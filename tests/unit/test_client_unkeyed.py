@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.client import HttpResponse
-from sluice.errors import BackendUnavailable, InvalidInput
+from sluice.core.errors import BackendUnavailable, InvalidInput
 from tests.unit.test_client import ACCEPTED, JOB, FakeTransport, client, ok, problem
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sluice.completion import model
-from sluice.completion.publish import EventBridgeSink, Publisher, batch_failures
-from sluice.errors import BackendUnavailable
+from sluice.core.errors import BackendUnavailable
+from sluice.streams.completion import model
+from sluice.streams.completion.publish import EventBridgeSink, Publisher, batch_failures
 
 EVENT = json.loads((Path(__file__).parents[1] / "events" / "dynamodb_stream_jobs.json").read_text())
 

@@ -9,13 +9,13 @@ from urllib.parse import urlencode
 
 import pytest
 
-from sluice.cli.console import render
-from sluice.cli.console.backend import History, Rates, Watched
-from sluice.cli.console.server import Console, Response
 from sluice.client import Client, HttpResponse
-from sluice.errors import InvalidInput, JobNotFound, NoRoute, NotOperator
-from sluice.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
-from sluice.wire import JobView, QueueView
+from sluice.core.errors import InvalidInput, JobNotFound, NoRoute, NotOperator
+from sluice.core.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
+from sluice.core.wire import JobView, QueueView
+from sluice_dev.cli.console import render
+from sluice_dev.cli.console.backend import History, Rates, Watched
+from sluice_dev.cli.console.server import Console, Response
 
 EVIL = '<script>alert("x")</script>'
 JOB = "01JB0000000000000000000000.emails.abcdefghij"
@@ -354,8 +354,8 @@ def test_static_files_and_unknown_paths(app: Console) -> None:
 
 
 def test_against_a_deployment_the_console_signs_on_its_server(tmp_path: Any) -> None:
-    from sluice.cli.console import build
-    from sluice.cli.target import Target
+    from sluice_dev.cli.console import build
+    from sluice_dev.cli.target import Target
 
     url = "https://abc.execute-api.eu-west-1.amazonaws.com/prod"
     target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})

@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sluice.local import history, workload
-from sluice.local.demo import Board, Freezer
+from sluice_dev.local import history, workload
+from sluice_dev.local.demo import Board, Freezer
 
 
 def freezer(tmp_path: Path, events: list[dict[str, Any]]) -> Freezer:
@@ -48,8 +48,8 @@ def test_the_plain_progress_line_counts_the_plans_jobs_and_the_families_apart() 
     took in the fanout children and continuations, which were never among the 2000 enqueued."""
     from types import SimpleNamespace
 
-    from sluice.local.demo import progress_line
-    from sluice.local.history import HistoryReport, JobFacts
+    from sluice_dev.local.demo import progress_line
+    from sluice_dev.local.history import HistoryReport, JobFacts
 
     report = HistoryReport()
     ok = [{"token": 1}]
@@ -70,7 +70,7 @@ def test_without_a_terminal_the_summary_starts_on_its_own_line() -> None:
     from rich.console import Console
     from rich.text import Text
 
-    from sluice.local.demo import live_board
+    from sluice_dev.local.demo import live_board
 
     buf = io.StringIO()
     out = Console(file=buf, force_terminal=False, width=80)

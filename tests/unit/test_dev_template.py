@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from sluice.config import Settings
-from sluice.errors import ConfigError
-from sluice.local import deployed, servers
-from sluice.local.dev import DevOptions, DevStack
-from sluice.local.lambdas import Function
-from sluice.local.template import Resource, load, rate_seconds
+from sluice.core.config import Settings
+from sluice.core.errors import ConfigError
+from sluice_dev.local import deployed, servers
+from sluice_dev.local.dev import DevOptions, DevStack
+from sluice_dev.local.lambdas import Function
+from sluice_dev.local.template import Resource, load, rate_seconds
 from tests.infra import cfn
 
 PROCESS_PLUMBING = {*servers.DUMMY_AWS_ENV, "PYTHONPATH"}  # not configuration: credentials for moto, imports
@@ -31,11 +31,11 @@ LOCAL = Settings(redis_url="redis://127.0.0.1:7001/0", kafka_bootstrap="127.0.0.
 
 
 def _chaos_options(tmp: Path) -> DevOptions:
-    """What the chaos suite's Lambda runtime asks for (sluice.chaos.runtimes.LambdaRuntime)."""
-    from sluice.chaos.runtimes import LambdaRuntime as R
+    """What the chaos suite's Lambda runtime asks for (sluice_dev.chaos.runtimes.LambdaRuntime)."""
+    from sluice_dev.chaos.runtimes import LambdaRuntime as R
 
-    return DevOptions(state_dir=tmp, handlers="sluice.chaos.functions",
-                      relay_handler="sluice.chaos.functions:relay", workers=4,
+    return DevOptions(state_dir=tmp, handlers="sluice_dev.chaos.functions",
+                      relay_handler="sluice_dev.chaos.functions:relay", workers=4,
                       worker_timeout_s=R.WORKER_TIMEOUT_S, relay_every_s=R.RELAY_EVERY_S,
                       relay_timeout_s=R.RELAY_TIMEOUT_S, safety_net_every_s=R.SAFETY_NET_EVERY_S,
                       gateway_concurrency=1, history=False, log_level="WARNING",
@@ -44,8 +44,8 @@ def _chaos_options(tmp: Path) -> DevOptions:
 
 
 def _demo_options(tmp: Path) -> DevOptions:
-    from sluice.local.demo import DEMO_SETTINGS
-    from sluice.local.workload import TEAM_WORKER
+    from sluice_dev.local.demo import DEMO_SETTINGS
+    from sluice_dev.local.workload import TEAM_WORKER
 
     return DevOptions(state_dir=tmp, workers=4, relay_every_s=300, relay_timeout_s=600, safety_net_every_s=2,
                       log_level="WARNING", settings=dict(DEMO_SETTINGS), team_workers=(TEAM_WORKER,),
@@ -58,8 +58,8 @@ CASES: dict[str, Any] = {
     "sluice dev --config-env prod": lambda tmp: DevOptions(state_dir=tmp, config_env="prod"),
     "sluice demo": _demo_options,
     "sluice chaos --runtime lambda": _chaos_options,
-    "sluice dev --worker words=sluice.examples_team": lambda tmp: DevOptions(
-        state_dir=tmp, team_workers=(("words", "sluice.examples_team"),)),
+    "sluice dev --worker words=sluice_dev.examples_team": lambda tmp: DevOptions(
+        state_dir=tmp, team_workers=(("words", "sluice_dev.examples_team"),)),
 }
 
 
@@ -234,7 +234,7 @@ def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(
     the template's value (empty by default) wins, as for every other variable."""
     import shutil
 
-    from sluice.local.template import TEMPLATE
+    from sluice_dev.local.template import TEMPLATE
 
     shutil.copy(TEMPLATE, tmp_path / "template.yaml")
     arns = "arn:aws:iam::000000000000:role/operator,arn:aws:iam::000000000000:role/oncall"
@@ -250,7 +250,7 @@ def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(
 def test_sluice_dev_says_when_no_route_is_registered() -> None:
     """sluice dev registers every worker's queues as its routes, as a deploy does (DefaultWorkerRoutes);
     a handlers module with no handler registers none, and then nothing is refused at the door: said."""
-    from sluice.local.dev import NO_ROUTES_ROW, describe
+    from sluice_dev.local.dev import NO_ROUTES_ROW, describe
 
     rows = describe({"routes": []})
     assert NO_ROUTES_ROW in rows and "PAYLOAD_INVALID" in NO_ROUTES_ROW[1]
@@ -261,7 +261,7 @@ def test_sluice_dev_says_when_no_route_is_registered() -> None:
 def test_the_relay_waits_longer_on_tansu_on_s3_and_says_why(tmp_path: Path) -> None:
     """Tansu on S3 returns only what it read within the fetch's max wait (a chaos run stalled at
     the relay's 100 ms); against a Kafka named in configuration the relay keeps its own setting."""
-    from sluice.local.dev import TANSU_FETCH_MAX_WAIT_MS
+    from sluice_dev.local.dev import TANSU_FETCH_MAX_WAIT_MS
 
     dev, functions = _prepared(DevOptions(state_dir=tmp_path))
     assert functions["sluice-relay"].env["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] == str(TANSU_FETCH_MAX_WAIT_MS)

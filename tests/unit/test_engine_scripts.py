@@ -8,8 +8,10 @@ from importlib import resources
 import pytest
 import redis
 
-from sluice import models
-from sluice.errors import (
+from sluice.backends.redis import engine
+from sluice.backends.redis.scripts import parse_error, source, translate
+from sluice.core import models
+from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
     InvalidInput,
@@ -18,10 +20,8 @@ from sluice.errors import (
     SluiceError,
     StaleToken,
 )
-from sluice.redis import engine
-from sluice.redis.scripts import parse_error, source, translate
 
-LUA = resources.files("sluice.redis") / "lua"
+LUA = resources.files("sluice.backends.redis") / "lua"
 SCRIPTS = sorted(p.name for p in LUA.iterdir() if p.name.endswith(".lua") and not p.name.startswith("_"))
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import InvalidInput, InvalidQueueName
-from sluice.models import JobSpec
-from sluice.redis.engine import RedisQueue, job_fields
+from sluice.backends.redis.engine import RedisQueue, job_fields
+from sluice.core.errors import InvalidInput, InvalidQueueName
+from sluice.core.models import JobSpec
 
 
 class Untouchable:
@@ -92,7 +92,7 @@ def test_error_text_is_truncated_not_refused(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def _decoded(**overrides: Any) -> Any:
-    from sluice.models import DecodedJob
+    from sluice.core.models import DecodedJob
 
     fields: dict[str, Any] = {"job_id": "a", "queue": "q", "payload": "null", "priority": 0,
                               "max_attempts": 5, "lease_ms": 30_000, "run_at_ms": 0, "enqueued_at_ms": 0}
@@ -116,7 +116,7 @@ def _decoded(**overrides: Any) -> Any:
     ([(0, _decoded())], {"a": 2**53}),
 ])
 def test_push_args_refuse_bad_records_and_generations(records: Any, gens: Any) -> None:
-    from sluice.redis.engine import _push_args
+    from sluice.backends.redis.engine import _push_args
 
     with pytest.raises(InvalidInput):
         _push_args("q", 1, records, horizon=2**52, gens=gens)
@@ -125,7 +125,7 @@ def test_push_args_refuse_bad_records_and_generations(records: Any, gens: Any) -
 def test_push_args_carry_each_jobs_redrive_generation() -> None:
     import json
 
-    from sluice.redis.engine import _push_args
+    from sluice.backends.redis.engine import _push_args
 
     records = [(0, _decoded(job_id="a")), (1, _decoded(job_id="b", run_at_ms=7, priority=2))]
     cases: list[tuple[Any, list[str]]] = [(None, ["0", "0"]), ({}, ["0", "0"]), ({"b": 3}, ["0", "3"]),

@@ -1,4 +1,4 @@
-"""``sluice.errors``: every error the gateway answers with a status of its own comes back to the
+"""``sluice.core.errors``: every error the gateway answers with a status of its own comes back to the
 client as the same type (``ERROR_CODES``), codes are unique, and messages built from details."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import sluice.client  # its errors are among the subclasses walked
-import sluice.http.app  # noqa: F401  (loads every module whose errors the gateway can answer with)
-from sluice import errors
-from sluice.http import problems
+import sluice.gateway.http.app  # noqa: F401  (loads every module whose errors the gateway can answer with)
+from sluice.core import errors
+from sluice.gateway.http import problems
 
 
 def subclasses(cls: type[errors.SluiceError]) -> list[type[errors.SluiceError]]:

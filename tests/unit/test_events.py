@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from sluice import events as ev
-from sluice.errors import JobCancelled, LeaseLost, SluiceError, StaleToken
+from sluice.core import bus as ev
+from sluice.core.errors import JobCancelled, LeaseLost, SluiceError, StaleToken
 
 
 def acked(job: str = "j") -> ev.Acked:

@@ -1,4 +1,4 @@
-"""The built-in example handlers (sluice.examples), called directly with a stand-in context."""
+"""The built-in example handlers (sluice_dev.examples), called directly with a stand-in context."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice import Fail, Job, LeaseLost, Retry
-from sluice import examples as ex
-from sluice.store.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+from sluice.backends.dynamodb.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+from sluice_dev import examples as ex
 
 
 class Ctx:
@@ -185,11 +185,11 @@ def test_notify_without_any_url_fails_permanently(monkeypatch: pytest.MonkeyPatc
 def test_the_deployed_default_handlers_module_has_no_handlers() -> None:
     import importlib
 
-    from sluice.config import Settings
+    from sluice.core.config import Settings
     from tests.infra.cfn import template
 
     default = Settings().handlers_module
-    assert template()["Parameters"]["WorkerHandlersModule"]["Default"] == default != "sluice.examples"
+    assert template()["Parameters"]["WorkerHandlersModule"]["Default"] == default != "sluice_dev.examples"
     assert importlib.import_module(default).app.handlers == {}
 
 

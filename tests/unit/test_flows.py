@@ -17,9 +17,12 @@ import pytest
 from moto import mock_aws
 
 import sluice
-from sluice import ids
-from sluice.api import Api
-from sluice.errors import (
+from sluice.backends.aws.gatekeeper import Gatekeeper
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core import ids
+from sluice.core.bus import EventBus, JobEnded
+from sluice.core.errors import (
     FamilyConflict,
     InvalidInput,
     LeaseLost,
@@ -27,15 +30,12 @@ from sluice.errors import (
     SluiceError,
     TooManyChildren,
 )
-from sluice.events import EventBus, JobEnded
-from sluice.flows import MAX_CHILDREN, ChildRequest, Countdown, FamilyRequest, ThenRequest
-from sluice.gatekeeper import Gatekeeper
-from sluice.http.app import Gateway
-from sluice.models import JOB_ID_RE, JobState
-from sluice.runtime.options import WorkerOptions
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
+from sluice.core.families import MAX_CHILDREN, ChildRequest, Countdown, FamilyRequest, ThenRequest
+from sluice.core.models import JOB_ID_RE, JobState
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
+from sluice.worker.runtime.options import WorkerOptions
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.fakes import FakeQueue as WorkerQueue
 from tests.unit.test_gateway_fakes import KEY, FakeLog, FakeQueue
 
@@ -351,7 +351,7 @@ def test_enqueue_without_a_gateway_is_a_clear_error(rig: Rig) -> None:
 
 def test_sluice_status_shows_parent_children_and_continuation(rig: Rig,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from sluice.cli.jobs import _echo_job
+    from sluice_dev.cli.jobs import _echo_job
 
     family = rig.api.enqueue_children(rig.request(7, then=True))
     _echo_job(rig.api.status(rig.parent), as_json=False)
@@ -389,7 +389,7 @@ def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_r
 
 
 def test_a_failed_release_is_retried_and_a_later_ending_or_a_rerun_releases_it(rig: Rig) -> None:
-    from sluice.errors import BackendUnavailable
+    from sluice.core.errors import BackendUnavailable
 
     family = rig.api.enqueue_children(rig.request(2, then=True))
     calls: list[str] = []
@@ -423,7 +423,7 @@ def test_a_rerun_parent_releases_a_continuation_whose_release_was_lost(rig: Rig)
 
 
 def test_a_child_whose_first_run_died_before_its_countdown_is_counted_by_its_rerun(rig: Rig) -> None:
-    from sluice.events import ResultWritten
+    from sluice.core.bus import ResultWritten
 
     family = rig.api.enqueue_children(rig.request(1, then=True))
     bus = EventBus()
@@ -492,7 +492,7 @@ def test_a_childs_route_and_schema_refusals_reach_the_handler_as_their_own_excep
     """A child on an unrouted queue, or with a payload its typed queue refuses: the gateway answers
     NO_ROUTE / PAYLOAD_INVALID, which reached the handler as a bare SluiceError, so it could not
     tell them from any other failure (walk-through: `except PayloadInvalid` never matched)."""
-    from sluice.errors import NoRoute, PayloadInvalid
+    from sluice.core.errors import NoRoute, PayloadInvalid
 
     for code, cls in (("NO_ROUTE", NoRoute), ("PAYLOAD_INVALID", PayloadInvalid)):
         answer = {"statusCode": 400, "error": {"code": code, "message": "no"}}

@@ -15,12 +15,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sluice.errors import BackendUnavailable
-from sluice.events import EventBus
-from sluice.flows import Countdown, ended_child
-from sluice.local.streams import lambda_record, stream_consumers
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.bus import EventBus
+from sluice.core.errors import BackendUnavailable
+from sluice.core.families import Countdown, ended_child
+from sluice_dev.local.streams import lambda_record, stream_consumers
 from tests.unit.test_flows import Rig, ended
 
 
@@ -149,9 +149,9 @@ def test_the_local_poller_hands_each_batch_to_both_consumers_and_retries_the_uni
 
 
 def test_the_stream_countdown_needs_the_gateway_function() -> None:
-    from sluice import wiring
-    from sluice.config import Settings
-    from sluice.errors import ConfigError
+    from sluice.core.config import Settings
+    from sluice.core.errors import ConfigError
+    from sluice.entry import root as wiring
 
     with pytest.raises(ConfigError, match="SLUICE_GATEWAY_FUNCTION_NAME"):
         wiring.stream_countdown.__wrapped__(Settings(gateway_function_name=None))

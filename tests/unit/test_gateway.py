@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from sluice import ids
-from sluice.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, new_job_id
-from sluice.errors import BackendUnavailable, StoreError
-from sluice.events import JobEnded
-from sluice.http.app import Gateway
-from sluice.models import JOB_ID_RE, JobState
+from sluice.core import ids
+from sluice.core.bus import JobEnded
+from sluice.core.errors import BackendUnavailable, StoreError
+from sluice.core.models import JOB_ID_RE, JobState
+from sluice.gateway.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, new_job_id
+from sluice.gateway.http.app import Gateway
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, Rig, event_for, unavailable, unpack
 
 JOBS = "/v1/queues/emails/jobs"
@@ -489,19 +489,19 @@ def test_without_a_principal_api_key_callers_get_the_caller_limit() -> None:
 def test_a_payload_becomes_canonical_json_once_on_the_gateway(rig: Rig,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 16: the size check serialises it; the record's validation does not do it again."""
-    import sluice.models
+    import sluice.core.models
 
     payload = {"to": "ada", "n": [1, 2.5, "é"]}
     encoded: list[Any] = []
-    real = sluice.models.dump_json
+    real = sluice.core.models.dump_json
 
     def counting(value: Any) -> str:
         if value == payload:
             encoded.append(value)
         return real(value)
 
-    monkeypatch.setattr(sluice.models, "dump_json", counting)
-    monkeypatch.setattr("sluice.api.dump_json", counting)
+    monkeypatch.setattr(sluice.core.models, "dump_json", counting)
+    monkeypatch.setattr("sluice.gateway.api.dump_json", counting)
     assert rig.call("POST", JOBS, {"payload": payload})[0] == 202
     assert len(encoded) == 1 and rig.log.records[0].payload == payload
     encoded.clear()
@@ -512,7 +512,7 @@ def test_a_payload_becomes_canonical_json_once_on_the_gateway(rig: Rig,
 def test_a_record_built_elsewhere_still_refuses_a_payload_json_cannot_hold() -> None:
     from pydantic import ValidationError
 
-    from sluice.models import JobSpec
+    from sluice.core.models import JobSpec
 
     with pytest.raises(ValidationError, match="not JSON-serialisable"):
         JobSpec(job_id="01J0000000000000000000000A", queue="q", payload={"x": float("nan")})

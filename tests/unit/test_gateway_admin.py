@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from sluice import ids
-from sluice.api import Api
-from sluice.cli.ops import UNROUTED, api_route, route_of
-from sluice.errors import JobNotFound
-from sluice.http.app import Gateway
-from sluice.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
-from sluice.routes import Route, RouteTable
+from sluice.core import ids
+from sluice.core.errors import JobNotFound
+from sluice.core.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
+from sluice.core.routes import Route, RouteTable
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
+from sluice_dev.cli.ops import UNROUTED, api_route, route_of
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
 
@@ -156,7 +156,7 @@ def test_dlq_list_redrive_one_through_sluice_redrive_and_purge() -> None:
     assert code == 200 and [j["job_id"] for j in doc["jobs"]] == [first, second, third]
     code, _, doc = rig.call("POST", Q + "/dlq/redrive", {"job_id": first})
     assert (code, doc["moved"], doc["refused"]) == (200, 1, {})
-    # sluice.redrive's order: a generation minted in the jobs table, the record in Kafka again, then Redis.
+    # gateway.redrive's order: a generation minted in the jobs table, the record in Kafka again, then Redis.
     assert rig.store.generations == {first: 1}
     assert [s.job_id for s in rig.log.pending] == [first]
     assert ("redrive", "emails", first, "1") in rig.queue.writes
@@ -280,7 +280,7 @@ def test_wrong_method_is_405_with_allow() -> None:
 
 
 def test_the_local_servers_caller_header_becomes_the_iam_identity_and_is_removed() -> None:
-    from sluice.http.local_server import LOCAL_CALLER_HEADER, build_event
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, build_event
 
     event = build_event("POST", Q + "/pause", [(LOCAL_CALLER_HEADER.lower(), OPERATOR), ("Host", "x")], None)
     assert event["requestContext"]["identity"]["userArn"] == OPERATOR

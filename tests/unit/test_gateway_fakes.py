@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from sluice.api import Api
-from sluice.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
-from sluice.http.app import Gateway
-from sluice.models import JobSpec, QueueConfig, QueueStats
+from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
+from sluice.core.models import JobSpec, QueueConfig, QueueStats
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
 from tests.unit.fakes import FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"
@@ -78,7 +78,7 @@ class FakeQueue:
         return QueueStats(queue=queue, ready=3, delayed=self.delayed, leased=2, dead=self.dead,
                           oldest_ready_age_ms=1500, config=self.config)
 
-    # The gateway's view of the limits (sluice.admission), as RedisQueue answers it.
+    # The gateway's view of the limits (sluice.gateway.admission), as RedisQueue answers it.
     def registry(self, queue: str) -> tuple[bool, int]:
         return queue in self.registered, len(self.registered)
 

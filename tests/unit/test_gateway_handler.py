@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from sluice import ids, wiring
-from sluice.errors import ConfigError
-from sluice.http import idempotency
-from sluice.models import JobRecord, JobState
+from sluice.core import ids
+from sluice.core.errors import ConfigError
+from sluice.core.models import JobRecord, JobState
+from sluice.entry import root as wiring
+from sluice.gateway.http import idempotency
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import (
     EVENTS,

@@ -9,9 +9,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sluice.config import Settings
-from sluice.errors import BackendUnavailable, IdempotencyConflict, InProgress
-from sluice.http.idempotency import KEY_PREFIX, PowertoolsIdempotency
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress
+from sluice.gateway.http.idempotency import KEY_PREFIX, PowertoolsIdempotency
 
 TABLE = "idem-unit"
 
@@ -130,7 +130,7 @@ def test_records_use_the_sluice_prefix_and_the_powertools_layout(idem: Powertool
 def test_the_dynamodb_layer_is_built_on_the_first_keyed_request_not_before(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A keyless enqueue needs no DynamoDB client (nor boto3): the gateway's cold start (issue 14)."""
-    from sluice import wiring
+    from sluice.entry import root as wiring
 
     built: list[str] = []
     with mock_aws():

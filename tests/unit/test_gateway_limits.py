@@ -1,4 +1,5 @@
-"""The gateway refuses what a queue may not hold (sluice.admission, sluice.limits), from a cached view."""
+"""The gateway refuses what a queue may not hold (gateway.admission, core.limits),
+from a cached view."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sluice.admission import Admission
-from sluice.api import Api
-from sluice.errors import BackendUnavailable
-from sluice.http.app import Gateway
-from sluice.limits import Limits, take_within
-from sluice.models import QueueConfig
+from sluice.core.errors import BackendUnavailable
+from sluice.core.limits import Limits, take_within
+from sluice.core.models import QueueConfig
+from sluice.gateway.admission import Admission
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
 from sluice.relay.ownership import RELAY_QUEUE
 from tests.unit.test_gateway_fakes import KEY, Rig
 

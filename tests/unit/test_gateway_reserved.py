@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sluice import ids
-from sluice.errors import BackendUnavailable
-from sluice.models import RESERVED_QUEUE_PREFIX, JobRecord, JobState
+from sluice.core import ids
+from sluice.core.errors import BackendUnavailable
+from sluice.core.models import RESERVED_QUEUE_PREFIX, JobRecord, JobState
 from tests.unit.test_gateway_fakes import KEY, Rig
 
 RELAY_JOBS = "/v1/queues/sluice-relay/jobs"
@@ -77,8 +77,8 @@ def test_jobs_of_a_reserved_queue_read_and_cancel_as_404(rig: Rig) -> None:
 
 
 def test_the_worker_dispatch_event_refuses_reserved_queues() -> None:
-    from sluice.errors import InvalidInput
-    from sluice.runtime.lambda_entry import parse_dispatch
+    from sluice.core.errors import InvalidInput
+    from sluice.entry.worker import parse_dispatch
 
     with pytest.raises(InvalidInput, match="internal"):
         parse_dispatch({"queues": ["emails", "sluice-relay"], "batch": 5, "source": "safety-net"})
@@ -89,7 +89,7 @@ def test_a_worker_never_drains_a_reserved_queue() -> None:
     """Leasing the relay's partition jobs as work would take partitions away from the relay."""
     import threading
 
-    from sluice.errors import ReservedQueue
+    from sluice.core.errors import ReservedQueue
     from tests.unit.fakes import kit
 
     k = kit()

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sluice.api import Api
-from sluice.errors import BackendUnavailable
-from sluice.http.app import Gateway
-from sluice.routes import Route, RouteCache
+from sluice.core.errors import BackendUnavailable
+from sluice.core.routes import Route, RouteCache
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
 from tests.unit.test_gateway_fakes import KEY, Rig
 
 SCHEMA: dict[str, Any] = {

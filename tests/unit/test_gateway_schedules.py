@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sluice import schedules
-from sluice.api import Api
-from sluice.api_schedules import Schedules
-from sluice.errors import ConfigError, ScheduleExists, ScheduleNotFound
-from sluice.http.app import Gateway
-from sluice.routes import Route
+from sluice.core import schedules
+from sluice.core.errors import ConfigError, ScheduleExists, ScheduleNotFound
+from sluice.core.routes import Route
+from sluice.gateway.api import Api
+from sluice.gateway.http.app import Gateway
+from sluice.gateway.schedules import Schedules
 from tests.unit.test_gateway_fakes import LambdaContext, Rig
 from tests.unit.test_gateway_routes import routed_rig
 

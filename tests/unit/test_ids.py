@@ -1,4 +1,4 @@
-"""sluice.ids: self-verifying job ids (pure; no sockets, no clock)."""
+"""sluice.core.ids: self-verifying job ids (pure; no sockets, no clock)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice import ids
-from sluice.models import JOB_ID_RE, QUEUE_NAME_RE
+from sluice.core import ids
+from sluice.core.models import JOB_ID_RE, QUEUE_NAME_RE
 
 KEY = b"0123456789abcdef-test-key"
 OTHER = b"fedcba9876543210-test-key"

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from sluice.errors import PayloadTooLarge
-from sluice.http.jsonguard import (
+from sluice.core.errors import PayloadTooLarge
+from sluice.gateway.http.jsonguard import (
     MAX_DEPTH,
     BadBody,
     UnsupportedMediaType,

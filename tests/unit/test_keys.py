@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import InvalidInput, InvalidQueueName
-from sluice.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.core.errors import InvalidInput, InvalidQueueName
 
 
 def hash_tag(key: str) -> str:

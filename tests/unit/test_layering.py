@@ -1,21 +1,21 @@
-"""Issue 14: production code never imports the dev tooling, which the Lambda layer leaves out.
+"""Production code never imports the dev tooling, which is its own package and not in the layer.
 
-The tooling modules are named once in pyproject.toml (``[tool.sluice] tooling``); the layer
-build (``shared/build_layer.py``) must leave out the same ones. Every import statement of
-every other module of ``sluice`` (at module level or inside a function) and of the functions'
-handler files is parsed here; one that reaches into the tooling fails the test.
+``sluice`` is the Lambda layer, whole; ``sluice_dev`` (the local stack, chaos, the CLI, the
+console, the examples, the fakes) never ships in it (``shared/build_layer.py`` copies ``sluice``
+alone). import-linter's contracts (pyproject.toml) hold the same rule for ``make test``; this
+test parses every import statement (at module level or inside a function) of every module of
+``sluice`` and of the functions' handler files, so the rule holds in the unit tier too.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shared" / "sluice"
-TOOLING: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["sluice"]["tooling"]
+TOOLING = ["sluice_dev"]
 
 
 def _module_name(path: Path) -> str:
@@ -39,22 +39,15 @@ def imports_of(path: Path, module: str) -> list[tuple[int, str]]:
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
                 if node.level else node.module or ""
             found.append((node.lineno, base))
-            # "from sluice import cli" imports the submodule sluice.cli
+            # "from sluice_dev import cli" imports the submodule sluice_dev.cli
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
 
 
 def _production_files() -> list[tuple[Path, str]]:
     files = [(p, _module_name(p)) for p in sorted(PACKAGE.rglob("*.py"))]
-    files = [(p, m) for p, m in files if not _is_tooling(m)]
     files += [(p, f"functions.{p.parent.name}.app") for p in sorted((ROOT / "functions").glob("*/app.py"))]
     return files
-
-
-def test_the_tooling_list_names_real_modules() -> None:
-    for module in TOOLING:
-        relative = Path(*module.split(".")[1:])
-        assert (PACKAGE / relative).is_dir() or (PACKAGE / relative).with_suffix(".py").is_file(), module
 
 
 def test_production_code_never_imports_the_dev_tooling() -> None:
@@ -66,28 +59,33 @@ def test_production_code_never_imports_the_dev_tooling() -> None:
 
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The parser catches the forms an upward import takes (the old worker entry's among them)."""
-    (tmp_path / "sluice" / "runtime").mkdir(parents=True)
-    bad = tmp_path / "sluice" / "runtime" / "entry.py"
-    bad.write_text("def f():\n    from sluice.local.history import recorded\n"
-                   "from ..cli import main\nimport sluice.chaos.app\nfrom sluice import local\n")
-    names = [n for _, n in imports_of(bad, "sluice.runtime.entry")]
+    (tmp_path / "sluice" / "worker").mkdir(parents=True)
+    bad = tmp_path / "sluice" / "worker" / "entry.py"
+    bad.write_text("def f():\n    from sluice_dev.local.history import recorded\n"
+                   "import sluice_dev.chaos.app\nfrom sluice_dev import local\n")
+    names = [n for _, n in imports_of(bad, "sluice.worker.entry")]
     assert {n for n in names if _is_tooling(n)} == {
-        "sluice.local.history", "sluice.local.history.recorded", "sluice.cli", "sluice.cli.main",
-        "sluice.chaos.app", "sluice.local"}
+        "sluice_dev.local.history", "sluice_dev.local.history.recorded",
+        "sluice_dev.chaos.app", "sluice_dev", "sluice_dev.local"}
 
 
-def test_the_layer_build_leaves_out_exactly_the_tooling() -> None:
+def test_the_layer_build_copies_sluice_whole_and_nothing_of_the_tooling(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("build_layer", ROOT / "shared" / "build_layer.py")
     assert spec is not None and spec.loader is not None
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    as_modules = sorted("sluice." + t.removesuffix(".py").replace("/", ".") for t in build.TOOLING)
-    assert as_modules == sorted(TOOLING)
+    build.copy_package(tmp_path)
+    copied = {p.relative_to(tmp_path / "sluice") for p in (tmp_path / "sluice").rglob("*") if p.is_file()}
+    source = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert copied == source
+    assert not (tmp_path / "sluice_dev").exists()
 
 
 # (module, what it may not import): the use case sits below its HTTP adapter, and the wire
 # format (request and response bodies) below both (issue 16).
-BELOW = [("sluice.api", "sluice.http"), ("sluice.wire", "sluice.http"), ("sluice.wire", "sluice.api")]
+BELOW = [("sluice.gateway.api", "sluice.gateway.http"), ("sluice.core.wire", "sluice.gateway.http"),
+         ("sluice.core.wire", "sluice.gateway.api")]
 
 
 def _within(name: str, package: str) -> bool:
@@ -108,8 +106,9 @@ def test_the_use_case_imports_nothing_from_its_http_adapter() -> None:
 def test_the_layer_rule_sees_the_old_api_imports(tmp_path: Path) -> None:
     (tmp_path / "sluice").mkdir()
     bad = tmp_path / "sluice" / "api.py"
-    bad.write_text("from sluice.http.models import Accepted\nfrom sluice.http import jsonguard\n"
+    bad.write_text("from sluice.gateway.http.models import Accepted\n"
+                   "from sluice.gateway.http import jsonguard\n"
                    "from sluice.httpx import fine\n")
-    found = [n for _, n in imports_of(bad, "sluice.api") if _within(n, "sluice.http")]
-    assert found == ["sluice.http.models", "sluice.http.models.Accepted",
-                     "sluice.http", "sluice.http.jsonguard"]
+    found = [n for _, n in imports_of(bad, "sluice.gateway.api") if _within(n, "sluice.gateway.http")]
+    assert found == ["sluice.gateway.http.models", "sluice.gateway.http.models.Accepted",
+                     "sluice.gateway.http", "sluice.gateway.http.jsonguard"]

@@ -1,4 +1,4 @@
-"""``sluice.lazy.Lazy``: the gateway's explicit build-on-first-use of its Redis queue and store
+"""``sluice.core.lazy.Lazy``: the gateway's explicit build-on-first-use of its Redis queue and store
 (issue 16: it replaced ``wiring._Deferred``, a ``__getattr__`` stand-in for the port)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sluice.lazy import Lazy, resolve
+from sluice.core.lazy import Lazy, resolve
 
 
 def test_builds_on_the_first_get_only_and_once() -> None:

@@ -8,8 +8,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sluice.config import Settings
-from sluice.local.streams import FOLLOW_QUEUE, FOLLOW_RETENTION_S, ensure_bus
+from sluice.core.config import Settings
+from sluice_dev.local.streams import FOLLOW_QUEUE, FOLLOW_RETENTION_S, ensure_bus
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The worker history (sluice.local.history): its event-bus recorder and the analysis the demo reports."""
+"""The worker history (sluice_dev.local.history): its event-bus recorder and the analysis the demo reports."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sluice import events
-from sluice.errors import LeaseLost, StaleToken
-from sluice.local import history
-from sluice.models import WriteOutcome
+from sluice.core import bus as events
+from sluice.core.errors import LeaseLost, StaleToken
+from sluice.core.models import WriteOutcome
+from sluice_dev.local import history
 from tests.unit.fakes import FakeStore
 
 
@@ -163,8 +163,8 @@ def test_read_skips_a_torn_last_line_and_resumes_from_the_offset(tmp_path: Path)
 
 
 def test_verify_accepts_final_jobs_with_their_last_written_result_and_flags_the_rest() -> None:
-    from sluice.local import verify
-    from sluice.local.workload import PlannedJob
+    from sluice_dev.local import verify
+    from sluice_dev.local.workload import PlannedJob
 
     ok = PlannedJob(0, "echo", {"a": 1}, job_id="ok")
     dead = PlannedJob(1, "flaky", {"always_fail": True}, job_id="dead", expect_dead=True)
@@ -199,7 +199,7 @@ def test_record_relay_writes_the_lines_the_chaos_checker_reads(tmp_path: Path) -
     """The read, push and config lines the relay's engine and source wrappers wrote before issue 16
     (field for field: ``chaos.rules`` and ``chaos.check`` read them), now from the relay's events,
     with the events' own times."""
-    from sluice.chaos.app import record_relay
+    from sluice_dev.chaos.app import record_relay
 
     evented = tmp_path / "e.jsonl"
     report = record_relay(history.open_history(evented))
@@ -226,7 +226,7 @@ def test_record_relay_writes_the_lines_the_chaos_checker_reads(tmp_path: Path) -
 def test_the_local_stacks_recorder_writes_a_relay_push_as_the_chaos_history_does(tmp_path: Path) -> None:
     """The local stack's relay container records its pushes through the one Recorder (the latency
     benchmark reads them); the line is the chaos history's push line, field for field."""
-    from sluice.chaos.app import record_relay
+    from sluice_dev.chaos.app import record_relay
 
     pushed = events.Pushed(queue="q", topic="t", partition=0, owner=3, first=7, last=8, pushed=2,
                            skipped=0, jobs=("a", "b"), outcome="ok", t0=1.0, at=2.0)
@@ -250,8 +250,8 @@ def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_con
         tmp_path: Path) -> None:
     """The relay's parts emit RecordsRead, ConfigRead and Pushed; record_relay writes from them the
     chaos history's read, config and push lines."""
-    from sluice.chaos.app import record_relay
-    from sluice.models import JobSpec
+    from sluice.core.models import JobSpec
+    from sluice_dev.chaos.app import record_relay
     from tests.unit.test_relay import World
 
     evented = tmp_path / "e.jsonl"
@@ -278,8 +278,8 @@ def test_a_real_relay_emits_the_events_record_relay_turns_into_read_push_and_con
 
 
 def test_check_families_wants_every_child_once_and_one_continuation_after_them_with_the_sum() -> None:
-    from sluice.local import verify
-    from sluice.local.workload import PlannedJob
+    from sluice_dev.local import verify
+    from sluice_dev.local.workload import PlannedJob
 
     parents = [PlannedJob(i, "fanout", {"n": 2}, job_id=f"p{i}") for i in range(4)]
     members = {p.job_id or "": ([f"{p.job_id}c0", f"{p.job_id}c1"], [f"{p.job_id}t"]) for p in parents}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice import schedules
-from sluice.local.scheduler import LocalScheduler
+from sluice.core import schedules
+from sluice_dev.local.scheduler import LocalScheduler
 from tests.unit.test_gateway_fakes import LambdaContext
 from tests.unit.test_gateway_schedules import BASE, World
 from tests.unit.test_relay import World as RelayWorld

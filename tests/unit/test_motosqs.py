@@ -1,4 +1,4 @@
-"""The local moto server's cheap SQS clock (``sluice.local.motosqs``)."""
+"""The local moto server's cheap SQS clock (``sluice_dev.local.motosqs``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 from moto.core.utils import unix_time as moto_unix_time
 
-from sluice.local import motosqs
+from sluice_dev.local import motosqs
 
 pytestmark = pytest.mark.timeout(60)
 

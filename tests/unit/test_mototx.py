@@ -1,4 +1,4 @@
-"""The local moto server's per-item transaction rollback (``sluice.local.mototx``)."""
+"""The local moto server's per-item transaction rollback (``sluice_dev.local.mototx``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from sluice.local import mototx
+from sluice_dev.local import mototx
 
 pytestmark = pytest.mark.timeout(60)
 

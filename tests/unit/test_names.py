@@ -1,4 +1,4 @@
-"""Issue 16: every name pattern is written once (``sluice.models``); the copies other tools need
+"""Issue 16: every name pattern is written once (``sluice.core.models``); the copies other tools need
 (the OpenAPI document, template.yaml's AllowedPatterns) must say the same thing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from sluice import models
+from sluice.core import models
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import Rig
 

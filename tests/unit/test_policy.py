@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from sluice import policy
+from sluice.core import policy
 
 
 def test_backoff_full_jitter_stays_under_exponential_ceiling() -> None:
@@ -79,7 +79,7 @@ def test_can_grant_needs_the_margin_left_and_never_grants_a_lapsed_lease() -> No
 
 
 def test_share_budget_gives_every_queue_a_turn_before_a_second() -> None:
-    from sluice.policy import share_budget
+    from sluice.core.policy import share_budget
 
     wanted = {"flood": 50, "a": 2, "b": 1, "idle": 0}
     assert share_budget(wanted, 4) == {"flood": 2, "a": 1, "b": 1, "idle": 0}
@@ -102,7 +102,7 @@ def test_share_budget_gives_every_queue_a_turn_before_a_second() -> None:
     ("", False), ("sluice-operators", False), ("arn:aws:sts::123456789012:assumed-role", False),
 ])
 def test_operators_are_exact_principals_or_sessions_of_their_roles(principal: str, expected: bool) -> None:
-    from sluice.policy import is_operator, priority_allowed
+    from sluice.core.policy import is_operator, priority_allowed
 
     operators = ["arn:aws:iam::123456789012:role/ops/sluice-operators",
                  "arn:aws:iam::123456789012:user/root-ops"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from sluice.pools import LazyPool
+from sluice.core.pools import LazyPool
 
 
 def test_one_item_runs_inline_and_starts_no_pool() -> None:

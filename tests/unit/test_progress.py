@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import InvalidInput, StaleToken
-from sluice.models import MAX_PROGRESS_DETAIL_BYTES, Job
-from sluice.runtime.context import JobContext
-from sluice.runtime.progress import Progress
+from sluice.core.errors import InvalidInput, StaleToken
+from sluice.core.models import MAX_PROGRESS_DETAIL_BYTES, Job
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.progress import Progress
 from tests.unit.fakes import Kit, ManualClock, kit
 
 

@@ -9,11 +9,7 @@ from typing import Any
 
 import pytest
 
-from sluice import events as ev
-from sluice import wiring
-from sluice.config import Settings
-from sluice.models import QueueConfig, QueueStats
-from sluice.queue_metrics import (
+from sluice.backends.aws.queue_metrics import (
     ALL_METRICS,
     DEPTH_METRICS,
     MAX_VALUES,
@@ -22,6 +18,10 @@ from sluice.queue_metrics import (
     QueueWorkMetrics,
     emf_line,
 )
+from sluice.core import bus as ev
+from sluice.core.config import Settings
+from sluice.core.models import QueueConfig, QueueStats
+from sluice.entry import root as wiring
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
 
@@ -204,7 +204,7 @@ def emf_lines(out: str) -> list[dict[str, Any]]:
 
 def test_the_worker_lambda_publishes_its_queues_wait_and_endings_after_the_drain(
         capsys: pytest.CaptureFixture[str], event_json: Callable[[str], dict[str, Any]]) -> None:
-    from sluice.runtime.lambda_entry import handle_dispatch
+    from sluice.entry.worker import handle_dispatch
     from tests.unit import test_worker_lambda as w
     from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
 

@@ -1,13 +1,13 @@
-"""A cluster's epoch, one part per primary (sluice.recovery.shards), and the replay it drives:
+"""A cluster's epoch, one part per primary (sluice.relay.recovery.shards), and the replay it drives:
 a loss on one shard rebases only the queues that shard holds."""
 
 from __future__ import annotations
 
 from redis.crc import key_slot
 
-from sluice.recovery import Checkpoint
-from sluice.recovery.hook import Recovery
-from sluice.recovery.shards import compose, holder, parse, ranges_of, shard_lost, tag_in
+from sluice.relay.recovery import Checkpoint
+from sluice.relay.recovery.hook import Recovery
+from sluice.relay.recovery.shards import compose, holder, parse, ranges_of, shard_lost, tag_in
 from tests.chaos.test_recovery_logic import FakeCheckpoints, FakeEpochs, FakeOffsets
 from tests.unit.fakes import FakeStore
 

@@ -6,10 +6,10 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-from sluice.config import Settings
-from sluice.errors import BackendUnavailable, RedisTopologyError
-from sluice.redis.client import CLUSTER_SCHEMES, is_cluster_url
-from sluice.redis.scripts import translate
+from sluice.backends.redis.client import CLUSTER_SCHEMES, is_cluster_url
+from sluice.backends.redis.scripts import translate
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, RedisTopologyError
 
 
 def reply(text: str) -> Exception:

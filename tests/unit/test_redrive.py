@@ -1,4 +1,4 @@
-"""sluice.redrive: the jobs table first (a generation), then the job's record in Kafka again, then
+"""sluice.gateway.redrive: the jobs table first (a generation), then the job's record in Kafka again, then
 Redis with the generation; refusals reported."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, RedriveRaced
-from sluice.models import DeadJob, JobSpec
-from sluice.redrive import redrive_all, redrive_one
+from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, RedriveRaced
+from sluice.core.models import DeadJob, JobSpec
+from sluice.gateway.redrive import redrive_all, redrive_one
 
 
 class Calls:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sluice.errors import BackendUnavailable
-from sluice.models import EndedJob, JobSpec, JobState
+from sluice.core.errors import BackendUnavailable
+from sluice.core.models import EndedJob, JobSpec, JobState
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
 from tests.unit.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay_fakes import (
@@ -419,7 +419,7 @@ def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written(
 
 
 def test_the_relay_emits_pushed_committed_settled_and_job_ended_for_the_endings_it_settles() -> None:
-    from sluice import events
+    from sluice.core import bus as events
 
     w = World(partitions=1)
     ids = w.add(3, partition=0)
@@ -603,7 +603,7 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
 
 
 def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
-    from sluice import ids
+    from sluice.core import ids
 
     key, old = b"this-deployment-key-0123456789", b"the-previous-key-0123456789"
     stranger = b"someone-else-key-0123456"
@@ -669,7 +669,7 @@ def test_without_a_budget_every_queue_gets_its_per_queue_share() -> None:
 
 
 def test_the_settings_default_is_a_budget() -> None:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
     s = Settings()
     assert s.dispatch_budget_per_s > 0 and s.dispatch_budget_burst > 0

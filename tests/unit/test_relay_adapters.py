@@ -16,11 +16,11 @@ from kafka.errors import KafkaConnectionError
 from kafka.structs import OffsetAndMetadata
 from pydantic import ValidationError
 
-from sluice.config import Settings
-from sluice.dispatch import LambdaDispatcher, LocalProcessDispatcher
-from sluice.errors import BackendUnavailable, InvalidInput
-from sluice.kafka.source import KafkaSource, consumer_config
-from sluice.models import DispatchEvent, QueueConfig
+from sluice.backends.aws.dispatch import LambdaDispatcher, LocalProcessDispatcher
+from sluice.backends.kafka.source import KafkaSource, consumer_config
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, InvalidInput
+from sluice.core.models import DispatchEvent, QueueConfig
 from sluice.relay import SourceRecord, control
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
@@ -166,7 +166,7 @@ class FakeCoordinator:
 def test_a_take_over_reads_the_committed_offsets_once_in_one_request() -> None:
     """Rewinding 8 partitions is one OffsetFetch, and recovery's plan of the same take-over uses
     what it read rather than asking again (16 round trips before, on the relay's cold start)."""
-    from sluice.recovery.adapters import KafkaOffsets
+    from sluice.relay.recovery.adapters import KafkaOffsets
 
     consumer = FakeConsumer()
     consumer._coordinator = FakeCoordinator({TopicPartition("t", 1): 40, TopicPartition("t", 5): 7})  # type: ignore[attr-defined]

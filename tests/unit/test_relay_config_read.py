@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sluice import events as ev
-from sluice.models import QueueConfig, QueueStats
+from sluice.core import bus as ev
+from sluice.core.models import QueueConfig, QueueStats
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sluice import policy
-from sluice.errors import BackendUnavailable, LeaseLost, StaleToken
-from sluice.models import EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core import policy
+from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
+from sluice.core.models import EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
 from sluice.relay import SourceRecord
 
 
@@ -199,7 +199,7 @@ class FakeEngine:
         self._call("relayed_offset")
         return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
 
-    # the limits' questions (sluice.limits): no allow-list, no dead-job trimming, no memory reading
+    # the limits' questions (sluice.core.limits): no allow-list, no dead-job trimming, no memory reading
     def register(self, queue: str) -> None:
         return None
 

@@ -1,4 +1,4 @@
-"""The relay enforces the limits (sluice.limits) on what the gateway accepted: it holds records back
+"""The relay enforces the limits (sluice.core.limits) on what the gateway accepted: it holds records back
 in Kafka at a cap (never drops them), trims dead jobs only after settling, and dead-letters records
 of queues the registry refuses. In-memory fakes, no sockets."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.errors import QueueNotAllowed
-from sluice.limits import Limits
-from sluice.models import JobSpec, QueueStats
+from sluice.core.errors import QueueNotAllowed
+from sluice.core.limits import Limits
+from sluice.core.models import JobSpec, QueueStats
 from sluice.relay import Relay, RelayConfig
 from tests.unit.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay import TOPIC

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice import events as ev
+from sluice.core import bus as ev
 from sluice.relay.observers import RelayLog, RelayMetrics
 from tests.unit.test_relay import World
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.models import DecodedJob, JobSpec
-from sluice.redis import engine as engine_mod
+from sluice.backends.redis import engine as engine_mod
+from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
 from tests.unit.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource
@@ -113,7 +113,7 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
     """Today's count on the relay's side: one ``dump_json`` per record, in ``decode_job``; the
     engine's push arguments take the decoded payload as it is (before: two, and a third check
     of the model's fields in the engine)."""
-    from sluice import models
+    from sluice.core import models
     from sluice.relay import Relay, RelayConfig
 
     calls = 0
@@ -132,8 +132,8 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
     relay = Relay(engine, FakeStore(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
                   relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0))
     monkeypatch.setattr("sluice.relay.records.dump_json", counted)
-    monkeypatch.setattr("sluice.models.dump_json", counted)
-    monkeypatch.setattr("sluice.redis.engine.dump_json", counted)
+    monkeypatch.setattr("sluice.core.models.dump_json", counted)
+    monkeypatch.setattr("sluice.backends.redis.engine.dump_json", counted)
     for _ in range(4):
         relay.step()
     assert len(engine.jobs["q"]) == 50
@@ -149,8 +149,8 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
 def test_dump_json_is_the_canonical_encoder_s_text(value: Any) -> None:
     """``dump_json`` reuses one C encoder (issue 18: half of a small payload's cost was building
     one per call); its text and its refusals are ``json.dumps``'s with the canonical options."""
-    from sluice.errors import InvalidInput
-    from sluice.models import dump_json
+    from sluice.core.errors import InvalidInput
+    from sluice.core.models import dump_json
 
     try:
         expected = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False,
@@ -163,8 +163,8 @@ def test_dump_json_is_the_canonical_encoder_s_text(value: Any) -> None:
 
 
 def test_dump_json_refuses_what_is_not_json_with_invalid_input() -> None:
-    from sluice.errors import InvalidInput
-    from sluice.models import dump_json
+    from sluice.core.errors import InvalidInput
+    from sluice.core.models import dump_json
 
     circular: list[Any] = []
     circular.append(circular)

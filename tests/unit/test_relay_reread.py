@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.recovery import Checkpoint, Recovery
 from sluice.relay import Relay, RelayConfig
+from sluice.relay.recovery import Checkpoint, Recovery
 from tests.unit.test_relay import World
 
 

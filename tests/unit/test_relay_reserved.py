@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sluice.models import JobSpec
+from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE, Relay, partition_job, partition_job_id
 from tests.unit.test_relay import TOPIC, Counted, World, run_steps
 
@@ -150,10 +150,10 @@ def test_no_worker_is_dispatched_for_a_reserved_queue() -> None:
 def test_sluice_devs_safety_net_never_sends_a_worker_to_a_reserved_queue(monkeypatch: pytest.MonkeyPatch,
                                                                          tmp_path: Any) -> None:
     """The relay holds leases in sluice-relay at all times; the safety net used to name it."""
-    from sluice import wiring
-    from sluice.config import Settings
-    from sluice.local.dev import WORKER_FUNCTION, DevOptions, DevStack
-    from sluice.models import DispatchEvent, QueueStats
+    from sluice.core.config import Settings
+    from sluice.core.models import DispatchEvent, QueueStats
+    from sluice.entry import root as wiring
+    from sluice_dev.local.dev import WORKER_FUNCTION, DevOptions, DevStack
 
     class Engine:
         def queues(self) -> list[str]:

@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Any
 
-from sluice.events import EventBus
-from sluice.models import DecodedJob
+from sluice.core.bus import EventBus
+from sluice.core.models import DecodedJob
 from sluice.relay.status import StatusWriter
 
 
@@ -78,7 +78,7 @@ def test_a_round_larger_than_the_bound_is_still_written() -> None:
 
 
 def test_the_relay_reports_the_dropped_status_writes() -> None:
-    from sluice.models import JobSpec
+    from sluice.core.models import JobSpec
     from sluice.relay import Relay, RelayConfig
     from tests.unit.fakes import RELAY_CALLS, FakeStore
     from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource

@@ -1,4 +1,4 @@
-"""Routes (issue 15): the pure part (sluice.routes) and the relay's routed dispatch."""
+"""Routes (issue 15): the pure part (sluice.core.routes) and the relay's routed dispatch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from sluice.dispatch import LambdaDispatcher
-from sluice.errors import BackendUnavailable, InvalidInput
-from sluice.models import DispatchEvent
-from sluice.routes import (
+from sluice.backends.aws.dispatch import LambdaDispatcher
+from sluice.core.errors import BackendUnavailable, InvalidInput
+from sluice.core.models import DispatchEvent
+from sluice.core.routes import (
     CachedRouteLookup,
     InvalidSchema,
     Route,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import sluice
-from sluice.routes import Route
-from sluice.runtime import routes_resource
+from sluice.core.routes import Route
+from sluice.entry import routes_resource
 
 SCHEMA = {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}
 

@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from sluice.errors import BackendUnavailable, LeaseLost
-from sluice.models import Job
-from sluice.runtime import telemetry as t
-from sluice.runtime.budget import UNLIMITED, TimeBudget
-from sluice.runtime.context import JobContext
+from sluice.core.errors import BackendUnavailable, LeaseLost
+from sluice.core.models import Job
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.budget import UNLIMITED, TimeBudget
+from sluice.worker.runtime.context import JobContext
 from tests.unit.fakes import ManualClock, kit
 
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sluice.errors import BackendUnavailable
-from sluice.models import Job, LeasedJob
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
-from sluice.runtime.heartbeat import Heartbeat
-from sluice.runtime.telemetry import Telemetry
+from sluice.core.errors import BackendUnavailable
+from sluice.core.models import Job, LeasedJob
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.heartbeat import Heartbeat
+from sluice.worker.runtime.telemetry import Telemetry
 from tests.unit.fakes import CaptureLog, FakeQueue, ManualClock, kit
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from sluice import events as ev
-from sluice.models import Job
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
-from sluice.runtime.observers import LogObserver, MetricsObserver, observe
-from sluice.runtime.telemetry import MemoryMetrics, Telemetry
+from sluice.core import bus as ev
+from sluice.core.models import Job
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.observers import LogObserver, MetricsObserver, observe
+from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.fakes import CaptureLog, kit
 
 JOB = {"job": "j", "queue": "q", "lease": 7, "attempt": 2}

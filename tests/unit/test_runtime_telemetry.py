@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from sluice.models import Job
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
-from sluice.runtime.options import WorkerOptions
-from sluice.runtime.telemetry import PowertoolsMetrics, Telemetry
+from sluice.core.models import Job
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.options import WorkerOptions
+from sluice.worker.runtime.telemetry import PowertoolsMetrics, Telemetry
 from tests.unit.fakes import FakeQueue, FakeStore, kit
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice import api_schedules, ids, schedules
-from sluice.errors import InvalidInput, PayloadTooLarge
+from sluice.core import ids, schedules
+from sluice.core.errors import InvalidInput, PayloadTooLarge
+from sluice.gateway import schedules as api_schedules
 from tests.unit.test_gateway_fakes import KEY, Rig
 from tests.unit.test_relay import World, run_steps
 

@@ -6,8 +6,8 @@ import calendar
 
 import pytest
 
-from sluice import ids, schedules
-from sluice.errors import (
+from sluice.core import ids, schedules
+from sluice.core.errors import (
     InvalidQueueName,
     InvalidSchedule,
     ReservedQueue,

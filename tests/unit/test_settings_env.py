@@ -1,6 +1,6 @@
 """Settings from the environment: what pydantic-settings' BaseSettings did, without importing it.
 
-``sluice.config`` dropped pydantic-settings for cold start (issue 14); these pin the behaviour
+``sluice.core.config`` dropped pydantic-settings for cold start (issue 14); these pin the behaviour
 every deployed function relies on, so the swap changed nothing a template variable reaches.
 """
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from sluice.config import Settings
+from sluice.core.config import Settings
 
 
 def test_sluice_variables_fill_the_fields(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,6 +66,7 @@ def test_settings_are_frozen_and_hashable() -> None:
 
 
 def test_importing_settings_loads_no_pydantic_settings() -> None:
-    code = "import sys, sluice.config; sluice.config.Settings(); print('pydantic_settings' in sys.modules)"
+    code = ("import sys, sluice.core.config; sluice.core.config.Settings(); "
+            "print('pydantic_settings' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"

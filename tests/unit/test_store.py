@@ -15,7 +15,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sluice.errors import (
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.backends.dynamodb.results import S3ResultSink
+from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
     InvalidInput,
@@ -26,10 +29,7 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
-from sluice.models import EndedJob, JobSpec, JobState, WriteOutcome
-from sluice.store import tables
-from sluice.store.jobs import DynamoJobStore
-from sluice.store.results import S3ResultSink
+from sluice.core.models import EndedJob, JobSpec, JobState, WriteOutcome
 
 BUCKET = "results"
 
@@ -129,7 +129,7 @@ def test_stale_write_rejected_counted_and_logged_with_both_tokens(
         store: DynamoJobStore, metrics: CountingMetrics, caplog: pytest.LogCaptureFixture) -> None:
     a = store.grant("j1", "q", "A")
     b = store.grant("j1", "q", "B")
-    caplog.set_level(logging.WARNING, logger="sluice.store")
+    caplog.set_level(logging.WARNING, logger="sluice.backends.dynamodb")
     with pytest.raises(StaleToken) as info:  # rejected before B has written anything
         store.write_result("j1", a, "from A")
     assert (info.value.mine, info.value.current) == (a, b)

@@ -12,11 +12,11 @@ import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
 
-from sluice.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, LeaseLost
-from sluice.models import EndedJob, JobState, WriteOutcome
-from sluice.store import tables
-from sluice.store.fenced import FencedTable
-from sluice.store.jobs import DynamoJobStore
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.fenced import FencedTable
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, LeaseLost
+from sluice.core.models import EndedJob, JobState, WriteOutcome
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,11 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from moto import mock_aws
 
-from sluice.errors import (
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.errors import WriteConditionFailed, translate, translated
+from sluice.backends.dynamodb.fenced import FencedTable, fencing_headers
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.errors import (
     BackendUnavailable,
     InvalidInput,
     JobCancelled,
@@ -19,10 +23,6 @@ from sluice.errors import (
     StaleToken,
     StoreError,
 )
-from sluice.store import tables
-from sluice.store.errors import WriteConditionFailed, translate, translated
-from sluice.store.fenced import FencedTable, fencing_headers
-from sluice.store.jobs import DynamoJobStore
 
 
 class CountingMetrics:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from sluice.errors import BackendUnavailable, SluiceError, StoreError
-from sluice.store.scan import scan_all
+from sluice.backends.dynamodb.scan import scan_all
+from sluice.core.errors import BackendUnavailable, SluiceError, StoreError
 
 
 class PagedClient:

@@ -11,10 +11,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from sluice import schedules
-from sluice.errors import ScheduleExists, ScheduleNotFound
-from sluice.store import tables
-from sluice.store.schedules import DynamoScheduleStore, SchedulerTrigger
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.schedules import DynamoScheduleStore, SchedulerTrigger
+from sluice.core import schedules
+from sluice.core.errors import ScheduleExists, ScheduleNotFound
 
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:sluice-gateway"
 ROLE = "arn:aws:iam::123456789012:role/sluice-scheduler"
@@ -91,8 +91,8 @@ def test_scheduler_names_are_per_queue_and_fit_schedulers_limit() -> None:
 
 def test_the_composition_root_builds_the_store_and_the_trigger_only_when_configured(
         clients: tuple[Any, Any]) -> None:
-    from sluice import wiring
-    from sluice.config import Settings
+    from sluice.core.config import Settings
+    from sluice.entry import root as wiring
     from tests.unit.test_gateway_fakes import Rig
 
     assert wiring.schedules(Settings(schedules_table="")) is None

@@ -13,10 +13,10 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice import ids
-from sluice.api_schedules import Schedules
-from sluice.http.app import Gateway
-from sluice.models import QUEUE_NAME_RE
+from sluice.core import ids
+from sluice.core.models import QUEUE_NAME_RE
+from sluice.gateway.http.app import Gateway
+from sluice.gateway.schedules import Schedules
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import KEY, Rig
 from tests.unit.test_gateway_schedules import FakeScheduleStore

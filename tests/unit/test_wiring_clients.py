@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice import wiring
-from sluice.config import Settings
+from sluice.core.config import Settings
+from sluice.entry import root as wiring
 
 
 def test_boto_clients_share_the_process_session_and_its_models(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,7 +26,7 @@ def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() 
     # idempotency layer and the schedules one more each: every client its own connection pool.
     from typing import Any
 
-    from sluice.http.idempotency import PowertoolsIdempotency
+    from sluice.gateway.http.idempotency import PowertoolsIdempotency
 
     s = Settings(aws_region="us-east-1", jobs_table="jobs", routes_table="routes", schedules_table="sched",
                  idempotency_table="idem")

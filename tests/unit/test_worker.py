@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice import events as ev
-from sluice.errors import InvalidInput, InvalidQueueName, SluiceError, StaleToken
-from sluice.models import Job
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
+from sluice.core import bus as ev
+from sluice.core.errors import InvalidInput, InvalidQueueName, SluiceError, StaleToken
+from sluice.core.models import Job
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
 from tests.unit.fakes import FakeQueue, ManualClock, kit
 
 
@@ -333,7 +333,7 @@ def test_a_job_with_too_little_lease_left_is_released_without_a_grant() -> None:
     but with less than the grant margin left: it goes back unrun, attempt given back, and
     no token is minted for it."""
     k = kit()
-    k.queue.broken.add("extend", sluice.errors.BackendUnavailable("redis down"), times=1000)
+    k.queue.broken.add("extend", sluice.core.errors.BackendUnavailable("redis down"), times=1000)
     ran: list[str] = []
 
     @k.app.handler("q")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from sluice.errors import LeaseLost, SluiceError
-from sluice.models import Job
-from sluice.runtime.context import JobContext
+from sluice.core.errors import LeaseLost, SluiceError
+from sluice.core.models import Job
+from sluice.worker.runtime.context import JobContext
 from tests.unit.fakes import kit
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice import events as ev
-from sluice.models import Job
-from sluice.runtime.context import JobContext
-from sluice.runtime.outcomes import Fail, Retry
+from sluice.core import bus as ev
+from sluice.core.models import Job
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.outcomes import Fail, Retry
 from tests.unit.fakes import Kit, kit
 
 
@@ -87,7 +87,7 @@ def test_a_failing_subscriber_changes_nothing() -> None:
 
 
 def test_the_chaos_nemesis_strikes_before_the_write_and_before_the_ack() -> None:
-    from sluice.chaos.app import QUEUE, worker_app
+    from sluice_dev.chaos.app import QUEUE, worker_app
 
     strikes: list[tuple[str, str, int, bool]] = []
     k = kit()

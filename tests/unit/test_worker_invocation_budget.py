@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice import wiring
-from sluice.config import Settings
-from sluice.errors import HandlerDoesNotFit
-from sluice.models import Job
-from sluice.policy import invocation_budget_ms
-from sluice.runtime import lambda_entry
-from sluice.runtime.budget import TimeBudget
-from sluice.runtime.context import JobContext
-from sluice.runtime.options import WorkerOptions
+from sluice.core.config import Settings
+from sluice.core.errors import HandlerDoesNotFit
+from sluice.core.models import Job
+from sluice.core.policy import invocation_budget_ms
+from sluice.entry import root as wiring
+from sluice.entry import worker as lambda_entry
+from sluice.worker.runtime.budget import TimeBudget
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.options import WorkerOptions
 from tests.infra import cfn
 from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
 from tests.unit.test_worker_lambda import load_function

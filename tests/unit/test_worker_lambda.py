@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice import wiring
-from sluice.config import Settings
-from sluice.errors import HandlerNotFound, InvalidInput
-from sluice.models import Job
-from sluice.runtime.context import JobContext
-from sluice.runtime.lambda_entry import load_app, parse_dispatch
+from sluice.core.config import Settings
+from sluice.core.errors import HandlerNotFound, InvalidInput
+from sluice.core.models import Job
+from sluice.entry import root as wiring
+from sluice.entry.worker import load_app, parse_dispatch
+from sluice.worker.runtime.context import JobContext
 from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
 
 APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
@@ -108,7 +108,7 @@ def test_load_app_finds_the_worker_or_says_why_not() -> None:
     with pytest.raises(HandlerNotFound, match="cannot import"):
         load_app("sluice.no_such_module_here")
     with pytest.raises(HandlerNotFound, match=r"exactly one sluice\.Worker"):
-        load_app("sluice.policy")
+        load_app("sluice.core.policy")
 
 
 def test_a_drain_of_an_empty_queue_builds_no_store_and_the_first_job_builds_it_once(
@@ -137,9 +137,9 @@ def test_a_drain_of_an_empty_queue_builds_no_store_and_the_first_job_builds_it_o
 def test_a_store_that_cannot_be_built_hands_the_leased_jobs_back(wired: tuple[FakeQueue, FakeStore]) -> None:
     """The store held lazily fails to build after a lease: the jobs go back to ready (not stranded
     until their lease expires) and the drain raises the build's error."""
-    from sluice.errors import ConfigError
-    from sluice.lazy import Lazy
-    from sluice.runtime.options import WorkerOptions
+    from sluice.core.errors import ConfigError
+    from sluice.core.lazy import Lazy
+    from sluice.worker.runtime.options import WorkerOptions
 
     queue, _ = wired
 

@@ -15,12 +15,12 @@ from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 import sluice
-from sluice.cli import main
-from sluice.errors import InvalidInput
-from sluice.models import MAX_ERROR_CHARS, Job
-from sluice.runtime import telemetry as t
-from sluice.runtime.context import JobContext
-from sluice.runtime.typed import parse_payload
+from sluice.core.errors import InvalidInput
+from sluice.core.models import MAX_ERROR_CHARS, Job
+from sluice.worker.runtime import telemetry as t
+from sluice.worker.runtime.context import JobContext
+from sluice.worker.runtime.typed import parse_payload
+from sluice_dev.cli import main
 from tests.unit.fakes import kit
 from tests.unit.test_runtime_heartbeat import thief
 

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import sluice
-from sluice.runtime.context import JobContext
+from sluice.worker.runtime.context import JobContext
 from tests.unit.fakes import kit
 
 

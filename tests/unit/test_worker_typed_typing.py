@@ -18,8 +18,8 @@ SNIPPET = textwrap.dedent('''\
     from pydantic import BaseModel
 
     import sluice
-    from sluice.models import Job
-    from sluice.runtime.context import JobContext
+    from sluice.core.models import Job
+    from sluice.worker.runtime.context import JobContext
 
 
     class Thumb(BaseModel):
@@ -66,9 +66,10 @@ def test_the_decorator_keeps_the_handler_type_and_checks_the_model(tmp_path: Pat
     lines = [line.split(": ", 1)[1].replace("builtins.", "") for line in out.splitlines()
              if line.startswith(str(probe))]
     assert lines == [
-        'note: Revealed type is "def (typed_probe.Thumb, sluice.runtime.context.JobContext) -> '
+        'note: Revealed type is "def (typed_probe.Thumb, sluice.worker.runtime.context.JobContext) -> '
         'dict[str, Any]"',
-        'note: Revealed type is "def (job: sluice.models.Job, ctx: sluice.runtime.context.JobContext) -> '
+        'note: Revealed type is "def (job: sluice.core.models.Job, '
+        'ctx: sluice.worker.runtime.context.JobContext) -> '
         'int"',
         'error: Argument 1 has incompatible type "Callable[[Other, JobContext], None]"; expected '
         '"Callable[[Thumb, JobContext], None]"  [arg-type]',

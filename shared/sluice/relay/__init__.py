@@ -15,7 +15,7 @@ and a token bucket shared through Redis, all re-read from the queue's config in
 Redis every ``refresh_s``. After a push, workers are dispatched for the backlog.
 
 This package talks only to ports; the Kafka, Redis and DynamoDB adapters are
-built by the caller (``sluice.wiring`` in Lambda, fixtures in tests).
+built by the caller (``sluice.entry.root`` in Lambda, fixtures in tests).
 
 Modules, in dependency order; each part is one object that ``Relay`` composes:
   ports        the protocols the relay talks through, the record type

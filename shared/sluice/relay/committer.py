@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from sluice import events as ev
-from sluice.errors import SluiceError
-from sluice.events import EventBus
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import SluiceError
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership

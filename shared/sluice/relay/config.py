@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.limits import Limits
+from sluice.core.limits import Limits
 
 if TYPE_CHECKING:
-    from sluice.config import Settings
+    from sluice.core.config import Settings
 
 
 @dataclass(frozen=True, slots=True)

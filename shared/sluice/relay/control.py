@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sluice.errors import InvalidInput
-from sluice.models import QueueConfig, describe_validation
+from sluice.core.errors import InvalidInput
+from sluice.core.models import QueueConfig, describe_validation
 from sluice.relay.state import AfterPush
 
 if TYPE_CHECKING:
-    from sluice.config import Settings
-    from sluice.events import EventBus
-    from sluice.ids import Verifier
-    from sluice.kafka.source import KafkaSource
-    from sluice.recovery.hook import Recovery
+    from sluice.backends.kafka.source import KafkaSource
+    from sluice.core.bus import EventBus
+    from sluice.core.config import Settings
+    from sluice.core.ids import Verifier
     from sluice.relay.loop import Relay
+    from sluice.relay.recovery.hook import Recovery
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConf
 
 def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
              max_dead: int | None = None) -> QueueConfig:
-    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.limits)."""
+    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.core.limits)."""
     changes = {name: int(_number(value, name.replace("_", " "), integer=True))
                for name, value in (("max_delayed", max_delayed), ("max_dead", max_dead)) if value is not None}
     if not changes:
@@ -126,7 +126,7 @@ class LambdaContextLike(Protocol):
 @cache
 def _source(settings: Settings) -> KafkaSource:
     """One consumer per container, reused by every invocation (it rewinds on each take-over)."""
-    from sluice.kafka.source import KafkaSource
+    from sluice.backends.kafka.source import KafkaSource
 
     return KafkaSource.from_settings(settings)
 
@@ -145,22 +145,22 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     subscribes its recorder of reads, pushes and config reads). A harness may hand in its own
     bus, pass recovery knobs, a push callback, and override ``RelayConfig`` fields (``options``).
     """
-    from sluice import wiring
-    from sluice.recovery import for_relay
+    from sluice.entry import root as wiring
     from sluice.relay.config import RelayConfig
     from sluice.relay.loop import Relay
+    from sluice.relay.recovery import for_relay
 
     dispatcher = wiring.dispatcher(settings) if settings.worker_function_name else None
     if job_ids == "settings":  # each record must carry an id a gateway of this deployment minted
         job_ids = wiring.job_id_verifier(settings)
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
-    from sluice.redis.engine import RedisQueue
+    from sluice.backends.redis.engine import RedisQueue
 
     engine, source = RedisQueue.from_settings(settings), _source(settings)
     bus = wiring.events() if events is None else events
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, events=bus,
                                **(recovery or {}))
-    wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (sluice.flows)
+    wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (core.families)
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
                   hooks=recovery_hooks, after_push=after_push, job_ids=job_ids,
@@ -170,14 +170,14 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
 
 def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     """Relay until shortly before this invocation's timeout; the relay Lambda's one call."""
-    from sluice import wiring
-    from sluice.metrics import EmfMetrics
+    from sluice.backends.aws.metrics import EmfMetrics
+    from sluice.entry import root as wiring
 
     scheduled = parse_scheduled(event)
     settings = wiring.settings()
     metrics = EmfMetrics()
-    from sluice import events as ev
-    from sluice.queue_metrics import QueueBound, QueueDepthMetrics
+    from sluice.backends.aws.queue_metrics import QueueBound, QueueDepthMetrics
+    from sluice.core import bus as ev
 
     relay, _ = scheduled_relay(settings, context, metrics=metrics)
     # Per-queue depths and ages, one EMF line a queue a minute (docs/relay.md, "Per-queue metrics").

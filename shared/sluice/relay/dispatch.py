@@ -8,11 +8,11 @@ round-robin). Sluice's own queues never get workers.
 
 from __future__ import annotations
 
-from sluice import events as ev
-from sluice import policy
-from sluice.errors import SluiceError
-from sluice.models import is_reserved_queue
-from sluice.ports import Dispatcher
+from sluice.core import bus as ev
+from sluice.core import policy
+from sluice.core.errors import SluiceError
+from sluice.core.models import is_reserved_queue
+from sluice.core.ports import Dispatcher
 from sluice.relay.config import RelayConfig
 from sluice.relay.state import QueueState, RelayReport
 

@@ -1,6 +1,6 @@
 """Named points where other behaviour plugs into the relay, fired synchronously in order.
 
-``RelayHooks`` does nothing at each point; ``sluice.recovery.Recovery`` (getting back what
+``RelayHooks`` does nothing at each point; ``sluice.relay.recovery.Recovery`` (getting back what
 Redis lost) overrides them. The relay calls its adapters directly and the hooks beside
 them, so nothing wraps a port.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from sluice.models import DecodedJob
+from sluice.core.models import DecodedJob
 from sluice.relay.ports import SourceRecord
 
 # each taken record with its decode (or poison reason)

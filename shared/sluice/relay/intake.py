@@ -13,11 +13,11 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from sluice import events as ev
-from sluice.errors import LeaseLost, QueueNotAllowed, SluiceError
-from sluice.events import EventBus
-from sluice.ids import Verifier
-from sluice.models import DecodedJob
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import LeaseLost, QueueNotAllowed, SluiceError
+from sluice.core.ids import Verifier
+from sluice.core.models import DecodedJob
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership

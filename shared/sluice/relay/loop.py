@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from sluice import events as ev
-from sluice.errors import SluiceError
-from sluice.events import EventBus
-from sluice.ids import Verifier
-from sluice.metrics import NullMetrics
-from sluice.ports import Dispatcher, JobStore, Metrics
+from sluice.backends.aws.metrics import NullMetrics
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import SluiceError
+from sluice.core.ids import Verifier
+from sluice.core.ports import Dispatcher, JobStore, Metrics
 from sluice.relay.committer import Committer
 from sluice.relay.config import RelayConfig
 from sluice.relay.dispatch import Dispatch

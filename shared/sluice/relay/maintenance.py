@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from sluice import events as ev
-from sluice.errors import SluiceError
-from sluice.events import EventBus
-from sluice.models import is_reserved_queue
-from sluice.ports import JobStore
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import SluiceError
+from sluice.core.models import is_reserved_queue
+from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
 from sluice.relay.dispatch import Dispatch
 from sluice.relay.ports import RelayEngine

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sluice import events as ev
-from sluice.ports import Metrics
+from sluice.core import bus as ev
+from sluice.core.ports import Metrics
 from sluice.relay.ownership import RELAY_QUEUE
 
 log = logging.getLogger("sluice.relay")

@@ -2,7 +2,7 @@
 
 Each (topic, partition) is a job of the internal queue ``sluice-relay`` (our own
 engine, dogfooded); a relay owns a partition while it holds that job's lease, and
-the lease token is the owner token ``push.lua`` checks. ``sluice.recovery`` builds
+the lease token is the owner token ``push.lua`` checks. ``sluice.relay.recovery`` builds
 the same jobs, so the naming lives here with the leasing.
 
 The queue is reserved (``models.RESERVED_QUEUE_PREFIX``): only ``enqueue_internal``
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sluice import events as ev
-from sluice.errors import BackendUnavailable, JobNotFound, LeaseLost, SluiceError
-from sluice.models import RESERVED_QUEUE_PREFIX, JobSpec, LeasedJob
+from sluice.core import bus as ev
+from sluice.core.errors import BackendUnavailable, JobNotFound, LeaseLost, SluiceError
+from sluice.core.models import RESERVED_QUEUE_PREFIX, JobSpec, LeasedJob
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ports import RecordSource, RelayEngine

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 
-from sluice import limits
-from sluice.models import DecodedJob
+from sluice.core import limits
+from sluice.core.models import DecodedJob
 from sluice.relay.config import RelayConfig
 from sluice.relay.state import Item, OwnedPartition, QueueState
 

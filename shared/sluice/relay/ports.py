@@ -1,7 +1,7 @@
 """What the relay talks to, and what a Kafka record means to it.
 
 The relay core sees only these protocols; the Kafka, Redis and DynamoDB adapters
-are built by the caller (``sluice.wiring`` in Lambda, fixtures in tests), and the relay
+are built by the caller (``sluice.entry.root`` in Lambda, fixtures in tests), and the relay
 calls them directly: behaviour around them plugs in through ``sluice.relay.hooks``.
 """
 
@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from sluice.clock import wall_ms
-from sluice.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.clock import wall_ms
+from sluice.core.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
 
 
 class SourceRecord(NamedTuple):
@@ -75,7 +75,7 @@ class RelayEngine(Protocol):
         """Writes the deployment's default rate for a queue nobody configured."""
         ...
 
-    # The limits' questions (sluice.limits)
+    # The limits' questions (sluice.core.limits)
     def register(self, queue: str) -> None:
         """Admit ``queue`` to the registry; ``QueueNotAllowed`` if the allow-list or the cap refuses it."""
         ...
@@ -85,7 +85,7 @@ class RelayEngine(Protocol):
 
 
 class RecordSource(Protocol):
-    """The job topic (``sluice.kafka.source.KafkaSource``), consumed by manual assignment."""
+    """The job topic (``sluice.backends.kafka.source.KafkaSource``), consumed by manual assignment."""
 
     @property
     def topic(self) -> str: ...

@@ -15,11 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice import events as ev
-from sluice.errors import LeaseLost, SluiceError
-from sluice.events import EventBus
-from sluice.models import DecodedJob
-from sluice.ports import JobStore
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import LeaseLost, SluiceError
+from sluice.core.models import DecodedJob
+from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership

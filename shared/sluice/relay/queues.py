@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from sluice import events as ev
-from sluice import limits, policy
-from sluice.errors import SluiceError
-from sluice.models import QueueConfig
+from sluice.core import bus as ev
+from sluice.core import limits, policy
+from sluice.core.errors import SluiceError
+from sluice.core.models import QueueConfig
 from sluice.relay.config import RelayConfig
 from sluice.relay.ports import RelayEngine
 from sluice.relay.state import QueueState

@@ -18,8 +18,8 @@ from typing import Annotated, Any, NotRequired, Required
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
-from sluice.errors import InvalidInput
-from sluice.models import (
+from sluice.core.errors import InvalidInput
+from sluice.core.models import (
     RESERVED_QUEUE_PREFIX,
     SCHEMA_VERSION,
     DecodedJob,

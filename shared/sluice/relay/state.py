@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.models import DecodedJob, QueueConfig
-from sluice.ports import Metrics
+from sluice.core.models import DecodedJob, QueueConfig
+from sluice.core.ports import Metrics
 from sluice.relay.ports import PushOutcome
 
 
@@ -81,7 +81,7 @@ class QueueState:
     config: QueueConfig = field(default_factory=QueueConfig)
     ready: int = 0
     leased: int = 0
-    delayed: int = 0  # since the last refresh, plus the delayed jobs pushed since (sluice.limits)
+    delayed: int = 0  # since the last refresh, plus the delayed jobs pushed since (sluice.core.limits)
     dead: int = 0
     refreshed_at: float = float("-inf")
     watermark_paused: bool = False
@@ -90,7 +90,7 @@ class QueueState:
     dispatched_at: float = float("-inf")
     idle_workers: int = 0  # workers waiting for its jobs (worker linger): push.lua wakes them
 
-    dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.limits)
+    dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.core.limits)
 
     @property
     def ready_estimate(self) -> int:

@@ -22,10 +22,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sluice import events as ev
-from sluice.events import EventBus
-from sluice.models import DecodedJob
-from sluice.ports import JobStore
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.models import DecodedJob
+from sluice.core.ports import JobStore
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 

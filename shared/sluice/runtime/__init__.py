@@ -1,19 +1,12 @@
-"""The worker runtime: everything that happens to one leased job, in small pieces.
+"""Deprecated alias of ``sluice.worker.runtime`` (the worker runtime's home before the layers).
 
-- ``outcomes``: ``Retry`` / ``Fail`` that handlers raise, and the ``Outcome`` of an attempt
-- ``context``: ``JobContext`` handed to handlers, and the shared lease state
-- ``heartbeat``: the thread that renews every lease this worker holds
-- ``invoke``: runs a handler on its own thread with a hard timeout
-- ``execute``: grant -> handler -> verdict for one job
-- ``finish``: write + ack, or record the failure + fail/release, in a crash-safe order
-- ``budget``: Lambda time budgeting
-- ``telemetry``: Powertools metrics and logger, injectable
-- ``observers``: the metrics and the lifecycle logs, as subscribers of the worker's events
-- ``lambda_entry``: the worker Lambda's one function
+Handlers written against the published paths import ``Fail``, ``Retry`` and ``JobContext``
+from here, and teams' copies of ``infra/worker.yaml`` name
+``sluice.runtime.worker_function.handler``; both keep working (tests/unit/test_aliases.py).
+New code imports from ``sluice`` (``sluice.Fail``, ``sluice.JobContext``) or
+``sluice.worker.runtime``. docs/design.md, "Deprecated paths", says when these go.
 """
 
-from sluice.runtime.context import JobContext
-from sluice.runtime.options import HandlerSpec, WorkerOptions
-from sluice.runtime.outcomes import Fail, Outcome, Retry
+from sluice.worker.runtime import Fail, HandlerSpec, JobContext, Outcome, Retry, WorkerOptions
 
 __all__ = ["Fail", "HandlerSpec", "JobContext", "Outcome", "Retry", "WorkerOptions"]

@@ -1,27 +1,6 @@
-"""The worker function's Lambda handler, as a team's own worker function uses it from the layer.
+"""Deprecated alias of ``sluice.entry.worker_function``: the Lambda handler path that teams'
+copies of ``infra/worker.yaml`` name (``sluice.runtime.worker_function.handler``)."""
 
-``Handler: sluice.runtime.worker_function.handler`` (infra/worker.yaml): the team's code
-directory holds only its handlers module (``SLUICE_HANDLERS_MODULE``). Sluice's own worker
-(``functions/worker/app.py``) does the same. Two kinds of event arrive:
+from sluice.entry.worker_function import handler
 
-- a dispatch (``models.DispatchEvent``) from the relay or the scheduled safety net: drain;
-- a ``Custom::SluiceRoutes`` request from CloudFormation: register or remove this function's
-  routes (``runtime.routes_resource``).
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-from sluice.runtime import routes_resource
-from sluice.runtime.lambda_entry import LambdaContextLike, handle_dispatch, prepare
-
-# At init, once per container: load the handlers module and refuse any handler whose timeout
-# cannot fit this function's Timeout (HandlerDoesNotFit names it), rather than lease nothing.
-prepare()
-
-
-def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
-    if routes_resource.is_custom_resource(event):
-        return routes_resource.handle(event, context)
-    return handle_dispatch(event, context)
+__all__ = ["handler"]

@@ -1,0 +1,1 @@
+"""Deprecated alias package: ``sluice.store.fenced`` is ``sluice.backends.dynamodb.fenced``."""

@@ -1,0 +1,89 @@
+"""``flows.Gatekeeper`` adapters: how a worker (or the relay) reaches the gateway's family entry.
+
+In AWS, a synchronous Lambda invoke (``RequestResponse``) of the gateway function through the
+VPC's Lambda endpoint; on one machine, the local Lambda service's endpoint. The reply is the
+gateway's ``Gateway.internal`` answer; an error reply becomes the same ``SluiceError`` the use
+case raised (``errors.from_code``), so a handler sees ``TooManyChildren`` as if it were local.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, SluiceError, from_code
+from sluice.core.families import FamilyAccepted, FamilyRequest, ReleaseRequest
+
+log = logging.getLogger(__name__)
+
+Invoke = Callable[[dict[str, Any]], dict[str, Any]]  # event -> the gateway's answer
+
+
+class Gatekeeper:
+    """``flows.Gatekeeper`` over any way of invoking the gateway (``invoke``)."""
+
+    def __init__(self, invoke: Invoke) -> None:
+        self._invoke = invoke
+
+    def _call(self, event: dict[str, Any]) -> dict[str, Any]:
+        reply = self._invoke(event)
+        error = reply.get("error")
+        if isinstance(error, dict):
+            raw = error.get("details")
+            details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            raise from_code(str(error.get("code", "SLUICE_ERROR")), str(error.get("message", "")), **details)
+        return reply
+
+    def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted:
+        reply = self._call(request.model_dump(mode="json"))
+        return FamilyAccepted.model_validate(reply.get("family"))
+
+    def release(self, continuation: str) -> None:
+        self._call(ReleaseRequest(continuation=continuation).model_dump(mode="json"))
+
+
+class LambdaInvoke:
+    """``Invoke`` as a synchronous invoke of the gateway function (client built on first use)."""
+
+    def __init__(self, function_name: str, build_client: Callable[[], Any]) -> None:
+        self.function_name = function_name
+        self._build: Callable[[], Any] | None = build_client
+        self._client: Any = None
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        import botocore.exceptions
+
+        if self._client is None and self._build is not None:
+            self._client, self._build = self._build(), None
+        try:
+            reply = self._client.invoke(FunctionName=self.function_name, InvocationType="RequestResponse",
+                                        Payload=json.dumps(event).encode())
+            body = reply["Payload"].read()
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise BackendUnavailable(f"cannot invoke the gateway function {self.function_name}: "
+                                     f"{exc}") from exc
+        if reply.get("FunctionError"):
+            raise BackendUnavailable(f"the gateway function failed: {body[:300]!r}")
+        try:
+            answer = json.loads(body)
+        except ValueError as exc:
+            raise BackendUnavailable(f"the gateway function answered no JSON: {body[:300]!r}") from exc
+        if not isinstance(answer, dict):
+            raise SluiceError(f"the gateway function answered {answer!r}")
+        return answer
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LambdaInvoke:
+        def build() -> Any:
+            import boto3
+            from botocore.config import Config
+
+            return boto3.client("lambda", region_name=settings.aws_region,
+                                endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
+                                config=Config(connect_timeout=2, read_timeout=30,
+                                              retries={"max_attempts": 2, "mode": "standard"}))
+
+        return cls(settings.gateway_function_name or "", build)

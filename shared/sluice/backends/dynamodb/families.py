@@ -1,0 +1,243 @@
+"""The jobs table's family writes: children a job started, and the countdown of a continuation.
+
+A family lives on four kinds of items (docs/flows.md):
+
+- the parent's item gains ``children`` (and ``continuations``): string sets, added to with
+  ``ADD`` under the parent's current fencing token, so only the worker holding the parent now
+  can add to them, and a re-run adding the same ids changes nothing;
+- each child's item is created ``accepted`` before its Kafka record exists, naming its
+  ``parent_id`` and, in a family with a continuation, that ``continuation``: whoever sees the
+  child end reads it there (or has it from the grant), with the child's ``family_slot``;
+- the continuation's item is created ``accepted`` with ``remaining`` (children not ended yet);
+  each child's countdown adds its slot to ``ended_slots`` and takes one off ``remaining`` in one
+  conditional write (a slot counts once). It stays small (no list of ids), since every child's
+  countdown writes it and DynamoDB bills a write by the item's size;
+- the family's record (key ``~family~<continuation>``, never a job id) holds what is written
+  once: ``waits_for`` (the children) and ``continuation_spec`` (the continuation's Kafka record,
+  appended once ``remaining`` is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.backends.dynamodb.codec import N, S, item_int, item_str
+from sluice.backends.dynamodb.errors import translated
+from sluice.backends.dynamodb.items import ItemTable
+from sluice.core.errors import BackendUnavailable, JobNotFound, LeaseLost, TooManyChildren
+from sluice.core.families import ChildState, NewChild, Slot
+from sluice.core.models import JobState
+from sluice.core.pools import LazyPool
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A continuation's item as the countdown sees it."""
+
+    continuation: str
+    queue: str
+    parent_id: str
+    waits_for: tuple[str, ...]
+    remaining: int
+    released: bool
+    spec_json: str | None  # the continuation's JobSpec as JSON; dropped once released
+
+
+def _ss(values: Sequence[str]) -> dict[str, list[str]]:
+    return {"SS": sorted(set(values))}
+
+
+def _slot(item: dict[str, Any]) -> Slot | None:
+    then = item_str(item, "continuation")
+    return None if then is None else (then, item_int(item, "family_slot"))
+
+
+def family_key(continuation: str) -> str:
+    """The key of a family's record: never a job id (``~`` is in none), like the relay's checkpoints."""
+    return f"~family~{continuation}"
+
+
+GRANTS_REMEMBERED = 10_000
+_SLOT_NAMES = {"#then": "continuation", "#slot": "family_slot"}
+
+
+class Families(ItemTable):
+    _pool: LazyPool
+    _continuations: dict[str, Slot | None]
+
+    def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
+              limit: int) -> None:
+        """Add children (and a continuation) to the parent's item, as its current lease holder.
+
+        Refused with ``LeaseLost`` unless the parent is leased under ``token`` (its fencing token),
+        and with ``TooManyChildren`` when the parent would have more than ``limit`` children.
+        """
+        for _ in range(5):  # the set may grow between the read and the write (two slots of one parent)
+            item = self._read(parent_id)
+            if item is None:
+                raise LeaseLost(f"parent {parent_id} has no record: it is not leased", job_id=parent_id)
+            if item_str(item, "status") != JobState.LEASED or item_int(item, "token") != token:
+                raise LeaseLost(f"parent {parent_id} is not leased under token {token}: only the worker "
+                                "holding it now may start its children", job_id=parent_id)
+            have = set(item.get("children", {}).get("SS", []))
+            total = len(have | set(child_ids))
+            if total > limit:
+                raise TooManyChildren(f"job {parent_id} would have {total} children; the limit is {limit} "
+                                      "per job", job_id=parent_id, limit=limit)
+            update = "ADD #kids :kids" + (", #conts :conts" if continuation else "") + " SET #up = :now"
+            sized = "attribute_not_exists(#kids)" if not have else "size(#kids) = :seen"
+            request = self._request(
+                parent_id, update=update, condition=f"#st = :leased AND #tok = :tok AND {sized}",
+                values={":kids": _ss(child_ids), ":conts": _ss([continuation or "-"]),
+                        ":now": N(self._now_ms()), ":leased": S(JobState.LEASED), ":tok": N(token),
+                        ":seen": N(len(have))})
+            _, ok = self._update("adopt", request)
+            if ok:
+                return
+        raise LeaseLost(f"parent {parent_id} kept changing while its children were recorded",
+                        job_id=parent_id)
+
+    def record_children(self, parent_id: str, children: Sequence[NewChild], continuation: str | None) -> None:
+        """Create each child's item (``accepted``, naming its parent and continuation), or keep it.
+
+        Unconditional ``if_not_exists`` updates: a re-run parent leaves a child that has moved on
+        (queued, running, ended) exactly as it is.
+        """
+        def one(child: NewChild) -> None:
+            sets = ["#par = if_not_exists(#par, :par)", "#q = if_not_exists(#q, :q)",
+                    "#st = if_not_exists(#st, :accepted)", "#cr = if_not_exists(#cr, :cr)",
+                    "#up = if_not_exists(#up, :cr)", "#att = if_not_exists(#att, :zero)",
+                    "#tok = if_not_exists(#tok, :zero)"]
+            if continuation:
+                sets += ["#then = if_not_exists(#then, :then)", "#slot = if_not_exists(#slot, :slot)"]
+            request = self._request(child.job_id, update="SET " + ", ".join(sets), values={
+                ":par": S(parent_id), ":q": S(child.queue), ":accepted": S(JobState.ACCEPTED),
+                ":cr": N(child.created_at_ms), ":zero": N(0), ":then": S(continuation or "-"),
+                ":slot": N(child.slot)})
+            self._update("record_children", request)
+
+        self._pool.map(one, list(children))
+
+    def start_family(self, continuation: str, queue: str, parent_id: str, child_ids: Sequence[str],
+                     spec_json: str, created_at_ms: int) -> Family:
+        """Create the family's record and the continuation's item (waiting for ``child_ids``).
+
+        Each is created only if absent, the record first: a re-run (or a repeat after a crash
+        between the two) finds them as they are, and never resets the count.
+        """
+        now = self._now_ms()
+        record: dict[str, Any] = {"job_id": S(family_key(continuation)), "parent_id": S(parent_id),
+                                  "waits_for": _ss(child_ids), "continuation_spec": S(spec_json),
+                                  "created_at_ms": N(now)}
+        item: dict[str, Any] = {"job_id": S(continuation), "queue": S(queue), "status": S(JobState.ACCEPTED),
+                                "attempts": N(0), "token": N(0), "created_at_ms": N(created_at_ms),
+                                "updated_at_ms": N(now), "parent_id": S(parent_id),
+                                "remaining": N(len(set(child_ids)))}
+        for put in (record, item):
+            self._put_new("start_family", put)  # already there: a retry of this same start
+        return self.family(continuation)
+
+    def _granted(self, job_id: str, item: dict[str, Any]) -> None:
+        """Remember what the grant's item says about the job's continuation: the worker that
+        granted it asks ``continuation_of`` when the job ends, and need not read the item again."""
+        if len(self._continuations) >= GRANTS_REMEMBERED:  # jobs granted here that never ended here
+            self._continuations.pop(next(iter(self._continuations)), None)
+        self._continuations[job_id] = _slot(item)
+
+    def continuation_of(self, job_id: str) -> Slot | None:
+        """The continuation waiting for ``job_id`` and the job's slot in it (None: no continuation).
+
+        Known without a read for a job this store granted (``_granted``): a child's item names its
+        continuation before its Kafka record exists, so before any grant. Otherwise one read."""
+        try:
+            return self._continuations.pop(job_id)
+        except KeyError:
+            pass
+        with translated("get_item"):
+            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)},
+                                         ConsistentRead=True, ProjectionExpression="#then, #slot",
+                                         ExpressionAttributeNames=_SLOT_NAMES)
+        return _slot(response.get("Item") or {})
+
+    def count_down(self, continuation: str, slot: int) -> int | None:
+        """Count the child in ``slot`` as ended: the children still running, or None if it was
+        counted already.
+
+        One conditional write on the continuation's item: the slot joins ``ended_slots`` (a number
+        set, a few KB for 1,000 children) and ``remaining`` drops by one, or nothing happens. The
+        list of children is not on this item, so it stays small however many count down on it
+        (DynamoDB bills a write by the item's size).
+        """
+        request = self._request(
+            continuation, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
+            condition="attribute_exists(#left) AND NOT contains(#ended, :slot)",
+            values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1), ":now": N(self._now_ms())},
+            ReturnValues="UPDATED_NEW")
+        attrs, ok = self._update("count_down", request)
+        return item_int(attrs, "remaining") if ok and attrs is not None else None
+
+    def unreleased(self, continuation: str) -> bool:
+        item = self._read(continuation)
+        return item is not None and "remaining" in item and item_int(item, "remaining") <= 0 \
+            and "released_at_ms" not in item
+
+    def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]:
+        """Status, continuation and slot of the children that have an item (BatchGetItem)."""
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[str, ChildState] = {}
+        for start in range(0, len(ids), 100):
+            keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + 100]]
+            for _ in range(8):
+                with translated("batch_get_item"):
+                    response: Any = self._db.batch_get_item(RequestItems={self.table: {
+                        "Keys": keys, "ConsistentRead": True,
+                        "ProjectionExpression": "#id, #st, #then, #slot",
+                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", **_SLOT_NAMES}}})
+                for item in response.get("Responses", {}).get(self.table, []):
+                    out[str(item["job_id"]["S"])] = ChildState(item_str(item, "status") or "",
+                                                               item_str(item, "continuation"),
+                                                               item_int(item, "family_slot"))
+                keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
+                if not keys:
+                    break
+            else:
+                raise BackendUnavailable(f"batch_get_item left {len(keys)} keys unprocessed")
+        return out
+
+    def family(self, continuation: str) -> Family:
+        record, item = self._read(family_key(continuation)), self._read(continuation)
+        if record is None or item is None:
+            raise JobNotFound(f"no continuation {continuation}", job_id=continuation)
+        return Family(continuation=continuation, queue=item_str(item, "queue") or "",
+                      parent_id=item_str(record, "parent_id") or "",
+                      waits_for=tuple(sorted(record["waits_for"]["SS"])),
+                      remaining=item_int(item, "remaining"),
+                      released="released_at_ms" in item, spec_json=item_str(record, "continuation_spec"))
+
+    def waits_for(self, continuation: str) -> list[str]:
+        """The children a continuation runs after ([] if ``continuation`` is none)."""
+        record = self._read(family_key(continuation))
+        return sorted(record["waits_for"]["SS"]) if record is not None and "waits_for" in record else []
+
+    def mark_released(self, continuation: str) -> bool:
+        """Record that the continuation's Kafka record was appended; False if it already was.
+        The family's record then expires with the job's retention."""
+        now = self._now_ms()
+        request = self._request(continuation, update="SET #rel = :now, #up = :now",
+                                condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
+                                values={":now": N(now)})
+        _, ok = self._update("mark_released", request)
+        if ok:
+            self._update("mark_released", self._request(
+                family_key(continuation), update="SET #exp = :exp", values=self._finish_values(now)))
+        return ok
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
+        """The records of ``job_ids`` that exist, by id (results loaded). One read each, in parallel."""
+        def one(job_id: str) -> tuple[str, Any]:
+            item = self._read(job_id)
+            return job_id, (self._record(item) if item is not None else None)
+
+        return {j: r for j, r in self._pool.map(one, list(dict.fromkeys(job_ids))) if r is not None}

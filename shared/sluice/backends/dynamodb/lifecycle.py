@@ -1,0 +1,246 @@
+"""The lifecycle writes: the jobs table's writes made outside a lease.
+
+``record_accepted`` / ``mark_queued`` (the relay, before any worker), ``request_cancel`` /
+``cancel_unrecorded`` / ``honour_cancel`` (docs/api.md, DELETE),
+``redrive`` (the jobs-table half of ``sluice.gateway.redrive``: the redrive generation) and
+``settle_ended`` (the relay's write of a settle entry, fenced on that generation). See
+docs/store.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sluice.backends.dynamodb.codec import N, S, created_ms, generation, item_int, item_str
+from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate
+from sluice.backends.dynamodb.items import ItemTable
+from sluice.core.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
+from sluice.core.models import (
+    FINAL_STATES,
+    EndedJob,
+    JobRecord,
+    JobSpec,
+    JobState,
+    truncate_error,
+    validate_job_id,
+    validate_queue_name,
+)
+from sluice.core.pools import LazyPool
+
+log = logging.getLogger("sluice.backends.dynamodb")
+
+
+class Lifecycle(ItemTable):
+    _pool: LazyPool
+
+    def record_accepted(self, spec: JobSpec) -> None:
+        """Write the ``accepted`` item of a job (tools and tests; the gateway writes none)."""
+        if not isinstance(spec, JobSpec):
+            raise InvalidInput("record_accepted takes a JobSpec")
+        now = self._now_ms()
+        item = {"job_id": S(spec.job_id), "queue": S(spec.queue), "status": S(JobState.ACCEPTED),
+                "attempts": N(0), "token": N(0), "created_at_ms": N(spec.enqueued_at_ms or now),
+                "updated_at_ms": N(now)}
+        try:
+            self._db.put_item(TableName=self.table, Item=item,
+                              ConditionExpression="attribute_not_exists(job_id)",
+                              ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise translate(exc, "record_accepted") from exc
+            old = old_item(exc)
+            if old is not None and item_str(old, "queue") != spec.queue:
+                raise JobExists(f"job {spec.job_id} exists in queue {item_str(old, 'queue')}",
+                                job_id=spec.job_id) from exc
+            # Otherwise: a retry, or the relay or a worker got there first. Nothing to do.
+        except BotoCoreError as exc:
+            raise translate(exc, "record_accepted") from exc
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
+        """accepted -> queued, creating the item if absent. Best effort: failures are logged.
+
+        A job already leased or finished keeps its state (the condition fails, as intended).
+        The third element is the job's enqueue time (``JobSpec.enqueued_at_ms``; 0 if unknown):
+        the gateway writes no item, so this is where ``created_at_ms`` is first stored, and it
+        must be the acceptance time GET showed from the id, not the relay's clock.
+        """
+        # All or none: one bad tuple refuses the batch before any write.
+        pairs = [(validate_job_id(j), validate_queue_name(q), created_ms(c)) for j, q, c in jobs]
+        self._pool.map(lambda pair: self._mark_one(*pair), pairs)
+
+    def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
+                   "#cr = if_not_exists(#cr, :created), #att = if_not_exists(#att, :zero), "
+                   "#tok = if_not_exists(#tok, :zero)",
+            condition="attribute_not_exists(#id) OR #st = :accepted",
+            values={":queued": S(JobState.QUEUED), ":now": N(now), ":queue": S(queue),
+                    ":created": N(created_at_ms or now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
+        try:
+            _, ok = self._update("mark_queued", request)
+        except Exception as exc:  # tolerated: status lags, nothing else depends on it
+            log.warning("mark_queued failed for %s: %s", job_id, exc, extra={"job_id": job_id})
+            return
+        if not ok:
+            log.debug("mark_queued skipped %s: already past accepted", job_id, extra={"job_id": job_id})
+
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        """End as cancelled a job whose cancel was requested and which nobody will run any more.
+
+        For a caller that knows no grant can follow: the holder asked to stop died, and Redis
+        removed the job (``cancel`` with ``settle``) or no longer has it. Safe whenever
+        ``cancel_requested`` is set, because a grant then refuses. Returns the cancelled
+        record; a job that finished anyway raises ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        attrs, ok = self._honour(job_id, "honour_cancel")
+        if ok and attrs is not None:
+            return self._record(attrs)
+        if attrs is None:
+            raise JobNotFound(f"no job {job_id}", job_id=job_id)
+        status = item_str(attrs, "status")
+        if status == JobState.CANCELLED:
+            return self._record(attrs)
+        if status in FINAL_STATES:
+            raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+        raise StoreError(f"honour_cancel: no cancel was requested for {job_id} ({status})", job_id=job_id)
+
+    def _honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
+        """The holder asked to stop never finished it (crashed, lease expired): cancel now.
+
+        A job that finished anyway (its holder wrote a result before seeing the request)
+        keeps its final state; it is still not run again.
+        """
+        now = self._now_ms()
+        request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                                condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
+                                values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
+                                        ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                                        ":leased": S(JobState.LEASED), **self._finish_values(now)},
+                                ReturnValues="ALL_NEW")
+        return self._update(operation, request)
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        job_id = validate_job_id(job_id)
+        for _ in range(5):  # the status may move between our two conditional writes
+            now = self._now_ms()
+            request = self._request(
+                job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+                condition="#st IN (:accepted, :queued)",
+                values={":cancelled": S(JobState.CANCELLED), ":accepted": S(JobState.ACCEPTED),
+                        ":queued": S(JobState.QUEUED), **self._finish_values(now)},
+                ReturnValues="ALL_NEW")
+            attrs, ok = self._update("request_cancel", request)
+            if ok and attrs is not None:
+                return self._record(attrs)
+            if attrs is None:
+                raise JobNotFound(f"no job {job_id}", job_id=job_id)
+            status = item_str(attrs, "status")
+            if status in FINAL_STATES:
+                raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
+            if status == JobState.LEASED:
+                # The holder sees the flag on its next heartbeat and stops; grant honours it too.
+                request = self._request(job_id, update="SET #cx = :true, #up = :now",
+                                        condition="#st = :leased",
+                                        values={":true": {"BOOL": True}, ":now": N(now),
+                                                ":leased": S(JobState.LEASED)},
+                                        ReturnValues="ALL_NEW")
+                attrs, ok = self._update("request_cancel", request)
+                if ok and attrs is not None:
+                    return self._record(attrs)
+        raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
+
+    def redrive(self, job_id: str) -> int:
+        """The jobs-table half of a redrive: mint the job's next redrive generation.
+
+        ``sluice.gateway.redrive`` calls this before it moves the job out of Redis's dead set with
+        the generation, which the next lease hands to the grant. The status stays as it is
+        until that grant (so a redrive whose Redis half fails changes nothing); the item
+        stops expiring (its token must survive until the job runs) and an earlier cancel
+        request is dropped (the operator's redrive supersedes it). Refused with
+        ``JobNotFound`` when the item is gone: its record expired (``retention_days``) and
+        with it the job's highest token, so a redrive would hand out tokens that were
+        already used; purge it and enqueue the work again under a new id. A cancelled or
+        succeeded job is ``AlreadyFinished``.
+        """
+        job_id = validate_job_id(job_id)
+        request = self._request(
+            job_id, update="ADD #rg :one SET #up = :now REMOVE #exp, #cx",
+            condition="attribute_exists(#id) AND NOT (#st IN (:cancelled, :succeeded))",
+            values={":one": N(1), ":now": N(self._now_ms()), ":cancelled": S(JobState.CANCELLED),
+                    ":succeeded": S(JobState.SUCCEEDED)},
+            ReturnValues="UPDATED_NEW")
+        attrs, ok = self._update("redrive", request)
+        if ok and attrs is not None:
+            return item_int(attrs, "redrive_gen")
+        if attrs is None:
+            raise JobNotFound(f"job {job_id} has no record in the jobs table: it expired after it ended "
+                              "(or the relay has not settled its ending yet); a redrive could hand out "
+                              "fencing tokens already used, so it is refused. Purge it and enqueue the "
+                              "work again under a new id", job_id=job_id)
+        status = item_str(attrs, "status")
+        raise AlreadyFinished(f"job {job_id} already {status}; a redrive cannot run it again",
+                              job_id=job_id, status=status)
+
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
+        """Cancel a job that may have no item yet (the gateway writes none on accept).
+
+        Creates a ``cancelled`` item when there is none; otherwise ``request_cancel``
+        (so a finished job raises AlreadyFinished and a leased one is flagged).
+        ``created_at_ms``: when the job was accepted, if known (0: now).
+        """
+        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        created = created_ms(created_at_ms)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInput("reason must be a non-empty string")
+        now = self._now_ms()
+        item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
+                "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
+                "finished_at_ms": N(now),
+                "last_error": S(truncate_error(reason)), "expires_at": N(now // 1000 + self.retention_s)}
+        if not self._put_new("cancel_unrecorded", item):
+            return self.request_cancel(job_id)
+        return self._record(item)
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
+
+        Applies only while the item is not final (a worker's own verdict, or a succeeded
+        result, always wins); creates the item if the relay's ``mark_queued`` never did.
+        Fenced like every write: only on the attempt that ended, that is while no newer
+        redrive generation than the entry's has been minted (``redrive_gen``) or granted
+        (``run_gen``). Minted counts, not only granted: a redrive that lands between the
+        relay's read of the settle set and this write has already put the job back in
+        Redis, and a job never granted since would otherwise end ``dead`` while it waits
+        (the job model found this). A job leaves Redis's dead set or comes back after a
+        cancel only through a redrive, so a newer grant within the same generation cannot
+        exist.
+        True if written, False if the item had already moved on.
+        """
+        job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
+        gen = generation(ended.redrive_gen or 0)
+        if ended.status not in (JobState.DEAD, JobState.CANCELLED):
+            raise InvalidInput(f"settle_ended takes dead or cancelled, not {ended.status.value}")
+        why = ended.last_error if ended.status is JobState.DEAD and ended.last_error else (
+            "the lease expired on the last attempt" if ended.status is JobState.DEAD
+            else "cancelled: the lease ended after a cancel request")
+        now = self._now_ms()
+        request = self._request(
+            job_id,
+            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
+                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
+                   "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
+            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
+                      "AND (attribute_not_exists(#run) OR #run <= :gen) "
+                      "AND (attribute_not_exists(#rg) OR #rg <= :gen)",
+            values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
+                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
+        _, ok = self._update("settle_ended", request)
+        return ok

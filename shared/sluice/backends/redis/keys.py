@@ -1,0 +1,132 @@
+"""The only place Redis key names are built.
+
+Every key of a queue carries the ``{queue}`` hash tag, so all of one queue's keys
+live in one cluster slot and a Lua script may touch any of them atomically.
+The registry of queue names is the one global key; it is advisory and written
+outside scripts, because a script may not span slots.
+
+Layout of queue ``q`` (docs/engine.md has the state machine):
+
+    sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
+                                   a attempts used; c cancel requested; err last error; g redrive generation
+    sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
+                                   (a job whose lease lapsed: that score - 2**43, the front of its band)
+    sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
+    sluice:{q}:leased       zset   score = lease deadline ms
+    sluice:{q}:tokens       hash   job id -> token of its current lease (present iff leased)
+    sluice:{q}:dead         zset   score = died-at ms
+    sluice:{q}:settle       zset   "dead:<g>:<id>" / "cancelled:<g>:<id>" (g: redrive generation), score =
+                                   when: endings (expiry into a final state, a cancel) the jobs table has
+                                   not been told yet (the relay settles them, fenced on g)
+    sluice:{q}:seq          string FIFO order and lease tokens (one INCRBY per lease call); when missing
+                                   (a new queue, a Redis loss) seeded from TIME in microseconds, so
+                                   lease tokens keep increasing across a loss (_lib.lua take_seq)
+    sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
+    sluice:{q}:bucket       hash   token-bucket state shared by every relay
+    sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
+    sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)
+    sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
+    sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
+                                   way since the key was made (counters only go up; stats.lua reads them)
+
+Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
+this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
+sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.core.models import validate_job_id, validate_queue_name
+
+PREFIX = "sluice"
+QUEUES_KEY = f"{PREFIX}:queues"
+EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (relay.recovery)
+
+
+def shard_epoch_key(tag: str) -> str:
+    """On a cluster, one primary's epoch key: ``tag`` is a hash tag whose slot is that primary's
+    (``recovery.shards.tag_in``)."""
+    return f"{EPOCH_KEY}:{{{tag}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    queue: str
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue)
+
+    @property
+    def base(self) -> str:
+        return f"{PREFIX}:{{{self.queue}}}"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}:job:{validate_job_id(job_id)}"
+
+    @property
+    def job_prefix(self) -> str:
+        """Scripts build job keys from ids they pop from a zset: same slot, same prefix."""
+        return f"{self.base}:job:"
+
+    @property
+    def ready(self) -> str:
+        return f"{self.base}:ready"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @property
+    def leased(self) -> str:
+        return f"{self.base}:leased"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def settle(self) -> str:
+        """zset of settle entries "<state>:<g>:<id>" (g: the job's redrive generation): an ending
+        (dead, or dropped after a cancel request) is recorded here in the same script, because no
+        worker is left to tell DynamoDB."""
+        return f"{self.base}:settle"
+
+    @property
+    def tokens(self) -> str:
+        """hash job id -> Redis token of its current lease; a field exists iff the job is leased
+        (one HMGET checks a whole batch of acks)."""
+        return f"{self.base}:tokens"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.base}:seq"
+
+    @property
+    def config(self) -> str:
+        return f"{self.base}:config"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.base}:bucket"
+
+    @property
+    def idle(self) -> str:
+        """zset worker id -> until when (ms) it waits for work: the relay counts them (stats.lua)."""
+        return f"{self.base}:idle"
+
+    @property
+    def wake(self) -> str:
+        """list of tokens, one per job pushed (push.lua, capped): a waiting worker BLPOPs it."""
+        return f"{self.base}:wake"
+
+    @property
+    def finished(self) -> str:
+        """hash succeeded / dead / cancelled -> jobs that ended that way (cumulative; only the scripts
+        that end a job add to it: ack, fail, cancel, reclaim). Readers take differences between two
+        reads, so nobody resets it, and a lost Redis (all zero again) shows as a drop."""
+        return f"{self.base}:finished"
+
+    def relayed(self, topic: str, partition: int) -> str:
+        return f"{self.base}:relayed:{topic}:{int(partition)}"

@@ -1,0 +1,332 @@
+-- _lib.lua: helpers shared by the scripts. Not a script itself: scripts.py pastes
+-- this file where a script says "--@include _lib.lua" (Lua code only, never
+-- Python values). Helpers take their keys as parameters; every key still comes
+-- from the calling script's KEYS.
+--
+-- A job is a small hash (few fields, so one HMGET serves a lease):
+--   p    payload JSON, stored as given (never decoded here)
+--   m    "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>" (priority is one digit;
+--        an enqueued_at_ms of 0 is replaced by the script's TIME)
+--   a    attempts used by leases that have ended (absent = 0); the running lease is
+--        attempt a + 1. Ack deletes the hash, so a is only written when a lease fails,
+--        expires or is redriven: a lease itself writes nothing to the job hash.
+--   c    "1" when a cancel was requested while the job was leased
+--   err  the last error
+--   g    redrive generation (absent = 0): set by redrive.lua to the generation the jobs
+--        table minted for that redrive; lease hands it to the worker, whose grant may
+--        leave a final item only for a newer generation (docs/store.md)
+-- A job's state is where its id is: ready or delayed (waiting), leased (and a field in
+-- the tokens hash holding its lease token), or dead.
+--
+-- Lease tokens come from the queue's seq counter (INCRBY once per lease call), so a
+-- job's lease tokens strictly increase, across a Redis data loss too (take_seq seeds a
+-- lost counter from TIME). DynamoDB mints the fencing token; its grant refuses a lease
+-- token below the one it last granted (docs/store.md). The same counter orders ready
+-- jobs FIFO within a priority.
+--
+-- Job keys are built as <job prefix> .. <job id>; the prefix is passed in KEYS and
+-- carries the {queue} hash tag, so every job key lives in the same cluster slot.
+--
+-- Error replies read "CODE text k=v ...": scripts.py maps CODE to a sluice.core.errors class.
+
+local BAND = 17592186044416          -- 2^44: ready score = (9 - priority) * BAND + seq
+local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its ready score - FRONT
+-- Bands stay apart while the jobs in ready at once took their seqs less than FRONT steps
+-- apart (the counter's value itself is large: take_seq seeds it from TIME).
+-- Limits; tests/unit/test_engine_lua.py checks they equal sluice.core.models' constants.
+local MAX_PRIORITY = 9
+local MAX_ATTEMPTS = 100
+local MIN_LEASE_MS = 10
+local MAX_LEASE_MS = 43200000
+local MAX_DELAY_MS = 604800000
+local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days is clamped, not refused
+local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
+-- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
+local RESERVED_PREFIX = 'sluice-'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A canonical integer in [lo, hi], or nil. Rejects "0x10", "1e3", " 5", "" and floats.
+local function int_in(v, lo, hi)
+  if type(v) ~= 'string' or #v > 16 or not string.match(v, '^%-?%d+$') then return nil end
+  local n = tonumber(v)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+local function invalid(what)
+  return redis.error_reply('INVALID_INPUT ' .. what)
+end
+
+-- The queue of a key, read from its {hash tag} (keys.py puts it in every key of a queue).
+local function queue_of(key)
+  local s, e = string.find(key, '%b{}')
+  if s then return string.sub(key, s + 1, e - 1) end
+  return nil
+end
+
+-- Whether `key` belongs to a reserved queue (Sluice's own).
+local function is_reserved(key)
+  local queue = queue_of(key)
+  return queue ~= nil and string.sub(queue, 1, #RESERVED_PREFIX) == RESERVED_PREFIX
+end
+
+-- nil when the queue of `key` is public, else the RESERVED_QUEUE error reply. Only
+-- enqueue_internal.lua writes jobs into a reserved queue.
+local function refuse_reserved(key)
+  if is_reserved(key) then
+    local queue = queue_of(key)
+    return redis.error_reply('RESERVED_QUEUE queue=' .. queue .. ' prefix=' .. RESERVED_PREFIX)
+  end
+  return nil
+end
+
+-- The queue's seq counter moved on by n (n >= 1); returns its new value, as INCRBY does.
+-- Every script takes seq through here, after it validated its input (seeding writes).
+--
+-- A counter that is missing (Redis lost its data, or the queue is new: INCRBY answers n)
+-- starts again from TIME in microseconds, not from 0. A lease token taken before a loss
+-- is then below every one taken after it, as long as the lost counter took fewer steps
+-- than microseconds passed between its seeding and the new one: fewer than a million a
+-- second on average (a job takes one per enqueue or promotion, lease and requeue), on a
+-- clock that did not go back across the loss. The jobs table's grant refuses a lease
+-- token below the one it last granted; without the seed a worker leased before a loss
+-- could grant after the job's new holder, whose token it shares or undercuts, and make
+-- that holder stale (docs/job-states.md, "preloss-worker-grants"). Seeded in 2026
+-- (1.8e15), every ready score stays below 2^53 (exact in a double) until about 2250.
+-- Reserved queues are not seeded: their lease tokens are the low 32 bits of the relay's
+-- owner tokens (sluice.relay.recovery.tracker.owner_token), which a recovery generation above
+-- them orders across a loss.
+local function take_seq(seqkey, n)
+  local v = redis.call('INCRBY', seqkey, n)
+  if v ~= n or is_reserved(seqkey) then return v end
+  local t = redis.call('TIME')
+  v = tonumber(t[1]) * 1000000 + tonumber(t[2]) + n
+  redis.call('SET', seqkey, string.format('%d', v))
+  return v
+end
+
+local function ready_score(priority, seq)
+  return (MAX_PRIORITY - priority) * BAND + seq
+end
+
+local function priority_of(meta)
+  return string.byte(meta, 1) - 48
+end
+
+local function max_attempts_of(meta)
+  return tonumber(string.match(meta, '^%d,(%d+)'))
+end
+
+-- Validate a job given as A[i..i+3]: id, payload, meta, run_at_ms (A: ARGV, or the records
+-- push.lua decoded from its one argument).
+-- Returns nil when valid, else an error reply. Jobs of one batch mostly share their
+-- "<priority>,<max_attempts>,<lease_ms>" head, so each distinct head is range-checked
+-- once per call (`heads`); enqueued_at_ms must be at most 13 digits (before 2286) and
+-- run_at_ms "0" needs no parsing: these checks run for every job of every push.
+local heads = {}
+local function check_job(A, i, now)
+  local id, payload, meta, run_at = A[i], A[i + 1], A[i + 2], A[i + 3]
+  if type(id) ~= 'string' or type(payload) ~= 'string' or type(meta) ~= 'string' then
+    return invalid('job')
+  end
+  if #id == 0 or #id > 128 or not string.match(id, '^[%w][%w_.%-]*$') then
+    return invalid('job id')
+  end
+  if #payload == 0 then return invalid('payload of ' .. id) end
+  local head, e = string.match(meta, '^(%d,%d%d?%d?,%d+),(%d+)$')
+  if not head or #e > 13 then return invalid('meta of ' .. id) end
+  if not heads[head] then
+    local ma, lm = string.match(head, '^%d,(%d+),(%d+)$')
+    ma, lm = tonumber(ma), tonumber(lm)
+    if ma < 1 or ma > MAX_ATTEMPTS or lm < MIN_LEASE_MS or lm > MAX_LEASE_MS then
+      return invalid('meta of ' .. id)
+    end
+    heads[head] = true
+  end
+  -- The caller bounded the delay on its own clock, which may be a little ahead of TIME:
+  -- refusing it here would refuse its whole batch, so up to MAX_SKEW_MS past the horizon is
+  -- accepted and create_jobs clamps it to TIME + 7 days. Beyond that it is nonsense.
+  if run_at ~= '0' and not int_in(run_at, 0, now + MAX_DELAY_MS + MAX_SKEW_MS) then
+    return invalid('run_at_ms of ' .. id)
+  end
+  return nil
+end
+
+-- Keys of the jobs at offsets `starts` of A that do not exist yet (and are not repeated
+-- within the batch), as a list of offsets. One EXISTS over the whole batch answers
+-- the common case (all new); only when some exist is each one looked up.
+local function new_jobs(A, prefix, starts)
+  local keys = {}
+  for k, i in ipairs(starts) do keys[k] = prefix .. A[i] end
+  local fresh, seen = {}, {}
+  local any = #keys > 0 and redis.call('EXISTS', unpack(keys)) > 0
+  for k, i in ipairs(starts) do
+    local id = A[i]
+    if not seen[id] and not (any and redis.call('EXISTS', keys[k]) == 1) then
+      fresh[#fresh + 1] = i
+    end
+    seen[id] = true
+  end
+  return fresh
+end
+
+-- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
+-- INCRBY of the sequence and one ZADD; delayed ones one ZADD, run-at at most 7 days from TIME.
+local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now)
+  local n_ready = 0
+  for _, i in ipairs(starts) do
+    if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
+  end
+  local seq = 0
+  if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
+  local rz, dz = {}, {}
+  for _, i in ipairs(starts) do
+    local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
+    if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
+    redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta)
+    if run_at <= now then
+      seq = seq + 1
+      rz[#rz + 1] = ready_score(priority_of(meta), seq)
+      rz[#rz + 1] = id
+    else
+      dz[#dz + 1] = run_at
+      dz[#dz + 1] = id
+    end
+  end
+  if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
+  if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
+end
+
+-- The body of enqueue.lua and enqueue_internal.lua, which differ only in which queues they
+-- accept: ARGV = n, then n x (id, payload, meta, run_at_ms). Validates every job before the
+-- first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
+local function enqueue_jobs(prefix, ready, delayed, seqkey)
+  local k = int_in(ARGV[1], 1, 1000)
+  if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
+
+  local now = now_ms()
+  local starts = {}
+  for r = 1, k do
+    local i = 4 * r - 2
+    local bad = check_job(ARGV, i, now)
+    if bad then return bad end
+    starts[r] = i
+  end
+
+  local fresh = new_jobs(ARGV, prefix, starts)
+  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now)
+  local added, out = {}, {}
+  for _, i in ipairs(fresh) do added[i] = true end
+  for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
+  return out
+end
+
+-- The settle-set member recording that job `id` (redrive generation `g`, a hash field
+-- value or false) ended in `state` with no worker left to tell the jobs table:
+-- "<state>:<g>:<id>". The relay fences its DynamoDB write on the generation (docs/store.md).
+local function settle_member(state, id, g)
+  return state .. ':' .. (g or '0') .. ':' .. id
+end
+
+-- Add to the queue's cumulative counts of jobs that left it for good (keys.finished: a hash
+-- succeeded / dead / cancelled). Only ever incremented; readers take differences between two
+-- reads, so reading never takes a count away from another reader.
+local function count_finished(finished, succeeded, dead, cancelled)
+  if succeeded > 0 then redis.call('HINCRBY', finished, 'succeeded', succeeded) end
+  if dead > 0 then redis.call('HINCRBY', finished, 'dead', dead) end
+  if cancelled > 0 then redis.call('HINCRBY', finished, 'cancelled', cancelled) end
+end
+
+-- Put one job back in ready at the end of its priority band.
+local function to_ready(ready, seqkey, id, priority)
+  local seq = take_seq(seqkey, 1)
+  redis.call('ZADD', ready, ready_score(priority, seq), id)
+end
+
+-- Put one job whose lease lapsed back in ready at the front of its priority band: it has
+-- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
+-- score is FRONT below the band's usual scores: ahead of every job of its band, behind
+-- every job of the higher bands (see FRONT), FIFO among reclaimed jobs.
+local function to_front(ready, seqkey, id, priority)
+  local seq = take_seq(seqkey, 1)
+  redis.call('ZADD', ready, ready_score(priority, seq) - FRONT, id)
+end
+
+-- Before leasing (and from reap): move due delayed jobs to ready, and end expired
+-- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
+-- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
+-- each per call, so one call never blocks the server for long. Returns expired, promoted.
+-- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
+local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit)
+  local promoted, expired = 0, 0
+  if limit <= 0 then return 0, 0 end
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+  if #due > 0 then
+    local seq = take_seq(seqkey, #due) - #due
+    local rz = {}
+    for k, id in ipairs(due) do
+      local meta = redis.call('HGET', prefix .. id, 'm')
+      if meta then
+        rz[#rz + 1] = ready_score(priority_of(meta), seq + k)
+        rz[#rz + 1] = id
+      end
+    end
+    if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
+    -- The due ids are exactly ranks 0..#due-1: the lowest run-at scores.
+    redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
+    promoted = #due
+  end
+  local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
+  if #gone > 0 then
+    local dz, sz, n_dead, n_cancelled = {}, {}, 0, 0
+    for _, id in ipairs(gone) do
+      local key = prefix .. id
+      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
+      if f[3] == '1' then
+        redis.call('DEL', key)
+        n_cancelled = n_cancelled + 1
+        sz[#sz + 1] = now
+        sz[#sz + 1] = settle_member('cancelled', id, f[4])
+      elseif f[2] then
+        local a = (tonumber(f[1]) or 0) + 1
+        redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
+        if a >= max_attempts_of(f[2]) then
+          dz[#dz + 1] = now
+          dz[#dz + 1] = id
+          n_dead = n_dead + 1
+          sz[#sz + 1] = now
+          sz[#sz + 1] = settle_member('dead', id, f[4])
+        else
+          to_front(ready, seqkey, id, priority_of(f[2]))
+        end
+      end
+    end
+    if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
+    count_finished(finished, 0, n_dead, n_cancelled)
+    -- No worker is left to tell the jobs table, which still says "leased": the relay will.
+    if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end
+    redis.call('HDEL', tokens, unpack(gone))
+    -- The expired ids are exactly ranks 0..#gone-1: the earliest deadlines.
+    redis.call('ZREMRANGEBYRANK', leased, 0, #gone - 1)
+    expired = #gone
+  end
+  return expired, promoted
+end
+
+-- Why `mine` (a token, as ARGV string) does not hold job `id`'s lease, given the
+-- current lease token `cur` (string, or false when the job is not leased).
+-- Returns nil when it does, else the error text "CODE job=<id> mine=<t> current=<t>".
+local function holder_error(id, mine, cur, job_key)
+  if cur == mine then return nil end
+  if not cur then
+    if redis.call('EXISTS', job_key) == 0 then return 'NOT_FOUND job=' .. id end
+    return 'LEASE_LOST job=' .. id .. ' mine=' .. mine
+  end
+  local code = 'LEASE_LOST'  -- a token never issued for this lease
+  if tonumber(mine) < tonumber(cur) then code = 'STALE_TOKEN' end
+  return code .. ' job=' .. id .. ' mine=' .. mine .. ' current=' .. cur
+end

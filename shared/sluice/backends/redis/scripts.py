@@ -1,0 +1,334 @@
+"""One typed method per Lua script in ``lua/``; Redis errors become ``sluice.core.errors``.
+
+Each ``.lua`` file is read once per process, when first used, and registered as a
+redis-py ``Script`` (EVALSHA, with one SCRIPT LOAD on NOSCRIPT). A line
+``--@include _lib.lua`` is replaced by that file's Lua source, so helpers are written
+once. Arguments are passed through ARGV, never pasted into the source.
+
+Scripts report failures as error replies ``CODE text k=v ...``; ``translate`` turns
+them into the exception for ``CODE`` with the ``k=v`` pairs as details (so
+``STALE_TOKEN mine=3 current=4`` becomes ``StaleToken(mine=3, current=4)``).
+Nothing here retries: a script whose reply was lost may have run, and running it again
+(an ack, a lease) is not harmless. Connection failures become ``BackendUnavailable``
+and the caller decides.
+
+Inputs are validated by ``engine.RedisQueue`` before they get here; the scripts
+validate again before their first write.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, NamedTuple
+
+import redis
+from redis.commands.core import Script
+
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core.errors import BackendUnavailable, RedisTopologyError, SluiceError, from_code
+from sluice.core.models import Extended, FinishedCounts, LeasedJob
+
+_INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
+# Server replies that mean "not now" rather than "wrong": safe to retry later.
+_UNAVAILABLE = ("READONLY", "LOADING", "MASTERDOWN", "OOM", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
+
+
+@cache
+def source(name: str) -> str:
+    """The Lua source of ``name`` (e.g. "lease.lua") with its includes pasted in."""
+    folder = resources.files("sluice.backends.redis") / "lua"
+    text = (folder / name).read_text(encoding="utf-8")
+    return _INCLUDE.sub(lambda m: (folder / m.group(1)).read_text(encoding="utf-8"), text)
+
+
+def _word(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_error(text: str, **extra: Any) -> SluiceError:
+    """``CODE text k=v ...`` -> the exception for CODE, with the k=v pairs as details."""
+    code, _, rest = text.partition(" ")
+    details: dict[str, Any] = {}
+    for word in rest.split():
+        key, eq, value = word.partition("=")
+        if eq:
+            details[key] = int(value) if value.lstrip("-").isdigit() else value
+    details.update(extra)
+    return from_code(code, f"{code}: {rest}" if rest else code, **details)
+
+
+# redis-py's cluster client raises RedisClusterException, which is not a RedisError: catch both.
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+_TO_CLUSTER = "use redis+cluster:// (rediss+cluster:// with TLS) for a cluster"
+
+
+def _topology(exc: Exception) -> SluiceError | None:
+    """A Redis URL that does not match the server's mode, or keys that span slots: a
+    ``RedisTopologyError`` naming it; None for anything else."""
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.AskError):  # MovedError too: a plain client at a cluster
+        return RedisTopologyError(f"Redis answered MOVED/ASK ({text}): the URL names one node of a "
+                                  f"cluster; {_TO_CLUSTER}")
+    if isinstance(exc, redis.exceptions.ClusterCrossSlotError) or "same slot" in text or "key slot" in text:
+        return RedisTopologyError(f"keys of one call hash to different cluster slots ({text}); every key "
+                                  "of a call must share its {queue} hash tag")
+    if "cluster support disabled" in text or "Cluster mode is not enabled" in text:
+        return RedisTopologyError(f"a redis+cluster:// URL names a Redis without cluster mode ({text}); "
+                                  "use redis:// (rediss://) for a single node")
+    if "slots are not covered" in text:
+        return RedisTopologyError(f"the Redis cluster leaves hash slots unassigned ({text}); assign every "
+                                  "slot, or check the configuration endpoint")
+    return None
+
+
+def translate(exc: Exception) -> SluiceError:
+    """A redis-py error (``REDIS_ERRORS``) as the ``sluice.core.errors`` exception it means."""
+    topology = _topology(exc)
+    if topology is not None:
+        return topology
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        return BackendUnavailable(f"redis cluster unavailable: {exc}")
+    if isinstance(exc, redis.exceptions.AuthenticationError):
+        return BackendUnavailable(f"redis refused the AUTH token (read again once): {exc}")
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return BackendUnavailable(f"redis unavailable: {exc}")
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.ResponseError):
+        # redis-py strips a known error code off the text (CLUSTERDOWN, READONLY, TRYAGAIN...) and
+        # keeps it as status_code: "CLUSTERDOWN Hash slot not served" reads "Hash slot not served".
+        status = getattr(exc, "status_code", None)
+        if status in _UNAVAILABLE:
+            return BackendUnavailable(f"redis refused: {status} {text}")
+        if text.startswith(_UNAVAILABLE) or "-OOM command not allowed" in text:  # the latter: in a script
+            return BackendUnavailable(f"redis refused: {text}")
+        return parse_error(text)
+    return SluiceError(f"redis error: {text}")
+
+
+class JobFields(NamedTuple):
+    """A validated job as the enqueue and push scripts take it (4 ARGV entries)."""
+
+    job_id: str
+    payload: str  # JSON
+    meta: str  # "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>", see lua/_lib.lua
+    run_at_ms: int
+
+
+_RECORDS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+PUSH_FIELDS = 6  # per record in push.lua's records argument
+
+
+def push_argv(owner_token: int, flat: list[str]) -> list[Any]:
+    """push.lua's ARGV: the owner token, the record count, and the records as one JSON array of
+    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen per record). One argument rather
+    than six per record: redis-py packs each argument in Python, which was most of a push's client CPU."""
+    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat)]
+
+
+class StatsReply(NamedTuple):
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int  # -1 when nothing is ready
+    now_ms: int
+    config: dict[str, str]
+    idle: int = 0  # workers waiting for work (idle.lua)
+    finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    pushed: int
+    skipped: int
+    offset: int  # the partition's stored relayed offset after the push
+
+
+class Scripts:
+    """The Lua scripts bound to one redis client. Methods take already-validated input."""
+
+    def __init__(self, client: redis.Redis[Any]) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {}
+
+    def _script(self, name: str) -> Script:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.client.register_script(source(name))
+        return script
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self._script(name)(keys=keys, args=args)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+
+    def _pipelined(self, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Several calls of one script in one round trip (no MULTI: each call is atomic on its
+        own); per call its reply, or its error translated. A NOSCRIPT reply (a restarted or
+        failed-over Redis) means that call did not run: the script is loaded and those calls
+        sent again. Raises, translated, when the round trip itself failed: then any call may
+        have run."""
+        if not calls:
+            return []
+        sha = self._script(name).sha  # type: ignore[attr-defined]  # redis-py has it; its stubs do not
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                # As a raw command: redis-py's cluster pipeline blocks its evalsha() method, not EVALSHA.
+                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+            try:
+                for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+                    replies[i] = reply
+                todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
+                if todo:
+                    self.client.execute_command("SCRIPT", "LOAD", source(name))
+            except REDIS_ERRORS as exc:
+                raise translate(exc) from exc
+            if not todo:
+                break
+        return [translate(r) if isinstance(r, REDIS_ERRORS) else r for r in replies]
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def enqueue(self, k: QueueKeys, jobs: Sequence[JobFields], *, internal: bool = False) -> list[bool]:
+        """``enqueue.lua`` (public queues only) or, ``internal``, ``enqueue_internal.lua``
+        (reserved queues only): the same job layout and reply."""
+        args: list[Any] = [len(jobs)]
+        for job in jobs:
+            args.extend(job)
+        reply = self._run("enqueue_internal.lua" if internal else "enqueue.lua",
+                          [k.job_prefix, k.ready, k.delayed, k.seq], args)
+        return [bool(x) for x in reply]
+
+    def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
+        reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
+                                        k.config, k.settle, k.finished], [n, lease_ms, reclaim_limit])
+        now, t0 = int(reply[0]), int(reply[1])
+        queue = k.queue
+        loads = json.loads
+        jobs = []
+        for k_th, i in enumerate(range(2, len(reply), 2), start=1):
+            job_id, used, meta, *gen = _word(reply[i]).split(" ")
+            priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
+            ms = lease_ms or own_lease_ms
+            jobs.append(LeasedJob(
+                job_id=job_id, queue=queue, payload=loads(reply[i + 1]), lease_token=t0 + k_th,
+                deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
+                priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms,
+                redrive_gen=int(gen[0]) if gen else 0))
+        return jobs
+
+    def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
+        reply = self._run("extend.lua", [k.job(job_id), k.leased, k.tokens], [job_id, token, lease_ms])
+        return Extended(deadline_ms=int(reply[0]), cancel_requested=bool(reply[1]))
+
+    def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
+        pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished], [pairs])
+        out: list[SluiceError | None] = [None] * len(jobs)
+        for i in range(1, len(reply), 2):
+            out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))
+        return out
+
+    def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
+             permanent: bool) -> str:
+        return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
+                                              k.seq, k.settle, k.finished],
+                               [job_id, token, error, retry_after_ms, int(permanent)]))
+
+    def release(self, k: QueueKeys, job_id: str, token: int) -> str:
+        return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle,
+                                                 k.finished],
+                               [job_id, token]))
+
+    def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
+        return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle,
+                                                k.finished], [job_id, int(settle)]))
+
+    def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
+        reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
+                                       k.settle, k.finished], [limit])
+        return int(reply[0]), int(reply[1])
+
+    def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
+        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle],
+                             [job_id or "", limit, generation]))
+
+    def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int]]) -> int:
+        args: list[Any] = []
+        for member, score in entries:
+            args += [member, score]
+        return int(self._run("settled.lua", [k.settle], args))
+
+    def purge(self, k: QueueKeys, limit: int) -> int:
+        return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))
+
+    def trim(self, k: QueueKeys, keep: int, max_age_ms: int, limit: int) -> tuple[int, int]:
+        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle], [keep, max_age_ms, limit])
+        return int(reply[0]), int(reply[1])
+
+    def register(self, registry: str, queue: str, limit: int) -> bool:
+        return bool(self._run("register.lua", [registry], [queue, limit]))
+
+    def stats(self, k: QueueKeys) -> StatsReply:
+        r = self._run("stats.lua",
+                      [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq,
+                       k.finished], [])
+        flat = [_word(x) for x in r[6]]
+        succeeded, dead, cancelled = (int(x or 0) for x in r[8])
+        return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
+                          dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
+                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled))
+
+    def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
+        """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the
+        number of waiting workers after the call."""
+        return int(self._run("idle.lua", [k.idle], [worker_id, ms]))
+
+    def config(self, k: QueueKeys, fields: Mapping[str, str]) -> int:
+        args: list[str] = []
+        for field, value in fields.items():
+            args += [field, value]
+        return int(self._run("config.lua", [k.config], args))
+
+    # --- relay --------------------------------------------------------------------------
+
+    def push(self, k: QueueKeys, topic: str, partition: int, owner_token: int,
+             records: Sequence[tuple[int, JobFields, int]]) -> PushResult:
+        """``records``: (offset, job, redrive generation or 0)."""
+        flat: list[str] = []
+        for offset, job, gen in records:
+            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen))
+        reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq,
+                                       k.wake], push_argv(owner_token, flat))
+        return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
+
+    def push_many(self, calls: Sequence[tuple[QueueKeys, str, int, Sequence[Any]]]
+                  ) -> list[PushResult | SluiceError]:
+        """``push.lua`` once per (keys, topic, partition, ARGV) in one round trip; per call its
+        result or the error that refused it (nothing of that call written)."""
+        replies = self._pipelined("push.lua", [
+            ([k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake], args)
+            for k, topic, partition, args in calls])
+        return [r if isinstance(r, SluiceError) else PushResult(pushed=int(r[0]), skipped=int(r[1]),
+                                                                  offset=int(r[2])) for r in replies]
+
+    def register_many(self, registry: str, queues: Sequence[tuple[str, int]]) -> list[bool | SluiceError]:
+        """``register.lua`` per (queue, limit), in one round trip; per queue its reply or error."""
+        replies = self._pipelined("register.lua", [([registry], [q, limit]) for q, limit in queues])
+        return [r if isinstance(r, SluiceError) else bool(r) for r in replies]
+
+    def rate(self, k: QueueKeys, wanted: int) -> int:
+        return int(self._run("rate.lua", [k.bucket, k.config], [wanted]))

@@ -1,0 +1,540 @@
+"""What happens to a job, as typed events on one synchronous bus.
+
+The worker, the finisher, the relay and the gateway's use cases emit these; observers
+(the JSONL history, the chaos probe and nemesis, metrics, logs) subscribe. Nothing
+wraps a port to watch it.
+
+Delivery is synchronous, on the emitting thread, in subscription order, before
+``emit`` returns. So a subscriber sees the adapter's state exactly as the emitter
+does, and it may block or stop the process at a named point: the chaos nemesis
+SIGKILLs on ``ResultWriting`` (before the write), ``Acking`` (before the ack) or
+``Pushed`` (after a push). A before-event (``*ing``) is emitted just before the call;
+the matching after-event carries the outcome and the call's wall-clock ``t0``/``t1``.
+
+Errors: an ``Exception`` raised by a subscriber is logged and swallowed, so an
+observer can never change what a production path does. Anything else
+(``BaseException``: ``SystemExit``, ``KeyboardInterrupt``) propagates, and a nemesis
+stops the process with a signal, never with an exception.
+
+Call outcomes are strings, the same words the history uses: ``ok``, ``written``,
+``already_written``, ``retry``, ``dead``; refused calls say ``rejected`` (stale fencing
+token), ``cancelled``, ``lost`` (the Redis lease is gone) or ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sluice.core.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
+
+log = logging.getLogger("sluice.core.bus")
+
+
+# Bound at import: an event's times are the machine's wall clock even where a chaos run skews
+# a process's ``time.time`` (``sluice_dev.chaos.skew``), so every observer's lines share one clock.
+_wall = time.time
+
+
+def wall() -> float:
+    """The machine's wall clock (never skewed): every event's times, and a call's ``t0``."""
+    return _wall()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Every event; ``at`` is the wall clock when it was emitted (the call's end for a call)."""
+
+    at: float = field(default_factory=wall)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallEnded(Event):
+    """A port call returned or raised: ``outcome`` as above, ``t0`` when it began."""
+
+    outcome: str
+    t0: float
+    error: str = ""
+
+
+# -- worker: Redis side ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leased(Event):
+    job: str
+    queue: str
+    lease: int  # the Redis lease token
+    attempt: int
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Renewed(CallEnded):
+    """A heartbeat's extend; ``outcome`` ok, or lost/rejected/error (the lease is gone or unknown)."""
+
+    job: str
+    queue: str
+    lease: int
+    deadline_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acking(Event):
+    """The result (or a cancel) is recorded in the store; the Redis ack is next."""
+
+    job: str
+    queue: str
+    lease: int
+    token: int  # the fencing token, 0 if none was granted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Acked(CallEnded):
+    job: str
+    queue: str
+    lease: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailReported(CallEnded):
+    """The job handed back to Redis after a failure; ``outcome`` says retry or dead when ok."""
+
+    job: str
+    queue: str
+    lease: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Released(CallEnded):
+    """A lease given back to Redis without using up an attempt."""
+
+    job: str
+    queue: str
+    lease: int
+
+
+# -- worker: the jobs table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Granted(CallEnded):
+    """A grant: ``token`` is the fencing token minted (None if refused)."""
+
+    job: str
+    queue: str
+    owner: str
+    token: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerStarted(Event):
+    """``queue_wait_ms``: from the enqueue to now (None if the job does not say when it was enqueued)."""
+
+    job: str
+    queue: str
+    token: int
+    attempt: int
+    lease: int = 0
+    queue_wait_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerEnded(Event):
+    """``outcome``: returned, raised or timed_out; ``stale_token``: it raised StaleToken (one of its
+    own fenced writes was refused)."""
+
+    job: str
+    queue: str
+    token: int
+    outcome: str
+    duration_ms: float
+    error: str = ""
+    stale_token: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultWriting(Event):
+    """The local lease check passed; the fenced result write is next."""
+
+    job: str
+    queue: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultWritten(CallEnded):
+    """The result write landed (``outcome`` written or already_written)."""
+
+    job: str
+    token: int
+    result: Any = field(default=None, repr=False)  # the value written (an observer may digest it)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultRefused(CallEnded):
+    """The result write was refused: ``current`` is the newer fencing token when rejected."""
+
+    job: str
+    token: int
+    current: int | None = None
+    result: Any = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FencedWrite(CallEnded):
+    """A handler's ``FencedTable`` write (``kind`` put, update or delete)."""
+
+    job: str
+    token: int
+    table: str
+    kind: str
+    current: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureRecorded(CallEnded):
+    """A failure record in the jobs table (``status`` queued, failed, dead or cancelled)."""
+
+    job: str
+    token: int
+    status: str
+    current: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantReleased(CallEnded):
+    """A granted lease given back in the jobs table."""
+
+    job: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseGone(Event):
+    """The worker learned that its Redis lease on the job is gone (taken over, lapsed, refused).
+
+    ``again``: the attempt already knew (its ``lease_lost`` was set), so this is the same loss
+    said once more; ``token`` is the fencing token if one was granted.
+    """
+
+    job: str
+    queue: str
+    lease: int
+    attempt: int
+    why: str
+    token: int | None = None
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished(Event):
+    """The worker finished one attempt (glossary: finish) with this verdict.
+
+    ``outcome`` is a ``runtime.outcomes.Outcome`` value: succeeded, retried, failed, dead,
+    cancelled, released, lease_lost or unsettled. ``detail``: the write's outcome for a success,
+    else why. Not emitted where a re-run ends on a verdict an earlier attempt wrote (the
+    stored result or failure stands): that attempt finished nothing new.
+    """
+
+    job: str
+    queue: str
+    lease: int
+    attempt: int
+    outcome: str
+    token: int | None = None
+    detail: str = ""
+    retry_after_ms: int | None = None
+
+
+# -- relay ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsRead(Event):
+    topic: str
+    partition: int
+    first: int
+    last: int
+    n: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pushed(CallEnded):
+    """Records ``first``..``last`` of one partition pushed into Redis under ``owner``."""
+
+    queue: str
+    topic: str
+    partition: int
+    owner: int
+    first: int
+    last: int
+    pushed: int = 0
+    skipped: int = 0
+    jobs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRead(Event):
+    """The relay read a queue's depths and config (every ``refresh_s``); ``t0`` when it began."""
+
+    queue: str
+    paused: bool
+    t0: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Committed(Event):
+    topic: str
+    partition: int
+    offset: int  # the next offset to read
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settled(Event):
+    """Redis endings copied into the jobs table: ``n`` settled of a queue."""
+
+    queue: str
+    n: int
+
+
+# -- relay incidents: rare turns of its state, which its metrics and logs observe ----------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Incident(Event):
+    """A rare event (a few per invocation at most): emitted whether or not anyone listens, and a
+    subscriber of incidents alone does not make a bus ``listening`` (no hot path builds more)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayStepFailed(Incident):
+    """A relay step raised; ``unexpected``: not a SluiceError (the relay restarts its partitions)."""
+
+    error: str
+    unexpected: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionLost(Incident):
+    """The relay stopped pushing ``partition``: a newer owner pushed, or its lease is gone."""
+
+    partition: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnershipJobRemoved(Incident):
+    """A job in the ownership queue that no relay enqueued was removed."""
+
+    job: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueHeld(Incident):
+    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs) or watermark (at
+    ``depth`` ready jobs); ``held`` True when it closed, False when it opened again."""
+
+    queue: str
+    gate: str
+    held: bool
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryGuard(Incident):
+    """Redis's memory crossed the push guard: ``on`` at ``percent`` of maxmemory, or off again."""
+
+    on: bool
+    percent: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchLimited(Incident):
+    """The dispatch budget granted fewer worker invocations than the queues wanted."""
+
+    wanted: int
+    granted: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PushFailed(Incident):
+    """One partition's push into ``queue`` raised something unexpected; its records stay pending
+    and the other partitions flow."""
+
+    partition: int
+    queue: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusWriteFailed(Incident):
+    """The relay's status writer could not mark ``jobs`` jobs queued (a status update only:
+    the grant moves them on regardless)."""
+
+    jobs: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchFailed(Incident):
+    queue: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replayed(Incident):
+    """Redis lost data (its epoch changed from ``old_epoch``): ``partition`` is replayed from
+    ``start`` (Kafka had committed ``committed``), skipping jobs already final."""
+
+    topic: str
+    partition: int
+    start: int
+    committed: int | None
+    old_epoch: str | None
+    epoch: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointFailed(Incident):
+    """A recovery checkpoint failed; it is only late: the next one is due in ``retry_in_s``."""
+
+    error: str
+    retry_in_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagMeasured(Incident):
+    """Records in Kafka not yet in Redis, the worst owned partition (every ``lag_every_s``)."""
+
+    lag: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueMeasured(Incident):
+    """The relay re-read a queue's stats (every ``refresh_s``, once per queue it visits): the
+    depths, the oldest ready job's age (None: nothing ready) and ``relayed``, the jobs it pushed
+    into the queue since the last measure. Periodic rather than rare, but one small event per
+    queue a second: an incident, so per-queue metrics (``queue_metrics``) build no hot-path events."""
+
+    queue: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+    relayed: int = 0
+
+
+# -- every path -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEnded(Event):
+    """A job reached a final state (succeeded, failed, dead, cancelled).
+
+    Emitted once per place that decides it: the worker (``source`` worker), the relay
+    copying what Redis ended (settle) and a cancel (cancel). ``redrive_gen`` tells
+    apart the endings of one job redriven; ``token`` is the fencing token (0 if none).
+    """
+
+    job: str
+    queue: str
+    state: str
+    source: str
+    redrive_gen: int = 0
+    token: int = 0
+    attempts: int = 0
+    created_at_ms: int = 0
+    ended_at_ms: int = 0
+
+
+# -- the bus --------------------------------------------------------------------------------------
+
+E = TypeVar("E", bound=Event)
+T = TypeVar("T")
+Subscriber = Callable[[Any], None]
+
+
+class EventBus:
+    """Synchronous, ordered delivery to subscribers; see the module's docstring for errors."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: tuple[tuple[tuple[type[Event], ...], Subscriber], ...] = ()
+        self._listening = False
+
+    def subscribe(self, callback: Callable[[E], None], *types: type[E]) -> Callable[[], None]:
+        """Call ``callback`` for each event of ``types`` (all events if none); returns an unsubscribe."""
+        entry: tuple[tuple[type[Event], ...], Subscriber] = (tuple(types) or (Event,), callback)
+        with self._lock:
+            self._set((*self._subs, entry))
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._set(tuple(s for s in self._subs if s is not entry))
+
+        return unsubscribe
+
+    def _set(self, subs: tuple[tuple[tuple[type[Event], ...], Subscriber], ...]) -> None:
+        self._subs = subs
+        self._listening = any(not all(issubclass(t, Incident) for t in types) for types, _ in subs)
+
+    @property
+    def listening(self) -> bool:
+        """True if anyone listens to more than incidents: a hot path may skip building events
+        nobody reads. (Incidents are emitted either way.)"""
+        return self._listening
+
+    def emit(self, event: Event) -> None:
+        for types, callback in self._subs:
+            if isinstance(event, types):
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("event subscriber %r failed on %s", callback, type(event).__name__)
+
+
+def outcome_of(exc: BaseException) -> str:
+    """How an event names a refused call (a history line uses the same word)."""
+    if isinstance(exc, StaleToken):
+        return "rejected"
+    if isinstance(exc, JobCancelled):
+        return "cancelled"
+    if isinstance(exc, LeaseLost | JobNotFound):
+        return "lost"
+    return "error"
+
+
+def error_text(exc: BaseException) -> str:
+    return str(exc)[:200]
+
+
+def timed(bus: EventBus, call: Callable[[], T], kind: type[CallEnded], fields: dict[str, Any], *,
+          ok: Callable[[T], str] = lambda _r: "ok", refused: type[CallEnded] | None = None,
+          details: Callable[[T], dict[str, Any]] | None = None) -> T:
+    """``call()``, then ``kind`` (or ``refused`` if it raised a SluiceError) with its outcome and times.
+
+    ``details`` adds fields taken from a result; ``current`` (the newer fencing token) is filled
+    in for a stale token where the event has it.
+    """
+    if not bus.listening:
+        return call()
+    t0 = _wall()
+    try:
+        result = call()
+    except SluiceError as exc:
+        cls = refused or kind
+        extra: dict[str, Any] = {}
+        if isinstance(exc, StaleToken) and "current" in cls.__dataclass_fields__:
+            extra["current"] = exc.current
+        bus.emit(cls(outcome=outcome_of(exc), t0=t0, error=error_text(exc), **fields, **extra))
+        raise
+    more = details(result) if details is not None else {}
+    bus.emit(kind(outcome=ok(result), t0=t0, **fields, **more))
+    return result

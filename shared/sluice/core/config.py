@@ -1,0 +1,189 @@
+"""Settings, parsed once from the environment (prefix ``SLUICE_``).
+
+Only ``Settings`` itself reads ``os.environ``: the composition root (``sluice.entry.root``)
+builds one with ``Settings.from_env`` and hands it to everything else.
+
+A plain pydantic model, not pydantic-settings' ``BaseSettings``: importing pydantic-settings
+(its sources, dotenv, argparse, pydantic dataclasses) cost every function's cold start about
+a fifth of ``import boto3`` (issue 14), for an environment of flat scalars that needs none of
+it. The behaviour is ``BaseSettings``' for these fields: a ``SLUICE_<FIELD>`` variable (any
+case) fills each field the caller does not pass, its string validated in pydantic's lax mode
+("4" is 4); keyword arguments win; other variables are ignored; defaults are validated.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+ENV_PREFIX = "sluice_"
+
+
+def _environ() -> dict[str, str]:
+    """The ``SLUICE_*`` variables, by field name (case-insensitive, as pydantic-settings matched)."""
+    return {k.lower().removeprefix(ENV_PREFIX): v for k, v in os.environ.items()
+            if k.lower().startswith(ENV_PREFIX)}
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, validate_default=True)
+
+    def __init__(self, **values: Any) -> None:
+        env = _environ()
+        super().__init__(**{**{k: v for k, v in env.items() if k in type(self).model_fields}, **values})
+
+    # Redis (ElastiCache in AWS). rediss:// for TLS; the AUTH token may come from Secrets Manager.
+    # redis+cluster:// or rediss+cluster:// for cluster mode (the configuration endpoint).
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0",
+                           pattern=r"(?i)^rediss?(\+cluster)?://[^/\s]+(/\d*)?(\?\S*)?$")
+    redis_auth_secret_arn: str | None = None
+
+    # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_security: Literal["plaintext", "iam"] = "plaintext"
+    kafka_topic: str = "sluice.jobs"
+    kafka_dead_letter_topic: str = "sluice.jobs.dlq"
+    kafka_partitions: int = Field(default=4, ge=1)
+    kafka_consumer_group: str = "sluice-relay"
+
+    # AWS. endpoint_url points every boto3 client at the moto server locally.
+    aws_region: str = "us-east-1"
+    aws_endpoint_url: str | None = None
+    lambda_endpoint_url: str | None = None  # local stack: its Lambda service (sluice_dev.local.lambdas)
+    jobs_table: str = "sluice-jobs"
+    idempotency_table: str = "sluice-idempotency"
+    results_bucket: str = "sluice-results"
+    large_result_bytes: int = Field(default=300_000, ge=1, le=390_000)
+    retention_days: int = Field(default=14, ge=1)
+    # Completion events (docs/events.md): the EventBridge bus, and the largest result carried in an
+    # event (larger ones are an S3 pointer).
+    events_bus_name: str = "sluice-events"
+    event_result_inline_bytes: int = Field(default=16 * 1024, ge=0, le=200_000)
+    # Progress (ctx.progress): at most one write per job per this many ms.
+    progress_every_ms: int = Field(default=1_000, ge=0)
+
+    # Gateway limits.
+    max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+    # Job ids verify themselves (sluice.core.ids: ULID.queue.HMAC), so the gateway answers GET for a job
+    # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
+    # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
+    # horizon (Kafka's retention: 7 days by default; capped at retention_days) is 404.
+    job_id_secret: SecretStr | None = None
+    job_id_secret_arn: str | None = None
+    # The key before the last rotation, still verified (sluice.core.ids key ids). With the ARN it is the
+    # secret's AWSPREVIOUS version; this setting gives it directly (local stacks, tests).
+    job_id_previous_secret: SecretStr | None = None
+    job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
+
+    # Limits that keep callers from filling Redis (docs/deploy.md, "Sizing Redis"). 0 = no limit.
+    # A queue's own max_delayed / max_dead in its Redis config override the two caps.
+    max_delayed_per_queue: int = Field(default=10_000, ge=0)  # gateway 429s / relay holds back beyond
+    max_dead_per_queue: int = Field(default=10_000, ge=0)  # the queue takes no more jobs at this depth
+    dead_keep_per_queue: int = Field(default=1_000, ge=0)  # trim: the newest this many dead jobs stay
+    dead_retention_hours: int = Field(default=72, ge=0)  # trim: dead jobs older than this go
+    max_queues: int = Field(default=1_000, ge=0)  # queue names the registry accepts
+    queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
+    redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.core.limits)
+    memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
+    queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
+    # Priorities above max_caller_priority are for operators only: principals (IAM user or role
+    # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
+    max_caller_priority: int = Field(default=9, ge=0, le=9)
+    operator_principals: str = ""
+
+    # Job defaults.
+    default_lease_seconds: int = Field(default=30, ge=1, le=43_200)
+    default_max_attempts: int = Field(default=5, ge=1, le=100)
+    # Deploy-time defaults (template.yaml parameters): retry backoff for policy.backoff_ms, and the
+    # relay's push rate for queues with no rate of their own in Redis (0 = unlimited).
+    retry_base_ms: int = Field(default=1_000, ge=1)
+    retry_cap_ms: int = Field(default=15 * 60 * 1000, ge=1)
+    default_rate_per_s: float = Field(default=0.0, ge=0.0)
+    default_burst: int = Field(default=0, ge=0)
+
+    # Worker runtime.
+    worker_concurrency: int = Field(default=1, ge=1, le=64)
+    worker_batch: int = Field(default=10, ge=1, le=1000)
+    heartbeat_fraction: float = Field(default=1 / 3, gt=0, lt=1)
+    lambda_margin_ms: int = Field(default=2_000, ge=0)
+    # How long a worker invocation draining one queue waits for new jobs once the queue is empty
+    # (woken at once by the relay's push), so a busy queue costs no invocation per job (docs/worker.md).
+    worker_linger_ms: int = Field(default=1_000, ge=0, le=60_000)
+    # A job is granted its fencing token only with this much lease left (policy.grant_margin_ms).
+    grant_margin_ms: int = Field(default=5_000, ge=0)
+    # The worker function's Timeout, which Lambda does not expose to its code: template.yaml passes
+    # it from the same parameter. Sets the invocation budget that handler timeouts must fit
+    # (policy.invocation_budget_ms); None (a long-running worker process) means no budget.
+    function_timeout_s: int | None = Field(default=None, ge=1, le=900)
+    worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
+    # The gateway function, which workers and the relay invoke directly to start children and
+    # release continuations (sluice.core.families); None: ctx.enqueue is refused with a ConfigError.
+    gateway_function_name: str | None = None
+    # Routes (sluice.core.routes): the table of queue -> worker function, empty = no routing (every queue
+    # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
+    routes_table: str = ""
+    # Schedules (sluice.core.schedules, issue 17): the table of schedules, empty = no schedule routes.
+    # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the gateway
+    # function (gateway_function_arn) through scheduler_role_arn; without them only the table is kept.
+    schedules_table: str = ""
+    scheduler_group: str = "default"
+    scheduler_role_arn: str = ""
+    gateway_function_arn: str = ""
+    route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
+    # A queue no route covers, once routes are known: refused at the gateway (404 NO_ROUTE), or
+    # sent to the default worker ("default").
+    unrouted_queues: Literal["refuse", "default"] = "refuse"
+    # The module whose `app` (a sluice.Worker) runs jobs. None by default: the examples (an HTTP
+    # caller, a table writer) run only where asked for (`sluice dev`, the demo).
+    handlers_module: str = "sluice.worker.no_handlers"
+    history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)
+
+    # Relay.
+    relay_batch: int = Field(default=500, ge=1)
+    relay_poll_ms: int = Field(default=200, ge=1)
+    # The longest the broker holds the relay's fetch while its partitions have nothing new (Kafka's
+    # default: 500 ms). kafka-python keeps one fetch in flight per broker, leaving out partitions
+    # whose records it still holds, so the partition being worked through is fetched again only
+    # after that fetch returns: at 500 ms a backlog on one partition, its broker's others idle,
+    # drained at 8-10k jobs/s (15-16k at 100), and each bench_relay run ended in a 500 ms wait
+    # (docs/relay.md). An idle relay sends a fetch per broker this often (MSK Serverless allows
+    # 15,000 requests a second per cluster); new records end the wait at once.
+    relay_fetch_max_wait_ms: int = Field(default=100, ge=1, le=10_000)
+    relay_stop_before_ms: int = Field(default=5_000, ge=0)
+    relay_partition_groups: int = Field(default=1, ge=1)  # relays started at once; each takes its share
+    # Worker invocations one relay starts per second across all queues (token bucket; 0 = only the
+    # per-queue cap of 50 a tick), so many queues with backlogs cannot exhaust Lambda concurrency.
+    dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
+    dispatch_budget_burst: int = Field(default=50, ge=0)
+
+    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 10 custom metrics a queue, $0.30 each a
+    # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,
+    # else the first metrics_queue_cap queues a process sees. metrics_queue_cap 0 turns them off.
+    metrics_queues: str = ""
+    metrics_queue_cap: int = Field(default=50, ge=0, le=10_000)
+
+    def metrics_queue_names(self) -> frozenset[str] | None:
+        """The queues that may get per-queue metrics (still at most ``metrics_queue_cap`` of
+        them, ``queue_metrics.QueueBound``), or None for any."""
+        names = frozenset(n.strip() for n in self.metrics_queues.split(",") if n.strip())
+        return names or self.allowed_queues()
+
+    def allowed_queues(self) -> frozenset[str] | None:
+        """The operator's allow-list, or None when any (valid) name may be used."""
+        names = frozenset(n.strip() for n in self.queue_allow_list.split(",") if n.strip())
+        return names or None
+
+    @field_validator("redis_url")
+    @classmethod
+    def _cluster_has_database_0_only(cls, url: str) -> str:
+        scheme, _, rest = url.partition("://")
+        database = rest.partition("?")[0].partition("/")[2]
+        if scheme.lower().endswith("+cluster") and database not in ("", "0"):
+            raise ValueError(f"a Redis cluster has database 0 only, not {database} ({url})")
+        return url
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls()

@@ -1,0 +1,313 @@
+"""Every failure Sluice reports, under one base class.
+
+Adapters (redis, DynamoDB, Kafka) translate their client libraries' errors into
+these, so that nothing above the adapter layer ever catches a botocore or redis
+exception. Lua scripts report failures as error replies whose first word is a
+code from ``ERROR_CODES``; ``from_code`` turns such a reply into the exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class SluiceError(Exception):
+    """Base of every Sluice error. ``code`` is stable and machine-readable.
+
+    Raised with no message, the error says its ``template`` filled from its details (``{name!r}``
+    from ``name=...``), or else its docstring.
+    """
+
+    code = "SLUICE_ERROR"
+    template: ClassVar[str] = ""
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self._message(details))
+        self.details = details
+
+    @classmethod
+    def _message(cls, details: dict[str, Any]) -> str:
+        if cls.template:
+            try:
+                return cls.template.format_map(details)
+            except (KeyError, IndexError, ValueError):  # a detail it names is missing: say the rest
+                pass
+        return cls.__doc__ or cls.code
+
+
+class InvalidInput(SluiceError, ValueError):
+    """The caller passed a value that Sluice refuses; nothing was written."""
+
+    code = "INVALID_INPUT"
+
+
+class PayloadTooLarge(InvalidInput):
+    """The request body or a job payload is larger than the configured limit."""
+
+    code = "PAYLOAD_TOO_LARGE"
+    status: ClassVar[int] = 413
+
+
+class InvalidQueueName(InvalidInput):
+    """A queue name outside ``models.QUEUE_NAME_PATTERN``."""
+
+    code = "INVALID_QUEUE"
+
+
+class ReservedQueue(InvalidQueueName):
+    """Queue names starting with ``sluice-`` belong to Sluice's internal queues."""
+
+    code = "RESERVED_QUEUE"
+
+
+class JobNotFound(SluiceError, LookupError):
+    """No job with that id exists (or it has expired)."""
+
+    code = "NOT_FOUND"
+
+
+class JobExists(SluiceError):
+    """A job with that id already exists with different content."""
+
+    code = "JOB_EXISTS"
+
+
+class LeaseLost(SluiceError):
+    """The caller no longer holds the job's lease (expired, taken over, or released)."""
+
+    code = "LEASE_LOST"
+
+
+class StaleToken(LeaseLost):
+    """A newer fencing token exists for this job; the write was refused.
+
+    Carries both tokens so the log line can say exactly how far behind the writer was.
+    """
+
+    code = "STALE_TOKEN"
+    template = "stale fencing token {mine} (current is {current})"
+
+    def __init__(self, message: str = "", *, mine: int | None = None, current: int | None = None,
+                 **details: Any) -> None:
+        super().__init__(message, mine=mine, current=current, **details)
+        self.mine, self.current = mine, current
+
+
+class JobCancelled(SluiceError):
+    """The job was cancelled."""
+
+    code = "CANCELLED"
+
+
+class WaitTimedOut(SluiceError, TimeoutError):
+    """A wait for a job to end gave up: the job had not ended when the timeout passed."""
+
+    code = "WAIT_TIMEOUT"
+
+
+class AlreadyFinished(SluiceError):
+    """The job already reached a final state (succeeded, dead or cancelled)."""
+
+    code = "ALREADY_FINISHED"
+
+
+class RedriveRaced(SluiceError):
+    """A redrive appended the job's record to Kafka, then found the job gone from Redis's dead set
+    (purged, trimmed or redriven meanwhile): the relay brings it back from that record if Redis no
+    longer holds it, so the redrive may still take effect (``sluice.gateway.redrive``)."""
+
+    code = "REDRIVE_RACED"
+
+
+class QueuePaused(SluiceError):
+    """The queue is paused."""
+
+    code = "PAUSED"
+
+
+class QueueFull(SluiceError):
+    """The queue is at one of its caps (delayed or dead jobs) or Redis is near full; retry later.
+
+    ``details["retry_after_s"]`` says when the gateway's view of the queue is next refreshed."""
+
+    code = "QUEUE_FULL"
+
+
+class QueueNotAllowed(SluiceError):
+    """The queue is not on the operator's allow-list, or is new and the registry is at its limit."""
+
+    code = "QUEUE_NOT_ALLOWED"
+
+
+class StoreError(SluiceError):
+    """The job store failed in a way that is neither fencing nor not-found."""
+
+    code = "STORE_ERROR"
+
+
+class BackendUnavailable(SluiceError):
+    """A backing service (Redis, Kafka, DynamoDB, S3) could not be reached; safe to retry."""
+
+    code = "UNAVAILABLE"
+
+
+class IdempotencyConflict(SluiceError):
+    """The idempotency key was reused with a different request body."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class InProgress(SluiceError):
+    """An identical request with the same idempotency key is still being processed."""
+
+    code = "IN_PROGRESS"
+
+
+class HandlerNotFound(SluiceError):
+    """No handler is registered for the job's queue."""
+
+    code = "NO_HANDLER"
+
+
+class PriorityNotAllowed(SluiceError):
+    """The priority is above what this caller may use; operators (an allow-list of principals) may."""
+
+    code = "PRIORITY_NOT_ALLOWED"
+
+
+class ConfigError(SluiceError):
+    """The deployment's configuration is missing or inconsistent; the component refuses to start."""
+
+    code = "CONFIG_ERROR"
+
+
+class RedisTopologyError(ConfigError):
+    """The Redis URL does not match the server: a cluster URL at a single node, a single-node
+    URL at a cluster (a MOVED reply), hash slots left unassigned, or keys across slots."""
+
+    code = "REDIS_TOPOLOGY"
+
+
+class HandlerDoesNotFit(ConfigError):
+    """A handler's hard timeout is longer than the worker function's invocation budget: no
+    invocation could ever lease its jobs. The worker refuses to start rather than lease nothing."""
+
+    code = "HANDLER_DOES_NOT_FIT"
+
+
+class TooManyChildren(InvalidInput):
+    """A parent asked for more children than one job may have (``flows.MAX_CHILDREN``)."""
+
+    code = "TOO_MANY_CHILDREN"
+
+
+class FamilyConflict(InvalidInput):
+    """A continuation's key was used again with other children (a handler that is not deterministic)."""
+
+    code = "FAMILY_CONFLICT"
+
+
+class RouteConflict(InvalidInput):
+    """Another owner already routes this queue (or a pattern that overlaps it)."""
+
+    code = "ROUTE_CONFLICT"
+
+
+class InvalidSchema(InvalidInput):
+    """A typed queue's schema is not a valid JSON Schema."""
+
+    code = "INVALID_SCHEMA"
+
+
+class UnknownFunction(InvalidInput):
+    """A route names a worker function that does not exist."""
+
+    code = "UNKNOWN_FUNCTION"
+
+
+class NoRoute(InvalidInput):
+    """No deployed worker handles this queue: the gateway refuses its jobs (404)."""
+
+    code = "NO_ROUTE"
+
+
+class PayloadInvalid(InvalidInput):
+    """A typed queue's payload does not validate against the queue's JSON Schema (400).
+
+    ``details["errors"]``: (JSON pointer into the request, message, batch index or None) per failure."""
+
+    code = "PAYLOAD_INVALID"
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule whose name, expression or queue Sluice refuses; nothing was written."""
+
+    code = "INVALID_SCHEDULE"
+
+
+class ScheduleTooFrequent(InvalidSchedule):
+    """A schedule that would fire more often than once a minute."""
+
+    code = "SCHEDULE_TOO_FREQUENT"
+
+
+class UnsupportedSchedule(InvalidSchedule):
+    """A valid EventBridge Scheduler expression using a feature Sluice does not compute (L, W, #)."""
+
+    code = "UNSUPPORTED_SCHEDULE"
+
+
+class ScheduleNotFound(SluiceError, LookupError):
+    """No schedule with that name."""
+
+    code = "SCHEDULE_NOT_FOUND"
+    template = "no schedule named {name!r}"
+
+
+class ScheduleExists(SluiceError):
+    """A schedule with that name exists already; delete it first to change it."""
+
+    code = "SCHEDULE_EXISTS"
+    template = "a schedule named {name!r} exists; delete it first"
+
+
+class NotOperator(SluiceError):
+    """The caller is not an operator: the operator API (``/v1/admin/...``) is refused (403)."""
+
+    code = "NOT_OPERATOR"
+
+
+class BadBody(InvalidInput):
+    """The request body is not acceptable JSON; nothing was written."""
+
+    code = "BAD_BODY"
+    status: ClassVar[int] = 400
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body must be sent as application/json (UTF-8)."""
+
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    status: ClassVar[int] = 415
+
+
+# Every error a caller can get back by its code: from a Lua script's error reply, or from the
+# gateway's problem document (``code``), which the client turns back into the same type. A
+# test checks that every error the gateway answers with a status of its own is here.
+ERROR_CODES: dict[str, type[SluiceError]] = {
+    cls.code: cls
+    for cls in (
+        SluiceError, InvalidInput, InvalidQueueName, ReservedQueue, JobNotFound, JobExists, LeaseLost,
+        StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
+        BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
+        PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
+        NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
+        ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType,
+    )
+}
+
+
+def from_code(code: str, message: str = "", **details: Any) -> SluiceError:
+    """Build the exception for a stable error code; unknown codes become SluiceError."""
+    cls = ERROR_CODES.get(code, SluiceError)
+    return cls(message or code, **details)

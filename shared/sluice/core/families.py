@@ -1,0 +1,262 @@
+"""Jobs that start jobs: children, continuations, and the countdown between them (docs/flows.md).
+
+A handler calls ``ctx.enqueue(queue, payload, key=...)`` or ``ctx.enqueue_many([...], then=...)``.
+The worker holds neither the job id key nor a producer on the jobs topic (team code runs there),
+so it asks the gateway function, over a direct Lambda invoke, with the parent's id and its
+fencing token (``FamilyRequest``). The gateway's use case (``api.Api.enqueue_children``) checks
+that the parent is leased under that token, derives each child's id from the parent's id and the
+child's key (``ids.derive``), runs every check a caller's enqueue runs, and appends the children.
+
+A continuation waits in the jobs table (``store/families.py``) until each of its children has
+ended. ``Countdown`` subscribes to ``events.JobEnded`` wherever jobs end (the worker, the relay's
+settle, a cancel), counts each child once, and when the count reaches 0 asks the gateway to
+release the continuation (``api.Api.release_continuation``), which appends its Kafka record.
+That is the fast path; the jobs table's stream is the durable one: ``Countdown.recount`` runs the
+same step for each stream record that makes a child final (the countdown function, and
+``sluice dev``'s stream poller), so a process that dies between a child's final write and its
+countdown leaves the family counted all the same (docs/flows.md, Failure).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sluice.backends.dynamodb.codec import item_int, item_str
+from sluice.core.bus import EventBus, JobEnded, ResultWritten
+from sluice.core.errors import SluiceError
+from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
+from sluice.core.wire import EnqueueRequest
+from sluice.streams.completion.model import final_image
+
+log = logging.getLogger("sluice.core.families")
+
+RELEASE_TRIES: Final = 3
+MAX_CHILDREN: Final = 1_000  # children one job may start, continuations' children included
+MAX_REQUEST_BYTES: Final = 6_000_000  # a synchronous Lambda invoke's payload limit (6 MB), less room
+INTERNAL: Final = "sluice_internal"  # the key of the gateway's direct-invoke events (never from API Gateway)
+
+
+class ChildRequest(EnqueueRequest):
+    """One child: the queue, its key (unique among its parent's children) and an enqueue's fields."""
+
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
+    key: str = Field(description="1..64 printable ASCII characters, unique among the parent's children.")
+
+
+class ThenRequest(EnqueueRequest):
+    """The continuation: runs once after every child of the same request has ended."""
+
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
+    key: str = "then"
+
+
+class FamilyRequest(BaseModel):
+    """The worker's request to the gateway function: start ``jobs`` (and ``then``) as children."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    sluice_internal: Literal["enqueue_children"] = "enqueue_children"
+    parent_id: str = Field(pattern=JOB_ID_PATTERN)
+    token: int = Field(ge=1)
+    jobs: list[ChildRequest] = Field(default_factory=list)
+    then: ThenRequest | None = None
+
+
+class ReleaseRequest(BaseModel):
+    """Append a continuation whose children have all ended (idempotent)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    sluice_internal: Literal["release"] = "release"
+    continuation: str = Field(pattern=JOB_ID_PATTERN)
+
+
+class FamilyAccepted(BaseModel):
+    job_ids: list[str]
+    continuation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewChild:
+    """A child's item as the gateway creates it (``store.families.Families.record_children``)."""
+
+    job_id: str
+    queue: str
+    created_at_ms: int
+    slot: int = 0  # its place among its family's children (the countdown's idempotency key)
+
+
+Slot = tuple[str, int]  # a child's continuation, and its place among that continuation's children
+
+
+@dataclass(frozen=True, slots=True)
+class ChildState:
+    """What the gateway reads of a child's item before starting it (again)."""
+
+    status: str
+    continuation: str | None
+    slot: int
+
+
+class Gatekeeper(Protocol):
+    """The gateway's family entry as the worker and the relay reach it (``runtime.children``)."""
+
+    def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted: ...
+
+    def release(self, continuation: str) -> None: ...
+
+
+class FamilyReads(Protocol):
+    """What the countdown needs of the jobs table (``store.families.Families``)."""
+
+    def continuation_of(self, job_id: str) -> Slot | None: ...
+
+    def count_down(self, continuation: str, slot: int) -> int | None: ...
+
+    def unreleased(self, continuation: str) -> bool:
+        """True if every child was counted and the continuation was not appended yet."""
+        ...
+
+
+class Countdown:
+    """Counts a child's ending on its continuation, and releases the continuation at 0.
+
+    Subscribed to ``JobEnded``; every emitter (worker, settle, cancel) gets it. The count is
+    idempotent per child (``count_down``), so a job that ends twice (a redrive, two emitters)
+    counts once, and a continuation is released when its last child is counted, and only then.
+    The release is tried ``RELEASE_TRIES`` times; a continuation left at 0 unreleased is released
+    again by the stream's ``recount`` retrying the record, by any later ending of one of its
+    children (a redrive, a repeated event) and by a re-run of its parent (docs/flows.md, Failure).
+    A process that dies between a child's final write and ``on_ended`` is covered by ``recount``
+    on that write's stream record: the fast path may be lost, the stream's never is. It never
+    runs twice: ``release_continuation`` appends it only until ``mark_released``, and its id is
+    fixed.
+    """
+
+    def __init__(self, store: FamilyReads, release: Callable[[str], object], *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store, self.release, self._sleep = store, release, sleep
+
+    def subscribe(self, bus: EventBus) -> Callable[[], None]:
+        ended = bus.subscribe(self.on_ended, JobEnded)
+        rerun = bus.subscribe(self.on_rewritten, ResultWritten)
+
+        def unsubscribe() -> None:
+            ended()
+            rerun()
+
+        return unsubscribe
+
+    def on_rewritten(self, event: ResultWritten) -> None:
+        """A re-run found its result already written (``already_written``: no ``JobEnded``): its
+        first run may have died between its write and its countdown, so count it (once, as ever)."""
+        if event.outcome == "already_written":
+            self.on_ended(JobEnded(job=event.job, queue="", state="succeeded", source="worker"))
+
+    def on_ended(self, event: JobEnded) -> None:
+        found = self.store.continuation_of(event.job)
+        if found is not None:
+            self.count(*found)
+
+    def count(self, continuation: str, slot: int) -> bool:
+        """Count the child in ``slot``, releasing the continuation at 0: False if that release
+        failed (the stream's path retries the record then), True otherwise."""
+        remaining = self.store.count_down(continuation, slot)
+        if remaining == 0 or (remaining is None and self.store.unreleased(continuation)):
+            log.info("every child of %s has ended: releasing it", continuation)
+            return self._release(continuation)
+        return True
+
+    def recount(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
+        """The durable path: count each child a stream record makes final (``ended_child``).
+
+        The same step as ``on_ended``, so a child the fast path counted already costs one refused
+        conditional write and one read, and a repeated record counts nothing. Returns the sequence
+        numbers to retry (``completion.publish.batch_failures``): a record whose count or release
+        failed is delivered again, until the continuation is released.
+        """
+        failed: list[str] = []
+        for record in records:
+            found = ended_child(record)
+            if found is None:
+                continue
+            try:
+                ok = self.count(*found)
+            except SluiceError as exc:
+                log.warning("countdown of %s on %s failed: %s", found[1], found[0], exc)
+                ok = False
+            if not ok:
+                failed.append(str((record.get("dynamodb") or {}).get("SequenceNumber", "")))
+        return failed
+
+    def _release(self, continuation: str) -> bool:
+        for attempt in range(RELEASE_TRIES):
+            try:
+                self.release(continuation)
+                return True
+            except SluiceError as exc:
+                if attempt == RELEASE_TRIES - 1:
+                    log.error("could not release continuation %s: %s; the stream's countdown retries "
+                              "it, and a later ending of one of its children, or a re-run of its "
+                              "parent, releases it", continuation, exc)
+                    return False
+                self._sleep(0.2 * 2 ** attempt)
+        return False
+
+
+def ended_child(record: Mapping[str, Any]) -> Slot | None:
+    """The continuation and slot of the child a jobs-table stream record makes final, or None
+    (not a final transition, or a job with no continuation). Pure: the record's new image names
+    both, as the child's item has since the gateway created it."""
+    new = final_image(record)
+    if new is None:
+        return None
+    then = item_str(new, "continuation")
+    return None if then is None else (then, item_int(new, "family_slot"))
+
+
+def family_event(event: Any) -> FamilyRequest | ReleaseRequest | None:
+    """The gateway's direct-invoke event, or None for anything else (an API Gateway proxy event)."""
+    if not isinstance(event, dict) or INTERNAL not in event or "httpMethod" in event:
+        return None
+    if event[INTERNAL] == "release":
+        return ReleaseRequest.model_validate(event)
+    return FamilyRequest.model_validate(event)
+
+
+def keys_unique(jobs: Sequence[ChildRequest]) -> str | None:
+    seen: set[str] = set()
+    for job in jobs:
+        if job.key in seen:
+            return job.key
+        seen.add(job.key)
+    return None
+
+
+class FamilyStore(FamilyReads, Protocol):
+    """The jobs table's family writes (``store.families.Families``), as the gateway's use case uses them."""
+
+    def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
+              limit: int) -> None: ...
+
+    def record_children(self, parent_id: str, children: Sequence[NewChild],
+                        continuation: str | None) -> None: ...
+
+    def start_family(self, continuation: str, queue: str, parent_id: str, child_ids: Sequence[str],
+                     spec_json: str, created_at_ms: int) -> Any: ...
+
+    def family(self, continuation: str) -> Any: ...
+
+    def waits_for(self, continuation: str) -> list[str]: ...
+
+    def mark_released(self, continuation: str) -> bool: ...
+
+    def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]: ...

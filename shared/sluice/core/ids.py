@@ -1,0 +1,227 @@
+"""Job ids the gateway can verify without a database: ``<ULID>.<queue>.<mac>``.
+
+The gateway answers 202 as soon as Kafka acknowledged a job, before any status item
+exists in DynamoDB (the relay creates it). ``GET /v1/jobs/{id}`` must still work at
+once, and must not say ``accepted`` for an id the gateway never issued. So each id
+carries its own proof:
+
+- ``ULID``: 26 Crockford base32 characters, 48-bit millisecond time + 80 random bits.
+  Ids sort by acceptance time, and the random tail spreads them over Kafka partitions
+  and DynamoDB. The time is also when the job was accepted.
+- ``queue``: the queue the job was enqueued on. Queue names cannot contain ``.``, so
+  the id splits unambiguously into three parts.
+- ``mac``: one Crockford character naming the key (its key id, ``key_id``), then
+  HMAC-SHA256 with that key over ``<ULID>.<queue>.<key id>``, truncated to 80 bits (16
+  Crockford characters). Forging one takes about 2**80 guesses online.
+
+The key id lets the key rotate with two keys live: the gateway mints with the current key
+and verifies with the current and the previous one, so ids minted before a rotation keep
+verifying (GET, cancel, the relay's check) until they leave Kafka's retention. The key id
+is derived from the key itself (no registry to keep in step with Secrets Manager); two keys
+that happen to share one are both tried. The key id sits inside the mac segment, so the
+id keeps its ``<ULID>.<queue>.<mac>`` shape, which per-queue IAM policies rely on.
+
+Ids minted before key ids existed (a bare 16-character mac over ``<ULID>.<queue>``) are
+verified against every key, so an upgrade does not orphan the ids still in Kafka.
+
+``verify`` returns the queue and the acceptance time of an id minted with one of the
+keys, or None for anything else (a forged or truncated mac, another queue, a bare ULID,
+an id of any other shape). The longest id is 26 + 1 + 64 + 1 + 17 = 109 characters,
+inside ``models.validate_job_id``'s 128. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final, NamedTuple
+
+from sluice.core.models import QUEUE_NAME_RE
+
+CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_VALUE: Final = {c: i for i, c in enumerate(CROCKFORD)}
+ULID_LENGTH: Final = 26
+MAC_LENGTH: Final = 16  # 80 bits
+KEY_ID_LENGTH: Final = 1  # one Crockford character: 32 key ids
+_MAC_BYTES: Final = MAC_LENGTH * 5 // 8
+MIN_KEY_BYTES: Final = 16
+
+
+class Minted(NamedTuple):
+    """What a verified id says about itself."""
+
+    queue: str
+    accepted_at_ms: int
+
+
+_FROM_RFC4648: Final = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", CROCKFORD.encode("ascii"))
+
+
+def _base32(value: int, length: int) -> str:
+    """``value`` as ``length`` Crockford digits, most significant first.
+
+    Through the C base32 encoder (the gateway mints one id per job, so this is hot):
+    the value is left-aligned to whole 40-bit groups, encoded, and translated.
+    """
+    bits = 5 * length
+    padded = -(-bits // 40) * 40
+    raw = (value << (padded - bits)).to_bytes(padded // 8, "big")
+    return base64.b32encode(raw)[:length].translate(_FROM_RFC4648).decode("ascii")
+
+
+def ulid(now_ms: int, entropy: bytes | None = None) -> str:
+    """48-bit millisecond time + 80 random bits, 26 Crockford base32 characters."""
+    rand = entropy if entropy is not None else os.urandom(10)
+    return _base32(((now_ms & (2**48 - 1)) << 80) | int.from_bytes(rand[:10], "big"), ULID_LENGTH)
+
+
+def ulid_time_ms(text: str) -> int | None:
+    """The millisecond time of a ULID, or None if ``text`` is not one (upper-case Crockford)."""
+    if len(text) != ULID_LENGTH or text[0] > "7":  # 26 characters hold 130 bits; a ULID has 128
+        return None
+    value = 0
+    for char in text[:10]:
+        digit = _VALUE.get(char)
+        if digit is None:
+            return None
+        value = value << 5 | digit
+    if any(char not in _VALUE for char in text[10:]):
+        return None
+    return value
+
+
+def _mac(key: bytes, signed: str) -> str:
+    digest = hmac.new(key, signed.encode("ascii"), hashlib.sha256).digest()
+    return _base32(int.from_bytes(digest[:_MAC_BYTES], "big"), MAC_LENGTH)
+
+
+def key_id(key: bytes) -> str:
+    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use)."""
+    return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key).digest()[0] & 31]
+
+
+def check_key(key: bytes) -> bytes:
+    if not isinstance(key, bytes) or len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"the job id key must be at least {MIN_KEY_BYTES} bytes")
+    return key
+
+
+def mint(now_ms: int, queue: str, key: bytes, entropy: bytes | None = None) -> str:
+    """A new job id for ``queue``, accepted at ``now_ms``, signed with ``key``."""
+    if QUEUE_NAME_RE.fullmatch(queue) is None:
+        raise ValueError(f"invalid queue name {queue!r}")
+    signed = f"{ulid(now_ms, entropy)}.{queue}"
+    kid = key_id(key)
+    return f"{signed}.{kid}{_mac(key, f'{signed}.{kid}')}"
+
+
+CHILD_KEY_MAX: Final = 64
+CHILD_KEY_RE: Final = re.compile(r"^[\x21-\x7e]{1,64}$")  # printable ASCII, no space
+
+
+def check_child_key(key: object) -> str:
+    """A child's key (``ctx.enqueue(..., key=)``): 1..64 printable ASCII characters, no space."""
+    if not isinstance(key, str) or CHILD_KEY_RE.fullmatch(key) is None:
+        shown = key if not isinstance(key, str) or len(key) <= 80 else key[:80] + "..."
+        raise ValueError(f"invalid child key {shown!r}: 1..{CHILD_KEY_MAX} printable ASCII characters, "
+                         "no spaces")
+    return key
+
+
+def child_entropy(parent_id: str, key: str) -> bytes:
+    """The 80 random bits of a child's ULID: a hash of its parent's id and its key.
+
+    A NUL separates the two (neither can contain one), so no two (parent, key) pairs hash
+    the same input. ``key`` is the child's key, or ``CONTINUATION_PREFIX`` + a key.
+    """
+    return hashlib.sha256(b"sluice child\x00" + parent_id.encode("utf-8") + b"\x00"
+                          + key.encode("utf-8")).digest()[:10]
+
+
+# Never part of a valid child key: a continuation's id and a child's never collide.
+CONTINUATION_PREFIX: Final = "\x00then\x00"
+
+
+def derive(parent_id: str, queue: str, key: str, signing_key: bytes) -> str:
+    """The id of ``parent_id``'s child ``key`` on ``queue``: the same inputs always give the same id.
+
+    A re-run parent (its worker died before the ack) asks for the same children again and gets
+    the same ids, so the relay and Redis see one job each. The shape is a minted id's
+    (``<ULID>.<queue>.<mac>``): the ULID keeps the parent's time (so the child is inside the
+    same retention horizon) and takes its randomness from ``child_entropy``; the mac is the
+    gateway's, so only a holder of the job id key can derive one.
+    """
+    stamp = parent_id.split(".", 1)[0]
+    parent_ms = ulid_time_ms(stamp)
+    if parent_ms is None:
+        raise ValueError(f"invalid parent job id {parent_id!r}")
+    return mint(parent_ms, queue, signing_key, child_entropy(parent_id, key))
+
+
+def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
+    """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
+    if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:
+        return None
+    parts = job_id.split(".")
+    if len(parts) != 3:
+        return None
+    stamp, queue, mac = parts
+    accepted_at_ms = ulid_time_ms(stamp)
+    if accepted_at_ms is None or QUEUE_NAME_RE.fullmatch(queue) is None:
+        return None
+    signed = f"{stamp}.{queue}"
+    keys = (key, *previous)
+    if len(mac) == KEY_ID_LENGTH + MAC_LENGTH:
+        kid, mac = mac[:KEY_ID_LENGTH], mac[KEY_ID_LENGTH:]
+        keys = tuple(k for k in keys if key_id(k) == kid)
+        signed = f"{signed}.{kid}"
+    elif len(mac) != MAC_LENGTH:  # 16: minted before key ids; any key may have signed it
+        return None
+    # Bytes, not str: compare_digest refuses a non-ASCII str, and this input is the caller's.
+    given = mac.encode("utf-8", "replace")
+    if any(hmac.compare_digest(_mac(k, signed).encode(), given) for k in keys):
+        return Minted(queue, accepted_at_ms)
+    return None
+
+
+class Verifier:
+    """The current and previous keys, read again when an id names a key id neither has.
+
+    A container started before a rotation holds the old pair; an id minted elsewhere with the
+    new key names a key id it does not know. ``refresh`` (I/O, given by the composition root)
+    then reads both keys again, at most once every ``refresh_ms`` of ``clock`` (ms), so ids a
+    caller makes up cost at most one read a minute. Without ``refresh`` the keys are fixed.
+    """
+
+    def __init__(self, key: bytes, previous: Iterable[bytes] = (), *,
+                 refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
+                 clock: Callable[[], int] | None = None, refresh_ms: int = 60_000) -> None:
+        self.key = check_key(key)
+        self.previous = tuple(check_key(k) for k in previous)
+        self._refresh, self._clock, self._refresh_ms = refresh, clock, refresh_ms
+        self._read_ms = clock() if clock is not None else 0
+
+    def verify(self, job_id: str) -> Minted | None:
+        found = verify(job_id, self.key, self.previous)
+        if found is None and self._reread(job_id):
+            found = verify(job_id, self.key, self.previous)
+        return found
+
+    def _reread(self, job_id: str) -> bool:
+        if self._refresh is None or self._clock is None:
+            return False
+        mac = job_id.rsplit(".", 1)[-1]
+        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH or mac[:KEY_ID_LENGTH] in {
+                key_id(k) for k in (self.key, *self.previous)}:
+            return False
+        now = self._clock()
+        if now - self._read_ms < self._refresh_ms:
+            return False
+        self._read_ms = now
+        key, previous = self._refresh()
+        self.key, self.previous = check_key(key), tuple(check_key(k) for k in previous)
+        return True

@@ -1,0 +1,406 @@
+"""The data every layer passes around, validated once at the edge.
+
+Times are integer milliseconds since the epoch (``*_ms``) so that Python, Lua and
+DynamoDB agree on them without float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from sluice.core.errors import InvalidInput, InvalidQueueName, ReservedQueue
+
+# Every name pattern, once: the validators, the wire models, the OpenAPI document and the HTTP
+# routes read these (template.yaml's AllowedPatterns are tested equal, tests/unit/test_names.py).
+QUEUE_NAME: Final = r"[a-z0-9][a-z0-9_-]{0,63}"
+QUEUE_NAME_PATTERN: Final = f"^{QUEUE_NAME}$"
+QUEUE_NAME_RE = re.compile(QUEUE_NAME)
+JOB_ID: Final = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+JOB_ID_PATTERN: Final = f"^{JOB_ID}$"
+JOB_ID_RE = re.compile(JOB_ID)
+# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
+# Queues whose names start with this are Sluice's own (the relay's partition ownership lives
+# in ``sluice-relay``): no caller may enqueue into, read, cancel or operate them, the relay
+# never pushes a Kafka record into one, and no worker is dispatched for one. lua/_lib.lua
+# holds the same prefix (tests/unit/test_engine_scripts.py checks they agree).
+RESERVED_QUEUE_PREFIX: Final = "sluice-"
+
+SCHEMA_VERSION: Final = 1
+MIN_LEASE_MS = 10  # the engine's floor; the public API's floor is 1 s
+MAX_LEASE_MS = 12 * 3600 * 1000
+MAX_DELAY_MS = 7 * 24 * 3600 * 1000
+MAX_ATTEMPTS = 100
+MAX_PRIORITY = 9
+# A last error is for people: a whole traceback would bloat the Redis hash and push the
+# jobs item towards DynamoDB's 400 KB. Redis and the jobs table keep the same text.
+MAX_ERROR_CHARS = 4000
+
+
+def validate_queue_name(name: object) -> str:
+    """Return ``name`` if it is a legal queue name, else raise InvalidQueueName."""
+    if not isinstance(name, str) or QUEUE_NAME_RE.fullmatch(name) is None:
+        raise InvalidQueueName(f"invalid queue name {name!r}: must match {QUEUE_NAME_PATTERN}")
+    return name
+
+
+def is_reserved_queue(name: object) -> bool:
+    """Whether ``name`` is (or would be) one of Sluice's internal queues."""
+    return isinstance(name, str) and name.startswith(RESERVED_QUEUE_PREFIX)
+
+
+def validate_public_queue(name: object) -> str:
+    """``validate_queue_name``, and raise ReservedQueue for an internal queue's name."""
+    queue = validate_queue_name(name)
+    if is_reserved_queue(queue):
+        raise ReservedQueue(f"queue {queue!r} is reserved: names starting with {RESERVED_QUEUE_PREFIX!r} "
+                            "belong to Sluice's internal queues", queue=queue, prefix=RESERVED_QUEUE_PREFIX)
+    return queue
+
+
+def validate_job_id(job_id: object) -> str:
+    """Return ``job_id`` if legal (1..128 of [A-Za-z0-9_.-], not starting with punctuation)."""
+    if not isinstance(job_id, str) or JOB_ID_RE.fullmatch(job_id) is None:
+        raise InvalidInput(f"invalid job id {job_id!r}: must match {JOB_ID_PATTERN}")
+    return job_id
+
+
+def validate_token(token: object) -> int:
+    """Fencing tokens are positive integers; bool is rejected even though it is an int."""
+    if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+        raise InvalidInput(f"invalid fencing token {token!r}: must be a positive integer")
+    return token
+
+
+MAX_PROGRESS_DETAIL_BYTES = 1024  # a progress note (ctx.progress), UTF-8; longer is refused
+
+
+def validate_progress(fraction: object, detail: object) -> tuple[float, str]:
+    """A progress report as stored: a fraction in [0, 1] and a short note; InvalidInput otherwise."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0.0 <= fraction <= 1.0:
+        raise InvalidInput(f"invalid progress {fraction!r}: a number from 0 to 1")
+    if not isinstance(detail, str):
+        raise InvalidInput("the progress detail must be a string")
+    size = len(detail.encode("utf-8"))
+    if size > MAX_PROGRESS_DETAIL_BYTES:
+        raise InvalidInput(f"progress detail of {size} bytes is over the {MAX_PROGRESS_DETAIL_BYTES}-byte "
+                           "limit: keep it a short note, put data in the result")
+    return float(fraction), detail
+
+
+def truncate_error(text: str) -> str:
+    """``text`` cut to ``MAX_ERROR_CHARS``, its end marked with an ellipsis when cut."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 1] + "\u2026"
+
+
+def describe_validation(exc: ValidationError, *, root: str = "event", limit: int | None = None) -> str:
+    """A pydantic error as one line, "field.path: why; ..." (``root`` names an error of the whole)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or root}: {e['msg']}" for e in exc.errors()[:limit])
+
+
+# json.dumps(value, **these) builds a new encoder on every call; this one is built once.
+_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False)
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _c_encoder() -> Callable[[Any, int], Any] | None:
+    """``_CANONICAL``'s C encoder, built once: ``JSONEncoder.encode`` builds one (and a closure)
+    on every call, half of its cost for a small payload (1.2 -> 0.6 us; the relay makes one per
+    record). Without the circular-reference markers: a payload is shared by threads, and a
+    circular value still fails, with RecursionError. None where the C accelerator is missing."""
+    try:
+        from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    if c_make_encoder is None:
+        return None
+    encoder: Callable[[Any, int], Any] = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",",
+                                                        True, False, False)
+    return encoder
+
+
+_ENCODE = _c_encoder()
+
+
+def dump_json(value: Any) -> str:
+    """Serialise a payload or result canonically, or raise InvalidInput.
+
+    NaN and Infinity are refused because they are not JSON and DynamoDB and other
+    languages' parsers would choke on them later, far from the caller.
+    """
+    try:
+        if _ENCODE is None or isinstance(value, str):
+            return _CANONICAL.encode(value)
+        return "".join(_ENCODE(value, 0))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInput(f"value is not JSON-serialisable: {exc}") from exc
+
+
+class JobState(StrEnum):
+    ACCEPTED = "accepted"  # in Kafka, not yet relayed
+    QUEUED = "queued"  # in Redis: ready, delayed or waiting for a retry
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the handler raised Fail: permanent, no retries
+    DEAD = "dead"  # retries exhausted (or no handler); in the dead-letter set
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, JobState.CANCELLED})
+
+QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
+JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+
+
+# Validation context of a JobSpec whose payload the caller has just serialised with ``dump_json``
+# (the gateway does, to measure it): the validator need not serialise it a second time.
+PAYLOAD_CHECKED: Final = "payload_checked"
+
+
+class JobSpec(BaseModel):
+    """A job as the gateway accepted it: the record in Kafka and the input to ``enqueue``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    job_id: JobId
+    queue: QueueName
+    payload: Any = None
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
+    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
+    lease_ms: int = Field(default=30_000, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
+    run_at_ms: int = Field(default=0, ge=0)  # 0 = ready now
+    enqueued_at_ms: int = Field(default=0, ge=0)
+    idempotency_key: str | None = None
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_json(cls, value: Any, info: ValidationInfo) -> Any:
+        if not (info.context and info.context.get(PAYLOAD_CHECKED)):
+            dump_json(value)
+        return value
+
+    def payload_json(self) -> str:
+        return dump_json(self.payload)
+
+
+class DecodedJob(NamedTuple):
+    """A ``JobSpec`` as the relay carries it from Kafka to Redis: checked against the model's
+    fields once (``sluice.relay.records.decode_job``), its payload already canonical JSON.
+
+    A tuple, not a model: the relay holds tens of thousands of these, and builds one per record.
+    """
+
+    job_id: str
+    queue: str
+    payload: str  # canonical JSON (``dump_json``)
+    priority: int
+    max_attempts: int
+    lease_ms: int
+    run_at_ms: int
+    enqueued_at_ms: int
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> DecodedJob:
+        return cls(spec.job_id, spec.queue, dump_json(spec.payload), spec.priority, spec.max_attempts,
+                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms)
+
+
+class Job(BaseModel):
+    """What a handler receives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    priority: int = 0
+    enqueued_at_ms: int = 0
+
+
+class LeasedJob(BaseModel):
+    """A job handed out by ``lease``: its ``lease_token`` (Redis's) proves liveness of this lease only."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    queue: str
+    payload: Any
+    lease_token: int  # never a fencing token: the jobs table grants those (glossary, docs/design.md)
+    deadline_ms: int
+    attempt: int
+    max_attempts: int
+    priority: int = 0
+    lease_ms: int
+    enqueued_at_ms: int = 0
+    cancel_requested: bool = False
+    # The job's redrive generation in Redis (0: never redriven). The grant passes it on: a
+    # final item is left only for a generation newer than the one it last ran under.
+    redrive_gen: int = 0
+
+    def as_job(self) -> Job:
+        return Job(job_id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
+                   max_attempts=self.max_attempts, priority=self.priority,
+                   enqueued_at_ms=self.enqueued_at_ms)
+
+
+class Extended(BaseModel):
+    """What a successful ``extend`` returns: the new deadline, and whether cancel was requested."""
+
+    model_config = ConfigDict(frozen=True)
+
+    deadline_ms: int
+    cancel_requested: bool = False
+
+
+class DispatchEvent(BaseModel):
+    """The worker Lambda's input: from the relay's dispatch or the scheduled safety net."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    queues: list[QueueName] = Field(min_length=1, max_length=50)
+    batch: int = Field(default=10, ge=1, le=1000)
+    source: str = "relay"
+
+    @field_validator("queues")
+    @classmethod
+    def _no_internal_queue(cls, queues: list[str]) -> list[str]:
+        reserved = [q for q in queues if is_reserved_queue(q)]
+        if reserved:  # a worker leasing the relay's partition jobs would stop the relay
+            raise ValueError(f"{reserved} are Sluice's internal queues: no worker drains them")
+        return queues
+
+
+class QueueConfig(BaseModel):
+    """Runtime knobs of one queue, stored in Redis so every relay and worker sees changes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_in_flight: int = Field(default=0, ge=0)  # 0 = unlimited
+    rate_per_s: float = Field(default=0.0, ge=0.0)  # 0 = unlimited
+    burst: int = Field(default=0, ge=0)
+    paused: bool = False
+    high_watermark: int = Field(default=0, ge=0)  # 0 = no watermark
+    low_watermark: int = Field(default=0, ge=0)
+    # Caps (docs/deploy.md): 0 = the deployment's default (Settings.max_delayed_per_queue /
+    # max_dead_per_queue); sluice.core.limits.Limits turns them into the effective caps.
+    max_delayed: int = Field(default=0, ge=0)
+    max_dead: int = Field(default=0, ge=0)
+
+
+class FinishedCounts(BaseModel):
+    """How many of a queue's jobs left it for good, by how, since its counters began (Redis's
+    ``keys.finished``; a Redis data loss starts them again at 0). Cumulative: the rate is the
+    difference between two reads. ``dead`` is every job dead-lettered: the handler's ``Fail``
+    (status failed) as well as attempts used up (dead); Redis does not tell them apart.
+    ``cancelled``: removed after a cancel request."""
+
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.succeeded + self.dead + self.cancelled
+
+
+class QueueStats(BaseModel):
+    queue: str
+    ready: int
+    delayed: int
+    leased: int
+    dead: int
+    oldest_ready_age_ms: int | None
+    config: QueueConfig = QueueConfig()
+    idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
+    finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+
+
+class DeadJob(BaseModel):
+    job_id: str
+    queue: str
+    attempts: int
+    last_error: str | None
+    died_at_ms: int
+
+
+class EndedJob(BaseModel):
+    """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
+    ``status`` is dead (its lease expired on the last attempt) or cancelled (its lease
+    ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
+
+    job_id: str
+    queue: str
+    status: JobState
+    ended_at_ms: int
+    last_error: str | None = None
+    # The job's redrive generation when it ended: the settle write is fenced on it (it may
+    # not land once a newer generation was granted). None: an entry of the older
+    # "<state>:<id>" format, written before generations existed (treated as 0).
+    redrive_gen: int | None = 0
+
+    @property
+    def member(self) -> str:
+        if self.redrive_gen is None:
+            return f"{self.status.value}:{self.job_id}"
+        return f"{self.status.value}:{self.redrive_gen}:{self.job_id}"
+
+    @classmethod
+    def parse(cls, member: str, queue: str, ended_at_ms: int, last_error: str | None = None) -> EndedJob:
+        """An entry of the settle set: "<state>:<g>:<id>" (or the older "<state>:<id>")."""
+        parts = member.split(":")
+        gen = int(parts[1]) if len(parts) == 3 else None
+        return cls(job_id=parts[-1], queue=queue, status=JobState(parts[0]), ended_at_ms=ended_at_ms,
+                   last_error=last_error, redrive_gen=gen)
+
+
+class JobRecord(BaseModel):
+    """A job's durable state in the jobs table (the token authority)."""
+
+    job_id: str
+    queue: str
+    status: JobState
+    attempts: int = 0
+    token: int = 0
+    lease_owner: str | None = None
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+    finished_at_ms: int | None = None
+    last_error: str | None = None
+    result: Any = None
+    result_ref: str | None = None  # s3://bucket/key when the result was too large for the item
+    result_token: int | None = None
+    cancel_requested: bool = False
+    redrive_gen: int = 0  # redrives an operator made (sluice.gateway.redrive); 0: never redriven
+    progress: float | None = None  # the holder's last ctx.progress, 0..1 (None: never reported)
+    progress_detail: str | None = None
+    progress_at_ms: int | None = None
+    # Families (sluice.core.families): the job that started this one, the jobs this one started, the
+    # continuations it started, the continuation waiting for this one; and, on a continuation,
+    # the children it waits for and how many of them have not ended yet.
+    parent_id: str | None = None
+    children: list[str] = Field(default_factory=list)
+    continuations: list[str] = Field(default_factory=list)
+    continuation: str | None = None
+    waits_for: list[str] = Field(default_factory=list)
+    remaining: int | None = None
+
+
+class WriteOutcome(StrEnum):
+    WRITTEN = "written"
+    ALREADY_WRITTEN = "already_written"  # a retry of my own write that had landed

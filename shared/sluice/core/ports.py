@@ -1,0 +1,161 @@
+"""The ports the core talks through. Adapters implement them; tests use fakes.
+
+Each Protocol is small on purpose: a use-case depends only on the methods it calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from sluice.core.models import (
+    DeadJob,
+    EndedJob,
+    Extended,
+    JobRecord,
+    JobSpec,
+    LeasedJob,
+    QueueConfig,
+    QueueStats,
+    WriteOutcome,
+)
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+    def monotonic(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class WorkWaiter(Protocol):
+    """A queue a worker can wait on for new jobs (``RedisQueue``): the worker's linger."""
+
+    def idle(self, queue: str, worker_id: str, ms: int) -> int: ...
+    def wait_for_work(self, queue: str, timeout_ms: int) -> bool: ...
+
+
+class JobQueue(Protocol):
+    """The Redis lease engine (``sluice.backends.redis.engine.RedisQueue``)."""
+
+    def enqueue(self, spec: JobSpec) -> bool:
+        """True if newly added, False if a job with that id already existed."""
+        ...
+
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
+        """``lease_ms`` None leases each job for its own ``lease_ms``."""
+        ...
+    def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
+        """Raises LeaseLost unless ``lease_token`` still holds the lease."""
+        ...
+
+    def ack(self, queue: str, job_id: str, lease_token: int) -> None: ...
+    def fail(self, queue: str, job_id: str, lease_token: int, error: str,
+             retry_after_ms: int | None = None, permanent: bool = False) -> str:
+        """Returns "retry" or "dead". ``retry_after_ms`` comes from policy.backoff_ms; None = now."""
+        ...
+
+    def release(self, queue: str, job_id: str, lease_token: int) -> None: ...
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+        """Returns "removed" (was waiting) or "requested" (leased; the worker will see it).
+        ``settle``: the store says leased, so a removal also records a settle entry."""
+        ...
+
+    def reap(self, queue: str, limit: int) -> int: ...
+    def holds(self, queue: str, job_id: str) -> bool:
+        """Whether the job is live in Redis (ready, delayed or leased)."""
+        ...
+
+    def stats(self, queue: str) -> QueueStats: ...
+    def overdue_leases(self, queue: str) -> int:
+        """Leases past their deadline not yet reaped (Redis's clock)."""
+        ...
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]: ...
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        """A dead job as its Kafka record had it (JobNotFound if not dead), for a redrive's append."""
+        ...
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        """Dead -> ready. Queues with a jobs table go through ``sluice.gateway.redrive`` (generation)."""
+        ...
+
+    def purge_dead(self, queue: str) -> int: ...
+    def get_config(self, queue: str) -> QueueConfig: ...
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
+    def queues(self) -> list[str]: ...
+
+
+class JobStore(Protocol):
+    """The DynamoDB jobs table: status for users, fencing-token authority for workers."""
+
+    def mark_queued(self, jobs: Sequence[tuple[str, str, int]]) -> None:
+        """(job_id, queue, enqueued_at_ms) of jobs the relay moved from accepted to queued."""
+        ...
+
+    def grant(self, job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
+              lease_token: int | None = None) -> int:
+        """Mint the next fencing token for a new lease; strictly increasing per job.
+        A failed/dead item only for a newer ``redrive_gen`` (else AlreadyFinished); never for a
+        ``lease_token`` older than the one granted last (LeaseLost)."""
+        ...
+
+    def write_result(self, job_id: str, token: int, result: Any) -> WriteOutcome: ...
+    def write_result_unfenced(self, job_id: str, token: int, result: Any) -> None:
+        """The bug, kept for the gc-pause scenario's --no-fencing mode only."""
+        ...
+
+    def record_failure(self, job_id: str, token: int, error: str, status: str) -> None: ...
+    def release(self, job_id: str, token: int) -> None: ...
+    def get_job(self, job_id: str) -> JobRecord: ...
+    def request_cancel(self, job_id: str) -> JobRecord: ...
+    def honour_cancel(self, job_id: str) -> JobRecord:
+        """End a cancel-requested job nobody will run any more as cancelled."""
+        ...
+
+    def redrive(self, job_id: str) -> int:
+        """Mint the job's next redrive generation (before Redis moves it out of dead)."""
+        ...
+
+    def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
+        """Cancel a job that may have no item yet: creates a cancelled one, else request_cancel."""
+        ...
+
+    def settle_ended(self, ended: EndedJob) -> bool:
+        """Record a job Redis ended (dead, cancelled) unless its item is already final."""
+        ...
+
+    def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
+        """The ids whose item is in a final state."""
+        ...
+
+    def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
+        """The relay's read: the ids whose jobs are done with (final, and not redriven since they
+        last ran), and the redrive generation of every job that has one."""
+        ...
+
+
+class JobLog(Protocol):
+    """The durable append-only log (Kafka)."""
+
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        """Returns only after every record is acknowledged; raises BackendUnavailable."""
+        ...
+
+
+class Dispatcher(Protocol):
+    """Starts workers for a queue: Lambda async invokes in AWS, processes locally."""
+
+    def dispatch(self, queue: str, invocations: int, batch: int) -> int: ...
+
+
+class ResultSink(Protocol):
+    """Where large results go (S3)."""
+
+    def put(self, key: str, body: bytes) -> str: ...
+    def get(self, ref: str) -> bytes: ...
+
+
+class Metrics(Protocol):
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
+

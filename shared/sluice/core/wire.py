@@ -1,0 +1,149 @@
+"""The public wire format of the gateway: request and response bodies.
+
+Below both the use case (``api``) and the HTTP adapter (``http``), which import it; it
+imports nothing from either.
+
+The same classes validate requests, shape responses, and generate the OpenAPI
+document, so the document cannot drift from what the code accepts. Request models
+are strict: a boolean or a float where an integer belongs is an error, not a
+coercion, and any field the API does not define (``job_id``, ``attempts``,
+``token`` included) is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sluice.core.models import (
+    JOB_ID_PATTERN,
+    MAX_ATTEMPTS,
+    MAX_LEASE_MS,
+    MAX_PRIORITY,
+    QUEUE_NAME_PATTERN,
+    JobState,
+)
+
+MAX_DELAY_SECONDS: Final = 7 * 24 * 3600
+MAX_LEASE_SECONDS: Final = MAX_LEASE_MS // 1000
+MAX_BATCH: Final = 100
+
+
+class EnqueueRequest(BaseModel):
+    """One job. Only ``payload`` is required; the job id is assigned by the gateway."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is.")]
+    delay_seconds: int = Field(default=0, ge=0, le=MAX_DELAY_SECONDS,
+                               description="Run no earlier than this many seconds from now.")
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="0 (default) to 9 (most urgent).")
+    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS,
+                              description="Attempts before the job is dead-lettered.")
+    lease_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS,
+                               description="How long a worker holds the job between heartbeats.")
+
+
+class BatchRequest(BaseModel):
+    """1..100 jobs for one queue, validated all-or-nothing."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    jobs: list[EnqueueRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Accepted(BaseModel):
+    """A job durably appended to the log (Kafka acknowledged it)."""
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
+    status: Literal["accepted"] = "accepted"
+
+
+class BatchAccepted(BaseModel):
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
+    jobs: list[Accepted] = Field(description="One result per submitted job, in order.")
+
+
+class JobView(BaseModel):
+    """A job's state as the jobs table records it."""
+
+    job_id: str
+    queue: str
+    status: JobState
+    attempts: int = Field(ge=0)
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None = None
+    cancel_requested: bool = False
+    result: Any = None
+    result_ref: str | None = Field(default=None, description="Where a result too large for the item is.")
+    last_error: str | None = None
+    progress: float | None = Field(default=None, ge=0, le=1,
+                                   description="The handler's last ctx.progress (0..1), if it reported any.")
+    progress_detail: str | None = None
+    progress_at_ms: int | None = None
+    parent_id: str | None = Field(default=None, description="The job whose handler started this one.")
+    children: list[str] = Field(default_factory=list, description="The jobs this one's handler started.")
+    continuations: list[str] = Field(default_factory=list,
+                                     description="Continuations this one's handler started (then=).")
+    continuation: str | None = Field(default=None, description="The continuation waiting for this job.")
+    waits_for: list[str] = Field(default_factory=list,
+                                 description="On a continuation: the children it runs after.")
+    remaining: int | None = Field(default=None, description="On a continuation: children not ended yet.")
+
+
+class CancelAccepted(BaseModel):
+    job_id: str
+    status: Literal["cancelled", "cancel_requested"] = Field(
+        description="cancelled: it will not run. cancel_requested: it is running; its worker is told.")
+
+
+class QueueRoute(BaseModel):
+    """Which worker function drains a queue, and its payload schema if the queue is typed."""
+
+    pattern: str = Field(description="The route: the queue's name, or a prefix ending in *.")
+    function: str = Field(description="The worker function its jobs are dispatched to.")
+    owner: str = Field(description="The team that registered the route.")
+    payload_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema (2020-12) every payload must match; null: any JSON value.")
+
+
+class QueueView(BaseModel):
+    queue: str = Field(pattern=QUEUE_NAME_PATTERN)
+    ready: int = Field(ge=0)
+    delayed: int = Field(ge=0)
+    leased: int = Field(ge=0)
+    dead: int = Field(ge=0)
+    oldest_ready_age_ms: int | None = Field(description="Age of the oldest ready job; null when none.")
+    paused: bool
+    rate_per_s: float = Field(ge=0, description="Relay push rate limit; 0 = unlimited.")
+    burst: int = Field(ge=0)
+    max_in_flight: int = Field(ge=0, description="0 = unlimited.")
+    high_watermark: int = Field(ge=0)
+    low_watermark: int = Field(ge=0)
+    max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")
+    max_dead: int = Field(default=0, ge=0, description="Dead jobs at which it takes no more; 0 = no cap.")
+    route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
+
+
+class FieldError(BaseModel):
+    """One failing field: a JSON pointer into the request, and why."""
+
+    pointer: str = Field(description="RFC 6901 pointer, e.g. /jobs/3/priority; path and header "
+                                     "parameters are #/path/queue and #/header/idempotency-key.")
+    detail: str
+    index: int | None = Field(default=None, description="For a batch: the failing job's position.")
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document (application/problem+json)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    code: str = Field(description="Stable machine-readable error code.")
+    errors: list[FieldError] | None = None

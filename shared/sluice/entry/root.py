@@ -1,0 +1,291 @@
+"""The one composition root: builds adapters from Settings.
+
+Lambda handlers, the CLI and the local stack all get their Redis queue, job
+store, Kafka log and dispatcher from here. Each builder is cached per process,
+so a Lambda container creates its clients once and reuses them across
+invocations. Imports are inside the builders so a function only loads the
+client libraries it actually uses (cold start).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.bus import EventBus
+from sluice.core.config import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.backends.aws.gatekeeper import Gatekeeper
+    from sluice.core.ids import Verifier
+    from sluice.core.lazy import Lazy
+    from sluice.core.ports import Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.core.routes import RouteCache
+    from sluice.gateway.api import Api
+    from sluice.gateway.schedules import Schedules
+
+
+_events: EventBus | None = None
+
+
+def events() -> EventBus:
+    """This process's one event bus: what happens to jobs, for every subscriber in the process.
+
+    Not forgotten by ``reset``: subscriptions (the local stack's history recorder) outlive
+    the adapters they observe.
+    """
+    global _events
+    if _events is None:
+        _events = EventBus()
+    return _events
+
+
+@cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def boto_client(service: str, s: Settings, **options: Any) -> Any:
+    """A new client of ``service`` for ``s`` (``options``: boto3's, e.g. ``config``)."""
+    import boto3
+
+    # The process's default session, which boto3.client (the store, the dispatcher) uses too: a
+    # fresh Session per client would load botocore's endpoint data and each service model again,
+    # 100 ms and more of a cold start per client. boto3.client is overloaded per literal service
+    # name; go through the session's untyped factory so one helper serves every service.
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    factory: Any = boto3.DEFAULT_SESSION.client  # type: ignore[union-attr]
+    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url, **options)
+
+
+@cache
+def dynamodb(s: Settings | None = None) -> Any:
+    """The container's DynamoDB client (``store.client``): the job store, the routes, the
+    schedules and the idempotency layer share it, so the first of them to need it builds it."""
+    from sluice.backends.dynamodb.client import dynamodb_client
+
+    return dynamodb_client(s or settings())
+
+
+@cache
+def queue(s: Settings | None = None) -> JobQueue:
+    from sluice.backends.redis.engine import RedisQueue
+
+    return RedisQueue.from_settings(s or settings())
+
+
+def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:
+    """``queue(s)``, built (and redis imported) on the first ``get()`` (``sluice.core.lazy``: cold start)."""
+    from sluice.core.lazy import Lazy
+
+    return Lazy(lambda: queue(s))
+
+
+def lazy_store(s: Settings | None = None) -> Lazy[JobStore]:
+    """``store(s)``, built on the first ``get()``."""
+    from sluice.core.lazy import Lazy
+
+    return Lazy(lambda: store(s))
+
+
+@cache
+def store(s: Settings | None = None) -> JobStore:
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
+
+    s = s or settings()
+    return DynamoJobStore.from_settings(s, client=dynamodb(s))
+
+
+@cache
+def job_log(s: Settings | None = None) -> JobLog:
+    from sluice.backends.kafka.producer import KafkaJobLog
+
+    return KafkaJobLog.from_settings(s or settings())
+
+
+@cache
+def job_id_key(s: Settings | None = None) -> bytes:
+    """The current HMAC key of self-verifying job ids (``sluice.core.ids``), read once per container.
+
+    ``job_id_secret`` if set, else the bare SecretString of ``job_id_secret_arn`` in Secrets
+    Manager; ConfigError with neither (the gateway must not mint ids nobody can verify).
+    """
+    from sluice.backends.aws.secrets import secret_string
+    from sluice.core.errors import ConfigError
+
+    s = s or settings()
+    if s.job_id_secret is not None:
+        return _key(s.job_id_secret.get_secret_value(), "SLUICE_JOB_ID_SECRET")
+    if s.job_id_secret_arn:
+        return _key(secret_string(s.job_id_secret_arn, s, "job id secret"), s.job_id_secret_arn)
+    raise ConfigError("no job id secret: set SLUICE_JOB_ID_SECRET or SLUICE_JOB_ID_SECRET_ARN "
+                      "(the gateway signs job ids with it; docs/api.md)")
+
+
+@cache
+def previous_job_id_keys(s: Settings | None = None) -> tuple[bytes, ...]:
+    """The key before the last rotation, still verified: empty before the first rotation.
+
+    ``job_id_previous_secret`` if set, else the AWSPREVIOUS version of ``job_id_secret_arn``.
+    """
+    from sluice.backends.aws.secrets import previous_secret_string
+
+    s = s or settings()
+    if s.job_id_previous_secret is not None:
+        return (_key(s.job_id_previous_secret.get_secret_value(), "SLUICE_JOB_ID_PREVIOUS_SECRET"),)
+    if s.job_id_secret is None and s.job_id_secret_arn:
+        previous = previous_secret_string(s.job_id_secret_arn, s, "previous job id secret")
+        if previous is not None:
+            return (_key(previous, f"{s.job_id_secret_arn} (AWSPREVIOUS)"),)
+    return ()
+
+
+def job_id_keys(s: Settings | None = None) -> tuple[bytes, tuple[bytes, ...]]:
+    """(current, previous) job id keys."""
+    return job_id_key(s), previous_job_id_keys(s)
+
+
+def refresh_job_id_keys(s: Settings | None = None) -> tuple[bytes, tuple[bytes, ...]]:
+    """Read both keys again: an id named a key this container has not seen (a rotation)."""
+    job_id_key.cache_clear()
+    previous_job_id_keys.cache_clear()
+    return job_id_keys(s)
+
+
+def job_id_verifier(s: Settings | None = None) -> Verifier | None:
+    """The relay's check of record ids: the job id keys, re-read after a rotation; None if unset.
+
+    A deployment without a job id secret has no gateway minting ids, so nothing to check.
+    """
+    from sluice.core.clock import wall_ms
+    from sluice.core.ids import Verifier
+
+    s = s or settings()
+    if s.job_id_secret is None and not s.job_id_secret_arn:
+        return None
+    current, previous = job_id_keys(s)
+    return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s),
+                    clock=wall_ms)
+
+
+def _key(secret: str, source: str) -> bytes:
+    from sluice.core.errors import ConfigError
+    from sluice.core.ids import MIN_KEY_BYTES
+
+    key = secret.encode("utf-8")
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(f"the job id secret from {source} is shorter than {MIN_KEY_BYTES} bytes")
+    return key
+
+
+@cache
+def routes(s: Settings | None = None) -> RouteCache | None:
+    """This container's cached view of the routes table; None when the deployment has none."""
+    s = s or settings()
+    if not s.routes_table:
+        return None
+    from sluice.core.lazy import Lazy
+    from sluice.core.routes import RouteCache, RouteSource
+
+    def build() -> RouteSource:  # on the first read: no boto3 at a gateway's import (cold start)
+        from sluice.backends.dynamodb.routes import DynamoRouteStore
+
+        return DynamoRouteStore.from_settings(s)  # on the container's DynamoDB client
+
+    return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
+
+
+def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
+    """The gateway's schedules (issue 17), built with its Api on first use; None without a table.
+
+    Without the gateway's ARN and the Scheduler role (``sluice dev``), only the table is kept.
+    """
+    s = s or settings()
+    if not s.schedules_table:
+        return None
+
+    def build(api: Api) -> Schedules:
+        from sluice.backends.dynamodb.schedules import DynamoScheduleStore, SchedulerTrigger
+        from sluice.gateway.schedules import Schedules
+
+        trigger = None
+        if s.gateway_function_arn and s.scheduler_role_arn:
+            trigger = SchedulerTrigger(boto_client("scheduler", s), s.gateway_function_arn,
+                                       s.scheduler_role_arn, s.scheduler_group)
+        return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
+
+    return build
+
+
+@cache
+def dispatcher(s: Settings | None = None) -> Dispatcher:
+    from sluice.backends.aws.dispatch import LambdaDispatcher
+
+    s = s or settings()
+    cache_ = routes(s)
+    if cache_ is None or not s.worker_function_name:
+        return LambdaDispatcher.from_settings(s)
+    from sluice.core.routes import CachedRouteLookup
+
+    return LambdaDispatcher.from_settings(s, function_for=CachedRouteLookup(cache_, s.worker_function_name))
+
+
+@cache
+def completion_publisher(s: Settings | None = None) -> Any:
+    """The completion events' ``Publisher`` (the events Lambda; ``sluice dev``'s stream poller)."""
+    from sluice.backends.dynamodb.results import S3ResultSink
+    from sluice.streams.completion.publish import EventBridgeSink, Publisher
+
+    s = s or settings()
+    return Publisher(EventBridgeSink(boto_client("events", s)), s.events_bus_name,
+                     results=S3ResultSink(None, s.results_bucket, build_client=lambda: boto_client("s3", s)),
+                     inline_bytes=s.event_result_inline_bytes)
+
+
+@cache
+def gatekeeper(s: Settings | None = None) -> Gatekeeper | None:
+    """The gateway's family entry (``sluice.core.families``), or None where no gateway function is named."""
+    from sluice.backends.aws.gatekeeper import Gatekeeper, LambdaInvoke
+
+    s = s or settings()
+    if not s.gateway_function_name:
+        return None
+    return Gatekeeper(LambdaInvoke.from_settings(s))
+
+
+@cache
+def stream_countdown(s: Settings | None = None) -> Any:
+    """The countdown of the jobs table's stream (the countdown Lambda; ``sluice dev``'s poller)."""
+    from sluice.core.errors import ConfigError
+    from sluice.core.families import Countdown
+
+    keeper = gatekeeper(s)
+    if keeper is None:
+        raise ConfigError("the stream's countdown releases continuations through the gateway "
+                          "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
+    return Countdown(store(s), keeper.release)  # type: ignore[arg-type]
+
+
+def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
+    """Count children's endings on ``bus`` (the relay's settle), releasing continuations via the gateway."""
+    from sluice.core.families import Countdown
+
+    keeper = gatekeeper(s)
+    store_ = store(s)
+    if keeper is None or not hasattr(store_, "continuation_of") or id(bus) in _counted:
+        return
+    _counted.add(id(bus))
+    Countdown(store_, keeper.release).subscribe(bus)  # type: ignore[arg-type]
+
+
+_counted: set[int] = set()
+
+
+def reset() -> None:
+    """Forget every cached adapter (tests, and the local stack after a restart)."""
+    for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
+                    completion_publisher, gatekeeper, routes, stream_countdown, dynamodb):
+        builder.cache_clear()

@@ -1,0 +1,99 @@
+"""A worker function registering its own routes: the CloudFormation custom resource.
+
+A team's stack (infra/worker.yaml) declares ``Custom::SluiceRoutes`` with its own worker
+function as the ``ServiceToken``. The function loads its handlers module anyway (once per
+container), so it knows its queues and the typed queues' JSON Schemas (``app.schemas()``), and
+``context.function_name`` is its name: nothing is copied into the template by hand, and the
+routes can never name a function that does not exist. Create and Update replace the function's
+routes (``store.routes.register``); Delete removes them. Every check runs before any write.
+
+Properties: ``Owner`` (the team; default the function's name), ``Patterns`` (extra queue
+prefixes such as ``thumbs-*``, optional).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sluice.backends.dynamodb.routes import RouteStore
+    from sluice.core.config import Settings
+    from sluice.worker.registry import Worker
+
+log = logging.getLogger(__name__)
+Send = Callable[[str, bytes], None]
+
+
+def is_custom_resource(event: object) -> bool:
+    return isinstance(event, dict) and {"RequestType", "ResponseURL", "StackId"} <= event.keys()
+
+
+def apply(event: Mapping[str, Any], function: str, app: Worker,
+          store: RouteStore) -> tuple[str, dict[str, str]]:
+    """The routes change one request asks for; returns (physical id, data). Raises on refusal."""
+    from sluice.backends.dynamodb.routes import register, unregister
+    from sluice.core.errors import InvalidInput
+    from sluice.core.routes import app_schemas, routes_for
+
+    props = event.get("ResourceProperties") or {}
+    owner = str(props.get("Owner") or function)
+    patterns = props.get("Patterns") or []
+    if isinstance(patterns, str):
+        patterns = [p.strip() for p in patterns.split(",") if p.strip()]
+    if not isinstance(patterns, list):
+        raise InvalidInput("Patterns must be a list of queue prefixes like thumbs-*")
+    physical = f"sluice-routes:{owner}:{function}"
+    if event["RequestType"] == "Delete":
+        # The id CloudFormation knows names the owner it was created with (an Update that
+        # changed the owner deletes the old routes through this).
+        known = str(event.get("PhysicalResourceId") or physical)
+        _prefix, old_owner, old_function = [*known.split(":", 2), "", ""][:3]
+        gone = unregister(store, owner=old_owner or owner, function=old_function or function)
+        return known, {"Removed": ",".join(r.pattern for r in gone)}
+    wanted = routes_for(function, owner, app.handlers, app_schemas(app), [str(p) for p in patterns])
+    stale = register(store, None, wanted, owner=owner, function=function)
+    return physical, {"Routes": ",".join(r.pattern for r in wanted),
+                      "Typed": ",".join(sorted(q for r in wanted for q in r.schemas)),
+                      "Removed": ",".join(r.pattern for r in stale)}
+
+
+def respond(event: Mapping[str, Any], function: str, app: Worker, store: RouteStore,
+            send: Send) -> dict[str, Any]:
+    """Run ``apply`` and tell CloudFormation (``send(url, body)``), whatever happened."""
+    physical, status, reason = f"sluice-routes:{function}", "SUCCESS", ""
+    data: dict[str, str] = {}
+    try:
+        physical, data = apply(event, function, app, store)
+    except Exception as exc:  # a refusal or a backend error must still reach CloudFormation
+        status, reason = "FAILED", f"{type(exc).__name__}: {exc}"
+        log.error("routes %s for %s refused: %s", event.get("RequestType"), function, reason)
+    if event.get("RequestType") == "Delete" and event.get("PhysicalResourceId"):
+        physical = str(event["PhysicalResourceId"])
+    body = {"Status": status, "Reason": (reason or "see the function's log")[:900],
+            "PhysicalResourceId": physical[:1000], "StackId": event["StackId"],
+            "RequestId": event["RequestId"], "LogicalResourceId": event["LogicalResourceId"], "Data": data}
+    send(str(event["ResponseURL"]), json.dumps(body).encode())
+    return body
+
+
+def put(url: str, body: bytes) -> None:
+    """PUT the answer to CloudFormation's pre-signed S3 URL (signed with an empty Content-Type)."""
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method="PUT", headers={"Content-Type": ""})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+
+
+def handle(event: Mapping[str, Any], context: Any, settings: Settings | None = None) -> dict[str, Any]:
+    """The worker Lambda's answer to a ``Custom::SluiceRoutes`` request."""
+    from sluice.backends.dynamodb.routes import DynamoRouteStore
+    from sluice.entry import root as wiring
+    from sluice.entry.worker import prepare
+
+    s = settings or wiring.settings()
+    app, _options = prepare(s)
+    return respond(event, str(context.function_name), app, DynamoRouteStore.from_settings(s), put)

@@ -1,0 +1,115 @@
+"""The operator API's use-cases: what ``sluice queue`` and ``sluice dlq`` do, for one queue.
+
+Every call first checks the caller (``authorize``): API Gateway puts the IAM caller it
+verified (SigV4) in ``identity.userArn``; a request without one (an API key, or no
+authentication) is refused, and so is one whose ARN is not on the operator allow-list when
+the deployment sets one (``SLUICE_OPERATOR_PRINCIPALS``). Checks run before any write, so a
+refused or invalid request changes nothing. Redrive goes through ``sluice.gateway.redrive``, the one
+explicit redrive path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sluice.core import policy
+from sluice.core.errors import InvalidInput, NoRoute, NotOperator
+from sluice.core.models import (
+    DeadJob,
+    QueueConfig,
+    QueueStats,
+    is_reserved_queue,
+    validate_job_id,
+    validate_public_queue,
+)
+from sluice.core.ports import JobLog, JobQueue, JobStore
+from sluice.core.routes import Route, RouteTable, unrouted_refused
+from sluice.gateway.redrive import RedriveReport, redrive_all, redrive_one
+from sluice.relay import control
+
+MAX_LISTED = 10_000
+
+
+def authorize(principal: str, operators: Sequence[str]) -> None:
+    """NotOperator unless ``principal`` is an IAM caller (and on ``operators`` when that is set)."""
+    if not principal:
+        raise NotOperator("the operator API takes IAM-signed (SigV4) requests only; this request "
+                          "has no IAM caller (docs/security.md, Operator API)")
+    if operators and not policy.is_operator(principal, operators):
+        raise NotOperator(f"{principal} is not an operator (SLUICE_OPERATOR_PRINCIPALS)",
+                          principal=principal)
+
+
+class Admin:
+    def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
+                 routes: RouteTable | None = None, refuse_unrouted: bool = True) -> None:
+        self.queue, self.store, self.log = queue, store, log
+        self.routes, self.refuse_unrouted = routes, refuse_unrouted
+
+    def check_queue(self, name: str) -> str:
+        """The queue's name, public (400 otherwise) and covered by a route when routes exist (404)."""
+        queue = validate_public_queue(name)
+        if unrouted_refused(self.routes, self._resolve(queue), self.refuse_unrouted):
+            raise NoRoute(f"no deployed worker handles queue {queue!r}; nothing was changed", queue=queue)
+        return queue
+
+    def pause(self, name: str) -> QueueConfig:
+        return control.pause(self.queue, self.check_queue(name))
+
+    def resume(self, name: str) -> QueueConfig:
+        return control.resume(self.queue, self.check_queue(name))
+
+    def set_rate(self, name: str, per_second: Any, burst: Any = None) -> QueueConfig:
+        return control.set_rate(self.queue, self.check_queue(name), per_second, burst)
+
+    def set_max_in_flight(self, name: str, limit: Any) -> QueueConfig:
+        return control.set_max_in_flight(self.queue, self.check_queue(name), limit)
+
+    def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
+        return control.set_watermarks(self.queue, self.check_queue(name), high, low)
+
+    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
+        return control.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+
+    def route(self, queue: str) -> dict[str, Any] | None:
+        """Where the queue's jobs go: its route's function and owner, or None (the default worker).
+        A queue no route covers while routes are known and unrouted queues are refused (one
+        registered before its route went, say) goes nowhere: ``refused``, no function."""
+        route = self._resolve(queue)
+        if route is None:
+            return {"function": None, "owner": None, "typed": False, "refused": True} \
+                if unrouted_refused(self.routes, route, self.refuse_unrouted) else None
+        return {"function": route.function, "owner": route.owner, "typed": queue in route.schemas}
+
+    def _resolve(self, queue: str) -> Route | None:
+        return None if self.routes is None else self.routes.resolve(queue)
+
+    def queue_row(self, stats: QueueStats) -> dict[str, Any]:
+        """One queue for ``sluice queues`` and ``sluice top``: its stats, overdue leases and route."""
+        return {**stats.model_dump(mode="json"), "overdue_leases": self.queue.overdue_leases(stats.queue),
+                "route": self.route(stats.queue)}
+
+    def queue_stats(self, name: str) -> dict[str, Any]:
+        return self.queue_row(self.queue.stats(self.check_queue(name)))
+
+    def all_queues(self) -> list[dict[str, Any]]:
+        """Every public queue Redis knows (its registry), by name."""
+        return [self.queue_row(self.queue.stats(q)) for q in self.queue.queues() if not is_reserved_queue(q)]
+
+    def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
+        if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:
+            raise InvalidInput(f"limit must be 1..{MAX_LISTED}, got {limit!r}")
+        return self.queue.dead_letters(self.check_queue(name), limit)
+
+    def redrive(self, name: str, job_id: str | None, everything: bool) -> RedriveReport:
+        queue = self.check_queue(name)
+        if (job_id is None) == (not everything):
+            raise InvalidInput("give either job_id or all: true")
+        if job_id is not None:
+            return RedriveReport(moved=redrive_one(self.queue, self.store, queue, validate_job_id(job_id),
+                                                   log=self.log))
+        return redrive_all(self.queue, self.store, queue, log=self.log)
+
+    def purge(self, name: str) -> int:
+        return self.queue.purge_dead(self.check_queue(name))

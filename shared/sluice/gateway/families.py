@@ -1,0 +1,167 @@
+"""The gateway's family use cases: a leased job starts children, and a continuation is released.
+
+Reached only by a direct invoke of the gateway function (``flows.family_event``), never through
+API Gateway: the worker and the relay call it (docs/security.md, Jobs that start jobs). Every
+child passes the checks a caller's enqueue passes (``Api._check_request``: reserved names, payload
+size, priority, admission), and its id is derived, not minted, so a re-run parent gets the same
+children. The order of the writes makes a crash at any point safe to repeat:
+
+1. check everything (nothing written);
+2. the parent's item gains the children, conditional on the parent being leased under ``token``;
+3. each child's item is created ``accepted`` (naming its parent and continuation);
+4. the continuation's item is created, waiting for the children (kept as is on a re-run);
+5. children already final (a re-run after they ended) are counted down, not appended again;
+6. the rest are appended to Kafka. A failed append is not withdrawn (the ids are the children's
+   for good): the error goes back to the handler, whose re-run appends them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from sluice.core import ids
+from sluice.core.errors import ConfigError, FamilyConflict, InvalidInput, JobNotFound, TooManyChildren
+from sluice.core.families import (
+    MAX_CHILDREN,
+    FamilyAccepted,
+    FamilyRequest,
+    FamilyStore,
+    NewChild,
+    keys_unique,
+)
+from sluice.core.models import FINAL_STATES, JobSpec, is_reserved_queue, validate_job_id
+
+if TYPE_CHECKING:
+    from sluice.gateway.api import Api
+
+log = logging.getLogger("sluice.gateway.api")
+
+
+def families_of(api: Api) -> FamilyStore:
+    store = api.store
+    if not hasattr(store, "start_family"):
+        raise ConfigError("this gateway's store keeps no families")
+    return cast(FamilyStore, store)
+
+
+def _signing_key(api: Api, parent_id: str) -> bytes:
+    """The key that signed the parent: a re-run across a key rotation derives the same children."""
+    kid = parent_id.rsplit(".", 1)[-1][:ids.KEY_ID_LENGTH]
+    for key in (api.verifier.key, *api.verifier.previous):
+        if ids.key_id(key) == kid:
+            return key
+    return api.verifier.key
+
+
+def _check_keys(request: FamilyRequest) -> None:
+    if not request.jobs:
+        raise InvalidInput("then= needs at least one child: a continuation waits for children"
+                           if request.then is not None else "no children to start")
+    if len(request.jobs) > MAX_CHILDREN:
+        raise TooManyChildren(f"{len(request.jobs)} children in one request; a job may start at most "
+                              f"{MAX_CHILDREN}", limit=MAX_CHILDREN)
+    for index, job in enumerate(request.jobs):
+        try:
+            ids.check_child_key(job.key)
+        except ValueError as exc:
+            raise InvalidInput(f"child {index}: {exc}", index=index) from None
+    if request.then is not None:
+        try:
+            ids.check_child_key(request.then.key)
+        except ValueError as exc:
+            raise InvalidInput(f"then: {exc}") from None
+    duplicate = keys_unique(request.jobs)
+    if duplicate is not None:
+        raise InvalidInput(f"child key {duplicate!r} is used twice: each child needs its own key")
+
+
+def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
+    parent_id = validate_job_id(request.parent_id)
+    minted = api.verifier.verify(parent_id)
+    if minted is None or is_reserved_queue(minted.queue):
+        raise JobNotFound(f"no job {parent_id}: a parent must be a job this deployment issued",
+                          job_id=parent_id)
+    _check_keys(request)
+    for index, job in enumerate(request.jobs):
+        api._check_request(job.queue, job, index=index)
+    if request.then is not None:
+        api._check_request(request.then.queue, request.then, index=None)
+    by_queue: dict[str, list[Any]] = {}
+    for job in request.jobs:
+        by_queue.setdefault(job.queue, []).append(job)
+    for queue, jobs in by_queue.items():
+        api._admit(queue, jobs)
+    key = _signing_key(api, parent_id)
+    now = api.clock()
+    specs = [api._spec(job.queue, job, now, None, job_id=ids.derive(parent_id, job.queue, job.key, key))
+             for job in request.jobs]
+    child_ids = [s.job_id for s in specs]
+    store = families_of(api)
+    then_id = None
+    then_spec = None
+    if request.then is not None:
+        then_id = ids.derive(parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key, key)
+        then_spec = api._spec(request.then.queue, request.then, now, None, job_id=then_id)
+        _same_family(store, then_id, child_ids)
+    known = store.children_state(child_ids)
+    for child_id, state in known.items():
+        if state.continuation != then_id:  # the key named a child of another family
+            raise FamilyConflict(f"child {child_id} already belongs to "
+                                 f"{state.continuation or 'no continuation'}: use another key",
+                                 job_id=child_id)
+    store.adopt(parent_id, request.token, child_ids, then_id, MAX_CHILDREN)
+    store.record_children(parent_id, [NewChild(s.job_id, s.queue, now, i) for i, s in enumerate(specs)],
+                          then_id)
+    if then_spec is not None and then_id is not None:
+        store.start_family(then_id, then_spec.queue, parent_id, child_ids, then_spec.model_dump_json(), now)
+    final = {j: st for j, st in known.items() if st.status in FINAL_STATES}
+    fresh = [s for s in specs if s.job_id not in final]
+    if fresh:
+        api.log.append(fresh)
+    if final and then_id is not None:
+        _count_final(api, store, then_id, [st.slot for st in final.values()])
+    return FamilyAccepted(job_ids=child_ids, continuation=then_id)
+
+
+def _same_family(store: FamilyStore, then_id: str, child_ids: Sequence[str]) -> None:
+    try:
+        existing = store.family(then_id)
+    except JobNotFound:
+        return
+    if set(existing.waits_for) != set(child_ids):
+        raise FamilyConflict(f"continuation {then_id} already waits for {len(existing.waits_for)} other "
+                             "children: a re-run must start the same children under the same keys, or "
+                             "use another then key", job_id=then_id)
+
+
+def _count_final(api: Api, store: FamilyStore, then_id: str, slots: Sequence[int]) -> None:
+    """Children that ended before this (re-run) request: counted now, since their JobEnded may be
+    long past (or never came: the process that ended them died before its countdown)."""
+    for slot in slots:
+        store.count_down(then_id, slot)
+    if store.unreleased(then_id):  # now, or counted before and its release failed
+        release_continuation(api, then_id)
+
+
+def release_continuation(api: Api, continuation: str) -> bool:
+    """Append the continuation whose children have all ended; False if it was appended already.
+
+    Safe to call again (a release whose answer was lost): ``mark_released`` after the append
+    means a crash in between appends the same id twice, and the relay and Redis keep one.
+    """
+    continuation = validate_job_id(continuation)
+    store = families_of(api)
+    family = store.family(continuation)
+    if family.released:
+        return False
+    if family.remaining > 0:
+        raise InvalidInput(f"continuation {continuation} still waits for {family.remaining} children")
+    if family.spec_json is None:
+        return False
+    spec = JobSpec.model_validate_json(family.spec_json)
+    api.log.append([spec])
+    released = store.mark_released(continuation)
+    log.info("continuation %s released", continuation, extra={"job_id": continuation})
+    return released

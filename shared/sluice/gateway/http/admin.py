@@ -1,0 +1,140 @@
+"""The operator API's routes, ``/v1/admin/queues/{queue}/...`` (docs/api.md, Operator API).
+
+The gateway checks the caller (``sluice.gateway.admin.authorize``) before it routes or validates an
+admin request, so a caller who is not an operator learns nothing but 403, and nothing is
+written. In AWS these routes take SigV4 only (the template's ``sigv4`` security on each), even
+when the API also takes API keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
+from sluice.gateway.admin import MAX_LISTED, Admin
+
+PREFIX: Final = "/v1/admin/"
+SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
+    (re.compile(r"^/v1/admin/queues/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/caps/?$"), ("PUT",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(pause|resume)/?$"), ("POST",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks)/?$"), ("PUT",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
+)
+
+AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class RateRequest(BaseModel):
+    model_config = _STRICT
+    per_second: float = Field(ge=0, le=10_000_000, allow_inf_nan=False,
+                              description="Jobs per second pushed into Redis; 0 = no limit.")
+    burst: int | None = Field(default=None, ge=0, le=10_000_000,
+                              description="Jobs that may go at once (default: one second's worth).")
+
+
+class MaxInFlightRequest(BaseModel):
+    model_config = _STRICT
+    max_in_flight: int = Field(ge=0, le=10_000_000, description="Most jobs leased at once; 0 = no limit.")
+
+
+class WatermarksRequest(BaseModel):
+    model_config = _STRICT
+    high: int = Field(ge=0, le=10_000_000, description="Pause pushing above this ready depth; 0 = off.")
+    low: int | None = Field(default=None, ge=0, le=10_000_000,
+                            description="Resume below this (default high/2).")
+
+
+class CapsRequest(BaseModel):
+    model_config = _STRICT
+    max_delayed: int | None = Field(default=None, ge=0, le=1_000_000_000,
+                                    description="Delayed jobs the queue may hold; 0 = the default.")
+    max_dead: int | None = Field(default=None, ge=0, le=1_000_000_000,
+                                 description="Dead jobs at which the queue takes no more; 0 = the default.")
+
+
+class RedriveRequest(BaseModel):
+    model_config = _STRICT
+    job_id: str | None = Field(default=None, pattern=JOB_ID_PATTERN, description="One dead job.")
+    all: bool = Field(default=False, description="Every dead job of the queue.")
+
+
+def _json(status: int, body: Any) -> Response[Any]:
+    return Response(status, content_types.APPLICATION_JSON, json.dumps(body, separators=(",", ":")))
+
+
+def _config(queue: str, config: QueueConfig) -> Response[Any]:
+    return _json(200, {"queue": queue, **config.model_dump(mode="json")})
+
+
+def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses: dict[int, Any]) -> None:
+    """Add the operator routes to ``app``; ``admin()`` gives the use-cases for one request."""
+    tags = ["operator"]
+
+    @app.get("/v1/admin/queues", operation_id="admin_queues", tags=tags, responses=responses,
+             summary="Every queue: depths, overdue leases, config and route (sluice queues, sluice top).")
+    def list_queues() -> Response[Any]:
+        return _json(200, {"queues": admin().all_queues()})
+
+    @app.get("/v1/admin/queues/<queue>", operation_id="admin_queue", tags=tags, responses=responses,
+             summary="One queue: depths, overdue leases, config and route.")
+    def one_queue(queue: AdminQueue) -> Response[Any]:
+        return _json(200, admin().queue_stats(queue))
+
+    @app.put("/v1/admin/queues/<queue>/caps", operation_id="admin_caps", tags=tags, responses=responses,
+             summary="The queue's own caps on delayed and dead jobs.")
+    def set_caps(queue: AdminQueue, body: Annotated[CapsRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead))
+
+    @app.post("/v1/admin/queues/<queue>/pause", operation_id="admin_pause", tags=tags, responses=responses,
+              summary="Stop pushing the queue's jobs into Redis (Kafka holds the backlog).")
+    def pause(queue: AdminQueue) -> Response[Any]:
+        return _config(queue, admin().pause(queue))
+
+    @app.post("/v1/admin/queues/<queue>/resume", operation_id="admin_resume", tags=tags,
+              responses=responses, summary="Resume pushing the queue's jobs.")
+    def resume(queue: AdminQueue) -> Response[Any]:
+        return _config(queue, admin().resume(queue))
+
+    @app.put("/v1/admin/queues/<queue>/rate", operation_id="admin_rate", tags=tags, responses=responses,
+             summary="Limit how fast the relays push the queue's jobs.")
+    def rate(queue: AdminQueue, body: Annotated[RateRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_rate(queue, body.per_second, body.burst))
+
+    @app.put("/v1/admin/queues/<queue>/max-in-flight", operation_id="admin_max_in_flight", tags=tags,
+             responses=responses, summary="Cap how many of the queue's jobs run at once.")
+    def max_in_flight(queue: AdminQueue, body: Annotated[MaxInFlightRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_max_in_flight(queue, body.max_in_flight))
+
+    @app.put("/v1/admin/queues/<queue>/watermarks", operation_id="admin_watermarks", tags=tags,
+             responses=responses, summary="Backpressure on the queue's ready depth.")
+    def watermarks(queue: AdminQueue, body: Annotated[WatermarksRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_watermarks(queue, body.high, body.low))
+
+    @app.get("/v1/admin/queues/<queue>/dlq", operation_id="admin_dlq_list", tags=tags, responses=responses,
+             summary="The queue's dead jobs, oldest first, with their last error.")
+    def dlq_list(queue: AdminQueue,
+                 limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100) -> Response[Any]:
+        dead = admin().dead_letters(queue, limit)
+        return _json(200, {"queue": queue, "jobs": [d.model_dump(mode="json") for d in dead]})
+
+    @app.post("/v1/admin/queues/<queue>/dlq/redrive", operation_id="admin_redrive", tags=tags,
+              responses=responses, summary="Put one dead job, or all of them, back in the ready queue.")
+    def redrive(queue: AdminQueue, body: Annotated[RedriveRequest, Body()]) -> Response[Any]:
+        report = admin().redrive(queue, body.job_id, body.all)
+        return _json(200, {"queue": queue, "moved": report.moved, "refused": report.refused})
+
+    @app.delete("/v1/admin/queues/<queue>/dlq", operation_id="admin_purge", tags=tags, responses=responses,
+                summary="Delete every dead job of the queue from Redis (their status stays dead).")
+    def purge(queue: AdminQueue) -> Response[Any]:
+        return _json(200, {"queue": queue, "purged": admin().purge(queue)})

@@ -1,5 +1,0 @@
-"""The gateway's HTTP layer: strict body guard, wire models, problem documents,
-the Powertools resolver (``sluice.http.app``) and a local HTTP adapter.
-
-Importing this package loads nothing heavy; ``sluice.http.app`` imports Powertools.
-"""

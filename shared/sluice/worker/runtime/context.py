@@ -1,0 +1,156 @@
+"""What a handler gets besides its job: identity, token, lease state and a bound logger."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from sluice.core.errors import ConfigError, InvalidInput, PayloadTooLarge, SluiceError, TooManyChildren
+from sluice.core.families import (
+    MAX_CHILDREN,
+    MAX_REQUEST_BYTES,
+    ChildRequest,
+    FamilyAccepted,
+    FamilyRequest,
+    Gatekeeper,
+    ThenRequest,
+)
+from sluice.core.models import JobRecord, describe_validation
+from sluice.worker.runtime.telemetry import JobLogger
+
+FencedTableFactory = Callable[[str, str, int], Any]  # (table name, job id, fencing token) -> FencedTable
+
+
+@dataclass
+class LeaseState:
+    """The lease as the runtime last saw it; the heartbeat thread updates it.
+
+    The events are shared by the heartbeat thread (which sets them) and the handler
+    (which may poll or wait on them).
+    """
+
+    deadline_ms: int
+    expires_at: float  # time.monotonic() by which the lease lapses unless renewed
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    cancel_requested: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(eq=False)
+class JobContext:
+    """Passed to every handler next to the ``Job``.
+
+    ``token`` is the fencing token granted by the jobs table: the one to hand to any
+    service that can check it. ``lease_lost`` is set when the runtime learns another
+    worker may hold the job (or the job hit its hard timeout); from then on nothing
+    this handler returns is written, so a cooperative handler stops early.
+    """
+
+    job_id: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    token: int
+    lease_token: int  # the Redis lease token: liveness only, never a fencing token
+    worker_id: str
+    logger: JobLogger
+    timeout_at: float  # time.monotonic() of the hard timeout
+    _lease: LeaseState
+    _fenced: FencedTableFactory | None = None
+    _tables: dict[str, Any] = field(default_factory=dict)
+    _progress: Any = None  # a runtime.progress.Progress, if the store records progress
+
+    def progress(self, fraction: float, detail: str = "") -> None:
+        """Record how far the job is (``fraction`` in [0, 1], a short ``detail``), fenced on this
+        job's token and written at most once a second; see ``sluice.worker.runtime.progress``."""
+        if self._progress is None:
+            raise SluiceError("this worker's store records no progress")
+        self._progress.report(fraction, detail)
+    _gatekeeper: Gatekeeper | None = None  # the gateway's family entry (sluice.core.families)
+    _families: Any = None  # the jobs table's family reads (store.families.Families), for children()
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        return self._lease.lease_lost
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        return self._lease.cancel_requested
+
+    @property
+    def lease_deadline_ms(self) -> int:
+        """The lease's current deadline (epoch ms, Redis time); moves on every heartbeat."""
+        return self._lease.deadline_ms
+
+    def time_left_s(self) -> float:
+        """Seconds until the hard timeout."""
+        return max(0.0, self.timeout_at - time.monotonic())
+
+    def should_stop(self) -> bool:
+        return self.lease_lost.is_set() or self.cancel_requested.is_set()
+
+    def fenced_table(self, name: str) -> Any:
+        """A ``sluice.backends.dynamodb.fenced.FencedTable`` on ``name`` whose writes carry this job's token.
+
+        One per table and attempt, so that sending a write again after ``BackendUnavailable``
+        is recognised as a retry (same request token) however the handler gets the table."""
+        if self._fenced is None:
+            raise SluiceError("this worker's store offers no fenced tables")
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self._fenced(name, self.job_id, self.token)
+        return table
+
+    # -- jobs that start jobs (sluice.core.families, docs/flows.md) ------------------------------------
+
+    def enqueue(self, queue: str, payload: Any, *, key: str, **options: Any) -> str:
+        """Start a child job on ``queue``; returns its id. ``key`` names it among this job's
+        children: a re-run of this job (same key) gets the same child, never a second one.
+        ``options``: ``delay_seconds``, ``priority``, ``max_attempts``, ``lease_seconds``."""
+        return self.enqueue_many([{"queue": queue, "payload": payload, "key": key, **options}]).job_ids[0]
+
+    def enqueue_many(self, jobs: Sequence[Mapping[str, Any] | tuple[Any, ...]], *,
+                     then: Mapping[str, Any] | tuple[Any, ...] | None = None) -> FamilyAccepted:
+        """Start children (each ``(queue, payload, key)`` or a dict with those and enqueue options)
+        and, with ``then=(queue, payload)`` (or ``(queue, payload, key)``, or a dict), a
+        continuation that runs once after every one of them has ended, whatever its state."""
+        if self._gatekeeper is None:
+            raise ConfigError("this worker cannot start jobs: no gateway function is configured "
+                              "(SLUICE_GATEWAY_FUNCTION_NAME)")
+        try:
+            request = FamilyRequest(parent_id=self.job_id, token=self.token,
+                                    jobs=[ChildRequest.model_validate(_fields(j, ("queue", "payload", "key")))
+                                          for j in jobs],
+                                    then=None if then is None else ThenRequest.model_validate(
+                                        _fields(then, ("queue", "payload", "key"))))
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid children ({describe_validation(exc)})") from None
+        if len(request.jobs) > MAX_CHILDREN:  # the gateway refuses it too; say so before sending it
+            raise TooManyChildren(f"{len(request.jobs)} children in one request; a job may start at most "
+                                  f"{MAX_CHILDREN}", limit=MAX_CHILDREN)
+        size = len(request.model_dump_json())
+        if size > MAX_REQUEST_BYTES:
+            raise PayloadTooLarge(f"these children are {size} bytes as JSON; one request carries at most "
+                                  f"{MAX_REQUEST_BYTES} (a synchronous Lambda invoke's limit): split them "
+                                  "over several enqueue_many calls, with distinct keys")
+        return self._gatekeeper.enqueue_children(request)
+
+    def children(self) -> list[JobRecord]:
+        """On a continuation: the final records (state, result, error) of the children it ran after."""
+        if self._families is None:
+            raise ConfigError("this worker's store keeps no families")
+        family = self._families.family(self.job_id)
+        found = self._families.get_jobs(list(family.waits_for))
+        return [found[j] for j in family.waits_for if j in found]
+
+
+def _fields(value: Mapping[str, Any] | tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    if isinstance(value, tuple):
+        if not 2 <= len(value) <= len(names):
+            raise InvalidInput(f"expected ({', '.join(names)}), got {len(value)} items")
+        return dict(zip(names, value, strict=False))
+    return dict(value)

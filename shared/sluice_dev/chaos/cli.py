@@ -1,0 +1,173 @@
+"""``sluice scenario gc-pause|crash-before-ack`` and ``sluice chaos``: the break-it commands.
+
+Registered on the main ``sluice`` group by ``sluice_dev.cli``; runnable alone too:
+``python -m sluice_dev.chaos.cli scenario gc-pause --time-scale 0.1``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sluice.core.errors import SluiceError
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group("scenario")
+def scenario() -> None:
+    """Play one of the seed's failure stories with real worker processes, Redis and DynamoDB."""
+
+
+def _header(text: str) -> None:
+    click.echo(text)
+    click.echo("")
+
+
+def _finish(result: Any, as_json: bool) -> None:
+    click.echo("")
+    click.echo(click.style(result.verdict, fg="red" if result.stale_write_accepted else "green"))
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), separators=(",", ":"), default=str))
+
+
+@scenario.command("gc-pause")
+@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@click.option("--renew-every", type=float, default=3.0, show_default=True,
+              help="A's heartbeat interval, seconds.")
+@click.option("--freeze-at", type=float, default=2.0, show_default=True,
+              help="When A stalls (SIGSTOP), seconds after taking the lease.")
+@click.option("--freeze-for", type=float, default=12.0, show_default=True, help="How long A stays frozen.")
+@click.option("--no-fencing", is_flag=True, help="Storage takes the unconditional write path: the bug.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="Multiply every duration (0.1 = ten times faster).")
+@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for: float, no_fencing: bool,
+                 time_scale: float, as_json: bool) -> None:
+    """Worker A stalls past its lease; B takes over; A wakes up and writes. Who wins?"""
+    from sluice_dev.chaos import scenarios
+
+    try:
+        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, freeze_at_s=freeze_at,
+                             freeze_for_s=freeze_for, fencing=not no_fencing, time_scale=time_scale)
+    except SluiceError as exc:
+        _fail(str(exc))
+        return
+    _header(f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
+            f"for {freeze_for:g} s; fencing {'ON' if p.fencing else 'OFF (the bug)'}; "
+            f"time scale {time_scale:g}")
+    try:
+        result = scenarios.gc_pause(p, echo=lambda e: click.echo(e.line()))
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    _finish(result, as_json)
+
+
+@scenario.command("crash-before-ack")
+@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@click.option("--renew-every", type=float, default=3.0, show_default=True,
+              help="Heartbeat interval, seconds.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="Multiply every duration (0.1 = ten times faster).")
+@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as_json: bool) -> None:
+    """A worker finishes a job and crashes just before acknowledging it. What happens?"""
+    from sluice_dev.chaos import scenarios
+
+    try:
+        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, time_scale=time_scale)
+    except SluiceError as exc:
+        _fail(str(exc))
+        return
+    _header(f"crash-before-ack: lease {lease:g} s renewed every {renew_every:g} s; A is SIGKILLed between "
+            f"its result write and its ack; time scale {time_scale:g}")
+    try:
+        result = scenarios.crash_before_ack(p, echo=lambda e: click.echo(e.line()))
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    _finish(result, as_json)
+
+
+@click.command("chaos")
+@click.option("--jobs", type=click.IntRange(1, 1_000_000), default=500, show_default=True,
+              help="Unique jobs to enqueue.")
+@click.option("--duration", type=click.FloatRange(5, 86_400), default=40.0, show_default=True,
+              help="Seconds of faults; jobs are enqueued over the first 90%.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seeds the workload and the nemesis.")
+@click.option("--workers", type=click.IntRange(1, 32), default=3, show_default=True,
+              help="Worker containers (lambda: the worker function's concurrency) or processes.")
+@click.option("--runtime", type=click.Choice(["lambda", "process"]), default="lambda", show_default=True,
+              help="lambda: the local Lambda service as sluice dev runs it (worker containers dispatched by "
+                   "the relay and the safety net, the relay on a schedule); process: long-lived worker "
+                   "and relay processes.")
+@click.option("--no-faults", is_flag=True, help="A control run: the same workload, no nemesis.")
+@click.option("--operator/--no-operator", default=False, show_default=True,
+              help="An operator also cancels jobs, redrives and purges dead ones, pauses and resumes the "
+                   "queue while the nemesis faults (a few jobs then fail by design, to be dead-lettered).")
+@click.option("--drain-timeout", type=float, default=None, help="Seconds to wait for the queues to drain.")
+@click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Above 1: run on a local Redis cluster of that many masters; the nemesis then also "
+                   "restarts one shard at a time with its data lost.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the history and logs go (default .sluice_dev/chaos/seed<K>-<time>).")
+@click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
+def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
+          operator: bool, drain_timeout: float | None, redis_shards: int, state_dir: Path | None,
+          as_json: bool) -> None:
+    """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
+    from sluice_dev.chaos import runner
+
+    options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
+                             faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
+                             state_dir=state_dir, redis_shards=redis_shards)
+    try:
+        outcome = runner.run(options, say=click.echo)
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    r = outcome.report
+    click.echo("")
+    must_be_zero = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted",
+                    "stuck", "cancel_violations", "reruns_without_redrive", "pause_violations")
+    shown = ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
+             "writes_rejected", *must_be_zero) + (("cancelled", "purged_lost") if operator else ())
+    for name in shown:
+        value = getattr(r, name)
+        line = f"  {name.replace('_', ' '):<24}{value:>8}"
+        click.echo(click.style(line, fg="red") if name in must_be_zero and value else line)
+    click.echo(f"  {'faults':<24}{sum(r.faults.values()):>8}  {dict(sorted(r.faults.items()))}")
+    if operator:
+        click.echo(f"  {'operator':<24}{sum(r.operator.values()):>8}  {dict(sorted(r.operator.items()))}")
+    click.echo(f"  {outcome.runtime + ' runtime':<24}{'':>8}  {outcome.runtime_counts}")
+    click.echo("")
+    verdict = "PASS: every invariant held" if r.ok else "FAIL: an invariant was violated"
+    click.echo(click.style(verdict, fg="green" if r.ok else "red") + f" (history: {outcome.state_dir})")
+    if as_json:
+        click.echo(json.dumps(outcome.as_dict(), separators=(",", ":"), default=str))
+    sys.exit(0 if r.ok else 1)
+
+
+@click.group()
+def main_group() -> None:
+    """The break-it commands on their own."""
+
+
+main_group.add_command(scenario)
+main_group.add_command(chaos)
+
+
+def main() -> None:
+    main_group()
+
+
+if __name__ == "__main__":
+    main()

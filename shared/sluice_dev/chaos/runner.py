@@ -1,0 +1,337 @@
+"""``sluice chaos``: the whole pipeline under a seeded nemesis, then a checker over its history.
+
+1. Start a local stack of our own: redis-server, the moto server (DynamoDB and S3) and
+   Tansu storing to S3 on a moto server, so a broker restart keeps its data; and the
+   pipeline's moving parts on a runtime (``chaos.runtimes``): ``lambda``, the local
+   Lambda service as ``sluice dev`` runs it (worker containers dispatched by the relay
+   and the safety net, the relay on a schedule), or ``process``, long-lived worker and
+   relay processes kept alive by a supervisor.
+2. Enqueue N jobs through the gateway's use case (``chaos.workload``) while the nemesis
+   (``chaos.nemesis``) injects its planned faults for ``duration`` seconds.
+3. Stop the faults, let the queues drain until every accepted job is final (or a
+   timeout), stop the workers and relays, and give the history plus the final state of
+   the jobs table and of Redis to the checker (``chaos.checker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice_dev.chaos import checker, completions, history, nemesis, operator, runtimes
+from sluice_dev.chaos.app import QUEUE
+from sluice_dev.chaos.workload import Enqueuer
+
+Say = Callable[[str], None]
+ENQUEUE_SHARE = 0.9  # jobs arrive over most of the fault window, so the faults always meet work
+QUIET_S = 60.0  # a drain with no job finishing and no process doing anything for this long is over
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int = 500
+    duration_s: float = 40.0
+    seed: int = 1
+    workers: int = 3
+    relays: int = 1
+    lease_s: float = 2.0
+    fault_interval_s: float = 3.5
+    faults: bool = True
+    drain_timeout_s: float | None = None  # default: max(120, duration)
+    state_dir: Path | None = None
+    partitions: int = 4
+    runtime: str = "lambda"  # or "process" (chaos.runtimes)
+    operator: bool = False  # an operator cancels, redrives, purges, pauses and resumes (chaos.operator)
+    operator_interval_s: float = 2.5
+    families: bool = True  # every 20th job starts children and a continuation (chaos.families)
+    redis_shards: int = 1  # above 1: a local Redis cluster, and the nemesis restarts single shards
+
+
+@dataclass
+class RunResult:
+    """What one chaos run found: the checker's report, the faults injected, the timings."""
+
+    report: checker.Report
+    plan: list[nemesis.Fault]
+    state_dir: Path
+    drained: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+    runtime: str = ""
+    runtime_counts: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.report.as_dict(), "drained": self.drained, "seconds": self.seconds,
+                "runtime": self.runtime, "runtime_counts": self.runtime_counts,
+                "state_dir": str(self.state_dir), **({"diagnosis": self.diagnosis} if self.diagnosis else {})}
+
+
+def snapshot(settings: Any) -> dict[str, checker.StoreItem]:
+    """Every job item in the jobs table (checkpoint items, whose keys start with "~", skipped)."""
+    from sluice.entry import root as wiring
+
+    db = wiring.boto_client("dynamodb", settings)
+    items: dict[str, checker.StoreItem] = {}
+    for page in db.get_paginator("scan").paginate(TableName=settings.jobs_table, ConsistentRead=True):
+        for item in page.get("Items", []):
+            job_id = item["job_id"]["S"]
+            if job_id.startswith("~"):
+                continue
+            result = item.get("result", {}).get("S")
+            items[job_id] = checker.StoreItem(
+                status=item.get("status", {}).get("S", ""), token=int(item.get("token", {}).get("N", 0)),
+                result_token=int(item["result_token"]["N"]) if "result_token" in item else None,
+                result_digest=history.digest(json.loads(result)) if result is not None else None,
+                redrive_gen=int(item.get("redrive_gen", {}).get("N", 0)),
+                run_gen=int(item.get("run_gen", {}).get("N", 0)))
+    return items
+
+
+def kafka_dump(settings: Any, path: Path, quiet_s: float = 3.0) -> dict[str, tuple[int, int]]:
+    """Every record of the job topic, (partition, offset) by job id, also written to ``path``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", group_id=None)
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        parts = sorted(consumer.partitions_for_topic(settings.kafka_topic) or ())
+        consumer.assign([TopicPartition(settings.kafka_topic, p) for p in parts])
+        consumer.seek_to_beginning()
+        idle_since = time.monotonic()
+        with path.open("w") as out:
+            while time.monotonic() - idle_since < quiet_s:
+                batches = consumer.poll(timeout_ms=500, max_records=5000)
+                if batches:
+                    idle_since = time.monotonic()
+                for records in batches.values():
+                    for r in records:
+                        job = r.key.decode() if r.key else ""
+                        found.setdefault(job, (r.partition, r.offset))
+                        out.write(json.dumps({"p": r.partition, "o": r.offset, "job": job}) + "\n")
+    finally:
+        consumer.close()
+    return found
+
+
+def live_leases(redis_url: str) -> set[str]:
+    from sluice.backends.redis.client import connect
+    from sluice.backends.redis.keys import QueueKeys
+
+    client = connect(redis_url)  # a cluster client for a redis+cluster:// URL
+    try:
+        secs, micros = client.time()
+        now = secs * 1000 + micros // 1000
+        return set(client.zrangebyscore(QueueKeys(QUEUE).leased, now, "+inf"))
+    finally:
+        client.close()
+
+
+class Run:
+    def __init__(self, o: Options, say: Say) -> None:
+        self.o, self.say = o, say
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.dir = o.state_dir or Path(".sluice") / "chaos" / f"seed{o.seed}-{stamp}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "control").mkdir(exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.history_path = self.dir / "history.jsonl"
+        self.history = history.History(self.history_path)
+
+    def execute(self) -> RunResult:
+        from sluice.core.config import Settings
+
+        o, say = self.o, self.say
+        times: dict[str, float] = {}
+        t_start = time.monotonic()
+        runtime = runtimes.make(o.runtime, o, self.dir, self.history)
+        counts: dict[str, int] = {}
+        stopped = False
+        try:
+            base = Settings(kafka_topic="chaos.jobs", kafka_dead_letter_topic="chaos.dlq",
+                            kafka_partitions=o.partitions, kafka_consumer_group="chaos-relay")
+            settings = runtime.start(base, say)
+            times["setup"] = time.monotonic() - t_start
+            say(f"stack up in {times['setup']:.1f}s ({runtime.name} runtime): redis {settings.redis_url}, "
+                f"kafka {settings.kafka_bootstrap} (Tansu on S3), aws {settings.aws_endpoint_url}; "
+                f"{runtime.describe()}; history {self.history_path}")
+            faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
+                                  workers=o.workers, relays=o.relays,
+                                  shards=o.redis_shards) if o.faults else []
+            for f in faults:
+                self.history.emit("plan", **f.as_dict())
+            actions = (operator.plan(o.seed, o.duration_s, interval_s=o.operator_interval_s)
+                       if o.operator else [])
+            for a in actions:
+                self.history.emit("plan", role="operator", **a.as_dict())
+            self._chaos(settings, runtime, faults, actions, times)
+            drained = self._drain(settings, times)
+            counts = runtime.stop_agents()
+            stopped = True
+            say("publishing the completion events through the stream, EventBridge and SQS...")
+            received = completions.collect(settings, self.history)
+            self.history.emit("completions", received=received)
+            say("checking the history against the stores...")
+            report = checker.check(history.read(self.history_path), snapshot(settings),
+                                   live_leases(settings.redis_url))
+            diagnosis = self._diagnose(report, settings)
+        finally:
+            if not stopped:
+                with contextlib.suppress(Exception):
+                    runtime.stop_agents()
+            runtime.stop()
+        times["total"] = time.monotonic() - t_start
+        return RunResult(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
+                       diagnosis, runtime.name, counts)
+
+    def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
+        """Where the log has each lost job (None: the broker lost a record it had acknowledged)."""
+        lost = report.samples.get("lost", [])
+        if not lost:
+            return {}
+        in_kafka = kafka_dump(settings, self.dir / "kafka.jsonl")
+        return {"lost_in_kafka_at": {job: in_kafka.get(job) for job in lost}}
+
+    def _chaos(self, settings: Any, runtime: runtimes.Runtime, faults: list[nemesis.Fault],
+               actions: list[operator.Action], times: dict[str, float]) -> None:
+        from sluice.backends.dynamodb.jobs import DynamoJobStore
+        from sluice.backends.kafka.producer import KafkaJobLog
+        from sluice.backends.redis.engine import RedisQueue
+        from sluice.entry import root as wiring
+        from sluice.gateway.api import Api
+
+        o, say = self.o, self.say
+        job_log = KafkaJobLog.from_settings(settings)
+        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
+                  job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
+        enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
+                            lease_seconds=runtime.lease_seconds, poison=o.operator,
+                            mint_key=wiring.job_id_key(settings) if o.operator else None,
+                            family_key=wiring.job_id_key(settings) if o.families else None)
+        stop, abort = threading.Event(), threading.Event()
+        nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
+        # The operator's own gateway use case and Redis client, as a person at another terminal has.
+        op_engine, op_store = RedisQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
+        op_api = Api(job_log, op_store, op_engine, job_id_key=wiring.job_id_key(settings))
+        person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
+                                   running=operator.Running(self.history_path), log=job_log)
+        workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
+        faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
+        operating = threading.Thread(target=person.run, args=(stop,), name="chaos-operator", daemon=True)
+        started = time.monotonic()
+        workload.start()
+        faulting.start()
+        operating.start()
+        say(f"chaos: {o.jobs} jobs over {o.duration_s * ENQUEUE_SHARE:.0f}s, {len(faults)} faults over "
+            f"{o.duration_s:.0f}s (seed {o.seed})"
+            + (f", {len(actions)} operator actions" if o.operator else ""))
+        next_report = started + 10
+        while time.monotonic() - started < o.duration_s:
+            time.sleep(0.5)
+            if time.monotonic() >= next_report:
+                next_report += 10
+                say(f"  t={time.monotonic() - started:5.0f}s accepted={enqueuer.accepted} "
+                    f"unknown={enqueuer.unknown} faults={sum(nem.injected.values())} "
+                    f"{runtime.activity()}")
+        stop.set()
+        nem.close()
+        faulting.join(30)
+        operating.join(30)
+        person.close()  # a pause still on is resumed: the drain needs the queue running
+        times["chaos"] = time.monotonic() - started
+        say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}"
+            + (f"; operator: {dict(sorted(person.done.items()))}" if o.operator else ""))
+        # Faults delay the workload (a broker restart holds appends up): it still enqueues all N.
+        if not enqueuer.done.wait(max(60.0, o.duration_s)):
+            abort.set()
+        workload.join(30)
+        job_log.close()
+        say(f"{enqueuer.accepted} jobs accepted ({enqueuer.unknown} enqueues of unknown outcome, retried)")
+
+    def _drain(self, settings: Any, times: dict[str, float]) -> bool:
+        """Wait until every accepted job is final in the jobs table, or the drain timeout."""
+        from sluice.backends.dynamodb.jobs import DynamoJobStore
+
+        o, say = self.o, self.say
+        store = DynamoJobStore.from_settings(settings)
+        progress = _Progress(history.Tail(self.history_path))
+        progress.catch_up()
+        accepted, written, members, waiting = progress.accepted, progress.written, progress.members, \
+            progress.waiting
+        catch_up = progress.catch_up
+        timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
+        started = time.monotonic()
+        next_report = moved = started
+        while waiting and time.monotonic() - started < timeout:
+            # The history says which jobs have a result; the store confirms those without one, and
+            # all of them once the history has nothing left: polling every job would slow moto down.
+            # Only progress counts as movement: idle safety-net invocations keep writing history.
+            before = len(waiting)
+            if catch_up():
+                moved = time.monotonic()
+            unsure = waiting - written or waiting
+            with contextlib.suppress(Exception):  # a slow moto answer: ask again next round
+                waiting -= store.final_job_ids(sorted(unsure))
+            if len(waiting) < before:
+                moved = time.monotonic()
+            if time.monotonic() >= next_report:
+                next_report += 10
+                say(f"  draining: {len(written & accepted)}/{len(accepted)} written, "
+                    f"{len(accepted | members) - len(waiting)} confirmed final by the store "
+                    f"({len(members)} of them children and continuations)")
+            if waiting and time.monotonic() - moved >= QUIET_S:
+                say(f"  nothing moved for {QUIET_S:.0f}s: these jobs will not finish by themselves")
+                break
+            if waiting:
+                time.sleep(2.0)
+        store.close()
+        times["drain"] = time.monotonic() - started
+        if waiting:
+            say(f"not drained after {times['drain']:.0f}s: {len(waiting)} jobs not final")
+        else:
+            say(f"drained: every accepted job is final after {times['drain']:.0f}s")
+        return not waiting
+
+
+class _Progress:
+    """What the history says so far: accepted jobs, jobs with a result, and family members
+    (children and continuations the parents named, ``chaos.families``), which the drain waits for."""
+
+    def __init__(self, tail: history.Tail) -> None:
+        self.tail = tail
+        self.accepted: set[str] = set()
+        self.written: set[str] = set()
+        self.members: set[str] = set()
+        self.waiting: set[str] = set()
+
+    def catch_up(self) -> bool:
+        """Read new history; True if a job got its first accepted result."""
+        before = len(self.written)
+        for e in self.tail.read():
+            op = e.get("op")
+            if op == "enqueue" and e.get("outcome") == "ok":
+                self.accepted.add(str(e["job"]))
+                self.waiting.add(str(e["job"]))
+            elif op == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
+                self.written.add(str(e["job"]))
+            elif op == "family":
+                new = {*map(str, e.get("children", ())), str(e.get("continuation"))} - self.members
+                self.members.update(new)
+                self.waiting.update(new)
+        return len(self.written) > before
+
+
+def run(o: Options, say: Say = print) -> RunResult:
+    import os
+
+    from sluice_dev.local.servers import DUMMY_AWS_ENV
+
+    for key, value in DUMMY_AWS_ENV.items():  # every AWS client here talks to the local moto server
+        os.environ.setdefault(key, value)
+    return Run(o, say).execute()

@@ -1,0 +1,156 @@
+"""``sluice check``: what a deploy of the template gives each queue's handler, before ``sam deploy``.
+
+For the worker function's configuration in the template (at parameter defaults, or at a
+samconfig.toml environment's values), each registered queue gets: its hard timeout (its own
+``timeout_s``, or the default the worker would give it), the lease its jobs get by default,
+the batch, how many of its jobs one invocation can run, and whether it fits at all. Exits
+non-zero where a handler cannot run, the same check the worker makes at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sluice.worker.runtime.options import WorkerOptions
+from sluice_dev.cli.output import emit, fail, json_mode
+
+if TYPE_CHECKING:
+    from sluice_dev.local.template import FunctionConfig
+
+
+@dataclass(frozen=True)
+class QueueReport:
+    queue: str
+    timeout_s: float
+    timeout_from: str  # "timeout_s" or "default"
+    lease_s: int
+    batch: int
+    per_invocation: int  # jobs of this queue a fresh invocation leases per lease call
+    budget_s: float | None
+    fits: bool
+
+
+def report(app_handlers: dict[str, object], options: WorkerOptions, lease_s: int) -> list[QueueReport]:
+    """One row per registered handler (pure: no I/O)."""
+    from sluice.worker.runtime.options import HandlerSpec
+
+    rows = []
+    budget = options.invocation_budget_ms
+    for queue, spec in sorted(app_handlers.items()):
+        assert isinstance(spec, HandlerSpec)
+        timeout = spec.timeout_for(options)
+        fits = budget is None or timeout <= budget
+        per = options.lease_batch if budget is None else \
+            min(options.lease_batch, (budget // max(1, timeout)) * options.concurrency) if fits else 0
+        origin = "timeout_s" if spec.timeout_ms is not None else "default"
+        rows.append(QueueReport(queue, timeout / 1000, origin, lease_s, options.lease_batch, int(per),
+                                None if budget is None else budget / 1000, fits))
+    return rows
+
+
+def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
+    """WorkerFunction, else the one function whose environment names a handlers module."""
+    if "WorkerFunction" in functions:
+        return "WorkerFunction"
+    workers = sorted(lid for lid, f in functions.items() if "SLUICE_HANDLERS_MODULE" in f.env)
+    if len(workers) != 1:
+        from sluice.core.errors import ConfigError
+
+        names = ", ".join(workers) or "none"
+        raise ConfigError(f"the template has {len(workers)} worker functions ({names}): "
+                          "name one with --function")
+    return workers[0]
+
+
+def _code_folder(template: Path, cfg: FunctionConfig) -> list[str]:
+    """The function's CodeUri as a folder on this machine, if it is one (an s3:// URI is not)."""
+    if cfg.code_uri is None or "://" in cfg.code_uri:
+        return []
+    folder = (template.parent / cfg.code_uri).resolve()
+    return [str(folder)] if folder.is_dir() else []
+
+
+@click.command()
+@click.argument("handlers_module")
+@click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The SAM template to deploy (default: this checkout's template.yaml).")
+@click.option("--config-env", default=None, help="A samconfig.toml environment (as sam deploy --config-env).")
+@click.option("--function", "logical_id", default=None,
+              help="The worker function's logical id in the template (default: WorkerFunction, or the "
+                   "template's only function with SLUICE_HANDLERS_MODULE, as in a team's infra/worker.yaml).")
+@click.option("--parameter", "parameters", multiple=True, metavar="NAME=VALUE",
+              help="A template parameter's value, as sam deploy --parameter-overrides (repeatable).")
+def check(handlers_module: str, template_path: Path | None, config_env: str | None, logical_id: str | None,
+          parameters: tuple[str, ...]) -> None:
+    """Report, per queue of HANDLERS_MODULE, what a deploy gives it; exit 1 where one cannot run.
+
+    Run it before `sam deploy`, with the same template and --config-env. A team's own worker
+    template (infra/worker.yaml) is checked the same way.
+    """
+    from sluice.core.errors import ConfigError
+    from sluice.entry.worker import load_app
+    from sluice_dev.local.deployed import settings_of
+    from sluice_dev.local.template import TEMPLATE, load
+
+    overrides = {}
+    for item in parameters:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--parameter {item!r} is not NAME=VALUE")
+        overrides[name] = value
+    deploy = load(template_path or TEMPLATE, config_env, overrides=overrides)
+    logical_id = logical_id or worker_function(deploy.functions)
+    cfg = deploy.functions.get(logical_id)
+    if cfg is None:
+        raise ConfigError(f"{deploy.path} has no function {logical_id}")
+    settings = settings_of(cfg.concrete_env(), handlers_module=handlers_module)
+    if settings.function_timeout_s is None:
+        raise ConfigError(f"{logical_id} does not pass SLUICE_FUNCTION_TIMEOUT_S (its Timeout) to its code")
+    # The user's own module: where the deploy puts it (the function's CodeUri, /var/task in
+    # Lambda), else in this folder, as `sluice dev` finds it.
+    for folder in (os.getcwd(), *_code_folder(deploy.path, cfg)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    app = load_app(handlers_module)
+    options = WorkerOptions.from_settings(settings)
+    rows = report(dict(app.handlers), options, settings.default_lease_seconds)
+    if json_mode():
+        emit({"function": logical_id, "template": str(deploy.path), "config_env": config_env,
+              "timeout_s": cfg.timeout_s, "margin_s": options.margin_ms / 1000,
+              "queues": [asdict(r) for r in rows]}, "")
+    else:
+        _print(logical_id, f"{deploy.path}{' at ' + config_env if config_env else ''}", cfg.timeout_s,
+               options.margin_ms / 1000, rows)
+    bad = [r for r in rows if not r.fits]
+    if not rows:
+        _refuse(f"{handlers_module} registers no handler", "NO_HANDLER")
+    if bad:
+        _refuse(f"cannot run: {', '.join(r.queue for r in bad)}: a handler's timeout must be at most "
+                f"{bad[0].budget_s:g} s here; lower its timeout_s or raise WorkerTimeoutSeconds",
+                "HANDLER_DOES_NOT_FIT")
+
+
+def _print(logical_id: str, where: str, timeout_s: Any, margin_s: float, rows: list[QueueReport]) -> None:
+    click.echo(f"{logical_id} in {where}: Timeout {timeout_s} s, margin {margin_s:g} s, "
+               f"budget per job {rows[0].budget_s if rows else '-'} s")
+    click.echo(f"{'queue':<20} {'timeout':>9} {'from':<9} {'lease':>6} {'batch':>5} {'per lease':>9}  fits")
+    for r in rows:
+        click.echo(f"{r.queue:<20} {r.timeout_s:>8g}s {r.timeout_from:<9} {r.lease_s:>5}s {r.batch:>5} "
+                   f"{r.per_invocation:>9}  {'yes' if r.fits else 'NO'}")
+
+
+def _refuse(message: str, code: str) -> None:
+    if json_mode():
+        fail(message, 1, code)
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+COMMANDS = [check]

@@ -1,0 +1,302 @@
+"""The console's routes (``Console.handle``, no sockets) and the HTTP server that serves them.
+
+Every request that changes something is a POST that must pass ``Console.refuses``: the Host is
+this server's (no DNS rebinding), the browser says it comes from this origin (``Sec-Fetch-Site``
+``same-origin`` and ``Origin`` equal to ours when sent) and the form carries the per-process
+token embedded in our pages. A page on another site can therefore not pause a queue or purge a
+dead-letter queue through a browser that has the console open. Redrive, purge and deleting a
+schedule also ask for a confirmation (a second POST with ``confirmed=1``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from sluice.core.errors import SluiceError
+from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
+from sluice.core.schedules import check_name
+from sluice_dev.cli.console import render
+from sluice_dev.cli.console.backend import Backend, History, Watched
+
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",  # not no-referrer: with it a form POST's Origin is "null", refused
+}
+STATIC = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+_QUEUE_POST = re.compile(r"^/queues/([^/]+)/(pause|resume|rate|dlq/redrive|dlq/purge)$")
+_DLQ = re.compile(r"^/queues/([^/]+)/dlq$")
+_SCHEDULE_POST = re.compile(r"^/schedules/([^/]+)/([^/]+)/(pause|resume|delete)$")
+MAX_FORM = 16_384
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass
+class Response:
+    status: int
+    body: str = ""
+    content_type: str = "text/html; charset=utf-8"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Console:
+    backend: Backend
+    where: str
+    port: int
+    watched: Watched = field(default_factory=Watched)
+    history: History = field(default_factory=History)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def origins(self) -> set[str]:
+        return {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
+
+    # -- entry -------------------------------------------------------------------------------
+
+    def handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+        """One request; ``headers`` with lower-case names."""
+        url = urlsplit(target)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        host = headers.get("host", "")
+        if f"http://{host}" not in self.origins():
+            return Response(421, "unknown Host", "text/plain; charset=utf-8")
+        try:
+            if method in ("GET", "HEAD"):
+                return self.get(url.path, query)
+            if method != "POST":
+                return Response(405, "method not allowed", TEXT, {"Allow": "GET, POST"})
+            fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+            refusal = self.refuses(headers, fields)
+            if refusal:
+                return Response(403, refusal, "text/plain; charset=utf-8")
+            return self.post(url.path, fields)
+        except SluiceError as exc:
+            return self.html(400 if _status(exc) < 500 else 502, "Error",
+                             f'<p class="error">{render.esc(exc)}</p>')
+
+    def refuses(self, headers: Mapping[str, str], fields: Mapping[str, str]) -> str | None:
+        site = headers.get("sec-fetch-site")
+        if site is not None and site != "same-origin":
+            return f"cross-site request refused (Sec-Fetch-Site: {site})"
+        origin = headers.get("origin")
+        if origin is not None and origin not in self.origins():
+            return "cross-origin request refused (Origin)"
+        if not hmac.compare_digest(fields.get("csrf", "").encode(), self.token.encode()):
+            return "missing or wrong console token: reload the page"
+        return None
+
+    def html(self, status: int, title: str, body: str) -> Response:
+        return Response(status, render.page(title, body, token=self.token, where=self.where))
+
+    # -- GET ---------------------------------------------------------------------------------
+
+    def queues(self) -> tuple[list[QueueStats], dict[str, str]]:
+        """The shown queues' stats, by name, and what failed: with no ``--queue``, every queue
+        ``GET /v1/admin/queues`` lists (one call), and each queue added in the page that it
+        does not list (``GET /v1/admin/queues/{queue}``)."""
+        found: dict[str, QueueStats] = {}
+        errors: dict[str, str] = {}
+        if self.watched.every:
+            try:
+                for row in self.backend.queue_rows():
+                    stats = QueueStats.model_validate(row)
+                    found[stats.queue] = stats
+            except (SluiceError, ValueError) as exc:  # ValueError: an answer that is not a queue row
+                errors["every queue (GET /v1/admin/queues)"] = str(exc)
+        for name in self.watched.all():
+            if name in found:
+                continue
+            try:
+                found[name] = QueueStats.model_validate(self.backend.queue_row(name))
+            except (SluiceError, ValueError) as exc:
+                errors[name] = str(exc)
+        return [found[name] for name in sorted(found)], errors
+
+    def all_schedules(self) -> list[dict[str, Any]] | None:
+        """The shown queues' schedules (names are per queue); None if the gateway serves none."""
+        shown, _ = self.queues()
+        found = [self.backend.schedules(stats.queue) for stats in shown]
+        if found and all(f is None for f in found):
+            return None
+        return [s for f in found for s in f or []]
+
+    def get(self, path: str, query: Mapping[str, str]) -> Response:
+        if path == "/":
+            return self.html(200, "Queues", render.queues_page(self.queues_fragment(), self.token,
+                                                                query.get("msg")))
+        if path == "/fragment/queues":
+            return Response(200, self.queues_fragment())
+        if path == "/jobs":
+            return self.job(query.get("id", "").strip())
+        if path == "/fragment/job":
+            view = self.backend.status(validate_job_id(query.get("id", "")))
+            return Response(200, render.job_fragment(view))
+        if path == "/schedules":
+            return self.html(200, "Schedules", render.schedules_page(self.all_schedules(), None, self.token,
+                                                                     query.get("msg")))
+        if path.startswith("/static/") and path[8:] in STATIC:
+            text = resources.files("sluice_dev.cli.console").joinpath("static", path[8:]).read_text("utf-8")
+            return Response(200, text, STATIC[path[8:]])
+        match = _DLQ.match(path)
+        if match:
+            queue = validate_queue_name(match.group(1))
+            return self.html(200, f"Dead jobs of {queue}",
+                             render.dlq_page(queue, self.backend.dead_letters(queue), self.token,
+                                             query.get("msg")))
+        return Response(404, "not found", "text/plain; charset=utf-8")
+
+    def queues_fragment(self) -> str:
+        shown, errors = self.queues()
+        rows = []
+        for stats in shown:
+            self.history.record(stats)
+            rows.append(render.queue_row(stats, self.history.rates(stats.queue), self.token))
+        return render.queues_table(rows, errors)
+
+    def job(self, job_id: str) -> Response:
+        if not job_id:
+            return self.html(200, "Jobs", render.job_page("", None, None))
+        try:
+            fragment = render.job_fragment(self.backend.status(validate_job_id(job_id)))
+        except SluiceError as exc:
+            return self.html(404 if _status(exc) == 404 else 400, "Jobs",
+                             render.job_page(job_id, None, str(exc)))
+        return self.html(200, f"Job {job_id}", render.job_page(job_id, fragment, None))
+
+    # -- POST --------------------------------------------------------------------------------
+
+    def post(self, path: str, fields: Mapping[str, str]) -> Response:
+        if path == "/watch":
+            queue = validate_queue_name(fields.get("queue", "").strip())
+            self.watched.add(queue)
+            return see_other(f"/?msg={quote(f'watching {queue}')}")
+        scheduled = _SCHEDULE_POST.match(path)
+        if scheduled:
+            queue, name = validate_queue_name(scheduled.group(1)), check_name(scheduled.group(2))
+            return self.schedule_action(queue, name, scheduled.group(3), fields)
+        match = _QUEUE_POST.match(path)
+        if not match:
+            return Response(404, "not found", "text/plain; charset=utf-8")
+        queue, verb = validate_queue_name(match.group(1)), match.group(2)
+        if verb == "pause":
+            self.backend.pause(queue)
+            return see_other(f"/?msg={quote(f'{queue} paused')}")
+        if verb == "resume":
+            self.backend.resume(queue)
+            return see_other(f"/?msg={quote(f'{queue} resumed')}")
+        if verb == "rate":
+            per_second, burst = _number(fields, "per_second", float), _number(fields, "burst", int)
+            self.backend.set_rate(queue, per_second or 0.0, None if burst is None else int(burst))
+            return see_other(f"/?msg={quote(f'{queue} rate set')}")
+        return self.dlq_action(queue, verb, fields)
+
+    def dlq_action(self, queue: str, verb: str, fields: Mapping[str, str]) -> Response:
+        back = render.qpath(queue, "/dlq")
+        job_id = fields.get("job_id") or None
+        if verb == "dlq/purge":
+            question, kept = f"Purge every dead job of {queue}? They cannot be redriven afterwards.", {}
+        elif job_id is not None:
+            question, kept = f"Redrive dead job {job_id} of {queue}?", {"job_id": validate_job_id(job_id)}
+        elif fields.get("all"):
+            question, kept = f"Redrive every dead job of {queue}?", {"all": "1"}
+        else:
+            return self.html(400, "Error", '<p class="error">say which job to redrive, or all</p>')
+        if fields.get("confirmed") != "1":
+            body = render.confirm_page(question, render.qpath(queue, "/" + verb), kept, self.token, back)
+            return self.html(200, "Confirm", body)
+        if verb == "dlq/purge":
+            message = f"purged {self.backend.purge_dead(queue)} dead jobs"
+        else:
+            done = self.backend.redrive(queue, job_id)
+            refused = "; ".join(f"{k}: {v}" for k, v in (done.get("refused") or {}).items())
+            message = f"redrove {done.get('moved', 0)}" + (f"; refused {refused}" if refused else "")
+        return see_other(f"{back}?msg={quote(message)}")
+
+
+    def schedule_action(self, queue: str, name: str, verb: str, fields: Mapping[str, str]) -> Response:
+        if verb == "pause":
+            self.backend.pause_schedule(queue, name)
+            message = f"schedule {name} of {queue} paused"
+        elif verb == "resume":
+            self.backend.resume_schedule(queue, name)
+            message = f"schedule {name} of {queue} resumed"
+        elif fields.get("confirmed") != "1":
+            question = f"Delete schedule {name} of {queue}? It fires no more; the jobs it enqueued stay."
+            return self.html(200, "Confirm", render.confirm_page(
+                question, render.spath(queue, name, "delete"), {}, self.token, "/schedules"))
+        else:
+            self.backend.delete_schedule(queue, name)
+            message = f"schedule {name} of {queue} deleted"
+        return see_other(f"/schedules?msg={quote(message)}")
+
+
+def _status(exc: SluiceError) -> int:
+    """The HTTP status the API answered with, else the error's kind (bad input 400, unknown 404,
+    anything else, e.g. an unreachable API, 503)."""
+    status = exc.details.get("status") or getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    return 404 if isinstance(exc, LookupError) else 400 if isinstance(exc, ValueError) else 503
+
+
+def see_other(location: str) -> Response:
+    return Response(303, "", "text/plain; charset=utf-8", {"Location": location})
+
+
+def _number(fields: Mapping[str, str], name: str, kind: type[Any]) -> Any:
+    raw = fields.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError as exc:
+        from sluice.core.errors import InvalidInput
+
+        raise InvalidInput(f"{name} must be a number, not {raw!r}") from exc
+    return value
+
+
+def serve(console: Console, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Bind (port 0 picks a free one; ``console.port`` is then set) and return the server, not yet serving."""
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "sluice-console"
+
+        def _run(self, method: str) -> None:
+            length = min(int(self.headers.get("Content-Length") or 0), MAX_FORM)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            response = console.handle(method, self.path, headers, body)
+            data = response.body.encode("utf-8")
+            self.send_response(response.status)
+            for name, value in {**HEADERS, **response.headers}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if method != "HEAD":
+                self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._run("GET")
+
+        def do_HEAD(self) -> None:
+            self._run("HEAD")
+
+        def do_POST(self) -> None:
+            self._run("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+    server = ThreadingHTTPServer((host, console.port), Handler)
+    console.port = server.server_address[1]
+    return server

