@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.backends.redis.engine import RedisQueue, job_fields
+from sluice.backends.redis.checks import job_fields
+from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.core.errors import InvalidQueueName, ReservedQueue
 from sluice.core.models import RESERVED_QUEUE_PREFIX

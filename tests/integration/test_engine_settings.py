@@ -9,7 +9,8 @@ import boto3
 import pytest
 import redis
 
-from sluice.backends.redis.engine import RedisQueue, redis_auth_token
+from sluice.backends.redis.connection import redis_auth_token
+from sluice.backends.redis.engine import RedisQueue
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable
 from sluice_dev.local import servers

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-import sluice.backends.redis.engine as engine_module
+import sluice.backends.redis.admin as admin_module
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
@@ -192,7 +192,7 @@ def test_redrive_one_that_is_not_dead_is_not_found(rq: RedisQueue, redis_client:
 def test_redrive_all_loops_over_chunks(rq: RedisQueue, redis_client: redis.Redis,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     make_dead(rq, *[f"j{i}" for i in range(7)])
-    monkeypatch.setattr(engine_module, "MAX_BATCH", 3)
+    monkeypatch.setattr(admin_module, "MAX_BATCH", 3)
     assert rq.redrive("q") == 7
     assert redis_client.zcard(K.dead) == 0
     assert redis_client.zcard(K.ready) == 7
@@ -202,7 +202,7 @@ def test_purge_deletes_dead_jobs_for_good(rq: RedisQueue, redis_client: redis.Re
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     make_dead(rq, *[f"j{i}" for i in range(5)])
     rq.enqueue(spec("alive"))
-    monkeypatch.setattr(engine_module, "MAX_BATCH", 2)
+    monkeypatch.setattr(admin_module, "MAX_BATCH", 2)
     assert rq.purge_dead("q") == 5
     assert redis_client.zcard(K.dead) == 0
     assert all(job(redis_client, "q", f"j{i}") == {} for i in range(5))

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.backends.redis.engine import RECLAIM_PER_LEASE, RedisQueue
+from sluice.backends.redis.checks import RECLAIM_PER_LEASE
+from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.models import JobSpec

@@ -86,9 +86,9 @@ def test_the_issues_hostile_requests_are_refused_and_ordinary_jobs_keep_running(
         planted.append(JobSpec(job_id=ids.mint(now + n, RELAY_QUEUE, wiring.job_id_key(settings)),
                                queue=RELAY_QUEUE, payload=payload, priority=9, enqueued_at_ms=now + n))
     api.log.append(planted)
-    engine = wiring.queue(settings)
+    engine = wiring.relay_engine(settings)
     for spec in planted:
-        assert engine.enqueue_internal(spec)  # type: ignore[attr-defined]
+        assert engine.enqueue_internal(spec)
 
     # 3. An ordinary job, through the gateway.
     code, _, accepted = call(gateway, post("shout", {"payload": {"text": "still here"}}))

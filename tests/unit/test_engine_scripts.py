@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 import redis
 
-from sluice.backends.redis import engine
+from sluice.backends.redis import checks
 from sluice.backends.redis.scripts import parse_error, source, translate
 from sluice.core import models
 from sluice.core.errors import (
@@ -75,7 +75,7 @@ def test_lua_limits_match_the_models() -> None:
         "MAX_PRIORITY": models.MAX_PRIORITY, "MAX_ATTEMPTS": models.MAX_ATTEMPTS,
         "MIN_LEASE_MS": models.MIN_LEASE_MS, "MAX_LEASE_MS": models.MAX_LEASE_MS,
         "MAX_DELAY_MS": models.MAX_DELAY_MS, "MAX_TOKEN": 2**53 - 1,
-        "MAX_SKEW_MS": engine.RELAY_SKEW_MS,
+        "MAX_SKEW_MS": checks.RELAY_SKEW_MS,
     }
     assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sluice.backends.redis.engine import RedisQueue, job_fields
+from sluice.backends.redis.checks import job_fields
+from sluice.backends.redis.engine import RedisQueue
 from sluice.core.errors import InvalidInput, InvalidQueueName
 from sluice.core.models import JobSpec
 
@@ -106,7 +107,7 @@ def _decoded(**overrides: Any) -> Any:
     ([(True, _decoded())], None),
     ([(0, _decoded(run_at_ms=2**52 + 1))], None),
     ([(0, _decoded(payload="x" * (10 * 1024 * 1024)))], None),
-    # a redrive generation that is not an int in range, falsy ones included (_push_args reads
+    # a redrive generation that is not an int in range, falsy ones included (push_args reads
     # the table only for the jobs it names: these must still be refused)
     ([(0, _decoded())], {"a": False}),
     ([(0, _decoded())], {"a": None}),
@@ -116,22 +117,22 @@ def _decoded(**overrides: Any) -> Any:
     ([(0, _decoded())], {"a": 2**53}),
 ])
 def test_push_args_refuse_bad_records_and_generations(records: Any, gens: Any) -> None:
-    from sluice.backends.redis.engine import _push_args
+    from sluice.backends.redis.relay_engine import push_args
 
     with pytest.raises(InvalidInput):
-        _push_args("q", 1, records, horizon=2**52, gens=gens)
+        push_args("q", 1, records, horizon=2**52, gens=gens)
 
 
 def test_push_args_carry_each_jobs_redrive_generation() -> None:
     import json
 
-    from sluice.backends.redis.engine import _push_args
+    from sluice.backends.redis.relay_engine import push_args
 
     records = [(0, _decoded(job_id="a")), (1, _decoded(job_id="b", run_at_ms=7, priority=2))]
     cases: list[tuple[Any, list[str]]] = [(None, ["0", "0"]), ({}, ["0", "0"]), ({"b": 3}, ["0", "3"]),
                                           ({"a": 0, "z": 9}, ["0", "0"])]
     for gens, want in cases:
-        [args] = _push_args("q", 1, records, horizon=2**52, gens=gens)
+        [args] = push_args("q", 1, records, horizon=2**52, gens=gens)
         flat = json.loads(args[2])
         assert args[:2] == [1, 2]
         assert flat == ["0", "a", "null", "0,5,30000,0", "0", want[0],

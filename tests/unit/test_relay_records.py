@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.backends.redis import engine as engine_mod
+from sluice.backends.redis import relay_engine as engine_mod
 from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
 from tests.unit.fakes import RELAY_CALLS, FakeStore
@@ -133,13 +133,13 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
                   relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0))
     monkeypatch.setattr("sluice.relay.records.dump_json", counted)
     monkeypatch.setattr("sluice.core.models.dump_json", counted)
-    monkeypatch.setattr("sluice.backends.redis.engine.dump_json", counted)
+    monkeypatch.setattr("sluice.backends.redis.checks.dump_json", counted)
     for _ in range(4):
         relay.step()
     assert len(engine.jobs["q"]) == 50
     assert calls == 50
     jobs = [(offset, job) for offset, job in enumerate(engine.jobs["q"].values())]
-    [args] = engine_mod._push_args("q", 1, jobs, horizon=2**52)
+    [args] = engine_mod.push_args("q", 1, jobs, horizon=2**52)
     assert calls == 50  # push.lua's arguments carry the decoded payload as it is
     assert args[:2] == [1, 50] and json.loads(args[2])[:5] == ["0", "j0", '{"n":0}', "0,5,30000,0", "0"]
 

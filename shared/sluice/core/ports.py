@@ -29,14 +29,14 @@ class Clock(Protocol):
 
 @runtime_checkable
 class WorkWaiter(Protocol):
-    """A queue a worker can wait on for new jobs (``RedisQueue``): the worker's linger."""
+    """A queue a worker can wait on for new jobs (``RedisJobQueue``): the worker's linger."""
 
     def idle(self, queue: str, worker_id: str, ms: int) -> int: ...
     def wait_for_work(self, queue: str, timeout_ms: int) -> bool: ...
 
 
 class JobQueue(Protocol):
-    """The Redis lease engine (``sluice.backends.redis.engine.RedisQueue``)."""
+    """The Redis lease engine as workers and the gateway use it (``backends.redis.queue.RedisJobQueue``)."""
 
     def enqueue(self, spec: JobSpec) -> bool:
         """True if newly added, False if a job with that id already existed."""

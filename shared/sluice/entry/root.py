@@ -19,12 +19,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.backends.aws.gatekeeper import Gatekeeper
+    from sluice.backends.redis.connection import RedisConnection
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
     from sluice.core.ports import Dispatcher, JobLog, JobQueue, JobStore
     from sluice.core.routes import RouteCache
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
+    from sluice.relay.ports import RelayEngine
 
 
 _events: EventBus | None = None
@@ -71,10 +73,27 @@ def dynamodb(s: Settings | None = None) -> Any:
 
 
 @cache
-def queue(s: Settings | None = None) -> JobQueue:
-    from sluice.backends.redis.engine import RedisQueue
+def redis(s: Settings | None = None) -> RedisConnection:
+    """The container's Redis client, which every Redis facade built here shares."""
+    from sluice.backends.redis.connection import RedisConnection
 
-    return RedisQueue.from_settings(s or settings())
+    return RedisConnection.from_settings(s or settings())
+
+
+@cache
+def queue(s: Settings | None = None) -> JobQueue:
+    """The workers' and the gateway's queue (``RedisJobQueue``)."""
+    from sluice.backends.redis.queue import RedisJobQueue
+
+    return RedisJobQueue(redis(s))
+
+
+@cache
+def relay_engine(s: Settings | None = None) -> RelayEngine:
+    """What the relay needs of Redis (``RedisRelayEngine``)."""
+    from sluice.backends.redis.relay_engine import RedisRelayEngine
+
+    return RedisRelayEngine(redis(s))
 
 
 def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:
@@ -287,5 +306,6 @@ _counted: set[int] = set()
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher, gatekeeper, routes, stream_countdown, dynamodb):
+                    completion_publisher, gatekeeper, routes, stream_countdown, dynamodb,
+                    redis, relay_engine):
         builder.cache_clear()

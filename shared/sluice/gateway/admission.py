@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class ViewSource(Protocol):
-    """What the gateway reads from Redis (``sluice.backends.redis.engine.RedisQueue``)."""
+    """What the gateway reads from Redis (``sluice.backends.redis.queue.RedisJobQueue``)."""
 
     def stats(self, queue: str) -> QueueStats: ...
     def registry(self, queue: str) -> tuple[bool, int]: ...

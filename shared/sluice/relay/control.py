@@ -154,9 +154,9 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     if job_ids == "settings":  # each record must carry an id a gateway of this deployment minted
         job_ids = wiring.job_id_verifier(settings)
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
-    from sluice.backends.redis.engine import RedisQueue
+    from sluice.backends.redis.relay_engine import RedisRelayEngine
 
-    engine, source = RedisQueue.from_settings(settings), _source(settings)
+    engine, source = RedisRelayEngine.from_settings(settings), _source(settings)
     bus = wiring.events() if events is None else events
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, events=bus,
                                **(recovery or {}))

@@ -12,7 +12,7 @@ Nothing here retries: a script whose reply was lost may have run, and running it
 (an ack, a lease) is not harmless. Connection failures become ``BackendUnavailable``
 and the caller decides.
 
-Inputs are validated by ``engine.RedisQueue`` before they get here; the scripts
+Inputs are validated by the facades (``checks``) before they get here; the scripts
 validate again before their first write.
 """
 

@@ -29,7 +29,7 @@ def for_relay(settings: Any, engine: Any, store: Any, source: Any, *, events: An
               **knobs: Any) -> Recovery:
     """The relay's recovery hooks, from Settings.
 
-    ``engine`` is a ``RedisQueue``, ``source`` a ``KafkaSource``, ``store`` the job store
+    ``engine`` is a ``RedisRelayEngine``, ``source`` a ``KafkaSource``, ``store`` the job store
     (its ``relay_view``); ``events``: the relay's bus, for its incidents. ``knobs``:
     ``interval_s``, ``scan_limit``.
     """

@@ -1,0 +1,133 @@
+"""The operator's view of Redis: a queue's stats, the registry of queues, the dead letters
+(list, redrive, purge) and the memory in use; for the gateway's admin calls, its admission
+view and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from sluice.backends.redis.checks import MAX_BATCH, MAX_TOKEN, checked_int, text
+from sluice.backends.redis.client import is_cluster
+from sluice.backends.redis.config import parse_config
+from sluice.backends.redis.connection import RedisConnection
+from sluice.backends.redis.keys import QUEUES_KEY
+from sluice.backends.redis.scripts import REDIS_ERRORS, translate
+from sluice.core.errors import InvalidInput, JobNotFound
+from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+
+
+class RedisAdmin:
+    """Reads about queues, and the dead-letter operations, over a shared connection."""
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self.conn = conn
+
+    # --- queues -----------------------------------------------------------------------------
+
+    def stats(self, queue: str) -> QueueStats:
+        k = self.conn.keys(queue)
+        r = self.conn.scripts.stats(k)
+        return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
+                          oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
+                          config=parse_config(r.config), idle_workers=r.idle, finished=r.finished)
+
+    def overdue_leases(self, queue: str) -> int:
+        """Leases past their deadline that nobody has reaped yet (a crashed or frozen worker), by
+        Redis's clock; a read, for ``sluice top``."""
+        client = self.conn.client
+        try:
+            seconds, micros = client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            return int(client.zcount(self.conn.keys(queue).leased, 0, now_ms))
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc) from exc
+
+    def queues(self) -> list[str]:
+        """Every queue ever enqueued to or configured (the advisory registry)."""
+        try:
+            names = self.conn.client.smembers(QUEUES_KEY)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return sorted(n for n in map(text, names) if QUEUE_NAME_RE.fullmatch(n))
+
+    def registry(self, queue: str) -> tuple[bool, int]:
+        """(``queue`` is registered, how many names are): the gateway's view of the limit."""
+        try:
+            pipe = self.conn.client.pipeline(transaction=False)
+            pipe.sismember(QUEUES_KEY, self.conn.keys(queue).queue)
+            pipe.scard(QUEUES_KEY)
+            member, size = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return bool(member), int(size)
+
+    def memory_percent(self) -> float | None:
+        """used_memory as a percentage of maxmemory (None when Redis has no maxmemory); on a
+        cluster, the fullest primary's (one shard full refuses its queues' pushes)."""
+        client = self.conn.client
+        try:
+            if is_cluster(client):
+                primaries = redis.cluster.RedisCluster.PRIMARIES
+                infos = list(client.info("memory", target_nodes=primaries).values())
+            else:
+                infos = [client.info("memory")]
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        shares = [100.0 * int(i.get("used_memory", 0)) / int(i["maxmemory"])
+                  for i in infos if int(i.get("maxmemory", 0) or 0) > 0]
+        return max(shares) if shares else None
+
+    # --- dead letters -----------------------------------------------------------------------
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        k = self.conn.keys(queue)
+        rows = self.conn.oldest_with_fields(k.dead, k.job_prefix, checked_int(limit, 1, 10_000, "limit"),
+                                            ("a", "err"))
+        return [DeadJob(job_id=job_id, queue=queue, attempts=int(f[0] or 0), last_error=f[1], died_at_ms=died)
+                for job_id, died, f in rows]
+
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        """A dead job as its Kafka record had it (ready now), for a redrive to append again
+        (``sluice.gateway.redrive``); ``JobNotFound`` if the job is not dead-lettered. A read: no script."""
+        k = self.conn.keys(queue)
+        key = k.job(validate_job_id(job_id))
+        try:
+            pipe = self.conn.client.pipeline(transaction=False)
+            pipe.zscore(k.dead, job_id)
+            pipe.hmget(key, "p", "m")
+            score, (payload, meta) = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        if score is None or payload is None or meta is None:
+            raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in text(meta).split(","))
+        return JobSpec(job_id=job_id, queue=queue, payload=json.loads(text(payload)), priority=priority,
+                       max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms)
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready.
+
+        ``generation``: the redrive generation the jobs table minted for this job's redrive
+        (``sluice.gateway.redrive``, which every redrive of a queue with a jobs table goes through);
+        the worker's grant needs it to leave the job's final item. 0 (only for all, or for
+        queues with no jobs table, such as the relay's own) leaves the job's generation alone.
+        """
+        k = self.conn.keys(queue)
+        if job_id is not None:
+            generation = checked_int(generation, 0, MAX_TOKEN, "generation")
+            return self.conn.scripts.redrive(k, validate_job_id(job_id), 1, generation)
+        if generation:
+            raise InvalidInput("a redrive generation belongs to one job: give its job_id")
+        total = 0
+        while moved := self.conn.scripts.redrive(k, None, MAX_BATCH):
+            total += moved
+        return total
+
+    def purge_dead(self, queue: str) -> int:
+        k = self.conn.keys(queue)
+        total = 0
+        while deleted := self.conn.scripts.purge(k, MAX_BATCH):
+            total += deleted
+        return total

@@ -1,0 +1,63 @@
+"""A queue's settings in Redis (pause, rate, max in flight, watermarks, caps): the knobs
+``sluice.relay.control`` turns, for the operator's admin calls and the relay's default rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.backends.redis.checks import checked_int, text
+from sluice.backends.redis.connection import RedisConnection
+from sluice.backends.redis.scripts import REDIS_ERRORS, translate
+from sluice.core.errors import InvalidInput
+from sluice.core.models import QueueConfig
+
+CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead")
+
+
+class RedisQueueConfig:
+    """Reads and writes each queue's config hash (``keys.config``), over a shared connection."""
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self.conn = conn
+
+    def get_config(self, queue: str) -> QueueConfig:
+        k = self.conn.keys(queue)
+        try:
+            return parse_config(self.conn.client.hgetall(k.config))
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        """Change some knobs (max_in_flight, rate_per_s, burst, paused, high/low_watermark)."""
+        k = self.conn.keys(queue)
+        if not changes:
+            raise InvalidInput("set_config needs at least one change")
+        fields = {name: config_value(name, value) for name, value in changes.items()}
+        self.conn.register(queue)
+        self.conn.scripts.config(k, fields)
+        return self.get_config(queue)
+
+
+def config_value(name: str, value: object) -> str:
+    """One knob's value as config.lua stores it; InvalidInput for a bad value or an unknown knob."""
+    if name in CONFIG_INTS:
+        return str(checked_int(value, 0, 1_000_000_000, name))
+    if name == "rate_per_s":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
+            raise InvalidInput(f"rate_per_s must be a number in 0..1e9, got {value!r}")
+        return repr(float(value))
+    if name == "paused":
+        if not isinstance(value, bool):
+            raise InvalidInput(f"paused must be a bool, got {value!r}")
+        return "1" if value else "0"
+    raise InvalidInput(f"unknown queue setting {name!r}")
+
+
+def parse_config(raw: dict[Any, Any]) -> QueueConfig:
+    """A config hash (from HGETALL, or stats.lua's reply) as a QueueConfig."""
+    fields = {text(key): text(value) for key, value in raw.items()}
+    return QueueConfig(
+        **{name: int(fields[name]) for name in CONFIG_INTS if name in fields},
+        rate_per_s=float(fields.get("rate_per_s", 0)),
+        paused=fields.get("paused") == "1",
+    )

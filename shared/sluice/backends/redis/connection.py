@@ -1,0 +1,124 @@
+"""The one Redis client every facade of the engine shares (``queue``, ``relay_engine``,
+``config``, ``admin``), with its scripts, the registry limits and the queues' keys.
+
+Built once per process by ``sluice.entry.root`` (``from_settings``); the facades are views
+over it, so a process that needs several roles opens one client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from sluice.backends.redis.auth import RotatingToken
+from sluice.backends.redis.checks import text
+from sluice.backends.redis.client import connect
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.scripts import REDIS_ERRORS, Scripts, translate
+from sluice.core.config import Settings
+from sluice.core.errors import SluiceError
+from sluice.core.limits import Limits
+from sluice.core.models import validate_queue_name
+
+
+class RedisConnection:
+    """One redis client: a single node, or a cluster client whose scripts each touch one
+    queue's keys, so one slot (the ``{queue}`` hash tag)."""
+
+    def __init__(self, client: redis.Redis[Any], limits: Limits | None = None) -> None:
+        self.client = client
+        self.scripts = Scripts(client)
+        self.limits = limits or Limits()  # only the registry limits and the allow-list apply here
+        self._keys: dict[str, QueueKeys] = {}
+
+    @classmethod
+    def from_url(cls, url: str, limits: Limits | None = None, **kwargs: Any) -> RedisConnection:
+        """Over one node (``redis://``, ``rediss://``) or a cluster (``redis+cluster://``,
+        ``rediss+cluster://``); no automatic retries either way (``sluice.backends.redis.client``)."""
+        return cls(connect(url, **kwargs), limits)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RedisConnection:
+        arn = settings.redis_auth_secret_arn
+        limits = Limits.from_settings(settings)
+        if not arn:
+            return cls.from_url(settings.redis_url, limits)
+        # A token that can be read again: after a rotation, WRONGPASS re-reads the secret.
+        token = RotatingToken(lambda: redis_auth_token(arn, settings))
+        return cls.from_url(settings.redis_url, limits, credential_provider=token,
+                            redis_connect_func=token.on_connect)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The (cached) keys of ``queue``; raises InvalidQueueName for a bad name."""
+        k = self._keys.get(queue) if type(queue) is str else None
+        if k is None:
+            k = QueueKeys(validate_queue_name(queue))
+            self._keys[queue] = k
+        return k
+
+    def register(self, queue: str) -> None:
+        """Advisory registry for ``queues()``: outside scripts, as it lives in another slot.
+
+        One ``register.lua`` per enqueue or push call, never skipped: the relay's maintenance
+        and the safety net drain only registered queues, and Redis can lose the registry (a
+        restart without persistence) while this process still believes it registered. A job
+        pushed into an unregistered queue would wait in ready with nobody ever sent to lease it
+        (found by the chaos suite; docs/break-it.md). The cost is one round trip per batch.
+
+        Raises QueueNotAllowed for a name off the allow-list, or a new name once the registry
+        holds ``limits.max_queues`` (relay maintenance walks every registered queue).
+        """
+        self.limits.check_name(queue)
+        self.scripts.register(QUEUES_KEY, queue, self.limits.registry_limit(queue))
+
+    def register_all(self, queues: set[str]) -> dict[str, SluiceError]:
+        """``register`` for several queues in one round trip; the refused ones, with why."""
+        refused: dict[str, SluiceError] = {}
+        asked = []
+        for queue in sorted(queues):
+            try:
+                self.limits.check_name(queue)
+                asked.append(queue)
+            except SluiceError as exc:
+                refused[queue] = exc
+        replies = self.scripts.register_many(QUEUES_KEY, [(q, self.limits.registry_limit(q)) for q in asked])
+        refused.update((q, r) for q, r in zip(asked, replies, strict=True) if isinstance(r, SluiceError))
+        return refused
+
+    def oldest_with_fields(self, zset: str, prefix: str, limit: int, fields: tuple[str, ...],
+                           job_id_of: Callable[[Any], str] | None = None,
+                           ) -> list[tuple[str, int, list[Any]]]:
+        """(member, score, the member's job-hash fields) for the ``limit`` lowest scores of
+        ``zset``: two round trips, a read, so no script."""
+        job_id_of = job_id_of or text
+        try:
+            entries = self.client.zrange(zset, 0, limit - 1, withscores=True)
+            pipe = self.client.pipeline(transaction=False)
+            for member, _ in entries:
+                pipe.hmget(prefix + job_id_of(member), *fields)
+            values = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return [(text(m), int(score), [None if v is None else text(v) for v in f])
+                for (m, score), f in zip(entries, values, strict=True)]
+
+
+def redis_auth_token(arn: str, settings: Settings) -> str:
+    """The ElastiCache AUTH token from Secrets Manager (a plain string or {"password": ...})."""
+    import json
+
+    from sluice.backends.aws.secrets import secret_string
+    from sluice.core.errors import BackendUnavailable
+
+    secret = secret_string(arn, settings, "Redis AUTH secret")
+    if secret.startswith("{"):
+        value = json.loads(secret)
+        secret = value.get("password") or value.get("token") or value.get("auth_token") or ""
+    if not secret:
+        raise BackendUnavailable(f"the secret {arn} holds no Redis AUTH token")
+    return str(secret)
