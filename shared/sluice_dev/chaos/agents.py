@@ -51,18 +51,18 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
     a deployed worker never holds the job id key or a producer; docs/security.md)."""
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.producer import KafkaJobLog
-    from sluice.backends.redis.engine import RedisQueue
+    from sluice.backends.redis.queue import RedisJobQueue
     from sluice.gateway.api import Api
     from sluice.gateway.http.app import Gateway
 
     gateway = Gateway(Api(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
-                          RedisQueue.from_settings(s), job_id_key=wiring.job_id_key(s)))
+                          RedisJobQueue.from_settings(s), job_id_key=wiring.job_id_key(s)))
     return Gatekeeper(lambda event: gateway(event, None))
 
 
 def run_worker(cfg: dict[str, Any]) -> int:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
-    from sluice.backends.redis.engine import RedisQueue
+    from sluice.backends.redis.queue import RedisJobQueue
     from sluice.worker.runtime.options import WorkerOptions
     from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 
@@ -73,7 +73,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
     app = worker_app(lambda: history, lambda: control, family_key=lambda: wiring.job_id_key(s))
     record(app.events, cfg["history"])  # after the nemesis's fault points, on the same bus
     worker = app.bind(
-        queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s),
+        queue=RedisJobQueue.from_settings(s), store=DynamoJobStore.from_settings(s),
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=int(cfg.get("batch", 4))),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",
         gatekeeper=in_process_gatekeeper(s))
@@ -86,7 +86,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
 def run_relay(cfg: dict[str, Any]) -> int:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.source import KafkaSource
-    from sluice.backends.redis.engine import RedisQueue
+    from sluice.backends.redis.relay_engine import RedisRelayEngine
     from sluice.relay import Relay, RelayConfig
     from sluice.relay.recovery import for_relay
 
@@ -102,7 +102,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
         raise SystemExit(0)  # run_until's finally commits and gives the partitions back
 
     signal.signal(signal.SIGTERM, terminate)
-    engine, store = RedisQueue.from_settings(s), DynamoJobStore.from_settings(s)
+    engine, store = RedisRelayEngine.from_settings(s), DynamoJobStore.from_settings(s)
     source = KafkaSource.from_settings(s)
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)

@@ -126,7 +126,7 @@ def newest_first(pick: float, candidates: Sequence[str]) -> str | None:
 class Operator:
     """Carries out a plan of ``Action`` against the chaos queue, recording each in ``history``.
 
-    ``api``: a ``sluice.gateway.api.Api`` (cancel); ``engine``: a ``RedisQueue`` (the dead-letter
+    ``api``: a ``sluice.gateway.api.Api`` (cancel); ``engine``: a ``RedisJobQueue`` (the dead-letter
     commands and the queue's config); ``store``: the jobs table (a redrive's generation);
     ``log``: Kafka (a redrive appends the job's record again; None in tests over fakes);
     ``recent``: the latest accepted job ids, newest last; ``running``: jobs a worker holds

@@ -202,13 +202,13 @@ class Run:
                actions: list[operator.Action], times: dict[str, float]) -> None:
         from sluice.backends.dynamodb.jobs import DynamoJobStore
         from sluice.backends.kafka.producer import KafkaJobLog
-        from sluice.backends.redis.engine import RedisQueue
+        from sluice.backends.redis.queue import RedisJobQueue
         from sluice.entry import root as wiring
         from sluice.gateway.api import Api
 
         o, say = self.o, self.say
         job_log = KafkaJobLog.from_settings(settings)
-        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisQueue.from_settings(settings),
+        api = Api(job_log, DynamoJobStore.from_settings(settings), RedisJobQueue.from_settings(settings),
                   job_id_key=wiring.job_id_key(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
@@ -217,7 +217,7 @@ class Run:
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
-        op_engine, op_store = RedisQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
+        op_engine, op_store = RedisJobQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
         op_api = Api(job_log, op_store, op_engine, job_id_key=wiring.job_id_key(settings))
         person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
                                    running=operator.Running(self.history_path), log=job_log)

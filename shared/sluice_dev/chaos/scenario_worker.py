@@ -52,7 +52,7 @@ def _handler(cfg: dict[str, Any], emit: EventPipe) -> Any:
 
 def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
-    from sluice.backends.redis.engine import RedisQueue
+    from sluice.backends.redis.queue import RedisJobQueue
     from sluice.core.bus import Acking, EventBus, ResultWriting
     from sluice.core.config import Settings
     from sluice.worker.registry import Worker
@@ -84,7 +84,7 @@ def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     events.subscribe(before_write, ResultWriting)
     events.subscribe(before_ack, Acking)
     worker = app.bind(
-        queue=RedisQueue.from_settings(s), store=DynamoJobStore.from_settings(s, fencing=fencing),
+        queue=RedisJobQueue.from_settings(s), store=DynamoJobStore.from_settings(s, fencing=fencing),
         events=events,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=1,
                               heartbeat_fraction=float(cfg["heartbeat_fraction"])),
