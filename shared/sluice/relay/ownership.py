@@ -28,7 +28,7 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 
 RELAY_QUEUE = RESERVED_QUEUE_PREFIX + "relay"
 OWNERSHIP_MAX_ATTEMPTS = 100  # a killed relay costs its partition job one attempt; redrive resets
-MAX_PARTITION = 1_000_000  # the engine's bound on a partition number (RedisQueue.push)
+MAX_PARTITION = 1_000_000  # the engine's bound on a partition number (RedisRelayEngine.push)
 
 
 def partition_job_id(topic: str, partition: int) -> str:
