@@ -32,7 +32,8 @@ from sluice.backends.aws.gatekeeper import Gatekeeper
 from sluice.core import bus as ev
 from sluice.core.families import Countdown
 from sluice.entry import root as wiring
-from sluice_dev.chaos.app import QUEUE, Control, expected_result, record_relay, worker_app
+from sluice_dev.chaos.app import QUEUE, Control, record_relay, worker_app
+from sluice_dev.chaos.families import expected_result
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import open_history, record
 

@@ -24,7 +24,6 @@ self-stopped process from that name, to wake it later.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -34,16 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import bus as ev
-from sluice.core.models import dump_json
 from sluice_dev.chaos import families
+from sluice_dev.chaos.families import expected_result
 from sluice_dev.local.history import History, push_fields, wall
 
 QUEUE = "chaos"
-
-
-def expected_result(payload: Any) -> dict[str, str]:
-    """The one correct result of a chaos job."""
-    return {"sha256": hashlib.sha256(dump_json(payload).encode("utf-8")).hexdigest()}
 
 
 def landed_name(arming_id: str, pid: int) -> str:
