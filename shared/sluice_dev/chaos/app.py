@@ -129,3 +129,14 @@ def record_relay(history: History) -> Callable[[ev.Event], None]:
             history.emit("push", **push_fields(e))
 
     return report
+
+
+def kill_after_push(control: Control) -> Callable[[ev.Pushed], None]:
+    """The relay's kill point, a ``Pushed`` subscriber: ``kill_relay_after_push`` strikes once a push
+    landed in Redis (``outcome`` ok), on the pusher thread, before the Kafka commit."""
+
+    def strike(e: ev.Pushed) -> None:
+        if e.outcome == "ok":
+            control.strike("kill_relay_after_push", partition=e.partition, pushed=e.pushed)
+
+    return strike
