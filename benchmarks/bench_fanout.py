@@ -15,7 +15,7 @@ local Lambda service, Tansu, redis-server, the moto server), with the examples' 
   each child's own item, plus the continuation's item (its countdown) and the parent's extra
   writes (recording its children), whoever made them (gateway, relay, workers).
 - continuation_item_writes: the writes on the continuation's item once they stop growing
-  (``settle``): the jobs table's stream counts every child again (``flows.Countdown.recount``,
+  (``settle``): the jobs table's stream counts every child again (``StreamCountdown.recount``,
   one refused conditional write each), behind the fast path, so the count read when the
   continuation ends (``continuation_item_writes_at_end``) misses the stream's tail;
   ``stream_settle_s`` is how long after the continuation's end the count stopped growing.

@@ -64,6 +64,7 @@ from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.kafka.source import KafkaSource, consumer_config
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
 from sluice.relay import Relay, RelayConfig
@@ -163,7 +164,7 @@ def relay_run(bootstrap: str, redis_url: str, group: str,
     client.flushall()
     source = KafkaSource.from_settings(settings(bootstrap, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, None,  # type: ignore[arg-type]
-                  relay_id="bench", config=RelayConfig(poll_ms=50))
+                  relay_id="bench", config=RelayConfig(poll_ms=50), events=EventBus())
     cpu0, start, own0 = redis_cpu_s(redis_url), time.perf_counter(), time.process_time()
     while relay.report.pushed < JOBS:
         relay.step()

@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
-from sluice.relay.control import LambdaContextLike, run_scheduled
+from sluice.entry.relay import LambdaContextLike, run_scheduled
 
 logger = Logger(service="sluice-relay")
 copy_config_to_registered_loggers(source_logger=logger, include={"sluice"})

@@ -31,7 +31,7 @@ __all__ = [
     "StaleToken",
     "Worker",
 ]
-__version__ = "0.1.0"
+from sluice.core.version import __version__ as __version__
 
 # Where each public name lives. Imported on first use (PEP 562), not with the package: every
 # function imports ``sluice.<something>``, which runs this file first, and the relay and the

@@ -33,7 +33,6 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
-from sluice import __version__
 from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
 from sluice.core.models import (
     FINAL_STATES,
@@ -44,6 +43,7 @@ from sluice.core.models import (
     validate_queue_name,
 )
 from sluice.core.policy import backoff_ms
+from sluice.core.version import __version__
 from sluice.core.wire import (
     Accepted,
     BatchAccepted,

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import InvalidInput, JobNotFound, StaleToken
 from sluice.core.models import JobSpec
 from sluice.relay import RelayConfig, RelayHooks, RelayReport, SourceRecord, decode
@@ -231,7 +232,7 @@ class Rig:
         self.source, self.engine = FakeSource(), FakeEngine()
         self.clock = [0.0]
         self.recovery = Recovery("t", self.epochs, self.ckpts, self.offsets, self.store, interval_s=1.0,
-                                 clock=lambda: self.clock[0])
+                                 clock=lambda: self.clock[0], events=EventBus())
 
     # The relay's calls at each hook, as its parts make them (sluice.relay.ownership, intake,
     # pusher, committer), around the fake source and engine.
@@ -271,7 +272,7 @@ class Rig:
 
         ownership = Ownership(self.engine, NoNewPartitions(), RelayConfig(lease_ms=1000),  # type: ignore[arg-type]
                               relay_id="r", started=0.0, report=RelayReport(),
-                              hooks=RelayHooks())
+                              hooks=RelayHooks(), events=EventBus())
         ownership.owned[0] = OwnedPartition(number=0, job_id="t.0", token=7, leased_at=0.0)
         ownership.check(1.0)
         return 0 not in ownership.owned and ownership.report.partitions_lost == 1

@@ -2,7 +2,7 @@
 
 Real Tansu, a real redis-server of the test's own (restarted with its data lost), the
 moto server for the jobs table and the checkpoints, and the real ``Relay`` with
-recovery as its hooks (``sluice.relay.recovery.for_relay``).
+recovery as its hooks (``sluice.entry.relay.for_relay``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.kafka.source import KafkaSource
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.core.config import Settings
+from sluice.entry.relay import for_relay
 from sluice.relay import Relay, RelayConfig
-from sluice.relay.recovery import for_relay
 from sluice_dev.local import servers
 from tests.integration.relay_proc import create_topic, job_records, produce
 
@@ -59,9 +60,9 @@ class Pipeline:
         self.engine = RedisQueue.from_settings(s)
         self.store = DynamoJobStore.from_settings(s)
         self.source = KafkaSource.from_settings(s)
-        self.recovery = for_relay(s, self.engine, self.store, self.source, interval_s=0.2)
+        self.recovery = for_relay(s, self.engine, self.store, self.source, interval_s=0.2, events=EventBus())
         self.relay = Relay(self.engine, self.store, self.source, None, relay_id=relay_id, hooks=self.recovery,
-                           config=RelayConfig(poll_ms=50, ownership_s=0.2, lease_ms=1500))
+                           config=RelayConfig(poll_ms=50, ownership_s=0.2, lease_ms=1500), events=EventBus())
 
     def step_until(self, done: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

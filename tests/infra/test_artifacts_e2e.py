@@ -46,11 +46,27 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return artifacts.build(tmp_path_factory.mktemp("x86"), "x86_64", timeout=400)
 
 
+# A team's handlers module, where template.yaml's WorkerHandlersModule says to put it: in the
+# worker's own bundle (functions/worker/, so WorkerFunction/ once built). The examples are dev
+# tooling (sluice_dev) and never ship in the layer, so the built stack runs this one.
+HANDLERS = """import sluice
+
+app = sluice.Worker()
+
+
+@app.handler("echo")
+def echo(job: sluice.Job, ctx: sluice.JobContext) -> dict:
+    return {"echo": job.payload}
+"""
+
+
 @pytest.fixture
-def stack(built: Path, tmp_path: Path) -> Iterator[DevStack]:
+def stack(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[DevStack]:
+    (built / "WorkerFunction" / "built_echo.py").write_text(HANDLERS)
+    monkeypatch.syspath_prepend(str(built / "WorkerFunction"))  # sluice dev checks it here first
     dev = DevStack(DevOptions(state_dir=tmp_path / "stack", artifacts=built, workers=1, warm_workers=1,
                               gateway_concurrency=1, history=False, log_level="WARNING",
-                              artifacts_python=artifacts.python312()))
+                              artifacts_python=artifacts.python312(), handlers="built_echo"))
     try:
         dev.start()
         yield dev
@@ -63,7 +79,8 @@ def test_the_built_layer_has_only_the_target_platforms_wheels(built: Path) -> No
     site = built / "SharedLayer" / "python"
     (native,) = (site / "pydantic_core").glob("_pydantic_core.cpython-312-*.so")
     assert "x86_64" in native.name
-    assert not (site / "sluice" / "local").exists()
+    assert (site / "sluice" / "backends" / "redis" / "lua" / "push.lua").is_file()
+    assert not (site / "sluice_dev").exists()  # the tooling never ships in the layer
     assert (built / "WorkerFunction" / "app.py").is_file()
     assert not (built / "WorkerFunction" / "sluice").exists()  # the bundle holds only its handler
 

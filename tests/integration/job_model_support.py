@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.backends.redis.engine import RedisQueue
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
 from sluice.core.models import WriteOutcome
 from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
@@ -26,6 +28,7 @@ from sluice.relay.recovery.hook import Recovery
 from sluice.worker.runtime.execute import JobRunner
 from sluice.worker.runtime.finish import Finisher
 from sluice.worker.runtime.heartbeat import Heartbeat, Tracked
+from sluice.worker.runtime.observers import observe
 from sluice.worker.runtime.options import HandlerSpec, WorkerOptions
 from sluice.worker.runtime.outcomes import Fail, Retry
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
@@ -172,7 +175,9 @@ class Workers:
     def __init__(self, engine: RedisQueue, store: Any, events: list[Event]) -> None:
         self.engine, self.store, self.events = engine, store, events
         self.tel = Telemetry(MemoryMetrics(), quiet)
-        self.heartbeat = Heartbeat(engine, self.tel)  # never started: the machine beats explicitly
+        self.bus = EventBus()  # the heartbeat's and every finisher's, which the telemetry observes
+        observe(self.bus, self.tel)
+        self.heartbeat = Heartbeat(engine, events=self.bus)  # never started: the machine beats explicitly
         self.runs: list[tuple[str, int]] = []  # (job id, fencing token) of every handler call
         self.all: list[WorkerRun] = []
         self._names = itertools.count()
@@ -193,8 +198,8 @@ class Workers:
         run.fault, run.state = fault, "running"
         store = Faulty(self.store, run, self.events, names=STORE_CALLS)
         queue = Faulty(self.engine, run, self.events, names=QUEUE_CALLS)
-        finisher = Finisher(queue, store, self.heartbeat, self.tel, attempts=1, retry_base_ms=0,
-                          retry_cap_ms=0)
+        finisher = Finisher(queue, store, self.heartbeat, attempts=1, retry_base_ms=0,
+                          retry_cap_ms=0, events=self.bus)
         runner = JobRunner(finisher, store, WorkerOptions(lease_ms=LONG_MS), run.name)
         spec = HandlerSpec(QUEUE, handler_for(verdict, self.runs), timeout_ms=20_000)
 
@@ -248,8 +253,9 @@ class RateMeter:
         self.taken += got
         return got
 
-    def after_push(self, partition: int, queue: str, outcome: Any) -> None:
-        self.pushed += outcome.pushed
+    def on_pushed(self, e: ev.Pushed) -> None:
+        if e.outcome == "ok":
+            self.pushed += e.pushed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -305,11 +311,13 @@ class RelayBox:
         recovery = Recovery(self.source.topic, RedisEpochs(self.engine.client),
                             DynamoCheckpoints(self.db, self.table, page_bytes=PAGE_BYTES,
                                               inline_bytes=PAGE_BYTES),
-                            SourceOffsets(self.source), self.store, interval_s=0.0)
+                            SourceOffsets(self.source), self.store, interval_s=0.0, events=EventBus())
         config = RelayConfig(batch=50, commit_s=0.0, maintenance_s=1e9, refresh_s=0.0, status_drain_s=10.0)
+        bus = EventBus()
+        bus.subscribe(self.meter.on_pushed, ev.Pushed)
         return Relay(self.meter, self.store, self.source, None,  # type: ignore[arg-type]
                      relay_id=f"relay-{self.n}", clock=FakeClock(), config=config, hooks=recovery,
-                     after_push=self.meter.after_push)
+                     events=bus)
 
     def restart(self) -> None:
         """The invocation ends (commit, checkpoint, partitions given back); a new one starts."""

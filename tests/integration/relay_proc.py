@@ -108,13 +108,14 @@ def build(redis_url: str, bootstrap: str, topic: str, group: str, *, store: Any 
     """An in-process relay over the real engine and broker: (Relay, KafkaSource)."""
     from sluice.backends.kafka.source import KafkaSource
     from sluice.backends.redis.engine import RedisQueue
+    from sluice.core.bus import EventBus
     from sluice.relay import Relay, RelayConfig
 
-    after_push = options.pop("after_push", None)
+    events = options.pop("events", None)
     options = {"poll_ms": 50, "ownership_s": 0.2, **options}
     source = KafkaSource.from_settings(settings(bootstrap, topic, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, dispatcher,
-                  relay_id=relay_id, config=RelayConfig(**options), after_push=after_push)
+                  relay_id=relay_id, config=RelayConfig(**options), events=events or EventBus())
     return relay, source
 
 
@@ -206,6 +207,8 @@ def start(redis_url: str, bootstrap: str, topic: str, group: str, *, seconds: fl
 
 
 def main(argv: list[str] | None = None) -> None:
+    from sluice.core import bus as ev
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--redis", required=True)
     parser.add_argument("--bootstrap", required=True)
@@ -221,15 +224,19 @@ def main(argv: list[str] | None = None) -> None:
 
     pushes = 0
 
-    def die_between_push_and_commit(partition: int, queue: str, outcome: Any) -> None:
+    def die_between_push_and_commit(e: ev.Pushed) -> None:
         nonlocal pushes
-        pushes += 1
-        if pushes == args.die_after_pushes:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if e.outcome == "ok":
+            pushes += 1
+            if pushes == args.die_after_pushes:
+                os.kill(os.getpid(), signal.SIGKILL)
 
+    bus = ev.EventBus()
+    if args.die_after_pushes:
+        bus.subscribe(die_between_push_and_commit, ev.Pushed)
     relay, source = build(args.redis, args.bootstrap, args.topic, args.group, relay_id=args.relay_id,
                           batch=args.batch, lease_ms=args.lease_ms, max_partitions=args.max_partitions,
-                          after_push=die_between_push_and_commit if args.die_after_pushes else None)
+                          events=bus)
     report = relay.run_until(relay.clock.now_ms() + int(args.seconds * 1000))
     source.close()
     print(json.dumps({"pushed": report.pushed, "skipped": report.skipped, "stale_stops": report.stale_stops,

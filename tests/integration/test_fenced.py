@@ -20,6 +20,7 @@ import pytest
 
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.redis.engine import RedisQueue
+from sluice.core.bus import EventBus
 from sluice.core.errors import LeaseLost, StaleToken
 from sluice.core.models import JobSpec, LeasedJob, WriteOutcome
 from sluice_dev.local.servers import start_redis
@@ -243,7 +244,7 @@ def test_fenced_table_rejects_stale_put_update_delete_on_a_second_table(env: Env
                         BillingMode="PAY_PER_REQUEST")
     store = env.store
     a = store.grant(JOB, "q", "A")
-    fa = store.fenced_table(side, JOB, a)
+    fa = store.fenced_table(side, JOB, a, events=EventBus())
     fa.put_item({"pk": "balance", "amount": 10})
     fa.put_item({"pk": "temp"})
     b = store.grant(JOB, "q", "B")  # A's lease expired; B holds the job now
@@ -259,7 +260,7 @@ def test_fenced_table_rejects_stale_put_update_delete_on_a_second_table(env: Env
     items = {i["pk"]["S"]: i for i in env.db.scan(TableName=side, ConsistentRead=True)["Items"]}
     assert set(items) == {"balance", "temp"} and items["balance"]["amount"] == {"N": "10"}
     assert env.metrics.names == ["FencedWriteRejected"] * 3
-    fb = store.fenced_table(side, JOB, b)
+    fb = store.fenced_table(side, JOB, b, events=EventBus())
     fb.update_item({"pk": "balance"}, "SET amount = amount + :d", values={":d": 5})
     fb.delete_item({"pk": "temp"})
     items = {i["pk"]["S"]: i for i in env.db.scan(TableName=side, ConsistentRead=True)["Items"]}

@@ -14,6 +14,7 @@ from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable
 from sluice.core.families import Countdown
 from sluice.streams.completion.publish import Publisher
+from sluice.streams.countdown import StreamCountdown
 from sluice_dev.local.streams import StreamPoller, ensure_bus, stream_consumers
 from tests.integration.streams_support import received, stream_poller, stream_settings
 from tests.unit.test_flows import Rig
@@ -46,7 +47,7 @@ def test_children_whose_process_died_before_their_countdown_release_the_continua
         rig.api.release_continuation(continuation)
 
     publisher = Publisher(wiring.completion_publisher.__wrapped__(s).sink, s.events_bus_name)
-    countdown = Countdown(rig.store, release, sleep=lambda _s: None)
+    countdown = StreamCountdown(Countdown(rig.store, release, sleep=lambda _s: None))
 
     def poller() -> StreamPoller:
         return stream_poller(s, lambda batch: stream_consumers(batch, publisher.publish, countdown.recount))

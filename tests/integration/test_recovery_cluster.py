@@ -10,6 +10,7 @@ import redis
 
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.relay.recovery import Checkpoint
 from sluice.relay.recovery.adapters import RedisEpochs
 from sluice.relay.recovery.hook import Recovery
@@ -81,7 +82,7 @@ def test_a_loss_on_one_shard_replays_its_queues_and_no_others(redis_cluster: Clu
     queues = [queue_on(redis_cluster, i) for i in range(3)]
     epochs = RedisEpochs(crq.client)
     ckpts, offsets = FakeCheckpoints(), FakeOffsets({0: 100})
-    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}))
+    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}), events=EventBus())
     rec.on_partitions_taken([0])
     owner = rec.before_push(queues[0], 0, 1)
     for q in queues:  # pushed up to offset 99 on every shard

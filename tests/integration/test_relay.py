@@ -158,8 +158,8 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
 
     from sluice.backends.dynamodb import tables
     from sluice.core.config import Settings
+    from sluice.entry import relay as relay_entry
     from sluice.entry import root as wiring
-    from sluice.relay import control
 
     bs = tansu.extra["bootstrap"]
     env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
@@ -168,7 +168,7 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     wiring.reset()
-    control._source.cache_clear()
+    relay_entry._source.cache_clear()
     tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
     records = job_records("l", 50)  # the moto server marks ~100 items/s queued: keep the drain short
     produce(bs, topic, records)
@@ -181,8 +181,8 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     try:
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=7_000))
     finally:
-        control._source(Settings.from_env()).close()
-        control._source.cache_clear()
+        relay_entry._source(Settings.from_env()).close()
+        relay_entry._source.cache_clear()
         wiring.reset()
     took = time.monotonic() - started
     # relays ~2 s (7 s of budget minus the 5 s it keeps for the hand-over), then commits, releases
@@ -237,8 +237,8 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     from sluice.core import ids
     from sluice.core.config import Settings
     from sluice.core.models import JobSpec
+    from sluice.entry import relay as relay_entry
     from sluice.entry import root as wiring
-    from sluice.relay import control
 
     key = f"the-deployment-job-id-key-{unique}"
     bs = tansu.extra["bootstrap"]
@@ -250,7 +250,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     wiring.reset()
-    control._source.cache_clear()
+    relay_entry._source.cache_clear()
     tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
     now = int(time.time() * 1000)
     minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
@@ -268,8 +268,8 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
         # 7 s of relaying: the dead-letter producer starts cold.
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
     finally:
-        control._source(Settings.from_env()).close()
-        control._source.cache_clear()
+        relay_entry._source(Settings.from_env()).close()
+        relay_entry._source.cache_clear()
         wiring.reset()
     assert result["pushed"] == 3 and result["dead_lettered"] == 3, result
     assert set(ready_ids(redis_client)) == set(minted)

@@ -6,7 +6,7 @@ pushed them into its own ownership queue, ``_acquire`` crashed on ``int("x")`` i
 run after, and no ordinary job ran again. Here the gateway refuses both with a 400; the same
 two jobs are then planted where a pre-fix deployment had left them (as records in Kafka and as
 jobs in the ownership queue in Redis), and the real relay (the relay Lambda's composition:
-``relay.control.scheduled_relay``, Redis-loss recovery included) dead-letters the records,
+``entry.relay.scheduled_relay``, Redis-loss recovery included) dead-letters the records,
 removes the jobs, owns every partition once, and an ordinary job enqueued through the gateway
 runs to success.
 """
@@ -23,9 +23,10 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.core import ids
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
+from sluice.entry import relay as relay_entry
 from sluice.entry import root as wiring
 from sluice.gateway.http.app import Gateway, build_api
-from sluice.relay import RELAY_QUEUE, control, partition_job_id
+from sluice.relay import RELAY_QUEUE, partition_job_id
 from sluice.worker.registry import Worker
 from sluice.worker.runtime.options import WorkerOptions
 from sluice_dev.local import servers
@@ -96,8 +97,8 @@ def test_the_issues_hostile_requests_are_refused_and_ordinary_jobs_keep_running(
 
     # 4. The real relay: it must not crash, and it must push the ordinary job.
     metrics = Counted()
-    relay, _ = control.scheduled_relay(settings, Context(), metrics=metrics, poll_ms=50,
-                                             ownership_s=0.2)
+    relay, _ = relay_entry.scheduled_relay(settings, Context(), metrics=metrics, poll_ms=50,
+                                           ownership_s=0.2)
     deadline = time.monotonic() + 30
     try:
         while engine.stats("shout").ready < 1 or relay.report.dead_lettered < 2:
@@ -106,8 +107,8 @@ def test_the_issues_hostile_requests_are_refused_and_ordinary_jobs_keep_running(
         relay.step()
     finally:
         relay.stop()
-        control._source(settings).close()
-        control._source.cache_clear()
+        relay_entry._source(settings).close()
+        relay_entry._source.cache_clear()
     report = relay.report
     assert report.bad_ownership_jobs == 2 and ("RelayBadOwnershipJob", 1) in metrics.counts
     assert report.partitions_owned == {0, 1, 2} and report.errors == 0

@@ -19,7 +19,8 @@ from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
-from sluice.core.families import Countdown, ended_child
+from sluice.core.families import Countdown
+from sluice.streams.countdown import StreamCountdown, ended_child
 from sluice_dev.local.streams import lambda_record, stream_consumers
 from tests.unit.test_flows import Rig, ended
 
@@ -74,7 +75,7 @@ def test_children_that_failed_or_died_before_their_countdown_are_counted_from_th
 
     records = stream(rig)
     assert {ended_child(r) for r in records} - {None} == {(then, 0), (then, 1), (then, 2)}
-    countdown = Countdown(rig.store, rig.api.release_continuation)
+    countdown = StreamCountdown(Countdown(rig.store, rig.api.release_continuation))
     assert countdown.recount(records) == []
     assert rig.api.status(then).remaining == 0
     assert rig.appended().count(then) == 1
@@ -89,7 +90,7 @@ def test_a_duplicate_stream_record_counts_its_child_once(rig: Rig) -> None:
     then = family.continuation or ""
     end(rig.store, family.job_ids[0], "failed")
     [record] = [r for r in stream(rig) if ended_child(r) is not None]
-    countdown = Countdown(rig.store, rig.api.release_continuation)
+    countdown = StreamCountdown(Countdown(rig.store, rig.api.release_continuation))
     assert countdown.recount([record, record]) == [] and countdown.recount([record]) == []
     assert rig.api.status(then).remaining == 1 and then not in rig.appended()
     end(rig.store, family.job_ids[1], "cancelled")
@@ -110,7 +111,7 @@ def test_a_release_that_fails_is_answered_for_retry_and_released_once_on_redeliv
             raise BackendUnavailable("the gateway function is unavailable")
         rig.api.release_continuation(continuation)
 
-    countdown = Countdown(rig.store, release, sleep=lambda _s: None)
+    countdown = StreamCountdown(Countdown(rig.store, release, sleep=lambda _s: None))
     assert countdown.recount(records) == [str(last["dynamodb"]["SequenceNumber"])]
     assert then not in rig.appended() and rig.store.unreleased(then)
     down = False

@@ -17,7 +17,7 @@ def _loaded_after(module: str) -> set[str]:
     return set(json.loads(out.stdout))
 
 
-@pytest.mark.parametrize("module", ["sluice.relay.control", "sluice.gateway.http.app"])
+@pytest.mark.parametrize("module", ["sluice.entry.relay", "sluice.gateway.http.app"])
 def test_the_relay_and_the_gateway_do_not_load_the_worker_runtime(module: str) -> None:
     loaded = _loaded_after(module)
     assert module in loaded

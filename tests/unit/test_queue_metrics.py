@@ -226,7 +226,7 @@ def test_the_worker_lambda_publishes_its_queues_wait_and_endings_after_the_drain
 def test_the_relay_lambda_publishes_each_queues_depths(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         event_json: Callable[[str], dict[str, Any]]) -> None:
-    from sluice.relay import control
+    from sluice.entry import relay as relay_entry
 
     bus = ev.EventBus()
 
@@ -247,9 +247,9 @@ def test_the_relay_lambda_publishes_each_queues_depths(
 
     control_report = Report()
     monkeypatch.setattr(wiring, "settings", lambda: Settings())
-    monkeypatch.setattr(control, "scheduled_relay", lambda s, c, metrics=None: (Relay(), None))
+    monkeypatch.setattr(relay_entry, "scheduled_relay", lambda s, c, metrics=None: (Relay(), None))
     capsys.readouterr()
-    control.run_scheduled(event_json("scheduled_relay.json"), FakeCtx())
+    relay_entry.run_scheduled(event_json("scheduled_relay.json"), FakeCtx())
     (line,) = emf_lines(capsys.readouterr().out)
     assert (line["Queue"], line["QueueReady"], line["QueueJobsRelayed"], line["QueueOldestReadyAge"]) == (
         "orders", 4, 2, 90.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from redis.crc import key_slot
 
+from sluice.core.bus import EventBus
 from sluice.relay.recovery import Checkpoint
 from sluice.relay.recovery.hook import Recovery
 from sluice.relay.recovery.shards import compose, holder, parse, ranges_of, shard_lost, tag_in
@@ -78,7 +79,7 @@ class ShardEpochs(FakeEpochs):
 def test_a_loss_on_one_shard_rebases_only_its_queues() -> None:
     epochs = ShardEpochs({"qa": 10, "qb": 6000, "qc": 12000})
     ckpts, offsets = FakeCheckpoints(), FakeOffsets({0: 100})
-    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}))
+    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}), events=EventBus())
     ckpts.items[0] = Checkpoint("t", 0, epoch(), 1, 80, 100)
     epochs.epoch = epoch(b="kb-new/r2")  # shard B lost its data
     rec.on_partitions_taken([0])
@@ -90,7 +91,7 @@ def test_a_loss_on_one_shard_rebases_only_its_queues() -> None:
 
 def test_without_lost_every_queue_of_a_replay_is_rebased_as_before() -> None:
     epochs, ckpts, offsets = FakeEpochs(), FakeCheckpoints(), FakeOffsets({0: 100})
-    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}))
+    rec = Recovery("t", epochs, ckpts, offsets, FakeStore(only={"relay_view"}), events=EventBus())
     ckpts.items[0] = Checkpoint("t", 0, "old/r", 1, 80, 100)
     rec.on_partitions_taken([0])
     for q in ("qa", "qb"):

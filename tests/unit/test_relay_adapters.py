@@ -21,6 +21,7 @@ from sluice.backends.kafka.source import KafkaSource, consumer_config
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable, InvalidInput
 from sluice.core.models import DispatchEvent, QueueConfig
+from sluice.entry import relay as relay_entry
 from sluice.relay import SourceRecord, control
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
@@ -344,12 +345,12 @@ def test_bad_knob_values_are_refused_before_any_write(call: Any) -> None:
 
 def test_the_scheduled_event_parses_and_anything_else_is_refused() -> None:
     event = json.loads((EVENTS / "scheduled_relay.json").read_text())
-    parsed = control.parse_scheduled(event)
+    parsed = relay_entry.parse_scheduled(event)
     assert parsed.detail_type == "Scheduled Event"
     assert parsed.resources[0].endswith("sluice-relay-every-minute")
     for bad in [{}, [], "x", None, {**event, "detail-type": "Object Created"}, {**event, "source": "me"}]:
         with pytest.raises(InvalidInput):
-            control.parse_scheduled(bad)
+            relay_entry.parse_scheduled(bad)
 
 
 def test_lambda_dispatcher_from_settings_builds_its_client_on_the_first_dispatch_only() -> None:

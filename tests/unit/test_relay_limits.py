@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import QueueNotAllowed
 from sluice.core.limits import Limits
 from sluice.core.models import JobSpec, QueueStats
@@ -66,7 +67,8 @@ class World:
     def relay(self, **kw: Any) -> Relay:
         kw = {"poll_ms": 10, "commit_s": 0, "refresh_s": 0.1, "batch": 10, **kw}
         return Relay(self.engine, self.store, self.source, FakeDispatcher(),  # type: ignore[arg-type]
-                     relay_id="r1", clock=self.clock, config=RelayConfig(limits=self.limits, **kw))
+                     relay_id="r1", clock=self.clock, config=RelayConfig(limits=self.limits, **kw),
+                     events=EventBus())
 
     def add(self, n: int, queue: str = "q", delay_s: int = 0) -> list[str]:
         ids = []

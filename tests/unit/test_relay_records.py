@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.backends.redis import relay_engine as engine_mod
+from sluice.core.bus import EventBus
 from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
 from tests.unit.fakes import RELAY_CALLS, FakeStore
@@ -130,7 +131,7 @@ def test_the_relay_makes_canonical_json_of_a_payload_once_per_record(monkeypatch
         source.append_spec(0, JobSpec(job_id=f"j{i}", queue="q", payload={"n": i}))
     engine = FakeEngine(clock)
     relay = Relay(engine, FakeStore(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
-                  relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0))
+                  relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0), events=EventBus())
     monkeypatch.setattr("sluice.relay.records.dump_json", counted)
     monkeypatch.setattr("sluice.core.models.dump_json", counted)
     monkeypatch.setattr("sluice.backends.redis.checks.dump_json", counted)
@@ -206,7 +207,7 @@ def test_intake_takes_records_of_interleaved_partitions_and_skips_redeliveries()
 
     owned, source = Owned(), Source()
     intake = Intake(None, source, RelayConfig(), owned, report=RelayReport(),  # type: ignore[arg-type]
-                    hooks=Hooks(), monotonic=time.monotonic)
+                    hooks=Hooks(), monotonic=time.monotonic, events=EventBus())
     intake._admitted.update({"q", "r"})
     intake.take([rec(0, 5), rec(1, 7), rec(0, 6, "r"), rec(2, 1), SourceRecord(1, 8, None, b"junk"),
                  rec(1, 9), rec(0, 6)])  # the last one re-delivered

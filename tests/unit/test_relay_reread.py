@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.core.bus import EventBus
 from sluice.relay import Relay, RelayConfig
 from sluice.relay.recovery import Checkpoint, Recovery
 from tests.unit.test_relay import World
@@ -73,9 +74,9 @@ class Costs:
 
 def recovering_relay(w: World, ckpts: Checkpoints, relay_id: str) -> Relay:
     recovery = Recovery(w.source.topic, Epochs(), ckpts, Offsets(w), w.store, interval_s=1.0,
-                        clock=w.clock.monotonic)
+                        clock=w.clock.monotonic, events=EventBus())
     return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id, clock=w.clock,  # type: ignore[arg-type]
-                 hooks=recovery, config=RelayConfig(poll_ms=10, commit_s=0))
+                 hooks=recovery, config=RelayConfig(poll_ms=10, commit_s=0), events=EventBus())
 
 
 def test_newer_jobs_of_a_rate_limited_queue_flow_while_2000_delayed_old_ones_are_pending() -> None:

@@ -98,7 +98,8 @@ def test_the_relay_reports_the_dropped_status_writes() -> None:
         source.append_spec(0, JobSpec(job_id=f"j{i}", queue="q"))
     relay = Relay(FakeEngine(clock), Blocked(only=RELAY_CALLS), source, None,  # type: ignore[arg-type]
                   relay_id="r", clock=clock, config=RelayConfig(poll_ms=10, commit_s=0, batch=5,
-                                                                status_max_waiting=10))
+                                                                status_max_waiting=10),
+                  events=EventBus())
     steps = 0
     while not relay.report.pushed and steps < 20:
         relay.step()

@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import Job, LeasedJob
 from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.heartbeat import Heartbeat
+from sluice.worker.runtime.observers import observe
 from sluice.worker.runtime.telemetry import Telemetry
 from tests.unit.fakes import CaptureLog, FakeQueue, ManualClock, kit
 
@@ -104,6 +106,13 @@ def test_a_lease_lost_while_waiting_in_the_batch_is_never_started() -> None:
     assert [c[1] for c in k.store.called("grant")] == ["a"]
 
 
+def observed(tel: Telemetry) -> EventBus:
+    """A bus the telemetry's metrics and logs observe, as a drain's is."""
+    bus = EventBus()
+    observe(bus, tel)
+    return bus
+
+
 def leased(lease_ms: int = 300) -> LeasedJob:
     return LeasedJob(job_id="j", queue="q", payload=None, lease_token=1, deadline_ms=0, attempt=1,
                      max_attempts=3, lease_ms=lease_ms)
@@ -116,7 +125,7 @@ def test_failed_renewals_are_retried_until_the_lease_lapses() -> None:
     log = CaptureLog()
     tel = Telemetry(kit().metrics, log)
     now = [100.0]
-    hb = Heartbeat(queue, tel, clock=lambda: now[0])
+    hb = Heartbeat(queue, clock=lambda: now[0], events=observed(tel))
     tracked = hb.track(leased(), 100.0, tel.job_logger(job_id="j"))
     queue.broken.add("extend", BackendUnavailable("redis down"), times=2)
     now[0] = 100.1
@@ -135,7 +144,7 @@ def test_a_renewal_reports_a_cancel_request() -> None:
     queue.lease("q", 1, 300, "w")
     queue.cancel("q", "j")
     k = kit()
-    hb = Heartbeat(queue, Telemetry(k.metrics, k.log))
+    hb = Heartbeat(queue, events=observed(Telemetry(k.metrics, k.log)))
     tracked = hb.track(leased(), time.monotonic(), Telemetry(k.metrics, k.log).job_logger())
     hb.beat(tracked)
     assert tracked.state.cancel_requested.is_set() and not tracked.state.lease_lost.is_set()
@@ -145,7 +154,7 @@ def test_a_renewal_reports_a_cancel_request() -> None:
 def test_an_untracked_lease_is_neither_renewed_nor_reported_lost() -> None:
     queue = FakeQueue(ManualClock())
     k = kit()
-    hb = Heartbeat(queue, Telemetry(k.metrics, k.log))
+    hb = Heartbeat(queue, events=observed(Telemetry(k.metrics, k.log)))
     tracked = hb.track(leased(), time.monotonic(), Telemetry(k.metrics, k.log).job_logger())
     hb.untrack(tracked)
     hb.beat(tracked)  # the job is unknown to the queue: a renewal would fail
@@ -158,7 +167,7 @@ def test_the_thread_renews_on_schedule_and_stops() -> None:
     queue.add("q", "j")
     job = queue.lease("q", 1, 90, "w")[0]
     k = kit()
-    hb = Heartbeat(queue, Telemetry(k.metrics, k.log))
+    hb = Heartbeat(queue, events=observed(Telemetry(k.metrics, k.log)))
     hb.start()
     hb.track(job, time.monotonic(), Telemetry(k.metrics, k.log).job_logger())
     time.sleep(0.35)

@@ -15,6 +15,7 @@ from moto import mock_aws
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.fenced import FencedTable
 from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, LeaseLost
 from sluice.core.models import EndedJob, JobState, WriteOutcome
 
@@ -127,7 +128,7 @@ def test_a_rerun_that_ended_without_a_result_cannot_write_side_effects(env: tupl
     first = store.grant("j", "q", "A")
     assert store.write_result("j", first, {"ok": 1}) is WriteOutcome.WRITTEN
     rerun = store.grant("j", "q", "B")  # A crashed before its ack
-    table = store.fenced_table(side, "j", rerun)
+    table = store.fenced_table(side, "j", rerun, events=EventBus())
     table.put_item({"pk": "before"})  # the re-run's holder may write while it runs
     for _ in range(2):  # the hard timeout's failure record, and its retry
         with pytest.raises(AlreadyFinished):
@@ -170,7 +171,7 @@ def test_a_retry_after_backend_unavailable_applies_a_non_idempotent_update_once(
     db.put_item(TableName=side, Item={"pk": {"S": "balance"}, "amount": {"N": "100"}})
     token = store.grant("j", "q", "A")
     client = Flaky(db)
-    table = FencedTable(client, side, "j", token, jobs_table=store.table)
+    table = FencedTable(client, side, "j", token, jobs_table=store.table, events=EventBus())
 
     def charge() -> None:
         table.update_item({"pk": "balance"}, "SET amount = amount - :a", values={":a": 10})
@@ -199,6 +200,6 @@ def test_throttling_inside_a_cancelled_transaction_stays_retryable(env: tuple[Dy
                                "CancellationReasons": [{"Code": "None"}, {"Code": reason}]},
                               "TransactWriteItems")
 
-    table = FencedTable(Throttled(), side, "j", token, jobs_table=store.table)  # type: ignore[arg-type]
+    table = FencedTable(Throttled(), side, "j", token, jobs_table=store.table, events=EventBus())  # type: ignore[arg-type]
     with pytest.raises(BackendUnavailable):
         table.put_item({"pk": "x"})

@@ -15,6 +15,7 @@ from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.errors import WriteConditionFailed, translate, translated
 from sluice.backends.dynamodb.fenced import FencedTable, fencing_headers
 from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.bus import EventBus
 from sluice.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -61,7 +62,7 @@ def test_current_token_writes_stale_token_is_refused(
         db: Any, env: tuple[DynamoJobStore, str, CountingMetrics]) -> None:
     store, side, metrics = env
     a = store.grant("j1", "q", "A")
-    fa = store.fenced_table(side, "j1", a)
+    fa = store.fenced_table(side, "j1", a, events=EventBus())
     fa.put_item({"pk": "x", "n": 1, "f": 1.5, "tags": ["a"]})
     fa.update_item({"pk": "x"}, "SET n = n + :one", values={":one": 1})
     fa.put_item({"pk": "gone"})
@@ -78,7 +79,8 @@ def test_current_token_writes_stale_token_is_refused(
     assert side_items(db, side)["x"]["n"] == {"N": "2"}
     assert metrics.names == ["FencedWriteRejected:fenced.put_item", "FencedWriteRejected:fenced.update_item",
                              "FencedWriteRejected:fenced.delete_item"]
-    store.fenced_table(side, "j1", b).update_item({"pk": "x"}, "SET n = :v", values={":v": 3})
+    store.fenced_table(side, "j1", b, events=EventBus()).update_item({"pk": "x"}, "SET n = :v",
+                                                        values={":v": 3})
     assert side_items(db, side)["x"]["n"] == {"N": "3"}
 
 
@@ -86,7 +88,7 @@ def test_own_condition_released_cancelled_and_unknown(
         db: Any, env: tuple[DynamoJobStore, str, CountingMetrics]) -> None:
     store, side, _ = env
     t = store.grant("j1", "q", "A")
-    f = store.fenced_table(side, "j1", t)
+    f = store.fenced_table(side, "j1", t, events=EventBus())
     f.put_item({"pk": "x"}, condition="attribute_not_exists(pk)")
     with pytest.raises(WriteConditionFailed):
         f.put_item({"pk": "x", "v": 2}, condition="attribute_not_exists(pk)")
@@ -100,9 +102,9 @@ def test_own_condition_released_cancelled_and_unknown(
     store.request_cancel("j1")
     store.record_failure("j1", t2, "cancelled", "cancelled")
     with pytest.raises(JobCancelled):
-        store.fenced_table(side, "j1", t2).put_item({"pk": "z"})
+        store.fenced_table(side, "j1", t2, events=EventBus()).put_item({"pk": "z"})
     with pytest.raises(StoreError):
-        store.fenced_table(side, "never-granted", 1).put_item({"pk": "w"})
+        store.fenced_table(side, "never-granted", 1, events=EventBus()).put_item({"pk": "w"})
     assert set(side_items(db, side)) == {"x"}
 
 
@@ -112,10 +114,10 @@ def test_fenced_table_rejects_bad_input_before_writing(
     t = store.grant("j1", "q", "A")
     for job_id, token in (("", t), ("a\nb", t), ("j1", 0), ("j1", -3), ("j1", True), ("j1", "1")):
         with pytest.raises(InvalidInput):
-            store.fenced_table(side, job_id, token)  # type: ignore[arg-type]
+            store.fenced_table(side, job_id, token, events=EventBus())  # type: ignore[arg-type]
     with pytest.raises(InvalidInput):
-        store.fenced_table(store.table, "j1", t)
-    f = store.fenced_table(side, "j1", t)
+        store.fenced_table(store.table, "j1", t, events=EventBus())
+    f = store.fenced_table(side, "j1", t, events=EventBus())
     for bad in ({}, {"pk": object()}, {"pk": "x", "c": 1j}):
         with pytest.raises(InvalidInput):
             f.put_item(bad)
@@ -125,9 +127,9 @@ def test_fenced_table_rejects_bad_input_before_writing(
 def test_fenced_table_direct_construction(db: Any, env: tuple[DynamoJobStore, str, CountingMetrics]) -> None:
     store, side, _ = env
     t = store.grant("j1", "q", "A")
-    FencedTable(db, side, "j1", t, jobs_table=store.table).put_item({"pk": "p"})
+    FencedTable(db, side, "j1", t, jobs_table=store.table, events=EventBus()).put_item({"pk": "p"})
     with pytest.raises(StoreError):  # wrong jobs table: the check cannot pass
-        FencedTable(db, side, "j1", t, jobs_table="no-such-table").put_item({"pk": "q"})
+        FencedTable(db, side, "j1", t, jobs_table="no-such-table", events=EventBus()).put_item({"pk": "q"})
     assert set(side_items(db, side)) == {"p"}
 
 

@@ -11,8 +11,8 @@ A continuation waits in the jobs table (``store/families.py``) until each of its
 ended. ``Countdown`` subscribes to ``events.JobEnded`` wherever jobs end (the worker, the relay's
 settle, a cancel), counts each child once, and when the count reaches 0 asks the gateway to
 release the continuation (``api.Api.release_continuation``), which appends its Kafka record.
-That is the fast path; the jobs table's stream is the durable one: ``Countdown.recount`` runs the
-same step for each stream record that makes a child final (the countdown function, and
+That is the fast path; the jobs table's stream is the durable one: ``streams.countdown`` runs
+the same step for each stream record that makes a child final (the countdown function, and
 ``sluice dev``'s stream poller), so a process that dies between a child's final write and its
 countdown leaves the family counted all the same (docs/flows.md, Failure).
 """
@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sluice.backends.dynamodb.codec import item_int, item_str
 from sluice.core.bus import EventBus, JobEnded, ResultWritten
 from sluice.core.errors import SluiceError
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
 from sluice.core.wire import EnqueueRequest
-from sluice.streams.completion.model import final_image
 
 log = logging.getLogger("sluice.core.families")
 
@@ -133,10 +131,10 @@ class Countdown:
     The release is tried ``RELEASE_TRIES`` times; a continuation left at 0 unreleased is released
     again by the stream's ``recount`` retrying the record, by any later ending of one of its
     children (a redrive, a repeated event) and by a re-run of its parent (docs/flows.md, Failure).
-    A process that dies between a child's final write and ``on_ended`` is covered by ``recount``
-    on that write's stream record: the fast path may be lost, the stream's never is. It never
-    runs twice: ``release_continuation`` appends it only until ``mark_released``, and its id is
-    fixed.
+    A process that dies between a child's final write and ``on_ended`` is covered by
+    ``streams.countdown.StreamCountdown`` on that write's stream record: the fast path may be
+    lost, the stream's never is. It never runs twice: ``release_continuation`` appends it only
+    until ``mark_released``, and its id is fixed.
     """
 
     def __init__(self, store: FamilyReads, release: Callable[[str], object], *,
@@ -173,28 +171,6 @@ class Countdown:
             return self._release(continuation)
         return True
 
-    def recount(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
-        """The durable path: count each child a stream record makes final (``ended_child``).
-
-        The same step as ``on_ended``, so a child the fast path counted already costs one refused
-        conditional write and one read, and a repeated record counts nothing. Returns the sequence
-        numbers to retry (``completion.publish.batch_failures``): a record whose count or release
-        failed is delivered again, until the continuation is released.
-        """
-        failed: list[str] = []
-        for record in records:
-            found = ended_child(record)
-            if found is None:
-                continue
-            try:
-                ok = self.count(*found)
-            except SluiceError as exc:
-                log.warning("countdown of %s on %s failed: %s", found[1], found[0], exc)
-                ok = False
-            if not ok:
-                failed.append(str((record.get("dynamodb") or {}).get("SequenceNumber", "")))
-        return failed
-
     def _release(self, continuation: str) -> bool:
         for attempt in range(RELEASE_TRIES):
             try:
@@ -208,17 +184,6 @@ class Countdown:
                     return False
                 self._sleep(0.2 * 2 ** attempt)
         return False
-
-
-def ended_child(record: Mapping[str, Any]) -> Slot | None:
-    """The continuation and slot of the child a jobs-table stream record makes final, or None
-    (not a final transition, or a job with no continuation). Pure: the record's new image names
-    both, as the child's item has since the gateway created it."""
-    new = final_image(record)
-    if new is None:
-        return None
-    then = item_str(new, "continuation")
-    return None if then is None else (then, item_int(new, "family_slot"))
 
 
 def family_event(event: Any) -> FamilyRequest | ReleaseRequest | None:

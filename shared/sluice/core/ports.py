@@ -6,7 +6,7 @@ Each Protocol is small on purpose: a use-case depends only on the methods it cal
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.models import (
     DeadJob,
@@ -141,6 +141,17 @@ class JobLog(Protocol):
     def append(self, specs: Sequence[JobSpec]) -> None:
         """Returns only after every record is acknowledged; raises BackendUnavailable."""
         ...
+
+
+class SourceRecord(NamedTuple):
+    """One record of the job topic as the relay reads it (``sluice.relay.ports.RecordSource``, which
+    the Kafka adapter implements): no client library types leak past the adapter.
+    A tuple: the adapter builds one per record (a frozen dataclass costs about 3 times more)."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
 
 class Dispatcher(Protocol):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
     from sluice.relay.ports import RelayEngine
+    from sluice.streams.countdown import StreamCountdown
 
 
 _events: EventBus | None = None
@@ -276,16 +277,17 @@ def gatekeeper(s: Settings | None = None) -> Gatekeeper | None:
 
 
 @cache
-def stream_countdown(s: Settings | None = None) -> Any:
+def stream_countdown(s: Settings | None = None) -> StreamCountdown:
     """The countdown of the jobs table's stream (the countdown Lambda; ``sluice dev``'s poller)."""
     from sluice.core.errors import ConfigError
     from sluice.core.families import Countdown
+    from sluice.streams.countdown import StreamCountdown
 
     keeper = gatekeeper(s)
     if keeper is None:
         raise ConfigError("the stream's countdown releases continuations through the gateway "
                           "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
-    return Countdown(store(s), keeper.release)  # type: ignore[arg-type]
+    return StreamCountdown(Countdown(store(s), keeper.release))  # type: ignore[arg-type]
 
 
 def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:

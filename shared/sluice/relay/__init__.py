@@ -15,7 +15,8 @@ and a token bucket shared through Redis, all re-read from the queue's config in
 Redis every ``refresh_s``. After a push, workers are dispatched for the backlog.
 
 This package talks only to ports; the Kafka, Redis and DynamoDB adapters are
-built by the caller (``sluice.entry.root`` in Lambda, fixtures in tests).
+built by the caller (``sluice.entry.relay`` in Lambda, fixtures in tests), and so is the
+bus every part emits on (``sluice.core.bus``).
 
 Modules, in dependency order; each part is one object that ``Relay`` composes:
   ports        the protocols the relay talks through, the record type
@@ -33,7 +34,7 @@ Modules, in dependency order; each part is one object that ``Relay`` composes:
   dispatch     Dispatch: starting workers
   maintenance  Maintenance: reap, settle, trim, dispatch for idle backlogs
   loop         ``Relay``: the composition, step, run_until, stop
-  control      operating the relay: the scheduled Lambda run and the runtime knobs
+  control      operating the relay: the runtime knobs (``sluice.core.knobs``)
 """
 
 from sluice.relay.config import RelayConfig
@@ -48,13 +49,12 @@ from sluice.relay.ports import (
     SystemClock,
 )
 from sluice.relay.records import decode, decode_job
-from sluice.relay.state import AfterPush, RelayReport
+from sluice.relay.state import RelayReport
 from sluice.relay.status import StatusWriter
 
 __all__ = [
     "OWNERSHIP_MAX_ATTEMPTS",
     "RELAY_QUEUE",
-    "AfterPush",
     "PushOutcome",
     "RecordSource",
     "Relay",

@@ -26,10 +26,10 @@ class Committer:
 
     def __init__(self, source: RecordSource, config: RelayConfig, ownership: Ownership, *,
                  clock: Clock, report: RelayReport, hooks: RelayHooks,
-                 events: EventBus | None = None) -> None:
+                 events: EventBus) -> None:
         self.source, self.config, self.ownership = source, config, ownership
         self.clock, self.report, self.hooks = clock, report, hooks
-        self.events = events or EventBus()
+        self.events = events
         self._last_commit = float("-inf")
         self.next_lag = clock.monotonic() + config.lag_every_s
 

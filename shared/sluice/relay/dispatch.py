@@ -19,9 +19,9 @@ from sluice.relay.state import QueueState, RelayReport
 
 class Dispatch:
     def __init__(self, dispatcher: Dispatcher | None, config: RelayConfig, *, report: RelayReport,
-                 events: ev.EventBus | None = None) -> None:
+                 events: ev.EventBus) -> None:
         self.dispatcher, self.config, self.report = dispatcher, config, report
-        self.events = events or ev.EventBus()  # incidents: a budget spent, a dispatch failed
+        self.events = events  # incidents: a budget spent, a dispatch failed
         self._bucket = policy.Bucket(tokens=float(max(1, config.dispatch_burst)), updated_ms=0)
         self._turn = 0
 

@@ -51,10 +51,10 @@ class Intake:
 
     def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, ownership: Ownership,
                  *, report: RelayReport, hooks: RelayHooks, monotonic: Callable[[], float],
-                 job_ids: Verifier | None = None, events: EventBus | None = None) -> None:
+                 job_ids: Verifier | None = None, events: EventBus) -> None:
         self.engine, self.source, self.config, self.ownership = engine, source, config, ownership
         self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
-        self.events = events or EventBus()
+        self.events = events
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 

@@ -28,7 +28,7 @@ from sluice.relay.planner import Planner, waiting
 from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock
 from sluice.relay.pusher import Pusher
 from sluice.relay.queues import QueueStates
-from sluice.relay.state import AfterPush, Item, RelayReport
+from sluice.relay.state import Item, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
@@ -39,20 +39,20 @@ class Relay:
     def __init__(self, engine: RelayEngine, store: JobStore, source: RecordSource,
                  dispatcher: Dispatcher | None = None, *, relay_id: str, config: RelayConfig | None = None,
                  clock: Clock | None = None, metrics: Metrics | None = None, hooks: RelayHooks | None = None,
-                 after_push: AfterPush | None = None, job_ids: Verifier | None = None,
-                 events: EventBus | None = None) -> None:
-        """``after_push`` (partition, queue, outcome) runs on the pusher thread after each push:
-        the chaos run's kill point. ``job_ids``: the keys every record's id must verify with
-        (``intake.unminted``); None trusts every record. ``events``: the bus the relay emits
-        on (``RecordsRead``, ``Pushed``, ``ConfigRead``, ``Committed``, ``Settled``, ``JobEnded``); the
-        composition root hands it in."""
+                 job_ids: Verifier | None = None, events: EventBus) -> None:
+        """``job_ids``: the keys every record's id must verify with (``intake.unminted``); None
+        trusts every record. ``events``: the bus the relay and each of its parts emit on
+        (``RecordsRead``, ``Pushed``, ``ConfigRead``, ``Committed``, ``Settled``, ``JobEnded``, the
+        incidents); the composition root hands it in (``sluice.entry.relay``), a test its own.
+        ``Pushed`` is emitted on the pusher thread after each push and before the Kafka commit:
+        the chaos run's kill point subscribes to it."""
         self.relay_id, self.source = relay_id, source
         self.config = config = config or RelayConfig()
         self.clock: Clock = clock or SystemClock()
         self.metrics: Metrics = metrics or NullMetrics()
         self.hooks = hooks = hooks or RelayHooks()
         self.report = report = RelayReport()
-        self.events = bus = events or EventBus()
+        self.events = bus = events
         # Its metrics and incident logs observe the bus until ``stop`` (relay/observers.py).
         self._unobserve = observe(bus, self.metrics, relay_id)
         self.ownership = Ownership(engine, source, config, relay_id=relay_id, started=self.clock.monotonic(),
@@ -62,7 +62,7 @@ class Relay:
         self.queues = QueueStates(engine, config, events=bus)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,
-                             hooks=hooks, after_push=after_push, events=bus)
+                             hooks=hooks, events=bus)
         self.committer = Committer(source, config, self.ownership, clock=self.clock, report=report,
                                    hooks=hooks, events=bus)
         self.dispatch = Dispatch(dispatcher, config, report=report, events=bus)

@@ -26,10 +26,10 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 
 class Maintenance:
     def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, queues: QueueStates,
-                 dispatch: Dispatch, *, report: RelayReport, events: EventBus | None = None) -> None:
+                 dispatch: Dispatch, *, report: RelayReport, events: EventBus) -> None:
         self.engine, self.store, self.config, self.queues = engine, store, config, queues
         self.dispatch, self.report = dispatch, report
-        self.events = events or EventBus()
+        self.events = events
 
     def run(self, now: float) -> None:
         """Reap expired leases, settle the endings nobody reported, and start workers for

@@ -62,11 +62,11 @@ class Ownership:
 
     def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, *, relay_id: str,
                  started: float, report: RelayReport, hooks: RelayHooks,
-                 events: ev.EventBus | None = None) -> None:
+                 events: ev.EventBus) -> None:
         self.engine, self.source, self.config = engine, source, config
         self.topic = source.topic
         self.relay_id, self.report, self.hooks = relay_id, report, hooks
-        self.events = events or ev.EventBus()  # incidents: a partition lost, a bad ownership job
+        self.events = events  # incidents: a partition lost, a bad ownership job
         self.owned: dict[int, OwnedPartition] = {}
         self._registered: set[int] = set()
         self._next_look = float("-inf")

@@ -9,20 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from sluice.core.clock import wall_ms
 from sluice.core.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.ports import SourceRecord
 
-
-class SourceRecord(NamedTuple):
-    """One Kafka record as the relay sees it: no client library types leak past the adapter.
-    A tuple: the adapter builds one per record (a frozen dataclass costs about 3 times more)."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+__all__ = ["Clock", "PushItem", "PushOutcome", "RecordSource", "RelayEngine", "SourceRecord", "SystemClock"]
 
 
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records

@@ -24,7 +24,7 @@ from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import PushItem, PushOutcome, RelayEngine
-from sluice.relay.state import AfterPush, Item, QueueState, RelayReport
+from sluice.relay.state import Item, QueueState, RelayReport
 from sluice.relay.status import StatusWriter
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
@@ -46,12 +46,10 @@ class Pusher:
     """Runs push rounds and applies their outcome to the buffers, the report and the queue states."""
 
     def __init__(self, engine: RelayEngine, store: JobStore, config: RelayConfig, ownership: Ownership, *,
-                 topic: str, report: RelayReport, hooks: RelayHooks,
-                 after_push: AfterPush | None = None, events: EventBus | None = None) -> None:
+                 topic: str, report: RelayReport, hooks: RelayHooks, events: EventBus) -> None:
         self.engine, self.store, self.config, self.ownership = engine, store, config, ownership
         self.topic, self.report, self.hooks = topic, report, hooks
-        self.after_push = after_push
-        self.events = events or EventBus()
+        self.events = events
         self._status = StatusWriter(store, self.events, max_waiting=config.status_max_waiting,
                                     max_per_s=config.status_max_per_s)
         self._executor: ThreadPoolExecutor | None = None
@@ -105,8 +103,9 @@ class Pusher:
         return done
 
     def _push(self, items: list[PushItem], sending: list[int], done: Executed, gens: dict[str, int]) -> None:
-        """``push_many``, a ``Pushed`` event per item (on this thread, before the outcome is
-        applied), and ``after_push`` per item pushed."""
+        """``push_many``, then a ``Pushed`` event per item, on this thread, before the outcome is
+        applied: a subscriber that stops the process there (the chaos run's kill point) stops it
+        after the push and before the Kafka commit."""
         t0 = ev.wall()  # the machine's clock, as the event's ``at`` (a chaos run skews time.time)
         outcomes: Sequence[PushOutcome | Exception]
         try:
@@ -119,12 +118,10 @@ class Pusher:
         except Exception as exc:  # a bug or unforeseen input: these items stay pending
             outcomes = [exc] * len(items)
         self._emit(items, outcomes, t0)
-        for i, item, outcome in zip(sending, items, outcomes, strict=True):
+        for i, outcome in zip(sending, outcomes, strict=True):
             done.results[i] = (done.results[i][0], outcome)
             if isinstance(outcome, SluiceError) and not isinstance(outcome, LeaseLost):
                 done.error = done.error or outcome  # raised once the others are applied
-            elif not isinstance(outcome, Exception) and self.after_push is not None:
-                self.after_push(item[1], item[0], outcome)
 
     def _emit(self, items: list[PushItem], outcomes: Sequence[PushOutcome | Exception], t0: float) -> None:
         if not self.events.listening:

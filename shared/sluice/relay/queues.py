@@ -24,9 +24,9 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 class QueueStates:
     """The relay's view of every queue it pushed into or maintained."""
 
-    def __init__(self, engine: RelayEngine, config: RelayConfig, events: ev.EventBus | None = None) -> None:
+    def __init__(self, engine: RelayEngine, config: RelayConfig, events: ev.EventBus) -> None:
         self.engine, self.config = engine, config
-        self.events = events or ev.EventBus()
+        self.events = events
         self.states: dict[str, QueueState] = {}
         self._defaulted: set[str] = set()
         self._memory: float | None = None

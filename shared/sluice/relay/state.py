@@ -7,13 +7,11 @@ comments say whose), and only on the relay's main thread.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.models import DecodedJob, QueueConfig
 from sluice.core.ports import Metrics
-from sluice.relay.ports import PushOutcome
 
 
 @dataclass
@@ -102,5 +100,3 @@ class QueueState:
 
 
 Item = tuple[OwnedPartition, str, list[tuple[int, DecodedJob]]]  # a partition's next records for one queue
-
-AfterPush = Callable[[int, str, PushOutcome], None]

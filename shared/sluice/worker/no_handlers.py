@@ -7,6 +7,6 @@ an HTTP caller and a table writer, issue 19). ``sluice dev`` and the demo load t
 
 from __future__ import annotations
 
-from sluice import Worker
+from sluice.worker.registry import Worker
 
 app = Worker()

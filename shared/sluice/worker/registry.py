@@ -112,6 +112,23 @@ class _Session:
 
 
 class Worker:
+    """The handlers and the drains that run them; what happens to each job is emitted on three buses.
+
+    - The app's bus, ``events``: the one bus a worker part builds itself, because the user's
+      ``app = sluice.Worker()`` is made when its handlers module is imported, before any
+      composition root runs (a caller may hand one in). The app's own subscribers go there
+      (a test's or the chaos run's fault points, the worker entry's per-queue metrics), and the
+      worker entry forwards it, once per app, to the process's bus (``sluice.entry.worker.prepare``).
+      Bound copies (``bind``) share it.
+    - A drain's bus (``_open``): every event of one drain is emitted there first and forwarded to
+      the app's bus, then heard by the drain's own subscribers: the metrics and logs of its
+      telemetry and worker id, and the countdown over its store. Drains of one app may run at once
+      (bound copies in threads), and each must observe only its own jobs; the bus ends with the
+      drain, so nothing has to be unsubscribed. The heartbeat, the finisher and the fenced tables
+      are handed it.
+    - The process's bus (``sluice.entry.root.events``), which only the composition root builds.
+    """
+
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
                  worker_id: str | None = None,
@@ -229,14 +246,14 @@ class Worker:
         if queue is None or store is None:
             raise SluiceError("the worker is not bound to a queue and a store; call bind(queue=, store=)")
         tel = self.telemetry
-        bus = ev.EventBus()
+        bus = ev.EventBus()  # the drain's (the class's docstring says why a drain has a bus of its own)
         bus.subscribe(self.events.emit)  # first: the process's subscribers (a nemesis) see it first
         observe(bus, tel, self.worker_id)
-        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
+        hb = Heartbeat(queue, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
 
         def settle() -> tuple[JobRunner, Finisher]:
             built = resolve(store)
-            finisher = Finisher(queue, built, hb, tel, attempts=self.options.settle_attempts,
+            finisher = Finisher(queue, built, hb, attempts=self.options.settle_attempts,
                                 retry_base_ms=self.options.retry_base_ms,
                                 retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)

@@ -32,7 +32,8 @@ from sluice.backends.aws.gatekeeper import Gatekeeper
 from sluice.core import bus as ev
 from sluice.core.families import Countdown
 from sluice.entry import root as wiring
-from sluice_dev.chaos.app import QUEUE, Control, expected_result, record_relay, worker_app
+from sluice_dev.chaos.app import QUEUE, Control, kill_after_push, record_relay, worker_app
+from sluice_dev.chaos.families import expected_result
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import open_history, record
 
@@ -87,16 +88,13 @@ def run_relay(cfg: dict[str, Any]) -> int:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.source import KafkaSource
     from sluice.backends.redis.relay_engine import RedisRelayEngine
+    from sluice.entry.relay import for_relay
     from sluice.relay import Relay, RelayConfig
-    from sluice.relay.recovery import for_relay
 
     s = _settings(cfg)
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
     ClockFollower(cfg["control_dir"], cfg["name"], history).start()  # the skew_relay_clock fault
-
-    def after_push(partition: int, queue: str, outcome: Any) -> None:
-        control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
 
     def terminate(*_: Any) -> None:
         raise SystemExit(0)  # run_until's finally commits and gives the partitions back
@@ -106,6 +104,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
     source = KafkaSource.from_settings(s)
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
+    bus.subscribe(kill_after_push(control), ev.Pushed)  # after the push is recorded
     Countdown(store, in_process_gatekeeper(s).release).subscribe(bus)  # settled children count down
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
@@ -113,7 +112,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
         recovery = for_relay(s, engine, store, source, events=bus,
                              interval_s=float(cfg.get("checkpoint_s", 2.0)))
         relay = Relay(engine, store, source, None, events=bus,
-                      relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery, after_push=after_push,
+                      relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery,
                       config=RelayConfig(poll_ms=100, ownership_s=0.5, lease_ms=int(cfg["lease_ms"])))
         report = relay.run_until(relay.clock.now_ms() + int(float(cfg["invocation_s"]) * 1000))
         history.emit("relay_run", target=cfg["name"], replays=recovery.replays,

@@ -24,7 +24,6 @@ self-stopped process from that name, to wake it later.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -34,16 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import bus as ev
-from sluice.core.models import dump_json
 from sluice_dev.chaos import families
+from sluice_dev.chaos.families import expected_result
 from sluice_dev.local.history import History, push_fields, wall
 
 QUEUE = "chaos"
-
-
-def expected_result(payload: Any) -> dict[str, str]:
-    """The one correct result of a chaos job."""
-    return {"sha256": hashlib.sha256(dump_json(payload).encode("utf-8")).hexdigest()}
 
 
 def landed_name(arming_id: str, pid: int) -> str:
@@ -135,3 +129,14 @@ def record_relay(history: History) -> Callable[[ev.Event], None]:
             history.emit("push", **push_fields(e))
 
     return report
+
+
+def kill_after_push(control: Control) -> Callable[[ev.Pushed], None]:
+    """The relay's kill point, a ``Pushed`` subscriber: ``kill_relay_after_push`` strikes once a push
+    landed in Redis (``outcome`` ok), on the pusher thread, before the Kafka commit."""
+
+    def strike(e: ev.Pushed) -> None:
+        if e.outcome == "ok":
+            control.strike("kill_relay_after_push", partition=e.partition, pushed=e.pushed)
+
+    return strike

@@ -18,8 +18,17 @@ Payloads, so the answers are deterministic:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
+
+from sluice.core.models import dump_json
+
+
+def expected_result(payload: Any) -> dict[str, str]:
+    """The one correct result of a chaos job."""
+    return {"sha256": hashlib.sha256(dump_json(payload).encode("utf-8")).hexdigest()}
+
 
 FAMILY_EVERY = 20  # one job in this many is a parent
 FAMILY_CHILDREN = 4
@@ -39,14 +48,12 @@ def then_payload(parent: dict[str, Any]) -> dict[str, Any]:
 
 
 def then_result(i: int, child_results: list[Any]) -> dict[str, str]:
-    from sluice_dev.chaos.app import expected_result
 
     shas = sorted(str(r.get("sha256")) if isinstance(r, dict) else repr(r) for r in child_results)
     return expected_result({"then": i, "children": shas})
 
 
 def expected_then(parent: dict[str, Any]) -> dict[str, str]:
-    from sluice_dev.chaos.app import expected_result
 
     kids = [expected_result(child_payload(parent, c)) for c in range(int(parent["family"]))]
     return then_result(int(parent["i"]), kids)
@@ -55,7 +62,6 @@ def expected_then(parent: dict[str, Any]) -> dict[str, str]:
 def start(job: Any, ctx: Any, queue: str, key: Callable[[], bytes], emit: Callable[..., None]) -> None:
     """The parent's part: name the family in the history, then ask the gateway for it."""
     from sluice.core import ids
-    from sluice_dev.chaos.app import expected_result
     from sluice_dev.chaos.history import digest
 
     p = job.payload

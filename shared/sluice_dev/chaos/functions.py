@@ -12,13 +12,13 @@ its own, both configured through Settings, as a user's deployment would be:
   (``chaos.app.worker_app``). Any container of the function may take an arming
   (stem ``worker``).
 - **relay**: ``relay`` below replaces the relay function's handler
-  (``DevOptions.relay_handler``). It is ``relay.control.run_scheduled`` with the
+  (``DevOptions.relay_handler``). It is ``entry.relay.run_scheduled`` with the
   relay's reads, pushes and config reads recorded (``chaos.app.record_relay``, a
   subscriber of the process's bus), the fault point between a push and the Kafka commit
-  (``after_push``; stem ``relay``), and the chaos run's short partition lease, so that
-  a killed relay's partitions are taken over in seconds, not 15. It runs in its own
-  container processes, as in ``sluice dev``, so the nemesis can kill it; the schedule
-  and the worker dispatch are ``sluice dev``'s own.
+  (``chaos.app.kill_after_push``, a ``Pushed`` subscriber too; stem ``relay``), and the
+  chaos run's short partition lease, so that a killed relay's partitions are taken over
+  in seconds, not 15. It runs in its own container processes, as in ``sluice dev``, so
+  the nemesis can kill it; the schedule and the worker dispatch are ``sluice dev``'s own.
 
 Files: the history is ``Settings.history_path``; the arming files are in ``control/``
 next to it.
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import bus as ev
-from sluice_dev.chaos.app import Control, record_relay, worker_app
+from sluice_dev.chaos.app import Control, kill_after_push, record_relay, worker_app
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import History, open_history
 
@@ -59,10 +59,14 @@ def _control(stem: str) -> Control:
 def _recording() -> None:
     """The relay's reads and config reads as history lines: ``record_relay`` on the process's bus
     (the one ``scheduled_relay`` emits on), subscribed once per container. Its pushes are recorded
-    already, by the local container's history recorder (``sluice_dev.local.history.line_of``)."""
+    already, by the local container's history recorder (``sluice_dev.local.history.line_of``),
+    subscribed before this: the kill point after a push (``kill_after_push``) strikes once the
+    push is recorded."""
     from sluice.entry import root as wiring
 
-    wiring.events().subscribe(record_relay(_history()), ev.RecordsRead, ev.ConfigRead)
+    bus = wiring.events()
+    bus.subscribe(record_relay(_history()), ev.RecordsRead, ev.ConfigRead)
+    bus.subscribe(kill_after_push(_control("relay")), ev.Pushed)
 
 
 @cache
@@ -85,19 +89,16 @@ app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT
 def relay(event: Any, context: Any) -> dict[str, Any]:
     """The relay function's handler in the chaos run: ``run_scheduled`` plus recording and a kill point."""
     from sluice.entry import root as wiring
-    from sluice.relay.control import parse_scheduled, scheduled_relay
+    from sluice.entry.relay import parse_scheduled, scheduled_relay
 
     parse_scheduled(event)
     settings = wiring.settings()
-    history, control = _history(), _control("relay")
+    history = _history()
     _clock().step()  # at once: a stepped clock is there when the invocation starts
     _recording()
 
-    def after_push(partition: int, queue: str, outcome: Any) -> None:
-        control.strike("kill_relay_after_push", partition=partition, pushed=outcome.pushed)
-
     r, recovery = scheduled_relay(settings, context, recovery={"interval_s": CHECKPOINT_S},
-                                  after_push=after_push, lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
+                                  lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
                                   job_ids=None)  # the workload names its jobs itself: unsigned ids
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     history.emit("relay_run", target=r.relay_id, replays=recovery.replays,

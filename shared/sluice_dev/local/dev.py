@@ -492,7 +492,7 @@ class DevStack:
                 "WorkerFunction": (_handler_ref("worker", "sluice.entry.worker:handle_dispatch"),
                                    o.worker_idle_s),
                 "RelayFunction": (o.relay_handler or
-                                  _handler_ref("relay", "sluice.relay.control:run_scheduled"),
+                                  _handler_ref("relay", "sluice.entry.relay:run_scheduled"),
                                   max(o.relay_every_s or 60.0, 20.0) * 3)}
         out = []
         for fn in self.local_functions:

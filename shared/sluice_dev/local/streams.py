@@ -4,7 +4,7 @@
 Moto records DynamoDB stream records and delivers EventBridge events to SQS targets, but has no
 event source mappings and invokes no Lambda from a rule. So ``StreamPoller`` does what the
 mappings do in AWS: read each shard after its checkpoint, hand a batch to the same ``Publisher``
-the events Lambda uses (and to the countdown function's ``Countdown.recount``:
+the events Lambda uses (and to the countdown function's ``StreamCountdown.recount``:
 ``stream_consumers``), and move the checkpoint only past records done (``batchItemFailures``
 stop it at the first failure, which is read again next round).
 """

@@ -133,7 +133,7 @@ class FencedTable:
 
     def __init__(self, client: DynamoDBClient, table_name: str, job_id: str, token: int, *,
                  jobs_table: str = "sluice-jobs", metrics: Metrics | None = None,
-                 events: EventBus | None = None) -> None:
+                 events: EventBus) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise InvalidInput(f"invalid table name {table_name!r}")
         if table_name == jobs_table:
@@ -145,7 +145,7 @@ class FencedTable:
         self.token = validate_token(token)
         self.jobs_table = jobs_table
         self._fence = Fence(metrics)
-        self._events = events if events is not None else EventBus()  # a FencedWrite per write
+        self._events = events  # a FencedWrite per write: the worker's drain's bus
         # Imported here, not with the module: the handlers module imports this one (fencing_headers)
         # at a worker's init, and boto3 would double that import; the first job needs it anyway.
         from boto3.dynamodb.types import TypeSerializer

@@ -186,7 +186,7 @@ class LeaseWrites(ItemTable):
                               job_id=job_id, status=JobState.SUCCEEDED.value, token=token)
 
     def fenced_table(self, table_name: str, job_id: str, token: int, *,
-                     events: EventBus | None = None) -> FencedTable:
+                     events: EventBus) -> FencedTable:
         """A handler's own table, fenced on this job's token in this jobs table."""
         return FencedTable(self._db, table_name, job_id, token, jobs_table=self.table,
                            metrics=self._fence.metrics, events=events)

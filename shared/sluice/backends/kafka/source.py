@@ -21,7 +21,7 @@ from typing import Any
 from sluice.backends.kafka.auth import client_config
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable
-from sluice.relay import SourceRecord
+from sluice.core.ports import SourceRecord
 
 log = logging.getLogger(__name__)
 

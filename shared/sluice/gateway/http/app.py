@@ -26,7 +26,6 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import ValidationError
 
-from sluice import __version__
 from sluice.core import families as flows
 from sluice.core import schedules
 from sluice.core.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
@@ -36,6 +35,7 @@ from sluice.core.models import (
     QUEUE_NAME_PATTERN,
     describe_validation,
 )
+from sluice.core.version import __version__
 from sluice.core.wire import (
     Accepted,
     BatchAccepted,

@@ -97,11 +97,11 @@ class Recovery(RelayHooks):
 
     def __init__(self, topic: str, epochs: Epochs, checkpoints: Checkpoints, offsets: Offsets,
                  finality: Finality, *, interval_s: float = 5.0, scan_limit: int = 1000,
-                 events: ev.EventBus | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 events: ev.EventBus, clock: Callable[[], float] = time.monotonic) -> None:
         self.topic = topic
         self.epochs, self.checkpoints, self.offsets, self.finality = epochs, checkpoints, offsets, finality
         self.interval_s, self.scan_limit = interval_s, scan_limit
-        self.events = events or ev.EventBus()  # incidents (Replayed, CheckpointFailed): the relay's bus
+        self.events = events  # incidents (Replayed, CheckpointFailed): the relay's bus
         self.clock = clock
         self.sessions: dict[int, _Session] = {}
         self.replays = 0

@@ -34,9 +34,8 @@ from sluice.core.errors import (
 from sluice.core.models import JobState, LeasedJob, WriteOutcome
 from sluice.core.ports import JobQueue, JobStore
 from sluice.worker.runtime.heartbeat import Heartbeat, Tracked
-from sluice.worker.runtime.observers import own_bus
 from sluice.worker.runtime.outcomes import Outcome
-from sluice.worker.runtime.telemetry import JobLogger, Telemetry
+from sluice.worker.runtime.telemetry import JobLogger
 
 T = TypeVar("T")
 
@@ -59,17 +58,17 @@ class Attempt:
 
 
 class Finisher:
-    def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat, telemetry: Telemetry,
+    def __init__(self, queue: JobQueue, store: JobStore, heartbeat: Heartbeat,
                  *, attempts: int = 3, rng: random.Random | None = None,
                  retry_base_ms: int = policy.BASE_BACKOFF_MS,
-                 retry_cap_ms: int = policy.MAX_BACKOFF_MS, events: ev.EventBus | None = None) -> None:
+                 retry_cap_ms: int = policy.MAX_BACKOFF_MS, events: ev.EventBus) -> None:
         self.queue = queue
         self.store = store
         self.heartbeat = heartbeat
         self._attempts = attempts
         self._rng = rng
         self._backoff = (retry_base_ms, retry_cap_ms)
-        self.events = own_bus(events, telemetry)  # metrics and lifecycle logs observe it
+        self.events = events  # the drain's bus: its metrics and lifecycle logs observe it
 
     def retrying(self, call: Callable[[], T]) -> T:
         """``call`` again after BackendUnavailable; only for calls that are safe to repeat."""

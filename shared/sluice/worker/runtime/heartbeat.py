@@ -25,8 +25,7 @@ from sluice.core.models import LeasedJob
 from sluice.core.policy import lease_plan
 from sluice.core.ports import JobQueue
 from sluice.worker.runtime.context import LeaseState
-from sluice.worker.runtime.observers import own_bus
-from sluice.worker.runtime.telemetry import JobLogger, Telemetry
+from sluice.worker.runtime.telemetry import JobLogger
 
 
 @dataclass(eq=False)
@@ -40,10 +39,11 @@ class Tracked:
 
 
 class Heartbeat:
-    def __init__(self, queue: JobQueue, telemetry: Telemetry, *, heartbeat_fraction: float = 1 / 3,
-                 clock: Callable[[], float] = time.monotonic, events: ev.EventBus | None = None) -> None:
+    def __init__(self, queue: JobQueue, *, heartbeat_fraction: float = 1 / 3,
+                 clock: Callable[[], float] = time.monotonic, events: ev.EventBus) -> None:
+        """``events``: the drain's bus (``Renewed``, ``LeaseGone``), which its metrics and logs observe."""
         self._queue = queue
-        self._events = own_bus(events, telemetry)  # metrics and lifecycle logs observe it
+        self._events = events
         self._fraction = heartbeat_fraction
         self._clock = clock
         self._cond = threading.Condition()

@@ -116,11 +116,3 @@ def observe(bus: ev.EventBus, telemetry: Telemetry, worker_id: str = "") -> Call
 
     return undo
 
-
-def own_bus(events: ev.EventBus | None, telemetry: Telemetry) -> ev.EventBus:
-    """``events``, or for a part built alone a bus of its own that its telemetry observes."""
-    if events is not None:
-        return events
-    bus = ev.EventBus()
-    observe(bus, telemetry)
-    return bus
