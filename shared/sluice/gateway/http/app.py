@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from sluice import __version__
 from sluice.core import families as flows
 from sluice.core import schedules
+from sluice.core.caller import Caller
 from sluice.core.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
 from sluice.core.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -256,7 +257,7 @@ class Gateway:
                     idempotency_key: KeyHeader = None) -> Response[Accepted]:
             key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
             return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms(),
-                                              principal=_principal(app.current_event)))
+                                              caller=_verified(app.current_event, self.api)))
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -268,7 +269,7 @@ class Gateway:
             key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
             return _accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
                                                     remaining_ms=remaining_ms(),
-                                                    principal=_principal(app.current_event)))
+                                                    caller=_verified(app.current_event, self.api)))
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
@@ -366,6 +367,11 @@ def _principal(event: Mapping[str, Any]) -> str:
     """The caller's IAM ARN as API Gateway verified its signature; "" without SigV4 (API keys)."""
     identity = (event.get("requestContext") or {}).get("identity") or {}
     return str(identity.get("userArn") or "")
+
+
+def _verified(event: Mapping[str, Any], api: Api) -> Caller:
+    return Caller.verified(_principal(event), _caller(event), operators=api.operators,
+                           max_caller_priority=api.max_caller_priority)
 
 
 def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
@@ -469,21 +475,22 @@ def build_api(settings: Settings | None = None) -> Api:
     check_settings(s)
     from sluice.core.limits import Limits
     from sluice.gateway.admission import Admission
+    from sluice.gateway.api import Backends, IdMinting, Intake, Policy
 
     # Lazy: the first admission view builds the Redis client, so importing the gateway and
     # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
     queue = wiring.lazy_queue(settings)
     limits = Limits.from_settings(s)
     # The routes are read on the first enqueue (not at import), at most every route_cache_ttl_s.
-    return Api(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
-               job_id_key=wiring.job_id_key(settings),
-               previous_job_id_keys=wiring.previous_job_id_keys(settings),
-               refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),
-               idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes,
-               max_caller_priority=s.max_caller_priority,
-               operators=[a.strip() for a in s.operator_principals.split(",") if a.strip()],
-               admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
-               limits=limits, routes=wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse")
+    return Api(Backends(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events()),
+               IdMinting(wiring.job_id_key(settings), wiring.previous_job_id_keys(settings),
+                         refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s)),
+               intake=Intake(s.max_payload_bytes,
+                             Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
+                             limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse"),
+               policy=Policy([a.strip() for a in s.operator_principals.split(",") if a.strip()],
+                             s.max_caller_priority),
+               idempotency=PowertoolsIdempotency.from_settings(s))
 
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
