@@ -24,8 +24,8 @@ from sluice.core.config import Settings
 from sluice.core.errors import AlreadyFinished, BackendUnavailable
 from sluice.core.models import JobSpec
 from sluice.entry import root as wiring
+from sluice.entry.gateway import Gateway, build_api
 from sluice.gateway.api import Api, Backends, IdMinting
-from sluice.gateway.http.app import Gateway, build_api
 from sluice.gateway.http.idempotency import PowertoolsIdempotency
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LocalGateway

@@ -24,7 +24,7 @@ from sluice.core import ids
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
 from sluice.entry import root as wiring
-from sluice.gateway.http.app import Gateway, build_api
+from sluice.entry.gateway import Gateway, build_api
 from sluice.relay import RELAY_QUEUE, control, partition_job_id
 from sluice.worker.registry import Worker
 from sluice.worker.runtime.options import WorkerOptions

@@ -32,8 +32,8 @@ from sluice.core.errors import (
 )
 from sluice.core.families import MAX_CHILDREN, ChildRequest, Countdown, FamilyRequest, ThenRequest
 from sluice.core.models import JOB_ID_RE, JobState
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting
-from sluice.gateway.http.app import Gateway
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.fakes import FakeQueue as WorkerQueue

@@ -12,8 +12,8 @@ from sluice.core import ids
 from sluice.core.bus import JobEnded
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, Backends, IdMinting, new_job_id
-from sluice.gateway.http.app import Gateway
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, Rig, event_for, unavailable, unpack
 
 JOBS = "/v1/queues/emails/jobs"

@@ -15,8 +15,8 @@ from sluice.core import ids
 from sluice.core.errors import JobNotFound
 from sluice.core.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
 from sluice.core.routes import Route, RouteTable
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
-from sluice.gateway.http.app import Gateway
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack

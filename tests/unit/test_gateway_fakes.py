@@ -19,8 +19,8 @@ from urllib.parse import unquote
 
 from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
 from sluice.core.models import JobSpec, QueueConfig, QueueStats
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from sluice.gateway.http.app import Gateway
 from tests.unit.fakes import FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"

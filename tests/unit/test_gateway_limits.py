@@ -10,9 +10,9 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import Limits, take_within
 from sluice.core.models import QueueConfig
+from sluice.entry.gateway import Gateway
 from sluice.gateway.admission import Admission
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from sluice.gateway.http.app import Gateway
 from sluice.relay.ownership import RELAY_QUEUE
 from tests.unit.test_gateway_fakes import KEY, Rig
 

@@ -13,8 +13,8 @@ import pytest
 
 from sluice.core.errors import BackendUnavailable
 from sluice.core.routes import Route, RouteCache
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from sluice.gateway.http.app import Gateway
 from tests.unit.test_gateway_fakes import KEY, Rig
 
 SCHEMA: dict[str, Any] = {

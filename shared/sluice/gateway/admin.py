@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sluice.core import policy
+from sluice.core import policy, relay_settings
 from sluice.core.errors import InvalidInput, NoRoute, NotOperator
 from sluice.core.models import (
     DeadJob,
@@ -26,7 +26,6 @@ from sluice.core.models import (
 from sluice.core.ports import JobLog, JobQueue, JobStore
 from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, redrive_all, redrive_one
-from sluice.relay import control
 
 MAX_LISTED = 10_000
 
@@ -55,22 +54,22 @@ class Admin:
         return queue
 
     def pause(self, name: str) -> QueueConfig:
-        return control.pause(self.queue, self.check_queue(name))
+        return relay_settings.pause(self.queue, self.check_queue(name))
 
     def resume(self, name: str) -> QueueConfig:
-        return control.resume(self.queue, self.check_queue(name))
+        return relay_settings.resume(self.queue, self.check_queue(name))
 
     def set_rate(self, name: str, per_second: Any, burst: Any = None) -> QueueConfig:
-        return control.set_rate(self.queue, self.check_queue(name), per_second, burst)
+        return relay_settings.set_rate(self.queue, self.check_queue(name), per_second, burst)
 
     def set_max_in_flight(self, name: str, limit: Any) -> QueueConfig:
-        return control.set_max_in_flight(self.queue, self.check_queue(name), limit)
+        return relay_settings.set_max_in_flight(self.queue, self.check_queue(name), limit)
 
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
-        return control.set_watermarks(self.queue, self.check_queue(name), high, low)
+        return relay_settings.set_watermarks(self.queue, self.check_queue(name), high, low)
 
     def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
-        return control.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+        return relay_settings.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).

@@ -52,8 +52,8 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.backends.redis.engine import RedisQueue
+    from sluice.entry.gateway import Gateway
     from sluice.gateway.api import Api, Backends, IdMinting
-    from sluice.gateway.http.app import Gateway
 
     gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
                                    RedisQueue.from_settings(s)), IdMinting(wiring.job_id_key(s))))

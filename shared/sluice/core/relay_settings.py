@@ -1,0 +1,75 @@
+"""The relay's runtime knobs, per queue: rate, watermarks, max in flight, caps, paused.
+
+Pure checks of the values and one ``set_config`` on the queue's config hash in Redis (``engine``:
+``sluice.backends.redis.engine.RedisQueue``). A running relay re-reads them every half second and
+``rate.lua`` reads the rate on every call, so a change applies within about a second on every
+relay instance, with no redeploy. Set by the operator API (``sluice.gateway.admin``) and the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sluice.core.errors import InvalidInput
+from sluice.core.models import QueueConfig
+
+
+class ConfigEngine(Protocol):
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig: ...
+    def get_config(self, queue: str) -> QueueConfig: ...
+
+
+def _number(value: object, what: str, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        raise InvalidInput(f"{what} must be a number >= 0, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if value > 10_000_000:
+        raise InvalidInput(f"{what} is absurdly large: {value!r}")
+    return float(value)
+
+
+def set_rate(engine: ConfigEngine, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
+    """Limit pushing into ``queue`` to ``per_second`` jobs/s (0 = unlimited), ``burst`` at once.
+
+    The burst defaults to one second's worth, so a relay that polls every 200 ms is not
+    starved between polls.
+    """
+    rate = _number(per_second, "rate per second")
+    size = int(_number(burst, "burst", integer=True)) if burst is not None else max(1, int(rate))
+    return engine.set_config(queue, rate_per_s=rate, burst=size)
+
+
+def set_watermarks(engine: ConfigEngine, queue: str, high: int, low: int | None = None) -> QueueConfig:
+    """Pause pushing while the ready depth is above ``high``; resume below ``low`` (default high/2).
+
+    ``high`` = 0 turns the watermark off.
+    """
+    hi = int(_number(high, "high watermark", integer=True))
+    lo = int(_number(low, "low watermark", integer=True)) if low is not None else hi // 2
+    if hi and lo > hi:
+        raise InvalidInput(f"the low watermark ({lo}) must not be above the high one ({hi})")
+    return engine.set_config(queue, high_watermark=hi, low_watermark=lo)
+
+
+def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConfig:
+    return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
+
+
+def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
+             max_dead: int | None = None) -> QueueConfig:
+    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.core.limits)."""
+    changes = {name: int(_number(value, name.replace("_", " "), integer=True))
+               for name, value in (("max_delayed", max_delayed), ("max_dead", max_dead)) if value is not None}
+    if not changes:
+        raise InvalidInput("give --max-delayed, --max-dead or both")
+    return engine.set_config(queue, **changes)
+
+
+def pause(engine: ConfigEngine, queue: str) -> QueueConfig:
+    """Stop pushing into ``queue``; Kafka holds its backlog. Leasing is not affected."""
+    return engine.set_config(queue, paused=True)
+
+
+def resume(engine: ConfigEngine, queue: str) -> QueueConfig:
+    return engine.set_config(queue, paused=False)
