@@ -129,6 +129,10 @@ class Enqueued:
 
 
 class Api:
+    """The gateway's use cases over ``backends``; every job they write passes ``self.pipeline``
+    (``sluice.gateway.pipeline``: ``minting``'s keys, ``intake``'s checks), for callers whose
+    entry verified them (``sluice.core.caller``; ``policy`` says whom the deployment trusts more)."""
+
     def __init__(self, backends: Backends, minting: IdMinting, *, intake: Intake | None = None,
                  policy: Policy | None = None, idempotency: Idempotency | None = None,
                  clock: Callable[[], int] = wall_ms) -> None:

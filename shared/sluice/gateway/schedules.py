@@ -134,6 +134,7 @@ class Schedules:
     def create(self, queue: str, request: ScheduleRequest) -> ScheduleView:
         schedule = schedules.Schedule.create(request.name, request.expression, queue,
                                              request.payload, self.api.clock())
+        # Checked as its firings will be: Sluice's own enqueue, a plain caller's limits.
         self.api.pipeline.check(schedule.queue, EnqueueRequest(payload=schedule.payload),
                                 self.api.anonymous(), then=WROTE_NOTHING)
         self.store.create(schedule)
