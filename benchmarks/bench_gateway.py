@@ -44,8 +44,8 @@ from sluice.backends.kafka.auth import client_config
 from sluice.backends.kafka.producer import ensure_topics
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
+from sluice.entry.gateway import Gateway, build_api
 from sluice.gateway.api import new_job_id
-from sluice.gateway.http.app import Gateway, build_api
 from sluice_dev.local import servers
 
 PER_ROUND = 500

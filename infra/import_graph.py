@@ -18,47 +18,27 @@ import grimp
 
 
 def cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[list[str]]:
-    """Tarjan's strongly connected components with more than one module (or a self-import)."""
+    """The import cycles: strongly connected groups of more than one module (Tarjan's algorithm)."""
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m) & modules) for m in modules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    on_stack: set[str] = set()
     found: list[list[str]] = []
-    counter = 0
 
-    def visit(root: str) -> None:  # iterative: deep graphs overflow Python's recursion
-        nonlocal counter
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root) & modules)))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child) & modules))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                group = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    group.append(member)
-                    if member == node:
-                        break
-                if len(group) > 1:
-                    found.append(sorted(group))
+    def visit(node: str) -> None:  # a package's graph is a few hundred modules: recursion is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for child in edges[node]:
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            group = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(group) > 1:
+                found.append(sorted(group))
 
     for module in sorted(modules):
         if module not in index:

@@ -303,7 +303,7 @@ def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
 
 
 def test_the_templates_operator_routes_are_the_gateways() -> None:
-    from sluice.gateway.http.app import Gateway
+    from sluice.entry.gateway import Gateway
     from sluice.gateway.schedules import Schedules
     from tests.unit.test_gateway_fakes import Rig
     from tests.unit.test_gateway_schedules import FakeScheduleStore

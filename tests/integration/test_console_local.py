@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import pytest
 
 from sluice.client import Client
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
 from sluice.gateway.schedules import Schedules
 from sluice_dev.cli.console.backend import Watched
 from sluice_dev.cli.console.server import Console, Response

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.gateway.http.app import Gateway, build_api
+from sluice.entry.gateway import Gateway, build_api
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LocalGateway
 from tests.integration.test_gateway_stack import kafka_records, stack_settings

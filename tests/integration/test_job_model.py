@@ -46,7 +46,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import FINAL_STATES, JobSpec
-from sluice.gateway.api import Api
+from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.gateway.redrive import redrive_one
 from sluice.relay import SourceRecord
 from tests.integration.job_model_support import (
@@ -117,7 +117,7 @@ class JobMachine(RuleBasedStateMachine):
         self.redrives_read = 0  # redrive records the relay has read (I7 allows them a token each)
         self.events: list[Event] = []
         self.workers = Workers(self.engine, self.store, self.events)
-        self.api = Api(log=None, store=self.store, queue=self.engine, job_id_key=KEY)  # type: ignore[arg-type]
+        self.api = Api(Backends(log=None, store=self.store, queue=self.engine), IdMinting(KEY))  # type: ignore[arg-type]
         self.specs: dict[str, JobSpec] = {}
         self.offsets: dict[str, int] = {}
         self.ids = itertools.count()

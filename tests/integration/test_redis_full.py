@@ -23,7 +23,7 @@ from sluice.core.errors import QueueFull, SluiceError
 from sluice.core.limits import Limits
 from sluice.core.wire import BatchRequest, EnqueueRequest
 from sluice.gateway.admission import Admission
-from sluice.gateway.api import Api
+from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from sluice_dev.local import servers
 from tests.integration.relay_proc import NullStore, build, create_topic, settings
 from tests.integration.test_relay_flow import Running, wait_for
@@ -81,8 +81,9 @@ def test_a_flood_gets_429s_and_ordinary_jobs_keep_flowing(tansu: Any, tmp_path: 
         bs, topic = tansu.extra["bootstrap"], f"flood-{unique}"
         create_topic(bs, topic, 2)
         engine = RedisQueue.from_url(url, LIMITS)
-        api = Api(KafkaJobLog.from_settings(settings(bs, topic, f"g-{unique}")), NullStore(),  # type: ignore[arg-type]
-                  engine, job_id_key=KEY, admission=Admission(engine, LIMITS, ttl_ms=200), limits=LIMITS)
+        api = Api(Backends(KafkaJobLog.from_settings(settings(bs, topic, f"g-{unique}")), NullStore(),  # type: ignore[arg-type]
+                           engine), IdMinting(KEY),
+                  intake=Intake(admission=Admission(engine, LIMITS, ttl_ms=200), limits=LIMITS))
         running = Running(*build(url, bs, topic, f"g-{unique}", refresh_s=0.1, maintenance_s=0.5, batch=20,
                                  limits=LIMITS))
         worker = Worker(RedisQueue.from_url(url))

@@ -25,7 +25,7 @@ from sluice.core.config import Settings
 from sluice.core.models import JobSpec
 from sluice.entry import relay as relay_entry
 from sluice.entry import root as wiring
-from sluice.gateway.http.app import Gateway, build_api
+from sluice.entry.gateway import Gateway, build_api
 from sluice.relay import RELAY_QUEUE, partition_job_id
 from sluice.worker.registry import Worker
 from sluice.worker.runtime.options import WorkerOptions

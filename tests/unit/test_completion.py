@@ -144,5 +144,7 @@ def test_events_lambda_answers_batch_item_failures(monkeypatch: pytest.MonkeyPat
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     sink = Sink(refuse={0})
-    monkeypatch.setattr(app.wiring, "completion_publisher", lambda: Publisher(sink, "bus"))
+    from sluice.entry import root as wiring
+
+    monkeypatch.setattr(wiring, "completion_publisher", lambda: Publisher(sink, "bus"))
     assert app.handler(EVENT, None) == {"batchItemFailures": [{"itemIdentifier": "100"}]}

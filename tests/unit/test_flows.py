@@ -32,8 +32,8 @@ from sluice.core.errors import (
 )
 from sluice.core.families import MAX_CHILDREN, ChildRequest, Countdown, FamilyRequest, ThenRequest
 from sluice.core.models import JOB_ID_RE, JobState
-from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
+from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from tests.unit.fakes import FakeQueue as WorkerQueue
@@ -59,7 +59,7 @@ def store(db: Any) -> Iterator[DynamoJobStore]:
 class Rig:
     def __init__(self, store: DynamoJobStore) -> None:
         self.store, self.log, self.queue = store, FakeLog(), FakeQueue()
-        self.api = Api(self.log, store, self.queue, job_id_key=KEY, clock=lambda: PARENT_MS + 5_000)
+        self.api = Api(Backends(self.log, store, self.queue), IdMinting(KEY), clock=lambda: PARENT_MS + 5_000)
         self.gateway = Gateway(self.api)
         self.keeper = Gatekeeper(lambda event: self.gateway(event, None))
         self.parent = ids.mint(PARENT_MS, "fanout", KEY)

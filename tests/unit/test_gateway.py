@@ -12,8 +12,8 @@ from sluice.core import ids
 from sluice.core.bus import JobEnded
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
-from sluice.gateway.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, new_job_id
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
+from sluice.gateway.api import DEFAULT_ID_HORIZON_MS, NOT_ACKNOWLEDGED, Api, Backends, IdMinting, new_job_id
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, Rig, event_for, unavailable, unpack
 
 JOBS = "/v1/queues/emails/jobs"
@@ -409,12 +409,12 @@ NEW_KEY = b"the-rotated-in-job-id-key-0123456789"
 
 def test_after_a_rotation_ids_of_the_previous_key_still_answer(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    rotated = Api(rig.log, rig.store, rig.queue, job_id_key=NEW_KEY, previous_job_id_keys=[KEY],  # type: ignore[arg-type]
+    rotated = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(NEW_KEY, [KEY]),  # type: ignore[arg-type]
                   clock=lambda: rig.now_ms)
     assert rotated.status(accepted["job_id"]).status is JobState.ACCEPTED
     fresh = rotated.minted(ids.mint(rig.now_ms, "emails", NEW_KEY))
     assert fresh == ("emails", rig.now_ms)
-    without_previous = Api(rig.log, rig.store, rig.queue, job_id_key=NEW_KEY,  # type: ignore[arg-type]
+    without_previous = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(NEW_KEY),  # type: ignore[arg-type]
                            clock=lambda: rig.now_ms)
     assert without_previous.minted(accepted["job_id"]) is None
 
@@ -426,7 +426,7 @@ def test_an_id_of_a_key_rotated_in_elsewhere_rereads_the_keys_at_most_once_a_min
         reads.append(rig.now_ms)
         return NEW_KEY, (KEY,)
 
-    api = Api(rig.log, rig.store, rig.queue, job_id_key=KEY, refresh_keys=refresh,  # type: ignore[arg-type]
+    api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY, refresh=refresh),  # type: ignore[arg-type]
               clock=lambda: rig.now_ms)
     newer = ids.mint(rig.now_ms, "emails", NEW_KEY)
     assert api.minted(newer) is None and reads == []  # just read: no second read yet
@@ -501,7 +501,7 @@ def test_a_payload_becomes_canonical_json_once_on_the_gateway(rig: Rig,
         return real(value)
 
     monkeypatch.setattr(sluice.core.models, "dump_json", counting)
-    monkeypatch.setattr("sluice.gateway.api.dump_json", counting)
+    monkeypatch.setattr("sluice.gateway.pipeline.dump_json", counting)
     assert rig.call("POST", JOBS, {"payload": payload})[0] == 202
     assert len(encoded) == 1 and rig.log.records[0].payload == payload
     encoded.clear()

@@ -15,8 +15,8 @@ from sluice.core import ids
 from sluice.core.errors import JobNotFound
 from sluice.core.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
 from sluice.core.routes import Route, RouteTable
-from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
+from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
@@ -88,8 +88,9 @@ class Rig:
     def __init__(self, operators: tuple[str, ...] = (OPERATOR,), routes: RouteTable | None = None) -> None:
         self.queue, self.store, self.log = AdminQueue(), FakeStore(), FakeLog()
         cache = None if routes is None else FixedRoutes(routes)
-        self.api = Api(self.log, self.store, self.queue, idempotency=FakeIdempotency(),  # type: ignore[arg-type]
-                       job_id_key=KEY, operators=operators, routes=cache)  # type: ignore[arg-type]
+        self.api = Api(Backends(self.log, self.store, self.queue), IdMinting(KEY),  # type: ignore[arg-type]
+                       intake=Intake(routes=cache), policy=Policy(operators),  # type: ignore[arg-type]
+                       idempotency=FakeIdempotency())
         self.gateway = Gateway(self.api)
 
     def call(self, method: str, path: str, body: Any = None, *, caller: str | None = OPERATOR_SESSION,

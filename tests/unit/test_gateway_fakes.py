@@ -19,8 +19,8 @@ from urllib.parse import unquote
 
 from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
 from sluice.core.models import JobSpec, QueueConfig, QueueStats
-from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
+from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from tests.unit.fakes import FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"
@@ -127,8 +127,8 @@ class Rig:
         self.queue = FakeQueue()
         self.idem = FakeIdempotency()
         self.now_ms = 1_700_000_000_000
-        self.api = Api(self.log, self.store, self.queue, idempotency=self.idem,  # type: ignore[arg-type]
-                       max_payload_bytes=max_payload_bytes, job_id_key=KEY, clock=lambda: self.now_ms)
+        self.api = Api(Backends(self.log, self.store, self.queue), IdMinting(KEY),  # type: ignore[arg-type]
+                       intake=Intake(max_payload_bytes), idempotency=self.idem, clock=lambda: self.now_ms)
         self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)
 
     def call(self, method: str, path: str, body: Any = None, *, raw: str | bytes | None = None,

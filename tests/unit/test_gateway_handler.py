@@ -18,8 +18,8 @@ import pytest
 from sluice.core import ids
 from sluice.core.errors import ConfigError
 from sluice.core.models import JobRecord, JobState
+from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
-from sluice.gateway.http import idempotency
 from tests.unit.fakes import FakeStore
 from tests.unit.test_gateway_fakes import (
     EVENTS,
@@ -57,7 +57,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
     monkeypatch.setattr(wiring, "job_log", built(f.log))
     monkeypatch.setattr(wiring, "store", built(f.store))
     monkeypatch.setattr(wiring, "queue", built(f.queue))
-    monkeypatch.setattr(idempotency.PowertoolsIdempotency, "from_settings", staticmethod(built(f.idem)))
+    monkeypatch.setattr(entry_gateway, "idempotency", built(f.idem))
     yield f
     monkeypatch.undo()
     wiring.reset()

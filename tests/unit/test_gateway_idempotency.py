@@ -130,6 +130,7 @@ def test_records_use_the_sluice_prefix_and_the_powertools_layout(idem: Powertool
 def test_the_dynamodb_layer_is_built_on_the_first_keyed_request_not_before(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A keyless enqueue needs no DynamoDB client (nor boto3): the gateway's cold start (issue 14)."""
+    from sluice.entry import gateway as entry_gateway
     from sluice.entry import root as wiring
 
     built: list[str] = []
@@ -146,7 +147,7 @@ def test_the_dynamodb_layer_is_built_on_the_first_keyed_request_not_before(
         monkeypatch.setattr(wiring, "boto_client", boto_client)
         wiring.reset()  # the container's DynamoDB client (wiring.dynamodb) is built afresh
         try:
-            idem = PowertoolsIdempotency.from_settings(Settings(idempotency_table=TABLE))
+            idem = entry_gateway.idempotency(Settings(idempotency_table=TABLE))
             assert built == []
             action = Action()
             assert idem.run("k1", FP, action) == (action.result | {"call": 1}, False)

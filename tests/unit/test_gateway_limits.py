@@ -10,9 +10,9 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import Limits, take_within
 from sluice.core.models import QueueConfig
+from sluice.entry.gateway import Gateway
 from sluice.gateway.admission import Admission
-from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
+from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from sluice.relay.ownership import RELAY_QUEUE
 from tests.unit.test_gateway_fakes import KEY, Rig
 
@@ -30,8 +30,9 @@ class Clock:
 def limited(limits: Limits, ttl_ms: int = 2_000) -> tuple[Rig, Clock]:
     rig, clock = Rig(), Clock()
     admission = Admission(rig.queue, limits, ttl_ms=ttl_ms, clock=clock)  # type: ignore[arg-type]
-    rig.api = Api(rig.log, rig.store, rig.queue, idempotency=rig.idem,  # type: ignore[arg-type]
-                  job_id_key=KEY, clock=lambda: rig.now_ms, admission=admission, limits=limits)
+    rig.api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY),  # type: ignore[arg-type]
+                  intake=Intake(admission=admission, limits=limits), idempotency=rig.idem,
+                  clock=lambda: rig.now_ms)
     rig.gateway = Gateway(rig.api)
     rig.queue.registered = {"emails"}
     return rig, clock

@@ -13,8 +13,8 @@ import pytest
 
 from sluice.core.errors import BackendUnavailable
 from sluice.core.routes import Route, RouteCache
-from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
+from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from tests.unit.test_gateway_fakes import KEY, Rig
 
 SCHEMA: dict[str, Any] = {
@@ -41,8 +41,9 @@ def routed_rig(routes: list[Route], *, refuse: bool = True) -> tuple[Rig, Source
     rig = Rig()
     source = Source(routes)
     cache = RouteCache(source, ttl_s=0)
-    rig.api = Api(rig.log, rig.store, rig.queue, idempotency=rig.idem,  # type: ignore[arg-type]
-                  job_id_key=KEY, clock=lambda: rig.now_ms, routes=cache, refuse_unrouted=refuse)
+    rig.api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY),  # type: ignore[arg-type]
+                  intake=Intake(routes=cache, refuse_unrouted=refuse), idempotency=rig.idem,
+                  clock=lambda: rig.now_ms)
     rig.gateway = Gateway(rig.api, routes=cache)
     return rig, source
 

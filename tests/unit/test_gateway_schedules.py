@@ -10,8 +10,8 @@ import pytest
 from sluice.core import schedules
 from sluice.core.errors import ConfigError, ScheduleExists, ScheduleNotFound
 from sluice.core.routes import Route
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api
-from sluice.gateway.http.app import Gateway
 from sluice.gateway.schedules import Schedules
 from tests.unit.test_gateway_fakes import LambdaContext, Rig
 from tests.unit.test_gateway_routes import routed_rig

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from sluice.core import ids
 from sluice.core.models import QUEUE_NAME_RE
-from sluice.gateway.http.app import Gateway
+from sluice.entry.gateway import Gateway
 from sluice.gateway.schedules import Schedules
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import KEY, Rig

@@ -26,7 +26,7 @@ def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() 
     # idempotency layer and the schedules one more each: every client its own connection pool.
     from typing import Any
 
-    from sluice.gateway.http.idempotency import PowertoolsIdempotency
+    from sluice.entry.gateway import idempotency
 
     s = Settings(aws_region="us-east-1", jobs_table="jobs", routes_table="routes", schedules_table="sched",
                  idempotency_table="idem")
@@ -41,7 +41,7 @@ def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() 
         assert wiring.store(s).client is client  # type: ignore[attr-defined]
         assert cache.source.get().client is client  # type: ignore[union-attr]
         assert schedules(api).store.client is client  # type: ignore[attr-defined]
-        assert PowertoolsIdempotency.from_settings(s).persistence.client is client  # type: ignore[attr-defined]
+        assert idempotency(s).persistence.client is client  # type: ignore[attr-defined]
         assert (client.meta.config.read_timeout, client.meta.config.max_pool_connections) == (10, 32)
         assert wiring.dynamodb(s) is client
         wiring.reset()

@@ -86,6 +86,16 @@ def prepare(settings: Settings | None = None) -> tuple[Worker, WorkerOptions]:
     return app, options
 
 
+def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
+    """The worker function's handler: a dispatch, or a ``Custom::SluiceRoutes`` request from
+    CloudFormation (this function's own routes, ``sluice.entry.routes_resource``)."""
+    from sluice.entry import routes_resource
+
+    if routes_resource.is_custom_resource(event):
+        return routes_resource.handle(event, context)
+    return handle_dispatch(event, context)
+
+
 def handle_dispatch(event: object, context: LambdaContextLike,
                     settings: Settings | None = None) -> dict[str, Any]:
     from sluice.entry import root as wiring

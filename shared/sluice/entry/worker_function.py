@@ -11,17 +11,9 @@ directory holds only its handlers module (``SLUICE_HANDLERS_MODULE``). Sluice's 
 
 from __future__ import annotations
 
-from typing import Any
-
-from sluice.entry import routes_resource
-from sluice.entry.worker import LambdaContextLike, handle_dispatch, prepare
+from sluice.entry.worker import handler as handler
+from sluice.entry.worker import prepare
 
 # At init, once per container: load the handlers module and refuse any handler whose timeout
 # cannot fit this function's Timeout (HandlerDoesNotFit names it), rather than lease nothing.
 prepare()
-
-
-def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
-    if routes_resource.is_custom_resource(event):
-        return routes_resource.handle(event, context)
-    return handle_dispatch(event, context)

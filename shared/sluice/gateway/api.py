@@ -6,8 +6,9 @@ idempotency guard; no client library is imported here. The HTTP layer
 
 Enqueue, and why it writes nothing but the Kafka record:
 
-1. Build the specs and check payload sizes. Nothing written yet. Job ids are minted
-   here and verify themselves (``sluice.core.ids``: ULID, queue, HMAC with the gateway's
+1. Check and build the specs (``sluice.gateway.pipeline``, the one pipeline every job the
+   gateway writes passes through). Nothing written yet. Job ids are minted
+   there and verify themselves (``sluice.core.ids``: ULID, queue, HMAC with the gateway's
    secret), so no status item is needed for ``GET`` to work right after the 202.
 2. Append to Kafka; answer 202 only once Kafka acknowledged every record. That single
    acknowledged append is the whole happy path: a DynamoDB write per job would cost more
@@ -34,35 +35,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from sluice.core import ids, policy
+from sluice.core import ids
 from sluice.core.bus import EventBus, JobEnded
+from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
-from sluice.core.errors import (
-    AlreadyFinished,
-    JobNotFound,
-    NoRoute,
-    PayloadInvalid,
-    PayloadTooLarge,
-    PriorityNotAllowed,
-    SluiceError,
-)
+from sluice.core.errors import AlreadyFinished, JobNotFound, SluiceError
 from sluice.core.families import Countdown, FamilyAccepted, FamilyRequest
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import (
     MAX_PRIORITY,
-    PAYLOAD_CHECKED,
     JobRecord,
     JobSpec,
     JobState,
-    dump_json,
     is_reserved_queue,
     validate_job_id,
     validate_public_queue,
 )
 from sluice.core.pools import LazyPool
 from sluice.core.ports import JobLog, JobQueue, JobStore
-from sluice.core.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
+from sluice.core.routes import RouteTable
 from sluice.core.wire import (
     Accepted,
     BatchAccepted,
@@ -74,15 +66,22 @@ from sluice.core.wire import (
     QueueView,
 )
 from sluice.gateway import families as api_families
+from sluice.gateway.pipeline import (
+    DEFAULT_ID_HORIZON_MS,
+    ENQUEUED_NOTHING,
+    Admission,
+    EnqueuePipeline,
+    IdMinting,
+    Intake,
+)
 
 log = logging.getLogger(__name__)
 
-# Default Kafka retention: an unrelayed record older than this is gone from the log.
-DEFAULT_ID_HORIZON_MS: Final = 7 * 24 * 3600 * 1000
 NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
 CANCELLED_BEFORE_RELAY: Final = "cancelled before the relay took it"
-KEY_REFRESH_MS = 60_000  # at most one re-read of the job id keys a minute (ids.Verifier)
 new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
+__all__ = ["DEFAULT_ID_HORIZON_MS", "ENQUEUED_NOTHING", "Admission", "Api", "Backends", "Enqueued",
+           "IdMinting", "Idempotency", "Intake", "Policy", "new_job_id"]
 
 
 class Idempotency(Protocol):
@@ -99,10 +98,26 @@ class Idempotency(Protocol):
         ...
 
 
-class Admission(Protocol):
-    """Refuses jobs a queue may not take now (``sluice.gateway.admission``: QueueFull, QueueNotAllowed)."""
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """Where the gateway writes and reads. The store and the queue may be held lazily
+    (``sluice.core.lazy``): the gateway builds them on first use. ``events``: JobEnded when a cancel
+    ends a job. ``withdraw_workers``: the store writes of one failed append's withdrawal at once."""
 
-    def check(self, queue: str, jobs: int, delayed: int) -> None: ...
+    log: JobLog
+    store: JobStore | Lazy[JobStore]
+    queue: JobQueue | Lazy[JobQueue]
+    events: EventBus | None = None
+    withdraw_workers: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Whom the deployment trusts more: ``operators`` (IAM ARNs) may use the priorities above
+    ``max_caller_priority`` and call the operator API (``sluice.gateway.admin``)."""
+
+    operators: Sequence[str] = ()
+    max_caller_priority: int = MAX_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,46 +128,25 @@ class Enqueued:
     replayed: bool = False
 
 
-ENQUEUED_NOTHING = "; nothing was enqueued"  # what an enqueue refused at its checks left undone
-
-
 class Api:
-    def __init__(self, log: JobLog, store: JobStore | Lazy[JobStore], queue: JobQueue | Lazy[JobQueue], *,
-                 job_id_key: bytes,
-                 previous_job_id_keys: Sequence[bytes] = (),
-                 refresh_keys: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
-                 idempotency: Idempotency | None = None, max_payload_bytes: int = 256 * 1024,
-                 clock: Callable[[], int] = wall_ms, new_id: Callable[[int], str] | None = None,
-                 id_horizon_ms: int = DEFAULT_ID_HORIZON_MS, withdraw_workers: int = 8,
-                 admission: Admission | None = None, limits: Limits | None = None,
-                 max_caller_priority: int = MAX_PRIORITY, operators: Sequence[str] = (),
-                 events: EventBus | None = None, routes: RouteCache | None = None,
-                 refuse_unrouted: bool = True) -> None:
-        self.log = log
-        self.events = events if events is not None else EventBus()  # JobEnded when a cancel ends a job
-        # Either may be held lazily (``sluice.core.lazy``): the gateway builds them on first use.
-        self._store, self._queue = store, queue
+    """The gateway's use cases over ``backends``; every job they write passes ``self.pipeline``
+    (``sluice.gateway.pipeline``: ``minting``'s keys, ``intake``'s checks), for callers whose
+    entry verified them (``sluice.core.caller``; ``policy`` says whom the deployment trusts more)."""
+
+    def __init__(self, backends: Backends, minting: IdMinting, *, intake: Intake | None = None,
+                 policy: Policy | None = None, idempotency: Idempotency | None = None,
+                 clock: Callable[[], int] = wall_ms) -> None:
+        policy = policy or Policy()
+        # Every job passes through it: an enqueue's, a child's, a firing's.
+        self.pipeline = EnqueuePipeline(backends.log, minting, intake, clock=clock)
+        self.events = backends.events if backends.events is not None else EventBus()
+        self._store, self._queue = backends.store, backends.queue
         self.idempotency = idempotency
-        self.max_payload_bytes = max_payload_bytes
         self.clock = clock
-        # Mints with the current key, verifies with it and the previous one; ``refresh_keys``
-        # re-reads both (at most once a KEY_REFRESH_MS) when an id names a key this gateway does
-        # not hold: another container may already mint with a key rotated in since this one started.
-        self.verifier = ids.Verifier(job_id_key, previous_job_id_keys, refresh=refresh_keys, clock=clock,
-                                     refresh_ms=KEY_REFRESH_MS)
-        self.id_horizon_ms = id_horizon_ms
-        self.max_caller_priority, self.operators = max_caller_priority, tuple(operators)
-        # None: mint self-verifying ids. A callable (now_ms -> id) names jobs itself (the chaos
-        # workload does, so that an enqueue with an unknown outcome is named in its history);
-        # such ids do not verify, so GET answers 404 for them until the relay records them.
-        self.new_id = new_id
-        self._pool = LazyPool(withdraw_workers, "sluice-withdraw")
-        self.admission = admission  # None: no caps (unit tests, the chaos workload)
-        self.limits = limits or Limits()
-        # The routes (sluice.core.routes): once any is known, a queue no route covers is refused
-        # (NoRoute, 404) unless ``refuse_unrouted`` is off; a typed queue's payloads are checked
-        # against its JSON Schema (PayloadInvalid, 400) before anything is written.
-        self.routes, self.refuse_unrouted = routes, refuse_unrouted
+        self.id_horizon_ms = minting.horizon_ms
+        # Read per request by the entries that build callers (``sluice.entry.gateway``).
+        self.max_caller_priority, self.operators = policy.max_caller_priority, tuple(policy.operators)
+        self._pool = LazyPool(backends.withdraw_workers, "sluice-withdraw")
 
     @property
     def store(self) -> JobStore:
@@ -162,34 +156,68 @@ class Api:
     def queue(self) -> JobQueue:
         return resolve(self._queue)
 
+    @property
+    def log(self) -> JobLog:
+        return self.pipeline.log
+
+    @property
+    def verifier(self) -> ids.Verifier:
+        return self.pipeline.verifier
+
+    @property
+    def new_id(self) -> Callable[[int], str] | None:
+        return self.pipeline.new_id
+
+    @new_id.setter
+    def new_id(self, new_id: Callable[[int], str] | None) -> None:
+        self.pipeline.new_id = new_id
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self.pipeline.max_payload_bytes
+
+    @property
+    def limits(self) -> Limits:
+        return self.pipeline.limits
+
+    @property
+    def refuse_unrouted(self) -> bool:
+        return self.pipeline.refuse_unrouted
+
+    def route_table(self) -> RouteTable | None:
+        return self.pipeline.route_table()
+
+    def anonymous(self) -> Caller:
+        """A caller without a verified principal: a plain caller's priorities."""
+        return Caller.sluice(self.max_caller_priority)
+
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
-                remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Enqueued:
-        """``principal``: the caller's IAM ARN as API Gateway verified it ("" if none)."""
-        self._check_request(queue, request, index=None, principal=principal)
+                remaining_ms: Callable[[], int] | None = None, caller: Caller | None = None) -> Enqueued:
+        """``caller``: as its entry verified it (None: ``anonymous``)."""
+        pipeline = self.pipeline
+        pipeline.check(queue, request, caller or self.anonymous())
 
         def accept() -> Accepted:
-            self._admit(queue, [request])  # inside: a replay returns its stored answer
+            pipeline.admit(queue, [request])  # inside: a replay returns its stored answer
             key = idempotency_key if self.idempotency is not None else None
-            spec = self._spec(queue, request, self.clock(), key)
+            spec = pipeline.spec(queue, request, self.clock(), key)
             self._accept([spec])
             return Accepted(job_id=spec.job_id, queue=queue)
 
         return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
-                      remaining_ms: Callable[[], int] | None = None, principal: str = "") -> Enqueued:
-        validate_public_queue(queue)
-        for index, job in enumerate(request.jobs):
-            self._check_size(job, index=index)
-            self._check_priority(job, principal, index=index)
-        self._check_route(queue, request.jobs, batch=True)
+                      remaining_ms: Callable[[], int] | None = None,
+                      caller: Caller | None = None) -> Enqueued:
+        pipeline = self.pipeline
+        pipeline.check_batch(queue, request.jobs, caller or self.anonymous())
 
         def accept() -> BatchAccepted:
-            self._admit(queue, request.jobs)
+            pipeline.admit(queue, request.jobs)
             now = self.clock()
-            specs = [self._spec(queue, job, now, idempotency_key) for job in request.jobs]
+            specs = [pipeline.spec(queue, job, now, idempotency_key) for job in request.jobs]
             self._accept(specs)
             return BatchAccepted(queue=queue, jobs=[Accepted(job_id=s.job_id, queue=queue) for s in specs])
 
@@ -210,90 +238,9 @@ class Api:
                                                 remaining_ms)
         return Enqueued(model.model_validate(result), replayed)
 
-    def _admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
-        if self.admission is not None:
-            self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
-
-    def _check_request(self, queue: str, request: EnqueueRequest, *, index: int | None,
-                       principal: str = "", then: str = ENQUEUED_NOTHING) -> None:
-        """Every check of one job before anything is written: a caller's enqueue, a child's and a
-        schedule's (``then``: what a route or schema refusal says was left undone)."""
-        validate_public_queue(queue)
-        self._check_size(request, index=index)
-        self._check_priority(request, principal, index=index)
-        self._check_route(queue, [request], batch=index is not None, offset=index or 0, then=then)
-
-    def _check_size(self, request: EnqueueRequest, index: int | None) -> None:
-        size = len(dump_json(request.payload).encode("utf-8"))
-        if size > self.max_payload_bytes:
-            where = "payload" if index is None else f"job {index}: payload"
-            raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
-                                  index=index)
-
-    def route_table(self) -> RouteTable | None:
-        """The routes as this container last read them (at most ``ttl_s`` old); None without any.
-
-        If the routes table cannot be read, the last table read is used (empty before one):
-        a registry outage must not stop enqueues.
-        """
-        if self.routes is None:
-            return None
-        try:
-            return self.routes.table()
-        except SluiceError as exc:
-            log.warning("could not read the routes, using the last ones read: %s", exc)
-            return self.routes.last()
-
-    def _check_route(self, queue: str, requests: Sequence[EnqueueRequest], *, batch: bool,
-                     offset: int = 0, then: str = ENQUEUED_NOTHING) -> None:
-        route = self._route(queue, then=then)
-        if route is None:
-            return  # the default worker takes it: no payload schema
-        schema = route.schemas.get(queue)
-        if schema is None:
-            return
-        errors: list[tuple[str, str, int | None]] = []
-        for index, request in enumerate(requests, start=offset):
-            where = f"/jobs/{index}/payload" if batch else "/payload"
-            found = payload_errors(schema, request.payload, where)
-            errors += [(p, m, index if batch else None) for p, m in found]
-        if errors:
-            (pointer, message, _i), more = errors[0], len(errors) - 1
-            raise PayloadInvalid(f"the payload does not match queue {queue!r}'s schema: {pointer}: {message}"
-                                 f"{f' (and {more} more)' if more else ''}{then}",
-                                 queue=queue, errors=errors)
-
-    def _check_priority(self, request: EnqueueRequest, principal: str, index: int | None) -> None:
-        highest = self.max_caller_priority
-        if not policy.priority_allowed(request.priority, principal, max_caller_priority=highest,
-                                       operators=self.operators):
-            where = "priority" if index is None else f"job {index}: priority"
-            raise PriorityNotAllowed(f"{where} {request.priority} is above {highest}, the highest a "
-                                     "caller may use; higher ones are for operators")
-
-    def _job_id(self, now_ms: int, queue: str) -> str:
-        return ids.mint(now_ms, queue, self.job_id_key) if self.new_id is None else self.new_id(now_ms)
-
-    def _spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None, *,
-              job_id: str | None = None) -> JobSpec:
-        """The record for ``request``, whose payload ``_check_size`` has serialised already: on the
-        gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
-        ``job_id``: a child's derived id (``sluice.gateway.families``); None mints one."""
-        return JobSpec.model_validate({
-            "job_id": job_id or self._job_id(now_ms, queue),
-            "queue": queue,
-            "payload": request.payload,
-            "priority": request.priority,
-            "max_attempts": request.max_attempts,
-            "lease_ms": request.lease_seconds * 1000,
-            "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
-            "enqueued_at_ms": now_ms,
-            "idempotency_key": key,
-        }, context={PAYLOAD_CHECKED: True})
-
     def _accept(self, specs: Sequence[JobSpec]) -> None:
         try:
-            self.log.append(specs)
+            self.pipeline.append(specs)
         except Exception:  # unavailable, timed out, or a bug: either way the outcome is unknown
             self._withdraw(specs)
             raise
@@ -313,9 +260,9 @@ class Api:
 
     # -- families (sluice.core.families; the gateway function's direct-invoke entry) ---------------------
 
-    def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted:
+    def enqueue_children(self, request: FamilyRequest, caller: Caller | None = None) -> FamilyAccepted:
         """A leased job's children (and continuation); see ``sluice.gateway.families``."""
-        return api_families.enqueue_children(self, request)
+        return api_families.enqueue_children(self, request, caller or self.anonymous())
 
     def release_continuation(self, continuation: str) -> bool:
         return api_families.release_continuation(self, continuation)
@@ -458,22 +405,11 @@ class Api:
             route=route,
         )
 
-    def _route(self, queue: str, *, then: str = "") -> Route | None:
-        """The route covering ``queue``; None: the default worker takes it (no routes known, or
-        unrouted queues go to it). Raises NoRoute when routes are known, none covers the queue and
-        unrouted queues are refused (``then``: what the refusal left undone)."""
-        table = self.route_table()
-        route = None if table is None else table.resolve(queue)
-        if unrouted_refused(table, route, self.refuse_unrouted):
-            raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
-                          f"(sluice routes list){then}", queue=queue)
-        return route
-
     def _route_view(self, queue: str) -> QueueRoute | None:
         """The queue's route; None: the default worker. A queue no route covers, when routes are
         known and unrouted queues are refused, is 404 NO_ROUTE here as at enqueue: nobody runs it,
         and "the default worker" would say otherwise."""
-        route = self._route(queue)
+        route = self.pipeline.route(queue)
         if route is None:
             return None
         return QueueRoute(pattern=route.pattern, function=route.function, owner=route.owner,

@@ -2,7 +2,7 @@
 
 Reached only by a direct invoke of the gateway function (``flows.family_event``), never through
 API Gateway: the worker and the relay call it (docs/security.md, Jobs that start jobs). Every
-child passes the checks a caller's enqueue passes (``Api._check_request``: reserved names, payload
+child passes the checks a caller's enqueue passes (``sluice.gateway.pipeline``: reserved names, payload
 size, priority, admission), and its id is derived, not minted, so a re-run parent gets the same
 children. The order of the writes makes a crash at any point safe to repeat:
 
@@ -34,6 +34,7 @@ from sluice.core.families import (
 from sluice.core.models import FINAL_STATES, JobSpec, is_reserved_queue, validate_job_id
 
 if TYPE_CHECKING:
+    from sluice.core.caller import Caller
     from sluice.gateway.api import Api
 
 log = logging.getLogger("sluice.gateway.api")
@@ -77,7 +78,9 @@ def _check_keys(request: FamilyRequest) -> None:
         raise InvalidInput(f"child key {duplicate!r} is used twice: each child needs its own key")
 
 
-def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
+def enqueue_children(api: Api, request: FamilyRequest, caller: Caller) -> FamilyAccepted:
+    """``caller``: whom the children are for, as the entry verified it (a worker's invoke)."""
+    pipeline = api.pipeline
     parent_id = validate_job_id(request.parent_id)
     minted = api.verifier.verify(parent_id)
     if minted is None or is_reserved_queue(minted.queue):
@@ -85,17 +88,17 @@ def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
                           job_id=parent_id)
     _check_keys(request)
     for index, job in enumerate(request.jobs):
-        api._check_request(job.queue, job, index=index)
+        pipeline.check(job.queue, job, caller, index=index)
     if request.then is not None:
-        api._check_request(request.then.queue, request.then, index=None)
+        pipeline.check(request.then.queue, request.then, caller)
     by_queue: dict[str, list[Any]] = {}
     for job in request.jobs:
         by_queue.setdefault(job.queue, []).append(job)
     for queue, jobs in by_queue.items():
-        api._admit(queue, jobs)
+        pipeline.admit(queue, jobs)
     key = _signing_key(api, parent_id)
     now = api.clock()
-    specs = [api._spec(job.queue, job, now, None, job_id=ids.derive(parent_id, job.queue, job.key, key))
+    specs = [pipeline.spec(job.queue, job, now, None, job_id=ids.derive(parent_id, job.queue, job.key, key))
              for job in request.jobs]
     child_ids = [s.job_id for s in specs]
     store = families_of(api)
@@ -103,7 +106,7 @@ def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
     then_spec = None
     if request.then is not None:
         then_id = ids.derive(parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key, key)
-        then_spec = api._spec(request.then.queue, request.then, now, None, job_id=then_id)
+        then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id)
         _same_family(store, then_id, child_ids)
     known = store.children_state(child_ids)
     for child_id, state in known.items():
@@ -119,7 +122,7 @@ def enqueue_children(api: Api, request: FamilyRequest) -> FamilyAccepted:
     final = {j: st for j, st in known.items() if st.status in FINAL_STATES}
     fresh = [s for s in specs if s.job_id not in final]
     if fresh:
-        api.log.append(fresh)
+        pipeline.append(fresh)
     if final and then_id is not None:
         _count_final(api, store, then_id, [st.slot for st in final.values()])
     return FamilyAccepted(job_ids=child_ids, continuation=then_id)
@@ -161,7 +164,7 @@ def release_continuation(api: Api, continuation: str) -> bool:
     if family.spec_json is None:
         return False
     spec = JobSpec.model_validate_json(family.spec_json)
-    api.log.append([spec])
+    api.pipeline.append([spec])
     released = store.mark_released(continuation)
     log.info("continuation %s released", continuation, extra={"job_id": continuation})
     return released

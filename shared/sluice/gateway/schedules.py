@@ -2,8 +2,8 @@
 
 Reached by the gateway function's Scheduler entry (an EventBridge Scheduler target invoke) and,
 locally, by ``sluice dev``'s scheduler. The job passes every check a caller's enqueue passes
-(``Api._check_request``: reserved and malformed queue names, payload size, priority, routes and
-schemas) and admission. Its id is derived from the schedule's name and the scheduled time
+(``sluice.gateway.pipeline``: reserved and malformed queue names, payload size, priority, routes
+and schemas) and admission. Its id is derived from the schedule's name and the scheduled time
 (``schedules.firing_id``), not minted, so a firing delivered twice (Scheduler is at least once)
 appends one id twice and the relay drops the repeat: one job.
 
@@ -23,19 +23,21 @@ from sluice.core.models import validate_public_queue
 from sluice.core.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
+    from sluice.core.caller import Caller
     from sluice.gateway.api import Api
 
 log = logging.getLogger("sluice.gateway.api")
 
 
-def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int) -> Accepted:
-    """Enqueue ``schedule``'s job for its firing at ``scheduled_ms`` (the same id on every call)."""
-    request = EnqueueRequest(payload=schedule.payload)
-    api._check_request(schedule.queue, request, index=None)
-    api._admit(schedule.queue, [request])
+def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int, caller: Caller | None = None) -> Accepted:
+    """Enqueue ``schedule``'s job for its firing at ``scheduled_ms`` (the same id on every call).
+
+    ``caller``: the Scheduler entry's (None: ``Api.anonymous``, a plain caller's limits)."""
+    pipeline, request = api.pipeline, EnqueueRequest(payload=schedule.payload)
+    pipeline.check(schedule.queue, request, caller or api.anonymous())
+    pipeline.admit(schedule.queue, [request])
     job_id = schedules.firing_id(schedule.name, schedule.queue, scheduled_ms, api.verifier.key)
-    spec = api._spec(schedule.queue, request, api.clock(), None, job_id=job_id)
-    api.log.append([spec])
+    pipeline.append([pipeline.spec(schedule.queue, request, api.clock(), None, job_id=job_id)])
     return Accepted(job_id=job_id, queue=schedule.queue)
 
 
@@ -126,14 +128,15 @@ class Schedules:
         """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted;
         ``then``: what a refusal left undone)."""
         validate_public_queue(queue)
-        self.api._check_route(queue, [], batch=False, then=then)  # no payload: only whether routed
+        self.api.pipeline.check_route(queue, [], batch=False, then=then)  # no payload: only whether routed
         return queue
 
     def create(self, queue: str, request: ScheduleRequest) -> ScheduleView:
         schedule = schedules.Schedule.create(request.name, request.expression, queue,
                                              request.payload, self.api.clock())
-        self.api._check_request(schedule.queue, EnqueueRequest(payload=schedule.payload), index=None,
-                                then=WROTE_NOTHING)
+        # Checked as its firings will be: Sluice's own enqueue, a plain caller's limits.
+        self.api.pipeline.check(schedule.queue, EnqueueRequest(payload=schedule.payload),
+                                self.api.anonymous(), then=WROTE_NOTHING)
         self.store.create(schedule)
         if self.trigger is not None:
             try:
@@ -164,10 +167,10 @@ class Schedules:
             self.trigger.delete(queue, name)
         self.store.delete(queue, name)
 
-    def fire(self, queue: str, name: str, scheduled_ms: int) -> Accepted | None:
+    def fire(self, queue: str, name: str, scheduled_ms: int, caller: Caller | None = None) -> Accepted | None:
         """The job of ``queue``'s schedule ``name`` firing at ``scheduled_ms``; None if it is paused."""
         schedule = self.store.get(validate_public_queue(queue), schedules.check_name(name))
         if schedule.paused:
             log.info("schedule %s/%s is paused: firing at %d skipped", queue, name, scheduled_ms)
             return None
-        return fire(self.api, schedule, scheduled_ms)
+        return fire(self.api, schedule, scheduled_ms, caller)

@@ -53,11 +53,11 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.backends.redis.queue import RedisJobQueue
-    from sluice.gateway.api import Api
-    from sluice.gateway.http.app import Gateway
+    from sluice.entry.gateway import Gateway
+    from sluice.gateway.api import Api, Backends, IdMinting
 
-    gateway = Gateway(Api(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
-                          RedisJobQueue.from_settings(s), job_id_key=wiring.job_id_key(s)))
+    gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
+                                   RedisJobQueue.from_settings(s)), IdMinting(wiring.job_id_key(s))))
     return Gatekeeper(lambda event: gateway(event, None))
 
 

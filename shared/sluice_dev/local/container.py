@@ -51,7 +51,7 @@ def gateway(event: Any, context: Any) -> Any:
     """The gateway handler where functions/gateway/app.py is not at hand (an installed package)."""
     global _gateway
     if _gateway is None:
-        from sluice.gateway.http.app import gateway_from_settings
+        from sluice.entry.gateway import gateway_from_settings
 
         _gateway = gateway_from_settings()
     return _gateway(event, context)

@@ -2,8 +2,9 @@
 
 In AWS, a synchronous Lambda invoke (``RequestResponse``) of the gateway function through the
 VPC's Lambda endpoint; on one machine, the local Lambda service's endpoint. The reply is the
-gateway's ``Gateway.internal`` answer; an error reply becomes the same ``SluiceError`` the use
-case raised (``errors.from_code``), so a handler sees ``TooManyChildren`` as if it were local.
+gateway's internal entry's answer (``sluice.entry.gateway_internal``); an error reply becomes the
+same ``SluiceError`` the use case raised (``errors.from_code``), so a handler sees
+``TooManyChildren`` as if it were local.
 """
 
 from __future__ import annotations

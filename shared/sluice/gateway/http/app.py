@@ -1,11 +1,13 @@
 """The gateway's HTTP surface: a Powertools REST resolver behind a strict body guard.
 
-``Gateway(event, context)`` is the Lambda handler. For the two POST routes it first
-runs ``jsonguard`` on the raw event body (content type, size, base64, UTF-8, depth,
-duplicate keys, NaN, huge integers), because Powertools' own body parsing happens
-inside its validation middleware, before any hook of ours, and is lenient. The parsed
-value is then handed to Powertools through ``json_body_deserializer``, and pydantic
-validates it against the same models that generate ``/v1/openapi.json``.
+``HttpGateway.handle(event, context, caller)`` answers one API Gateway proxy event whose caller
+its entry verified (``sluice.entry.gateway_api`` for API requests, ``sluice.entry.gateway_operator``
+for the operator routes). For the routes that take a body it first runs ``jsonguard``'s checks of
+the raw event body (content type, size, base64, UTF-8), because Powertools' own body handling
+happens inside its validation middleware, before any hook of ours, and is lenient. The resolver
+then parses the checked text with ``jsonguard.strict_loads`` (depth, duplicate keys, NaN, huge
+integers) as its ``json_body_deserializer``, and pydantic validates the value against the same
+models that generate ``/v1/openapi.json``.
 
 A resolver instance is not thread-safe (it keeps the current event on itself); a
 Lambda container runs one request at a time, and ``local_server`` serialises calls.
@@ -24,18 +26,14 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
-from pydantic import ValidationError
 
-from sluice.core import families as flows
-from sluice.core import schedules
-from sluice.core.errors import ConfigError, InvalidInput, InvalidQueueName, SluiceError
+from sluice.core.caller import Caller
+from sluice.core.errors import InvalidQueueName, SluiceError
 from sluice.core.models import (
     IDEMPOTENCY_KEY_PATTERN,
     JOB_ID_PATTERN,
     QUEUE_NAME_PATTERN,
-    describe_validation,
 )
-from sluice.core.version import __version__
 from sluice.core.wire import (
     Accepted,
     BatchAccepted,
@@ -46,14 +44,13 @@ from sluice.core.wire import (
     Problem,
     QueueView,
 )
-from sluice.gateway.admin import Admin, authorize
+from sluice.gateway.admin import Admin
 from sluice.gateway.api import Api, Enqueued
 from sluice.gateway.http import admin as admin_routes
 from sluice.gateway.http import jsonguard, problems, schedule_routes
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
-    from sluice.core.config import Settings
     from sluice.core.routes import RouteCache, RouteTable
 
 log = logging.getLogger(__name__)
@@ -112,16 +109,16 @@ _BODY: Final[dict[int, OpenAPIResponse]] = {
 _LOCATION: Final = {"Location": {"description": "/v1/jobs/{job_id}", "schema": {"type": "string"}}}
 
 
-class Gateway:
-    """The Lambda handler object: one per container, adapters built on first use."""
+class HttpGateway:
+    """The REST API: the enqueue, job and queue routes, the operator routes and the OpenAPI document."""
 
-    def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
-                 routes: RouteCache | None = None,
-                 schedules: Schedules | Callable[[Api], Schedules] | None = None) -> None:
-        self._api_or_factory = api
-        self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
+    def __init__(self, api: Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
+                 routes: RouteCache | None = None, schedules: Callable[[], Schedules] | None = None,
+                 version: str = "") -> None:
+        self._api = api  # built on the first request that needs it (cold start)
+        self.version = version  # Sluice's, in the OpenAPI document
+        self._schedules = schedules  # None: no schedule routes (404)
         self.max_payload_bytes = max_payload_bytes
-        self._body: Any = None
         self._openapi: str | None = None
         self._routes = routes  # the typed queues' schemas in the OpenAPI document
         self._typed: tuple[Any, str] | None = None  # (route table, document with its schemas)
@@ -129,101 +126,43 @@ class Gateway:
 
     @property
     def api(self) -> Api:
-        if not isinstance(self._api_or_factory, Api):
-            self._api_or_factory = self._api_or_factory()
-        return self._api_or_factory
+        return self._api()
 
-    @property
-    def schedules(self) -> Schedules:
-        if self._schedules is None:
-            raise ConfigError("this gateway keeps no schedules: set SLUICE_SCHEDULES_TABLE")
-        if not isinstance(self._schedules, Schedules):
-            self._schedules = self._schedules(self.api)
-        return self._schedules
+    def handle(self, event: dict[str, Any], context: Any, caller: Caller) -> dict[str, Any]:
+        """One proxy event from ``caller`` (as its entry verified it): the body's checks, then the route.
 
-    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        if flows.INTERNAL in event and "httpMethod" not in event:
-            return self.internal(event)
-        if schedule_routes.is_fire_event(event):
-            return self.fire(event)
+        An operator call's body is parsed here too: a route that takes no body never reads it,
+        and a malformed one is refused on every operator route all the same."""
         path = str(event.get("path") or "")
-        if path.startswith(admin_routes.PREFIX):
-            return self._admin(event, context, path)
-        body_route = _BODY_ROUTES.match(path)
-        if str(event.get("httpMethod", "")).upper() == "POST" and body_route:
-            limit = BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
+        admin = path.startswith(admin_routes.PREFIX)
+        limit = self._body_limit(event, path, admin)
+        if limit is not None:
             try:
-                self._body = jsonguard.parse_body(
-                    event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
-                    content_type=jsonguard.header(event.get("headers"), "content-type"), max_bytes=limit)
+                event = _checked_body(event, limit, parse=admin)
             except SluiceError as exc:
-                return _problem_event(problems.from_exception(exc, instance=path))
-            try:
-                return self.resolver.resolve(_canonical_json(event), context)
-            finally:
-                self._body = None
+                return problem_event(problems.from_exception(exc, instance=path))
+        self.resolver.context["caller"] = caller  # Powertools' per-request context: resolve clears it
         return self.resolver.resolve(event, context)
 
-    def _admin(self, event: dict[str, Any], context: Any, path: str) -> dict[str, Any]:
-        """The operator API: the caller is checked first, then the body, then the route."""
-        try:
-            authorize(_principal(event), self.api.operators)
-            if event.get("body"):
-                self._body = jsonguard.parse_body(
-                    event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
-                    content_type=jsonguard.header(event.get("headers"), "content-type"),
-                    max_bytes=ENVELOPE_BYTES + (
-                        self.max_payload_bytes if schedule_routes.CREATE_PATH.match(path) else 0))
-        except SluiceError as exc:
-            return _problem_event(problems.from_exception(exc, instance=path))
-        try:
-            return self.resolver.resolve(_canonical_json(event) if self._body is not None else event, context)
-        finally:
-            self._body = None
+    def _body_limit(self, event: Mapping[str, Any], path: str, admin: bool) -> int | None:
+        """The most bytes the request's body may have; None: a request whose body is not checked."""
+        if admin:
+            if not event.get("body"):
+                return None
+            return ENVELOPE_BYTES + (self.max_payload_bytes if schedule_routes.CREATE_PATH.match(path) else 0)
+        body_route = _BODY_ROUTES.match(path)
+        if str(event.get("httpMethod", "")).upper() != "POST" or body_route is None:
+            return None
+        return BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
 
     def _admin_use_cases(self) -> Admin:
         api = self.api
         return Admin(api.queue, api.store, api.log, routes=api.route_table(),
                      refuse_unrouted=api.refuse_unrouted)
 
-    def internal(self, event: dict[str, Any]) -> dict[str, Any]:
-        """The direct-invoke entry (worker, relay): start children, or release a continuation.
-
-        API Gateway never sends such an event (its proxy events carry ``httpMethod``), so only a
-        principal allowed ``lambda:InvokeFunction`` on this function reaches it (docs/security.md).
-        Answers ``{"statusCode", "family"}`` or ``{"statusCode", "error": {"code", "message"}}``.
-        """
-        try:
-            request = flows.family_event(event)
-            if isinstance(request, flows.ReleaseRequest):
-                released = self.api.release_continuation(request.continuation)
-                return {"statusCode": 200, "released": released}
-            assert request is not None
-            accepted = self.api.enqueue_children(request)
-            return {"statusCode": 202, "family": accepted.model_dump(mode="json")}
-        except ValidationError as exc:
-            error: SluiceError = InvalidInput(f"invalid family request ({describe_validation(exc)})")
-        except SluiceError as exc:
-            error = exc
-        p = problems.from_exception(error)
-        return {"statusCode": p.status, "error": {"code": error.code, "message": str(error),
-                                                  "details": _jsonable(error.details)}}
-
-    def fire(self, event: dict[str, Any]) -> dict[str, Any]:
-        """EventBridge Scheduler's invoke: one firing's job. A refusal (4xx: a deleted schedule, a
-        queue no longer routed) answers, so Scheduler does not retry it; an outage raises, so it does."""
-        try:
-            return schedule_routes.fire_event(self.schedules, event)
-        except SluiceError as exc:
-            p = problems.from_exception(exc)
-            if p.status >= 500:
-                raise
-            log.warning("schedule firing %r refused: %s", event.get(schedules.FIRE_KEY), exc)
-            return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}
-
     def openapi_json(self) -> str:
         if self._openapi is None:
-            self._openapi = build_openapi(self.resolver)
+            self._openapi = build_openapi(self.resolver, self.version)
         if self._routes is None:
             return self._openapi
         try:
@@ -237,15 +176,17 @@ class Gateway:
     # -- routes ------------------------------------------------------------------------------
 
     def _build(self) -> APIGatewayRestResolver:  # noqa: C901 - one closure per route reads best
-        app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=lambda _text: self._body)
+        # The body's text passed ``_checked_body``: the strict parser refuses what json.loads lets through.
+        app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=jsonguard.strict_loads)
 
         def remaining_ms() -> Callable[[], int] | None:
             ctx = app.lambda_context
             fn = getattr(ctx, "get_remaining_time_in_millis", None)
             return fn if callable(fn) else None
 
-        def scope() -> str:
-            return _caller(app.current_event)
+        def caller() -> Caller:
+            found: Caller = app.context["caller"]
+            return found
 
         @app.post("/v1/queues/<queue>/jobs", status_code=202, operation_id="enqueue", tags=["jobs"],
                   summary="Enqueue one job; 202 only after Kafka acknowledged it.",
@@ -254,9 +195,10 @@ class Gateway:
                                            Accepted, _LOCATION), **_BODY})
         def enqueue(queue: QueueParam, job: Annotated[EnqueueRequest, Body()],
                     idempotency_key: KeyHeader = None) -> Response[Accepted]:
-            key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
+            who = caller()
+            key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
             return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms(),
-                                              principal=_principal(app.current_event)))
+                                              caller=who))
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -265,10 +207,10 @@ class Gateway:
                                            BatchAccepted), **_BODY})
         def enqueue_batch(queue: QueueParam, batch: Annotated[BatchRequest, Body()],
                           idempotency_key: KeyHeader = None) -> Response[BatchAccepted]:
-            key = None if idempotency_key is None else f"{scope()}|{idempotency_key}"
+            who = caller()
+            key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
             return _accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
-                                                    remaining_ms=remaining_ms(),
-                                                    principal=_principal(app.current_event)))
+                                                    remaining_ms=remaining_ms(), caller=who))
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
@@ -293,7 +235,7 @@ class Gateway:
             return self.api.stats(queue)
 
         if self._schedules is not None:  # only a gateway with a schedule store serves (and documents) them
-            schedule_routes.add_routes(app, lambda: self.schedules, _problem_spec, _ok_spec, _COMMON)
+            schedule_routes.add_routes(app, self._schedules, _problem_spec, _ok_spec, _COMMON)
         admin_routes.register(app, self._admin_use_cases, {
             **_COMMON, 403: _problem_spec("The caller is not an operator (code NOT_OPERATOR)."),
             404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE)."),
@@ -336,7 +278,18 @@ def _canonical_json(event: dict[str, Any]) -> dict[str, Any]:
     return {**event, "headers": {**headers, "Content-Type": "application/json"}}
 
 
-def _problem_event(p: Problem) -> dict[str, Any]:
+def _checked_body(event: dict[str, Any], max_bytes: int, *, parse: bool) -> dict[str, Any]:
+    """The event with its body as the text ``jsonguard`` checked (media type, size, base64, UTF-8),
+    for the resolver's strict parser; ``parse``: parse it now too (``HttpGateway.handle``)."""
+    text = jsonguard.checked_text(event.get("body"), is_base64=bool(event.get("isBase64Encoded")),
+                                  content_type=jsonguard.header(event.get("headers"), "content-type"),
+                                  max_bytes=max_bytes)
+    if parse:
+        jsonguard.strict_loads(text)
+    return {**_canonical_json(event), "body": text, "isBase64Encoded": False}
+
+
+def problem_event(p: Problem) -> dict[str, Any]:
     return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True), "isBase64Encoded": False,
             "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
 
@@ -354,18 +307,6 @@ def _sluice_problem(exc: SluiceError, method: str, path: str) -> Response[Any]:
     if p.status >= 500:
         log.warning("%s %s -> %s: %r", method, path, p.status, exc)
     return _problem_response(p, problems.headers_for(p, exc))
-
-
-def _caller(event: Mapping[str, Any]) -> str:
-    """Whom Idempotency-Keys are scoped to: two tenants may pick the same key."""
-    identity = (event.get("requestContext") or {}).get("identity") or {}
-    return str(identity.get("userArn") or identity.get("apiKeyId") or "")
-
-
-def _principal(event: Mapping[str, Any]) -> str:
-    """The caller's IAM ARN as API Gateway verified its signature; "" without SigV4 (API keys)."""
-    identity = (event.get("requestContext") or {}).get("identity") or {}
-    return str(identity.get("userArn") or "")
 
 
 def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
@@ -386,14 +327,14 @@ def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
                             instance=path), {}
 
 
-def build_openapi(resolver: APIGatewayRestResolver) -> str:
+def build_openapi(resolver: APIGatewayRestResolver, version: str) -> str:
     """The OpenAPI 3.1 document Powertools generates from the route signatures and models.
 
     Powertools adds its own 422 schema (``HTTPValidationError``) to every operation; our
     routes declare their own 422, so the unused component schemas are dropped.
     """
     doc = json.loads(resolver.get_openapi_json_schema(
-        title="Sluice enqueue gateway", version=__version__,
+        title="Sluice enqueue gateway", version=version,
         description="Enqueue jobs durably (Kafka-acknowledged) and query or cancel them. "
                     "Errors are RFC 9457 problem documents (application/problem+json)."))
     for operation in (op for item in doc["paths"].values() for op in item.values()):
@@ -441,64 +382,3 @@ def _rebase_refs(value: Any, base: str) -> Any:
     if isinstance(value, list):
         return [_rebase_refs(v, base) for v in value]
     return value
-
-
-def check_settings(s: Settings) -> None:
-    """Refuse to start (ConfigError) without a job id secret."""
-    if s.job_id_secret is None and not s.job_id_secret_arn:
-        raise ConfigError("the gateway needs a job id secret: set SLUICE_JOB_ID_SECRET or "
-                          "SLUICE_JOB_ID_SECRET_ARN (docs/api.md, Job ids)")
-
-
-def id_horizon_ms(s: Settings) -> int:
-    """How long an unrecorded id counts as ``accepted``: Kafka's retention, at most ``retention_days``.
-
-    A finished job's item lives ``retention_days`` after it finished, so within this horizon
-    an id whose job was recorded always still has its item: GET never calls a finished job
-    ``accepted`` because its item expired.
-    """
-    return min(s.job_id_horizon_hours * 3_600_000, s.retention_days * 86_400_000)
-
-
-def build_api(settings: Settings | None = None) -> Api:
-    """The use-cases over the real adapters from the composition root."""
-    from sluice.entry import root as wiring
-    from sluice.gateway.http.idempotency import PowertoolsIdempotency
-
-    s = settings or wiring.settings()
-    check_settings(s)
-    from sluice.core.limits import Limits
-    from sluice.gateway.admission import Admission
-
-    # Lazy: the first admission view builds the Redis client, so importing the gateway and
-    # an enqueue whose queue view is cached load no redis (cold start, docs/deploy.md).
-    queue = wiring.lazy_queue(settings)
-    limits = Limits.from_settings(s)
-    # The routes are read on the first enqueue (not at import), at most every route_cache_ttl_s.
-    return Api(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
-               job_id_key=wiring.job_id_key(settings),
-               previous_job_id_keys=wiring.previous_job_id_keys(settings),
-               refresh_keys=lambda: wiring.refresh_job_id_keys(settings), id_horizon_ms=id_horizon_ms(s),
-               idempotency=PowertoolsIdempotency.from_settings(s), max_payload_bytes=s.max_payload_bytes,
-               max_caller_priority=s.max_caller_priority,
-               operators=[a.strip() for a in s.operator_principals.split(",") if a.strip()],
-               admission=Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
-               limits=limits, routes=wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse")
-
-
-def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}
-
-
-def gateway_from_settings(settings: Settings | None = None) -> Gateway:
-    """A Gateway whose adapters are built on the first request (cold start stays cheap).
-
-    The configuration is checked now, so a gateway without a job id secret fails its
-    cold start instead of answering 500 to every request.
-    """
-    from sluice.entry import root as wiring
-
-    s = settings or wiring.settings()
-    check_settings(s)
-    return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes,
-                   routes=wiring.routes(settings), schedules=wiring.schedules(s))

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress
+from sluice.core.errors import BackendUnavailable, ConfigError, IdempotencyConflict, InProgress
 from sluice.core.lazy import Lazy, resolve
 
 if TYPE_CHECKING:
@@ -58,18 +58,21 @@ class PowertoolsIdempotency:
         return resolve(self._persistence)
 
     @classmethod
-    def from_settings(cls, settings: Settings, client: Any = None) -> PowertoolsIdempotency:
-        """Without ``client``, the DynamoDB layer (Powertools' idempotency package, boto3, a client)
-        is built on the first request that carries a key: a keyless enqueue needs none of them,
-        and they cost a gateway's cold start about as much as ``import boto3`` (issue 14)."""
+    def from_settings(cls, settings: Settings, client: Any = None, *,
+                      build_client: Callable[[], Any] | None = None) -> PowertoolsIdempotency:
+        """On ``settings.idempotency_table``, with ``client``, or else the client ``build_client``
+        builds (the container's DynamoDB client, ``sluice.entry.gateway``) on the first request that
+        carries a key: a keyless enqueue needs none of the DynamoDB layer (Powertools' idempotency
+        package, boto3, a client), and they cost a gateway's cold start about as much as
+        ``import boto3`` (issue 14)."""
+        make = build_client if client is None else lambda: client
+        if make is None:
+            raise ConfigError("the idempotency layer needs a DynamoDB client or a way to build one")
 
         def build() -> BasePersistenceLayer:
             from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-            from sluice.entry import root as wiring
-
-            return DynamoDBPersistenceLayer(table_name=settings.idempotency_table,
-                                            boto3_client=client or wiring.dynamodb(settings))
+            return DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=make())
 
         return cls(build() if client is not None else Lazy(build))
 

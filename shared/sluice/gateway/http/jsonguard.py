@@ -154,8 +154,15 @@ def strict_loads(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
+def checked_text(body: str | None, *, is_base64: bool, content_type: str | None, max_bytes: int) -> str:
+    """The checks of a request body that need the request (media type, size, base64, UTF-8): the
+    text then goes to ``strict_loads`` (the gateway's resolver parses with it)."""
+    check_content_type(content_type)
+    return decode_body(body, is_base64, max_bytes)
+
+
 def parse_body(body: str | None, *, is_base64: bool, content_type: str | None, max_bytes: int,
                max_depth: int = MAX_DEPTH) -> Any:
     """Everything the gateway does to a request body before model validation."""
-    check_content_type(content_type)
-    return strict_loads(decode_body(body, is_base64, max_bytes), max_depth=max_depth)
+    text = checked_text(body, is_base64=is_base64, content_type=content_type, max_bytes=max_bytes)
+    return strict_loads(text, max_depth=max_depth)

@@ -4,13 +4,12 @@ The queue is in every path and a schedule's name is its queue's, so an IAM polic
 ``execute-api:Invoke`` for one queue's paths scopes a caller to that queue's schedules.
 
 Every route goes through ``api_schedules.Schedules``; the POST body passed the gateway's body
-guard (``jsonguard``) before pydantic sees it, as an enqueue's does. The Scheduler's firing event
-(``fire_event``) is the gateway function's thin entry for EventBridge Scheduler's invoke.
+guard (``jsonguard``) before pydantic sees it, as an enqueue's does. EventBridge Scheduler's firing
+event is the gateway function's own entry (``sluice.entry.gateway_scheduler``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final
@@ -19,9 +18,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from sluice.core.errors import InvalidSchedule
 from sluice.core.models import QUEUE_NAME_PATTERN
-from sluice.core.schedules import FIRE_KEY, SCHEDULED_TIME
 from sluice.gateway.schedules import ScheduleList, ScheduleRequest, Schedules, ScheduleView
 
 NameParam = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", description="Schedule name.")]
@@ -86,31 +83,3 @@ def add_routes(app: APIGatewayRestResolver, schedules: Callable[[], Schedules],
     def delete_schedule(queue: QueueParam, name: NameParam) -> Response[Any]:
         schedules().delete(queue, name)
         return Response(204, content_types.APPLICATION_JSON, "")
-
-
-def is_fire_event(event: Mapping[str, Any]) -> bool:
-    return FIRE_KEY in event and "httpMethod" not in event
-
-
-def scheduled_ms(text: object) -> int:
-    """Scheduler's ``<aws.scheduler.scheduled-time>`` (ISO 8601, UTC) as ms."""
-    if not isinstance(text, str) or text == SCHEDULED_TIME:
-        raise InvalidSchedule(f"invalid scheduled_time {text!r}: an ISO 8601 time is expected")
-    try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidSchedule(f"invalid scheduled_time {text!r}: an ISO 8601 time is expected") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return int(moment.timestamp() * 1000)
-
-
-def fire_event(schedules: Schedules, event: Mapping[str, Any]) -> dict[str, Any]:
-    """EventBridge Scheduler's invoke: enqueue the firing's job (``Schedules.fire``'s errors propagate)."""
-    name, queue = event.get(FIRE_KEY), event.get("queue")
-    at = scheduled_ms(event.get("scheduled_time"))
-    accepted = schedules.fire(queue if isinstance(queue, str) else "",
-                              name if isinstance(name, str) else "", at)
-    if accepted is None:
-        return {"statusCode": 200, "skipped": "paused"}
-    return {"statusCode": 202, "job_id": accepted.job_id}

@@ -1,0 +1,49 @@
+"""The gateway function's internal calls: a worker starts children (and a continuation), the
+countdown releases a continuation (``sluice.core.families``: ``family_event``).
+
+API Gateway never sends such an event (its proxy events carry ``httpMethod``), so only a
+principal allowed ``lambda:InvokeFunction`` on this function reaches it (docs/security.md): a
+worker of this deployment, whose children get a plain caller's limits (``Caller.sluice``).
+Answers ``{"statusCode", "family"}`` or ``{"statusCode", "error": {"code", "message", "details"}}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from sluice.core import families as flows
+from sluice.core.caller import Caller
+from sluice.core.errors import InvalidInput, SluiceError
+from sluice.core.models import describe_validation
+from sluice.gateway.api import Api
+from sluice.gateway.http import problems
+
+
+def is_internal(event: Mapping[str, Any]) -> bool:
+    return flows.INTERNAL in event and "httpMethod" not in event
+
+
+def handle(api: Callable[[], Api], event: dict[str, Any]) -> dict[str, Any]:
+    try:
+        request = flows.family_event(event)
+        use_cases = api()
+        if isinstance(request, flows.ReleaseRequest):
+            released = use_cases.release_continuation(request.continuation)
+            return {"statusCode": 200, "released": released}
+        assert request is not None
+        accepted = use_cases.enqueue_children(request, Caller.sluice(use_cases.max_caller_priority))
+        return {"statusCode": 202, "family": accepted.model_dump(mode="json")}
+    except ValidationError as exc:
+        error: SluiceError = InvalidInput(f"invalid family request ({describe_validation(exc)})")
+    except SluiceError as exc:
+        error = exc
+    p = problems.from_exception(error)
+    return {"statusCode": p.status, "error": {"code": error.code, "message": str(error),
+                                              "details": _jsonable(error.details)}}
+
+
+def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}

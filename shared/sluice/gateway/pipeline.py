@@ -1,0 +1,205 @@
+"""The one enqueue pipeline: every job the gateway writes passes through it.
+
+A caller's enqueue (``sluice.gateway.api.Api``), a job's children and continuation
+(``sluice.gateway.families``) and a schedule's firing (``sluice.gateway.schedules``) all take
+the same steps, in this order, and nothing is written before the last:
+
+1. ``check``: the queue's name (malformed or reserved), the payload's size, the priority the
+   caller (``sluice.core.caller.Caller``, verified by its entry) may use, the route (a queue no
+   deployed worker handles) and the queue's payload schema;
+2. ``admit``: whether the queue takes more jobs now (``sluice.gateway.admission``);
+3. ``spec``: the record, with a minted id (``mint``) or one the use case derived;
+4. ``append``: to Kafka. What a failed append means is the use case's: an enqueue withdraws
+   its jobs, a child's or a firing's id is its own for good and the caller's retry appends again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from sluice.core import ids
+from sluice.core.caller import Caller
+from sluice.core.clock import wall_ms
+from sluice.core.errors import NoRoute, PayloadInvalid, PayloadTooLarge, PriorityNotAllowed, SluiceError
+from sluice.core.limits import Limits
+from sluice.core.models import PAYLOAD_CHECKED, JobSpec, dump_json, validate_public_queue
+from sluice.core.ports import JobLog
+from sluice.core.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
+from sluice.core.wire import EnqueueRequest
+
+log = logging.getLogger("sluice.gateway.api")
+
+# Default Kafka retention: an unrelayed record older than this is gone from the log.
+DEFAULT_ID_HORIZON_MS: Final = 7 * 24 * 3600 * 1000
+KEY_REFRESH_MS = 60_000  # at most one re-read of the job id keys a minute (ids.Verifier)
+ENQUEUED_NOTHING = "; nothing was enqueued"  # what an enqueue refused at its checks left undone
+
+
+class Admission(Protocol):
+    """Refuses jobs a queue may not take now (``sluice.gateway.admission``: QueueFull, QueueNotAllowed)."""
+
+    def check(self, queue: str, jobs: int, delayed: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IdMinting:
+    """The job id keys (``sluice.core.ids``): mint with ``key``, verify with it and ``previous``.
+
+    ``refresh`` re-reads both (at most once a KEY_REFRESH_MS) when an id names a key this gateway
+    does not hold: another container may already mint with a key rotated in since this one
+    started. An unrecorded id counts as ``accepted`` for ``horizon_ms`` (Kafka's retention).
+    ``new_id`` (now_ms -> id) names jobs instead of minting (the chaos workload does, so that an
+    enqueue with an unknown outcome is named in its history); such ids do not verify.
+    """
+
+    key: bytes
+    previous: Sequence[bytes] = ()
+    refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None
+    horizon_ms: int = DEFAULT_ID_HORIZON_MS
+    new_id: Callable[[int], str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What a job must pass before it is written: size, admission, routes and schemas.
+
+    ``admission`` None: no caps (unit tests, the chaos workload). Once any route is known, a queue
+    no route covers is refused (NoRoute, 404) unless ``refuse_unrouted`` is off; a typed queue's
+    payloads are checked against its JSON Schema (PayloadInvalid, 400).
+    """
+
+    max_payload_bytes: int = 256 * 1024
+    admission: Admission | None = None
+    limits: Limits = field(default_factory=Limits)
+    routes: RouteCache | None = None
+    refuse_unrouted: bool = True
+
+
+class EnqueuePipeline:
+    """check, admit, spec, append: see the module docstring."""
+
+    def __init__(self, log_: JobLog, minting: IdMinting, intake: Intake | None = None, *,
+                 clock: Callable[[], int] = wall_ms) -> None:
+        intake = intake or Intake()
+        self.log, self.clock = log_, clock
+        self.verifier = ids.Verifier(minting.key, minting.previous, refresh=minting.refresh, clock=clock,
+                                     refresh_ms=KEY_REFRESH_MS)
+        self.new_id = minting.new_id
+        self.max_payload_bytes, self.admission, self.limits = (intake.max_payload_bytes, intake.admission,
+                                                               intake.limits)
+        self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
+
+    # -- 1. check ----------------------------------------------------------------------------
+
+    def check(self, queue: str, request: EnqueueRequest, caller: Caller, *, index: int | None = None,
+              then: str = ENQUEUED_NOTHING) -> None:
+        """Every check of one job before anything is written (``index``: its place in a batch or a
+        family; ``then``: what a route or schema refusal says was left undone)."""
+        validate_public_queue(queue)
+        self.check_size(request, index=index)
+        self.check_priority(request, caller, index=index)
+        self.check_route(queue, [request], batch=index is not None, offset=index or 0, then=then)
+
+    def check_batch(self, queue: str, requests: Sequence[EnqueueRequest], caller: Caller) -> None:
+        """A batch's checks: every job's size and priority, then the route and each payload's schema."""
+        validate_public_queue(queue)
+        for index, job in enumerate(requests):
+            self.check_size(job, index=index)
+            self.check_priority(job, caller, index=index)
+        self.check_route(queue, requests, batch=True)
+
+    def check_size(self, request: EnqueueRequest, *, index: int | None) -> None:
+        size = len(dump_json(request.payload).encode("utf-8"))
+        if size > self.max_payload_bytes:
+            where = "payload" if index is None else f"job {index}: payload"
+            raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
+                                  index=index)
+
+    def check_priority(self, request: EnqueueRequest, caller: Caller, *, index: int | None) -> None:
+        if not caller.may_use(request.priority):
+            where = "priority" if index is None else f"job {index}: priority"
+            raise PriorityNotAllowed(f"{where} {request.priority} is above {caller.max_priority}, the "
+                                     "highest a caller may use; higher ones are for operators")
+
+    def check_route(self, queue: str, requests: Sequence[EnqueueRequest], *, batch: bool,
+                    offset: int = 0, then: str = ENQUEUED_NOTHING) -> None:
+        """NoRoute for a queue nobody runs; PayloadInvalid for payloads its schema refuses
+        (no ``requests``: only whether the queue is routed)."""
+        route = self.route(queue, then=then)
+        if route is None:
+            return  # the default worker takes it: no payload schema
+        schema = route.schemas.get(queue)
+        if schema is None:
+            return
+        errors: list[tuple[str, str, int | None]] = []
+        for index, request in enumerate(requests, start=offset):
+            where = f"/jobs/{index}/payload" if batch else "/payload"
+            found = payload_errors(schema, request.payload, where)
+            errors += [(p, m, index if batch else None) for p, m in found]
+        if errors:
+            (pointer, message, _i), more = errors[0], len(errors) - 1
+            raise PayloadInvalid(f"the payload does not match queue {queue!r}'s schema: {pointer}: {message}"
+                                 f"{f' (and {more} more)' if more else ''}{then}",
+                                 queue=queue, errors=errors)
+
+    def route_table(self) -> RouteTable | None:
+        """The routes as this container last read them (at most ``ttl_s`` old); None without any.
+
+        If the routes table cannot be read, the last table read is used (empty before one):
+        a registry outage must not stop enqueues.
+        """
+        if self.routes is None:
+            return None
+        try:
+            return self.routes.table()
+        except SluiceError as exc:
+            log.warning("could not read the routes, using the last ones read: %s", exc)
+            return self.routes.last()
+
+    def route(self, queue: str, *, then: str = "") -> Route | None:
+        """The route covering ``queue``; None: the default worker takes it (no routes known, or
+        unrouted queues go to it). Raises NoRoute when routes are known, none covers the queue and
+        unrouted queues are refused (``then``: what the refusal left undone)."""
+        table = self.route_table()
+        route = None if table is None else table.resolve(queue)
+        if unrouted_refused(table, route, self.refuse_unrouted):
+            raise NoRoute(f"no deployed worker handles queue {queue!r}: no route covers it "
+                          f"(sluice routes list){then}", queue=queue)
+        return route
+
+    # -- 2. admit ----------------------------------------------------------------------------
+
+    def admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
+        if self.admission is not None:
+            self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
+
+    # -- 3. spec -----------------------------------------------------------------------------
+
+    def mint(self, now_ms: int, queue: str) -> str:
+        return ids.mint(now_ms, queue, self.verifier.key) if self.new_id is None else self.new_id(now_ms)
+
+    def spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None, *,
+             job_id: str | None = None) -> JobSpec:
+        """The record for ``request``, whose payload ``check_size`` has serialised already: on the
+        gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
+        ``job_id``: a child's or a firing's derived id; None mints one."""
+        return JobSpec.model_validate({
+            "job_id": job_id or self.mint(now_ms, queue),
+            "queue": queue,
+            "payload": request.payload,
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "lease_ms": request.lease_seconds * 1000,
+            "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
+            "enqueued_at_ms": now_ms,
+            "idempotency_key": key,
+        }, context={PAYLOAD_CHECKED: True})
+
+    # -- 4. append ---------------------------------------------------------------------------
+
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        """Kafka acknowledged every record, or this raises (the outcome is then unknown)."""
+        self.log.append(specs)
