@@ -96,4 +96,5 @@ def handle(event: Mapping[str, Any], context: Any, settings: Settings | None = N
 
     s = settings or wiring.settings()
     app, _options = prepare(s)
-    return respond(event, str(context.function_name), app, DynamoRouteStore.from_settings(s), put)
+    return respond(event, str(context.function_name), app,
+                   DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)), put)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from sluice.core import ids
 from sluice.core.errors import ConfigError, FamilyConflict, InvalidInput, JobNotFound, TooManyChildren
@@ -41,10 +41,10 @@ log = logging.getLogger("sluice.gateway.api")
 
 
 def families_of(api: Api) -> FamilyStore:
-    store = api.store
-    if not hasattr(store, "start_family"):
+    store = api.families
+    if store is None:
         raise ConfigError("this gateway's store keeps no families")
-    return cast(FamilyStore, store)
+    return store
 
 
 def _signing_key(api: Api, parent_id: str) -> bytes:
