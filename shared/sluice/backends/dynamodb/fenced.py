@@ -191,7 +191,7 @@ class FencedTable:
             "TableName": self.jobs_table,
             "Key": {"job_id": {"S": self.job_id}},
             # succeeded: the current holder of a re-run after a crash before ack, until that
-            # re-run ends without a result (ended_token, DynamoJobStore._end_rerun).
+            # re-run ends without a result (ended_token, leases.LeaseWrites._end_rerun).
             "ConditionExpression": "#tok = :mine AND (#st = :leased OR (#st = :succeeded AND "
                                    "(attribute_not_exists(#end) OR #end < :mine)))",
             "ExpressionAttributeNames": {"#tok": "token", "#st": "status", "#end": "ended_token"},
