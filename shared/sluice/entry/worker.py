@@ -92,7 +92,7 @@ def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]
     from sluice.entry import routes_resource
 
     if routes_resource.is_custom_resource(event):
-        return routes_resource.handle(event, context)
+        return routes_resource.handle(event, context, prepare()[0])
     return handle_dispatch(event, context)
 
 
