@@ -101,10 +101,10 @@ def main() -> None:
         tokens: dict[int, int] = {}
         log(f"store: {N} grants, {N} fenced writes, {N} plain puts, {N} unfenced updates")
         grant_rate, grant_ms = timed(N, lambda i: tokens.__setitem__(i, store.grant(f"j{i}", "bench", "w")))
-        leased_size = item_bytes(store._read("j0") or {})
+        leased_size = item_bytes(store.items.read("j0") or {})
         write_rate, write_ms = timed(N, lambda i: store.write_result(f"j{i}", tokens[i], RESULT))
-        done_size = item_bytes(store._read("j0") or {})
-        plain_item = dict(store._read("j0") or {})
+        done_size = item_bytes(store.items.read("j0") or {})
+        plain_item = dict(store.items.read("j0") or {})
 
         def plain_put(i: int) -> None:
             db.put_item(TableName="bench-jobs", Item={**plain_item, "job_id": {"S": f"p{i}"}})
@@ -142,7 +142,7 @@ def main() -> None:
         fenced_rate, _ = timed(N_TRANSACTIONS, lambda i: fenced.put_item({**side_item, "pk": f"f{i}"}))
         plain_side_rate, _ = timed(N_TRANSACTIONS, lambda i: db.put_item(TableName="bench-side", Item={
             "pk": {"S": f"s{i}"}, "amount": {"N": "10"}, "note": {"S": "ledger entry"}}))
-        jobs_item = item_bytes(store._read("side-job") or {})
+        jobs_item = item_bytes(store.items.read("side-job") or {})
         emit("store_fenced_table", n=N_TRANSACTIONS, fenced_put_per_s=round(fenced_rate),
              plain_put_per_s=round(plain_side_rate), fenced_vs_plain=round(fenced_rate / plain_side_rate, 2),
              wcu_fenced_put=wcu(jobs_item, True) + wcu(40, True), wcu_plain_put=wcu(40))

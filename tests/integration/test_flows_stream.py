@@ -47,7 +47,7 @@ def test_children_whose_process_died_before_their_countdown_release_the_continua
         rig.api.release_continuation(continuation)
 
     publisher = Publisher(wiring.completion_publisher.__wrapped__(s).sink, s.events_bus_name)
-    countdown = StreamCountdown(Countdown(rig.store, release, sleep=lambda _s: None))
+    countdown = StreamCountdown(Countdown(rig.store.families, release, sleep=lambda _s: None))
 
     def poller() -> StreamPoller:
         return stream_poller(s, lambda batch: stream_consumers(batch, publisher.publish, countdown.recount))

@@ -59,7 +59,8 @@ def store(db: Any) -> Iterator[DynamoJobStore]:
 class Rig:
     def __init__(self, store: DynamoJobStore) -> None:
         self.store, self.log, self.queue = store, FakeLog(), FakeQueue()
-        self.api = Api(Backends(self.log, store, self.queue), IdMinting(KEY), clock=lambda: PARENT_MS + 5_000)
+        self.api = Api(Backends(self.log, store, self.queue, families=store.families), IdMinting(KEY),
+                       clock=lambda: PARENT_MS + 5_000)
         self.gateway = Gateway(self.api)
         self.keeper = Gatekeeper(lambda event: self.gateway(event, None))
         self.parent = ids.mint(PARENT_MS, "fanout", KEY)
@@ -207,7 +208,7 @@ def test_the_continuation_is_released_once_after_every_child_ended_and_counts_ea
     assert then == ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
     assert rig.appended() == family.job_ids  # the continuation waits in the jobs table
     bus = EventBus()
-    Countdown(rig.store, rig.api.release_continuation).subscribe(bus)
+    Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
     a, b, c = family.job_ids
     for event in (ended(a), ended(a, source="settle"), ended(b, "failed")):
         bus.emit(event)
@@ -226,7 +227,7 @@ def test_the_continuation_is_released_once_after_every_child_ended_and_counts_ea
 
 def test_a_rerun_parent_does_not_reset_the_count(rig: Rig) -> None:
     family = rig.api.enqueue_children(rig.request(3, then=True))
-    countdown = Countdown(rig.store, rig.api.release_continuation)
+    countdown = Countdown(rig.store.families, rig.api.release_continuation)
     countdown.on_ended(ended(family.job_ids[0]))
     token = rig.store.grant(rig.parent, "fanout", "w9")
     rig.api.enqueue_children(rig.request(3, then=True, token=token))
@@ -252,10 +253,10 @@ def test_a_child_key_already_used_in_another_family_is_refused_before_any_write(
 
 def test_the_continuations_item_stays_small_however_many_children_count_down(rig: Rig) -> None:
     family = rig.api.enqueue_children(rig.request(300, then=True))
-    countdown = Countdown(rig.store, rig.api.release_continuation)
+    countdown = Countdown(rig.store.families, rig.api.release_continuation)
     for child in family.job_ids:
         countdown.on_ended(ended(child))
-    item = rig.store._read(family.continuation or "")
+    item = rig.store.items.read(family.continuation or "")
     assert item is not None and len(str(item)) < 6_000  # 300 slots, not 300 ids of 100 bytes (30 KB)
     assert rig.appended().count(family.continuation) == 1
 
@@ -264,7 +265,7 @@ def test_a_family_with_a_cancelled_child_still_runs_its_continuation(rig: Rig) -
     family = rig.api.enqueue_children(rig.request(2, then=True))
     rig.api.cancel(family.job_ids[0])  # the gateway's cancel emits JobEnded; the api counts it
     assert rig.api.status(family.job_ids[0]).status is JobState.CANCELLED
-    Countdown(rig.store, rig.api.release_continuation).on_ended(ended(family.job_ids[1]))
+    Countdown(rig.store.families, rig.api.release_continuation).on_ended(ended(family.job_ids[1]))
     assert rig.appended()[-1] == family.continuation
 
 
@@ -316,7 +317,8 @@ def test_a_parent_fans_out_and_its_continuation_sums_the_childrens_results(rig: 
     queue = WorkerQueue()
     parent = rig.parent = ids.mint(PARENT_MS, "fanout", KEY)
     queue.add("fanout", parent, None)
-    worker = app.bind(queue=queue, store=rig.store, gatekeeper=rig.keeper, options=WorkerOptions(),
+    worker = app.bind(queue=queue, store=rig.store, families=rig.store.families, gatekeeper=rig.keeper,
+                      options=WorkerOptions(),
                       telemetry=Telemetry(metrics=MemoryMetrics()), worker_id="w")
     seen: set[str] = set()
     for _ in range(4):
@@ -380,11 +382,11 @@ def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_r
         return real(**kw)
 
     rig.store._db.get_item = counted  # type: ignore[method-assign]
-    assert rig.store.continuation_of(child) == (family.continuation, 0)
-    assert rig.store.continuation_of(plain) is None
+    assert rig.store.families.continuation_of(child) == (family.continuation, 0)
+    assert rig.store.families.continuation_of(plain) is None
     assert reads == []
-    assert rig.store.continuation_of(other) == (family.continuation, 1)  # never granted here: read
-    assert rig.store.continuation_of(child) == (family.continuation, 0)  # asked again: read
+    assert rig.store.families.continuation_of(other) == (family.continuation, 1)  # never granted here: read
+    assert rig.store.families.continuation_of(child) == (family.continuation, 0)  # asked again: read
     assert reads == [other, child]
 
 
@@ -400,23 +402,23 @@ def test_a_failed_release_is_retried_and_a_later_ending_or_a_rerun_releases_it(r
             raise BackendUnavailable("the gateway function is unavailable")
         rig.api.release_continuation(then)
 
-    countdown = Countdown(rig.store, flaky, sleep=lambda _s: None)
+    countdown = Countdown(rig.store.families, flaky, sleep=lambda _s: None)
     a, b = family.job_ids
     countdown.on_ended(ended(a))
     countdown.on_ended(ended(b))  # the last child: three tries, all refused
     assert len(calls) == 3 and family.continuation not in rig.appended()
-    assert rig.store.unreleased(family.continuation or "")
+    assert rig.store.families.unreleased(family.continuation or "")
     countdown.on_ended(ended(b, source="settle"))  # the same child ends again: released now
     assert calls == [family.continuation] * 5 and rig.appended().count(family.continuation) == 1
-    assert not rig.store.unreleased(family.continuation or "")
+    assert not rig.store.families.unreleased(family.continuation or "")
 
 
 def test_a_rerun_parent_releases_a_continuation_whose_release_was_lost(rig: Rig) -> None:
     family = rig.api.enqueue_children(rig.request(2, then=True))
     for child in family.job_ids:
         rig.store.write_result(child, rig.store.grant(child, "work", "w"), 1)
-        Countdown(rig.store, lambda _then: None).on_ended(ended(child))  # counted, release lost
-    assert rig.store.unreleased(family.continuation or "")
+        Countdown(rig.store.families, lambda _then: None).on_ended(ended(child))  # counted, release lost
+    assert rig.store.families.unreleased(family.continuation or "")
     token = rig.store.grant(rig.parent, "fanout", "w2")
     rig.api.enqueue_children(rig.request(2, then=True, token=token))
     assert rig.appended().count(family.continuation) == 1
@@ -427,7 +429,7 @@ def test_a_child_whose_first_run_died_before_its_countdown_is_counted_by_its_rer
 
     family = rig.api.enqueue_children(rig.request(1, then=True))
     bus = EventBus()
-    Countdown(rig.store, rig.api.release_continuation).subscribe(bus)
+    Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
     bus.emit(ResultWritten(outcome="written", t0=0.0, job=family.job_ids[0], token=1))  # JobEnded: lost
     assert family.continuation not in rig.appended()
     bus.emit(ResultWritten(outcome="already_written", t0=0.0, job=family.job_ids[0], token=2))  # re-run
@@ -460,8 +462,8 @@ def test_too_many_or_too_large_children_are_refused_in_the_worker_before_anythin
 
     queue = WorkerQueue()
     queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
-    app.bind(queue=queue, store=rig.store, gatekeeper=Spy(), telemetry=Telemetry(metrics=MemoryMetrics()),
-             worker_id="w").drain(["fanout"], 1)
+    app.bind(queue=queue, store=rig.store, families=rig.store.families, gatekeeper=Spy(),
+             telemetry=Telemetry(metrics=MemoryMetrics()), worker_id="w").drain(["fanout"], 1)
     assert [e.split(":")[0] for e in errors] == ["TOO_MANY_CHILDREN", "PAYLOAD_TOO_LARGE", "INVALID_INPUT"]
     assert "split them over several enqueue_many calls" in errors[1]
     assert "invalid child key" in errors[2]  # checked by the gateway

@@ -66,7 +66,7 @@ def test_children_that_failed_or_died_before_their_countdown_are_counted_from_th
     then = family.continuation or ""
     a, b, c = family.job_ids
     bus = EventBus()
-    Countdown(rig.store, rig.api.release_continuation).subscribe(bus)
+    Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
     end(rig.store, a, "succeeded")
     bus.emit(ended(a))  # the fast path counted this one
     end(rig.store, b, "failed")  # ... these two processes died before theirs: no JobEnded
@@ -75,7 +75,7 @@ def test_children_that_failed_or_died_before_their_countdown_are_counted_from_th
 
     records = stream(rig)
     assert {ended_child(r) for r in records} - {None} == {(then, 0), (then, 1), (then, 2)}
-    countdown = StreamCountdown(Countdown(rig.store, rig.api.release_continuation))
+    countdown = StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation))
     assert countdown.recount(records) == []
     assert rig.api.status(then).remaining == 0
     assert rig.appended().count(then) == 1
@@ -90,7 +90,7 @@ def test_a_duplicate_stream_record_counts_its_child_once(rig: Rig) -> None:
     then = family.continuation or ""
     end(rig.store, family.job_ids[0], "failed")
     [record] = [r for r in stream(rig) if ended_child(r) is not None]
-    countdown = StreamCountdown(Countdown(rig.store, rig.api.release_continuation))
+    countdown = StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation))
     assert countdown.recount([record, record]) == [] and countdown.recount([record]) == []
     assert rig.api.status(then).remaining == 1 and then not in rig.appended()
     end(rig.store, family.job_ids[1], "cancelled")
@@ -111,12 +111,12 @@ def test_a_release_that_fails_is_answered_for_retry_and_released_once_on_redeliv
             raise BackendUnavailable("the gateway function is unavailable")
         rig.api.release_continuation(continuation)
 
-    countdown = StreamCountdown(Countdown(rig.store, release, sleep=lambda _s: None))
+    countdown = StreamCountdown(Countdown(rig.store.families, release, sleep=lambda _s: None))
     assert countdown.recount(records) == [str(last["dynamodb"]["SequenceNumber"])]
-    assert then not in rig.appended() and rig.store.unreleased(then)
+    assert then not in rig.appended() and rig.store.families.unreleased(then)
     down = False
     assert countdown.recount(records) == []  # Lambda retries from that record
-    assert rig.appended().count(then) == 1 and not rig.store.unreleased(then)
+    assert rig.appended().count(then) == 1 and not rig.store.families.unreleased(then)
 
 
 def test_records_that_are_not_a_childs_final_transition_count_nothing(rig: Rig) -> None:

@@ -56,6 +56,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
     wiring.reset()
     monkeypatch.setattr(wiring, "job_log", built(f.log))
     monkeypatch.setattr(wiring, "store", built(f.store))
+    monkeypatch.setattr(wiring, "lazy_families", lambda settings=None: None)  # the fake store keeps none
     monkeypatch.setattr(wiring, "queue", built(f.queue))
     monkeypatch.setattr(entry_gateway, "idempotency", built(f.idem))
     yield f

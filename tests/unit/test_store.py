@@ -94,7 +94,7 @@ def store(aws: tuple[Any, Any], table: str, metrics: CountingMetrics, clock: Clo
 
 
 def raw(store: DynamoJobStore, job_id: str) -> dict[str, Any] | None:
-    return store._read(job_id)
+    return store.items.read(job_id)
 
 
 def test_grant_mints_strictly_increasing_tokens_and_counts_attempts(store: DynamoJobStore) -> None:

@@ -100,7 +100,7 @@ def test_redrive_keeps_the_item_and_drops_an_earlier_cancel_request(store: Dynam
     store.request_cancel("j")  # answered cancel_requested; then the job dead-lettered anyway
     store.record_failure("j", t, "boom", "dead")
     store.redrive("j")
-    item = store._read("j")
+    item = store.items.read("j")
     assert item is not None and "expires_at" not in item and "cancel_requested" not in item
     assert store.grant("j", "q", "B", 1) == t + 1
 

@@ -112,7 +112,8 @@ def build_api(settings: Settings | None = None) -> Api:
     queue = wiring.lazy_queue(settings)
     limits = Limits.from_settings(s)
     # The routes are read on the first enqueue (not at import), at most every route_cache_ttl_s.
-    return Api(Backends(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events()),
+    return Api(Backends(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
+                        families=wiring.lazy_families(settings)),
                IdMinting(wiring.job_id_key(settings), wiring.previous_job_id_keys(settings),
                          refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s)),
                intake=Intake(s.max_payload_bytes,

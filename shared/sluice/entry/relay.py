@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -138,3 +138,19 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
         depths.flush()
     report.publish(metrics)
     return report.as_dict()
+
+
+def lambda_handler() -> Callable[[dict[str, Any], LambdaContextLike], dict[str, Any]]:
+    """The relay function's handler, with Powertools' logger (its configuration copied to
+    sluice's loggers, so every part's lines carry the invocation's context); called at init."""
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+    logger = Logger(service="sluice-relay")
+    copy_config_to_registered_loggers(source_logger=logger, include={"sluice"})
+
+    @logger.inject_lambda_context
+    def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
+        return run_scheduled(event, context)
+
+    return handler

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.backends.aws.gatekeeper import Gatekeeper
+    from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.redis.connection import RedisConnection
+    from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
     from sluice.core.ports import Dispatcher, JobLog, JobQueue, JobStore
@@ -52,25 +54,18 @@ def settings() -> Settings:
 
 def boto_client(service: str, s: Settings, **options: Any) -> Any:
     """A new client of ``service`` for ``s`` (``options``: boto3's, e.g. ``config``)."""
-    import boto3
+    from sluice.backends.aws.clients import boto_client as build
 
-    # The process's default session, which boto3.client (the store, the dispatcher) uses too: a
-    # fresh Session per client would load botocore's endpoint data and each service model again,
-    # 100 ms and more of a cold start per client. boto3.client is overloaded per literal service
-    # name; go through the session's untyped factory so one helper serves every service.
-    if boto3.DEFAULT_SESSION is None:
-        boto3.setup_default_session()
-    factory: Any = boto3.DEFAULT_SESSION.client  # type: ignore[union-attr]
-    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url, **options)
+    return build(service, s, **options)
 
 
 @cache
 def dynamodb(s: Settings | None = None) -> Any:
     """The container's DynamoDB client (``store.client``): the job store, the routes, the
     schedules and the idempotency layer share it, so the first of them to need it builds it."""
-    from sluice.backends.dynamodb.client import dynamodb_client
+    from sluice.backends.dynamodb.client import CONFIG
 
-    return dynamodb_client(s or settings())
+    return boto_client("dynamodb", s or settings(), config=CONFIG)
 
 
 @cache
@@ -112,11 +107,30 @@ def lazy_store(s: Settings | None = None) -> Lazy[JobStore]:
 
 
 @cache
-def store(s: Settings | None = None) -> JobStore:
+def dynamo_store(s: Settings | None = None) -> DynamoJobStore:
+    """The jobs table's adapter, whose parts are the ports below (``store``, ``families``)."""
     from sluice.backends.dynamodb.jobs import DynamoJobStore
 
     s = s or settings()
     return DynamoJobStore.from_settings(s, client=dynamodb(s))
+
+
+@cache
+def store(s: Settings | None = None) -> JobStore:
+    return dynamo_store(s)
+
+
+def families(s: Settings | None = None) -> FamilyStore:
+    """The jobs table's families (``sluice.core.families``): the same store as ``store(s)``, whose
+    grants tell the countdown which continuation a job counts down."""
+    return dynamo_store(s).families
+
+
+def lazy_families(s: Settings | None = None) -> Lazy[FamilyStore]:
+    """``families(s)``, built on the first ``get()``."""
+    from sluice.core.lazy import Lazy
+
+    return Lazy(lambda: families(s))
 
 
 @cache
@@ -213,7 +227,7 @@ def routes(s: Settings | None = None) -> RouteCache | None:
     def build() -> RouteSource:  # on the first read: no boto3 at a gateway's import (cold start)
         from sluice.backends.dynamodb.routes import DynamoRouteStore
 
-        return DynamoRouteStore.from_settings(s)  # on the container's DynamoDB client
+        return DynamoRouteStore.from_settings(s, client=dynamodb(s))  # the container's client
 
     return RouteCache(Lazy(build), ttl_s=s.route_cache_ttl_s)
 
@@ -287,7 +301,7 @@ def stream_countdown(s: Settings | None = None) -> StreamCountdown:
     if keeper is None:
         raise ConfigError("the stream's countdown releases continuations through the gateway "
                           "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
-    return StreamCountdown(Countdown(store(s), keeper.release))  # type: ignore[arg-type]
+    return StreamCountdown(Countdown(families(s), keeper.release))
 
 
 def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
@@ -295,11 +309,10 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
     from sluice.core.families import Countdown
 
     keeper = gatekeeper(s)
-    store_ = store(s)
-    if keeper is None or not hasattr(store_, "continuation_of") or id(bus) in _counted:
+    if keeper is None or id(bus) in _counted:
         return
     _counted.add(id(bus))
-    Countdown(store_, keeper.release).subscribe(bus)  # type: ignore[arg-type]
+    Countdown(families(s), keeper.release).subscribe(bus)
 
 
 _counted: set[int] = set()
@@ -307,7 +320,7 @@ _counted: set[int] = set()
 
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
-    for builder in (settings, queue, store, job_log, dispatcher, job_id_key, previous_job_id_keys,
-                    completion_publisher, gatekeeper, routes, stream_countdown, dynamodb,
-                    redis, relay_engine):
+    for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
+                    previous_job_id_keys, completion_publisher, gatekeeper, routes, stream_countdown,
+                    dynamodb, redis, relay_engine):
         builder.cache_clear()

@@ -88,12 +88,13 @@ def put(url: str, body: bytes) -> None:
         response.read()
 
 
-def handle(event: Mapping[str, Any], context: Any, settings: Settings | None = None) -> dict[str, Any]:
-    """The worker Lambda's answer to a ``Custom::SluiceRoutes`` request."""
+def handle(event: Mapping[str, Any], context: Any, app: Worker,
+           settings: Settings | None = None) -> dict[str, Any]:
+    """The worker Lambda's answer to a ``Custom::SluiceRoutes`` request for ``app``, its handlers
+    module's Worker (``entry.worker.prepare``)."""
     from sluice.backends.dynamodb.routes import DynamoRouteStore
     from sluice.entry import root as wiring
-    from sluice.entry.worker import prepare
 
     s = settings or wiring.settings()
-    app, _options = prepare(s)
-    return respond(event, str(context.function_name), app, DynamoRouteStore.from_settings(s), put)
+    return respond(event, str(context.function_name), app,
+                   DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)), put)

@@ -92,7 +92,7 @@ def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]
     from sluice.entry import routes_resource
 
     if routes_resource.is_custom_resource(event):
-        return routes_resource.handle(event, context)
+        return routes_resource.handle(event, context, prepare()[0])
     return handle_dispatch(event, context)
 
 
@@ -105,7 +105,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     app, options = prepare(s)
     worker = app.bind(
         queue=wiring.queue(s), store=wiring.lazy_store(s), options=options, gatekeeper=wiring.gatekeeper(s),
-        worker_id=f"{context.function_name}:{context.aws_request_id}")
+        families=wiring.lazy_families(s), worker_id=f"{context.function_name}:{context.aws_request_id}")
     work = queue_work_metrics(app, s)
     try:
         summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)

@@ -40,7 +40,7 @@ from sluice.core.bus import EventBus, JobEnded
 from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
 from sluice.core.errors import AlreadyFinished, JobNotFound, SluiceError
-from sluice.core.families import Countdown, FamilyAccepted, FamilyRequest
+from sluice.core.families import Countdown, FamilyAccepted, FamilyRequest, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import (
@@ -109,6 +109,9 @@ class Backends:
     queue: JobQueue | Lazy[JobQueue]
     events: EventBus | None = None
     withdraw_workers: int = 8
+    # The jobs table's families (``sluice.gateway.families``), on the same table as ``store``;
+    # None: this gateway starts no children (nor counts a cancelled one down).
+    families: FamilyStore | Lazy[FamilyStore] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,7 @@ class Api:
         self.pipeline = EnqueuePipeline(backends.log, minting, intake, clock=clock)
         self.events = backends.events if backends.events is not None else EventBus()
         self._store, self._queue = backends.store, backends.queue
+        self._families = backends.families
         self.idempotency = idempotency
         self.clock = clock
         self.id_horizon_ms = minting.horizon_ms
@@ -155,6 +159,10 @@ class Api:
     @property
     def queue(self) -> JobQueue:
         return resolve(self._queue)
+
+    @property
+    def families(self) -> FamilyStore | None:
+        return None if self._families is None else resolve(self._families)
 
     @property
     def log(self) -> JobLog:
@@ -274,8 +282,7 @@ class Api:
         which outlives this Api and carries the worker's and the relay's endings (they count
         theirs). A failure is logged, not raised: the cancel stands, and the jobs table's
         stream counts the child again (``CountdownFunction``)."""
-        store = self.store
-        if not hasattr(store, "continuation_of"):
+        if self._families is None:
             return
         try:
             Countdown(api_families.families_of(self), self.release_continuation).on_ended(event)

@@ -18,8 +18,8 @@ children. The order of the writes makes a crash at any point safe to repeat:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.core import ids
 from sluice.core.errors import ConfigError, FamilyConflict, InvalidInput, JobNotFound, TooManyChildren
@@ -35,19 +35,33 @@ from sluice.core.models import FINAL_STATES, JobSpec, is_reserved_queue, validat
 
 if TYPE_CHECKING:
     from sluice.core.caller import Caller
-    from sluice.gateway.api import Api
+    from sluice.gateway.pipeline import EnqueuePipeline
 
 log = logging.getLogger("sluice.gateway.api")
 
 
-def families_of(api: Api) -> FamilyStore:
-    store = api.store
-    if not hasattr(store, "start_family"):
+class FamilyHost(Protocol):
+    """What the family use cases need of the gateway (``api.Api`` is one): its families, its
+    enqueue pipeline, the job id verifier and its clock."""
+
+    @property
+    def families(self) -> FamilyStore | None: ...
+    @property
+    def pipeline(self) -> EnqueuePipeline: ...
+    @property
+    def verifier(self) -> ids.Verifier: ...
+    @property
+    def clock(self) -> Callable[[], int]: ...
+
+
+def families_of(api: FamilyHost) -> FamilyStore:
+    store = api.families
+    if store is None:
         raise ConfigError("this gateway's store keeps no families")
-    return cast(FamilyStore, store)
+    return store
 
 
-def _signing_key(api: Api, parent_id: str) -> bytes:
+def _signing_key(api: FamilyHost, parent_id: str) -> bytes:
     """The key that signed the parent: a re-run across a key rotation derives the same children."""
     kid = parent_id.rsplit(".", 1)[-1][:ids.KEY_ID_LENGTH]
     for key in (api.verifier.key, *api.verifier.previous):
@@ -78,7 +92,7 @@ def _check_keys(request: FamilyRequest) -> None:
         raise InvalidInput(f"child key {duplicate!r} is used twice: each child needs its own key")
 
 
-def enqueue_children(api: Api, request: FamilyRequest, caller: Caller) -> FamilyAccepted:
+def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) -> FamilyAccepted:
     """``caller``: whom the children are for, as the entry verified it (a worker's invoke)."""
     pipeline = api.pipeline
     parent_id = validate_job_id(request.parent_id)
@@ -139,7 +153,7 @@ def _same_family(store: FamilyStore, then_id: str, child_ids: Sequence[str]) -> 
                              "use another then key", job_id=then_id)
 
 
-def _count_final(api: Api, store: FamilyStore, then_id: str, slots: Sequence[int]) -> None:
+def _count_final(api: FamilyHost, store: FamilyStore, then_id: str, slots: Sequence[int]) -> None:
     """Children that ended before this (re-run) request: counted now, since their JobEnded may be
     long past (or never came: the process that ended them died before its countdown)."""
     for slot in slots:
@@ -148,7 +162,7 @@ def _count_final(api: Api, store: FamilyStore, then_id: str, slots: Sequence[int
         release_continuation(api, then_id)
 
 
-def release_continuation(api: Api, continuation: str) -> bool:
+def release_continuation(api: FamilyHost, continuation: str) -> bool:
     """Append the continuation whose children have all ended; False if it was appended already.
 
     Safe to call again (a release whose answer was lost): ``mark_released`` after the append

@@ -56,8 +56,9 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
     from sluice.entry.gateway import Gateway
     from sluice.gateway.api import Api, Backends, IdMinting
 
-    gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), DynamoJobStore.from_settings(s),
-                                   RedisJobQueue.from_settings(s)), IdMinting(wiring.job_id_key(s))))
+    store = DynamoJobStore.from_settings(s)
+    gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), store, RedisJobQueue.from_settings(s),
+                                   families=store.families), IdMinting(wiring.job_id_key(s))))
     return Gatekeeper(lambda event: gateway(event, None))
 
 
@@ -73,8 +74,9 @@ def run_worker(cfg: dict[str, Any]) -> int:
     logger: Any = logging.getLogger(f"sluice_dev.chaos.{cfg['name']}")
     app = worker_app(lambda: history, lambda: control, family_key=lambda: wiring.job_id_key(s))
     record(app.events, cfg["history"])  # after the nemesis's fault points, on the same bus
+    store = DynamoJobStore.from_settings(s)
     worker = app.bind(
-        queue=RedisJobQueue.from_settings(s), store=DynamoJobStore.from_settings(s),
+        queue=RedisJobQueue.from_settings(s), store=store, families=store.families,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=int(cfg.get("batch", 4))),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",
         gatekeeper=in_process_gatekeeper(s))
@@ -105,7 +107,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
     bus.subscribe(kill_after_push(control), ev.Pushed)  # after the push is recorded
-    Countdown(store, in_process_gatekeeper(s).release).subscribe(bus)  # settled children count down
+    Countdown(store.families, in_process_gatekeeper(s).release).subscribe(bus)  # settled children count down
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1

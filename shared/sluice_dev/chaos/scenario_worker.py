@@ -83,9 +83,9 @@ def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     events.subscribe(probe(emit, fencing=fencing))
     events.subscribe(before_write, ResultWriting)
     events.subscribe(before_ack, Acking)
+    store = DynamoJobStore.from_settings(s, fencing=fencing)
     worker = app.bind(
-        queue=RedisJobQueue.from_settings(s), store=DynamoJobStore.from_settings(s, fencing=fencing),
-        events=events,
+        queue=RedisJobQueue.from_settings(s), store=store, families=store.families, events=events,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=1,
                               heartbeat_fraction=float(cfg["heartbeat_fraction"])),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}")

@@ -1,9 +1,10 @@
 """The store's DynamoDB client: one set of retries, timeouts and connection pool.
 
-``wiring.dynamodb`` builds one per container and shares it between the job store, the routes,
-the schedules and the gateway's idempotency layer (a botocore client is thread-safe). Each client
-a container builds costs it about 50 ms; the process's first, which loads the service model,
-about 140 ms (the gateway's first enqueue, when routes are read).
+The composition root (``sluice.entry.root.dynamodb``) builds one per container with ``CONFIG``
+and shares it between the job store, the routes, the schedules and the gateway's idempotency
+layer (a botocore client is thread-safe). Each client a container builds costs it about 50 ms;
+the process's first, which loads the service model, about 140 ms (the gateway's first enqueue,
+when routes are read).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from botocore.config import Config
 
+from sluice.backends.aws.clients import boto_client
 from sluice.core.config import Settings
 
 if TYPE_CHECKING:
@@ -22,8 +24,6 @@ CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 4}, connect_t
 
 
 def dynamodb_client(s: Settings) -> DynamoDBClient:
-    """A new client: most callers want the container's one, ``wiring.dynamodb``."""
-    from sluice.entry import root as wiring
-
-    client: DynamoDBClient = wiring.boto_client("dynamodb", s, config=CONFIG)
+    """A new client: most callers want the container's one (``sluice.entry.root.dynamodb``)."""
+    client: DynamoDBClient = boto_client("dynamodb", s, config=CONFIG)
     return client

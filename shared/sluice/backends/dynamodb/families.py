@@ -63,9 +63,39 @@ GRANTS_REMEMBERED = 10_000
 _SLOT_NAMES = {"#then": "continuation", "#slot": "family_slot"}
 
 
-class Families(ItemTable):
-    _pool: LazyPool
-    _continuations: dict[str, Slot | None]
+class GrantedSlots:
+    """What each grant's item said about the job's continuation, until the job ends here.
+
+    The token authority (``grants.Grants``) records it on every grant; ``Families.continuation_of``
+    takes it when the job ends, so the worker that granted a job need not read its item again.
+    """
+
+    def __init__(self, limit: int = GRANTS_REMEMBERED) -> None:
+        self._limit = limit
+        self._slots: dict[str, Slot | None] = {}  # job id -> its slot, from its grant
+
+    def granted(self, job_id: str, item: dict[str, Any]) -> None:
+        if len(self._slots) >= self._limit:  # jobs granted here that never ended here
+            self._slots.pop(next(iter(self._slots)), None)
+        self._slots[job_id] = _slot(item)
+
+    def take(self, job_id: str) -> tuple[bool, Slot | None]:
+        """(known, slot): known False for a job not granted here (or taken already)."""
+        try:
+            return True, self._slots.pop(job_id)
+        except KeyError:
+            return False, None
+
+
+class Families:
+    """The ``core.families.FamilyStore`` adapter: the family writes and reads, on ``items``.
+
+    ``pool`` runs the per-child writes and reads; ``granted``: the slots the grants of the same
+    store recorded (``GrantedSlots``)."""
+
+    def __init__(self, items: ItemTable, pool: LazyPool, granted: GrantedSlots | None = None) -> None:
+        self.items, self._pool = items, pool
+        self._granted = granted if granted is not None else GrantedSlots()
 
     def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
               limit: int) -> None:
@@ -75,7 +105,7 @@ class Families(ItemTable):
         and with ``TooManyChildren`` when the parent would have more than ``limit`` children.
         """
         for _ in range(5):  # the set may grow between the read and the write (two slots of one parent)
-            item = self._read(parent_id)
+            item = self.items.read(parent_id)
             if item is None:
                 raise LeaseLost(f"parent {parent_id} has no record: it is not leased", job_id=parent_id)
             if item_str(item, "status") != JobState.LEASED or item_int(item, "token") != token:
@@ -88,12 +118,12 @@ class Families(ItemTable):
                                       "per job", job_id=parent_id, limit=limit)
             update = "ADD #kids :kids" + (", #conts :conts" if continuation else "") + " SET #up = :now"
             sized = "attribute_not_exists(#kids)" if not have else "size(#kids) = :seen"
-            request = self._request(
+            request = self.items.request(
                 parent_id, update=update, condition=f"#st = :leased AND #tok = :tok AND {sized}",
                 values={":kids": _ss(child_ids), ":conts": _ss([continuation or "-"]),
-                        ":now": N(self._now_ms()), ":leased": S(JobState.LEASED), ":tok": N(token),
+                        ":now": N(self.items.now_ms()), ":leased": S(JobState.LEASED), ":tok": N(token),
                         ":seen": N(len(have))})
-            _, ok = self._update("adopt", request)
+            _, ok = self.items.update("adopt", request)
             if ok:
                 return
         raise LeaseLost(f"parent {parent_id} kept changing while its children were recorded",
@@ -112,11 +142,11 @@ class Families(ItemTable):
                     "#tok = if_not_exists(#tok, :zero)"]
             if continuation:
                 sets += ["#then = if_not_exists(#then, :then)", "#slot = if_not_exists(#slot, :slot)"]
-            request = self._request(child.job_id, update="SET " + ", ".join(sets), values={
+            request = self.items.request(child.job_id, update="SET " + ", ".join(sets), values={
                 ":par": S(parent_id), ":q": S(child.queue), ":accepted": S(JobState.ACCEPTED),
                 ":cr": N(child.created_at_ms), ":zero": N(0), ":then": S(continuation or "-"),
                 ":slot": N(child.slot)})
-            self._update("record_children", request)
+            self.items.update("record_children", request)
 
         self._pool.map(one, list(children))
 
@@ -127,7 +157,7 @@ class Families(ItemTable):
         Each is created only if absent, the record first: a re-run (or a repeat after a crash
         between the two) finds them as they are, and never resets the count.
         """
-        now = self._now_ms()
+        now = self.items.now_ms()
         record: dict[str, Any] = {"job_id": S(family_key(continuation)), "parent_id": S(parent_id),
                                   "waits_for": _ss(child_ids), "continuation_spec": S(spec_json),
                                   "created_at_ms": N(now)}
@@ -136,29 +166,21 @@ class Families(ItemTable):
                                 "updated_at_ms": N(now), "parent_id": S(parent_id),
                                 "remaining": N(len(set(child_ids)))}
         for put in (record, item):
-            self._put_new("start_family", put)  # already there: a retry of this same start
+            self.items.put_new("start_family", put)  # already there: a retry of this same start
         return self.family(continuation)
-
-    def _granted(self, job_id: str, item: dict[str, Any]) -> None:
-        """Remember what the grant's item says about the job's continuation: the worker that
-        granted it asks ``continuation_of`` when the job ends, and need not read the item again."""
-        if len(self._continuations) >= GRANTS_REMEMBERED:  # jobs granted here that never ended here
-            self._continuations.pop(next(iter(self._continuations)), None)
-        self._continuations[job_id] = _slot(item)
 
     def continuation_of(self, job_id: str) -> Slot | None:
         """The continuation waiting for ``job_id`` and the job's slot in it (None: no continuation).
 
-        Known without a read for a job this store granted (``_granted``): a child's item names its
+        Known without a read for a job this store granted (``GrantedSlots``): a child's item names its
         continuation before its Kafka record exists, so before any grant. Otherwise one read."""
-        try:
-            return self._continuations.pop(job_id)
-        except KeyError:
-            pass
+        known, slot = self._granted.take(job_id)
+        if known:
+            return slot
         with translated("get_item"):
-            response = self._db.get_item(TableName=self.table, Key={"job_id": S(job_id)},
-                                         ConsistentRead=True, ProjectionExpression="#then, #slot",
-                                         ExpressionAttributeNames=_SLOT_NAMES)
+            response = self.items.client.get_item(TableName=self.items.table, Key={"job_id": S(job_id)},
+                                                  ConsistentRead=True, ProjectionExpression="#then, #slot",
+                                                  ExpressionAttributeNames=_SLOT_NAMES)
         return _slot(response.get("Item") or {})
 
     def count_down(self, continuation: str, slot: int) -> int | None:
@@ -170,16 +192,17 @@ class Families(ItemTable):
         list of children is not on this item, so it stays small however many count down on it
         (DynamoDB bills a write by the item's size).
         """
-        request = self._request(
+        request = self.items.request(
             continuation, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
             condition="attribute_exists(#left) AND NOT contains(#ended, :slot)",
-            values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1), ":now": N(self._now_ms())},
+            values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1),
+                    ":now": N(self.items.now_ms())},
             ReturnValues="UPDATED_NEW")
-        attrs, ok = self._update("count_down", request)
+        attrs, ok = self.items.update("count_down", request)
         return item_int(attrs, "remaining") if ok and attrs is not None else None
 
     def unreleased(self, continuation: str) -> bool:
-        item = self._read(continuation)
+        item = self.items.read(continuation)
         return item is not None and "remaining" in item and item_int(item, "remaining") <= 0 \
             and "released_at_ms" not in item
 
@@ -191,15 +214,15 @@ class Families(ItemTable):
             keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + 100]]
             for _ in range(8):
                 with translated("batch_get_item"):
-                    response: Any = self._db.batch_get_item(RequestItems={self.table: {
+                    response: Any = self.items.client.batch_get_item(RequestItems={self.items.table: {
                         "Keys": keys, "ConsistentRead": True,
                         "ProjectionExpression": "#id, #st, #then, #slot",
                         "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", **_SLOT_NAMES}}})
-                for item in response.get("Responses", {}).get(self.table, []):
+                for item in response.get("Responses", {}).get(self.items.table, []):
                     out[str(item["job_id"]["S"])] = ChildState(item_str(item, "status") or "",
                                                                item_str(item, "continuation"),
                                                                item_int(item, "family_slot"))
-                keys = list(response.get("UnprocessedKeys", {}).get(self.table, {}).get("Keys", []))
+                keys = list(response.get("UnprocessedKeys", {}).get(self.items.table, {}).get("Keys", []))
                 if not keys:
                     break
             else:
@@ -207,7 +230,7 @@ class Families(ItemTable):
         return out
 
     def family(self, continuation: str) -> Family:
-        record, item = self._read(family_key(continuation)), self._read(continuation)
+        record, item = self.items.read(family_key(continuation)), self.items.read(continuation)
         if record is None or item is None:
             raise JobNotFound(f"no continuation {continuation}", job_id=continuation)
         return Family(continuation=continuation, queue=item_str(item, "queue") or "",
@@ -218,26 +241,26 @@ class Families(ItemTable):
 
     def waits_for(self, continuation: str) -> list[str]:
         """The children a continuation runs after ([] if ``continuation`` is none)."""
-        record = self._read(family_key(continuation))
+        record = self.items.read(family_key(continuation))
         return sorted(record["waits_for"]["SS"]) if record is not None and "waits_for" in record else []
 
     def mark_released(self, continuation: str) -> bool:
         """Record that the continuation's Kafka record was appended; False if it already was.
         The family's record then expires with the job's retention."""
-        now = self._now_ms()
-        request = self._request(continuation, update="SET #rel = :now, #up = :now",
-                                condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
-                                values={":now": N(now)})
-        _, ok = self._update("mark_released", request)
+        now = self.items.now_ms()
+        request = self.items.request(continuation, update="SET #rel = :now, #up = :now",
+                                     condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
+                                     values={":now": N(now)})
+        _, ok = self.items.update("mark_released", request)
         if ok:
-            self._update("mark_released", self._request(
-                family_key(continuation), update="SET #exp = :exp", values=self._finish_values(now)))
+            self.items.update("mark_released", self.items.request(
+                family_key(continuation), update="SET #exp = :exp", values=self.items.finish_values(now)))
         return ok
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
         """The records of ``job_ids`` that exist, by id (results loaded). One read each, in parallel."""
         def one(job_id: str) -> tuple[str, Any]:
-            item = self._read(job_id)
-            return job_id, (self._record(item) if item is not None else None)
+            item = self.items.read(job_id)
+            return job_id, (self.items.record(item) if item is not None else None)
 
         return {j: r for j, r in self._pool.map(one, list(dict.fromkeys(job_ids))) if r is not None}

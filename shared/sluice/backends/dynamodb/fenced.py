@@ -191,7 +191,7 @@ class FencedTable:
             "TableName": self.jobs_table,
             "Key": {"job_id": {"S": self.job_id}},
             # succeeded: the current holder of a re-run after a crash before ack, until that
-            # re-run ends without a result (ended_token, DynamoJobStore._end_rerun).
+            # re-run ends without a result (ended_token, leases.LeaseWrites._end_rerun).
             "ConditionExpression": "#tok = :mine AND (#st = :leased OR (#st = :succeeded AND "
                                    "(attribute_not_exists(#end) OR #end < :mine)))",
             "ExpressionAttributeNames": {"#tok": "token", "#st": "status", "#end": "ended_token"},
@@ -257,3 +257,16 @@ class FencedTable:
             # A conflicting transaction, or throttling reported per item: not now, not wrong.
             return BackendUnavailable(f"{operation}: cancelled for now: {codes}", reasons=codes)
         return StoreError(f"{operation} on {self.table_name} cancelled: {codes}", reasons=codes)
+
+
+class FencedTables:
+    """Hands out ``FencedTable``s fenced on the jobs table ``jobs_table`` (``ctx.fenced_table``)."""
+
+    def __init__(self, client: DynamoDBClient, jobs_table: str, fence: Fence) -> None:
+        self._client, self.jobs_table, self._fence = client, jobs_table, fence
+
+    def fenced_table(self, table_name: str, job_id: str, token: int, *,
+                     events: EventBus) -> FencedTable:
+        """A handler's own table, fenced on this job's token in the jobs table."""
+        return FencedTable(self._client, table_name, job_id, token, jobs_table=self.jobs_table,
+                           metrics=self._fence.metrics, events=events)

@@ -34,21 +34,24 @@ from sluice.core.pools import LazyPool
 log = logging.getLogger("sluice.backends.dynamodb")
 
 
-class Lifecycle(ItemTable):
-    _pool: LazyPool
+class Lifecycle:
+    """The writes made outside a lease, on ``items``; ``pool`` runs ``mark_queued``'s writes."""
+
+    def __init__(self, items: ItemTable, pool: LazyPool) -> None:
+        self.items, self._pool = items, pool
 
     def record_accepted(self, spec: JobSpec) -> None:
         """Write the ``accepted`` item of a job (tools and tests; the gateway writes none)."""
         if not isinstance(spec, JobSpec):
             raise InvalidInput("record_accepted takes a JobSpec")
-        now = self._now_ms()
+        now = self.items.now_ms()
         item = {"job_id": S(spec.job_id), "queue": S(spec.queue), "status": S(JobState.ACCEPTED),
                 "attempts": N(0), "token": N(0), "created_at_ms": N(spec.enqueued_at_ms or now),
                 "updated_at_ms": N(now)}
         try:
-            self._db.put_item(TableName=self.table, Item=item,
-                              ConditionExpression="attribute_not_exists(job_id)",
-                              ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            self.items.client.put_item(TableName=self.items.table, Item=item,
+                                       ConditionExpression="attribute_not_exists(job_id)",
+                                       ReturnValuesOnConditionCheckFailure="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise translate(exc, "record_accepted") from exc
@@ -73,8 +76,8 @@ class Lifecycle(ItemTable):
         self._pool.map(lambda pair: self._mark_one(*pair), pairs)
 
     def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:
-        now = self._now_ms()
-        request = self._request(
+        now = self.items.now_ms()
+        request = self.items.request(
             job_id,
             update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
                    "#cr = if_not_exists(#cr, :created), #att = if_not_exists(#att, :zero), "
@@ -83,7 +86,7 @@ class Lifecycle(ItemTable):
             values={":queued": S(JobState.QUEUED), ":now": N(now), ":queue": S(queue),
                     ":created": N(created_at_ms or now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
         try:
-            _, ok = self._update("mark_queued", request)
+            _, ok = self.items.update("mark_queued", request)
         except Exception as exc:  # tolerated: status lags, nothing else depends on it
             log.warning("mark_queued failed for %s: %s", job_id, exc, extra={"job_id": job_id})
             return
@@ -99,46 +102,47 @@ class Lifecycle(ItemTable):
         record; a job that finished anyway raises ``AlreadyFinished``.
         """
         job_id = validate_job_id(job_id)
-        attrs, ok = self._honour(job_id, "honour_cancel")
+        attrs, ok = self.honour(job_id, "honour_cancel")
         if ok and attrs is not None:
-            return self._record(attrs)
+            return self.items.record(attrs)
         if attrs is None:
             raise JobNotFound(f"no job {job_id}", job_id=job_id)
         status = item_str(attrs, "status")
         if status == JobState.CANCELLED:
-            return self._record(attrs)
+            return self.items.record(attrs)
         if status in FINAL_STATES:
             raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
         raise StoreError(f"honour_cancel: no cancel was requested for {job_id} ({status})", job_id=job_id)
 
-    def _honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
+    def honour(self, job_id: str, operation: str) -> tuple[dict[str, Any] | None, bool]:
         """The holder asked to stop never finished it (crashed, lease expired): cancel now.
 
         A job that finished anyway (its holder wrote a result before seeing the request)
         keeps its final state; it is still not run again.
         """
-        now = self._now_ms()
-        request = self._request(job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
-                                condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
-                                values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
-                                        ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                                        ":leased": S(JobState.LEASED), **self._finish_values(now)},
-                                ReturnValues="ALL_NEW")
-        return self._update(operation, request)
+        now = self.items.now_ms()
+        request = self.items.request(
+            job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
+            condition="#cx = :true AND #st IN (:accepted, :queued, :leased)",
+            values={":cancelled": S(JobState.CANCELLED), ":true": {"BOOL": True},
+                    ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
+                    ":leased": S(JobState.LEASED), **self.items.finish_values(now)},
+            ReturnValues="ALL_NEW")
+        return self.items.update(operation, request)
 
     def request_cancel(self, job_id: str) -> JobRecord:
         job_id = validate_job_id(job_id)
         for _ in range(5):  # the status may move between our two conditional writes
-            now = self._now_ms()
-            request = self._request(
+            now = self.items.now_ms()
+            request = self.items.request(
                 job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp",
                 condition="#st IN (:accepted, :queued)",
                 values={":cancelled": S(JobState.CANCELLED), ":accepted": S(JobState.ACCEPTED),
-                        ":queued": S(JobState.QUEUED), **self._finish_values(now)},
+                        ":queued": S(JobState.QUEUED), **self.items.finish_values(now)},
                 ReturnValues="ALL_NEW")
-            attrs, ok = self._update("request_cancel", request)
+            attrs, ok = self.items.update("request_cancel", request)
             if ok and attrs is not None:
-                return self._record(attrs)
+                return self.items.record(attrs)
             if attrs is None:
                 raise JobNotFound(f"no job {job_id}", job_id=job_id)
             status = item_str(attrs, "status")
@@ -146,14 +150,14 @@ class Lifecycle(ItemTable):
                 raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
             if status == JobState.LEASED:
                 # The holder sees the flag on its next heartbeat and stops; grant honours it too.
-                request = self._request(job_id, update="SET #cx = :true, #up = :now",
-                                        condition="#st = :leased",
-                                        values={":true": {"BOOL": True}, ":now": N(now),
-                                                ":leased": S(JobState.LEASED)},
-                                        ReturnValues="ALL_NEW")
-                attrs, ok = self._update("request_cancel", request)
+                request = self.items.request(job_id, update="SET #cx = :true, #up = :now",
+                                             condition="#st = :leased",
+                                             values={":true": {"BOOL": True}, ":now": N(now),
+                                                     ":leased": S(JobState.LEASED)},
+                                             ReturnValues="ALL_NEW")
+                attrs, ok = self.items.update("request_cancel", request)
                 if ok and attrs is not None:
-                    return self._record(attrs)
+                    return self.items.record(attrs)
         raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
 
     def redrive(self, job_id: str) -> int:
@@ -170,13 +174,13 @@ class Lifecycle(ItemTable):
         succeeded job is ``AlreadyFinished``.
         """
         job_id = validate_job_id(job_id)
-        request = self._request(
+        request = self.items.request(
             job_id, update="ADD #rg :one SET #up = :now REMOVE #exp, #cx",
             condition="attribute_exists(#id) AND NOT (#st IN (:cancelled, :succeeded))",
-            values={":one": N(1), ":now": N(self._now_ms()), ":cancelled": S(JobState.CANCELLED),
+            values={":one": N(1), ":now": N(self.items.now_ms()), ":cancelled": S(JobState.CANCELLED),
                     ":succeeded": S(JobState.SUCCEEDED)},
             ReturnValues="UPDATED_NEW")
-        attrs, ok = self._update("redrive", request)
+        attrs, ok = self.items.update("redrive", request)
         if ok and attrs is not None:
             return item_int(attrs, "redrive_gen")
         if attrs is None:
@@ -199,14 +203,15 @@ class Lifecycle(ItemTable):
         created = created_ms(created_at_ms)
         if not isinstance(reason, str) or not reason:
             raise InvalidInput("reason must be a non-empty string")
-        now = self._now_ms()
+        now = self.items.now_ms()
         item = {"job_id": S(job_id), "queue": S(queue), "status": S(JobState.CANCELLED), "attempts": N(0),
                 "token": N(0), "created_at_ms": N(created or now), "updated_at_ms": N(now),
                 "finished_at_ms": N(now),
-                "last_error": S(truncate_error(reason)), "expires_at": N(now // 1000 + self.retention_s)}
-        if not self._put_new("cancel_unrecorded", item):
+                "last_error": S(truncate_error(reason)),
+                "expires_at": N(now // 1000 + self.items.retention_s)}
+        if not self.items.put_new("cancel_unrecorded", item):
             return self.request_cancel(job_id)
-        return self._record(item)
+        return self.items.record(item)
 
     def settle_ended(self, ended: EndedJob) -> bool:
         """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
@@ -230,8 +235,8 @@ class Lifecycle(ItemTable):
         why = ended.last_error if ended.status is JobState.DEAD and ended.last_error else (
             "the lease expired on the last attempt" if ended.status is JobState.DEAD
             else "cancelled: the lease ended after a cancel request")
-        now = self._now_ms()
-        request = self._request(
+        now = self.items.now_ms()
+        request = self.items.request(
             job_id,
             update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
                    "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
@@ -241,6 +246,6 @@ class Lifecycle(ItemTable):
                       "AND (attribute_not_exists(#rg) OR #rg <= :gen)",
             values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
                     ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self._finish_values(now)})
-        _, ok = self._update("settle_ended", request)
+                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self.items.finish_values(now)})
+        _, ok = self.items.update("settle_ended", request)
         return ok

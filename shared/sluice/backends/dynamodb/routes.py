@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from sluice.backends.dynamodb.client import dynamodb_client
 from sluice.backends.dynamodb.errors import error_code, translate
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.clock import wall_ms
@@ -50,12 +51,11 @@ class DynamoRouteStore:
         self.client, self.table_name = client, table_name
 
     @classmethod
-    def from_settings(cls, s: Settings) -> DynamoRouteStore:
-        from sluice.entry import root as wiring
-
+    def from_settings(cls, s: Settings, *, client: DynamoDBClient | None = None) -> DynamoRouteStore:
+        """``client``: the container's DynamoDB client (``sluice.entry.root.dynamodb``); else a new one."""
         if not s.routes_table:
             raise InvalidInput("no routes table: set SLUICE_ROUTES_TABLE (template.yaml's RoutesTable)")
-        return cls(wiring.dynamodb(s), s.routes_table)
+        return cls(client or dynamodb_client(s), s.routes_table)
 
     def list_routes(self) -> list[Route]:
         items = scan_all(self.client, self.table_name)

@@ -17,9 +17,11 @@ from sluice.core.families import (
     ChildRequest,
     FamilyAccepted,
     FamilyRequest,
+    FamilyStore,
     Gatekeeper,
     ThenRequest,
 )
+from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import JobRecord, describe_validation
 from sluice.worker.runtime.telemetry import JobLogger
 
@@ -71,7 +73,7 @@ class JobContext:
             raise SluiceError("this worker's store records no progress")
         self._progress.report(fraction, detail)
     _gatekeeper: Gatekeeper | None = None  # the gateway's family entry (sluice.core.families)
-    _families: Any = None  # the jobs table's family reads (store.families.Families), for children()
+    _families: FamilyStore | Lazy[FamilyStore] | None = None  # the jobs table's families, for children()
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -143,8 +145,9 @@ class JobContext:
         """On a continuation: the final records (state, result, error) of the children it ran after."""
         if self._families is None:
             raise ConfigError("this worker's store keeps no families")
-        family = self._families.family(self.job_id)
-        found = self._families.get_jobs(list(family.waits_for))
+        families = resolve(self._families)
+        family = families.family(self.job_id)
+        found = families.get_jobs(list(family.waits_for))
         return [found[j] for j in family.waits_for if j in found]
 
 

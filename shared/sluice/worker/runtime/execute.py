@@ -31,7 +31,8 @@ from sluice.core.errors import (
     SluiceError,
     StaleToken,
 )
-from sluice.core.families import Gatekeeper
+from sluice.core.families import FamilyStore, Gatekeeper
+from sluice.core.lazy import Lazy
 from sluice.core.models import LeasedJob, dump_json
 from sluice.core.ports import JobStore
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
@@ -50,7 +51,8 @@ def describe(exc: BaseException) -> str:
 class JobRunner:
     def __init__(self, finisher: Finisher, store: JobStore, options: WorkerOptions, worker_id: str, *,
                  fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms,
-                 gatekeeper: Gatekeeper | None = None) -> None:
+                 gatekeeper: Gatekeeper | None = None,
+                 families: FamilyStore | Lazy[FamilyStore] | None = None) -> None:
         self.finisher = finisher
         self.store = store
         self.options = options
@@ -58,7 +60,7 @@ class JobRunner:
         self._fenced = fenced
         self._now_ms = now_ms
         self._gatekeeper = gatekeeper
-        self._families = store if hasattr(store, "family") else None
+        self._families = families  # the jobs table's families, for ctx.children(); None: none
 
     def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
         job = tracked.leased
