@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sluice import __version__
 from sluice.core.errors import ConfigError
+from sluice.core.version import __version__
 from sluice.entry import gateway_api, gateway_internal, gateway_operator, gateway_scheduler
 from sluice.gateway.api import Api
 from sluice.gateway.http.app import HttpGateway
