@@ -18,11 +18,12 @@ from pydantic import ValidationError
 
 from sluice.backends.aws.dispatch import LambdaDispatcher, LocalProcessDispatcher
 from sluice.backends.kafka.source import KafkaSource, consumer_config
+from sluice.core import knobs as control
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable, InvalidInput
 from sluice.core.models import DispatchEvent, QueueConfig
 from sluice.entry import relay as relay_entry
-from sluice.relay import SourceRecord, control
+from sluice.relay import SourceRecord
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
 
@@ -295,7 +296,7 @@ def test_dead_letters_carry_the_reason_and_failed_ones_are_resent() -> None:
     assert producer.flushes == 2
 
 
-# -- relay.control -----------------------------------------------------------------------------------
+# -- core.knobs --------------------------------------------------------------------------------------
 
 class ConfigStub:
     def __init__(self) -> None:

@@ -24,7 +24,7 @@ reads to know what each action allows (``chaos.checker``):
   the job's next redrive generation, then Redis moves it);
 - ``purge``: ``sluice dlq purge QUEUE --yes``; ``listed`` = the dead jobs read just
   before, ``deleted`` = how many went;
-- ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``relay.control``),
+- ``pause`` / ``resume``: ``sluice queue pause|resume QUEUE`` (``core.knobs``),
   the resume ``hold_s`` after the pause. A resume that fails is tried again until it
   lands: an operator who paused a queue does not walk away from it.
 """
@@ -240,14 +240,14 @@ class Operator:
         self._listed_then("purge", lambda: {"deleted": int(self.engine.purge_dead(self.queue))})
 
     def _pause(self, a: Action) -> None:
+        from sluice.core import knobs
         from sluice.core.errors import SluiceError
-        from sluice.relay import control as relay_control
 
         t0 = time.time()
         with self._lock:
             self._paused = True  # even if the call fails: it may have landed, so resume it anyway
         try:
-            relay_control.pause(self.engine, self.queue)
+            knobs.pause(self.engine, self.queue)
         except SluiceError as exc:
             self._record("pause", t0, "error", queue=self.queue, error=str(exc)[:200])
         else:
@@ -259,8 +259,8 @@ class Operator:
 
     def resume(self, deadline_s: float = 30.0) -> None:
         """Resume the queue if this operator paused it; retried until it lands or ``deadline_s``."""
+        from sluice.core import knobs
         from sluice.core.errors import SluiceError
-        from sluice.relay import control as relay_control
 
         with self._lock:
             if not self._paused:
@@ -269,7 +269,7 @@ class Operator:
             while True:
                 t0 = time.time()
                 try:
-                    relay_control.resume(self.engine, self.queue)
+                    knobs.resume(self.engine, self.queue)
                 except SluiceError as exc:
                     self._record("resume", t0, "error", queue=self.queue, error=str(exc)[:200])
                     if self.clock() >= give_up:

@@ -31,7 +31,7 @@ final state in the store (it is counted, not excused silently): only if it was l
 by the dead-letter read just before the purge, or a worker dead-lettered it between
 that read and the purge's end.
 
-**pause** / **resume** (``relay.control``): a paused queue takes no new jobs from Kafka
+**pause** / **resume** (``core.knobs``): a paused queue takes no new jobs from Kafka
 (leasing what Redis already holds goes on, by design). Two rules:
 
 - each relay honours what it read: a push that added jobs, by a relay process whose last

@@ -2,7 +2,7 @@
 
 They go to Redis directly (the local stack's, or ``SLUICE_REDIS_URL``), or, pointed at a deployed
 API without Redis (``Target.operator_api``), through the operator API (``/v1/admin/queues...``).
-Every change is picked up by running relays within about a second (``sluice.relay.control``).
+Every change is picked up by running relays within about a second (``sluice.core.knobs``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sluice.core import knobs as control
 from sluice.core.errors import InvalidInput
 from sluice.core.models import (
     QueueConfig,
@@ -26,7 +27,6 @@ from sluice.core.models import (
 )
 from sluice.core.routes import RouteTable, unrouted_refused
 from sluice.gateway.redrive import redrive_all, redrive_one
-from sluice.relay import control
 from sluice_dev.cli.output import emit, json_mode
 from sluice_dev.cli.target import Target
 

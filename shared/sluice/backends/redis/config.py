@@ -1,5 +1,5 @@
 """A queue's settings in Redis (pause, rate, max in flight, watermarks, caps): the knobs
-``sluice.relay.control`` turns, for the operator's admin calls and the relay's default rate."""
+``sluice.core.knobs`` turns, for the operator's admin calls and the relay's default rate."""
 
 from __future__ import annotations
 
