@@ -60,6 +60,19 @@ class ManualClock:
         self.ms += ms
 
 
+class ManualMonotonic:
+    """A monotonic clock in seconds (``time.monotonic``'s shape) that moves only when told."""
+
+    def __init__(self, start_s: float = 1_000.0) -> None:
+        self.s = start_s
+
+    def __call__(self) -> float:
+        return self.s
+
+    def advance(self, s: float) -> None:
+        self.s += s
+
+
 @dataclass
 class QJob:
     spec: JobSpec

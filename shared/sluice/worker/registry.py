@@ -114,6 +114,7 @@ class _Session:
 class Worker:
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
                  gatekeeper: Gatekeeper | None = None) -> None:
@@ -126,6 +127,7 @@ class Worker:
         self._fenced = fenced
         self.events = events if events is not None else ev.EventBus()  # what happens to each job
         self.gatekeeper = gatekeeper  # the gateway's family entry: ctx.enqueue, continuations (core.families)
+        self._clock = clock  # monotonic seconds: leases, timeouts, lingering (tests inject one)
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -168,6 +170,7 @@ class Worker:
 
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+             clock: Callable[[], float] | None = None,
              worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
              gatekeeper: Gatekeeper | None = None) -> Worker:
@@ -178,6 +181,7 @@ class Worker:
                        fenced=fenced or self._fenced, events=events or self.events,
                        gatekeeper=gatekeeper or self.gatekeeper)
         bound._handlers = dict(self._handlers)
+        bound._clock = self._clock if clock is None else clock
         return bound
 
     @property
@@ -232,7 +236,8 @@ class Worker:
         bus = ev.EventBus()
         bus.subscribe(self.events.emit)  # first: the process's subscribers (a nemesis) see it first
         observe(bus, tel, self.worker_id)
-        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
+        hb = Heartbeat(queue, tel, heartbeat_fraction=self.options.heartbeat_fraction, clock=self._clock,
+                       events=bus)
 
         def settle() -> tuple[JobRunner, Finisher]:
             built = resolve(store)
@@ -241,7 +246,7 @@ class Worker:
                                 retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
-                               gatekeeper=self.gatekeeper)
+                               gatekeeper=self.gatekeeper, clock=self._clock)
             # A child that ends here counts down its continuation (core.families): a drain's subscriber.
             if self.gatekeeper is not None and hasattr(built, "continuation_of"):
                 Countdown(built, self.gatekeeper.release).subscribe(bus)  # type: ignore[arg-type]
@@ -286,7 +291,7 @@ class Worker:
     def _drain(self, session: _Session, queues: list[str], batch: int, budget: TimeBudget,
                stop: threading.Event) -> DrainSummary:
         summary = DrainSummary()
-        started = time.monotonic()
+        started = self._clock()
         left, reason = batch, ""
         idle_since: float | None = None
         lingers = self._lingers(session, queues)
@@ -304,11 +309,11 @@ class Worker:
             elif skipped == len(queues):
                 reason = "time"
             else:
-                idle_since = time.monotonic() if idle_since is None else idle_since
+                idle_since = self._clock() if idle_since is None else idle_since
                 if not (lingers and self._linger(session, queues[0], budget, idle_since)):
                     reason = "empty"
         summary.stopped = reason
-        summary.elapsed_ms = int((time.monotonic() - started) * 1000)
+        summary.elapsed_ms = int((self._clock() - started) * 1000)
         return summary
 
     def _round(self, session: _Session, queues: list[str], left: int, budget: TimeBudget,
@@ -326,7 +331,7 @@ class Worker:
                 skipped += 1
                 summary.skipped_for_time.append(name)
                 continue
-            leased_at = time.monotonic()
+            leased_at = self._clock()
             try:
                 jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
             except SluiceError as exc:
@@ -369,7 +374,7 @@ class Worker:
         the relay starts no new worker for the jobs it pushes: ``push.lua`` wakes this one."""
         spec = self._handlers.get(queue)
         timeout_ms = spec.timeout_for(self.options) if spec else 0
-        left_ms = self.options.linger_ms - (time.monotonic() - idle_since) * 1000
+        left_ms = self.options.linger_ms - (self._clock() - idle_since) * 1000
         if budget.remaining_ms is not None:  # waking up is only worth it if a job can still fit
             left_ms = min(left_ms, budget.remaining_ms() - self.options.margin_ms - timeout_ms)
         if left_ms < 1:
