@@ -15,7 +15,7 @@ from sluice.core.models import EndedJob, JobState
 from sluice.entry import root as wiring
 from sluice.streams.completion.publish import Publisher, batch_failures
 from sluice_dev.local.streams import ensure_bus
-from tests.integration.streams_support import received, stream_poller, stream_settings
+from tests.backends.streams_support import received, stream_poller, stream_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -26,8 +26,8 @@ from sluice.worker.registry import Worker
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import WorkerOptions
 from sluice_dev.local.servers import Server
-from tests.integration.test_engine_support import where
-from tests.integration.worker_procs import Stack, make_stack
+from tests.backends.test_engine_support import where
+from tests.backends.worker_procs import Stack, make_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 Q = "edges"

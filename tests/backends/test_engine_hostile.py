@@ -17,7 +17,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.core.errors import BackendUnavailable, InvalidInput, InvalidQueueName, LeaseLost, SluiceError
 from sluice.core.models import MAX_DELAY_MS, JobSpec, LeasedJob
 from sluice_dev.local.servers import free_port
-from tests.integration.test_engine_support import make_queue, redis_now_ms, snapshot, spec
+from tests.backends.test_engine_support import make_queue, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, SluiceError, StaleToken
-from tests.integration.test_engine_support import FRONT, band, redis_now_ms, spec
+from tests.backends.test_engine_support import FRONT, band, redis_now_ms, spec
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.core.errors import InvalidQueueName, ReservedQueue
 from sluice.core.models import RESERVED_QUEUE_PREFIX
 from sluice.relay import RELAY_QUEUE, partition_job
-from tests.integration.test_engine_hostile import refused
-from tests.integration.test_engine_support import job, make_queue, members, spec
+from tests.backends.test_engine_hostile import refused
+from tests.backends.test_engine_support import job, make_queue, members, spec
 
 pytestmark = pytest.mark.integration
 

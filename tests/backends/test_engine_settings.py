@@ -13,7 +13,7 @@ from sluice.backends.redis.engine import RedisQueue, redis_auth_token
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable
 from sluice_dev.local import servers
-from tests.integration.test_engine_support import spec
+from tests.backends.test_engine_support import spec
 
 pytestmark = pytest.mark.integration
 

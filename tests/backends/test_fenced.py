@@ -23,7 +23,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.core.errors import LeaseLost, StaleToken
 from sluice.core.models import JobSpec, LeasedJob, WriteOutcome
 from sluice_dev.local.servers import start_redis
-from tests.integration.test_store import Env, make_env
+from tests.backends.test_store import Env, make_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

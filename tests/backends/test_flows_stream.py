@@ -15,8 +15,8 @@ from sluice.core.errors import BackendUnavailable
 from sluice.core.families import Countdown
 from sluice.streams.completion.publish import Publisher
 from sluice_dev.local.streams import StreamPoller, ensure_bus, stream_consumers
-from tests.integration.streams_support import received, stream_poller, stream_settings
-from tests.unit.test_flows import Rig
+from tests.backends.inprocess.test_flows import Rig
+from tests.backends.streams_support import received, stream_poller, stream_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -29,7 +29,7 @@ from sluice.gateway.http.app import Gateway, build_api
 from sluice.gateway.http.idempotency import PowertoolsIdempotency
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LocalGateway
-from tests.integration.test_gateway_stack import job_items, kafka_records, stack_settings
+from tests.backends.test_gateway_stack import job_items, kafka_records, stack_settings
 
 pytestmark = pytest.mark.integration
 EVENTS = Path(__file__).parent.parent / "events"
@@ -141,7 +141,7 @@ def test_cancel_before_the_relay_leaves_a_tombstone_the_relay_skips(
     import redis as redis_lib
 
     from sluice.backends.redis.keys import QueueKeys
-    from tests.integration.relay_proc import build
+    from tests.backends.relay_proc import build
 
     queue = f"tomb{unique}"[:60].lower()
     ids = [call(gateway, post(queue, {"payload": i}))[2]["job_id"] for i in range(3)]

@@ -17,7 +17,7 @@ import pytest
 from sluice.gateway.http.app import Gateway, build_api
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LocalGateway
-from tests.integration.test_gateway_stack import kafka_records, stack_settings
+from tests.backends.test_gateway_stack import kafka_records, stack_settings
 
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
           "response_headers_conformance,response_schema_conformance")

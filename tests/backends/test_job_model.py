@@ -49,7 +49,7 @@ from sluice.core.models import FINAL_STATES, JobSpec
 from sluice.gateway.api import Api
 from sluice.gateway.redrive import redrive_one
 from sluice.relay import SourceRecord
-from tests.integration.job_model_support import (
+from tests.backends.job_model_support import (
     POINTS,
     QUEUE,
     Died,

@@ -47,7 +47,7 @@ def test_cluster_serves_every_shard_and_a_restart_loses_one_shard(redis_cluster:
 
 def test_the_local_stack_runs_a_cluster_and_restarts_one_shard_empty(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from sluice_dev.local.stack import Stack
-    from tests.integration.conftest import queue_on
+    from tests.backends.conftest import queue_on
 
     stack = Stack(state_dir=tmp_path / "stack", redis_shards=3)
     try:

@@ -14,7 +14,7 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobNotFound
 from sluice.core.models import QueueConfig
-from tests.integration.test_engine_support import (
+from tests.backends.test_engine_support import (
     band,
     job,
     make_queue,

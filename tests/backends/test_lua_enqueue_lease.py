@@ -14,7 +14,7 @@ from sluice.backends.redis.scripts import source
 from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE
 from sluice.relay.recovery.tracker import owner_token
-from tests.integration.test_engine_support import (
+from tests.backends.test_engine_support import (
     BAND,
     job,
     make_queue,

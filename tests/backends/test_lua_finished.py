@@ -13,7 +13,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.errors import InvalidInput, StaleToken
 from sluice.core.models import FinishedCounts
-from tests.integration.test_engine_support import leased, make_queue, snapshot, spec
+from tests.backends.test_engine_support import leased, make_queue, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")

@@ -13,7 +13,7 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import JobNotFound, LeaseLost, StaleToken
 from sluice.core.models import LeasedJob
-from tests.integration.test_engine_support import (
+from tests.backends.test_engine_support import (
     band,
     job,
     leased,

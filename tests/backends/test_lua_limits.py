@@ -14,7 +14,7 @@ from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput, QueueNotAllowed
 from sluice.core.limits import Limits
 from sluice.core.models import QueueConfig
-from tests.integration.test_engine_support import job, make_queue, members, snapshot, spec
+from tests.backends.test_engine_support import job, make_queue, members, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")

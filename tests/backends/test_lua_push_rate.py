@@ -14,7 +14,7 @@ from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput, InvalidQueueName, StaleToken
 from sluice.core.models import MAX_DELAY_MS, JobSpec
-from tests.integration.test_engine_support import job, make_queue, members, redis_now_ms, snapshot, spec
+from tests.backends.test_engine_support import job, make_queue, members, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")

@@ -21,7 +21,7 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput
 from sluice.core.models import EndedJob, JobState
-from tests.integration.test_engine_support import leased, make_queue, score, snapshot, spec, where
+from tests.backends.test_engine_support import leased, make_queue, score, snapshot, spec, where
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")

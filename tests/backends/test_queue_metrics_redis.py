@@ -14,7 +14,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.core import bus as ev
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
-from tests.integration.test_engine_support import make_queue, redis_now_ms, spec
+from tests.backends.test_engine_support import make_queue, redis_now_ms, spec
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, RedisTopologyError
 from sluice_dev.local.cluster import Cluster, start_cluster
 from sluice_dev.local.servers import Server
-from tests.integration.conftest import queue_on
-from tests.integration.test_engine_support import spec
+from tests.backends.conftest import queue_on
+from tests.backends.test_engine_support import spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

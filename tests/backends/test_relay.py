@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice.backends.redis.keys import QueueKeys
-from tests.integration.relay_proc import (
+from tests.backends.relay_proc import (
     build,
     committed,
     create_topic,

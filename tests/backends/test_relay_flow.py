@@ -12,7 +12,7 @@ import pytest
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.relay import control
-from tests.integration.relay_proc import build, create_topic, job_records, produce
+from tests.backends.relay_proc import build, create_topic, job_records, produce
 
 pytestmark = pytest.mark.integration
 READY = QueueKeys("q").ready

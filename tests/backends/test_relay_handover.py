@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sluice.core import bus as ev
-from tests.integration.relay_proc import NullStore, create_topic, settings
+from tests.backends.relay_proc import NullStore, create_topic, settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 PARTITIONS = 2

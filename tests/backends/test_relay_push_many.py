@@ -19,7 +19,7 @@ from sluice.backends.redis.scripts import PushResult
 from sluice.core.errors import BackendUnavailable, InvalidInput, QueueNotAllowed, StaleToken
 from sluice.core.limits import Limits
 from sluice.core.models import DecodedJob
-from tests.integration.test_engine_support import job, make_queue, snapshot
+from tests.backends.test_engine_support import job, make_queue, snapshot
 
 pytestmark = pytest.mark.integration
 TOPIC = "sluice.jobs"

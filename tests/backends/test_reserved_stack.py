@@ -29,9 +29,9 @@ from sluice.relay import RELAY_QUEUE, control, partition_job_id
 from sluice.worker.registry import Worker
 from sluice.worker.runtime.options import WorkerOptions
 from sluice_dev.local import servers
-from tests.integration.test_gateway import call, get, post, recorded
-from tests.integration.test_gateway_stack import stack_settings
-from tests.integration.test_relay import consume_all
+from tests.backends.test_gateway import call, get, post, recorded
+from tests.backends.test_gateway_stack import stack_settings
+from tests.backends.test_relay import consume_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -16,7 +16,7 @@ from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from sluice_dev.local.servers import Server
-from tests.integration.worker_procs import Stack, make_stack
+from tests.backends.worker_procs import Stack, make_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

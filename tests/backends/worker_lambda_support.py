@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from sluice.entry import root as wiring
-from tests.integration.worker_procs import Stack, make_stack
+from tests.backends.worker_procs import Stack, make_stack
 
 APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
 

@@ -1,6 +1,6 @@
 """Run a Sluice worker as a real OS process, and drive it from a test.
 
-As a script: ``python -m tests.integration.worker_procs '<json config>'`` runs a worker
+As a script: ``python -m tests.backends.worker_procs '<json config>'`` runs a worker
 on one queue against a real Redis and the moto server until it has leased
 ``max_jobs`` jobs (or gets SIGTERM), logging Powertools JSON lines to stdout and a
 final ``{"summary": ...}`` line.
@@ -113,7 +113,7 @@ class WorkerProc:
     def start(cls, name: str, **cfg: Any) -> WorkerProc:
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "POWERTOOLS_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "tests.integration.worker_procs",
+        proc = subprocess.Popen([sys.executable, "-m", "tests.backends.worker_procs",
                                  json.dumps({"name": name, **cfg})], cwd=ROOT, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         me = cls(name, proc)

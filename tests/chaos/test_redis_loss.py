@@ -25,7 +25,7 @@ from sluice.core.config import Settings
 from sluice.relay import Relay, RelayConfig
 from sluice.relay.recovery import for_relay
 from sluice_dev.local import servers
-from tests.integration.relay_proc import create_topic, job_records, produce
+from tests.backends.relay_proc import create_topic, job_records, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PARTITIONS = 2

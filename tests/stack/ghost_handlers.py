@@ -1,4 +1,4 @@
-"""A handlers module for a route to a function that does not exist (tests/integration/test_dev_teams.py)."""
+"""A handlers module for a route to a function that does not exist (tests/stack/test_dev_teams.py)."""
 
 import sluice
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_dev import SLUICE, http, wait_for, with_ctrl_c
+from tests.stack.test_dev import SLUICE, http, wait_for, with_ctrl_c
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

@@ -15,7 +15,7 @@ import pytest
 from redis.crc import key_slot
 
 from sluice_dev.local.cluster import slot_ranges
-from tests.integration.test_dev import SLUICE, http, wait_for
+from tests.stack.test_dev import SLUICE, http, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

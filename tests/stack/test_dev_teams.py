@@ -150,7 +150,7 @@ def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, 
     # A route to a function that does not exist is refused, and nothing is written.
     register = [*args, "routes", "register", "--function"]
     out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker-ghost",
-                                                    "--handlers", "tests.integration.ghost_handlers"])
+                                                    "--handlers", "tests.stack.ghost_handlers"])
     assert out.exit_code == 1 and "does not exist" in out.stderr, out.output + out.stderr
     # Another team claiming word-count is refused, naming its owner.
     out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker", "--handlers",

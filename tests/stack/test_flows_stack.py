@@ -17,7 +17,7 @@ import pytest
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
-from tests.integration.test_dev import SLUICE, http, wait_for
+from tests.stack.test_dev import SLUICE, http, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -454,7 +454,7 @@ def test_ordinary_jobs_during_and_after_the_floods_succeed(hostile: Hostile) -> 
 def test_the_jobs_topic_holds_only_what_was_answered_202(hostile: Hostile) -> None:
     """The audit behind every ``writes_nothing``, on the records themselves: a hostile queue's
     records are exactly the jobs answered 202, and no record breaks a limit."""
-    from tests.integration.test_gateway_stack import kafka_records
+    from tests.backends.test_gateway_stack import kafka_records
 
     h = hostile
     by_queue: dict[str, list[str]] = {}

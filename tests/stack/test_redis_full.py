@@ -25,8 +25,8 @@ from sluice.core.wire import BatchRequest, EnqueueRequest
 from sluice.gateway.admission import Admission
 from sluice.gateway.api import Api
 from sluice_dev.local import servers
-from tests.integration.relay_proc import NullStore, build, create_topic, settings
-from tests.integration.test_relay_flow import Running, wait_for
+from tests.backends.relay_proc import NullStore, build, create_topic, settings
+from tests.backends.test_relay_flow import Running, wait_for
 
 pytestmark = pytest.mark.integration
 KEY = b"flood-test-job-id-key-0123456789"

@@ -14,8 +14,8 @@ import pytest
 
 from sluice.backends.redis.keys import QueueKeys
 from sluice.relay import RELAY_QUEUE
-from tests.integration import relay_proc
-from tests.integration.relay_proc import Drainer, build, create_topic, job_records, produce
+from tests.backends import relay_proc
+from tests.backends.relay_proc import Drainer, build, create_topic, job_records, produce
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4

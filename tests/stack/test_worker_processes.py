@@ -16,7 +16,7 @@ import pytest
 from sluice.core.errors import JobNotFound, LeaseLost, StaleToken
 from sluice.core.models import JobSpec, LeasedJob
 from sluice_dev.local.servers import Server
-from tests.integration.worker_procs import Stack, WorkerProc, make_stack
+from tests.backends.worker_procs import Stack, WorkerProc, make_stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -172,7 +172,7 @@ def test_a_crash_on_the_last_attempt_ends_dead_in_redis_and_in_the_store(stack: 
     dead-letters it inside a script, and no worker is left to tell DynamoDB. The relay's
     maintenance settles it, so the user does not read "leased" for ever."""
     from sluice.core.models import JobState
-    from tests.integration.relay_proc import build, create_topic
+    from tests.backends.relay_proc import build, create_topic
 
     job_id = f"last-{unique}"
     stack.queue.enqueue(JobSpec(job_id=job_id, queue="work", payload={"n": 3, "sleep": 5}, max_attempts=1))

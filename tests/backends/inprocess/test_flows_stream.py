@@ -21,7 +21,7 @@ from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.families import Countdown, ended_child
 from sluice_dev.local.streams import lambda_record, stream_consumers
-from tests.unit.test_flows import Rig, ended
+from tests.backends.inprocess.test_flows import Rig, ended
 
 
 @pytest.fixture(scope="module")

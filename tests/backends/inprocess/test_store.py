@@ -1,6 +1,6 @@
 """DynamoJobStore against in-process moto (no sockets): every branch of the fenced writes.
 
-The same behaviour is exercised over real HTTP in tests/integration/test_store.py;
+The same behaviour is exercised over real HTTP in tests/backends/test_store.py;
 these run in milliseconds, so they cover the long tail of outcomes.
 """
 
