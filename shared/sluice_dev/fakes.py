@@ -1,4 +1,4 @@
-"""In-memory fakes of ``ports.JobQueue`` and ``ports.JobStore`` with the contracts' semantics.
+"""In-memory fakes of ``ports.JobQueue`` and ``ports.JobStore`` with the contracts' semantics, for tests.
 
 The queue mirrors the Redis engine: attempts counted at lease time (release gives
 one back), a liveness token per lease, expired leases reclaimed by the next lease
@@ -242,6 +242,18 @@ class FakeQueue:
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
                         died_at_ms=0) for (q, _), j in self.jobs.items() if q == queue and j.state == "dead"]
+
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        j = self.jobs.get((queue, job_id))
+        if j is None or j.state != "dead":
+            raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        return j.spec
+
+    def overdue_leases(self, queue: str) -> int:
+        with self._lock:
+            now = self.now_ms()
+            return sum(1 for (q, _), j in self.jobs.items()
+                       if q == queue and j.state == "leased" and j.deadline_ms <= now)
 
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         raise NotImplementedError

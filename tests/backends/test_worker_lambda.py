@@ -16,10 +16,10 @@ import sluice
 from sluice.core.errors import JobNotFound
 from sluice.core.models import Job, JobSpec, JobState
 from sluice.worker.runtime.context import JobContext
+from sluice_dev.fakes import FakeLambdaContext
 from sluice_dev.local.servers import Server
 from tests.backends.worker_lambda_support import lambda_stack, load_function
 from tests.backends.worker_procs import Stack
-from tests.unit.fakes import FakeLambdaContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

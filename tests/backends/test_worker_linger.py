@@ -18,8 +18,8 @@ from sluice.core.models import JobSpec
 from sluice.worker.registry import DrainSummary, Worker
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
+from sluice_dev.fakes import FakeStore
 from tests.backends.test_engine_support import make_queue, snapshot
-from tests.unit.fakes import FakeStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 K = QueueKeys("q")

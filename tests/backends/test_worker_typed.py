@@ -15,10 +15,10 @@ import pytest
 
 from sluice.core.models import MAX_ERROR_CHARS, JobSpec, JobState
 from sluice_dev.examples import expected_result
+from sluice_dev.fakes import FakeLambdaContext
 from sluice_dev.local.servers import Server
 from tests.backends.worker_lambda_support import lambda_stack, load_function
 from tests.backends.worker_procs import Stack
-from tests.unit.fakes import FakeLambdaContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

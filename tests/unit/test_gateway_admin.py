@@ -18,7 +18,7 @@ from sluice.core.routes import Route, RouteTable
 from sluice.gateway.api import Api
 from sluice.gateway.http.app import Gateway
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeStore
 from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"

@@ -21,7 +21,7 @@ from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgre
 from sluice.core.models import JobSpec, QueueConfig, QueueStats
 from sluice.gateway.api import Api
 from sluice.gateway.http.app import Gateway
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"
 KEY = b"unit-test-job-id-key-0123456789"

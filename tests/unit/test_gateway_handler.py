@@ -20,7 +20,7 @@ from sluice.core.errors import ConfigError
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import root as wiring
 from sluice.gateway.http import idempotency
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeStore
 from tests.unit.test_gateway_fakes import (
     EVENTS,
     FakeIdempotency,

@@ -304,7 +304,7 @@ class FakeDispatcher:
 
 
 def test_the_one_fake_store_refuses_calls_outside_its_callers_set() -> None:
-    from tests.unit.fakes import RELAY_CALLS, FakeStore
+    from sluice_dev.fakes import RELAY_CALLS, FakeStore
 
     store = FakeStore(only=RELAY_CALLS)
     store.mark_queued([("j", "q", 0)])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sluice.backends.redis import engine as engine_mod
 from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
-from tests.unit.fakes import RELAY_CALLS, FakeStore
+from sluice_dev.fakes import RELAY_CALLS, FakeStore
 from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource
 
 

@@ -13,7 +13,7 @@ from sluice.core.errors import InvalidInput, InvalidQueueName, SluiceError, Stal
 from sluice.core.models import Job
 from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import FakeQueue, ManualClock, ManualMonotonic, kit
+from sluice_dev.fakes import FakeQueue, ManualClock, ManualMonotonic, kit
 
 
 def test_handlers_register_by_queue_and_reject_bad_registrations() -> None:

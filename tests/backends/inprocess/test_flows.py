@@ -36,7 +36,7 @@ from sluice.gateway.api import Api
 from sluice.gateway.http.app import Gateway
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
-from tests.unit.fakes import FakeQueue as WorkerQueue
+from sluice_dev.fakes import FakeQueue as WorkerQueue
 from tests.unit.test_gateway_fakes import KEY, FakeLog, FakeQueue
 
 PARENT_MS = 1_700_000_000_000
