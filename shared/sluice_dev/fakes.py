@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import (
     AlreadyFinished,
@@ -588,3 +588,60 @@ class FakeLambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+# -- the other ports: the clock, the log (Kafka), the dispatcher (ports.Clock, JobLog, Dispatcher) --
+
+class FakeClock:
+    """``ports.Clock`` on a manual time: ``sleep`` moves it, nothing waits."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now_ms(self) -> int:
+        return int(self.t * 1000)
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.001)
+
+
+class FakeLog:
+    """``ports.JobLog``: ``records`` acknowledged; ``fail`` or ``before_ack`` to break an append."""
+
+    def __init__(self) -> None:
+        self.records: list[JobSpec] = []
+        self.pending: list[JobSpec] = []  # the append in flight
+        self.fail: Exception | None = None
+        self.before_ack: Callable[[], None] | None = None
+
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        self.pending = list(specs)
+        if self.before_ack is not None:
+            self.before_ack()
+        if self.fail is not None:
+            raise self.fail
+        self.records.extend(specs)
+
+
+class FakeDispatcher:
+    """``ports.Dispatcher`` that records each call and starts what it was asked to."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def dispatch(self, queue: str, invocations: int, batch: int) -> int:
+        self.calls.append((queue, invocations, batch))
+        return invocations
+
+
+if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
+    from sluice.core import ports
+
+    _QUEUE: ports.JobQueue = FakeQueue()
+    _STORE: ports.JobStore = FakeStore()
+    _CLOCK: ports.Clock = FakeClock()
+    _LOG: ports.JobLog = FakeLog()
+    _DISPATCHER: ports.Dispatcher = FakeDispatcher()

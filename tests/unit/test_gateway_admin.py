@@ -18,8 +18,8 @@ from sluice.core.routes import Route, RouteTable
 from sluice.gateway.api import Api
 from sluice.gateway.http.app import Gateway
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from sluice_dev.fakes import FakeStore
-from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
+from sluice_dev.fakes import FakeLog, FakeStore
+from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
 OPERATOR_SESSION = "arn:aws:sts::123456789012:assumed-role/operator/alice"

@@ -10,13 +10,8 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import EndedJob, JobSpec, JobState
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
-from sluice_dev.fakes import RELAY_CALLS, FakeStore
-from tests.unit.test_relay_fakes import (
-    FakeClock,
-    FakeDispatcher,
-    FakeEngine,
-    FakeSource,
-)
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeStore
+from tests.unit.test_relay_fakes import FakeEngine, FakeSource
 
 TOPIC = "sluice.jobs"
 

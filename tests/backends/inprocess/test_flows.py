@@ -36,8 +36,9 @@ from sluice.gateway.api import Api
 from sluice.gateway.http.app import Gateway
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
+from sluice_dev.fakes import FakeLog
 from sluice_dev.fakes import FakeQueue as WorkerQueue
-from tests.unit.test_gateway_fakes import KEY, FakeLog, FakeQueue
+from tests.unit.test_gateway_fakes import KEY, FakeQueue
 
 PARENT_MS = 1_700_000_000_000
 
