@@ -1,4 +1,4 @@
-"""Integration-only fixtures: a local Redis cluster (``sluice_dev.local.cluster``).
+"""The backends tier's fixtures: a local Redis cluster (``sluice_dev.local.cluster``).
 
 The engine's script tests (``CLUSTER_MODULES``: every Lua script, checked by the key state it
 leaves) run twice, on one node and on a 3-master cluster: ``redis_url`` and ``redis_client``

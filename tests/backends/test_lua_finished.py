@@ -82,22 +82,27 @@ def test_release_counts_a_cancelled_job_it_removes(rq: RedisQueue, redis_client:
     assert finished(redis_client) == {"cancelled": "1"}
 
 
+# Long enough that a loaded machine (xdist, tiers side by side) sets every lease up before any
+# lapses: lease.lua reclaims what lapsed, so an early expiry would end a job before reap counts it.
+LEASE_MS = 200
+
+
 def test_expiries_count_their_endings_from_lease_and_from_reap(rq: RedisQueue,
                                                                 redis_client: redis.Redis) -> None:
-    leased(rq, "last", lease_ms=20, max_attempts=1)
-    leased(rq, "again", lease_ms=20, max_attempts=3)
-    leased(rq, "cancelled", lease_ms=20, max_attempts=3)
+    leased(rq, "last", lease_ms=LEASE_MS, max_attempts=1)
+    leased(rq, "again", lease_ms=LEASE_MS, max_attempts=3)
+    leased(rq, "cancelled", lease_ms=LEASE_MS, max_attempts=3)
     rq.cancel("q", "cancelled")
-    time.sleep(0.06)
+    time.sleep(3 * LEASE_MS / 1000)
     assert rq.reap("q") == 3
     assert finished(redis_client) == {"dead": "1", "cancelled": "1"}  # "again" waits again: no ending
-    [j] = rq.lease("q", 1, 20)
+    [j] = rq.lease("q", 1, LEASE_MS)
     assert j.job_id == "again"
     rq.fail("q", "again", j.lease_token, "boom", retry_after_ms=0)
     rq.enqueue(spec("next"))  # behind "again" in ready
-    [j] = rq.lease("q", 1, 20)  # attempt 3 of 3 of the job at the front
+    [j] = rq.lease("q", 1, LEASE_MS)  # attempt 3 of 3 of the job at the front
     assert j.job_id == "again"
-    time.sleep(0.06)
+    time.sleep(3 * LEASE_MS / 1000)
     [n] = rq.lease("q", 1, 5_000)  # lease.lua's own reclaim ends "again" first
     assert n.job_id == "next"
     assert finished(redis_client) == {"dead": "2", "cancelled": "1"}
