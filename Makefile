@@ -5,7 +5,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: test lint typecheck unit bench demo chaos build dev clean
+.PHONY: test lint typecheck unit tiers bench demo chaos build dev clean
+
+# The test tiers (tests/unit/conftest.py says what keeps unit fast). `make test` runs the unit tier
+# first, then the server tiers side by side; each prints its wall time ("tier unit: 41.2 s, ...").
+# The server tiers' fixtures start their servers on free ports, per xdist worker; a file's tests stay
+# on one worker (module fixtures start once), infra's sam builds on one worker (they share a cache).
+# Longest tiers first: two lanes.
+PYTEST := $(BIN)/pytest -q
+SERVER_TIERS := infra backends stack chaos tooling
+XDIST := -n 2 --dist loadfile
+XDIST_infra := -n 2 --dist loadgroup
+TIER_LANES ?= 2
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,15 +30,22 @@ install: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared functions infra tests benchmarks
+	$(BIN)/lint-imports  # the house's arrows (pyproject.toml [tool.importlinter], docs/design.md)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest -q tests
+	@.ci/tier unit $(PYTEST) $(XDIST) tests/unit
+	@$(MAKE) --no-print-directory -k -j$(TIER_LANES) -Otarget tiers
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	@.ci/tier unit $(PYTEST) $(XDIST) tests/unit
+
+tiers: $(SERVER_TIERS:%=tier-%)
+
+$(SERVER_TIERS:%=tier-%): tier-%: $(STAMP)
+	@.ci/tier $* $(PYTEST) $(or $(XDIST_$*),$(XDIST)) tests/$*
 
 bench: $(STAMP)
 	@for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done

@@ -1,4 +1,4 @@
-"""Shared fixtures: real servers on free ports, started lazily, once per session.
+"""Shared fixtures: real servers on free ports, started lazily, once per session (per xdist worker).
 
 No test assumes a server is already running. Dummy AWS credentials are set for
 the whole run so that no boto3 client can ever reach a real account.

@@ -19,7 +19,7 @@ from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import JobSpec
 from sluice.worker.runtime.outcomes import Outcome
-from tests.unit.fakes import kit
+from sluice_dev.fakes import kit
 
 
 def test_a_lease_that_lapsed_before_the_grant_is_not_granted() -> None:

@@ -13,7 +13,7 @@ from sluice.core.models import DeadJob, QueueConfig
 from sluice_dev.chaos import history
 from sluice_dev.chaos.nemesis import plan as fault_plan
 from sluice_dev.chaos.operator import KINDS, Action, Operator, Running, plan
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeStore
 
 
 def test_the_same_seed_gives_the_same_actions_and_another_seed_other_ones() -> None:

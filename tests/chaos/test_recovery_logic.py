@@ -15,7 +15,7 @@ from sluice.relay.ownership import Ownership, partition_job
 from sluice.relay.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay.recovery.hook import Recovery
 from sluice.relay.state import OwnedPartition
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeStore
 
 
 def test_the_first_session_trusts_the_committed_offset_and_writes_a_checkpoint() -> None:

@@ -26,7 +26,7 @@ from sluice.core.config import Settings
 from sluice.entry.relay import for_relay
 from sluice.relay import Relay, RelayConfig
 from sluice_dev.local import servers
-from tests.integration.relay_proc import create_topic, job_records, produce
+from tests.backends.relay_proc import create_topic, job_records, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PARTITIONS = 2

@@ -26,7 +26,8 @@ from infra import artifacts
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.infra.test_build import _python312_available
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# One xdist worker runs every sam build (test_build.py says why).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("sam-build")]
 
 
 def _http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:

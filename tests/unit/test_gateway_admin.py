@@ -18,8 +18,8 @@ from sluice.core.routes import Route, RouteTable
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from tests.unit.fakes import FakeStore
-from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, FakeLog, LambdaContext, event_for, unpack
+from sluice_dev.fakes import FakeLog, FakeStore
+from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
 OPERATOR_SESSION = "arn:aws:sts::123456789012:assumed-role/operator/alice"
@@ -265,7 +265,8 @@ def test_bad_dlq_limits_are_400(limit: str) -> None:
     assert code == 400
 
 
-@pytest.mark.parametrize("job_id", ["nope", ids.mint(1_700_000_000_000, "emails", KEY)])
+@pytest.mark.parametrize("job_id", ["nope", ids.mint(1_700_000_000_000, "emails", KEY)],
+                         ids=["malformed", "minted"])  # the minted id is random: xdist workers must agree
 def test_redriving_a_job_that_is_not_dead_is_404_and_mints_no_generation(job_id: str) -> None:
     rig = Rig()
     code, _, doc = rig.call("POST", Q + "/dlq/redrive", {"job_id": job_id})

@@ -12,35 +12,19 @@ import copy
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
-from sluice.core.models import JobSpec, QueueConfig, QueueStats
+from sluice.core.models import QueueConfig, QueueStats
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from tests.unit.fakes import FakeStore
+from sluice_dev.fakes import FakeLog, FakeStore
 
 EVENTS = Path(__file__).parent.parent / "events"
 KEY = b"unit-test-job-id-key-0123456789"
-
-
-class FakeLog:
-    def __init__(self) -> None:
-        self.records: list[JobSpec] = []
-        self.pending: list[JobSpec] = []  # the append in flight
-        self.fail: Exception | None = None
-        self.before_ack: Callable[[], None] | None = None
-
-    def append(self, specs: Sequence[JobSpec]) -> None:
-        self.pending = list(specs)
-        if self.before_ack is not None:
-            self.before_ack()
-        if self.fail is not None:
-            raise self.fail
-        self.records.extend(specs)
 
 
 class FakeQueue:

@@ -20,14 +20,8 @@ from sluice.core.errors import ConfigError
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
-from tests.unit.fakes import FakeStore
-from tests.unit.test_gateway_fakes import (
-    EVENTS,
-    FakeIdempotency,
-    FakeLog,
-    FakeQueue,
-    LambdaContext,
-)
+from sluice_dev.fakes import FakeLog, FakeStore
+from tests.unit.test_gateway_fakes import EVENTS, FakeIdempotency, FakeQueue, LambdaContext
 
 APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
 SECRET = "handler-test-secret-0123456789"

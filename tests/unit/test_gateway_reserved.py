@@ -90,7 +90,7 @@ def test_a_worker_never_drains_a_reserved_queue() -> None:
     import threading
 
     from sluice.core.errors import ReservedQueue
-    from tests.unit.fakes import kit
+    from sluice_dev.fakes import kit
 
     k = kit()
     k.queue.add("sluice-relay", "sluice.jobs.0", {"topic": "sluice.jobs", "partition": 0})

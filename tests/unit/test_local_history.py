@@ -11,8 +11,8 @@ import pytest
 from sluice.core import bus as events
 from sluice.core.errors import LeaseLost, StaleToken
 from sluice.core.models import WriteOutcome
+from sluice_dev.fakes import FakeStore
 from sluice_dev.local import history
-from tests.unit.fakes import FakeStore
 
 
 class Queue:
@@ -87,7 +87,7 @@ def test_a_stale_write_is_recorded_as_rejected_with_the_newer_token(tmp_path: Pa
 
 
 def test_a_worker_on_a_recorded_bus_writes_lease_grant_start_write_and_ack_in_order(tmp_path: Path) -> None:
-    from tests.unit.fakes import kit
+    from sluice_dev.fakes import kit
 
     path = tmp_path / "h.jsonl"
     k = kit()

@@ -10,7 +10,7 @@ from sluice.core.errors import InvalidInput, StaleToken
 from sluice.core.models import MAX_PROGRESS_DETAIL_BYTES, Job
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.progress import Progress
-from tests.unit.fakes import Kit, ManualClock, kit
+from sluice_dev.fakes import Kit, ManualClock, kit
 
 
 class Writes:

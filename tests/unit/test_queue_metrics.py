@@ -205,8 +205,8 @@ def emf_lines(out: str) -> list[dict[str, Any]]:
 def test_the_worker_lambda_publishes_its_queues_wait_and_endings_after_the_drain(
         capsys: pytest.CaptureFixture[str], event_json: Callable[[str], dict[str, Any]]) -> None:
     from sluice.entry.worker import handle_dispatch
+    from sluice_dev.fakes import FakeLambdaContext, FakeQueue, FakeStore
     from tests.unit import test_worker_lambda as w
-    from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
 
     queue, store = FakeQueue(), FakeStore()
     settings = Settings(handlers_module=w.__name__, lambda_margin_ms=500, default_lease_seconds=2)

@@ -12,13 +12,8 @@ from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import EndedJob, JobSpec, JobState
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
-from tests.unit.fakes import RELAY_CALLS, FakeStore
-from tests.unit.test_relay_fakes import (
-    FakeClock,
-    FakeDispatcher,
-    FakeEngine,
-    FakeSource,
-)
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeStore
+from tests.unit.test_relay_fakes import FakeEngine, FakeSource
 
 TOPIC = "sluice.jobs"
 

@@ -16,20 +16,7 @@ from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
 from sluice.core.models import EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
 from sluice.relay import SourceRecord
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def now_ms(self) -> int:
-        return int(self.t * 1000)
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += max(seconds, 0.001)
+from sluice_dev.fakes import FakeClock
 
 
 @dataclass
@@ -294,17 +281,8 @@ class FakeSource:
         return None  # a test that measures lag sets its own
 
 
-class FakeDispatcher:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int, int]] = []
-
-    def dispatch(self, queue: str, invocations: int, batch: int) -> int:
-        self.calls.append((queue, invocations, batch))
-        return invocations
-
-
 def test_the_one_fake_store_refuses_calls_outside_its_callers_set() -> None:
-    from tests.unit.fakes import RELAY_CALLS, FakeStore
+    from sluice_dev.fakes import RELAY_CALLS, FakeStore
 
     store = FakeStore(only=RELAY_CALLS)
     store.mark_queued([("j", "q", 0)])

@@ -17,8 +17,8 @@ from sluice.backends.redis import relay_engine as engine_mod
 from sluice.core.bus import EventBus
 from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
-from tests.unit.fakes import RELAY_CALLS, FakeStore
-from tests.unit.test_relay_fakes import FakeClock, FakeEngine, FakeSource
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeStore
+from tests.unit.test_relay_fakes import FakeEngine, FakeSource
 
 
 def reference(record: SourceRecord) -> DecodedJob | str:

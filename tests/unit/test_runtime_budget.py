@@ -11,7 +11,7 @@ from sluice.core.models import Job
 from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.budget import UNLIMITED, TimeBudget
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import ManualClock, kit
+from sluice_dev.fakes import ManualClock, kit
 
 
 @pytest.mark.parametrize(("remaining", "timeout", "slots", "wanted", "fit"), [

@@ -16,7 +16,7 @@ from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.heartbeat import Heartbeat
 from sluice.worker.runtime.observers import observe
 from sluice.worker.runtime.telemetry import Telemetry
-from tests.unit.fakes import CaptureLog, FakeQueue, ManualClock, kit
+from sluice_dev.fakes import CaptureLog, FakeQueue, ManualClock, kit
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.observers import LogObserver, MetricsObserver, observe
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
-from tests.unit.fakes import CaptureLog, kit
+from sluice_dev.fakes import CaptureLog, kit
 
 JOB = {"job": "j", "queue": "q", "lease": 7, "attempt": 2}
 

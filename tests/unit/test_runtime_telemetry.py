@@ -12,7 +12,7 @@ from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import PowertoolsMetrics, Telemetry
-from tests.unit.fakes import FakeQueue, FakeStore, kit
+from sluice_dev.fakes import FakeQueue, FakeStore, kit
 
 
 def emf_lines(out: str) -> list[dict[str, object]]:

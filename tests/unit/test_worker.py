@@ -13,7 +13,7 @@ from sluice.core.errors import InvalidInput, InvalidQueueName, SluiceError, Stal
 from sluice.core.models import Job
 from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import FakeQueue, ManualClock, kit
+from sluice_dev.fakes import FakeQueue, ManualClock, ManualMonotonic, kit
 
 
 def test_handlers_register_by_queue_and_reject_bad_registrations() -> None:
@@ -335,17 +335,18 @@ def test_a_job_with_too_little_lease_left_is_released_without_a_grant() -> None:
     k = kit()
     k.queue.broken.add("extend", sluice.core.errors.BackendUnavailable("redis down"), times=1000)
     ran: list[str] = []
+    clock = ManualMonotonic()
 
     @k.app.handler("q")
     def h(job: Job, ctx: JobContext) -> str:
         ran.append(job.job_id)
         if job.job_id == "a":
-            threading.Event().wait(4.5)  # b's lease (6 s, unrenewed) keeps about 1.5 s
+            clock.advance(4.5)  # b's lease (6 s, unrenewed) keeps about 1.5 s
         return "ok"
 
     k.queue.add("q", "a")
     k.queue.add("q", "b")
-    summary = k.worker(lease_ms=6_000, grant_margin_ms=2_000, lease_batch=2).drain(["q"], 2)
+    summary = k.worker(lease_ms=6_000, grant_margin_ms=2_000, lease_batch=2).bind(clock=clock).drain(["q"], 2)
 
     assert ran == ["a"]
     assert summary.as_dict()["succeeded"] == 1 and summary.as_dict()["released"] == 1

@@ -16,7 +16,7 @@ import pytest
 from sluice.core.errors import LeaseLost, SluiceError
 from sluice.core.models import Job
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import kit
+from sluice_dev.fakes import kit
 
 
 @dataclass(frozen=True)

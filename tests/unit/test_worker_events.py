@@ -8,7 +8,7 @@ from sluice.core import bus as ev
 from sluice.core.models import Job
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.outcomes import Fail, Retry
-from tests.unit.fakes import Kit, kit
+from sluice_dev.fakes import Kit, kit
 
 
 def run(k: Kit, handler: Any) -> list[ev.Event]:

@@ -20,8 +20,8 @@ from sluice.entry import worker as lambda_entry
 from sluice.worker.runtime.budget import TimeBudget
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import WorkerOptions
+from sluice_dev.fakes import FakeLambdaContext, FakeQueue, FakeStore
 from tests.infra import cfn
-from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
 from tests.unit.test_worker_lambda import load_function
 
 PARAMS = cfn.template()["Parameters"]

@@ -17,7 +17,7 @@ from sluice.core.models import Job
 from sluice.entry import root as wiring
 from sluice.entry.worker import load_app, parse_dispatch
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import FakeLambdaContext, FakeQueue, FakeStore
+from sluice_dev.fakes import FakeLambdaContext, FakeQueue, FakeStore
 
 APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
 

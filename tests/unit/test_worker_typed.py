@@ -21,7 +21,7 @@ from sluice.worker.runtime import telemetry as t
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.typed import parse_payload
 from sluice_dev.cli import main
-from tests.unit.fakes import kit
+from sluice_dev.fakes import kit
 from tests.unit.test_runtime_heartbeat import thief
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import sluice
 from sluice.worker.runtime.context import JobContext
-from tests.unit.fakes import kit
+from sluice_dev.fakes import kit
 
 
 class ThumbnailV1(BaseModel):

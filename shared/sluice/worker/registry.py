@@ -131,6 +131,7 @@ class Worker:
 
     def __init__(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
                  options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
                  gatekeeper: Gatekeeper | None = None,
@@ -147,6 +148,7 @@ class Worker:
         # The jobs table's families, on the same store as ``store`` (its grants name each job's
         # continuation): ctx.children(), and the countdown of the children that end here.
         self.families = families
+        self._clock = clock  # monotonic seconds: leases, timeouts, lingering (tests inject one)
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -189,6 +191,7 @@ class Worker:
 
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
+             clock: Callable[[], float] | None = None,
              worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
              gatekeeper: Gatekeeper | None = None,
@@ -200,6 +203,7 @@ class Worker:
                        fenced=fenced or self._fenced, events=events or self.events,
                        gatekeeper=gatekeeper or self.gatekeeper, families=families or self.families)
         bound._handlers = dict(self._handlers)
+        bound._clock = self._clock if clock is None else clock
         return bound
 
     @property
@@ -254,7 +258,8 @@ class Worker:
         bus = ev.EventBus()  # the drain's (the class's docstring says why a drain has a bus of its own)
         bus.subscribe(self.events.emit)  # first: the process's subscribers (a nemesis) see it first
         observe(bus, tel, self.worker_id)
-        hb = Heartbeat(queue, heartbeat_fraction=self.options.heartbeat_fraction, events=bus)
+        hb = Heartbeat(queue, heartbeat_fraction=self.options.heartbeat_fraction, clock=self._clock,
+                       events=bus)
 
         def settle() -> tuple[JobRunner, Finisher]:
             built = resolve(store)
@@ -263,7 +268,7 @@ class Worker:
                                 retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
-                               gatekeeper=self.gatekeeper, families=self.families)
+                               gatekeeper=self.gatekeeper, families=self.families, clock=self._clock)
             # A child that ends here counts down its continuation (core.families): a drain's subscriber.
             if self.gatekeeper is not None and self.families is not None:
                 Countdown(resolve(self.families), self.gatekeeper.release).subscribe(bus)
@@ -308,7 +313,7 @@ class Worker:
     def _drain(self, session: _Session, queues: list[str], batch: int, budget: TimeBudget,
                stop: threading.Event) -> DrainSummary:
         summary = DrainSummary()
-        started = time.monotonic()
+        started = self._clock()
         left, reason = batch, ""
         idle_since: float | None = None
         lingers = self._lingers(session, queues)
@@ -326,11 +331,11 @@ class Worker:
             elif skipped == len(queues):
                 reason = "time"
             else:
-                idle_since = time.monotonic() if idle_since is None else idle_since
+                idle_since = self._clock() if idle_since is None else idle_since
                 if not (lingers and self._linger(session, queues[0], budget, idle_since)):
                     reason = "empty"
         summary.stopped = reason
-        summary.elapsed_ms = int((time.monotonic() - started) * 1000)
+        summary.elapsed_ms = int((self._clock() - started) * 1000)
         return summary
 
     def _round(self, session: _Session, queues: list[str], left: int, budget: TimeBudget,
@@ -348,7 +353,7 @@ class Worker:
                 skipped += 1
                 summary.skipped_for_time.append(name)
                 continue
-            leased_at = time.monotonic()
+            leased_at = self._clock()
             try:
                 jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
             except SluiceError as exc:
@@ -391,7 +396,7 @@ class Worker:
         the relay starts no new worker for the jobs it pushes: ``push.lua`` wakes this one."""
         spec = self._handlers.get(queue)
         timeout_ms = spec.timeout_for(self.options) if spec else 0
-        left_ms = self.options.linger_ms - (time.monotonic() - idle_since) * 1000
+        left_ms = self.options.linger_ms - (self._clock() - idle_since) * 1000
         if budget.remaining_ms is not None:  # waking up is only worth it if a job can still fit
             left_ms = min(left_ms, budget.remaining_ms() - self.options.margin_ms - timeout_ms)
         if left_ms < 1:

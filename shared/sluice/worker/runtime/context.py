@@ -74,6 +74,7 @@ class JobContext:
         self._progress.report(fraction, detail)
     _gatekeeper: Gatekeeper | None = None  # the gateway's family entry (sluice.core.families)
     _families: FamilyStore | Lazy[FamilyStore] | None = None  # the jobs table's families, for children()
+    _clock: Callable[[], float] = time.monotonic  # the clock ``timeout_at`` is on
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -90,7 +91,7 @@ class JobContext:
 
     def time_left_s(self) -> float:
         """Seconds until the hard timeout."""
-        return max(0.0, self.timeout_at - time.monotonic())
+        return max(0.0, self.timeout_at - self._clock())
 
     def should_stop(self) -> bool:
         return self.lease_lost.is_set() or self.cancel_requested.is_set()

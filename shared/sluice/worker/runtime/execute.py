@@ -52,7 +52,8 @@ class JobRunner:
     def __init__(self, finisher: Finisher, store: JobStore, options: WorkerOptions, worker_id: str, *,
                  fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms,
                  gatekeeper: Gatekeeper | None = None,
-                 families: FamilyStore | Lazy[FamilyStore] | None = None) -> None:
+                 families: FamilyStore | Lazy[FamilyStore] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.finisher = finisher
         self.store = store
         self.options = options
@@ -60,13 +61,14 @@ class JobRunner:
         self._fenced = fenced
         self._now_ms = now_ms
         self._gatekeeper = gatekeeper
+        self._clock = clock  # monotonic seconds, the heartbeat's clock
         self._families = families  # the jobs table's families, for ctx.children(); None: none
 
     def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
         job = tracked.leased
         if tracked.state.lease_lost.is_set():
             return Outcome.LEASE_LOST  # lost while it waited in the local batch
-        remaining_ms = (tracked.state.expires_at - time.monotonic()) * 1000
+        remaining_ms = (tracked.state.expires_at - self._clock()) * 1000
         if remaining_ms <= 0:
             # Lapsed unrenewed (the process was frozen, or Redis unreachable) and the heartbeat has
             # not said so yet. A grant now would only mint a token for a lease someone else may
@@ -98,7 +100,7 @@ class JobRunner:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
             return self.finisher.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
-        if time.monotonic() >= tracked.state.expires_at:
+        if self._clock() >= tracked.state.expires_at:
             return self.finisher.lost(a, "the lease lapsed while the grant was in flight")
         if spec is None:
             return self.finisher.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
@@ -108,9 +110,9 @@ class JobRunner:
         ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
                          max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
                          worker_id=self.worker_id, logger=a.log,
-                         timeout_at=time.monotonic() + timeout_ms / 1000, _lease=tracked.state,
+                         timeout_at=self._clock() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced, _progress=self._progress(job.job_id, token),
-                         _gatekeeper=self._gatekeeper, _families=self._families)
+                         _gatekeeper=self._gatekeeper, _families=self._families, _clock=self._clock)
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,

@@ -1,0 +1,65 @@
+"""The continuations' countdown on moto's real stream, through the local poller as ``sluice dev``
+runs it: both consumers (completion events and the countdown) on each batch, a release refused
+(the checkpoint stays), retried on the next round, and a poller that lost its checkpoint (a crash)
+delivering everything again: the continuation is appended once (docs/flows.md, Failure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice.backends.dynamodb.jobs import DynamoJobStore
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable
+from sluice.core.families import Countdown
+from sluice.streams.completion.publish import Publisher
+from sluice.streams.countdown import StreamCountdown
+from sluice_dev.local.streams import StreamPoller, ensure_bus, stream_consumers
+from tests.backends.inprocess.test_flows import Rig
+from tests.backends.streams_support import received, stream_poller, stream_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def s(moto_url: str, unique: str) -> Settings:
+    return stream_settings(moto_url, unique)
+
+
+def test_children_whose_process_died_before_their_countdown_release_the_continuation_once(
+        s: Settings, unique: str) -> None:
+    from sluice.entry import root as wiring
+
+    url = ensure_bus(s, f"follow-{unique}")
+    rig = Rig(DynamoJobStore.from_settings(s))
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    then = family.continuation or ""
+    for child, state in zip(family.job_ids, ("failed", "dead"), strict=True):
+        rig.store.record_failure(child, rig.store.grant(child, "work", "w"), "boom", state)
+    assert rig.api.status(then).remaining == 2  # no JobEnded reached a countdown: both "died"
+
+    gateway_up = False
+
+    def release(continuation: str) -> None:
+        if not gateway_up:
+            raise BackendUnavailable("the gateway function is unavailable")
+        rig.api.release_continuation(continuation)
+
+    publisher = Publisher(wiring.completion_publisher.__wrapped__(s).sink, s.events_bus_name)
+    countdown = StreamCountdown(Countdown(rig.store.families, release, sleep=lambda _s: None))
+
+    def poller() -> StreamPoller:
+        return stream_poller(s, lambda batch: stream_consumers(batch, publisher.publish, countdown.recount))
+
+    first = poller()
+    first.poll_once()  # counted to 0; the release refused: the last child's record is kept
+    assert rig.api.status(then).remaining == 0 and then not in rig.appended()
+    gateway_up = True
+    first.poll_once()
+    assert rig.appended().count(then) == 1
+    poller().poll_once()  # a poller that lost its checkpoint: every record again
+    first.poll_once()
+    assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0
+    events: list[Any] = received(s, url)
+    assert {e["detail"]["job_id"] for e in events} == set(family.job_ids)  # events flowed alongside

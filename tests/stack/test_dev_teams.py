@@ -1,0 +1,223 @@
+"""``sluice dev --worker NAME=MODULE`` (issue 15): two worker functions side by side, each with its
+own containers, each queue routed to its function; the gateway refuses an unrouted queue.
+
+One stack for the module: the default worker (sluice_dev.examples) and team "words"
+(sluice_dev.examples_team), over real HTTP, Kafka, Redis and DynamoDB on moto.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sluice.core.errors import RouteConflict
+from sluice_dev.cli import main
+from sluice_dev.local.dev import DevOptions, DevStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+INVOKED: list[tuple[str, dict[str, Any]]] = []  # (function, event) of every finished invocation
+
+
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, dict[str, Any]]]:
+    state: Path = tmp_path_factory.mktemp("teams") / ".sluice"
+    # The safety net rarely runs: the jobs below reach their worker through the relay's dispatch.
+    dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=600,
+                              team_workers=(("words", "sluice_dev.examples_team"),), history=False))
+    endpoints = dev.start()
+    assert dev.lambdas is not None
+    dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
+    try:
+        yield dev, endpoints
+    finally:
+        dev.stop()
+
+
+def wait_job(gateway: str, job_id: str, timeout_s: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _, view = http("GET", f"{gateway}/v1/jobs/{job_id}")
+        if view.get("status") in ("succeeded", "failed", "dead", "cancelled") or time.monotonic() > deadline:
+            return view  # type: ignore[no-any-return]
+        time.sleep(0.3)
+
+
+def test_each_queue_runs_on_its_own_worker_function(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    dev, endpoints = stack
+    gateway = endpoints["gateway_url"]
+    assert endpoints["workers"] == [{"name": "words", "function": "sluice-worker-words",
+                                     "handlers": "sluice_dev.examples_team"}]
+    assert "word-count -> sluice-worker-words (typed)" in endpoints["routes"]
+    assert "thumbnails -> sluice-worker (typed)" in endpoints["routes"]
+    assert "echo -> sluice-worker" in endpoints["routes"]
+    # Its own function in the local Lambda service, configured from infra/worker.yaml.
+    assert dev.lambdas is not None and "sluice-worker-words" in dev.lambdas.functions
+    team = dev.team_functions["words"]
+    assert team.env["SLUICE_HANDLERS_MODULE"] == "sluice_dev.examples_team"
+    assert team.env["POWERTOOLS_SERVICE_NAME"] == "sluice-worker-words" and team.timeout_s == 300
+    code, words = http("POST", f"{gateway}/v1/queues/word-count/jobs", {"payload": {"text": "one two three"}})
+    assert code == 202, words
+    code, echo = http("POST", f"{gateway}/v1/queues/echo/jobs", {"payload": {"hi": 1}})
+    assert code == 202, echo
+    done = wait_job(gateway, words["job_id"])
+    assert done["status"] == "succeeded", done
+    assert done["result"]["words"] == 3 and done["result"]["function"] == "sluice-worker-words"
+    assert wait_job(gateway, echo["job_id"])["status"] == "succeeded"
+    # The relay dispatched each queue's backlog to its routed function (an invocation is recorded
+    # when it returns, a moment after its job's result is written).
+    deadline = time.monotonic() + 20
+    while True:
+        relayed = {(fn, q) for fn, e in list(INVOKED) if e.get("source") == "relay"
+                   for q in e.get("queues", [])}
+        if {("sluice-worker-words", "word-count"), ("sluice-worker", "echo")} <= relayed or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ("sluice-worker-words", "word-count") in relayed and ("sluice-worker", "echo") in relayed, INVOKED
+    assert ("sluice-worker", "word-count") not in relayed
+    # Each function ran in its own containers.
+    by_function = {c["function"] for c in dev.lambdas.describe()}
+    assert {"sluice-worker", "sluice-worker-words"} <= by_function
+
+
+def test_a_teams_handler_starts_children_and_a_continuation(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """A team's worker function, configured from infra/worker.yaml as deployed, reaches the gateway
+    function for ctx.enqueue_many: the children and the continuation run in the team's function."""
+    _, endpoints = stack
+    gateway = endpoints["gateway_url"]
+    code, accepted = http("POST", f"{gateway}/v1/queues/word-batch/jobs",
+                          {"payload": {"texts": ["one two", "three", "four five six"]}})
+    assert code == 202, accepted
+    parent = wait_job(gateway, accepted["job_id"])
+    assert parent["status"] == "succeeded", parent
+    assert parent["result"]["children"] == 3 and len(parent["children"]) == 3, parent
+    total = wait_job(gateway, parent["result"]["continuation"])
+    assert total["status"] == "succeeded" and total["parent_id"] == parent["job_id"], total
+    assert total["result"] == {"words": 6, "children": 3}, total
+    for child in parent["children"]:
+        done = wait_job(gateway, child)
+        assert done["result"]["function"] == "sluice-worker-words", done
+
+
+def test_an_unrouted_queues_job_is_refused_at_the_door(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    _, endpoints = stack
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs", {"payload": 1})
+    assert code == 404 and problem["code"] == "NO_ROUTE", problem
+    # word-count is typed (model=Text): a payload that does not match its published schema is a
+    # 400 naming each field, before Kafka; so is one for the default worker's typed thumbnails.
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/word-count/jobs",
+                         {"payload": {"text": 5, "extra": True}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
+    assert {e["pointer"] for e in problem["errors"]} == {"/payload", "/payload/text"}, problem["errors"]
+    code, problem = http("POST", f"{endpoints['gateway_url']}/v1/queues/thumbnails/jobs",
+                         {"payload": {"width": 0}})
+    assert code == 400 and problem["code"] == "PAYLOAD_INVALID", problem
+    code, view = http("GET", f"{endpoints['gateway_url']}/v1/queues/word-count")
+    assert code == 200
+    assert view["route"]["function"] == "sluice-worker-words" and view["route"]["owner"] == "words"
+    assert view["route"]["payload_schema"]["properties"]["text"]["type"] == "string"
+    _, openapi = http("GET", f"{endpoints['gateway_url']}/v1/openapi.json")
+    assert {"word-count", "thumbnails"} <= set(openapi["x-sluice-typed-queues"])
+
+
+def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    dev, _ = stack
+    args = ["--state-dir", str(dev.options.state_dir)]
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "queues", "--json"])
+    assert out.exit_code == 0, out.output + out.stderr
+    rows = {json.loads(line)["queue"]: json.loads(line) for line in out.stdout.splitlines()}
+    assert rows["word-count"]["route"] == "sluice-worker-words (words typed)"
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list"])
+    assert out.exit_code == 0 and "sluice-worker-words  (words)  typed: word-count" in out.stdout
+    # A route to a function that does not exist is refused, and nothing is written.
+    register = [*args, "routes", "register", "--function"]
+    out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker-ghost",
+                                                    "--handlers", "tests.stack.ghost_handlers"])
+    assert out.exit_code == 1 and "does not exist" in out.stderr, out.output + out.stderr
+    # Another team claiming word-count is refused, naming its owner.
+    out = CliRunner(mix_stderr=False).invoke(main, [*register, "sluice-worker", "--handlers",
+                                                    "sluice_dev.examples_team", "--owner", "other"])
+    assert out.exit_code == 1 and "already routed by 'words'" in out.stderr, out.output + out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, [*args, "routes", "list", "--json"])
+    assert {json.loads(x)["pattern"] for x in out.stdout.splitlines()} >= {"word-count", "echo"}
+    assert "ghost" not in out.stdout
+
+
+def test_two_workers_claiming_one_queue_stop_the_stack_from_starting(tmp_path: Path) -> None:
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              team_workers=(("copycat", "sluice_dev.examples"),)))
+    with pytest.raises(RouteConflict, match="already routed by"):
+        dev.start()
+    assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
+
+
+def test_with_unrouted_default_such_a_job_dies_at_once_in_the_default_worker(tmp_path: Path) -> None:
+    """The other guard: accepted (UnroutedQueues=default), dispatched to the default worker, which
+    has no handler: dead on its first lease with the reason, never released, never re-run."""
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              safety_net_every_s=600, parameters={"UnroutedQueues": "default"},
+                              team_workers=(("words", "sluice_dev.examples_team"),)))
+    endpoints = dev.start()
+    try:
+        code, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/nobody-handles/jobs",
+                              {"payload": 1, "max_attempts": 5})
+        assert code == 202, accepted
+        done = wait_job(endpoints["gateway_url"], accepted["job_id"])
+        assert done["status"] == "dead" and done["attempts"] == 1, done
+        assert done["last_error"] == "no handler registered for queue 'nobody-handles'"
+    finally:
+        dev.stop()
+
+
+def test_sluice_dev_fires_a_stored_schedule_into_the_gateway_once_per_firing(
+        stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """Issue 17: the local scheduler fires the table's schedules as EventBridge Scheduler would (the
+    time injected: no real minute waited); a firing delivered twice makes one job."""
+    from sluice.core import schedules
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+    from sluice_dev.local.dev import GATEWAY_FUNCTION
+
+    dev, endpoints = stack
+    assert dev.schedules is not None and dev.lambdas is not None
+    body = json.dumps({"name": "minutely", "expression": "rate(1 minute)", "payload": {"text": "tick"}})
+    headers = {"Content-Type": "application/json", LOCAL_CALLER_HEADER: "arn:aws:iam::000000000000:role/ops"}
+    req = urllib.request.Request(f"{endpoints['gateway_url']}/v1/admin/queues/echo/schedules",
+                                 data=body.encode(), method="POST", headers=headers)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        created = json.loads(r.read())
+    assert r.status == 201 and created["queue"] == "echo"
+    (event,) = dev.schedules.tick(now_ms=created["created_at_ms"] + 60_000)
+    assert created["next_firing_ms"] == created["created_at_ms"] + 60_000
+    assert event == {"sluice_schedule": "minutely", "queue": "echo",
+                     "scheduled_time": schedules.iso(created["created_at_ms"] + 60_000)}
+    again = dev.lambdas.invoke(GATEWAY_FUNCTION, event)  # a second delivery of the same firing
+    assert again.done.wait(60) and again.error is None, again.error
+    job_id = again.result["job_id"]
+    view = wait_job(endpoints["gateway_url"], job_id)
+    assert (view["status"], view["attempts"]) == ("succeeded", 1), view
+    def deliveries() -> int:
+        return len([e for f, e in INVOKED if f == GATEWAY_FUNCTION and e == event])
+
+    deadline = time.monotonic() + 30
+    while deliveries() < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert deliveries() == 2  # both reached the gateway, one job ran (attempts 1)
+    assert dev.schedules.tick(now_ms=created["created_at_ms"] + 60_500) == []
