@@ -18,6 +18,7 @@ import pytest
 import sluice
 import sluice.core.errors
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import EndedJob, Job, JobSpec, JobState, LeasedJob, WriteOutcome
 from sluice.gateway.api import Api, Backends, IdMinting
@@ -95,7 +96,7 @@ def test_cancel_of_a_job_reclaimed_after_its_worker_died_ends_it_cancelled(stack
     stack.store.grant(job_id, Q, "A", job.redrive_gen)  # item: leased; then A dies
     lapse(stack)
     assert where(stack.queue.client, Q, job_id) == {"ready"}
-    api = Api(Backends(log=None, store=stack.store, queue=stack.queue), IdMinting(b"k" * 32))  # type: ignore[arg-type]
+    api = Api(Backends(None, stack.store, stack.queue, EventBus()), IdMinting(b"k" * 32))  # type: ignore[arg-type]
 
     accepted = api.cancel(job_id)
 
@@ -127,7 +128,7 @@ def test_cancel_of_a_job_already_dead_lettered_in_redis_is_409(stack: Stack, uni
     job = leased(stack, job_id, max_attempts=1)
     stack.store.grant(job_id, Q, "A", job.redrive_gen)
     lapse(stack)  # its last attempt: dead in Redis, the item still says leased until the relay runs
-    api = Api(Backends(log=None, store=stack.store, queue=stack.queue), IdMinting(b"k" * 32))  # type: ignore[arg-type]
+    api = Api(Backends(None, stack.store, stack.queue, EventBus()), IdMinting(b"k" * 32))  # type: ignore[arg-type]
     with pytest.raises(AlreadyFinished, match="dead"):
         api.cancel(job_id)
     assert relay_settles(stack) == [True]
@@ -138,7 +139,7 @@ def test_a_live_lease_still_honours_the_cancel(stack: Stack, unique: str) -> Non
     job_id = f"c4-{unique}"
     job = leased(stack, job_id)
     stack.store.grant(job_id, Q, "A", job.redrive_gen)
-    api = Api(Backends(log=None, store=stack.store, queue=stack.queue), IdMinting(b"k" * 32))  # type: ignore[arg-type]
+    api = Api(Backends(None, stack.store, stack.queue, EventBus()), IdMinting(b"k" * 32))  # type: ignore[arg-type]
     assert api.cancel(job_id).status == "cancel_requested"
     assert stack.queue.extend(Q, job_id, job.lease_token, 1_000).cancel_requested
     assert settle_members(stack) == []

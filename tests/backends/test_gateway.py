@@ -20,6 +20,7 @@ import pytest
 from sluice.backends.kafka.auth import client_config
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.client import Client
+from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.errors import AlreadyFinished, BackendUnavailable
 from sluice.core.models import JobSpec
@@ -130,7 +131,7 @@ def test_forged_wrong_queue_and_expired_ids_are_404(gateway: Gateway, api: Api, 
     for job_id in (forged, f"{stamp}.batchq.{mac}"):
         code, _, doc = call(gateway, get(f"/v1/jobs/{job_id}"))
         assert (code, doc["code"]) == (404, "NOT_FOUND")
-    later = Api(Backends(api.log, api.store, api.queue),
+    later = Api(Backends(api.log, api.store, api.queue, events=EventBus()),
                 IdMinting(api.job_id_key, horizon_ms=api.id_horizon_ms),
                 clock=lambda: int(time.time() * 1000) + api.id_horizon_ms + 1000)
     assert call(Gateway(later), get(f"/v1/jobs/{body['job_id']}"))[0] == 404
@@ -214,7 +215,7 @@ class HeldLog:
 
 def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Settings) -> None:
     held = HeldLog(api.log)  # type: ignore[arg-type]
-    slow_api = Api(Backends(held, api.store, api.queue), IdMinting(api.job_id_key),
+    slow_api = Api(Backends(held, api.store, api.queue, events=EventBus()), IdMinting(api.job_id_key),
                    idempotency=api.idempotency)
     first_container, second_container = Gateway(slow_api), Gateway(slow_api)
     results: list[tuple[int, dict[str, str], Any]] = []
@@ -237,7 +238,7 @@ def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Setting
 def test_kafka_unavailable_is_503_and_nothing_is_left_accepted(api: Api, settings: Settings) -> None:
     dead = KafkaJobLog({"bootstrap_servers": [f"127.0.0.1:{servers.free_port()}"]}, settings.kafka_topic,
                        delivery_timeout_ms=1500, request_timeout_ms=500, max_block_ms=500)
-    down = Gateway(Api(Backends(dead, api.store, api.queue), IdMinting(api.job_id_key),
+    down = Gateway(Api(Backends(dead, api.store, api.queue, events=EventBus()), IdMinting(api.job_id_key),
                        idempotency=api.idempotency))
     before = set(job_items(settings))
     code, headers, doc = call(down, post("down", {"payload": 1}, key="while-down"))
@@ -265,7 +266,7 @@ def test_broker_dies_under_a_connected_producer(api: Api, settings: Settings, tm
         ensure_topics(local)
         log = KafkaJobLog(client_config(local), local.kafka_topic, delivery_timeout_ms=2000,
                           request_timeout_ms=1000, max_block_ms=1000)
-        gw = Gateway(Api(Backends(log, api.store, api.queue), IdMinting(api.job_id_key)))
+        gw = Gateway(Api(Backends(log, api.store, api.queue, events=EventBus()), IdMinting(api.job_id_key)))
         code, _, first = call(gw, post("dying", {"payload": 1}))
         assert code == 202
         before = set(job_items(settings))

@@ -44,6 +44,7 @@ from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import FINAL_STATES, JobSpec
 from sluice.gateway.api import Api, Backends, IdMinting
@@ -117,7 +118,7 @@ class JobMachine(RuleBasedStateMachine):
         self.redrives_read = 0  # redrive records the relay has read (I7 allows them a token each)
         self.events: list[Event] = []
         self.workers = Workers(self.engine, self.store, self.events)
-        self.api = Api(Backends(log=None, store=self.store, queue=self.engine), IdMinting(KEY))  # type: ignore[arg-type]
+        self.api = Api(Backends(None, self.store, self.engine, EventBus()), IdMinting(KEY))  # type: ignore[arg-type]
         self.specs: dict[str, JobSpec] = {}
         self.offsets: dict[str, int] = {}
         self.ids = itertools.count()

@@ -19,6 +19,7 @@ import redis
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core.bus import EventBus
 from sluice.core.errors import QueueFull, SluiceError
 from sluice.core.limits import Limits
 from sluice.core.wire import BatchRequest, EnqueueRequest
@@ -82,7 +83,7 @@ def test_a_flood_gets_429s_and_ordinary_jobs_keep_flowing(tansu: Any, tmp_path: 
         create_topic(bs, topic, 2)
         engine = RedisQueue.from_url(url, LIMITS)
         api = Api(Backends(KafkaJobLog.from_settings(settings(bs, topic, f"g-{unique}")), NullStore(),  # type: ignore[arg-type]
-                           engine), IdMinting(KEY),
+                           engine, events=EventBus()), IdMinting(KEY),
                   intake=Intake(admission=Admission(engine, LIMITS, ttl_ms=200), limits=LIMITS))
         running = Running(*build(url, bs, topic, f"g-{unique}", refresh_s=0.1, maintenance_s=0.5, batch=20,
                                  limits=LIMITS))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sluice.core import ids
-from sluice.core.bus import JobEnded
+from sluice.core.bus import EventBus, JobEnded
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
 from sluice.entry.gateway import Gateway
@@ -409,12 +409,12 @@ NEW_KEY = b"the-rotated-in-job-id-key-0123456789"
 
 def test_after_a_rotation_ids_of_the_previous_key_still_answer(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    rotated = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(NEW_KEY, [KEY]),  # type: ignore[arg-type]
+    rotated = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(NEW_KEY, [KEY]),  # type: ignore[arg-type]
                   clock=lambda: rig.now_ms)
     assert rotated.status(accepted["job_id"]).status is JobState.ACCEPTED
     fresh = rotated.minted(ids.mint(rig.now_ms, "emails", NEW_KEY))
     assert fresh == ("emails", rig.now_ms)
-    without_previous = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(NEW_KEY),  # type: ignore[arg-type]
+    without_previous = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(NEW_KEY),  # type: ignore[arg-type]
                            clock=lambda: rig.now_ms)
     assert without_previous.minted(accepted["job_id"]) is None
 
@@ -426,7 +426,7 @@ def test_an_id_of_a_key_rotated_in_elsewhere_rereads_the_keys_at_most_once_a_min
         reads.append(rig.now_ms)
         return NEW_KEY, (KEY,)
 
-    api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY, refresh=refresh),  # type: ignore[arg-type]
+    api = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(KEY, refresh=refresh),  # type: ignore[arg-type]
               clock=lambda: rig.now_ms)
     newer = ids.mint(rig.now_ms, "emails", NEW_KEY)
     assert api.minted(newer) is None and reads == []  # just read: no second read yet

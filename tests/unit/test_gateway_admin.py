@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sluice.core import ids
+from sluice.core.bus import EventBus
 from sluice.core.errors import JobNotFound
 from sluice.core.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
 from sluice.core.routes import Route, RouteTable
@@ -88,7 +89,7 @@ class Rig:
     def __init__(self, operators: tuple[str, ...] = (OPERATOR,), routes: RouteTable | None = None) -> None:
         self.queue, self.store, self.log = AdminQueue(), FakeStore(), FakeLog()
         cache = None if routes is None else FixedRoutes(routes)
-        self.api = Api(Backends(self.log, self.store, self.queue), IdMinting(KEY),  # type: ignore[arg-type]
+        self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(routes=cache), policy=Policy(operators),  # type: ignore[arg-type]
                        idempotency=FakeIdempotency())
         self.gateway = Gateway(self.api)

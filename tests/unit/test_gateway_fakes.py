@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
 from sluice.core.models import QueueConfig, QueueStats
 from sluice.entry.gateway import Gateway
@@ -111,7 +112,7 @@ class Rig:
         self.queue = FakeQueue()
         self.idem = FakeIdempotency()
         self.now_ms = 1_700_000_000_000
-        self.api = Api(Backends(self.log, self.store, self.queue), IdMinting(KEY),  # type: ignore[arg-type]
+        self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(max_payload_bytes), idempotency=self.idem, clock=lambda: self.now_ms)
         self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import Limits, take_within
 from sluice.core.models import QueueConfig
@@ -30,7 +31,7 @@ class Clock:
 def limited(limits: Limits, ttl_ms: int = 2_000) -> tuple[Rig, Clock]:
     rig, clock = Rig(), Clock()
     admission = Admission(rig.queue, limits, ttl_ms=ttl_ms, clock=clock)  # type: ignore[arg-type]
-    rig.api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY),  # type: ignore[arg-type]
+    rig.api = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                   intake=Intake(admission=admission, limits=limits), idempotency=rig.idem,
                   clock=lambda: rig.now_ms)
     rig.gateway = Gateway(rig.api)

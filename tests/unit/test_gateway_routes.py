@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.routes import Route, RouteCache
 from sluice.entry.gateway import Gateway
@@ -41,7 +42,7 @@ def routed_rig(routes: list[Route], *, refuse: bool = True) -> tuple[Rig, Source
     rig = Rig()
     source = Source(routes)
     cache = RouteCache(source, ttl_s=0)
-    rig.api = Api(Backends(rig.log, rig.store, rig.queue), IdMinting(KEY),  # type: ignore[arg-type]
+    rig.api = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                   intake=Intake(routes=cache, refuse_unrouted=refuse), idempotency=rig.idem,
                   clock=lambda: rig.now_ms)
     rig.gateway = Gateway(rig.api, routes=cache)

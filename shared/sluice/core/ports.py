@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from sluice.core.bus import EventBus
 from sluice.core.models import (
     DeadJob,
     EndedJob,
@@ -132,6 +133,15 @@ class JobStore(Protocol):
     def relay_view(self, job_ids: Iterable[str]) -> tuple[set[str], dict[str, int]]:
         """The relay's read: the ids whose jobs are done with (final, and not redriven since they
         last ran), and the redrive generation of every job that has one."""
+        ...
+
+    def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:
+        """A lease holder's progress (``ctx.progress``), fenced on its token as its result is."""
+        ...
+
+    def fenced_table(self, table_name: str, job_id: str, token: int, *, events: EventBus) -> Any:
+        """A holder's view of another DynamoDB table (``ctx.fenced_table``): each write carries
+        its fencing token and is refused once a newer one wrote; each reported on ``events``."""
         ...
 
 

@@ -76,9 +76,9 @@ def for_relay(settings: Settings, engine: Any, store: Any, source: Any, *, event
     from sluice.relay.recovery.adapters import KafkaOffsets, RedisEpochs
     from sluice.relay.recovery.checkpoints import DynamoCheckpoints
 
-    # The store's own DynamoDB client: a second client costs a cold start its own set-up.
-    client = getattr(store, "client", None) or wiring.dynamodb(settings)
-    return Recovery(source.topic, RedisEpochs(engine.client), DynamoCheckpoints(client, settings.jobs_table),
+    # The container's one DynamoDB client, the store's too: a second costs a cold start its own set-up.
+    return Recovery(source.topic, RedisEpochs(engine.client),
+                    DynamoCheckpoints(wiring.dynamodb(settings), settings.jobs_table),
                     KafkaOffsets(source), store, events=events, **knobs)
 
 

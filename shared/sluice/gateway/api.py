@@ -107,7 +107,7 @@ class Backends:
     log: JobLog
     store: JobStore | Lazy[JobStore]
     queue: JobQueue | Lazy[JobQueue]
-    events: EventBus | None = None
+    events: EventBus
     withdraw_workers: int = 8
     # The jobs table's families (``sluice.gateway.families``), on the same table as ``store``;
     # None: this gateway starts no children (nor counts a cancelled one down).
@@ -142,7 +142,7 @@ class Api:
         policy = policy or Policy()
         # Every job passes through it: an enqueue's, a child's, a firing's.
         self.pipeline = EnqueuePipeline(backends.log, minting, intake, clock=clock)
-        self.events = backends.events if backends.events is not None else EventBus()
+        self.events = backends.events
         self._store, self._queue = backends.store, backends.queue
         self._families = backends.families
         self.idempotency = idempotency

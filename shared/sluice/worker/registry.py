@@ -283,14 +283,11 @@ class Worker:
         hb.start()
         return _Session(queue, hb, parts, pool, bus)
 
-    def _store_tables(self, store: JobStore, events: ev.EventBus) -> FencedTableFactory | None:
+    def _store_tables(self, store: JobStore, events: ev.EventBus) -> FencedTableFactory:
         """The store's fenced tables, reporting their writes on the drain's events."""
-        factory = getattr(store, "fenced_table", None)
-        if factory is None:
-            return None
 
         def fenced_table(name: str, job_id: str, token: int) -> Any:
-            return factory(name, job_id, token, events=events)
+            return store.fenced_table(name, job_id, token, events=events)
 
         return fenced_table
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from sluice.backends.aws.gatekeeper import Gatekeeper
 from sluice.core import bus as ev
+from sluice.core.bus import EventBus
 from sluice.core.families import Countdown
 from sluice.entry import root as wiring
 from sluice_dev.chaos.app import QUEUE, Control, kill_after_push, record_relay, worker_app
@@ -58,7 +59,7 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
 
     store = DynamoJobStore.from_settings(s)
     gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), store, RedisJobQueue.from_settings(s),
-                                   families=store.families), IdMinting(wiring.job_id_key(s))))
+                                   EventBus(), families=store.families), IdMinting(wiring.job_id_key(s))))
     return Gatekeeper(lambda event: gateway(event, None))
 
 

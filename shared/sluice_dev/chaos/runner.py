@@ -203,13 +203,15 @@ class Run:
         from sluice.backends.dynamodb.jobs import DynamoJobStore
         from sluice.backends.kafka.producer import KafkaJobLog
         from sluice.backends.redis.queue import RedisJobQueue
+        from sluice.core.bus import EventBus
         from sluice.entry import root as wiring
         from sluice.gateway.api import Api, Backends, IdMinting
 
         o, say = self.o, self.say
         job_log = KafkaJobLog.from_settings(settings)
         store = DynamoJobStore.from_settings(settings)
-        api = Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), families=store.families),
+        api = Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
+                           families=store.families),
                   IdMinting(wiring.job_id_key(settings)))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
@@ -219,7 +221,7 @@ class Run:
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
         op_engine, op_store = RedisJobQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
-        op_api = Api(Backends(job_log, op_store, op_engine, families=op_store.families),
+        op_api = Api(Backends(job_log, op_store, op_engine, EventBus(), families=op_store.families),
                      IdMinting(wiring.job_id_key(settings)))
         person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
                                    running=operator.Running(self.history_path), log=job_log)

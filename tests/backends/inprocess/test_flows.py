@@ -60,8 +60,8 @@ def store(db: Any) -> Iterator[DynamoJobStore]:
 class Rig:
     def __init__(self, store: DynamoJobStore) -> None:
         self.store, self.log, self.queue = store, FakeLog(), FakeQueue()
-        self.api = Api(Backends(self.log, store, self.queue, families=store.families), IdMinting(KEY),
-                       clock=lambda: PARENT_MS + 5_000)
+        self.api = Api(Backends(self.log, store, self.queue, EventBus(), families=store.families),
+                       IdMinting(KEY), clock=lambda: PARENT_MS + 5_000)
         self.gateway = Gateway(self.api)
         self.keeper = Gatekeeper(lambda event: self.gateway(event, None))
         self.parent = ids.mint(PARENT_MS, "fanout", KEY)

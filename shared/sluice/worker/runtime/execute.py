@@ -127,11 +127,9 @@ class JobRunner:
                                     stale_token=isinstance(inv.error, StaleToken)))
         return self._verdict(a, inv, timeout_ms)
 
-    def _progress(self, job_id: str, token: int) -> Progress | None:
-        write = getattr(self.store, "write_progress", None)  # not every store records progress
-        if write is None:
-            return None
-        return Progress(write, job_id, token, every_ms=self.options.progress_every_ms, now_ms=self._now_ms)
+    def _progress(self, job_id: str, token: int) -> Progress:
+        return Progress(self.store.write_progress, job_id, token, every_ms=self.options.progress_every_ms,
+                        now_ms=self._now_ms)
 
     @staticmethod
     def _flush_progress(ctx: JobContext) -> None:
