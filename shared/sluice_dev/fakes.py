@@ -29,7 +29,6 @@ from sluice.core.errors import (
 from sluice.core.models import (
     FINAL_STATES,
     DeadJob,
-    EndedJob,
     Extended,
     JobRecord,
     JobSpec,
@@ -37,6 +36,7 @@ from sluice.core.models import (
     LeasedJob,
     QueueConfig,
     QueueStats,
+    SettleEntry,
     WriteOutcome,
     dump_json,
 )
@@ -295,7 +295,7 @@ class FakeStore:
         self.mark_calls = 0
         self.final_calls = 0
         self.down = False
-        self.settled: list[EndedJob] = []
+        self.settled: list[SettleEntry] = []
         self.refuse_settle: set[str] = set()  # job ids whose settle_ended fails
         self.fail_cancel: Exception | None = None
         self.unrecorded: list[tuple[str, str, str]] = []  # cancel_unrecorded calls
@@ -479,7 +479,7 @@ class FakeStore:
         ids = list(job_ids)
         return self.final_job_ids(ids), {j: self.generations[j] for j in ids if self.generations.get(j)}
 
-    def settle_ended(self, ended: EndedJob) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> bool:
         if ended.job_id in self.refuse_settle:
             raise BackendUnavailable("dynamodb is down")
         self._unavailable()

@@ -11,7 +11,7 @@ import pytest
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, LeaseLost, StaleToken
-from sluice.core.models import EndedJob, JobState
+from sluice.core.models import JobState, SettleEntry
 from sluice.entry import root as wiring
 from sluice.streams.completion.publish import Publisher, batch_failures
 from sluice_dev.local.streams import ensure_bus
@@ -38,7 +38,7 @@ def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_
     store.write_result(ok, store.grant(ok, "q", "w"), {"pages": 4})
     store.record_failure(failed, store.grant(failed, "q", "w"), "bad input", "failed")
     store.grant(settled, "q", "w")
-    store.settle_ended(EndedJob(job_id=settled, queue="q", status=JobState.DEAD, ended_at_ms=1))
+    store.settle_ended(SettleEntry(job_id=settled, queue="q", status=JobState.DEAD, ended_at_ms=1))
     store.request_cancel(cancelled)
     store.grant(running, "q", "w")  # never ends: no event
     # The "crash": nothing published these; the writes alone are in the stream.

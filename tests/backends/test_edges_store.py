@@ -20,7 +20,7 @@ import sluice.core.errors
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, JobNotFound
-from sluice.core.models import EndedJob, Job, JobSpec, JobState, LeasedJob, WriteOutcome
+from sluice.core.models import Job, JobSpec, JobState, LeasedJob, SettleEntry, WriteOutcome
 from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.gateway.redrive import redrive_all, redrive_one
 from sluice.worker.registry import Worker
@@ -63,7 +63,7 @@ def lapse(stack: Stack) -> None:
     stack.queue.reap(Q)
 
 
-def relay_settles(stack: Stack, ended: list[EndedJob] | None = None) -> list[bool]:
+def relay_settles(stack: Stack, ended: list[SettleEntry] | None = None) -> list[bool]:
     ended = stack.queue.unsettled(Q) if ended is None else ended
     written = [stack.store.settle_ended(e) for e in ended]
     stack.queue.settled(Q, ended)

@@ -20,7 +20,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput
-from sluice.core.models import EndedJob, JobState
+from sluice.core.models import JobState, SettleEntry
 from tests.backends.test_engine_support import leased, make_queue, score, snapshot, spec, where
 
 pytestmark = pytest.mark.integration
@@ -157,14 +157,15 @@ def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redi
     assert snapshot(redis_client) == before
 
 
-def test_ended_job_member_matches_what_the_scripts_write() -> None:
-    assert EndedJob(job_id="a", queue="q", status=JobState.CANCELLED, ended_at_ms=1).member == "cancelled:0:a"
-    redriven = EndedJob(job_id="a", queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=7)
+def test_a_settle_entrys_member_matches_what_the_scripts_write() -> None:
+    cancelled = SettleEntry(job_id="a", queue="q", status=JobState.CANCELLED, ended_at_ms=1)
+    assert cancelled.member == "cancelled:0:a"
+    redriven = SettleEntry(job_id="a", queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=7)
     assert redriven.member == "dead:7:a"
-    older = EndedJob.parse("dead:a", "q", 5)  # the format before redrive generations
+    older = SettleEntry.parse("dead:a", "q", 5)  # the format before redrive generations
     assert (older.job_id, older.status, older.redrive_gen, older.member) == (
         "a", JobState.DEAD, None, "dead:a")
-    newer = EndedJob.parse("cancelled:3:a.b-c", "q", 5)
+    newer = SettleEntry.parse("cancelled:3:a.b-c", "q", 5)
     assert (newer.job_id, newer.status, newer.redrive_gen, newer.member) == (
         "a.b-c", JobState.CANCELLED, 3, "cancelled:3:a.b-c")
 

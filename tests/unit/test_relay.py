@@ -10,7 +10,7 @@ import pytest
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
-from sluice.core.models import EndedJob, JobSpec, JobState
+from sluice.core.models import JobSpec, JobState, SettleEntry
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
 from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeStore
 from tests.unit.test_relay_fakes import FakeEngine, FakeSource
@@ -402,9 +402,9 @@ def test_maintenance_settles_what_redis_ended_and_forgets_only_what_was_written(
     Redis with no worker left to say so: the relay writes it to the store, then forgets it."""
     w = World(partitions=1)
     w.engine.jobs["q"] = {}
-    dead = EndedJob(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5,
+    dead = SettleEntry(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5,
                     last_error="lease expired on attempt 3")
-    gone = EndedJob(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
+    gone = SettleEntry(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
     w.engine.endings["q"] = [dead, gone]
     w.store.refuse_settle = {"c1"}
     relay = w.relay(maintenance_s=5)
@@ -423,9 +423,9 @@ def test_the_relay_emits_pushed_committed_settled_and_job_ended_for_the_endings_
 
     w = World(partitions=1)
     ids = w.add(3, partition=0)
-    dead = EndedJob(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
-    gone = EndedJob(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
-    refused = EndedJob(job_id="x1", queue="q", status=JobState.DEAD, ended_at_ms=7)
+    dead = SettleEntry(job_id="d1", queue="q", status=JobState.DEAD, ended_at_ms=5, redrive_gen=2)
+    gone = SettleEntry(job_id="c1", queue="q", status=JobState.CANCELLED, ended_at_ms=6)
+    refused = SettleEntry(job_id="x1", queue="q", status=JobState.DEAD, ended_at_ms=7)
     w.engine.endings["q"] = [dead, gone, refused]
     w.store.refuse_settle = {"x1"}  # not written: no ending to announce
     bus = events.EventBus()

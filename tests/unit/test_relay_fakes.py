@@ -14,7 +14,7 @@ import pytest
 
 from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
-from sluice.core.models import EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
 from sluice.relay import SourceRecord
 from sluice_dev.fakes import FakeClock
 
@@ -47,7 +47,7 @@ class FakeEngine:
         self.calls: list[str] = []
         self.down = False
         self.reaped: list[str] = []
-        self.endings: dict[str, list[EndedJob]] = {}  # what Redis ended alone (keys.settle)
+        self.endings: dict[str, list[SettleEntry]] = {}  # what Redis ended alone (keys.settle)
         self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
 
     def _call(self, name: str) -> None:
@@ -114,11 +114,11 @@ class FakeEngine:
         self._call("redrive")
         return 0
 
-    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+    def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]:
         self._call("unsettled")
         return list(self.endings.get(queue, []))[:limit]
 
-    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
         self._call("settled")
         before = self.endings.get(queue, [])
         self.endings[queue] = [j for j in before if j not in jobs]

@@ -102,7 +102,7 @@ class ChildState:
     slot: int
 
 
-class Gatekeeper(Protocol):
+class FamilyGateway(Protocol):
     """The gateway's family entry as the worker and the relay reach it (``runtime.children``)."""
 
     def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted: ...

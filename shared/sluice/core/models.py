@@ -339,7 +339,7 @@ class DeadJob(BaseModel):
     died_at_ms: int
 
 
-class EndedJob(BaseModel):
+class SettleEntry(BaseModel):
     """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
     ``status`` is dead (its lease expired on the last attempt) or cancelled (its lease
     ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
@@ -361,7 +361,7 @@ class EndedJob(BaseModel):
         return f"{self.status.value}:{self.redrive_gen}:{self.job_id}"
 
     @classmethod
-    def parse(cls, member: str, queue: str, ended_at_ms: int, last_error: str | None = None) -> EndedJob:
+    def parse(cls, member: str, queue: str, ended_at_ms: int, last_error: str | None = None) -> SettleEntry:
         """An entry of the settle set: "<state>:<g>:<id>" (or the older "<state>:<id>")."""
         parts = member.split(":")
         gen = int(parts[1]) if len(parts) == 3 else None

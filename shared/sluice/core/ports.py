@@ -11,13 +11,13 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from sluice.core.bus import EventBus
 from sluice.core.models import (
     DeadJob,
-    EndedJob,
     Extended,
     JobRecord,
     JobSpec,
     LeasedJob,
     QueueConfig,
     QueueStats,
+    SettleEntry,
     WriteOutcome,
 )
 
@@ -122,7 +122,7 @@ class JobStore(Protocol):
         """Cancel a job that may have no item yet: creates a cancelled one, else request_cancel."""
         ...
 
-    def settle_ended(self, ended: EndedJob) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> bool:
         """Record a job Redis ended (dead, cancelled) unless its item is already final."""
         ...
 

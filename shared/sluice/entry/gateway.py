@@ -6,7 +6,7 @@ verifies its caller and builds the ``Caller`` (``sluice.core.caller``) the enque
 - API requests, API Gateway REST proxy events: ``sluice.entry.gateway_api``;
 - operator calls, proxy events for ``/v1/admin/...``: ``sluice.entry.gateway_operator``;
 - internal calls (a worker's children and continuations, the countdown's releases), a direct
-  invoke from ``sluice.backends.aws.gatekeeper``: ``sluice.entry.gateway_internal``;
+  invoke from ``sluice.backends.aws.family_gateway``: ``sluice.entry.gateway_internal``;
 - schedule firings, EventBridge Scheduler's invoke: ``sluice.entry.gateway_scheduler``.
 
 ``lambda_function`` builds the function's handler from Settings (``functions/gateway/app.py``).

@@ -18,7 +18,7 @@ from sluice.core.config import Settings
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sluice.backends.aws.gatekeeper import Gatekeeper
+    from sluice.backends.aws.family_gateway import LambdaFamilyGateway
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.redis.connection import RedisConnection
     from sluice.core.families import FamilyStore
@@ -280,14 +280,14 @@ def completion_publisher(s: Settings | None = None) -> Any:
 
 
 @cache
-def gatekeeper(s: Settings | None = None) -> Gatekeeper | None:
+def family_gateway(s: Settings | None = None) -> LambdaFamilyGateway | None:
     """The gateway's family entry (``sluice.core.families``), or None where no gateway function is named."""
-    from sluice.backends.aws.gatekeeper import Gatekeeper, LambdaInvoke
+    from sluice.backends.aws.family_gateway import LambdaFamilyGateway, LambdaInvoke
 
     s = s or settings()
     if not s.gateway_function_name:
         return None
-    return Gatekeeper(LambdaInvoke.from_settings(s))
+    return LambdaFamilyGateway(LambdaInvoke.from_settings(s))
 
 
 @cache
@@ -297,7 +297,7 @@ def stream_countdown(s: Settings | None = None) -> StreamCountdown:
     from sluice.core.families import Countdown
     from sluice.streams.countdown import StreamCountdown
 
-    keeper = gatekeeper(s)
+    keeper = family_gateway(s)
     if keeper is None:
         raise ConfigError("the stream's countdown releases continuations through the gateway "
                           "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
@@ -308,7 +308,7 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
     """Count children's endings on ``bus`` (the relay's settle), releasing continuations via the gateway."""
     from sluice.core.families import Countdown
 
-    keeper = gatekeeper(s)
+    keeper = family_gateway(s)
     if keeper is None or id(bus) in _counted:
         return
     _counted.add(id(bus))
@@ -321,6 +321,6 @@ _counted: set[int] = set()
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
-                    previous_job_id_keys, completion_publisher, gatekeeper, routes, stream_countdown,
+                    previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
                     dynamodb, redis, relay_engine):
         builder.cache_clear()

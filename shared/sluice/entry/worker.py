@@ -104,8 +104,9 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     s = settings or wiring.settings()
     app, options = prepare(s)
     worker = app.bind(
-        queue=wiring.queue(s), store=wiring.lazy_store(s), options=options, gatekeeper=wiring.gatekeeper(s),
-        families=wiring.lazy_families(s), worker_id=f"{context.function_name}:{context.aws_request_id}")
+        queue=wiring.queue(s), store=wiring.lazy_store(s), options=options,
+        family_gateway=wiring.family_gateway(s), families=wiring.lazy_families(s),
+        worker_id=f"{context.function_name}:{context.aws_request_id}")
     work = queue_work_metrics(app, s)
     try:
         summary = worker.drain(dispatch.queues, dispatch.batch, context.get_remaining_time_in_millis)

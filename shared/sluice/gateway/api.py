@@ -65,7 +65,7 @@ from sluice.core.wire import (
     QueueRoute,
     QueueView,
 )
-from sluice.gateway import families as api_families
+from sluice.gateway import families as family_cases
 from sluice.gateway.pipeline import (
     DEFAULT_ID_HORIZON_MS,
     ENQUEUED_NOTHING,
@@ -270,10 +270,10 @@ class Api:
 
     def enqueue_children(self, request: FamilyRequest, caller: Caller | None = None) -> FamilyAccepted:
         """A leased job's children (and continuation); see ``sluice.gateway.families``."""
-        return api_families.enqueue_children(self, request, caller or self.anonymous())
+        return family_cases.enqueue_children(self, request, caller or self.anonymous())
 
     def release_continuation(self, continuation: str) -> bool:
-        return api_families.release_continuation(self, continuation)
+        return family_cases.release_continuation(self, continuation)
 
     def _count_down(self, event: JobEnded) -> None:
         """A cancel ended a child: count it on its continuation here, in the gateway.
@@ -285,7 +285,7 @@ class Api:
         if self._families is None:
             return
         try:
-            Countdown(api_families.families_of(self), self.release_continuation).on_ended(event)
+            Countdown(family_cases.families_of(self), self.release_continuation).on_ended(event)
         except SluiceError as exc:
             log.warning("could not count cancelled job %s on its continuation: %s", event.job, exc)
 
@@ -324,7 +324,7 @@ class Api:
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
         if record.remaining is not None:  # a continuation: its children are in its family's record
-            record.waits_for = api_families.families_of(self).waits_for(job_id)
+            record.waits_for = family_cases.families_of(self).waits_for(job_id)
         status = record.status
         if status is JobState.ACCEPTED:
             status = self._accepted_or_queued(record.queue, job_id)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sluice.core.clock import wall_ms
-from sluice.core.models import DecodedJob, EndedJob, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.models import DecodedJob, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
 from sluice.core.ports import SourceRecord
 
 __all__ = ["Clock", "PushItem", "PushOutcome", "RecordSource", "RelayEngine", "SourceRecord", "SystemClock"]
@@ -62,8 +62,8 @@ class RelayEngine(Protocol):
         every record at or below it. ``owner_token`` is the token the relay pushes with."""
         ...
 
-    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]: ...
-    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int: ...
+    def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]: ...
+    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int: ...
     def set_config(self, queue: str, **changes: Any) -> QueueConfig:
         """Writes the deployment's default rate for a queue nobody configured."""
         ...

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from sluice.core import bus as ev
 from sluice.core.errors import InvalidInput, SluiceError
-from sluice.core.families import Countdown, FamilyStore, Gatekeeper
+from sluice.core.families import Countdown, FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import LeasedJob, validate_public_queue
 from sluice.core.ports import JobQueue, JobStore, WorkWaiter
@@ -134,7 +134,7 @@ class Worker:
                  clock: Callable[[], float] = time.monotonic,
                  worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
-                 gatekeeper: Gatekeeper | None = None,
+                 family_gateway: FamilyGateway | None = None,
                  families: FamilyStore | Lazy[FamilyStore] | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self.queue = queue
@@ -144,7 +144,7 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self._fenced = fenced
         self.events = events if events is not None else ev.EventBus()  # what happens to each job
-        self.gatekeeper = gatekeeper  # the gateway's family entry: ctx.enqueue, continuations (core.families)
+        self.family_gateway = family_gateway  # the gateway's family entry: ctx.enqueue, continuations
         # The jobs table's families, on the same store as ``store`` (its grants name each job's
         # continuation): ctx.children(), and the countdown of the children that end here.
         self.families = families
@@ -194,14 +194,15 @@ class Worker:
              clock: Callable[[], float] | None = None,
              worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
-             gatekeeper: Gatekeeper | None = None,
+             family_gateway: FamilyGateway | None = None,
              families: FamilyStore | Lazy[FamilyStore] | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
                        worker_id=worker_id or self.worker_id,
                        fenced=fenced or self._fenced, events=events or self.events,
-                       gatekeeper=gatekeeper or self.gatekeeper, families=families or self.families)
+                       family_gateway=family_gateway or self.family_gateway,
+                       families=families or self.families)
         bound._handlers = dict(self._handlers)
         bound._clock = self._clock if clock is None else clock
         return bound
@@ -268,10 +269,10 @@ class Worker:
                                 retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
-                               gatekeeper=self.gatekeeper, families=self.families, clock=self._clock)
+                               family_gateway=self.family_gateway, families=self.families, clock=self._clock)
             # A child that ends here counts down its continuation (core.families): a drain's subscriber.
-            if self.gatekeeper is not None and self.families is not None:
-                Countdown(resolve(self.families), self.gatekeeper.release).subscribe(bus)
+            if self.family_gateway is not None and self.families is not None:
+                Countdown(resolve(self.families), self.family_gateway.release).subscribe(bus)
             return runner, finisher
 
         parts: Lazy[tuple[JobRunner, Finisher]] = Lazy(settle)

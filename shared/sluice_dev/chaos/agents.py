@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Any
 
-from sluice.backends.aws.gatekeeper import Gatekeeper
+from sluice.backends.aws.family_gateway import LambdaFamilyGateway
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.families import Countdown
@@ -47,7 +47,7 @@ def _settings(cfg: dict[str, Any]) -> Any:
     return Settings(**cfg["settings"])
 
 
-def in_process_gatekeeper(s: Any) -> Gatekeeper:
+def in_process_family_gateway(s: Any) -> LambdaFamilyGateway:
     """The gateway's family entry inside this process: the process runtime has no gateway
     function to invoke, so its agents hold the gateway's use case themselves (a harness only:
     a deployed worker never holds the job id key or a producer; docs/security.md)."""
@@ -60,7 +60,7 @@ def in_process_gatekeeper(s: Any) -> Gatekeeper:
     store = DynamoJobStore.from_settings(s)
     gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), store, RedisJobQueue.from_settings(s),
                                    EventBus(), families=store.families), IdMinting(wiring.job_id_key(s))))
-    return Gatekeeper(lambda event: gateway(event, None))
+    return LambdaFamilyGateway(lambda event: gateway(event, None))
 
 
 def run_worker(cfg: dict[str, Any]) -> int:
@@ -80,7 +80,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
         queue=RedisJobQueue.from_settings(s), store=store, families=store.families,
         options=WorkerOptions(lease_ms=int(cfg["lease_ms"]), lease_batch=int(cfg.get("batch", 4))),
         telemetry=Telemetry(MemoryMetrics(), logger), worker_id=f"{cfg['name']}:{os.getpid()}",
-        gatekeeper=in_process_gatekeeper(s))
+        family_gateway=in_process_family_gateway(s))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker.run([QUEUE], stop=stop, idle_s=0.05)
@@ -108,7 +108,8 @@ def run_relay(cfg: dict[str, Any]) -> int:
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
     bus.subscribe(kill_after_push(control), ev.Pushed)  # after the push is recorded
-    Countdown(store.families, in_process_gatekeeper(s).release).subscribe(bus)  # settled children count down
+    # settled children count down
+    Countdown(store.families, in_process_family_gateway(s).release).subscribe(bus)
     n = 0
     while True:  # one iteration = one scheduled invocation of the relay Lambda
         n += 1

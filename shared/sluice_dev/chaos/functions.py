@@ -81,7 +81,7 @@ def _job_id_key() -> bytes:
     return wiring.job_id_key()
 
 
-# The worker function's gatekeeper (ctx.enqueue_many -> the gateway function) comes from wiring, as
+# The worker function's family_gateway (ctx.enqueue_many -> the gateway function) comes from wiring, as
 # in a deployment; the key only lets the harness name each family in the history (chaos.families).
 app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S, family_key=_job_id_key)
 

@@ -2,7 +2,7 @@
 
 The jobs table is in-process moto (no sockets); the log and queue are the gateway fakes. The
 worker tests run real ``Worker`` drains whose handlers reach the gateway's entry in process, as
-the Lambda invoke would (``Gatekeeper`` over ``Gateway.__call__``), and play the relay's part by
+the Lambda invoke would (``LambdaFamilyGateway`` over ``Gateway.__call__``), and play the relay's part by
 moving appended records into the fake queue.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from moto import mock_aws
 
 import sluice
-from sluice.backends.aws.gatekeeper import Gatekeeper
+from sluice.backends.aws.family_gateway import LambdaFamilyGateway
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core import ids
@@ -63,7 +63,7 @@ class Rig:
         self.api = Api(Backends(self.log, store, self.queue, EventBus(), families=store.families),
                        IdMinting(KEY), clock=lambda: PARENT_MS + 5_000)
         self.gateway = Gateway(self.api)
-        self.keeper = Gatekeeper(lambda event: self.gateway(event, None))
+        self.keeper = LambdaFamilyGateway(lambda event: self.gateway(event, None))
         self.parent = ids.mint(PARENT_MS, "fanout", KEY)
         self.token = store.grant(self.parent, "fanout", "w1")
 
@@ -318,7 +318,7 @@ def test_a_parent_fans_out_and_its_continuation_sums_the_childrens_results(rig: 
     queue = WorkerQueue()
     parent = rig.parent = ids.mint(PARENT_MS, "fanout", KEY)
     queue.add("fanout", parent, None)
-    worker = app.bind(queue=queue, store=rig.store, families=rig.store.families, gatekeeper=rig.keeper,
+    worker = app.bind(queue=queue, store=rig.store, families=rig.store.families, family_gateway=rig.keeper,
                       options=WorkerOptions(),
                       telemetry=Telemetry(metrics=MemoryMetrics()), worker_id="w")
     seen: set[str] = set()
@@ -463,7 +463,7 @@ def test_too_many_or_too_large_children_are_refused_in_the_worker_before_anythin
 
     queue = WorkerQueue()
     queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
-    app.bind(queue=queue, store=rig.store, families=rig.store.families, gatekeeper=Spy(),
+    app.bind(queue=queue, store=rig.store, families=rig.store.families, family_gateway=Spy(),
              telemetry=Telemetry(metrics=MemoryMetrics()), worker_id="w").drain(["fanout"], 1)
     assert [e.split(":")[0] for e in errors] == ["TOO_MANY_CHILDREN", "PAYLOAD_TOO_LARGE", "INVALID_INPUT"]
     assert "split them over several enqueue_many calls" in errors[1]
@@ -499,6 +499,6 @@ def test_a_childs_route_and_schema_refusals_reach_the_handler_as_their_own_excep
 
     for code, cls in (("NO_ROUTE", NoRoute), ("PAYLOAD_INVALID", PayloadInvalid)):
         answer = {"statusCode": 400, "error": {"code": code, "message": "no"}}
-        keeper = Gatekeeper(lambda event, answer=answer: answer)
+        keeper = LambdaFamilyGateway(lambda event, answer=answer: answer)
         with pytest.raises(cls):
             keeper.release("x")

@@ -29,7 +29,7 @@ from sluice.core.errors import (
     StaleToken,
     StoreError,
 )
-from sluice.core.models import EndedJob, JobSpec, JobState, WriteOutcome
+from sluice.core.models import JobSpec, JobState, SettleEntry, WriteOutcome
 
 BUCKET = "results"
 
@@ -478,8 +478,8 @@ def test_bad_owner_and_queue_rejected(store: DynamoJobStore) -> None:
     assert raw(store, "j1") is None
 
 
-def _ended(job_id: str, state: JobState, err: str | None = None) -> EndedJob:
-    return EndedJob(job_id=job_id, queue="q", status=state, ended_at_ms=1, last_error=err)
+def _ended(job_id: str, state: JobState, err: str | None = None) -> SettleEntry:
+    return SettleEntry(job_id=job_id, queue="q", status=state, ended_at_ms=1, last_error=err)
 
 
 def test_settle_ended_records_what_redis_ended_unless_the_item_is_final(store: DynamoJobStore) -> None:
@@ -518,7 +518,7 @@ def test_a_settle_read_before_a_redrive_does_not_land_after_it(store: DynamoJobS
     rec = store.get_job("waits")
     assert rec.status is JobState.QUEUED and (raw(store, "waits") or {}).get("expires_at") is None
     # The entry of the redriven generation still settles it.
-    assert store.settle_ended(EndedJob(job_id="waits", queue="q", status=JobState.DEAD, ended_at_ms=1,
+    assert store.settle_ended(SettleEntry(job_id="waits", queue="q", status=JobState.DEAD, ended_at_ms=1,
                                        redrive_gen=1)) is True
     assert store.get_job("waits").status is JobState.DEAD
 
@@ -527,7 +527,7 @@ def test_settle_ended_refuses_other_states_and_bad_ids(store: DynamoJobStore) ->
     with pytest.raises(InvalidInput):
         store.settle_ended(_ended("j1", JobState.SUCCEEDED))
     with pytest.raises(InvalidInput):
-        store.settle_ended(EndedJob(job_id="bad id", queue="q", status=JobState.DEAD, ended_at_ms=1))
+        store.settle_ended(SettleEntry(job_id="bad id", queue="q", status=JobState.DEAD, ended_at_ms=1))
     assert raw(store, "j1") is None
 
 

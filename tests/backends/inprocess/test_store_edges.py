@@ -17,7 +17,7 @@ from sluice.backends.dynamodb.fenced import FencedTable
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, LeaseLost
-from sluice.core.models import EndedJob, JobState, WriteOutcome
+from sluice.core.models import JobState, SettleEntry, WriteOutcome
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,8 @@ def store(env: tuple[DynamoJobStore, str]) -> DynamoJobStore:
     return env[0]
 
 
-def ended(job_id: str, gen: int | None) -> EndedJob:
-    return EndedJob(job_id=job_id, queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=gen)
+def ended(job_id: str, gen: int | None) -> SettleEntry:
+    return SettleEntry(job_id=job_id, queue="q", status=JobState.DEAD, ended_at_ms=1, redrive_gen=gen)
 
 
 # -- bug 4: a final item is left only for a newer redrive generation -----------------------------------

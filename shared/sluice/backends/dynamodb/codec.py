@@ -55,7 +55,7 @@ def created_ms(value: object) -> int:
 
 
 def generation(value: object) -> int:
-    """A redrive generation (``LeasedJob.redrive_gen``, ``EndedJob.redrive_gen``)."""
+    """A redrive generation (``LeasedJob.redrive_gen``, ``SettleEntry.redrive_gen``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53 - 1:
         raise InvalidInput(f"invalid redrive generation {value!r}: an integer >= 0")
     return value

@@ -21,10 +21,10 @@ from sluice.backends.dynamodb.items import ItemTable
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
 from sluice.core.models import (
     FINAL_STATES,
-    EndedJob,
     JobRecord,
     JobSpec,
     JobState,
+    SettleEntry,
     truncate_error,
     validate_job_id,
     validate_queue_name,
@@ -213,7 +213,7 @@ class Lifecycle:
             return self.request_cancel(job_id)
         return self.items.record(item)
 
-    def settle_ended(self, ended: EndedJob) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> bool:
         """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
 
         Applies only while the item is not final (a worker's own verdict, or a succeeded

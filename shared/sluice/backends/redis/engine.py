@@ -26,7 +26,7 @@ from sluice.backends.redis.scripts import PushResult, Scripts
 from sluice.core.config import Settings
 from sluice.core.errors import SluiceError
 from sluice.core.limits import Limits
-from sluice.core.models import DeadJob, EndedJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.models import DeadJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
 
 __all__ = ["RedisQueue"]
 
@@ -137,10 +137,10 @@ class RedisQueue:
     def enqueue_internal_many(self, specs: Sequence[JobSpec]) -> list[bool]:
         return self.relay.enqueue_internal_many(specs)
 
-    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+    def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]:
         return self.relay.unsettled(queue, limit)
 
-    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
         return self.relay.settled(queue, jobs)
 
     def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:

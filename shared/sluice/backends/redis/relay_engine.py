@@ -37,12 +37,12 @@ from sluice.core.errors import InvalidInput, InvalidQueueName, SluiceError
 from sluice.core.models import (
     MAX_DELAY_MS,
     DecodedJob,
-    EndedJob,
     Extended,
     JobSpec,
     LeasedJob,
     QueueConfig,
     QueueStats,
+    SettleEntry,
     is_reserved_queue,
     validate_public_queue,
 )
@@ -207,16 +207,16 @@ class RedisRelayEngine:
     def reap(self, queue: str, limit: int = 1000) -> int:
         return self.jobs.reap(queue, limit)
 
-    def unsettled(self, queue: str, limit: int = 100) -> list[EndedJob]:
+    def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]:
         """The oldest ``limit`` entries of the settle set (``keys.settle``: endings the jobs table
         has not been told), with the job's last error if it has one."""
         k = self.conn.keys(queue)
         rows = self.conn.oldest_with_fields(k.settle, k.job_prefix, checked_int(limit, 1, 1000, "limit"),
                                             ("err",),
                                             job_id_of=lambda member: text(member).rpartition(":")[2])
-        return [EndedJob.parse(member, queue, score, err) for member, score, (err,) in rows]
+        return [SettleEntry.parse(member, queue, score, err) for member, score, (err,) in rows]
 
-    def settled(self, queue: str, jobs: Sequence[EndedJob]) -> int:
+    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
         """Forget entries the jobs table now reflects (unless they changed since they were read)."""
         if not jobs:
             return 0

@@ -16,9 +16,9 @@ from sluice.core.families import (
     MAX_REQUEST_BYTES,
     ChildRequest,
     FamilyAccepted,
+    FamilyGateway,
     FamilyRequest,
     FamilyStore,
-    Gatekeeper,
     ThenRequest,
 )
 from sluice.core.lazy import Lazy, resolve
@@ -72,7 +72,7 @@ class JobContext:
         if self._progress is None:
             raise SluiceError("this worker's store records no progress")
         self._progress.report(fraction, detail)
-    _gatekeeper: Gatekeeper | None = None  # the gateway's family entry (sluice.core.families)
+    _family_gateway: FamilyGateway | None = None  # the gateway's family entry (sluice.core.families)
     _families: FamilyStore | Lazy[FamilyStore] | None = None  # the jobs table's families, for children()
     _clock: Callable[[], float] = time.monotonic  # the clock ``timeout_at`` is on
 
@@ -121,7 +121,7 @@ class JobContext:
         """Start children (each ``(queue, payload, key)`` or a dict with those and enqueue options)
         and, with ``then=(queue, payload)`` (or ``(queue, payload, key)``, or a dict), a
         continuation that runs once after every one of them has ended, whatever its state."""
-        if self._gatekeeper is None:
+        if self._family_gateway is None:
             raise ConfigError("this worker cannot start jobs: no gateway function is configured "
                               "(SLUICE_GATEWAY_FUNCTION_NAME)")
         try:
@@ -140,7 +140,7 @@ class JobContext:
             raise PayloadTooLarge(f"these children are {size} bytes as JSON; one request carries at most "
                                   f"{MAX_REQUEST_BYTES} (a synchronous Lambda invoke's limit): split them "
                                   "over several enqueue_many calls, with distinct keys")
-        return self._gatekeeper.enqueue_children(request)
+        return self._family_gateway.enqueue_children(request)
 
     def children(self) -> list[JobRecord]:
         """On a continuation: the final records (state, result, error) of the children it ran after."""

@@ -31,7 +31,7 @@ from sluice.core.errors import (
     SluiceError,
     StaleToken,
 )
-from sluice.core.families import FamilyStore, Gatekeeper
+from sluice.core.families import FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy
 from sluice.core.models import LeasedJob, dump_json
 from sluice.core.ports import JobStore
@@ -51,7 +51,7 @@ def describe(exc: BaseException) -> str:
 class JobRunner:
     def __init__(self, finisher: Finisher, store: JobStore, options: WorkerOptions, worker_id: str, *,
                  fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms,
-                 gatekeeper: Gatekeeper | None = None,
+                 family_gateway: FamilyGateway | None = None,
                  families: FamilyStore | Lazy[FamilyStore] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.finisher = finisher
@@ -60,7 +60,7 @@ class JobRunner:
         self.worker_id = worker_id
         self._fenced = fenced
         self._now_ms = now_ms
-        self._gatekeeper = gatekeeper
+        self._family_gateway = family_gateway
         self._clock = clock  # monotonic seconds, the heartbeat's clock
         self._families = families  # the jobs table's families, for ctx.children(); None: none
 
@@ -112,7 +112,7 @@ class JobRunner:
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=self._clock() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced, _progress=self._progress(job.job_id, token),
-                         _gatekeeper=self._gatekeeper, _families=self._families, _clock=self._clock)
+                         _family_gateway=self._family_gateway, _families=self._families, _clock=self._clock)
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,

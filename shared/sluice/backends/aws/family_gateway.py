@@ -1,4 +1,4 @@
-"""``flows.Gatekeeper`` adapters: how a worker (or the relay) reaches the gateway's family entry.
+"""``flows.LambdaFamilyGateway`` adapters: how a worker (or the relay) reaches the gateway's family entry.
 
 In AWS, a synchronous Lambda invoke (``RequestResponse``) of the gateway function through the
 VPC's Lambda endpoint; on one machine, the local Lambda service's endpoint. The reply is the
@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]  # event -> the gateway's answer
 
 
-class Gatekeeper:
-    """``flows.Gatekeeper`` over any way of invoking the gateway (``invoke``)."""
+class LambdaFamilyGateway:
+    """``flows.LambdaFamilyGateway`` over any way of invoking the gateway (``invoke``)."""
 
     def __init__(self, invoke: Invoke) -> None:
         self._invoke = invoke
