@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from pydantic import ValidationError
 
+from sluice.core import wire
 from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
 from sluice.core.models import (
     FINAL_STATES,
@@ -44,15 +45,6 @@ from sluice.core.models import (
 )
 from sluice.core.policy import backoff_ms
 from sluice.core.version import __version__
-from sluice.core.wire import (
-    Accepted,
-    BatchAccepted,
-    BatchRequest,
-    CancelAccepted,
-    EnqueueRequest,
-    JobView,
-    QueueView,
-)
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 UNKEYED_RETRY_STATUSES = frozenset({429})  # refused before the gateway ran: nothing was accepted
@@ -131,32 +123,33 @@ class Client:
 
     def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
                 max_attempts: int = 5, lease_seconds: int = 30,
-                idempotency_key: str | None = None, keyed: bool = True) -> Accepted:
+                idempotency_key: str | None = None, keyed: bool = True) -> wire.Accepted:
         job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
                          "max_attempts": max_attempts, "lease_seconds": lease_seconds})
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", job.model_dump(),
                           idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
-        return Accepted.model_validate(body)
+        return wire.Accepted.model_validate(body)
 
-    def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | EnqueueRequest], *,
-                      idempotency_key: str | None = None, keyed: bool = True) -> BatchAccepted:
+    def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | wire.EnqueueRequest], *,
+                      idempotency_key: str | None = None, keyed: bool = True) -> wire.BatchAccepted:
         try:
-            batch = BatchRequest(jobs=[j if isinstance(j, EnqueueRequest) else self._job(j) for j in jobs])
+            batch = wire.BatchRequest(jobs=[j if isinstance(j, wire.EnqueueRequest) else self._job(j)
+                                            for j in jobs])
         except ValidationError as exc:
             raise InvalidInput(f"invalid batch: {exc}") from exc
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
                           batch.model_dump(), idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
-        return BatchAccepted.model_validate(body)
+        return wire.BatchAccepted.model_validate(body)
 
-    def status(self, job_id: str) -> JobView:
-        return JobView.model_validate(self._call("GET", f"/v1/jobs/{validate_job_id(job_id)}"))
+    def status(self, job_id: str) -> wire.JobView:
+        return wire.JobView.model_validate(self._call("GET", f"/v1/jobs/{validate_job_id(job_id)}"))
 
-    def cancel(self, job_id: str) -> CancelAccepted:
+    def cancel(self, job_id: str) -> wire.CancelAccepted:
         """Raises JobNotFound, or AlreadyFinished when the job had finished."""
-        return CancelAccepted.model_validate(self._call("DELETE", f"/v1/jobs/{validate_job_id(job_id)}"))
+        return wire.CancelAccepted.model_validate(self._call("DELETE", f"/v1/jobs/{validate_job_id(job_id)}"))
 
-    def queue_stats(self, queue: str) -> QueueView:
-        return QueueView.model_validate(self._call("GET", f"/v1/queues/{self._queue(queue)}"))
+    def queue_stats(self, queue: str) -> wire.QueueView:
+        return wire.QueueView.model_validate(self._call("GET", f"/v1/queues/{self._queue(queue)}"))
 
     # -- the operator API (IAM operators only; docs/api.md, Operator API) ---------------------------
 
@@ -242,7 +235,7 @@ class Client:
         self._call("DELETE", self._schedule(queue, name), keyed=False)
 
     def wait(self, job_id: str, *, timeout_s: float = 30.0, poll_s: float = 0.1,
-             clock: Callable[[], float] = time.monotonic) -> JobView:
+             clock: Callable[[], float] = time.monotonic) -> wire.JobView:
         """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``
         (a ``TimeoutError``)."""
         deadline = clock() + timeout_s
@@ -260,9 +253,9 @@ class Client:
     # -- plumbing --------------------------------------------------------------------------
 
     @staticmethod
-    def _job(fields: Mapping[str, Any]) -> EnqueueRequest:
+    def _job(fields: Mapping[str, Any]) -> wire.EnqueueRequest:
         try:
-            job = EnqueueRequest.model_validate(dict(fields))
+            job = wire.EnqueueRequest.model_validate(dict(fields))
         except ValidationError as exc:
             raise InvalidInput(f"invalid job: {exc}") from exc
         dump_json(job.payload)  # NaN, Infinity, non-JSON types: refuse here, not as a 400 later

@@ -1,5 +1,5 @@
 """The Redis engine's facades by role (``sluice.backends.redis``): each one has what its port asks,
-and the composite ``engine.RedisQueue`` passes on every call of every facade unchanged."""
+and the composite ``engine.RedisQueue`` answers every call of every facade with the same signature."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ FACADES = (RedisJobQueue, RedisRelayEngine, RedisAdmin, RedisQueueConfig)
 
 
 def _public(cls: type) -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(member) for name, member in vars(cls).items()
-            if not name.startswith("_") and inspect.isfunction(member)}
+    """What instances of ``cls`` answer, its bases' methods included."""
+    return {name: inspect.signature(member) for name, member in inspect.getmembers(cls, inspect.isfunction)
+            if not name.startswith("_")}
 
 
 def _port(protocol: type) -> set[str]:
@@ -36,7 +37,7 @@ def test_the_composite_passes_on_every_call_of_each_facade(facade: type) -> None
     for name, signature in _public(facade).items():
         if name in {"from_settings", "close"}:
             continue
-        assert name in composite, f"RedisQueue does not pass on {facade.__name__}.{name}"
+        assert name in composite, f"RedisQueue does not answer {facade.__name__}.{name}"
         assert composite[name] == signature, (facade.__name__, name)
 
 
@@ -59,4 +60,4 @@ def test_the_facades_share_one_connection() -> None:
     assert jobs.admin.conn is jobs.config.conn is relay.jobs.conn is relay.conn is conn
     assert relay.client is client
     whole = RedisQueue(client)
-    assert whole.client is client and whole.jobs.conn is whole.relay.conn is whole.admin.conn
+    assert whole.client is client and whole.jobs.conn is whole.conn is whole.admin.conn is whole.config.conn

@@ -31,6 +31,12 @@ from sluice.core.models import (
 )
 from sluice.core.pools import LazyPool
 
+# The fields of an item written for the first time by a lifecycle write (an item the gateway never
+# created, or one that expired): its queue, creation time, attempts and fencing token.
+BORN = ("#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :created), "
+        "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)")
+
+
 log = logging.getLogger("sluice.backends.dynamodb")
 
 
@@ -79,9 +85,7 @@ class Lifecycle:
         now = self.items.now_ms()
         request = self.items.request(
             job_id,
-            update="SET #st = :queued, #up = :now, #q = if_not_exists(#q, :queue), "
-                   "#cr = if_not_exists(#cr, :created), #att = if_not_exists(#att, :zero), "
-                   "#tok = if_not_exists(#tok, :zero)",
+            update=f"SET #st = :queued, #up = :now, {BORN}",
             condition="attribute_not_exists(#id) OR #st = :accepted",
             values={":queued": S(JobState.QUEUED), ":now": N(now), ":queue": S(queue),
                     ":created": N(created_at_ms or now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED)})
@@ -238,14 +242,13 @@ class Lifecycle:
         now = self.items.now_ms()
         request = self.items.request(
             job_id,
-            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, "
-                   "#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now), "
-                   "#att = if_not_exists(#att, :zero), #tok = if_not_exists(#tok, :zero)",
+            update=f"SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, {BORN}",
             condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
                       "AND (attribute_not_exists(#run) OR #run <= :gen) "
                       "AND (attribute_not_exists(#rg) OR #rg <= :gen)",
             values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
-                    ":zero": N(0), ":accepted": S(JobState.ACCEPTED), ":queued": S(JobState.QUEUED),
-                    ":leased": S(JobState.LEASED), ":gen": N(gen), **self.items.finish_values(now)})
+                    ":created": N(now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED),
+                    ":queued": S(JobState.QUEUED), ":leased": S(JobState.LEASED), ":gen": N(gen),
+                    **self.items.finish_values(now)})
         _, ok = self.items.update("settle_ended", request)
         return ok

@@ -27,22 +27,13 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from sluice.core import wire
 from sluice.core.caller import Caller
 from sluice.core.errors import InvalidQueueName, SluiceError
 from sluice.core.models import (
     IDEMPOTENCY_KEY_PATTERN,
     JOB_ID_PATTERN,
     QUEUE_NAME_PATTERN,
-)
-from sluice.core.wire import (
-    Accepted,
-    BatchAccepted,
-    BatchRequest,
-    CancelAccepted,
-    EnqueueRequest,
-    JobView,
-    Problem,
-    QueueView,
 )
 from sluice.gateway.admin import Admin
 from sluice.gateway.api import Api, Enqueued
@@ -76,13 +67,13 @@ KeyHeader = Annotated[str | None, Header(
     description="1..128 printable ASCII characters. Same key and body: the original job (200).")]
 
 
-def _problem_response(p: Problem, headers: dict[str, str] | None = None) -> Response[Any]:
+def _problem_response(p: wire.Problem, headers: dict[str, str] | None = None) -> Response[Any]:
     return Response(p.status, problems.PROBLEM_JSON, p.model_dump_json(exclude_none=True),
                     headers={**problems.headers_for(p), **(headers or {})})
 
 
 def _problem_spec(description: str) -> OpenAPIResponse:
-    return {"description": description, "content": {problems.PROBLEM_JSON: {"model": Problem}}}
+    return {"description": description, "content": {problems.PROBLEM_JSON: {"model": wire.Problem}}}
 
 
 def _ok_spec(description: str, model: type[Any], headers: dict[str, Any] | None = None) -> OpenAPIResponse:
@@ -190,11 +181,11 @@ class HttpGateway:
 
         @app.post("/v1/queues/<queue>/jobs", status_code=202, operation_id="enqueue", tags=["jobs"],
                   summary="Enqueue one job; 202 only after Kafka acknowledged it.",
-                  responses={202: _ok_spec("Accepted.", Accepted, _LOCATION),
+                  responses={202: _ok_spec("Accepted.", wire.Accepted, _LOCATION),
                              200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
-                                           Accepted, _LOCATION), **_BODY})
-        def enqueue(queue: QueueParam, job: Annotated[EnqueueRequest, Body()],
-                    idempotency_key: KeyHeader = None) -> Response[Accepted]:
+                                           wire.Accepted, _LOCATION), **_BODY})
+        def enqueue(queue: QueueParam, job: Annotated[wire.EnqueueRequest, Body()],
+                    idempotency_key: KeyHeader = None) -> Response[wire.Accepted]:
             who = caller()
             key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
             return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms(),
@@ -202,11 +193,11 @@ class HttpGateway:
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
-                  responses={202: _ok_spec("Accepted, one result per job in order.", BatchAccepted),
+                  responses={202: _ok_spec("Accepted, one result per job in order.", wire.BatchAccepted),
                              200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
-                                           BatchAccepted), **_BODY})
-        def enqueue_batch(queue: QueueParam, batch: Annotated[BatchRequest, Body()],
-                          idempotency_key: KeyHeader = None) -> Response[BatchAccepted]:
+                                           wire.BatchAccepted), **_BODY})
+        def enqueue_batch(queue: QueueParam, batch: Annotated[wire.BatchRequest, Body()],
+                          idempotency_key: KeyHeader = None) -> Response[wire.BatchAccepted]:
             who = caller()
             key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
             return _accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
@@ -214,24 +205,24 @@ class HttpGateway:
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
-                 responses={200: _ok_spec("The job.", JobView), **_COMMON,
+                 responses={200: _ok_spec("The job.", wire.JobView), **_COMMON,
                             404: _problem_spec("No such job (or it expired).")})
-        def get_job(job_id: JobIdParam) -> JobView:
+        def get_job(job_id: JobIdParam) -> wire.JobView:
             return self.api.status(job_id)
 
         @app.delete("/v1/jobs/<job_id>", status_code=202, operation_id="cancel_job", tags=["jobs"],
                     summary="Cancel a job that has not finished.",
-                    responses={202: _ok_spec("Cancellation accepted.", CancelAccepted), **_COMMON,
+                    responses={202: _ok_spec("Cancellation accepted.", wire.CancelAccepted), **_COMMON,
                                404: _problem_spec("No such job."),
                                409: _problem_spec("The job already finished.")})
-        def cancel_job(job_id: JobIdParam) -> Response[CancelAccepted]:
+        def cancel_job(job_id: JobIdParam) -> Response[wire.CancelAccepted]:
             return Response(202, content_types.APPLICATION_JSON, self.api.cancel(job_id))
 
         @app.get("/v1/queues/<queue>", operation_id="get_queue", tags=["queues"],
                  summary="Depths, oldest ready job's age, rate limit and paused flag.",
-                 responses={200: _ok_spec("The queue.", QueueView), **_COMMON,
+                 responses={200: _ok_spec("The queue.", wire.QueueView), **_COMMON,
                             404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE).")})
-        def get_queue(queue: QueueParam) -> QueueView:
+        def get_queue(queue: QueueParam) -> wire.QueueView:
             return self.api.stats(queue)
 
         if self._schedules is not None:  # only a gateway with a schedule store serves (and documents) them
@@ -289,14 +280,14 @@ def _checked_body(event: dict[str, Any], max_bytes: int, *, parse: bool) -> dict
     return {**_canonical_json(event), "body": text, "isBase64Encoded": False}
 
 
-def problem_event(p: Problem) -> dict[str, Any]:
+def problem_event(p: wire.Problem) -> dict[str, Any]:
     return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True), "isBase64Encoded": False,
             "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
 
 
 def _accepted(outcome: Enqueued) -> Response[Any]:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
-    if isinstance(outcome.body, Accepted):
+    if isinstance(outcome.body, wire.Accepted):
         headers["Location"] = f"/v1/jobs/{outcome.body.job_id}"
     return Response(200 if outcome.replayed else 202, content_types.APPLICATION_JSON, outcome.body,
                     headers=headers)
@@ -309,7 +300,7 @@ def _sluice_problem(exc: SluiceError, method: str, path: str) -> Response[Any]:
     return _problem_response(p, problems.headers_for(p, exc))
 
 
-def _unrouted(method: str, path: str) -> tuple[Problem, dict[str, str]]:
+def _unrouted(method: str, path: str) -> tuple[wire.Problem, dict[str, str]]:
     """404, or 405 with Allow for a known path, or 400 for a known shape with a bad queue name."""
     for shape, allowed in _SHAPES:
         match = shape.match(path)

@@ -20,17 +20,8 @@ import time
 from collections.abc import Callable
 
 from sluice.core import bus as ev
-from sluice.core import policy
+from sluice.core import errors, policy
 from sluice.core.clock import wall_ms
-from sluice.core.errors import (
-    AlreadyFinished,
-    BackendUnavailable,
-    InvalidInput,
-    JobCancelled,
-    LeaseLost,
-    SluiceError,
-    StaleToken,
-)
 from sluice.core.families import FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy
 from sluice.core.models import LeasedJob, dump_json
@@ -83,20 +74,20 @@ class JobRunner:
             return self.finisher.release(tracked, tracked.log, None, why)
         try:
             token = self._grant(job)
-        except AlreadyFinished as exc:
+        except errors.AlreadyFinished as exc:
             # Failed or dead in the store, yet back in Redis (its worker wrote the verdict and
             # died before telling Redis): finish what it started, without running it again.
             return self.finisher.finished_before(tracked, tracked.log, exc)
-        except JobCancelled:
+        except errors.JobCancelled:
             # Cancelled in the store while queued: the grant refused it; drop it from Redis.
             return self.finisher.cancelled_meanwhile(Attempt(tracked, 0, tracked.log))
-        except LeaseLost as exc:
+        except errors.LeaseLost as exc:
             # A newer lease was granted (this worker paused past its margin and its lease was taken
             # over), or the job ran under a newer redrive since: its Redis lease is someone else's or
             # gone. Nothing to give back; nothing runs. (Were Redis still to say it is ours, the lease
             # lapses and is reclaimed as an attempt, rather than be released to be refused again.)
             return self.finisher.lost(Attempt(tracked, 0, tracked.log), f"the grant was refused: {exc}")
-        except (BackendUnavailable, SluiceError) as exc:
+        except (errors.BackendUnavailable, errors.SluiceError) as exc:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
             return self.finisher.release(tracked, tracked.log, None, f"grant failed: {exc}")
         a = Attempt(tracked, token, tracked.log.bind(token=token))
@@ -124,7 +115,7 @@ class JobRunner:
         events.emit(ev.HandlerEnded(job=job.job_id, queue=job.queue, token=token, outcome=outcome,
                                     duration_ms=inv.duration_ms,
                                     error="" if inv.error is None else ev.error_text(inv.error),
-                                    stale_token=isinstance(inv.error, StaleToken)))
+                                    stale_token=isinstance(inv.error, errors.StaleToken)))
         return self._verdict(a, inv, timeout_ms)
 
     def _progress(self, job_id: str, token: int) -> Progress:
@@ -138,7 +129,7 @@ class JobRunner:
         if ctx._progress is not None:
             try:
                 ctx._progress.flush()
-            except SluiceError as exc:
+            except errors.SluiceError as exc:
                 ctx.logger.warning("last progress report not written: %s", exc)
 
     def _grant(self, job: LeasedJob) -> int:
@@ -160,18 +151,18 @@ class JobRunner:
         if exc is None:
             try:
                 dump_json(inv.result)
-            except InvalidInput as bad:
+            except errors.InvalidInput as bad:
                 return s.fail(a, f"InvalidInput: the handler's result cannot be stored: {bad}", kind="error")
             return s.succeed(a, inv.result)
         if isinstance(exc, Retry):
             return s.fail(a, exc.reason, kind="retry", retry_after_ms=exc.after_ms)
         if isinstance(exc, Fail):
             return s.fail(a, exc.reason, kind="failed")
-        if isinstance(exc, StaleToken):  # a FencedTable write of the handler was refused (counted)
+        if isinstance(exc, errors.StaleToken):  # a FencedTable write of the handler was refused (counted)
             return s.lost(a, f"the handler's fenced write was rejected: {exc}")
-        if isinstance(exc, LeaseLost):
+        if isinstance(exc, errors.LeaseLost):
             return s.lost(a, f"the handler reported a lost lease: {exc}")
-        if isinstance(exc, JobCancelled):
+        if isinstance(exc, errors.JobCancelled):
             return s.cancel(a, f"cancelled while running: {exc}")
         a.log.error("handler raised %s", describe(exc), exc_info=exc)
         return s.fail(a, describe(exc), kind="error")
