@@ -61,60 +61,64 @@ class CallEnded(Event):
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent(Event):
+    """An event about one job: ``job`` is its id, ``queue`` its queue."""
+
+    job: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCall(CallEnded):
+    """A port call about one job (``job``, ``queue``), with its outcome."""
+
+    job: str
+    queue: str
+
+
 # -- worker: Redis side ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Leased(Event):
-    job: str
-    queue: str
+class Leased(JobEvent):
     lease: int  # the Redis lease token
     attempt: int
     deadline_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Renewed(CallEnded):
+class Renewed(JobCall):
     """A heartbeat's extend; ``outcome`` ok, or lost/rejected/error (the lease is gone or unknown)."""
 
-    job: str
-    queue: str
     lease: int
     deadline_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Acking(Event):
+class Acking(JobEvent):
     """The result (or a cancel) is recorded in the store; the Redis ack is next."""
 
-    job: str
-    queue: str
     lease: int
     token: int  # the fencing token, 0 if none was granted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Acked(CallEnded):
-    job: str
-    queue: str
+class Acked(JobCall):
     lease: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FailReported(CallEnded):
+class FailReported(JobCall):
     """The job handed back to Redis after a failure; ``outcome`` says retry or dead when ok."""
 
-    job: str
-    queue: str
     lease: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Released(CallEnded):
+class Released(JobCall):
     """A lease given back to Redis without using up an attempt."""
 
-    job: str
-    queue: str
     lease: int
 
 
@@ -122,21 +126,17 @@ class Released(CallEnded):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Granted(CallEnded):
+class Granted(JobCall):
     """A grant: ``token`` is the fencing token minted (None if refused)."""
 
-    job: str
-    queue: str
     owner: str
     token: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HandlerStarted(Event):
+class HandlerStarted(JobEvent):
     """``queue_wait_ms``: from the enqueue to now (None if the job does not say when it was enqueued)."""
 
-    job: str
-    queue: str
     token: int
     attempt: int
     lease: int = 0
@@ -144,12 +144,10 @@ class HandlerStarted(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HandlerEnded(Event):
+class HandlerEnded(JobEvent):
     """``outcome``: returned, raised or timed_out; ``stale_token``: it raised StaleToken (one of its
     own fenced writes was refused)."""
 
-    job: str
-    queue: str
     token: int
     outcome: str
     duration_ms: float
@@ -158,11 +156,9 @@ class HandlerEnded(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResultWriting(Event):
+class ResultWriting(JobEvent):
     """The local lease check passed; the fenced result write is next."""
 
-    job: str
-    queue: str
     token: int
 
 
@@ -215,15 +211,13 @@ class GrantReleased(CallEnded):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeaseGone(Event):
+class LeaseGone(JobEvent):
     """The worker learned that its Redis lease on the job is gone (taken over, lapsed, refused).
 
     ``again``: the attempt already knew (its ``lease_lost`` was set), so this is the same loss
     said once more; ``token`` is the fencing token if one was granted.
     """
 
-    job: str
-    queue: str
     lease: int
     attempt: int
     why: str
@@ -232,7 +226,7 @@ class LeaseGone(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Finished(Event):
+class Finished(JobEvent):
     """The worker finished one attempt (glossary: finish) with this verdict.
 
     ``outcome`` is a ``runtime.outcomes.Outcome`` value: succeeded, retried, failed, dead,
@@ -241,8 +235,6 @@ class Finished(Event):
     stored result or failure stands): that attempt finished nothing new.
     """
 
-    job: str
-    queue: str
     lease: int
     attempt: int
     outcome: str
@@ -435,7 +427,7 @@ class QueueMeasured(Incident):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobEnded(Event):
+class JobEnded(JobEvent):
     """A job reached a final state (succeeded, failed, dead, cancelled).
 
     Emitted once per place that decides it: the worker (``source`` worker), the relay
@@ -443,8 +435,6 @@ class JobEnded(Event):
     apart the endings of one job redriven; ``token`` is the fencing token (0 if none).
     """
 
-    job: str
-    queue: str
     state: str
     source: str
     redrive_gen: int = 0
