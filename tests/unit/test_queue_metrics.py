@@ -41,8 +41,8 @@ def parse(line: str) -> dict[str, Any]:
 
 def measured(queue: str, at: float, *, ready: int = 0, relayed: int = 0,
              oldest_ms: int | None = None) -> ev.QueueMeasured:
-    return ev.QueueMeasured(at=at, queue=queue, ready=ready, delayed=2, leased=3, dead=4,
-                            oldest_ready_age_ms=oldest_ms, relayed=relayed)
+    stats = QueueStats(queue=queue, ready=ready, delayed=2, leased=3, dead=4, oldest_ready_age_ms=oldest_ms)
+    return ev.QueueMeasured(at=at, stats=stats, relayed=relayed)
 
 
 def test_emf_line_declares_each_metric_under_the_queue_dimension() -> None:
@@ -194,7 +194,8 @@ def test_the_relays_refresh_emits_what_it_read_and_what_it_pushed_since() -> Non
     q.get("q", now=0.0).pushed_since_refresh += 6
     q.get("q", now=0.5)  # within refresh_s: no read
     q.get("q", now=1.0)
-    got = [(e.queue, e.ready, e.delayed, e.leased, e.dead, e.oldest_ready_age_ms, e.relayed) for e in seen]
+    got = [(e.queue, e.stats.ready, e.stats.delayed, e.stats.leased, e.stats.dead,
+            e.stats.oldest_ready_age_ms, e.relayed) for e in seen]
     assert got == [("q", 5, 1, 2, 3, 4_000, 0), ("q", 5, 1, 2, 3, 4_000, 6)]
 
 

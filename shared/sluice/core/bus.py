@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sluice.core.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
+from sluice.core.models import QueueStats
 
 log = logging.getLogger("sluice.core.bus")
 
@@ -409,18 +410,17 @@ class LagMeasured(Incident):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueMeasured(Incident):
-    """The relay re-read a queue's stats (every ``refresh_s``, once per queue it visits): the
-    depths, the oldest ready job's age (None: nothing ready) and ``relayed``, the jobs it pushed
-    into the queue since the last measure. Periodic rather than rare, but one small event per
+    """The relay re-read a queue's stats (every ``refresh_s``, once per queue it visits): its
+    ``stats`` as Redis answered (depths, the oldest ready job's age) and ``relayed``, the jobs it
+    pushed into the queue since the last measure. Periodic rather than rare, but one small event per
     queue a second: an incident, so per-queue metrics (``queue_metrics``) build no hot-path events."""
 
-    queue: str
-    ready: int
-    delayed: int
-    leased: int
-    dead: int
-    oldest_ready_age_ms: int | None
+    stats: QueueStats
     relayed: int = 0
+
+    @property
+    def queue(self) -> str:
+        return self.stats.queue
 
 
 # -- every path -----------------------------------------------------------------------------------

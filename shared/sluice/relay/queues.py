@@ -55,10 +55,7 @@ class QueueStates:
             self._defaulted.add(queue)
             state.config = self.engine.set_config(queue, rate_per_s=rate,
                                                   burst=self.config.default_burst or max(1, int(rate)))
-        self.events.emit(ev.QueueMeasured(queue=queue, ready=stats.ready, delayed=stats.delayed,
-                                          leased=stats.leased, dead=stats.dead,
-                                          oldest_ready_age_ms=stats.oldest_ready_age_ms,
-                                          relayed=state.pushed_since_refresh))
+        self.events.emit(ev.QueueMeasured(stats=stats, relayed=state.pushed_since_refresh))
         state.ready, state.leased = stats.ready, stats.leased
         state.delayed, state.dead = stats.delayed, stats.dead
         state.idle_workers = stats.idle_workers

@@ -122,10 +122,10 @@ class QueueDepthMetrics:
             self._publish(e.queue, d)
 
     def _publish(self, queue: str, d: _Depth) -> None:
-        e = d.last
-        age_s = (e.oldest_ready_age_ms or 0) / 1000
-        self.sink(emf_line(queue, [(READY, "Count", e.ready), (DELAYED, "Count", e.delayed),
-                                   (IN_FLIGHT, "Count", e.leased), (DEAD, "Count", e.dead),
+        e, stats = d.last, d.last.stats
+        age_s = (stats.oldest_ready_age_ms or 0) / 1000
+        self.sink(emf_line(queue, [(READY, "Count", stats.ready), (DELAYED, "Count", stats.delayed),
+                                   (IN_FLIGHT, "Count", stats.leased), (DEAD, "Count", stats.dead),
                                    (OLDEST_AGE, "Seconds", age_s), (RELAYED, "Count", d.relayed)], e.at))
         d.relayed, d.published_at = 0, e.at
 
