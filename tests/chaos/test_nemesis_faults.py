@@ -116,8 +116,12 @@ def test_a_pause_stops_the_picked_process_for_its_hold_then_wakes_it(
     nem.inject(Fault(0, "pause_worker", "w2", hold_s=0.5))
     assert wait_for(lambda: process_state(child.pid) == "T")
     assert wait_for(lambda: process_state(child.pid) not in ("T", ""))
-    resumed = [e for e in history.read(tmp_path / "h.jsonl") if e["phase"] == "resumed"]
-    assert resumed and resumed[0]["victim"] == child.pid
+
+    def resumed() -> list[dict[str, Any]]:  # the nemesis writes its line once SIGCONT has been sent
+        return [e for e in history.read(tmp_path / "h.jsonl") if e["phase"] == "resumed"]
+
+    assert wait_for(lambda: bool(resumed()))
+    assert resumed()[0]["victim"] == child.pid
     nem.close()
 
 

@@ -1,4 +1,4 @@
-"""``sluice scenario crash-before-ack`` with real processes, at 1/10 speed."""
+"""``sluice scenario crash-before-ack`` with real processes, at 3/10 speed."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ from click.testing import CliRunner
 
 from sluice_dev.chaos.cli import scenario
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+# 3/10 speed: the story's 1 s of B's work and 3 s between renewals are 0.3 s and 0.9 s, enough on a
+# 2-core machine running the other tiers beside this one (at 1/10, a grant or a write that took
+# 0.3 s under that load reordered the story).
+TIME_SCALE = "0.3"
 
 
 def test_the_result_is_written_again_with_a_newer_token_equal_and_attempts_is_two() -> None:
-    result = CliRunner().invoke(scenario, ["crash-before-ack", "--time-scale", "0.1", "--json"])
+    result = CliRunner().invoke(scenario, ["crash-before-ack", "--time-scale", TIME_SCALE, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     assert report["scenario"] == "crash-before-ack"
