@@ -111,6 +111,15 @@ class FakeQueue:
         self.broken = Broken()
         self._seq = itertools.count(1)
         self._lock = threading.RLock()
+        # The gateway's side: its reads (holds, cancel, stats), the admission view's (the registry,
+        # Redis's memory) and what a cancel wrote.
+        self.down: Exception | None = None  # raised by holds and cancel: Redis unreachable
+        self.cancelled: list[tuple[str, str]] = []  # (queue, job id) of each job a cancel removed
+        self.settle_entries: list[str] = []  # what cancel(settle=True) recorded (keys.settle)
+        self.configs: dict[str, QueueConfig] = {}
+        self.reads = 0  # stats calls
+        self.registered: set[str] = set()  # the queue registry (register.lua)
+        self.memory: float | None = None  # Redis's used memory, percent of its maxmemory
 
     # -- helpers for tests ------------------------------------------------------------------
 
@@ -124,6 +133,32 @@ class FakeQueue:
 
     def called(self, method: str) -> list[tuple[str, str, int]]:
         return [c for c in self.calls if c[0] == method]
+
+    def seed(self, queue: str, state: str, n: int) -> None:
+        """Make ``queue`` hold exactly ``n`` jobs in ``state`` (ready, delayed, leased or dead), adding
+        anonymous ones (a ready one enqueued 1.5 s ago, a delayed or leased one for a day) or dropping
+        some: a depth a test needs without the jobs' story."""
+        assert state in ("ready", "delayed", "leased", "dead"), state
+        with self._lock:
+            now = self.now_ms()
+            have = [key for key, j in self.jobs.items() if key[0] == queue and j.state == state]
+            for key in have[n:]:
+                del self.jobs[key]
+            for _ in range(len(have), n):
+                seq = next(self._seq)
+                spec = JobSpec(job_id=f"{state}-{seq}", queue=queue, enqueued_at_ms=max(0, now - 1_500))
+                self.jobs[(queue, spec.job_id)] = QJob(
+                    spec, state=state, seq=seq, run_at_ms=now + 86_400_000 if state == "delayed" else 0,
+                    token=int(state == "leased"), attempts=int(state == "leased"),
+                    deadline_ms=now + 86_400_000 if state == "leased" else 0)
+
+    def hold(self, queue: str, job_id: str, worker_id: str = "w-test") -> int:
+        """A worker leases this very job (as ``lease`` would if it came first); its token."""
+        with self._lock:
+            j = self.job(queue, job_id)
+            j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
+            j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + j.spec.lease_ms, j.spec.lease_ms, worker_id
+            return j.token
 
     def steal(self, queue: str, job_id: str) -> int:
         """Another worker takes the lease (as if ours expired): a newer token, a new deadline."""
@@ -146,6 +181,8 @@ class FakeQueue:
             return True
 
     def holds(self, queue: str, job_id: str) -> bool:
+        if self.down is not None:
+            raise self.down
         j = self.jobs.get((queue, job_id))
         return j is not None and j.state in ("ready", "delayed", "leased")
 
@@ -219,11 +256,20 @@ class FakeQueue:
 
     def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
         with self._lock:
-            j = self.job(queue, job_id)
+            if self.down is not None:
+                raise self.down
+            j = self.jobs.get((queue, job_id))
+            if j is None or j.state == "done":
+                raise JobNotFound(f"job {job_id} is not in {queue}", job_id=job_id)
+            if j.state == "dead":
+                raise AlreadyFinished(f"job {job_id} is dead-lettered", status="dead")
             if j.state == "leased":
                 j.cancel_requested = True
                 return "requested"
             j.state = "done"
+            self.cancelled.append((queue, job_id))
+            if settle:
+                self.settle_entries.append(f"cancelled:0:{job_id}")
             return "removed"
 
     def reap(self, queue: str, limit: int) -> int:
@@ -234,10 +280,14 @@ class FakeQueue:
 
     def stats(self, queue: str) -> QueueStats:
         with self._lock:
-            states = [j.state for (q, _), j in self.jobs.items() if q == queue]
+            self.reads += 1
+            jobs = [j for (q, _), j in self.jobs.items() if q == queue]
+            states = [j.state for j in jobs]
+            ready_since = [j.spec.enqueued_at_ms for j in jobs if j.state == "ready"]
+            oldest = max(0, self.now_ms() - min(ready_since)) if ready_since else None
             return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
                               leased=states.count("leased"), dead=states.count("dead"),
-                              oldest_ready_age_ms=None)
+                              oldest_ready_age_ms=oldest, config=self.get_config(queue))
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
@@ -262,13 +312,20 @@ class FakeQueue:
         raise NotImplementedError
 
     def get_config(self, queue: str) -> QueueConfig:
-        return QueueConfig()
+        return self.configs.get(queue, QueueConfig())
 
     def set_config(self, queue: str, **changes: Any) -> QueueConfig:
         raise NotImplementedError
 
     def queues(self) -> list[str]:
         return sorted({q for q, _ in self.jobs})
+
+    # The admission view's reads (``sluice.gateway.admission.ViewSource``), as RedisQueue answers them.
+    def registry(self, queue: str) -> tuple[bool, int]:
+        return queue in self.registered, len(self.registered)
+
+    def memory_percent(self) -> float | None:
+        return self.memory
 
 
 # The relay's calls to the jobs table; a relay rig passes them as ``only`` so that any other
