@@ -47,8 +47,6 @@ class FakeIdempotency:
 
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
-    from sluice.gateway import admission, api
-    from sluice_dev.fakes.worker import FakeQueue
+    from sluice.gateway import api
 
     _IDEMPOTENCY: api.Idempotency = FakeIdempotency()
-    _VIEW: admission.ViewSource = FakeQueue()  # the admission view reads the one fake queue

@@ -14,7 +14,7 @@ from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
 from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
 from sluice.relay import SourceRecord
-from sluice_dev.fakes.worker import FakeClock
+from sluice_dev.fakes.ports import FakeClock
 
 
 @dataclass
