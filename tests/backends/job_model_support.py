@@ -32,8 +32,7 @@ from sluice.worker.runtime.observers import observe
 from sluice.worker.runtime.options import HandlerSpec, WorkerOptions
 from sluice.worker.runtime.outcomes import Fail, Retry
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice_dev.fakes import FakeClock
-from tests.unit.test_relay_fakes import FakeSource
+from sluice_dev.fakes import FakeClock, FakeSource
 
 QUEUE = "jm"
 LONG_MS = 60_000  # every lease: nothing lapses by itself; the machine lapses leases explicitly

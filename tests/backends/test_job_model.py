@@ -50,6 +50,7 @@ from sluice.core.models import FINAL_STATES, JobSpec
 from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.gateway.redrive import redrive_one
 from sluice.relay import SourceRecord
+from sluice_dev.fakes import FakeSource
 from tests.backends.job_model_support import (
     POINTS,
     QUEUE,
@@ -60,7 +61,6 @@ from tests.backends.job_model_support import (
     Workers,
     fault_at,
 )
-from tests.unit.test_relay_fakes import FakeSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

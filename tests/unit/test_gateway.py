@@ -51,16 +51,16 @@ def test_an_accepted_job_redis_holds_reads_queued(rig: Rig) -> None:
     unreachable the read still answers, ``accepted``."""
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
-    rig.queue.in_redis.add(job_id)  # pushed; its status write dropped: no item
+    rig.queue.add("emails", job_id)  # pushed; its status write dropped: no item
     assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "queued"
     rig.store.mark_queued([(job_id, "emails", 0)])
     rig.store.set_status(job_id, JobState.ACCEPTED)  # an item the relay's write never moved on
     assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "queued"
-    rig.queue.fail = BackendUnavailable("redis down")
+    rig.queue.down = BackendUnavailable("redis down")
     code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (200, "accepted")
-    rig.queue.fail = None
-    rig.queue.in_redis.discard(job_id)  # not yet pushed
+    rig.queue.down = None
+    del rig.queue.jobs["emails", job_id]  # not yet pushed
     assert rig.call("GET", f"/v1/jobs/{job_id}")[2]["status"] == "accepted"
 
 
@@ -132,7 +132,7 @@ def test_cancel_a_queued_job_removes_it_from_redis(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
     relayed(rig, job_id)
-    rig.queue.in_redis.add(job_id)
+    rig.queue.add("emails", job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc) == (202, {"job_id": job_id, "status": "cancelled"})
     assert rig.queue.cancelled == [("emails", job_id)]
@@ -155,8 +155,8 @@ def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
     relayed(rig, job_id, JobState.LEASED)
-    rig.queue.in_redis.add(job_id)
-    rig.queue.leased.add(job_id)
+    rig.queue.add("emails", job_id)
+    rig.queue.hold("emails", job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
     assert rig.store.get_job(job_id).cancel_requested
@@ -169,7 +169,7 @@ def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig)
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
     relayed(rig, job_id, JobState.LEASED)
-    rig.queue.in_redis.add(job_id)
+    rig.queue.add("emails", job_id)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
     assert rig.store.get_job(job_id).status is JobState.CANCELLED
@@ -190,11 +190,11 @@ def test_a_cancel_that_ends_a_job_emits_one_job_ended_and_a_cancel_request_none(
     rig.api.events.subscribe(ended.append, JobEnded)
     ids = [rig.call("POST", JOBS, {"payload": i})[2]["job_id"] for i in range(2)]
     relayed(rig, ids[0])
-    rig.queue.in_redis.add(ids[0])
+    rig.queue.add("emails", ids[0])
     assert rig.call("DELETE", f"/v1/jobs/{ids[0]}")[2]["status"] == "cancelled"
     relayed(rig, ids[1], JobState.LEASED)
-    rig.queue.in_redis.add(ids[1])
-    rig.queue.leased.add(ids[1])
+    rig.queue.add("emails", ids[1])
+    rig.queue.hold("emails", ids[1])
     assert rig.call("DELETE", f"/v1/jobs/{ids[1]}")[2]["status"] == "cancel_requested"
     assert [(e.job, e.queue, e.state, e.source) for e in ended] == [(ids[0], "emails", "cancelled", "cancel")]
     assert ended[0].ended_at_ms > 0
@@ -204,12 +204,12 @@ def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     job_id = accepted["job_id"]
     relayed(rig, job_id, JobState.LEASED)
-    rig.queue.in_redis.add(job_id)
-    rig.queue.leased.add(job_id)
-    rig.queue.fail = BackendUnavailable("redis down")
+    rig.queue.add("emails", job_id)
+    rig.queue.hold("emails", job_id)
+    rig.queue.down = BackendUnavailable("redis down")
     code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, headers["retry-after"]) == (503, "1")
-    rig.queue.fail = None
+    rig.queue.down = None
     assert rig.call("DELETE", f"/v1/jobs/{job_id}")[0] == 202
 
 

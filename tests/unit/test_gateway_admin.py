@@ -19,8 +19,8 @@ from sluice.core.routes import Route, RouteTable
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from sluice_dev.fakes import FakeLog, FakeStore
-from tests.unit.test_gateway_fakes import KEY, FakeIdempotency, LambdaContext, event_for, unpack
+from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from tests.unit.test_gateway_fakes import KEY, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
 OPERATOR_SESSION = "arn:aws:sts::123456789012:assumed-role/operator/alice"

@@ -1,6 +1,6 @@
-"""Small in-memory fakes of the ports the gateway uses, plus an API Gateway event builder.
+"""A gateway over the in-memory fakes of its ports (``sluice_dev.fakes``), plus an API Gateway event builder.
 
-They follow the contracts in the brief (ports.py docstrings), not the real adapters'
+The fakes follow the contracts in the brief (ports.py docstrings), not the real adapters'
 code, so the use-case tests check our orchestration rather than an adapter. This
 module holds no tests itself.
 """
@@ -8,99 +8,32 @@ module holds no tests itself.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from sluice.core.bus import EventBus
-from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, JobNotFound
-from sluice.core.models import QueueConfig, QueueStats
+from sluice.core.errors import BackendUnavailable
+from sluice.core.models import QueueConfig
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from sluice_dev.fakes import FakeLog, FakeStore
+from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeQueue, FakeStore, real_ms
 
 EVENTS = Path(__file__).parent.parent / "events"
 KEY = b"unit-test-job-id-key-0123456789"
 
 
-class FakeQueue:
-    def __init__(self) -> None:
-        self.cancelled: list[tuple[str, str]] = []
-        self.in_redis: set[str] = set()
-        self.leased: set[str] = set()  # held by a live lease in Redis (a subset of in_redis)
-        self.settle_entries: list[str] = []
-        self.config = QueueConfig(rate_per_s=200.0, burst=50, paused=True)
-        self.fail: Exception | None = None
-        self.delayed, self.dead, self.reads = 1, 0, 0
-        self.registered: set[str] = set()
-        self.memory: float | None = None
-
-    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
-        if self.fail is not None:
-            raise self.fail
-        if job_id not in self.in_redis:
-            raise JobNotFound(job_id)
-        if job_id in self.leased:
-            return "requested"
-        self.cancelled.append((queue, job_id))
-        self.in_redis.discard(job_id)
-        if settle:
-            self.settle_entries.append(f"cancelled:0:{job_id}")
-        return "removed"
-
-    def holds(self, queue: str, job_id: str) -> bool:
-        if self.fail is not None:
-            raise self.fail
-        return job_id in self.in_redis
-
-    def stats(self, queue: str) -> QueueStats:
-        self.reads += 1
-        return QueueStats(queue=queue, ready=3, delayed=self.delayed, leased=2, dead=self.dead,
-                          oldest_ready_age_ms=1500, config=self.config)
-
-    # The gateway's view of the limits (sluice.gateway.admission), as RedisQueue answers it.
-    def registry(self, queue: str) -> tuple[bool, int]:
-        return queue in self.registered, len(self.registered)
-
-    def memory_percent(self) -> float | None:
-        return self.memory
-
-
-class FakeIdempotency:
-    """The three promised semantics, on a dict: replay, conflict, in progress."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, tuple[str, dict[str, Any] | None]] = {}
-        self.lock = threading.Lock()
-        self.keys_seen: list[str] = []
-
-    def run(self, key: str, fingerprint: Mapping[str, Any], action: Callable[[], dict[str, Any]],
-            remaining_ms: Callable[[], int] | None = None) -> tuple[dict[str, Any], bool]:
-        digest = json.dumps(fingerprint, sort_keys=True)
-        with self.lock:
-            self.keys_seen.append(key)
-            if key in self.records:
-                stored, result = self.records[key]
-                if stored != digest:
-                    raise IdempotencyConflict("different request")
-                if result is None:
-                    raise InProgress("in progress")
-                return copy.deepcopy(result), True
-            self.records[key] = (digest, None)
-        try:
-            result = action()
-        except BaseException:
-            with self.lock:
-                del self.records[key]
-            raise
-        with self.lock:
-            self.records[key] = (digest, result)
-        return result, False
+def gateway_queue(now_ms: Callable[[], int] = real_ms) -> FakeQueue:
+    """The one fake queue, holding what the gateway's tests read of "emails": 3 ready jobs (the
+    oldest enqueued 1.5 s ago), 1 delayed, 2 leased, none dead; paused, 200 a second, burst 50."""
+    queue = FakeQueue(now_ms)
+    for state, n in (("ready", 3), ("delayed", 1), ("leased", 2)):
+        queue.seed("emails", state, n)
+    queue.configs["emails"] = QueueConfig(rate_per_s=200.0, burst=50, paused=True)
+    return queue
 
 
 class Rig:
@@ -109,9 +42,9 @@ class Rig:
     def __init__(self, max_payload_bytes: int = 256 * 1024) -> None:
         self.log = FakeLog()
         self.store = FakeStore()
-        self.queue = FakeQueue()
-        self.idem = FakeIdempotency()
         self.now_ms = 1_700_000_000_000
+        self.queue = gateway_queue(lambda: self.now_ms)
+        self.idem = FakeIdempotency()
         self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(max_payload_bytes), idempotency=self.idem, clock=lambda: self.now_ms)
         self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)

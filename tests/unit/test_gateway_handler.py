@@ -20,8 +20,8 @@ from sluice.core.errors import ConfigError
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
-from sluice_dev.fakes import FakeLog, FakeStore
-from tests.unit.test_gateway_fakes import EVENTS, FakeIdempotency, FakeQueue, LambdaContext
+from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from tests.unit.test_gateway_fakes import EVENTS, LambdaContext, gateway_queue
 
 APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
 SECRET = "handler-test-secret-0123456789"
@@ -29,7 +29,8 @@ SECRET = "handler-test-secret-0123456789"
 
 class Fakes:
     def __init__(self) -> None:
-        self.log, self.store, self.queue, self.idem = FakeLog(), FakeStore(), FakeQueue(), FakeIdempotency()
+        self.log, self.store, self.idem = FakeLog(), FakeStore(), FakeIdempotency()
+        self.queue = gateway_queue()
         self.builds = 0
 
 
@@ -171,7 +172,7 @@ def test_recorded_get_cancel_and_queue_events(app: ModuleType, fakes: Fakes) -> 
     assert call(app, event("apigw_get_job.json"))[0] == 404
     job_id = event("apigw_get_job.json")["pathParameters"]["job_id"]
     fakes.store.put(JobRecord(job_id=job_id, queue="emails", status=JobState.QUEUED))
-    fakes.queue.in_redis.add(job_id)
+    fakes.queue.add("emails", job_id)
     code, _, body = call(app, event("apigw_get_job.json"))
     assert (code, body["status"]) == (200, "queued")
     code, _, body = call(app, event("apigw_cancel_job.json"))

@@ -45,7 +45,7 @@ def delayed(n: int) -> dict[str, Any]:
 
 def test_delayed_jobs_over_the_cap_are_429_problem_json_with_retry_after() -> None:
     rig, _ = limited(Limits(max_delayed=150))
-    rig.queue.delayed = 100
+    rig.queue.seed("emails", "delayed", 100)
     assert rig.call("POST", f"{JOBS}/batch", delayed(50))[0] == 202
     code, headers, doc = rig.call("POST", f"{JOBS}/batch", delayed(1))  # the view counts the 50
     assert code == 429
@@ -59,12 +59,12 @@ def test_delayed_jobs_over_the_cap_are_429_problem_json_with_retry_after() -> No
 
 def test_a_queue_at_its_dead_cap_takes_no_job_and_its_own_config_overrides_the_default() -> None:
     rig, clock = limited(Limits(max_dead=1_000))
-    rig.queue.dead = 10
-    rig.queue.config = QueueConfig(max_dead=10)
+    rig.queue.seed("emails", "dead", 10)
+    rig.queue.configs["emails"] = QueueConfig(max_dead=10)
     code, _, doc = rig.call("POST", JOBS, {"payload": 1})
     assert (code, doc["code"]) == (429, "QUEUE_FULL")
     assert "dead" in doc["detail"]
-    rig.queue.dead = 0  # an operator purged them: the next view lets jobs in
+    rig.queue.seed("emails", "dead", 0)  # an operator purged them: the next view lets jobs in
     clock.t += 2.0
     assert rig.call("POST", JOBS, {"payload": 1})[0] == 202
     _, _, view = rig.call("GET", "/v1/queues/emails")
@@ -85,12 +85,13 @@ def test_above_the_memory_guard_deep_queues_are_refused_and_near_full_every_queu
     rig, clock = limited(Limits(push_memory_percent=80, memory_guard_depth=50))
     rig.queue.memory = 85.0
     assert rig.call("POST", JOBS, {"payload": 1})[0] == 202  # 4 waiting jobs: it is being drained
-    rig.queue.delayed = 60
+    rig.queue.seed("emails", "delayed", 60)
     clock.t += 2.0
     code, _, doc = rig.call("POST", JOBS, {"payload": 1})
     assert (code, doc["code"]) == (429, "QUEUE_FULL")
     assert "85% full" in doc["detail"]
-    rig.queue.delayed, rig.queue.memory = 0, 91.0  # halfway to 100%: nothing more goes in
+    rig.queue.seed("emails", "delayed", 0)
+    rig.queue.memory = 91.0  # halfway to 100%: nothing more goes in
     clock.t += 2.0
     assert rig.call("POST", JOBS, {"payload": 1})[0] == 429
 

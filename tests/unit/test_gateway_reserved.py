@@ -66,7 +66,8 @@ def test_jobs_of_a_reserved_queue_read_and_cancel_as_404(rig: Rig) -> None:
     minted = ids.mint(rig.now_ms, "sluice-relay", KEY)
     recorded = ids.mint(rig.now_ms - 1, "sluice-relay", KEY)
     rig.store.put(JobRecord(job_id=recorded, queue="sluice-relay", status=JobState.QUEUED))
-    rig.queue.in_redis |= {minted, recorded}
+    for job_id in (minted, recorded):
+        rig.queue.add("sluice-relay", job_id)
     for job_id in (minted, recorded, "sluice.jobs.0"):  # "sluice.jobs.0": a partition's own job
         code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
         assert (code, doc["code"]) == (404, "NOT_FOUND"), job_id

@@ -12,8 +12,7 @@ from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import JobSpec, JobState, SettleEntry
 from sluice.relay import RELAY_QUEUE, Relay, RelayConfig, SourceRecord, decode, partition_job_id
-from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeStore
-from tests.unit.test_relay_fakes import FakeEngine, FakeSource
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeEngine, FakeSource, FakeStore
 
 TOPIC = "sluice.jobs"
 

@@ -11,9 +11,8 @@ from sluice.core.errors import QueueNotAllowed
 from sluice.core.limits import Limits
 from sluice.core.models import JobSpec, QueueStats
 from sluice.relay import Relay, RelayConfig
-from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeStore
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeDispatcher, FakeEngine, FakeSource, FakeStore
 from tests.unit.test_relay import TOPIC
-from tests.unit.test_relay_fakes import FakeEngine, FakeSource
 
 
 class LimitedEngine(FakeEngine):

@@ -17,8 +17,7 @@ from sluice.backends.redis import relay_engine as engine_mod
 from sluice.core.bus import EventBus
 from sluice.core.models import DecodedJob, JobSpec
 from sluice.relay import SourceRecord, decode, decode_job
-from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeStore
-from tests.unit.test_relay_fakes import FakeEngine, FakeSource
+from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeEngine, FakeSource, FakeStore
 
 
 def reference(record: SourceRecord) -> DecodedJob | str:

@@ -80,8 +80,7 @@ def test_a_round_larger_than_the_bound_is_still_written() -> None:
 def test_the_relay_reports_the_dropped_status_writes() -> None:
     from sluice.core.models import JobSpec
     from sluice.relay import Relay, RelayConfig
-    from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeStore
-    from tests.unit.test_relay_fakes import FakeEngine, FakeSource
+    from sluice_dev.fakes import RELAY_CALLS, FakeClock, FakeEngine, FakeSource, FakeStore
 
     class Blocked(FakeStore):
         def mark_queued(self, jobs: Any) -> None:

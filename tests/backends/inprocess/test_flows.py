@@ -1,6 +1,6 @@
 """Jobs that start jobs: derived child ids, the gateway's family entry, the countdown, continuations.
 
-The jobs table is in-process moto (no sockets); the log and queue are the gateway fakes. The
+The jobs table is in-process moto (no sockets); the log and queue are sluice_dev's fakes. The
 worker tests run real ``Worker`` drains whose handlers reach the gateway's entry in process, as
 the Lambda invoke would (``LambdaFamilyGateway`` over ``Gateway.__call__``), and play the relay's part by
 moving appended records into the fake queue.
@@ -36,9 +36,8 @@ from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
-from sluice_dev.fakes import FakeLog
-from sluice_dev.fakes import FakeQueue as WorkerQueue
-from tests.unit.test_gateway_fakes import KEY, FakeQueue
+from sluice_dev.fakes import FakeLog, FakeQueue
+from tests.unit.test_gateway_fakes import KEY
 
 PARENT_MS = 1_700_000_000_000
 
@@ -284,7 +283,7 @@ def test_a_rerun_after_every_child_ended_releases_the_continuation(rig: Rig) -> 
 # -- end to end through a worker ----------------------------------------------------------------------
 
 
-def relay(rig: Rig, queue: WorkerQueue, done: set[str]) -> int:
+def relay(rig: Rig, queue: FakeQueue, done: set[str]) -> int:
     """Play the relay: appended records not seen yet go into Redis (duplicates are skipped there)."""
     moved = 0
     for spec in rig.log.records:
@@ -315,7 +314,7 @@ def test_a_parent_fans_out_and_its_continuation_sums_the_childrens_results(rig: 
         kids = ctx.children()
         return {"sum": sum(k.result or 0 for k in kids), "states": sorted(str(k.status) for k in kids)}
 
-    queue = WorkerQueue()
+    queue = FakeQueue()
     parent = rig.parent = ids.mint(PARENT_MS, "fanout", KEY)
     queue.add("fanout", parent, None)
     worker = app.bind(queue=queue, store=rig.store, families=rig.store.families, family_gateway=rig.keeper,
@@ -345,7 +344,7 @@ def test_enqueue_without_a_gateway_is_a_clear_error(rig: Rig) -> None:
             errors.append(str(exc))
         return None
 
-    queue = WorkerQueue()
+    queue = FakeQueue()
     queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
     app.bind(queue=queue, store=rig.store, telemetry=Telemetry(metrics=MemoryMetrics()),
              worker_id="w").drain(["fanout"], 1)
@@ -461,7 +460,7 @@ def test_too_many_or_too_large_children_are_refused_in_the_worker_before_anythin
         def release(self, continuation: str) -> None:
             rig.keeper.release(continuation)
 
-    queue = WorkerQueue()
+    queue = FakeQueue()
     queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
     app.bind(queue=queue, store=rig.store, families=rig.store.families, family_gateway=Spy(),
              telemetry=Telemetry(metrics=MemoryMetrics()), worker_id="w").drain(["fanout"], 1)

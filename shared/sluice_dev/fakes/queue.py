@@ -1,0 +1,311 @@
+"""In-memory fake of ``ports.JobQueue`` with the contract's semantics, for tests: the workers' and the
+gateway's.
+
+The queue mirrors the Redis engine: attempts counted at lease time (release gives
+one back), a liveness token per lease, expired leases reclaimed by the next lease
+call, ``fail`` to delayed or dead. Time is real (monotonic ms) unless a clock is given,
+so heartbeat threads and handlers can run against it. ``broken`` injects errors per method.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost
+from sluice.core.models import DeadJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+
+
+def real_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ManualClock:
+    def __init__(self, start_ms: int = 1_000_000) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+class ManualMonotonic:
+    """A monotonic clock in seconds (``time.monotonic``'s shape) that moves only when told."""
+
+    def __init__(self, start_s: float = 1_000.0) -> None:
+        self.s = start_s
+
+    def __call__(self) -> float:
+        return self.s
+
+    def advance(self, s: float) -> None:
+        self.s += s
+
+
+@dataclass
+class QJob:
+    spec: JobSpec
+    state: str = "ready"  # ready | delayed | leased | dead | done
+    token: int = 0
+    attempts: int = 0
+    deadline_ms: int = 0
+    run_at_ms: int = 0
+    seq: int = 0
+    cancel_requested: bool = False
+    last_error: str | None = None
+    lease_ms: int = 0
+    owner: str | None = None
+
+
+class Broken:
+    """Raise ``exc`` from the next ``times`` calls of a method."""
+
+    def __init__(self) -> None:
+        self._plan: dict[str, list[BaseException]] = {}
+
+    def add(self, method: str, exc: BaseException, times: int = 1) -> None:
+        self._plan.setdefault(method, []).extend([exc] * times)
+
+    def check(self, method: str) -> None:
+        queue = self._plan.get(method)
+        if queue:
+            raise queue.pop(0)
+
+
+class FakeQueue:
+    def __init__(self, now_ms: Callable[[], int] = real_ms) -> None:
+        self.now_ms = now_ms
+        self.jobs: dict[tuple[str, str], QJob] = {}
+        self.calls: list[tuple[str, str, int]] = []  # (method, job id, token)
+        self.broken = Broken()
+        self._seq = itertools.count(1)
+        self._lock = threading.RLock()
+        # The gateway's side: its reads (holds, cancel, stats), the admission view's (the registry,
+        # Redis's memory) and what a cancel wrote.
+        self.down: Exception | None = None  # raised by holds and cancel: Redis unreachable
+        self.cancelled: list[tuple[str, str]] = []  # (queue, job id) of each job a cancel removed
+        self.settle_entries: list[str] = []  # what cancel(settle=True) recorded (keys.settle)
+        self.configs: dict[str, QueueConfig] = {}
+        self.reads = 0  # stats calls
+        self.registered: set[str] = set()  # the queue registry (register.lua)
+        self.memory: float | None = None  # Redis's used memory, percent of its maxmemory
+
+    # -- helpers for tests ------------------------------------------------------------------
+
+    def add(self, queue: str, job_id: str, payload: Any = None, **spec: Any) -> JobSpec:
+        s = JobSpec(job_id=job_id, queue=queue, payload=payload, **spec)
+        self.enqueue(s)
+        return s
+
+    def job(self, queue: str, job_id: str) -> QJob:
+        return self.jobs[(queue, job_id)]
+
+    def called(self, method: str) -> list[tuple[str, str, int]]:
+        return [c for c in self.calls if c[0] == method]
+
+    def seed(self, queue: str, state: str, n: int) -> None:
+        """Make ``queue`` hold exactly ``n`` jobs in ``state`` (ready, delayed, leased or dead), adding
+        anonymous ones (a ready one enqueued 1.5 s ago, a delayed or leased one for a day) or dropping
+        some: a depth a test needs without the jobs' story."""
+        assert state in ("ready", "delayed", "leased", "dead"), state
+        with self._lock:
+            now = self.now_ms()
+            have = [key for key, j in self.jobs.items() if key[0] == queue and j.state == state]
+            for key in have[n:]:
+                del self.jobs[key]
+            for _ in range(len(have), n):
+                seq = next(self._seq)
+                spec = JobSpec(job_id=f"{state}-{seq}", queue=queue, enqueued_at_ms=max(0, now - 1_500))
+                self.jobs[(queue, spec.job_id)] = QJob(
+                    spec, state=state, seq=seq, run_at_ms=now + 86_400_000 if state == "delayed" else 0,
+                    token=int(state == "leased"), attempts=int(state == "leased"),
+                    deadline_ms=now + 86_400_000 if state == "leased" else 0)
+
+    def hold(self, queue: str, job_id: str, worker_id: str = "w-test") -> int:
+        """A worker leases this very job (as ``lease`` would if it came first); its token."""
+        with self._lock:
+            j = self.job(queue, job_id)
+            j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
+            j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + j.spec.lease_ms, j.spec.lease_ms, worker_id
+            return j.token
+
+    def steal(self, queue: str, job_id: str) -> int:
+        """Another worker takes the lease (as if ours expired): a newer token, a new deadline."""
+        with self._lock:
+            j = self.job(queue, job_id)
+            j.token += 1
+            j.deadline_ms = self.now_ms() + 60_000
+            return j.token
+
+    # -- the port -----------------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec) -> bool:
+        with self._lock:
+            key = (spec.queue, spec.job_id)
+            if key in self.jobs:
+                return False
+            delayed = spec.run_at_ms > self.now_ms()
+            self.jobs[key] = QJob(spec, state="delayed" if delayed else "ready", run_at_ms=spec.run_at_ms,
+                                  seq=next(self._seq))
+            return True
+
+    def holds(self, queue: str, job_id: str) -> bool:
+        if self.down is not None:
+            raise self.down
+        j = self.jobs.get((queue, job_id))
+        return j is not None and j.state in ("ready", "delayed", "leased")
+
+    def _reclaim(self, queue: str) -> None:
+        now = self.now_ms()
+        for (q, _), j in self.jobs.items():
+            if q != queue:
+                continue
+            if j.state == "delayed" and j.run_at_ms <= now:
+                j.state, j.seq = "ready", next(self._seq)
+            elif j.state == "leased" and j.deadline_ms <= now:
+                j.state = "dead" if j.attempts >= j.spec.max_attempts else "ready"
+                j.seq = next(self._seq)
+
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
+        with self._lock:
+            self.broken.check("lease")
+            self.calls.append(("lease", queue, n))
+            self._reclaim(queue)
+            ready = sorted((j for (q, _), j in self.jobs.items() if q == queue and j.state == "ready"),
+                           key=lambda j: (-j.spec.priority, j.seq))
+            out = []
+            for j in ready[:n]:
+                j.state, j.token, j.attempts = "leased", j.token + 1, j.attempts + 1
+                ms = lease_ms if lease_ms is not None else j.spec.lease_ms
+                j.deadline_ms, j.lease_ms, j.owner = self.now_ms() + ms, ms, worker_id
+                out.append(LeasedJob(job_id=j.spec.job_id, queue=queue, payload=j.spec.payload,
+                                     lease_token=j.token,
+                                     deadline_ms=j.deadline_ms, attempt=j.attempts,
+                                     max_attempts=j.spec.max_attempts, priority=j.spec.priority,
+                                     lease_ms=ms, enqueued_at_ms=j.spec.enqueued_at_ms,
+                                     cancel_requested=j.cancel_requested))
+            return out
+
+    def _held(self, method: str, queue: str, job_id: str, token: int) -> QJob:
+        self.broken.check(method)
+        self.calls.append((method, job_id, token))
+        j = self.jobs.get((queue, job_id))
+        if j is None or j.state != "leased" or j.token != token:
+            raise LeaseLost(f"{method}: token {token} does not hold {job_id}")
+        return j
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        with self._lock:
+            j = self._held("extend", queue, job_id, token)
+            j.deadline_ms = self.now_ms() + lease_ms
+            return Extended(deadline_ms=j.deadline_ms, cancel_requested=j.cancel_requested)
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        with self._lock:
+            self._held("ack", queue, job_id, token).state = "done"
+
+    def fail(self, queue: str, job_id: str, token: int, error: str,
+             retry_after_ms: int | None = None, permanent: bool = False) -> str:
+        with self._lock:
+            j = self._held("fail", queue, job_id, token)
+            j.last_error = error
+            if permanent or j.attempts >= j.spec.max_attempts:
+                j.state = "dead"
+                return "dead"
+            if retry_after_ms:
+                j.state, j.run_at_ms = "delayed", self.now_ms() + retry_after_ms
+            else:
+                j.state, j.seq = "ready", next(self._seq)
+            return "retry"
+
+    def release(self, queue: str, job_id: str, token: int) -> None:
+        with self._lock:
+            j = self._held("release", queue, job_id, token)
+            j.state, j.attempts, j.seq = "ready", j.attempts - 1, next(self._seq)
+
+    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+        with self._lock:
+            if self.down is not None:
+                raise self.down
+            j = self.jobs.get((queue, job_id))
+            if j is None or j.state == "done":
+                raise JobNotFound(f"job {job_id} is not in {queue}", job_id=job_id)
+            if j.state == "dead":
+                raise AlreadyFinished(f"job {job_id} is dead-lettered", status="dead")
+            if j.state == "leased":
+                j.cancel_requested = True
+                return "requested"
+            j.state = "done"
+            self.cancelled.append((queue, job_id))
+            if settle:
+                self.settle_entries.append(f"cancelled:0:{job_id}")
+            return "removed"
+
+    def reap(self, queue: str, limit: int) -> int:
+        with self._lock:
+            before = sum(1 for j in self.jobs.values() if j.state == "leased")
+            self._reclaim(queue)
+            return before - sum(1 for j in self.jobs.values() if j.state == "leased")
+
+    def stats(self, queue: str) -> QueueStats:
+        with self._lock:
+            self.reads += 1
+            jobs = [j for (q, _), j in self.jobs.items() if q == queue]
+            states = [j.state for j in jobs]
+            ready_since = [j.spec.enqueued_at_ms for j in jobs if j.state == "ready"]
+            oldest = max(0, self.now_ms() - min(ready_since)) if ready_since else None
+            return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
+                              leased=states.count("leased"), dead=states.count("dead"),
+                              oldest_ready_age_ms=oldest, config=self.get_config(queue))
+
+    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
+        return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
+                        died_at_ms=0) for (q, _), j in self.jobs.items() if q == queue and j.state == "dead"]
+
+    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+        j = self.jobs.get((queue, job_id))
+        if j is None or j.state != "dead":
+            raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        return j.spec
+
+    def overdue_leases(self, queue: str) -> int:
+        with self._lock:
+            now = self.now_ms()
+            return sum(1 for (q, _), j in self.jobs.items()
+                       if q == queue and j.state == "leased" and j.deadline_ms <= now)
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        raise NotImplementedError
+
+    def purge_dead(self, queue: str) -> int:
+        raise NotImplementedError
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.configs.get(queue, QueueConfig())
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        raise NotImplementedError
+
+    def queues(self) -> list[str]:
+        return sorted({q for q, _ in self.jobs})
+
+    # The admission view's reads (``sluice.gateway.admission.ViewSource``), as RedisQueue answers them.
+    def registry(self, queue: str) -> tuple[bool, int]:
+        return queue in self.registered, len(self.registered)
+
+    def memory_percent(self) -> float | None:
+        return self.memory
+
+
+if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
+    from sluice.core import ports
+    from sluice.gateway.admission import ViewSource
+
+    _QUEUE: ports.JobQueue = FakeQueue()
+    _VIEW: ViewSource = FakeQueue()  # the gateway's admission view reads the same queue

@@ -1,0 +1,286 @@
+"""In-memory fakes of the ports the relay uses (``sluice.relay.ports``), with the contracts' semantics.
+
+The fake engine's push follows push.lua's contract (owner-token check, offset skip,
+idempotent by job id); the fake source behaves like a manually assigned Kafka consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from sluice.core import policy
+from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
+from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
+from sluice.relay import SourceRecord
+from sluice_dev.fakes.ports import FakeClock
+
+
+@dataclass
+class Pushed:
+    pushed: int
+    skipped: int
+
+
+@dataclass
+class _Lease:
+    token: int = 0
+    holder: str | None = None
+    deadline: float = 0.0
+    attempts: int = 0
+
+
+class FakeEngine:
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, dict[str, JobSpec]] = {}  # queue -> job id -> spec, in push order
+        self.enqueued: list[tuple[str, str]] = []
+        self.relayed: dict[tuple[str, str, int], dict[str, int]] = {}
+        self.configs: dict[str, QueueConfig] = {}
+        self.buckets: dict[str, policy.Bucket] = {}
+        self.ownership: dict[str, tuple[JobSpec, _Lease]] = {}
+        self.consumed: dict[str, int] = {}  # workers took this many off the ready count
+        self.idle: dict[str, int] = {}  # workers waiting for work (their linger), per queue
+        self.calls: list[str] = []
+        self.down = False
+        self.reaped: list[str] = []
+        self.endings: dict[str, list[SettleEntry]] = {}  # what Redis ended alone (keys.settle)
+        self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if self.down:
+            raise BackendUnavailable("redis is down")
+
+    # ownership jobs (queue sluice-relay)
+    def enqueue(self, spec: JobSpec) -> bool:
+        """A job in the ownership queue by any path (a test plants what a caller once could)."""
+        self._call("enqueue")
+        if spec.job_id in self.ownership:
+            return False
+        self.ownership[spec.job_id] = (spec, _Lease())
+        return True
+
+    def enqueue_internal(self, spec: JobSpec) -> bool:
+        assert spec.queue.startswith("sluice-"), spec.queue
+        return self.enqueue(spec)
+
+    def enqueue_internal_many(self, specs: Sequence[JobSpec]) -> list[bool]:
+        return [self.enqueue_internal(spec) for spec in specs]
+
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
+        self._call("lease")
+        out: list[LeasedJob] = []
+        for job_id, (spec, lease) in self.ownership.items():
+            if len(out) >= n:
+                break
+            if lease.holder is not None and lease.deadline > self.clock.t:
+                continue
+            lease.token += 1
+            lease.attempts += 1
+            lease.holder, lease.deadline = worker_id, self.clock.t + cast(int, lease_ms) / 1000
+            out.append(LeasedJob(job_id=job_id, queue=queue, payload=spec.payload, lease_token=lease.token,
+                                 deadline_ms=int(lease.deadline * 1000), attempt=lease.attempts,
+                                 max_attempts=spec.max_attempts, lease_ms=lease_ms))
+        return out
+
+    def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:
+        self._call("extend")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        lease.deadline = self.clock.t + lease_ms / 1000
+        return Extended(deadline_ms=int(lease.deadline * 1000))
+
+    def release(self, queue: str, job_id: str, token: int) -> None:
+        self._call("release")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        lease.holder = None
+        lease.attempts -= 1
+
+    def ack(self, queue: str, job_id: str, token: int) -> None:
+        self._call("ack")
+        _, lease = self.ownership[job_id]
+        if lease.token != token or lease.holder is None:
+            raise LeaseLost(job_id)
+        del self.ownership[job_id]
+
+    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+        self._call("redrive")
+        return 0
+
+    def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]:
+        self._call("unsettled")
+        return list(self.endings.get(queue, []))[:limit]
+
+    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
+        self._call("settled")
+        before = self.endings.get(queue, [])
+        self.endings[queue] = [j for j in before if j not in jobs]
+        return len(before) - len(self.endings[queue])
+
+    def reap(self, queue: str, limit: int) -> int:
+        self._call("reap")
+        self.reaped.append(queue)
+        return 0
+
+    # queues
+    def depth(self, queue: str) -> int:
+        return len(self.jobs.get(queue, {})) - self.consumed.get(queue, 0)
+
+    def stats(self, queue: str) -> QueueStats:
+        self._call("stats")
+        return QueueStats(queue=queue, ready=self.depth(queue), delayed=0, leased=0, dead=0,
+                          oldest_ready_age_ms=None, config=self.get_config(queue),
+                          idle_workers=self.idle.get(queue, 0))
+
+    def get_config(self, queue: str) -> QueueConfig:
+        return self.configs.get(queue, QueueConfig())
+
+    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
+        self.configs[queue] = self.get_config(queue).model_copy(update=changes)
+        return self.configs[queue]
+
+    def queues(self) -> list[str]:
+        return sorted(self.jobs)
+
+    def push(self, queue: str, topic: str, partition: int, owner_token: int,
+             records: list[tuple[int, JobSpec]], gens: Any = None) -> Pushed:
+        self._call("push")
+        rec = self.relayed.setdefault((queue, topic, partition), {"offset": -1, "owner_token": 0})
+        if owner_token < rec["owner_token"]:
+            raise StaleToken(mine=owner_token, current=rec["owner_token"])
+        rec["owner_token"] = owner_token
+        pushed = skipped = 0
+        jobs = self.jobs.setdefault(queue, {})
+        for offset, spec in records:
+            if offset <= rec["offset"] or spec.job_id in jobs:
+                skipped += 1
+                continue
+            jobs[spec.job_id] = spec
+            self.enqueued.append((queue, spec.job_id))
+            if gens and gens.get(spec.job_id):
+                self.gens[spec.job_id] = gens[spec.job_id]
+            pushed += 1
+        rec["offset"] = max([rec["offset"], *(o for o, _ in records)])
+        return Pushed(pushed, skipped)
+
+    def push_many(self, topic: str, items: Any, gens: Any = None) -> list[Any]:
+        """As ``RedisQueue.push_many``: one round trip (down: it raises), then per item ``push``'s
+        outcome or the error that refused that item alone."""
+        self._call("push_many")
+        out: list[Any] = []
+        for queue, partition, token, records in items:
+            try:
+                out.append(self.push(queue, topic, partition, token, list(records), gens))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
+        self._call("relayed_offset")
+        return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
+
+    # the limits' questions (sluice.core.limits): no allow-list, no dead-job trimming, no memory reading
+    def register(self, queue: str) -> None:
+        return None
+
+    def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
+        return 0, 0
+
+    def memory_percent(self) -> float | None:
+        return None
+
+    def take_rate(self, queue: str, wanted: int) -> int:
+        self._call("take_rate")
+        cfg = self.get_config(queue)
+        now_ms = self.clock.now_ms()
+        bucket = self.buckets.get(queue, policy.Bucket(tokens=max(1, cfg.burst), updated_ms=now_ms))
+        bucket = policy.refill(bucket, now_ms, cfg.rate_per_s, cfg.burst)
+        granted, self.buckets[queue] = policy.take(bucket, wanted)
+        return granted
+
+
+@dataclass
+class FakeSource:
+    topic: str = "sluice.jobs"
+    n_partitions: int = 2
+    log: dict[int, list[SourceRecord]] = field(default_factory=dict)
+    committed_offsets: dict[int, int] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)
+    assigned: list[int] = field(default_factory=list)
+    paused: set[int] = field(default_factory=set)
+    dead: list[tuple[SourceRecord, str]] = field(default_factory=list)
+    unflushed_dead: int = 0
+    commits: list[dict[int, int]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    clock: FakeClock | None = None  # an empty poll waits out its timeout on this clock
+
+    def append(self, partition: int, key: bytes | None, value: bytes | None) -> int:
+        records = self.log.setdefault(partition, [])
+        records.append(SourceRecord(partition, len(records), key, value))
+        return len(records) - 1
+
+    def append_spec(self, partition: int, spec: JobSpec) -> int:
+        return self.append(partition, spec.job_id.encode(), spec.model_dump_json().encode())
+
+    def partitions(self) -> list[int]:
+        return list(range(self.n_partitions))
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        self.assigned = list(partitions)
+        self.paused &= set(partitions)
+        for p in partitions:
+            self.positions.setdefault(p, self.committed_offsets.get(p, 0))
+
+    def rewind_to_committed(self, partitions: Sequence[int]) -> None:
+        for p in partitions:
+            assert p in self.assigned
+            self.positions[p] = self.committed_offsets.get(p, 0)
+
+    def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
+        out: list[SourceRecord] = []
+        for p in self.assigned:
+            if p in self.paused:
+                continue
+            records = self.log.get(p, [])
+            pos = self.positions[p]
+            chunk = records[pos:pos + max_records - len(out)]
+            self.positions[p] = pos + len(chunk)
+            out.extend(chunk)
+        if not out and self.clock is not None:
+            self.clock.sleep(timeout_ms / 1000)
+        return out
+
+    def pause(self, partitions: Sequence[int]) -> None:
+        self.paused |= set(partitions)
+
+    def resume(self, partitions: Sequence[int]) -> None:
+        self.paused -= set(partitions)
+
+    def commit(self, offsets: Mapping[int, int]) -> None:
+        self.events.append("commit")
+        self.commits.append(dict(offsets))
+        assert self.unflushed_dead == 0, "committed past a dead letter that was not flushed"
+        self.committed_offsets.update(offsets)
+
+    def dead_letter(self, record: SourceRecord, reason: str) -> None:
+        self.dead.append((record, reason))
+        self.unflushed_dead += 1
+
+    def flush_dead_letters(self) -> None:
+        self.events.append("flush")
+        self.unflushed_dead = 0
+
+    def highwater(self, partition: int) -> int | None:
+        return None  # a test that measures lag sets its own
+
+
+if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
+    from sluice.relay import ports
+
+    _ENGINE: ports.RelayEngine = FakeEngine(FakeClock())
+    _SOURCE: ports.RecordSource = FakeSource()
