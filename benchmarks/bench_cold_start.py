@@ -190,8 +190,10 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
     rie_dir = str(Path(artifacts.__file__).resolve().parent)
     stack = Stack(state_dir=state)
     try:
+        # handlers=None: the template's default handlers module, what a deployed worker loads
+        # (sluice_dev.examples, the local stack's default, is dev tooling and not in the layer).
         dev = DevStack(DevOptions(state_dir=state, artifacts=build, history=False, log_level="WARNING",
-                                  artifacts_python=python))
+                                  artifacts_python=python, handlers=None))
         base = dev.deploy.functions["WorkerFunction"].concrete_env()
         from sluice_dev.local.deployed import settings_of
 
