@@ -269,3 +269,11 @@ def test_the_relay_waits_longer_on_tansu_on_s3_and_says_why(tmp_path: Path) -> N
                and "Tansu" in o.line() for o in dev.overrides)
     _, functions = _prepared(DevOptions(state_dir=tmp_path / "kafka", kafka_bootstrap="kafka.example:9092"))
     assert "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in functions["sluice-relay"].env
+
+
+def test_built_functions_refuse_a_handlers_module_of_the_dev_tooling(tmp_path: Path) -> None:
+    """The built layer holds no sluice_dev: the examples would fail in every worker; one clear error."""
+    with pytest.raises(ConfigError, match=r"--artifacts runs the built functions.*sluice_dev\.examples"):
+        DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build"))
+    DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build", handlers=None))  # the template's
+    DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build", handlers="jobs"))  # the team's own

@@ -171,6 +171,10 @@ class DevStack:
         self.teams = options.team_deploys()
         if self.teams and options.artifacts is not None:
             raise ConfigError("--worker runs teams' functions from this checkout; not with --artifacts")
+        if options.artifacts is not None and (options.handlers or "").split(".")[0] == "sluice_dev":
+            raise ConfigError(f"--artifacts runs the built functions, whose layer holds no dev tooling, so "
+                              f"not the handlers module {options.handlers}: pass --handlers with a module "
+                              "that ships in functions/worker/ (template.yaml, WorkerHandlersModule)")
         self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap,
                            redis_shards=options.redis_shards)
         self.local_functions: list[LocalFunction] = []
