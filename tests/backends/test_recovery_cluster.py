@@ -15,10 +15,9 @@ from sluice.relay.recovery import Checkpoint
 from sluice.relay.recovery.adapters import RedisEpochs
 from sluice.relay.recovery.hook import Recovery
 from sluice.relay.recovery.shards import parse
-from sluice_dev.fakes import FakeStore
+from sluice_dev.fakes import FakeCheckpoints, FakeOffsets, FakeStore
 from sluice_dev.local.cluster import Cluster
 from tests.backends.conftest import queue_on
-from tests.chaos.test_recovery_logic import FakeCheckpoints, FakeOffsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -15,7 +15,7 @@ from sluice.relay.ownership import Ownership, partition_job
 from sluice.relay.recovery import Checkpoint, PartitionTracker, owner_token, plan_start
 from sluice.relay.recovery.hook import Recovery
 from sluice.relay.state import OwnedPartition
-from sluice_dev.fakes import FakeStore
+from sluice_dev.fakes import FakeCheckpoints, FakeEpochs, FakeOffsets, FakeStore
 
 
 def test_the_first_session_trusts_the_committed_offset_and_writes_a_checkpoint() -> None:
@@ -121,53 +121,6 @@ def test_a_checkpoint_is_not_held_back_by_more_than_a_thousand_unfinished_jobs(r
 
 
 # -- the hooks, over fakes ------------------------------------------------------------------------
-
-
-class FakeEpochs:
-    def __init__(self) -> None:
-        self.epoch: str | None = None
-        self.created = 0
-        self.rebased: list[tuple[str, int, int, int]] = []
-
-    def peek(self) -> str | None:
-        return self.epoch
-
-    def current(self) -> str:
-        if self.epoch is None:
-            self.created += 1
-            self.epoch = f"e{self.created}"
-        return self.epoch
-
-    def rebase(self, queue: str, topic: str, partition: int, owner: int, offset: int) -> bool:
-        self.rebased.append((queue, partition, owner, offset))
-        return True
-
-
-class FakeCheckpoints:
-    def __init__(self) -> None:
-        self.items: dict[int, Checkpoint] = {}
-
-    def load(self, topic: str, partition: int) -> Checkpoint | None:
-        return self.items.get(partition)
-
-    def save(self, ckpt: Checkpoint, expect_epoch: str | None) -> bool:
-        old = self.items.get(ckpt.partition)
-        if (old.epoch if old else None) != expect_epoch:
-            return False
-        self.items[ckpt.partition] = ckpt
-        return True
-
-
-class FakeOffsets:
-    def __init__(self, committed: dict[int, int | None]) -> None:
-        self._committed = committed
-        self.seeks: list[tuple[int, int]] = []
-
-    def committed(self, partition: int) -> int | None:
-        return self._committed.get(partition)
-
-    def seek(self, partition: int, offset: int) -> None:
-        self.seeks.append((partition, offset))
 
 
 class FakeSource:

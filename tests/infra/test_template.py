@@ -305,8 +305,8 @@ def test_the_operator_api_is_sigv4_only_in_every_auth_mode(mode: str) -> None:
 def test_the_templates_operator_routes_are_the_gateways() -> None:
     from sluice.entry.gateway import Gateway
     from sluice.gateway.schedules import Schedules
+    from sluice_dev.fakes import FakeScheduleStore
     from tests.unit.test_gateway_fakes import Rig
-    from tests.unit.test_gateway_schedules import FakeScheduleStore
 
     rig = Rig()  # a gateway with a schedules table, as the template's (SLUICE_SCHEDULES_TABLE)
     rig.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, FakeScheduleStore()))

@@ -12,7 +12,7 @@ import pytest
 
 from sluice_dev.cli.console.backend import Watched
 from sluice_dev.cli.console.server import Console, serve
-from tests.unit.test_console import FakeBackend
+from sluice_dev.fakes import FakeBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 FORM = "application/x-www-form-urlencoded"

@@ -15,9 +15,10 @@ from sluice.entry.gateway import Gateway
 from sluice.gateway.schedules import Schedules
 from sluice_dev.cli.console.backend import Watched
 from sluice_dev.cli.console.server import Console, Response
+from sluice_dev.fakes import FakeScheduleStore, FakeTrigger
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LocalGateway
 from tests.unit.test_gateway_admin import OPERATOR, WEB, Rig
-from tests.unit.test_gateway_schedules import NIGHTLY, FakeScheduleStore, FakeTrigger
+from tests.unit.test_gateway_schedules import NIGHTLY
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 PORT = 8470

@@ -10,26 +10,16 @@ from urllib.parse import urlencode
 import pytest
 
 from sluice.client import Client, HttpResponse
-from sluice.core.errors import InvalidInput, JobNotFound, NoRoute, NotOperator
-from sluice.core.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
-from sluice.core.wire import JobView, QueueView
+from sluice.core.errors import InvalidInput, NoRoute, NotOperator
+from sluice.core.models import DeadJob, QueueStats
+from sluice.core.wire import QueueView
 from sluice_dev.cli.console import render
 from sluice_dev.cli.console.backend import History, Rates, Watched
 from sluice_dev.cli.console.server import Console, Response
+from sluice_dev.fakes import EVIL, JOB, FakeBackend, job_view, queue_row
 
-EVIL = '<script>alert("x")</script>'
-JOB = "01JB0000000000000000000000.emails.abcdefghij"
 PORT = 8470
 HOST = {"host": f"127.0.0.1:{PORT}"}
-
-
-def row(queue: str = "emails", *, paused: bool = False, succeeded: int = 0, dead: int = 0,
-        **kw: Any) -> dict[str, Any]:
-    """A queue as GET /v1/admin/queues[/{queue}] answers it."""
-    stats = QueueStats(queue=queue, ready=3, delayed=1, leased=2, dead=1, oldest_ready_age_ms=1500,
-                       config=QueueConfig(paused=paused),
-                       finished=FinishedCounts(succeeded=succeeded, dead=dead))
-    return stats.model_dump(mode="json") | {"overdue_leases": 0, "route": None} | kw
 
 
 def view(queue: str = "emails", **kw: Any) -> QueueView:
@@ -37,81 +27,6 @@ def view(queue: str = "emails", **kw: Any) -> QueueView:
                                 paused=False, rate_per_s=0.0, burst=0, max_in_flight=0, high_watermark=0,
                                 low_watermark=0)
     return QueueView(**(base | kw))
-
-
-def job(**kw: Any) -> JobView:
-    base: dict[str, Any] = dict(job_id=JOB, queue="emails", status="dead", attempts=3,
-                                created_at_ms=1_700_000_000_000, updated_at_ms=1_700_000_001_000)
-    return JobView(**(base | kw))
-
-
-class FakeBackend:
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.paused = False
-        self.dead = [DeadJob(job_id=JOB, queue="emails", attempts=3, last_error=EVIL,
-                             died_at_ms=1_700_000_000_000)]
-        self.job = job(last_error=EVIL, result={"html": EVIL}, progress=0.4, progress_detail=EVIL,
-                       progress_at_ms=1_700_000_000_500, children=[JOB])
-        self.listed = ["emails", "reports"]  # what GET /v1/admin/queues lists
-        self.polls = 0
-        self.schedule_paused = False
-
-    def queue_row(self, queue: str) -> dict[str, Any]:
-        self.polls += 1  # each poll: 4 more succeeded, 1 more dead
-        return row(queue, paused=self.paused, succeeded=4 * self.polls, dead=self.polls)
-
-    def queue_rows(self) -> list[dict[str, Any]]:
-        return [self.queue_row(q) for q in self.listed]
-
-    def status(self, job_id: str) -> JobView:
-        if job_id != JOB:
-            raise JobNotFound(f"no job {job_id}", status=404)
-        return self.job
-
-    def pause(self, queue: str) -> QueueConfig:
-        self.calls.append(("pause", queue))
-        self.paused = True
-        return QueueConfig(paused=True)
-
-    def resume(self, queue: str) -> QueueConfig:
-        self.calls.append(("resume", queue))
-        self.paused = False
-        return QueueConfig()
-
-    def set_rate(self, queue: str, per_second: float, burst: int | None = None) -> QueueConfig:
-        self.calls.append(("rate", queue, per_second, burst))
-        return QueueConfig(rate_per_s=per_second, burst=burst or 0)
-
-    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        return list(self.dead)
-
-    def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
-        self.calls.append(("redrive", queue, job_id))
-        return {"queue": queue, "moved": 1, "refused": {}}
-
-    def purge_dead(self, queue: str) -> int:
-        self.calls.append(("purge", queue))
-        return 1
-
-    def schedules(self, queue: str) -> list[dict[str, Any]] | None:
-        if queue != "emails":
-            return []
-        return [{"name": "nightly", "expression": "cron(0 3 * * ? *)", "queue": "emails",
-                 "paused": self.schedule_paused, "next_firing_ms": 1_700_000_000_000, "payload": {"x": EVIL}}]
-
-    def pause_schedule(self, queue: str, name: str) -> dict[str, Any]:
-        self.calls.append(("pause_schedule", queue, name))
-        self.schedule_paused = True
-        return {}
-
-    def resume_schedule(self, queue: str, name: str) -> dict[str, Any]:
-        self.calls.append(("resume_schedule", queue, name))
-        self.schedule_paused = False
-        return {}
-
-    def delete_schedule(self, queue: str, name: str) -> None:
-        self.calls.append(("delete_schedule", queue, name))
 
 
 @pytest.fixture
@@ -181,7 +96,7 @@ def test_history_rates_are_finished_jobs_per_second_between_polls() -> None:
     h = History(clock=lambda: next(ticks))
     for succeeded, dead in ((10, 0), (11, 0), (16, 1), (22, 1), (3, 1), (3, 1)):
         # the 0.5 s poll is too close to the first: ignored
-        h.record(QueueStats.model_validate(row(succeeded=succeeded, dead=dead)))
+        h.record(QueueStats.model_validate(queue_row(succeeded=succeeded, dead=dead)))
     assert h.rates("emails") == [Rates(3.5, 0.5), Rates(3.0, 0.0), Rates(4.0, 1.0), Rates(0.0, 0.0)]
 
 
@@ -316,13 +231,13 @@ def test_no_credential_reaches_the_browser() -> None:
         def send(self, method: str, url: str, headers: Any, body: Any, timeout: float) -> HttpResponse:
             seen.append(dict(headers))
             if "/v1/jobs/" in url:
-                doc = job(status="succeeded", result={"ok": True}).model_dump_json().encode()
+                doc = job_view(status="succeeded", result={"ok": True}).model_dump_json().encode()
             elif url.endswith("/dlq?limit=100"):
                 doc = b'{"queue":"emails","jobs":[]}'
             elif url.endswith("/schedules"):
                 return HttpResponse(404, {}, b'{"code":"NOT_FOUND","detail":"no route"}')
             elif url.endswith("/v1/admin/queues/emails"):
-                doc = json.dumps(row()).encode()
+                doc = json.dumps(queue_row()).encode()
             elif "/v1/admin/" in url:
                 doc = b'{"queue":"emails","paused":true}'
             else:

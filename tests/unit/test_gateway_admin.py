@@ -13,13 +13,12 @@ import pytest
 
 from sluice.core import ids
 from sluice.core.bus import EventBus
-from sluice.core.errors import JobNotFound
-from sluice.core.models import DeadJob, FinishedCounts, JobSpec, QueueConfig, QueueStats
+from sluice.core.models import FinishedCounts
 from sluice.core.routes import Route, RouteTable
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeQueue, FakeStore, ManualClock
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
@@ -27,51 +26,17 @@ OPERATOR_SESSION = "arn:aws:sts::123456789012:assumed-role/operator/alice"
 WEB = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"  # the fixtures' caller
 
 
-class AdminQueue:
-    """The queue port's operator calls, recorded; every write lands in ``writes``."""
-
-    def __init__(self) -> None:
-        self.config: dict[str, QueueConfig] = {}
-        self.dead: dict[str, list[str]] = {"emails": []}
-        self.writes: list[tuple[str, ...]] = []
-
-    def set_config(self, queue: str, **changes: Any) -> QueueConfig:
-        self.writes.append(("set_config", queue, *sorted(changes)))
-        self.config[queue] = self.config.get(queue, QueueConfig()).model_copy(update=changes)
-        return self.config[queue]
-
-    def get_config(self, queue: str) -> QueueConfig:
-        return self.config.get(queue, QueueConfig())
-
-    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        return [DeadJob(job_id=j, queue=queue, attempts=3, last_error="boom", died_at_ms=1)
-                for j in self.dead.get(queue, [])[:limit]]
-
-    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
-        if job_id not in self.dead.get(queue, []):
-            raise JobNotFound(f"{job_id} is not dead in {queue}")
-        return JobSpec(job_id=job_id, queue=queue, payload={"n": 1}, enqueued_at_ms=1)
-
-    def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
-        self.writes.append(("redrive", queue, str(job_id), str(generation)))
-        self.dead[queue].remove(str(job_id))
-        return 1
-
-    def queues(self) -> list[str]:
-        return sorted({"emails", "sluice-relay", *self.config})
-
-    def stats(self, queue: str) -> QueueStats:
-        return QueueStats(queue=queue, ready=7, delayed=1, leased=2, dead=len(self.dead.get(queue, [])),
-                          oldest_ready_age_ms=1500, config=self.get_config(queue),
-                          finished=FinishedCounts(succeeded=40, dead=2, cancelled=1))
-
-    def overdue_leases(self, queue: str) -> int:
-        return 1 if queue == "emails" else 0
-
-    def purge_dead(self, queue: str) -> int:
-        self.writes.append(("purge_dead", queue))
-        n, self.dead[queue] = len(self.dead.get(queue, [])), []
-        return n
+def admin_queue() -> FakeQueue:
+    """The operator's queue: ``emails`` with 7 ready jobs (the oldest 1.5 s old), 1 delayed and 2 leased
+    (one lease overdue), and its cumulative endings; the reserved ``sluice-relay`` is known too."""
+    queue = FakeQueue(now_ms=ManualClock())
+    for state, n in (("ready", 7), ("delayed", 1), ("leased", 2)):
+        queue.seed("emails", state, n)
+    overdue = next(j for (q, _), j in queue.jobs.items() if q == "emails" and j.state == "leased")
+    overdue.deadline_ms = queue.now_ms()
+    queue.finished["emails"] = FinishedCounts(succeeded=40, dead=2, cancelled=1)
+    queue.add("sluice-relay", "ownership-1")
+    return queue
 
 
 class FixedRoutes:
@@ -87,7 +52,7 @@ class FixedRoutes:
 
 class Rig:
     def __init__(self, operators: tuple[str, ...] = (OPERATOR,), routes: RouteTable | None = None) -> None:
-        self.queue, self.store, self.log = AdminQueue(), FakeStore(), FakeLog()
+        self.queue, self.store, self.log = admin_queue(), FakeStore(), FakeLog()
         cache = None if routes is None else FixedRoutes(routes)
         self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(routes=cache), policy=Policy(operators),  # type: ignore[arg-type]
@@ -115,7 +80,7 @@ class Rig:
 
 def dead_id(rig: Rig, n: int = 0) -> str:
     job_id = ids.mint(1_700_000_000_000 + n, "emails", KEY)
-    rig.queue.dead["emails"].append(job_id)
+    rig.queue.kill("emails", job_id, {"n": 1}, attempts=3, error="boom", enqueued_at_ms=1)
     return job_id
 
 

@@ -2,69 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from sluice.core import schedules
-from sluice.core.errors import ConfigError, ScheduleExists, ScheduleNotFound
+from sluice.core.errors import ConfigError
 from sluice.core.routes import Route
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api
 from sluice.gateway.schedules import Schedules
+from sluice_dev.fakes import FakeScheduleStore, FakeTrigger
 from tests.unit.test_gateway_fakes import LambdaContext, Rig
 from tests.unit.test_gateway_routes import routed_rig
 
 AT_ISO, AT = "2027-01-01T03:00:00Z", 1_798_772_400_000
-
-
-class FakeScheduleStore:
-    def __init__(self) -> None:
-        self.items: dict[tuple[str, str], schedules.Schedule] = {}
-        self.writes = 0
-
-    def create(self, schedule: schedules.Schedule) -> None:
-        if (schedule.queue, schedule.name) in self.items:
-            raise ScheduleExists(name=schedule.name, queue=schedule.queue)
-        self.writes += 1
-        self.items[schedule.queue, schedule.name] = schedule
-
-    def get(self, queue: str, name: str) -> schedules.Schedule:
-        if (queue, name) not in self.items:
-            raise ScheduleNotFound(name=name, queue=queue)
-        return self.items[queue, name]
-
-    def all(self, queue: str) -> list[schedules.Schedule]:
-        return [s for (q, _), s in self.items.items() if q == queue]
-
-    def set_paused(self, queue: str, name: str, paused: bool) -> schedules.Schedule:
-        found = self.get(queue, name)
-        self.writes += 1
-        self.items[queue, name] = dataclasses.replace(found, paused=paused)
-        return self.items[queue, name]
-
-    def delete(self, queue: str, name: str) -> None:
-        self.get(queue, name)
-        self.writes += 1
-        del self.items[queue, name]
-
-
-class FakeTrigger:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.fail: Exception | None = None
-
-    def create(self, schedule: schedules.Schedule) -> None:
-        if self.fail is not None:
-            raise self.fail
-        self.calls.append(("create", schedule.name))
-
-    def set_paused(self, schedule: schedules.Schedule) -> None:
-        self.calls.append(("pause" if schedule.paused else "resume", schedule.name))
-
-    def delete(self, queue: str, name: str) -> None:
-        self.calls.append(("delete", name))
 
 
 class World(Rig):

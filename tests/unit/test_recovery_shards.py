@@ -9,8 +9,7 @@ from sluice.core.bus import EventBus
 from sluice.relay.recovery import Checkpoint
 from sluice.relay.recovery.hook import Recovery
 from sluice.relay.recovery.shards import compose, holder, parse, ranges_of, shard_lost, tag_in
-from sluice_dev.fakes import FakeStore
-from tests.chaos.test_recovery_logic import FakeCheckpoints, FakeEpochs, FakeOffsets
+from sluice_dev.fakes import FakeCheckpoints, FakeEpochs, FakeOffsets, FakeStore
 
 A = ((0, 5460),)
 B = ((5461, 10921),)

@@ -3,13 +3,15 @@ Redis with the generation; refusals reported."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, RedriveRaced
-from sluice.core.models import DeadJob, JobSpec
+from sluice.core.models import JobSpec
 from sluice.gateway.redrive import redrive_all, redrive_one
+from sluice_dev.fakes import FakeLog, FakeQueue, FakeStore, QJob
 
 
 class Calls:
@@ -17,49 +19,50 @@ class Calls:
         self.log: list[tuple[Any, ...]] = []
 
 
-class Store:
+class Store(FakeStore):
+    """The jobs table, its redrives recorded in ``calls``; ``refuse`` maps a job id to its refusal."""
+
     def __init__(self, calls: Calls, refuse: dict[str, Exception] | None = None) -> None:
-        self.calls, self.refuse = calls, refuse or {}
-        self.gens: dict[str, int] = {}
+        super().__init__()
+        self.calls = calls
+        self.refuse_redrive.update(refuse or {})
 
     def redrive(self, job_id: str) -> int:
         self.calls.log.append(("store", job_id))
-        if job_id in self.refuse:
-            raise self.refuse[job_id]
-        self.gens[job_id] = self.gens.get(job_id, 0) + 1
-        return self.gens[job_id]
+        return super().redrive(job_id)
 
 
-class Queue:
-    def __init__(self, calls: Calls, dead: list[str]) -> None:
-        self.calls, self.dead = calls, list(dead)
+class Queue(FakeQueue):
+    """Redis: ``dead`` jobs of one queue, each with the payload {"n": 1}; its redrives recorded in
+    ``calls``."""
 
-    def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        return [DeadJob(job_id=j, queue=queue, attempts=1, last_error=None, died_at_ms=0)
-                for j in self.dead[:limit]]
+    def __init__(self, calls: Calls, dead: list[str], queue: str = "q") -> None:
+        super().__init__()
+        self.calls, self.name = calls, queue
+        for job_id in dead:  # built unvalidated: the bad-input cases hold names no spec may carry
+            spec = JobSpec.model_construct(job_id=job_id, queue=queue, payload={"n": 1})
+            self.jobs[(queue, job_id)] = QJob(spec, state="dead")
 
-    def dead_spec(self, queue: str, job_id: str) -> JobSpec:
-        if job_id not in self.dead:
-            raise JobNotFound(f"{job_id} is not dead")
-        return JobSpec(job_id=job_id, queue=queue, payload={"n": 1})
+    @property
+    def dead(self) -> list[str]:  # type: ignore[override]  # the one queue's dead ids
+        return super().dead.get(self.name, [])
 
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         self.calls.log.append(("redis", job_id, generation))
-        if job_id not in self.dead:
-            raise JobNotFound(f"{job_id} is not dead")
-        self.dead.remove(job_id)
-        return 1
+        return super().redrive(queue, job_id, generation)
 
 
-class Log:
+class Log(FakeLog):
     """Kafka: records the specs appended; ``down`` makes the append fail as the broker would."""
 
     def __init__(self, calls: Calls, *, down: bool = False) -> None:
-        self.calls, self.down = calls, down
+        super().__init__()
+        self.calls = calls
+        if down:
+            self.fail = BackendUnavailable("kafka did not acknowledge")
 
-    def append(self, specs: list[JobSpec]) -> None:
-        if self.down:
-            raise BackendUnavailable("kafka did not acknowledge")
+    def append(self, specs: Sequence[JobSpec]) -> None:
+        super().append(specs)
         self.calls.log.extend(("kafka", s.job_id, s.queue, s.payload) for s in specs)
 
 
@@ -93,9 +96,9 @@ def test_a_job_purged_between_the_append_and_the_move_is_reported_raced() -> Non
     queue = Queue(calls, ["a", "b"])
 
     class Purging(Log):
-        def append(self, specs: list[JobSpec]) -> None:
+        def append(self, specs: Sequence[JobSpec]) -> None:
             super().append(specs)
-            queue.dead.remove(specs[0].job_id)  # an operator purges it, or a trim ends it
+            del queue.jobs["q", specs[0].job_id]  # an operator purges it, or a trim ends it
 
     with pytest.raises(RedriveRaced, match="relay brings it back"):
         redrive_one(queue, Store(calls), "q", "a", log=Purging(calls))  # type: ignore[arg-type]
@@ -122,7 +125,7 @@ def test_a_refused_redrive_never_touches_redis() -> None:
 def test_bad_input_is_refused_before_anything_is_written(queue_name: str, job_id: str) -> None:
     calls = Calls()
     with pytest.raises(InvalidInput):
-        redrive_one(Queue(calls, [job_id]), Store(calls), queue_name, job_id, log=Log(calls))  # type: ignore[arg-type]
+        redrive_one(Queue(calls, [job_id], queue_name), Store(calls), queue_name, job_id, log=Log(calls))  # type: ignore[arg-type]
     assert calls.log == []
 
 

@@ -17,9 +17,9 @@ from sluice.core import ids
 from sluice.core.models import QUEUE_NAME_RE
 from sluice.entry.gateway import Gateway
 from sluice.gateway.schedules import Schedules
+from sluice_dev.fakes import FakeScheduleStore
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import KEY, Rig
-from tests.unit.test_gateway_schedules import FakeScheduleStore
 
 SHAPES = {"/v1/queues/{queue}/jobs": {"post"}, "/v1/queues/{queue}/jobs/batch": {"post"},
           "/v1/queues/{queue}": {"get"}, "/v1/jobs/{job_id}": {"get", "delete"}, "/v1/openapi.json": {"get"}}

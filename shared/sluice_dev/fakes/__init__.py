@@ -2,19 +2,24 @@
 
 ``queue``: the job queue (the workers' and the gateway's); ``store``: the jobs table;
 ``ports``: the clock, the log, the dispatcher; ``relay``: the relay's engine and record
-source; ``gateway``: the idempotency store; ``worker``: a worker wired to them. Each module
-checks its fakes against their Protocols under mypy --strict.
+source; ``recovery``: the relay's epochs, checkpoints and offsets; ``gateway``: the idempotency
+store, the schedules' store and trigger; ``console``: the console's API; ``worker``: a worker
+wired to them. Each module checks its fakes against their Protocols under mypy --strict.
 """
 
-from sluice_dev.fakes.gateway import FakeIdempotency
+from sluice_dev.fakes.console import EVIL, JOB, FakeBackend, job_view, queue_row
+from sluice_dev.fakes.gateway import FakeIdempotency, FakeScheduleStore, FakeTrigger
 from sluice_dev.fakes.ports import FakeClock, FakeDispatcher, FakeLog
 from sluice_dev.fakes.queue import Broken, FakeQueue, ManualClock, ManualMonotonic, QJob, real_ms
+from sluice_dev.fakes.recovery import FakeCheckpoints, FakeEpochs, FakeOffsets
 from sluice_dev.fakes.relay import FakeEngine, FakeSource, Pushed
 from sluice_dev.fakes.store import RELAY_CALLS, FakeFencedTable, FakeStore
 from sluice_dev.fakes.worker import CaptureLog, FakeLambdaContext, Kit, Line, kit
 
 __all__ = [
-    "RELAY_CALLS", "Broken", "CaptureLog", "FakeClock", "FakeDispatcher", "FakeEngine", "FakeFencedTable",
-    "FakeIdempotency", "FakeLambdaContext", "FakeLog", "FakeQueue", "FakeSource", "FakeStore", "Kit", "Line",
-    "ManualClock", "ManualMonotonic", "Pushed", "QJob", "kit", "real_ms",
+    "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCheckpoints", "FakeClock",
+    "FakeDispatcher", "FakeEngine", "FakeEpochs", "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext",
+    "FakeLog", "FakeOffsets", "FakeQueue", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTrigger",
+    "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit", "queue_row",
+    "real_ms",
 ]

@@ -1,4 +1,5 @@
-"""In-memory fake of the gateway's own port, the idempotency store (``sluice.gateway.api.Idempotency``).
+"""In-memory fakes of the gateway's own ports: the idempotency store (``sluice.gateway.api.Idempotency``)
+and the schedules' store and trigger (``sluice.gateway.schedules.ScheduleStore``, ``Trigger``).
 
 The gateway's job queue is ``sluice_dev.fakes.FakeQueue``, the one every caller of ``ports.JobQueue`` uses.
 """
@@ -6,12 +7,14 @@ The gateway's job queue is ``sluice_dev.fakes.FakeQueue``, the one every caller 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.errors import IdempotencyConflict, InProgress
+from sluice.core import schedules
+from sluice.core.errors import IdempotencyConflict, InProgress, ScheduleExists, ScheduleNotFound
 
 
 class FakeIdempotency:
@@ -46,7 +49,58 @@ class FakeIdempotency:
         return result, False
 
 
+class FakeScheduleStore:
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str], schedules.Schedule] = {}
+        self.writes = 0
+
+    def create(self, schedule: schedules.Schedule) -> None:
+        if (schedule.queue, schedule.name) in self.items:
+            raise ScheduleExists(name=schedule.name, queue=schedule.queue)
+        self.writes += 1
+        self.items[schedule.queue, schedule.name] = schedule
+
+    def get(self, queue: str, name: str) -> schedules.Schedule:
+        if (queue, name) not in self.items:
+            raise ScheduleNotFound(name=name, queue=queue)
+        return self.items[queue, name]
+
+    def all(self, queue: str) -> list[schedules.Schedule]:
+        return [s for (q, _), s in self.items.items() if q == queue]
+
+    def set_paused(self, queue: str, name: str, paused: bool) -> schedules.Schedule:
+        found = self.get(queue, name)
+        self.writes += 1
+        self.items[queue, name] = dataclasses.replace(found, paused=paused)
+        return self.items[queue, name]
+
+    def delete(self, queue: str, name: str) -> None:
+        self.get(queue, name)
+        self.writes += 1
+        del self.items[queue, name]
+
+
+class FakeTrigger:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.fail: Exception | None = None
+
+    def create(self, schedule: schedules.Schedule) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.calls.append(("create", schedule.name))
+
+    def set_paused(self, schedule: schedules.Schedule) -> None:
+        self.calls.append(("pause" if schedule.paused else "resume", schedule.name))
+
+    def delete(self, queue: str, name: str) -> None:
+        self.calls.append(("delete", name))
+
+
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.gateway import api
+    from sluice.gateway import schedules as gateway_schedules
 
     _IDEMPOTENCY: api.Idempotency = FakeIdempotency()
+    _SCHEDULE_STORE: gateway_schedules.ScheduleStore = FakeScheduleStore()
+    _TRIGGER: gateway_schedules.Trigger = FakeTrigger()

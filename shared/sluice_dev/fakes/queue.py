@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost
-from sluice.core.models import DeadJob, Extended, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.models import DeadJob, Extended, FinishedCounts, JobSpec, LeasedJob, QueueConfig, QueueStats
 
 
 def real_ms() -> int:
@@ -95,6 +95,8 @@ class FakeQueue:
         self.reads = 0  # stats calls
         self.registered: set[str] = set()  # the queue registry (register.lua)
         self.memory: float | None = None  # Redis's used memory, percent of its maxmemory
+        self.finished: dict[str, FinishedCounts] = {}  # a queue's cumulative endings (keys.finished)
+        self.writes: list[tuple[str, ...]] = []  # the operator's writes: set_config, redrive, purge_dead
 
     # -- helpers for tests ------------------------------------------------------------------
 
@@ -108,6 +110,30 @@ class FakeQueue:
 
     def called(self, method: str) -> list[tuple[str, str, int]]:
         return [c for c in self.calls if c[0] == method]
+
+    @property
+    def config(self) -> dict[str, QueueConfig]:
+        """The per-queue configs (``configs``), as the operator's calls set them."""
+        return self.configs
+
+    @property
+    def dead(self) -> dict[str, list[str]]:
+        """The dead jobs' ids, by queue (every queue the fake knows has an entry)."""
+        with self._lock:
+            out: dict[str, list[str]] = {q: [] for q in self.queues()}
+            for (q, job_id), j in self.jobs.items():
+                if j.state == "dead":
+                    out[q].append(job_id)
+            return out
+
+    def kill(self, queue: str, job_id: str, payload: Any = None, *, attempts: int = 1,
+             error: str | None = None, **spec: Any) -> JobSpec:
+        """Add a job that is dead already (``attempts`` tries, the last failing with ``error``)."""
+        s = self.add(queue, job_id, payload, **spec)
+        with self._lock:
+            j = self.jobs[(queue, job_id)]
+            j.state, j.attempts, j.last_error = "dead", attempts, error
+        return s
 
     def seed(self, queue: str, state: str, n: int) -> None:
         """Make ``queue`` hold exactly ``n`` jobs in ``state`` (ready, delayed, leased or dead), adding
@@ -262,7 +288,8 @@ class FakeQueue:
             oldest = max(0, self.now_ms() - min(ready_since)) if ready_since else None
             return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
                               leased=states.count("leased"), dead=states.count("dead"),
-                              oldest_ready_age_ms=oldest, config=self.get_config(queue))
+                              oldest_ready_age_ms=oldest, config=self.get_config(queue),
+                              finished=self.finished.get(queue, FinishedCounts()))
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
@@ -281,19 +308,38 @@ class FakeQueue:
                        if q == queue and j.state == "leased" and j.deadline_ms <= now)
 
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
-        raise NotImplementedError
+        """The dead job (every dead job of ``queue`` if None) back to ready; ``JobNotFound`` if it is
+        not dead."""
+        with self._lock:
+            self.writes.append(("redrive", queue, str(job_id), str(generation)))
+            keys = [key for key, j in self.jobs.items()
+                    if key[0] == queue and j.state == "dead" and job_id in (None, key[1])]
+            if job_id is not None and not keys:
+                raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+            for key in keys:
+                j = self.jobs[key]
+                j.state, j.attempts, j.last_error, j.run_at_ms = "ready", 0, None, 0
+            return len(keys)
 
     def purge_dead(self, queue: str) -> int:
-        raise NotImplementedError
+        with self._lock:
+            self.writes.append(("purge_dead", queue))
+            keys = [key for key, j in self.jobs.items() if key[0] == queue and j.state == "dead"]
+            for key in keys:
+                del self.jobs[key]
+            return len(keys)
 
     def get_config(self, queue: str) -> QueueConfig:
         return self.configs.get(queue, QueueConfig())
 
     def set_config(self, queue: str, **changes: Any) -> QueueConfig:
-        raise NotImplementedError
+        with self._lock:
+            self.writes.append(("set_config", queue, *sorted(changes)))
+            self.configs[queue] = self.get_config(queue).model_copy(update=changes)
+            return self.configs[queue]
 
     def queues(self) -> list[str]:
-        return sorted({q for q, _ in self.jobs})
+        return sorted({q for q, _ in self.jobs} | set(self.configs))
 
     # The admission view's reads (``sluice.gateway.admission.ViewSource``), as RedisQueue answers them.
     def registry(self, queue: str) -> tuple[bool, int]:

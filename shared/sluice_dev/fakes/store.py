@@ -56,6 +56,7 @@ class FakeStore:
         self.down = False
         self.settled: list[SettleEntry] = []
         self.refuse_settle: set[str] = set()  # job ids whose settle_ended fails
+        self.refuse_redrive: dict[str, Exception] = {}  # job id -> what its redrive raises
         self.fail_cancel: Exception | None = None
         self.unrecorded: list[tuple[str, str, str]] = []  # cancel_unrecorded calls
         self.generations: dict[str, int] = {}  # redrive generations minted
@@ -246,6 +247,8 @@ class FakeStore:
         return True
 
     def redrive(self, job_id: str) -> int:
+        if job_id in self.refuse_redrive:
+            raise self.refuse_redrive[job_id]
         self.generations[job_id] = self.generations.get(job_id, 0) + 1
         return self.generations[job_id]
 
