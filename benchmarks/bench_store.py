@@ -40,6 +40,7 @@ from benchmarks.common import emit, log
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.dynamodb.results import S3ResultSink
+from sluice.core.bus import EventBus
 from sluice_dev.local.servers import DUMMY_AWS_ENV, start_moto
 
 N = 400
@@ -137,7 +138,7 @@ def main() -> None:
              token_authority_wcu_per_job=wcu(leased_size))
 
         holder = store.grant("side-job", "bench", "w")
-        fenced = store.fenced_table("bench-side", "side-job", holder)
+        fenced = store.fenced_table("bench-side", "side-job", holder, events=EventBus())
         side_item = {"pk": "x", "amount": 10, "note": "ledger entry"}
         fenced_rate, _ = timed(N_TRANSACTIONS, lambda i: fenced.put_item({**side_item, "pk": f"f{i}"}))
         plain_side_rate, _ = timed(N_TRANSACTIONS, lambda i: db.put_item(TableName="bench-side", Item={
