@@ -9,7 +9,8 @@ from typing import Any
 
 from sluice.core.bus import EventBus
 from sluice.relay import Relay, RelayConfig
-from sluice.relay.recovery import Checkpoint, Recovery
+from sluice.relay.recovery import Recovery
+from sluice_dev.fakes import FakeCheckpoints
 from tests.unit.test_relay import World
 
 
@@ -22,21 +23,6 @@ class Epochs:
 
     def rebase(self, queue: str, topic: str, partition: int, owner: int, offset: int) -> bool:
         return False
-
-
-class Checkpoints:
-    def __init__(self) -> None:
-        self.items: dict[int, Checkpoint] = {}
-
-    def load(self, topic: str, partition: int) -> Checkpoint | None:
-        return self.items.get(partition)
-
-    def save(self, ckpt: Checkpoint, expect_epoch: str | None) -> bool:
-        old = self.items.get(ckpt.partition)
-        if (old.epoch if old else None) != expect_epoch:
-            return False
-        self.items[ckpt.partition] = ckpt
-        return True
 
 
 class Offsets:
@@ -72,7 +58,7 @@ class Costs:
         w.store.final_job_ids = final_job_ids  # type: ignore[method-assign]
 
 
-def recovering_relay(w: World, ckpts: Checkpoints, relay_id: str) -> Relay:
+def recovering_relay(w: World, ckpts: FakeCheckpoints, relay_id: str) -> Relay:
     recovery = Recovery(w.source.topic, Epochs(), ckpts, Offsets(w), w.store, interval_s=1.0,
                         clock=w.clock.monotonic, events=EventBus())
     return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id, clock=w.clock,  # type: ignore[arg-type]
@@ -81,7 +67,7 @@ def recovering_relay(w: World, ckpts: Checkpoints, relay_id: str) -> Relay:
 
 def test_newer_jobs_of_a_rate_limited_queue_flow_while_2000_delayed_old_ones_are_pending() -> None:
     w = World(partitions=1)
-    ckpts = Checkpoints()
+    ckpts = FakeCheckpoints()
     old = w.add(2000, partition=0)  # delayed by a day: none becomes final during the test
     recovering_relay(w, ckpts, "r1").run_until(w.clock.now_ms() + 20_000)
     assert sorted(w.in_redis()) == sorted(old)
