@@ -192,13 +192,13 @@ def test_sluice_dev_fires_a_stored_schedule_into_the_gateway_once_per_firing(
     """Issue 17: the local scheduler fires the table's schedules as EventBridge Scheduler would (the
     time injected: no real minute waited); a firing delivered twice makes one job."""
     from sluice.core import schedules
-    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
     from sluice_dev.local.dev import GATEWAY_FUNCTION
 
     dev, endpoints = stack
     assert dev.schedules is not None and dev.lambdas is not None
     body = json.dumps({"name": "minutely", "expression": "rate(1 minute)", "payload": {"text": "tick"}})
-    headers = {"Content-Type": "application/json", LOCAL_CALLER_HEADER: "arn:aws:iam::000000000000:role/ops"}
+    headers = {"Content-Type": "application/json", LOCAL_CALLER_HEADER: LOCAL_OPERATOR}
     req = urllib.request.Request(f"{endpoints['gateway_url']}/v1/admin/queues/echo/schedules",
                                  data=body.encode(), method="POST", headers=headers)
     with urllib.request.urlopen(req, timeout=30) as r:

@@ -54,6 +54,21 @@ def test_a_plain_enqueue_caller_is_refused_through_the_local_server(
     assert rig.untouched()
 
 
+@pytest.mark.parametrize("caller", [OPERATOR, OPERATOR_SESSION, WEB])
+def test_with_no_operator_named_nobody_is_one_through_the_local_server(caller: str) -> None:
+    """Issue 27, item 3: OperatorPrincipalArns empty (the default) fails closed, over real HTTP too."""
+    rig = Rig(operators=())
+    dead_id(rig)
+    with LocalGateway(rig.gateway) as server:
+        for method, path, body in [("POST", Q + "/pause", None), ("PUT", Q + "/rate", {"per_second": 1}),
+                                   ("POST", Q + "/dlq/redrive", {"all": True}), ("DELETE", Q + "/dlq", None),
+                                   ("GET", Q + "/dlq", None), ("GET", "/v1/admin/queues", None)]:
+            status, doc = request(server, method, path, body, caller)
+            assert (status, doc["code"]) == (403, "NOT_OPERATOR"), (method, path)
+            assert "OperatorPrincipalArns" in doc["detail"]
+    assert rig.untouched()
+
+
 def test_an_operator_is_allowed_through_the_local_server(served: tuple[Rig, LocalGateway]) -> None:
     rig, server = served
     job = dead_id(rig)

@@ -146,12 +146,12 @@ def click(driver: Any, css: str) -> None:
 
 
 def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gateway: str) -> None:
-    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
 
     body = json.dumps({"name": "hourly", "expression": "rate(1 hour)", "payload": {"text": "tick"}}).encode()
     req = urllib.request.Request(f"{gateway}/v1/admin/queues/shout/schedules", data=body, method="POST",
                                  headers={"Content-Type": "application/json",
-                                          LOCAL_CALLER_HEADER: "arn:aws:iam::000000000000:role/ops"})
+                                          LOCAL_CALLER_HEADER: LOCAL_OPERATOR})
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status == 201
     browser.get(url + "/schedules")

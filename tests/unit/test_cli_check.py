@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -100,3 +101,20 @@ def test_the_handlers_module_is_found_in_the_functions_code_uri_as_deployed(
     assert out.exit_code == 0, out.output + out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
     assert rows["avatar-cleanup"][1:3] == ["268s", "default"] and rows["avatar-cleanup"][-1] == "yes"
+
+
+def test_an_empty_operator_list_is_a_warning_naming_the_parameter(tmp_path: Path) -> None:
+    """Issue 27, item 3: the template's default names no operator, which fails closed; sluice check says so
+    (a warning, exit 0), and says nothing once operators are named."""
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice_dev.examples"])
+    assert out.exit_code == 0, out.output
+    assert "warning: OperatorPrincipalArns is empty" in out.stderr and "refuses everyone" in out.stderr
+    template = _template_with(tmp_path, ["OperatorPrincipalArns=arn:aws:iam::123456789012:role/ops"])
+    named = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", str(template), "--config-env",
+                                                      "small", "sluice_dev.examples"])
+    assert named.exit_code == 0 and "OperatorPrincipalArns" not in named.stderr
+    as_json = CliRunner(mix_stderr=False).invoke(main, ["--json", "check", "sluice_dev.examples"])
+    assert any("OperatorPrincipalArns" in w for w in json.loads(as_json.stdout)["warnings"])
+    team = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter", LAYER,
+                                                     "sluice_dev.examples_team"])
+    assert "OperatorPrincipalArns" not in team.stderr  # a team's template has no operators to name

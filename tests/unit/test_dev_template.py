@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from sluice.core.config import Settings
 from sluice.core.errors import ConfigError
 from sluice_dev.local import deployed, servers
+from sluice_dev.local.api_server import LOCAL_OPERATOR
 from sluice_dev.local.dev import DevOptions, DevStack
 from sluice_dev.local.lambdas import Function
 from sluice_dev.local.template import Resource, load, rate_seconds
@@ -244,7 +245,18 @@ def test_the_operator_allow_list_reaches_the_local_gateway_through_a_config_env(
                                         config_env="ops"))
     assert functions["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == arns
     _, plain = _prepared(DevOptions(state_dir=tmp_path / "plain"))
-    assert plain["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == ""
+    # The template names nobody (it fails closed): locally the tooling's operator, a printed override.
+    assert plain["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == LOCAL_OPERATOR
+
+
+def test_with_no_operator_named_sluice_dev_names_its_local_operator_as_an_override(tmp_path: Path) -> None:
+    """Issue 27, item 3: the template's default names no operator; `sluice dev` names its local one
+    (the console's X-Sluice-Local-Caller) as an Override row it prints, never silently."""
+    stack, functions = _prepared(DevOptions(state_dir=tmp_path))
+    rows = [r for r in stack.overrides if r.field == "Environment.SLUICE_OPERATOR_PRINCIPALS"]
+    assert [(r.function, r.template, r.local) for r in rows] == [("GatewayFunction", "", LOCAL_OPERATOR)]
+    assert "OperatorPrincipalArns" in rows[0].reason
+    assert functions["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == LOCAL_OPERATOR
 
 
 def test_sluice_dev_says_when_no_route_is_registered() -> None:

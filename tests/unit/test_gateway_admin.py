@@ -110,10 +110,45 @@ def test_an_operator_pauses_sets_rate_limit_and_watermarks_then_resumes() -> Non
     assert rig.queue.config["emails"].paused is False and rig.queue.config["emails"].max_in_flight == 4
 
 
-def test_the_operator_role_itself_and_any_iam_caller_without_an_allow_list() -> None:
+def test_the_operator_role_itself_is_allowed() -> None:
     assert Rig().call("POST", Q + "/pause", caller=OPERATOR)[0] == 200
-    # No allow-list configured: IAM alone decides (the route's policy let the signed caller in).
-    assert Rig(operators=()).call("POST", Q + "/pause", caller=WEB)[0] == 200
+
+
+# -- issue 27, item 3: no allow-list means no operator (fail closed) --------------------------------
+
+
+@pytest.mark.parametrize("caller", [WEB, OPERATOR, OPERATOR_SESSION])
+@pytest.mark.parametrize(("method", "path", "body"), EVERY)
+def test_with_no_allow_list_every_iam_caller_is_refused_and_nothing_is_written(
+        method: str, path: str, body: Any, caller: str) -> None:
+    """OperatorPrincipalArns empty (the template's default): IAM letting a signed caller reach the
+    route is not enough, every admin route is 403 NOT_OPERATOR and nothing is written."""
+    rig = Rig(operators=())
+    dead_id(rig)
+    code, _, doc = rig.call(method, path, body, caller=caller)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR") and "OperatorPrincipalArns" in doc["detail"]
+    assert rig.untouched()
+
+
+def test_authorize_with_an_empty_list_refuses_everyone() -> None:
+    from sluice.core.errors import NotOperator
+    from sluice.gateway.admin import authorize
+
+    for principal in (OPERATOR, OPERATOR_SESSION, WEB, "arn:aws:iam::123456789012:root"):
+        with pytest.raises(NotOperator, match="names no operator"):
+            authorize(principal, ())
+        with pytest.raises(NotOperator):
+            authorize(principal, [""])  # an empty entry names nobody either
+    authorize(OPERATOR_SESSION, (OPERATOR,))  # a named operator's session still may
+
+
+def test_with_no_allow_list_high_priorities_are_nobodys() -> None:
+    """The same list gates the priorities above MaxCallerPriority: empty, nobody may use them."""
+    from sluice.core.caller import Caller
+
+    for principal in (OPERATOR, WEB):
+        caller = Caller.verified(principal, principal, operators=(), max_caller_priority=5)
+        assert not caller.is_operator and caller.may_use(5) and not caller.may_use(6)
 
 
 def test_dlq_list_redrive_one_through_sluice_redrive_and_purge() -> None:

@@ -22,6 +22,8 @@ AT_ISO, AT = "2027-01-01T03:00:00Z", 1_798_772_400_000
 class World(Rig):
     def __init__(self) -> None:
         super().__init__()
+        # The fixtures' caller is the operator here: an empty list names nobody (issue 27, item 3).
+        self.api.operators = (FIXTURE_ROLE,)
         self.store_s, self.trigger = FakeScheduleStore(), FakeTrigger()
         self.gateway = Gateway(self.api, schedules=lambda api: Schedules(api, self.store_s, self.trigger))
 
@@ -33,6 +35,7 @@ class World(Rig):
 NIGHTLY = {"name": "nightly", "expression": "cron(0 3 * * ? *)", "payload": {"r": 1}}
 BASE = "/v1/admin/queues/reports/schedules"
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
+FIXTURE_ROLE = "arn:aws:iam::123456789012:role/web-servers"  # the role of tests/events' userArn
 
 
 @pytest.fixture
@@ -96,6 +99,7 @@ def test_a_malformed_body_is_refused_by_the_body_guard(w: World) -> None:
 
 def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
     rig, _ = routed_rig([Route("billing", "sluice-worker-billing", "billing")])
+    rig.api.operators = (FIXTURE_ROLE,)
     w = World()
     w.api = rig.api
     w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
@@ -109,6 +113,7 @@ def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
 def test_a_payload_its_typed_queue_refuses_is_400_and_says_nothing_was_written() -> None:
     schema = {"type": "object", "properties": {"r": {"type": "integer"}}, "additionalProperties": False}
     rig, _ = routed_rig([Route("reports", "sluice-worker-reports", "reports", {"reports": schema})])
+    rig.api.operators = (FIXTURE_ROLE,)
     w = World()
     w.api = rig.api
     w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
@@ -146,6 +151,7 @@ def test_the_scheduler_entry_skips_a_paused_schedule_and_refuses_without_retry(w
 
 def test_without_a_schedule_store_there_are_no_schedule_routes() -> None:
     rig = Rig()
+    rig.api.operators = (FIXTURE_ROLE,)
     status, _, body = rig.call("GET", BASE)
     assert status == 404 and body["code"] == "NOT_FOUND"
     assert BASE not in rig.call("GET", "/v1/openapi.json")[2]["paths"]
@@ -207,6 +213,7 @@ def test_a_schedule_name_is_its_queues_another_queue_cannot_reach_it(w: World) -
 
 def test_an_unrouted_queue_is_404_on_reads_too() -> None:
     rig, _ = routed_rig([Route("billing", "sluice-worker-billing", "billing")])
+    rig.api.operators = (FIXTURE_ROLE,)
     w = World()
     w.api = rig.api
     w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))

@@ -2,10 +2,11 @@
 
 Every call first checks the caller (``authorize``): API Gateway puts the IAM caller it
 verified (SigV4) in ``identity.userArn``; a request without one (an API key, or no
-authentication) is refused, and so is one whose ARN is not on the operator allow-list when
-the deployment sets one (``SLUICE_OPERATOR_PRINCIPALS``). Checks run before any write, so a
-refused or invalid request changes nothing. Redrive goes through ``sluice.gateway.redrive``, the one
-explicit redrive path.
+authentication) is refused, and so is one whose ARN is not on the operator allow-list
+(``SLUICE_OPERATOR_PRINCIPALS``). The list fails closed: empty (the template's default), nobody
+is an operator (issue 27, item 3; docs/security.md, "The operator API fails closed"). Checks
+run before any write, so a refused or invalid request changes nothing. Redrive goes through
+``sluice.gateway.redrive``, the one explicit redrive path.
 """
 
 from __future__ import annotations
@@ -31,13 +32,21 @@ MAX_LISTED = 10_000
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
-    """NotOperator unless ``principal`` is an IAM caller (and on ``operators`` when that is set)."""
+    """NotOperator unless ``principal`` is an IAM caller on ``operators``; an empty list admits nobody.
+
+    IAM alone is not enough: a caller whose policy allows ``execute-api:Invoke`` on ``*`` would
+    reach every admin route, so the deployment must name its operators (``sluice check`` warns
+    while it names none)."""
     if not principal:
         raise NotOperator("the operator API takes IAM-signed (SigV4) requests only; this request "
                           "has no IAM caller (docs/security.md, Operator API)")
-    if operators and not policy.is_operator(principal, operators):
-        raise NotOperator(f"{principal} is not an operator (SLUICE_OPERATOR_PRINCIPALS)",
+    if not operators:
+        raise NotOperator("this deployment names no operator (OperatorPrincipalArns is empty), so the "
+                          "operator API refuses everyone (docs/security.md, The operator API fails closed)",
                           principal=principal)
+    if not policy.is_operator(principal, operators):
+        raise NotOperator(f"{principal} is not an operator (OperatorPrincipalArns, "
+                          "SLUICE_OPERATOR_PRINCIPALS)", principal=principal)
 
 
 class Admin:

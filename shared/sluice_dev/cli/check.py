@@ -55,6 +55,22 @@ def report(app_handlers: dict[str, object], options: WorkerOptions, lease_s: int
     return rows
 
 
+NO_OPERATOR = ("OperatorPrincipalArns is empty: this deployment names no operator, so the operator API "
+               "(/v1/admin/...) refuses everyone (403 NOT_OPERATOR) and no caller may use the priorities "
+               "above MaxCallerPriority; name the operator roles to use them (docs/security.md)")
+
+
+def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
+    """What a deploy with these parameters leaves unusable, though it is not an error (pure).
+
+    A template without the parameter (a team's infra/worker.yaml) gets no warning about it."""
+    out = []
+    if "OperatorPrincipalArns" in parameters and not [
+            a for a in str(parameters["OperatorPrincipalArns"]).split(",") if a.strip()]:
+        out.append(NO_OPERATOR)
+    return out
+
+
 def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     """WorkerFunction, else the one function whose environment names a handlers module."""
     if "WorkerFunction" in functions:
@@ -121,13 +137,16 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     app = load_app(handlers_module)
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
+    warnings = deployment_warnings(deploy.parameters)
     if json_mode():
         emit({"function": logical_id, "template": str(deploy.path), "config_env": config_env,
               "timeout_s": cfg.timeout_s, "margin_s": options.margin_ms / 1000,
-              "queues": [asdict(r) for r in rows]}, "")
+              "queues": [asdict(r) for r in rows], "warnings": warnings}, "")
     else:
         _print(logical_id, f"{deploy.path}{' at ' + config_env if config_env else ''}", cfg.timeout_s,
                options.margin_ms / 1000, rows)
+        for warning in warnings:  # on stderr: stdout stays the table
+            click.echo(f"warning: {warning}", err=True)
     bad = [r for r in rows if not r.fits]
     if not rows:
         _refuse(f"{handlers_module} registers no handler", "NO_HANDLER")

@@ -13,7 +13,8 @@ There is no IAM here, so the caller's identity (``requestContext.identity.userAr
 Gateway sets from a verified SigV4 signature) comes from the ``X-Sluice-Local-Caller`` header,
 which only this server honours: it is taken out of the headers, and in AWS API Gateway sets
 the identity itself, so the header means nothing there. The operator API
-(``/v1/admin/...``) then checks that ARN against the gateway's operator allow-list.
+(``/v1/admin/...``) then checks that ARN against the gateway's operator allow-list, which
+``sluice dev`` sets to ``LOCAL_OPERATOR`` when the template names none (a printed override).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # API Gateway's limit; larger requests never reach Lambda
 DRAIN_BYTES = 4 * MAX_REQUEST_BYTES  # read away before a 413; a larger upload is cut off
 LOCAL_CALLER_HEADER = "X-Sluice-Local-Caller"  # the IAM caller, locally (module docstring)
+# The local tooling's operator (`sluice console`, tests): with the template's OperatorPrincipalArns
+# empty nobody is an operator, so `sluice dev` names this one instead, as an override it prints.
+LOCAL_OPERATOR = "arn:aws:iam::000000000000:role/sluice-local-operator"
 
 
 class LocalContext:

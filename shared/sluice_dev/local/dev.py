@@ -40,6 +40,7 @@ from sluice.core.config import Settings
 from sluice.core.errors import ConfigError
 from sluice.core.models import is_reserved_queue
 from sluice_dev.local import deployed, servers
+from sluice_dev.local.api_server import LOCAL_OPERATOR
 from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
 from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
 from sluice_dev.local.sink import FencedSink
@@ -68,6 +69,9 @@ FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in 
 # an idle fetch, which is why the relay's own default is short (docs/relay.md, "The fetch").
 TANSU_FETCH_MAX_WAIT_MS = 500
 TANSU_WHY = "Tansu on S3 returns only what its storage read within the fetch wait (docs/relay.md)"
+LOCAL_OPERATOR_WHY = ("OperatorPrincipalArns is empty, so the template names no operator (it fails closed); "
+                      "locally the tooling's caller (X-Sluice-Local-Caller) is named, so the console and "
+                      "the operator API work (docs/security.md)")
 
 
 @dataclass
@@ -436,6 +440,7 @@ class DevStack:
             values["POWERTOOLS_LOG_LEVEL"] = (o.log_level, "--log-level")
             for var, value in self._settings_env().items():
                 values[var] = (value, f"{o.why} (settings {var.removeprefix('SLUICE_').lower()})")
+        self._name_local_operator(env)
         if o.kafka_bootstrap is None and "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in env["RelayFunction"]:
             env["RelayFunction"]["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] = (str(TANSU_FETCH_MAX_WAIT_MS), TANSU_WHY)
         timeout: dict[str, tuple[float, str]] = {}
@@ -469,6 +474,13 @@ class DevStack:
                                      "with work, not only SafetyNetQueues")}
         return LocalChanges(timeout_s=timeout, concurrency=concurrency, schedule_s=schedule,
                             schedule_input=inputs, env=env)
+
+    def _name_local_operator(self, env: dict[str, dict[str, tuple[str, str]]]) -> None:
+        """The template names no operator, so nobody is one (it fails closed); locally the tooling's
+        own caller is named, so `sluice console` and the operator API keep working (an override)."""
+        for lid, cfg in self.deploy.functions.items():
+            if lid in env and cfg.env.get("SLUICE_OPERATOR_PRINCIPALS") == "":
+                env[lid]["SLUICE_OPERATOR_PRINCIPALS"] = (LOCAL_OPERATOR, LOCAL_OPERATOR_WHY)
 
     def team_changes(self, logical_id: str, s: Settings) -> LocalChanges:
         """A team's function differs locally as the default worker does (containers, timeout,

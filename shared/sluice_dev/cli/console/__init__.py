@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 import click
 
 from sluice_dev.cli.target import Target
+from sluice_dev.local import api_server
 
 if TYPE_CHECKING:
     from sluice_dev.cli.console.server import Console
 
 DEFAULT_PORT = 8470
-LOCAL_OPERATOR = "arn:aws:iam::000000000000:role/sluice-console"
+LOCAL_OPERATOR = api_server.LOCAL_OPERATOR  # `sluice dev` names it operator when the template names none
 
 
 def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -> Console:
