@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.infra import cfn
-from tests.infra.test_template import T
+from tests.infra.test_template import RES, T
 from tests.unit.test_gateway_admin import EVERY, OPERATOR, OPERATOR_SESSION, WEB, Rig, dead_id
 
 
@@ -44,3 +44,144 @@ def test_at_the_templates_default_nobody_is_an_operator() -> None:
                 code, _, doc = rig.call(method, path, body, caller=caller)
                 assert (code, doc["code"]) == (403, "NOT_OPERATOR"), (lid, caller, method, path)
             assert rig.untouched()
+
+
+# ------------------------------------------------------------------ item 8: narrowing
+
+
+def _egress(**overrides: Any) -> dict[str, Any]:
+    params = cfn.parameters(T, **overrides)
+    conds = cfn.conditions(T, params)
+    return cfn.resolve(RES["FunctionToKafka"]["Properties"], conds)  # type: ignore[no-any-return]
+
+
+def test_kafka_egress_goes_to_the_cluster_only_never_to_the_internet() -> None:
+    """The 9092-9098 egress went to 0.0.0.0/0 whenever a cluster was named; now to its security group
+    or its subnets' CIDR, and a rule makes CloudFormation refuse a named cluster with neither."""
+    made = _egress()
+    assert made["DestinationSecurityGroupId"] == {"Ref": "KafkaSecurityGroup"} and "CidrIp" not in made
+    assert (made["FromPort"], made["ToPort"]) == (9098, 9098)  # MSK SASL/IAM over TLS only
+    named = dict(KafkaBootstrapServers="b-1.kafka.example:9096")
+    by_group = _egress(**named, KafkaSecurityGroupId="sg-0123abcd")
+    assert by_group["DestinationSecurityGroupId"] == {"Ref": "KafkaSecurityGroupId"}
+    assert "CidrIp" not in by_group
+    assert (by_group["FromPort"], by_group["ToPort"]) == (9092, 9098)
+    by_cidr = _egress(**named, KafkaBrokerCidr="10.9.0.0/16")
+    assert by_cidr["CidrIp"] == {"Ref": "KafkaBrokerCidr"} and "DestinationSecurityGroupId" not in by_cidr
+    iam = _egress(**named, KafkaClusterArn="arn:aws:kafka:us-east-1:123456789012:cluster/jobs/abc",
+                  KafkaSecurityGroupId="sg-0123abcd")
+    assert (iam["FromPort"], iam["ToPort"]) == (9098, 9098)
+    for overrides in ({}, named, {**named, "KafkaBrokerCidr": "10.9.0.0/16"}):
+        assert _egress(**overrides).get("CidrIp") != "0.0.0.0/0"
+    rule = T["Rules"]["ExistingKafkaNeedsItsNetwork"]
+    assert rule["RuleCondition"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "KafkaBootstrapServers"}, ""]}]}
+    (assertion,) = rule["Assertions"]
+    text = str(assertion["Assert"])
+    assert "KafkaSecurityGroupId" in text and "KafkaBrokerCidr" in text
+
+
+ENDPOINTS = cfn.load(cfn.ROOT / "infra" / "endpoints.yaml")
+# Endpoint -> the service prefix of the actions it carries.
+SERVICES = {"DynamoDbEndpoint": "dynamodb", "S3Endpoint": "s3", "LambdaEndpoint": "lambda",
+            "StsEndpoint": "sts", "SecretsManagerEndpoint": "secretsmanager",
+            "SchedulerEndpoint": "scheduler"}
+# Called by AWS services on a function's behalf, never through the VPC: the stream reads of an
+# event source mapping (DynamoDB Streams has its own API host, which no gateway endpoint serves).
+NOT_THROUGH_THE_VPC = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
+                       "dynamodb:ListStreams"}
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else list(actions)
+
+
+def _allowed_actions(value: Any) -> set[str]:
+    """Every action an Allow statement anywhere in ``value`` names."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        if value.get("Effect") == "Allow" and "Action" in value:
+            found |= set(_actions(value))
+        for v in value.values():
+            found |= _allowed_actions(v)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _allowed_actions(v)
+    return found
+
+
+def _in_vpc_actions() -> set[str]:
+    """What the functions that run in the VPC may call: template.yaml's (after the SAM transform)
+    and the team templates' (infra/worker.yaml, and infra/team.yaml where it exists)."""
+    from tests.infra.test_template import _function_roles
+
+    out = cfn.transformed()
+    actions: set[str] = set()
+    for name, role in _function_roles().items():
+        if "VpcConfig" in out["Resources"][name]["Properties"]:
+            actions |= _allowed_actions(role["Properties"].get("Policies", []))
+    for team in ("worker.yaml", "team.yaml"):
+        path = cfn.ROOT / "infra" / team
+        if path.exists():
+            actions |= _allowed_actions(cfn.load(path).get("Resources", {}))
+    return actions - NOT_THROUGH_THE_VPC
+
+
+def test_endpoint_policies_name_the_actions_the_functions_use() -> None:
+    """No endpoint policy allows Action "*" (or a service's "*") any more; each names actions, and
+    those cover every action an in-VPC role holds for its service (a new call fails here first)."""
+    used = _in_vpc_actions()
+    endpoints = cfn.resources(ENDPOINTS, "AWS::EC2::VPCEndpoint")
+    assert set(endpoints) == set(SERVICES)
+    for name, endpoint in endpoints.items():
+        service = SERVICES[name]
+        named: set[str] = set()
+        for statement in endpoint["Properties"]["PolicyDocument"]["Statement"]:
+            for action in _actions(statement):
+                assert "*" not in action, f"{name}: {action}"
+                assert action.startswith(f"{service}:"), f"{name}: {action}"
+                named.add(action)
+            if statement["Sid"] != "CustomResourceReplies":
+                condition = statement["Condition"]["StringEquals"]
+                assert condition["aws:PrincipalAccount"] == {"Ref": "AWS::AccountId"}, name
+                if service != "sts":
+                    assert condition["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
+        missing = {a for a in used if a.startswith(f"{service}:")} - named
+        assert not missing, f"{name} does not carry {sorted(missing)}, which an in-VPC role uses"
+
+
+def test_custom_resource_replies_reach_this_regions_bucket_for_this_accounts_stacks_only() -> None:
+    """The statement admitted any principal's PutObject to every cloudformation-custom-resource-response-*
+    bucket, so a process in the VPC could write into another account's pre-signed reply (out of the VPC)."""
+    s3 = ENDPOINTS["Resources"]["S3Endpoint"]["Properties"]["PolicyDocument"]["Statement"]
+    (replies,) = [st for st in s3 if st["Sid"] == "CustomResourceReplies"]
+    assert _actions(replies) == ["s3:PutObject"]
+    template, values = replies["Resource"]["Fn::Sub"]
+    assert values == {"Region": {"Fn::Join": ["", {"Fn::Split": ["-", {"Ref": "AWS::Region"}]}]}}
+    arn = cfn.sub(template, {"AWS::Partition": "aws", "AWS::Region": "us-east-1",
+                             "AWS::AccountId": "123456789012", "Region": "useast1"})
+    assert arn == ("arn:aws:s3:::cloudformation-custom-resource-response-useast1/"
+                   "arn:aws:cloudformation:us-east-1:123456789012:stack/*")
+    # The key of a real reply (the pre-signed URL's path, decoded) matches; another account's does not.
+    from fnmatch import fnmatchcase
+
+    ours = ("arn:aws:s3:::cloudformation-custom-resource-response-useast1/arn:aws:cloudformation:us-east-1:"
+            "123456789012:stack/sluice/5b6e-11ef|KafkaTopics|0a1b2c")
+    assert fnmatchcase(ours, arn) and not fnmatchcase(ours.replace("123456789012", "999999999999"), arn)
+    assert not fnmatchcase(ours.replace("useast1", "euwest1"), arn)
+
+
+def test_secrets_manager_may_invoke_the_rotation_function_for_this_stacks_secrets_only() -> None:
+    """SecretRotationPermission had no SourceArn: any secret of the account could have it invoked."""
+    permissions = {name: r["Properties"] for name, r in cfn.resources(T, "AWS::Lambda::Permission").items()
+                   if cfn.is_getatt(r["Properties"]["FunctionName"], "SecretRotationFunction", "Arn")}
+    arns = {}
+    for name, p in permissions.items():
+        assert p["Principal"] == "secretsmanager.amazonaws.com" and p["Action"] == "lambda:InvokeFunction"
+        assert p["SourceAccount"] == {"Ref": "AWS::AccountId"}, name
+        arns[p["SourceArn"]["Ref"]] = name
+    schedules = cfn.resources(T, "AWS::SecretsManager::RotationSchedule")
+    rotated = {s["Properties"]["SecretId"]["Ref"]: s for s in schedules.values()}
+    assert set(arns) == set(rotated) == {"RedisAuthSecret", "JobIdSecret"}
+    for secret, schedule in rotated.items():
+        assert arns[secret] in schedule["DependsOn"], secret  # the permission exists before the rotation
