@@ -15,6 +15,10 @@ It starts its own Tansu broker (in-memory), moto server and redis-server
   Kafka acknowledged it. The happy path writes nothing else (job ids verify themselves,
   docs/api.md), so this is the whole cost of an enqueue: body guard, Powertools' resolver
   with its validation, the use case and the producer;
+- throttled (``throttled_jobs_per_s``, ``throttled_p50_ms``, ``throttle_p50_ms``: the difference of
+  the medians): the same gateway with a per-caller limit (issue 27, item 5) too high to refuse
+  anything, so each request also runs ``throttle.lua`` on the local redis-server: the cost of the
+  limit on every request;
 - keyed (``keyed_jobs_per_s``, one round): with an Idempotency-Key (Powertools idempotency on
   DynamoDB, the moto server: two more writes per request).
 
@@ -129,12 +133,17 @@ def main() -> None:
         ensure_all(settings)
         api = build_api(settings)
         gateway = Gateway(api)
+        limited = Gateway(build_api(settings.model_copy(update={
+            "caller_rate_per_s": 1_000_000.0, "caller_burst": 1_000_000, "caller_bytes_per_s": 1 << 39,
+            "caller_byte_burst": 1 << 39})))
+        assert limited.api.throttle is not None
         producer = KafkaProducer(**client_config(settings), acks="all", enable_idempotence=True, linger_ms=0)
 
         through(gateway, events(50))  # warm up: connections, producer metadata, imports
+        through(limited, events(50))
         raw(producer, settings.kafka_topic, 50)
 
-        sides = ("raw", "gateway")
+        sides = ("raw", "gateway", "throttled")
         rates: dict[str, list[float]] = {side: [] for side in sides}
         latencies: dict[str, list[float]] = {side: [] for side in sides}
         for round_ in range(ROUNDS):
@@ -142,11 +151,12 @@ def main() -> None:
             for _ in range(PER_ROUND // BLOCK):  # small interleaved blocks: each side sees the same machine
                 spent["raw"] += raw(producer, settings.kafka_topic, BLOCK, latencies["raw"])
                 spent["gateway"] += through(gateway, events(BLOCK), latencies["gateway"])
+                spent["throttled"] += through(limited, events(BLOCK), latencies["throttled"])
             for side in sides:
                 rates[side].append(PER_ROUND // BLOCK * BLOCK / spent[side])
             last = {side: values[-1] for side, values in rates.items()}
             log(f"round {round_}: raw {last['raw']:.0f}/s, gateway {last['gateway']:.0f}/s "
-                f"(ratio {last['gateway'] / last['raw']:.2f})")
+                f"(ratio {last['gateway'] / last['raw']:.2f}), throttled {last['throttled']:.0f}/s")
         keyed_rate = KEYED / through(gateway, events(KEYED, keyed=True))
         producer.close()
 
@@ -160,6 +170,10 @@ def main() -> None:
              # Medians shrug off the bursts of load that make best-of-rounds noisy here.
              p50_ratio=round(percentile(latencies["raw"], 0.5) / percentile(latencies["gateway"], 0.5), 3),
              per_round_ratios=[round(g / r, 3) for g, r in zip(rates["gateway"], rates["raw"], strict=True)],
+             throttled_jobs_per_s=round(best["throttled"], 1),
+             throttled_p50_ms=round(percentile(latencies["throttled"], 0.5), 3),
+             throttle_p50_ms=round(percentile(latencies["throttled"], 0.5)
+                                   - percentile(latencies["gateway"], 0.5), 3),
              keyed_jobs_per_s=round(keyed_rate, 1), requests_per_round=PER_ROUND, rounds=ROUNDS,
              target_ratio=0.5)
     finally:

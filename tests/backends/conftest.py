@@ -19,7 +19,7 @@ from sluice_dev.local.cluster import Cluster, start_cluster
 CLUSTER_MODULES = frozenset({
     "test_lua_enqueue_lease", "test_lua_lifecycle", "test_lua_settle", "test_lua_admin",
     "test_lua_limits", "test_lua_push_rate", "test_engine_reserved", "test_relay_push_many",
-    "test_lua_finished",
+    "test_lua_finished", "test_lua_throttle",
 })
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.infra import cfn
-from tests.infra.test_template import RES, T
+from tests.infra.test_template import RES, T, props
 from tests.unit.test_gateway_admin import EVERY, OPERATOR, OPERATOR_SESSION, WEB, Rig, dead_id
 
 
@@ -185,3 +185,40 @@ def test_secrets_manager_may_invoke_the_rotation_function_for_this_stacks_secret
     assert set(arns) == set(rotated) == {"RedisAuthSecret", "JobIdSecret"}
     for secret, schedule in rotated.items():
         assert arns[secret] in schedule["DependsOn"], secret  # the permission exists before the rotation
+
+
+# ------------------------------------------------------------------ item 5: each caller's own limit
+
+
+def test_every_caller_has_its_own_limit_at_the_templates_defaults() -> None:
+    """The parameters reach the public API's function, and a gateway configured from the defaults
+    has a per-caller limit (it had none: the stage throttle and WAF's per-IP rule were all)."""
+    from sluice.core.throttle import CallerLimit
+    from sluice.entry import root
+    from sluice_dev.local.deployed import settings_of
+    from sluice_dev.local.template import TEMPLATE, load
+
+    params = T["Parameters"]
+    for name in ("CallerRatePerSecond", "CallerBurst", "CallerBytesPerSecond", "CallerByteBurst"):
+        assert params[name]["Type"] == "Number" and params[name]["Default"] > 0, name
+    assert params["CallerLimits"]["Type"] == "CommaDelimitedList" and params["CallerLimits"]["Default"] == ""
+    # A caller's own limit is a fraction of the stage's, which every caller shares.
+    assert params["CallerRatePerSecond"]["Default"] < params["ApiThrottleRatePerSecond"]["Default"]
+    assert params["CallerByteBurst"]["Default"] >= 10 * 1024 * 1024  # API Gateway's largest request fits
+    assert "per source IP only" in params["ApiWafRateLimit"]["Description"]
+    env = props("GatewayFunction")["Environment"]["Variables"]
+    assert env["SLUICE_CALLER_RATE_PER_S"] == {"Ref": "CallerRatePerSecond"}
+    assert env["SLUICE_CALLER_BURST"] == {"Ref": "CallerBurst"}
+    assert env["SLUICE_CALLER_BYTES_PER_S"] == {"Ref": "CallerBytesPerSecond"}
+    assert env["SLUICE_CALLER_BYTE_BURST"] == {"Ref": "CallerByteBurst"}
+    assert env["SLUICE_CALLER_LIMITS"] == {"Fn::Join": [",", {"Ref": "CallerLimits"}]}
+    team = "arn:aws:iam::123456789012:role/team-a"
+    deploy = load(TEMPLATE, overrides={"CallerLimits": f"{team}=500/1000"})
+    s = settings_of(deploy.functions["GatewayFunction"].concrete_env(), job_id_secret="k" * 32)
+    throttle = root.caller_throttle(s)
+    assert throttle is not None and not throttle.off
+    assert throttle.limits.default == CallerLimit(100, 200, 5 * 1024 * 1024, 10 * 1024 * 1024)
+    assert throttle.limits.for_caller("arn:aws:sts::123456789012:assumed-role/team-a/x") == \
+        CallerLimit(500, 1000, 5 * 1024 * 1024, 10 * 1024 * 1024)
+    off = load(TEMPLATE, overrides={"CallerRatePerSecond": "0", "CallerBytesPerSecond": "0"})
+    assert root.caller_throttle(settings_of(off.functions["GatewayFunction"].concrete_env())) is None

@@ -92,6 +92,15 @@ class Settings(BaseModel):
     # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
     max_caller_priority: int = Field(default=9, ge=0, le=9)
     operator_principals: str = ""
+    # Each caller's own limit at the gateway (sluice.gateway.throttle, issue 27 item 5): requests per
+    # second and burst, body bytes per second and burst, shared by every container through Redis.
+    # 0 turns a bucket off; all 0 (the local default), no throttle and no Redis call. caller_limits:
+    # comma-separated "<IAM ARN or apikey:<id>>=<rate>/<burst>[/<bytes per s>[/<byte burst>]]".
+    caller_rate_per_s: float = Field(default=0.0, ge=0.0, le=1_000_000.0)
+    caller_burst: int = Field(default=0, ge=0, le=1_000_000)
+    caller_bytes_per_s: int = Field(default=0, ge=0, le=1 << 40)
+    caller_byte_burst: int = Field(default=0, ge=0, le=1 << 40)
+    caller_limits: str = ""
 
     # Job defaults.
     default_lease_seconds: int = Field(default=30, ge=1, le=43_200)

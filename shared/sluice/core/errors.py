@@ -133,6 +133,14 @@ class QueueFull(SluiceError):
     code = "QUEUE_FULL"
 
 
+class CallerThrottled(SluiceError):
+    """This caller sent more requests or body bytes than its limit allows (429); nothing was written.
+
+    ``details["retry_after_s"]`` says when its bucket holds enough again (issue 27, item 5)."""
+
+    code = "CALLER_THROTTLED"
+
+
 class QueueNotAllowed(SluiceError):
     """The queue is not on the operator's allow-list, or is new and the registry is at its limit."""
 
@@ -302,7 +310,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
         NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
-        ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType,
+        ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
     )
 }
 

@@ -20,6 +20,13 @@ from sluice.core.models import (
     SettleEntry,
     WriteOutcome,
 )
+from sluice.core.throttle import CallerLimit, Verdict
+
+
+class CallerThrottle(Protocol):
+    """The callers' shared token buckets (``backends.redis.throttle.RedisCallerThrottle``; issue 27)."""
+
+    def take(self, identity: str, limit: CallerLimit, size: int) -> Verdict: ...
 
 
 class Clock(Protocol):

@@ -120,7 +120,7 @@ def build_api(settings: Settings | None = None) -> Api:
                              Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
                              limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse"),
                policy=Policy([a.strip() for a in s.operator_principals.split(",") if a.strip()],
-                             s.max_caller_priority),
+                             s.max_caller_priority, throttle=wiring.caller_throttle(settings)),
                idempotency=idempotency(s))
 
 

@@ -2,7 +2,8 @@
 
 API Gateway verified the caller before the event reached the function: with SigV4, its IAM
 principal is ``requestContext.identity.userArn``; with an API key, ``apiKeyId`` names it. Nothing
-deeper in the gateway reads the request context: the routes get this ``Caller``.
+deeper in the gateway reads the request context: the routes get this ``Caller``. Each caller's
+request and byte rate is checked here first (``throttled``; issue 27, item 5).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.core.caller import Caller
+from sluice.core.errors import CallerThrottled
 from sluice.gateway.api import Api
-from sluice.gateway.http.app import HttpGateway
+from sluice.gateway.http import problems
+from sluice.gateway.http.app import HttpGateway, problem_event
+from sluice.gateway.throttle import body_size
 
 
 def principal(event: Mapping[str, Any]) -> str:
@@ -33,5 +37,20 @@ def caller_of(event: Mapping[str, Any], api: Api) -> Caller:
                            max_caller_priority=api.max_caller_priority)
 
 
+def throttled(api: Api, caller: Caller, event: dict[str, Any]) -> dict[str, Any] | None:
+    """The 429 answer when ``caller`` is over its limit (``sluice.gateway.throttle``), else None: checked
+    once the caller is verified and before the body is parsed, so a refused request costs one Redis
+    call and writes nothing (issue 27, item 5)."""
+    if api.throttle is None:
+        return None
+    try:
+        api.throttle.check(caller, body_size(event))
+    except CallerThrottled as exc:
+        return problem_event(problems.from_exception(exc, instance=str(event.get("path") or "")), exc)
+    return None
+
+
 def handle(http: HttpGateway, api: Callable[[], Api], event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return http.handle(event, context, caller_of(event, api()))
+    use_cases = api()
+    caller = caller_of(event, use_cases)
+    return throttled(use_cases, caller, event) or http.handle(event, context, caller)

@@ -24,10 +24,11 @@ if TYPE_CHECKING:
     from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
-    from sluice.core.ports import Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore
     from sluice.core.routes import RouteCache
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
+    from sluice.gateway.throttle import Throttle
     from sluice.relay.ports import RelayEngine
     from sluice.streams.countdown import StreamCountdown
 
@@ -97,6 +98,27 @@ def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:
     from sluice.core.lazy import Lazy
 
     return Lazy(lambda: queue(s))
+
+
+def caller_throttle(s: Settings | None = None) -> Throttle | None:
+    """The gateway's per-caller limit over Redis (built on its first request), or None when the
+    settings give no caller any limit (issue 27, item 5)."""
+    from sluice.core.lazy import Lazy
+    from sluice.core.throttle import CallerLimit, CallerLimits
+    from sluice.gateway.throttle import Throttle
+
+    s = s or settings()
+    limits = CallerLimits.parse(CallerLimit(s.caller_rate_per_s, s.caller_burst, s.caller_bytes_per_s,
+                                            s.caller_byte_burst), s.caller_limits)
+    if limits.off:
+        return None
+
+    def build() -> CallerThrottle:
+        from sluice.backends.redis.throttle import RedisCallerThrottle
+
+        return RedisCallerThrottle(redis(s))
+
+    return Throttle(Lazy(build), limits)
 
 
 def lazy_store(s: Settings | None = None) -> Lazy[JobStore]:

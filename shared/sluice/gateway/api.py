@@ -74,6 +74,7 @@ from sluice.gateway.pipeline import (
     IdMinting,
     Intake,
 )
+from sluice.gateway.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class Policy:
 
     operators: Sequence[str] = ()
     max_caller_priority: int = MAX_PRIORITY
+    # Each caller's request and byte rate (``sluice.gateway.throttle``, issue 27 item 5); None: no limit.
+    throttle: Throttle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ class Api:
         self.id_horizon_ms = minting.horizon_ms
         # Read per request by the entries that build callers (``sluice.entry.gateway``).
         self.max_caller_priority, self.operators = policy.max_caller_priority, tuple(policy.operators)
+        self.throttle = policy.throttle  # checked by the API entry before a request is parsed
         self._pool = LazyPool(backends.withdraw_workers, "sluice-withdraw")
 
     @property

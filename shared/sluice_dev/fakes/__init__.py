@@ -8,7 +8,7 @@ wired to them. Each module checks its fakes against their Protocols under mypy -
 """
 
 from sluice_dev.fakes.console import EVIL, JOB, FakeBackend, job_view, queue_row
-from sluice_dev.fakes.gateway import FakeIdempotency, FakeScheduleStore, FakeTrigger
+from sluice_dev.fakes.gateway import FakeCallerThrottle, FakeIdempotency, FakeScheduleStore, FakeTrigger
 from sluice_dev.fakes.ports import FakeClock, FakeDispatcher, FakeLog
 from sluice_dev.fakes.queue import Broken, FakeQueue, ManualClock, ManualMonotonic, QJob, real_ms
 from sluice_dev.fakes.recovery import FakeCheckpoints, FakeEpochs, FakeOffsets
@@ -17,7 +17,8 @@ from sluice_dev.fakes.store import RELAY_CALLS, FakeFencedTable, FakeStore
 from sluice_dev.fakes.worker import CaptureLog, FakeLambdaContext, Kit, Line, kit
 
 __all__ = [
-    "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCheckpoints", "FakeClock",
+    "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCallerThrottle",
+    "FakeCheckpoints", "FakeClock",
     "FakeDispatcher", "FakeEngine", "FakeEpochs", "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext",
     "FakeLog", "FakeOffsets", "FakeQueue", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTrigger",
     "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit", "queue_row",

@@ -1,5 +1,6 @@
 """In-memory fakes of the gateway's own ports: the idempotency store (``sluice.gateway.api.Idempotency``)
-and the schedules' store and trigger (``sluice.gateway.schedules.ScheduleStore``, ``Trigger``).
+the schedules' store and trigger (``sluice.gateway.schedules.ScheduleStore``, ``Trigger``) and the
+callers' buckets (``sluice.core.ports.CallerThrottle``).
 
 The gateway's job queue is ``sluice_dev.fakes.FakeQueue``, the one every caller of ``ports.JobQueue`` uses.
 """
@@ -13,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core import schedules
+from sluice.core import schedules, throttle
 from sluice.core.errors import IdempotencyConflict, InProgress, ScheduleExists, ScheduleNotFound
 
 
@@ -97,6 +98,24 @@ class FakeTrigger:
         self.calls.append(("delete", name))
 
 
+class FakeCallerThrottle:
+    """The callers' shared buckets (``ports.CallerThrottle``) in a dict, on a clock the test moves:
+    ``sluice.core.throttle.take``, the arithmetic ``throttle.lua`` runs. ``fail``: raised instead."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.state: dict[str, throttle.Buckets | None] = {}
+        self.calls: list[tuple[str, int]] = []  # (identity, size) per take
+        self.fail: Exception | None = None
+
+    def take(self, identity: str, limit: throttle.CallerLimit, size: int) -> throttle.Verdict:
+        if self.fail is not None:
+            raise self.fail
+        self.calls.append((identity, size))
+        verdict, self.state[identity] = throttle.take(self.state.get(identity), self.clock(), limit, size)
+        return verdict
+
+
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.gateway import api
     from sluice.gateway import schedules as gateway_schedules
@@ -104,3 +123,6 @@ if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothin
     _IDEMPOTENCY: api.Idempotency = FakeIdempotency()
     _SCHEDULE_STORE: gateway_schedules.ScheduleStore = FakeScheduleStore()
     _TRIGGER: gateway_schedules.Trigger = FakeTrigger()
+    from sluice.core import ports
+
+    _CALLER_THROTTLE: ports.CallerThrottle = FakeCallerThrottle(lambda: 0)

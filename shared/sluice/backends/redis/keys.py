@@ -29,6 +29,11 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
                                    way since the key was made (counters only go up; stats.lua reads them)
 
+Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
+request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
+32 hex digits of the SHA-256 of the caller's identity (``sluice.core.throttle.identity``), so an
+ARN's characters never reach a key and each caller's bucket has a slot of its own.
+
 Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
 sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
@@ -36,6 +41,7 @@ sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's sl
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from sluice.core.models import validate_job_id, validate_queue_name
@@ -43,6 +49,14 @@ from sluice.core.models import validate_job_id, validate_queue_name
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
 EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (relay.recovery)
+
+
+def caller_bucket(identity: str) -> str:
+    """The caller's token buckets (throttle.lua): ``sluice:{caller:<digest>}:bucket``."""
+    if not isinstance(identity, str) or not identity:
+        raise ValueError("a caller identity is a non-empty string")
+    digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:32]
+    return f"{PREFIX}:{{caller:{digest}}}:bucket"
 
 
 def shard_epoch_key(tag: str) -> str:

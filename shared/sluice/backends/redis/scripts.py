@@ -145,6 +145,19 @@ class StatsReply(NamedTuple):
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
 
 
+class ThrottleReply(NamedTuple):
+    allowed: bool
+    retry_after_ms: int
+    requests_left: int
+    bytes_left: int
+
+
+def _decimal(value: float) -> str:
+    """A non-negative rate as throttle.lua reads it: digits, a point, digits (no exponent)."""
+    text = f"{value:.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
 @dataclass(frozen=True, slots=True)
 class PushResult:
     pushed: int
@@ -332,3 +345,13 @@ class Scripts:
 
     def rate(self, k: QueueKeys, wanted: int) -> int:
         return int(self._run("rate.lua", [k.bucket, k.config], [wanted]))
+
+    # --- the gateway's per-caller limits ----------------------------------------------------
+
+    def throttle(self, bucket: str, rate_per_s: float, burst: int, bytes_per_s: int, byte_burst: int,
+                 size: int) -> ThrottleReply:
+        """``throttle.lua``: one request of ``size`` body bytes from the caller's buckets at ``bucket``
+        (``keys.caller_bucket``), or nothing."""
+        reply = self._run("throttle.lua", [bucket],
+                          [_decimal(rate_per_s), burst, bytes_per_s, byte_burst, size])
+        return ThrottleReply(bool(int(reply[0])), int(reply[1]), int(reply[2]), int(reply[3]))

@@ -280,9 +280,9 @@ def _checked_body(event: dict[str, Any], max_bytes: int, *, parse: bool) -> dict
     return {**_canonical_json(event), "body": text, "isBase64Encoded": False}
 
 
-def problem_event(p: wire.Problem) -> dict[str, Any]:
+def problem_event(p: wire.Problem, exc: BaseException | None = None) -> dict[str, Any]:
     return {"statusCode": p.status, "body": p.model_dump_json(exclude_none=True), "isBase64Encoded": False,
-            "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p)}}
+            "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p, exc)}}
 
 
 def _accepted(outcome: Enqueued) -> Response[Any]:

@@ -47,6 +47,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.IdempotencyConflict, Kind(422, "idempotency-key-reused", "Idempotency Key Reused")),
     (errors.BackendUnavailable, Kind(503, "unavailable", "Service Unavailable")),
     (errors.QueueFull, Kind(429, "queue-full", "Queue Full")),
+    (errors.CallerThrottled, Kind(429, "caller-throttled", "Too Many Requests From This Caller")),
     (errors.QueueNotAllowed, Kind(403, "queue-not-allowed", "Queue Not Allowed")),
     (errors.NotOperator, Kind(403, "not-operator", "Operators Only")),
 )
@@ -86,7 +87,9 @@ def from_exception(exc: BaseException, instance: str | None = None) -> Problem:
 
 
 def headers_for(p: Problem, exc: BaseException | None = None) -> dict[str, str]:
-    if p.status == 429:  # when the gateway's view of the queue is read again (sluice.gateway.admission)
+    # 429: when the gateway's view of the queue is read again (sluice.gateway.admission), or when
+    # the caller's bucket holds enough again (sluice.gateway.throttle)
+    if p.status == 429:
         after = getattr(exc, "details", {}).get("retry_after_s") if exc is not None else None
         return {"Retry-After": str(after if isinstance(after, int) and after > 0 else RETRY_AFTER_SECONDS)}
     return {"Retry-After": str(RETRY_AFTER_SECONDS)} if p.status == 503 else {}
