@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,7 +60,7 @@ def shout(job, ctx):
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
+def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
     (tmp_path / "myjobs.py").write_text(HANDLERS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
     argv = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"]
@@ -74,7 +75,10 @@ def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str]]:
         line = console.stdout.readline()
         if "sluice console on http://127.0.0.1:" not in line:
             raise AssertionError(f"{line!r}: {console.stderr.read() if console.stderr else ''}")
-        yield tmp_path, endpoints, line.split(" on ", 1)[1].split()[0].rstrip("/")
+        link = console.stdout.readline()  # the launch link, which logs the browser in once (issue 27)
+        assert "/login?token=" in link, link
+        url = line.split(" on ", 1)[1].split()[0].rstrip("/")
+        yield tmp_path, endpoints, url, link.split(": ", 1)[1].strip()
     finally:
         if console is not None:
             console.send_signal(signal.SIGINT)
@@ -173,10 +177,18 @@ def pause_resume_and_delete_a_schedule(browser: Any, wait: Until, url: str, gate
 
 
 def test_the_console_shows_a_job_finish_pauses_a_queue_and_redrives_a_dead_job(
-        stack: tuple[Path, dict[str, Any], str], browser: Any) -> None:
-    folder, endpoints, url = stack
+        stack: tuple[Path, dict[str, Any], str, str], browser: Any) -> None:
+    folder, endpoints, url, login = stack
     gateway = endpoints["gateway_url"]
     wait = Until(browser)
+    # Without the cookie nothing is served; the printed link sets it (HttpOnly, SameSite=Strict).
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url + "/", timeout=10)
+    assert refused.value.code == 401
+    browser.get(login)
+    wait.until(lambda d: d.current_url.rstrip("/") == url)
+    (cookie,) = browser.get_cookies()
+    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == ("sluice_console", True, "Strict")
 
     status, accepted = http("POST", f"{gateway}/v1/queues/shout/jobs", {"payload": {"text": "hi console"}})
     assert status == 202, accepted

@@ -17,6 +17,7 @@ from sluice_dev.cli.console.backend import Watched
 from sluice_dev.cli.console.server import Console, Response
 from sluice_dev.fakes import FakeScheduleStore, FakeTrigger
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LocalGateway
+from tests.unit.test_console import session
 from tests.unit.test_gateway_admin import OPERATOR, WEB, Rig
 from tests.unit.test_gateway_schedules import NIGHTLY
 
@@ -46,7 +47,7 @@ def console(server: LocalGateway, watched: Watched, caller: str = OPERATOR) -> C
 
 
 def post(app: Console, path: str, fields: dict[str, str], headers: dict[str, str] = SAME) -> Response:
-    return app.handle("POST", path, headers, urlencode(fields | {"csrf": app.token}).encode())
+    return app.handle("POST", path, headers | session(app), urlencode(fields | {"csrf": app.token}).encode())
 
 
 def test_with_no_queue_named_the_console_lists_every_queue_the_operator_api_lists(
@@ -54,19 +55,20 @@ def test_with_no_queue_named_the_console_lists_every_queue_the_operator_api_list
     world, server = served
     world.rig.queue.set_config("reports", paused=True)  # a second queue Redis knows
     every = console(server, Watched(every=True))
-    page = every.handle("GET", "/", HOST).body
+    page = every.handle("GET", "/", HOST | session(every)).body
     assert 'data-queue="emails"' in page and 'data-queue="reports"' in page
     assert "sluice-relay" not in page  # a reserved queue is not listed
     # the rows carry the queue's cumulative finished counts (the fake's: 40 succeeded, 2 dead, 1 cancelled)
     assert 'title="since the counters began: 40 succeeded, 2 failed or dead, 1 cancelled"' in page
     narrowed = console(server, Watched({"emails"}))
-    page = narrowed.handle("GET", "/", HOST).body
+    page = narrowed.handle("GET", "/", HOST | session(narrowed)).body
     assert 'data-queue="emails"' in page and 'data-queue="reports"' not in page
 
 
 def test_a_caller_who_may_not_list_queues_sees_why(served: tuple[World, LocalGateway]) -> None:
     _, server = served
-    page = console(server, Watched(every=True), caller=WEB).handle("GET", "/", HOST).body
+    app = console(server, Watched(every=True), caller=WEB)
+    page = app.handle("GET", "/", HOST | session(app)).body
     assert "every queue (GET /v1/admin/queues)" in page and "not an operator" in page
 
 
@@ -76,7 +78,7 @@ def test_a_schedule_is_paused_resumed_and_deleted_from_the_console(
     client = Client(server.url, headers={LOCAL_CALLER_HEADER: OPERATOR}, max_attempts=1)
     client._call("POST", "/v1/admin/queues/emails/schedules", NIGHTLY)
     app = console(server, Watched({"emails"}))
-    assert 'data-schedule="emails/nightly"' in app.handle("GET", "/schedules", HOST).body
+    assert 'data-schedule="emails/nightly"' in app.handle("GET", "/schedules", HOST | session(app)).body
     for verb in ("pause", "resume", "delete"):
         refused = post(app, f"/schedules/emails/nightly/{verb}", {"confirmed": "1"},
                        HOST | {"sec-fetch-site": "cross-site", "origin": "http://evil.example"})
@@ -85,7 +87,7 @@ def test_a_schedule_is_paused_resumed_and_deleted_from_the_console(
 
     assert post(app, "/schedules/emails/nightly/pause", {}).status == 303
     assert world.store.items["emails", "nightly"].paused is True
-    assert '<td class="state">paused</td>' in app.handle("GET", "/schedules", HOST).body
+    assert '<td class="state">paused</td>' in app.handle("GET", "/schedules", HOST | session(app)).body
     assert post(app, "/schedules/emails/nightly/resume", {}).status == 303
     assert world.store.items["emails", "nightly"].paused is False
     ask = post(app, "/schedules/emails/nightly/delete", {})

@@ -1,4 +1,5 @@
-"""``sluice console``: its HTML (everything escaped), its routes and its CSRF refusals, with a fake API."""
+"""``sluice console``: its HTML (everything escaped), its routes, its launch link and session cookie,
+and its CSRF refusals, with a fake API."""
 
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ from sluice_dev.fakes import EVIL, JOB, FakeBackend, job_view, queue_row
 
 PORT = 8470
 HOST = {"host": f"127.0.0.1:{PORT}"}
+_SESSIONS: dict[int, tuple[Console, dict[str, str]]] = {}
+
+
+def session(app: Console) -> dict[str, str]:
+    """The Cookie header of ``app``'s one session, logging in with its launch link the first time
+    (issue 27, item 6: every route needs it)."""
+    held = _SESSIONS.get(id(app))
+    if held is None or held[0] is not app:
+        r = app.handle("GET", f"/login?token={app.launch_token}", HOST)
+        assert r.status == 303, r.body
+        cookie = r.headers["Set-Cookie"].split(";", 1)[0]
+        held = _SESSIONS[id(app)] = (app, {"cookie": cookie})
+    return held[1]
 
 
 def view(queue: str = "emails", **kw: Any) -> QueueView:
@@ -35,13 +49,13 @@ def app() -> Console:
 
 
 def get(app: Console, path: str) -> Response:
-    return app.handle("GET", path, HOST)
+    return app.handle("GET", path, HOST | session(app))
 
 
 def post(app: Console, path: str, fields: dict[str, str], *, token: bool = True, **headers: str) -> Response:
     body = urlencode(fields | ({"csrf": app.token} if token else {})).encode()
-    return app.handle("POST", path, HOST | {"sec-fetch-site": "same-origin",
-                                            "origin": f"http://127.0.0.1:{PORT}"} | headers, body)
+    same = {"sec-fetch-site": "same-origin", "origin": f"http://127.0.0.1:{PORT}"}
+    return app.handle("POST", path, HOST | session(app) | same | headers, body)
 
 
 def test_every_page_escapes_user_data(app: Console) -> None:
@@ -166,7 +180,7 @@ def test_cross_origin_posts_are_refused_and_change_nothing(app: Console, headers
                          ("/schedules/emails/nightly/delete", {"confirmed": "1"})):
         r = post(app, path, fields, token=token, **headers)
         assert r.status == 403, (path, r.body)
-    wrong = app.handle("POST", "/queues/emails/pause", HOST, b"csrf=guess")
+    wrong = app.handle("POST", "/queues/emails/pause", HOST | session(app), b"csrf=guess")
     assert wrong.status == 403
     assert fake.calls == [] and app.watched.all() == ["emails"]
 
@@ -212,7 +226,7 @@ def test_schedule_rows_escape_every_value() -> None:
 
 def test_a_foreign_host_is_refused_against_dns_rebinding(app: Console) -> None:
     assert app.handle("GET", "/", {"host": f"evil.example:{PORT}"}).status == 421
-    assert app.handle("GET", "/", {"host": f"localhost:{PORT}"}).status == 200
+    assert app.handle("GET", "/", {"host": f"localhost:{PORT}"} | session(app)).status == 200
 
 
 def test_the_token_is_in_the_page_and_differs_per_process(app: Console) -> None:
@@ -264,7 +278,7 @@ def test_static_files_and_unknown_paths(app: Console) -> None:
     assert get(app, "/static/console.js").content_type.startswith("text/javascript")
     assert get(app, "/static/../server.py").status == 404
     assert get(app, "/nope").status == 404
-    assert app.handle("DELETE", "/", HOST).status == 405
+    assert app.handle("DELETE", "/", HOST | session(app)).status == 405
     assert re.search(r"data-refresh=\"/fragment/queues\"", get(app, "/").body)
 
 
@@ -325,3 +339,52 @@ def test_client_pauses_resumes_and_deletes_a_schedule_on_the_operator_routes() -
         with pytest.raises(InvalidInput):
             client.pause_schedule("emails", bad)
     assert len(sent) == 3  # nothing sent for a bad name
+
+
+# -- issue 27, item 6: a launch link for a cookie, the cookie on every request ------------------------
+
+EVERY_ROUTE = [("GET", "/"), ("HEAD", "/"), ("GET", "/fragment/queues"), ("GET", f"/jobs?id={JOB}"),
+               ("GET", f"/fragment/job?id={JOB}"), ("GET", "/queues/emails/dlq"), ("GET", "/schedules"),
+               ("GET", "/static/console.js"), ("GET", "/static/console.css"), ("GET", "/nope"),
+               ("POST", "/queues/emails/pause"), ("POST", "/queues/emails/resume"),
+               ("POST", "/queues/emails/rate"), ("POST", "/queues/emails/dlq/purge"),
+               ("POST", "/queues/emails/dlq/redrive"), ("POST", "/watch"),
+               ("POST", "/schedules/emails/nightly/delete"), ("DELETE", "/")]
+
+
+@pytest.mark.parametrize("cookie", [None, "sluice_console=guess", "other=1", "sluice_console=",
+                                    "sluice_console=a; sluice_console=b"])
+def test_without_the_cookie_every_route_is_refused_and_no_page_carries_the_token(
+        app: Console, cookie: str | None) -> None:
+    fake = app.backend
+    assert isinstance(fake, FakeBackend)
+    form = urlencode({"csrf": app.token, "confirmed": "1", "all": "1", "queue": "x", "per_second": "1"})
+    headers = HOST | {"sec-fetch-site": "same-origin", "origin": f"http://127.0.0.1:{PORT}"}
+    for method, path in EVERY_ROUTE:
+        r = app.handle(method, path, headers | ({"cookie": cookie} if cookie else {}), form.encode())
+        assert r.status == 401, (method, path, r.status)
+        assert app.token not in r.body and "csrf" not in r.body and "Set-Cookie" not in r.headers
+    assert fake.calls == [] and app.watched.all() == ["emails"]
+
+
+def test_the_launch_link_works_once_for_an_http_only_same_site_strict_cookie(app: Console) -> None:
+    assert app.handle("GET", "/login?token=guess", HOST).status == 403
+    assert app.handle("GET", "/login", HOST).status == 403
+    first = app.handle("GET", f"/login?token={app.launch_token}", HOST)
+    assert (first.status, first.headers["Location"]) == (303, "/")
+    cookie = first.headers["Set-Cookie"]
+    name, _, rest = cookie.partition("=")
+    value, *flags = [part.strip() for part in rest.split(";")]
+    assert name == "sluice_console" and len(value) >= 40 and value != app.launch_token
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(flags)
+    assert not any(f.startswith(("Max-Age", "Expires", "Domain")) for f in flags)  # ends with the browser
+    again = app.handle("GET", f"/login?token={app.launch_token}", HOST)  # single use
+    assert again.status == 403 and "Set-Cookie" not in again.headers
+    page = app.handle("GET", "/", HOST | {"cookie": f"theme=dark; sluice_console={value}"})
+    assert page.status == 200 and f'name="csrf" value="{app.token}"' in page.body
+    foreign = {"host": f"evil.example:{PORT}"}
+    assert app.handle("GET", f"/login?token={app.launch_token}", foreign).status == 421
+    other = Console(FakeBackend(), "x", PORT)
+    assert other.launch_token != app.launch_token
+    not_its = HOST | {"cookie": f"sluice_console={value}"}
+    assert other.handle("GET", "/", not_its).status == 401  # another console's cookie

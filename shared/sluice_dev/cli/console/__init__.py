@@ -59,6 +59,8 @@ def console(target: Target, port: int, api: str | None, queues: tuple[str, ...])
     app = build(target, api, port, queues)
     server = serve(app)
     click.echo(f"sluice console on http://127.0.0.1:{app.port}/ for {app.where} (Ctrl-C stops it)")
+    # The one way in (docs/console.md, Safety): the link's token becomes the browser's cookie.
+    click.echo(f"open this link once to log in: {app.login_url()}")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

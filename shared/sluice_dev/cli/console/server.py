@@ -1,11 +1,18 @@
 """The console's routes (``Console.handle``, no sockets) and the HTTP server that serves them.
 
-Every request that changes something is a POST that must pass ``Console.refuses``: the Host is
-this server's (no DNS rebinding), the browser says it comes from this origin (``Sec-Fetch-Site``
-``same-origin`` and ``Origin`` equal to ours when sent) and the form carries the per-process
-token embedded in our pages. A page on another site can therefore not pause a queue or purge a
-dead-letter queue through a browser that has the console open. Redrive, purge and deleting a
-schedule also ask for a confirmation (a second POST with ``confirmed=1``).
+**Who may use it** (issue 27, item 6). Any local process can connect to 127.0.0.1, so being
+local proves nothing. ``sluice console`` prints a launch link with a one-time token
+(``/login?token=...``); opening it exchanges the token for a session cookie (HttpOnly, so no
+script reads it; SameSite=Strict, so no other site's page sends it) and the token is spent.
+Every other request, GET included, needs that cookie (401 without it): a process that did not
+see the link gets no page, so never the CSRF token the forms carry, and cannot change anything.
+
+Every request that changes something is a POST that must also pass ``Console.refuses``: the
+Host is this server's (no DNS rebinding), the browser says it comes from this origin
+(``Sec-Fetch-Site`` ``same-origin`` and ``Origin`` equal to ours when sent) and the form carries
+the per-process token embedded in our pages. A page on another site can therefore not pause a
+queue or purge a dead-letter queue through a browser that has the console open. Redrive, purge
+and deleting a schedule also ask for a confirmation (a second POST with ``confirmed=1``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +45,12 @@ _DLQ = re.compile(r"^/queues/([^/]+)/dlq$")
 _SCHEDULE_POST = re.compile(r"^/schedules/([^/]+)/([^/]+)/(pause|resume|delete)$")
 MAX_FORM = 16_384
 TEXT = "text/plain; charset=utf-8"
+COOKIE = "sluice_console"
+# No Secure flag: the console is plain http on 127.0.0.1 (browsers treat it as a secure context,
+# but a Secure cookie is still refused over http by some). No Max-Age: it ends with the browser.
+COOKIE_FLAGS = "HttpOnly; SameSite=Strict; Path=/"
+LOG_IN = ("log in first: open the link `sluice console` printed when it started (it works once; "
+          "restart the console for a new one)")
 
 
 @dataclass
@@ -54,10 +68,43 @@ class Console:
     port: int
     watched: Watched = field(default_factory=Watched)
     history: History = field(default_factory=History)
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # the forms' CSRF token
+    launch_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # printed, used once
+    sessions: set[str] = field(default_factory=set)  # the cookies handed out (one: the link works once)
+    launched: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def origins(self) -> set[str]:
         return {f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}"}
+
+    def login_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/login?token={self.launch_token}"
+
+    # -- the launch link and the session cookie ----------------------------------------------
+
+    def log_in(self, query: Mapping[str, str]) -> Response:
+        """``/login?token=``: the launch token, once, for a session cookie; 403 for any other try."""
+        given = query.get("token", "").encode()
+        with self._lock:
+            if self.launched or not hmac.compare_digest(given, self.launch_token.encode()):
+                return Response(403, "this launch link is wrong or was used already: restart sluice console "
+                                     "for a new one", TEXT)
+            self.launched = True
+            session = secrets.token_urlsafe(32)
+            self.sessions.add(session)
+        return Response(303, "", TEXT, {"Location": "/", "Set-Cookie": f"{COOKIE}={session}; {COOKIE_FLAGS}"})
+
+    def has_session(self, headers: Mapping[str, str]) -> bool:
+        """The request carries a cookie this console handed out (compared in constant time)."""
+        given = _cookie(headers.get("cookie", ""), COOKIE)
+        if given is None:
+            return False
+        with self._lock:
+            sessions = list(self.sessions)
+        found = False
+        for session in sessions:  # every one compared: the time says nothing about which matched
+            found |= hmac.compare_digest(given.encode(), session.encode())
+        return found
 
     # -- entry -------------------------------------------------------------------------------
 
@@ -68,6 +115,10 @@ class Console:
         host = headers.get("host", "")
         if f"http://{host}" not in self.origins():
             return Response(421, "unknown Host", "text/plain; charset=utf-8")
+        if url.path == "/login" and method in ("GET", "HEAD"):
+            return self.log_in(query)
+        if not self.has_session(headers):  # every route, GET included: no page without the cookie
+            return Response(401, LOG_IN, TEXT)
         try:
             if method in ("GET", "HEAD"):
                 return self.get(url.path, query)
@@ -236,6 +287,13 @@ class Console:
             self.backend.delete_schedule(queue, name)
             message = f"schedule {name} of {queue} deleted"
         return see_other(f"/schedules?msg={quote(message)}")
+
+
+def _cookie(header: str, name: str) -> str | None:
+    """The value of cookie ``name`` in a Cookie header; None if it is absent (or there twice)."""
+    values = [value for key, _, value in (part.strip().partition("=") for part in header.split(";"))
+              if key == name]
+    return values[0] if len(values) == 1 else None
 
 
 def _status(exc: SluiceError) -> int:
