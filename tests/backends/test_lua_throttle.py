@@ -41,7 +41,8 @@ def test_burst_then_refusal_which_writes_nothing(conn: RedisConnection, redis_cl
     assert [throttle.take(A, limit, 1000).allowed for _ in range(3)] == [True, True, True]
     key = caller_bucket(A)
     state = redis_client.hgetall(key)
-    assert set(state) == {"r", "b", "t"} and float(state["r"]) < 0.01 and float(state["b"]) < 1001
+    # 3 of 3 requests and 3,000 of 4,000 bytes taken (plus what the milliseconds between calls refilled)
+    assert set(state) == {"r", "b", "t"} and float(state["r"]) < 0.01 and 1000 <= float(state["b"]) < 1500
     pttl = redis_client.pttl(key)
     assert 300_000 < pttl <= 301_000  # full again after burst / rate = 300 s, + 1 s
     refused = throttle.take(A, limit, 10)

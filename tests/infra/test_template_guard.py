@@ -97,10 +97,11 @@ def _actions(statement: dict[str, Any]) -> list[str]:
 
 
 def _allowed_actions(value: Any) -> set[str]:
-    """Every action an Allow statement anywhere in ``value`` names."""
+    """Every action an identity policy's Allow statement anywhere in ``value`` names (a statement with
+    a Principal is a trust or resource policy: who may call, not what a role may call)."""
     found: set[str] = set()
     if isinstance(value, dict):
-        if value.get("Effect") == "Allow" and "Action" in value:
+        if value.get("Effect") == "Allow" and "Action" in value and "Principal" not in value:
             found |= set(_actions(value))
         for v in value.values():
             found |= _allowed_actions(v)

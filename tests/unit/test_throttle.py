@@ -180,3 +180,16 @@ def test_the_gateway_answers_429_with_retry_after_and_writes_nothing() -> None:
     clock.ms += 1000
     assert rig.call("POST", path, {"payload": {"n": 4}})[0] == 202
     assert json.loads(json.dumps(shared.calls[-1]))[0] == "arn:aws:iam::123456789012:role/web-servers"
+
+
+def test_a_malformed_caller_limits_fails_the_gateways_cold_start() -> None:
+    from pydantic import SecretStr
+
+    from sluice.core.config import Settings
+    from sluice.entry.gateway import check_settings
+
+    good = Settings(job_id_secret=SecretStr("k" * 32), caller_rate_per_s=1, caller_burst=2,
+                    caller_limits="arn:aws:iam::123456789012:role/a=5/10")
+    check_settings(good)
+    with pytest.raises(ConfigError, match="CallerLimits"):
+        check_settings(good.model_copy(update={"caller_limits": "arn:aws:iam::123456789012:role/a=fast"}))

@@ -15,9 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sluice.core import policy
 from sluice.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sluice.core.config import Settings
 
 API_KEY_PREFIX = "apikey:"  # a CallerLimits entry for an API key: apikey:<key id>=...
 ANONYMOUS = "anonymous"  # a request with neither (the local server without its header)
@@ -146,6 +150,12 @@ class CallerLimits:
         elif api_key_id:
             return self.overrides.get(f"{API_KEY_PREFIX}{api_key_id}", self.default)
         return self.default
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> CallerLimits:
+        """The deployment's limits (``caller_*``; ConfigError for a malformed ``caller_limits``)."""
+        return cls.parse(CallerLimit(s.caller_rate_per_s, s.caller_burst, s.caller_bytes_per_s,
+                                     s.caller_byte_burst), s.caller_limits)
 
     @classmethod
     def parse(cls, default: CallerLimit, text: str) -> CallerLimits:

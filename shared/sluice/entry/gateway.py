@@ -74,10 +74,13 @@ class Gateway:
 # -- built from Settings ---------------------------------------------------------------------------
 
 def check_settings(s: Settings) -> None:
-    """Refuse to start (ConfigError) without a job id secret."""
+    """Refuse to start (ConfigError) without a job id secret, or with malformed caller limits."""
+    from sluice.core.throttle import CallerLimits
+
     if s.job_id_secret is None and not s.job_id_secret_arn:
         raise ConfigError("the gateway needs a job id secret: set SLUICE_JOB_ID_SECRET or "
                           "SLUICE_JOB_ID_SECRET_ARN (docs/api.md, Job ids)")
+    CallerLimits.from_settings(s)  # a CallerLimits typo fails the cold start, not every request
 
 
 def id_horizon_ms(s: Settings) -> int:

@@ -104,12 +104,11 @@ def caller_throttle(s: Settings | None = None) -> Throttle | None:
     """The gateway's per-caller limit over Redis (built on its first request), or None when the
     settings give no caller any limit (issue 27, item 5)."""
     from sluice.core.lazy import Lazy
-    from sluice.core.throttle import CallerLimit, CallerLimits
+    from sluice.core.throttle import CallerLimits
     from sluice.gateway.throttle import Throttle
 
     s = s or settings()
-    limits = CallerLimits.parse(CallerLimit(s.caller_rate_per_s, s.caller_burst, s.caller_bytes_per_s,
-                                            s.caller_byte_burst), s.caller_limits)
+    limits = CallerLimits.from_settings(s)
     if limits.off:
         return None
 
