@@ -1,8 +1,8 @@
 """The gateway function's operator calls: API Gateway proxy events for ``/v1/admin/...``.
 
 The caller is checked first (``sluice.gateway.admin.authorize``: an IAM caller, on the operator
-allow-list when the deployment sets one), then the body, then the route: a caller who is not an
-operator learns nothing but 403, and nothing is written.
+allow-list, which names nobody while it is empty), then the body, then the route: a caller who
+is not an operator learns nothing but 403, and nothing is written.
 """
 
 from __future__ import annotations
