@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from sluice.backends.redis.keys import PREFIX, QUEUES_KEY
@@ -125,6 +125,31 @@ FUNCTION_ROLES: dict[str, str] = {
     "InternalFunction": "gateway", "FiringsFunction": "gateway", "OperatorFunction": "operator",
 }
 
+
+
+def union(name: str, *roles: Role) -> Role:
+    """One user for a function that plays several roles."""
+    return Role(name, tuple(dict.fromkeys(s for r in roles for s in r.scripts)),
+                tuple(dict.fromkeys(c for r in roles for c in r.commands)),
+                all_keys=any(r.all_keys for r in roles), public_queues=any(r.public_queues for r in roles),
+                global_keys=tuple(dict.fromkeys(k for r in roles for k in r.global_keys)))
+
+
+def function_role(logical_id: str, functions: Collection[str]) -> Role | None:
+    """The role of the template function ``logical_id`` in a template whose functions are
+    ``functions``; None for one that reads no Redis.
+
+    Until OperatorFunction exists (issue 27's split of the gateway per caller), GatewayFunction
+    still serves the /v1/admin routes, so its user has both roles' rights; once it exists, the
+    gateway's user is the public API's alone."""
+    name = FUNCTION_ROLES.get(logical_id)
+    if name is None:
+        return None
+    if logical_id == "GatewayFunction" and "OperatorFunction" not in functions:
+        return union("gateway+operator", GATEWAY, OPERATOR)
+    return ROLES[name]
+
+
 _PREFIX_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\*$")
 
 
@@ -204,7 +229,3 @@ def disabled_default_line() -> str:
     """The ``default`` user switched off: a connection that does not AUTH can do nothing."""
     return "user default off resetkeys -@all"
 
-
-__all__ = ["FORBIDDEN", "FUNCTION_ROLES", "ROLES", "SCRIPT_COMMANDS", "Role", "access_string",
-           "acl_file_line", "key_rules", "public_queue_patterns", "queue_key_pattern", "rules",
-           "setuser_args", "worker_command_rules"]
