@@ -41,20 +41,20 @@ class RedisConnection:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisConnection:
-        """Connected as this function's Redis user: from its secret (``redis_auth_secret_arn``:
-        ``{"username", "password"}``, or a bare AUTH token), else ``redis_username`` and
-        ``redis_password`` (``sluice dev``), else the default user."""
+        """Connected as this function's Redis user: ``redis_username`` and ``redis_password`` when
+        a password is given (``sluice dev`` gives each function its user so), else from its secret
+        (``redis_auth_secret_arn``: ``{"username", "password"}``, or a bare AUTH token), else as the
+        default user."""
         arn = settings.redis_auth_secret_arn
         limits = Limits.from_settings(settings)
+        if settings.redis_password is not None:
+            return cls.from_url(settings.redis_url, limits, username=settings.redis_username,
+                                password=settings.redis_password.get_secret_value())
         if not arn:
-            password = settings.redis_password.get_secret_value() if settings.redis_password else None
-            if settings.redis_username and password is None:
+            if settings.redis_username:
                 raise ConfigError("SLUICE_REDIS_USERNAME needs SLUICE_REDIS_PASSWORD or "
                                   "SLUICE_REDIS_AUTH_SECRET_ARN (the user's secret)")
-            if password is None:
-                return cls.from_url(settings.redis_url, limits)
-            return cls.from_url(settings.redis_url, limits, username=settings.redis_username,
-                                password=password)
+            return cls.from_url(settings.redis_url, limits)
         # Credentials that can be read again: after a rotation, WRONGPASS re-reads the secret.
         creds = RotatingToken(lambda: redis_credentials(arn, settings))
         return cls.from_url(settings.redis_url, limits, credential_provider=creds,

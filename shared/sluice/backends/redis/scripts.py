@@ -112,7 +112,8 @@ def translate(exc: Exception) -> SluiceError:
     if isinstance(exc, redis.exceptions.RedisClusterException):
         return BackendUnavailable(f"redis cluster unavailable: {exc}")
     if isinstance(exc, redis.exceptions.AuthenticationError):
-        return BackendUnavailable(f"redis refused the AUTH of this function's credentials (read again once): {exc}")
+        return BackendUnavailable(f"redis refused the AUTH of this function's credentials (read again once): "
+                                  f"{exc}")
     denied = _denied(exc)
     if denied is not None:
         return denied
