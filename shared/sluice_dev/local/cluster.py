@@ -100,7 +100,7 @@ def _start_node(workdir: Path, port: int, log_path: Path | None, aclfile: Path |
     cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
            "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no",
            "--dir", str(workdir), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-           "--cluster-node-timeout", "2000", *(["--aclfile", str(aclfile)] if aclfile else [])]
+           "--cluster-node-timeout", "2000", *(["--aclfile", str(aclfile.resolve())] if aclfile else [])]
     proc = _spawn(cmd, log_path)
     wait_for_port(port, proc=proc)
     return Server("redis-cluster-node", port, proc, log_path, {"url": f"redis://127.0.0.1:{port}/0"})
