@@ -63,13 +63,14 @@ def handler(event: dict[str, Any], context: Any) -> None:
 
 
 def redis_user(secret: str) -> str | None:
-    """The ElastiCache user id a secret belongs to (one of this stack's users, or a team's), else None."""
+    """The ElastiCache user id a secret belongs to (one of this stack's users, or a team's); None
+    for a bare job id key. ValueError for a user of another stack: never rotated into a bare key."""
     if not secret.startswith("{"):
         return None
     user_id = json.loads(secret).get("user_id")
     prefix = os.environ.get("REDIS_USER_ID_PREFIX", "")
     if not prefix or not isinstance(user_id, str) or not user_id.startswith(prefix + "-"):
-        return None
+        raise ValueError(f"the secret names Redis user {user_id!r}, not one of {prefix}-*")
     return user_id
 
 
