@@ -416,6 +416,7 @@ class DevStack:
     def prepare(self, s: Settings, sink_url: str) -> list[Function]:
         """The local Lambda service's functions for servers at ``s``: the template's, with every
         local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
+        self.redis_users = self.redis_users or self._plan_redis_users()  # start() planned them already
         own = {lid: user.env() for lid, user in self.redis_users.items() if not lid.startswith("team:")}
         self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
                                                              self.bindings(s, sink_url), own)
@@ -429,7 +430,9 @@ class DevStack:
             self.team_functions[name] = fn
             self.overrides += rows
         worker = self.function("WorkerFunction")
-        self.settings = deployed.settings_of(worker.env, worker_function_name=WORKER_FUNCTION,
+        # Not the worker's Redis user: this process's own reads (the safety net) are the tooling's.
+        tooling_env = {k: v for k, v in worker.env.items() if k not in deployed.OWN}
+        self.settings = deployed.settings_of(tooling_env, worker_function_name=WORKER_FUNCTION,
                                              lambda_endpoint_url=s.lambda_endpoint_url)
         return self._functions()
 

@@ -3,13 +3,13 @@
 A function's credentials are its ElastiCache RBAC user's (``{"username", "password"}`` in its
 own secret; docs/security.md, "Redis users"), or a bare AUTH token (a deployment before RBAC).
 
-ElastiCache rotates the token with its ROTATE strategy (old and new both valid) and later
-drops the old one (infra/secret_rotation/app.py). A connection opened before the change stays
-authenticated; a new one that offers a stale token meets WRONGPASS. ``RotatingToken`` then
-reads the secret again (through ``sluice.backends.aws.secrets``, via the reader it was given) and offers
-the new token once on the same connection. Retrying is safe: AUTH runs before any command,
-so nothing ran. A second refusal propagates (redis' AuthenticationError, which
-``scripts.translate`` turns into BackendUnavailable).
+The rotation gives the user its new password beside the current one (both valid) and drops
+the older at the next rotation (infra/secret_rotation/app.py). A connection opened before the
+change stays authenticated; a new one that offers a stale password meets WRONGPASS.
+``RotatingToken`` then reads the secret again (through ``sluice.backends.aws.secrets``, via the
+reader it was given) and offers the new credentials once on the same connection. Retrying is
+safe: AUTH runs before any command, so nothing ran. A second refusal propagates (redis'
+AuthenticationError, which ``scripts.translate`` turns into BackendUnavailable).
 """
 
 from __future__ import annotations
