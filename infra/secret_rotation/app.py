@@ -1,30 +1,32 @@
-"""Secrets Manager rotation for Sluice's two secrets: the Redis AUTH token and the job id key.
+"""Secrets Manager rotation for Sluice's secrets: the Redis users' passwords and the job id key.
 
 Secrets Manager calls ``handler`` four times per rotation (``createSecret``, ``setSecret``,
-``testSecret``, ``finishSecret``) with the secret's ARN and the new version's token. Both
-secrets are a bare SecretString of 64 letters and digits (AUTH tokens allow only a few
-punctuation characters), generated here with ``secrets`` so the role needs no
-``GetRandomPassword`` (an action without resources).
+``testSecret``, ``finishSecret``) with the secret's ARN and the new version's token. New
+values are 64 letters and digits (ElastiCache passwords allow only a few punctuation
+characters), generated here with ``secrets`` so the role needs no ``GetRandomPassword`` (an
+action without resources).
 
-- **Job id key**: nothing to set. The gateway and the relay verify with AWSCURRENT and
-  AWSPREVIOUS (``sluice.core.ids`` key ids), so moving the stage is the whole rotation.
-- **Redis AUTH token**: ``setSecret`` adds the new token with ElastiCache's ``ROTATE``
-  strategy, which keeps the old one valid too, and waits for the group to be available again
-  before ``finishSecret`` moves AWSCURRENT. Connections open with the old token stay
-  authenticated; a new connection that meets WRONGPASS re-reads the secret and retries once
-  (``sluice.backends.redis.auth``). A group already holding two tokens is first ``SET`` to the current
-  one, so at most two tokens are ever live. ``testSecret`` cannot AUTH from here (this function
-  runs outside the VPC, where the ElastiCache and Secrets Manager APIs are; Redis is not), so it
-  checks that the group reports the token change complete.
+- **Job id key** (a bare SecretString): nothing to set. The gateway and the relay verify with
+  AWSCURRENT and AWSPREVIOUS (``sluice.core.ids`` key ids), so moving the stage is the whole rotation.
+- **A Redis user's password** (ElastiCache RBAC, one user per function and per team;
+  ``{"username", "user_id", "password"}``, a ``user_id`` under ``REDIS_USER_ID_PREFIX``):
+  ``setSecret`` gives the user two passwords, the current one and the pending one
+  (ElastiCache users hold up to two), and waits for the user to be active again before
+  ``finishSecret`` moves AWSCURRENT. The next rotation replaces the older of the two, so at
+  most two are ever live. Connections open with the old password stay authenticated; a new
+  connection that meets WRONGPASS re-reads the secret and retries once
+  (``sluice.backends.redis.auth``). ``testSecret`` cannot AUTH from here (this function runs
+  outside the VPC, where the ElastiCache and Secrets Manager APIs are; Redis is not), so it
+  checks that the user reports the change complete.
 
-This function cannot run in the local stack (moto has no ElastiCache modify/rotation); its
-wiring is checked by tests/infra/test_template.py, and docs/deploy.md says how to watch a real
-rotation. Environment: ``REDIS_SECRET_ARN`` and ``REPLICATION_GROUP_ID`` name the Redis pair;
-any other secret is treated as a job id key.
+This function cannot run in the local stack (moto has no ElastiCache users); its wiring is
+checked by tests/infra/test_template_security.py, and docs/deploy.md says how to watch a real
+rotation.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import string
@@ -33,7 +35,7 @@ from typing import Any
 
 ALPHABET = string.ascii_letters + string.digits
 LENGTH = 64
-WAIT_S = 280  # ElastiCache applies a token change in a few minutes; three waits fit in 900 s
+WAIT_S = 280  # ElastiCache applies a user change in a few minutes; three waits fit in 900 s
 
 
 def handler(event: dict[str, Any], context: Any) -> None:
@@ -46,53 +48,65 @@ def handler(event: dict[str, Any], context: Any) -> None:
         raise ValueError(f"version {token} is not a version of {arn}")
     if "AWSCURRENT" in versions[token]:
         return  # already rotated: Secrets Manager retries steps
-    is_redis = arn == os.environ.get("REDIS_SECRET_ARN")
+    current = sm.get_secret_value(SecretId=arn, VersionStage="AWSCURRENT")["SecretString"]
+    user = redis_user(current)
     if step == "createSecret":
-        _create(sm, arn, token)
-    elif step == "setSecret" and is_redis:
-        _set_redis(sm, arn, token)
-    elif step == "testSecret" and is_redis:
-        _wait_available(boto3.client("elasticache"))
+        _create(sm, arn, token, current)
+    elif step == "setSecret" and user is not None:
+        _set_redis_user(sm, arn, token, user, current)
+    elif step == "testSecret" and user is not None:
+        _wait_active(boto3.client("elasticache"), user)
     elif step == "finishSecret":
-        current = next(v for v, stages in versions.items() if "AWSCURRENT" in stages)
+        current_version = next(v for v, stages in versions.items() if "AWSCURRENT" in stages)
         sm.update_secret_version_stage(SecretId=arn, VersionStage="AWSCURRENT", MoveToVersionId=token,
-                                       RemoveFromVersionId=current)
+                                       RemoveFromVersionId=current_version)
 
 
-def _create(sm: Any, arn: str, token: str) -> None:
+def redis_user(secret: str) -> str | None:
+    """The ElastiCache user id a secret belongs to (one of this stack's users, or a team's); None
+    for a bare job id key. ValueError for a user of another stack: never rotated into a bare key."""
+    if not secret.startswith("{"):
+        return None
+    user_id = json.loads(secret).get("user_id")
+    prefix = os.environ.get("REDIS_USER_ID_PREFIX", "")
+    if not prefix or not isinstance(user_id, str) or not user_id.startswith(prefix + "-"):
+        raise ValueError(f"the secret names Redis user {user_id!r}, not one of {prefix}-*")
+    return user_id
+
+
+def new_value(current: str) -> str:
+    """The pending version: a new password (and the same user) or a new bare key."""
+    password = "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+    if redis_user(current) is None:
+        return password
+    return json.dumps({**json.loads(current), "password": password})
+
+
+def _create(sm: Any, arn: str, token: str, current: str) -> None:
     try:
         sm.get_secret_value(SecretId=arn, VersionId=token, VersionStage="AWSPENDING")
     except sm.exceptions.ResourceNotFoundException:
-        value = "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
-        sm.put_secret_value(SecretId=arn, ClientRequestToken=token, SecretString=value,
+        sm.put_secret_value(SecretId=arn, ClientRequestToken=token, SecretString=new_value(current),
                             VersionStages=["AWSPENDING"])
 
 
-def _set_redis(sm: Any, arn: str, token: str) -> None:
+def _set_redis_user(sm: Any, arn: str, token: str, user: str, current: str) -> None:
     import boto3
 
     ec = boto3.client("elasticache")
-    group = os.environ["REPLICATION_GROUP_ID"]
-    current = sm.get_secret_value(SecretId=arn, VersionStage="AWSCURRENT")["SecretString"]
     pending = sm.get_secret_value(SecretId=arn, VersionId=token, VersionStage="AWSPENDING")["SecretString"]
-    _wait_available(ec)
-    # Drop any token older than the current one, then add the pending one beside it.
-    ec.modify_replication_group(ReplicationGroupId=group, AuthToken=current, AuthTokenUpdateStrategy="SET",
-                                ApplyImmediately=True)
-    _wait_available(ec)
-    ec.modify_replication_group(ReplicationGroupId=group, AuthToken=pending, AuthTokenUpdateStrategy="ROTATE",
-                                ApplyImmediately=True)
-    _wait_available(ec)
+    _wait_active(ec, user)
+    # Both stay valid until the next rotation replaces the older one: functions re-read on WRONGPASS.
+    ec.modify_user(UserId=user, Passwords=[json.loads(current)["password"], json.loads(pending)["password"]])
+    _wait_active(ec, user)
 
 
-def _wait_available(ec: Any) -> None:
-    group = os.environ["REPLICATION_GROUP_ID"]
+def _wait_active(ec: Any, user: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while True:
-        (found,) = ec.describe_replication_groups(ReplicationGroupId=group)["ReplicationGroups"]
-        pending = found.get("PendingModifiedValues", {}).get("AuthTokenStatus")
-        if found["Status"] == "available" and not pending:
+        (found,) = ec.describe_users(UserId=user)["Users"]
+        if found["Status"] == "active":
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"replication group {group} still {found['Status']} after {WAIT_S} s")
+            raise TimeoutError(f"ElastiCache user {user} still {found['Status']} after {WAIT_S} s")
         time.sleep(10)

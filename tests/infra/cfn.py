@@ -156,9 +156,7 @@ def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
     done: dict[str, bool] = {}
 
     def value(v: Any) -> Any:
-        if isinstance(v, dict) and set(v) == {"Ref"}:
-            return params[v["Ref"]]
-        return v
+        return _condition_value(v, params)
 
     def truth(expr: Any) -> bool:
         (fn, args), = expr.items()
@@ -182,6 +180,18 @@ def conditions(doc: dict[str, Any], params: dict[str, Any]) -> dict[str, bool]:
     for name in doc.get("Conditions", {}):
         named(name)
     return done
+
+
+def _condition_value(v: Any, params: dict[str, Any]) -> Any:
+    """A parameter Ref's value, or a Fn::Join of such (e.g. a CommaDelimitedList joined: empty or not)."""
+    if isinstance(v, dict) and set(v) == {"Ref"}:
+        return params[v["Ref"]]
+    if isinstance(v, dict) and set(v) == {"Fn::Join"}:
+        sep, parts = v["Fn::Join"]
+        parts = _condition_value(parts, params)
+        items = parts if isinstance(parts, list) else [parts]
+        return sep.join(str(_condition_value(p, params)) for p in items)
+    return v
 
 
 def resolve(value: Any, conds: dict[str, bool]) -> Any:

@@ -111,13 +111,11 @@ def test_redis_is_encrypted_multi_az_with_a_generated_auth_token(shards: int) ->
     else:
         replicas = p["ReplicasPerNodeGroup"]
         assert T["Parameters"][replicas["Ref"]]["MinValue"] >= 1, "failover needs a replica per shard"
-    secret = re.fullmatch(r"\{\{resolve:secretsmanager:\$\{(\w+)\}\}\}", p["AuthToken"]["Fn::Sub"])
-    assert secret, p["AuthToken"]
-    assert RES[secret.group(1)]["Type"] == "AWS::SecretsManager::Secret"
-    assert "GenerateSecretString" in props(secret.group(1))
-    # The functions are told where the token is, and only they may read it.
+    # Issue 27: no shared AUTH token; each function AUTHs as its own ElastiCache user
+    # (tests/infra/test_template_redis_users.py).
+    assert "AuthToken" not in p and p["UserGroupIds"] == [{"Ref": "RedisUserGroup"}]
     env = T["Globals"]["Function"]["Environment"]["Variables"]
-    assert env["SLUICE_REDIS_AUTH_SECRET_ARN"] == {"Ref": secret.group(1)}
+    assert "SLUICE_REDIS_AUTH_SECRET_ARN" not in env
     conds = cfn.conditions(T, cfn.parameters(T, RedisShards=shards))
     url = cfn.resolve(env["SLUICE_REDIS_URL"], conds)["Fn::Sub"]
     assert url.startswith("rediss://" if shards == 1 else "rediss+cluster://"), "TLS is required by the group"
@@ -148,9 +146,9 @@ def test_n_shards_with_m_replicas_use_cluster_mode_and_the_configuration_endpoin
                                                           "maxmemory-policy": "noeviction"}
     assert cluster_params["Properties"]["CacheParameterGroupFamily"] == props("RedisParameters")[
         "CacheParameterGroupFamily"]
-    # The same security as one shard: TLS required, AUTH from the secret, encrypted at rest.
+    # The same security as one shard: TLS required, RBAC users, encrypted at rest.
     assert (p["TransitEncryptionMode"], p["AtRestEncryptionEnabled"]) == ("required", True)
-    assert p["AuthToken"] == redis_group()["AuthToken"]
+    assert p["UserGroupIds"] == redis_group()["UserGroupIds"] and "AuthToken" not in p
     assert p["SecurityGroupIds"] == redis_group()["SecurityGroupIds"]
     endpoint = "${RedisGroup.ConfigurationEndPoint.Address}:${RedisGroup.ConfigurationEndPoint.Port}/0"
     env = T["Globals"]["Function"]["Environment"]["Variables"]

@@ -21,10 +21,17 @@ def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ item 8: secrets rotate
 
 
-def test_both_secrets_rotate_on_a_schedule_through_the_rotation_function() -> None:
+REDIS_USER_SECRETS = {"RedisRelayUserSecret", "RedisGatewayUserSecret", "RedisOperatorUserSecret",
+                      "RedisWorkerUserSecret"}
+USER_PREFIX = {"Fn::Join": ["-", ["sluice", {"Fn::Select": [0, {"Fn::Split": ["-", {"Fn::Select": [
+    2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}]}]}]]}
+
+
+def test_every_secret_rotates_on_a_schedule_through_the_rotation_function() -> None:
+    """Issue 27: the Redis users' passwords (one user per function) rotate as the AUTH token did."""
     schedules = {p["Properties"]["SecretId"]["Ref"]: p for p in
                  cfn.resources(T, "AWS::SecretsManager::RotationSchedule").values()}
-    assert set(schedules) == {"RedisAuthSecret", "JobIdSecret"}
+    assert set(schedules) == REDIS_USER_SECRETS | {"JobIdSecret"}
     for schedule in schedules.values():
         p = schedule["Properties"]
         assert cfn.is_getatt(p["RotationLambdaARN"], "SecretRotationFunction", "Arn")
@@ -36,22 +43,25 @@ def test_both_secrets_rotate_on_a_schedule_through_the_rotation_function() -> No
     assert permission["SourceAccount"] == {"Ref": "AWS::AccountId"}
     fn = props("SecretRotationFunction")
     assert fn["CodeUri"] == "infra/secret_rotation/" and fn["Handler"] == "app.handler"
-    assert fn["Environment"]["Variables"] == {"REDIS_SECRET_ARN": {"Ref": "RedisAuthSecret"},
-                                              "REPLICATION_GROUP_ID": {"Ref": "RedisGroup"}}
+    assert fn["Environment"]["Variables"] == {"REDIS_USER_ID_PREFIX": USER_PREFIX}
 
 
-def test_the_rotation_function_may_touch_only_the_two_secrets_and_the_redis_group() -> None:
+def test_the_rotation_function_may_touch_only_the_secrets_and_the_redis_users() -> None:
     statements = _statements(_function_roles()["SecretRotationFunction"])
     by_action = {a: s["Resource"] for s in statements for a in s["Action"] if not a.startswith("logs:")}
-    secrets = [{"Ref": "RedisAuthSecret"}, {"Ref": "JobIdSecret"}]
+    secrets = [{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+                           "sluice/${AWS::StackName}/redis/*"}, {"Ref": "JobIdSecret"}]
     for action in ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue",
                    "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage"):
         assert by_action.pop(action) == secrets, action
-    group = {"Fn::Sub": "arn:${AWS::Partition}:elasticache:${AWS::Region}:${AWS::AccountId}"
-                        ":replicationgroup:${RedisGroup}"}
-    assert by_action.pop("elasticache:ModifyReplicationGroup") == group
-    assert by_action.pop("elasticache:DescribeReplicationGroups") == group
+    users = {"Fn::Sub": ["arn:${AWS::Partition}:elasticache:${AWS::Region}:${AWS::AccountId}"
+                         ":user:${Prefix}-*", {"Prefix": USER_PREFIX}]}
+    assert by_action.pop("elasticache:ModifyUser") == users
+    assert by_action.pop("elasticache:DescribeUsers") == users
     assert by_action == {}
+    for name in REDIS_USER_SECRETS | {"RedisDefaultUserSecret"}:  # all under the rotation's name prefix
+        assert props(name)["Name"] == {"Fn::Sub": "sluice/${AWS::StackName}/redis/"
+                                                  + props(name)["Name"]["Fn::Sub"].rpartition("/")[2]}
 
 
 def test_only_the_rotation_function_writes_a_secret() -> None:
@@ -61,14 +71,16 @@ def test_only_the_rotation_function_writes_a_secret() -> None:
                       and a not in ("secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret")]
             assert not writes or name == "SecretRotationFunction", (name, writes)
             if writes:
-                assert "RedisAuthSecret" in json.dumps(statement["Resource"])
+                assert "/redis/*" in json.dumps(statement["Resource"])
 
 
 def test_the_rotation_handler_knows_every_step() -> None:
     source = (cfn.ROOT / "infra/secret_rotation/app.py").read_text()
     for step in ("createSecret", "setSecret", "testSecret", "finishSecret"):
         assert f'"{step}"' in source, step
-    assert '"ROTATE"' in source  # the old Redis token stays valid while functions re-read
+    # The old password stays valid beside the new one while functions re-read their secret.
+    both = 'Passwords=[json.loads(current)["password"], json.loads(pending)["password"]]'
+    assert f"modify_user(UserId=user, {both})" in source
     assert RES["RedisGroup"]["Properties"]["TransitEncryptionMode"] == "required"
 
 

@@ -161,6 +161,51 @@ def test_sluice_queues_and_routes_show_each_queues_route(stack: tuple[DevStack, 
     assert "ghost" not in out.stdout
 
 
+def test_a_teams_redis_credentials_get_noperm_on_another_teams_queue_keys(
+        stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """Issue 27, item 2: ``sluice dev --worker`` runs Redis with the ACL users of ElastiCache RBAC.
+    Team "words" connects as its own user, whose keys are its queues' alone: NOPERM (NotPermitted
+    through the adapter) on the default worker's queue, on Sluice's own, on FLUSHALL and KEYS."""
+    import redis
+
+    from sluice.backends.redis.connection import RedisConnection
+    from sluice.backends.redis.keys import QueueKeys
+    from sluice.backends.redis.queue import RedisJobQueue
+    from sluice.core.config import Settings
+    from sluice.core.errors import NotPermitted
+
+    dev, endpoints = stack
+    env = dev.team_functions["words"].env
+    user, password = env["SLUICE_REDIS_USERNAME"], env["SLUICE_REDIS_PASSWORD"]
+    assert user == "sluice-worker-words" and endpoints["redis_users"][user] == "worker"
+    assert endpoints["redis_users"]["sluice-relay"] == "relay"
+    admin = redis.Redis.from_url(endpoints["redis_url"], decode_responses=True)
+    connected = {c["user"] for c in admin.client_list()}
+    assert {"sluice-relay", "sluice-worker", "sluice-worker-words"} <= connected  # each as its own user
+    echo = QueueKeys("echo")  # the default worker's queue
+    admin.hset(echo.job("theirs"), "p", "{}")
+    before = admin.dbsize()
+    words = RedisJobQueue(RedisConnection.from_settings(Settings(redis_url=endpoints["redis_url"],
+                                                                 redis_username=user,
+                                                                 redis_password=password)))  # type: ignore[arg-type]
+    try:
+        assert isinstance(words.lease("word-count", 1), list)  # its own queue: allowed
+        raw = words.conn.client
+        for call in (lambda: raw.lpush(echo.wake, "x"), lambda: raw.hget(echo.job("theirs"), "p"),
+                     lambda: raw.delete(echo.job("theirs")), lambda: raw.flushall(), lambda: raw.keys("*")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                call()
+        for call in (lambda: words.lease("echo", 1), lambda: words.lease("sluice-relay", 1),
+                     lambda: words.ack("echo", "theirs", 1)):
+            with pytest.raises(NotPermitted):
+                call()
+        assert admin.dbsize() == before and admin.hget(echo.job("theirs"), "p") == "{}"
+    finally:
+        admin.delete(echo.job("theirs"))
+        words.close()
+        admin.close()
+
+
 def test_two_workers_claiming_one_queue_stop_the_stack_from_starting(tmp_path: Path) -> None:
     dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
                               team_workers=(("copycat", "sluice_dev.examples"),)))

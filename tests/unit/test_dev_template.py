@@ -289,3 +289,24 @@ def test_built_functions_refuse_a_handlers_module_of_the_dev_tooling(tmp_path: P
         DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build"))
     DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build", handlers=None))  # the template's
     DevStack(DevOptions(state_dir=tmp_path, artifacts=tmp_path / "build", handlers="jobs"))  # the team's own
+
+
+def test_each_local_function_connects_as_its_own_redis_user(tmp_path: Path) -> None:
+    """Issue 27: ``sluice dev`` gives each function its ACL user (as ElastiCache RBAC does), each
+    ``--worker`` team a user for the queues routed to it; its own process keeps the tooling's."""
+    from sluice.backends.redis import acl
+
+    dev, functions = _prepared(CASES["sluice dev --worker words=sluice_dev.examples_team"](tmp_path))
+    users = {f.name: f.env.get("SLUICE_REDIS_USERNAME") for f in functions.values()}
+    assert users == {"sluice-gateway": "sluice-gateway", "sluice-relay": "sluice-relay",
+                     "sluice-worker": "sluice-worker", "sluice-worker-words": "sluice-worker-words"}
+    passwords = {f.env["SLUICE_REDIS_PASSWORD"] for f in functions.values()}
+    assert len(passwords) == len(functions)  # one each
+    words = dev.redis_users["team:words"]
+    from sluice.entry.worker import load_app
+
+    handlers = load_app("sluice_dev.examples_team").handlers
+    assert words.role is acl.WORKER and words.queues == tuple(sorted(handlers))
+    assert dev.redis_users["RelayFunction"].role is acl.RELAY
+    assert dev.settings is not None and dev.settings.redis_password is None
+    assert dev.settings.redis_username is None

@@ -38,7 +38,12 @@ class Settings(BaseModel):
     # redis+cluster:// or rediss+cluster:// for cluster mode (the configuration endpoint).
     redis_url: str = Field(default="redis://127.0.0.1:6379/0",
                            pattern=r"(?i)^rediss?(\+cluster)?://[^/\s]+(/\d*)?(\?\S*)?$")
+    # This function's Redis user (ElastiCache RBAC; docs/security.md, "Redis users"): its secret
+    # holds {"username", "password"} (a bare string: a pre-RBAC AUTH token). Locally (sluice dev)
+    # the user and its password are given directly.
     redis_auth_secret_arn: str | None = None
+    redis_username: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+    redis_password: SecretStr | None = None
 
     # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.
     kafka_bootstrap: str = "127.0.0.1:9092"

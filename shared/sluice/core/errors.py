@@ -159,6 +159,14 @@ class BackendUnavailable(SluiceError):
     code = "UNAVAILABLE"
 
 
+class NotPermitted(SluiceError):
+    """A backend refused the call for this function's credentials: its Redis user's key patterns
+    or commands do not cover it (Redis NOPERM; ElastiCache RBAC, docs/security.md "Redis users").
+    Not retried: the same credentials are refused again."""
+
+    code = "NOT_PERMITTED"
+
+
 class IdempotencyConflict(SluiceError):
     """The idempotency key was reused with a different request body."""
 

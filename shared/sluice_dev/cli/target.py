@@ -4,8 +4,9 @@ Resolution, for every command:
 
 - HTTP (enqueue, status, cancel): ``--api-url`` / ``SLUICE_API_URL`` (a deployed API,
   SigV4-signed unless ``SLUICE_API_KEY`` is set), else the local stack's gateway;
-- Redis (queues, queue, dlq, top): ``SLUICE_REDIS_URL`` (with the rest of ``SLUICE_*``,
-  e.g. ``SLUICE_REDIS_AUTH_SECRET_ARN``), else the local stack's Redis;
+- Redis (queues, queue, dlq, top): ``SLUICE_REDIS_URL`` (with the rest of ``SLUICE_*``, e.g.
+  ``SLUICE_REDIS_AUTH_SECRET_ARN=sluice/<stack>/redis/operator``: the operator's Redis user,
+  docs/security.md "Redis users"), else the local stack's Redis;
 - DynamoDB (status without any API): ``SLUICE_JOBS_TABLE`` and the usual AWS settings;
 - Kafka (a redrive appends the job's record again): ``SLUICE_KAFKA_BOOTSTRAP``.
 

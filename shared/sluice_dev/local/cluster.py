@@ -38,6 +38,7 @@ class Cluster:
     nodes: list[Server]
     workdir: Path
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    aclfile: Path | None = None  # the Redis users every node loads (sluice_dev.local.redis_users)
 
     @property
     def url(self) -> str:
@@ -62,7 +63,7 @@ class Cluster:
         """Kill node ``index`` (SIGKILL) and start it again on its port: same id and slots, no data."""
         old = self.nodes[index]
         old.kill()
-        self.nodes[index] = _start_node(self.workdir / f"node{index}", old.port, old.log_path)
+        self.nodes[index] = _start_node(self.workdir / f"node{index}", old.port, old.log_path, self.aclfile)
         wait_healthy(self.nodes, len(self.nodes), timeout)
 
 
@@ -94,12 +95,12 @@ def _client(port: int):  # type: ignore[no-untyped-def]
     return redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5.0)
 
 
-def _start_node(workdir: Path, port: int, log_path: Path | None) -> Server:
+def _start_node(workdir: Path, port: int, log_path: Path | None, aclfile: Path | None = None) -> Server:
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
            "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no",
            "--dir", str(workdir), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-           "--cluster-node-timeout", "2000"]
+           "--cluster-node-timeout", "2000", *(["--aclfile", str(aclfile.resolve())] if aclfile else [])]
     proc = _spawn(cmd, log_path)
     wait_for_port(port, proc=proc)
     return Server("redis-cluster-node", port, proc, log_path, {"url": f"redis://127.0.0.1:{port}/0"})
@@ -123,7 +124,7 @@ def wait_healthy(nodes: list[Server], n: int, timeout: float = 20.0) -> None:
 
 
 def start_cluster(masters: int = 3, workdir: Path | None = None, log_dir: Path | None = None,
-                  timeout: float = 30.0) -> Cluster:
+                  timeout: float = 30.0, aclfile: Path | None = None) -> Cluster:
     """``masters`` redis-servers on free ports forming one cluster; ``Cluster.stop`` ends them."""
     import tempfile
 
@@ -133,7 +134,7 @@ def start_cluster(masters: int = 3, workdir: Path | None = None, log_dir: Path |
     try:
         for i in range(masters):
             log = log_dir / f"redis-node{i}.log" if log_dir else None
-            nodes.append(_start_node(root / f"node{i}", free_node_port(), log))
+            nodes.append(_start_node(root / f"node{i}", free_node_port(), log, aclfile))
         for s, (first, last) in zip(nodes, ranges, strict=True):
             with _client(s.port) as c:
                 c.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
@@ -145,4 +146,4 @@ def start_cluster(masters: int = 3, workdir: Path | None = None, log_dir: Path |
         for s in nodes:
             s.stop()
         raise
-    return Cluster(nodes, root, ranges)
+    return Cluster(nodes, root, ranges, aclfile)

@@ -45,7 +45,11 @@ BINDINGS: dict[str, str] = {
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",
-    "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the local redis-server has no AUTH token",
+    "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the function's Redis user is given as SLUICE_REDIS_USERNAME "
+                                    "and SLUICE_REDIS_PASSWORD (no Secrets Manager)",
+    "SLUICE_REDIS_USERNAME": "the function's own ACL user on the local redis-server (its ElastiCache user in "
+                             "AWS, whose name its secret holds; sluice_dev.local.redis_users)",
+    "SLUICE_REDIS_PASSWORD": "that user's password, new at every start (its secret in AWS)",
     "SLUICE_JOB_ID_SECRET_ARN": "dropped: the key is given as SLUICE_JOB_ID_SECRET (no Secrets Manager)",
     "SLUICE_JOB_ID_SECRET": "the stack's job id key, in place of SLUICE_JOB_ID_SECRET_ARN",
     "SLUICE_AWS_ENDPOINT_URL": "the moto server (DynamoDB, S3)",
@@ -54,6 +58,8 @@ BINDINGS: dict[str, str] = {
     "SLUICE_EXAMPLES_SINK_URL": "the local fencing-aware sink of the notify example",
     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "set by Lambda itself from MemorySize",
 }
+# A function's own bindings (``plan``'s ``own``): where the template names its Redis user's secret.
+OWN = ("SLUICE_REDIS_USERNAME", "SLUICE_REDIS_PASSWORD")
 # The bindings every local function gets, whatever its template environment says.
 LOCAL_ONLY = ("SLUICE_AWS_ENDPOINT_URL", "SLUICE_LAMBDA_ENDPOINT_URL", "SLUICE_HISTORY_PATH",
               "SLUICE_EXAMPLES_SINK_URL", "SLUICE_JOB_ID_SECRET")
@@ -102,26 +108,29 @@ def _text(v: Any) -> str:
     return "(unset)" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def plan(deploy: DeployConfig, changes: LocalChanges,
-         bindings: Mapping[str, str]) -> tuple[list[LocalFunction], list[Override]]:
+def plan(deploy: DeployConfig, changes: LocalChanges, bindings: Mapping[str, str],
+         own: Mapping[str, Mapping[str, str]] | None = None) -> tuple[list[LocalFunction], list[Override]]:
     """The local functions and every override. ConfigError for a template value the local stack
-    cannot honour (a resource it has no binding for, a schedule it cannot run)."""
+    cannot honour (a resource it has no binding for, a schedule it cannot run). ``own``: bindings
+    of one function each (logical id -> variable -> value: its Redis user's credentials)."""
     functions, overrides = [], []
     for logical_id, name in NAMES.items():
         cfg = deploy.functions.get(logical_id)
         if cfg is None:
             raise ConfigError(f"{deploy.path} has no {logical_id}")
-        fn, rows = _one(cfg, name, changes, bindings)
+        fn, rows = _one(cfg, name, changes, {**bindings, **(own or {}).get(logical_id, {})})
         functions.append(fn)
         overrides += rows
     return functions, overrides
 
 
 def plan_team(cfg: FunctionConfig, team: str, name: str, changes: LocalChanges,
-              bindings: Mapping[str, str]) -> tuple[LocalFunction, list[Override]]:
+              bindings: Mapping[str, str], own: Mapping[str, str] | None = None,
+              ) -> tuple[LocalFunction, list[Override]]:
     """A team's worker function ``name`` (infra/worker.yaml, ``sluice dev --worker``), from its own
-    template the same way: ``changes`` keyed by its logical id; override rows say which team's."""
-    fn, rows = _one(cfg, name, changes, bindings)
+    template the same way: ``changes`` keyed by its logical id; override rows say which team's.
+    ``own``: its own bindings (its team's Redis user)."""
+    fn, rows = _one(cfg, name, changes, {**bindings, **(own or {})})
     return fn, [Override(f"{r.function}[{team}]", r.field, r.template, r.local, r.reason) for r in rows]
 
 
@@ -173,7 +182,7 @@ def _env(cfg: FunctionConfig, bindings: Mapping[str, str]) -> dict[str, str]:
     unknown = sorted(set(bindings) - set(BINDINGS))
     if unknown:
         raise ConfigError(f"not known local bindings: {', '.join(unknown)}")
-    env |= {var: bindings[var] for var in LOCAL_ONLY if var in bindings and var not in cfg.env}
+    env |= {var: bindings[var] for var in (*LOCAL_ONLY, *OWN) if var in bindings and var not in cfg.env}
     return env
 
 

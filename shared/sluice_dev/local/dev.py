@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, Any, Final
 from sluice.core.config import Settings
 from sluice.core.errors import ConfigError
 from sluice.core.models import is_reserved_queue
-from sluice_dev.local import deployed, servers
+from sluice_dev.local import deployed, redis_users, servers
 from sluice_dev.local.api_server import LOCAL_OPERATOR
 from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
 from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
+from sluice_dev.local.redis_users import LocalRedisUser
 from sluice_dev.local.sink import FencedSink
 from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
 from sluice_dev.local.template import TEMPLATE, DeployConfig, load
@@ -191,6 +192,8 @@ class DevStack:
         self.sink: FencedSink | None = None
         self.endpoints: dict[str, Any] = {}
         self.routes: list[str] = []  # "pattern -> function" registered at start (with --worker)
+        # Each function's Redis ACL user (logical id, or team:<name>), as ElastiCache RBAC in AWS.
+        self.redis_users: dict[str, LocalRedisUser] = {}
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self.schedules: LocalScheduler | None = None  # EventBridge Scheduler's part (issue 17)
@@ -219,6 +222,8 @@ class DevStack:
                                         history_path=str(history) if history
                                         else o.settings.get("history_path"))
             self._log_to_file()
+            self.redis_users = self._plan_redis_users()
+            self.stack.redis_users = list(self.redis_users.values())
             progress("starting redis, moto and the Kafka broker")
             s = self.stack.start_servers(base)
             self.sink = FencedSink().start()
@@ -267,6 +272,8 @@ class DevStack:
                 "routes_table": s.routes_table,
                 "tansu": "tansu" in self.stack.servers,
                 "events_queue_url": events_queue,
+                "redis_users": {u.username: u.role.name for u in self.redis_users.values()},
+                "redis_default_user": redis_users.DEFAULT_USER_WHY,
             }
             self.stack.write_endpoints(self.endpoints)
             self.endpoints = {**self.endpoints, **self._written()}
@@ -310,6 +317,16 @@ class DevStack:
     @property
     def default_module(self) -> str:
         return self.deploy.functions["WorkerFunction"].concrete_env()["SLUICE_HANDLERS_MODULE"]
+
+    def _plan_redis_users(self) -> dict[str, LocalRedisUser]:
+        """A Redis user per function that reads Redis, and per team one whose keys are the queues
+        of its handlers (the queues routed to it), as template.yaml and infra/team.yaml create them."""
+        from sluice.entry.worker import load_app
+
+        functions = {lid: name for lid, name in deployed.NAMES.items() if lid in self.deploy.functions}
+        teams = {team: (team_function_name(team), sorted(load_app(module).handlers))
+                 for team, (module, _deploy) in self.teams.items()}
+        return redis_users.plan(functions, teams)
 
     def _first_queue(self, team: str) -> str:
         from sluice.entry.worker import load_app
@@ -403,17 +420,23 @@ class DevStack:
     def prepare(self, s: Settings, sink_url: str) -> list[Function]:
         """The local Lambda service's functions for servers at ``s``: the template's, with every
         local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
+        self.redis_users = self.redis_users or self._plan_redis_users()  # start() planned them already
+        own = {lid: user.env() for lid, user in self.redis_users.items() if not lid.startswith("team:")}
         self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
-                                                             self.bindings(s, sink_url))
+                                                             self.bindings(s, sink_url), own)
         self.team_functions = {}
         for name, (_module, deploy) in self.teams.items():
             cfg = deploy.functions[team_function_id(deploy)]
+            user = self.redis_users.get(f"team:{name}")
             fn, rows = deployed.plan_team(cfg, name, team_function_name(name),
-                                          self.team_changes(cfg.logical_id, s), self.bindings(s, sink_url))
+                                          self.team_changes(cfg.logical_id, s), self.bindings(s, sink_url),
+                                          user.env() if user else None)
             self.team_functions[name] = fn
             self.overrides += rows
         worker = self.function("WorkerFunction")
-        self.settings = deployed.settings_of(worker.env, worker_function_name=WORKER_FUNCTION,
+        # Not the worker's Redis user: this process's own reads (the safety net) are the tooling's.
+        tooling_env = {k: v for k, v in worker.env.items() if k not in deployed.OWN}
+        self.settings = deployed.settings_of(tooling_env, worker_function_name=WORKER_FUNCTION,
                                              lambda_endpoint_url=s.lambda_endpoint_url)
         return self._functions()
 

@@ -113,11 +113,15 @@ def _spawn(cmd: list[str], log_path: Path | None,
                             env={**os.environ, **(env or {})}, start_new_session=True)
 
 
-def start_redis(port: int | None = None, workdir: Path | None = None, log_path: Path | None = None) -> Server:
-    """A throwaway redis-server: no RDB snapshots, no AOF, so a restart loses everything."""
+def start_redis(port: int | None = None, workdir: Path | None = None, log_path: Path | None = None,
+                aclfile: Path | None = None) -> Server:
+    """A throwaway redis-server: no RDB snapshots, no AOF, so a restart loses everything.
+    ``aclfile``: its users (``sluice_dev.local.redis_users``), loaded again at every restart."""
     port = port or free_port()
     cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
            "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
+    if aclfile is not None:
+        cmd += ["--aclfile", str(aclfile.resolve())]
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         cmd += ["--dir", str(workdir)]

@@ -25,8 +25,9 @@ from pydantic import SecretStr
 
 from sluice.core.config import Settings
 from sluice.core.errors import SluiceError
-from sluice_dev.local import motoserver, servers
+from sluice_dev.local import motoserver, redis_users, servers
 from sluice_dev.local.cluster import Cluster, start_cluster
+from sluice_dev.local.redis_users import LocalRedisUser
 from sluice_dev.local.servers import Server
 
 STATE_DIR = Path(".sluice")
@@ -112,6 +113,7 @@ class Stack:
     servers: dict[str, servers.Server] = field(default_factory=dict)
     cluster: Cluster | None = None
     settings: Settings | None = None
+    redis_users: list[LocalRedisUser] = field(default_factory=list)  # each function's ACL user (redis_users)
     _lock_fd: int | None = field(default=None, repr=False)
 
     def claim(self) -> None:
@@ -196,11 +198,19 @@ class Stack:
     def _start_redis(self) -> Server:
         """redis-server, or with ``redis_shards`` above 1 a cluster (its first master returned)."""
         logs = self.state_dir / "logs"
+        aclfile = self._aclfile()
         if self.redis_shards <= 1:
-            return servers.start_redis(workdir=self.state_dir / "redis", log_path=logs / "redis.log")
+            return servers.start_redis(workdir=self.state_dir / "redis", log_path=logs / "redis.log",
+                                       aclfile=aclfile)
         self.cluster = start_cluster(self.redis_shards, workdir=self.state_dir / "redis-cluster",
-                                     log_dir=logs)
+                                     log_dir=logs, aclfile=aclfile)
         return self.cluster.nodes[0]
+
+    def _aclfile(self) -> Path | None:
+        """The Redis users' aclfile (None without users: the default user alone, as before)."""
+        if not self.redis_users:
+            return None
+        return redis_users.acl_file(self.state_dir / "redis-users.acl", self.redis_users)
 
     def _name_shards(self) -> None:
         """Every master of the cluster in ``servers`` (``redis``, ``redis-1``, ...): stopped with the rest."""
@@ -227,7 +237,8 @@ class Stack:
         old = self.servers["redis"]
         old.kill()
         self.servers["redis"] = servers.start_redis(old.port, workdir=self.state_dir / "redis",
-                                                    log_path=self.state_dir / "logs" / "redis.log")
+                                                    log_path=self.state_dir / "logs" / "redis.log",
+                                                    aclfile=self._aclfile())
 
     def write_endpoints(self, extra: dict[str, Any]) -> Path:
         assert self.settings is not None

@@ -18,7 +18,7 @@ from sluice.backends.redis.client import connect
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import REDIS_ERRORS, Scripts, translate
 from sluice.core.config import Settings
-from sluice.core.errors import SluiceError
+from sluice.core.errors import ConfigError, SluiceError
 from sluice.core.limits import Limits
 from sluice.core.models import validate_queue_name
 
@@ -41,14 +41,24 @@ class RedisConnection:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisConnection:
+        """Connected as this function's Redis user: ``redis_username`` and ``redis_password`` when
+        a password is given (``sluice dev`` gives each function its user so), else from its secret
+        (``redis_auth_secret_arn``: ``{"username", "password"}``, or a bare AUTH token), else as the
+        default user."""
         arn = settings.redis_auth_secret_arn
         limits = Limits.from_settings(settings)
+        if settings.redis_password is not None:
+            return cls.from_url(settings.redis_url, limits, username=settings.redis_username,
+                                password=settings.redis_password.get_secret_value())
         if not arn:
+            if settings.redis_username:
+                raise ConfigError("SLUICE_REDIS_USERNAME needs SLUICE_REDIS_PASSWORD or "
+                                  "SLUICE_REDIS_AUTH_SECRET_ARN (the user's secret)")
             return cls.from_url(settings.redis_url, limits)
-        # A token that can be read again: after a rotation, WRONGPASS re-reads the secret.
-        token = RotatingToken(lambda: redis_auth_token(arn, settings))
-        return cls.from_url(settings.redis_url, limits, credential_provider=token,
-                            redis_connect_func=token.on_connect)
+        # Credentials that can be read again: after a rotation, WRONGPASS re-reads the secret.
+        creds = RotatingToken(lambda: redis_credentials(arn, settings))
+        return cls.from_url(settings.redis_url, limits, credential_provider=creds,
+                            redis_connect_func=creds.on_connect)
 
     def close(self) -> None:
         self.client.close()
@@ -108,17 +118,30 @@ class RedisConnection:
                 for (m, score), f in zip(entries, values, strict=True)]
 
 
-def redis_auth_token(arn: str, settings: Settings) -> str:
-    """The ElastiCache AUTH token from Secrets Manager (a plain string or {"password": ...})."""
+def redis_credentials(arn: str, settings: Settings) -> tuple[str | None, str]:
+    """(username, password) of this function's Redis user from Secrets Manager: ElastiCache RBAC's
+    ``{"username": ..., "password": ...}``; a bare token or ``{"password": ...}`` without a username
+    (AUTH <token>) unless ``settings.redis_username`` names one. ConfigError when the secret and
+    the settings name different users."""
     import json
 
     from sluice.backends.aws.secrets import secret_string
     from sluice.core.errors import BackendUnavailable
 
-    secret = secret_string(arn, settings, "Redis AUTH secret")
+    secret = secret_string(arn, settings, "Redis user secret")
+    username: str | None = None
     if secret.startswith("{"):
         value = json.loads(secret)
+        username = value.get("username") or None
         secret = value.get("password") or value.get("token") or value.get("auth_token") or ""
     if not secret:
-        raise BackendUnavailable(f"the secret {arn} holds no Redis AUTH token")
-    return str(secret)
+        raise BackendUnavailable(f"the secret {arn} holds no Redis password")
+    if username and settings.redis_username and username != settings.redis_username:
+        raise ConfigError(f"the secret {arn} is Redis user {username!r}, but SLUICE_REDIS_USERNAME says "
+                          f"{settings.redis_username!r}")
+    return (str(username) if username else settings.redis_username), str(secret)
+
+
+def redis_auth_token(arn: str, settings: Settings) -> str:
+    """The password (or bare AUTH token) in the secret ``arn`` (``redis_credentials``)."""
+    return redis_credentials(arn, settings)[1]

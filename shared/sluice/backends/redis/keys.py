@@ -37,6 +37,14 @@ ARN's characters never reach a key and each caller's bucket has a slot of its ow
 Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
 sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
+
+Who touches what (each function's Redis user may touch only that: ``acl``, docs/security.md
+"Redis users"). A worker, a team's or the default one: only its queues' keys (lease, extend, ack,
+fail, release, idle; BLPOP of ``wake``), never a global key. The gateway: public queues' keys
+(stats, cancel, GET's holds) and reads of ``sluice:queues`` (admission). The operator: public
+queues' keys (stats, dead letters, redrive, purge, config) and ``sluice:queues`` (list; register
+on a config change). The relay: every queue's keys, its reserved ``sluice-relay`` queue's too,
+``sluice:queues`` (register, list) and the epochs. The countdown and events functions: nothing.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import redis
 from redis.commands.core import Script
 
 from sluice.backends.redis.keys import QueueKeys
-from sluice.core.errors import BackendUnavailable, RedisTopologyError, SluiceError, from_code
+from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
@@ -87,6 +87,23 @@ def _topology(exc: Exception) -> SluiceError | None:
     return None
 
 
+# How Redis says NOPERM: a command refused outright (redis-py's NoPermissionError), or a
+# ``redis.call`` refused inside a script (6.2 words it as below; 7 and Valkey carry NOPERM).
+_NOPERM_IN_SCRIPT = ("The user executing the script can't", "NOPERM")
+
+
+def _denied(exc: Exception) -> SluiceError | None:
+    """A NOPERM reply as ``NotPermitted`` (the ACL user may not touch those keys or run that
+    command); None for anything else."""
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.NoPermissionError) or (
+            isinstance(exc, redis.exceptions.ResponseError) and any(m in text for m in _NOPERM_IN_SCRIPT)):
+        return NotPermitted(f"redis refused this call for this function's Redis user (NOPERM: {text}); "
+                            "its ACL covers only its own queues' keys and the commands its scripts run "
+                            "(docs/security.md, Redis users)")
+    return None
+
+
 def translate(exc: Exception) -> SluiceError:
     """A redis-py error (``REDIS_ERRORS``) as the ``sluice.core.errors`` exception it means."""
     topology = _topology(exc)
@@ -95,7 +112,11 @@ def translate(exc: Exception) -> SluiceError:
     if isinstance(exc, redis.exceptions.RedisClusterException):
         return BackendUnavailable(f"redis cluster unavailable: {exc}")
     if isinstance(exc, redis.exceptions.AuthenticationError):
-        return BackendUnavailable(f"redis refused the AUTH token (read again once): {exc}")
+        return BackendUnavailable(f"redis refused the AUTH of this function's credentials (read again once): "
+                                  f"{exc}")
+    denied = _denied(exc)
+    if denied is not None:
+        return denied
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return BackendUnavailable(f"redis unavailable: {exc}")
     text = str(exc)

@@ -1,0 +1,237 @@
+"""Issue 27, item 2 (Redis): each function's Redis user, on a real redis-server with ACLs.
+
+The users are ``sluice.backends.redis.acl``'s rules (the template's access strings are the same,
+tests/infra/test_template_redis_users.py). A team's credentials get NOPERM on another team's keys
+and write nothing; its own queue's lease life cycle works; each Sluice user runs its function's
+real script methods, and is refused the ones of other functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from sluice.backends.redis import acl
+from sluice.backends.redis.admin import RedisAdmin
+from sluice.backends.redis.config import RedisQueueConfig
+from sluice.backends.redis.connection import RedisConnection
+from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.queue import RedisJobQueue
+from sluice.backends.redis.relay_engine import RedisRelayEngine
+from sluice.backends.redis.scripts import source
+from sluice.core.config import Settings
+from sluice.core.errors import ConfigError, NotPermitted
+from sluice.core.models import DecodedJob, SettleEntry
+from sluice.relay.ownership import RELAY_QUEUE, partition_job
+from sluice.relay.recovery.adapters import RedisEpochs
+from sluice_dev.local import servers
+from tests.backends.test_engine_support import snapshot, spec
+
+pytestmark = pytest.mark.integration
+
+USERS: dict[str, tuple[str, list[str] | None]] = {
+    "team-a": ("worker", ["a", "thumbs-*"]), "team-b": ("worker", ["b"]),
+    "sluice-worker": ("worker", None), "sluice-gateway": ("gateway", None),
+    "sluice-operator": ("operator", None), "sluice-relay": ("relay", None),
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    srv = servers.start_redis(workdir=tmp_path_factory.mktemp("redis-acl"))
+    try:
+        admin = redis.Redis.from_url(srv.extra["url"], decode_responses=True)
+        for name, (role, queues) in USERS.items():
+            admin.execute_command(*acl.setuser_args(name, f"pw-{name}", role, queues))
+        admin.close()
+        yield srv.extra["url"]
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def admin(server: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(server, decode_responses=True)
+    client.flushall()
+    yield client
+    client.close()
+
+
+def conn(url: str, user: str) -> RedisConnection:
+    return RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
+                                                  redis_password=f"pw-{user}"))  # type: ignore[arg-type]
+
+
+def refused(call: Callable[[], Any]) -> None:
+    """``call`` fails with NOPERM (through the adapter: NotPermitted)."""
+    with pytest.raises((NotPermitted, redis.exceptions.ResponseError)) as err:
+        call()
+    text = str(err.value)
+    assert isinstance(err.value, NotPermitted | redis.exceptions.NoPermissionError) or "can't" in text, text
+
+
+def test_a_team_runs_its_own_queues_lease_life_cycle(server: str, admin: redis.Redis) -> None:
+    full = RedisJobQueue(RedisConnection.from_url(server))
+    full.enqueue_many([spec(f"j{i}", "a") for i in range(4)] + [spec("t1", "thumbs-small")])
+    team = RedisJobQueue(conn(server, "team-a"))
+    first, second, third, fourth = team.lease("a", 4, 30_000, "w1")
+    assert team.extend("a", first.job_id, first.lease_token, 30_000).deadline_ms > 0
+    team.ack("a", first.job_id, first.lease_token)
+    assert team.fail("a", second.job_id, second.lease_token, "boom", 0) == "retry"
+    team.release("a", third.job_id, third.lease_token)
+    assert team.fail("a", fourth.job_id, fourth.lease_token, "bad", permanent=True) == "dead"
+    assert team.idle("a", "w1", 1_000) == 1 and team.idle("a", "w1", 0) == 0
+    assert team.wait_for_work("a", 10) is False
+    (thumb,) = team.lease("thumbs-small", 1)
+    team.ack("thumbs-small", thumb.job_id, thumb.lease_token)
+
+
+def test_a_teams_credentials_get_noperm_on_another_teams_keys_and_write_nothing(
+        server: str, admin: redis.Redis) -> None:
+    full = RedisJobQueue(RedisConnection.from_url(server))
+    full.enqueue_many([spec("b1", "b"), spec("a1", "a")])
+    before = snapshot(admin)
+    team = RedisJobQueue(conn(server, "team-a"))
+    raw = team.conn.client
+    b, a = QueueKeys("b"), QueueKeys("a")
+    lease_sha = raw.script_load(source("lease.lua"))
+    other_from_inside = raw.script_load(f"return redis.call('DEL', '{b.ready}')")
+    for call in (lambda: raw.lpush(b.wake, "x"), lambda: raw.hget(b.job("b1"), "p"),
+                 lambda: raw.zadd(b.ready, {"evil": 0}),
+                 lambda: raw.evalsha(lease_sha, 10, b.job_prefix, b.ready, b.delayed, b.leased, b.dead,
+                                     b.tokens, b.seq, b.config, b.settle, b.finished, 1, 1000, 1),
+                 lambda: raw.evalsha(other_from_inside, 1, a.ready),  # own KEYS, another's key inside
+                 lambda: raw.eval("return 1", 0), lambda: raw.flushall(), lambda: raw.flushdb(),
+                 lambda: raw.keys("*"), lambda: raw.scan(0), lambda: raw.config_get("*"),
+                 lambda: raw.execute_command("ACL", "LIST"), lambda: raw.script_flush(),
+                 lambda: raw.sadd(QUEUES_KEY, "x"), lambda: raw.get("sluice:epoch"),
+                 lambda: raw.execute_command("DEBUG", "SLEEP", "0"),
+                 lambda: team.lease("b", 1), lambda: team.ack("b", "b1", 1), lambda: team.cancel("b", "b1"),
+                 lambda: team.lease(RELAY_QUEUE, 1), lambda: team.enqueue(spec("x", "a"))):
+        refused(call)
+    assert snapshot(admin) == before
+
+
+def test_the_default_worker_reaches_every_public_queue_but_no_reserved_one(server: str,
+                                                                           admin: redis.Redis) -> None:
+    RedisJobQueue(RedisConnection.from_url(server)).enqueue(spec("c1", "c"))
+    worker = RedisJobQueue(conn(server, "sluice-worker"))
+    (job,) = worker.lease("c", 1)
+    worker.ack("c", job.job_id, job.lease_token)
+    refused(lambda: worker.lease(RELAY_QUEUE, 1))
+    refused(lambda: worker.registry("c"))
+    refused(lambda: worker.conn.client.flushall())
+
+
+def _dead_job(server: str, queue: str, job_id: str) -> None:
+    full = RedisJobQueue(RedisConnection.from_url(server))
+    full.enqueue(spec(job_id, queue, max_attempts=1))
+    (job,) = full.lease(queue, 1)
+    assert full.fail(queue, job.job_id, job.lease_token, "x", permanent=True) == "dead"
+
+
+def test_the_gateway_runs_the_public_apis_calls_only(server: str, admin: redis.Redis) -> None:
+    _dead_job(server, "g", "g-dead")
+    RedisJobQueue(RedisConnection.from_url(server)).enqueue_many([spec("g1", "g"), spec("g2", "g")])
+    gateway = RedisJobQueue(conn(server, "sluice-gateway"))
+    assert gateway.stats("g").ready == 2 and gateway.registry("g") == (True, 1)
+    assert gateway.memory_percent() is None
+    assert gateway.holds("g", "g1") is True
+    assert gateway.cancel("g", "g2") == "removed"
+    # Not refused: config.lua on a registered public queue (its commands, HMGET/HSET, are cancel's too,
+    # and an ACL is per key, not per field); registering a new queue is (SADD).
+    for call in (lambda: gateway.purge_dead("g"), lambda: gateway.redrive("g"), lambda: gateway.queues(),
+                 lambda: gateway.set_config("new", paused=True), lambda: gateway.lease("g", 1),
+                 lambda: gateway.stats(RELAY_QUEUE), lambda: gateway.conn.client.flushall()):
+        refused(call)
+
+
+def test_the_operator_runs_the_admin_calls_only(server: str, admin: redis.Redis) -> None:
+    _dead_job(server, "o", "o-dead")
+    _dead_job(server, "o", "o-dead2")
+    op = conn(server, "sluice-operator")
+    ops, config = RedisAdmin(op), RedisQueueConfig(op)
+    assert ops.stats("o").dead == 2 and ops.queues() == ["o"] and ops.registry("o") == (True, 1)
+    assert [d.job_id for d in ops.dead_letters("o")] == ["o-dead", "o-dead2"]
+    assert ops.dead_spec("o", "o-dead").job_id == "o-dead"
+    assert ops.redrive("o", "o-dead", 1) == 1 and ops.purge_dead("o") == 1
+    assert config.set_config("o", paused=True).paused and config.get_config("o").paused
+    assert ops.overdue_leases("o") == 0 and ops.memory_percent() is None
+    queue = RedisJobQueue(op)
+    for call in (lambda: queue.lease("o", 1), lambda: queue.cancel("o", "o-dead"),
+                 lambda: op.client.get("sluice:epoch"), lambda: ops.stats(RELAY_QUEUE),
+                 lambda: op.client.flushall()):
+        refused(call)
+
+
+def test_the_relay_runs_its_calls(server: str, admin: redis.Redis) -> None:
+    relay = RedisRelayEngine(conn(server, "sluice-relay"))
+    records = [(o, DecodedJob(f"r{o}", "r", f'{{"n":{o}}}', 0, 1, 30_000, 0, 1_700_000_000_000))
+               for o in range(3)]
+    (pushed,) = relay.push_many("sluice.jobs", [("r", 0, 7, records)])
+    assert not isinstance(pushed, Exception) and pushed.pushed == 3
+    assert relay.relayed_offset("r", "sluice.jobs", 0, 7) == 2
+    relay.register("r")
+    assert relay.take_rate("r", 1) >= 0
+    assert relay.enqueue_internal(partition_job("sluice.jobs", 0, 30_000)) is True
+    (own,) = relay.lease(RELAY_QUEUE, 1, 30_000, "relay-1")
+    relay.extend(RELAY_QUEUE, own.job_id, own.lease_token, 30_000)
+    relay.release(RELAY_QUEUE, own.job_id, own.lease_token)
+    (own,) = relay.lease(RELAY_QUEUE, 1, 30_000, "relay-1")
+    relay.ack(RELAY_QUEUE, own.job_id, own.lease_token)
+    assert relay.reap("r") == 0 and relay.stats("r").ready == 3 and relay.queues() == ["r", RELAY_QUEUE]
+    _dead_job(server, "r", "r-dead")
+    full = RedisJobQueue(RedisConnection.from_url(server))
+    full.enqueue(spec("r-cancel", "r"))
+    assert full.cancel("r", "r-cancel", settle=True) == "removed"  # an ending the relay settles
+    assert relay.unsettled("r")
+    assert relay.settled("r", [SettleEntry.parse(e.member, "r", e.ended_at_ms, None)
+                               for e in relay.unsettled("r")]) == 1
+    assert relay.trim_dead("r", 0, 1)[1] == 0 and relay.redrive("r") >= 0  # ran as the relay: no NOPERM
+    relay.set_config("r", rate_per_s=5.0)
+    assert relay.memory_percent() is None
+    epochs = RedisEpochs(relay.client)
+    assert epochs.current() == epochs.peek() and epochs.rebase("r", "sluice.jobs", 0, 8, 1) is True
+    refused(lambda: relay.client.flushall())
+    refused(lambda: relay.client.keys("*"))
+
+
+def test_a_function_connects_as_its_user_from_its_settings(server: str, admin: redis.Redis) -> None:
+    """``RedisConnection.from_settings`` authenticates as ``redis_username`` (CLIENT LIST names it)."""
+    c = conn(server, "team-b")
+    c.client.ping()
+    assert "team-b" in {client["user"] for client in admin.client_list()}
+
+
+def test_a_users_rotated_password_is_read_again_after_wrongpass(server: str, admin: redis.Redis,
+                                                                 moto_url: str, unique: str) -> None:
+    """The user's secret ({"username", "password"}) changes in Secrets Manager and then in Redis (the
+    rotation gives the user the new password): a new connection meets WRONGPASS, re-reads, goes on."""
+    import boto3
+
+    name = f"rot-{unique}"
+    admin.execute_command(*acl.setuser_args(name, "first", "worker", ["rot"]))
+    settings = Settings(aws_endpoint_url=moto_url, redis_url=server)
+    sm = boto3.client("secretsmanager", region_name=settings.aws_region, endpoint_url=moto_url)
+    arn = sm.create_secret(Name=f"sluice/test/redis/{name}",
+                           SecretString=json.dumps({"username": name, "password": "first"}))["ARN"]
+    RedisJobQueue(RedisConnection.from_url(server)).enqueue_many([spec("r1", "rot"), spec("r2", "rot")])
+    mine = settings.model_copy(update={"redis_auth_secret_arn": arn})
+    queue = RedisJobQueue(RedisConnection.from_settings(mine))
+    try:
+        assert [j.job_id for j in queue.lease("rot", 1)] == ["r1"]
+        sm.put_secret_value(SecretId=arn, SecretString=json.dumps({"username": name, "password": "second"}))
+        admin.execute_command(*acl.setuser_args(name, "second", "worker", ["rot"]))
+        admin.client_kill_filter(_type="normal", skipme=True)
+        assert [j.job_id for j in queue.lease("rot", 1)] == ["r2"]  # WRONGPASS, re-read, retried
+        with pytest.raises(NotPermitted):
+            queue.lease("other", 1)
+        other = settings.model_copy(update={"redis_auth_secret_arn": arn, "redis_username": "someone-else"})
+        with pytest.raises(ConfigError):
+            RedisConnection.from_settings(other).client.ping()
+    finally:
+        queue.close()
