@@ -1,4 +1,5 @@
-"""The gateway function's operator calls: API Gateway proxy events for ``/v1/admin/...``.
+"""The operator function's calls (template.yaml ``OperatorFunction``, ``functions/operator/app.py``):
+API Gateway proxy events for ``/v1/admin/...``, schedule CRUD included; every other shape is refused.
 
 The caller is checked first (``sluice.gateway.admin.authorize``: an IAM caller, on the operator
 allow-list when the deployment sets one), then the body, then the route: a caller who is not an
@@ -31,3 +32,10 @@ def handle(http: HttpGateway, api: Callable[[], Api], event: dict[str, Any], con
     except SluiceError as exc:
         return problem_event(problems.from_exception(exc, instance=str(event.get("path") or "")))
     return http.handle(event, context, caller)
+
+
+def lambda_function() -> tuple[Any, Callable[[dict[str, Any], Any], dict[str, Any]]]:
+    """The operator function's Gateway (operator calls only) and handler; called once, at init."""
+    from sluice.entry.gateway import lambda_function as build
+
+    return build(kind="operator")

@@ -1,4 +1,5 @@
-"""The gateway function's schedule firings: EventBridge Scheduler's invoke (issue 17).
+"""The firings function's calls (template.yaml ``FiringsFunction``, ``functions/firings/app.py``):
+EventBridge Scheduler's invoke with a schedule's firing (issue 17); every other shape is refused.
 
 The event is the target's constant input plus the firing's time (``sluice.core.schedules``:
 ``FIRE_KEY``, ``queue``, ``scheduled_time``); only Scheduler's role may invoke the function with
@@ -60,3 +61,10 @@ def handle(schedules: Callable[[], Schedules], event: dict[str, Any]) -> dict[st
             raise
         log.warning("schedule firing %r refused: %s", event.get(FIRE_KEY), exc)
         return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}
+
+
+def lambda_function() -> tuple[Any, Callable[[dict[str, Any], Any], dict[str, Any]]]:
+    """The firings function's Gateway (firings only) and handler; called once, at init."""
+    from sluice.entry.gateway import lambda_function as build
+
+    return build(kind="firing")
