@@ -1,5 +1,5 @@
-"""The operator function: /v1/admin/... requests only (sluice.entry.gateway_operator)."""
+"""The operator function: /v1/admin/... requests only (sluice.entry.operator)."""
 
-from sluice.entry.gateway_operator import lambda_function
+from sluice.entry.operator import lambda_function
 
 gateway, handler = lambda_function()  # at init, once per container; adapters built on first use

@@ -23,8 +23,12 @@ PARAMS = cfn.parameters(T)
 CONDS = cfn.conditions(T, PARAMS)
 ACCOUNT, STACK = PARAMS["AWS::AccountId"], PARAMS["AWS::StackName"]
 API_ID = "a1b2c3d4e5"
-SPLIT = {"GatewayFunction": "gateway", "OperatorFunction": "operator", "InternalFunction": "internal",
-         "FiringsFunction": "firings"}
+SPLIT = {
+    "GatewayFunction": "gateway",
+    "OperatorFunction": "operator",
+    "InternalFunction": "internal",
+    "FiringsFunction": "firings",
+}
 
 
 def role(name: str, path: str = "/") -> str:
@@ -66,7 +70,9 @@ def concrete(value: Any) -> Any:
         return _named(".".join(value["Fn::GetAtt"]))
     if set(value) == {"Fn::Sub"}:
         arg = value["Fn::Sub"]
-        text, local = (arg, {}) if isinstance(arg, str) else (arg[0], {k: concrete(v) for k, v in arg[1].items()})
+        text, local = (
+            (arg, {}) if isinstance(arg, str) else (arg[0], {k: concrete(v) for k, v in arg[1].items()})
+        )
         return re.sub(r"\$\{([^}]+)\}", lambda m: str(local.get(m.group(1)) or _named(m.group(1))), text)
     if len(value) == 1 and next(iter(value)).startswith("Fn::"):
         return f"<{next(iter(value))}>"  # Select, Split, Join: Kafka's ARNs, nothing a Lambda invoke reads
@@ -93,7 +99,10 @@ def identity_policies(role_arn: str) -> list[dict[str, Any]]:
     for lid, res in transformed()["Resources"].items():
         if res["Type"] == "AWS::IAM::Role" and VALUES[f"{lid}.Arn"] == role_arn:
             docs += [p["PolicyDocument"] for p in concrete(res["Properties"].get("Policies", []))]
-        if res["Type"] == "AWS::IAM::RolePolicy" and VALUES[f"{res['Properties']['RoleName']['Ref']}.Arn"] == role_arn:
+        if (
+            res["Type"] == "AWS::IAM::RolePolicy"
+            and VALUES[f"{res['Properties']['RoleName']['Ref']}.Arn"] == role_arn
+        ):
             docs.append(concrete(res["Properties"]["PolicyDocument"]))
     return docs
 
@@ -108,12 +117,24 @@ def sam_role(function: str) -> tuple[str, None]:
 
 TEAM = role(f"{STACK}-team-media", "/sluice/"), None
 STRANGER = role("admin-with-lambda-star"), None
-STRANGER_POLICY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "lambda:*", "Resource": "*"}]}
-PUBLIC_ROUTES = [api("POST", "/v1/queues/emails/jobs"), api("POST", "/v1/queues/emails/jobs/batch"),
-                 api("GET", "/v1/queues/emails"), api("GET", "/v1/jobs/j1"), api("DELETE", "/v1/jobs/j1"),
-                 api("GET", "/v1/openapi.json")]
-ADMIN_ROUTES = [api("DELETE", "/v1/admin/queues/emails/dlq"), api("POST", "/v1/admin/queues/emails/pause"),
-                api("POST", "/v1/admin/queues/emails/schedules"), api("GET", "/v1/admin/queues")]
+STRANGER_POLICY = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": "lambda:*", "Resource": "*"}],
+}
+PUBLIC_ROUTES = [
+    api("POST", "/v1/queues/emails/jobs"),
+    api("POST", "/v1/queues/emails/jobs/batch"),
+    api("GET", "/v1/queues/emails"),
+    api("GET", "/v1/jobs/j1"),
+    api("DELETE", "/v1/jobs/j1"),
+    api("GET", "/v1/openapi.json"),
+]
+ADMIN_ROUTES = [
+    api("DELETE", "/v1/admin/queues/emails/dlq"),
+    api("POST", "/v1/admin/queues/emails/pause"),
+    api("POST", "/v1/admin/queues/emails/schedules"),
+    api("GET", "/v1/admin/queues"),
+]
 # Every invoker and the one function it may invoke (None: none of the four).
 INVOKERS: list[tuple[str, tuple[str, str | None], str | None]] = [
     *[(f"API Gateway {arn.split('/live/')[1]}", (p, arn), "GatewayFunction") for p, arn in PUBLIC_ROUTES],
@@ -139,13 +160,16 @@ INVOKERS: list[tuple[str, tuple[str, str | None], str | None]] = [
 def _decide(function: str, principal: str, source_arn: str | None) -> str:
     own = [STRANGER_POLICY] if principal == STRANGER[0] else identity_policies(principal)
     (policy,) = resource_policies()[function]
-    return decide(Request(principal, "lambda:InvokeFunction", function_arn(function), source_arn), policy, own)
+    return decide(
+        Request(principal, "lambda:InvokeFunction", function_arn(function), source_arn), policy, own
+    )
 
 
 @pytest.mark.parametrize("function", sorted(SPLIT))
 @pytest.mark.parametrize(("who", "caller", "allowed"), INVOKERS, ids=[i[0] for i in INVOKERS])
-def test_each_function_admits_exactly_its_caller(function: str, who: str, caller: tuple[str, str | None],
-                                                 allowed: str | None) -> None:
+def test_each_function_admits_exactly_its_caller(
+    function: str, who: str, caller: tuple[str, str | None], allowed: str | None
+) -> None:
     decision = _decide(function, *caller)
     if function == allowed:
         assert decision == "allow", (who, function)
@@ -156,10 +180,12 @@ def test_each_function_admits_exactly_its_caller(function: str, who: str, caller
 def test_the_callers_own_policies_allow_the_function_they_call() -> None:
     """An allow in the caller's own policy is what a same-account call needs when the resource
     policy names the account (teams) or a deny-only policy; Sluice's own callers have both."""
-    for caller, function in ((sam_role("WorkerFunction"), "InternalFunction"),
-                             (sam_role("RelayFunction"), "InternalFunction"),
-                             (sam_role("CountdownFunction"), "InternalFunction"),
-                             ((VALUES["SchedulerInvokeRole.Arn"], None), "FiringsFunction")):
+    for caller, function in (
+        (sam_role("WorkerFunction"), "InternalFunction"),
+        (sam_role("RelayFunction"), "InternalFunction"),
+        (sam_role("CountdownFunction"), "InternalFunction"),
+        ((VALUES["SchedulerInvokeRole.Arn"], None), "FiringsFunction"),
+    ):
         request = Request(caller[0], "lambda:InvokeFunction", function_arn(function))
         assert decide(request, None, identity_policies(caller[0])) == "allow", (caller, function)
 
@@ -186,9 +212,7 @@ def test_the_functions_are_named_and_each_runs_its_own_entry() -> None:
         assert p["FunctionName"] == {"Fn::Sub": f"${{AWS::StackName}}-{name}"}
         assert p["CodeUri"] == f"functions/{name}/"
         app = (cfn.ROOT / "functions" / name / "app.py").read_text()
-        module = "gateway" if name == "gateway" else {"operator": "gateway_operator", "internal": "gateway_internal",
-                                                      "firings": "gateway_scheduler"}[name]
-        assert re.search(rf"from sluice\.entry\.{module} import lambda_function", app), name
+        assert re.search(rf"from sluice\.entry\.{name} import lambda_function", app), name
 
 
 def test_the_public_function_no_longer_holds_scheduler_or_schedule_rights() -> None:
@@ -203,7 +227,9 @@ def test_the_public_function_no_longer_holds_scheduler_or_schedule_rights() -> N
                 assert lid == "FiringsFunction" and st["Action"] == ["dynamodb:GetItem"], lid
     for lid in ("OperatorFunction", "InternalFunction", "FiringsFunction"):  # the public API's alone
         for st in _statements(roles[lid]):
-            assert st["Resource"] != {"Fn::GetAtt": ["IdempotencyTable", "Arn"]} or lid == "OperatorFunction", lid
+            assert (
+                st["Resource"] != {"Fn::GetAtt": ["IdempotencyTable", "Arn"]} or lid == "OperatorFunction"
+            ), lid
 
 
 def test_internal_callers_are_told_the_internal_function_and_its_name_is_exported() -> None:

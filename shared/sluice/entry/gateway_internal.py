@@ -48,10 +48,3 @@ def handle(api: Callable[[], Api], event: dict[str, Any]) -> dict[str, Any]:
 
 def _jsonable(details: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}
-
-
-def lambda_function() -> tuple[Any, Callable[[dict[str, Any], Any], dict[str, Any]]]:
-    """The internal function's Gateway (family events only) and handler; called once, at init."""
-    from sluice.entry.gateway import lambda_function as build
-
-    return build(kind="internal")

@@ -32,10 +32,3 @@ def handle(http: HttpGateway, api: Callable[[], Api], event: dict[str, Any], con
     except SluiceError as exc:
         return problem_event(problems.from_exception(exc, instance=str(event.get("path") or "")))
     return http.handle(event, context, caller)
-
-
-def lambda_function() -> tuple[Any, Callable[[dict[str, Any], Any], dict[str, Any]]]:
-    """The operator function's Gateway (operator calls only) and handler; called once, at init."""
-    from sluice.entry.gateway import lambda_function as build
-
-    return build(kind="operator")

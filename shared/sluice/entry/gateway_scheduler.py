@@ -61,10 +61,3 @@ def handle(schedules: Callable[[], Schedules], event: dict[str, Any]) -> dict[st
             raise
         log.warning("schedule firing %r refused: %s", event.get(FIRE_KEY), exc)
         return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}
-
-
-def lambda_function() -> tuple[Any, Callable[[dict[str, Any], Any], dict[str, Any]]]:
-    """The firings function's Gateway (firings only) and handler; called once, at init."""
-    from sluice.entry.gateway import lambda_function as build
-
-    return build(kind="firing")

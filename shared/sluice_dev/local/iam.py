@@ -24,8 +24,16 @@ from functools import cache
 from typing import Any, Literal
 
 Decision = Literal["allow", "deny", "implicit-deny"]
-_OPERATORS = {"StringEquals", "StringNotEquals", "StringLike", "StringNotLike",
-              "ArnEquals", "ArnNotEquals", "ArnLike", "ArnNotLike"}
+_OPERATORS = {
+    "StringEquals",
+    "StringNotEquals",
+    "StringLike",
+    "StringNotLike",
+    "ArnEquals",
+    "ArnNotEquals",
+    "ArnLike",
+    "ArnNotLike",
+}
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,11 @@ class Request:
         return keys
 
 
-def decide(request: Request, resource_policy: Mapping[str, Any] | None,
-           identity_policies: Iterable[Mapping[str, Any]] = ()) -> Decision:
+def decide(
+    request: Request,
+    resource_policy: Mapping[str, Any] | None,
+    identity_policies: Iterable[Mapping[str, Any]] = (),
+) -> Decision:
     """IAM's answer: the resource policy's statements whose principal names the caller, and the
     caller's own statements (identity policies name no principal)."""
     matching: list[str] = []
@@ -118,8 +129,9 @@ def _applies(statement: Mapping[str, Any], request: Request) -> bool:
         return False
     if not any(_like(p, request.resource) for p in _listed(statement.get("Resource", "*"))):
         return False
-    return all(_condition(op, keys, request.context())
-               for op, keys in (statement.get("Condition") or {}).items())
+    return all(
+        _condition(op, keys, request.context()) for op, keys in (statement.get("Condition") or {}).items()
+    )
 
 
 def _condition(operator: str, keys: Mapping[str, Any], context: Mapping[str, str]) -> bool:
@@ -147,4 +159,3 @@ def _like(pattern: str, value: str, *, fold: bool = False) -> bool:
 def _glob(pattern: str, fold: bool) -> re.Pattern[str]:
     parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.compile("".join(parts), re.IGNORECASE if fold else 0)
-
