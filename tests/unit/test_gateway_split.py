@@ -102,3 +102,19 @@ def test_the_in_process_gateway_still_serves_every_kind() -> None:
     """Tests and the chaos harness play the four functions with one object (Gateway(api))."""
     every = frozenset({"api", "operator", "internal", "firing"})
     assert Gateway(lambda: None).serves == every  # type: ignore[arg-type,return-value]
+
+
+def test_the_deprecated_gateway_names_still_name_the_split_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment configured before the split (SLUICE_GATEWAY_FUNCTION_NAME/_ARN) keeps working."""
+    from sluice.core.config import Settings
+
+    old = "arn:aws:lambda:us-east-1:123456789012:function:old-gateway"
+    monkeypatch.setenv("SLUICE_GATEWAY_FUNCTION_NAME", "old-gateway")
+    monkeypatch.setenv("SLUICE_GATEWAY_FUNCTION_ARN", old)
+    s = Settings()
+    assert (s.internal_function_name, s.firings_function_arn) == ("old-gateway", old)
+    monkeypatch.setenv("SLUICE_INTERNAL_FUNCTION_NAME", "sluice-internal")
+    monkeypatch.setenv("SLUICE_FIRINGS_FUNCTION_ARN", old.replace("old-gateway", "sluice-firings"))
+    s = Settings()
+    assert (s.internal_function_name, s.firings_function_arn) == ("sluice-internal", old.replace(
+        "old-gateway", "sluice-firings"))
