@@ -118,3 +118,16 @@ def test_the_deprecated_gateway_names_still_name_the_split_functions(monkeypatch
     s = Settings()
     assert (s.internal_function_name, s.firings_function_arn) == ("sluice-internal", old.replace(
         "old-gateway", "sluice-firings"))
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/admin%2Fqueues/other/pause", "/v1/%61dmin/queues/other/pause", "/v1/./admin/queues/other/pause",
+    "/v1/queues/../admin/queues/other/pause", "/v1/admin;x/queues/other/pause",
+    "/V1/Admin/queues/other/pause"])
+def test_no_spelling_of_an_admin_path_runs_an_operator_route_on_the_public_function(path: str,
+                                                                                   fakes: Fakes) -> None:
+    app, before = load("gateway"), dict(fakes.queue.configs)
+    response = app.handler(proxy("POST", path), LambdaContext())
+    assert response["statusCode"] in (403, 404), response
+    assert json.loads(response["body"])["code"] in ("WRONG_FUNCTION", "NOT_FOUND"), response
+    assert fakes.log.records == [] and fakes.queue.configs == before  # a 404 may read, it writes nothing
