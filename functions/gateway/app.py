@@ -1,4 +1,4 @@
-"""The gateway function: API and operator requests, internal invokes, firings (sluice.entry.gateway)."""
+"""The gateway function: the public API's requests only (sluice.entry.gateway)."""
 
 from sluice.entry.gateway import lambda_function
 

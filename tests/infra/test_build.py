@@ -27,7 +27,7 @@ from tests.infra.tools import env, run, tool
 # (`--dist loadgroup`) one worker runs them, one after the other.
 pytestmark = pytest.mark.xdist_group("sam-build")
 
-APPS = ("gateway", "relay", "worker")
+APPS = ("gateway", "operator", "internal", "firings", "relay", "worker")
 EM_AARCH64 = 183  # ELF e_machine of arm64
 
 

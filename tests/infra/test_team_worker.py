@@ -116,14 +116,15 @@ def test_the_jobs_table_is_reached_only_for_its_own_queues_job_ids() -> None:
         assert any(fnmatchcase(job_id, k) for k in keys) is allowed, (queue, job_id)
 
 
-def test_handlers_may_start_jobs_through_sluices_gateway_function_and_only_it() -> None:
-    """ctx.enqueue in a team's handler invokes Sluice's gateway function (docs/flows.md): the team's
+def test_handlers_may_start_jobs_through_sluices_internal_function_and_only_it() -> None:
+    """ctx.enqueue in a team's handler invokes Sluice's internal function (docs/flows.md): the team's
     function is told its name, from the Sluice stack's export, and may invoke that one function."""
     env = FN["Environment"]["Variables"]
-    assert _imports(env["SLUICE_GATEWAY_FUNCTION_NAME"]) == ["${SluiceStackName}-GatewayFunctionName"]
+    assert _imports(env["SLUICE_INTERNAL_FUNCTION_NAME"]) == ["${SluiceStackName}-InternalFunctionName"]
+    assert "SLUICE_GATEWAY_FUNCTION_NAME" not in env
     statements = [s for p in FN["Policies"] for s in p["Statement"]]
     invoke = [s for s in statements if "lambda:InvokeFunction" in s["Action"]]
     assert len(invoke) == 1 and invoke[0]["Action"] == ["lambda:InvokeFunction"]
     arn, names = invoke[0]["Resource"]["Fn::Sub"]
-    assert arn == "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${Gateway}"
-    assert _imports(names["Gateway"]) == ["${SluiceStackName}-GatewayFunctionName"]
+    assert arn == "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${Internal}"
+    assert _imports(names["Internal"]) == ["${SluiceStackName}-InternalFunctionName"]

@@ -175,8 +175,12 @@ def test_only_the_gateway_and_the_relay_read_the_generated_job_id_secret() -> No
                         readers.setdefault(name, []).append(statement["Action"])
     # The relay verifies ids (issue 19); the rotation function writes it
     # (tests/infra/test_template_security.py scopes that role).
-    assert set(readers) == {"GatewayFunction", "RelayFunction", "SecretRotationFunction"}
-    for reader in ("GatewayFunction", "RelayFunction"):
+    # The four functions that mint ids, one per kind of caller (issue 27), all read it.
+    minting = {"GatewayFunction", "OperatorFunction", "InternalFunction", "FiringsFunction"}
+    assert set(readers) == minting | {"RelayFunction", "SecretRotationFunction"}
+    for name in minting:
+        assert props(name)["Environment"]["Variables"]["SLUICE_JOB_ID_SECRET_ARN"] == {"Ref": secret}, name
+    for reader in (*sorted(minting), "RelayFunction"):
         assert all(actions == ["secretsmanager:GetSecretValue"] for actions in readers[reader]), reader
     assert props("RelayFunction")["Environment"]["Variables"]["SLUICE_JOB_ID_SECRET_ARN"] == {"Ref": secret}
 
@@ -328,18 +332,20 @@ def test_api_key_modes_require_a_key_and_a_usage_plan(mode: str, required: list[
     assert not cfn.conditions(T, cfn.parameters(T))[RES["ApiKey"]["Condition"]]
 
 
-def test_every_route_goes_to_the_gateway_and_bodies_are_validated() -> None:
+def test_every_route_goes_to_its_function_and_bodies_are_validated() -> None:
+    """The public routes to GatewayFunction, the operator routes to OperatorFunction (issue 27);
+    each function's resource policy is tests/infra/test_template_invokers.py's."""
     body = _api()
     validators = body["x-amazon-apigateway-request-validators"]
     for path, _method, op in _operations(body):
         integration = op["x-amazon-apigateway-integration"]
         assert integration["type"] == "aws_proxy"
-        assert "${GatewayFunction.Arn}" in integration["uri"]["Fn::Sub"]
+        own = "OperatorFunction" if path.startswith("/v1/admin/") else "GatewayFunction"
+        assert f"${{{own}.Arn}}" in integration["uri"]["Fn::Sub"], path
         assert path.startswith("/v1/")
         if "requestBody" in op:
             assert validators[op["x-amazon-apigateway-request-validator"]]["validateRequestBody"] is True
-    permission = props("GatewayApiPermission")
-    assert permission["SourceArn"]["Fn::Sub"].endswith("${Api}/*/*/v1/*")
+    assert "GatewayApiPermission" not in RES
 
 
 def _schema_limits(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -813,27 +819,32 @@ SCHEDULE_ARNS = {"Fn::Sub": "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AW
                             ":schedule/${ScheduleGroup}/*"}
 
 
-def test_the_gateway_keeps_schedules_in_its_table_and_its_group() -> None:
+def test_the_operator_function_keeps_schedules_in_its_table_and_its_group() -> None:
+    """Schedule CRUD is the operator function's (issue 27); each schedule targets the firings function."""
     from sluice.core.config import Settings
 
-    env = props("GatewayFunction")["Environment"]["Variables"]
+    env = props("OperatorFunction")["Environment"]["Variables"]
     assert env["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}
     assert env["SLUICE_SCHEDULER_GROUP"] == {"Ref": "ScheduleGroup"}
     assert env["SLUICE_SCHEDULER_ROLE_ARN"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
     pseudo = cfn.parameters(T)
-    own = cfn.sub(env["SLUICE_GATEWAY_FUNCTION_ARN"]["Fn::Sub"], pseudo)
-    name = cfn.sub(props("GatewayFunction")["FunctionName"]["Fn::Sub"], pseudo)
-    assert own == "arn:aws:lambda:us-east-1:123456789012:function:sluice-test-gateway"
-    assert name == "sluice-test-gateway"  # the function's own ARN
+    target = cfn.sub(env["SLUICE_FIRINGS_FUNCTION_ARN"]["Fn::Sub"], pseudo)
+    name = cfn.sub(props("FiringsFunction")["FunctionName"]["Fn::Sub"], pseudo)
+    assert target == "arn:aws:lambda:us-east-1:123456789012:function:sluice-test-firings"
+    assert name == "sluice-test-firings"  # the firings function's own ARN
     assert RES["ScheduleGroup"]["Type"] == "AWS::Scheduler::ScheduleGroup"
-    for field in ("schedules_table", "scheduler_group", "scheduler_role_arn", "gateway_function_arn"):
+    for field in ("schedules_table", "scheduler_group", "scheduler_role_arn", "firings_function_arn"):
         assert field in Settings.model_fields
+    for other in ("GatewayFunction", "InternalFunction", "FiringsFunction"):  # no one else creates them
+        variables = props(other)["Environment"]["Variables"]
+        assert not {"SLUICE_SCHEDULER_ROLE_ARN", "SLUICE_FIRINGS_FUNCTION_ARN",
+                    "SLUICE_GATEWAY_FUNCTION_ARN"} & set(variables), other
 
 
-def test_the_gateway_may_touch_its_groups_schedules_and_pass_the_invoke_role_only() -> None:
+def test_the_operator_function_may_touch_its_groups_schedules_and_pass_the_invoke_role_only() -> None:
     from tests.infra.test_template_security import _statements
 
-    statements = _statements(_function_roles()["GatewayFunction"])
+    statements = _statements(_function_roles()["OperatorFunction"])
     scheduler = [s for s in statements if any(a.startswith("scheduler:") for a in s["Action"])]
     assert scheduler and all(s == scheduler[0] for s in scheduler)  # one statement, in every variant
     assert sorted(scheduler[0]["Action"]) == ["scheduler:CreateSchedule", "scheduler:DeleteSchedule",
@@ -845,12 +856,12 @@ def test_the_gateway_may_touch_its_groups_schedules_and_pass_the_invoke_role_onl
     assert passing["Resource"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
     for name, role in _function_roles().items():  # no other function schedules or passes a role
-        if name != "GatewayFunction":
+        if name != "OperatorFunction":
             for st in _statements(role):
                 assert not any(a.startswith("scheduler:") or a == "iam:PassRole" for a in st["Action"]), name
 
 
-def test_scheduler_may_invoke_the_gateway_and_nothing_else() -> None:
+def test_scheduler_may_invoke_the_firings_function_and_nothing_else() -> None:
     (trust,) = props("SchedulerInvokeRole")["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
     assert trust["Action"] == "sts:AssumeRole"
@@ -862,7 +873,7 @@ def test_scheduler_may_invoke_the_gateway_and_nothing_else() -> None:
     assert policy["RoleName"] == {"Ref": "SchedulerInvokeRole"}
     (statement,) = policy["PolicyDocument"]["Statement"]
     assert statement == {"Effect": "Allow", "Action": "lambda:InvokeFunction",
-                         "Resource": {"Fn::GetAtt": ["GatewayFunction", "Arn"]}}
+                         "Resource": {"Fn::GetAtt": ["FiringsFunction", "Arn"]}}
     assert [n for n, r in RES.items() if r["Type"] == "AWS::IAM::RolePolicy"] == ["SchedulerInvokePolicy"]
 
 

@@ -63,12 +63,12 @@ def test_the_countdown_function_reads_the_stream_for_childrens_final_writes_only
     assert sorted(readers) == ["CountdownStream", "EventsStream"]  # DynamoDB: two readers a shard
 
 
-def test_the_countdown_function_may_count_down_and_invoke_the_gateway_only() -> None:
+def test_the_countdown_function_may_count_down_and_invoke_the_internal_function_only() -> None:
     p = props("CountdownFunction")
     assert p["CodeUri"] == "functions/countdown/"
-    assert p["Environment"]["Variables"]["SLUICE_GATEWAY_FUNCTION_NAME"] == {"Ref": "GatewayFunction"}
+    assert p["Environment"]["Variables"]["SLUICE_INTERNAL_FUNCTION_NAME"] == {"Ref": "InternalFunction"}
     policies = p["Policies"]
-    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "GatewayFunction"}}} in policies
+    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "InternalFunction"}}} in policies
     by_action = {a: s["Resource"] for pol in policies for s in pol.get("Statement", []) for a in s["Action"]}
     assert by_action == {
         "dynamodb:GetItem": {"Fn::GetAtt": ["JobsTable", "Arn"]},

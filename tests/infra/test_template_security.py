@@ -177,8 +177,8 @@ def test_no_function_may_scan_or_query_a_table() -> None:
     """No function may list jobs, results or idempotency records. The exceptions are two
     configuration tables: the routes table (issue 15), a few items read whole by the gateway and
     the relay, and by a worker registering its routes (a Scan there, on that table alone); and the
-    schedules table (issue 17), whose one queue's partition the gateway lists for the operator
-    route GET /v1/admin/queues/{queue}/schedules (a Query there, by the gateway alone)."""
+    schedules table (issue 17), whose one queue's partition the operator function lists for the
+    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone)."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
@@ -186,7 +186,7 @@ def test_no_function_may_scan_or_query_a_table() -> None:
                 if action == "dynamodb:Scan" and routes:
                     continue
                 schedules = statement["Resource"] == {"Fn::GetAtt": ["SchedulesTable", "Arn"]}
-                if action == "dynamodb:Query" and schedules and name == "GatewayFunction":
+                if action == "dynamodb:Query" and schedules and name == "OperatorFunction":
                     continue
                 assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
                     (name, action)

@@ -232,13 +232,13 @@ def test_with_unrouted_default_such_a_job_dies_at_once_in_the_default_worker(tmp
         dev.stop()
 
 
-def test_sluice_dev_fires_a_stored_schedule_into_the_gateway_once_per_firing(
+def test_sluice_dev_fires_a_stored_schedule_into_the_firings_function_once_per_firing(
         stack: tuple[DevStack, dict[str, Any]]) -> None:
     """Issue 17: the local scheduler fires the table's schedules as EventBridge Scheduler would (the
     time injected: no real minute waited); a firing delivered twice makes one job."""
     from sluice.core import schedules
     from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
-    from sluice_dev.local.dev import GATEWAY_FUNCTION
+    from sluice_dev.local.dev import FIRINGS_FUNCTION
 
     dev, endpoints = stack
     assert dev.schedules is not None and dev.lambdas is not None
@@ -253,16 +253,16 @@ def test_sluice_dev_fires_a_stored_schedule_into_the_gateway_once_per_firing(
     assert created["next_firing_ms"] == created["created_at_ms"] + 60_000
     assert event == {"sluice_schedule": "minutely", "queue": "echo",
                      "scheduled_time": schedules.iso(created["created_at_ms"] + 60_000)}
-    again = dev.lambdas.invoke(GATEWAY_FUNCTION, event)  # a second delivery of the same firing
+    again = dev.lambdas.invoke(FIRINGS_FUNCTION, event, caller=dev.scheduler_caller())  # delivered twice
     assert again.done.wait(60) and again.error is None, again.error
     job_id = again.result["job_id"]
     view = wait_job(endpoints["gateway_url"], job_id)
     assert (view["status"], view["attempts"]) == ("succeeded", 1), view
     def deliveries() -> int:
-        return len([e for f, e in INVOKED if f == GATEWAY_FUNCTION and e == event])
+        return len([e for f, e in INVOKED if f == FIRINGS_FUNCTION and e == event])
 
     deadline = time.monotonic() + 30
     while deliveries() < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert deliveries() == 2  # both reached the gateway, one job ran (attempts 1)
+    assert deliveries() == 2  # both reached the firings function, one job ran (attempts 1)
     assert dev.schedules.tick(now_ms=created["created_at_ms"] + 60_500) == []

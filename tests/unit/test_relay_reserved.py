@@ -166,7 +166,7 @@ def test_sluice_devs_safety_net_never_sends_a_worker_to_a_reserved_queue(monkeyp
         def __init__(self) -> None:
             self.events: list[tuple[str, Any]] = []
 
-        def invoke(self, name: str, event: Any) -> None:
+        def invoke(self, name: str, event: Any, *, caller: Any = None) -> None:
             self.events.append((name, event))
 
     monkeypatch.setattr(wiring, "queue", lambda s=None: Engine())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 ENV_PREFIX = "sluice_"
 
@@ -132,19 +132,24 @@ class Settings(BaseModel):
     # (policy.invocation_budget_ms); None (a long-running worker process) means no budget.
     function_timeout_s: int | None = Field(default=None, ge=1, le=900)
     worker_function_name: str | None = None  # set in AWS: the relay dispatches to it
-    # The gateway function, which workers and the relay invoke directly to start children and
-    # release continuations (sluice.core.families); None: ctx.enqueue is refused with a ConfigError.
+    # The internal function (template.yaml InternalFunction), which workers, the relay and the
+    # countdown invoke directly to start children and release continuations (sluice.core.families);
+    # None: ctx.enqueue is refused with a ConfigError. Its resource policy admits only their roles.
+    internal_function_name: str | None = None
+    # Deprecated: the name of the single gateway function that served internal calls before the
+    # split (issue 27); read only where internal_function_name is unset.
     gateway_function_name: str | None = None
     # Routes (sluice.core.routes): the table of queue -> worker function, empty = no routing (every queue
     # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
     routes_table: str = ""
     # Schedules (sluice.core.schedules, issue 17): the table of schedules, empty = no schedule routes.
-    # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the gateway
-    # function (gateway_function_arn) through scheduler_role_arn; without them only the table is kept.
+    # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the firings
+    # function (firings_function_arn) through scheduler_role_arn; without them only the table is kept.
     schedules_table: str = ""
     scheduler_group: str = "default"
     scheduler_role_arn: str = ""
-    gateway_function_arn: str = ""
+    firings_function_arn: str = ""
+    gateway_function_arn: str = ""  # deprecated: read only where firings_function_arn is unset
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
     # A queue no route covers, once routes are known: refused at the gateway (404 NO_ROUTE), or
     # sent to the default worker ("default").
@@ -197,6 +202,19 @@ class Settings(BaseModel):
         if scheme.lower().endswith("+cluster") and database not in ("", "0"):
             raise ValueError(f"a Redis cluster has database 0 only, not {database} ({url})")
         return url
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_gateway_names(cls, data: Any) -> Any:
+        """SLUICE_GATEWAY_FUNCTION_NAME/_ARN (one function for every caller) stand in for the split
+        functions' names where those are unset, so a deployment configured before issue 27 still runs."""
+        if not isinstance(data, dict):
+            return data
+        for new, old in (("internal_function_name", "gateway_function_name"),
+                         ("firings_function_arn", "gateway_function_arn")):
+            if not data.get(new) and data.get(old):
+                data = {**data, new: data[old]}
+        return data
 
     @classmethod
     def from_env(cls) -> Settings:

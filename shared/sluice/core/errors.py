@@ -293,6 +293,14 @@ class NotOperator(SluiceError):
     code = "NOT_OPERATOR"
 
 
+class WrongFunction(SluiceError):
+    """This function does not serve this kind of caller (issue 27: one function per caller):
+    refused before anything is read or written (403)."""
+
+    code = "WRONG_FUNCTION"
+    template = "the {function} function serves {serves} only, not {kind}"
+
+
 class BadBody(InvalidInput):
     """The request body is not acceptable JSON; nothing was written."""
 
@@ -319,6 +327,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
         NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
+        WrongFunction,
     )
 }
 

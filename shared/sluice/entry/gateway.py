@@ -1,27 +1,33 @@
-"""The gateway function (template.yaml ``GatewayFunction``): one Lambda, four kinds of caller.
+"""The gateway functions' handler: one ``Gateway`` object, four kinds of caller.
 
-The function tells them apart by the event's shape and hands each to its own entry, which
-verifies its caller and builds the ``Caller`` (``sluice.core.caller``) the enqueue pipeline reads:
+Each kind of caller has its own Lambda function (template.yaml; issue 27), all running this code
+with the kinds it serves: an event of another kind is refused (403 ``WRONG_FUNCTION``) before
+any adapter is built, so nothing is read or written. The function's resource policy admits only
+its caller; refusing the other shapes too means a caller it admits cannot reach another entry.
 
-- API requests, API Gateway REST proxy events: ``sluice.entry.gateway_api``;
-- operator calls, proxy events for ``/v1/admin/...``: ``sluice.entry.gateway_operator``;
-- internal calls (a worker's children and continuations, the countdown's releases), a direct
-  invoke from ``sluice.backends.aws.family_gateway``: ``sluice.entry.gateway_internal``;
-- schedule firings, EventBridge Scheduler's invoke: ``sluice.entry.gateway_scheduler``.
+- ``GatewayFunction``: API requests, API Gateway REST proxy events (``sluice.entry.gateway_api``);
+  ``lambda_function`` here (``functions/gateway/app.py``);
+- ``OperatorFunction``: proxy events for ``/v1/admin/...`` (``sluice.entry.gateway_operator``);
+- ``InternalFunction``: a worker's children and continuations, the countdown's releases, a direct
+  invoke from ``sluice.backends.aws.family_gateway`` (``sluice.entry.gateway_internal``);
+- ``FiringsFunction``: EventBridge Scheduler's firings (``sluice.entry.gateway_scheduler``).
 
-``lambda_function`` builds the function's handler from Settings (``functions/gateway/app.py``).
+``Gateway(api)`` without ``serves`` answers every kind: the in-process harnesses (tests, chaos)
+play all four functions with one object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sluice.core.errors import ConfigError
+from sluice.core.errors import ConfigError, WrongFunction
 from sluice.core.version import __version__
 from sluice.entry import gateway_api, gateway_internal, gateway_operator, gateway_scheduler
 from sluice.gateway.api import Api
-from sluice.gateway.http.app import HttpGateway
+from sluice.gateway.http import admin as admin_routes
+from sluice.gateway.http import problems
+from sluice.gateway.http.app import HttpGateway, problem_event
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
@@ -30,6 +36,37 @@ if TYPE_CHECKING:
     from sluice.gateway.http.idempotency import PowertoolsIdempotency
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+Kind = Literal["api", "operator", "internal", "firing"]
+EVERY_CALLER: Final[frozenset[Kind]] = frozenset({"api", "operator", "internal", "firing"})
+# Each function's one kind, by its template logical id (and its metrics' prefix).
+FUNCTIONS: Final[dict[Kind, tuple[str, str]]] = {
+    "api": ("GatewayFunction", "Gateway"), "operator": ("OperatorFunction", "Operator"),
+    "internal": ("InternalFunction", "Internal"), "firing": ("FiringsFunction", "Firings")}
+
+
+def is_proxy_event(event: Mapping[str, Any]) -> bool:
+    """An API Gateway REST proxy event: a method, a path and a request context."""
+    return isinstance(event.get("httpMethod"), str) and isinstance(event.get("path"), str) \
+        and isinstance(event.get("requestContext"), Mapping)
+
+
+def is_admin_path(path: str) -> bool:
+    """``/v1/admin/...``, however spelled (case, doubled slashes): never the public function's."""
+    squeezed = "/".join(part for part in path.lower().split("/") if part)
+    return f"/{squeezed}/".startswith(admin_routes.PREFIX)
+
+
+def kind_of(event: object) -> Kind | None:
+    """Which kind of caller sends an event of this shape; None: no kind's (refused by every function)."""
+    if not isinstance(event, Mapping):
+        return None
+    if gateway_internal.is_internal(event):
+        return "internal"
+    if gateway_scheduler.is_firing(event):
+        return "firing"
+    if is_proxy_event(event):
+        return "operator" if is_admin_path(str(event["path"])) else "api"
+    return None
 
 
 class Gateway:
@@ -37,7 +74,9 @@ class Gateway:
 
     def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
                  routes: RouteCache | None = None,
-                 schedules: Schedules | Callable[[Api], Schedules] | None = None) -> None:
+                 schedules: Schedules | Callable[[Api], Schedules] | None = None,
+                 serves: frozenset[Kind] = EVERY_CALLER) -> None:
+        self.serves = serves
         self._api_or_factory = api
         self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
         self.http = HttpGateway(lambda: self.api, max_payload_bytes=max_payload_bytes, routes=routes,
@@ -59,16 +98,35 @@ class Gateway:
         return self._schedules
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
-        if gateway_internal.is_internal(event):
+        kind = kind_of(event)
+        if self.serves == EVERY_CALLER and kind is None:
+            kind = "operator" if gateway_operator.is_operator_call(event) else "api"  # one function's days
+        if kind is None or kind not in self.serves:
+            return self.refuse(event, kind)
+        if kind == "internal":
             return gateway_internal.handle(lambda: self.api, event)
-        if gateway_scheduler.is_firing(event):
+        if kind == "firing":
             return gateway_scheduler.handle(lambda: self.schedules, event)
-        if gateway_operator.is_operator_call(event):
+        if kind == "operator":
             return gateway_operator.handle(self.http, lambda: self.api, event, context)
         return gateway_api.handle(self.http, lambda: self.api, event, context)
 
+    def refuse(self, event: Mapping[str, Any], kind: Kind | None) -> dict[str, Any]:
+        """403 WRONG_FUNCTION in the shape the event's sender reads: a proxy response to a proxy
+        event, else the internal entries' ``{"statusCode", "error"}``. Nothing is built or written."""
+        serves = ", ".join(sorted(self.serves))
+        exc = WrongFunction(function=_function_label(self.serves), serves=serves,
+                            kind=kind or "an event of no known shape")
+        if isinstance(event, Mapping) and "httpMethod" in event:
+            return problem_event(problems.from_exception(exc, instance=str(event.get("path") or "")))
+        return {"statusCode": 403, "error": {"code": exc.code, "message": str(exc), "details": {}}}
+
     def openapi_json(self) -> str:
         return self.http.openapi_json()
+
+
+def _function_label(serves: frozenset[Kind]) -> str:
+    return FUNCTIONS[next(iter(serves))][0] if len(serves) == 1 else "gateway"
 
 
 # -- built from Settings ---------------------------------------------------------------------------
@@ -127,7 +185,8 @@ def build_api(settings: Settings | None = None) -> Api:
                idempotency=idempotency(s))
 
 
-def gateway_from_settings(settings: Settings | None = None) -> Gateway:
+def gateway_from_settings(settings: Settings | None = None, *,
+                          serves: frozenset[Kind] = EVERY_CALLER) -> Gateway:
     """A Gateway whose adapters are built on the first request (cold start stays cheap).
 
     The configuration is checked now, so a gateway without a job id secret fails its
@@ -138,25 +197,30 @@ def gateway_from_settings(settings: Settings | None = None) -> Gateway:
     s = settings or wiring.settings()
     check_settings(s)
     return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes,
-                   routes=wiring.routes(settings), schedules=wiring.schedules(s))
+                   routes=wiring.routes(settings), schedules=wiring.schedules(s), serves=serves)
 
 
-def lambda_function(settings: Settings | None = None) -> tuple[Gateway, Handler]:
-    """The function's Gateway and its Lambda handler, with Powertools' logging and metrics
-    (one ``Gateway{2,4,5}xx`` count per answer); called once per container, at init."""
+def lambda_function(settings: Settings | None = None, *,
+                    kind: Kind = "api") -> tuple[Gateway, Handler]:
+    """The function serving ``kind`` (the public API by default: ``functions/gateway/app.py``): its
+    Gateway and its Lambda handler, with Powertools' logging and metrics (one ``<Function>{2,4,5}xx``
+    count per answer, ``Gateway2xx`` for the public API); called once per container, at init."""
     from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.logging import correlation_paths
     from aws_lambda_powertools.metrics import MetricUnit
 
     logger = Logger()
     metrics = Metrics(namespace="Sluice")
-    gateway = gateway_from_settings(settings)  # adapters (Kafka producer, clients) built on first use
+    # Adapters (Kafka producer, clients) built on first use.
+    gateway = gateway_from_settings(settings, serves=frozenset({kind}))
+    prefix = FUNCTIONS[kind][1]
+    proxied = kind in ("api", "operator")
 
-    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST if proxied else None)
     @metrics.log_metrics
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         response = gateway(event, context)
-        metrics.add_metric(name=f"Gateway{response['statusCode'] // 100}xx", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=f"{prefix}{response['statusCode'] // 100}xx", unit=MetricUnit.Count, value=1)
         return response
 
     return gateway, handler

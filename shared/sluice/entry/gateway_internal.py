@@ -1,9 +1,10 @@
-"""The gateway function's internal calls: a worker starts children (and a continuation), the
-countdown releases a continuation (``sluice.core.families``: ``family_event``).
+"""The internal function's calls (template.yaml ``InternalFunction``, ``functions/internal/app.py``):
+a worker starts children (and a continuation), the relay or the countdown releases a continuation
+(``sluice.core.families``: ``family_event``); every other shape is refused.
 
-API Gateway never sends such an event (its proxy events carry ``httpMethod``), so only a
-principal allowed ``lambda:InvokeFunction`` on this function reaches it (docs/security.md): a
-worker of this deployment, whose children get a plain caller's limits (``Caller.sluice``).
+Its resource policy admits only the roles of this deployment's workers, teams' workers, the relay
+and the countdown (docs/security.md, One function per caller), whose children get a plain caller's
+limits (``Caller.sluice``): nothing in the event names a caller.
 Answers ``{"statusCode", "family"}`` or ``{"statusCode", "error": {"code", "message", "details"}}``.
 """
 

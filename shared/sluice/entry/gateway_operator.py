@@ -1,4 +1,5 @@
-"""The gateway function's operator calls: API Gateway proxy events for ``/v1/admin/...``.
+"""The operator function's calls (template.yaml ``OperatorFunction``, ``functions/operator/app.py``):
+API Gateway proxy events for ``/v1/admin/...``, schedule CRUD included; every other shape is refused.
 
 The caller is checked first (``sluice.gateway.admin.authorize``: an IAM caller, on the operator
 allow-list, which names nobody while it is empty), then the body, then the route: a caller who

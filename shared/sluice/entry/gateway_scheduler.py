@@ -1,4 +1,5 @@
-"""The gateway function's schedule firings: EventBridge Scheduler's invoke (issue 17).
+"""The firings function's calls (template.yaml ``FiringsFunction``, ``functions/firings/app.py``):
+EventBridge Scheduler's invoke with a schedule's firing (issue 17); every other shape is refused.
 
 The event is the target's constant input plus the firing's time (``sluice.core.schedules``:
 ``FIRE_KEY``, ``queue``, ``scheduled_time``); only Scheduler's role may invoke the function with

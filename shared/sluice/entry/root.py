@@ -256,7 +256,7 @@ def routes(s: Settings | None = None) -> RouteCache | None:
 def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
     """The gateway's schedules (issue 17), built with its Api on first use; None without a table.
 
-    Without the gateway's ARN and the Scheduler role (``sluice dev``), only the table is kept.
+    Without the firings function's ARN and the Scheduler role (``sluice dev``), only the table is kept.
     """
     s = s or settings()
     if not s.schedules_table:
@@ -267,8 +267,8 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
         from sluice.gateway.schedules import Schedules
 
         trigger = None
-        if s.gateway_function_arn and s.scheduler_role_arn:
-            trigger = SchedulerTrigger(boto_client("scheduler", s), s.gateway_function_arn,
+        if s.firings_function_arn and s.scheduler_role_arn:
+            trigger = SchedulerTrigger(boto_client("scheduler", s), s.firings_function_arn,
                                        s.scheduler_role_arn, s.scheduler_group)
         return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
 
@@ -302,11 +302,11 @@ def completion_publisher(s: Settings | None = None) -> Any:
 
 @cache
 def family_gateway(s: Settings | None = None) -> LambdaFamilyGateway | None:
-    """The gateway's family entry (``sluice.core.families``), or None where no gateway function is named."""
+    """The internal function's family entry (``sluice.core.families``), or None where none is named."""
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway, LambdaInvoke
 
     s = s or settings()
-    if not s.gateway_function_name:
+    if not s.internal_function_name:
         return None
     return LambdaFamilyGateway(LambdaInvoke.from_settings(s))
 
@@ -320,8 +320,8 @@ def stream_countdown(s: Settings | None = None) -> StreamCountdown:
 
     keeper = family_gateway(s)
     if keeper is None:
-        raise ConfigError("the stream's countdown releases continuations through the gateway "
-                          "function: SLUICE_GATEWAY_FUNCTION_NAME is not set")
+        raise ConfigError("the stream's countdown releases continuations through the internal "
+                          "function: SLUICE_INTERNAL_FUNCTION_NAME is not set")
     return StreamCountdown(Countdown(families(s), keeper.release))
 
 

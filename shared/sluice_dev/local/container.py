@@ -44,17 +44,32 @@ def load(ref: str) -> Callable[[Any, Any], Any]:
     return fn  # type: ignore[no-any-return]
 
 
-_gateway: Any = None
+_gateways: dict[str, Any] = {}
 
 
-def gateway(event: Any, context: Any) -> Any:
-    """The gateway handler where functions/gateway/app.py is not at hand (an installed package)."""
-    global _gateway
-    if _gateway is None:
+def _split(kind: Any, event: Any, context: Any) -> Any:
+    if kind not in _gateways:
         from sluice.entry.gateway import gateway_from_settings
 
-        _gateway = gateway_from_settings()
-    return _gateway(event, context)
+        _gateways[kind] = gateway_from_settings(serves=frozenset({kind}))
+    return _gateways[kind](event, context)
+
+
+# Each split function's handler where its functions/<name>/app.py is not at hand (an installed package).
+def gateway(event: Any, context: Any) -> Any:
+    return _split("api", event, context)
+
+
+def operator(event: Any, context: Any) -> Any:
+    return _split("operator", event, context)
+
+
+def internal(event: Any, context: Any) -> Any:
+    return _split("internal", event, context)
+
+
+def firings(event: Any, context: Any) -> Any:
+    return _split("firing", event, context)
 
 
 def record_history(event: Event) -> None:

@@ -27,8 +27,9 @@ from sluice.core.errors import ConfigError
 from sluice_dev.local.template import DeployConfig, FunctionConfig, Resource, rate_seconds
 
 # Logical id in template.yaml -> the local function's name (and its Powertools service name).
-NAMES = {"GatewayFunction": "sluice-gateway", "RelayFunction": "sluice-relay",
-         "WorkerFunction": "sluice-worker"}
+NAMES = {"GatewayFunction": "sluice-gateway", "OperatorFunction": "sluice-operator",
+         "InternalFunction": "sluice-internal", "FiringsFunction": "sluice-firings",
+         "RelayFunction": "sluice-relay", "WorkerFunction": "sluice-worker"}
 
 # Environment variables the local stack sets or drops where the template names a stack resource,
 # or that exist only locally: where the local servers are. None of them changes behaviour.
@@ -44,7 +45,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
-    "SLUICE_GATEWAY_FUNCTION_NAME": "the gateway's name in the local Lambda service",
+    "SLUICE_INTERNAL_FUNCTION_NAME": "the internal function's name in the local Lambda service",
     "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the function's Redis user is given as SLUICE_REDIS_USERNAME "
                                     "and SLUICE_REDIS_PASSWORD (no Secrets Manager)",
     "SLUICE_REDIS_USERNAME": "the function's own ACL user on the local redis-server (its ElastiCache user in "

@@ -4,8 +4,8 @@
   Tansu storing to S3 on that moto server (or an existing Kafka);
 - resources: the jobs topic and its dead-letter topic, the jobs and idempotency
   tables, the results bucket, and the examples' ledger table;
-- the gateway: real HTTP on 127.0.0.1, each request turned into an API Gateway
-  proxy event for the gateway handler (``http.local_server``);
+- the API: real HTTP on 127.0.0.1, each request turned into an API Gateway proxy event for
+  the public function, or the operator function for ``/v1/admin/...`` (``local.api_server``);
 - a local Lambda service (``local.lambdas``) running the relay and worker functions
   in warm container processes: EventBridge's part is played by a scheduler that
   invokes the relay every ``relay_every_s`` and the worker safety net every
@@ -19,6 +19,10 @@ schedules and their inputs) comes from ``template.yaml`` at its parameters' defa
 What differs locally is a named ``Override`` (``DevStack.overrides``), printed by ``sluice dev``
 at start-up; where the local servers are is a named binding (``deployed.BINDINGS``).
 ``DevStack.stop`` ends every child; ``run`` does so on Ctrl-C or SIGTERM.
+
+Every invocation is decided as IAM decides it (``local.access``, issue 27): each function's
+containers sign with their own key, which names the role the template gives the function, and each
+function's resource policy is the template's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sluice.core.config import Settings
 from sluice.core.errors import ConfigError
 from sluice.core.models import is_reserved_queue
+from sluice_dev.local import access as iam
 from sluice_dev.local import deployed, redis_users, servers
 from sluice_dev.local.api_server import LOCAL_OPERATOR
 from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
@@ -55,6 +60,12 @@ if TYPE_CHECKING:
 WORKER_FUNCTION = deployed.NAMES["WorkerFunction"]
 RELAY_FUNCTION = deployed.NAMES["RelayFunction"]
 GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
+OPERATOR_FUNCTION = deployed.NAMES["OperatorFunction"]
+INTERNAL_FUNCTION = deployed.NAMES["InternalFunction"]
+FIRINGS_FUNCTION = deployed.NAMES["FiringsFunction"]
+# The stream's countdown runs in sluice dev's own process (no event source mapping locally); it
+# signs as the template's CountdownFunction would (its role, its key).
+COUNTDOWN_KEY = iam.key_of("sluice-countdown")
 ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
 SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
 SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
@@ -124,7 +135,7 @@ class DevOptions:
             params["RedisShards"] = str(self.redis_shards)
         if self.handlers is not None:
             params["WorkerHandlersModule"] = self.handlers
-        return load(self.template, self.config_env, overrides=params)
+        return load(self.template, self.config_env, overrides=params, stack_name=STACK_NAME)
 
     def team_deploys(self) -> dict[str, tuple[str, DeployConfig]]:
         """NAME -> (module, its template resolved at TeamName=NAME, HandlersModule=MODULE)."""
@@ -185,6 +196,7 @@ class DevStack:
         self.local_functions: list[LocalFunction] = []
         self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
         self.overrides: list[Override] = []
+        self.access: iam.Access | None = None  # who may invoke which function (prepare)
         self.settings: Settings | None = None
         self.lambdas: LocalLambda | None = None
         self.lambda_api: LambdaApi | None = None
@@ -234,7 +246,7 @@ class DevStack:
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
-            self.lambdas = LocalLambda(functions, self.logs).start()
+            self.lambdas = LocalLambda(functions, self.logs, access=self.access).start()
             self.lambda_api = LambdaApi(self.lambdas, port=lambda_port).start()
             # Cold starts (imports, clients) overlap the resource creation; neither warm-up
             # touches a table or a topic.
@@ -283,9 +295,13 @@ class DevStack:
         return self.endpoints
 
     def _warm_gateways(self) -> list[Invocation]:
+        """The public function's containers answer the OpenAPI document (its routes read); the other
+        split functions start one container each (imports, Settings), with an event they refuse."""
         assert self.lambdas is not None
-        return [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
+        warm = [self.lambdas.invoke(GATEWAY_FUNCTION, _warm_up_event(), asynchronous=False)
                 for _ in range(self.options.gateway_concurrency)]
+        return warm + [self.lambdas.invoke(name, {"warm-up": True}, asynchronous=False)
+                       for name in (OPERATOR_FUNCTION, INTERNAL_FUNCTION)]
 
     def _written(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.options.state_dir / "endpoints.json").read_text())
@@ -365,8 +381,8 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
-        table = self.function("GatewayFunction").env.get("SLUICE_SCHEDULES_TABLE")
-        if table:  # the gateway's (the workers' settings, s, name no schedules table)
+        table = self.function("OperatorFunction").env.get("SLUICE_SCHEDULES_TABLE")
+        if table:  # the operator function's (the workers' settings, s, name no schedules table)
             from sluice.backends.dynamodb.schedules import DynamoScheduleStore
             from sluice_dev.local.scheduler import LocalScheduler
 
@@ -374,9 +390,13 @@ class DevStack:
             self.schedules = LocalScheduler(DynamoScheduleStore(client, table).every, self.fire_schedule)
 
     def fire_schedule(self, event: dict[str, Any]) -> None:
-        """EventBridge Scheduler's invoke of the gateway with one firing (asynchronous, as Scheduler's)."""
+        """EventBridge Scheduler's invoke of the firings function with one firing (asynchronous, as
+        Scheduler's), as the role Scheduler assumes (SchedulerInvokeRole)."""
         if self.lambdas is not None:
-            self.lambdas.invoke(GATEWAY_FUNCTION, event)
+            self.lambdas.invoke(FIRINGS_FUNCTION, event, caller=self.scheduler_caller())
+
+    def scheduler_caller(self) -> iam.Caller:
+        return iam.Caller(iam.role_arn(STACK_NAME, "SchedulerInvokeRole"))
 
     def fire_schedules(self) -> None:
         if self.schedules is not None:
@@ -403,7 +423,7 @@ class DevStack:
         publisher = wiring.completion_publisher(worker)
         # The stream's countdown (the countdown function in AWS) on the same records: a child whose
         # process died before its in-process countdown is counted here (docs/flows.md, Failure).
-        countdown = wiring.stream_countdown(worker) if worker.gateway_function_name else None
+        countdown = self._countdown(worker) if worker.internal_function_name else None
         client = boto3.client("dynamodbstreams", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         consumers = [publisher.publish, *([countdown.recount] if countdown else [])]
         poller = StreamPoller(client, ensure_jobs_stream(worker), lambda event: batch_failures(
@@ -412,6 +432,24 @@ class DevStack:
                                                daemon=True)
         self._events_thread.start()
         return queue_url
+
+    def _countdown(self, worker: Settings) -> Any:
+        """The stream's countdown, releasing through the internal function as the countdown
+        function's role (its key), not as this process."""
+        import boto3
+
+        from sluice.backends.aws.family_gateway import LambdaFamilyGateway, LambdaInvoke
+        from sluice.core.families import Countdown
+        from sluice.entry import root as wiring
+        from sluice.streams.countdown import StreamCountdown
+
+        def client() -> Any:
+            return boto3.client("lambda", region_name=worker.aws_region,
+                                endpoint_url=worker.lambda_endpoint_url,
+                                aws_access_key_id=COUNTDOWN_KEY, aws_secret_access_key=iam.SECRET)
+
+        keeper = LambdaFamilyGateway(LambdaInvoke(INTERNAL_FUNCTION, client))
+        return StreamCountdown(Countdown(wiring.families(worker), keeper.release))
 
     def _settings_env(self) -> dict[str, str]:
         return {f"SLUICE_{k.upper()}": _env_text(v) for k, v in self.options.settings.items()
@@ -438,7 +476,30 @@ class DevStack:
         tooling_env = {k: v for k, v in worker.env.items() if k not in deployed.OWN}
         self.settings = deployed.settings_of(tooling_env, worker_function_name=WORKER_FUNCTION,
                                              lambda_endpoint_url=s.lambda_endpoint_url)
+        self.access = self._access()
         return self._functions()
+
+    def _access(self) -> iam.Access:
+        """The template's resource policies on the local functions, and each key's role and policies."""
+        local = {f.logical_id: f.name for f in self.local_functions}
+        names = iam.names_for(self.deploy, local)
+        access = iam.Access()
+        for fn in self.local_functions:
+            cfg = self.deploy.functions[fn.logical_id]
+            access.add_function(self.deploy, cfg, fn.name, names)
+            access.add_identity(iam.key_of(fn.name), names[f"{fn.logical_id}Role.Arn"], cfg.policies, names)
+        countdown = self.deploy.functions["CountdownFunction"]
+        access.add_identity(COUNTDOWN_KEY, names["CountdownFunctionRole.Arn"], countdown.policies, names)
+        access.identities[self.scheduler_caller().principal] = [
+            iam.bind(p, names) for p in self.deploy.role_policies.get("SchedulerInvokeRole", ())]
+        for team, fn in self.team_functions.items():
+            deploy = self.teams[team][1]
+            cfg = deploy.functions[team_function_id(deploy)]
+            access.add_function(deploy, cfg, fn.name, names)
+            # The team's own template is being replaced by a vended role (infra/team.yaml): its
+            # statements are read as written, and the internal function's policy admits the role.
+            access.add_identity(iam.key_of(fn.name), iam.team_role_arn(STACK_NAME, team), cfg.policies, names)
+        return access
 
     def bindings(self, s: Settings, sink_url: str) -> dict[str, str]:
         """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
@@ -447,7 +508,7 @@ class DevStack:
                "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
                "SLUICE_SCHEDULES_TABLE": s.schedules_table or SCHEDULES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
-               "SLUICE_GATEWAY_FUNCTION_NAME": GATEWAY_FUNCTION,
+               "SLUICE_INTERNAL_FUNCTION_NAME": INTERNAL_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
         optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
                     "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,
@@ -470,7 +531,12 @@ class DevStack:
         schedule: dict[str, tuple[float, str]] = {}
         concurrency = {"WorkerFunction": (o.workers, "--workers: local containers; unreserved in AWS"),
                        "GatewayFunction": (o.gateway_concurrency,
-                                           "local gateway containers; unreserved in AWS")}
+                                           "local gateway containers; unreserved in AWS"),
+                       "OperatorFunction": (1, "one local container; unreserved in AWS"),
+                       "InternalFunction": (o.gateway_concurrency, "local containers for workers' children; "
+                                                                   "unreserved in AWS"),
+                       "FiringsFunction": (o.gateway_concurrency, "local containers for firings; "
+                                                                  "unreserved in AWS")}
         if o.worker_timeout_s is not None:
             timeout["WorkerFunction"] = (o.worker_timeout_s, o.why)
             env["WorkerFunction"]["SLUICE_FUNCTION_TIMEOUT_S"] = (str(o.worker_timeout_s),
@@ -528,6 +594,9 @@ class DevStack:
         o = self.options
         path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
         refs = {"GatewayFunction": (_handler_ref("gateway", "sluice_dev.local.container:gateway"), 3600.0),
+                "OperatorFunction": (_handler_ref("operator", "sluice_dev.local.container:operator"), 3600.0),
+                "InternalFunction": (_handler_ref("internal", "sluice_dev.local.container:internal"), 3600.0),
+                "FiringsFunction": (_handler_ref("firings", "sluice_dev.local.container:firings"), 3600.0),
                 "WorkerFunction": (_handler_ref("worker", "sluice.entry.worker:handle_dispatch"),
                                    o.worker_idle_s),
                 "RelayFunction": (o.relay_handler or
@@ -536,7 +605,7 @@ class DevStack:
         out = []
         for fn in self.local_functions:
             ref, idle = refs[fn.logical_id]
-            env = {**servers.DUMMY_AWS_ENV, **fn.env, "PYTHONPATH": path}
+            env = {**servers.DUMMY_AWS_ENV, **fn.env, "PYTHONPATH": path, **_credentials(fn.name)}
             command: tuple[str, ...] = ()
             if o.artifacts is not None:
                 command = self._artifact_command(fn.logical_id, fn.name)
@@ -545,7 +614,7 @@ class DevStack:
             out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle,
                                 command=command))
         for team in self.team_functions.values():  # the layer's entry, as infra/worker.yaml's Handler
-            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": path}
+            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": path, **_credentials(team.name)}
             assert team.max_concurrency is not None
             out.append(Function(team.name, "sluice.entry.worker_function:handler",
                                 int(team.timeout_s * 1000), team.max_concurrency, env,
@@ -571,6 +640,7 @@ class DevStack:
         attribute, so two requests in one process would see each other's headers and body.
         Lambda never runs two requests in one process, and neither do we.
         """
+        from sluice.entry.gateway import is_admin_path
         from sluice_dev.local.api_server import LocalGateway
 
         lambdas = self.lambdas
@@ -578,7 +648,19 @@ class DevStack:
         timeout_s = self.function("GatewayFunction").timeout_s
 
         def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
-            inv = lambdas.invoke(GATEWAY_FUNCTION, event, asynchronous=False)
+            # The API's routes: /v1/admin/... integrate with the operator function, the rest with
+            # the public one; API Gateway invokes either with the route's SourceArn.
+            path, method = str(event.get("path") or ""), str(event.get("httpMethod") or "")
+            function = OPERATOR_FUNCTION if is_admin_path(path) else GATEWAY_FUNCTION
+            try:
+                inv = lambdas.invoke(function, event, asynchronous=False, caller=iam.api_caller(method, path))
+            except iam.AccessDenied:
+                # A path outside the routes each policy names: API Gateway has no such resource and
+                # answers itself (its DEFAULT_4XX response in template.yaml), invoking nothing.
+                missing = {"type": "about:blank", "title": "MISSING_AUTHENTICATION_TOKEN",
+                           "detail": "Missing Authentication Token"}
+                return {"statusCode": 403, "headers": {"Content-Type": "application/problem+json"},
+                        "body": json.dumps(missing)}
             answered = inv.done.wait(timeout_s + 5)
             if answered and inv.error is None and isinstance(inv.result, dict):
                 result: dict[str, Any] = inv.result
@@ -626,7 +708,7 @@ class DevStack:
 
     def invoke_relay(self) -> None:
         if self.lambdas is not None:
-            self.lambdas.invoke(RELAY_FUNCTION, scheduled_event())
+            self.lambdas.invoke(RELAY_FUNCTION, scheduled_event(), caller=iam.EVENTS)
 
     def invoke_safety_net(self) -> None:
         """Drain and reap every queue with work in Redis, as the scheduled worker rule does in AWS."""
@@ -650,7 +732,7 @@ class DevStack:
         for function, names in by_function.items():
             event = {"queues": names[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
             try:
-                self.lambdas.invoke(function, event)
+                self.lambdas.invoke(function, event, caller=iam.EVENTS)
             except KeyError:  # routed (sluice routes register) to a function this stack does not run
                 logging.getLogger(__name__).warning("safety net: no local function %s", function)
 
@@ -701,6 +783,11 @@ class DevStack:
             self._scheduler.join(5)
         if self.lambdas is not None:
             self.lambdas.stop()
+
+
+def _credentials(name: str) -> dict[str, str]:
+    """The function's own dummy credentials: its key id names its role to the local Lambda service."""
+    return {"AWS_ACCESS_KEY_ID": iam.key_of(name), "AWS_SECRET_ACCESS_KEY": iam.SECRET}
 
 
 def _quietly(fn: Callable[[], None]) -> None:

@@ -12,6 +12,10 @@ container killed, and idle containers are reclaimed.
 Asynchronous invocations wait in a queue while every container is busy. Worker
 dispatches only say "drain these queues", so a dispatch identical to ones already
 waiting beyond the concurrency limit is dropped rather than queued (``coalesced``).
+
+With an ``Access`` (``sluice_dev.local.access``), every invocation is first decided as IAM
+decides it (issue 27): over HTTP the SigV4 signature's access key id names the caller, in-process
+the caller is passed; a refused one is Lambda's 403 ``AccessDeniedException``, and never runs.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import IO, Any
 
+from sluice_dev.local.access import Access, AccessDenied, Caller, access_key_id
 from sluice_dev.local.httpd import ThreadedServer
 
 log = logging.getLogger(__name__)
@@ -96,14 +101,16 @@ class Container:
 
 
 class LocalLambda:
-    def __init__(self, functions: list[Function], log_dir: Path, *, python: str = sys.executable) -> None:
+    def __init__(self, functions: list[Function], log_dir: Path, *, python: str = sys.executable,
+                 access: Access | None = None) -> None:
         self.functions = {f.name: f for f in functions}
+        self.access = access  # None: nobody is checked (a harness of its own functions)
         self.log_dir = log_dir
         self.python = python
         self.containers: list[Container] = []
         self.pending: dict[str, deque[Invocation]] = {f.name: deque() for f in functions}
         self.counts = {"invocations": 0, "cold_starts": 0, "errors": 0, "timeouts": 0, "coalesced": 0,
-                       "crashed": 0}
+                       "crashed": 0, "denied": 0}
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -114,12 +121,21 @@ class LocalLambda:
 
     # -- API -------------------------------------------------------------------------------------
 
-    def invoke(self, name: str, event: Any, *, asynchronous: bool = True, first: bool = False) -> Invocation:
-        """Queue an invocation; wait on ``done`` for its answer. KeyError for an unknown function.
+    def invoke(self, name: str, event: Any, *, asynchronous: bool = True, first: bool = False,
+               caller: Caller | None = None) -> Invocation:
+        """Queue an invocation; wait on ``done`` for its answer. KeyError for an unknown function;
+        AccessDenied when ``caller`` may not invoke it (``caller`` None: the harness itself).
 
         ``first`` puts it ahead of the invocations already waiting (an operator's manual run).
         """
         fn = self.functions[name]
+        if caller is not None and self.access is not None:
+            try:
+                self.access.check(name, caller)
+            except AccessDenied:
+                with self._cond:
+                    self.counts["denied"] += 1
+                raise
         inv = Invocation(name, event)
         with self._cond:
             waiting = self.pending[name]
@@ -294,6 +310,37 @@ def _get_function(service: LocalLambda, name: str) -> tuple[int, Any, dict[str, 
                                    "Handler": fn.handler}}, {}
 
 
+def _invoke_request(service: LocalLambda, name: str, body: bytes, kind: str,
+                    authorization: str | None) -> tuple[int, Any, dict[str, str]]:
+    """Lambda's Invoke: (status, body, headers) of its answer; a synchronous one waits for it."""
+    if name not in service.functions:
+        return 404, {"Type": "User", "message": f"Function not found: {name}"}, {
+            "x-amzn-ErrorType": "ResourceNotFoundException"}
+    try:
+        event = json.loads(body or b"{}")
+    except ValueError:
+        return 400, {"Type": "User", "message": "Could not parse request body into json"}, {
+            "x-amzn-ErrorType": "InvalidRequestContentException"}
+    try:
+        caller = _signer(service, authorization)
+        inv = service.invoke(name, event, asynchronous=kind == "Event", caller=caller)
+    except AccessDenied as exc:
+        return 403, {"Type": "User", "Message": str(exc)}, {"x-amzn-ErrorType": "AccessDeniedException"}
+    if kind == "Event":
+        return 202, None, {}
+    inv.done.wait()
+    if inv.error is not None:
+        return 200, {"errorMessage": inv.error}, {"X-Amz-Function-Error": "Unhandled"}
+    return 200, inv.result, {}
+
+
+def _signer(service: LocalLambda, authorization: str | None) -> Caller | None:
+    """Who signed an Invoke request (its access key id's principal); None where nobody is checked."""
+    if service.access is None:
+        return None
+    return Caller(service.access.principal_of(access_key_id(authorization)))
+
+
 class LambdaApi(ThreadedServer):
     """The Lambda Invoke API over HTTP (the part boto3's ``invoke`` uses), plus a status page.
 
@@ -318,26 +365,8 @@ class LambdaApi(ThreadedServer):
                 match = _INVOKE_PATH.match(self.path.split("?")[0])
                 name = match.group("name") if match else ""
                 name = name.rsplit(":", 1)[-1] if name.startswith("arn:") else name
-                if name not in service.functions:
-                    self._send(404, {"Type": "User", "message": f"Function not found: {name}"},
-                               {"x-amzn-ErrorType": "ResourceNotFoundException"})
-                    return
-                try:
-                    event = json.loads(body or b"{}")
-                except ValueError:
-                    self._send(400, {"Type": "User", "message": "Could not parse request body into json"},
-                               {"x-amzn-ErrorType": "InvalidRequestContentException"})
-                    return
                 kind = self.headers.get("X-Amz-Invocation-Type", "RequestResponse")
-                inv = service.invoke(name, event, asynchronous=kind == "Event")
-                if kind == "Event":
-                    self._send(202, None)
-                    return
-                inv.done.wait()
-                if inv.error is not None:
-                    self._send(200, {"errorMessage": inv.error}, {"X-Amz-Function-Error": "Unhandled"})
-                else:
-                    self._send(200, inv.result)
+                self._send(*_invoke_request(service, name, body, kind, self.headers.get("Authorization")))
 
             def do_GET(self) -> None:
                 match = _FUNCTION_PATH.match(self.path.split("?")[0])

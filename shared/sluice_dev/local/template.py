@@ -63,6 +63,9 @@ class FunctionConfig:
     schedules: tuple[Schedule, ...] = ()
     handler: str = "app.handler"
     code_uri: str | None = None  # a local folder (relative to the template), as written; None: not one
+    # Its role's policies as the template writes them (SAM's ``Policies``: statements and policy
+    # templates), resolved: what the local Lambda service reads of the caller's own rights.
+    policies: tuple[Any, ...] = ()
 
     def concrete_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if isinstance(v, str)}
@@ -74,6 +77,11 @@ class DeployConfig:
     config_env: str | None
     parameters: Mapping[str, str]
     functions: Mapping[str, FunctionConfig] = field(default_factory=dict)
+    # AWS::Lambda::ResourcePolicy documents by the function they name (logical id), resolved.
+    resource_policies: Mapping[str, Any] = field(default_factory=dict)
+    # AWS::IAM::RolePolicy documents by the role they attach to (logical id), resolved.
+    role_policies: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    stack_name: str = "sluice-local"
 
 
 class _Loader(yaml.SafeLoader):
@@ -123,8 +131,9 @@ def config_env_overrides(env: str, samconfig: Path = SAMCONFIG) -> tuple[dict[st
 
 
 def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path | None = None,
-         overrides: Mapping[str, str] | None = None) -> DeployConfig:
-    """Every ``AWS::Serverless::Function`` of the template, resolved at these parameters."""
+         overrides: Mapping[str, str] | None = None, stack_name: str = "sluice-local") -> DeployConfig:
+    """Every ``AWS::Serverless::Function`` of the template, resolved at these parameters, with the
+    resource policies and role policies that name them."""
     try:
         doc = yaml.load(path.read_text(), Loader=_Loader)  # a SafeLoader subclass
     except (OSError, yaml.YAMLError) as exc:
@@ -137,12 +146,24 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
     params = _parameters(doc, given)
     pseudo = {"AWS::Region": region or "us-east-1", "AWS::Partition": "aws",
               "AWS::URLSuffix": "amazonaws.com", "AWS::AccountId": "000000000000",
-              "AWS::StackName": "sluice-local"}
+              "AWS::StackName": stack_name}
     r = _Resolver(doc, {**params, **pseudo})
+    resources = doc.get("Resources", {})
     functions = {name: _function(r, name, res, doc.get("Globals", {}).get("Function", {}))
-                 for name, res in doc.get("Resources", {}).items()
-                 if res.get("Type") == "AWS::Serverless::Function"}
-    return DeployConfig(path, config_env, params, functions)
+                 for name, res in resources.items() if res.get("Type") == "AWS::Serverless::Function"}
+    policies: dict[str, Any] = {}
+    roles: dict[str, tuple[Any, ...]] = {}
+    for res in resources.values():
+        props = res.get("Properties", {})
+        if res.get("Type") == "AWS::Lambda::ResourcePolicy":
+            target = props["ResourceArn"].get("Fn::GetAtt", [None])[0]
+            if target in policies:
+                raise ConfigError(f"{target} has two AWS::Lambda::ResourcePolicy resources")
+            policies[target] = r.value(props["PolicyDocument"])
+        elif res.get("Type") == "AWS::IAM::RolePolicy":
+            role = props["RoleName"].get("Ref")
+            roles[role] = (*roles.get(role, ()), r.value(props["PolicyDocument"]))
+    return DeployConfig(path, config_env, params, functions, policies, roles, stack_name)
 
 
 def _parameters(doc: dict[str, Any], given: Mapping[str, str]) -> dict[str, str]:
@@ -295,6 +316,7 @@ def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, 
         schedules=tuple(schedules),
         handler=str(props.get("Handler", g.get("Handler", "app.handler"))),
         code_uri=code_uri if isinstance(code_uri := props.get("CodeUri", g.get("CodeUri")), str) else None,
+        policies=tuple(props.get("Policies") or ()),
     )
 
 

@@ -348,7 +348,7 @@ def test_enqueue_without_a_gateway_is_a_clear_error(rig: Rig) -> None:
     queue.add("fanout", ids.mint(PARENT_MS, "fanout", KEY))
     app.bind(queue=queue, store=rig.store, telemetry=Telemetry(metrics=MemoryMetrics()),
              worker_id="w").drain(["fanout"], 1)
-    assert errors and "no gateway function" in errors[0]
+    assert errors and "no internal function" in errors[0]
 
 
 def test_sluice_status_shows_parent_children_and_continuation(rig: Rig,

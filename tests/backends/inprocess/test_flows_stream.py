@@ -149,10 +149,10 @@ def test_the_local_poller_hands_each_batch_to_both_consumers_and_retries_the_uni
     assert seen == ["publish", "recount"]
 
 
-def test_the_stream_countdown_needs_the_gateway_function() -> None:
+def test_the_stream_countdown_needs_the_internal_function() -> None:
     from sluice.core.config import Settings
     from sluice.core.errors import ConfigError
     from sluice.entry import root as wiring
 
-    with pytest.raises(ConfigError, match="SLUICE_GATEWAY_FUNCTION_NAME"):
-        wiring.stream_countdown.__wrapped__(Settings(gateway_function_name=None))
+    with pytest.raises(ConfigError, match="SLUICE_INTERNAL_FUNCTION_NAME"):
+        wiring.stream_countdown.__wrapped__(Settings(internal_function_name=None, gateway_function_name=None))

@@ -87,4 +87,4 @@ class LambdaInvoke:
                                 config=Config(connect_timeout=2, read_timeout=30,
                                               retries={"max_attempts": 2, "mode": "standard"}))
 
-        return cls(settings.gateway_function_name or "", build)
+        return cls(settings.internal_function_name or "", build)

@@ -35,7 +35,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from sluice.backends.redis.keys import PREFIX, QUEUES_KEY
+from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, QUEUES_KEY
 from sluice.core.errors import InvalidQueueName
 from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 
@@ -63,6 +63,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "release.lua": "del exists hdel hget hincrby hmget incrby set time zadd zrem",
     "settled.lua": "zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
+    "throttle.lua": "hmget hset pexpire time",
     "trim.lua": "del hget time zcard zrange zrem zscore",
 }.items()}
 
@@ -101,9 +102,10 @@ class Role:
 WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua"),
               ("blpop",))
 # The public API (GatewayFunction; InternalFunction and FiringsFunction run the same enqueue
-# pipeline): the admission view (stats.lua, the registry, memory), GET's holds, DELETE's cancel.
-GATEWAY = Role("gateway", ("stats.lua", "cancel.lua"), ("zscore", "sismember", "scard", "info"),
-               public_queues=True, global_keys=(QUEUES_KEY,))
+# pipeline): the admission view (stats.lua, the registry, memory), GET's holds, DELETE's cancel,
+# and the per-caller throttle's buckets (throttle.lua, one key per caller: keys.caller_bucket).
+GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua"), ("zscore", "sismember", "scard", "info"),
+               public_queues=True, global_keys=(QUEUES_KEY, CALLER_BUCKETS))
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings.
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
@@ -124,28 +126,11 @@ FUNCTION_ROLES: dict[str, str] = {
 }
 
 
-
-def union(name: str, *roles: Role) -> Role:
-    """One user for a function that plays several roles."""
-    return Role(name, tuple(dict.fromkeys(s for r in roles for s in r.scripts)),
-                tuple(dict.fromkeys(c for r in roles for c in r.commands)),
-                all_keys=any(r.all_keys for r in roles), public_queues=any(r.public_queues for r in roles),
-                global_keys=tuple(dict.fromkeys(k for r in roles for k in r.global_keys)))
-
-
-def function_role(logical_id: str, functions: Collection[str]) -> Role | None:
-    """The role of the template function ``logical_id`` in a template whose functions are
-    ``functions``; None for one that reads no Redis.
-
-    Until OperatorFunction exists (issue 27's split of the gateway per caller), GatewayFunction
-    still serves the /v1/admin routes, so its user has both roles' rights; once it exists, the
-    gateway's user is the public API's alone."""
+def function_role(logical_id: str, functions: Collection[str] = ()) -> Role | None:
+    """The role of the template function ``logical_id``; None for one that reads no Redis.
+    (``functions``, the template's function ids, is kept for callers that pass it.)"""
     name = FUNCTION_ROLES.get(logical_id)
-    if name is None:
-        return None
-    if logical_id == "GatewayFunction" and "OperatorFunction" not in functions:
-        return union("gateway+operator", GATEWAY, OPERATOR)
-    return ROLES[name]
+    return None if name is None else ROLES[name]
 
 
 _PREFIX_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\*$")

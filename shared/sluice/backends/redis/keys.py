@@ -59,6 +59,9 @@ QUEUES_KEY = f"{PREFIX}:queues"
 EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (relay.recovery)
 
 
+CALLER_BUCKETS = f"{PREFIX}:{{caller:*}}:bucket"  # every caller's bucket: the gateway's Redis user's pattern
+
+
 def caller_bucket(identity: str) -> str:
     """The caller's token buckets (throttle.lua): ``sluice:{caller:<digest>}:bucket``."""
     if not isinstance(identity, str) or not identity:

@@ -50,6 +50,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.CallerThrottled, Kind(429, "caller-throttled", "Too Many Requests From This Caller")),
     (errors.QueueNotAllowed, Kind(403, "queue-not-allowed", "Queue Not Allowed")),
     (errors.NotOperator, Kind(403, "not-operator", "Operators Only")),
+    (errors.WrongFunction, Kind(403, "wrong-function", "Wrong Function For This Caller")),
 )
 INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
 NOT_FOUND: Final = Kind(404, "not-found", "Not Found")

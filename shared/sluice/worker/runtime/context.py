@@ -122,8 +122,8 @@ class JobContext:
         and, with ``then=(queue, payload)`` (or ``(queue, payload, key)``, or a dict), a
         continuation that runs once after every one of them has ended, whatever its state."""
         if self._family_gateway is None:
-            raise ConfigError("this worker cannot start jobs: no gateway function is configured "
-                              "(SLUICE_GATEWAY_FUNCTION_NAME)")
+            raise ConfigError("this worker cannot start jobs: no internal function is configured "
+                              "(SLUICE_INTERNAL_FUNCTION_NAME)")
         try:
             request = FamilyRequest(parent_id=self.job_id, token=self.token,
                                     jobs=[ChildRequest.model_validate(_fields(j, ("queue", "payload", "key")))

@@ -1,0 +1,16 @@
+"""The internal function (template.yaml ``InternalFunction``, ``functions/internal/app.py``): internal
+calls only: a worker's children and continuations, the relay's and the countdown's releases.
+
+Every other shape is refused (``sluice.entry.gateway.Gateway``); the calls themselves are
+``sluice.entry.gateway_internal``'s. Its resource policy admits only its caller (docs/security.md).
+"""
+
+from __future__ import annotations
+
+from sluice.entry.gateway import Gateway, Handler
+from sluice.entry.gateway import lambda_function as _build
+
+
+def lambda_function() -> tuple[Gateway, Handler]:
+    """The function's Gateway and Lambda handler; called once per container, at init."""
+    return _build(kind="internal")
