@@ -105,8 +105,8 @@ def _secret_reads(role: dict[str, Any]) -> list[str]:
 SHARES = {"InternalFunction": "RedisGatewayUser", "FiringsFunction": "RedisGatewayUser"}
 
 
-@pytest.mark.parametrize("function", ["GatewayFunction", "OperatorFunction", "RelayFunction", "WorkerFunction",
-                                      *SHARES])
+@pytest.mark.parametrize("function", ["GatewayFunction", "OperatorFunction", "RelayFunction",
+                                      "WorkerFunction", *SHARES])
 def test_each_function_authenticates_as_its_own_user_and_reads_only_its_secret(function: str) -> None:
     (user,) = [u for u, f in USERS.items() if f == function] or [SHARES[function]]
     env = props(function)["Environment"]["Variables"]
