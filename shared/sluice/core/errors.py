@@ -315,6 +315,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
+        RouteRefused, RegistrationRefused,
         NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType,
     )

@@ -27,21 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.backends.dynamodb.errors import translated
 from sluice.core.errors import StoreError
-from sluice.core.models import QUEUE_NAME_RE, dump_json, validate_job_id, validate_token
+from sluice.core.ids import queue_in_id
+from sluice.core.models import dump_json, validate_job_id, validate_token
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 RESULTS_PREFIX = "results"
-NO_QUEUE = "_"  # the prefix of an id without a queue part (tools, tests): never a queue name
 _KEY_TAIL = re.compile(r"[1-9][0-9]{0,15}/[0-9a-f]{64}\.json")
-
-
-def queue_of_id(job_id: str) -> str:
-    """The queue named inside a job id (``<ULID>.<queue>.<mac>``), else ``NO_QUEUE``. It is the
-    part IAM's ``dynamodb:LeadingKeys`` (``*.<queue>.*``) vouches for, so keys follow it."""
-    parts = job_id.split(".")
-    return parts[1] if len(parts) == 3 and QUEUE_NAME_RE.fullmatch(parts[1]) else NO_QUEUE
+queue_of_id = queue_in_id  # results/<queue>/...: the id's queue ("_" for an id without one)
 
 
 def result_key(job_id: str, token: int, digest: str) -> str:

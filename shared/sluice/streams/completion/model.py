@@ -97,7 +97,8 @@ def from_record(record: Mapping[str, Any], *,
 
 def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RESULT_BYTES) -> Completion:
     """The completion event of a final item (DynamoDB-typed attributes)."""
-    from sluice.backends.dynamodb.results import NO_QUEUE, job_result_key, queue_of_id, result_key
+    from sluice.backends.dynamodb.results import job_result_key, queue_of_id, result_key
+    from sluice.core.ids import NO_QUEUE
 
     state = JobState(item_str(item, "status") or "")
     job_id = item_str(item, "job_id") or ""
