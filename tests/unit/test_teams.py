@@ -47,7 +47,7 @@ CFN_URL = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.
 
 def test_a_map_entry_is_queue_names_and_prefixes_and_never_sluice_queues() -> None:
     assert team_patterns("thumbs-*, avatars,avatars") == ("avatars", "thumbs-*")
-    for bad in ("sluice-ops", "Thumbs", "a.b", "*"):
+    for bad in ("sluice-ops", "Thumbs", "a.b", "*", "s*", "sluic*", "sluice*"):
         with pytest.raises(InvalidInput):
             team_patterns(bad)
 

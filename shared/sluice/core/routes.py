@@ -335,7 +335,11 @@ def team_patterns(text: str | Iterable[str]) -> tuple[str, ...]:
     """A team's queue patterns (a StringList parameter's value, or a list), each a queue name or a
     prefix ``thumbs-*``; no Sluice queue. InvalidInput for anything else."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    return tuple(sorted({validate_pattern(str(p).strip()) for p in items if str(p).strip()}))
+    found = tuple(sorted({validate_pattern(str(p).strip()) for p in items if str(p).strip()}))
+    for p in found:
+        if p.endswith("*") and "sluice-".startswith(p[:-1]):  # s*, sl*, ... cover sluice-...
+            raise InvalidInput(f"queue pattern {p!r} covers Sluice's reserved queues (sluice-...)")
+    return found
 
 
 def pattern_within(pattern: str, allowed: str) -> bool:
