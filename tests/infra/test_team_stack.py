@@ -8,6 +8,7 @@ job ids (``ids.mint``) and result keys (``results.result_key``).
 
 from __future__ import annotations
 
+import json
 import re
 from fnmatch import fnmatchcase
 from typing import Any
@@ -190,3 +191,25 @@ def test_the_relay_reads_the_team_map_and_nothing_writes_it_but_this_stack() -> 
     assert all("/sluice/${AWS::StackName}/teams" in r["Fn::Sub"] for r in ssm[0]["Resource"])
     for name, resource in sluice.items():  # no role of Sluice's stack may write a team map entry
         assert "ssm:PutParameter" not in str(resource), name
+
+
+def test_only_sluices_default_worker_writes_routes_in_sluices_stack() -> None:
+    """Issue 27: a team's routes are written by its registrar alone (infra/team.yaml); in Sluice's own
+    stack only the default worker registers its own (DefaultWorkerRoutes, owner sluice)."""
+    out = cfn.transformed()
+    writers = set()
+    for name, fn in cfn.resources(out, "AWS::Lambda::Function").items():
+        role = out["Resources"][fn["Properties"]["Role"]["Fn::GetAtt"][0]]
+        for policies in cfn.variants(role["Properties"].get("Policies", [])):
+            for policy in policies:
+                for st in policy["PolicyDocument"]["Statement"]:
+                    actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                    writes = {a for a in actions if a in ("dynamodb:PutItem", "dynamodb:DeleteItem",
+                                                          "dynamodb:UpdateItem", "dynamodb:BatchWriteItem",
+                                                          "dynamodb:*")}
+                    if writes and "RoutesTable" in json.dumps(st["Resource"]):
+                        writers.add(name)
+    assert writers == {"WorkerFunction"}
+    default = cfn.template()["Resources"]["DefaultWorkerRoutes"]["Properties"]
+    assert default["Owner"] == "sluice"
+    assert default["ServiceToken"] == {"Fn::GetAtt": ["WorkerFunction", "Arn"]}
