@@ -267,3 +267,19 @@ def test_a_registrar_refuses_a_team_name_that_is_not_one() -> None:
         Registrar.of("st", "Media!", "avatars", FakeRouteStore(), FakeDescriber({}))
     with pytest.raises(RegistrationRefused):
         registrar(FakeRouteStore()).refuse_claims({"Owner": "x"})
+
+
+def test_a_team_worker_describes_its_handlers_to_its_registrar() -> None:
+    import sluice
+    from sluice.backends.aws.team_map import DESCRIBE_EVENT
+    from sluice.entry import worker
+
+    app = sluice.Worker()
+    app.register("avatars", lambda job, ctx: None)
+    app.schemas = lambda: {"avatars": SCHEMA}  # type: ignore[attr-defined]
+    assert worker.DESCRIBE == DESCRIBE_EVENT
+    assert worker.describe(app) == {"queues": ["avatars"], "schemas": {"avatars": SCHEMA}}
+
+
+def test_the_registrar_function_answers_custom_resources_only() -> None:
+    assert registrar_entry.handler({"queues": ["x"]}, None)["Status"] == "FAILED"
