@@ -52,6 +52,10 @@ class TeamStack:
     registrar_env: dict[str, str | Resource]
     registrar_timeout_s: int
     role_arn: str  # the vended worker role
+    # The vended role's permissions (its boundary's PolicyDocument, attached as its policy too),
+    # resolved: what the local Lambda service reads as the team worker's own rights (its invoke of
+    # <stack>-internal). Values only a deploy knows are ``Resource`` markers.
+    worker_policy: dict[str, Any]
 
 
 def load_team(team: str, queues: list[str], stack_name: str, path: Path = TEAM_TEMPLATE) -> TeamStack:
@@ -71,10 +75,11 @@ def load_team(team: str, queues: list[str], stack_name: str, path: Path = TEAM_T
     entry = r.value(res["TeamMapEntry"]["Properties"])
     fn = r.value(res["RegistrarFunction"]["Properties"])
     role = r.value(res["TeamWorkerRole"]["Properties"])
+    boundary = r.value(res["TeamWorkerBoundary"]["Properties"]["PolicyDocument"])
     env = {k: v if isinstance(v, Resource) else _text(v) for k, v in fn["Environment"]["Variables"].items()}
     return TeamStack(team, tuple(sorted(queues)), str(entry["Name"]), _text(entry["Value"]),
                      str(fn["FunctionName"]), env, int(fn["Timeout"]),
-                     f"arn:aws:iam::{ACCOUNT}:role{role['Path']}{role['RoleName']}")
+                     f"arn:aws:iam::{ACCOUNT}:role{role['Path']}{role['RoleName']}", boundary)
 
 
 def registrar_env(stack: TeamStack, s: Settings) -> dict[str, str]:
