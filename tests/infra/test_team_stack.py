@@ -213,3 +213,20 @@ def test_only_sluices_default_worker_writes_routes_in_sluices_stack() -> None:
     default = cfn.template()["Resources"]["DefaultWorkerRoutes"]["Properties"]
     assert default["Owner"] == "sluice"
     assert default["ServiceToken"] == {"Fn::GetAtt": ["WorkerFunction", "Arn"]}
+
+
+def _imports(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        if "Fn::ImportValue" in value:
+            return [value["Fn::ImportValue"]["Fn::Sub"]]
+        return [x for v in value.values() for x in _imports(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _imports(v)]
+    return []
+
+
+def test_every_import_is_an_export_of_the_sluice_stack() -> None:
+    exported = {o["Export"]["Name"]["Fn::Sub"].replace("${AWS::StackName}", "${SluiceStackName}")
+                for o in cfn.template()["Outputs"].values() if "Export" in o}
+    imported = set(_imports(TEAM))
+    assert imported and imported <= exported, imported - exported
