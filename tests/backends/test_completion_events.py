@@ -49,7 +49,7 @@ def test_each_final_state_publishes_one_event_and_a_crash_before_the_checkpoint_
     by_job = {e["detail"]["job_id"]: e for e in events}
     assert len(events) == 4 and set(by_job) == {ok, failed, settled, cancelled}
     assert {e["detail-type"] for e in events} == {"Job Succeeded", "Job Failed", "Job Dead", "Job Cancelled"}
-    assert all(e["source"] == "sluice" for e in events)
+    assert all(e["source"] == f"sluice.queue.{e['detail']['queue']}" for e in events)
     assert by_job[ok]["detail"]["result"] == {"pages": 4}
     assert by_job[ok]["detail"]["event_id"] == f"{ok}:succeeded:0"
     assert by_job[failed]["detail"]["last_error"] == "bad input"

@@ -291,7 +291,7 @@ def test_large_result_round_trips_through_s3(env: Env) -> None:
     assert store.write_result("big", token, big) is WriteOutcome.WRITTEN
     assert store.write_result("big", token, big) is WriteOutcome.ALREADY_WRITTEN
     digest = hashlib.sha256(dump_json(big).encode()).hexdigest()
-    assert env.objects() == [f"results/big/{token}/{digest}.json"]
+    assert env.objects() == [f"results/_/big/{token}/{digest}.json"]
     rec = store.get_job("big")
     assert rec.result == big and rec.result_ref == f"s3://{env.settings.results_bucket}/{env.objects()[0]}"
     # A stale writer's large upload (even with the same token) lands under a key of its
@@ -310,7 +310,7 @@ def test_result_just_under_threshold_stays_inline(moto_url: str, unique: str) ->
     exact = "x" * (2_000 - 2)  # JSON adds the two quotes: exactly at the limit
     store.write_result("a", store.grant("a", "q", "w"), exact)
     store.write_result("b", store.grant("b", "q", "w"), exact + "y")
-    assert [k.rsplit("/", 1)[0] for k in env.objects()] == ["results/b/1"]
+    assert [k.rsplit("/", 1)[0] for k in env.objects()] == ["results/_/b/1"]
     assert store.get_job("a").result == exact and store.get_job("b").result == exact + "y"
 
 

@@ -14,7 +14,9 @@ from tests.infra import cfn
 from tests.infra.tools import run, tool
 
 TEAM_WORKER = "infra/worker.yaml"  # a team's own stack (issue 15), not nested in ours
-TEMPLATES = ["template.yaml", *(str(p.relative_to(cfn.ROOT)) for p in cfn.NESTED.values()), TEAM_WORKER]
+TEAM_STACK = "infra/team.yaml"  # the infra team's stack per team (issue 27)
+TEMPLATES = ["template.yaml", *(str(p.relative_to(cfn.ROOT)) for p in cfn.NESTED.values()), TEAM_WORKER,
+             TEAM_STACK]
 
 
 @pytest.mark.timeout(120)
@@ -27,6 +29,13 @@ def test_sam_validate_lint() -> None:
 @pytest.mark.timeout(120)
 def test_sam_validate_lint_accepts_the_team_worker_template() -> None:
     result = run(tool("sam"), "validate", "--lint", "--template", TEAM_WORKER, timeout=110)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_sam_validate_lint_accepts_the_team_stack_template() -> None:
+    result = run(tool("sam"), "validate", "--lint", "--template", TEAM_STACK, timeout=110)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is a valid SAM Template" in result.stdout + result.stderr
 

@@ -525,7 +525,7 @@ def test_vpc_endpoints_cover_every_api_the_functions_call() -> None:
     nested = cfn.load(cfn.NESTED["endpoints"])
     services = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
                 for r in cfn.resources(nested, "AWS::EC2::VPCEndpoint").values()}
-    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager", "scheduler"}
+    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager", "scheduler", "ssm"}
     network = cfn.load(cfn.NESTED["network"])
     assert not cfn.resources(network, "AWS::EC2::InternetGateway")
     assert not cfn.resources(network, "AWS::EC2::NatGateway")

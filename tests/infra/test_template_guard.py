@@ -84,7 +84,7 @@ ENDPOINTS = cfn.load(cfn.ROOT / "infra" / "endpoints.yaml")
 # Endpoint -> the service prefix of the actions it carries.
 SERVICES = {"DynamoDbEndpoint": "dynamodb", "S3Endpoint": "s3", "LambdaEndpoint": "lambda",
             "StsEndpoint": "sts", "SecretsManagerEndpoint": "secretsmanager",
-            "SchedulerEndpoint": "scheduler"}
+            "SchedulerEndpoint": "scheduler", "SsmEndpoint": "ssm"}
 # Called by AWS services on a function's behalf, never through the VPC: the stream reads of an
 # event source mapping (DynamoDB Streams has its own API host, which no gateway endpoint serves).
 NOT_THROUGH_THE_VPC = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
@@ -173,19 +173,39 @@ def test_custom_resource_replies_reach_this_regions_bucket_for_this_accounts_sta
 
 
 def test_secrets_manager_may_invoke_the_rotation_function_for_this_stacks_secrets_only() -> None:
-    """SecretRotationPermission had no SourceArn: any secret of the account could have it invoked."""
+    """SecretRotationPermission had no SourceArn: any secret of the account could have it invoked.
+    Now: the job id secret by its ARN, and the Redis users' secrets by their stack's name prefix
+    (sluice/<stack>/redis/*: Sluice's users' and the teams', infra/team.yaml)."""
+    from fnmatch import fnmatchcase
+
     permissions = {name: r["Properties"] for name, r in cfn.resources(T, "AWS::Lambda::Permission").items()
                    if cfn.is_getatt(r["Properties"]["FunctionName"], "SecretRotationFunction", "Arn")}
-    arns = {}
+    by_ref, patterns = {}, {}
     for name, p in permissions.items():
         assert p["Principal"] == "secretsmanager.amazonaws.com" and p["Action"] == "lambda:InvokeFunction"
         assert p["SourceAccount"] == {"Ref": "AWS::AccountId"}, name
-        arns[p["SourceArn"]["Ref"]] = name
+        if "Ref" in p["SourceArn"]:
+            by_ref[p["SourceArn"]["Ref"]] = name
+        else:
+            patterns[p["SourceArn"]["Fn::Sub"]] = name
+    assert set(by_ref) == {"JobIdSecret"}
+    (pattern, redis_permission), = patterns.items()
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:"
+    concrete = (pattern.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
+                .replace("${AWS::AccountId}", "123456789012").replace("${AWS::StackName}", "prod"))
+    for secret, allowed in ((f"{arn}sluice/prod/redis/relay-AbCdEf", True),
+                            (f"{arn}sluice/prod/redis/team-pay-AbCdEf", True),
+                            (f"{arn}sluice/other/redis/relay-AbCdEf", False),
+                            (f"{arn}someone-elses-AbCdEf", False)):
+        assert fnmatchcase(secret, concrete) is allowed, secret
     schedules = cfn.resources(T, "AWS::SecretsManager::RotationSchedule")
-    rotated = {s["Properties"]["SecretId"]["Ref"]: s for s in schedules.values()}
-    assert set(arns) == set(rotated) == {"RedisAuthSecret", "JobIdSecret"}
-    for secret, schedule in rotated.items():
-        assert arns[secret] in schedule["DependsOn"], secret  # the permission exists before the rotation
+    for schedule in schedules.values():
+        secret = schedule["Properties"]["SecretId"]["Ref"]
+        needed = by_ref.get(secret, redis_permission)
+        assert needed in schedule["DependsOn"], secret  # the permission exists before the rotation
+    assert {s["Properties"]["SecretId"]["Ref"] for s in schedules.values()} == {
+        "JobIdSecret", "RedisRelayUserSecret", "RedisGatewayUserSecret", "RedisOperatorUserSecret",
+        "RedisWorkerUserSecret"}
 
 
 # ------------------------------------------------------------------ item 5: each caller's own limit

@@ -64,7 +64,7 @@ def test_events_follow_prints_each_ending_and_status_shows_progress(tmp_path: Pa
         by_job = {e["detail"]["job_id"]: e for e in lines}
         assert set(by_job) == set(ids), lines
         ok, failed = by_job[ids[0]], by_job[ids[1]]
-        assert ok["source"] == "sluice" and ok["detail-type"] == "Job Succeeded"
+        assert ok["source"] == "sluice.queue.steps" and ok["detail-type"] == "Job Succeeded"
         assert ok["detail"]["result"] == {"steps": 3}
         assert ok["detail"]["event_id"] == f"{ids[0]}:succeeded:0"
         assert failed["detail-type"] == "Job Failed" and failed["detail"]["last_error"] == "asked to fail"

@@ -65,7 +65,7 @@ def test_detail_carries_the_job_and_a_small_result_inline() -> None:
     assert d["created_at_ms"] == 1764547100000 and d["finished_at_ms"] == 1764547200000
     assert d["result"] == {"pages": 4} and d["parent"] is None and "result_ref" not in d
     entry = model.entry(e, "bus")
-    assert entry["Source"] == "sluice" and entry["DetailType"] == "Job Succeeded"
+    assert entry["Source"] == "sluice.queue.thumbs" and entry["DetailType"] == "Job Succeeded"
     assert entry["EventBusName"] == "bus"
     dead = model.from_record(EVENT["Records"][3])
     assert dead is not None and dead.detail["last_error"] == "boom" and "result" not in dead.detail
@@ -86,13 +86,32 @@ def test_a_large_result_becomes_an_s3_pointer() -> None:
     detail = json.loads(sink.entries[0]["Detail"])
     assert "result" not in detail and detail["result_bytes"] > 50
     key = detail["result_ref"].removeprefix("s3://bucket/")
-    assert key.startswith("results/01JDXAMPLE0000000000000001.thumbs.abc/2/")
+    assert key.startswith("results/thumbs/01JDXAMPLE0000000000000001.thumbs.abc/2/")
     assert json.loads(results.objects[key]) == {"blob": "x" * 100}
     # already in S3 (a result too large for the item): the item's own pointer
     record["dynamodb"]["NewImage"].pop("result")
-    record["dynamodb"]["NewImage"]["result_ref"] = {"S": "s3://bucket/results/x"}
+    own = f"s3://bucket/{key}"
+    record["dynamodb"]["NewImage"]["result_ref"] = {"S": own}
     e = model.from_record(record)
-    assert e is not None and e.detail["result_ref"] == "s3://bucket/results/x" and "result" not in e.detail
+    assert e is not None and e.detail["result_ref"] == own and "result" not in e.detail
+
+
+def test_an_item_pointing_at_another_jobs_result_publishes_no_pointer() -> None:
+    """Issue 27: the item is the team's to write; its event must not hand out another team's result."""
+    record = json.loads(json.dumps(EVENT["Records"][0]))
+    record["dynamodb"]["NewImage"].pop("result")
+    other = "s3://bucket/results/pay/01JDXAMPLE0000000000000002.pay.abc/1/" + "a" * 64 + ".json"
+    record["dynamodb"]["NewImage"]["result_ref"] = {"S": other}
+    e = model.from_record(record)
+    assert e is not None and e.detail["result_ref"] is None and "not its own" in e.detail["result_omitted"]
+
+
+def test_the_events_queue_and_source_come_from_the_job_id_not_the_item() -> None:
+    record = json.loads(json.dumps(EVENT["Records"][0]))
+    record["dynamodb"]["NewImage"]["queue"] = {"S": "payments"}  # a team's forged attribute
+    e = model.from_record(record)
+    assert e is not None and e.detail["queue"] == "thumbs"
+    assert model.entry(e, "bus")["Source"] == "sluice.queue.thumbs"
 
 
 def test_publisher_reports_refused_entries_for_retry_and_a_retry_repeats_the_id() -> None:

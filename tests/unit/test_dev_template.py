@@ -254,7 +254,9 @@ def test_with_no_operator_named_sluice_dev_names_its_local_operator_as_an_overri
     (the console's X-Sluice-Local-Caller) as an Override row it prints, never silently."""
     stack, functions = _prepared(DevOptions(state_dir=tmp_path))
     rows = [r for r in stack.overrides if r.field == "Environment.SLUICE_OPERATOR_PRINCIPALS"]
-    assert [(r.function, r.template, r.local) for r in rows] == [("GatewayFunction", "", LOCAL_OPERATOR)]
+    # The public function reads the list for the priority cap, the operator function for its routes.
+    assert [(r.function, r.template, r.local) for r in rows] == [("GatewayFunction", "", LOCAL_OPERATOR),
+                                                                 ("OperatorFunction", "", LOCAL_OPERATOR)]
     assert "OperatorPrincipalArns" in rows[0].reason
     assert functions["sluice-gateway"].env["SLUICE_OPERATOR_PRINCIPALS"] == LOCAL_OPERATOR
 
@@ -298,10 +300,15 @@ def test_each_local_function_connects_as_its_own_redis_user(tmp_path: Path) -> N
 
     dev, functions = _prepared(CASES["sluice dev --worker words=sluice_dev.examples_team"](tmp_path))
     users = {f.name: f.env.get("SLUICE_REDIS_USERNAME") for f in functions.values()}
-    assert users == {"sluice-gateway": "sluice-gateway", "sluice-relay": "sluice-relay",
-                     "sluice-worker": "sluice-worker", "sluice-worker-words": "sluice-worker-words"}
-    passwords = {f.env["SLUICE_REDIS_PASSWORD"] for f in functions.values()}
-    assert len(passwords) == len(functions)  # one each
+    # The split functions each connect as their own user (of their role: the operator's, or the
+    # gateway's for internal calls and firings); the team's registrar reads no Redis.
+    assert users == {"sluice-gateway": "sluice-gateway", "sluice-operator": "sluice-operator",
+                     "sluice-internal": "sluice-internal", "sluice-firings": "sluice-firings",
+                     "sluice-relay": "sluice-relay", "sluice-worker": "sluice-worker",
+                     "sluice-worker-words": "sluice-worker-words", "sluice-registrar-words": None}
+    passwords = {f.env["SLUICE_REDIS_PASSWORD"] for f in functions.values()
+                 if f.env.get("SLUICE_REDIS_USERNAME")}
+    assert len(passwords) == len(users) - 1  # one each
     words = dev.redis_users["team:words"]
     from sluice.entry.worker import load_app
 

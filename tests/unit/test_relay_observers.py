@@ -39,6 +39,8 @@ class Recorded:
     (ev.MemoryGuard(on=False, percent=60.0), [("RelayMemoryGuardOff", 1, {})]),
     (ev.DispatchLimited(wanted=9, granted=4), [("RelayDispatchBudgetSpent", 1, {})]),
     (ev.DispatchFailed(queue="q", error="throttled"), [("RelayDispatchFailed", 1, {"queue": "q"})]),
+    (ev.DispatchRefused(queue="q", function="f", why="not the map's"),
+     [("RelayDispatchRefused", 1, {"queue": "q"})]),
     (ev.LagMeasured(lag=30), [("RelayLag", 30, {})]),
     (ev.Replayed(topic="t", partition=0, start=5, committed=9, old_epoch="a", epoch="b"),
      [("RelayReplays", 1, {})]),
@@ -58,13 +60,14 @@ def test_incidents_log_the_lines_they_always_did(caplog: pytest.LogCaptureFixtur
         obs(ev.QueueHeld(queue="q", gate="watermark", held=False, depth=20))
         obs(ev.MemoryGuard(on=True, percent=91.4))
         obs(ev.DispatchFailed(queue="q", error="throttled"))
+        obs(ev.DispatchRefused(queue="q", function="st-worker-evil", why="the team map says no"))
         obs(ev.Replayed(topic="t", partition=0, start=5, committed=9, old_epoch="a", epoch="b"))
         obs(ev.CheckpointFailed(error="throttled", retry_in_s=5.0))
         obs(ev.LagMeasured(lag=3))  # a count, no line
     assert [r.getMessage() for r in caplog.records] == [
         "relay r1 stops pushing partition 3: a newer owner pushed", "queue q held back at 9 dead jobs",
         "queue q resumed at ready depth 20", "Redis at 91% of maxmemory: the memory guard is on",
-        "dispatch to q failed: throttled",
+        "dispatch to q failed: throttled", "queue q not dispatched to st-worker-evil: the team map says no",
         "Redis lost data (epoch a -> b): replaying partition 0 of t from offset 5 (committed 9), "
         "skipping jobs already final", "checkpoint failed, next one in 5.0s: throttled"]
 

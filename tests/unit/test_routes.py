@@ -18,11 +18,13 @@ from sluice.core.routes import (
     RouteCache,
     RouteConflict,
     RouteTable,
+    TeamMapCache,
     app_schemas,
     check_new,
     check_schema,
     routes_for,
 )
+from sluice_dev.fakes import FakeTeamMap
 
 THUMB_SCHEMA = {"type": "object", "properties": {"url": {"type": "string"}, "width": {"type": "integer",
                                                                                    "minimum": 1}},
@@ -142,26 +144,34 @@ def test_the_cache_reads_once_per_ttl_and_picks_up_a_new_route_after_it() -> Non
     assert source.reads == 2
 
 
+TEAM_FN = "st-worker-media"  # a team's worker: <stack>-worker-<team> (infra/team.yaml)
+
+
+def team_lookup(source: Source, clock: Any, default: str = "default-fn") -> CachedRouteLookup:
+    teams = TeamMapCache(FakeTeamMap({"media": "thumbnails"}), ttl_s=60, clock=clock)
+    return CachedRouteLookup(RouteCache(source, ttl_s=30, clock=clock), default, teams=teams, stack_name="st")
+
+
 def test_the_dispatch_lookup_keeps_the_last_table_when_the_registry_is_down() -> None:
     now = [0.0]
-    source = Source([r("thumbnails", "team-fn")])
-    lookup = CachedRouteLookup(RouteCache(source, ttl_s=30, clock=lambda: now[0]), "default-fn")
-    assert lookup("thumbnails") == "team-fn" and lookup("echo") == "default-fn"
+    source = Source([r("thumbnails", TEAM_FN, "media")])
+    lookup = team_lookup(source, lambda: now[0])
+    assert lookup("thumbnails") == TEAM_FN and lookup("echo") == "default-fn"
     source.fail, now[0] = True, 31.0
-    assert lookup("thumbnails") == "team-fn"  # the last table read: the relay keeps dispatching
+    assert lookup("thumbnails") == TEAM_FN  # the last table read: the relay keeps dispatching
 
 
 def test_the_dispatch_lookup_does_not_guess_before_any_read_succeeded() -> None:
     """Sending a team's queue to the default worker would dead-letter its jobs (no handler)."""
-    source = Source([r("thumbnails", "team-fn")])
+    source = Source([r("thumbnails", TEAM_FN, "media")])
     source.fail = True
-    lookup = CachedRouteLookup(RouteCache(source, ttl_s=30, clock=lambda: 0.0), "default-fn")
+    lookup = team_lookup(source, lambda: 0.0)
     for _ in range(2):  # the second call falls in the pause after the failed read: still no guess
         with pytest.raises(BackendUnavailable, match="thumbnails"):
             lookup("thumbnails")
     source.fail = False
     lookup.cache.forget()
-    assert lookup("thumbnails") == "team-fn" and lookup("echo") == "default-fn"
+    assert lookup("thumbnails") == TEAM_FN and lookup("echo") == "default-fn"
 
 
 def test_the_lambda_dispatcher_invokes_each_queues_routed_function() -> None:

@@ -381,6 +381,16 @@ class DispatchFailed(Incident):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchRefused(Incident):
+    """A route sends ``queue`` to ``function``, which the team map does not give that queue: the
+    relay did not dispatch it (a route written around the registrar, or a map changed since)."""
+
+    queue: str
+    function: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Replayed(Incident):
     """Redis lost data (its epoch changed from ``old_epoch``): ``partition`` is replayed from
     ``start`` (Kafka had committed ``committed``), skipping jobs already final."""

@@ -151,6 +151,15 @@ class Settings(BaseModel):
     firings_function_arn: str = ""
     gateway_function_arn: str = ""  # deprecated: read only where firings_function_arn is unset
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
+    # Teams (issue 27, docs/teams.md): the Sluice stack's name. Its team map is the SSM parameters
+    # under /sluice/<stack_name>/teams/ (infra/team.yaml writes them), and a team's worker function is
+    # <stack_name>-worker-<team>. Empty: no team map, so the relay follows no route to a team function.
+    stack_name: str = ""
+    team_map_ttl_s: float = Field(default=60.0, ge=0.0, le=600.0)
+    # A team's registrar (sluice.entry.registrar; infra/team.yaml sets these): its team and the
+    # queue patterns the team map gives it, comma-separated.
+    registrar_team: str = ""
+    registrar_queues: str = ""
     # A queue no route covers, once routes are known: refused at the gateway (404 NO_ROUTE), or
     # sent to the default worker ("default").
     unrouted_queues: Literal["refuse", "default"] = "refuse"

@@ -241,6 +241,20 @@ class UnknownFunction(InvalidInput):
     code = "UNKNOWN_FUNCTION"
 
 
+class RouteRefused(SluiceError):
+    """A route names a team's function for a queue the team map does not give that team: the relay
+    does not follow it (docs/teams.md, "The team map")."""
+
+    code = "ROUTE_REFUSED"
+
+
+class RegistrationRefused(InvalidInput):
+    """A registrar refused a registration: a queue outside its team's map, or a request naming
+    another team or function. Nothing was written."""
+
+    code = "REGISTRATION_REFUSED"
+
+
 class NoRoute(InvalidInput):
     """No deployed worker handles this queue: the gateway refuses its jobs (404)."""
 
@@ -325,6 +339,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
+        RouteRefused, RegistrationRefused,
         NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
         WrongFunction,

@@ -162,6 +162,18 @@ def derive(parent_id: str, queue: str, key: str, signing_key: bytes) -> str:
     return mint(parent_ms, queue, signing_key, child_entropy(parent_id, key))
 
 
+NO_QUEUE: Final = "_"  # ``queue_in_id`` of an id without a queue part: never a queue name
+
+
+def queue_in_id(job_id: str) -> str:
+    """The queue an id of the minted shape names (``<ULID>.<queue>.<mac>``, unverified), else
+    ``NO_QUEUE``. IAM's ``dynamodb:LeadingKeys`` ``*.<queue>.*`` scopes a team to the ids naming
+    its queues, so whatever is keyed or labelled by queue follows this part, not an item's
+    ``queue`` attribute (which a team's code writes)."""
+    parts = job_id.split(".")
+    return parts[1] if len(parts) == 3 and QUEUE_NAME_RE.fullmatch(parts[1]) else NO_QUEUE
+
+
 def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
     """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
     if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:

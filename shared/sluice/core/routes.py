@@ -41,7 +41,9 @@ from sluice.core.errors import (
     InvalidSchema,
     NoRoute,
     PayloadInvalid,
+    RegistrationRefused,
     RouteConflict,
+    RouteRefused,
     SluiceError,
     UnknownFunction,
 )
@@ -324,6 +326,111 @@ class RouteCache:
         self._read_at = float("-inf")
 
 
+# -- the team map (issue 27): which queues the infra team gave each team --------------------------
+
+TEAM_RE: Final = re.compile(r"^[a-z0-9][a-z0-9-]{0,20}$")  # infra/team.yaml's TeamName
+
+
+def team_patterns(text: str | Iterable[str]) -> tuple[str, ...]:
+    """A team's queue patterns (a StringList parameter's value, or a list), each a queue name or a
+    prefix ``thumbs-*``; no Sluice queue. InvalidInput for anything else."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    found = tuple(sorted({validate_pattern(str(p).strip()) for p in items if str(p).strip()}))
+    for p in found:
+        if p.endswith("*") and "sluice-".startswith(p[:-1]):  # s*, sl*, ... cover sluice-...
+            raise InvalidInput(f"queue pattern {p!r} covers Sluice's reserved queues (sluice-...)")
+    return found
+
+
+def pattern_within(pattern: str, allowed: str) -> bool:
+    """Whether every queue ``pattern`` routes is one ``allowed`` covers (``thumbs-big-*`` is within
+    ``thumbs-*``; ``thumbs-*`` is not within ``thumbs-big``)."""
+    if allowed.endswith("*"):
+        return pattern[:-1 if pattern.endswith("*") else None].startswith(allowed[:-1])
+    return pattern == allowed
+
+
+@dataclass(frozen=True)
+class TeamMap:
+    """team -> the queue patterns the infra team gave it (the SSM parameters
+    ``/sluice/<stack>/teams/<team>``, written only by infra/team.yaml)."""
+
+    teams: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def allows(self, team: str, queue: str) -> bool:
+        return any(covers(p, queue) for p in self.teams.get(team, ()))
+
+    def within(self, team: str, pattern: str) -> bool:
+        return any(pattern_within(pattern, p) for p in self.teams.get(team, ()))
+
+
+def check_within_map(routes: Iterable[Route], team: str, allowed: Sequence[str]) -> None:
+    """RegistrationRefused, naming the first, unless every route is ``team``'s and within ``allowed``."""
+    for r in routes:
+        if r.owner != team:
+            raise RegistrationRefused(f"route {r.pattern!r} is owned by {r.owner!r}; this registrar "
+                                      f"registers team {team!r}'s routes only")
+        if not TeamMap({team: tuple(allowed)}).within(team, r.pattern):
+            raise RegistrationRefused(
+                f"queue pattern {r.pattern!r} is not given to team {team!r} by the team map, which gives "
+                f"it {', '.join(allowed) or 'no queue'} (the infra team changes that: infra/team.yaml, "
+                "Queues); nothing was written", pattern=r.pattern, team=team)
+
+
+def function_name(function: str) -> str:
+    """A Lambda function's name, from its name or ARN (a qualifier dropped)."""
+    if function.startswith("arn:"):
+        parts = function.split(":")
+        return parts[6] if len(parts) > 6 else function
+    return function.split(":")[0]
+
+
+def team_of_function(function: str, stack_name: str) -> str | None:
+    """The team whose worker ``function`` is (``<stack>-worker-<team>``, infra/team.yaml's naming),
+    or None."""
+    prefix = f"{stack_name}-worker-"
+    name = function_name(function)
+    if not stack_name or not name.startswith(prefix):
+        return None
+    team = name[len(prefix):]
+    return team if TEAM_RE.fullmatch(team) else None
+
+
+class TeamMapSource(Protocol):
+    """Where the team map is (``sluice.backends.aws.team_map.SsmTeamMap``; ``sluice_dev.fakes``)."""
+
+    def read_teams(self) -> dict[str, tuple[str, ...]]: ...
+
+
+class TeamMapCache:
+    """The team map, read at most once per ``ttl_s``; a failed read keeps the last map (and raises)."""
+
+    def __init__(self, source: TeamMapSource | Lazy[TeamMapSource], *, ttl_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source, self.ttl_s, self.clock = source, ttl_s, clock
+        self._map = TeamMap()
+        self._read_at = float("-inf")
+        self._lock = threading.Lock()
+        self.has_read = False
+
+    def map(self) -> TeamMap:
+        now = self.clock()
+        if now - self._read_at < self.ttl_s:
+            return self._map
+        with self._lock:
+            if now - self._read_at >= self.ttl_s:
+                try:
+                    self._map = TeamMap(dict(resolve(self.source).read_teams()))
+                except SluiceError:
+                    self._read_at = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
+                    raise
+                self.has_read, self._read_at = True, now
+        return self._map
+
+    def last(self) -> TeamMap:
+        return self._map
+
+
 class CachedRouteLookup:
     """``function_for(queue)``: the routed function, else ``default``.
 
@@ -331,10 +438,17 @@ class CachedRouteLookup:
     any read succeeded it raises BackendUnavailable instead of guessing: the default worker has
     no handler for a team's queue and would dead-letter its jobs. The relay counts a failed
     dispatch and goes on; each function's safety net still drains its queues.
+
+    A route to any function but ``default`` is followed only when it names a team's worker
+    (``<stack_name>-worker-<team>``), its owner is that team, and ``teams`` (the team map) gives
+    the queue to that team; otherwise ``RouteRefused``: the relay does not dispatch the queue and
+    emits ``DispatchRefused``. The routes table is not trusted alone (issue 27).
     """
 
-    def __init__(self, cache: RouteCache, default: str) -> None:
+    def __init__(self, cache: RouteCache, default: str, *, teams: TeamMapCache | None = None,
+                 stack_name: str = "") -> None:
         self.cache, self.default = cache, default
+        self.teams, self.stack_name = teams, stack_name
 
     def __call__(self, queue: str) -> str:
         try:
@@ -346,4 +460,31 @@ class CachedRouteLookup:
         if not self.cache.has_read:  # also in the pause after a failed read: the table is blank
             raise BackendUnavailable(f"the routes cannot be read yet, so the worker function of {queue} "
                                      f"is unknown ({why})")
-        return self.default if route is None else route.function
+        if route is None or function_name(route.function) == function_name(self.default):
+            return self.default
+        self.check_team(queue, route)
+        return route.function
+
+    def check_team(self, queue: str, route: Route) -> None:
+        team = team_of_function(route.function, self.stack_name)
+        why = ""
+        if team is None:
+            why = (f"it names {route.function}, which is neither the default worker nor a team's "
+                   f"{self.stack_name or '<stack>'}-worker-<team>")
+        elif route.owner != team:
+            why = f"its owner {route.owner!r} is not the function's team {team!r}"
+        elif self.teams is None:
+            why = "this relay has no team map (SLUICE_STACK_NAME unset)"
+        else:
+            try:
+                teams = self.teams.map()
+            except SluiceError as exc:
+                if not self.teams.has_read:
+                    raise BackendUnavailable(f"the team map cannot be read yet, so the route of {queue} "
+                                             f"cannot be checked ({exc})") from exc
+                teams = self.teams.last()
+            if not teams.allows(team, queue):
+                why = f"the team map does not give queue {queue!r} to team {team!r}"
+        if why:
+            raise RouteRefused(f"the route of queue {queue!r} ({route.pattern!r} -> {route.function}) is not "
+                               f"followed: {why}", queue=queue, function=route.function)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
     from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore
-    from sluice.core.routes import RouteCache
+    from sluice.core.routes import RouteCache, TeamMapCache
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
@@ -285,7 +285,26 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
         return LambdaDispatcher.from_settings(s)
     from sluice.core.routes import CachedRouteLookup
 
-    return LambdaDispatcher.from_settings(s, function_for=CachedRouteLookup(cache_, s.worker_function_name))
+    lookup = CachedRouteLookup(cache_, s.worker_function_name, teams=team_map(s), stack_name=s.stack_name)
+    return LambdaDispatcher.from_settings(s, function_for=lookup)
+
+
+@cache
+def team_map(s: Settings | None = None) -> TeamMapCache | None:
+    """The team map (SSM ``/sluice/<stack>/teams/``, issue 27), cached; None without a stack name,
+    so the relay follows no route to a team's function."""
+    s = s or settings()
+    if not s.stack_name:
+        return None
+    from sluice.core.lazy import Lazy
+    from sluice.core.routes import TeamMapCache, TeamMapSource
+
+    def build() -> TeamMapSource:
+        from sluice.backends.aws.team_map import SsmTeamMap
+
+        return SsmTeamMap.from_settings(s)
+
+    return TeamMapCache(Lazy(build), ttl_s=s.team_map_ttl_s)
 
 
 @cache

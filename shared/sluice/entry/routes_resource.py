@@ -1,7 +1,11 @@
-"""A worker function registering its own routes: the CloudFormation custom resource.
+"""Sluice's default worker registering its own routes: the CloudFormation custom resource.
 
-A team's stack (infra/worker.yaml) declares ``Custom::SluiceRoutes`` with its own worker
-function as the ``ServiceToken``. The function loads its handlers module anyway (once per
+Only template.yaml's ``DefaultWorkerRoutes`` uses this (Sluice's own stack, owner ``sluice``). A
+team's routes are registered by its team's registrar (``sluice.entry.registrar``, issue 27); a
+team's worker has no routes table and refuses such a request (``NoRoutesTable``).
+
+Sluice's stack declares ``Custom::SluiceRoutes`` with its worker function as the
+``ServiceToken``. The function loads its handlers module anyway (once per
 container), so it knows its queues and the typed queues' JSON Schemas (``app.schemas()``), and
 ``context.function_name`` is its name: nothing is copied into the template by hand, and the
 routes can never name a function that does not exist. Create and Update replace the function's
@@ -88,13 +92,42 @@ def put(url: str, body: bytes) -> None:
         response.read()
 
 
+class NoRoutesTable:
+    """A team's worker (issue 27): it writes no routes, its team's registrar does. A Create or
+    Update is refused with that reason; a Delete (a stack still naming the worker as its
+    ServiceToken, being replaced by the registrar's ``TeamRoutes``) succeeds and removes nothing,
+    so it cannot remove what the registrar registered."""
+
+    def list_routes(self) -> list[Any]:
+        return []  # so a Delete removes nothing; a Create's put_routes refuses
+
+    def put_routes(self, owner: str, routes: Any, stale: Any) -> None:
+        if routes:
+            raise _refused()
+
+    def delete_route(self, pattern: str, owner: str | None) -> Any:
+        raise _refused()
+
+
+def _refused() -> Exception:
+    from sluice.core.errors import RegistrationRefused
+
+    return RegistrationRefused("a team's worker does not register its own routes: its team's registrar "
+                               "does (infra/team.yaml; ServiceToken: the export "
+                               "<SluiceStackName>-team-<team>-RegistrarArn). Nothing was written")
+
+
 def handle(event: Mapping[str, Any], context: Any, app: Worker,
            settings: Settings | None = None) -> dict[str, Any]:
     """The worker Lambda's answer to a ``Custom::SluiceRoutes`` request for ``app``, its handlers
-    module's Worker (``entry.worker.prepare``)."""
+    module's Worker (``entry.worker.prepare``). Only Sluice's default worker, whose stack gives it
+    the routes table (``DefaultWorkerRoutes``), registers its own routes; a team's worker has no
+    routes table and no right to one, and refuses."""
     from sluice.backends.dynamodb.routes import DynamoRouteStore
     from sluice.entry import root as wiring
 
     s = settings or wiring.settings()
+    if not s.routes_table:
+        return respond(event, str(context.function_name), app, NoRoutesTable(), put)
     return respond(event, str(context.function_name), app,
                    DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)), put)

@@ -87,13 +87,27 @@ def prepare(settings: Settings | None = None) -> tuple[Worker, WorkerOptions]:
 
 
 def handler(event: dict[str, Any], context: LambdaContextLike) -> dict[str, Any]:
-    """The worker function's handler: a dispatch, or a ``Custom::SluiceRoutes`` request from
-    CloudFormation (this function's own routes, ``sluice.entry.routes_resource``)."""
+    """The worker function's handler: a dispatch; a registrar asking for this function's handlers
+    (``{"sluice": "describe"}``, infra/team.yaml); or a ``Custom::SluiceRoutes`` request from
+    CloudFormation (Sluice's default worker only: ``sluice.entry.routes_resource``)."""
     from sluice.entry import routes_resource
 
+    if event == DESCRIBE:
+        return describe(prepare()[0])
     if routes_resource.is_custom_resource(event):
         return routes_resource.handle(event, context, prepare()[0])
     return handle_dispatch(event, context)
+
+
+DESCRIBE = {"sluice": "describe"}  # backends.aws.team_map.DESCRIBE_EVENT
+
+
+def describe(app: Worker) -> dict[str, Any]:
+    """This function's queues and typed queues' JSON Schemas, for its team's registrar (which checks
+    every one against the team map: the answer is the team's code's, so nothing in it is trusted)."""
+    from sluice.core.routes import app_schemas
+
+    return {"queues": sorted(app.handlers), "schemas": app_schemas(app)}
 
 
 def handle_dispatch(event: object, context: LambdaContextLike,

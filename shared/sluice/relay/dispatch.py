@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sluice.core import bus as ev
 from sluice.core import policy
-from sluice.core.errors import SluiceError
+from sluice.core.errors import RouteRefused, SluiceError
 from sluice.core.models import is_reserved_queue
 from sluice.core.ports import Dispatcher
 from sluice.relay.config import RelayConfig
@@ -81,6 +81,10 @@ class Dispatch:
         state.dispatched_at = now
         try:
             started = self.dispatcher.dispatch(queue, n, self.config.worker_batch)
+        except RouteRefused as exc:  # not the team map's: never dispatched, and said loudly
+            self.events.emit(ev.DispatchRefused(queue=queue, function=str(exc.details.get("function", "")),
+                                                why=str(exc)))
+            return
         except SluiceError as exc:  # the scheduled safety net still drains the queue
             self.events.emit(ev.DispatchFailed(queue=queue, error=str(exc)))
             return

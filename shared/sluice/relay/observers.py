@@ -54,6 +54,8 @@ class RelayMetrics:
             m.count("RelayMemoryGuardOn" if e.on else "RelayMemoryGuardOff")
         elif isinstance(e, ev.DispatchFailed):
             m.count("RelayDispatchFailed", queue=e.queue)
+        elif isinstance(e, ev.DispatchRefused):
+            m.count("RelayDispatchRefused", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
 
@@ -80,6 +82,8 @@ class RelayLog:
                         "on" if e.on else "off")
         elif isinstance(e, ev.DispatchFailed):
             log.warning("dispatch to %s failed: %s", e.queue, e.error)
+        elif isinstance(e, ev.DispatchRefused):
+            log.error("queue %s not dispatched to %s: %s", e.queue, e.function, e.why)
         elif isinstance(e, ev.Replayed):
             log.warning("Redis lost data (epoch %s -> %s): replaying partition %s of %s from offset %s "
                         "(committed %s), skipping jobs already final", e.old_epoch, e.epoch, e.partition,

@@ -51,6 +51,7 @@ from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambd
 from sluice_dev.local.redis_users import LocalRedisUser
 from sluice_dev.local.sink import FencedSink
 from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
+from sluice_dev.local.teams import TeamStack
 from sluice_dev.local.template import TEMPLATE, DeployConfig, load
 
 if TYPE_CHECKING:
@@ -195,6 +196,8 @@ class DevStack:
                            redis_shards=options.redis_shards)
         self.local_functions: list[LocalFunction] = []
         self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
+        self.team_stacks: dict[str, TeamStack] = {}  # team -> infra/team.yaml as the infra team deploys it
+        self._servers: Settings | None = None  # where the local servers are (prepare)
         self.overrides: list[Override] = []
         self.access: iam.Access | None = None  # who may invoke which function (prepare)
         self.settings: Settings | None = None
@@ -351,24 +354,56 @@ class DevStack:
 
     def _register_routes(self, s: Settings) -> list[str]:
         """Every worker function's queues become its routes, as each one's Custom::SluiceRoutes
-        does at deploy time (the default worker's is DefaultWorkerRoutes, teams' are in
-        infra/worker.yaml): so, as deployed, the gateway refuses a queue no handler has (404
-        NO_ROUTE, under UnroutedQueues=refuse) and a typed queue's bad payload (400). A queue two
-        modules handle is a RouteConflict: the stack does not start."""
+        does at deploy time: the default worker's own (DefaultWorkerRoutes), and each team's through
+        its registrar (infra/team.yaml; infra/worker.yaml's TeamRoutes), which registers only what
+        the team map gives the team. So, as deployed, the gateway refuses a queue no handler has
+        (404 NO_ROUTE, under UnroutedQueues=refuse) and a typed queue's bad payload (400). A queue
+        two modules handle is a RouteConflict: the stack does not start."""
         from sluice.backends.dynamodb.routes import DynamoRouteStore, LambdaFunctions, register
         from sluice.core.routes import app_schemas, routes_for
         from sluice.entry.worker import load_app
+        from sluice_dev.local import teams
 
         store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
-        workers = [(WORKER_FUNCTION, "sluice", self.default_module)]
-        workers += [(team_function_name(n), n, m) for n, (m, _d) in self.teams.items()]
-        lines = []
-        for function, owner, module in workers:
-            app = load_app(module)
-            wanted = routes_for(function, owner, app.handlers, app_schemas(app))
-            register(store, functions, wanted, owner=owner, function=function)
-            lines += [f"{r.pattern} -> {function}{' (typed)' if r.schemas else ''}" for r in wanted]
+        app = load_app(self.default_module)
+        wanted = routes_for(WORKER_FUNCTION, "sluice", app.handlers, app_schemas(app))
+        register(store, functions, wanted, owner="sluice", function=WORKER_FUNCTION)
+        lines = [f"{r.pattern} -> {WORKER_FUNCTION}{' (typed)' if r.schemas else ''}" for r in wanted]
+        if not self.team_stacks:
+            return lines
+        teams.put_team_map(s, list(self.team_stacks.values()))
+        for team in self.team_stacks:
+            answer = self.register_team(team, s)
+            typed = set(filter(None, str(answer["Data"].get("Typed", "")).split(",")))
+            lines += [f"{p} -> {team_function_name(team)}{' (typed)' if p in typed else ''}"
+                      for p in filter(None, str(answer["Data"].get("Routes", "")).split(","))]
         return lines
+
+    def register_team(self, team: str, s: Settings | None = None, kind: str = "Create",
+                      properties: dict[str, Any] | None = None, stack_id: str | None = None,
+                      check: bool = True) -> dict[str, Any]:
+        """CloudFormation's Custom::SluiceRoutes request to ``team``'s registrar (infra/worker.yaml's
+        TeamRoutes), and its answer; with ``check``, a refusal raises (RouteConflict, ...)."""
+        from sluice_dev.local import teams
+
+        s = s or self._servers
+        assert self.lambdas is not None and s is not None
+        bucket = teams.ResponseBucket(s)
+        key, url = bucket.url()
+        stack = self.team_stacks[team]
+        event = teams.cfn_event(kind, stack_id or f"arn:aws:cloudformation:us-east-1:000000000000:stack/"
+                                f"{team}-worker/local", url, {"ServiceToken": stack.registrar,
+                                                               **(properties or {})},
+                                None if kind == "Create" else f"sluice-registrar:{team}:"
+                                f"{team_function_name(team)}")
+        # CloudFormation invokes it acting for the stack operation's principal: the team's deployer.
+        inv = self.lambdas.invoke(stack.registrar, event, asynchronous=False,
+                                  caller=iam.Caller(stack.deployer_arn))
+        inv.done.wait(stack.registrar_timeout_s + 5)
+        answer = bucket.answer(key, timeout_s=5)
+        if answer is None and inv.error:
+            answer = {"Status": "FAILED", "Reason": f"the registrar failed: {inv.error}"}
+        return teams.raise_refusal(team, answer) if check else (answer or {})
 
     def _ensure_resources(self, s: Settings) -> None:
         import boto3
@@ -462,7 +497,8 @@ class DevStack:
         own = {lid: user.env() for lid, user in self.redis_users.items() if not lid.startswith("team:")}
         self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
                                                              self.bindings(s, sink_url), own)
-        self.team_functions = {}
+        self.team_functions, self._servers = {}, s
+        self.team_stacks = self._team_stacks()
         for name, (_module, deploy) in self.teams.items():
             cfg = deploy.functions[team_function_id(deploy)]
             user = self.redis_users.get(f"team:{name}")
@@ -496,10 +532,25 @@ class DevStack:
             deploy = self.teams[team][1]
             cfg = deploy.functions[team_function_id(deploy)]
             access.add_function(deploy, cfg, fn.name, names)
-            # The team's own template is being replaced by a vended role (infra/team.yaml): its
-            # statements are read as written, and the internal function's policy admits the role.
-            access.add_identity(iam.key_of(fn.name), iam.team_role_arn(STACK_NAME, team), cfg.policies, names)
+            # The team's worker runs as the role infra/team.yaml vends it, with that role's rights
+            # (its boundary): the internal function's policy admits the role, and its own allows it.
+            stack = self.team_stacks[team]
+            access.add_identity(iam.key_of(fn.name), stack.role_arn, [stack.worker_policy], names)
+            # Its registrar: only the team's deployers may invoke it; it may describe the worker.
+            registrar = {**names, "RegistrarFunction.Arn": iam.function_arn(stack.registrar)}
+            access.resource_policies[stack.registrar] = iam.bind(stack.registrar_policy, registrar)
+            access.add_identity(iam.key_of(stack.registrar), stack.registrar_role_arn,
+                                stack.registrar_role_policies, registrar)
         return access
+
+    def _team_stacks(self) -> dict[str, TeamStack]:
+        """infra/team.yaml for each team, as the infra team deploys it: locally each team is given
+        the queues its handlers module handles (its team map entry)."""
+        from sluice.entry.worker import load_app
+        from sluice_dev.local.teams import load_team
+
+        return {name: load_team(name, sorted(load_app(module).handlers), STACK_NAME)
+                for name, (module, _deploy) in self.teams.items()}
 
     def bindings(self, s: Settings, sink_url: str) -> dict[str, str]:
         """Where the local servers are (``deployed.BINDINGS``), from the started stack's Settings."""
@@ -525,6 +576,10 @@ class DevStack:
             for var, value in self._settings_env().items():
                 values[var] = (value, f"{o.why} (settings {var.removeprefix('SLUICE_').lower()})")
         self._name_local_operator(env)
+        stack_name = self.deploy.functions["RelayFunction"].env.get("SLUICE_STACK_NAME")
+        if isinstance(stack_name, str) and stack_name != STACK_NAME:
+            why = f"the local functions are {STACK_NAME}-*, its team map /sluice/{STACK_NAME}/teams/"
+            env["RelayFunction"]["SLUICE_STACK_NAME"] = (STACK_NAME, why)
         if o.kafka_bootstrap is None and "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in env["RelayFunction"]:
             env["RelayFunction"]["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] = (str(TANSU_FETCH_MAX_WAIT_MS), TANSU_WHY)
         timeout: dict[str, tuple[float, str]] = {}
@@ -619,6 +674,14 @@ class DevStack:
             out.append(Function(team.name, "sluice.entry.worker_function:handler",
                                 int(team.timeout_s * 1000), team.max_concurrency, env,
                                 idle_s=o.worker_idle_s))
+        for stack in self.team_stacks.values():  # infra/team.yaml's RegistrarFunction, the layer's entry
+            from sluice_dev.local.teams import registrar_env
+
+            assert self._servers is not None
+            env = {**servers.DUMMY_AWS_ENV, **registrar_env(stack, self._servers), "PYTHONPATH": path,
+                   **_credentials(stack.registrar)}
+            out.append(Function(stack.registrar, "sluice.entry.registrar:handler",
+                                stack.registrar_timeout_s * 1000, 1, env, idle_s=o.worker_idle_s))
         return out
 
     def _artifact_command(self, logical_id: str, name: str) -> tuple[str, ...]:

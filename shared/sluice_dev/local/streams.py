@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sluice.core.config import Settings
-from sluice.streams.completion.model import SOURCE
+from sluice.streams.completion.model import SOURCE_PREFIX
 
 log = logging.getLogger("sluice_dev.local.streams")
 
@@ -67,7 +67,7 @@ def ensure_bus(s: Settings, queue_name: str | None = FOLLOW_QUEUE) -> str:
         sqs.set_queue_attributes(QueueUrl=url, Attributes=retention)
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(Name=RULE, EventBusName=s.events_bus_name, State="ENABLED",
-                    EventPattern=json.dumps({"source": [SOURCE]}))
+                    EventPattern=json.dumps({"source": [{"prefix": SOURCE_PREFIX}]}))
     events.put_targets(Rule=RULE, EventBusName=s.events_bus_name, Targets=[{"Id": "follow", "Arn": arn}])
     return str(url)
 

@@ -54,7 +54,7 @@ def stream(rig: Rig) -> list[dict[str, Any]]:
 
 def end(jobs: DynamoJobStore, child: str, state: str) -> None:
     """The child's final write, and nothing after it: its process dies before the countdown."""
-    token = jobs.grant(child, "work", "w1")
+    token = jobs.grant(child, child.split(".")[1], "w1")  # the id's own queue (a grant stays in it)
     if state == "succeeded":
         jobs.write_result(child, token, 1)
     else:

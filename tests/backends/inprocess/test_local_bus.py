@@ -34,7 +34,7 @@ def test_with_the_follow_queue_every_sluice_event_reaches_it(settings: Settings)
     url = ensure_bus(settings)
     assert url.endswith("/" + FOLLOW_QUEUE)
     events = boto3.client("events", region_name="us-east-1")
-    events.put_events(Entries=[{"Source": "sluice", "DetailType": "Job Succeeded", "Detail": "{}",
+    events.put_events(Entries=[{"Source": "sluice.queue.q", "DetailType": "Job Succeeded", "Detail": "{}",
                                 "EventBusName": "sluice-bus"}])
     got = boto3.client("sqs", region_name="us-east-1").receive_message(QueueUrl=url)["Messages"]
     assert len(got) == 1

@@ -394,7 +394,7 @@ def test_large_result_goes_to_s3_under_the_token(aws: tuple[Any, Any], store: Dy
     assert store.write_result("j1", t, big) is WriteOutcome.ALREADY_WRITTEN
     item = raw(store, "j1") or {}
     digest = item["result_digest"]["S"]
-    assert "result" not in item and item["result_ref"]["S"] == f"s3://{BUCKET}/results/j1/{t}/{digest}.json"
+    assert "result" not in item and item["result_ref"]["S"] == f"s3://{BUCKET}/results/_/j1/{t}/{digest}.json"
     assert store.get_job("j1").result == big
     assert store.get_job("j1", load_result=False).result is None
     t2 = store.grant("j1", "q", "w")

@@ -15,6 +15,7 @@ from sluice.backends.dynamodb.families import GrantedSlots
 from sluice.backends.dynamodb.items import ItemTable
 from sluice.backends.dynamodb.lifecycle import Lifecycle
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobCancelled, LeaseLost
+from sluice.core.ids import NO_QUEUE, queue_in_id
 from sluice.core.models import FINAL_STATES, JobState, validate_job_id, validate_queue_name
 
 NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
@@ -58,6 +59,12 @@ class Grants:
         None (callers that hold no Redis lease: tests, tools) neither checks nor records one.
         """
         job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        named = queue_in_id(job_id)
+        if named not in (NO_QUEUE, queue):
+            # Issue 27: a grant in one queue never creates (or touches) an item for an id another
+            # queue's gateway minted: what IAM's LeadingKeys allows a team follows the id.
+            raise InvalidInput(f"job {job_id} names queue {named!r}, not {queue!r}: no token granted, "
+                               "no item written", job_id=job_id)
         if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_CHARS:
             raise InvalidInput(f"invalid lease owner {owner!r}: 1..{MAX_OWNER_CHARS} characters")
         gen, lease = generation(redrive_gen), lease_token_of(lease_token)

@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.backends.dynamodb.codec import NAMES, N, S, decode_record
 from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate, translated
+from sluice.backends.dynamodb.results import job_result_key
 from sluice.core.clock import wall_ms
 from sluice.core.models import JobRecord
 from sluice.core.ports import ResultSink
@@ -99,4 +100,13 @@ class ItemTable:
         return {":now": N(now), ":exp": N(now // 1000 + self.retention_s)}
 
     def record(self, item: dict[str, Any], *, load_result: bool = True) -> JobRecord:
-        return decode_record(item, self.results.get if load_result and self.results is not None else None)
+        results = self.results if load_result else None
+        if results is None:
+            return decode_record(item, None)
+        job_id, bucket = str(item.get("job_id", {}).get("S", "")), getattr(results, "bucket", None)
+
+        def load(ref: str) -> bytes:  # the job's own result only, whatever result_ref says
+            job_result_key(ref, job_id, bucket if isinstance(bucket, str) else None)
+            return results.get(ref)
+
+        return decode_record(item, load)

@@ -105,7 +105,8 @@ WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "rele
 # pipeline): the admission view (stats.lua, the registry, memory), GET's holds, DELETE's cancel,
 # and the per-caller throttle's buckets (throttle.lua, one key per caller: keys.caller_bucket).
 GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua"),
-               ("zscore", "sismember", "scard", "info"), public_queues=True, global_keys=(QUEUES_KEY, CALLER_BUCKETS))
+               ("zscore", "sismember", "scard", "info"), public_queues=True,
+               global_keys=(QUEUES_KEY, CALLER_BUCKETS))
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings.
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",

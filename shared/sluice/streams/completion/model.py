@@ -24,9 +24,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.backends.dynamodb.codec import item_int, item_str
+from sluice.core.errors import SluiceError
 from sluice.core.models import FINAL_STATES, JobState
 
 SOURCE = "sluice"
+# Each event's source names its queue (issue 27): ``sluice.queue.<queue>``, so an IAM policy can
+# scope a team to its queues' events (``events:source`` on PutRule, StringLike
+# ``sluice.queue.thumbs-*``) and a rule matches one queue, or every one with a prefix match on
+# SOURCE_PREFIX. The queue is the job id's own (``<ULID>.<queue>.<mac>``, the part IAM's
+# LeadingKeys vouches for), not the item's ``queue`` attribute, which a team's code writes.
+SOURCE_PREFIX = "sluice.queue."
+
+
+def source_of(queue: str) -> str:
+    return f"{SOURCE_PREFIX}{queue}"
 DETAIL_TYPES = {JobState.SUCCEEDED: "Job Succeeded", JobState.FAILED: "Job Failed",
                 JobState.DEAD: "Job Dead", JobState.CANCELLED: "Job Cancelled"}
 # A result up to this many bytes (canonical JSON) rides in the event; a larger one is an S3
@@ -86,14 +97,18 @@ def from_record(record: Mapping[str, Any], *,
 
 def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RESULT_BYTES) -> Completion:
     """The completion event of a final item (DynamoDB-typed attributes)."""
-    from sluice.backends.dynamodb.results import result_key  # the same key scheme as a large result's
+    from sluice.backends.dynamodb.results import job_result_key, queue_of_id, result_key
+    from sluice.core.ids import NO_QUEUE
 
     state = JobState(item_str(item, "status") or "")
     job_id = item_str(item, "job_id") or ""
     gen = item_int(item, "run_gen")
     eid = event_id(job_id, state.value, gen)
+    queue = queue_of_id(job_id)
+    if queue == NO_QUEUE:  # an id without a queue part (tools, tests): the item's
+        queue = item_str(item, "queue") or ""
     detail: dict[str, Any] = {
-        "event_id": eid, "job_id": job_id, "queue": item_str(item, "queue") or "", "status": state.value,
+        "event_id": eid, "job_id": job_id, "queue": queue, "status": state.value,
         "attempts": item_int(item, "attempts"), "token": item_int(item, "token"), "redrive_gen": gen,
         "created_at_ms": item_int(item, "created_at_ms"), "finished_at_ms": item_int(item, "finished_at_ms"),
         "parent": item_str(item, "parent"),  # a child job's parent (flows); None for a plain job
@@ -103,7 +118,13 @@ def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RES
     if state is not JobState.SUCCEEDED:
         return Completion(eid, state, detail)
     if (ref := item_str(item, "result_ref")) is not None:
-        detail["result_ref"] = ref
+        try:  # only the job's own result (results/<queue>/<id>/...): the item is a team's to write
+            job_result_key(ref, job_id, None)
+        except SluiceError:
+            detail["result_ref"] = None
+            detail["result_omitted"] = "the item's result_ref is not its own result"
+        else:
+            detail["result_ref"] = ref
         return Completion(eid, state, detail)
     text = item_str(item, "result")
     if text is None:
@@ -122,5 +143,6 @@ def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RES
 def entry(completion: Completion, bus_name: str) -> dict[str, Any]:
     """The ``PutEvents`` entry; consumers dedupe on ``detail.event_id`` (EventBridge's own ``id``
     is new on every put)."""
-    return {"Source": SOURCE, "DetailType": completion.detail_type, "EventBusName": bus_name,
+    return {"Source": source_of(str(completion.detail.get("queue") or "")),
+            "DetailType": completion.detail_type, "EventBusName": bus_name,
             "Detail": json.dumps(completion.detail, separators=(",", ":"), sort_keys=True)}

@@ -1,0 +1,106 @@
+"""The team map in SSM Parameter Store, and a team's worker describing its handlers (issue 27).
+
+``SsmTeamMap`` (``routes.TeamMapSource``): the StringList parameters under
+``/sluice/<stack>/teams/``, one per team, each the queue names and prefixes (``thumbs-*``) the
+infra team gave it. Only infra/team.yaml writes them (the infra team deploys that stack); the
+relay reads them (``ssm:GetParametersByPath`` on that path) and the registrars get their own
+team's copy in their configuration.
+
+``LambdaWorkerDescriber``: the registrar asks the team's worker function which queues its
+handlers module handles and the typed queues' JSON Schemas (a synchronous invoke with
+``{"sluice": "describe"}``; ``sluice.entry.worker``). The answer is the team's own code's, so
+the registrar trusts none of it: every queue is checked against the team map.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from sluice.core.config import Settings
+from sluice.core.errors import BackendUnavailable, InvalidInput, SluiceError, StoreError
+from sluice.core.routes import TEAM_RE, team_patterns
+
+log = logging.getLogger(__name__)
+
+DESCRIBE_EVENT = {"sluice": "describe"}
+
+
+def teams_path(stack_name: str) -> str:
+    """The team map's parameter path, ``/sluice/<stack>/teams/`` (template.yaml, infra/team.yaml)."""
+    if not stack_name:
+        raise InvalidInput("no stack name: set SLUICE_STACK_NAME to read the team map")
+    return f"/sluice/{stack_name}/teams/"
+
+
+class SsmTeamMap:
+    """``read_teams``: team -> its queue patterns, from the parameters under ``path``."""
+
+    def __init__(self, client: Any, path: str) -> None:
+        self.client, self.path = client, path if path.endswith("/") else path + "/"
+
+    @classmethod
+    def from_settings(cls, s: Settings, client: Any = None) -> SsmTeamMap:
+        from sluice.backends.aws.clients import boto_client
+
+        return cls(client or boto_client("ssm", s), teams_path(s.stack_name))
+
+    def read_teams(self) -> dict[str, tuple[str, ...]]:
+        import botocore.exceptions
+
+        teams: dict[str, tuple[str, ...]] = {}
+        try:
+            pages = self.client.get_paginator("get_parameters_by_path").paginate(
+                Path=self.path, Recursive=False)
+            for page in pages:
+                for p in page.get("Parameters", []):
+                    team = str(p["Name"])[len(self.path):]
+                    if not TEAM_RE.fullmatch(team):  # not a team.yaml parameter: ignored, said
+                        log.warning("team map: parameter %s does not name a team; ignored", p["Name"])
+                        continue
+                    try:
+                        teams[team] = team_patterns(str(p.get("Value") or ""))
+                    except SluiceError as exc:  # one bad entry must not unmap every team
+                        log.error("team map: %s is not a list of queue patterns (%s); team %s gets no "
+                                  "queue", p["Name"], exc, team)
+                        teams[team] = ()
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise StoreError(f"cannot read the team map under {self.path}: {exc}") from exc
+        return teams
+
+
+class LambdaWorkerDescriber:
+    """``registrar.WorkerDescriber`` over a synchronous Lambda invoke of the team's worker."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> LambdaWorkerDescriber:
+        import boto3
+
+        return cls(boto3.client("lambda", region_name=s.aws_region,
+                                endpoint_url=s.lambda_endpoint_url or s.aws_endpoint_url))
+
+    def describe(self, function: str, qualifier: str | None) -> dict[str, Any]:
+        import botocore.exceptions
+
+        kwargs: dict[str, Any] = {"FunctionName": function, "InvocationType": "RequestResponse",
+                                  "Payload": json.dumps(DESCRIBE_EVENT).encode()}
+        if qualifier:
+            kwargs["Qualifier"] = qualifier
+        try:
+            reply = self.client.invoke(**kwargs)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise BackendUnavailable(f"cannot ask {function} for its handlers: {exc}") from exc
+        body = reply["Payload"].read()
+        if reply.get("FunctionError"):
+            raise BackendUnavailable(f"{function} failed to describe its handlers: {body[:300]!r}")
+        try:
+            answer = json.loads(body)
+        except ValueError as exc:
+            raise BackendUnavailable(f"{function} answered no JSON: {body[:300]!r}") from exc
+        if not isinstance(answer, dict):
+            raise InvalidInput(f"{function} answered {answer!r}, not its handlers")
+        return answer
