@@ -159,7 +159,6 @@ def test_if_exists_and_string_operators() -> None:
 @pytest.mark.parametrize(
     "statement",
     [
-        {"Effect": "Allow", "Principal": "*", "NotAction": "x", "Resource": FN},
         {
             "Effect": "Allow",
             "NotPrincipal": {"AWS": WORKER},
@@ -179,3 +178,16 @@ def test_if_exists_and_string_operators() -> None:
 def test_what_is_not_understood_is_refused_not_guessed(statement: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         decide(invoke(WORKER), doc(statement))
+
+
+def test_not_action_and_not_resource_apply_to_everything_but_what_they_list() -> None:
+    """The vended team role's boundary denies S3 outside Sluice's bucket with NotResource."""
+    other = FN.replace("internal", "other")
+    deny_others = {"Effect": "Deny", "NotResource": FN, "Action": "lambda:InvokeFunction"}
+    allow_all = {"Effect": "Allow", "Action": "lambda:*", "Resource": "*"}
+    assert decide(invoke(WORKER), None, [doc(allow_all, deny_others)]) == "allow"
+    elsewhere = Request(WORKER, "lambda:InvokeFunction", other)
+    assert decide(elsewhere, None, [doc(allow_all, deny_others)]) == "deny"
+    not_invoke = {"Effect": "Allow", "NotAction": "lambda:InvokeFunction", "Resource": "*"}
+    assert decide(invoke(WORKER), None, [doc(not_invoke)]) == "implicit-deny"
+    assert decide(Request(WORKER, "lambda:GetFunction", FN), None, [doc(not_invoke)]) == "allow"

@@ -123,11 +123,16 @@ def _principal_matches(statement: Mapping[str, Any], request: Request) -> bool:
 
 
 def _applies(statement: Mapping[str, Any], request: Request) -> bool:
-    if "NotAction" in statement or "NotResource" in statement:
-        raise ValueError("NotAction and NotResource are not understood locally")
-    if not any(_like(p, request.action, fold=True) for p in _listed(statement.get("Action"))):
+    # NotAction/NotResource: the statement applies to every action/resource but those listed.
+    if "NotAction" in statement:
+        if any(_like(p, request.action, fold=True) for p in _listed(statement["NotAction"])):
+            return False
+    elif not any(_like(p, request.action, fold=True) for p in _listed(statement.get("Action"))):
         return False
-    if not any(_like(p, request.resource) for p in _listed(statement.get("Resource", "*"))):
+    if "NotResource" in statement:
+        if any(_like(p, request.resource) for p in _listed(statement["NotResource"])):
+            return False
+    elif not any(_like(p, request.resource) for p in _listed(statement.get("Resource", "*"))):
         return False
     return all(
         _condition(op, keys, request.context()) for op, keys in (statement.get("Condition") or {}).items()
