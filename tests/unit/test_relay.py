@@ -146,7 +146,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     w = World(partitions=1)
     w.add(2, partition=0)
     w.source.append(0, b"x", b"\xff\xfe not json")
-    w.source.append(0, b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode())
+    w.source.append(0, b"v3", json.dumps({"schema_version": 3, "job_id": "v3", "queue": "q"}).encode())
     w.source.append(0, b"bad", json.dumps({"job_id": "bad", "queue": "NOT A QUEUE"}).encode())
     w.source.append(0, None, None)
     w.source.append(0, b"other", JobSpec(job_id="mismatch", queue="q").model_dump_json().encode())
@@ -156,7 +156,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     reasons = [reason for _, reason in w.source.dead]
     assert [r.offset for r, _ in w.source.dead] == [2, 3, 4, 5, 6]
     assert reasons[0].startswith("undecodable")
-    assert reasons[1] == "unknown schema_version 2"
+    assert reasons[1] == "unknown schema_version 3"  # 1 (unsealed) and 2 (sealed, issue 27) are known
     assert reasons[2].startswith("invalid job spec") and "queue" in reasons[2]
     assert reasons[3].startswith("undecodable")
     assert "does not match" in reasons[4]
@@ -602,7 +602,7 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
 
 
 def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
-    from sluice.core import ids
+    from sluice.core import ids, seal
 
     key, old = b"this-deployment-key-0123456789", b"the-previous-key-0123456789"
     stranger = b"someone-else-key-0123456"
@@ -616,8 +616,10 @@ def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
         f"{stamp}.{queue}.{mac[:-1]}{'A' if mac[-1] != 'A' else 'B'}": "a forged mac",
         ids.mint(now, "other", key): "minted for another queue than the record's",
     }
-    for job_id in [good[0], *bad, good[1]]:
-        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    for job_id in [good[0], *bad, good[1]]:  # each sealed with the key its id names (or the current one)
+        signer = old if job_id == good[1] else key
+        w.source.append_spec(0, seal.seal_spec(JobSpec(job_id=job_id, queue="q", payload=None,
+                                                       enqueued_at_ms=w.clock.now_ms()), signer))
     relay = w.relay(job_ids=ids.Verifier(key, [old]))
     run_steps(relay, 3)
     assert w.in_redis() == good
@@ -677,3 +679,37 @@ def test_the_settings_default_is_a_budget() -> None:
                   config=RelayConfig.from_settings(s), events=EventBus())
     assert (relay.config.dispatch_per_s, relay.config.dispatch_burst) == (s.dispatch_budget_per_s,
                                                                           s.dispatch_budget_burst)
+
+
+def test_a_sealed_record_altered_in_kafka_ends_its_job_dead_with_the_reason_and_is_never_pushed() -> None:
+    """Issue 27: a record whose id verifies but whose seal does not match (payload, priority, attempts
+    or run-at changed) is refused: its job ends visibly dead with the reason, the record goes to the
+    dead-letter topic; a copy of a job already queued leaves that job alone."""
+    from sluice.core import ids, seal
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    now = w.clock.now_ms()
+
+    def sealed(**change: Any) -> JobSpec:
+        return seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload={"n": 1},
+                                      enqueued_at_ms=now, **change), key)
+
+    good = sealed()
+    altered = {name: sealed().model_copy(update=change) for name, change in [
+        ("payload", {"payload": {"n": 2}}), ("priority", {"priority": 9}),
+        ("attempts", {"max_attempts": 100}), ("run_at", {"run_at_ms": now + 3_600_000})]}
+    queued = sealed()
+    w.store.items[queued.job_id] = {"queue": "q", "status": "queued", "token": 0, "attempts": 0}
+    for spec in [good, *altered.values(), queued.model_copy(update={"priority": 9})]:
+        w.source.append_spec(0, spec)
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 3)
+    relay.stop()
+    assert w.in_redis() == [good.job_id]
+    for name, spec in altered.items():
+        item = w.store.items[spec.job_id]
+        assert item["status"] == "dead" and "seal" in item["last_error"], name
+    assert w.store.items[queued.job_id]["status"] == "queued"  # a copy never ends a job that was pushed
+    assert len(w.source.dead) == 5 and all(reason.startswith("seal:") for _, reason in w.source.dead)
+    assert relay.report.refused_records == 5

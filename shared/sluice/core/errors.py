@@ -151,6 +151,13 @@ class BackendUnavailable(SluiceError):
     code = "UNAVAILABLE"
 
 
+class RecordTampered(StoreError):
+    """A stored job record (a continuation's, under ``~family~<id>``) whose seal does not match it:
+    it was altered after the gateway sealed it, so it is not appended (docs/security.md, "Records")."""
+
+    code = "RECORD_TAMPERED"
+
+
 class IdempotencyConflict(SluiceError):
     """The idempotency key was reused with a different request body."""
 
@@ -245,6 +252,13 @@ class InvalidSchedule(InvalidInput):
     code = "INVALID_SCHEDULE"
 
 
+class FiringRefused(InvalidSchedule):
+    """A schedule firing at a time its expression does not produce (or too far from now); nothing
+    was enqueued (issue 27)."""
+
+    code = "FIRING_REFUSED"
+
+
 class ScheduleTooFrequent(InvalidSchedule):
     """A schedule that would fire more often than once a minute."""
 
@@ -301,7 +315,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         StaleToken, JobCancelled, AlreadyFinished, QueuePaused, QueueFull, QueueNotAllowed, StoreError,
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
-        NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
+        NoRoute, PayloadInvalid, InvalidSchedule, FiringRefused, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType,
     )
 }

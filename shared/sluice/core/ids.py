@@ -162,6 +162,31 @@ def derive(parent_id: str, queue: str, key: str, signing_key: bytes) -> str:
     return mint(parent_ms, queue, signing_key, child_entropy(parent_id, key))
 
 
+# A keyless id's tag, where a keyed id has its key id: not a Crockford digit, so never a key id.
+KEYLESS_TAG: Final = "U"
+
+
+def keyless(now_ms: int, queue: str, entropy: bytes, name: bytes) -> str:
+    """A deterministic id that no key signs: ``<ULID>.<queue>.U<hash>``, the hash of ``name`` (what
+    the id stands for, e.g. a schedule's firing) and the ULID, queue included. Anyone can compute one,
+    so it proves nothing by itself: a record carrying one is trusted through its seal
+    (``sluice.core.seal``), and ``verify`` returns None for it. Its point is that no key rotation
+    changes it (``sluice.core.schedules.firing_id``)."""
+    if QUEUE_NAME_RE.fullmatch(queue) is None:
+        raise ValueError(f"invalid queue name {queue!r}")
+    signed = f"{ulid(now_ms, entropy)}.{queue}"
+    digest = hashlib.sha256(b"sluice keyless id\x00" + signed.encode("ascii") + b"\x00" + name).digest()
+    return f"{signed}.{KEYLESS_TAG}{_base32(int.from_bytes(digest[:_MAC_BYTES], 'big'), MAC_LENGTH)}"
+
+
+def is_keyless(job_id: str) -> bool:
+    """Whether ``job_id`` has a keyless id's shape (``keyless``); says nothing of who made it."""
+    parts = job_id.split(".")
+    return (len(parts) == 3 and ulid_time_ms(parts[0]) is not None and QUEUE_NAME_RE.fullmatch(parts[1])
+            is not None and len(parts[2]) == KEY_ID_LENGTH + MAC_LENGTH and parts[2][0] == KEYLESS_TAG
+            and all(c in _VALUE for c in parts[2][1:]))
+
+
 def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
     """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
     if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:
@@ -211,12 +236,24 @@ class Verifier:
             found = verify(job_id, self.key, self.previous)
         return found
 
+    def keys_for(self, kid: str) -> tuple[bytes, ...]:
+        """The keys whose key id is ``kid`` (a record's seal names one), read again as ``verify``
+        does when neither key has it."""
+        found = tuple(k for k in (self.key, *self.previous) if key_id(k) == kid)
+        if not found and kid in _VALUE and self._reread_kid(kid):
+            found = tuple(k for k in (self.key, *self.previous) if key_id(k) == kid)
+        return found
+
     def _reread(self, job_id: str) -> bool:
-        if self._refresh is None or self._clock is None:
-            return False
         mac = job_id.rsplit(".", 1)[-1]
-        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH or mac[:KEY_ID_LENGTH] in {
-                key_id(k) for k in (self.key, *self.previous)}:
+        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH:
+            return False
+        return self._reread_kid(mac[:KEY_ID_LENGTH])
+
+    def _reread_kid(self, kid: str) -> bool:
+        if self._refresh is None or self._clock is None or kid not in _VALUE:
+            return False
+        if kid in {key_id(k) for k in (self.key, *self.previous)}:
             return False
         now = self._clock()
         if now - self._read_ms < self._refresh_ms:

@@ -135,6 +135,9 @@ class DynamoJobStore:
     def settle_ended(self, ended: SettleEntry) -> bool:
         return self.lifecycle.settle_ended(ended)
 
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> bool:
+        return self.lifecycle.refuse_record(job_id, queue, reason, created_at_ms)
+
     # -- the worker's lease-holder extras (``sluice.worker``) ------------------------------------
 
     def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:
