@@ -100,3 +100,29 @@ def test_the_handlers_module_is_found_in_the_functions_code_uri_as_deployed(
     assert out.exit_code == 0, out.output + out.stderr
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
     assert rows["avatar-cleanup"][1:3] == ["268s", "default"] and rows["avatar-cleanup"][-1] == "yes"
+
+
+def test_a_retention_or_key_rotation_that_does_not_honour_the_life_bound_is_refused(
+        tmp_path: Path) -> None:
+    """Issue 27, item 7: the job id key window must cover the job life bound and Kafka's retention,
+    and items must outlive the bound; sluice check refuses a deploy where one does not."""
+    from sluice_dev.cli.check import life_bound
+
+    at_defaults = {"KafkaRetentionHours": "336", "RetentionDays": "14"}
+    assert life_bound(at_defaults, {"JobIdSecretRotation": "rate(30 days)"}) == []
+    assert life_bound({}, {}) == []  # a team's worker template: none of these
+    short = life_bound(at_defaults, {"JobIdSecretRotation": "rate(7 days)"})
+    assert len(short) == 2 and all("key window" in why for why in short)
+    assert life_bound({"KafkaRetentionHours": "8760", "RetentionDays": "14"},
+                      {"JobIdSecretRotation": "rate(30 days)"})
+    template = tmp_path / "template.yaml"
+    text = cfn.TEMPLATE.read_text()
+    template.write_text(text.replace("ScheduleExpression: rate(30 days)\n\n  SharedLayer",
+                                     "ScheduleExpression: rate(10 days)\n\n  SharedLayer"))
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", str(template),
+                                                    "sluice_dev.examples"])
+    assert out.exit_code == 1 and "the job life bound is not honoured" in out.stderr
+    assert "key window" in out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "RetentionDays=7",
+                                                    "sluice_dev.examples"])
+    assert out.exit_code == 1 and "RetentionDays 7" in out.stderr

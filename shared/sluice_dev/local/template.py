@@ -28,8 +28,8 @@ from sluice.core.errors import ConfigError
 SOURCE_ROOT = Path(__file__).resolve().parents[3]  # a source checkout: template.yaml is here
 TEMPLATE = SOURCE_ROOT / "template.yaml"
 SAMCONFIG = SOURCE_ROOT / "samconfig.toml"
-_FN = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join", "Not", "Or",
-       "Select", "Split", "Sub", "Length", "ToJsonString"}
+_FN = {"And", "Base64", "Cidr", "Contains", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
+       "Not", "Or", "Select", "Split", "Sub", "Length", "ToJsonString"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class DeployConfig:
     config_env: str | None
     parameters: Mapping[str, str]
     functions: Mapping[str, FunctionConfig] = field(default_factory=dict)
+    rotations: Mapping[str, str] = field(default_factory=dict)  # rotation schedule -> its expression
 
 
 class _Loader(yaml.SafeLoader):
@@ -142,7 +143,11 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
     functions = {name: _function(r, name, res, doc.get("Globals", {}).get("Function", {}))
                  for name, res in doc.get("Resources", {}).items()
                  if res.get("Type") == "AWS::Serverless::Function"}
-    return DeployConfig(path, config_env, params, functions)
+    rotations = {name: res.get("Properties", {}).get("RotationRules", {}).get("ScheduleExpression")
+                 for name, res in doc.get("Resources", {}).items()
+                 if res.get("Type") == "AWS::SecretsManager::RotationSchedule"}
+    return DeployConfig(path, config_env, params, functions,
+                        {k: v for k, v in rotations.items() if isinstance(v, str)})
 
 
 def _parameters(doc: dict[str, Any], given: Mapping[str, str]) -> dict[str, str]:
