@@ -38,6 +38,7 @@ import hmac
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Final, NamedTuple
 
 from sluice.core.models import QUEUE_NAME_RE
@@ -99,8 +100,10 @@ def _mac(key: bytes, signed: str) -> str:
     return _base32(int.from_bytes(digest[:_MAC_BYTES], "big"), MAC_LENGTH)
 
 
+@lru_cache(maxsize=64)
 def key_id(key: bytes) -> str:
-    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use)."""
+    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use). Cached:
+    the relay asks it of the same two keys for every record (issue 27's seal check)."""
     return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key).digest()[0] & 31]
 
 
