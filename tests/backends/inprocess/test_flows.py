@@ -127,6 +127,23 @@ def test_a_rerun_parent_gets_the_same_children_and_nothing_new(rig: Rig) -> None
     assert rig.api.status(rig.parent).children == sorted(first.job_ids)
 
 
+def test_a_schedule_firings_job_may_start_children_while_it_holds_its_lease(rig: Rig) -> None:
+    """Issue 27: a firing's id is keyless (no key verifies it), yet its job is this deployment's: as
+    for any parent, its lease under the request's token is what lets it start children."""
+    from sluice.core import schedules
+
+    firing = schedules.firing_id("nightly", "fanout", PARENT_MS)
+    assert ids.verify(firing, KEY) is None
+    token = rig.store.grant(firing, "fanout", "w1")
+    request = rig.request(2).model_copy(update={"parent_id": firing, "token": token})
+    accepted = rig.api.enqueue_children(request)
+    assert rig.appended() == accepted.job_ids and rig.api.status(firing).children == sorted(accepted.job_ids)
+    made_up = schedules.firing_id("nightly", "fanout", PARENT_MS + 60_000)  # computable, never leased
+    with pytest.raises(LeaseLost):
+        rig.api.enqueue_children(rig.request(2).model_copy(update={"parent_id": made_up, "token": 1}))
+    assert rig.appended() == accepted.job_ids
+
+
 def test_only_the_current_holder_of_the_parent_may_start_children(rig: Rig) -> None:
     for token in (rig.token + 1, rig.token - 1 or 99):
         with pytest.raises(LeaseLost):
