@@ -97,7 +97,8 @@ class NullStore:
     def mark_queued(self, jobs: Any) -> None:
         return None
 
-    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> bool:
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
         raise AssertionError(f"the bench's records are all sealed, yet {job_id} was refused: {reason}")
 
 

@@ -65,7 +65,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     good = job_records("ok", 6, partitions=1)
     poison: list[tuple[bytes | None, bytes | None, int | None]] = [
         (b"junk", b"\xff\xfe{not json", 0),
-        (b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode(), 0),
+        (b"v3", json.dumps({"schema_version": 3, "job_id": "v3", "queue": "q"}).encode(), 0),
         (b"bad", json.dumps({"job_id": "bad", "queue": "Bad Queue!"}).encode(), 0),
         (b"tombstone", None, 0),
     ]
@@ -83,7 +83,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     reasons = {int(h["sluice-source-offset"]): h["sluice-reason"].decode() for _, h in letters}
     assert sorted(reasons) == [3, 4, 5, 6]
     assert reasons[3].startswith("undecodable")
-    assert reasons[4] == "unknown schema_version 2"
+    assert reasons[4] == "unknown schema_version 3"  # 1 and 2 (sealed, issue 27) are known
     assert reasons[5].startswith("invalid job spec") and "queue" in reasons[5]
     assert reasons[6].startswith("undecodable")
     assert letters[0][0] == b"\xff\xfe{not json"  # the record as it was, for a later look
@@ -326,9 +326,13 @@ def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
                                           enqueued_at_ms=now - limits.JOB_LIFE_MS), key),
     }
     queued = sealed()  # pushed and recorded before; then a copy of it, altered, comes through Kafka
-    wiring.store(Settings.from_env()).mark_queued([(queued.job_id, "q", now)])
     copy = queued.model_copy(update={"priority": 9})
-    records = [(s.job_id.encode(), s.model_dump_json().encode(), 0) for s in [good, *refused.values(), copy]]
+    # a genuine record replayed past the life bound (a Redis loss): its queued item ends, with why
+    replayed = seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=2,
+                                      enqueued_at_ms=now - limits.JOB_LIFE_MS), key)
+    wiring.store(Settings.from_env()).mark_queued([(queued.job_id, "q", now), (replayed.job_id, "q", now)])
+    records = [(s.job_id.encode(), s.model_dump_json().encode(), 0)
+               for s in [good, *refused.values(), copy, replayed]]
     produce(bs, topic, records)
     path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
     spec = importlib.util.spec_from_file_location("relay_app", path)
@@ -339,19 +343,20 @@ def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
         store = wiring.store(Settings.from_env())
         items = {name: store.get_job(s.job_id) for name, s in refused.items()}
-        left = store.get_job(queued.job_id)
+        left, ended = store.get_job(queued.job_id), store.get_job(replayed.job_id)
     finally:
         relay_entry._source(Settings.from_env()).close()
         relay_entry._source.cache_clear()
         wiring.reset()
-    assert result["pushed"] == 1 and result["dead_lettered"] == len(refused) + 1, result
+    assert result["pushed"] == 1 and result["dead_lettered"] == len(refused) + 2, result
     assert left.status == "queued" and left.last_error is None
+    assert ended.status == "dead" and "expired" in str(ended.last_error)
     assert set(ready_ids(redis_client)) == {good.job_id}
     for name, record in items.items():
         assert record.status == "dead", name
         assert record.last_error is not None and record.last_error.startswith("refused by the relay: "), name
     assert all("seal" in str(items[n].last_error) for n in ("payload", "priority", "attempts", "run_at"))
     assert "unsealed" in str(items["unsealed"].last_error) and "expired" in str(items["expired"].last_error)
-    letters = consume_all(bs, f"{topic}.dlq", len(refused) + 1)
-    assert len(letters) == len(refused) + 1
+    letters = consume_all(bs, f"{topic}.dlq", len(refused) + 2)
+    assert len(letters) == len(refused) + 2
     assert committed(bs, topic, f"g-{unique}", PARTITIONS)[0] == len(records)  # past them, not stuck

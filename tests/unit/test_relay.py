@@ -713,3 +713,24 @@ def test_a_sealed_record_altered_in_kafka_ends_its_job_dead_with_the_reason_and_
     assert w.store.items[queued.job_id]["status"] == "queued"  # a copy never ends a job that was pushed
     assert len(w.source.dead) == 5 and all(reason.startswith("seal:") for _, reason in w.source.dead)
     assert relay.report.refused_records == 5
+
+
+def test_a_genuine_record_past_the_life_bound_ends_its_job_dead_even_when_its_item_says_queued() -> None:
+    """Issue 27: a record replayed past the life bound (after a Redis loss) is not pushed; its job's
+    queued item, which no push will move on any more, ends dead with the reason. An altered copy
+    (the seal fails) never touches a queued item (the test above)."""
+    from sluice.core import ids, limits, seal
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    w.clock.t = 1_700_000_000.0
+    now = w.clock.now_ms()
+    old = seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=1,
+                                 enqueued_at_ms=now - limits.JOB_LIFE_MS), key)
+    w.store.items[old.job_id] = {"queue": "q", "status": "queued", "token": 0, "attempts": 0}
+    w.source.append_spec(0, old)
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 3)
+    relay.stop()
+    assert w.in_redis() == [] and w.store.items[old.job_id]["status"] == "dead"
+    assert w.store.items[old.job_id]["last_error"].startswith("refused by the relay: expired")

@@ -55,6 +55,7 @@ class Refusal(NamedTuple):
 
     reason: str
     record_dead: bool
+    genuine: bool = False  # the seal verified: refused for its age only (``JobStore.refuse_record``'s queued)
 
 
 def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -> Refusal | None:
@@ -71,7 +72,7 @@ def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -
                        "run-at or acceptance time was altered, or no key of this deployment sealed it)", ours)
     expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
     if expired is not None:
-        return Refusal(expired, True)
+        return Refusal(expired, True, genuine=True)
     return None
 
 
@@ -164,7 +165,8 @@ class Intake:
         self.report.refused_records += 1
         if refused.record_dead and self.store is not None:
             written = self.store.refuse_record(job.job_id, job.queue,
-                                               f"refused by the relay: {refused.reason}", job.enqueued_at_ms)
+                                               f"refused by the relay: {refused.reason}", job.enqueued_at_ms,
+                                               queued=refused.genuine)
             log.warning("job %s refused (%s): %s", job.job_id,
                         "recorded dead" if written else "its item had moved on, left as is", refused.reason)
         self._dead_letter(owned, record, refused.reason)

@@ -246,12 +246,14 @@ class FakeStore:
         self.settled.append(ended)
         return True
 
-    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> bool:
-        """As the jobs table: dead with ``reason`` only while there is no item or an accepted one."""
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        """As the jobs table: dead with ``reason`` only while there is no item or an accepted one
+        (``queued``: or a queued one)."""
         self._unavailable()
         with self._lock:
             item = self.items.get(job_id)
-            if item is not None and item["status"] != "accepted":
+            if item is not None and item["status"] not in ("accepted", *(("queued",) if queued else ())):
                 return False
             self.items[job_id] = {**(item or {"token": 0, "attempts": 0, "cancel_requested": False}),
                                   "queue": queue, "status": "dead", "last_error": reason}

@@ -135,8 +135,9 @@ class DynamoJobStore:
     def settle_ended(self, ended: SettleEntry) -> bool:
         return self.lifecycle.settle_ended(ended)
 
-    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> bool:
-        return self.lifecycle.refuse_record(job_id, queue, reason, created_at_ms)
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        return self.lifecycle.refuse_record(job_id, queue, reason, created_at_ms, queued=queued)
 
     # -- the worker's lease-holder extras (``sluice.worker``) ------------------------------------
 
