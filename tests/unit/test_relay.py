@@ -734,3 +734,39 @@ def test_a_genuine_record_past_the_life_bound_ends_its_job_dead_even_when_its_it
     relay.stop()
     assert w.in_redis() == [] and w.store.items[old.job_id]["status"] == "dead"
     assert w.store.items[old.job_id]["last_error"].startswith("refused by the relay: expired")
+
+
+def test_a_refused_record_the_jobs_table_cannot_record_yet_is_read_again_not_dropped() -> None:
+    """Issue 27: 'never dropped silently'. With the jobs table down, a refused record's partition is
+    given back and read again from its committed offset; once the table answers, the job ends dead
+    with the reason, once, and the records around it flow."""
+    from sluice.core import ids, seal
+    from sluice.core.errors import BackendUnavailable
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    now = w.clock.now_ms()
+
+    def sealed(n: int) -> JobSpec:
+        return seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=n,
+                                      enqueued_at_ms=now), key)
+
+    before, altered, after = sealed(1), sealed(2).model_copy(update={"priority": 9}), sealed(3)
+    for spec in (before, altered, after):
+        w.source.append_spec(0, spec)
+    real, calls = w.store.refuse_record, []
+
+    def refuse(*args: Any, **kw: Any) -> bool:
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise BackendUnavailable("dynamodb is down")
+        return real(*args, **kw)
+
+    w.store.refuse_record = refuse  # type: ignore[method-assign]
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 12)
+    relay.stop()
+    assert sorted(w.in_redis()) == sorted([before.job_id, after.job_id])
+    assert calls == [altered.job_id, altered.job_id] and w.store.items[altered.job_id]["status"] == "dead"
+    assert [r.offset for r, _ in w.source.dead] == [1] and relay.report.refused_records == 1
+    assert w.source.committed_offsets == {0: 3}

@@ -98,7 +98,7 @@ class Intake:
 
     def take(self, records: Sequence[SourceRecord]) -> None:
         self._read(records)
-        owned_by, admitted, job_ids = self.ownership.owned, self._admitted, self.job_ids
+        owned_by = self.ownership.owned
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         # A poll's records come in runs of one partition (the source sorts them): a run reads
         # its partition's state into locals once, and writes it back at its end.
@@ -119,15 +119,10 @@ class Intake:
             elif offset < next_offset:
                 continue  # a re-delivery of something already taken
             next_offset = offset + 1
-            found = decode_sealed(record)
-            if isinstance(found, str):
-                decoded.append((record, found))
-                self._dead_letter(owned, record, found)
-                continue
-            job, sealing = found
-            decoded.append((record, job))
-            if (job_ids is not None or job.queue not in admitted) and not self._admit(owned, record, job,
-                                                                                      sealing):
+            job = self._decode(owned, record, decoded)
+            if job is None:
+                if owned_by.get(partition) is not owned:  # given back (``_refuse``): read again later
+                    owned = None
                 continue
             pending = owned.pending.get(job.queue)
             if pending is None:
@@ -138,6 +133,20 @@ class Intake:
             owned.next_offset, owned.pending_count = next_offset, owned.pending_count + taken
         if decoded:
             self.hooks.on_records(decoded)
+
+    def _decode(self, owned: OwnedPartition, record: SourceRecord,
+                decoded: list[tuple[SourceRecord, DecodedJob | str]]) -> DecodedJob | None:
+        """``record``'s job if it goes into the buffers (added to ``decoded`` either way), else None:
+        poison, unminted, refused (``_admit``)."""
+        found = decode_sealed(record)
+        if isinstance(found, str):
+            decoded.append((record, found))
+            self._dead_letter(owned, record, found)
+            return None
+        job, sealing = found
+        decoded.append((record, job))
+        checked = self.job_ids is not None or job.queue not in self._admitted
+        return job if not checked or self._admit(owned, record, job, sealing) else None
 
     def _admit(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, sealing: Sealing) -> bool:
         """Whether ``job`` goes into the buffers; one no gateway minted or sealed, or one of a queue
@@ -160,15 +169,23 @@ class Intake:
     def _refuse(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, refused: Refusal) -> None:
         """A record refused for its seal or its age: its job ends ``dead`` with the reason (unless its
         item is already past ``accepted``: a copy must not end a job that runs), then the record goes
-        to the dead-letter topic. A failed write raises: the step fails and the record is read again
-        from the committed offset, so it is never dropped silently."""
-        self.report.refused_records += 1
+        to the dead-letter topic. If the jobs table cannot be written, the partition is given back
+        and taken again from its committed offset (before this record): it is never dropped."""
         if refused.record_dead and self.store is not None:
-            written = self.store.refuse_record(job.job_id, job.queue,
-                                               f"refused by the relay: {refused.reason}", job.enqueued_at_ms,
-                                               queued=refused.genuine)
+            try:
+                written = self.store.refuse_record(job.job_id, job.queue,
+                                                   f"refused by the relay: {refused.reason}",
+                                                   job.enqueued_at_ms, queued=refused.genuine)
+            except SluiceError as exc:
+                log.warning("could not record refused job %s (%s); partition %s is read again from its "
+                            "committed offset", job.job_id, exc, owned.number)
+                self.ownership.give_back([owned.number])
+                self.ownership.assign()
+                self.ownership.look_again()  # take it again at the next step
+                return
             log.warning("job %s refused (%s): %s", job.job_id,
                         "recorded dead" if written else "its item had moved on, left as is", refused.reason)
+        self.report.refused_records += 1
         self._dead_letter(owned, record, refused.reason)
 
     def _dead_letter(self, owned: OwnedPartition, record: SourceRecord, reason: str) -> None:
