@@ -60,16 +60,16 @@ class Refusal(NamedTuple):
 
 def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -> Refusal | None:
     """The seal and life checks of a record whose id is ours (docs/security.md, "Records")."""
-    ours = not ids.is_keyless(job.job_id)
     if sealing.schema_version != seal.VERSION:
         return Refusal(f"unsealed: a record of format {sealing.schema_version}; this relay pushes only "
-                       f"sealed records (format {seal.VERSION})", ours)
+                       f"sealed records (format {seal.VERSION})", not ids.is_keyless(job.job_id))
     kid = seal.seal_key_id(sealing.seal)
     signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts, job.lease_ms,
                           job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
     if kid is None or not seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
         return Refusal("seal: the record does not match its seal (its payload, priority, attempts, lease, "
-                       "run-at or acceptance time was altered, or no key of this deployment sealed it)", ours)
+                       "run-at or acceptance time was altered, or no key of this deployment sealed it)",
+                       not ids.is_keyless(job.job_id))
     expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
     if expired is not None:
         return Refusal(expired, True, genuine=True)
