@@ -232,6 +232,10 @@ class EnqueuePipeline:
         the current key: its life (``limits.JOB_LIFE_MS``) runs from its release."""
         return seal.seal_spec(spec.model_copy(update={"enqueued_at_ms": now_ms}), self.verifier.key)
 
+    def reseal_now(self, spec: JobSpec) -> JobSpec:
+        """``reseal`` at this gateway's time: a redriven job's record (``sluice.gateway.redrive``)."""
+        return self.reseal(spec, self.clock())
+
     # -- 4. append ---------------------------------------------------------------------------
 
     def append(self, specs: Sequence[JobSpec]) -> None:
