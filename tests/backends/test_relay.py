@@ -256,9 +256,10 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
     forged = [f"plain-{unique}", ids.mint(now, "q", b"another-deployments-key-000"),
               ids.mint(now, "elsewhere", key.encode())]
-    # sealed as a gateway seals them (issue 27): only the ids differ
+    # sealed as a gateway seals them (issue 27), the forged ones by their writer, who lacks our key
     records = [(j.encode(), seal.seal_spec(JobSpec(job_id=j, queue="q", payload=None, enqueued_at_ms=now),
-                                           key.encode()).model_dump_json().encode(), 0)
+                                           key.encode() if j in minted else b"not-this-deployments-key"
+                                           ).model_dump_json().encode(), 0)
                for j in [minted[0], *forged, *minted[1:]]]
     produce(bs, topic, records)
     path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"

@@ -616,8 +616,8 @@ def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
         f"{stamp}.{queue}.{mac[:-1]}{'A' if mac[-1] != 'A' else 'B'}": "a forged mac",
         ids.mint(now, "other", key): "minted for another queue than the record's",
     }
-    for job_id in [good[0], *bad, good[1]]:  # each sealed with the key its id names (or the current one)
-        signer = old if job_id == good[1] else key
+    for job_id in [good[0], *bad, good[1]]:  # sealed by whoever wrote them: ours with our keys
+        signer = old if job_id == good[1] else key if job_id == good[0] else stranger
         w.source.append_spec(0, seal.seal_spec(JobSpec(job_id=job_id, queue="q", payload=None,
                                                        enqueued_at_ms=w.clock.now_ms()), signer))
     relay = w.relay(job_ids=ids.Verifier(key, [old]))

@@ -129,3 +129,26 @@ def test_sealing_fields_come_from_the_record() -> None:
     found = decode_sealed(SourceRecord(0, 0, None, spec.model_dump_json().encode()))
     assert not isinstance(found, str)
     assert found[1] == Sealing(2, spec.seal, "k-1")
+
+
+def test_check_record_takes_the_seal_first_and_asks_the_id_only_to_decide_a_refusal() -> None:
+    from sluice.relay.intake import check_record
+
+    verifier = ids.Verifier(KEY, [OLD])
+
+    def run(spec: JobSpec, now: int = NOW) -> Any:
+        found = decode_sealed(SourceRecord(0, 0, None, spec.model_dump_json().encode()))
+        assert not isinstance(found, str)
+        return check_record(*found, verifier, now)
+
+    assert run(sealed()) is None and run(sealed(OLD)) is None
+    altered = run(sealed().model_copy(update={"priority": 9}))
+    assert altered.reason.startswith("seal:") and altered.record_dead and not altered.genuine
+    stranger = run(sealed(OTHER, job_id=ids.mint(NOW, "q", OTHER)))  # not our id, not our seal
+    assert stranger.reason.startswith("unminted") and not stranger.record_dead
+    firing = ids.keyless(NOW, "q", b"\x02" * 10, b"x")
+    assert run(sealed(job_id=firing)) is None
+    forged_firing = run(sealed(OTHER, job_id=firing))
+    assert forged_firing.reason.startswith("seal:") and not forged_firing.record_dead
+    old = run(sealed(run_at_ms=0), now=NOW + limits.JOB_LIFE_MS)
+    assert old.reason.startswith("expired") and old.record_dead and old.genuine

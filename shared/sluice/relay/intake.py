@@ -76,6 +76,23 @@ def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -
     return None
 
 
+def check_record(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -> Refusal | None:
+    """Every check of a record before its push, cheapest path first: a record whose seal verifies
+    was made whole by a holder of the job id key, its id included, so only its age is checked then
+    (the id's own MAC would say nothing more). Otherwise the id decides what a refusal does: not
+    ours (``unminted``), dead-letter only; ours, its job ends dead with the reason (``refusal``)."""
+    if sealing.schema_version == seal.VERSION and (kid := seal.seal_key_id(sealing.seal)) is not None:
+        signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts,
+                              job.lease_ms, job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
+        if seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
+            expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
+            return None if expired is None else Refusal(expired, True, genuine=True)
+    why = unminted(job, job_ids)
+    if why is not None:
+        return Refusal(why, False)
+    return refusal(job, sealing, job_ids, now_ms)
+
+
 class Intake:
     """Takes polled records into the owned partitions' buffers.
 
@@ -153,12 +170,13 @@ class Intake:
         the registry refuses, goes to the dead-letter topic instead."""
         # Minted and sealed first: a record no gateway made must not register its queue name.
         if self.job_ids is not None:
-            if (why := unminted(job, self.job_ids)) is not None:
-                self._dead_letter(owned, record, why)
-                return False
-            refused = refusal(job, sealing, self.job_ids, self.now_ms())
+            refused = check_record(job, sealing, self.job_ids, self.now_ms())
             if refused is not None:
-                self._refuse(owned, record, job, refused)
+                if refused.record_dead:
+                    self._refuse(owned, record, job, refused)
+                else:  # not ours (unminted), or a keyless id whose seal fails: nothing to record
+                    self.report.refused_records += not refused.reason.startswith("unminted")
+                    self._dead_letter(owned, record, refused.reason)
                 return False
         if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
             self.report.refused += 1
