@@ -189,6 +189,16 @@ def is_keyless(job_id: str) -> bool:
             and _MAC_RE.fullmatch(parts[2], 1) is not None)
 
 
+def derive_keyless(parent_id: str, queue: str, key: str) -> str:
+    """``derive`` for a parent whose id is keyless (a schedule firing's job): a keyless child id, so a
+    re-run of the parent after a key rotation gets the same children, as its own id is the same."""
+    parent_ms = ulid_time_ms(parent_id.split(".", 1)[0])
+    if parent_ms is None:
+        raise ValueError(f"invalid parent job id {parent_id!r}")
+    return keyless(parent_ms, queue, child_entropy(parent_id, key),
+                   b"child\x00" + parent_id.encode("utf-8") + b"\x00" + key.encode("utf-8"))
+
+
 def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
     """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
     if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:

@@ -68,6 +68,14 @@ def families_of(api: FamilyHost) -> FamilyStore:
     return store
 
 
+def _child_id(api: FamilyHost, parent_id: str, queue: str, key: str) -> str:
+    """A child's id: derived with the key that signed its parent, or, for a keyless parent (a firing's
+    job), keyless too (``ids.derive_keyless``): either way a re-run across a rotation gets the same."""
+    if ids.is_keyless(parent_id):
+        return ids.derive_keyless(parent_id, queue, key)
+    return ids.derive(parent_id, queue, key, _signing_key(api, parent_id))
+
+
 def _signing_key(api: FamilyHost, parent_id: str) -> bytes:
     """The key that signed the parent: a re-run across a key rotation derives the same children."""
     kid = parent_id.rsplit(".", 1)[-1][:ids.KEY_ID_LENGTH]
@@ -126,16 +134,15 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
         by_queue.setdefault(job.queue, []).append(job)
     for queue, jobs in by_queue.items():
         pipeline.admit(queue, jobs)
-    key = _signing_key(api, parent_id)
     now = api.clock()
-    specs = [pipeline.spec(job.queue, job, now, None, job_id=ids.derive(parent_id, job.queue, job.key, key))
+    specs = [pipeline.spec(job.queue, job, now, None, job_id=_child_id(api, parent_id, job.queue, job.key))
              for job in request.jobs]
     child_ids = [s.job_id for s in specs]
     store = families_of(api)
     then_id = None
     then_spec = None
     if request.then is not None:
-        then_id = ids.derive(parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key, key)
+        then_id = _child_id(api, parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key)
         then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id)
         _same_family(store, then_id, child_ids)
     known = store.children_state(child_ids)
