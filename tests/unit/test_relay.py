@@ -713,6 +713,14 @@ def test_a_sealed_record_altered_in_kafka_ends_its_job_dead_with_the_reason_and_
     assert w.store.items[queued.job_id]["status"] == "queued"  # a copy never ends a job that was pushed
     assert len(w.source.dead) == 5 and all(reason.startswith("seal:") for _, reason in w.source.dead)
     assert relay.report.refused_records == 5
+    # what GET /v1/jobs/<id> answers for one of them: dead, and why
+    from sluice.gateway.api import Api, Backends, IdMinting
+    from sluice_dev.fakes import FakeLog, FakeQueue
+
+    w.store.only = None
+    api = Api(Backends(FakeLog(), w.store, FakeQueue(), events=EventBus()), IdMinting(key))  # type: ignore[arg-type]
+    view = api.status(altered["priority"].job_id)
+    assert view.status is JobState.DEAD and (view.last_error or "").startswith("refused by the relay: seal:")
 
 
 def test_a_genuine_record_past_the_life_bound_ends_its_job_dead_even_when_its_item_says_queued() -> None:
