@@ -7,7 +7,15 @@ Prints one JSON object:
    "status": {"relay_jobs_per_s", "mark_queued_per_s", "mark_queued_cpu_us_per_job",
               "writer_max_per_s", "written", "dropped", "max_waiting"},
    "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "cpu_ratio", "raw_fetch",
-                                     "relay_fetch"}]}
+                                     "relay_fetch"}],
+   "verified", "unverified_jobs_per_s", "check_us_per_record": {"id_mac", "record"}}
+
+The records are minted and sealed as the gateway writes them, and the relay checks every id and
+seal with the job id key as production does (issue 27: ``verified``), so the checks' cost is in
+``jobs_per_s``; ``unverified_jobs_per_s`` is the median of one more relay run per round that
+trusts every record (``job_ids=None``: what this bench measured before), and
+``check_us_per_record`` the check alone, per record, in this process (``record``: today's,
+``id_mac``: the id check the relay made before).
 
 It starts its own Tansu broker and redis-server (sluice_dev.local.servers), produces N
 job records over P partitions, then alternately consumes them raw and relays them (decode,
@@ -64,6 +72,7 @@ from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.kafka.source import KafkaSource, consumer_config
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.core import ids, seal
 from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.models import JobSpec
@@ -76,6 +85,7 @@ PARTITIONS = 4
 ROUNDS = 3
 STATUS_JOBS = 500
 TOPIC = "bench.jobs"
+KEY = b"bench-job-id-key-0123456789abcdef"  # the job id key the records are minted and sealed with
 
 
 class NullStore:
@@ -87,6 +97,10 @@ class NullStore:
 
     def mark_queued(self, jobs: Any) -> None:
         return None
+
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        raise AssertionError(f"the bench's records are all sealed, yet {job_id} was refused: {reason}")
 
 
 class MotoStatusStore(NullStore):
@@ -119,8 +133,10 @@ def produce(bootstrap: str) -> None:
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
     admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10, batch_size=256 * 1024)
-    for i in range(JOBS):
-        spec = JobSpec(job_id=f"bench-{i}", queue="bench", payload={"n": i, "kind": "no-op"})
+    now = int(time.time() * 1000)
+    for i in range(JOBS):  # minted and sealed as the gateway does (issue 27): the relay checks both
+        spec = seal.seal_spec(JobSpec(job_id=ids.mint(now, "bench", KEY), queue="bench",
+                                      payload={"n": i, "kind": "no-op"}, enqueued_at_ms=now), KEY)
         producer.send(TOPIC, key=spec.job_id.encode(), value=spec.model_dump_json().encode())
     producer.flush(60)
     producer.close()
@@ -158,13 +174,17 @@ def raw_consume(bootstrap: str) -> tuple[float, dict[str, float]]:
     return JOBS / elapsed, stats
 
 
-def relay_run(bootstrap: str, redis_url: str, group: str,
-              store: NullStore | None = None) -> tuple[float, float, Backlog, dict[str, float]]:
+def relay_run(bootstrap: str, redis_url: str, group: str, store: NullStore | None = None,
+              *, verify: bool = True) -> tuple[float, float, Backlog, dict[str, float]]:
+    """``verify``: check every record's id and seal with the job id key, as production does
+    (``entry.relay.scheduled_relay``); off, the relay trusts every record (what this bench measured
+    before issue 27, and what the id check alone cost is not split from)."""
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     source = KafkaSource.from_settings(settings(bootstrap, group))
     relay = Relay(RedisQueue.from_url(redis_url), store or NullStore(), source, None,  # type: ignore[arg-type]
-                  relay_id="bench", config=RelayConfig(poll_ms=50), events=EventBus())
+                  relay_id="bench", config=RelayConfig(poll_ms=50), events=EventBus(),
+                  job_ids=ids.Verifier(KEY) if verify else None)
     cpu0, start, own0 = redis_cpu_s(redis_url), time.perf_counter(), time.process_time()
     while relay.report.pushed < JOBS:
         relay.step()
@@ -187,9 +207,11 @@ def main() -> None:
             bootstrap, url = tansu.extra["bootstrap"], redis_server.extra["url"]
             produce(bootstrap)
             rounds, details = [], []
+            trusting = []
             for round_ in range(ROUNDS):
                 raw, raw_stats = raw_consume(bootstrap)
                 rate, us, backlog, relay_stats = relay_run(bootstrap, url, f"bench-{round_}")
+                trusting.append(relay_run(bootstrap, url, f"bench-trusting-{round_}", verify=False)[0])
                 cpu_ratio = raw_stats["process_cpu_us_per_job"] / relay_stats["process_cpu_us_per_job"]
                 rounds.append((rate / raw, rate, raw, us, backlog.max_waiting, backlog.dropped, cpu_ratio))
                 details.append({"raw_per_s": round(raw), "relay_per_s": round(rate),
@@ -210,7 +232,36 @@ def main() -> None:
          crc32c=crc32c_in_use(),
          status_max_waiting=waiting, status_dropped=dropped,
          round_ratios=[round(r[0], 3) for r in rounds], status=status,
-         fetch_max_wait_ms=Settings().relay_fetch_max_wait_ms, rounds=details)
+         fetch_max_wait_ms=Settings().relay_fetch_max_wait_ms, rounds=details,
+         verified=True, unverified_jobs_per_s=round(sorted(trusting)[len(trusting) // 2]),
+         check_us_per_record=check_cost())
+
+
+def check_cost(n: int = 20_000) -> dict[str, float]:
+    """The relay's per-record check alone, in this process (CPU us per record): ``record``, what it
+    runs now (``intake.check_record``: the seal, with the payload's digest, and the life bound);
+    ``id_mac``, what it ran before issue 27 (``intake.unminted``: the id's MAC only)."""
+    from sluice.relay.intake import check_record, unminted
+    from sluice.relay.ports import SourceRecord
+    from sluice.relay.records import decode_sealed
+
+    now = int(time.time() * 1000)
+    verifier = ids.Verifier(KEY)
+    decoded = []
+    for i in range(n):
+        spec = seal.seal_spec(JobSpec(job_id=ids.mint(now, "bench", KEY), queue="bench",
+                                      payload={"n": i, "kind": "no-op"}, enqueued_at_ms=now), KEY)
+        found = decode_sealed(SourceRecord(0, i, None, spec.model_dump_json().encode()))
+        assert not isinstance(found, str)
+        decoded.append(found)
+    t0 = time.process_time()
+    for job, _ in decoded:
+        assert unminted(job, verifier) is None
+    t1 = time.process_time()
+    for job, sealing in decoded:
+        assert check_record(job, sealing, verifier, now) is None
+    t2 = time.process_time()
+    return {"id_mac": round((t1 - t0) * 1e6 / n, 2), "record": round((t2 - t1) * 1e6 / n, 2)}
 
 
 def status_run(bootstrap: str, redis_url: str) -> dict[str, Any]:

@@ -63,3 +63,39 @@ def test_children_whose_process_died_before_their_countdown_release_the_continua
     assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0
     events: list[Any] = received(s, url)
     assert {e["detail"]["job_id"] for e in events} == set(family.job_ids)  # events flowed alongside
+
+
+def test_a_continuation_spec_altered_in_the_jobs_table_is_refused_at_its_release(
+        s: Settings, unique: str) -> None:
+    """Issue 27: the continuation's record waits under ``~family~<id>``, which a continuation team's
+    LeadingKeys reach. It is sealed with the whole record, and checked where it is read back: an
+    altered spec (another payload, priority 9) is refused with a clear error and nothing is appended;
+    the untouched one is released, sealed anew."""
+    from sluice.core import seal
+    from sluice.core.errors import RecordTampered
+    from sluice.core.models import JobSpec
+    from sluice.entry import root as wiring
+
+    rig = Rig(DynamoJobStore.from_settings(s))
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    then = family.continuation or ""
+    (child,) = family.job_ids
+    rig.store.record_failure(child, rig.store.grant(child, "work", "w"), "boom", "failed")
+    rig.store.families.count_down(then, 0)
+    db = wiring.boto_client("dynamodb", s)
+    key = {"job_id": {"S": f"~family~{then}"}}
+    stored = db.get_item(TableName=s.jobs_table, Key=key)["Item"]["continuation_spec"]["S"]
+    original = JobSpec.model_validate_json(stored)
+    assert seal.verify_spec(original, [rig.api.job_id_key])
+    for change in ({"payload": {"n": "mallory"}}, {"priority": 9}, {"seal": None}):
+        forged = original.model_copy(update=change).model_dump_json()
+        db.update_item(TableName=s.jobs_table, Key=key, UpdateExpression="SET continuation_spec = :s",
+                       ExpressionAttributeValues={":s": {"S": forged}})
+        with pytest.raises(RecordTampered, match="does not match its seal"):
+            rig.api.release_continuation(then)
+        assert then not in rig.appended()
+    db.update_item(TableName=s.jobs_table, Key=key, UpdateExpression="SET continuation_spec = :s",
+                   ExpressionAttributeValues={":s": {"S": stored}})
+    assert rig.api.release_continuation(then)
+    (released,) = [r for r in rig.log.records if r.job_id == then]
+    assert seal.verify_spec(released, [rig.api.job_id_key]) and released.payload == original.payload

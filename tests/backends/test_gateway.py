@@ -20,6 +20,7 @@ import pytest
 from sluice.backends.kafka.auth import client_config
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.client import Client
+from sluice.core import seal
 from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.errors import AlreadyFinished, BackendUnavailable
@@ -90,7 +91,8 @@ def test_recorded_enqueue_reaches_kafka_and_the_jobs_table(gateway: Gateway, set
     records = dict(kafka_records(settings))
     value = records[body["job_id"]]  # keyed by job id
     spec = JobSpec.model_validate(value)  # the record is a JobSpec, as the relay reads it
-    assert (value["schema_version"], spec.queue, spec.priority, spec.lease_ms) == (1, "emails", 5, 60_000)
+    assert (value["schema_version"], spec.queue, spec.priority, spec.lease_ms) == (2, "emails", 5, 60_000)
+    assert seal.verify_spec(spec, [gateway.api.job_id_key])  # sealed (issue 27)
     code, _, status = call(gateway, get(f"/v1/jobs/{body['job_id']}"))
     assert (code, status["status"], status["attempts"]) == (200, "accepted", 0)
     assert status["created_at_ms"] == spec.enqueued_at_ms

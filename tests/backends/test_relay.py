@@ -65,7 +65,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     good = job_records("ok", 6, partitions=1)
     poison: list[tuple[bytes | None, bytes | None, int | None]] = [
         (b"junk", b"\xff\xfe{not json", 0),
-        (b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode(), 0),
+        (b"v3", json.dumps({"schema_version": 3, "job_id": "v3", "queue": "q"}).encode(), 0),
         (b"bad", json.dumps({"job_id": "bad", "queue": "Bad Queue!"}).encode(), 0),
         (b"tombstone", None, 0),
     ]
@@ -83,7 +83,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     reasons = {int(h["sluice-source-offset"]): h["sluice-reason"].decode() for _, h in letters}
     assert sorted(reasons) == [3, 4, 5, 6]
     assert reasons[3].startswith("undecodable")
-    assert reasons[4] == "unknown schema_version 2"
+    assert reasons[4] == "unknown schema_version 3"  # 1 and 2 (sealed, issue 27) are known
     assert reasons[5].startswith("invalid job spec") and "queue" in reasons[5]
     assert reasons[6].startswith("undecodable")
     assert letters[0][0] == b"\xff\xfe{not json"  # the record as it was, for a later look
@@ -234,7 +234,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     import importlib.util
 
     from sluice.backends.dynamodb import tables
-    from sluice.core import ids
+    from sluice.core import ids, seal
     from sluice.core.config import Settings
     from sluice.core.models import JobSpec
     from sluice.entry import relay as relay_entry
@@ -256,7 +256,10 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
     forged = [f"plain-{unique}", ids.mint(now, "q", b"another-deployments-key-000"),
               ids.mint(now, "elsewhere", key.encode())]
-    records = [(j.encode(), JobSpec(job_id=j, queue="q", payload=None).model_dump_json().encode(), 0)
+    # sealed as a gateway seals them (issue 27), the forged ones by their writer, who lacks our key
+    records = [(j.encode(), seal.seal_spec(JobSpec(job_id=j, queue="q", payload=None, enqueued_at_ms=now),
+                                           key.encode() if j in minted else b"not-this-deployments-key"
+                                           ).model_dump_json().encode(), 0)
                for j in [minted[0], *forged, *minted[1:]]]
     produce(bs, topic, records)
     path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
@@ -276,3 +279,85 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
     letters = consume_all(bs, f"{topic}.dlq", 3)
     assert sorted(h["sluice-reason"].decode().split(":")[0] for _, h in letters) == ["unminted"] * 3
     assert committed(bs, topic, f"g-{unique}", PARTITIONS)[0] == 6  # past them, not stuck
+
+
+@pytest.mark.timeout(60)
+def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
+        tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str,
+        monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
+    """Issue 27, item 4: a record with a valid id but another payload, priority, attempts or run-at
+    than the gateway sealed (or an unsealed or expired one) is never pushed: its job ends visibly dead
+    with the reason in the jobs table (what GET /v1/jobs/<id> reads), and the record goes to the
+    dead-letter topic. A tampered copy of a job already queued leaves that job alone."""
+    import importlib.util
+
+    from sluice.backends.dynamodb import tables
+    from sluice.core import ids, limits, seal
+    from sluice.core.config import Settings
+    from sluice.core.models import JobSpec
+    from sluice.entry import relay as relay_entry
+    from sluice.entry import root as wiring
+
+    key = f"the-deployment-job-id-key-{unique}".encode()
+    bs = tansu.extra["bootstrap"]
+    create_topic(bs, f"{topic}.dlq", 1)
+    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
+           "SLUICE_KAFKA_DEAD_LETTER_TOPIC": f"{topic}.dlq", "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}",
+           "SLUICE_AWS_ENDPOINT_URL": moto_url, "SLUICE_JOBS_TABLE": f"jobs-{unique}",
+           "SLUICE_RELAY_STOP_BEFORE_MS": "5000", "SLUICE_JOB_ID_SECRET": key.decode()}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    wiring.reset()
+    relay_entry._source.cache_clear()
+    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+    now = int(time.time() * 1000)
+
+    def sealed(**fields: Any) -> JobSpec:
+        return seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload={"to": "ada"},
+                                      enqueued_at_ms=now, **fields), key)
+
+    good = sealed()
+    refused = {
+        "payload": sealed().model_copy(update={"payload": {"to": "mallory"}}),
+        "priority": sealed().model_copy(update={"priority": 9}),
+        "attempts": sealed().model_copy(update={"max_attempts": 100}),
+        "run_at": sealed(run_at_ms=now + 60_000).model_copy(update={"run_at_ms": 0}),
+        "unsealed": JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=1, enqueued_at_ms=now),
+        "expired": seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=1,
+                                          enqueued_at_ms=now - limits.JOB_LIFE_MS), key),
+    }
+    queued = sealed()  # pushed and recorded before; then a copy of it, altered, comes through Kafka
+    copy = queued.model_copy(update={"priority": 9})
+    # a genuine record replayed past the life bound (a Redis loss): its queued item ends, with why
+    replayed = seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=2,
+                                      enqueued_at_ms=now - limits.JOB_LIFE_MS), key)
+    wiring.store(Settings.from_env()).mark_queued([(queued.job_id, "q", now), (replayed.job_id, "q", now)])
+    records = [(s.job_id.encode(), s.model_dump_json().encode(), 0)
+               for s in [good, *refused.values(), copy, replayed]]
+    produce(bs, topic, records)
+    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
+    spec = importlib.util.spec_from_file_location("relay_app", path)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    try:
+        result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
+        store = wiring.store(Settings.from_env())
+        items = {name: store.get_job(s.job_id) for name, s in refused.items()}
+        left, ended = store.get_job(queued.job_id), store.get_job(replayed.job_id)
+    finally:
+        relay_entry._source(Settings.from_env()).close()
+        relay_entry._source.cache_clear()
+        wiring.reset()
+    assert result["pushed"] == 1 and result["dead_lettered"] == len(refused) + 2, result
+    assert left.status == "queued" and left.last_error is None
+    assert ended.status == "dead" and "expired" in str(ended.last_error)
+    assert set(ready_ids(redis_client)) == {good.job_id}
+    for name, record in items.items():
+        assert record.status == "dead", name
+        assert record.last_error is not None and record.last_error.startswith("refused by the relay: "), name
+    assert all("seal" in str(items[n].last_error) for n in ("payload", "priority", "attempts", "run_at"))
+    assert "unsealed" in str(items["unsealed"].last_error) and "expired" in str(items["expired"].last_error)
+    letters = consume_all(bs, f"{topic}.dlq", len(refused) + 2)
+    assert len(letters) == len(refused) + 2
+    assert committed(bs, topic, f"g-{unique}", PARTITIONS)[0] == len(records)  # past them, not stuck

@@ -24,7 +24,7 @@ NESTED = {"network": ROOT / "infra/network.yaml", "endpoints": ROOT / "infra/end
           "redis_shard_alarm": ROOT / "infra/redis-shard-alarm.yaml",  # nested in observability
           "queue_alarm": ROOT / "infra/queue-alarm.yaml"}  # standalone, one stack per queue: linted here
 
-_FN_TAGS = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
+_FN_TAGS = {"And", "Base64", "Cidr", "Contains", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
             "Not", "Or", "Select", "Split", "Sub", "Transform", "Length", "ToJsonString"}
 
 

@@ -118,3 +118,29 @@ def test_an_empty_operator_list_is_a_warning_naming_the_parameter(tmp_path: Path
     team = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", TEAM, "--parameter", LAYER,
                                                      "sluice_dev.examples_team"])
     assert "OperatorPrincipalArns" not in team.stderr  # a team's template has no operators to name
+
+
+def test_a_retention_or_key_rotation_that_does_not_honour_the_life_bound_is_refused(
+        tmp_path: Path) -> None:
+    """Issue 27, item 7: the job id key window must cover the job life bound and Kafka's retention,
+    and items must outlive the bound; sluice check refuses a deploy where one does not."""
+    from sluice_dev.cli.check import life_bound
+
+    at_defaults = {"KafkaRetentionHours": "336", "RetentionDays": "14"}
+    assert life_bound(at_defaults, {"JobIdSecretRotation": "rate(30 days)"}) == []
+    assert life_bound({}, {}) == []  # a team's worker template: none of these
+    short = life_bound(at_defaults, {"JobIdSecretRotation": "rate(7 days)"})
+    assert len(short) == 2 and all("key window" in why for why in short)
+    assert life_bound({"KafkaRetentionHours": "8760", "RetentionDays": "14"},
+                      {"JobIdSecretRotation": "rate(30 days)"})
+    template = tmp_path / "template.yaml"
+    text = cfn.TEMPLATE.read_text()
+    template.write_text(text.replace("ScheduleExpression: rate(30 days)\n\n  SharedLayer",
+                                     "ScheduleExpression: rate(10 days)\n\n  SharedLayer"))
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--template", str(template),
+                                                    "sluice_dev.examples"])
+    assert out.exit_code == 1 and "the job life bound is not honoured" in out.stderr
+    assert "key window" in out.stderr
+    out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "RetentionDays=7",
+                                                    "sluice_dev.examples"])
+    assert out.exit_code == 1 and "RetentionDays 7" in out.stderr

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluice.core import ids
+from sluice.core import ids, seal
 from sluice.core.bus import EventBus, JobEnded
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
@@ -40,9 +40,11 @@ def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
     assert headers["location"] == f"/v1/jobs/{doc['job_id']}"
     [spec] = rig.log.records
     assert (spec.job_id, spec.queue, spec.payload) == (doc["job_id"], "emails", {"to": "ada"})
-    assert (spec.priority, spec.max_attempts, spec.lease_ms, spec.schema_version) == (7, 3, 90_000, 1)
+    assert (spec.priority, spec.max_attempts, spec.lease_ms, spec.schema_version) == (7, 3, 90_000, 2)
     assert spec.run_at_ms == spec.enqueued_at_ms + 60_000
-    assert json.loads(spec.model_dump_json())["schema_version"] == 1
+    assert json.loads(spec.model_dump_json())["schema_version"] == 2  # sealed (issue 27)
+    assert seal.verify_spec(spec, [KEY])
+    assert not seal.verify_spec(spec.model_copy(update={"priority": 9}), [KEY])
 
 
 def test_an_accepted_job_redis_holds_reads_queued(rig: Rig) -> None:

@@ -46,7 +46,7 @@ def test_a_rate_1_minute_schedule_fires_each_minute_as_scheduler_would() -> None
     assert event == {"sluice_schedule": "minutely", "queue": "reports",
                      "scheduled_time": schedules.iso(created + 60_000)}
     assert ticker.tick() == []  # handled: not again within the minute
-    job_id = schedules.firing_id("minutely", "reports", created + 60_000, r.w.api.job_id_key)
+    job_id = schedules.firing_id("minutely", "reports", created + 60_000)
     assert r.answers == [{"statusCode": 202, "job_id": job_id}]
     assert [(s.job_id, s.payload) for s in r.w.log.records] == [(job_id, {"tick": True})]
     r.w.now_ms = created + 120_500  # the next minute: another firing, another job

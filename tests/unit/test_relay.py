@@ -146,7 +146,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     w = World(partitions=1)
     w.add(2, partition=0)
     w.source.append(0, b"x", b"\xff\xfe not json")
-    w.source.append(0, b"v2", json.dumps({"schema_version": 2, "job_id": "v2", "queue": "q"}).encode())
+    w.source.append(0, b"v3", json.dumps({"schema_version": 3, "job_id": "v3", "queue": "q"}).encode())
     w.source.append(0, b"bad", json.dumps({"job_id": "bad", "queue": "NOT A QUEUE"}).encode())
     w.source.append(0, None, None)
     w.source.append(0, b"other", JobSpec(job_id="mismatch", queue="q").model_dump_json().encode())
@@ -156,7 +156,7 @@ def test_poison_records_go_to_the_dead_letter_topic_and_the_partition_keeps_flow
     reasons = [reason for _, reason in w.source.dead]
     assert [r.offset for r, _ in w.source.dead] == [2, 3, 4, 5, 6]
     assert reasons[0].startswith("undecodable")
-    assert reasons[1] == "unknown schema_version 2"
+    assert reasons[1] == "unknown schema_version 3"  # 1 (unsealed) and 2 (sealed, issue 27) are known
     assert reasons[2].startswith("invalid job spec") and "queue" in reasons[2]
     assert reasons[3].startswith("undecodable")
     assert "does not match" in reasons[4]
@@ -602,7 +602,7 @@ def test_relay_lag_is_the_worst_partition_behind_kafka() -> None:
 
 
 def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
-    from sluice.core import ids
+    from sluice.core import ids, seal
 
     key, old = b"this-deployment-key-0123456789", b"the-previous-key-0123456789"
     stranger = b"someone-else-key-0123456"
@@ -616,8 +616,10 @@ def test_a_record_no_gateway_minted_goes_to_the_dead_letter_topic() -> None:
         f"{stamp}.{queue}.{mac[:-1]}{'A' if mac[-1] != 'A' else 'B'}": "a forged mac",
         ids.mint(now, "other", key): "minted for another queue than the record's",
     }
-    for job_id in [good[0], *bad, good[1]]:
-        w.source.append_spec(0, JobSpec(job_id=job_id, queue="q", payload=None))
+    for job_id in [good[0], *bad, good[1]]:  # sealed by whoever wrote them: ours with our keys
+        signer = old if job_id == good[1] else key if job_id == good[0] else stranger
+        w.source.append_spec(0, seal.seal_spec(JobSpec(job_id=job_id, queue="q", payload=None,
+                                                       enqueued_at_ms=w.clock.now_ms()), signer))
     relay = w.relay(job_ids=ids.Verifier(key, [old]))
     run_steps(relay, 3)
     assert w.in_redis() == good
@@ -677,3 +679,102 @@ def test_the_settings_default_is_a_budget() -> None:
                   config=RelayConfig.from_settings(s), events=EventBus())
     assert (relay.config.dispatch_per_s, relay.config.dispatch_burst) == (s.dispatch_budget_per_s,
                                                                           s.dispatch_budget_burst)
+
+
+def test_a_sealed_record_altered_in_kafka_ends_its_job_dead_with_the_reason_and_is_never_pushed() -> None:
+    """Issue 27: a record whose id verifies but whose seal does not match (payload, priority, attempts
+    or run-at changed) is refused: its job ends visibly dead with the reason, the record goes to the
+    dead-letter topic; a copy of a job already queued leaves that job alone."""
+    from sluice.core import ids, seal
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    now = w.clock.now_ms()
+
+    def sealed(**change: Any) -> JobSpec:
+        return seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload={"n": 1},
+                                      enqueued_at_ms=now, **change), key)
+
+    good = sealed()
+    altered = {name: sealed().model_copy(update=change) for name, change in [
+        ("payload", {"payload": {"n": 2}}), ("priority", {"priority": 9}),
+        ("attempts", {"max_attempts": 100}), ("run_at", {"run_at_ms": now + 3_600_000})]}
+    queued = sealed()
+    w.store.items[queued.job_id] = {"queue": "q", "status": "queued", "token": 0, "attempts": 0}
+    for spec in [good, *altered.values(), queued.model_copy(update={"priority": 9})]:
+        w.source.append_spec(0, spec)
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 3)
+    relay.stop()
+    assert w.in_redis() == [good.job_id]
+    for name, spec in altered.items():
+        item = w.store.items[spec.job_id]
+        assert item["status"] == "dead" and "seal" in item["last_error"], name
+    assert w.store.items[queued.job_id]["status"] == "queued"  # a copy never ends a job that was pushed
+    assert len(w.source.dead) == 5 and all(reason.startswith("seal:") for _, reason in w.source.dead)
+    assert relay.report.refused_records == 5
+    # what GET /v1/jobs/<id> answers for one of them: dead, and why
+    from sluice.gateway.api import Api, Backends, IdMinting
+    from sluice_dev.fakes import FakeLog, FakeQueue
+
+    w.store.only = None
+    api = Api(Backends(FakeLog(), w.store, FakeQueue(), events=EventBus()), IdMinting(key))  # type: ignore[arg-type]
+    view = api.status(altered["priority"].job_id)
+    assert view.status is JobState.DEAD and (view.last_error or "").startswith("refused by the relay: seal:")
+
+
+def test_a_genuine_record_past_the_life_bound_ends_its_job_dead_even_when_its_item_says_queued() -> None:
+    """Issue 27: a record replayed past the life bound (after a Redis loss) is not pushed; its job's
+    queued item, which no push will move on any more, ends dead with the reason. An altered copy
+    (the seal fails) never touches a queued item (the test above)."""
+    from sluice.core import ids, limits, seal
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    w.clock.t = 1_700_000_000.0
+    now = w.clock.now_ms()
+    old = seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=1,
+                                 enqueued_at_ms=now - limits.JOB_LIFE_MS), key)
+    w.store.items[old.job_id] = {"queue": "q", "status": "queued", "token": 0, "attempts": 0}
+    w.source.append_spec(0, old)
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 3)
+    relay.stop()
+    assert w.in_redis() == [] and w.store.items[old.job_id]["status"] == "dead"
+    assert w.store.items[old.job_id]["last_error"].startswith("refused by the relay: expired")
+
+
+def test_a_refused_record_the_jobs_table_cannot_record_yet_is_read_again_not_dropped() -> None:
+    """Issue 27: 'never dropped silently'. With the jobs table down, a refused record's partition is
+    given back and read again from its committed offset; once the table answers, the job ends dead
+    with the reason, once, and the records around it flow."""
+    from sluice.core import ids, seal
+    from sluice.core.errors import BackendUnavailable
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    now = w.clock.now_ms()
+
+    def sealed(n: int) -> JobSpec:
+        return seal.seal_spec(JobSpec(job_id=ids.mint(now, "q", key), queue="q", payload=n,
+                                      enqueued_at_ms=now), key)
+
+    before, altered, after = sealed(1), sealed(2).model_copy(update={"priority": 9}), sealed(3)
+    for spec in (before, altered, after):
+        w.source.append_spec(0, spec)
+    real, calls = w.store.refuse_record, []
+
+    def refuse(*args: Any, **kw: Any) -> bool:
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise BackendUnavailable("dynamodb is down")
+        return real(*args, **kw)
+
+    w.store.refuse_record = refuse  # type: ignore[method-assign]
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 12)
+    relay.stop()
+    assert sorted(w.in_redis()) == sorted([before.job_id, after.job_id])
+    assert calls == [altered.job_id, altered.job_id] and w.store.items[altered.job_id]["status"] == "dead"
+    assert [r.offset for r, _ in w.source.dead] == [1] and relay.report.refused_records == 1
+    assert w.source.committed_offsets == {0: 3}

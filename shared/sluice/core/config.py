@@ -47,7 +47,11 @@ class Settings(BaseModel):
 
     # Kafka (MSK in AWS). One topic holds every queue's jobs, keyed by job id.
     kafka_bootstrap: str = "127.0.0.1:9092"
-    kafka_security: Literal["plaintext", "iam"] = "plaintext"
+    # iam: SASL/IAM over TLS (MSK; template.yaml's default, KafkaSecurity); tls: TLS without client
+    # auth; plaintext: neither, an explicit opt-in in the template (the local stack's broker speaks
+    # only that: sluice dev names the override). The template always sets it; the default here is
+    # for processes on a developer's machine.
+    kafka_security: Literal["plaintext", "tls", "iam"] = "plaintext"
     kafka_topic: str = "sluice.jobs"
     kafka_dead_letter_topic: str = "sluice.jobs.dlq"
     kafka_partitions: int = Field(default=4, ge=1)

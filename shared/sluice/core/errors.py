@@ -167,6 +167,13 @@ class NotPermitted(SluiceError):
     code = "NOT_PERMITTED"
 
 
+class RecordTampered(StoreError):
+    """A stored job record (a continuation's, under ``~family~<id>``) whose seal does not match it:
+    it was altered after the gateway sealed it, so it is not appended (docs/security.md, "Records")."""
+
+    code = "RECORD_TAMPERED"
+
+
 class IdempotencyConflict(SluiceError):
     """The idempotency key was reused with a different request body."""
 
@@ -275,6 +282,13 @@ class InvalidSchedule(InvalidInput):
     code = "INVALID_SCHEDULE"
 
 
+class FiringRefused(InvalidSchedule):
+    """A schedule firing at a time its expression does not produce (or too far from now); nothing
+    was enqueued (issue 27)."""
+
+    code = "FIRING_REFUSED"
+
+
 class ScheduleTooFrequent(InvalidSchedule):
     """A schedule that would fire more often than once a minute."""
 
@@ -340,7 +354,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         BackendUnavailable, IdempotencyConflict, InProgress, HandlerNotFound, PayloadTooLarge,
         PriorityNotAllowed, TooManyChildren, FamilyConflict, RouteConflict, InvalidSchema, UnknownFunction,
         RouteRefused, RegistrationRefused,
-        NoRoute, PayloadInvalid, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule,
+        NoRoute, PayloadInvalid, InvalidSchedule, FiringRefused, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
         WrongFunction,
     )

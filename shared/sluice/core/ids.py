@@ -38,6 +38,7 @@ import hmac
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Final, NamedTuple
 
 from sluice.core.models import QUEUE_NAME_RE
@@ -79,19 +80,18 @@ def ulid(now_ms: int, entropy: bytes | None = None) -> str:
     return _base32(((now_ms & (2**48 - 1)) << 80) | int.from_bytes(rand[:10], "big"), ULID_LENGTH)
 
 
+# Crockford digits as Python's base-32 digits (0-9a-v), so int(_, 32) decodes them in C: the relay
+# verifies every record's id (issue 27 made its per-record checks show in bench_relay).
+_TO_INT32: Final = str.maketrans(CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
+_ULID_RE: Final = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")  # 26 characters hold 130 bits; a ULID has 128
+_MAC_RE: Final = re.compile(r"[0-9A-HJKMNP-TV-Z]{16}")
+
+
 def ulid_time_ms(text: str) -> int | None:
     """The millisecond time of a ULID, or None if ``text`` is not one (upper-case Crockford)."""
-    if len(text) != ULID_LENGTH or text[0] > "7":  # 26 characters hold 130 bits; a ULID has 128
+    if len(text) != ULID_LENGTH or _ULID_RE.fullmatch(text) is None:
         return None
-    value = 0
-    for char in text[:10]:
-        digit = _VALUE.get(char)
-        if digit is None:
-            return None
-        value = value << 5 | digit
-    if any(char not in _VALUE for char in text[10:]):
-        return None
-    return value
+    return int(text[:10].translate(_TO_INT32), 32)
 
 
 def _mac(key: bytes, signed: str) -> str:
@@ -99,8 +99,10 @@ def _mac(key: bytes, signed: str) -> str:
     return _base32(int.from_bytes(digest[:_MAC_BYTES], "big"), MAC_LENGTH)
 
 
+@lru_cache(maxsize=64)
 def key_id(key: bytes) -> str:
-    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use)."""
+    """The key id of ``key``: one Crockford character of a hash of it (not of its MAC use). Cached:
+    the relay asks it of the same two keys for every record (issue 27's seal check)."""
     return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key).digest()[0] & 31]
 
 
@@ -174,6 +176,41 @@ def queue_in_id(job_id: str) -> str:
     return parts[1] if len(parts) == 3 and QUEUE_NAME_RE.fullmatch(parts[1]) else NO_QUEUE
 
 
+# A keyless id's tag, where a keyed id has its key id: not a Crockford digit, so never a key id.
+KEYLESS_TAG: Final = "U"
+
+
+def keyless(now_ms: int, queue: str, entropy: bytes, name: bytes) -> str:
+    """A deterministic id that no key signs: ``<ULID>.<queue>.U<hash>``, the hash of ``name`` (what
+    the id stands for, e.g. a schedule's firing) and the ULID, queue included. Anyone can compute one,
+    so it proves nothing by itself: a record carrying one is trusted through its seal
+    (``sluice.core.seal``), and ``verify`` returns None for it. Its point is that no key rotation
+    changes it (``sluice.core.schedules.firing_id``)."""
+    if QUEUE_NAME_RE.fullmatch(queue) is None:
+        raise ValueError(f"invalid queue name {queue!r}")
+    signed = f"{ulid(now_ms, entropy)}.{queue}"
+    digest = hashlib.sha256(b"sluice keyless id\x00" + signed.encode("ascii") + b"\x00" + name).digest()
+    return f"{signed}.{KEYLESS_TAG}{_base32(int.from_bytes(digest[:_MAC_BYTES], 'big'), MAC_LENGTH)}"
+
+
+def is_keyless(job_id: str) -> bool:
+    """Whether ``job_id`` has a keyless id's shape (``keyless``); says nothing of who made it."""
+    parts = job_id.split(".")
+    return (len(parts) == 3 and ulid_time_ms(parts[0]) is not None and QUEUE_NAME_RE.fullmatch(parts[1])
+            is not None and len(parts[2]) == KEY_ID_LENGTH + MAC_LENGTH and parts[2][0] == KEYLESS_TAG
+            and _MAC_RE.fullmatch(parts[2], 1) is not None)
+
+
+def derive_keyless(parent_id: str, queue: str, key: str) -> str:
+    """``derive`` for a parent whose id is keyless (a schedule firing's job): a keyless child id, so a
+    re-run of the parent after a key rotation gets the same children, as its own id is the same."""
+    parent_ms = ulid_time_ms(parent_id.split(".", 1)[0])
+    if parent_ms is None:
+        raise ValueError(f"invalid parent job id {parent_id!r}")
+    return keyless(parent_ms, queue, child_entropy(parent_id, key),
+                   b"child\x00" + parent_id.encode("utf-8") + b"\x00" + key.encode("utf-8"))
+
+
 def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | None:
     """(queue, accepted_at_ms) if ``job_id`` was minted with ``key`` or a ``previous`` key."""
     if len(job_id) > ULID_LENGTH + 1 + 64 + 1 + KEY_ID_LENGTH + MAC_LENGTH:
@@ -193,9 +230,11 @@ def verify(job_id: str, key: bytes, previous: Iterable[bytes] = ()) -> Minted | 
         signed = f"{signed}.{kid}"
     elif len(mac) != MAC_LENGTH:  # 16: minted before key ids; any key may have signed it
         return None
-    # Bytes, not str: compare_digest refuses a non-ASCII str, and this input is the caller's.
-    given = mac.encode("utf-8", "replace")
-    if any(hmac.compare_digest(_mac(k, signed).encode(), given) for k in keys):
+    if _MAC_RE.fullmatch(mac) is None:  # not 16 Crockford digits: no key made it
+        return None
+    given = int(mac.translate(_TO_INT32), 32).to_bytes(_MAC_BYTES, "big")  # 16 digits: exactly 80 bits
+    signed_bytes = signed.encode("ascii")
+    if any(hmac.compare_digest(hmac.digest(k, signed_bytes, "sha256")[:_MAC_BYTES], given) for k in keys):
         return Minted(queue, accepted_at_ms)
     return None
 
@@ -223,12 +262,24 @@ class Verifier:
             found = verify(job_id, self.key, self.previous)
         return found
 
+    def keys_for(self, kid: str) -> tuple[bytes, ...]:
+        """The keys whose key id is ``kid`` (a record's seal names one), read again as ``verify``
+        does when neither key has it."""
+        found = tuple(k for k in (self.key, *self.previous) if key_id(k) == kid)
+        if not found and kid in _VALUE and self._reread_kid(kid):
+            found = tuple(k for k in (self.key, *self.previous) if key_id(k) == kid)
+        return found
+
     def _reread(self, job_id: str) -> bool:
-        if self._refresh is None or self._clock is None:
-            return False
         mac = job_id.rsplit(".", 1)[-1]
-        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH or mac[:KEY_ID_LENGTH] in {
-                key_id(k) for k in (self.key, *self.previous)}:
+        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH:
+            return False
+        return self._reread_kid(mac[:KEY_ID_LENGTH])
+
+    def _reread_kid(self, kid: str) -> bool:
+        if self._refresh is None or self._clock is None or kid not in _VALUE:
+            return False
+        if kid in {key_id(k) for k in (self.key, *self.previous)}:
             return False
         now = self._clock()
         if now - self._read_ms < self._refresh_ms:

@@ -18,13 +18,58 @@ No I/O here: the relay and the gateway's ``QueueViews`` feed these functions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from sluice.core.errors import QueueNotAllowed
-from sluice.core.models import QueueConfig, is_reserved_queue
+from sluice.core.models import MAX_DELAY_MS, QueueConfig, is_reserved_queue
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
+
+# -- the life bound (docs/security.md, "Records") ------------------------------------------------
+# One bound on how long a job may live between its 202 and its run: the longest delay, plus the
+# longest a record may wait past its due time before its push (held by a pause, a cap or the memory
+# guard, or replayed after a Redis loss), plus a margin for clocks and Scheduler's retries. The
+# relay refuses a record past it (``seal.life_refusal``: the job ends ``dead`` with the reason), so
+# a record replayed later is never run again. Everything else is sized from it: the job id keys
+# must verify for at least this long, Kafka must keep a record this long, and a finished job's
+# item must outlive it (the relay's finality read is what refuses a replay within it).
+HOUR_MS: Final = 3_600_000
+DAY_MS: Final = 24 * HOUR_MS
+MAX_HOLD_MS: Final = 5 * DAY_MS  # past its due time, a record waits this long for its push at most
+LIFE_MARGIN_MS: Final = 2 * DAY_MS
+JOB_LIFE_MS: Final = MAX_DELAY_MS + MAX_HOLD_MS + LIFE_MARGIN_MS  # 14 days
+CLOCK_MARGIN_MS: Final = 5 * 60_000  # a record sealed further in the future than this is refused
+# The job id key window: rotated every KEY_ROTATION_DAYS, the current and PREVIOUS_KEYS older keys
+# verify, so an id verifies for at least KEY_ROTATION_DAYS * PREVIOUS_KEYS days (template.yaml's
+# JobIdSecretRotation; Secrets Manager keeps AWSCURRENT and AWSPREVIOUS).
+KEY_ROTATION_DAYS: Final = 30
+PREVIOUS_KEYS: Final = 1
+KEY_WINDOW_MS: Final = KEY_ROTATION_DAYS * PREVIOUS_KEYS * DAY_MS
+
+
+def life_bound_problems(kafka_retention_hours: int, retention_days: int,
+                        rotation_days: int = KEY_ROTATION_DAYS, previous_keys: int = PREVIOUS_KEYS,
+                        ) -> list[str]:
+    """What in a deployment's retentions and key window does not honour ``JOB_LIFE_MS`` (empty: all
+    do). ``sluice check`` refuses a deployment with any; template.yaml's Rules say the same."""
+    life_h, life_d = JOB_LIFE_MS // HOUR_MS, JOB_LIFE_MS // DAY_MS
+    window_h = rotation_days * previous_keys * 24
+    problems = []
+    if window_h < life_h:
+        problems.append(f"the job id key window ({rotation_days} d rotation x {previous_keys} previous "
+                        f"key(s) = {window_h} h) is shorter than the {life_h} h a job may live: records "
+                        "would stop verifying before they run")
+    if kafka_retention_hours < life_h:
+        problems.append(f"KafkaRetentionHours {kafka_retention_hours} is below the {life_h} h a job may "
+                        "live: a held record would leave Kafka before the relay pushed or refused it")
+    if kafka_retention_hours > window_h:
+        problems.append(f"KafkaRetentionHours {kafka_retention_hours} is beyond the job id key window "
+                        f"({window_h} h): records replayed from Kafka would no longer verify")
+    if retention_days < life_d:
+        problems.append(f"RetentionDays {retention_days} is below the {life_d} days a job may live: a "
+                        "replayed record of a job whose item expired would run again")
+    return problems
 
 @dataclass(frozen=True, slots=True)
 class Limits:

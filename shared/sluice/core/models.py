@@ -175,7 +175,8 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    # 1: unsealed (Sluice's own partition jobs; refused from Kafka); 2: sealed (``sluice.core.seal``)
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     job_id: JobId
     queue: QueueName
     payload: Any = None
@@ -185,6 +186,7 @@ class JobSpec(BaseModel):
     run_at_ms: int = Field(default=0, ge=0)  # 0 = ready now
     enqueued_at_ms: int = Field(default=0, ge=0)
     idempotency_key: str | None = None
+    seal: str | None = Field(default=None, max_length=64)  # format 2: the gateway's whole-record MAC
 
     @field_validator("payload")
     @classmethod

@@ -133,6 +133,12 @@ class JobStore(Protocol):
         """Record a job Redis ended (dead, cancelled) unless its item is already final."""
         ...
 
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        """End ``dead`` with ``reason`` a job whose record the relay refused (its seal or its age),
+        while it has no item or an ``accepted`` one (``queued``: or a queued one); True if written."""
+        ...
+
     def final_job_ids(self, job_ids: Iterable[str]) -> set[str]:
         """The ids whose item is in a final state."""
         ...

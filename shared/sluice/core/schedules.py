@@ -12,9 +12,11 @@ Expressions are EventBridge Scheduler's, because in AWS each schedule is one:
 Nothing fires more often than once a minute (``SCHEDULE_TOO_FREQUENT``): cron's finest field is
 the minute, and a rate below one minute (``rate(30 seconds)``) is refused by name.
 
-A firing's job id (``firing_id``) is derived from the schedule's name and the scheduled time, with
-the ULID's time being the scheduled time, so a double firing (EventBridge Scheduler delivers at
-least once; ``sluice dev``'s scheduler may overlap it) makes one job: the relay drops the repeat.
+A firing is accepted only at a time its expression produces (``firing_time``), and its job id
+(``firing_id``) is derived from the schedule (queue, name) and that time alone, with the ULID's time
+being the scheduled time and no key in it, so a double firing (EventBridge Scheduler delivers at
+least once; ``sluice dev``'s scheduler may overlap it), even across a key rotation, makes one job:
+the relay drops the repeat.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sluice.core import ids
-from sluice.core.errors import InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule
+from sluice.core.errors import FiringRefused, InvalidSchedule, ScheduleTooFrequent, UnsupportedSchedule
 from sluice.core.models import validate_public_queue
 
 FIRE_KEY: Final = "sluice_schedule"  # a firing: {FIRE_KEY: name, "queue": queue, "scheduled_time": ISO 8601}
@@ -256,17 +258,52 @@ def scheduler_name(queue: str, name: str) -> str:
     return f"{queue[:21]}.{name[:21]}.{digest}"
 
 
-def firing_entropy(name: str, scheduled_ms: int) -> bytes:
-    """The 80 random bits of a firing's ULID: a hash of the schedule's name and scheduled time."""
-    return hashlib.sha256(b"sluice schedule\x00" + name.encode("utf-8") + b"\x00"
-                          + str(scheduled_ms).encode("ascii")).digest()[:10]
+def firing_entropy(queue: str, name: str, scheduled_ms: int) -> bytes:
+    """The 80 random bits of a firing's ULID: a hash of the schedule (queue, name) and scheduled time."""
+    return hashlib.sha256(b"sluice schedule\x00" + queue.encode("utf-8") + b"\x00" + name.encode("utf-8")
+                          + b"\x00" + str(scheduled_ms).encode("ascii")).digest()[:10]
 
 
-def firing_id(name: str, queue: str, scheduled_ms: int, signing_key: bytes) -> str:
-    """The job id of ``name``'s firing at ``scheduled_ms``: the same inputs always give the same id.
+def firing_id(name: str, queue: str, scheduled_ms: int) -> str:
+    """The job id of ``queue``'s schedule ``name`` firing at ``scheduled_ms``: the same inputs always
+    give the same id, whatever job id key is current (issue 27).
 
-    The ULID's time is the scheduled time (not the delivery time), so a late or repeated delivery of
-    one firing gives the same id; the mac is the gateway's, so the id verifies like a minted one.
+    Keyless (``ids.keyless``): a key rotation between two deliveries of one firing must not give it
+    two ids, so no key may go into it. The ULID's time is the scheduled time (not the delivery
+    time). Such an id proves nothing by itself; the gateway accepts a firing only at a time its
+    schedule produces (``firing_time``), and the relay trusts the record through its seal.
     """
     check_name(name)
-    return ids.mint(scheduled_ms, queue, signing_key, firing_entropy(name, scheduled_ms))
+    return ids.keyless(scheduled_ms, queue, firing_entropy(queue, name, scheduled_ms),
+                       f"{queue}\x00{name}\x00{scheduled_ms}".encode())
+
+
+# How far a delivered scheduled time may be from a time the expression produces: Scheduler's
+# scheduled-time has whole seconds, and a rate schedule's phase in AWS is its creation there, a
+# moment after the item's start. Half the shortest interval, so one delivery names one firing.
+FIRING_TOLERANCE_MS: Final = MIN_INTERVAL_MS // 2
+# A firing is accepted from a little before its time (clocks) to a day after it (Scheduler retries
+# a failed delivery for up to 24 h by default), and never from before its schedule existed.
+FIRING_EARLY_MS: Final = 5 * 60_000
+FIRING_LATE_MS: Final = 24 * 3_600_000 + FIRING_EARLY_MS
+
+
+def firing_time(schedule: Schedule, delivered_ms: int, now_ms: int) -> int:
+    """The time ``schedule``'s expression produces that a delivery for ``delivered_ms`` stands for,
+    or ``FiringRefused``: no produced time within ``FIRING_TOLERANCE_MS``, one before the schedule's
+    start, or one too far from now (``FIRING_EARLY_MS``, ``FIRING_LATE_MS``). The job id is derived
+    from the produced time, so every delivery of one firing names one job."""
+    expression = parse(schedule.expression)
+    produced = next_after(expression, delivered_ms - FIRING_TOLERANCE_MS - 1, schedule.start_ms)
+    shown = f"{schedule.queue}/{schedule.name} at {iso(delivered_ms)}"
+    if produced is None or abs(produced - delivered_ms) > FIRING_TOLERANCE_MS:
+        raise FiringRefused(f"schedule {shown}: {schedule.expression} produces no firing at that time; "
+                            "nothing was enqueued", schedule=schedule.name, queue=schedule.queue)
+    if produced < schedule.start_ms:
+        raise FiringRefused(f"schedule {shown}: that is before the schedule was created; nothing was "
+                            "enqueued", schedule=schedule.name, queue=schedule.queue)
+    if produced > now_ms + FIRING_EARLY_MS or produced < now_ms - FIRING_LATE_MS:
+        raise FiringRefused(f"schedule {shown}: a firing is accepted from {FIRING_EARLY_MS // 60_000} min "
+                            f"before its time to {FIRING_LATE_MS // 3_600_000} h after it; nothing was "
+                            "enqueued", schedule=schedule.name, queue=schedule.queue)
+    return produced

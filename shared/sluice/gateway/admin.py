@@ -26,7 +26,7 @@ from sluice.core.models import (
 )
 from sluice.core.ports import JobLog, JobQueue, JobStore
 from sluice.core.routes import Route, RouteTable, unrouted_refused
-from sluice.gateway.redrive import RedriveReport, redrive_all, redrive_one
+from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
 MAX_LISTED = 10_000
 
@@ -51,8 +51,9 @@ def authorize(principal: str, operators: Sequence[str]) -> None:
 
 class Admin:
     def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
-                 routes: RouteTable | None = None, refuse_unrouted: bool = True) -> None:
-        self.queue, self.store, self.log = queue, store, log
+                 routes: RouteTable | None = None, refuse_unrouted: bool = True,
+                 reseal: Reseal | None = None) -> None:
+        self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
 
     def check_queue(self, name: str) -> str:
@@ -116,8 +117,8 @@ class Admin:
             raise InvalidInput("give either job_id or all: true")
         if job_id is not None:
             return RedriveReport(moved=redrive_one(self.queue, self.store, queue, validate_job_id(job_id),
-                                                   log=self.log))
-        return redrive_all(self.queue, self.store, queue, log=self.log)
+                                                   log=self.log, reseal=self.reseal))
+        return redrive_all(self.queue, self.store, queue, log=self.log, reseal=self.reseal)
 
     def purge(self, name: str) -> int:
         return self.queue.purge_dead(self.check_queue(name))

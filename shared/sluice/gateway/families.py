@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.core import ids
-from sluice.core.errors import ConfigError, FamilyConflict, InvalidInput, JobNotFound, TooManyChildren
+from sluice.core.errors import (
+    ConfigError,
+    FamilyConflict,
+    InvalidInput,
+    JobNotFound,
+    RecordTampered,
+    TooManyChildren,
+)
 from sluice.core.families import (
     MAX_CHILDREN,
     FamilyAccepted,
@@ -61,6 +68,14 @@ def families_of(api: FamilyHost) -> FamilyStore:
     return store
 
 
+def _child_id(api: FamilyHost, parent_id: str, queue: str, key: str) -> str:
+    """A child's id: derived with the key that signed its parent, or, for a keyless parent (a firing's
+    job), keyless too (``ids.derive_keyless``): either way a re-run across a rotation gets the same."""
+    if ids.is_keyless(parent_id):
+        return ids.derive_keyless(parent_id, queue, key)
+    return ids.derive(parent_id, queue, key, _signing_key(api, parent_id))
+
+
 def _signing_key(api: FamilyHost, parent_id: str) -> bytes:
     """The key that signed the parent: a re-run across a key rotation derives the same children."""
     kid = parent_id.rsplit(".", 1)[-1][:ids.KEY_ID_LENGTH]
@@ -68,6 +83,19 @@ def _signing_key(api: FamilyHost, parent_id: str) -> bytes:
         if ids.key_id(key) == kid:
             return key
     return api.verifier.key
+
+
+def _parent(api: FamilyHost, parent_id: str) -> str:
+    """``parent_id`` if it names a job this deployment issued: a minted id, or a firing's keyless one
+    (``adopt`` then checks that it is leased under the request's token, as for any parent)."""
+    parent_id = validate_job_id(parent_id)
+    minted = api.verifier.verify(parent_id)
+    queue = minted.queue if minted is not None else (
+        parent_id.split(".")[1] if ids.is_keyless(parent_id) else None)
+    if queue is None or is_reserved_queue(queue):
+        raise JobNotFound(f"no job {parent_id}: a parent must be a job this deployment issued",
+                          job_id=parent_id)
+    return parent_id
 
 
 def _check_keys(request: FamilyRequest) -> None:
@@ -95,11 +123,7 @@ def _check_keys(request: FamilyRequest) -> None:
 def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) -> FamilyAccepted:
     """``caller``: whom the children are for, as the entry verified it (a worker's invoke)."""
     pipeline = api.pipeline
-    parent_id = validate_job_id(request.parent_id)
-    minted = api.verifier.verify(parent_id)
-    if minted is None or is_reserved_queue(minted.queue):
-        raise JobNotFound(f"no job {parent_id}: a parent must be a job this deployment issued",
-                          job_id=parent_id)
+    parent_id = _parent(api, request.parent_id)
     _check_keys(request)
     for index, job in enumerate(request.jobs):
         pipeline.check(job.queue, job, caller, index=index)
@@ -110,16 +134,15 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
         by_queue.setdefault(job.queue, []).append(job)
     for queue, jobs in by_queue.items():
         pipeline.admit(queue, jobs)
-    key = _signing_key(api, parent_id)
     now = api.clock()
-    specs = [pipeline.spec(job.queue, job, now, None, job_id=ids.derive(parent_id, job.queue, job.key, key))
+    specs = [pipeline.spec(job.queue, job, now, None, job_id=_child_id(api, parent_id, job.queue, job.key))
              for job in request.jobs]
     child_ids = [s.job_id for s in specs]
     store = families_of(api)
     then_id = None
     then_spec = None
     if request.then is not None:
-        then_id = ids.derive(parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key, key)
+        then_id = _child_id(api, parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key)
         then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id)
         _same_family(store, then_id, child_ids)
     known = store.children_state(child_ids)
@@ -178,7 +201,13 @@ def release_continuation(api: FamilyHost, continuation: str) -> bool:
     if family.spec_json is None:
         return False
     spec = JobSpec.model_validate_json(family.spec_json)
-    api.pipeline.append([spec])
+    # The spec sat in the jobs table, under a key a continuation team's LeadingKeys reach: only a
+    # spec this gateway sealed is appended, sealed anew at its release (its life starts now).
+    if not api.pipeline.sealed(spec):
+        raise RecordTampered(f"continuation {continuation}: its stored record does not match its seal "
+                             "(altered in the jobs table, or sealed by no key of this deployment); it is "
+                             "not released", job_id=continuation)
+    api.pipeline.append([api.pipeline.reseal(spec, api.clock())])
     released = store.mark_released(continuation)
     log.info("continuation %s released", continuation, extra={"job_id": continuation})
     return released

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from sluice.core import ids
+from sluice.core import ids, seal
 from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
 from sluice.core.errors import NoRoute, PayloadInvalid, PayloadTooLarge, PriorityNotAllowed, SluiceError
@@ -91,6 +91,7 @@ class EnqueuePipeline:
         self.max_payload_bytes, self.admission, self.limits = (intake.max_payload_bytes, intake.admission,
                                                                intake.limits)
         self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
+        self._payload_json: dict[int, tuple[EnqueueRequest, str]] = {}
 
     # -- 1. check ----------------------------------------------------------------------------
 
@@ -112,7 +113,9 @@ class EnqueuePipeline:
         self.check_route(queue, requests, batch=True)
 
     def check_size(self, request: EnqueueRequest, *, index: int | None) -> None:
-        size = len(dump_json(request.payload).encode("utf-8"))
+        payload_json = dump_json(request.payload)
+        self._remember(request, payload_json)
+        size = len(payload_json.encode("utf-8"))
         if size > self.max_payload_bytes:
             where = "payload" if index is None else f"job {index}: payload"
             raise PayloadTooLarge(f"{where} is {size} bytes as JSON; the limit is {self.max_payload_bytes}",
@@ -170,6 +173,18 @@ class EnqueuePipeline:
                           f"(sluice routes list){then}", queue=queue)
         return route
 
+    def _remember(self, request: EnqueueRequest, payload_json: str) -> None:
+        """Keep ``check_size``'s canonical JSON for ``spec``'s seal: a payload is serialised once on
+        the gateway (issue 16). Keyed by the request object (kept, so its id is not reused); a check
+        with no spec after it (a refusal) leaves an entry, so the memo is cleared when it grows."""
+        if len(self._payload_json) >= 4 * 1024:
+            self._payload_json.clear()
+        self._payload_json[id(request)] = (request, payload_json)
+
+    def _payload_of(self, request: EnqueueRequest) -> str:
+        found = self._payload_json.pop(id(request), None)
+        return found[1] if found is not None and found[0] is request else dump_json(request.payload)
+
     # -- 2. admit ----------------------------------------------------------------------------
 
     def admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
@@ -185,8 +200,10 @@ class EnqueuePipeline:
              job_id: str | None = None) -> JobSpec:
         """The record for ``request``, whose payload ``check_size`` has serialised already: on the
         gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
-        ``job_id``: a child's or a firing's derived id; None mints one."""
-        return JobSpec.model_validate({
+        ``job_id``: a child's or a firing's derived id; None mints one. The record is sealed
+        (``sluice.core.seal``) with the current job id key: the relay pushes nothing else."""
+        fields = {
+            "schema_version": seal.VERSION,
             "job_id": job_id or self.mint(now_ms, queue),
             "queue": queue,
             "payload": request.payload,
@@ -196,7 +213,28 @@ class EnqueuePipeline:
             "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
             "enqueued_at_ms": now_ms,
             "idempotency_key": key,
-        }, context={PAYLOAD_CHECKED: True})
+        }
+        fields["seal"] = seal.seal(self.verifier.key, seal.message(
+            fields["job_id"], queue, self._payload_of(request), request.priority, request.max_attempts,
+            fields["lease_ms"], fields["run_at_ms"], now_ms, key))
+        return JobSpec.model_validate(fields, context={PAYLOAD_CHECKED: True})
+
+    def sealed(self, spec: JobSpec) -> bool:
+        """Whether ``spec`` carries a seal one of this gateway's job id keys made (a stored
+        continuation: ``sluice.gateway.families``)."""
+        kid = seal.seal_key_id(spec.seal)
+        if kid is None:
+            return False
+        return seal.verify_spec(spec, self.verifier.keys_for(kid))
+
+    def reseal(self, spec: JobSpec, now_ms: int) -> JobSpec:
+        """``spec`` accepted again at ``now_ms`` (a continuation at its release), sealed anew with
+        the current key: its life (``limits.JOB_LIFE_MS``) runs from its release."""
+        return seal.seal_spec(spec.model_copy(update={"enqueued_at_ms": now_ms}), self.verifier.key)
+
+    def reseal_now(self, spec: JobSpec) -> JobSpec:
+        """``reseal`` at this gateway's time: a redriven job's record (``sluice.gateway.redrive``)."""
+        return self.reseal(spec, self.clock())
 
     # -- 4. append ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ log, in this order:
 1. the jobs table mints the job's next redrive generation (``JobStore.redrive``). It
    refuses a job whose item is gone (its record expired, and with it the highest fencing
    token: tokens must never go backwards) and a cancelled or succeeded one;
-2. the job's record is appended to Kafka again (``JobLog.append``; its spec read from
+2. the job's record is appended to Kafka again, sealed anew (``reseal``; ``JobLog.append``; its spec read from
    Redis's dead set before step 1, so that a job that is not dead is refused before any
    generation is minted), so that a Redis data loss cannot take the redrive with it: the
    relay's recovery replays only from its checkpoint, which may have passed the job's
@@ -27,13 +27,20 @@ for). docs/store.md ("Redrive").
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluice.core.errors import AlreadyFinished, JobNotFound, RedriveRaced
-from sluice.core.models import validate_job_id, validate_queue_name
+from sluice.core.models import JobSpec, validate_job_id, validate_queue_name
 from sluice.core.ports import JobLog, JobQueue, JobStore
 
 logger = logging.getLogger("sluice.gateway.redrive")
+
+# A redriven job's record, accepted again: sealed anew with the job id key (issue 27), its life
+# (``sluice.core.limits.JOB_LIFE_MS``) starting at the redrive (``EnqueuePipeline.reseal_now``).
+# Without one the record goes as Redis held it, unsealed, and a relay that checks seals refuses it
+# when it replays the log after a Redis loss (the job then stays dead).
+Reseal = Callable[[JobSpec], JobSpec]
 
 PAGE = 1000  # dead letters read per round of a redrive of a whole queue
 MAX_LISTED = 10_000  # the engine's dead_letters limit
@@ -45,7 +52,8 @@ class RedriveReport:
     refused: dict[str, str] = field(default_factory=dict)  # job id -> why (the store refused it)
 
 
-def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, *, log: JobLog | None) -> int:
+def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, *, log: JobLog | None,
+                reseal: Reseal | None = None) -> int:
     """Redrive one dead job: 1 once moved. JobNotFound / AlreadyFinished say why not;
     RedriveRaced that the job left the dead set between the append and the move.
 
@@ -60,7 +68,7 @@ def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, 
     if log is None or spec is None:
         moved = queue.redrive(queue_name, job_id, generation)
     else:
-        log.append([spec])
+        log.append([reseal(spec) if reseal is not None else spec])
         try:
             moved = queue.redrive(queue_name, job_id, generation)
         except JobNotFound as exc:
@@ -72,7 +80,8 @@ def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, 
     return moved
 
 
-def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLog | None) -> RedriveReport:
+def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLog | None,
+                reseal: Reseal | None = None) -> RedriveReport:
     """Redrive every dead job of a queue, oldest first; refused ones stay dead and are reported."""
     queue_name = validate_queue_name(queue_name)
     report = RedriveReport()
@@ -83,7 +92,7 @@ def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLo
             return report
         for job_id in page:
             try:
-                report.moved += redrive_one(queue, store, queue_name, job_id, log=log)
+                report.moved += redrive_one(queue, store, queue_name, job_id, log=log, reseal=reseal)
             except (JobNotFound, AlreadyFinished, RedriveRaced) as exc:
                 # Refused by the store (expired record, cancelled, succeeded), or no longer dead
                 # in Redis (redriven or purged meanwhile): either way, not ours to move now.

@@ -4,8 +4,9 @@ Reached by the gateway function's Scheduler entry (an EventBridge Scheduler targ
 locally, by ``sluice dev``'s scheduler. The job passes every check a caller's enqueue passes
 (``sluice.gateway.pipeline``: reserved and malformed queue names, payload size, priority, routes
 and schemas) and admission. Its id is derived from the schedule's name and the scheduled time
-(``schedules.firing_id``), not minted, so a firing delivered twice (Scheduler is at least once)
-appends one id twice and the relay drops the repeat: one job.
+(``schedules.firing_id``, keyless), not minted, so a firing delivered twice (Scheduler is at least
+once), even across a key rotation, appends one id twice and the relay drops the repeat: one job.
+A firing at a time the schedule's expression does not produce is refused (``FiringRefused``).
 
 A failed append is not withdrawn (unlike ``Api.enqueue``): the id is the firing's for good, and
 withdrawing it would cancel the retry that Scheduler makes after the error.
@@ -32,11 +33,15 @@ log = logging.getLogger("sluice.gateway.api")
 def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int, caller: Caller | None = None) -> Accepted:
     """Enqueue ``schedule``'s job for its firing at ``scheduled_ms`` (the same id on every call).
 
-    ``caller``: the Scheduler entry's (None: ``Api.anonymous``, a plain caller's limits)."""
+    Only at a time the schedule's expression produces (``schedules.firing_time``: FiringRefused,
+    400, before anything is written); the id is derived from that time, keyless, so a key rotation
+    between two deliveries gives one id. ``caller``: the Scheduler entry's (None: ``Api.anonymous``,
+    a plain caller's limits)."""
     pipeline, request = api.pipeline, EnqueueRequest(payload=schedule.payload)
+    at = schedules.firing_time(schedule, scheduled_ms, api.clock())
     pipeline.check(schedule.queue, request, caller or api.anonymous())
     pipeline.admit(schedule.queue, [request])
-    job_id = schedules.firing_id(schedule.name, schedule.queue, scheduled_ms, api.verifier.key)
+    job_id = schedules.firing_id(schedule.name, schedule.queue, at)
     pipeline.append([pipeline.spec(schedule.queue, request, api.clock(), None, job_id=job_id)])
     return Accepted(job_id=job_id, queue=schedule.queue)
 

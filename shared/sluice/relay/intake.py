@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from sluice.core import bus as ev
+from sluice.core import ids, seal
 from sluice.core.bus import EventBus
 from sluice.core.errors import LeaseLost, QueueNotAllowed, SluiceError
 from sluice.core.ids import Verifier
 from sluice.core.models import DecodedJob
+from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord
-from sluice.relay.records import decode_job
+from sluice.relay.records import Sealing, decode_sealed
 from sluice.relay.state import OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
@@ -31,36 +34,88 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 def unminted(spec: DecodedJob, job_ids: Verifier) -> str | None:
     """Why ``spec``'s id was not minted by a gateway holding these keys for its queue, or None.
 
-    Kafka may be reachable by more than the gateways (a cluster named by bootstrap servers runs
-    without TLS or auth): a record whose id does not verify was written by someone else.
+    Kafka may be reachable by more than the gateways: a record whose id does not verify was
+    written by someone else. A keyless id (a schedule's firing, ``ids.keyless``) is anyone's to
+    compute: it passes here when it names the record's queue, and its record's seal decides.
     """
     found = job_ids.verify(spec.job_id)
     if found is None:
+        if ids.is_keyless(spec.job_id) and spec.job_id.split(".")[1] == spec.queue:
+            return None
         return f"unminted: job id {spec.job_id!r} was not minted by this deployment's gateway"
     if found.queue != spec.queue:
         return f"unminted: job id {spec.job_id!r} is for queue {found.queue!r}, not {spec.queue!r}"
     return None
 
 
+class Refusal(NamedTuple):
+    """Why a record whose id passed ``unminted`` is not pushed, and whether its job ends ``dead``
+    with that reason in the jobs table (``JobStore.refuse_record``). Not for a keyless id whose seal
+    fails: anyone can name one, and must not be able to end a firing before it happens."""
+
+    reason: str
+    record_dead: bool
+    genuine: bool = False  # the seal verified: refused for its age only (``JobStore.refuse_record``'s queued)
+
+
+def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -> Refusal | None:
+    """The seal and life checks of a record whose id is ours (docs/security.md, "Records")."""
+    if sealing.schema_version != seal.VERSION:
+        return Refusal(f"unsealed: a record of format {sealing.schema_version}; this relay pushes only "
+                       f"sealed records (format {seal.VERSION})", not ids.is_keyless(job.job_id))
+    kid = seal.seal_key_id(sealing.seal)
+    signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts, job.lease_ms,
+                          job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
+    if kid is None or not seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
+        return Refusal("seal: the record does not match its seal (its payload, priority, attempts, lease, "
+                       "run-at or acceptance time was altered, or no key of this deployment sealed it)",
+                       not ids.is_keyless(job.job_id))
+    expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
+    if expired is not None:
+        return Refusal(expired, True, genuine=True)
+    return None
+
+
+def check_record(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -> Refusal | None:
+    """Every check of a record before its push, cheapest path first: a record whose seal verifies
+    was made whole by a holder of the job id key, its id included, so only its age is checked then
+    (the id's own MAC would say nothing more). Otherwise the id decides what a refusal does: not
+    ours (``unminted``), dead-letter only; ours, its job ends dead with the reason (``refusal``)."""
+    if sealing.schema_version == seal.VERSION and (kid := seal.seal_key_id(sealing.seal)) is not None:
+        signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts,
+                              job.lease_ms, job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
+        if seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
+            expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
+            return None if expired is None else Refusal(expired, True, genuine=True)
+    why = unminted(job, job_ids)
+    if why is not None:
+        return Refusal(why, False)
+    return refusal(job, sealing, job_ids, now_ms)
+
+
 class Intake:
     """Takes polled records into the owned partitions' buffers.
 
     ``job_ids`` (the job id keys) makes every record prove a gateway of this deployment minted
-    its id; a record that cannot goes to the dead-letter topic. None trusts every record
-    (harnesses that name jobs themselves)."""
+    its id and sealed the whole record (``refusal``); a record that cannot goes to the dead-letter
+    topic, and one whose id is ours ends its job ``dead`` with the reason in ``store`` first. None
+    trusts every record (harnesses that name jobs themselves). ``now_ms``: the wall clock the
+    records' life bound is checked on."""
 
     def __init__(self, engine: RelayEngine, source: RecordSource, config: RelayConfig, ownership: Ownership,
                  *, report: RelayReport, hooks: RelayHooks, monotonic: Callable[[], float],
-                 job_ids: Verifier | None = None, events: EventBus) -> None:
+                 job_ids: Verifier | None = None, events: EventBus, store: JobStore | None = None,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self.engine, self.source, self.config, self.ownership = engine, source, config, ownership
         self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
-        self.events = events
+        self.events, self.store = events, store
+        self.now_ms = now_ms or (lambda: int(monotonic() * 1000))
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 
     def take(self, records: Sequence[SourceRecord]) -> None:
         self._read(records)
-        owned_by, admitted, job_ids = self.ownership.owned, self._admitted, self.job_ids
+        owned_by = self.ownership.owned
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         # A poll's records come in runs of one partition (the source sorts them): a run reads
         # its partition's state into locals once, and writes it back at its end.
@@ -81,12 +136,10 @@ class Intake:
             elif offset < next_offset:
                 continue  # a re-delivery of something already taken
             next_offset = offset + 1
-            job = decode_job(record)
-            decoded.append((record, job))
-            if isinstance(job, str):
-                self._dead_letter(owned, record, job)
-                continue
-            if (job_ids is not None or job.queue not in admitted) and not self._admit(owned, record, job):
+            job = self._decode(owned, record, decoded)
+            if job is None:
+                if owned_by.get(partition) is not owned:  # given back (``_refuse``): read again later
+                    owned = None
                 continue
             pending = owned.pending.get(job.queue)
             if pending is None:
@@ -98,18 +151,60 @@ class Intake:
         if decoded:
             self.hooks.on_records(decoded)
 
-    def _admit(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
-        """Whether ``job`` goes into the buffers; one no gateway minted, or one of a queue the
-        registry refuses, goes to the dead-letter topic instead."""
-        # Minted first: a record no gateway minted must not register its queue name.
-        if self.job_ids is not None and (why := unminted(job, self.job_ids)) is not None:
-            self._dead_letter(owned, record, why)
-            return False
+    def _decode(self, owned: OwnedPartition, record: SourceRecord,
+                decoded: list[tuple[SourceRecord, DecodedJob | str]]) -> DecodedJob | None:
+        """``record``'s job if it goes into the buffers (added to ``decoded`` either way), else None:
+        poison, unminted, refused (``_admit``)."""
+        found = decode_sealed(record)
+        if isinstance(found, str):
+            decoded.append((record, found))
+            self._dead_letter(owned, record, found)
+            return None
+        job, sealing = found
+        decoded.append((record, job))
+        checked = self.job_ids is not None or job.queue not in self._admitted
+        return job if not checked or self._admit(owned, record, job, sealing) else None
+
+    def _admit(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, sealing: Sealing) -> bool:
+        """Whether ``job`` goes into the buffers; one no gateway minted or sealed, or one of a queue
+        the registry refuses, goes to the dead-letter topic instead."""
+        # Minted and sealed first: a record no gateway made must not register its queue name.
+        if self.job_ids is not None:
+            refused = check_record(job, sealing, self.job_ids, self.now_ms())
+            if refused is not None:
+                if refused.record_dead:
+                    self._refuse(owned, record, job, refused)
+                else:  # not ours (unminted), or a keyless id whose seal fails: nothing to record
+                    self.report.refused_records += not refused.reason.startswith("unminted")
+                    self._dead_letter(owned, record, refused.reason)
+                return False
         if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
             self.report.refused += 1
             self._dead_letter(owned, record, f"queue refused: {why}")
             return False
         return True
+
+    def _refuse(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, refused: Refusal) -> None:
+        """A record refused for its seal or its age: its job ends ``dead`` with the reason (unless its
+        item is already past ``accepted``: a copy must not end a job that runs), then the record goes
+        to the dead-letter topic. If the jobs table cannot be written, the partition is given back
+        and taken again from its committed offset (before this record): it is never dropped."""
+        if refused.record_dead and self.store is not None:
+            try:
+                written = self.store.refuse_record(job.job_id, job.queue,
+                                                   f"refused by the relay: {refused.reason}",
+                                                   job.enqueued_at_ms, queued=refused.genuine)
+            except SluiceError as exc:
+                log.warning("could not record refused job %s (%s); partition %s is read again from its "
+                            "committed offset", job.job_id, exc, owned.number)
+                self.ownership.give_back([owned.number])
+                self.ownership.assign()
+                self.ownership.look_again()  # take it again at the next step
+                return
+            log.warning("job %s refused (%s): %s", job.job_id,
+                        "recorded dead" if written else "its item had moved on, left as is", refused.reason)
+        self.report.refused_records += 1
+        self._dead_letter(owned, record, refused.reason)
 
     def _dead_letter(self, owned: OwnedPartition, record: SourceRecord, reason: str) -> None:
         self.source.dead_letter(record, reason)

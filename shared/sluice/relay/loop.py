@@ -58,7 +58,8 @@ class Relay:
         self.ownership = Ownership(engine, source, config, relay_id=relay_id, started=self.clock.monotonic(),
                                    report=report, hooks=hooks, events=bus)
         self.intake = Intake(engine, source, config, self.ownership, report=report, hooks=hooks,
-                             monotonic=self.clock.monotonic, job_ids=job_ids, events=bus)
+                             monotonic=self.clock.monotonic, job_ids=job_ids, events=bus, store=store,
+                             now_ms=self.clock.now_ms)
         self.queues = QueueStates(engine, config, events=bus)
         self.planner = Planner(config)
         self.pusher = Pusher(engine, store, config, self.ownership, topic=source.topic, report=report,

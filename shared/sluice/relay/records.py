@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, NotRequired, Required
+from typing import Annotated, Any, NamedTuple, NotRequired, Required
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from sluice.core import seal
 from sluice.core.errors import InvalidInput
 from sluice.core.models import (
     RESERVED_QUEUE_PREFIX,
@@ -62,8 +63,23 @@ def _validator() -> Callable[[bytes], dict[str, Any]]:
     return _validate
 
 
+class Sealing(NamedTuple):
+    """What a record says about its own seal (``sluice.core.seal``): its format, its seal, and the
+    one field the seal covers that the relay does not carry on (``DecodedJob`` has the rest)."""
+
+    schema_version: int
+    seal: str | None
+    idempotency_key: str | None
+
+
 def decode_job(record: SourceRecord) -> DecodedJob | str:
     """The record's job, or the reason it is poison (for the dead-letter topic)."""
+    found = decode_sealed(record)
+    return found if isinstance(found, str) else found[0]
+
+
+def decode_sealed(record: SourceRecord) -> tuple[DecodedJob, Sealing] | str:
+    """``decode_job``, and the record's ``Sealing`` for the relay's seal check."""
     if record.value is None:
         return "undecodable: empty value"
     try:
@@ -71,7 +87,9 @@ def decode_job(record: SourceRecord) -> DecodedJob | str:
         payload = dump_json(d.get("payload"))
     except (ValidationError, InvalidInput):  # the model says why (or, never expected, accepts it)
         spec = decode(record)
-        return spec if isinstance(spec, str) else DecodedJob.of(spec)
+        if isinstance(spec, str):
+            return spec
+        return DecodedJob.of(spec), Sealing(spec.schema_version, spec.seal, spec.idempotency_key)
     job_id, queue = d["job_id"], d["queue"]
     key = record.key
     if key is not None and key != job_id.encode():
@@ -80,9 +98,10 @@ def decode_job(record: SourceRecord) -> DecodedJob | str:
         return _reserved(queue)
     get = d.get
     # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function, a call more per record
-    return _new(DecodedJob, (job_id, queue, payload, get("priority", _PRIORITY),
-                             get("max_attempts", _MAX_ATTEMPTS), get("lease_ms", _LEASE_MS),
-                             get("run_at_ms", _RUN_AT_MS), get("enqueued_at_ms", _ENQUEUED_AT_MS)))
+    return (_new(DecodedJob, (job_id, queue, payload, get("priority", _PRIORITY),
+                              get("max_attempts", _MAX_ATTEMPTS), get("lease_ms", _LEASE_MS),
+                              get("run_at_ms", _RUN_AT_MS), get("enqueued_at_ms", _ENQUEUED_AT_MS))),
+            _new(Sealing, (get("schema_version", SCHEMA_VERSION), get("seal"), get("idempotency_key"))))
 
 
 def decode(record: SourceRecord) -> JobSpec | str:
@@ -118,6 +137,6 @@ def _poison_reason(value: bytes, exc: ValidationError) -> str:
     if not isinstance(doc, dict):
         return "invalid: not a JSON object"
     version = doc.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if version not in (SCHEMA_VERSION, seal.VERSION):
         return f"unknown schema_version {str(version)[:32]}"
     return f"invalid job spec: {describe_validation(exc, root='', limit=5)}"[:1000]

@@ -27,6 +27,7 @@ class RelayReport:
     reaped: int = 0
     trimmed: int = 0  # old dead jobs deleted from Redis (their endings stay in the jobs table)
     refused: int = 0  # records of a queue the registry refused, sent to the dead-letter topic
+    refused_records: int = 0  # records refused for their seal or their age (relay.intake.refusal)
     status_dropped: int = 0  # pushed jobs whose queued status was never written (relay/status.py)
     settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
     bad_ownership_jobs: int = 0  # jobs in the ownership queue that were not a partition's own: removed

@@ -91,10 +91,12 @@ def run_relay(cfg: dict[str, Any]) -> int:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.kafka.source import KafkaSource
     from sluice.backends.redis.relay_engine import RedisRelayEngine
+    from sluice.entry import root as wiring
     from sluice.entry.relay import for_relay
     from sluice.relay import Relay, RelayConfig
 
     s = _settings(cfg)
+    job_ids = wiring.job_id_verifier(s)  # every record's id and seal checked, as production does
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
     ClockFollower(cfg["control_dir"], cfg["name"], history).start()  # the skew_relay_clock fault
@@ -115,7 +117,7 @@ def run_relay(cfg: dict[str, Any]) -> int:
         n += 1
         recovery = for_relay(s, engine, store, source, events=bus,
                              interval_s=float(cfg.get("checkpoint_s", 2.0)))
-        relay = Relay(engine, store, source, None, events=bus,
+        relay = Relay(engine, store, source, None, events=bus, job_ids=job_ids,
                       relay_id=f"{cfg['name']}-{os.getpid()}-{n}", hooks=recovery,
                       config=RelayConfig(poll_ms=100, ownership_s=0.5, lease_ms=int(cfg["lease_ms"])))
         report = relay.run_until(relay.clock.now_ms() + int(float(cfg["invocation_s"]) * 1000))

@@ -97,9 +97,11 @@ def relay(event: Any, context: Any) -> dict[str, Any]:
     _clock().step()  # at once: a stepped clock is there when the invocation starts
     _recording()
 
+    # Every record's id and seal checked with the job id keys, as production does (issue 27): the
+    # workload mints its ids with the stack's key (chaos.workload.Enqueuer, mint_key), and the
+    # gateway's pipeline seals every record.
     r, recovery = scheduled_relay(settings, context, recovery={"interval_s": CHECKPOINT_S},
-                                  lease_ms=PARTITION_LEASE_MS, ownership_s=0.5,
-                                  job_ids=None)  # the workload names its jobs itself: unsigned ids
+                                  lease_ms=PARTITION_LEASE_MS, ownership_s=0.5)
     report = r.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     history.emit("relay_run", target=r.relay_id, replays=recovery.replays,
                  **{k: v for k, v in report.as_dict().items() if isinstance(v, int)})

@@ -203,7 +203,8 @@ class Operator:
             return
         t0 = time.time()
         try:
-            moved = int(redrive_one(self.engine, self.store, self.queue, job, log=self.log))
+            moved = int(redrive_one(self.engine, self.store, self.queue, job, log=self.log,
+                                    reseal=self.api.pipeline.reseal_now))  # sealed, as the gateway's
         except JobNotFound:
             self._record("redrive", t0, "not_found", job=job)
         except AlreadyFinished as exc:
@@ -230,7 +231,8 @@ class Operator:
         from sluice.gateway.redrive import redrive_all
 
         def redrive() -> dict[str, Any]:
-            report = redrive_all(self.engine, self.store, self.queue, log=self.log)
+            report = redrive_all(self.engine, self.store, self.queue, log=self.log,
+                                 reseal=self.api.pipeline.reseal_now)
             refused = {"refused": sorted(report.refused)} if report.refused else {}
             return {"moved": int(report.moved), **refused}
 

@@ -215,7 +215,7 @@ class Run:
                   IdMinting(wiring.job_id_key(settings)))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
-                            mint_key=wiring.job_id_key(settings) if o.operator else None,
+                            mint_key=wiring.job_id_key(settings),  # the relay verifies ids and seals
                             family_key=wiring.job_id_key(settings) if o.families else None)
         stop, abort = threading.Event(), threading.Event()
         nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")

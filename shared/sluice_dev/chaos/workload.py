@@ -67,7 +67,8 @@ class Enqueuer:
     def _name(self, indices: list[int], attempt: int) -> list[str]:
         """``s<seed>-<index>-<try>``; or, with ``mint_key``, ids minted as the gateway mints them
         (``sluice.core.ids``), so that a cancel before the relay recorded the job takes the gateway's
-        real path for its own ids (``Api.cancel`` -> ``cancel_unrecorded``)."""
+        real path for its own ids (``Api.cancel`` -> ``cancel_unrecorded``), and the relay checks
+        every record's id and seal as in production (the chaos run always passes it, issue 27)."""
         from sluice.core import ids
         from sluice.core.clock import wall_ms
 

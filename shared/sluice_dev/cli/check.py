@@ -71,6 +71,24 @@ def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
     return out
 
 
+def life_bound(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> list[str]:
+    """What in the Sluice stack's retentions and job id key rotation does not honour the life bound
+    (``sluice.core.limits.life_bound_problems``; empty for a team's template, which has neither)."""
+    import re
+
+    from sluice.core import limits
+
+    if "KafkaRetentionHours" not in parameters or "RetentionDays" not in parameters:
+        return []
+    rotation = rotations.get("JobIdSecretRotation", "")
+    found = re.fullmatch(r"rate\((\d+) days?\)", rotation.strip())
+    if found is None:
+        return [f"JobIdSecretRotation's schedule {rotation!r} is not rate(<n> days): the key window "
+                "is unknown"]
+    return limits.life_bound_problems(int(parameters["KafkaRetentionHours"]),
+                                      int(parameters["RetentionDays"]), rotation_days=int(found[1]))
+
+
 def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     """WorkerFunction, else the one function whose environment names a handlers module."""
     if "WorkerFunction" in functions:
@@ -122,6 +140,10 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
             raise ConfigError(f"--parameter {item!r} is not NAME=VALUE")
         overrides[name] = value
     deploy = load(template_path or TEMPLATE, config_env, overrides=overrides)
+    mismatch = life_bound(deploy.parameters, deploy.rotations)
+    if mismatch:  # issue 27, item 7: before anything else, whatever the handlers
+        _refuse("the job life bound is not honoured: " + "; ".join(mismatch)
+                + " (docs/security.md, Records)", "LIFE_BOUND_MISMATCH")
     logical_id = logical_id or worker_function(deploy.functions)
     cfg = deploy.functions.get(logical_id)
     if cfg is None:

@@ -300,12 +300,13 @@ def redrive(target: Target, name: str, job_id: str | None, everything: bool) -> 
     # The log: each redrive appends the job's record to Kafka again, so that a Redis data loss
     # cannot take the redrive with it (docs/redis-loss.md, "Redriven jobs").
     engine, store, log, name = target.engine(), target.store(), target.log(), validate_queue_name(name)
+    reseal = target.reseal()  # sealed anew, as the gateway's operator API does (issue 27)
     refused: dict[str, str] = {}
     try:
         if job_id is not None:
-            moved = redrive_one(engine, store, name, validate_job_id(job_id), log=log)
+            moved = redrive_one(engine, store, name, validate_job_id(job_id), log=log, reseal=reseal)
         else:
-            report = redrive_all(engine, store, name, log=log)
+            report = redrive_all(engine, store, name, log=log, reseal=reseal)
             moved, refused = report.moved, report.refused
             if not json_mode():  # with --json they are in the one result object
                 for job, why in refused.items():

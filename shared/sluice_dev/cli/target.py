@@ -17,7 +17,7 @@ directory (``--state-dir`` to look elsewhere).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.backends.redis.engine import RedisQueue
     from sluice.client import Client
+    from sluice.core.models import JobSpec
 
 
 class NoTarget(SluiceError):
@@ -130,6 +131,21 @@ class Target:
         from sluice.backends.dynamodb.jobs import DynamoJobStore
 
         return DynamoJobStore.from_settings(self.settings(need="SLUICE_JOBS_TABLE"))
+
+    def reseal(self) -> Callable[[JobSpec], JobSpec] | None:
+        """How a redrive's record is sealed anew (``sluice.gateway.redrive.Reseal``) with the job id
+        key of these settings; None without one (the record then goes unsealed, and a relay that
+        checks seals refuses it should it replay the log after a Redis loss)."""
+        from sluice.core import seal
+        from sluice.core.clock import wall_ms
+        from sluice.core.errors import ConfigError
+        from sluice.entry.root import job_id_key
+
+        try:
+            key = job_id_key(self.settings(need="SLUICE_KAFKA_BOOTSTRAP"))
+        except ConfigError:
+            return None
+        return lambda spec: seal.seal_spec(spec.model_copy(update={"enqueued_at_ms": wall_ms()}), key)
 
     def log(self) -> KafkaJobLog:
         """Kafka, for a redrive's record (``sluice.gateway.redrive``): ``SLUICE_KAFKA_BOOTSTRAP`` and the

@@ -32,7 +32,7 @@ from sluice_dev.fakes.queue import Broken
 
 # The relay's calls to the jobs table; a relay rig passes them as ``only`` so that any other
 # call fails the test.
-RELAY_CALLS = frozenset({"mark_queued", "final_job_ids", "relay_view", "settle_ended"})
+RELAY_CALLS = frozenset({"mark_queued", "final_job_ids", "relay_view", "settle_ended", "refuse_record"})
 
 
 class FakeStore:
@@ -245,6 +245,19 @@ class FakeStore:
         self._unavailable()
         self.settled.append(ended)
         return True
+
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        """As the jobs table: dead with ``reason`` only while there is no item or an accepted one
+        (``queued``: or a queued one)."""
+        self._unavailable()
+        with self._lock:
+            item = self.items.get(job_id)
+            if item is not None and item["status"] not in ("accepted", *(("queued",) if queued else ())):
+                return False
+            self.items[job_id] = {**(item or {"token": 0, "attempts": 0, "cancel_requested": False}),
+                                  "queue": queue, "status": "dead", "last_error": reason}
+            return True
 
     def redrive(self, job_id: str) -> int:
         if job_id in self.refuse_redrive:

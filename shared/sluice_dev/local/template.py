@@ -28,8 +28,8 @@ from sluice.core.errors import ConfigError
 SOURCE_ROOT = Path(__file__).resolve().parents[3]  # a source checkout: template.yaml is here
 TEMPLATE = SOURCE_ROOT / "template.yaml"
 SAMCONFIG = SOURCE_ROOT / "samconfig.toml"
-_FN = {"And", "Base64", "Cidr", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join", "Not", "Or",
-       "Select", "Split", "Sub", "Length", "ToJsonString"}
+_FN = {"And", "Base64", "Cidr", "Contains", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
+       "Not", "Or", "Select", "Split", "Sub", "Length", "ToJsonString"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class DeployConfig:
     # AWS::IAM::RolePolicy documents by the role they attach to (logical id), resolved.
     role_policies: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     stack_name: str = "sluice-local"
+    rotations: Mapping[str, str] = field(default_factory=dict)  # rotation schedule -> its expression
 
 
 class _Loader(yaml.SafeLoader):
@@ -163,7 +164,11 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
         elif res.get("Type") == "AWS::IAM::RolePolicy":
             role = props["RoleName"].get("Ref")
             roles[role] = (*roles.get(role, ()), r.value(props["PolicyDocument"]))
-    return DeployConfig(path, config_env, params, functions, policies, roles, stack_name)
+    rotations = {name: res.get("Properties", {}).get("RotationRules", {}).get("ScheduleExpression")
+                 for name, res in resources.items()
+                 if res.get("Type") == "AWS::SecretsManager::RotationSchedule"}
+    return DeployConfig(path, config_env, params, functions, policies, roles, stack_name,
+                        {k: v for k, v in rotations.items() if isinstance(v, str)})
 
 
 def _parameters(doc: dict[str, Any], given: Mapping[str, str]) -> dict[str, str]:

@@ -127,6 +127,31 @@ def test_a_rerun_parent_gets_the_same_children_and_nothing_new(rig: Rig) -> None
     assert rig.api.status(rig.parent).children == sorted(first.job_ids)
 
 
+def test_a_schedule_firings_job_may_start_children_while_it_holds_its_lease(rig: Rig) -> None:
+    """Issue 27: a firing's id is keyless (no key verifies it), yet its job is this deployment's: as
+    for any parent, its lease under the request's token is what lets it start children."""
+    from sluice.core import schedules
+
+    firing = schedules.firing_id("nightly", "fanout", PARENT_MS)
+    assert ids.verify(firing, KEY) is None
+    token = rig.store.grant(firing, "fanout", "w1")
+    request = rig.request(2).model_copy(update={"parent_id": firing, "token": token})
+    accepted = rig.api.enqueue_children(request)
+    assert rig.appended() == accepted.job_ids and rig.api.status(firing).children == sorted(accepted.job_ids)
+    assert all(ids.is_keyless(child) for child in accepted.job_ids)  # as their parent's: no key in them
+    # the parent runs again after a key rotation: the same children, nothing new appended
+    rotated = Api(Backends(rig.log, rig.store, rig.queue, EventBus(), families=rig.store.families),
+                  IdMinting(b"the-key-after-the-rotation-0123", (KEY,)), clock=lambda: PARENT_MS + 9_000)
+    token = rig.store.grant(firing, "fanout", "w2")
+    again = rotated.enqueue_children(rig.request(2).model_copy(update={"parent_id": firing, "token": token}))
+    assert again.job_ids == accepted.job_ids
+    assert rig.appended() == accepted.job_ids * 2  # appended again (not final yet); the relay keeps one
+    made_up = schedules.firing_id("nightly", "fanout", PARENT_MS + 60_000)  # computable, never leased
+    with pytest.raises(LeaseLost):
+        rig.api.enqueue_children(rig.request(2).model_copy(update={"parent_id": made_up, "token": 1}))
+    assert rig.appended() == accepted.job_ids * 2
+
+
 def test_only_the_current_holder_of_the_parent_may_start_children(rig: Rig) -> None:
     for token in (rig.token + 1, rig.token - 1 or 99):
         with pytest.raises(LeaseLost):

@@ -135,6 +135,10 @@ class DynamoJobStore:
     def settle_ended(self, ended: SettleEntry) -> bool:
         return self.lifecycle.settle_ended(ended)
 
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        return self.lifecycle.refuse_record(job_id, queue, reason, created_at_ms, queued=queued)
+
     # -- the worker's lease-holder extras (``sluice.worker``) ------------------------------------
 
     def write_progress(self, job_id: str, token: int, fraction: float, detail: str = "") -> None:

@@ -217,6 +217,29 @@ class Lifecycle:
             return self.request_cancel(job_id)
         return self.items.record(item)
 
+    def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
+                      queued: bool = False) -> bool:
+        """End ``dead``, with ``reason``, a job whose Kafka record the relay refused for its seal or
+        its age (docs/security.md, "Records"). Only while it has no item or an ``accepted`` one (a
+        child's, before its record came): a refused copy never ends a job that was pushed, runs or
+        ended. ``queued``: a genuine record past the life bound (replayed after a Redis loss) ends a
+        ``queued`` item too, which no push will move on any more. True if written."""
+        job_id, queue = validate_job_id(job_id), validate_queue_name(queue)
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInput("reason must be a non-empty string")
+        now = self.items.now_ms()
+        request = self.items.request(
+            job_id,
+            update=f"SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, {BORN}",
+            condition="attribute_not_exists(#id) OR #st IN (:accepted, :queued)",
+            values={":state": S(JobState.DEAD), ":err": S(truncate_error(reason)), ":queue": S(queue),
+                    ":created": N(created_ms(created_at_ms) or now), ":zero": N(0),
+                    ":accepted": S(JobState.ACCEPTED),
+                    ":queued": S(JobState.QUEUED if queued else JobState.ACCEPTED),
+                    **self.items.finish_values(now)})
+        _, ok = self.items.update("refuse_record", request)
+        return ok
+
     def settle_ended(self, ended: SettleEntry) -> bool:
         """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
 

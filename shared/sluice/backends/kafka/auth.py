@@ -1,7 +1,9 @@
 """Connection settings shared by the producer, the relay's consumer and admin clients.
 
-Plaintext for the local broker; for MSK, SASL/OAUTHBEARER over TLS with tokens
-signed by ``aws-msk-iam-sasl-signer-python`` from the function's IAM role.
+For MSK (template.yaml's default, ``KafkaSecurity=iam``), SASL/OAUTHBEARER over TLS with tokens
+signed by ``aws-msk-iam-sasl-signer-python`` from the function's IAM role; ``tls`` for a
+self-managed cluster with TLS and no client auth; plaintext for the local broker, or an explicit
+opt-in (docs/security.md, "Records").
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def client_config(settings: Settings) -> dict[str, Any]:
         "bootstrap_servers": [s.strip() for s in settings.kafka_bootstrap.split(",") if s.strip()],
         "client_id": "sluice",
     }
-    if settings.kafka_security == "iam":
+    if settings.kafka_security == "tls":  # TLS, the broker's certificate checked against the system CAs
+        config |= {"security_protocol": "SSL"}
+    elif settings.kafka_security == "iam":
         config |= {
             "security_protocol": "SASL_SSL",
             "sasl_mechanism": "OAUTHBEARER",
