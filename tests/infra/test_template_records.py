@@ -67,15 +67,17 @@ def test_kafka_security_defaults_to_iam_and_the_functions_get_what_the_parameter
 
 def test_named_bootstrap_servers_without_a_cluster_arn_need_an_explicit_opt_out_of_iam() -> None:
     servers = "b-1.example:9098,b-2.example:9098"
+    # Where the brokers are, as ExistingKafkaNeedsItsNetwork asks of any named cluster.
+    named = {"KafkaBootstrapServers": servers, "KafkaSecurityGroupId": "sg-0123abcd"}
     arn = "arn:aws:kafka:us-east-1:123456789012:cluster/c/abc-1"
     assert refused() == []  # Sluice's own MSK Serverless cluster: IAM over TLS
-    (why,) = refused(KafkaBootstrapServers=servers)  # was plaintext by default before issue 27
+    (why,) = refused(**named)  # was plaintext by default before issue 27
     assert "KafkaSecurity=plaintext" in why
-    assert refused(KafkaBootstrapServers=servers, KafkaClusterArn=arn) == []
-    assert refused(KafkaBootstrapServers=servers, KafkaSecurity="tls") == []
-    assert refused(KafkaBootstrapServers=servers, KafkaSecurity="plaintext") == []  # the opt-in
+    assert refused(**named, KafkaClusterArn=arn) == []
+    assert refused(**named, KafkaSecurity="tls") == []
+    assert refused(**named, KafkaSecurity="plaintext") == []  # the opt-in
     assert refused(KafkaSecurity="plaintext") != []  # the created cluster speaks IAM only
-    assert refused(KafkaBootstrapServers=servers, KafkaClusterArn=arn, KafkaSecurity="plaintext") != []
+    assert refused(**named, KafkaClusterArn=arn, KafkaSecurity="plaintext") != []
 
 
 # ------------------------------------------------------------------ item 7: the key window
