@@ -53,6 +53,8 @@ class FakeApi:
     def __init__(self, answers: dict[str, Any]) -> None:
         self.answers = answers
         self.cancelled: list[str] = []
+        # The operator reseals a redriven job's record as the gateway does; no log here, so as is.
+        self.pipeline = type("Pipeline", (), {"reseal_now": staticmethod(lambda spec: spec)})()
 
     def cancel(self, job_id: str) -> Any:
         self.cancelled.append(job_id)
