@@ -554,7 +554,15 @@ def test_alarms_watch_the_metrics_the_code_emits() -> None:
         assert f"({metric}) FROM {telemetry.NAMESPACE}" in expressions, metric
     plain = {a["Properties"].get("MetricName") for a in alarms.values()}
     assert {"ApproximateNumberOfMessagesVisible", "5XXError", "SumOffsetLag"} <= plain
-    assert sum("ErrorRate" in name for name in alarms) == 3
+    # Every function that answers a caller or runs jobs has an error-rate alarm on its own name: the
+    # split functions (issue 27) as the public one.
+    rates = {n: a["Properties"]["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Ref"]
+             for n, a in alarms.items() if "ErrorRate" in n}
+    assert sorted(rates.values()) == sorted(f"{f}FunctionName" for f in (
+        "Gateway", "Operator", "Internal", "Firings", "Relay", "Worker"))
+    passed = props("Observability")["Parameters"]
+    for function in ("Gateway", "Operator", "Internal", "Firings", "Relay", "Worker"):
+        assert passed[f"{function}FunctionName"] == {"Ref": f"{function}Function"}, function
     for name, alarm in alarms.items():
         assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], name
 
