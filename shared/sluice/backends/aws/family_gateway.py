@@ -9,13 +9,13 @@ same ``SluiceError`` the use case raised (``errors.from_code``), so a handler se
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.backends.aws.invoke import invoke_json
 from sluice.core.config import Settings
-from sluice.core.errors import BackendUnavailable, SluiceError, from_code
+from sluice.core.errors import from_code
 from sluice.core.families import FamilyAccepted, FamilyRequest, ReleaseRequest
 
 log = logging.getLogger(__name__)
@@ -55,26 +55,10 @@ class LambdaInvoke:
         self._client: Any = None
 
     def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
-        import botocore.exceptions
-
         if self._client is None and self._build is not None:
             self._client, self._build = self._build(), None
-        try:
-            reply = self._client.invoke(FunctionName=self.function_name, InvocationType="RequestResponse",
-                                        Payload=json.dumps(event).encode())
-            body = reply["Payload"].read()
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise BackendUnavailable(f"cannot invoke the gateway function {self.function_name}: "
-                                     f"{exc}") from exc
-        if reply.get("FunctionError"):
-            raise BackendUnavailable(f"the gateway function failed: {body[:300]!r}")
-        try:
-            answer = json.loads(body)
-        except ValueError as exc:
-            raise BackendUnavailable(f"the gateway function answered no JSON: {body[:300]!r}") from exc
-        if not isinstance(answer, dict):
-            raise SluiceError(f"the gateway function answered {answer!r}")
-        return answer
+        return invoke_json(self._client, self.function_name, event,
+                           what=f"the internal function {self.function_name}")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LambdaInvoke:

@@ -14,12 +14,12 @@ the registrar trusts none of it: every queue is checked against the team map.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+from sluice.backends.aws.invoke import invoke_json
 from sluice.core.config import Settings
-from sluice.core.errors import BackendUnavailable, InvalidInput, SluiceError, StoreError
+from sluice.core.errors import InvalidInput, SluiceError, StoreError
 from sluice.core.routes import TEAM_RE, team_patterns
 
 log = logging.getLogger(__name__)
@@ -84,23 +84,5 @@ class LambdaWorkerDescriber:
                                 endpoint_url=s.lambda_endpoint_url or s.aws_endpoint_url))
 
     def describe(self, function: str, qualifier: str | None) -> dict[str, Any]:
-        import botocore.exceptions
-
-        kwargs: dict[str, Any] = {"FunctionName": function, "InvocationType": "RequestResponse",
-                                  "Payload": json.dumps(DESCRIBE_EVENT).encode()}
-        if qualifier:
-            kwargs["Qualifier"] = qualifier
-        try:
-            reply = self.client.invoke(**kwargs)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise BackendUnavailable(f"cannot ask {function} for its handlers: {exc}") from exc
-        body = reply["Payload"].read()
-        if reply.get("FunctionError"):
-            raise BackendUnavailable(f"{function} failed to describe its handlers: {body[:300]!r}")
-        try:
-            answer = json.loads(body)
-        except ValueError as exc:
-            raise BackendUnavailable(f"{function} answered no JSON: {body[:300]!r}") from exc
-        if not isinstance(answer, dict):
-            raise InvalidInput(f"{function} answered {answer!r}, not its handlers")
-        return answer
+        return invoke_json(self.client, function, DESCRIBE_EVENT, qualifier=qualifier,
+                           what=f"{function} (asked for its handlers)")
