@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from sluice.core.errors import (
     BackendUnavailable,
@@ -56,6 +56,8 @@ from sluice.core.models import QUEUE_NAME_RE, is_reserved_queue
 PREFIX_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}\*")
 MAX_ROUTES_PER_REGISTRATION: Final = 100  # one DynamoDB transaction
 MAX_SCHEMA_BYTES: Final = 64 * 1024  # one route item stays far below DynamoDB's 400 KB
+T = TypeVar("T")
+
 EMPTY_TTL_S: Final = 5.0  # how long a cache keeps an empty table, or waits after a failed read
 FUNCTION_RE: Final = re.compile(r"^(arn:[a-z-]+:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}$")
 OWNER_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -279,6 +281,41 @@ class RouteSource(Protocol):
     def list_routes(self) -> list[Route]: ...
 
 
+class TtlRead(Generic[T]):
+    """A value read at most once per ``ttl_s``, under a lock (one read at a time). A failed read
+    (SluiceError) keeps the last value, raises, and is tried again within ``EMPTY_TTL_S``; so is a
+    value ``soon`` calls provisional (an empty route table, so a first registration counts fast)."""
+
+    def __init__(self, read: Callable[[], T], blank: T, *, ttl_s: float, clock: Callable[[], float],
+                 soon: Callable[[T], bool] = lambda _value: False) -> None:
+        self.read, self.ttl_s, self.clock, self.soon = read, ttl_s, clock, soon
+        self.value = blank
+        self._read_at = float("-inf")
+        self._lock = threading.Lock()
+        self.errors = 0
+        self.has_read = False  # a read has succeeded: ``value`` is a real one, not the blank
+
+    def get(self) -> T:
+        now = self.clock()
+        if now - self._read_at < self.ttl_s:
+            return self.value
+        with self._lock:
+            if now - self._read_at >= self.ttl_s:
+                retry_soon = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
+                try:
+                    self.value = self.read()
+                except SluiceError:  # a backend error or a bad item: keep the last value
+                    self.errors += 1
+                    self._read_at = retry_soon
+                    raise
+                self.has_read = True
+                self._read_at = retry_soon if self.soon(self.value) else now
+        return self.value
+
+    def reset(self) -> None:
+        self._read_at = float("-inf")
+
+
 class RouteCache:
     """The routes, read at most once per ``ttl_s``; a failed read keeps the last table.
 
@@ -288,29 +325,22 @@ class RouteCache:
 
     def __init__(self, source: RouteSource | Lazy[RouteSource], *, ttl_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.source, self.ttl_s, self.clock = source, ttl_s, clock
-        self._table = RouteTable()
-        self._read_at = float("-inf")
-        self._lock = threading.Lock()
-        self.errors = 0
-        self.has_read = False  # a read has succeeded: ``last()`` is a real table, not a blank one
+        self.source, self.ttl_s = source, ttl_s
+        # No route yet: read again sooner, so the first registration counts within seconds.
+        self._read = TtlRead(lambda: RouteTable(resolve(self.source).list_routes()), RouteTable(),
+                             ttl_s=ttl_s, clock=clock, soon=lambda table: not table.routes)
+
+    @property
+    def errors(self) -> int:
+        return self._read.errors
+
+    @property
+    def has_read(self) -> bool:
+        """A read has succeeded: ``last()`` is a real table, not a blank one."""
+        return self._read.has_read
 
     def table(self) -> RouteTable:
-        now = self.clock()
-        if now - self._read_at < self.ttl_s:
-            return self._table
-        with self._lock:
-            if now - self._read_at >= self.ttl_s:
-                try:
-                    self._table = RouteTable(resolve(self.source).list_routes())
-                except SluiceError:  # a backend error or a bad item: keep the last table, retry soon
-                    self.errors += 1
-                    self._read_at = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
-                    raise
-                self.has_read = True
-                # No route yet: read again sooner, so the first registration counts within seconds.
-                self._read_at = now if self._table.routes else now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
-        return self._table
+        return self._read.get()
 
     def resolve(self, queue: str) -> Route | None:
         return self.table().resolve(queue)
@@ -320,10 +350,10 @@ class RouteCache:
 
     def last(self) -> RouteTable:
         """The table of the last successful read (empty before one), without reading."""
-        return self._table
+        return self._read.value
 
     def forget(self) -> None:
-        self._read_at = float("-inf")
+        self._read.reset()
 
 
 # -- the team map (issue 27): which queues the infra team gave each team --------------------------
@@ -407,28 +437,23 @@ class TeamMapCache:
 
     def __init__(self, source: TeamMapSource | Lazy[TeamMapSource], *, ttl_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.source, self.ttl_s, self.clock = source, ttl_s, clock
-        self._map = TeamMap()
-        self._read_at = float("-inf")
-        self._lock = threading.Lock()
-        self.has_read = False
+        self.source, self.ttl_s = source, ttl_s
+        self._read = TtlRead(lambda: TeamMap(dict(resolve(self.source).read_teams())), TeamMap(),
+                             ttl_s=ttl_s, clock=clock)
+
+    @property
+    def has_read(self) -> bool:
+        return self._read.has_read
 
     def map(self) -> TeamMap:
-        now = self.clock()
-        if now - self._read_at < self.ttl_s:
-            return self._map
-        with self._lock:
-            if now - self._read_at >= self.ttl_s:
-                try:
-                    self._map = TeamMap(dict(resolve(self.source).read_teams()))
-                except SluiceError:
-                    self._read_at = now - self.ttl_s + min(EMPTY_TTL_S, self.ttl_s)
-                    raise
-                self.has_read, self._read_at = True, now
-        return self._map
+        return self._read.get()
 
     def last(self) -> TeamMap:
-        return self._map
+        return self._read.value
+
+    def forget(self) -> None:
+        """Read again on the next use."""
+        self._read.reset()
 
 
 class CachedRouteLookup:
