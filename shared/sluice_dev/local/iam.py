@@ -142,7 +142,7 @@ def _applies(statement: Mapping[str, Any], request: Request) -> bool:
 
 def _condition(operator: str, keys: Mapping[str, Any], context: Mapping[str, str]) -> bool:
     if operator == "Null":  # whether each key is absent ("true") or present ("false")
-        return all((key.lower() not in context) == (str(wanted).lower() == "true") for key, wanted in keys.items())
+        return all((k.lower() not in context) == (str(want).lower() == "true") for k, want in keys.items())
     base = operator.removesuffix("IfExists")
     if base not in _OPERATORS:
         raise ValueError(f"condition operator {operator} is not understood locally")

@@ -156,7 +156,8 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
     r = _Resolver(doc, {**params, **pseudo}, lists)
     resources = doc.get("Resources", {})
     rules = _rules(r, resources)
-    functions = {name: _function(r, name, res, doc.get("Globals", {}).get("Function", {}), rules.get(name, ()))
+    globals_ = doc.get("Globals", {}).get("Function", {})
+    functions = {name: _function(r, name, res, globals_, rules.get(name, ()))
                  for name, res in resources.items() if res.get("Type") == "AWS::Serverless::Function"}
     policies: dict[str, Any] = {}
     roles: dict[str, tuple[Any, ...]] = {}
@@ -311,7 +312,9 @@ def _rules(r: _Resolver, resources: Mapping[str, Any]) -> dict[str, tuple[Schedu
     """The ``AWS::Events::Rule`` schedules (of a deploy's conditions) by the function they target."""
     out: dict[str, tuple[Schedule, ...]] = {}
     for name, res in resources.items():
-        if res.get("Type") != "AWS::Events::Rule" or "Condition" in res and not r.condition(res["Condition"]):
+        if res.get("Type") != "AWS::Events::Rule":
+            continue
+        if "Condition" in res and not r.condition(res["Condition"]):
             continue
         p = r.value(res.get("Properties", {}))
         if "ScheduleExpression" not in p:
