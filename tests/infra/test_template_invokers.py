@@ -342,6 +342,7 @@ def test_the_callers_own_policies_allow_the_function_they_call() -> None:
     for caller, function in (
         (sam_role("WorkerFunction"), "InternalFunction"),
         (sam_role("RelayFunction"), "InternalFunction"),
+        (sam_role("RelayFunction"), "WorkerFunction"),
         (sam_role("CountdownFunction"), "InternalFunction"),
         ((VALUES["SchedulerInvokeRole.Arn"], None), "FiringsFunction"),
     ):
