@@ -416,9 +416,10 @@ def test_relay_runs_overlap_at_each_hand_over_with_two_instances_reserved_per_pa
 
     p = props("RelayFunction")
     groups = T["Parameters"]["RelayPartitionGroups"]["AllowedValues"]
-    ticks = [e for e in p["Events"].values() if e["Type"] == "Schedule"]
+    assert "Events" not in p  # rules of their own (issue 27): RelayFunctionPolicy admits them by ARN
+    ticks = [r for r in _rules_of("RelayFunction").values()]
     assert len(ticks) == max(groups)
-    assert {t["Properties"]["Schedule"] for t in ticks} == {"rate(1 minute)"}
+    assert {t["Properties"]["ScheduleExpression"] for t in ticks} == {"rate(1 minute)"}
     runs_s = p["Timeout"] - Settings().relay_stop_before_ms / 1000
     assert runs_s >= 60 + 20, "a run must outlast the next tick by a late start's worth"
     assert runs_s < 2 * 60, "at most two runs of a group overlap"
@@ -434,10 +435,19 @@ def test_relay_runs_overlap_at_each_hand_over_with_two_instances_reserved_per_pa
     assert cfn.resolve(p["ReservedConcurrentExecutions"], unreserved) == {"Ref": "AWS::NoValue"}
 
 
+def _rules_of(function: str) -> dict[str, dict[str, Any]]:
+    """The schedule rules (AWS::Events::Rule) whose target is ``function``."""
+    return {lid: r for lid, r in cfn.resources(T, "AWS::Events::Rule").items()
+            if any(cfn.is_getatt(x["Arn"], function) for x in r["Properties"]["Targets"])}
+
+
 def test_safety_net_sends_a_valid_dispatch_event() -> None:
     from sluice.core.models import DispatchEvent
 
-    event = props("WorkerFunction")["Events"]["SafetyNet"]["Properties"]
+    assert "Events" not in props("WorkerFunction")
+    (rule,) = _rules_of("WorkerFunction").values()
+    assert rule["Properties"]["ScheduleExpression"] == {"Ref": "SafetyNetRate"}
+    (event,) = rule["Properties"]["Targets"]
     text, values = event["Input"]["Fn::Sub"]
     params = cfn.parameters(T, SafetyNetQueues="emails,thumbnails")
     joined = values["Queues"]["Fn::Join"]

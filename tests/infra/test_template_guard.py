@@ -175,21 +175,24 @@ def test_custom_resource_replies_reach_this_regions_bucket_for_this_accounts_sta
 def test_secrets_manager_may_invoke_the_rotation_function_for_this_stacks_secrets_only() -> None:
     """SecretRotationPermission had no SourceArn: any secret of the account could have it invoked.
     Now: the job id secret by its ARN, and the Redis users' secrets by their stack's name prefix
-    (sluice/<stack>/redis/*: Sluice's users' and the teams', infra/team.yaml)."""
+    (sluice/<stack>/redis/*: Sluice's users' and the teams', infra/team.yaml), in the function's one
+    resource policy (issue 27: no allow-only AWS::Lambda::Permission left on it)."""
     from fnmatch import fnmatchcase
 
-    permissions = {name: r["Properties"] for name, r in cfn.resources(T, "AWS::Lambda::Permission").items()
-                   if cfn.is_getatt(r["Properties"]["FunctionName"], "SecretRotationFunction", "Arn")}
+    assert not [r for r in cfn.resources(T, "AWS::Lambda::Permission").values()
+                if cfn.is_getatt(r["Properties"]["FunctionName"], "SecretRotationFunction", "Arn")]
+    statements = props("SecretRotationFunctionPolicy")["PolicyDocument"]["Statement"]
+    (allow,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "secretsmanager.amazonaws.com"}
+    assert allow["Action"] == "lambda:InvokeFunction"
     by_ref, patterns = {}, {}
-    for name, p in permissions.items():
-        assert p["Principal"] == "secretsmanager.amazonaws.com" and p["Action"] == "lambda:InvokeFunction"
-        assert p["SourceAccount"] == {"Ref": "AWS::AccountId"}, name
-        if "Ref" in p["SourceArn"]:
-            by_ref[p["SourceArn"]["Ref"]] = name
+    for source in allow["Condition"]["ArnLike"]["aws:SourceArn"]:
+        if "Ref" in source:
+            by_ref[source["Ref"]] = source
         else:
-            patterns[p["SourceArn"]["Fn::Sub"]] = name
+            patterns[source["Fn::Sub"]] = source
     assert set(by_ref) == {"JobIdSecret"}
-    (pattern, redis_permission), = patterns.items()
+    (pattern,) = patterns
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:"
     concrete = (pattern.replace("${AWS::Partition}", "aws").replace("${AWS::Region}", "us-east-1")
                 .replace("${AWS::AccountId}", "123456789012").replace("${AWS::StackName}", "prod"))
@@ -200,9 +203,8 @@ def test_secrets_manager_may_invoke_the_rotation_function_for_this_stacks_secret
         assert fnmatchcase(secret, concrete) is allowed, secret
     schedules = cfn.resources(T, "AWS::SecretsManager::RotationSchedule")
     for schedule in schedules.values():
-        secret = schedule["Properties"]["SecretId"]["Ref"]
-        needed = by_ref.get(secret, redis_permission)
-        assert needed in schedule["DependsOn"], secret  # the permission exists before the rotation
+        # The policy exists before the rotation (Secrets Manager checks it may invoke the function).
+        assert "SecretRotationFunctionPolicy" in schedule["DependsOn"], schedule
     assert {s["Properties"]["SecretId"]["Ref"] for s in schedules.values()} == {
         "JobIdSecret", "RedisRelayUserSecret", "RedisGatewayUserSecret", "RedisOperatorUserSecret",
         "RedisWorkerUserSecret"}

@@ -11,6 +11,8 @@ from sluice.core import limits
 from tests.infra.test_template import RES, T, props
 
 DEFAULTS = {name: str(p.get("Default", "")) for name, p in T["Parameters"].items()}
+# Required, without a default (the rule DeployersAreNamed; tests/infra/test_template_invokers.py).
+DEFAULTS["DeployerPrincipalArns"] = "arn:aws:iam::123456789012:role/infra-deploy"
 
 
 def _eval(node: Any, params: dict[str, str]) -> Any:
@@ -33,6 +35,8 @@ def _eval(node: Any, params: dict[str, str]) -> Any:
         return any(args)
     if fn == "Fn::Contains":
         return args[1] in args[0]
+    if fn == "Fn::Join":  # of a CommaDelimitedList parameter, given here as its text
+        return args[0].join(args[1].split(",")) if isinstance(args[1], str) else args[0].join(args[1])
     raise AssertionError(f"no evaluator for {fn}")
 
 

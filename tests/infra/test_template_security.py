@@ -37,10 +37,12 @@ def test_every_secret_rotates_on_a_schedule_through_the_rotation_function() -> N
         assert cfn.is_getatt(p["RotationLambdaARN"], "SecretRotationFunction", "Arn")
         assert p["RotationRules"]["ScheduleExpression"] == "rate(30 days)"
         assert p["RotateImmediatelyOnUpdate"] is False  # a deploy does not rotate
-        assert any(d.endswith("SecretRotationPermission") for d in schedule["DependsOn"])  # one per secret
-    permission = props("SecretRotationPermission")
-    assert permission["Principal"] == "secretsmanager.amazonaws.com"
-    assert permission["SourceAccount"] == {"Ref": "AWS::AccountId"}
+        # Secrets Manager checks at RotateSecret that it may invoke the function (issue 27: its policy).
+        assert schedule["DependsOn"] == ["SecretRotationFunctionPolicy"]
+    (allow,) = [s for s in props("SecretRotationFunctionPolicy")["PolicyDocument"]["Statement"]
+                if s["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "secretsmanager.amazonaws.com"}
+    assert set(allow["Condition"]) == {"ArnLike"}  # SourceArns that name this account's secrets
     fn = props("SecretRotationFunction")
     assert fn["CodeUri"] == "infra/secret_rotation/" and fn["Handler"] == "app.handler"
     assert fn["Environment"]["Variables"] == {"REDIS_USER_ID_PREFIX": USER_PREFIX}

@@ -15,6 +15,13 @@ itself (403 WRONG_FUNCTION for any shape but its own; a forged family refused by
 fencing token). Nothing is written: the jobs topic, the jobs table, the schedules table and the
 queues' Redis state are the same before and after, and the other team's job is still waiting.
 The template's policies refuse the same callers: tests/infra/test_template_invokers.py.
+
+Every function (issue 27): the same invokers also try the relay, the default worker and the team's
+worker with a scheduled event, a worker dispatch and a forged CloudFormation Delete of the default
+worker's routes (DefaultWorkerRoutes, answered at a ResponseURL on the moto S3). Each is refused by
+the function's resource policy; the routes table is unchanged, no answer reaches the URL, and no
+job is leased or acked. The events and countdown functions run in-process locally (their stream's
+poller), so no local invoker reaches them: their policies are held by the template test.
 """
 
 from __future__ import annotations
@@ -43,8 +50,12 @@ from sluice_dev.local.dev import (
     GATEWAY_FUNCTION,
     INTERNAL_FUNCTION,
     OPERATOR_FUNCTION,
+    RELAY_FUNCTION,
+    WORKER_FUNCTION,
     DevOptions,
     DevStack,
+    scheduled_event,
+    team_function_name,
 )
 from tests.stack.test_hostile_callers import Http, Offsets
 
@@ -58,7 +69,12 @@ CALLERS = {
     "a team's worker": key_of(f"sluice-worker-{TEAM[0]}"),
     "the relay": key_of("sluice-relay"),
     "an unknown principal": "AKIASTRANGER00000001",
+    "a stranger allowed lambda:* on *": "AKIASTRANGERSTAR0001",
 }
+# The stranger's own IAM policy allows every Lambda action on every resource: only a Deny in the
+# function's resource policy stops it (issue 27).
+STRANGER = "arn:aws:iam::000000000000:role/admin-with-lambda-star"
+LAMBDA_STAR = {"Statement": [{"Effect": "Allow", "Action": "lambda:*", "Resource": "*"}]}
 FUNCTIONS = (GATEWAY_FUNCTION, OPERATOR_FUNCTION, INTERNAL_FUNCTION, FIRINGS_FUNCTION)
 ADMITTED = {(INTERNAL_FUNCTION, c) for c in ("the worker", "a team's worker", "the relay")}
 
@@ -96,11 +112,14 @@ class Rig:
             if re.fullmatch(JOB_ID_PATTERN, i["job_id"]["S"].removeprefix("~family~"))
         }
         schedules = db.scan(TableName=self.dev.function("OperatorFunction").env["SLUICE_SCHEDULES_TABLE"])
+        assert self.settings.routes_table
+        routes = db.scan(TableName=self.settings.routes_table)["Items"]
         return {
             "topic": self.offsets.settled(),
             "redis": stats,
             "jobs": jobs,
             "schedules": schedules["Count"],
+            "routes": sorted(json.dumps(r, sort_keys=True) for r in routes),
         }
 
 
@@ -128,7 +147,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         )
     )
     endpoints = dev.start()
-    assert dev.settings is not None
+    assert dev.settings is not None and dev.access is not None
+    dev.access.add_identity(CALLERS["a stranger allowed lambda:* on *"], STRANGER, [LAMBDA_STAR], {})
     http = Http(endpoints["gateway_url"])
     offsets = Offsets(dev.settings)
     try:
@@ -245,3 +265,110 @@ def test_sluices_own_callers_are_still_admitted(rig: Rig) -> None:
         FIRINGS_FUNCTION, {"warm": True}, asynchronous=False, caller=rig.dev.scheduler_caller()
     )
     assert inv.done.wait(60) and inv.result["error"]["code"] == "WRONG_FUNCTION"  # admitted, then refused
+
+
+# The relay's, the default worker's and a team worker's legitimate callers: the relay dispatches
+# both workers (the default worker's policy admits its role; the relay's own policy allows the
+# team's, <stack>-worker-*). Everyone else below is a hostile invoker of these three.
+SCHEDULED = (RELAY_FUNCTION, WORKER_FUNCTION, team_function_name(TEAM[0]))
+LEGITIMATE = {(WORKER_FUNCTION, "the relay"), (team_function_name(TEAM[0]), "the relay")}
+# Not yet closed: a team's worker (infra/worker.yaml, the team's own stack) has no resource policy,
+# so a principal whose own IAM policy allows lambda:* reaches it. Held open by the strict xfail
+# test_a_team_worker_refuses_a_stranger below, which passes once infra/worker.yaml has one.
+KNOWN_GAP = {(team_function_name(TEAM[0]), "a stranger allowed lambda:* on *")}
+
+
+def scheduled_shapes(rig: Rig) -> dict[str, tuple[dict[str, Any], str | None]]:
+    """Each forged event, with the ResponseURL key a custom-resource answer would be PUT at."""
+    from sluice_dev.local import teams
+
+    bucket = teams.ResponseBucket(rig.settings)
+    key, url = bucket.url()
+    delete = teams.cfn_event(
+        "Delete",
+        "arn:aws:cloudformation:us-east-1:000000000000:stack/sluice/local",
+        url,
+        {"ServiceToken": WORKER_FUNCTION, "Owner": "sluice", "HandlersModule": "x"},
+        f"sluice-routes:sluice:{WORKER_FUNCTION}",
+    )
+    delete["LogicalResourceId"] = "DefaultWorkerRoutes"
+    return {
+        "a scheduled event": (scheduled_event(), None),
+        "a worker dispatch": ({"queues": ["echo", "word-count"], "batch": 10, "source": "safety-net"}, None),
+        "a CloudFormation Delete of DefaultWorkerRoutes": (delete, key),
+    }
+
+
+def test_every_invoker_is_refused_the_relay_and_the_workers_and_nothing_is_written(rig: Rig) -> None:
+    from sluice_dev.local import teams
+
+    lambdas = rig.dev.lambdas
+    assert lambdas is not None
+    before, denied = rig.snapshot(), lambdas.counts["denied"]
+    assert before["routes"], "the default worker's routes are registered"
+    answers: list[str] = []
+    tried = 0
+    for who, key in CALLERS.items():
+        client = rig.client(key)
+        for function in SCHEDULED:
+            if (function, who) in LEGITIMATE | KNOWN_GAP:
+                continue
+            for shape, (event, response_key) in scheduled_shapes(rig).items():
+                with pytest.raises(ClientError) as refused:
+                    client.invoke(
+                        FunctionName=function, InvocationType="Event", Payload=json.dumps(event).encode()
+                    )
+                    pytest.fail(f"{who} got through to {function}: {shape}")
+                error = refused.value.response
+                assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == (
+                    "AccessDeniedException",
+                    403,
+                ), (who, function, shape)
+                tried += 1
+                if response_key is not None:
+                    answers.append(response_key)
+    assert tried == (len(CALLERS) * len(SCHEDULED) - len(LEGITIMATE) - len(KNOWN_GAP)) * 3
+    assert lambdas.counts["denied"] - denied == tried
+    time.sleep(2)  # anything asynchronous an attempt might have set off
+    assert rig.snapshot() == before  # the routes, the queues' Redis state (nothing leased or acked), ...
+    bucket = teams.ResponseBucket(rig.settings)
+    assert all(bucket.answer(k, timeout_s=0.1) is None for k in answers)  # nobody answered CloudFormation
+
+
+def test_the_schedule_rules_reach_their_own_function_only(rig: Rig) -> None:
+    """EventBridge invokes with its rule's ARN (aws:SourceArn): the relay's rule the relay, the
+    safety net's the default worker; neither the other, and no rule of someone else's."""
+    from sluice_dev.local import access
+
+    lambdas = rig.dev.lambdas
+    assert lambdas is not None
+    relay_rule, net_rule = rig.dev.rule_caller("RelayFunction"), rig.dev.rule_caller("WorkerFunction")
+    assert relay_rule.source_arn and relay_rule.source_arn.endswith("-RelayTick1")
+    assert net_rule.source_arn and net_rule.source_arn.endswith("-WorkerSafetyNet")
+    dispatch = {"queues": ["echo"], "batch": 1, "source": "safety-net"}
+    inv = lambdas.invoke(WORKER_FUNCTION, dispatch, asynchronous=False, caller=net_rule)
+    assert inv.done.wait(60) and inv.error is None, inv.result
+    for function, event, caller in (
+        (RELAY_FUNCTION, scheduled_event(), net_rule),
+        (WORKER_FUNCTION, dispatch, relay_rule),
+        (RELAY_FUNCTION, scheduled_event(), access.rule_caller("sluice", "MyRule")),
+        (WORKER_FUNCTION, dispatch, access.EVENTS),
+    ):
+        with pytest.raises(access.AccessDenied):
+            lambdas.invoke(function, event, caller=caller)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="infra/worker.yaml's team worker has no AWS::Lambda::ResourcePolicy yet (issue 27, left open): "
+    "it needs the relay's role, its safety-net rule and its registrar's role admitted across stacks",
+)
+def test_a_team_worker_refuses_a_stranger(rig: Rig) -> None:
+    client = rig.client(CALLERS["a stranger allowed lambda:* on *"])
+    event, _key = scheduled_shapes(rig)["a worker dispatch"]
+    with pytest.raises(ClientError):
+        client.invoke(
+            FunctionName=team_function_name(TEAM[0]),
+            InvocationType="Event",
+            Payload=json.dumps(event).encode(),
+        )

@@ -144,3 +144,14 @@ def test_a_retention_or_key_rotation_that_does_not_honour_the_life_bound_is_refu
     out = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "RetentionDays=7",
                                                     "sluice_dev.examples"])
     assert out.exit_code == 1 and "RetentionDays 7" in out.stderr
+
+
+def test_check_warns_that_a_deploy_without_the_deployer_roles_is_refused() -> None:
+    """Issue 27: DeployerPrincipalArns has no safe default; the template's rule refuses it empty,
+    and `sluice check` says so before a deploy does."""
+    from sluice_dev.cli.check import NO_DEPLOYERS, deployment_warnings
+
+    assert NO_DEPLOYERS in deployment_warnings({"DeployerPrincipalArns": ""})
+    named = {"DeployerPrincipalArns": "arn:aws:iam::123456789012:role/infra-deploy"}
+    assert NO_DEPLOYERS not in deployment_warnings(named)
+    assert NO_DEPLOYERS not in deployment_warnings({})  # a team's template has no such parameter

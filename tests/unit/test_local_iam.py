@@ -191,3 +191,64 @@ def test_not_action_and_not_resource_apply_to_everything_but_what_they_list() ->
     not_invoke = {"Effect": "Allow", "NotAction": "lambda:InvokeFunction", "Resource": "*"}
     assert decide(invoke(WORKER), None, [doc(not_invoke)]) == "implicit-deny"
     assert decide(Request(WORKER, "lambda:GetFunction", FN), None, [doc(not_invoke)]) == "allow"
+
+
+def test_null_tells_a_present_key_from_an_absent_one() -> None:
+    """The stream readers' Deny (issue 27): only an IAM principal (aws:PrincipalArn present) other
+    than the function's own role; a service principal carries no aws:PrincipalArn."""
+    own = "arn:aws:iam::111122223333:role/stack-EventsFunctionRole-X"
+    policy = {
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "lambda:InvokeFunction",
+                "Resource": "*",
+                "Condition": {
+                    "Null": {"aws:PrincipalArn": "false"},
+                    "ArnNotEquals": {"aws:PrincipalArn": own},
+                },
+            }
+        ]
+    }
+    star = [{"Statement": [{"Effect": "Allow", "Action": "lambda:*", "Resource": "*"}]}]
+    fn = "arn:aws:lambda:us-east-1:111122223333:function:events"
+    stranger = Request("arn:aws:iam::111122223333:role/admin", "lambda:InvokeFunction", fn)
+    assert decide(stranger, policy, star) == "deny"
+    assert decide(Request(own, "lambda:InvokeFunction", fn), policy, star) == "allow"
+    assert decide(Request("events.amazonaws.com", "lambda:InvokeFunction", fn), policy) == "implicit-deny"
+    absent = {"Statement": [{**policy["Statement"][0], "Condition": {"Null": {"aws:SourceArn": "true"}}}]}
+    assert decide(stranger, absent, star) == "deny"  # a direct invoke has no SourceArn
+
+
+def test_the_local_stack_reads_the_schedule_rules_and_their_callers() -> None:
+    """template.yaml's AWS::Events::Rule schedules (issue 27: no SAM Schedule events) are each
+    function's schedules, and each rule's ARN is what its function's resource policy admits."""
+    from sluice_dev.local import access
+    from sluice_dev.local.template import load
+
+    deploy = load(overrides={"RelayPartitionGroups": "2"})
+    relay = deploy.functions["RelayFunction"].schedules
+    assert [(s.name, s.expression, s.enabled) for s in relay] == [
+        ("RelayTick1", "rate(1 minute)", True),
+        ("RelayTick2", "rate(1 minute)", True),
+        ("RelayTick3", "rate(1 minute)", False),
+        ("RelayTick4", "rate(1 minute)", False),
+    ]
+    (net,) = deploy.functions["WorkerFunction"].schedules
+    assert net.name == "WorkerSafetyNet" and net.input["source"] == "safety-net"
+    names = access.names_for(deploy, {"RelayFunction": "sluice-relay", "WorkerFunction": "sluice-worker"})
+    local = access.Access()
+    for lid, name in (("RelayFunction", "sluice-relay"), ("WorkerFunction", "sluice-worker")):
+        local.add_function(deploy, deploy.functions[lid], name, names)
+    local.check("sluice-relay", access.rule_caller(deploy.stack_name, "RelayTick2"))
+    local.check("sluice-worker", access.rule_caller(deploy.stack_name, "WorkerSafetyNet"))
+    for function, caller in (
+        ("sluice-relay", access.rule_caller(deploy.stack_name, "WorkerSafetyNet")),
+        ("sluice-relay", access.EVENTS),
+        ("sluice-worker", access.rule_caller(deploy.stack_name, "RelayTick1")),
+        ("sluice-worker", access.Caller(access.role_arn(deploy.stack_name, "GatewayFunctionRole"))),
+    ):
+        with pytest.raises(access.AccessDenied):
+            local.check(function, caller)
+    local.check("sluice-worker", access.Caller(access.role_arn(deploy.stack_name, "RelayFunctionRole")))

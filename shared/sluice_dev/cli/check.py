@@ -59,6 +59,10 @@ NO_OPERATOR = ("OperatorPrincipalArns is empty: this deployment names no operato
                "(/v1/admin/...) refuses everyone (403 NOT_OPERATOR) and no caller may use the priorities "
                "above MaxCallerPriority; name the operator roles to use them (docs/security.md)")
 
+NO_DEPLOYERS = ("DeployerPrincipalArns is empty: CloudFormation will refuse this deploy (rule "
+                "DeployersAreNamed). Name the roles your deploys run as: only they may invoke the stack's "
+                "custom-resource functions and the default worker's routes registration (docs/deploy.md)")
+
 
 def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
     """What a deploy with these parameters leaves unusable, though it is not an error (pure).
@@ -68,6 +72,9 @@ def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
     if "OperatorPrincipalArns" in parameters and not [
             a for a in str(parameters["OperatorPrincipalArns"]).split(",") if a.strip()]:
         out.append(NO_OPERATOR)
+    if "DeployerPrincipalArns" in parameters and not [
+            a for a in str(parameters["DeployerPrincipalArns"]).split(",") if a.strip()]:
+        out.append(NO_DEPLOYERS)
     return out
 
 

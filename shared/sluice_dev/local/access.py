@@ -11,7 +11,8 @@ as SAM names the role it generates; a team's, ``role/sluice/<stack>-team-<team>`
 vends it). A key nobody was given is an unknown principal of the account, with no rights of its own.
 Sluice dev's stand-ins for AWS services invoke in-process with their service principal: the API
 server as ``apigateway.amazonaws.com`` with the API's SourceArn, the schedule rules as
-``events.amazonaws.com``, the local Scheduler as ``SchedulerInvokeRole``.
+``events.amazonaws.com`` with their rule's ARN (``rule_caller``), the local Scheduler as
+``SchedulerInvokeRole``.
 """
 
 from __future__ import annotations
@@ -76,7 +77,17 @@ def api_caller(method: str, path: str, stage: str = "local") -> Caller:
     )
 
 
-EVENTS = Caller("events.amazonaws.com")  # the schedule rules' invoke (SAM's Schedule events)
+EVENTS = Caller("events.amazonaws.com")  # an EventBridge invoke without a rule (SAM's Schedule events)
+
+
+def rule_arn(stack: str, rule: str) -> str:
+    """The ARN of the template's ``AWS::Events::Rule`` ``rule`` as deployed (a generated name)."""
+    return f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{stack}-{rule}"
+
+
+def rule_caller(stack: str, rule: str) -> Caller:
+    """EventBridge invoking a rule's target: ``events.amazonaws.com`` with the rule's SourceArn."""
+    return Caller("events.amazonaws.com", rule_arn(stack, rule))
 
 
 @dataclass
@@ -129,8 +140,10 @@ def names_for(deploy: DeployConfig, functions: Mapping[str, str]) -> dict[str, s
     logical id), every function's SAM-generated role, the template's roles, and the API's id."""
     stack = deploy.stack_name
     out = {"Api": API_ID}
-    for lid in deploy.functions:
+    for lid, cfg in deploy.functions.items():
         out[f"{lid}Role.Arn"] = role_arn(stack, f"{lid}Role")
+        for schedule in cfg.schedules:  # its rules (SourceArn in its resource policy)
+            out[f"{schedule.name}.Arn"] = rule_arn(stack, schedule.name)
     for lid in deploy.role_policies:
         out[f"{lid}.Arn"] = role_arn(stack, lid)
     for lid, name in functions.items():

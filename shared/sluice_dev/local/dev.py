@@ -769,9 +769,15 @@ class DevStack:
                     logging.getLogger(__name__).warning("schedule: %s", exc)
             self._stop.wait(max(0.0, min(due, default=time.monotonic() + 1) - time.monotonic()))
 
+    def rule_caller(self, function: str) -> iam.Caller:
+        """EventBridge invoking ``function`` (a logical id) for its first enabled schedule rule, with
+        that rule's SourceArn, which the function's resource policy admits (issue 27)."""
+        enabled = [s.name for s in self.deploy.functions[function].schedules if s.enabled]
+        return iam.rule_caller(STACK_NAME, enabled[0]) if enabled else iam.EVENTS
+
     def invoke_relay(self) -> None:
         if self.lambdas is not None:
-            self.lambdas.invoke(RELAY_FUNCTION, scheduled_event(), caller=iam.EVENTS)
+            self.lambdas.invoke(RELAY_FUNCTION, scheduled_event(), caller=self.rule_caller("RelayFunction"))
 
     def invoke_safety_net(self) -> None:
         """Drain and reap every queue with work in Redis, as the scheduled worker rule does in AWS."""
@@ -794,8 +800,10 @@ class DevStack:
             by_function.setdefault(WORKER_FUNCTION if route is None else route.function, []).append(name)
         for function, names in by_function.items():
             event = {"queues": names[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
+            # The default worker's rule has its own ARN (WorkerSafetyNet); a team's SAM schedule, none.
+            caller = self.rule_caller("WorkerFunction") if function == WORKER_FUNCTION else iam.EVENTS
             try:
-                self.lambdas.invoke(function, event, caller=iam.EVENTS)
+                self.lambdas.invoke(function, event, caller=caller)
             except KeyError:  # routed (sluice routes register) to a function this stack does not run
                 logging.getLogger(__name__).warning("safety net: no local function %s", function)
 

@@ -9,7 +9,8 @@ its functions' own policies use (issue 27). For a request within one account, as
 
 Statements: ``Effect``, ``Principal`` (``"*"``, ``{"AWS": ...}`` with role ARNs or the account's
 root, ``{"Service": ...}``), ``Action`` and ``Resource`` (with ``*``/``?`` wildcards) and
-``Condition`` with the String and Arn operators (their ``Not`` and ``IfExists`` forms). A key the
+``Condition`` with the String and Arn operators (their ``Not`` and ``IfExists`` forms) and ``Null``
+(``"true"``: the key is absent; ``"false"``: present). A key the
 request does not carry fails a positive operator and passes a negated one, as in IAM: so
 ``ArnNotLike aws:SourceArn`` denies a direct invoke, which has no SourceArn. Anything else
 (``NotAction``, ``NotPrincipal``, other operators) is refused with ValueError rather than guessed.
@@ -140,6 +141,8 @@ def _applies(statement: Mapping[str, Any], request: Request) -> bool:
 
 
 def _condition(operator: str, keys: Mapping[str, Any], context: Mapping[str, str]) -> bool:
+    if operator == "Null":  # whether each key is absent ("true") or present ("false")
+        return all((k.lower() not in context) == (str(want).lower() == "true") for k, want in keys.items())
     base = operator.removesuffix("IfExists")
     if base not in _OPERATORS:
         raise ValueError(f"condition operator {operator} is not understood locally")

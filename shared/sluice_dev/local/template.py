@@ -47,6 +47,10 @@ _ABSENT = object()  # AWS::NoValue
 
 @dataclass(frozen=True)
 class Schedule:
+    """An EventBridge schedule that invokes a function: an ``AWS::Events::Rule`` naming it as a
+    target (``name``: the rule's logical id; template.yaml, issue 27), or a SAM ``Schedule`` event
+    (``name``: the event's; infra/worker.yaml)."""
+
     name: str
     expression: str  # rate(...) or cron(...)
     enabled: bool
@@ -148,9 +152,12 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
     pseudo = {"AWS::Region": region or "us-east-1", "AWS::Partition": "aws",
               "AWS::URLSuffix": "amazonaws.com", "AWS::AccountId": "000000000000",
               "AWS::StackName": stack_name}
-    r = _Resolver(doc, {**params, **pseudo})
+    lists = {n for n, spec in doc.get("Parameters", {}).items() if spec.get("Type") == "CommaDelimitedList"}
+    r = _Resolver(doc, {**params, **pseudo}, lists)
     resources = doc.get("Resources", {})
-    functions = {name: _function(r, name, res, doc.get("Globals", {}).get("Function", {}))
+    rules = _rules(r, resources)
+    globals_ = doc.get("Globals", {}).get("Function", {})
+    functions = {name: _function(r, name, res, globals_, rules.get(name, ()))
                  for name, res in resources.items() if res.get("Type") == "AWS::Serverless::Function"}
     policies: dict[str, Any] = {}
     roles: dict[str, tuple[Any, ...]] = {}
@@ -215,8 +222,8 @@ def _text(value: Any) -> str:
 
 
 class _Resolver:
-    def __init__(self, doc: dict[str, Any], refs: dict[str, str]) -> None:
-        self.doc, self.refs = doc, refs
+    def __init__(self, doc: dict[str, Any], refs: dict[str, str], lists: set[str] | None = None) -> None:
+        self.doc, self.refs, self.lists = doc, refs, lists or set()
         self.conditions: dict[str, bool] = {}
 
     def condition(self, name: str) -> bool:
@@ -261,6 +268,9 @@ class _Resolver:
             return sep.join(_text(p) for p in joined)
         if key == "Fn::Split":
             text = self.value(arg[1])
+            if isinstance(text, Resource) and arg[0] in text.what:  # a Join's: its parts again
+                return [Resource(p[1:-1]) if re.fullmatch(r"<[^<>]+>", p) else p
+                        for p in text.what.split(arg[0])]
             return Resource(str(text)) if isinstance(text, Resource) else _text(text).split(arg[0])
         if key.startswith("Fn::"):
             return Resource(key)  # an intrinsic the functions' settings do not use
@@ -269,6 +279,8 @@ class _Resolver:
     def _ref(self, name: str) -> Any:
         if name == "AWS::NoValue":
             return _ABSENT
+        if name in self.lists:  # a CommaDelimitedList's Ref is a list, as in CloudFormation
+            return self.refs[name].split(",")
         if name in self.refs:
             return self.refs[name]
         return Resource(name)
@@ -296,7 +308,31 @@ class _Resolver:
         return Resource(out) if unknown else out
 
 
-def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, Any]) -> FunctionConfig:
+def _rules(r: _Resolver, resources: Mapping[str, Any]) -> dict[str, tuple[Schedule, ...]]:
+    """The ``AWS::Events::Rule`` schedules (of a deploy's conditions) by the function they target."""
+    out: dict[str, tuple[Schedule, ...]] = {}
+    for name, res in resources.items():
+        if res.get("Type") != "AWS::Events::Rule":
+            continue
+        if "Condition" in res and not r.condition(res["Condition"]):
+            continue
+        p = r.value(res.get("Properties", {}))
+        if "ScheduleExpression" not in p:
+            continue
+        for target in p.get("Targets", []):
+            arn = target.get("Arn")
+            if not (isinstance(arn, Resource) and arn.what.endswith(".Arn")):
+                continue
+            raw = target.get("Input")
+            schedule = Schedule(name, _text(p["ScheduleExpression"]), p.get("State", "ENABLED") == "ENABLED",
+                                json.loads(raw) if isinstance(raw, str) else raw)
+            fn = arn.what.removesuffix(".Arn")
+            out[fn] = (*out.get(fn, ()), schedule)
+    return out
+
+
+def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, Any],
+              rules: tuple[Schedule, ...] = ()) -> FunctionConfig:
     props = r.value(res.get("Properties", {}))
     g = r.value(globals_)
     raw_env = {**g.get("Environment", {}).get("Variables", {}),
@@ -318,7 +354,7 @@ def _function(r: _Resolver, name: str, res: dict[str, Any], globals_: dict[str, 
         memory_mb=int(props.get("MemorySize", g.get("MemorySize", 128))),
         env=env,
         reserved_concurrency=None if reserved is None else int(reserved),
-        schedules=tuple(schedules),
+        schedules=(*schedules, *rules),
         handler=str(props.get("Handler", g.get("Handler", "app.handler"))),
         code_uri=code_uri if isinstance(code_uri := props.get("CodeUri", g.get("CodeUri")), str) else None,
         policies=tuple(props.get("Policies") or ()),
