@@ -63,9 +63,15 @@ def test_it_runs_in_sluices_vpc_logs_to_a_retained_group_and_uses_the_layer() ->
     assert RES["TeamWorkerLogGroup"]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     assert FN["Layers"] == [{"Ref": "SluiceLayerArn"}]
     assert FN["Handler"] == "sluice.entry.worker_function.handler"
-    schedule = FN["Events"]["SafetyNet"]["Properties"]
-    assert schedule["Schedule"] == {"Ref": "SafetyNetRate"}
-    assert "safety-net" in schedule["Input"]["Fn::Sub"][0]
+    assert "Events" not in FN  # SAM events add allow-only permissions (TeamSafetyNet is a rule)
+    (rule,) = cfn.resources(TEAM, "AWS::Events::Rule").values()
+    assert rule["Properties"]["ScheduleExpression"] == {"Ref": "SafetyNetRate"}
+    assert rule["Properties"]["State"] == "ENABLED"
+    (target,) = rule["Properties"]["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["TeamWorkerFunction", "Arn"]}  # unqualified: the policy's ARN
+    assert target["Input"] == {"Fn::Sub": [
+        '{"queues": ["${Names}"], "batch": ${WorkerBatch}, "source": "safety-net"}',
+        {"Names": {"Fn::Join": ['", "', {"Ref": "Queues"}]}}]}
 
 
 def test_the_teams_registrar_registers_the_functions_routes_on_every_version() -> None:
@@ -76,9 +82,15 @@ def test_the_teams_registrar_registers_the_functions_routes_on_every_version() -
     assert routes["Type"] == "Custom::SluiceRoutes"
     token = routes["Properties"]["ServiceToken"]
     assert _imports(token) == ["${SluiceStackName}-team-${TeamName}-RegistrarArn"]
-    assert routes["Properties"]["Version"] == {"Ref": "TeamWorkerFunction.Version"}
+    # No versions or aliases (each would be an invoke target TeamWorkerPolicy does not cover): the
+    # registrar describes the function unqualified, after CloudFormation updated it (the Ref orders
+    # it), and a change of the module, layer, queues or CodeRevision re-registers.
+    assert "AutoPublishAlias" not in FN and "Version" not in routes["Properties"]
+    assert routes["Properties"]["Function"] == {"Ref": "TeamWorkerFunction"}
+    for prop, param in (("HandlersModule", "HandlersModule"), ("Layer", "SluiceLayerArn"),
+                        ("Queues", "Queues"), ("CodeRevision", "CodeRevision")):
+        assert routes["Properties"][prop] == {"Ref": param}, prop
     assert "Owner" not in routes["Properties"]  # the registrar's configuration says whose routes
-    assert FN["AutoPublishAlias"] == "live"
 
 
 def test_the_team_stack_creates_no_role_and_writes_no_route() -> None:

@@ -268,14 +268,10 @@ def test_sluices_own_callers_are_still_admitted(rig: Rig) -> None:
 
 
 # The relay's, the default worker's and a team worker's legitimate callers: the relay dispatches
-# both workers (the default worker's policy admits its role; the relay's own policy allows the
-# team's, <stack>-worker-*). Everyone else below is a hostile invoker of these three.
+# both workers (each one's resource policy admits its role: template.yaml's WorkerFunctionPolicy,
+# infra/worker.yaml's TeamWorkerPolicy). Everyone else below is a hostile invoker of these three.
 SCHEDULED = (RELAY_FUNCTION, WORKER_FUNCTION, team_function_name(TEAM[0]))
 LEGITIMATE = {(WORKER_FUNCTION, "the relay"), (team_function_name(TEAM[0]), "the relay")}
-# Not yet closed: a team's worker (infra/worker.yaml, the team's own stack) has no resource policy,
-# so a principal whose own IAM policy allows lambda:* reaches it. Held open by the strict xfail
-# test_a_team_worker_refuses_a_stranger below, which passes once infra/worker.yaml has one.
-KNOWN_GAP = {(team_function_name(TEAM[0]), "a stranger allowed lambda:* on *")}
 
 
 def scheduled_shapes(rig: Rig) -> dict[str, tuple[dict[str, Any], str | None]]:
@@ -311,7 +307,7 @@ def test_every_invoker_is_refused_the_relay_and_the_workers_and_nothing_is_writt
     for who, key in CALLERS.items():
         client = rig.client(key)
         for function in SCHEDULED:
-            if (function, who) in LEGITIMATE | KNOWN_GAP:
+            if (function, who) in LEGITIMATE:
                 continue
             for shape, (event, response_key) in scheduled_shapes(rig).items():
                 with pytest.raises(ClientError) as refused:
@@ -327,7 +323,7 @@ def test_every_invoker_is_refused_the_relay_and_the_workers_and_nothing_is_writt
                 tried += 1
                 if response_key is not None:
                     answers.append(response_key)
-    assert tried == (len(CALLERS) * len(SCHEDULED) - len(LEGITIMATE) - len(KNOWN_GAP)) * 3
+    assert tried == (len(CALLERS) * len(SCHEDULED) - len(LEGITIMATE)) * 3
     assert lambdas.counts["denied"] - denied == tried
     time.sleep(2)  # anything asynchronous an attempt might have set off
     assert rig.snapshot() == before  # the routes, the queues' Redis state (nothing leased or acked), ...
@@ -358,11 +354,6 @@ def test_the_schedule_rules_reach_their_own_function_only(rig: Rig) -> None:
             lambdas.invoke(function, event, caller=caller)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="infra/worker.yaml's team worker has no AWS::Lambda::ResourcePolicy yet (issue 27, left open): "
-    "it needs the relay's role, its safety-net rule and its registrar's role admitted across stacks",
-)
 def test_a_team_worker_refuses_a_stranger(rig: Rig) -> None:
     client = rig.client(CALLERS["a stranger allowed lambda:* on *"])
     event, _key = scheduled_shapes(rig)["a worker dispatch"]
@@ -372,3 +363,28 @@ def test_a_team_worker_refuses_a_stranger(rig: Rig) -> None:
             InvocationType="Event",
             Payload=json.dumps(event).encode(),
         )
+
+
+def test_a_team_worker_admits_its_rule_its_registrar_and_the_relay_only(rig: Rig) -> None:
+    """infra/worker.yaml's TeamWorkerPolicy, locally: its own safety-net rule (the SourceArn the
+    local scheduler sends), its registrar's role (the describe the registrar sent at start-up, which
+    registered the team's routes) and the relay's role; not the default worker's rule, nor a rule
+    of another stack."""
+    from sluice_dev.local import access
+
+    lambdas = rig.dev.lambdas
+    assert lambdas is not None
+    team = team_function_name(TEAM[0])
+    rule = rig.dev.team_rule_caller(TEAM[0])
+    assert rule.source_arn and rule.source_arn.endswith(f"{TEAM[0]}-worker-TeamSafetyNet")
+    dispatch = {"queues": [rig.dev.team_stacks[TEAM[0]].queues[0]], "batch": 1, "source": "safety-net"}
+    for caller in (rule, access.Caller(rig.dev.team_stacks[TEAM[0]].registrar_role_arn),
+                   access.Caller(access.role_arn("sluice", "RelayFunctionRole"))):
+        inv = lambdas.invoke(team, dispatch, asynchronous=False, caller=caller)
+        assert inv.done.wait(60) and inv.error is None, (caller, inv.result)
+    assert any(r.function == team for r in rig.dev._routes().routes)  # the registrar's describe got in
+    for caller in (rig.dev.rule_caller("WorkerFunction"), access.rule_caller("sluice", "MyRule"),
+                   access.rule_caller("other-worker", "TeamSafetyNet"), access.EVENTS,
+                   access.Caller(rig.dev.team_stacks[TEAM[0]].role_arn)):
+        with pytest.raises(access.AccessDenied):
+            lambdas.invoke(team, dispatch, caller=caller)

@@ -52,7 +52,7 @@ from sluice_dev.local.redis_users import LocalRedisUser
 from sluice_dev.local.sink import FencedSink
 from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
 from sluice_dev.local.teams import TeamStack
-from sluice_dev.local.template import TEMPLATE, DeployConfig, load
+from sluice_dev.local.template import IMPORT, TEMPLATE, DeployConfig, load
 
 if TYPE_CHECKING:
     from sluice.core.routes import RouteTable
@@ -146,12 +146,19 @@ class DevOptions:
                 raise ConfigError(f"--worker {name}= is given twice")
             params = {"SluiceStackName": STACK_NAME, "TeamName": name, "HandlersModule": module,
                       "SluiceLayerArn": LOCAL_LAYER}
-            out[name] = (module, load(self.team_template, overrides=params))
+            # Each team's stack its own name: its rule's ARN (the SourceArn its policy admits) is
+            # the team's alone, as a deployed rule's generated name is.
+            out[name] = (module, load(self.team_template, overrides=params, stack_name=team_stack_name(name)))
         return out
 
 
 def team_function_name(team: str) -> str:
     return f"{STACK_NAME}-worker-{team}"
+
+
+def team_stack_name(team: str) -> str:
+    """The local name of team ``team``'s own stack (infra/worker.yaml)."""
+    return f"{team}-worker"
 
 
 def team_function_id(deploy: DeployConfig) -> str:
@@ -531,10 +538,19 @@ class DevStack:
         for team, fn in self.team_functions.items():
             deploy = self.teams[team][1]
             cfg = deploy.functions[team_function_id(deploy)]
-            access.add_function(deploy, cfg, fn.name, names)
+            stack = self.team_stacks[team]
+            # Its resource policy (infra/worker.yaml's TeamWorkerPolicy): the relay's role (the
+            # Sluice stack's export), the team's registrar role (named by convention: the team
+            # stack's) and its own safety-net rule, whose ARN the local scheduler sends.
+            own = {**names, f"{cfg.logical_id}.Arn": iam.function_arn(fn.name),
+                   f"{IMPORT}{STACK_NAME}-RelayFunctionRoleArn": names["RelayFunctionRole.Arn"],
+                   **{f"{r.name}.Arn": iam.rule_arn(deploy.stack_name, r.name) for r in cfg.schedules}}
+            access.add_function(deploy, cfg, fn.name, own)
+            if stack.registrar_role_arn not in json.dumps(access.resource_policies[fn.name]):
+                raise ConfigError(f"{deploy.path}: {fn.name}'s resource policy does not admit its registrar "
+                                  f"role {stack.registrar_role_arn} (infra/team.yaml's RegistrarRole)")
             # The team's worker runs as the role infra/team.yaml vends it, with that role's rights
             # (its boundary): the internal function's policy admits the role, and its own allows it.
-            stack = self.team_stacks[team]
             access.add_identity(iam.key_of(fn.name), stack.role_arn, [stack.worker_policy], names)
             # Its registrar: only the team's deployers may invoke it; it may describe the worker.
             registrar = {**names, "RegistrarFunction.Arn": iam.function_arn(stack.registrar)}
@@ -769,11 +785,17 @@ class DevStack:
                     logging.getLogger(__name__).warning("schedule: %s", exc)
             self._stop.wait(max(0.0, min(due, default=time.monotonic() + 1) - time.monotonic()))
 
-    def rule_caller(self, function: str) -> iam.Caller:
-        """EventBridge invoking ``function`` (a logical id) for its first enabled schedule rule, with
-        that rule's SourceArn, which the function's resource policy admits (issue 27)."""
-        enabled = [s.name for s in self.deploy.functions[function].schedules if s.enabled]
-        return iam.rule_caller(STACK_NAME, enabled[0]) if enabled else iam.EVENTS
+    def rule_caller(self, function: str, team: str | None = None) -> iam.Caller:
+        """EventBridge invoking ``function`` (a logical id; of ``team``'s stack, if given) for its
+        first enabled schedule rule, with that rule's SourceArn, which the function's resource
+        policy admits (issue 27)."""
+        deploy = self.deploy if team is None else self.teams[team][1]
+        enabled = [s.name for s in deploy.functions[function].schedules if s.enabled]
+        return iam.rule_caller(deploy.stack_name, enabled[0]) if enabled else iam.EVENTS
+
+    def team_rule_caller(self, team: str) -> iam.Caller:
+        """EventBridge invoking ``team``'s worker for its safety net (infra/worker.yaml's TeamSafetyNet)."""
+        return self.rule_caller(team_function_id(self.teams[team][1]), team)
 
     def invoke_relay(self) -> None:
         if self.lambdas is not None:
@@ -800,8 +822,10 @@ class DevStack:
             by_function.setdefault(WORKER_FUNCTION if route is None else route.function, []).append(name)
         for function, names in by_function.items():
             event = {"queues": names[:50], "batch": self.settings.worker_batch, "source": "safety-net"}
-            # The default worker's rule has its own ARN (WorkerSafetyNet); a team's SAM schedule, none.
-            caller = self.rule_caller("WorkerFunction") if function == WORKER_FUNCTION else iam.EVENTS
+            # Each function's own safety-net rule, with its ARN (WorkerSafetyNet, a team's TeamSafetyNet).
+            team = next((t for t in self.teams if team_function_name(t) == function), None)
+            caller = (self.rule_caller("WorkerFunction") if function == WORKER_FUNCTION
+                      else self.team_rule_caller(team) if team is not None else iam.EVENTS)
             try:
                 self.lambdas.invoke(function, event, caller=caller)
             except KeyError:  # routed (sluice routes register) to a function this stack does not run

@@ -30,6 +30,7 @@ TEMPLATE = SOURCE_ROOT / "template.yaml"
 SAMCONFIG = SOURCE_ROOT / "samconfig.toml"
 _FN = {"And", "Base64", "Cidr", "Contains", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
        "Not", "Or", "Select", "Split", "Sub", "Length", "ToJsonString"}
+IMPORT = "ImportValue:"  # a Resource marker's prefix for an Fn::ImportValue: ImportValue:<export name>
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,8 @@ class _Resolver:
                 return [Resource(p[1:-1]) if re.fullmatch(r"<[^<>]+>", p) else p
                         for p in text.what.split(arg[0])]
             return Resource(str(text)) if isinstance(text, Resource) else _text(text).split(arg[0])
+        if key == "Fn::ImportValue":  # another stack's export, by its name: the local stack binds it
+            return Resource(f"{IMPORT}{_text(self.value(arg))}")
         if key.startswith("Fn::"):
             return Resource(key)  # an intrinsic the functions' settings do not use
         return {key: self.value(arg)}
