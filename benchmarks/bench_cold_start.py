@@ -120,9 +120,9 @@ def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
 
 
 def _append_one_job(env: Mapping[str, str]) -> None:
-    """One fresh job in Kafka for the relay's next round, its id signed as the gateway signs."""
+    """One fresh job in Kafka for the relay's next round, minted and sealed as the gateway writes it."""
     from sluice.backends.kafka.producer import KafkaJobLog
-    from sluice.core import ids
+    from sluice.core import ids, seal
     from sluice.core.clock import wall_ms
     from sluice.core.models import JobSpec
     from sluice_dev.local.deployed import settings_of
@@ -131,8 +131,10 @@ def _append_one_job(env: Mapping[str, str]) -> None:
     if s.job_id_secret is None:
         raise RuntimeError("the relay's environment has no SLUICE_JOB_ID_SECRET to sign the bench's job")
     now = wall_ms()
-    spec = JobSpec(job_id=ids.mint(now, RELAY_QUEUE, s.job_id_secret.get_secret_value().encode()),
-                   queue=RELAY_QUEUE, payload={"bench": "cold_start"}, enqueued_at_ms=now)
+    key = s.job_id_secret.get_secret_value().encode()
+    # Minted and sealed as the gateway writes it: the relay pushes nothing else (issue 27).
+    spec = seal.seal_spec(JobSpec(job_id=ids.mint(now, RELAY_QUEUE, key), queue=RELAY_QUEUE,
+                                  payload={"bench": "cold_start"}, enqueued_at_ms=now), key)
     log = KafkaJobLog.from_settings(s)
     try:
         log.append([spec])
@@ -197,6 +199,9 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
         base = dev.deploy.functions["WorkerFunction"].concrete_env()
         from sluice_dev.local.deployed import settings_of
 
+        # redis-server with each function's ACL user, as sluice dev runs it (ElastiCache RBAC).
+        dev.redis_users = dev._plan_redis_users()
+        stack.redis_users = list(dev.redis_users.values())
         s = stack.start_servers(settings_of(base))
         ensure_topics(s)
         tables.ensure_all(s)
