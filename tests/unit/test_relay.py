@@ -778,3 +778,36 @@ def test_a_refused_record_the_jobs_table_cannot_record_yet_is_read_again_not_dro
     assert calls == [altered.job_id, altered.job_id] and w.store.items[altered.job_id]["status"] == "dead"
     assert [r.offset for r, _ in w.source.dead] == [1] and relay.report.refused_records == 1
     assert w.source.committed_offsets == {0: 3}
+
+
+def test_a_minted_job_of_a_queue_the_registry_refuses_ends_dead_with_the_reason_not_in_silence() -> None:
+    """Issue 28's race, as far as the relay goes: two gateways each admitted the first job of a new
+    queue when the registry had room for one. The refused queue's job was answered 202: it now ends
+    visibly dead with the reason (its record still goes to the dead-letter topic), never dropped."""
+    from sluice.core import ids, seal
+
+    key = b"this-deployment-key-0123456789"
+    from sluice.core.errors import QueueNotAllowed
+
+    w = World(partitions=1)
+    register = w.engine.register
+
+    def full_for_second(queue: str) -> None:
+        if queue == "second":
+            raise QueueNotAllowed("the queue registry is full (MaxQueues)")
+        register(queue)
+
+    w.engine.register = full_for_second  # type: ignore[method-assign]
+    now = w.clock.now_ms()
+    first, second = (seal.seal_spec(JobSpec(job_id=ids.mint(now, q, key), queue=q, payload=1,
+                                            enqueued_at_ms=now), key) for q in ("first", "second"))
+    for spec in (first, second):
+        w.source.append_spec(0, spec)
+    relay = w.relay(job_ids=ids.Verifier(key))
+    run_steps(relay, 3)
+    relay.stop()
+    assert w.in_redis("first") == [first.job_id] and w.in_redis("second") == []
+    item = w.store.items[second.job_id]
+    assert item["status"] == "dead" and item["last_error"].startswith("refused by the relay: queue refused")
+    assert [reason.startswith("queue refused") for _, reason in w.source.dead] == [True]
+    assert (relay.report.refused, relay.report.refused_records) == (1, 0)

@@ -167,7 +167,8 @@ class Intake:
 
     def _admit(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, sealing: Sealing) -> bool:
         """Whether ``job`` goes into the buffers; one no gateway minted or sealed, or one of a queue
-        the registry refuses, goes to the dead-letter topic instead."""
+        the registry refuses, goes to the dead-letter topic instead (a minted one of a refused
+        queue ending its job ``dead`` with the reason first)."""
         # Minted and sealed first: a record no gateway made must not register its queue name.
         if self.job_ids is not None:
             refused = check_record(job, sealing, self.job_ids, self.now_ms())
@@ -180,7 +181,14 @@ class Intake:
                 return False
         if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
             self.report.refused += 1
-            self._dead_letter(owned, record, f"queue refused: {why}")
+            if self.job_ids is not None:
+                # Minted and sealed by a gateway of this deployment: it answered 202, so the job
+                # ends visibly dead with the reason (GET, events), never dropped in silence
+                # (issue 28 makes this admission binding where it is taken).
+                self._refuse(owned, record, job, Refusal(f"queue refused: {why}", record_dead=True))
+                self.report.refused_records -= 1  # counted as refused above, not as a bad record
+            else:
+                self._dead_letter(owned, record, f"queue refused: {why}")
             return False
         return True
 
