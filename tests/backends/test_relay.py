@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -39,6 +40,36 @@ def step_until(relay: Any, done: Any, timeout: float) -> None:
 
 
 @pytest.mark.timeout(60)
+
+def relay_lambda_env(monkeypatch: pytest.MonkeyPatch, bs: str, topic: str, redis_url: str, moto_url: str,
+                     unique: str, key: str) -> None:
+    """The relay Lambda's environment over these servers (its dead-letter topic and jobs table made)."""
+    from sluice.backends.dynamodb import tables
+    from sluice.core.config import Settings
+    from sluice.entry import relay as relay_entry
+    from sluice.entry import root as wiring
+
+    create_topic(bs, f"{topic}.dlq", 1)
+    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
+           "SLUICE_KAFKA_DEAD_LETTER_TOPIC": f"{topic}.dlq", "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}",
+           "SLUICE_AWS_ENDPOINT_URL": moto_url, "SLUICE_JOBS_TABLE": f"jobs-{unique}",
+           "SLUICE_RELAY_STOP_BEFORE_MS": "5000", "SLUICE_JOB_ID_SECRET": key}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    wiring.reset()
+    relay_entry._source.cache_clear()
+    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+
+
+def relay_app() -> Any:
+    """functions/relay/app.py, loaded as Lambda loads it (a fresh module each time)."""
+    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
+    spec = importlib.util.spec_from_file_location("relay_app", path)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    return app
+
 def test_ten_thousand_jobs_each_in_redis_exactly_once(tansu: Any, topic: str, redis_url: str,
                                                       redis_client: Any, unique: str) -> None:
     bs = tansu.extra["bootstrap"]
@@ -154,7 +185,6 @@ class LambdaContext:
 def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
         tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str,
         monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
-    import importlib.util
 
     from sluice.backends.dynamodb import tables
     from sluice.core.config import Settings
@@ -172,11 +202,7 @@ def test_the_relay_lambda_relays_until_shortly_before_its_timeout(
     tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
     records = job_records("l", 50)  # the moto server marks ~100 items/s queued: keep the drain short
     produce(bs, topic, records)
-    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
-    spec = importlib.util.spec_from_file_location("relay_app", path)
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = relay_app()
     started = time.monotonic()
     try:
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=7_000))
@@ -231,9 +257,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
         tansu: Any, topic: str, redis_url: str, redis_client: Any, moto_url: str, unique: str,
         monkeypatch: pytest.MonkeyPatch, event_json: Any) -> None:
     """Issue 19, item 9: anyone who can write to Kafka cannot enqueue (an unauthenticated cluster)."""
-    import importlib.util
 
-    from sluice.backends.dynamodb import tables
     from sluice.core import ids, seal
     from sluice.core.config import Settings
     from sluice.core.models import JobSpec
@@ -242,16 +266,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
 
     key = f"the-deployment-job-id-key-{unique}"
     bs = tansu.extra["bootstrap"]
-    create_topic(bs, f"{topic}.dlq", 1)
-    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
-           "SLUICE_KAFKA_DEAD_LETTER_TOPIC": f"{topic}.dlq", "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}",
-           "SLUICE_AWS_ENDPOINT_URL": moto_url, "SLUICE_JOBS_TABLE": f"jobs-{unique}",
-           "SLUICE_RELAY_STOP_BEFORE_MS": "5000", "SLUICE_JOB_ID_SECRET": key}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    wiring.reset()
-    relay_entry._source.cache_clear()
-    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+    relay_lambda_env(monkeypatch, bs, topic, redis_url, moto_url, unique, key)
     now = int(time.time() * 1000)
     minted = [ids.mint(now, "q", key.encode()) for _ in range(3)]
     forged = [f"plain-{unique}", ids.mint(now, "q", b"another-deployments-key-000"),
@@ -262,11 +277,7 @@ def test_the_relay_lambda_dead_letters_records_no_gateway_minted(
                                            ).model_dump_json().encode(), 0)
                for j in [minted[0], *forged, *minted[1:]]]
     produce(bs, topic, records)
-    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
-    spec = importlib.util.spec_from_file_location("relay_app", path)
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = relay_app()
     try:
         # 7 s of relaying: the dead-letter producer starts cold.
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
@@ -289,9 +300,7 @@ def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
     than the gateway sealed (or an unsealed or expired one) is never pushed: its job ends visibly dead
     with the reason in the jobs table (what GET /v1/jobs/<id> reads), and the record goes to the
     dead-letter topic. A tampered copy of a job already queued leaves that job alone."""
-    import importlib.util
 
-    from sluice.backends.dynamodb import tables
     from sluice.core import ids, limits, seal
     from sluice.core.config import Settings
     from sluice.core.models import JobSpec
@@ -300,16 +309,7 @@ def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
 
     key = f"the-deployment-job-id-key-{unique}".encode()
     bs = tansu.extra["bootstrap"]
-    create_topic(bs, f"{topic}.dlq", 1)
-    env = {"SLUICE_REDIS_URL": redis_url, "SLUICE_KAFKA_BOOTSTRAP": bs, "SLUICE_KAFKA_TOPIC": topic,
-           "SLUICE_KAFKA_DEAD_LETTER_TOPIC": f"{topic}.dlq", "SLUICE_KAFKA_CONSUMER_GROUP": f"g-{unique}",
-           "SLUICE_AWS_ENDPOINT_URL": moto_url, "SLUICE_JOBS_TABLE": f"jobs-{unique}",
-           "SLUICE_RELAY_STOP_BEFORE_MS": "5000", "SLUICE_JOB_ID_SECRET": key.decode()}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    wiring.reset()
-    relay_entry._source.cache_clear()
-    tables.create_jobs_table(wiring.boto_client("dynamodb", Settings.from_env()), f"jobs-{unique}")
+    relay_lambda_env(monkeypatch, bs, topic, redis_url, moto_url, unique, key.decode())
     now = int(time.time() * 1000)
 
     def sealed(**fields: Any) -> JobSpec:
@@ -335,11 +335,7 @@ def test_the_relay_lambda_refuses_records_altered_after_the_gateway_sealed_them(
     records = [(s.job_id.encode(), s.model_dump_json().encode(), 0)
                for s in [good, *refused.values(), copy, replayed]]
     produce(bs, topic, records)
-    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
-    spec = importlib.util.spec_from_file_location("relay_app", path)
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = relay_app()
     try:
         result = app.handler(event_json("scheduled_relay.json"), LambdaContext(budget_ms=12_000))
         store = wiring.store(Settings.from_env())

@@ -19,6 +19,7 @@ from sluice.backends.dynamodb.results import result_key
 from sluice.core.config import Settings
 from sluice.core.ids import mint
 from tests.infra import cfn
+from tests.infra.test_team_worker import _imports
 
 TEAM = cfn.load(cfn.ROOT / "infra" / "team.yaml")
 RES = TEAM["Resources"]
@@ -233,16 +234,6 @@ def test_only_sluices_default_worker_writes_routes_in_sluices_stack() -> None:
     default = cfn.template()["Resources"]["DefaultWorkerRoutes"]["Properties"]
     assert default["Owner"] == "sluice"
     assert default["ServiceToken"] == {"Fn::GetAtt": ["WorkerFunction", "Arn"]}
-
-
-def _imports(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        if "Fn::ImportValue" in value:
-            return [value["Fn::ImportValue"]["Fn::Sub"]]
-        return [x for v in value.values() for x in _imports(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in _imports(v)]
-    return []
 
 
 def test_every_import_is_an_export_of_the_sluice_stack() -> None:

@@ -42,9 +42,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, 
     # The safety net rarely runs: the jobs below reach their worker through the relay's dispatch.
     dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", safety_net_every_s=600,
                               team_workers=(("words", "sluice_dev.examples_team"),), history=False))
+    yield from started(dev, INVOKED)
+
+
+def started(dev: DevStack, invoked: list[tuple[str, dict[str, Any]]]
+            ) -> Iterator[tuple[DevStack, dict[str, Any]]]:
+    """A module's stack, started, recording every finished invocation in ``invoked``; stopped after."""
     endpoints = dev.start()
     assert dev.lambdas is not None
-    dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
+    dev.lambdas.on_finish = lambda inv: invoked.append((inv.function, dict(inv.event or {})))
     try:
         yield dev, endpoints
     finally:

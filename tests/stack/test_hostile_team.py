@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,20 +26,11 @@ import pytest
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core.errors import InvalidInput
 from sluice_dev.local.dev import DevOptions, DevStack
+from tests.stack.test_dev_teams import http, started, wait_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 INVOKED: list[tuple[str, dict[str, Any]]] = []
 EVIL_FN, WORDS_FN = "sluice-worker-evil", "sluice-worker-words"
-
-
-def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +40,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevStack, 
         state_dir=state, workers=1, log_level="WARNING", safety_net_every_s=600, history=False,
         settings={"route_cache_ttl_s": 1.0},  # so a route written in a test is read within a second
         team_workers=(("words", "sluice_dev.examples_team"), ("evil", "tests.stack.hostile_team"))))
-    endpoints = dev.start()
-    assert dev.lambdas is not None
-    dev.lambdas.on_finish = lambda inv: INVOKED.append((inv.function, dict(inv.event or {})))
-    try:
-        yield dev, endpoints
-    finally:
-        dev.stop()
+    yield from started(dev, INVOKED)
 
 
 def routes(dev: DevStack) -> dict[str, tuple[str, str, str]]:
@@ -67,15 +50,6 @@ def routes(dev: DevStack) -> dict[str, tuple[str, str, str]]:
     items = db.scan(TableName=dev.settings.routes_table, ConsistentRead=True)["Items"]
     return {i["pattern"]["S"]: (i["function"]["S"], i["owner"]["S"], i.get("schemas", {}).get("S", ""))
             for i in items}
-
-
-def wait_job(gateway: str, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        _, view = http("GET", f"{gateway}/v1/jobs/{job_id}")
-        if view.get("status") in ("succeeded", "failed", "dead", "cancelled") or time.monotonic() > deadline:
-            return view  # type: ignore[no-any-return]
-        time.sleep(0.3)
 
 
 def test_the_local_stack_plays_each_teams_infra_stack(stack: tuple[DevStack, dict[str, Any]]) -> None:

@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import sluice
 from sluice.core.routes import Route
 from sluice.entry import routes_resource
+from sluice_dev.fakes import FakeRouteStore
 
 SCHEMA = {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}
-
-
-class MemoryRoutes:
-    def __init__(self, routes: list[Route] | None = None) -> None:
-        self.routes = {r.pattern: r for r in routes or []}
-        self.writes = 0
-
-    def list_routes(self) -> list[Route]:
-        return list(self.routes.values())
-
-    def put_routes(self, owner: str, routes: Sequence[Route], stale: Sequence[Route]) -> None:
-        self.writes += 1
-        for r in stale:
-            self.routes.pop(r.pattern, None)
-        self.routes.update({r.pattern: r for r in routes})
-
-    def delete_route(self, pattern: str, owner: str | None) -> Route:
-        return self.routes.pop(pattern)
 
 
 def team_app(schema: Any = SCHEMA) -> sluice.Worker:
@@ -50,7 +32,7 @@ def event(kind: str, **props: Any) -> dict[str, Any]:
     return e
 
 
-def run(e: dict[str, Any], store: MemoryRoutes, app: sluice.Worker | None = None) -> dict[str, Any]:
+def run(e: dict[str, Any], store: FakeRouteStore, app: sluice.Worker | None = None) -> dict[str, Any]:
     sent: list[tuple[str, bytes]] = []
     body = routes_resource.respond(e, "sluice-worker-media", app or team_app(), store,
                                    lambda url, data: sent.append((url, data)))
@@ -59,7 +41,7 @@ def run(e: dict[str, Any], store: MemoryRoutes, app: sluice.Worker | None = None
 
 
 def test_create_routes_every_handled_queue_with_its_schema_to_this_function() -> None:
-    store = MemoryRoutes()
+    store = FakeRouteStore()
     body = run(event("Create", Owner="media"), store)
     assert body["Status"] == "SUCCESS"
     assert body["PhysicalResourceId"] == "sluice-routes:media:sluice-worker-media"
@@ -69,7 +51,7 @@ def test_create_routes_every_handled_queue_with_its_schema_to_this_function() ->
 
 
 def test_update_with_a_prefix_replaces_the_exact_routes_it_covers() -> None:
-    store = MemoryRoutes()
+    store = FakeRouteStore()
     run(event("Create", Owner="media"), store)
     body = run(event("Update", Owner="media", Patterns=["thumbs-*"]), store)
     assert body["Status"] == "SUCCESS" and body["Data"]["Removed"] == "thumbs-big"
@@ -77,20 +59,20 @@ def test_update_with_a_prefix_replaces_the_exact_routes_it_covers() -> None:
 
 
 def test_a_queue_another_team_routes_fails_the_deploy_and_writes_nothing() -> None:
-    store = MemoryRoutes([Route("thumbnails", "sluice-worker-other", "other")])
+    store = FakeRouteStore([Route("thumbnails", "sluice-worker-other", "other")])
     body = run(event("Create", Owner="media"), store)
     assert body["Status"] == "FAILED" and "RouteConflict" in body["Reason"] and "other" in body["Reason"]
     assert store.writes == 0
 
 
 def test_a_schema_that_is_not_json_schema_fails_the_deploy_and_writes_nothing() -> None:
-    store = MemoryRoutes()
+    store = FakeRouteStore()
     body = run(event("Create", Owner="media"), store, team_app({"type": "objet"}))
     assert body["Status"] == "FAILED" and "InvalidSchema" in body["Reason"] and store.writes == 0
 
 
 def test_delete_removes_this_functions_routes_only() -> None:
-    store = MemoryRoutes([Route("video", "sluice-worker-video", "video")])
+    store = FakeRouteStore([Route("video", "sluice-worker-video", "video")])
     run(event("Create", Owner="media"), store)
     body = run(event("Delete", Owner="media"), store)
     assert body["Status"] == "SUCCESS"

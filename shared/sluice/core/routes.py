@@ -316,7 +316,7 @@ class TtlRead(Generic[T]):
         self._read_at = float("-inf")
 
 
-class RouteCache:
+class RouteCache(TtlRead[RouteTable]):
     """The routes, read at most once per ``ttl_s``; a failed read keeps the last table.
 
     ``known`` is False until a read found at least one route: before that, the gateway
@@ -325,22 +325,13 @@ class RouteCache:
 
     def __init__(self, source: RouteSource | Lazy[RouteSource], *, ttl_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.source, self.ttl_s = source, ttl_s
+        self.source = source
         # No route yet: read again sooner, so the first registration counts within seconds.
-        self._read = TtlRead(lambda: RouteTable(resolve(self.source).list_routes()), RouteTable(),
-                             ttl_s=ttl_s, clock=clock, soon=lambda table: not table.routes)
-
-    @property
-    def errors(self) -> int:
-        return self._read.errors
-
-    @property
-    def has_read(self) -> bool:
-        """A read has succeeded: ``last()`` is a real table, not a blank one."""
-        return self._read.has_read
+        super().__init__(lambda: RouteTable(resolve(self.source).list_routes()), RouteTable(),
+                         ttl_s=ttl_s, clock=clock, soon=lambda table: not table.routes)
 
     def table(self) -> RouteTable:
-        return self._read.get()
+        return self.get()
 
     def resolve(self, queue: str) -> Route | None:
         return self.table().resolve(queue)
@@ -350,10 +341,10 @@ class RouteCache:
 
     def last(self) -> RouteTable:
         """The table of the last successful read (empty before one), without reading."""
-        return self._read.value
+        return self.value
 
     def forget(self) -> None:
-        self._read.reset()
+        self.reset()
 
 
 # -- the team map (issue 27): which queues the infra team gave each team --------------------------
@@ -432,28 +423,24 @@ class TeamMapSource(Protocol):
     def read_teams(self) -> dict[str, tuple[str, ...]]: ...
 
 
-class TeamMapCache:
+class TeamMapCache(TtlRead[TeamMap]):
     """The team map, read at most once per ``ttl_s``; a failed read keeps the last map (and raises)."""
 
     def __init__(self, source: TeamMapSource | Lazy[TeamMapSource], *, ttl_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.source, self.ttl_s = source, ttl_s
-        self._read = TtlRead(lambda: TeamMap(dict(resolve(self.source).read_teams())), TeamMap(),
-                             ttl_s=ttl_s, clock=clock)
-
-    @property
-    def has_read(self) -> bool:
-        return self._read.has_read
+        self.source = source
+        super().__init__(lambda: TeamMap(dict(resolve(self.source).read_teams())), TeamMap(),
+                         ttl_s=ttl_s, clock=clock)
 
     def map(self) -> TeamMap:
-        return self._read.get()
+        return self.get()
 
     def last(self) -> TeamMap:
-        return self._read.value
+        return self.value
 
     def forget(self) -> None:
         """Read again on the next use."""
-        self._read.reset()
+        self.reset()
 
 
 class CachedRouteLookup:

@@ -7,12 +7,12 @@ the composition root.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from sluice.core.config import Settings
 
 
-def boto_client(service: str, s: Settings, **options: Any) -> Any:
+def boto_client(service: str, s: Settings, *, endpoint_url: str | None = None, **options: Any) -> Any:
     """A new client of ``service`` for ``s`` (``options``: boto3's, e.g. ``config``)."""
     import boto3
 
@@ -23,4 +23,28 @@ def boto_client(service: str, s: Settings, **options: Any) -> Any:
     if boto3.DEFAULT_SESSION is None:
         boto3.setup_default_session()
     factory: Any = boto3.DEFAULT_SESSION.client  # type: ignore[union-attr]
-    return factory(service, region_name=s.aws_region, endpoint_url=s.aws_endpoint_url, **options)
+    return factory(service, region_name=s.aws_region, endpoint_url=endpoint_url or s.aws_endpoint_url,
+                   **options)
+
+
+def lambda_client(s: Settings, *, read_timeout: float | None = None) -> Any:
+    """Lambda's client for ``s``: its own endpoint where one is set (the local Lambda service), else
+    the AWS one; ``read_timeout``: short connects and two standard retries (an invoke's caller)."""
+    options: dict[str, Any] = {}
+    if read_timeout is not None:
+        from botocore.config import Config
+
+        options["config"] = Config(connect_timeout=2, read_timeout=read_timeout,
+                                   retries={"max_attempts": 2, "mode": "standard"})
+    return boto_client("lambda", s, endpoint_url=s.lambda_endpoint_url, **options)
+
+
+class OnLambda:
+    """An adapter over Lambda's API: handed a client, or built from Settings (``lambda_client``)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Self:
+        return cls(lambda_client(s))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sluice.backends.aws.clients import lambda_client
 from sluice.core.config import Settings
 from sluice.core.errors import BackendUnavailable, InvalidInput
 from sluice.core.models import DispatchEvent
@@ -61,13 +62,7 @@ class LambdaDispatcher:
     def from_settings(cls, settings: Settings,
                       function_for: Callable[[str], str] | None = None) -> LambdaDispatcher:
         def build() -> Any:
-            import boto3
-            from botocore.config import Config
-
-            return boto3.client("lambda", region_name=settings.aws_region,
-                                endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
-                                config=Config(connect_timeout=2, read_timeout=5,
-                                              retries={"max_attempts": 2, "mode": "standard"}))
+            return lambda_client(settings, read_timeout=5)
 
         return cls(None, settings.worker_function_name or "", build_client=build, function_for=function_for)
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sluice.backends.aws.clients import lambda_client
 from sluice.backends.aws.invoke import invoke_json
 from sluice.core.config import Settings
 from sluice.core.errors import from_code
@@ -63,12 +64,6 @@ class LambdaInvoke:
     @classmethod
     def from_settings(cls, settings: Settings) -> LambdaInvoke:
         def build() -> Any:
-            import boto3
-            from botocore.config import Config
-
-            return boto3.client("lambda", region_name=settings.aws_region,
-                                endpoint_url=settings.lambda_endpoint_url or settings.aws_endpoint_url,
-                                config=Config(connect_timeout=2, read_timeout=30,
-                                              retries={"max_attempts": 2, "mode": "standard"}))
+            return lambda_client(settings, read_timeout=30)
 
         return cls(settings.internal_function_name or "", build)

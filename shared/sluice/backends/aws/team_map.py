@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sluice.backends.aws.clients import OnLambda
 from sluice.backends.aws.invoke import invoke_json
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError, StoreError
@@ -70,18 +71,8 @@ class SsmTeamMap:
         return teams
 
 
-class LambdaWorkerDescriber:
+class LambdaWorkerDescriber(OnLambda):
     """``registrar.WorkerDescriber`` over a synchronous Lambda invoke of the team's worker."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> LambdaWorkerDescriber:
-        import boto3
-
-        return cls(boto3.client("lambda", region_name=s.aws_region,
-                                endpoint_url=s.lambda_endpoint_url or s.aws_endpoint_url))
 
     def describe(self, function: str, qualifier: str | None) -> dict[str, Any]:
         return invoke_json(self.client, function, DESCRIBE_EVENT, qualifier=qualifier,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from sluice.backends.aws.clients import OnLambda
 from sluice.backends.dynamodb.client import dynamodb_client
 from sluice.backends.dynamodb.errors import error_code, translate
 from sluice.backends.dynamodb.scan import scan_all
@@ -121,18 +122,8 @@ def _route(item: dict[str, Any]) -> Route:
                  updated_at_ms=int(item.get("updated_at_ms", {}).get("N") or 0))
 
 
-class LambdaFunctions:
+class LambdaFunctions(OnLambda):
     """``FunctionDirectory`` over Lambda's ``GetFunction`` (the local stack's Lambda API answers it)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> LambdaFunctions:
-        import boto3
-
-        return cls(boto3.client("lambda", region_name=s.aws_region,
-                                 endpoint_url=s.lambda_endpoint_url or s.aws_endpoint_url))
 
     def exists(self, function: str) -> bool:
         try:
