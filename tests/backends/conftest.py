@@ -11,8 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from sluice.backends.redis.engine import RedisQueue
 from sluice_dev.local import servers
 from sluice_dev.local.cluster import Cluster, start_cluster
+from tests.backends.test_engine_support import make_queue
 
 # Together they run every engine script: lease, extend, ack, fail, release, reap, cancel, stats,
 # redrive, settle, push (offsets, owner fencing, rate), register, idle/wake, the ownership lease.
@@ -89,3 +91,9 @@ def queue_on(cluster: Cluster, shard: int, prefix: str = "q") -> str:
         if first <= key_slot(name.encode()) <= last:
             return name
     raise AssertionError(f"no queue name for shard {shard}")
+
+
+@pytest.fixture
+def rq(redis_url: str) -> Iterator[RedisQueue]:
+    """A RedisQueue on the test's Redis (a node, or the cluster for CLUSTER_MODULES), closed after."""
+    yield from make_queue(redis_url)

@@ -7,7 +7,7 @@ asserts that the whole database is unchanged afterwards.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.core.errors import BackendUnavailable, InvalidInput, InvalidQueueName, LeaseLost, SluiceError
 from sluice.core.models import MAX_DELAY_MS, JobSpec, LeasedJob
 from sluice_dev.local.servers import free_port
-from tests.backends.test_engine_support import make_queue, redis_now_ms, snapshot, spec
+from tests.backends.test_engine_support import redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration
 
@@ -25,9 +25,6 @@ BAD_QUEUE_NAMES = ["", "{q}", "q}", "{", "a:b", "q*", "*", "has space", " q", "q
                    "队列", "Q", "-q", "_q", "q\x00", "a" * 65, None, 7, b"q"]
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 @pytest.fixture

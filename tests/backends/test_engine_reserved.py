@@ -8,8 +8,6 @@ only. Every refusal leaves the whole database as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -20,7 +18,7 @@ from sluice.core.errors import InvalidQueueName, ReservedQueue
 from sluice.core.models import RESERVED_QUEUE_PREFIX
 from sluice.relay import RELAY_QUEUE, partition_job
 from tests.backends.test_engine_hostile import refused
-from tests.backends.test_engine_support import job, make_queue, members, spec
+from tests.backends.test_engine_support import job, members, spec
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +30,6 @@ HOSTILE = [spec("01JD6Z8Q4YQ8N5V6R1K2M3N4P5.sluice-relay.ABCDEFGHJKMNPQRS", RELA
                 payload={"topic": "sluice.jobs", "partition": 0}, priority=9)]
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 @pytest.mark.parametrize("queue", RESERVED)

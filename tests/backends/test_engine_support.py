@@ -86,7 +86,7 @@ def band(client: redis.Redis, queue: str, value: float, *, reclaimed: bool = Fal
 
 
 def make_queue(url: str) -> Iterator[RedisQueue]:
-    """Body of each module's ``rq`` fixture (fixtures do not import cleanly across modules)."""
+    """Body of the ``rq`` fixture (tests/backends/conftest.py)."""
     queue = RedisQueue.from_url(url)
     yield queue
     queue.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,7 +16,6 @@ from sluice.core.models import QueueConfig
 from tests.backends.test_engine_support import (
     band,
     job,
-    make_queue,
     members,
     redis_now_ms,
     score,
@@ -30,9 +28,6 @@ pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def make_dead(rq: RedisQueue, *ids: str) -> None:

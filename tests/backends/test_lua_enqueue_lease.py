@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -18,7 +17,6 @@ from sluice.relay.recovery.tracker import owner_token
 from tests.backends.test_engine_support import (
     BAND,
     job,
-    make_queue,
     members,
     redis_now_ms,
     redis_now_us,
@@ -32,9 +30,6 @@ pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 # --- enqueue ---------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ which scripts add to the hash, by how much, and that reading it (stats.lua) chan
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -13,15 +12,12 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.errors import InvalidInput, StaleToken
 from sluice.core.models import FinishedCounts
-from tests.backends.test_engine_support import leased, make_queue, snapshot, spec
+from tests.backends.test_engine_support import leased, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def finished(client: redis.Redis) -> dict[str, str]:

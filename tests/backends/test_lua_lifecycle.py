@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -17,7 +17,6 @@ from tests.backends.test_engine_support import (
     band,
     job,
     leased,
-    make_queue,
     members,
     redis_now_ms,
     score,
@@ -30,9 +29,6 @@ pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def stale_pair(rq: RedisQueue) -> tuple[LeasedJob, LeasedJob]:

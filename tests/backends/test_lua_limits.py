@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -14,15 +13,12 @@ from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput, QueueNotAllowed
 from sluice.core.limits import Limits
 from sluice.core.models import QueueConfig
-from tests.backends.test_engine_support import job, make_queue, members, snapshot, spec
+from tests.backends.test_engine_support import job, members, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def make_dead(rq: RedisQueue, *ids: str) -> None:

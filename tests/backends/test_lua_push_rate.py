@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -14,16 +13,13 @@ from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput, InvalidQueueName, StaleToken
 from sluice.core.models import MAX_DELAY_MS, JobSpec
-from tests.backends.test_engine_support import job, make_queue, members, redis_now_ms, snapshot, spec
+from tests.backends.test_engine_support import job, members, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 TOPIC = "sluice.jobs"
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def recs(*offsets: int, prefix: str = "j", **kw: object) -> list[tuple[int, JobSpec]]:

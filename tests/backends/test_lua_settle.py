@@ -10,7 +10,6 @@ once the relay has written it to DynamoDB. Checked here by the keys left behind.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,15 +20,12 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput
 from sluice.core.models import JobState, SettleEntry
-from tests.backends.test_engine_support import leased, make_queue, score, snapshot, spec, where
+from tests.backends.test_engine_support import leased, score, snapshot, spec, where
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def settle(client: redis.Redis) -> dict[str, float]:

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 import redis
 
 from sluice.backends.aws.queue_metrics import QueueBound, QueueDepthMetrics
@@ -14,12 +12,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.core import bus as ev
 from sluice.relay.config import RelayConfig
 from sluice.relay.queues import QueueStates
-from tests.backends.test_engine_support import make_queue, redis_now_ms, spec
-
-
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
+from tests.backends.test_engine_support import redis_now_ms, spec
 
 
 def test_the_relays_read_of_a_real_queue_becomes_its_metrics_line(rq: RedisQueue,

@@ -7,7 +7,6 @@ script flush, and a failed round trip raised as ``BackendUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,15 +18,12 @@ from sluice.backends.redis.scripts import PushResult
 from sluice.core.errors import BackendUnavailable, InvalidInput, QueueNotAllowed, StaleToken
 from sluice.core.limits import Limits
 from sluice.core.models import DecodedJob
-from tests.backends.test_engine_support import job, make_queue, snapshot
+from tests.backends.test_engine_support import job, snapshot
 
 pytestmark = pytest.mark.integration
 TOPIC = "sluice.jobs"
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def jobs(queue: str, *offsets: int, prefix: str = "j") -> list[tuple[int, DecodedJob]]:

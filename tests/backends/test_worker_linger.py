@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,16 +18,13 @@ from sluice.worker.registry import DrainSummary, Worker
 from sluice.worker.runtime.options import WorkerOptions
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from sluice_dev.fakes import FakeStore
-from tests.backends.test_engine_support import make_queue, snapshot
+from tests.backends.test_engine_support import snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 K = QueueKeys("q")
 TOPIC = "sluice.jobs"
 
 
-@pytest.fixture
-def rq(redis_url: str) -> Iterator[RedisQueue]:
-    yield from make_queue(redis_url)
 
 
 def push(rq: RedisQueue, *offsets: int, partition: int = 0) -> int:
