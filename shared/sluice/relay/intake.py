@@ -174,7 +174,7 @@ class Intake:
             refused = check_record(job, sealing, self.job_ids, self.now_ms())
             if refused is not None:
                 if refused.record_dead:
-                    self._refuse(owned, record, job, refused)
+                    self.report.refused_records += self._refuse(owned, record, job, refused)
                 else:  # not ours (unminted), or a keyless id whose seal fails: nothing to record
                     self.report.refused_records += not refused.reason.startswith("unminted")
                     self._dead_letter(owned, record, refused.reason)
@@ -186,17 +186,16 @@ class Intake:
                 # ends visibly dead with the reason (GET, events), never dropped in silence
                 # (issue 28 makes this admission binding where it is taken).
                 self._refuse(owned, record, job, Refusal(f"queue refused: {why}", record_dead=True))
-                self.report.refused_records -= 1  # counted as refused above, not as a bad record
             else:
                 self._dead_letter(owned, record, f"queue refused: {why}")
             return False
         return True
 
-    def _refuse(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, refused: Refusal) -> None:
+    def _refuse(self, owned: OwnedPartition, record: SourceRecord, job: DecodedJob, refused: Refusal) -> bool:
         """A record refused for its seal or its age: its job ends ``dead`` with the reason (unless its
         item is already past ``accepted``: a copy must not end a job that runs), then the record goes
-        to the dead-letter topic. If the jobs table cannot be written, the partition is given back
-        and taken again from its committed offset (before this record): it is never dropped."""
+        to the dead-letter topic: True. If the jobs table cannot be written, the partition is given
+        back and taken again from its committed offset (before this record), never dropped: False."""
         if refused.record_dead and self.store is not None:
             try:
                 written = self.store.refuse_record(job.job_id, job.queue,
@@ -208,11 +207,11 @@ class Intake:
                 self.ownership.give_back([owned.number])
                 self.ownership.assign()
                 self.ownership.look_again()  # take it again at the next step
-                return
+                return False
             log.warning("job %s refused (%s): %s", job.job_id,
                         "recorded dead" if written else "its item had moved on, left as is", refused.reason)
-        self.report.refused_records += 1
         self._dead_letter(owned, record, refused.reason)
+        return True
 
     def _dead_letter(self, owned: OwnedPartition, record: SourceRecord, reason: str) -> None:
         self.source.dead_letter(record, reason)

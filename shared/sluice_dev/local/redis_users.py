@@ -54,7 +54,7 @@ def plan(functions: Mapping[str, str], teams: Mapping[str, tuple[str, Collection
     name, its queues)), keyed ``team:<name>``."""
     out: dict[str, LocalRedisUser] = {}
     for logical_id, name in functions.items():
-        role = acl.function_role(logical_id, functions)
+        role = acl.function_role(logical_id)
         if role is not None:
             out[logical_id] = LocalRedisUser(name, secrets.token_urlsafe(24), role)
     for team, (name, queues) in teams.items():

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, QUEUES_KEY
@@ -127,9 +127,8 @@ FUNCTION_ROLES: dict[str, str] = {
 }
 
 
-def function_role(logical_id: str, functions: Collection[str] = ()) -> Role | None:
-    """The role of the template function ``logical_id``; None for one that reads no Redis.
-    (``functions``, the template's function ids, is kept for callers that pass it.)"""
+def function_role(logical_id: str) -> Role | None:
+    """The role of the template function ``logical_id``; None for one that reads no Redis."""
     name = FUNCTION_ROLES.get(logical_id)
     return None if name is None else ROLES[name]
 
