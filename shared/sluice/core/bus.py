@@ -404,6 +404,39 @@ class Replayed(Incident):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Parked(Incident):
+    """``n`` held records of ``queue`` were parked from ``partition`` (relay/parking.py): the relay
+    may commit past them; they come back in order when the queue can take them."""
+
+    queue: str
+    partition: int
+    n: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unparked(Incident):
+    """``n`` parked records of ``queue`` were read back into ``partition``'s buffer; ``drained``:
+    the lane came back short, so the queue's new records go straight to Redis again. ``released``
+    counts records deleted by the sweep (their jobs final), ``refused`` those ended past their life."""
+
+    queue: str
+    partition: int
+    n: int = 0
+    drained: bool = False
+    released: int = 0
+    refused: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParkingFailed(Incident):
+    """The parking lot could not be written or read; the records wait in the buffer, tried again."""
+
+    queue: str
+    partition: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointFailed(Incident):
     """A recovery checkpoint failed; it is only late: the next one is due in ``retry_in_s``."""
 

@@ -177,6 +177,22 @@ class SourceRecord(NamedTuple):
     value: bytes | None
 
 
+class ParkedRecord(NamedTuple):
+    """A held record as the parking lot keeps it: the raw Kafka record (its key and value, decoded
+    and seal-checked again when it comes back) and what the lot's sweep needs without decoding it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    job_id: str
+    enqueued_at_ms: int
+    run_at_ms: int
+
+    def record(self) -> SourceRecord:
+        return SourceRecord(self.partition, self.offset, self.key, self.value)
+
+
 class Dispatcher(Protocol):
     """Starts workers for a queue: Lambda async invokes in AWS, processes locally."""
 

@@ -23,6 +23,9 @@ class RelayConfig:
     lease_ms: int = 15_000  # partition ownership lease
     max_partitions: int = 1_000
     max_pending: int = 5_000  # records buffered per partition before its fetching pauses
+    # Parking (relay/parking.py): a held queue's records buffered in a partition beyond this are
+    # parked (0: twice ``batch``); a page read back from the lot holds up to ``batch`` records.
+    park_threshold: int = 0
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
     # ... and a queue whose new jobs were left to workers waiting for work: if those have just
     # left (their linger over), its jobs get workers within this, not at the next maintenance
@@ -56,8 +59,14 @@ class RelayConfig:
                    worker_batch=settings.worker_batch, default_rate_per_s=settings.default_rate_per_s,
                    default_burst=settings.default_burst, partition_groups=settings.relay_partition_groups,
                    limits=Limits.from_settings(settings), dispatch_per_s=settings.dispatch_budget_per_s,
-                   dispatch_burst=settings.dispatch_budget_burst)
+                   dispatch_burst=settings.dispatch_budget_burst, max_pending=settings.relay_max_pending,
+                   park_threshold=settings.relay_park_threshold)
         return base.replace(**overrides)
+
+    @property
+    def park_above(self) -> int:
+        """Records of a held queue a partition keeps buffered; the rest are parked."""
+        return self.park_threshold or 2 * self.batch
 
     def replace(self, **changes: Any) -> RelayConfig:
         return dataclasses.replace(self, **changes)

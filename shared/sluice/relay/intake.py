@@ -110,12 +110,15 @@ class Intake:
         self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
         self.events, self.store = events, store
         self.now_ms = now_ms or (lambda: int(monotonic() * 1000))
+        # the queues whose records need not be kept raw (Planner.flowing): set by the relay when
+        # it parks; None, no raw record is ever kept
+        self.flowing: set[str] | None = None
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 
-    def take(self, records: Sequence[SourceRecord]) -> None:
+    def take(self, records: Sequence[SourceRecord]) -> None:  # noqa: C901 - the per-record hot loop, inlined
         self._read(records)
-        owned_by = self.ownership.owned
+        owned_by, flowing = self.ownership.owned, self.flowing
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         # A poll's records come in runs of one partition (the source sorts them): a run reads
         # its partition's state into locals once, and writes it back at its end.
@@ -136,20 +139,38 @@ class Intake:
             elif offset < next_offset:
                 continue  # a re-delivery of something already taken
             next_offset = offset + 1
-            job = self._decode(owned, record, decoded)
+            job = self._decode(owned, record, decoded)  # a partition's lanes are loaded before its records
             if job is None:
                 if owned_by.get(partition) is not owned:  # given back (``_refuse``): read again later
                     owned = None
                 continue
+            taken += 1
+            if flowing is not None and job.queue not in flowing and self._aside(owned, record, job):
+                continue  # to be parked behind its queue's parked records (relay/parking.py)
             pending = owned.pending.get(job.queue)
             if pending is None:
                 pending = owned.pending[job.queue] = deque()
             pending.append((offset, job))
-            taken += 1
         if owned is not None:
             owned.next_offset, owned.pending_count = next_offset, owned.pending_count + taken
         if decoded:
             self.hooks.on_records(decoded)
+
+    @staticmethod
+    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
+        """A record of a queue not known to flow: parked if its lane is parking (True), else
+        buffered with its raw record kept, so that it can be parked if its queue is held."""
+        lane = owned.lanes.get(job.queue)
+        if lane is not None and lane.parking:
+            lane.out.append((record, job))
+            return True
+        owned.raw.setdefault(job.queue, {})[record.offset] = record
+        return False
+
+    def readmit(self, owned: OwnedPartition, record: SourceRecord) -> DecodedJob | None:
+        """A record read back from the parking lot: decoded and checked again as when Kafka gave it
+        (a record altered in the lot fails its seal; one past its life ends dead), or None."""
+        return self._decode(owned, record, [])
 
     def _decode(self, owned: OwnedPartition, record: SourceRecord,
                 decoded: list[tuple[SourceRecord, DecodedJob | str]]) -> DecodedJob | None:

@@ -24,8 +24,9 @@ from sluice.relay.intake import Intake
 from sluice.relay.maintenance import Maintenance
 from sluice.relay.observers import observe
 from sluice.relay.ownership import Ownership
+from sluice.relay.parking import Parking
 from sluice.relay.planner import Planner, waiting
-from sluice.relay.ports import Clock, RecordSource, RelayEngine, SystemClock
+from sluice.relay.ports import Clock, ParkingLot, RecordSource, RelayEngine, SystemClock
 from sluice.relay.pusher import Pusher
 from sluice.relay.queues import QueueStates
 from sluice.relay.state import Item, RelayReport
@@ -39,13 +40,15 @@ class Relay:
     def __init__(self, engine: RelayEngine, store: JobStore, source: RecordSource,
                  dispatcher: Dispatcher | None = None, *, relay_id: str, config: RelayConfig | None = None,
                  clock: Clock | None = None, metrics: Metrics | None = None, hooks: RelayHooks | None = None,
-                 job_ids: Verifier | None = None, events: EventBus) -> None:
+                 job_ids: Verifier | None = None, events: EventBus,
+                 parking: ParkingLot | None = None) -> None:
         """``job_ids``: the keys every record's id must verify with (``intake.unminted``); None
         trusts every record. ``events``: the bus the relay and each of its parts emit on
         (``RecordsRead``, ``Pushed``, ``ConfigRead``, ``Committed``, ``Settled``, ``JobEnded``, the
         incidents); the composition root hands it in (``sluice.entry.relay``), a test its own.
         ``Pushed`` is emitted on the pusher thread after each push and before the Kafka commit:
-        the chaos run's kill point subscribes to it."""
+        the chaos run's kill point subscribes to it. ``parking``: the lot held records wait in
+        (relay/parking.py); None: a held queue's records wait in the buffer, as before issue 28."""
         self.relay_id, self.source = relay_id, source
         self.config = config = config or RelayConfig()
         self.clock: Clock = clock or SystemClock()
@@ -69,6 +72,11 @@ class Relay:
         self.dispatch = Dispatch(dispatcher, config, report=report, events=bus)
         self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report,
                                        events=bus)
+        self.parking = None if parking is None else Parking(
+            parking, config, self.ownership, self.intake, store, report=report, events=bus,
+            now_ms=self.clock.now_ms)
+        if parking is not None:
+            self.intake.flowing = self.planner.flowing  # raw records kept for the others
         self._take_rate = engine.take_rate
         self._next_maintenance = float("-inf")
 
@@ -125,6 +133,10 @@ class Relay:
         if now >= self._next_maintenance:
             self._next_maintenance = now + self.config.maintenance_s
             self.maintenance.run(now)
+            if self.parking is not None:
+                self.parking.sweep()
+        if self.parking is not None:
+            self.parking.prepare()  # a partition's lanes are known before any of its records is taken
         if not self.ownership.owned:  # waiting for partitions: the outgoing relay's release
             self.clock.sleep(min(self.config.poll_ms / 1000, self.config.takeover_s))
             return 0
@@ -139,6 +151,8 @@ class Relay:
         finally:
             if pushing is not None:
                 pushed = self.pusher.finish(plan, pushing.result(), self.queues.states)
+        if self.parking is not None:  # before the commit, which may then pass what was parked
+            self.parking.turn(self.planner.held, self.planner.flowing, self._blocked)
         self.committer.commit()
         self._recount_waiting()
         self.dispatch.pushed(self.queues.states, self.clock.monotonic())
@@ -165,6 +179,9 @@ class Relay:
         memory = self.queues.redis_memory(self.clock.monotonic())
         states = {queue: self.queues.get(queue, self.clock.monotonic()) for queue in by_queue}
         return self.planner.plan(by_queue, states, memory, self.clock.now_ms(), self._take_rate)
+
+    def _blocked(self, queue: str) -> bool:
+        return self.queues.get(queue, self.clock.monotonic()).blocked
 
     def _held_up(self) -> bool:
         """Records wait for a queue that is not paused: the rate limit, or a full batch."""

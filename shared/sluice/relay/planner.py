@@ -59,6 +59,12 @@ class Planner:
         self.config = config
         self.rotation = 0
         self.throttled = False  # the last plan got less from a rate bucket than it asked for
+        # the queues the last plan held: blocked, under the memory guard, or granted fewer of their
+        # records than it asked for (rate, watermark, delayed cap); their overflow is parked
+        # (relay/parking.py). ``flowing``: the queues whose last plan granted all they asked (kept
+        # across plans, one set object: the intake keeps raw records for the others, to park them)
+        self.held: set[str] = set()
+        self.flowing: set[str] = set()
 
     def plan(self, by_queue: Mapping[str, list[OwnedPartition]], states: Mapping[str, QueueState],
              memory: float | None, now_ms: int, take_rate: Callable[[str, int], int]) -> list[Item]:
@@ -66,13 +72,17 @@ class Planner:
         records are counted into their queue's ``delayed`` at once."""
         plan: list[Item] = []
         self.throttled = False
+        self.held = held = set()
+        flowing = self.flowing
         batch, lim = self.config.batch, self.config.limits
         for queue, partitions in by_queue.items():
             state = states[queue]
             if state.blocked or lim.memory_hold(memory, state.ready_estimate + state.delayed):
+                held.add(queue)
+                flowing.discard(queue)
                 continue
             cfg = state.config
-            wanted = sum(min(len(o.pending[queue]), batch) for o in partitions)
+            wanted = asked = sum(min(len(o.pending[queue]), batch) for o in partitions)
             if cfg.high_watermark > 0:  # stop at the mark, not a batch past it
                 wanted = min(wanted, max(0, cfg.high_watermark - state.ready_estimate + 1))
             room = limits.delayed_room(lim, cfg, state.delayed)
@@ -82,6 +92,11 @@ class Planner:
                 wanted = min(wanted, sum(fits))
             allowed = take_rate(queue, wanted) if cfg.rate_per_s > 0 and wanted else wanted
             self.throttled |= allowed < wanted
+            if allowed < asked:
+                held.add(queue)
+                flowing.discard(queue)
+            else:
+                flowing.add(queue)
             self.rotation += 1
             for owned, n in share(allowed, partitions, queue, batch, self.rotation):
                 q = owned.pending[queue]

@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 from sluice.core.clock import wall_ms
 from sluice.core.models import DecodedJob, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
-from sluice.core.ports import SourceRecord
+from sluice.core.ports import ParkedRecord, SourceRecord
 
-__all__ = ["Clock", "PushItem", "PushOutcome", "RecordSource", "RelayEngine", "SourceRecord", "SystemClock"]
+__all__ = ["Clock", "ParkedRecord", "ParkingLot", "PushItem", "PushOutcome", "RecordSource", "RelayEngine",
+           "SourceRecord", "SystemClock"]
 
 
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
@@ -108,6 +109,36 @@ class RecordSource(Protocol):
 
     def highwater(self, partition: int) -> int | None:
         """The partition's end offset as last seen (None: not known yet); for ``RelayLag``."""
+        ...
+
+
+class ParkingLot(Protocol):
+    """Where a held queue's records wait outside the shared partitions (docs/relay.md, "Holds and
+    parking"): per (queue, partition), in offset order, plus a marker per partition naming the
+    queues that have records parked there. Only the partition's owner writes its lanes. Every
+    method raises a ``SluiceError`` when the lot cannot be reached (nothing half done matters: a
+    park is an idempotent put, a release an idempotent delete)."""
+
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
+        """Write the partition's marker for ``queue``, then each record (same key, same item)."""
+        ...
+
+    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
+        """The first ``limit`` records of (``queue``, ``partition``) above offset ``after``, in order."""
+        ...
+
+    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
+        """Delete these records (their jobs are final, or refused)."""
+        ...
+
+    def marked(self, partition: int) -> list[str]:
+        """The queues whose marker says they have records parked in ``partition`` (one read)."""
+        ...
+
+    def unmark(self, queue: str, partition: int) -> None: ...
+
+    def count(self, queue: str) -> int:
+        """Records of ``queue`` parked, every partition (for operators: a paginated count)."""
         ...
 
 

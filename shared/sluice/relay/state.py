@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.models import DecodedJob, QueueConfig
-from sluice.core.ports import Metrics
+from sluice.core.ports import Metrics, SourceRecord
 
 
 @dataclass
@@ -31,6 +31,9 @@ class RelayReport:
     status_dropped: int = 0  # pushed jobs whose queued status was never written (relay/status.py)
     settled: int = 0  # endings Redis made alone (last-attempt expiry, cancelled lease) written to the store
     bad_ownership_jobs: int = 0  # jobs in the ownership queue that were not a partition's own: removed
+    parked: int = 0  # held records written to the parking lot (relay/parking.py)
+    unparked: int = 0  # ... read back into the buffers
+    parked_released: int = 0  # ... deleted from the lot by the sweep (their jobs final, or refused)
     unexpected_errors: int = 0  # non-Sluice errors a step met (logged, counted; the relay went on)
     loops: int = 0
     errors: int = 0
@@ -46,6 +49,26 @@ class RelayReport:
         for name in ("pushed", "skipped", "reread", "final_dropped", "dead_lettered", "dispatched", "reaped",
                      "settled", "trimmed", "refused", "status_dropped"):
             metrics.count("Relay" + name.title().replace("_", ""), getattr(self, name))
+
+
+@dataclass
+class Lane:
+    """One queue's parked records in one partition, as the partition's owner sees them (Parking).
+
+    While ``parking``, every new record of the queue is parked behind the ones already there, so
+    none overtakes them; records read back come in offset order after ``read_to``. The lane goes
+    direct again once a read came back short with nothing parked since; it is forgotten (and its
+    marker removed) once the sweep finds it empty."""
+
+    parking: bool = True
+    read_to: int = -1  # the last offset read back (a new owner reads the lane from its start)
+    back_from: int | None = None  # the first offset read back this session
+    parked_since_read: bool = False
+    out: list[tuple[SourceRecord, DecodedJob]] = field(default_factory=list)  # taken, not parked yet
+
+    def returned(self, offset: int) -> bool:
+        """Whether a buffered record of the queue came back from the lot (durable there)."""
+        return self.back_from is not None and self.back_from <= offset <= self.read_to
 
 
 @dataclass
@@ -67,9 +90,32 @@ class OwnedPartition:
     # or below it are in Redis already (a re-read after a restart) and are skipped before they
     # cost a rate token, a finality read or a status write
     relayed: dict[str, int] = field(default_factory=dict)
+    # Parking: the lanes of the queues with records parked from this partition (loaded from the
+    # lot's markers when it is taken: ``lanes_loaded``), and the raw records of the queues not
+    # known to flow (``Planner.flowing``), kept so that their overflow can be parked as Kafka had it
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    lanes_loaded: bool = False
+    raw: dict[str, dict[int, SourceRecord]] = field(default_factory=dict)
 
     def commit_point(self) -> int | None:
-        heads = [q[0][0] for q in self.pending.values() if q]
+        """The first offset not yet durable elsewhere: records read back from the lot have offsets
+        below what was committed when they were parked, and never pull the commit back."""
+        lanes = self.lanes
+        if not lanes:
+            heads = [q[0][0] for q in self.pending.values() if q]
+        else:
+            heads = []
+            for queue, q in self.pending.items():
+                lane = lanes.get(queue)
+                if lane is None or lane.back_from is None:
+                    if q:
+                        heads.append(q[0][0])
+                    continue
+                for offset, _ in q:
+                    if not lane.returned(offset):
+                        heads.append(offset)
+                        break
+            heads += [lane.out[0][0].offset for lane in lanes.values() if lane.out]
         return min(heads) if heads else self.next_offset
 
 

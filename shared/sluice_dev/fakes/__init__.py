@@ -13,7 +13,7 @@ from sluice_dev.fakes.gateway import FakeCallerThrottle, FakeIdempotency, FakeSc
 from sluice_dev.fakes.ports import FakeClock, FakeDispatcher, FakeLog
 from sluice_dev.fakes.queue import Broken, FakeQueue, ManualClock, ManualMonotonic, QJob, real_ms
 from sluice_dev.fakes.recovery import FakeCheckpoints, FakeEpochs, FakeOffsets
-from sluice_dev.fakes.relay import FakeEngine, FakeSource, Pushed
+from sluice_dev.fakes.relay import FakeEngine, FakeParkingLot, FakeSource, Pushed
 from sluice_dev.fakes.store import RELAY_CALLS, FakeFencedTable, FakeStore
 from sluice_dev.fakes.teams import FakeDescriber, FakeRouteStore, FakeTeamMap
 from sluice_dev.fakes.worker import CaptureLog, FakeLambdaContext, Kit, Line, kit
@@ -21,7 +21,7 @@ from sluice_dev.fakes.worker import CaptureLog, FakeLambdaContext, Kit, Line, ki
 __all__ = [
     "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCallerThrottle",
     "FakeCheckpoints", "FakeClock", "FakeDescriber", "FakeDispatcher", "FakeEngine", "FakeEpochs",
-    "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext", "FakeLog", "FakeOffsets", "FakeQueue",
-    "FakeRouteStore", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTeamMap", "FakeTrigger", "Kit",
-    "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit", "queue_row", "real_ms",
+    "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext", "FakeLog", "FakeOffsets", "FakeParkingLot",
+    "FakeQueue", "FakeRouteStore", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTeamMap", "FakeTrigger",
+    "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit", "queue_row", "real_ms",
 ]

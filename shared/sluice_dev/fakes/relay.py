@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
 from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
+from sluice.core.ports import ParkedRecord
 from sluice.relay import SourceRecord
 from sluice_dev.fakes.ports import FakeClock
 
@@ -279,8 +280,57 @@ class FakeSource:
         return None  # a test that measures lag sets its own
 
 
+class FakeParkingLot:
+    """``ParkingLot`` in memory, with the DynamoDB adapter's ordering: per (queue, partition) by
+    offset, a marker per (partition, queue). ``fail``: the next calls raise BackendUnavailable."""
+
+    def __init__(self) -> None:
+        self.lanes: dict[tuple[str, int], dict[int, ParkedRecord]] = {}
+        self.markers: set[tuple[int, str]] = set()
+        self.fail = 0
+        self.writes = 0  # records written (a re-park counts again: an idempotent put)
+        self.pages = 0
+
+    def _maybe_fail(self) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise BackendUnavailable("the fake parking lot is down")
+
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
+        self._maybe_fail()
+        if records:
+            self.markers.add((partition, queue))
+        lane = self.lanes.setdefault((queue, partition), {})
+        for r in records:
+            lane[r.offset] = r
+        self.writes += len(records)
+
+    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
+        self._maybe_fail()
+        self.pages += 1
+        lane = self.lanes.get((queue, partition), {})
+        return [lane[o] for o in sorted(lane) if o > after][:limit]
+
+    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
+        self._maybe_fail()
+        for r in records:
+            self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
+
+    def marked(self, partition: int) -> list[str]:
+        self._maybe_fail()
+        return sorted(q for p, q in self.markers if p == partition)
+
+    def unmark(self, queue: str, partition: int) -> None:
+        self._maybe_fail()
+        self.markers.discard((partition, queue))
+
+    def count(self, queue: str) -> int:
+        return sum(len(lane) for (q, _), lane in self.lanes.items() if q == queue)
+
+
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.relay import ports
 
     _ENGINE: ports.RelayEngine = FakeEngine(FakeClock())
     _SOURCE: ports.RecordSource = FakeSource()
+    _LOT: ports.ParkingLot = FakeParkingLot()

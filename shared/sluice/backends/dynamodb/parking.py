@@ -1,0 +1,138 @@
+"""The parking lot on DynamoDB (issue 28): held records wait here, outside the shared partitions.
+
+One on-demand table (template.yaml ``ParkedTable``), key ``pk`` + ``sk`` (strings):
+
+- a parked record: ``pk`` its queue, ``sk`` ``o#<partition, 6 digits>#<offset, 20 digits>``, so one
+  Query reads a (queue, partition) lane in offset order; ``v`` the record's value and ``k`` its key
+  (bytes, as Kafka had them: the relay decodes and checks the seal again when it comes back),
+  ``job``, ``enq``, ``run_at`` (for the sweep, which never decodes), ``expires_at`` (TTL, seconds: a
+  backstop a margin past the job's life bound; the relay's sweep ends such a job first);
+- a marker: ``pk`` ``~parked#<partition, 6 digits>``, ``sk`` the queue (queue names never start with
+  ``~``): the queues a new owner of the partition must read back before pushing their new records.
+
+Errors are translated to sluice errors (``errors.translate``); nothing here is conditional.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from sluice.backends.dynamodb.errors import translated
+from sluice.core.errors import BackendUnavailable
+from sluice.core.limits import DAY_MS, JOB_LIFE_MS
+from sluice.core.ports import ParkedRecord
+
+BATCH: Final = 25  # BatchWriteItem's most
+UNPROCESSED_TRIES: Final = 5
+TTL_MARGIN_MS: Final = 2 * DAY_MS  # the backstop: only past the life bound and the relay's sweep
+MARKER_PREFIX: Final = "~parked#"
+
+
+def lane_key(partition: int, offset: int) -> str:
+    return f"o#{partition:06d}#{offset:020d}"
+
+
+def marker_pk(partition: int) -> str:
+    return f"{MARKER_PREFIX}{partition:06d}"
+
+
+def expires_at(record: ParkedRecord) -> int:
+    """The TTL (epoch seconds): past the job's life bound by a margin, whatever its delay."""
+    return (record.enqueued_at_ms + JOB_LIFE_MS + TTL_MARGIN_MS) // 1000
+
+
+def _item(queue: str, r: ParkedRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {"pk": {"S": queue}, "sk": {"S": lane_key(r.partition, r.offset)},
+                            "v": {"B": r.value}, "job": {"S": r.job_id}, "enq": {"N": str(r.enqueued_at_ms)},
+                            "run_at": {"N": str(r.run_at_ms)}, "expires_at": {"N": str(expires_at(r))}}
+    if r.key is not None:
+        item["k"] = {"B": r.key}
+    return item
+
+
+def _record(item: dict[str, Any]) -> ParkedRecord:
+    _, partition, offset = item["sk"]["S"].split("#")
+    key = item.get("k")
+    return ParkedRecord(int(partition), int(offset), bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
+                        item["job"]["S"], int(item["enq"]["N"]), int(item["run_at"]["N"]))
+
+
+class DynamoParkingLot:
+    """``relay.ports.ParkingLot`` on the parked table."""
+
+    def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep) -> None:
+        self.client, self.table, self._sleep = client, table_name, sleep
+
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
+        if not records:
+            return
+        # The marker first: a record is never parked where a new owner would not look for it.
+        with translated(f"put_item {self.table}"):
+            self.client.put_item(TableName=self.table, Item={"pk": {"S": marker_pk(partition)},
+                                                             "sk": {"S": queue}})
+        self._batch(queue, [{"PutRequest": {"Item": _item(queue, r)}} for r in records])
+
+    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
+        lo, hi = lane_key(partition, after + 1), lane_key(partition, 10**20 - 1)
+        kwargs: dict[str, Any] = {
+            "TableName": self.table, "ConsistentRead": True, "Limit": limit,
+            "KeyConditionExpression": "pk = :q AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {":q": {"S": queue}, ":lo": {"S": lo}, ":hi": {"S": hi}}}
+        with translated(f"query {self.table}"):
+            items = self.client.query(**kwargs).get("Items", [])
+        return [_record(item) for item in items]
+
+    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
+        self._batch(queue, [{"DeleteRequest": {"Key": {"pk": {"S": queue},
+                                                       "sk": {"S": lane_key(r.partition, r.offset)}}}}
+                            for r in records])
+
+    def marked(self, partition: int) -> list[str]:
+        kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True,
+                                  "KeyConditionExpression": "pk = :p",
+                                  "ExpressionAttributeValues": {":p": {"S": marker_pk(partition)}}}
+        queues: list[str] = []
+        with translated(f"query {self.table}"):
+            while True:
+                page = self.client.query(**kwargs)
+                queues += [item["sk"]["S"] for item in page.get("Items", [])]
+                if "LastEvaluatedKey" not in page:
+                    return queues
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def unmark(self, queue: str, partition: int) -> None:
+        with translated(f"delete_item {self.table}"):
+            self.client.delete_item(TableName=self.table, Key={"pk": {"S": marker_pk(partition)},
+                                                               "sk": {"S": queue}})
+
+    def count(self, queue: str) -> int:
+        kwargs: dict[str, Any] = {"TableName": self.table, "Select": "COUNT",
+                                  "KeyConditionExpression": "pk = :q",
+                                  "ExpressionAttributeValues": {":q": {"S": queue}}}
+        n = 0
+        with translated(f"query {self.table}"):
+            while True:
+                page = self.client.query(**kwargs)
+                n += int(page.get("Count", 0))
+                if "LastEvaluatedKey" not in page:
+                    return n
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _batch(self, queue: str, requests: list[dict[str, Any]]) -> None:
+        """BatchWriteItem in 25s, sending back what DynamoDB left unprocessed (throttled) a few
+        times before giving up: ``BackendUnavailable`` (the relay tries again at its next turn)."""
+        for i in range(0, len(requests), BATCH):
+            pending: list[dict[str, Any]] = requests[i:i + BATCH]
+            for attempt in range(UNPROCESSED_TRIES):
+                with translated(f"batch_write_item {self.table}"):
+                    left = self.client.batch_write_item(RequestItems={self.table: pending}).get(
+                        "UnprocessedItems", {})
+                pending = left.get(self.table, [])
+                if not pending:
+                    break
+                self._sleep(0.05 * 2**attempt)
+            else:
+                raise BackendUnavailable(f"batch_write_item {self.table}: {len(pending)} writes of queue "
+                                         f"{queue!r} left unprocessed", operation="batch_write_item")

@@ -1,0 +1,234 @@
+"""Parking: a held queue's records leave the shared partitions, and come back in order (issue 28).
+
+Kafka orders records per partition, and every queue shares the partitions. A queue that cannot
+take its records now (paused, over its rate, a watermark, a cap, the memory guard: "held") would
+fill its partitions' buffers and stop them for every queue. Instead, once a held queue buffers
+more than ``RelayConfig.park_above`` records in a partition, its newest records there go to the
+parking lot (``ports.ParkingLot``: a DynamoDB table), and every new record of that (queue,
+partition) follows them until they have drained, so none overtakes a parked one. A record leaves
+the buffer only after its park write succeeded: then the commit point may pass it
+(``OwnedPartition.commit_point``). When the queue can take records again and its buffer there
+runs low, the next page is read back (decoded and seal-checked again, ``Intake.readmit``); a page
+that comes back short with nothing parked since puts the lane back to direct pushing.
+
+Parked records are deleted by ``sweep`` only once their jobs are final in the jobs table, never
+right after their push: after a Redis loss, recovery replays from checkpoints that may be past a
+parked record's offset, and a new owner reads each marked lane from its start (records Redis holds
+are skipped by ``push.lua``'s relayed offset, final ones by ``relay_view``). A parked record past
+the job life bound ends ``dead`` with the reason (``JobStore.refuse_record``), never dropped.
+
+The decisions (``spill``, ``drain_state``) are pure; ``Parking`` does the lot's I/O on the relay's
+main thread, between the push round and the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from typing import Final
+
+from sluice.core import bus as ev
+from sluice.core import seal
+from sluice.core.bus import EventBus
+from sluice.core.errors import SluiceError
+from sluice.core.models import DecodedJob
+from sluice.core.ports import JobStore, ParkedRecord
+from sluice.relay.config import RelayConfig
+from sluice.relay.intake import Intake
+from sluice.relay.ownership import Ownership
+from sluice.relay.ports import ParkingLot, SourceRecord
+from sluice.relay.state import Lane, OwnedPartition, RelayReport
+
+log = logging.getLogger("sluice.relay")
+SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
+
+
+def spill(pending: Sequence[tuple[int, DecodedJob]], raw: Collection[int], above: int) -> int:
+    """How many of a held queue's newest buffered records to park: those beyond ``above``, as far
+    back as their raw records were kept (the parked ones must all be newer than the kept ones)."""
+    n = 0
+    for i in range(len(pending) - 1, above - 1, -1):
+        if pending[i][0] not in raw:
+            break
+        n += 1
+    return n
+
+
+def drained(page_len: int, limit: int, parked_since: bool, waiting: int) -> bool:
+    """Whether a lane goes back to direct pushing after a read: it came back short, and nothing
+    was parked (or is waiting to be) since, so no parked record is left for a new one to overtake."""
+    return page_len < limit and not parked_since and waiting == 0
+
+
+def parked_record(record: SourceRecord, job: DecodedJob) -> ParkedRecord:
+    return ParkedRecord(record.partition, record.offset, record.key, record.value or b"", job.job_id,
+                        job.enqueued_at_ms, job.run_at_ms)
+
+
+class Parking:
+    """The relay's side of the parking lot: spill, park, read back, sweep."""
+
+    def __init__(self, lot: ParkingLot, config: RelayConfig, ownership: Ownership, intake: Intake,
+                 store: JobStore, *, report: RelayReport, events: EventBus,
+                 now_ms: Callable[[], int]) -> None:
+        self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
+        self.report, self.events, self.now_ms = report, events, now_ms
+
+    def prepare(self) -> None:
+        """Load the lanes of partitions just taken, before any of their records is taken: one read
+        of the partition's markers. A partition whose markers cannot be read is given back (taken
+        again later from its committed offset): without them a new record could overtake a parked one."""
+        for owned in list(self.ownership.owned.values()):
+            if owned.lanes_loaded:
+                continue
+            try:
+                queues = self.lot.marked(owned.number)
+            except SluiceError as exc:
+                self.events.emit(ev.ParkingFailed(queue="", partition=owned.number, error=ev.error_text(exc)))
+                self.ownership.give_back([owned.number])
+                self.ownership.assign()
+                self.ownership.look_again()
+                continue
+            owned.lanes = {queue: Lane() for queue in queues}
+            owned.lanes_loaded = True
+
+    def turn(self, held: set[str], flowing: set[str], blocked: Callable[[str], bool]) -> None:
+        """After a push round, before the commit: park the held queues' overflow and what waits to
+        be parked, read back the lanes whose queues can take records, keep raw records for the held."""
+        batch = self.config.batch
+        for owned in list(self.ownership.owned.values()):
+            self._spill(owned, held, blocked)
+            for queue, lane in list(owned.lanes.items()):
+                if self.ownership.owned.get(owned.number) is not owned:
+                    break  # given back (a refusal the store could not record)
+                if lane.out:
+                    self._park(owned, queue, lane)
+                if lane.parking and queue not in held and len(owned.pending.get(queue, ())) < batch \
+                        and not blocked(queue):
+                    self._read(owned, queue, lane)
+            self._keep_raw(owned, flowing)
+
+    def _spill(self, owned: OwnedPartition, held: set[str], blocked: Callable[[str], bool]) -> None:
+        """Park a held queue's newest records beyond ``park_above`` (a rate or a cap: a short hold
+        keeps a few ready), or all of them while it is blocked (a pause, a watermark, the dead
+        cap: a long hold, whose records would hold the commit point back the while)."""
+        for queue in held:
+            q = owned.pending.get(queue)
+            if not q:
+                continue
+            lane = owned.lanes.get(queue)
+            if lane is not None and lane.parking and lane.back_from is not None:
+                continue  # its buffer holds records read back: the rest is parked already
+            above = 0 if blocked(queue) else self.config.park_above
+            if len(q) <= above:
+                continue
+            raw = owned.raw.get(queue, {})
+            n = spill(q, raw, above)
+            if not n:
+                continue
+            moved = [q.pop() for _ in range(n)]
+            moved.reverse()
+            if lane is None:
+                lane = owned.lanes[queue] = Lane()
+            lane.parking = True
+            lane.out[:0] = [(raw.pop(offset), job) for offset, job in moved]  # still counted as pending
+
+    def _park(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
+        records = [parked_record(r, job) for r, job in lane.out]
+        try:
+            self.lot.park(queue, owned.number, records)
+        except SluiceError as exc:  # they stay in the buffer, uncommitted: tried at the next turn
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(exc)))
+            return
+        lane.out = []
+        lane.parked_since_read = True
+        owned.pending_count -= len(records)
+        self.report.parked += len(records)
+        self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
+
+    def _read(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
+        limit = self.config.batch
+        try:
+            page = self.lot.page(queue, owned.number, lane.read_to, limit)
+        except SluiceError as exc:
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(exc)))
+            return
+        parked_since, lane.parked_since_read = lane.parked_since_read, False
+        mark = owned.relayed.get(queue, -1)
+        q = owned.pending.get(queue)
+        if q is None:
+            q = owned.pending[queue] = deque()
+        n = 0
+        for parked in page:
+            if lane.back_from is None:
+                lane.back_from = parked.offset
+            lane.read_to = parked.offset
+            if parked.offset <= mark:
+                continue  # in Redis already (read back once before, by this owner or another)
+            job = self.intake.readmit(owned, parked.record())
+            if self.ownership.owned.get(owned.number) is not owned:
+                return  # given back: its new owner reads the lane from its start
+            if job is not None:  # else refused or dead-lettered: the sweep releases it
+                q.append((parked.offset, job))
+                n += 1
+        owned.pending_count += n
+        self.report.unparked += n
+        done = drained(len(page), limit, parked_since, len(lane.out))
+        if done:
+            lane.parking = False
+        if n or done:
+            self.events.emit(ev.Unparked(queue=queue, partition=owned.number, n=n, drained=done))
+
+    def _keep_raw(self, owned: OwnedPartition, flowing: set[str]) -> None:
+        """Raw records are kept only for the queues not known to flow, only while they are buffered."""
+        for queue in list(owned.raw):
+            q = owned.pending.get(queue)
+            if queue in flowing or not q:
+                del owned.raw[queue]
+                continue
+            raw = owned.raw[queue]
+            if len(raw) > len(q):  # some were pushed: keep those still buffered
+                head = q[0][0]
+                owned.raw[queue] = {o: r for o, r in raw.items() if o >= head}
+
+    # -- the sweep (every maintenance) ---------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Release the parked records whose jobs are final; end ``dead`` those past their life;
+        forget a lane (and its marker) that is direct again and empty in the lot."""
+        for owned in list(self.ownership.owned.values()):
+            for queue, lane in list(owned.lanes.items()):
+                try:
+                    self._sweep(owned, queue, lane)
+                except SluiceError as exc:  # only late: the next maintenance tries again
+                    self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                                      error=ev.error_text(exc)))
+
+    def _sweep(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
+        page = self.lot.page(queue, owned.number, -1, SWEEP_PAGE)
+        if not page:
+            if not lane.parking and not lane.out:
+                self.lot.unmark(queue, owned.number)
+                del owned.lanes[queue]
+            return
+        final, _ = self.store.relay_view([r.job_id for r in page])
+        gone = [r for r in page if r.job_id in final]
+        now, refused = self.now_ms(), 0
+        ages = self.intake.job_ids is not None  # as the intake: a relay that checks no record, no age
+        for r in page:
+            why = None if r.job_id in final or not ages else seal.life_refusal(r.enqueued_at_ms, r.run_at_ms,
+                                                                                 now)
+            if why is None:
+                continue
+            # Checked when it was taken from Kafka (only the relay writes the lot): genuine.
+            self.store.refuse_record(r.job_id, queue, f"refused by the relay: {why}", r.enqueued_at_ms,
+                                     queued=True)
+            log.warning("parked job %s refused: %s", r.job_id, why)
+            gone.append(r)
+            refused += 1
+        if gone:
+            self.lot.release(queue, gone)
+            self.report.parked_released += len(gone)
+            self.events.emit(ev.Unparked(queue=queue, partition=owned.number, released=len(gone),
+                                         refused=refused))

@@ -1,0 +1,228 @@
+"""Issue 28, item 1: a held queue's records are parked outside the shared partitions (relay/parking.py).
+
+Pure decisions first (``spill``, ``drained``, the commit point), then the relay on the fakes: a
+paused or rate-limited queue no longer stalls the queues sharing its partitions, its records come
+back in order when it resumes, a new owner never pushes a new record ahead of parked ones, a failed
+park write keeps the record (and the commit point), and the sweep releases or ends parked records.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.limits import JOB_LIFE_MS
+from sluice.core.models import DecodedJob, JobSpec, JobState
+from sluice.relay import Relay, RelayConfig, SourceRecord
+from sluice.relay.parking import drained, spill
+from sluice.relay.state import Lane, OwnedPartition
+from sluice_dev.fakes import FakeParkingLot
+from tests.unit.test_relay import World, run_steps
+
+
+def job(n: int, queue: str = "a") -> DecodedJob:
+    return DecodedJob(f"job-{n}", queue, "{}", 0, 3, 30_000, 0, 0)
+
+
+def parked_world(partitions: int = 1) -> tuple[World, FakeParkingLot]:
+    return World(partitions=partitions), FakeParkingLot()
+
+
+def relay_with(w: World, lot: FakeParkingLot, relay_id: str = "r1", events: Any = None, job_ids: Any = None,
+               **knobs: Any) -> Relay:
+    config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, "batch": 10, "max_pending": 50, **knobs})
+    return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id,  # type: ignore[arg-type]
+                 clock=w.clock, events=events or EventBus(), config=config, parking=lot, job_ids=job_ids)
+
+
+def offsets_in_redis(w: World, queue: str, ids: list[str]) -> list[int]:
+    order = {job_id: i for i, job_id in enumerate(ids)}
+    return [order[j] for j in w.in_redis(queue)]
+
+
+# -- pure decisions ---------------------------------------------------------------------------------
+
+
+def test_spill_parks_the_newest_beyond_the_threshold_as_far_as_raw_records_were_kept() -> None:
+    pending = [(o, job(o)) for o in range(10)]
+    assert spill(pending, set(range(10)), 4) == 6
+    assert spill(pending, set(range(10)), 10) == 0
+    assert spill(pending, {7, 8, 9}, 4) == 3  # offset 6 has no raw record: the kept ones stay older
+    assert spill(pending, {5, 6, 7, 8}, 4) == 0  # the newest has none: nothing can be parked behind it
+
+
+def test_a_lane_goes_direct_only_after_a_short_read_with_nothing_parked_since() -> None:
+    assert drained(3, 10, parked_since=False, waiting=0)
+    assert not drained(10, 10, parked_since=False, waiting=0)  # a full page: more may follow
+    assert not drained(3, 10, parked_since=True, waiting=0)
+    assert not drained(0, 10, parked_since=False, waiting=2)
+
+
+def test_records_read_back_do_not_pull_the_commit_point_back() -> None:
+    owned = OwnedPartition(number=0, job_id="p0", token=1, leased_at=0.0, next_offset=500)
+    owned.pending["b"] = deque([(450, job(450, "b"))])
+    lane = owned.lanes["a"] = Lane(parking=True, read_to=120, back_from=100)
+    owned.pending["a"] = deque([(100, job(100)), (120, job(120))])
+    assert owned.commit_point() == 450  # a's buffered records are durable in the lot
+    owned.pending["a"].appendleft((40, job(40)))  # one kept in memory before the spill: it counts
+    assert owned.commit_point() == 40
+    owned.pending["a"].popleft()
+    lane.out.append((SourceRecord(0, 300, None, b"{}"), job(300)))  # taken, not parked yet: it counts
+    assert owned.commit_point() == 300
+    lane.out.clear()
+    owned.pending["b"].clear()
+    assert owned.commit_point() == 500
+
+
+# -- the relay on the fakes -------------------------------------------------------------------------
+
+
+def test_a_paused_queue_far_beyond_max_pending_never_stalls_another_and_comes_back_in_order() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", paused=True)
+    seen: list[ev.Event] = []
+    bus = EventBus()
+    bus.subscribe(seen.append, ev.Incident)
+    relay = relay_with(w, lot, events=bus, refresh_s=0.0)
+    a_ids: list[str] = []
+    b_ids: list[str] = []
+    for _ in range(20):  # 400 of A against max_pending 50, B's jobs among them
+        a_ids += w.add(20, queue="a", partition=0)
+        b_ids += w.add(1, queue="b", partition=0)
+        run_steps(relay, 3)
+        assert sorted(w.in_redis("b")) == sorted(b_ids)  # B flows throughout
+    assert w.in_redis("a") == [] and w.source.paused == set()
+    owned = relay.ownership.owned[0]
+    assert not owned.pending["a"]  # paused: a long hold parks it all
+    assert lot.count("a") == 400 and lot.marked(0) == ["a"]
+    assert w.source.committed_offsets[0] > 400  # committed past what was parked
+    assert any(isinstance(e, ev.Parked) for e in seen)
+    w.engine.set_config("a", paused=False)
+    w.add(5, queue="a", partition=0)  # arrives while the lane drains: behind the parked ones
+    a_ids = [i for i in a_ids] + [f"job-{w.seq - k}" for k in range(4, -1, -1)]
+    run_steps(relay, 80)
+    assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))  # all, once, in order
+    assert not relay.ownership.owned[0].lanes["a"].parking
+    assert any(isinstance(e, ev.Unparked) and e.drained for e in seen)
+    w.add(3, queue="a", partition=0)  # direct again
+    run_steps(relay, 3)
+    assert len(w.in_redis("a")) == len(a_ids) + 3
+    # The sweep releases parked records only once their jobs are final, then forgets the lane.
+    relay.parking.sweep()  # type: ignore[union-attr]
+    assert lot.count("a") > 0
+    w.store.final.update(a_ids)
+    for _ in range(6):  # a page of 100 a sweep, then the empty lane's marker
+        relay.parking.sweep()  # type: ignore[union-attr]
+    assert lot.count("a") == 0 and lot.marked(0) == [] and "a" not in relay.ownership.owned[0].lanes
+
+
+def test_without_a_lot_a_paused_queue_still_fills_the_buffer_as_before() -> None:
+    w = World(partitions=1)
+    w.engine.set_config("a", paused=True)
+    w.add(100, queue="a", partition=0)
+    relay = w.relay(max_pending=50, batch=10)
+    run_steps(relay, 10)
+    assert w.source.paused == {0}
+
+
+def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", rate_per_s=20.0, burst=1)
+    a_ids = w.add(300, queue="a", partition=0)
+    relay = relay_with(w, lot)
+    b_ids: list[str] = []
+    for _ in range(30):  # polls of 20 records: the first reach B's after A's 300
+        b_ids += w.add(1, queue="b", partition=0)
+        run_steps(relay, 2)
+        w.clock.t += 0.05
+        assert w.source.paused == set()  # never stops fetching for A
+    run_steps(relay, 2)
+    assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.writes > 0
+    start_t, start_n = w.clock.t, len(w.in_redis("a"))
+    while len(w.in_redis("a")) < 300 and w.clock.t - start_t < 30:
+        relay.step()
+        w.clock.t += 0.01
+    rate = (len(w.in_redis("a")) - start_n) / (w.clock.t - start_t)
+    assert offsets_in_redis(w, "a", a_ids) == list(range(300)) and rate <= 22
+
+
+def test_a_new_owner_never_pushes_a_new_record_ahead_of_parked_ones() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", paused=True)
+    first = relay_with(w, lot, refresh_s=0.0)
+    a_ids = w.add(100, queue="a", partition=0)
+    run_steps(first, 6)
+    first.stop()
+    assert lot.count("a") > 0
+    w.engine.set_config("a", paused=False)
+    a_ids += w.add(10, queue="a", partition=0)  # new records the next owner reads from Kafka
+    second = relay_with(w, lot, relay_id="r2", refresh_s=0.0)
+    run_steps(second, 60)
+    assert offsets_in_redis(w, "a", a_ids) == list(range(110))
+
+
+def test_a_failed_park_keeps_the_records_and_the_commit_point() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", paused=True)
+    relay = relay_with(w, lot, refresh_s=0.0)
+    run_steps(relay, 1)
+    w.add(60, queue="a", partition=0)
+    lot.fail = 10**6
+    run_steps(relay, 5)
+    assert lot.count("a") == 0
+    assert w.source.committed_offsets.get(0, 0) == 0  # nothing past an unparked record
+    lot.fail = 0
+    run_steps(relay, 3)
+    assert lot.count("a") > 0 and w.source.committed_offsets[0] > 0
+
+
+KEY = b"this-deployment-key-0123456789"
+
+
+def sealed_world(n: int) -> tuple[World, FakeParkingLot, list[str]]:
+    """A world on a wall clock, with ``n`` minted and sealed records of the paused queue a."""
+    from sluice.core import ids, seal
+
+    w, lot = parked_world()
+    w.clock.t = 1_700_000_000.0
+    w.engine.set_config("a", paused=True)
+    specs = [seal.seal_spec(JobSpec(job_id=ids.mint(w.clock.now_ms(), "a", KEY), queue="a", payload={"n": i},
+                                    enqueued_at_ms=w.clock.now_ms()), KEY) for i in range(n)]
+    for spec in specs:
+        w.source.append_spec(0, spec)
+    return w, lot, [spec.job_id for spec in specs]
+
+
+def test_the_sweep_ends_a_parked_record_past_its_life_dead_with_the_reason() -> None:
+    from sluice.core import ids
+
+    w, lot, job_ids = sealed_world(60)
+    relay = relay_with(w, lot, refresh_s=0.0, job_ids=ids.Verifier(KEY, []))
+    run_steps(relay, 5)
+    assert lot.count("a") == 60
+    relay.parking.sweep()  # type: ignore[union-attr]
+    assert lot.count("a") == 60  # alive and not final: kept
+    w.clock.t += JOB_LIFE_MS / 1000 + 1
+    for _ in range(3):
+        relay.parking.sweep()  # type: ignore[union-attr]
+    item = w.store.items[job_ids[0]]
+    assert item["status"] == JobState.DEAD and "expired" in item["last_error"]
+    assert lot.count("a") == 0 and w.in_redis("a") == []
+
+
+def test_a_record_altered_in_the_lot_fails_its_seal_when_it_comes_back() -> None:
+    from sluice.core import ids
+
+    w, lot, job_ids = sealed_world(30)
+    relay = relay_with(w, lot, refresh_s=0.0, job_ids=ids.Verifier(KEY, []))
+    run_steps(relay, 5)
+    lane = lot.lanes["a", 0]
+    first = lane[min(lane)]
+    lane[first.offset] = first._replace(value=first.value.replace(b'"n":0', b'"n":9'))
+    w.engine.set_config("a", paused=False)
+    run_steps(relay, 20)
+    assert w.in_redis("a") == job_ids[1:]
+    item = w.store.items[job_ids[0]]
+    assert item["status"] == JobState.DEAD and "seal" in item["last_error"]
