@@ -22,6 +22,7 @@ __all__ = [
     "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCallerThrottle",
     "FakeCheckpoints", "FakeClock", "FakeDescriber", "FakeDispatcher", "FakeEngine", "FakeEpochs",
     "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext", "FakeLog", "FakeOffsets", "FakeParkingLot",
-    "FakeQueue", "FakeRouteStore", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTeamMap", "FakeTrigger",
-    "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit", "queue_row", "real_ms",
+    "FakeQueue", "FakeRouteStore", "FakeScheduleStore", "FakeSource", "FakeStore", "FakeTeamMap",
+    "FakeTrigger", "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob", "job_view", "kit",
+    "queue_row", "real_ms",
 ]
