@@ -77,7 +77,8 @@ class _RecordingDynamoDB:
 @pytest.mark.parametrize(("resource", "creator"), [("JobsTable", "create_jobs_table"),
                                                    ("IdempotencyTable", "create_idempotency_table"),
                                                    ("RoutesTable", "create_routes_table"),
-                                                   ("SchedulesTable", "create_schedules_table")])
+                                                   ("SchedulesTable", "create_schedules_table"),
+                                                   ("ParkedTable", "create_parked_table")])
 def test_tables_have_the_layout_the_code_creates_locally(resource: str, creator: str) -> None:
     from sluice.backends.dynamodb import tables
 

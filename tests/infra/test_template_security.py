@@ -180,7 +180,9 @@ def test_no_function_may_scan_or_query_a_table() -> None:
     configuration tables: the routes table (issue 15), a few items read whole by the gateway and
     the relay, and by a worker registering its routes (a Scan there, on that table alone); and the
     schedules table (issue 17), whose one queue's partition the operator function lists for the
-    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone)."""
+    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone); and the
+    parking lot (issue 28), whose lanes the relay reads back in order (a Query there, by the relay
+    alone: no other function may read or write it)."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
@@ -189,6 +191,12 @@ def test_no_function_may_scan_or_query_a_table() -> None:
                     continue
                 schedules = statement["Resource"] == {"Fn::GetAtt": ["SchedulesTable", "Arn"]}
                 if action == "dynamodb:Query" and schedules and name == "OperatorFunction":
+                    continue
+                parked = statement["Resource"] == {"Fn::GetAtt": ["ParkedTable", "Arn"]}
+                if parked:
+                    assert name == "RelayFunction" and action in (
+                        "dynamodb:Query", "dynamodb:PutItem", "dynamodb:BatchWriteItem", "dynamodb:DeleteItem"), \
+                        (name, action)
                     continue
                 assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
                     (name, action)

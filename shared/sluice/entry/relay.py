@@ -112,7 +112,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (core.families)
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
-                  hooks=recovery_hooks, job_ids=job_ids, events=bus)
+                  hooks=recovery_hooks, job_ids=job_ids, events=bus, parking=wiring.parking_lot(settings))
     return relay, recovery_hooks
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
-    from sluice.relay.ports import RelayEngine
+    from sluice.relay.ports import ParkingLot, RelayEngine
     from sluice.streams.countdown import StreamCountdown
 
 
@@ -273,6 +273,17 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
         return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
 
     return build
+
+
+def parking_lot(s: Settings | None = None) -> ParkingLot | None:
+    """The relay's parking lot (issue 28, ``ParkedTable``) on the container's DynamoDB client; None
+    without a table (a held queue's records then wait in the relay's buffer)."""
+    s = s or settings()
+    if not s.parked_table:
+        return None
+    from sluice.backends.dynamodb.parking import DynamoParkingLot
+
+    return DynamoParkingLot(dynamodb(s), s.parked_table)
 
 
 @cache

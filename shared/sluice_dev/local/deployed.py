@@ -43,6 +43,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
                               "the table's schedules",
     "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
+    "SLUICE_PARKED_TABLE": "the parking lot on the moto server (issue 28)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_INTERNAL_FUNCTION_NAME": "the internal function's name in the local Lambda service",

@@ -66,6 +66,12 @@ def create_schedules_table(client: DynamoDBClient, name: str) -> None:
     _create_table(client, name, "queue", "expires_at", sort_key="name")
 
 
+def create_parked_table(client: DynamoDBClient, name: str) -> None:
+    """The parking lot (``dynamodb.parking``): key ``pk`` + ``sk``; TTL ``expires_at``, a backstop past
+    the job life bound (the relay's sweep ends such a job first)."""
+    _create_table(client, name, "pk", "expires_at", sort_key="sk")
+
+
 def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-1",
                           retention_days: int = 14) -> None:
     """The bucket for large results; objects expire with the job retention.
@@ -100,5 +106,7 @@ def ensure_all(settings: Settings) -> None:
         create_routes_table(dynamodb, settings.routes_table)
     if settings.schedules_table:
         create_schedules_table(dynamodb, settings.schedules_table)
+    if settings.parked_table:
+        create_parked_table(dynamodb, settings.parked_table)
     create_results_bucket(boto3.client("s3", **common), settings.results_bucket, settings.aws_region,
                           settings.retention_days)
