@@ -1,0 +1,73 @@
+"""The parking lot on a real (moto) DynamoDB (issue 28, ``backends/dynamodb/parking.py``).
+
+A lane reads back in offset order from any point, whatever order its records were written in;
+a re-park of the same record is one item (an idempotent put); markers name the queues of a
+partition; a release deletes; the TTL is past the job life bound; errors are sluice errors.
+"""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+
+from sluice.backends.dynamodb.parking import DynamoParkingLot, expires_at
+from sluice.backends.dynamodb.tables import create_parked_table
+from sluice.core.errors import SluiceError
+from sluice.core.limits import JOB_LIFE_MS
+from sluice.core.ports import ParkedRecord
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def rec(partition: int, offset: int, key: bytes | None = b"k") -> ParkedRecord:
+    return ParkedRecord(partition, offset, key, b'{"job_id":"j%d"}' % offset, f"j{offset}",
+                        1_700_000_000_000, 0)
+
+
+@pytest.fixture
+def lot(moto_url: str, unique: str) -> DynamoParkingLot:
+    client = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
+    create_parked_table(client, f"parked-{unique}")
+    return DynamoParkingLot(client, f"parked-{unique}")
+
+
+def test_a_lane_comes_back_in_offset_order_from_any_point_and_a_repark_is_one_item(
+        lot: DynamoParkingLot) -> None:
+    offsets = [7, 1_000_000, 3, 99, 12, 100]  # out of order, and across digit counts
+    lot.park("a", 2, [rec(2, o) for o in offsets])
+    lot.park("a", 2, [rec(2, 99), rec(2, 3, key=None)])  # the same records again (a replay)
+    lot.park("a", 3, [rec(3, 5)])
+    lot.park("b", 2, [rec(2, 8)])
+    assert [r.offset for r in lot.page("a", 2, -1, 100)] == sorted(offsets)
+    assert [r.offset for r in lot.page("a", 2, 12, 2)] == [99, 100]
+    assert lot.page("a", 2, 1_000_000, 10) == []
+    back = lot.page("a", 2, -1, 1)[0]
+    assert back.record().value == b'{"job_id":"j3"}' and back.key is None and back.job_id == "j3"
+    assert (lot.count("a"), lot.count("b")) == (7, 1)
+    assert sorted(lot.marked(2)) == ["a", "b"] and lot.marked(3) == ["a"] and lot.marked(4) == []
+
+
+def test_release_deletes_and_unmark_forgets_the_marker(lot: DynamoParkingLot) -> None:
+    lot.park("a", 0, [rec(0, o) for o in range(60)])  # more than one BatchWriteItem
+    assert lot.count("a") == 60
+    lot.release("a", lot.page("a", 0, -1, 40))
+    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(40, 60))
+    lot.release("a", [rec(0, 0)])  # gone already: an idempotent delete
+    lot.unmark("a", 0)
+    assert lot.marked(0) == []
+
+
+def test_the_ttl_is_a_backstop_past_the_job_life_bound() -> None:
+    r = rec(0, 1)
+    assert expires_at(r) * 1000 > r.enqueued_at_ms + JOB_LIFE_MS
+
+
+def test_a_missing_table_is_a_sluice_error(moto_url: str) -> None:
+    client = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
+    lot = DynamoParkingLot(client, "no-such-table")
+    with pytest.raises(SluiceError):
+        lot.park("a", 0, [rec(0, 1)])
+    with pytest.raises(SluiceError):
+        lot.page("a", 0, -1, 10)
+    with pytest.raises(SluiceError):
+        lot.marked(0)
