@@ -58,6 +58,17 @@ class RelayMetrics:
             m.count("RelayDispatchRefused", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
+        elif isinstance(e, ev.Parked):
+            m.count("RelayParked", e.n, queue=e.queue)
+        elif isinstance(e, ev.Unparked):
+            if e.n:
+                m.count("RelayUnparked", e.n, queue=e.queue)
+            if e.released:
+                m.count("RelayParkedReleased", e.released, queue=e.queue)
+            if e.refused:
+                m.count("RelayParkedRefused", e.refused, queue=e.queue)
+        elif isinstance(e, ev.ParkingFailed):
+            m.count("RelayParkingFailed")
 
 
 class RelayLog:
@@ -90,6 +101,12 @@ class RelayLog:
                         e.topic, e.start, e.committed)
         elif isinstance(e, ev.CheckpointFailed):
             log.warning("checkpoint failed, next one in %ss: %s", e.retry_in_s, e.error)
+        elif isinstance(e, ev.ParkingFailed):
+            log.warning("parking lot unavailable (queue %r, partition %s): %s; tried again", e.queue,
+                        e.partition, e.error)
+        elif isinstance(e, ev.Unparked) and e.drained:
+            log.info("queue %s: partition %s's parked records drained; its records go straight to Redis "
+                     "again", e.queue, e.partition)
 
 
 def observe(bus: ev.EventBus, metrics: Metrics, relay_id: str) -> Callable[[], None]:

@@ -90,7 +90,7 @@ class Parking:
                 self.ownership.assign()
                 self.ownership.look_again()
                 continue
-            owned.lanes = {queue: Lane() for queue in queues}
+            owned.lanes = {queue: Lane(marked=True) for queue in queues}
             owned.lanes_loaded = True
 
     def turn(self, held: set[str], flowing: set[str], blocked: Callable[[str], bool]) -> None:
@@ -137,12 +137,12 @@ class Parking:
     def _park(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
         records = [parked_record(r, job) for r, job in lane.out]
         try:
-            self.lot.park(queue, owned.number, records)
+            self.lot.park(queue, owned.number, records, mark=not lane.marked)
         except SluiceError as exc:  # they stay in the buffer, uncommitted: tried at the next turn
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(exc)))
             return
         lane.out = []
-        lane.parked_since_read = True
+        lane.parked_since_read = lane.marked = True
         owned.pending_count -= len(records)
         self.report.parked += len(records)
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
@@ -210,7 +210,7 @@ class Parking:
         if not page:
             if not lane.parking and not lane.out:
                 self.lot.unmark(queue, owned.number)
-                del owned.lanes[queue]
+                del owned.lanes[queue]  # a later spill makes a new lane, which writes its marker again
             return
         final, _ = self.store.relay_view([r.job_id for r in page])
         gone = [r for r in page if r.job_id in final]

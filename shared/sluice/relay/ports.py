@@ -119,8 +119,9 @@ class ParkingLot(Protocol):
     method raises a ``SluiceError`` when the lot cannot be reached (nothing half done matters: a
     park is an idempotent put, a release an idempotent delete)."""
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
-        """Write the partition's marker for ``queue``, then each record (same key, same item)."""
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
+        """Write the partition's marker for ``queue`` (unless ``mark`` is False: written already),
+        then each record (same key, same item)."""
         ...
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:

@@ -64,6 +64,7 @@ class Lane:
     read_to: int = -1  # the last offset read back (a new owner reads the lane from its start)
     back_from: int | None = None  # the first offset read back this session
     parked_since_read: bool = False
+    marked: bool = False  # its marker is written (or was loaded): parks need not write it again
     out: list[tuple[SourceRecord, DecodedJob]] = field(default_factory=list)  # taken, not parked yet
 
     def returned(self, offset: int) -> bool:

@@ -296,10 +296,11 @@ class FakeParkingLot:
             self.fail -= 1
             raise BackendUnavailable("the fake parking lot is down")
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
         self._maybe_fail()
-        if records:
+        if records and mark:
             self.markers.add((partition, queue))
+        assert not records or (partition, queue) in self.markers, "a record parked with no marker"
         lane = self.lanes.setdefault((queue, partition), {})
         for r in records:
             lane[r.offset] = r

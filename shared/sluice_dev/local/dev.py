@@ -425,6 +425,9 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
+        parked = self.function("RelayFunction").env.get("SLUICE_PARKED_TABLE")
+        if parked:  # the relay's (the workers' settings, s, name no parking lot)
+            tables.create_parked_table(client, parked)
         table = self.function("OperatorFunction").env.get("SLUICE_SCHEDULES_TABLE")
         if table:  # the operator function's (the workers' settings, s, name no schedules table)
             from sluice.backends.dynamodb.schedules import DynamoScheduleStore

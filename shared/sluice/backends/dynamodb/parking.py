@@ -65,13 +65,13 @@ class DynamoParkingLot:
     def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep) -> None:
         self.client, self.table, self._sleep = client, table_name, sleep
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord]) -> None:
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
         if not records:
             return
-        # The marker first: a record is never parked where a new owner would not look for it.
-        with translated(f"put_item {self.table}"):
-            self.client.put_item(TableName=self.table, Item={"pk": {"S": marker_pk(partition)},
-                                                             "sk": {"S": queue}})
+        if mark:  # the marker first: a record is never parked where a new owner would not look for it
+            with translated(f"put_item {self.table}"):
+                self.client.put_item(TableName=self.table, Item={"pk": {"S": marker_pk(partition)},
+                                                                 "sk": {"S": queue}})
         self._batch(queue, [{"PutRequest": {"Item": _item(queue, r)}} for r in records])
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:

@@ -1,0 +1,205 @@
+"""Issue 28: no queue holds back another, on one `sluice dev` stack (the real relay Lambda, Kafka,
+Redis, the parking lot on moto).
+
+The stack runs with a small relay buffer (``relay_max_pending`` 50, ``relay_batch`` 25), the
+old head-of-line limit scaled down, so that queue A's held records exceed it many times over in
+seconds. Queue A is paused (then, in the next test, rate-limited; then flooded with jobs delayed
+7 days past its delayed cap) while queue B's jobs are enqueued one by one: each B job runs within
+its normal latency (measured first, on the same stack). A resumes, and every A job runs once, in
+its partition's order (A runs one job at a time, ``max_in_flight`` 1, so the run order is the order
+the relay pushed). Before the change, B's jobs waited behind A's in the full buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.backends.dynamodb.parking import DynamoParkingLot
+from sluice.backends.redis.engine import RedisQueue
+from sluice.core.config import Settings
+from sluice_dev.local.dev import PARKED_TABLE, DevOptions, DevStack
+from tests.stack.test_hostile_callers import Http
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+
+A, B = "park-a", "park-b"
+MAX_PENDING = 50
+KNOBS = {"relay_max_pending": MAX_PENDING, "relay_batch": 25, "relay_park_threshold": 10}
+
+
+@dataclass
+class Stack:
+    call: Http
+    settings: Settings
+    engine: RedisQueue
+    lot: DynamoParkingLot
+    logs: Path
+    runs: int = 0
+
+    def log(self, name: str) -> str:
+        self.runs += 1
+        return str(self.logs / f"{name}-{self.runs}.jsonl")
+
+    def enqueue(self, queue: str, log: str, n: int = 1, delay_s: int = 0) -> list[str]:
+        """``n`` jobs in batches of 100, their ids in the order the gateway accepted them."""
+        ids: list[str] = []
+        for start in range(0, n, 100):
+            jobs = [{"payload": {"log": log, "n": i}, "delay_seconds": delay_s}
+                    for i in range(start, min(n, start + 100))]
+            r = self.call("POST", f"/v1/queues/{queue}/jobs/batch", {"jobs": jobs})
+            assert r.status == 202, r.doc
+            ids += [j["job_id"] for j in r.doc["jobs"]]
+        return ids
+
+
+def ran(log: str) -> list[dict[str, Any]]:
+    path = Path(log)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_until(what: str, check: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        time.sleep(0.1)
+    return value
+
+
+def b_latencies(stack: Stack, n: int, between: Any = None) -> list[float]:
+    """Enqueue B's jobs one at a time (``between`` runs before each), each waited for: their
+    latencies from the 202 to their run."""
+    log = stack.log("b")
+    out = []
+    for i in range(n):
+        if between is not None:
+            between(i)
+        sent = time.time()
+        (job_id,) = stack.enqueue(B, log)
+        done = wait_until(f"B job {i} ran", lambda: [r for r in ran(log) if r["id"] == job_id], 30)
+        out.append(done[0]["t"] - sent)
+    return out
+
+
+def partition_order(settings: Settings, ids: set[str]) -> dict[int, list[str]]:
+    """The jobs topic's records of ``ids``, per partition, in offset order."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from sluice.backends.kafka.auth import client_config
+
+    consumer = KafkaConsumer(**client_config(settings), enable_auto_commit=False, group_id=None)
+    try:
+        tps = [TopicPartition(settings.kafka_topic, p)
+               for p in sorted(consumer.partitions_for_topic(settings.kafka_topic) or ())]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out: dict[int, list[tuple[int, str]]] = {}
+        deadline = time.monotonic() + 20
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, "could not read the jobs topic"
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                for r in records:
+                    key = r.key.decode()
+                    if key in ids:
+                        out.setdefault(tp.partition, []).append((r.offset, key))
+    finally:
+        consumer.close()
+    return {p: [k for _, k in sorted(v)] for p, v in out.items()}
+
+
+def assert_all_once_in_partition_order(stack: Stack, log: str, accepted: list[str]) -> None:
+    runs = [r["id"] for r in ran(log)]
+    assert len(runs) == len(set(runs)), "an A job ran twice"
+    assert set(runs) == set(accepted), f"{len(set(accepted) - set(runs))} A jobs lost"
+    position = {job_id: i for i, job_id in enumerate(runs)}
+    for p, ids in partition_order(stack.settings, set(accepted)).items():
+        assert sorted(ids, key=position.__getitem__) == ids, f"partition {p}: A ran out of order"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    state: Path = tmp_path_factory.mktemp("parking") / ".sluice"
+    logs = tmp_path_factory.mktemp("ran")
+    dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", history=False,
+                              handlers="tests.stack.park_handlers", settings=KNOBS,
+                              why="a small relay buffer, so that a held queue exceeds it in seconds"))
+    dev.start()
+    assert dev.settings is not None
+    import boto3
+
+    s = dev.settings
+    client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+    try:
+        yield Stack(Http(dev.endpoints["gateway_url"]), s, RedisQueue.from_url(s.redis_url),
+                    DynamoParkingLot(client, s.parked_table or PARKED_TABLE), logs)
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="module")
+def normal(stack: Stack) -> float:
+    """B's normal latency on this stack, nothing held: the worst of a few (after a first, which
+    may start a worker)."""
+    b_latencies(stack, 1)
+    return max(b_latencies(stack, 4))
+
+
+def within_normal(latencies: list[float], normal: float) -> None:
+    assert max(latencies) <= max(2 * normal, normal + 1.5), (latencies, normal)
+
+
+def test_a_paused_queue_far_past_the_old_limit_holds_back_no_other_and_resumes_in_order(
+        stack: Stack, normal: float) -> None:
+    stack.engine.set_config(A, paused=True, max_in_flight=1)
+    log = stack.log("a")
+    accepted: list[str] = []
+
+    def flood(i: int) -> None:  # 100 more of A before each B job but the last: 6x the buffer
+        if i < 3:
+            accepted.extend(stack.enqueue(A, log, 100))
+
+    within_normal(b_latencies(stack, 4, flood), normal)
+    assert ran(log) == []
+    wait_until("A's records parked", lambda: stack.lot.count(A) >= len(accepted) - MAX_PENDING, 30)
+    stack.engine.set_config(A, paused=False)
+    wait_until("every A job ran", lambda: len(ran(log)) >= len(accepted), 90)
+    assert_all_once_in_partition_order(stack, log, accepted)
+
+
+def test_a_rate_limited_queue_holds_back_no_other_and_runs_every_job_in_order(
+        stack: Stack, normal: float) -> None:
+    stack.engine.set_config(A, paused=False, max_in_flight=1, rate_per_s=40.0, burst=1)
+    log = stack.log("a")
+    accepted = stack.enqueue(A, log, 300)  # 6x the buffer, at most 40 a second into Redis
+    within_normal(b_latencies(stack, 4), normal)
+    assert len(ran(log)) < len(accepted)  # B overtook A's backlog
+    wait_until("every A job ran", lambda: len(ran(log)) >= len(accepted), 60)
+    assert_all_once_in_partition_order(stack, log, accepted)
+    stack.engine.set_config(A, rate_per_s=0.0, burst=0)
+
+
+def test_a_flood_of_jobs_delayed_seven_days_holds_back_no_other(stack: Stack, normal: float) -> None:
+    stack.engine.set_config(A, paused=False, max_delayed=40)
+    log = stack.log("a")
+    week = 7 * 24 * 3600 - 60
+    accepted: list[str] = []
+    # Each gateway admits up to the delayed cap from its own view of the depth: more reach Kafka.
+    for _ in range(3):
+        r = stack.call("POST", f"/v1/queues/{A}/jobs/batch",
+                       {"jobs": [{"payload": {"log": log}, "delay_seconds": week}] * 100})
+        if r.status == 202:
+            accepted += [j["job_id"] for j in r.doc["jobs"]]
+    assert len(accepted) > MAX_PENDING
+    within_normal(b_latencies(stack, 4), normal)
+    # None lost: each is delayed in Redis (up to the cap) or parked.
+    delayed = lambda: stack.engine.stats(A).delayed  # noqa: E731
+    wait_until("A's delayed jobs in Redis or parked",
+               lambda: delayed() + stack.lot.count(A) >= len(accepted), 30)
+    assert delayed() <= 40 + 10  # the cap, give or take a batch
