@@ -82,7 +82,7 @@ def b_latencies(stack: Stack, n: int, between: Any = None) -> list[float]:
             between(i)
         sent = time.time()
         (job_id,) = stack.enqueue(B, log)
-        done = wait_until(f"B job {i} ran", lambda: [r for r in ran(log) if r["id"] == job_id], 30)
+        done = wait_until(f"B job {i} ran", lambda j=job_id: [r for r in ran(log) if r["id"] == j], 30)
         out.append(done[0]["t"] - sent)
     return out
 

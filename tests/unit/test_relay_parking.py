@@ -110,11 +110,11 @@ def test_a_paused_queue_far_beyond_max_pending_never_stalls_another_and_comes_ba
     run_steps(relay, 3)
     assert len(w.in_redis("a")) == len(a_ids) + 3
     # The sweep releases parked records only once their jobs are final, then forgets the lane.
-    relay.parking.sweep()  # type: ignore[union-attr]
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
     assert lot.count("a") > 0
     w.store.final.update(a_ids)
     for _ in range(6):  # a page of 100 a sweep, then the empty lane's marker
-        relay.parking.sweep()  # type: ignore[union-attr]
+        relay.parking.sweep(wait=True)  # type: ignore[union-attr]
     assert lot.count("a") == 0 and lot.marked(0) == [] and "a" not in relay.ownership.owned[0].lanes
 
 
@@ -202,11 +202,11 @@ def test_the_sweep_ends_a_parked_record_past_its_life_dead_with_the_reason() -> 
     relay = relay_with(w, lot, refresh_s=0.0, job_ids=ids.Verifier(KEY, []))
     run_steps(relay, 5)
     assert lot.count("a") == 60
-    relay.parking.sweep()  # type: ignore[union-attr]
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
     assert lot.count("a") == 60  # alive and not final: kept
     w.clock.t += JOB_LIFE_MS / 1000 + 1
     for _ in range(3):
-        relay.parking.sweep()  # type: ignore[union-attr]
+        relay.parking.sweep(wait=True)  # type: ignore[union-attr]
     item = w.store.items[job_ids[0]]
     assert item["status"] == JobState.DEAD and "expired" in item["last_error"]
     assert lot.count("a") == 0 and w.in_redis("a") == []
@@ -226,3 +226,34 @@ def test_a_record_altered_in_the_lot_fails_its_seal_when_it_comes_back() -> None
     assert w.in_redis("a") == job_ids[1:]
     item = w.store.items[job_ids[0]]
     assert item["status"] == JobState.DEAD and "seal" in item["last_error"]
+
+
+def test_a_queue_that_flows_again_still_parks_its_new_records_behind_the_parked_ones() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", paused=True)
+    relay = relay_with(w, lot, refresh_s=0.0)
+    ids = w.add(100, queue="a", partition=0)
+    run_steps(relay, 6)
+    assert lot.count("a") == 100
+    w.engine.set_config("a", paused=False)
+    for _ in range(12):  # a page read back at a time, each granted in full (flowing), new ones arriving
+        ids += w.add(3, queue="a", partition=0)
+        run_steps(relay, 1)
+    run_steps(relay, 40)
+    assert offsets_in_redis(w, "a", ids) == list(range(len(ids)))
+
+
+def test_a_lane_that_parks_again_counts_its_kept_records_in_the_commit_point() -> None:
+    owned = OwnedPartition(number=0, job_id="p0", token=1, leased_at=0.0, next_offset=900)
+    owned.lanes["a"] = Lane(parking=False, read_to=120, back_from=100)
+    owned.pending["a"] = deque([(700, job(700)), (800, job(800))])
+    owned.raw["a"] = {700: SourceRecord(0, 700, None, b"{}"), 800: SourceRecord(0, 800, None, b"{}")}
+    from sluice.relay.parking import Parking
+
+    parking = Parking.__new__(Parking)
+    parking.config = RelayConfig(park_threshold=1)
+    parking._spill(owned, {"a"}, lambda _q: False)
+    assert [r.offset for r, _ in owned.lanes["a"].out] == [800]
+    owned.lanes["a"].out.clear()
+    owned.lanes["a"].read_to = 900  # a later read back: 700, kept in memory, is not durable
+    assert owned.commit_point() == 700

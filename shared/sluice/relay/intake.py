@@ -145,7 +145,8 @@ class Intake:
                     owned = None
                 continue
             taken += 1
-            if flowing is not None and job.queue not in flowing and self._aside(owned, record, job):
+            if (owned.lanes or (flowing is not None and job.queue not in flowing)) \
+                    and self._aside(owned, record, job, flowing):
                 continue  # to be parked behind its queue's parked records (relay/parking.py)
             pending = owned.pending.get(job.queue)
             if pending is None:
@@ -157,14 +158,17 @@ class Intake:
             self.hooks.on_records(decoded)
 
     @staticmethod
-    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
-        """A record of a queue not known to flow: parked if its lane is parking (True), else
-        buffered with its raw record kept, so that it can be parked if its queue is held."""
+    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob,
+               flowing: set[str] | None) -> bool:
+        """Parking: a record of a queue whose lane is parking is parked too, behind the others
+        (True), whatever the queue does now; one of a queue not known to flow is buffered with its
+        raw record kept, so that it can be parked if its queue is held."""
         lane = owned.lanes.get(job.queue)
         if lane is not None and lane.parking:
             lane.out.append((record, job))
             return True
-        owned.raw.setdefault(job.queue, {})[record.offset] = record
+        if flowing is not None and job.queue not in flowing:
+            owned.raw.setdefault(job.queue, {})[record.offset] = record
         return False
 
     def readmit(self, owned: OwnedPartition, record: SourceRecord) -> DecodedJob | None:

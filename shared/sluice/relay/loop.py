@@ -192,6 +192,8 @@ class Relay:
     def stop(self) -> None:
         """Commit what was pushed and release every partition lease (best effort)."""
         self.pusher.close()
+        if self.parking is not None:
+            self.parking.close()
         try:
             self.committer.commit(force=True)
         except SluiceError as exc:

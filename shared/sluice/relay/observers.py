@@ -58,17 +58,21 @@ class RelayMetrics:
             m.count("RelayDispatchRefused", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
-        elif isinstance(e, ev.Parked):
-            m.count("RelayParked", e.n, queue=e.queue)
-        elif isinstance(e, ev.Unparked):
-            if e.n:
-                m.count("RelayUnparked", e.n, queue=e.queue)
-            if e.released:
-                m.count("RelayParkedReleased", e.released, queue=e.queue)
-            if e.refused:
-                m.count("RelayParkedRefused", e.refused, queue=e.queue)
+        elif isinstance(e, ev.Parked | ev.Unparked):
+            parking_counts(m, e)
         elif isinstance(e, ev.ParkingFailed):
             m.count("RelayParkingFailed")
+
+
+def parking_counts(m: Metrics, e: ev.Parked | ev.Unparked) -> None:
+    """Per queue: records parked, read back, released by the sweep, ended past their life."""
+    if isinstance(e, ev.Parked):
+        m.count("RelayParked", e.n, queue=e.queue)
+        return
+    counts = (("RelayUnparked", e.n), ("RelayParkedReleased", e.released), ("RelayParkedRefused", e.refused))
+    for name, n in counts:
+        if n:
+            m.count(name, n, queue=e.queue)
 
 
 class RelayLog:

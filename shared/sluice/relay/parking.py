@@ -26,7 +26,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from typing import Final
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Final, TypeVar
 
 from sluice.core import bus as ev
 from sluice.core import seal
@@ -42,6 +43,9 @@ from sluice.relay.state import Lane, OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")
 SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
+IO_THREADS: Final = 8  # the lot's calls of one turn in flight at once
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def spill(pending: Sequence[tuple[int, DecodedJob]], raw: Collection[int], above: int) -> int:
@@ -74,6 +78,9 @@ class Parking:
                  now_ms: Callable[[], int]) -> None:
         self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
         self.report, self.events, self.now_ms = report, events, now_ms
+        self._sweeper: ThreadPoolExecutor | None = None
+        self._pool: ThreadPoolExecutor | None = None  # the turn's concurrent lot calls
+        self._sweeping: Future[list[tuple[int, str, int]]] | None = None
 
     def prepare(self) -> None:
         """Load the lanes of partitions just taken, before any of their records is taken: one read
@@ -95,19 +102,41 @@ class Parking:
 
     def turn(self, held: set[str], flowing: set[str], blocked: Callable[[str], bool]) -> None:
         """After a push round, before the commit: park the held queues' overflow and what waits to
-        be parked, read back the lanes whose queues can take records, keep raw records for the held."""
-        batch = self.config.batch
-        for owned in list(self.ownership.owned.values()):
+        be parked, read back the lanes whose queues can take records, keep raw records for the held.
+        The lot's calls of a turn go out together (``_io``): a turn costs one round trip, not one
+        per lane."""
+        batch, owned_by = self.config.batch, self.ownership.owned
+        everyone = list(owned_by.values())
+        for owned in everyone:
             self._spill(owned, held, blocked)
-            for queue, lane in list(owned.lanes.items()):
-                if self.ownership.owned.get(owned.number) is not owned:
-                    break  # given back (a refusal the store could not record)
-                if lane.out:
-                    self._park(owned, queue, lane)
-                if lane.parking and queue not in held and len(owned.pending.get(queue, ())) < batch \
-                        and not blocked(queue):
-                    self._read(owned, queue, lane)
+        parks = [(owned, queue, lane, [parked_record(r, job) for r, job in lane.out])
+                 for owned in everyone for queue, lane in owned.lanes.items() if lane.out]
+        done = self._io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked), parks)
+        for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
+            self._parked(owned, queue, lane, records, outcome)
+        reads = [(owned, queue, lane) for owned in everyone for queue, lane in owned.lanes.items()
+                 if lane.parking and queue not in held and len(owned.pending.get(queue, ())) < batch
+                 and not blocked(queue)]
+        pages = self._io(lambda r: self.lot.page(r[1], r[0].number, r[2].read_to, batch), reads)
+        for (owned, queue, lane), page in zip(reads, pages, strict=True):
+            if owned_by.get(owned.number) is owned:  # else given back (a refusal the store could not record)
+                self._read(owned, queue, lane, page)
+        for owned in everyone:
             self._keep_raw(owned, flowing)
+
+    def _io(self, call: Callable[[T], R], items: Sequence[T]) -> list[R | SluiceError]:
+        """``call`` of each item, concurrently when there are several; a SluiceError in its place."""
+        def one(item: T) -> R | SluiceError:
+            try:
+                return call(item)
+            except SluiceError as exc:
+                return exc
+
+        if len(items) <= 1:
+            return [one(item) for item in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="sluice-relay-park")
+        return list(self._pool.map(one, items))
 
     def _spill(self, owned: OwnedPartition, held: set[str], blocked: Callable[[str], bool]) -> None:
         """Park a held queue's newest records beyond ``park_above`` (a rate or a cap: a short hold
@@ -131,29 +160,30 @@ class Parking:
             moved.reverse()
             if lane is None:
                 lane = owned.lanes[queue] = Lane()
+            elif not lane.parking:  # parking again: what is buffered now was never parked
+                lane.back_from = None
             lane.parking = True
             lane.out[:0] = [(raw.pop(offset), job) for offset, job in moved]  # still counted as pending
 
-    def _park(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
-        records = [parked_record(r, job) for r, job in lane.out]
-        try:
-            self.lot.park(queue, owned.number, records, mark=not lane.marked)
-        except SluiceError as exc:  # they stay in the buffer, uncommitted: tried at the next turn
-            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(exc)))
+    def _parked(self, owned: OwnedPartition, queue: str, lane: Lane, records: list[ParkedRecord],
+                outcome: object) -> None:
+        if isinstance(outcome, SluiceError):  # they stay in the buffer, uncommitted: tried at the next turn
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                              error=ev.error_text(outcome)))
             return
-        lane.out = []
+        del lane.out[:len(records)]
         lane.parked_since_read = lane.marked = True
+        lane.parks += 1
         owned.pending_count -= len(records)
         self.report.parked += len(records)
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 
-    def _read(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
-        limit = self.config.batch
-        try:
-            page = self.lot.page(queue, owned.number, lane.read_to, limit)
-        except SluiceError as exc:
-            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(exc)))
+    def _read(self, owned: OwnedPartition, queue: str, lane: Lane,
+              page: list[ParkedRecord] | SluiceError) -> None:
+        if isinstance(page, SluiceError):
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(page)))
             return
+        limit = self.config.batch
         parked_since, lane.parked_since_read = lane.parked_since_read, False
         mark = owned.relayed.get(queue, -1)
         q = owned.pending.get(queue)
@@ -192,26 +222,71 @@ class Parking:
                 head = q[0][0]
                 owned.raw[queue] = {o: r for o, r in raw.items() if o >= head}
 
-    # -- the sweep (every maintenance) ---------------------------------------------------------------
+    # -- the sweep (every maintenance, on its own thread) -------------------------------------------
 
-    def sweep(self) -> None:
+    def sweep(self, *, wait: bool = False) -> None:
         """Release the parked records whose jobs are final; end ``dead`` those past their life;
-        forget a lane (and its marker) that is direct again and empty in the lot."""
-        for owned in list(self.ownership.owned.values()):
-            for queue, lane in list(owned.lanes.items()):
-                try:
-                    self._sweep(owned, queue, lane)
-                except SluiceError as exc:  # only late: the next maintenance tries again
-                    self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
-                                                      error=ev.error_text(exc)))
+        forget a lane (and its marker) that is direct again and empty in the lot.
 
-    def _sweep(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
-        page = self.lot.page(queue, owned.number, -1, SWEEP_PAGE)
-        if not page:
-            if not lane.parking and not lane.out:
-                self.lot.unmark(queue, owned.number)
-                del owned.lanes[queue]  # a later spill makes a new lane, which writes its marker again
+        The reads and deletes run on a thread of their own (a sweep of many lanes is many round
+        trips, which must not stall the relay's steps); what it found empty is forgotten here, on
+        the main thread, at the next call, unless the lane parked again meanwhile. ``wait``: sweep
+        now, on this thread (tests, ``stop``)."""
+        if self._sweeping is not None:
+            if not (wait or self._sweeping.done()):
+                return
+            self._forget(self._sweeping.result())
+            self._sweeping = None
+        lanes = [(owned.number, queue, lane.parks) for owned in self.ownership.owned.values()
+                 for queue, lane in owned.lanes.items()]
+        if not lanes:
             return
+        if wait:
+            self._forget(self._sweep_all(lanes))
+            return
+        if self._sweeper is None:
+            self._sweeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-sweep")
+        self._sweeping = self._sweeper.submit(self._sweep_all, lanes)
+
+    def close(self) -> None:
+        """Wait for a sweep in flight (``Relay.stop``)."""
+        if self._sweeper is not None:
+            self._sweeper.shutdown(wait=True)
+            self._sweeper, self._sweeping = None, None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _forget(self, empty: list[tuple[int, str, int]]) -> None:
+        for partition, queue, parks in empty:
+            owned = self.ownership.owned.get(partition)
+            lane = owned.lanes.get(queue) if owned is not None else None
+            if owned is None or lane is None or lane.parking or lane.out or lane.parks != parks:
+                continue  # parking again since the sweep looked: its records are in the lot
+            try:
+                self.lot.unmark(queue, partition)
+            except SluiceError as exc:  # the next sweep finds it empty again
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=partition, error=ev.error_text(exc)))
+                continue
+            del owned.lanes[queue]  # a later spill makes a new lane, which writes its marker again
+
+    def _sweep_all(self, lanes: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
+        """On the sweeper thread: the lot and the store only, no relay state. Returns the lanes
+        found empty."""
+        empty = []
+        for partition, queue, parks in lanes:
+            try:
+                if not self._sweep(partition, queue):
+                    empty.append((partition, queue, parks))
+            except SluiceError as exc:  # only late: the next maintenance tries again
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=partition, error=ev.error_text(exc)))
+        return empty
+
+    def _sweep(self, partition: int, queue: str) -> bool:
+        """One page of a lane from its start; False if the lane is empty."""
+        page = self.lot.page(queue, partition, -1, SWEEP_PAGE)
+        if not page:
+            return False
         final, _ = self.store.relay_view([r.job_id for r in page])
         gone = [r for r in page if r.job_id in final]
         now, refused = self.now_ms(), 0
@@ -230,5 +305,6 @@ class Parking:
         if gone:
             self.lot.release(queue, gone)
             self.report.parked_released += len(gone)
-            self.events.emit(ev.Unparked(queue=queue, partition=owned.number, released=len(gone),
+            self.events.emit(ev.Unparked(queue=queue, partition=partition, released=len(gone),
                                          refused=refused))
+        return True

@@ -65,6 +65,7 @@ class Lane:
     back_from: int | None = None  # the first offset read back this session
     parked_since_read: bool = False
     marked: bool = False  # its marker is written (or was loaded): parks need not write it again
+    parks: int = 0  # park writes so far (the sweep forgets a lane it found empty only if none since)
     out: list[tuple[SourceRecord, DecodedJob]] = field(default_factory=list)  # taken, not parked yet
 
     def returned(self, offset: int) -> bool:

@@ -6,6 +6,7 @@ idempotent by job id); the fake source behaves like a manually assigned Kafka co
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -290,6 +291,7 @@ class FakeParkingLot:
         self.fail = 0
         self.writes = 0  # records written (a re-park counts again: an idempotent put)
         self.pages = 0
+        self._lock = threading.Lock()  # the relay sweeps on a thread of its own
 
     def _maybe_fail(self) -> None:
         if self.fail:
@@ -298,6 +300,10 @@ class FakeParkingLot:
 
     def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
         self._maybe_fail()
+        with self._lock:
+            self._park(queue, partition, records, mark)
+
+    def _park(self, queue: str, partition: int, records: Sequence[ParkedRecord], mark: bool) -> None:
         if records and mark:
             self.markers.add((partition, queue))
         assert not records or (partition, queue) in self.markers, "a record parked with no marker"
@@ -308,14 +314,16 @@ class FakeParkingLot:
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
         self._maybe_fail()
-        self.pages += 1
-        lane = self.lanes.get((queue, partition), {})
-        return [lane[o] for o in sorted(lane) if o > after][:limit]
+        with self._lock:
+            self.pages += 1
+            lane = self.lanes.get((queue, partition), {})
+            return [lane[o] for o in sorted(lane) if o > after][:limit]
 
     def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
         self._maybe_fail()
-        for r in records:
-            self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
+        with self._lock:
+            for r in records:
+                self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
 
     def marked(self, partition: int) -> list[str]:
         self._maybe_fail()
@@ -326,7 +334,8 @@ class FakeParkingLot:
         self.markers.discard((partition, queue))
 
     def count(self, queue: str) -> int:
-        return sum(len(lane) for (q, _), lane in self.lanes.items() if q == queue)
+        with self._lock:
+            return sum(len(lane) for (q, _), lane in self.lanes.items() if q == queue)
 
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
