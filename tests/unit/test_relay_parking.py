@@ -16,7 +16,7 @@ from sluice.core.bus import EventBus
 from sluice.core.limits import JOB_LIFE_MS
 from sluice.core.models import DecodedJob, JobSpec, JobState
 from sluice.relay import Relay, RelayConfig, SourceRecord
-from sluice.relay.parking import drained, spill
+from sluice.relay.parking import drained, read_room, spill
 from sluice.relay.state import Lane, OwnedPartition
 from sluice_dev.fakes import FakeParkingLot
 from tests.unit.test_relay import World, run_steps
@@ -58,6 +58,14 @@ def test_a_lane_goes_direct_only_after_a_short_read_with_nothing_parked_since() 
     assert not drained(10, 10, parked_since=False, waiting=0)  # a full page: more may follow
     assert not drained(3, 10, parked_since=True, waiting=0)
     assert not drained(0, 10, parked_since=False, waiting=2)
+
+
+def test_a_page_read_back_keeps_the_queue_to_its_few_and_the_partition_fetching() -> None:
+    config = RelayConfig(batch=25, park_threshold=10, max_pending=50)
+    assert read_room(0, 0, config) == 10  # a held queue keeps a few buffered, no more
+    assert read_room(4, 4, config) == 6
+    assert read_room(0, 20, config) == 5  # the partition's fetching resumes below 25
+    assert read_room(0, 30, config) == 0 and read_room(12, 12, config) == 0
 
 
 def test_records_read_back_do_not_pull_the_commit_point_back() -> None:

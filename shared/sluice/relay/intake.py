@@ -110,15 +110,15 @@ class Intake:
         self.report, self.hooks, self.monotonic, self.job_ids = report, hooks, monotonic, job_ids
         self.events, self.store = events, store
         self.now_ms = now_ms or (lambda: int(monotonic() * 1000))
-        # the queues whose records need not be kept raw (Planner.flowing): set by the relay when
-        # it parks; None, no raw record is ever kept
-        self.flowing: set[str] | None = None
+        # the relay parks (relay/parking.py): each buffered record's raw record is kept, so that it
+        # can be parked as Kafka had it if its queue is held
+        self.parking = False
         self._admitted: set[str] = set()
         self._refused: dict[str, tuple[float, str]] = {}  # queue -> (until, why)
 
     def take(self, records: Sequence[SourceRecord]) -> None:  # noqa: C901 - the per-record hot loop, inlined
         self._read(records)
-        owned_by, flowing = self.ownership.owned, self.flowing
+        owned_by, parking = self.ownership.owned, self.parking
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         # A poll's records come in runs of one partition (the source sorts them): a run reads
         # its partition's state into locals once, and writes it back at its end.
@@ -145,8 +145,7 @@ class Intake:
                     owned = None
                 continue
             taken += 1
-            if (owned.lanes or (flowing is not None and job.queue not in flowing)) \
-                    and self._aside(owned, record, job, flowing):
+            if parking and self._aside(owned, record, job):
                 continue  # to be parked behind its queue's parked records (relay/parking.py)
             pending = owned.pending.get(job.queue)
             if pending is None:
@@ -158,17 +157,19 @@ class Intake:
             self.hooks.on_records(decoded)
 
     @staticmethod
-    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob,
-               flowing: set[str] | None) -> bool:
+    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
         """Parking: a record of a queue whose lane is parking is parked too, behind the others
-        (True), whatever the queue does now; one of a queue not known to flow is buffered with its
-        raw record kept, so that it can be parked if its queue is held."""
+        (True), whatever the queue does now; any other is buffered with its raw record kept, so
+        that it can be parked if its queue is held (the raw records of those pushed are dropped at
+        the end of the step: ``Parking.turn``)."""
         lane = owned.lanes.get(job.queue)
         if lane is not None and lane.parking:
             lane.out.append((record, job))
             return True
-        if flowing is not None and job.queue not in flowing:
-            owned.raw.setdefault(job.queue, {})[record.offset] = record
+        raw = owned.raw.get(job.queue)
+        if raw is None:
+            raw = owned.raw[job.queue] = {}
+        raw[record.offset] = record
         return False
 
     def readmit(self, owned: OwnedPartition, record: SourceRecord) -> DecodedJob | None:

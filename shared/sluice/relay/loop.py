@@ -75,8 +75,7 @@ class Relay:
         self.parking = None if parking is None else Parking(
             parking, config, self.ownership, self.intake, store, report=report, events=bus,
             now_ms=self.clock.now_ms)
-        if parking is not None:
-            self.intake.flowing = self.planner.flowing  # raw records kept for the others
+        self.intake.parking = parking is not None
         self._take_rate = engine.take_rate
         self._next_maintenance = float("-inf")
 
@@ -152,7 +151,7 @@ class Relay:
             if pushing is not None:
                 pushed = self.pusher.finish(plan, pushing.result(), self.queues.states)
         if self.parking is not None:  # before the commit, which may then pass what was parked
-            self.parking.turn(self.planner.held, self.planner.flowing, self._blocked)
+            self.parking.turn(self.planner.held, self._blocked)
         self.committer.commit()
         self._recount_waiting()
         self.dispatch.pushed(self.queues.states, self.clock.monotonic())

@@ -27,6 +27,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import takewhile
 from typing import Final, TypeVar
 
 from sluice.core import bus as ev
@@ -65,6 +66,14 @@ def drained(page_len: int, limit: int, parked_since: bool, waiting: int) -> bool
     return page_len < limit and not parked_since and waiting == 0
 
 
+def read_room(buffered: int, partition_pending: int, config: RelayConfig) -> int:
+    """How many parked records of a queue to read back into a partition's buffer now: up to the
+    few a held queue keeps (``park_above``), and never so many that the partition's buffer nears the
+    point where its fetching pauses (half ``max_pending``, where it resumes): records read back
+    must not hold up the other queues either."""
+    return max(0, min(config.park_above - buffered, config.max_pending // 2 - partition_pending))
+
+
 def parked_record(record: SourceRecord, job: DecodedJob) -> ParkedRecord:
     return ParkedRecord(record.partition, record.offset, record.key, record.value or b"", job.job_id,
                         job.enqueued_at_ms, job.run_at_ms)
@@ -100,12 +109,12 @@ class Parking:
             owned.lanes = {queue: Lane(marked=True) for queue in queues}
             owned.lanes_loaded = True
 
-    def turn(self, held: set[str], flowing: set[str], blocked: Callable[[str], bool]) -> None:
+    def turn(self, held: set[str], blocked: Callable[[str], bool]) -> None:
         """After a push round, before the commit: park the held queues' overflow and what waits to
         be parked, read back the lanes whose queues can take records, keep raw records for the held.
         The lot's calls of a turn go out together (``_io``): a turn costs one round trip, not one
         per lane."""
-        batch, owned_by = self.config.batch, self.ownership.owned
+        owned_by = self.ownership.owned
         everyone = list(owned_by.values())
         for owned in everyone:
             self._spill(owned, held, blocked)
@@ -114,15 +123,17 @@ class Parking:
         done = self._io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked), parks)
         for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
             self._parked(owned, queue, lane, records, outcome)
-        reads = [(owned, queue, lane) for owned in everyone for queue, lane in owned.lanes.items()
-                 if lane.parking and queue not in held and len(owned.pending.get(queue, ())) < batch
+        reads = [(owned, queue, lane, room) for owned in everyone for queue, lane in owned.lanes.items()
+                 if lane.parking and queue not in held
+                 and (room := read_room(len(owned.pending.get(queue, ())), owned.pending_count,
+                                        self.config)) > 0
                  and not blocked(queue)]
-        pages = self._io(lambda r: self.lot.page(r[1], r[0].number, r[2].read_to, batch), reads)
-        for (owned, queue, lane), page in zip(reads, pages, strict=True):
+        pages = self._io(lambda r: self.lot.page(r[1], r[0].number, r[2].read_to, r[3]), reads)
+        for (owned, queue, lane, room), page in zip(reads, pages, strict=True):
             if owned_by.get(owned.number) is owned:  # else given back (a refusal the store could not record)
-                self._read(owned, queue, lane, page)
+                self._read(owned, queue, lane, page, room)
         for owned in everyone:
-            self._keep_raw(owned, flowing)
+            self._drop_raw(owned)
 
     def _io(self, call: Callable[[T], R], items: Sequence[T]) -> list[R | SluiceError]:
         """``call`` of each item, concurrently when there are several; a SluiceError in its place."""
@@ -179,11 +190,10 @@ class Parking:
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 
     def _read(self, owned: OwnedPartition, queue: str, lane: Lane,
-              page: list[ParkedRecord] | SluiceError) -> None:
+              page: list[ParkedRecord] | SluiceError, limit: int) -> None:
         if isinstance(page, SluiceError):
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(page)))
             return
-        limit = self.config.batch
         parked_since, lane.parked_since_read = lane.parked_since_read, False
         mark = owned.relayed.get(queue, -1)
         q = owned.pending.get(queue)
@@ -210,17 +220,18 @@ class Parking:
         if n or done:
             self.events.emit(ev.Unparked(queue=queue, partition=owned.number, n=n, drained=done))
 
-    def _keep_raw(self, owned: OwnedPartition, flowing: set[str]) -> None:
-        """Raw records are kept only for the queues not known to flow, only while they are buffered."""
+    @staticmethod
+    def _drop_raw(owned: OwnedPartition) -> None:
+        """Forget the raw records of those pushed since (the oldest of their queue: raw records are
+        kept in offset order, and a queue's buffer is pushed from its head)."""
         for queue in list(owned.raw):
-            q = owned.pending.get(queue)
-            if queue in flowing or not q:
+            raw, q = owned.raw[queue], owned.pending.get(queue)
+            if not q:
                 del owned.raw[queue]
                 continue
-            raw = owned.raw[queue]
-            if len(raw) > len(q):  # some were pushed: keep those still buffered
-                head = q[0][0]
-                owned.raw[queue] = {o: r for o, r in raw.items() if o >= head}
+            gone = list(takewhile(q[0][0].__gt__, raw))
+            for offset in gone:
+                del raw[offset]
 
     # -- the sweep (every maintenance, on its own thread) -------------------------------------------
 

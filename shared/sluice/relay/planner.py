@@ -61,10 +61,8 @@ class Planner:
         self.throttled = False  # the last plan got less from a rate bucket than it asked for
         # the queues the last plan held: blocked, under the memory guard, or granted fewer of their
         # records than it asked for (rate, watermark, delayed cap); their overflow is parked
-        # (relay/parking.py). ``flowing``: the queues whose last plan granted all they asked (kept
-        # across plans, one set object: the intake keeps raw records for the others, to park them)
+        # (relay/parking.py)
         self.held: set[str] = set()
-        self.flowing: set[str] = set()
 
     def plan(self, by_queue: Mapping[str, list[OwnedPartition]], states: Mapping[str, QueueState],
              memory: float | None, now_ms: int, take_rate: Callable[[str, int], int]) -> list[Item]:
@@ -73,13 +71,11 @@ class Planner:
         plan: list[Item] = []
         self.throttled = False
         self.held = held = set()
-        flowing = self.flowing
         batch, lim = self.config.batch, self.config.limits
         for queue, partitions in by_queue.items():
             state = states[queue]
             if state.blocked or lim.memory_hold(memory, state.ready_estimate + state.delayed):
                 held.add(queue)
-                flowing.discard(queue)
                 continue
             cfg = state.config
             wanted = asked = sum(min(len(o.pending[queue]), batch) for o in partitions)
@@ -94,9 +90,6 @@ class Planner:
             self.throttled |= allowed < wanted
             if allowed < asked:
                 held.add(queue)
-                flowing.discard(queue)
-            else:
-                flowing.add(queue)
             self.rotation += 1
             for owned, n in share(allowed, partitions, queue, batch, self.rotation):
                 q = owned.pending[queue]

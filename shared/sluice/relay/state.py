@@ -93,8 +93,8 @@ class OwnedPartition:
     # cost a rate token, a finality read or a status write
     relayed: dict[str, int] = field(default_factory=dict)
     # Parking: the lanes of the queues with records parked from this partition (loaded from the
-    # lot's markers when it is taken: ``lanes_loaded``), and the raw records of the queues not
-    # known to flow (``Planner.flowing``), kept so that their overflow can be parked as Kafka had it
+    # lot's markers when it is taken: ``lanes_loaded``), and the buffered records' raw records per
+    # queue, in offset order, kept so that a held queue's overflow can be parked as Kafka had it
     lanes: dict[str, Lane] = field(default_factory=dict)
     lanes_loaded: bool = False
     raw: dict[str, dict[int, SourceRecord]] = field(default_factory=dict)
