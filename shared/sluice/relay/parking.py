@@ -44,6 +44,7 @@ from sluice.relay.state import Lane, OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")
 SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
+SLOW_SWEEP: Final = 60  # a waiting lane is swept every 60th maintenance (5 min at maintenance_s 5)
 IO_THREADS: Final = 8  # the lot's calls of one turn in flight at once
 T = TypeVar("T")
 R = TypeVar("R")
@@ -89,6 +90,7 @@ class Parking:
         self.report, self.events, self.now_ms = report, events, now_ms
         self._sweeper: ThreadPoolExecutor | None = None
         self._pool: ThreadPoolExecutor | None = None  # the turn's concurrent lot calls
+        self._sweeps = 0
         self._sweeping: Future[list[tuple[int, str, int]]] | None = None
 
     def prepare(self) -> None:
@@ -248,8 +250,13 @@ class Parking:
                 return
             self._forget(self._sweeping.result())
             self._sweeping = None
+        self._sweeps += 1
+        # A lane nothing was read back from yet holds only waiting records: its sweep looks for
+        # cancelled and expired ones alone, so it comes round every SLOW_SWEEP maintenances.
+        slow = wait or self._sweeps % SLOW_SWEEP == 1
         lanes = [(owned.number, queue, lane.parks) for owned in self.ownership.owned.values()
-                 for queue, lane in owned.lanes.items()]
+                 for queue, lane in owned.lanes.items()
+                 if slow or not lane.parking or lane.back_from is not None]
         if not lanes:
             return
         if wait:
