@@ -100,6 +100,22 @@ def test_kafka_retention_is_bounded_by_the_life_bound_and_the_key_window(hours: 
     assert in_range("KafkaRetentionHours", int(DEFAULTS["KafkaRetentionHours"]))
 
 
+def test_retention_covers_the_longest_delay_plus_the_longest_hold_parked_or_not() -> None:
+    """Issue 28, item 6: a parked record leaves the shared partitions, but a replay after a Redis
+    loss may read it again from Kafka (the checkpoint stays at or below the oldest unfinished job),
+    so Kafka must keep every record for the longest delay plus the longest hold, parking or not.
+    The template's floor and default, and `sluice check`, say so; the parking lot's TTL and the
+    sweep's life check use the same bound (tests/backends/test_parking_lot.py)."""
+    from sluice.core.models import MAX_DELAY_MS
+
+    every_hold_h = -(-(MAX_DELAY_MS + limits.MAX_HOLD_MS) // limits.HOUR_MS)
+    assert limits.JOB_LIFE_MS >= MAX_DELAY_MS + limits.MAX_HOLD_MS
+    assert T["Parameters"]["KafkaRetentionHours"]["MinValue"] >= every_hold_h
+    assert int(DEFAULTS["KafkaRetentionHours"]) >= every_hold_h
+    assert limits.life_bound_problems(every_hold_h - 1, 14) != []  # one hour short: refused
+    assert limits.life_bound_problems(168, 14) != []  # Kafka's own default, 7 days: refused
+
+
 @pytest.mark.parametrize("days", [1, 3, 7, 14, 30, 365])
 def test_item_retention_outlives_the_life_bound(days: int) -> None:
     deployable = in_range("RetentionDays", days) and refused(RetentionDays=days) == []
