@@ -156,14 +156,20 @@ def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
     assert offsets_in_redis(w, "a", a_ids) == list(range(300)) and rate <= 22
 
 
-def test_a_new_owner_never_pushes_a_new_record_ahead_of_parked_ones() -> None:
+def paused_and_parked(n: int) -> tuple[World, FakeParkingLot, Relay, list[str]]:
+    """Queue a paused, ``n`` of its records taken and parked by a relay."""
     w, lot = parked_world()
     w.engine.set_config("a", paused=True)
-    first = relay_with(w, lot, refresh_s=0.0)
-    a_ids = w.add(100, queue="a", partition=0)
-    run_steps(first, 6)
+    relay = relay_with(w, lot, refresh_s=0.0)
+    ids = w.add(n, queue="a", partition=0)
+    run_steps(relay, 6)
+    assert lot.count("a") == n
+    return w, lot, relay, ids
+
+
+def test_a_new_owner_never_pushes_a_new_record_ahead_of_parked_ones() -> None:
+    w, lot, first, a_ids = paused_and_parked(100)
     first.stop()
-    assert lot.count("a") > 0
     w.engine.set_config("a", paused=False)
     a_ids += w.add(10, queue="a", partition=0)  # new records the next owner reads from Kafka
     second = relay_with(w, lot, relay_id="r2", refresh_s=0.0)
@@ -237,12 +243,7 @@ def test_a_record_altered_in_the_lot_fails_its_seal_when_it_comes_back() -> None
 
 
 def test_a_queue_that_flows_again_still_parks_its_new_records_behind_the_parked_ones() -> None:
-    w, lot = parked_world()
-    w.engine.set_config("a", paused=True)
-    relay = relay_with(w, lot, refresh_s=0.0)
-    ids = w.add(100, queue="a", partition=0)
-    run_steps(relay, 6)
-    assert lot.count("a") == 100
+    w, _lot, relay, ids = paused_and_parked(100)
     w.engine.set_config("a", paused=False)
     for _ in range(12):  # a page read back at a time, each granted in full (flowing), new ones arriving
         ids += w.add(3, queue="a", partition=0)
