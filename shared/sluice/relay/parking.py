@@ -17,8 +17,12 @@ parked record's offset, and a new owner reads each marked lane from its start (r
 are skipped by ``push.lua``'s relayed offset, final ones by ``relay_view``). A parked record past
 the job life bound ends ``dead`` with the reason (``JobStore.refuse_record``), never dropped.
 
-The decisions (``spill``, ``drain_state``) are pure; ``Parking`` does the lot's I/O on the relay's
-main thread, between the push round and the commit.
+The decisions (``spill``, ``drained``, ``read_room``) are pure; ``Parking`` does the lot's I/O on
+the relay's main thread, between the push round and the commit (the sweep on a thread of its own).
+
+Not built yet (issue 28, docs/relay.md): a separate delay lane keyed by run time for records
+delayed beyond a horizon. Today a record held by the delayed cap parks in its queue's ordered lane,
+so it holds back that queue's later records (never another queue's) until it can be pushed.
 """
 
 from __future__ import annotations
