@@ -1,0 +1,59 @@
+"""``ports.PayloadStore`` over the payloads bucket (S3): large payloads, by the job's own key.
+
+The gateway's pipeline puts an object before the record that points at it goes to Kafka; the
+worker gets it before the handler runs (``sluice.core.payloads``). The bucket (template.yaml
+``PayloadsBucket``) encrypts at rest, refuses plain HTTP and expires objects after the job life
+bound, so the objects of records never appended (a put whose append then failed) go too.
+botocore's errors become Sluice's here: a missing object is PayloadUnavailable (the job fails with
+that reason), throttling and connection errors BackendUnavailable, the rest StoreError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sluice.core.errors import BackendUnavailable, PayloadUnavailable, StoreError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_MISSING: Final = frozenset({"NoSuchKey", "404", "NotFound"})
+_RETRYABLE: Final = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503",
+                               "500", "Throttling", "ThrottlingException"})
+
+
+@contextmanager
+def _translated(operation: str, key: str) -> Iterator[None]:
+    try:
+        yield
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        where = f"{operation} {key}: {code}"
+        if code in _MISSING:
+            raise PayloadUnavailable(f"the payload object {key} is missing (expired, or never written)",
+                                     key=key) from exc
+        if code in _RETRYABLE:
+            raise BackendUnavailable(where, operation=operation, aws_code=code) from exc
+        raise StoreError(where, operation=operation, aws_code=code) from exc
+    except BotoCoreError as exc:  # connection refused, timed out: may or may not have landed
+        raise BackendUnavailable(f"{operation} {key}: {type(exc).__name__}: {exc}",
+                                 operation=operation) from exc
+
+
+class S3PayloadStore:
+    """Objects ``payloads/<queue>/<job_id>`` in ``bucket``: nothing else is read or written."""
+
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self.client, self.bucket = client, bucket
+
+    def put(self, key: str, body: bytes) -> None:
+        with _translated("s3.put_object", key):
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json")
+
+    def get(self, key: str) -> bytes:
+        with _translated("s3.get_object", key):
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
