@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sluice.core import limits, payloads
 from sluice.core.errors import BackendUnavailable, PayloadUnavailable, StoreError
 
 if TYPE_CHECKING:
@@ -57,3 +58,32 @@ class S3PayloadStore:
     def get(self, key: str) -> bytes:
         with _translated("s3.get_object", key):
             return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+
+def expiry_days(retention_days: int) -> int:
+    """Days an object lives: a day past both the job life bound and a finished job's item (the
+    template's ``ResultExpiry`` mapping, RetentionDays + 1, with RetentionDays at least 14)."""
+    return max(retention_days, limits.JOB_LIFE_MS // limits.DAY_MS) + 1
+
+
+def create_payloads_bucket(client: S3Client, bucket: str, region: str = "us-east-1",
+                           retention_days: int = 14) -> None:
+    """The payloads bucket as the template makes it, for the local stack and tests: encrypted at rest
+    (SSE-S3), objects under ``payloads/`` expiring after ``expiry_days``. Idempotent."""
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        client.create_bucket(**kwargs)
+    except ClientError as exc:
+        if str(exc.response.get("Error", {}).get("Code", "")) not in ("BucketAlreadyOwnedByYou",
+                                                                          "BucketAlreadyExists"):
+            raise StoreError(f"create_bucket {bucket}: {exc}") from exc
+    with _translated("s3.put_bucket_encryption", bucket):
+        client.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
+            {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
+    with _translated("s3.put_bucket_lifecycle_configuration", bucket):
+        client.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [{
+            "ID": "expire-payloads-after-the-job-life-bound", "Status": "Enabled",
+            "Filter": {"Prefix": f"{payloads.PREFIX}/"}, "Expiration": {"Days": expiry_days(retention_days)},
+        }]})

@@ -89,7 +89,7 @@ def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-
 
 
 def ensure_all(settings: Settings) -> None:
-    """Jobs table, idempotency table and results bucket named in ``settings``."""
+    """Jobs table, idempotency table, results bucket and payloads bucket named in ``settings``."""
     import boto3
 
     common: dict[str, Any] = {"region_name": settings.aws_region, "endpoint_url": settings.aws_endpoint_url}
@@ -100,5 +100,9 @@ def ensure_all(settings: Settings) -> None:
         create_routes_table(dynamodb, settings.routes_table)
     if settings.schedules_table:
         create_schedules_table(dynamodb, settings.schedules_table)
-    create_results_bucket(boto3.client("s3", **common), settings.results_bucket, settings.aws_region,
-                          settings.retention_days)
+    s3 = boto3.client("s3", **common)
+    create_results_bucket(s3, settings.results_bucket, settings.aws_region, settings.retention_days)
+    if settings.payloads_bucket:
+        from sluice.backends.aws.payloads import create_payloads_bucket
+
+        create_payloads_bucket(s3, settings.payloads_bucket, settings.aws_region, settings.retention_days)
