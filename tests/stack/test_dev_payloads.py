@@ -46,10 +46,9 @@ def big(tag: str) -> dict[str, Any]:
 
 def test_a_200_kb_payload_reaches_its_handler_intact_while_redis_holds_a_pointer(tmp_path: Path) -> None:
     (tmp_path / "bigjobs.py").write_text(HANDLERS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    argv = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "bigjobs"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    dev = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "bigjobs"]
+    proc = subprocess.Popen(dev, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")})
     try:
         ep = wait_for(tmp_path / ".sluice" / "endpoints.json", proc)
         gw = ep["gateway_url"]

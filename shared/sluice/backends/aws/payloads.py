@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sluice.backends.aws.clients import create_bucket
 from sluice.core import limits, payloads
 from sluice.core.errors import BackendUnavailable, PayloadUnavailable, StoreError
 
@@ -70,15 +71,7 @@ def create_payloads_bucket(client: S3Client, bucket: str, region: str = "us-east
                            retention_days: int = 14) -> None:
     """The payloads bucket as the template makes it, for the local stack and tests: encrypted at rest
     (SSE-S3), objects under ``payloads/`` expiring after ``expiry_days``. Idempotent."""
-    kwargs: dict[str, Any] = {"Bucket": bucket}
-    if region != "us-east-1":
-        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    try:
-        client.create_bucket(**kwargs)
-    except ClientError as exc:
-        if str(exc.response.get("Error", {}).get("Code", "")) not in ("BucketAlreadyOwnedByYou",
-                                                                          "BucketAlreadyExists"):
-            raise StoreError(f"create_bucket {bucket}: {exc}") from exc
+    create_bucket(client, bucket, region)
     with _translated("s3.put_bucket_encryption", bucket):
         client.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
             {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})

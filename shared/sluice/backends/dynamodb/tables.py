@@ -72,14 +72,9 @@ def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-
 
     Expiry also collects the objects of refused (stale) writes, which no item points to.
     """
-    kwargs: dict[str, Any] = {"Bucket": bucket}
-    if region != "us-east-1":
-        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    try:
-        client.create_bucket(**kwargs)
-    except ClientError as exc:
-        if error_code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-            raise translate(exc, f"create_bucket {bucket}") from exc
+    from sluice.backends.aws.clients import create_bucket
+
+    create_bucket(client, bucket, region)
     with translated(f"put_bucket_lifecycle_configuration {bucket}"):
         client.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [{
             "ID": "expire-results", "Status": "Enabled", "Filter": {"Prefix": "results/"},
