@@ -221,3 +221,44 @@ def test_the_round_trip_gateway_record_to_handler() -> None:
     record: JobSpec = log.records[0]
     seen, _, _ = drained(store.objects, json.loads(record.payload_json()), job_id=record.job_id)
     assert seen == [BIG]
+
+
+# -- what else carries payloads: firings, the relay, redrives -----------------------------------------
+
+def test_a_large_firing_is_stored_under_its_firing_id_and_the_relay_pushes_its_pointer() -> None:
+    from sluice.core import schedules
+    from sluice.gateway import schedules as api_schedules
+    from tests.unit.test_gateway_fakes import KEY as RELAY_KEY
+    from tests.unit.test_relay import World, run_steps
+
+    assert RELAY_KEY == KEY  # the relay's World verifies seals with the gateway fakes' key
+    store, log = FakePayloadStore(), FakeLog()
+    at = 1_799_982_000_000
+    gateway = api(store, log)
+    gateway.clock = lambda: at
+    gateway.pipeline.clock = gateway.clock
+    fired = api_schedules.fire(gateway, schedules.Schedule("nightly", "rate(1 hour)", "reports", BIG, 0), at)
+    assert store.puts == [f"payloads/reports/{fired.job_id}"]
+    world = World(partitions=1)
+    world.source.append_spec(0, log.records[0])
+    relay = world.relay(batch=10)
+    run_steps(relay, 5)
+    relay.stop()
+    assert world.in_redis("reports") == [fired.job_id]  # the sealed pointer passed the relay's checks
+
+
+def test_a_redrive_appends_the_same_pointer_sealed_anew_and_puts_nothing() -> None:
+    from sluice.gateway.redrive import redrive_one
+
+    store, log = FakePayloadStore(), FakeLog()
+    gateway = api(store, log)
+    gateway.enqueue("q", EnqueueRequest(payload=BIG))
+    record = log.records[0]
+    queue = FakeQueue()
+    queue.enqueue(record)
+    queue.jobs[("q", record.job_id)].state = "dead"
+    assert redrive_one(queue, FakeStore(), "q", record.job_id, log=log,
+                       reseal=gateway.pipeline.reseal_now) == 1
+    again = log.records[-1]
+    assert again.payload == record.payload and seal.verify_spec(again, [KEY])
+    assert store.puts == [f"payloads/q/{record.job_id}"]  # the one put of its enqueue
