@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from sluice.core.payloads import MIN_INLINE_MAX_BYTES
+
 ENV_PREFIX = "sluice_"
 
 
@@ -81,7 +83,7 @@ class Settings(BaseModel):
     # large pay an S3 PUT at the gateway and a GET at the worker (docs/deploy.md, "Large payloads").
     # An empty bucket name keeps every payload inline (unit tests, the chaos workload).
     payloads_bucket: str = ""
-    payload_inline_max_bytes: int = Field(default=16 * 1024, ge=1024)
+    payload_inline_max_bytes: int = Field(default=16 * 1024, ge=MIN_INLINE_MAX_BYTES)
     # Job ids verify themselves (sluice.core.ids: ULID.queue.HMAC), so the gateway answers GET for a job
     # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
     # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
