@@ -76,6 +76,12 @@ def test_a_200_kb_payload_reaches_its_handler_intact_while_redis_holds_a_pointer
                             Key=f"payloads/blobs/{accepted['job_id']}")["Body"].read()
         assert obj == dump_json(held).encode("utf-8")
 
+        # Hostile: a caller forging a pointer to that object (another caller's, say) is refused.
+        forged = {"$sluice": "s3", "key": f"payloads/blobs/{accepted['job_id']}",
+                  "sha256": hashlib.sha256(obj).hexdigest(), "bytes": len(obj)}
+        status, problem = http("POST", f"{gw}/v1/queues/blobs/jobs", {"payload": forged})
+        assert (status, problem["code"]) == (400, "INVALID_INPUT"), problem
+
         # Run now: the handler sees the original payload, byte for byte as canonical JSON.
         status, accepted = http("POST", f"{gw}/v1/queues/blobs/jobs", {"payload": run})
         assert status == 202, accepted
