@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from sluice.core import ids, payloads, seal
+from sluice.core import ids, payloads, schedules, seal
 from sluice.core.bus import EventBus
 from sluice.core.caller import Caller
 from sluice.core.errors import BackendUnavailable, InvalidInput, PayloadUnavailable
 from sluice.core.families import ChildRequest, FamilyRequest
 from sluice.core.models import JobSpec, dump_json
 from sluice.core.wire import BatchRequest, EnqueueRequest
+from sluice.gateway import schedules as api_schedules
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from sluice.gateway.families import enqueue_children
 from sluice_dev.fakes import FakeLog, FakePayloadStore, FakeQueue, FakeStore, kit
@@ -28,6 +29,7 @@ from sluice_dev.fakes import FakeLog, FakePayloadStore, FakeQueue, FakeStore, ki
 KEY = b"unit-test-job-id-key-0123456789"
 INLINE = 1024
 PARENT = ids.mint(1_700_000_000_000, "emails", KEY)
+FIRED_AT = 1_799_982_000_000  # a time "rate(1 hour)" fires at (tests/unit/test_schedule_firing.py)
 BIG = {"blob": "x" * 5000, "n": 1}  # about 5 KB of JSON: above INLINE
 
 
@@ -122,6 +124,10 @@ def test_a_payload_shaped_like_a_pointer_is_refused_everywhere(forged: dict[str,
                            jobs=[ChildRequest(queue="emails", key="c", payload=forged)])
     with pytest.raises(InvalidInput, match="reserved"):
         enqueue_children(gateway, family, Caller.sluice(9))
+    firing = schedules.Schedule("nightly", "rate(1 hour)", "emails", forged, 0)  # an operator's schedule
+    gateway.clock = lambda: FIRED_AT
+    with pytest.raises(InvalidInput, match="reserved"):
+        api_schedules.fire(gateway, firing, FIRED_AT)
     assert log.records == [] and store.puts == []
     gateway.enqueue("emails", EnqueueRequest(payload={"data": forged}))  # wrapped: an ordinary payload
     assert log.records[0].payload == {"data": forged}
@@ -226,18 +232,15 @@ def test_the_round_trip_gateway_record_to_handler() -> None:
 # -- what else carries payloads: firings, the relay, redrives -----------------------------------------
 
 def test_a_large_firing_is_stored_under_its_firing_id_and_the_relay_pushes_its_pointer() -> None:
-    from sluice.core import schedules
-    from sluice.gateway import schedules as api_schedules
     from tests.unit.test_gateway_fakes import KEY as RELAY_KEY
     from tests.unit.test_relay import World, run_steps
 
     assert RELAY_KEY == KEY  # the relay's World verifies seals with the gateway fakes' key
     store, log = FakePayloadStore(), FakeLog()
-    at = 1_799_982_000_000
     gateway = api(store, log)
-    gateway.clock = lambda: at
-    gateway.pipeline.clock = gateway.clock
-    fired = api_schedules.fire(gateway, schedules.Schedule("nightly", "rate(1 hour)", "reports", BIG, 0), at)
+    gateway.clock = lambda: FIRED_AT
+    fired = api_schedules.fire(gateway, schedules.Schedule("nightly", "rate(1 hour)", "reports", BIG, 0),
+                               FIRED_AT)
     assert store.puts == [f"payloads/reports/{fired.job_id}"]
     world = World(partitions=1)
     world.source.append_spec(0, log.records[0])
