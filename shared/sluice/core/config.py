@@ -184,6 +184,8 @@ class Settings(BaseModel):
     # Relay.
     relay_batch: int = Field(default=500, ge=1)
     relay_poll_ms: int = Field(default=200, ge=1)
+    # Records a relay holds in memory per partition before it stops fetching it (RelayConfig.max_pending).
+    relay_max_pending: int = Field(default=5_000, ge=10, le=1_000_000)
     # The longest the broker holds the relay's fetch while its partitions have nothing new (Kafka's
     # default: 500 ms). kafka-python keeps one fetch in flight per broker, leaving out partitions
     # whose records it still holds, so the partition being worked through is fetched again only
