@@ -96,6 +96,11 @@ class Settings(BaseModel):
     queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
     redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.core.limits)
     memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
+    # Byte budgets in Redis (sluice.core.limits, docs/deploy.md "Byte budgets"). Per queue unless its
+    # config's max_bytes says otherwise (0 = no budget); the total over every queue must fit the node
+    # (``sluice check`` compares it with the node type's memory; 0 = no total).
+    queue_budget_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    redis_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
     # Priorities above max_caller_priority are for operators only: principals (IAM user or role
     # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).

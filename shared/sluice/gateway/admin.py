@@ -78,8 +78,9 @@ class Admin:
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
         return knobs.set_watermarks(self.queue, self.check_queue(name), high, low)
 
-    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
-        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None,
+                 max_bytes: Any = None) -> QueueConfig:
+        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
