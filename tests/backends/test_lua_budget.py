@@ -14,7 +14,7 @@ from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.limits import Limits, job_bytes
 from sluice.core.models import DecodedJob
-from tests.backends.test_engine_support import leased, make_queue, snapshot, spec
+from tests.backends.test_engine_support import leased, snapshot, spec
 
 pytestmark = pytest.mark.integration
 TOPIC = "sluice.jobs"

@@ -118,8 +118,8 @@ def test_lease_leaves_token_deadline_and_returns_what_the_worker_needs(rq: Redis
     assert score(redis_client, "q", "leased", "a") == leased.deadline_ms
     assert redis_client.hget(K.tokens, "a") == str(leased.lease_token)
     # A lease writes nothing to the job hash.
-    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000",
-                                           "sz": str(job_bytes("a", '{"n":1}', "2,3,30000,1000", len(K.job_prefix)))}
+    size = job_bytes("a", '{"n":1}', "2,3,30000,1000", len(K.job_prefix))
+    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size)}
 
 
 def test_lease_takes_at_most_n_and_only_what_exists(rq: RedisQueue) -> None:

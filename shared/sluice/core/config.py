@@ -99,7 +99,7 @@ class Settings(BaseModel):
     # Byte budgets in Redis (sluice.core.limits, docs/deploy.md "Byte budgets"). Per queue unless its
     # config's max_bytes says otherwise (0 = no budget); the total over every queue must fit the node
     # (``sluice check`` compares it with the node type's memory; 0 = no total).
-    queue_budget_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    queue_budget_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
     redis_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
     # Priorities above max_caller_priority are for operators only: principals (IAM user or role
