@@ -195,7 +195,7 @@ class Settings(BaseModel):
     dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
     dispatch_budget_burst: int = Field(default=50, ge=0)
 
-    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 10 custom metrics a queue, $0.30 each a
+    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 11 custom metrics a queue, $0.30 each a
     # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,
     # else the first metrics_queue_cap queues a process sees. metrics_queue_cap 0 turns them off.
     metrics_queues: str = ""

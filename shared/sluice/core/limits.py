@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sluice.core.errors import QueueNotAllowed
-from sluice.core.models import MAX_DELAY_MS, QueueConfig, is_reserved_queue
+from sluice.core.models import MAX_DELAY_MS, QueueConfig, QueueStats, is_reserved_queue
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
@@ -106,6 +106,10 @@ class Limits:
     def budget(self, config: QueueConfig) -> int:
         """The queue's effective byte budget (0 = none): its own ``max_bytes``, else the deployment's."""
         return config.max_bytes or self.queue_budget
+
+    def with_budget(self, stats: QueueStats) -> QueueStats:
+        """``stats`` with its effective ``budget_bytes`` (Redis knows only the queue's own max_bytes)."""
+        return stats.model_copy(update={"budget_bytes": self.budget(stats.config)})
 
     def check_name(self, queue: str) -> None:
         """QueueNotAllowed unless the allow-list (if any) names ``queue``."""

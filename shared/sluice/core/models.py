@@ -335,6 +335,7 @@ class QueueStats(BaseModel):
     idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
     used_bytes: int = 0  # bytes its jobs count against its budget (keys.used; push.lua reserves them)
+    budget_bytes: int = 0  # its effective byte budget (limits.Limits.with_budget); 0: none or not known
 
 
 class DeadJob(BaseModel):
