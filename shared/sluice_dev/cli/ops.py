@@ -138,7 +138,10 @@ def queues_table(stats: list[QueueStats], title: str | None = None,
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
                 "max in flight", "caps", "in redis", "state", "route"):  # caps: delayed/dead, "-" = default
-        table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right")
+        # the queue's name stays whole however narrow the terminal: the other columns wrap
+        width = max((len(st.queue) for st in stats), default=5) if col == "queue" else None
+        table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right",
+                         min_width=width)
     for st in stats:
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
