@@ -87,8 +87,15 @@ if #fresh > 0 then
   budget = tonumber(redis.call('HGET', config, 'max_bytes')) or 0
   if budget == 0 then budget = tonumber(ARGV[4]) end
 end
+local use = 0
 if budget > 0 and #fresh > 0 then
-  local use = tonumber(redis.call('GET', used)) or 0
+  use = tonumber(redis.call('GET', used)) or 0
+  -- Each job's size is at most its bytes in ARGV[3] plus its id again (<= 128), the prefix and
+  -- the overhead: when the whole batch fits by that bound, no job needs looking at (the common
+  -- case, a queue far from its budget, pays for no second pass over the batch).
+  if use + #ARGV[3] + k * (128 + #prefix + JOB_OVERHEAD) <= budget then budget = 0 end
+end
+if budget > 0 and #fresh > 0 then
   for n, s in ipairs(fresh) do
     local sz = job_size(prefix, R[s], R[s + 1], R[s + 2])
     if use > 0 and use + sz > budget then
