@@ -57,6 +57,8 @@ def test_a_queue_over_its_budget_is_held_with_an_incident_and_the_others_flow() 
     held: list[ev.QueueHeld] = []
     bus = EventBus()
     bus.subscribe(held.append, ev.QueueHeld)
+    pushed: list[ev.Pushed] = []
+    bus.subscribe(pushed.append, ev.Pushed)
     big = w.add(10, queue="big", partition=0)
     small = w.add(5, queue="small", partition=0)
     relay = w.relay(batch=50, refresh_s=0.5, max_pending=100, events=bus)
@@ -65,6 +67,8 @@ def test_a_queue_over_its_budget_is_held_with_an_incident_and_the_others_flow() 
     assert sorted(w.in_redis("small")) == sorted(small)
     assert [(e.queue, e.gate, e.held) for e in held] == [("big", "budget", True)]
     assert relay.queues.states["big"].blocked
+    # the push's event names only the records push.lua took (the chaos history reads it)
+    assert [j for e in pushed if e.queue == "big" for j in e.jobs] == big[:3]
     before = list(w.engine.calls)
     run_steps(relay, 3)
     assert w.engine.calls.count("push_many") == before.count("push_many")  # held: not even tried
@@ -130,3 +134,25 @@ def test_sluice_check_compares_the_total_with_the_node_type(node: str, total: st
                               "QueueBudgetBytes": "67108864", "RedisPushMemoryPercent": "80",
                               "RedisShards": "1", "QueueAllowList": ""}, 4)
     assert bool(errors) is refused
+
+
+@pytest.mark.parametrize("final_at", [1, 4])
+def test_records_left_over_the_budget_stay_buffered_in_order_around_final_jobs(final_at: int) -> None:
+    """push.lua took all but the last records it was sent; the final jobs the relay dropped before
+    the push leave the buffer only if they were before the first record left."""
+    w = World(partitions=1)
+    w.engine.job_size = 100
+    w.engine.set_config("q", max_bytes=300)
+    ids = w.add(6, partition=0)
+    w.store.final = {ids[final_at]}
+    relay = w.relay(refresh_s=0.5)
+    run_steps(relay, 3)
+    live = [i for i in ids if i != ids[final_at]]
+    assert w.in_redis() == live[:3]
+    pending = [job.job_id for _, job in relay.ownership.owned[0].pending["q"]]
+    assert pending == [i for i in ids if ids.index(i) > ids.index(live[2])]
+    w.engine.used["q"] = 0
+    w.clock.t += 1
+    run_steps(relay, 3)
+    assert w.in_redis() == live
+    assert relay.report.final_dropped == 1 and relay.report.pushed == 5

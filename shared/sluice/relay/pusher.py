@@ -128,6 +128,10 @@ class Pusher:
         if not self.events.listening:
             return
         for (queue, partition, token, records), outcome in zip(items, outcomes, strict=True):
+            if not isinstance(outcome, Exception) and outcome.left:  # only what push.lua took was pushed
+                records = records[:len(records) - outcome.left]
+                if not records:
+                    continue
             common: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "t0": t0,
                                       "owner": token, "first": records[0][0], "last": records[-1][0]}
             if isinstance(outcome, Exception):
