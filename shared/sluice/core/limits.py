@@ -213,7 +213,7 @@ def budget_held(used: int, budget: int, held: bool) -> bool:
 
 def total_held(used: int, total_used: int, queues: int, redis_budget: int) -> bool:
     """Whether a queue using ``used`` bytes is held because every queue's use together
-    (``total_used`` over ``queues`` queues) reached ``redis_budget`` (0: no total).
+    (``total_used`` over the ``queues`` queues that use any) reached ``redis_budget`` (0: no total).
 
     At the total, a queue holding at least an equal share of it is held: the ones that filled Redis
     wait, one with little in Redis keeps flowing (as the memory guard holds deep queues only).

@@ -33,7 +33,10 @@ class QueueStates:
         self._defaulted: set[str] = set()
         self._memory: float | None = None
         self._next_memory = float("-inf")
-        self.used_total = 0  # every known queue's used_bytes, as of its last refresh
+        # every known queue's used_bytes as of its last refresh, and how many use any: maintenance
+        # re-reads every registered queue each maintenance_s, so the sum covers the idle ones too
+        self.used_total = 0
+        self.using = 0
 
     def get(self, queue: str, now: float) -> QueueState:
         """The queue's state, refreshed if older than ``refresh_s``."""
@@ -75,6 +78,7 @@ class QueueStates:
             self.events.emit(ev.QueueHeld(queue=queue, gate="watermark", held=paused, depth=state.ready))
         state.watermark_paused = paused
         self.used_total += stats.used_bytes - state.used_bytes
+        self.using += (stats.used_bytes > 0) - (state.used_bytes > 0)
         state.used_bytes = stats.used_bytes
         self.budget_check(queue, state)
 
@@ -84,7 +88,7 @@ class QueueStates:
         lim = self.config.limits
         budget = lim.budget(state.config)
         full = limits.budget_held(state.used_bytes, budget, state.budget_full) or limits.total_held(
-            state.used_bytes, self.used_total, len(self.states), lim.redis_budget)
+            state.used_bytes, self.used_total, self.using, lim.redis_budget)
         hold_for_budget(self.events, queue, state, full)
 
     def redis_memory(self, now: float) -> float | None:
