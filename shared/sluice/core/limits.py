@@ -203,7 +203,10 @@ def budget_held(used: int, budget: int, held: bool) -> bool:
 
     At the budget it is held; held, it stays so until its use falls below ``BUDGET_RESUME`` of the
     budget, so a queue at its budget does not flap at every job acked (push.lua still takes only
-    what fits in between: the hold saves the relay the pushes that would take nothing)."""
+    what fits in between: the hold saves the relay the pushes that would take nothing). A queue
+    whose single next job is more than the other tenth of its budget is held by the pusher (push.lua
+    left it) and released here below the resume share: one push that takes nothing per refresh,
+    until its jobs leave (budgets are meant to hold many jobs)."""
     if budget <= 0:
         return False
     if held:
