@@ -413,7 +413,7 @@ class Api:
             rate_per_s=config.rate_per_s, burst=config.burst, max_in_flight=config.max_in_flight,
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
             max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
-            route=route,
+            used_bytes=stats.used_bytes, budget_bytes=self.limits.budget(config), route=route,
         )
 
     def _route_view(self, queue: str) -> QueueRoute | None:

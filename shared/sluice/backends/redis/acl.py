@@ -43,28 +43,28 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
 # the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
-    "ack.lua": "del exists hdel hget hincrby hmget zrem",
-    "cancel.lua": "del exists hexists hget hincrby hset time zadd zrem zscore",
+    "ack.lua": "decrby del exists hdel hincrby hmget zrem",
+    "cancel.lua": "decrby del exists hexists hincrby hmget hset time zadd zrem zscore",
     "config.lua": "hmget hset",
     "enqueue.lua": "exists hset incrby set time zadd",
     "enqueue_internal.lua": "exists hset incrby set time zadd",
     "extend.lua": "exists hget time zadd",
     "fail.lua": "exists hdel hget hincrby hmget hset incrby set time zadd zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "lease.lua": "del hdel hget hincrby hmget hset incrby set time zadd zcard zpopmin zrangebyscore "
+    "lease.lua": "decrby del hdel hget hincrby hmget hset incrby set time zadd zcard zpopmin zrangebyscore "
                  "zremrangebyrank",
-    "purge.lua": "del zrange zremrangebyrank",
-    "push.lua": "exists hmget hset incrby lpush ltrim pexpire set time zadd",
+    "purge.lua": "decrby del hget zrange zremrangebyrank",
+    "push.lua": "exists get hget hmget hset incrby lpush ltrim pexpire set time zadd",
     "rate.lua": "hmget hset time",
-    "reap.lua": "del hdel hget hincrby hmget hset incrby set time zadd zrangebyscore zremrangebyrank",
+    "reap.lua": "decrby del hdel hget hincrby hmget hset incrby set time zadd zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
     "redrive.lua": "hdel hmget hset incrby set time zadd zrange zrem zscore",
     "register.lua": "sadd scard sismember",
-    "release.lua": "del exists hdel hget hincrby hmget incrby set time zadd zrem",
+    "release.lua": "decrby del exists hdel hget hincrby hmget incrby set time zadd zrem",
     "settled.lua": "zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
-    "trim.lua": "del hget time zcard zrange zrem zscore",
+    "trim.lua": "decrby del hget time zcard zrange zrem zscore",
 }.items()}
 
 # Every connection: the health check, scripts (EVALSHA; SCRIPT LOAD after NOSCRIPT), and what

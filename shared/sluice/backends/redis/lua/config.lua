@@ -3,7 +3,8 @@
 -- Input
 --   KEYS[1] config hash  sluice:{q}:config
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
---           low_watermark, max_delayed, max_dead (integers >= 0), rate_per_s (number >= 0),
+--           low_watermark, max_delayed, max_dead (integers >= 0), max_bytes (integer
+--           0..2^53-1: the queue's byte budget, push.lua), rate_per_s (number >= 0),
 --           paused (0 | 1)
 -- Output
 --   number of fields written
@@ -21,6 +22,8 @@ for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if ints[field] then
     if not int_in(value, 0, 1000000000) then return invalid(field) end
+  elseif field == 'max_bytes' then
+    if not int_in(value, 0, MAX_TOKEN) then return invalid(field) end
   elseif field == 'rate_per_s' then
     local r = tonumber(value)
     if not r or r < 0 or r > 1000000000 or r ~= r then return invalid(field) end
