@@ -180,12 +180,15 @@ def test_no_function_may_scan_or_query_a_table() -> None:
     configuration tables: the routes table (issue 15), a few items read whole by the gateway and
     the relay, and by a worker registering its routes (a Scan there, on that table alone); and the
     schedules table (issue 17), whose one queue's partition the operator function lists for the
-    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone)."""
+    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone); and the
+    queues table (issue 28), the durable registry of queue names, read whole to load Redis's cache
+    after a Redis loss and for the operator's listing (a Scan there, on that table alone)."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
                 routes = statement["Resource"] == {"Fn::GetAtt": ["RoutesTable", "Arn"]}
-                if action == "dynamodb:Scan" and routes:
+                registry = statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
+                if action == "dynamodb:Scan" and (routes or registry):
                     continue
                 schedules = statement["Resource"] == {"Fn::GetAtt": ["SchedulesTable", "Arn"]}
                 if action == "dynamodb:Query" and schedules and name == "OperatorFunction":

@@ -792,7 +792,7 @@ def test_a_minted_job_of_a_queue_the_registry_refuses_ends_dead_with_the_reason_
     w = World(partitions=1)
     register = w.engine.register
 
-    def full_for_second(queue: str) -> None:
+    def full_for_second(queue: str, **kw: Any) -> None:
         if queue == "second":
             raise QueueNotAllowed("the queue registry is full (MaxQueues)")
         register(queue)

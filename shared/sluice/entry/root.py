@@ -24,9 +24,10 @@ if TYPE_CHECKING:
     from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
-    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore, QueueDirectory
     from sluice.core.routes import RouteCache, TeamMapCache
     from sluice.gateway.api import Api
+    from sluice.gateway.registry import Reservations
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
     from sluice.relay.ports import RelayEngine
@@ -71,10 +72,40 @@ def dynamodb(s: Settings | None = None) -> Any:
 
 @cache
 def redis(s: Settings | None = None) -> RedisConnection:
-    """The container's Redis client, which every Redis facade built here shares."""
+    """The container's Redis client, which every Redis facade built here shares; the registry's cache
+    in it is loaded from the durable registry (``queue_directory``) after a Redis loss."""
     from sluice.backends.redis.connection import RedisConnection
 
-    return RedisConnection.from_settings(s or settings())
+    s = s or settings()
+    conn = RedisConnection.from_settings(s)
+    if s.queues_table:
+        conn.registry_source = lambda: queue_directory(s).names()
+    return conn
+
+
+@cache
+def queue_directory(s: Settings | None = None) -> QueueDirectory:
+    """The durable registry of queues (DynamoDB's queues table, issue 28); ConfigError without one."""
+    from sluice.backends.dynamodb.queues import DynamoQueueDirectory
+    from sluice.core.errors import ConfigError
+
+    s = s or settings()
+    if not s.queues_table:
+        raise ConfigError("no queues table: set SLUICE_QUEUES_TABLE (template.yaml's QueuesTable)")
+    return DynamoQueueDirectory(dynamodb(s), s.queues_table)
+
+
+def reservations(held: Lazy[JobQueue], s: Settings | None = None) -> Reservations:
+    """The gateway's reservation of a new queue before its first 202 (``sluice.gateway.registry``):
+    Redis (the limit: ``held``, the gateway's queue, whose client its other reads share) then the
+    durable registry, each built on the first reservation."""
+    from typing import cast
+
+    from sluice.core.lazy import Lazy
+    from sluice.gateway.registry import RegistryCache, Reservations
+
+    durable = Lazy(lambda: queue_directory(s)) if (s or settings()).queues_table else None
+    return Reservations(cast("Lazy[RegistryCache]", held), durable)
 
 
 @cache
@@ -362,5 +393,5 @@ def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine):
+                    dynamodb, redis, relay_engine, queue_directory):
         builder.cache_clear()
