@@ -207,7 +207,7 @@ def test_reserved_names_do_not_count_toward_the_limit(redis_client: redis.Redis)
     assert run_register(redis_client, "sluice-relay", 0, "reserved") == 0
     assert run_register(redis_client, "first", 1, "limit") == 1
     before = snapshot(redis_client)
-    with pytest.raises(redis.ResponseError, match="QUEUE_NOT_ALLOWED registry full.*limit=1"):
+    with pytest.raises(redis.ResponseError, match=r"QUEUE_NOT_ALLOWED registry full.*limit=1"):
         run_register(redis_client, "second", 1, "limit")
     assert snapshot(redis_client) == before  # refused: nothing written
     assert redis_client.smembers(QUEUES_KEY) == {"sluice-relay", "sluice-other", "first"}
