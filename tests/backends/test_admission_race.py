@@ -28,8 +28,8 @@ from sluice.core.bus import EventBus
 from sluice.core.errors import SluiceError
 from sluice.core.limits import Limits
 from sluice.core.models import JobSpec
-from sluice.entry.gateway import Gateway
 from sluice.core.wire import EnqueueRequest
+from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
 from sluice.gateway.http.problems import kind_of
 from sluice.gateway.registry import Reservations
@@ -66,7 +66,8 @@ class Container:
         self.queue = RedisJobQueue(self.conn)
         self.reservations = Reservations(self.queue, directory)
         api = Api(Backends(log, FakeStore(), self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
-                  intake=Intake(registry=self.reservations), idempotency=FakeIdempotency(), clock=clock.now_ms)
+                  intake=Intake(registry=self.reservations), idempotency=FakeIdempotency(),
+                  clock=clock.now_ms)
         self.api, self.gateway = api, Gateway(api)
 
     def enqueue(self, queue: str, payload: Any) -> tuple[int, Any]:
