@@ -131,7 +131,8 @@ class Report:
     @property
     def ok(self) -> bool:
         return not (self.lost or self.lost_after_202 or self.unexpected or self.duplicate_results
-                    or self.wrong_results or self.stale_writes_accepted or self.stuck or self.cancel_violations
+                    or self.wrong_results or self.stale_writes_accepted or self.stuck
+                    or self.cancel_violations
                     or self.reruns_without_redrive or self.pause_violations or self.completion_violations
                     or self.family_violations)
 
