@@ -147,3 +147,16 @@ def test_the_operator_lists_queues_from_the_durable_registry_too() -> None:
     listed = [r["queue"] for r in rows]
     assert "survived-a-redis-loss" in listed
     assert listed == sorted(set(rig.queue.queues()) | set(directory.items))
+
+
+def test_a_durable_registry_that_cannot_be_read_to_load_the_cache_is_a_503() -> None:
+    """After a Redis loss the reservation loads the cache from DynamoDB first: a failed Scan is as
+    retryable as a failed write-through, and nothing is appended."""
+    rig, _ = reserving(max_queues=1)
+
+    def cold(queue: str) -> bool:
+        raise StoreError("scan sluice-queues: ResourceNotFoundException")
+
+    rig.queue.register = cold  # type: ignore[method-assign]
+    code, _, doc = rig.call("POST", JOBS, {"payload": 1})
+    assert (code, doc["code"]) == (503, "UNAVAILABLE") and rig.log.records == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from sluice.core.errors import BackendUnavailable, SluiceError
+from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.ports import QueueDirectory
 
@@ -60,16 +60,14 @@ class Reservations:
         or the durable registry cannot be written."""
         if queue in self._known:
             return
-        resolve(self._cache).register(queue)
         durable = self.durable
-        if durable is not None:
-            try:
+        try:
+            resolve(self._cache).register(queue)  # after a Redis loss: loads the cache from ``durable``
+            if durable is not None:
                 durable.put(queue)
-            except BackendUnavailable:
-                raise
-            except SluiceError as exc:  # whatever failed, nothing was appended: the caller may retry
-                raise BackendUnavailable(f"queue {queue!r} was not recorded in the durable registry: {exc}",
-                                         queue=queue) from exc
+        except StoreError as exc:  # DynamoDB refused: nothing was appended, so the caller may retry
+            raise BackendUnavailable(f"queue {queue!r} was not reserved: the durable registry failed: {exc}",
+                                     queue=queue) from exc
         with self._lock:
             if len(self._known) >= MAX_KNOWN:
                 self._known.clear()

@@ -425,6 +425,9 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
+        registry = self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
+        if registry:  # the durable registry of queues (issue 28): the gateway's, not in the workers' settings
+            tables.create_queues_table(client, registry)
         table = self.function("OperatorFunction").env.get("SLUICE_SCHEDULES_TABLE")
         if table:  # the operator function's (the workers' settings, s, name no schedules table)
             from sluice.backends.dynamodb.schedules import DynamoScheduleStore
