@@ -281,6 +281,27 @@ def test_the_connection_loads_a_cold_cache_from_its_source_and_decides(redis_url
         conn.close()
 
 
+def test_a_process_that_cannot_load_a_lost_cache_marks_nothing(redis_url: str,
+                                                                redis_client: redis.Redis) -> None:
+    """A deployment with a durable registry (SLUICE_QUEUES_TABLE), and a process not wired to it (a
+    CLI, a harness): after a Redis loss it refuses to decide the limit (RegistryCold, retryable)
+    rather than mark the cache loaded as it stands, which would let every gateway decide the
+    limit on a partial set."""
+    from sluice.backends.redis.connection import RedisConnection
+    from sluice.core.config import Settings
+    from sluice.core.errors import RegistryCold
+
+    conn = RedisConnection.from_settings(Settings(redis_url=redis_url, max_queues=5, queues_table="queues"))
+    try:
+        assert conn.registry_required
+        with pytest.raises(RegistryCold):
+            conn.register("new")
+        assert snapshot(redis_client) == {}
+        assert conn.register("sluice-relay") is True  # reserved: no limit to decide
+    finally:
+        conn.close()
+
+
 # --- per-queue caps in the config hash ----------------------------------------------------------
 
 def test_per_queue_caps_are_config_fields(rq: RedisQueue, redis_client: redis.Redis) -> None:

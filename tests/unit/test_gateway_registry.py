@@ -160,3 +160,25 @@ def test_a_durable_registry_that_cannot_be_read_to_load_the_cache_is_a_503() -> 
     rig.queue.register = cold  # type: ignore[method-assign]
     code, _, doc = rig.call("POST", JOBS, {"payload": 1})
     assert (code, doc["code"]) == (503, "UNAVAILABLE") and rig.log.records == []
+
+
+def test_the_root_loads_a_lost_cache_from_the_table_and_writes_the_relays_new_queues_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from sluice.core.bus import QueueRegistered
+    from sluice.core.config import Settings
+    from sluice.entry import root
+
+    directory = Directory()
+    directory.items = ["known"]
+    monkeypatch.setattr(root, "queue_directory", lambda s=None: directory)
+    conn, bus = SimpleNamespace(registry_source=None), EventBus()
+    root.durable_registry(conn, bus, Settings(queues_table="queues"))  # type: ignore[arg-type]
+    root.durable_registry(conn, bus, Settings(queues_table="queues"))  # type: ignore[arg-type]  # once per bus
+    bus.emit(QueueRegistered(queue="from-the-relay"))
+    assert directory.items == ["known", "from-the-relay"]
+    assert list(conn.registry_source()) == ["from-the-relay", "known"]
+    bare = SimpleNamespace(registry_source=None)
+    root.durable_registry(bare, EventBus(), Settings())  # type: ignore[arg-type]  # no table: Redis only
+    assert bare.registry_source is None

@@ -832,10 +832,13 @@ def test_a_minted_sealed_record_registers_its_queue_without_the_limit() -> None:
     minted = seal.seal_spec(JobSpec(job_id=ids.mint(now, "paid", key), queue="paid", payload=1,
                                     enqueued_at_ms=now), key)
     w.source.append_spec(0, minted)
-    relay = w.relay(job_ids=ids.Verifier(key))
+    bus, registered = EventBus(), []
+    bus.subscribe(lambda e: registered.append(e.queue), ev.QueueRegistered)
+    relay = w.relay(job_ids=ids.Verifier(key), events=bus)
     run_steps(relay, 3)
     relay.stop()
     assert asked == [("paid", True)] and w.in_redis("paid") == [minted.job_id]
+    assert registered == ["paid"]  # new to the cache: the root writes it through to DynamoDB
     harness = World(partitions=1)
     harness.engine.register = register  # type: ignore[method-assign]
     harness.add(1, queue="free")

@@ -78,9 +78,23 @@ def redis(s: Settings | None = None) -> RedisConnection:
 
     s = s or settings()
     conn = RedisConnection.from_settings(s)
-    if s.queues_table:
-        conn.registry_source = lambda: queue_directory(s).names()
+    durable_registry(conn, None, s)
     return conn
+
+
+def durable_registry(conn: RedisConnection, bus: EventBus | None, s: Settings) -> None:
+    """With a queues table: ``conn`` loads a lost registry cache from it, and, on ``bus`` (the
+    relay's), each queue the relay newly registered for a minted record is written through to it
+    (once per queue per cache: a failure is logged, and a gateway's next reservation of the queue
+    writes it through again)."""
+    if not s.queues_table:
+        return
+    conn.registry_source = lambda: queue_directory(s).names()
+    if bus is not None and id(bus) not in _written_through:
+        from sluice.core.bus import QueueRegistered
+
+        _written_through.add(id(bus))
+        bus.subscribe(lambda e: queue_directory(s).put(e.queue), QueueRegistered)
 
 
 @cache
@@ -387,6 +401,7 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
 
 
 _counted: set[int] = set()
+_written_through: set[int] = set()
 
 
 def reset() -> None:

@@ -279,7 +279,8 @@ class Intake:
             return refused[1]
         try:
             if minted:
-                self.engine.register(queue, admitted=True)
+                if self.engine.register(queue, admitted=True):
+                    self.events.emit(ev.QueueRegistered(queue=queue))
             else:
                 self.engine.register(queue)
         except QueueNotAllowed as exc:

@@ -37,6 +37,10 @@ class RedisConnection:
         # The durable registry's names (DynamoDB's queues table; ``sluice.entry.root`` sets it), read
         # when the registry's cache is found cold after a Redis loss; None: Redis holds all there is.
         self.registry_source: Callable[[], Iterable[str]] | None = None
+        # The deployment keeps a durable registry (SLUICE_QUEUES_TABLE): a process with no source
+        # then refuses to mark a lost cache loaded as it stands (a CLI, a harness), rather than
+        # let every gateway decide the limit on a partial set.
+        self.registry_required = False
 
     @classmethod
     def from_url(cls, url: str, limits: Limits | None = None, **kwargs: Any) -> RedisConnection:
@@ -50,6 +54,12 @@ class RedisConnection:
         a password is given (``sluice dev`` gives each function its user so), else from its secret
         (``redis_auth_secret_arn``: ``{"username", "password"}``, or a bare AUTH token), else as the
         default user."""
+        conn = cls._connected(settings)
+        conn.registry_required = bool(settings.queues_table)
+        return conn
+
+    @classmethod
+    def _connected(cls, settings: Settings) -> RedisConnection:
         arn = settings.redis_auth_secret_arn
         limits = Limits.from_settings(settings)
         if settings.redis_password is not None:
@@ -130,6 +140,9 @@ class RedisConnection:
         so it is marked loaded as it stands), ``REGISTRY_LOAD_CHUNK`` names per atomic call, the
         last one marking it loaded: until then every limit check finds it cold and loads too (the
         loads add the same names). How many names were new to the cache."""
+        if self.registry_source is None and self.registry_required:
+            raise RegistryCold("the registry's Redis cache was lost and this process cannot load it from "
+                               "the durable registry (SLUICE_QUEUES_TABLE): a gateway or the relay loads it")
         names = sorted({n for n in (self.registry_source() if self.registry_source else ())
                         if QUEUE_NAME_RE.fullmatch(n) and not is_reserved_queue(n)})
         chunks = [names[i:i + REGISTRY_LOAD_CHUNK] for i in range(0, len(names), REGISTRY_LOAD_CHUNK)] or [[]]
