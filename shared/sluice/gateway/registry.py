@@ -46,9 +46,6 @@ class Reservations:
     def durable(self) -> QueueDirectory | None:
         return None if self._durable is None else resolve(self._durable)
 
-    def known(self, queue: str) -> bool:
-        return queue in self._known
-
     def names(self) -> list[str] | None:
         """Every queue of the durable registry (the operator's listing); None without one."""
         durable = self.durable
