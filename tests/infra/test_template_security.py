@@ -180,18 +180,40 @@ def test_no_function_may_scan_or_query_a_table() -> None:
     configuration tables: the routes table (issue 15), a few items read whole by the gateway and
     the relay, and by a worker registering its routes (a Scan there, on that table alone); and the
     schedules table (issue 17), whose one queue's partition the operator function lists for the
-    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone)."""
+    route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone); and the
+    queues table (issue 28), the durable registry of queue names, read whole to load Redis's cache
+    after a Redis loss and for the operator's listing (a Scan there, on that table alone)."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
                 routes = statement["Resource"] == {"Fn::GetAtt": ["RoutesTable", "Arn"]}
-                if action == "dynamodb:Scan" and routes:
+                registry = statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
+                if action == "dynamodb:Scan" and (routes or registry):
                     continue
                 schedules = statement["Resource"] == {"Fn::GetAtt": ["SchedulesTable", "Arn"]}
                 if action == "dynamodb:Query" and schedules and name == "OperatorFunction":
                     continue
                 assert action not in ("dynamodb:Scan", "dynamodb:Query", "dynamodb:PartiQLSelect"), \
                     (name, action)
+
+
+def test_the_queues_table_is_written_by_the_enqueue_functions_and_the_relay_only() -> None:
+    """Issue 28: the durable registry of queues. The functions that run the enqueue pipeline (they
+    reserve a new queue before its first 202) and the relay (it writes through a queue new to Redis's
+    cache) may write it; the operator only lists it; no other function touches it; and every one
+    that may is told its name."""
+    assert props("QueuesTable")["KeySchema"] == [{"AttributeName": "queue", "KeyType": "HASH"}]
+    writers = {"GatewayFunction", "InternalFunction", "FiringsFunction", "RelayFunction"}
+    for name, role in _function_roles().items():
+        actions = {action for statement in _statements(role)
+                   if statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
+                   for action in statement["Action"]}
+        expected = ({"dynamodb:UpdateItem", "dynamodb:Scan"} if name in writers
+                    else {"dynamodb:Scan"} if name == "OperatorFunction" else set())
+        assert actions == expected, (name, actions)
+        env = props(name).get("Environment", {}).get("Variables", {}) if name in RES else {}
+        if expected:
+            assert env.get("SLUICE_QUEUES_TABLE") == {"Ref": "QueuesTable"}, name
 
 
 def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:

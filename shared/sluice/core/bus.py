@@ -295,6 +295,15 @@ class Settled(Event):
     n: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRegistered(Event):
+    """The relay added ``queue`` to the registry's Redis cache for a minted record (issue 28): new to
+    the cache, so perhaps to the durable registry too (a queue from before it, or a cache lost with
+    Redis); the composition root writes it through (``sluice.entry.relay``)."""
+
+    queue: str
+
+
 # -- relay incidents: rare turns of its state, which its metrics and logs observe ----------------
 
 

@@ -160,6 +160,10 @@ class Settings(BaseModel):
     # Routes (sluice.core.routes): the table of queue -> worker function, empty = no routing (every queue
     # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
     routes_table: str = ""
+    # The durable registry of queues (issue 28; backends/dynamodb/queues.py): the gateway writes a new
+    # queue through to it before its first 202, and the registry's Redis cache is loaded from it after
+    # a Redis loss. Empty: Redis holds the only registry (as before issue 28).
+    queues_table: str = ""
     # Schedules (sluice.core.schedules, issue 17): the table of schedules, empty = no schedule routes.
     # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the firings
     # function (firings_function_arn) through scheduler_role_arn; without them only the table is kept.

@@ -158,6 +158,19 @@ class JobStore(Protocol):
         ...
 
 
+class QueueDirectory(Protocol):
+    """The durable registry of queues (DynamoDB's queues table, issue 28): every queue a gateway
+    reserved, whatever Redis lost. Redis holds its cache, which also decides the limit."""
+
+    def put(self, queue: str) -> None:
+        """Record ``queue`` (idempotent: an existing item and its state are left as they are)."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every queue recorded, by name."""
+        ...
+
+
 class JobLog(Protocol):
     """The durable append-only log (Kafka)."""
 

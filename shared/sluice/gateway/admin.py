@@ -12,7 +12,7 @@ run before any write, so a refused or invalid request changes nothing. Redrive g
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sluice.core import knobs, policy
 from sluice.core.errors import InvalidInput, NoRoute, NotOperator
@@ -30,6 +30,12 @@ from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
 MAX_LISTED = 10_000
+
+
+class Listing(Protocol):
+    """The durable registry's names (``sluice.gateway.registry.Reservations``); None: none kept."""
+
+    def names(self) -> list[str] | None: ...
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
@@ -53,9 +59,11 @@ def authorize(principal: str, operators: Sequence[str]) -> None:
 class Admin:
     def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
-                 reseal: Reseal | None = None, limits: Limits | None = None) -> None:
+                 reseal: Reseal | None = None, limits: Limits | None = None,
+                 registry: Listing | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
         self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
+        self.registry = registry
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
 
     def check_queue(self, name: str) -> str:
@@ -107,8 +115,11 @@ class Admin:
         return self.queue_row(self.queue.stats(self.check_queue(name)))
 
     def all_queues(self) -> list[dict[str, Any]]:
-        """Every public queue Redis knows (its registry), by name."""
-        return [self.queue_row(self.queue.stats(q)) for q in self.queue.queues() if not is_reserved_queue(q)]
+        """Every public queue of the durable registry (issue 28: it survives a Redis loss) and of
+        Redis's (the cache: it also holds queues registered before the durable one existed), by name."""
+        durable = self.registry.names() if self.registry is not None else None
+        names = sorted(set(self.queue.queues()) | set(durable or ()))
+        return [self.queue_row(self.queue.stats(q)) for q in names if not is_reserved_queue(q)]
 
     def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:

@@ -7,7 +7,9 @@ the same steps, in this order, and nothing is written before the last:
 1. ``check``: the queue's name (malformed or reserved), the payload's size, the priority the
    caller (``sluice.core.caller.Caller``, verified by its entry) may use, the route (a queue no
    deployed worker handles) and the queue's payload schema;
-2. ``admit``: whether the queue takes more jobs now (``sluice.gateway.admission``);
+2. ``admit``: whether the queue takes more jobs now (``sluice.gateway.admission``), and its
+   reservation in the registry (``sluice.gateway.registry``: QueueNotAllowed for a new queue
+   the registry has no room for), so the relay never refuses what the gateway answered 202;
 3. ``spec``: the record, with a minted id (``mint``) or one the use case derived; a payload above
    ``Intake.inline_max_bytes`` is written to the payload store now and the record carries its
    pointer (``sluice.core.payloads``), so Kafka and Redis hold mostly small entries;
@@ -47,6 +49,16 @@ class Admission(Protocol):
     def check(self, queue: str, jobs: int, delayed: int) -> None: ...
 
 
+class Reservation(Protocol):
+    """Reserves a queue in the registry before its first 202 (``sluice.gateway.registry``:
+    QueueNotAllowed, BackendUnavailable); idempotent, and cached per container."""
+
+    def reserve(self, queue: str) -> None: ...
+    def names(self) -> list[str] | None:
+        """Every queue of the durable registry; None when there is none (Redis's registry is all)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class IdMinting:
     """The job id keys (``sluice.core.ids``): mint with ``key``, verify with it and ``previous``.
@@ -82,6 +94,7 @@ class Intake:
     refuse_unrouted: bool = True
     payloads: PayloadStore | Lazy[PayloadStore] | None = None
     inline_max_bytes: int = 16 * 1024
+    registry: Reservation | None = None  # None: no reservation (unit tests, the chaos workload)
 
 
 class EnqueuePipeline:
@@ -98,6 +111,7 @@ class EnqueuePipeline:
                                                                intake.limits)
         self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
         self.payloads, self.inline_max_bytes = intake.payloads, intake.inline_max_bytes
+        self.registry = intake.registry
         self._payload_json: dict[int, tuple[EnqueueRequest, str]] = {}
 
     # -- 1. check ----------------------------------------------------------------------------
@@ -197,8 +211,16 @@ class EnqueuePipeline:
     # -- 2. admit ----------------------------------------------------------------------------
 
     def admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
+        """The queue's caps (``admission``), then its place in the registry (``reserve``)."""
         if self.admission is not None:
             self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
+        self.reserve(queue)
+
+    def reserve(self, queue: str) -> None:
+        """``queue`` is in the registry before anything of it is appended (issue 28: a 202 is
+        binding); a continuation's queue is reserved when its family starts."""
+        if self.registry is not None:
+            self.registry.reserve(queue)
 
     # -- 3. spec -----------------------------------------------------------------------------
 

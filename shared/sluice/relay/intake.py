@@ -1,8 +1,9 @@
 """Records in: each Kafka record decoded once, then buffered, skipped or dead-lettered.
 
 A record of an owned partition is decoded here and nowhere else; the relay's hooks get
-the decoded records too (recovery tracks their job ids). A poison record, or one of a
-queue the registry refuses, goes to the dead-letter topic. Records Redis already holds
+the decoded records too (recovery tracks their job ids). A poison record, or an unminted one
+of a queue the registry refuses, goes to the dead-letter topic; a minted, sealed record's queue
+is registered without the limit (its gateway reserved it before answering 202). Records Redis already holds
 (at or below ``push.lua``'s recorded offset) leave the buffers before they cost a rate
 token. A partition whose buffer is full stops fetching until it drains.
 """
@@ -179,12 +180,13 @@ class Intake:
                     self.report.refused_records += not refused.reason.startswith("unminted")
                     self._dead_letter(owned, record, refused.reason)
                 return False
-        if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
+        minted = self.job_ids is not None
+        if job.queue not in self._admitted and (why := self._refusal(job.queue, minted)) is not None:
             self.report.refused += 1
-            if self.job_ids is not None:
-                # Minted and sealed by a gateway of this deployment: it answered 202, so the job
-                # ends visibly dead with the reason (GET, events), never dropped in silence
-                # (issue 28 makes this admission binding where it is taken).
+            if minted:
+                # Minted and sealed by a gateway of this deployment, yet refused for something other
+                # than the limit (an allow-list changed since): it answered 202, so the job ends visibly dead
+                # with the reason (GET, events), never dropped in silence.
                 self._refuse(owned, record, job, Refusal(f"queue refused: {why}", record_dead=True))
             else:
                 self._dead_letter(owned, record, f"queue refused: {why}")
@@ -259,11 +261,16 @@ class Intake:
                 self.report.skipped += n
                 self.report.reread += n
 
-    def _refusal(self, queue: str) -> str | None:
+    def _refusal(self, queue: str, minted: bool = False) -> str | None:
         """Why the registry refuses ``queue`` (allow-list, or full), else None; asked once per queue
         (a refusal is remembered for ``maintenance_s``). Such a record goes to the dead-letter
         topic: held back it would stop its partition's commits for good. Any other error admits
-        the record: its push registers the queue again, and fails and retries as pushes do."""
+        the record: its push registers the queue again, and fails and retries as pushes do.
+
+        ``minted``: the record is minted and sealed, so a gateway reserved its queue before its 202
+        (issue 28): the queue is registered without the limit, so never refused for it here, even
+        when Redis lost the registry's cache and the limit would now refuse it (an allow-list the
+        operator changed since the 202 still can: the job then ends dead with the reason)."""
         if queue in self._admitted:
             return None
         now = self.monotonic()
@@ -271,7 +278,11 @@ class Intake:
         if refused is not None and now < refused[0]:
             return refused[1]
         try:
-            self.engine.register(queue)
+            if minted:
+                if self.engine.register(queue, admitted=True):
+                    self.events.emit(ev.QueueRegistered(queue=queue))
+            else:
+                self.engine.register(queue)
         except QueueNotAllowed as exc:
             if len(self._refused) > 10_000:  # random names must not grow a relay without bound
                 self._refused.clear()

@@ -194,8 +194,8 @@ class FakeEngine:
         return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
 
     # the limits' questions (sluice.core.limits): no allow-list, no dead-job trimming, no memory reading
-    def register(self, queue: str) -> None:
-        return None
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        return False
 
     def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
         return 0, 0

@@ -39,6 +39,7 @@ BINDINGS: dict[str, str] = {
     "SLUICE_JOBS_TABLE": "the jobs table on the moto server",
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
     "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
+    "SLUICE_QUEUES_TABLE": "the durable registry of queues on the moto server",
     "SLUICE_SCHEDULES_TABLE": "the schedules table on the moto server (sluice dev's scheduler fires them)",
     "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
                               "the table's schedules",

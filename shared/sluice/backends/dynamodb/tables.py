@@ -1,6 +1,6 @@
 """Create the store's resources where no CloudFormation runs: tests, the local stack, the demo.
 
-In AWS, template.yaml declares the same three resources; keep the two in step.
+In AWS, template.yaml declares the same resources; keep the two in step.
 Every function is idempotent: an existing table or bucket is left as it is.
 """
 
@@ -60,6 +60,11 @@ def create_routes_table(client: DynamoDBClient, name: str) -> None:
     _create_table(client, name, "pattern", "expires_at")
 
 
+def create_queues_table(client: DynamoDBClient, name: str) -> None:
+    """The durable registry of queues (``dynamodb.queues``): key ``queue``; nothing expires."""
+    _create_table(client, name, "queue", "expires_at")
+
+
 def create_schedules_table(client: DynamoDBClient, name: str) -> None:
     """The schedules table (``dynamodb.schedules``): key ``queue`` + ``name`` (a schedule's name is
     its queue's, so per-queue IAM scopes it); nothing expires."""
@@ -95,6 +100,8 @@ def ensure_all(settings: Settings) -> None:
         create_routes_table(dynamodb, settings.routes_table)
     if settings.schedules_table:
         create_schedules_table(dynamodb, settings.schedules_table)
+    if settings.queues_table:
+        create_queues_table(dynamodb, settings.queues_table)
     s3 = boto3.client("s3", **common)
     create_results_bucket(s3, settings.results_bucket, settings.aws_region, settings.retention_days)
     if settings.payloads_bucket:

@@ -11,8 +11,9 @@ literal in Redis's glob, and a queue name holds none of ``{}:[]*?\\``, so the pa
 the keys of exactly the queues whose names match ``thumbs-*``. A worker touches no global key
 (its scripts, lease/extend/ack/fail/release/idle, and the BLPOP of its wake list take only its
 queue's keys), so a team's user needs nothing beyond its queues' patterns. The global keys
-(``sluice:queues``, ``sluice:epoch*``) are the relay's, and the registry also the gateway's and the
-operator's.
+(``sluice:queues`` and its companions ``sluice:queues:{sluice:queues}:*``, ``sluice:epoch*``) are the
+relay's, and the registry's keys also the gateway's (it reserves a new queue before its first 202)
+and the operator's.
 
 Commands. Scripts run with the caller's permissions: Redis checks EVALSHA's KEYS against the
 user's key patterns, and then each ``redis.call`` inside the script against its commands and
@@ -35,7 +36,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, QUEUES_KEY
+from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, REGISTRY_KEYS
 from sluice.core.errors import InvalidQueueName
 from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 
@@ -59,8 +60,9 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "reap.lua": "decrby del hdel hget hincrby hmget hset incrby set time zadd zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
     "redrive.lua": "hdel hmget hset incrby set time zadd zrange zrem zscore",
-    "register.lua": "sadd scard sismember",
     "release.lua": "decrby del exists hdel hget hincrby hmget incrby set time zadd zrem",
+    "register.lua": "exists sadd scard sismember",
+    "registry_load.lua": "sadd set",
     "settled.lua": "zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
@@ -102,18 +104,22 @@ class Role:
 WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua"),
               ("blpop",))
 # The public API (GatewayFunction; InternalFunction and FiringsFunction run the same enqueue
-# pipeline): the admission view (stats.lua, the registry, memory), GET's holds, DELETE's cancel,
-# and the per-caller throttle's buckets (throttle.lua, one key per caller: keys.caller_bucket).
-GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua"),
+# pipeline): the admission view (stats.lua, the registry, memory), the reservation of a new queue
+# before its first 202 (register.lua; registry_load.lua after a Redis loss: issue 28), GET's
+# holds, DELETE's cancel, and the per-caller throttle's buckets (throttle.lua, one key per caller:
+# keys.caller_bucket).
+GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
                ("zscore", "sismember", "scard", "info"), public_queues=True,
-               global_keys=(QUEUES_KEY, CALLER_BUCKETS))
+               global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS))
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings.
-OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua"),
+OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
+                            "registry_load.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
-                 "info"), public_queues=True, global_keys=(QUEUES_KEY,))
+                 "info"), public_queues=True, global_keys=REGISTRY_KEYS)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
-RELAY = Role("relay", ("push.lua", "register.lua", "rate.lua", "lease.lua", "extend.lua", "ack.lua",
-                       "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua", "trim.lua",
+RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
+                       "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",
+                       "trim.lua",
                        "stats.lua", "redrive.lua", "config.lua", "rebase.lua"),
              ("hget", "zrange", "hmget", "hgetall", "smembers", "info", "get", "set"), all_keys=True)
 

@@ -12,7 +12,7 @@ from sluice.backends.redis.checks import MAX_BATCH, MAX_TOKEN, checked_int, text
 from sluice.backends.redis.client import is_cluster
 from sluice.backends.redis.config import parse_config
 from sluice.backends.redis.connection import RedisConnection
-from sluice.backends.redis.keys import QUEUES_KEY
+from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
@@ -54,15 +54,17 @@ class RedisAdmin:
         return sorted(n for n in map(text, names) if QUEUE_NAME_RE.fullmatch(n))
 
     def registry(self, queue: str) -> tuple[bool, int]:
-        """(``queue`` is registered, how many names are): the gateway's view of the limit."""
+        """(``queue`` is registered, how many public names are: reserved ones do not count toward
+        the limit): the gateway's view of the limit (the reservation, register.lua, decides)."""
         try:
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.sismember(QUEUES_KEY, self.conn.keys(queue).queue)
             pipe.scard(QUEUES_KEY)
-            member, size = pipe.execute()
+            pipe.scard(REGISTRY_RESERVED_KEY)
+            member, size, reserved = pipe.execute()
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        return bool(member), int(size)
+        return bool(member), int(size) - int(reserved)
 
     def memory_percent(self) -> float | None:
         """used_memory as a percentage of maxmemory (None when Redis has no maxmemory); on a

@@ -37,14 +37,17 @@ request and byte token buckets, shared by every gateway (throttle.lua); ``<diges
 32 hex digits of the SHA-256 of the caller's identity (``sluice.core.throttle.identity``), so an
 ARN's characters never reach a key and each caller's bucket has a slot of its own.
 
-Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
+Global: sluice:queues (the registry's Redis cache: every queue name; the durable registry is
+DynamoDB's queues table, issue 28), with sluice:queues:{sluice:queues}:reserved (the reserved names
+in it, not counted toward the limit) and sluice:queues:{sluice:queues}:loaded (set once the cache
+was loaded from DynamoDB since Redis lost it), and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
 sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
 
 Who touches what (each function's Redis user may touch only that: ``acl``, docs/security.md
 "Redis users"). A worker, a team's or the default one: only its queues' keys (lease, extend, ack,
 fail, release, idle; BLPOP of ``wake``), never a global key. The gateway: public queues' keys
-(stats, cancel, GET's holds) and reads of ``sluice:queues`` (admission). The operator: public
+(stats, cancel, GET's holds) and the registry (admission; its reservation before a 202). The operator: public
 queues' keys (stats, dead letters, redrive, purge, config) and ``sluice:queues`` (list; register
 on a config change). The relay: every queue's keys, its reserved ``sluice-relay`` queue's too,
 ``sluice:queues`` (register, list) and the epochs. The countdown and events functions: nothing.
@@ -59,6 +62,13 @@ from sluice.core.models import validate_job_id, validate_queue_name
 
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
+# The registry set's companions (register.lua): the reserved names it holds (not counted toward the
+# limit) and the mark that it was loaded from the durable registry since Redis last lost it. Their
+# hash tag is the registry's own name, so all three share its cluster slot (one script may touch
+# them); they start ``sluice:queues:``, so no queue pattern of ``acl`` (``sluice:{...}``) covers them.
+REGISTRY_RESERVED_KEY = f"{QUEUES_KEY}:{{{QUEUES_KEY}}}:reserved"
+REGISTRY_LOADED_KEY = f"{QUEUES_KEY}:{{{QUEUES_KEY}}}:loaded"
+REGISTRY_KEYS = (QUEUES_KEY, REGISTRY_RESERVED_KEY, REGISTRY_LOADED_KEY)  # register.lua's KEYS
 EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (relay.recovery)
 
 

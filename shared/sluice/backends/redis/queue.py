@@ -202,6 +202,10 @@ class RedisJobQueue:
     def registry(self, queue: str) -> tuple[bool, int]:
         return self.admin.registry(queue)
 
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        """The gateway's reservation of ``queue`` within the registry's limit (``register.lua``)."""
+        return self.conn.register(queue, admitted=admitted)
+
     def memory_percent(self) -> float | None:
         return self.admin.memory_percent()
 

@@ -144,7 +144,9 @@ class RedisRelayEngine:
                 out.append(exc)
                 continue
             out.append(PushResult(0, 0, -1))
-        refused = self.conn.register_all({k.queue for k, _, _, _ in calls})
+        # The intake admitted every record here (minted and sealed: a gateway's 202 is binding, or a
+        # harness's record whose queue it registered under the limit): no limit refuses them now.
+        refused = self.conn.register_all({k.queue for k, _, _, _ in calls}, admitted=True)
         sent = []
         for c, (k, _, _, _) in enumerate(calls):
             if k.queue in refused:
@@ -175,10 +177,11 @@ class RedisRelayEngine:
         k = self.conn.keys(queue)
         return self.conn.scripts.rate(k, checked_int(wanted, 1, 1_000_000, "wanted"))
 
-    def register(self, queue: str) -> None:
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
         """Register ``queue`` (QueueNotAllowed beyond the limits): the relay asks before taking
-        a record for a queue it has not seen, so a refused one goes to the dead-letter topic."""
-        self.conn.register(self.conn.keys(queue).queue)
+        a record for a queue it has not seen, so a refused one goes to the dead-letter topic.
+        ``admitted``: a minted, sealed record (a gateway answered 202): no limit applies. True if new."""
+        return self.conn.register(self.conn.keys(queue).queue, admitted=admitted)
 
     # --- the partition ownership jobs (Sluice's own queues) -----------------------------------
 

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
-from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS, REGISTRY_LOADED_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
 
@@ -325,8 +325,15 @@ class Scripts:
         reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle, k.used], [keep, max_age_ms, limit])
         return int(reply[0]), int(reply[1])
 
-    def register(self, registry: str, queue: str, limit: int) -> bool:
-        return bool(self._run("register.lua", [registry], [queue, limit]))
+    def register(self, queue: str, limit: int, mode: str) -> bool:
+        """``register.lua`` (mode ``limit``, ``admitted`` or ``reserved``): True if ``queue`` was new."""
+        return bool(self._run("register.lua", list(REGISTRY_KEYS), [queue, limit, mode]))
+
+    def registry_load(self, names: Sequence[str], last: bool) -> int:
+        """``registry_load.lua``: add ``names`` (at most 1000) to the registry's cache; ``last``
+        marks it loaded. How many were new."""
+        return int(self._run("registry_load.lua", [QUEUES_KEY, REGISTRY_LOADED_KEY],
+                             ["1" if last else "0", *names]))
 
     def stats(self, k: QueueKeys) -> StatsReply:
         r = self._run("stats.lua",
@@ -369,9 +376,10 @@ class Scripts:
                                                for k, topic, partition, args in calls])
         return [r if isinstance(r, SluiceError) else PushResult.of(r) for r in replies]
 
-    def register_many(self, registry: str, queues: Sequence[tuple[str, int]]) -> list[bool | SluiceError]:
-        """``register.lua`` per (queue, limit), in one round trip; per queue its reply or error."""
-        replies = self._pipelined("register.lua", [([registry], [q, limit]) for q, limit in queues])
+    def register_many(self, queues: Sequence[tuple[str, int, str]]) -> list[bool | SluiceError]:
+        """``register.lua`` per (queue, limit, mode), in one round trip; per queue its reply or error."""
+        replies = self._pipelined("register.lua", [(list(REGISTRY_KEYS), [q, limit, mode])
+                                                   for q, limit, mode in queues])
         return [r if isinstance(r, SluiceError) else bool(r) for r in replies]
 
     def rate(self, k: QueueKeys, wanted: int) -> int:
