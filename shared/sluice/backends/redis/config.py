@@ -11,7 +11,8 @@ from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput
 from sluice.core.models import QueueConfig
 
-CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead")
+CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead",
+               "max_in_flight_per_group")
 
 
 class RedisQueueConfig:

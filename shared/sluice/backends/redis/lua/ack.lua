@@ -5,6 +5,8 @@
 --   KEYS[2] leased zset  KEYS[3] tokens hash (job id -> lease token)
 --   KEYS[4] finished hash: each acked job counts as succeeded there, or as cancelled when a
 --           cancel was requested (c = 1; the worker acks to drop a cancelled job)
+--   KEYS[5] group prefix  KEYS[6] turns zset  KEYS[7] groups hash  (fair groups: _lib.lua; an
+--           acked grouped job's group has one lease less, and takes turns again if it has work)
 --   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
 --           argument rather than 2n, because encoding each argument is what a Python
 --           client pays for (job ids cannot contain spaces)
@@ -22,6 +24,7 @@
 --@include _lib.lua
 
 local prefix, leased, tokens, finished = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local G = keys_of_groups(KEYS[5], KEYS[6], KEYS[7])
 local ids, mine = {}, {}
 for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
   ids[#ids + 1] = id
@@ -56,14 +59,22 @@ for i = 1, n do
   end
 end
 if #done > 0 then
-  local cancelled = 0
+  local cancelled, ended = 0, nil
   for _, k in ipairs(keys) do
-    if redis.call('HGET', k, 'c') == '1' then cancelled = cancelled + 1 end
+    local f = redis.call('HMGET', k, 'c', 'grp')
+    if f[1] == '1' then cancelled = cancelled + 1 end
+    if f[2] then
+      ended = ended or {}
+      ended[f[2]] = (ended[f[2]] or 0) + 1
+    end
   end
   count_finished(finished, #done - cancelled, 0, cancelled)
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', leased, unpack(done))
   redis.call('HDEL', tokens, unpack(done))
+  if ended then
+    for group, k in pairs(ended) do group_done(G, group, k) end
+  end
 end
 out[1] = #done
 return out

@@ -7,6 +7,7 @@
 --   KEYS[8] config hash (max_in_flight, read only)
 --   KEYS[9] settle zset (expiries that ended a job, for the relay to tell the jobs table)
 --   KEYS[10] finished hash (cumulative endings: an expiry's dead or cancelled job counts there)
+--   KEYS[11] group prefix  KEYS[12] turns zset  KEYS[13] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] n              1..1000 jobs wanted
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
@@ -25,6 +26,14 @@
 --   a Redis data loss too (a missing seq is seeded from TIME: _lib.lua take_seq).
 --   Jobs leave ready highest priority first, FIFO within a priority. With
 --   max_in_flight > 0 in config, no more than max_in_flight jobs are leased at once.
+--   Fair groups: while turns is empty (no group has a job to lease) this is all, as before groups.
+--   Otherwise the groups in turns and the default group (ungrouped jobs, in ready) are served
+--   round-robin in turn order: the first n groups in turns share the n jobs, one each in turn
+--   (a group with fewer jobs, or fewer leases left under max_in_flight_per_group, takes what it
+--   can and the others take the rest); each group's jobs leave by priority, FIFO within. A group
+--   served goes to the end of turns, or leaves it when it has no job left or reached its limit
+--   (it comes back when a job of it arrives or a lease of it ends: _lib.lua group_done). For a
+--   grouped job the reply entry ends " <g> <group>" (g is "0" when never redriven).
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 
@@ -32,6 +41,7 @@
 
 local prefix, ready, delayed, leased, dead, tokens, seqkey, config, settle, finished =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local G = keys_of_groups(KEYS[11], KEYS[12], KEYS[13])
 local n = int_in(ARGV[1], 1, 1000)
 if not n then return invalid('n') end
 local lease_ms = int_in(ARGV[2], 0, MAX_LEASE_MS)
@@ -40,15 +50,104 @@ local limit = int_in(ARGV[3], 0, 10000)
 if not limit then return invalid('reclaim_limit') end
 
 local now = now_ms()
-reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit)
+reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit, G)
 
-local max_in_flight = tonumber(redis.call('HGET', config, 'max_in_flight')) or 0
+local cfg = redis.call('HMGET', config, 'max_in_flight', 'max_in_flight_per_group')
+local max_in_flight = tonumber(cfg[1]) or 0
 if max_in_flight > 0 then
   n = math.min(n, max_in_flight - redis.call('ZCARD', leased))
 end
 local out = {now, 0}
 if n <= 0 then return out end
-local popped = redis.call('ZPOPMIN', ready, n)
+
+-- Up to `want` jobs from the groups in turns (and the default group, '' there), round-robin:
+-- the first `want` groups in turn order share them, one job each per round, each up to its room
+-- (its ready jobs, and under `per_group` its leases left). Returns popped ({id, score, ...}), the
+-- group of each popped pair by its index (nil: the default group) and whether a group was
+-- dropped (empty or at its limit). Served groups with room left go to the end of turns.
+local function lease_groups(want, per_group)
+  if redis.call('ZCARD', ready) > 0 and not redis.call('ZSCORE', G.turns, '') then enter_turns(G, '') end
+  local heads = redis.call('ZRANGE', G.turns, 0, want - 1)
+  local named = {}
+  for _, g in ipairs(heads) do
+    if g ~= '' then named[#named + 1] = g end
+  end
+  local counted = #named > 0 and redis.call('HMGET', G.state, unpack(named)) or {}
+  local room, busy, j = {}, {}, 0
+  for i, g in ipairs(heads) do
+    if g == '' then
+      room[i] = redis.call('ZCARD', ready)
+    else
+      j = j + 1
+      busy[i] = tonumber(counted[j]) or 0
+      room[i] = redis.call('ZCARD', G.prefix .. g)
+      if per_group > 0 then room[i] = math.max(0, math.min(room[i], per_group - busy[i])) end
+    end
+  end
+  local share, left, more = {}, want, true
+  for i = 1, #heads do share[i] = 0 end
+  while left > 0 and more do
+    more = false
+    for i = 1, #heads do
+      if left > 0 and share[i] < room[i] then
+        share[i] = share[i] + 1
+        left = left - 1
+        more = more or share[i] < room[i]
+      end
+    end
+  end
+  local popped, group_at, again, gone, busy_now, taken = {}, {}, {}, {}, {}, 0
+  for i, g in ipairs(heads) do
+    if share[i] > 0 then
+      local got = redis.call('ZPOPMIN', g == '' and ready or G.prefix .. g, share[i])
+      for x = 1, #got, 2 do
+        popped[#popped + 1] = got[x]
+        popped[#popped + 1] = got[x + 1]
+        if g ~= '' then group_at[#popped - 1] = g end
+      end
+      if g ~= '' then
+        busy_now[#busy_now + 1] = g
+        busy_now[#busy_now + 1] = busy[i] + #got / 2
+        taken = taken + #got / 2
+      end
+    end
+    if share[i] == room[i] then
+      gone[#gone + 1] = g  -- nothing left to lease: empty, or at its limit
+    elseif share[i] > 0 then
+      again[#again + 1] = g
+    end
+  end
+  if #busy_now > 0 then redis.call('HSET', G.state, unpack(busy_now)) end
+  if taken > 0 then redis.call('HINCRBY', G.state, '#ready', -taken) end
+  if #gone > 0 then redis.call('ZREM', G.turns, unpack(gone)) end
+  if #again > 0 then
+    local t, z = take_turns(G, #again), {}
+    for i, g in ipairs(again) do
+      z[#z + 1] = t + i
+      z[#z + 1] = g
+    end
+    redis.call('ZADD', G.turns, unpack(z))
+  end
+  return popped, group_at, #gone > 0
+end
+
+local popped, group_at
+local in_turns = redis.call('ZCARD', G.turns)
+if in_turns == 1 and redis.call('ZSCORE', G.turns, '') then
+  redis.call('DEL', G.turns)  -- only the default group is left: no turns to take
+  in_turns = 0
+end
+if in_turns == 0 then
+  popped = redis.call('ZPOPMIN', ready, n)  -- no group has a job to lease: as before groups
+else
+  local per_group = tonumber(cfg[2]) or 0
+  local dropped
+  popped, group_at, dropped = lease_groups(n, per_group)
+  -- Groups found empty or at their limit left turns: the ones behind them may have work.
+  if #popped == 0 and dropped and redis.call('EXISTS', G.turns) == 1 then
+    popped, group_at = lease_groups(n, per_group)
+  end
+end
 if #popped == 0 then return out end
 
 local token = take_seq(seqkey, #popped / 2) - #popped / 2
@@ -66,8 +165,13 @@ for i = 1, #popped, 2 do
     lz[#lz + 1] = id
     tz[#tz + 1] = id
     tz[#tz + 1] = token
-    out[#out + 1] = f[4] and id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. f[4]
-      or id .. ' ' .. (f[2] or '0') .. ' ' .. f[3]
+    local group = group_at and group_at[i]
+    if group then
+      out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. (f[4] or '0') .. ' ' .. group
+    else
+      out[#out + 1] = f[4] and id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. f[4]
+        or id .. ' ' .. (f[2] or '0') .. ' ' .. f[3]
+    end
     out[#out + 1] = f[1]
   end
 end

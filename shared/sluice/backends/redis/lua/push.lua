@@ -5,11 +5,13 @@
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
+--   KEYS[7] group prefix  KEYS[8] turns zset  KEYS[9] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
---   ARGV[3] records         a JSON array of 6k strings, k groups of 6: offset, job_id, payload,
---                           meta, run_at_ms (as in enqueue.lua), redrive_gen. One argument rather
---                           than 6k: the client packs one string instead of thousands (issue 18).
+--   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
+--                           meta, run_at_ms (as in enqueue.lua), redrive_gen, group ("" = none: a
+--                           grouped job waits in its group's ready zset). One argument rather
+--                           than 7k: the client packs one string instead of thousands (issue 18).
 --                           redrive_gen: 0, or the job's redrive generation in the jobs table,
 --                           stored as the new job's g (a redriven job replayed after a Redis
 --                           loss: its grant needs the generation to leave its final item)
@@ -32,6 +34,7 @@ local WAKE_MAX = 16        -- tokens kept: one per waiting worker to wake is eno
 local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty lease; let it go
 
 local relayed, prefix, ready, delayed, seqkey, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local G = keys_of_groups(KEYS[7], KEYS[8], KEYS[9])
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
 local owner = int_in(ARGV[1], 1, MAX_TOKEN)
@@ -39,7 +42,7 @@ if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)
 if not k or #ARGV ~= 3 then return invalid('record count') end
 local ok, R = pcall(cjson.decode, ARGV[3])
-if not ok or type(R) ~= 'table' or #R ~= 6 * k then return invalid('records') end
+if not ok or type(R) ~= 'table' or #R ~= 7 * k then return invalid('records') end
 
 local stored = redis.call('HMGET', relayed, 'owner', 'offset')
 if owner < (tonumber(stored[1]) or 0) then
@@ -48,21 +51,27 @@ end
 local stored_offset = tonumber(stored[2]) or -1
 
 local now = now_ms()
-local max_offset, starts = stored_offset, {}
+local max_offset, starts, groups = stored_offset, {}, nil
 for r = 0, k - 1 do
-  local i = 1 + 6 * r
+  local i = 1 + 7 * r
   local offset = int_in(R[i], 0, MAX_TOKEN)
   if not offset then return invalid('offset') end
   if not int_in(R[i + 5], 0, MAX_TOKEN) then return invalid('redrive_gen') end
   local bad = check_job(R, i + 1, now)
   if bad then return bad end
+  local group = R[i + 6]
+  if group ~= '' then
+    if type(group) ~= 'string' or not valid_group(group) then return invalid('group of ' .. R[i + 1]) end
+    groups = groups or {}
+    groups[i + 1] = group
+  end
   if offset > max_offset then max_offset = offset end
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
 
 local fresh = new_jobs(R, prefix, starts)
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
-create_jobs(R, prefix, ready, delayed, seqkey, fresh, now)
+create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, G, groups)
 for _, s in ipairs(fresh) do
   if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
 end
