@@ -238,7 +238,7 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, gr
   end
   local seq = 0
   if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
-  local rz, dz, gz = {}, {}, nil
+  local rz, dz, gz, order = {}, {}, nil, {}
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
@@ -253,8 +253,12 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, gr
       local z = rz
       if group then
         gz = gz or {}
-        z = gz[group] or {}
-        gz[group] = z
+        z = gz[group]
+        if not z then
+          z = {}
+          gz[group] = z
+          order[#order + 1] = group  -- groups enter turns in the order their jobs came
+        end
       end
       z[#z + 1] = ready_score(priority_of(meta), seq)
       z[#z + 1] = id
@@ -267,7 +271,8 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, gr
   if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
   if gz then
     local added = 0
-    for group, z in pairs(gz) do
+    for _, group in ipairs(order) do
+      local z = gz[group]
       redis.call('ZADD', G.prefix .. group, unpack(z))
       added = added + #z / 2
       enter_turns(G, group)
