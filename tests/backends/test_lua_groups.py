@@ -29,8 +29,16 @@ def turns(client: redis.Redis) -> list[str]:
 
 
 def counts(client: redis.Redis) -> dict[str, str]:
-    """The groups hash without its turn counter (which only goes up)."""
-    return {k: v for k, v in client.hgetall(K.groups).items() if k != "#turn"}
+    """The groups hash's leased counts and #ready, after checking its ready counts: each group's
+    ``#r:<group>`` is its ready zset's size, and absent when that is empty."""
+    state = client.hgetall(K.groups)
+    ready = {k[3:]: int(v) for k, v in state.items() if k.startswith("#r:")}
+    assert all(ready.values()), state
+    for key in client.scan_iter(K.group_prefix + "*"):
+        group = key[len(K.group_prefix):]
+        assert ready.pop(group, 0) == client.zcard(key), (group, state)
+    assert not ready, state
+    return {k: v for k, v in state.items() if k != "#turn" and not k.startswith("#r:")}
 
 
 def waiting(client: redis.Redis, group: str) -> list[str]:

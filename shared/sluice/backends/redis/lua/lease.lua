@@ -61,69 +61,95 @@ local out = {now, 0}
 if n <= 0 then return out end
 
 -- Up to `want` jobs from the groups in turns (and the default group, '' there), round-robin:
--- the first `want` groups in turn order share them, one job each per round, each up to its room
--- (its ready jobs, and under `per_group` its leases left). Returns popped ({id, score, ...}), the
--- group of each popped pair by its index (nil: the default group) and whether a group was
--- dropped (empty or at its limit). Served groups with room left go to the end of turns.
+-- the first `want` groups in turn order share them, one job each in turn, each up to its room
+-- (its ready jobs, and under `per_group` its leases left; both read in one HMGET of the groups
+-- hash). Returns popped ({id, score, ...}), the group of each popped pair by its index (nil: the
+-- default group) and whether a group was dropped (no job left, or at its limit). Served groups
+-- with room left go to the end of turns.
 local function lease_groups(want, per_group)
-  if redis.call('ZCARD', ready) > 0 and not redis.call('ZSCORE', G.turns, '') then enter_turns(G, '') end
+  local default_ready = redis.call('ZCARD', ready)
+  if default_ready > 0 and not redis.call('ZSCORE', G.turns, '') then enter_turns(G, '') end
   local heads = redis.call('ZRANGE', G.turns, 0, want - 1)
-  local named = {}
+  local fields = {}
   for _, g in ipairs(heads) do
-    if g ~= '' then named[#named + 1] = g end
+    if g ~= '' then
+      fields[#fields + 1] = g
+      fields[#fields + 1] = '#r:' .. g
+    end
   end
-  local counted = #named > 0 and redis.call('HMGET', G.state, unpack(named)) or {}
-  local room, busy, j = {}, {}, 0
+  local counted = #fields > 0 and redis.call('HMGET', G.state, unpack(fields)) or {}
+  local n_heads, room, busy, waits, got, j = #heads, {}, {}, {}, {}, 0
   for i, g in ipairs(heads) do
+    got[i] = 0
     if g == '' then
-      room[i] = redis.call('ZCARD', ready)
+      waits[i] = default_ready
+      room[i] = default_ready
     else
-      j = j + 1
-      busy[i] = tonumber(counted[j]) or 0
-      room[i] = redis.call('ZCARD', G.prefix .. g)
+      busy[i] = tonumber(counted[j + 1]) or 0
+      waits[i] = tonumber(counted[j + 2]) or 0
+      j = j + 2
+      room[i] = waits[i]
       if per_group > 0 then room[i] = math.max(0, math.min(room[i], per_group - busy[i])) end
     end
   end
-  local share, left, more = {}, want, true
-  for i = 1, #heads do share[i] = 0 end
-  while left > 0 and more do
-    more = false
-    for i = 1, #heads do
-      if left > 0 and share[i] < room[i] then
+  local popped, group_at, left, cursor = {}, {}, want, 1
+  while left > 0 do
+    -- One job per group with room, in turn from where the last round stopped, until `left`.
+    local share, given, idle, i = {}, 0, 0, cursor
+    for x = 1, n_heads do share[x] = 0 end
+    while given < left and idle < n_heads do
+      if got[i] + share[i] < room[i] then
         share[i] = share[i] + 1
-        left = left - 1
-        more = more or share[i] < room[i]
+        given, idle, cursor = given + 1, 0, i % n_heads + 1
+      else
+        idle = idle + 1
+      end
+      i = i % n_heads + 1
+    end
+    if given == 0 then break end
+    for x, g in ipairs(heads) do
+      if share[x] > 0 then
+        local jobs = redis.call('ZPOPMIN', g == '' and ready or G.prefix .. g, share[x])
+        local k = #jobs / 2
+        for y = 1, #jobs, 2 do
+          popped[#popped + 1] = jobs[y]
+          popped[#popped + 1] = jobs[y + 1]
+          if g ~= '' then group_at[#popped - 1] = g end
+        end
+        got[x] = got[x] + k
+        left = left - k
+        -- A short pop: its count was off; it is empty now.
+        if k < share[x] then room[x], waits[x] = got[x], got[x] end
       end
     end
   end
-  local popped, group_at, again, gone, busy_now, taken = {}, {}, {}, {}, {}, 0
+  local again, gone, counts, emptied, taken = {}, {}, {}, {}, 0
   for i, g in ipairs(heads) do
-    if share[i] > 0 then
-      local got = redis.call('ZPOPMIN', g == '' and ready or G.prefix .. g, share[i])
-      for x = 1, #got, 2 do
-        popped[#popped + 1] = got[x]
-        popped[#popped + 1] = got[x + 1]
-        if g ~= '' then group_at[#popped - 1] = g end
-      end
-      if g ~= '' then
-        busy_now[#busy_now + 1] = g
-        busy_now[#busy_now + 1] = busy[i] + #got / 2
-        taken = taken + #got / 2
-      end
-    end
-    if share[i] == room[i] then
-      gone[#gone + 1] = g  -- nothing left to lease: empty, or at its limit
-    elseif share[i] > 0 then
+    if got[i] >= room[i] then
+      gone[#gone + 1] = g  -- no job left, or at its limit
+    elseif got[i] > 0 then
       again[#again + 1] = g
     end
+    if g ~= '' and got[i] > 0 then
+      counts[#counts + 1] = g
+      counts[#counts + 1] = busy[i] + got[i]
+      if waits[i] > got[i] then
+        counts[#counts + 1] = '#r:' .. g
+        counts[#counts + 1] = waits[i] - got[i]
+      else
+        emptied[#emptied + 1] = '#r:' .. g
+      end
+      taken = taken + got[i]
+    end
   end
-  if #busy_now > 0 then redis.call('HSET', G.state, unpack(busy_now)) end
+  if #counts > 0 then redis.call('HSET', G.state, unpack(counts)) end
+  if #emptied > 0 then redis.call('HDEL', G.state, unpack(emptied)) end
   if taken > 0 then redis.call('HINCRBY', G.state, '#ready', -taken) end
   if #gone > 0 then redis.call('ZREM', G.turns, unpack(gone)) end
   if #again > 0 then
     local t, z = take_turns(G, #again), {}
-    for i, g in ipairs(again) do
-      z[#z + 1] = t + i
+    for x, g in ipairs(again) do
+      z[#z + 1] = t + x
       z[#z + 1] = g
     end
     redis.call('ZADD', G.turns, unpack(z))
