@@ -176,3 +176,20 @@ def test_max_in_flight_per_group_is_a_knob() -> None:
     for bad in [(None, None), (None, -1), (None, 1.5), (None, True)]:
         with pytest.raises(InvalidInput):
             knobs.set_max_in_flight(engine, "q", *bad)
+
+
+def test_the_operator_api_sets_max_in_flight_per_group() -> None:
+    from tests.unit.test_gateway_admin import Q
+    from tests.unit.test_gateway_admin import Rig as AdminRig
+
+    rig = AdminRig()
+    code, _, doc = rig.call("PUT", Q + "/max-in-flight", {"max_in_flight_per_group": 2})
+    assert (code, doc["max_in_flight_per_group"], doc["max_in_flight"]) == (200, 2, 0)
+    code, _, doc = rig.call("PUT", Q + "/max-in-flight", {"max_in_flight": 9, "max_in_flight_per_group": 3})
+    assert (code, doc["max_in_flight_per_group"], doc["max_in_flight"]) == (200, 3, 9)
+    assert rig.queue.config["emails"].max_in_flight_per_group == 3
+    for bad in [{}, {"max_in_flight_per_group": -1}, {"max_in_flight_per_group": "2"},
+                {"max_in_flight_per_group": 2.5}]:
+        fresh = AdminRig()
+        assert fresh.call("PUT", Q + "/max-in-flight", bad)[0] == 400, bad
+        assert fresh.untouched()
