@@ -3,7 +3,8 @@
 Part of the engine benchmark (``bench_engine.py`` calls ``compare``). The base commit's code
 (``BASE``, before groups) is exported with ``git archive`` into a temporary directory, and each
 measurement runs in a child process whose ``sluice`` is either that tree's or this one's, against
-the same redis-server. Runs alternate base / this tree, so drift on a shared machine falls on both.
+the same redis-server. Runs alternate base / this tree (and which of the two goes first), so drift
+on a shared machine falls on both.
 
 One measurement: push ``jobs`` no-op jobs (relay-sized batches; ``groups`` > 0 spreads them over
 that many groups in turn, 0 puts them in none), then lease them all, ``batch`` at a time, with no
@@ -119,9 +120,12 @@ def compare(url: str, emit: Any, runs: int = RUNS) -> None:
         for batch, groups, jobs in CASES:
             mine: list[dict[str, float]] = []
             theirs: list[dict[str, float]] = []
-            for _ in range(runs):
-                theirs.append(_child(base, url, batch, 0, jobs))  # the base has no groups
-                mine.append(_child(this, url, batch, groups, jobs))
+            for run in range(runs):  # which goes first alternates too: no order effect on either
+                for side in ((0, 1) if run % 2 == 0 else (1, 0)):
+                    if side == 0:
+                        theirs.append(_child(base, url, batch, 0, jobs))  # the base has no groups
+                    else:
+                        mine.append(_child(this, url, batch, groups, jobs))
             best = min(mine, key=lambda r: r["lease_us"])
             best_base = min(theirs, key=lambda r: r["lease_us"])
             both = min(r["lease_us"] + r["ack_us"] for r in mine)

@@ -180,10 +180,8 @@ end
 -- job takes three more KEYS, passed to the helpers as G = {prefix=, turns=, state=}:
 --   prefix  sluice:{q}:g:  a group's ready zset is prefix .. group (same scores as ready)
 --   turns   zset group -> turn number: the rotation of groups that may have a job to lease
---   state   hash: <group> -> its leased jobs (absent = 0), '#r:<group>' -> its ready jobs (the
---           ZCARD of its zset, kept here so that lease.lua reads every head group's room in one
---           HMGET), '#ready' -> jobs in all the groups' ready zsets, '#turn' -> the last turn
---           number handed out. No group name starts with '#'.
+--   state   hash: <group> -> its leased jobs (absent = 0), '#ready' -> jobs in all the groups'
+--           ready zsets, '#turn' -> the last turn number handed out. No group name starts with '#'.
 -- Ungrouped jobs (the default group) stay in ready and touch none of these. A group is put in
 -- turns (NX: it keeps its place) whenever it may have become leasable: a job entered its ready
 -- zset, or one of its leases ended. lease.lua drops a group it finds empty or at its limit.
@@ -212,7 +210,6 @@ local function add_ready(G, ready, group, score, id)
   end
   redis.call('ZADD', G.prefix .. group, score, id)
   redis.call('HINCRBY', G.state, '#ready', 1)
-  redis.call('HINCRBY', G.state, '#r:' .. group, 1)
   enter_turns(G, group)
 end
 
@@ -228,10 +225,7 @@ local function remove_grouped(G, group, id)
   local key = G.prefix .. group
   if redis.call('ZREM', key, id) == 0 then return end
   redis.call('HINCRBY', G.state, '#ready', -1)
-  if redis.call('HINCRBY', G.state, '#r:' .. group, -1) <= 0 then
-    redis.call('HDEL', G.state, '#r:' .. group)
-    redis.call('ZREM', G.turns, group)
-  end
+  if redis.call('ZCARD', key) == 0 then redis.call('ZREM', G.turns, group) end
 end
 
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
@@ -280,7 +274,6 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, gr
     for _, group in ipairs(order) do
       local z = gz[group]
       redis.call('ZADD', G.prefix .. group, unpack(z))
-      redis.call('HINCRBY', G.state, '#r:' .. group, #z / 2)
       added = added + #z / 2
       enter_turns(G, group)
     end

@@ -62,33 +62,37 @@ if n <= 0 then return out end
 
 -- Up to `want` jobs from the groups in turns (and the default group, '' there), round-robin:
 -- the first `want` groups in turn order share them, one job each in turn, each up to its room
--- (its ready jobs, and under `per_group` its leases left; both read in one HMGET of the groups
--- hash). Returns popped ({id, score, ...}), the group of each popped pair by its index (nil: the
--- default group) and whether a group was dropped (no job left, or at its limit). Served groups
--- with room left go to the end of turns.
+-- (its ready jobs, and under `per_group` its leases left). Returns popped ({id, score, ...}), the
+-- group of each popped pair by its index (nil: the default group) and whether a group was
+-- dropped (no job left, or at its limit). Served groups with room left go to the end of turns.
+-- Per group served: a ZCARD, a ZPOPMIN and its count (HINCRBY; under a limit, one HMGET and one
+-- HSET for all): what a batch spread over many groups pays more than one from a single zset.
 local function lease_groups(want, per_group)
   local default_ready = redis.call('ZCARD', ready)
   if default_ready > 0 and not redis.call('ZSCORE', G.turns, '') then enter_turns(G, '') end
   local heads = redis.call('ZRANGE', G.turns, 0, want - 1)
-  local fields = {}
-  for _, g in ipairs(heads) do
-    if g ~= '' then
-      fields[#fields + 1] = g
-      fields[#fields + 1] = '#r:' .. g
+  local n_heads, room, busy = #heads, {}, {}
+  if per_group > 0 then
+    local named = {}
+    for _, g in ipairs(heads) do
+      if g ~= '' then named[#named + 1] = g end
+    end
+    local counted = #named > 0 and redis.call('HMGET', G.state, unpack(named)) or {}
+    local j = 0
+    for i, g in ipairs(heads) do
+      if g ~= '' then
+        j = j + 1
+        busy[i] = tonumber(counted[j]) or 0
+      end
     end
   end
-  local counted = #fields > 0 and redis.call('HMGET', G.state, unpack(fields)) or {}
-  local n_heads, room, busy, waits, got, j = #heads, {}, {}, {}, {}, 0
+  local got = {}
   for i, g in ipairs(heads) do
     got[i] = 0
     if g == '' then
-      waits[i] = default_ready
       room[i] = default_ready
     else
-      busy[i] = tonumber(counted[j + 1]) or 0
-      waits[i] = tonumber(counted[j + 2]) or 0
-      j = j + 2
-      room[i] = waits[i]
+      room[i] = redis.call('ZCARD', G.prefix .. g)
       if per_group > 0 then room[i] = math.max(0, math.min(room[i], per_group - busy[i])) end
     end
   end
@@ -118,12 +122,11 @@ local function lease_groups(want, per_group)
         end
         got[x] = got[x] + k
         left = left - k
-        -- A short pop: its count was off; it is empty now.
-        if k < share[x] then room[x], waits[x] = got[x], got[x] end
+        if k < share[x] then room[x] = got[x] end  -- never expected (ZCARD said more): empty now
       end
     end
   end
-  local again, gone, counts, emptied, taken = {}, {}, {}, {}, 0
+  local again, gone, counts, taken = {}, {}, {}, 0
   for i, g in ipairs(heads) do
     if got[i] >= room[i] then
       gone[#gone + 1] = g  -- no job left, or at its limit
@@ -131,19 +134,16 @@ local function lease_groups(want, per_group)
       again[#again + 1] = g
     end
     if g ~= '' and got[i] > 0 then
-      counts[#counts + 1] = g
-      counts[#counts + 1] = busy[i] + got[i]
-      if waits[i] > got[i] then
-        counts[#counts + 1] = '#r:' .. g
-        counts[#counts + 1] = waits[i] - got[i]
-      else
-        emptied[#emptied + 1] = '#r:' .. g
-      end
       taken = taken + got[i]
+      if per_group > 0 then
+        counts[#counts + 1] = g
+        counts[#counts + 1] = busy[i] + got[i]
+      else
+        redis.call('HINCRBY', G.state, g, got[i])
+      end
     end
   end
   if #counts > 0 then redis.call('HSET', G.state, unpack(counts)) end
-  if #emptied > 0 then redis.call('HDEL', G.state, unpack(emptied)) end
   if taken > 0 then redis.call('HINCRBY', G.state, '#ready', -taken) end
   if #gone > 0 then redis.call('ZREM', G.turns, unpack(gone)) end
   if #again > 0 then
