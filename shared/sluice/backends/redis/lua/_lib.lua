@@ -198,8 +198,11 @@ local function take_turns(G, n)
   return redis.call('HINCRBY', G.state, '#turn', n) - n
 end
 
+-- `group` joins the end of turns unless it is in them already (then it keeps its place: the
+-- common case for a busy group, one ZSCORE).
 local function enter_turns(G, group)
-  redis.call('ZADD', G.turns, 'NX', take_turns(G, 1) + 1, group)
+  if redis.call('ZSCORE', G.turns, group) then return end
+  redis.call('ZADD', G.turns, take_turns(G, 1) + 1, group)
 end
 
 -- Job `id` with ready score `score` into its ready set: ready, or its group's (`group` nil: none).

@@ -69,7 +69,7 @@ if n <= 0 then return out end
 -- HSET for all): what a batch spread over many groups pays more than one from a single zset.
 local function lease_groups(want, per_group)
   local default_ready = redis.call('ZCARD', ready)
-  if default_ready > 0 and not redis.call('ZSCORE', G.turns, '') then enter_turns(G, '') end
+  if default_ready > 0 then enter_turns(G, '') end
   local heads = redis.call('ZRANGE', G.turns, 0, want - 1)
   local n_heads, room, busy = #heads, {}, {}
   if per_group > 0 then
