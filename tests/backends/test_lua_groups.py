@@ -301,3 +301,21 @@ def test_a_redriven_job_goes_back_to_its_group(rq: RedisQueue, redis_client: red
     assert waiting(redis_client, "a") == ["a1"] and turns(redis_client) == ["a"]
     [again] = rq.lease("q", 1, LEASE_MS)
     assert (again.job_id, again.group, again.redrive_gen) == ("a1", "a", 7)
+
+
+def test_config_lua_refuses_a_bad_per_group_limit_before_writing(redis_client: redis.Redis) -> None:
+    script = redis_client.register_script(source("config.lua"))
+    keys = [K.config, *K.group_keys]
+    script(keys=keys, args=["max_in_flight_per_group", "3"])
+    before = snapshot(redis_client)
+    for value in ["-1", "1.5", "x", "", "1000000001"]:
+        with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+            script(keys=keys, args=["max_in_flight_per_group", value])
+    assert snapshot(redis_client) == before
+
+
+def test_the_handler_sees_the_group(rq: RedisQueue) -> None:
+    add(rq, "org:7", "a")
+    add(rq, None, "b")
+    jobs = {j.job_id: j.as_job() for j in rq.lease("q", 2, LEASE_MS)}
+    assert jobs["a"].group == "org:7" and jobs["b"].group is None

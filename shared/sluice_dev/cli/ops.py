@@ -212,6 +212,8 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 @click.pass_obj
 def limit(target: Target, name: str, max_in_flight: int | None, per_group: int | None) -> None:
     """Cap how many of NAME's jobs run at the same time, in all and per group."""
+    if max_in_flight is None and per_group is None:
+        raise InvalidInput("give --max-in-flight, --per-group or both")
     api, name = target.operator_api(), validate_queue_name(name)
     _show(api.set_max_in_flight(name, max_in_flight, per_group) if api else
           control.set_max_in_flight(target.engine(), name, max_in_flight, per_group), name)
