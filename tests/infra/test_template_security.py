@@ -196,6 +196,7 @@ def test_no_function_may_scan_or_query_a_table() -> None:
 
 def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
     from sluice.backends.dynamodb.results import RESULTS_PREFIX, result_key
+    from sluice.core.payloads import PREFIX as PAYLOADS_PREFIX
 
     assert result_key("j", 1, "0" * 64).startswith(f"{RESULTS_PREFIX}/")
     s3 = {}
@@ -205,8 +206,14 @@ def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
                 if action.startswith("s3:"):
                     s3.setdefault(name, set()).add((action, json.dumps(statement["Resource"])))
     scoped = json.dumps({"Fn::Sub": f"${{ResultsBucket.Arn}}/{RESULTS_PREFIX}/*"})
-    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped)},
-                  "GatewayFunction": {("s3:GetObject", scoped)},
+    payloads = json.dumps({"Fn::Sub": f"${{PayloadsBucket.Arn}}/{PAYLOADS_PREFIX}/*"})
+    put_payloads = ("s3:PutObject", payloads)
+    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped),
+                                     ("s3:GetObject", payloads)},
+                  # the functions whose pipeline appends records put large payloads (issue 28), and
+                  # read none; the operator's redrive keeps the record's pointer
+                  "GatewayFunction": {("s3:GetObject", scoped), put_payloads},
+                  "InternalFunction": {put_payloads}, "FiringsFunction": {put_payloads},
                   # a result too large for its completion event, copied out of the item (docs/events.md)
                   "EventsFunction": {("s3:PutObject", scoped)}}
 

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from sluice.core.payloads import MIN_INLINE_MAX_BYTES
+
 ENV_PREFIX = "sluice_"
 
 
@@ -75,6 +77,13 @@ class Settings(BaseModel):
 
     # Gateway limits.
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+    # Large payloads (sluice.core.payloads, issue 28): a payload whose JSON is larger than this goes to
+    # payloads_bucket and its record carries a pointer, so Redis and Kafka hold mostly small entries.
+    # 16 KiB: 10,000 inline jobs of a queue stay under 160 MB of Redis, while only payloads that
+    # large pay an S3 PUT at the gateway and a GET at the worker (docs/deploy.md, "Large payloads").
+    # An empty bucket name keeps every payload inline (unit tests, the chaos workload).
+    payloads_bucket: str = ""
+    payload_inline_max_bytes: int = Field(default=16 * 1024, ge=MIN_INLINE_MAX_BYTES)
     # Job ids verify themselves (sluice.core.ids: ULID.queue.HMAC), so the gateway answers GET for a job
     # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
     # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
@@ -175,6 +184,8 @@ class Settings(BaseModel):
     # Relay.
     relay_batch: int = Field(default=500, ge=1)
     relay_poll_ms: int = Field(default=200, ge=1)
+    # Records a relay holds in memory per partition before it stops fetching it (RelayConfig.max_pending).
+    relay_max_pending: int = Field(default=5_000, ge=10, le=1_000_000)
     # The longest the broker holds the relay's fetch while its partitions have nothing new (Kafka's
     # default: 500 ms). kafka-python keeps one fetch in flight per broker, leaving out partitions
     # whose records it still holds, so the partition being worked through is fetched again only

@@ -159,6 +159,13 @@ class BackendUnavailable(SluiceError):
     code = "UNAVAILABLE"
 
 
+class PayloadUnavailable(SluiceError):
+    """A job's payload pointer (``sluice.core.payloads``) could not be resolved: the object is
+    missing, not the one its record sealed, or not the job's own. The job fails with the reason."""
+
+    code = "PAYLOAD_UNAVAILABLE"
+
+
 class NotPermitted(SluiceError):
     """A backend refused the call for this function's credentials: its Redis user's key patterns
     or commands do not cover it (Redis NOPERM; ElastiCache RBAC, docs/security.md "Redis users").

@@ -183,6 +183,19 @@ class Dispatcher(Protocol):
     def dispatch(self, queue: str, invocations: int, batch: int) -> int: ...
 
 
+class PayloadStore(Protocol):
+    """Where payloads too large for Redis live (S3: ``sluice.backends.aws.payloads``), by the key
+    ``sluice.core.payloads.payload_key`` derives from the job."""
+
+    def put(self, key: str, body: bytes) -> None:
+        """Stored, or raises (BackendUnavailable, StoreError): nothing may be appended then."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; PayloadUnavailable if there is none."""
+        ...
+
+
 class ResultSink(Protocol):
     """Where large results go (S3)."""
 

@@ -36,7 +36,9 @@ class EnqueueRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is.")]
+    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is. An object with a "
+                                              "top-level \"$sluice\" member is refused (400): Sluice's own "
+                                              "payload pointers have that shape.")]
     delay_seconds: int = Field(default=0, ge=0, le=MAX_DELAY_SECONDS,
                                description="Run no earlier than this many seconds from now.")
     priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="0 (default) to 9 (most urgent).")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
-    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore, PayloadStore
     from sluice.core.routes import RouteCache, TeamMapCache
     from sluice.gateway.api import Api
     from sluice.gateway.schedules import Schedules
@@ -320,6 +320,25 @@ def completion_publisher(s: Settings | None = None) -> Any:
 
 
 @cache
+def payload_store(s: Settings | None = None) -> Lazy[PayloadStore] | None:
+    """Where large payloads live (``sluice.core.payloads``), its S3 client built on the first large
+    payload (most containers never see one: no botocore S3 model at a cold start); None without a
+    payloads bucket, so every payload stays inline."""
+    from sluice.core.lazy import Lazy
+
+    s = s or settings()
+    if not s.payloads_bucket:
+        return None
+
+    def build() -> PayloadStore:
+        from sluice.backends.aws.payloads import S3PayloadStore
+
+        return S3PayloadStore(boto_client("s3", s), s.payloads_bucket)
+
+    return Lazy(build)
+
+
+@cache
 def family_gateway(s: Settings | None = None) -> LambdaFamilyGateway | None:
     """The internal function's family entry (``sluice.core.families``), or None where none is named."""
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway, LambdaInvoke
@@ -362,5 +381,5 @@ def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine):
+                    dynamodb, redis, relay_engine, payload_store):
         builder.cache_clear()

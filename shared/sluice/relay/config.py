@@ -56,7 +56,7 @@ class RelayConfig:
                    worker_batch=settings.worker_batch, default_rate_per_s=settings.default_rate_per_s,
                    default_burst=settings.default_burst, partition_groups=settings.relay_partition_groups,
                    limits=Limits.from_settings(settings), dispatch_per_s=settings.dispatch_budget_per_s,
-                   dispatch_burst=settings.dispatch_budget_burst)
+                   dispatch_burst=settings.dispatch_budget_burst, max_pending=settings.relay_max_pending)
         return base.replace(**overrides)
 
     def replace(self, **changes: Any) -> RelayConfig:

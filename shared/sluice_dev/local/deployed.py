@@ -44,6 +44,7 @@ BINDINGS: dict[str, str] = {
                               "the table's schedules",
     "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
+    "SLUICE_PAYLOADS_BUCKET": "the payloads bucket on the moto server (tables.ensure_all makes it)",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_INTERNAL_FUNCTION_NAME": "the internal function's name in the local Lambda service",
     "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the function's Redis user is given as SLUICE_REDIS_USERNAME "

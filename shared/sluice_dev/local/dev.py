@@ -69,6 +69,7 @@ FIRINGS_FUNCTION = deployed.NAMES["FiringsFunction"]
 COUNTDOWN_KEY = iam.key_of("sluice-countdown")
 ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
 SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
+PAYLOADS_BUCKET = "sluice-payloads"  # the local payloads bucket (template.yaml's PayloadsBucket, issue 28)
 SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
 STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
@@ -252,7 +253,8 @@ class DevStack:
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
                                      "routes_table": s.routes_table or ROUTES_TABLE,
-                                     "schedules_table": s.schedules_table or SCHEDULES_TABLE})
+                                     "schedules_table": s.schedules_table or SCHEDULES_TABLE,
+                                     "payloads_bucket": s.payloads_bucket or PAYLOADS_BUCKET})
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
@@ -574,6 +576,7 @@ class DevStack:
                "SLUICE_JOBS_TABLE": s.jobs_table, "SLUICE_IDEMPOTENCY_TABLE": s.idempotency_table,
                "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
                "SLUICE_SCHEDULES_TABLE": s.schedules_table or SCHEDULES_TABLE,
+               "SLUICE_PAYLOADS_BUCKET": s.payloads_bucket or PAYLOADS_BUCKET,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_INTERNAL_FUNCTION_NAME": INTERNAL_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
