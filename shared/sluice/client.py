@@ -185,8 +185,9 @@ class Client:
         return self._config("PUT", queue, "watermarks", body)
 
     def set_caps(self, queue: str, max_delayed: int | None = None,
-                 max_dead: int | None = None) -> QueueConfig:
-        body = {k: v for k, v in (("max_delayed", max_delayed), ("max_dead", max_dead)) if v is not None}
+                 max_dead: int | None = None, max_bytes: int | None = None) -> QueueConfig:
+        body = {k: v for k, v in (("max_delayed", max_delayed), ("max_dead", max_dead),
+                                  ("max_bytes", max_bytes)) if v is not None}
         return self._config("PUT", queue, "caps", body)
 
     def queue_rows(self) -> list[dict[str, Any]]:

@@ -149,10 +149,11 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     script = redis_client.register_script(source("push.lua"))
     # owner, count, offset, id, payload, meta, run_at, gen, group
     good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0, ""]
-    keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake, *K.group_keys]
+    keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake, K.used, K.config,
+            *K.group_keys]
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
-        return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]])]
+        return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]]), 0, -1]  # budget, follow
 
     script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0, 0, ""]))  # the good one is good
     before = snapshot(redis_client)
@@ -172,7 +173,9 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
                  json.dumps([*records[:3], ["x"], *records[4:]]), json.dumps([*records[:5], 3]),
                  json.dumps([*records[:6], 3]), json.dumps([*records[:6], None]), json.dumps(records[:6]),
                  "[" * 2000 + "]" * 2000]:
-        bad_args.append([1, 1, blob])
+        bad_args.append([1, 1, blob, 0, -1])
+    for budget, follow in [("-1", -1), ("x", -1), ("1.5", -1), (0, "-2"), (0, "x"), (0, str(2**53))]:
+        bad_args.append([*argv(good)[:3], budget, follow])
     bad_args.append([*argv(good), "extra"])
     bad_args.append([1, 1, *json.loads(argv(good)[2])])  # the old form: five arguments per record
     for args in bad_args:

@@ -330,8 +330,9 @@ class OwnershipJobRemoved(Incident):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueHeld(Incident):
-    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs) or watermark (at
-    ``depth`` ready jobs); ``held`` True when it closed, False when it opened again."""
+    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs), watermark (at
+    ``depth`` ready jobs) or budget (at ``depth`` bytes used: its byte budget, or the total over
+    every queue); ``held`` True when it closed, False when it opened again."""
 
     queue: str
     gate: str

@@ -105,6 +105,11 @@ class Settings(BaseModel):
     queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
     redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.core.limits)
     memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
+    # Byte budgets in Redis (sluice.core.limits, docs/deploy.md "Byte budgets"). Per queue unless its
+    # config's max_bytes says otherwise (0 = no budget); the total over every queue must fit the node
+    # (``sluice check`` compares it with the node type's memory; 0 = no total).
+    queue_budget_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    redis_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
     # Priorities above max_caller_priority are for operators only: principals (IAM user or role
     # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
@@ -201,7 +206,7 @@ class Settings(BaseModel):
     dispatch_budget_per_s: float = Field(default=20.0, ge=0.0)
     dispatch_budget_burst: int = Field(default=50, ge=0)
 
-    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 10 custom metrics a queue, $0.30 each a
+    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 11 custom metrics a queue, $0.30 each a
     # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,
     # else the first metrics_queue_cap queues a process sees. metrics_queue_cap 0 turns them off.
     metrics_queues: str = ""

@@ -322,6 +322,9 @@ class QueueConfig(BaseModel):
     # max_dead_per_queue); sluice.core.limits.Limits turns them into the effective caps.
     max_delayed: int = Field(default=0, ge=0)
     max_dead: int = Field(default=0, ge=0)
+    # Byte budget in Redis (issue 28): 0 = the deployment's Settings.queue_budget_bytes; push.lua
+    # counts each job's bytes against it (sluice.core.limits.job_bytes) and takes no more beyond.
+    max_bytes: int = Field(default=0, ge=0)
     # Leased jobs one group (JobSpec.group) may hold at once; 0 = no limit. Jobs without a group
     # (the default group) are bounded by max_in_flight only (docs/engine.md, "Fair groups").
     max_in_flight_per_group: int = Field(default=0, ge=0)
@@ -353,6 +356,8 @@ class QueueStats(BaseModel):
     config: QueueConfig = QueueConfig()
     idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+    used_bytes: int = 0  # bytes its jobs count against its budget (keys.used; push.lua reserves them)
+    budget_bytes: int = 0  # its effective byte budget (limits.Limits.with_budget); 0: none or not known
 
 
 class DeadJob(BaseModel):

@@ -133,6 +133,10 @@ class QueueView(BaseModel):
     low_watermark: int = Field(ge=0)
     max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")
     max_dead: int = Field(default=0, ge=0, description="Dead jobs at which it takes no more; 0 = no cap.")
+    used_bytes: int = Field(default=0, ge=0, description="Bytes its jobs take in Redis, counted against its "
+                                                          "budget.")
+    budget_bytes: int = Field(default=0, ge=0, description="Its byte budget in Redis; 0 = none. Beyond it "
+                                                            "the relay holds its jobs back.")
     route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
 
 

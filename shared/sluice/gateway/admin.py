@@ -16,6 +16,7 @@ from typing import Any
 
 from sluice.core import knobs, policy
 from sluice.core.errors import InvalidInput, NoRoute, NotOperator
+from sluice.core.limits import Limits
 from sluice.core.models import (
     DeadJob,
     QueueConfig,
@@ -52,8 +53,9 @@ def authorize(principal: str, operators: Sequence[str]) -> None:
 class Admin:
     def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
-                 reseal: Reseal | None = None) -> None:
+                 reseal: Reseal | None = None, limits: Limits | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
+        self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
 
     def check_queue(self, name: str) -> str:
@@ -78,8 +80,9 @@ class Admin:
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
         return knobs.set_watermarks(self.queue, self.check_queue(name), high, low)
 
-    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
-        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None,
+                 max_bytes: Any = None) -> QueueConfig:
+        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
@@ -95,9 +98,10 @@ class Admin:
         return None if self.routes is None else self.routes.resolve(queue)
 
     def queue_row(self, stats: QueueStats) -> dict[str, Any]:
-        """One queue for ``sluice queues`` and ``sluice top``: its stats, overdue leases and route."""
-        return {**stats.model_dump(mode="json"), "overdue_leases": self.queue.overdue_leases(stats.queue),
-                "route": self.route(stats.queue)}
+        """One queue for ``sluice queues`` and ``sluice top``: its stats (with its byte budget), overdue
+        leases and route."""
+        return {**self.limits.with_budget(stats).model_dump(mode="json"),
+                "overdue_leases": self.queue.overdue_leases(stats.queue), "route": self.route(stats.queue)}
 
     def queue_stats(self, name: str) -> dict[str, Any]:
         return self.queue_row(self.queue.stats(self.check_queue(name)))

@@ -26,6 +26,10 @@ class PushOutcome(Protocol):
     def pushed(self) -> int: ...
     @property
     def skipped(self) -> int: ...
+    @property
+    def left(self) -> int:
+        """The item's last records not taken (over the queue's byte budget): they stay buffered."""
+        ...
 
 
 class RelayEngine(Protocol):

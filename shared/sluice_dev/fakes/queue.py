@@ -96,6 +96,7 @@ class FakeQueue:
         self.registered: set[str] = set()  # the queue registry (register.lua)
         self.memory: float | None = None  # Redis's used memory, percent of its maxmemory
         self.finished: dict[str, FinishedCounts] = {}  # a queue's cumulative endings (keys.finished)
+        self.used: dict[str, int] = {}  # bytes a queue's jobs count against its budget (keys.used)
         self.writes: list[tuple[str, ...]] = []  # the operator's writes: set_config, redrive, purge_dead
 
     # -- helpers for tests ------------------------------------------------------------------
@@ -289,7 +290,8 @@ class FakeQueue:
             return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
                               leased=states.count("leased"), dead=states.count("dead"),
                               oldest_ready_age_ms=oldest, config=self.get_config(queue),
-                              finished=self.finished.get(queue, FinishedCounts()))
+                              finished=self.finished.get(queue, FinishedCounts()),
+                              used_bytes=self.used.get(queue, 0))
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,

@@ -31,7 +31,8 @@ class RedisAdmin:
         r = self.conn.scripts.stats(k)
         return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
-                          config=parse_config(r.config), idle_workers=r.idle, finished=r.finished)
+                          config=parse_config(r.config), idle_workers=r.idle, finished=r.finished,
+                          used_bytes=r.used_bytes)
 
     def overdue_leases(self, queue: str) -> int:
         """Leases past their deadline that nobody has reaped yet (a crashed or frozen worker), by

@@ -8,7 +8,8 @@ outside scripts, because a script may not span slots.
 Layout of queue ``q`` (docs/engine.md has the state machine):
 
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
-                                   a attempts used; c cancel requested; err last error; g redrive generation
+                                   a attempts used; c cancel requested; err last error; g redrive generation;
+                                   sz the bytes it counts against the queue's budget
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
                                    (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
@@ -28,6 +29,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
     sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
                                    way since the key was made (counters only go up; stats.lua reads them)
+    sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their
+                                   sz): push.lua reserves, every script that deletes a job hash gives back
     sluice:{q}:g:<group>    zset   a fair group's ready jobs (scores as ready; ungrouped jobs stay in ready)
     sluice:{q}:turns        zset   group -> turn number: the rotation lease.lua serves round-robin ('' is
                                    the default group, while any group takes turns)
@@ -157,6 +160,12 @@ class QueueKeys:
         that end a job add to it: ack, fail, cancel, reclaim). Readers take differences between two
         reads, so nobody resets it, and a lost Redis (all zero again) shows as a drop."""
         return f"{self.base}:finished"
+
+    @property
+    def used(self) -> str:
+        """string: the bytes the queue's jobs count against its budget (the sum of their ``sz``); lost
+        with the jobs in a Redis loss, and rebuilt as the replay pushes them again."""
+        return f"{self.base}:used"
 
     @property
     def group_prefix(self) -> str:

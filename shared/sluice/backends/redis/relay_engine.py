@@ -105,9 +105,11 @@ class RedisRelayEngine:
         result = PushResult(0, 0, -1)
         for start in range(0, len(checked), MAX_BATCH):
             result = self.conn.scripts.push(k, topic, partition, owner_token,
-                                            checked[start:start + MAX_BATCH])
+                                            checked[start:start + MAX_BATCH], self.conn.limits.queue_budget)
             pushed += result.pushed
             skipped += result.skipped
+            if result.left:  # over the budget: the later chunks must not pass the records left
+                return PushResult(pushed, skipped, result.offset, len(checked) - pushed - skipped)
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
     def push_many(self, topic: str, items: Sequence[PushItem],
@@ -116,7 +118,9 @@ class RedisRelayEngine:
         records already decoded (``DecodedJob``: checked against ``JobSpec``'s fields, payload
         canonical JSON), in two round trips however many items: the registry, then push.lua per
         item (per 1000 records) in one pipeline. ``gens``: the jobs table's redrive generation of
-        the jobs that have one, stored on each new job for its grant.
+        the jobs that have one, stored on each new job for its grant. A result's ``left`` counts
+        the item's last records not taken: their jobs did not fit the queue's byte budget (a later
+        chunk takes nothing unless the one before it was taken whole: ``push_args``' follow).
 
         Per item, in order: its result, or the error that refused it (``StaleToken``: a newer
         relay owns the partition; ``InvalidInput``; ``QueueNotAllowed``), nothing of a refused
@@ -132,7 +136,8 @@ class RedisRelayEngine:
             try:
                 k = self.conn.keys(validate_public_queue(queue))
                 checked_int(partition, 0, 1_000_000, "partition")
-                for args in push_args(queue, checked_token(owner_token), records, horizon, gens):
+                for args in push_args(queue, checked_token(owner_token), records, horizon, gens,
+                                      self.conn.limits.queue_budget):
                     calls.append((k, topic, partition, args))
                     owners.append(i)
             except SluiceError as exc:
@@ -151,7 +156,8 @@ class RedisRelayEngine:
             if isinstance(before, SluiceError):
                 continue  # an earlier chunk of this item was refused: its first error stands
             out[owners[c]] = result if isinstance(result, SluiceError) else PushResult(
-                before.pushed + result.pushed, before.skipped + result.skipped, result.offset)
+                before.pushed + result.pushed, before.skipped + result.skipped, result.offset,
+                before.left + result.left)
         return out
 
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
@@ -258,7 +264,7 @@ class RedisRelayEngine:
 
 
 def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, DecodedJob]],
-              horizon: int, gens: Mapping[str, int] | None = None) -> list[list[Any]]:
+              horizon: int, gens: Mapping[str, int] | None = None, budget: int = 0) -> list[list[Any]]:
     """push.lua's ARGV for decoded records, per MAX_BATCH in offset order. What ``job_fields``
     checks for a JobSpec that decoding has not (the queue, the clock-relative bounds, the
     size); push.lua checks the id and the meta again, and stores the payload as given."""
@@ -267,7 +273,7 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
     if len(records) > MAX_BATCH:  # each chunk raises the offset record: chunks go in offset order
         records = sorted(records, key=lambda r: r[0])
     gens = gens or None
-    chunks = []
+    chunks, follow = [], -1
     for start in range(0, len(records), MAX_BATCH):
         chunk = records[start:start + MAX_BATCH]
         flat: list[str] = []
@@ -294,5 +300,8 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
                 gen = str(found)
             extend((str(offset), job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}",
                     str(run_at_ms), gen, group or ""))
-        chunks.append(push_argv(owner_token, flat))
+        # Each chunk after the first follows the one before: push.lua takes nothing of it unless
+        # the stored offset reached that chunk's last offset (taken whole, not stopped by the budget).
+        chunks.append(push_argv(owner_token, flat, budget, follow))
+        follow = chunk[-1][0]
     return chunks

@@ -148,17 +148,19 @@ _RECORDS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 PUSH_FIELDS = 7  # per record in push.lua's records argument
 
 
-def push_argv(owner_token: int, flat: list[str]) -> list[Any]:
+def push_argv(owner_token: int, flat: list[str], budget: int = 0, follow: int = -1) -> list[Any]:
     """push.lua's ARGV: the owner token, the record count, and the records as one JSON array of
-    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen, group per record). One argument
-    rather than seven per record: redis-py packs each argument in Python, which was most of a push's
-    client CPU."""
-    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat)]
+    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen, group per record), then the
+    deployment's byte budget per queue (0 = none) and the offset this call follows (-1: none; see
+    push.lua). One argument rather than seven per record: redis-py packs each argument in Python,
+    which was most of a push's client CPU."""
+    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat), budget, follow]
 
 
 def push_keys(k: QueueKeys, topic: str, partition: int) -> list[str]:
     """push.lua's KEYS for ``topic``'s ``partition`` into queue ``k``."""
-    return [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake, *k.group_keys]
+    return [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake, k.used, k.config,
+            *k.group_keys]
 
 
 class StatsReply(NamedTuple):
@@ -171,6 +173,7 @@ class StatsReply(NamedTuple):
     config: dict[str, str]
     idle: int = 0  # workers waiting for work (idle.lua)
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+    used_bytes: int = 0  # keys.used
 
 
 class ThrottleReply(NamedTuple):
@@ -191,6 +194,11 @@ class PushResult:
     pushed: int
     skipped: int
     offset: int  # the partition's stored relayed offset after the push
+    left: int = 0  # the last records not taken: their jobs did not fit the queue's byte budget
+
+    @classmethod
+    def of(cls, reply: Sequence[Any]) -> PushResult:
+        return cls(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]), left=int(reply[3]))
 
 
 class Scripts:
@@ -250,12 +258,12 @@ class Scripts:
         for job in jobs:
             args.extend(job)
         reply = self._run("enqueue_internal.lua" if internal else "enqueue.lua",
-                          [k.job_prefix, k.ready, k.delayed, k.seq, *k.group_keys], args)
+                          [k.job_prefix, k.ready, k.delayed, k.seq, k.used, *k.group_keys], args)
         return [bool(x) for x in reply]
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                        k.config, k.settle, k.finished, *k.group_keys],
+                                        k.config, k.settle, k.finished, k.used, *k.group_keys],
                            [n, lease_ms, reclaim_limit])
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
@@ -278,7 +286,8 @@ class Scripts:
 
     def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
         pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
-        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished, *k.group_keys], [pairs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished, k.used, *k.group_keys],
+                          [pairs])
         out: list[SluiceError | None] = [None] * len(jobs)
         for i in range(1, len(reply), 2):
             out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))
@@ -292,16 +301,16 @@ class Scripts:
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
         return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle,
-                                                 k.finished, *k.group_keys],
+                                                 k.finished, k.used, *k.group_keys],
                                [job_id, token]))
 
     def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
         return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle,
-                                                k.finished, *k.group_keys], [job_id, int(settle)]))
+                                                k.finished, k.used, *k.group_keys], [job_id, int(settle)]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle, k.finished, *k.group_keys], [limit])
+                                       k.settle, k.finished, k.used, *k.group_keys], [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
@@ -315,10 +324,10 @@ class Scripts:
         return int(self._run("settled.lua", [k.settle], args))
 
     def purge(self, k: QueueKeys, limit: int) -> int:
-        return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))
+        return int(self._run("purge.lua", [k.job_prefix, k.dead, k.used], [limit]))
 
     def trim(self, k: QueueKeys, keep: int, max_age_ms: int, limit: int) -> tuple[int, int]:
-        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle], [keep, max_age_ms, limit])
+        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle, k.used], [keep, max_age_ms, limit])
         return int(reply[0]), int(reply[1])
 
     def register(self, registry: str, queue: str, limit: int) -> bool:
@@ -327,12 +336,12 @@ class Scripts:
     def stats(self, k: QueueKeys) -> StatsReply:
         r = self._run("stats.lua",
                       [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq,
-                       k.finished, k.groups], [])
+                       k.finished, k.used, k.groups], [])
         flat = [_word(x) for x in r[6]]
         succeeded, dead, cancelled = (int(x or 0) for x in r[8])
         return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
                           dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
-                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled))
+                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
     def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
         """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the
@@ -348,23 +357,22 @@ class Scripts:
     # --- relay --------------------------------------------------------------------------
 
     def push(self, k: QueueKeys, topic: str, partition: int, owner_token: int,
-             records: Sequence[tuple[int, JobFields, int]]) -> PushResult:
-        """``records``: (offset, job, redrive generation or 0)."""
+             records: Sequence[tuple[int, JobFields, int]], budget: int = 0) -> PushResult:
+        """``records``: (offset, job, redrive generation or 0); ``budget``: the deployment's bytes per
+        queue (0 = none), for a queue with no max_bytes of its own."""
         flat: list[str] = []
         for offset, job, gen in records:
             flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen), job.group)
-        reply = self._run("push.lua", push_keys(k, topic, partition), push_argv(owner_token, flat))
-        return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
+        return PushResult.of(self._run("push.lua", push_keys(k, topic, partition),
+                                       push_argv(owner_token, flat, budget)))
 
     def push_many(self, calls: Sequence[tuple[QueueKeys, str, int, Sequence[Any]]]
                   ) -> list[PushResult | SluiceError]:
         """``push.lua`` once per (keys, topic, partition, ARGV) in one round trip; per call its
         result or the error that refused it (nothing of that call written)."""
-        replies = self._pipelined("push.lua", [
-            (push_keys(k, topic, partition), args)
-            for k, topic, partition, args in calls])
-        return [r if isinstance(r, SluiceError) else PushResult(pushed=int(r[0]), skipped=int(r[1]),
-                                                                  offset=int(r[2])) for r in replies]
+        replies = self._pipelined("push.lua", [(push_keys(k, topic, partition), args)
+                                               for k, topic, partition, args in calls])
+        return [r if isinstance(r, SluiceError) else PushResult.of(r) for r in replies]
 
     def register_many(self, registry: str, queues: Sequence[tuple[str, int]]) -> list[bool | SluiceError]:
         """``register.lua`` per (queue, limit), in one round trip; per queue its reply or error."""

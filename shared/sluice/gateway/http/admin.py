@@ -65,6 +65,9 @@ class CapsRequest(BaseModel):
                                     description="Delayed jobs the queue may hold; 0 = the default.")
     max_dead: int | None = Field(default=None, ge=0, le=1_000_000_000,
                                  description="Dead jobs at which the queue takes no more; 0 = the default.")
+    max_bytes: int | None = Field(default=None, ge=0, le=1 << 50,
+                                  description="Bytes its jobs may take in Redis (its byte budget); "
+                                              "0 = the deployment's default.")
 
 
 class RedriveRequest(BaseModel):
@@ -96,9 +99,9 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses:
         return _json(200, admin().queue_stats(queue))
 
     @app.put("/v1/admin/queues/<queue>/caps", operation_id="admin_caps", tags=tags, responses=responses,
-             summary="The queue's own caps on delayed and dead jobs.")
+             summary="The queue's own caps on delayed and dead jobs and its byte budget in Redis.")
     def set_caps(queue: AdminQueue, body: Annotated[CapsRequest, Body()]) -> Response[Any]:
-        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead))
+        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead, body.max_bytes))
 
     @app.post("/v1/admin/queues/<queue>/pause", operation_id="admin_pause", tags=tags, responses=responses,
               summary="Stop pushing the queue's jobs into Redis (Kafka holds the backlog).")

@@ -17,6 +17,9 @@
 --        leave a final item only for a newer generation (docs/store.md)
 --   grp  its fair-share group (absent: the queue's default group). A grouped job waits in its
 --        group's ready zset (<group prefix> .. grp), not in ready; see "Fair groups" below.
+--   sz   the bytes the job counts against its queue's budget (job_size): added to the
+--        queue's used counter (keys.used) when the hash is made, taken off when it is
+--        deleted (release_bytes). A hash without sz (made before budgets) counts 0.
 -- A job's state is where its id is: ready or delayed (waiting), leased (and a field in
 -- the tokens hash holding its lease token), or dead.
 --
@@ -43,6 +46,8 @@ local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
 local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days is clamped, not refused
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
+-- What a job counts against its budget besides its own bytes (sluice.core.limits.JOB_OVERHEAD_BYTES).
+local JOB_OVERHEAD = 200
 -- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
 
@@ -109,6 +114,24 @@ local function take_seq(seqkey, n)
   v = tonumber(t[1]) * 1000000 + tonumber(t[2]) + n
   redis.call('SET', seqkey, string.format('%d', v))
   return v
+end
+
+-- The bytes job `id` counts against its queue's budget (sluice.core.limits.job_bytes).
+local function job_size(prefix, id, payload, meta)
+  return #payload + #meta + 2 * #id + #prefix + JOB_OVERHEAD
+end
+
+-- Give back `n` bytes of the queue's budget (keys.used): jobs whose hashes were deleted. The
+-- counter never goes below 0 (a hash counted before a counter was lost is not counted twice).
+local function release_bytes(used, n)
+  if n > 0 and redis.call('DECRBY', used, n) <= 0 then redis.call('DEL', used) end
+end
+
+-- The sum of the sz fields of the job hashes `keys` (before they are deleted).
+local function sizes_of(keys)
+  local n = 0
+  for _, key in ipairs(keys) do n = n + (tonumber(redis.call('HGET', key, 'sz')) or 0) end
+  return n
 end
 
 local function ready_score(priority, seq)
@@ -233,23 +256,26 @@ end
 
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
 -- INCRBY of the sequence and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
--- from TIME. `groups` (or nil: no job has one) maps an offset to its job's group.
-local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, groups)
+-- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY). `groups` (or
+-- nil: no job has one) maps an offset to its job's group.
+local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups)
   local n_ready = 0
   for _, i in ipairs(starts) do
     if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
   end
   local seq = 0
   if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
-  local rz, dz, gz, order = {}, {}, nil, {}
+  local rz, dz, gz, order, bytes, fixed = {}, {}, nil, {}, 0, #prefix + JOB_OVERHEAD
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
+    local sz = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
+    bytes = bytes + sz
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
     if group then
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'grp', group)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'grp', group)
     else
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz)
     end
     if run_at <= now then
       seq = seq + 1
@@ -272,6 +298,7 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, G, gr
   end
   if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
   if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
+  if bytes > 0 then redis.call('INCRBY', used, bytes) end
   if gz then
     local added = 0
     for _, group in ipairs(order) do
@@ -287,8 +314,9 @@ end
 -- The body of enqueue.lua and enqueue_internal.lua, which differ only in which queues they
 -- accept: ARGV = n, then n x (id, payload, meta, run_at_ms, group or ""). Validates every job
 -- before the first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
+-- Their bytes are counted in `used`, with no budget: only the relay's push.lua enforces one.
 -- G: the group keys (keys_of_groups).
-local function enqueue_jobs(prefix, ready, delayed, seqkey, G)
+local function enqueue_jobs(prefix, ready, delayed, seqkey, used, G)
   local k = int_in(ARGV[1], 1, 1000)
   if not k or #ARGV ~= 1 + 5 * k then return invalid('job count') end
 
@@ -308,7 +336,7 @@ local function enqueue_jobs(prefix, ready, delayed, seqkey, G)
   end
 
   local fresh = new_jobs(ARGV, prefix, starts)
-  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now, G, groups)
+  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
   local added, out = {}, {}
   for _, i in ipairs(fresh) do added[i] = true end
   for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
@@ -351,7 +379,9 @@ end
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 -- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
-local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit, G)
+-- A job dropped for its cancel request gives its bytes back to `used` (keys.used).
+local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
+                       limit, G)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -374,13 +404,14 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   end
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
-    local dz, sz, n_dead, n_cancelled = {}, {}, 0, 0
+    local dz, sz, n_dead, n_cancelled, freed = {}, {}, 0, 0, 0
     for _, id in ipairs(gone) do
       local key = prefix .. id
-      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'grp')
-      if f[5] then group_done(G, f[5], 1) end
+      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'sz', 'grp')
+      if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
+        freed = freed + (tonumber(f[5]) or 0)
         n_cancelled = n_cancelled + 1
         sz[#sz + 1] = now
         sz[#sz + 1] = settle_member('cancelled', id, f[4])
@@ -394,11 +425,12 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = settle_member('dead', id, f[4])
         else
-          to_front(G, ready, seqkey, id, priority_of(f[2]), f[5] or nil)
+          to_front(G, ready, seqkey, id, priority_of(f[2]), f[6] or nil)
         end
       end
     end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
+    release_bytes(used, freed)
     count_finished(finished, 0, n_dead, n_cancelled)
     -- No worker is left to tell the jobs table, which still says "leased": the relay will.
     if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end

@@ -5,7 +5,8 @@
 --   KEYS[2] group prefix  KEYS[3] turns zset  KEYS[4] groups hash  (fair groups: _lib.lua)
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
 --           low_watermark, max_delayed, max_dead, max_in_flight_per_group (integers >= 0),
---           rate_per_s (number >= 0), paused (0 | 1)
+--           max_bytes (integer 0..2^53-1: the queue's byte budget, push.lua), rate_per_s
+--           (number >= 0), paused (0 | 1)
 --   Setting max_in_flight_per_group puts every group with leases and ready jobs back in turns:
 --   lease.lua drops a group at its limit, and a higher limit may let it lease again now.
 -- Output
@@ -24,6 +25,8 @@ for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if ints[field] then
     if not int_in(value, 0, 1000000000) then return invalid(field) end
+  elseif field == 'max_bytes' then
+    if not int_in(value, 0, MAX_TOKEN) then return invalid(field) end
   elseif field == 'rate_per_s' then
     local r = tonumber(value)
     if not r or r < 0 or r > 1000000000 or r ~= r then return invalid(field) end

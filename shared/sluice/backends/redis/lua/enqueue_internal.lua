@@ -5,7 +5,8 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready zset  KEYS[3] delayed zset  KEYS[4] seq string
---   KEYS[5] group prefix  KEYS[6] turns zset  KEYS[7] groups hash  (fair groups: _lib.lua)
+--   KEYS[5] used string: the jobs' bytes are counted there (no budget here: push.lua has one)
+--   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] k           number of jobs (1..1000)
 --   then k groups of 5: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none)
 --                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
@@ -23,8 +24,8 @@
 
 --@include _lib.lua
 
-local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, ready, delayed, seqkey, used = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if not refuse_reserved(prefix) then
   return redis.error_reply('INVALID_QUEUE queue=' .. tostring(queue_of(prefix)) .. ' is not reserved')
 end
-return enqueue_jobs(prefix, ready, delayed, seqkey, keys_of_groups(KEYS[5], KEYS[6], KEYS[7]))
+return enqueue_jobs(prefix, ready, delayed, seqkey, used, keys_of_groups(KEYS[6], KEYS[7], KEYS[8]))

@@ -7,7 +7,8 @@
 --   KEYS[8] config hash (max_in_flight, read only)
 --   KEYS[9] settle zset (expiries that ended a job, for the relay to tell the jobs table)
 --   KEYS[10] finished hash (cumulative endings: an expiry's dead or cancelled job counts there)
---   KEYS[11] group prefix  KEYS[12] turns zset  KEYS[13] groups hash  (fair groups: _lib.lua)
+--   KEYS[11] used string (the queue's counted bytes: a job an expiry removes gives its sz back)
+--   KEYS[12] group prefix  KEYS[13] turns zset  KEYS[14] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] n              1..1000 jobs wanted
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
@@ -39,9 +40,9 @@
 
 --@include _lib.lua
 
-local prefix, ready, delayed, leased, dead, tokens, seqkey, config, settle, finished =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local G = keys_of_groups(KEYS[11], KEYS[12], KEYS[13])
+local prefix, ready, delayed, leased, dead, tokens, seqkey, config, settle, finished, used =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local G = keys_of_groups(KEYS[12], KEYS[13], KEYS[14])
 local n = int_in(ARGV[1], 1, 1000)
 if not n then return invalid('n') end
 local lease_ms = int_in(ARGV[2], 0, MAX_LEASE_MS)
@@ -50,7 +51,7 @@ local limit = int_in(ARGV[3], 0, 10000)
 if not limit then return invalid('reclaim_limit') end
 
 local now = now_ms()
-reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit, G)
+reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now, limit, G)
 
 local cfg = redis.call('HMGET', config, 'max_in_flight', 'max_in_flight_per_group')
 local max_in_flight = tonumber(cfg[1]) or 0

@@ -5,7 +5,9 @@
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
---   KEYS[7] group prefix  KEYS[8] turns zset  KEYS[9] groups hash  (fair groups: _lib.lua)
+--   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
+--   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
+--   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
 --   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
@@ -15,8 +17,20 @@
 --                           redrive_gen: 0, or the job's redrive generation in the jobs table,
 --                           stored as the new job's g (a redriven job replayed after a Redis
 --                           loss: its grant needs the generation to leave its final item)
+--   ARGV[4] budget          the deployment's byte budget per queue (0 = none), for a queue whose
+--                           config has no max_bytes of its own
+--   ARGV[5] follow          -1, or the last offset of the call before this one in the same round
+--                           (a batch of more than 1000 records goes in several calls): unless the
+--                           stored offset reached it (that call was taken whole), this call takes
+--                           nothing, so no record passes one the budget left behind
 -- Output
---   {pushed, skipped, stored_offset}
+--   {pushed, skipped, stored_offset, left}
+--   Budget (issue 28): each fresh job counts job_size bytes (stored as its sz, added to used).
+--   Records are taken in order while their jobs fit the budget; the first fresh job that does
+--   not fit stops the take, and it and every record after it are left: nothing of them is
+--   written and the stored offset stays below them (the relay keeps them). A queue that counts
+--   0 bytes takes one job whatever its size, so a job larger than the budget cannot wedge it.
+--   pushed + skipped + left = k.
 --   Records at or below the stored offset, and jobs whose hash already exists (or that
 --   repeat an id in this batch), are skipped. The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
@@ -33,14 +47,19 @@
 local WAKE_MAX = 16        -- tokens kept: one per waiting worker to wake is enough
 local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty lease; let it go
 
-local relayed, prefix, ready, delayed, seqkey, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local G = keys_of_groups(KEYS[7], KEYS[8], KEYS[9])
+local relayed, prefix, ready, delayed, seqkey, wake, used, config =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local G = keys_of_groups(KEYS[9], KEYS[10], KEYS[11])
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
 local owner = int_in(ARGV[1], 1, MAX_TOKEN)
 if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)
-if not k or #ARGV ~= 3 then return invalid('record count') end
+if not k or #ARGV ~= 5 then return invalid('record count') end
+local budget = int_in(ARGV[4], 0, MAX_TOKEN)
+if not budget then return invalid('budget') end
+local follow = int_in(ARGV[5], -1, MAX_TOKEN)
+if not follow then return invalid('follow') end
 local ok, R = pcall(cjson.decode, ARGV[3])
 if not ok or type(R) ~= 'table' or #R ~= 7 * k then return invalid('records') end
 
@@ -69,9 +88,40 @@ for r = 0, k - 1 do
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
 
+if stored_offset < follow then return {0, 0, stored_offset, k} end
+
 local fresh = new_jobs(R, prefix, starts)
+local taken = k
+if #fresh > 0 then
+  budget = tonumber(redis.call('HGET', config, 'max_bytes')) or 0
+  if budget == 0 then budget = tonumber(ARGV[4]) end
+end
+local use = 0
+if budget > 0 and #fresh > 0 then
+  use = tonumber(redis.call('GET', used)) or 0
+  -- Each job's size is at most its bytes in ARGV[3] plus its id again (<= 128), the prefix and
+  -- the overhead: when the whole batch fits by that bound, no job needs looking at (the common
+  -- case, a queue far from its budget, pays for no second pass over the batch).
+  if use + #ARGV[3] + k * (128 + #prefix + JOB_OVERHEAD) <= budget then budget = 0 end
+end
+if budget > 0 and #fresh > 0 then
+  for n, s in ipairs(fresh) do
+    local sz = job_size(prefix, R[s], R[s + 1], R[s + 2])
+    if use > 0 and use + sz > budget then
+      taken = (s - 2) / 7  -- the records before this one's (s = 7r + 2 for record r, 0-based)
+      for j = #fresh, n, -1 do fresh[j] = nil end
+      break
+    end
+    use = use + sz
+  end
+  if taken < k then
+    max_offset = stored_offset
+    for r = 0, taken - 1 do max_offset = math.max(max_offset, tonumber(R[1 + 7 * r])) end
+  end
+end
+if taken == 0 then return {0, 0, stored_offset, k} end
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
-create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, G, groups)
+create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
 for _, s in ipairs(fresh) do
   if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
 end
@@ -82,4 +132,4 @@ if #fresh > 0 then
   redis.call('LTRIM', wake, 0, WAKE_MAX - 1)
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
 end
-return {#fresh, k - #fresh, max_offset}
+return {#fresh, taken - #fresh, max_offset, k - taken}
