@@ -53,8 +53,17 @@ def set_watermarks(engine: ConfigEngine, queue: str, high: int, low: int | None 
     return engine.set_config(queue, high_watermark=hi, low_watermark=lo)
 
 
-def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConfig:
-    return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
+def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int | None = None,
+                      per_group: int | None = None) -> QueueConfig:
+    """The most jobs of ``queue`` leased at once (``limit``), and of each of its fair groups
+    (``per_group``, issue 28 item 5); 0 = no limit, None leaves that one as it is."""
+    changes = {name: int(_number(value, what, integer=True))
+               for name, what, value in (("max_in_flight", "max in flight", limit),
+                                         ("max_in_flight_per_group", "max in flight per group", per_group))
+               if value is not None}
+    if not changes:
+        raise InvalidInput("give --max-in-flight, --per-group or both")
+    return engine.set_config(queue, **changes)
 
 
 def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,

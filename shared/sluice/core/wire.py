@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.core.models import (
+    GROUP_PATTERN,
     JOB_ID_PATTERN,
     MAX_ATTEMPTS,
     MAX_LEASE_MS,
@@ -45,6 +46,10 @@ class EnqueueRequest(BaseModel):
                               description="Attempts before the job is dead-lettered.")
     lease_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS,
                                description="How long a worker holds the job between heartbeats.")
+    group: str | None = Field(default=None, pattern=GROUP_PATTERN,
+                              description="Its fair-share group in the queue (a tenant or customer id): "
+                                          "groups are leased in turn, each within the queue's "
+                                          "max_in_flight_per_group. Absent: the queue's default group.")
 
 
 class BatchRequest(BaseModel):
@@ -123,6 +128,7 @@ class QueueView(BaseModel):
     rate_per_s: float = Field(ge=0, description="Relay push rate limit; 0 = unlimited.")
     burst: int = Field(ge=0)
     max_in_flight: int = Field(ge=0, description="0 = unlimited.")
+    max_in_flight_per_group: int = Field(default=0, ge=0, description="Per fair group; 0 = unlimited.")
     high_watermark: int = Field(ge=0)
     low_watermark: int = Field(ge=0)
     max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")

@@ -82,8 +82,8 @@ class Admin:
     def set_rate(self, name: str, per_second: Any, burst: Any = None) -> QueueConfig:
         return knobs.set_rate(self.queue, self.check_queue(name), per_second, burst)
 
-    def set_max_in_flight(self, name: str, limit: Any) -> QueueConfig:
-        return knobs.set_max_in_flight(self.queue, self.check_queue(name), limit)
+    def set_max_in_flight(self, name: str, limit: Any = None, per_group: Any = None) -> QueueConfig:
+        return knobs.set_max_in_flight(self.queue, self.check_queue(name), limit, per_group)
 
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
         return knobs.set_watermarks(self.queue, self.check_queue(name), high, low)

@@ -255,10 +255,11 @@ class EnqueuePipeline:
             "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
             "enqueued_at_ms": now_ms,
             "idempotency_key": key,
+            "group": request.group,
         }
         fields["seal"] = seal.seal(self.verifier.key, seal.message(
             job_id, queue, payload_json, request.priority, request.max_attempts,
-            fields["lease_ms"], fields["run_at_ms"], now_ms, key))
+            fields["lease_ms"], fields["run_at_ms"], now_ms, key, request.group))
         return JobSpec.model_validate(fields, context={PAYLOAD_CHECKED: True})
 
     def sealed(self, spec: JobSpec) -> bool:

@@ -86,6 +86,7 @@ def stats_row(st: QueueStats, route: str = "default worker") -> dict[str, Any]:
             "in_flight": st.leased, "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms,
             "paused": c.paused,
             "rate_per_s": c.rate_per_s, "burst": c.burst, "max_in_flight": c.max_in_flight,
+            "max_in_flight_per_group": c.max_in_flight_per_group,
             "high_watermark": c.high_watermark, "low_watermark": c.low_watermark,
             "max_delayed": c.max_delayed, "max_dead": c.max_dead,  # 0: the deployment's default
             "max_bytes": c.max_bytes, "used_bytes": st.used_bytes, "budget_bytes": st.budget_bytes}
@@ -187,9 +188,10 @@ def queue() -> None:
 def _show(config: QueueConfig, name: str, text: str | None = None) -> None:
     """The queue's config after a change: TEXT (default: state, rate, limit), or all of it as JSON."""
     limit = config.max_in_flight or "unlimited"
+    per_group = f" ({config.max_in_flight_per_group} per group)" if config.max_in_flight_per_group else ""
     state = "paused" if config.paused else "running"
     emit({"queue": name, **config.model_dump(mode="json")},
-         text or f"{name}: {state}, rate {rate(config)}, max in flight {limit}")
+         text or f"{name}: {state}, rate {rate(config)}, max in flight {limit}{per_group}")
 
 
 @queue.command()
@@ -226,14 +228,18 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 
 @queue.command()
 @QUEUE_NAME
-@click.option("--max-in-flight", type=click.IntRange(0, None), required=True,
+@click.option("--max-in-flight", type=click.IntRange(0, None), default=None,
               help="Most jobs leased at once; 0 = no limit.")
+@click.option("--per-group", type=click.IntRange(0, None), default=None,
+              help="Most jobs of one fair group (a job's group) leased at once; 0 = no limit.")
 @click.pass_obj
-def limit(target: Target, name: str, max_in_flight: int) -> None:
-    """Cap how many of NAME's jobs run at the same time."""
+def limit(target: Target, name: str, max_in_flight: int | None, per_group: int | None) -> None:
+    """Cap how many of NAME's jobs run at the same time, in all and per group."""
+    if max_in_flight is None and per_group is None:
+        raise InvalidInput("give --max-in-flight, --per-group or both")
     api, name = target.operator_api(), validate_queue_name(name)
-    _show(api.set_max_in_flight(name, max_in_flight) if api else
-          control.set_max_in_flight(target.engine(), name, max_in_flight), name)
+    _show(api.set_max_in_flight(name, max_in_flight, per_group) if api else
+          control.set_max_in_flight(target.engine(), name, max_in_flight, per_group), name)
 
 
 @queue.command()

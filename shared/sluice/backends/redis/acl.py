@@ -44,25 +44,26 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
 # the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
-    "ack.lua": "decrby del exists hdel hincrby hmget zrem",
-    "cancel.lua": "decrby del exists hexists hincrby hmget hset time zadd zrem zscore",
-    "config.lua": "hmget hset",
-    "enqueue.lua": "exists hset incrby set time zadd",
-    "enqueue_internal.lua": "exists hset incrby set time zadd",
+    "ack.lua": "decrby del exists hdel hincrby hmget zadd zcard zrem zscore",
+    "cancel.lua": "decrby del exists hexists hincrby hmget hset time zadd zcard zrem zscore",
+    "config.lua": "hgetall hincrby hmget hset zadd zcard zscore",
+    "enqueue.lua": "exists hincrby hset incrby set time zadd zscore",
+    "enqueue_internal.lua": "exists hincrby hset incrby set time zadd zscore",
     "extend.lua": "exists hget time zadd",
-    "fail.lua": "exists hdel hget hincrby hmget hset incrby set time zadd zrem",
+    "fail.lua": "exists hdel hget hincrby hmget hset incrby set time zadd zcard zrem zscore",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "lease.lua": "decrby del hdel hget hincrby hmget hset incrby set time zadd zcard zpopmin zrangebyscore "
-                 "zremrangebyrank",
+    "lease.lua": "decrby del exists hdel hincrby hmget hset incrby set time zadd zcard zpopmin zrange "
+                 "zrangebyscore zrem zremrangebyrank zscore",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
-    "push.lua": "exists get hget hmget hset incrby lpush ltrim pexpire set time zadd",
+    "push.lua": "exists get hget hincrby hmget hset incrby lpush ltrim pexpire set time zadd zscore",
     "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del hdel hget hincrby hmget hset incrby set time zadd zrangebyscore zremrangebyrank",
+    "reap.lua": "decrby del hdel hincrby hmget hset incrby set time zadd zcard zrangebyscore "
+                "zremrangebyrank zscore",
     "rebase.lua": "hmget hset",
-    "redrive.lua": "hdel hmget hset incrby set time zadd zrange zrem zscore",
-    "release.lua": "decrby del exists hdel hget hincrby hmget incrby set time zadd zrem",
+    "redrive.lua": "hdel hincrby hmget hset incrby set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
     "registry_load.lua": "sadd set",
+    "release.lua": "decrby del exists hdel hget hincrby hmget incrby set time zadd zcard zrem zscore",
     "settled.lua": "zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",

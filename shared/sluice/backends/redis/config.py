@@ -11,7 +11,8 @@ from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput
 from sluice.core.models import QueueConfig
 
-CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead")
+CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead",
+               "max_in_flight_per_group")
 MAX_BYTES = 1 << 50  # a queue's byte budget (config.lua takes up to 2^53 - 1; 1 PiB is plenty)
 
 

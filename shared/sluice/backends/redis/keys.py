@@ -31,6 +31,11 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
                                    way since the key was made (counters only go up; stats.lua reads them)
     sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their
                                    sz): push.lua reserves, every script that deletes a job hash gives back
+    sluice:{q}:g:<group>    zset   a fair group's ready jobs (scores as ready; ungrouped jobs stay in ready)
+    sluice:{q}:turns        zset   group -> turn number: the rotation lease.lua serves round-robin ('' is
+                                   the default group, while any group takes turns)
+    sluice:{q}:groups       hash   <group> -> its leased jobs; #ready -> jobs in every group's ready zset;
+                                   #turn -> the last turn number handed out (_lib.lua, "Fair groups")
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
@@ -58,7 +63,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sluice.core.models import validate_job_id, validate_queue_name
+from sluice.core.models import validate_group, validate_job_id, validate_queue_name
 
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
@@ -171,6 +176,30 @@ class QueueKeys:
         """string: the bytes the queue's jobs count against its budget (the sum of their ``sz``); lost
         with the jobs in a Redis loss, and rebuilt as the replay pushes them again."""
         return f"{self.base}:used"
+
+    @property
+    def group_prefix(self) -> str:
+        """A fair group's ready zset is this prefix and the group (``group``); scripts build it from
+        the group a job hash names: same slot."""
+        return f"{self.base}:g:"
+
+    def group(self, name: str) -> str:
+        return f"{self.group_prefix}{validate_group(name)}"
+
+    @property
+    def turns(self) -> str:
+        """zset group -> turn number: the groups lease.lua serves in turn."""
+        return f"{self.base}:turns"
+
+    @property
+    def groups(self) -> str:
+        """hash: a group's leased jobs, and #ready / #turn (lua/_lib.lua, "Fair groups")."""
+        return f"{self.base}:groups"
+
+    @property
+    def group_keys(self) -> list[str]:
+        """The three KEYS every script that moves a grouped job takes last: prefix, turns, groups."""
+        return [self.group_prefix, self.turns, self.groups]
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"

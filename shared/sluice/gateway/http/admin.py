@@ -45,7 +45,11 @@ class RateRequest(BaseModel):
 
 class MaxInFlightRequest(BaseModel):
     model_config = _STRICT
-    max_in_flight: int = Field(ge=0, le=10_000_000, description="Most jobs leased at once; 0 = no limit.")
+    max_in_flight: int | None = Field(default=None, ge=0, le=10_000_000,
+                                      description="Most jobs leased at once; 0 = no limit.")
+    max_in_flight_per_group: int | None = Field(
+        default=None, ge=0, le=10_000_000,
+        description="Most jobs of one group (a job's group) leased at once; 0 = no limit.")
 
 
 class WatermarksRequest(BaseModel):
@@ -117,7 +121,8 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses:
     @app.put("/v1/admin/queues/<queue>/max-in-flight", operation_id="admin_max_in_flight", tags=tags,
              responses=responses, summary="Cap how many of the queue's jobs run at once.")
     def max_in_flight(queue: AdminQueue, body: Annotated[MaxInFlightRequest, Body()]) -> Response[Any]:
-        return _config(queue, admin().set_max_in_flight(queue, body.max_in_flight))
+        return _config(queue, admin().set_max_in_flight(queue, body.max_in_flight,
+                                                        body.max_in_flight_per_group))
 
     @app.put("/v1/admin/queues/<queue>/watermarks", operation_id="admin_watermarks", tags=tags,
              responses=responses, summary="Backpressure on the queue's ready depth.")

@@ -5,6 +5,8 @@
 --   KEYS[5] tokens hash  KEYS[6] settle zset
 --   KEYS[7] finished hash: a removed job counts there as cancelled (cumulative)
 --   KEYS[8] used string: a removed job gives its sz back (keys.used)
+--   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua; a
+--           waiting grouped job leaves its group's ready zset, the group leaves turns if emptied)
 --   ARGV[1] job_id
 --   ARGV[2] settle  "0" | "1": "1" when the jobs table still says the job is leased (its
 --           holder died and its lease was reclaimed, so it waits again): removing it must
@@ -31,8 +33,9 @@ if redis.call('HEXISTS', tokens, id) == 1 then
   return 'requested'
 end
 if redis.call('ZSCORE', dead, id) then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
-local f = redis.call('HMGET', key, 'g', 'sz')
+local f = redis.call('HMGET', key, 'g', 'sz', 'grp')
 local g = f[1]
+if f[3] then remove_grouped(keys_of_groups(KEYS[9], KEYS[10], KEYS[11]), f[3], id) end
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)
