@@ -5,6 +5,9 @@ Prints, one JSON object per line:
    "round_trips_per_job", "redis_cpu_us_per_job"}   for B in (1, 50), P in (1, 2)
   {"bench": "lifecycle", "redis_cpu_us_per_job", ...}  push (in relay-sized batches) ->
                                                       lease -> ack, per job
+  {"bench": "lease_groups", "batch", "groups", "ratio", ...}  lease cost with fair groups against
+                                                      the engine before them (c44b81f), in the
+                                                      same run: benchmarks/engine_groups.py
 
 ping_per_s (single-client redis-py PING against the same server, measured in the same
 run, just before and after each lease_ack run, averaged) is the yardstick: targets are
@@ -28,6 +31,7 @@ if __package__ in (None, ""):
 
 import redis
 
+from benchmarks import engine_groups
 from benchmarks.common import (
     counting_client,
     emit,
@@ -154,6 +158,7 @@ def main() -> None:
         for batch, processes, jobs in RUNS:
             lease_ack(url, batch, processes, jobs)
         lifecycle(url, LIFECYCLE_JOBS, LIFECYCLE_RUNS)
+        engine_groups.compare(url, emit)
     log(f"bench_engine took {time.monotonic() - started:.1f}s")
 
 

@@ -123,10 +123,12 @@ class Client:
 
     def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
                 max_attempts: int = 5, lease_seconds: int = 30,
-                idempotency_key: str | None = None, keyed: bool = True) -> wire.Accepted:
+                idempotency_key: str | None = None, keyed: bool = True,
+                group: str | None = None) -> wire.Accepted:
         job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
-                         "max_attempts": max_attempts, "lease_seconds": lease_seconds})
-        body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", job.model_dump(),
+                         "max_attempts": max_attempts, "lease_seconds": lease_seconds}
+                        | ({} if group is None else {"group": group}))
+        body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", _request_body(job),
                           idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
         return wire.Accepted.model_validate(body)
 
@@ -138,7 +140,8 @@ class Client:
         except ValidationError as exc:
             raise InvalidInput(f"invalid batch: {exc}") from exc
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
-                          batch.model_dump(), idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
+                          {"jobs": [_request_body(j) for j in batch.jobs]},
+                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
         return wire.BatchAccepted.model_validate(body)
 
     def status(self, job_id: str) -> wire.JobView:
@@ -171,16 +174,20 @@ class Client:
         body: dict[str, Any] = {"per_second": per_second} | ({} if burst is None else {"burst": burst})
         return self._config("PUT", queue, "rate", body)
 
-    def set_max_in_flight(self, queue: str, limit: int) -> QueueConfig:
-        return self._config("PUT", queue, "max-in-flight", {"max_in_flight": limit})
+    def set_max_in_flight(self, queue: str, limit: int | None = None,
+                          per_group: int | None = None) -> QueueConfig:
+        body = {k: v for k, v in (("max_in_flight", limit), ("max_in_flight_per_group", per_group))
+                if v is not None}
+        return self._config("PUT", queue, "max-in-flight", body)
 
     def set_watermarks(self, queue: str, high: int, low: int | None = None) -> QueueConfig:
         body: dict[str, Any] = {"high": high} | ({} if low is None else {"low": low})
         return self._config("PUT", queue, "watermarks", body)
 
     def set_caps(self, queue: str, max_delayed: int | None = None,
-                 max_dead: int | None = None) -> QueueConfig:
-        body = {k: v for k, v in (("max_delayed", max_delayed), ("max_dead", max_dead)) if v is not None}
+                 max_dead: int | None = None, max_bytes: int | None = None) -> QueueConfig:
+        body = {k: v for k, v in (("max_delayed", max_delayed), ("max_dead", max_dead),
+                                  ("max_bytes", max_bytes)) if v is not None}
         return self._config("PUT", queue, "caps", body)
 
     def queue_rows(self) -> list[dict[str, Any]]:
@@ -342,3 +349,11 @@ def _problem(response: HttpResponse) -> dict[str, Any]:
     except ValueError:
         parsed = {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def _request_body(job: wire.EnqueueRequest) -> dict[str, Any]:
+    """``job`` as a request body: without ``group`` when it has none (the body of before groups)."""
+    body = job.model_dump()
+    if body.get("group") is None:
+        body.pop("group", None)
+    return body

@@ -11,6 +11,7 @@ from sluice.backends.redis.checks import RECLAIM_PER_LEASE
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
+from sluice.core.limits import job_bytes
 from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE
 from sluice.relay.recovery.tracker import owner_token
@@ -38,7 +39,9 @@ def test_enqueue_leaves_a_small_hash_and_a_ready_entry(rq: RedisQueue, redis_cli
     before = redis_now_us(redis_client)
     assert rq.enqueue(spec("a", payload={"x": [1, 2]}, priority=3, max_attempts=7, lease_ms=1234,
                            enqueued_at_ms=1_700_000_000_000)) is True
-    assert job(redis_client, "q", "a") == {"p": '{"x":[1,2]}', "m": "3,7,1234,1700000000000"}
+    assert job(redis_client, "q", "a") == {"p": '{"x":[1,2]}', "m": "3,7,1234,1700000000000",
+                                           "sz": str(job_bytes("a", '{"x":[1,2]}', "3,7,1234,1700000000000",
+                                                               len(K.job_prefix)))}
     seq = int(redis_client.get(K.seq) or 0)  # a new queue's counter starts from TIME (µs), then one step
     assert before + 1 <= seq <= redis_now_us(redis_client) + 1
     assert score(redis_client, "q", "ready", "a") == (9 - 3) * BAND + seq
@@ -115,7 +118,8 @@ def test_lease_leaves_token_deadline_and_returns_what_the_worker_needs(rq: Redis
     assert score(redis_client, "q", "leased", "a") == leased.deadline_ms
     assert redis_client.hget(K.tokens, "a") == str(leased.lease_token)
     # A lease writes nothing to the job hash.
-    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000"}
+    size = job_bytes("a", '{"n":1}', "2,3,30000,1000", len(K.job_prefix))
+    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size)}
 
 
 def test_lease_takes_at_most_n_and_only_what_exists(rq: RedisQueue) -> None:

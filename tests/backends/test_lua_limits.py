@@ -8,7 +8,13 @@ import pytest
 import redis
 
 from sluice.backends.redis.engine import RedisQueue
-from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.keys import (
+    QUEUES_KEY,
+    REGISTRY_KEYS,
+    REGISTRY_LOADED_KEY,
+    REGISTRY_RESERVED_KEY,
+    QueueKeys,
+)
 from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput, QueueNotAllowed
 from sluice.core.limits import Limits
@@ -171,15 +177,129 @@ def test_allow_list_refuses_other_names_before_anything_is_written(redis_url: st
 
 def test_register_lua_validates(rq: RedisQueue, redis_client: redis.Redis) -> None:
     script = redis_client.register_script(source("register.lua"))
-    for args in (["Bad Name", "0"], ["", "0"], ["q", "-1"], ["q", "x"], ["a" * 65, "0"]):
+    for args in (["Bad Name", "0", "limit"], ["", "0", "limit"], ["q", "-1", "limit"], ["q", "x", "limit"],
+                 ["a" * 65, "0", "limit"], ["q", "0", "other"], ["q", "0"], ["q", "0", "reserved"],
+                 ["sluice-relay", "0", "limit"], ["sluice-relay", "0", "admitted"]):
         with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
-            script(keys=[QUEUES_KEY], args=args)
+            script(keys=list(REGISTRY_KEYS), args=args)
     assert snapshot(redis_client) == {}
-    assert script(keys=[QUEUES_KEY], args=["q", "1"]) == 1
-    assert script(keys=[QUEUES_KEY], args=["q", "1"]) == 0
+    redis_client.set(REGISTRY_LOADED_KEY, "1")
+    assert script(keys=list(REGISTRY_KEYS), args=["q", "1", "limit"]) == 1
+    assert script(keys=list(REGISTRY_KEYS), args=["q", "1", "limit"]) == 0
     with pytest.raises(redis.ResponseError, match="QUEUE_NOT_ALLOWED"):
-        script(keys=[QUEUES_KEY], args=["r", "1"])
+        script(keys=list(REGISTRY_KEYS), args=["r", "1", "limit"])
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
+
+
+# --- issue 28: the registry's cache, its reserved names and its load --------------------------
+
+def run_register(client: redis.Redis, queue: str, limit: int, mode: str) -> int:
+    return int(client.register_script(source("register.lua"))(keys=list(REGISTRY_KEYS),
+                                                                args=[queue, limit, mode]))
+
+
+def test_reserved_names_do_not_count_toward_the_limit(redis_client: redis.Redis) -> None:
+    """The relay's own queue (and any sluice- name) is held apart: a limit of 1 leaves room for one
+    public queue, however many reserved ones the registry holds."""
+    redis_client.set(REGISTRY_LOADED_KEY, "1")
+    assert run_register(redis_client, "sluice-relay", 0, "reserved") == 1
+    assert run_register(redis_client, "sluice-other", 0, "reserved") == 1
+    assert run_register(redis_client, "sluice-relay", 0, "reserved") == 0
+    assert run_register(redis_client, "first", 1, "limit") == 1
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match=r"QUEUE_NOT_ALLOWED registry full.*limit=1"):
+        run_register(redis_client, "second", 1, "limit")
+    assert snapshot(redis_client) == before  # refused: nothing written
+    assert redis_client.smembers(QUEUES_KEY) == {"sluice-relay", "sluice-other", "first"}
+    assert redis_client.smembers(REGISTRY_RESERVED_KEY) == {"sluice-relay", "sluice-other"}
+
+
+def test_a_reserved_name_already_registered_joins_the_reserved_set(redis_client: redis.Redis) -> None:
+    """A registry from before issue 28 holds sluice-relay unmarked: its next registration marks it."""
+    redis_client.sadd(QUEUES_KEY, "sluice-relay")
+    assert run_register(redis_client, "sluice-relay", 0, "reserved") == 0
+    assert redis_client.smembers(REGISTRY_RESERVED_KEY) == {"sluice-relay"}
+
+
+def test_an_admitted_queue_is_registered_beyond_the_limit_and_cold(redis_client: redis.Redis) -> None:
+    """A minted, sealed record's queue (the relay's mode admitted): its gateway reserved it before the
+    202, so neither a full registry nor a cache Redis lost refuses it."""
+    assert run_register(redis_client, "late", 1, "admitted") == 1  # cold: no loaded mark, no refusal
+    redis_client.set(REGISTRY_LOADED_KEY, "1")
+    assert run_register(redis_client, "later", 1, "admitted") == 1  # full (1 of 1): still admitted
+    assert redis_client.smembers(QUEUES_KEY) == {"late", "later"}
+
+
+def test_a_cold_cache_decides_no_limit_until_it_is_loaded(redis_client: redis.Redis) -> None:
+    """After a Redis loss the set holds only what was registered since: a limit checked on it would let
+    new queues past it. register.lua refuses to decide (REGISTRY_COLD, nothing written) until
+    registry_load.lua loaded every name; its last chunk sets the mark."""
+    with pytest.raises(redis.ResponseError, match="REGISTRY_COLD"):
+        run_register(redis_client, "new", 2, "limit")
+    assert snapshot(redis_client) == {}
+    assert run_register(redis_client, "new", 0, "limit") == 1  # no limit: nothing to decide
+    load = redis_client.register_script(source("registry_load.lua"))
+    assert load(keys=[QUEUES_KEY, REGISTRY_LOADED_KEY], args=["0", "a", "b"]) == 2
+    with pytest.raises(redis.ResponseError, match="REGISTRY_COLD"):
+        run_register(redis_client, "c", 5, "limit")  # a chunk, not the last: still cold
+    assert load(keys=[QUEUES_KEY, REGISTRY_LOADED_KEY], args=["1", "b", "new"]) == 0
+    assert redis_client.get(REGISTRY_LOADED_KEY) == "1"
+    with pytest.raises(redis.ResponseError, match="QUEUE_NOT_ALLOWED"):
+        run_register(redis_client, "c", 3, "limit")  # a, b, new: full
+    assert redis_client.smembers(QUEUES_KEY) == {"a", "b", "new"}
+
+
+def test_registry_load_validates_every_name_before_writing(redis_client: redis.Redis) -> None:
+    load = redis_client.register_script(source("registry_load.lua"))
+    for args in (["2", "a"], ["1", "a", "Bad Name"], ["1", "a", "sluice-relay"], ["1", "a", ""],
+                 ["1", *[f"q{i}" for i in range(1001)]]):
+        with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+            load(keys=[QUEUES_KEY, REGISTRY_LOADED_KEY], args=args)
+    assert snapshot(redis_client) == {}
+    assert load(keys=[QUEUES_KEY, REGISTRY_LOADED_KEY], args=["1"]) == 0  # an empty registry: marked
+    assert snapshot(redis_client) == {REGISTRY_LOADED_KEY: ("string", "1", -1)}
+
+
+def test_the_connection_loads_a_cold_cache_from_its_source_and_decides(redis_url: str,
+                                                                       redis_client: redis.Redis) -> None:
+    """``RedisConnection.register`` finds the cache cold, loads it from the durable registry's names
+    (in chunks, the mark last), then decides the limit on the whole registry."""
+    from sluice.backends.redis.connection import RedisConnection
+
+    conn = RedisConnection.from_url(redis_url, Limits(max_queues=1_501))
+    conn.registry_source = lambda: [f"q{i}" for i in range(1_500)] + ["Not A Queue", "sluice-x"]
+    try:
+        assert conn.register("sluice-relay") is True  # reserved: no limit, not cold
+        assert conn.register("new") is True  # loads 1,500 names (two chunks): 1,500 < 1,501, room
+        assert redis_client.scard(QUEUES_KEY) == 1_502 and redis_client.get(REGISTRY_LOADED_KEY) == "1"
+        with pytest.raises(QueueNotAllowed, match="registry full"):
+            conn.register("another")
+        assert conn.register("q7") is False  # loaded: a registered name is never refused
+        assert conn.register_all({"another", "q8"}, admitted=True) == {}  # the relay's pushes
+        assert conn.register("another") is False
+    finally:
+        conn.close()
+
+
+def test_a_process_that_cannot_load_a_lost_cache_marks_nothing(redis_url: str,
+                                                                redis_client: redis.Redis) -> None:
+    """A deployment with a durable registry (SLUICE_QUEUES_TABLE), and a process not wired to it (a
+    CLI, a harness): after a Redis loss it refuses to decide the limit (RegistryCold, retryable)
+    rather than mark the cache loaded as it stands, which would let every gateway decide the
+    limit on a partial set."""
+    from sluice.backends.redis.connection import RedisConnection
+    from sluice.core.config import Settings
+    from sluice.core.errors import RegistryCold
+
+    conn = RedisConnection.from_settings(Settings(redis_url=redis_url, max_queues=5, queues_table="queues"))
+    try:
+        assert conn.registry_required
+        with pytest.raises(RegistryCold):
+            conn.register("new")
+        assert snapshot(redis_client) == {}
+        assert conn.register("sluice-relay") is True  # reserved: no limit to decide
+    finally:
+        conn.close()
 
 
 # --- per-queue caps in the config hash ----------------------------------------------------------

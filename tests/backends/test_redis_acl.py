@@ -142,12 +142,36 @@ def test_the_gateway_runs_the_public_apis_calls_only(server: str, admin: redis.R
     assert gateway.memory_percent() is None
     assert gateway.holds("g", "g1") is True
     assert gateway.cancel("g", "g2") == "removed"
-    # Not refused: config.lua on a registered public queue (its commands, HMGET/HSET, are cancel's too,
-    # and an ACL is per key, not per field); registering a new queue is (SADD).
+    # Not refused: config.lua on a public queue (its commands, HMGET/HSET, are cancel's too, and an
+    # ACL is per key, not per field); since issue 28 the gateway registers a new queue (its reservation
+    # before a 202: test_the_gateway_reserves_a_new_queue_within_the_limit_as_its_user).
     for call in (lambda: gateway.purge_dead("g"), lambda: gateway.redrive("g"), lambda: gateway.queues(),
-                 lambda: gateway.set_config("new", paused=True), lambda: gateway.lease("g", 1),
+                 lambda: gateway.lease("g", 1),
                  lambda: gateway.stats(RELAY_QUEUE), lambda: gateway.conn.client.flushall()):
         refused(call)
+
+
+def test_the_gateway_reserves_a_new_queue_within_the_limit_as_its_user(server: str,
+                                                                      admin: redis.Redis) -> None:
+    """Issue 28: the gateway's user runs register.lua (its reservation before a 202) and, on a cache
+    Redis lost, registry_load.lua (loaded from the durable registry), on the registry's three keys;
+    it still lists nothing (no SMEMBERS) and touches no reserved queue's keys."""
+    from sluice.backends.redis.keys import REGISTRY_LOADED_KEY
+    from sluice.core.errors import QueueNotAllowed
+    from sluice.core.limits import Limits
+
+    RedisRelayEngine(conn(server, "sluice-relay")).enqueue_internal(partition_job("sluice.jobs", 0, 30_000))
+    user = conn(server, "sluice-gateway")
+    gateway = RedisJobQueue(RedisConnection(user.client, Limits(max_queues=2)))
+    gateway.conn.registry_source = lambda: ["known"]  # what DynamoDB's queues table holds
+    assert gateway.register("fresh") is True  # cold: loaded "known" first, then 1 of 2 public names
+    assert admin.get(REGISTRY_LOADED_KEY) == "1"
+    assert gateway.registry("fresh") == (True, 2)  # sluice-relay does not count
+    with pytest.raises(QueueNotAllowed, match="registry full"):
+        gateway.register("third")
+    assert admin.smembers(QUEUES_KEY) == {"known", "fresh", RELAY_QUEUE}
+    refused(lambda: user.client.smembers(QUEUES_KEY))
+    refused(lambda: gateway.lease(RELAY_QUEUE, 1))  # the reserved queue's keys stay the relay's
 
 
 def test_the_operator_runs_the_admin_calls_only(server: str, admin: redis.Redis) -> None:

@@ -26,7 +26,7 @@ from sluice_dev.chaos.nemesis import KINDS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted", "stuck",
               "cancel_violations", "reruns_without_redrive", "pause_violations", "completion_violations",
-              "family_violations")
+              "family_violations", "lost_after_202")
 
 
 def run(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -74,6 +74,8 @@ def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path
     assert report["runtime"] == "process"
     assert report["accepted"] == 200 and report["drained"] is True
     assert report["families"] == 10 and report["family_children"] == 40
+    # every 202 counted, children and continuations included (issue 28): none lost after its 202
+    assert report["answered_202"] >= report["accepted"] + report["family_children"] > 0
     assert sum(report["faults"].values()) >= 3
     # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
     assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"]

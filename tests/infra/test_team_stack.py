@@ -126,12 +126,32 @@ def test_results_are_reached_only_under_its_own_queues_prefixes(queues: list[str
     assert not any(fnmatchcase(f"arn:aws:s3:::b/results/{job_id}/3/{'a' * 64}.json", a) for a in arns)
 
 
+@pytest.mark.parametrize(("queues", "queue", "allowed"), [
+    (["avatars"], "avatars", True), (["avatars"], "avatars2", False), (["avatars"], "payments", False),
+    (["thumbs-*", "avatars"], "thumbs-big", True), (["thumbs-*", "avatars"], "thumbs", False),
+])
+def test_payloads_are_read_only_under_its_own_queues_prefixes(queues: list[str], queue: str,
+                                                              allowed: bool) -> None:
+    """Issue 28: a team's worker reads the large payloads of its own queues' jobs alone, and writes
+    none (the gateway functions do)."""
+    from sluice.core.payloads import payload_key
+
+    s = sid("OwnQueuesPayloads")
+    assert s["Effect"] == "Allow" and s["Action"] == ["s3:GetObject"]
+    arns = split_join(s["Resource"], queues)
+    key = payload_key(queue, mint(1_700_000_000_000, queue, KEY))
+    assert any(fnmatchcase(f"arn:aws:s3:::sluice-payloads/{key}", a) for a in arns) is allowed, (key, arns)
+
+
 def test_no_other_bucket_whatever_the_wildcards() -> None:
     deny = sid("OnlySluiceResultsBucket")
     assert deny["Effect"] == "Deny" and deny["Action"] == sid("OwnQueuesResults")["Action"]
-    text, names = deny["NotResource"]["Fn::Sub"]
-    assert text == "arn:${AWS::Partition}:s3:::${Bucket}/results/*"
-    assert names["Bucket"] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-ResultsBucket"}}
+    assert set(sid("OwnQueuesPayloads")["Action"]) <= set(deny["Action"])
+    (results_text, results), (payloads_text, payloads) = (r["Fn::Sub"] for r in deny["NotResource"])
+    assert results_text == "arn:${AWS::Partition}:s3:::${Bucket}/results/*"
+    assert results["Bucket"] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-ResultsBucket"}}
+    assert payloads_text == "arn:${AWS::Partition}:s3:::${Bucket}/payloads/*"
+    assert payloads["Bucket"] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-PayloadsBucket"}}
 
 
 def test_it_invokes_sluices_internal_function_only_and_sends_to_its_own_dlq() -> None:

@@ -478,7 +478,8 @@ def test_the_limits_are_parameters_with_the_settings_defaults() -> None:
     pairs = (("MaxDelayedPerQueue", "max_delayed_per_queue"), ("MaxDeadPerQueue", "max_dead_per_queue"),
              ("DeadKeepPerQueue", "dead_keep_per_queue"), ("DeadRetentionHours", "dead_retention_hours"),
              ("MaxQueues", "max_queues"), ("QueueAllowList", "queue_allow_list"),
-             ("RedisPushMemoryPercent", "redis_push_memory_percent"))
+             ("RedisPushMemoryPercent", "redis_push_memory_percent"),
+             ("QueueBudgetBytes", "queue_budget_bytes"), ("RedisBudgetBytes", "redis_budget_bytes"))
     for param, field in pairs:
         assert env[f"SLUICE_{field.upper()}"] == {"Ref": param}
         assert T["Parameters"][param]["Default"] == Settings.model_fields[field].default, param

@@ -181,13 +181,16 @@ def test_no_function_may_scan_or_query_a_table() -> None:
     the relay, and by a worker registering its routes (a Scan there, on that table alone); and the
     schedules table (issue 17), whose one queue's partition the operator function lists for the
     route GET /v1/admin/queues/{queue}/schedules (a Query there, by that function alone); and the
+    queues table (issue 28), the durable registry of queue names, read whole to load Redis's cache
+    after a Redis loss and for the operator's listing (a Scan there, on that table alone); and the
     parking lot (issue 28), whose lanes the relay reads back in order (a Query there, by the relay
     alone: no other function may read or write it)."""
     for name, role in _function_roles().items():
         for statement in _statements(role):
             for action in statement["Action"]:
                 routes = statement["Resource"] == {"Fn::GetAtt": ["RoutesTable", "Arn"]}
-                if action == "dynamodb:Scan" and routes:
+                registry = statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
+                if action == "dynamodb:Scan" and (routes or registry):
                     continue
                 schedules = statement["Resource"] == {"Fn::GetAtt": ["SchedulesTable", "Arn"]}
                 if action == "dynamodb:Query" and schedules and name == "OperatorFunction":
@@ -202,8 +205,28 @@ def test_no_function_may_scan_or_query_a_table() -> None:
                     (name, action)
 
 
+def test_the_queues_table_is_written_by_the_enqueue_functions_and_the_relay_only() -> None:
+    """Issue 28: the durable registry of queues. The functions that run the enqueue pipeline (they
+    reserve a new queue before its first 202) and the relay (it writes through a queue new to Redis's
+    cache) may write it; the operator only lists it; no other function touches it; and every one
+    that may is told its name."""
+    assert props("QueuesTable")["KeySchema"] == [{"AttributeName": "queue", "KeyType": "HASH"}]
+    writers = {"GatewayFunction", "InternalFunction", "FiringsFunction", "RelayFunction"}
+    for name, role in _function_roles().items():
+        actions = {action for statement in _statements(role)
+                   if statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
+                   for action in statement["Action"]}
+        expected = ({"dynamodb:UpdateItem", "dynamodb:Scan"} if name in writers
+                    else {"dynamodb:Scan"} if name == "OperatorFunction" else set())
+        assert actions == expected, (name, actions)
+        env = props(name).get("Environment", {}).get("Variables", {}) if name in RES else {}
+        if expected:
+            assert env.get("SLUICE_QUEUES_TABLE") == {"Ref": "QueuesTable"}, name
+
+
 def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
     from sluice.backends.dynamodb.results import RESULTS_PREFIX, result_key
+    from sluice.core.payloads import PREFIX as PAYLOADS_PREFIX
 
     assert result_key("j", 1, "0" * 64).startswith(f"{RESULTS_PREFIX}/")
     s3 = {}
@@ -213,8 +236,14 @@ def test_the_worker_may_write_results_under_the_results_prefix_only() -> None:
                 if action.startswith("s3:"):
                     s3.setdefault(name, set()).add((action, json.dumps(statement["Resource"])))
     scoped = json.dumps({"Fn::Sub": f"${{ResultsBucket.Arn}}/{RESULTS_PREFIX}/*"})
-    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped)},
-                  "GatewayFunction": {("s3:GetObject", scoped)},
+    payloads = json.dumps({"Fn::Sub": f"${{PayloadsBucket.Arn}}/{PAYLOADS_PREFIX}/*"})
+    put_payloads = ("s3:PutObject", payloads)
+    assert s3 == {"WorkerFunction": {("s3:PutObject", scoped), ("s3:GetObject", scoped),
+                                     ("s3:GetObject", payloads)},
+                  # the functions whose pipeline appends records put large payloads (issue 28), and
+                  # read none; the operator's redrive keeps the record's pointer
+                  "GatewayFunction": {("s3:GetObject", scoped), put_payloads},
+                  "InternalFunction": {put_payloads}, "FiringsFunction": {put_payloads},
                   # a result too large for its completion event, copied out of the item (docs/events.md)
                   "EventsFunction": {("s3:PutObject", scoped)}}
 

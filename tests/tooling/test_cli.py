@@ -92,6 +92,7 @@ def test_queue_knobs_change_the_config_the_relay_reads(cli: Any, engine: RedisQu
                                                      "--low", "40").output
     assert "running" in cli("queue", "resume", "knobs").output
     assert "delayed 500, dead default" in cli("queue", "caps", "knobs", "--max-delayed", "500").output
+    assert "bytes 65536" in cli("queue", "caps", "knobs", "--max-bytes", "65536").output
     config = engine.get_config("knobs")
     assert (config.paused, config.rate_per_s, config.burst, config.max_in_flight) == (False, 50.0, 7, 3)
     rows = [json.loads(x) for x in cli("queues", "--json").output.splitlines()]
@@ -99,6 +100,13 @@ def test_queue_knobs_change_the_config_the_relay_reads(cli: Any, engine: RedisQu
     assert (knobs["rate_per_s"], knobs["burst"], knobs["max_in_flight"], knobs["paused"]) == \
         (50.0, 7, 3, False)
     assert (knobs["max_delayed"], knobs["max_dead"]) == (500, 0)
+    assert (knobs["max_bytes"], knobs["budget_bytes"], knobs["used_bytes"]) == (65536, 65536, 0)
+    table = cli("queues").output
+    assert "in redis" in table and "0 B / 64.0 KB (0%)" in table
+    cli("queue", "caps", "knobs", "--max-bytes", "0")  # back to the deployment's default budget
+    rows = [json.loads(x) for x in cli("queues", "--json").output.splitlines()]
+    knobs = next(r for r in rows if r["queue"] == "knobs")
+    assert (knobs["max_bytes"], knobs["budget_bytes"]) == (0, 32 * 1024 * 1024)
     table = cli("queues").output
     assert "knobs" in table and "echo" in table and "sluice-relay" not in table
     bad = cli("queue", "rate", "knobs", "--per-second", "-1", ok=False)

@@ -317,3 +317,49 @@ def test_a_child_the_operator_cancelled_owes_nothing_and_frees_the_continuations
     r = check([*events, cancel("c1", "cancel_requested", 5.1)], store, set())
     assert r.family_violations == 1
     assert "t: continuation of p did not run" in r.samples["family_violations"][0]
+
+
+# -- lost after 202 (issue 28, item 3: a 202 is binding) -------------------------------------------
+
+
+def accepted_family(parent: str, children: list[str], then: str, t: float = 2.06) -> dict[str, Any]:
+    return {"op": "family_accepted", "job": parent, "children": children, "continuation": then,
+            "t0": t, "t1": t}
+
+
+def test_a_202_job_with_neither_a_result_nor_a_visible_ending_is_lost_after_202() -> None:
+    """The race before issue 28: the relay dead-lettered the loser's record, so its job had no item
+    (or an item left ``accepted``) and never ran. A job that ended visibly (dead, failed, cancelled,
+    with an item) or with a result is not lost after 202; an enqueue with an unknown outcome was
+    never answered 202."""
+    events = [enqueue("won"), *run("won", 1, 2.0), enqueue("dropped"), enqueue("stalled"),
+              enqueue("dead"), enqueue("cancelled"), enqueue("unknown", outcome="info")]
+    store = {"won": done(), "stalled": StoreItem("accepted"), "dead": StoreItem("dead"),
+             "cancelled": StoreItem("cancelled")}
+    r = check(events, store, set())
+    assert r.lost_after_202 == 2 and not r.ok and r.answered_202 == 5
+    assert r.samples["lost_after_202"] == ["dropped", "stalled"]
+    assert r.as_dict()["lost_after_202"] == 2
+
+
+def test_children_and_a_continuation_answered_202_are_owed_an_ending_too() -> None:
+    """A family the gateway answered 202 for: a member that never ended is lost after 202 (``lost``
+    counts only the workload's own jobs); a family only asked for (no ``family_accepted``: the parent
+    was killed before the answer) owes nothing here (``family_violations`` checks it)."""
+    events, store = a_family()
+    events.append(accepted_family("p", ["c0", "c1"], "t"))
+    r = check(events, store, set())
+    assert r.lost_after_202 == 0 and r.ok and r.answered_202 == 4  # p, c0, c1, t
+    del store["t"]
+    events = [e for e in events if e.get("job") != "t"]
+    r = check(events, store, set())
+    assert r.lost_after_202 == 1 and r.samples["lost_after_202"] == ["t"] and r.lost == 0
+    asked_only = [e for e in events if e["op"] != "family_accepted"]
+    assert check(asked_only, store, set()).lost_after_202 == 0
+
+
+def test_a_member_answered_202_with_no_history_of_its_own_is_still_counted() -> None:
+    """A member nothing else ever mentions (no grant, no item): dropped in silence."""
+    events = [enqueue("p"), *run("p", 1, 2.0), accepted_family("p", ["ghost"], "ghost-then")]
+    r = check(events, {"p": done()}, set())
+    assert r.lost_after_202 == 2 and sorted(r.samples["lost_after_202"]) == ["ghost", "ghost-then"]

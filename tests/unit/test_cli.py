@@ -52,6 +52,8 @@ def test_every_command_has_help(runner: CliRunner) -> None:
     ["queue", "pause", "echo"],
     ["queue", "rate", "echo", "--per-second", "5", "--burst", "2"],
     ["queue", "limit", "echo", "--max-in-flight", "3"],
+    ["queue", "limit", "echo", "--per-group", "2"],
+    ["enqueue", "echo", "--payload", "{}", "--group", "org:42"],
     ["dlq", "list", "echo"],
     ["dlq", "redrive", "echo", "--all"],
     ["dlq", "purge", "echo", "--yes"],
@@ -73,6 +75,8 @@ def test_without_a_stack_every_command_says_so_in_one_line(runner: CliRunner, ar
     (["dlq", "purge", "echo"], "--yes"),
     (["dlq", "redrive", "echo"], "either a JOB_ID or --all"),
     (["dlq", "redrive", "echo", "01ABC", "--all"], "either a JOB_ID or --all"),
+    (["enqueue", "echo", "--payload", "1", "--group", "bad group"], "group"),
+    (["queue", "limit", "echo"], "--max-in-flight, --per-group or both"),
 ])
 def test_bad_input_is_refused_before_anything_is_contacted(runner: CliRunner, args: list[str],
                                                            message: str) -> None:

@@ -155,3 +155,20 @@ def test_check_warns_that_a_deploy_without_the_deployer_roles_is_refused() -> No
     named = {"DeployerPrincipalArns": "arn:aws:iam::123456789012:role/infra-deploy"}
     assert NO_DEPLOYERS not in deployment_warnings(named)
     assert NO_DEPLOYERS not in deployment_warnings({})  # a team's template has no such parameter
+
+
+def test_a_byte_budget_total_the_node_cannot_hold_is_refused_and_one_that_fits_passes() -> None:
+    """Issue 28, item 4: RedisBudgetBytes against CacheNodeType's memory (sluice.core.limits)."""
+    over = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "RedisBudgetBytes=4294967296",
+                                                     "sluice_dev.examples"])
+    assert over.exit_code == 1 and "byte budgets do not fit Redis" in over.stderr
+    assert "cache.t4g.small" in over.stderr
+    bigger = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "RedisBudgetBytes=4294967296",
+                                                       "--parameter", "CacheNodeType=cache.r7g.large",
+                                                       "sluice_dev.examples"])
+    assert bigger.exit_code == 0, bigger.stderr
+    fine = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice_dev.examples"])
+    assert fine.exit_code == 0 and "RedisBudgetBytes" not in fine.stderr
+    many = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "QueueBudgetBytes=268435456",
+                                                     "sluice_dev.examples"])
+    assert many.exit_code == 0 and "10 queues x QueueBudgetBytes 268435456" in many.stderr

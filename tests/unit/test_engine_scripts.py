@@ -80,6 +80,14 @@ def test_lua_limits_match_the_models() -> None:
     assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
 
 
+def test_lua_job_overhead_matches_the_limits() -> None:
+    from sluice.core.limits import JOB_OVERHEAD_BYTES
+
+    lib = (LUA / "_lib.lua").read_text()
+    assert re.findall(r"^local JOB_OVERHEAD = (\d+)$", lib, re.MULTILINE) == [str(JOB_OVERHEAD_BYTES)]
+    assert "return #payload + #meta + 2 * #id + #prefix + JOB_OVERHEAD" in lib  # limits.job_bytes
+
+
 def test_lua_reserved_prefix_matches_the_models() -> None:
     lib = (LUA / "_lib.lua").read_text()
     found = re.findall(r"^local RESERVED_PREFIX = '([^']*)'$", lib, re.MULTILINE)

@@ -232,8 +232,9 @@ def test_queue_stats_include_config(rig: Rig) -> None:
     assert code == 200
     assert doc == {"queue": "emails", "ready": 3, "delayed": 1, "leased": 2, "dead": 0,
                    "oldest_ready_age_ms": 1500, "paused": True, "rate_per_s": 200.0, "burst": 50,
-                   "max_in_flight": 0, "high_watermark": 0, "low_watermark": 0, "max_delayed": 0,
-                   "max_dead": 0, "route": None}
+                   "max_in_flight": 0, "max_in_flight_per_group": 0, "high_watermark": 0,
+                   "low_watermark": 0, "max_delayed": 0, "max_dead": 0, "used_bytes": 0, "budget_bytes": 0,
+                   "route": None}
 
 
 def test_batch_returns_one_result_per_job_in_order(rig: Rig) -> None:

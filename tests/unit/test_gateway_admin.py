@@ -370,3 +370,33 @@ def test_an_operator_sets_a_queues_caps_and_a_bad_one_writes_nothing() -> None:
         code, _, doc = rig.call("PUT", Q + "/caps", body)
         assert code == 400, body
     assert rig.queue.writes == []
+
+
+def test_the_queue_view_shows_its_bytes_in_redis_against_its_budget() -> None:
+    """Issue 28, item 4: an operator sees each queue's use against its byte budget, and sets it."""
+    rig = Rig()
+    rig.queue.used["emails"] = 1234
+    code, _, doc = rig.call("PUT", Q + "/caps", {"max_bytes": 5000})
+    assert code == 200 and doc["max_bytes"] == 5000
+    for path in ("/v1/admin/queues", Q):
+        code, _, doc = rig.call("GET", path)
+        row = doc["queues"][0] if "queues" in doc else doc
+        assert code == 200 and (row["used_bytes"], row["budget_bytes"]) == (1234, 5000), path
+    code, _, doc = rig.call("PUT", Q + "/caps", {"max_bytes": -1})
+    assert code == 400
+
+
+def test_sluice_queues_shows_bytes_against_the_budget() -> None:
+    from sluice.core.models import QueueConfig, QueueStats
+    from sluice_dev.cli.ops import in_redis, stats_row
+
+    st = QueueStats(queue="q", ready=0, delayed=0, leased=0, dead=0, oldest_ready_age_ms=None,
+                    config=QueueConfig(max_bytes=2048), used_bytes=512, budget_bytes=2048)
+    assert in_redis(st) == "512 B / 2.0 KB (25%)"
+    assert in_redis(st.model_copy(update={"budget_bytes": 0})) == "512 B"
+    row = stats_row(st)
+    assert (row["used_bytes"], row["budget_bytes"], row["max_bytes"]) == (512, 2048, 2048)
+    from sluice_dev.cli.console import render
+
+    assert '<td class="bytes">512 B / 2.0 KB (25%)</td>' in render.queue_row(st, [], "token")
+    assert "in redis / budget" in render.QUEUE_HEAD

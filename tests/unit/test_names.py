@@ -11,7 +11,8 @@ from sluice.core import models
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import Rig
 
-PATTERNS = {models.QUEUE_NAME_PATTERN, models.JOB_ID_PATTERN, models.IDEMPOTENCY_KEY_PATTERN}
+PATTERNS = {models.QUEUE_NAME_PATTERN, models.JOB_ID_PATTERN, models.IDEMPOTENCY_KEY_PATTERN,
+            models.GROUP_PATTERN}
 
 
 def _patterns(node: Any) -> Iterator[str]:

@@ -792,7 +792,7 @@ def test_a_minted_job_of_a_queue_the_registry_refuses_ends_dead_with_the_reason_
     w = World(partitions=1)
     register = w.engine.register
 
-    def full_for_second(queue: str) -> None:
+    def full_for_second(queue: str, **kw: Any) -> None:
         if queue == "second":
             raise QueueNotAllowed("the queue registry is full (MaxQueues)")
         register(queue)
@@ -811,3 +811,38 @@ def test_a_minted_job_of_a_queue_the_registry_refuses_ends_dead_with_the_reason_
     assert item["status"] == "dead" and item["last_error"].startswith("refused by the relay: queue refused")
     assert [reason.startswith("queue refused") for _, reason in w.source.dead] == [True]
     assert (relay.report.refused, relay.report.refused_records) == (1, 0)
+
+
+def test_a_minted_sealed_record_registers_its_queue_without_the_limit() -> None:
+    """Issue 28: its gateway reserved the queue before the 202, so the relay registers it admitted
+    (register.lua's mode: no limit), never refused for the limit, even after a Redis loss; a
+    record no gateway minted (a harness's, no job id keys) is still checked against the limit."""
+    from sluice.core import ids, seal
+
+    key = b"this-deployment-key-0123456789"
+    w = World(partitions=1)
+    asked: list[tuple[str, bool]] = []
+
+    def register(queue: str, *, admitted: bool = False) -> bool:
+        asked.append((queue, admitted))
+        return True
+
+    w.engine.register = register  # type: ignore[method-assign]
+    now = w.clock.now_ms()
+    minted = seal.seal_spec(JobSpec(job_id=ids.mint(now, "paid", key), queue="paid", payload=1,
+                                    enqueued_at_ms=now), key)
+    w.source.append_spec(0, minted)
+    bus, registered = EventBus(), []
+    bus.subscribe(lambda e: registered.append(e.queue), ev.QueueRegistered)
+    relay = w.relay(job_ids=ids.Verifier(key), events=bus)
+    run_steps(relay, 3)
+    relay.stop()
+    assert asked == [("paid", True)] and w.in_redis("paid") == [minted.job_id]
+    assert registered == ["paid"]  # new to the cache: the root writes it through to DynamoDB
+    harness = World(partitions=1)
+    harness.engine.register = register  # type: ignore[method-assign]
+    harness.add(1, queue="free")
+    relay = harness.relay()
+    run_steps(relay, 3)
+    relay.stop()
+    assert asked[1:] == [("free", False)]

@@ -295,6 +295,15 @@ class Settled(Event):
     n: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRegistered(Event):
+    """The relay added ``queue`` to the registry's Redis cache for a minted record (issue 28): new to
+    the cache, so perhaps to the durable registry too (a queue from before it, or a cache lost with
+    Redis); the composition root writes it through (``sluice.entry.relay``)."""
+
+    queue: str
+
+
 # -- relay incidents: rare turns of its state, which its metrics and logs observe ----------------
 
 
@@ -330,8 +339,9 @@ class OwnershipJobRemoved(Incident):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueHeld(Incident):
-    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs) or watermark (at
-    ``depth`` ready jobs); ``held`` True when it closed, False when it opened again."""
+    """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs), watermark (at
+    ``depth`` ready jobs) or budget (at ``depth`` bytes used: its byte budget, or the total over
+    every queue); ``held`` True when it closed, False when it opened again."""
 
     queue: str
     gate: str

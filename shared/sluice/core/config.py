@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from sluice.core.payloads import MIN_INLINE_MAX_BYTES
+
 ENV_PREFIX = "sluice_"
 
 
@@ -75,6 +77,13 @@ class Settings(BaseModel):
 
     # Gateway limits.
     max_payload_bytes: int = Field(default=256 * 1024, ge=1)
+    # Large payloads (sluice.core.payloads, issue 28): a payload whose JSON is larger than this goes to
+    # payloads_bucket and its record carries a pointer, so Redis and Kafka hold mostly small entries.
+    # 16 KiB: 10,000 inline jobs of a queue stay under 160 MB of Redis, while only payloads that
+    # large pay an S3 PUT at the gateway and a GET at the worker (docs/deploy.md, "Large payloads").
+    # An empty bucket name keeps every payload inline (unit tests, the chaos workload).
+    payloads_bucket: str = ""
+    payload_inline_max_bytes: int = Field(default=16 * 1024, ge=MIN_INLINE_MAX_BYTES)
     # Job ids verify themselves (sluice.core.ids: ULID.queue.HMAC), so the gateway answers GET for a job
     # the relay has not recorded yet. The HMAC key: given directly, or read once per container from
     # Secrets Manager. The gateway refuses to start with neither. An unrecorded id older than the
@@ -96,6 +105,11 @@ class Settings(BaseModel):
     queue_allow_list: str = ""  # comma-separated queue names; empty = any name (up to max_queues)
     redis_push_memory_percent: int = Field(default=80, ge=0, le=100)  # memory guard (sluice.core.limits)
     memory_guard_depth: int = Field(default=100, ge=0)  # above the guard, deeper queues are held
+    # Byte budgets in Redis (sluice.core.limits, docs/deploy.md "Byte budgets"). Per queue unless its
+    # config's max_bytes says otherwise (0 = no budget); the total over every queue must fit the node
+    # (``sluice check`` compares it with the node type's memory; 0 = no total).
+    queue_budget_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    redis_budget_bytes: int = Field(default=512 * 1024 * 1024, ge=0)
     queue_view_ttl_ms: int = Field(default=2_000, ge=0)  # the gateway's cached view of a queue
     # Priorities above max_caller_priority are for operators only: principals (IAM user or role
     # ARNs, comma-separated) whose requests API Gateway signed (policy.priority_allowed).
@@ -146,6 +160,10 @@ class Settings(BaseModel):
     # Routes (sluice.core.routes): the table of queue -> worker function, empty = no routing (every queue
     # goes to worker_function_name). Read at most once per route_cache_ttl_s per container.
     routes_table: str = ""
+    # The durable registry of queues (issue 28; backends/dynamodb/queues.py): the gateway writes a new
+    # queue through to it before its first 202, and the registry's Redis cache is loaded from it after
+    # a Redis loss. Empty: Redis holds the only registry (as before issue 28).
+    queues_table: str = ""
     # Schedules (sluice.core.schedules, issue 17): the table of schedules, empty = no schedule routes.
     # In AWS each is also an EventBridge Scheduler schedule in scheduler_group, invoking the firings
     # function (firings_function_arn) through scheduler_role_arn; without them only the table is kept.
@@ -175,6 +193,8 @@ class Settings(BaseModel):
     # Relay.
     relay_batch: int = Field(default=500, ge=1)
     relay_poll_ms: int = Field(default=200, ge=1)
+    # Records a relay holds in memory per partition before it stops fetching it (RelayConfig.max_pending).
+    relay_max_pending: int = Field(default=5_000, ge=10, le=1_000_000)
     # The longest the broker holds the relay's fetch while its partitions have nothing new (Kafka's
     # default: 500 ms). kafka-python keeps one fetch in flight per broker, leaving out partitions
     # whose records it still holds, so the partition being worked through is fetched again only
@@ -197,7 +217,7 @@ class Settings(BaseModel):
     relay_park_threshold: int = Field(default=0, ge=0)
     relay_max_pending: int = Field(default=5_000, ge=1)
 
-    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 10 custom metrics a queue, $0.30 each a
+    # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 11 custom metrics a queue, $0.30 each a
     # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,
     # else the first metrics_queue_cap queues a process sees. metrics_queue_cap 0 turns them off.
     metrics_queues: str = ""

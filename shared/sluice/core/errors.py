@@ -159,6 +159,20 @@ class BackendUnavailable(SluiceError):
     code = "UNAVAILABLE"
 
 
+class PayloadUnavailable(SluiceError):
+    """A job's payload pointer (``sluice.core.payloads``) could not be resolved: the object is
+    missing, not the one its record sealed, or not the job's own. The job fails with the reason."""
+
+    code = "PAYLOAD_UNAVAILABLE"
+
+
+class RegistryCold(BackendUnavailable):
+    """The registry's Redis cache was lost and not loaded again yet (register.lua): the adapter
+    loads it from the durable registry and asks again."""
+
+    code = "REGISTRY_COLD"
+
+
 class NotPermitted(SluiceError):
     """A backend refused the call for this function's credentials: its Redis user's key patterns
     or commands do not cover it (Redis NOPERM; ElastiCache RBAC, docs/security.md "Redis users").
@@ -356,7 +370,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         RouteRefused, RegistrationRefused,
         NoRoute, PayloadInvalid, InvalidSchedule, FiringRefused, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
-        WrongFunction,
+        WrongFunction, RegistryCold,
     )
 }
 

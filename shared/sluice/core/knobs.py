@@ -20,12 +20,12 @@ class ConfigEngine(Protocol):
     def get_config(self, queue: str) -> QueueConfig: ...
 
 
-def _number(value: object, what: str, *, integer: bool = False) -> float:
+def _number(value: object, what: str, *, integer: bool = False, most: int = 10_000_000) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
         raise InvalidInput(f"{what} must be a number >= 0, got {value!r}")
     if integer and not isinstance(value, int):
         raise InvalidInput(f"{what} must be an integer, got {value!r}")
-    if value > 10_000_000:
+    if value > most:
         raise InvalidInput(f"{what} is absurdly large: {value!r}")
     return float(value)
 
@@ -53,17 +53,30 @@ def set_watermarks(engine: ConfigEngine, queue: str, high: int, low: int | None 
     return engine.set_config(queue, high_watermark=hi, low_watermark=lo)
 
 
-def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int) -> QueueConfig:
-    return engine.set_config(queue, max_in_flight=int(_number(limit, "max in flight", integer=True)))
+def set_max_in_flight(engine: ConfigEngine, queue: str, limit: int | None = None,
+                      per_group: int | None = None) -> QueueConfig:
+    """The most jobs of ``queue`` leased at once (``limit``), and of each of its fair groups
+    (``per_group``, issue 28 item 5); 0 = no limit, None leaves that one as it is."""
+    changes = {name: int(_number(value, what, integer=True))
+               for name, what, value in (("max_in_flight", "max in flight", limit),
+                                         ("max_in_flight_per_group", "max in flight per group", per_group))
+               if value is not None}
+    if not changes:
+        raise InvalidInput("give --max-in-flight, --per-group or both")
+    return engine.set_config(queue, **changes)
 
 
 def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
-             max_dead: int | None = None) -> QueueConfig:
-    """The queue's own caps on delayed and dead jobs (0 = the deployment's default; sluice.core.limits)."""
-    changes = {name: int(_number(value, name.replace("_", " "), integer=True))
-               for name, value in (("max_delayed", max_delayed), ("max_dead", max_dead)) if value is not None}
+             max_dead: int | None = None, max_bytes: int | None = None) -> QueueConfig:
+    """The queue's own caps on delayed and dead jobs and its byte budget in Redis (0 = the
+    deployment's default; sluice.core.limits)."""
+    changes = {name: int(_number(value, name.replace("_", " "), integer=True, most=most))
+               for name, value, most in (("max_delayed", max_delayed, 10_000_000),
+                                         ("max_dead", max_dead, 10_000_000),
+                                         ("max_bytes", max_bytes, 1 << 50))
+               if value is not None}
     if not changes:
-        raise InvalidInput("give --max-delayed, --max-dead or both")
+        raise InvalidInput("give --max-delayed, --max-dead, --max-bytes or some of them")
     return engine.set_config(queue, **changes)
 
 

@@ -9,6 +9,12 @@ included, for every tenant. So what a caller can make Redis hold is bounded
   what the gateway accepted over the cap (it never drops it);
 - dead jobs are trimmed by count and age once the jobs table holds their ending;
 - the registry of queue names (``max_queues``, or an operator's allow-list);
+- a queue's bytes (``max_bytes``, else ``queue_budget``): push.lua counts each job's bytes
+  (``job_bytes``) against the queue's budget in the same atomic step as the push, and takes
+  no job beyond it; the relay holds the queue (``budget_held``) until its jobs leave;
+- every queue's bytes together (``redis_budget``): the relay sums the queues' use and holds the
+  largest ones at the total (``total_held``), which ``sluice check`` fits to the node type's
+  memory (``budget_problems``);
 - Redis memory as a whole: above ``push_memory_percent`` the relay pushes nothing and
   the gateway answers 429, so leases, acks and fails keep the headroom they need.
 
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sluice.core.errors import QueueNotAllowed
-from sluice.core.models import MAX_DELAY_MS, QueueConfig, is_reserved_queue
+from sluice.core.models import MAX_DELAY_MS, QueueConfig, QueueStats, is_reserved_queue
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
@@ -81,6 +87,8 @@ class Limits:
     allow: frozenset[str] | None = None  # None: any valid name
     push_memory_percent: int = 0  # 0 = no memory guard
     memory_guard_depth: int = 100  # above the guard, queues with this many waiting jobs are held
+    queue_budget: int = 0  # bytes per queue, unless its config's max_bytes says otherwise; 0 = none
+    redis_budget: int = 0  # bytes over every queue together; 0 = no total
 
     @classmethod
     def from_settings(cls, s: Settings) -> Limits:
@@ -88,11 +96,20 @@ class Limits:
                    dead_keep=s.dead_keep_per_queue, dead_retention_ms=s.dead_retention_hours * 3_600_000,
                    max_queues=s.max_queues, allow=s.allowed_queues(),
                    push_memory_percent=s.redis_push_memory_percent,
-                   memory_guard_depth=s.memory_guard_depth)
+                   memory_guard_depth=s.memory_guard_depth, queue_budget=s.queue_budget_bytes,
+                   redis_budget=s.redis_budget_bytes)
 
     def caps(self, config: QueueConfig) -> tuple[int, int]:
         """The queue's effective (max_delayed, max_dead): its own config, else the deployment's."""
         return config.max_delayed or self.max_delayed, config.max_dead or self.max_dead
+
+    def budget(self, config: QueueConfig) -> int:
+        """The queue's effective byte budget (0 = none): its own ``max_bytes``, else the deployment's."""
+        return config.max_bytes or self.queue_budget
+
+    def with_budget(self, stats: QueueStats) -> QueueStats:
+        """``stats`` with its effective ``budget_bytes`` (Redis knows only the queue's own max_bytes)."""
+        return stats.model_copy(update={"budget_bytes": self.budget(stats.config)})
 
     def check_name(self, queue: str) -> None:
         """QueueNotAllowed unless the allow-list (if any) names ``queue``."""
@@ -163,3 +180,103 @@ def take_within(delayed: list[bool], room: int | None) -> int:
                 return i
             room -= 1
     return len(delayed)
+
+
+# -- byte budgets (issue 28, item 4; docs/deploy.md "Byte budgets") -------------------------------
+# What one job counts against its queue's budget: the bytes push.lua stores (payload, meta, id in
+# the job key and in a zset) plus a fixed estimate of Redis's own overhead per job: the hash's
+# dict entry and robj, its listpack header and fields (p, m, sz and room for a, err, g), the zset
+# skiplist node and dict entry, each key's SDS header and allocator rounding. Measured with
+# MEMORY USAGE on Redis 7: a job with a 10-byte payload takes about 250 bytes in all. _lib.lua's
+# JOB_OVERHEAD must equal it (tests/unit/test_engine_lua.py checks).
+JOB_OVERHEAD_BYTES: Final = 200
+BUDGET_RESUME: Final = 0.9  # a queue held by its budget takes jobs again below this share of it
+
+
+def job_bytes(job_id: str, payload: str, meta: str, prefix_len: int) -> int:
+    """What push.lua counts for one job (its ``sz`` field); the lengths are bytes, as Lua's ``#``."""
+    return len(payload.encode()) + len(meta) + 2 * len(job_id) + prefix_len + JOB_OVERHEAD_BYTES
+
+
+def budget_held(used: int, budget: int, held: bool) -> bool:
+    """Whether a queue that counts ``used`` bytes against ``budget`` (0: none) takes no more jobs.
+
+    At the budget it is held; held, it stays so until its use falls below ``BUDGET_RESUME`` of the
+    budget, so a queue at its budget does not flap at every job acked (push.lua still takes only
+    what fits in between: the hold saves the relay the pushes that would take nothing). A queue
+    whose single next job is more than the other tenth of its budget is held by the pusher (push.lua
+    left it) and released here below the resume share: one push that takes nothing per refresh,
+    until its jobs leave (budgets are meant to hold many jobs)."""
+    if budget <= 0:
+        return False
+    if held:
+        return used >= budget * BUDGET_RESUME
+    return used >= budget
+
+
+def total_held(used: int, total_used: int, queues: int, redis_budget: int) -> bool:
+    """Whether a queue using ``used`` bytes is held because every queue's use together
+    (``total_used`` over the ``queues`` queues that use any) reached ``redis_budget`` (0: no total).
+
+    At the total, a queue holding at least an equal share of it is held: the ones that filled Redis
+    wait, one with little in Redis keeps flowing (as the memory guard holds deep queues only).
+    Queues live in different slots on a cluster, so no script can see the sum: the relay does."""
+    if redis_budget <= 0 or total_used < redis_budget:
+        return False
+    return used * max(1, queues) >= redis_budget
+
+
+# Memory of each ElastiCache node type (AWS's "Supported node types" table, in GiB), the one place
+# ``sluice check`` reads it. What Sluice may budget on a node: that memory less ElastiCache's
+# reserved memory (``RESERVED_MEMORY_PERCENT``, its default for the parameter group) and below the
+# memory guard (``RedisPushMemoryPercent``), above which the relay holds queues anyway.
+GIB: Final = 1 << 30
+NODE_MEMORY_GIB: Final[dict[str, float]] = {
+    "cache.t3.micro": 0.5, "cache.t3.small": 1.37, "cache.t3.medium": 3.09,
+    "cache.t4g.micro": 0.5, "cache.t4g.small": 1.37, "cache.t4g.medium": 3.09,
+    "cache.m5.large": 6.38, "cache.m5.xlarge": 12.93, "cache.m5.2xlarge": 26.04,
+    "cache.m6g.large": 6.38, "cache.m6g.xlarge": 12.93, "cache.m6g.2xlarge": 26.04,
+    "cache.m6g.4xlarge": 52.26, "cache.m7g.large": 6.38, "cache.m7g.xlarge": 12.93,
+    "cache.m7g.2xlarge": 26.04, "cache.m7g.4xlarge": 52.26,
+    "cache.r5.large": 13.07, "cache.r5.xlarge": 26.32, "cache.r5.2xlarge": 52.82,
+    "cache.r6g.large": 13.07, "cache.r6g.xlarge": 26.32, "cache.r6g.2xlarge": 52.82,
+    "cache.r6g.4xlarge": 105.81, "cache.r7g.large": 13.07, "cache.r7g.xlarge": 26.32,
+    "cache.r7g.2xlarge": 52.82, "cache.r7g.4xlarge": 105.81,
+}
+RESERVED_MEMORY_PERCENT: Final = 25
+
+
+def node_budget_bytes(node_type: str, push_memory_percent: int, shards: int = 1) -> int | None:
+    """The most bytes the budgets may total on ``shards`` primaries of ``node_type`` (None: a node
+    type the table does not know)."""
+    gib = NODE_MEMORY_GIB.get(node_type)
+    if gib is None:
+        return None
+    guard = push_memory_percent or 100
+    return int(gib * GIB * (100 - RESERVED_MEMORY_PERCENT) / 100 * guard / 100) * max(1, shards)
+
+
+def budget_problems(node_type: str, redis_budget: int, queue_budget: int, queues: int,
+                    push_memory_percent: int, shards: int = 1) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a deployment's byte budgets against its node type (pure; ``sluice
+    check`` refuses a deploy with errors). ``queues``: how many queues it serves (0: unknown)."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    room = node_budget_bytes(node_type, push_memory_percent, shards)
+    if room is None:
+        warnings.append(f"CacheNodeType {node_type} is not in sluice.core.limits.NODE_MEMORY_GIB: its "
+                        "byte budgets are not checked against its memory")
+    elif redis_budget == 0:
+        warnings.append(f"RedisBudgetBytes is 0 (no total): nothing keeps the queues' budgets within "
+                        f"the {room} bytes {node_type} x {shards} can hold")
+    elif redis_budget > room:
+        errors.append(f"RedisBudgetBytes {redis_budget} is more than {node_type} x {shards} can hold: "
+                      f"{room} bytes ({RESERVED_MEMORY_PERCENT}% reserved, below the "
+                      f"{push_memory_percent or 100}% memory guard); lower it or pick a larger node")
+    if redis_budget and queue_budget and queues and queue_budget * queues > redis_budget:
+        warnings.append(f"{queues} queues x QueueBudgetBytes {queue_budget} = {queue_budget * queues} "
+                        f"bytes is more than RedisBudgetBytes {redis_budget}: at the total the relay "
+                        "holds the queues that use the most (docs/deploy.md, Byte budgets)")
+    if not redis_budget and not queue_budget:
+        warnings.append("QueueBudgetBytes and RedisBudgetBytes are 0: one queue may fill Redis")
+    return errors, warnings

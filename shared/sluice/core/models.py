@@ -24,6 +24,11 @@ QUEUE_NAME_RE = re.compile(QUEUE_NAME)
 JOB_ID: Final = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
 JOB_ID_PATTERN: Final = f"^{JOB_ID}$"
 JOB_ID_RE = re.compile(JOB_ID)
+# A fair-share group inside a queue (a tenant, a customer id: issue 28, item 5). ':' is allowed
+# (ids such as "org:42"); a group name is a Redis key suffix inside its queue's hash tag, never a tag.
+GROUP: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
+GROUP_PATTERN: Final = f"^{GROUP}$"
+GROUP_RE = re.compile(GROUP)
 # Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
 IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
 # Queues whose names start with this are Sluice's own (the relay's partition ownership lives
@@ -69,6 +74,13 @@ def validate_job_id(job_id: object) -> str:
     if not isinstance(job_id, str) or JOB_ID_RE.fullmatch(job_id) is None:
         raise InvalidInput(f"invalid job id {job_id!r}: must match {JOB_ID_PATTERN}")
     return job_id
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` if legal (``GROUP_PATTERN``): a fair-share group's name."""
+    if not isinstance(group, str) or GROUP_RE.fullmatch(group) is None:
+        raise InvalidInput(f"invalid group {group!r}: must match {GROUP_PATTERN}")
+    return group
 
 
 def validate_token(token: object) -> int:
@@ -163,6 +175,7 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, Jo
 
 QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
 JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
+GroupName = Annotated[str, Field(pattern=GROUP_PATTERN)]
 
 
 # Validation context of a JobSpec whose payload the caller has just serialised with ``dump_json``
@@ -187,6 +200,9 @@ class JobSpec(BaseModel):
     enqueued_at_ms: int = Field(default=0, ge=0)
     idempotency_key: str | None = None
     seal: str | None = Field(default=None, max_length=64)  # format 2: the gateway's whole-record MAC
+    # Its fair-share group (a tenant): leased in turn with the queue's other groups, within their
+    # in-flight limit (QueueConfig.max_in_flight_per_group). None: the queue's default group.
+    group: GroupName | None = None
 
     @field_validator("payload")
     @classmethod
@@ -214,11 +230,12 @@ class DecodedJob(NamedTuple):
     lease_ms: int
     run_at_ms: int
     enqueued_at_ms: int
+    group: str | None = None  # JobSpec.group
 
     @classmethod
     def of(cls, spec: JobSpec) -> DecodedJob:
         return cls(spec.job_id, spec.queue, dump_json(spec.payload), spec.priority, spec.max_attempts,
-                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms)
+                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms, spec.group)
 
 
 class Job(BaseModel):
@@ -233,6 +250,7 @@ class Job(BaseModel):
     max_attempts: int
     priority: int = 0
     enqueued_at_ms: int = 0
+    group: str | None = None  # its fair-share group (JobSpec.group)
 
 
 class LeasedJob(BaseModel):
@@ -254,11 +272,12 @@ class LeasedJob(BaseModel):
     # The job's redrive generation in Redis (0: never redriven). The grant passes it on: a
     # final item is left only for a generation newer than the one it last ran under.
     redrive_gen: int = 0
+    group: str | None = None  # its fair-share group (JobSpec.group)
 
     def as_job(self) -> Job:
         return Job(job_id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,
                    max_attempts=self.max_attempts, priority=self.priority,
-                   enqueued_at_ms=self.enqueued_at_ms)
+                   enqueued_at_ms=self.enqueued_at_ms, group=self.group)
 
 
 class Extended(BaseModel):
@@ -303,6 +322,12 @@ class QueueConfig(BaseModel):
     # max_dead_per_queue); sluice.core.limits.Limits turns them into the effective caps.
     max_delayed: int = Field(default=0, ge=0)
     max_dead: int = Field(default=0, ge=0)
+    # Byte budget in Redis (issue 28): 0 = the deployment's Settings.queue_budget_bytes; push.lua
+    # counts each job's bytes against it (sluice.core.limits.job_bytes) and takes no more beyond.
+    max_bytes: int = Field(default=0, ge=0)
+    # Leased jobs one group (JobSpec.group) may hold at once; 0 = no limit. Jobs without a group
+    # (the default group) are bounded by max_in_flight only (docs/engine.md, "Fair groups").
+    max_in_flight_per_group: int = Field(default=0, ge=0)
 
 
 class FinishedCounts(BaseModel):
@@ -331,6 +356,8 @@ class QueueStats(BaseModel):
     config: QueueConfig = QueueConfig()
     idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+    used_bytes: int = 0  # bytes its jobs count against its budget (keys.used; push.lua reserves them)
+    budget_bytes: int = 0  # its effective byte budget (limits.Limits.with_budget); 0: none or not known
 
 
 class DeadJob(BaseModel):

@@ -158,6 +158,19 @@ class JobStore(Protocol):
         ...
 
 
+class QueueDirectory(Protocol):
+    """The durable registry of queues (DynamoDB's queues table, issue 28): every queue a gateway
+    reserved, whatever Redis lost. Redis holds its cache, which also decides the limit."""
+
+    def put(self, queue: str) -> None:
+        """Record ``queue`` (idempotent: an existing item and its state are left as they are)."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every queue recorded, by name."""
+        ...
+
+
 class JobLog(Protocol):
     """The durable append-only log (Kafka)."""
 
@@ -197,6 +210,19 @@ class Dispatcher(Protocol):
     """Starts workers for a queue: Lambda async invokes in AWS, processes locally."""
 
     def dispatch(self, queue: str, invocations: int, batch: int) -> int: ...
+
+
+class PayloadStore(Protocol):
+    """Where payloads too large for Redis live (S3: ``sluice.backends.aws.payloads``), by the key
+    ``sluice.core.payloads.payload_key`` derives from the job."""
+
+    def put(self, key: str, body: bytes) -> None:
+        """Stored, or raises (BackendUnavailable, StoreError): nothing may be appended then."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; PayloadUnavailable if there is none."""
+        ...
 
 
 class ResultSink(Protocol):

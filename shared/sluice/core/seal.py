@@ -8,7 +8,10 @@ it (one Crockford character, as in an id) and an HMAC-SHA256, truncated to 128 b
 digits), over every field the relay acts on:
 
     schema_version, job_id, queue, SHA-256 of the payload's canonical JSON (``models.dump_json``),
-    priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, idempotency_key
+    priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, idempotency_key[, group]
+
+(the group, issue 28 item 5, only when the record has one: every record sealed before groups, and
+every record without one, signs the same bytes as before)
 
 with a key derived from the job id key for this use only (``record_key``), so a seal is never a
 valid id MAC nor the other way round. The relay checks the seal before it pushes
@@ -51,13 +54,17 @@ def payload_digest(payload_json: str) -> str:
 
 
 def message(job_id: str, queue: str, payload_json: str, priority: int, max_attempts: int, lease_ms: int,
-            run_at_ms: int, enqueued_at_ms: int, idempotency_key: str | None) -> bytes:
-    """The bytes a seal signs. Fields are separated by a newline, which none may contain (ids and
-    queues match their patterns, the numbers are ints, the digest is hex, and an idempotency key
-    is printable ASCII); a missing idempotency key is ``-``, a present one ``+`` and the key."""
+            run_at_ms: int, enqueued_at_ms: int, idempotency_key: str | None,
+            group: str | None = None) -> bytes:
+    """The bytes a seal signs. Fields are separated by a newline, which none may contain (ids,
+    queues and groups match their patterns, the numbers are ints, the digest is hex, and an
+    idempotency key is printable ASCII); a missing idempotency key is ``-``, a present one ``+`` and
+    the key. A group adds a last line ``g`` and the group; without one the bytes are those of
+    before groups, so their seals still verify."""
     key = "-" if idempotency_key is None else "+" + idempotency_key
+    tail = "" if group is None else "\ng" + group
     return (f"sluice record {VERSION}\n{job_id}\n{queue}\n{payload_digest(payload_json)}\n{priority}\n"
-            f"{max_attempts}\n{lease_ms}\n{run_at_ms}\n{enqueued_at_ms}\n{key}").encode()
+            f"{max_attempts}\n{lease_ms}\n{run_at_ms}\n{enqueued_at_ms}\n{key}{tail}").encode()
 
 
 def _mac(key: bytes, signed: bytes) -> str:
@@ -91,7 +98,7 @@ def spec_message(spec: JobSpec, payload_json: str | None = None) -> bytes:
     """``message`` of a ``JobSpec`` (``payload_json``: its payload's canonical JSON, if already made)."""
     return message(spec.job_id, spec.queue, spec.payload_json() if payload_json is None else payload_json,
                    spec.priority, spec.max_attempts, spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms,
-                   spec.idempotency_key)
+                   spec.idempotency_key, spec.group)
 
 
 def seal_spec(spec: JobSpec, key: bytes) -> JobSpec:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.core.models import (
+    GROUP_PATTERN,
     JOB_ID_PATTERN,
     MAX_ATTEMPTS,
     MAX_LEASE_MS,
@@ -35,7 +36,9 @@ class EnqueueRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is.")]
+    payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is. An object with a "
+                                              "top-level \"$sluice\" member is refused (400): Sluice's own "
+                                              "payload pointers have that shape.")]
     delay_seconds: int = Field(default=0, ge=0, le=MAX_DELAY_SECONDS,
                                description="Run no earlier than this many seconds from now.")
     priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="0 (default) to 9 (most urgent).")
@@ -43,6 +46,10 @@ class EnqueueRequest(BaseModel):
                               description="Attempts before the job is dead-lettered.")
     lease_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS,
                                description="How long a worker holds the job between heartbeats.")
+    group: str | None = Field(default=None, pattern=GROUP_PATTERN,
+                              description="Its fair-share group in the queue (a tenant or customer id): "
+                                          "groups are leased in turn, each within the queue's "
+                                          "max_in_flight_per_group. Absent: the queue's default group.")
 
 
 class BatchRequest(BaseModel):
@@ -121,10 +128,15 @@ class QueueView(BaseModel):
     rate_per_s: float = Field(ge=0, description="Relay push rate limit; 0 = unlimited.")
     burst: int = Field(ge=0)
     max_in_flight: int = Field(ge=0, description="0 = unlimited.")
+    max_in_flight_per_group: int = Field(default=0, ge=0, description="Per fair group; 0 = unlimited.")
     high_watermark: int = Field(ge=0)
     low_watermark: int = Field(ge=0)
     max_delayed: int = Field(default=0, ge=0, description="Delayed jobs the queue may hold; 0 = no cap.")
     max_dead: int = Field(default=0, ge=0, description="Dead jobs at which it takes no more; 0 = no cap.")
+    used_bytes: int = Field(default=0, ge=0, description="Bytes its jobs take in Redis, counted against its "
+                                                          "budget.")
+    budget_bytes: int = Field(default=0, ge=0, description="Its byte budget in Redis; 0 = none. Beyond it "
+                                                            "the relay holds its jobs back.")
     route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
 
 

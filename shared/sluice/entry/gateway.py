@@ -179,7 +179,9 @@ def build_api(settings: Settings | None = None) -> Api:
                          refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s)),
                intake=Intake(s.max_payload_bytes,
                              Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
-                             limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse"),
+                             limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse",
+                             payloads=wiring.payload_store(s), inline_max_bytes=s.payload_inline_max_bytes,
+                             registry=wiring.reservations(queue, settings)),
                policy=Policy([a.strip() for a in s.operator_principals.split(",") if a.strip()],
                              s.max_caller_priority, throttle=wiring.caller_throttle(settings)),
                idempotency=idempotency(s))

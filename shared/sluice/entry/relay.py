@@ -107,6 +107,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
     relay_id = f"relay-{context.aws_request_id or socket.gethostname()}-{os.getpid()}"
     engine, source = RedisRelayEngine.from_settings(settings), _source(settings)
     bus = wiring.events() if events is None else events
+    wiring.durable_registry(engine.conn, bus, settings)
     recovery_hooks = for_relay(settings, engine, wiring.store(settings), source, events=bus,
                                **(recovery or {}))
     wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (core.families)

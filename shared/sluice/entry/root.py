@@ -24,9 +24,18 @@ if TYPE_CHECKING:
     from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
     from sluice.core.lazy import Lazy
-    from sluice.core.ports import CallerThrottle, Dispatcher, JobLog, JobQueue, JobStore
+    from sluice.core.ports import (
+        CallerThrottle,
+        Dispatcher,
+        JobLog,
+        JobQueue,
+        JobStore,
+        PayloadStore,
+        QueueDirectory,
+    )
     from sluice.core.routes import RouteCache, TeamMapCache
     from sluice.gateway.api import Api
+    from sluice.gateway.registry import Reservations
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
     from sluice.relay.ports import ParkingLot, RelayEngine
@@ -71,10 +80,54 @@ def dynamodb(s: Settings | None = None) -> Any:
 
 @cache
 def redis(s: Settings | None = None) -> RedisConnection:
-    """The container's Redis client, which every Redis facade built here shares."""
+    """The container's Redis client, which every Redis facade built here shares; the registry's cache
+    in it is loaded from the durable registry (``queue_directory``) after a Redis loss."""
     from sluice.backends.redis.connection import RedisConnection
 
-    return RedisConnection.from_settings(s or settings())
+    s = s or settings()
+    conn = RedisConnection.from_settings(s)
+    durable_registry(conn, None, s)
+    return conn
+
+
+def durable_registry(conn: RedisConnection, bus: EventBus | None, s: Settings) -> None:
+    """With a queues table: ``conn`` loads a lost registry cache from it, and, on ``bus`` (the
+    relay's), each queue the relay newly registered for a minted record is written through to it
+    (once per queue per cache: a failure is logged, and a gateway's next reservation of the queue
+    writes it through again)."""
+    if not s.queues_table:
+        return
+    conn.registry_source = lambda: queue_directory(s).names()
+    if bus is not None and id(bus) not in _written_through:
+        from sluice.core.bus import QueueRegistered
+
+        _written_through.add(id(bus))
+        bus.subscribe(lambda e: queue_directory(s).put(e.queue), QueueRegistered)
+
+
+@cache
+def queue_directory(s: Settings | None = None) -> QueueDirectory:
+    """The durable registry of queues (DynamoDB's queues table, issue 28); ConfigError without one."""
+    from sluice.backends.dynamodb.queues import DynamoQueueDirectory
+    from sluice.core.errors import ConfigError
+
+    s = s or settings()
+    if not s.queues_table:
+        raise ConfigError("no queues table: set SLUICE_QUEUES_TABLE (template.yaml's QueuesTable)")
+    return DynamoQueueDirectory(dynamodb(s), s.queues_table)
+
+
+def reservations(held: Lazy[JobQueue], s: Settings | None = None) -> Reservations:
+    """The gateway's reservation of a new queue before its first 202 (``sluice.gateway.registry``):
+    Redis (the limit: ``held``, the gateway's queue, whose client its other reads share) then the
+    durable registry, each built on the first reservation."""
+    from typing import cast
+
+    from sluice.core.lazy import Lazy
+    from sluice.gateway.registry import RegistryCache, Reservations
+
+    durable = Lazy(lambda: queue_directory(s)) if (s or settings()).queues_table else None
+    return Reservations(cast("Lazy[RegistryCache]", held), durable)
 
 
 @cache
@@ -331,6 +384,25 @@ def completion_publisher(s: Settings | None = None) -> Any:
 
 
 @cache
+def payload_store(s: Settings | None = None) -> Lazy[PayloadStore] | None:
+    """Where large payloads live (``sluice.core.payloads``), its S3 client built on the first large
+    payload (most containers never see one: no botocore S3 model at a cold start); None without a
+    payloads bucket, so every payload stays inline."""
+    from sluice.core.lazy import Lazy
+
+    s = s or settings()
+    if not s.payloads_bucket:
+        return None
+
+    def build() -> PayloadStore:
+        from sluice.backends.aws.payloads import S3PayloadStore
+
+        return S3PayloadStore(boto_client("s3", s), s.payloads_bucket)
+
+    return Lazy(build)
+
+
+@cache
 def family_gateway(s: Settings | None = None) -> LambdaFamilyGateway | None:
     """The internal function's family entry (``sluice.core.families``), or None where none is named."""
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway, LambdaInvoke
@@ -367,11 +439,12 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
 
 
 _counted: set[int] = set()
+_written_through: set[int] = set()
 
 
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine):
+                    dynamodb, redis, relay_engine, payload_store, queue_directory):
         builder.cache_clear()

@@ -12,10 +12,11 @@ run before any write, so a refused or invalid request changes nothing. Redrive g
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sluice.core import knobs, policy
 from sluice.core.errors import InvalidInput, NoRoute, NotOperator
+from sluice.core.limits import Limits
 from sluice.core.models import (
     DeadJob,
     QueueConfig,
@@ -29,6 +30,12 @@ from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
 MAX_LISTED = 10_000
+
+
+class Listing(Protocol):
+    """The durable registry's names (``sluice.gateway.registry.Reservations``); None: none kept."""
+
+    def names(self) -> list[str] | None: ...
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
@@ -52,8 +59,11 @@ def authorize(principal: str, operators: Sequence[str]) -> None:
 class Admin:
     def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
-                 reseal: Reseal | None = None) -> None:
+                 reseal: Reseal | None = None, limits: Limits | None = None,
+                 registry: Listing | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
+        self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
+        self.registry = registry
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
 
     def check_queue(self, name: str) -> str:
@@ -72,14 +82,15 @@ class Admin:
     def set_rate(self, name: str, per_second: Any, burst: Any = None) -> QueueConfig:
         return knobs.set_rate(self.queue, self.check_queue(name), per_second, burst)
 
-    def set_max_in_flight(self, name: str, limit: Any) -> QueueConfig:
-        return knobs.set_max_in_flight(self.queue, self.check_queue(name), limit)
+    def set_max_in_flight(self, name: str, limit: Any = None, per_group: Any = None) -> QueueConfig:
+        return knobs.set_max_in_flight(self.queue, self.check_queue(name), limit, per_group)
 
     def set_watermarks(self, name: str, high: Any, low: Any = None) -> QueueConfig:
         return knobs.set_watermarks(self.queue, self.check_queue(name), high, low)
 
-    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None) -> QueueConfig:
-        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead)
+    def set_caps(self, name: str, max_delayed: Any = None, max_dead: Any = None,
+                 max_bytes: Any = None) -> QueueConfig:
+        return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
@@ -95,16 +106,20 @@ class Admin:
         return None if self.routes is None else self.routes.resolve(queue)
 
     def queue_row(self, stats: QueueStats) -> dict[str, Any]:
-        """One queue for ``sluice queues`` and ``sluice top``: its stats, overdue leases and route."""
-        return {**stats.model_dump(mode="json"), "overdue_leases": self.queue.overdue_leases(stats.queue),
-                "route": self.route(stats.queue)}
+        """One queue for ``sluice queues`` and ``sluice top``: its stats (with its byte budget), overdue
+        leases and route."""
+        return {**self.limits.with_budget(stats).model_dump(mode="json"),
+                "overdue_leases": self.queue.overdue_leases(stats.queue), "route": self.route(stats.queue)}
 
     def queue_stats(self, name: str) -> dict[str, Any]:
         return self.queue_row(self.queue.stats(self.check_queue(name)))
 
     def all_queues(self) -> list[dict[str, Any]]:
-        """Every public queue Redis knows (its registry), by name."""
-        return [self.queue_row(self.queue.stats(q)) for q in self.queue.queues() if not is_reserved_queue(q)]
+        """Every public queue of the durable registry (issue 28: it survives a Redis loss) and of
+        Redis's (the cache: it also holds queues registered before the durable one existed), by name."""
+        durable = self.registry.names() if self.registry is not None else None
+        names = sorted(set(self.queue.queues()) | set(durable or ()))
+        return [self.queue_row(self.queue.stats(q)) for q in names if not is_reserved_queue(q)]
 
     def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:

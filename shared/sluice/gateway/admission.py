@@ -71,6 +71,8 @@ class Admission:
         view = self._view(queue)
         if view is None:
             return
+        # A cheap early refusal from the view (no round trip for a flood within its life); the binding
+        # decision is the reservation's, atomic in register.lua (``sluice.gateway.registry``).
         limit = self.limits.registry_limit(queue)
         if not view.registered and limit and view.queues >= limit:
             raise QueueNotAllowed(f"queue {queue!r} is new and {view.queues} queues are registered, the "

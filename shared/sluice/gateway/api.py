@@ -411,9 +411,10 @@ class Api:
             queue=queue, ready=stats.ready, delayed=stats.delayed, leased=stats.leased, dead=stats.dead,
             oldest_ready_age_ms=stats.oldest_ready_age_ms, paused=config.paused,
             rate_per_s=config.rate_per_s, burst=config.burst, max_in_flight=config.max_in_flight,
+            max_in_flight_per_group=config.max_in_flight_per_group,
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
             max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
-            route=route,
+            used_bytes=stats.used_bytes, budget_bytes=self.limits.budget(config), route=route,
         )
 
     def _route_view(self, queue: str) -> QueueRoute | None:

@@ -134,6 +134,8 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
         by_queue.setdefault(job.queue, []).append(job)
     for queue, jobs in by_queue.items():
         pipeline.admit(queue, jobs)
+    if request.then is not None:  # released later, but its id is answered now: its queue is reserved now
+        pipeline.reserve(request.then.queue)
     now = api.clock()
     specs = [pipeline.spec(job.queue, job, now, None, job_id=_child_id(api, parent_id, job.queue, job.key))
              for job in request.jobs]

@@ -7,8 +7,12 @@ the same steps, in this order, and nothing is written before the last:
 1. ``check``: the queue's name (malformed or reserved), the payload's size, the priority the
    caller (``sluice.core.caller.Caller``, verified by its entry) may use, the route (a queue no
    deployed worker handles) and the queue's payload schema;
-2. ``admit``: whether the queue takes more jobs now (``sluice.gateway.admission``);
-3. ``spec``: the record, with a minted id (``mint``) or one the use case derived;
+2. ``admit``: whether the queue takes more jobs now (``sluice.gateway.admission``), and its
+   reservation in the registry (``sluice.gateway.registry``: QueueNotAllowed for a new queue
+   the registry has no room for), so the relay never refuses what the gateway answered 202;
+3. ``spec``: the record, with a minted id (``mint``) or one the use case derived; a payload above
+   ``Intake.inline_max_bytes`` is written to the payload store now and the record carries its
+   pointer (``sluice.core.payloads``), so Kafka and Redis hold mostly small entries;
 4. ``append``: to Kafka. What a failed append means is the use case's: an enqueue withdraws
    its jobs, a child's or a firing's id is its own for good and the caller's retry appends again.
 """
@@ -20,13 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from sluice.core import ids, seal
+from sluice.core import ids, payloads, seal
 from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
 from sluice.core.errors import NoRoute, PayloadInvalid, PayloadTooLarge, PriorityNotAllowed, SluiceError
+from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import PAYLOAD_CHECKED, JobSpec, dump_json, validate_public_queue
-from sluice.core.ports import JobLog
+from sluice.core.ports import JobLog, PayloadStore
 from sluice.core.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
 from sluice.core.wire import EnqueueRequest
 
@@ -42,6 +47,16 @@ class Admission(Protocol):
     """Refuses jobs a queue may not take now (``sluice.gateway.admission``: QueueFull, QueueNotAllowed)."""
 
     def check(self, queue: str, jobs: int, delayed: int) -> None: ...
+
+
+class Reservation(Protocol):
+    """Reserves a queue in the registry before its first 202 (``sluice.gateway.registry``:
+    QueueNotAllowed, BackendUnavailable); idempotent, and cached per container."""
+
+    def reserve(self, queue: str) -> None: ...
+    def names(self) -> list[str] | None:
+        """Every queue of the durable registry; None when there is none (Redis's registry is all)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +83,8 @@ class Intake:
 
     ``admission`` None: no caps (unit tests, the chaos workload). Once any route is known, a queue
     no route covers is refused (NoRoute, 404) unless ``refuse_unrouted`` is off; a typed queue's
-    payloads are checked against its JSON Schema (PayloadInvalid, 400).
+    payloads are checked against its JSON Schema (PayloadInvalid, 400). ``payloads``: where a
+    payload larger than ``inline_max_bytes`` goes (None: every payload stays inline).
     """
 
     max_payload_bytes: int = 256 * 1024
@@ -76,6 +92,9 @@ class Intake:
     limits: Limits = field(default_factory=Limits)
     routes: RouteCache | None = None
     refuse_unrouted: bool = True
+    payloads: PayloadStore | Lazy[PayloadStore] | None = None
+    inline_max_bytes: int = 16 * 1024
+    registry: Reservation | None = None  # None: no reservation (unit tests, the chaos workload)
 
 
 class EnqueuePipeline:
@@ -91,6 +110,8 @@ class EnqueuePipeline:
         self.max_payload_bytes, self.admission, self.limits = (intake.max_payload_bytes, intake.admission,
                                                                intake.limits)
         self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
+        self.payloads, self.inline_max_bytes = intake.payloads, intake.inline_max_bytes
+        self.registry = intake.registry
         self._payload_json: dict[int, tuple[EnqueueRequest, str]] = {}
 
     # -- 1. check ----------------------------------------------------------------------------
@@ -113,6 +134,8 @@ class EnqueuePipeline:
         self.check_route(queue, requests, batch=True)
 
     def check_size(self, request: EnqueueRequest, *, index: int | None) -> None:
+        """The payload's size; and a payload shaped like a pointer is refused (a forged pointer)."""
+        payloads.refuse_reserved(request.payload, index=index)
         payload_json = dump_json(request.payload)
         self._remember(request, payload_json)
         size = len(payload_json.encode("utf-8"))
@@ -188,8 +211,16 @@ class EnqueuePipeline:
     # -- 2. admit ----------------------------------------------------------------------------
 
     def admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
+        """The queue's caps (``admission``), then its place in the registry (``reserve``)."""
         if self.admission is not None:
             self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
+        self.reserve(queue)
+
+    def reserve(self, queue: str) -> None:
+        """``queue`` is in the registry before anything of it is appended (issue 28: a 202 is
+        binding); a continuation's queue is reserved when its family starts."""
+        if self.registry is not None:
+            self.registry.reserve(queue)
 
     # -- 3. spec -----------------------------------------------------------------------------
 
@@ -201,22 +232,34 @@ class EnqueuePipeline:
         """The record for ``request``, whose payload ``check_size`` has serialised already: on the
         gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
         ``job_id``: a child's or a firing's derived id; None mints one. The record is sealed
-        (``sluice.core.seal``) with the current job id key: the relay pushes nothing else."""
+        (``sluice.core.seal``) with the current job id key: the relay pushes nothing else. A large
+        payload is written to the payload store here, and the seal covers its pointer."""
+        job_id = job_id or self.mint(now_ms, queue)
+        payload, payload_json = request.payload, self._payload_of(request)
+        if self.payloads is not None:
+            large = payloads.offload(queue, job_id, payload_json, self.inline_max_bytes)
+            # A failed put raises: nothing is appended, the caller gets a 503. A batch's large payloads
+            # are put one after another (20-60 ms each in AWS); putting them in parallel is left undone.
+            if large is not None:
+                resolve(self.payloads).put(large.pointer.key, large.body)
+                payload = large.pointer.as_payload()
+                payload_json = dump_json(payload)
         fields = {
             "schema_version": seal.VERSION,
-            "job_id": job_id or self.mint(now_ms, queue),
+            "job_id": job_id,
             "queue": queue,
-            "payload": request.payload,
+            "payload": payload,
             "priority": request.priority,
             "max_attempts": request.max_attempts,
             "lease_ms": request.lease_seconds * 1000,
             "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
             "enqueued_at_ms": now_ms,
             "idempotency_key": key,
+            "group": request.group,
         }
         fields["seal"] = seal.seal(self.verifier.key, seal.message(
-            fields["job_id"], queue, self._payload_of(request), request.priority, request.max_attempts,
-            fields["lease_ms"], fields["run_at_ms"], now_ms, key))
+            job_id, queue, payload_json, request.priority, request.max_attempts,
+            fields["lease_ms"], fields["run_at_ms"], now_ms, key, request.group))
         return JobSpec.model_validate(fields, context={PAYLOAD_CHECKED: True})
 
     def sealed(self, spec: JobSpec) -> bool:

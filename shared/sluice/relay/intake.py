@@ -1,8 +1,9 @@
 """Records in: each Kafka record decoded once, then buffered, skipped or dead-lettered.
 
 A record of an owned partition is decoded here and nowhere else; the relay's hooks get
-the decoded records too (recovery tracks their job ids). A poison record, or one of a
-queue the registry refuses, goes to the dead-letter topic. Records Redis already holds
+the decoded records too (recovery tracks their job ids). A poison record, or an unminted one
+of a queue the registry refuses, goes to the dead-letter topic; a minted, sealed record's queue
+is registered without the limit (its gateway reserved it before answering 202). Records Redis already holds
 (at or below ``push.lua``'s recorded offset) leave the buffers before they cost a rate
 token. A partition whose buffer is full stops fetching until it drains.
 """
@@ -65,7 +66,7 @@ def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -
                        f"sealed records (format {seal.VERSION})", not ids.is_keyless(job.job_id))
     kid = seal.seal_key_id(sealing.seal)
     signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts, job.lease_ms,
-                          job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
+                          job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key, job.group)
     if kid is None or not seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
         return Refusal("seal: the record does not match its seal (its payload, priority, attempts, lease, "
                        "run-at or acceptance time was altered, or no key of this deployment sealed it)",
@@ -83,7 +84,8 @@ def check_record(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: i
     ours (``unminted``), dead-letter only; ours, its job ends dead with the reason (``refusal``)."""
     if sealing.schema_version == seal.VERSION and (kid := seal.seal_key_id(sealing.seal)) is not None:
         signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts,
-                              job.lease_ms, job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key)
+                              job.lease_ms, job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key,
+                              job.group)
         if seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
             expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
             return None if expired is None else Refusal(expired, True, genuine=True)
@@ -205,12 +207,13 @@ class Intake:
                     self.report.refused_records += not refused.reason.startswith("unminted")
                     self._dead_letter(owned, record, refused.reason)
                 return False
-        if job.queue not in self._admitted and (why := self._refusal(job.queue)) is not None:
+        minted = self.job_ids is not None
+        if job.queue not in self._admitted and (why := self._refusal(job.queue, minted)) is not None:
             self.report.refused += 1
-            if self.job_ids is not None:
-                # Minted and sealed by a gateway of this deployment: it answered 202, so the job
-                # ends visibly dead with the reason (GET, events), never dropped in silence
-                # (issue 28 makes this admission binding where it is taken).
+            if minted:
+                # Minted and sealed by a gateway of this deployment, yet refused for something other
+                # than the limit (an allow-list changed since): it answered 202, so the job ends visibly dead
+                # with the reason (GET, events), never dropped in silence.
                 self._refuse(owned, record, job, Refusal(f"queue refused: {why}", record_dead=True))
             else:
                 self._dead_letter(owned, record, f"queue refused: {why}")
@@ -285,11 +288,16 @@ class Intake:
                 self.report.skipped += n
                 self.report.reread += n
 
-    def _refusal(self, queue: str) -> str | None:
+    def _refusal(self, queue: str, minted: bool = False) -> str | None:
         """Why the registry refuses ``queue`` (allow-list, or full), else None; asked once per queue
         (a refusal is remembered for ``maintenance_s``). Such a record goes to the dead-letter
         topic: held back it would stop its partition's commits for good. Any other error admits
-        the record: its push registers the queue again, and fails and retries as pushes do."""
+        the record: its push registers the queue again, and fails and retries as pushes do.
+
+        ``minted``: the record is minted and sealed, so a gateway reserved its queue before its 202
+        (issue 28): the queue is registered without the limit, so never refused for it here, even
+        when Redis lost the registry's cache and the limit would now refuse it (an allow-list the
+        operator changed since the 202 still can: the job then ends dead with the reason)."""
         if queue in self._admitted:
             return None
         now = self.monotonic()
@@ -297,7 +305,11 @@ class Intake:
         if refused is not None and now < refused[0]:
             return refused[1]
         try:
-            self.engine.register(queue)
+            if minted:
+                if self.engine.register(queue, admitted=True):
+                    self.events.emit(ev.QueueRegistered(queue=queue))
+            else:
+                self.engine.register(queue)
         except QueueNotAllowed as exc:
             if len(self._refused) > 10_000:  # random names must not grow a relay without bound
                 self._refused.clear()

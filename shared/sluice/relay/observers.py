@@ -22,7 +22,8 @@ from sluice.relay.ownership import RELAY_QUEUE
 log = logging.getLogger("sluice.relay")
 
 GATE_METRICS = {("dead_cap", True): "RelayDeadCapHeld", ("dead_cap", False): "RelayDeadCapReleased",
-                ("watermark", True): "RelayWatermarkPaused", ("watermark", False): "RelayWatermarkResumed"}
+                ("watermark", True): "RelayWatermarkPaused", ("watermark", False): "RelayWatermarkResumed",
+                ("budget", True): "RelayBudgetHeld", ("budget", False): "RelayBudgetReleased"}
 
 # Incidents counted once each, with no dimension.
 ONCE: dict[type[ev.Event], str] = {
@@ -90,6 +91,9 @@ class RelayLog:
             if e.gate == "dead_cap":
                 log.warning("queue %s %s at %s dead jobs", e.queue, "held back" if e.held else "released",
                             e.depth)
+            elif e.gate == "budget":
+                log.warning("queue %s %s at %s bytes in Redis (its byte budget, or the total)", e.queue,
+                            "held back" if e.held else "released", e.depth)
             else:
                 log.info("queue %s %s at ready depth %s", e.queue, "paused" if e.held else "resumed", e.depth)
         elif isinstance(e, ev.MemoryGuard):

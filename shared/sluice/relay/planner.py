@@ -1,9 +1,10 @@
 """The push planner: which buffered records to push now. Pure: no I/O, no clock of its own.
 
-Per queue: nothing while it is paused, over its high watermark, at its dead cap or under
-the Redis memory guard; no more than the watermark leaves room for; no delayed record
-past the queue's delayed cap; then the rate bucket's grant (asked for through the
-``take_rate`` it is handed), split fairly over the partitions so none starves.
+Per queue: nothing while it is held (``QueueState.blocked``: paused, over its high watermark,
+at its dead cap, over its byte budget) or under the Redis memory guard; no more than the
+watermark leaves room for; no delayed record past the queue's delayed cap; then the rate
+bucket's grant (asked for through the ``take_rate`` it is handed), split fairly over the
+partitions so none starves.
 """
 
 from __future__ import annotations

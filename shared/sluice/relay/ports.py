@@ -27,6 +27,10 @@ class PushOutcome(Protocol):
     def pushed(self) -> int: ...
     @property
     def skipped(self) -> int: ...
+    @property
+    def left(self) -> int:
+        """The item's last records not taken (over the queue's byte budget): they stay buffered."""
+        ...
 
 
 class RelayEngine(Protocol):
@@ -70,8 +74,9 @@ class RelayEngine(Protocol):
         ...
 
     # The limits' questions (sluice.core.limits)
-    def register(self, queue: str) -> None:
-        """Admit ``queue`` to the registry; ``QueueNotAllowed`` if the allow-list or the cap refuses it."""
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        """Admit ``queue`` to the registry; ``QueueNotAllowed`` if the allow-list or the cap refuses it.
+        ``admitted``: a record a gateway accepted (minted and sealed): the cap does not apply. True if new."""
         ...
 
     def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]: ...

@@ -24,6 +24,7 @@ from sluice.relay.config import RelayConfig
 from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import PushItem, PushOutcome, RelayEngine
+from sluice.relay.queues import hold_for_budget
 from sluice.relay.state import Item, QueueState, RelayReport
 from sluice.relay.status import StatusWriter
 
@@ -127,6 +128,10 @@ class Pusher:
         if not self.events.listening:
             return
         for (queue, partition, token, records), outcome in zip(items, outcomes, strict=True):
+            if not isinstance(outcome, Exception) and outcome.left:  # only what push.lua took was pushed
+                records = records[:len(records) - outcome.left]
+                if not records:
+                    continue
             common: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "t0": t0,
                                       "owner": token, "first": records[0][0], "last": records[-1][0]}
             if isinstance(outcome, Exception):
@@ -158,27 +163,40 @@ class Pusher:
                 log.error("pushing partition %s into %s failed unexpectedly; its records stay pending",
                           owned.number, queue, exc_info=outcome)
                 continue
+            done_with = len(take)  # records of take that leave the buffer
             if outcome is not None:
-                if records:  # push.lua raised the recorded offset to at least the last one sent
+                records, done_with = self._taken(queue, take, records, outcome.left, states)
+                if records:  # push.lua raised the recorded offset to at least the last one taken
                     owned.relayed[queue] = max(owned.relayed.get(queue, -1), records[-1][0])
+                    queued.append((queue, records))
                 pushed += outcome.pushed
                 self.report.pushed += outcome.pushed
                 self.report.skipped += outcome.skipped
-                queued.append((queue, records))
                 state = states[queue]
                 state.pushed_since_refresh += outcome.pushed
                 state.pushed_since_dispatch += outcome.pushed
-            self.report.final_dropped += len(take) - len(records)
+            self.report.final_dropped += done_with - len(records)
             pending = owned.pending[queue]
-            for _ in take:
+            for _ in range(done_with):
                 pending.popleft()
-            owned.pending_count -= len(take)
+            owned.pending_count -= done_with
         if queued:
             self._status.submit(queued)
             self.report.status_dropped = self._status.backlog.dropped
         if done.error is not None:
             raise done.error
         return pushed
+
+    def _taken(self, queue: str, take: Records, records: Records, left: int,
+               states: dict[str, QueueState]) -> tuple[Records, int]:
+        """The ``records`` push.lua took, and how many of ``take`` (finals dropped before the push
+        included) leave the buffer. It took all but the last ``left`` (over the queue's byte budget):
+        those stay buffered (parked with a held queue's overflow) and the queue is held."""
+        if not left:
+            return records, len(take)
+        first_left = records[len(records) - left][0]
+        hold_for_budget(self.events, queue, states[queue], True)
+        return records[:len(records) - left], next(i for i, (off, _) in enumerate(take) if off == first_left)
 
     def close(self) -> None:
         """Wait for a round in flight (``stop``); the status writer drains in ``drain``."""

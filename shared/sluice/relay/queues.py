@@ -2,8 +2,10 @@
 
 The re-read is what makes the runtime knobs (pause, watermarks, rate, caps) take effect
 on every relay within about a second, with no redeploy. It also decides the watermark's
-hysteresis and the dead cap's hold, writes the deployment's default rate for a queue
-nobody configured, and reads Redis's memory use for the memory guard.
+hysteresis, the dead cap's hold and the byte budget's hold (the queue's own budget, and the
+total over every queue this relay knows: queues live in different cluster slots, so no script
+sees the sum), writes the deployment's default rate for a queue nobody configured, and reads
+Redis's memory use for the memory guard.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class QueueStates:
         self._defaulted: set[str] = set()
         self._memory: float | None = None
         self._next_memory = float("-inf")
+        # every known queue's used_bytes as of its last refresh, and how many use any: maintenance
+        # re-reads every registered queue each maintenance_s, so the sum covers the idle ones too
+        self.used_total = 0
+        self.using = 0
 
     def get(self, queue: str, now: float) -> QueueState:
         """The queue's state, refreshed if older than ``refresh_s``."""
@@ -71,6 +77,19 @@ class QueueStates:
         if paused != state.watermark_paused:
             self.events.emit(ev.QueueHeld(queue=queue, gate="watermark", held=paused, depth=state.ready))
         state.watermark_paused = paused
+        self.used_total += stats.used_bytes - state.used_bytes
+        self.using += (stats.used_bytes > 0) - (state.used_bytes > 0)
+        state.used_bytes = stats.used_bytes
+        self.budget_check(queue, state)
+
+    def budget_check(self, queue: str, state: QueueState) -> None:
+        """Hold or release ``queue`` by its byte budget (``limits.budget_held``) and the total
+        (``limits.total_held``). The pusher holds it too, when push.lua left records over its budget."""
+        lim = self.config.limits
+        budget = lim.budget(state.config)
+        full = limits.budget_held(state.used_bytes, budget, state.budget_full) or limits.total_held(
+            state.used_bytes, self.used_total, self.using, lim.redis_budget)
+        hold_for_budget(self.events, queue, state, full)
 
     def redis_memory(self, now: float) -> float | None:
         """Redis's memory use in % of maxmemory, read every ``refresh_s`` (``limits.memory_hold``
@@ -91,3 +110,10 @@ class QueueStates:
             self.events.emit(ev.MemoryGuard(on=over, percent=percent or 0))
         self._memory = percent
         return percent
+
+
+def hold_for_budget(events: ev.EventBus, queue: str, state: QueueState, full: bool) -> None:
+    """Set the queue's budget hold, with a ``QueueHeld`` incident (gate budget) when it turns."""
+    if full != state.budget_full:
+        events.emit(ev.QueueHeld(queue=queue, gate="budget", held=full, depth=state.used_bytes))
+    state.budget_full = full

@@ -138,6 +138,10 @@ class QueueState:
     idle_workers: int = 0  # workers waiting for its jobs (worker linger): push.lua wakes them
 
     dead_full: bool = False  # at its dead cap: held back in Kafka (sluice.core.limits)
+    used_bytes: int = 0  # what its jobs count against its byte budget, as of the last refresh
+    # over its byte budget, or among the largest when every queue's use reached the total (QueueStates;
+    # the pusher sets it too when push.lua left records over the budget)
+    budget_full: bool = False
 
     @property
     def ready_estimate(self) -> int:
@@ -145,7 +149,7 @@ class QueueState:
 
     @property
     def blocked(self) -> bool:
-        return self.config.paused or self.watermark_paused or self.dead_full
+        return self.config.paused or self.watermark_paused or self.dead_full or self.budget_full
 
 
 Item = tuple[OwnedPartition, str, list[tuple[int, DecodedJob]]]  # a partition's next records for one queue

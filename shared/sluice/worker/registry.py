@@ -35,7 +35,7 @@ from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.families import Countdown, FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import LeasedJob, validate_public_queue
-from sluice.core.ports import JobQueue, JobStore, WorkWaiter
+from sluice.core.ports import JobQueue, JobStore, PayloadStore, WorkWaiter
 from sluice.worker.runtime.budget import RemainingMs, TimeBudget
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
 from sluice.worker.runtime.execute import JobRunner
@@ -135,7 +135,8 @@ class Worker:
                  worker_id: str | None = None,
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
                  family_gateway: FamilyGateway | None = None,
-                 families: FamilyStore | Lazy[FamilyStore] | None = None) -> None:
+                 families: FamilyStore | Lazy[FamilyStore] | None = None,
+                 payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self.queue = queue
         self.store = store
@@ -148,6 +149,7 @@ class Worker:
         # The jobs table's families, on the same store as ``store`` (its grants name each job's
         # continuation): ctx.children(), and the countdown of the children that end here.
         self.families = families
+        self.payloads = payloads  # where large payloads live (sluice.core.payloads); None: all inline
         self._clock = clock  # monotonic seconds: leases, timeouts, lingering (tests inject one)
 
     # -- registration ---------------------------------------------------------------------------
@@ -195,14 +197,15 @@ class Worker:
              worker_id: str | None = None,
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
              family_gateway: FamilyGateway | None = None,
-             families: FamilyStore | Lazy[FamilyStore] | None = None) -> Worker:
+             families: FamilyStore | Lazy[FamilyStore] | None = None,
+             payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
                        worker_id=worker_id or self.worker_id,
                        fenced=fenced or self._fenced, events=events or self.events,
                        family_gateway=family_gateway or self.family_gateway,
-                       families=families or self.families)
+                       families=families or self.families, payloads=payloads or self.payloads)
         bound._handlers = dict(self._handlers)
         bound._clock = self._clock if clock is None else clock
         return bound
@@ -269,7 +272,8 @@ class Worker:
                                 retry_cap_ms=self.options.retry_cap_ms, events=bus)
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
-                               family_gateway=self.family_gateway, families=self.families, clock=self._clock)
+                               family_gateway=self.family_gateway, families=self.families, clock=self._clock,
+                               payloads=self.payloads)
             # A child that ends here counts down its continuation (core.families): a drain's subscriber.
             if self.family_gateway is not None and self.families is not None:
                 Countdown(resolve(self.families), self.family_gateway.release).subscribe(bus)

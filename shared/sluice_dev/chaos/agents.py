@@ -33,7 +33,7 @@ from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.families import Countdown
 from sluice.entry import root as wiring
-from sluice_dev.chaos.app import QUEUE, Control, kill_after_push, record_relay, worker_app
+from sluice_dev.chaos.app import QUEUE, TENANT, Control, kill_after_push, record_relay, worker_app
 from sluice_dev.chaos.families import expected_result
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import open_history, record
@@ -83,7 +83,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
         family_gateway=in_process_family_gateway(s))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    worker.run([QUEUE], stop=stop, idle_s=0.05)
+    worker.run([QUEUE, TENANT], stop=stop, idle_s=0.05)
     return 0
 
 

@@ -38,6 +38,7 @@ from sluice_dev.chaos.families import expected_result
 from sluice_dev.local.history import History, push_fields, wall
 
 QUEUE = "chaos"
+TENANT = "chaos-tenant"  # the tenant nemesis's queue (chaos.tenant)
 
 
 def landed_name(arming_id: str, pid: int) -> str:
@@ -112,6 +113,7 @@ def worker_app(history: Callable[[], History], control: Callable[[], Control],
             families.start(job, ctx, QUEUE, family_key, history().emit)
         return expected_result(job.payload)
 
+    app.register(TENANT, work, timeout_s=timeout_s)  # the tenant nemesis's queue (chaos.tenant): same work
     return app
 
 

@@ -44,6 +44,18 @@ do, and nothing else (``chaos.rules`` has each rule and its argument):
   paused (from the pause's answer plus the relay's config refresh, until the resume, or
   a Redis restart, which forgets the pause). Must be 0.
 
+Over every job a caller was answered 202 for (issue 28, item 3: a 202 is binding):
+
+- ``lost_after_202``: a job whose enqueue was answered 202 (``enqueue`` ``ok``), or a child or a
+  continuation whose family the gateway answered 202 for (its parent's ``family_accepted`` line,
+  written once ``ctx.enqueue_many`` returned), that ends with neither a result (an accepted
+  result write, or a ``succeeded`` item) nor a visible final ending: an item ``dead``, ``failed``
+  or ``cancelled`` (whatever cancelled it). An operator's purge of the job while it was dead is
+  excused (counted in ``purged_lost``), as for ``lost``. Must be 0. Unlike ``lost`` it covers
+  family members, and counts what ended silently: a job the relay dropped (dead-lettered with no
+  item), or one left ``accepted``/``queued`` with nothing in Redis, as before issue 28 the loser
+  of two gateways' race for the registry's last slot was.
+
 When the run collected its completion events (a ``completions`` line, ``chaos.completions``):
 
 - ``completion_violations``: a final job without an event naming its final status; an
@@ -64,6 +76,7 @@ from sluice_dev.chaos import rules
 
 ACCEPTED_WRITES = ("written", "already_written")
 FINAL_FAILURES = ("dead", "failed")
+VISIBLE_ENDINGS = ("dead", "failed", "cancelled")  # with an item: GET, the events and the console show it
 SAMPLES = 5
 
 
@@ -86,6 +99,8 @@ class Report:
     succeeded: int = 0
     dead: int = 0
     lost: int = 0
+    lost_after_202: int = 0
+    answered_202: int = 0  # the jobs lost_after_202 is counted over: accepted ones and answered members
     unexpected: int = 0
     executions: int = 0
     duplicate_executions: int = 0
@@ -115,13 +130,16 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.unexpected or self.duplicate_results or self.wrong_results
-                    or self.stale_writes_accepted or self.stuck or self.cancel_violations
+        return not (self.lost or self.lost_after_202 or self.unexpected or self.duplicate_results
+                    or self.wrong_results or self.stale_writes_accepted or self.stuck
+                    or self.cancel_violations
                     or self.reruns_without_redrive or self.pause_violations or self.completion_violations
                     or self.family_violations)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "lost": self.lost, "unexpected": self.unexpected,
+        return {"accepted": self.accepted, "lost": self.lost, "lost_after_202": self.lost_after_202,
+                "answered_202": self.answered_202,
+                "unexpected": self.unexpected,
                 "duplicate_executions": self.duplicate_executions,
                 "duplicate_results": self.duplicate_results, "wrong_results": self.wrong_results,
                 "stale_writes_accepted": self.stale_writes_accepted, "stuck": self.stuck,
@@ -158,12 +176,18 @@ class _Job:
 
 
 def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - one branch per op
-           ops: rules.Ops, families: dict[str, list[Mapping[str, Any]]] | None = None) -> dict[str, _Job]:
+           ops: rules.Ops, families: dict[str, list[Mapping[str, Any]]] | None = None,
+           answered: set[str] | None = None) -> dict[str, _Job]:
+    """``answered`` gains every family member whose family the gateway answered 202 for."""
     jobs: dict[str, _Job] = defaultdict(_Job)
     for e in events:
         op, outcome = e.get("op"), e.get("outcome")
         if op == "family" and families is not None:
             families.setdefault(str(e.get("job")), []).append(e)
+            continue
+        if op == "family_accepted":
+            if answered is not None:
+                answered.update(str(c) for c in (*e.get("children", ()), e.get("continuation")) if c)
             continue
         if op in ("operator", "push", "config"):
             ops.add(e)
@@ -212,6 +236,18 @@ def _index(events: Iterable[Mapping[str, Any]], report: Report,  # noqa: C901 - 
     return jobs
 
 
+def _check_after_202(report: Report, job_id: str, j: _Job, item: StoreItem | None, ops: rules.Ops,
+                     answered: bool, succeeded: bool) -> None:
+    """``lost_after_202``: answered 202, yet neither a result nor a visible final ending."""
+    report.answered_202 += answered
+    if not answered or succeeded or (item is not None and item.status in VISIBLE_ENDINGS):
+        return
+    if ops.purged_while_dead(job_id, j.redis_deaths):
+        return  # an operator's purge: excused, and counted in purged_lost
+    report.lost_after_202 += 1
+    _sample(report, "lost_after_202", job_id)
+
+
 def _sample(report: Report, name: str, job_id: str) -> None:
     found = report.samples.setdefault(name, [])
     if len(found) < SAMPLES:
@@ -224,15 +260,17 @@ def check(events: Iterable[Mapping[str, Any]], store: Mapping[str, StoreItem],
     report = Report()
     ops = rules.Ops()
     families: dict[str, list[Mapping[str, Any]]] = {}
-    jobs = _index(events, report, ops, families)
+    answered: set[str] = set()  # family members whose family was answered 202
+    jobs = _index(events, report, ops, families, answered)
     members = family_check(report, families, jobs, store, ops)
-    for job_id in store:
+    for job_id in (*store, *answered):  # a member answered 202 may have left no other trace
         jobs.setdefault(job_id, _Job())
     for job_id, j in jobs.items():
         item = store.get(job_id)
         named = j.enqueue in ("ok", "info") or job_id in members
         succeeded = bool(j.writes) or (item is not None and item.status == "succeeded")
         dead = item is not None and item.status in FINAL_FAILURES
+        _check_after_202(report, job_id, j, item, ops, j.enqueue == "ok" or job_id in answered, succeeded)
         report.accepted += j.enqueue == "ok"
         report.unknown_enqueues += j.enqueue == "info"
         if job_id in members:  # counted by family_check, not as the workload's own jobs

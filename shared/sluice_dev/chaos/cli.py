@@ -117,18 +117,33 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
 @click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Above 1: run on a local Redis cluster of that many masters; the nemesis then also "
                    "restarts one shard at a time with its data lost.")
+@click.option("--tenant-flood", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
+              help="Above 0: the tenant nemesis: one tenant pauses its own queue, floods it with this many "
+                   "jobs (50,000 is ten times the relay's old hold limit), delays jobs 7 days ahead, goes "
+                   "over its byte budget and then a rate limit, while the others run the workload.")
+@click.option("--tenant-far", type=click.IntRange(0, 100_000), default=100, show_default=True,
+              help="With --tenant-flood: the tenant's jobs delayed 7 days (cancelled at the end).")
+@click.option("--tenant-hold", type=click.Choice(["pause-then-rate", "pause"]), default="pause-then-rate",
+              show_default=True, help="With --tenant-flood: paused, then rate-limited from half the window "
+                                      "on; or paused to the end.")
+@click.option("--relay-max-pending", type=click.IntRange(10, 1_000_000), default=None,
+              help="The relay's per-partition hold limit (default 5,000; Settings.relay_max_pending).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the history and logs go (default .sluice_dev/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
 def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
-          operator: bool, drain_timeout: float | None, redis_shards: int, state_dir: Path | None,
-          as_json: bool) -> None:
+          operator: bool, drain_timeout: float | None, redis_shards: int, tenant_flood: int, tenant_far: int,
+          tenant_hold: str,
+          relay_max_pending: int | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
-    from sluice_dev.chaos import runner
+    from sluice_dev.chaos import runner, tenant
 
+    rate_at = None if tenant_hold == "pause" else 0.5
+    plan = tenant.TenantPlan(flood=tenant_flood, far=tenant_far, rate_at=rate_at) if tenant_flood else None
     options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
                              faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
-                             state_dir=state_dir, redis_shards=redis_shards)
+                             state_dir=state_dir, redis_shards=redis_shards, tenant=plan,
+                             relay_max_pending=relay_max_pending)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
@@ -136,8 +151,9 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
         return
     r = outcome.report
     click.echo("")
-    must_be_zero = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale_writes_accepted",
-                    "stuck", "cancel_violations", "reruns_without_redrive", "pause_violations")
+    must_be_zero = ("lost", "lost_after_202", "unexpected", "duplicate_results", "wrong_results",
+                    "stale_writes_accepted", "stuck", "cancel_violations", "reruns_without_redrive",
+                    "pause_violations")
     shown = ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
              "writes_rejected", *must_be_zero) + (("cancelled", "purged_lost") if operator else ())
     for name in shown:
@@ -148,12 +164,21 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
     if operator:
         click.echo(f"  {'operator':<24}{sum(r.operator.values()):>8}  {dict(sorted(r.operator.items()))}")
     click.echo(f"  {outcome.runtime + ' runtime':<24}{'':>8}  {outcome.runtime_counts}")
+    lat = outcome.latency
+    click.echo(f"  {'latency (others)':<24}{'':>8}  p50 {lat.get('p50')} ms, p99 {lat.get('p99')} ms "
+               f"over {lat.get('n')} jobs")
+    ok = r.ok
+    if outcome.tenant:
+        held = bool(outcome.tenant.get("others_drained_while_held"))
+        ok = ok and held
+        line = f"  {'tenant nemesis':<24}{'':>8}  {outcome.tenant}"
+        click.echo(line if held else click.style(line, fg="red"))
     click.echo("")
-    verdict = "PASS: every invariant held" if r.ok else "FAIL: an invariant was violated"
-    click.echo(click.style(verdict, fg="green" if r.ok else "red") + f" (history: {outcome.state_dir})")
+    verdict = "PASS: every invariant held" if ok else "FAIL: an invariant was violated"
+    click.echo(click.style(verdict, fg="green" if ok else "red") + f" (history: {outcome.state_dir})")
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), separators=(",", ":"), default=str))
-    sys.exit(0 if r.ok else 1)
+    sys.exit(0 if ok else 1)
 
 
 @click.group()

@@ -79,6 +79,8 @@ def start(job: Any, ctx: Any, queue: str, key: Callable[[], bytes], emit: Callab
                               then={"queue": queue, "payload": then_payload(p), **opts})
     if family.job_ids != child_ids or family.continuation != then_id:
         raise RuntimeError(f"the gateway derived other ids than the harness: {family}")
+    # The gateway answered: every member is owed a result or a visible ending (lost_after_202).
+    emit("family_accepted", job=job.job_id, children=child_ids, continuation=then_id)
 
 
 def run_continuation(job: Any, ctx: Any) -> dict[str, str]:

@@ -18,6 +18,9 @@ end of the operation (one machine, one clock). Ops the checker reads:
   ``already_written`` | ``rejected`` (``current`` = the newer token) | ``cancelled`` | ``error``;
 - ``fault`` (nemesis, or a process about to kill itself): ``kind``, ``target``, ``phase``;
 - ``operator`` (``chaos.operator``): ``kind``, ``outcome`` and what the action touched;
+- ``family`` / ``family_accepted`` (a parent's handler, ``chaos.families``): the family it asks
+  for, then (once the gateway answered) the same ids again, so the checker owes each member a result
+  or a visible ending (``lost_after_202``);
 - ``push`` (relay): ``queue``, ``pushed``; ``config`` (relay): ``queue``, ``paused``, what
   each relay read of the queue's config (the pause rules, ``chaos.rules``).
 

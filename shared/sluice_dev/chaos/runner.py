@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.chaos import checker, completions, history, nemesis, operator, runtimes
+from sluice_dev.chaos import checker, completions, history, nemesis, operator, runtimes, tenant
 from sluice_dev.chaos.app import QUEUE
 from sluice_dev.chaos.workload import Enqueuer
 
@@ -51,6 +51,9 @@ class Options:
     operator_interval_s: float = 2.5
     families: bool = True  # every 20th job starts children and a continuation (chaos.families)
     redis_shards: int = 1  # above 1: a local Redis cluster, and the nemesis restarts single shards
+    tenant: tenant.TenantPlan | None = None  # the tenant nemesis (chaos.tenant): one tenant holds its queue
+    relay_max_pending: int | None = None  # the relay's per-partition hold limit (Settings.relay_max_pending)
+    drain_tenant: bool = True  # False: the run ends once the others drained (benchmarks/bench_tenant.py)
 
 
 @dataclass
@@ -65,10 +68,13 @@ class RunResult:
     diagnosis: dict[str, Any] = field(default_factory=dict)
     runtime: str = ""
     runtime_counts: dict[str, int] = field(default_factory=dict)
+    tenant: dict[str, Any] = field(default_factory=dict)  # the tenant nemesis's run (chaos.tenant)
+    latency: dict[str, float | int] = field(default_factory=dict)  # the ordinary workload's (tenant.latency)
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.report.as_dict(), "drained": self.drained, "seconds": self.seconds,
                 "runtime": self.runtime, "runtime_counts": self.runtime_counts,
+                "latency": self.latency, **({"tenant": self.tenant} if self.tenant else {}),
                 "state_dir": str(self.state_dir), **({"diagnosis": self.diagnosis} if self.diagnosis else {})}
 
 
@@ -143,6 +149,8 @@ class Run:
         (self.dir / "logs").mkdir(exist_ok=True)
         self.history_path = self.dir / "history.jsonl"
         self.history = history.History(self.history_path)
+        self.tenant: tenant.Tenant | None = None
+        self.tenant_result: dict[str, Any] = {}
 
     def execute(self) -> RunResult:
         from sluice.core.config import Settings
@@ -154,8 +162,9 @@ class Run:
         counts: dict[str, int] = {}
         stopped = False
         try:
+            held = {"relay_max_pending": o.relay_max_pending} if o.relay_max_pending else {}
             base = Settings(kafka_topic="chaos.jobs", kafka_dead_letter_topic="chaos.dlq",
-                            kafka_partitions=o.partitions, kafka_consumer_group="chaos-relay")
+                            kafka_partitions=o.partitions, kafka_consumer_group="chaos-relay", **held)
             settings = runtime.start(base, say)
             times["setup"] = time.monotonic() - t_start
             say(f"stack up in {times['setup']:.1f}s ({runtime.name} runtime): redis {settings.redis_url}, "
@@ -171,7 +180,9 @@ class Run:
             for a in actions:
                 self.history.emit("plan", role="operator", **a.as_dict())
             self._chaos(settings, runtime, faults, actions, times)
-            drained = self._drain(settings, times)
+            drained = self._drain_tenant(settings, times) if self.tenant is not None else True
+            if o.drain_tenant or self.tenant is None:
+                drained = self._drain(settings, times) and drained
             counts = runtime.stop_agents()
             stopped = True
             say("publishing the completion events through the stream, EventBridge and SQS...")
@@ -181,6 +192,7 @@ class Run:
             report = checker.check(history.read(self.history_path), snapshot(settings),
                                    live_leases(settings.redis_url))
             diagnosis = self._diagnose(report, settings)
+            events = history.read(self.history_path)
         finally:
             if not stopped:
                 with contextlib.suppress(Exception):
@@ -188,7 +200,7 @@ class Run:
             runtime.stop()
         times["total"] = time.monotonic() - t_start
         return RunResult(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
-                       diagnosis, runtime.name, counts)
+                         diagnosis, runtime.name, counts, self.tenant_result, tenant.latency(events))
 
     def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
         """Where the log has each lost job (None: the broker lost a record it had acknowledged)."""
@@ -226,6 +238,7 @@ class Run:
         person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
                                    running=operator.Running(self.history_path), log=job_log)
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
+        holding = self._tenant(settings, job_log, stop)
         faulting = threading.Thread(target=nem.run, args=(stop,), name="chaos-nemesis", daemon=True)
         operating = threading.Thread(target=person.run, args=(stop,), name="chaos-operator", daemon=True)
         started = time.monotonic()
@@ -247,6 +260,10 @@ class Run:
         nem.close()
         faulting.join(30)
         operating.join(30)
+        if holding is not None:
+            holding.join(max(60.0, o.duration_s))
+            say(f"tenant nemesis: {self.tenant_result.get('accepted', 0)} of its jobs accepted, its queue "
+                f"still held")
         person.close()  # a pause still on is resumed: the drain needs the queue running
         times["chaos"] = time.monotonic() - started
         say(f"faults stopped after {times['chaos']:.0f}s: {dict(sorted(nem.injected.items()))}"
@@ -258,48 +275,98 @@ class Run:
         job_log.close()
         say(f"{enqueuer.accepted} jobs accepted ({enqueuer.unknown} enqueues of unknown outcome, retried)")
 
-    def _drain(self, settings: Any, times: dict[str, float]) -> bool:
-        """Wait until every accepted job is final in the jobs table, or the drain timeout."""
+    def _tenant(self, settings: Any, job_log: Any, stop: threading.Event) -> threading.Thread | None:
+        """The tenant nemesis (``chaos.tenant``), on its own gateway use case and Redis client."""
+        from sluice.backends.dynamodb.jobs import DynamoJobStore
+        from sluice.backends.redis.queue import RedisJobQueue
+        from sluice.core.bus import EventBus
+        from sluice.entry import root as wiring
+        from sluice.gateway.api import Api, Backends, IdMinting
+
+        if self.o.tenant is None:
+            return None
+        store, engine = DynamoJobStore.from_settings(settings), RedisJobQueue.from_settings(settings)
+        api = Api(Backends(job_log, store, engine, EventBus(), families=store.families),
+                  IdMinting(wiring.job_id_key(settings)))
+        self.tenant = tenant.Tenant(self.o.tenant, api, engine, self.history, self.o.seed,
+                                    mint_key=wiring.job_id_key(settings), window_s=self.o.duration_s)
+        result = self.tenant_result
+
+        def run() -> None:
+            assert self.tenant is not None
+            try:
+                self.tenant.run(stop)
+            finally:
+                result.update(accepted=self.tenant.accepted, far=len(self.tenant.far_ids),
+                              budgets=self.tenant.budgets, flood=self.o.tenant.flood if self.o.tenant else 0)
+
+        thread = threading.Thread(target=run, name="chaos-tenant", daemon=True)
+        thread.start()
+        return thread
+
+    def _drain_tenant(self, settings: Any, times: dict[str, float]) -> bool:
+        """The tenant nemesis's end: the others' jobs must all finish while the tenant still holds
+        its queue (its held records in their way would keep them from it), then the tenant lets go."""
+        assert self.tenant is not None
+        t0 = time.monotonic()
+        others = self._drain(settings, times, others_only=True)
+        self.tenant_result["others_drained_while_held"] = others
+        self.tenant_result["others_drain_s"] = round(time.monotonic() - t0, 1)
+        self.say(f"tenant nemesis: the others {'drained' if others else 'did NOT drain'} while it held "
+                 f"its queue; releasing it")
+        self.tenant.release()
+        return others
+
+    def _drain(self, settings: Any, times: dict[str, float], *, others_only: bool = False) -> bool:
+        """Wait until every accepted job is final in the jobs table, or the drain timeout.
+        ``others_only``: every job but the tenant nemesis's (``chaos.tenant``)."""
         from sluice.backends.dynamodb.jobs import DynamoJobStore
 
         o, say = self.o, self.say
         store = DynamoJobStore.from_settings(settings)
         progress = _Progress(history.Tail(self.history_path))
         progress.catch_up()
-        accepted, written, members, waiting = progress.accepted, progress.written, progress.members, \
-            progress.waiting
-        catch_up = progress.catch_up
+        accepted, written, members = progress.accepted, progress.written, progress.members
+
+        def left() -> set[str]:
+            return progress.waiting - progress.tenant if others_only else progress.waiting
+
         timeout = o.drain_timeout_s if o.drain_timeout_s is not None else max(120.0, o.duration_s)
         started = time.monotonic()
         next_report = moved = started
+        waiting = left()
         while waiting and time.monotonic() - started < timeout:
             # The history says which jobs have a result; the store confirms those without one, and
             # all of them once the history has nothing left: polling every job would slow moto down.
             # Only progress counts as movement: idle safety-net invocations keep writing history.
             before = len(waiting)
-            if catch_up():
+            if progress.catch_up():
                 moved = time.monotonic()
-            unsure = waiting - written or waiting
+            waiting = left()
+            unsure = sorted(waiting - written or waiting)
             with contextlib.suppress(Exception):  # a slow moto answer: ask again next round
-                waiting -= store.final_job_ids(sorted(unsure))
+                for first in range(0, len(unsure), 5_000):  # a tenant's flood: many jobs
+                    progress.waiting -= store.final_job_ids(unsure[first:first + 5_000])
+            waiting = left()
             if len(waiting) < before:
                 moved = time.monotonic()
             if time.monotonic() >= next_report:
                 next_report += 10
-                say(f"  draining: {len(written & accepted)}/{len(accepted)} written, "
-                    f"{len(accepted | members) - len(waiting)} confirmed final by the store "
-                    f"({len(members)} of them children and continuations)")
+                say(f"  draining{' (the others)' if others_only else ''}: {len(written & accepted)}/"
+                    f"{len(accepted)} written, {len(accepted | members) - len(progress.waiting)} confirmed "
+                    f"final by the store ({len(members)} of them children and continuations)")
             if waiting and time.monotonic() - moved >= QUIET_S:
                 say(f"  nothing moved for {QUIET_S:.0f}s: these jobs will not finish by themselves")
                 break
             if waiting:
                 time.sleep(2.0)
         store.close()
-        times["drain"] = time.monotonic() - started
+        times["drain_others" if others_only else "drain"] = time.monotonic() - started
         if waiting:
-            say(f"not drained after {times['drain']:.0f}s: {len(waiting)} jobs not final")
+            say(f"not drained after {time.monotonic() - started:.0f}s: {len(waiting)} jobs not final")
         else:
-            say(f"drained: every accepted job is final after {times['drain']:.0f}s")
+            say(f"drained: every accepted job{' of the others' if others_only else ''} is final after "
+                f"{time.monotonic() - started:.0f}s")
         return not waiting
 
 
@@ -313,6 +380,7 @@ class _Progress:
         self.written: set[str] = set()
         self.members: set[str] = set()
         self.waiting: set[str] = set()
+        self.tenant: set[str] = set()  # the tenant nemesis's jobs (chaos.tenant)
 
     def catch_up(self) -> bool:
         """Read new history; True if a job got its first accepted result."""
@@ -322,6 +390,8 @@ class _Progress:
             if op == "enqueue" and e.get("outcome") == "ok":
                 self.accepted.add(str(e["job"]))
                 self.waiting.add(str(e["job"]))
+                if e.get("queue") == tenant.TENANT:
+                    self.tenant.add(str(e["job"]))
             elif op == "write" and e.get("outcome") in checker.ACCEPTED_WRITES:
                 self.written.add(str(e["job"]))
             elif op == "family":

@@ -79,7 +79,8 @@ class LambdaRuntime:
         from sluice_dev.local.dev import DevOptions, DevStack
 
         o = self.o
-        kafka = ("kafka_topic", "kafka_dead_letter_topic", "kafka_partitions", "kafka_consumer_group")
+        kafka = ("kafka_topic", "kafka_dead_letter_topic", "kafka_partitions", "kafka_consumer_group",
+                 "relay_max_pending")
         overrides = {k: getattr(base, k) for k in kafka}
         overrides |= {"history_path": str(self.history.path.resolve()),
                       "default_lease_seconds": self.lease_seconds, "worker_batch": 30,

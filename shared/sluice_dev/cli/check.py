@@ -96,6 +96,21 @@ def life_bound(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> l
                                       int(parameters["RetentionDays"]), rotation_days=int(found[1]))
 
 
+def budget_check(parameters: Mapping[str, str], handler_queues: int) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the Sluice stack's byte budgets against its Redis node type
+    (``sluice.core.limits.budget_problems``; none for a team's template, which has no Redis). The
+    queues counted: the allow-list's, else the handlers module's."""
+    from sluice.core import limits
+
+    if "CacheNodeType" not in parameters or "RedisBudgetBytes" not in parameters:
+        return [], []
+    allowed = [q for q in str(parameters.get("QueueAllowList", "")).split(",") if q.strip()]
+    return limits.budget_problems(
+        str(parameters["CacheNodeType"]), int(parameters["RedisBudgetBytes"]),
+        int(parameters.get("QueueBudgetBytes", 0)), len(allowed) or handler_queues,
+        int(parameters.get("RedisPushMemoryPercent", 0)), int(parameters.get("RedisShards", 1)))
+
+
 def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     """WorkerFunction, else the one function whose environment names a handlers module."""
     if "WorkerFunction" in functions:
@@ -166,7 +181,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     app = load_app(handlers_module)
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
-    warnings = deployment_warnings(deploy.parameters)
+    warnings = deployment_warnings(deploy.parameters) + _budget_warnings(deploy.parameters, len(rows))
     if json_mode():
         emit({"function": logical_id, "template": str(deploy.path), "config_env": config_env,
               "timeout_s": cfg.timeout_s, "margin_s": options.margin_ms / 1000,
@@ -192,6 +207,16 @@ def _print(logical_id: str, where: str, timeout_s: Any, margin_s: float, rows: l
     for r in rows:
         click.echo(f"{r.queue:<20} {r.timeout_s:>8g}s {r.timeout_from:<9} {r.lease_s:>5}s {r.batch:>5} "
                    f"{r.per_invocation:>9}  {'yes' if r.fits else 'NO'}")
+
+
+def _budget_warnings(parameters: Mapping[str, str], handler_queues: int) -> list[str]:
+    """``budget_check``'s warnings; its errors refuse the deploy (issue 28, item 4: the byte
+    budgets' total must fit the node)."""
+    errors, warnings = budget_check(parameters, handler_queues)
+    if errors:
+        _refuse("the byte budgets do not fit Redis: " + "; ".join(errors) + " (docs/deploy.md, Byte budgets)",
+                "BUDGET_OVER_NODE")
+    return warnings
 
 
 def _refuse(message: str, code: str) -> None:

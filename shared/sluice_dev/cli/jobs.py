@@ -81,12 +81,14 @@ def _echo_family(data: dict[str, Any]) -> None:
 @click.option("--lease-seconds", type=click.IntRange(1, 43_200), default=30, show_default=True)
 @click.option("--idempotency-key", "-k", default=None,
               help="The same key and body return the original job instead of a new one.")
+@click.option("--group", "-g", default=None,
+              help="Its fair-share group (a tenant id): groups are leased in turn.")
 @click.option("--wait", is_flag=True, help="Wait until the job has finished and print it.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="With --wait: give up after.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int, max_attempts: int,
-            lease_seconds: int, idempotency_key: str | None, wait: bool, timeout: float,
+            lease_seconds: int, idempotency_key: str | None, group: str | None, wait: bool, timeout: float,
             as_json: bool) -> None:
     """Enqueue one job on QUEUE; prints its id once Kafka has acknowledged it.
 
@@ -96,7 +98,7 @@ def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int,
     client = target.client()
     accepted = client.enqueue(queue, body, delay_seconds=delay, priority=priority,
                               max_attempts=max_attempts, lease_seconds=lease_seconds,
-                              idempotency_key=idempotency_key)
+                              idempotency_key=idempotency_key, group=group)
     if wait:
         _ended(client.wait(accepted.job_id, timeout_s=timeout), as_json)
     elif as_json:

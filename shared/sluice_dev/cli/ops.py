@@ -58,7 +58,8 @@ def rate(config: QueueConfig) -> str:
 
 def caps(config: QueueConfig) -> str:
     """The queue's own caps; "default" where the deployment's (SLUICE_MAX_*_PER_QUEUE) apply."""
-    return (f"delayed {config.max_delayed or 'default'}, dead {config.max_dead or 'default'}")
+    return (f"delayed {config.max_delayed or 'default'}, dead {config.max_dead or 'default'}, "
+            f"bytes {config.max_bytes or 'default'}")
 
 
 UNROUTED = "none: no route (enqueues refused, NO_ROUTE)"
@@ -85,8 +86,10 @@ def stats_row(st: QueueStats, route: str = "default worker") -> dict[str, Any]:
             "in_flight": st.leased, "dead": st.dead, "oldest_ready_age_ms": st.oldest_ready_age_ms,
             "paused": c.paused,
             "rate_per_s": c.rate_per_s, "burst": c.burst, "max_in_flight": c.max_in_flight,
+            "max_in_flight_per_group": c.max_in_flight_per_group,
             "high_watermark": c.high_watermark, "low_watermark": c.low_watermark,
-            "max_delayed": c.max_delayed, "max_dead": c.max_dead}  # 0: the deployment's default
+            "max_delayed": c.max_delayed, "max_dead": c.max_dead,  # 0: the deployment's default
+            "max_bytes": c.max_bytes, "used_bytes": st.used_bytes, "budget_bytes": st.budget_bytes}
 
 
 def api_route(route: dict[str, Any] | None) -> str:
@@ -110,20 +113,41 @@ def api_rows(target: Target) -> list[tuple[QueueStats, int, str]] | None:
 def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
     engine = target.engine()
     names = [q for q in engine.queues() if include_internal or not is_reserved_queue(q)]
-    return [engine.stats(q) for q in names]
+    return [engine.limits.with_budget(engine.stats(q)) for q in names]
+
+
+def size(n: int) -> str:
+    """Bytes for a person: 900 B, 1.5 KB, 32.0 MB (1024-based)."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            break
+        value /= 1024
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def in_redis(st: QueueStats) -> str:
+    """The queue's bytes in Redis against its budget: "1.2 MB / 32.0 MB (4%)", or just the bytes."""
+    if not st.budget_bytes:
+        return size(st.used_bytes)
+    share = st.used_bytes * 100 // st.budget_bytes
+    return f"{size(st.used_bytes)} / {size(st.budget_bytes)} ({share}%)"
 
 
 def queues_table(stats: list[QueueStats], title: str | None = None,
                  routes: RouteTable | None = None, shown: dict[str, str] | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
-                "max in flight", "caps", "state", "route"):  # caps: delayed/dead, "-" = the default
-        table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right")
+                "max in flight", "caps", "in redis", "state", "route"):  # caps: delayed/dead, "-" = default
+        # the queue's name stays whole however narrow the terminal: the other columns wrap
+        width = max((len(st.queue) for st in stats), default=5) if col == "queue" else None
+        table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right",
+                         min_width=width)
     for st in stats:
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
                       age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
-                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}",
+                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}", in_redis(st),
                       "[yellow]paused[/]" if c.paused else "running",
                       (shown or {}).get(st.queue) or route_of(routes, st.queue))
     return table
@@ -164,9 +188,10 @@ def queue() -> None:
 def _show(config: QueueConfig, name: str, text: str | None = None) -> None:
     """The queue's config after a change: TEXT (default: state, rate, limit), or all of it as JSON."""
     limit = config.max_in_flight or "unlimited"
+    per_group = f" ({config.max_in_flight_per_group} per group)" if config.max_in_flight_per_group else ""
     state = "paused" if config.paused else "running"
     emit({"queue": name, **config.model_dump(mode="json")},
-         text or f"{name}: {state}, rate {rate(config)}, max in flight {limit}")
+         text or f"{name}: {state}, rate {rate(config)}, max in flight {limit}{per_group}")
 
 
 @queue.command()
@@ -203,14 +228,18 @@ def rate_cmd(target: Target, name: str, per_second: float, burst: int | None) ->
 
 @queue.command()
 @QUEUE_NAME
-@click.option("--max-in-flight", type=click.IntRange(0, None), required=True,
+@click.option("--max-in-flight", type=click.IntRange(0, None), default=None,
               help="Most jobs leased at once; 0 = no limit.")
+@click.option("--per-group", type=click.IntRange(0, None), default=None,
+              help="Most jobs of one fair group (a job's group) leased at once; 0 = no limit.")
 @click.pass_obj
-def limit(target: Target, name: str, max_in_flight: int) -> None:
-    """Cap how many of NAME's jobs run at the same time."""
+def limit(target: Target, name: str, max_in_flight: int | None, per_group: int | None) -> None:
+    """Cap how many of NAME's jobs run at the same time, in all and per group."""
+    if max_in_flight is None and per_group is None:
+        raise InvalidInput("give --max-in-flight, --per-group or both")
     api, name = target.operator_api(), validate_queue_name(name)
-    _show(api.set_max_in_flight(name, max_in_flight) if api else
-          control.set_max_in_flight(target.engine(), name, max_in_flight), name)
+    _show(api.set_max_in_flight(name, max_in_flight, per_group) if api else
+          control.set_max_in_flight(target.engine(), name, max_in_flight, per_group), name)
 
 
 @queue.command()
@@ -233,14 +262,17 @@ def watermark(target: Target, name: str, high: int, low: int | None) -> None:
               help="Delayed jobs NAME may hold (the gateway answers 429 beyond); 0 = the default.")
 @click.option("--max-dead", type=click.IntRange(0, None), default=None,
               help="Dead jobs at which NAME takes no more jobs; 0 = the default.")
+@click.option("--max-bytes", type=click.IntRange(0, None), default=None,
+              help="Bytes NAME's jobs may take in Redis (its byte budget); 0 = the default.")
 @click.pass_obj
-def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None) -> None:
-    """Set NAME's own caps on delayed and dead jobs (docs/deploy.md, Limits)."""
+def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int | None,
+             max_bytes: int | None) -> None:
+    """Set NAME's own caps on delayed and dead jobs and its byte budget (docs/deploy.md, Limits)."""
     api, name = target.operator_api(), validate_queue_name(name)
-    if api is not None and max_delayed is None and max_dead is None:
-        raise InvalidInput("give --max-delayed, --max-dead or both")
-    config = api.set_caps(name, max_delayed, max_dead) if api else control.set_caps(
-        target.engine(), name, max_delayed, max_dead)
+    if api is not None and max_delayed is None and max_dead is None and max_bytes is None:
+        raise InvalidInput("give --max-delayed, --max-dead, --max-bytes or some of them")
+    config = api.set_caps(name, max_delayed, max_dead, max_bytes) if api else control.set_caps(
+        target.engine(), name, max_delayed, max_dead, max_bytes)
     _show(config, name, f"{name}: {caps(config)}")
 
 

@@ -1,11 +1,12 @@
-"""In-memory fakes of the small ports: the clock, the log (Kafka), the dispatcher
-(``ports.Clock``, ``ports.JobLog``, ``ports.Dispatcher``)."""
+"""In-memory fakes of the small ports: the clock, the log (Kafka), the dispatcher, the payload store
+(``ports.Clock``, ``ports.JobLog``, ``ports.Dispatcher``, ``ports.PayloadStore``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from sluice.core.errors import BackendUnavailable, PayloadUnavailable
 from sluice.core.models import JobSpec
 
 
@@ -54,9 +55,35 @@ class FakeDispatcher:
         return invocations
 
 
+class FakePayloadStore:
+    """``ports.PayloadStore`` in a dict: ``objects`` by key, ``puts`` and ``gets`` in order;
+    ``down`` makes every call BackendUnavailable (S3 unreachable)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.puts: list[str] = []
+        self.gets: list[str] = []
+        self.down = False
+
+    def put(self, key: str, body: bytes) -> None:
+        if self.down:
+            raise BackendUnavailable(f"s3.put_object {key}: unreachable")
+        self.puts.append(key)
+        self.objects[key] = body
+
+    def get(self, key: str) -> bytes:
+        if self.down:
+            raise BackendUnavailable(f"s3.get_object {key}: unreachable")
+        self.gets.append(key)
+        if key not in self.objects:
+            raise PayloadUnavailable(f"the payload object {key} is missing", key=key)
+        return self.objects[key]
+
+
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.core import ports
 
     _CLOCK: ports.Clock = FakeClock()
     _LOG: ports.JobLog = FakeLog()
     _DISPATCHER: ports.Dispatcher = FakeDispatcher()
+    _PAYLOADS: ports.PayloadStore = FakePayloadStore()

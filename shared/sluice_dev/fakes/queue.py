@@ -16,8 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost
-from sluice.core.models import DeadJob, Extended, FinishedCounts, JobSpec, LeasedJob, QueueConfig, QueueStats
+from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, QueueNotAllowed
+from sluice.core.models import (
+    DeadJob,
+    Extended,
+    FinishedCounts,
+    JobSpec,
+    LeasedJob,
+    QueueConfig,
+    QueueStats,
+    is_reserved_queue,
+)
 
 
 def real_ms() -> int:
@@ -94,8 +103,10 @@ class FakeQueue:
         self.configs: dict[str, QueueConfig] = {}
         self.reads = 0  # stats calls
         self.registered: set[str] = set()  # the queue registry (register.lua)
+        self.max_queues = 0  # the registry's limit (register.lua's); 0 = none
         self.memory: float | None = None  # Redis's used memory, percent of its maxmemory
         self.finished: dict[str, FinishedCounts] = {}  # a queue's cumulative endings (keys.finished)
+        self.used: dict[str, int] = {}  # bytes a queue's jobs count against its budget (keys.used)
         self.writes: list[tuple[str, ...]] = []  # the operator's writes: set_config, redrive, purge_dead
 
     # -- helpers for tests ------------------------------------------------------------------
@@ -289,7 +300,8 @@ class FakeQueue:
             return QueueStats(queue=queue, ready=states.count("ready"), delayed=states.count("delayed"),
                               leased=states.count("leased"), dead=states.count("dead"),
                               oldest_ready_age_ms=oldest, config=self.get_config(queue),
-                              finished=self.finished.get(queue, FinishedCounts()))
+                              finished=self.finished.get(queue, FinishedCounts()),
+                              used_bytes=self.used.get(queue, 0))
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
@@ -347,6 +359,19 @@ class FakeQueue:
 
     def memory_percent(self) -> float | None:
         return self.memory
+
+    def register(self, queue: str) -> bool:
+        """The gateway's reservation (register.lua, mode limit): ``max_queues`` public names at most."""
+        if self.down is not None:
+            raise self.down
+        if queue in self.registered:
+            return False
+        public = {q for q in self.registered if not is_reserved_queue(q)}
+        if self.max_queues and len(public) >= self.max_queues:
+            raise QueueNotAllowed(f"QUEUE_NOT_ALLOWED: registry full: a new queue would pass the limit "
+                                  f"limit={self.max_queues}", queue=queue)
+        self.registered.add(queue)
+        return True
 
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them

@@ -23,6 +23,7 @@ from sluice_dev.fakes.ports import FakeClock
 class Pushed:
     pushed: int
     skipped: int
+    left: int = 0  # records not taken: over the queue's byte budget (push.lua)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class FakeEngine:
         self.reaped: list[str] = []
         self.endings: dict[str, list[SettleEntry]] = {}  # what Redis ended alone (keys.settle)
         self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
+        self.used: dict[str, int] = {}  # bytes counted per queue (keys.used); job_size bytes a job
+        self.job_size = 1_000  # what each fake job counts against its queue's max_bytes
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
@@ -137,7 +140,7 @@ class FakeEngine:
         self._call("stats")
         return QueueStats(queue=queue, ready=self.depth(queue), delayed=0, leased=0, dead=0,
                           oldest_ready_age_ms=None, config=self.get_config(queue),
-                          idle_workers=self.idle.get(queue, 0))
+                          idle_workers=self.idle.get(queue, 0), used_bytes=self.used.get(queue, 0))
 
     def get_config(self, queue: str) -> QueueConfig:
         return self.configs.get(queue, QueueConfig())
@@ -158,10 +161,16 @@ class FakeEngine:
         rec["owner_token"] = owner_token
         pushed = skipped = 0
         jobs = self.jobs.setdefault(queue, {})
-        for offset, spec in records:
+        budget = self.get_config(queue).max_bytes
+        for n, (offset, spec) in enumerate(records):
             if offset <= rec["offset"] or spec.job_id in jobs:
                 skipped += 1
                 continue
+            used = self.used.get(queue, 0)
+            if budget and used and used + self.job_size > budget:  # push.lua stops here
+                rec["offset"] = max([rec["offset"], *(o for o, _ in records[:n])])
+                return Pushed(pushed, skipped, len(records) - n)
+            self.used[queue] = used + self.job_size
             jobs[spec.job_id] = spec
             self.enqueued.append((queue, spec.job_id))
             if gens and gens.get(spec.job_id):
@@ -187,8 +196,8 @@ class FakeEngine:
         return self.relayed.get((queue, topic, partition), {"offset": -1})["offset"]
 
     # the limits' questions (sluice.core.limits): no allow-list, no dead-job trimming, no memory reading
-    def register(self, queue: str) -> None:
-        return None
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        return False
 
     def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:
         return 0, 0

@@ -39,12 +39,14 @@ BINDINGS: dict[str, str] = {
     "SLUICE_JOBS_TABLE": "the jobs table on the moto server",
     "SLUICE_IDEMPOTENCY_TABLE": "the idempotency table on the moto server",
     "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
+    "SLUICE_QUEUES_TABLE": "the durable registry of queues on the moto server",
     "SLUICE_SCHEDULES_TABLE": "the schedules table on the moto server (sluice dev's scheduler fires them)",
     "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
                               "the table's schedules",
     "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
     "SLUICE_PARKED_TABLE": "the parking lot on the moto server (issue 28)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
+    "SLUICE_PAYLOADS_BUCKET": "the payloads bucket on the moto server (tables.ensure_all makes it)",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_INTERNAL_FUNCTION_NAME": "the internal function's name in the local Lambda service",
     "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the function's Redis user is given as SLUICE_REDIS_USERNAME "

@@ -70,6 +70,8 @@ COUNTDOWN_KEY = iam.key_of("sluice-countdown")
 ROUTES_TABLE = "sluice-routes"  # the local routes table (template.yaml's RoutesTable)
 SCHEDULES_TABLE = "sluice-schedules"  # the local schedules table (template.yaml's SchedulesTable)
 PARKED_TABLE = "sluice-parked"  # the local parking lot (template.yaml's ParkedTable)
+PAYLOADS_BUCKET = "sluice-payloads"  # the local payloads bucket (template.yaml's PayloadsBucket, issue 28)
+QUEUES_TABLE = "sluice-queues"  # the local durable registry of queues (template.yaml's QueuesTable)
 SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
 STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
@@ -254,7 +256,9 @@ class DevStack:
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
                                      "routes_table": s.routes_table or ROUTES_TABLE,
                                      "schedules_table": s.schedules_table or SCHEDULES_TABLE,
-                                     "parked_table": s.parked_table or PARKED_TABLE})
+                                     "parked_table": s.parked_table or PARKED_TABLE,
+                                     "payloads_bucket": s.payloads_bucket or PAYLOADS_BUCKET,
+                                     "queues_table": s.queues_table or QUEUES_TABLE})
             functions = self.prepare(s, self.sink.url)
             s = self.settings or s
             progress("starting the local Lambda service; creating topics, tables and buckets")
@@ -428,6 +432,9 @@ class DevStack:
         parked = self.function("RelayFunction").env.get("SLUICE_PARKED_TABLE")
         if parked:  # the relay's (the workers' settings, s, name no parking lot)
             tables.create_parked_table(client, parked)
+        registry = self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
+        if registry:  # the durable registry of queues (issue 28): the gateway's, not in the workers' settings
+            tables.create_queues_table(client, registry)
         table = self.function("OperatorFunction").env.get("SLUICE_SCHEDULES_TABLE")
         if table:  # the operator function's (the workers' settings, s, name no schedules table)
             from sluice.backends.dynamodb.schedules import DynamoScheduleStore
@@ -580,6 +587,8 @@ class DevStack:
                "SLUICE_ROUTES_TABLE": s.routes_table or ROUTES_TABLE,
                "SLUICE_SCHEDULES_TABLE": s.schedules_table or SCHEDULES_TABLE,
                "SLUICE_PARKED_TABLE": s.parked_table or PARKED_TABLE,
+               "SLUICE_PAYLOADS_BUCKET": s.payloads_bucket or PAYLOADS_BUCKET,
+               "SLUICE_QUEUES_TABLE": s.queues_table or QUEUES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_INTERNAL_FUNCTION_NAME": INTERNAL_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}

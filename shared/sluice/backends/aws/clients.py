@@ -48,3 +48,21 @@ class OnLambda:
     @classmethod
     def from_settings(cls, s: Settings) -> Self:
         return cls(lambda_client(s))
+
+
+def create_bucket(client: Any, bucket: str, region: str) -> None:
+    """``bucket`` in ``region`` unless it exists already (the local stack and tests make the stack's
+    buckets: ``dynamodb.tables``, ``aws.payloads``); StoreError otherwise."""
+    from botocore.exceptions import ClientError
+
+    from sluice.core.errors import StoreError
+
+    kwargs: dict[str, Any] = {"Bucket": bucket}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        client.create_bucket(**kwargs)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise StoreError(f"create_bucket {bucket}: {code}", aws_code=code) from exc

@@ -4,8 +4,9 @@ Two observers of events, nothing counted inline:
 
 - ``QueueDepthMetrics`` (the relay, which re-reads every queue's stats every ``refresh_s``):
   from ``QueueMeasured`` it publishes, once a period per queue, the depths (ready, delayed,
-  in flight, dead), the age of the oldest ready job (SQS's ``ApproximateAgeOfOldestMessage``)
-  and the jobs relayed into Redis in the period.
+  in flight, dead), the age of the oldest ready job (SQS's ``ApproximateAgeOfOldestMessage``),
+  the jobs relayed into Redis in the period and the bytes its jobs take there (against its
+  byte budget, ``QueueBytesUsed``).
 - ``QueueWorkMetrics`` (the worker, which measures each job's wait): from ``HandlerStarted``
   the time from enqueue to start, as raw values so CloudWatch computes p50/p99; from
   ``Finished`` the jobs succeeded, failed and dead.
@@ -38,9 +39,10 @@ MAX_VALUES = 100  # EMF's limit on the values of one metric in one line
 READY, DELAYED, IN_FLIGHT, DEAD = "QueueReady", "QueueDelayed", "QueueInFlight", "QueueDead"
 OLDEST_AGE = "QueueOldestReadyAge"  # seconds; 0 when nothing is ready (so an alarm sees data)
 RELAYED = "QueueJobsRelayed"
+BYTES_USED = "QueueBytesUsed"  # bytes its jobs count against its byte budget in Redis (keys.used)
 SUCCEEDED, FAILED, DEAD_LETTERED = "QueueJobsSucceeded", "QueueJobsFailed", "QueueJobsDead"
 WAIT = "QueueWaitTime"  # ms, enqueue -> handler start; read as p50 / p99
-DEPTH_METRICS = (READY, DELAYED, IN_FLIGHT, DEAD, OLDEST_AGE, RELAYED)
+DEPTH_METRICS = (READY, DELAYED, IN_FLIGHT, DEAD, OLDEST_AGE, RELAYED, BYTES_USED)
 WORK_METRICS = (SUCCEEDED, FAILED, DEAD_LETTERED, WAIT)
 ALL_METRICS = DEPTH_METRICS + WORK_METRICS  # each one custom metric per admitted queue
 FINISHED = {"succeeded": SUCCEEDED, "failed": FAILED, "dead": DEAD_LETTERED}
@@ -126,7 +128,8 @@ class QueueDepthMetrics:
         age_s = (stats.oldest_ready_age_ms or 0) / 1000
         self.sink(emf_line(queue, [(READY, "Count", stats.ready), (DELAYED, "Count", stats.delayed),
                                    (IN_FLIGHT, "Count", stats.leased), (DEAD, "Count", stats.dead),
-                                   (OLDEST_AGE, "Seconds", age_s), (RELAYED, "Count", d.relayed)], e.at))
+                                   (OLDEST_AGE, "Seconds", age_s), (RELAYED, "Count", d.relayed),
+                                   (BYTES_USED, "Bytes", stats.used_bytes)], e.at))
         d.relayed, d.published_at = 0, e.at
 
     def flush(self) -> None:

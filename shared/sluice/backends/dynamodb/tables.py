@@ -1,6 +1,6 @@
 """Create the store's resources where no CloudFormation runs: tests, the local stack, the demo.
 
-In AWS, template.yaml declares the same three resources; keep the two in step.
+In AWS, template.yaml declares the same resources; keep the two in step.
 Every function is idempotent: an existing table or bucket is left as it is.
 """
 
@@ -60,6 +60,11 @@ def create_routes_table(client: DynamoDBClient, name: str) -> None:
     _create_table(client, name, "pattern", "expires_at")
 
 
+def create_queues_table(client: DynamoDBClient, name: str) -> None:
+    """The durable registry of queues (``dynamodb.queues``): key ``queue``; nothing expires."""
+    _create_table(client, name, "queue", "expires_at")
+
+
 def create_schedules_table(client: DynamoDBClient, name: str) -> None:
     """The schedules table (``dynamodb.schedules``): key ``queue`` + ``name`` (a schedule's name is
     its queue's, so per-queue IAM scopes it); nothing expires."""
@@ -78,14 +83,9 @@ def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-
 
     Expiry also collects the objects of refused (stale) writes, which no item points to.
     """
-    kwargs: dict[str, Any] = {"Bucket": bucket}
-    if region != "us-east-1":
-        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    try:
-        client.create_bucket(**kwargs)
-    except ClientError as exc:
-        if error_code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-            raise translate(exc, f"create_bucket {bucket}") from exc
+    from sluice.backends.aws.clients import create_bucket
+
+    create_bucket(client, bucket, region)
     with translated(f"put_bucket_lifecycle_configuration {bucket}"):
         client.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [{
             "ID": "expire-results", "Status": "Enabled", "Filter": {"Prefix": "results/"},
@@ -95,7 +95,7 @@ def create_results_bucket(client: S3Client, bucket: str, region: str = "us-east-
 
 
 def ensure_all(settings: Settings) -> None:
-    """Jobs table, idempotency table and results bucket named in ``settings``."""
+    """Jobs table, idempotency table, results bucket and payloads bucket named in ``settings``."""
     import boto3
 
     common: dict[str, Any] = {"region_name": settings.aws_region, "endpoint_url": settings.aws_endpoint_url}
@@ -108,5 +108,11 @@ def ensure_all(settings: Settings) -> None:
         create_schedules_table(dynamodb, settings.schedules_table)
     if settings.parked_table:
         create_parked_table(dynamodb, settings.parked_table)
-    create_results_bucket(boto3.client("s3", **common), settings.results_bucket, settings.aws_region,
-                          settings.retention_days)
+    if settings.queues_table:
+        create_queues_table(dynamodb, settings.queues_table)
+    s3 = boto3.client("s3", **common)
+    create_results_bucket(s3, settings.results_bucket, settings.aws_region, settings.retention_days)
+    if settings.payloads_bucket:
+        from sluice.backends.aws.payloads import create_payloads_bucket
+
+        create_payloads_bucket(s3, settings.payloads_bucket, settings.aws_region, settings.retention_days)

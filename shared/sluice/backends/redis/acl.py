@@ -11,8 +11,9 @@ literal in Redis's glob, and a queue name holds none of ``{}:[]*?\\``, so the pa
 the keys of exactly the queues whose names match ``thumbs-*``. A worker touches no global key
 (its scripts, lease/extend/ack/fail/release/idle, and the BLPOP of its wake list take only its
 queue's keys), so a team's user needs nothing beyond its queues' patterns. The global keys
-(``sluice:queues``, ``sluice:epoch*``) are the relay's, and the registry also the gateway's and the
-operator's.
+(``sluice:queues`` and its companions ``sluice:queues:{sluice:queues}:*``, ``sluice:epoch*``) are the
+relay's, and the registry's keys also the gateway's (it reserves a new queue before its first 202)
+and the operator's.
 
 Commands. Scripts run with the caller's permissions: Redis checks EVALSHA's KEYS against the
 user's key patterns, and then each ``redis.call`` inside the script against its commands and
@@ -35,7 +36,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, QUEUES_KEY
+from sluice.backends.redis.keys import CALLER_BUCKETS, PREFIX, REGISTRY_KEYS
 from sluice.core.errors import InvalidQueueName
 from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 
@@ -43,28 +44,30 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
 # the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
-    "ack.lua": "del exists hdel hget hincrby hmget zrem",
-    "cancel.lua": "del exists hexists hget hincrby hset time zadd zrem zscore",
-    "config.lua": "hmget hset",
-    "enqueue.lua": "exists hset incrby set time zadd",
-    "enqueue_internal.lua": "exists hset incrby set time zadd",
+    "ack.lua": "decrby del exists hdel hincrby hmget zadd zcard zrem zscore",
+    "cancel.lua": "decrby del exists hexists hincrby hmget hset time zadd zcard zrem zscore",
+    "config.lua": "hgetall hincrby hmget hset zadd zcard zscore",
+    "enqueue.lua": "exists hincrby hset incrby set time zadd zscore",
+    "enqueue_internal.lua": "exists hincrby hset incrby set time zadd zscore",
     "extend.lua": "exists hget time zadd",
-    "fail.lua": "exists hdel hget hincrby hmget hset incrby set time zadd zrem",
+    "fail.lua": "exists hdel hget hincrby hmget hset incrby set time zadd zcard zrem zscore",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "lease.lua": "del hdel hget hincrby hmget hset incrby set time zadd zcard zpopmin zrangebyscore "
-                 "zremrangebyrank",
-    "purge.lua": "del zrange zremrangebyrank",
-    "push.lua": "exists hmget hset incrby lpush ltrim pexpire set time zadd",
+    "lease.lua": "decrby del exists hdel hincrby hmget hset incrby set time zadd zcard zpopmin zrange "
+                 "zrangebyscore zrem zremrangebyrank zscore",
+    "purge.lua": "decrby del hget zrange zremrangebyrank",
+    "push.lua": "exists get hget hincrby hmget hset incrby lpush ltrim pexpire set time zadd zscore",
     "rate.lua": "hmget hset time",
-    "reap.lua": "del hdel hget hincrby hmget hset incrby set time zadd zrangebyscore zremrangebyrank",
+    "reap.lua": "decrby del hdel hincrby hmget hset incrby set time zadd zcard zrangebyscore "
+                "zremrangebyrank zscore",
     "rebase.lua": "hmget hset",
-    "redrive.lua": "hdel hmget hset incrby set time zadd zrange zrem zscore",
-    "register.lua": "sadd scard sismember",
-    "release.lua": "del exists hdel hget hincrby hmget incrby set time zadd zrem",
+    "redrive.lua": "hdel hincrby hmget hset incrby set time zadd zrange zrem zscore",
+    "register.lua": "exists sadd scard sismember",
+    "registry_load.lua": "sadd set",
+    "release.lua": "decrby del exists hdel hget hincrby hmget incrby set time zadd zcard zrem zscore",
     "settled.lua": "zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
-    "trim.lua": "del hget time zcard zrange zrem zscore",
+    "trim.lua": "decrby del hget time zcard zrange zrem zscore",
 }.items()}
 
 # Every connection: the health check, scripts (EVALSHA; SCRIPT LOAD after NOSCRIPT), and what
@@ -102,18 +105,22 @@ class Role:
 WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua"),
               ("blpop",))
 # The public API (GatewayFunction; InternalFunction and FiringsFunction run the same enqueue
-# pipeline): the admission view (stats.lua, the registry, memory), GET's holds, DELETE's cancel,
-# and the per-caller throttle's buckets (throttle.lua, one key per caller: keys.caller_bucket).
-GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua"),
+# pipeline): the admission view (stats.lua, the registry, memory), the reservation of a new queue
+# before its first 202 (register.lua; registry_load.lua after a Redis loss: issue 28), GET's
+# holds, DELETE's cancel, and the per-caller throttle's buckets (throttle.lua, one key per caller:
+# keys.caller_bucket).
+GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
                ("zscore", "sismember", "scard", "info"), public_queues=True,
-               global_keys=(QUEUES_KEY, CALLER_BUCKETS))
+               global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS))
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings.
-OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua"),
+OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
+                            "registry_load.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
-                 "info"), public_queues=True, global_keys=(QUEUES_KEY,))
+                 "info"), public_queues=True, global_keys=REGISTRY_KEYS)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
-RELAY = Role("relay", ("push.lua", "register.lua", "rate.lua", "lease.lua", "extend.lua", "ack.lua",
-                       "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua", "trim.lua",
+RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
+                       "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",
+                       "trim.lua",
                        "stats.lua", "redrive.lua", "config.lua", "rebase.lua"),
              ("hget", "zrange", "hmget", "hgetall", "smembers", "info", "get", "set"), all_keys=True)
 

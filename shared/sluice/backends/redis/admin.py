@@ -12,7 +12,7 @@ from sluice.backends.redis.checks import MAX_BATCH, MAX_TOKEN, checked_int, text
 from sluice.backends.redis.client import is_cluster
 from sluice.backends.redis.config import parse_config
 from sluice.backends.redis.connection import RedisConnection
-from sluice.backends.redis.keys import QUEUES_KEY
+from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
@@ -31,7 +31,8 @@ class RedisAdmin:
         r = self.conn.scripts.stats(k)
         return QueueStats(queue=queue, ready=r.ready, delayed=r.delayed, leased=r.leased, dead=r.dead,
                           oldest_ready_age_ms=None if r.oldest_ready_age_ms < 0 else r.oldest_ready_age_ms,
-                          config=parse_config(r.config), idle_workers=r.idle, finished=r.finished)
+                          config=parse_config(r.config), idle_workers=r.idle, finished=r.finished,
+                          used_bytes=r.used_bytes)
 
     def overdue_leases(self, queue: str) -> int:
         """Leases past their deadline that nobody has reaped yet (a crashed or frozen worker), by
@@ -53,15 +54,17 @@ class RedisAdmin:
         return sorted(n for n in map(text, names) if QUEUE_NAME_RE.fullmatch(n))
 
     def registry(self, queue: str) -> tuple[bool, int]:
-        """(``queue`` is registered, how many names are): the gateway's view of the limit."""
+        """(``queue`` is registered, how many public names are: reserved ones do not count toward
+        the limit): the gateway's view of the limit (the reservation, register.lua, decides)."""
         try:
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.sismember(QUEUES_KEY, self.conn.keys(queue).queue)
             pipe.scard(QUEUES_KEY)
-            member, size = pipe.execute()
+            pipe.scard(REGISTRY_RESERVED_KEY)
+            member, size, reserved = pipe.execute()
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        return bool(member), int(size)
+        return bool(member), int(size) - int(reserved)
 
     def memory_percent(self) -> float | None:
         """used_memory as a percentage of maxmemory (None when Redis has no maxmemory); on a
@@ -96,15 +99,16 @@ class RedisAdmin:
         try:
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.zscore(k.dead, job_id)
-            pipe.hmget(key, "p", "m")
-            score, (payload, meta) = pipe.execute()
+            pipe.hmget(key, "p", "m", "grp")
+            score, (payload, meta, group) = pipe.execute()
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         if score is None or payload is None or meta is None:
             raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
         priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in text(meta).split(","))
         return JobSpec(job_id=job_id, queue=queue, payload=json.loads(text(payload)), priority=priority,
-                       max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms)
+                       max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms,
+                       group=None if group is None else text(group))
 
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready.

@@ -16,6 +16,7 @@ from sluice.core.models import (
     MIN_LEASE_MS,
     JobSpec,
     dump_json,
+    validate_group,
     validate_token,
 )
 
@@ -75,7 +76,8 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW
     run_at_ms = checked_int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)")
     enqueued_at_ms = checked_int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms")  # 0: the script's TIME
     meta = f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}"
-    return JobFields(spec.job_id, payload, meta, run_at_ms)
+    group = "" if spec.group is None else validate_group(spec.group)
+    return JobFields(spec.job_id, payload, meta, run_at_ms, group)
 
 
 def text(value: Any) -> str:

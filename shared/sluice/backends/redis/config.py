@@ -11,7 +11,9 @@ from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput
 from sluice.core.models import QueueConfig
 
-CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead")
+CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead",
+               "max_in_flight_per_group")
+MAX_BYTES = 1 << 50  # a queue's byte budget (config.lua takes up to 2^53 - 1; 1 PiB is plenty)
 
 
 class RedisQueueConfig:
@@ -42,6 +44,8 @@ def config_value(name: str, value: object) -> str:
     """One knob's value as config.lua stores it; InvalidInput for a bad value or an unknown knob."""
     if name in CONFIG_INTS:
         return str(checked_int(value, 0, 1_000_000_000, name))
+    if name == "max_bytes":
+        return str(checked_int(value, 0, MAX_BYTES, name))
     if name == "rate_per_s":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
             raise InvalidInput(f"rate_per_s must be a number in 0..1e9, got {value!r}")
@@ -57,7 +61,7 @@ def parse_config(raw: dict[Any, Any]) -> QueueConfig:
     """A config hash (from HGETALL, or stats.lua's reply) as a QueueConfig."""
     fields = {text(key): text(value) for key, value in raw.items()}
     return QueueConfig(
-        **{name: int(fields[name]) for name in CONFIG_INTS if name in fields},
+        **{name: int(fields[name]) for name in (*CONFIG_INTS, "max_bytes") if name in fields},
         rate_per_s=float(fields.get("rate_per_s", 0)),
         paused=fields.get("paused") == "1",
     )

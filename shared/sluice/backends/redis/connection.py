@@ -7,7 +7,7 @@ over it, so a process that needs several roles opens one client.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -15,12 +15,14 @@ import redis
 from sluice.backends.redis.auth import RotatingToken
 from sluice.backends.redis.checks import text
 from sluice.backends.redis.client import connect
-from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
+from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import REDIS_ERRORS, Scripts, translate
 from sluice.core.config import Settings
-from sluice.core.errors import ConfigError, SluiceError
+from sluice.core.errors import ConfigError, RegistryCold, SluiceError
 from sluice.core.limits import Limits
-from sluice.core.models import validate_queue_name
+from sluice.core.models import QUEUE_NAME_RE, is_reserved_queue, validate_queue_name
+
+REGISTRY_LOAD_CHUNK = 1000  # names per registry_load.lua call (its bound)
 
 
 class RedisConnection:
@@ -32,6 +34,13 @@ class RedisConnection:
         self.scripts = Scripts(client)
         self.limits = limits or Limits()  # only the registry limits and the allow-list apply here
         self._keys: dict[str, QueueKeys] = {}
+        # The durable registry's names (DynamoDB's queues table; ``sluice.entry.root`` sets it), read
+        # when the registry's cache is found cold after a Redis loss; None: Redis holds all there is.
+        self.registry_source: Callable[[], Iterable[str]] | None = None
+        # The deployment keeps a durable registry (SLUICE_QUEUES_TABLE): a process with no source
+        # then refuses to mark a lost cache loaded as it stands (a CLI, a harness), rather than
+        # let every gateway decide the limit on a partial set.
+        self.registry_required = False
 
     @classmethod
     def from_url(cls, url: str, limits: Limits | None = None, **kwargs: Any) -> RedisConnection:
@@ -45,6 +54,12 @@ class RedisConnection:
         a password is given (``sluice dev`` gives each function its user so), else from its secret
         (``redis_auth_secret_arn``: ``{"username", "password"}``, or a bare AUTH token), else as the
         default user."""
+        conn = cls._connected(settings)
+        conn.registry_required = bool(settings.queues_table)
+        return conn
+
+    @classmethod
+    def _connected(cls, settings: Settings) -> RedisConnection:
         arn = settings.redis_auth_secret_arn
         limits = Limits.from_settings(settings)
         if settings.redis_password is not None:
@@ -71,8 +86,8 @@ class RedisConnection:
             self._keys[queue] = k
         return k
 
-    def register(self, queue: str) -> None:
-        """Advisory registry for ``queues()``: outside scripts, as it lives in another slot.
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        """Add ``queue`` to the registry's Redis cache (``register.lua``); True if it was new.
 
         One ``register.lua`` per enqueue or push call, never skipped: the relay's maintenance
         and the safety net drain only registered queues, and Redis can lose the registry (a
@@ -80,25 +95,59 @@ class RedisConnection:
         pushed into an unregistered queue would wait in ready with nobody ever sent to lease it
         (found by the chaos suite; docs/break-it.md). The cost is one round trip per batch.
 
-        Raises QueueNotAllowed for a name off the allow-list, or a new name once the registry
-        holds ``limits.max_queues`` (relay maintenance walks every registered queue).
+        Raises QueueNotAllowed for a name off the allow-list, or for a new name once
+        the registry holds ``limits.max_queues`` public names (relay maintenance walks every
+        registered queue). ``admitted``: a record a gateway already accepted (its 202 is
+        binding, issue 28): the limit does not apply (the allow-list, a setting, still does). A
+        cache Redis lost is loaded again from ``registry_source`` (the durable registry) before a
+        limit is checked.
         """
-        self.limits.check_name(queue)
-        self.scripts.register(QUEUES_KEY, queue, self.limits.registry_limit(queue))
+        mode = self._mode(queue, admitted)
+        limit = self.limits.registry_limit(queue)
+        try:
+            return self.scripts.register(queue, limit, mode)
+        except RegistryCold:
+            self.load_registry()
+            return self.scripts.register(queue, limit, mode)
 
-    def register_all(self, queues: set[str]) -> dict[str, SluiceError]:
+    def register_all(self, queues: set[str], *, admitted: bool = False) -> dict[str, SluiceError]:
         """``register`` for several queues in one round trip; the refused ones, with why."""
         refused: dict[str, SluiceError] = {}
-        asked = []
+        asked: list[tuple[str, int, str]] = []
         for queue in sorted(queues):
             try:
-                self.limits.check_name(queue)
-                asked.append(queue)
+                asked.append((queue, self.limits.registry_limit(queue), self._mode(queue, admitted)))
             except SluiceError as exc:
                 refused[queue] = exc
-        replies = self.scripts.register_many(QUEUES_KEY, [(q, self.limits.registry_limit(q)) for q in asked])
-        refused.update((q, r) for q, r in zip(asked, replies, strict=True) if isinstance(r, SluiceError))
+        replies = self.scripts.register_many(asked)
+        cold = [a for a, r in zip(asked, replies, strict=True) if isinstance(r, RegistryCold)]
+        if cold:
+            self.load_registry()
+            warm = [(a, r) for a, r in zip(asked, replies, strict=True) if not isinstance(r, RegistryCold)]
+            asked = [a for a, _ in warm] + cold
+            replies = [r for _, r in warm] + self.scripts.register_many(cold)
+        refused.update((a[0], r) for a, r in zip(asked, replies, strict=True) if isinstance(r, SluiceError))
         return refused
+
+    def _mode(self, queue: str, admitted: bool) -> str:
+        if is_reserved_queue(queue):
+            return "reserved"
+        self.limits.check_name(queue)  # the operator's allow-list: the gateway checked it before its 202 too
+        return "admitted" if admitted else "limit"
+
+    def load_registry(self) -> int:
+        """Load the registry's Redis cache from ``registry_source`` (none: the cache is all there is,
+        so it is marked loaded as it stands), ``REGISTRY_LOAD_CHUNK`` names per atomic call, the
+        last one marking it loaded: until then every limit check finds it cold and loads too (the
+        loads add the same names). How many names were new to the cache."""
+        if self.registry_source is None and self.registry_required:
+            raise RegistryCold("the registry's Redis cache was lost and this process cannot load it from "
+                               "the durable registry (SLUICE_QUEUES_TABLE): a gateway or the relay loads it")
+        names = sorted({n for n in (self.registry_source() if self.registry_source else ())
+                        if QUEUE_NAME_RE.fullmatch(n) and not is_reserved_queue(n)})
+        chunks = [names[i:i + REGISTRY_LOAD_CHUNK] for i in range(0, len(names), REGISTRY_LOAD_CHUNK)] or [[]]
+        last = len(chunks) - 1
+        return sum(self.scripts.registry_load(chunk, last=i == last) for i, chunk in enumerate(chunks))
 
     def oldest_with_fields(self, zset: str, prefix: str, limit: int, fields: tuple[str, ...],
                            job_id_of: Callable[[Any], str] | None = None,

@@ -8,7 +8,8 @@ outside scripts, because a script may not span slots.
 Layout of queue ``q`` (docs/engine.md has the state machine):
 
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
-                                   a attempts used; c cancel requested; err last error; g redrive generation
+                                   a attempts used; c cancel requested; err last error; g redrive generation;
+                                   sz the bytes it counts against the queue's budget
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
                                    (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
@@ -28,20 +29,30 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
     sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
                                    way since the key was made (counters only go up; stats.lua reads them)
+    sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their
+                                   sz): push.lua reserves, every script that deletes a job hash gives back
+    sluice:{q}:g:<group>    zset   a fair group's ready jobs (scores as ready; ungrouped jobs stay in ready)
+    sluice:{q}:turns        zset   group -> turn number: the rotation lease.lua serves round-robin ('' is
+                                   the default group, while any group takes turns)
+    sluice:{q}:groups       hash   <group> -> its leased jobs; #ready -> jobs in every group's ready zset;
+                                   #turn -> the last turn number handed out (_lib.lua, "Fair groups")
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
 32 hex digits of the SHA-256 of the caller's identity (``sluice.core.throttle.identity``), so an
 ARN's characters never reach a key and each caller's bucket has a slot of its own.
 
-Global: sluice:queues (advisory registry of queue names) and sluice:epoch (the id of
+Global: sluice:queues (the registry's Redis cache: every queue name; the durable registry is
+DynamoDB's queues table, issue 28), with sluice:queues:{sluice:queues}:reserved (the reserved names
+in it, not counted toward the limit) and sluice:queues:{sluice:queues}:loaded (set once the cache
+was loaded from DynamoDB since Redis lost it), and sluice:epoch (the id of
 this Redis dataset; its disappearance tells the relay that Redis lost data). On a cluster,
 sluice:epoch:{<tag>} per primary instead, ``tag`` hashing into that primary's slots.
 
 Who touches what (each function's Redis user may touch only that: ``acl``, docs/security.md
 "Redis users"). A worker, a team's or the default one: only its queues' keys (lease, extend, ack,
 fail, release, idle; BLPOP of ``wake``), never a global key. The gateway: public queues' keys
-(stats, cancel, GET's holds) and reads of ``sluice:queues`` (admission). The operator: public
+(stats, cancel, GET's holds) and the registry (admission; its reservation before a 202). The operator: public
 queues' keys (stats, dead letters, redrive, purge, config) and ``sluice:queues`` (list; register
 on a config change). The relay: every queue's keys, its reserved ``sluice-relay`` queue's too,
 ``sluice:queues`` (register, list) and the epochs. The countdown and events functions: nothing.
@@ -52,10 +63,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sluice.core.models import validate_job_id, validate_queue_name
+from sluice.core.models import validate_group, validate_job_id, validate_queue_name
 
 PREFIX = "sluice"
 QUEUES_KEY = f"{PREFIX}:queues"
+# The registry set's companions (register.lua): the reserved names it holds (not counted toward the
+# limit) and the mark that it was loaded from the durable registry since Redis last lost it. Their
+# hash tag is the registry's own name, so all three share its cluster slot (one script may touch
+# them); they start ``sluice:queues:``, so no queue pattern of ``acl`` (``sluice:{...}``) covers them.
+REGISTRY_RESERVED_KEY = f"{QUEUES_KEY}:{{{QUEUES_KEY}}}:reserved"
+REGISTRY_LOADED_KEY = f"{QUEUES_KEY}:{{{QUEUES_KEY}}}:loaded"
+REGISTRY_KEYS = (QUEUES_KEY, REGISTRY_RESERVED_KEY, REGISTRY_LOADED_KEY)  # register.lua's KEYS
 EPOCH_KEY = f"{PREFIX}:epoch"  # random id of this Redis dataset; gone after a data loss (relay.recovery)
 
 
@@ -152,6 +170,36 @@ class QueueKeys:
         that end a job add to it: ack, fail, cancel, reclaim). Readers take differences between two
         reads, so nobody resets it, and a lost Redis (all zero again) shows as a drop."""
         return f"{self.base}:finished"
+
+    @property
+    def used(self) -> str:
+        """string: the bytes the queue's jobs count against its budget (the sum of their ``sz``); lost
+        with the jobs in a Redis loss, and rebuilt as the replay pushes them again."""
+        return f"{self.base}:used"
+
+    @property
+    def group_prefix(self) -> str:
+        """A fair group's ready zset is this prefix and the group (``group``); scripts build it from
+        the group a job hash names: same slot."""
+        return f"{self.base}:g:"
+
+    def group(self, name: str) -> str:
+        return f"{self.group_prefix}{validate_group(name)}"
+
+    @property
+    def turns(self) -> str:
+        """zset group -> turn number: the groups lease.lua serves in turn."""
+        return f"{self.base}:turns"
+
+    @property
+    def groups(self) -> str:
+        """hash: a group's leased jobs, and #ready / #turn (lua/_lib.lua, "Fair groups")."""
+        return f"{self.base}:groups"
+
+    @property
+    def group_keys(self) -> list[str]:
+        """The three KEYS every script that moves a grouped job takes last: prefix, turns, groups."""
+        return [self.group_prefix, self.turns, self.groups]
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"

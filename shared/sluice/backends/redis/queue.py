@@ -28,6 +28,7 @@ from sluice.backends.redis.checks import (
     checked_lease_ms,
     checked_token,
     job_fields,
+    text,
 )
 from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
@@ -163,7 +164,12 @@ class RedisJobQueue:
             p = self.conn.client.pipeline(transaction=False)
             for zset in (k.ready, k.delayed, k.leased):
                 p.zscore(zset, job_id)
-            return any(score is not None for score in p.execute())
+            p.hget(k.job(job_id), "grp")
+            *scores, group = p.execute()
+            if any(score is not None for score in scores):
+                return True
+            # A grouped job waits in its group's ready zset (lua/_lib.lua, "Fair groups").
+            return group is not None and self.conn.client.zscore(k.group(text(group)), job_id) is not None
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
 
@@ -201,6 +207,10 @@ class RedisJobQueue:
 
     def registry(self, queue: str) -> tuple[bool, int]:
         return self.admin.registry(queue)
+
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
+        """The gateway's reservation of ``queue`` within the registry's limit (``register.lua``)."""
+        return self.conn.register(queue, admitted=admitted)
 
     def memory_percent(self) -> float | None:
         return self.admin.memory_percent()

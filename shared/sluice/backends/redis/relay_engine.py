@@ -105,9 +105,11 @@ class RedisRelayEngine:
         result = PushResult(0, 0, -1)
         for start in range(0, len(checked), MAX_BATCH):
             result = self.conn.scripts.push(k, topic, partition, owner_token,
-                                            checked[start:start + MAX_BATCH])
+                                            checked[start:start + MAX_BATCH], self.conn.limits.queue_budget)
             pushed += result.pushed
             skipped += result.skipped
+            if result.left:  # over the budget: the later chunks must not pass the records left
+                return PushResult(pushed, skipped, result.offset, len(checked) - pushed - skipped)
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
     def push_many(self, topic: str, items: Sequence[PushItem],
@@ -116,7 +118,9 @@ class RedisRelayEngine:
         records already decoded (``DecodedJob``: checked against ``JobSpec``'s fields, payload
         canonical JSON), in two round trips however many items: the registry, then push.lua per
         item (per 1000 records) in one pipeline. ``gens``: the jobs table's redrive generation of
-        the jobs that have one, stored on each new job for its grant.
+        the jobs that have one, stored on each new job for its grant. A result's ``left`` counts
+        the item's last records not taken: their jobs did not fit the queue's byte budget (a later
+        chunk takes nothing unless the one before it was taken whole: ``push_args``' follow).
 
         Per item, in order: its result, or the error that refused it (``StaleToken``: a newer
         relay owns the partition; ``InvalidInput``; ``QueueNotAllowed``), nothing of a refused
@@ -132,14 +136,17 @@ class RedisRelayEngine:
             try:
                 k = self.conn.keys(validate_public_queue(queue))
                 checked_int(partition, 0, 1_000_000, "partition")
-                for args in push_args(queue, checked_token(owner_token), records, horizon, gens):
+                for args in push_args(queue, checked_token(owner_token), records, horizon, gens,
+                                      self.conn.limits.queue_budget):
                     calls.append((k, topic, partition, args))
                     owners.append(i)
             except SluiceError as exc:
                 out.append(exc)
                 continue
             out.append(PushResult(0, 0, -1))
-        refused = self.conn.register_all({k.queue for k, _, _, _ in calls})
+        # The intake admitted every record here (minted and sealed: a gateway's 202 is binding, or a
+        # harness's record whose queue it registered under the limit): no limit refuses them now.
+        refused = self.conn.register_all({k.queue for k, _, _, _ in calls}, admitted=True)
         sent = []
         for c, (k, _, _, _) in enumerate(calls):
             if k.queue in refused:
@@ -151,7 +158,8 @@ class RedisRelayEngine:
             if isinstance(before, SluiceError):
                 continue  # an earlier chunk of this item was refused: its first error stands
             out[owners[c]] = result if isinstance(result, SluiceError) else PushResult(
-                before.pushed + result.pushed, before.skipped + result.skipped, result.offset)
+                before.pushed + result.pushed, before.skipped + result.skipped, result.offset,
+                before.left + result.left)
         return out
 
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:
@@ -169,10 +177,11 @@ class RedisRelayEngine:
         k = self.conn.keys(queue)
         return self.conn.scripts.rate(k, checked_int(wanted, 1, 1_000_000, "wanted"))
 
-    def register(self, queue: str) -> None:
+    def register(self, queue: str, *, admitted: bool = False) -> bool:
         """Register ``queue`` (QueueNotAllowed beyond the limits): the relay asks before taking
-        a record for a queue it has not seen, so a refused one goes to the dead-letter topic."""
-        self.conn.register(self.conn.keys(queue).queue)
+        a record for a queue it has not seen, so a refused one goes to the dead-letter topic.
+        ``admitted``: a minted, sealed record (a gateway answered 202): no limit applies. True if new."""
+        return self.conn.register(self.conn.keys(queue).queue, admitted=admitted)
 
     # --- the partition ownership jobs (Sluice's own queues) -----------------------------------
 
@@ -258,7 +267,7 @@ class RedisRelayEngine:
 
 
 def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, DecodedJob]],
-              horizon: int, gens: Mapping[str, int] | None = None) -> list[list[Any]]:
+              horizon: int, gens: Mapping[str, int] | None = None, budget: int = 0) -> list[list[Any]]:
     """push.lua's ARGV for decoded records, per MAX_BATCH in offset order. What ``job_fields``
     checks for a JobSpec that decoding has not (the queue, the clock-relative bounds, the
     size); push.lua checks the id and the meta again, and stores the payload as given."""
@@ -267,7 +276,7 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
     if len(records) > MAX_BATCH:  # each chunk raises the offset record: chunks go in offset order
         records = sorted(records, key=lambda r: r[0])
     gens = gens or None
-    chunks = []
+    chunks, follow = [], -1
     for start in range(0, len(records), MAX_BATCH):
         chunk = records[start:start + MAX_BATCH]
         flat: list[str] = []
@@ -276,7 +285,8 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
             if type(job) is not DecodedJob:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
             # one unpacking, not an attribute lookup per field
-            job_id, job_queue, payload, priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms = job
+            job_id, job_queue, payload, priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, group = (
+                job)
             if job_queue != queue:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
             if type(offset) is not int or not 0 <= offset <= MAX_TOKEN:
@@ -292,6 +302,9 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
                     raise InvalidInput(f"redrive generation of {job_id}: 0..{MAX_TOKEN}, not {found!r}")
                 gen = str(found)
             extend((str(offset), job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}",
-                    str(run_at_ms), gen))
-        chunks.append(push_argv(owner_token, flat))
+                    str(run_at_ms), gen, group or ""))
+        # Each chunk after the first follows the one before: push.lua takes nothing of it unless
+        # the stored offset reached that chunk's last offset (taken whole, not stopped by the budget).
+        chunks.append(push_argv(owner_token, flat, budget, follow))
+        follow = chunk[-1][0]
     return chunks

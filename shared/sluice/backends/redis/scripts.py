@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
-from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS, REGISTRY_LOADED_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
 
@@ -133,25 +133,34 @@ def translate(exc: Exception) -> SluiceError:
 
 
 class JobFields(NamedTuple):
-    """A validated job as the enqueue and push scripts take it (4 ARGV entries)."""
+    """A validated job as the enqueue and push scripts take it (5 ARGV entries)."""
 
     job_id: str
     payload: str  # JSON
     meta: str  # "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>", see lua/_lib.lua
     run_at_ms: int
+    group: str = ""  # its fair group; "" = none (the default group)
 
 
 _RECORDS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-PUSH_FIELDS = 6  # per record in push.lua's records argument
+PUSH_FIELDS = 7  # per record in push.lua's records argument
 
 
-def push_argv(owner_token: int, flat: list[str]) -> list[Any]:
+def push_argv(owner_token: int, flat: list[str], budget: int = 0, follow: int = -1) -> list[Any]:
     """push.lua's ARGV: the owner token, the record count, and the records as one JSON array of
-    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen per record). One argument rather
-    than six per record: redis-py packs each argument in Python, which was most of a push's client CPU."""
-    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat)]
+    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen, group per record), then the
+    deployment's byte budget per queue (0 = none) and the offset this call follows (-1: none; see
+    push.lua). One argument rather than seven per record: redis-py packs each argument in Python,
+    which was most of a push's client CPU."""
+    return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat), budget, follow]
+
+
+def push_keys(k: QueueKeys, topic: str, partition: int) -> list[str]:
+    """push.lua's KEYS for ``topic``'s ``partition`` into queue ``k``."""
+    return [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake, k.used, k.config,
+            *k.group_keys]
 
 
 class StatsReply(NamedTuple):
@@ -164,6 +173,7 @@ class StatsReply(NamedTuple):
     config: dict[str, str]
     idle: int = 0  # workers waiting for work (idle.lua)
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+    used_bytes: int = 0  # keys.used
 
 
 class ThrottleReply(NamedTuple):
@@ -184,6 +194,11 @@ class PushResult:
     pushed: int
     skipped: int
     offset: int  # the partition's stored relayed offset after the push
+    left: int = 0  # the last records not taken: their jobs did not fit the queue's byte budget
+
+    @classmethod
+    def of(cls, reply: Sequence[Any]) -> PushResult:
+        return cls(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]), left=int(reply[3]))
 
 
 class Scripts:
@@ -243,25 +258,26 @@ class Scripts:
         for job in jobs:
             args.extend(job)
         reply = self._run("enqueue_internal.lua" if internal else "enqueue.lua",
-                          [k.job_prefix, k.ready, k.delayed, k.seq], args)
+                          [k.job_prefix, k.ready, k.delayed, k.seq, k.used, *k.group_keys], args)
         return [bool(x) for x in reply]
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                        k.config, k.settle, k.finished], [n, lease_ms, reclaim_limit])
+                                        k.config, k.settle, k.finished, k.used, *k.group_keys],
+                           [n, lease_ms, reclaim_limit])
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
         jobs = []
         for k_th, i in enumerate(range(2, len(reply), 2), start=1):
-            job_id, used, meta, *gen = _word(reply[i]).split(" ")
+            job_id, used, meta, *more = _word(reply[i]).split(" ")  # more: [gen[, group]]
             priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
             ms = lease_ms or own_lease_ms
             jobs.append(LeasedJob(
                 job_id=job_id, queue=queue, payload=loads(reply[i + 1]), lease_token=t0 + k_th,
                 deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
                 priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms,
-                redrive_gen=int(gen[0]) if gen else 0))
+                redrive_gen=int(more[0]) if more else 0, group=more[1] if len(more) > 1 else None))
         return jobs
 
     def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
@@ -270,7 +286,8 @@ class Scripts:
 
     def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
         pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
-        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished], [pairs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished, k.used, *k.group_keys],
+                          [pairs])
         out: list[SluiceError | None] = [None] * len(jobs)
         for i in range(1, len(reply), 2):
             out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))
@@ -279,25 +296,25 @@ class Scripts:
     def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
              permanent: bool) -> str:
         return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
-                                              k.seq, k.settle, k.finished],
+                                              k.seq, k.settle, k.finished, *k.group_keys],
                                [job_id, token, error, retry_after_ms, int(permanent)]))
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
         return _word(self._run("release.lua", [k.job(job_id), k.leased, k.ready, k.tokens, k.seq, k.settle,
-                                                 k.finished],
+                                                 k.finished, k.used, *k.group_keys],
                                [job_id, token]))
 
     def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
         return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle,
-                                                k.finished], [job_id, int(settle)]))
+                                                k.finished, k.used, *k.group_keys], [job_id, int(settle)]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle, k.finished], [limit])
+                                       k.settle, k.finished, k.used, *k.group_keys], [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
-        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle],
+        return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle, *k.group_keys],
                              [job_id or "", limit, generation]))
 
     def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int]]) -> int:
@@ -307,24 +324,31 @@ class Scripts:
         return int(self._run("settled.lua", [k.settle], args))
 
     def purge(self, k: QueueKeys, limit: int) -> int:
-        return int(self._run("purge.lua", [k.job_prefix, k.dead], [limit]))
+        return int(self._run("purge.lua", [k.job_prefix, k.dead, k.used], [limit]))
 
     def trim(self, k: QueueKeys, keep: int, max_age_ms: int, limit: int) -> tuple[int, int]:
-        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle], [keep, max_age_ms, limit])
+        reply = self._run("trim.lua", [k.job_prefix, k.dead, k.settle, k.used], [keep, max_age_ms, limit])
         return int(reply[0]), int(reply[1])
 
-    def register(self, registry: str, queue: str, limit: int) -> bool:
-        return bool(self._run("register.lua", [registry], [queue, limit]))
+    def register(self, queue: str, limit: int, mode: str) -> bool:
+        """``register.lua`` (mode ``limit``, ``admitted`` or ``reserved``): True if ``queue`` was new."""
+        return bool(self._run("register.lua", list(REGISTRY_KEYS), [queue, limit, mode]))
+
+    def registry_load(self, names: Sequence[str], last: bool) -> int:
+        """``registry_load.lua``: add ``names`` (at most 1000) to the registry's cache; ``last``
+        marks it loaded. How many were new."""
+        return int(self._run("registry_load.lua", [QUEUES_KEY, REGISTRY_LOADED_KEY],
+                             ["1" if last else "0", *names]))
 
     def stats(self, k: QueueKeys) -> StatsReply:
         r = self._run("stats.lua",
                       [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.config, k.idle, k.seq,
-                       k.finished], [])
+                       k.finished, k.used, k.groups], [])
         flat = [_word(x) for x in r[6]]
         succeeded, dead, cancelled = (int(x or 0) for x in r[8])
         return StatsReply(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]),
                           dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
-                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled))
+                          FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
     def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
         """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the
@@ -335,33 +359,32 @@ class Scripts:
         args: list[str] = []
         for field, value in fields.items():
             args += [field, value]
-        return int(self._run("config.lua", [k.config], args))
+        return int(self._run("config.lua", [k.config, *k.group_keys], args))
 
     # --- relay --------------------------------------------------------------------------
 
     def push(self, k: QueueKeys, topic: str, partition: int, owner_token: int,
-             records: Sequence[tuple[int, JobFields, int]]) -> PushResult:
-        """``records``: (offset, job, redrive generation or 0)."""
+             records: Sequence[tuple[int, JobFields, int]], budget: int = 0) -> PushResult:
+        """``records``: (offset, job, redrive generation or 0); ``budget``: the deployment's bytes per
+        queue (0 = none), for a queue with no max_bytes of its own."""
         flat: list[str] = []
         for offset, job, gen in records:
-            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen))
-        reply = self._run("push.lua", [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq,
-                                       k.wake], push_argv(owner_token, flat))
-        return PushResult(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]))
+            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen), job.group)
+        return PushResult.of(self._run("push.lua", push_keys(k, topic, partition),
+                                       push_argv(owner_token, flat, budget)))
 
     def push_many(self, calls: Sequence[tuple[QueueKeys, str, int, Sequence[Any]]]
                   ) -> list[PushResult | SluiceError]:
         """``push.lua`` once per (keys, topic, partition, ARGV) in one round trip; per call its
         result or the error that refused it (nothing of that call written)."""
-        replies = self._pipelined("push.lua", [
-            ([k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake], args)
-            for k, topic, partition, args in calls])
-        return [r if isinstance(r, SluiceError) else PushResult(pushed=int(r[0]), skipped=int(r[1]),
-                                                                  offset=int(r[2])) for r in replies]
+        replies = self._pipelined("push.lua", [(push_keys(k, topic, partition), args)
+                                               for k, topic, partition, args in calls])
+        return [r if isinstance(r, SluiceError) else PushResult.of(r) for r in replies]
 
-    def register_many(self, registry: str, queues: Sequence[tuple[str, int]]) -> list[bool | SluiceError]:
-        """``register.lua`` per (queue, limit), in one round trip; per queue its reply or error."""
-        replies = self._pipelined("register.lua", [([registry], [q, limit]) for q, limit in queues])
+    def register_many(self, queues: Sequence[tuple[str, int, str]]) -> list[bool | SluiceError]:
+        """``register.lua`` per (queue, limit, mode), in one round trip; per queue its reply or error."""
+        replies = self._pipelined("register.lua", [(list(REGISTRY_KEYS), [q, limit, mode])
+                                                   for q, limit, mode in queues])
         return [r if isinstance(r, SluiceError) else bool(r) for r in replies]
 
     def rate(self, k: QueueKeys, wanted: int) -> int:

@@ -45,7 +45,11 @@ class RateRequest(BaseModel):
 
 class MaxInFlightRequest(BaseModel):
     model_config = _STRICT
-    max_in_flight: int = Field(ge=0, le=10_000_000, description="Most jobs leased at once; 0 = no limit.")
+    max_in_flight: int | None = Field(default=None, ge=0, le=10_000_000,
+                                      description="Most jobs leased at once; 0 = no limit.")
+    max_in_flight_per_group: int | None = Field(
+        default=None, ge=0, le=10_000_000,
+        description="Most jobs of one group (a job's group) leased at once; 0 = no limit.")
 
 
 class WatermarksRequest(BaseModel):
@@ -61,6 +65,9 @@ class CapsRequest(BaseModel):
                                     description="Delayed jobs the queue may hold; 0 = the default.")
     max_dead: int | None = Field(default=None, ge=0, le=1_000_000_000,
                                  description="Dead jobs at which the queue takes no more; 0 = the default.")
+    max_bytes: int | None = Field(default=None, ge=0, le=1 << 50,
+                                  description="Bytes its jobs may take in Redis (its byte budget); "
+                                              "0 = the deployment's default.")
 
 
 class RedriveRequest(BaseModel):
@@ -92,9 +99,9 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses:
         return _json(200, admin().queue_stats(queue))
 
     @app.put("/v1/admin/queues/<queue>/caps", operation_id="admin_caps", tags=tags, responses=responses,
-             summary="The queue's own caps on delayed and dead jobs.")
+             summary="The queue's own caps on delayed and dead jobs and its byte budget in Redis.")
     def set_caps(queue: AdminQueue, body: Annotated[CapsRequest, Body()]) -> Response[Any]:
-        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead))
+        return _config(queue, admin().set_caps(queue, body.max_delayed, body.max_dead, body.max_bytes))
 
     @app.post("/v1/admin/queues/<queue>/pause", operation_id="admin_pause", tags=tags, responses=responses,
               summary="Stop pushing the queue's jobs into Redis (Kafka holds the backlog).")
@@ -114,7 +121,8 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses:
     @app.put("/v1/admin/queues/<queue>/max-in-flight", operation_id="admin_max_in_flight", tags=tags,
              responses=responses, summary="Cap how many of the queue's jobs run at once.")
     def max_in_flight(queue: AdminQueue, body: Annotated[MaxInFlightRequest, Body()]) -> Response[Any]:
-        return _config(queue, admin().set_max_in_flight(queue, body.max_in_flight))
+        return _config(queue, admin().set_max_in_flight(queue, body.max_in_flight,
+                                                        body.max_in_flight_per_group))
 
     @app.put("/v1/admin/queues/<queue>/watermarks", operation_id="admin_watermarks", tags=tags,
              responses=responses, summary="Backpressure on the queue's ready depth.")

@@ -149,7 +149,8 @@ class HttpGateway:
     def _admin_use_cases(self) -> Admin:
         api = self.api
         return Admin(api.queue, api.store, api.log, routes=api.route_table(),
-                     refuse_unrouted=api.refuse_unrouted, reseal=api.pipeline.reseal_now)
+                     refuse_unrouted=api.refuse_unrouted, reseal=api.pipeline.reseal_now, limits=api.limits,
+                     registry=api.pipeline.registry)
 
     def openapi_json(self) -> str:
         if self._openapi is None:

@@ -9,6 +9,8 @@ outcomes map to states as follows (docs/worker.md has the table):
 - raises ``Retry(after)``: queued again after ``after`` s (dead once attempts run out)
 - raises ``Fail(reason)``: failed, no retries
 - a typed queue's payload does not validate against its model: ``Fail`` with the errors
+- its payload is in S3 (``sluice.core.payloads``) and cannot be read, or is not the object its
+  record sealed: retried with backoff, dead at max_attempts; the handler is not called
 - raises anything else, or overruns its hard timeout: retried with backoff, dead at max_attempts
 - no handler for the queue: dead, with that reason
 - cancel requested before it starts: cancelled; while it runs and it then raises: cancelled
@@ -20,12 +22,12 @@ import time
 from collections.abc import Callable
 
 from sluice.core import bus as ev
-from sluice.core import errors, policy
+from sluice.core import errors, payloads, policy
 from sluice.core.clock import wall_ms
 from sluice.core.families import FamilyGateway, FamilyStore
-from sluice.core.lazy import Lazy
-from sluice.core.models import LeasedJob, dump_json
-from sluice.core.ports import JobStore
+from sluice.core.lazy import Lazy, resolve
+from sluice.core.models import Job, LeasedJob, dump_json
+from sluice.core.ports import JobStore, PayloadStore
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
 from sluice.worker.runtime.finish import Attempt, Finisher
 from sluice.worker.runtime.heartbeat import Tracked
@@ -44,7 +46,8 @@ class JobRunner:
                  fenced: FencedTableFactory | None = None, now_ms: Callable[[], int] = wall_ms,
                  family_gateway: FamilyGateway | None = None,
                  families: FamilyStore | Lazy[FamilyStore] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> None:
         self.finisher = finisher
         self.store = store
         self.options = options
@@ -54,6 +57,7 @@ class JobRunner:
         self._family_gateway = family_gateway
         self._clock = clock  # monotonic seconds, the heartbeat's clock
         self._families = families  # the jobs table's families, for ctx.children(); None: none
+        self._payloads = payloads  # where large payloads live; None: a pointer cannot be resolved
 
     def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
         job = tracked.leased
@@ -93,10 +97,10 @@ class JobRunner:
         a = Attempt(tracked, token, tracked.log.bind(token=token))
         if self._clock() >= tracked.state.expires_at:
             return self.finisher.lost(a, "the lease lapsed while the grant was in flight")
-        if spec is None:
-            return self.finisher.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
-        if tracked.state.cancel_requested.is_set():
-            return self.finisher.cancel(a, "cancelled before it started")
+        handed = self._handed(a, job, spec)
+        if isinstance(handed, Outcome):
+            return handed
+        assert spec is not None  # _handed ended the attempt without one
         timeout_ms = spec.timeout_for(self.options)
         ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
                          max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
@@ -108,7 +112,7 @@ class JobRunner:
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,
                                       lease=job.lease_token, queue_wait_ms=waited))
-        inv = invoke(spec.call, job.as_job(), ctx, timeout_ms / 1000)
+        inv = invoke(spec.call, handed, ctx, timeout_ms / 1000)
         if not inv.timed_out:  # a timed-out handler's thread lives on: its lease is given up
             self._flush_progress(ctx)
         outcome = "timed_out" if inv.timed_out else "returned" if inv.error is None else "raised"
@@ -117,6 +121,24 @@ class JobRunner:
                                     error="" if inv.error is None else ev.error_text(inv.error),
                                     stale_token=isinstance(inv.error, errors.StaleToken)))
         return self._verdict(a, inv, timeout_ms)
+
+    def _handed(self, a: Attempt, job: LeasedJob, spec: HandlerSpec | None) -> Job | Outcome:
+        """The job as its handler sees it, its payload pointer resolved (``sluice.core.payloads``);
+        or the attempt's outcome when there is no handler, a cancel came first, or the payload
+        cannot be resolved (missing, mismatching, S3 unreachable: retried per policy). The
+        handler is never called with anything but the payload the record sealed."""
+        if spec is None:
+            return self.finisher.fail(a, f"no handler registered for queue {job.queue!r}", kind="dead")
+        if a.tracked.state.cancel_requested.is_set():
+            return self.finisher.cancel(a, "cancelled before it started")
+        try:
+            if payloads.parse(job.payload) is None:
+                return job.as_job()
+            get = None if self._payloads is None else resolve(self._payloads).get
+            payload = payloads.resolve(job.payload, job.queue, job.job_id, get)
+        except errors.SluiceError as exc:
+            return self.finisher.fail(a, f"payload: {exc}", kind="error")
+        return job.model_copy(update={"payload": payload}).as_job()
 
     def _progress(self, job_id: str, token: int) -> Progress:
         return Progress(self.store.write_progress, job_id, token, every_ms=self.options.progress_every_ms,

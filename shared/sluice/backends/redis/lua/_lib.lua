@@ -15,6 +15,11 @@
 --   g    redrive generation (absent = 0): set by redrive.lua to the generation the jobs
 --        table minted for that redrive; lease hands it to the worker, whose grant may
 --        leave a final item only for a newer generation (docs/store.md)
+--   grp  its fair-share group (absent: the queue's default group). A grouped job waits in its
+--        group's ready zset (<group prefix> .. grp), not in ready; see "Fair groups" below.
+--   sz   the bytes the job counts against its queue's budget (job_size): added to the
+--        queue's used counter (keys.used) when the hash is made, taken off when it is
+--        deleted (release_bytes). A hash without sz (made before budgets) counts 0.
 -- A job's state is where its id is: ready or delayed (waiting), leased (and a field in
 -- the tokens hash holding its lease token), or dead.
 --
@@ -41,6 +46,8 @@ local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
 local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days is clamped, not refused
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
+-- What a job counts against its budget besides its own bytes (sluice.core.limits.JOB_OVERHEAD_BYTES).
+local JOB_OVERHEAD = 200
 -- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
 
@@ -109,6 +116,24 @@ local function take_seq(seqkey, n)
   return v
 end
 
+-- The bytes job `id` counts against its queue's budget (sluice.core.limits.job_bytes).
+local function job_size(prefix, id, payload, meta)
+  return #payload + #meta + 2 * #id + #prefix + JOB_OVERHEAD
+end
+
+-- Give back `n` bytes of the queue's budget (keys.used): jobs whose hashes were deleted. The
+-- counter never goes below 0 (a hash counted before a counter was lost is not counted twice).
+local function release_bytes(used, n)
+  if n > 0 and redis.call('DECRBY', used, n) <= 0 then redis.call('DEL', used) end
+end
+
+-- The sum of the sz fields of the job hashes `keys` (before they are deleted).
+local function sizes_of(keys)
+  local n = 0
+  for _, key in ipairs(keys) do n = n + (tonumber(redis.call('HGET', key, 'sz')) or 0) end
+  return n
+end
+
 local function ready_score(priority, seq)
   return (MAX_PRIORITY - priority) * BAND + seq
 end
@@ -174,24 +199,98 @@ local function new_jobs(A, prefix, starts)
   return fresh
 end
 
+-- Fair groups (issue 28, item 5; docs/engine.md "Fair groups"). A script that may move a grouped
+-- job takes three more KEYS, passed to the helpers as G = {prefix=, turns=, state=}:
+--   prefix  sluice:{q}:g:  a group's ready zset is prefix .. group (same scores as ready)
+--   turns   zset group -> turn number: the rotation of groups that may have a job to lease
+--   state   hash: <group> -> its leased jobs (absent = 0), '#ready' -> jobs in all the groups'
+--           ready zsets, '#turn' -> the last turn number handed out. No group name starts with '#'.
+-- Ungrouped jobs (the default group) stay in ready and touch none of these. A group is put in
+-- turns (NX: it keeps its place) whenever it may have become leasable: a job entered its ready
+-- zset, or one of its leases ended. lease.lua drops a group it finds empty or at its limit.
+local function valid_group(g)
+  return #g <= 64 and string.match(g, '^[%w][%w_.:%-]*$') ~= nil
+end
+
+local function keys_of_groups(prefix, turns, state)
+  return {prefix = prefix, turns = turns, state = state}
+end
+
+-- `n` consecutive turn numbers; returns the one before the first.
+local function take_turns(G, n)
+  return redis.call('HINCRBY', G.state, '#turn', n) - n
+end
+
+-- `group` joins the end of turns unless it is in them already (then it keeps its place: the
+-- common case for a busy group, one ZSCORE).
+local function enter_turns(G, group)
+  if redis.call('ZSCORE', G.turns, group) then return end
+  redis.call('ZADD', G.turns, take_turns(G, 1) + 1, group)
+end
+
+-- Job `id` with ready score `score` into its ready set: ready, or its group's (`group` nil: none).
+local function add_ready(G, ready, group, score, id)
+  if not group then
+    redis.call('ZADD', ready, score, id)
+    return
+  end
+  redis.call('ZADD', G.prefix .. group, score, id)
+  redis.call('HINCRBY', G.state, '#ready', 1)
+  enter_turns(G, group)
+end
+
+-- `k` leases of `group`'s jobs ended: its count goes down, and it takes turns again if it has work.
+local function group_done(G, group, k)
+  if redis.call('HINCRBY', G.state, group, -k) <= 0 then redis.call('HDEL', G.state, group) end
+  if redis.call('ZCARD', G.prefix .. group) > 0 then enter_turns(G, group) end
+end
+
+-- Remove waiting job `id` of `group` from its group's ready zset (a cancel); the group leaves turns
+-- when that was its last ready job.
+local function remove_grouped(G, group, id)
+  local key = G.prefix .. group
+  if redis.call('ZREM', key, id) == 0 then return end
+  redis.call('HINCRBY', G.state, '#ready', -1)
+  if redis.call('ZCARD', key) == 0 then redis.call('ZREM', G.turns, group) end
+end
+
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
--- INCRBY of the sequence and one ZADD; delayed ones one ZADD, run-at at most 7 days from TIME.
-local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now)
+-- INCRBY of the sequence and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
+-- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY). `groups` (or
+-- nil: no job has one) maps an offset to its job's group.
+local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups)
   local n_ready = 0
   for _, i in ipairs(starts) do
     if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
   end
   local seq = 0
   if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
-  local rz, dz = {}, {}
+  local rz, dz, gz, order, bytes, fixed = {}, {}, nil, {}, 0, #prefix + JOB_OVERHEAD
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
+    local sz = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
+    bytes = bytes + sz
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
-    redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta)
+    local group = groups and groups[i]
+    if group then
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'grp', group)
+    else
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz)
+    end
     if run_at <= now then
       seq = seq + 1
-      rz[#rz + 1] = ready_score(priority_of(meta), seq)
-      rz[#rz + 1] = id
+      local z = rz
+      if group then
+        gz = gz or {}
+        z = gz[group]
+        if not z then
+          z = {}
+          gz[group] = z
+          order[#order + 1] = group  -- groups enter turns in the order their jobs came
+        end
+      end
+      z[#z + 1] = ready_score(priority_of(meta), seq)
+      z[#z + 1] = id
     else
       dz[#dz + 1] = run_at
       dz[#dz + 1] = id
@@ -199,26 +298,45 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now)
   end
   if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
   if #dz > 0 then redis.call('ZADD', delayed, unpack(dz)) end
+  if bytes > 0 then redis.call('INCRBY', used, bytes) end
+  if gz then
+    local added = 0
+    for _, group in ipairs(order) do
+      local z = gz[group]
+      redis.call('ZADD', G.prefix .. group, unpack(z))
+      added = added + #z / 2
+      enter_turns(G, group)
+    end
+    redis.call('HINCRBY', G.state, '#ready', added)
+  end
 end
 
 -- The body of enqueue.lua and enqueue_internal.lua, which differ only in which queues they
--- accept: ARGV = n, then n x (id, payload, meta, run_at_ms). Validates every job before the
--- first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
-local function enqueue_jobs(prefix, ready, delayed, seqkey)
+-- accept: ARGV = n, then n x (id, payload, meta, run_at_ms, group or ""). Validates every job
+-- before the first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
+-- Their bytes are counted in `used`, with no budget: only the relay's push.lua enforces one.
+-- G: the group keys (keys_of_groups).
+local function enqueue_jobs(prefix, ready, delayed, seqkey, used, G)
   local k = int_in(ARGV[1], 1, 1000)
-  if not k or #ARGV ~= 1 + 4 * k then return invalid('job count') end
+  if not k or #ARGV ~= 1 + 5 * k then return invalid('job count') end
 
   local now = now_ms()
-  local starts = {}
+  local starts, groups = {}, nil
   for r = 1, k do
-    local i = 4 * r - 2
+    local i = 5 * r - 3
     local bad = check_job(ARGV, i, now)
     if bad then return bad end
+    local group = ARGV[i + 4]
+    if group ~= '' then
+      if not valid_group(group) then return invalid('group of ' .. ARGV[i]) end
+      groups = groups or {}
+      groups[i] = group
+    end
     starts[r] = i
   end
 
   local fresh = new_jobs(ARGV, prefix, starts)
-  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now)
+  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
   local added, out = {}, {}
   for _, i in ipairs(fresh) do added[i] = true end
   for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end
@@ -241,19 +359,19 @@ local function count_finished(finished, succeeded, dead, cancelled)
   if cancelled > 0 then redis.call('HINCRBY', finished, 'cancelled', cancelled) end
 end
 
--- Put one job back in ready at the end of its priority band.
-local function to_ready(ready, seqkey, id, priority)
+-- Put one job back in ready (its group's, `group` not nil) at the end of its priority band.
+local function to_ready(G, ready, seqkey, id, priority, group)
   local seq = take_seq(seqkey, 1)
-  redis.call('ZADD', ready, ready_score(priority, seq), id)
+  add_ready(G, ready, group, ready_score(priority, seq), id)
 end
 
 -- Put one job whose lease lapsed back in ready at the front of its priority band: it has
 -- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
 -- score is FRONT below the band's usual scores: ahead of every job of its band, behind
 -- every job of the higher bands (see FRONT), FIFO among reclaimed jobs.
-local function to_front(ready, seqkey, id, priority)
+local function to_front(G, ready, seqkey, id, priority, group)
   local seq = take_seq(seqkey, 1)
-  redis.call('ZADD', ready, ready_score(priority, seq) - FRONT, id)
+  add_ready(G, ready, group, ready_score(priority, seq) - FRONT, id)
 end
 
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
@@ -261,7 +379,9 @@ end
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 -- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
-local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, now, limit)
+-- A job dropped for its cancel request gives its bytes back to `used` (keys.used).
+local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
+                       limit, G)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -269,9 +389,11 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
     local seq = take_seq(seqkey, #due) - #due
     local rz = {}
     for k, id in ipairs(due) do
-      local meta = redis.call('HGET', prefix .. id, 'm')
-      if meta then
-        rz[#rz + 1] = ready_score(priority_of(meta), seq + k)
+      local f = redis.call('HMGET', prefix .. id, 'm', 'grp')
+      if f[2] then
+        add_ready(G, ready, f[2], ready_score(priority_of(f[1]), seq + k), id)
+      elseif f[1] then
+        rz[#rz + 1] = ready_score(priority_of(f[1]), seq + k)
         rz[#rz + 1] = id
       end
     end
@@ -282,12 +404,14 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   end
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
-    local dz, sz, n_dead, n_cancelled = {}, {}, 0, 0
+    local dz, sz, n_dead, n_cancelled, freed = {}, {}, 0, 0, 0
     for _, id in ipairs(gone) do
       local key = prefix .. id
-      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
+      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'sz', 'grp')
+      if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
+        freed = freed + (tonumber(f[5]) or 0)
         n_cancelled = n_cancelled + 1
         sz[#sz + 1] = now
         sz[#sz + 1] = settle_member('cancelled', id, f[4])
@@ -301,11 +425,12 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = settle_member('dead', id, f[4])
         else
-          to_front(ready, seqkey, id, priority_of(f[2]))
+          to_front(G, ready, seqkey, id, priority_of(f[2]), f[6] or nil)
         end
       end
     end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
+    release_bytes(used, freed)
     count_finished(finished, 0, n_dead, n_cancelled)
     -- No worker is left to tell the jobs table, which still says "leased": the relay will.
     if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end

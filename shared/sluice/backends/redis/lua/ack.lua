@@ -5,6 +5,9 @@
 --   KEYS[2] leased zset  KEYS[3] tokens hash (job id -> lease token)
 --   KEYS[4] finished hash: each acked job counts as succeeded there, or as cancelled when a
 --           cancel was requested (c = 1; the worker acks to drop a cancelled job)
+--   KEYS[5] used string: the acked jobs' sz fields are given back (keys.used)
+--   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua; an
+--           acked grouped job's group has one lease less, and takes turns again if it has work)
 --   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
 --           argument rather than 2n, because encoding each argument is what a Python
 --           client pays for (job ids cannot contain spaces)
@@ -21,7 +24,8 @@
 
 --@include _lib.lua
 
-local prefix, leased, tokens, finished = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, leased, tokens, finished, used = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local G = keys_of_groups(KEYS[6], KEYS[7], KEYS[8])
 local ids, mine = {}, {}
 for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
   ids[#ids + 1] = id
@@ -56,14 +60,24 @@ for i = 1, n do
   end
 end
 if #done > 0 then
-  local cancelled = 0
+  local cancelled, freed, ended = 0, 0, nil
   for _, k in ipairs(keys) do
-    if redis.call('HGET', k, 'c') == '1' then cancelled = cancelled + 1 end
+    local f = redis.call('HMGET', k, 'c', 'sz', 'grp')
+    if f[1] == '1' then cancelled = cancelled + 1 end
+    freed = freed + (tonumber(f[2]) or 0)
+    if f[3] then
+      ended = ended or {}
+      ended[f[3]] = (ended[f[3]] or 0) + 1
+    end
   end
   count_finished(finished, #done - cancelled, 0, cancelled)
   redis.call('DEL', unpack(keys))
+  release_bytes(used, freed)
   redis.call('ZREM', leased, unpack(done))
   redis.call('HDEL', tokens, unpack(done))
+  if ended then
+    for group, k in pairs(ended) do group_done(G, group, k) end
+  end
 end
 out[1] = #done
 return out

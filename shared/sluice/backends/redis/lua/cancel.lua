@@ -4,6 +4,9 @@
 --   KEYS[1] job hash  KEYS[2] ready  KEYS[3] delayed  KEYS[4] dead  (zsets)
 --   KEYS[5] tokens hash  KEYS[6] settle zset
 --   KEYS[7] finished hash: a removed job counts there as cancelled (cumulative)
+--   KEYS[8] used string: a removed job gives its sz back (keys.used)
+--   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua; a
+--           waiting grouped job leaves its group's ready zset, the group leaves turns if emptied)
 --   ARGV[1] job_id
 --   ARGV[2] settle  "0" | "1": "1" when the jobs table still says the job is leased (its
 --           holder died and its lease was reclaimed, so it waits again): removing it must
@@ -20,8 +23,8 @@
 
 --@include _lib.lua
 
-local key, ready, delayed, dead, tokens, settle, finished =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local key, ready, delayed, dead, tokens, settle, finished, used =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id, record = ARGV[1], ARGV[2]
 if record ~= '0' and record ~= '1' then return invalid('settle') end
 if redis.call('EXISTS', key) == 0 then return redis.error_reply('NOT_FOUND job=' .. id) end
@@ -30,10 +33,13 @@ if redis.call('HEXISTS', tokens, id) == 1 then
   return 'requested'
 end
 if redis.call('ZSCORE', dead, id) then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
-local g = redis.call('HGET', key, 'g')
+local f = redis.call('HMGET', key, 'g', 'sz', 'grp')
+local g = f[1]
+if f[3] then remove_grouped(keys_of_groups(KEYS[9], KEYS[10], KEYS[11]), f[3], id) end
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)
+release_bytes(used, tonumber(f[2]) or 0)
 if record == '1' then redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, g)) end
 count_finished(finished, 0, 0, 1)
 return 'removed'

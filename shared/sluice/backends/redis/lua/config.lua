@@ -2,9 +2,13 @@
 --
 -- Input
 --   KEYS[1] config hash  sluice:{q}:config
+--   KEYS[2] group prefix  KEYS[3] turns zset  KEYS[4] groups hash  (fair groups: _lib.lua)
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
---           low_watermark, max_delayed, max_dead (integers >= 0), rate_per_s (number >= 0),
---           paused (0 | 1)
+--           low_watermark, max_delayed, max_dead, max_in_flight_per_group (integers >= 0),
+--           max_bytes (integer 0..2^53-1: the queue's byte budget, push.lua), rate_per_s
+--           (number >= 0), paused (0 | 1)
+--   Setting max_in_flight_per_group puts every group with leases and ready jobs back in turns:
+--   lease.lua drops a group at its limit, and a higher limit may let it lease again now.
 -- Output
 --   number of fields written
 -- Errors (nothing written)
@@ -15,12 +19,14 @@
 local config = KEYS[1]
 if #ARGV == 0 or #ARGV % 2 ~= 0 then return invalid('field/value pairs') end
 local ints = {max_in_flight = true, burst = true, high_watermark = true, low_watermark = true,
-              max_delayed = true, max_dead = true}
+              max_delayed = true, max_dead = true, max_in_flight_per_group = true}
 local new = {}
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if ints[field] then
     if not int_in(value, 0, 1000000000) then return invalid(field) end
+  elseif field == 'max_bytes' then
+    if not int_in(value, 0, MAX_TOKEN) then return invalid(field) end
   elseif field == 'rate_per_s' then
     local r = tonumber(value)
     if not r or r < 0 or r > 1000000000 or r ~= r then return invalid(field) end
@@ -36,4 +42,14 @@ local high = tonumber(new.high_watermark or cur[1]) or 0
 local low = tonumber(new.low_watermark or cur[2]) or 0
 if high > 0 and low > high then return invalid('low_watermark above high_watermark') end
 redis.call('HSET', config, unpack(ARGV))
+if new.max_in_flight_per_group then
+  local G = keys_of_groups(KEYS[2], KEYS[3], KEYS[4])
+  local counts = redis.call('HGETALL', G.state)
+  for i = 1, #counts, 2 do
+    local group = counts[i]
+    if string.sub(group, 1, 1) ~= '#' and redis.call('ZCARD', G.prefix .. group) > 0 then
+      enter_turns(G, group)
+    end
+  end
+end
 return #ARGV / 2

@@ -3,15 +3,18 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready zset  KEYS[3] delayed zset  KEYS[4] seq string
+--   KEYS[5] used string: the jobs' bytes are counted there (no budget here: push.lua has one)
+--   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] k           number of jobs (1..1000)
---   then k groups of 4: job_id, payload (JSON), meta, run_at_ms (0 = now)
+--   then k groups of 5: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none)
 --                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
 --                       (enqueued_at_ms 0 = now)
 -- Output
 --   array of k integers: 1 = added, 0 = a job with that id already existed (or the id
 --   repeats earlier in this batch); an existing job is left exactly as it was.
 --   A job with run_at_ms <= now goes to ready, score (9 - priority) * 2^44 + seq
---   (higher priority first, FIFO within a priority); later ones go to delayed, score
+--   (higher priority first, FIFO within a priority), or a grouped job to its group's ready zset
+--   (same score; the group enters turns); later ones go to delayed, score
 --   run_at_ms, at most TIME + 7 days (a later run_at_ms is clamped there, not refused: the
 --   caller bounded the delay on its own clock, which may be a little ahead of Redis's).
 -- Errors (nothing written)
@@ -20,7 +23,7 @@
 
 --@include _lib.lua
 
-local prefix, ready, delayed, seqkey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local prefix, ready, delayed, seqkey, used = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
-return enqueue_jobs(prefix, ready, delayed, seqkey)
+return enqueue_jobs(prefix, ready, delayed, seqkey, used, keys_of_groups(KEYS[6], KEYS[7], KEYS[8]))

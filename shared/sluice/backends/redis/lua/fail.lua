@@ -6,6 +6,8 @@
 --   KEYS[6] tokens hash  KEYS[7] seq  KEYS[8] settle zset
 --   KEYS[9] finished hash: a job that ends in dead counts there (as cancelled when its settle
 --           entry says cancelled, else as dead: the handler's Fail, attempts used up)
+--   KEYS[10] group prefix  KEYS[11] turns zset  KEYS[12] groups hash  (fair groups: _lib.lua; a
+--           grouped job's group has one lease less, and a retry ready now goes to its group)
 --   ARGV[1] job_id  ARGV[2] token  ARGV[3] error (kept as the job's last error)
 --   ARGV[4] retry_after_ms  0..604800000 (0 = ready now; the caller computes the backoff)
 --   ARGV[5] permanent       0 | 1 (1 = no more attempts)
@@ -23,6 +25,7 @@
 
 local key, leased, ready, delayed, dead, tokens, seqkey, settle, finished =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local G = keys_of_groups(KEYS[10], KEYS[11], KEYS[12])
 local id = ARGV[1]
 if not int_in(ARGV[2], 1, MAX_TOKEN) then return invalid('token') end
 local err = ARGV[3]
@@ -35,11 +38,12 @@ if permanent ~= '0' and permanent ~= '1' then return invalid('permanent') end
 local bad = holder_error(id, ARGV[2], redis.call('HGET', tokens, id), key)
 if bad then return redis.error_reply(bad) end
 
-local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g')
+local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'grp')
 local a = (tonumber(f[1]) or 0) + 1
 local now = now_ms()
 redis.call('ZREM', leased, id)
 redis.call('HDEL', tokens, id)
+if f[5] then group_done(G, f[5], 1) end
 redis.call('HSET', key, 'a', a, 'err', err)
 if permanent == '1' or f[3] == '1' or a >= max_attempts_of(f[2]) then
   redis.call('ZADD', dead, now, id)
@@ -53,6 +57,6 @@ end
 if after > 0 then
   redis.call('ZADD', delayed, now + after, id)
 else
-  to_ready(ready, seqkey, id, priority_of(f[2]))
+  to_ready(G, ready, seqkey, id, priority_of(f[2]), f[5] or nil)
 end
 return 'retry'

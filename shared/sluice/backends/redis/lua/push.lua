@@ -5,16 +5,32 @@
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
+--   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
+--   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
+--   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
---   ARGV[3] records         a JSON array of 6k strings, k groups of 6: offset, job_id, payload,
---                           meta, run_at_ms (as in enqueue.lua), redrive_gen. One argument rather
---                           than 6k: the client packs one string instead of thousands (issue 18).
+--   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
+--                           meta, run_at_ms (as in enqueue.lua), redrive_gen, group ("" = none: a
+--                           grouped job waits in its group's ready zset). One argument rather
+--                           than 7k: the client packs one string instead of thousands (issue 18).
 --                           redrive_gen: 0, or the job's redrive generation in the jobs table,
 --                           stored as the new job's g (a redriven job replayed after a Redis
 --                           loss: its grant needs the generation to leave its final item)
+--   ARGV[4] budget          the deployment's byte budget per queue (0 = none), for a queue whose
+--                           config has no max_bytes of its own
+--   ARGV[5] follow          -1, or the last offset of the call before this one in the same round
+--                           (a batch of more than 1000 records goes in several calls): unless the
+--                           stored offset reached it (that call was taken whole), this call takes
+--                           nothing, so no record passes one the budget left behind
 -- Output
---   {pushed, skipped, stored_offset}
+--   {pushed, skipped, stored_offset, left}
+--   Budget (issue 28): each fresh job counts job_size bytes (stored as its sz, added to used).
+--   Records are taken in order while their jobs fit the budget; the first fresh job that does
+--   not fit stops the take, and it and every record after it are left: nothing of them is
+--   written and the stored offset stays below them (the relay keeps them). A queue that counts
+--   0 bytes takes one job whatever its size, so a job larger than the budget cannot wedge it.
+--   pushed + skipped + left = k.
 --   Records at or below the stored offset, and jobs whose hash already exists (or that
 --   repeat an id in this batch), are skipped. The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
@@ -31,15 +47,21 @@
 local WAKE_MAX = 16        -- tokens kept: one per waiting worker to wake is enough
 local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty lease; let it go
 
-local relayed, prefix, ready, delayed, seqkey, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local relayed, prefix, ready, delayed, seqkey, wake, used, config =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local G = keys_of_groups(KEYS[9], KEYS[10], KEYS[11])
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
 local owner = int_in(ARGV[1], 1, MAX_TOKEN)
 if not owner then return invalid('owner token') end
 local k = int_in(ARGV[2], 1, 1000)
-if not k or #ARGV ~= 3 then return invalid('record count') end
+if not k or #ARGV ~= 5 then return invalid('record count') end
+local budget = int_in(ARGV[4], 0, MAX_TOKEN)
+if not budget then return invalid('budget') end
+local follow = int_in(ARGV[5], -1, MAX_TOKEN)
+if not follow then return invalid('follow') end
 local ok, R = pcall(cjson.decode, ARGV[3])
-if not ok or type(R) ~= 'table' or #R ~= 6 * k then return invalid('records') end
+if not ok or type(R) ~= 'table' or #R ~= 7 * k then return invalid('records') end
 
 local stored = redis.call('HMGET', relayed, 'owner', 'offset')
 if owner < (tonumber(stored[1]) or 0) then
@@ -48,21 +70,58 @@ end
 local stored_offset = tonumber(stored[2]) or -1
 
 local now = now_ms()
-local max_offset, starts = stored_offset, {}
+local max_offset, starts, groups = stored_offset, {}, nil
 for r = 0, k - 1 do
-  local i = 1 + 6 * r
+  local i = 1 + 7 * r
   local offset = int_in(R[i], 0, MAX_TOKEN)
   if not offset then return invalid('offset') end
   if not int_in(R[i + 5], 0, MAX_TOKEN) then return invalid('redrive_gen') end
   local bad = check_job(R, i + 1, now)
   if bad then return bad end
+  local group = R[i + 6]
+  if group ~= '' then
+    if type(group) ~= 'string' or not valid_group(group) then return invalid('group of ' .. R[i + 1]) end
+    groups = groups or {}
+    groups[i + 1] = group
+  end
   if offset > max_offset then max_offset = offset end
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
 
+if stored_offset < follow then return {0, 0, stored_offset, k} end
+
 local fresh = new_jobs(R, prefix, starts)
+local taken = k
+if #fresh > 0 then
+  budget = tonumber(redis.call('HGET', config, 'max_bytes')) or 0
+  if budget == 0 then budget = tonumber(ARGV[4]) end
+end
+local use = 0
+if budget > 0 and #fresh > 0 then
+  use = tonumber(redis.call('GET', used)) or 0
+  -- Each job's size is at most its bytes in ARGV[3] plus its id again (<= 128), the prefix and
+  -- the overhead: when the whole batch fits by that bound, no job needs looking at (the common
+  -- case, a queue far from its budget, pays for no second pass over the batch).
+  if use + #ARGV[3] + k * (128 + #prefix + JOB_OVERHEAD) <= budget then budget = 0 end
+end
+if budget > 0 and #fresh > 0 then
+  for n, s in ipairs(fresh) do
+    local sz = job_size(prefix, R[s], R[s + 1], R[s + 2])
+    if use > 0 and use + sz > budget then
+      taken = (s - 2) / 7  -- the records before this one's (s = 7r + 2 for record r, 0-based)
+      for j = #fresh, n, -1 do fresh[j] = nil end
+      break
+    end
+    use = use + sz
+  end
+  if taken < k then
+    max_offset = stored_offset
+    for r = 0, taken - 1 do max_offset = math.max(max_offset, tonumber(R[1 + 7 * r])) end
+  end
+end
+if taken == 0 then return {0, 0, stored_offset, k} end
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
-create_jobs(R, prefix, ready, delayed, seqkey, fresh, now)
+create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
 for _, s in ipairs(fresh) do
   if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
 end
@@ -73,4 +132,4 @@ if #fresh > 0 then
   redis.call('LTRIM', wake, 0, WAKE_MAX - 1)
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
 end
-return {#fresh, k - #fresh, max_offset}
+return {#fresh, taken - #fresh, max_offset, k - taken}

@@ -7,6 +7,9 @@
 --   KEYS[6] tokens hash  KEYS[7] seq
 --   KEYS[8] settle zset: "dead:<g>:<id>" / "cancelled:<g>:<id>" for each expiry that ended a job
 --   KEYS[9] finished hash: those endings are counted there too (dead / cancelled, cumulative)
+--   KEYS[10] used string: a job removed for its cancel request gives its sz back (keys.used)
+--   KEYS[11] group prefix  KEYS[12] turns zset  KEYS[13] groups hash  (fair groups: _lib.lua;
+--           promoted and reclaimed grouped jobs go to their group's ready zset)
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output
 --   {expired, promoted}. An expired lease counts as an attempt: the job goes back to
@@ -20,5 +23,5 @@
 local limit = int_in(ARGV[1], 1, 10000)
 if not limit then return invalid('limit') end
 local expired, promoted = reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[5], KEYS[7],
-  KEYS[8], KEYS[9], now_ms(), limit)
+  KEYS[8], KEYS[9], KEYS[10], now_ms(), limit, keys_of_groups(KEYS[11], KEYS[12], KEYS[13]))
 return {expired, promoted}

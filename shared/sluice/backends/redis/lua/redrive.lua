@@ -6,6 +6,8 @@
 --   KEYS[5] settle zset: the moved jobs' pending endings ("dead:<g>:<id>",
 --           "cancelled:<g>:<id>", and the older "<state>:<id>") are dropped: a redriven job
 --           must not be settled final in the jobs table after it was given another chance
+--   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua; a
+--           grouped job goes back to its group's ready zset)
 --   ARGV[1] job_id, or "" for the oldest dead jobs
 --   ARGV[2] limit  1..1000 (with ""; the caller loops until 0)
 --   ARGV[3] generation  0..2^53-1: the redrive generation the jobs table minted for this
@@ -20,6 +22,7 @@
 --@include _lib.lua
 
 local prefix, dead, ready, seqkey, settle = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local G = keys_of_groups(KEYS[6], KEYS[7], KEYS[8])
 local one = ARGV[1]
 local limit = int_in(ARGV[2], 1, 1000)
 if not limit then return invalid('limit') end
@@ -37,7 +40,7 @@ if #ids == 0 then return 0 end
 local entries = {}
 for _, id in ipairs(ids) do
   local key = prefix .. id
-  local f = redis.call('HMGET', key, 'm', 'g')
+  local f = redis.call('HMGET', key, 'm', 'g', 'grp')
   for _, state in ipairs({'dead', 'cancelled'}) do
     entries[#entries + 1] = settle_member(state, id, f[2])
     entries[#entries + 1] = state .. ':' .. id
@@ -45,7 +48,7 @@ for _, id in ipairs(ids) do
   if f[1] then
     redis.call('HDEL', key, 'a', 'c')
     if gen > 0 then redis.call('HSET', key, 'g', ARGV[3]) end
-    to_ready(ready, seqkey, id, priority_of(f[1]))
+    to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
   end
 end
 redis.call('ZREM', dead, unpack(ids))

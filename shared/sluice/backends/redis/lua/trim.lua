@@ -3,6 +3,7 @@
 -- Input
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] dead zset   KEYS[3] settle zset
+--   KEYS[4] used string: the deleted jobs give their sz back (keys.used)
 --   ARGV[1] keep        0..1000000000: the newest `keep` dead jobs stay (0 = no count limit)
 --   ARGV[2] max_age_ms  0..2^53-1: dead jobs that died longer ago than this go (0 = no age limit)
 --   ARGV[3] limit       1..1000 oldest dead jobs looked at per call
@@ -18,7 +19,7 @@
 
 --@include _lib.lua
 
-local prefix, dead, settle = KEYS[1], KEYS[2], KEYS[3]
+local prefix, dead, settle, used = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local keep = int_in(ARGV[1], 0, 1000000000)
 if not keep then return invalid('keep') end
 local max_age = int_in(ARGV[2], 0, MAX_TOKEN)
@@ -60,7 +61,9 @@ for r = 1, #oldest, 2 do
   end
 end
 if #gone > 0 then
+  local freed = sizes_of(keys)
   redis.call('DEL', unpack(keys))
+  release_bytes(used, freed)
   redis.call('ZREM', dead, unpack(gone))
 end
 return {#gone, unsettled}
