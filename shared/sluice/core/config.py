@@ -211,11 +211,10 @@ class Settings(BaseModel):
     dispatch_budget_burst: int = Field(default=50, ge=0)
     # Parking (issue 28, docs/relay.md "Holds and parking"): the DynamoDB table held records wait in
     # (empty: no parking, a held queue waits in the relay's buffer as before); a held queue's records
-    # buffered per partition beyond relay_park_threshold (0: twice relay_batch) are parked; a partition
-    # buffering relay_max_pending records stops fetching (the safety net parking keeps from filling).
+    # buffered per partition beyond relay_park_threshold (0: twice relay_batch) are parked, so a
+    # partition never reaches relay_max_pending (the safety net) for a held queue.
     parked_table: str = ""
     relay_park_threshold: int = Field(default=0, ge=0)
-    relay_max_pending: int = Field(default=5_000, ge=1)
 
     # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 11 custom metrics a queue, $0.30 each a
     # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,

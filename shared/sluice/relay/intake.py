@@ -141,7 +141,7 @@ class Intake:
             elif offset < next_offset:
                 continue  # a re-delivery of something already taken
             next_offset = offset + 1
-            job = self._decode(owned, record, decoded)  # a partition's lanes are loaded before its records
+            job = self._decode(owned, record, decoded)
             if job is None:
                 if owned_by.get(partition) is not owned:  # given back (``_refuse``): read again later
                     owned = None

@@ -109,12 +109,17 @@ class RelayLog:
                         e.topic, e.start, e.committed)
         elif isinstance(e, ev.CheckpointFailed):
             log.warning("checkpoint failed, next one in %ss: %s", e.retry_in_s, e.error)
-        elif isinstance(e, ev.ParkingFailed):
-            log.warning("parking lot unavailable (queue %r, partition %s): %s; tried again", e.queue,
-                        e.partition, e.error)
-        elif isinstance(e, ev.Unparked) and e.drained:
-            log.info("queue %s: partition %s's parked records drained; its records go straight to Redis "
-                     "again", e.queue, e.partition)
+        elif isinstance(e, ev.ParkingFailed | ev.Unparked):
+            parking_log(e)
+
+
+def parking_log(e: ev.ParkingFailed | ev.Unparked) -> None:
+    if isinstance(e, ev.ParkingFailed):
+        log.warning("parking lot unavailable (queue %r, partition %s): %s; tried again", e.queue,
+                    e.partition, e.error)
+    elif e.drained:
+        log.info("queue %s: partition %s's parked records drained; its records go straight to Redis "
+                 "again", e.queue, e.partition)
 
 
 def observe(bus: ev.EventBus, metrics: Metrics, relay_id: str) -> Callable[[], None]:
