@@ -354,7 +354,9 @@ def _schema_limits(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, An
     out = {}
     for field, spec in schema["properties"].items():
         spec = defs.get(spec.get("$ref", "").rsplit("/", 1)[-1], spec)
-        out[field] = (spec.get("type"), spec.get("minimum"), spec.get("maximum"))
+        # an optional field (``X | None``): the template states X; null is the field left out
+        spec = next((s for s in spec.get("anyOf", ()) if s.get("type") != "null"), spec)
+        out[field] = (spec.get("type"), spec.get("minimum"), spec.get("maximum"), spec.get("pattern"))
     return out
 
 
@@ -368,7 +370,7 @@ def test_api_request_models_are_the_gateways_models() -> None:
     assert set(mine["required"]) == set(theirs.get("required", []))
     assert mine["additionalProperties"] is False and EnqueueRequest.model_config.get("extra") == "forbid"
     assert _schema_limits(mine, {}) == {k: v for k, v in _schema_limits(theirs, {}).items()
-                                        if k != "payload"} | {"payload": (None, None, None)}
+                                        if k != "payload"} | {"payload": (None, None, None, None)}
     batch, batch_theirs = schemas["EnqueueBatchRequest"], BatchRequest.model_json_schema()
     jobs, jobs_theirs = batch["properties"]["jobs"], batch_theirs["properties"]["jobs"]
     assert (jobs["minItems"], jobs["maxItems"]) == (jobs_theirs["minItems"], jobs_theirs["maxItems"])
