@@ -149,6 +149,25 @@ def test_a_batch_is_shared_round_robin(rq: RedisQueue, redis_client: redis.Redis
     assert counts(redis_client) == {"a": "3", "b": "2", "c": "3", "#ready": "14"}
 
 
+def test_a_batch_of_one_job_a_group_drops_exactly_the_groups_it_emptied(rq: RedisQueue,
+                                                                        redis_client: redis.Redis) -> None:
+    """lease.lua learns a group is empty from its pop and one EXISTS over the groups served in full,
+    not from a count first: with some groups emptied and some not in one batch, turns must keep
+    exactly the ones with a job left, in order, and then all of them drained."""
+    add(rq, "a", "a1", "a2")
+    add(rq, "b", "b1")
+    add(rq, "c", "c1", "c2")
+    add(rq, "d", "d1")
+    add(rq, "e", "e1", "e2", "e3")  # beyond the batch's heads
+    assert sorted(lease(rq, 4)) == ["a1", "b1", "c1", "d1"]
+    assert turns(redis_client) == ["e", "a", "c"]
+    assert counts(redis_client) == {"a": "1", "b": "1", "c": "1", "d": "1", "#ready": "5"}
+    assert sorted(lease(rq, 4)) == ["a2", "c2", "e1", "e2"]  # e takes what a and c cannot
+    assert turns(redis_client) == ["e"]
+    assert lease(rq, 4) == ["e3"] and turns(redis_client) == []
+    assert counts(redis_client) == {"a": "2", "b": "1", "c": "2", "d": "1", "e": "3", "#ready": "0"}
+
+
 def test_priority_orders_jobs_within_a_group(rq: RedisQueue) -> None:
     add(rq, "a", "low", priority=0)
     add(rq, "a", "high", priority=9)
