@@ -16,7 +16,6 @@ loaded from here after a Redis loss (``RedisConnection.load_registry``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -28,22 +27,18 @@ from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput
 from sluice.core.models import QUEUE_NAME_RE, validate_public_queue
+from sluice.core.ports import ParkedState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 
-@dataclass(frozen=True, slots=True)
-class ParkedState:
-    """A queue's parking state as the relay keeps it in its item's ``state`` map: ``parked``, the
-    records in the parking lot (added per park, taken off per sweep: a counter, never a count of
-    the lot; shown at least 0), and ``parked_at_ms``, when a record of it was last parked (0: never)."""
-
-    parked: int = 0
-    parked_at_ms: int = 0
+__all__ = ["DynamoQueueDirectory", "ParkedState", "parked_state"]
 
 
 def parked_state(item: Mapping[str, object]) -> ParkedState:
+    """The relay's fields of an item's ``state`` map (``add_parked``); a count below 0 (a record
+    parked twice, released once more) is shown as 0."""
     state = item.get("state")
     fields = state.get("M", {}) if isinstance(state, dict) else {}
 
