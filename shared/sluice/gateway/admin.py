@@ -125,7 +125,8 @@ class Admin:
         Redis's (the cache: it also holds queues registered before the durable one existed), by name."""
         durable = (self.registry.parked() if self.registry is not None else None) or {}
         names = sorted(set(self.queue.queues()) | set(durable))
-        return [self.queue_row(self.queue.stats(q), durable.get(q)) for q in names if not is_reserved_queue(q)]
+        return [self.queue_row(self.queue.stats(q), durable.get(q))
+                for q in names if not is_reserved_queue(q)]
 
     def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:
