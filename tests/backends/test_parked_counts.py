@@ -30,8 +30,8 @@ def test_the_counter_adds_in_the_state_map_and_keeps_what_the_registry_wrote(
         TableName=directory.table_name, Key={"queue": {"S": "a"}}, UpdateExpression="SET #s.#b = :b",
         ExpressionAttributeNames={"#s": "state", "#b": "max_bytes"},
         ExpressionAttributeValues={":b": {"N": "9"}})
-    directory.add_parked({"a": 7}, {"a": 1_000})
-    directory.add_parked({"a": -3, "b": 2}, {"b": 2_000})
+    assert directory.add_parked({"a": 7}, {"a": 1_000}) == {"a": 7}
+    assert directory.add_parked({"a": -3, "b": 2}, {"b": 2_000}) == {"a": 4, "b": 2}
     directory.put("a")  # a gateway's write-through again: the state stays
     assert directory.parked_of("a") == ParkedState(4, 1_000)
     assert directory.parked() == {"a": ParkedState(4, 1_000), "b": ParkedState(2, 2_000)}
@@ -44,7 +44,7 @@ def test_the_counter_adds_in_the_state_map_and_keeps_what_the_registry_wrote(
 
 def test_a_queue_without_an_item_keeps_no_counter_and_no_item_is_made(
         directory: DynamoQueueDirectory) -> None:
-    directory.add_parked({"sluice-internal": 3}, {"sluice-internal": 5})
+    assert directory.add_parked({"sluice-internal": 3}, {"sluice-internal": 5}) == {}
     assert directory.client.scan(TableName=directory.table_name)["Items"] == []
 
 

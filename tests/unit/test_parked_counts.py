@@ -18,11 +18,23 @@ class Counter:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, int], dict[str, int]]] = []
         self.down = False
+        self.values: dict[str, int] = {}
 
-    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> None:
+    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
         if self.down:
             raise BackendUnavailable("registry down")
         self.calls.append((dict(counts), dict(at_ms)))
+        for q, n in counts.items():
+            self.values[q] = self.values.get(q, 0) + n
+        return {q: self.values[q] for q in counts}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, float, dict[str, str]]] = []
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        self.lines.append((name, value, dimensions))
 
 
 def step() -> Committed:
@@ -43,8 +55,8 @@ def test_sums_per_queue_are_written_on_the_steps_commit_and_only_then() -> None:
 
 
 def test_a_failed_write_keeps_its_sums_for_the_next_step() -> None:
-    counter, bus = Counter(), EventBus()
-    undo = observe(bus, counter)
+    counter, bus, metrics = Counter(), EventBus(), Metrics()
+    undo = observe(bus, counter, metrics)
     counter.down = True
     bus.emit(Parked(queue="a", partition=0, n=3))
     bus.emit(step())
@@ -57,3 +69,13 @@ def test_a_failed_write_keeps_its_sums_for_the_next_step() -> None:
     assert len(counter.calls) == 1
     counts, at = counter.calls[0]
     assert counts == {"a": 2, "c": 1} and set(at) == {"a", "c"}
+    assert sorted(metrics.lines) == [("QueueParked", 1, {"queue": "c"}), ("QueueParked", 2, {"queue": "a"})]
+
+
+def test_the_metric_is_the_counter_after_the_write_never_below_zero() -> None:
+    counter, metrics = Counter(), Metrics()
+    counts = ParkedCounts(counter, metrics=metrics)
+    counter.values = {"a": 1}
+    counts(Unparked(queue="a", partition=0, released=3))  # released more than counted: a re-park
+    counts.flush()
+    assert metrics.lines == [("QueueParked", 0, {"queue": "a"})]

@@ -10,6 +10,9 @@ failed write keeps its sums for the next step. A counter, not a count: a record 
 relay that died before its commit) is counted twice until the sweep releases it once, so the view
 says "about"; ``ParkingLot.count`` is the exact, slow answer.
 
+After each write, each written counter's new value is the per-queue metric ``QueueParked``
+(EMF, dimension ``queue``; sent when it changes: alarm on its Maximum).
+
 The sweep emits from its own thread: the sums are taken under a lock.
 """
 
@@ -23,16 +26,19 @@ from collections.abc import Callable
 from sluice.core import bus as ev
 from sluice.core.clock import wall_ms
 from sluice.core.errors import SluiceError
+from sluice.core.ports import Metrics
 from sluice.relay.ports import ParkedCounter
 
 log = logging.getLogger("sluice.relay")
+PARKED_METRIC = "QueueParked"
 
 
 class ParkedCounts:
     """The bus's parking events summed per queue, written by ``flush``."""
 
-    def __init__(self, counter: ParkedCounter, now_ms: Callable[[], int] = wall_ms) -> None:
-        self.counter, self.now_ms = counter, now_ms
+    def __init__(self, counter: ParkedCounter, now_ms: Callable[[], int] = wall_ms,
+                 metrics: Metrics | None = None) -> None:
+        self.counter, self.now_ms, self.metrics = counter, now_ms, metrics
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._at: dict[str, int] = {}
@@ -55,17 +61,22 @@ class ParkedCounts:
         if not counts and not at:
             return
         try:
-            self.counter.add_parked({**dict.fromkeys(at, 0), **counts}, at)
+            now = self.counter.add_parked({**dict.fromkeys(at, 0), **counts}, at)
         except SluiceError as exc:  # kept: the next step adds them
             log.warning("parked counters not written (tried again next step): %s", exc)
             with self._lock:
                 self._counts.update(counts)
                 self._at = {**at, **self._at}
+            return
+        if self.metrics is not None:
+            for queue, n in now.items():
+                self.metrics.count(PARKED_METRIC, max(0, n), queue=queue)
 
 
-def observe(bus: ev.EventBus, counter: ParkedCounter) -> Callable[[], None]:
+def observe(bus: ev.EventBus, counter: ParkedCounter,
+            metrics: Metrics | None = None) -> Callable[[], None]:
     """Attach a ``ParkedCounts`` to ``bus``; returns the detach, which writes what is left."""
-    counts = ParkedCounts(counter)
+    counts = ParkedCounts(counter, metrics=metrics)
     detach = bus.subscribe(counts, ev.Parked, ev.Unparked, ev.Committed)
 
     def undo() -> None:

@@ -122,8 +122,9 @@ class ParkedCounter(Protocol):
     operators read (``sluice queues``, the operator API) without counting the lot. Raises a
     ``SluiceError`` when the registry cannot be reached."""
 
-    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> None:
-        """Add ``counts[queue]`` (negative: released) to each counter; ``at_ms``: when they last parked."""
+    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
+        """Add ``counts[queue]`` (negative: released) to each counter; ``at_ms``: when they last
+        parked. Returns the counters' new values (a queue the registry does not hold: absent)."""
         ...
 
 

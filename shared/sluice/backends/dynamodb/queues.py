@@ -80,10 +80,12 @@ class DynamoQueueDirectory:
         return sorted(n for n in (item.get("queue", {}).get("S", "") for item in items)
                       if QUEUE_NAME_RE.fullmatch(n))
 
-    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> None:
+    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
         """Add each queue's change to its parked counter (``relay.ports.ParkedCounter``), one
-        UpdateItem a queue, and set when it last parked (``at_ms``, for the queues that parked).
-        A queue with no item (never reserved by a gateway: an internal queue) keeps no counter."""
+        UpdateItem a queue, and set when it last parked (``at_ms``, for the queues that parked);
+        returns each written counter's new value. A queue with no item (never reserved by a
+        gateway: an internal queue) keeps no counter."""
+        now: dict[str, int] = {}
         for queue, n in counts.items():
             names = {"#s": "state", "#p": "parked"}
             values: dict[str, dict[str, str]] = {":n": {"N": str(n)}, ":zero": {"N": "0"}}
@@ -92,15 +94,18 @@ class DynamoQueueDirectory:
                 names["#t"], values[":t"] = "parked_at_ms", {"N": str(at_ms[queue])}
                 update += ", #s.#t = :t"
             try:
-                self.client.update_item(
+                out = self.client.update_item(
                     TableName=self.table_name, Key={"queue": {"S": queue}}, UpdateExpression=update,
                     ConditionExpression="attribute_exists(#s)", ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values)
+                    ExpressionAttributeValues=values, ReturnValues="UPDATED_NEW")
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise translate(exc, f"update_item {self.table_name}") from exc
+                continue
             except BotoCoreError as exc:
                 raise translate(exc, f"update_item {self.table_name}") from exc
+            now[queue] = parked_state(out.get("Attributes", {})).parked
+        return now
 
     def parked(self) -> dict[str, ParkedState]:
         """Every recorded queue's parking state (one scan, as ``names``)."""
