@@ -169,6 +169,8 @@ def test_the_operator_rows_show_each_queues_parked_records_from_the_registry() -
     assert (rows["held"]["parked"], rows["held"]["parked_at_ms"]) == (6_000, 1_700_000_000_000)
     assert (rows["flowing"]["parked"], rows["flowing"]["parked_at_ms"]) == (0, 0)
     assert admin.queue_stats("held")["parked"] == 6_000
+    view = rig.api.stats("held")  # GET /v1/queues/{queue}
+    assert (view.parked, view.parked_at_ms) == (6_000, 1_700_000_000_000)
 
 
 def test_a_durable_registry_that_cannot_be_read_to_load_the_cache_is_a_503() -> None:
