@@ -3,7 +3,8 @@ once per step on ``Committed``, kept after a failed write, nothing written when 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,47 @@ def test_the_metric_is_the_counter_after_the_write_never_below_zero() -> None:
     counts(Unparked(queue="a", partition=0, released=3))  # released more than counted: a re-park
     counts.flush()
     assert metrics.lines == [("QueueParked", 0, {"queue": "a"})]
+
+
+def test_the_relay_lambda_keeps_the_counters_when_it_has_a_queues_table(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        event_json: Callable[[str], dict[str, Any]]) -> None:
+    """``run_scheduled`` attaches the observer to the relay's bus, and detaches it (writing what
+    is left) at the end of the invocation; without a queues table it keeps none."""
+    from sluice.core.config import Settings
+    from sluice.entry import relay as relay_entry
+    from sluice.entry import root as wiring
+
+    for table, expected in (("sluice-queues", [{"a": 3}]), ("", [])):
+        bus, counter = EventBus(), Counter()
+
+        class Relay:
+            events = bus
+            relay_id = "r"
+
+            def run_for_lambda(self, remaining_ms: int, stop_before_ms: int) -> Any:
+                self.events.emit(Parked(queue="a", partition=0, n=3))  # the last step's: written at the end
+                return Report()
+
+        class Report:
+            def publish(self, metrics: Any) -> None:
+                pass
+
+            def as_dict(self) -> dict[str, Any]:
+                return {}
+
+        monkeypatch.setattr(wiring, "settings", lambda t=table: Settings(queues_table=t))
+        monkeypatch.setattr(wiring, "parked_counter", lambda s=None, c=counter: c)
+        monkeypatch.setattr(relay_entry, "scheduled_relay", lambda s, c, metrics=None: (Relay(), None))
+        capsys.readouterr()
+        relay_entry.run_scheduled(event_json("scheduled_relay.json"), Ctx())
+        assert [counts for counts, _at in counter.calls] == expected, table
+        assert ('"QueueParked":[3.0]' in capsys.readouterr().out) == bool(table)
+        assert bus.listening is False
+
+
+class Ctx:
+    aws_request_id = "req"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
