@@ -208,16 +208,18 @@ def test_no_function_may_scan_or_query_a_table() -> None:
 def test_the_queues_table_is_written_by_the_enqueue_functions_and_the_relay_only() -> None:
     """Issue 28: the durable registry of queues. The functions that run the enqueue pipeline (they
     reserve a new queue before its first 202) and the relay (it writes through a queue new to Redis's
-    cache) may write it; the operator only lists it; no other function touches it; and every one
-    that may is told its name."""
+    cache) may write it; the operator only reads it (the listing, and one queue's item for its
+    parked counter, as the gateway for GET /v1/queues/{queue}); no other function touches it; and
+    every one that may is told its name."""
     assert props("QueuesTable")["KeySchema"] == [{"AttributeName": "queue", "KeyType": "HASH"}]
     writers = {"GatewayFunction", "InternalFunction", "FiringsFunction", "RelayFunction"}
     for name, role in _function_roles().items():
         actions = {action for statement in _statements(role)
                    if statement["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}
                    for action in statement["Action"]}
-        expected = ({"dynamodb:UpdateItem", "dynamodb:Scan"} if name in writers
-                    else {"dynamodb:Scan"} if name == "OperatorFunction" else set())
+        expected = ({"dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:GetItem"} if name == "GatewayFunction"
+                    else {"dynamodb:UpdateItem", "dynamodb:Scan"} if name in writers
+                    else {"dynamodb:Scan", "dynamodb:GetItem"} if name == "OperatorFunction" else set())
         assert actions == expected, (name, actions)
         env = props(name).get("Environment", {}).get("Variables", {}) if name in RES else {}
         if expected:

@@ -234,7 +234,7 @@ def test_queue_stats_include_config(rig: Rig) -> None:
                    "oldest_ready_age_ms": 1500, "paused": True, "rate_per_s": 200.0, "burst": 50,
                    "max_in_flight": 0, "max_in_flight_per_group": 0, "high_watermark": 0,
                    "low_watermark": 0, "max_delayed": 0, "max_dead": 0, "used_bytes": 0, "budget_bytes": 0,
-                   "route": None}
+                   "parked": 0, "parked_at_ms": 0, "route": None}
 
 
 def test_batch_returns_one_result_per_job_in_order(rig: Rig) -> None:

@@ -400,3 +400,18 @@ def test_sluice_queues_shows_bytes_against_the_budget() -> None:
 
     assert '<td class="bytes">512 B / 2.0 KB (25%)</td>' in render.queue_row(st, [], "token")
     assert "in redis / budget" in render.QUEUE_HEAD
+
+
+def test_sluice_queues_and_the_console_show_the_parked_records() -> None:
+    from sluice.core.models import QueueConfig, QueueStats
+    from sluice_dev.cli.console import render
+    from sluice_dev.cli.ops import parked, queues_table, stats_row
+
+    st = QueueStats(queue="held", ready=0, delayed=0, leased=0, dead=0, oldest_ready_age_ms=None,
+                    config=QueueConfig(paused=True), parked=6000, parked_at_ms=1_000)
+    assert parked(st, now_ms=121_000) == "6000 (last 2.0m ago)"
+    assert parked(st.model_copy(update={"parked": 0})) == "-"
+    assert (stats_row(st)["parked"], stats_row(st)["parked_at_ms"]) == (6000, 1_000)
+    assert [c.header for c in queues_table([st]).columns].index("parked") == 10
+    assert '<td class="parked">6000 (last' in render.queue_row(st, [], "token")
+    assert "<th>parked</th>" in render.QUEUE_HEAD

@@ -13,6 +13,7 @@ from sluice.core import ids, schedules
 from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable, QueueNotAllowed, StoreError
 from sluice.core.families import ChildRequest, FamilyRequest, ThenRequest
+from sluice.core.ports import ParkedState
 from sluice.entry.gateway import Gateway
 from sluice.gateway import schedules as api_schedules
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
@@ -28,6 +29,7 @@ class Directory:
     def __init__(self) -> None:
         self.items: list[str] = []
         self.fail: Exception | None = None
+        self.parking: dict[str, ParkedState] = {}  # the relay's counters (relay/parked_counts.py)
 
     def put(self, queue: str) -> None:
         if self.fail is not None:
@@ -37,6 +39,12 @@ class Directory:
 
     def names(self) -> list[str]:
         return sorted(self.items)
+
+    def parked(self) -> dict[str, ParkedState]:
+        return {q: self.parking.get(q, ParkedState()) for q in self.names()}
+
+    def parked_of(self, queue: str) -> ParkedState:
+        return self.parking.get(queue, ParkedState())
 
 
 def reserving(max_queues: int = 0) -> tuple[Rig, Directory]:
@@ -147,6 +155,22 @@ def test_the_operator_lists_queues_from_the_durable_registry_too() -> None:
     listed = [r["queue"] for r in rows]
     assert "survived-a-redis-loss" in listed
     assert listed == sorted(set(rig.queue.queues()) | set(directory.items))
+
+
+def test_the_operator_rows_show_each_queues_parked_records_from_the_registry() -> None:
+    """One scan of the registry for the listing, one GetItem for a queue: the lot is not counted."""
+    from sluice.gateway.admin import Admin
+
+    rig, directory = reserving()
+    directory.items = ["held", "flowing"]
+    directory.parking = {"held": ParkedState(6_000, 1_700_000_000_000)}
+    admin = Admin(rig.queue, rig.store, rig.log, registry=rig.api.pipeline.registry)  # type: ignore[arg-type]
+    rows = {r["queue"]: r for r in admin.all_queues()}
+    assert (rows["held"]["parked"], rows["held"]["parked_at_ms"]) == (6_000, 1_700_000_000_000)
+    assert (rows["flowing"]["parked"], rows["flowing"]["parked_at_ms"]) == (0, 0)
+    assert admin.queue_stats("held")["parked"] == 6_000
+    view = rig.api.stats("held")  # GET /v1/queues/{queue}
+    assert (view.parked, view.parked_at_ms) == (6_000, 1_700_000_000_000)
 
 
 def test_a_durable_registry_that_cannot_be_read_to_load_the_cache_is_a_503() -> None:

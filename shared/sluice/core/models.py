@@ -358,6 +358,8 @@ class QueueStats(BaseModel):
     finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
     used_bytes: int = 0  # bytes its jobs count against its budget (keys.used; push.lua reserves them)
     budget_bytes: int = 0  # its effective byte budget (limits.Limits.with_budget); 0: none or not known
+    parked: int = 0  # about how many of its records wait in the parking lot (the registry's counter)
+    parked_at_ms: int = 0  # when one last parked (epoch ms; 0: never, or no registry)
 
 
 class DeadJob(BaseModel):

@@ -170,6 +170,14 @@ class QueueDirectory(Protocol):
         """Every queue recorded, by name."""
         ...
 
+    def parked(self) -> dict[str, ParkedState]:
+        """Every queue recorded, with its parking state (one read of the registry, as ``names``)."""
+        ...
+
+    def parked_of(self, queue: str) -> ParkedState:
+        """One queue's parking state (``ParkedState()`` when it has none)."""
+        ...
+
 
 class JobLog(Protocol):
     """The durable append-only log (Kafka)."""
@@ -188,6 +196,15 @@ class SourceRecord(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes | None
+
+
+class ParkedState(NamedTuple):
+    """A queue's parking state in the durable registry (``relay/parked_counts.py`` keeps it): about
+    how many of its records are in the parking lot (a counter, at least 0), and when one last
+    parked (epoch ms; 0: never)."""
+
+    parked: int = 0
+    parked_at_ms: int = 0
 
 
 class ParkedRecord(NamedTuple):

@@ -137,6 +137,10 @@ class QueueView(BaseModel):
                                                           "budget.")
     budget_bytes: int = Field(default=0, ge=0, description="Its byte budget in Redis; 0 = none. Beyond it "
                                                             "the relay holds its jobs back.")
+    parked: int = Field(default=0, ge=0, description="About how many of its records wait in the parking lot "
+                                                     "(held back outside the shared partitions).")
+    parked_at_ms: int = Field(default=0, ge=0, description="When one of its records last parked (epoch ms); "
+                                                           "0 = never.")
     route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
 
 

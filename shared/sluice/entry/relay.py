@@ -123,6 +123,7 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     from sluice.backends.aws.queue_metrics import QueueBound, QueueDepthMetrics
     from sluice.core import bus as ev
     from sluice.entry import root as wiring
+    from sluice.relay.parked_counts import observe as parked_counts
 
     scheduled = parse_scheduled(event)
     settings = wiring.settings()
@@ -131,12 +132,17 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     # Per-queue depths and ages, one EMF line a queue a minute (docs/relay.md, "Per-queue metrics").
     depths = QueueDepthMetrics(QueueBound.from_settings(settings))
     unobserve = relay.events.subscribe(depths, ev.QueueMeasured)
+    # Each queue's parked counter in the registry (relay/parked_counts.py), what `sluice queues` shows.
+    unpark = (parked_counts(relay.events, wiring.parked_counter(settings), metrics)
+              if settings.queues_table else None)
     log.info("relay %s starting for the schedule at %s", relay.relay_id, scheduled.time)
     try:
         report = relay.run_for_lambda(context.get_remaining_time_in_millis(), settings.relay_stop_before_ms)
     finally:
         unobserve()
         depths.flush()
+        if unpark is not None:
+            unpark()
     report.publish(metrics)
     return report.as_dict()
 

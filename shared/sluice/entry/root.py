@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sluice.gateway.registry import Reservations
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
-    from sluice.relay.ports import ParkingLot, RelayEngine
+    from sluice.relay.ports import ParkedCounter, ParkingLot, RelayEngine
     from sluice.streams.countdown import StreamCountdown
 
 
@@ -114,6 +114,16 @@ def queue_directory(s: Settings | None = None) -> QueueDirectory:
     s = s or settings()
     if not s.queues_table:
         raise ConfigError("no queues table: set SLUICE_QUEUES_TABLE (template.yaml's QueuesTable)")
+    return DynamoQueueDirectory(dynamodb(s), s.queues_table)
+
+
+def parked_counter(s: Settings | None = None) -> ParkedCounter:
+    """Each queue's parked counter in the durable registry (``relay.parked_counts``), the same
+    table and client as ``queue_directory``; ConfigError without a queues table."""
+    from sluice.backends.dynamodb.queues import DynamoQueueDirectory
+
+    queue_directory(s)  # its ConfigError without a queues table
+    s = s or settings()
     return DynamoQueueDirectory(dynamodb(s), s.queues_table)
 
 

@@ -25,7 +25,7 @@ from sluice.core.models import (
     validate_job_id,
     validate_public_queue,
 )
-from sluice.core.ports import JobLog, JobQueue, JobStore
+from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState
 from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
@@ -33,9 +33,11 @@ MAX_LISTED = 10_000
 
 
 class Listing(Protocol):
-    """The durable registry's names (``sluice.gateway.registry.Reservations``); None: none kept."""
+    """The durable registry's queues with their parking state (``sluice.gateway.registry.Reservations``);
+    None: none kept."""
 
-    def names(self) -> list[str] | None: ...
+    def parked(self) -> dict[str, ParkedState] | None: ...
+    def parked_of(self, queue: str) -> ParkedState: ...
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
@@ -105,21 +107,26 @@ class Admin:
     def _resolve(self, queue: str) -> Route | None:
         return None if self.routes is None else self.routes.resolve(queue)
 
-    def queue_row(self, stats: QueueStats) -> dict[str, Any]:
-        """One queue for ``sluice queues`` and ``sluice top``: its stats (with its byte budget), overdue
-        leases and route."""
+    def queue_row(self, stats: QueueStats, parked: ParkedState | None = None) -> dict[str, Any]:
+        """One queue for ``sluice queues`` and ``sluice top``: its stats (with its byte budget and
+        its parking state from the registry), overdue leases and route."""
+        if parked is not None:
+            stats = stats.model_copy(update={"parked": parked.parked, "parked_at_ms": parked.parked_at_ms})
         return {**self.limits.with_budget(stats).model_dump(mode="json"),
                 "overdue_leases": self.queue.overdue_leases(stats.queue), "route": self.route(stats.queue)}
 
     def queue_stats(self, name: str) -> dict[str, Any]:
-        return self.queue_row(self.queue.stats(self.check_queue(name)))
+        queue = self.check_queue(name)
+        parked = self.registry.parked_of(queue) if self.registry is not None else None
+        return self.queue_row(self.queue.stats(queue), parked)
 
     def all_queues(self) -> list[dict[str, Any]]:
         """Every public queue of the durable registry (issue 28: it survives a Redis loss) and of
         Redis's (the cache: it also holds queues registered before the durable one existed), by name."""
-        durable = self.registry.names() if self.registry is not None else None
-        names = sorted(set(self.queue.queues()) | set(durable or ()))
-        return [self.queue_row(self.queue.stats(q)) for q in names if not is_reserved_queue(q)]
+        durable = (self.registry.parked() if self.registry is not None else None) or {}
+        names = sorted(set(self.queue.queues()) | set(durable))
+        return [self.queue_row(self.queue.stats(q), durable.get(q))
+                for q in names if not is_reserved_queue(q)]
 
     def dead_letters(self, name: str, limit: int) -> list[DeadJob]:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:

@@ -53,7 +53,7 @@ from sluice.core.models import (
     validate_public_queue,
 )
 from sluice.core.pools import LazyPool
-from sluice.core.ports import JobLog, JobQueue, JobStore
+from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState
 from sluice.core.routes import RouteTable
 from sluice.core.wire import (
     Accepted,
@@ -407,6 +407,8 @@ class Api:
         route = self._route_view(queue)
         stats = self.queue.stats(queue)
         config = stats.config  # read in the same atomic script as the depths
+        registry = self.pipeline.registry  # the relay's parked counter: one item, never the lot
+        parked = registry.parked_of(queue) if registry is not None else ParkedState()
         return QueueView(
             queue=queue, ready=stats.ready, delayed=stats.delayed, leased=stats.leased, dead=stats.dead,
             oldest_ready_age_ms=stats.oldest_ready_age_ms, paused=config.paused,
@@ -415,6 +417,7 @@ class Api:
             high_watermark=config.high_watermark, low_watermark=config.low_watermark,
             max_delayed=self.limits.caps(config)[0], max_dead=self.limits.caps(config)[1],
             used_bytes=stats.used_bytes, budget_bytes=self.limits.budget(config), route=route,
+            parked=parked.parked, parked_at_ms=parked.parked_at_ms,
         )
 
     def _route_view(self, queue: str) -> QueueRoute | None:

@@ -31,7 +31,7 @@ from sluice.core.errors import NoRoute, PayloadInvalid, PayloadTooLarge, Priorit
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import PAYLOAD_CHECKED, JobSpec, dump_json, validate_public_queue
-from sluice.core.ports import JobLog, PayloadStore
+from sluice.core.ports import JobLog, ParkedState, PayloadStore
 from sluice.core.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
 from sluice.core.wire import EnqueueRequest
 
@@ -57,6 +57,12 @@ class Reservation(Protocol):
     def names(self) -> list[str] | None:
         """Every queue of the durable registry; None when there is none (Redis's registry is all)."""
         ...
+
+    def parked(self) -> dict[str, ParkedState] | None:
+        """``names`` with each queue's parking state (the operator's listing)."""
+        ...
+
+    def parked_of(self, queue: str) -> ParkedState: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.lazy import Lazy, resolve
-from sluice.core.ports import QueueDirectory
+from sluice.core.ports import ParkedState, QueueDirectory
 
 MAX_KNOWN = 10_000  # queues a container remembers; past it, it starts over (random names cost nothing)
 
@@ -50,6 +50,15 @@ class Reservations:
         """Every queue of the durable registry (the operator's listing); None without one."""
         durable = self.durable
         return None if durable is None else durable.names()
+
+    def parked(self) -> dict[str, ParkedState] | None:
+        """Every queue of the durable registry with its parking state (one scan); None without one."""
+        durable = self.durable
+        return None if durable is None else durable.parked()
+
+    def parked_of(self, queue: str) -> ParkedState:
+        durable = self.durable
+        return ParkedState() if durable is None else durable.parked_of(queue)
 
     def reserve(self, queue: str) -> None:
         """Raise unless ``queue`` is (now) in the registry, durably: QueueNotAllowed (403) for a

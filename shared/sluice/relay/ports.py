@@ -15,8 +15,8 @@ from sluice.core.clock import wall_ms
 from sluice.core.models import DecodedJob, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
 from sluice.core.ports import ParkedRecord, SourceRecord
 
-__all__ = ["Clock", "ParkedRecord", "ParkingLot", "PushItem", "PushOutcome", "RecordSource", "RelayEngine",
-           "SourceRecord", "SystemClock"]
+__all__ = ["Clock", "ParkedCounter", "ParkedRecord", "ParkingLot", "PushItem", "PushOutcome", "RecordSource",
+           "RelayEngine", "SourceRecord", "SystemClock"]
 
 
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
@@ -114,6 +114,17 @@ class RecordSource(Protocol):
 
     def highwater(self, partition: int) -> int | None:
         """The partition's end offset as last seen (None: not known yet); for ``RelayLag``."""
+        ...
+
+
+class ParkedCounter(Protocol):
+    """Each queue's parked counter in the durable registry (the queues table's ``state`` map): what
+    operators read (``sluice queues``, the operator API) without counting the lot. Raises a
+    ``SluiceError`` when the registry cannot be reached."""
+
+    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
+        """Add ``counts[queue]`` (negative: released) to each counter; ``at_ms``: when they last
+        parked. Returns the counters' new values (a queue the registry does not hold: absent)."""
         ...
 
 

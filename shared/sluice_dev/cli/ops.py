@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.core import knobs as control
+from sluice.core.clock import wall_ms
 from sluice.core.errors import InvalidInput
 from sluice.core.models import (
     QueueConfig,
@@ -89,7 +90,8 @@ def stats_row(st: QueueStats, route: str = "default worker") -> dict[str, Any]:
             "max_in_flight_per_group": c.max_in_flight_per_group,
             "high_watermark": c.high_watermark, "low_watermark": c.low_watermark,
             "max_delayed": c.max_delayed, "max_dead": c.max_dead,  # 0: the deployment's default
-            "max_bytes": c.max_bytes, "used_bytes": st.used_bytes, "budget_bytes": st.budget_bytes}
+            "max_bytes": c.max_bytes, "used_bytes": st.used_bytes, "budget_bytes": st.budget_bytes,
+            "parked": st.parked, "parked_at_ms": st.parked_at_ms}
 
 
 def api_route(route: dict[str, Any] | None) -> str:
@@ -113,7 +115,23 @@ def api_rows(target: Target) -> list[tuple[QueueStats, int, str]] | None:
 def all_stats(target: Target, include_internal: bool = False) -> list[QueueStats]:
     engine = target.engine()
     names = [q for q in engine.queues() if include_internal or not is_reserved_queue(q)]
-    return [engine.limits.with_budget(engine.stats(q)) for q in names]
+    stats = [engine.limits.with_budget(engine.stats(q)) for q in names]
+    directory = target.queue_directory()
+    if directory is None:
+        return stats
+    states = directory.parked()  # the relay's counters: one scan of the registry, never of the lot
+    return [st.model_copy(update={"parked": p.parked, "parked_at_ms": p.parked_at_ms})
+            if (p := states.get(st.queue)) is not None else st for st in stats]
+
+
+def parked(st: QueueStats, now_ms: int | None = None) -> str:
+    """Its records in the parking lot (the registry's counter) and how long since one parked: "-"
+    for none, "6000 (last 2.0m ago)"."""
+    if not st.parked:
+        return "-"
+    if not st.parked_at_ms:
+        return str(st.parked)
+    return f"{st.parked} (last {age(max(0, (now_ms or wall_ms()) - st.parked_at_ms))} ago)"
 
 
 def size(n: int) -> str:
@@ -138,7 +156,8 @@ def queues_table(stats: list[QueueStats], title: str | None = None,
                  routes: RouteTable | None = None, shown: dict[str, str] | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("queue", "ready", "delayed", "in flight", "dead", "oldest ready", "rate",
-                "max in flight", "caps", "in redis", "state", "route"):  # caps: delayed/dead, "-" = default
+                "max in flight", "caps", "in redis", "parked", "state", "route"):
+        # caps: delayed/dead, "-" = default
         # the queue's name stays whole however narrow the terminal: the other columns wrap
         width = max((len(st.queue) for st in stats), default=5) if col == "queue" else None
         table.add_column(col, justify="left" if col in ("queue", "rate", "state", "route") else "right",
@@ -147,7 +166,7 @@ def queues_table(stats: list[QueueStats], title: str | None = None,
         c = st.config
         table.add_row(st.queue, str(st.ready), str(st.delayed), str(st.leased), str(st.dead),
                       age(st.oldest_ready_age_ms), rate(c), str(c.max_in_flight or "-"),
-                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}", in_redis(st),
+                      f"{c.max_delayed or '-'}/{c.max_dead or '-'}", in_redis(st), parked(st),
                       "[yellow]paused[/]" if c.paused else "running",
                       (shown or {}).get(st.queue) or route_of(routes, st.queue))
     return table

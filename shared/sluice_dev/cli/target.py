@@ -29,6 +29,7 @@ from sluice_dev.local.stack import running_stack, settings_from_endpoints
 
 if TYPE_CHECKING:
     from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.backends.dynamodb.queues import DynamoQueueDirectory
     from sluice.backends.dynamodb.routes import DynamoRouteStore, LambdaFunctions
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.backends.redis.engine import RedisQueue
@@ -121,6 +122,14 @@ class Target:
         s = self.settings(need="SLUICE_ROUTES_TABLE") if self.env.get("SLUICE_ROUTES_TABLE") or self.local \
             else None
         return DynamoRouteStore.from_settings(s) if s is not None and s.routes_table else None
+
+    def queue_directory(self) -> DynamoQueueDirectory | None:
+        """The durable registry of queues (SLUICE_QUEUES_TABLE, or the local stack's); None if none."""
+        from sluice.backends.dynamodb.queues import DynamoQueueDirectory
+
+        s = self.settings(need="SLUICE_QUEUES_TABLE") if self.env.get("SLUICE_QUEUES_TABLE") or self.local \
+            else None
+        return DynamoQueueDirectory.from_settings(s) if s is not None and s.queues_table else None
 
     def functions(self) -> LambdaFunctions:
         from sluice.backends.dynamodb.routes import LambdaFunctions

@@ -298,6 +298,7 @@ class DevStack:
                 "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
                 "routes_table": s.routes_table,
+                "queues_table": s.queues_table,  # the registry: `sluice queues` reads its parked counters
                 "tansu": "tansu" in self.stack.servers,
                 "events_queue_url": events_queue,
                 "redis_users": {u.username: u.role.name for u in self.redis_users.values()},

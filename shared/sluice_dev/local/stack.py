@@ -95,7 +95,8 @@ def settings_from_endpoints(data: dict[str, Any], base: Settings | None = None) 
         "aws_endpoint_url": data["aws_endpoint_url"],
         "kafka_security": "plaintext",
     }
-    for key, name in (("routes_table", "routes_table"), ("lambda_url", "lambda_endpoint_url")):
+    for key, name in (("routes_table", "routes_table"), ("queues_table", "queues_table"),
+                      ("lambda_url", "lambda_endpoint_url")):
         if data.get(key):  # the local stack's routes table and Lambda API (sluice routes register)
             overrides[name] = data[key]
     if base is None:

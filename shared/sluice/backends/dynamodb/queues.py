@@ -15,18 +15,41 @@ loaded from here after a Redis loss (``RedisConnection.load_registry``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from sluice.backends.dynamodb.client import dynamodb_client
-from sluice.backends.dynamodb.errors import translated
+from sluice.backends.dynamodb.errors import error_code, translate, translated
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput
 from sluice.core.models import QUEUE_NAME_RE, validate_public_queue
+from sluice.core.ports import ParkedState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+
+
+__all__ = ["DynamoQueueDirectory", "ParkedState", "parked_state"]
+
+
+def parked_state(item: Mapping[str, object]) -> ParkedState:
+    """The relay's fields of an item's ``state`` map (``add_parked``); a count below 0 (a record
+    parked twice, released once more) is shown as 0."""
+    state = item.get("state")
+    fields = state.get("M", {}) if isinstance(state, dict) else {}
+
+    def num(name: str) -> int:
+        v = fields.get(name, {})
+        try:
+            return int(v.get("N", 0)) if isinstance(v, dict) else 0
+        except ValueError:
+            return 0
+
+    return ParkedState(max(0, num("parked")), num("parked_at_ms"))
 
 
 class DynamoQueueDirectory:
@@ -56,3 +79,43 @@ class DynamoQueueDirectory:
         items = scan_all(self.client, self.table_name)
         return sorted(n for n in (item.get("queue", {}).get("S", "") for item in items)
                       if QUEUE_NAME_RE.fullmatch(n))
+
+    def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
+        """Add each queue's change to its parked counter (``relay.ports.ParkedCounter``), one
+        UpdateItem a queue, and set when it last parked (``at_ms``, for the queues that parked);
+        returns each written counter's new value. A queue with no item (never reserved by a
+        gateway: an internal queue) keeps no counter."""
+        now: dict[str, int] = {}
+        for queue, n in counts.items():
+            names = {"#s": "state", "#p": "parked"}
+            values: dict[str, dict[str, str]] = {":n": {"N": str(n)}, ":zero": {"N": "0"}}
+            update = "SET #s.#p = if_not_exists(#s.#p, :zero) + :n"
+            if queue in at_ms:
+                names["#t"], values[":t"] = "parked_at_ms", {"N": str(at_ms[queue])}
+                update += ", #s.#t = :t"
+            try:
+                out = self.client.update_item(
+                    TableName=self.table_name, Key={"queue": {"S": queue}}, UpdateExpression=update,
+                    ConditionExpression="attribute_exists(#s)", ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values, ReturnValues="UPDATED_NEW")
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise translate(exc, f"update_item {self.table_name}") from exc
+                continue
+            except BotoCoreError as exc:
+                raise translate(exc, f"update_item {self.table_name}") from exc
+            now[queue] = parked_state(out.get("Attributes", {})).parked
+        return now
+
+    def parked(self) -> dict[str, ParkedState]:
+        """Every recorded queue's parking state (one scan, as ``names``)."""
+        items = scan_all(self.client, self.table_name)
+        return {n: parked_state(item) for item in items
+                if QUEUE_NAME_RE.fullmatch(n := item.get("queue", {}).get("S", ""))}
+
+    def parked_of(self, queue: str) -> ParkedState:
+        """One queue's parking state (one GetItem)."""
+        with translated(f"get_item {self.table_name}"):
+            item = self.client.get_item(TableName=self.table_name, Key={"queue": {"S": queue}},
+                                        ProjectionExpression="#s", ExpressionAttributeNames={"#s": "state"})
+        return parked_state(item.get("Item", {}))

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from sluice.core.models import DeadJob, QueueStats
 from sluice.core.wire import JobView
 from sluice_dev.cli.console.backend import Rates
-from sluice_dev.cli.ops import age, in_redis  # the CLI tables' columns, same wording
+from sluice_dev.cli.ops import age, in_redis, parked  # the CLI tables' columns, same wording
 
 FINAL = frozenset({"succeeded", "failed", "dead", "cancelled"})
 
@@ -110,14 +110,14 @@ def queue_row(stats: QueueStats, rates: Sequence[Rates], token: str) -> str:
             f'<td class="leased">{stats.leased}</td>'
             f'<td class="dead"><a href="{esc(qpath(q, "/dlq"))}">{stats.dead}</a></td>'
             f'<td class="oldest">{age(stats.oldest_ready_age_ms)}</td>'
-            f'<td class="bytes">{esc(in_redis(stats))}</td>'
+            f'<td class="bytes">{esc(in_redis(stats))}</td><td class="parked">{esc(parked(stats))}</td>'
             f'{_finished_cell(stats, rates[-1] if rates else None)}'
             f'<td>{sparkline(rates)}</td><td class="state {state}">{state}</td>'
             f'<td class="limit">{esc(limit)}</td><td>{toggle} {rate_form}</td></tr>')
 
 
 QUEUE_HEAD = ("<tr><th>queue</th><th>ready</th><th>delayed</th><th>leased</th><th>dead</th>"
-              "<th>oldest ready</th><th>in redis / budget</th><th>finished</th>"
+              "<th>oldest ready</th><th>in redis / budget</th><th>parked</th><th>finished</th>"
               "<th>finished/s, last polls</th><th>state</th>"
               "<th>rate limit</th><th>controls</th></tr>")
 
