@@ -16,6 +16,8 @@ PYTEST := $(BIN)/pytest -q
 SERVER_TIERS := infra backends stack chaos tooling
 XDIST := -n 2 --dist loadfile
 XDIST_infra := -n 2 --dist loadgroup
+# chaos: its files in tests/chaos/conftest.py's order (the whole-pipeline runs first, longest first)
+XDIST_chaos := -n 2 --dist loadfile --no-loadscope-reorder
 TIER_LANES ?= 2
 
 $(BIN)/python:

@@ -5,9 +5,11 @@
   the local Lambda service with worker containers dispatched by the relay and the safety
   net, and the relay in containers of its own on a schedule; enqueues 500 jobs while the
   nemesis injects every kind of fault, waits for the queues to drain, and checks the history.
-- Process runtime, a cheaper smoke run: long-lived worker and relay processes.
+- Process runtime, a cheaper smoke run: long-lived worker and relay processes (test_chaos_process.py).
 - Lambda runtime with the operator (``--operator``): 300 jobs while an operator also cancels,
-  redrives, purges, pauses and resumes; the checker's operator rules hold.
+  redrives, purges, pauses and resumes; the checker's operator rules hold (test_chaos_operator.py).
+
+Each run has a file of its own: xdist (--dist loadfile) then runs them on both workers.
 """
 
 from __future__ import annotations
@@ -66,39 +68,3 @@ def test_500_jobs_on_the_lambda_runtime_under_every_fault_lose_nothing_and_break
     relay_pids = {e["pid"] for e in events if e["op"] == "push"}
     worker_pids = {e["pid"] for e in events if e["op"] == "grant"}
     assert relay_pids and worker_pids and not relay_pids & worker_pids
-
-
-@pytest.mark.timeout(240)
-def test_a_smoke_run_on_the_process_runtime_keeps_every_invariant(tmp_path: Path) -> None:
-    report = run(tmp_path, "--runtime", "process", "--jobs", "200", "--duration", "20", "--seed", "12")
-    assert report["runtime"] == "process"
-    assert report["accepted"] == 200 and report["drained"] is True
-    assert report["families"] == 10 and report["family_children"] == 40
-    # every 202 counted, children and continuations included (issue 28): none lost after its 202
-    assert report["answered_202"] >= report["accepted"] + report["family_children"] > 0
-    assert sum(report["faults"].values()) >= 3
-    # an enqueue whose outcome was unknown (a 503 during a broker restart) may have run too
-    assert 200 <= report["succeeded"] <= 200 + report["unknown_enqueues"]
-    assert report["executions"] >= report["succeeded"]
-
-
-@pytest.mark.timeout(300)
-def test_an_operator_cancelling_redriving_purging_and_pausing_under_faults_breaks_no_invariant(
-        tmp_path: Path) -> None:
-    report = run(tmp_path, "--runtime", "lambda", "--jobs", "300", "--duration", "35", "--seed", "13",
-                 "--operator")
-    assert report["accepted"] == 300 and report["drained"] is True
-    assert sum(report["faults"].values()) >= 5
-    # every action of the seed's plan was carried out, through the operator's own paths
-    kinds = {key.split(":")[0] for key in report["operator"]}
-    assert {"cancel", "redrive", "redrive_all", "purge", "pause", "resume"} <= kinds
-    assert report["operator"].get("pause:ok") == report["operator"].get("resume:ok") == 1
-    # every accepted job ended: succeeded, failed by design (poison), or cancelled by the operator
-    assert report["succeeded"] + report["dead"] + report["cancelled"] + report["purged_lost"] >= 300
-    assert report["dead"] >= 1  # the poison jobs the operator has to redrive and purge
-    events = history.read(tmp_path / "run" / "history.jsonl")
-    pause = next(e for e in events if e["op"] == "operator" and e["kind"] == "pause")
-    resume = next(e for e in events if e["op"] == "operator" and e["kind"] == "resume")
-    pushed = [e for e in events if e["op"] == "push" and e.get("outcome") == "ok" and e.get("pushed")]
-    assert any(e["t0"] > resume["t1"] for e in pushed)  # the queue came back after the resume
-    assert resume["t0"] - pause["t1"] >= 5.0

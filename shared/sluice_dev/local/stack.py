@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -193,7 +194,7 @@ class Stack:
     def restart_broker(self) -> None:
         """Stop and start Tansu on the same port: its S3 storage keeps every record."""
         old = self.servers["tansu"]
-        old.stop()
+        old.stop(sig=signal.SIGTERM)  # the chaos fault's restart as it always was, not the quick exit
         self.servers["tansu"] = self._start_tansu(old.port)
 
     def _start_redis(self) -> Server:
