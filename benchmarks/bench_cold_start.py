@@ -206,6 +206,10 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
         ensure_topics(s)
         tables.ensure_all(s)
         functions = {f.name: f for f in dev.prepare(s, "http://127.0.0.1:9")}
+        import boto3
+
+        dev.ensure_function_tables(boto3.client("dynamodb", region_name=s.aws_region,
+                                                endpoint_url=s.aws_endpoint_url))  # parking lot, registry
         env_base = {**servers.DUMMY_AWS_ENV, "PATH": "/usr/bin:/bin"}
         opt = str(build / "SharedLayer" / "python")
         boto3_from = str(yardstick_layer or opt)

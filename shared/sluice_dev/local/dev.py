@@ -419,6 +419,18 @@ class DevStack:
             answer = {"Status": "FAILED", "Reason": f"the registrar failed: {inv.error}"}
         return teams.raise_refusal(team, answer) if check else (answer or {})
 
+    def ensure_function_tables(self, client: Any) -> None:
+        """The tables only some functions name (the workers' settings, which ``tables.ensure_all``
+        reads, name neither): the relay's parking lot and the gateway's registry of queues (issue 28)."""
+        from sluice.backends.dynamodb import tables
+
+        parked = self.function("RelayFunction").env.get("SLUICE_PARKED_TABLE")
+        if parked:
+            tables.create_parked_table(client, parked)
+        registry = self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
+        if registry:
+            tables.create_queues_table(client, registry)
+
     def _ensure_resources(self, s: Settings) -> None:
         import boto3
 
@@ -430,12 +442,7 @@ class DevStack:
         tables.ensure_all(s)
         client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
         tables._create_table(client, LEDGER_TABLE, "pk", "expires_at")
-        parked = self.function("RelayFunction").env.get("SLUICE_PARKED_TABLE")
-        if parked:  # the relay's (the workers' settings, s, name no parking lot)
-            tables.create_parked_table(client, parked)
-        registry = self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
-        if registry:  # the durable registry of queues (issue 28): the gateway's, not in the workers' settings
-            tables.create_queues_table(client, registry)
+        self.ensure_function_tables(client)
         table = self.function("OperatorFunction").env.get("SLUICE_SCHEDULES_TABLE")
         if table:  # the operator function's (the workers' settings, s, name no schedules table)
             from sluice.backends.dynamodb.schedules import DynamoScheduleStore
