@@ -199,7 +199,7 @@ def test_a_flood_of_jobs_delayed_seven_days_holds_back_no_other_nor_its_own_read
     lane they filled its delayed cap, then parked in its ordered lane, ahead of its later ready
     jobs). B flows; A's own ready jobs, enqueued after the flood, run past it; A's jobs due a few
     seconds past the horizon come back from the lane and run, each once."""
-    stack.engine.set_config(A, paused=False, max_in_flight=1, max_delayed=20)
+    stack.engine.set_config(A, paused=False, max_in_flight=1)
     time.sleep(1.0)  # the relay reads a queue's config every 0.5 s
     log = stack.log("a")
     far = stack.enqueue(A, log, 150, delay_s=7 * 24 * 3600 - 60)  # under the gateway's cap

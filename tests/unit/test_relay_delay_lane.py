@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.core.bus import EventBus
+from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import DAY_MS
 from sluice.core.models import JobSpec
 from sluice.core.ports import DELAY_MARKER, ParkedRecord
@@ -180,3 +181,34 @@ def test_after_a_redis_loss_the_replay_pushes_the_delay_lane_again_but_not_the_f
     second = recovering("r2")
     ticking(w, second, 20)
     assert sorted(w.in_redis("a")) == sorted(ready + soon[1:])
+
+
+def test_a_push_back_that_landed_unanswered_is_neither_lost_nor_repeated_when_the_page_shifts() -> None:
+    """The lane topic's offsets are numbered afresh after a push that got no answer: had it landed,
+    the next numbers start above it, so a record that moved up the page (the sweep released one
+    before it) is not taken for one already pushed."""
+    w, lot = World(partitions=1), FakeParkingLot()
+    soon = delayed(w, 12, 2 * HORIZON)  # more than a page (batch 10)
+    relay = relay_with(w, lot)
+    run_steps(relay, 3)
+    w.clock.t += HORIZON / 1000 + 1
+    landed = w.engine.push_many
+
+    def unanswered(topic: str, items: Any, gens: Any = None) -> list[Any]:
+        landed(topic, items, gens)
+        w.engine.push_many = landed  # type: ignore[method-assign]
+        raise BackendUnavailable("the reply was lost")
+
+    w.engine.push_many = unanswered  # type: ignore[method-assign]
+    run_steps(relay, 1)
+    assert sorted(w.in_redis("a")) == sorted(soon[:10])  # the first page landed, not known to have
+    del w.engine.jobs["a"][soon[0]]  # ran and acked; the sweep releases it
+    w.store.final.add(soon[0])
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    more = delayed(w, 2, HORIZON // 2)  # due within the horizon at once: pushed directly
+    later = delayed(w, 3, 2 * HORIZON)
+    run_steps(relay, 3)
+    w.clock.t += 2 * HORIZON / 1000
+    run_steps(relay, 3)
+    assert sorted(w.in_redis("a")) == sorted(soon[1:] + more + later)
+    assert sorted(j for q, j in w.engine.enqueued if q == "a") == sorted(soon + more + later)  # once each

@@ -134,6 +134,7 @@ class Parking:
         done = self._io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked), parks)
         for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
             self._parked(owned, queue, lane, records, outcome)
+        self.delays.park(everyone)
         reads = [(owned, queue, lane, room) for owned in everyone for queue, lane in owned.lanes.items()
                  if lane.parking and queue not in held
                  and (room := read_room(len(owned.pending.get(queue, ())), owned.pending_count,
@@ -143,9 +144,9 @@ class Parking:
         for (owned, queue, lane, room), page in zip(reads, pages, strict=True):
             if owned_by.get(owned.number) is owned:  # else given back (a refusal the store could not record)
                 self._read(owned, queue, lane, page, room)
-        if self.config.delay_horizon_ms:
-            self.delays.park(everyone)
-            self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
+        # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
+        # partitions still owned (a refusal may give one back)
+        self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
         for owned in everyone:
             self._drop_raw(owned)
 
