@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import DAY_MS
@@ -82,11 +83,14 @@ def test_a_delayed_record_comes_back_once_due_within_the_horizon_past_the_queues
     w, _, relay, far, soon, ready = flooded()
     assert w.in_redis("a") == ready
     assert w.engine.relayed[("a", TOPIC, 0)]["offset"] == 37  # past every delayed record's offset
+    pushes: list[ev.Pushed] = []
+    relay.events.subscribe(pushes.append, ev.Pushed)
     w.clock.t += HORIZON / 1000 + 1  # the first five are due within the horizon now
     ready += w.add(2, queue="a", partition=0)
     run_steps(relay, 3)
     assert sorted(w.in_redis("a")) == sorted(ready + soon)  # none skipped by the offset of the job topic
     assert w.engine.relayed[("a", delay_topic(TOPIC), 0)]["offset"] == 4
+    assert [(e.topic, e.pushed) for e in pushes if e.topic != TOPIC] == [(delay_topic(TOPIC), 5)]
     assert sorted(j for q, j in w.engine.enqueued if q == "a") == sorted(ready + soon)  # each once
     run_steps(relay, 5)  # nothing more is due: not pushed again, not read again each step
     assert len(w.engine.enqueued) == len(ready + soon)

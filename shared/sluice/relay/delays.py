@@ -146,6 +146,8 @@ class DelayLanes:
             if not live:  # all final or refused: past them (the sweep releases them)
                 lane.after = jobs[-1][0].due_key
                 continue
+            if self.ownership.owned.get(owned.number) is not owned:
+                continue  # lost with another of its lanes (``_token``): the new owner's now
             token = self._token(owned, queue, lane)
             if token is None:
                 continue
@@ -155,14 +157,17 @@ class DelayLanes:
             pushing.append((s, records))
         if not items:
             return
+        t0 = ev.wall()
         try:
             outcomes = self.pusher.engine.push_many(self.topic, items, gens)
         except SluiceError as exc:  # it may have landed: each lane reads its relayed offset again
+            self.pusher.announce(items, [exc] * len(items), t0, self.topic)
             for (owned, queue, lane, _), _records in pushing:
                 lane.seq, lane.next_due_ms = None, 0
                 self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
                                                   error=ev.error_text(exc)))
             return
+        self.pusher.announce(items, outcomes, t0, self.topic)  # the chaos run's rules and kill point see it
         for ((owned, queue, lane, jobs), records), outcome in zip(pushing, outcomes, strict=True):
             self._pushed(owned, queue, lane, jobs, records, outcome)
 
