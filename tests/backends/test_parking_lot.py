@@ -71,3 +71,27 @@ def test_a_missing_table_is_a_sluice_error(moto_url: str) -> None:
         lot.page("a", 0, -1, 10)
     with pytest.raises(SluiceError):
         lot.marked(0)
+
+
+def delayed_rec(partition: int, offset: int, run_at_ms: int) -> ParkedRecord:
+    return ParkedRecord(partition, offset, b"k", b'{"job_id":"d%d"}' % offset, f"d{offset}",
+                        1_700_000_000_000, run_at_ms)
+
+
+def test_a_delay_lane_comes_back_by_run_time_apart_from_the_ordered_lane(lot: DynamoParkingLot) -> None:
+    t = 1_700_000_000_000
+    records = [delayed_rec(2, 5, t + 900), delayed_rec(2, 1, t + 50), delayed_rec(2, 9, t + 50),
+               delayed_rec(2, 3, t + 7_000_000)]
+    lot.park("a", 2, records, delay=True)
+    lot.park("a", 2, records[:2], mark=False, delay=True)  # a re-park: the same items
+    lot.park("a", 2, [rec(2, 4)])  # the ordered lane of the same queue and partition
+    lot.park("a", 3, [delayed_rec(3, 0, t)], delay=True)
+    order = [(r.run_at_ms - t, r.offset) for r in lot.due("a", 2, None, 10)]
+    assert order == [(50, 1), (50, 9), (900, 5), (7_000_000, 3)]  # by run time, then offset
+    assert [r.offset for r in lot.due("a", 2, (t + 50, 1), 2)] == [9, 5]
+    assert [r.offset for r in lot.page("a", 2, -1, 10)] == [4]  # neither lane reads the other
+    assert sorted(lot.marked(2)) == ["a", "~d#a"] and lot.marked(3) == ["~d#a"]
+    assert lot.count("a") == 6
+    lot.release("a", lot.due("a", 2, None, 2), delay=True)
+    assert [r.offset for r in lot.due("a", 2, None, 10)] == [5, 3]
+    assert [r.offset for r in lot.page("a", 2, -1, 10)] == [4]

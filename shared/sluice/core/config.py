@@ -215,6 +215,10 @@ class Settings(BaseModel):
     # partition never reaches relay_max_pending (the safety net) for a held queue.
     parked_table: str = ""
     relay_park_threshold: int = Field(default=0, ge=0)
+    # The delay lane (docs/relay.md, "The delay lane"): a record due more than this after the relay
+    # takes it is parked by run time, apart from its queue's ordered lane, and pushed back into
+    # Redis's delayed set once it is due within it (0: no delay lane).
+    relay_delay_horizon_s: int = Field(default=900, ge=0)
 
     # Per-queue CloudWatch metrics (sluice.backends.aws.queue_metrics; 11 custom metrics a queue, $0.30 each a
     # month: docs/cost.md). metrics_queues: comma-separated names; empty = the queue allow-list,

@@ -222,6 +222,16 @@ class ParkedRecord(NamedTuple):
     def record(self) -> SourceRecord:
         return SourceRecord(self.partition, self.offset, self.key, self.value)
 
+    @property
+    def due_key(self) -> tuple[int, int]:
+        """Its place in its delay lane: by run time, then offset (``ParkingLot.due``)."""
+        return self.run_at_ms, self.offset
+
+
+# A partition's marker for a queue's delay lane is this prefix and the queue's name (its ordered
+# lane's marker is the name alone; queue names never start with "~").
+DELAY_MARKER = "~d#"
+
 
 class Dispatcher(Protocol):
     """Starts workers for a queue: Lambda async invokes in AWS, processes locally."""

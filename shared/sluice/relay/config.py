@@ -26,6 +26,8 @@ class RelayConfig:
     # Parking (relay/parking.py): a held queue's records buffered in a partition beyond this are
     # parked (0: twice ``batch``); a page read back from the lot holds up to ``batch`` records.
     park_threshold: int = 0
+    # ... and a record due more than this after it is taken goes to its queue's delay lane (0: none)
+    delay_horizon_ms: int = 900_000
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
     # ... and a queue whose new jobs were left to workers waiting for work: if those have just
     # left (their linger over), its jobs get workers within this, not at the next maintenance
@@ -60,7 +62,8 @@ class RelayConfig:
                    default_burst=settings.default_burst, partition_groups=settings.relay_partition_groups,
                    limits=Limits.from_settings(settings), dispatch_per_s=settings.dispatch_budget_per_s,
                    dispatch_burst=settings.dispatch_budget_burst, max_pending=settings.relay_max_pending,
-                   park_threshold=settings.relay_park_threshold)
+                   park_threshold=settings.relay_park_threshold,
+                   delay_horizon_ms=settings.relay_delay_horizon_s * 1000)
         return base.replace(**overrides)
 
     @property

@@ -27,7 +27,7 @@ from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import RecordSource, RelayEngine, SourceRecord
 from sluice.relay.records import Sealing, decode_sealed
-from sluice.relay.state import OwnedPartition, RelayReport
+from sluice.relay.state import DelayLane, OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
 
@@ -121,6 +121,8 @@ class Intake:
     def take(self, records: Sequence[SourceRecord]) -> None:  # noqa: C901 - the per-record hot loop, inlined
         self._read(records)
         owned_by, parking = self.ownership.owned, self.parking
+        horizon = self.config.delay_horizon_ms
+        beyond = self.now_ms() + horizon if parking and horizon else None  # due later: the delay lane
         decoded: list[tuple[SourceRecord, DecodedJob | str]] = []
         # A poll's records come in runs of one partition (the source sorts them): a run reads
         # its partition's state into locals once, and writes it back at its end.
@@ -147,7 +149,7 @@ class Intake:
                     owned = None
                 continue
             taken += 1
-            if parking and self._aside(owned, record, job):
+            if parking and self._aside(owned, record, job, beyond):
                 continue  # to be parked behind its queue's parked records (relay/parking.py)
             pending = owned.pending.get(job.queue)
             if pending is None:
@@ -159,11 +161,18 @@ class Intake:
             self.hooks.on_records(decoded)
 
     @staticmethod
-    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob) -> bool:
-        """Parking: a record of a queue whose lane is parking is parked too, behind the others
-        (True), whatever the queue does now; any other is buffered with its raw record kept, so
-        that it can be parked if its queue is held (the raw records of those pushed are dropped at
-        the end of the step: ``Parking.turn``)."""
+    def _aside(owned: OwnedPartition, record: SourceRecord, job: DecodedJob, beyond: int | None) -> bool:
+        """Parking: a record due after ``beyond`` goes to its queue's delay lane (True); one of a
+        queue whose lane is parking is parked too, behind the others (True), whatever the queue
+        does now; any other is buffered with its raw record kept, so that it can be parked if its
+        queue is held (the raw records of those pushed are dropped at the end of the step:
+        ``Parking.turn``)."""
+        if beyond is not None and job.run_at_ms > beyond:
+            delays = owned.delays.get(job.queue)
+            if delays is None:
+                delays = owned.delays[job.queue] = DelayLane()
+            delays.out.append((record, job))
+            return True
         lane = owned.lanes.get(job.queue)
         if lane is not None and lane.parking:
             lane.out.append((record, job))

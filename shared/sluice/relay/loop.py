@@ -73,7 +73,7 @@ class Relay:
         self.maintenance = Maintenance(engine, store, config, self.queues, self.dispatch, report=report,
                                        events=bus)
         self.parking = None if parking is None else Parking(
-            parking, config, self.ownership, self.intake, store, report=report, events=bus,
+            parking, config, self.ownership, self.intake, store, self.pusher, report=report, events=bus,
             now_ms=self.clock.now_ms)
         self.intake.parking = parking is not None
         self._take_rate = engine.take_rate

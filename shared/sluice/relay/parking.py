@@ -20,9 +20,8 @@ the job life bound ends ``dead`` with the reason (``JobStore.refuse_record``), n
 The decisions (``spill``, ``drained``, ``read_room``) are pure; ``Parking`` does the lot's I/O on
 the relay's main thread, between the push round and the commit (the sweep on a thread of its own).
 
-Not built yet (issue 28, docs/relay.md): a separate delay lane keyed by run time for records
-delayed beyond a horizon. Today a record held by the delayed cap parks in its queue's ordered lane,
-so it holds back that queue's later records (never another queue's) until it can be pushed.
+A record due beyond the relay's horizon goes to its queue's delay lane instead (relay/delays.py):
+keyed by run time, it holds back none of its queue's ready records.
 """
 
 from __future__ import annotations
@@ -39,12 +38,14 @@ from sluice.core import seal
 from sluice.core.bus import EventBus
 from sluice.core.errors import SluiceError
 from sluice.core.models import DecodedJob
-from sluice.core.ports import JobStore, ParkedRecord
+from sluice.core.ports import DELAY_MARKER, JobStore, ParkedRecord
 from sluice.relay.config import RelayConfig
+from sluice.relay.delays import DelayLanes
 from sluice.relay.intake import Intake
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import ParkingLot, SourceRecord
-from sluice.relay.state import Lane, OwnedPartition, RelayReport
+from sluice.relay.pusher import Pusher
+from sluice.relay.state import DelayLane, Lane, OwnedPartition, RelayReport
 
 log = logging.getLogger("sluice.relay")
 SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
@@ -88,10 +89,12 @@ class Parking:
     """The relay's side of the parking lot: spill, park, read back, sweep."""
 
     def __init__(self, lot: ParkingLot, config: RelayConfig, ownership: Ownership, intake: Intake,
-                 store: JobStore, *, report: RelayReport, events: EventBus,
+                 store: JobStore, pusher: Pusher, *, report: RelayReport, events: EventBus,
                  now_ms: Callable[[], int]) -> None:
         self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
         self.report, self.events, self.now_ms = report, events, now_ms
+        self.delays = DelayLanes(lot, config, ownership, intake, store, pusher, report=report, events=events,
+                                 now_ms=now_ms, io=self._io, parked_record=parked_record)
         self._sweeper: ThreadPoolExecutor | None = None
         self._pool: ThreadPoolExecutor | None = None  # the turn's concurrent lot calls
         self._sweeps = 0
@@ -112,7 +115,9 @@ class Parking:
                 self.ownership.assign()
                 self.ownership.look_again()
                 continue
-            owned.lanes = {queue: Lane(marked=True) for queue in queues}
+            owned.lanes = {queue: Lane(marked=True) for queue in queues if not queue.startswith(DELAY_MARKER)}
+            owned.delays = {queue[len(DELAY_MARKER):]: DelayLane(marked=True)
+                            for queue in queues if queue.startswith(DELAY_MARKER)}
             owned.lanes_loaded = True
 
     def turn(self, held: set[str], blocked: Callable[[str], bool]) -> None:
@@ -129,6 +134,7 @@ class Parking:
         done = self._io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked), parks)
         for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
             self._parked(owned, queue, lane, records, outcome)
+        self.delays.park(everyone)
         reads = [(owned, queue, lane, room) for owned in everyone for queue, lane in owned.lanes.items()
                  if lane.parking and queue not in held
                  and (room := read_room(len(owned.pending.get(queue, ())), owned.pending_count,
@@ -138,6 +144,9 @@ class Parking:
         for (owned, queue, lane, room), page in zip(reads, pages, strict=True):
             if owned_by.get(owned.number) is owned:  # else given back (a refusal the store could not record)
                 self._read(owned, queue, lane, page, room)
+        # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
+        # partitions still owned (a refusal may give one back)
+        self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
         for owned in everyone:
             self._drop_raw(owned)
 
@@ -261,6 +270,10 @@ class Parking:
         lanes = [(owned.number, queue, lane.parks) for owned in self.ownership.owned.values()
                  for queue, lane in owned.lanes.items()
                  if slow or not lane.parking or lane.back_from is not None]
+        # a delay lane: -1 (never forgotten: its records come due over days); swept from its start,
+        # where its records pushed back (or cancelled) are, every maintenance once any was pushed back
+        lanes += [(owned.number, queue, -1) for owned in self.ownership.owned.values()
+                  for queue, lane in owned.delays.items() if slow or lane.after is not None]
         if not lanes:
             return
         if wait:
@@ -298,15 +311,16 @@ class Parking:
         empty = []
         for partition, queue, parks in lanes:
             try:
-                if not self._sweep(partition, queue):
+                if not self._sweep(partition, queue, delay=parks < 0) and parks >= 0:
                     empty.append((partition, queue, parks))
             except SluiceError as exc:  # only late: the next maintenance tries again
                 self.events.emit(ev.ParkingFailed(queue=queue, partition=partition, error=ev.error_text(exc)))
         return empty
 
-    def _sweep(self, partition: int, queue: str) -> bool:
-        """One page of a lane from its start; False if the lane is empty."""
-        page = self.lot.page(queue, partition, -1, SWEEP_PAGE)
+    def _sweep(self, partition: int, queue: str, *, delay: bool = False) -> bool:
+        """One page of a lane (``delay``: a delay lane) from its start; False if the lane is empty."""
+        page = (self.lot.due(queue, partition, None, SWEEP_PAGE) if delay
+                else self.lot.page(queue, partition, -1, SWEEP_PAGE))
         if not page:
             return False
         final, _ = self.store.relay_view([r.job_id for r in page])
@@ -325,7 +339,7 @@ class Parking:
             gone.append(r)
             refused += 1
         if gone:
-            self.lot.release(queue, gone)
+            self.lot.release(queue, gone, delay=delay)
             self.report.parked_released += len(gone)
             self.events.emit(ev.Unparked(queue=queue, partition=partition, released=len(gone),
                                          refused=refused))

@@ -135,21 +135,30 @@ class ParkingLot(Protocol):
     method raises a ``SluiceError`` when the lot cannot be reached (nothing half done matters: a
     park is an idempotent put, a release an idempotent delete)."""
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True,
+             delay: bool = False) -> None:
         """Write the partition's marker for ``queue`` (unless ``mark`` is False: written already),
-        then each record (same key, same item)."""
+        then each record (same key, same item). ``delay``: into the queue's delay lane of the
+        partition, keyed by run time, whose marker is ``DELAY_MARKER`` + the queue."""
+        ...
+
+    def due(self, queue: str, partition: int, after: tuple[int, int] | None,
+            limit: int) -> list[ParkedRecord]:
+        """The first ``limit`` records of (``queue``, ``partition``)'s delay lane after ``after``
+        (a ``ParkedRecord.due_key``; None: from its start), in (run time, offset) order."""
         ...
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
         """The first ``limit`` records of (``queue``, ``partition``) above offset ``after``, in order."""
         ...
 
-    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
-        """Delete these records (their jobs are final, or refused)."""
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
+        """Delete these records (their jobs are final, or refused); ``delay``: of the delay lane."""
         ...
 
     def marked(self, partition: int) -> list[str]:
-        """The queues whose marker says they have records parked in ``partition`` (one read)."""
+        """The queues whose marker says they have records parked in ``partition`` (one read); a
+        delay lane's marker is ``DELAY_MARKER`` + its queue."""
         ...
 
     def unmark(self, queue: str, partition: int) -> None: ...

@@ -112,19 +112,21 @@ class Pusher:
         try:
             outcomes = self.engine.push_many(self.topic, items, gens)
         except SluiceError as exc:  # no reply: these items stay pending (a retry is safe)
-            self._emit(items, [exc] * len(items), t0)
+            self.announce(items, [exc] * len(items), t0, self.topic)
             for i in sending:
                 done.results[i] = (done.results[i][0], exc)
             raise
         except Exception as exc:  # a bug or unforeseen input: these items stay pending
             outcomes = [exc] * len(items)
-        self._emit(items, outcomes, t0)
+        self.announce(items, outcomes, t0, self.topic)
         for i, outcome in zip(sending, outcomes, strict=True):
             done.results[i] = (done.results[i][0], outcome)
             if isinstance(outcome, SluiceError) and not isinstance(outcome, LeaseLost):
                 done.error = done.error or outcome  # raised once the others are applied
 
-    def _emit(self, items: list[PushItem], outcomes: Sequence[PushOutcome | Exception], t0: float) -> None:
+    def announce(self, items: list[PushItem], outcomes: Sequence[PushOutcome | Exception], t0: float,
+                 topic: str) -> None:
+        """A ``Pushed`` per item, as pushed under ``topic`` (the delay lanes push under their own)."""
         if not self.events.listening:
             return
         for (queue, partition, token, records), outcome in zip(items, outcomes, strict=True):
@@ -132,7 +134,7 @@ class Pusher:
                 records = records[:len(records) - outcome.left]
                 if not records:
                     continue
-            common: dict[str, Any] = {"queue": queue, "topic": self.topic, "partition": partition, "t0": t0,
+            common: dict[str, Any] = {"queue": queue, "topic": topic, "partition": partition, "t0": t0,
                                       "owner": token, "first": records[0][0], "last": records[-1][0]}
             if isinstance(outcome, Exception):
                 self.events.emit(ev.Pushed(outcome="error", error=ev.error_text(outcome), **common))

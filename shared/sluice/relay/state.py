@@ -74,6 +74,19 @@ class Lane:
 
 
 @dataclass
+class DelayLane:
+    """One queue's delay lane in one partition (Parking): records due beyond the relay's horizon
+    when taken, parked by run time, pushed back into Redis's delayed set once due within it. It
+    never holds the queue's ordered lane, and needs no order with it (docs/relay.md, "The delay lane")."""
+
+    marked: bool = False  # its marker is written (or was loaded)
+    out: list[tuple[SourceRecord, DecodedJob]] = field(default_factory=list)  # taken, not parked yet
+    after: tuple[int, int] | None = None  # the last (run-at, offset) pushed back this session
+    next_due_ms: int = 0  # the earliest run time not pushed back yet, as far as known (0: look)
+    seq: int | None = None  # push.lua's relayed offset of the lane's own topic (None: read it again)
+
+
+@dataclass
 class OwnedPartition:
     """One partition this relay holds the lease of (made by ``Ownership``)."""
 
@@ -96,6 +109,7 @@ class OwnedPartition:
     # lot's markers when it is taken: ``lanes_loaded``), and the buffered records' raw records per
     # queue, in offset order, kept so that a held queue's overflow can be parked as Kafka had it
     lanes: dict[str, Lane] = field(default_factory=dict)
+    delays: dict[str, DelayLane] = field(default_factory=dict)
     lanes_loaded: bool = False
     raw: dict[str, dict[int, SourceRecord]] = field(default_factory=dict)
 
@@ -105,6 +119,7 @@ class OwnedPartition:
         lanes = self.lanes
         if not lanes:
             heads = [q[0][0] for q in self.pending.values() if q]
+            heads += [lane.out[0][0].offset for lane in self.delays.values() if lane.out]
         else:
             heads = []
             for queue, q in self.pending.items():
@@ -118,6 +133,7 @@ class OwnedPartition:
                         heads.append(offset)
                         break
             heads += [lane.out[0][0].offset for lane in lanes.values() if lane.out]
+            heads += [lane.out[0][0].offset for lane in self.delays.values() if lane.out]
         return min(heads) if heads else self.next_offset
 
 

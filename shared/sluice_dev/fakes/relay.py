@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
 from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
-from sluice.core.ports import ParkedRecord
+from sluice.core.ports import DELAY_MARKER, ParkedRecord
 from sluice.relay import SourceRecord
 from sluice_dev.fakes.ports import FakeClock
 
@@ -296,6 +296,7 @@ class FakeParkingLot:
 
     def __init__(self) -> None:
         self.lanes: dict[tuple[str, int], dict[int, ParkedRecord]] = {}
+        self.delays: dict[tuple[str, int], dict[tuple[int, int], ParkedRecord]] = {}  # by due_key
         self.markers: set[tuple[int, str]] = set()
         self.fail = 0
         self.writes = 0  # records written (a re-park counts again: an idempotent put)
@@ -307,18 +308,26 @@ class FakeParkingLot:
             self.fail -= 1
             raise BackendUnavailable("the fake parking lot is down")
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True,
+             delay: bool = False) -> None:
         self._maybe_fail()
         with self._lock:
-            self._park(queue, partition, records, mark)
+            self._park(queue, partition, records, mark, delay)
 
-    def _park(self, queue: str, partition: int, records: Sequence[ParkedRecord], mark: bool) -> None:
+    def _park(self, queue: str, partition: int, records: Sequence[ParkedRecord], mark: bool,
+              delay: bool = False) -> None:
+        marker = DELAY_MARKER + queue if delay else queue
         if records and mark:
-            self.markers.add((partition, queue))
-        assert not records or (partition, queue) in self.markers, "a record parked with no marker"
-        lane = self.lanes.setdefault((queue, partition), {})
-        for r in records:
-            lane[r.offset] = r
+            self.markers.add((partition, marker))
+        assert not records or (partition, marker) in self.markers, "a record parked with no marker"
+        if delay:
+            lane = self.delays.setdefault((queue, partition), {})
+            for r in records:
+                lane[r.due_key] = r
+        else:
+            ordered = self.lanes.setdefault((queue, partition), {})
+            for r in records:
+                ordered[r.offset] = r
         self.writes += len(records)
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
@@ -328,11 +337,22 @@ class FakeParkingLot:
             lane = self.lanes.get((queue, partition), {})
             return [lane[o] for o in sorted(lane) if o > after][:limit]
 
-    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
+    def due(self, queue: str, partition: int, after: tuple[int, int] | None,
+            limit: int) -> list[ParkedRecord]:
+        self._maybe_fail()
+        with self._lock:
+            self.pages += 1
+            lane = self.delays.get((queue, partition), {})
+            return [lane[k] for k in sorted(lane) if after is None or k > after][:limit]
+
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
         self._maybe_fail()
         with self._lock:
             for r in records:
-                self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
+                if delay:
+                    self.delays.get((queue, r.partition), {}).pop(r.due_key, None)
+                else:
+                    self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
 
     def marked(self, partition: int) -> list[str]:
         self._maybe_fail()
@@ -344,7 +364,8 @@ class FakeParkingLot:
 
     def count(self, queue: str) -> int:
         with self._lock:
-            return sum(len(lane) for (q, _), lane in self.lanes.items() if q == queue)
+            return sum(len(lane) for lanes in (self.lanes, self.delays)
+                       for (q, _), lane in lanes.items() if q == queue)
 
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them

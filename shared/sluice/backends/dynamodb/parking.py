@@ -8,7 +8,10 @@ One on-demand table (template.yaml ``ParkedTable``), key ``pk`` + ``sk`` (string
   ``job``, ``enq``, ``run_at`` (for the sweep, which never decodes), ``expires_at`` (TTL, seconds: a
   backstop a margin past the job's life bound; the relay's sweep ends such a job first);
 - a marker: ``pk`` ``~parked#<partition, 6 digits>``, ``sk`` the queue (queue names never start with
-  ``~``): the queues a new owner of the partition must read back before pushing their new records.
+  ``~``): the queues a new owner of the partition must read back before pushing their new records;
+- the delay lane (records due beyond the relay's horizon): ``pk`` the queue, ``sk``
+  ``d#<partition, 6 digits>#<run-at ms, 15 digits>#<offset, 20 digits>``, so one Query reads a
+  (queue, partition) delay lane by run time; its marker's ``sk`` is ``DELAY_MARKER`` + the queue.
 
 Errors are translated to sluice errors (``errors.translate``); nothing here is conditional.
 """
@@ -22,7 +25,7 @@ from typing import Any, Final
 from sluice.backends.dynamodb.errors import translated
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import DAY_MS, JOB_LIFE_MS
-from sluice.core.ports import ParkedRecord
+from sluice.core.ports import DELAY_MARKER, ParkedRecord
 
 BATCH: Final = 25  # BatchWriteItem's most
 UNPROCESSED_TRIES: Final = 5
@@ -34,6 +37,14 @@ def lane_key(partition: int, offset: int) -> str:
     return f"o#{partition:06d}#{offset:020d}"
 
 
+def delay_key(partition: int, run_at_ms: int, offset: int) -> str:
+    return f"d#{partition:06d}#{run_at_ms:015d}#{offset:020d}"
+
+
+def _key(r: ParkedRecord, delay: bool) -> str:
+    return delay_key(r.partition, r.run_at_ms, r.offset) if delay else lane_key(r.partition, r.offset)
+
+
 def marker_pk(partition: int) -> str:
     return f"{MARKER_PREFIX}{partition:06d}"
 
@@ -43,8 +54,8 @@ def expires_at(record: ParkedRecord) -> int:
     return (record.enqueued_at_ms + JOB_LIFE_MS + TTL_MARGIN_MS) // 1000
 
 
-def _item(queue: str, r: ParkedRecord) -> dict[str, Any]:
-    item: dict[str, Any] = {"pk": {"S": queue}, "sk": {"S": lane_key(r.partition, r.offset)},
+def _item(queue: str, r: ParkedRecord, delay: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {"pk": {"S": queue}, "sk": {"S": _key(r, delay)},
                             "v": {"B": r.value}, "job": {"S": r.job_id}, "enq": {"N": str(r.enqueued_at_ms)},
                             "run_at": {"N": str(r.run_at_ms)}, "expires_at": {"N": str(expires_at(r))}}
     if r.key is not None:
@@ -53,9 +64,10 @@ def _item(queue: str, r: ParkedRecord) -> dict[str, Any]:
 
 
 def _record(item: dict[str, Any]) -> ParkedRecord:
-    _, partition, offset = item["sk"]["S"].split("#")
+    parts = item["sk"]["S"].split("#")  # o#<partition>#<offset> or d#<partition>#<run-at>#<offset>
+    partition, offset = int(parts[1]), int(parts[-1])
     key = item.get("k")
-    return ParkedRecord(int(partition), int(offset), bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
+    return ParkedRecord(partition, offset, bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
                         item["job"]["S"], int(item["enq"]["N"]), int(item["run_at"]["N"]))
 
 
@@ -65,17 +77,26 @@ class DynamoParkingLot:
     def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep) -> None:
         self.client, self.table, self._sleep = client, table_name, sleep
 
-    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True) -> None:
+    def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True,
+             delay: bool = False) -> None:
         if not records:
             return
         if mark:  # the marker first: a record is never parked where a new owner would not look for it
             with translated(f"put_item {self.table}"):
-                self.client.put_item(TableName=self.table, Item={"pk": {"S": marker_pk(partition)},
-                                                                 "sk": {"S": queue}})
-        self._batch(queue, [{"PutRequest": {"Item": _item(queue, r)}} for r in records])
+                self.client.put_item(TableName=self.table, Item={
+                    "pk": {"S": marker_pk(partition)}, "sk": {"S": DELAY_MARKER + queue if delay else queue}})
+        self._batch(queue, [{"PutRequest": {"Item": _item(queue, r, delay)}} for r in records])
 
     def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
-        lo, hi = lane_key(partition, after + 1), lane_key(partition, 10**20 - 1)
+        return self._range(queue, lane_key(partition, after + 1), lane_key(partition, 10**20 - 1), limit)
+
+    def due(self, queue: str, partition: int, after: tuple[int, int] | None,
+            limit: int) -> list[ParkedRecord]:
+        run_at, offset = after or (0, -1)
+        lo = delay_key(partition, run_at, offset + 1)
+        return self._range(queue, lo, delay_key(partition, 10**15 - 1, 10**20 - 1), limit)
+
+    def _range(self, queue: str, lo: str, hi: str, limit: int) -> list[ParkedRecord]:
         kwargs: dict[str, Any] = {
             "TableName": self.table, "ConsistentRead": True, "Limit": limit,
             "KeyConditionExpression": "pk = :q AND sk BETWEEN :lo AND :hi",
@@ -84,9 +105,8 @@ class DynamoParkingLot:
             items = self.client.query(**kwargs).get("Items", [])
         return [_record(item) for item in items]
 
-    def release(self, queue: str, records: Sequence[ParkedRecord]) -> None:
-        self._batch(queue, [{"DeleteRequest": {"Key": {"pk": {"S": queue},
-                                                       "sk": {"S": lane_key(r.partition, r.offset)}}}}
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
+        self._batch(queue, [{"DeleteRequest": {"Key": {"pk": {"S": queue}, "sk": {"S": _key(r, delay)}}}}
                             for r in records])
 
     def marked(self, partition: int) -> list[str]:

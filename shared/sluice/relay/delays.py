@@ -1,0 +1,225 @@
+"""The delay lane (issue 28): a record due beyond the relay's horizon waits by run time in the parking
+lot, apart from its queue's ordered lane, and goes into Redis's delayed set once due within it.
+
+A record whose run time is more than ``RelayConfig.delay_horizon_ms`` after the relay takes it
+(``Intake._aside``) is parked in its queue's delay lane of its partition (``ParkingLot.park(...,
+delay=True)``: keyed by run time, then offset), whatever the queue does, and the commit point passes
+it once that write succeeded. It never joins the queue's ordered lane, so it holds back none of the
+queue's ready records. The partition's owner reads each delay lane whose queue is not held, from the
+last record it pushed back, and pushes those due within the horizon into Redis (their run time is
+kept: ``push.lua`` puts them in the delayed set, and promotion runs them when due).
+
+The hand-off (docs/relay.md, "The delay lane"): push-backs never go through the queue's relayed
+offset of the job topic, which later ordinary records have pushed past them. They are pushed under a
+topic of their own (``delay_topic``: a name Kafka cannot have), numbered from that topic's relayed
+offset upwards, so ``push.lua``'s offset check never skips one; a copy is caught instead by
+``push.lua``'s skip of a job whose hash exists, and by the jobs table's finality (``relay_view``),
+as the ordered lane's re-reads after a Redis loss are. Records stay in the lot until their jobs are
+final (``Parking.sweep``), and a new owner reads a delay lane from its start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from sluice.core import bus as ev
+from sluice.core.bus import EventBus
+from sluice.core.errors import LeaseLost, SluiceError
+from sluice.core.models import DecodedJob
+from sluice.core.ports import JobStore, ParkedRecord
+from sluice.relay.config import RelayConfig
+from sluice.relay.intake import Intake
+from sluice.relay.ownership import Ownership
+from sluice.relay.ports import ParkingLot, PushItem, SourceRecord
+from sluice.relay.pusher import Pusher
+from sluice.relay.state import DelayLane, OwnedPartition, RelayReport
+
+DELAY_TOPIC_SUFFIX: Final = "~delay"  # "~" is not allowed in a Kafka topic name: no real topic's offsets
+NOT_KNOWN: Final = 2**62  # a lane's next run time when nothing not yet pushed back is known of
+
+Read = tuple[OwnedPartition, str, DelayLane]
+Sent = tuple[OwnedPartition, str, DelayLane, list[tuple[ParkedRecord, DecodedJob | None]]]
+
+
+def delay_topic(topic: str) -> str:
+    """The topic name delay-lane push-backs are recorded under in ``push.lua`` (per queue, partition)."""
+    return topic + DELAY_TOPIC_SUFFIX
+
+
+def due_within(page: Sequence[ParkedRecord], until_ms: int) -> int:
+    """How many of a delay lane's page (in run-time order) are due by ``until_ms``."""
+    n = 0
+    while n < len(page) and page[n].run_at_ms <= until_ms:
+        n += 1
+    return n
+
+
+def next_due(page: Sequence[ParkedRecord], n: int, limit: int) -> int:
+    """A lane's next run time to look for after a read whose first ``n`` records were due: the first
+    one not due, or at once if the page was full (more may be due), else none known."""
+    if n < len(page):
+        return page[n].run_at_ms
+    return 0 if len(page) >= limit else NOT_KNOWN
+
+
+class DelayLanes:
+    """Parks the delay lanes' records and pushes them back when due (on the relay's main thread)."""
+
+    def __init__(self, lot: ParkingLot, config: RelayConfig, ownership: Ownership, intake: Intake,
+                 store: JobStore, pusher: Pusher, *, report: RelayReport, events: EventBus,
+                 now_ms: Callable[[], int], io: Callable[..., list[object]],
+                 parked_record: Callable[[SourceRecord, DecodedJob], ParkedRecord]) -> None:
+        self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
+        self.pusher, self.report, self.events, self.now_ms, self.io = pusher, report, events, now_ms, io
+        self.parked_record = parked_record
+        self.topic = delay_topic(pusher.topic)
+
+    def park(self, everyone: Sequence[OwnedPartition]) -> None:
+        """Write what waits for each delay lane; a record leaves memory only once written."""
+        parks = [(owned, queue, lane, [self.parked_record(r, job) for r, job in lane.out])
+                 for owned in everyone for queue, lane in owned.delays.items() if lane.out]
+        done = self.io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked, delay=True),
+                       parks)
+        for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
+            if isinstance(outcome, SluiceError):  # they stay in memory, uncommitted: tried at the next turn
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                                  error=ev.error_text(outcome)))
+                continue
+            del lane.out[:len(records)]
+            lane.marked = True
+            lane.next_due_ms = min(lane.next_due_ms, min(r.run_at_ms for r in records))
+            owned.pending_count -= len(records)
+            self.report.parked += len(records)
+            self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
+
+    def push_back(self, everyone: Sequence[OwnedPartition], held: set[str],
+                  blocked: Callable[[str], bool]) -> None:
+        """Push the records now due within the horizon of the lanes whose queues can take records."""
+        until, limit = self.now_ms() + self.config.delay_horizon_ms, self.config.batch
+        reads: list[Read] = [(owned, queue, lane) for owned in everyone
+                             for queue, lane in owned.delays.items()
+                             if lane.next_due_ms <= until and queue not in held and not blocked(queue)]
+        pages = self.io(lambda r: self.lot.due(r[1], r[0].number, r[2].after, limit), reads)
+        sent: list[Sent] = []
+        for (owned, queue, lane), page in zip(reads, pages, strict=True):
+            if isinstance(page, SluiceError):
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                                  error=ev.error_text(page)))
+                continue
+            assert isinstance(page, list)
+            n = due_within(page, until)
+            lane.next_due_ms = next_due(page, n, limit)
+            jobs = self._readmit(owned, page[:n])
+            if jobs:
+                sent.append((owned, queue, lane, jobs))
+        if sent:
+            self._push(sent)
+
+    def _readmit(self, owned: OwnedPartition,
+                 page: Sequence[ParkedRecord]) -> list[tuple[ParkedRecord, DecodedJob | None]]:
+        """Each record decoded and checked again, as from Kafka (None: refused, recorded dead)."""
+        jobs: list[tuple[ParkedRecord, DecodedJob | None]] = []
+        for parked in page:
+            job = self.intake.readmit(owned, parked.record())
+            if self.ownership.owned.get(owned.number) is not owned:
+                return []  # given back: its new owner reads the lane from its start
+            jobs.append((parked, job))
+        return jobs
+
+    def _push(self, sent: list[Sent]) -> None:
+        ids = [job.job_id for *_, jobs in sent for _, job in jobs if job is not None]
+        try:
+            final, gens = self.store.relay_view(ids) if ids else (set[str](), dict[str, int]())
+        except SluiceError as exc:  # nothing pushed, no cursor moved: tried at the next turn
+            for owned, queue, lane, _ in sent:
+                lane.next_due_ms = 0
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                                  error=ev.error_text(exc)))
+            return
+        items: list[PushItem] = []
+        pushing: list[tuple[Sent, list[tuple[int, DecodedJob]]]] = []
+        for s in sent:
+            owned, queue, lane, jobs = s
+            live = [job for _, job in jobs if job is not None and job.job_id not in final]
+            self.report.final_dropped += sum(job is not None and job.job_id in final for _, job in jobs)
+            if not live:  # all final or refused: past them (the sweep releases them)
+                lane.after = jobs[-1][0].due_key
+                continue
+            if self.ownership.owned.get(owned.number) is not owned:
+                continue  # lost with another of its lanes (``_token``): the new owner's now
+            token = self._token(owned, queue, lane)
+            if token is None:
+                continue
+            assert lane.seq is not None
+            records = [(lane.seq + 1 + i, job) for i, job in enumerate(live)]
+            items.append((queue, owned.number, token, records))
+            pushing.append((s, records))
+        if not items:
+            return
+        t0 = ev.wall()
+        try:
+            outcomes = self.pusher.engine.push_many(self.topic, items, gens)
+        except SluiceError as exc:  # it may have landed: each lane reads its relayed offset again
+            self.pusher.announce(items, [exc] * len(items), t0, self.topic)
+            for (owned, queue, lane, _), _records in pushing:
+                lane.seq, lane.next_due_ms = None, 0
+                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                                  error=ev.error_text(exc)))
+            return
+        self.pusher.announce(items, outcomes, t0, self.topic)  # the chaos run's rules and kill point see it
+        for ((owned, queue, lane, jobs), records), outcome in zip(pushing, outcomes, strict=True):
+            self._pushed(owned, queue, lane, jobs, records, outcome)
+
+    def _token(self, owned: OwnedPartition, queue: str, lane: DelayLane) -> int | None:
+        """The owner token to push ``queue``'s lane with (the hooks fence first), having read the
+        lane topic's relayed offset once a session (and after an unanswered push); None: not now."""
+        try:
+            token = self.pusher.hooks.before_push(queue, owned.number, owned.token)
+            if lane.seq is None:
+                lane.seq = self.pusher.engine.relayed_offset(queue, self.topic, owned.number, token)
+        except LeaseLost as exc:  # a newer owner, or Redis's epoch changed
+            self._lose(owned, exc)
+            return None
+        except SluiceError as exc:
+            lane.next_due_ms = 0
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                              error=ev.error_text(exc)))
+            return None
+        return token
+
+    def _lose(self, owned: OwnedPartition, exc: Exception) -> None:
+        if self.ownership.owned.get(owned.number) is owned:
+            self.report.stale_stops += 1
+            self.ownership.lose(owned.number, str(exc))
+            self.ownership.assign()
+
+    def _pushed(self, owned: OwnedPartition, queue: str, lane: DelayLane,
+                jobs: list[tuple[ParkedRecord, DecodedJob | None]], records: list[tuple[int, DecodedJob]],
+                outcome: object) -> None:
+        if isinstance(outcome, LeaseLost):
+            self._lose(owned, outcome)
+            return
+        if isinstance(outcome, Exception):  # nothing of this item written: tried again, offset re-read
+            lane.seq, lane.next_due_ms = None, 0
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                              error=ev.error_text(outcome)))
+            return
+        pushed, skipped, left = (int(getattr(outcome, name)) for name in ("pushed", "skipped", "left"))
+        taken = len(records) - left
+        assert lane.seq is not None
+        lane.seq += taken  # push.lua raised the offset to the last one taken (a prefix)
+        self.report.pushed += pushed
+        self.report.skipped += skipped
+        self.report.unparked += taken
+        if taken:
+            self.pusher.status.submit([(queue, records[:taken])])
+        if left:  # over the byte budget: from the first one left, at a later turn
+            first_left = records[taken][1]
+            stop = next(i for i, (_, job) in enumerate(jobs) if job is first_left)
+            if stop:
+                lane.after = jobs[stop - 1][0].due_key
+            lane.next_due_ms = 0
+        else:
+            lane.after = jobs[-1][0].due_key
+        self.events.emit(ev.Unparked(queue=queue, partition=owned.number, n=taken))
