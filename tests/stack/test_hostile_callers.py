@@ -310,7 +310,7 @@ def test_oversized_payloads_and_batches_are_refused(hostile: Hostile) -> None:
 # -- deeply delayed batches, until the delayed cap ---------------------------------------------------
 
 
-def test_deeply_delayed_batches_stop_at_the_delayed_cap(hostile: Hostile) -> None:
+def test_deeply_delayed_batches_wait_in_the_delay_lane_not_in_redis(hostile: Hostile) -> None:
     h = hostile
     queue = "deferred"
     week = [{"payload": i, "delay_seconds": WEEK_S} for i in range(10)]
@@ -321,43 +321,26 @@ def test_deeply_delayed_batches_stop_at_the_delayed_cap(hostile: Hostile) -> Non
         assert [e.get("index") for e in r.doc["errors"]] == [4], r.doc
         h.refused(h.call("POST", f"/v1/queues/{queue}/jobs", {"payload": 1, "delay_seconds": 10 ** 9}),
                   400, "INVALID_INPUT")
+    # A week ahead is beyond the relay's horizon (issue 28, the delay lane): the relay parks such a
+    # job by run time in DynamoDB, so Redis holds none of them and the delayed cap (what Redis may
+    # hold) never fills. Before the delay lane, past the cap a flood like this held its queue's
+    # ready jobs, and its partition, behind jobs due in a week.
     accepted: list[str] = []
-    refusal = None
-    for _ in range(6):  # at most 120 jobs
-        # Two batches at once: each gateway container counts what it accepted in its own cached
-        # view, so together they accept more than the cap before their views catch up with Redis.
+    for _ in range(3):  # 60 jobs, three times the cap
         with h.ordinary.lock, ThreadPoolExecutor(2) as pool:
-            before = h.offsets.settled()
             replies = list(pool.map(lambda _: h.call("POST", f"/v1/queues/{queue}/jobs/batch",
                                                        {"jobs": week}), range(2)))
-            if all(r.status == 429 for r in replies):
-                assert h.offsets.settled() == before, "a 429 wrote to the jobs topic"
         for r in replies:
-            if r.status == 429:
-                refusal = r
-            else:
-                assert r.status == 202, r.doc
-                accepted += [j["job_id"] for j in r.doc["jobs"]]
-        if refusal is not None:
-            break
+            assert r.status == 202, r.doc
+            accepted += [j["job_id"] for j in r.doc["jobs"]]
     h.accepted[queue] = accepted
-    assert refusal is not None, f"{len(accepted)} jobs delayed by a week and no 429"
-    h.refused(refusal, 429, "QUEUE_FULL")
-    assert int(refusal.headers["retry-after"]) >= 1
-    assert len(accepted) >= MAX_DELAYED
-    # What the gateway accepted over the cap, the relay holds back in Kafka: never more than the
-    # cap in Redis, and nothing dropped (a held-back job is still accepted, not dead or cancelled).
-    wait_until("the relay fills the delayed cap", lambda: h.queue(queue)["delayed"] == MAX_DELAYED)
+    assert len(accepted) == 3 * MAX_DELAYED
+    wait_until("the relay parks every one", lambda: (h.queue(queue).get("parked") or 0) >= len(accepted))
     h.ordinary.enqueue(-2)  # during the flood
-    time.sleep(1.5)
     stats = h.queue(queue)
-    assert (stats["delayed"], stats["max_delayed"]) == (MAX_DELAYED, MAX_DELAYED), (stats, len(accepted))
+    assert (stats["delayed"], stats["max_delayed"]) == (0, MAX_DELAYED), stats
     states = [h.call("GET", f"/v1/jobs/{i}").doc["status"] for i in accepted]
-    assert (states.count("queued"), states.count("accepted")) == \
-        (MAX_DELAYED, len(accepted) - MAX_DELAYED), states
-    with h.writes_nothing():  # a single delayed job is refused as well
-        h.refused(h.call("POST", f"/v1/queues/{queue}/jobs", {"payload": 1, "delay_seconds": WEEK_S}),
-                  429, "QUEUE_FULL")
+    assert states.count("accepted") == len(accepted), states  # waiting, none dropped
 
 
 # -- a queue with no handler, until its dead cap ----------------------------------------------------------
