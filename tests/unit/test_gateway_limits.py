@@ -28,11 +28,12 @@ class Clock:
         return self.t
 
 
-def limited(limits: Limits, ttl_ms: int = 2_000) -> tuple[Rig, Clock]:
+def limited(limits: Limits, ttl_ms: int = 2_000, horizon_s: int = 0) -> tuple[Rig, Clock]:
     rig, clock = Rig(), Clock()
     admission = Admission(rig.queue, limits, ttl_ms=ttl_ms, clock=clock)  # type: ignore[arg-type]
     rig.api = Api(Backends(rig.log, rig.store, rig.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
-                  intake=Intake(admission=admission, limits=limits), idempotency=rig.idem,
+                  intake=Intake(admission=admission, limits=limits, delay_horizon_s=horizon_s),
+                  idempotency=rig.idem,
                   clock=lambda: rig.now_ms)
     rig.gateway = Gateway(rig.api)
     rig.queue.registered = {"emails"}
@@ -55,6 +56,16 @@ def test_delayed_jobs_over_the_cap_are_429_problem_json_with_retry_after() -> No
     assert 1 <= int(headers["retry-after"]) <= 2
     assert len(rig.log.records) == 50  # nothing of the refused request reached Kafka
     assert rig.call("POST", JOBS, {"payload": "ready now"})[0] == 202  # ready jobs still go in
+
+
+def test_jobs_delayed_beyond_the_relays_horizon_do_not_count_toward_the_delayed_cap() -> None:
+    # They wait in the relay's delay lane (issue 28), not in Redis: the cap bounds what Redis holds.
+    rig, _ = limited(Limits(max_delayed=150), horizon_s=900)
+    rig.queue.seed("emails", "delayed", 150)  # Redis at its cap
+    assert rig.call("POST", f"{JOBS}/batch", delayed(100))[0] == 202  # a week ahead: the delay lane
+    assert rig.call("POST", f"{JOBS}/batch", delayed(100))[0] == 202
+    soon = {"jobs": [{"payload": 1, "delay_seconds": 900}]}  # within the horizon: into Redis, refused
+    assert rig.call("POST", f"{JOBS}/batch", soon)[0] == 429
 
 
 def test_a_queue_at_its_dead_cap_takes_no_job_and_its_own_config_overrides_the_default() -> None:

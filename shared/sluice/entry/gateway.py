@@ -181,6 +181,7 @@ def build_api(settings: Settings | None = None) -> Api:
                              Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
                              limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse",
                              payloads=wiring.payload_store(s), inline_max_bytes=s.payload_inline_max_bytes,
+                             delay_horizon_s=s.relay_delay_horizon_s,
                              registry=wiring.reservations(queue, settings)),
                policy=Policy([a.strip() for a in s.operator_principals.split(",") if a.strip()],
                              s.max_caller_priority, throttle=wiring.caller_throttle(settings)),

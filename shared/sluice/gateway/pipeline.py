@@ -101,6 +101,9 @@ class Intake:
     payloads: PayloadStore | Lazy[PayloadStore] | None = None
     inline_max_bytes: int = 16 * 1024
     registry: Reservation | None = None  # None: no reservation (unit tests, the chaos workload)
+    # The relay's delay horizon (Settings.relay_delay_horizon_s; 0: none): a job delayed beyond it
+    # waits in the relay's delay lane, not in Redis, so it is not counted toward the delayed cap.
+    delay_horizon_s: int = 0
 
 
 class EnqueuePipeline:
@@ -118,6 +121,7 @@ class EnqueuePipeline:
         self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
         self.payloads, self.inline_max_bytes = intake.payloads, intake.inline_max_bytes
         self.registry = intake.registry
+        self.delay_horizon_s = intake.delay_horizon_s
         self._payload_json: dict[int, tuple[EnqueueRequest, str]] = {}
 
     # -- 1. check ----------------------------------------------------------------------------
@@ -219,7 +223,9 @@ class EnqueuePipeline:
     def admit(self, queue: str, requests: Sequence[EnqueueRequest]) -> None:
         """The queue's caps (``admission``), then its place in the registry (``reserve``)."""
         if self.admission is not None:
-            self.admission.check(queue, len(requests), sum(1 for r in requests if r.delay_seconds))
+            horizon = self.delay_horizon_s or None
+            self.admission.check(queue, len(requests), sum(
+                1 for r in requests if r.delay_seconds and (horizon is None or r.delay_seconds <= horizon)))
         self.reserve(queue)
 
     def reserve(self, queue: str) -> None:
