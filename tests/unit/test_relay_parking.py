@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import pytest
+
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.limits import JOB_LIFE_MS
@@ -310,3 +312,80 @@ def test_after_a_redis_loss_the_replay_reads_each_parked_lane_from_its_start() -
         w.clock.t += 0.5
     assert w.in_redis("a") == a_ids and sorted(w.in_redis("b")) == sorted(b_ids)
     assert lot.count("a") == 60  # re-parked from Kafka in the replay: the same items
+
+
+@pytest.mark.parametrize("park_fails", [False, True])
+def test_a_replay_reads_a_lane_back_only_as_far_as_kafka_has_been_read_again(park_fails: bool) -> None:
+    """The chaos run that lost 2 jobs: records 0..13 of a were pushed directly, 14..33 were parked
+    during a pause and pushed after it, then Redis lost its data. The replaying owner's first poll
+    came back empty (Kafka's fetch after the seek to 0 was still under way), so its first turn read
+    the lane (14..33) back and the lane went direct; 14..33 were pushed (push.lua's relayed offset
+    33), and 0..13, taken from Kafka the step after, were then below it: skipped as "in Redis
+    already", lost. A lane is read back only below the partition's read position of the session,
+    and not while its park failed (``park_fails``: 0..13 would be parked below what was read back)."""
+    from sluice.core.errors import BackendUnavailable
+    from sluice.relay.recovery import Recovery
+    from sluice_dev.fakes import FakeCheckpoints, FakeEpochs, FakeSource
+    from tests.unit.test_relay import TOPIC
+    from tests.unit.test_relay_reread import Offsets
+
+    class Lagging(FakeSource):
+        """Kafka's first fetches after a take-over come back empty (the fetch is under way)."""
+
+        lag = 0
+
+        def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
+            if self.lag:
+                self.lag -= 1
+                return []
+            return super().poll(timeout_ms, max_records)
+
+    class Failing(FakeParkingLot):
+        """Its next ``fail_parks`` park writes fail (the lot's other calls go through)."""
+
+        fail_parks = 0
+
+        def park(self, queue: str, partition: int, records: Any, *, mark: bool = True,
+                 delay: bool = False) -> None:
+            if self.fail_parks and records:
+                self.fail_parks -= 1
+                raise BackendUnavailable("the lot refuses this park")
+            super().park(queue, partition, records, mark=mark, delay=delay)
+
+    w, lot = World(partitions=1), Failing()
+    source = w.source = Lagging(topic=TOPIC, n_partitions=1, clock=w.clock)
+    epochs, ckpts = FakeEpochs(), FakeCheckpoints()
+
+    def recovering(relay_id: str) -> Relay:
+        recovery = Recovery(TOPIC, epochs, ckpts, Offsets(w), w.store, interval_s=1.0,
+                            clock=w.clock.monotonic, events=EventBus())
+        config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0)
+        return Relay(w.engine, w.store, source, w.dispatcher, relay_id=relay_id, clock=w.clock,
+                     hooks=recovery, config=config, events=EventBus(), parking=lot)
+
+    def steps(relay: Relay, n: int) -> None:
+        for _ in range(n):
+            relay.step()
+            w.clock.t += 0.5
+
+    first = recovering("r1")
+    a_ids = w.add(14, queue="a", partition=0)
+    steps(first, 5)
+    w.engine.set_config("a", paused=True)
+    a_ids += w.add(20, queue="a", partition=0)
+    steps(first, 6)
+    assert lot.count("a") == 20  # 14..33
+    w.engine.set_config("a", paused=False)
+    steps(first, 20)
+    a_ids += w.add(5, queue="a", partition=0)
+    steps(first, 5)
+    assert w.in_redis("a") == a_ids and not first.ownership.owned[0].lanes["a"].parking
+    first.stop()
+    w.engine.jobs.clear()  # Redis loses everything, its epoch too: the next owner replays from 0
+    w.engine.relayed.clear()
+    epochs.epoch = None
+    source.lag = 0 if park_fails else 2
+    lot.fail_parks = 1 if park_fails else 0
+    second = recovering("r2")
+    steps(second, 40)
+    assert offsets_in_redis(w, "a", a_ids) == list(range(39))  # all, once, in order

@@ -103,12 +103,15 @@ class Parking:
     def prepare(self) -> None:
         """Load the lanes of partitions just taken, before any of their records is taken: one read
         of the partition's markers. A partition whose markers cannot be read is given back (taken
-        again later from its committed offset): without them a new record could overtake a parked one."""
+        again later from its committed offset): without them a new record could overtake a parked one.
+        The source's read position then is kept too (``OwnedPartition.read_bound``)."""
+        position = getattr(self.intake.source, "position", None)
         for owned in list(self.ownership.owned.values()):
             if owned.lanes_loaded:
                 continue
             try:
                 queues = self.lot.marked(owned.number)
+                owned.start = None if position is None else position(owned.number)
             except SluiceError as exc:
                 self.events.emit(ev.ParkingFailed(queue="", partition=owned.number, error=ev.error_text(exc)))
                 self.ownership.give_back([owned.number])
@@ -135,8 +138,9 @@ class Parking:
         for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
             self._parked(owned, queue, lane, records, outcome)
         self.delays.park(everyone)
+        # not a lane whose park failed: it would park below what is read back
         reads = [(owned, queue, lane, room) for owned in everyone for queue, lane in owned.lanes.items()
-                 if lane.parking and queue not in held
+                 if lane.parking and queue not in held and not lane.out
                  and (room := read_room(len(owned.pending.get(queue, ())), owned.pending_count,
                                         self.config)) > 0
                  and not blocked(queue)]
@@ -214,8 +218,11 @@ class Parking:
         q = owned.pending.get(queue)
         if q is None:
             q = owned.pending[queue] = deque()
-        n = 0
+        n, bound, short = 0, owned.read_bound(), False
         for parked in page:
+            if bound is not None and parked.offset >= bound:
+                short = True  # not taken from the source again yet: read back once it is
+                break
             if lane.back_from is None:
                 lane.back_from = parked.offset
             lane.read_to = parked.offset
@@ -229,7 +236,7 @@ class Parking:
                 n += 1
         owned.pending_count += n
         self.report.unparked += n
-        done = drained(len(page), limit, parked_since, len(lane.out))
+        done = not short and drained(len(page), limit, parked_since, len(lane.out))
         if done:
             lane.parking = False
         if n or done:

@@ -84,7 +84,11 @@ class RelayEngine(Protocol):
 
 
 class RecordSource(Protocol):
-    """The job topic (``sluice.backends.kafka.source.KafkaSource``), consumed by manual assignment."""
+    """The job topic (``sluice.backends.kafka.source.KafkaSource``), consumed by manual assignment.
+
+    May also have ``position(partition) -> int | None``: the offset the partition's next poll
+    starts at (``KafkaSource``, ``FakeSource``). Parking needs it to read a lane back in order
+    after a take-over (``OwnedPartition.read_bound``); without it a lane is read back unbounded."""
 
     @property
     def topic(self) -> str: ...

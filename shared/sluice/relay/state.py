@@ -112,6 +112,17 @@ class OwnedPartition:
     delays: dict[str, DelayLane] = field(default_factory=dict)
     lanes_loaded: bool = False
     raw: dict[str, dict[int, SourceRecord]] = field(default_factory=dict)
+    # Parking: the source's read position when the lanes were loaded (None: not known)
+    start: int | None = None
+
+    def read_bound(self) -> int | None:
+        """How far a lane may be read back now: below the first offset the intake has not taken
+        from the source this session (None: no bound known). A parked record at or beyond it waits:
+        Kafka gives it again (to be parked behind whatever of its queue comes before it), and a
+        record read back ahead of one still to come from Kafka would raise push.lua's relayed
+        offset above that one, which would then be skipped as in Redis already. A replay after a
+        Redis loss (from below the lane) or a kept record of a rate-limited queue is such a one."""
+        return self.next_offset if self.next_offset is not None else self.start
 
     def commit_point(self) -> int | None:
         """The first offset not yet durable elsewhere: records read back from the lot have offsets

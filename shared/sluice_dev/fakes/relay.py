@@ -252,6 +252,9 @@ class FakeSource:
             assert p in self.assigned
             self.positions[p] = self.committed_offsets.get(p, 0)
 
+    def position(self, partition: int) -> int | None:
+        return self.positions.get(partition) if partition in self.assigned else None
+
     def poll(self, timeout_ms: int, max_records: int) -> list[SourceRecord]:
         out: list[SourceRecord] = []
         for p in self.assigned:

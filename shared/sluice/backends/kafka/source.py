@@ -26,6 +26,7 @@ from sluice.core.ports import SourceRecord
 log = logging.getLogger(__name__)
 
 DLQ_FLUSH_TIMEOUT_S = 10.0
+POSITION_TIMEOUT_MS = 5_000  # a take-over's position read (parking); None after it: no bound
 
 # A SourceRecord per Kafka record, built without a Python frame per record: the fields read in C
 # (attrgetter), the tuple made by tuple.__new__ (a NamedTuple's own __new__ is a Python function).
@@ -151,6 +152,16 @@ class KafkaSource:
             if found is not None:
                 self._highwaters[partition] = int(found)
         return self._highwaters.get(partition)
+
+    def position(self, partition: int) -> int | None:
+        """The offset the partition's next poll starts at (None: not known, or not owned)."""
+        if partition in self._paused:
+            return self._paused[partition]
+        if partition not in self._wanted:
+            return None
+        with _translated("position"):
+            found = self.consumer.position(self._tp(partition), timeout_ms=POSITION_TIMEOUT_MS)
+        return None if found is None else int(found)
 
     # Pausing takes the partition out of the assignment and resuming seeks it back in.
     # kafka-python's own pause()/resume() can strand a partition for good: records it
