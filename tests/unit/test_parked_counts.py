@@ -124,3 +124,27 @@ class Ctx:
 
     def get_remaining_time_in_millis(self) -> int:
         return 60_000
+
+
+def test_in_the_background_a_slow_write_holds_up_no_step_and_what_comes_meanwhile_goes_next() -> None:
+    import threading
+
+    gate, entered = threading.Event(), threading.Event()
+
+    class Slow(Counter):
+        def add_parked(self, counts: Mapping[str, int], at_ms: Mapping[str, int]) -> dict[str, int]:
+            entered.set()
+            assert gate.wait(10)
+            return super().add_parked(counts, at_ms)
+
+    counter, bus = Slow(), EventBus()
+    undo = observe(bus, counter, background=True)
+    bus.emit(Parked(queue="a", partition=0, n=3))
+    bus.emit(step())  # returns at once: the write waits for the gate on its own thread
+    assert entered.wait(5)
+    bus.emit(Parked(queue="a", partition=0, n=4))
+    bus.emit(step())  # one write at a time: the 4 wait for the next
+    assert counter.calls == []
+    gate.set()
+    undo()
+    assert [counts for counts, _ in counter.calls] == [{"a": 3}, {"a": 4}]

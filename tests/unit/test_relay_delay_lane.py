@@ -22,7 +22,7 @@ HORIZON = 60_000
 
 def relay_with(w: World, lot: FakeParkingLot, relay_id: str = "r1", hooks: Any = None, **knobs: Any) -> Relay:
     config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, "batch": 10, "max_pending": 50, "refresh_s": 0.0,
-                            "delay_horizon_ms": HORIZON, **knobs})
+                            "delay_horizon_ms": HORIZON, "park_threads": 0, **knobs})
     return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id,  # type: ignore[arg-type]
                  clock=w.clock, events=EventBus(), config=config, parking=lot, hooks=hooks)
 

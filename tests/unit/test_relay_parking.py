@@ -18,6 +18,7 @@ from sluice.core.bus import EventBus
 from sluice.core.limits import JOB_LIFE_MS
 from sluice.core.models import DecodedJob, JobSpec, JobState
 from sluice.relay import Relay, RelayConfig, SourceRecord
+from sluice.relay.lot_calls import LotCalls
 from sluice.relay.parking import drained, read_room, spill
 from sluice.relay.state import Lane, OwnedPartition
 from sluice_dev.fakes import FakeParkingLot
@@ -34,7 +35,8 @@ def parked_world(partitions: int = 1) -> tuple[World, FakeParkingLot]:
 
 def relay_with(w: World, lot: FakeParkingLot, relay_id: str = "r1", events: Any = None, job_ids: Any = None,
                **knobs: Any) -> Relay:
-    config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, "batch": 10, "max_pending": 50, **knobs})
+    config = RelayConfig(**{"poll_ms": 10, "commit_s": 0, "batch": 10, "max_pending": 50, "park_threads": 0,
+                            **knobs})
     return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id,  # type: ignore[arg-type]
                  clock=w.clock, events=events or EventBus(), config=config, parking=lot, job_ids=job_ids)
 
@@ -263,6 +265,7 @@ def test_a_lane_that_parks_again_counts_its_kept_records_in_the_commit_point() -
 
     parking = Parking.__new__(Parking)
     parking.config = RelayConfig(park_threshold=1)
+    parking.calls = LotCalls(0)
     parking._spill(owned, {"a"}, lambda _q: False)
     assert [r.offset for r, _ in owned.lanes["a"].out] == [800]
     owned.lanes["a"].out.clear()
@@ -283,7 +286,7 @@ def test_after_a_redis_loss_the_replay_reads_each_parked_lane_from_its_start() -
     def recovering(relay_id: str) -> Relay:
         recovery = Recovery(w.source.topic, epochs, ckpts, Offsets(w), w.store, interval_s=1.0,
                             clock=w.clock.monotonic, events=EventBus())
-        config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0)
+        config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0, park_threads=0)
         return Relay(w.engine, w.store, w.source, w.dispatcher, relay_id=relay_id, clock=w.clock,  # type: ignore[arg-type]
                      hooks=recovery, config=config, events=EventBus(), parking=lot)
 
@@ -359,7 +362,7 @@ def test_a_replay_reads_a_lane_back_only_as_far_as_kafka_has_been_read_again(par
     def recovering(relay_id: str) -> Relay:
         recovery = Recovery(TOPIC, epochs, ckpts, Offsets(w), w.store, interval_s=1.0,
                             clock=w.clock.monotonic, events=EventBus())
-        config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0)
+        config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0, park_threads=0)
         return Relay(w.engine, w.store, source, w.dispatcher, relay_id=relay_id, clock=w.clock,
                      hooks=recovery, config=config, events=EventBus(), parking=lot)
 

@@ -133,7 +133,7 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     depths = QueueDepthMetrics(QueueBound.from_settings(settings))
     unobserve = relay.events.subscribe(depths, ev.QueueMeasured)
     # Each queue's parked counter in the registry (relay/parked_counts.py), what `sluice queues` shows.
-    unpark = (parked_counts(relay.events, wiring.parked_counter(settings), metrics)
+    unpark = (parked_counts(relay.events, wiring.parked_counter(settings), metrics, background=True)
               if settings.queues_table else None)
     log.info("relay %s starting for the schedule at %s", relay.relay_id, scheduled.time)
     try:

@@ -28,6 +28,8 @@ class RelayConfig:
     park_threshold: int = 0
     # ... and a record due more than this after it is taken goes to its queue's delay lane (0: none)
     delay_horizon_ms: int = 900_000
+    # ... and the lot's calls run on this many threads, off the step (0: in the step; relay/lot_calls.py)
+    park_threads: int = 8
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
     # ... and a queue whose new jobs were left to workers waiting for work: if those have just
     # left (their linger over), its jobs get workers within this, not at the next maintenance

@@ -21,6 +21,7 @@ final (``Parking.sweep``), and a new owner reads a delay lane from its start.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Final
 
 from sluice.core import bus as ev
@@ -30,6 +31,7 @@ from sluice.core.models import DecodedJob
 from sluice.core.ports import JobStore, ParkedRecord
 from sluice.relay.config import RelayConfig
 from sluice.relay.intake import Intake
+from sluice.relay.lot_calls import LotCalls
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import ParkingLot, PushItem, SourceRecord
 from sluice.relay.pusher import Pusher
@@ -68,30 +70,39 @@ class DelayLanes:
 
     def __init__(self, lot: ParkingLot, config: RelayConfig, ownership: Ownership, intake: Intake,
                  store: JobStore, pusher: Pusher, *, report: RelayReport, events: EventBus,
-                 now_ms: Callable[[], int], io: Callable[..., list[object]],
+                 now_ms: Callable[[], int], io: Callable[..., list[object]], calls: LotCalls,
                  parked_record: Callable[[SourceRecord, DecodedJob], ParkedRecord]) -> None:
         self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
         self.pusher, self.report, self.events, self.now_ms, self.io = pusher, report, events, now_ms, io
-        self.parked_record = parked_record
+        self.parked_record, self.calls = parked_record, calls
         self.topic = delay_topic(pusher.topic)
 
     def park(self, everyone: Sequence[OwnedPartition]) -> None:
-        """Write what waits for each delay lane; a record leaves memory only once written."""
-        parks = [(owned, queue, lane, [self.parked_record(r, job) for r, job in lane.out])
-                 for owned in everyone for queue, lane in owned.delays.items() if lane.out]
-        done = self.io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked, delay=True),
-                       parks)
-        for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
-            if isinstance(outcome, SluiceError):  # they stay in memory, uncommitted: tried at the next turn
-                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
-                                                  error=ev.error_text(outcome)))
-                continue
-            del lane.out[:len(records)]
-            lane.marked = True
-            lane.next_due_ms = min(lane.next_due_ms, min(r.run_at_ms for r in records))
-            owned.pending_count -= len(records)
-            self.report.parked += len(records)
-            self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
+        """Write what waits for each delay lane, off the step (``LotCalls``, one write per lane in
+        flight); a record leaves memory only once written."""
+        for owned in everyone:
+            for queue, lane in owned.delays.items():
+                key = ("delay", owned.number, queue)
+                if lane.out and not self.calls.busy(key):
+                    records = [self.parked_record(r, job) for r, job in lane.out]
+                    self.calls.submit(key, partial(self.lot.park, queue, owned.number, records,
+                                                   mark=not lane.marked, delay=True),
+                                      partial(self._parked, owned, queue, lane, records))
+
+    def _parked(self, owned: OwnedPartition, queue: str, lane: DelayLane, records: list[ParkedRecord],
+                outcome: object) -> None:
+        if self.ownership.owned.get(owned.number) is not owned:
+            return  # given back meanwhile: not committed past, so its new owner takes them from Kafka
+        if isinstance(outcome, SluiceError):  # they stay in memory, uncommitted: tried at the next turn
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
+                                              error=ev.error_text(outcome)))
+            return
+        del lane.out[:len(records)]
+        lane.marked = True
+        lane.next_due_ms = min(lane.next_due_ms, min(r.run_at_ms for r in records))
+        owned.pending_count -= len(records)
+        self.report.parked += len(records)
+        self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 
     def push_back(self, everyone: Sequence[OwnedPartition], held: set[str],
                   blocked: Callable[[str], bool]) -> None:
@@ -99,7 +110,8 @@ class DelayLanes:
         until, limit = self.now_ms() + self.config.delay_horizon_ms, self.config.batch
         reads: list[Read] = [(owned, queue, lane) for owned in everyone
                              for queue, lane in owned.delays.items()
-                             if lane.next_due_ms <= until and queue not in held and not blocked(queue)]
+                             if lane.next_due_ms <= until and queue not in held and not blocked(queue)
+                             and not self.calls.busy(("delay", owned.number, queue))]
         pages = self.io(lambda r: self.lot.due(r[1], r[0].number, r[2].after, limit), reads)
         sent: list[Sent] = []
         for (owned, queue, lane), page in zip(reads, pages, strict=True):

@@ -114,6 +114,8 @@ class Relay:
         log.error("relay step met an unexpected error; restarting its partitions from their "
                   "committed offsets", exc_info=exc)
         self.ownership.look_again()
+        if self.parking is not None:  # their markers written before the partitions change hands
+            self.parking.calls.settle()
         try:
             self.ownership.give_back(list(self.ownership.owned))
             self.ownership.assign()

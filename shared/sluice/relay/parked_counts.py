@@ -5,10 +5,10 @@ API, the console) without a request counting the lot (``ParkingLot.count`` pages
 item). ``ParkedCounts`` observes ``Parked`` (+n, and when) and ``Unparked`` (-released: the sweep
 deleted them) and adds the sums to the queues table's ``state`` map (``ParkedCounter``) once per
 relay step: on ``Committed``, after the push round, never on the push path (a step with nothing
-parked or released writes nothing). A
-failed write keeps its sums for the next step. A counter, not a count: a record parked again (a
-relay that died before its commit) is counted twice until the sweep releases it once, so the view
-says "about"; ``ParkingLot.count`` is the exact, slow answer.
+parked or released writes nothing); in the relay Lambda on a thread of its own, so the step never
+waits for it. A failed write keeps its sums for the next step. A counter, not a count: a record
+parked again (a relay that died before its commit) is counted twice until the sweep releases it
+once, so the view says "about"; ``ParkingLot.count`` is the exact, slow answer.
 
 After each write, each written counter's new value is the per-queue metric ``QueueParked``
 (EMF, dimension ``queue``; sent when it changes: alarm on its Maximum).
@@ -22,6 +22,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from sluice.core import bus as ev
 from sluice.core.clock import wall_ms
@@ -34,14 +35,19 @@ PARKED_METRIC = "QueueParked"
 
 
 class ParkedCounts:
-    """The bus's parking events summed per queue, written by ``flush``."""
+    """The bus's parking events summed per queue, written by ``flush``. ``background``: each step's
+    write runs on a thread of its own (one at a time; sums gathered meanwhile go with the next), so a
+    slow registry never holds up the relay's step; ``close`` waits for it and writes what is left."""
 
     def __init__(self, counter: ParkedCounter, now_ms: Callable[[], int] = wall_ms,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, *, background: bool = False) -> None:
         self.counter, self.now_ms, self.metrics = counter, now_ms, metrics
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._at: dict[str, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-parked") \
+            if background else None
+        self._writing: Future[None] | None = None
 
     def __call__(self, e: ev.Event) -> None:
         if isinstance(e, ev.Parked) and e.n:
@@ -52,7 +58,17 @@ class ParkedCounts:
             with self._lock:
                 self._counts[e.queue] -= e.released
         elif isinstance(e, ev.Committed):
-            self.flush()
+            if self._pool is None:
+                self.flush()
+            elif self._writing is None or self._writing.done():
+                self._writing = self._pool.submit(self.flush)
+
+    def close(self) -> None:
+        """Wait for a write in flight, then write what is left (the relay's stop)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.flush()
 
     def flush(self) -> None:
         with self._lock:
@@ -73,14 +89,15 @@ class ParkedCounts:
                 self.metrics.count(PARKED_METRIC, max(0, n), queue=queue)
 
 
-def observe(bus: ev.EventBus, counter: ParkedCounter,
-            metrics: Metrics | None = None) -> Callable[[], None]:
-    """Attach a ``ParkedCounts`` to ``bus``; returns the detach, which writes what is left."""
-    counts = ParkedCounts(counter, metrics=metrics)
+def observe(bus: ev.EventBus, counter: ParkedCounter, metrics: Metrics | None = None, *,
+            background: bool = False) -> Callable[[], None]:
+    """Attach a ``ParkedCounts`` to ``bus`` (``background``: its writes off the step, as the relay
+    Lambda has them); returns the detach, which writes what is left."""
+    counts = ParkedCounts(counter, metrics=metrics, background=background)
     detach = bus.subscribe(counts, ev.Parked, ev.Unparked, ev.Committed)
 
     def undo() -> None:
         detach()
-        counts.flush()
+        counts.close()
 
     return undo

@@ -17,8 +17,10 @@ parked record's offset, and a new owner reads each marked lane from its start (r
 are skipped by ``push.lua``'s relayed offset, final ones by ``relay_view``). A parked record past
 the job life bound ends ``dead`` with the reason (``JobStore.refuse_record``), never dropped.
 
-The decisions (``spill``, ``drained``, ``read_room``) are pure; ``Parking`` does the lot's I/O on
-the relay's main thread, between the push round and the commit (the sweep on a thread of its own).
+The decisions (``spill``, ``drained``, ``read_room``) are pure. ``Parking`` decides on the relay's
+main thread, between the push round and the commit; the lot's parks and reads run on threads
+(relay/lot_calls.py), one per lane at a time, so a held queue's writes never slow another queue's
+pushes; the sweep runs on a thread of its own.
 
 A record due beyond the relay's horizon goes to its queue's delay lane instead (relay/delays.py):
 keyed by run time, it holds back none of its queue's ready records.
@@ -30,6 +32,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from itertools import takewhile
 from typing import Final, TypeVar
 
@@ -42,6 +45,7 @@ from sluice.core.ports import DELAY_MARKER, JobStore, ParkedRecord
 from sluice.relay.config import RelayConfig
 from sluice.relay.delays import DelayLanes
 from sluice.relay.intake import Intake
+from sluice.relay.lot_calls import LotCalls
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import ParkingLot, SourceRecord
 from sluice.relay.pusher import Pusher
@@ -93,10 +97,12 @@ class Parking:
                  now_ms: Callable[[], int]) -> None:
         self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
         self.report, self.events, self.now_ms = report, events, now_ms
+        self.calls = LotCalls(config.park_threads)  # parks and reads, off the step
         self.delays = DelayLanes(lot, config, ownership, intake, store, pusher, report=report, events=events,
-                                 now_ms=now_ms, io=self._io, parked_record=parked_record)
+                                 now_ms=now_ms, io=self._io, calls=self.calls,
+                                 parked_record=parked_record)
         self._sweeper: ThreadPoolExecutor | None = None
-        self._pool: ThreadPoolExecutor | None = None  # the turn's concurrent lot calls
+        self._pool: ThreadPoolExecutor | None = None  # the delay lanes' reads of a turn, at once
         self._sweeps = 0
         self._sweeping: Future[list[tuple[int, str, int]]] | None = None
 
@@ -126,28 +132,35 @@ class Parking:
     def turn(self, held: set[str], blocked: Callable[[str], bool]) -> None:
         """After a push round, before the commit: park the held queues' overflow and what waits to
         be parked, read back the lanes whose queues can take records, keep raw records for the held.
-        The lot's calls of a turn go out together (``_io``): a turn costs one round trip, not one
-        per lane."""
-        owned_by = self.ownership.owned
+        The lot's calls go to threads (``LotCalls``): a turn waits for none of them, and each lane has
+        at most one in flight, whose outcome a later turn applies (or this one, if it is done)."""
+        owned_by, calls = self.ownership.owned, self.calls
+        calls.collect()
         everyone = list(owned_by.values())
         for owned in everyone:
             self._spill(owned, held, blocked)
-        parks = [(owned, queue, lane, [parked_record(r, job) for r, job in lane.out])
-                 for owned in everyone for queue, lane in owned.lanes.items() if lane.out]
-        done = self._io(lambda p: self.lot.park(p[1], p[0].number, p[3], mark=not p[2].marked), parks)
-        for (owned, queue, lane, records), outcome in zip(parks, done, strict=True):
-            self._parked(owned, queue, lane, records, outcome)
+        for owned in everyone:
+            for queue, lane in owned.lanes.items():
+                key = ("lane", owned.number, queue)
+                if lane.out and not calls.busy(key):
+                    records = [parked_record(r, job) for r, job in lane.out]
+                    calls.submit(key, partial(self.lot.park, queue, owned.number, records,
+                                              mark=not lane.marked),
+                                 partial(self._parked, owned, queue, lane, records))
         self.delays.park(everyone)
-        # not a lane whose park failed: it would park below what is read back
-        reads = [(owned, queue, lane, room) for owned in everyone for queue, lane in owned.lanes.items()
-                 if lane.parking and queue not in held and not lane.out
-                 and (room := read_room(len(owned.pending.get(queue, ())), owned.pending_count,
-                                        self.config)) > 0
-                 and not blocked(queue)]
-        pages = self._io(lambda r: self.lot.page(r[1], r[0].number, r[2].read_to, r[3]), reads)
-        for (owned, queue, lane, room), page in zip(reads, pages, strict=True):
-            if owned_by.get(owned.number) is owned:  # else given back (a refusal the store could not record)
-                self._read(owned, queue, lane, page, room)
+        calls.collect()
+        # not a lane whose park failed or is in flight: it would park below what is read back
+        for owned in everyone:
+            bound = owned.read_bound()  # now, not when the page comes: see ``_read``
+            for queue, lane in owned.lanes.items():
+                key = ("lane", owned.number, queue)
+                if not lane.parking or queue in held or lane.out or calls.busy(key):
+                    continue
+                room = read_room(len(owned.pending.get(queue, ())), owned.pending_count, self.config)
+                if room > 0 and not blocked(queue):
+                    calls.submit(key, partial(self.lot.page, queue, owned.number, lane.read_to, room),
+                                 partial(self._read, owned, queue, lane, room, bound))
+        calls.collect()
         # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
         # partitions still owned (a refusal may give one back)
         self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
@@ -179,6 +192,8 @@ class Parking:
             lane = owned.lanes.get(queue)
             if lane is not None and lane.parking and lane.back_from is not None:
                 continue  # its buffer holds records read back: the rest is parked already
+            if self.calls.busy(("lane", owned.number, queue)):
+                continue  # a park or read in flight: decided again once it is applied
             above = 0 if blocked(queue) else self.config.park_above
             if len(q) <= above:
                 continue
@@ -197,6 +212,8 @@ class Parking:
 
     def _parked(self, owned: OwnedPartition, queue: str, lane: Lane, records: list[ParkedRecord],
                 outcome: object) -> None:
+        if self.ownership.owned.get(owned.number) is not owned:
+            return  # given back meanwhile: not committed past, so its new owner takes them from Kafka
         if isinstance(outcome, SluiceError):  # they stay in the buffer, uncommitted: tried at the next turn
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
                                               error=ev.error_text(outcome)))
@@ -208,8 +225,13 @@ class Parking:
         self.report.parked += len(records)
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 
-    def _read(self, owned: OwnedPartition, queue: str, lane: Lane,
-              page: list[ParkedRecord] | SluiceError, limit: int) -> None:
+    def _read(self, owned: OwnedPartition, queue: str, lane: Lane, limit: int, bound: int | None,
+              page: list[ParkedRecord] | SluiceError) -> None:
+        """Apply a page read back. ``bound``: the partition's read bound when the read was sent. Records
+        taken from the source since are newer, and wait in ``lane.out`` to be parked: a parked record
+        of the page at or above it (a replay's) must not overtake them."""
+        if self.ownership.owned.get(owned.number) is not owned:
+            return  # given back meanwhile: its new owner reads the lane from its start
         if isinstance(page, SluiceError):
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(page)))
             return
@@ -218,7 +240,7 @@ class Parking:
         q = owned.pending.get(queue)
         if q is None:
             q = owned.pending[queue] = deque()
-        n, bound, short = 0, owned.read_bound(), False
+        n, short = 0, False
         for parked in page:
             if bound is not None and parked.offset >= bound:
                 short = True  # not taken from the source again yet: read back once it is
@@ -295,6 +317,7 @@ class Parking:
         if self._sweeper is not None:
             self._sweeper.shutdown(wait=True)
             self._sweeper, self._sweeping = None, None
+        self.calls.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -1,0 +1,162 @@
+"""The parking lot's calls run off the relay's step (relay/lot_calls.py).
+
+A park write in flight must hold back no other queue's push, keep its records uncommitted until it is
+applied, and leave the lane alone meanwhile; the outcomes of calls that finish in any order, at any
+later step, must still bring every record back once and in its partition's order.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any
+
+import pytest
+
+from sluice.core.errors import BackendUnavailable
+from sluice.relay import Relay
+from sluice.relay.lot_calls import LotCalls
+from tests.unit.test_relay_parking import offsets_in_redis, parked_world, relay_with
+
+pytestmark = pytest.mark.timeout(20)
+
+
+class HeldExecutor(Executor):
+    """Runs a call only when the test says: ``finish`` runs some of those waiting, in any order."""
+
+    def __init__(self, rng: random.Random | None = None, at_once: float = 0.0) -> None:
+        self.waiting: list[tuple[Future[Any], Callable[[], Any]]] = []
+        self.rng, self.at_once = rng, at_once  # a share run at once (a call done before its turn ends)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        if self.rng is not None and self.rng.random() < self.at_once:
+            future.set_result(fn(*args, **kwargs))
+        else:
+            self.waiting.append((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def finish(self, rng: random.Random | None = None, share: float = 1.0) -> int:
+        chosen = [w for w in self.waiting if rng is None or rng.random() < share]
+        if rng is not None:
+            rng.shuffle(chosen)
+        for item in chosen:
+            self.waiting.remove(item)
+            future, call = item
+            future.set_result(call())
+        return len(chosen)
+
+
+def held_relay(held: HeldExecutor | None = None, **knobs: Any) -> tuple[Any, Any, Relay, HeldExecutor]:
+    w, lot = parked_world()
+    relay = relay_with(w, lot, refresh_s=0.0, park_threads=1, **knobs)
+    assert relay.parking is not None
+    held = held or HeldExecutor()
+    relay.parking.calls.executor = held
+    return w, lot, relay, held
+
+
+def test_calls_run_inline_at_zero_threads_and_a_sluice_error_is_their_outcome() -> None:
+    calls, seen = LotCalls(0), []
+    calls.submit("k", lambda: 1, seen.append)
+    assert calls.busy("k") and seen == []
+    assert calls.collect() == 1 and seen == [1] and not calls.busy("k")
+    calls.submit("k", lambda: (_ for _ in ()).throw(BackendUnavailable("down")), seen.append)
+    calls.collect()
+    assert isinstance(seen[-1], BackendUnavailable)
+
+
+def test_a_bug_in_a_call_re_raises_on_the_relays_thread_once() -> None:
+    calls = LotCalls(0)
+    calls.submit("k", lambda: 1 / 0, lambda _: None)
+    with pytest.raises(ZeroDivisionError):
+        calls.collect()
+    assert not calls.busy("k")
+
+
+def test_a_park_in_flight_holds_back_no_other_queue_and_its_records_stay_uncommitted() -> None:
+    w, lot, relay, held = held_relay()
+    w.engine.set_config("a", paused=True)
+    a_ids = w.add(30, queue="a", partition=0)
+    b_ids = w.add(5, queue="b", partition=0)
+    for _ in range(5):
+        relay.step()
+    assert sorted(w.in_redis("b")) == sorted(b_ids)  # pushed while a's park waits
+    assert len(held.waiting) == 1 and lot.count("a") == 0  # one write for the lane, not one a step
+    assert w.source.committed_offsets.get(0, 0) == 0  # not past a record whose park is not applied
+    held.finish()
+    relay.step()
+    assert lot.count("a") == 30 and w.source.committed_offsets[0] == 35
+    w.engine.set_config("a", paused=False)
+    for _ in range(40):
+        held.finish()
+        relay.step()
+    assert offsets_in_redis(w, "a", a_ids) == list(range(30))
+
+
+def test_a_park_that_finishes_after_the_partition_was_given_back_changes_nothing() -> None:
+    w, _lot, relay, held = held_relay()
+    w.engine.set_config("a", paused=True)
+    w.add(20, queue="a", partition=0)
+    relay.step()
+    relay.step()
+    old = relay.ownership.owned[0]
+    relay.ownership.give_back([0])
+    held.finish()
+    relay.parking.calls.collect()  # type: ignore[union-attr]
+    assert old.lanes["a"].out and relay.report.parked == 0  # applied to nobody: Kafka gives them again
+
+
+def test_a_real_thread_pool_parks_while_the_step_goes_on() -> None:
+    w, lot = parked_world()
+    gate = threading.Event()
+    park = lot.park
+
+    def slow_park(*args: Any, **kwargs: Any) -> None:
+        assert gate.wait(10)
+        park(*args, **kwargs)
+
+    lot.park = slow_park  # type: ignore[method-assign]
+    relay = relay_with(w, lot, refresh_s=0.0, park_threads=2)
+    w.engine.set_config("a", paused=True)
+    w.add(20, queue="a", partition=0)
+    b_ids = w.add(3, queue="b", partition=0)
+    for _ in range(4):
+        relay.step()  # would wait for the gate if the write were made in the step
+    assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.count("a") == 0
+    gate.set()
+    relay.stop()  # waits for the write and commits past it
+    assert lot.count("a") == 20 and w.source.committed_offsets[0] == 23
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_calls_finishing_in_any_order_at_any_step_bring_every_record_back_once_in_order(seed: int) -> None:
+    rng = random.Random(seed)
+    w, lot, relay, held = held_relay(HeldExecutor(rng, at_once=0.3), park_threshold=3, batch=5,
+                                     max_pending=30)
+    a_ids: list[str] = []
+    b_ids: list[str] = []
+    for _ in range(60):
+        roll = rng.random()
+        if roll < 0.15:
+            w.engine.set_config("a", paused=rng.random() < 0.6)
+        elif roll < 0.25:
+            w.engine.set_config("a", rate_per_s=rng.choice([0.0, 20.0, 100.0]), burst=1)
+        a_ids += w.add(rng.randint(0, 12), queue="a", partition=0)
+        b_ids += w.add(rng.randint(0, 2), queue="b", partition=0)
+        lot.fail = 1 if rng.random() < 0.1 else 0
+        held.finish(rng, share=0.5)
+        relay.step()
+        w.clock.t += 0.05
+    lot.fail = 0
+    w.engine.set_config("a", paused=False, rate_per_s=0.0, burst=0)
+    for _ in range(400):
+        held.finish()
+        relay.step()
+        w.clock.t += 0.05
+        if len(w.in_redis("a")) == len(a_ids) and not held.waiting:
+            break
+    assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))
+    assert offsets_in_redis(w, "b", b_ids) == list(range(len(b_ids)))
