@@ -213,10 +213,13 @@ def test_lease_respects_max_in_flight(rq: RedisQueue, redis_client: redis.Redis)
 
 
 def test_lease_promotes_due_delayed_jobs_first(rq: RedisQueue, redis_client: redis.Redis) -> None:
-    rq.enqueue(spec("soon", run_at_ms=redis_now_ms(redis_client) + 30, priority=9))
+    # due in 500 ms: far enough that a loaded machine still leases "now" first
+    run_at = redis_now_ms(redis_client) + 500
+    rq.enqueue(spec("soon", run_at_ms=run_at, priority=9))
     rq.enqueue(spec("now"))
     assert [j.job_id for j in rq.lease("q", 1, 1000)] == ["now"]
-    time.sleep(0.05)
+    while redis_now_ms(redis_client) <= run_at:
+        time.sleep(0.02)
     assert [j.job_id for j in rq.lease("q", 1, 1000)] == ["soon"]
     assert redis_client.zcard(K.delayed) == 0
 
