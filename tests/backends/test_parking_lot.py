@@ -7,6 +7,8 @@ partition; a release deletes; the TTL is past the job life bound; errors are slu
 
 from __future__ import annotations
 
+from typing import Any
+
 import boto3
 import pytest
 
@@ -95,3 +97,28 @@ def test_a_delay_lane_comes_back_by_run_time_apart_from_the_ordered_lane(lot: Dy
     lot.release("a", lot.due("a", 2, None, 2), delay=True)
     assert [r.offset for r in lot.due("a", 2, None, 10)] == [5, 3]
     assert [r.offset for r in lot.page("a", 2, -1, 10)] == [4]
+
+
+def test_a_park_of_hundreds_goes_out_in_overlapping_batches_and_all_lands(lot: DynamoParkingLot) -> None:
+    lot.park("a", 1, [rec(1, o) for o in range(310)])  # 13 BatchWriteItems, 4 at a time
+    assert [r.offset for r in lot.page("a", 1, -1, 1000)] == list(range(310))
+    lot.release("a", lot.page("a", 1, -1, 1000))
+    assert lot.count("a") == 0
+
+
+def test_a_batch_left_unprocessed_fails_the_whole_park_with_a_sluice_error(lot: DynamoParkingLot) -> None:
+    real = lot.client.batch_write_item
+
+    def throttled(**kwargs: Any) -> Any:  # the batch holding offset 30 is throttled every time
+        if "j30" in str(kwargs["RequestItems"]):
+            return {"UnprocessedItems": kwargs["RequestItems"]}
+        return real(**kwargs)
+
+    client = lot.client
+    lot.client = type("Client", (), {"batch_write_item": staticmethod(throttled),
+                                     "put_item": client.put_item})()
+    lot._sleep = lambda _s: None
+    with pytest.raises(SluiceError, match="left unprocessed"):
+        lot.park("a", 1, [rec(1, o) for o in range(100)])
+    lot.client = client
+    assert lot.count("a") == 75  # the other batches landed: the relay parks all 100 again (idempotent)

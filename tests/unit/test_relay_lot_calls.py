@@ -160,3 +160,32 @@ def test_calls_finishing_in_any_order_at_any_step_bring_every_record_back_once_i
             break
     assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))
     assert offsets_in_redis(w, "b", b_ids) == list(range(len(b_ids)))
+
+
+def test_a_stopping_relay_waits_for_a_stuck_call_only_briefly_and_commits_nothing_past_it() -> None:
+    w, _lot, relay, held = held_relay()
+    w.engine.set_config("a", paused=True)
+    w.add(10, queue="a", partition=0)
+    for _ in range(3):
+        relay.step()
+    assert held.waiting  # the park never finishes (a lot that stopped answering)
+    relay.stop()  # returns: 0.5 s at most for the lot
+    assert relay.report.parked == 0 and w.source.committed_offsets.get(0, 0) == 0
+
+
+def test_a_lane_of_many_records_parks_in_calls_of_at_most_park_call_max() -> None:
+    w, lot, relay, held = held_relay(park_call_max=7, max_pending=100, batch=40)
+    sizes: list[int] = []
+    park = lot.park
+
+    def counted(queue: str, partition: int, records: Any, **kwargs: Any) -> None:
+        sizes.append(len(records))
+        park(queue, partition, records, **kwargs)
+
+    lot.park = counted  # type: ignore[method-assign]
+    w.engine.set_config("a", paused=True)
+    w.add(30, queue="a", partition=0)
+    for _ in range(8):
+        held.finish()
+        relay.step()
+    assert lot.count("a") == 30 and sizes == [7, 7, 7, 7, 2]

@@ -30,6 +30,9 @@ class RelayConfig:
     delay_horizon_ms: int = 900_000
     # ... and the lot's calls run on this many threads, off the step (0: in the step; relay/lot_calls.py)
     park_threads: int = 8
+    # ... each park call taking at most this many of a lane's records (short calls: a relay that
+    # stops waits for the calls in flight only briefly)
+    park_call_max: int = 500
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
     # ... and a queue whose new jobs were left to workers waiting for work: if those have just
     # left (their linger over), its jobs get workers within this, not at the next maintenance

@@ -84,7 +84,7 @@ class DelayLanes:
             for queue, lane in owned.delays.items():
                 key = ("delay", owned.number, queue)
                 if lane.out and not self.calls.busy(key):
-                    records = [self.parked_record(r, job) for r, job in lane.out]
+                    records = [self.parked_record(r, job) for r, job in lane.out[:self.config.park_call_max]]
                     self.calls.submit(key, partial(self.lot.park, queue, owned.number, records,
                                                    mark=not lane.marked, delay=True),
                                       partial(self._parked, owned, queue, lane, records))

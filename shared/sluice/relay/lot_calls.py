@@ -18,6 +18,7 @@ buffer, whose fetching pauses at ``max_pending``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -83,19 +84,28 @@ class LotCalls:
             n += 1
         return n
 
-    def settle(self) -> None:
-        """Wait for every call in flight and apply what it did (``Relay.stop``, before the last
-        commit: records parked by then are committed past). A bug a ``then`` raises is logged."""
+    def settle(self, wait_s: float | None = None) -> None:
+        """Wait for the calls in flight (up to ``wait_s``; None: all of them) and apply what they did
+        (``Relay.stop``, before the last commit: records parked by then are committed past). A call
+        still out after that is abandoned: its records were never committed past, so the next owner
+        takes them from Kafka again (a park is an idempotent put). A bug a ``then`` raises is logged."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
         while self._flying:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                log.warning("%d parking lot calls still in flight at the relay's stop: abandoned",
+                            len(self._flying))
+                self._flying.clear()
+                return
             try:
-                self.collect(wait_s=None)
+                self.collect(wait_s=left)
             except Exception:  # the relay is stopping: its partitions are given back either way
                 log.exception("a parking lot call's outcome could not be applied")
 
-    def close(self) -> None:
-        self.settle()
+    def close(self, wait_s: float | None = None) -> None:
+        self.settle(wait_s)
         if isinstance(self.executor, ThreadPoolExecutor) and self.threads:
-            self.executor.shutdown(wait=True)
+            self.executor.shutdown(wait=False)  # an abandoned call finishes on its own
             self.executor = None
 
     def _pool(self) -> Executor | None:

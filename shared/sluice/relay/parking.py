@@ -54,7 +54,8 @@ from sluice.relay.state import DelayLane, Lane, OwnedPartition, RelayReport
 log = logging.getLogger("sluice.relay")
 SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
 SLOW_SWEEP: Final = 60  # a waiting lane is swept every 60th maintenance (5 min at maintenance_s 5)
-IO_THREADS: Final = 8  # the lot's calls of one turn in flight at once
+IO_THREADS: Final = 8  # the delay lanes' reads of one turn in flight at once
+STOP_WAIT_S: Final = 0.5  # how long a stopping relay waits for the lot's calls in flight
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -143,7 +144,7 @@ class Parking:
             for queue, lane in owned.lanes.items():
                 key = ("lane", owned.number, queue)
                 if lane.out and not calls.busy(key):
-                    records = [parked_record(r, job) for r, job in lane.out]
+                    records = [parked_record(r, job) for r, job in lane.out[:self.config.park_call_max]]
                     calls.submit(key, partial(self.lot.park, queue, owned.number, records,
                                               mark=not lane.marked),
                                  partial(self._parked, owned, queue, lane, records))
@@ -313,11 +314,14 @@ class Parking:
         self._sweeping = self._sweeper.submit(self._sweep_all, lanes)
 
     def close(self) -> None:
-        """Wait for a sweep in flight (``Relay.stop``)."""
+        """``Relay.stop``: apply the lot calls that finish within ``STOP_WAIT_S`` and abandon the rest
+        (``LotCalls.settle``), and leave a sweep in flight to finish on its own (it only deletes
+        records of final jobs): a stop that waited for them could outlast the invocation's timeout,
+        and a relay killed there commits nothing at all."""
         if self._sweeper is not None:
-            self._sweeper.shutdown(wait=True)
+            self._sweeper.shutdown(wait=False)
             self._sweeper, self._sweeping = None, None
-        self.calls.close()
+        self.calls.close(STOP_WAIT_S)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Final
 
 from sluice.backends.dynamodb.errors import translated
@@ -29,6 +30,7 @@ from sluice.core.ports import DELAY_MARKER, ParkedRecord
 
 BATCH: Final = 25  # BatchWriteItem's most
 UNPROCESSED_TRIES: Final = 5
+CONCURRENT_BATCHES: Final = 4  # a lane's park of hundreds of records: its BatchWriteItems a few at once
 TTL_MARGIN_MS: Final = 2 * DAY_MS  # the backstop: only past the life bound and the relay's sweep
 MARKER_PREFIX: Final = "~parked#"
 
@@ -76,6 +78,7 @@ class DynamoParkingLot:
 
     def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep) -> None:
         self.client, self.table, self._sleep = client, table_name, sleep
+        self._pool: ThreadPoolExecutor | None = None
 
     def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True,
              delay: bool = False) -> None:
@@ -141,18 +144,30 @@ class DynamoParkingLot:
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _batch(self, queue: str, requests: list[dict[str, Any]]) -> None:
-        """BatchWriteItem in 25s, sending back what DynamoDB left unprocessed (throttled) a few
-        times before giving up: ``BackendUnavailable`` (the relay tries again at its next turn)."""
-        for i in range(0, len(requests), BATCH):
-            pending: list[dict[str, Any]] = requests[i:i + BATCH]
-            for attempt in range(UNPROCESSED_TRIES):
-                with translated(f"batch_write_item {self.table}"):
-                    left = self.client.batch_write_item(RequestItems={self.table: pending}).get(
-                        "UnprocessedItems", {})
-                pending = left.get(self.table, [])
-                if not pending:
-                    break
-                self._sleep(0.05 * 2**attempt)
-            else:
-                raise BackendUnavailable(f"batch_write_item {self.table}: {len(pending)} writes of queue "
-                                         f"{queue!r} left unprocessed", operation="batch_write_item")
+        """BatchWriteItem in 25s, ``CONCURRENT_BATCHES`` at once (a held queue's flood is parked at
+        the rate it comes only if its writes overlap), each sending back what DynamoDB left
+        unprocessed (throttled) a few times before giving up: ``BackendUnavailable`` (the relay
+        tries again at its next turn: the puts and deletes are idempotent)."""
+        chunks = [requests[i:i + BATCH] for i in range(0, len(requests), BATCH)]
+        if len(chunks) <= 1:
+            for chunk in chunks:
+                self._write(queue, chunk)
+            return
+        if self._pool is None:  # boto3 clients are thread-safe
+            self._pool = ThreadPoolExecutor(max_workers=CONCURRENT_BATCHES, thread_name_prefix="sluice-lot")
+        sent = [self._pool.submit(self._write, queue, chunk) for chunk in chunks]
+        wait(sent)  # every batch has landed or failed before the caller hears of either
+        for done in sent:
+            done.result()  # the first error: the caller tries the whole park again (idempotent puts)
+
+    def _write(self, queue: str, pending: list[dict[str, Any]]) -> None:
+        for attempt in range(UNPROCESSED_TRIES):
+            with translated(f"batch_write_item {self.table}"):
+                left = self.client.batch_write_item(RequestItems={self.table: pending}).get(
+                    "UnprocessedItems", {})
+            pending = left.get(self.table, [])
+            if not pending:
+                return
+            self._sleep(0.05 * 2**attempt)
+        raise BackendUnavailable(f"batch_write_item {self.table}: {len(pending)} writes of queue "
+                                 f"{queue!r} left unprocessed", operation="batch_write_item")
