@@ -48,6 +48,12 @@ class NoServers:
     def restart_broker(self) -> None:
         raise AssertionError("not in this test")
 
+    def flush_registry_shard(self) -> str:
+        raise AssertionError("not in this test")
+
+    def rotate_job_id_key(self) -> str:
+        raise AssertionError("not in this test")
+
 
 @pytest.fixture
 def child() -> Iterator[subprocess.Popen[bytes]]:
@@ -194,3 +200,31 @@ def test_a_shard_restart_restarts_the_shard_it_names_only(tmp_path: Path) -> Non
     nem.inject(Fault(2.0, "restart_redis_shard", "redis-shard0"))
     assert servers.restarted == [2, 0]
     assert nem.injected["restart_redis_shard"] == 2
+
+
+class RegistryServers(NoServers):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def flush_registry_shard(self) -> str:
+        self.calls.append("flush")
+        return "flushall shard 1 of 3"
+
+    def rotate_job_id_key(self) -> str:
+        self.calls.append("rotate")
+        return "new key id 7"
+
+
+def test_a_registry_flush_and_a_key_rotation_reach_the_servers_and_say_what_they_did(tmp_path: Path) -> None:
+    h = history.History(tmp_path / "h.jsonl")
+    servers = RegistryServers()
+    nem = Nemesis([], Targets(None), servers, h, tmp_path)
+    nem.inject(Fault(1.0, "flush_registry_shard", "redis-registry"))
+    nem.inject(Fault(2.0, "rotate_job_id_key", "job-id-key"))
+    assert servers.calls == ["flush", "rotate"]
+    assert nem.injected == {"flush_registry_shard": 1, "rotate_job_id_key": 1}
+    faults = [(e["kind"], e["phase"], e.get("detail")) for e in history.read(tmp_path / "h.jsonl")
+              if e.get("op") == "fault"]
+    assert faults == [("flush_registry_shard", "injected", None),
+                      ("flush_registry_shard", "done", "flushall shard 1 of 3"),
+                      ("rotate_job_id_key", "injected", None), ("rotate_job_id_key", "done", "new key id 7")]

@@ -32,9 +32,9 @@ from sluice.backends.aws.family_gateway import LambdaFamilyGateway
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.families import Countdown
-from sluice.entry import root as wiring
 from sluice_dev.chaos.app import QUEUE, TENANT, Control, kill_after_push, record_relay, worker_app
 from sluice_dev.chaos.families import expected_result
+from sluice_dev.chaos.keys import minting, parent_key
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import open_history, record
 
@@ -55,11 +55,11 @@ def in_process_family_gateway(s: Any) -> LambdaFamilyGateway:
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.backends.redis.queue import RedisJobQueue
     from sluice.entry.gateway import Gateway
-    from sluice.gateway.api import Api, Backends, IdMinting
+    from sluice.gateway.api import Api, Backends
 
     store = DynamoJobStore.from_settings(s)
     gateway = Gateway(Api(Backends(KafkaJobLog.from_settings(s), store, RedisJobQueue.from_settings(s),
-                                   EventBus(), families=store.families), IdMinting(wiring.job_id_key(s))))
+                                   EventBus(), families=store.families), minting(s)))
     return LambdaFamilyGateway(lambda event: gateway(event, None))
 
 
@@ -73,7 +73,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
     logger: Any = logging.getLogger(f"sluice_dev.chaos.{cfg['name']}")
-    app = worker_app(lambda: history, lambda: control, family_key=lambda: wiring.job_id_key(s))
+    app = worker_app(lambda: history, lambda: control, family_key=lambda parent: parent_key(parent, s))
     record(app.events, cfg["history"])  # after the nemesis's fault points, on the same bus
     store = DynamoJobStore.from_settings(s)
     worker = app.bind(

@@ -117,6 +117,11 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
 @click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Above 1: run on a local Redis cluster of that many masters; the nemesis then also "
                    "restarts one shard at a time with its data lost.")
+@click.option("--add-fault", "add_faults", multiple=True,
+              type=click.Choice(["flush_registry_shard", "rotate_job_id_key", "all"]),
+              help="Fault kinds planned only when asked for (repeatable; all: both): flush_registry_shard "
+                   "loses the queue registry's Redis cache (on a cluster its whole shard), rotate_job_id_key "
+                   "rotates the job id key in Secrets Manager. A seed's plan without them is unchanged.")
 @click.option("--tenant-flood", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               help="Above 0: the tenant nemesis: one tenant pauses its own queue, floods it with this many "
                    "jobs (50,000 is ten times the relay's old hold limit), delays jobs 7 days ahead, goes "
@@ -132,18 +137,19 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
               help="Where the history and logs go (default .sluice_dev/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
 def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
-          operator: bool, drain_timeout: float | None, redis_shards: int, tenant_flood: int, tenant_far: int,
-          tenant_hold: str,
+          operator: bool, drain_timeout: float | None, redis_shards: int, add_faults: tuple[str, ...],
+          tenant_flood: int, tenant_far: int, tenant_hold: str,
           relay_max_pending: int | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
-    from sluice_dev.chaos import runner, tenant
+    from sluice_dev.chaos import nemesis, runner, tenant
 
     rate_at = None if tenant_hold == "pause" else 0.5
     plan = tenant.TenantPlan(flood=tenant_flood, far=tenant_far, rate_at=rate_at) if tenant_flood else None
     options = runner.Options(jobs=jobs, duration_s=duration, seed=seed, workers=workers, runtime=runtime,
                              faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
                              state_dir=state_dir, redis_shards=redis_shards, tenant=plan,
-                             relay_max_pending=relay_max_pending)
+                             relay_max_pending=relay_max_pending,
+                             extra_faults=nemesis.EXTRA_KINDS if "all" in add_faults else add_faults)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:

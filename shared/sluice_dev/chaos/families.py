@@ -59,15 +59,16 @@ def expected_then(parent: dict[str, Any]) -> dict[str, str]:
     return then_result(int(parent["i"]), kids)
 
 
-def start(job: Any, ctx: Any, queue: str, key: Callable[[], bytes], emit: Callable[..., None]) -> None:
-    """The parent's part: name the family in the history, then ask the gateway for it."""
+def start(job: Any, ctx: Any, queue: str, key: Callable[[str], bytes], emit: Callable[..., None]) -> None:
+    """The parent's part: name the family in the history, then ask the gateway for it. ``key``: the
+    key that signed a parent id (``chaos.keys.parent_key``), with which the gateway derives."""
     from sluice.core import ids
     from sluice_dev.chaos.history import digest
 
     p = job.payload
     n, lease = int(p["family"]), int(p.get("lease_seconds", 30))
     kids = [child_payload(p, c) for c in range(n)]
-    k = key()
+    k = key(job.job_id)
     child_ids = [ids.derive(job.job_id, queue, f"c{c}", k) for c in range(n)]
     then_id = ids.derive(job.job_id, queue, ids.CONTINUATION_PREFIX + "then", k)
     expects = {cid: digest(expected_result(kp)) for cid, kp in zip(child_ids, kids, strict=True)}

@@ -27,6 +27,17 @@ Kinds:
   ahead or behind) away from the machine's, Redis's included, for ``hold_s`` (5-15 s),
   then back (``chaos.skew``: written to ``control/<stem>-clock.json``, which each relay
   process follows).
+
+Two more kinds, planned only when asked for (``extra``; ``sluice chaos --add-fault``), so a
+seed's plan without them is what it always was:
+- ``flush_registry_shard``: the registry's Redis cache is lost, nothing else. On a cluster, the
+  master holding ``sluice:queues`` (and its companions, same slot) loses all its data (FLUSHALL,
+  no restart: its ACL users stay), the other shards keep theirs; on one node, the registry's keys
+  only are deleted. Relay maintenance must still reach every queue (issue 29, item 3);
+- ``rotate_job_id_key``: the job id key is rotated in Secrets Manager as an operator (or the
+  rotation schedule) does: a new AWSCURRENT, the old one AWSPREVIOUS; the functions pick the new
+  key up on the first id that names it, the workload mints with it from then on, and ids minted
+  before keep verifying (``sluice.core.ids``).
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ WEIGHTS = {"kill_worker_mid_job": 4, "kill_worker_before_ack": 4, "pause_worker"
            "pause_worker_before_write": 3, "kill_relay_after_push": 2, "restart_redis": 1,
            "restart_broker": 1, "skew_relay_clock": 1}
 SHARD_KIND, SHARD_WEIGHT = "restart_redis_shard", 1  # planned only on a cluster: plans for one node unchanged
+REGISTRY_KIND, ROTATE_KIND = "flush_registry_shard", "rotate_job_id_key"
+EXTRA_WEIGHTS = {REGISTRY_KIND: 1, ROTATE_KIND: 1}  # planned only when asked for: other plans unchanged
+EXTRA_KINDS = tuple(EXTRA_WEIGHTS)
+TARGETS = {"restart_redis": "redis", "restart_broker": "broker", REGISTRY_KIND: "redis-registry",
+           ROTATE_KIND: "job-id-key"}
 ARMED = {"kill_worker_mid_job", "kill_worker_before_ack", "kill_relay_after_push"}
 PAUSES = {"pause_worker", "pause_worker_before_write"}
 
@@ -69,10 +85,17 @@ class Fault:
 
 
 def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, workers: int, relays: int,
-         start_s: float = 3.0, tail_s: float = 5.0, shards: int = 1) -> list[Fault]:
+         start_s: float = 3.0, tail_s: float = 5.0, shards: int = 1,
+         extra: tuple[str, ...] = ()) -> list[Fault]:
+    """``extra``: kinds of ``EXTRA_KINDS`` to plan too (each at least once, like every kind)."""
+    unknown = set(extra) - set(EXTRA_KINDS)
+    if unknown:
+        raise ValueError(f"unknown extra fault kinds {sorted(unknown)} (known: {', '.join(EXTRA_KINDS)})")
     rng = random.Random(seed)
-    weights = dict(WEIGHTS) | ({SHARD_KIND: SHARD_WEIGHT} if shards > 1 else {})
-    first = list(KINDS) + ([SHARD_KIND] if shards > 1 else [])
+    added = [k for k in EXTRA_KINDS if k in extra]  # in a fixed order: the plan must not hang on extra's
+    weights = (dict(WEIGHTS) | ({SHARD_KIND: SHARD_WEIGHT} if shards > 1 else {})
+               | {k: EXTRA_WEIGHTS[k] for k in added})
+    first = list(KINDS) + ([SHARD_KIND] if shards > 1 else []) + added
     rng.shuffle(first)
     faults: list[Fault] = []
     t = start_s
@@ -81,12 +104,10 @@ def plan(seed: int, duration_s: float, *, interval_s: float, lease_s: float, wor
         offset = 0.0
         if kind in ("kill_relay_after_push", "skew_relay_clock"):
             target = f"r{rng.randrange(relays)}"
-        elif kind == "restart_redis":
-            target = "redis"
+        elif kind in TARGETS:
+            target = TARGETS[kind]
         elif kind == SHARD_KIND:
             target = f"redis-shard{rng.randrange(shards)}"
-        elif kind == "restart_broker":
-            target = "broker"
         else:
             target = f"w{rng.randrange(workers)}"
         hold = rng.uniform(1.0, 3.0) * lease_s if kind in PAUSES else 0.0
@@ -113,6 +134,14 @@ class Servers(Protocol):
     def restart_redis(self) -> None: ...
     def restart_redis_shard(self, index: int) -> None: ...
     def restart_broker(self) -> None: ...
+
+    def flush_registry_shard(self) -> str:
+        """Lose the registry's Redis cache (module docs); says what was flushed, for the history."""
+        ...
+
+    def rotate_job_id_key(self) -> str:
+        """Rotate the job id key; says the new key's id (``sluice.core.ids.key_id``)."""
+        ...
 
 
 def send(pid: int, sig: int) -> bool:
@@ -166,6 +195,10 @@ class Nemesis:
             self.servers.restart_redis_shard(int(f.target.removeprefix("redis-shard")))
         elif f.kind == "restart_broker":
             self.servers.restart_broker()
+        elif f.kind in (REGISTRY_KIND, ROTATE_KIND):
+            done = (self.servers.flush_registry_shard() if f.kind == REGISTRY_KIND
+                    else self.servers.rotate_job_id_key())
+            self.history.emit("fault", kind=f.kind, target=f.target, phase="done", detail=done)
         elif f.kind == "skew_relay_clock":
             self._skew(f)
 

@@ -83,6 +83,8 @@ class Ops:
         if op == "fault":
             if kind in ("restart_redis", "restart_redis_shard") and e.get("phase", "injected") == "injected":
                 self.redis_restarts.append(float(e.get("t1", 0)))
+            elif kind == "flush_registry_shard" and str(e.get("detail", "")).startswith("flushall"):
+                self.redis_restarts.append(float(e.get("t1", 0)))  # a cluster shard lost all its data
         elif op == "push":
             if e.get("outcome") == "ok" and int(e.get("pushed", 0)) > 0:
                 self.pushes.append((float(e.get("t0", 0)), e.get("queue"),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.chaos import checker, completions, history, nemesis, operator, runtimes, tenant
+from sluice_dev.chaos import checker, completions, history, keys, nemesis, operator, runtimes, tenant
 from sluice_dev.chaos.app import QUEUE
 from sluice_dev.chaos.workload import Enqueuer
 
@@ -54,6 +54,7 @@ class Options:
     tenant: tenant.TenantPlan | None = None  # the tenant nemesis (chaos.tenant): one tenant holds its queue
     relay_max_pending: int | None = None  # the relay's per-partition hold limit (Settings.relay_max_pending)
     drain_tenant: bool = True  # False: the run ends once the others drained (benchmarks/bench_tenant.py)
+    extra_faults: tuple[str, ...] = ()  # nemesis.EXTRA_KINDS to plan too (--add-fault)
 
 
 @dataclass
@@ -172,7 +173,7 @@ class Run:
                 f"{runtime.describe()}; history {self.history_path}")
             faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
                                   workers=o.workers, relays=o.relays,
-                                  shards=o.redis_shards) if o.faults else []
+                                  shards=o.redis_shards, extra=o.extra_faults) if o.faults else []
             for f in faults:
                 self.history.emit("plan", **f.as_dict())
             actions = (operator.plan(o.seed, o.duration_s, interval_s=o.operator_interval_s)
@@ -217,24 +218,25 @@ class Run:
         from sluice.backends.redis.queue import RedisJobQueue
         from sluice.core.bus import EventBus
         from sluice.entry import root as wiring
-        from sluice.gateway.api import Api, Backends, IdMinting
+        from sluice.gateway.api import Api, Backends
 
         o, say = self.o, self.say
         job_log = KafkaJobLog.from_settings(settings)
         store = DynamoJobStore.from_settings(settings)
         api = Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
                            families=store.families),
-                  IdMinting(wiring.job_id_key(settings)))  # the stack made one; Enqueuer names jobs itself
+                  keys.minting(settings))  # the stack made one; Enqueuer names jobs itself
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
                             mint_key=wiring.job_id_key(settings),  # the relay verifies ids and seals
                             family_key=wiring.job_id_key(settings) if o.families else None)
         stop, abort = threading.Event(), threading.Event()
-        nem = nemesis.Nemesis(faults, runtime, runtime, self.history, self.dir / "control")
+        nem = nemesis.Nemesis(faults, runtime, _Servers(runtime, lambda key: self._rotated(enqueuer, key)),
+                              self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
         op_engine, op_store = RedisJobQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
         op_api = Api(Backends(job_log, op_store, op_engine, EventBus(), families=op_store.families),
-                     IdMinting(wiring.job_id_key(settings)))
+                     keys.minting(settings))
         person = operator.Operator(actions, op_api, op_engine, op_store, QUEUE, self.history, enqueuer.recent,
                                    running=operator.Running(self.history_path), log=job_log)
         workload = threading.Thread(target=enqueuer.run, args=(abort,), name="chaos-workload", daemon=True)
@@ -275,19 +277,28 @@ class Run:
         job_log.close()
         say(f"{enqueuer.accepted} jobs accepted ({enqueuer.unknown} enqueues of unknown outcome, retried)")
 
+    def _rotated(self, enqueuer: Enqueuer, key: bytes) -> None:
+        """The nemesis rotated the job id key: the workload mints with the new one from now on, as
+        the deployment's gateways do once they read it (ids minted before keep verifying)."""
+        enqueuer.mint_key = key
+        if enqueuer.family_key is not None:
+            enqueuer.family_key = key
+        if self.tenant is not None:
+            self.tenant.mint_key = key
+
     def _tenant(self, settings: Any, job_log: Any, stop: threading.Event) -> threading.Thread | None:
         """The tenant nemesis (``chaos.tenant``), on its own gateway use case and Redis client."""
         from sluice.backends.dynamodb.jobs import DynamoJobStore
         from sluice.backends.redis.queue import RedisJobQueue
         from sluice.core.bus import EventBus
         from sluice.entry import root as wiring
-        from sluice.gateway.api import Api, Backends, IdMinting
+        from sluice.gateway.api import Api, Backends
 
         if self.o.tenant is None:
             return None
         store, engine = DynamoJobStore.from_settings(settings), RedisJobQueue.from_settings(settings)
         api = Api(Backends(job_log, store, engine, EventBus(), families=store.families),
-                  IdMinting(wiring.job_id_key(settings)))
+                  keys.minting(settings))
         self.tenant = tenant.Tenant(self.o.tenant, api, engine, self.history, self.o.seed,
                                     mint_key=wiring.job_id_key(settings), window_s=self.o.duration_s)
         result = self.tenant_result
@@ -368,6 +379,32 @@ class Run:
             say(f"drained: every accepted job{' of the others' if others_only else ''} is final after "
                 f"{time.monotonic() - started:.0f}s")
         return not waiting
+
+
+class _Servers:
+    """The runtime's servers for the nemesis; a key rotation also tells the run (``rotated``)."""
+
+    def __init__(self, runtime: runtimes.Runtime, rotated: Callable[[bytes], None]) -> None:
+        self.runtime, self.rotated = runtime, rotated
+
+    def restart_redis(self) -> None:
+        self.runtime.restart_redis()
+
+    def restart_redis_shard(self, index: int) -> None:
+        self.runtime.restart_redis_shard(index)
+
+    def restart_broker(self) -> None:
+        self.runtime.restart_broker()
+
+    def flush_registry_shard(self) -> str:
+        return self.runtime.flush_registry_shard()
+
+    def rotate_job_id_key(self) -> str:
+        from sluice.core.ids import key_id
+
+        key = self.runtime.rotate_job_id_key()
+        self.rotated(key)
+        return f"new key id {key_id(key)}"
 
 
 class _Progress:

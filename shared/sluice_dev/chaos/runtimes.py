@@ -44,6 +44,8 @@ class Runtime(Protocol):
     def restart_redis(self) -> None: ...
     def restart_redis_shard(self, index: int) -> None: ...
     def restart_broker(self) -> None: ...
+    def flush_registry_shard(self) -> str: ...
+    def rotate_job_id_key(self) -> bytes: ...
     def activity(self) -> str: ...
     def stop_agents(self) -> dict[str, int]: ...
     def stop(self) -> None: ...
@@ -55,6 +57,13 @@ def make(name: str, options: Any, run_dir: Path, history: History) -> Runtime:
     if name == "process":
         return ProcessRuntime(options, run_dir, history)
     raise ValueError(f"unknown chaos runtime {name!r} (lambda or process)")
+
+
+def rotates(o: Any) -> bool:
+    """Whether the run's nemesis may rotate the job id key: then the key lives in Secrets Manager."""
+    from sluice_dev.chaos.nemesis import ROTATE_KIND
+
+    return ROTATE_KIND in getattr(o, "extra_faults", ()) and bool(getattr(o, "faults", True))
 
 
 # -- Lambda --------------------------------------------------------------------------------------------
@@ -91,7 +100,8 @@ class LambdaRuntime:
                              relay_every_s=self.RELAY_EVERY_S, relay_timeout_s=self.RELAY_TIMEOUT_S,
                              safety_net_every_s=self.SAFETY_NET_EVERY_S, gateway_concurrency=1,
                              warm_workers=o.workers, history=False, log_level="WARNING", settings=overrides,
-                             redis_shards=o.redis_shards, follow_events=False)
+                             redis_shards=o.redis_shards, follow_events=False,
+                             job_id_key_secret=rotates(o))
         self.dev = DevStack(options)
         self.dev.start(progress=lambda m: say(f"  {m}"))
         self.dev.lambdas.on_finish = self._finished
@@ -147,6 +157,14 @@ class LambdaRuntime:
 
     def restart_broker(self) -> None:
         self.dev.stack.restart_broker()
+
+    def flush_registry_shard(self) -> str:
+        return str(self.dev.stack.flush_registry_shard())
+
+    def rotate_job_id_key(self) -> bytes:
+        from sluice_dev.local.job_id_secret import rotate
+
+        return rotate(self.dev.settings)
 
     def counts(self) -> dict[str, int]:
         lambdas = self.dev.lambdas if self.dev is not None else None
@@ -233,11 +251,17 @@ class ProcessRuntime:
         self.o, self.dir, self.history = o, run_dir, history
         self.stack = Stack(state_dir=run_dir / "stack", redis_shards=o.redis_shards)
         self.supervisor: Supervisor | None = None
+        self.settings: Any = None
 
     def start(self, base: Any, say: Say) -> Any:
         from sluice.backends.dynamodb import tables
 
         settings = self.stack.start_servers(base)
+        if rotates(self.o):  # the key in Secrets Manager, where it can rotate (local.job_id_secret)
+            from sluice_dev.local.job_id_secret import key_in_secrets_manager
+
+            settings = key_in_secrets_manager(settings)
+        self.settings = settings
         tables.ensure_all(settings)
         create_topics(settings, self.o.partitions)
         names = [f"w{i}" for i in range(self.o.workers)] + [f"r{i}" for i in range(self.o.relays)]
@@ -275,6 +299,15 @@ class ProcessRuntime:
 
     def restart_broker(self) -> None:
         self.stack.restart_broker()
+
+    def flush_registry_shard(self) -> str:
+        return self.stack.flush_registry_shard()
+
+    def rotate_job_id_key(self) -> bytes:
+        from sluice_dev.local.job_id_secret import rotate
+
+        assert self.settings is not None
+        return rotate(self.settings)
 
     def activity(self) -> str:
         return f"respawns={self.supervisor.respawns if self.supervisor else 0}"

@@ -59,6 +59,17 @@ class Cluster:
             with _client(s.port) as c:
                 c.flushall()
 
+    def owner(self, key: str) -> int:
+        """The index of the master whose slots (``ranges``, assigned at the start) hold ``key``."""
+        with _client(self.nodes[0].port) as c:
+            slot = int(c.execute_command("CLUSTER", "KEYSLOT", key))
+        return next(i for i, (first, last) in enumerate(self.ranges) if first <= slot <= last)
+
+    def flush(self, index: int) -> None:
+        """Node ``index`` loses all its data (FLUSHALL), not restarted: its id, slots and users stay."""
+        with _client(self.nodes[index].port) as c:
+            c.flushall()
+
     def restart(self, index: int, timeout: float = 20.0) -> None:
         """Kill node ``index`` (SIGKILL) and start it again on its port: same id and slots, no data."""
         old = self.nodes[index]

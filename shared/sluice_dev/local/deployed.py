@@ -54,7 +54,9 @@ BINDINGS: dict[str, str] = {
     "SLUICE_REDIS_USERNAME": "the function's own ACL user on the local redis-server (its ElastiCache user in "
                              "AWS, whose name its secret holds; sluice_dev.local.redis_users)",
     "SLUICE_REDIS_PASSWORD": "that user's password, new at every start (its secret in AWS)",
-    "SLUICE_JOB_ID_SECRET_ARN": "dropped: the key is given as SLUICE_JOB_ID_SECRET (no Secrets Manager)",
+    "SLUICE_JOB_ID_SECRET_ARN": "dropped: the key is given as SLUICE_JOB_ID_SECRET; or, with "
+                                "DevOptions.job_id_key_secret, the key's secret on the moto server "
+                                "(sluice chaos rotates it; local.job_id_secret)",
     "SLUICE_JOB_ID_SECRET": "the stack's job id key, in place of SLUICE_JOB_ID_SECRET_ARN",
     "SLUICE_AWS_ENDPOINT_URL": "the moto server (DynamoDB, S3)",
     "SLUICE_LAMBDA_ENDPOINT_URL": "the local Lambda service's Invoke API",
@@ -66,7 +68,7 @@ BINDINGS: dict[str, str] = {
 OWN = ("SLUICE_REDIS_USERNAME", "SLUICE_REDIS_PASSWORD")
 # The bindings every local function gets, whatever its template environment says.
 LOCAL_ONLY = ("SLUICE_AWS_ENDPOINT_URL", "SLUICE_LAMBDA_ENDPOINT_URL", "SLUICE_HISTORY_PATH",
-              "SLUICE_EXAMPLES_SINK_URL", "SLUICE_JOB_ID_SECRET")
+              "SLUICE_EXAMPLES_SINK_URL", "SLUICE_JOB_ID_SECRET", "SLUICE_JOB_ID_SECRET_ARN")
 
 
 @dataclass(frozen=True)

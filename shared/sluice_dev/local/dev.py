@@ -47,6 +47,7 @@ from sluice_dev.local import access as iam
 from sluice_dev.local import deployed, redis_users, servers
 from sluice_dev.local.api_server import LOCAL_OPERATOR
 from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
+from sluice_dev.local.job_id_secret import key_in_secrets_manager
 from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
 from sluice_dev.local.redis_users import LocalRedisUser
 from sluice_dev.local.sink import FencedSink
@@ -119,6 +120,9 @@ class DevOptions:
     # (Queue.attributes), so an unread queue makes each publish slower than the last.
     follow_events: bool = True
     log_level: str = "INFO"
+    # The job id key in the moto server's Secrets Manager (SLUICE_JOB_ID_SECRET_ARN, as deployed),
+    # not given as SLUICE_JOB_ID_SECRET: it can then rotate (``sluice chaos``'s rotate_job_id_key).
+    job_id_key_secret: bool = False
     settings: dict[str, Any] = field(default_factory=dict)  # Settings overrides, e.g. worker_batch
     relay_handler: str | None = None  # "module:function" in place of the relay's own (sluice chaos)
     why: str = "set by the caller"  # the reason printed beside the overrides above
@@ -251,6 +255,8 @@ class DevStack:
             self.stack.redis_users = list(self.redis_users.values())
             progress("starting redis, moto and the Kafka broker")
             s = self.stack.start_servers(base)
+            if o.job_id_key_secret:
+                s = key_in_secrets_manager(s)
             self.sink = FencedSink().start()
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
@@ -602,7 +608,8 @@ class DevStack:
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
         optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
                     "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,
-                    "SLUICE_JOB_ID_SECRET": s.job_id_secret.get_secret_value() if s.job_id_secret else None}
+                    "SLUICE_JOB_ID_SECRET": s.job_id_secret.get_secret_value() if s.job_id_secret else None,
+                    "SLUICE_JOB_ID_SECRET_ARN": s.job_id_secret_arn}
         return out | {k: v for k, v in optional.items() if v is not None}
 
     def changes(self, s: Settings) -> LocalChanges:

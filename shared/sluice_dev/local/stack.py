@@ -229,6 +229,22 @@ class Stack:
         self.cluster.restart(index % len(self.cluster.nodes))
         self._name_shards()
 
+    def flush_registry_shard(self) -> str:
+        """Lose the queue registry's Redis cache (the chaos fault ``flush_registry_shard``): on a
+        cluster, the master holding it loses all its data (the other shards keep theirs); on one
+        node, the registry's keys only. Says what it did."""
+        from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS
+
+        if self.cluster is not None:
+            index = self.cluster.owner(QUEUES_KEY)
+            self.cluster.flush(index)
+            return f"flushall shard {index} of {len(self.cluster.nodes)}"
+        import redis
+
+        with redis.Redis.from_url(self.servers["redis"].extra["url"], socket_timeout=5.0) as c:
+            deleted = int(c.delete(*REGISTRY_KEYS))
+        return f"deleted {deleted} of the registry's {len(REGISTRY_KEYS)} keys"
+
     def restart_redis(self) -> None:
         """Stop and start redis-server on the same port with its data lost (no persistence);
         on a cluster, every master."""
