@@ -122,6 +122,12 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
               help="Fault kinds planned only when asked for (repeatable; all: both): flush_registry_shard "
                    "loses the queue registry's Redis cache (on a cluster its whole shard), rotate_job_id_key "
                    "rotates the job id key in Secrets Manager. A seed's plan without them is unchanged.")
+@click.option("--only-fault", "only_faults", multiple=True,
+              type=click.Choice(["kill_worker_mid_job", "kill_worker_before_ack", "pause_worker",
+                                 "pause_worker_before_write", "kill_relay_after_push", "restart_redis",
+                                 "restart_broker", "skew_relay_clock", "restart_redis_shard",
+                                 "flush_registry_shard", "rotate_job_id_key"]),
+              help="Inject only the plan's faults of this kind (repeatable): the seed's plan, filtered.")
 @click.option("--tenant-flood", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               help="Above 0: the tenant nemesis: one tenant pauses its own queue, floods it with this many "
                    "jobs (50,000 is ten times the relay's old hold limit), delays jobs 7 days ahead, goes "
@@ -138,6 +144,7 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
 def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_faults: bool,
           operator: bool, drain_timeout: float | None, redis_shards: int, add_faults: tuple[str, ...],
+          only_faults: tuple[str, ...],
           tenant_flood: int, tenant_far: int, tenant_hold: str,
           relay_max_pending: int | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
@@ -149,7 +156,8 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
                              faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
                              state_dir=state_dir, redis_shards=redis_shards, tenant=plan,
                              relay_max_pending=relay_max_pending,
-                             extra_faults=nemesis.EXTRA_KINDS if "all" in add_faults else add_faults)
+                             extra_faults=nemesis.EXTRA_KINDS if "all" in add_faults else add_faults,
+                             only_faults=only_faults)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:

@@ -55,6 +55,7 @@ class Options:
     relay_max_pending: int | None = None  # the relay's per-partition hold limit (Settings.relay_max_pending)
     drain_tenant: bool = True  # False: the run ends once the others drained (benchmarks/bench_tenant.py)
     extra_faults: tuple[str, ...] = ()  # nemesis.EXTRA_KINDS to plan too (--add-fault)
+    only_faults: tuple[str, ...] = ()  # the plan's faults of these kinds only (--only-fault; () all)
 
 
 @dataclass
@@ -174,6 +175,7 @@ class Run:
             faults = nemesis.plan(o.seed, o.duration_s, interval_s=o.fault_interval_s, lease_s=o.lease_s,
                                   workers=o.workers, relays=o.relays,
                                   shards=o.redis_shards, extra=o.extra_faults) if o.faults else []
+            faults = [f for f in faults if not o.only_faults or f.kind in o.only_faults]
             for f in faults:
                 self.history.emit("plan", **f.as_dict())
             actions = (operator.plan(o.seed, o.duration_s, interval_s=o.operator_interval_s)
