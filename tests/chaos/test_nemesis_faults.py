@@ -185,11 +185,22 @@ def test_the_lambda_runtime_aims_at_running_busy_containers_of_the_targets_funct
 
 
 class ShardServers(NoServers):
+    """Records what the nemesis asked of the servers."""
+
     def __init__(self) -> None:
         self.restarted: list[int] = []
+        self.calls: list[str] = []
 
     def restart_redis_shard(self, index: int) -> None:
         self.restarted.append(index)
+
+    def flush_registry_shard(self) -> str:
+        self.calls.append("flush")
+        return "flushall shard 1 of 3"
+
+    def rotate_job_id_key(self) -> str:
+        self.calls.append("rotate")
+        return "new key id 7"
 
 
 def test_a_shard_restart_restarts_the_shard_it_names_only(tmp_path: Path) -> None:
@@ -202,23 +213,9 @@ def test_a_shard_restart_restarts_the_shard_it_names_only(tmp_path: Path) -> Non
     assert nem.injected["restart_redis_shard"] == 2
 
 
-class RegistryServers(NoServers):
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def flush_registry_shard(self) -> str:
-        self.calls.append("flush")
-        return "flushall shard 1 of 3"
-
-    def rotate_job_id_key(self) -> str:
-        self.calls.append("rotate")
-        return "new key id 7"
-
-
 def test_a_registry_flush_and_a_key_rotation_reach_the_servers_and_say_what_they_did(tmp_path: Path) -> None:
-    h = history.History(tmp_path / "h.jsonl")
-    servers = RegistryServers()
-    nem = Nemesis([], Targets(None), servers, h, tmp_path)
+    servers = ShardServers()
+    nem = Nemesis([], Targets(None), servers, history.History(tmp_path / "h.jsonl"), tmp_path)
     nem.inject(Fault(1.0, "flush_registry_shard", "redis-registry"))
     nem.inject(Fault(2.0, "rotate_job_id_key", "job-id-key"))
     assert servers.calls == ["flush", "rotate"]
