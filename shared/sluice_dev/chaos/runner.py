@@ -225,16 +225,19 @@ class Run:
         o, say = self.o, self.say
         job_log = KafkaJobLog.from_settings(settings)
         store = DynamoJobStore.from_settings(settings)
-        api = Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
-                           families=store.families),
-                  keys.minting(settings))  # the stack made one; Enqueuer names jobs itself
+
+        def gateway() -> Api:  # the workload's gateway: mints (Enqueuer names the ids) and seals
+            return Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
+                                families=store.families), keys.minting(settings))
+
+        api = gateway()
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
                             mint_key=wiring.job_id_key(settings),  # the relay verifies ids and seals
                             family_key=wiring.job_id_key(settings) if o.families else None)
         stop, abort = threading.Event(), threading.Event()
-        nem = nemesis.Nemesis(faults, runtime, _Servers(runtime, lambda key: self._rotated(enqueuer, key)),
-                              self.history, self.dir / "control")
+        servers = _Servers(runtime, lambda: self._rotated(settings, enqueuer, gateway))
+        nem = nemesis.Nemesis(faults, runtime, servers, self.history, self.dir / "control")
         # The operator's own gateway use case and Redis client, as a person at another terminal has.
         op_engine, op_store = RedisJobQueue.from_settings(settings), DynamoJobStore.from_settings(settings)
         op_api = Api(Backends(job_log, op_store, op_engine, EventBus(), families=op_store.families),
@@ -279,14 +282,19 @@ class Run:
         job_log.close()
         say(f"{enqueuer.accepted} jobs accepted ({enqueuer.unknown} enqueues of unknown outcome, retried)")
 
-    def _rotated(self, enqueuer: Enqueuer, key: bytes) -> None:
-        """The nemesis rotated the job id key: the workload mints with the new one from now on, as
-        the deployment's gateways do once they read it (ids minted before keep verifying)."""
+    def _rotated(self, settings: Any, enqueuer: Enqueuer, gateway: Callable[[], Any]) -> bytes:
+        """The nemesis rotated the job id key: the workload goes through a gateway that read the new
+        one (a container started since), which mints its ids and seals its records with it. The
+        operator's gateway and the tenant's keep the keys they read at the start, as warm
+        containers do until an id names a key they do not hold. Returns the new key."""
+        from sluice.entry import root as wiring
+
+        key, _previous = wiring.refresh_job_id_keys(settings)
+        enqueuer.use(gateway())
         enqueuer.mint_key = key
         if enqueuer.family_key is not None:
             enqueuer.family_key = key
-        if self.tenant is not None:
-            self.tenant.mint_key = key
+        return key
 
     def _tenant(self, settings: Any, job_log: Any, stop: threading.Event) -> threading.Thread | None:
         """The tenant nemesis (``chaos.tenant``), on its own gateway use case and Redis client."""
@@ -386,7 +394,7 @@ class Run:
 class _Servers:
     """The runtime's servers for the nemesis; a key rotation also tells the run (``rotated``)."""
 
-    def __init__(self, runtime: runtimes.Runtime, rotated: Callable[[bytes], None]) -> None:
+    def __init__(self, runtime: runtimes.Runtime, rotated: Callable[[], bytes]) -> None:
         self.runtime, self.rotated = runtime, rotated
 
     def restart_redis(self) -> None:
@@ -405,7 +413,8 @@ class _Servers:
         from sluice.core.ids import key_id
 
         key = self.runtime.rotate_job_id_key()
-        self.rotated(key)
+        if self.rotated() != key:
+            raise RuntimeError("the run read another key than the one the rotation wrote")
         return f"new key id {key_id(key)}"
 
 

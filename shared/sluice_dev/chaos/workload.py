@@ -62,7 +62,13 @@ class Enqueuer:
         self.unknown = 0
         self.done = threading.Event()
         self._ids: deque[str] = deque()
+        self.use(api)
+
+    def use(self, api: Any) -> None:
+        """Enqueue through ``api`` from the next batch on: after a key rotation, a gateway holding the
+        new key, which seals each record with the key it mints with (``chaos.runner``)."""
         api.new_id = lambda _now_ms: self._ids.popleft()  # the use case's id hook
+        self.api = api
 
     def _name(self, indices: list[int], attempt: int) -> list[str]:
         """``s<seed>-<index>-<try>``; or, with ``mint_key``, ids minted as the gateway mints them
