@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-LONGEST_FIRST = ("test_tenant", "test_chaos_short", "test_chaos_process", "test_chaos_operator")
+LONGEST_FIRST = ("test_tenant", "test_chaos_short", "test_chaos_registry_rotation", "test_chaos_process",
+                 "test_chaos_operator")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
