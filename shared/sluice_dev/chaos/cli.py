@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from sluice.core.errors import SluiceError
+from sluice_dev.chaos.nemesis import EXTRA_KINDS, KINDS, SHARD_KIND
 
 
 def _fail(message: str) -> None:
@@ -118,15 +119,12 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
               help="Above 1: run on a local Redis cluster of that many masters; the nemesis then also "
                    "restarts one shard at a time with its data lost.")
 @click.option("--add-fault", "add_faults", multiple=True,
-              type=click.Choice(["flush_registry_shard", "rotate_job_id_key", "all"]),
+              type=click.Choice([*EXTRA_KINDS, "all"]),
               help="Fault kinds planned only when asked for (repeatable; all: both): flush_registry_shard "
                    "loses the queue registry's Redis cache (on a cluster its whole shard), rotate_job_id_key "
                    "rotates the job id key in Secrets Manager. A seed's plan without them is unchanged.")
 @click.option("--only-fault", "only_faults", multiple=True,
-              type=click.Choice(["kill_worker_mid_job", "kill_worker_before_ack", "pause_worker",
-                                 "pause_worker_before_write", "kill_relay_after_push", "restart_redis",
-                                 "restart_broker", "skew_relay_clock", "restart_redis_shard",
-                                 "flush_registry_shard", "rotate_job_id_key"]),
+              type=click.Choice([*KINDS, SHARD_KIND, *EXTRA_KINDS]),
               help="Inject only the plan's faults of this kind (repeatable): the seed's plan, filtered.")
 @click.option("--tenant-flood", type=click.IntRange(0, 1_000_000), default=0, show_default=True,
               help="Above 0: the tenant nemesis: one tenant pauses its own queue, floods it with this many "
@@ -148,7 +146,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
           tenant_flood: int, tenant_far: int, tenant_hold: str,
           relay_max_pending: int | None, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
-    from sluice_dev.chaos import nemesis, runner, tenant
+    from sluice_dev.chaos import runner, tenant
 
     rate_at = None if tenant_hold == "pause" else 0.5
     plan = tenant.TenantPlan(flood=tenant_flood, far=tenant_far, rate_at=rate_at) if tenant_flood else None
@@ -156,7 +154,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
                              faults=not no_faults, operator=operator, drain_timeout_s=drain_timeout,
                              state_dir=state_dir, redis_shards=redis_shards, tenant=plan,
                              relay_max_pending=relay_max_pending,
-                             extra_faults=nemesis.EXTRA_KINDS if "all" in add_faults else add_faults,
+                             extra_faults=EXTRA_KINDS if "all" in add_faults else add_faults,
                              only_faults=only_faults)
     try:
         outcome = runner.run(options, say=click.echo)
