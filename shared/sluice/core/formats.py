@@ -1,0 +1,34 @@
+"""The format versions of what Sluice keeps between two deploys, and the ones today's code reads.
+
+An upgrade replaces the functions while jobs wait in Kafka, Redis and DynamoDB in the formats the
+old functions wrote (docs/deploy.md, "Upgrading"). Each carries its version, so a reader knows
+which it has:
+
+- the Kafka record: ``schema_version`` (``JobSpec``). 1: unsealed (up to c44b81f); 2: sealed
+  (``seal.VERSION``, issue 27). The relay pushes only 2: a record of format 1 ends its job ``dead``
+  (``unsealed: ...``), so the relay is drained before an upgrade from format 1. A continuation's record
+  stored in the jobs table in format 1 is released when its id was minted before the upgrade
+  (``seal.unsealed_before_upgrade``, ``Settings.unsealed_continuations_before_ms``).
+- the Redis job hash: its field ``v`` (``REDIS_JOB``, written by ``lua/_lib.lua``'s create_jobs). No
+  ``v`` is format 1 (p, m, g; no sz, no grp): every script reads both.
+- the jobs table's item: no version attribute yet (left undone, issue 29); today's code reads the
+  items c44b81f wrote (tests/stack/test_upgrade.py).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sluice.core import seal
+from sluice.core.models import SCHEMA_VERSION
+
+RECORD: Final = seal.VERSION  # what the gateway writes
+RECORDS_PUSHED: Final = frozenset({seal.VERSION})  # what the relay pushes
+RECORDS_STORED_READ: Final = frozenset({SCHEMA_VERSION, seal.VERSION})  # a stored continuation's
+REDIS_JOB: Final = 2  # the job hash's v; absent: 1
+REDIS_JOBS_READ: Final = frozenset({1, REDIS_JOB})
+
+
+def redis_job_format(fields: dict[str, str]) -> int:
+    """The format of a Redis job hash read whole (``HGETALL``): its ``v``, or 1 without one."""
+    return int(fields.get("v", "1"))
