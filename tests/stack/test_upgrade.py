@@ -20,8 +20,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import pytest
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
 from sluice_dev.local.dev import DevOptions, DevStack
+from tests.stack.upgrade_http import http, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -40,26 +39,8 @@ HANDLERS = "tests.stack.upgrade_handlers"
 DELAY_S = 25  # the delayed job is due after the new functions start
 
 
-def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
-
-
-def until(gw: str, job_id: str, status: str, timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    view: Any = None
-    while time.monotonic() < deadline:
-        code, view = http("GET", f"{gw}/v1/jobs/{job_id}")
-        if code == 200 and view["status"] == status:
-            return dict(view)
-        time.sleep(0.3)
-    raise AssertionError(f"{job_id} is not {status} after {timeout} s: {view}")
+def until_status(gw: str, job_id: str, status: str, timeout: float = 90) -> dict[str, Any]:
+    return until(gw, job_id, lambda view: view["status"] == status, timeout)
 
 
 @pytest.fixture
@@ -68,6 +49,8 @@ def old_tree(tmp_path: Path) -> Path:
     and infra/ beside it: its local stack reads them)."""
     into = tmp_path / "old"
     into.mkdir()
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{BASE}^{{commit}}"], timeout=30)
+    assert found.returncode == 0, f"the upgrade test needs the history up to {BASE} (a full clone)"
     archive = subprocess.run(["git", "-C", str(REPO), "archive", BASE, "shared", "functions", "infra",
                               "template.yaml", "samconfig.toml"], check=True,
                              capture_output=True, timeout=60).stdout
@@ -128,23 +111,23 @@ def test_an_upgrade_from_c44b81f_with_jobs_in_flight_loses_none(old_tree: Path, 
         gw = dev.start()["gateway_url"]
         gate.touch()
         for job_id in left["ready"]:
-            view = until(gw, job_id, "succeeded")
+            view = until_status(gw, job_id, "succeeded")
             assert view["attempts"] == 1
         # the running ones: their old worker stopped with them; retried once their lease lapsed
-        assert until(gw, left["running"], "succeeded")["result"]["done"] is True
-        child = until(gw, left["children"][1], "succeeded")
+        assert until_status(gw, left["running"], "succeeded")["result"]["done"] is True
+        child = until_status(gw, left["children"][1], "succeeded")
         assert child["result"] == 20
         # the continuation's record, stored unsealed by the old gateway: released (the upgrade's time given)
-        then = until(gw, left["continuation"], "succeeded")
+        then = until_status(gw, left["continuation"], "succeeded")
         assert then["result"] == {"sum": 30, "states": ["succeeded", "succeeded"]}
         assert then["attempts"] == 1
-        delayed = until(gw, left["delayed"], "succeeded", timeout=DELAY_S + 60)
+        delayed = until_status(gw, left["delayed"], "succeeded", timeout=DELAY_S + 60)
         assert delayed["finished_at_ms"] >= left["delayed_due_ms"] - 1000  # not before due (1 s: clocks)
         # the dead one: still dead, and redriven by the new operator API
         assert http("GET", f"{gw}/v1/jobs/{left['dead']}")[1]["status"] == "dead"
         code, report = http("POST", f"{gw}/v1/admin/queues/up-fail/dlq/redrive", {"job_id": left["dead"]},
                             headers={LOCAL_CALLER_HEADER: LOCAL_OPERATOR})
         assert code == 200, report
-        assert until(gw, left["dead"], "succeeded")["result"]["redriven"] is True
+        assert until_status(gw, left["dead"], "succeeded")["result"]["redriven"] is True
     finally:
         dev.stop()

@@ -16,8 +16,6 @@ import importlib
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,33 +24,14 @@ from pydantic import SecretStr
 # c44b81f's layout: its local stack lived in the package today's tree names sluice_dev.local (so the
 # name is built here: tests/unit/test_doc_names.py keeps the retired one out of today's code)
 OLD_LOCAL = ".".join(("sluice", "local"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.stack.upgrade_http
+from tests.stack.upgrade_http import http, until  # noqa: E402 (the standard library only)
+
 old_stack = importlib.import_module(f"{OLD_LOCAL}.stack")
 old_dev = importlib.import_module(f"{OLD_LOCAL}.dev")
 DevOptions, DevStack = old_dev.DevOptions, old_dev.DevStack
 
 HANDLERS = "tests.stack.upgrade_handlers"
-
-
-def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
-
-
-def until(gw: str, job_id: str, done: Any, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    view: Any = None
-    while time.monotonic() < deadline:
-        status, view = http("GET", f"{gw}/v1/jobs/{job_id}")
-        if status == 200 and done(view):
-            return dict(view)
-        time.sleep(0.2)
-    raise AssertionError(f"old stack: {job_id} never reached the state wanted: {view}")
 
 
 def enqueue(gw: str, queue: str, body: dict[str, Any]) -> str:
