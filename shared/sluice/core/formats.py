@@ -11,8 +11,9 @@ which it has:
   (``seal.unsealed_before_upgrade``, ``Settings.unsealed_continuations_before_ms``).
 - the Redis job hash: its field ``v`` (``REDIS_JOB``, written by ``lua/_lib.lua``'s create_jobs). No
   ``v`` is format 1 (p, m, g; no sz, no grp): every script reads both.
-- the jobs table's item: no version attribute yet (left undone, issue 29); today's code reads the
-  items c44b81f wrote (tests/stack/test_upgrade.py).
+- the jobs table's item: ``format_version`` (``ITEM``), the format of the code that last wrote it,
+  set by every write of the store (``backends/dynamodb/items.py``). None is format 1 (written before
+  issue 29): today's code reads the items c44b81f wrote (tests/stack/test_upgrade.py).
 """
 
 from __future__ import annotations
@@ -27,8 +28,15 @@ RECORDS_PUSHED: Final = frozenset({seal.VERSION})  # what the relay pushes
 RECORDS_STORED_READ: Final = frozenset({SCHEMA_VERSION, seal.VERSION})  # a stored continuation's
 REDIS_JOB: Final = 2  # the job hash's v; absent: 1
 REDIS_JOBS_READ: Final = frozenset({1, REDIS_JOB})
+ITEM: Final = 2  # the jobs table item's format_version; absent: 1
+ITEMS_READ: Final = frozenset({1, ITEM})
 
 
 def redis_job_format(fields: dict[str, str]) -> int:
     """The format of a Redis job hash read whole (``HGETALL``): its ``v``, or 1 without one."""
     return int(fields.get("v", "1"))
+
+
+def item_format(item: dict[str, dict[str, str]]) -> int:
+    """The format of a jobs table item as DynamoDB returns it: its ``format_version``, or 1."""
+    return int(item.get("format_version", {}).get("N", "1"))

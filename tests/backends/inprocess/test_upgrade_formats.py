@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sluice.backends.dynamodb.jobs import DynamoJobStore
-from sluice.core import ids, seal
+from sluice.core import formats, ids, seal
 from sluice.core.errors import RecordTampered
 from sluice.gateway.api import Api, Backends, IdMinting
 from tests.backends.inprocess import test_flows
@@ -90,3 +90,31 @@ def test_only_a_continuation_minted_before_the_upgrade_may_be_unsealed(store: Dy
     with pytest.raises(RecordTampered, match="does not match its seal"):
         rig.api.release_continuation(then)
     assert then not in rig.appended()
+
+
+def test_every_item_the_store_writes_carries_its_format_and_an_old_one_still_reads(
+        store: DynamoJobStore) -> None:
+    """The jobs table item carries the format of the code that last wrote it (issue 29): the relay's
+    mark, a grant, a result, a family; an item as c44b81f left it (no format_version) reads and is
+    granted as before, and is stamped by the write."""
+    def item(job_id: str) -> dict[str, Any]:
+        key = {"job_id": {"S": job_id}}
+        found: dict[str, Any] = store._db.get_item(TableName=store.table, Key=key)["Item"]
+        return found
+
+    fresh, old = ids.mint(PARENT_MS, "work", KEY), ids.mint(PARENT_MS, "work", KEY)
+    store.mark_queued([(fresh, "work", PARENT_MS)])
+    assert formats.item_format(item(fresh)) == formats.ITEM
+    store.mark_queued([(old, "work", PARENT_MS)])
+    store._db.update_item(TableName=store.table, Key={"job_id": {"S": old}},
+                          UpdateExpression="REMOVE format_version")
+    assert formats.item_format(item(old)) == 1
+    assert store.get_job(old).status.value == "queued"
+    token = store.grant(old, "work", "w")
+    assert formats.item_format(item(old)) == formats.ITEM
+    store.write_result(old, token, {"ok": 1})
+    assert store.get_job(old).result == {"ok": 1}
+    rig = rig_with(store, unsealed_before_ms=0)
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    assert formats.item_format(item(f"~family~{family.continuation}")) == formats.ITEM
+    assert formats.item_format(item(family.job_ids[0])) == formats.ITEM
