@@ -4,7 +4,7 @@ An upgrade replaces the functions while jobs wait in Kafka, Redis and DynamoDB i
 old functions wrote (docs/deploy.md, "Upgrading"). Each carries its version, so a reader knows
 which it has:
 
-- the Kafka record: ``schema_version`` (``JobSpec``). 1: unsealed (up to c44b81f); 2: sealed
+- the Kafka record: ``schema_version`` (``JobSpec``). 1: unsealed (before issue 27; c44b81f); 2: sealed
   (``seal.VERSION``, issue 27). The relay pushes only 2: a record of format 1 ends its job ``dead``
   (``unsealed: ...``), so the relay is drained before an upgrade from format 1. A continuation's record
   stored in the jobs table in format 1 is released when its id was minted before the upgrade
@@ -20,16 +20,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from sluice.core import seal
-from sluice.core.models import SCHEMA_VERSION
-
-RECORD: Final = seal.VERSION  # what the gateway writes
-RECORDS_PUSHED: Final = frozenset({seal.VERSION})  # what the relay pushes
-RECORDS_STORED_READ: Final = frozenset({SCHEMA_VERSION, seal.VERSION})  # a stored continuation's
 REDIS_JOB: Final = 2  # the job hash's v; absent: 1
-REDIS_JOBS_READ: Final = frozenset({1, REDIS_JOB})
 ITEM: Final = 2  # the jobs table item's format_version; absent: 1
-ITEMS_READ: Final = frozenset({1, ITEM})
 
 
 def redis_job_format(fields: dict[str, str]) -> int:
