@@ -82,9 +82,14 @@ def run_old_stack(old: Path, attach: dict[str, str], tmp_path: Path, gate: Path)
     env |= {**servers.DUMMY_AWS_ENV, "PYTHONPATH": str(old)}
     # cwd: the repository, where the containers find tests.stack.upgrade_handlers (and no newer sluice)
     driver = REPO / "tests" / "stack" / "upgrade_old_stack.py"
-    done = subprocess.run([sys.executable, str(driver), json.dumps(config)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr[-4000:]
+    proc = subprocess.Popen([sys.executable, str(driver), json.dumps(config)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the driver stops the old stack's containers (its SIGTERM handler)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-4000:]
     left: dict[str, Any] = json.loads(out.read_text())
     return left
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ def enqueue(gw: str, queue: str, body: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    # SIGTERM (the test's timeout) ends the old stack as Ctrl-C would: its containers run in
+    # sessions of their own, and only dev.stop() below ends them
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(1))
     config = json.loads(sys.argv[1])
     attach, gate = config["attach"], config["gate"]
 
