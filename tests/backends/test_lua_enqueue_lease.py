@@ -11,6 +11,7 @@ from sluice.backends.redis.checks import RECLAIM_PER_LEASE
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
+from sluice.core import formats
 from sluice.core.limits import job_bytes
 from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE
@@ -41,7 +42,8 @@ def test_enqueue_leaves_a_small_hash_and_a_ready_entry(rq: RedisQueue, redis_cli
                            enqueued_at_ms=1_700_000_000_000)) is True
     assert job(redis_client, "q", "a") == {"p": '{"x":[1,2]}', "m": "3,7,1234,1700000000000",
                                            "sz": str(job_bytes("a", '{"x":[1,2]}', "3,7,1234,1700000000000",
-                                                               len(K.job_prefix)))}
+                                                               len(K.job_prefix))),
+                                           "v": str(formats.REDIS_JOB)}
     seq = int(redis_client.get(K.seq) or 0)  # a new queue's counter starts from TIME (µs), then one step
     assert before + 1 <= seq <= redis_now_us(redis_client) + 1
     assert score(redis_client, "q", "ready", "a") == (9 - 3) * BAND + seq
@@ -119,7 +121,8 @@ def test_lease_leaves_token_deadline_and_returns_what_the_worker_needs(rq: Redis
     assert redis_client.hget(K.tokens, "a") == str(leased.lease_token)
     # A lease writes nothing to the job hash.
     size = job_bytes("a", '{"n":1}', "2,3,30000,1000", len(K.job_prefix))
-    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size)}
+    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size),
+                                           "v": str(formats.REDIS_JOB)}
 
 
 def test_lease_takes_at_most_n_and_only_what_exists(rq: RedisQueue) -> None:

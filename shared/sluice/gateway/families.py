@@ -205,7 +205,10 @@ def release_continuation(api: FamilyHost, continuation: str) -> bool:
     spec = JobSpec.model_validate_json(family.spec_json)
     # The spec sat in the jobs table, under a key a continuation team's LeadingKeys reach: only a
     # spec this gateway sealed is appended, sealed anew at its release (its life starts now).
-    if not api.pipeline.sealed(spec):
+    if api.pipeline.sealed_before_seals(spec, continuation):
+        log.warning("continuation %s: its record is of format %s, stored before the upgrade; released "
+                    "sealed anew", continuation, spec.schema_version, extra={"job_id": continuation})
+    elif not api.pipeline.sealed(spec):
         raise RecordTampered(f"continuation {continuation}: its stored record does not match its seal "
                              "(altered in the jobs table, or sealed by no key of this deployment); it is "
                              "not released", job_id=continuation)

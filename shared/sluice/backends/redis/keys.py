@@ -9,7 +9,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
 
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
                                    a attempts used; c cancel requested; err last error; g redrive generation;
-                                   sz the bytes it counts against the queue's budget
+                                   sz the bytes it counts against the queue's budget; grp its fair group;
+                                   v its format (core/formats.py REDIS_JOB; none: format 1, no sz or grp)
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
                                    (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)

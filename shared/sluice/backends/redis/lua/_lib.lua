@@ -48,6 +48,10 @@ local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days i
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
 -- What a job counts against its budget besides its own bytes (sluice.core.limits.JOB_OVERHEAD_BYTES).
 local JOB_OVERHEAD = 200
+-- The job hash's format (sluice.core.formats.REDIS_JOB), its field v. Format 1 (no v: written before
+-- issue 29) has p, m and perhaps g, a, err, c, and no sz or grp: every script reads it (sz absent
+-- counts 0 bytes; no grp: the job is in no group).
+local JOB_FORMAT = '2'
 -- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
 
@@ -256,7 +260,7 @@ end
 
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
 -- INCRBY of the sequence and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
--- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY). `groups` (or
+-- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY), its format as v. `groups` (or
 -- nil: no job has one) maps an offset to its job's group.
 local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups)
   local n_ready = 0
@@ -273,9 +277,9 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
     if group then
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'grp', group)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT, 'grp', group)
     else
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT)
     end
     if run_at <= now then
       seq = seq + 1
