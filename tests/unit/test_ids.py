@@ -68,6 +68,9 @@ def test_the_mac_is_bound_to_the_queue() -> None:
     assert ids.verify(f"{stamp}.thumbnails.{mac}", KEY) is None
 
 
+U = ids.ulid(NOW, bytes(10))  # fixed: parametrized ids must be the same in every xdist worker
+
+
 @pytest.mark.parametrize("job_id", [
     "", "abc", "s1-000001-0", "01HZY1Q8J6.emails", ".emails.", "a.b.c.d",
     "0" * 26 + ".emails." + "0" * 16, "0" * 26 + ".Emails." + "0" * 16, "0" * 26 + ".emails." + "0" * 200,
@@ -140,11 +143,11 @@ def test_every_id_shape_a_gateway_makes_names_its_queue_whatever_key_made_it(que
 
 
 @pytest.mark.parametrize("job_id", [
-    "", "x", "a.b.c", ids.ulid(NOW) + ".emails", ids.ulid(NOW) + ".emails." + "0" * 15,
-    ids.ulid(NOW) + ".emails." + "0" * 18, ids.ulid(NOW) + ".emails.L" + "0" * 16,  # L: no key id, not U
-    ids.ulid(NOW) + ".emails." + "0" * 16 + "u", ids.ulid(NOW) + ".Emails!.U" + "0" * 16,
-    ids.ulid(NOW) + ".emails.U" + "0" * 15 + "I",  # I is no Crockford digit
-    ids.ulid(NOW) + ".a.b.U" + "0" * 16, "9" * 26 + ".emails.U" + "0" * 16,  # a ULID past 2**128
+    "", "x", "a.b.c", U + ".emails", U + ".emails." + "0" * 15,
+    U + ".emails." + "0" * 18, U + ".emails.L" + "0" * 16,  # L: no key id, not U
+    U + ".emails." + "0" * 16 + "u", U + ".Emails!.U" + "0" * 16,
+    U + ".emails.U" + "0" * 15 + "I",  # I is no Crockford digit
+    U + ".a.b.U" + "0" * 16, "9" * 26 + ".emails.U" + "0" * 16,  # a ULID past 2**128
 ])
 def test_a_malformed_id_has_no_shape(job_id: str) -> None:
     assert ids.shaped_queue(job_id) is None and not ids.is_keyless(job_id)
@@ -166,6 +169,6 @@ def test_a_parent_minted_with_a_retired_key_is_taken_for_its_lease_to_decide() -
     for parent in (retired, ids.mint(NOW, "emails", KEY), ids.derive_keyless(retired, "emails", "k")):
         assert _parent(host, parent) == parent
     for refused in (ids.mint(NOW, "sluice-relay", KEY), ids.derive_keyless(retired, "sluice-relay", "k"),
-                    "not-an-id", ids.ulid(NOW) + ".emails.L" + "0" * 16):
+                    "not-an-id", U + ".emails.L" + "0" * 16):
         with pytest.raises(JobNotFound):
             _parent(host, refused)
