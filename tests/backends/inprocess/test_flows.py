@@ -220,8 +220,18 @@ def test_a_generation_rerun_across_a_rotation_gets_the_same_children(rig: Rig) -
 def test_a_job_redriven_two_rotations_after_its_key_retired_may_start_children(rig: Rig) -> None:
     """A redrive of a job that old: its record is sealed anew with the current key and pushed; its
     run then starts children, as its lease proves it, although its own id no longer verifies."""
+    from sluice.core.models import JobSpec
+    from sluice.relay.intake import check_record
+    from sluice.relay.ports import SourceRecord
+    from sluice.relay.records import decode_sealed
+
     later = rotated(rig, K3, (K2,), PARENT_MS + 61 * 86_400_000)
     assert later.verifier.verify(rig.parent) is None
+    old = JobSpec(job_id=rig.parent, queue="fanout", payload={"n": 2}, enqueued_at_ms=PARENT_MS)
+    redriven = later.pipeline.reseal_now(old)  # what the redrive appends (sluice.gateway.redrive)
+    found = decode_sealed(SourceRecord(0, 0, None, redriven.model_dump_json().encode()))
+    assert not isinstance(found, str)
+    assert check_record(*found, ids.Verifier(K3, [K2]), later.clock()) is None  # the relay pushes it
     accepted = later.enqueue_children(rig.request(2))
     assert rig.appended() == accepted.job_ids
     assert rig.api.status(rig.parent).children == sorted(accepted.job_ids)
