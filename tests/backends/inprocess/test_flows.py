@@ -634,3 +634,25 @@ def test_a_childs_route_and_schema_refusals_reach_the_handler_as_their_own_excep
         keeper = LambdaFamilyGateway(lambda event, answer=answer: answer)
         with pytest.raises(cls):
             keeper.release("x")
+
+
+def test_the_chaos_harness_names_a_family_as_the_gateway_derives_it(rig: Rig) -> None:
+    """The chaos workload writes a family's ids in its history before it asks the gateway, and stops
+    the run if the gateway answers others (``sluice_dev.chaos.families.start``): since issue 29 both
+    derive them keyless."""
+    from types import SimpleNamespace
+
+    from sluice_dev.chaos import families as chaos
+
+    emitted: list[tuple[str, dict[str, Any]]] = []
+
+    def enqueue_many(jobs: list[dict[str, Any]], then: dict[str, Any]) -> Any:
+        return rig.api.enqueue_children(FamilyRequest(
+            parent_id=rig.parent, token=rig.token, jobs=[ChildRequest(**j) for j in jobs],
+            then=ThenRequest(**then)))
+
+    job = SimpleNamespace(job_id=rig.parent, payload={"i": 19, "family": 3})
+    chaos.start(job, SimpleNamespace(enqueue_many=enqueue_many), "fanout", lambda: KEY,
+                lambda kind, **fields: emitted.append((kind, fields)))
+    assert [kind for kind, _ in emitted] == ["family", "family_accepted"]
+    assert rig.appended() == emitted[0][1]["children"]
