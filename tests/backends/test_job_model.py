@@ -523,6 +523,61 @@ class JobMachine(RuleBasedStateMachine):
         """Time passes and nothing happens: drawn only when no other rule can act (hypothesis
         stops a run with no rule to draw as an error); a paused relay's pause runs out meanwhile."""
 
+    # -- rotation (issue 29, items 4 and 7): the job id key rotates; a firing delivered across it -----
+    # The gateway's keys rotate in place (``Verifier.key``/``previous``, as a container's refresh
+    # does): every later gateway call of any rule (a cancel, a sealed record, a family's request)
+    # runs under the new pair, and a key two rotations old is gone. A schedule's firing is enqueued
+    # by the gateway's pipeline (sealed, its keyless id), then delivered again after a rotation, as
+    # Scheduler retries: R1 one id for both, and the other rules act on that one job (a second
+    # record arriving after it ended must not run it again: I3).
+
+    MAX_ROTATIONS = 3  # per example: the root's key retires at the second
+    MAX_FIRINGS = 2  # per example
+
+    @precondition(lambda self: self.on("rotate_job_id_key")
+                  and self.count.get("rotations", 0) < JobMachine.MAX_ROTATIONS)
+    @rule()
+    def rotate_job_id_key(self) -> None:
+        """JobIdSecretRotation: a new current key; the current one becomes the previous one."""
+        self.count["rotations"] = n = self.count.get("rotations", 0) + 1
+        verifier = self.api.verifier
+        new = f"job-model-key-rotated-{n}".encode().ljust(32, b"-")
+        verifier.key, verifier.previous = new, (verifier.key,)
+
+    @precondition(lambda self: self.on("firing_across_rotation") and not self.relay.frozen
+                  and len(self.specs) < 10 and self.count.get("firings", 0) < JobMachine.MAX_FIRINGS)
+    @rule(rotate=st.booleans(), max_attempts=st.integers(1, 3))
+    def firing_across_rotation(self, rotate: bool, max_attempts: int) -> None:
+        """A firing's job is appended (sealed with the current key) and pushed; Scheduler delivers it
+        again, after a key rotation if ``rotate``: the same id, sealed with the new key, appended and
+        read by the relay, which keeps one job."""
+        from sluice.core import schedules, seal
+        from sluice.core.wire import EnqueueRequest
+
+        self.count["firings"] = n = self.count.get("firings", 0) + 1
+        at = 1_800_000_000_000 + n * 60_000  # the scheduled time: one firing per draw
+        name = f"nightly-{self.prefix}"  # the table outlives the example: its ids must be its own
+        job_id = schedules.firing_id(name, QUEUE, at)
+        request = EnqueueRequest(payload={}, max_attempts=max_attempts)
+
+        def delivered() -> JobSpec:  # what the firings function appends, with the keys it holds now
+            spec = self.api.pipeline.spec(QUEUE, request, int(time.time() * 1000), None,
+                                          job_id=schedules.firing_id(name, QUEUE, at))
+            self.check("R1", spec.job_id == job_id and seal.verify_spec(spec, [self.api.verifier.key]),
+                       f"a delivery of the firing at {at} named {spec.job_id}, not {job_id}, or was not "
+                       "sealed with the current key")
+            return spec
+
+        first = delivered()
+        self.specs[job_id] = first
+        self.offsets[job_id] = self.source.append_spec(0, first)
+        self.appended = True
+        self.drain_relay()
+        if rotate:
+            self.rotate_job_id_key()
+        self.redrive_log.append([delivered()])  # a second record of a known job: it may take a token (I7)
+        self.drain_relay()
+
     # -- invariants ---------------------------------------------------------------------------------
 
     def check(self, name: str, ok: bool, message: Any) -> None:

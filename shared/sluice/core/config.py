@@ -175,6 +175,9 @@ class Settings(BaseModel):
     scheduler_group: str = "default"
     scheduler_role_arn: str = ""
     firings_function_arn: str = ""
+    # The SQS queue Scheduler sends a firing to once its retries are spent (issue 29; template.yaml
+    # FiringsDeadLetterQueue, whose depth alarms). Empty: retries alone (``sluice dev``).
+    firings_dead_letter_arn: str = ""
     gateway_function_arn: str = ""  # deprecated: read only where firings_function_arn is unset
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
     # Teams (issue 27, docs/teams.md): the Sluice stack's name. Its team map is the SSM parameters
