@@ -54,9 +54,19 @@ local JOB_OVERHEAD = 200
 -- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
 
+-- Redis TIME in microseconds, read once per script call (now_ms and take_seq share it: a TIME
+-- costs as much as the rest of take_seq).
+local time_us = nil
+local function now_us()
+  if not time_us then
+    local t = redis.call('TIME')
+    time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return time_us
+end
+
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return math.floor(now_us() / 1000)
 end
 
 -- A canonical integer in [lo, hi], or nil. Rejects "0x10", "1e3", " 5", "" and floats.
@@ -119,9 +129,7 @@ end
 -- Redis epoch changes and the relay replays under the next generation: docs/redis-loss.md).
 local function take_seq(seqkey, n)
   if is_reserved(seqkey) then return redis.call('INCRBY', seqkey, n) end
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local v = math.max(tonumber(redis.call('GET', seqkey)) or 0, floor) + n
+  local v = math.max(tonumber(redis.call('GET', seqkey)) or 0, now_us()) + n
   redis.call('SET', seqkey, string.format('%d', v))
   return v
 end
