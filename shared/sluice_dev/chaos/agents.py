@@ -108,6 +108,8 @@ def run_relay(cfg: dict[str, Any]) -> int:
     engine, store = RedisRelayEngine.from_settings(s), DynamoJobStore.from_settings(s)
     source = KafkaSource.from_settings(s)
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
+    # as the Lambda: a lost registry cache (a registry-shard flush) is loaded again from the queues table
+    wiring.durable_registry(engine.conn, bus, s)
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
     bus.subscribe(kill_after_push(control), ev.Pushed)  # after the push is recorded
     # settled children count down
