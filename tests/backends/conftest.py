@@ -7,10 +7,13 @@ are parametrized by ``redis_topology`` there. Elsewhere they are the single node
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from sluice.backends.dynamodb import tables
+from sluice.backends.dynamodb.queues import DynamoQueueDirectory
 from sluice.backends.redis.engine import RedisQueue
 from sluice_dev.local import servers
 from sluice_dev.local.cluster import Cluster, start_cluster
@@ -91,6 +94,18 @@ def queue_on(cluster: Cluster, shard: int, prefix: str = "q") -> str:
         if first <= key_slot(name.encode()) <= last:
             return name
     raise AssertionError(f"no queue name for shard {shard}")
+
+
+@pytest.fixture
+def directory(moto_url: str) -> DynamoQueueDirectory:
+    """A new durable registry of queues (DynamoDB's queues table) on the moto server."""
+    import boto3
+
+    client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=moto_url,
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    name = f"queues-{uuid.uuid4().hex[:8]}"
+    tables.create_queues_table(client, name)
+    return DynamoQueueDirectory(client, name)
 
 
 @pytest.fixture

@@ -10,14 +10,12 @@ planner and push over ``RedisRelayEngine``) fed from the log the gateways wrote.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.queues import DynamoQueueDirectory
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_LOADED_KEY, QueueKeys
@@ -42,17 +40,6 @@ from tests.unit.test_gateway_fakes import LambdaContext, event_for, unpack
 pytestmark = pytest.mark.integration
 KEY = b"admission-race-test-key-0123456789"
 TOPIC = "sluice.jobs"
-
-
-@pytest.fixture
-def directory(moto_url: str) -> DynamoQueueDirectory:
-    import boto3
-
-    client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=moto_url,
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    name = f"queues-{uuid.uuid4().hex[:8]}"
-    tables.create_queues_table(client, name)
-    return DynamoQueueDirectory(client, name)
 
 
 class Container:

@@ -98,3 +98,45 @@ def leased(rq: RedisQueue, job_id: str = "a", lease_ms: int = 5_000, **kw: Any) 
     [j] = rq.lease("q", 1, lease_ms)
     assert j.job_id == job_id
     return j
+
+
+# --- a replica that lags behind (issue 29, item 6) ------------------------------------------------
+# Replication is asynchronous: a replica promoted by a failover holds the data as it was some writes
+# ago. A test takes its copy with ``replica_copy`` (DUMP, with each key's TTL) and promotes it with
+# ``promote``: every key matching the pattern is replaced by the copy (keys made since are gone).
+
+Dumped = dict[bytes, tuple[bytes, int]]
+
+
+def raw_client(url: str) -> Any:
+    """A client of ``url`` that does not decode replies (DUMP's are binary): a cluster one on a cluster."""
+    if url.startswith("redis+cluster://"):
+        return redis.RedisCluster.from_url(url.replace("redis+cluster://", "redis://"))
+    return redis.Redis.from_url(url)
+
+
+def replica_copy(url: str, pattern: str = "*") -> Dumped:
+    """Every key matching ``pattern`` as a replica would hold it now: its DUMP and its TTL (ms, 0: none)."""
+    client = raw_client(url)
+    try:
+        out: Dumped = {}
+        for key in client.scan_iter(pattern):
+            blob, ttl = client.dump(key), client.pttl(key)
+            if blob is not None:
+                out[key] = (blob, max(int(ttl), 0))
+        return out
+    finally:
+        client.close()
+
+
+def promote(url: str, copy: Dumped, pattern: str = "*", skip: tuple[bytes, ...] = ()) -> None:
+    """The failover: the keys matching ``pattern`` become ``copy`` again (but ``skip``)."""
+    client = raw_client(url)
+    try:
+        for key in list(client.scan_iter(pattern)):
+            client.delete(key)
+        for key, (blob, ttl) in copy.items():
+            if key not in skip:
+                client.restore(key, ttl, blob)
+    finally:
+        client.close()

@@ -99,3 +99,39 @@ def test_a_continuation_spec_altered_in_the_jobs_table_is_refused_at_its_release
     assert rig.api.release_continuation(then)
     (released,) = [r for r in rig.log.records if r.job_id == then]
     assert seal.verify_spec(released, [rig.api.job_id_key]) and released.payload == original.payload
+
+
+def test_a_workflow_across_two_key_rotations_is_counted_released_and_started_at_every_generation(
+        s: Settings) -> None:
+    """Issue 29, item 7: every generation of a workflow was derived with its root's key, so once that
+    key retired (two 30-day rotations) a continuation could no longer start its children. Here each
+    generation runs under the gateway of its epoch (the root's key current, then previous, then gone),
+    its children end, the stream's countdown on the moto server releases its continuation through that
+    gateway, and the continuation starts the next generation."""
+    from sluice.core import ids
+    from sluice.core.families import ChildRequest, FamilyRequest, ThenRequest
+    from tests.backends.inprocess.test_flows import K2, K3, KEY, PARENT_MS, rotated
+
+    rig, day = Rig(DynamoJobStore.from_settings(s)), 86_400_000
+    epochs = [rig.api, rotated(rig, K2, (KEY,), PARENT_MS + 31 * day),
+              rotated(rig, K3, (K2,), PARENT_MS + 61 * day)]
+    current: list[StreamCountdown] = []
+    poller = stream_poller(s, lambda batch: stream_consumers(batch, current[-1].recount))
+    parent, made = rig.parent, [rig.parent]
+    for api in epochs:
+        current.append(StreamCountdown(Countdown(rig.store.families, api.release_continuation,
+                                                 sleep=lambda _s: None)))
+        token = rig.store.grant(parent, ids.queue_in_id(parent), "w")
+        jobs = [ChildRequest(queue="work", payload=i, key=f"k{i}") for i in range(2)]
+        family = api.enqueue_children(FamilyRequest(parent_id=parent, token=token, jobs=jobs,
+                                                    then=ThenRequest(queue="report", payload={"n": 2})))
+        rig.store.write_result(parent, token, "done")
+        for child in family.job_ids:
+            rig.store.write_result(child, rig.store.grant(child, "work", "w"), "done")
+        poller.poll_once()  # the children's final records: counted down, the continuation released
+        then = family.continuation or ""
+        assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0
+        made += [*family.job_ids, then]
+        parent = then
+    assert epochs[-1].verifier.verify(made[0]) is None  # the root's key retired two rotations ago
+    assert len(set(made)) == 10 and rig.api.status(made[-1]).parent_id == made[-4]

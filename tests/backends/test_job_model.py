@@ -43,13 +43,13 @@ from hypothesis.stateful import (
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.redis.engine import RedisQueue
-from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.keys import EPOCH_KEY, QueueKeys
 from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import FINAL_STATES, JobSpec
 from sluice.gateway.api import Api, Backends, IdMinting
 from sluice.gateway.redrive import redrive_one
-from sluice.relay import SourceRecord
+from sluice.relay import RELAY_QUEUE, SourceRecord
 from sluice_dev.fakes import FakeSource
 from tests.backends.job_model_support import (
     POINTS,
@@ -61,6 +61,7 @@ from tests.backends.job_model_support import (
     Workers,
     fault_at,
 )
+from tests.backends.test_engine_support import promote, replica_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,6 +74,7 @@ MAX_LOSSES = 2  # Redis data losses per example
 MAX_CANCELS = 3  # per example
 MAX_EXPIRIES = 2  # per example
 MAX_PURGES = 1  # per example
+MAX_FAILOVERS = 1  # per example (tokens, issue 29 item 6)
 FOREVER = 10**9  # steps: a pause that only an explicit thaw ends (replays)
 
 
@@ -523,6 +525,119 @@ class JobMachine(RuleBasedStateMachine):
         """Time passes and nothing happens: drawn only when no other rule can act (hypothesis
         stops a run with no rule to draw as an error); a paused relay's pause runs out meanwhile."""
 
+    # -- rotation (issue 29, items 4 and 7): the job id key rotates; a firing delivered across it -----
+    # The gateway's keys rotate in place (``Verifier.key``/``previous``, as a container's refresh
+    # does): every later gateway call of any rule (a cancel, a sealed record, a family's request)
+    # runs under the new pair, and a key two rotations old is gone. A schedule's firing is enqueued
+    # by the gateway's pipeline (sealed, its keyless id), then delivered again after a rotation, as
+    # Scheduler retries: R1 one id for both, and the other rules act on that one job (a second
+    # record arriving after it ended must not run it again: I3).
+
+    MAX_ROTATIONS = 3  # per example: the root's key retires at the second
+    MAX_FIRINGS = 2  # per example
+
+    @precondition(lambda self: self.on("rotate_job_id_key")
+                  and self.count.get("rotations", 0) < JobMachine.MAX_ROTATIONS)
+    @rule()
+    def rotate_job_id_key(self) -> None:
+        """JobIdSecretRotation: a new current key; the current one becomes the previous one."""
+        self.count["rotations"] = n = self.count.get("rotations", 0) + 1
+        verifier = self.api.verifier
+        new = f"job-model-key-rotated-{n}".encode().ljust(32, b"-")
+        verifier.key, verifier.previous = new, (verifier.key,)
+
+    @precondition(lambda self: self.on("firing_across_rotation") and not self.relay.frozen
+                  and len(self.specs) < 10 and self.count.get("firings", 0) < JobMachine.MAX_FIRINGS)
+    @rule(rotate=st.booleans(), max_attempts=st.integers(1, 3))
+    def firing_across_rotation(self, rotate: bool, max_attempts: int) -> None:
+        """A firing's job is appended (sealed with the current key) and pushed; Scheduler delivers it
+        again, after a key rotation if ``rotate``: the same id, sealed with the new key, appended and
+        read by the relay, which keeps one job."""
+        from sluice.core import schedules, seal
+        from sluice.core.wire import EnqueueRequest
+
+        self.count["firings"] = n = self.count.get("firings", 0) + 1
+        at = 1_800_000_000_000 + n * 60_000  # the scheduled time: one firing per draw
+        name = f"nightly-{self.prefix}"  # the table outlives the example: its ids must be its own
+        job_id = schedules.firing_id(name, QUEUE, at)
+        request = EnqueueRequest(payload={}, max_attempts=max_attempts)
+
+        def delivered() -> JobSpec:  # what the firings function appends, with the keys it holds now
+            spec = self.api.pipeline.spec(QUEUE, request, int(time.time() * 1000), None,
+                                          job_id=schedules.firing_id(name, QUEUE, at))
+            self.check("R1", spec.job_id == job_id and seal.verify_spec(spec, [self.api.verifier.key]),
+                       f"a delivery of the firing at {at} named {spec.job_id}, not {job_id}, or was not "
+                       "sealed with the current key")
+            return spec
+
+        first = delivered()
+        self.specs[job_id] = first
+        self.offsets[job_id] = self.source.append_spec(0, first)
+        self.appended = True
+        self.drain_relay()
+        if rotate:
+            self.rotate_job_id_key()
+        self.redrive_log.append([delivered()])  # a second record of a known job: it may take a token (I7)
+        self.drain_relay()
+
+    # -- tokens (issue 29, item 6): a failover to a replica that lags behind ---------------------------
+    # Replication is asynchronous: a replica promoted by a failover holds Redis as it was some writes
+    # ago (its seq too), and the relay replays (a new replication id changes the Redis epoch). Unlike
+    # a data loss, the holders of leases from before the copy are still judged by H: the promoted
+    # Redis names them, and lease tokens handed out after the copy must not be handed out again.
+
+    replica: Any = None  # (the lagging replica's copy of Redis, losses and TTL expiries then)
+    failovers = 0  # per example
+
+    def lagging(self) -> bool:
+        """A replica copy a failover may promote: a Redis loss since empties the replica too (it
+        resyncs from the emptied primary), and a replica lags by seconds, not the 14 days after
+        which TTL expires an item."""
+        return self.replica is not None and self.replica[1:] == (self.losses, self.count["ttl_expires"])
+
+    @precondition(lambda self: self.on("replica_falls_behind") and not self.lagging()
+                  and self.failovers < MAX_FAILOVERS)
+    @rule()
+    def replica_falls_behind(self) -> None:
+        """The replica stops applying the primary's writes here; ``failover_to_lagging_replica``
+        promotes it as it is now, with whatever the primary wrote since lost."""
+        self.replica = (replica_copy(self.redis_url), self.losses, self.count["ttl_expires"])
+
+    @precondition(lambda self: self.on("failover_to_lagging_replica") and self.lagging()
+                  and not self.relay.frozen)
+    @rule()
+    def failover_to_lagging_replica(self) -> None:
+        """The failover: Redis becomes the replica's copy. The model's one redis-server keeps its
+        replication id, so the copy's epoch key is left out instead: either way the relay sees a new
+        epoch and replays. A worker whose lease had lapsed or ended since the copy finds it back in
+        the promoted Redis: that holder was superseded (its token too, in the jobs table) by a
+        rollback no grant made, so H does not judge it (as holders from before a loss). The relay's
+        partition lease from the copy lapses (a real relay waits out its lease_ms; the model's clock
+        does not move)."""
+        (copy, _, _), self.replica = self.replica, None
+        self.failovers += 1
+        self.appended = False
+        before = self.redis_state()["tokens"]
+        promote(self.redis_url, copy, skip=(EPOCH_KEY.encode(),))
+        relay_leases = QueueKeys(RELAY_QUEUE).leased
+        if held := self.r.zrange(relay_leases, 0, -1):
+            self.r.zadd(relay_leases, dict.fromkeys(held, self.now_ms() - 1), xx=True)
+        after = self.redis_state()["tokens"]
+        for run in self.workers.all:
+            if after.get(run.job_id) == run.lease_token != before.get(run.job_id):
+                run.before_loss = True
+        self.reclaimed.clear()
+        self.relay.restart()
+        # The replay reads again every record not known final, and the relay cannot tell before
+        # push.lua which of their jobs the promoted Redis still holds: those cost a rate token (I7
+        # counts the ones a full loss left nothing of), as do redrive records.
+        survivors = sum(self.r.exists(K.job(j)) for j in self.specs)
+        taken, pushed, dropped = self.relay.drain()
+        self.redrives_read = len(self.redrive_log.offsets)
+        self.check("I7", taken <= pushed + dropped + self.redrives_read + survivors,
+                   f"the replay after a failover took {taken} rate tokens for {pushed} new jobs "
+                   f"(+{dropped} dropped as final, +{survivors} held by the promoted Redis)")
+
     # -- invariants ---------------------------------------------------------------------------------
 
     def check(self, name: str, ok: bool, message: Any) -> None:
@@ -781,6 +896,20 @@ FOUND["redrive-while-relay-paused"] = [
     ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_maintenance", {"pause": 2}),
     ("lease_and_run", {"verdict": "fail"}), ("redrive", {"index": 1}),
     ("lease_and_run", {"verdict": "ok"})]
+# Issue 29, item 6 (tokens), written from the issue: a replica that lagged behind is promoted, and
+# its seq hands out again the lease token of a lease taken after its copy. Both holders pass
+# extend.lua; the old holder's grant (before the failover, or an equal-token one after) makes the
+# new holder stale, or leaves the old one believing it still holds the job (H-token). Fixed by
+# drawing seq as max(counter + n, TIME in µs + n) (_lib.lua take_seq).
+FOUND["failover-holders-share-a-token"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("replica_falls_behind", {}),
+    ("lease_and_run", {"verdict": "ok", "still_running": True}), ("failover_to_lagging_replica", {}),
+    ("lease_and_run", {"verdict": "ok", "still_running": True})]
+FOUND["failover-old-holder-grants"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 3}), ("replica_falls_behind", {}),
+    ("lease", {"n": 1}), ("failover_to_lagging_replica", {}),
+    ("lease_and_run", {"verdict": "ok", "still_running": True}),
+    ("run_freezes", {"index": 0, "verdict": "ok", "point": "after_grant"})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 

@@ -11,6 +11,7 @@ from sluice.backends.redis.checks import RECLAIM_PER_LEASE
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
+from sluice.core import formats
 from sluice.core.limits import job_bytes
 from sluice.core.models import JobSpec
 from sluice.relay import RELAY_QUEUE
@@ -19,8 +20,10 @@ from tests.backends.test_engine_support import (
     BAND,
     job,
     members,
+    promote,
     redis_now_ms,
     redis_now_us,
+    replica_copy,
     score,
     snapshot,
     spec,
@@ -41,7 +44,8 @@ def test_enqueue_leaves_a_small_hash_and_a_ready_entry(rq: RedisQueue, redis_cli
                            enqueued_at_ms=1_700_000_000_000)) is True
     assert job(redis_client, "q", "a") == {"p": '{"x":[1,2]}', "m": "3,7,1234,1700000000000",
                                            "sz": str(job_bytes("a", '{"x":[1,2]}', "3,7,1234,1700000000000",
-                                                               len(K.job_prefix)))}
+                                                               len(K.job_prefix))),
+                                           "v": str(formats.REDIS_JOB)}
     seq = int(redis_client.get(K.seq) or 0)  # a new queue's counter starts from TIME (µs), then one step
     assert before + 1 <= seq <= redis_now_us(redis_client) + 1
     assert score(redis_client, "q", "ready", "a") == (9 - 3) * BAND + seq
@@ -119,7 +123,8 @@ def test_lease_leaves_token_deadline_and_returns_what_the_worker_needs(rq: Redis
     assert redis_client.hget(K.tokens, "a") == str(leased.lease_token)
     # A lease writes nothing to the job hash.
     size = job_bytes("a", '{"n":1}', "2,3,30000,1000", len(K.job_prefix))
-    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size)}
+    assert job(redis_client, "q", "a") == {"p": '{"n":1}', "m": "2,3,30000,1000", "sz": str(size),
+                                           "v": str(formats.REDIS_JOB)}
 
 
 def test_lease_takes_at_most_n_and_only_what_exists(rq: RedisQueue) -> None:
@@ -167,9 +172,36 @@ def test_lease_tokens_increase_across_a_redis_data_loss(rq: RedisQueue, redis_cl
     seq = int(redis_client.get(K.seq) or 0)
     assert t0 + 1 <= seq <= t1 + 1
     [again] = rq.lease("q", 1, 60_000)
-    assert again.lease_token == seq + 1 > max(before_loss)
-    assert redis_client.get(K.seq) == str(seq + 1)
+    assert again.lease_token > seq and again.lease_token > max(before_loss)
+    assert redis_client.get(K.seq) == str(again.lease_token)
     assert redis_client.hget(K.tokens, "a") == str(again.lease_token)
+
+
+def test_lease_tokens_never_repeat_after_a_failover_to_a_lagging_replica(
+        rq: RedisQueue, redis_client: redis.Redis, redis_url: str) -> None:
+    """Issue 29, item 6: a replica that lagged behind its primary, once promoted, holds an older
+    seq, not a missing one. Its lease tokens, a batch's n consecutive ones too, must still be above
+    every token handed out before, or the old holder's equal-token grant passes (docs/store.md)."""
+    rq.enqueue_many([spec("a"), spec("b"), spec("c")])
+    replica = replica_copy(redis_url, "sluice:{q}:*")  # the replica stops applying writes here
+    handed: list[int] = []
+    for _ in range(3):  # the primary goes on: leases, releases (each takes seq)
+        got = rq.lease("q", 3, 60_000)
+        handed += [j.lease_token for j in got]
+        for j in got:
+            rq.release("q", j.job_id, j.lease_token)
+    promote(redis_url, replica, "sluice:{q}:*")
+    assert int(redis_client.get(K.seq) or 0) < min(handed)  # it lags behind every token handed out
+    again = rq.lease("q", 3, 60_000)
+    tokens = [j.lease_token for j in again]
+    assert len(tokens) == 3 and tokens == list(range(tokens[0], tokens[0] + 3))
+    assert tokens[0] > max(handed)
+    assert redis_client.hgetall(K.tokens) == {j.job_id: str(j.lease_token) for j in again}
+    assert int(redis_client.get(K.seq) or 0) == tokens[-1]
+    for j in again:
+        rq.release("q", j.job_id, j.lease_token)
+    rq.enqueue(spec("d"))  # FIFO goes on: a job enqueued after them queues behind them
+    assert [j.job_id for j in rq.lease("q", 4, 60_000)][-1] == "d"
 
 
 def test_whichever_script_finds_seq_missing_seeds_it(rq: RedisQueue, redis_client: redis.Redis) -> None:
@@ -182,12 +214,22 @@ def test_whichever_script_finds_seq_missing_seeds_it(rq: RedisQueue, redis_clien
     assert redis_client.get(K.seq) == str(leased.lease_token)
 
 
-def test_an_existing_seq_is_not_seeded_again(rq: RedisQueue, redis_client: redis.Redis) -> None:
-    redis_client.set(K.seq, "41")  # a counter from before seeding (an upgrade): it carries on
+def test_a_seq_behind_time_is_raised_to_time(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    redis_client.set(K.seq, "41")  # a counter from before seeding (an upgrade), or a lagging replica's
+    t0 = redis_now_us(redis_client)
     rq.enqueue(spec("a"))
     [leased] = rq.lease("q", 1, 60_000)
-    assert (redis_client.get(K.seq), leased.lease_token) == ("43", 43)
+    assert t0 + 2 <= leased.lease_token <= redis_now_us(redis_client) + 2
+    assert redis_client.get(K.seq) == str(leased.lease_token)
     assert score(redis_client, "q", "leased", "a") is not None
+
+
+def test_a_seq_ahead_of_time_carries_on(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    ahead = redis_now_us(redis_client) + 10**12  # a queue that took more than a million seqs a second
+    redis_client.set(K.seq, str(ahead))
+    rq.enqueue(spec("a"))
+    [leased] = rq.lease("q", 1, 60_000)
+    assert (redis_client.get(K.seq), leased.lease_token) == (str(ahead + 2), ahead + 2)
 
 
 def test_a_reserved_queues_seq_is_not_seeded(rq: RedisQueue, redis_client: redis.Redis) -> None:

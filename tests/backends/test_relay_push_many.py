@@ -15,6 +15,7 @@ import redis
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import PushResult
+from sluice.core import formats
 from sluice.core.errors import BackendUnavailable, InvalidInput, QueueNotAllowed, StaleToken
 from sluice.core.limits import Limits, job_bytes
 from sluice.core.models import DecodedJob
@@ -67,7 +68,8 @@ def test_every_item_of_a_round_goes_in_one_round_trip_after_the_registry(rq: Red
     assert redis_client.zcard(QueueKeys("q").ready) == 41 and redis_client.zcard(QueueKeys("r").ready) == 2
     assert job(redis_client, "q", "p2-25") == {
         "p": '{"n":25}', "m": "0,5,30000,1700000000000",
-        "sz": str(job_bytes("p2-25", '{"n":25}', "0,5,30000,1700000000000", len(QueueKeys("q").job_prefix)))}
+        "sz": str(job_bytes("p2-25", '{"n":25}', "0,5,30000,1700000000000", len(QueueKeys("q").job_prefix))),
+        "v": str(formats.REDIS_JOB)}
     assert redis_client.hget(QueueKeys("q").relayed(TOPIC, 3), "offset") == "40"
     assert redis_client.smembers(QUEUES_KEY) == {"q", "r"}
     again = rq.push_many(TOPIC, items)  # a re-read: every record at or below the recorded offset

@@ -893,9 +893,12 @@ def test_scheduler_may_invoke_the_firings_function_and_nothing_else() -> None:
     assert "Policies" not in role and "ManagedPolicyArns" not in role
     policy = props("SchedulerInvokePolicy")
     assert policy["RoleName"] == {"Ref": "SchedulerInvokeRole"}
-    (statement,) = policy["PolicyDocument"]["Statement"]
-    assert statement == {"Effect": "Allow", "Action": "lambda:InvokeFunction",
-                         "Resource": {"Fn::GetAtt": ["FiringsFunction", "Arn"]}}
+    # and, since issue 29, send a firing whose retries are spent to the firings dead-letter queue
+    invoke, dead_letter = policy["PolicyDocument"]["Statement"]
+    assert invoke == {"Effect": "Allow", "Action": "lambda:InvokeFunction",
+                      "Resource": {"Fn::GetAtt": ["FiringsFunction", "Arn"]}}
+    assert dead_letter == {"Effect": "Allow", "Action": "sqs:SendMessage",
+                           "Resource": {"Fn::GetAtt": ["FiringsDeadLetterQueue", "Arn"]}}
     assert [n for n, r in RES.items() if r["Type"] == "AWS::IAM::RolePolicy"] == ["SchedulerInvokePolicy"]
 
 

@@ -128,3 +128,14 @@ def test_backend_trouble_is_unavailable(exc: redis.exceptions.RedisError) -> Non
 def test_a_script_bug_is_a_plain_sluice_error() -> None:
     err = translate(redis.exceptions.ResponseError("ERR user_script:1: attempt to call a nil value"))
     assert type(err) is SluiceError
+
+
+def test_lua_job_format_matches_the_formats_module() -> None:
+    """The Redis job hash carries its format (issue 29): _lib.lua's JOB_FORMAT is formats.REDIS_JOB."""
+    from sluice.core import formats
+
+    lib = (LUA / "_lib.lua").read_text()
+    assert re.findall(r"^local JOB_FORMAT = '(\d+)'$", lib, re.MULTILINE) == [str(formats.REDIS_JOB)]
+    assert lib.count("'v', JOB_FORMAT") == 2  # both of create_jobs' HSETs
+    assert formats.redis_job_format({"p": "1", "m": "0,3,1000,0"}) == 1
+    assert formats.redis_job_format({"v": "2"}) == formats.REDIS_JOB

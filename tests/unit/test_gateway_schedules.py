@@ -236,3 +236,35 @@ def test_a_firing_without_its_queue_is_refused(w: World) -> None:
     event = {"sluice_schedule": "nightly", "scheduled_time": AT_ISO}
     assert w.gateway(event, LambdaContext())["statusCode"] == 400
     assert w.log.records == []
+
+
+def test_a_firing_refused_with_429_raises_so_scheduler_retries_it_and_a_later_delivery_is_the_job() -> None:
+    """Issue 29: a firing the queue refuses for now (429: at its dead cap, held) was answered, so
+    Scheduler took it as delivered and the firing was lost. It raises now: Scheduler retries it (for
+    a day, then the firings dead-letter queue), and the retry that finds room enqueues the firing's job."""
+    from sluice.core.bus import EventBus
+    from sluice.core.errors import QueueFull
+    from sluice.core.limits import Limits
+    from sluice.core.models import QueueConfig
+    from sluice.gateway.admission import Admission
+    from sluice.gateway.api import Backends, IdMinting, Intake
+    from tests.unit.test_gateway_fakes import KEY
+
+    w, view = World(), [100.0]
+    admission = Admission(w.queue, Limits(max_dead=1_000), ttl_ms=2_000, clock=lambda: view[0])  # type: ignore[arg-type]
+    w.api = Api(Backends(w.log, w.store, w.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
+                intake=Intake(admission=admission), idempotency=w.idem, clock=lambda: w.now_ms)
+    w.api.operators = (FIXTURE_ROLE,)
+    w.gateway = Gateway(w.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    w.queue.registered = {"reports"}
+    w.call("POST", BASE, NIGHTLY)
+    w.queue.configs["reports"] = QueueConfig(max_dead=10)
+    w.queue.seed("reports", "dead", 10)
+    with pytest.raises(QueueFull):
+        w.fire("nightly")
+    assert w.log.records == []
+    w.queue.seed("reports", "dead", 0)  # the operator purged them; Scheduler's retry comes later
+    view[0] += 2.0
+    retried = w.fire("nightly")
+    assert retried["statusCode"] == 202 and retried["job_id"] == schedules.firing_id("nightly", "reports", AT)
+    assert [s.job_id for s in w.log.records] == [retried["job_id"]]

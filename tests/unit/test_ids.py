@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,6 +68,9 @@ def test_the_mac_is_bound_to_the_queue() -> None:
     assert ids.verify(f"{stamp}.thumbnails.{mac}", KEY) is None
 
 
+U = ids.ulid(NOW, bytes(10))  # fixed: parametrized ids must be the same in every xdist worker
+
+
 @pytest.mark.parametrize("job_id", [
     "", "abc", "s1-000001-0", "01HZY1Q8J6.emails", ".emails.", "a.b.c.d",
     "0" * 26 + ".emails." + "0" * 16, "0" * 26 + ".Emails." + "0" * 16, "0" * 26 + ".emails." + "0" * 200,
@@ -121,3 +126,49 @@ def test_ids_minted_before_key_ids_still_verify_with_any_key() -> None:
     assert ids.verify(legacy, OTHER) is None
     # A legacy mac does not become a keyed one by gaining a key id in front.
     assert ids.verify(f"{stamp}.emails.{ids.key_id(KEY)}{ids._mac(KEY, f'{stamp}.emails')}", KEY) is None
+
+
+# -- issue 29: an id's shape, whatever key made it ---------------------------------------------
+
+
+@given(queue=queues, at=times)
+def test_every_id_shape_a_gateway_makes_names_its_queue_whatever_key_made_it(queue: str, at: int) -> None:
+    retired = b"a-key-rotated-out-two-months-ago"
+    minted = ids.mint(at, queue, retired)
+    made = [minted, ids.derive(minted, queue, "k", retired), ids.derive_keyless(minted, queue, "k"),
+            ids.keyless(at, queue, bytes(10), b"firing"), minted.rsplit(".", 1)[0] + "." + minted[-16:]]
+    assert [ids.shaped_queue(j) for j in made] == [queue] * 5  # the last: a bare mac, before key ids
+    assert ids.named_key_id(made[0]) == ids.key_id(retired) and ids.named_key_id(made[2]) is None
+    assert ids.named_key_id(made[4]) is None
+
+
+@pytest.mark.parametrize("job_id", [
+    "", "x", "a.b.c", U + ".emails", U + ".emails." + "0" * 15,
+    U + ".emails." + "0" * 18, U + ".emails.L" + "0" * 16,  # L: no key id, not U
+    U + ".emails." + "0" * 16 + "u", U + ".Emails!.U" + "0" * 16,
+    U + ".emails.U" + "0" * 15 + "I",  # I is no Crockford digit
+    U + ".a.b.U" + "0" * 16, "9" * 26 + ".emails.U" + "0" * 16,  # a ULID past 2**128
+])
+def test_a_malformed_id_has_no_shape(job_id: str) -> None:
+    assert ids.shaped_queue(job_id) is None and not ids.is_keyless(job_id)
+
+
+def test_a_parent_minted_with_a_retired_key_is_taken_for_its_lease_to_decide() -> None:
+    """Issue 29, item 7: ``enqueue_children`` refused every parent whose key had retired (two
+    rotations: a long workflow's later generation, a redriven old job) as "not issued by this
+    deployment", before its lease was looked at. Now its shape admits it and its lease decides;
+    reserved queues and shapeless ids are still refused at once."""
+    from types import SimpleNamespace
+
+    from sluice.core.errors import JobNotFound
+    from sluice.gateway.families import _parent
+
+    host: Any = SimpleNamespace(verifier=ids.Verifier(KEY, [OTHER]))
+    retired = ids.mint(NOW, "emails", b"a-key-rotated-out-two-months-ago")
+    assert host.verifier.verify(retired) is None
+    for parent in (retired, ids.mint(NOW, "emails", KEY), ids.derive_keyless(retired, "emails", "k")):
+        assert _parent(host, parent) == parent
+    for refused in (ids.mint(NOW, "sluice-relay", KEY), ids.derive_keyless(retired, "sluice-relay", "k"),
+                    "not-an-id", U + ".emails.L" + "0" * 16):
+        with pytest.raises(JobNotFound):
+            _parent(host, refused)

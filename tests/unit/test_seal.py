@@ -152,3 +152,18 @@ def test_check_record_takes_the_seal_first_and_asks_the_id_only_to_decide_a_refu
     assert forged_firing.reason.startswith("seal:") and not forged_firing.record_dead
     old = run(sealed(run_at_ms=0), now=NOW + limits.JOB_LIFE_MS)
     assert old.reason.startswith("expired") and old.record_dead and old.genuine
+
+
+def test_an_unsealed_record_is_trusted_only_as_its_own_id_minted_before_the_upgrade() -> None:
+    """A continuation's record stored by a gateway from before seals (format 1; issue 29 item 9)."""
+    job_id = ids.mint(NOW - 1_000, "q", KEY)
+    old = JobSpec(job_id=job_id, queue="q", payload=1)  # schema_version 1, no seal
+    minted = ids.verify(job_id, KEY)
+    assert old.schema_version == 1 and seal.unsealed_before_upgrade(old, job_id, minted, NOW)
+    assert not seal.unsealed_before_upgrade(old, job_id, minted, 0)  # no upgrade named: none
+    assert not seal.unsealed_before_upgrade(old, job_id, minted, NOW - 1_000)  # minted at the upgrade
+    assert not seal.unsealed_before_upgrade(old, job_id, None, NOW)  # an id this deployment never minted
+    assert not seal.unsealed_before_upgrade(old, ids.mint(NOW - 1_000, "q", KEY), minted, NOW)  # another id
+    assert not seal.unsealed_before_upgrade(old.model_copy(update={"queue": "r"}), job_id, minted, NOW)
+    assert not seal.unsealed_before_upgrade(old.model_copy(update={"schema_version": seal.VERSION}), job_id,
+                                            minted, NOW)  # today's format must carry its seal

@@ -94,6 +94,10 @@ class Settings(BaseModel):
     # secret's AWSPREVIOUS version; this setting gives it directly (local stacks, tests).
     job_id_previous_secret: SecretStr | None = None
     job_id_horizon_hours: int = Field(default=7 * 24, ge=1)
+    # An upgrade from a version without seals (before issue 27; docs/deploy.md, "Upgrading"): the time
+    # of the upgrade, in ms. A continuation whose id was minted before it may be released from the
+    # unsealed record its old gateway stored (``seal.unsealed_before_upgrade``). 0: none may.
+    unsealed_continuations_before_ms: int = Field(default=0, ge=0)
 
     # Limits that keep callers from filling Redis (docs/deploy.md, "Sizing Redis"). 0 = no limit.
     # A queue's own max_delayed / max_dead in its Redis config override the two caps.
@@ -171,6 +175,9 @@ class Settings(BaseModel):
     scheduler_group: str = "default"
     scheduler_role_arn: str = ""
     firings_function_arn: str = ""
+    # The SQS queue Scheduler sends a firing to once its retries are spent (issue 29; template.yaml
+    # FiringsDeadLetterQueue, whose depth alarms). Empty: retries alone (``sluice dev``).
+    firings_dead_letter_arn: str = ""
     gateway_function_arn: str = ""  # deprecated: read only where firings_function_arn is unset
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
     # Teams (issue 27, docs/teams.md): the Sluice stack's name. Its team map is the SSM parameters

@@ -193,12 +193,28 @@ def keyless(now_ms: int, queue: str, entropy: bytes, name: bytes) -> str:
     return f"{signed}.{KEYLESS_TAG}{_base32(int.from_bytes(digest[:_MAC_BYTES], 'big'), MAC_LENGTH)}"
 
 
+def shaped_queue(job_id: str) -> str | None:
+    """The queue of ``job_id`` if it has the shape of an id some key made (``mint``, ``derive``, or a
+    bare 16-digit mac from before key ids) or of a keyless one, whatever key, current or long
+    retired; None otherwise. Proves nothing: a family's parent is proved by its lease (issue 29)."""
+    parts = job_id.split(".")
+    if len(parts) != 3 or ulid_time_ms(parts[0]) is None or QUEUE_NAME_RE.fullmatch(parts[1]) is None:
+        return None
+    mac = parts[2]
+    if len(mac) == KEY_ID_LENGTH + MAC_LENGTH and (mac[0] in _VALUE or mac[0] == KEYLESS_TAG):
+        mac = mac[KEY_ID_LENGTH:]
+    return parts[1] if _MAC_RE.fullmatch(mac) is not None else None
+
+
+def named_key_id(job_id: str) -> str | None:
+    """The key id ``job_id``'s mac names (``mint``), or None: a keyless id, a bare mac, another shape."""
+    mac = job_id.rsplit(".", 1)[-1]
+    return mac[0] if len(mac) == KEY_ID_LENGTH + MAC_LENGTH and mac[0] in _VALUE else None
+
+
 def is_keyless(job_id: str) -> bool:
     """Whether ``job_id`` has a keyless id's shape (``keyless``); says nothing of who made it."""
-    parts = job_id.split(".")
-    return (len(parts) == 3 and ulid_time_ms(parts[0]) is not None and QUEUE_NAME_RE.fullmatch(parts[1])
-            is not None and len(parts[2]) == KEY_ID_LENGTH + MAC_LENGTH and parts[2][0] == KEYLESS_TAG
-            and _MAC_RE.fullmatch(parts[2], 1) is not None)
+    return job_id.rsplit(".", 1)[-1][:KEY_ID_LENGTH] == KEYLESS_TAG and shaped_queue(job_id) is not None
 
 
 def derive_keyless(parent_id: str, queue: str, key: str) -> str:
@@ -271,10 +287,8 @@ class Verifier:
         return found
 
     def _reread(self, job_id: str) -> bool:
-        mac = job_id.rsplit(".", 1)[-1]
-        if len(mac) != KEY_ID_LENGTH + MAC_LENGTH:
-            return False
-        return self._reread_kid(mac[:KEY_ID_LENGTH])
+        kid = named_key_id(job_id)
+        return kid is not None and self._reread_kid(kid)
 
     def _reread_kid(self, kid: str) -> bool:
         if self._refresh is None or self._clock is None or kid not in _VALUE:

@@ -286,6 +286,22 @@ FIRING_TOLERANCE_MS: Final = MIN_INTERVAL_MS // 2
 # a failed delivery for up to 24 h by default), and never from before its schedule existed.
 FIRING_EARLY_MS: Final = 5 * 60_000
 FIRING_LATE_MS: Final = 24 * 3_600_000 + FIRING_EARLY_MS
+# The retry policy of every Scheduler schedule's target (issue 29): Scheduler retries a delivery the
+# firings function failed (an outage, or a refusal that may pass: ``entry.gateway_scheduler.RETRIED``)
+# for as long as a firing is accepted, as often as it allows (185, its maximum), then sends it to the
+# firings dead-letter queue, whose depth alarms: a firing refused for a day is never lost silently.
+RETRY_MAX_EVENT_AGE_S: Final = 24 * 3600
+RETRY_MAX_ATTEMPTS: Final = 185
+
+
+def target_retry(dead_letter_arn: str) -> dict[str, Any]:
+    """The ``RetryPolicy`` and ``DeadLetterConfig`` of a Scheduler target (``dead_letter_arn`` empty:
+    the retry policy alone, as ``sluice dev`` has no dead-letter queue)."""
+    out: dict[str, Any] = {"RetryPolicy": {"MaximumEventAgeInSeconds": RETRY_MAX_EVENT_AGE_S,
+                                           "MaximumRetryAttempts": RETRY_MAX_ATTEMPTS}}
+    if dead_letter_arn:
+        out["DeadLetterConfig"] = {"Arn": dead_letter_arn}
+    return out
 
 
 def firing_time(schedule: Schedule, delivered_ms: int, now_ms: int) -> int:

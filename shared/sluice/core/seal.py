@@ -114,6 +114,19 @@ def verify_spec(spec: JobSpec, keys: Iterable[bytes]) -> bool:
     return spec.schema_version == VERSION and verify(spec.seal, spec_message(spec), keys)
 
 
+def unsealed_before_upgrade(spec: JobSpec, job_id: str, minted: ids.Minted | None, before_ms: int) -> bool:
+    """Whether ``spec``, stored unsealed as the record of ``job_id``, may be trusted as a record a
+    gateway from before sealing wrote (format 1, ``models.SCHEMA_VERSION``): a continuation started
+    before an upgrade from a version without seals (docs/deploy.md, "Upgrading") waits in the jobs
+    table with such a record. ``minted``: what ``job_id`` proves of itself (its MAC verified), None if
+    it proves nothing; ``before_ms``: the upgrade's time (``Settings.unsealed_continuations_before_ms``;
+    0, the default, trusts none). Anyone who may write the item could write an unsealed record, so only
+    one of an id minted before the upgrade, for that id and its queue, passes: no job started since can
+    be given one."""
+    return (spec.schema_version != VERSION and spec.seal is None and spec.job_id == job_id
+            and minted is not None and minted.queue == spec.queue and minted.accepted_at_ms < before_ms)
+
+
 def life_refusal(enqueued_at_ms: int, run_at_ms: int, now_ms: int) -> str | None:
     """Why a record sealed at ``enqueued_at_ms`` may not be pushed now, or None.
 

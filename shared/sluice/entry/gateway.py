@@ -176,7 +176,8 @@ def build_api(settings: Settings | None = None) -> Api:
     return Api(Backends(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
                         families=wiring.lazy_families(settings)),
                IdMinting(wiring.job_id_key(settings), wiring.previous_job_id_keys(settings),
-                         refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s)),
+                         refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s),
+                         unsealed_before_ms=s.unsealed_continuations_before_ms),
                intake=Intake(s.max_payload_bytes,
                              Admission(queue, limits, ttl_ms=s.queue_view_ttl_ms),  # type: ignore[arg-type]
                              limits, wiring.routes(settings), refuse_unrouted=s.unrouted_queues == "refuse",

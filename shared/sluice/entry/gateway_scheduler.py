@@ -4,8 +4,9 @@ EventBridge Scheduler's invoke with a schedule's firing (issue 17); every other 
 The event is the target's constant input plus the firing's time (``sluice.core.schedules``:
 ``FIRE_KEY``, ``queue``, ``scheduled_time``); only Scheduler's role may invoke the function with
 it. A firing's job gets a plain caller's limits (``Caller.sluice``). A refusal (4xx: a deleted
-schedule, a queue no longer routed) answers, so Scheduler does not retry it; an outage raises,
-so it does.
+schedule, a queue no longer routed) answers, so Scheduler does not retry it; an outage (5xx) or a
+refusal that may pass (429: the queue at a cap, or held by the memory guard) raises, so it does, for a
+day, and then sends the firing to the firings dead-letter queue (issue 29, ``schedules.target_retry``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from sluice.core.caller import Caller
 from sluice.core.errors import InvalidSchedule, SluiceError
@@ -22,6 +23,9 @@ from sluice.gateway.http import problems
 from sluice.gateway.schedules import Schedules
 
 log = logging.getLogger(__name__)
+
+# Refusals that may pass (429): answered, Scheduler would take the firing as delivered and lose it.
+RETRIED: Final = frozenset({429})
 
 
 def is_firing(event: Mapping[str, Any]) -> bool:
@@ -57,7 +61,9 @@ def handle(schedules: Callable[[], Schedules], event: dict[str, Any]) -> dict[st
         return fire(schedules(), event)
     except SluiceError as exc:
         p = problems.from_exception(exc)
-        if p.status >= 500:
+        if p.status in RETRIED or p.status >= 500:
+            log.warning("schedule firing %r not taken now; Scheduler retries it: %s", event.get(FIRE_KEY),
+                        exc)
             raise
         log.warning("schedule firing %r refused: %s", event.get(FIRE_KEY), exc)
         return {"statusCode": p.status, "error": {"code": exc.code, "message": str(exc)}}

@@ -332,7 +332,7 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
         trigger = None
         if s.firings_function_arn and s.scheduler_role_arn:
             trigger = SchedulerTrigger(boto_client("scheduler", s), s.firings_function_arn,
-                                       s.scheduler_role_arn, s.scheduler_group)
+                                       s.scheduler_role_arn, s.scheduler_group, s.firings_dead_letter_arn)
         return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
 
     return build

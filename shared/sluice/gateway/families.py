@@ -3,8 +3,9 @@
 Reached only by a direct invoke of the gateway function (``flows.family_event``), never through
 API Gateway: the worker and the relay call it (docs/security.md, Jobs that start jobs). Every
 child passes the checks a caller's enqueue passes (``sluice.gateway.pipeline``: reserved names, payload
-size, priority, admission), and its id is derived, not minted, so a re-run parent gets the same
-children. The order of the writes makes a crash at any point safe to repeat:
+size, priority, admission), and its id is derived, not minted, and keyless (issue 29), so a re-run
+parent gets the same children whatever key is current, and a workflow outlives key rotations. The
+order of the writes makes a crash at any point safe to repeat:
 
 1. check everything (nothing written);
 2. the parent's item gains the children, conditional on the parent being leased under ``token``;
@@ -32,6 +33,7 @@ from sluice.core.errors import (
 )
 from sluice.core.families import (
     MAX_CHILDREN,
+    ChildState,
     FamilyAccepted,
     FamilyRequest,
     FamilyStore,
@@ -68,30 +70,58 @@ def families_of(api: FamilyHost) -> FamilyStore:
     return store
 
 
-def _child_id(api: FamilyHost, parent_id: str, queue: str, key: str) -> str:
-    """A child's id: derived with the key that signed its parent, or, for a keyless parent (a firing's
-    job), keyless too (``ids.derive_keyless``): either way a re-run across a rotation gets the same."""
-    if ids.is_keyless(parent_id):
+def _legacy_keys(api: FamilyHost, parent_id: str) -> tuple[bytes, ...]:
+    """The keys a keyed parent's children may have been derived with before issue 29 (``ids.derive``
+    with the parent's own signing key): those this gateway holds under the key id the parent names;
+    none for a keyless parent or a retired key. Only to find the children of a parent whose first
+    run was before the upgrade."""
+    kid = ids.named_key_id(parent_id)
+    return tuple(k for k in (api.verifier.key, *api.verifier.previous) if ids.key_id(k) == kid)
+
+
+def _derivation(api: FamilyHost, store: FamilyStore, parent_id: str,
+                request: FamilyRequest) -> tuple[Callable[[str, str], str], dict[str, ChildState]]:
+    """How this request's children and continuation are named, and the states of those children
+    that have an item (``FamilyStore.children_state``).
+
+    Keyless (``ids.derive_keyless``, issue 29): no job id key goes into a child's id, so a family
+    lives through any number of key rotations, and a parent re-run after one gets the same children.
+    A parent whose first run, before the upgrade, derived them with its key (``ids.derive``) gets
+    those again: its first child or its continuation has an item under that name. The probes ride on
+    the read of the children's states that every request makes (one BatchGetItem)."""
+    def keyless(queue: str, key: str) -> str:
         return ids.derive_keyless(parent_id, queue, key)
-    return ids.derive(parent_id, queue, key, _signing_key(api, parent_id))
 
+    def keyed_with(signing: bytes) -> Callable[[str, str], str]:
+        return lambda queue, key: ids.derive(parent_id, queue, key, signing)
 
-def _signing_key(api: FamilyHost, parent_id: str) -> bytes:
-    """The key that signed the parent: a re-run across a key rotation derives the same children."""
-    kid = parent_id.rsplit(".", 1)[-1][:ids.KEY_ID_LENGTH]
-    for key in (api.verifier.key, *api.verifier.previous):
-        if ids.key_id(key) == kid:
-            return key
-    return api.verifier.key
+    def probes(name: Callable[[str, str], str]) -> list[str]:  # the first child and the continuation
+        first, then = request.jobs[0], request.then
+        return [name(first.queue, first.key)] + (
+            [] if then is None else [name(then.queue, ids.CONTINUATION_PREFIX + then.key)])
+
+    legacy = {name: probes(name) for name in map(keyed_with, _legacy_keys(api, parent_id))}
+    fresh = [keyless(job.queue, job.key) for job in request.jobs]
+    known = store.children_state(fresh + [p for found in legacy.values() for p in found])
+    for name, found in legacy.items():
+        if any(p in known for p in found):
+            log.info("parent %s started its children before issue 29: their keyed ids are kept", parent_id,
+                     extra={"job_id": parent_id})
+            return name, store.children_state([name(job.queue, job.key) for job in request.jobs])
+    return keyless, {j: known[j] for j in fresh if j in known}
 
 
 def _parent(api: FamilyHost, parent_id: str) -> str:
-    """``parent_id`` if it names a job this deployment issued: a minted id, or a firing's keyless one
-    (``adopt`` then checks that it is leased under the request's token, as for any parent)."""
+    """``parent_id`` if it has the shape of a job id of a public queue; ``adopt`` then checks that
+    it is leased under the request's token, which is what proves it.
+
+    Its id's MAC is not the proof (issue 29): a firing's id is keyless, and a job minted or derived
+    with a key since retired (two rotations ago: a long workflow's later generation, a redriven old
+    job) no longer verifies, yet holds its lease. Key ids are one character, so a retired key may
+    share its key id with a held one: a failed MAC under a key id we hold does not prove a forgery."""
     parent_id = validate_job_id(parent_id)
     minted = api.verifier.verify(parent_id)
-    queue = minted.queue if minted is not None else (
-        parent_id.split(".")[1] if ids.is_keyless(parent_id) else None)
+    queue = minted.queue if minted is not None else ids.shaped_queue(parent_id)
     if queue is None or is_reserved_queue(queue):
         raise JobNotFound(f"no job {parent_id}: a parent must be a job this deployment issued",
                           job_id=parent_id)
@@ -137,17 +167,17 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
     if request.then is not None:  # released later, but its id is answered now: its queue is reserved now
         pipeline.reserve(request.then.queue)
     now = api.clock()
-    specs = [pipeline.spec(job.queue, job, now, None, job_id=_child_id(api, parent_id, job.queue, job.key))
+    store = families_of(api)
+    name, known = _derivation(api, store, parent_id, request)
+    specs = [pipeline.spec(job.queue, job, now, None, job_id=name(job.queue, job.key))
              for job in request.jobs]
     child_ids = [s.job_id for s in specs]
-    store = families_of(api)
     then_id = None
     then_spec = None
     if request.then is not None:
-        then_id = _child_id(api, parent_id, request.then.queue, ids.CONTINUATION_PREFIX + request.then.key)
+        then_id = name(request.then.queue, ids.CONTINUATION_PREFIX + request.then.key)
         then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id)
         _same_family(store, then_id, child_ids)
-    known = store.children_state(child_ids)
     for child_id, state in known.items():
         if state.continuation != then_id:  # the key named a child of another family
             raise FamilyConflict(f"child {child_id} already belongs to "
@@ -205,7 +235,10 @@ def release_continuation(api: FamilyHost, continuation: str) -> bool:
     spec = JobSpec.model_validate_json(family.spec_json)
     # The spec sat in the jobs table, under a key a continuation team's LeadingKeys reach: only a
     # spec this gateway sealed is appended, sealed anew at its release (its life starts now).
-    if not api.pipeline.sealed(spec):
+    if api.pipeline.sealed_before_seals(spec, continuation):
+        log.warning("continuation %s: its record is of format %s, stored before the upgrade; released "
+                    "sealed anew", continuation, spec.schema_version, extra={"job_id": continuation})
+    elif not api.pipeline.sealed(spec):
         raise RecordTampered(f"continuation {continuation}: its stored record does not match its seal "
                              "(altered in the jobs table, or sealed by no key of this deployment); it is "
                              "not released", job_id=continuation)

@@ -81,6 +81,9 @@ class IdMinting:
     refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None
     horizon_ms: int = DEFAULT_ID_HORIZON_MS
     new_id: Callable[[int], str] | None = None
+    # Ids minted before this (an upgrade from before seals, docs/deploy.md) may have an unsealed
+    # continuation record waiting (``seal.unsealed_before_upgrade``); 0: none may.
+    unsealed_before_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,7 @@ class EnqueuePipeline:
         self.log, self.clock = log_, clock
         self.verifier = ids.Verifier(minting.key, minting.previous, refresh=minting.refresh, clock=clock,
                                      refresh_ms=KEY_REFRESH_MS)
-        self.new_id = minting.new_id
+        self.new_id, self.unsealed_before_ms = minting.new_id, minting.unsealed_before_ms
         self.max_payload_bytes, self.admission, self.limits = (intake.max_payload_bytes, intake.admission,
                                                                intake.limits)
         self.routes, self.refuse_unrouted = intake.routes, intake.refuse_unrouted
@@ -281,6 +284,12 @@ class EnqueuePipeline:
         if kid is None:
             return False
         return seal.verify_spec(spec, self.verifier.keys_for(kid))
+
+    def sealed_before_seals(self, spec: JobSpec, job_id: str) -> bool:
+        """Whether ``spec`` is ``job_id``'s record as a gateway from before seals stored it, trusted for
+        an id minted before the upgrade (``seal.unsealed_before_upgrade``)."""
+        minted = self.verifier.verify(job_id)
+        return seal.unsealed_before_upgrade(spec, job_id, minted, self.unsealed_before_ms)
 
     def reseal(self, spec: JobSpec, now_ms: int) -> JobSpec:
         """``spec`` accepted again at ``now_ms`` (a continuation at its release), sealed anew with

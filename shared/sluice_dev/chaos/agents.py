@@ -32,9 +32,10 @@ from sluice.backends.aws.family_gateway import LambdaFamilyGateway
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.families import Countdown
+from sluice.entry import root as wiring
 from sluice_dev.chaos.app import QUEUE, TENANT, Control, kill_after_push, record_relay, worker_app
 from sluice_dev.chaos.families import expected_result
-from sluice_dev.chaos.keys import minting, parent_key
+from sluice_dev.chaos.keys import minting
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import open_history, record
 
@@ -73,7 +74,7 @@ def run_worker(cfg: dict[str, Any]) -> int:
     history = open_history(cfg["history"])
     control = Control(cfg["control_dir"], cfg["name"], history)
     logger: Any = logging.getLogger(f"sluice_dev.chaos.{cfg['name']}")
-    app = worker_app(lambda: history, lambda: control, family_key=lambda parent: parent_key(parent, s))
+    app = worker_app(lambda: history, lambda: control, family_key=lambda: wiring.job_id_key(s))
     record(app.events, cfg["history"])  # after the nemesis's fault points, on the same bus
     store = DynamoJobStore.from_settings(s)
     worker = app.bind(
@@ -108,6 +109,8 @@ def run_relay(cfg: dict[str, Any]) -> int:
     engine, store = RedisRelayEngine.from_settings(s), DynamoJobStore.from_settings(s)
     source = KafkaSource.from_settings(s)
     bus = ev.EventBus()  # the relay's reads, pushes and config reads, as the history's lines
+    # as the Lambda: a lost registry cache (a registry-shard flush) is loaded again from the queues table
+    wiring.durable_registry(engine.conn, bus, s)
     bus.subscribe(record_relay(history), ev.RecordsRead, ev.Pushed, ev.ConfigRead)
     bus.subscribe(kill_after_push(control), ev.Pushed)  # after the push is recorded
     # settled children count down

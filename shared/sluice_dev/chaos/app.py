@@ -75,11 +75,11 @@ class Control:
 
 
 def worker_app(history: Callable[[], History], control: Callable[[], Control],
-               timeout_s: float | None = None, family_key: Callable[[str], bytes] | None = None) -> Any:
+               timeout_s: float | None = None, family_key: Callable[[], bytes] | None = None) -> Any:
     """The chaos ``sluice.Worker``: its handler and its fault points.
 
-    ``family_key``: the job id key that signed a parent id, with which a parent names its family in
-    the history before it asks the gateway for it (``chaos.families``); None: parents start no family.
+    ``family_key``: the job id key, with which a parent names its family in the history before
+    it asks the gateway for it (``chaos.families``); None: parents start no family.
 
     ``history`` and ``control`` are called when first needed, so a module can build the
     app at import time (the worker Lambda imports ``Settings.handlers_module``) and open

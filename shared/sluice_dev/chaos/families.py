@@ -3,9 +3,10 @@
 Every ``FAMILY_EVERY``-th job of the workload is a parent: its handler starts ``FAMILY_CHILDREN``
 children and a continuation on the chaos queue through the gateway's family entry, as any
 handler does (``ctx.enqueue_many``). Before it asks, it writes a ``family`` line naming the
-children and the continuation, with their ids derived as the gateway derives them (the harness
-holds the job id key; a real worker does not), so the checker knows every job that may run and
-every right answer, even when the parent is killed between its request and its return.
+children and the continuation, with their ids derived as the gateway derives them (keyless since
+issue 29: ``ids.derive_keyless``; ``key`` is kept for the callers), so the checker knows every
+job that may run and every right answer, even when the parent is killed between its request and
+its return.
 
 Payloads, so the answers are deterministic:
 
@@ -59,18 +60,16 @@ def expected_then(parent: dict[str, Any]) -> dict[str, str]:
     return then_result(int(parent["i"]), kids)
 
 
-def start(job: Any, ctx: Any, queue: str, key: Callable[[str], bytes], emit: Callable[..., None]) -> None:
-    """The parent's part: name the family in the history, then ask the gateway for it. ``key``: the
-    key that signed a parent id (``chaos.keys.parent_key``), with which the gateway derives."""
+def start(job: Any, ctx: Any, queue: str, key: Callable[[], bytes], emit: Callable[..., None]) -> None:
+    """The parent's part: name the family in the history, then ask the gateway for it."""
     from sluice.core import ids
     from sluice_dev.chaos.history import digest
 
     p = job.payload
     n, lease = int(p["family"]), int(p.get("lease_seconds", 30))
     kids = [child_payload(p, c) for c in range(n)]
-    k = key(job.job_id)
-    child_ids = [ids.derive(job.job_id, queue, f"c{c}", k) for c in range(n)]
-    then_id = ids.derive(job.job_id, queue, ids.CONTINUATION_PREFIX + "then", k)
+    child_ids = [ids.derive_keyless(job.job_id, queue, f"c{c}") for c in range(n)]  # no key (issue 29)
+    then_id = ids.derive_keyless(job.job_id, queue, ids.CONTINUATION_PREFIX + "then")
     expects = {cid: digest(expected_result(kp)) for cid, kp in zip(child_ids, kids, strict=True)}
     expects[then_id] = digest(expected_then(p))
     emit("family", job=job.job_id, children=child_ids, continuation=then_id, expects=expects)

@@ -32,7 +32,6 @@ from typing import Any
 
 from sluice.core import bus as ev
 from sluice_dev.chaos.app import Control, kill_after_push, record_relay, worker_app
-from sluice_dev.chaos.keys import parent_key
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import History, open_history
 
@@ -76,9 +75,15 @@ def _clock() -> ClockFollower:
     return ClockFollower(Path(_history().path).parent / "control", "relay", _history()).start()
 
 
+def _job_id_key() -> bytes:
+    from sluice.entry import root as wiring
+
+    return wiring.job_id_key()
+
+
 # The worker function's family_gateway (ctx.enqueue_many -> the gateway function) comes from wiring, as
 # in a deployment; the key only lets the harness name each family in the history (chaos.families).
-app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S, family_key=parent_key)
+app = worker_app(_history, lambda: _control("worker"), timeout_s=HANDLER_TIMEOUT_S, family_key=_job_id_key)
 
 
 def relay(event: Any, context: Any) -> dict[str, Any]:

@@ -44,6 +44,8 @@ BINDINGS: dict[str, str] = {
     "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
                               "the table's schedules",
     "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
+    "SLUICE_FIRINGS_DEAD_LETTER_ARN": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler "
+                                      "sends a failed firing again at its next tick",
     "SLUICE_PARKED_TABLE": "the parking lot on the moto server (issue 28)",
     "SLUICE_RESULTS_BUCKET": "the results bucket on the moto server",
     "SLUICE_PAYLOADS_BUCKET": "the payloads bucket on the moto server (tables.ensure_all makes it)",

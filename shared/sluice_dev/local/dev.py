@@ -106,6 +106,7 @@ class DevOptions:
     handlers: str | None = "sluice_dev.examples"
     kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
     redis_shards: int = 1  # above 1: a local Redis cluster of that many masters (the RedisShards parameter)
+    attach: dict[str, str] | None = None  # servers already running, kept when this stack stops (Stack.attach)
     workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
     worker_timeout_s: int | None = None
     worker_idle_s: float = 120.0
@@ -207,7 +208,7 @@ class DevStack:
                               f"not the handlers module {options.handlers}: pass --handlers with a module "
                               "that ships in functions/worker/ (template.yaml, WorkerHandlersModule)")
         self.stack = Stack(state_dir=options.state_dir, kafka_bootstrap=options.kafka_bootstrap,
-                           redis_shards=options.redis_shards)
+                           redis_shards=options.redis_shards, attach=options.attach)
         self.local_functions: list[LocalFunction] = []
         self.team_functions: dict[str, LocalFunction] = {}  # team -> its worker function
         self.team_stacks: dict[str, TeamStack] = {}  # team -> infra/team.yaml as the infra team deploys it

@@ -116,6 +116,11 @@ class Stack:
     cluster: Cluster | None = None
     settings: Settings | None = None
     redis_users: list[LocalRedisUser] = field(default_factory=list)  # each function's ACL user (redis_users)
+    # Servers someone else started and keeps (endpoints.json's keys redis_url, kafka_bootstrap,
+    # aws_endpoint_url, optionally job_id_secret): this stack starts none and stops none, and sets its
+    # Redis users on that Redis. An upgrade test runs the old code's functions, then this code's, on one
+    # set of servers (tests/stack/test_upgrade.py).
+    attach: dict[str, str] | None = None
     _lock_fd: int | None = field(default=None, repr=False)
 
     def claim(self) -> None:
@@ -151,6 +156,8 @@ class Stack:
         """
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        if self.attach is not None:
+            return self._attach(base)
         starters: dict[str, Callable[[], Server]] = {
             "redis": self._start_redis,
             "moto": lambda: motoserver.start(log_path=logs / "moto.log"),
@@ -184,6 +191,25 @@ class Stack:
             settings = settings.model_copy(update={"job_id_secret": SecretStr(secrets.token_urlsafe(32))})
         self.settings = settings
         return self.settings
+
+    def _attach(self, base: Settings | None) -> Settings:
+        """Settings for the servers in ``attach``; this stack's Redis users set on that Redis."""
+        assert self.attach is not None
+        settings = settings_from_endpoints(self.attach, base)
+        secret = self.attach.get("job_id_secret") or secrets.token_urlsafe(32)
+        if settings.job_id_secret is None and settings.job_id_secret_arn is None:
+            settings = settings.model_copy(update={"job_id_secret": SecretStr(secret)})
+        if self.redis_users:
+            import redis
+
+            client = redis.Redis.from_url(settings.redis_url)
+            try:
+                for user in self.redis_users:
+                    client.execute_command(*user.setuser())  # ACL SETUSER ...
+            finally:
+                client.close()
+        self.settings = settings
+        return settings
 
     def _start_tansu(self, port: int | None = None) -> Server:
         s3 = self.servers["kafka-s3"].extra["url"]

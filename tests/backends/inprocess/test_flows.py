@@ -107,7 +107,7 @@ def test_a_child_key_empty_too_long_or_not_printable_ascii_is_refused(key: Any) 
 
 def test_children_are_appended_with_derived_ids_and_recorded_on_both_sides(rig: Rig) -> None:
     accepted = rig.api.enqueue_children(rig.request(3))
-    assert accepted.job_ids == [ids.derive(rig.parent, "work", f"k{i}", KEY) for i in range(3)]
+    assert accepted.job_ids == [ids.derive_keyless(rig.parent, "work", f"k{i}") for i in range(3)]  # issue 29
     assert rig.appended() == accepted.job_ids
     assert [s.payload for s in rig.log.records] == [0, 1, 2]
     view = rig.api.status(rig.parent)
@@ -150,6 +150,114 @@ def test_a_schedule_firings_job_may_start_children_while_it_holds_its_lease(rig:
     with pytest.raises(LeaseLost):
         rig.api.enqueue_children(rig.request(2).model_copy(update={"parent_id": made_up, "token": 1}))
     assert rig.appended() == accepted.job_ids * 2
+
+
+# -- key rotation (issue 29, item 7) ---------------------------------------------------------------
+
+K2, K3 = b"the-second-job-id-key-0123456789", b"the-third-job-id-key-01234567890"
+
+
+def rotated(rig: Rig, key: bytes, previous: tuple[bytes, ...], at_ms: int) -> Api:
+    """The gateway after a rotation: ``key`` current, ``previous`` still verifying (one of them)."""
+    return Api(Backends(rig.log, rig.store, rig.queue, EventBus(), families=rig.store.families),
+               IdMinting(key, previous), clock=lambda: at_ms)
+
+
+def run_generation(rig: Rig, api: Api, parent: str, n: int = 2) -> tuple[list[str], str]:
+    """``parent`` (leased now) starts ``n`` children and a continuation; every child succeeds and the
+    countdown releases the continuation: its children and its continuation."""
+    token = rig.store.grant(parent, ids.queue_in_id(parent), "w")
+    jobs = [ChildRequest(queue="work", payload=i, key=f"k{i}") for i in range(n)]
+    family = api.enqueue_children(FamilyRequest(parent_id=parent, token=token, jobs=jobs,
+                                                then=ThenRequest(queue="report", payload={"n": n})))
+    countdown = Countdown(rig.store.families, api.release_continuation)
+    for child in family.job_ids:
+        rig.store.write_result(child, rig.store.grant(child, "work", "w"), "done")
+        countdown.on_ended(ended(child))
+    assert family.continuation is not None and rig.appended()[-1] == family.continuation
+    rig.store.write_result(parent, token, "done")
+    return family.job_ids, family.continuation
+
+
+def test_a_workflow_lives_through_two_key_rotations_and_each_generation_starts_its_children(rig: Rig) -> None:
+    """Issue 29: children and continuations were derived with the root's key for every generation,
+    so after two rotations (the root's key retired) a later generation could not start children:
+    its id no longer verified. Now no key goes into a child's id; the lease is what proves a parent."""
+    from sluice.core import seal
+    from sluice.relay.intake import check_record
+    from sluice.relay.ports import SourceRecord
+    from sluice.relay.records import decode_sealed
+
+    day = 86_400_000
+    epochs = [(rig.api, ids.Verifier(KEY)),
+              (rotated(rig, K2, (KEY,), PARENT_MS + 31 * day), ids.Verifier(K2, [KEY])),
+              (rotated(rig, K3, (K2,), PARENT_MS + 61 * day), ids.Verifier(K3, [K2]))]
+    parent, seen = rig.parent, [rig.parent]
+    for api, relay_keys in epochs:
+        children, continuation = run_generation(rig, api, parent)
+        assert all(ids.is_keyless(j) for j in [*children, continuation])
+        for spec in rig.log.records[-3:]:  # what the relay of this epoch reads: pushed, not refused
+            assert seal.verify_spec(spec, [api.job_id_key])
+            found = decode_sealed(SourceRecord(0, 0, None, spec.model_dump_json().encode()))
+            assert not isinstance(found, str)
+            assert check_record(*found, relay_keys, api.clock()) is None, spec.job_id
+        seen += [*children, continuation]
+        parent = continuation
+    assert ids.verify(seen[0], K3, [K2]) is None  # the root's key is retired
+    assert len(set(seen)) == len(seen) == 10
+    assert rig.api.status(seen[-1]).parent_id == seen[-4]  # the last continuation names its parent
+
+
+def test_a_generation_rerun_across_a_rotation_gets_the_same_children(rig: Rig) -> None:
+    first = rig.api.enqueue_children(rig.request(3, then=True))
+    token = rig.store.grant(rig.parent, "fanout", "w2")  # re-run after two rotations: its key is gone
+    later = rotated(rig, K3, (K2,), PARENT_MS + 61 * 86_400_000)
+    again = later.enqueue_children(rig.request(3, then=True, token=token))
+    assert (again.job_ids, again.continuation) == (first.job_ids, first.continuation)
+    assert rig.api.status(rig.parent).children == sorted(first.job_ids)  # nothing new recorded
+
+
+def test_a_job_redriven_two_rotations_after_its_key_retired_may_start_children(rig: Rig) -> None:
+    """A redrive of a job that old: its record is sealed anew with the current key and pushed; its
+    run then starts children, as its lease proves it, although its own id no longer verifies."""
+    from sluice.core.models import JobSpec
+    from sluice.relay.intake import check_record
+    from sluice.relay.ports import SourceRecord
+    from sluice.relay.records import decode_sealed
+
+    later = rotated(rig, K3, (K2,), PARENT_MS + 61 * 86_400_000)
+    assert later.verifier.verify(rig.parent) is None
+    old = JobSpec(job_id=rig.parent, queue="fanout", payload={"n": 2}, enqueued_at_ms=PARENT_MS)
+    redriven = later.pipeline.reseal_now(old)  # what the redrive appends (sluice.gateway.redrive)
+    found = decode_sealed(SourceRecord(0, 0, None, redriven.model_dump_json().encode()))
+    assert not isinstance(found, str)
+    assert check_record(*found, ids.Verifier(K3, [K2]), later.clock()) is None  # the relay pushes it
+    accepted = later.enqueue_children(rig.request(2))
+    assert rig.appended() == accepted.job_ids
+    assert rig.api.status(rig.parent).children == sorted(accepted.job_ids)
+
+
+def test_a_parent_that_started_its_children_before_issue_29_gets_those_again_on_a_rerun(rig: Rig) -> None:
+    """Upgrade: children derived with the parent's key (the code before issue 29) are found by the
+    re-run (a probe of the first child and the continuation) and kept: no second family."""
+    from sluice.core.families import NewChild
+
+    keyed = [ids.derive(rig.parent, "work", f"k{i}", KEY) for i in range(3)]
+    then = ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
+    families = rig.store.families  # as the old gateway wrote them
+    families.adopt(rig.parent, rig.token, keyed, then, MAX_CHILDREN)
+    families.record_children(rig.parent, [NewChild(j, "work", PARENT_MS, i) for i, j in enumerate(keyed)],
+                             then)
+    spec = rig.api.pipeline.spec("report", ThenRequest(queue="report", payload={"n": 3}), PARENT_MS, None,
+                                 job_id=then)
+    families.start_family(then, "report", rig.parent, keyed, spec.model_dump_json(), PARENT_MS)
+    rig.store.write_result(keyed[0], rig.store.grant(keyed[0], "work", "w"), "done")
+    token = rig.store.grant(rig.parent, "fanout", "w2")
+    again = rig.api.enqueue_children(rig.request(3, then=True, token=token))
+    assert (again.job_ids, again.continuation) == (keyed, then)
+    assert rig.api.status(rig.parent).children == sorted(keyed)
+    assert rig.appended() == keyed[1:]  # the finished one is counted, not appended again
+    assert rig.api.status(then).remaining == 2
 
 
 def test_only_the_current_holder_of_the_parent_may_start_children(rig: Rig) -> None:
@@ -230,7 +338,7 @@ def ended(job: str, state: str = "succeeded", source: str = "worker") -> JobEnde
 def test_the_continuation_is_released_once_after_every_child_ended_and_counts_each_once(rig: Rig) -> None:
     family = rig.api.enqueue_children(rig.request(3, then=True))
     then = family.continuation
-    assert then == ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
+    assert then == ids.derive_keyless(rig.parent, "report", ids.CONTINUATION_PREFIX + "then")
     assert rig.appended() == family.job_ids  # the continuation waits in the jobs table
     bus = EventBus()
     Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
@@ -526,3 +634,25 @@ def test_a_childs_route_and_schema_refusals_reach_the_handler_as_their_own_excep
         keeper = LambdaFamilyGateway(lambda event, answer=answer: answer)
         with pytest.raises(cls):
             keeper.release("x")
+
+
+def test_the_chaos_harness_names_a_family_as_the_gateway_derives_it(rig: Rig) -> None:
+    """The chaos workload writes a family's ids in its history before it asks the gateway, and stops
+    the run if the gateway answers others (``sluice_dev.chaos.families.start``): since issue 29 both
+    derive them keyless."""
+    from types import SimpleNamespace
+
+    from sluice_dev.chaos import families as chaos
+
+    emitted: list[tuple[str, dict[str, Any]]] = []
+
+    def enqueue_many(jobs: list[dict[str, Any]], then: dict[str, Any]) -> Any:
+        return rig.api.enqueue_children(FamilyRequest(
+            parent_id=rig.parent, token=rig.token, jobs=[ChildRequest(**j) for j in jobs],
+            then=ThenRequest(**then)))
+
+    job = SimpleNamespace(job_id=rig.parent, payload={"i": 19, "family": 3})
+    chaos.start(job, SimpleNamespace(enqueue_many=enqueue_many), "fanout", lambda: KEY,
+                lambda kind, **fields: emitted.append((kind, fields)))
+    assert [kind for kind, _ in emitted] == ["family", "family_accepted"]
+    assert rig.appended() == emitted[0][1]["children"]

@@ -81,6 +81,22 @@ def test_the_trigger_creates_pauses_and_deletes_a_scheduler_schedule(clients: tu
         scheduler.get_schedule(Name="reports.nightly", GroupName="default")
 
 
+def test_the_schedulers_target_retries_for_a_day_then_dead_letters_the_firing(
+        clients: tuple[Any, Any]) -> None:
+    """Issue 29: without a retry policy and a dead-letter queue, a firing refused for a day (a 429
+    while the queue is held) was lost silently. Both are on the target, on create and on every update
+    (an update restates the whole schedule)."""
+    scheduler, dlq = clients[1], "arn:aws:sqs:us-east-1:123456789012:sluice-firings-dlq"
+    trigger = SchedulerTrigger(scheduler, ARN, ROLE, dead_letter_arn=dlq)
+    trigger.create(nightly("retried"))
+    for _ in range(2):
+        target = scheduler.get_schedule(Name="reports.retried", GroupName="default")["Target"]
+        assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86_400, "MaximumRetryAttempts": 185}
+        assert target["DeadLetterConfig"] == {"Arn": dlq}
+        trigger.set_paused(schedules.Schedule(**{**nightly("retried").__dict__, "paused": True}))
+    trigger.delete("reports", "retried")
+
+
 def test_scheduler_names_are_per_queue_and_fit_schedulers_limit() -> None:
     assert schedules.scheduler_name("reports", "nightly") == "reports.nightly"
     long_q, long_n = "q" * 64, "n" * 64
@@ -101,5 +117,7 @@ def test_the_composition_root_builds_the_store_and_the_trigger_only_when_configu
     built = local(Rig().api)
     assert isinstance(built.store, DynamoScheduleStore) and built.trigger is None
     aws = wiring.schedules(Settings(schedules_table="schedules", aws_region="us-east-1",
-                                    gateway_function_arn=ARN, scheduler_role_arn=ROLE))
-    assert aws is not None and isinstance(aws(Rig().api).trigger, SchedulerTrigger)
+                                    gateway_function_arn=ARN, scheduler_role_arn=ROLE,
+                                    firings_dead_letter_arn="arn:aws:sqs:us-east-1:123456789012:dlq"))
+    assert aws is not None and isinstance(trigger := aws(Rig().api).trigger, SchedulerTrigger)
+    assert trigger.dead_letter_arn == "arn:aws:sqs:us-east-1:123456789012:dlq"

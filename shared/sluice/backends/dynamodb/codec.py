@@ -26,6 +26,7 @@ NAMES = {
     # families (store/families.py)
     "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
     "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
+    "#fv": "format_version",  # the writer's format (sluice.core.formats.ITEM; items.py)
 }
 
 

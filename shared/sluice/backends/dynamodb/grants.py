@@ -33,8 +33,9 @@ NOT_OLDER = "(attribute_not_exists(#run) OR #run <= :gen)"
 # grant from an older lease is refused. A worker that checked its lease, then paused past its grant
 # margin while the lease lapsed and another worker leased and was granted the job, would otherwise
 # grant late and make that holder stale (the job model's grant-after-long-pause). Equal: the same lease
-# (botocore retrying a grant whose answer was lost); lease tokens never repeat across a Redis loss
-# (_lib.lua take_seq). An older lease's grant that lands first is superseded by the newer one's.
+# (botocore retrying a grant whose answer was lost); lease tokens never repeat across a Redis loss or a
+# failover to a lagging replica (_lib.lua take_seq). An older lease's grant that lands first is superseded
+# by the newer one's.
 LEASE_NEWER = "(attribute_not_exists(#lt) OR #lt <= :lt)"
 MAX_OWNER_CHARS = 256
 

@@ -6,6 +6,9 @@ holder (``leases.py``), the lifecycle writes made outside a lease (``lifecycle.p
 family writes (``families.py``).
 Conditional-check failures come back as the item as it was (``ALL_OLD``), never as
 exceptions: each caller classifies them. The item codec is ``codec.py``.
+
+Every item written here carries the format of the code that last wrote it (``format_version``,
+``sluice.core.formats.ITEM``; none: written before issue 29), set by each update's SET and each put.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sluice.backends.dynamodb.codec import NAMES, N, S, decode_record
 from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate, translated
 from sluice.backends.dynamodb.results import job_result_key
+from sluice.core import formats
 from sluice.core.clock import wall_ms
 from sluice.core.models import JobRecord
 from sluice.core.ports import ResultSink
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 _PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+_SET = re.compile(r"(?:^|(?<=\s))SET\s+")  # an update expression's SET clause
+FORMAT_SET = "#fv = :fv"  # first in an update's SET (``ItemTable.request``)
 
 
 class ItemTable:
@@ -46,6 +52,9 @@ class ItemTable:
     def request(self, job_id: str, *, update: str | None = None, condition: str | None = None,
                 values: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
         """A request with only the placeholders its expressions use (DynamoDB rejects unused ones)."""
+        if update and _SET.search(update):
+            update = _SET.sub(lambda m: f"{m.group(0)}{FORMAT_SET}, ", update, count=1)
+            values = {**(values or {}), ":fv": N(formats.ITEM)}
         used = set(_PLACEHOLDER.findall(" ".join(e for e in (update, condition) if e)))
         request: dict[str, Any] = {"TableName": self.table, "Key": {"job_id": S(job_id)}, **extra}
         if update:
@@ -79,7 +88,7 @@ class ItemTable:
     def put_new(self, operation: str, item: dict[str, Any]) -> bool:
         """Create ``item`` unless an item with its key exists: True if written, False if not."""
         try:
-            self.client.put_item(TableName=self.table, Item=item,
+            self.client.put_item(TableName=self.table, Item={**item, "format_version": N(formats.ITEM)},
                                  ConditionExpression="attribute_not_exists(job_id)")
         except ClientError as exc:
             if is_conditional_failure(exc):

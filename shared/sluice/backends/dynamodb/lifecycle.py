@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sluice.backends.dynamodb.codec import N, S, created_ms, generation, item_int, item_str
 from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate
 from sluice.backends.dynamodb.items import ItemTable
+from sluice.core import formats
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
 from sluice.core.models import (
     FINAL_STATES,
@@ -53,7 +54,7 @@ class Lifecycle:
         now = self.items.now_ms()
         item = {"job_id": S(spec.job_id), "queue": S(spec.queue), "status": S(JobState.ACCEPTED),
                 "attempts": N(0), "token": N(0), "created_at_ms": N(spec.enqueued_at_ms or now),
-                "updated_at_ms": N(now)}
+                "updated_at_ms": N(now), "format_version": N(formats.ITEM)}
         try:
             self.items.client.put_item(TableName=self.items.table, Item=item,
                                        ConditionExpression="attribute_not_exists(job_id)",

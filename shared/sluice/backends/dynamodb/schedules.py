@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from sluice.backends.dynamodb.errors import error_code, translate, translated
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.errors import ScheduleExists, ScheduleNotFound, StoreError
-from sluice.core.schedules import SCHEDULED_TIME, Schedule, firing_event, scheduler_name
+from sluice.core.schedules import SCHEDULED_TIME, Schedule, firing_event, scheduler_name, target_retry
 
 _EXISTS: Final = "ConditionalCheckFailedException"
 _NAMES: Final = {"#q": "queue", "#n": "name"}
@@ -113,11 +113,14 @@ class DynamoScheduleStore:
 
 class SchedulerTrigger:
     """``api_schedules.Trigger`` on EventBridge Scheduler: one schedule per Sluice schedule, in
-    ``group``, named ``schedules.scheduler_name(queue, name)``, targeting the gateway function
-    (``target_arn``) through ``role_arn``."""
+    ``group``, named ``schedules.scheduler_name(queue, name)``, targeting the firings function
+    (``target_arn``) through ``role_arn``, with Scheduler's retry policy and ``dead_letter_arn`` (the
+    firings dead-letter queue) for what is still refused after a day (``schedules.target_retry``)."""
 
-    def __init__(self, client: Any, target_arn: str, role_arn: str, group: str = "default") -> None:
+    def __init__(self, client: Any, target_arn: str, role_arn: str, group: str = "default",
+                 dead_letter_arn: str = "") -> None:
         self.client, self.target_arn, self.role_arn, self.group = client, target_arn, role_arn, group
+        self.dead_letter_arn = dead_letter_arn
 
     def _definition(self, schedule: Schedule) -> dict[str, Any]:
         event = firing_event(schedule.queue, schedule.name, SCHEDULED_TIME)
@@ -125,7 +128,8 @@ class SchedulerTrigger:
                 "ScheduleExpression": schedule.expression,
                 "ScheduleExpressionTimezone": "UTC", "FlexibleTimeWindow": {"Mode": "OFF"},
                 "State": "DISABLED" if schedule.paused else "ENABLED",
-                "Target": {"Arn": self.target_arn, "RoleArn": self.role_arn, "Input": json.dumps(event)}}
+                "Target": {"Arn": self.target_arn, "RoleArn": self.role_arn, "Input": json.dumps(event),
+                           **target_retry(self.dead_letter_arn)}}
 
     def create(self, schedule: Schedule) -> None:
         with translated(f"scheduler create_schedule {schedule.queue}/{schedule.name}"):

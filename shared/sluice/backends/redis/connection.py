@@ -15,7 +15,7 @@ import redis
 from sluice.backends.redis.auth import RotatingToken
 from sluice.backends.redis.checks import text
 from sluice.backends.redis.client import connect
-from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.keys import REGISTRY_LOADED_KEY, QueueKeys
 from sluice.backends.redis.scripts import REDIS_ERRORS, Scripts, translate
 from sluice.core.config import Settings
 from sluice.core.errors import ConfigError, RegistryCold, SluiceError
@@ -134,6 +134,24 @@ class RedisConnection:
             return "reserved"
         self.limits.check_name(queue)  # the operator's allow-list: the gateway checked it before its 202 too
         return "admitted" if admitted else "limit"
+
+    def warm_registry(self) -> bool:
+        """Load the registry's Redis cache from ``registry_source`` if Redis lost it (its loaded mark
+        is gone), before a reader walks it: the relay's maintenance walks only the cache, and on a
+        cluster the loss of the registry's shard alone would otherwise leave the queues of the shards
+        that kept their data unreaped and unsettled until a record of theirs arrived (issue 29, item
+        3). One GET when the cache is warm; without a durable registry there is nothing to load.
+        True if it loaded."""
+        if self.registry_source is None:
+            return False
+        try:
+            loaded = self.client.get(REGISTRY_LOADED_KEY)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        if loaded is not None:
+            return False
+        self.load_registry()
+        return True
 
     def load_registry(self) -> int:
         """Load the registry's Redis cache from ``registry_source`` (none: the cache is all there is,

@@ -9,7 +9,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
 
     sluice:{q}:job:<id>     hash   p payload JSON; m "priority,max_attempts,lease_ms,enqueued_at_ms";
                                    a attempts used; c cancel requested; err last error; g redrive generation;
-                                   sz the bytes it counts against the queue's budget
+                                   sz the bytes it counts against the queue's budget; grp its fair group;
+                                   v its format (core/formats.py REDIS_JOB; none: format 1, no sz or grp)
     sluice:{q}:ready        zset   score = (9 - priority) * 2**44 + seq: higher priority first, FIFO within
                                    (a job whose lease lapsed: that score - 2**43, the front of its band)
     sluice:{q}:delayed      zset   score = run-at ms (delayed jobs and retries waiting out their backoff)
@@ -19,9 +20,9 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:settle       zset   "dead:<g>:<id>" / "cancelled:<g>:<id>" (g: redrive generation), score =
                                    when: endings (expiry into a final state, a cancel) the jobs table has
                                    not been told yet (the relay settles them, fenced on g)
-    sluice:{q}:seq          string FIFO order and lease tokens (one INCRBY per lease call); when missing
-                                   (a new queue, a Redis loss) seeded from TIME in microseconds, so
-                                   lease tokens keep increasing across a loss (_lib.lua take_seq)
+    sluice:{q}:seq          string FIFO order and lease tokens (one step per lease call), never below TIME
+                                   in microseconds, so lease tokens keep increasing across a Redis loss
+                                   and a failover to a lagging replica (_lib.lua take_seq)
     sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)

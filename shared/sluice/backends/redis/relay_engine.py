@@ -9,6 +9,7 @@ rate through ``RedisAdmin`` and ``RedisQueueConfig``, all over one shared connec
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ from sluice.core.models import (
 
 __all__ = ["PushItem", "PushResult", "RedisRelayEngine", "push_args"]
 
+log = logging.getLogger("sluice.relay")
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
 
 
@@ -251,6 +253,13 @@ class RedisRelayEngine:
         return self.admin.stats(queue)
 
     def queues(self) -> list[str]:
+        """Every registered queue, the registry's cache loaded again from the durable registry first
+        if Redis lost it (``RedisConnection.warm_registry``): maintenance walks this list. A load that
+        fails is logged; the cache's names are walked, and the next maintenance loads again."""
+        try:
+            self.conn.warm_registry()
+        except SluiceError as exc:
+            log.warning("could not load the registry's Redis cache from the durable registry: %s", exc)
         return self.admin.queues()
 
     def memory_percent(self) -> float | None:

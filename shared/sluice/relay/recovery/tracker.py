@@ -9,7 +9,8 @@ A partition's checkpoint (kept in DynamoDB, which survives Redis) says:
   checkpoint was written, as (offset, job id), in offset order;
 - ``low_water``: the first pending offset (or ``high``): every job below it is final;
 - ``generation``: bumped by every replay, and folded into the relay's push owner token
-  (``owner_token``), because Redis's own lease tokens start again from 1 after a loss
+  (``owner_token``), because the reserved queue's lease tokens (a plain INCRBY, kept below
+  2**32) start again from 1 after a loss, or go back after a failover to a lagging replica,
   and would otherwise look older than a stale relay's.
 
 ``plan_start`` decides, when a relay takes a partition, where it reads from:

@@ -23,9 +23,9 @@
 -- A job's state is where its id is: ready or delayed (waiting), leased (and a field in
 -- the tokens hash holding its lease token), or dead.
 --
--- Lease tokens come from the queue's seq counter (INCRBY once per lease call), so a
--- job's lease tokens strictly increase, across a Redis data loss too (take_seq seeds a
--- lost counter from TIME). DynamoDB mints the fencing token; its grant refuses a lease
+-- Lease tokens come from the queue's seq counter (one take_seq per lease call), so a
+-- job's lease tokens strictly increase, across a Redis data loss and a failover to a lagging
+-- replica too (take_seq never goes below TIME in microseconds). DynamoDB mints the fencing token; its grant refuses a lease
 -- token below the one it last granted (docs/store.md). The same counter orders ready
 -- jobs FIFO within a priority.
 --
@@ -37,7 +37,10 @@
 local BAND = 17592186044416          -- 2^44: ready score = (9 - priority) * BAND + seq
 local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its ready score - FRONT
 -- Bands stay apart while the jobs in ready at once took their seqs less than FRONT steps
--- apart (the counter's value itself is large: take_seq seeds it from TIME).
+-- apart. take_seq keeps the counter at or above TIME in microseconds, so that is while they
+-- entered ready less than FRONT µs (about 101 days) apart: a job that waited in ready longer
+-- (a queue paused for months) is leased ahead of newer jobs of the higher bands, and stats.lua
+-- no longer sees it as its band's head. Nothing is lost or leased twice; only the order bends.
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.core.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
@@ -48,12 +51,26 @@ local MAX_SKEW_MS = 3600000          -- a run_at up to this past TIME + 7 days i
 local MAX_TOKEN = 9007199254740991   -- 2^53 - 1: Lua numbers are doubles
 -- What a job counts against its budget besides its own bytes (sluice.core.limits.JOB_OVERHEAD_BYTES).
 local JOB_OVERHEAD = 200
+-- The job hash's format (sluice.core.formats.REDIS_JOB), its field v. Format 1 (no v: written before
+-- issue 29) has p, m and perhaps g, a, err, c, and no sz or grp: every script reads it (sz absent
+-- counts 0 bytes; no grp: the job is in no group).
+local JOB_FORMAT = '2'
 -- Queues named with this prefix are Sluice's own (sluice.core.models.RESERVED_QUEUE_PREFIX).
 local RESERVED_PREFIX = 'sluice-'
 
+-- Redis TIME in microseconds, read once per script call (now_ms and take_seq share it: a TIME
+-- costs as much as the rest of take_seq).
+local time_us = nil
+local function now_us()
+  if not time_us then
+    local t = redis.call('TIME')
+    time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return time_us
+end
+
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return math.floor(now_us() / 1000)
 end
 
 -- A canonical integer in [lo, hi], or nil. Rejects "0x10", "1e3", " 5", "" and floats.
@@ -91,27 +108,32 @@ local function refuse_reserved(key)
   return nil
 end
 
--- The queue's seq counter moved on by n (n >= 1); returns its new value, as INCRBY does.
--- Every script takes seq through here, after it validated its input (seeding writes).
+-- The queue's seq counter moved on by n (n >= 1) to at least TIME in microseconds + n; returns
+-- its new value v: the caller takes v - n + 1 .. v, n consecutive values above both the counter's
+-- old value and TIME. Every script takes seq through here, after it validated its input.
 --
--- A counter that is missing (Redis lost its data, or the queue is new: INCRBY answers n)
--- starts again from TIME in microseconds, not from 0. A lease token taken before a loss
--- is then below every one taken after it, as long as the lost counter took fewer steps
--- than microseconds passed between its seeding and the new one: fewer than a million a
--- second on average (a job takes one per enqueue or promotion, lease and requeue), on a
--- clock that did not go back across the loss. The jobs table's grant refuses a lease
--- token below the one it last granted; without the seed a worker leased before a loss
--- could grant after the job's new holder, whose token it shares or undercuts, and make
--- that holder stale (docs/job-states.md, "preloss-worker-grants"). Seeded in 2026
--- (1.8e15), every ready score stays below 2^53 (exact in a double) until about 2250.
--- Reserved queues are not seeded: their lease tokens are the low 32 bits of the relay's
--- owner tokens (sluice.relay.recovery.tracker.owner_token), which a recovery generation above
--- them orders across a loss.
+-- Why max(counter + n, TIME + n) and not INCRBY alone: Redis can forget its last writes. A counter that
+-- is missing (Redis lost its data, or the queue is new) would start again from n, and a replica
+-- that lagged behind its primary when it was promoted keeps an older counter; either way lease
+-- tokens already handed out would be handed out again. The jobs table's grant refuses a lease
+-- token below the one it last granted and accepts an equal one (a retry of the same lease), so a
+-- repeated token let the older holder's grant land after the new holder's and make it stale
+-- (docs/store.md, "A grant is fenced on the Redis lease"; the job model's preloss-worker-grants
+-- and failover-holders-share-a-token). Drawn from TIME, the first token after a loss or a
+-- failover is above every one handed out before it as long as the counter never ran ahead of
+-- TIME by more than the time the loss or failover took (seconds: it runs ahead only while the
+-- queue takes more than a million seqs a second, a job takes about three an attempt) and the new
+-- primary's clock is not behind the old one's by as much (ElastiCache's nodes keep NTP time).
+-- TIME in µs was about 1.8e15 in 2026: tokens and ready scores stay below 2^53 (exact in a
+-- double, MAX_TOKEN) until about 2250. Ready scores within a band are FIFO as before; see FRONT
+-- for the bound this puts on how long a job may wait in ready.
+-- Reserved queues take INCRBY alone: their lease tokens are the low 32 bits of the relay's owner
+-- tokens (sluice.relay.recovery.tracker.owner_token), and a recovery generation above them
+-- orders them across a loss or a failover (a promoted replica has a new replication id, so the
+-- Redis epoch changes and the relay replays under the next generation: docs/redis-loss.md).
 local function take_seq(seqkey, n)
-  local v = redis.call('INCRBY', seqkey, n)
-  if v ~= n or is_reserved(seqkey) then return v end
-  local t = redis.call('TIME')
-  v = tonumber(t[1]) * 1000000 + tonumber(t[2]) + n
+  if is_reserved(seqkey) then return redis.call('INCRBY', seqkey, n) end
+  local v = math.max(tonumber(redis.call('GET', seqkey)) or 0, now_us()) + n
   redis.call('SET', seqkey, string.format('%d', v))
   return v
 end
@@ -255,8 +277,9 @@ local function remove_grouped(G, group, id)
 end
 
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
--- INCRBY of the sequence and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
--- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY). `groups` (or
+-- take_seq and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
+-- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY), its format as
+-- v. `groups` (or
 -- nil: no job has one) maps an offset to its job's group.
 local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups)
   local n_ready = 0
@@ -273,9 +296,9 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
     if group then
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'grp', group)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT, 'grp', group)
     else
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz)
+      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT)
     end
     if run_at <= now then
       seq = seq + 1

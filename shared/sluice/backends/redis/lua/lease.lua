@@ -23,8 +23,9 @@
 --   is now_ms + (ARGV[2], or the meta's lease_ms when ARGV[2] is 0).
 --   Two reply entries per job, and no numbers formatted per job, because parsing reply
 --   entries is what a Python client pays for and formatting numbers is what Lua pays for.
---   Tokens come from one INCRBY of seq, so each is greater than any token the job had, before
---   a Redis data loss too (a missing seq is seeded from TIME: _lib.lua take_seq).
+--   Tokens come from one take_seq of seq, so each is greater than any token the job had, before
+--   a Redis data loss or a failover to a lagging replica too (seq never goes below TIME in
+--   microseconds: _lib.lua take_seq).
 --   Jobs leave ready highest priority first, FIFO within a priority. With
 --   max_in_flight > 0 in config, no more than max_in_flight jobs are leased at once.
 --   Fair groups: while turns is empty (no group has a job to lease) this is all, as before groups.

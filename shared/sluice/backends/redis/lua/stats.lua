@@ -23,7 +23,7 @@ local prefix, ready = KEYS[1], KEYS[2]
 local now = now_ms()
 local oldest = nil
 -- The jobs in ready took their seqs less than FRONT steps before the counter's value now
--- (_lib.lua), so band pr holds the BAND scores up to its score for that value: its reclaimed
+-- (_lib.lua: while they entered ready less than about 101 days ago), so band pr holds the BAND scores up to its score for that value: its reclaimed
 -- jobs (to_front) in the lower half, the others above them.
 local top = tonumber(redis.call('GET', KEYS[8])) or 0
 for pr = 0, MAX_PRIORITY do
