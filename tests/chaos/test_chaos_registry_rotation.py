@@ -25,22 +25,10 @@ def kid(job_id: str) -> str:
     return job_id.rsplit(".", 1)[-1][0]
 
 
-# FOUND BY THIS TEST (issue 29, the nemesis's report), two ways a rotation loses or kills jobs:
-# 1. The relay dead-letters every record minted and sealed with the new key as "unminted" (no item,
-#    lost_after_202 = every job enqueued after the rotation: 80 of 150 with seed 103). Each relay
-#    invocation builds a new ``ids.Verifier`` (``root.job_id_verifier``) from the keys the container
-#    cached at its first read, and its re-read limit (at most one a minute) counts from the
-#    invocation's start, so a warm relay container whose invocations last under a minute never
-#    re-reads (in AWS, Timeout 90 s: the first minute of every invocation refuses the new key).
-# 2. A gateway container that read the keys less than KEY_REFRESH_MS (60 s) before the rotation
-#    refuses the new key's parents until that minute is over (tests/unit/test_gateway.py asserts "just
-#    read: no second read yet"): ``enqueue_children`` answers JobNotFound ("a parent must be a job this
-#    deployment issued"), the chaos retry policy (25 attempts, 0.2-2 s) runs out inside that minute,
-#    and the parent ends dead without its children and continuation (family_violations).
-# Strict: once both are fixed, this passes and the mark must go.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="after a key rotation the relay dead-letters new-key records as unminted "
-                          "(lost_after_202) and a gateway refuses new-key parents for up to a minute")
+# Found by this run (issue 29): before ``ids.Verifier(cached=True)``, the relay dead-lettered every
+# record minted and sealed with the new key as "unminted" (lost_after_202 80 of 150 with seed 103):
+# each invocation built a Verifier from the container's cached keys whose once-a-minute re-read
+# counted from the invocation's start, so a warm relay container never re-read.
 @pytest.mark.timeout(240)
 def test_a_key_rotation_and_a_registry_flush_mid_run_lose_nothing_and_break_no_invariant(
         tmp_path: Path) -> None:

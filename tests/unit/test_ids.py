@@ -172,3 +172,38 @@ def test_a_parent_minted_with_a_retired_key_is_taken_for_its_lease_to_decide() -
                     "not-an-id", U + ".emails.L" + "0" * 16):
         with pytest.raises(JobNotFound):
             _parent(host, refused)
+
+
+# -- nemesis (issue 29): a relay's Verifier, built per invocation from the container's cached keys ------
+
+
+def test_a_verifier_of_cached_keys_rereads_at_once_for_an_unknown_key_id_then_once_a_minute() -> None:
+    now, reads = [1_000_000], []
+
+    def refresh() -> tuple[bytes, list[bytes]]:
+        reads.append(now[0])
+        return OTHER, [KEY]
+
+    fresh = ids.Verifier(KEY, [], refresh=refresh, clock=lambda: now[0])
+    rotated_in = ids.mint(now[0], "q", OTHER)
+    assert fresh.verify(rotated_in) is None and reads == []  # keys read just now: no second read yet
+    cached = ids.Verifier(KEY, [], refresh=refresh, clock=lambda: now[0], cached=True)
+    assert cached.verify(rotated_in) == ("q", now[0]) and reads == [now[0]]  # before: unminted
+    assert cached.verify(ids.mint(now[0], "q", KEY)) is not None  # the previous key still verifies
+    third = b"a-third-key-nobody-holds-0123456"
+    assert cached.verify(ids.mint(now[0], "q", third)) is None and len(reads) == 1  # once a minute
+
+
+def test_the_relays_verifier_takes_a_key_rotated_in_after_the_container_read_its_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import SecretStr
+
+    from sluice.core.clock import wall_ms
+    from sluice.core.config import Settings
+    from sluice.entry import root
+
+    s = Settings(job_id_secret=SecretStr(KEY.decode()))
+    assert root.job_id_keys(s) == (KEY, ())  # the container's keys, cached before the rotation
+    monkeypatch.setattr(root, "refresh_job_id_keys", lambda _s=None: (OTHER, (KEY,)))
+    verifier = root.job_id_verifier(s)  # the next invocation's
+    assert verifier is not None and verifier.verify(ids.mint(wall_ms(), "q", OTHER)) is not None

@@ -262,15 +262,22 @@ class Verifier:
     new key names a key id it does not know. ``refresh`` (I/O, given by the composition root)
     then reads both keys again, at most once every ``refresh_ms`` of ``clock`` (ms), so ids a
     caller makes up cost at most one read a minute. Without ``refresh`` the keys are fixed.
+
+    ``cached``: the keys were not read now but come from a cache of unknown age (the relay builds
+    a Verifier per invocation from the container's keys), so the first unknown key id may read
+    them again at once. Counting the minute from construction instead made a warm relay container
+    whose invocations last under a minute never re-read: after a rotation it dead-lettered every
+    record of the new key as unminted (found by the chaos run's ``rotate_job_id_key``, issue 29).
     """
 
     def __init__(self, key: bytes, previous: Iterable[bytes] = (), *,
                  refresh: Callable[[], tuple[bytes, Sequence[bytes]]] | None = None,
-                 clock: Callable[[], int] | None = None, refresh_ms: int = 60_000) -> None:
+                 clock: Callable[[], int] | None = None, refresh_ms: int = 60_000,
+                 cached: bool = False) -> None:
         self.key = check_key(key)
         self.previous = tuple(check_key(k) for k in previous)
         self._refresh, self._clock, self._refresh_ms = refresh, clock, refresh_ms
-        self._read_ms = clock() if clock is not None else 0
+        self._read_ms = (clock() - (refresh_ms if cached else 0)) if clock is not None else 0
 
     def verify(self, job_id: str) -> Minted | None:
         found = verify(job_id, self.key, self.previous)

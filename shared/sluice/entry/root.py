@@ -285,8 +285,8 @@ def job_id_verifier(s: Settings | None = None) -> Verifier | None:
     if s.job_id_secret is None and not s.job_id_secret_arn:
         return None
     current, previous = job_id_keys(s)
-    return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s),
-                    clock=wall_ms)
+    # cached: the keys are this container's, read at its first invocation, perhaps before a rotation
+    return Verifier(current, previous, refresh=lambda: refresh_job_id_keys(s), clock=wall_ms, cached=True)
 
 
 def _key(secret: str, source: str) -> bytes:
