@@ -19,6 +19,7 @@ import sluice
 import sluice.core.errors
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.bus import EventBus
+from sluice.core.endings import Settled
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import Job, JobSpec, JobState, LeasedJob, SettleEntry, WriteOutcome
 from sluice.gateway.api import Api, Backends, IdMinting
@@ -63,10 +64,10 @@ def lapse(stack: Stack) -> None:
     stack.queue.reap(Q)
 
 
-def relay_settles(stack: Stack, ended: list[SettleEntry] | None = None) -> list[bool]:
+def relay_settles(stack: Stack, ended: list[SettleEntry] | None = None) -> list[Settled]:
     ended = stack.queue.unsettled(Q) if ended is None else ended
     written = [stack.store.settle_ended(e) for e in ended]
-    stack.queue.settled(Q, ended)
+    stack.queue.settled(Q, ended, [e for e, w in zip(ended, written, strict=True) if w is Settled.FINAL])
     return written
 
 
@@ -105,7 +106,7 @@ def test_cancel_of_a_job_reclaimed_after_its_worker_died_ends_it_cancelled(stack
     assert where(stack.queue.client, Q, job_id) == set()
     # The removal was recorded for the relay too; the store already says cancelled, so it is a no-op.
     assert settle_members(stack) == [f"cancelled:0:{job_id}"]
-    assert relay_settles(stack) == [False]
+    assert relay_settles(stack) == [Settled.FINAL]
     assert settle_members(stack) == []
 
 
@@ -118,7 +119,7 @@ def test_a_removal_the_gateway_could_not_record_is_settled_by_the_relay(stack: S
     assert stack.queue.cancel(Q, job_id, settle=True) == "removed"
     # ... and the gateway dies before it ends the item.
     assert stack.store.get_job(job_id).status is JobState.LEASED
-    assert relay_settles(stack) == [True]
+    assert relay_settles(stack) == [Settled.WRITTEN]
     record = stack.store.get_job(job_id)
     assert (record.status, record.finished_at_ms is not None) == (JobState.CANCELLED, True)
 
@@ -131,7 +132,7 @@ def test_cancel_of_a_job_already_dead_lettered_in_redis_is_409(stack: Stack, uni
     api = Api(Backends(None, stack.store, stack.queue, EventBus()), IdMinting(b"k" * 32))  # type: ignore[arg-type]
     with pytest.raises(AlreadyFinished, match="dead"):
         api.cancel(job_id)
-    assert relay_settles(stack) == [True]
+    assert relay_settles(stack) == [Settled.WRITTEN]
     assert stack.store.get_job(job_id).status is JobState.DEAD
 
 
@@ -161,7 +162,7 @@ def test_settle_entry_read_before_a_redrive_cannot_end_the_redriven_run(stack: S
     second = stack.store.grant(job_id, Q, "B", again.redrive_gen)  # ... and a worker is granted it
     assert (again.redrive_gen, second) == (1, first + 1)
 
-    assert relay_settles(stack, read) == [False]  # the relay's late write is fenced
+    assert relay_settles(stack, read) == [Settled.MOVED_ON]  # the relay's late write is fenced
     assert stack.store.get_job(job_id).status is JobState.LEASED
     assert stack.store.write_result(job_id, second, "done") is WriteOutcome.WRITTEN
     assert stack.store.get_job(job_id).status is JobState.SUCCEEDED
@@ -178,7 +179,7 @@ def test_settle_landing_between_redrive_and_grant_does_not_stop_the_redriven_run
     # The redrive minted a newer generation after the relay read the entry: the settle is refused
     # (it used to land, leaving the waiting job's item dead, expiring, and counted as ended, until
     # the next grant; the job model found that).
-    assert relay_settles(stack, read) == [False]
+    assert relay_settles(stack, read) == [Settled.MOVED_ON]
     assert stack.store.get_job(job_id).status is JobState.LEASED
     [again] = stack.queue.lease(Q, 1)
     token = stack.store.grant(job_id, Q, "B", again.redrive_gen)
