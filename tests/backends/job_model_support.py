@@ -19,6 +19,7 @@ from typing import Any
 from sluice.backends.redis.engine import RedisQueue
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
+from sluice.core.endings import Settled
 from sluice.core.models import WriteOutcome
 from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
@@ -283,12 +284,12 @@ class PausableStore:
         self.frozen = threading.Event()
         self.thaw = threading.Event()
 
-    def settle_ended(self, ended: Any) -> bool:
+    def settle_ended(self, ended: Any) -> Settled:
         if self.armed:
             self.armed = False
             self.frozen.set()
             self.thaw.wait(60)
-        result: bool = self._store.settle_ended(ended)
+        result: Settled = self._store.settle_ended(ended)
         return result
 
     def __getattr__(self, name: str) -> Any:
