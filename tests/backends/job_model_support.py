@@ -14,12 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.backends.redis.engine import RedisQueue
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
-from sluice.core.endings import Settled
 from sluice.core.models import WriteOutcome
 from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
@@ -34,6 +33,9 @@ from sluice.worker.runtime.options import HandlerSpec, WorkerOptions
 from sluice.worker.runtime.outcomes import Fail, Retry
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from sluice_dev.fakes import FakeClock, FakeSource
+
+if TYPE_CHECKING:
+    from sluice.core.endings import Settled
 
 QUEUE = "jm"
 LONG_MS = 60_000  # every lease: nothing lapses by itself; the machine lapses leases explicitly
