@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.backends.redis.engine import RedisQueue
 from sluice.core import bus as ev
@@ -33,6 +33,9 @@ from sluice.worker.runtime.options import HandlerSpec, WorkerOptions
 from sluice.worker.runtime.outcomes import Fail, Retry
 from sluice.worker.runtime.telemetry import MemoryMetrics, Telemetry
 from sluice_dev.fakes import FakeClock, FakeSource
+
+if TYPE_CHECKING:
+    from sluice.core.endings import Settled
 
 QUEUE = "jm"
 LONG_MS = 60_000  # every lease: nothing lapses by itself; the machine lapses leases explicitly
@@ -283,12 +286,12 @@ class PausableStore:
         self.frozen = threading.Event()
         self.thaw = threading.Event()
 
-    def settle_ended(self, ended: Any) -> bool:
+    def settle_ended(self, ended: Any) -> Settled:
         if self.armed:
             self.armed = False
             self.frozen.set()
             self.thaw.wait(60)
-        result: bool = self._store.settle_ended(ended)
+        result: Settled = self._store.settle_ended(ended)
         return result
 
     def __getattr__(self, name: str) -> Any:

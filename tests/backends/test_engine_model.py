@@ -240,7 +240,11 @@ class EngineMachine(RuleBasedStateMachine):
         job = self.jobs[job_id]
         job.attempts += 1
         job.token = None
-        if permanent or job.cancel or job.attempts >= job.max_attempts:
+        if job.cancel and not permanent:  # removed, as an expiry after a cancel: never dead (issue 29)
+            event("fail: cancelled")
+            assert outcome == "cancelled"
+            job.state = "gone"
+        elif permanent or job.attempts >= job.max_attempts:
             event("fail: dead")
             assert outcome == "dead"
             job.state = "dead"

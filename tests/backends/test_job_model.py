@@ -13,9 +13,13 @@ After every step it checks the invariants of docs/job-states.md:
 I1 no stale write accepted; I2 the fencing token of a job id never decreases (grants strictly
 increase); I3 a job in a final state runs again only after an explicit redrive; I4 every accepted
 job is final or live in Redis; I5 no item stays ``leased`` without a live or reclaimable lease;
-I6 a cancel request is honoured or answered with a clear 409; I7 a record the relay re-reads
-costs no rate token; I8 a reclaimed job is leased before later jobs of its band; H a grant
-never makes the current Redis lease holder stale (nor does a settle write).
+I6 a cancel request is honoured or answered with a clear 409 (never for a redriven job waiting for
+its grant, which cancels as a queued one); I7 a record the relay re-reads costs no rate token; I8 a
+reclaimed job is leased before later jobs of its band; H a grant never makes the current Redis lease
+holder stale (nor does a settle write); D Redis's dead set holds only dead jobs (a job whose item is
+succeeded or cancelled leaves it once its ending is settled). "Final" in I4 is final and done with:
+a redriven job waiting for its grant (``failed``/``dead``, ``redrive_gen`` above ``run_gen``) is not,
+so a redriven attempt that ended before its grant unrecorded fails I4.
 """
 
 from __future__ import annotations
@@ -87,6 +91,12 @@ class SourceLog:
 
     def append(self, specs: Any) -> None:
         self.offsets.extend(self.source.append_spec(0, spec) for spec in specs)
+
+
+def waits_redriven(item: dict[str, Any] | None) -> bool:
+    """A failed/dead item redriven since it last ran: its redriven attempt waits for its grant."""
+    return (item is not None and item["status"] in ("failed", "dead")
+            and item.get("redrive_gen", 0) > item.get("run_gen", 0))
 
 
 def redrive_job(engine: RedisQueue, store: DynamoJobStore, job_id: str, log: SourceLog) -> int:
@@ -184,7 +194,9 @@ class JobMachine(RuleBasedStateMachine):
                 found[item["job_id"]["S"]] = {
                     "status": item["status"]["S"], "token": int(item.get("token", {"N": "0"})["N"]),
                     "result_token": int(item["result_token"]["N"]) if "result_token" in item else None,
-                    "cancel_requested": item.get("cancel_requested", {}).get("BOOL", False)}
+                    "cancel_requested": item.get("cancel_requested", {}).get("BOOL", False),
+                    "redrive_gen": int(item.get("redrive_gen", {"N": "0"})["N"]),
+                    "run_gen": int(item.get("run_gen", {"N": "0"})["N"])}
         return found
 
     def on(self, rule: str) -> bool:
@@ -640,6 +652,77 @@ class JobMachine(RuleBasedStateMachine):
 
     # -- invariants ---------------------------------------------------------------------------------
 
+    # -- redrive (issue 29, items 1 and 8): a redriven job's endings before its grant ----------------
+    # A redrive leaves the item failed/dead until the redriven job's grant. The redriven attempt may
+    # end before it: a cancel while it waits (cancelled as a queued job: I6), or a lapse on its last
+    # attempt (settled dead: I4 reads a redriven-waiting item as not final). D: the dead set holds
+    # only dead jobs.
+
+    def redriven_waiting(self, items: dict[str, dict[str, Any]], rs: dict[str, Any]) -> list[str]:
+        """Redriven jobs waiting for their grant (item failed/dead, an unused generation) that Redis
+        holds waiting or leased (not granted)."""
+        live = set(rs["ready"]) | set(rs["delayed"]) | set(rs["leased"])
+        return sorted(j for j, it in items.items() if waits_redriven(it) and j in live)
+
+    def held_redriven(self) -> list[WorkerRun]:
+        """Workers holding (not granted) the lease of a redriven job waiting for its grant."""
+        waiting = set(self.redriven_waiting(self.seen_items, self.seen_rs))
+        return [w for w in self.live_runs("held") if w.job_id in waiting and not self.lapsed_in_redis(w)]
+
+    @precondition(lambda self: self.on("redrive_and_hold") and bool(self.seen_rs["dead"]))
+    @rule(index=st.integers(0, 100))
+    def redrive_and_hold(self, index: int) -> None:
+        """An operator redrives a dead job and a worker leases (it gets the redriven job if nothing
+        else is ready) and holds it, not granted yet: the window in which the item still says
+        failed/dead."""
+        self.redrive(index)
+        self.lease_checked(1)
+
+    @precondition(lambda self: self.on("redriven_lapses") and bool(self.held_redriven()))
+    @rule(index=st.integers(0, 100), settle=st.booleans())
+    def redriven_lapses(self, index: int, settle: bool) -> None:
+        """The worker holding a redriven job dies before its grant: its lease lapses and is reaped
+        (dead on its last attempt, a settle entry of the redriven generation; else back in ready).
+        ``settle``: the relay's maintenance runs right after."""
+        run = self.pick(self.held_redriven(), index)
+        if run is None:
+            return
+        run.state = "died"
+        self.r.zadd(K.leased, {run.job_id: self.now_ms() - 1}, xx=True)
+        run.tracked.state.expires_at = time.monotonic() - 1
+        self.watch_reclaim(lambda: self.engine.reap(QUEUE))
+        if settle and not self.relay.frozen:
+            self.relay_maintenance(0)
+
+    @precondition(lambda self: self.on("cancel_redriven") and self.count["cancel"] < MAX_CANCELS
+                  and bool(self.redriven_waiting(self.seen_items, self.seen_rs)))
+    @rule(index=st.integers(0, 100))
+    def cancel_redriven(self, index: int) -> None:
+        """``Api.cancel`` of a redriven job waiting for its grant (or leased, not granted): it
+        cancels as a queued job would (I6: no 409), and the job never runs."""
+        self.count["cancel"] += 1
+        job_id = self.pick(self.redriven_waiting(self.items(), self.redis_state()), index)
+        if job_id is None:
+            return
+        try:
+            answer = self.api.cancel(job_id)
+        except AlreadyFinished as exc:
+            self.check("I6", False, f"cancel of redriven job {job_id}, waiting for its grant, answered 409 "
+                                    f"({exc})")
+            return
+        item = self.items().get(job_id) or {}
+        self.check("I6", (answer.status, item.get("status")) == ("cancelled", "cancelled"),
+                   f"cancel of redriven job {job_id} answered {answer.status}; "
+                   f"its item is {item.get('status')}")
+
+    def dead_set_holds_dead(self, rs: dict[str, Any], items: dict[str, dict[str, Any]]) -> None:
+        """D: a job in the dead set whose item is succeeded or cancelled is there only until the relay
+        settles its ending (its settle entry still pending)."""
+        for job_id in rs["dead"]:
+            status = (items.get(job_id) or {}).get("status")
+            self.check("D", status not in ("succeeded", "cancelled") or job_id in rs["settle"],
+                       f"{job_id} is {status} in DynamoDB but sits in Redis's dead set, its ending settled")
+
     def check(self, name: str, ok: bool, message: Any) -> None:
         """One invariant check; ``mute`` holds the names a run leaves out (see the tests below)."""
         if name not in self.mute and not ok:
@@ -661,6 +744,7 @@ class JobMachine(RuleBasedStateMachine):
             return  # mid-maintenance: judged once the relay thaws
         self.authorities_agree(rs, items)
         self.holders_stay_current(rs, items)
+        self.dead_set_holds_dead(rs, items)
 
     def path_point(self, rs: dict[str, Any], items: dict[str, dict[str, Any]]) -> list[Any]:
         """What this step left, without ids' random prefixes or clock values (``TRACE``)."""
@@ -705,6 +789,8 @@ class JobMachine(RuleBasedStateMachine):
                                "without a redrive")
             if item is not None and self.redriven.get(job_id, item["token"]) != item["token"]:
                 del self.redriven[job_id]  # the redriven job was granted again
+            elif job_id in self.redriven and status in FINAL and not waits_redriven(item):
+                del self.redriven[job_id]  # its redriven attempt ended before its grant (a cancel, a settle)
             if item is not None and status in FINAL and seen is None and job_id not in self.redriven:
                 self.final_since[job_id] = (status, item["token"])
             if job_id in self.expired:
@@ -714,7 +800,7 @@ class JobMachine(RuleBasedStateMachine):
                 self.check("I5", where != "absent",
                            f"{job_id} is leased in DynamoDB (cancel requested: {item['cancel_requested']}) "
                            "but nothing in Redis will ever lease or end it")  # type: ignore[index]
-            self.check("I4", status in FINAL or where != "absent",
+            self.check("I4", (status in FINAL and not waits_redriven(item)) or where != "absent",
                        f"{job_id} is {status} in DynamoDB and not live in Redis"
                        + (" (its cancel was answered 202)" if job_id in self.cancel_requested else ""))
 
@@ -910,6 +996,25 @@ FOUND["failover-old-holder-grants"] = [
     ("lease", {"n": 1}), ("failover_to_lagging_replica", {}),
     ("lease_and_run", {"verdict": "ok", "still_running": True}),
     ("run_freezes", {"index": 0, "verdict": "ok", "point": "after_grant"})]
+
+# Issue 29, item 1, written from the redrive rules: a redriven job's attempt ended before its grant.
+# (ii) it lapsed on its last attempt: the settle write was refused (the item said dead), so the item
+# kept its old ending, no expires_at, no event, and relay_view called it unfinished for ever (I4).
+FOUND["redriven-lapses-before-grant"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease", {"n": 1}),
+    ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_maintenance", {}),
+    ("redrive_and_hold", {"index": 0}), ("redriven_lapses", {"index": 0, "settle": True})]
+# (i) cancelled while it waits: answered 409 "already dead", and the job then ran anyway (I6).
+FOUND["cancel-of-a-waiting-redriven-job"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease", {"n": 1}),
+    ("lease_lapses", {"index": 0}), ("reap", {}), ("relay_maintenance", {}),
+    ("redrive", {"index": 0}), ("cancel_redriven", {"index": 0}), ("lease_and_run", {"verdict": "ok"})]
+# Item 8: a job that succeeded, its worker dead before the ack of its last attempt, stayed in the
+# dead set once the relay had settled its lapse (D).
+FOUND["succeeded-job-left-in-the-dead-set"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease", {"n": 1}),
+    ("run_dies", {"index": 0, "verdict": "ok", "point": "before_queue"}), ("lease_lapses", {"index": 0}),
+    ("reap", {}), ("relay_maintenance", {})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 

@@ -55,7 +55,7 @@ def test_fail_counts_only_an_ending_in_dead(rq: RedisQueue, redis_client: redis.
     assert finished(redis_client) == {"dead": "2"}
     j = leased(rq, "cancelled", max_attempts=3)
     rq.cancel("q", "cancelled")
-    assert rq.fail("q", "cancelled", j.lease_token, "boom") == "dead"  # its settle entry: cancelled
+    assert rq.fail("q", "cancelled", j.lease_token, "boom") == "cancelled"  # removed; its entry: cancelled
     assert finished(redis_client) == {"dead": "2", "cancelled": "1"}
 
 

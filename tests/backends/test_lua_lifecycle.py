@@ -202,10 +202,23 @@ def test_fail_permanent_dead_letters_with_attempts_left(rq: RedisQueue, redis_cl
     assert where(redis_client, "q", "a") == {"dead"}
 
 
-def test_fail_after_cancel_request_dead_letters(rq: RedisQueue, redis_client: redis.Redis) -> None:
+def test_fail_after_cancel_request_removes_the_job(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Once dead-lettered; a cancelled job is no dead job (issue 29, item 8): removed, as reclaim and
+    release remove one, its ending left to the relay's settle."""
     j = leased(rq, max_attempts=5)
     rq.cancel("q", "a")
-    assert rq.fail("q", "a", j.lease_token, "stopped") == "dead"
+    assert rq.fail("q", "a", j.lease_token, "stopped") == "cancelled"
+    assert where(redis_client, "q", "a") == set()
+    assert not redis_client.exists(K.job("a")) and not redis_client.exists(K.used)
+    assert [m for m in redis_client.zrange(K.settle, 0, -1)] == ["cancelled:0:a"]
+
+
+def test_a_permanent_fail_after_cancel_request_dead_letters(rq: RedisQueue,
+                                                            redis_client: redis.Redis) -> None:
+    """The worker wrote its own verdict (failed) before it saw the request: a dead job."""
+    j = leased(rq, max_attempts=5)
+    rq.cancel("q", "a")
+    assert rq.fail("q", "a", j.lease_token, "bad input", permanent=True) == "dead"
     assert where(redis_client, "q", "a") == {"dead"}
 
 

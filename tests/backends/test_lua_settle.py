@@ -18,7 +18,7 @@ import redis
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import source
-from sluice.core.errors import InvalidInput
+from sluice.core.errors import AlreadyFinished, InvalidInput
 from sluice.core.models import JobState, SettleEntry
 from tests.backends.test_engine_support import leased, score, snapshot, spec, where
 
@@ -74,7 +74,7 @@ def test_fail_records_only_the_endings_the_worker_did_not_choose(rq: RedisQueue,
     assert rq.fail("q", "last", j.lease_token, "boom") == "dead"  # attempts used up
     j = leased(rq, "flag", max_attempts=5)
     rq.cancel("q", "flag")
-    assert rq.fail("q", "flag", j.lease_token, "boom") == "dead"  # a cancel request overrides the retry
+    assert rq.fail("q", "flag", j.lease_token, "boom") == "cancelled"  # a cancel request overrides the retry
     j = leased(rq, "retry", max_attempts=5)
     assert rq.fail("q", "retry", j.lease_token, "boom") == "retry"
     assert sorted(settle(redis_client)) == ["cancelled:0:flag", "dead:0:last"]
@@ -140,6 +140,8 @@ def test_unsettled_reads_the_oldest_first_and_is_bounded(rq: RedisQueue) -> None
     ["dead:" + "x" * 129, "1"],           # too long
     ["dead:a", "1.5"],                    # not an integer score
     ["dead:a", "1", "cancelled:b", "x"],  # the second pair is bad: nothing is removed
+    ["dead:0:a", "1", "yes"],             # residue is "0" or "1"
+    ["dead:0:a", "1", "0", "dead:0:b", "1"],  # the second triple is cut short
 ])
 def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redis.Redis,
                                               argv: list[str]) -> None:
@@ -149,7 +151,7 @@ def test_settled_lua_validates_before_writing(rq: RedisQueue, redis_client: redi
     script = redis_client.register_script(source("settled.lua"))
     before = snapshot(redis_client)
     with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
-        script(keys=[K.settle], args=argv)
+        script(keys=[K.settle, K.job_prefix, K.dead, K.used], args=argv)
     assert snapshot(redis_client) == before
 
 
@@ -192,8 +194,10 @@ def test_redrive_drops_a_pending_cancelled_ending_and_an_older_format_entry(
         rq: RedisQueue, redis_client: redis.Redis) -> None:
     j = leased(rq, "a", max_attempts=5)
     rq.cancel("q", "a")
-    assert rq.fail("q", "a", j.lease_token, "boom") == "dead"  # the cancel request turned it dead
-    redis_client.zadd(K.settle, {"dead:a": 1})  # written before generations existed
+    assert rq.fail("q", "a", j.lease_token, "boom", permanent=True) == "dead"
+    # As fail.lua left a cancel-requested failure before issue 29 (dead, "cancelled:<g>:<id>"), and an
+    # entry written before generations existed.
+    redis_client.zadd(K.settle, {"cancelled:0:a": 1, "dead:a": 1})
     assert set(settle(redis_client)) == {"cancelled:0:a", "dead:a"}
     rq.redrive("q", "a", generation=1)
     assert settle(redis_client) == {}
@@ -229,6 +233,8 @@ def test_cancel_with_settle_of_a_leased_job_only_marks_it(rq: RedisQueue, redis_
 
 @pytest.mark.parametrize("script,keys,argv", [
     ("cancel.lua", lambda: [K.job("a"), K.ready, K.delayed, K.dead, K.tokens, K.settle], ["a", "2"]),
+    ("cancel.lua", lambda: [K.job("a"), K.ready, K.delayed, K.dead, K.tokens, K.settle], ["a", "1", "1"]),
+    ("cancel.lua", lambda: [K.job("a"), K.ready, K.delayed, K.dead, K.tokens, K.settle], ["a", "0", "x"]),
     ("redrive.lua", lambda: [K.job_prefix, K.dead, K.ready, K.seq, K.settle], ["a", "1", "-1"]),
     ("redrive.lua", lambda: [K.job_prefix, K.dead, K.ready, K.seq, K.settle], ["a", "1", "1e3"]),
 ])
@@ -241,3 +247,52 @@ def test_cancel_and_redrive_validate_before_writing(rq: RedisQueue, redis_client
     with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
         redis_client.register_script(source(script))(keys=keys(), args=argv)
     assert snapshot(redis_client) == before
+
+
+# --- issue 29, item 8: the dead set holds only dead jobs -------------------------------------------
+
+
+def test_settled_takes_a_residue_out_of_the_dead_set(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """The relay found the items of "a" succeeded (its worker crashed before the last ack) and of "b"
+    failed: "a"'s dead job goes with its entry (hash, dead entry, bytes); "b" stays a dead job."""
+    for job_id in ("a", "b"):
+        leased(rq, job_id, lease_ms=20, max_attempts=1)
+    time.sleep(0.05)
+    rq.reap("q")
+    used = int(redis_client.get(K.used))
+    size_b = int(redis_client.hget(K.job("b"), "sz"))
+    read = rq.unsettled("q")
+    assert rq.settled("q", read, [e for e in read if e.job_id == "a"]) == 2
+    assert where(redis_client, "q", "a") == set() and not redis_client.exists(K.job("a"))
+    assert where(redis_client, "q", "b") == {"dead"} and redis_client.exists(K.job("b"))
+    assert int(redis_client.get(K.used)) == size_b < used
+    assert settle(redis_client) == {}
+
+
+def test_settled_keeps_the_job_of_an_entry_that_changed(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    leased(rq, "a", lease_ms=20, max_attempts=1)
+    time.sleep(0.05)
+    rq.reap("q")
+    read = rq.unsettled("q")
+    redis_client.zadd(K.settle, {read[0].member: read[0].ended_at_ms + 1})  # ended again since the read
+    assert rq.settled("q", read, read) == 0
+    assert where(redis_client, "q", "a") == {"dead"} and redis_client.exists(K.job("a"))
+
+
+def test_cancel_of_a_dead_job_the_store_cancelled_removes_it(rq: RedisQueue,
+                                                             redis_client: redis.Redis) -> None:
+    """cancelled: the jobs table has cancelled the job already, so a dead-lettered job Redis still holds
+    is not a dead job: removed (not counted again). Without (the store said leased, or the caller
+    does not know) it is too late to cancel: ALREADY_FINISHED, nothing written."""
+    leased(rq, "a", lease_ms=20, max_attempts=1)
+    time.sleep(0.05)
+    rq.reap("q")
+    before = snapshot(redis_client)
+    for settle in (True, False):
+        with pytest.raises(AlreadyFinished):
+            rq.cancel("q", "a", settle=settle)
+    assert snapshot(redis_client) == before
+    counted = redis_client.hgetall(K.finished)
+    assert rq.cancel("q", "a", cancelled=True) == "removed"
+    assert where(redis_client, "q", "a") == set() and not redis_client.exists(K.job("a"))
+    assert not redis_client.exists(K.used) and redis_client.hgetall(K.finished) == counted

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
+from sluice.core.endings import Settled
 from sluice.core.models import (
     DeadJob,
     Extended,
@@ -64,9 +65,11 @@ class JobQueue(Protocol):
         ...
 
     def release(self, queue: str, job_id: str, lease_token: int) -> None: ...
-    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+    def cancel(self, queue: str, job_id: str, settle: bool = False, cancelled: bool = False) -> str:
         """Returns "removed" (was waiting) or "requested" (leased; the worker will see it).
-        ``settle``: the store says leased, so a removal also records a settle entry."""
+        ``settle``: the store says leased, so a removal also records a settle entry.
+        ``cancelled``: the store says cancelled, so a dead-lettered job is removed too (it is no
+        dead job); otherwise a dead one is AlreadyFinished."""
         ...
 
     def reap(self, queue: str, limit: int) -> int: ...
@@ -129,8 +132,10 @@ class JobStore(Protocol):
         """Cancel a job that may have no item yet: creates a cancelled one, else request_cancel."""
         ...
 
-    def settle_ended(self, ended: SettleEntry) -> bool:
-        """Record a job Redis ended (dead, cancelled) unless its item is already final."""
+    def settle_ended(self, ended: SettleEntry) -> Settled:
+        """Record a job Redis ended (dead, cancelled) unless its item is already final (a redriven
+        item whose redriven attempt was never granted is not: ``core.endings``). ``Settled.FINAL``:
+        the item is succeeded or cancelled, so a dead job Redis holds for it is residue."""
         ...
 
     def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,

@@ -362,7 +362,9 @@ class Api:
         try:
             # The store says leased: if Redis has it waiting (its holder died, the lease was
             # reclaimed), the removal records a settle entry, so the item ends even if we die.
-            outcome = self.queue.cancel(record.queue, job_id, settle=leased)
+            # The store says cancelled: a job Redis dead-lettered meanwhile goes too (item 8).
+            outcome = self.queue.cancel(record.queue, job_id, settle=leased,
+                                        cancelled=record.status is JobState.CANCELLED)
         except JobNotFound:
             outcome = "gone"  # not in Redis (still in Kafka: the relay skips final jobs), or ended
         except AlreadyFinished:

@@ -11,8 +11,9 @@ import logging
 
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
+from sluice.core.endings import Settled
 from sluice.core.errors import SluiceError
-from sluice.core.models import is_reserved_queue
+from sluice.core.models import SettleEntry, is_reserved_queue
 from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
 from sluice.relay.dispatch import Dispatch
@@ -56,32 +57,40 @@ class Maintenance:
         inside a Redis script; the worker that held it is gone, so the jobs table would say
         "leased" for good. Each entry is forgotten only after its write (or after the store
         said the item had already moved on), so a crash here repeats a write, harmlessly.
+        An entry whose item is succeeded or cancelled (its worker crashed before its last
+        ack; a cancel won) takes its dead job out of Redis with it: the dead set holds only
+        dead jobs (issue 29, item 8).
         """
         try:
             ended = self.engine.unsettled(queue, SETTLE_LIMIT)
         except SluiceError as exc:
             log.warning("could not read the endings to settle in %s: %s", queue, exc)
             return
-        done = []
+        done: list[SettleEntry] = []
+        residue: list[SettleEntry] = []
         settled = 0
         for job in ended:
             try:
-                if self.store.settle_ended(job):
-                    self.report.settled += 1
-                    settled += 1
-                    log.info("settled %s as %s: Redis ended it with no worker left to report",
-                             job.job_id, job.status.value, extra={"job_id": job.job_id, "queue": queue})
-                    self.events.emit(ev.JobEnded(job=job.job_id, queue=queue, state=job.status.value,
-                                                 source="settle", redrive_gen=job.redrive_gen or 0,
-                                                 ended_at_ms=job.ended_at_ms))
-                done.append(job)
+                outcome = self.store.settle_ended(job)
             except SluiceError as exc:
                 log.warning("could not settle %s as %s: %s", job.job_id, job.status.value, exc)
+                continue
+            if outcome is Settled.WRITTEN:
+                self.report.settled += 1
+                settled += 1
+                log.info("settled %s as %s: Redis ended it with no worker left to report",
+                         job.job_id, job.status.value, extra={"job_id": job.job_id, "queue": queue})
+                self.events.emit(ev.JobEnded(job=job.job_id, queue=queue, state=job.status.value,
+                                             source="settle", redrive_gen=job.redrive_gen or 0,
+                                             ended_at_ms=job.ended_at_ms))
+            elif outcome is Settled.FINAL:
+                residue.append(job)
+            done.append(job)
         if settled:
             self.events.emit(ev.Settled(queue=queue, n=settled))
         if done:
             try:
-                self.engine.settled(queue, done)
+                self.engine.settled(queue, done, residue)
             except SluiceError as exc:  # written; the next maintenance writes them again
                 log.warning("could not forget %d settled endings in %s: %s", len(done), queue, exc)
 

@@ -99,7 +99,7 @@ class FakeQueue:
         # Redis's memory) and what a cancel wrote.
         self.down: Exception | None = None  # raised by holds and cancel: Redis unreachable
         self.cancelled: list[tuple[str, str]] = []  # (queue, job id) of each job a cancel removed
-        self.settle_entries: list[str] = []  # what cancel(settle=True) recorded (keys.settle)
+        self.settle_entries: list[str] = []  # what cancel(settle=True) and fail recorded (keys.settle)
         self.configs: dict[str, QueueConfig] = {}
         self.reads = 0  # stats calls
         self.registered: set[str] = set()  # the queue registry (register.lua)
@@ -252,6 +252,10 @@ class FakeQueue:
         with self._lock:
             j = self._held("fail", queue, job_id, token)
             j.last_error = error
+            if j.cancel_requested and not permanent:  # removed, as fail.lua does: never dead
+                j.state = "done"
+                self.settle_entries.append(f"cancelled:0:{job_id}")
+                return "cancelled"
             if permanent or j.attempts >= j.spec.max_attempts:
                 j.state = "dead"
                 return "dead"
@@ -266,14 +270,14 @@ class FakeQueue:
             j = self._held("release", queue, job_id, token)
             j.state, j.attempts, j.seq = "ready", j.attempts - 1, next(self._seq)
 
-    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+    def cancel(self, queue: str, job_id: str, settle: bool = False, cancelled: bool = False) -> str:
         with self._lock:
             if self.down is not None:
                 raise self.down
             j = self.jobs.get((queue, job_id))
             if j is None or j.state == "done":
                 raise JobNotFound(f"job {job_id} is not in {queue}", job_id=job_id)
-            if j.state == "dead":
+            if j.state == "dead" and not cancelled:
                 raise AlreadyFinished(f"job {job_id} is dead-lettered", status="dead")
             if j.state == "leased":
                 j.cancel_requested = True

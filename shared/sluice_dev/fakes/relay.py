@@ -49,6 +49,7 @@ class FakeEngine:
         self.down = False
         self.reaped: list[str] = []
         self.endings: dict[str, list[SettleEntry]] = {}  # what Redis ended alone (keys.settle)
+        self.residue: list[SettleEntry] = []  # settled entries whose dead jobs left the dead set
         self.gens: dict[str, int] = {}  # job id -> the redrive generation push stored on it
         self.used: dict[str, int] = {}  # bytes counted per queue (keys.used); job_size bytes a job
         self.job_size = 1_000  # what each fake job counts against its queue's max_bytes
@@ -121,8 +122,9 @@ class FakeEngine:
         self._call("unsettled")
         return list(self.endings.get(queue, []))[:limit]
 
-    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
+    def settled(self, queue: str, jobs: Sequence[SettleEntry], residue: Sequence[SettleEntry] = ()) -> int:
         self._call("settled")
+        self.residue.extend(residue)
         before = self.endings.get(queue, [])
         self.endings[queue] = [j for j in before if j not in jobs]
         return len(before) - len(self.endings[queue])

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.endings import Settled, cancels_at_once, settle_outcome
 from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
@@ -200,12 +201,15 @@ class FakeStore:
     def request_cancel(self, job_id: str) -> JobRecord:
         with self._lock:
             record = self.get_job(job_id)
-            if record.status.final:
+            it = self.items[job_id]
+            gen = self.generations.get(job_id, 0)
+            if cancels_at_once(record.status, gen, it.get("run_gen", 0)):
+                it["status"] = "cancelled"
+                it["run_gen"] = max(gen, it.get("run_gen", 0))  # a redriven job's: its generation's ending
+            elif record.status.final:
                 raise AlreadyFinished(f"job {job_id} is {record.status}")
-            if record.status is JobState.LEASED:
-                self.items[job_id]["cancel_requested"] = True
             else:
-                self.items[job_id]["status"] = "cancelled"
+                it["cancel_requested"] = True
             return self.get_job(job_id)
 
     def cancel_unrecorded(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0) -> JobRecord:
@@ -239,12 +243,23 @@ class FakeStore:
         ids = list(job_ids)
         return self.final_job_ids(ids), {j: self.generations[j] for j in ids if self.generations.get(j)}
 
-    def settle_ended(self, ended: SettleEntry) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> Settled:
+        """As the jobs table (``core.endings.settle_outcome``); a job with no item is recorded only."""
         if ended.job_id in self.refuse_settle:
             raise BackendUnavailable("dynamodb is down")
         self._unavailable()
-        self.settled.append(ended)
-        return True
+        with self._lock:
+            it = self.items.get(ended.job_id)
+            gen = ended.redrive_gen or 0
+            if it is None:
+                self.settled.append(ended)
+                return Settled.WRITTEN
+            outcome = settle_outcome(JobState(it["status"]), self.generations.get(ended.job_id, 0),
+                                     it.get("run_gen", 0), gen)
+            if outcome is Settled.WRITTEN:
+                self.settled.append(ended)
+                it.update(status=ended.status.value, run_gen=gen)
+            return outcome
 
     def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,
                       queued: bool = False) -> bool:

@@ -18,6 +18,7 @@ from moto import mock_aws
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.dynamodb.results import S3ResultSink
+from sluice.core.endings import Settled
 from sluice.core.errors import (
     AlreadyFinished,
     BackendUnavailable,
@@ -484,24 +485,24 @@ def _ended(job_id: str, state: JobState, err: str | None = None) -> SettleEntry:
 
 def test_settle_ended_records_what_redis_ended_unless_the_item_is_final(store: DynamoJobStore) -> None:
     store.grant("died", "q", "A")  # its holder crashed on the last attempt; the lease expired
-    assert store.settle_ended(_ended("died", JobState.DEAD, "lease expired on attempt 3")) is True
+    assert store.settle_ended(_ended("died", JobState.DEAD, "lease expired on attempt 3")) is Settled.WRITTEN
     rec = store.get_job("died")
     assert (rec.status, rec.last_error) == (JobState.DEAD, "lease expired on attempt 3")
     assert rec.finished_at_ms is not None and (raw(store, "died") or {}).get("expires_at") is not None
-    assert store.settle_ended(_ended("died", JobState.DEAD)) is False  # already final: a repeat is harmless
+    assert store.settle_ended(_ended("died", JobState.DEAD)) is Settled.MOVED_ON  # a repeat is harmless
 
     t = store.grant("done", "q", "A")
     store.write_result("done", t, "ok")
-    assert store.settle_ended(_ended("done", JobState.DEAD)) is False  # a result always wins
+    assert store.settle_ended(_ended("done", JobState.DEAD)) is Settled.FINAL  # a result always wins
     assert store.get_job("done").status is JobState.SUCCEEDED
 
     store.grant("flagged", "q", "A")
     store.request_cancel("flagged")  # leased: flagged, then the holder died
-    assert store.settle_ended(_ended("flagged", JobState.CANCELLED)) is True
+    assert store.settle_ended(_ended("flagged", JobState.CANCELLED)) is Settled.WRITTEN
     assert store.get_job("flagged").status is JobState.CANCELLED
 
     # No item at all (the relay's mark_queued never landed): created, with its queue.
-    assert store.settle_ended(_ended("ghost", JobState.DEAD)) is True
+    assert store.settle_ended(_ended("ghost", JobState.DEAD)) is Settled.WRITTEN
     rec = store.get_job("ghost")
     assert (rec.status, rec.queue, rec.token, rec.last_error) == (
         JobState.DEAD, "q", 0, "the lease expired on the last attempt")
@@ -514,12 +515,12 @@ def test_a_settle_read_before_a_redrive_does_not_land_after_it(store: DynamoJobS
     in Redis, not granted yet); the relay's write must not end the waiting job ``dead``."""
     store.mark_queued([("waits", "q", 1)])
     assert store.redrive("waits") == 1
-    assert store.settle_ended(_ended("waits", JobState.DEAD)) is False
+    assert store.settle_ended(_ended("waits", JobState.DEAD)) is Settled.MOVED_ON
     rec = store.get_job("waits")
     assert rec.status is JobState.QUEUED and (raw(store, "waits") or {}).get("expires_at") is None
     # The entry of the redriven generation still settles it.
     assert store.settle_ended(SettleEntry(job_id="waits", queue="q", status=JobState.DEAD, ended_at_ms=1,
-                                       redrive_gen=1)) is True
+                                       redrive_gen=1)) is Settled.WRITTEN
     assert store.get_job("waits").status is JobState.DEAD
 
 

@@ -16,6 +16,7 @@ from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.fenced import FencedTable
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core.bus import EventBus
+from sluice.core.endings import Settled
 from sluice.core.errors import AlreadyFinished, BackendUnavailable, InvalidInput, JobNotFound, LeaseLost
 from sluice.core.models import JobState, SettleEntry, WriteOutcome
 
@@ -112,10 +113,10 @@ def test_settle_write_lands_only_while_no_newer_generation_was_granted(store: Dy
     store.grant("j", "q", "A")  # generation 0; its lease expires on the last attempt
     gen = store.redrive("j")
     store.grant("j", "q", "B", gen)  # the redriven run
-    assert store.settle_ended(ended("j", 0)) is False
-    assert store.settle_ended(ended("j", None)) is False  # an entry of the older format: generation 0
+    assert store.settle_ended(ended("j", 0)) is Settled.MOVED_ON
+    assert store.settle_ended(ended("j", None)) is Settled.MOVED_ON  # the older format: generation 0
     assert store.get_job("j").status is JobState.LEASED
-    assert store.settle_ended(ended("j", gen)) is True  # the redriven run's own ending
+    assert store.settle_ended(ended("j", gen)) is Settled.WRITTEN  # the redriven run's own ending
     assert store.get_job("j").status is JobState.DEAD
 
 

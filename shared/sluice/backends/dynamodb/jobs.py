@@ -35,6 +35,7 @@ from sluice.backends.dynamodb.results import S3ResultSink
 from sluice.core.bus import EventBus
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
+from sluice.core.endings import Settled
 from sluice.core.models import JobRecord, JobSpec, SettleEntry, WriteOutcome
 from sluice.core.pools import LazyPool
 from sluice.core.ports import Metrics, ResultSink
@@ -132,7 +133,7 @@ class DynamoJobStore:
     def redrive(self, job_id: str) -> int:
         return self.lifecycle.redrive(job_id)
 
-    def settle_ended(self, ended: SettleEntry) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> Settled:
         return self.lifecycle.settle_ended(ended)
 
     def refuse_record(self, job_id: str, queue: str, reason: str, created_at_ms: int = 0, *,

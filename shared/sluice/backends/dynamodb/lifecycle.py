@@ -19,6 +19,7 @@ from sluice.backends.dynamodb.codec import N, S, created_ms, generation, item_in
 from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate
 from sluice.backends.dynamodb.items import ItemTable
 from sluice.core import formats
+from sluice.core.endings import Settled, redriven_waiting, settle_outcome
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
 from sluice.core.models import (
     FINAL_STATES,
@@ -39,6 +40,19 @@ BORN = ("#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :created), "
 
 
 log = logging.getLogger("sluice.backends.dynamodb")
+
+# A failed or dead item redriven since it last ran, its redriven attempt not granted yet
+# (``core.endings.redriven_waiting``); needs ``:failed`` and ``:dead``.
+REDRIVEN_WAITING = ("(#st IN (:failed, :dead) AND attribute_exists(#rg) "
+                    "AND (attribute_not_exists(#run) OR #run < #rg))")
+
+
+def state_of(item: dict[str, Any] | None) -> tuple[JobState | None, int, int]:
+    """(status, redrive_gen, run_gen) of an item as the store returned it; (None, 0, 0) for none."""
+    if item is None:
+        return None, 0, 0
+    status = item_str(item, "status")
+    return (JobState(status) if status else None), item_int(item, "redrive_gen"), item_int(item, "run_gen")
 
 
 class Lifecycle:
@@ -151,6 +165,12 @@ class Lifecycle:
             if attrs is None:
                 raise JobNotFound(f"no job {job_id}", job_id=job_id)
             status = item_str(attrs, "status")
+            if redriven_waiting(*state_of(attrs)):
+                # A redriven job waiting for its grant: cancelled as a queued one (issue 29).
+                attrs, ok = self._cancel_redriven(job_id, attrs, now)
+                if ok and attrs is not None:
+                    return self.items.record(attrs)
+                continue
             if status in FINAL_STATES:
                 raise AlreadyFinished(f"job {job_id} already {status}", job_id=job_id, status=status)
             if status == JobState.LEASED:
@@ -164,6 +184,21 @@ class Lifecycle:
                 if ok and attrs is not None:
                     return self.items.record(attrs)
         raise StoreError(f"request_cancel: the status of {job_id} kept changing", job_id=job_id)
+
+    def _cancel_redriven(self, job_id: str, old: dict[str, Any],
+                         now: int) -> tuple[dict[str, Any] | None, bool]:
+        """Cancel a ``failed``/``dead`` item whose redriven attempt waits for its grant, on the item
+        as read (same status and generation, still not granted). ``run_gen`` becomes the redrive
+        generation: the cancel is that generation's ending (its completion event, ``relay_view``)."""
+        gen = item_int(old, "redrive_gen")
+        request = self.items.request(
+            job_id, update="SET #st = :cancelled, #up = :now, #fin = :now, #exp = :exp, #run = :gen",
+            condition=f"{REDRIVEN_WAITING} AND #st = :was AND #rg = :gen",
+            values={":cancelled": S(JobState.CANCELLED), ":failed": S(JobState.FAILED),
+                    ":dead": S(JobState.DEAD), ":was": S(item_str(old, "status") or ""), ":gen": N(gen),
+                    **self.items.finish_values(now)},
+            ReturnValues="ALL_NEW")
+        return self.items.update("request_cancel", request)
 
     def redrive(self, job_id: str) -> int:
         """The jobs-table half of a redrive: mint the job's next redrive generation.
@@ -241,20 +276,22 @@ class Lifecycle:
         _, ok = self.items.update("refuse_record", request)
         return ok
 
-    def settle_ended(self, ended: SettleEntry) -> bool:
+    def settle_ended(self, ended: SettleEntry) -> Settled:
         """Tell the jobs table that Redis ended a job no worker is left to report (``keys.settle``).
 
         Applies only while the item is not final (a worker's own verdict, or a succeeded
-        result, always wins); creates the item if the relay's ``mark_queued`` never did.
-        Fenced like every write: only on the attempt that ended, that is while no newer
-        redrive generation than the entry's has been minted (``redrive_gen``) or granted
-        (``run_gen``). Minted counts, not only granted: a redrive that lands between the
-        relay's read of the settle set and this write has already put the job back in
-        Redis, and a job never granted since would otherwise end ``dead`` while it waits
-        (the job model found this). A job leaves Redis's dead set or comes back after a
-        cancel only through a redrive, so a newer grant within the same generation cannot
-        exist.
-        True if written, False if the item had already moved on.
+        result, always wins), or while it is a redriven job whose redriven attempt (the
+        entry's generation) was never granted: that attempt's ending is recorded as a queued
+        job's would be (``core.endings``, issue 29); creates the item if the relay's
+        ``mark_queued`` never did. Fenced like every write: only on the attempt that ended,
+        that is while no newer redrive generation than the entry's has been minted
+        (``redrive_gen``) or granted (``run_gen``). Minted counts, not only granted: a redrive
+        that lands between the relay's read of the settle set and this write has already put
+        the job back in Redis, and a job never granted since would otherwise end ``dead``
+        while it waits (the job model found this). A job leaves Redis's dead set or comes back
+        after a cancel only through a redrive, so a newer grant within the same generation
+        cannot exist. ``run_gen`` becomes the entry's generation: the ending used it up.
+        ``Settled.FINAL`` when the item is succeeded or cancelled (Redis's dead job is residue).
         """
         job_id, queue = validate_job_id(ended.job_id), validate_queue_name(ended.queue)
         gen = generation(ended.redrive_gen or 0)
@@ -266,13 +303,20 @@ class Lifecycle:
         now = self.items.now_ms()
         request = self.items.request(
             job_id,
-            update=f"SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, {BORN}",
-            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased)) "
+            update="SET #st = :state, #err = :err, #up = :now, #fin = :now, #exp = :exp, #run = :gen, "
+                   f"{BORN}",
+            condition="(attribute_not_exists(#id) OR #st IN (:accepted, :queued, :leased) "
+                      f"OR ({REDRIVEN_WAITING} AND #rg = :gen)) "
                       "AND (attribute_not_exists(#run) OR #run <= :gen) "
                       "AND (attribute_not_exists(#rg) OR #rg <= :gen)",
             values={":state": S(ended.status), ":err": S(truncate_error(why)), ":queue": S(queue),
                     ":created": N(now), ":zero": N(0), ":accepted": S(JobState.ACCEPTED),
                     ":queued": S(JobState.QUEUED), ":leased": S(JobState.LEASED), ":gen": N(gen),
+                    ":failed": S(JobState.FAILED), ":dead": S(JobState.DEAD),
                     **self.items.finish_values(now)})
-        _, ok = self.items.update("settle_ended", request)
-        return ok
+        attrs, ok = self.items.update("settle_ended", request)
+        if ok:
+            return Settled.WRITTEN
+        found = settle_outcome(*state_of(attrs), gen)
+        # A refusal the rules would have written: the item changed in between (a grant, a redrive).
+        return Settled.MOVED_ON if found is Settled.WRITTEN else found

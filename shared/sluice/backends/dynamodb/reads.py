@@ -12,6 +12,7 @@ from typing import Any
 from sluice.backends.dynamodb.codec import S, item_int, item_str
 from sluice.backends.dynamodb.errors import translated
 from sluice.backends.dynamodb.items import ItemTable
+from sluice.core.endings import redriven_waiting
 from sluice.core.errors import BackendUnavailable, JobNotFound
 from sluice.core.models import FINAL_STATES, JobRecord, JobState, validate_job_id
 
@@ -52,7 +53,7 @@ class JobReads:
         for job_id, (status, gen, run) in self._statuses(job_ids).items():
             if gen:
                 gens[job_id] = gen
-            if status in FINAL_STATES and not (status in (JobState.FAILED, JobState.DEAD) and gen > run):
+            if status in FINAL_STATES and not redriven_waiting(JobState(status), gen, run):
                 done.add(job_id)
         return done, gens
 

@@ -50,7 +50,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "enqueue.lua": "exists get hincrby hset incrby set time zadd zscore",
     "enqueue_internal.lua": "exists get hincrby hset incrby set time zadd zscore",
     "extend.lua": "exists hget time zadd",
-    "fail.lua": "exists get hdel hget hincrby hmget hset incrby set time zadd zcard zrem zscore",
+    "fail.lua": "decrby del exists get hdel hget hincrby hmget hset incrby set time zadd zcard zrem zscore",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
     "lease.lua": "decrby del exists get hdel hincrby hmget hset incrby set time zadd zcard zpopmin zrange "
                  "zrangebyscore zrem zremrangebyrank zscore",
@@ -64,7 +64,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "register.lua": "exists sadd scard sismember",
     "registry_load.lua": "sadd set",
     "release.lua": "decrby del exists get hdel hget hincrby hmget incrby set time zadd zcard zrem zscore",
-    "settled.lua": "zrem zscore",
+    "settled.lua": "decrby del hget zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
     "trim.lua": "decrby del hget time zcard zrange zrem zscore",

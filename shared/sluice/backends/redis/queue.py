@@ -122,7 +122,8 @@ class RedisJobQueue:
 
     def fail(self, queue: str, job_id: str, lease_token: int, error: str,
              retry_after_ms: int | None = None, permanent: bool = False) -> str:
-        """"retry" (after retry_after_ms; None = now) or "dead" (permanent, cancelled or out of attempts)."""
+        """"retry" (after retry_after_ms; None = now), "dead" (permanent or out of attempts) or
+        "cancelled" (a cancel was requested: the job is removed, its ending left to settle)."""
         k = self.conn.keys(queue)
         if not isinstance(error, str):
             raise InvalidInput(f"error must be a string, got {type(error).__name__}")
@@ -139,16 +140,20 @@ class RedisJobQueue:
         k = self.conn.keys(queue)
         self.conn.scripts.release(k, validate_job_id(job_id), checked_token(lease_token))
 
-    def cancel(self, queue: str, job_id: str, settle: bool = False) -> str:
+    def cancel(self, queue: str, job_id: str, settle: bool = False, cancelled: bool = False) -> str:
         """"removed" (it was waiting) or "requested" (leased: its worker sees it on extend).
 
         ``settle``: the jobs table says the job is leased (its holder died and the lease
         was reclaimed): a removal then also records the ending in the settle set, so the
-        relay ends the item even if the caller cannot (docs/engine.md, Cancel)."""
+        relay ends the item even if the caller cannot (docs/engine.md, Cancel).
+        ``cancelled``: the jobs table says cancelled: a job Redis dead-lettered meanwhile is
+        removed too, since the dead set holds only dead jobs (else ``AlreadyFinished``)."""
         k = self.conn.keys(queue)
-        if not isinstance(settle, bool):
-            raise InvalidInput("settle must be a bool")
-        return self.conn.scripts.cancel(k, validate_job_id(job_id), settle)
+        if not isinstance(settle, bool) or not isinstance(cancelled, bool):
+            raise InvalidInput("settle and cancelled must be bools")
+        if settle and cancelled:
+            raise InvalidInput("the jobs table says leased (settle) or cancelled, not both")
+        return self.conn.scripts.cancel(k, validate_job_id(job_id), settle, cancelled)
 
     def reap(self, queue: str, limit: int = 1000) -> int:
         """Reclaim up to ``limit`` expired leases (and promote due delayed jobs); returns expired."""

@@ -227,15 +227,18 @@ class RedisRelayEngine:
                                             job_id_of=lambda member: text(member).rpartition(":")[2])
         return [SettleEntry.parse(member, queue, score, err) for member, score, (err,) in rows]
 
-    def settled(self, queue: str, jobs: Sequence[SettleEntry]) -> int:
-        """Forget entries the jobs table now reflects (unless they changed since they were read)."""
+    def settled(self, queue: str, jobs: Sequence[SettleEntry], residue: Sequence[SettleEntry] = ()) -> int:
+        """Forget entries the jobs table now reflects (unless they changed since they were read).
+        ``residue``: those of ``jobs`` whose item is succeeded or cancelled; their dead jobs go too."""
         if not jobs:
             return 0
         k = self.conn.keys(queue)
+        gone = {j.member for j in residue}
         removed = 0
         for start in range(0, len(jobs), 1000):
             chunk = jobs[start:start + 1000]
-            removed += self.conn.scripts.settled(k, [(j.member, j.ended_at_ms) for j in chunk])
+            removed += self.conn.scripts.settled(k, [(j.member, j.ended_at_ms, j.member in gone)
+                                                     for j in chunk])
         return removed
 
     def trim_dead(self, queue: str, keep: int, max_age_ms: int, limit: int = 1000) -> tuple[int, int]:

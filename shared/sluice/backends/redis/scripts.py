@@ -296,7 +296,7 @@ class Scripts:
     def fail(self, k: QueueKeys, job_id: str, token: int, error: str, retry_after_ms: int,
              permanent: bool) -> str:
         return _word(self._run("fail.lua", [k.job(job_id), k.leased, k.ready, k.delayed, k.dead, k.tokens,
-                                              k.seq, k.settle, k.finished, *k.group_keys],
+                                              k.seq, k.settle, k.finished, *k.group_keys, k.used],
                                [job_id, token, error, retry_after_ms, int(permanent)]))
 
     def release(self, k: QueueKeys, job_id: str, token: int) -> str:
@@ -304,9 +304,10 @@ class Scripts:
                                                  k.finished, k.used, *k.group_keys],
                                [job_id, token]))
 
-    def cancel(self, k: QueueKeys, job_id: str, settle: bool) -> str:
+    def cancel(self, k: QueueKeys, job_id: str, settle: bool, cancelled: bool = False) -> str:
         return _word(self._run("cancel.lua", [k.job(job_id), k.ready, k.delayed, k.dead, k.tokens, k.settle,
-                                                k.finished, k.used, *k.group_keys], [job_id, int(settle)]))
+                                                k.finished, k.used, *k.group_keys],
+                               [job_id, int(settle), int(cancelled)]))
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
@@ -317,11 +318,12 @@ class Scripts:
         return int(self._run("redrive.lua", [k.job_prefix, k.dead, k.ready, k.seq, k.settle, *k.group_keys],
                              [job_id or "", limit, generation]))
 
-    def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int]]) -> int:
+    def settled(self, k: QueueKeys, entries: Sequence[tuple[str, int, bool]]) -> int:
+        """(member, score, residue) per entry: residue, the job's dead job leaves the dead set too."""
         args: list[Any] = []
-        for member, score in entries:
-            args += [member, score]
-        return int(self._run("settled.lua", [k.settle], args))
+        for member, score, residue in entries:
+            args += [member, score, int(residue)]
+        return int(self._run("settled.lua", [k.settle, k.job_prefix, k.dead, k.used], args))
 
     def purge(self, k: QueueKeys, limit: int) -> int:
         return int(self._run("purge.lua", [k.job_prefix, k.dead, k.used], [limit]))

@@ -3,7 +3,8 @@
 The jobs table is the one place every final state is written (the worker's verdict, the
 relay's settle, a cancel), and DynamoDB writes the stream record atomically with the item.
 A record is a **final transition** when its new image has a final status and its old image
-has none (no item, or a status that is not final). Each such record is one ``JobEnded`` of
+has none (no item, or a status that is not final), or had one under an older ``run_gen`` (a
+redriven job ended before its grant: ``sluice.core.endings``). Each such record is one ``JobEnded`` of
 the in-process bus (``sluice.core.bus``): the same job, state and redrive generation, written by
 the same write, so a crash between that write and any publish loses nothing.
 
@@ -71,8 +72,13 @@ def _status(image: Mapping[str, Any] | None) -> str | None:
 
 
 def is_final_transition(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """New final, and the old image not final, or final under an older generation: a redriven
+    job that ended before its grant (a cancel, a settle) goes from ``failed``/``dead`` to a final
+    state with ``run_gen`` raised to its redrive generation (``sluice.core.endings``)."""
     new_status = _status(new)
-    return new_status in FINAL_STATES and _status(old) not in FINAL_STATES
+    if new_status not in FINAL_STATES:
+        return False
+    return _status(old) not in FINAL_STATES or item_int(new or {}, "run_gen") > item_int(old or {}, "run_gen")
 
 
 def final_image(record: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -8,16 +8,20 @@
 --           entry says cancelled, else as dead: the handler's Fail, attempts used up)
 --   KEYS[10] group prefix  KEYS[11] turns zset  KEYS[12] groups hash  (fair groups: _lib.lua; a
 --           grouped job's group has one lease less, and a retry ready now goes to its group)
+--   KEYS[13] used string: a job removed for its cancel request gives its sz back (keys.used)
 --   ARGV[1] job_id  ARGV[2] token  ARGV[3] error (kept as the job's last error)
 --   ARGV[4] retry_after_ms  0..604800000 (0 = ready now; the caller computes the backoff)
 --   ARGV[5] permanent       0 | 1 (1 = no more attempts)
 -- Output
---   "dead"   when permanent, a cancel was requested, or attempts >= max_attempts
---            (the job moves to dead, score = now)
---   "retry"  otherwise: to delayed at now + retry_after_ms, or straight to ready
---   Either way the attempt is counted (a + 1) and the error kept. A non-permanent
---   failure that ends in dead (cancel requested, or attempts used up) also adds
---   "cancelled:<g>:<id>" / "dead:<g>:<id>" to settle (g: the job's redrive generation): the worker may have told the store "queued".
+--   "dead"       when permanent, or attempts >= max_attempts (the job moves to dead, score = now)
+--   "cancelled"  not permanent, and a cancel was requested: the job is removed (hash deleted, its
+--                sz given back), as reclaim and release.lua remove it; the dead set holds only
+--                dead jobs (issue 29, item 8)
+--   "retry"      otherwise: to delayed at now + retry_after_ms, or straight to ready
+--   The attempt is counted (a + 1) and the error kept. A non-permanent failure that ends the
+--   job (cancel requested, or attempts used up) also adds "cancelled:<g>:<id>" /
+--   "dead:<g>:<id>" to settle (g: the job's redrive generation): the worker may have told the
+--   store "queued". A permanent one with a cancel request is dead: the worker wrote its verdict.
 -- Errors (nothing written)
 --   NOT_FOUND / STALE_TOKEN / LEASE_LOST as in extend.lua; INVALID_INPUT <what>
 
@@ -44,14 +48,18 @@ local now = now_ms()
 redis.call('ZREM', leased, id)
 redis.call('HDEL', tokens, id)
 if f[5] then group_done(G, f[5], 1) end
+if permanent == '0' and f[3] == '1' then
+  release_bytes(KEYS[13], tonumber(redis.call('HGET', key, 'sz')) or 0)
+  redis.call('DEL', key)
+  redis.call('ZADD', settle, now, settle_member('cancelled', id, f[4]))
+  count_finished(finished, 0, 0, 1)
+  return 'cancelled'
+end
 redis.call('HSET', key, 'a', a, 'err', err)
-if permanent == '1' or f[3] == '1' or a >= max_attempts_of(f[2]) then
+if permanent == '1' or a >= max_attempts_of(f[2]) then
   redis.call('ZADD', dead, now, id)
-  local cancelled = permanent == '0' and f[3] == '1'
-  if permanent == '0' then
-    redis.call('ZADD', settle, now, settle_member(cancelled and 'cancelled' or 'dead', id, f[4]))
-  end
-  if cancelled then count_finished(finished, 0, 0, 1) else count_finished(finished, 0, 1, 0) end
+  if permanent == '0' then redis.call('ZADD', settle, now, settle_member('dead', id, f[4])) end
+  count_finished(finished, 0, 1, 0)
   return 'dead'
 end
 if after > 0 then
