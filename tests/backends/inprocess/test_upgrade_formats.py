@@ -37,8 +37,17 @@ def old_record(job_id: str, queue: str, payload: Any) -> str:
 
 
 def started_as_before_the_upgrade(rig: Rig, record: Callable[[str], str] | None = None) -> str:
-    """A family of two whose children both ended; its continuation's record the old format."""
-    family = rig.api.enqueue_children(rig.request(2, then=True))
+    """A family of two whose children both ended; its continuation's record the old format, under an
+    id derived with the job id key as the old gateway derived it (today's are keyless, issue 29)."""
+    from unittest import mock
+
+    from sluice.gateway import families
+
+    def keyed(parent_id: str, queue: str, key: str) -> str:
+        return ids.derive(parent_id, queue, key, KEY)
+
+    with mock.patch.object(families.ids, "derive_keyless", keyed):
+        family = rig.api.enqueue_children(rig.request(2, then=True))
     then = family.continuation or ""
     text = (record or (lambda job_id: old_record(job_id, "report", {"n": 2})))(then)
     rig.store._db.update_item(TableName=rig.store.table, Key={"job_id": {"S": f"~family~{then}"}},
