@@ -57,7 +57,7 @@ class ThenRequest(EnqueueRequest):
 class FamilyRequest(BaseModel):
     """The worker's request to the gateway function: start ``jobs`` (and ``then``) as children."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     sluice_internal: Literal["enqueue_children"] = "enqueue_children"
     parent_id: str = Field(pattern=JOB_ID_PATTERN)
@@ -69,13 +69,14 @@ class FamilyRequest(BaseModel):
 class ReleaseRequest(BaseModel):
     """Append a continuation whose children have all ended (idempotent)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     sluice_internal: Literal["release"] = "release"
     continuation: str = Field(pattern=JOB_ID_PATTERN)
 
 
 class FamilyAccepted(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     job_ids: list[str]
     continuation: str | None = None
 

@@ -186,7 +186,7 @@ PAYLOAD_CHECKED: Final = "payload_checked"
 class JobSpec(BaseModel):
     """A job as the gateway accepted it: the record in Kafka and the input to ``enqueue``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
 
     # 1: unsealed (Sluice's own partition jobs; refused from Kafka); 2: sealed (``sluice.core.seal``)
     schema_version: Literal[1, 2] = SCHEMA_VERSION
@@ -241,7 +241,7 @@ class DecodedJob(NamedTuple):
 class Job(BaseModel):
     """What a handler receives."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     job_id: str
     queue: str
@@ -256,7 +256,7 @@ class Job(BaseModel):
 class LeasedJob(BaseModel):
     """A job handed out by ``lease``: its ``lease_token`` (Redis's) proves liveness of this lease only."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     job_id: str
     queue: str
@@ -283,7 +283,7 @@ class LeasedJob(BaseModel):
 class Extended(BaseModel):
     """What a successful ``extend`` returns: the new deadline, and whether cancel was requested."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     deadline_ms: int
     cancel_requested: bool = False
@@ -292,7 +292,7 @@ class Extended(BaseModel):
 class DispatchEvent(BaseModel):
     """The worker Lambda's input: from the relay's dispatch or the scheduled safety net."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     queues: list[QueueName] = Field(min_length=1, max_length=50)
     batch: int = Field(default=10, ge=1, le=1000)
@@ -310,7 +310,7 @@ class DispatchEvent(BaseModel):
 class QueueConfig(BaseModel):
     """Runtime knobs of one queue, stored in Redis so every relay and worker sees changes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     max_in_flight: int = Field(default=0, ge=0)  # 0 = unlimited
     rate_per_s: float = Field(default=0.0, ge=0.0)  # 0 = unlimited
@@ -336,6 +336,7 @@ class FinishedCounts(BaseModel):
     difference between two reads. ``dead`` is every job dead-lettered: the handler's ``Fail``
     (status failed) as well as attempts used up (dead); Redis does not tell them apart.
     ``cancelled``: removed after a cancel request."""
+    model_config = ConfigDict(defer_build=True)
 
     succeeded: int = 0
     dead: int = 0
@@ -347,6 +348,7 @@ class FinishedCounts(BaseModel):
 
 
 class QueueStats(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     queue: str
     ready: int
     delayed: int
@@ -363,6 +365,7 @@ class QueueStats(BaseModel):
 
 
 class DeadJob(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     job_id: str
     queue: str
     attempts: int
@@ -374,6 +377,7 @@ class SettleEntry(BaseModel):
     """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
     ``status`` is dead (its lease expired on the last attempt) or cancelled (its lease
     ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
+    model_config = ConfigDict(defer_build=True)
 
     job_id: str
     queue: str
@@ -402,6 +406,7 @@ class SettleEntry(BaseModel):
 
 class JobRecord(BaseModel):
     """A job's durable state in the jobs table (the token authority)."""
+    model_config = ConfigDict(defer_build=True)
 
     job_id: str
     queue: str

@@ -34,7 +34,7 @@ MAX_BATCH: Final = 100
 class EnqueueRequest(BaseModel):
     """One job. Only ``payload`` is required; the job id is assigned by the gateway."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     payload: Annotated[Any, Field(description="Any JSON value; handed to the worker as is. An object with a "
                                               "top-level \"$sluice\" member is refused (400): Sluice's own "
@@ -55,13 +55,14 @@ class EnqueueRequest(BaseModel):
 class BatchRequest(BaseModel):
     """1..100 jobs for one queue, validated all-or-nothing."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     jobs: list[EnqueueRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class Accepted(BaseModel):
     """A job durably appended to the log (Kafka acknowledged it)."""
+    model_config = ConfigDict(defer_build=True)
 
     job_id: str = Field(pattern=JOB_ID_PATTERN)
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
@@ -69,12 +70,14 @@ class Accepted(BaseModel):
 
 
 class BatchAccepted(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     jobs: list[Accepted] = Field(description="One result per submitted job, in order.")
 
 
 class JobView(BaseModel):
     """A job's state as the jobs table records it."""
+    model_config = ConfigDict(defer_build=True)
 
     job_id: str
     queue: str
@@ -102,6 +105,7 @@ class JobView(BaseModel):
 
 
 class CancelAccepted(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     job_id: str
     status: Literal["cancelled", "cancel_requested"] = Field(
         description="cancelled: it will not run. cancel_requested: it is running; its worker is told.")
@@ -109,6 +113,7 @@ class CancelAccepted(BaseModel):
 
 class QueueRoute(BaseModel):
     """Which worker function drains a queue, and its payload schema if the queue is typed."""
+    model_config = ConfigDict(defer_build=True)
 
     pattern: str = Field(description="The route: the queue's name, or a prefix ending in *.")
     function: str = Field(description="The worker function its jobs are dispatched to.")
@@ -118,6 +123,7 @@ class QueueRoute(BaseModel):
 
 
 class QueueView(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     ready: int = Field(ge=0)
     delayed: int = Field(ge=0)
@@ -146,6 +152,7 @@ class QueueView(BaseModel):
 
 class FieldError(BaseModel):
     """One failing field: a JSON pointer into the request, and why."""
+    model_config = ConfigDict(defer_build=True)
 
     pointer: str = Field(description="RFC 6901 pointer, e.g. /jobs/3/priority; path and header "
                                      "parameters are #/path/queue and #/header/idempotency-key.")
@@ -155,6 +162,7 @@ class FieldError(BaseModel):
 
 class Problem(BaseModel):
     """An RFC 9457 problem document (application/problem+json)."""
+    model_config = ConfigDict(defer_build=True)
 
     type: str
     title: str

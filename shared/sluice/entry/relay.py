@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class ScheduledEvent(BaseModel):
     """The EventBridge "Scheduled Event" that starts a relay invocation every minute."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)
 
     detail_type: str = Field(alias="detail-type", pattern="^Scheduled Event$")
     source: str = Field(pattern="^aws\\.events$")

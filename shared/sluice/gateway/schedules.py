@@ -51,7 +51,7 @@ def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int, caller: Call
 class ScheduleRequest(BaseModel):
     """A new schedule of the path's queue: every firing enqueues ``payload`` on it."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
     name: str = Field(description="1-64 of A-Z a-z 0-9 _ -, starting with a letter or digit; unique "
                                   "within the queue (another queue may use the same name).")
@@ -61,6 +61,7 @@ class ScheduleRequest(BaseModel):
 
 
 class ScheduleView(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     name: str
     expression: str
     queue: str
@@ -71,6 +72,7 @@ class ScheduleView(BaseModel):
 
 
 class ScheduleList(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     schedules: list[ScheduleView]
 
 

@@ -32,7 +32,7 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
-_STRICT = ConfigDict(extra="forbid", strict=True)
+_STRICT = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
 
 class RateRequest(BaseModel):
