@@ -147,10 +147,10 @@ class HttpGateway:
         return BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
 
     def _admin_use_cases(self) -> Admin:
-        api = self.api
-        return Admin(api.queue, api.store, api.log, routes=api.route_table(),
-                     refuse_unrouted=api.refuse_unrouted, reseal=api.pipeline.reseal_now, limits=api.limits,
-                     registry=api.pipeline.registry)
+        api, pipeline = self.api, self.api.pipeline
+        return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
+                     refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
+                     limits=pipeline.limits, registry=pipeline.registry)
 
     def openapi_json(self) -> str:
         if self._openapi is None:
