@@ -10,6 +10,7 @@ import pytest
 
 from sluice.core import ids, seal
 from sluice.core.bus import EventBus, JobEnded
+from sluice.core.caller import Caller
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
 from sluice.entry.gateway import Gateway
@@ -322,12 +323,20 @@ def test_same_key_on_another_queue_is_422(rig: Rig) -> None:
     assert rig.call("POST", "/v1/queues/other/jobs", {"payload": 1}, headers=key)[0] == 422
 
 
-def test_keys_are_scoped_per_caller(rig: Rig) -> None:
-    event = event_for("POST", JOBS, {"payload": 1}, headers={"Idempotency-Key": "k"})
+@pytest.mark.parametrize(("path", "body"), [(JOBS, {"payload": 1}),
+                                            (f"{JOBS}/batch", {"jobs": [{"payload": 1}]})])
+def test_keys_are_scoped_per_caller(rig: Rig, path: str, body: dict[str, Any]) -> None:
+    event = event_for("POST", path, body, headers={"Idempotency-Key": "k"})
     assert unpack(rig.gateway(event, None))[0] == 202
     event["requestContext"]["identity"]["userArn"] = "arn:aws:sts::123456789012:assumed-role/other/x"
     assert unpack(rig.gateway(event, None))[0] == 202
     assert len(rig.log.records) == 2
+
+
+def test_a_callers_idempotency_key_is_its_own() -> None:
+    tenant, other = Caller(idempotency_scope="key-1"), Caller(idempotency_scope="key-2")
+    assert tenant.own_key("k") == "key-1|k" != other.own_key("k")
+    assert tenant.own_key(None) is None
 
 
 def test_batch_replay_returns_the_same_ids(rig: Rig) -> None:
