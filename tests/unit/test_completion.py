@@ -12,6 +12,7 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.streams.completion import model
 from sluice.streams.completion.publish import EventBridgeSink, Publisher, batch_failures
+from tests.loading import module_from_file
 
 EVENT = json.loads((Path(__file__).parents[1] / "events" / "dynamodb_stream_jobs.json").read_text())
 
@@ -155,13 +156,7 @@ def test_eventbridge_sink_chunks_by_ten_and_reads_per_entry_errors() -> None:
 
 
 def test_events_lambda_answers_batch_item_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "events_app", Path(__file__).parents[2] / "functions" / "events" / "app.py")
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = module_from_file(Path(__file__).parents[2] / "functions" / "events" / "app.py", "events_app")
     sink = Sink(refuse={0})
     from sluice.entry import root as wiring
 
