@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,23 @@ def _finish(result: Any, as_json: bool) -> None:
         click.echo(json.dumps(result.as_dict(), separators=(",", ":"), default=str))
 
 
+def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_json: bool) -> None:
+    """One scenario: its parameters (refused: exit 2), what will happen, the story as it plays, and
+    the verdict."""
+    try:
+        p = params()
+    except SluiceError as exc:
+        _fail(str(exc))
+        return
+    _header(header)
+    try:
+        result = story(p, echo=lambda e: click.echo(e.line()))
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    _finish(result, as_json)
+
+
 @scenario.command("gc-pause")
 @click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
@@ -55,21 +73,12 @@ def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for:
     """Worker A stalls past its lease; B takes over; A wakes up and writes. Who wins?"""
     from sluice_dev.chaos import scenarios
 
-    try:
-        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, freeze_at_s=freeze_at,
-                             freeze_for_s=freeze_for, fencing=not no_fencing, time_scale=time_scale)
-    except SluiceError as exc:
-        _fail(str(exc))
-        return
-    _header(f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
-            f"for {freeze_for:g} s; fencing {'ON' if p.fencing else 'OFF (the bug)'}; "
-            f"time scale {time_scale:g}")
-    try:
-        result = scenarios.gc_pause(p, echo=lambda e: click.echo(e.line()))
-    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
-        return
-    _finish(result, as_json)
+    _play(lambda: scenarios.Params(lease_s=lease, renew_every_s=renew_every, freeze_at_s=freeze_at,
+                                   freeze_for_s=freeze_for, fencing=not no_fencing, time_scale=time_scale),
+          f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
+          f"for {freeze_for:g} s; fencing {'OFF (the bug)' if no_fencing else 'ON'}; "
+          f"time scale {time_scale:g}",
+          scenarios.gc_pause, as_json)
 
 
 @scenario.command("crash-before-ack")
@@ -83,19 +92,9 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
     """A worker finishes a job and crashes just before acknowledging it. What happens?"""
     from sluice_dev.chaos import scenarios
 
-    try:
-        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, time_scale=time_scale)
-    except SluiceError as exc:
-        _fail(str(exc))
-        return
-    _header(f"crash-before-ack: lease {lease:g} s renewed every {renew_every:g} s; A is SIGKILLed between "
-            f"its result write and its ack; time scale {time_scale:g}")
-    try:
-        result = scenarios.crash_before_ack(p, echo=lambda e: click.echo(e.line()))
-    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
-        return
-    _finish(result, as_json)
+    _play(lambda: scenarios.Params(lease_s=lease, renew_every_s=renew_every, time_scale=time_scale),
+          f"crash-before-ack: lease {lease:g} s renewed every {renew_every:g} s; A is SIGKILLed between "
+          f"its result write and its ack; time scale {time_scale:g}", scenarios.crash_before_ack, as_json)
 
 
 @click.command("chaos")
