@@ -31,6 +31,16 @@ def relayed(rig: Rig, job_id: str, status: JobState = JobState.QUEUED, **extra: 
     rig.store.set_status(job_id, status, **extra)
 
 
+def leased(rig: Rig, *, held: bool = True) -> str:
+    """A job enqueued, relayed and leased: in the store and in Redis (``held``: with its lease there)."""
+    job_id = str(rig.call("POST", JOBS, {"payload": 1})[2]["job_id"])
+    relayed(rig, job_id, JobState.LEASED)
+    rig.queue.add("emails", job_id)
+    if held:
+        rig.queue.hold("emails", job_id)
+    return job_id
+
+
 def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
     body = {"payload": {"to": "ada"}, "delay_seconds": 60, "priority": 7, "max_attempts": 3,
             "lease_seconds": 90}
@@ -155,11 +165,7 @@ def test_cancel_an_accepted_job_still_in_kafka(rig: Rig) -> None:
 
 
 def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
-    rig.queue.hold("emails", job_id)
+    job_id = leased(rig)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
     assert rig.store.get_job(job_id).cancel_requested
@@ -169,10 +175,7 @@ def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig)
     """Issue 13, bug 1: its holder died and the lease was reclaimed, so Redis has it waiting while
     the item says leased. Removing it must end the item (here at once, and by a settle entry
     in case the gateway dies first), not leave it leased with a request nobody will honour."""
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
+    job_id = leased(rig, held=False)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
     assert rig.store.get_job(job_id).status is JobState.CANCELLED
@@ -204,11 +207,7 @@ def test_a_cancel_that_ends_a_job_emits_one_job_ended_and_a_cancel_request_none(
 
 
 def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
-    rig.queue.hold("emails", job_id)
+    job_id = leased(rig)
     rig.queue.down = BackendUnavailable("redis down")
     code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, headers["retry-after"]) == (503, "1")
