@@ -57,17 +57,24 @@ def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_
     _finish(result, as_json)
 
 
+# The options every scenario takes.
+_LEASE = click.option("--lease", "lease", type=float, default=10.0, show_default=True,
+                      help="Lease length, seconds.")
+_TIME_SCALE = click.option("--time-scale", type=float, default=1.0, show_default=True,
+                           help="Multiply every duration (0.1 = ten times faster).")
+_AS_JSON = click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+
+
 @scenario.command("gc-pause")
-@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@_LEASE
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
               help="A's heartbeat interval, seconds.")
 @click.option("--freeze-at", type=float, default=2.0, show_default=True,
               help="When A stalls (SIGSTOP), seconds after taking the lease.")
 @click.option("--freeze-for", type=float, default=12.0, show_default=True, help="How long A stays frozen.")
 @click.option("--no-fencing", is_flag=True, help="Storage takes the unconditional write path: the bug.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Multiply every duration (0.1 = ten times faster).")
-@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+@_TIME_SCALE
+@_AS_JSON
 def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for: float, no_fencing: bool,
                  time_scale: float, as_json: bool) -> None:
     """Worker A stalls past its lease; B takes over; A wakes up and writes. Who wins?"""
@@ -82,12 +89,11 @@ def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for:
 
 
 @scenario.command("crash-before-ack")
-@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@_LEASE
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
               help="Heartbeat interval, seconds.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Multiply every duration (0.1 = ten times faster).")
-@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+@_TIME_SCALE
+@_AS_JSON
 def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as_json: bool) -> None:
     """A worker finishes a job and crashes just before acknowledging it. What happens?"""
     from sluice_dev.chaos import scenarios
