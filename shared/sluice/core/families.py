@@ -25,8 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sluice.core.base import Model
 from sluice.core.bus import EventBus, JobEnded, ResultWritten
 from sluice.core.errors import SluiceError
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
@@ -54,10 +55,10 @@ class ThenRequest(EnqueueRequest):
     key: str = "then"
 
 
-class FamilyRequest(BaseModel):
+class FamilyRequest(Model):
     """The worker's request to the gateway function: start ``jobs`` (and ``then``) as children."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     sluice_internal: Literal["enqueue_children"] = "enqueue_children"
     parent_id: str = Field(pattern=JOB_ID_PATTERN)
@@ -66,17 +67,16 @@ class FamilyRequest(BaseModel):
     then: ThenRequest | None = None
 
 
-class ReleaseRequest(BaseModel):
+class ReleaseRequest(Model):
     """Append a continuation whose children have all ended (idempotent)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     sluice_internal: Literal["release"] = "release"
     continuation: str = Field(pattern=JOB_ID_PATTERN)
 
 
-class FamilyAccepted(BaseModel):
-    model_config = ConfigDict(defer_build=True)
+class FamilyAccepted(Model):
     job_ids: list[str]
     continuation: str | None = None
 

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sluice.core.base import Model
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
 from sluice.gateway.admin import MAX_LISTED, Admin
 
@@ -34,8 +35,8 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
+class _Request(Model):
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _count(most: int, description: str) -> Any:
