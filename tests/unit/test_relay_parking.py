@@ -392,3 +392,48 @@ def test_a_replay_reads_a_lane_back_only_as_far_as_kafka_has_been_read_again(par
     second = recovering("r2")
     steps(second, 40)
     assert offsets_in_redis(w, "a", a_ids) == list(range(39))  # all, once, in order
+
+
+class SegmentedLot(FakeParkingLot):
+    """A lot that keeps records in fours (as the DynamoDB lot keeps a park call's records in one
+    segment) and deletes a four only once all of it is released; ``asked`` records the sweep's
+    questions to the store."""
+
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[Any]:
+        got = super().page(queue, partition, after, 10**9 if whole else limit)
+        if whole and got:
+            last = got[min(limit, len(got)) - 1].offset // 4
+            got = [r for r in got if r.offset // 4 <= last]
+        return [r._replace(item=(f"seg{r.offset // 4}", 4)) for r in got]
+
+    def release(self, queue: str, records: Any, *, delay: bool = False) -> int:
+        groups: dict[str, list[Any]] = {}
+        for r in records:
+            groups.setdefault(r.item[0], []).append(r)
+        return super().release(queue, [r for g in groups.values() if len(g) == 4 for r in g])
+
+
+def test_the_sweep_deletes_a_segment_once_all_its_records_are_done_and_asks_of_each_once() -> None:
+    w, lot = World(partitions=1), SegmentedLot()
+    w.engine.set_config("a", paused=True)
+    released: list[int] = []
+    bus = EventBus()
+    bus.subscribe(lambda e: released.append(e.released) if isinstance(e, ev.Unparked) else None, ev.Unparked)
+    relay = relay_with(w, lot, refresh_s=0.0, events=bus)
+    ids = w.add(8, queue="a", partition=0)  # offsets 0..7: two fours
+    run_steps(relay, 6)
+    assert lot.count("a") == 8
+    asked: list[str] = []
+    view = w.store.relay_view
+    w.store.relay_view = lambda job_ids: (asked.extend(job_ids), view(job_ids))[1]  # type: ignore[method-assign]
+    w.store.final.update(ids[:6])  # the first four and half the second are done with
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert lot.count("a") == 4 and released == [4]  # the half-done four stays, whole, and is not counted
+    assert sorted(asked) == sorted(ids)
+    asked.clear()
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert sorted(asked) == sorted(ids[6:]) and released == [4]  # only the two not known done
+    w.store.final.update(ids[6:])
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert lot.count("a") == 0 and released == [4, 4]
