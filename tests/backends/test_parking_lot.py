@@ -169,3 +169,13 @@ def test_an_upgrade_with_records_parked_one_an_item_reads_them_all_in_order_and_
     while page := lot.page("a", 1, -1, 100, whole=True):
         released += lot.release("a", page)
     assert lot.count("a") == 0 and released >= 100
+
+
+def test_a_repark_cut_otherwise_ending_at_the_same_record_overwrites_no_segment(
+        lot: DynamoParkingLot) -> None:
+    """A new owner re-reads Kafka from a commit point inside a parked segment (another queue's record
+    held it there) and parks again the records it is given, ending where the segment ended."""
+    lot.park("a", 0, [rec(0, o) for o in range(10, 60)])
+    lot.park("a", 0, [rec(0, o) for o in range(35, 60)], mark=False)
+    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(10, 60))
+    assert lot.count("a") == 50

@@ -3,13 +3,13 @@
 One on-demand table (template.yaml ``ParkedTable``), key ``pk`` + ``sk`` (strings):
 
 - a segment of parked records (backends/dynamodb/segments.py): ``pk`` their queue, ``sk``
-  ``o#<partition, 6 digits>#<offset of its last record, 20 digits>``, so one Query reads a (queue,
-  partition) lane in offset order; ``seg`` the records packed (each with its key and value as Kafka
-  had them: the relay decodes and checks the seal again when they come back; and the job id,
-  acceptance and run-at times the sweep needs without decoding), ``n`` how many, ``first`` the first
-  offset, ``expires_at`` (TTL, seconds: a backstop a margin past the latest of their jobs' life
-  bounds; the relay's sweep ends such a job first). A segment is deleted only once every one of its
-  records is released;
+  ``o#<partition, 6 digits>#<offset of its last record, 20 digits>#<of its first, 20 digits>``
+  (``segment_key``), so one Query from any offset reads a (queue, partition) lane in offset order;
+  ``seg`` the records packed (each with its key and value as Kafka had them: the relay decodes and
+  checks the seal again when they come back; and the job id, acceptance and run-at times the sweep
+  needs without decoding), ``n`` how many, ``first`` the first offset, ``expires_at`` (TTL,
+  seconds: a backstop a margin past the latest of their jobs' life bounds; the relay's sweep ends
+  such a job first). A segment is deleted only once every one of its records is released;
 - a record parked alone, as every ordered-lane record was before segments (still read, never
   written): the same key with its own offset, ``v`` its value, ``k`` its key, ``job``, ``enq``,
   ``run_at``, ``expires_at``;
@@ -48,6 +48,15 @@ def lane_key(partition: int, offset: int) -> str:
     return f"o#{partition:06d}#{offset:020d}"
 
 
+def segment_key(partition: int, first: int, last: int) -> str:
+    """A segment's key: by its last record's offset first, so that a lane's Query from any offset finds
+    each segment holding a record above it, in order, beside the items of one record each
+    (``lane_key``); then by its first, so that a re-park cut otherwise (a new owner parks again what
+    Kafka gives it again, from a commit point inside a segment) never overwrites a segment with one
+    holding fewer of its records."""
+    return f"{lane_key(partition, last)}#{first:020d}"
+
+
 def delay_key(partition: int, run_at_ms: int, offset: int) -> str:
     return f"d#{partition:06d}#{run_at_ms:015d}#{offset:020d}"
 
@@ -75,7 +84,7 @@ def _item(queue: str, r: ParkedRecord, delay: bool) -> dict[str, Any]:
 
 
 def _segment(queue: str, partition: int, records: Sequence[ParkedRecord]) -> dict[str, Any]:
-    return {"pk": {"S": queue}, "sk": {"S": lane_key(partition, records[-1].offset)},
+    return {"pk": {"S": queue}, "sk": {"S": segment_key(partition, records[0].offset, records[-1].offset)},
             "seg": {"B": segments.pack(records)}, "n": {"N": str(len(records))},
             "first": {"N": str(records[0].offset)},
             "expires_at": {"N": str(max(expires_at(r) for r in records))}}

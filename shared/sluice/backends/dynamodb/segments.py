@@ -7,9 +7,9 @@ write instead of hundreds; on the local stack's moto server, whose CPU is per it
 took 0.4-0.6 s as items and 6-11 ms as one segment, and reading 500 back 0.9-1.2 s against 45-55 ms
 (docs/relay.md, "Segments").
 
-A segment is keyed like the record it ends with (``parking.lane_key(partition, last offset)``), so
-the records parked one per item before segments (the same keys) and segments read back in one Query
-range, in order; an item with ``seg`` is a segment, one with ``v`` a single record. The packing is
+A segment is keyed by the record it ends with, then the one it starts with (``parking.segment_key``),
+so the records parked one per item before segments (keyed by their offset) and segments read back in
+one Query range, in order; an item with ``seg`` is a segment, one with ``v`` a single record. The packing is
 pure and versioned (its first byte): ``pack`` / ``unpack`` below.
 """
 
