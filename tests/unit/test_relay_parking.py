@@ -160,6 +160,25 @@ def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
     assert offsets_in_redis(w, "a", a_ids) == list(range(300)) and rate <= 22
 
 
+def test_a_rate_limited_queue_parks_its_overflow_when_the_buffer_is_smaller_than_twice_a_batch() -> None:
+    """``max_pending`` below the default ``park_above`` (twice ``batch``): A's records kept buffered
+    would fill the partition's buffer, whose fetching would pause for B too (the tenant nemesis's
+    scaled case: a buffer of 500 against twice 500)."""
+    w, lot = parked_world()
+    w.engine.set_config("a", rate_per_s=20.0, burst=1)
+    w.add(300, queue="a", partition=0)
+    relay = relay_with(w, lot, max_pending=16)
+    assert relay.config.park_above == 4
+    b_ids: list[str] = []
+    for _ in range(40):
+        b_ids += w.add(1, queue="b", partition=0)
+        run_steps(relay, 2)
+        w.clock.t += 0.05
+        assert w.source.paused == set()  # never stops fetching for A
+    run_steps(relay, 2)
+    assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.writes > 0
+
+
 def paused_and_parked(n: int) -> tuple[World, FakeParkingLot, Relay, list[str]]:
     """Queue a paused, ``n`` of its records taken and parked by a relay."""
     w, lot = parked_world()
