@@ -139,19 +139,25 @@ def test_without_a_lot_a_paused_queue_still_fills_the_buffer_as_before() -> None
     assert w.source.paused == {0}
 
 
-def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
-    w, lot = parked_world()
-    w.engine.set_config("a", rate_per_s=20.0, burst=1)
-    a_ids = w.add(300, queue="a", partition=0)
-    relay = relay_with(w, lot)
+def b_flows_beside_a_rate_limited_a(w: World, lot: FakeParkingLot, relay: Relay, rounds: int) -> None:
+    """B's records, one a round behind A's backlog in the same partition, all reach Redis, and the
+    partition never stops fetching for A."""
     b_ids: list[str] = []
-    for _ in range(30):  # polls of 20 records: the first reach B's after A's 300
+    for _ in range(rounds):
         b_ids += w.add(1, queue="b", partition=0)
         run_steps(relay, 2)
         w.clock.t += 0.05
         assert w.source.paused == set()  # never stops fetching for A
     run_steps(relay, 2)
     assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.writes > 0
+
+
+def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", rate_per_s=20.0, burst=1)
+    a_ids = w.add(300, queue="a", partition=0)
+    relay = relay_with(w, lot)
+    b_flows_beside_a_rate_limited_a(w, lot, relay, 30)  # polls of 20 records: B's after A's 300
     start_t, start_n = w.clock.t, len(w.in_redis("a"))
     while len(w.in_redis("a")) < 300 and w.clock.t - start_t < 30:
         relay.step()
@@ -169,14 +175,7 @@ def test_a_rate_limited_queue_parks_its_overflow_when_the_buffer_is_smaller_than
     w.add(300, queue="a", partition=0)
     relay = relay_with(w, lot, max_pending=16)
     assert relay.config.park_above == 4
-    b_ids: list[str] = []
-    for _ in range(40):
-        b_ids += w.add(1, queue="b", partition=0)
-        run_steps(relay, 2)
-        w.clock.t += 0.05
-        assert w.source.paused == set()  # never stops fetching for A
-    run_steps(relay, 2)
-    assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.writes > 0
+    b_flows_beside_a_rate_limited_a(w, lot, relay, 40)
 
 
 def paused_and_parked(n: int) -> tuple[World, FakeParkingLot, Relay, list[str]]:
