@@ -4,17 +4,19 @@ Part of the engine benchmark (``bench_engine.py`` calls ``compare``). The base c
 (``BASE``, before groups) is exported with ``git archive`` into a temporary directory, and each
 measurement runs in a child process whose ``sluice`` is either that tree's or this one's, against
 the same redis-server. Runs alternate base / this tree (and which of the two goes first), so drift
-on a shared machine falls on both.
+on a shared machine falls on both, and each pair of neighbouring runs gives one ratio.
 
 One measurement: push ``jobs`` no-op jobs (relay-sized batches; ``groups`` > 0 spreads them over
 that many groups in turn, 0 puts them in none), then lease them all, ``batch`` at a time, with no
-ack in between, then ack them all. Redis CPU (INFO cpu) is read around the leases and around the
-acks: ``lease_us_per_job`` and ``ack_us_per_job``. The figure kept is the best of ``RUNS`` (other
-processes only ever add to Redis's CPU), with the median alongside.
+ack in between, then ack them all. The figure is Redis's own accounting of the scripts, INFO
+commandstats: the microseconds of EVALSHA (each script call, the commands it calls included) per
+leased job (``lease_us_per_job``) and per acked job. INFO cpu (the whole server: parsing, replies,
+syscalls) is printed beside it (``cpu_ratio``): it moves more with other processes' load.
 
 Prints one JSON object per case:
-  {"bench": "lease_groups", "batch", "groups", "jobs", "lease_us_per_job", "base_lease_us_per_job",
-   "ratio", "lease_ack_us_per_job", "base_lease_ack_us_per_job", "lease_ack_ratio", ...}
+  {"bench": "lease_groups", "batch", "groups", "jobs", "runs", "lease_us_per_job",
+   "base_lease_us_per_job" (medians), "ratio" (the median of the pairs' ratios), "ratio_min",
+   "ratio_max", "ratios", "lease_ack_ratio", "cpu_ratio", ...}
 Target (issue 28): ratio <= 1.5 for every case.
 """
 
@@ -57,6 +59,13 @@ def _cpu(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def _script_usec(client: Any) -> float:
+    """Redis's own time in scripts so far (EVALSHA, the commands each script calls included), from
+    INFO commandstats, in microseconds."""
+    stats = client.info("commandstats")
+    return sum(float(stats[name]["usec"]) for name in ("cmdstat_evalsha", "cmdstat_eval") if name in stats)
+
+
 def measure(url: str, batch: int, groups: int, jobs: int) -> dict[str, float]:
     import redis
 
@@ -73,18 +82,19 @@ def measure(url: str, batch: int, groups: int, jobs: int) -> dict[str, float]:
         q.push("b", "bench", 0, 1, [(i, spec_cls(job_id=f"j{i}", queue="b", payload={"n": i}, **extra(i)))
                                     for i in range(start, min(jobs, start + PUSH_BATCH))])
     leased: list[tuple[str, int]] = []
-    cpu0, t0 = _cpu(client), time.perf_counter()
+    cpu0, us0, t0 = _cpu(client), _script_usec(client), time.perf_counter()
     while got := q.lease("b", batch, LEASE_MS):
         leased += [(j.job_id, j.lease_token) for j in got]
-    cpu1, t1 = _cpu(client), time.perf_counter()
+    cpu1, us1, t1 = _cpu(client), _script_usec(client), time.perf_counter()
     for start in range(0, len(leased), batch):
         errors = q.ack_many("b", leased[start:start + batch])
         assert not any(errors), errors
-    cpu2 = _cpu(client)
+    cpu2, us2 = _cpu(client), _script_usec(client)
     assert len(leased) == jobs, (len(leased), jobs)
     q.close()
     client.close()
-    return {"lease_us": (cpu1 - cpu0) * 1e6 / jobs, "ack_us": (cpu2 - cpu1) * 1e6 / jobs,
+    return {"lease_us": (us1 - us0) / jobs, "ack_us": (us2 - us1) / jobs,
+            "lease_cpu_us": (cpu1 - cpu0) * 1e6 / jobs, "ack_cpu_us": (cpu2 - cpu1) * 1e6 / jobs,
             "lease_jobs_per_s": jobs / (t1 - t0)}
 
 
@@ -112,12 +122,17 @@ def _child(shared: Path, url: str, batch: int, groups: int, jobs: int) -> dict[s
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def compare(url: str, emit: Any, runs: int = RUNS) -> None:
-    """Each case of ``CASES``, this tree against ``BASE``, ``runs`` times alternating."""
+def _pairs(mine: list[dict[str, float]], theirs: list[dict[str, float]], figure: Any) -> list[float]:
+    """The ratio of each run of this tree to the base run beside it (same pass of the loop)."""
+    return [figure(m) / figure(t) for m, t in zip(mine, theirs, strict=True)]
+
+
+def compare(url: str, emit: Any, runs: int = RUNS, cases: list[tuple[int, int, int]] | None = None) -> None:
+    """Each case of ``cases`` (``CASES``), this tree against ``BASE``, ``runs`` times alternating."""
     tmp = Path(tempfile.mkdtemp(prefix="sluice-base-"))
     try:
         base, this = _base_tree(tmp), _this_tree()
-        for batch, groups, jobs in CASES:
+        for batch, groups, jobs in cases or CASES:
             mine: list[dict[str, float]] = []
             theirs: list[dict[str, float]] = []
             for run in range(runs):  # which goes first alternates too: no order effect on either
@@ -126,24 +141,30 @@ def compare(url: str, emit: Any, runs: int = RUNS) -> None:
                         theirs.append(_child(base, url, batch, 0, jobs))  # the base has no groups
                     else:
                         mine.append(_child(this, url, batch, groups, jobs))
-            best = min(mine, key=lambda r: r["lease_us"])
-            best_base = min(theirs, key=lambda r: r["lease_us"])
-            both = min(r["lease_us"] + r["ack_us"] for r in mine)
-            both_base = min(r["lease_us"] + r["ack_us"] for r in theirs)
-            emit("lease_groups", batch=batch, groups=groups, jobs=jobs, base=BASE,
-                 lease_us_per_job=round(best["lease_us"], 2),
-                 base_lease_us_per_job=round(best_base["lease_us"], 2),
-                 ratio=round(best["lease_us"] / best_base["lease_us"], 2),
-                 median_ratio=round(statistics.median(r["lease_us"] for r in mine)
-                                    / statistics.median(r["lease_us"] for r in theirs), 2),
-                 lease_ack_us_per_job=round(both, 2), base_lease_ack_us_per_job=round(both_base, 2),
-                 lease_ack_ratio=round(both / both_base, 2),
-                 lease_jobs_per_s=round(max(r["lease_jobs_per_s"] for r in mine)),
-                 base_lease_jobs_per_s=round(max(r["lease_jobs_per_s"] for r in theirs)))
+            ratios = _pairs(mine, theirs, lambda r: r["lease_us"])
+            with_acks = _pairs(mine, theirs, lambda r: r["lease_us"] + r["ack_us"])
+            median = statistics.median
+            emit("lease_groups", batch=batch, groups=groups, jobs=jobs, base=BASE, runs=runs,
+                 measure="INFO commandstats: EVALSHA usec per leased job",
+                 lease_us_per_job=round(median(r["lease_us"] for r in mine), 2),
+                 base_lease_us_per_job=round(median(r["lease_us"] for r in theirs), 2),
+                 ratio=round(median(ratios), 2), ratio_min=round(min(ratios), 2),
+                 ratio_max=round(max(ratios), 2), ratios=[round(x, 2) for x in ratios],
+                 lease_ack_ratio=round(median(with_acks), 2),
+                 cpu_ratio=round(median(_pairs(mine, theirs, lambda r: r["lease_cpu_us"])), 2),
+                 lease_jobs_per_s=round(median(r["lease_jobs_per_s"] for r in mine)),
+                 base_lease_jobs_per_s=round(median(r["lease_jobs_per_s"] for r in theirs)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    url_, batch_, groups_, jobs_ = sys.argv[1], *map(int, sys.argv[2:5])
-    print(json.dumps(measure(url_, batch_, groups_, jobs_)))
+    if sys.argv[1:2] == ["--compare"]:  # the comparison alone: python -m benchmarks.engine_groups --compare
+        from benchmarks.common import emit as emit_
+        from benchmarks.common import redis_server
+
+        with redis_server() as url_:
+            compare(url_, emit_)
+    else:
+        url_, batch_, groups_, jobs_ = sys.argv[1], *map(int, sys.argv[2:5])
+        print(json.dumps(measure(url_, batch_, groups_, jobs_)))
