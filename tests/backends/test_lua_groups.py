@@ -464,3 +464,13 @@ def test_an_old_layout_with_a_limit_is_counted_afresh_at_the_first_lease(rq: Red
     assert lease(rq, 5) == ["a2"]  # a had 1 lease, not 5: one more fits under 2
     assert redis_client.hget(K.groups, "#counted") == "1"
     assert counts(redis_client) == {"a": "2", "b": "1", "#ready": "1"} and turns(redis_client) == []
+
+
+def test_the_default_group_joins_behind_the_old_zsets_groups(rq: RedisQueue,
+                                                             redis_client: redis.Redis) -> None:
+    add(rq, "a", "a1", "a2")
+    add(rq, "b", "b1")
+    old_layout(redis_client, ["b", "a"], {})
+    add(rq, None, "d1")
+    assert lease(rq, 3) == ["b1", "a1", "d1"] and turns(redis_client) == ["a"]
+    assert not redis_client.exists(K.turns_zset)

@@ -76,6 +76,18 @@ local function text(x)
   return t
 end
 
+-- The layout before kept turns in a zset (group -> turn number, '#turn' in the groups hash) and
+-- every group's leased count, unmarked: the zset's groups join the list in their order (those
+-- already in it keep their place), once, at the first lease that finds it, and the counts go (a
+-- limit in config counts afresh: recount_groups). Old code still running beside this code may add
+-- to the zset again; it moves again.
+local function migrate_turns()
+  for _, g in ipairs(redis.call('ZRANGE', turns_zset, 0, -1)) do enter_turns(G, g) end
+  redis.call('DEL', turns_zset)
+  redis.call('HDEL', G.state, '#turn')
+  if not counts_kept(G) then drop_counts(G) end  -- kept unmarked then; a limit recounts them below
+end
+
 -- Up to `want` jobs from the groups in turns (and the default group, '' there), round-robin:
 -- the first `want` groups in turn order (one LPOP) share them, one job each in turn, each up to
 -- its room (under `per_group` its leases left; the default group's ready jobs). A group's ready
@@ -87,12 +99,21 @@ end
 -- and, while counts are kept (a per-group limit: `counted_too`), one HMGET and one HSET: what a batch spread over many groups pays more than one
 -- from a single zset. Few Lua tables and no string built twice per group: at 50 groups a batch,
 -- the Lua around the calls cost as much as the calls (callgrind).
-local function lease_groups(want, per_group, counted_too)
-  local default_ready = redis.call('ZCARD', ready)
-  if default_ready > 0 then enter_turns(G, '') end
+local function lease_groups(want, per_group, counted_too, zset_only)
   local heads = redis.call('LPOP', G.turns, want)
-  if not heads then return {}, false end
+  if not heads and zset_only then  -- no list, so the one key found was the old zset
+    migrate_turns()
+    heads = redis.call('LPOP', G.turns, want)
+  end
+  heads = heads or {}
+  -- The default group takes turns while ready has jobs: it joins at the end when not in them (the
+  -- heads taken are the list's first, so it is among them if there is room).
+  local default_ready = redis.call('ZCARD', ready)
+  if default_ready > 0 and redis.call('HSETNX', G.state, '>', '1') == 1 then
+    if #heads < want then heads[#heads + 1] = '' else redis.call('RPUSH', G.turns, '') end
+  end
   local n_heads = #heads
+  if n_heads == 0 then return {}, false end
   -- The heads' leased counts, when kept ('' (the default group) is never a field).
   local counted = counted_too and redis.call('HMGET', G.state, unpack(heads)) or {}
   -- Per head: its ready zset, its room (emptied or at its limit: room == got) and what it gave.
@@ -170,52 +191,37 @@ local function lease_groups(want, per_group, counted_too)
   if #counts > 0 then redis.call('HSET', G.state, unpack(counts)) end
   if taken > 0 then redis.call('HINCRBY', G.state, '#ready', text(-taken)) end
   if #gone > 0 then redis.call('HDEL', G.state, unpack(gone)) end
-  if #again > 0 then redis.call('RPUSH', G.turns, unpack(again)) end
+  if #again > 0 and redis.call('RPUSH', G.turns, unpack(again)) == 1 and again[1] == '' then
+    redis.call('DEL', G.turns)  -- only the default group is left: no turns to take, as before groups
+    redis.call('HDEL', G.state, '>')
+  end
   return popped, #gone > 0
-end
-
--- The layout before kept turns in a zset (group -> turn number, '#turn' in the groups hash) and
--- every group's leased count, unmarked: the zset's groups join the list in their order (those
--- already in it keep their place), once, at the first lease that finds it, and the counts go (a
--- limit in config counts afresh: recount_groups). Old code still running beside this code may add
--- to the zset again; it moves again.
-local function migrate_turns()
-  for _, g in ipairs(redis.call('ZRANGE', turns_zset, 0, -1)) do enter_turns(G, g) end
-  redis.call('DEL', turns_zset)
-  redis.call('HDEL', G.state, '#turn')
-  if not counts_kept(G) then drop_counts(G) end  -- kept unmarked then; a limit recounts them below
 end
 
 local popped, grouped_pairs = nil, false  -- grouped: pairs {id, group or false}, else ZPOPMIN's
 -- One call tells a queue no group has a job to lease (the common case: leased as before groups).
-local grouped = redis.call('EXISTS', G.turns, turns_zset)
-local in_turns = 0
-if grouped > 0 then
-  in_turns = redis.call('LLEN', G.turns)
-  if grouped > (in_turns > 0 and 1 or 0) then
-    migrate_turns()
-    in_turns = redis.call('LLEN', G.turns)
-  end
-  if in_turns == 1 and redis.call('LINDEX', G.turns, 0) == '' then
-    redis.call('DEL', G.turns)  -- only the default group is left: no turns to take
-    redis.call('HDEL', G.state, '>')
-    in_turns = 0
-  end
-end
-if in_turns == 0 then
-  popped = redis.call('ZPOPMIN', ready, n)  -- no group has a job to lease: as before groups
+local found = redis.call('EXISTS', G.turns, turns_zset)
+if found == 0 then
+  popped = redis.call('ZPOPMIN', ready, n)
 else
-  local per_group = tonumber(cfg[2]) or 0
-  local counted_too = counts_kept(G)
-  if per_group > 0 and not counted_too then
-    recount_groups(G, prefix, leased)  -- a limit with no counts kept: the layout before kept them unmarked
-    counted_too = true
+  if found == 2 then migrate_turns() end
+  local per_group, counted_too = tonumber(cfg[2]) or 0, false
+  if per_group > 0 then
+    counted_too = counts_kept(G)
+    -- A limit with no counts kept: the layout before kept them unmarked, or old code set it.
+    if not counted_too then
+      recount_groups(G, prefix, leased)
+      counted_too = true
+    end
   end
+  -- Without a limit the counts are not kept here. ('#counted' left by a config.lua of the layout
+  -- before that set the limit to 0 would let ack lower counts nothing raises: they only go, and
+  -- any later limit set by today's config.lua counts afresh.)
   local dropped
-  popped, dropped = lease_groups(n, per_group, counted_too)
+  popped, dropped = lease_groups(n, per_group, counted_too, found == 1)
   -- Groups found empty or at their limit left turns: the ones behind them may have work.
   if #popped == 0 and dropped and redis.call('EXISTS', G.turns) == 1 then
-    popped = lease_groups(n, per_group, counted_too)
+    popped = lease_groups(n, per_group, counted_too, false)
   end
   grouped_pairs = true
 end
