@@ -53,8 +53,8 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "fail.lua": "decrby del exists get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time "
                 "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lindex "
-                 "llen lpop rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
+    "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
+                 "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
     "push.lua": "exists get hget hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set time zadd",
     "rate.lua": "hmget hset time",
