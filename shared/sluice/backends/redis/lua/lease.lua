@@ -36,7 +36,9 @@
 --   can and the others take the rest); each group's jobs leave by priority, FIFO within. A group
 --   served goes to the end of turns, or leaves it when it has no job left or reached its limit
 --   (it comes back when a job of it arrives or a lease of it ends: _lib.lua group_done). For a
---   grouped job the reply entry ends " <g> <group>" (g is "0" when never redriven).
+--   grouped job the reply entry ends " <g> <group>" (g is "0" when never redriven). Each group's
+--   leases are counted only under max_in_flight_per_group (found set with no counts kept: counted
+--   afresh from leased first); turns found in the old zset (KEYS[15]) move into the list first.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 
@@ -96,9 +98,10 @@ end
 -- some emptied and some did not). Served groups with work and room left go back to the end of
 -- turns (one RPUSH); the others leave it. Returns popped as pairs {id, group or false} and whether
 -- a group was dropped. Per group served: one ZPOPMIN; per batch: one EXISTS, one RPUSH, one HDEL
--- and, while counts are kept (a per-group limit: `counted_too`), one HMGET and one HSET: what a batch spread over many groups pays more than one
--- from a single zset. Few Lua tables and no string built twice per group: at 50 groups a batch,
--- the Lua around the calls cost as much as the calls (callgrind).
+-- and, while counts are kept (a per-group limit: `counted_too`), one HMGET and one HSET: what a
+-- batch spread over many groups pays more than one from a single zset. Few Lua tables and no
+-- string built twice per group: at 50 groups a batch, the Lua around the calls cost as much as
+-- the calls (callgrind, docs/engine.md "Measured").
 local function lease_groups(want, per_group, counted_too, zset_only)
   local heads = redis.call('LPOP', G.turns, want)
   if not heads and zset_only then  -- no list, so the one key found was the old zset
