@@ -7,7 +7,7 @@
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
 --   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
 --   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
---   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua)
+--   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
 --   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,

@@ -6,7 +6,7 @@
 --   KEYS[5] settle zset: the moved jobs' pending endings ("dead:<g>:<id>",
 --           "cancelled:<g>:<id>", and the older "<state>:<id>") are dropped: a redriven job
 --           must not be settled final in the jobs table after it was given another chance
---   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua; a
+--   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua; a
 --           grouped job goes back to its group's ready zset)
 --   ARGV[1] job_id, or "" for the oldest dead jobs
 --   ARGV[2] limit  1..1000 (with ""; the caller loops until 0)
