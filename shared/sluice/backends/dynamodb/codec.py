@@ -26,6 +26,7 @@ NAMES = {
     # families (store/families.py)
     "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
     "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
+    "#pend": "pending_children",
 }
 
 
