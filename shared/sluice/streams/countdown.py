@@ -55,7 +55,7 @@ class EndedParent:
 def ended_parent(record: Mapping[str, Any]) -> EndedParent | None:
     """The parent a stream record makes final with children still pending, or None. Pure."""
     new = final_image(record)
-    pending = (new or {}).get("pending_children", {}).get("SS") if new is not None else None
+    pending = new.get("pending_children", {}).get("SS") if new is not None else None
     if new is None or not pending:
         return None
     conts = [c for c in new.get("continuations", {}).get("SS", []) if c != "-"]
@@ -82,8 +82,8 @@ class StreamCountdown:
         ok = True
         for child in parent.pending:
             done = store.abandon(child, parent.parent_id, reason, slots.get(child))
-            if not done.ended:
-                continue  # it moved on (queued, running, ended): it runs or ran
+            if not done.ended:  # it moved on (queued, running, ended), or a retry ended it already:
+                continue  # its own final write's record counts it
             log.warning("child %s ended dead: %s", child, reason,
                         extra={"job_id": child, "parent_id": parent.parent_id})
             self.bus.emit(ChildAbandoned(job=child, queue=queue_in_id(child), parent=parent.parent_id,
