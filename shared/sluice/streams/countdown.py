@@ -81,6 +81,8 @@ class StreamCountdown:
         reason = abandoned_reason(parent.parent_id, parent.status)
         ok = True
         for child in parent.pending:
+            # NOT HANDLED: a child of no family whose item was never written has no slot here, and
+            # is not created (nothing vouches for it; nothing waits for it): docs/flows.md, Failure.
             done = store.abandon(child, parent.parent_id, reason, slots.get(child))
             if not done.ended:  # it moved on (queued, running, ended), or a retry ended it already:
                 continue  # its own final write's record counts it
