@@ -125,8 +125,8 @@ class FamilyWorld:
         keys: list[str] = []
         for index in range(MAX_FAMILIES):
             parent = FamilyWorld.parent_id(index, key)
-            then = ids.derive(parent, queue, ids.CONTINUATION_PREFIX + "then", key)
-            keys += [parent, then, f"~family~{then}", *(ids.derive(parent, queue, f"k{i}", key)
+            then = ids.derive_keyless(parent, queue, ids.CONTINUATION_PREFIX + "then")
+            keys += [parent, then, f"~family~{then}", *(ids.derive_keyless(parent, queue, f"k{i}")
                                                         for i in range(MAX_CHILDREN))]
         db.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": {"job_id": {"S": k}}}}
                                                   for k in keys]})
@@ -157,8 +157,8 @@ class FamilyWorld:
         parent = self.parent_id(len(self.families), key)
         keys = [f"k{i}" for i in range(n)]
         family = Family(parent=parent, keys=keys,
-                        children={k: ids.derive(parent, queue, k, key) for k in keys},
-                        then=(ids.derive(parent, queue, ids.CONTINUATION_PREFIX + "then", key)
+                        children={k: ids.derive_keyless(parent, queue, k) for k in keys},
+                        then=(ids.derive_keyless(parent, queue, ids.CONTINUATION_PREFIX + "then")
                               if then else None),
                         token=self.store.grant(parent, PARENT_QUEUE, "parent-1"))
         self.families.append(family)

@@ -68,7 +68,7 @@ def test_a_rerun_listing_the_children_in_another_order_still_releases_the_contin
     child keeps one slot of its own, so the last ending takes ``remaining`` to 0."""
     rig = Rig(DynamoJobStore.from_settings(s))
     first = rig.request(3, then=True)
-    k0 = ids.derive(rig.parent, "work", "k0", KEY)
+    k0 = ids.derive_keyless(rig.parent, "work", "k0")
     undo = _half_failing(rig, ok={k0})  # only the first listed child's item is written
     with pytest.raises(BackendUnavailable):
         rig.api.enqueue_children(first)
@@ -109,8 +109,8 @@ def test_children_whose_append_failed_end_dead_when_their_parent_ends_and_the_co
     with pytest.raises(BackendUnavailable):
         rig.api.enqueue_children(request)
     rig.log.fail = None
-    stuck = [ids.derive(rig.parent, "work", f"k{i}", KEY) for i in range(2)]
-    then = ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
+    stuck = [ids.derive_keyless(rig.parent, "work", f"k{i}") for i in range(2)]
+    then = ids.derive_keyless(rig.parent, "report", ids.CONTINUATION_PREFIX + "then")
     assert {rig.api.status(c).status for c in stuck} == {JobState.ACCEPTED}
     _end_parent(rig, how)
 
@@ -153,12 +153,12 @@ def test_children_whose_items_were_never_written_are_created_dead_in_their_slots
     (one of three went through), and the parent failed: every child ends dead, each in its own
     slot, and the continuation runs once."""
     rig = Rig(DynamoJobStore.from_settings(s))
-    k1 = ids.derive(rig.parent, "work", "k1", KEY)
+    k1 = ids.derive_keyless(rig.parent, "work", "k1")
     undo = _half_failing(rig, ok={k1})
     with pytest.raises(BackendUnavailable):
         rig.api.enqueue_children(rig.request(3, then=True))
     undo()
-    then = ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
+    then = ids.derive_keyless(rig.parent, "report", ids.CONTINUATION_PREFIX + "then")
     assert rig.api.status(then).remaining == 3
     rig.store.record_failure(rig.parent, rig.token, "gave up", "failed")
     poller, countdown = _poller(s, rig)
@@ -166,7 +166,7 @@ def test_children_whose_items_were_never_written_are_created_dead_in_their_slots
     countdown.bus.subscribe(seen.append)
     poller.poll_once()
     poller.poll_once()
-    children = [ids.derive(rig.parent, "work", f"k{i}", KEY) for i in range(3)]
+    children = [ids.derive_keyless(rig.parent, "work", f"k{i}") for i in range(3)]
     views = [rig.api.status(c) for c in children]
     assert [(v.status, v.parent_id, v.continuation, v.queue) for v in views] == \
         [(JobState.DEAD, rig.parent, then, "work")] * 3
@@ -193,7 +193,7 @@ def test_a_pending_list_a_team_forged_ends_no_job_of_another_parent(s: Settings)
     other = Rig(rig.store)  # another parent (another team's, say), whose child waits accepted
     (theirs,) = other.api.enqueue_children(other.request(1)).job_ids
     stranger = ids.mint(1_700_000_999_000, "work", KEY)  # a caller's job, no item yet (before the relay)
-    fake_then = ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "forged", KEY)
+    fake_then = ids.derive_keyless(rig.parent, "report", ids.CONTINUATION_PREFIX + "forged")
     db = rig.store.client
     db.put_item(TableName=rig.store.table, Item={
         "job_id": {"S": f"~family~{fake_then}"}, "parent_id": {"S": rig.parent},

@@ -77,7 +77,7 @@ def record_images(store: DynamoJobStore) -> dict[str, dict[str, Any]]:
     store.write_result(child, store.grant(child, "work", "w2"), {"pages": 4})
     store.write_result(parent, token, {"children": 2})
     StreamCountdown(Countdown(store.families, api.release_continuation)).recount(stream_of(store))
-    lost = ids.derive(parent, "work", "lost", KEY)
+    lost = ids.derive_keyless(parent, "work", "lost")
     names = {child: "child_succeeded", parent: "parent_succeeded", lost: "child_abandoned"}
     out: dict[str, dict[str, Any]] = {}
     for record in stream_of(store):
