@@ -645,12 +645,18 @@ class JobMachine(RuleBasedStateMachine):
         # The replay reads again every record not known final, and the relay cannot tell before
         # push.lua which of their jobs the promoted Redis still holds: those cost a rate token (I7
         # counts the ones a full loss left nothing of), as do redrive records.
-        survivors = sum(self.r.exists(K.job(j)) for j in self.specs)
+        # Family jobs (children, continuations) are replayed as well: held ones cost a token too, and
+        # a re-run parent's second records are new records (``family_records_again``, as a replay).
+        fam_jobs = {j for f in (self.fam.families if "_families" in self.__dict__ else [])
+                    for j in (*f.children.values(), *([f.then] if f.then else []))}
+        survivors = sum(self.r.exists(K.job(j)) for j in (*self.specs, *sorted(fam_jobs)))
         taken, pushed, dropped = self.relay.drain()
+        again = self.family_records_again(True)
         self.redrives_read = len(self.redrive_log.offsets)
-        self.check("I7", taken <= pushed + dropped + self.redrives_read + survivors,
+        self.check("I7", taken <= pushed + dropped + self.redrives_read + survivors + again,
                    f"the replay after a failover took {taken} rate tokens for {pushed} new jobs "
-                   f"(+{dropped} dropped as final, +{survivors} held by the promoted Redis)")
+                   f"(+{dropped} dropped as final, +{survivors} held by the promoted Redis, "
+                   f"+{again} family records appended again)")
 
     # -- invariants ---------------------------------------------------------------------------------
 
