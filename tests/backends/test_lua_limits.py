@@ -68,23 +68,24 @@ def test_trim_keeps_a_dead_job_whose_ending_is_not_settled_yet(rq: RedisQueue,
                                                                redis_client: redis.Redis) -> None:
     """An expiry on the last attempt is in the settle set until the relay writes it to the jobs
     table, which reads the job's last error from its hash: trimming it first would lose that."""
-    rq.enqueue_many([spec("expired", max_attempts=1), spec("cancelled", max_attempts=3)])
+    rq.enqueue_many([spec("expired", max_attempts=1), spec("failed", max_attempts=3)])
     assert len(rq.lease("q", 2, 10)) == 2
     time.sleep(0.05)
-    rq.reap("q")  # "expired" -> dead + "dead:expired" in settle; "cancelled" back to ready
+    rq.reap("q")  # "expired" -> dead + "dead:expired" in settle; "failed" back to ready
     (again,) = rq.lease("q", 1, 60_000)
-    rq.cancel("q", "cancelled")
-    assert rq.fail("q", again.job_id, again.lease_token, "boom") == "dead"  # "cancelled:cancelled"
+    # its worker wrote its own verdict: dead, nothing to settle (a cancel-requested job a plain fail
+    # ends is removed, not left dead: issue 29, item 8)
+    assert rq.fail("q", again.job_id, again.lease_token, "boom", permanent=True) == "dead"
     make_dead(rq, "settled")
-    for job_id in ("expired", "cancelled", "settled"):
+    for job_id in ("expired", "failed", "settled"):
         backdate(redis_client, job_id, 1_000)
-    assert set(redis_client.zrange(K.settle, 0, -1)) == {"dead:0:expired", "cancelled:0:cancelled"}
-    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (1, 2)
-    assert set(members(redis_client, "q", "dead")) == {"expired", "cancelled"}
+    assert set(redis_client.zrange(K.settle, 0, -1)) == {"dead:0:expired"}
+    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (2, 1)
+    assert set(members(redis_client, "q", "dead")) == {"expired"}
     assert job(redis_client, "q", "expired")["err"] == "lease expired on attempt 1"
     assert job(redis_client, "q", "settled") == {}
-    rq.settled("q", rq.unsettled("q"))  # the relay wrote them: now they may go
-    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (2, 0)
+    rq.settled("q", rq.unsettled("q"))  # the relay wrote it: now it may go
+    assert rq.trim_dead("q", keep=0, max_age_ms=1_000) == (1, 0)
     assert members(redis_client, "q", "dead") == []
     assert redis_client.keys("sluice:{q}:job:*") == []
 
