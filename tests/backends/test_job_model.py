@@ -1165,6 +1165,19 @@ FOUND["family-append-failed-parent-ended"] = [
     ("family_start", {"n": 2, "then": True, "fault": "append_fails"}),
     ("parent_ends", {"index": 0, "how": "swallowed"}), ("stream_countdown", {}),
     ("lease_and_run", {"verdict": "ok"}), ("stream_countdown", {})]
+# Found by the machine on the families branch (I4, its tail replica_falls_behind, stream_countdown,
+# redrive(picked_up), failover_to_lagging_replica), cut down by hand: a failover to a replica that
+# lagged behind a redrive rolled the redrive's Redis move back. The job was dead in the promoted Redis
+# again (or leased under a lease from before the redrive, once granted), the jobs table said redriven,
+# and the replay's push skipped the redrive's record because Redis held the job. Fixed in push.lua:
+# a job Redis holds under an older redrive generation than the record's is redriven by the push.
+FOUND["redrive-lost-in-a-failover"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease_and_run", {"verdict": "fail"}),
+    ("replica_falls_behind", {}), ("redrive", {"index": 0}), ("failover_to_lagging_replica", {})]
+FOUND["redrive-granted-then-lost-in-a-failover"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 1}), ("lease_and_run", {"verdict": "fail"}),
+    ("replica_falls_behind", {}), ("redrive", {"index": 0, "picked_up": True}),
+    ("failover_to_lagging_replica", {}), ("lease_and_run", {"verdict": "ok"})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 

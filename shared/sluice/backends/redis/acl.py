@@ -55,7 +55,8 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "lease.lua": "decrby del exists get hdel hincrby hmget hset incrby set time zadd zcard zpopmin zrange "
                  "zrangebyscore zrem zremrangebyrank zscore",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
-    "push.lua": "exists get hget hincrby hmget hset incrby lpush ltrim pexpire set time zadd zscore",
+    "push.lua": "exists get hdel hget hincrby hmget hset incrby lpush ltrim pexpire set time zadd zcard zrem "
+                "zscore",
     "rate.lua": "hmget hset time",
     "reap.lua": "decrby del get hdel hincrby hmget hset incrby set time zadd zcard zrangebyscore "
                 "zremrangebyrank zscore",
