@@ -464,6 +464,16 @@ class JobEnded(JobEvent):
     ended_at_ms: int = 0
 
 
+class ChildAbandoned(JobEvent):
+    """A child ended ``dead`` because its parent ended (``parent_status``) before the append of its
+    Kafka record was confirmed (``streams.countdown.StreamCountdown``): nothing would have run it.
+    ``continuation``: the one its ending counts down, if any (docs/flows.md, Failure)."""
+
+    parent: str
+    parent_status: str
+    continuation: str | None = None
+
+
 # -- the bus --------------------------------------------------------------------------------------
 
 E = TypeVar("E", bound=Event)

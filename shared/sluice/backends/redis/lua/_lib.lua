@@ -433,6 +433,15 @@ local function to_ready(G, ready, seqkey, id, priority, group)
   add_ready(G, ready, group, ready_score(priority, seq), id)
 end
 
+-- A dead job redriven: fresh attempts, no cancel request, redrive generation `gen` (a string; '0'
+-- leaves g alone), back in ready (its group's) at the end of its band. `f`: its HMGET 'm', 'g',
+-- 'grp'. The caller takes it out of the dead set (redrive.lua; push.lua, a redrive a failover lost).
+local function redriven_to_ready(G, key, ready, seqkey, id, gen, f)
+  redis.call('HDEL', key, 'a', 'c')
+  if gen ~= '0' then redis.call('HSET', key, 'g', gen) end
+  to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
+end
+
 -- Put one job whose lease lapsed back in ready at the front of its priority band: it has
 -- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
 -- score is FRONT below the band's usual scores: ahead of every job of its band, behind
