@@ -26,8 +26,9 @@ from infra import artifacts
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.infra.test_build import _python312_available
 
-# One xdist worker runs every sam build (test_build.py says why).
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("sam-build")]
+# Its x86_64 build (no --cached: it shares no cache with test_build's arm64 one) runs beside
+# test_build's on the other xdist worker (tests/infra/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
