@@ -1,6 +1,6 @@
 """Cold start of each function, from the BUILT artifacts, against `import boto3`.
 
-Prints one JSON object per function:
+Prints one JSON object per function of ``functions/`` (all eight; issue 30, item 3):
   {"bench": "cold_start", "function", "import_ms", "first_call_ms", "boto3_import_ms", ...}
 
 It builds the template for this machine (``infra/artifacts.py``: x86_64, python3.12, the
@@ -24,7 +24,16 @@ Lambda lays them out, configured from the template as ``sluice dev`` does, and t
 - ``boto3_import_ms``: ``import boto3`` alone from the same layer, the yardstick;
 - ``cpu_*``: the same in CPU time (see ``_figures``);
 - ``redis_loaded``, ``modules``: whether redis-py was imported by then (the gateway's enqueue
-  path needs none), and how many modules were.
+  path needs none), and how many modules were;
+- ``at_import``: which of the heavy libraries (redis, kafka, jsonschema, boto3, Powertools' event
+  handler) the handler's import loaded: none should (``tests/tooling/test_cold_imports.py``);
+- ``cpu_import_ratio_spread``, ``cpu_total_ratio_spread``: the lowest and highest per-round ratio;
+  ``cpu_first_call_ratio``: the first call alone against the yardstick.
+
+The functions without a first call here (``FIRST_CALLS``: the operator, internal, firings, events
+and countdown functions, whose first unit of work needs a caller this bench does not play) are
+timed at import only (``first_call_ms`` null). ``--profile FUNCTION`` (a logical id) adds one round
+under cProfile and logs the first call's heaviest entries, cumulative CPU: what dominates it.
 
 Each figure is the median of ROUNDS fresh processes, each run right after a yardstick run; the
 ratios are medians of the per-round ratios (this machine's load comes and goes). The targets
@@ -53,11 +62,14 @@ from benchmarks.common import emit, log
 from infra import artifacts
 
 ROUNDS = 5
+FUNCTIONS = ("GatewayFunction", "OperatorFunction", "InternalFunction", "FiringsFunction", "RelayFunction",
+             "WorkerFunction", "EventsFunction", "CountdownFunction")  # every function of functions/
+HEAVY = ("redis", "kafka", "jsonschema", "boto3", "aws_lambda_powertools.event_handler")
 EVENTS = Path(__file__).resolve().parent.parent / "tests" / "events"
 
 DRIVER = r"""
 import json, sys, time
-task, opt, ref, event, timeout_ms, rie, until = sys.argv[1:8]
+task, opt, ref, event, timeout_ms, rie, until, profile = sys.argv[1:9]
 sys.path[:0] = [task, opt]
 sys.path.insert(2, rie)  # the rie's folder, for its Context (stdlib only), after the layer
 from lambda_rie import Context
@@ -66,6 +78,11 @@ c0, t0 = time.process_time(), time.perf_counter()
 import importlib
 handler = getattr(importlib.import_module(module_name), name)
 c1, t1 = time.process_time(), time.perf_counter()
+at_import = [m for m in HEAVY if m in sys.modules]
+if until == "none":  # timed at import only
+    print(json.dumps({"import_ms": (t1 - t0) * 1000, "import_cpu_ms": (c1 - c0) * 1000,
+                      "at_import": at_import, "modules": len(sys.modules), "result": "import only"}))
+    sys.exit(0)
 pushed_at = []
 if until == "first-push":  # inside the timed call: the relay imports both on its first call anyway
     from sluice.core import bus as events
@@ -74,16 +91,23 @@ if until == "first-push":  # inside the timed call: the relay imports both on it
         if e.outcome == "ok" and e.pushed:
             pushed_at.append((time.process_time(), time.perf_counter()))
     wiring.events().subscribe(on_push, events.Pushed)
+if profile == "1":
+    import cProfile, pstats
+    profiler = cProfile.Profile(time.process_time)
+    profiler.enable()
 result = handler(json.loads(event), Context("bench", int(timeout_ms), "cold-start"))
 c2, t2 = time.process_time(), time.perf_counter()
+if profile == "1":
+    profiler.disable()
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
 if until == "first-push" and not pushed_at:
     sys.exit(f"the relay pushed nothing within its window: {str(result)[:500]}")
 c_end, t_end = pushed_at[0] if pushed_at else (c2, t2)
 print(json.dumps({"import_ms": (t1 - t0) * 1000, "first_call_ms": (t_end - t1) * 1000,
                   "import_cpu_ms": (c1 - c0) * 1000, "first_call_cpu_ms": (c_end - c1) * 1000,
                   "call_ms": (t2 - t1) * 1000, "redis_loaded": "redis" in sys.modules,
-                  "modules": len(sys.modules), "result": str(result)[:200]}))
-"""
+                  "at_import": at_import, "modules": len(sys.modules), "result": str(result)[:200]}))
+""".replace("HEAVY", repr(HEAVY))
 
 BOTO3 = r"""
 import json, sys, time
@@ -94,23 +118,26 @@ print(json.dumps([(time.perf_counter() - t0) * 1000, (time.process_time() - c0) 
 """
 
 
-def _run(python: str, args: list[str], env: dict[str, str], code: str) -> str:
+def _run(python: str, args: list[str], env: dict[str, str], code: str, *, show_stderr: bool = False) -> str:
     # -B: Lambda's /opt and /var/task are read-only, so no process can leave bytecode behind for the next
     out = subprocess.run([python, "-I", "-S", "-B", "-c", code, *args], env=env, capture_output=True,
                          text=True, timeout=120, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{args[:3]} failed:\n{out.stderr[-3000:]}")
+    if show_stderr:
+        log(out.stderr)
     return out.stdout.strip().splitlines()[-1]
 
 
 RELAY_QUEUE = "cold-start"  # no worker drains it in this run
-RELAY_WINDOW_MS = 10_000  # the relay's time before its stop_before: room for its first push, loaded (4 s
-# was too short on a machine shared with other builds: a round failed with no push, before and after)
+RELAY_WINDOW_MS = 20_000  # the relay's time before its stop_before: room for its first push, loaded (4 s
+# was too short on a machine shared with other builds: a round failed with no push, before and after;
+# 10 s too, once, with five helpers building: the relay had not taken its partitions)
 
 
 def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
-    """Per function: its event, the invocation's remaining time (the relay's: beyond its own
-    stop_before), and where its first call ends."""
+    """Per function with a first call (``FIRST_CALLS``): its event, the invocation's remaining time
+    (the relay's: beyond its own stop_before), and where its first call ends."""
     return {
         "GatewayFunction": (json.loads((EVENTS / "apigw_enqueue.json").read_text()), 29_000, "return"),
         "RelayFunction": (json.loads((EVENTS / "scheduled_relay.json").read_text()),
@@ -154,7 +181,10 @@ def _fresh(event: dict[str, Any]) -> dict[str, Any]:
     return {**event, "headers": {**headers, "Idempotency-Key": key}, "multiValueHeaders": multi}
 
 
-def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[str, float]:
+FIRST_CALLS = ("GatewayFunction", "RelayFunction", "WorkerFunction")
+
+
+def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[str, Any]:
     """Medians of the rounds; each ratio is the median of the per-round ratios to the yardstick run
     beside it. Wall clock is the target's measure; CPU time (``cpu_*``: the process's, all its
     threads) is beside it because on a loaded machine waiting for a CPU swells wall clock, most
@@ -164,22 +194,55 @@ def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[s
     def med(values: Iterable[float]) -> float:
         return round(statistics.median(values), 1)
 
+    def ratios(fields: tuple[str, ...], clock: int) -> list[float]:
+        return [float(sum(r[f] for f in fields)) / b[clock] for r, b in rounds]
+
     def ratio(fields: tuple[str, ...], clock: int) -> float:
-        return round(statistics.median(float(sum(r[f] for f in fields)) / b[clock] for r, b in rounds), 2)
+        return round(statistics.median(ratios(fields, clock)), 2)
 
-    return {"import_ms": med(r["import_ms"] for r in runs),
-            "first_call_ms": med(r["first_call_ms"] for r in runs),
-            "boto3_import_ms": med(b[0] for b in yardstick),
-            "import_ratio": ratio(("import_ms",), 0),
+    def spread(fields: tuple[str, ...]) -> list[float]:
+        values = ratios(fields, 1)
+        return [round(min(values), 2), round(max(values), 2)]
+
+    imports = {"import_ms": med(r["import_ms"] for r in runs),
+               "boto3_import_ms": med(b[0] for b in yardstick),
+               "import_ratio": ratio(("import_ms",), 0),
+               "cpu_import_ms": med(r["import_cpu_ms"] for r in runs),
+               "cpu_boto3_import_ms": med(b[1] for b in yardstick),
+               "cpu_import_ratio": ratio(("import_cpu_ms",), 1),
+               "cpu_import_ratio_spread": spread(("import_cpu_ms",))}
+    if "first_call_ms" not in runs[0]:
+        return {**imports, "first_call_ms": None}
+    return {**imports, "first_call_ms": med(r["first_call_ms"] for r in runs),
             "total_ratio": ratio(("import_ms", "first_call_ms"), 0),
-            "cpu_import_ms": med(r["import_cpu_ms"] for r in runs),
             "cpu_first_call_ms": med(r["first_call_cpu_ms"] for r in runs),
-            "cpu_boto3_import_ms": med(b[1] for b in yardstick),
-            "cpu_import_ratio": ratio(("import_cpu_ms",), 1),
-            "cpu_total_ratio": ratio(("import_cpu_ms", "first_call_cpu_ms"), 1)}
+            "cpu_first_call_ratio": ratio(("first_call_cpu_ms",), 1),
+            "cpu_total_ratio": ratio(("import_cpu_ms", "first_call_cpu_ms"), 1),
+            "cpu_total_ratio_spread": spread(("import_cpu_ms", "first_call_cpu_ms"))}
 
 
-def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> list[dict[str, Any]]:
+def _env_of(dev: Any, functions: Mapping[str, Any], logical_id: str) -> dict[str, str]:
+    """The function's environment as ``sluice dev`` runs it; the stream functions, which ``sluice dev``
+    plays in-process, get the template's own (their import reads none of it)."""
+    from sluice_dev.local import servers
+
+    try:
+        return dict(functions[dev.function(logical_id).name].env)
+    except StopIteration:
+        return {**servers.DUMMY_AWS_ENV, **dev.deploy.functions[logical_id].concrete_env()}
+
+
+def _round(python: str, args: list[str], event: dict[str, Any], fn_env: dict[str, str],
+           env: dict[str, str]) -> dict[str, Any]:
+    """One fresh process: the handler's import, then (unless ``args[6]`` is "none") its first call."""
+    if args[6] == "first-push":
+        _append_one_job(fn_env)
+    args = [*args[:3], json.dumps(_fresh(event)), *args[4:]]
+    return dict(json.loads(_run(python, args, env, DRIVER, show_stderr=args[7] == "1")))
+
+
+def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, rounds: int = ROUNDS,
+            only: tuple[str, ...] = FUNCTIONS, profile: str | None = None) -> list[dict[str, Any]]:
     from sluice.backends.dynamodb import tables
     from sluice.backends.kafka.producer import ensure_topics
     from sluice_dev.local import servers
@@ -214,23 +277,27 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None) -> li
         opt = str(build / "SharedLayer" / "python")
         boto3_from = str(yardstick_layer or opt)
         rows = []
-        for logical_id, (event, timeout_ms, until) in _events().items():
-            fn = functions[dev.function(logical_id).name]
-            env = {**env_base, **fn.env}
+        calls = _events()
+        for logical_id in only:
+            event, timeout_ms, until = calls.get(logical_id, ({}, 0, "none"))
+            fn_env = _env_of(dev, functions, logical_id)
+            env = {**env_base, **fn_env}
             if until == "first-push":
-                timeout_ms += settings_of(fn.env).relay_stop_before_ms
+                timeout_ms += settings_of(fn_env).relay_stop_before_ms
             handler = dev.deploy.functions[logical_id].handler
+
+            args = [str(build / logical_id), opt, handler, "", str(timeout_ms), rie_dir, until, "0"]
             runs, yardstick = [], []
-            for _ in range(ROUNDS):  # the yardstick right beside each run: load here comes and goes
-                if until == "first-push":
-                    _append_one_job(fn.env)
+            for _ in range(rounds):  # the yardstick right beside each run: load here comes and goes
                 yardstick.append(json.loads(_run(python, [boto3_from], env_base, BOTO3)))
-                args = [str(build / logical_id), opt, handler, json.dumps(_fresh(event)), str(timeout_ms),
-                        rie_dir, until]
-                runs.append(json.loads(_run(python, args, env, DRIVER)))
+                runs.append(_round(python, args, event, fn_env, env))
+            if profile == logical_id and until != "none":
+                log(f"{logical_id}: the first call under cProfile (CPU time), heaviest cumulative entries:")
+                _round(python, [*args[:7], "1"], event, fn_env, env)
             log(f"{logical_id}: {runs[-1]['result']}")
-            rows.append({"function": fn.name, **_figures(runs, yardstick),
-                         "redis_loaded": runs[-1]["redis_loaded"], "modules": runs[-1]["modules"],
+            last = runs[-1]
+            rows.append({"function": logical_id, **_figures(runs, yardstick), "at_import": last["at_import"],
+                         "redis_loaded": last.get("redis_loaded"), "modules": last["modules"],
                          **({"relay_call_ms": round(statistics.median(r["call_ms"] for r in runs), 1)}
                             if until == "first-push" else {})})
         return rows
@@ -246,10 +313,16 @@ def main() -> int:
                         help="time `import boto3` from this site folder instead of the build's layer: to "
                              "compare a build without bytecode against the precompiled boto3 Lambda's "
                              "runtime has, give a precompiled layer's python/ folder")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="fresh processes per function")
+    parser.add_argument("--only", nargs="+", choices=FUNCTIONS, default=list(FUNCTIONS),
+                        help="these functions only (logical ids)")
+    parser.add_argument("--profile", choices=FIRST_CALLS, default=None,
+                        help="one more round of this function under cProfile: what its first call spends")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-cold-") as tmp:
         build = args.artifacts or artifacts.build(Path(tmp) / "x86", "x86_64")
-        for row in measure(build, Path(tmp) / "state", args.yardstick):
+        for row in measure(build, Path(tmp) / "state", args.yardstick, rounds=args.rounds,
+                           only=tuple(args.only), profile=args.profile):
             emit("cold_start", **row)
     return 0
 

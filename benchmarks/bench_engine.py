@@ -34,6 +34,7 @@ import redis
 from benchmarks import engine_groups
 from benchmarks.common import (
     counting_client,
+    drain,
     emit,
     log,
     ping_per_s,
@@ -128,11 +129,7 @@ def lifecycle_once(url: str, jobs: int) -> tuple[float, float]:
     fill(url, queue, jobs)
     cpu1 = redis_cpu_s(url)
     q = RedisQueue.from_url(url)
-    done = 0
-    while leased := q.lease(queue, 50, LEASE_MS, "bench"):
-        errors = q.ack_many(queue, [(j.job_id, j.lease_token) for j in leased])
-        assert not any(errors), errors
-        done += len(leased)
+    done = drain(q, queue, LEASE_MS)
     cpu2 = redis_cpu_s(url)
     q.close()
     assert done == jobs, (done, jobs)

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
 import redis
 from redis.crc import key_slot
 
-from benchmarks.common import emit, log
+from benchmarks.common import drain, emit, log
 from sluice.backends.redis.engine import RedisQueue
 from sluice.core.models import JobSpec
 from sluice_dev.local.cluster import Cluster, start_cluster
@@ -78,12 +78,7 @@ def lifecycle_once(url: str, ports: list[int], queues: list[str], jobs: int) -> 
             records = [(i, JobSpec(job_id=f"{queue}-{i}", queue=queue, payload={"n": i}))
                        for i in range(start, min(per_queue, start + PUSH_BATCH))]
             q.push(queue, "bench", 0, 1, records)
-    done = 0
-    for queue in queues:
-        while leased := q.lease(queue, 50, LEASE_MS, "bench"):
-            errors = q.ack_many(queue, [(j.job_id, j.lease_token) for j in leased])
-            assert not any(errors), errors
-            done += len(leased)
+    done = sum(drain(q, queue, LEASE_MS) for queue in queues)
     cpu1 = cpu_s(ports)
     q.close()
     assert done == per_queue * len(queues), (done, jobs)

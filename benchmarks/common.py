@@ -75,6 +75,16 @@ def counting_client(url: str) -> CountingRedis:
     return CountingRedis.from_url(url, decode_responses=True)
 
 
+def drain(q: Any, queue: str, lease_ms: int) -> int:
+    """Lease ``queue``'s jobs 50 at a time and ack them until none is left; how many there were."""
+    done = 0
+    while leased := q.lease(queue, 50, lease_ms, "bench"):
+        errors = q.ack_many(queue, [(j.job_id, j.lease_token) for j in leased])
+        assert not any(errors), errors
+        done += len(leased)
+    return done
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

@@ -1,40 +1,39 @@
 """Lease cost with fair groups (issue 28, item 5) against the engine at a base commit, in one run.
 
 Part of the engine benchmark (``bench_engine.py`` calls ``compare``). The base commit's code
-(``BASE``, before groups) is exported with ``git archive`` into a temporary directory, and each
-measurement runs in a child process whose ``sluice`` is either that tree's or this one's, against
-the same redis-server. Runs alternate base / this tree (and which of the two goes first), so drift
-on a shared machine falls on both.
-
-One measurement: push ``jobs`` no-op jobs (relay-sized batches; ``groups`` > 0 spreads them over
-that many groups in turn, 0 puts them in none), then lease them all, ``batch`` at a time, with no
-ack in between, then ack them all. Redis CPU (INFO cpu) is read around the leases and around the
-acks: ``lease_us_per_job`` and ``ack_us_per_job``. The figure kept is the best of ``RUNS`` (other
-processes only ever add to Redis's CPU), with the median alongside.
+(``BASE``, before groups) is exported with ``git archive`` into a temporary directory. Two child
+processes, one whose ``sluice`` is that tree's and one this tree's, each push ``jobs`` no-op jobs
+into a queue of their own on the same redis-server (``groups`` > 0 spreads this tree's over that many
+groups in turn; the base has none), then lease them all ``batch`` at a time with no ack in between,
+then ack them all. The parent calls them in turn, one batch each (which goes first alternates), and
+reads Redis's own accounting around each call: INFO commandstats, the microseconds of EVALSHA (the
+script, the commands it calls included). So both sides are measured at the same moments of a shared
+machine's load, batch by batch, and the ratio of their script time per job is the figure:
+``ratio`` = this tree's mean / the base's mean, over ``RUNS`` runs (median, min, max, each run's;
+``median_ratios`` compares the medians of the per-call figures instead, which outliers move less).
 
 Prints one JSON object per case:
-  {"bench": "lease_groups", "batch", "groups", "jobs", "lease_us_per_job", "base_lease_us_per_job",
-   "ratio", "lease_ack_us_per_job", "base_lease_ack_us_per_job", "lease_ack_ratio", ...}
+  {"bench": "lease_groups", "batch", "groups", "jobs", "runs", "lease_us_per_job",
+   "base_lease_us_per_job", "ratio", "ratio_min", "ratio_max", "ratios", "median_ratios",
+   "lease_ack_ratios"}
 Target (issue 28): ratio <= 1.5 for every case.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 BASE = "c44b81f"  # the engine before groups (issue 28 measures against it)
-RUNS = 5
+RUNS = 3
 PUSH_BATCH = 500
-LEASE_MS = 30_000
+LEASE_MS = 600_000  # longer than a run: no lease lapses and is leased twice
 # (batch, groups, jobs): groups 0 is the ungrouped path, which must lease at the base's cost.
 CASES = [(1, 0, 4_000), (1, 10, 4_000), (50, 0, 20_000), (50, 2, 20_000), (50, 10, 20_000),
          (50, 1_000, 20_000)]
@@ -52,40 +51,43 @@ def _engine() -> tuple[Any, Any]:
     return RedisQueue, JobSpec
 
 
-def _cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+def _script_usec(client: Any) -> float:
+    """Redis's own time in scripts so far (EVALSHA, the commands each script calls included), from
+    INFO commandstats, in microseconds."""
+    stats = client.info("commandstats")
+    return sum(float(stats[name]["usec"]) for name in ("cmdstat_evalsha", "cmdstat_eval") if name in stats)
 
 
-def measure(url: str, batch: int, groups: int, jobs: int) -> dict[str, float]:
-    import redis
-
+def serve(url: str, queue: str, batch: int, groups: int, jobs: int) -> None:
+    """The interleaved child: push ``jobs`` into ``queue``, print "ready", then per line read, "lease"
+    one batch or "ack" one batch of those leased (printing how many), until "quit"."""
     queue_cls, spec_cls = _engine()
-    client = redis.Redis.from_url(url)
-    client.flushall()
     q = queue_cls.from_url(url)
     extra = (lambda i: {"group": f"t{i % groups}"}) if groups else (lambda i: {})
-    q.push("warm", "bench", 0, 1, [(i, spec_cls(job_id=f"w{i}", queue="warm", payload=i, **extra(i)))
-                                   for i in range(10)])
-    warm = q.lease("warm", 10, LEASE_MS)
-    q.ack_many("warm", [(j.job_id, j.lease_token) for j in warm])
+    warm = f"{queue}-warm"
+    q.push(warm, "bench", 0, 1, [(i, spec_cls(job_id=f"w{i}", queue=warm, payload=i, **extra(i)))
+                                 for i in range(10)])
+    q.ack_many(warm, [(j.job_id, j.lease_token) for j in q.lease(warm, 10, LEASE_MS)])
     for start in range(0, jobs, PUSH_BATCH):
-        q.push("b", "bench", 0, 1, [(i, spec_cls(job_id=f"j{i}", queue="b", payload={"n": i}, **extra(i)))
-                                    for i in range(start, min(jobs, start + PUSH_BATCH))])
+        q.push(queue, "bench", 0, 1, [(i, spec_cls(job_id=f"j{i}", queue=queue, payload={"n": i}, **extra(i)))
+                                      for i in range(start, min(jobs, start + PUSH_BATCH))])
     leased: list[tuple[str, int]] = []
-    cpu0, t0 = _cpu(client), time.perf_counter()
-    while got := q.lease("b", batch, LEASE_MS):
-        leased += [(j.job_id, j.lease_token) for j in got]
-    cpu1, t1 = _cpu(client), time.perf_counter()
-    for start in range(0, len(leased), batch):
-        errors = q.ack_many("b", leased[start:start + batch])
-        assert not any(errors), errors
-    cpu2 = _cpu(client)
-    assert len(leased) == jobs, (len(leased), jobs)
+    acked = 0
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "lease":
+            got = q.lease(queue, batch, LEASE_MS)
+            leased += [(j.job_id, j.lease_token) for j in got]
+            print(len(got), flush=True)
+        elif line.strip() == "ack":
+            errors = q.ack_many(queue, leased[acked:acked + batch]) if acked < len(leased) else []
+            assert not any(errors), errors
+            acked += len(errors)
+            print(len(errors), flush=True)
+        else:
+            break
+    assert len(leased) == jobs == acked, (len(leased), jobs, acked)
     q.close()
-    client.close()
-    return {"lease_us": (cpu1 - cpu0) * 1e6 / jobs, "ack_us": (cpu2 - cpu1) * 1e6 / jobs,
-            "lease_jobs_per_s": jobs / (t1 - t0)}
 
 
 # --- the parent ---------------------------------------------------------------------------------
@@ -105,45 +107,96 @@ def _base_tree(into: Path) -> Path:
     return into / "shared"
 
 
-def _child(shared: Path, url: str, batch: int, groups: int, jobs: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(shared)}
-    out = subprocess.run([sys.executable, __file__, url, str(batch), str(groups), str(jobs)], env=env,
-                         check=True, capture_output=True, text=True, timeout=600).stdout
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+class _Side:
+    """One interleaved child and Redis's script time for each of its calls (usec, jobs)."""
+
+    def __init__(self, shared: Path, url: str, queue: str, batch: int, groups: int, jobs: int) -> None:
+        argv = [sys.executable, __file__, "--serve", url, queue, str(batch), str(groups), str(jobs)]
+        self.proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(shared)}, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.calls: dict[str, list[tuple[float, int]]] = {"lease": [], "ack": []}
+
+    def ready(self) -> None:
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def call(self, client: Any, verb: str) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        before = _script_usec(client)
+        self.proc.stdin.write(verb + "\n")
+        self.proc.stdin.flush()
+        n = int(self.proc.stdout.readline())
+        if n:
+            self.calls[verb].append((_script_usec(client) - before, n))
+        return n
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+    def per_job(self, verb: str) -> tuple[float, float]:
+        """(mean, median) script usec per job over this side's calls."""
+        calls = self.calls[verb]
+        return (sum(u for u, _ in calls) / sum(n for _, n in calls),
+                statistics.median(u / n for u, n in calls))
 
 
-def compare(url: str, emit: Any, runs: int = RUNS) -> None:
-    """Each case of ``CASES``, this tree against ``BASE``, ``runs`` times alternating."""
+def interleaved(url: str, base: Path, this: Path, batch: int, groups: int, jobs: int) -> dict[str, float]:
+    """The base and this tree, each in its own child on its own queue of one redis-server, called in
+    turn one batch at a time (which goes first alternates), Redis's script time read around each
+    call: both see the same moments of a shared machine's load."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    sides = [_Side(base, url, "base", batch, 0, jobs), _Side(this, url, "this", batch, groups, jobs)]
+    try:
+        for side in sides:
+            side.ready()
+        for verb in ("lease", "ack"):
+            done, turn = [False, False], 0
+            while not all(done):
+                for k in ((0, 1) if turn % 2 == 0 else (1, 0)):
+                    if not done[k]:
+                        done[k] = sides[k].call(client, verb) == 0
+                turn += 1
+    finally:
+        for side in sides:
+            side.close()
+        client.close()
+    (base_mean, base_median), (mean, median) = sides[0].per_job("lease"), sides[1].per_job("lease")
+    base_ack, ack = sides[0].per_job("ack")[0], sides[1].per_job("ack")[0]
+    return {"lease_us": mean, "base_lease_us": base_mean, "ratio": mean / base_mean,
+            "median_ratio": median / base_median, "lease_ack_ratio": (mean + ack) / (base_mean + base_ack)}
+
+
+def compare(url: str, emit: Any, runs: int = RUNS, cases: list[tuple[int, int, int]] | None = None) -> None:
+    """Each case ``runs`` times, base and this tree interleaved batch by batch (``interleaved``)."""
     tmp = Path(tempfile.mkdtemp(prefix="sluice-base-"))
     try:
         base, this = _base_tree(tmp), _this_tree()
-        for batch, groups, jobs in CASES:
-            mine: list[dict[str, float]] = []
-            theirs: list[dict[str, float]] = []
-            for run in range(runs):  # which goes first alternates too: no order effect on either
-                for side in ((0, 1) if run % 2 == 0 else (1, 0)):
-                    if side == 0:
-                        theirs.append(_child(base, url, batch, 0, jobs))  # the base has no groups
-                    else:
-                        mine.append(_child(this, url, batch, groups, jobs))
-            best = min(mine, key=lambda r: r["lease_us"])
-            best_base = min(theirs, key=lambda r: r["lease_us"])
-            both = min(r["lease_us"] + r["ack_us"] for r in mine)
-            both_base = min(r["lease_us"] + r["ack_us"] for r in theirs)
-            emit("lease_groups", batch=batch, groups=groups, jobs=jobs, base=BASE,
-                 lease_us_per_job=round(best["lease_us"], 2),
-                 base_lease_us_per_job=round(best_base["lease_us"], 2),
-                 ratio=round(best["lease_us"] / best_base["lease_us"], 2),
-                 median_ratio=round(statistics.median(r["lease_us"] for r in mine)
-                                    / statistics.median(r["lease_us"] for r in theirs), 2),
-                 lease_ack_us_per_job=round(both, 2), base_lease_ack_us_per_job=round(both_base, 2),
-                 lease_ack_ratio=round(both / both_base, 2),
-                 lease_jobs_per_s=round(max(r["lease_jobs_per_s"] for r in mine)),
-                 base_lease_jobs_per_s=round(max(r["lease_jobs_per_s"] for r in theirs)))
+        for batch, groups, jobs in cases or CASES:
+            got = [interleaved(url, base, this, batch, groups, jobs) for _ in range(runs)]
+            ratios = [r["ratio"] for r in got]
+            emit("lease_groups", batch=batch, groups=groups, jobs=jobs, base=BASE, runs=runs,
+                 measure="INFO commandstats: EVALSHA usec per leased job, read around each call",
+                 lease_us_per_job=round(statistics.median(r["lease_us"] for r in got), 2),
+                 base_lease_us_per_job=round(statistics.median(r["base_lease_us"] for r in got), 2),
+                 ratio=round(statistics.median(ratios), 2), ratio_min=round(min(ratios), 2),
+                 ratio_max=round(max(ratios), 2), ratios=[round(x, 2) for x in ratios],
+                 median_ratios=[round(r["median_ratio"], 2) for r in got],
+                 lease_ack_ratios=[round(r["lease_ack_ratio"], 2) for r in got])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    url_, batch_, groups_, jobs_ = sys.argv[1], *map(int, sys.argv[2:5])
-    print(json.dumps(measure(url_, batch_, groups_, jobs_)))
+    if sys.argv[1:2] == ["--serve"]:  # a child (``_Side``)
+        serve(sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7]))
+    else:  # the comparison alone: python -m benchmarks.engine_groups
+        from benchmarks.common import emit as emit_
+        from benchmarks.common import redis_server
+
+        with redis_server() as url_:
+            compare(url_, emit_)

@@ -84,8 +84,6 @@ class UrllibTransport:
 class ApiError(SluiceError):
     """The gateway answered with a problem document that maps to no Sluice error type."""
 
-    code = "API_ERROR"
-
 
 def _error(status: int, problem: Mapping[str, Any]) -> SluiceError:
     code = str(problem.get("code") or "")

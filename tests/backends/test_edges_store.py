@@ -63,6 +63,15 @@ def leased(stack: Stack, job_id: str, max_attempts: int = 3) -> LeasedJob:
     return job
 
 
+def failed_for_good(stack: Stack, job_id: str, status: str, max_attempts: int = 1) -> None:
+    """Worker A ran the job and failed it for good: ``status`` (failed or dead) in the jobs table,
+    then a permanent fail in Redis, which moves it to the dead set."""
+    job = leased(stack, job_id, max_attempts=max_attempts)
+    token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
+    stack.store.record_failure(job_id, token, "boom", status)
+    stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
+
+
 def lapse(stack: Stack) -> None:
     """The holder is dead: its lease runs out and reap reclaims it."""
     time.sleep(LEASE_MS * 2 / 1000)
@@ -225,10 +234,7 @@ def test_failed_job_whose_worker_died_before_telling_redis_does_not_run_again(st
 
 def test_redriven_run_that_fails_again_is_final_again(stack: Stack, unique: str) -> None:
     job_id = f"f2-{unique}"
-    job = leased(stack, job_id, max_attempts=5)
-    t1 = stack.store.grant(job_id, Q, "A", job.redrive_gen)
-    stack.store.record_failure(job_id, t1, "bad", "failed")
-    stack.queue.fail(Q, job_id, job.lease_token, "bad", permanent=True)
+    failed_for_good(stack, job_id, "failed", max_attempts=5)
     redrive_one(stack.queue, stack.store, Q, job_id, log=None)
     [again] = stack.queue.lease(Q, 1, 50)
     t2 = stack.store.grant(job_id, Q, "B", again.redrive_gen)
@@ -251,10 +257,7 @@ def expire(stack: Stack, job_id: str) -> None:
 
 def test_redrive_of_a_job_whose_record_expired_is_refused(stack: Stack, unique: str) -> None:
     job_id = f"t1-{unique}"
-    job = leased(stack, job_id, max_attempts=1)
-    token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
-    stack.store.record_failure(job_id, token, "boom", "dead")
-    stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
+    failed_for_good(stack, job_id, "dead")
     expire(stack, job_id)  # 14 days later; Redis's dead set keeps the job
 
     with pytest.raises(JobNotFound, match="fencing tokens already used"):
@@ -269,10 +272,7 @@ def test_redrive_of_a_job_whose_record_expired_is_refused(stack: Stack, unique: 
 def test_redriven_job_whose_record_expired_before_its_grant_is_not_restarted_at_token_1(
         stack: Stack, unique: str) -> None:
     job_id = f"t2-{unique}"
-    job = leased(stack, job_id, max_attempts=1)
-    token = stack.store.grant(job_id, Q, "A", job.redrive_gen)
-    stack.store.record_failure(job_id, token, "boom", "dead")
-    stack.queue.fail(Q, job_id, job.lease_token, "boom", permanent=True)
+    failed_for_good(stack, job_id, "dead")
     redrive_one(stack.queue, stack.store, Q, job_id, log=None)
     expire(stack, job_id)  # however it went: the redriven job reaches its grant with no item
     calls: list[int] = []

@@ -11,9 +11,9 @@ import redis
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.scripts import source
-from sluice.core.errors import InvalidInput, InvalidQueueName, StaleToken
+from sluice.core.errors import InvalidInput, InvalidQueueName, LeaseLost, StaleToken
 from sluice.core.models import MAX_DELAY_MS, JobSpec
-from tests.backends.test_engine_support import job, members, redis_now_ms, snapshot, spec
+from tests.backends.test_engine_support import job, members, redis_now_ms, snapshot, spec, where
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
@@ -39,17 +39,58 @@ def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client
 def test_push_stores_a_redriven_jobs_generation_for_its_grant(rq: RedisQueue,
                                                               redis_client: redis.Redis) -> None:
     """A redriven job pushed again (after a Redis loss) carries the jobs table's redrive generation,
-    which the lease hands to the grant; a job Redis already holds keeps its own."""
+    which the lease hands to the grant; a job Redis already holds keeps its own when it is that
+    generation or newer (a job Redis holds under an older one: the next test)."""
     rq.enqueue(spec("held"))
+    redis_client.hset(K.job("held"), "g", 9)
     result = rq.push("q", TOPIC, 0, 1, recs(0, 1), gens={"j1": 3, "held": 9})
     assert (result.pushed, result.skipped) == (2, 0)
     assert job(redis_client, "q", "j1")["g"] == "3" and "g" not in job(redis_client, "q", "j0")
+    before = snapshot(redis_client)
     assert rq.push("q", TOPIC, 0, 1, [(2, spec("held"))], gens={"held": 9}).skipped == 1
-    assert "g" not in job(redis_client, "q", "held")
+    assert rq.push("q", TOPIC, 0, 1, [(3, spec("held"))], gens={"held": 8}).skipped == 1
+    assert {k: v for k, v in snapshot(redis_client).items() if "relayed" not in k} == {
+        k: v for k, v in before.items() if "relayed" not in k}
     leased = {j.job_id: j.redrive_gen for j in rq.lease("q", 3, 5_000)}
-    assert leased == {"held": 0, "j0": 0, "j1": 3}
+    assert leased == {"held": 9, "j0": 0, "j1": 3}
     with pytest.raises(InvalidInput):
         rq.push("q", TOPIC, 0, 1, recs(5), gens={"j5": -1})
+
+
+def test_push_makes_a_redrive_that_redis_never_got(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """A job Redis holds under an older redrive generation than its record's (the jobs table's) is a
+    redrive whose move this Redis never got: a failover to a replica that lagged behind it, or a
+    redrive that stopped between its Kafka append and its move. The push makes it: fresh attempts,
+    the record's generation, and a dead job, or one leased under a lease from before the redrive,
+    goes back to ready; a waiting one waits where it is. The redrive's own move, if it comes after,
+    finds it done (docs/redis-loss.md, "Redriven jobs")."""
+    for j in ("dead", "again", "held"):
+        rq.enqueue(spec(j, max_attempts=1))
+    got = {j.job_id: j for j in rq.lease("q", 3, 60_000)}
+    for j in ("dead", "again"):
+        assert rq.fail("q", j, got[j].lease_token, f"broke {j}") == "dead"
+    redis_client.hset(K.job("again"), "g", 2)  # dead again under the generation its record carries
+    rq.enqueue(spec("waits", max_attempts=2))
+    redis_client.hset(K.job("waits"), "a", 1)
+    result = rq.push("q", TOPIC, 0, 1, [(0, spec("dead")), (1, spec("again")), (2, spec("held")),
+                                        (3, spec("waits")), (4, spec("new"))],
+                     gens={"dead": 2, "again": 2, "held": 1, "waits": 3})
+    assert (result.pushed, result.skipped) == (3, 2)
+    assert [where(redis_client, "q", j) for j in ("dead", "again", "held", "waits", "new")] == [
+        {"ready"}, {"dead"}, {"ready"}, {"ready"}, {"ready"}]
+    assert [job(redis_client, "q", j).get("g") for j in ("dead", "again", "held", "waits", "new")] == [
+        "2", "2", "1", "3", None]
+    assert not any("a" in job(redis_client, "q", j) for j in ("dead", "held", "waits"))
+    assert redis_client.llen(K.wake) == 3
+    # The redrive's move comes after: done already, nothing moves twice.
+    before = snapshot(redis_client)
+    assert rq.redrive("q", "dead", 2) == 1
+    assert snapshot(redis_client) == before
+    # The stale holder of the lease from before the redrive holds nothing.
+    with pytest.raises(LeaseLost):
+        rq.extend("q", "held", got["held"].lease_token, 5_000)
+    leased = {j.job_id: j.redrive_gen for j in rq.lease("q", 5, 5_000)}
+    assert leased == {"dead": 2, "held": 1, "waits": 3, "new": 0}
 
 
 def test_push_replay_is_skipped_exactly_once(rq: RedisQueue, redis_client: redis.Redis) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
+from sluice.backends.dynamodb import segments
 from sluice.backends.dynamodb.parking import DynamoParkingLot, expires_at
 from sluice.backends.dynamodb.tables import create_parked_table
 from sluice.core.errors import SluiceError
@@ -45,18 +46,34 @@ def test_a_lane_comes_back_in_offset_order_from_any_point_and_a_repark_is_one_it
     assert lot.page("a", 2, 1_000_000, 10) == []
     back = lot.page("a", 2, -1, 1)[0]
     assert back.record().value == b'{"job_id":"j3"}' and back.key is None and back.job_id == "j3"
-    assert (lot.count("a"), lot.count("b")) == (7, 1)
+    assert (lot.count("a"), lot.count("b")) == (7, 1)  # each record once, in however many segments
     assert sorted(lot.marked(2)) == ["a", "b"] and lot.marked(3) == ["a"] and lot.marked(4) == []
 
 
 def test_release_deletes_and_unmark_forgets_the_marker(lot: DynamoParkingLot) -> None:
-    lot.park("a", 0, [rec(0, o) for o in range(60)])  # more than one BatchWriteItem
+    lot.park("a", 0, [rec(0, o) for o in range(60)])  # one segment
     assert lot.count("a") == 60
-    lot.release("a", lot.page("a", 0, -1, 40))
-    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(40, 60))
+    # a segment goes only once every record of it is released: until then it stays, whole
+    assert lot.release("a", lot.page("a", 0, -1, 40)) == 0
+    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(60))
+    assert lot.release("a", lot.page("a", 0, -1, 10, whole=True)) == 60  # the sweep's read: whole
+    assert lot.page("a", 0, -1, 100) == [] and lot.count("a") == 0
     lot.release("a", [rec(0, 0)])  # gone already: an idempotent delete
     lot.unmark("a", 0)
     assert lot.marked(0) == []
+
+
+def test_release_deletes_each_segment_once_all_of_its_records_are_released(
+        moto_url: str, unique: str) -> None:
+    client = boto3.client("dynamodb", endpoint_url=moto_url, region_name="us-east-1")
+    create_parked_table(client, f"parked-{unique}")
+    lot = DynamoParkingLot(client, f"parked-{unique}", segment_bytes=10 * segments.size(rec(0, 0)))
+    lot.park("a", 0, [rec(0, o) for o in range(60)])  # segments of 9
+    head = lot.page("a", 0, -1, 20)
+    assert {r.item for r in head} and all(r.item is not None and r.item[1] == 9 for r in head)
+    assert lot.release("a", head) == 18  # two whole segments and two records of the third
+    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(18, 60))
+    assert [r.offset for r in lot.page("a", 0, -1, 1, whole=True)] == list(range(18, 27))
 
 
 def test_the_ttl_is_a_backstop_past_the_job_life_bound() -> None:
@@ -118,7 +135,47 @@ def test_a_batch_left_unprocessed_fails_the_whole_park_with_a_sluice_error(lot: 
     lot.client = type("Client", (), {"batch_write_item": staticmethod(throttled),
                                      "put_item": client.put_item})()
     lot._sleep = lambda _s: None
+    lot.segment_bytes = 1  # a segment a record: 100 items, 4 BatchWriteItems
     with pytest.raises(SluiceError, match="left unprocessed"):
         lot.park("a", 1, [rec(1, o) for o in range(100)])
     lot.client = client
     assert lot.count("a") == 75  # the other batches landed: the relay parks all 100 again (idempotent)
+
+
+def old_item(queue: str, r: ParkedRecord) -> dict[str, Any]:
+    """A record as the lot parked it before segments (one item a record), frozen here as written then."""
+    return {"pk": {"S": queue}, "sk": {"S": f"o#{r.partition:06d}#{r.offset:020d}"}, "v": {"B": r.value},
+            "k": {"B": r.key}, "job": {"S": r.job_id}, "enq": {"N": str(r.enqueued_at_ms)},
+            "run_at": {"N": str(r.run_at_ms)}, "expires_at": {"N": str(expires_at(r))}}
+
+
+def test_an_upgrade_with_records_parked_one_an_item_reads_them_all_in_order_and_loses_none(
+        lot: DynamoParkingLot) -> None:
+    for o in range(0, 40):  # parked by the relay before segments
+        lot.client.put_item(TableName=lot.table, Item=old_item("a", rec(1, o)))
+    # the new relay: a re-park of some (its new owner re-read them from Kafka), then new records
+    lot.park("a", 1, [rec(1, o) for o in range(30, 45)], mark=False)
+    lot.park("a", 1, [rec(1, o) for o in range(45, 100)], mark=False)
+    assert lot.count("a") == 100
+    read, after = [], -1
+    while page := lot.page("a", 1, after, 7):  # read back in small pages, as a held queue's buffer has room
+        assert len(page) == 7 or page[-1].offset == 99
+        read += page
+        after = page[-1].offset
+    assert [r.offset for r in read] == list(range(100))  # each once, in order
+    assert read[3].item is None and read[3].value == rec(1, 3).value and read[50].item is not None
+    # the sweep: whole pages from the start, every job final: every item goes, the old ones too
+    released = 0
+    while page := lot.page("a", 1, -1, 100, whole=True):
+        released += lot.release("a", page)
+    assert lot.count("a") == 0 and released >= 100
+
+
+def test_a_repark_cut_otherwise_ending_at_the_same_record_overwrites_no_segment(
+        lot: DynamoParkingLot) -> None:
+    """A new owner re-reads Kafka from a commit point inside a parked segment (another queue's record
+    held it there) and parks again the records it is given, ending where the segment ended."""
+    lot.park("a", 0, [rec(0, o) for o in range(10, 60)])
+    lot.park("a", 0, [rec(0, o) for o in range(35, 60)], mark=False)
+    assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(10, 60))
+    assert lot.count("a") == 50

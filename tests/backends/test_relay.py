@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from tests.backends.relay_proc import (
     ready_ids,
     relayed_offsets,
 )
+from tests.loading import module_from_file
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 4
@@ -63,12 +63,7 @@ def relay_lambda_env(monkeypatch: pytest.MonkeyPatch, bs: str, topic: str, redis
 
 def relay_app() -> Any:
     """functions/relay/app.py, loaded as Lambda loads it (a fresh module each time)."""
-    path = Path(__file__).resolve().parents[2] / "functions" / "relay" / "app.py"
-    spec = importlib.util.spec_from_file_location("relay_app", path)
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
-    return app
+    return module_from_file(Path(__file__).resolve().parents[2] / "functions/relay/app.py", "relay_app")
 
 def test_ten_thousand_jobs_each_in_redis_exactly_once(tansu: Any, topic: str, redis_url: str,
                                                       redis_client: Any, unique: str) -> None:

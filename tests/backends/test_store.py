@@ -250,13 +250,19 @@ def proxy(moto_url: str) -> Iterator[SlowProxy]:
     p.close()
 
 
+def held_write(env: Env, proxy: SlowProxy, attempts: int) -> tuple[DynamoJobStore, int]:
+    """A store whose calls go through ``proxy`` (botocore making ``attempts`` in all), and a token for
+    job j1 granted directly: only the result write under test goes via the proxy, which holds it."""
+    client = env.client_via(proxy.url, read_timeout=READ_TIMEOUT, connect_timeout=2,
+                            retries={"mode": "standard", "total_max_attempts": attempts})
+    token = env.store.grant("j1", "q", "w")
+    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=HOLD)
+    return DynamoJobStore(client, env.settings.jobs_table), token
+
+
 def test_write_that_timed_out_but_landed_is_already_written(env: Env, proxy: SlowProxy) -> None:
     """botocore's own retry after a read timeout: the store reports success, not a conflict."""
-    client = env.client_via(proxy.url, read_timeout=READ_TIMEOUT, connect_timeout=2,
-                            retries={"mode": "standard", "total_max_attempts": 3})
-    store = DynamoJobStore(client, env.settings.jobs_table)
-    token = env.store.grant("j1", "q", "w")  # directly: only the write under test goes via the proxy
-    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=HOLD)
+    store, token = held_write(env, proxy, attempts=3)
     assert store.write_result("j1", token, {"v": 1}) is WriteOutcome.ALREADY_WRITTEN
     assert proxy.landed == 1
     rec = env.store.get_job("j1")
@@ -265,11 +271,7 @@ def test_write_that_timed_out_but_landed_is_already_written(env: Env, proxy: Slo
 
 def test_write_timeout_surfaces_as_retryable_and_the_retry_is_recognised(env: Env, proxy: SlowProxy) -> None:
     """No botocore retries: the caller sees BackendUnavailable and retries the same write itself."""
-    client = env.client_via(proxy.url, read_timeout=READ_TIMEOUT, connect_timeout=2,
-                            retries={"mode": "standard", "total_max_attempts": 1})
-    store = DynamoJobStore(client, env.settings.jobs_table)
-    token = env.store.grant("j1", "q", "w")  # directly: only the write under test goes via the proxy
-    proxy.arm(b"DynamoDB_20120810.UpdateItem", delay=HOLD)
+    store, token = held_write(env, proxy, attempts=1)
     with pytest.raises(BackendUnavailable):
         store.write_result("j1", token, [1, 2, 3])
     assert env.store.get_job("j1").status is JobState.SUCCEEDED  # it did land

@@ -4,7 +4,6 @@ Shared by the worker Lambda tests (``test_worker_lambda``, ``test_worker_typed``
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,17 +13,14 @@ import pytest
 
 from sluice.entry import root as wiring
 from tests.backends.worker_procs import Stack, make_stack
+from tests.loading import module_from_file
 
 APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
 
 
 def load_function() -> ModuleType:
     """A fresh import of the function module: Lambda's init phase."""
-    spec = importlib.util.spec_from_file_location("worker_function_app_it", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(APP, "worker_function_app_it")
 
 
 @contextmanager

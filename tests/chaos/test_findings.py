@@ -18,23 +18,29 @@ import pytest
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.core.errors import BackendUnavailable
 from sluice.core.models import JobSpec
+from sluice.worker.runtime.heartbeat import Tracked
 from sluice.worker.runtime.outcomes import Outcome
 from sluice_dev.fakes import kit
+from sluice_dev.fakes.worker import Kit
+
+
+def run_j1(k: Kit, leased_s_ago: float) -> tuple[Outcome, Tracked]:
+    """Lease job j1 of queue q (a 1 s lease) and run it as a worker that took it ``leased_s_ago``."""
+    worker = k.worker(lease_ms=1000)
+    session = worker._open()
+    try:
+        leased = k.queue.lease("q", 1, 1000, "w-test")[0]
+        tracked = session.heartbeat.track(leased, time.monotonic() - leased_s_ago, worker._job_log(leased))
+        return session.runner.run(tracked, worker.handlers["q"]), tracked
+    finally:
+        worker._close(session)
 
 
 def test_a_lease_that_lapsed_before_the_grant_is_not_granted() -> None:
     k = kit()
     k.app.register("q", lambda job, ctx: "done")
     k.queue.add("q", "j1")
-    worker = k.worker(lease_ms=1000)
-    session = worker._open()
-    try:
-        leased = k.queue.lease("q", 1, 1000, "w-test")[0]
-        frozen_since = time.monotonic() - 5  # leased, then frozen for 5 s: longer than the lease
-        tracked = session.heartbeat.track(leased, frozen_since, worker._job_log(leased))
-        outcome = session.runner.run(tracked, worker.handlers["q"])
-    finally:
-        worker._close(session)
+    outcome, tracked = run_j1(k, 5)  # leased, then frozen for 5 s: longer than the lease
     assert outcome is Outcome.LEASE_LOST
     assert k.store.called("grant") == []  # no token minted, so no status taken back to "leased"
     assert tracked.state.lease_lost.is_set() and not tracked.active
@@ -44,8 +50,6 @@ def test_a_grant_that_lands_after_the_lease_lapsed_leaves_a_finished_job_succeed
     k = kit()
     k.app.register("q", lambda job, ctx: "mine")
     k.queue.add("q", "j1")
-    worker = k.worker(lease_ms=1000)
-    session = worker._open()
     real_grant = k.store.grant
 
     def frozen_during_the_grant(job_id: str, queue: str, owner: str, redrive_gen: int = 0, *,
@@ -59,13 +63,8 @@ def test_a_grant_that_lands_after_the_lease_lapsed_leaves_a_finished_job_succeed
         return real_grant(job_id, queue, owner, redrive_gen, lease_token=lease_token)
 
     k.store.grant = frozen_during_the_grant  # type: ignore[method-assign]
-    try:
-        leased = k.queue.lease("q", 1, 1000, "w-test")[0]
-        # 500 ms of lease left: more than the grant margin (333 ms for a 1 s lease), so it grants
-        tracked = session.heartbeat.track(leased, time.monotonic() - 0.5, worker._job_log(leased))
-        outcome = session.runner.run(tracked, worker.handlers["q"])
-    finally:
-        worker._close(session)
+    # 500 ms of lease left: more than the grant margin (333 ms for a 1 s lease), so it grants
+    outcome, _ = run_j1(k, 0.5)
     assert outcome is Outcome.LEASE_LOST
     item = k.store.items["j1"]
     assert (item["status"], item["result"]) == ("succeeded", "theirs")  # the grant did not touch it

@@ -2,9 +2,10 @@
 
 ``load`` understands the short-form tags (``!Ref``, ``!Sub``, ``!GetAtt``, ``!If`` ...) and
 turns them into the long form (``{"Ref": ...}``, ``{"Fn::Sub": ...}``), so tests see exactly
-the structure CloudFormation sees. ``transform`` runs the real SAM translator (the one
-``sam deploy`` uses) offline, so tests can inspect the IAM roles SAM generates from policy
-templates. ``variants`` expands ``Fn::If`` into every value a property can take.
+the structure CloudFormation sees, read as the local stack reads it (``CfnLoader``).
+``transform`` runs the real SAM translator (the one ``sam deploy`` uses) offline, so tests can
+inspect the IAM roles SAM generates from policy templates. ``variants`` expands ``Fn::If`` into
+every value a property can take.
 """
 
 from __future__ import annotations
@@ -17,41 +18,14 @@ from typing import Any
 
 import yaml
 
+from sluice_dev.local.template import CfnLoader
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 NESTED = {"network": ROOT / "infra/network.yaml", "endpoints": ROOT / "infra/endpoints.yaml",
           "observability": ROOT / "infra/observability.yaml",
           "redis_shard_alarm": ROOT / "infra/redis-shard-alarm.yaml",  # nested in observability
           "queue_alarm": ROOT / "infra/queue-alarm.yaml"}  # standalone, one stack per queue: linted here
-
-_FN_TAGS = {"And", "Base64", "Cidr", "Contains", "Equals", "FindInMap", "GetAZs", "If", "ImportValue", "Join",
-            "Not", "Or", "Select", "Split", "Sub", "Transform", "Length", "ToJsonString"}
-
-
-class CfnLoader(yaml.SafeLoader):
-    """SafeLoader plus CloudFormation's short-form intrinsic tags."""
-
-
-def _construct(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "Condition":
-        return {"Condition": value}
-    if suffix == "GetAtt":
-        # "!GetAtt A.B.C" means resource A, attribute "B.C".
-        return {"Fn::GetAtt": value.split(".", 1) if isinstance(value, str) else value}
-    if suffix in _FN_TAGS:
-        return {f"Fn::{suffix}": value}
-    raise yaml.constructor.ConstructorError(None, None, f"unknown tag !{suffix}", node.start_mark)
-
-
-CfnLoader.add_multi_constructor("!", _construct)
 
 
 def load(path: Path = TEMPLATE) -> dict[str, Any]:

@@ -13,32 +13,20 @@ target platform, a function that imports dev tooling the layer leaves out.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from infra import artifacts
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.infra.test_build import _python312_available
+from tests.stack.gateway_http import http
 
 # Its x86_64 build (no --cached: it shares no cache with test_build's arm64 one) runs beside
 # test_build's on the other xdist worker (tests/infra/conftest.py).
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +78,12 @@ def test_the_built_layer_has_only_the_target_platforms_wheels(built: Path) -> No
 @pytest.mark.timeout(480)
 def test_one_job_goes_end_to_end_through_the_built_functions(stack: DevStack) -> None:
     url = stack.endpoints["gateway_url"]
-    status, accepted = _http("POST", f"{url}/v1/queues/echo/jobs", {"payload": {"hello": "built"}})
+    status, accepted = http("POST", f"{url}/v1/queues/echo/jobs", {"payload": {"hello": "built"}})
     assert status == 202, accepted
     job_id = accepted["job_id"]
     deadline, job = time.monotonic() + 120, {}
     while time.monotonic() < deadline:
-        status, job = _http("GET", f"{url}/v1/jobs/{job_id}")
+        status, job = http("GET", f"{url}/v1/jobs/{job_id}")
         if job.get("status") in ("succeeded", "dead"):
             break
         time.sleep(0.5)

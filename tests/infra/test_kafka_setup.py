@@ -7,7 +7,6 @@ the only difference being ``client_config``'s SASL settings).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
@@ -20,16 +19,13 @@ import pytest
 
 from sluice_dev.local import servers
 from tests.infra.cfn import ROOT
+from tests.loading import module_from_file
 
 pytestmark = pytest.mark.integration
 
 
 def _load_app() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kafka_setup_app", ROOT / "infra/kafka_setup/app.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(ROOT / "infra/kafka_setup/app.py", "kafka_setup_app")
 
 
 app = _load_app()

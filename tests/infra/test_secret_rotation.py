@@ -4,7 +4,6 @@ keeps its username and id, and moves AWSCURRENT; a job id key stays a bare key."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import types
@@ -13,14 +12,11 @@ from typing import Any
 import pytest
 
 from tests.infra import cfn
+from tests.loading import module_from_file
 
 
 def load_app() -> Any:
-    spec = importlib.util.spec_from_file_location("rotation_app", cfn.ROOT / "infra/secret_rotation/app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(cfn.ROOT / "infra/secret_rotation/app.py", "rotation_app")
 
 
 class NotFound(Exception):

@@ -46,7 +46,8 @@ def test_the_events_function_may_put_only_to_its_bus_and_read_only_the_stream() 
 
 
 def test_the_countdown_function_reads_the_stream_for_childrens_final_writes_only() -> None:
-    """docs/flows.md, Failure: the durable countdown, a sibling of the events function."""
+    """docs/flows.md, Failure: the durable countdown, a sibling of the events function; and a
+    parent's final writes that left children pending (issue 29: it ends them dead)."""
     esm = props("CountdownStream")
     assert esm["EventSourceArn"] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}
     assert esm["FunctionName"] == {"Ref": "CountdownFunction"}
@@ -54,10 +55,12 @@ def test_the_countdown_function_reads_the_stream_for_childrens_final_writes_only
     assert esm["StartingPosition"] == "TRIM_HORIZON" and esm["BisectBatchOnFunctionError"] is True
     assert esm["DestinationConfig"]["OnFailure"]["Destination"] == {
         "Fn::GetAtt": ["CountdownDeadLetterQueue", "Arn"]}
-    (f,) = esm["FilterCriteria"]["Filters"]
-    image = json.loads(f["Pattern"])["dynamodb"]["NewImage"]
-    assert image == {"status": {"S": ["succeeded", "failed", "dead", "cancelled"]},
-                     "continuation": {"S": [{"exists": True}]}}
+    (child, parent) = esm["FilterCriteria"]["Filters"]
+    final = {"status": {"S": ["succeeded", "failed", "dead", "cancelled"]}}
+    assert json.loads(child["Pattern"])["dynamodb"]["NewImage"] == {
+        **final, "continuation": {"S": [{"exists": True}]}}
+    assert json.loads(parent["Pattern"])["dynamodb"]["NewImage"] == {
+        **final, "pending_children": {"SS": [{"exists": True}]}}
     readers = [n for n, r in RES.items() if r["Type"] == "AWS::Lambda::EventSourceMapping"
                and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["JobsTable", "StreamArn"]}]
     assert sorted(readers) == ["CountdownStream", "EventsStream"]  # DynamoDB: two readers a shard

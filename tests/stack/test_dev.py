@@ -8,26 +8,17 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from tests.stack.gateway_http import http
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
-
-
-def http(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
 
 
 # A shell without job control starts its background commands with SIGINT ignored, and an ignored

@@ -21,19 +21,10 @@ from click.testing import CliRunner
 from sluice.core.errors import RouteConflict
 from sluice_dev.cli import main
 from sluice_dev.local.dev import DevOptions, DevStack
+from tests.stack.gateway_http import http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 INVOKED: list[tuple[str, dict[str, Any]]] = []  # (function, event) of every finished invocation
-
-
-def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ class Stack:
     engine: RedisQueue
     lot: DynamoParkingLot
     logs: Path
+    state: Path
     runs: int = 0
 
     def log(self, name: str) -> str:
@@ -140,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     client = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
     try:
         yield Stack(Http(dev.endpoints["gateway_url"]), s, RedisQueue.from_url(s.redis_url),
-                    DynamoParkingLot(client, s.parked_table or PARKED_TABLE), logs)
+                    DynamoParkingLot(client, s.parked_table or PARKED_TABLE), logs, state)
     finally:
         dev.stop()
 
@@ -218,3 +219,25 @@ def test_a_flood_of_jobs_delayed_seven_days_holds_back_no_other_nor_its_own_read
     assert stack.engine.stats(A).delayed == 0  # the 7-day ones: never pushed now
     runs = ids_ran()
     assert len(runs) == len(set(runs)) and set(runs) == set(ready + soon)  # each once, none far
+
+
+def test_sluice_queues_shows_a_paused_queues_parked_jobs(stack: Stack) -> None:
+    """``sluice queues`` on ``sluice dev``: a paused queue's three jobs show as parked. Before, the
+    stack's endpoints named no queues table (the tooling's settings are the worker's), so the CLI read
+    no registry and the column said "-" throughout."""
+    from click.testing import CliRunner
+
+    from sluice_dev.cli import main
+
+    queue = B  # never held by the tests before: its counter starts at 0 (A's counts its earlier parks)
+    stack.engine.set_config(queue, paused=True)
+    stack.enqueue(queue, stack.log("b"), 3)
+
+    def parked() -> Any:
+        out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack.state), "queues", "--json"])
+        assert out.exit_code == 0, out.output + out.stderr
+        rows = {row["queue"]: row for row in map(json.loads, out.stdout.splitlines())}
+        return rows.get(queue, {}).get("parked") == 3
+
+    wait_until("B's 3 jobs shown parked by sluice queues", parked, 60)
+    stack.engine.set_config(queue, paused=False)

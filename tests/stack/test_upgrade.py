@@ -29,7 +29,7 @@ import pytest
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
 from sluice_dev.local.dev import DevOptions, DevStack
-from tests.stack.upgrade_http import http, until
+from tests.stack.gateway_http import http, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 

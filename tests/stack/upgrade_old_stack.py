@@ -25,8 +25,8 @@ from pydantic import SecretStr
 # c44b81f's layout: its local stack lived in the package today's tree names sluice_dev.local (so the
 # name is built here: tests/unit/test_doc_names.py keeps the retired one out of today's code)
 OLD_LOCAL = ".".join(("sluice", "local"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.stack.upgrade_http
-from tests.stack.upgrade_http import http, until  # noqa: E402 (the standard library only)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.stack.gateway_http
+from tests.stack.gateway_http import http, until  # noqa: E402 (the standard library only)
 
 old_stack = importlib.import_module(f"{OLD_LOCAL}.stack")
 old_dev = importlib.import_module(f"{OLD_LOCAL}.dev")

@@ -7,7 +7,10 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 from sluice.backends.dynamodb.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
+from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 from sluice_dev.local.sink import FencedSink
 
 
@@ -35,3 +38,21 @@ def test_a_stop_is_noticed_within_a_tenth_of_a_second() -> None:
     started = time.monotonic()
     sink.stop()
     assert time.monotonic() - started < 0.2
+
+
+def test_a_quiet_handler_answers_whole_bodies_none_to_a_head_and_logs_no_request_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    class Hello(QuietHandler):
+        def do_GET(self) -> None:
+            self.answer(200, b'{"hello":1}', [("Content-Type", "application/json"), ("X-One", "1")])
+
+        do_HEAD = do_GET
+
+    with ThreadedServer(Hello, thread_name="sluice-test-quiet") as server:
+        with urllib.request.urlopen(server.url, timeout=5) as response:
+            assert (response.read(), response.headers["Content-Length"], response.headers["X-One"]) == \
+                (b'{"hello":1}', "11", "1")
+        head = urllib.request.Request(server.url, method="HEAD")
+        with urllib.request.urlopen(head, timeout=5) as response:
+            assert (response.read(), response.headers["Content-Length"]) == (b"", "11")
+    assert capsys.readouterr().err == ""

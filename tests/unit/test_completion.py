@@ -12,6 +12,7 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.streams.completion import model
 from sluice.streams.completion.publish import EventBridgeSink, Publisher, batch_failures
+from tests.loading import module_from_file
 
 EVENT = json.loads((Path(__file__).parents[1] / "events" / "dynamodb_stream_jobs.json").read_text())
 
@@ -71,11 +72,21 @@ def test_detail_carries_the_job_and_a_small_result_inline() -> None:
     assert dead is not None and dead.detail["last_error"] == "boom" and "result" not in dead.detail
 
 
-def test_parent_is_read_when_the_item_has_one() -> None:
-    record = json.loads(json.dumps(EVENT["Records"][0]))
-    record["dynamodb"]["NewImage"]["parent"] = {"S": "01JDXAMPLE0000000000000009.thumbs.abc"}
-    e = model.from_record(record)
-    assert e is not None and e.detail["parent"] == "01JDXAMPLE0000000000000009.thumbs.abc"
+# Recorded from the real store's writes (tests/backends/inprocess/test_completion_images.py checks
+# they are what it writes): a hand-built image named the parent ``parent`` (issue 29, item 5).
+FAMILY = json.loads((Path(__file__).parents[1] / "events" / "dynamodb_stream_family.json").read_text())
+
+
+def test_a_childs_event_names_the_parent_its_item_was_written_with() -> None:
+    parent = FAMILY["parent_succeeded"]["dynamodb"]["Keys"]["job_id"]["S"]
+    child = model.from_record(FAMILY["child_succeeded"])
+    assert child is not None and child.detail["parent"] == parent
+    assert child.detail["result"] == {"pages": 4}
+    plain = model.from_record(FAMILY["parent_succeeded"])
+    assert plain is not None and plain.detail["parent"] is None
+    lost = model.from_record(FAMILY["child_abandoned"])
+    assert lost is not None and lost.detail_type == "Job Dead" and lost.detail["parent"] == parent
+    assert lost.detail["last_error"].startswith(f"never appended: its parent {parent} ended succeeded")
 
 
 def test_a_large_result_becomes_an_s3_pointer() -> None:
@@ -155,13 +166,7 @@ def test_eventbridge_sink_chunks_by_ten_and_reads_per_entry_errors() -> None:
 
 
 def test_events_lambda_answers_batch_item_failures(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "events_app", Path(__file__).parents[2] / "functions" / "events" / "app.py")
-    assert spec is not None and spec.loader is not None
-    app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(app)
+    app = module_from_file(Path(__file__).parents[2] / "functions" / "events" / "app.py", "events_app")
     sink = Sink(refuse={0})
     from sluice.entry import root as wiring
 

@@ -44,6 +44,38 @@ def test_from_code_builds_the_type_and_an_unknown_code_the_base() -> None:
     assert type(errors.from_code("NO_SUCH_CODE")) is errors.SluiceError
 
 
+# The codes a caller can get back (Lua error replies, problem documents), as they are on the wire:
+# most are their class's name (``SluiceError.code``), so renaming a class must not pass unseen.
+WIRE_CODES = {
+    "ALREADY_FINISHED", "BAD_BODY", "CALLER_THROTTLED", "CANCELLED", "FAMILY_CONFLICT",
+    "FIRING_REFUSED", "IDEMPOTENCY_CONFLICT", "INVALID_INPUT", "INVALID_QUEUE", "INVALID_SCHEDULE",
+    "INVALID_SCHEMA", "IN_PROGRESS", "JOB_EXISTS", "LEASE_LOST", "NOT_FOUND", "NOT_OPERATOR",
+    "NO_HANDLER", "NO_ROUTE", "PAUSED", "PAYLOAD_INVALID", "PAYLOAD_TOO_LARGE", "PRIORITY_NOT_ALLOWED",
+    "QUEUE_FULL", "QUEUE_NOT_ALLOWED", "REGISTRATION_REFUSED", "REGISTRY_COLD", "RESERVED_QUEUE",
+    "ROUTE_CONFLICT", "ROUTE_REFUSED", "SCHEDULE_EXISTS", "SCHEDULE_NOT_FOUND", "SCHEDULE_TOO_FREQUENT",
+    "SLUICE_ERROR", "STALE_TOKEN", "STORE_ERROR", "TOO_MANY_CHILDREN", "UNAVAILABLE",
+    "UNKNOWN_FUNCTION", "UNSUPPORTED_MEDIA_TYPE", "UNSUPPORTED_SCHEDULE", "WRONG_FUNCTION",
+}
+
+
+def test_the_codes_a_caller_gets_back_stay_as_they_are() -> None:
+    assert set(errors.ERROR_CODES) == WIRE_CODES
+    assert all(cls.code == code for code, cls in errors.ERROR_CODES.items())
+
+
+def test_a_code_is_the_class_name_in_upper_snake_case_unless_the_class_sets_one() -> None:
+    # (subclasses the gateway answers with a 500, so the walk above may meet them unharmed)
+    class MissingTeamSecret(errors.ConfigError):
+        """A made-up error of a team's own."""
+
+    class Renamed(errors.StoreError):
+        code = "GONE"
+
+    assert (MissingTeamSecret.code, Renamed.code) == ("MISSING_TEAM_SECRET", "GONE")
+    assert (errors.QueueFull.code, errors.JobNotFound.code, errors.InProgress.code) == \
+        ("QUEUE_FULL", "NOT_FOUND", "IN_PROGRESS")
+
+
 @pytest.mark.parametrize(("error", "message"), [
     (errors.ScheduleNotFound(name="nightly"), "no schedule named 'nightly'"),
     (errors.ScheduleExists(name="nightly"), "a schedule named 'nightly' exists; delete it first"),

@@ -71,3 +71,37 @@ def test_outcome_words() -> None:
     assert ev.outcome_of(JobCancelled("x")) == "cancelled"
     assert ev.outcome_of(LeaseLost("x")) == "lost"
     assert ev.outcome_of(SluiceError("x")) == "error"
+
+
+def every_event() -> list[type[ev.Event]]:
+    return [cls for cls in vars(ev).values() if isinstance(cls, type) and issubclass(cls, ev.Event)]
+
+
+def test_every_event_is_a_frozen_slotted_keyword_only_dataclass_without_its_own_decorator() -> None:
+    assert len(every_event()) > 40
+    for cls in every_event():
+        params = cls.__dataclass_params__  # type: ignore[attr-defined]
+        assert params.frozen and params.eq and "__slots__" in vars(cls), cls
+        assert all(f.kw_only for f in dataclasses.fields(cls)), cls
+    with pytest.raises(TypeError):
+        ev.Leased("j", "q", 1, 1)  # type: ignore[call-arg, arg-type]
+
+
+def test_a_subclass_adds_its_fields_after_its_bases_and_keeps_equality_and_pickling() -> None:
+    import pickle
+
+    class Probed(ev.LeaseCall):  # an observer's own event, declared as the catalogue's are
+        probe: str = "p"
+
+    assert [f.name for f in dataclasses.fields(Probed)] == \
+        ["at", "outcome", "t0", "error", "job", "queue", "lease", "probe"]
+    refused = ev.ResultRefused(job="j", token=3, current=4, outcome="rejected", t0=1.0, at=2.0)
+    assert [f.name for f in dataclasses.fields(refused)] == \
+        ["at", "outcome", "t0", "error", "job", "token", "current", "result"]
+    assert pickle.loads(pickle.dumps(refused)) == refused and acked() != acked("k")
+
+
+def test_the_calls_on_a_lease_and_under_a_token_share_their_fields() -> None:
+    assert all(issubclass(c, ev.LeaseCall) for c in (ev.Acked, ev.FailReported, ev.Released, ev.Renewed))
+    assert all(issubclass(c, ev.TokenCall) for c in (ev.ResultWritten, ev.ResultRefused, ev.FencedWrite,
+                                                     ev.FailureRecorded, ev.GrantReleased))

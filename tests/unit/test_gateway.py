@@ -10,6 +10,7 @@ import pytest
 
 from sluice.core import ids, seal
 from sluice.core.bus import EventBus, JobEnded
+from sluice.core.caller import Caller
 from sluice.core.errors import BackendUnavailable, StoreError
 from sluice.core.models import JOB_ID_RE, JobState
 from sluice.entry.gateway import Gateway
@@ -28,6 +29,16 @@ def relayed(rig: Rig, job_id: str, status: JobState = JobState.QUEUED, **extra: 
     """Play the relay's part (mark_queued creates the item), then move the job on."""
     rig.store.mark_queued([(job_id, "emails", 0)])
     rig.store.set_status(job_id, status, **extra)
+
+
+def leased(rig: Rig, *, held: bool = True) -> str:
+    """A job enqueued, relayed and leased: in the store and in Redis (``held``: with its lease there)."""
+    job_id = str(rig.call("POST", JOBS, {"payload": 1})[2]["job_id"])
+    relayed(rig, job_id, JobState.LEASED)
+    rig.queue.add("emails", job_id)
+    if held:
+        rig.queue.hold("emails", job_id)
+    return job_id
 
 
 def test_enqueue_is_202_with_location_after_the_append(rig: Rig) -> None:
@@ -154,11 +165,7 @@ def test_cancel_an_accepted_job_still_in_kafka(rig: Rig) -> None:
 
 
 def test_cancel_a_leased_job_asks_its_worker(rig: Rig) -> None:
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
-    rig.queue.hold("emails", job_id)
+    job_id = leased(rig)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancel_requested")
     assert rig.store.get_job(job_id).cancel_requested
@@ -168,10 +175,7 @@ def test_cancel_a_job_leased_in_the_store_but_waiting_in_redis_ends_it(rig: Rig)
     """Issue 13, bug 1: its holder died and the lease was reclaimed, so Redis has it waiting while
     the item says leased. Removing it must end the item (here at once, and by a settle entry
     in case the gateway dies first), not leave it leased with a request nobody will honour."""
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
+    job_id = leased(rig, held=False)
     code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, doc["status"]) == (202, "cancelled")
     assert rig.store.get_job(job_id).status is JobState.CANCELLED
@@ -203,11 +207,7 @@ def test_a_cancel_that_ends_a_job_emits_one_job_ended_and_a_cancel_request_none(
 
 
 def test_cancel_a_leased_job_with_redis_down_is_503_and_can_be_repeated(rig: Rig) -> None:
-    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
-    job_id = accepted["job_id"]
-    relayed(rig, job_id, JobState.LEASED)
-    rig.queue.add("emails", job_id)
-    rig.queue.hold("emails", job_id)
+    job_id = leased(rig)
     rig.queue.down = BackendUnavailable("redis down")
     code, headers, _ = rig.call("DELETE", f"/v1/jobs/{job_id}")
     assert (code, headers["retry-after"]) == (503, "1")
@@ -322,12 +322,20 @@ def test_same_key_on_another_queue_is_422(rig: Rig) -> None:
     assert rig.call("POST", "/v1/queues/other/jobs", {"payload": 1}, headers=key)[0] == 422
 
 
-def test_keys_are_scoped_per_caller(rig: Rig) -> None:
-    event = event_for("POST", JOBS, {"payload": 1}, headers={"Idempotency-Key": "k"})
+@pytest.mark.parametrize(("path", "body"), [(JOBS, {"payload": 1}),
+                                            (f"{JOBS}/batch", {"jobs": [{"payload": 1}]})])
+def test_keys_are_scoped_per_caller(rig: Rig, path: str, body: dict[str, Any]) -> None:
+    event = event_for("POST", path, body, headers={"Idempotency-Key": "k"})
     assert unpack(rig.gateway(event, None))[0] == 202
     event["requestContext"]["identity"]["userArn"] = "arn:aws:sts::123456789012:assumed-role/other/x"
     assert unpack(rig.gateway(event, None))[0] == 202
     assert len(rig.log.records) == 2
+
+
+def test_a_callers_idempotency_key_is_its_own() -> None:
+    tenant, other = Caller(idempotency_scope="key-1"), Caller(idempotency_scope="key-2")
+    assert tenant.own_key("k") == "key-1|k" != other.own_key("k")
+    assert tenant.own_key(None) is None
 
 
 def test_batch_replay_returns_the_same_ids(rig: Rig) -> None:

@@ -6,7 +6,6 @@ settings, adapters built once per container on first use, Powertools logging and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
 from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from tests.loading import module_from_file
 from tests.unit.test_gateway_fakes import EVENTS, LambdaContext, gateway_queue
 
 APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
@@ -60,11 +60,7 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
 
 
 def load_app() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gateway_app_under_test", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(APP, "gateway_app_under_test")
 
 
 @pytest.fixture

@@ -143,7 +143,7 @@ def test_a_flood_of_random_names_does_not_grow_a_containers_memory() -> None:
     for i in range(MAX_KNOWN + 10):
         reservations.reserve(f"q{i}")
     assert len(reservations._known) <= MAX_KNOWN
-    assert reservations.names() is None  # no durable registry: Redis's is all there is
+    assert reservations.parked() is None  # no durable registry: Redis's is all there is
 
 
 def test_the_operator_lists_queues_from_the_durable_registry_too() -> None:

@@ -22,8 +22,10 @@ AT_ISO, AT = "2027-01-01T03:00:00Z", 1_798_772_400_000
 
 
 class World(Rig):
-    def __init__(self) -> None:
+    def __init__(self, api: Api | None = None) -> None:
+        """``api``: another rig's (a routed one), in place of this rig's own."""
         super().__init__()
+        self.api = self.api if api is None else api
         # The fixtures' caller is the operator here: an empty list names nobody (issue 27, item 3).
         self.api.operators = (FIXTURE_ROLE,)
         self.store_s, self.trigger = FakeScheduleStore(), FakeTrigger()
@@ -102,11 +104,7 @@ def test_a_malformed_body_is_refused_by_the_body_guard(w: World) -> None:
 
 
 def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
-    rig, _ = routed_rig([Route("billing", "sluice-worker-billing", "billing")])
-    rig.api.operators = (FIXTURE_ROLE,)
-    w = World()
-    w.api = rig.api
-    w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    w = World(routed_rig([Route("billing", "sluice-worker-billing", "billing")])[0].api)
     assert w.call("POST", "/v1/queues/reports/jobs", {"payload": 1})[0] == 404  # as an enqueue
     status, _, body = w.call("POST", BASE, NIGHTLY)
     assert (status, body["code"]) == (404, "NO_ROUTE")
@@ -116,11 +114,7 @@ def test_an_unknown_queue_is_refused_as_the_enqueue_path_does() -> None:
 
 def test_a_payload_its_typed_queue_refuses_is_400_and_says_nothing_was_written() -> None:
     schema = {"type": "object", "properties": {"r": {"type": "integer"}}, "additionalProperties": False}
-    rig, _ = routed_rig([Route("reports", "sluice-worker-reports", "reports", {"reports": schema})])
-    rig.api.operators = (FIXTURE_ROLE,)
-    w = World()
-    w.api = rig.api
-    w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    w = World(routed_rig([Route("reports", "sluice-worker-reports", "reports", {"reports": schema})])[0].api)
     status, _, body = w.call("POST", BASE, {**NIGHTLY, "payload": {"nope": 1}})
     assert (status, body["code"]) == (400, "PAYLOAD_INVALID"), body
     assert body["detail"].endswith("; nothing was written"), body
@@ -217,11 +211,7 @@ def test_a_schedule_name_is_its_queues_another_queue_cannot_reach_it(w: World) -
 
 
 def test_an_unrouted_queue_is_404_on_reads_too() -> None:
-    rig, _ = routed_rig([Route("billing", "sluice-worker-billing", "billing")])
-    rig.api.operators = (FIXTURE_ROLE,)
-    w = World()
-    w.api = rig.api
-    w.gateway = Gateway(rig.api, schedules=lambda api: Schedules(api, w.store_s, w.trigger))
+    w = World(routed_rig([Route("billing", "sluice-worker-billing", "billing")])[0].api)
     for method, path, then in [("GET", BASE, "(sluice routes list)"),
                                ("GET", f"{BASE}/nightly", "(sluice routes list)"),
                                ("POST", f"{BASE}/nightly/pause", "; nothing was changed"),

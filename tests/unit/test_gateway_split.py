@@ -8,7 +8,6 @@ entry: an API Gateway proxy event naming an operator, a firing, an admin call ar
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ import pytest
 
 from sluice.core.schedules import FIRE_KEY
 from sluice.entry.gateway import Gateway, is_admin_path, kind_of
+from tests.loading import module_from_file
 from tests.unit.test_gateway_fakes import LambdaContext
 from tests.unit.test_gateway_handler import Fakes, event
 from tests.unit.test_gateway_handler import fakes as fakes  # the fixture
@@ -57,11 +57,7 @@ NO_SHAPE = [{}, {"httpMethod": "GET"}, {"path": "/v1/admin/queues"}, [], "text",
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"{name}_app_under_test", FUNCTIONS / name / "app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(FUNCTIONS / name / "app.py", f"{name}_app_under_test")
 
 
 @pytest.mark.parametrize("name", sorted(OWN))

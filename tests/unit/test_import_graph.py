@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import grimp
 
+from tests.loading import module_from_file
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "infra" / "import_graph.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(ROOT / "infra" / "import_graph.py", "import_graph")
 
 
 def test_sluice_and_sluice_dev_have_no_import_cycle() -> None:

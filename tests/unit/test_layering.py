@@ -13,6 +13,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from tests.loading import module_from_file
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "shared" / "sluice"
 TOOLING = ["sluice_dev"]
@@ -70,10 +72,7 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_the_layer_build_copies_sluice_whole_and_nothing_of_the_tooling(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("build_layer", ROOT / "shared" / "build_layer.py")
-    assert spec is not None and spec.loader is not None
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = module_from_file(ROOT / "shared" / "build_layer.py", "build_layer")
     build.copy_package(tmp_path)
     copied = {p.relative_to(tmp_path / "sluice") for p in (tmp_path / "sluice").rglob("*") if p.is_file()}
     source = {p.relative_to(PACKAGE) for p in PACKAGE.rglob("*")

@@ -139,25 +139,43 @@ def test_without_a_lot_a_paused_queue_still_fills_the_buffer_as_before() -> None
     assert w.source.paused == {0}
 
 
-def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
-    w, lot = parked_world()
-    w.engine.set_config("a", rate_per_s=20.0, burst=1)
-    a_ids = w.add(300, queue="a", partition=0)
-    relay = relay_with(w, lot)
+def b_flows_beside_a_rate_limited_a(w: World, lot: FakeParkingLot, relay: Relay, rounds: int) -> None:
+    """B's records, one a round behind A's backlog in the same partition, all reach Redis, and the
+    partition never stops fetching for A."""
     b_ids: list[str] = []
-    for _ in range(30):  # polls of 20 records: the first reach B's after A's 300
+    for _ in range(rounds):
         b_ids += w.add(1, queue="b", partition=0)
         run_steps(relay, 2)
         w.clock.t += 0.05
         assert w.source.paused == set()  # never stops fetching for A
     run_steps(relay, 2)
     assert sorted(w.in_redis("b")) == sorted(b_ids) and lot.writes > 0
+
+
+def test_a_rate_limited_queue_parks_its_overflow_and_keeps_its_rate() -> None:
+    w, lot = parked_world()
+    w.engine.set_config("a", rate_per_s=20.0, burst=1)
+    a_ids = w.add(300, queue="a", partition=0)
+    relay = relay_with(w, lot)
+    b_flows_beside_a_rate_limited_a(w, lot, relay, 30)  # polls of 20 records: B's after A's 300
     start_t, start_n = w.clock.t, len(w.in_redis("a"))
     while len(w.in_redis("a")) < 300 and w.clock.t - start_t < 30:
         relay.step()
         w.clock.t += 0.01
     rate = (len(w.in_redis("a")) - start_n) / (w.clock.t - start_t)
     assert offsets_in_redis(w, "a", a_ids) == list(range(300)) and rate <= 22
+
+
+def test_a_rate_limited_queue_parks_its_overflow_when_the_buffer_is_smaller_than_twice_a_batch() -> None:
+    """``max_pending`` below the default ``park_above`` (twice ``batch``): A's records kept buffered
+    would fill the partition's buffer, whose fetching would pause for B too (the tenant nemesis's
+    scaled case: a buffer of 500 against twice 500)."""
+    w, lot = parked_world()
+    w.engine.set_config("a", rate_per_s=20.0, burst=1)
+    w.add(300, queue="a", partition=0)
+    relay = relay_with(w, lot, max_pending=16)
+    assert relay.config.park_above == 4
+    b_flows_beside_a_rate_limited_a(w, lot, relay, 40)
 
 
 def paused_and_parked(n: int) -> tuple[World, FakeParkingLot, Relay, list[str]]:
@@ -392,3 +410,48 @@ def test_a_replay_reads_a_lane_back_only_as_far_as_kafka_has_been_read_again(par
     second = recovering("r2")
     steps(second, 40)
     assert offsets_in_redis(w, "a", a_ids) == list(range(39))  # all, once, in order
+
+
+class SegmentedLot(FakeParkingLot):
+    """A lot that keeps records in fours (as the DynamoDB lot keeps a park call's records in one
+    segment) and deletes a four only once all of it is released; ``asked`` records the sweep's
+    questions to the store."""
+
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[Any]:
+        got = super().page(queue, partition, after, 10**9 if whole else limit)
+        if whole and got:
+            last = got[min(limit, len(got)) - 1].offset // 4
+            got = [r for r in got if r.offset // 4 <= last]
+        return [r._replace(item=(f"seg{r.offset // 4}", 4)) for r in got]
+
+    def release(self, queue: str, records: Any, *, delay: bool = False) -> int:
+        groups: dict[str, list[Any]] = {}
+        for r in records:
+            groups.setdefault(r.item[0], []).append(r)
+        return super().release(queue, [r for g in groups.values() if len(g) == 4 for r in g])
+
+
+def test_the_sweep_deletes_a_segment_once_all_its_records_are_done_and_asks_of_each_once() -> None:
+    w, lot = World(partitions=1), SegmentedLot()
+    w.engine.set_config("a", paused=True)
+    released: list[int] = []
+    bus = EventBus()
+    bus.subscribe(lambda e: released.append(e.released) if isinstance(e, ev.Unparked) else None, ev.Unparked)
+    relay = relay_with(w, lot, refresh_s=0.0, events=bus)
+    ids = w.add(8, queue="a", partition=0)  # offsets 0..7: two fours
+    run_steps(relay, 6)
+    assert lot.count("a") == 8
+    asked: list[str] = []
+    view = w.store.relay_view
+    w.store.relay_view = lambda job_ids: (asked.extend(job_ids), view(job_ids))[1]  # type: ignore[method-assign]
+    w.store.final.update(ids[:6])  # the first four and half the second are done with
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert lot.count("a") == 4 and released == [4]  # the half-done four stays, whole, and is not counted
+    assert sorted(asked) == sorted(ids)
+    asked.clear()
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert sorted(asked) == sorted(ids[6:]) and released == [4]  # only the two not known done
+    w.store.final.update(ids[6:])
+    relay.parking.sweep(wait=True)  # type: ignore[union-attr]
+    assert lot.count("a") == 0 and released == [4, 4]

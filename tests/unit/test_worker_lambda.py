@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +17,7 @@ from sluice.entry import root as wiring
 from sluice.entry.worker import load_app, parse_dispatch
 from sluice.worker.runtime.context import JobContext
 from sluice_dev.fakes import FakeLambdaContext, FakeQueue, FakeStore
+from tests.loading import module_from_file
 
 APP = Path(__file__).resolve().parents[2] / "functions" / "worker" / "app.py"
 
@@ -38,11 +38,7 @@ def emails(job: Job, ctx: JobContext) -> None:
 
 
 def load_function() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("worker_function_app", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(APP, "worker_function_app")
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, dataclass_transform
 
 from sluice.core.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.core.models import QueueStats
@@ -46,14 +46,28 @@ def wall() -> float:
     return _wall()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Event:
-    """Every event; ``at`` is the wall clock when it was emitted (the call's end for a call)."""
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+class _EventType(type):
+    """Makes every class of the catalogue a frozen, slotted, keyword-only dataclass of the fields it
+    declares (after its bases' fields), so an event is its fields and nothing else (PEP 681)."""
+
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any) -> _EventType:
+        cls = super().__new__(mcs, name, bases, namespace, **kw)
+        if "__dataclass_fields__" in namespace:  # the slotted copy that dataclass() makes of a class
+            return cls
+        return cast(_EventType, dataclass(frozen=True, slots=True, kw_only=True)(cast(type, cls)))
+
+
+class Event(metaclass=_EventType):
+    """Every event; ``at`` is the wall clock when it was emitted (the call's end for a call).
+
+    A subclass declares only its own fields: it is a dataclass by being an event (``_EventType``),
+    so it takes no ``@dataclass`` of its own.
+    """
 
     at: float = field(default_factory=wall)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CallEnded(Event):
     """A port call returned or raised: ``outcome`` as above, ``t0`` when it began."""
 
@@ -62,7 +76,6 @@ class CallEnded(Event):
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class JobEvent(Event):
     """An event about one job: ``job`` is its id, ``queue`` its queue."""
 
@@ -70,7 +83,6 @@ class JobEvent(Event):
     queue: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class JobCall(CallEnded):
     """A port call about one job (``job``, ``queue``), with its outcome."""
 
@@ -81,22 +93,24 @@ class JobCall(CallEnded):
 # -- worker: Redis side ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Leased(JobEvent):
     lease: int  # the Redis lease token
     attempt: int
     deadline_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Renewed(JobCall):
-    """A heartbeat's extend; ``outcome`` ok, or lost/rejected/error (the lease is gone or unknown)."""
+class LeaseCall(JobCall):
+    """A Redis call on one lease of a job (``lease``, the Redis lease token), with its outcome."""
 
     lease: int
+
+
+class Renewed(LeaseCall):
+    """A heartbeat's extend; ``outcome`` ok, or lost/rejected/error (the lease is gone or unknown)."""
+
     deadline_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Acking(JobEvent):
     """The result (or a cancel) is recorded in the store; the Redis ack is next."""
 
@@ -104,29 +118,21 @@ class Acking(JobEvent):
     token: int  # the fencing token, 0 if none was granted
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Acked(JobCall):
-    lease: int
+class Acked(LeaseCall):
+    """The Redis ack that follows ``Acking``."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailReported(JobCall):
+class FailReported(LeaseCall):
     """The job handed back to Redis after a failure; ``outcome`` says retry or dead when ok."""
 
-    lease: int
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Released(JobCall):
+class Released(LeaseCall):
     """A lease given back to Redis without using up an attempt."""
-
-    lease: int
 
 
 # -- worker: the jobs table ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Granted(JobCall):
     """A grant: ``token`` is the fencing token minted (None if refused)."""
 
@@ -134,7 +140,6 @@ class Granted(JobCall):
     token: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerStarted(JobEvent):
     """``queue_wait_ms``: from the enqueue to now (None if the job does not say when it was enqueued)."""
 
@@ -144,7 +149,6 @@ class HandlerStarted(JobEvent):
     queue_wait_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerEnded(JobEvent):
     """``outcome``: returned, raised or timed_out; ``stale_token``: it raised StaleToken (one of its
     own fenced writes was refused)."""
@@ -156,62 +160,51 @@ class HandlerEnded(JobEvent):
     stale_token: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ResultWriting(JobEvent):
     """The local lease check passed; the fenced result write is next."""
 
     token: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResultWritten(CallEnded):
-    """The result write landed (``outcome`` written or already_written)."""
+class TokenCall(CallEnded):
+    """A DynamoDB write for one job under its fencing token (``job``, ``token``), with its outcome."""
 
     job: str
     token: int
+
+
+class ResultWritten(TokenCall):
+    """The result write landed (``outcome`` written or already_written)."""
+
     result: Any = field(default=None, repr=False)  # the value written (an observer may digest it)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResultRefused(CallEnded):
+class ResultRefused(TokenCall):
     """The result write was refused: ``current`` is the newer fencing token when rejected."""
 
-    job: str
-    token: int
     current: int | None = None
     result: Any = field(default=None, repr=False)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FencedWrite(CallEnded):
+class FencedWrite(TokenCall):
     """A handler's ``FencedTable`` write (``kind`` put, update or delete)."""
 
-    job: str
-    token: int
     table: str
     kind: str
     current: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailureRecorded(CallEnded):
+class FailureRecorded(TokenCall):
     """A failure record in the jobs table (``status`` queued, failed, dead or cancelled)."""
 
-    job: str
-    token: int
     status: str
     current: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GrantReleased(CallEnded):
+class GrantReleased(TokenCall):
     """A granted lease given back in the jobs table."""
 
-    job: str
-    token: int
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseGone(JobEvent):
     """The worker learned that its Redis lease on the job is gone (taken over, lapsed, refused).
 
@@ -226,7 +219,6 @@ class LeaseGone(JobEvent):
     again: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Finished(JobEvent):
     """The worker finished one attempt (glossary: finish) with this verdict.
 
@@ -247,7 +239,6 @@ class Finished(JobEvent):
 # -- relay ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RecordsRead(Event):
     topic: str
     partition: int
@@ -256,7 +247,6 @@ class RecordsRead(Event):
     n: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Pushed(CallEnded):
     """Records ``first``..``last`` of one partition pushed into Redis under ``owner``."""
 
@@ -271,7 +261,6 @@ class Pushed(CallEnded):
     jobs: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigRead(Event):
     """The relay read a queue's depths and config (every ``refresh_s``); ``t0`` when it began."""
 
@@ -280,14 +269,12 @@ class ConfigRead(Event):
     t0: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Committed(Event):
     topic: str
     partition: int
     offset: int  # the next offset to read
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Settled(Event):
     """Redis endings copied into the jobs table: ``n`` settled of a queue."""
 
@@ -295,7 +282,6 @@ class Settled(Event):
     n: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRegistered(Event):
     """The relay added ``queue`` to the registry's Redis cache for a minted record (issue 28): new to
     the cache, so perhaps to the durable registry too (a queue from before it, or a cache lost with
@@ -307,13 +293,11 @@ class QueueRegistered(Event):
 # -- relay incidents: rare turns of its state, which its metrics and logs observe ----------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Incident(Event):
     """A rare event (a few per invocation at most): emitted whether or not anyone listens, and a
     subscriber of incidents alone does not make a bus ``listening`` (no hot path builds more)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RelayStepFailed(Incident):
     """A relay step raised; ``unexpected``: not a SluiceError (the relay restarts its partitions)."""
 
@@ -321,7 +305,6 @@ class RelayStepFailed(Incident):
     unexpected: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionLost(Incident):
     """The relay stopped pushing ``partition``: a newer owner pushed, or its lease is gone."""
 
@@ -329,7 +312,6 @@ class PartitionLost(Incident):
     why: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class OwnershipJobRemoved(Incident):
     """A job in the ownership queue that no relay enqueued was removed."""
 
@@ -337,7 +319,6 @@ class OwnershipJobRemoved(Incident):
     why: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueHeld(Incident):
     """A queue's push gate turned: ``gate`` dead_cap (at ``depth`` dead jobs), watermark (at
     ``depth`` ready jobs) or budget (at ``depth`` bytes used: its byte budget, or the total over
@@ -349,7 +330,6 @@ class QueueHeld(Incident):
     depth: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryGuard(Incident):
     """Redis's memory crossed the push guard: ``on`` at ``percent`` of maxmemory, or off again."""
 
@@ -357,7 +337,6 @@ class MemoryGuard(Incident):
     percent: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchLimited(Incident):
     """The dispatch budget granted fewer worker invocations than the queues wanted."""
 
@@ -365,7 +344,6 @@ class DispatchLimited(Incident):
     granted: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class PushFailed(Incident):
     """One partition's push into ``queue`` raised something unexpected; its records stay pending
     and the other partitions flow."""
@@ -375,7 +353,6 @@ class PushFailed(Incident):
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StatusWriteFailed(Incident):
     """The relay's status writer could not mark ``jobs`` jobs queued (a status update only:
     the grant moves them on regardless)."""
@@ -384,13 +361,11 @@ class StatusWriteFailed(Incident):
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchFailed(Incident):
     queue: str
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DispatchRefused(Incident):
     """A route sends ``queue`` to ``function``, which the team map does not give that queue: the
     relay did not dispatch it (a route written around the registrar, or a map changed since)."""
@@ -400,7 +375,6 @@ class DispatchRefused(Incident):
     why: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Replayed(Incident):
     """Redis lost data (its epoch changed from ``old_epoch``): ``partition`` is replayed from
     ``start`` (Kafka had committed ``committed``), skipping jobs already final."""
@@ -413,7 +387,6 @@ class Replayed(Incident):
     epoch: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Parked(Incident):
     """``n`` held records of ``queue`` were parked from ``partition`` (relay/parking.py): the relay
     may commit past them; they come back in order when the queue can take them."""
@@ -423,7 +396,6 @@ class Parked(Incident):
     n: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Unparked(Incident):
     """``n`` parked records of ``queue`` were read back into ``partition``'s buffer; ``drained``:
     the lane came back short, so the queue's new records go straight to Redis again. ``released``
@@ -437,7 +409,6 @@ class Unparked(Incident):
     refused: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ParkingFailed(Incident):
     """The parking lot could not be written or read; the records wait in the buffer, tried again."""
 
@@ -446,7 +417,6 @@ class ParkingFailed(Incident):
     error: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointFailed(Incident):
     """A recovery checkpoint failed; it is only late: the next one is due in ``retry_in_s``."""
 
@@ -454,14 +424,12 @@ class CheckpointFailed(Incident):
     retry_in_s: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LagMeasured(Incident):
     """Records in Kafka not yet in Redis, the worst owned partition (every ``lag_every_s``)."""
 
     lag: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class QueueMeasured(Incident):
     """The relay re-read a queue's stats (every ``refresh_s``, once per queue it visits): its
     ``stats`` as Redis answered (depths, the oldest ready job's age) and ``relayed``, the jobs it
@@ -479,7 +447,6 @@ class QueueMeasured(Incident):
 # -- every path -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class JobEnded(JobEvent):
     """A job reached a final state (succeeded, failed, dead, cancelled).
 
@@ -495,6 +462,16 @@ class JobEnded(JobEvent):
     attempts: int = 0
     created_at_ms: int = 0
     ended_at_ms: int = 0
+
+
+class ChildAbandoned(JobEvent):
+    """A child ended ``dead`` because its parent ended (``parent_status``) before the append of its
+    Kafka record was confirmed (``streams.countdown.StreamCountdown``): nothing would have run it.
+    ``continuation``: the one its ending counts down, if any (docs/flows.md, Failure)."""
+
+    parent: str
+    parent_status: str
+    continuation: str | None = None
 
 
 # -- the bus --------------------------------------------------------------------------------------

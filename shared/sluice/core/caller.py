@@ -36,3 +36,7 @@ class Caller:
 
     def may_use(self, priority: int) -> bool:
         return priority <= self.max_priority or self.is_operator
+
+    def own_key(self, idempotency_key: str | None) -> str | None:
+        """The caller's Idempotency-Key in its own scope, so another tenant's same key is another key."""
+        return None if idempotency_key is None else f"{self.idempotency_scope}|{idempotency_key}"

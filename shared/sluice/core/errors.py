@@ -8,18 +8,29 @@ code from ``ERROR_CODES``; ``from_code`` turns such a reply into the exception.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
+
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 class SluiceError(Exception):
-    """Base of every Sluice error. ``code`` is stable and machine-readable.
+    """Base of every Sluice error. ``code`` is stable and machine-readable: the class's name in
+    upper snake case (``QueueFull``: ``QUEUE_FULL``) unless the class sets another. A class's name
+    is as public as its code, so one is not renamed without the other (``tests/unit/test_errors.py``
+    keeps every code a caller can get back).
 
     Raised with no message, the error says its ``template`` filled from its details (``{name!r}``
     from ``name=...``), or else its docstring.
     """
 
-    code = "SLUICE_ERROR"
+    code: ClassVar[str] = "SLUICE_ERROR"
     template: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            cls.code = _WORD_START.sub("_", cls.__name__).upper()
 
     def __init__(self, message: str = "", **details: Any) -> None:
         super().__init__(message or self._message(details))
@@ -38,14 +49,9 @@ class SluiceError(Exception):
 class InvalidInput(SluiceError, ValueError):
     """The caller passed a value that Sluice refuses; nothing was written."""
 
-    code = "INVALID_INPUT"
-
 
 class PayloadTooLarge(InvalidInput):
     """The request body or a job payload is larger than the configured limit."""
-
-    code = "PAYLOAD_TOO_LARGE"
-    status: ClassVar[int] = 413
 
 
 class InvalidQueueName(InvalidInput):
@@ -57,8 +63,6 @@ class InvalidQueueName(InvalidInput):
 class ReservedQueue(InvalidQueueName):
     """Queue names starting with ``sluice-`` belong to Sluice's internal queues."""
 
-    code = "RESERVED_QUEUE"
-
 
 class JobNotFound(SluiceError, LookupError):
     """No job with that id exists (or it has expired)."""
@@ -69,13 +73,9 @@ class JobNotFound(SluiceError, LookupError):
 class JobExists(SluiceError):
     """A job with that id already exists with different content."""
 
-    code = "JOB_EXISTS"
-
 
 class LeaseLost(SluiceError):
     """The caller no longer holds the job's lease (expired, taken over, or released)."""
-
-    code = "LEASE_LOST"
 
 
 class StaleToken(LeaseLost):
@@ -84,7 +84,6 @@ class StaleToken(LeaseLost):
     Carries both tokens so the log line can say exactly how far behind the writer was.
     """
 
-    code = "STALE_TOKEN"
     template = "stale fencing token {mine} (current is {current})"
 
     def __init__(self, message: str = "", *, mine: int | None = None, current: int | None = None,
@@ -108,15 +107,11 @@ class WaitTimedOut(SluiceError, TimeoutError):
 class AlreadyFinished(SluiceError):
     """The job already reached a final state (succeeded, dead or cancelled)."""
 
-    code = "ALREADY_FINISHED"
-
 
 class RedriveRaced(SluiceError):
     """A redrive appended the job's record to Kafka, then found the job gone from Redis's dead set
     (purged, trimmed or redriven meanwhile): the relay brings it back from that record if Redis no
     longer holds it, so the redrive may still take effect (``sluice.gateway.redrive``)."""
-
-    code = "REDRIVE_RACED"
 
 
 class QueuePaused(SluiceError):
@@ -130,27 +125,19 @@ class QueueFull(SluiceError):
 
     ``details["retry_after_s"]`` says when the gateway's view of the queue is next refreshed."""
 
-    code = "QUEUE_FULL"
-
 
 class CallerThrottled(SluiceError):
     """This caller sent more requests or body bytes than its limit allows (429); nothing was written.
 
     ``details["retry_after_s"]`` says when its bucket holds enough again (issue 27, item 5)."""
 
-    code = "CALLER_THROTTLED"
-
 
 class QueueNotAllowed(SluiceError):
     """The queue is not on the operator's allow-list, or is new and the registry is at its limit."""
 
-    code = "QUEUE_NOT_ALLOWED"
-
 
 class StoreError(SluiceError):
     """The job store failed in a way that is neither fencing nor not-found."""
-
-    code = "STORE_ERROR"
 
 
 class BackendUnavailable(SluiceError):
@@ -163,14 +150,10 @@ class PayloadUnavailable(SluiceError):
     """A job's payload pointer (``sluice.core.payloads``) could not be resolved: the object is
     missing, not the one its record sealed, or not the job's own. The job fails with the reason."""
 
-    code = "PAYLOAD_UNAVAILABLE"
-
 
 class RegistryCold(BackendUnavailable):
     """The registry's Redis cache was lost and not loaded again yet (register.lua): the adapter
     loads it from the durable registry and asks again."""
-
-    code = "REGISTRY_COLD"
 
 
 class NotPermitted(SluiceError):
@@ -178,26 +161,18 @@ class NotPermitted(SluiceError):
     or commands do not cover it (Redis NOPERM; ElastiCache RBAC, docs/security.md "Redis users").
     Not retried: the same credentials are refused again."""
 
-    code = "NOT_PERMITTED"
-
 
 class RecordTampered(StoreError):
     """A stored job record (a continuation's, under ``~family~<id>``) whose seal does not match it:
     it was altered after the gateway sealed it, so it is not appended (docs/security.md, "Records")."""
 
-    code = "RECORD_TAMPERED"
-
 
 class IdempotencyConflict(SluiceError):
     """The idempotency key was reused with a different request body."""
 
-    code = "IDEMPOTENCY_CONFLICT"
-
 
 class InProgress(SluiceError):
     """An identical request with the same idempotency key is still being processed."""
-
-    code = "IN_PROGRESS"
 
 
 class HandlerNotFound(SluiceError):
@@ -209,13 +184,9 @@ class HandlerNotFound(SluiceError):
 class PriorityNotAllowed(SluiceError):
     """The priority is above what this caller may use; operators (an allow-list of principals) may."""
 
-    code = "PRIORITY_NOT_ALLOWED"
-
 
 class ConfigError(SluiceError):
     """The deployment's configuration is missing or inconsistent; the component refuses to start."""
-
-    code = "CONFIG_ERROR"
 
 
 class RedisTopologyError(ConfigError):
@@ -229,57 +200,39 @@ class HandlerDoesNotFit(ConfigError):
     """A handler's hard timeout is longer than the worker function's invocation budget: no
     invocation could ever lease its jobs. The worker refuses to start rather than lease nothing."""
 
-    code = "HANDLER_DOES_NOT_FIT"
-
 
 class TooManyChildren(InvalidInput):
     """A parent asked for more children than one job may have (``flows.MAX_CHILDREN``)."""
-
-    code = "TOO_MANY_CHILDREN"
 
 
 class FamilyConflict(InvalidInput):
     """A continuation's key was used again with other children (a handler that is not deterministic)."""
 
-    code = "FAMILY_CONFLICT"
-
 
 class RouteConflict(InvalidInput):
     """Another owner already routes this queue (or a pattern that overlaps it)."""
-
-    code = "ROUTE_CONFLICT"
 
 
 class InvalidSchema(InvalidInput):
     """A typed queue's schema is not a valid JSON Schema."""
 
-    code = "INVALID_SCHEMA"
-
 
 class UnknownFunction(InvalidInput):
     """A route names a worker function that does not exist."""
-
-    code = "UNKNOWN_FUNCTION"
 
 
 class RouteRefused(SluiceError):
     """A route names a team's function for a queue the team map does not give that team: the relay
     does not follow it (docs/teams.md, "The team map")."""
 
-    code = "ROUTE_REFUSED"
-
 
 class RegistrationRefused(InvalidInput):
     """A registrar refused a registration: a queue outside its team's map, or a request naming
     another team or function. Nothing was written."""
 
-    code = "REGISTRATION_REFUSED"
-
 
 class NoRoute(InvalidInput):
     """No deployed worker handles this queue: the gateway refuses its jobs (404)."""
-
-    code = "NO_ROUTE"
 
 
 class PayloadInvalid(InvalidInput):
@@ -287,74 +240,53 @@ class PayloadInvalid(InvalidInput):
 
     ``details["errors"]``: (JSON pointer into the request, message, batch index or None) per failure."""
 
-    code = "PAYLOAD_INVALID"
-
 
 class InvalidSchedule(InvalidInput):
     """A schedule whose name, expression or queue Sluice refuses; nothing was written."""
-
-    code = "INVALID_SCHEDULE"
 
 
 class FiringRefused(InvalidSchedule):
     """A schedule firing at a time its expression does not produce (or too far from now); nothing
     was enqueued (issue 27)."""
 
-    code = "FIRING_REFUSED"
-
 
 class ScheduleTooFrequent(InvalidSchedule):
     """A schedule that would fire more often than once a minute."""
-
-    code = "SCHEDULE_TOO_FREQUENT"
 
 
 class UnsupportedSchedule(InvalidSchedule):
     """A valid EventBridge Scheduler expression using a feature Sluice does not compute (L, W, #)."""
 
-    code = "UNSUPPORTED_SCHEDULE"
-
 
 class ScheduleNotFound(SluiceError, LookupError):
     """No schedule with that name."""
 
-    code = "SCHEDULE_NOT_FOUND"
     template = "no schedule named {name!r}"
 
 
 class ScheduleExists(SluiceError):
     """A schedule with that name exists already; delete it first to change it."""
 
-    code = "SCHEDULE_EXISTS"
     template = "a schedule named {name!r} exists; delete it first"
 
 
 class NotOperator(SluiceError):
     """The caller is not an operator: the operator API (``/v1/admin/...``) is refused (403)."""
 
-    code = "NOT_OPERATOR"
-
 
 class WrongFunction(SluiceError):
     """This function does not serve this kind of caller (issue 27: one function per caller):
     refused before anything is read or written (403)."""
 
-    code = "WRONG_FUNCTION"
     template = "the {function} function serves {serves} only, not {kind}"
 
 
 class BadBody(InvalidInput):
     """The request body is not acceptable JSON; nothing was written."""
 
-    code = "BAD_BODY"
-    status: ClassVar[int] = 400
-
 
 class UnsupportedMediaType(InvalidInput):
     """The request body must be sent as application/json (UTF-8)."""
-
-    code = "UNSUPPORTED_MEDIA_TYPE"
-    status: ClassVar[int] = 415
 
 
 # Every error a caller can get back by its code: from a Lua script's error reply, or from the

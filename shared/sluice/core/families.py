@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sluice.core.base import Model
 from sluice.core.bus import EventBus, JobEnded, ResultWritten
 from sluice.core.errors import SluiceError
+from sluice.core.ids import ulid_time_ms
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
 from sluice.core.wire import EnqueueRequest
 
@@ -54,7 +56,7 @@ class ThenRequest(EnqueueRequest):
     key: str = "then"
 
 
-class FamilyRequest(BaseModel):
+class FamilyRequest(Model):
     """The worker's request to the gateway function: start ``jobs`` (and ``then``) as children."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -66,7 +68,7 @@ class FamilyRequest(BaseModel):
     then: ThenRequest | None = None
 
 
-class ReleaseRequest(BaseModel):
+class ReleaseRequest(Model):
     """Append a continuation whose children have all ended (idempotent)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -75,9 +77,12 @@ class ReleaseRequest(BaseModel):
     continuation: str = Field(pattern=JOB_ID_PATTERN)
 
 
-class FamilyAccepted(BaseModel):
+class FamilyAccepted(Model):
     job_ids: list[str]
     continuation: str | None = None
+
+
+Slot = tuple[str, int]  # a child's continuation, and its place among that continuation's children
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +92,47 @@ class NewChild:
     job_id: str
     queue: str
     created_at_ms: int
-    slot: int = 0  # its place among its family's children (the countdown's idempotency key)
+    slot: int = 0  # its rank among its family's children (``family_slots``: the countdown's idempotency key)
 
 
-Slot = tuple[str, int]  # a child's continuation, and its place among that continuation's children
+def family_slots(child_ids: Sequence[str]) -> dict[str, int]:
+    """Each child's slot: its rank in the sorted set of the family's child ids.
+
+    A function of the set alone, never of the request's order: a re-run listing the same children
+    in another order (after the first run's child writes half-failed, which keeps the slots those
+    writes made) gives every child the slot it had, so no two children share one and the last
+    ending takes ``remaining`` to 0 (issue 29). The set is fixed once the family's record exists,
+    and the gateway writes that record before any child's item."""
+    return {child: rank for rank, child in enumerate(sorted(set(child_ids)))}
+
+
+def creatable_slots(parent_id: str, families: Mapping[str, tuple[str, Sequence[str]]]) -> dict[str, Slot]:
+    """The slots of a parent's children that may be created ``dead`` when they have no item (their
+    item's write failed too), from ``families``: continuation -> (the parent its record names, the
+    children it waits for).
+
+    The pending list is on the parent's item, which its team's code may write, so only what a team
+    cannot forge for another team's jobs counts: a family whose record names this parent, and a
+    child whose id keeps the parent's time (``ids.derive``). A child with an item is ended only if
+    its item names this parent (``Families.abandon``)."""
+    born = ulid_time_ms(parent_id.split(".", 1)[0])
+    out: dict[str, Slot] = {}
+    for then, (owner, children) in sorted(families.items()):
+        if owner != parent_id:
+            continue
+        for child, rank in family_slots(children).items():
+            if born is not None and ulid_time_ms(child.split(".", 1)[0]) == born:
+                out.setdefault(child, (then, rank))
+    return out
+
+
+def abandoned_reason(parent_id: str, parent_status: str) -> str:
+    """The ``last_error`` of a child ended ``dead`` because its parent ended (``parent_status``)
+    before the append of its Kafka record was confirmed: it was never appended, or not that anyone
+    knows, and nothing would ever run it (docs/flows.md, Failure)."""
+    return (f"never appended: its parent {parent_id} ended {parent_status} before the append of its "
+            "children was confirmed, and nothing would run it; enqueue the work again (or re-run the "
+            "parent under a new id) if it must be done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +162,25 @@ class FamilyReads(Protocol):
     def unreleased(self, continuation: str) -> bool:
         """True if every child was counted and the continuation was not appended yet."""
         ...
+
+    def members(self, continuation: str) -> tuple[str, list[str]]:
+        """(the parent its family's record names, the children it waits for); ("", []): no record."""
+        ...
+
+    def abandon(self, child_id: str, parent_id: str, reason: str, slot: Slot | None) -> Abandoned:
+        """End ``dead`` (with ``reason``) a child of ``parent_id`` still ``accepted``, or, given its
+        ``slot`` (``creatable_slots``), one with no item yet, then created naming its parent and
+        ``slot``; a child that moved on, or whose item names another parent, is left."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """What ``FamilyReads.abandon`` did: ``ended`` the child now (False: it had moved on, or was
+    ended so already), and the slot its item names (None: no continuation waits for it)."""
+
+    ended: bool
+    slot: Slot | None = None
 
 
 class Countdown:
@@ -221,6 +282,10 @@ class FamilyStore(FamilyReads, Protocol):
     def waits_for(self, continuation: str) -> list[str]: ...
 
     def mark_released(self, continuation: str) -> bool: ...
+
+    def appended(self, parent_id: str, child_ids: Sequence[str]) -> None:
+        """The children's append went through: the parent's ending need not reconcile them."""
+        ...
 
     def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]: ...
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from sluice.core.base import Model
 from sluice.core.errors import InvalidInput, InvalidQueueName, ReservedQueue
 
 # Every name pattern, once: the validators, the wire models, the OpenAPI document and the HTTP
@@ -183,7 +184,7 @@ GroupName = Annotated[str, Field(pattern=GROUP_PATTERN)]
 PAYLOAD_CHECKED: Final = "payload_checked"
 
 
-class JobSpec(BaseModel):
+class JobSpec(Model):
     """A job as the gateway accepted it: the record in Kafka and the input to ``enqueue``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -238,7 +239,7 @@ class DecodedJob(NamedTuple):
                    spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms, spec.group)
 
 
-class Job(BaseModel):
+class Job(Model):
     """What a handler receives."""
 
     model_config = ConfigDict(frozen=True)
@@ -253,7 +254,7 @@ class Job(BaseModel):
     group: str | None = None  # its fair-share group (JobSpec.group)
 
 
-class LeasedJob(BaseModel):
+class LeasedJob(Model):
     """A job handed out by ``lease``: its ``lease_token`` (Redis's) proves liveness of this lease only."""
 
     model_config = ConfigDict(frozen=True)
@@ -280,7 +281,7 @@ class LeasedJob(BaseModel):
                    enqueued_at_ms=self.enqueued_at_ms, group=self.group)
 
 
-class Extended(BaseModel):
+class Extended(Model):
     """What a successful ``extend`` returns: the new deadline, and whether cancel was requested."""
 
     model_config = ConfigDict(frozen=True)
@@ -289,7 +290,7 @@ class Extended(BaseModel):
     cancel_requested: bool = False
 
 
-class DispatchEvent(BaseModel):
+class DispatchEvent(Model):
     """The worker Lambda's input: from the relay's dispatch or the scheduled safety net."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -307,7 +308,7 @@ class DispatchEvent(BaseModel):
         return queues
 
 
-class QueueConfig(BaseModel):
+class QueueConfig(Model):
     """Runtime knobs of one queue, stored in Redis so every relay and worker sees changes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -330,7 +331,7 @@ class QueueConfig(BaseModel):
     max_in_flight_per_group: int = Field(default=0, ge=0)
 
 
-class FinishedCounts(BaseModel):
+class FinishedCounts(Model):
     """How many of a queue's jobs left it for good, by how, since its counters began (Redis's
     ``keys.finished``; a Redis data loss starts them again at 0). Cumulative: the rate is the
     difference between two reads. ``dead`` is every job dead-lettered: the handler's ``Fail``
@@ -346,7 +347,7 @@ class FinishedCounts(BaseModel):
         return self.succeeded + self.dead + self.cancelled
 
 
-class QueueStats(BaseModel):
+class QueueStats(Model):
     queue: str
     ready: int
     delayed: int
@@ -362,7 +363,7 @@ class QueueStats(BaseModel):
     parked_at_ms: int = 0  # when one last parked (epoch ms; 0: never, or no registry)
 
 
-class DeadJob(BaseModel):
+class DeadJob(Model):
     job_id: str
     queue: str
     attempts: int
@@ -370,7 +371,7 @@ class DeadJob(BaseModel):
     died_at_ms: int
 
 
-class SettleEntry(BaseModel):
+class SettleEntry(Model):
     """A job Redis ended with no worker left to tell the jobs table (``keys.settle``):
     ``status`` is dead (its lease expired on the last attempt) or cancelled (its lease
     ended after a cancel request). ``ended_at_ms`` is Redis's time, and identifies the entry."""
@@ -400,7 +401,7 @@ class SettleEntry(BaseModel):
                    last_error=last_error, redrive_gen=gen)
 
 
-class JobRecord(BaseModel):
+class JobRecord(Model):
     """A job's durable state in the jobs table (the token authority)."""
 
     job_id: str

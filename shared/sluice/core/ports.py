@@ -223,6 +223,10 @@ class ParkedRecord(NamedTuple):
     job_id: str
     enqueued_at_ms: int
     run_at_ms: int
+    # Where the lot keeps it, when that is not an item of its own: (its item's sort key, the records
+    # that item holds). The DynamoDB lot packs a park call's records into segments
+    # (backends/dynamodb/segments.py) and deletes a segment only once all of them are released.
+    item: tuple[str, int] | None = None
 
     def record(self) -> SourceRecord:
         return SourceRecord(self.partition, self.offset, self.key, self.value)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sluice.core.base import Model
 from sluice.core.models import (
     GROUP_PATTERN,
     JOB_ID_PATTERN,
@@ -31,7 +32,7 @@ MAX_LEASE_SECONDS: Final = MAX_LEASE_MS // 1000
 MAX_BATCH: Final = 100
 
 
-class EnqueueRequest(BaseModel):
+class EnqueueRequest(Model):
     """One job. Only ``payload`` is required; the job id is assigned by the gateway."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -52,7 +53,7 @@ class EnqueueRequest(BaseModel):
                                           "max_in_flight_per_group. Absent: the queue's default group.")
 
 
-class BatchRequest(BaseModel):
+class BatchRequest(Model):
     """1..100 jobs for one queue, validated all-or-nothing."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -60,7 +61,7 @@ class BatchRequest(BaseModel):
     jobs: list[EnqueueRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class Accepted(BaseModel):
+class Accepted(Model):
     """A job durably appended to the log (Kafka acknowledged it)."""
 
     job_id: str = Field(pattern=JOB_ID_PATTERN)
@@ -68,12 +69,12 @@ class Accepted(BaseModel):
     status: Literal["accepted"] = "accepted"
 
 
-class BatchAccepted(BaseModel):
+class BatchAccepted(Model):
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     jobs: list[Accepted] = Field(description="One result per submitted job, in order.")
 
 
-class JobView(BaseModel):
+class JobView(Model):
     """A job's state as the jobs table records it."""
 
     job_id: str
@@ -101,13 +102,13 @@ class JobView(BaseModel):
     remaining: int | None = Field(default=None, description="On a continuation: children not ended yet.")
 
 
-class CancelAccepted(BaseModel):
+class CancelAccepted(Model):
     job_id: str
     status: Literal["cancelled", "cancel_requested"] = Field(
         description="cancelled: it will not run. cancel_requested: it is running; its worker is told.")
 
 
-class QueueRoute(BaseModel):
+class QueueRoute(Model):
     """Which worker function drains a queue, and its payload schema if the queue is typed."""
 
     pattern: str = Field(description="The route: the queue's name, or a prefix ending in *.")
@@ -117,7 +118,7 @@ class QueueRoute(BaseModel):
         default=None, description="JSON Schema (2020-12) every payload must match; null: any JSON value.")
 
 
-class QueueView(BaseModel):
+class QueueView(Model):
     queue: str = Field(pattern=QUEUE_NAME_PATTERN)
     ready: int = Field(ge=0)
     delayed: int = Field(ge=0)
@@ -144,7 +145,7 @@ class QueueView(BaseModel):
     route: QueueRoute | None = Field(default=None, description="Its route; null: the default worker.")
 
 
-class FieldError(BaseModel):
+class FieldError(Model):
     """One failing field: a JSON pointer into the request, and why."""
 
     pointer: str = Field(description="RFC 6901 pointer, e.g. /jobs/3/priority; path and header "
@@ -153,7 +154,7 @@ class FieldError(BaseModel):
     index: int | None = Field(default=None, description="For a batch: the failing job's position.")
 
 
-class Problem(BaseModel):
+class Problem(Model):
     """An RFC 9457 problem document (application/problem+json)."""
 
     type: str

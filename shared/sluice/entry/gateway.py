@@ -14,6 +14,10 @@ its caller; refusing the other shapes too means a caller it admits cannot reach 
 
 ``Gateway(api)`` without ``serves`` answers every kind: the in-process harnesses (tests, chaos)
 play all four functions with one object.
+
+Cold start (docs/deploy.md): the HTTP surface (Powertools' resolver, its routes and their models) is
+built at init only by a function that serves proxy events; the internal and firings functions never
+import it (an event of a proxy's shape, which they refuse, imports it then).
 """
 
 from __future__ import annotations
@@ -23,21 +27,20 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sluice.core.errors import ConfigError, WrongFunction
 from sluice.core.version import __version__
-from sluice.entry import gateway_api, gateway_internal, gateway_operator, gateway_scheduler
+from sluice.entry import gateway_internal, gateway_scheduler
 from sluice.gateway.api import Api
-from sluice.gateway.http import admin as admin_routes
-from sluice.gateway.http import problems
-from sluice.gateway.http.app import HttpGateway, problem_event
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
     from sluice.core.routes import RouteCache
+    from sluice.gateway.http.app import HttpGateway
     from sluice.gateway.http.idempotency import PowertoolsIdempotency
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Kind = Literal["api", "operator", "internal", "firing"]
 EVERY_CALLER: Final[frozenset[Kind]] = frozenset({"api", "operator", "internal", "firing"})
+PROXIED: Final[frozenset[Kind]] = frozenset({"api", "operator"})  # API Gateway's proxy events: HttpGateway
 # Each function's one kind, by its template logical id (and its metrics' prefix).
 FUNCTIONS: Final[dict[Kind, tuple[str, str]]] = {
     "api": ("GatewayFunction", "Gateway"), "operator": ("OperatorFunction", "Operator"),
@@ -52,8 +55,17 @@ def is_proxy_event(event: Mapping[str, Any]) -> bool:
 
 def is_admin_path(path: str) -> bool:
     """``/v1/admin/...``, however spelled (case, doubled slashes): never the public function's."""
+    from sluice.gateway.http import admin as admin_routes  # proxy events only (cold start, module doc)
+
     squeezed = "/".join(part for part in path.lower().split("/") if part)
     return f"/{squeezed}/".startswith(admin_routes.PREFIX)
+
+
+def is_operator_call(event: Mapping[str, Any]) -> bool:
+    """Whether an event of no known shape goes to the operator routes (``Gateway(api)``, every caller)."""
+    from sluice.entry import gateway_operator
+
+    return gateway_operator.is_operator_call(event)
 
 
 def kind_of(event: object) -> Kind | None:
@@ -79,9 +91,22 @@ class Gateway:
         self.serves = serves
         self._api_or_factory = api
         self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
-        self.http = HttpGateway(lambda: self.api, max_payload_bytes=max_payload_bytes, routes=routes,
-                                schedules=None if schedules is None else lambda: self.schedules,
-                                version=__version__)
+        self._max_payload_bytes, self._routes = max_payload_bytes, routes
+        self._http: HttpGateway | None = None
+        if serves & PROXIED:
+            _ = self.http  # built at init: the first request's routes (cold start, module doc)
+
+    @property
+    def http(self) -> HttpGateway:
+        """The REST surface (``sluice.gateway.http.app``), built on first use."""
+        if self._http is None:
+            from sluice.gateway.http.app import HttpGateway
+
+            self._http = HttpGateway(lambda: self.api, max_payload_bytes=self._max_payload_bytes,
+                                     routes=self._routes,
+                                     schedules=None if self._schedules is None else lambda: self.schedules,
+                                     version=__version__)
+        return self._http
 
     @property
     def api(self) -> Api:
@@ -100,7 +125,7 @@ class Gateway:
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         kind = kind_of(event)
         if self.serves == EVERY_CALLER and kind is None:
-            kind = "operator" if gateway_operator.is_operator_call(event) else "api"  # one function's days
+            kind = "operator" if is_operator_call(event) else "api"  # one function's days
         if kind is None or kind not in self.serves:
             return self.refuse(event, kind)
         if kind == "internal":
@@ -108,7 +133,11 @@ class Gateway:
         if kind == "firing":
             return gateway_scheduler.handle(lambda: self.schedules, event)
         if kind == "operator":
+            from sluice.entry import gateway_operator  # proxy events only (cold start, module doc)
+
             return gateway_operator.handle(self.http, lambda: self.api, event, context)
+        from sluice.entry import gateway_api
+
         return gateway_api.handle(self.http, lambda: self.api, event, context)
 
     def refuse(self, event: Mapping[str, Any], kind: Kind | None) -> dict[str, Any]:
@@ -118,6 +147,9 @@ class Gateway:
         exc = WrongFunction(function=_function_label(self.serves), serves=serves,
                             kind=kind or "an event of no known shape")
         if isinstance(event, Mapping) and "httpMethod" in event:
+            from sluice.gateway.http import problems
+            from sluice.gateway.http.app import problem_event
+
             return problem_event(problems.from_exception(exc, instance=str(event.get("path") or "")))
         return {"statusCode": 403, "error": {"code": exc.code, "message": str(exc), "details": {}}}
 

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
+from sluice.core.base import Model
 from sluice.core.errors import InvalidInput
 from sluice.core.models import describe_validation
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class ScheduledEvent(BaseModel):
+class ScheduledEvent(Model):
     """The EventBridge "Scheduled Event" that starts a relay invocation every minute."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)

@@ -426,15 +426,19 @@ def family_gateway(s: Settings | None = None) -> LambdaFamilyGateway | None:
 @cache
 def stream_countdown(s: Settings | None = None) -> StreamCountdown:
     """The countdown of the jobs table's stream (the countdown Lambda; ``sluice dev``'s poller)."""
+    from sluice.backends.aws.metrics import EmfMetrics
+    from sluice.core.bus import ChildAbandoned
     from sluice.core.errors import ConfigError
     from sluice.core.families import Countdown
-    from sluice.streams.countdown import StreamCountdown
+    from sluice.streams.countdown import AbandonedMetrics, StreamCountdown
 
     keeper = family_gateway(s)
     if keeper is None:
         raise ConfigError("the stream's countdown releases continuations through the internal "
                           "function: SLUICE_INTERNAL_FUNCTION_NAME is not set")
-    return StreamCountdown(Countdown(families(s), keeper.release))
+    bus = EventBus()
+    bus.subscribe(AbandonedMetrics(EmfMetrics()), ChildAbandoned)
+    return StreamCountdown(Countdown(families(s), keeper.release), bus)
 
 
 def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:

@@ -54,7 +54,6 @@ from sluice.core.models import (
 )
 from sluice.core.pools import LazyPool
 from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState
-from sluice.core.routes import RouteTable
 from sluice.core.wire import (
     Accepted,
     BatchAccepted,
@@ -185,19 +184,8 @@ class Api:
         self.pipeline.new_id = new_id
 
     @property
-    def max_payload_bytes(self) -> int:
-        return self.pipeline.max_payload_bytes
-
-    @property
     def limits(self) -> Limits:
         return self.pipeline.limits
-
-    @property
-    def refuse_unrouted(self) -> bool:
-        return self.pipeline.refuse_unrouted
-
-    def route_table(self) -> RouteTable | None:
-        return self.pipeline.route_table()
 
     def anonymous(self) -> Caller:
         """A caller without a verified principal: a plain caller's priorities."""

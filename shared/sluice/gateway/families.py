@@ -8,12 +8,19 @@ parent gets the same children whatever key is current, and a workflow outlives k
 order of the writes makes a crash at any point safe to repeat:
 
 1. check everything (nothing written);
-2. the parent's item gains the children, conditional on the parent being leased under ``token``;
-3. each child's item is created ``accepted`` (naming its parent and continuation);
-4. the continuation's item is created, waiting for the children (kept as is on a re-run);
+2. the parent's item gains the children, conditional on the parent being leased under ``token``,
+   and lists them as pending (``pending_children``);
+3. the family's record and the continuation's item are created, waiting for the children (kept
+   as is on a re-run): from here on the family's set of children is fixed, and a re-run naming
+   others is refused;
+4. each child's item is created ``accepted`` (naming its parent, its continuation and its slot:
+   its rank in that set, whatever order the request lists the children in);
 5. children already final (a re-run after they ended) are counted down, not appended again;
 6. the rest are appended to Kafka. A failed append is not withdrawn (the ids are the children's
-   for good): the error goes back to the handler, whose re-run appends them again.
+   for good): the error goes back to the handler, whose re-run appends them again;
+7. the children are off the parent's pending list. A parent that ends with children still on it
+   (it failed, used its attempts, or swallowed the error) leaves them to the stream's countdown,
+   which ends them ``dead`` with the reason, and counts them (``streams.countdown``).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from sluice.core.families import (
     FamilyRequest,
     FamilyStore,
     NewChild,
+    family_slots,
     keys_unique,
 )
 from sluice.core.models import FINAL_STATES, JobSpec, is_reserved_queue, validate_job_id
@@ -184,14 +192,18 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
                                  f"{state.continuation or 'no continuation'}: use another key",
                                  job_id=child_id)
     store.adopt(parent_id, request.token, child_ids, then_id, MAX_CHILDREN)
-    store.record_children(parent_id, [NewChild(s.job_id, s.queue, now, i) for i, s in enumerate(specs)],
-                          then_id)
     if then_spec is not None and then_id is not None:
-        store.start_family(then_id, then_spec.queue, parent_id, child_ids, then_spec.model_dump_json(), now)
+        family = store.start_family(then_id, then_spec.queue, parent_id, child_ids,
+                                    then_spec.model_dump_json(), now)
+        _same_children(then_id, family.waits_for, child_ids)  # a concurrent request's record won
+    slots = family_slots(child_ids)
+    store.record_children(parent_id, [NewChild(s.job_id, s.queue, now, slots[s.job_id]) for s in specs],
+                          then_id)
     final = {j: st for j, st in known.items() if st.status in FINAL_STATES}
     fresh = [s for s in specs if s.job_id not in final]
     if fresh:
         pipeline.append(fresh)
+    store.appended(parent_id, child_ids)
     if final and then_id is not None:
         _count_final(api, store, then_id, [st.slot for st in final.values()])
     return FamilyAccepted(job_ids=child_ids, continuation=then_id)
@@ -202,8 +214,12 @@ def _same_family(store: FamilyStore, then_id: str, child_ids: Sequence[str]) -> 
         existing = store.family(then_id)
     except JobNotFound:
         return
-    if set(existing.waits_for) != set(child_ids):
-        raise FamilyConflict(f"continuation {then_id} already waits for {len(existing.waits_for)} other "
+    _same_children(then_id, existing.waits_for, child_ids)
+
+
+def _same_children(then_id: str, waits_for: Sequence[str], child_ids: Sequence[str]) -> None:
+    if set(waits_for) != set(child_ids):
+        raise FamilyConflict(f"continuation {then_id} already waits for {len(waits_for)} other "
                              "children: a re-run must start the same children under the same keys, or "
                              "use another then key", job_id=then_id)
 

@@ -54,12 +54,9 @@ class Reservation(Protocol):
     QueueNotAllowed, BackendUnavailable); idempotent, and cached per container."""
 
     def reserve(self, queue: str) -> None: ...
-    def names(self) -> list[str] | None:
-        """Every queue of the durable registry; None when there is none (Redis's registry is all)."""
-        ...
-
     def parked(self) -> dict[str, ParkedState] | None:
-        """``names`` with each queue's parking state (the operator's listing)."""
+        """Every queue of the durable registry with its parking state (the operator's listing);
+        None when there is none (Redis's registry is all)."""
         ...
 
     def parked_of(self, queue: str) -> ParkedState: ...

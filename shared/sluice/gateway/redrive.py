@@ -13,15 +13,17 @@ log, in this order:
    relay's recovery replays only from its checkpoint, which may have passed the job's
    first record while the job was final. The relay treats the new record like any other:
    a redriven job is not final to it (``JobStore.relay_view``), and ``push.lua`` skips it
-   while Redis holds the job (docs/redis-loss.md, "Redriven jobs");
+   while Redis holds the job under this generation, and makes the move of step 3 itself when
+   Redis holds it under an older one (a failover rolled the move back, or step 3 never came)
+   (docs/redis-loss.md, "Redriven jobs");
 3. Redis moves the job from its dead set to ready and stores the generation on the job
    (``JobQueue.redrive``); the next lease hands it to the worker, whose grant leaves the
    final item only for a generation newer than the one the item last ran under.
 
-A crash between 1 and 3 leaves a generation nobody in Redis carries: the item stays
-final, the job stays dead in Redis, and redriving again works (the record appended in 2
-is pushed only if Redis loses the job, and then runs it: the redrive the operator asked
-for). docs/store.md ("Redrive").
+A crash between 1 and 2 leaves a generation nobody in Redis carries: the item stays
+final, the job stays dead in Redis, and redriving again works. A crash between 2 and 3
+leaves the record, and the relay makes the move when it reads it (the redrive the operator
+asked for). docs/store.md ("Redrive").
 """
 
 from __future__ import annotations

@@ -46,11 +46,6 @@ class Reservations:
     def durable(self) -> QueueDirectory | None:
         return None if self._durable is None else resolve(self._durable)
 
-    def names(self) -> list[str] | None:
-        """Every queue of the durable registry (the operator's listing); None without one."""
-        durable = self.durable
-        return None if durable is None else durable.names()
-
     def parked(self) -> dict[str, ParkedState] | None:
         """Every queue of the durable registry with its parking state (one scan); None without one."""
         durable = self.durable

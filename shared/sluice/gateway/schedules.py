@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from sluice.core import schedules
+from sluice.core.base import Model
 from sluice.core.models import validate_public_queue
 from sluice.core.wire import Accepted, EnqueueRequest
 
@@ -48,7 +49,7 @@ def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int, caller: Call
 
 # -- the routes' models ------------------------------------------------------------------------
 
-class ScheduleRequest(BaseModel):
+class ScheduleRequest(Model):
     """A new schedule of the path's queue: every firing enqueues ``payload`` on it."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -60,7 +61,7 @@ class ScheduleRequest(BaseModel):
     payload: Annotated[Any, Field(description="Any JSON value: every firing's job payload.")]
 
 
-class ScheduleView(BaseModel):
+class ScheduleView(Model):
     name: str
     expression: str
     queue: str
@@ -70,7 +71,7 @@ class ScheduleView(BaseModel):
     next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
 
 
-class ScheduleList(BaseModel):
+class ScheduleList(Model):
     schedules: list[ScheduleView]
 
 

@@ -73,8 +73,11 @@ class RelayConfig:
 
     @property
     def park_above(self) -> int:
-        """Records of a held queue a partition keeps buffered; the rest are parked."""
-        return self.park_threshold or 2 * self.batch
+        """Records of a held queue a partition keeps buffered; the rest are parked. At most a quarter
+        of ``max_pending``: a held queue that kept more than the partition's buffer holds (a small
+        buffer beside the default batch: 500 records against twice 500) would fill it, and the
+        partition's fetching would pause for every queue, as before parking."""
+        return max(1, min(self.park_threshold or 2 * self.batch, self.max_pending // 4))
 
     def replace(self, **changes: Any) -> RelayConfig:
         return dataclasses.replace(self, **changes)

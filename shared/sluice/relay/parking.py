@@ -106,6 +106,9 @@ class Parking:
         self._pool: ThreadPoolExecutor | None = None  # the delay lanes' reads of a turn, at once
         self._sweeps = 0
         self._sweeping: Future[list[tuple[int, str, int]]] | None = None
+        # per lane (partition, queue, delay): job ids the sweep found done with, in a segment kept
+        # for the rest of its records (only the sweeper thread touches it)
+        self._final: dict[tuple[int, str, bool], set[str]] = {}
 
     def prepare(self) -> None:
         """Load the lanes of partitions just taken, before any of their records is taken: one read
@@ -352,12 +355,20 @@ class Parking:
         return empty
 
     def _sweep(self, partition: int, queue: str, *, delay: bool = False) -> bool:
-        """One page of a lane (``delay``: a delay lane) from its start; False if the lane is empty."""
+        """One page of a lane (``delay``: a delay lane) from its start; False if the lane is empty.
+        An ordered lane's page is whole: a segment's records are deleted together, once all are done
+        with, so its records found final are remembered (``_final``) and not asked about again while
+        the rest of it waits."""
         page = (self.lot.due(queue, partition, None, SWEEP_PAGE) if delay
-                else self.lot.page(queue, partition, -1, SWEEP_PAGE))
+                else self.lot.page(queue, partition, -1, SWEEP_PAGE, whole=True))
+        lane = (partition, queue, delay)
         if not page:
+            self._final.pop(lane, None)
             return False
-        final, _ = self.store.relay_view([r.job_id for r in page])
+        known = self._final.get(lane, set())
+        asked = [r.job_id for r in page if r.job_id not in known]
+        final, _ = self.store.relay_view(asked) if asked else (set(), {})
+        final |= known & {r.job_id for r in page}
         gone = [r for r in page if r.job_id in final]
         now, refused = self.now_ms(), 0
         ages = self.intake.job_ids is not None  # as the intake: a relay that checks no record, no age
@@ -372,9 +383,11 @@ class Parking:
             log.warning("parked job %s refused: %s", r.job_id, why)
             gone.append(r)
             refused += 1
+        self._final[lane] = {r.job_id for r in gone}  # those still stored, with a segment not done
         if gone:
-            self.lot.release(queue, gone, delay=delay)
-            self.report.parked_released += len(gone)
-            self.events.emit(ev.Unparked(queue=queue, partition=partition, released=len(gone),
-                                         refused=refused))
+            released = self.lot.release(queue, gone, delay=delay)
+            self.report.parked_released += released
+            if released or refused:
+                self.events.emit(ev.Unparked(queue=queue, partition=partition, released=released,
+                                             refused=refused))
         return True

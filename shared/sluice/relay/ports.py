@@ -155,12 +155,17 @@ class ParkingLot(Protocol):
         (a ``ParkedRecord.due_key``; None: from its start), in (run time, offset) order."""
         ...
 
-    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
-        """The first ``limit`` records of (``queue``, ``partition``) above offset ``after``, in order."""
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[ParkedRecord]:
+        """The first ``limit`` records of (``queue``, ``partition``) above offset ``after``, in order,
+        each once. ``whole``: with the rest of the records stored with the last of them (the sweep's
+        read: a lot that keeps records together deletes them together, ``release``)."""
         ...
 
-    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
-        """Delete these records (their jobs are final, or refused); ``delay``: of the delay lane."""
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> int:
+        """Delete these records (their jobs are final, or refused); ``delay``: of the delay lane.
+        Records stored together (``ParkedRecord.item``) are deleted once all of them are released.
+        Returns how many records were deleted."""
         ...
 
     def marked(self, partition: int) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,63 +40,67 @@ def _finish(result: Any, as_json: bool) -> None:
         click.echo(json.dumps(result.as_dict(), separators=(",", ":"), default=str))
 
 
+def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_json: bool) -> None:
+    """One scenario: its parameters (refused: exit 2), what will happen, the story as it plays, and
+    the verdict."""
+    try:
+        p = params()
+    except SluiceError as exc:
+        _fail(str(exc))
+        return
+    _header(header)
+    try:
+        result = story(p, echo=lambda e: click.echo(e.line()))
+    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
+        _fail(str(exc))
+        return
+    _finish(result, as_json)
+
+
+# The options every scenario takes.
+_LEASE = click.option("--lease", "lease", type=float, default=10.0, show_default=True,
+                      help="Lease length, seconds.")
+_TIME_SCALE = click.option("--time-scale", type=float, default=1.0, show_default=True,
+                           help="Multiply every duration (0.1 = ten times faster).")
+_AS_JSON = click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+
+
 @scenario.command("gc-pause")
-@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@_LEASE
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
               help="A's heartbeat interval, seconds.")
 @click.option("--freeze-at", type=float, default=2.0, show_default=True,
               help="When A stalls (SIGSTOP), seconds after taking the lease.")
 @click.option("--freeze-for", type=float, default=12.0, show_default=True, help="How long A stays frozen.")
 @click.option("--no-fencing", is_flag=True, help="Storage takes the unconditional write path: the bug.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Multiply every duration (0.1 = ten times faster).")
-@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+@_TIME_SCALE
+@_AS_JSON
 def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for: float, no_fencing: bool,
                  time_scale: float, as_json: bool) -> None:
     """Worker A stalls past its lease; B takes over; A wakes up and writes. Who wins?"""
     from sluice_dev.chaos import scenarios
 
-    try:
-        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, freeze_at_s=freeze_at,
-                             freeze_for_s=freeze_for, fencing=not no_fencing, time_scale=time_scale)
-    except SluiceError as exc:
-        _fail(str(exc))
-        return
-    _header(f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
-            f"for {freeze_for:g} s; fencing {'ON' if p.fencing else 'OFF (the bug)'}; "
-            f"time scale {time_scale:g}")
-    try:
-        result = scenarios.gc_pause(p, echo=lambda e: click.echo(e.line()))
-    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
-        return
-    _finish(result, as_json)
+    _play(lambda: scenarios.Params(lease_s=lease, renew_every_s=renew_every, freeze_at_s=freeze_at,
+                                   freeze_for_s=freeze_for, fencing=not no_fencing, time_scale=time_scale),
+          f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
+          f"for {freeze_for:g} s; fencing {'OFF (the bug)' if no_fencing else 'ON'}; "
+          f"time scale {time_scale:g}",
+          scenarios.gc_pause, as_json)
 
 
 @scenario.command("crash-before-ack")
-@click.option("--lease", "lease", type=float, default=10.0, show_default=True, help="Lease length, seconds.")
+@_LEASE
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
               help="Heartbeat interval, seconds.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Multiply every duration (0.1 = ten times faster).")
-@click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
+@_TIME_SCALE
+@_AS_JSON
 def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as_json: bool) -> None:
     """A worker finishes a job and crashes just before acknowledging it. What happens?"""
     from sluice_dev.chaos import scenarios
 
-    try:
-        p = scenarios.Params(lease_s=lease, renew_every_s=renew_every, time_scale=time_scale)
-    except SluiceError as exc:
-        _fail(str(exc))
-        return
-    _header(f"crash-before-ack: lease {lease:g} s renewed every {renew_every:g} s; A is SIGKILLed between "
-            f"its result write and its ack; time scale {time_scale:g}")
-    try:
-        result = scenarios.crash_before_ack(p, echo=lambda e: click.echo(e.line()))
-    except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
-        _fail(str(exc))
-        return
-    _finish(result, as_json)
+    _play(lambda: scenarios.Params(lease_s=lease, renew_every_s=renew_every, time_scale=time_scale),
+          f"crash-before-ack: lease {lease:g} s renewed every {renew_every:g} s; A is SIGKILLed between "
+          f"its result write and its ack; time scale {time_scale:g}", scenarios.crash_before_ack, as_json)
 
 
 @click.command("chaos")

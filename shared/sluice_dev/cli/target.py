@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 class NoTarget(SluiceError):
     """Nothing to talk to: no local stack runs here and no deployed endpoint is configured."""
 
-    code = "NO_TARGET"
-
 
 @dataclass
 class Target:

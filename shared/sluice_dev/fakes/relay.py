@@ -335,12 +335,13 @@ class FakeParkingLot:
                 ordered[r.offset] = r
         self.writes += len(records)
 
-    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[ParkedRecord]:
         self._maybe_fail()
         with self._lock:
             self.pages += 1
             lane = self.lanes.get((queue, partition), {})
-            return [lane[o] for o in sorted(lane) if o > after][:limit]
+            return [lane[o] for o in sorted(lane) if o > after][:limit]  # one record an item: whole
 
     def due(self, queue: str, partition: int, after: tuple[int, int] | None,
             limit: int) -> list[ParkedRecord]:
@@ -350,14 +351,16 @@ class FakeParkingLot:
             lane = self.delays.get((queue, partition), {})
             return [lane[k] for k in sorted(lane) if after is None or k > after][:limit]
 
-    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> int:
         self._maybe_fail()
+        gone = 0
         with self._lock:
             for r in records:
                 if delay:
-                    self.delays.get((queue, r.partition), {}).pop(r.due_key, None)
+                    gone += self.delays.get((queue, r.partition), {}).pop(r.due_key, None) is not None
                 else:
-                    self.lanes.get((queue, r.partition), {}).pop(r.offset, None)
+                    gone += self.lanes.get((queue, r.partition), {}).pop(r.offset, None) is not None
+        return gone
 
     def marked(self, partition: int) -> list[str]:
         self._maybe_fail()

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from sluice_dev.local.httpd import ThreadedServer
+from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class LocalGateway(ThreadedServer):
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
         gateway = self
 
-        class _Handler(BaseHTTPRequestHandler):
+        class _Handler(QuietHandler):
             protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
 
             def _serve(self) -> None:
@@ -162,10 +162,10 @@ class LocalGateway(ThreadedServer):
                     # answers and closes mid-upload breaks the client's send, and the client then
                     # sees a connection failure (and retries) instead of this 413.
                     _discard(self.rfile, min(length, DRAIN_BYTES))
-                    self._send(413, [("Content-Type", "application/problem+json")], json.dumps({
-                        "type": "urn:sluice:problem:payload-too-large", "title": "Payload Too Large",
-                        "status": 413, "detail": "request over 10 MiB",
-                        "code": "PAYLOAD_TOO_LARGE"}).encode())
+                    too_large = {"type": "urn:sluice:problem:payload-too-large", "title": "Payload Too Large",
+                                 "status": 413, "detail": "request over 10 MiB", "code": "PAYLOAD_TOO_LARGE"}
+                    self.answer(413, json.dumps(too_large).encode(),
+                                [("Content-Type", "application/problem+json")])
                     self.close_connection = True
                     return
                 body = self.rfile.read(length) if length else None
@@ -178,16 +178,7 @@ class LocalGateway(ThreadedServer):
                     status, headers, raw = 502, [("Content-Type", "application/problem+json")], json.dumps({
                         "type": "urn:sluice:problem:bad-gateway", "title": "Bad Gateway", "status": 502,
                         "detail": "the gateway function failed", "code": "BAD_GATEWAY"}).encode()
-                self._send(status, headers, raw)
-
-            def _send(self, status: int, headers: list[tuple[str, str]], raw: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(raw)
+                self.answer(status, raw, headers)
 
             def __getattr__(self, name: str) -> Any:
                 # Every method reaches the handler (TRACE, QUERY, ...), which answers 405 itself.

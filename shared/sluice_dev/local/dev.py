@@ -305,7 +305,9 @@ class DevStack:
                 "state_dir": str(o.state_dir.resolve()),
                 "kafka_topic": s.kafka_topic,
                 "routes_table": s.routes_table,
-                "queues_table": s.queues_table,  # the registry: `sluice queues` reads its parked counters
+                # the registry (`sluice queues` reads its parked counters): the gateway's, as the
+                # tooling's settings are the worker's, which has none
+                "queues_table": self._registry_table() or s.queues_table,
                 "tansu": "tansu" in self.stack.servers,
                 "events_queue_url": events_queue,
                 "redis_users": {u.username: u.role.name for u in self.redis_users.values()},
@@ -434,9 +436,13 @@ class DevStack:
         parked = self.function("RelayFunction").env.get("SLUICE_PARKED_TABLE")
         if parked:
             tables.create_parked_table(client, parked)
-        registry = self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
+        registry = self._registry_table()
         if registry:
             tables.create_queues_table(client, registry)
+
+    def _registry_table(self) -> str | None:
+        """The durable registry of queues, as the gateway names it (issue 28)."""
+        return self.function("GatewayFunction").env.get("SLUICE_QUEUES_TABLE")
 
     def _ensure_resources(self, s: Settings) -> None:
         import boto3

@@ -97,7 +97,7 @@ def _call(e: ev.CallEnded) -> dict[str, Any]:
     return line
 
 
-def _redis(e: ev.Acked | ev.FailReported | ev.Released | ev.Renewed) -> dict[str, Any]:
+def _redis(e: ev.LeaseCall) -> dict[str, Any]:
     return {"job": e.job, "queue": e.queue, "lease": e.lease, **_call(e)}
 
 

@@ -2,14 +2,33 @@
 
 The local gateway (``http/local_server.py``), the Lambda Invoke API (``lambdas.py``) and the
 fenced sink (``sink.py``) differ only in their request handler; starting, stopping and the
-URL are this one class.
+URL are this one class, and how a handler writes an answer is ``QuietHandler``.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Self
+from typing import Any, Self
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A local service's request handler: answers a whole body at once and logs no request line
+    (the stack's logs are the functions')."""
+
+    def answer(self, status: int, raw: bytes, headers: Iterable[tuple[str, str]] = ()) -> None:
+        """``status``, ``headers`` in their order, then ``raw`` (none to a HEAD)."""
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
 
 
 class ThreadedServer:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sluice_dev.local.access import Access, AccessDenied, Caller, access_key_id
-from sluice_dev.local.httpd import ThreadedServer
+from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class LambdaApi(ThreadedServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         service = self.service
 
-        class _Handler(BaseHTTPRequestHandler):
+        class _Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
@@ -379,16 +379,7 @@ class LambdaApi(ThreadedServer):
 
             def _send(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
                 raw = b"" if body is None and status == 202 else json.dumps(body, default=str).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("X-Amz-Executed-Version", "$LATEST")
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
+                self.answer(status, raw, [("Content-Type", "application/json"),
+                                          ("X-Amz-Executed-Version", "$LATEST"), *(headers or {}).items()])
 
         return _Handler

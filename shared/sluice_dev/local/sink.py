@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from sluice.backends.dynamodb.fenced import IDEMPOTENCY_HEADER, TOKEN_HEADER
-from sluice_dev.local.httpd import ThreadedServer
+from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 
 
 class FencedSink(ThreadedServer):
@@ -50,7 +50,7 @@ class FencedSink(ThreadedServer):
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         sink = self
 
-        class _Handler(BaseHTTPRequestHandler):
+        class _Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
@@ -73,15 +73,7 @@ class FencedSink(ThreadedServer):
                 self._send(200, sink.stats())
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(status)
                 ctype = "application/problem+json" if status >= 400 else "application/json"
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
+                self.answer(status, json.dumps(body).encode(), [("Content-Type", ctype)])
 
         return _Handler

@@ -38,8 +38,6 @@ TANSU_BUCKET = "tansu"
 class StackRunning(SluiceError):
     """Another ``sluice dev`` already runs in this folder."""
 
-    code = "STACK_RUNNING"
-
 
 def plain_settings(settings: Settings) -> dict[str, Any]:
     """``settings`` as plain values, secrets revealed: for a child process we start, which must

@@ -32,7 +32,7 @@ import yaml
 
 from sluice.core.config import Settings
 from sluice.core.errors import ConfigError, RegistrationRefused, RouteConflict, SluiceError
-from sluice_dev.local.template import SOURCE_ROOT, Resource, _Loader, _parameters, _Resolver, _text
+from sluice_dev.local.template import SOURCE_ROOT, CfnLoader, Resource, _parameters, _Resolver, _text
 
 TEAM_TEMPLATE = SOURCE_ROOT / "infra" / "team.yaml"
 RESPONSES_BUCKET = "sluice-cfn-responses"  # CloudFormation's custom-resource response bucket, locally
@@ -67,7 +67,7 @@ class TeamStack:
 def load_team(team: str, queues: list[str], stack_name: str, path: Path = TEAM_TEMPLATE) -> TeamStack:
     """infra/team.yaml at these parameters; ConfigError where CloudFormation would refuse them."""
     try:
-        doc = yaml.load(path.read_text(), Loader=_Loader)  # a SafeLoader subclass
+        doc = yaml.load(path.read_text(), Loader=CfnLoader)  # a SafeLoader subclass
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the team template {path}: {exc}") from exc
     given = {"SluiceStackName": stack_name, "TeamName": team, "Queues": ",".join(sorted(queues)),

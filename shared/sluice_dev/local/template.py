@@ -90,11 +90,11 @@ class DeployConfig:
     rotations: Mapping[str, str] = field(default_factory=dict)  # rotation schedule -> its expression
 
 
-class _Loader(yaml.SafeLoader):
+class CfnLoader(yaml.SafeLoader):
     """SafeLoader plus CloudFormation's short-form tags, turned into their long form."""
 
 
-def _construct(loader: _Loader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+def _construct(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
     if isinstance(node, yaml.ScalarNode):
         value: Any = loader.construct_scalar(node)
     elif isinstance(node, yaml.SequenceNode):
@@ -112,7 +112,7 @@ def _construct(loader: _Loader, suffix: str, node: yaml.Node) -> dict[str, Any]:
     raise yaml.constructor.ConstructorError(None, None, f"unknown tag !{suffix}", node.start_mark)
 
 
-_Loader.add_multi_constructor("!", _construct)
+CfnLoader.add_multi_constructor("!", _construct)
 
 
 def config_env_overrides(env: str, samconfig: Path = SAMCONFIG) -> tuple[dict[str, str], str | None]:
@@ -141,7 +141,7 @@ def load(path: Path = TEMPLATE, config_env: str | None = None, samconfig: Path |
     """Every ``AWS::Serverless::Function`` of the template, resolved at these parameters, with the
     resource policies and role policies that name them."""
     try:
-        doc = yaml.load(path.read_text(), Loader=_Loader)  # a SafeLoader subclass
+        doc = yaml.load(path.read_text(), Loader=CfnLoader)  # a SafeLoader subclass
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the template {path}: {exc}") from exc
     given: dict[str, str] = {}

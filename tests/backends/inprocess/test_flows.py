@@ -30,7 +30,14 @@ from sluice.core.errors import (
     SluiceError,
     TooManyChildren,
 )
-from sluice.core.families import MAX_CHILDREN, ChildRequest, Countdown, FamilyRequest, ThenRequest
+from sluice.core.families import (
+    MAX_CHILDREN,
+    ChildRequest,
+    Countdown,
+    FamilyRequest,
+    ThenRequest,
+    family_slots,
+)
 from sluice.core.models import JOB_ID_RE, JobState
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting
@@ -515,11 +522,13 @@ def test_the_worker_learns_a_jobs_continuation_from_its_grant_not_from_another_r
         return real(**kw)
 
     rig.store._db.get_item = counted  # type: ignore[method-assign]
-    assert rig.store.families.continuation_of(child) == (family.continuation, 0)
+    # its slot: its rank among the family's child ids (``family_slots``), not its place in the request
+    slot = family_slots(family.job_ids)[child]
+    assert rig.store.families.continuation_of(child) == (family.continuation, slot)
     assert rig.store.families.continuation_of(plain) is None
     assert reads == []
-    assert rig.store.families.continuation_of(other) == (family.continuation, 1)  # never granted here: read
-    assert rig.store.families.continuation_of(child) == (family.continuation, 0)  # asked again: read
+    assert rig.store.families.continuation_of(other) == (family.continuation, 1 - slot)  # never granted: read
+    assert rig.store.families.continuation_of(child) == (family.continuation, slot)  # asked again: read
     assert reads == [other, child]
 
 

@@ -14,6 +14,7 @@ import pytest
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core import formats, ids, seal
 from sluice.core.errors import RecordTampered
+from sluice.core.families import MAX_CHILDREN, NewChild
 from sluice.gateway.api import Api, Backends, IdMinting
 from tests.backends.inprocess import test_flows
 from tests.backends.inprocess.test_flows import PARENT_MS, Rig
@@ -37,23 +38,18 @@ def old_record(job_id: str, queue: str, payload: Any) -> str:
 
 
 def started_as_before_the_upgrade(rig: Rig, record: Callable[[str], str] | None = None) -> str:
-    """A family of two whose children both ended; its continuation's record the old format, under an
-    id derived with the job id key as the old gateway derived it (today's are keyless, issue 29)."""
-    from unittest import mock
-
-    from sluice.gateway import families
-
-    def keyed(parent_id: str, queue: str, key: str) -> str:
-        return ids.derive(parent_id, queue, key, KEY)
-
-    with mock.patch.object(families.ids, "derive_keyless", keyed):
-        family = rig.api.enqueue_children(rig.request(2, then=True))
-    then = family.continuation or ""
+    """A family of two whose children both ended; its continuation's record the old format. Its ids
+    are c44b81f's: derived with the parent's key (``ids.derive``), so the continuation's id proves its
+    time; a keyless one (issue 29) proves nothing, and no record of the old format is trusted for it."""
+    children = [ids.derive(rig.parent, "work", f"k{i}", KEY) for i in range(2)]
+    then = ids.derive(rig.parent, "report", ids.CONTINUATION_PREFIX + "then", KEY)
+    families = rig.store.families  # the items as c44b81f's gateway wrote them
+    families.adopt(rig.parent, rig.token, children, then, MAX_CHILDREN)
+    families.record_children(rig.parent, [NewChild(j, "work", PARENT_MS, i) for i, j in enumerate(children)],
+                             then)
     text = (record or (lambda job_id: old_record(job_id, "report", {"n": 2})))(then)
-    rig.store._db.update_item(TableName=rig.store.table, Key={"job_id": {"S": f"~family~{then}"}},
-                              UpdateExpression="SET continuation_spec = :s",
-                              ExpressionAttributeValues={":s": {"S": text}})
-    for slot, child in enumerate(family.job_ids):
+    families.start_family(then, "report", rig.parent, children, text, PARENT_MS)
+    for slot, child in enumerate(children):
         rig.store.write_result(child, rig.store.grant(child, "work", "w"), 1)
         rig.store.families.count_down(then, slot)
     return then

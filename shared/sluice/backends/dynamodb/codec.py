@@ -27,6 +27,7 @@ NAMES = {
     "#par": "parent_id", "#kids": "children", "#conts": "continuations", "#then": "continuation",
     "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
     "#fv": "format_version",  # the writer's format (sluice.core.formats.ITEM; items.py)
+    "#pend": "pending_children",
 }
 
 

@@ -4,10 +4,14 @@ A family lives on four kinds of items (docs/flows.md):
 
 - the parent's item gains ``children`` (and ``continuations``): string sets, added to with
   ``ADD`` under the parent's current fencing token, so only the worker holding the parent now
-  can add to them, and a re-run adding the same ids changes nothing;
+  can add to them, and a re-run adding the same ids changes nothing. The same write adds them to
+  ``pending_children``, which loses them once their append is confirmed (``appended``): a parent
+  that ends with some still there leaves children nothing will run, which the stream's countdown
+  ends ``dead`` (``abandon``; ``streams.countdown``);
 - each child's item is created ``accepted`` before its Kafka record exists, naming its
   ``parent_id`` and, in a family with a continuation, that ``continuation``: whoever sees the
-  child end reads it there (or has it from the grant), with the child's ``family_slot``;
+  child end reads it there (or has it from the grant), with the child's ``family_slot`` (its rank
+  among the family's child ids, ``core.families.family_slots``);
 - the continuation's item is created ``accepted`` with ``remaining`` (children not ended yet);
   each child's countdown adds its slot to ``ended_slots`` and takes one off ``remaining`` in one
   conditional write (a slot counts once). It stays small (no list of ids), since every child's
@@ -26,9 +30,11 @@ from typing import Any
 from sluice.backends.dynamodb.codec import N, S, item_int, item_str
 from sluice.backends.dynamodb.errors import translated
 from sluice.backends.dynamodb.items import ItemTable
+from sluice.backends.dynamodb.lifecycle import BORN
 from sluice.core.errors import BackendUnavailable, JobNotFound, LeaseLost, TooManyChildren
-from sluice.core.families import ChildState, NewChild, Slot
-from sluice.core.models import JobState
+from sluice.core.families import Abandoned, ChildState, NewChild, Slot
+from sluice.core.ids import queue_in_id
+from sluice.core.models import JobState, truncate_error
 from sluice.core.pools import LazyPool
 
 
@@ -116,7 +122,8 @@ class Families:
             if total > limit:
                 raise TooManyChildren(f"job {parent_id} would have {total} children; the limit is {limit} "
                                       "per job", job_id=parent_id, limit=limit)
-            update = "ADD #kids :kids" + (", #conts :conts" if continuation else "") + " SET #up = :now"
+            update = "ADD #kids :kids, #pend :kids" + (", #conts :conts" if continuation else "") \
+                + " SET #up = :now"
             sized = "attribute_not_exists(#kids)" if not have else "size(#kids) = :seen"
             request = self.items.request(
                 parent_id, update=update, condition=f"#st = :leased AND #tok = :tok AND {sized}",
@@ -128,6 +135,37 @@ class Families:
                 return
         raise LeaseLost(f"parent {parent_id} kept changing while its children were recorded",
                         job_id=parent_id)
+
+    def appended(self, parent_id: str, child_ids: Sequence[str]) -> None:
+        """The children's append went through: off ``pending_children``. Unfenced (a parent that
+        lost its lease meanwhile has them appended all the same), and never creates an item."""
+        request = self.items.request(parent_id, update="DELETE #pend :kids SET #up = :now",
+                                     condition="attribute_exists(#id)",
+                                     values={":kids": _ss(child_ids), ":now": N(self.items.now_ms())})
+        self.items.update("appended", request)
+
+    def abandon(self, child_id: str, parent_id: str, reason: str, slot: Slot | None) -> Abandoned:
+        """End ``dead`` a child its parent left ``accepted`` (or, given its ``slot``, with no item: the
+        child writes failed), with ``reason``: one conditional write, creating a missing item with its
+        parent, queue and ``slot``. A child that moved on (queued, leased, ended), or whose item names
+        another parent, is left as it is."""
+        now = self.items.now_ms()
+        sets = [f"#st = :dead, #err = :err, #up = :now, #fin = :now, #exp = :exp, {BORN}",
+                "#par = if_not_exists(#par, :par)"]
+        mine = "(#st = :accepted AND #par = :par)"  # a team writes parent_id on its own queues' items only
+        if slot is not None:
+            sets += ["#then = if_not_exists(#then, :then)", "#slot = if_not_exists(#slot, :slot)"]
+        then, rank = slot if slot is not None else ("-", 0)
+        request = self.items.request(
+            child_id, update="SET " + ", ".join(sets),
+            condition=f"attribute_not_exists(#id) OR {mine}" if slot is not None else mine,
+            values={":dead": S(JobState.DEAD), ":err": S(truncate_error(reason)), ":par": S(parent_id),
+                    ":queue": S(queue_in_id(child_id)), ":created": N(now), ":zero": N(0),
+                    ":then": S(then), ":slot": N(rank), ":accepted": S(JobState.ACCEPTED),
+                    **self.items.finish_values(now)},
+            ReturnValues="ALL_NEW")
+        attrs, ok = self.items.update("abandon", request)
+        return Abandoned(ended=ok, slot=_slot(attrs or {}))
 
     def record_children(self, parent_id: str, children: Sequence[NewChild], continuation: str | None) -> None:
         """Create each child's item (``accepted``, naming its parent and continuation), or keep it.
@@ -238,6 +276,13 @@ class Families:
                       waits_for=tuple(sorted(record["waits_for"]["SS"])),
                       remaining=item_int(item, "remaining"),
                       released="released_at_ms" in item, spec_json=item_str(record, "continuation_spec"))
+
+    def members(self, continuation: str) -> tuple[str, list[str]]:
+        """(the parent the family's record names, the children it waits for); ("", []): no record."""
+        record = self.items.read(family_key(continuation))
+        if record is None:
+            return "", []
+        return item_str(record, "parent_id") or "", sorted(record.get("waits_for", {}).get("SS", []))
 
     def waits_for(self, continuation: str) -> list[str]:
         """The children a continuation runs after ([] if ``continuation`` is none)."""

@@ -2,16 +2,24 @@
 
 One on-demand table (template.yaml ``ParkedTable``), key ``pk`` + ``sk`` (strings):
 
-- a parked record: ``pk`` its queue, ``sk`` ``o#<partition, 6 digits>#<offset, 20 digits>``, so one
-  Query reads a (queue, partition) lane in offset order; ``v`` the record's value and ``k`` its key
-  (bytes, as Kafka had them: the relay decodes and checks the seal again when it comes back),
-  ``job``, ``enq``, ``run_at`` (for the sweep, which never decodes), ``expires_at`` (TTL, seconds: a
-  backstop a margin past the job's life bound; the relay's sweep ends such a job first);
+- a segment of parked records (backends/dynamodb/segments.py): ``pk`` their queue, ``sk``
+  ``o#<partition, 6 digits>#<offset of its last record, 20 digits>#<of its first, 20 digits>``
+  (``segment_key``), so one Query from any offset reads a (queue, partition) lane in offset order;
+  ``seg`` the records packed (each with its key and value as Kafka had them: the relay decodes and
+  checks the seal again when they come back; and the job id, acceptance and run-at times the sweep
+  needs without decoding), ``n`` how many, ``first`` the first offset, ``expires_at`` (TTL,
+  seconds: a backstop a margin past the latest of their jobs' life bounds; the relay's sweep ends
+  such a job first). A segment is deleted only once every one of its records is released;
+- a record parked alone, as every ordered-lane record was before segments (still read, never
+  written): the same key with its own offset, ``v`` its value, ``k`` its key, ``job``, ``enq``,
+  ``run_at``, ``expires_at``;
 - a marker: ``pk`` ``~parked#<partition, 6 digits>``, ``sk`` the queue (queue names never start with
   ``~``): the queues a new owner of the partition must read back before pushing their new records;
 - the delay lane (records due beyond the relay's horizon): ``pk`` the queue, ``sk``
   ``d#<partition, 6 digits>#<run-at ms, 15 digits>#<offset, 20 digits>``, so one Query reads a
-  (queue, partition) delay lane by run time; its marker's ``sk`` is ``DELAY_MARKER`` + the queue.
+  (queue, partition) delay lane by run time, one item a record as above (a delay lane is read by run
+  time, not in the order records were parked, so its records are not packed); its marker's ``sk`` is
+  ``DELAY_MARKER`` + the queue.
 
 Errors are translated to sluice errors (``errors.translate``); nothing here is conditional.
 """
@@ -23,6 +31,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Final
 
+from sluice.backends.dynamodb import segments
 from sluice.backends.dynamodb.errors import translated
 from sluice.core.errors import BackendUnavailable
 from sluice.core.limits import DAY_MS, JOB_LIFE_MS
@@ -37,6 +46,15 @@ MARKER_PREFIX: Final = "~parked#"
 
 def lane_key(partition: int, offset: int) -> str:
     return f"o#{partition:06d}#{offset:020d}"
+
+
+def segment_key(partition: int, first: int, last: int) -> str:
+    """A segment's key: by its last record's offset first, so that a lane's Query from any offset finds
+    each segment holding a record above it, in order, beside the items of one record each
+    (``lane_key``); then by its first, so that a re-park cut otherwise (a new owner parks again what
+    Kafka gives it again, from a commit point inside a segment) never overwrites a segment with one
+    holding fewer of its records."""
+    return f"{lane_key(partition, last)}#{first:020d}"
 
 
 def delay_key(partition: int, run_at_ms: int, offset: int) -> str:
@@ -65,19 +83,42 @@ def _item(queue: str, r: ParkedRecord, delay: bool) -> dict[str, Any]:
     return item
 
 
-def _record(item: dict[str, Any]) -> ParkedRecord:
-    parts = item["sk"]["S"].split("#")  # o#<partition>#<offset> or d#<partition>#<run-at>#<offset>
+def _segment(queue: str, partition: int, records: Sequence[ParkedRecord]) -> dict[str, Any]:
+    return {"pk": {"S": queue}, "sk": {"S": segment_key(partition, records[0].offset, records[-1].offset)},
+            "seg": {"B": segments.pack(records)}, "n": {"N": str(len(records))},
+            "first": {"N": str(records[0].offset)},
+            "expires_at": {"N": str(max(expires_at(r) for r in records))}}
+
+
+def _records(item: dict[str, Any]) -> list[ParkedRecord]:
+    """An item's records: a segment's, or the one record an item of its own holds."""
+    sk = item["sk"]["S"]
+    parts = sk.split("#")  # o#<partition>#<offset> or d#<partition>#<run-at>#<offset>
     partition, offset = int(parts[1]), int(parts[-1])
+    if "seg" in item:
+        return segments.unpack(partition, bytes(item["seg"]["B"]), (sk, int(item["n"]["N"])))
     key = item.get("k")
-    return ParkedRecord(partition, offset, bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
-                        item["job"]["S"], int(item["enq"]["N"]), int(item["run_at"]["N"]))
+    return [ParkedRecord(partition, offset, bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
+                         item["job"]["S"], int(item["enq"]["N"]), int(item["run_at"]["N"]))]
+
+
+def in_order(records: Sequence[ParkedRecord], after: int) -> list[ParkedRecord]:
+    """Records of a lane's items, once each, in offset order, above ``after``: a re-park after a crash
+    may cut a lane into other segments than the first park did (the same record, the same bytes)."""
+    seen: dict[int, ParkedRecord] = {}
+    for r in records:
+        if r.offset > after:
+            seen.setdefault(r.offset, r)
+    return [seen[o] for o in sorted(seen)]
 
 
 class DynamoParkingLot:
     """``relay.ports.ParkingLot`` on the parked table."""
 
-    def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep) -> None:
+    def __init__(self, client: Any, table_name: str, *, sleep: Any = time.sleep,
+                 segment_bytes: int = segments.SEGMENT_BYTES) -> None:
         self.client, self.table, self._sleep = client, table_name, sleep
+        self.segment_bytes = segment_bytes  # a segment's packed records at most (tests: smaller)
         self._pool: ThreadPoolExecutor | None = None
 
     def park(self, queue: str, partition: int, records: Sequence[ParkedRecord], *, mark: bool = True,
@@ -88,10 +129,40 @@ class DynamoParkingLot:
             with translated(f"put_item {self.table}"):
                 self.client.put_item(TableName=self.table, Item={
                     "pk": {"S": marker_pk(partition)}, "sk": {"S": DELAY_MARKER + queue if delay else queue}})
-        self._batch(queue, [{"PutRequest": {"Item": _item(queue, r, delay)}} for r in records])
+        if delay:
+            self._batch(queue, [{"PutRequest": {"Item": _item(queue, r, delay)}} for r in records])
+            return
+        ordered = in_order(records, -1)
+        self._batch(queue, [{"PutRequest": {"Item": _segment(queue, partition, run)}}
+                            for run in segments.chunks(ordered, self.segment_bytes)])
 
-    def page(self, queue: str, partition: int, after: int, limit: int) -> list[ParkedRecord]:
-        return self._range(queue, lane_key(partition, after + 1), lane_key(partition, 10**20 - 1), limit)
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[ParkedRecord]:
+        """Up to ``limit`` records above ``after`` (``whole``: every record of the items read, so the
+        sweep sees each segment it looks at entirely). Items are read a few at a time: a segment holds
+        hundreds of records, and a Query reads (and bills) every item it returns."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table, "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :q AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {":q": {"S": queue}, ":lo": {"S": lane_key(partition, after + 1)},
+                                          ":hi": {"S": lane_key(partition, 10**20 - 1)}}}
+        found: dict[int, ParkedRecord] = {}  # by offset: each once, only those above ``after``
+        # records an item holds, as far as seen (at first: guess segments, and ask for two items)
+        per_item = float(max(1, limit // 2))
+        with translated(f"query {self.table}"):
+            while len(found) < limit:
+                kwargs["Limit"] = max(1, min(limit, -(-(limit - len(found)) // max(1, int(per_item)))))
+                answer = self.client.query(**kwargs)
+                items = answer.get("Items", [])
+                got = [r for item in items for r in _records(item) if r.offset > after]
+                for r in got:
+                    found.setdefault(r.offset, r)
+                per_item = len(got) / len(items) if items else per_item
+                if "LastEvaluatedKey" not in answer:
+                    break
+                kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        ordered = [found[o] for o in sorted(found)]
+        return ordered if whole else ordered[:limit]
 
     def due(self, queue: str, partition: int, after: tuple[int, int] | None,
             limit: int) -> list[ParkedRecord]:
@@ -106,11 +177,22 @@ class DynamoParkingLot:
             "ExpressionAttributeValues": {":q": {"S": queue}, ":lo": {"S": lo}, ":hi": {"S": hi}}}
         with translated(f"query {self.table}"):
             items = self.client.query(**kwargs).get("Items", [])
-        return [_record(item) for item in items]
+        return [r for item in items for r in _records(item)]
 
-    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> None:
-        self._batch(queue, [{"DeleteRequest": {"Key": {"pk": {"S": queue}, "sk": {"S": _key(r, delay)}}}}
-                            for r in records])
+    def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> int:
+        """Delete the items of these records: a record's own, and a segment once all of its records
+        are among them (else it stays, and a later release deletes it). Returns the records deleted."""
+        keys: dict[str, int] = {}
+        parts: dict[str, set[int]] = {}
+        for r in records:
+            if r.item is None:
+                keys[_key(r, delay)] = 1
+            else:
+                parts.setdefault(r.item[0], set()).add(r.offset)
+                if len(parts[r.item[0]]) >= r.item[1]:
+                    keys[r.item[0]] = r.item[1]
+        self._batch(queue, [{"DeleteRequest": {"Key": {"pk": {"S": queue}, "sk": {"S": sk}}}} for sk in keys])
+        return sum(keys.values())
 
     def marked(self, partition: int) -> list[str]:
         kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True,
@@ -131,16 +213,19 @@ class DynamoParkingLot:
                                                                "sk": {"S": queue}})
 
     def count(self, queue: str) -> int:
-        kwargs: dict[str, Any] = {"TableName": self.table, "Select": "COUNT",
-                                  "KeyConditionExpression": "pk = :q",
+        kwargs: dict[str, Any] = {"TableName": self.table, "KeyConditionExpression": "pk = :q",
                                   "ExpressionAttributeValues": {":q": {"S": queue}}}
-        n = 0
+        seen: set[str] = set()  # each record once, however many segments a re-park put it in
         with translated(f"query {self.table}"):
             while True:
                 page = self.client.query(**kwargs)
-                n += int(page.get("Count", 0))
+                for item in page.get("Items", []):
+                    if "seg" in item:
+                        seen.update(lane_key(r.partition, r.offset) for r in _records(item))
+                    else:
+                        seen.add(item["sk"]["S"])
                 if "LastEvaluatedKey" not in page:
-                    return n
+                    return len(seen)
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _batch(self, queue: str, requests: list[dict[str, Any]]) -> None:

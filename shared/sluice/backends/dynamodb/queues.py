@@ -16,22 +16,15 @@ loaded from here after a Redis loss (``RedisConnection.load_registry``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sluice.backends.dynamodb.client import dynamodb_client
+from sluice.backends.dynamodb.client import OnTable
 from sluice.backends.dynamodb.errors import error_code, translate, translated
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.clock import wall_ms
-from sluice.core.config import Settings
-from sluice.core.errors import InvalidInput
 from sluice.core.models import QUEUE_NAME_RE, validate_public_queue
 from sluice.core.ports import ParkedState
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
-
 
 __all__ = ["DynamoQueueDirectory", "ParkedState", "parked_state"]
 
@@ -52,17 +45,10 @@ def parked_state(item: Mapping[str, object]) -> ParkedState:
     return ParkedState(max(0, num("parked")), num("parked_at_ms"))
 
 
-class DynamoQueueDirectory:
+class DynamoQueueDirectory(OnTable):
     """``sluice.core.ports.QueueDirectory`` over the queues table."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self.client, self.table_name = client, table_name
-
-    @classmethod
-    def from_settings(cls, s: Settings, *, client: DynamoDBClient | None = None) -> DynamoQueueDirectory:
-        if not s.queues_table:
-            raise InvalidInput("no queues table: set SLUICE_QUEUES_TABLE (template.yaml's QueuesTable)")
-        return cls(client or dynamodb_client(s), s.queues_table)
+    setting = "queues_table"
 
     def put(self, queue: str) -> None:
         """Record ``queue``; an existing item keeps its ``created_at_ms`` and ``state``."""

@@ -16,21 +16,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
 from sluice.backends.aws.clients import OnLambda
-from sluice.backends.dynamodb.client import dynamodb_client
+from sluice.backends.dynamodb.client import OnTable
 from sluice.backends.dynamodb.errors import error_code, translate
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.clock import wall_ms
-from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError, StoreError
 from sluice.core.routes import Route, RouteConflict, UnknownFunction, check_new
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class RouteStore(Protocol):
@@ -47,16 +43,10 @@ class FunctionDirectory(Protocol):
     def exists(self, function: str) -> bool: ...
 
 
-class DynamoRouteStore:
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self.client, self.table_name = client, table_name
+class DynamoRouteStore(OnTable):
+    """``RouteStore`` over the routes table."""
 
-    @classmethod
-    def from_settings(cls, s: Settings, *, client: DynamoDBClient | None = None) -> DynamoRouteStore:
-        """``client``: the container's DynamoDB client (``sluice.entry.root.dynamodb``); else a new one."""
-        if not s.routes_table:
-            raise InvalidInput("no routes table: set SLUICE_ROUTES_TABLE (template.yaml's RoutesTable)")
-        return cls(client or dynamodb_client(s), s.routes_table)
+    setting = "routes_table"
 
     def list_routes(self) -> list[Route]:
         items = scan_all(self.client, self.table_name)

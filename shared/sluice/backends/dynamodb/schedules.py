@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
+from sluice.backends.dynamodb.client import OnTable
 from sluice.backends.dynamodb.errors import error_code, translate, translated
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.errors import ScheduleExists, ScheduleNotFound, StoreError
@@ -45,11 +46,10 @@ def _schedule(item: dict[str, Any]) -> Schedule:
         raise StoreError(f"a schedule item is malformed: {exc!r}") from exc
 
 
-class DynamoScheduleStore:
+class DynamoScheduleStore(OnTable):
     """``api_schedules.ScheduleStore`` on a DynamoDB table."""
 
-    def __init__(self, client: Any, table_name: str) -> None:
-        self.client, self.table_name = client, table_name
+    setting = "schedules_table"
 
     def create(self, schedule: Schedule) -> None:
         try:

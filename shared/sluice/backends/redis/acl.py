@@ -44,26 +44,29 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
 # the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
-    "ack.lua": "decrby del exists hdel hincrby hmget zadd zcard zrem zscore",
-    "cancel.lua": "decrby del exists hexists hincrby hmget hset time zadd zcard zrem zscore",
-    "config.lua": "hgetall hincrby hmget hset zadd zcard zscore",
-    "enqueue.lua": "exists get hincrby hset incrby set time zadd zscore",
-    "enqueue_internal.lua": "exists get hincrby hset incrby set time zadd zscore",
+    "ack.lua": "decrby del exists hdel hexists hincrby hmget hsetnx rpush zcard zrem",
+    "cancel.lua": "decrby del exists hdel hexists hincrby hmget hset lrem time zadd zcard zrem zscore",
+    "config.lua": "hdel hget hgetall hmget hset hsetnx rpush zcard zrange",
+    "enqueue.lua": "exists get hincrby hset hsetnx incrby rpush set time zadd",
+    "enqueue_internal.lua": "exists get hincrby hset hsetnx incrby rpush set time zadd",
     "extend.lua": "exists hget time zadd",
-    "fail.lua": "decrby del exists get hdel hget hincrby hmget hset incrby set time zadd zcard zrem zscore",
+    "fail.lua": "decrby del exists get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time "
+                "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "lease.lua": "decrby del exists get hdel hincrby hmget hset incrby set time zadd zcard zpopmin zrange "
-                 "zrangebyscore zrem zremrangebyrank zscore",
+    "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
+                 "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
-    "push.lua": "exists get hget hincrby hmget hset incrby lpush ltrim pexpire set time zadd zscore",
+    "push.lua": "exists get hdel hexists hget hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
+                "time zadd zcard zrem",
     "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del get hdel hincrby hmget hset incrby set time zadd zcard zrangebyscore "
-                "zremrangebyrank zscore",
+    "reap.lua": "decrby del get hdel hexists hincrby hmget hset hsetnx incrby rpush set time zadd zcard "
+                "zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
-    "redrive.lua": "get hdel hincrby hmget hset incrby set time zadd zrange zrem zscore",
+    "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
     "registry_load.lua": "sadd set",
-    "release.lua": "decrby del exists get hdel hget hincrby hmget incrby set time zadd zcard zrem zscore",
+    "release.lua": "decrby del exists get hdel hexists hget hincrby hmget hsetnx incrby rpush set time zadd "
+                   "zcard zrem",
     "settled.lua": "decrby del hget zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",

@@ -33,10 +33,13 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their
                                    sz): push.lua reserves, every script that deletes a job hash gives back
     sluice:{q}:g:<group>    zset   a fair group's ready jobs (scores as ready; ungrouped jobs stay in ready)
-    sluice:{q}:turns        zset   group -> turn number: the rotation lease.lua serves round-robin ('' is
-                                   the default group, while any group takes turns)
-    sluice:{q}:groups       hash   <group> -> its leased jobs; #ready -> jobs in every group's ready zset;
-                                   #turn -> the last turn number handed out (_lib.lua, "Fair groups")
+    sluice:{q}:rota         list   the groups that may have a job to lease, in turn order, each once: the
+                                   rotation lease.lua serves round-robin ('' is the default group, while
+                                   any group takes turns)
+    sluice:{q}:turns        zset   the rotation as the layout before kept it (group -> turn number): only
+                                   read, by lease.lua, which moves it into rota (an upgrade)
+    sluice:{q}:groups       hash   <group> -> its leased jobs; >group -> 1 while the group is in rota;
+                                   #ready -> jobs in every group's ready zset (_lib.lua, "Fair groups")
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
@@ -189,12 +192,19 @@ class QueueKeys:
 
     @property
     def turns(self) -> str:
-        """zset group -> turn number: the groups lease.lua serves in turn."""
+        """list: the groups lease.lua serves in turn, each once."""
+        return f"{self.base}:rota"
+
+    @property
+    def turns_zset(self) -> str:
+        """The rotation in the layout before ``turns`` (a zset group -> turn number, and ``#turn`` in
+        ``groups``): lease.lua moves what it finds there into ``turns``."""
         return f"{self.base}:turns"
 
     @property
     def groups(self) -> str:
-        """hash: a group's leased jobs, and #ready / #turn (lua/_lib.lua, "Fair groups")."""
+        """hash: a group's leased jobs, >group while it is in turns, and #ready (lua/_lib.lua,
+        "Fair groups")."""
         return f"{self.base}:groups"
 
     @property

@@ -160,7 +160,7 @@ def push_argv(owner_token: int, flat: list[str], budget: int = 0, follow: int = 
 def push_keys(k: QueueKeys, topic: str, partition: int) -> list[str]:
     """push.lua's KEYS for ``topic``'s ``partition`` into queue ``k``."""
     return [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake, k.used, k.config,
-            *k.group_keys]
+            *k.group_keys, k.dead, k.leased, k.tokens]
 
 
 class StatsReply(NamedTuple):
@@ -263,8 +263,8 @@ class Scripts:
 
     def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                        k.config, k.settle, k.finished, k.used, *k.group_keys],
-                           [n, lease_ms, reclaim_limit])
+                                        k.config, k.settle, k.finished, k.used, *k.group_keys,
+                                        k.turns_zset], [n, lease_ms, reclaim_limit])
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
@@ -361,7 +361,7 @@ class Scripts:
         args: list[str] = []
         for field, value in fields.items():
             args += [field, value]
-        return int(self._run("config.lua", [k.config, *k.group_keys], args))
+        return int(self._run("config.lua", [k.config, *k.group_keys, k.job_prefix, k.leased], args))
 
     # --- relay --------------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Final
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from sluice.core.base import Model
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
 from sluice.gateway.admin import MAX_LISTED, Admin
 
@@ -32,46 +33,43 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
-_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-class RateRequest(BaseModel):
-    model_config = _STRICT
+class _Request(Model):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _count(most: int, description: str) -> Any:
+    """An optional count from 0 to ``most``; left out (None), the request does not set it."""
+    return Field(default=None, ge=0, le=most, description=description)
+
+
+class RateRequest(_Request):
     per_second: float = Field(ge=0, le=10_000_000, allow_inf_nan=False,
                               description="Jobs per second pushed into Redis; 0 = no limit.")
-    burst: int | None = Field(default=None, ge=0, le=10_000_000,
-                              description="Jobs that may go at once (default: one second's worth).")
+    burst: int | None = _count(10_000_000, "Jobs that may go at once (default: one second's worth).")
 
 
-class MaxInFlightRequest(BaseModel):
-    model_config = _STRICT
-    max_in_flight: int | None = Field(default=None, ge=0, le=10_000_000,
-                                      description="Most jobs leased at once; 0 = no limit.")
-    max_in_flight_per_group: int | None = Field(
-        default=None, ge=0, le=10_000_000,
-        description="Most jobs of one group (a job's group) leased at once; 0 = no limit.")
+class MaxInFlightRequest(_Request):
+    max_in_flight: int | None = _count(10_000_000, "Most jobs leased at once; 0 = no limit.")
+    max_in_flight_per_group: int | None = _count(
+        10_000_000, "Most jobs of one group (a job's group) leased at once; 0 = no limit.")
 
 
-class WatermarksRequest(BaseModel):
-    model_config = _STRICT
+class WatermarksRequest(_Request):
     high: int = Field(ge=0, le=10_000_000, description="Pause pushing above this ready depth; 0 = off.")
-    low: int | None = Field(default=None, ge=0, le=10_000_000,
-                            description="Resume below this (default high/2).")
+    low: int | None = _count(10_000_000, "Resume below this (default high/2).")
 
 
-class CapsRequest(BaseModel):
-    model_config = _STRICT
-    max_delayed: int | None = Field(default=None, ge=0, le=1_000_000_000,
-                                    description="Delayed jobs the queue may hold; 0 = the default.")
-    max_dead: int | None = Field(default=None, ge=0, le=1_000_000_000,
-                                 description="Dead jobs at which the queue takes no more; 0 = the default.")
-    max_bytes: int | None = Field(default=None, ge=0, le=1 << 50,
-                                  description="Bytes its jobs may take in Redis (its byte budget); "
-                                              "0 = the deployment's default.")
+class CapsRequest(_Request):
+    max_delayed: int | None = _count(1_000_000_000, "Delayed jobs the queue may hold; 0 = the default.")
+    max_dead: int | None = _count(1_000_000_000,
+                                  "Dead jobs at which the queue takes no more; 0 = the default.")
+    max_bytes: int | None = _count(1 << 50, "Bytes its jobs may take in Redis (its byte budget); "
+                                            "0 = the deployment's default.")
 
 
-class RedriveRequest(BaseModel):
-    model_config = _STRICT
+class RedriveRequest(_Request):
     job_id: str | None = Field(default=None, pattern=JOB_ID_PATTERN, description="One dead job.")
     all: bool = Field(default=False, description="Every dead job of the queue.")
 

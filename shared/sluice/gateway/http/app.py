@@ -97,6 +97,7 @@ _BODY: Final[dict[int, OpenAPIResponse]] = {
     415: _problem_spec("Content-Type is not application/json."),
     422: _problem_spec("Idempotency-Key reused with a different request."),
 }
+_NO_ROUTE: Final = _problem_spec("No deployed worker handles this queue (code NO_ROUTE).")
 _LOCATION: Final = {"Location": {"description": "/v1/jobs/{job_id}", "schema": {"type": "string"}}}
 
 
@@ -147,10 +148,10 @@ class HttpGateway:
         return BATCH_BODY_BYTES if body_route.group("batch") else self.max_payload_bytes + ENVELOPE_BYTES
 
     def _admin_use_cases(self) -> Admin:
-        api = self.api
-        return Admin(api.queue, api.store, api.log, routes=api.route_table(),
-                     refuse_unrouted=api.refuse_unrouted, reseal=api.pipeline.reseal_now, limits=api.limits,
-                     registry=api.pipeline.registry)
+        api, pipeline = self.api, self.api.pipeline
+        return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
+                     refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
+                     limits=pipeline.limits, registry=pipeline.registry)
 
     def openapi_json(self) -> str:
         if self._openapi is None:
@@ -188,9 +189,8 @@ class HttpGateway:
         def enqueue(queue: QueueParam, job: Annotated[wire.EnqueueRequest, Body()],
                     idempotency_key: KeyHeader = None) -> Response[wire.Accepted]:
             who = caller()
-            key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
-            return _accepted(self.api.enqueue(queue, job, idempotency_key=key, remaining_ms=remaining_ms(),
-                                              caller=who))
+            return _accepted(self.api.enqueue(queue, job, idempotency_key=who.own_key(idempotency_key),
+                                              remaining_ms=remaining_ms(), caller=who))
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -200,9 +200,8 @@ class HttpGateway:
         def enqueue_batch(queue: QueueParam, batch: Annotated[wire.BatchRequest, Body()],
                           idempotency_key: KeyHeader = None) -> Response[wire.BatchAccepted]:
             who = caller()
-            key = None if idempotency_key is None else f"{who.idempotency_scope}|{idempotency_key}"
-            return _accepted(self.api.enqueue_batch(queue, batch, idempotency_key=key,
-                                                    remaining_ms=remaining_ms(), caller=who))
+            return _accepted(self.api.enqueue_batch(queue, batch, remaining_ms=remaining_ms(), caller=who,
+                                                    idempotency_key=who.own_key(idempotency_key)))
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
@@ -222,7 +221,7 @@ class HttpGateway:
         @app.get("/v1/queues/<queue>", operation_id="get_queue", tags=["queues"],
                  summary="Depths, oldest ready job's age, rate limit and paused flag.",
                  responses={200: _ok_spec("The queue.", wire.QueueView), **_COMMON,
-                            404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE).")})
+                            404: _NO_ROUTE})
         def get_queue(queue: QueueParam) -> wire.QueueView:
             return self.api.stats(queue)
 
@@ -230,7 +229,7 @@ class HttpGateway:
             schedule_routes.add_routes(app, self._schedules, _problem_spec, _ok_spec, _COMMON)
         admin_routes.register(app, self._admin_use_cases, {
             **_COMMON, 403: _problem_spec("The caller is not an operator (code NOT_OPERATOR)."),
-            404: _problem_spec("No deployed worker handles this queue (code NO_ROUTE)."),
+            404: _NO_ROUTE,
             200: {"description": "Done."}})
 
         @app.get("/v1/openapi.json", include_in_schema=False)

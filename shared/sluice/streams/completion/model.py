@@ -117,7 +117,9 @@ def from_item(item: Mapping[str, Any], *, inline_bytes: int = DEFAULT_INLINE_RES
         "event_id": eid, "job_id": job_id, "queue": queue, "status": state.value,
         "attempts": item_int(item, "attempts"), "token": item_int(item, "token"), "redrive_gen": gen,
         "created_at_ms": item_int(item, "created_at_ms"), "finished_at_ms": item_int(item, "finished_at_ms"),
-        "parent": item_str(item, "parent"),  # a child job's parent (flows); None for a plain job
+        # a child job's parent (flows), as the store writes it (``Families.record_children``); None
+        # for a plain job
+        "parent": item_str(item, "parent_id"),
     }
     if (error := item_str(item, "last_error")) is not None and state is not JobState.SUCCEEDED:
         detail["last_error"] = error[:MAX_ERROR_IN_EVENT]

@@ -83,7 +83,7 @@ class Finisher:
 
     # -- observed calls: one event per call (each retry too), as the call returned or raised -------
 
-    def _redis(self, kind: type[ev.CallEnded], job: LeasedJob, call: Callable[[], T],
+    def _redis(self, kind: type[ev.LeaseCall], job: LeasedJob, call: Callable[[], T],
                ok: Callable[[T], str] = lambda _r: "ok") -> T:
         fields = {"job": job.job_id, "queue": job.queue, "lease": job.lease_token}
         return self.retrying(lambda: ev.timed(self.events, call, kind, fields, ok=ok))

@@ -23,7 +23,7 @@ import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -33,6 +33,7 @@ from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
 from sluice.core.schedules import check_name
 from sluice_dev.cli.console import render
 from sluice_dev.cli.console.backend import Backend, History, Watched
+from sluice_dev.local.httpd import QuietHandler
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
@@ -325,7 +326,7 @@ def _number(fields: Mapping[str, str], name: str, kind: type[Any]) -> Any:
 def serve(console: Console, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Bind (port 0 picks a free one; ``console.port`` is then set) and return the server, not yet serving."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         server_version = "sluice-console"
 
         def _run(self, method: str) -> None:
@@ -333,15 +334,8 @@ def serve(console: Console, host: str = "127.0.0.1") -> ThreadingHTTPServer:
             body = self.rfile.read(length) if length else b""
             headers = {k.lower(): v for k, v in self.headers.items()}
             response = console.handle(method, self.path, headers, body)
-            data = response.body.encode("utf-8")
-            self.send_response(response.status)
-            for name, value in {**HEADERS, **response.headers}.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", response.content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if method != "HEAD":
-                self.wfile.write(data)
+            self.answer(response.status, response.body.encode("utf-8"),
+                        [*{**HEADERS, **response.headers}.items(), ("Content-Type", response.content_type)])
 
         def do_GET(self) -> None:
             self._run("GET")
@@ -351,9 +345,6 @@ def serve(console: Console, host: str = "127.0.0.1") -> ThreadingHTTPServer:
 
         def do_POST(self) -> None:
             self._run("POST")
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            return
 
     server = ThreadingHTTPServer((host, console.port), Handler)
     console.port = server.server_address[1]

@@ -224,12 +224,19 @@ end
 -- Fair groups (issue 28, item 5; docs/engine.md "Fair groups"). A script that may move a grouped
 -- job takes three more KEYS, passed to the helpers as G = {prefix=, turns=, state=}:
 --   prefix  sluice:{q}:g:  a group's ready zset is prefix .. group (same scores as ready)
---   turns   zset group -> turn number: the rotation of groups that may have a job to lease
---   state   hash: <group> -> its leased jobs (absent = 0), '#ready' -> jobs in all the groups'
---           ready zsets, '#turn' -> the last turn number handed out. No group name starts with '#'.
+--   turns   list: the rotation of groups that may have a job to lease, in turn order, each once
+--           (sluice:{q}:rota; lease.lua takes its head groups with one LPOP and pushes back with
+--           one RPUSH the served ones that still have work: no turn number to format per group)
+--   state   hash: <group> -> its leased jobs (absent = 0), kept only while '#counted' is there (a
+--           per-group limit is set: config.lua; without one nothing reads them, and keeping them
+--           cost a count per group served in every lease and ack); '>' .. group -> '1' while the
+--           group is in turns (so joining keeps its place: one HSETNX); '#ready' -> jobs in all the
+--           groups' ready zsets. No group name starts with '#' or '>' (valid_group).
 -- Ungrouped jobs (the default group) stay in ready and touch none of these. A group is put in
--- turns (NX: it keeps its place) whenever it may have become leasable: a job entered its ready
--- zset, or one of its leases ended. lease.lua drops a group it finds empty or at its limit.
+-- turns (keeping its place if it is there) whenever it may have become leasable: a job entered its
+-- ready zset, or one of its leases ended. lease.lua drops a group it finds empty or at its limit.
+-- Before this layout turns was a zset (sluice:{q}:turns, group -> turn number, and '#turn' in
+-- state): lease.lua moves what it finds there into the list (lease.lua, migrate_turns).
 local function valid_group(g)
   return #g <= 64 and string.match(g, '^[%w][%w_.:%-]*$') ~= nil
 end
@@ -238,16 +245,49 @@ local function keys_of_groups(prefix, turns, state)
   return {prefix = prefix, turns = turns, state = state}
 end
 
--- `n` consecutive turn numbers; returns the one before the first.
-local function take_turns(G, n)
-  return redis.call('HINCRBY', G.state, '#turn', n) - n
+-- `group` joins the end of turns unless it is in them already (then it keeps its place: the
+-- common case for a busy group, one HSETNX).
+local function enter_turns(G, group)
+  if redis.call('HSETNX', G.state, '>' .. group, '1') == 1 then redis.call('RPUSH', G.turns, group) end
 end
 
--- `group` joins the end of turns unless it is in them already (then it keeps its place: the
--- common case for a busy group, one ZSCORE).
-local function enter_turns(G, group)
-  if redis.call('ZSCORE', G.turns, group) then return end
-  redis.call('ZADD', G.turns, take_turns(G, 1) + 1, group)
+-- Whether the groups' leased counts are kept ('#counted'); read once per script call.
+local counting = nil
+local function counts_kept(G)
+  if counting == nil then counting = redis.call('HEXISTS', G.state, '#counted') == 1 end
+  return counting
+end
+
+-- Forget every group's leased count (and '#counted'); returns the groups that had one.
+local function drop_counts(G)
+  local state, had = redis.call('HGETALL', G.state), {}
+  for i = 1, #state, 2 do
+    local c = string.sub(state[i], 1, 1)
+    if c ~= '#' and c ~= '>' then had[#had + 1] = state[i] end
+  end
+  for i = 1, #had, 1000 do redis.call('HDEL', G.state, unpack(had, i, math.min(i + 999, #had))) end
+  redis.call('HDEL', G.state, '#counted')
+  counting = false
+  return had
+end
+
+-- Count each group's leased jobs afresh from the leased set (the truth) and keep them from now on:
+-- a per-group limit was set, or found set with no counts kept (an earlier layout kept them always,
+-- unmarked). O(leased jobs), once per change of the limit. Returns the groups that had a count.
+local function recount_groups(G, prefix, leased)
+  local had = drop_counts(G)
+  local per, args = {}, {'#counted', '1'}
+  for _, id in ipairs(redis.call('ZRANGE', leased, 0, -1)) do
+    local g = redis.call('HGET', prefix .. id, 'grp')
+    if g then per[g] = (per[g] or 0) + 1 end
+  end
+  for g, k in pairs(per) do
+    args[#args + 1] = g
+    args[#args + 1] = k
+  end
+  for i = 1, #args, 1000 do redis.call('HSET', G.state, unpack(args, i, math.min(i + 999, #args))) end
+  counting = true
+  return had
 end
 
 -- Job `id` with ready score `score` into its ready set: ready, or its group's (`group` nil: none).
@@ -261,8 +301,11 @@ local function add_ready(G, ready, group, score, id)
   enter_turns(G, group)
 end
 
--- `k` leases of `group`'s jobs ended: its count goes down, and it takes turns again if it has work.
+-- `k` leases of `group`'s jobs ended: its count goes down, and it takes turns again if it has work
+-- (it may have left them at its limit). Without a limit (no counts) a group left turns only when
+-- it had no ready job, and one arriving brings it back: nothing to do.
 local function group_done(G, group, k)
+  if not counts_kept(G) then return end
   if redis.call('HINCRBY', G.state, group, -k) <= 0 then redis.call('HDEL', G.state, group) end
   if redis.call('ZCARD', G.prefix .. group) > 0 then enter_turns(G, group) end
 end
@@ -273,7 +316,9 @@ local function remove_grouped(G, group, id)
   local key = G.prefix .. group
   if redis.call('ZREM', key, id) == 0 then return end
   redis.call('HINCRBY', G.state, '#ready', -1)
-  if redis.call('ZCARD', key) == 0 then redis.call('ZREM', G.turns, group) end
+  if redis.call('ZCARD', key) == 0 and redis.call('HDEL', G.state, '>' .. group) == 1 then
+    redis.call('LREM', G.turns, 1, group)
+  end
 end
 
 -- Create the (validated, new) jobs at offsets `starts` of A. Ready jobs share one
@@ -386,6 +431,15 @@ end
 local function to_ready(G, ready, seqkey, id, priority, group)
   local seq = take_seq(seqkey, 1)
   add_ready(G, ready, group, ready_score(priority, seq), id)
+end
+
+-- A dead job redriven: fresh attempts, no cancel request, redrive generation `gen` (a string; '0'
+-- leaves g alone), back in ready (its group's) at the end of its band. `f`: its HMGET 'm', 'g',
+-- 'grp'. The caller takes it out of the dead set (redrive.lua; push.lua, a redrive a failover lost).
+local function redriven_to_ready(G, key, ready, seqkey, id, gen, f)
+  redis.call('HDEL', key, 'a', 'c')
+  if gen ~= '0' then redis.call('HSET', key, 'g', gen) end
+  to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
 end
 
 -- Put one job whose lease lapsed back in ready at the front of its priority band: it has

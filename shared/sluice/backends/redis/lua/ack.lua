@@ -6,7 +6,7 @@
 --   KEYS[4] finished hash: each acked job counts as succeeded there, or as cancelled when a
 --           cancel was requested (c = 1; the worker acks to drop a cancelled job)
 --   KEYS[5] used string: the acked jobs' sz fields are given back (keys.used)
---   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua; an
+--   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua; an
 --           acked grouped job's group has one lease less, and takes turns again if it has work)
 --   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
 --           argument rather than 2n, because encoding each argument is what a Python

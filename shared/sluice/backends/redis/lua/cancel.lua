@@ -5,7 +5,7 @@
 --   KEYS[5] tokens hash  KEYS[6] settle zset
 --   KEYS[7] finished hash: a removed job counts there as cancelled (cumulative)
 --   KEYS[8] used string: a removed job gives its sz back (keys.used)
---   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua; a
+--   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua; a
 --           waiting grouped job leaves its group's ready zset, the group leaves turns if emptied)
 --   ARGV[1] job_id
 --   ARGV[2] settle  "0" | "1": "1" when the jobs table still says the job is leased (its

@@ -2,13 +2,16 @@
 --
 -- Input
 --   KEYS[1] config hash  sluice:{q}:config
---   KEYS[2] group prefix  KEYS[3] turns zset  KEYS[4] groups hash  (fair groups: _lib.lua)
+--   KEYS[2] group prefix  KEYS[3] turns list  KEYS[4] groups hash  (fair groups: _lib.lua)
+--   KEYS[5] job prefix  sluice:{q}:job:  KEYS[6] leased zset  (to count each group's leases)
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
 --           low_watermark, max_delayed, max_dead, max_in_flight_per_group (integers >= 0),
 --           max_bytes (integer 0..2^53-1: the queue's byte budget, push.lua), rate_per_s
 --           (number >= 0), paused (0 | 1)
---   Setting max_in_flight_per_group puts every group with leases and ready jobs back in turns:
---   lease.lua drops a group at its limit, and a higher limit may let it lease again now.
+--   Setting max_in_flight_per_group above 0 counts each group's leased jobs afresh from the leased
+--   set and keeps the counts from then on; 0 drops them (_lib.lua recount_groups, drop_counts).
+--   Either way every group that had a count and has ready jobs takes turns again: lease.lua drops
+--   a group at its limit, and a higher limit (or none) may let it lease again now.
 -- Output
 --   number of fields written
 -- Errors (nothing written)
@@ -44,12 +47,14 @@ if high > 0 and low > high then return invalid('low_watermark above high_waterma
 redis.call('HSET', config, unpack(ARGV))
 if new.max_in_flight_per_group then
   local G = keys_of_groups(KEYS[2], KEYS[3], KEYS[4])
-  local counts = redis.call('HGETALL', G.state)
-  for i = 1, #counts, 2 do
-    local group = counts[i]
-    if string.sub(group, 1, 1) ~= '#' and redis.call('ZCARD', G.prefix .. group) > 0 then
-      enter_turns(G, group)
-    end
+  local had
+  if tonumber(new.max_in_flight_per_group) > 0 then
+    had = recount_groups(G, KEYS[5], KEYS[6])
+  else
+    had = drop_counts(G)
+  end
+  for _, group in ipairs(had) do
+    if redis.call('ZCARD', G.prefix .. group) > 0 then enter_turns(G, group) end
   end
 end
 return #ARGV / 2

@@ -6,7 +6,7 @@
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready zset  KEYS[3] delayed zset  KEYS[4] seq string
 --   KEYS[5] used string: the jobs' bytes are counted there (no budget here: push.lua has one)
---   KEYS[6] group prefix  KEYS[7] turns zset  KEYS[8] groups hash  (fair groups: _lib.lua)
+--   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] k           number of jobs (1..1000)
 --   then k groups of 5: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none)
 --                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"

@@ -6,7 +6,7 @@
 --   KEYS[6] tokens hash  KEYS[7] seq  KEYS[8] settle zset
 --   KEYS[9] finished hash: a job that ends in dead counts there (as cancelled when its settle
 --           entry says cancelled, else as dead: the handler's Fail, attempts used up)
---   KEYS[10] group prefix  KEYS[11] turns zset  KEYS[12] groups hash  (fair groups: _lib.lua; a
+--   KEYS[10] group prefix  KEYS[11] turns list  KEYS[12] groups hash  (fair groups: _lib.lua; a
 --           grouped job's group has one lease less, and a retry ready now goes to its group)
 --   KEYS[13] used string: a job removed for its cancel request gives its sz back (keys.used)
 --   ARGV[1] job_id  ARGV[2] token  ARGV[3] error (kept as the job's last error)

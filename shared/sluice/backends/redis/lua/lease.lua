@@ -8,7 +8,8 @@
 --   KEYS[9] settle zset (expiries that ended a job, for the relay to tell the jobs table)
 --   KEYS[10] finished hash (cumulative endings: an expiry's dead or cancelled job counts there)
 --   KEYS[11] used string (the queue's counted bytes: a job an expiry removes gives its sz back)
---   KEYS[12] group prefix  KEYS[13] turns zset  KEYS[14] groups hash  (fair groups: _lib.lua)
+--   KEYS[12] group prefix  KEYS[13] turns list  KEYS[14] groups hash  (fair groups: _lib.lua)
+--   KEYS[15] the turns zset of the layout before (read, moved into KEYS[13], deleted)
 --   ARGV[1] n              1..1000 jobs wanted
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
@@ -35,7 +36,9 @@
 --   can and the others take the rest); each group's jobs leave by priority, FIFO within. A group
 --   served goes to the end of turns, or leaves it when it has no job left or reached its limit
 --   (it comes back when a job of it arrives or a lease of it ends: _lib.lua group_done). For a
---   grouped job the reply entry ends " <g> <group>" (g is "0" when never redriven).
+--   grouped job the reply entry ends " <g> <group>" (g is "0" when never redriven). Each group's
+--   leases are counted only under max_in_flight_per_group (found set with no counts kept: counted
+--   afresh from leased first); turns found in the old zset (KEYS[15]) move into the list first.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 
@@ -44,6 +47,7 @@
 local prefix, ready, delayed, leased, dead, tokens, seqkey, config, settle, finished, used =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local G = keys_of_groups(KEYS[12], KEYS[13], KEYS[14])
+local turns_zset = KEYS[15]
 local n = int_in(ARGV[1], 1, 1000)
 if not n then return invalid('n') end
 local lease_ms = int_in(ARGV[2], 0, MAX_LEASE_MS)
@@ -62,48 +66,81 @@ end
 local out = {now, 0}
 if n <= 0 then return out end
 
+-- Numbers written back as strings: redis.call formats each number argument with %.17g, which costs
+-- about as much as a small command (callgrind, docs/engine.md); '%d' is cheap, and counts repeat.
+local texts = {}
+local function text(x)
+  local t = texts[x]
+  if not t then
+    t = string.format('%d', x)
+    texts[x] = t
+  end
+  return t
+end
+
+-- The layout before kept turns in a zset (group -> turn number, '#turn' in the groups hash) and
+-- every group's leased count, unmarked: the zset's groups join the list in their order (those
+-- already in it keep their place), once, at the first lease that finds it, and the counts go (a
+-- limit in config counts afresh: recount_groups). Old code still running beside this code may add
+-- to the zset again; it moves again.
+local function migrate_turns()
+  for _, g in ipairs(redis.call('ZRANGE', turns_zset, 0, -1)) do enter_turns(G, g) end
+  redis.call('DEL', turns_zset)
+  redis.call('HDEL', G.state, '#turn')
+  if not counts_kept(G) then drop_counts(G) end  -- kept unmarked then; a limit recounts them below
+end
+
 -- Up to `want` jobs from the groups in turns (and the default group, '' there), round-robin:
--- the first `want` groups in turn order share them, one job each in turn, each up to its room
--- (its ready jobs, and under `per_group` its leases left). Returns popped ({id, score, ...}), the
--- group of each popped pair by its index (nil: the default group) and whether a group was
--- dropped (no job left, or at its limit). Served groups with room left go to the end of turns.
--- Per group served: a ZCARD, a ZPOPMIN and its count (HINCRBY; under a limit, one HMGET and one
--- HSET for all): what a batch spread over many groups pays more than one from a single zset.
--- A count of 1 (the common case with many groups) goes as the string '1': redis.call formats
--- each number argument, and that costs about as much as the ZCARD (callgrind, docs/engine.md).
-local function lease_groups(want, per_group)
+-- the first `want` groups in turn order (one LPOP) share them, one job each in turn, each up to
+-- its room (under `per_group` its leases left; the default group's ready jobs). A group's ready
+-- jobs are not counted first: a pop that returns fewer than asked shows the group empty, and one
+-- EXISTS over the groups served in full answers whether they have any left (per group only when
+-- some emptied and some did not). Served groups with work and room left go back to the end of
+-- turns (one RPUSH); the others leave it. Returns popped as pairs {id, group or false} and whether
+-- a group was dropped. Per group served: one ZPOPMIN; per batch: one EXISTS, one RPUSH, one HDEL
+-- and, while counts are kept (a per-group limit: `counted_too`), one HMGET and one HSET: what a
+-- batch spread over many groups pays more than one from a single zset. Few Lua tables and no
+-- string built twice per group: at 50 groups a batch, the Lua around the calls cost as much as
+-- the calls (callgrind, docs/engine.md "Measured").
+local function lease_groups(want, per_group, counted_too, zset_only)
+  local heads = redis.call('LPOP', G.turns, want)
+  if not heads and zset_only then  -- no list, so the one key found was the old zset
+    migrate_turns()
+    heads = redis.call('LPOP', G.turns, want)
+  end
+  heads = heads or {}
+  -- The default group takes turns while ready has jobs: it joins at the end when not in them (the
+  -- heads taken are the list's first, so it is among them if there is room).
   local default_ready = redis.call('ZCARD', ready)
-  if default_ready > 0 then enter_turns(G, '') end
-  local heads = redis.call('ZRANGE', G.turns, 0, want - 1)
-  local n_heads, room, busy = #heads, {}, {}
-  if per_group > 0 then
-    local named = {}
-    for _, g in ipairs(heads) do
-      if g ~= '' then named[#named + 1] = g end
+  if default_ready > 0 and redis.call('HSETNX', G.state, '>', '1') == 1 then
+    if #heads < want then heads[#heads + 1] = '' else redis.call('RPUSH', G.turns, '') end
+  end
+  local n_heads = #heads
+  if n_heads == 0 then return {}, false end
+  -- The heads' leased counts, when kept ('' (the default group) is never a field).
+  local counted = counted_too and redis.call('HMGET', G.state, unpack(heads)) or {}
+  -- Per head: its ready zset, its room (emptied or at its limit: room == got) and what it gave.
+  -- The first round takes one job from each group with room, in turn order (n_heads <= want).
+  local key, room, got, popped, np = {}, {}, {}, {}, 0
+  for i = 1, n_heads do
+    local g, z, r = heads[i], ready, default_ready
+    if g ~= '' then
+      z = G.prefix .. g
+      r = per_group > 0 and per_group - (tonumber(counted[i]) or 0) or want + 1
     end
-    local counted = #named > 0 and redis.call('HMGET', G.state, unpack(named)) or {}
-    local j = 0
-    for i, g in ipairs(heads) do
-      if g ~= '' then
-        j = j + 1
-        busy[i] = tonumber(counted[j]) or 0
+    key[i], got[i], room[i] = z, 0, 0
+    if r > 0 then
+      local job = redis.call('ZPOPMIN', z)
+      if job[1] then
+        popped[np + 1], popped[np + 2], np = job[1], g ~= '' and g, np + 2
+        got[i], room[i] = 1, r
       end
     end
   end
-  local got = {}
-  for i, g in ipairs(heads) do
-    got[i] = 0
-    if g == '' then
-      room[i] = default_ready
-    else
-      room[i] = redis.call('ZCARD', G.prefix .. g)
-      if per_group > 0 then room[i] = math.max(0, math.min(room[i], per_group - busy[i])) end
-    end
-  end
-  local popped, group_at, left, cursor = {}, {}, want, 1
+  local left, cursor, share = want - np / 2, 1, {}
   while left > 0 do
-    -- One job per group with room, in turn from where the last round stopped, until `left`.
-    local share, given, idle, i = {}, 0, 0, cursor
+    -- One more job per group with room, in turn from where the last round stopped, until `left`.
+    local given, idle, i = 0, 0, cursor
     for x = 1, n_heads do share[x] = 0 end
     while given < left and idle < n_heads do
       if got[i] + share[i] < room[i] then
@@ -115,68 +152,81 @@ local function lease_groups(want, per_group)
       i = i % n_heads + 1
     end
     if given == 0 then break end
-    for x, g in ipairs(heads) do
-      if share[x] > 0 then
-        local jobs = redis.call('ZPOPMIN', g == '' and ready or G.prefix .. g, share[x] == 1 and '1' or share[x])
-        local k = #jobs / 2
+    for x = 1, n_heads do
+      local s = share[x]
+      if s > 0 then
+        local jobs = redis.call('ZPOPMIN', key[x], s)
+        local g, k = key[x] ~= ready and heads[x], #jobs / 2
         for y = 1, #jobs, 2 do
-          popped[#popped + 1] = jobs[y]
-          popped[#popped + 1] = jobs[y + 1]
-          if g ~= '' then group_at[#popped - 1] = g end
+          popped[np + 1], popped[np + 2], np = jobs[y], g, np + 2
         end
         got[x] = got[x] + k
         left = left - k
-        if k < share[x] then room[x] = got[x] end  -- never expected (ZCARD said more): empty now
+        if k < s then room[x] = got[x] end  -- its ready zset is empty now
       end
     end
   end
+  -- The named groups served in full with room left may have ready jobs: one EXISTS over them all,
+  -- and one per group only when some have and some have not.
+  local keys = {}
+  for i = 1, n_heads do
+    if got[i] < room[i] and key[i] ~= ready then keys[#keys + 1] = key[i] end
+  end
+  local live = #keys > 0 and redis.call('EXISTS', unpack(keys)) or 0
   local again, gone, counts, taken = {}, {}, {}, 0
-  for i, g in ipairs(heads) do
-    if got[i] >= room[i] then
-      gone[#gone + 1] = g  -- no job left, or at its limit
-    elseif got[i] > 0 then
-      again[#again + 1] = g
-    end
-    if g ~= '' and got[i] > 0 then
-      taken = taken + got[i]
-      if per_group > 0 then
+  for i = 1, n_heads do
+    local g, k = heads[i], got[i]
+    local stays = k < room[i]
+    if k > 0 and key[i] ~= ready then
+      taken = taken + k
+      if stays and live < #keys then stays = live > 0 and redis.call('EXISTS', key[i]) == 1 end
+      if counted_too then
         counts[#counts + 1] = g
-        counts[#counts + 1] = busy[i] + got[i]
-      else
-        redis.call('HINCRBY', G.state, g, got[i] == 1 and '1' or got[i])
+        counts[#counts + 1] = text((tonumber(counted[i]) or 0) + k)
       end
+    end
+    if stays then
+      again[#again + 1] = g
+    else
+      gone[#gone + 1] = '>' .. g  -- no job left, or at its limit
     end
   end
   if #counts > 0 then redis.call('HSET', G.state, unpack(counts)) end
-  if taken > 0 then redis.call('HINCRBY', G.state, '#ready', -taken) end
-  if #gone > 0 then redis.call('ZREM', G.turns, unpack(gone)) end
-  if #again > 0 then
-    local t, z = take_turns(G, #again), {}
-    for x, g in ipairs(again) do
-      z[#z + 1] = t + x
-      z[#z + 1] = g
-    end
-    redis.call('ZADD', G.turns, unpack(z))
+  if taken > 0 then redis.call('HINCRBY', G.state, '#ready', text(-taken)) end
+  if #gone > 0 then redis.call('HDEL', G.state, unpack(gone)) end
+  if #again > 0 and redis.call('RPUSH', G.turns, unpack(again)) == 1 and again[1] == '' then
+    redis.call('DEL', G.turns)  -- only the default group is left: no turns to take, as before groups
+    redis.call('HDEL', G.state, '>')
   end
-  return popped, group_at, #gone > 0
+  return popped, #gone > 0
 end
 
-local popped, group_at
-local in_turns = redis.call('ZCARD', G.turns)
-if in_turns == 1 and redis.call('ZSCORE', G.turns, '') then
-  redis.call('DEL', G.turns)  -- only the default group is left: no turns to take
-  in_turns = 0
-end
-if in_turns == 0 then
-  popped = redis.call('ZPOPMIN', ready, n)  -- no group has a job to lease: as before groups
+local popped, grouped_pairs = nil, false  -- grouped: pairs {id, group or false}, else ZPOPMIN's
+-- One call tells a queue no group has a job to lease (the common case: leased as before groups).
+local found = redis.call('EXISTS', G.turns, turns_zset)
+if found == 0 then
+  popped = redis.call('ZPOPMIN', ready, n)
 else
-  local per_group = tonumber(cfg[2]) or 0
+  if found == 2 then migrate_turns() end
+  local per_group, counted_too = tonumber(cfg[2]) or 0, false
+  if per_group > 0 then
+    counted_too = counts_kept(G)
+    -- A limit with no counts kept: the layout before kept them unmarked, or old code set it.
+    if not counted_too then
+      recount_groups(G, prefix, leased)
+      counted_too = true
+    end
+  end
+  -- Without a limit the counts are not kept here. ('#counted' left by a config.lua of the layout
+  -- before that set the limit to 0 would let ack lower counts nothing raises: they only go, and
+  -- any later limit set by today's config.lua counts afresh.)
   local dropped
-  popped, group_at, dropped = lease_groups(n, per_group)
+  popped, dropped = lease_groups(n, per_group, counted_too, found == 1)
   -- Groups found empty or at their limit left turns: the ones behind them may have work.
   if #popped == 0 and dropped and redis.call('EXISTS', G.turns) == 1 then
-    popped, group_at = lease_groups(n, per_group)
+    popped = lease_groups(n, per_group, counted_too, false)
   end
+  grouped_pairs = true
 end
 if #popped == 0 then return out end
 
@@ -194,8 +244,8 @@ for i = 1, #popped, 2 do
     lz[#lz + 1] = deadline or now + tonumber(string.match(f[3], '^%d,%d+,(%d+)'))
     lz[#lz + 1] = id
     tz[#tz + 1] = id
-    tz[#tz + 1] = token
-    local group = group_at and group_at[i]
+    tz[#tz + 1] = string.format('%d', token)
+    local group = grouped_pairs and popped[i + 1]
     if group then
       out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. (f[4] or '0') .. ' ' .. group
     else

@@ -7,7 +7,8 @@
 --   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
 --   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
 --   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
---   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua)
+--   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
+--   KEYS[12] dead  KEYS[13] leased  (zsets)  KEYS[14] tokens hash  (a redrive a failover lost: below)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
 --   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
@@ -32,7 +33,13 @@
 --   0 bytes takes one job whatever its size, so a job larger than the budget cannot wedge it.
 --   pushed + skipped + left = k.
 --   Records at or below the stored offset, and jobs whose hash already exists (or that
---   repeat an id in this batch), are skipped. The stored offset becomes the largest
+--   repeat an id in this batch), are skipped, save one case: a record whose redrive_gen is
+--   above the generation its existing job carries (g) is a redrive Redis does not have (a
+--   failover to a replica that lagged behind the redrive's move, or a redrive that stopped
+--   between its Kafka append and its move): the job takes that g and fresh attempts, and a
+--   dead one goes back to ready as redrive.lua moves it, as does a leased one (its lease is
+--   one from before the redrive, which the rollback brought back: its holder is stale), both
+--   counted pushed; a ready or delayed one waits where it is (docs/redis-loss.md). The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
 --   same atomic step as the enqueue: a relay that dies before its Kafka commit pushes
 --   nothing twice. Each fresh job adds a token to the wake list (at most WAKE_MAX kept, for
@@ -49,6 +56,7 @@ local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty l
 
 local relayed, prefix, ready, delayed, seqkey, wake, used, config =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local dead, leased, tokens = KEYS[12], KEYS[13], KEYS[14]
 local G = keys_of_groups(KEYS[9], KEYS[10], KEYS[11])
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
@@ -122,14 +130,39 @@ end
 if taken == 0 then return {0, 0, stored_offset, k} end
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
 create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
+local made = {}
 for _, s in ipairs(fresh) do
+  made[s] = true
   if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
 end
-if #fresh > 0 then
+-- Existing jobs of the records taken (s = 7r + 2 for record r < taken) under an older generation
+-- than the jobs table's: the redrive's own move never reached this Redis. Make it now.
+local revived = 0
+for _, s in ipairs(starts) do
+  if s < 7 * taken + 2 and not made[s] and R[s + 4] ~= '0' then
+    local key = prefix .. R[s]
+    local f = redis.call('HMGET', key, 'm', 'g', 'grp')
+    if f[1] and (tonumber(f[2]) or 0) < tonumber(R[s + 4]) then
+      if redis.call('ZREM', dead, R[s]) == 1 then
+        redriven_to_ready(G, key, ready, seqkey, R[s], R[s + 4], f)
+        revived = revived + 1
+      elseif redis.call('ZREM', leased, R[s]) == 1 then
+        redis.call('HDEL', tokens, R[s])
+        if f[3] then group_done(G, f[3], 1) end
+        redriven_to_ready(G, key, ready, seqkey, R[s], R[s + 4], f)
+        revived = revived + 1
+      else  -- ready or delayed as it was before its redrive: its next lease is the redrive's
+        redis.call('HDEL', key, 'a')
+        redis.call('HSET', key, 'g', R[s + 4])
+      end
+    end
+  end
+end
+if #fresh + revived > 0 then
   local tokens = {}
-  for i = 1, math.min(#fresh, WAKE_MAX) do tokens[i] = '1' end
+  for i = 1, math.min(#fresh + revived, WAKE_MAX) do tokens[i] = '1' end
   redis.call('LPUSH', wake, unpack(tokens))
   redis.call('LTRIM', wake, 0, WAKE_MAX - 1)
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
 end
-return {#fresh, taken - #fresh, max_offset, k - taken}
+return {#fresh + revived, taken - #fresh - revived, max_offset, k - taken}

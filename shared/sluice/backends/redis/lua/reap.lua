@@ -8,7 +8,7 @@
 --   KEYS[8] settle zset: "dead:<g>:<id>" / "cancelled:<g>:<id>" for each expiry that ended a job
 --   KEYS[9] finished hash: those endings are counted there too (dead / cancelled, cumulative)
 --   KEYS[10] used string: a job removed for its cancel request gives its sz back (keys.used)
---   KEYS[11] group prefix  KEYS[12] turns zset  KEYS[13] groups hash  (fair groups: _lib.lua;
+--   KEYS[11] group prefix  KEYS[12] turns list  KEYS[13] groups hash  (fair groups: _lib.lua;
 --           promoted and reclaimed grouped jobs go to their group's ready zset)
 --   ARGV[1] limit  1..10000 of each kind per call
 -- Output

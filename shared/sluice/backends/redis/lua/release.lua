@@ -4,7 +4,7 @@
 --   KEYS[1] job hash  KEYS[2] leased zset  KEYS[3] ready zset  KEYS[4] tokens hash
 --   KEYS[5] seq  KEYS[6] settle zset  KEYS[7] finished hash (a removed job counts as cancelled)
 --   KEYS[8] used string: a removed job gives its sz back (keys.used)
---   KEYS[9] group prefix  KEYS[10] turns zset  KEYS[11] groups hash  (fair groups: _lib.lua; a
+--   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua; a
 --           grouped job's group has one lease less, and the job goes back to its group)
 --   ARGV[1] job_id    ARGV[2] token
 -- Output

@@ -1,6 +1,7 @@
-"""Plain HTTP to a local stack's gateway, for both sides of the upgrade test: the old side
-(tests/stack/upgrade_old_stack.py, run under the code at c44b81f) and today's (tests/stack/test_upgrade.py).
-The standard library only, so either version's interpreter path can import it."""
+"""Plain HTTP to a local stack's gateway, for the stack and artifact tests and both sides of the
+upgrade test: the old side (tests/stack/upgrade_old_stack.py, run under the code at c44b81f) and
+today's (tests/stack/test_upgrade.py). The standard library only, so either version's interpreter
+path can import it."""
 
 from __future__ import annotations
 

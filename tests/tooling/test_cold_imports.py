@@ -1,0 +1,69 @@
+"""What each function's handler module loads at import, in a fresh interpreter (issue 30, item 3).
+
+Load-independent: the modules a cold start must not import are named, not timed (the timings
+are ``benchmarks/bench_cold_start.py``'s). Every function of ``functions/`` is checked; a new one
+fails ``test_every_function_is_checked`` until it is listed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS = ROOT / "functions"
+
+# Loaded on the paths that use them, never at a handler's import: Redis and Kafka by the first
+# call that reads or writes them, jsonschema by the first typed route, boto3 by the first AWS client.
+NEVER_AT_IMPORT = frozenset({"redis", "kafka", "jsonschema", "boto3", "sluice.worker.runtime.execute"})
+# The REST surface (Powertools' resolver, its routes and their models): only the two functions
+# that answer API Gateway's proxy events build it at init.
+HTTP = frozenset({"aws_lambda_powertools.event_handler", "sluice.gateway.http.app",
+                  "sluice.gateway.http.admin"})
+EXPECTED: dict[str, frozenset[str]] = {
+    "gateway": NEVER_AT_IMPORT,
+    "operator": NEVER_AT_IMPORT,
+    "internal": NEVER_AT_IMPORT | HTTP,
+    "firings": NEVER_AT_IMPORT | HTTP,
+    "relay": NEVER_AT_IMPORT | HTTP,
+    "worker": (NEVER_AT_IMPORT - {"sluice.worker.runtime.execute"}) | HTTP,
+    "events": NEVER_AT_IMPORT | HTTP,
+    "countdown": NEVER_AT_IMPORT | HTTP,
+}
+# Every optional table named, so each lazy builder the import reaches is on its lazy path.
+ENV = {"SLUICE_JOB_ID_SECRET": "cold-imports-secret-0123456789abcdef", "AWS_DEFAULT_REGION": "us-east-1",
+       "SLUICE_ROUTES_TABLE": "routes", "SLUICE_SCHEDULES_TABLE": "schedules",
+       "SLUICE_QUEUES_TABLE": "queues",
+       "SLUICE_PAYLOADS_BUCKET": "payloads", "SLUICE_STACK_NAME": "sluice-test",
+       "SLUICE_INTERNAL_FUNCTION_NAME": "sluice-internal", "POWERTOOLS_METRICS_NAMESPACE": "Sluice"}
+CODE = """
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import app
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded_by_import(function: str) -> set[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "PYTHON"))}, **ENV}
+    out = subprocess.run([sys.executable, "-I", "-c", CODE, str(FUNCTIONS / function), str(ROOT / "shared")],
+                         env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_every_function_is_checked() -> None:
+    assert {p.parent.name for p in FUNCTIONS.glob("*/app.py")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("function", sorted(EXPECTED))
+def test_a_handler_import_loads_only_what_its_init_needs(function: str) -> None:
+    loaded = loaded_by_import(function)
+    assert "sluice" in loaded  # the handler module did import, through the layer's package
+    early = sorted(EXPECTED[function] & loaded)
+    assert not early, f"{function} loads {early} at import"
