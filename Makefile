@@ -8,15 +8,16 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: test lint typecheck unit tiers bench demo chaos build dev clean
 
 # The test tiers (tests/unit/conftest.py says what keeps unit fast). `make test` runs the unit tier
-# first, then the server tiers side by side; each prints its wall time ("tier unit: 41.2 s, ...").
+# first (beside the linters), then the server tiers side by side; each prints its wall time
+# ("tier unit: 41.2 s, ...").
 # The server tiers' fixtures start their servers on free ports, per xdist worker; a file's tests stay
-# on one worker (module fixtures start once), infra's sam builds on one worker (they share a cache).
-# Longest tiers first: two lanes.
+# on one worker (module fixtures start once). Longest tiers first: two lanes.
 PYTEST := $(BIN)/pytest -q
 SERVER_TIERS := infra backends stack chaos tooling
 XDIST := -n 2 --dist loadfile
-XDIST_infra := -n 2 --dist loadgroup
-# chaos: its files in tests/chaos/conftest.py's order (the whole-pipeline runs first, longest first)
+# infra and chaos: their files in their conftest's order (the long files first, one per worker:
+# infra's two sam builds, chaos's whole-pipeline runs; tests/ordering.py)
+XDIST_infra := -n 2 --dist loadfile --no-loadscope-reorder
 XDIST_chaos := -n 2 --dist loadfile --no-loadscope-reorder
 TIER_LANES ?= 2
 
@@ -37,8 +38,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
-	@.ci/tier unit $(PYTEST) $(XDIST) tests/unit
+# The unit tier runs first, beside lint and typecheck (ruff, lint-imports and mypy take one core for
+# about as long as unit's two workers take); the server tiers start once all three have passed.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 -Otarget lint typecheck unit
 	@$(MAKE) --no-print-directory -k -j$(TIER_LANES) -Otarget tiers
 
 unit: $(STAMP)

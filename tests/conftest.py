@@ -6,6 +6,7 @@ the whole run so that no boto3 client can ever reach a real account.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,13 @@ for _k, _v in servers.DUMMY_AWS_ENV.items():
 os.environ.pop("AWS_PROFILE", None)
 
 EVENTS = Path(__file__).parent / "events"
+
+
+def pytest_unconfigure() -> None:
+    """Leave what the tests built to the process's exit: the interpreter's last collections over a
+    worker's heap (in-process moto, clients, hypothesis) took 2-3 s at the end of every pytest
+    process on a loaded machine, a wait at the end of every tier (tests/tooling/test_pytest_exit.py)."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

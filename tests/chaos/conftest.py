@@ -1,4 +1,4 @@
-"""The chaos tier's order: the whole-pipeline runs first, longest first.
+"""The chaos tier's order: the whole-pipeline runs first, longest first (tests/ordering.py).
 
 Each run has a file of its own and takes about a minute; the rest of the tier takes seconds. The
 Makefile runs this tier with ``--dist loadfile --no-loadscope-reorder``, so xdist hands the files
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.ordering import longest_first
+
 LONGEST_FIRST = ("test_tenant", "test_chaos_short", "test_chaos_registry_rotation", "test_chaos_process",
                  "test_chaos_operator")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        module = item.module.__name__.rpartition(".")[2] if item.module else ""
-        return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: every file keeps its own order
+    longest_first(items, LONGEST_FIRST)

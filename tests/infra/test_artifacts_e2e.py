@@ -24,8 +24,9 @@ from sluice_dev.local.dev import DevOptions, DevStack
 from tests.infra.test_build import _python312_available
 from tests.stack.gateway_http import http
 
-# One xdist worker runs every sam build (test_build.py says why).
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("sam-build")]
+# Its x86_64 build (no --cached: it shares no cache with test_build's arm64 one) runs beside
+# test_build's on the other xdist worker (tests/infra/conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,6 @@ import yaml
 from tests.infra import cfn
 from tests.infra.tools import env, run, tool
 
-# The sam builds here and in test_artifacts_e2e share the repo's .aws-sam cache: under xdist
-# (`--dist loadgroup`) one worker runs them, one after the other.
-pytestmark = pytest.mark.xdist_group("sam-build")
-
 APPS = ("gateway", "operator", "internal", "firings", "relay", "worker")
 EM_AARCH64 = 183  # ELF e_machine of arm64
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -28,6 +29,15 @@ def test_the_sink_serves_on_its_own_thread_until_stopped() -> None:
         with urllib.request.urlopen(sink.url, timeout=5) as response:
             assert json.loads(response.read())["accepted"] == 1
     assert not any(t.name == "sluice-sink" and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_stop_is_noticed_within_a_tenth_of_a_second() -> None:
+    """The serving loop looked for a stop every 0.5 s: a stop 0.1 s after the start waited 0.4 s."""
+    sink = FencedSink().start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    sink.stop()
+    assert time.monotonic() - started < 0.2
 
 
 def test_a_quiet_handler_answers_whole_bodies_none_to_a_head_and_logs_no_request_line(

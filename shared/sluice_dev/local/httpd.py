@@ -34,6 +34,10 @@ class QuietHandler(BaseHTTPRequestHandler):
 class ThreadedServer:
     """Serves ``handler`` on ``host:port`` (0: a free port) from a daemon thread once started."""
 
+    # How often the serving loop looks for ``stop``: socketserver's default, 0.5 s, was what each
+    # stop waited (half of it on average; a local stack stops four such servers).
+    POLL_S = 0.05
+
     def __init__(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0, *,
                  thread_name: str = "sluice-http", url_path: str = "",
                  server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer) -> None:
@@ -52,14 +56,13 @@ class ThreadedServer:
         return f"http://127.0.0.1:{self.port}{self._url_path}"
 
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._server.serve_forever, name=self._thread_name,
-                                        daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, name=self._thread_name, daemon=True)
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
         """Serve on the calling thread until ``stop`` (from another thread)."""
-        self._server.serve_forever()
+        self._server.serve_forever(self.POLL_S)
 
     def stop(self) -> None:
         self._server.shutdown()
