@@ -316,15 +316,16 @@ class Parking:
             self._sweeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-relay-sweep")
         self._sweeping = self._sweeper.submit(self._sweep_all, lanes)
 
-    def close(self) -> None:
-        """``Relay.stop``: apply the lot calls that finish within ``STOP_WAIT_S`` and abandon the rest
+    def close(self, left_s: float | None = None) -> None:
+        """``Relay.stop``: apply the lot calls that finish within ``STOP_WAIT_S`` (and ``left_s``, the
+        time the invocation has left) and abandon the rest
         (``LotCalls.settle``), and leave a sweep in flight to finish on its own (it only deletes
         records of final jobs): a stop that waited for them could outlast the invocation's timeout,
         and a relay killed there commits nothing at all."""
         if self._sweeper is not None:
             self._sweeper.shutdown(wait=False)
             self._sweeper, self._sweeping = None, None
-        self.calls.close(STOP_WAIT_S)
+        self.calls.close(STOP_WAIT_S if left_s is None else min(STOP_WAIT_S, left_s))
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
