@@ -16,7 +16,7 @@ import pytest
 from sluice.core.bus import EventBus
 from sluice.relay import Relay, RelayConfig
 from sluice.relay.parked_counts import ParkedCounts
-from tests.unit.test_relay import World
+from tests.unit.test_relay import World, run_steps
 from tests.unit.test_relay_lot_calls import held_relay
 
 pytestmark = pytest.mark.timeout(20)
@@ -65,8 +65,7 @@ def test_stop_waits_for_the_lots_calls_and_status_writes_no_longer_than_the_time
     w, _lot, relay, held = held_relay()
     w.engine.set_config("a", paused=True)
     w.add(30, queue="a", partition=0)
-    relay.step()
-    relay.step()
+    run_steps(relay, 2)
     assert held.waiting  # a park in flight, never to finish
     drained: list[float | None] = []
     status_close = relay.pusher._status.close

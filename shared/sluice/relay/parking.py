@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from itertools import takewhile
-from typing import Final, TypeVar
+from typing import Final
 
 from sluice.core import bus as ev
 from sluice.core import seal
@@ -54,10 +54,7 @@ from sluice.relay.state import DelayLane, Lane, OwnedPartition, RelayReport
 log = logging.getLogger("sluice.relay")
 SWEEP_PAGE: Final = 100  # records of a lane the sweep looks at per maintenance, from its start
 SLOW_SWEEP: Final = 60  # a waiting lane is swept every 60th maintenance (5 min at maintenance_s 5)
-IO_THREADS: Final = 8  # the delay lanes' reads of one turn in flight at once
 STOP_WAIT_S: Final = 0.5  # how long a stopping relay waits for the lot's calls in flight
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 def spill(pending: Sequence[tuple[int, DecodedJob]], raw: Collection[int], above: int) -> int:
@@ -100,10 +97,9 @@ class Parking:
         self.report, self.events, self.now_ms = report, events, now_ms
         self.calls = LotCalls(config.park_threads)  # parks and reads, off the step
         self.delays = DelayLanes(lot, config, ownership, intake, store, pusher, report=report, events=events,
-                                 now_ms=now_ms, io=self._io, calls=self.calls,
+                                 now_ms=now_ms, calls=self.calls,
                                  parked_record=parked_record)
         self._sweeper: ThreadPoolExecutor | None = None
-        self._pool: ThreadPoolExecutor | None = None  # the delay lanes' reads of a turn, at once
         self._sweeps = 0
         self._sweeping: Future[list[tuple[int, str, int]]] | None = None
         # per lane (partition, queue, delay): job ids the sweep found done with, in a segment kept
@@ -170,20 +166,6 @@ class Parking:
         self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
         for owned in everyone:
             self._drop_raw(owned)
-
-    def _io(self, call: Callable[[T], R], items: Sequence[T]) -> list[R | SluiceError]:
-        """``call`` of each item, concurrently when there are several; a SluiceError in its place."""
-        def one(item: T) -> R | SluiceError:
-            try:
-                return call(item)
-            except SluiceError as exc:
-                return exc
-
-        if len(items) <= 1:
-            return [one(item) for item in items]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="sluice-relay-park")
-        return list(self._pool.map(one, items))
 
     def _spill(self, owned: OwnedPartition, held: set[str], blocked: Callable[[str], bool]) -> None:
         """Park a held queue's newest records beyond ``park_above`` (a rate or a cap: a short hold
@@ -326,9 +308,6 @@ class Parking:
             self._sweeper.shutdown(wait=False)
             self._sweeper, self._sweeping = None, None
         self.calls.close(STOP_WAIT_S if left_s is None else min(STOP_WAIT_S, left_s))
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
     def _forget(self, empty: list[tuple[int, str, int]]) -> None:
         for partition, queue, parks in empty:
