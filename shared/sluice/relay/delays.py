@@ -99,6 +99,7 @@ class DelayLanes:
                                               error=ev.error_text(outcome)))
             return
         del lane.out[:len(records)]
+        self.intake.hooks.on_parked(owned.number, [r.offset for r in records])
         lane.marked = True
         lane.next_due_ms = min(lane.next_due_ms, min(r.run_at_ms for r in records))
         owned.pending_count -= len(records)

@@ -34,6 +34,10 @@ class RelayHooks:
         not fit (called before the assignment is cleared)."""
         return None
 
+    def on_parked(self, partition: int, offsets: Sequence[int]) -> None:
+        """Records of ``partition`` (by offset) were written to the parking lot."""
+        return None
+
     def on_records(self, decoded: Decoded) -> None:
         """The records just taken from the source, each decoded once."""
         return None

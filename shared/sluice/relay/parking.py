@@ -205,6 +205,7 @@ class Parking:
                                               error=ev.error_text(outcome)))
             return
         del lane.out[:len(records)]
+        self.intake.hooks.on_parked(owned.number, [r.offset for r in records])
         lane.parked_since_read = lane.marked = True
         lane.parks += 1
         owned.pending_count -= len(records)

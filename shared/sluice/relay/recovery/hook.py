@@ -206,6 +206,14 @@ class Recovery(RelayHooks):
         saved, at or below what this one would have said, and the next owner checkpoints again."""
         self._skip_final = left_s < 2 * self._slowest_s
 
+    def on_parked(self, partition: int, offsets: Sequence[int]) -> None:
+        """Records of ``partition`` now parked: their finality checks wait (``PartitionTracker.hold``).
+        A tenant's flood parked thousands a partition, each checked again every few seconds at first:
+        13 of 120 s of a loaded relay's main thread went to those checkpoint reads."""
+        s = self.sessions.get(partition)
+        if s is not None:
+            s.tracker.hold(offsets, self.clock(), self.interval_s)
+
     def on_records(self, decoded: Decoded) -> None:
         now = self.clock()
         for r, spec in decoded:
