@@ -100,9 +100,8 @@ class Relay:
         self._stop_by_ms = stop_by_ms
         try:
             while self.clock.now_ms() + self.step_margin_ms() < deadline_ms:
-                started = self.clock.monotonic()
                 try:
-                    self.step()
+                    self._timed_step()
                     backoff = 0.05
                 except Exception as exc:  # a backend hiccup or a bug: log, count, go on
                     self.report.errors += 1
@@ -115,12 +114,18 @@ class Relay:
                     remaining = max(0.0, (deadline_ms - self.clock.now_ms()) / 1000)
                     self.clock.sleep(min(backoff, remaining))
                     backoff = min(backoff * 2, 2.0)
-                finally:
-                    self._steps.append((self.clock.monotonic() - started) * 1000)
         finally:
             self.committer.report_lag()
             self.stop()
         return self.report
+
+    def _timed_step(self) -> None:
+        """A step, its duration kept (a failed one's too, without the back-off after it)."""
+        started = self.clock.monotonic()
+        try:
+            self.step()
+        finally:
+            self._steps.append((self.clock.monotonic() - started) * 1000)
 
     def step_margin_ms(self) -> float:
         """How long before the deadline the last step starts: the slowest recent step, capped."""
