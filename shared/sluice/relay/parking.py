@@ -110,7 +110,8 @@ class Parking:
         """Load the lanes of partitions just taken, before any of their records is taken: one read
         of the partition's markers. A partition whose markers cannot be read is given back (taken
         again later from its committed offset): without them a new record could overtake a parked one.
-        The source's read position then is kept too (``OwnedPartition.read_bound``)."""
+        The source's read position then is kept too (``OwnedPartition.read_bound``). Not yet off the
+        step (docs/relay.md, "Left to do"): the partition's records would have to wait for it."""
         position = getattr(self.intake.source, "position", None)
         for owned in list(self.ownership.owned.values()):
             if owned.lanes_loaded:
