@@ -216,3 +216,40 @@ def test_a_push_back_that_landed_unanswered_is_neither_lost_nor_repeated_when_th
     run_steps(relay, 3)
     assert sorted(w.in_redis("a")) == sorted(soon[1:] + more + later)
     assert sorted(j for q, j in w.engine.enqueued if q == "a") == sorted(soon + more + later)  # once each
+
+
+def test_a_delay_lanes_read_runs_off_the_step_one_at_a_time_and_is_applied_on_the_relays_thread() -> None:
+    """The due-reads were made in the step (10.7 s of 120 s of a loaded relay's main thread): now each
+    lane's read is a lot call in flight (one at a time), and its page is pushed at a later turn."""
+    import threading
+
+    from tests.unit.test_relay_lot_calls import HeldExecutor
+
+    w, lot = World(partitions=1), FakeParkingLot()
+    soon = delayed(w, 5, 2 * HORIZON)
+    relay = relay_with(w, lot, park_threads=1)
+    assert relay.parking is not None
+    held = relay.parking.calls.executor = HeldExecutor()
+    for _ in range(4):  # parked, and a first read (the lane's next run time not known yet) applied
+        relay.step()
+        held.finish()
+    relay.step()
+    assert len(lot.delays[("a", 0)]) == 5 and not held.waiting and not w.in_redis("a")
+    reads_on: list[threading.Thread] = []
+    due = lot.due
+    lot.due = lambda *a, **k: (reads_on.append(threading.current_thread()), due(*a, **k))[1]  # type: ignore
+    w.clock.t += HORIZON / 1000 + 1  # due within the horizon now
+    run_steps(relay, 3)
+    assert reads_on == [] and len(held.waiting) == 1  # one read in flight for the lane, not one a step
+    assert not set(soon) & set(w.in_redis("a"))
+    b = w.add(3, queue="b", partition=0)
+    run_steps(relay, 2)
+    assert sorted(w.in_redis("b")) == sorted(b)  # no other queue waits for it
+    held.finish()
+    run_steps(relay, 2)
+    assert sorted(w.in_redis("a")) == sorted(soon)
+    assert sorted(j for q, j in w.engine.enqueued if q == "a") == sorted(soon)  # each once
+    run_steps(relay, 3)
+    held.finish()
+    run_steps(relay, 2)
+    assert sorted(j for q, j in w.engine.enqueued if q == "a") == sorted(soon)

@@ -335,6 +335,41 @@ def test_after_a_redis_loss_the_replay_reads_each_parked_lane_from_its_start() -
     assert lot.count("a") == 60  # re-parked from Kafka in the replay: the same items
 
 
+def test_recovery_checks_parked_jobs_finality_only_at_its_longest_back_off_and_keeps_them_tracked() -> None:
+    """A flood of parked records, each checked again at 1, 2, 4 ... checkpoint intervals, made the
+    checkpoint's finality reads 13 of 120 s of a loaded relay's main thread. A parked job cannot end
+    before it is read back: its checks wait the longest back-off at once. It stays tracked (the low
+    water stays below it: a replay rebases the relayed offset just below the low water)."""
+    from sluice.relay.recovery import Recovery
+    from sluice.relay.recovery.tracker import BACKOFF_EXP
+    from sluice_dev.fakes import FakeCheckpoints, FakeEpochs
+    from tests.unit.test_relay_reread import Offsets
+
+    w, lot = parked_world()
+    asked: list[str] = []
+    view = w.store.relay_view
+    w.store.relay_view = lambda ids: (asked.extend(ids), view(ids))[1]  # type: ignore[method-assign]
+    ckpts = FakeCheckpoints()
+    recovery = Recovery(w.source.topic, FakeEpochs(), ckpts, Offsets(w), w.store, interval_s=1.0,
+                        clock=w.clock.monotonic, events=EventBus())
+    config = RelayConfig(poll_ms=10, commit_s=0, batch=10, max_pending=50, refresh_s=0.0, park_threads=0)
+    relay = Relay(w.engine, w.store, w.source, w.dispatcher, relay_id="r1", clock=w.clock,  # type: ignore[arg-type]
+                  hooks=recovery, config=config, events=EventBus(), parking=lot)
+    w.engine.set_config("a", paused=True)
+    a_ids = w.add(40, queue="a", partition=0)
+    b_ids = w.add(5, queue="b", partition=0)
+    for _ in range(60):  # 30 s: checkpoints every second
+        relay.step()
+        w.clock.t += 0.5
+    assert lot.count("a") == 40
+    assert not set(asked) & set(a_ids)  # not one finality read of a parked job yet
+    assert set(b_ids) <= set(asked)
+    assert ckpts.items[0].low_water == 0  # still tracked: the replay would start at or below them
+    w.clock.t += 2**BACKOFF_EXP
+    recovery.checkpoint(force=True)
+    assert set(a_ids) <= set(asked)  # checked again, at the longest back-off
+
+
 @pytest.mark.parametrize("park_fails", [False, True])
 def test_a_replay_reads_a_lane_back_only_as_far_as_kafka_has_been_read_again(park_fails: bool) -> None:
     """The chaos run that lost 2 jobs: records 0..13 of a were pushed directly, 14..33 were parked

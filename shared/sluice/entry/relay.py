@@ -124,6 +124,7 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     from sluice.backends.aws.queue_metrics import QueueBound, QueueDepthMetrics
     from sluice.core import bus as ev
     from sluice.entry import root as wiring
+    from sluice.relay.loop import STOP_SAFETY_MS
     from sluice.relay.parked_counts import observe as parked_counts
 
     scheduled = parse_scheduled(event)
@@ -142,8 +143,8 @@ def run_scheduled(event: object, context: LambdaContextLike) -> dict[str, Any]:
     finally:
         unobserve()
         depths.flush()
-        if unpark is not None:
-            unpark()
+        if unpark is not None:  # within the time the invocation has left, as the relay's own stop
+            unpark(max(0, context.get_remaining_time_in_millis() - STOP_SAFETY_MS) / 1000)
     report.publish(metrics)
     return report.as_dict()
 

@@ -20,7 +20,7 @@ final (``Parking.sweep``), and a new owner reads a delay lane from its start.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Final
 
@@ -40,7 +40,6 @@ from sluice.relay.state import DelayLane, OwnedPartition, RelayReport
 DELAY_TOPIC_SUFFIX: Final = "~delay"  # "~" is not allowed in a Kafka topic name: no real topic's offsets
 NOT_KNOWN: Final = 2**62  # a lane's next run time when nothing not yet pushed back is known of
 
-Read = tuple[OwnedPartition, str, DelayLane]
 Sent = tuple[OwnedPartition, str, DelayLane, list[tuple[ParkedRecord, DecodedJob | None]]]
 
 
@@ -70,11 +69,13 @@ class DelayLanes:
 
     def __init__(self, lot: ParkingLot, config: RelayConfig, ownership: Ownership, intake: Intake,
                  store: JobStore, pusher: Pusher, *, report: RelayReport, events: EventBus,
-                 now_ms: Callable[[], int], io: Callable[..., list[object]], calls: LotCalls,
+                 now_ms: Callable[[], int], calls: LotCalls,
                  parked_record: Callable[[SourceRecord, DecodedJob], ParkedRecord]) -> None:
         self.lot, self.config, self.ownership, self.intake, self.store = lot, config, ownership, intake, store
-        self.pusher, self.report, self.events, self.now_ms, self.io = pusher, report, events, now_ms, io
+        self.pusher, self.report, self.events, self.now_ms = pusher, report, events, now_ms
         self.parked_record, self.calls = parked_record, calls
+        # pages read off the step, by lane key, until ``push_back`` applies them on the relay's thread
+        self._pages: dict[Hashable, tuple[OwnedPartition, str, DelayLane, list[ParkedRecord]]] = {}
         self.topic = delay_topic(pusher.topic)
 
     def park(self, everyone: Sequence[OwnedPartition]) -> None:
@@ -83,7 +84,7 @@ class DelayLanes:
         for owned in everyone:
             for queue, lane in owned.delays.items():
                 key = ("delay", owned.number, queue)
-                if lane.out and not self.calls.busy(key):
+                if lane.out and not self.calls.busy(key) and key not in self._pages:
                     records = [self.parked_record(r, job) for r, job in lane.out[:self.config.park_call_max]]
                     self.calls.submit(key, partial(self.lot.park, queue, owned.number, records,
                                                    mark=not lane.marked, delay=True),
@@ -98,6 +99,7 @@ class DelayLanes:
                                               error=ev.error_text(outcome)))
             return
         del lane.out[:len(records)]
+        self.intake.hooks.on_parked(owned.number, [r.offset for r in records])
         lane.marked = True
         lane.next_due_ms = min(lane.next_due_ms, min(r.run_at_ms for r in records))
         owned.pending_count -= len(records)
@@ -106,20 +108,45 @@ class DelayLanes:
 
     def push_back(self, everyone: Sequence[OwnedPartition], held: set[str],
                   blocked: Callable[[str], bool]) -> None:
-        """Push the records now due within the horizon of the lanes whose queues can take records."""
+        """Push the records now due within the horizon of the lanes whose queues can take records.
+
+        A lane's read runs off the step (``LotCalls``, one call in flight per lane, as the ordered
+        lanes' reads): its page waits in ``_pages`` until this applies it on the relay's thread, and
+        meanwhile nothing else is read or parked in the lane. With the lot's calls inline (``park_threads``
+        0) a page is read and pushed in the same turn, as before."""
+        self._apply(held, blocked)
         until, limit = self.now_ms() + self.config.delay_horizon_ms, self.config.batch
-        reads: list[Read] = [(owned, queue, lane) for owned in everyone
-                             for queue, lane in owned.delays.items()
-                             if lane.next_due_ms <= until and queue not in held and not blocked(queue)
-                             and not self.calls.busy(("delay", owned.number, queue))]
-        pages = self.io(lambda r: self.lot.due(r[1], r[0].number, r[2].after, limit), reads)
+        for owned in everyone:
+            for queue, lane in owned.delays.items():
+                key = ("delay", owned.number, queue)
+                if lane.next_due_ms <= until and queue not in held and not blocked(queue) \
+                        and not self.calls.busy(key) and key not in self._pages:
+                    self.calls.submit(key, partial(self.lot.due, queue, owned.number, lane.after, limit),
+                                      partial(self._read, key, owned, queue, lane))
+        self.calls.collect()
+        self._apply(held, blocked)
+
+    def _read(self, key: Hashable, owned: OwnedPartition, queue: str, lane: DelayLane,
+              page: list[ParkedRecord] | SluiceError) -> None:
+        """A lane's page, read on a thread: kept for ``_apply`` (the push is one ``push_many`` of every
+        lane's due records of the turn)."""
+        if self.ownership.owned.get(owned.number) is not owned:
+            return  # given back meanwhile: its new owner reads the lane from its start
+        if isinstance(page, SluiceError):  # the cursor did not move: read again at the next turn
+            self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(page)))
+            return
+        self._pages[key] = (owned, queue, lane, page)
+
+    def _apply(self, held: set[str], blocked: Callable[[str], bool]) -> None:
+        """Push the due records of the pages read by now. A page of a lane given back, or whose queue
+        is held by now, is dropped: its cursor did not move, so it is read again once the queue can
+        take records."""
+        pages, self._pages = self._pages, {}
+        until, limit = self.now_ms() + self.config.delay_horizon_ms, self.config.batch
         sent: list[Sent] = []
-        for (owned, queue, lane), page in zip(reads, pages, strict=True):
-            if isinstance(page, SluiceError):
-                self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
-                                                  error=ev.error_text(page)))
+        for owned, queue, lane, page in pages.values():
+            if self.ownership.owned.get(owned.number) is not owned or queue in held or blocked(queue):
                 continue
-            assert isinstance(page, list)
             n = due_within(page, until)
             lane.next_due_ms = next_due(page, n, limit)
             jobs = self._readmit(owned, page[:n])

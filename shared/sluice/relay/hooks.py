@@ -29,6 +29,15 @@ class RelayHooks:
         """The relay now consumes exactly ``partitions`` (empty: it is stopping)."""
         return None
 
+    def stopping(self, left_s: float) -> None:
+        """The relay stops within ``left_s`` seconds: work that may be skipped should be if it would
+        not fit (called before the assignment is cleared)."""
+        return None
+
+    def on_parked(self, partition: int, offsets: Sequence[int]) -> None:
+        """Records of ``partition`` (by offset) were written to the parking lot."""
+        return None
+
     def on_records(self, decoded: Decoded) -> None:
         """The records just taken from the source, each decoded once."""
         return None

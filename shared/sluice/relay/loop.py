@@ -9,6 +9,8 @@ is one Lambda invocation, and ``stop`` hands everything back so the next one sta
 from __future__ import annotations
 
 import logging
+from collections import deque
+from typing import Final
 
 from sluice.backends.aws.metrics import NullMetrics
 from sluice.core import bus as ev
@@ -32,6 +34,9 @@ from sluice.relay.queues import QueueStates
 from sluice.relay.state import Item, RelayReport
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
+STEP_WINDOW: Final = 100  # the last steps whose longest sets the margin a new step needs (about 20 s)
+MAX_STEP_MARGIN_MS: Final = 30_000  # a step slower than this once must not end an invocation early for long
+STOP_SAFETY_MS: Final = 500  # ``run_for_lambda``: stop's waits end this long before the invocation's timeout
 
 
 class Relay:
@@ -78,16 +83,25 @@ class Relay:
         self.intake.parking = parking is not None
         self._take_rate = engine.take_rate
         self._next_maintenance = float("-inf")
+        self._steps: deque[float] = deque(maxlen=STEP_WINDOW)  # the last steps' durations (ms)
+        self._stop_by_ms: int | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def run_until(self, deadline_ms: int) -> RelayReport:
-        """Relay until ``deadline_ms`` (epoch ms), then commit and give every partition back."""
+    def run_until(self, deadline_ms: int, *, stop_by_ms: int | None = None) -> RelayReport:
+        """Relay until ``deadline_ms`` (epoch ms), then commit and give every partition back.
+
+        A step is started only if it would end by ``deadline_ms`` at the pace of the slowest of the
+        last ``STEP_WINDOW`` steps (``step_margin_ms``): a step cannot be cut short (its DynamoDB and
+        Redis calls block), and one begun just before the deadline used to run past the stop margin,
+        where the invocation was killed and committed nothing. ``stop_by_ms``: the time by which ``stop``
+        is done, its waits bounded by what is left (None: each waits as long as it allows)."""
         backoff = 0.05
+        self._stop_by_ms = stop_by_ms
         try:
-            while self.clock.now_ms() < deadline_ms:
+            while self.clock.now_ms() + self.step_margin_ms() < deadline_ms:
                 try:
-                    self.step()
+                    self._timed_step()
                     backoff = 0.05
                 except Exception as exc:  # a backend hiccup or a bug: log, count, go on
                     self.report.errors += 1
@@ -104,6 +118,24 @@ class Relay:
             self.committer.report_lag()
             self.stop()
         return self.report
+
+    def _timed_step(self) -> None:
+        """A step, its duration kept (a failed one's too, without the back-off after it)."""
+        started = self.clock.monotonic()
+        try:
+            self.step()
+        finally:
+            self._steps.append((self.clock.monotonic() - started) * 1000)
+
+    def step_margin_ms(self) -> float:
+        """How long before the deadline the last step starts: the slowest recent step, capped."""
+        return min(max(self._steps, default=0.0), MAX_STEP_MARGIN_MS)
+
+    def time_left_s(self) -> float | None:
+        """Seconds until ``stop`` must be done (None: no bound was given)."""
+        if self._stop_by_ms is None:
+            return None
+        return max(0.0, (self._stop_by_ms - self.clock.now_ms()) / 1000)
 
     def _unexpected(self, exc: Exception) -> None:
         """A step met an error no adapter translated (a bug, or input nobody foresaw): the
@@ -124,7 +156,12 @@ class Relay:
             self.ownership.owned.clear()
 
     def run_for_lambda(self, remaining_ms: int, stop_before_ms: int) -> RelayReport:
-        return self.run_until(self.clock.now_ms() + max(0, remaining_ms - stop_before_ms))
+        """Relay until ``stop_before_ms`` before the timeout; ``stop`` is done ``STOP_SAFETY_MS``
+        (at most half the stop margin) before it."""
+        now = self.clock.now_ms()
+        safety = min(STOP_SAFETY_MS, stop_before_ms // 2)
+        return self.run_until(now + max(0, remaining_ms - stop_before_ms),
+                              stop_by_ms=now + max(0, remaining_ms - safety))
 
     def step(self) -> int:
         """One poll-push-commit round; returns how many jobs were pushed."""
@@ -191,18 +228,26 @@ class Relay:
                    for owned in self.ownership.owned.values() for name, q in owned.pending.items())
 
     def stop(self) -> None:
-        """Commit what was pushed and release every partition lease (best effort)."""
-        self.pusher.close()
+        """Commit what was pushed and release every partition lease (best effort). Each wait is
+        bounded by the time the invocation has left (``time_left_s``): the lot's calls in flight and
+        the status writes are abandoned after it (neither is committed past: a call's records are
+        taken from Kafka again by the next owner; a status write is only late), and the hooks are told
+        how long is left before the assignment is cleared (recovery skips its final checkpoint when it
+        would not fit: a checkpoint is only ever late, never wrong)."""
+        self.pusher.close()  # a round in flight: none, the step finished it
         if self.parking is not None:
-            self.parking.close()
+            self.parking.close(self.time_left_s())
         try:
             self.committer.commit(force=True)
         except SluiceError as exc:
             log.warning("final commit failed: %s", exc)
         self.ownership.give_back(list(self.ownership.owned))
+        left = self.time_left_s()
+        if left is not None:
+            self.hooks.stopping(left)
         try:
             self.ownership.assign()
         except SluiceError as exc:
             log.warning("could not clear the assignment: %s", exc)
-        self.pusher.drain()
+        self.pusher.drain(self.time_left_s())
         self._unobserve()

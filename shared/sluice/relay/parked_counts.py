@@ -23,6 +23,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 
 from sluice.core import bus as ev
 from sluice.core.clock import wall_ms
@@ -63,12 +64,20 @@ class ParkedCounts:
             elif self._writing is None or self._writing.done():
                 self._writing = self._pool.submit(self.flush)
 
-    def close(self) -> None:
-        """Wait for a write in flight, then write what is left (the relay's stop)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        self.flush()
+    def close(self, wait_s: float | None = None) -> None:
+        """Wait for a write in flight, then write what is left (the relay's stop). ``wait_s``: for at
+        most that long in all (the time the invocation has left); a write still out then finishes on
+        its own or dies with the process (the counter is "about": a lost sum is only off by it)."""
+        if self._pool is None:
+            self.flush()
+            return
+        pool, self._pool = self._pool, None
+        last = pool.submit(self.flush)  # after the write in flight: one thread
+        pool.shutdown(wait=False)
+        try:
+            last.result(timeout=wait_s)
+        except FuturesTimeout:
+            log.warning("parked counters' last write still out at the relay's stop: left to finish")
 
     def flush(self) -> None:
         with self._lock:
@@ -90,14 +99,14 @@ class ParkedCounts:
 
 
 def observe(bus: ev.EventBus, counter: ParkedCounter, metrics: Metrics | None = None, *,
-            background: bool = False) -> Callable[[], None]:
+            background: bool = False) -> Callable[..., None]:
     """Attach a ``ParkedCounts`` to ``bus`` (``background``: its writes off the step, as the relay
     Lambda has them); returns the detach, which writes what is left."""
     counts = ParkedCounts(counter, metrics=metrics, background=background)
     detach = bus.subscribe(counts, ev.Parked, ev.Unparked, ev.Committed)
 
-    def undo() -> None:
+    def undo(wait_s: float | None = None) -> None:
         detach()
-        counts.close()
+        counts.close(wait_s)
 
     return undo

@@ -206,5 +206,8 @@ class Pusher:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def drain(self) -> None:
-        self._status.close(self.config.status_drain_s)
+    def drain(self, left_s: float | None = None) -> None:
+        """Let the status writer finish, for ``status_drain_s`` at most (and ``left_s``, the time the
+        invocation has left, if given)."""
+        self._status.close(self.config.status_drain_s if left_s is None else min(self.config.status_drain_s,
+                                                                                  left_s))

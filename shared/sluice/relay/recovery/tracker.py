@@ -151,6 +151,17 @@ class PartitionTracker:
                 e.due = now + interval_s * 2**e.misses
         return gone
 
+    def hold(self, offsets: Iterable[int], now: float, interval_s: float) -> None:
+        """Records parked (relay/parking.py): their jobs cannot end before they are read back, so their
+        checks wait the longest back-off at once. They stay tracked: the low water must stay at or below
+        them, since a replay rebases the relayed offset to just below it and would skip the lot's
+        records under it (docs/relay.md, "Deleted only when final")."""
+        for offset in offsets:
+            e = self.entries.get(offset)
+            if e is not None:
+                e.misses = BACKOFF_EXP
+                e.due = max(e.due, now + interval_s * 2**BACKOFF_EXP)
+
     def summary(self, high: int) -> tuple[int, int, tuple[tuple[int, str], ...]]:
         """(low_water, high, pending) for a checkpoint: ``pending`` lists every entry below ``high``,
         however many (the checkpoint store pages them), so ``high`` never waits for old jobs."""
