@@ -78,12 +78,18 @@ def test_the_extra_kinds_are_planned_when_asked_for_in_the_first_round_on_their_
         assert ROTATE_KIND in {f.kind for f in one} and REGISTRY_KIND not in {f.kind for f in one}
 
 
-def test_a_long_plan_with_the_extra_kinds_draws_them_again_by_weight() -> None:
+def test_a_long_plan_with_the_extra_kinds_draws_the_flush_again_by_weight_and_rotates_once() -> None:
+    """A registry flush is drawn again by weight, as restart_redis is; the key is rotated once a run:
+    an id verifies under the current key and one previous, and no record of a deployment (30 days
+    between rotations, a 14-day job life) is in flight across two rotations."""
     from sluice_dev.chaos.nemesis import EXTRA_KINDS, REGISTRY_KIND, ROTATE_KIND
 
-    faults = plan(3, 3_600, interval_s=3.5, lease_s=2, workers=3, relays=1, shards=3, extra=EXTRA_KINDS)
-    counts = {k: sum(f.kind == k for f in faults) for k in (REGISTRY_KIND, ROTATE_KIND, "restart_redis")}
-    assert all(n > 5 for n in counts.values()), counts  # weight 1 each, as restart_redis
+    for seed in range(10):
+        faults = plan(seed, 3_600, interval_s=3.5, lease_s=2, workers=3, relays=1, shards=3,
+                      extra=EXTRA_KINDS)
+        counts = {k: sum(f.kind == k for f in faults) for k in (REGISTRY_KIND, ROTATE_KIND, "restart_redis")}
+        assert counts[REGISTRY_KIND] > 5 and counts["restart_redis"] > 5, counts  # weight 1 each
+        assert counts[ROTATE_KIND] == 1, counts
 
 
 def test_an_unknown_extra_kind_is_refused() -> None:
