@@ -8,6 +8,11 @@ action without resources).
 
 - **Job id key** (a bare SecretString): nothing to set. The gateway and the relay verify with
   AWSCURRENT and AWSPREVIOUS (``sluice.core.ids`` key ids), so moving the stage is the whole rotation.
+  A rotation drops AWSPREVIOUS, so ``createSecret`` refuses one while the current key is younger
+  than a job's life (``KEY_MIN_AGE_DAYS``): ids minted under the previous key may still be in flight,
+  and the relay would dead-letter their records as unminted (a second ``rotate-secret`` by hand; a
+  chaos run that rotated 8 times in 10 minutes lost most of its jobs that way). A leaked key is
+  replaced at once with ``put-secret-value``, knowing that cost.
 - **A Redis user's password** (ElastiCache RBAC, one user per function and per team;
   ``{"username", "user_id", "password"}``, a ``user_id`` under ``REDIS_USER_ID_PREFIX``):
   ``setSecret`` gives the user two passwords, the current one and the pending one
@@ -31,11 +36,13 @@ import os
 import secrets
 import string
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 ALPHABET = string.ascii_letters + string.digits
 LENGTH = 64
 WAIT_S = 280  # ElastiCache applies a user change in a few minutes; three waits fit in 900 s
+KEY_MIN_AGE_DAYS = 14  # sluice.core.limits.JOB_LIFE_MS in days (no layer here: a test checks they agree)
 
 
 def handler(event: dict[str, Any], context: Any) -> None:
@@ -51,6 +58,8 @@ def handler(event: dict[str, Any], context: Any) -> None:
     current = sm.get_secret_value(SecretId=arn, VersionStage="AWSCURRENT")["SecretString"]
     user = redis_user(current)
     if step == "createSecret":
+        if user is None:
+            _check_key_age(sm, arn)
         _create(sm, arn, token, current)
     elif step == "setSecret" and user is not None:
         _set_redis_user(sm, arn, token, user, current)
@@ -80,6 +89,19 @@ def new_value(current: str) -> str:
     if redis_user(current) is None:
         return password
     return json.dumps({**json.loads(current), "password": password})
+
+
+def _check_key_age(sm: Any, arn: str) -> None:
+    """ValueError while a job id key's previous key may still verify ids in flight (module docs)."""
+    versions = sm.list_secret_versions(SecretId=arn)["Versions"]
+    if not any("AWSPREVIOUS" in v.get("VersionStages", []) for v in versions):
+        return  # the first rotation: no id of an older key is in flight
+    created = next(v["CreatedDate"] for v in versions if "AWSCURRENT" in v.get("VersionStages", []))
+    age_days = (datetime.now(UTC) - created).total_seconds() / 86_400
+    if age_days < KEY_MIN_AGE_DAYS:
+        raise ValueError(f"refused: the job id key is {age_days:.1f} days old; rotating it before "
+                         f"{KEY_MIN_AGE_DAYS} days drops the previous key while ids it minted may be in "
+                         "flight (their records would be dead-lettered as unminted)")
 
 
 def _create(sm: Any, arn: str, token: str, current: str) -> None:

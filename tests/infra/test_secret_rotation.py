@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -26,9 +27,18 @@ class NotFound(Exception):
 class FakeSecrets:  # boto3's argument names
     exceptions = types.SimpleNamespace(ResourceNotFoundException=NotFound)
 
-    def __init__(self, current: str) -> None:
+    def __init__(self, current: str, previous_age_days: float | None = None, age_days: float = 30) -> None:
         self.values = {"v1": current}
         self.stages = {"v1": ["AWSCURRENT"]}
+        now = datetime.now(UTC)
+        self.created = {"v1": now - timedelta(days=age_days)}
+        if previous_age_days is not None:
+            self.values["v0"], self.stages["v0"] = "p" * 64, ["AWSPREVIOUS"]
+            self.created["v0"] = now - timedelta(days=previous_age_days)
+
+    def list_secret_versions(self, SecretId: str) -> dict[str, Any]:
+        return {"Versions": [{"VersionId": v, "VersionStages": stages, "CreatedDate": self.created.get(v)}
+                             for v, stages in self.stages.items()]}
 
     def describe_secret(self, SecretId: str) -> dict[str, Any]:
         return {"VersionIdsToStages": self.stages}
@@ -62,8 +72,9 @@ class FakeElastiCache:
         self.modified.append((UserId, Passwords))
 
 
-def rotate(monkeypatch: pytest.MonkeyPatch, current: str) -> tuple[FakeSecrets, FakeElastiCache]:
-    sm, ec = FakeSecrets(current), FakeElastiCache()
+def rotate(monkeypatch: pytest.MonkeyPatch, current: str,
+           **ages: float) -> tuple[FakeSecrets, FakeElastiCache]:
+    sm, ec = FakeSecrets(current, **ages), FakeElastiCache()
     fake = types.ModuleType("boto3")
     fake.client = lambda name: {"secretsmanager": sm, "elasticache": ec}[name]  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "boto3", fake)
@@ -93,3 +104,20 @@ def test_a_job_id_key_stays_a_bare_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_another_stacks_redis_user_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="not one of sluice-ab12cd34"):
         rotate(monkeypatch, json.dumps({"username": "x", "user_id": "sluice-other-relay", "password": "old"}))
+
+
+def test_a_job_id_key_younger_than_a_jobs_life_is_not_rotated_while_a_previous_key_verifies(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A careless second rotation would drop AWSPREVIOUS while ids it minted may be in flight."""
+    with pytest.raises(ValueError, match=r"refused: the job id key is 2\.0 days old"):
+        rotate(monkeypatch, "k" * 64, previous_age_days=32, age_days=2)
+    sm, _ = rotate(monkeypatch, "k" * 64, previous_age_days=60, age_days=30)  # the schedule's 30 days
+    assert sm.stages["v2"] == ["AWSCURRENT"]
+    sm, _ = rotate(monkeypatch, "k" * 64, age_days=0.1)  # the first rotation: no older key in flight
+    assert sm.stages["v2"] == ["AWSCURRENT"]
+
+
+def test_the_rotations_key_age_is_the_job_life_bound() -> None:
+    from sluice.core.limits import DAY_MS, JOB_LIFE_MS
+
+    assert load_app().KEY_MIN_AGE_DAYS * DAY_MS == JOB_LIFE_MS

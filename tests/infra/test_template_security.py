@@ -54,7 +54,8 @@ def test_the_rotation_function_may_touch_only_the_secrets_and_the_redis_users() 
     secrets = [{"Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
                            "sluice/${AWS::StackName}/redis/*"}, {"Ref": "JobIdSecret"}]
     for action in ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue",
-                   "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage"):
+                   "secretsmanager:PutSecretValue", "secretsmanager:UpdateSecretVersionStage",
+                   "secretsmanager:ListSecretVersionIds"):  # the job id key's age (the rotation app)
         assert by_action.pop(action) == secrets, action
     users = {"Fn::Sub": ["arn:${AWS::Partition}:elasticache:${AWS::Region}:${AWS::AccountId}"
                          ":user:${Prefix}-*", {"Prefix": USER_PREFIX}]}
