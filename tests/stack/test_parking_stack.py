@@ -237,7 +237,10 @@ def test_sluice_queues_shows_a_paused_queues_parked_jobs(stack: Stack) -> None:
         out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack.state), "queues", "--json"])
         assert out.exit_code == 0, out.output + out.stderr
         rows = {row["queue"]: row for row in map(json.loads, out.stdout.splitlines())}
-        return rows.get(queue, {}).get("parked") == 3
+        # a counter, not a count: a relay invocation that ends before its commit parks its records
+        # again, counted twice until the sweep releases them (a loaded machine's slow invocations)
+        return rows.get(queue, {}).get("parked", 0) >= 3
 
     wait_until("B's 3 jobs shown parked by sluice queues", parked, 60)
+    assert stack.lot.count(queue) == 3  # the exact, slow answer: each of B's jobs parked, none lost
     stack.engine.set_config(queue, paused=False)
