@@ -25,7 +25,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The distribution was named `sluice` until issue 31 (now `sluice-queue`, pyproject.toml): a .venv made
+# before keeps the old name's entry point and metadata unless it goes first.
 $(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip uninstall -q -y sluice 2>/dev/null || true
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
