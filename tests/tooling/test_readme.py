@@ -195,3 +195,23 @@ def test_every_doc_and_section_it_points_at_resolves() -> None:
         headings = re.findall(r"^#+ (.+)$", (ROOT / doc).read_text(encoding="utf-8"), re.M)
         section = " ".join(section.split()).lower()
         assert any(section in h.lower() for h in headings), f"{doc} has no section {section!r}"
+
+
+def _queues(text: str) -> set[str]:
+    """The queues a snippet enqueues on: the CLI's, the client's and the HTTP API's."""
+    patterns = (r"sluice enqueue ([\w-]+)", r"\.enqueue\(\"([\w-]+)\"", r"/v1/queues/([\w-]+)/jobs")
+    return {queue for pattern in patterns for queue in re.findall(pattern, text)}
+
+
+def test_the_aws_snippets_enqueue_on_a_queue_the_deployed_handlers_serve() -> None:
+    """A default deploy has no `echo` (the examples are dev tooling, never in the layer): a job on
+    it dead-lettered, or is refused once the deploy's routes name the handlers' queues."""
+    module = python_block("# functions/worker/jobs.py")
+    served = set(re.findall(r"@app\.handler\(\"([\w-]+)\"", module))
+    deploying = TEXT[TEXT.index("## Deploying"):TEXT.index("## Operating")]
+    assert _queues(deploying) and _queues(deploying) <= served, _queues(deploying)
+    deploy = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    handlers = deploy[deploy.index("## 4. Your handlers"):deploy.index("## 5. A first job")]
+    first_job = deploy[deploy.index("## 5. A first job"):deploy.index("## 6. Operating")]
+    shown = set(re.findall(r"@app\.handler\(\"([\w-]+)\"", handlers))
+    assert _queues(first_job) and _queues(first_job) <= shown, (_queues(first_job), shown)
