@@ -215,3 +215,25 @@ def test_the_aws_snippets_enqueue_on_a_queue_the_deployed_handlers_serve() -> No
     first_job = deploy[deploy.index("## 5. A first job"):deploy.index("## 6. Operating")]
     shown = set(re.findall(r"@app\.handler\(\"([\w-]+)\"", handlers))
     assert _queues(first_job) and _queues(first_job) <= shown, (_queues(first_job), shown)
+
+
+def test_sam_deploys_command_line_overrides_replace_the_environments_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why README.md and docs/deploy.md put DeployerPrincipalArns and WorkerHandlersModule in
+    samconfig.toml: `sam deploy --config-env dev --parameter-overrides X=Y` drops dev's own list (its
+    reserved concurrency off, its small nodes). If SAM CLI starts merging them, this fails: say so there."""
+    from click.testing import CliRunner
+    from samcli.commands.deploy import command as deploy
+
+    for name in ("samconfig.toml", "template.yaml"):
+        (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(deploy, "do_cli", lambda *args, **_: seen.extend(  # the overrides, not the tags
+        a for a in args if isinstance(a, dict) and a and "project" not in a))
+    for extra in ([], ["--parameter-overrides", "DeployerPrincipalArns=arn:aws:iam::123456789012:role/x"]):
+        result = CliRunner().invoke(deploy.cli, ["--config-env", "dev", *extra], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    from_file, from_command_line = seen
+    assert from_file["ReserveRelayConcurrency"] == "false"
+    assert from_command_line == {"DeployerPrincipalArns": "arn:aws:iam::123456789012:role/x"}
