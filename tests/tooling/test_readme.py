@@ -210,6 +210,10 @@ def test_the_aws_snippets_enqueue_on_a_queue_the_deployed_handlers_serve() -> No
     served = set(re.findall(r"@app\.handler\(\"([\w-]+)\"", module))
     deploying = TEXT[TEXT.index("## Deploying"):TEXT.index("## Operating")]
     assert _queues(deploying) and _queues(deploying) <= served, _queues(deploying)
+    module_name = re.match(r"# functions/worker/(\w+)\.py", module)
+    assert module_name, "the first handler's block names its file first"
+    assert f'"WorkerHandlersModule={module_name.group(1)}"' in deploying  # the module the deploy loads
+    assert f"sluice check --config-env dev {module_name.group(1)}" in deploying
     deploy = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     handlers = deploy[deploy.index("## 4. Your handlers"):deploy.index("## 5. A first job")]
     first_job = deploy[deploy.index("## 5. A first job"):deploy.index("## 6. Operating")]
