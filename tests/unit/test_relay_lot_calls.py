@@ -189,3 +189,30 @@ def test_a_lane_of_many_records_parks_in_calls_of_at_most_park_call_max() -> Non
         held.finish()
         relay.step()
     assert lot.count("a") == 30 and sizes == [7, 7, 7, 7, 2]
+
+
+def test_a_lane_drains_while_its_queue_keeps_receiving_records() -> None:
+    """A lane was read back only at a turn with no record of its queue waiting to be parked and no
+    park in flight. A queue that receives records at every poll (the chaos run's single queue, at 18
+    a second) parks each turn's new ones behind the lane, so the lane was never read: after an
+    operator's pause and resume, a 10,000-job chaos run pushed nothing for 400 s while the workload
+    ran, and drained only once it stopped."""
+    w, lot, relay, held = held_relay(park_threshold=3, batch=10, max_pending=60)
+    w.engine.set_config("a", paused=True)
+    a_ids = w.add(40, queue="a", partition=0)
+    for _ in range(6):
+        held.finish()
+        relay.step()
+    assert lot.count("a") == 40 and w.in_redis("a") == []
+    w.engine.set_config("a", paused=False)
+    for _ in range(60):  # two new records of a at every poll, every park done by the next turn
+        a_ids += w.add(2, queue="a", partition=0)
+        held.finish()
+        relay.step()
+        w.clock.t += 0.05
+    assert len(w.in_redis("a")) >= 40  # the backlog came back while a kept receiving
+    for _ in range(100):
+        held.finish()
+        relay.step()
+        w.clock.t += 0.05
+    assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))

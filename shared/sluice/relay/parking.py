@@ -150,23 +150,22 @@ class Parking:
                                  partial(self._parked, owned, queue, lane, records))
         self.delays.park(everyone)
         calls.collect()
-        # not a lane whose park failed or is in flight: it would park below what is read back
+        # A read goes beside the lane's park in flight (its own key): a queue that receives records at
+        # every poll always has some waiting for their park, and a lane read only between parks was
+        # never read while its queue was busy (a chaos run pushed nothing for 400 s).
         for owned in everyone:
-            bound = owned.read_bound()  # now, not when the page comes: see ``_read``
+            partition_bound = owned.read_bound()  # now, not when the page comes: see ``_read``
             for queue, lane in owned.lanes.items():
-                key = ("lane", owned.number, queue)
-                if not lane.parking or queue in held or lane.out or calls.busy(key):
+                key = ("read", owned.number, queue)
+                if not lane.parking or queue in held or calls.busy(key) or blocked(queue):
                     continue
-                room = read_room(len(owned.pending.get(queue, ())), owned.pending_count, self.config)
-                if room <= 0 or blocked(queue):
+                read = self._next_read(owned, queue, lane, partition_bound)
+                if read is None:
+                    if owned_by.get(owned.number) is not owned:
+                        break  # lost: its new owner reads the lane
                     continue
-                # from push.lua's recorded offset: a new owner reads a lane from its start, and the
-                # records there Redis holds already (pushed, not yet final, so not yet swept) would
-                # each be read, seal-checked and dropped again, page by page, at every takeover
-                mark = self.intake.relayed_mark(owned, queue)
-                if mark is None:
-                    break  # lost: its new owner reads the lane
-                calls.submit(key, partial(self.lot.page, queue, owned.number, max(lane.read_to, mark), room),
+                after, room, bound = read
+                calls.submit(key, partial(self.lot.page, queue, owned.number, after, room),
                              partial(self._read, owned, queue, lane, room, bound))
         calls.collect()
         # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
@@ -174,6 +173,29 @@ class Parking:
         self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
         for owned in everyone:
             self._drop_raw(owned)
+
+    def _next_read(self, owned: OwnedPartition, queue: str, lane: Lane,
+                   bound: int | None) -> tuple[int, int, int | None] | None:
+        """The lane's next read back, as (after, room, bound), or None if there is none to make now.
+
+        From push.lua's recorded offset: a new owner reads a lane from its start, and the records
+        there Redis holds already (pushed, not yet final, so not yet swept) would each be read,
+        seal-checked and dropped again, page by page, at every takeover. The page stops below the
+        first record still waiting for its park: ``read_to`` must never pass a record parked later
+        (the lane is read after ``read_to``, so it would never come back)."""
+        room = read_room(len(owned.pending.get(queue, ())), owned.pending_count, self.config)
+        if room <= 0:
+            return None
+        mark = self.intake.relayed_mark(owned, queue)
+        if mark is None:
+            return None  # lost (``relayed_mark`` gave it back)
+        after = max(lane.read_to, mark)
+        if lane.out:
+            first_out = lane.out[0][0].offset
+            if first_out <= after + 1:
+                return None  # nothing to read below it until it is parked
+            bound = first_out if bound is None else min(bound, first_out)
+        return after, room, bound
 
     def _spill(self, owned: OwnedPartition, held: set[str], blocked: Callable[[str], bool]) -> None:
         """Park a held queue's newest records beyond ``park_above`` (a rate or a cap: a short hold
@@ -186,7 +208,7 @@ class Parking:
             lane = owned.lanes.get(queue)
             if lane is not None and lane.parking and lane.back_from is not None:
                 continue  # its buffer holds records read back: the rest is parked already
-            if self.calls.busy(("lane", owned.number, queue)):
+            if any(self.calls.busy((kind, owned.number, queue)) for kind in ("lane", "read")):
                 continue  # a park or read in flight: decided again once it is applied
             above = 0 if blocked(queue) else self.config.park_above
             if len(q) <= above:
