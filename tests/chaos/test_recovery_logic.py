@@ -100,6 +100,21 @@ def test_known_entries_from_a_checkpoint_are_checked_spread_out() -> None:
     assert t.summary(1000) == (0, 1000, tuple(known))
 
 
+def test_the_oldest_known_entries_are_checked_at_the_first_scan_so_the_low_water_moves() -> None:
+    """Spread over 320 s, the entry holding the low water waited a random time, in sessions that
+    last seconds: a chaos run's low water stayed at offset 5, and each Redis loss replayed the
+    partition from there. The oldest ``head`` are due at once; the rest stay spread."""
+    import random
+
+    known = [(o, f"j{o}") for o in range(1000)]
+    t = PartitionTracker(1000, known, now=100.0, spread_s=320.0, head=250, rng=random.Random(1))
+    first = t.due(100.0, 5000)
+    assert [o for o, _ in first[:250]] == list(range(250)) and len(first) < 270
+    t.checked(first, {job for _, job in first}, 100.0, 2.0)  # their jobs had ended
+    assert t.summary(1000)[0] >= 250  # the low water moved past them at once
+    assert len(t.due(101.0, 5000)) < 20  # the rest: still spread
+
+
 def test_an_incomplete_checkpoint_resumes_from_its_low_water_mark_to_learn_its_pending_list() -> None:
     ckpt = Checkpoint("t", 0, "e1", 3, 10, 50, ((10, "a"),), complete=False)
     plan = plan_start(ckpt, "e1", 40, "t", 0)
@@ -297,3 +312,16 @@ def test_a_failed_checkpoint_does_not_hold_up_the_kafka_commit(rig: Any) -> None
     rig.clock[0] = 5.0
     rig.commit({0: 101})
     assert rig.source.commits == [{0: 101}] and 0 in rig.recovery.sessions
+
+
+def test_a_new_sessions_first_checkpoint_moves_the_low_water_past_jobs_that_ended_meanwhile(rig: Any) -> None:
+    """A session that lasts seconds (a relay invocation) must not leave the low water where the
+    last one did: its known entries' checks were spread over 64 intervals, and a chaos run's low
+    water stayed at offset 5 for 600 s, so each Redis loss replayed all of it."""
+    rig.ckpts.items[0] = Checkpoint("t", 0, rig.epochs.current(), 1, 5, 100,
+                                    tuple((o, f"j{o}") for o in range(5, 100)))
+    rig.store.final = {f"j{o}" for o in range(5, 60)}  # ended since the last session's checkpoint
+    rig.take([0])
+    rig.clock[0] = 1.0
+    rig.commit({0: 100})
+    assert rig.ckpts.items[0].low_water == 60

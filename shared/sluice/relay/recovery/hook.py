@@ -162,9 +162,10 @@ class Recovery(RelayHooks):
             if plan.start is not None and plan.start != committed:
                 self.offsets.seek(p, plan.start)
             start = plan.start if plan.start is not None else (committed or 0)
-            # Known entries were checked by earlier sessions: spread their next checks out.
+            # Known entries were checked by earlier sessions: spread their next checks out, but for
+            # the oldest (a quarter of a scan), which hold the low water: checked at the first scan.
             tracker = PartitionTracker(start, plan.known, now=self.clock(),
-                                       spread_s=self.interval_s * 2**BACKOFF_EXP)
+                                       spread_s=self.interval_s * 2**BACKOFF_EXP, head=self.scan_limit // 4)
             self.sessions[p] = _Session(epoch, plan.generation, start, tracker, committed, plan.replay,
                                         ckpt.epoch if plan.replay and ckpt else None)
             if plan.replay:
