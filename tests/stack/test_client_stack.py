@@ -33,8 +33,8 @@ OPERATOR = {LOCAL_CALLER_HEADER: LOCAL_OPERATOR}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     state: Path = tmp_path_factory.mktemp("client") / ".sluice"
-    dev = DevStack(DevOptions(state_dir=state, workers=1, log_level="WARNING", history=False,
-                              follow_events=False))
+    dev = DevStack(DevOptions(state_dir=state, handlers="tests.stack.client_handlers", workers=1,
+                              log_level="WARNING", history=False, follow_events=False))
     endpoints = dev.start()
     try:
         yield state, str(endpoints["gateway_url"])
@@ -45,7 +45,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]
 @pytest.fixture(scope="module")
 def job_id(stack: tuple[Path, str]) -> str:
     with Client(stack[1]) as client:
-        return client.enqueue("echo", {"n": 1}).job_id
+        return client.enqueue("emails", {"n": 1}).job_id
 
 
 def test_sequential_requests_on_one_client_share_one_connection_until_close(
@@ -79,14 +79,14 @@ class Greeting(BaseModel):
 def test_the_async_client_enqueues_a_model_and_waits_for_its_job(stack: tuple[Path, str]) -> None:
     async def run(url: str) -> tuple[Any, list[str]]:
         async with AsyncClient(url, max_connections=4) as client:
-            accepted = await client.enqueue("echo", Greeting(to="ada", times=2))
+            accepted = await client.enqueue("emails", Greeting(to="ada", times=2))
             view = await client.wait(accepted.job_id, timeout_s=90)
             seen = await asyncio.gather(*(client.status(accepted.job_id) for _ in range(12)))
             return view, [s.status for s in seen]
 
     with CountingProxy(stack[1]) as proxy:
         view, statuses = asyncio.run(run(proxy.url))
-        assert view.status == "succeeded" and view.result == {"echo": {"to": "ada", "times": 2}}
+        assert view.status == "succeeded" and view.result == {"sent": {"to": "ada", "times": 2}}
         assert statuses == ["succeeded"] * 12
         assert 1 <= proxy.accepted <= 4  # twelve at once over at most its pool's connections
         assert proxy.wait_open(0) == 0  # leaving `async with` closed them
@@ -94,19 +94,19 @@ def test_the_async_client_enqueues_a_model_and_waits_for_its_job(stack: tuple[Pa
 
 def test_create_schedule_makes_a_schedule_that_list_shows(stack: tuple[Path, str]) -> None:
     with Client(stack[1], headers=OPERATOR) as client:
-        created = client.create_schedule("echo", "client-nightly", "cron(0 3 * * ? *)",
+        created = client.create_schedule("emails", "client-nightly", "cron(0 3 * * ? *)",
                                           Greeting(to="ops", times=1))
-        assert (created["queue"], created["paused"]) == ("echo", False)
+        assert (created["queue"], created["paused"]) == ("emails", False)
         assert created["payload"] == {"to": "ops", "times": 1} and created["next_firing_ms"] > 0
-        listed = {s["name"]: s for s in client.schedules("echo") or []}
+        listed = {s["name"]: s for s in client.schedules("emails") or []}
         assert listed["client-nightly"]["expression"] == "cron(0 3 * * ? *)"
-        assert client.get_schedule("echo", "client-nightly") == listed["client-nightly"]
+        assert client.get_schedule("emails", "client-nightly") == listed["client-nightly"]
         with pytest.raises(ScheduleExists) as again:
-            client.create_schedule("echo", "client-nightly", "rate(1 day)", 1)
+            client.create_schedule("emails", "client-nightly", "rate(1 day)", 1)
         assert again.value.details["status"] == 409
-        client.delete_schedule("echo", "client-nightly")
+        client.delete_schedule("emails", "client-nightly")
         with pytest.raises(ScheduleNotFound):
-            client.get_schedule("echo", "client-nightly")
+            client.get_schedule("emails", "client-nightly")
 
 
 def test_sluice_schedules_creates_lists_pauses_and_deletes(stack: tuple[Path, str]) -> None:
@@ -116,12 +116,30 @@ def test_sluice_schedules_creates_lists_pauses_and_deletes(stack: tuple[Path, st
         assert out.exit_code == 0, out.output + out.stderr
         return [json.loads(line) for line in out.stdout.splitlines()]
 
-    (created,) = sluice("create", "echo", "cli-hourly", "rate(1 hour)", "--payload", '{"from": "cli"}')
+    (created,) = sluice("create", "emails", "cli-hourly", "rate(1 hour)", "--payload", '{"from": "cli"}')
     assert (created["name"], created["payload"], created["paused"]) == ("cli-hourly", {"from": "cli"}, False)
-    assert "cli-hourly" in {s["name"] for s in sluice("list", "echo")}
-    (paused,) = sluice("pause", "echo", "cli-hourly")
+    assert "cli-hourly" in {s["name"] for s in sluice("list", "emails")}
+    (paused,) = sluice("pause", "emails", "cli-hourly")
     assert paused["paused"] and paused["next_firing_ms"] is None
-    (resumed,) = sluice("resume", "echo", "cli-hourly")
+    (resumed,) = sluice("resume", "emails", "cli-hourly")
     assert not resumed["paused"]
-    sluice("delete", "echo", "cli-hourly")
-    assert "cli-hourly" not in {s["name"] for s in sluice("list", "echo")}
+    sluice("delete", "emails", "cli-hourly")
+    assert "cli-hourly" not in {s["name"] for s in sluice("list", "emails")}
+
+
+def test_the_docs_client_example_runs(stack: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/api.md's example, as written, with ``API`` the local gateway. Locally IAM is a header
+    (``X-Sluice-Local-Caller``, docs/api.md Operator API): every client it builds sends the local
+    operator's; its SigV4 signature (dummy credentials, tests/conftest.py) is sent and ignored."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    marker = "tests/stack/test_client_stack.py::test_the_docs_client_example_runs"
+    example = text.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    built = Client.__init__
+
+    def as_local_operator(self: Client, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **{**kwargs, "headers": {**(kwargs.get("headers") or {}), **OPERATOR}})
+
+    monkeypatch.setattr(Client, "__init__", as_local_operator)
+    exec(compile(example, "docs/api.md", "exec"), {"API": stack[1], "__name__": "docs_example"})
+    assert capsys.readouterr().out.splitlines() == ["succeeded", "['nightly-digest']", "succeeded 5"]
