@@ -10,8 +10,8 @@ Prints one JSON object per scheme:
 Each side is ``sluice.client.Client.status`` (request building, the JSON answer parsed into a
 ``JobView``), so the difference is the transport alone:
 
-- urllib (``urllib_*``): the transport the client had before issue 31, copied here as it was
-  (``OldUrllibTransport``; ``sluice.client.UrllibTransport`` is the same code, kept as an option);
+- urllib (``urllib_*``): the transport the client had before issue 31, ``UrllibTransport``, kept
+  as an option (its code as it was, plus ``context`` to trust the run's certificate);
 - pooled (``pooled_*``): the client's default, ``PooledTransport``;
 - async (``async_*``, same pool): ``AsyncClient.status`` awaited one after the other, each hop
   through its thread pool (the cost of not having an async HTTP library, see sluice.client_async).
@@ -43,9 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -55,7 +54,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import emit, log
-from sluice.client import Client, HttpResponse, PooledTransport
+from sluice.client import Client, PooledTransport, UrllibTransport
 from sluice.client_async import AsyncClient
 from sluice_dev.local.httpd import QuietHandler
 
@@ -67,27 +66,6 @@ JOB = "01HZX5Q3W7K2M9N4P6R8S0T1V2"
 VIEW = json.dumps({"job_id": JOB, "queue": "emails", "status": "succeeded", "attempts": 1,
                    "created_at_ms": 1, "updated_at_ms": 2, "finished_at_ms": 2,
                    "result": {"echo": {"to": "ada"}}}).encode()
-
-
-class OldUrllibTransport:
-    """The client's transport before issue 31, as it was (plus ``context``, to trust the run's CA)."""
-
-    def __init__(self, context: ssl.SSLContext | None = None) -> None:
-        self.context = context
-
-    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-             timeout: float) -> HttpResponse:
-        request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as response:
-                return HttpResponse(response.status, {k.lower(): v for k, v in response.headers.items()},
-                                    response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return HttpResponse(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            raise reason if isinstance(reason, OSError) else ConnectionError(str(reason)) from exc
 
 
 class Handler(QuietHandler):
@@ -226,7 +204,7 @@ class Side:
 def measure(scheme: str, tls: tuple[Path, Path] | None) -> dict[str, Any]:
     ca = None if tls is None else str(tls[0])
     with servers(3, tls) as (old, new, other):
-        sides = [Side("urllib", old.url, lambda u: Client(u, transport=OldUrllibTransport(old.context))),
+        sides = [Side("urllib", old.url, lambda u: Client(u, transport=UrllibTransport(old.context))),
                  Side("pooled", new.url, lambda u: Client(u, transport=PooledTransport(ca_certs=ca))),
                  Side("async", other.url,
                       lambda u: AsyncClient.over(Client(u, transport=PooledTransport(ca_certs=ca))), True)]

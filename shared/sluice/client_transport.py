@@ -16,6 +16,7 @@ urllib3 is imported when a ``PooledTransport`` is built, not with this module: i
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -43,13 +44,17 @@ class Transport(Protocol):
 
 
 class UrllibTransport:
-    """urllib from the standard library: a new connection (and TLS handshake) for every request."""
+    """urllib from the standard library: a new connection (and TLS handshake) for every request.
+    ``context``: the TLS settings (default: the system's CAs, as urllib's own default)."""
+
+    def __init__(self, context: ssl.SSLContext | None = None) -> None:
+        self.context = context
 
     def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
              timeout: float) -> HttpResponse:
         request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.context) as response:
                 return HttpResponse(response.status, {k.lower(): v for k, v in response.headers.items()},
                                     response.read())
         except urllib.error.HTTPError as exc:

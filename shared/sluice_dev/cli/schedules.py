@@ -9,11 +9,12 @@ unique within its queue, so every command names the queue first.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
+from sluice.client import Client
 from sluice.core.errors import SluiceError
 from sluice.core.models import validate_queue_name
 from sluice.core.schedules import check_name
@@ -81,34 +82,22 @@ def list_cmd(target: Target, queue: str) -> None:
     click.echo("\n".join(line(v) for v in found) if found else f"{queue} has no schedules")
 
 
-@schedules.command("show")
-@QUEUE
-@NAME
-@click.pass_obj
-def show(target: Target, queue: str, name: str) -> None:
-    """One schedule and its next firing."""
-    with target.operator_client() as api:
-        _show(api.get_schedule(queue, name), "")
+def _one(verb: str, call: Callable[[Client, str, str], dict[str, Any]], said: str, doc: str) -> None:
+    """``sluice schedules VERB QUEUE NAME``: ``call`` on the operator API, then the schedule it answers."""
+
+    @schedules.command(verb, help=doc)
+    @QUEUE
+    @NAME
+    @click.pass_obj
+    def command(target: Target, queue: str, name: str) -> None:
+        with target.operator_client() as api:
+            _show(call(api, queue, name), said and f"{said} schedule {name} of {queue}")
 
 
-@schedules.command("pause")
-@QUEUE
-@NAME
-@click.pass_obj
-def pause(target: Target, queue: str, name: str) -> None:
-    """Stop the schedule firing until resumed (firings missed meanwhile are not sent later)."""
-    with target.operator_client() as api:
-        _show(api.pause_schedule(queue, name), f"paused schedule {name} of {queue}")
-
-
-@schedules.command("resume")
-@QUEUE
-@NAME
-@click.pass_obj
-def resume(target: Target, queue: str, name: str) -> None:
-    """Fire the schedule again."""
-    with target.operator_client() as api:
-        _show(api.resume_schedule(queue, name), f"resumed schedule {name} of {queue}")
+_one("show", Client.get_schedule, "", "One schedule and its next firing.")
+_one("pause", Client.pause_schedule, "paused",
+     "Stop the schedule firing until resumed (firings missed meanwhile are not sent later).")
+_one("resume", Client.resume_schedule, "resumed", "Fire the schedule again.")
 
 
 @schedules.command("delete")
