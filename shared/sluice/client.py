@@ -404,12 +404,3 @@ def _request_body(job: wire.EnqueueRequest) -> dict[str, Any]:
     if body.get("group") is None:
         body.pop("group", None)
     return body
-
-
-def __getattr__(name: str) -> Any:
-    """``AsyncClient`` from here too, imported on first use (it brings asyncio and a thread pool)."""
-    if name == "AsyncClient":
-        from sluice.client_async import AsyncClient
-
-        return AsyncClient
-    raise AttributeError(f"module 'sluice.client' has no attribute {name!r}")
