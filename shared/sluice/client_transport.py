@@ -16,6 +16,7 @@ urllib3 is imported when a ``PooledTransport`` is built, not with this module: i
 
 from __future__ import annotations
 
+import os
 import ssl
 import threading
 import urllib.error
@@ -75,6 +76,9 @@ class PooledTransport:
     is closed rather than pooled after its request (the pool does not block). urllib3 checks that a
     pooled connection is still open before reusing it, so a connection the server closed while idle
     is replaced, not sent on. ``HTTP(S)_PROXY`` and ``NO_PROXY`` are honoured as urllib honours them.
+    A process forked after connections were opened (a pre-forking web server that builds its client
+    before the fork) starts with pools of its own: two processes writing requests into one socket
+    would read each other's answers.
     ``ca_certs``: a CA bundle to verify the server with instead of the system's (a test's own CA).
     """
 
@@ -85,13 +89,21 @@ class PooledTransport:
         self._options: dict[str, object] = {"maxsize": max_connections, "block": False, "retries": False}
         if ca_certs is not None:
             self._options["ca_certs"] = ca_certs
-        self._direct = urllib3.PoolManager(**self._options)  # type: ignore[arg-type]
-        self._proxied: dict[str, urllib3.ProxyManager] = {}
         self._proxies = urllib.request.getproxies()
         self._lock = threading.Lock()
+        self._fresh_pools()
         self.closed = False
 
+    def _fresh_pools(self) -> None:
+        self._pid = os.getpid()
+        self._direct = self._urllib3.PoolManager(**self._options)  # type: ignore[arg-type]
+        self._proxied: dict[str, urllib3.ProxyManager] = {}
+
     def _manager(self, url: str) -> urllib3.PoolManager:
+        if os.getpid() != self._pid:  # forked: the parent's sockets are the parent's (not closed here)
+            with self._lock:
+                if os.getpid() != self._pid:
+                    self._fresh_pools()
         parts = urlsplit(url)
         proxy = self._proxies.get(parts.scheme)
         if proxy is None or urllib.request.proxy_bypass(parts.hostname or ""):

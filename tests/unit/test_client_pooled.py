@@ -200,3 +200,19 @@ def test_the_async_client_has_every_call_of_the_client_with_its_signature() -> N
         ours = getattr(AsyncClient, name)
         assert inspect.iscoroutinefunction(ours), name
         assert inspect.signature(ours) == inspect.signature(getattr(Client, name)), name
+
+
+def test_a_forked_process_gets_pools_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A web server that builds its client before forking its workers: each worker's first request
+    opens its own connection rather than writing into the parent's socket."""
+    import os
+
+    from sluice import client_transport
+
+    transport = PooledTransport()
+    parents = transport._manager("https://api.example.test/v1/jobs/x")
+    assert transport._manager("https://api.example.test/v1/jobs/y") is parents
+    child_pid = os.getpid() + 1
+    monkeypatch.setattr(client_transport.os, "getpid", lambda: child_pid)  # now "the child"
+    child = transport._manager("https://api.example.test/v1/jobs/x")
+    assert child is not parents and transport._manager("https://api.example.test/v1/jobs/y") is child
