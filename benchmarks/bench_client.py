@@ -124,6 +124,8 @@ class Server:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 @contextmanager
