@@ -129,17 +129,6 @@ class PooledTransport:
         return HttpResponse(response.status, {k.lower(): v for k, v in response.headers.items()},
                             response.data)
 
-    @property
-    def connections_opened(self) -> int:
-        """TCP connections this transport opened so far, over every host it still pools (urllib3's
-        counters; ``close`` forgets them)."""
-        opened = 0
-        for manager in (self._direct, *self._proxied.values()):
-            for key in manager.pools.keys():  # noqa: SIM118 (a copy taken under the pool's lock)
-                pool = manager.pools.get(key)
-                opened += 0 if pool is None else int(pool.num_connections)
-        return opened
-
     def close(self) -> None:
         """Close every pooled connection; a send after this opens new ones (``Client`` refuses it)."""
         self.closed = True

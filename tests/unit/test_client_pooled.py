@@ -146,7 +146,7 @@ def test_leaving_the_with_block_closes_the_client_even_after_an_error() -> None:
 
 def test_the_default_transport_is_a_pool_built_without_connecting() -> None:
     c = Client("https://api.example.test/prod", max_connections=3)
-    assert isinstance(c.transport, PooledTransport) and c.transport.connections_opened == 0
+    assert isinstance(c.transport, PooledTransport) and len(c.transport._direct.pools) == 0
     c.close()
     assert c.transport.closed
 
