@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sluice.client import Client as Client  # re-exported, not in __all__: star-imports skip it
+    from sluice.client_async import AsyncClient as AsyncClient  # the same
     from sluice.core.errors import (
         AlreadyFinished,
         JobCancelled,
@@ -43,6 +44,7 @@ _HOMES = {
     "Job": "sluice.core.models", "JobSpec": "sluice.core.models", "JobState": "sluice.core.models",
     "Fail": "sluice.worker.runtime", "JobContext": "sluice.worker.runtime", "Retry": "sluice.worker.runtime",
     "Worker": "sluice.worker.registry", "Client": "sluice.client",
+    "AsyncClient": "sluice.client_async",
 }
 
 

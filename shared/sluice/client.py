@@ -14,7 +14,13 @@ so the error goes to the caller.
 
 Authentication: SigV4 for a deployed API with IAM auth (``sign_sigv4=True``, service
 ``execute-api``, credentials from the usual botocore chain), or an API key header.
-Transport is urllib from the standard library; tests pass a fake.
+Transport (``sluice.client_transport``): pooled keep-alive connections (urllib3), closed by
+``close()`` or by leaving ``with Client(...) as client``; tests pass a fake. ``AsyncClient``
+(``sluice.client_async``) has the same methods, awaitable.
+
+Payloads (``enqueue``, ``enqueue_batch``'s jobs, ``create_schedule``) may be pydantic models: they
+are sent as ``model_dump(mode="json")`` (datetimes as ISO strings, enums as values), and the
+handler gets that JSON.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ import json
 import random
 import re
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Self
 from urllib.parse import quote
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from sluice.client_transport import HttpResponse as HttpResponse
+from sluice.client_transport import PooledTransport as PooledTransport
+from sluice.client_transport import Transport as Transport
+from sluice.client_transport import UrllibTransport as UrllibTransport
 from sluice.core import wire
 from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
 from sluice.core.models import (
@@ -51,36 +59,6 @@ UNKEYED_RETRY_STATUSES = frozenset({429})  # refused before the gateway ran: not
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com")
 
 
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    status: int
-    headers: Mapping[str, str]  # lower-case names
-    body: bytes
-
-
-class Transport(Protocol):
-    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-             timeout: float) -> HttpResponse:
-        """Raise OSError (ConnectionError, TimeoutError, ...) when no response arrived."""
-        ...
-
-
-class UrllibTransport:
-    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-             timeout: float) -> HttpResponse:
-        request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return HttpResponse(response.status, {k.lower(): v for k, v in response.headers.items()},
-                                    response.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return HttpResponse(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read())
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            raise reason if isinstance(reason, OSError) else ConnectionError(str(reason)) from exc
-
-
 class ApiError(SluiceError):
     """The gateway answered with a problem document that maps to no Sluice error type."""
 
@@ -95,12 +73,20 @@ def _error(status: int, problem: Mapping[str, Any]) -> SluiceError:
     return cls(detail, status=status, problem=dict(problem))
 
 
+class ClientClosed(RuntimeError):
+    """A call on a client after its ``close()`` (a bug in the caller, not an answer of the API)."""
+
+
 class Client:
+    """The HTTP API's client. Thread-safe; one per process is the intended use (it pools its
+    connections: ``max_connections`` kept per host). Close it (``close()``, or ``with``) to close them."""
+
     def __init__(self, api_url: str, *, api_key: str | None = None, sign_sigv4: bool = False,
                  region: str | None = None, timeout_s: float = 10.0, max_attempts: int = 6,
                  backoff_base_ms: int = 100, backoff_cap_ms: int = 5_000, transport: Transport | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 credentials: Any = None, headers: Mapping[str, str] | None = None) -> None:
+                 credentials: Any = None, headers: Mapping[str, str] | None = None,
+                 max_connections: int = 10) -> None:
         self.api_url = api_url.rstrip("/")
         # Sent with every request; locally e.g. X-Sluice-Local-Caller (sluice_dev.local.api_server).
         self.headers = dict(headers or {})
@@ -109,13 +95,30 @@ class Client:
         self.max_attempts = max_attempts
         self.backoff_base_ms = backoff_base_ms
         self.backoff_cap_ms = backoff_cap_ms
-        self.transport = transport or UrllibTransport()
+        self.transport: Transport = transport or PooledTransport(max_connections=max_connections)
+        self.closed = False
         self.sleep = sleep
         self.rng = rng or random.Random()
         self.sign_sigv4 = sign_sigv4
         match = _REGION_IN_HOST.search(self.api_url)
         self.region = region or (match.group(1) if match else "us-east-1")
         self._credentials = credentials
+
+    # -- its life ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the pooled connections; any later call raises ``ClientClosed``. Idempotent."""
+        self.closed = True
+        close = getattr(self.transport, "close", None)  # a test's fake transport may have none
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -133,8 +136,7 @@ class Client:
     def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | wire.EnqueueRequest], *,
                       idempotency_key: str | None = None, keyed: bool = True) -> wire.BatchAccepted:
         try:
-            batch = wire.BatchRequest(jobs=[j if isinstance(j, wire.EnqueueRequest) else self._job(j)
-                                            for j in jobs])
+            batch = wire.BatchRequest(jobs=[self._job(_fields(j)) for j in jobs])
         except ValidationError as exc:
             raise InvalidInput(f"invalid batch: {exc}") from exc
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
@@ -226,6 +228,23 @@ class Client:
 
         return self._admin(queue, f"schedules/{quote(check_name(name), safe='')}{rest}")
 
+    def create_schedule(self, queue: str, name: str, expression: str, payload: Any) -> dict[str, Any]:
+        """A new schedule of ``queue`` (``POST /v1/admin/queues/{queue}/schedules``): every firing of
+        ``expression`` (``rate(...)`` or ``cron(...)``, UTC) enqueues ``payload`` (JSON, or a pydantic
+        model). Returns the schedule's view (``name``, ``expression``, ``queue``, ``payload``,
+        ``paused``, ``created_at_ms``, ``next_firing_ms``). ``ScheduleExists`` (409) if the queue has
+        that name. Not sent twice (no idempotency key on this route): a repeat after a lost answer
+        would say 409 for the schedule this call created; only a 429 is retried."""
+        from sluice.core.schedules import check_name
+
+        body = {"name": check_name(name), "expression": expression, "payload": _payload(payload)}
+        dump_json(body["payload"])  # NaN, Infinity, non-JSON types: refuse here, not as a 400 later
+        return dict(self._call("POST", self._admin(queue, "schedules"), body, keyed=False))
+
+    def get_schedule(self, queue: str, name: str) -> dict[str, Any]:
+        """One schedule's view (``GET .../schedules/{name}``); ``ScheduleNotFound`` if none."""
+        return dict(self._call("GET", self._schedule(queue, name)))
+
     def pause_schedule(self, queue: str, name: str) -> dict[str, Any]:
         """Stop the schedule firing (``POST .../schedules/{name}/pause``): the schedule's view."""
         return dict(self._call("POST", self._schedule(queue, name, "/pause")))
@@ -243,24 +262,20 @@ class Client:
              clock: Callable[[], float] = time.monotonic) -> wire.JobView:
         """Poll until the job is final (succeeded, failed, dead, cancelled), else ``WaitTimedOut``
         (a ``TimeoutError``)."""
-        deadline = clock() + timeout_s
-        delay = poll_s
+        poll = Poll(job_id, timeout_s, poll_s, clock)
         while True:
             view = self.status(job_id)
             if view.status in FINAL_STATES:
                 return view
-            if clock() + delay > deadline:
-                raise WaitTimedOut(f"gave up waiting after {timeout_s:g}s: job {job_id} is still "
-                                   f"{view.status}")
-            self.sleep(delay)
-            delay = min(delay * 1.5, 2.0)
+            self.sleep(poll.next_delay(view.status))
 
     # -- plumbing --------------------------------------------------------------------------
 
     @staticmethod
     def _job(fields: Mapping[str, Any]) -> wire.EnqueueRequest:
+        fields = {**fields, "payload": _payload(fields["payload"])} if "payload" in fields else dict(fields)
         try:
-            job = wire.EnqueueRequest.model_validate(dict(fields))
+            job = wire.EnqueueRequest.model_validate(fields)
         except ValidationError as exc:
             raise InvalidInput(f"invalid job: {exc}") from exc
         dump_json(job.payload)  # NaN, Infinity, non-JSON types: refuse here, not as a 400 later
@@ -272,6 +287,8 @@ class Client:
 
     def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None,
               keyed: bool = True) -> Any:
+        if self.closed:
+            raise ClientClosed(f"{method} {path}: this client was closed")
         data = None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
         headers = {**self.headers, "Accept": "application/json", "User-Agent": f"sluice-client/{__version__}"}
         if data is not None:
@@ -327,6 +344,38 @@ class Client:
         request = AWSRequest(method=method, url=url, data=data or b"", headers=dict(headers))
         SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)  # fresh date per attempt
         return {k: str(v) for k, v in request.headers.items()}
+
+
+class Poll:
+    """``wait``'s pace, for ``Client`` and ``AsyncClient``: ``poll_s`` first, then 1.5 times longer
+    each time up to 2 s; ``WaitTimedOut`` (a ``TimeoutError``) when the next look would be past
+    ``timeout_s``."""
+
+    def __init__(self, job_id: str, timeout_s: float, poll_s: float, clock: Callable[[], float]) -> None:
+        self.job_id, self.timeout_s, self.clock = job_id, timeout_s, clock
+        self.deadline, self.delay = clock() + timeout_s, poll_s
+
+    def next_delay(self, status: str) -> float:
+        """Seconds to sleep before looking again at a job that is still ``status``."""
+        delay = self.delay
+        if self.clock() + delay > self.deadline:
+            raise WaitTimedOut(f"gave up waiting after {self.timeout_s:g}s: job {self.job_id} is still "
+                               f"{status}")
+        self.delay = min(delay * 1.5, 2.0)
+        return delay
+
+
+def _fields(job: Mapping[str, Any] | wire.EnqueueRequest) -> Mapping[str, Any]:
+    """A batch's job as fields (a request built by the caller is checked as a mapping is: its
+    payload may be a model too)."""
+    if isinstance(job, wire.EnqueueRequest):
+        return {**job.model_dump(exclude={"payload"}, exclude_unset=True), "payload": job.payload}
+    return job
+
+
+def _payload(payload: Any) -> Any:
+    """A pydantic model as the JSON it stands for; anything else as given (checked later)."""
+    return payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
 
 
 def _key(given: str | None, keyed: bool) -> str | None:

@@ -95,6 +95,25 @@ class Target:
         return Client(url, sign_sigv4=True, max_attempts=4,
                       headers={"X-Sluice-Local-Caller": caller} if caller else None)
 
+    def operator_client(self, url: str | None = None, *, max_attempts: int = 4) -> Client:
+        """The operator API (``/v1/admin/...``) over HTTP, whatever Redis setting there is: ``url``
+        (else ``--api-url`` / ``SLUICE_API_URL``), SigV4-signed, or the local stack's gateway, whose
+        operator routes take the caller from ``X-Sluice-Local-Caller``: ``SLUICE_LOCAL_CALLER``,
+        else the operator ``sluice dev`` names (``api_server.LOCAL_OPERATOR``). Schedules and the
+        console have no other way in."""
+        from sluice.client import Client
+        from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
+
+        url = url or self.api_url or self.env.get("SLUICE_API_URL")
+        caller = self.env.get("SLUICE_LOCAL_CALLER")
+        if url:
+            return Client(url, sign_sigv4=True, max_attempts=max_attempts,
+                          headers={LOCAL_CALLER_HEADER: caller} if caller else None)
+        if self.local:
+            return Client(str(self.local["gateway_url"]), max_attempts=max_attempts,
+                          headers={LOCAL_CALLER_HEADER: caller or LOCAL_OPERATOR})
+        raise self._not_running("SLUICE_API_URL")
+
     # -- Redis and DynamoDB ------------------------------------------------------------------
 
     def settings(self, *, need: str) -> Settings:

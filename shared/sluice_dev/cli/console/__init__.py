@@ -21,24 +21,16 @@ LOCAL_OPERATOR = api_server.LOCAL_OPERATOR  # `sluice dev` names it operator whe
 
 
 def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -> Console:
-    from sluice.client import Client
     from sluice.core.models import validate_queue_name
     from sluice_dev.cli.console.backend import Watched
     from sluice_dev.cli.console.server import Console
 
-    url = api or target.api_url or target.env.get("SLUICE_API_URL")
-    caller = target.env.get("SLUICE_LOCAL_CALLER")
     # No --queue: every queue the operator API lists (GET /v1/admin/queues), locally and deployed.
     watched = Watched({validate_queue_name(q) for q in queues}, every=not queues)
-    if url:  # a deployment: every call SigV4-signed here, with the usual AWS credentials
-        client = Client(url, sign_sigv4=True, max_attempts=2,
-                        headers={"X-Sluice-Local-Caller": caller} if caller else None)
-        where = url
-    else:  # the local stack: no IAM, the operator routes take the caller from a header
-        client = target.client()
-        client.headers["X-Sluice-Local-Caller"] = caller or LOCAL_OPERATOR
-        client.max_attempts = 2
-        where = f"local stack ({client.api_url})"
+    # A deployment: every call SigV4-signed here, with the usual AWS credentials; the local stack:
+    # no IAM, the operator routes take the caller from a header.
+    client = target.operator_client(api, max_attempts=2)
+    where = api or target.api_url or target.env.get("SLUICE_API_URL") or f"local stack ({client.api_url})"
     return Console(client, where, port, watched)
 
 
