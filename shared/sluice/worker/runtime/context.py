@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -150,6 +151,28 @@ class JobContext:
         family = families.family(self.job_id)
         found = families.get_jobs(list(family.waits_for))
         return [found[j] for j in family.waits_for if j in found]
+
+    # -- awaitable forms, for ``async def`` handlers (runtime.aio) ------------------------------------
+    # The ports are synchronous (boto3, redis-py; no async adapters), so each runs its sync form on
+    # the loop's default thread executor: the loop, and the handler's other coroutines, go on
+    # meanwhile.
+
+    async def aprogress(self, fraction: float, detail: str = "") -> None:
+        """``progress``, awaitable."""
+        await asyncio.to_thread(self.progress, fraction, detail)
+
+    async def aenqueue(self, queue: str, payload: Any, *, key: str, **options: Any) -> str:
+        """``enqueue``, awaitable."""
+        return await asyncio.to_thread(lambda: self.enqueue(queue, payload, key=key, **options))
+
+    async def aenqueue_many(self, jobs: Sequence[Mapping[str, Any] | tuple[Any, ...]], *,
+                            then: Mapping[str, Any] | tuple[Any, ...] | None = None) -> FamilyAccepted:
+        """``enqueue_many``, awaitable."""
+        return await asyncio.to_thread(lambda: self.enqueue_many(jobs, then=then))
+
+    async def achildren(self) -> list[JobRecord]:
+        """``children``, awaitable."""
+        return await asyncio.to_thread(self.children)
 
 
 def _fields(value: Mapping[str, Any] | tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:

@@ -7,16 +7,22 @@ renewing the lease, and never writes whatever the handler eventually returns. An
 side effect it makes through ``ctx.fenced_table`` is refused once another worker
 has been granted the job. A handler that must be stoppable should poll
 ``ctx.should_stop()``.
+
+A handler that returns an awaitable (an ``async def``) is awaited on the process's handler
+loop (``runtime.aio``), from this same job thread, under the same hard timeout; at the timeout its
+task is cancelled too, which stops it at its next ``await``.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.core.models import Job
+from sluice.worker.runtime import aio
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import Handler
 
@@ -35,7 +41,11 @@ def invoke(fn: Handler, job: Job, ctx: JobContext, timeout_s: float) -> Invocati
 
     def target() -> None:
         try:
-            box["result"] = fn(job, ctx)
+            result = fn(job, ctx)
+            if inspect.isawaitable(result):
+                box["future"] = future = aio.submit(result)
+                result = future.result()
+            box["result"] = result
         except BaseException as exc:  # SystemExit in a handler is still a handler error
             box["error"] = exc
         finally:
@@ -47,5 +57,7 @@ def invoke(fn: Handler, job: Job, ctx: JobContext, timeout_s: float) -> Invocati
     finished = done.wait(timeout=max(0.0, timeout_s))
     duration_ms = (time.monotonic() - started) * 1000
     if not finished:
+        if "future" in box:
+            box["future"].cancel()
         return Invocation(timed_out=True, duration_ms=duration_ms)
     return Invocation(result=box.get("result"), error=box.get("error"), duration_ms=duration_ms)

@@ -1,0 +1,53 @@
+"""The event loop that ``async def`` handlers run on: one per process, on a thread of its own.
+
+A handler registered as ``async def`` returns a coroutine; the runtime awaits it here and stores
+what it returns (before, the coroutine object itself reached the result write, and every attempt
+failed with "Object of type coroutine is not JSON serializable"). The loop is started on the first
+awaitable and kept for the life of the process, so a worker Lambda's container reuses it across
+invocations, and an async client a handlers module keeps (an HTTP session bound to a loop) stays
+usable: no ``asyncio.run`` per job.
+
+Jobs of one drain that run at once (``concurrency`` > 1) share the loop: their coroutines
+interleave at each ``await``. A handler that blocks the loop (``time.sleep`` in an ``async def``)
+stalls the other coroutines on it, never the leases: renewals run on the heartbeat's own thread
+(``runtime.heartbeat``), and the hard timeout is watched from the job's thread (``runtime.invoke``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Awaitable
+from typing import Any
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    """The process's handler loop, started on first use (a daemon thread: it never holds up exit)."""
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            ready = threading.Event()
+            new = asyncio.new_event_loop()
+
+            def serve() -> None:
+                asyncio.set_event_loop(new)
+                new.call_soon(ready.set)
+                new.run_forever()
+
+            threading.Thread(target=serve, name="sluice-loop", daemon=True).start()
+            ready.wait()
+            _loop = new
+        return _loop
+
+
+def submit(awaitable: Awaitable[Any]) -> concurrent.futures.Future[Any]:
+    """Schedule ``awaitable`` on the handler loop; the future's ``cancel()`` cancels its task."""
+
+    async def wrapped() -> Any:
+        return await awaitable
+
+    return asyncio.run_coroutine_threadsafe(wrapped(), loop())
