@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_socket
 
+import sluice
 from sluice.core.families import FamilyAccepted, FamilyRequest
 from sluice.core.models import Job
 from sluice.worker.runtime import aio
@@ -171,3 +173,16 @@ def test_the_context_offers_awaitable_enqueue_and_progress() -> None:
     assert [r.parent_id for r in gw.requests] == ["p", "p"] and gw.requests[0].jobs[0].priority == 3
     assert seen["loop_thread"] == "sluice-loop"
     assert k.store.get_job("p").progress is not None
+
+
+def test_the_async_example_in_docs_worker_md_runs() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "worker.md").read_text()
+    example = text.split("### Async handlers", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    k = kit()
+    namespace: dict[str, Any] = {"app": k.app, "sluice": sluice}
+    exec(compile(example, "docs/worker.md", "exec"), namespace)
+    k.queue.add("notify", "n1", {"to": "x"})
+    w = k.app.bind(queue=k.queue, store=k.store, family_gateway=Gateway(),
+                   options=k.worker().options, telemetry=k.worker().telemetry)
+    assert w.drain(["notify"], 1).as_dict()["succeeded"] == 1
+    assert k.store.get_job("n1").result == {"sent": True, "audit": "child-audit"}
