@@ -1,6 +1,10 @@
-"""``async def`` handlers next to sync ones on the local stack (`sluice dev`, issue 31 item 1):
-gateway, Kafka, relay, Redis, the worker Lambdas and the jobs table. Before, an async handler's
-every attempt failed with "Object of type coroutine is not JSON serializable" until it was dead."""
+"""The handler API of issue 31 on the local stack (`sluice dev`: gateway, Kafka, relay, Redis, the
+worker Lambdas and the jobs table), one stack for the module:
+
+- item 1: ``async def`` handlers next to sync ones. Before, an async handler's every attempt failed
+  with "Object of type coroutine is not JSON serializable" until it was dead.
+- item 4: a handler's ``RetryPolicy`` decides the attempts of a job whose caller sent none, a
+  caller's max_attempts lowers it and never raises it, ``fail_on`` ends a job at once."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     state: Path = tmp_path_factory.mktemp("async") / ".sluice"
     dev = DevStack(DevOptions(state_dir=state, workers=2, log_level="WARNING", history=False,
-                              handlers="tests.stack.async_handlers"))
+                              handlers="tests.stack.handler_api_handlers"))
     dev.start()
     try:
         yield str(dev.endpoints["gateway_url"])
@@ -64,3 +68,28 @@ def test_an_async_handler_starts_a_child_with_the_awaitable_enqueue(gw: str) -> 
     child = ended(gw, str(result["child"]))
     assert child["status"] == "succeeded" and child["parent_id"] == parent["job_id"]
     assert child["result"] == {"echo": {"from": parent["job_id"]}, "kind": "sync"}
+
+
+def test_a_job_without_max_attempts_gets_its_handlers_policy_past_the_old_default(gw: str) -> None:
+    view = ended(gw, enqueue(gw, "policy-flaky", {"ok_at": 7}))  # no max_attempts sent
+    assert (view["status"], view["attempts"]) == ("succeeded", 7), view
+    assert view["result"] == {"attempt": 7, "max_attempts": 7}
+
+
+@pytest.mark.parametrize(("sent", "runs"), [(50, 7), (2, 2)])
+def test_a_callers_max_attempts_lowers_the_policy_never_raises_it(gw: str, sent: int, runs: int) -> None:
+    view = ended(gw, enqueue(gw, "policy-flaky", {"ok_at": 99}, max_attempts=sent))
+    assert (view["status"], view["attempts"]) == ("dead", runs), view
+    assert view["last_error"] == f"ConnectionError: attempt {runs} of {runs}"
+
+
+def test_an_error_in_fail_on_ends_the_job_on_its_first_attempt(gw: str) -> None:
+    view = ended(gw, enqueue(gw, "policy-flaky", {"ok_at": 1, "unrecoverable": True}))
+    assert (view["status"], view["attempts"]) == ("failed", 1), view
+    assert view["last_error"] == "Unrecoverable: the record is gone (not retried: the handler's RetryPolicy)"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10**12, True, "5", 2.5])
+def test_a_bad_max_attempts_is_a_400_naming_the_field(gw: str, bad: object) -> None:
+    status, problem = http("POST", f"{gw}/v1/queues/policy-flaky/jobs", {"payload": {}, "max_attempts": bad})
+    assert status == 400 and problem["errors"][0]["pointer"] == "/max_attempts", problem
