@@ -4,6 +4,7 @@ outside ``retry_on`` end the job at once; the policy's backoff feeds the retry d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +174,20 @@ def test_the_policys_backoff_is_the_retry_delay() -> None:
     assert {k.queue.job("now", f"now{i}").state for i in range(20)} == {"ready"}  # no delay at all
     delays = [k.queue.job("later", f"later{i}").run_at_ms - clock.ms for i in range(20)]
     assert all(0 <= d <= 3_600_000 for d in delays) and max(delays) > 15 * 60_000  # past the default cap
+
+
+def test_the_retry_policy_example_in_docs_worker_md_runs() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "worker.md").read_text()
+    example = text.split("### Retry policy in code", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    clock = ManualClock()
+    k = kit(FakeQueue(clock))
+    namespace: dict[str, Any] = {"app": k.app, "sluice": sluice}
+    exec(compile(example, "docs/worker.md", "exec"), namespace)
+    k.queue.add("charge", "ok", {}, max_attempts=MAX_ATTEMPTS_UNSET)
+    assert run_until_it_ends(k, clock, "charge", "ok") == [1, 2, 3]
+    assert k.store.get_job("ok").result == {"charged": True, "attempt": 3}
+    k.queue.add("charge", "declined", {"declined": True}, max_attempts=MAX_ATTEMPTS_UNSET)
+    assert run_until_it_ends(k, clock, "charge", "declined") == [1]
+    assert k.store.get_job("declined").status == "failed"
+    assert k.app.handlers["charge"].retry == RetryPolicy(8, (2, 300), (ConnectionError, TimeoutError),
+                                                         (namespace["CardDeclined"],))
