@@ -15,11 +15,13 @@ stalls the other coroutines on it, never the leases: renewals run on the heartbe
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # asyncio is imported by the first async job: a sync worker's cold start skips it
+    import asyncio
+    import concurrent.futures
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -27,6 +29,8 @@ _loop: asyncio.AbstractEventLoop | None = None
 
 def loop() -> asyncio.AbstractEventLoop:
     """The process's handler loop, started on first use (a daemon thread: it never holds up exit)."""
+    import asyncio
+
     global _loop
     with _lock:
         if _loop is None or _loop.is_closed():
@@ -46,6 +50,7 @@ def loop() -> asyncio.AbstractEventLoop:
 
 def submit(awaitable: Awaitable[Any]) -> concurrent.futures.Future[Any]:
     """Schedule ``awaitable`` on the handler loop; the future's ``cancel()`` cancels its task."""
+    import asyncio
 
     async def wrapped() -> Any:
         return await awaitable

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -26,6 +25,7 @@ from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import JobRecord, describe_validation
 from sluice.worker.runtime.telemetry import JobLogger
 
+T = TypeVar("T")
 FencedTableFactory = Callable[[str, str, int], Any]  # (table name, job id, fencing token) -> FencedTable
 
 
@@ -159,20 +159,27 @@ class JobContext:
 
     async def aprogress(self, fraction: float, detail: str = "") -> None:
         """``progress``, awaitable."""
-        await asyncio.to_thread(self.progress, fraction, detail)
+        await _off_loop(lambda: self.progress(fraction, detail))
 
     async def aenqueue(self, queue: str, payload: Any, *, key: str, **options: Any) -> str:
         """``enqueue``, awaitable."""
-        return await asyncio.to_thread(lambda: self.enqueue(queue, payload, key=key, **options))
+        return await _off_loop(lambda: self.enqueue(queue, payload, key=key, **options))
 
     async def aenqueue_many(self, jobs: Sequence[Mapping[str, Any] | tuple[Any, ...]], *,
                             then: Mapping[str, Any] | tuple[Any, ...] | None = None) -> FamilyAccepted:
         """``enqueue_many``, awaitable."""
-        return await asyncio.to_thread(lambda: self.enqueue_many(jobs, then=then))
+        return await _off_loop(lambda: self.enqueue_many(jobs, then=then))
 
     async def achildren(self) -> list[JobRecord]:
         """``children``, awaitable."""
-        return await asyncio.to_thread(self.children)
+        return await _off_loop(self.children)
+
+
+async def _off_loop(call: Callable[[], T]) -> T:
+    """``call()`` on the running loop's default thread executor, awaited."""
+    import asyncio  # only an async handler gets here (runtime.aio): a sync worker never imports it
+
+    return await asyncio.to_thread(call)
 
 
 def _fields(value: Mapping[str, Any] | tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
