@@ -319,6 +319,32 @@ def test_a_child_the_operator_cancelled_owes_nothing_and_frees_the_continuations
     assert "t: continuation of p did not run" in r.samples["family_violations"][0]
 
 
+def test_a_child_abandoned_by_its_ended_parent_owes_nothing_and_frees_the_continuations_answer() -> None:
+    """A short operator chaos run (seed 8111) cancelled a parent while its family request was in
+    flight: the parent ended cancelled before the append was confirmed, the countdown function ended
+    its two children still ``accepted`` ``dead`` (``abandoned_reason``), and the continuation ran on
+    the other two's results. The checker counted two family violations and a wrong result. Only that
+    reason, unrun, under a parent that did not succeed, excuses a child."""
+    from sluice.core.families import abandoned_reason
+
+    events, store = a_family()
+    unrun = ("write", "grant", "start", "invoke")
+    events = [e for e in events if not (e["job"] == "c1" and e["op"] in unrun)]
+    events = [e if e["job"] != "t" or e["op"] != "write" else {**e, "digest": "d-fewer"} for e in events]
+    store["t"] = done(digest="d-fewer")
+    store["p"] = StoreItem("cancelled")
+    store["c1"] = StoreItem("dead", last_error=abandoned_reason("p", "cancelled"))
+    r = check(events, store, set())
+    assert invariants(r) == CLEAN and r.ok and r.family_violations == 0, r.samples
+    store["c1"] = StoreItem("dead", last_error=abandoned_reason("other", "cancelled"))  # another's reason
+    r = check(events, store, set())
+    assert r.family_violations == 1 and r.wrong_results == 1
+    store["c1"] = StoreItem("dead", last_error=abandoned_reason("p", "cancelled"))
+    store["p"] = done()  # a parent that succeeded abandons nothing: its children are owed
+    r = check(events, store, set())
+    assert r.family_violations == 1 and r.wrong_results == 1
+
+
 # -- lost after 202 (issue 28, item 3: a 202 is binding) -------------------------------------------
 
 

@@ -22,11 +22,6 @@ import sluice
 from sluice.core.errors import SluiceError
 from sluice.entry.gateway import Gateway
 
-# kafka-python's own import warns once per schema file (importlib.resources' read_text, open_text): noise that
-# would bury a warning of ours
-pytestmark = [pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")]
-
 PACKAGE = Path(sluice.__file__).parent
 
 

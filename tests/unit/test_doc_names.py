@@ -22,7 +22,8 @@ BASES = (ROOT, ROOT / "shared", ROOT / "shared" / "sluice", ROOT / "shared" / "s
 NOT_CODE = {"sluice.jobs", "sluice.jobs.dlq", "sluice.relay.push.unminted",  # topics, a metric
             "sluice.queue", "sluice.queue.thumbs"}  # completion events' sources (docs/events.md)
 # Files of a user's project or of a running stack, not of this repository.
-NOT_OURS = {".sluice/endpoints.json", "myapp/jobs.py", "control/worker.json", "worker/jobs.py"}
+NOT_OURS = {".sluice/endpoints.json", "myapp/jobs.py", "control/worker.json", "worker/jobs.py",
+            "functions/worker/jobs.py"}  # README.md's first handler
 # old name -> the one that replaced it (docs/design.md, Glossary)
 RETIRED = {
     r"\bEndedJob\b": "SettleEntry",

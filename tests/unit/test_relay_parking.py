@@ -199,6 +199,25 @@ def test_a_new_owner_never_pushes_a_new_record_ahead_of_parked_ones() -> None:
     assert offsets_in_redis(w, "a", a_ids) == list(range(110))
 
 
+def test_a_new_owner_reads_a_lane_back_from_what_redis_holds_not_from_its_start() -> None:
+    """Pushed records stay in the lot until their jobs are final. A new owner read them all back
+    from the lane's start, seal-checked and dropped each one again as in Redis already, a page at a
+    time: in a 10,000-job operator chaos run the relay read back ~7 records for each it pushed after
+    a pause and resume, and drained at a third of the offered rate."""
+    w, lot, first, a_ids = paused_and_parked(100)
+    w.engine.set_config("a", paused=False)
+    run_steps(first, 60)
+    assert w.in_redis("a") == a_ids and lot.count("a") == 100  # pushed, not final: kept
+    first.stop()
+    a_ids += w.add(10, queue="a", partition=0)
+    second = relay_with(w, lot, relay_id="r2", refresh_s=0.0)
+    run_steps(second, 20)
+    assert offsets_in_redis(w, "a", a_ids) == list(range(110))
+    # only the 10 new ones, parked behind the lane's records and read back: none of the 100 again
+    assert second.report.unparked == 10 and second.report.reread == 0
+    assert not second.ownership.owned[0].lanes["a"].parking  # nothing above the mark: direct again
+
+
 def test_a_failed_park_keeps_the_records_and_the_commit_point() -> None:
     w, lot = parked_world()
     w.engine.set_config("a", paused=True)

@@ -277,18 +277,9 @@ class Intake:
             for queue, q in owned.pending.items():
                 if not q:
                     continue
-                mark = owned.relayed.get(queue)
+                mark = self.relayed_mark(owned, queue)
                 if mark is None:
-                    try:
-                        # as for a push: the hooks fence (and may rebase) before the read
-                        token = self.hooks.before_push(queue, owned.number, owned.token)
-                        mark = self.engine.relayed_offset(queue, self.source.topic, owned.number, token)
-                    except LeaseLost as exc:  # a newer owner, or Redis's epoch changed
-                        self.report.stale_stops += 1
-                        self.ownership.lose(owned.number, str(exc))
-                        self.ownership.assign()
-                        break
-                    owned.relayed[queue] = mark
+                    break
                 n = 0
                 while q and q[0][0] <= mark:
                     q.popleft()
@@ -296,6 +287,25 @@ class Intake:
                 owned.pending_count -= n
                 self.report.skipped += n
                 self.report.reread += n
+
+    def relayed_mark(self, owned: OwnedPartition, queue: str) -> int | None:
+        """push.lua's recorded offset for ``queue`` in ``owned``'s partition: every record of the
+        queue at or below it is in Redis already. Read once per owner and queue, then kept up by the
+        pushes. None: the partition was lost meanwhile (a newer owner, or Redis's epoch changed)."""
+        mark = owned.relayed.get(queue)
+        if mark is not None:
+            return mark
+        try:
+            # as for a push: the hooks fence (and may rebase) before the read
+            token = self.hooks.before_push(queue, owned.number, owned.token)
+            mark = self.engine.relayed_offset(queue, self.source.topic, owned.number, token)
+        except LeaseLost as exc:
+            self.report.stale_stops += 1
+            self.ownership.lose(owned.number, str(exc))
+            self.ownership.assign()
+            return None
+        owned.relayed[queue] = mark
+        return mark
 
     def _refusal(self, queue: str, minted: bool = False) -> str | None:
         """Why the registry refuses ``queue`` (allow-list, or full), else None; asked once per queue

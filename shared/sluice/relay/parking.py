@@ -158,9 +158,16 @@ class Parking:
                 if not lane.parking or queue in held or lane.out or calls.busy(key):
                     continue
                 room = read_room(len(owned.pending.get(queue, ())), owned.pending_count, self.config)
-                if room > 0 and not blocked(queue):
-                    calls.submit(key, partial(self.lot.page, queue, owned.number, lane.read_to, room),
-                                 partial(self._read, owned, queue, lane, room, bound))
+                if room <= 0 or blocked(queue):
+                    continue
+                # from push.lua's recorded offset: a new owner reads a lane from its start, and the
+                # records there Redis holds already (pushed, not yet final, so not yet swept) would
+                # each be read, seal-checked and dropped again, page by page, at every takeover
+                mark = self.intake.relayed_mark(owned, queue)
+                if mark is None:
+                    break  # lost: its new owner reads the lane
+                calls.submit(key, partial(self.lot.page, queue, owned.number, max(lane.read_to, mark), room),
+                             partial(self._read, owned, queue, lane, room, bound))
         calls.collect()
         # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
         # partitions still owned (a refusal may give one back)

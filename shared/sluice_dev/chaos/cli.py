@@ -170,7 +170,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
     click.echo("")
     must_be_zero = ("lost", "lost_after_202", "unexpected", "duplicate_results", "wrong_results",
                     "stale_writes_accepted", "stuck", "cancel_violations", "reruns_without_redrive",
-                    "pause_violations")
+                    "pause_violations", "family_violations")
     shown = ("accepted", "succeeded", "dead", "unknown_enqueues", "executions", "duplicate_executions",
              "writes_rejected", *must_be_zero) + (("cancelled", "purged_lost") if operator else ())
     for name in shown:

@@ -97,7 +97,8 @@ def snapshot(settings: Any) -> dict[str, checker.StoreItem]:
                 result_token=int(item["result_token"]["N"]) if "result_token" in item else None,
                 result_digest=history.digest(json.loads(result)) if result is not None else None,
                 redrive_gen=int(item.get("redrive_gen", {}).get("N", 0)),
-                run_gen=int(item.get("run_gen", {}).get("N", 0)))
+                run_gen=int(item.get("run_gen", {}).get("N", 0)),
+                last_error=item.get("last_error", {}).get("S", ""))
     return items
 
 
