@@ -4,8 +4,10 @@ the heartbeat's thread even while one blocks the loop, and the context's awaitab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +25,23 @@ from sluice_dev.fakes import kit
 pytestmark = pytest.mark.timeout(20)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _loop() -> None:
-    """The handler loop, started with Unix sockets allowed for that moment only: an event loop wakes
-    itself through an in-process Unix socket pair (its self-pipe), nothing else; no network."""
+@contextlib.contextmanager
+def unix_sockets() -> Iterator[None]:
+    """Unix sockets allowed for a moment: an event loop wakes itself through an in-process Unix
+    socket pair (its self-pipe), made with the loop; nothing else, no network."""
     pytest_socket.enable_socket()  # each disable wraps the socket class again: unwrap first
     pytest_socket.disable_socket(allow_unix_socket=True)
     try:
-        aio.loop()
+        yield
     finally:
         pytest_socket.enable_socket()
         pytest_socket.disable_socket()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _loop() -> None:
+    with unix_sockets():
+        aio.loop()
 
 
 def test_an_async_handlers_result_is_awaited_and_stored_not_the_coroutine() -> None:
@@ -186,3 +194,35 @@ def test_the_async_example_in_docs_worker_md_runs() -> None:
                    options=k.worker().options, telemetry=k.worker().telemetry)
     assert w.drain(["notify"], 1).as_dict()["succeeded"] == 1
     assert k.store.get_job("n1").result == {"sent": True, "audit": "child-audit"}
+
+
+def test_a_handler_holding_its_loop_past_its_timeout_does_not_take_the_next_jobs_with_it() -> None:
+    k = kit()
+    release = threading.Event()
+    stuck_loops: list[asyncio.AbstractEventLoop] = []
+
+    @k.app.handler("stuck", timeout_s=0.1)
+    async def stuck(job: Job, ctx: JobContext) -> str:
+        stuck_loops.append(asyncio.get_running_loop())
+        release.wait(10)  # never awaits: the cancel at the timeout cannot stop it
+        return "too late"
+
+    @k.app.handler("fine", timeout_s=5)
+    async def fine(job: Job, ctx: JobContext) -> str:
+        await asyncio.sleep(0)
+        return "ran"
+
+    k.queue.add("stuck", "s", max_attempts=3)
+    k.queue.add("fine", "f")
+    w = k.worker(lease_ms=100)
+    try:
+        assert w.drain(["stuck"], 1).as_dict()["retried"] == 1
+        with unix_sockets():  # the next async job starts a new loop
+            assert w.drain(["fine"], 1).as_dict()["succeeded"] == 1
+        assert aio.loop() is not stuck_loops[0]
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while stuck_loops[0].is_running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not stuck_loops[0].is_running()  # retired: its thread ends once its handler let go

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # asyncio is imported by the first async job: a sync worker's cold start skips it
@@ -48,11 +49,48 @@ def loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def submit(awaitable: Awaitable[Any]) -> concurrent.futures.Future[Any]:
-    """Schedule ``awaitable`` on the handler loop; the future's ``cancel()`` cancels its task."""
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """An awaitable scheduled on the handler loop: ``future.cancel()`` cancels its task (the future
+    is cancelled at once; ``ended`` is set once the task itself has ended, on ``loop``)."""
+
+    future: concurrent.futures.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    ended: threading.Event
+
+
+def submit(awaitable: Awaitable[Any]) -> Submitted:
+    """Schedule ``awaitable`` on the handler loop."""
     import asyncio
 
-    async def wrapped() -> Any:
-        return await awaitable
+    ended = threading.Event()
 
-    return asyncio.run_coroutine_threadsafe(wrapped(), loop())
+    async def wrapped() -> Any:
+        try:
+            return await awaitable
+        finally:
+            ended.set()
+
+    running = loop()
+    return Submitted(asyncio.run_coroutine_threadsafe(wrapped(), running), running, ended)
+
+
+def retire(stuck: asyncio.AbstractEventLoop) -> None:
+    """Start the next async job on a new loop: ``stuck`` is held by a handler that ran past its hard
+    timeout and did not stop at the cancel (it never awaits: a CPU loop, a blocking call). Like a
+    sync handler's thread past its timeout it runs on; the jobs already on that loop finish there
+    when it lets go, and the loop's thread then ends. Without this, one such handler would time out
+    every async job after it in the process (a worker Lambda's container lives for hours)."""
+    import asyncio
+
+    global _loop
+    with _lock:
+        if _loop is stuck:
+            _loop = None
+
+    async def stop_when_idle() -> None:
+        while len(asyncio.all_tasks()) > 1:
+            await asyncio.sleep(1)
+        asyncio.get_running_loop().stop()
+
+    asyncio.run_coroutine_threadsafe(stop_when_idle(), stuck)

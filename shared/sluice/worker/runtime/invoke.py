@@ -10,7 +10,8 @@ has been granted the job. A handler that must be stoppable should poll
 
 A handler that returns an awaitable (an ``async def``) is awaited on the process's handler
 loop (``runtime.aio``), from this same job thread, under the same hard timeout; at the timeout its
-task is cancelled too, which stops it at its next ``await``.
+task is cancelled too, which stops it at its next ``await``; one that does not stop at once holds
+the loop (it never awaits), so the loop is retired and the next async job starts a new one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from sluice.core.models import Job
 from sluice.worker.runtime import aio
 from sluice.worker.runtime.context import JobContext
 from sluice.worker.runtime.options import Handler
+
+CANCEL_GRACE_S = 0.2  # how long a cancelled async handler has to stop before its loop is retired
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +46,8 @@ def invoke(fn: Handler, job: Job, ctx: JobContext, timeout_s: float) -> Invocati
         try:
             result = fn(job, ctx)
             if inspect.isawaitable(result):
-                box["future"] = future = aio.submit(result)
-                result = future.result()
+                box["submitted"] = submitted = aio.submit(result)
+                result = submitted.future.result()
             box["result"] = result
         except BaseException as exc:  # SystemExit in a handler is still a handler error
             box["error"] = exc
@@ -57,7 +60,10 @@ def invoke(fn: Handler, job: Job, ctx: JobContext, timeout_s: float) -> Invocati
     finished = done.wait(timeout=max(0.0, timeout_s))
     duration_ms = (time.monotonic() - started) * 1000
     if not finished:
-        if "future" in box:
-            box["future"].cancel()
+        submitted: aio.Submitted | None = box.get("submitted")
+        if submitted is not None:
+            submitted.future.cancel()
+            if not submitted.ended.wait(CANCEL_GRACE_S):  # the cancel did not stop it: it holds its loop
+                aio.retire(submitted.loop)
         return Invocation(timed_out=True, duration_ms=duration_ms)
     return Invocation(result=box.get("result"), error=box.get("error"), duration_ms=duration_ms)
