@@ -226,3 +226,40 @@ def test_a_handler_holding_its_loop_past_its_timeout_does_not_take_the_next_jobs
     while stuck_loops[0].is_running() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not stuck_loops[0].is_running()  # retired: its thread ends once its handler let go
+
+
+def test_async_jobs_running_at_once_interleave_on_the_one_loop() -> None:
+    k = kit()
+    arrived: list[str] = []
+
+    @k.app.handler("pair", timeout_s=5)
+    async def pair(job: Job, ctx: JobContext) -> list[str]:
+        arrived.append(job.job_id)
+        while len(arrived) < 2:  # each waits for the other: only jobs that interleave both finish
+            await asyncio.sleep(0.001)
+        return sorted(arrived)
+
+    k.queue.add("pair", "a")
+    k.queue.add("pair", "b")
+    assert k.worker(concurrency=2).drain(["pair"], 2).as_dict()["succeeded"] == 2
+    assert k.store.get_job("a").result == k.store.get_job("b").result == ["a", "b"]
+
+
+def test_a_typed_async_handler_gets_its_validated_model() -> None:
+    from pydantic import BaseModel
+
+    class Resize(BaseModel):
+        width: int
+
+    k = kit()
+
+    @k.app.handler("resize", model=Resize)
+    async def resize(req: Resize, ctx: JobContext) -> int:
+        await asyncio.sleep(0)
+        return req.width * 2
+
+    k.queue.add("resize", "ok", {"width": 21})
+    k.queue.add("resize", "bad", {"width": "wide"})
+    out = k.worker().drain(["resize"], 2).as_dict()
+    assert (out["succeeded"], out["failed"]) == (1, 1) and k.store.get_job("ok").result == 42
+    assert k.store.get_job("bad").status == "failed"  # never ran: the payload does not validate
