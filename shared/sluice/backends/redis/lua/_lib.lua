@@ -170,6 +170,8 @@ end
 -- decides then, and only the worker knows it. fail.lua passes MAX_ATTEMPTS (the worker's own
 -- verdict, its `permanent`, decides); reclaim, where no worker is asked (the lease lapsed: the
 -- worker died, froze or timed out), passes DEFAULT_MAX_ATTEMPTS, as before there were policies.
+-- Not done: the policy's own number for lapsed attempts (the worker would have to tell lease.lua;
+-- docs/worker.md, "Retry policy in code", says what this leaves).
 local function max_attempts_of(meta, unset)
   local m = tonumber(string.match(meta, '^%d,(%d+)'))
   if m == 0 then return unset end
