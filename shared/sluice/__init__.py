@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         StaleToken,
     )
     from sluice.core.models import Job, JobSpec, JobState
+    from sluice.core.policy import RetryPolicy
     from sluice.worker.registry import Worker
     from sluice.worker.runtime import Fail, JobContext, Retry
 
@@ -28,6 +29,7 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "Retry",
+    "RetryPolicy",
     "SluiceError",
     "StaleToken",
     "Worker",
@@ -43,7 +45,7 @@ _HOMES = {
     "SluiceError": "sluice.core.errors", "StaleToken": "sluice.core.errors",
     "Job": "sluice.core.models", "JobSpec": "sluice.core.models", "JobState": "sluice.core.models",
     "Fail": "sluice.worker.runtime", "JobContext": "sluice.worker.runtime", "Retry": "sluice.worker.runtime",
-    "Worker": "sluice.worker.registry", "Client": "sluice.client",
+    "Worker": "sluice.worker.registry", "Client": "sluice.client", "RetryPolicy": "sluice.core.policy",
     "AsyncClient": "sluice.client_async",
 }
 

@@ -123,9 +123,11 @@ class Client:
     # -- the API ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
-                max_attempts: int = 5, lease_seconds: int = 30,
+                max_attempts: int | None = None, lease_seconds: int = 30,
                 idempotency_key: str | None = None, keyed: bool = True,
                 group: str | None = None) -> wire.Accepted:
+        """``max_attempts`` None (the default) sends none: the handler's ``RetryPolicy`` decides,
+        else 5. A number is a ceiling: the handler's policy may lower it, never raise it."""
         job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
                          "max_attempts": max_attempts, "lease_seconds": lease_seconds}
                         | ({} if group is None else {"group": group}))
@@ -399,8 +401,10 @@ def _problem(response: HttpResponse) -> dict[str, Any]:
 
 
 def _request_body(job: wire.EnqueueRequest) -> dict[str, Any]:
-    """``job`` as a request body: without ``group`` when it has none (the body of before groups)."""
+    """``job`` as a request body: without ``group`` when it has none (the body of before groups), and
+    without ``max_attempts`` when unset (the handler's retry policy decides)."""
     body = job.model_dump()
-    if body.get("group") is None:
-        body.pop("group", None)
+    for optional in ("group", "max_attempts"):
+        if body.get(optional) is None:
+            body.pop(optional, None)
     return body

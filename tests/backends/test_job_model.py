@@ -233,9 +233,10 @@ class JobMachine(RuleBasedStateMachine):
     # -- rules: jobs in -----------------------------------------------------------------------------
 
     @precondition(lambda self: self.on("enqueue_and_push") and not self.relay.frozen and len(self.specs) < 10)
-    @rule(n=st.integers(1, 3), priority=st.sampled_from([0, 0, 5]), max_attempts=st.integers(1, 3))
+    @rule(n=st.integers(1, 3), priority=st.sampled_from([0, 0, 5]), max_attempts=st.integers(0, 3))
     def enqueue_and_push(self, n: int, priority: int, max_attempts: int) -> None:
-        """The gateway appends to Kafka; the relay pushes into Redis and marks the jobs queued."""
+        """The gateway appends to Kafka; the relay pushes into Redis and marks the jobs queued.
+        A max_attempts of 0: its caller sent none (the handler's retry policy decides; here none)."""
         for _ in range(n):
             spec = JobSpec(job_id=f"{self.prefix}{next(self.ids)}", queue=QUEUE, payload={},
                            priority=priority, max_attempts=max_attempts,

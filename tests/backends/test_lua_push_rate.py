@@ -199,8 +199,9 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0, 0, ""]))  # the good one is good
     before = snapshot(redis_client)
     bad_args = []
-    for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10,5,30000,0"), (5, "0,0,30000,0"),
-                         (5, "0,5,5,0"), (5, "0,5,30000"), (5, "0,101,30000,0"), (6, str(10**15)),
+    for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10,5,30000,0"), (5, "0,-1,30000,0"),
+                         (5, "0,1000,30000,0"), (5, "0,5,5,0"), (5, "0,5,30000"), (5, "0,101,30000,0"),
+                         (6, str(10**15)),
                          (6, "1.5"), (7, "-1"), (7, "x"), (7, str(2**53)), (0, "x"), (1, "2"),
                          (8, "bad group!"), (8, "-lead"), (8, "x" * 65), (8, "a{b}"), (8, "a b")]:
         args = list(good)

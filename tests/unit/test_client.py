@@ -70,10 +70,20 @@ def test_enqueue_posts_the_job_with_a_generated_idempotency_key() -> None:
     assert accepted.job_id == JOB
     method, url, headers, body = t.sent[0]
     assert (method, url) == ("POST", "https://api.example.test/prod/v1/queues/emails/jobs")
-    assert body == {"payload": {"to": "ada"}, "delay_seconds": 10, "priority": 3, "max_attempts": 5,
-                    "lease_seconds": 30}
+    # no max_attempts unless asked: the handler's RetryPolicy decides (issue 31, item 4)
+    assert body == {"payload": {"to": "ada"}, "delay_seconds": 10, "priority": 3, "lease_seconds": 30}
     assert headers["Content-Type"] == "application/json"
     assert headers["Idempotency-Key"].startswith("sluice-")
+
+
+def test_enqueue_sends_max_attempts_only_when_given() -> None:
+    t = FakeTransport(ok(ACCEPTED, 202))
+    c, _ = client(t)
+    c.enqueue("emails", {}, max_attempts=2)
+    assert t.sent[0][3]["max_attempts"] == 2
+    for bad in (0, -1, 101, True):
+        with pytest.raises(InvalidInput):
+            c.enqueue("emails", {}, max_attempts=bad)
 
 
 def test_each_logical_call_gets_its_own_key() -> None:

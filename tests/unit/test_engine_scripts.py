@@ -78,6 +78,8 @@ def test_lua_limits_match_the_models() -> None:
         "MAX_SKEW_MS": checks.RELAY_SKEW_MS,
     }
     assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
+    unset = re.findall(r"^local DEFAULT_MAX_ATTEMPTS = (\d+)", lib, re.MULTILINE)
+    assert unset == [str(models.DEFAULT_MAX_ATTEMPTS)]  # reclaim's ceiling for an unset max_attempts
 
 
 def test_lua_job_overhead_matches_the_limits() -> None:

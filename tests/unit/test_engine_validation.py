@@ -58,7 +58,8 @@ def raw(**overrides: Any) -> JobSpec:
     lambda rq: rq.set_config("q"),
     lambda rq: rq.enqueue(raw(payload={1, 2})),
     lambda rq: rq.enqueue(raw(payload=math.nan)),
-    lambda rq: rq.enqueue(raw(max_attempts=0)),
+    lambda rq: rq.enqueue(raw(max_attempts=-1)),  # 0 is "unset": the handler's retry policy decides
+    lambda rq: rq.enqueue(raw(max_attempts=101)),
     lambda rq: rq.enqueue(raw(run_at_ms=-1)),
     lambda rq: rq.enqueue_many([raw(job_id="ok"), raw(job_id="bad id")]),
     lambda rq: rq.enqueue({"job_id": "a", "queue": "q"}),

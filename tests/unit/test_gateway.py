@@ -80,7 +80,8 @@ def test_an_accepted_job_redis_holds_reads_queued(rig: Rig) -> None:
 def test_defaults_apply_when_only_the_payload_is_given(rig: Rig) -> None:
     rig.call("POST", JOBS, {"payload": None})
     [spec] = rig.log.records
-    assert (spec.payload, spec.priority, spec.max_attempts) == (None, 0, 5)
+    # max_attempts absent: 0 in the record, "the handler's retry policy decides" (issue 31, item 4)
+    assert (spec.payload, spec.priority, spec.max_attempts) == (None, 0, 0)
     assert (spec.lease_ms, spec.run_at_ms) == (30_000, 0)
 
 

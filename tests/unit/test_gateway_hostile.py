@@ -198,6 +198,7 @@ def test_legal_queue_names_are_accepted(rig: Rig, queue: str) -> None:
     ("delay_seconds", False), ("delay_seconds", 1.5), ("delay_seconds", 1.0), ("delay_seconds", None),
     ("priority", -1), ("priority", 10), ("priority", True), ("priority", "1"),
     ("max_attempts", 0), ("max_attempts", 101), ("max_attempts", 2.0),
+    ("max_attempts", -1), ("max_attempts", 10**12), ("max_attempts", True), ("max_attempts", "5"),
     ("lease_seconds", 0), ("lease_seconds", 43201), ("lease_seconds", -30), ("lease_seconds", 0.5),
 ])
 def test_out_of_range_or_mistyped_numbers_are_400(rig: Rig, field: str, value: object) -> None:

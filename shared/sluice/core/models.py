@@ -43,6 +43,10 @@ MIN_LEASE_MS = 10  # the engine's floor; the public API's floor is 1 s
 MAX_LEASE_MS = 12 * 3600 * 1000
 MAX_DELAY_MS = 7 * 24 * 3600 * 1000
 MAX_ATTEMPTS = 100
+# A job's max_attempts when its caller sent none: the handler's RetryPolicy decides, else the
+# default (``policy.attempts_allowed``). Redis's meta and the record carry the 0 (lua/_lib.lua).
+MAX_ATTEMPTS_UNSET: Final = 0
+DEFAULT_MAX_ATTEMPTS: Final = 5
 MAX_PRIORITY = 9
 # A last error is for people: a whole traceback would bloat the Redis hash and push the
 # jobs item towards DynamoDB's 400 KB. Redis and the jobs table keep the same text.
@@ -195,7 +199,8 @@ class JobSpec(Model):
     queue: QueueName
     payload: Any = None
     priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
-    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
+    # MAX_ATTEMPTS_UNSET (0): the caller sent none, so the handler's RetryPolicy decides
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=MAX_ATTEMPTS_UNSET, le=MAX_ATTEMPTS)
     lease_ms: int = Field(default=30_000, ge=MIN_LEASE_MS, le=MAX_LEASE_MS)
     run_at_ms: int = Field(default=0, ge=0)  # 0 = ready now
     enqueued_at_ms: int = Field(default=0, ge=0)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from sluice.core.errors import InvalidInput
+from sluice.core.models import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS, MAX_ATTEMPTS_UNSET, MAX_DELAY_MS
 
 BASE_BACKOFF_MS = 1_000
 MAX_BACKOFF_MS = 15 * 60 * 1000
@@ -32,6 +36,76 @@ def retry_or_dead(attempts: int, max_attempts: int, *, permanent: bool = False) 
     if permanent or attempts >= max_attempts:
         return "dead"
     return "retry"
+
+
+ErrorTypes = tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A handler's retry policy, declared in code: ``@app.handler(q, retry=RetryPolicy(...))``.
+
+    - ``max_attempts``: attempts before the job is dead-lettered, for jobs whose caller sent none;
+      a caller's own ``max_attempts`` may lower it, never raise it (``attempts_allowed``).
+    - ``backoff``: seconds, the first retry's delay window, doubling per attempt (full jitter,
+      ``backoff_ms``); or ``(base, cap)`` in seconds. None: the worker's default.
+    - ``fail_on``: exception types (subclasses too) that end the job ``failed`` at once, as ``Fail``.
+    - ``retry_on``: when given, the only exception types retried; any other ends the job at once.
+    ``Retry`` raised by the handler is always retried, ``Fail`` never; a hard timeout and an
+    unreadable payload are retried whatever the policy says (they are not the handler's errors).
+    Invalid values are refused (``InvalidInput``) when the policy is made: at import time.
+    """
+
+    max_attempts: int | None = None
+    backoff: float | tuple[float, float] | None = None
+    retry_on: ErrorTypes | None = None
+    fail_on: ErrorTypes = ()
+
+    def __post_init__(self) -> None:
+        m = self.max_attempts
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_ATTEMPTS):
+            raise InvalidInput(f"RetryPolicy(max_attempts={m!r}): an integer in 1..{MAX_ATTEMPTS}")
+        self.backoff_window_ms()  # validates
+        object.__setattr__(self, "fail_on", _error_types("fail_on", self.fail_on))
+        if self.retry_on is not None:
+            object.__setattr__(self, "retry_on", _error_types("retry_on", self.retry_on))
+
+    def backoff_window_ms(self) -> tuple[int, int] | None:
+        """``backoff`` as ``backoff_ms``'s (base_ms, cap_ms), or None for the worker's default."""
+        b = self.backoff
+        if b is None:
+            return None
+        pair = b if isinstance(b, tuple) and len(b) == 2 else (b, MAX_BACKOFF_MS / 1000)
+        numbers = all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                      for x in pair)
+        if not numbers or not 0 <= pair[0] <= pair[1] or pair[1] * 1000 > MAX_DELAY_MS:
+            raise InvalidInput(f"RetryPolicy(backoff={b!r}): seconds, or (base, cap) with "
+                               f"0 <= base <= cap <= {MAX_DELAY_MS // 1000}")
+        return int(pair[0] * 1000), int(pair[1] * 1000)
+
+    def ends_at_once(self, exc: BaseException) -> bool:
+        """Whether the handler's error ``exc`` ends the job now, without a retry."""
+        if isinstance(exc, self.fail_on):
+            return True
+        return self.retry_on is not None and not isinstance(exc, self.retry_on)
+
+
+def _error_types(name: str, value: Any) -> ErrorTypes:
+    found = tuple(value) if isinstance(value, tuple | list) else (value,)
+    bad = [t for t in found if not (isinstance(t, type) and issubclass(t, BaseException))]
+    if bad:
+        raise InvalidInput(f"RetryPolicy({name}=...): exception types only (a class such as KeyError), "
+                           f"not {', '.join(repr(b) for b in bad)}")
+    return found
+
+
+def attempts_allowed(requested: int, policy_max: int | None) -> int:
+    """A job's attempts: the caller's ``requested`` (``MAX_ATTEMPTS_UNSET``, 0: it sent none) and
+    its handler's ``policy_max`` (None: no policy says). The lower of the two when both say;
+    the one that says; else ``DEFAULT_MAX_ATTEMPTS``. A caller can lower a policy, never raise it."""
+    if requested <= MAX_ATTEMPTS_UNSET:
+        return DEFAULT_MAX_ATTEMPTS if policy_max is None else policy_max
+    return requested if policy_max is None else min(requested, policy_max)
 
 
 @dataclass(frozen=True, slots=True)

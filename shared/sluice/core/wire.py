@@ -43,8 +43,11 @@ class EnqueueRequest(Model):
     delay_seconds: int = Field(default=0, ge=0, le=MAX_DELAY_SECONDS,
                                description="Run no earlier than this many seconds from now.")
     priority: int = Field(default=0, ge=0, le=MAX_PRIORITY, description="0 (default) to 9 (most urgent).")
-    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS,
-                              description="Attempts before the job is dead-lettered.")
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=MAX_ATTEMPTS,
+        description="Attempts before the job is dead-lettered. Absent: the handler's retry policy decides "
+                    "(its max_attempts), else 5. Sent: at most this many; a handler's policy may lower "
+                    "it, never raise it (the lower of the two wins).")
     lease_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS,
                                description="How long a worker holds the job between heartbeats.")
     group: str | None = Field(default=None, pattern=GROUP_PATTERN,

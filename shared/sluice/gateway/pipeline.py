@@ -30,7 +30,7 @@ from sluice.core.clock import wall_ms
 from sluice.core.errors import NoRoute, PayloadInvalid, PayloadTooLarge, PriorityNotAllowed, SluiceError
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
-from sluice.core.models import PAYLOAD_CHECKED, JobSpec, dump_json, validate_public_queue
+from sluice.core.models import MAX_ATTEMPTS_UNSET, PAYLOAD_CHECKED, JobSpec, dump_json, validate_public_queue
 from sluice.core.ports import JobLog, ParkedState, PayloadStore
 from sluice.core.routes import Route, RouteCache, RouteTable, payload_errors, unrouted_refused
 from sluice.core.wire import EnqueueRequest
@@ -256,13 +256,15 @@ class EnqueuePipeline:
                 resolve(self.payloads).put(large.pointer.key, large.body)
                 payload = large.pointer.as_payload()
                 payload_json = dump_json(payload)
+        # None: the caller left it to the handler's retry policy (core.policy.attempts_allowed)
+        attempts = MAX_ATTEMPTS_UNSET if request.max_attempts is None else request.max_attempts
         fields = {
             "schema_version": seal.VERSION,
             "job_id": job_id,
             "queue": queue,
             "payload": payload,
             "priority": request.priority,
-            "max_attempts": request.max_attempts,
+            "max_attempts": attempts,
             "lease_ms": request.lease_seconds * 1000,
             "run_at_ms": now_ms + request.delay_seconds * 1000 if request.delay_seconds else 0,
             "enqueued_at_ms": now_ms,
@@ -270,7 +272,7 @@ class EnqueuePipeline:
             "group": request.group,
         }
         fields["seal"] = seal.seal(self.verifier.key, seal.message(
-            job_id, queue, payload_json, request.priority, request.max_attempts,
+            job_id, queue, payload_json, request.priority, attempts,
             fields["lease_ms"], fields["run_at_ms"], now_ms, key, request.group))
         return JobSpec.model_validate(fields, context={PAYLOAD_CHECKED: True})
 

@@ -35,6 +35,7 @@ from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.families import Countdown, FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import LeasedJob, validate_public_queue
+from sluice.core.policy import RetryPolicy
 from sluice.core.ports import JobQueue, JobStore, PayloadStore, WorkWaiter
 from sluice.worker.runtime.budget import RemainingMs, TimeBudget
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
@@ -156,29 +157,31 @@ class Worker:
 
     @overload
     def handler(self, queue: str, *, timeout_s: float | None = None,
-                model: None = None) -> Callable[[H], H]: ...
+                model: None = None, retry: RetryPolicy | None = None) -> Callable[[H], H]: ...
 
     @overload
     def handler(self, queue: str, *, timeout_s: float | None = None,
-                model: type[M]) -> Callable[[Callable[[M, JobContext], R]], Callable[[M, JobContext], R]]: ...
+                model: type[M], retry: RetryPolicy | None = None,
+                ) -> Callable[[Callable[[M, JobContext], R]], Callable[[M, JobContext], R]]: ...
 
-    def handler(self, queue: str, *, timeout_s: float | None = None,
-                model: type[BaseModel] | None = None) -> Callable[[Any], Any]:
+    def handler(self, queue: str, *, timeout_s: float | None = None, model: type[BaseModel] | None = None,
+                retry: RetryPolicy | None = None) -> Callable[[Any], Any]:
         """Register the decorated function for ``queue``; ``timeout_s`` is its hard timeout.
 
         With ``model`` (a pydantic model) the function takes the payload validated as that
         model, ``fn(payload: Model, ctx)``; a payload that does not validate fails the job at
-        once, not retried, with the validation errors as its reason (docs/worker.md)."""
+        once, not retried, with the validation errors as its reason (docs/worker.md).
+        ``retry`` (a ``sluice.RetryPolicy``) is the default retry policy of its jobs."""
         def register(fn: Any) -> Any:
-            self.register(queue, fn, timeout_s=timeout_s, model=model)
+            self.register(queue, fn, timeout_s=timeout_s, model=model, retry=retry)
             return fn
         return register
 
     def register(self, queue: str, fn: AnyHandler, *, timeout_s: float | None = None,
-                 model: type[BaseModel] | None = None) -> None:
+                 model: type[BaseModel] | None = None, retry: RetryPolicy | None = None) -> None:
         if queue in self._handlers:
             raise InvalidInput(f"a handler for queue {queue!r} is already registered")
-        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s), model=model)
+        self._handlers[queue] = HandlerSpec(queue, fn, timeout_ms_of(timeout_s), model=model, retry=retry)
 
     @property
     def handlers(self) -> Mapping[str, HandlerSpec]:

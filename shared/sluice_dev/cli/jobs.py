@@ -77,7 +77,9 @@ def _echo_family(data: dict[str, Any]) -> None:
               help="Seconds before the job may run.")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True,
               help="0..9; higher runs first.")
-@click.option("--max-attempts", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+              help="Attempts before it is dead-lettered, at most the handler's RetryPolicy's. "
+                   "Absent: the handler's policy decides, else 5.")
 @click.option("--lease-seconds", type=click.IntRange(1, 43_200), default=30, show_default=True)
 @click.option("--idempotency-key", "-k", default=None,
               help="The same key and body return the original job instead of a new one.")
@@ -87,7 +89,7 @@ def _echo_family(data: dict[str, Any]) -> None:
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="With --wait: give up after.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int, max_attempts: int,
+def enqueue(target: Target, queue: str, payload: str, delay: int, priority: int, max_attempts: int | None,
             lease_seconds: int, idempotency_key: str | None, group: str | None, wait: bool, timeout: float,
             as_json: bool) -> None:
     """Enqueue one job on QUEUE; prints its id once Kafka has acknowledged it.

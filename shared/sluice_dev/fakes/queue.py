@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, QueueNotAllowed
 from sluice.core.models import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS,
+    MAX_ATTEMPTS_UNSET,
     DeadJob,
     Extended,
     FinishedCounts,
@@ -85,6 +88,11 @@ class Broken:
         queue = self._plan.get(method)
         if queue:
             raise queue.pop(0)
+
+
+def _ceiling(spec: JobSpec, unset: int) -> int:
+    """lua/_lib.lua max_attempts_of: an unset max_attempts (its caller sent none) is ``unset``."""
+    return unset if spec.max_attempts == MAX_ATTEMPTS_UNSET else spec.max_attempts
 
 
 class FakeQueue:
@@ -206,7 +214,7 @@ class FakeQueue:
             if j.state == "delayed" and j.run_at_ms <= now:
                 j.state, j.seq = "ready", next(self._seq)
             elif j.state == "leased" and j.deadline_ms <= now:
-                j.state = "dead" if j.attempts >= j.spec.max_attempts else "ready"
+                j.state = "dead" if j.attempts >= _ceiling(j.spec, DEFAULT_MAX_ATTEMPTS) else "ready"
                 j.seq = next(self._seq)
 
     def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
@@ -256,7 +264,7 @@ class FakeQueue:
                 j.state = "done"
                 self.settle_entries.append(f"cancelled:0:{job_id}")
                 return "cancelled"
-            if permanent or j.attempts >= j.spec.max_attempts:
+            if permanent or j.attempts >= _ceiling(j.spec, MAX_ATTEMPTS):
                 j.state = "dead"
                 return "dead"
             if retry_after_ms:

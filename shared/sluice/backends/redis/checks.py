@@ -10,6 +10,7 @@ from sluice.backends.redis.scripts import JobFields
 from sluice.core.errors import InvalidInput
 from sluice.core.models import (
     MAX_ATTEMPTS,
+    MAX_ATTEMPTS_UNSET,
     MAX_DELAY_MS,
     MAX_LEASE_MS,
     MAX_PRIORITY,
@@ -71,7 +72,7 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW
     if len(payload) * 4 > MAX_PAYLOAD_BYTES and len(payload.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload of {spec.job_id} is larger than {MAX_PAYLOAD_BYTES} bytes")
     priority = checked_int(spec.priority, 0, MAX_PRIORITY, "priority")
-    max_attempts = checked_int(spec.max_attempts, 1, MAX_ATTEMPTS, "max_attempts")
+    max_attempts = checked_int(spec.max_attempts, MAX_ATTEMPTS_UNSET, MAX_ATTEMPTS, "max_attempts")
     lease_ms = checked_lease_ms(spec.lease_ms)
     run_at_ms = checked_int(spec.run_at_ms, 0, horizon, "run_at_ms (at most 7 days ahead)")
     enqueued_at_ms = checked_int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms")  # 0: the script's TIME

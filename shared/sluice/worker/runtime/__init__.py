@@ -4,6 +4,7 @@
 - ``context``: ``JobContext`` handed to handlers, and the shared lease state
 - ``heartbeat``: the thread that renews every lease this worker holds
 - ``invoke``: runs a handler on its own thread with a hard timeout
+- ``aio``: the one event loop per process that ``async def`` handlers are awaited on
 - ``execute``: grant -> handler -> verdict for one job
 - ``finish``: write + ack, or record the failure + fail/release, in a crash-safe order
 - ``budget``: Lambda time budgeting

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -25,6 +25,7 @@ from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import JobRecord, describe_validation
 from sluice.worker.runtime.telemetry import JobLogger
 
+T = TypeVar("T")
 FencedTableFactory = Callable[[str, str, int], Any]  # (table name, job id, fencing token) -> FencedTable
 
 
@@ -150,6 +151,35 @@ class JobContext:
         family = families.family(self.job_id)
         found = families.get_jobs(list(family.waits_for))
         return [found[j] for j in family.waits_for if j in found]
+
+    # -- awaitable forms, for ``async def`` handlers (runtime.aio) ------------------------------------
+    # The ports are synchronous (boto3, redis-py; no async adapters), so each runs its sync form on
+    # the loop's default thread executor: the loop, and the handler's other coroutines, go on
+    # meanwhile.
+
+    async def aprogress(self, fraction: float, detail: str = "") -> None:
+        """``progress``, awaitable."""
+        await _off_loop(lambda: self.progress(fraction, detail))
+
+    async def aenqueue(self, queue: str, payload: Any, *, key: str, **options: Any) -> str:
+        """``enqueue``, awaitable."""
+        return await _off_loop(lambda: self.enqueue(queue, payload, key=key, **options))
+
+    async def aenqueue_many(self, jobs: Sequence[Mapping[str, Any] | tuple[Any, ...]], *,
+                            then: Mapping[str, Any] | tuple[Any, ...] | None = None) -> FamilyAccepted:
+        """``enqueue_many``, awaitable."""
+        return await _off_loop(lambda: self.enqueue_many(jobs, then=then))
+
+    async def achildren(self) -> list[JobRecord]:
+        """``children``, awaitable."""
+        return await _off_loop(self.children)
+
+
+async def _off_loop(call: Callable[[], T]) -> T:
+    """``call()`` on the running loop's default thread executor, awaited."""
+    import asyncio  # only an async handler gets here (runtime.aio): a sync worker never imports it
+
+    return await asyncio.to_thread(call)
 
 
 def _fields(value: Mapping[str, Any] | tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:

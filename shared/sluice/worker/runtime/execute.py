@@ -11,7 +11,9 @@ outcomes map to states as follows (docs/worker.md has the table):
 - a typed queue's payload does not validate against its model: ``Fail`` with the errors
 - its payload is in S3 (``sluice.core.payloads``) and cannot be read, or is not the object its
   record sealed: retried with backoff, dead at max_attempts; the handler is not called
-- raises anything else, or overruns its hard timeout: retried with backoff, dead at max_attempts
+- raises anything else, or overruns its hard timeout: retried with backoff, dead at max_attempts;
+  an error its handler's ``RetryPolicy`` does not retry (``fail_on``, or not in ``retry_on``): failed
+- max_attempts: the caller's and the handler's policy's, the lower (``policy.attempts_allowed``)
 - no handler for the queue: dead, with that reason
 - cancel requested before it starts: cancelled; while it runs and it then raises: cancelled
 """
@@ -94,16 +96,18 @@ class JobRunner:
         except (errors.BackendUnavailable, errors.SluiceError) as exc:
             # A grant is not idempotent (it mints a token), so no blind retry: hand the job back.
             return self.finisher.release(tracked, tracked.log, None, f"grant failed: {exc}")
-        a = Attempt(tracked, token, tracked.log.bind(token=token))
+        a = Attempt(tracked, token, tracked.log.bind(token=token), None if spec is None else spec.retry)
         if self._clock() >= tracked.state.expires_at:
             return self.finisher.lost(a, "the lease lapsed while the grant was in flight")
         handed = self._handed(a, job, spec)
         if isinstance(handed, Outcome):
             return handed
         assert spec is not None  # _handed ended the attempt without one
+        if handed.max_attempts != a.max_attempts:  # the caller's and the handler's policy's, combined
+            handed = handed.model_copy(update={"max_attempts": a.max_attempts})
         timeout_ms = spec.timeout_for(self.options)
         ctx = JobContext(job_id=job.job_id, queue=job.queue, attempt=job.attempt,
-                         max_attempts=job.max_attempts, token=token, lease_token=job.lease_token,
+                         max_attempts=a.max_attempts, token=token, lease_token=job.lease_token,
                          worker_id=self.worker_id, logger=a.log,
                          timeout_at=self._clock() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced, _progress=self._progress(job.job_id, token),
@@ -187,4 +191,6 @@ class JobRunner:
         if isinstance(exc, errors.JobCancelled):
             return s.cancel(a, f"cancelled while running: {exc}")
         a.log.error("handler raised %s", describe(exc), exc_info=exc)
+        if a.retry is not None and a.retry.ends_at_once(exc):  # fail_on, or not in retry_on
+            return s.fail(a, f"{describe(exc)} (not retried: the handler's RetryPolicy)", kind="failed")
         return s.fail(a, describe(exc), kind="error")

@@ -46,11 +46,19 @@ GONE = (LeaseLost, JobNotFound)
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One granted attempt: the lease, its fencing token and its bound logger."""
+    """One granted attempt: the lease, its fencing token, its bound logger, and its handler's retry
+    policy (None: no handler, or one without a policy)."""
 
     tracked: Tracked
     token: int
     log: JobLogger
+    retry: policy.RetryPolicy | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        """The job's attempts, its caller's and its handler's policy's combined (``attempts_allowed``)."""
+        return policy.attempts_allowed(self.leased.max_attempts,
+                                       None if self.retry is None else self.retry.max_attempts)
 
     @property
     def leased(self) -> LeasedJob:
@@ -152,11 +160,12 @@ class Finisher:
         status, outcome = JobState.QUEUED, Outcome.RETRIED
         if kind == "failed":
             status, outcome = JobState.FAILED, Outcome.FAILED
-        elif kind == "dead" or policy.retry_or_dead(job.attempt, job.max_attempts) == "dead":
+        elif kind == "dead" or policy.retry_or_dead(job.attempt, a.max_attempts) == "dead":
             status, outcome = JobState.DEAD, Outcome.DEAD
         elif retry_after_ms is None:
-            retry_after_ms = policy.backoff_ms(job.attempt, base_ms=self._backoff[0], cap_ms=self._backoff[1],
-                                               rng=self._rng)
+            window = None if a.retry is None else a.retry.backoff_window_ms()
+            base_ms, cap_ms = window or self._backoff
+            retry_after_ms = policy.backoff_ms(job.attempt, base_ms=base_ms, cap_ms=cap_ms, rng=self._rng)
         ended = self._record(a, error, status)
         if ended is not None:
             return ended

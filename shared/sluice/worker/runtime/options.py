@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import HandlerDoesNotFit, InvalidInput
 from sluice.core.models import MAX_LEASE_MS, MIN_LEASE_MS, validate_queue_name
-from sluice.core.policy import default_job_timeout_ms, invocation_budget_ms
+from sluice.core.policy import RetryPolicy, default_job_timeout_ms, invocation_budget_ms
 from sluice.worker.runtime.typed import check_model, parse_payload
 
 if TYPE_CHECKING:
@@ -111,12 +111,14 @@ class WorkerOptions:
 class HandlerSpec:
     """One registered handler. ``timeout_ms`` None means the worker's default (10 leases, or the
     invocation budget where that is shorter). With a ``model`` (a pydantic model), ``fn`` takes
-    the validated payload instead of the Job, and ``schema`` is the model's JSON Schema."""
+    the validated payload instead of the Job, and ``schema`` is the model's JSON Schema. ``retry``
+    is its retry policy, the default for its jobs (docs/worker.md, "Retry policy in code")."""
 
     queue: str
     fn: AnyHandler
     timeout_ms: int | None = None
     model: type[BaseModel] | None = None
+    retry: RetryPolicy | None = None  # the handler's retry policy (core.policy.RetryPolicy); None: defaults
     schema: dict[str, Any] | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +128,8 @@ class HandlerSpec:
         if self.timeout_ms is not None and not 0 < self.timeout_ms < MAX_LEASE_MS:
             # The hard timeout must stay below the longest lease the engine will extend to.
             raise InvalidInput(f"timeout for {self.queue!r} must be in (0, {MAX_LEASE_MS // 1000}) seconds")
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise InvalidInput(f"retry for {self.queue!r} must be a sluice.RetryPolicy, got {self.retry!r}")
         if self.model is not None:
             object.__setattr__(self, "schema", check_model(self.queue, self.model))
 

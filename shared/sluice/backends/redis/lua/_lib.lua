@@ -6,7 +6,8 @@
 -- A job is a small hash (few fields, so one HMGET serves a lease):
 --   p    payload JSON, stored as given (never decoded here)
 --   m    "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>" (priority is one digit;
---        an enqueued_at_ms of 0 is replaced by the script's TIME)
+--        an enqueued_at_ms of 0 is replaced by the script's TIME; a max_attempts of 0: its caller
+--        sent none, the handler's retry policy decides: see max_attempts_of)
 --   a    attempts used by leases that have ended (absent = 0); the running lease is
 --        attempt a + 1. Ack deletes the hash, so a is only written when a lease fails,
 --        expires or is redriven: a lease itself writes nothing to the job hash.
@@ -44,6 +45,7 @@ local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its rea
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.core.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
+local DEFAULT_MAX_ATTEMPTS = 5       -- an unset (0) max_attempts where no worker decides: reclaim
 local MIN_LEASE_MS = 10
 local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
@@ -164,8 +166,16 @@ local function priority_of(meta)
   return string.byte(meta, 1) - 48
 end
 
-local function max_attempts_of(meta)
-  return tonumber(string.match(meta, '^%d,(%d+)'))
+-- The job's max_attempts, or `unset` when its caller sent none (0): the handler's retry policy
+-- decides then, and only the worker knows it. fail.lua passes MAX_ATTEMPTS (the worker's own
+-- verdict, its `permanent`, decides); reclaim, where no worker is asked (the lease lapsed: the
+-- worker died, froze or timed out), passes DEFAULT_MAX_ATTEMPTS, as before there were policies.
+-- Not done: the policy's own number for lapsed attempts (the worker would have to tell lease.lua;
+-- docs/worker.md, "Retry policy in code", says what this leaves).
+local function max_attempts_of(meta, unset)
+  local m = tonumber(string.match(meta, '^%d,(%d+)'))
+  if m == 0 then return unset end
+  return m
 end
 
 -- Validate a job given as A[i..i+3]: id, payload, meta, run_at_ms (A: ARGV, or the records
@@ -189,7 +199,7 @@ local function check_job(A, i, now)
   if not heads[head] then
     local ma, lm = string.match(head, '^%d,(%d+),(%d+)$')
     ma, lm = tonumber(ma), tonumber(lm)
-    if ma < 1 or ma > MAX_ATTEMPTS or lm < MIN_LEASE_MS or lm > MAX_LEASE_MS then
+    if ma < 0 or ma > MAX_ATTEMPTS or lm < MIN_LEASE_MS or lm > MAX_LEASE_MS then
       return invalid('meta of ' .. id)
     end
     heads[head] = true
@@ -495,7 +505,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       elseif f[2] then
         local a = (tonumber(f[1]) or 0) + 1
         redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
-        if a >= max_attempts_of(f[2]) then
+        if a >= max_attempts_of(f[2], DEFAULT_MAX_ATTEMPTS) then
           dz[#dz + 1] = now
           dz[#dz + 1] = id
           n_dead = n_dead + 1

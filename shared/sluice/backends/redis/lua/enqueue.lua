@@ -7,7 +7,7 @@
 --   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] k           number of jobs (1..1000)
 --   then k groups of 5: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none)
---                       meta = "<priority 0..9>,<max_attempts 1..100>,<lease_ms>,<enqueued_at_ms>"
+--                       meta = "<priority 0..9>,<max_attempts 0..100, 0 = unset>,<lease_ms>,<enqueued_at_ms>"
 --                       (enqueued_at_ms 0 = now)
 -- Output
 --   array of k integers: 1 = added, 0 = a job with that id already existed (or the id

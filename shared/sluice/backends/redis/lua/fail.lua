@@ -13,7 +13,9 @@
 --   ARGV[4] retry_after_ms  0..604800000 (0 = ready now; the caller computes the backoff)
 --   ARGV[5] permanent       0 | 1 (1 = no more attempts)
 -- Output
---   "dead"       when permanent, or attempts >= max_attempts (the job moves to dead, score = now)
+--   "dead"       when permanent, or attempts >= max_attempts (the job moves to dead, score = now);
+--                a job whose max_attempts is unset (0: the handler's retry policy decides) ends
+--                by the worker's `permanent` alone, within MAX_ATTEMPTS (_lib.lua max_attempts_of)
 --   "cancelled"  not permanent, and a cancel was requested: the job is removed (hash deleted, its
 --                sz given back), as reclaim and release.lua remove it; the dead set holds only
 --                dead jobs (issue 29, item 8)
@@ -56,7 +58,7 @@ if permanent == '0' and f[3] == '1' then
   return 'cancelled'
 end
 redis.call('HSET', key, 'a', a, 'err', err)
-if permanent == '1' or a >= max_attempts_of(f[2]) then
+if permanent == '1' or a >= max_attempts_of(f[2], MAX_ATTEMPTS) then
   redis.call('ZADD', dead, now, id)
   if permanent == '0' then redis.call('ZADD', settle, now, settle_member('dead', id, f[4])) end
   count_finished(finished, 0, 1, 0)
