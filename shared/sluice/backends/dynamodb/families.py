@@ -235,6 +235,10 @@ class Families:
         set, a few KB for 1,000 children) and ``remaining`` drops by one, or nothing happens. The
         list of children is not on this item, so it stays small however many count down on it
         (DynamoDB bills a write by the item's size).
+
+        NOT BUILT (issue 30): the item passes 1 KB at about 300 counted slots, so with 1,000
+        children a count averages about 2.2 WCUs; counting on 128-slot bucket items, and a full
+        bucket on this one, would keep it at 1 (docs/flows.md, Costs).
         """
         request = self.items.request(
             continuation, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
