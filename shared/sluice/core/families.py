@@ -241,9 +241,8 @@ class Countdown:
         the fast path counted the child: it reads the continuation's item first and writes only
         for a slot not counted yet. DynamoDB bills a refused conditional write by the item's size
         (a few KB once many slots are counted), a strongly consistent read 1 RRU per 4 KB at a fifth
-        of the price; a
-        slot counted between the read and the write is still counted once (``count_down``'s
-        condition). False if a release failed."""
+        of the price; a slot counted between the read and the write is still counted once
+        (``count_down``'s condition). False if a release failed."""
         view = self.store.slot_view(continuation, slot)
         if not view.counted:
             return self.count(continuation, slot)
