@@ -237,7 +237,7 @@ class Families:
         (DynamoDB bills a write by the item's size).
 
         NOT BUILT (issue 30): the item passes 1 KB at about 300 counted slots, so with 1,000
-        children a count averages about 2.2 WCUs; counting on 128-slot bucket items, and a full
+        children a count averages 2.07 WCUs; counting on 128-slot bucket items, and a full
         bucket on this one, would keep it at 1 (docs/flows.md, Costs).
         """
         request = self.items.request(
