@@ -12,13 +12,21 @@ local Lambda service, Tansu, redis-server, the moto server), with the examples' 
   first grant, from the stack's history of grants; the children all ran in between.
 - writes_per_child: DynamoDB write requests on the jobs table (the moto server counts them per
   item key: ``local.motoserver.WriteCounter``) made for the family, divided by its children:
-  each child's own item, plus the continuation's item (its countdown) and the parent's extra
-  writes (recording its children), whoever made them (gateway, relay, workers).
+  each child's own item, plus the continuation's item (its countdown), the family's record and
+  the parent's extra writes (recording its children), whoever made them (gateway, relay, workers).
 - continuation_item_writes: the writes on the continuation's item once they stop growing
   (``settle``): the jobs table's stream counts every child again (``StreamCountdown.recount``,
   one refused conditional write each), behind the fast path, so the count read when the
   continuation ends (``continuation_item_writes_at_end``) misses the stream's tail;
   ``stream_settle_s`` is how long after the continuation's end the count stopped growing.
+- wcu_per_child (and ``child_item_wcu_per_child``, ``continuation_item_wcu``, ``parent_extra_wcu``,
+  ``wcu_per_plain_job``): the same in write capacity units as DynamoDB bills them (1 per KB of
+  the larger of the item before and after the write; a refused conditional write too), which the
+  moto server computes from its items' sizes (``WriteCounter.wcu_by_key``); the parent's item
+  (every child's id) and the continuation's (every ended slot) are several KB, so their writes
+  cost several units each.
+- last_child_to_continuation_s: from the last child's result write to the continuation's first
+  grant: how long the release and the continuation's dispatch took.
 - plain_jobs_per_s: the plain jobs' throughput (first grant to last result write), for scale.
 - writes_per_plain_job: the same count for ``PLAIN`` plain ``echo`` jobs enqueued in the same
   run (accepted by the relay, granted, result written): the path a job without a family takes.
@@ -50,12 +58,27 @@ PLAIN = 200
 TIMEOUT_S = 600.0
 
 
-def writes(moto_url: str) -> dict[str, int]:
+def writes(moto_url: str, field: str = "by_key") -> dict[str, int]:
+    """Per item key, the write requests (``by_key``) or the write capacity units (``wcu_by_key``)
+    the moto server counted (``sluice_dev.local.motoserver.WriteCounter``)."""
     from sluice_dev.local.motoserver import COUNTS_PATH
 
     with urllib.request.urlopen(moto_url + COUNTS_PATH, timeout=30) as r:
-        by_key: dict[str, int] = json.loads(r.read())["by_key"]
+        by_key: dict[str, int] = json.loads(r.read()).get(field, {})
     return by_key
+
+
+def per_child(counts: dict[str, int], plain: list[str], children: list[str], then: str,
+              parent: str) -> tuple[float, float, float]:
+    """(per plain job, per child for the whole family, per child on the children's own items) of
+    ``counts``: the family's are its children's items, the continuation's item, the family's record
+    and what the parent's item took beyond a plain job's."""
+    from sluice.backends.dynamodb.families import family_key
+
+    per_plain = sum(counts.get(j, 0) for j in plain) / len(plain)
+    own = sum(counts.get(j, 0) for j in children)
+    family = own + counts.get(then, 0) + counts.get(family_key(then), 0) + counts.get(parent, 0) - per_plain
+    return per_plain, family / len(children), own / len(children)
 
 
 def settle(read: Callable[[], int], deadline: float, *, quiet_s: float = 5.0, every_s: float = 0.5,
@@ -101,6 +124,7 @@ def wait(client: Any, job_id: str, deadline: float) -> Any:
 
 
 def main() -> None:
+    from sluice.backends.dynamodb.families import family_key
     from sluice.client import Client
     from sluice_dev.local.dev import DevOptions, DevStack
     from sluice_dev.local.motoserver import COUNT_ENV
@@ -131,22 +155,26 @@ def main() -> None:
         at_end = writes(str(ep["dynamodb_endpoint"])).get(then, 0)
         _, settle_s = settle(lambda: writes(str(ep["dynamodb_endpoint"])).get(then, 0), deadline)
         counts = writes(str(ep["dynamodb_endpoint"]))
+        wcus = writes(str(ep["dynamodb_endpoint"]), "wcu_by_key")
         children = client.status(parent).children
-        per_plain = sum(counts.get(j, 0) for j in plain) / len(plain)
-        child_writes = sum(counts.get(j, 0) for j in children)
-        family_writes = child_writes + counts.get(then, 0) + counts.get(parent, 0) - per_plain
+        per_plain, per_family, per_own = per_child(counts, plain, children, then, parent)
+        wcu_plain, wcu_family, wcu_own = per_child(wcus, plain, children, then, parent)
         emit("fanout", children=len(children), continuation=report.status.value,
              sum_ok=report.result == {"sum": sum(i * i for i in range(CHILDREN)), "children": CHILDREN,
                                       "states": {"succeeded": CHILDREN}},
              parent_to_continuation_s=round(grants[then] - grants[parent], 2),
+             last_child_to_continuation_s=round(grants[then] - max(written[c] for c in children), 2),
              children_per_s=round(len(children) / max(0.001, grants[then] - grants[parent]), 1),
-             writes_per_child=round(family_writes / len(children), 2),
-             child_item_writes_per_child=round(child_writes / len(children), 2),
-             continuation_item_writes=counts.get(then, 0),
+             writes_per_child=round(per_family, 2), child_item_writes_per_child=round(per_own, 2),
+             wcu_per_child=round(wcu_family, 2), child_item_wcu_per_child=round(wcu_own, 2),
+             wcu_per_plain_job=round(wcu_plain, 2),
+             continuation_item_writes=counts.get(then, 0), continuation_item_wcu=wcus.get(then, 0),
+             family_record_wcu=wcus.get(family_key(then), 0),
              continuation_item_writes_at_end=at_end, stream_settle_s=settle_s,
              parent_extra_writes=round(counts.get(parent, 0) - per_plain, 2),
+             parent_extra_wcu=round(wcus.get(parent, 0) - wcu_plain, 2),
              writes_per_plain_job=round(per_plain, 2),
-             extra_writes_per_child=round(family_writes / len(children) - per_plain, 2),
+             extra_writes_per_child=round(per_family - per_plain, 2),
              plain_jobs=PLAIN, plain_jobs_per_s=round(PLAIN / max(0.001, plain_s), 1))
     finally:
         dev.stop()

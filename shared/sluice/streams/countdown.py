@@ -96,8 +96,9 @@ class StreamCountdown:
         return ok
 
     def recount(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
-        """The same step as ``Countdown.on_ended``, so a child the fast path counted already costs
-        one refused conditional write and one read, and a repeated record counts nothing. Returns
+        """The same count as ``Countdown.on_ended``, read first (``Countdown.recount``): a child the
+        fast path counted already costs one read and no write, and a repeated record counts
+        nothing. Returns
         the sequence numbers to retry (``completion.publish.batch_failures``): a record whose count
         or release failed is delivered again, until the continuation is released.
         """
@@ -107,7 +108,7 @@ class StreamCountdown:
             if found is None and parent is None:
                 continue
             try:
-                ok = self.countdown.count(*found) if found is not None else True
+                ok = self.countdown.recount(*found) if found is not None else True
                 ok = (self.abandon(parent) if parent is not None else True) and ok
             except SluiceError as exc:
                 log.warning("countdown of %s failed: %s", found or parent, exc)

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +40,27 @@ COUNTS_PATH = "/_sluice/writes"
 
 
 class WriteCounter:
-    """DynamoDB write requests per item key (``GET /_sluice/writes``): a benchmark's measure of
-    what a path costs the jobs table, whichever process made the write (``bench_fanout``)."""
+    """DynamoDB writes per item key (``GET /_sluice/writes``): a benchmark's measure of what a path
+    costs the jobs table, whichever process made the write (``bench_fanout``).
 
-    def __init__(self) -> None:
+    ``by_key`` counts requests; ``wcu_by_key`` counts write capacity units as DynamoDB bills them:
+    1 per KB of the larger of the item's size before and after the write (at least 1), a refused
+    conditional write billed all the same, twice that in a transaction. moto's own
+    ``ConsumedCapacity`` (``ReturnConsumedCapacity=TOTAL``) is a constant 1.0 per call whatever the
+    item's size, and absent on a refused write, so the sizes are read here, from moto's backend
+    (``size``: table and key -> the item's size in bytes, or None), around the request."""
+
+    def __init__(self, size: Callable[[str, dict[str, Any]], int | None] | None = None) -> None:
         self.by_key: dict[str, int] = {}
         self.by_op: dict[str, int] = {}
+        self.wcu_by_key: dict[str, int] = {}
+        self._size = size
 
-    def add(self, environ: dict[str, Any]) -> None:
+    def add(self, environ: dict[str, Any]) -> list[Written]:
+        """Count a write request; what it writes (for ``billed``, once moto has run it)."""
         op = str(environ.get("HTTP_X_AMZ_TARGET", "")).rsplit(".", 1)[-1]
         if op not in WRITES:
-            return
+            return []
         self.by_op[op] = self.by_op.get(op, 0) + 1
         size = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(size) if size else b""
@@ -57,29 +68,78 @@ class WriteCounter:
         try:
             request = json.loads(body or b"{}")
         except ValueError:
+            return []
+        written = _keys(op, request)
+        for w in written:
+            self.by_key[w.name] = self.by_key.get(w.name, 0) + 1
+        if self._size is not None:
+            for w in written:
+                w.before = self._size(w.table, w.key) or 0
+        return written
+
+    def billed(self, written: list[Written]) -> None:
+        """The WCUs of ``written`` (``add``'s answer) now that the request has run."""
+        if self._size is None:
             return
-        for key in _keys(op, request):
-            self.by_key[key] = self.by_key.get(key, 0) + 1
+        for w in written:
+            after = self._size(w.table, w.key) or 0
+            units = max(1, -(-max(w.before, after) // 1024)) * (2 if w.transaction else 1)
+            self.wcu_by_key[w.name] = self.wcu_by_key.get(w.name, 0) + units
 
     def answer(self, start_response: StartResponse) -> list[bytes]:
         start_response("200 OK", [("Content-Type", "application/json")])
-        return [json.dumps({"by_key": self.by_key, "by_op": self.by_op}).encode()]
+        return [json.dumps({"by_key": self.by_key, "by_op": self.by_op,
+                            "wcu_by_key": self.wcu_by_key}).encode()]
 
 
-def _keys(op: str, request: dict[str, Any]) -> list[str]:
+@dataclass
+class Written:
+    """One item a write request writes: its table, key, the key's ``job_id`` and its size before."""
+
+    table: str
+    key: dict[str, Any]
+    name: str
+    transaction: bool = False
+    before: int = 0
+
+
+def _keys(op: str, request: dict[str, Any]) -> list[Written]:
     def key(item: Any) -> str:
         value: Any = (item or {}).get("job_id") or next(iter((item or {}).values()), {})
         return str(value.get("S", "")) if isinstance(value, dict) else ""
 
+    def one(table: str, item: Any, transaction: bool = False) -> Written:
+        item = item or {}
+        return Written(table, {"job_id": item["job_id"]} if "job_id" in item else dict(item), key(item),
+                       transaction)
+
+    table = str(request.get("TableName", ""))
     if op in ("PutItem",):
-        return [key(request.get("Item"))]
+        return [one(table, request.get("Item"))]
     if op in ("UpdateItem", "DeleteItem"):
-        return [key(request.get("Key"))]
+        return [one(table, request.get("Key"))]
     if op == "TransactWriteItems":
-        return [key(next(iter(i.values())).get("Key") or next(iter(i.values())).get("Item"))
-                for i in request.get("TransactItems", [])]
-    return [key(r.get("PutRequest", {}).get("Item") or r.get("DeleteRequest", {}).get("Key"))
-            for rs in request.get("RequestItems", {}).values() for r in rs]
+        parts = [next(iter(i.values())) for i in request.get("TransactItems", [])]
+        return [one(str(p.get("TableName", "")), p.get("Key") or p.get("Item"), True) for p in parts]
+    return [one(t, r.get("PutRequest", {}).get("Item") or r.get("DeleteRequest", {}).get("Key"))
+            for t, rs in request.get("RequestItems", {}).items() for r in rs]
+
+
+def moto_item_size(table: str, key: dict[str, Any]) -> int | None:
+    """The size moto's backend gives the item under ``key`` in ``table`` (DynamoDB's sizing rules:
+    attribute names plus values), in whichever account and region holds the table; None: no item."""
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    if len(key) != 1:
+        return None  # the jobs table has a hash key only; other tables are not metered
+    for account in list(dynamodb_backends):
+        for region in list(dynamodb_backends[account]):
+            found = dynamodb_backends[account][region].tables.get(table)
+            if found is not None:
+                item = found.get_item(DynamoType(next(iter(key.values()))))
+                return None if item is None else int(item.size())
+    return None
 
 
 class Serialized:
@@ -91,18 +151,16 @@ class Serialized:
         self.counter = counter
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        if self.counter is not None:
-            if environ.get("PATH_INFO") == COUNTS_PATH:
-                with self.lock:
-                    return self.counter.answer(start_response)
+        if self.counter is not None and environ.get("PATH_INFO") == COUNTS_PATH:
             with self.lock:
-                self.counter.add(environ)
+                return self.counter.answer(start_response)
         if environ.get("HTTP_X_AMZ_TARGET") == RECEIVE:
             return self._long_poll(environ, start_response)
         return self._once(environ, start_response)
 
     def _once(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        with self.lock:
+        with self.lock:  # the counter reads the items' sizes before and after, with nothing between
+            written = self.counter.add(environ) if self.counter is not None else []
             result = self.app(environ, start_response)
             try:
                 return list(result)
@@ -110,6 +168,8 @@ class Serialized:
                 close = getattr(result, "close", None)
                 if callable(close):
                     close()
+                if self.counter is not None and written:
+                    self.counter.billed(written)
 
     def _long_poll(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         """An SQS long poll, waited out here and not inside moto: moto sleeps on an empty queue
@@ -210,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     # server's samples in a chaos run (py-spy), for a log nobody reads. Errors still log.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: _exit_now())
-    counter = WriteCounter() if os.environ.get(COUNT_ENV) == "1" else None
+    counter = WriteCounter(moto_item_size) if os.environ.get(COUNT_ENV) == "1" else None
     run_simple(args.host, args.port, Serialized(app, counter), threaded=True,
                request_handler=MotoRequestHandler)
     return 0

@@ -665,3 +665,29 @@ def test_the_chaos_harness_names_a_family_as_the_gateway_derives_it(rig: Rig) ->
                 lambda kind, **fields: emitted.append((kind, fields)))
     assert [kind for kind, _ in emitted] == ["family", "family_accepted"]
     assert rig.appended() == emitted[0][1]["children"]
+
+
+def test_the_relays_status_write_leaves_a_familys_jobs_and_those_past_accepted(rig: Rig) -> None:
+    """Issue 30: a child's ``queued`` cost one more write per child. The relay's read (``relay_view``)
+    finds the gateway's item naming the child's parent, and ``mark_queued`` then leaves it
+    ``accepted`` until its grant; an item already past ``accepted`` (whose write the condition
+    would refuse, billed all the same) is left too; a plain job's is written as before."""
+    family = rig.api.enqueue_children(rig.request(2, then=True))
+    child, other = family.job_ids
+    rig.store.grant(other, "work", "w1")  # leased: mark_queued's condition would refuse it
+    plain = ids.mint(PARENT_MS, "work", KEY)
+    writes: list[str] = []
+    rig.store._db.meta.events.register("before-parameter-build.dynamodb.UpdateItem",
+                                       lambda params, **_: writes.append(params["Key"]["job_id"]["S"]))
+    jobs = [child, other, family.continuation or "", plain]
+    final, _ = rig.store.relay_view(jobs)
+    assert not final
+    rig.store.mark_queued([(j, j.split(".")[1], PARENT_MS) for j in jobs])
+    assert writes == [plain]
+    assert rig.store.get_job(plain).status == "queued" and rig.store.get_job(child).status == "accepted"
+    token = rig.store.grant(child, "work", "w2")  # its grant moves it on as ever
+    assert token >= 1 and rig.store.get_job(child).status == "leased"
+
+    writes.clear()  # once taken, forgotten: a status write without the read is made as before
+    rig.store.mark_queued([(child, "work", PARENT_MS)])
+    assert writes == [child]

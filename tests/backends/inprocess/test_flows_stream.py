@@ -156,3 +156,49 @@ def test_the_stream_countdown_needs_the_internal_function() -> None:
 
     with pytest.raises(ConfigError, match="SLUICE_INTERNAL_FUNCTION_NAME"):
         wiring.stream_countdown.__wrapped__(Settings(internal_function_name=None, gateway_function_name=None))
+
+
+def test_the_stream_makes_no_write_for_a_child_the_fast_path_counted(rig: Rig) -> None:
+    """Issue 30: the stream's count reads the continuation's item first. It used to make the
+    conditional write anyway, refused and billed by the item's size (a few KB with many slots)."""
+    family = rig.api.enqueue_children(rig.request(3, then=True))
+    then = family.continuation or ""
+    bus = EventBus()
+    Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
+    for child in family.job_ids[:2]:
+        end(rig.store, child, "succeeded")
+        bus.emit(ended(child))  # the fast path counted these two
+    records = stream(rig)
+    calls: list[str] = []
+    rig.store._db.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    countdown = StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation))
+    assert countdown.recount(records) == []
+    assert calls and not {"UpdateItem", "PutItem", "BatchWriteItem", "TransactWriteItems"} & set(calls), calls
+    assert rig.api.status(then).remaining == 1
+
+    last = family.job_ids[2]
+    end(rig.store, last, "failed")  # its process died before its count: the stream's count writes
+    calls.clear()
+    assert countdown.recount(stream(rig)) == []
+    assert calls.count("UpdateItem") >= 1 and rig.api.status(then).remaining == 0
+    assert rig.appended().count(then) == 1
+
+
+def test_the_stream_releases_a_counted_continuation_its_fast_path_left_unreleased(rig: Rig) -> None:
+    """Read first, the stream still releases a continuation whose last count was made but whose
+    release failed (the fast path's three tries), without writing the count again."""
+    family = rig.api.enqueue_children(rig.request(1, then=True))
+    then = family.continuation or ""
+    child = family.job_ids[0]
+    bus = EventBus()
+
+    def down(_continuation: str) -> None:
+        raise BackendUnavailable("the gateway function is unavailable")
+
+    Countdown(rig.store.families, down, sleep=lambda _s: None).subscribe(bus)
+    end(rig.store, child, "succeeded")
+    bus.emit(ended(child))
+    assert rig.store.families.unreleased(then) and then not in rig.appended()
+    countdown = StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation))
+    assert countdown.recount(stream(rig)) == []
+    assert rig.appended().count(then) == 1 and not rig.store.families.unreleased(then)

@@ -29,7 +29,7 @@ from sluice.backends.dynamodb.fenced import Fence, FencedTable, FencedTables
 from sluice.backends.dynamodb.grants import Grants
 from sluice.backends.dynamodb.items import ItemTable
 from sluice.backends.dynamodb.leases import LeaseWrites, ProgressWrites
-from sluice.backends.dynamodb.lifecycle import Lifecycle
+from sluice.backends.dynamodb.lifecycle import Lifecycle, Unqueued
 from sluice.backends.dynamodb.reads import JobReads
 from sluice.backends.dynamodb.results import S3ResultSink
 from sluice.core.bus import EventBus
@@ -60,9 +60,10 @@ class DynamoJobStore:
         fence = Fence(metrics)
         self._pool = LazyPool(max_workers, "sluice-store")
         slots = GrantedSlots()
-        self.lifecycle = Lifecycle(self.items, self._pool)
+        unqueued = Unqueued()  # what the relay's read tells its status writes
+        self.lifecycle = Lifecycle(self.items, self._pool, unqueued)
         self.grants = Grants(self.items, self.lifecycle, slots)
-        self.reads = JobReads(self.items, sleep)
+        self.reads = JobReads(self.items, sleep, unqueued)
         # fencing False only for the gc-pause scenario's --no-fencing (leases.LeaseWrites).
         self.leases = LeaseWrites(self.items, fence, large_result_bytes=large_result_bytes, fencing=fencing)
         self.families = Families(self.items, self._pool, slots)

@@ -55,11 +55,45 @@ def state_of(item: dict[str, Any] | None) -> tuple[JobState | None, int, int]:
     return (JobState(status) if status else None), item_int(item, "redrive_gen"), item_int(item, "run_gen")
 
 
-class Lifecycle:
-    """The writes made outside a lease, on ``items``; ``pool`` runs ``mark_queued``'s writes."""
+_ABSENT = object()
 
-    def __init__(self, items: ItemTable, pool: LazyPool) -> None:
+
+class Unqueued:
+    """Jobs the relay's read (``reads.JobReads.relay_view``) found with an item that ``mark_queued``
+    is to leave as it is, until their ``mark_queued`` (a bounded memory: one forgotten is written
+    as before).
+
+    Two kinds (issue 30): an item past ``accepted``, whose write the condition refuses (DynamoDB
+    bills a refused write all the same: a Kafka duplicate, a redriven job); and a family's job (a
+    child or a continuation: an item naming its ``parent_id``, which the gateway created), which
+    stays ``accepted`` until its grant. A child's ``queued`` cost one more write per child, and
+    nothing decides on it (``relay.status``)."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._limit = limit
+        self._ids: dict[str, None] = {}
+
+    @staticmethod
+    def leaves(item: dict[str, Any]) -> bool:
+        return item_str(item, "status") != JobState.ACCEPTED or "parent_id" in item
+
+    def note(self, job_id: str) -> None:
+        if len(self._ids) >= self._limit:
+            self._ids.pop(next(iter(self._ids)), None)
+        self._ids[job_id] = None
+
+    def take(self, job_id: str) -> bool:
+        """Whether ``mark_queued`` leaves ``job_id`` (forgotten then: the next read notes it again)."""
+        return self._ids.pop(job_id, _ABSENT) is not _ABSENT
+
+
+class Lifecycle:
+    """The writes made outside a lease, on ``items``; ``pool`` runs ``mark_queued``'s writes, which
+    leave the jobs ``unqueued`` holds."""
+
+    def __init__(self, items: ItemTable, pool: LazyPool, unqueued: Unqueued | None = None) -> None:
         self.items, self._pool = items, pool
+        self._unqueued = unqueued if unqueued is not None else Unqueued()
 
     def record_accepted(self, spec: JobSpec) -> None:
         """Write the ``accepted`` item of a job (tools and tests; the gateway writes none)."""
@@ -90,10 +124,12 @@ class Lifecycle:
         A job already leased or finished keeps its state (the condition fails, as intended).
         The third element is the job's enqueue time (``JobSpec.enqueued_at_ms``; 0 if unknown):
         the gateway writes no item, so this is where ``created_at_ms`` is first stored, and it
-        must be the acceptance time GET showed from the id, not the relay's clock.
+        must be the acceptance time GET showed from the id, not the relay's clock. A job the
+        relay's read found past ``accepted``, or a family's (``Unqueued``), is not written.
         """
         # All or none: one bad tuple refuses the batch before any write.
         pairs = [(validate_job_id(j), validate_queue_name(q), created_ms(c)) for j, q, c in jobs]
+        pairs = [pair for pair in pairs if not self._unqueued.take(pair[0])]
         self._pool.map(lambda pair: self._mark_one(*pair), pairs)
 
     def _mark_one(self, job_id: str, queue: str, created_at_ms: int) -> None:

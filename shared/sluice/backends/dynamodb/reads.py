@@ -12,6 +12,7 @@ from typing import Any
 from sluice.backends.dynamodb.codec import S, item_int, item_str
 from sluice.backends.dynamodb.errors import translated
 from sluice.backends.dynamodb.items import ItemTable
+from sluice.backends.dynamodb.lifecycle import Unqueued
 from sluice.core.endings import redriven_waiting
 from sluice.core.errors import BackendUnavailable, JobNotFound
 from sluice.core.models import FINAL_STATES, JobRecord, JobState, validate_job_id
@@ -21,10 +22,13 @@ BATCH_GET_ROUNDS = 8
 
 
 class JobReads:
-    """``get_job``, ``final_job_ids``, ``relay_view`` on ``items``; ``sleep`` backs off a throttled batch."""
+    """``get_job``, ``final_job_ids``, ``relay_view`` on ``items``; ``sleep`` backs off a throttled batch;
+    ``unqueued``: where ``relay_view`` notes the jobs ``mark_queued`` is to leave as they are."""
 
-    def __init__(self, items: ItemTable, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, items: ItemTable, sleep: Callable[[float], None] = time.sleep,
+                 unqueued: Unqueued | None = None) -> None:
         self.items, self._sleep = items, sleep
+        self._unqueued = unqueued if unqueued is not None else Unqueued()
 
     def get_job(self, job_id: str, *, load_result: bool = True) -> JobRecord:
         job_id = validate_job_id(job_id)
@@ -50,15 +54,17 @@ class JobReads:
         """
         done: set[str] = set()
         gens: dict[str, int] = {}
-        for job_id, (status, gen, run) in self._statuses(job_ids).items():
+        for job_id, (status, gen, run) in self._statuses(job_ids, self._unqueued).items():
             if gen:
                 gens[job_id] = gen
             if status in FINAL_STATES and not redriven_waiting(JobState(status), gen, run):
                 done.add(job_id)
         return done, gens
 
-    def _statuses(self, job_ids: Iterable[str]) -> dict[str, tuple[str | None, int, int]]:
-        """job id -> (status, redrive_gen, run_gen) of the items that exist."""
+    def _statuses(self, job_ids: Iterable[str],
+                  unqueued: Unqueued | None = None) -> dict[str, tuple[str | None, int, int]]:
+        """job id -> (status, redrive_gen, run_gen) of the items that exist; each noted in
+        ``unqueued`` if ``mark_queued`` is to leave it (``Unqueued.leaves``)."""
         ids = list(dict.fromkeys(validate_job_id(j) for j in job_ids))  # BatchGetItem refuses duplicates
         found: dict[str, tuple[str | None, int, int]] = {}
         for start in range(0, len(ids), BATCH_GET_LIMIT):
@@ -68,12 +74,15 @@ class JobReads:
                 with translated("batch_get_item"):
                     response = self.items.client.batch_get_item(RequestItems={self.items.table: {
                         "Keys": keys, "ConsistentRead": True,
-                        "ProjectionExpression": "#id, #st, #rg, #run",
+                        "ProjectionExpression": "#id, #st, #rg, #run, #par",
                         "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", "#rg": "redrive_gen",
-                                                     "#run": "run_gen"}}})
+                                                     "#run": "run_gen", "#par": "parent_id"}}})
                 for item in response.get("Responses", {}).get(self.items.table, []):
-                    found[str(item["job_id"]["S"])] = (
-                        item_str(item, "status"), item_int(item, "redrive_gen"), item_int(item, "run_gen"))
+                    job_id = str(item["job_id"]["S"])
+                    found[job_id] = (item_str(item, "status"), item_int(item, "redrive_gen"),
+                                     item_int(item, "run_gen"))
+                    if unqueued is not None and Unqueued.leaves(item):
+                        unqueued.note(job_id)
                 keys = list(response.get("UnprocessedKeys", {}).get(self.items.table, {}).get("Keys", []))
                 if not keys:
                     break
