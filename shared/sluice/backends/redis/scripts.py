@@ -160,7 +160,7 @@ def push_argv(owner_token: int, flat: list[str], budget: int = 0, follow: int = 
 def push_keys(k: QueueKeys, topic: str, partition: int) -> list[str]:
     """push.lua's KEYS for ``topic``'s ``partition`` into queue ``k``."""
     return [k.relayed(topic, partition), k.job_prefix, k.ready, k.delayed, k.seq, k.wake, k.used, k.config,
-            *k.group_keys, k.dead, k.leased, k.tokens]
+            *k.group_keys, k.dead, k.leased, k.tokens, k.idle]
 
 
 class StatsReply(NamedTuple):

@@ -442,21 +442,18 @@ local function redriven_to_ready(G, key, ready, seqkey, id, gen, f)
   to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
 end
 
--- Put one job whose lease lapsed back in ready at the front of its priority band: it has
--- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
--- score is FRONT below the band's usual scores: ahead of every job of its band, behind
--- every job of the higher bands (see FRONT), FIFO among reclaimed jobs.
-local function to_front(G, ready, seqkey, id, priority, group)
-  local seq = take_seq(seqkey, 1)
-  add_ready(G, ready, group, ready_score(priority, seq) - FRONT, id)
-end
-
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
 -- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 -- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
 -- A job dropped for its cancel request gives its bytes back to `used` (keys.used).
+-- A lapsed job that goes back goes to the front of its priority band: it has waited longest, so
+-- it runs next (and a frozen holder wakes to find it taken over). Its score is FRONT below the
+-- band's usual scores: ahead of every job of its band, behind every job of the higher bands (see
+-- FRONT), FIFO among reclaimed jobs. Their seqs are taken once for them all (one take_seq, not
+-- one per job) and the ungrouped ones enter ready with one ZADD (issue 30: a batch's counters
+-- move once); a grouped one enters its group's zset in its place among the others' writes.
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
                        limit, G)
   local promoted, expired = 0, 0
@@ -482,9 +479,17 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
     local dz, sz, n_dead, n_cancelled, freed = {}, {}, 0, 0, 0
-    for _, id in ipairs(gone) do
-      local key = prefix .. id
-      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'sz', 'grp')
+    -- First every job's fields, and how many go back (their seqs, taken at once), then the writes.
+    local fs, back = {}, 0
+    for k, id in ipairs(gone) do
+      local f = redis.call('HMGET', prefix .. id, 'a', 'm', 'c', 'g', 'sz', 'grp')
+      fs[k] = f
+      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < max_attempts_of(f[2]) then back = back + 1 end
+    end
+    local seq = back > 0 and take_seq(seqkey, back) - back or 0
+    local rz = {}
+    for k, id in ipairs(gone) do
+      local key, f = prefix .. id, fs[k]
       if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
@@ -502,10 +507,18 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = settle_member('dead', id, f[4])
         else
-          to_front(G, ready, seqkey, id, priority_of(f[2]), f[6] or nil)
+          seq = seq + 1
+          local score = ready_score(priority_of(f[2]), seq) - FRONT
+          if f[6] then
+            add_ready(G, ready, f[6], score, id)
+          else
+            rz[#rz + 1] = score
+            rz[#rz + 1] = id
+          end
         end
       end
     end
+    if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
     release_bytes(used, freed)
     count_finished(finished, 0, n_dead, n_cancelled)
