@@ -164,3 +164,13 @@ def test_each_script_defines_every_helper_it_calls(name: str) -> None:
     if "--@include _lib.lua" in (LUA / name).read_text(encoding="utf-8"):
         assert "local function create_jobs" not in source("extend.lua")
         assert len(text) < len(lib) + len((LUA / name).read_text(encoding="utf-8"))
+
+
+def test_a_push_hands_redis_its_numbers_as_strings() -> None:
+    """redis.call formats a Lua number argument with %.17g, about as costly as a small command:
+    per job pushed, create_jobs passes its size (each distinct one formatted once), its ready score
+    and its run_at as strings it made with '%d' (issue 30)."""
+    lib = (LUA / "_lib.lua").read_text(encoding="utf-8")
+    body = lib[lib.index("local function create_jobs"):lib.index("local function enqueue_jobs")]
+    assert "sizes[n] = sz" in body and "'sz', sz," in body
+    assert "string.format('%d', ready_score(" in body and "string.format('%d', run_at)" in body

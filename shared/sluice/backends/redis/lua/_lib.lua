@@ -334,10 +334,19 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
   local seq = 0
   if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
   local rz, dz, gz, order, bytes, fixed = {}, {}, nil, {}, 0, #prefix + JOB_OVERHEAD
+  -- Numbers go to Redis as strings made here: redis.call formats a number argument with %.17g,
+  -- which costs about as much as a small command (docs/engine.md); sizes repeat, so each distinct
+  -- one is formatted once, and a score, unique, with '%d' (issue 30).
+  local sizes = {}
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
-    local sz = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
-    bytes = bytes + sz
+    local n = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
+    bytes = bytes + n
+    local sz = sizes[n]
+    if not sz then
+      sz = string.format('%d', n)
+      sizes[n] = sz
+    end
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
     if group then
@@ -357,10 +366,10 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
           order[#order + 1] = group  -- groups enter turns in the order their jobs came
         end
       end
-      z[#z + 1] = ready_score(priority_of(meta), seq)
+      z[#z + 1] = string.format('%d', ready_score(priority_of(meta), seq))
       z[#z + 1] = id
     else
-      dz[#dz + 1] = run_at
+      dz[#dz + 1] = string.format('%d', run_at)
       dz[#dz + 1] = id
     end
   end
@@ -467,7 +476,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       if f[2] then
         add_ready(G, ready, f[2], ready_score(priority_of(f[1]), seq + k), id)
       elseif f[1] then
-        rz[#rz + 1] = ready_score(priority_of(f[1]), seq + k)
+        rz[#rz + 1] = string.format('%d', ready_score(priority_of(f[1]), seq + k))
         rz[#rz + 1] = id
       end
     end
@@ -512,7 +521,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           if f[6] then
             add_ready(G, ready, f[6], score, id)
           else
-            rz[#rz + 1] = score
+            rz[#rz + 1] = string.format('%d', score)
             rz[#rz + 1] = id
           end
         end
