@@ -6,8 +6,8 @@ the relay's and the workers' production cadence:
   push     the relay's batches (``PUSH_BATCH``, Settings.relay_batch) of no-op jobs
   lease    the ready jobs, ``BATCH`` at a time, 30 s leases, by ``WORKERS`` workers: each acks its
            batch after the others leased theirs (up to 200 leases in flight); first ``LOST`` with the
-           engine's shortest lease, never acked (a worker that died): the next lease call reclaims
-           them, so the same jobs die after max_attempts rounds and leave settle entries
+           engine's shortest lease, never acked (a worker that died): jobs of one attempt, which
+           the next lease call ends (dead, with a settle entry the maintenance settles)
   extend   twice a round, one in ``EXTEND_EVERY`` of the jobs leased then (about 2% of the jobs
            extended once: handlers that outlive a third of their lease)
   fail     one in ``FAIL_EVERY`` (retried: leased again the next round), one in ``DEAD_EVERY``
@@ -70,14 +70,14 @@ SCRIPTS = ["push", "lease", "extend", "fail", "ack", "stats", "reap", "settle", 
 def round_phases(r: int) -> list[str]:
     """Round ``r``'s phases, in order: what the relay, ``WORKERS`` workers and (every
     ``MAINTENANCE_EVERY`` rounds) the maintenance do in one second."""
-    phases = ["lost", "push"]
-    for b in range(RATE // BATCH + 1):  # one more lease call: the jobs retried or reclaimed
+    phases = ["push", "lost"]
+    for b in range(RATE // BATCH):
         phases.append("lease")
         if b >= WORKERS - 1:
             phases.append("ack")
         if b in (RATE // BATCH // 3, 2 * RATE // BATCH // 3):
             phases += ["extend", "stats"]
-    phases += ["ack"] * (WORKERS - 1) + ["fail"]
+    phases += ["fail", "lease"] + ["ack"] * WORKERS  # one more lease call: the jobs retried
     if r % MAINTENANCE_EVERY == MAINTENANCE_EVERY - 1:
         phases += ["reap", "settle", "trim"]
     return phases + ["noop"] * NOOPS
@@ -116,9 +116,11 @@ class Workload:
         for _ in range(RATE // PUSH_BATCH):
             start = self.pushed
             self.pushed += PUSH_BATCH
-            self.q.push(self.queue, "bench", 0, 1, [(i, self.spec(job_id=f"j{i}", queue=self.queue,
-                                                                    payload={"n": i}))
-                                                    for i in range(start, self.pushed)])
+            # the first LOST of a round's jobs have one attempt: the lost leases take them (FIFO), so
+            # each lapses into dead, with a settle entry for the maintenance to settle
+            self.q.push(self.queue, "bench", 0, 1, [
+                (i, self.spec(job_id=f"j{i}", queue=self.queue, payload={"n": i},
+                              max_attempts=1 if i % RATE < LOST else 5)) for i in range(start, self.pushed)])
         return RATE
 
     def do_lost(self) -> int:  # never acked: lapses, and the next lease call reclaims it
