@@ -1,6 +1,8 @@
-"""Per-job work a batch does once (issue 30): expired leases going back to ready take their seqs with
-one take_seq and enter ready with one ZADD, by the key state they leave and by Redis's own count
-of the commands the script ran (INFO commandstats counts a script's redis.call)."""
+"""Per-job work a batch does once (issue 30), by the key state it leaves and by Redis's own count of
+the commands a script ran (INFO commandstats counts a script's redis.call): push.lua leaves one wake
+token per batch, and one more per further worker waiting (not one per job); expired leases going
+back to ready take their seqs with one take_seq and enter ready with one ZADD. That one push wakes
+every waiting worker: tests/backends/test_worker_linger.py."""
 
 from __future__ import annotations
 
@@ -15,6 +17,11 @@ from tests.backends.test_engine_support import band, job, members, score, spec, 
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 K = QueueKeys("q")
+TOPIC = "sluice.jobs"
+
+
+def push(rq: RedisQueue, *offsets: int) -> int:
+    return rq.push("q", TOPIC, 0, 1, [(o, spec(f"j{o}")) for o in offsets]).pushed
 
 
 def calls(client: redis.Redis, command: str) -> int:
@@ -58,3 +65,38 @@ def test_reap_of_grouped_and_ungrouped_lapsed_leases_keeps_each_in_its_place(
     assert redis_client.zrange(K.group("gb"), 0, -1) == ["b1"]
     assert redis_client.hget(K.groups, "#ready") == "2"
     assert sorted(j.job_id for j in rq.lease("q", 4, 1_000)) == ["a1", "b1", "u1", "u2"]
+
+
+def test_push_leaves_one_wake_token_per_batch_when_nobody_waits(rq: RedisQueue,
+                                                               redis_client: redis.Redis) -> None:
+    """Issue 30: a token per batch, not per job (a token per job only left stale ones behind)."""
+    assert push(rq, 0, 1, 2) == 3
+    assert redis_client.llen(K.wake) == 1
+    assert 0 < redis_client.pttl(K.wake) <= 5_000
+    assert push(rq, 0, 1, 2) == 0  # a replay pushes nothing and wakes nobody
+    assert redis_client.llen(K.wake) == 1
+    assert push(rq, *range(3, 40)) == 37
+    assert redis_client.llen(K.wake) == 2
+    for o in range(40, 60):
+        push(rq, o)
+    assert redis_client.llen(K.wake) == 16  # at most 16 kept
+
+
+def test_push_leaves_a_wake_token_per_waiting_worker_up_to_its_jobs(rq: RedisQueue,
+                                                                   redis_client: redis.Redis) -> None:
+    """Each waiting worker's BLPOP takes one token: a batch wakes every worker waiting now, as
+    many as it has jobs (at most 16 tokens kept); a worker whose wait is over is not counted."""
+    rq.idle("q", "gone", 1)
+    for w in range(3):
+        rq.idle("q", f"w{w}", 5_000)
+    time.sleep(0.01)
+    assert push(rq, *range(10)) == 10
+    assert redis_client.llen(K.wake) == 3
+    redis_client.delete(K.wake)
+    assert push(rq, 10, 11) == 2  # fewer jobs than waiters: a token per job
+    assert redis_client.llen(K.wake) == 2
+    redis_client.delete(K.wake)
+    for w in range(3, 20):
+        rq.idle("q", f"w{w}", 5_000)
+    assert push(rq, *range(12, 52)) == 40
+    assert redis_client.llen(K.wake) == 16

@@ -60,41 +60,6 @@ def test_idle_lua_refuses_bad_input_before_writing(rq: RedisQueue, redis_client:
     assert {k: v[:2] for k, v in snapshot(redis_client).items()} == {k: v[:2] for k, v in before.items()}
 
 
-def test_push_leaves_one_wake_token_per_batch_when_nobody_waits(rq: RedisQueue,
-                                                               redis_client: redis.Redis) -> None:
-    """Issue 30: a token per batch, not per job (a token per job only left stale ones behind)."""
-    assert push(rq, 0, 1, 2) == 3
-    assert redis_client.llen(K.wake) == 1
-    assert 0 < redis_client.pttl(K.wake) <= 5_000
-    assert push(rq, 0, 1, 2) == 0  # a replay pushes nothing and wakes nobody
-    assert redis_client.llen(K.wake) == 1
-    assert push(rq, *range(3, 40)) == 37
-    assert redis_client.llen(K.wake) == 2
-    for o in range(40, 60):
-        push(rq, o)
-    assert redis_client.llen(K.wake) == 16  # at most 16 kept
-
-
-def test_push_leaves_a_wake_token_per_waiting_worker_up_to_its_jobs(rq: RedisQueue,
-                                                                  redis_client: redis.Redis) -> None:
-    """Each waiting worker's BLPOP takes one token: a batch wakes every worker waiting now, as
-    many as it has jobs (at most 16 tokens kept); a worker whose wait is over is not counted."""
-    rq.idle("q", "gone", 1)
-    for w in range(3):
-        rq.idle("q", f"w{w}", 5_000)
-    time.sleep(0.01)
-    assert push(rq, *range(10)) == 10
-    assert redis_client.llen(K.wake) == 3
-    redis_client.delete(K.wake)
-    assert push(rq, 10, 11) == 2  # fewer jobs than waiters: a token per job
-    assert redis_client.llen(K.wake) == 2
-    redis_client.delete(K.wake)
-    for w in range(3, 20):
-        rq.idle("q", f"w{w}", 5_000)
-    assert push(rq, *range(12, 52)) == 40
-    assert redis_client.llen(K.wake) == 16
-
-
 def test_one_push_batch_wakes_every_waiting_worker(rq: RedisQueue) -> None:
     """Three workers wait (idle.lua, then BLPOP); one push of five jobs wakes all three at once."""
     woke: list[float] = []
