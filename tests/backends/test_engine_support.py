@@ -17,7 +17,7 @@ from sluice.backends.redis.keys import QueueKeys
 from sluice.core.models import JobSpec, LeasedJob
 
 BAND = 2**44
-FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua to_front)
+FRONT = 2**43  # a lapsed lease's job: ready score - FRONT, the front of its band (_lib.lua reclaim)
 
 
 def snapshot(client: redis.Redis) -> dict[str, Any]:

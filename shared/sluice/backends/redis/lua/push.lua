@@ -4,11 +4,12 @@
 --   KEYS[1] relayed   hash  sluice:{q}:relayed:<topic>:<partition>  fields owner, offset
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
---   KEYS[6] wake   list     sluice:{q}:wake  (a token per job pushed, at most WAKE_MAX)
+--   KEYS[6] wake   list     sluice:{q}:wake  (tokens for waiting workers' BLPOP: below)
 --   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
 --   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
 --   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   KEYS[12] dead  KEYS[13] leased  (zsets)  KEYS[14] tokens hash  (a redrive a failover lost: below)
+--   KEYS[15] idle  zset     sluice:{q}:idle  (workers waiting for work: idle.lua; read only)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
 --   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
@@ -42,8 +43,12 @@
 --   counted pushed; a ready or delayed one waits where it is (docs/redis-loss.md). The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
 --   same atomic step as the enqueue: a relay that dies before its Kafka commit pushes
---   nothing twice. Each fresh job adds a token to the wake list (at most WAKE_MAX kept, for
---   WAKE_TTL_MS): a worker waiting for work in BLPOP wakes at once (worker.py, linger).
+--   nothing twice. A batch with fresh jobs adds one token to the wake list, and one more for each
+--   further worker waiting for work now (idle.lua), up to one per fresh job (at most WAKE_MAX
+--   kept, for WAKE_TTL_MS): each waiting worker's BLPOP takes one token and wakes at once
+--   (worker/registry.py, linger), and the one token left when nobody waits wakes a worker that
+--   registers just after this push. A token per job (before issue 30) only left stale tokens
+--   behind, each costing a later waiter an empty lease.
 -- Errors (nothing written)
 --   STALE_TOKEN mine=<token> current=<token>  a relay with a newer token owns the partition
 --   INVALID_INPUT <what>
@@ -56,7 +61,7 @@ local WAKE_TTL_MS = 5000  -- a token nobody took only costs a worker one empty l
 
 local relayed, prefix, ready, delayed, seqkey, wake, used, config =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local dead, leased, tokens = KEYS[12], KEYS[13], KEYS[14]
+local dead, leased, tokens, idle = KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local G = keys_of_groups(KEYS[9], KEYS[10], KEYS[11])
 local reserved = refuse_reserved(prefix)
 if reserved then return reserved end
@@ -159,10 +164,11 @@ for _, s in ipairs(starts) do
   end
 end
 if #fresh + revived > 0 then
-  local tokens = {}
-  for i = 1, math.min(#fresh + revived, WAKE_MAX) do tokens[i] = '1' end
-  redis.call('LPUSH', wake, unpack(tokens))
-  redis.call('LTRIM', wake, 0, WAKE_MAX - 1)
+  local n = math.min(#fresh + revived, WAKE_MAX)
+  if n > 1 then n = math.max(1, math.min(n, redis.call('ZCOUNT', idle, now, '+inf'))) end
+  local wakes = {}
+  for i = 1, n do wakes[i] = '1' end
+  if redis.call('LPUSH', wake, unpack(wakes)) > WAKE_MAX then redis.call('LTRIM', wake, 0, WAKE_MAX - 1) end
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
 end
 return {#fresh + revived, taken - #fresh - revived, max_offset, k - taken}
