@@ -503,7 +503,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
     for k, id in ipairs(gone) do
       local f = redis.call('HMGET', prefix .. id, 'a', 'm', 'c', 'g', 'sz', 'grp')
       fs[k] = f
-      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < max_attempts_of(f[2]) then back = back + 1 end
+      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < max_attempts_of(f[2], DEFAULT_MAX_ATTEMPTS) then back = back + 1 end
     end
     local seq = back > 0 and take_seq(seqkey, back) - back or 0
     local rz = {}
