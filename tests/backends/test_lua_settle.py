@@ -34,9 +34,11 @@ def settle(client: redis.Redis) -> dict[str, float]:
 
 def test_expiry_on_the_last_attempt_is_recorded_with_the_dead_letter(rq: RedisQueue,
                                                                     redis_client: redis.Redis) -> None:
-    leased(rq, "a", lease_ms=20, max_attempts=1)
-    leased(rq, "b", lease_ms=20, max_attempts=3)  # attempts left: back to ready, nothing to settle
-    time.sleep(0.05)
+    # 300 ms leases: b's lease call reclaims a lapsed lease inline, and with 20 ms a loaded CI
+    # machine let a's lapse before b was leased (reap then found 1)
+    leased(rq, "a", lease_ms=300, max_attempts=1)
+    leased(rq, "b", lease_ms=300, max_attempts=3)  # attempts left: back to ready, nothing to settle
+    time.sleep(0.4)
     assert rq.reap("q") == 2
     assert where(redis_client, "q", "a") == {"dead"} and where(redis_client, "q", "b") == {"ready"}
     assert settle(redis_client) == {"dead:0:a": score(redis_client, "q", "dead", "a")}
