@@ -231,7 +231,11 @@ def test_sluice_queues_shows_a_paused_queues_parked_jobs(stack: Stack) -> None:
 
     queue = B  # never held by the tests before: its counter starts at 0 (A's counts its earlier parks)
     stack.engine.set_config(queue, paused=True)
-    stack.enqueue(queue, stack.log("b"), 3)
+    # the relay reads a queue's config every 0.5 s: B flowed in the tests before, so a job enqueued
+    # at once could be pushed on B's config of before the pause (and run: CI saw the 3 jobs run)
+    time.sleep(1.0)
+    blog = stack.log("b")
+    stack.enqueue(queue, blog, 3)
 
     def parked() -> Any:
         out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack.state), "queues", "--json"])
@@ -241,6 +245,11 @@ def test_sluice_queues_shows_a_paused_queues_parked_jobs(stack: Stack) -> None:
         # again, counted twice until the sweep releases them (a loaded machine's slow invocations)
         return rows.get(queue, {}).get("parked", 0) >= 3
 
-    wait_until("B's 3 jobs shown parked by sluice queues", parked, 60)
+    try:
+        wait_until("B's 3 jobs shown parked by sluice queues", parked, 60)
+    except AssertionError as exc:  # what the CLI showed, and what the lot holds
+        out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack.state), "queues", "--json"])
+        exc.add_note(f"sluice queues: {out.stdout!r}; lot count {stack.lot.count(queue)}; ran {ran(blog)}")
+        raise
     assert stack.lot.count(queue) == 3  # the exact, slow answer: each of B's jobs parked, none lost
     stack.engine.set_config(queue, paused=False)
