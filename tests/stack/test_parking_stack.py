@@ -231,9 +231,9 @@ def test_sluice_queues_shows_a_paused_queues_parked_jobs(stack: Stack) -> None:
 
     queue = B  # never held by the tests before: its counter starts at 0 (A's counts its earlier parks)
     stack.engine.set_config(queue, paused=True)
-    # the relay reads a queue's config every 0.5 s: B flowed in the tests before, so a job enqueued
-    # at once could be pushed on B's config of before the pause (and run: CI saw the 3 jobs run)
-    time.sleep(1.0)
+    # enqueued at once: B flowed in the tests before, and the relay, reading a queue's config every
+    # 0.5 s, pushed B's jobs on its config of before the pause, and they ran (CI saw it). push.lua
+    # now refuses a paused queue's fresh jobs, and the relay holds them as paused
     blog = stack.log("b")
     stack.enqueue(queue, blog, 3)
 

@@ -509,3 +509,23 @@ def test_the_sweep_deletes_a_segment_once_all_its_records_are_done_and_asks_of_e
     w.store.final.update(ids[6:])
     relay.parking.sweep(wait=True)  # type: ignore[union-attr]
     assert lot.count("a") == 0 and released == [4, 4]
+
+
+def test_a_pause_the_relay_has_not_read_yet_still_keeps_new_jobs_out_of_redis() -> None:
+    """The relay reads a queue's config every ``refresh_s``; push.lua refuses a paused queue's fresh
+    jobs whatever the relay last read, and the relay then holds the queue as paused (its records
+    parked like any paused queue's) until its next read of the config."""
+    w, lot = parked_world()
+    relay = relay_with(w, lot, refresh_s=3600.0)
+    ids = w.add(2, queue="a", partition=0)
+    run_steps(relay, 2)
+    assert w.in_redis("a") == ids
+    w.engine.set_config("a", paused=True)  # the relay's view: not paused, for an hour
+    later = w.add(20, queue="a", partition=0)
+    run_steps(relay, 6)
+    assert w.in_redis("a") == ids  # none of the 20 pushed
+    assert relay.report.pushed == 2 and lot.count("a") == 20  # held as paused: parked
+    w.engine.set_config("a", paused=False)
+    relay.queues.states["a"].refreshed_at = float("-inf")  # the next read of its config
+    run_steps(relay, 40)
+    assert offsets_in_redis(w, "a", ids + later) == list(range(22))

@@ -31,6 +31,10 @@ class PushOutcome(Protocol):
     def left(self) -> int:
         """The item's last records not taken (over the queue's byte budget): they stay buffered."""
         ...
+    @property
+    def paused(self) -> bool:
+        """None taken because the queue's config says paused (``left`` is all of them)."""
+        ...
 
 
 class RelayEngine(Protocol):

@@ -167,7 +167,7 @@ class Pusher:
                 continue
             done_with = len(take)  # records of take that leave the buffer
             if outcome is not None:
-                records, done_with = self._taken(queue, take, records, outcome.left, states)
+                records, done_with = self._taken(queue, take, records, outcome, states)
                 if records:  # push.lua raised the recorded offset to at least the last one taken
                     owned.relayed[queue] = max(owned.relayed.get(queue, -1), records[-1][0])
                     queued.append((queue, records))
@@ -189,15 +189,21 @@ class Pusher:
             raise done.error
         return pushed
 
-    def _taken(self, queue: str, take: Records, records: Records, left: int,
+    def _taken(self, queue: str, take: Records, records: Records, outcome: PushOutcome,
                states: dict[str, QueueState]) -> tuple[Records, int]:
         """The ``records`` push.lua took, and how many of ``take`` (finals dropped before the push
-        included) leave the buffer. It took all but the last ``left`` (over the queue's byte budget):
-        those stay buffered (parked with a held queue's overflow) and the queue is held."""
+        included) leave the buffer. It took all but the last ``outcome.left``: those stay buffered
+        (parked with a held queue's overflow) and the queue is held, for its byte budget or, when
+        push.lua found it paused, as paused until the next read of its config."""
+        left = outcome.left
         if not left:
             return records, len(take)
         first_left = records[len(records) - left][0]
-        hold_for_budget(self.events, queue, states[queue], True)
+        state = states[queue]
+        if outcome.paused:
+            state.config = state.config.model_copy(update={"paused": True})
+        else:
+            hold_for_budget(self.events, queue, state, True)
         return records[:len(records) - left], next(i for i, (off, _) in enumerate(take) if off == first_left)
 
     def close(self) -> None:

@@ -23,7 +23,8 @@ from sluice_dev.fakes.ports import FakeClock
 class Pushed:
     pushed: int
     skipped: int
-    left: int = 0  # records not taken: over the queue's byte budget (push.lua)
+    left: int = 0  # records not taken: over the queue's byte budget, or paused (push.lua)
+    paused: bool = False  # none taken: the queue's config says paused
 
 
 @dataclass
@@ -163,7 +164,10 @@ class FakeEngine:
         rec["owner_token"] = owner_token
         pushed = skipped = 0
         jobs = self.jobs.setdefault(queue, {})
-        budget = self.get_config(queue).max_bytes
+        config = self.get_config(queue)
+        if config.paused and any(o > rec["offset"] and spec.job_id not in jobs for o, spec in records):
+            return Pushed(0, 0, len(records), paused=True)  # push.lua: a paused queue takes nothing
+        budget = config.max_bytes
         for n, (offset, spec) in enumerate(records):
             if offset <= rec["offset"] or spec.job_id in jobs:
                 skipped += 1

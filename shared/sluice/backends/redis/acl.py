@@ -56,7 +56,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
-    "push.lua": "exists get hdel hexists hget hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
+    "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
                 "time zadd zcard zcount zrem",
     "rate.lua": "hmget hset time",
     "reap.lua": "decrby del get hdel hexists hincrby hmget hset hsetnx incrby rpush set time zadd zcard "

@@ -110,8 +110,9 @@ class RedisRelayEngine:
                                             checked[start:start + MAX_BATCH], self.conn.limits.queue_budget)
             pushed += result.pushed
             skipped += result.skipped
-            if result.left:  # over the budget: the later chunks must not pass the records left
-                return PushResult(pushed, skipped, result.offset, len(checked) - pushed - skipped)
+            if result.left:  # over the budget, or paused: the later chunks must not pass the records left
+                return PushResult(pushed, skipped, result.offset, len(checked) - pushed - skipped,
+                                  result.paused)
         return PushResult(pushed=pushed, skipped=skipped, offset=result.offset)
 
     def push_many(self, topic: str, items: Sequence[PushItem],
@@ -161,7 +162,7 @@ class RedisRelayEngine:
                 continue  # an earlier chunk of this item was refused: its first error stands
             out[owners[c]] = result if isinstance(result, SluiceError) else PushResult(
                 before.pushed + result.pushed, before.skipped + result.skipped, result.offset,
-                before.left + result.left)
+                before.left + result.left, before.paused or result.paused)
         return out
 
     def relayed_offset(self, queue: str, topic: str, partition: int, owner_token: int) -> int:

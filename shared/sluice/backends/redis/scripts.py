@@ -225,10 +225,12 @@ class PushResult:
     skipped: int
     offset: int  # the partition's stored relayed offset after the push
     left: int = 0  # the last records not taken: their jobs did not fit the queue's byte budget
+    paused: bool = False  # none taken: the queue's config says paused (left is all of them)
 
     @classmethod
     def of(cls, reply: Sequence[Any]) -> PushResult:
-        return cls(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]), left=int(reply[3]))
+        return cls(pushed=int(reply[0]), skipped=int(reply[1]), offset=int(reply[2]), left=int(reply[3]),
+                   paused=int(reply[4]) == 1)
 
 
 class Scripts:

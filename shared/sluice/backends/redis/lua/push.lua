@@ -6,7 +6,7 @@
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   KEYS[6] wake   list     sluice:{q}:wake  (tokens for waiting workers' BLPOP: below)
 --   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
---   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; read only)
+--   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; paused; read only)
 --   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   KEYS[12] dead  KEYS[13] leased  (zsets)  KEYS[14] tokens hash  (a redrive a failover lost: below)
 --   KEYS[15] idle  zset     sluice:{q}:idle  (workers waiting for work: idle.lua; read only)
@@ -26,7 +26,11 @@
 --                           stored offset reached it (that call was taken whole), this call takes
 --                           nothing, so no record passes one the budget left behind
 -- Output
---   {pushed, skipped, stored_offset, left}
+--   {pushed, skipped, stored_offset, left, paused}
+--   Paused: a batch with fresh jobs for a queue whose config says paused takes nothing (all k
+--   left, paused 1): the relay reads a queue's config every refresh_s, and a job enqueued just
+--   after an operator's pause was pushed and ran on the config of before it. The relay holds the
+--   records as it holds a paused queue's (relay/pusher.py).
 --   Budget (issue 28): each fresh job counts job_size bytes (stored as its sz, added to used).
 --   Records are taken in order while their jobs fit the budget; the first fresh job that does
 --   not fit stops the take, and it and every record after it are left: nothing of them is
@@ -101,12 +105,14 @@ for r = 0, k - 1 do
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
 
-if stored_offset < follow then return {0, 0, stored_offset, k} end
+if stored_offset < follow then return {0, 0, stored_offset, k, 0} end
 
 local fresh = new_jobs(R, prefix, starts)
 local taken = k
 if #fresh > 0 then
-  budget = tonumber(redis.call('HGET', config, 'max_bytes')) or 0
+  local conf = redis.call('HMGET', config, 'max_bytes', 'paused')
+  if conf[2] == '1' then return {0, 0, stored_offset, k, 1} end
+  budget = tonumber(conf[1]) or 0
   if budget == 0 then budget = tonumber(ARGV[4]) end
 end
 local use = 0
@@ -132,7 +138,7 @@ if budget > 0 and #fresh > 0 then
     for r = 0, taken - 1 do max_offset = math.max(max_offset, tonumber(R[1 + 7 * r])) end
   end
 end
-if taken == 0 then return {0, 0, stored_offset, k} end
+if taken == 0 then return {0, 0, stored_offset, k, 0} end
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
 create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
 local made = {}
@@ -171,4 +177,4 @@ if #fresh + revived > 0 then
   if redis.call('LPUSH', wake, unpack(wakes)) > WAKE_MAX then redis.call('LTRIM', wake, 0, WAKE_MAX - 1) end
   redis.call('PEXPIRE', wake, WAKE_TTL_MS)
 end
-return {#fresh + revived, taken - #fresh - revived, max_offset, k - taken}
+return {#fresh + revived, taken - #fresh - revived, max_offset, k - taken, 0}
