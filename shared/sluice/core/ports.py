@@ -21,6 +21,7 @@ from sluice.core.models import (
     SettleEntry,
     WriteOutcome,
 )
+from sluice.core.schedules import Schedule
 from sluice.core.throttle import CallerLimit, Verdict
 
 
@@ -271,3 +272,15 @@ class ResultSink(Protocol):
 class Metrics(Protocol):
     def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
 
+
+
+class ScheduleTrigger(Protocol):
+    """What fires the schedules (EventBridge Scheduler in AWS: ``backends.dynamodb.schedules``); the
+    operator API's schedules (``gateway.schedules``) and the registrar's (``registrar.schedules``)."""
+
+    def create(self, schedule: Schedule) -> None: ...
+
+    def set_paused(self, schedule: Schedule) -> None:
+        """Restate the schedule (its pause flag, and whatever else changed)."""
+
+    def delete(self, queue: str, name: str) -> None: ...

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field
 from sluice.core import schedules
 from sluice.core.base import Model
 from sluice.core.models import validate_public_queue
+from sluice.core.ports import ScheduleTrigger
 from sluice.core.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
@@ -96,14 +97,7 @@ class ScheduleStore(Protocol):
         """Forget the schedule, or ``ScheduleNotFound``."""
 
 
-class Trigger(Protocol):
-    """What fires the schedules (EventBridge Scheduler in AWS); optional locally."""
-
-    def create(self, schedule: schedules.Schedule) -> None: ...
-
-    def set_paused(self, schedule: schedules.Schedule) -> None: ...
-
-    def delete(self, queue: str, name: str) -> None: ...
+Trigger = ScheduleTrigger  # what fires the schedules (EventBridge Scheduler in AWS); optional locally
 
 
 # -- the use case --------------------------------------------------------------------------------
