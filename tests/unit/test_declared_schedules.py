@@ -250,3 +250,44 @@ def test_a_registrar_without_a_schedules_table_refuses_declared_schedules() -> N
         reg.apply({"RequestType": "Create", "ResourceProperties": {}})
     describer.answers[MEDIA] = {"queues": ["avatars"], "schemas": {}}  # none declared: routes as before
     assert reg.apply({"RequestType": "Create", "ResourceProperties": {}})[1]["Schedules"] == ""
+
+
+# -- Sluice's default worker (template.yaml's DefaultWorkerRoutes, answered by the worker itself) ---
+
+def default_event(kind: str, **props: Any) -> dict[str, Any]:
+    e = {"RequestType": kind, "ResponseURL": CFN_URL, "RequestId": "r1", "LogicalResourceId": "Routes",
+         "StackId": "arn:aws:cloudformation:us-east-1:1:stack/sluice/1",
+         "ResourceType": "Custom::SluiceRoutes",
+         "ResourceProperties": {"ServiceToken": "arn", "Owner": "sluice", **props}}
+    if kind != "Create":
+        e["PhysicalResourceId"] = "sluice-routes:sluice:sluice-worker"
+    return e
+
+
+def test_sluices_default_worker_registers_its_codes_schedules_with_its_routes() -> None:
+    from sluice.entry import routes_resource
+
+    table, trigger = FakeScheduleStore(), FakeTrigger()
+    sync = CodeSchedules(table, trigger, lambda: 7)
+    app = app_with(("nightly", "cron(0 3 * * ? *)", "avatars", {"size": 1}))
+    routes = FakeRouteStore()
+    right = worker.describe(app)["digest"]
+    body = routes_resource.respond(default_event("Create", Declarations=right), "sluice-worker", app, routes,
+                                   lambda url, data: None, sync)
+    assert body["Status"] == "SUCCESS", body
+    assert table.items["avatars", "nightly"] == Schedule("nightly", "cron(0 3 * * ? *)", "avatars",
+                                                         {"size": 1}, 7, owner="sluice")
+    wrong = routes_resource.respond(default_event("Update", Declarations="sha256-1"), "sluice-worker", app,
+                                    routes, lambda url, data: None, sync)
+    assert wrong["Status"] == "FAILED" and "Declarations is 'sha256-1'" in wrong["Reason"]
+    off_route = app_with(("x", "rate(1 day)", "elsewhere", None))
+    body = routes_resource.respond(default_event("Update"), "sluice-worker", off_route, routes,
+                                   lambda url, data: None, sync)
+    assert body["Status"] == "FAILED" and "routes queue 'elsewhere'" in body["Reason"]
+    body = routes_resource.respond(default_event("Delete"), "sluice-worker", app, routes,
+                                   lambda url, data: None, sync)
+    assert body["Data"]["SchedulesRemoved"] == "avatars/nightly" and table.items == {}
+    no_table = routes_resource.respond(default_event("Create"), "sluice-worker", app, FakeRouteStore(),
+                                       lambda url, data: None)
+    assert no_table["Status"] == "FAILED"
+    assert "Sluice's default worker does not register" in no_table["Reason"]

@@ -36,7 +36,7 @@ from sluice.backends.dynamodb.routes import RouteStore, register, unregister
 from sluice.core import declared as code
 from sluice.core.errors import InvalidInput, RegistrationRefused
 from sluice.core.routes import TEAM_RE, RouteTable, check_within_map, function_name, routes_for, team_patterns
-from sluice.registrar.schedules import CodeSchedules
+from sluice.registrar.schedules import CodeSchedules, plan_declared
 
 FAILED_PREFIX = "sluice-registrar-failed:"  # the physical id of a Create that wrote nothing
 _VERSION_RE = re.compile(r"^[0-9]{1,10}$")
@@ -98,7 +98,7 @@ class Registrar:
         check_digest(props, code.digest([str(q) for q in queues], schemas, declared))
         wanted = routes_for(self.function, self.team, [str(q) for q in queues], schemas, patterns(props))
         check_within_map(wanted, self.team, self.allowed)
-        changes = self.plan_schedules(declared, RouteTable(wanted))
+        changes = plan_declared(self.schedules, self.team, self.allowed, declared, RouteTable(wanted))
         stale = register(self.store, None, wanted, owner=self.team, function=self.function)
         if self.schedules is not None:
             self.schedules.apply(changes)
@@ -106,17 +106,6 @@ class Registrar:
                                   "Typed": ",".join(sorted(q for r in wanted for q in r.schemas)),
                                   "Removed": ",".join(r.pattern for r in stale), **changes.data(declared)}
 
-    def plan_schedules(self, declared: list[code.Declared], routes: RouteTable) -> code.SchedulePlan:
-        """The schedule changes this registration makes; RegistrationRefused (nothing written) for a
-        schedule on a queue outside the team's map or this registration's routes, a payload its
-        queue's schema refuses, or an operator's or another owner's schedule at its name."""
-        code.check_targets(declared, self.team, self.allowed, routes)
-        if self.schedules is None:
-            if declared:
-                raise RegistrationRefused("the worker declares schedules, but this registrar has no "
-                                          "schedules table (SLUICE_SCHEDULES_TABLE); nothing was written")
-            return code.SchedulePlan()
-        return self.schedules.plan(self.team, declared)
 
     def refuse_claims(self, props: Mapping[str, Any]) -> None:
         owner = props.get("Owner")

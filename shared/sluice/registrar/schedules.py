@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.core.declared import Declared, SchedulePlan, plan
-from sluice.core.errors import ScheduleNotFound
+from sluice.core.declared import Declared, SchedulePlan, check_targets, plan
+from sluice.core.errors import RegistrationRefused, ScheduleNotFound
 from sluice.core.ports import ScheduleTrigger
+from sluice.core.routes import RouteTable
 from sluice.core.schedules import Schedule
 
 log = logging.getLogger(__name__)
@@ -90,3 +91,18 @@ class CodeSchedules:
             self.store.delete(queue, name)
         except ScheduleNotFound:  # an operator deleted it meanwhile: what was asked
             log.info("schedule %s/%s was already gone", queue, name)
+
+
+def plan_declared(schedules: CodeSchedules | None, owner: str, allowed: Sequence[str] | None,
+                  declared: Sequence[Declared], routes: RouteTable) -> SchedulePlan:
+    """The schedule changes a registration makes (read only); RegistrationRefused, nothing written,
+    for a schedule on a queue outside the owner's map (``allowed``; None: Sluice's own worker, which
+    has no map) or this registration's ``routes``, a payload its queue's schema refuses, or an
+    operator's or another owner's schedule at its name."""
+    check_targets(declared, owner, allowed, routes)
+    if schedules is None:
+        if declared:
+            raise RegistrationRefused("the worker declares schedules, but this registration has no "
+                                      "schedules table (SLUICE_SCHEDULES_TABLE); nothing was written")
+        return SchedulePlan()
+    return schedules.plan(owner, declared)
