@@ -291,3 +291,23 @@ def test_sluices_default_worker_registers_its_codes_schedules_with_its_routes() 
                                        lambda url, data: None)
     assert no_table["Status"] == "FAILED"
     assert "Sluice's default worker does not register" in no_table["Reason"]
+
+
+def test_the_schedules_example_in_docs_worker_md_runs() -> None:
+    from pathlib import Path
+
+    from sluice.core.routes import routes_for
+
+    text = (Path(__file__).parents[2] / "docs" / "worker.md").read_text()
+    example = text.split("### Schedules in code", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    app = sluice.Worker()
+    exec(compile(example, "docs/worker.md", "exec"), {"app": app, "sluice": sluice, "BaseModel": BaseModel})
+    answer = worker.describe(app)
+    assert answer["queues"] == ["reports"]
+    assert answer["schedules"] == [
+        {"name": "heartbeat", "expression": "rate(5 minutes)", "queue": "reports",
+         "payload": {"kind": "ping"}},
+        {"name": "nightly-report", "expression": "cron(0 3 * * ? *)", "queue": "reports",
+         "payload": {"kind": "daily"}}]
+    routes = RouteTable(routes_for("st-worker-media", "media", answer["queues"], {}))
+    code.check_targets(code.from_answer(answer["schedules"]), "media", ("reports",), routes)

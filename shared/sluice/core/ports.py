@@ -284,3 +284,23 @@ class ScheduleTrigger(Protocol):
         """Restate the schedule (its pause flag, and whatever else changed)."""
 
     def delete(self, queue: str, name: str) -> None: ...
+
+
+class ScheduleItems(Protocol):
+    """The schedules table's writes that ``create_fired`` needs (the gateway's and the registrar's stores)."""
+
+    def create(self, schedule: Schedule) -> None: ...
+
+    def delete(self, queue: str, name: str) -> None: ...
+
+
+def create_fired(store: ScheduleItems, trigger: ScheduleTrigger | None, schedule: Schedule) -> None:
+    """Store ``schedule``, then create what fires it; if that fails, the item is withdrawn: no item is
+    kept that nothing fires (the operator API's create and a registration's)."""
+    store.create(schedule)
+    if trigger is not None:
+        try:
+            trigger.create(schedule)
+        except Exception:
+            store.delete(schedule.queue, schedule.name)
+            raise

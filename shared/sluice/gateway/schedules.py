@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field
 from sluice.core import schedules
 from sluice.core.base import Model
 from sluice.core.models import validate_public_queue
-from sluice.core.ports import ScheduleTrigger
+from sluice.core.ports import ScheduleTrigger, create_fired
 from sluice.core.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
@@ -137,13 +137,7 @@ class Schedules:
         # Checked as its firings will be: Sluice's own enqueue, a plain caller's limits.
         self.api.pipeline.check(schedule.queue, EnqueueRequest(payload=schedule.payload),
                                 self.api.anonymous(), then=WROTE_NOTHING)
-        self.store.create(schedule)
-        if self.trigger is not None:
-            try:
-                self.trigger.create(schedule)
-            except Exception:  # keep no item that nothing fires
-                self.store.delete(schedule.queue, schedule.name)
-                raise
+        create_fired(self.store, self.trigger, schedule)
         return self.view(schedule)
 
     def get(self, queue: str, name: str) -> ScheduleView:

@@ -8,7 +8,7 @@ reads only; the caller checks everything, routes included, before it applies any
 
 Applying is not one transaction (Scheduler is another service): deletions first, then updates,
 then creations, each item written before its Scheduler schedule and a creation's item withdrawn if
-its Scheduler schedule fails (as ``gateway.schedules.Schedules.create`` does). A registration that
+its Scheduler schedule fails (``ports.create_fired``, as the operator API's create). A registration that
 fails part way answers FAILED; CloudFormation's rollback then registers the previous code's
 schedules, and any registration converges on its code's.
 """
@@ -22,7 +22,7 @@ from typing import Protocol
 
 from sluice.core.declared import Declared, SchedulePlan, check_targets, plan
 from sluice.core.errors import RegistrationRefused, ScheduleNotFound
-from sluice.core.ports import ScheduleTrigger
+from sluice.core.ports import ScheduleTrigger, create_fired
 from sluice.core.routes import RouteTable
 from sluice.core.schedules import Schedule
 
@@ -70,13 +70,7 @@ class CodeSchedules:
             if self.trigger is not None:
                 self.trigger.set_paused(s)  # an update restates the whole Scheduler schedule
         for s in changes.create:
-            self.store.create(s)
-            if self.trigger is not None:
-                try:
-                    self.trigger.create(s)
-                except Exception:  # keep no item that nothing fires
-                    self.store.delete(s.queue, s.name)
-                    raise
+            create_fired(self.store, self.trigger, s)
 
     def remove_all(self, owner: str) -> SchedulePlan:
         """Delete every schedule ``owner``'s code declared (the stack's Delete)."""
