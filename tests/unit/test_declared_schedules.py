@@ -311,3 +311,17 @@ def test_the_schedules_example_in_docs_worker_md_runs() -> None:
          "payload": {"kind": "daily"}}]
     routes = RouteTable(routes_for("st-worker-media", "media", answer["queues"], {}))
     code.check_targets(code.from_answer(answer["schedules"]), "media", ("reports",), routes)
+
+
+def test_sluice_routes_digest_prints_the_digest_a_deploy_passes() -> None:
+    from click.testing import CliRunner
+
+    from sluice_dev.cli import main
+    from sluice_dev.examples_team import app as words
+
+    out = CliRunner().invoke(main, ["routes", "digest", "sluice_dev.examples_team"])
+    assert out.exit_code == 0, out.output
+    assert out.output.strip() == worker.describe(words)["digest"]
+    assert [d.name for d in words.declared_schedules()] == ["new-year"]
+    shown = CliRunner().invoke(main, ["routes", "digest", "--json", "sluice_dev.examples_team"])
+    assert json.loads(shown.output)["schedules"][0]["payload"] == {"text": "happy new year", "i": None}

@@ -52,10 +52,9 @@ def apply(event: Mapping[str, Any], function: str, app: Worker, store: RouteStor
     """The routes change one request asks for, and the schedules ``app`` declares (issue 31);
     returns (physical id, data). Raises on refusal, before any write."""
     from sluice.backends.dynamodb.routes import register, unregister
-    from sluice.core.declared import SchedulePlan
+    from sluice.core.declared import SchedulePlan, digest
     from sluice.core.errors import InvalidInput, RegistrationRefused
     from sluice.core.routes import RouteTable, app_schemas, routes_for
-    from sluice.entry.worker import describe
     from sluice.registrar.register import check_digest
     from sluice.registrar.schedules import plan_declared
 
@@ -78,7 +77,7 @@ def apply(event: Mapping[str, Any], function: str, app: Worker, store: RouteStor
     declared = app.declared_schedules()
     if declared and schedules is None:
         raise RegistrationRefused(DEFAULT_WORKER_SCHEDULES)
-    check_digest(props, describe(app)["digest"])
+    check_digest(props, digest(app.handlers, app_schemas(app), declared))
     wanted = routes_for(function, owner, app.handlers, app_schemas(app), [str(p) for p in patterns])
     changes = plan_declared(schedules, owner, None, declared, RouteTable(wanted))
     stale = register(store, None, wanted, owner=owner, function=function)
