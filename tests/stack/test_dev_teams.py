@@ -301,6 +301,7 @@ def test_the_teams_code_schedules_are_registered_updated_and_removed_by_its_regi
     with urllib.request.urlopen(req, timeout=30) as r:
         listed = {s["name"]: s for s in json.loads(r.read())["schedules"]}
     assert listed["new-year"]["next_firing_ms"] % 86_400_000 == 0  # a midnight (UTC): next 1 January
+    assert listed["new-year"]["declared_by"] == "words"
 
     # As a previous deploy's code left it: new-year with another expression, and one since removed.
     store.replace(Schedule("new-year", "rate(1 day)", "word-count", {"text": "x"}, 1, owner="words"))

@@ -70,6 +70,9 @@ class ScheduleView(Model):
     paused: bool
     created_at_ms: int
     next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
+    declared_by: str = Field("", description="The team whose handlers' code declares it (app.schedule), "
+                                             "whose deploys update and remove it; empty for one created "
+                                             "through this API.")
 
 
 class ScheduleList(Model):
@@ -122,7 +125,8 @@ class Schedules:
         upcoming = None if schedule.paused else schedule.next_after(self.api.clock())
         return ScheduleView(name=schedule.name, expression=schedule.expression, queue=schedule.queue,
                             payload=schedule.payload, paused=schedule.paused,
-                            created_at_ms=schedule.start_ms, next_firing_ms=upcoming)
+                            created_at_ms=schedule.start_ms, next_firing_ms=upcoming,
+                            declared_by=schedule.owner)
 
     def _queue(self, queue: str, then: str = "") -> str:
         """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted;
