@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sluice.core.config import Settings
-from sluice.core.errors import ConfigError
+from sluice.core.errors import ConfigError, RegistrationRefused
 from sluice.core.models import is_reserved_queue
 from sluice_dev.local import access as iam
 from sluice_dev.local import deployed, redis_users, servers
@@ -389,6 +389,10 @@ class DevStack:
 
         store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
         app = load_app(self.default_module)
+        if app.declared_schedules():  # as the default worker's DefaultWorkerRoutes refuses them
+            from sluice.entry.routes_resource import DEFAULT_WORKER_SCHEDULES
+
+            raise RegistrationRefused(f"{self.default_module}: {DEFAULT_WORKER_SCHEDULES}")
         wanted = routes_for(WORKER_FUNCTION, "sluice", app.handlers, app_schemas(app))
         register(store, functions, wanted, owner="sluice", function=WORKER_FUNCTION)
         lines = [f"{r.pattern} -> {WORKER_FUNCTION}{' (typed)' if r.schemas else ''}" for r in wanted]
