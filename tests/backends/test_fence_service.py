@@ -302,3 +302,36 @@ def test_per_resource_fences_each_resource_of_a_job_apart(redis_url: str) -> Non
     assert decide(per_job, 1, "charge") == 409  # a stale holder is refused on every resource
     assert decide(per_res, 1, "charge") == 200  # ... unless the service fences resources apart
     assert decide(per_res, 1, "email") == 409
+
+
+def test_the_examples_in_docs_worker_md_run(redis_url: str) -> None:
+    """docs/worker.md, "Fencing for services": the service's example behind a real HTTP server, and
+    the handler's, run by a worker (fakes for the queue and the store) that calls it."""
+    from pathlib import Path
+
+    import sluice
+    from sluice_dev.fakes import FakeQueue, kit
+
+    text = (Path(__file__).parents[2] / "docs" / "worker.md").read_text()
+    section = text.split("## Fencing for services", 1)[1].split("\n## ", 1)[0]
+    handler_src, service_src = [block.split("```", 1)[0] for block in section.split("```python\n")[1:3]]
+    service_ns: dict[str, Any] = {"REDIS_URL": redis_url}
+    exec(compile(service_src, "docs/worker.md", "exec"), service_ns)
+    server = make_server("127.0.0.1", 0, service_ns["app"], server_class=_Threaded, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        k = kit(FakeQueue())
+        handler_ns: dict[str, Any] = {"app": k.app, "sluice": sluice, "BILLING_URL":
+                                      f"http://127.0.0.1:{server.server_port}/charges"}
+        exec(compile(handler_src, "docs/worker.md", "exec"), handler_ns)
+        k.queue.add("charge", "ch-ok", {"amount": 5})
+        assert dict(k.worker().drain(["charge"], 1).outcomes) == {"succeeded": 1}
+        assert k.store.get_job("ch-ok").result == {"charge": "ch_1"}
+        RedisFenceStore(redis.Redis.from_url(redis_url)).advance("billing:ch-stale", 9)  # a newer holder
+        k.queue.add("charge", "ch-stale", {"amount": 5})
+        assert dict(k.worker().drain(["charge"], 1).outcomes) == {"lease_lost": 1}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -26,7 +26,8 @@ def test_demo_200_jobs_exits_0_with_a_consistent_summary(tmp_path: Path) -> None
     s = json.loads(result.stdout.strip().splitlines()[-1])
     plan = workload.plan(200, 1, "http://sink")
     for key in ("accepted", "succeeded", "dead", "duplicates_suppressed", "retries", "leases_lost",
-                "fenced_writes_rejected", "fenced_calls_rejected", "stale_writes_accepted", "latency_ms", "jobs_per_s"):
+                "fenced_writes_rejected", "fenced_calls_rejected", "stale_writes_accepted", "latency_ms",
+                "jobs_per_s"):
         assert key in s, key
     assert s["accepted"] == 200
     assert s["succeeded"] + s["dead"] == s["accepted"]
