@@ -335,3 +335,33 @@ def test_the_examples_in_docs_worker_md_run(redis_url: str) -> None:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def test_racing_holders_through_the_wsgi_fence_only_older_tokens_are_refused(
+        service: tuple[str, list[Admitted]], redis_url: str) -> None:
+    """Six threads call as holders 1..60 of one job at once, over HTTP through the middleware: every
+    call the fence refused had a newer token already recorded, every call it let through reached the
+    app, and the record ends at the newest token sent."""
+    url, seen = service
+    tokens = list(range(1, 61))
+    random.Random(3).shuffle(tokens)
+    refused: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def holder(mine: list[int]) -> None:
+        for t in mine:
+            try:
+                FencedHttp("job-race", t, EventBus()).request("POST", url, json={"t": t})
+            except StaleToken as exc:
+                with lock:
+                    refused.append((t, int(exc.current or 0)))
+
+    threads = [threading.Thread(target=holder, args=(tokens[i::6],)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert refused and all(current > t for t, current in refused)
+    admitted = sorted(s.claim.token for s in seen if s.claim is not None)
+    assert sorted(admitted + [t for t, _ in refused]) == list(range(1, 61)) and 60 in admitted
+    assert redis.Redis.from_url(redis_url).get(PREFIX + "billing:job-race") == b"60"
