@@ -146,7 +146,7 @@ def test_ctx_http_sends_the_attempts_headers_and_raises_stale_token_on_the_fence
                      headers={"X-Trace": "t"}).status == 201
     method, url, kw = pool.sent[0]
     assert (method, url, kw["body"], kw["redirect"], kw["retries"]) == (
-        "POST", "https://svc.example/x", '{"a":1}', False, False)
+        "POST", "https://svc.example/x", b'{"a":1}', False, False)
     assert kw["headers"] == {"X-Trace": "t", "Content-Type": "application/json", "Sluice-Job-Id": "job-1",
                              "Sluice-Fencing-Token": "4", "Sluice-Fence-Resource": "charge",
                              "Idempotency-Key": "job-1:charge"}

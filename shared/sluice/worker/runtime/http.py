@@ -73,6 +73,8 @@ class FencedHttp:
         if json is not None:
             body = jsonlib.dumps(json, separators=(",", ":"))
             sent.setdefault("Content-Type", "application/json")
+        if isinstance(body, str):
+            body = body.encode("utf-8")  # as urllib3 2 does; urllib3 1.26 would send latin-1
         if not 0 < timeout <= 900:
             raise InvalidInput(f"timeout must be in (0, 900] seconds, got {timeout!r}")
         operation = f"http {method} {parts.hostname}"
