@@ -52,8 +52,11 @@ class JobQueue(Protocol):
         """True if newly added, False if a job with that id already existed."""
         ...
 
-    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
-        """``lease_ms`` None leases each job for its own ``lease_ms``."""
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str,
+              policy_attempts: int | None = None) -> list[LeasedJob]:
+        """``lease_ms`` None leases each job for its own ``lease_ms``. ``policy_attempts``: the
+        queue's handler's retry policy's ``max_attempts`` (0: none), which the queue keeps to end a
+        lapsed lease's job as ``policy.attempts_allowed`` says; None tells nothing."""
         ...
     def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
         """Raises LeaseLost unless ``lease_token`` still holds the lease."""

@@ -381,7 +381,8 @@ class Worker:
                 continue
             leased_at = self._clock()
             try:
-                jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
+                jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id,
+                                           None if spec is None else spec.policy_attempts)
             except SluiceError as exc:
                 self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
                 summary.error = f"lease {name}: {exc}"
