@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: test lint typecheck unit tiers bench demo chaos build dev clean openapi
+.PHONY: test lint typecheck unit tiers bench demo chaos build dev clean openapi cost
 
 # The test tiers (tests/unit/conftest.py says what keeps unit fast). `make test` runs the unit tier
 # first (beside the linters), then the server tiers side by side; each prints its wall time
@@ -68,6 +68,11 @@ chaos: $(STAMP)
 # (sluice_dev/openapi.py); tests/tooling/test_openapi_file.py fails while it is stale.
 openapi: $(STAMP)
 	$(BIN)/python -m sluice_dev.openapi openapi.json
+
+# docs/cost.md's generated tables, from the cost model (shared/sluice_dev/cost: prices.toml, the profiles,
+# the model); tests/unit/test_cost_doc.py fails while the doc and the model disagree.
+cost: $(STAMP)
+	$(BIN)/python -m sluice_dev.cost docs/cost.md
 
 build: $(STAMP)
 	PYENV_VERSION=3.12.1:3.11.7 PATH=$(CURDIR)/$(BIN):$$PATH sam build --template template.yaml

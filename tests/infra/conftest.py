@@ -14,7 +14,7 @@ import pytest
 
 from tests.ordering import longest_first
 
-LONGEST_FIRST = ("test_artifacts_e2e", "test_build", "test_lint")
+LONGEST_FIRST = ("test_artifacts_e2e", "test_build", "test_lint", "test_lint_egress")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

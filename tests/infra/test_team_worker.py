@@ -57,8 +57,10 @@ def test_async_invocations_are_never_retried_and_fail_to_the_teams_dlq() -> None
 
 
 def test_it_runs_in_sluices_vpc_logs_to_a_retained_group_and_uses_the_layer() -> None:
-    assert _imports(FN["VpcConfig"]) == ["${SluiceStackName}-FunctionSecurityGroupId",
-                                         "${SluiceStackName}-PrivateSubnetIds"]
+    # At its defaults (Egress=none); with Egress=internet: tests/infra/test_template_egress.py.
+    defaults = cfn.conditions(TEAM, cfn.parameters(TEAM))
+    assert _imports(cfn.resolve(FN["VpcConfig"], defaults)) == ["${SluiceStackName}-FunctionSecurityGroupId",
+                                                                "${SluiceStackName}-PrivateSubnetIds"]
     assert FN["LoggingConfig"]["LogGroup"] == {"Ref": "TeamWorkerLogGroup"}
     assert RES["TeamWorkerLogGroup"]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     assert FN["Layers"] == [{"Ref": "SluiceLayerArn"}]

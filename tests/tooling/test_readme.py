@@ -75,8 +75,20 @@ def test_the_idle_cost_it_states_is_the_one_docs_cost_md_computes() -> None:
 
 
 def test_a_default_deploy_has_no_nat_gateway_as_the_readme_says() -> None:
+    """Every NAT gateway or internet gateway in any template is created only when HandlerEgress asks for
+    one (issue 33): at every template's defaults, none is."""
+    from tests.infra import cfn
+
+    seen = 0
     for path in (ROOT / "template.yaml", *sorted((ROOT / "infra").glob("*.yaml"))):
-        assert "AWS::EC2::NatGateway" not in path.read_text(encoding="utf-8"), path
+        doc = cfn.load(path)
+        conds = cfn.conditions(doc, cfn.parameters(doc))
+        for name, r in doc.get("Resources", {}).items():
+            if r["Type"] in ("AWS::EC2::NatGateway", "AWS::EC2::InternetGateway"):
+                seen += 1
+                assert "Condition" in r and not conds[r["Condition"]], f"{path.name}: {name}"
+    assert seen >= 4  # infra/network.yaml's: an internet gateway and a NAT gateway per AZ
+    assert "`HandlerEgress=none`" in TEXT
 
 
 def test_the_two_setup_commands_of_a_fresh_machine_are_there() -> None:
@@ -177,7 +189,7 @@ def test_the_template_parameters_and_outputs_it_names_exist() -> None:
         return set(re.findall(r"^  (\w+):", template[start:end.start() if end else None], re.M))
 
     parameters, outputs = section("Parameters"), section("Outputs")
-    for name in ("WorkerHandlersModule", "DeployerPrincipalArns", "VpcId"):
+    for name in ("WorkerHandlersModule", "DeployerPrincipalArns", "VpcId", "HandlerEgress"):
         assert name in TEXT and name in parameters, name
     for name in ("ApiUrl", "RedisEndpoint", "JobsTableName", "DashboardUrl", "AlarmTopicArn"):
         assert name in TEXT and name in outputs, name

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sluice.worker.runtime.options import WorkerOptions
+from sluice_dev.cli import egress
 from sluice_dev.cli.output import emit, fail, json_mode
 
 if TYPE_CHECKING:
@@ -182,10 +183,15 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
     warnings = deployment_warnings(deploy.parameters) + _budget_warnings(deploy.parameters, len(rows))
+    # Issue 33: handlers that import an HTTP client, in a deploy that gives them no way out.
+    clients = egress.http_client_imports(handlers_module)
+    no_way_out = egress.warning(deploy.parameters, clients)
+    warnings += [no_way_out] if no_way_out else []
     if json_mode():
         emit({"function": logical_id, "template": str(deploy.path), "config_env": config_env,
               "timeout_s": cfg.timeout_s, "margin_s": options.margin_ms / 1000,
-              "queues": [asdict(r) for r in rows], "warnings": warnings}, "")
+              "queues": [asdict(r) for r in rows], "warnings": warnings,
+              "egress": egress.has_egress(deploy.parameters), "http_clients": [str(f) for f in clients]}, "")
     else:
         _print(logical_id, f"{deploy.path}{' at ' + config_env if config_env else ''}", cfg.timeout_s,
                options.margin_ms / 1000, rows)

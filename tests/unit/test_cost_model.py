@@ -1,0 +1,205 @@
+"""The cost model (issue 33, item 3): its lines against figures computed by hand here, not by the model.
+
+Each expected value below is written out from prices.toml's figures and docs/cost.md's assumptions,
+so a wrong price, a wrong formula or a line that moved from fixed to variable fails one of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from sluice.core.errors import ConfigError, InvalidInput
+from sluice_dev.cost import prices as price_book
+from sluice_dev.cost.model import Bill, Workload, estimate, self_hosted
+from sluice_dev.cost.profiles import PROFILES, STANDARD, profile
+
+BOOK = price_book.load()
+
+
+def month(jobs: float, **kw: Any) -> tuple[Bill, Bill]:
+    e = estimate(Workload(jobs, **kw), STANDARD, BOOK)
+    return e.sluice, e.sqs
+
+
+def test_the_fixed_lines_of_the_standard_profile() -> None:
+    sluice, _ = month(1e6)
+    assert sluice.line("MSK Serverless cluster").monthly == pytest.approx(0.75 * 730)  # 547.50
+    assert sluice.line("MSK partitions").monthly == pytest.approx(17.52)  # (8 + 8) × 0.0015 × 730
+    assert sluice.line("ElastiCache").monthly == pytest.approx(37.376)  # 2 × 0.0256 × 730
+    assert sluice.line("Interface endpoints").monthly == pytest.approx(109.50)  # 5 × 3 × 0.01 × 730
+    # 0.5 GB × 85 s × 43,800 runs = 1,861,500 GB-s × 0.0000133334 = 24.8201241, + 43,800 × $0.20 / M
+    assert sluice.line("Relay Lambda").monthly == pytest.approx(24.8288841)
+    # 43,800 × 0.5 s × 1 GB = 21,900 GB-s = 0.29200146, + 0.00876
+    assert sluice.line("Safety net (worker)").monthly == pytest.approx(0.30076146)
+    assert sluice.fixed == pytest.approx(749.92564556)
+    assert all(line.fixed for line in sluice.lines[:10]) and not any(line.fixed for line in sluice.lines[10:])
+
+
+def test_the_variable_lines_per_million_jobs() -> None:
+    sluice, _ = month(1e6)
+    expected = {
+        "API Gateway (enqueue)": 3.50,
+        "Gateway Lambda compute": 0.266668,  # 0.5 GB × 0.04 s × 10⁶ × 0.0000133334
+        "Gateway Lambda requests": 0.20,
+        "DynamoDB writes": 3.125,  # 5 WRU × 0.625
+        "DynamoDB reads": 0.125,
+        "MSK data in": 0.15,  # 1.5 GB × 0.10
+        "MSK data out": 0.075,
+        "MSK storage": 0.07,  # 1.5 GB × 14/30 × 0.10: the 14-day retention, not 7
+        "Worker Lambda compute": 0.200001,
+        "Worker Lambda requests": 0.02,
+        "CloudWatch Logs": 0.50,
+        "API access logs": 0.35,
+        "DynamoDB storage": 0.175,  # 1.5 GB × 14/30 × 0.25
+        "DynamoDB PITR": 0.14,
+    }
+    assert {line.name: line.monthly for line in sluice.lines if not line.fixed} == pytest.approx(expected)
+    assert sluice.variable == pytest.approx(8.896669)
+
+
+def test_api_gateway_is_billed_through_its_monthly_tiers() -> None:
+    sluice, sqs = month(1e9)
+    # 333 M × $3.50 + 667 M × $2.80
+    assert sluice.line("API Gateway (enqueue)").monthly == pytest.approx(3033.1)
+    assert sqs.line("API Gateway (enqueue)").monthly == pytest.approx(3033.1)  # the same front door
+    sluice, _ = month(2e9)
+    assert sluice.line("API Gateway (enqueue)").monthly == pytest.approx(3033.1 + 1000 * 2.38)
+
+
+def test_sqs_and_lambda_for_the_same_work() -> None:
+    _, sqs = month(1e6)
+    assert sqs.fixed == pytest.approx(0.2628)  # 5 pollers × 2,628,000 s / 20 s = 657,000 × $0.40 / M
+    # 3.50 + 0.48 + 0.133334 + 0.02 + 0.625 + 1.25 + 0.50 + 0.35 + 0.035
+    assert sqs.variable == pytest.approx(6.893334)
+    _, unkeyed = month(1e6, keyed=False)
+    assert unkeyed.variable == pytest.approx(6.893334 - 1.25)  # no dedupe table
+
+
+def test_the_ratio_at_100_million_jobs() -> None:
+    e = estimate(Workload(100e6), STANDARD, BOOK)
+    assert e.sluice.monthly == pytest.approx(749.92564556 + 889.6669)
+    assert e.sqs.monthly == pytest.approx(0.2628 + 689.3334)
+    assert e.ratio == pytest.approx(1639.59254556 / 689.5962)
+    assert e.sluice.per_million == pytest.approx(16.3959254556)
+
+
+def test_handler_seconds_cost_the_same_on_both_sides() -> None:
+    sluice, sqs = month(100e6, handler_seconds=0.2)
+    # 1 GB × 0.2 s × 10⁸ × 0.0000133334
+    assert sluice.line("Handler run time").monthly == pytest.approx(266.668)
+    assert sqs.line("Handler run time").monthly == pytest.approx(266.668)
+
+
+def test_without_an_idempotency_key_three_writes() -> None:
+    sluice, _ = month(1e6, keyed=False)
+    assert sluice.line("DynamoDB writes").monthly == pytest.approx(1.875)
+
+
+@pytest.mark.parametrize(("egress", "fixed", "per_month_at_100m"),
+                         [("nat-single", 32.85, 45.0), ("nat-per-az", 98.55, 45.0)])
+def test_the_nat_choices(egress: str, fixed: float, per_month_at_100m: float) -> None:
+    idle, _ = month(0, egress=egress)
+    assert idle.line("NAT gateways (handler egress)").monthly == pytest.approx(fixed)  # n × 0.045 × 730
+    busy, sqs = month(100e6, egress=egress)
+    # 10 KB a job × 10⁸ = 1,000 GB × $0.045
+    assert busy.line("NAT data processed").monthly == pytest.approx(per_month_at_100m)
+    assert not [line for line in sqs.lines if "NAT" in line.name]
+    big, _ = month(100e6, egress=egress, egress_kb_per_job=50)
+    assert big.line("NAT data processed").monthly == pytest.approx(225.0)
+
+
+def test_no_egress_no_nat_line() -> None:
+    sluice, _ = month(100e6)
+    assert not [line for line in sluice.lines if "NAT" in line.name]
+
+
+def test_a_month_without_jobs_is_the_fixed_cost_and_has_no_price_per_million() -> None:
+    sluice, sqs = month(0)
+    assert sluice.monthly == pytest.approx(749.92564556) and sluice.per_million is None
+    assert sqs.monthly == pytest.approx(0.2628)
+
+
+def test_an_existing_kafka_drops_every_msk_line() -> None:
+    e = estimate(Workload(1e6), replace(STANDARD, kafka="existing"), BOOK)
+    assert not [line for line in e.sluice.lines if line.name.startswith("MSK")]
+    assert e.sluice.fixed == pytest.approx(749.92564556 - 547.5 - 17.52)
+
+
+def test_self_hosting_from_ec2_prices() -> None:
+    bill = self_hosted(BOOK)
+    assert bill.line("Kafka brokers").monthly == pytest.approx(3 * 0.0816 * 730)  # 178.704
+    gateway = 2 * 0.0168 * 730 + 0.0225 * 730 + 0.008 * 730  # two t4g.small, an ALB, one LCU
+    assert bill.line("Enqueue gateway").monthly == pytest.approx(gateway)
+    assert bill.monthly == pytest.approx(669.033)
+
+
+@pytest.mark.parametrize("bad", [{"jobs_per_month": -1}, {"jobs_per_month": math.nan},
+                                 {"jobs_per_month": math.inf}, {"jobs_per_month": 1e13},
+                                 {"jobs_per_month": 1e6, "handler_seconds": -0.1},
+                                 {"jobs_per_month": 1e6, "handler_seconds": 901},
+                                 {"jobs_per_month": 1e6, "egress": "nat-everywhere"},
+                                 {"jobs_per_month": 1e6, "egress_kb_per_job": math.nan}])
+def test_hostile_workloads_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        Workload(**bad)
+
+
+def test_an_unknown_profile_names_the_known_ones() -> None:
+    assert profile("standard") is STANDARD and set(PROFILES) >= {"standard"}
+    with pytest.raises(InvalidInput, match="known profiles are standard"):
+        profile("enormous")
+
+
+# ------------------------------------------------------------------ the price book
+
+
+def test_every_price_names_its_source_and_the_date_it_was_read() -> None:
+    assert len(BOOK.prices) >= 30 and BOOK.hours_per_month == 730 and BOOK.region == "us-east-1"
+    for key, price in BOOK.prices.items():
+        assert price.source.startswith("https://aws.amazon.com/"), key
+        assert price.read.year >= 2026, key
+
+
+def _document(**changes: Any) -> dict[str, Any]:
+    raw = {"service": "S", "dimension": "d", "unit": "GB", "source": "https://aws.amazon.com/x/",
+           "read": "2026-12-06", "usd": 1.0}
+    raw.update(changes)
+    price = {k: v for k, v in raw.items() if v is not None}
+    return {"meta": {"hours_per_month": 730}, "prices": {"p": price}}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"source": None}, "has no source"), ({"read": None}, "has no read"),
+    ({"source": "somewhere"}, "not an https"), ({"read": "yesterday"}, "not a date"),
+    ({"usd": -1.0}, "non-negative"), ({"usd": math.nan}, "finite"),
+    ({"usd": None, "tiers": [{"millions": 1, "usd": 1.0}]}, "open tier"),
+    ({"tiers": [{"usd": 1.0}]}, "either usd or tiers"),
+])
+def test_a_price_without_its_source_or_with_a_bad_figure_is_refused(changes: dict[str, Any], message: str,
+                                                                    ) -> None:
+    with pytest.raises(ConfigError, match=message):
+        price_book.parse(_document(**changes))
+
+
+def test_a_changed_price_changes_its_lines() -> None:
+    raw = {key: _raw(price) for key, price in BOOK.prices.items()}
+    raw["msk_serverless_cluster_hour"]["usd"] = 0.5
+    book = price_book.parse({"meta": {"hours_per_month": 730}, "prices": raw})
+    e = estimate(Workload(1e6), STANDARD, book)
+    assert e.sluice.line("MSK Serverless cluster").monthly == pytest.approx(365.0)  # 0.5 × 730
+
+
+def _raw(price: price_book.Price, **changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {"service": price.service, "dimension": price.dimension, "unit": price.unit,
+                           "source": price.source, "read": price.read.isoformat()}
+    if price.usd is not None:
+        raw["usd"] = price.usd
+    else:
+        raw["tiers"] = [{"usd": t.usd} if t.millions is None else {"millions": t.millions, "usd": t.usd}
+                        for t in price.tiers]
+    raw.update(changes)
+    return raw
