@@ -203,3 +203,21 @@ def _raw(price: price_book.Price, **changes: Any) -> dict[str, Any]:
                         for t in price.tiers]
     raw.update(changes)
     return raw
+
+
+def test_a_profile_the_model_cannot_price_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="the model prices kafka"):
+        replace(STANDARD, kafka="msk-provisioned")  # issue 33, item 2 adds it with its lines
+    with pytest.raises(InvalidInput, match="the model prices kafka"):
+        replace(STANDARD, api="websocket")
+
+
+def test_the_front_door_is_the_profiles_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP API profile (item 2's small) pays HTTP API prices, and SQS + Lambda the same front door."""
+    from sluice_dev.cost import profiles
+
+    monkeypatch.setattr(profiles, "API_KINDS", ("rest", "http"))  # item 2 adds "http"; priced already
+    e = estimate(Workload(1e9), replace(STANDARD, name="http", api="http"), BOOK)
+    # 300 M × $1.00 + 700 M × $0.90
+    assert e.sluice.line("API Gateway (enqueue)").monthly == pytest.approx(930.0)
+    assert e.sqs.line("API Gateway (enqueue)").monthly == pytest.approx(930.0)

@@ -131,7 +131,7 @@ class Estimate:
 
 def estimate(workload: Workload, profile: Profile, prices: PriceBook) -> Estimate:
     return Estimate(profile.name, workload, sluice(workload, profile, prices),
-                    sqs_lambda(workload, prices, profile.worker_gb))
+                    sqs_lambda(workload, prices, profile.api, profile.worker_gb))
 
 
 def nat_gateways(egress: str, profile: Profile) -> int:
@@ -206,9 +206,10 @@ def _fixed(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
     return out
 
 
-def api_requests(jobs: float, prices: PriceBook, key: str = "api_rest_requests") -> Line:
-    """The front door: one API Gateway request per job, through the price's monthly tiers."""
-    price = prices[key]
+def api_requests(jobs: float, prices: PriceBook, api: str) -> Line:
+    """The front door: one API Gateway request per job (``api``: a profile's REST or HTTP API), through the
+    price's monthly tiers."""
+    price = prices[f"api_{api}_requests"]
     parts = price.split(jobs / 1e6)
     if len(parts) == 1:
         text = f"{count(jobs)} × {usd(parts[0][1])} / M"
@@ -226,7 +227,7 @@ def _variable(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
     key = "with" if workload.keyed else "without"
     gateway = f"{count(p.gateway_gb)} GB × {count(p.gateway_s)} s × {n} × {usd(gb_s)}"
     out = [
-        api_requests(jobs, prices),
+        api_requests(jobs, prices, p.api),
         variable("Gateway Lambda compute", gateway, p.gateway_gb * p.gateway_s * jobs * gb_s),
         variable("Gateway Lambda requests", f"{n} × {usd(request)} / M", jobs * request / 1e6),
         variable("DynamoDB writes", f"{count(writes)} WRU ({key} an Idempotency-Key) × {n} × {usd(wru)} / M",
@@ -303,7 +304,9 @@ def _logs(workload: Workload, prices: PriceBook) -> list[Line]:
 SQS = SqsShape()
 
 
-def sqs_lambda(workload: Workload, prices: PriceBook, worker_gb: float = 1.0, sqs: SqsShape = SQS) -> Bill:
+def sqs_lambda(workload: Workload, prices: PriceBook, api: str = "rest", worker_gb: float = 1.0,
+               sqs: SqsShape = SQS) -> Bill:
+    """SQS + Lambda for the same work behind the same front door (``api``, the profile's)."""
     jobs, shape = workload.jobs_per_month, workload.shape
     n = count(jobs)
     per_request, gb_s = prices.usd("sqs_requests"), prices.usd("lambda_gb_second")
@@ -316,7 +319,7 @@ def sqs_lambda(workload: Workload, prices: PriceBook, worker_gb: float = 1.0, sq
         fixed("Idle polling (event source mapping)", f"{sqs.pollers} long polls of {count(sqs.poll_s)} s "
               f"around the clock = {count(polls)} requests × {usd(per_request)} / M",
               polls * per_request / 1e6),
-        api_requests(jobs, prices),
+        api_requests(jobs, prices, api),
         variable("SQS requests", f"send 1 + receive 0.1 + delete 0.1 (batches of {sqs.batch}) = "
                  f"{count(sqs.requests_per_job)} × {n} × {usd(per_request)} / M",
                  sqs.requests_per_job * jobs * per_request / 1e6),

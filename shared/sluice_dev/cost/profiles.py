@@ -48,6 +48,11 @@ class Profile:
     wru_unkeyed: float = 3
     rru: float = 1  # the relay's relay_view read
 
+    def __post_init__(self) -> None:
+        if self.kafka not in KAFKA_KINDS or self.api not in API_KINDS:
+            raise InvalidInput(f"profile {self.name}: the model prices kafka {', '.join(KAFKA_KINDS)} and "
+                               f"api {', '.join(API_KINDS)}, not {self.kafka!r} and {self.api!r}")
+
 
 STANDARD = Profile("standard")
 
