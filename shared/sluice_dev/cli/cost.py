@@ -120,22 +120,24 @@ def as_json(e: Estimate) -> dict[str, Any]:
 
 @click.command("cost")
 @click.option("--jobs-per-month", required=True,
-              type=_Checked("jobs per month", MAX_JOBS_PER_MONTH, parse_count),
+              type=_Checked("jobs per month", MAX_JOBS_PER_MONTH, parse_count), metavar="JOBS",
               help="Jobs a month: 250k, 100M, 1B, or a plain number.")
 @click.option("--profile", "chosen", type=_Profile(), default="standard", show_default=True,
               help="The deploy profile priced (standard: the template's defaults).")
 @click.option("--handler-seconds", type=_Checked("handler seconds", MAX_HANDLER_SECONDS), default=0.0,
+              metavar="S",
               show_default=True, help="Your handler's own run time a job, at the worker's memory.")
 @click.option("--egress", type=click.Choice(EGRESS_CHOICES), default="none", show_default=True,
               help="The handlers' way out (template.yaml's HandlerEgress).")
 @click.option("--egress-kb", type=_Checked("egress KB per job", MAX_EGRESS_KB), default=DEFAULT_EGRESS_KB,
+              metavar="KB",
               show_default=True, help="KB a job sends and receives through the NAT gateway.")
 @click.option("--keyed/--unkeyed", default=True, show_default=True,
               help="Whether each enqueue sends an Idempotency-Key (sluice.Client's keyed=).")
 @click.option("--explain", is_flag=True, help="Print each line's arithmetic under it.")
 def cost(jobs_per_month: float, chosen: Profile, handler_seconds: float, egress: str, egress_kb: float,
          keyed: bool, explain: bool) -> None:
-    """What a month of JOBS costs on Sluice, line by line, and on SQS + Lambda for the same work.
+    """What a month of jobs costs on Sluice, line by line, and on SQS + Lambda for the same work.
 
     \b
       sluice cost --jobs-per-month 100M
