@@ -66,6 +66,9 @@ class FamilyRequest(Model):
     token: int = Field(ge=1)
     jobs: list[ChildRequest] = Field(default_factory=list)
     then: ThenRequest | None = None
+    # The parent's handler span (``JobContext.traceparent``): the children join its trace. Checked by
+    # the gateway (``sluice.core.traces.carried``), which ignores a malformed one: never refused.
+    traceparent: str | None = None
 
 
 class ReleaseRequest(Model):

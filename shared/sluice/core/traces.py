@@ -20,6 +20,8 @@ goes on and the gateway starts a fresh trace. Tracing must never cost a job.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
@@ -85,6 +87,9 @@ def from_headers(headers: object) -> str | None:
 # -- the ports: what the use cases ask of the tracing adapter ---------------------------------------
 
 
+Attribute = str | int | bool
+
+
 class OpenSpan(Protocol):
     """A span a use case started and must end: ``traceparent`` is its own context (what the records
     it writes carry), or what came in when nothing is recorded."""
@@ -92,9 +97,13 @@ class OpenSpan(Protocol):
     @property
     def traceparent(self) -> str | None: ...
 
-    def end(self, error: str = "", **attributes: str | int) -> None:
-        """End it; ``error``: why the call failed (the span's status); ``attributes``: ids, names and
-        counts only, never a payload."""
+    def set(self, **attributes: Attribute) -> None:
+        """Ids, names and counts only, never a payload (``sluice.backends.otel`` names them)."""
+        ...
+
+    def end(self, error: str = "") -> None:
+        """End it; ``error``: the failure's kind (an exception's class or code: never its message,
+        which may quote a payload), the span's status."""
         ...
 
 
@@ -118,7 +127,10 @@ class Untraced:
 
     traceparent: str | None = None
 
-    def end(self, error: str = "", **attributes: str | int) -> None:
+    def set(self, **attributes: Attribute) -> None:
+        return None
+
+    def end(self, error: str = "") -> None:
         return None
 
 
@@ -130,3 +142,16 @@ class NoSpans:
 
 
 NO_SPANS: Final = NoSpans()
+
+
+@contextmanager
+def span(spans: EnqueueSpans, kind: str, parent: str | None, queue: str) -> Iterator[OpenSpan]:
+    """``spans.start(...)``, ended when the block ends; an exception ends it with its class's name
+    (or its ``code``) as the error, never its message, and goes on."""
+    opened = spans.start(kind, parent, queue)
+    try:
+        yield opened
+    except BaseException as exc:
+        opened.end(error=str(getattr(exc, "code", "") or type(exc).__name__))
+        raise
+    opened.end()

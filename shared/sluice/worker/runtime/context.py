@@ -76,6 +76,15 @@ class JobContext:
     _family_gateway: FamilyGateway | None = None  # the gateway's family entry (sluice.core.families)
     _families: FamilyStore | Lazy[FamilyStore] | None = None  # the jobs table's families, for children()
     _clock: Callable[[], float] = time.monotonic  # the clock ``timeout_at`` is on
+    _trace: Callable[[], str | None] | None = None  # the handler span's traceparent (runtime.execute)
+
+    @property
+    def traceparent(self) -> str | None:
+        """Where this attempt is in its job's trace, as a W3C ``traceparent``: its handler span where
+        the worker traces (``Settings.traces``), else the context its job came with; None for an
+        untraced job. Send it to the services the handler calls (the ``traceparent`` header); the
+        children it starts carry it, so a family is one trace (docs/worker.md, Traces)."""
+        return None if self._trace is None else self._trace()
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -130,7 +139,8 @@ class JobContext:
                                     jobs=[ChildRequest.model_validate(_fields(j, ("queue", "payload", "key")))
                                           for j in jobs],
                                     then=None if then is None else ThenRequest.model_validate(
-                                        _fields(then, ("queue", "payload", "key"))))
+                                        _fields(then, ("queue", "payload", "key"))),
+                                    traceparent=self.traceparent)
         except ValidationError as exc:
             raise InvalidInput(f"invalid children ({describe_validation(exc)})") from None
         if len(request.jobs) > MAX_CHILDREN:  # the gateway refuses it too; say so before sending it
