@@ -5,6 +5,7 @@ a hostile traceparent never costs an enqueue, and no span carries a payload or a
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -187,3 +188,25 @@ def test_the_workers_spans_hang_from_the_lease_and_the_handler_hands_its_context
     assert seen[1] is None
     assert SECRET not in json.dumps(spans)
     assert observer.handler_traceparent("t1") is None  # nothing left open
+
+
+# -- the client: the caller's current span -------------------------------------------------------
+
+def test_the_client_sends_the_current_spans_traceparent_and_nothing_without_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry import trace
+
+    from tests.unit.test_client import ACCEPTED, FakeTransport, client, ok
+
+    _spans, provider = recorded()
+    t = FakeTransport(*[ok(ACCEPTED, 202)] * 4)
+    c, _ = client(t)
+    c.enqueue("emails", 1)  # no span is current
+    with provider.get_tracer("app").start_as_current_span("request") as current:
+        c.enqueue("emails", 2)
+        c.enqueue("emails", 3, traceparent=CALLER)  # given: it wins
+        monkeypatch.delitem(sys.modules, "opentelemetry.trace")  # a process that never imported the API
+        c.enqueue("emails", 5)
+    mine = f"00-{current.get_span_context().trace_id:032x}-{current.get_span_context().span_id:016x}-01"
+    assert [h.get("traceparent") for _, _, h, _ in t.sent] == [None, mine, CALLER, None]
+    assert trace.get_current_span() is trace.INVALID_SPAN
