@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
+DOCS_TRACE = "0af7651916cd43dd8448eb211c80319c"  # docs/api.md's example's
 SECRET = 7_777_777_777  # in the ledger payload (its amount) and its result: in no span
 GATEWAY, RELAY, WORKER, INTERNAL = (deployed.NAMES[n] for n in (
     "GatewayFunction", "RelayFunction", "WorkerFunction", "InternalFunction"))
@@ -65,6 +66,9 @@ def test_one_jobs_spans_form_one_trace_across_the_functions_and_its_children_joi
         status, hostile = http("POST", f"{gw}/v1/queues/echo/jobs", {"payload": "x"},
                                headers={"traceparent": "00-" + "Z" * 4000})
         assert status == 202, hostile  # ignored: a fresh trace, never a refusal
+        text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+        example = text.split("## traceparent:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+        exec(compile(example, "docs/api.md", "exec"), {"API": gw, "__name__": "docs_example"})
         until(f"{gw}/v1/jobs/{ledger['job_id']}", lambda v: v["status"] == "succeeded")
         parent = until(f"{gw}/v1/jobs/{fan['job_id']}", lambda v: v["status"] == "succeeded")
         then = parent["continuations"][0]
@@ -73,7 +77,8 @@ def test_one_jobs_spans_form_one_trace_across_the_functions_and_its_children_joi
         family = [*parent["children"], then]
         spans = spans_of(traces_file, lambda ss: {s["attributes"].get("sluice.job") for s in ss
                                                   if s["name"] == "sluice.lease"} >= {
-            ledger["job_id"], fan["job_id"], hostile["job_id"], *family})
+            ledger["job_id"], fan["job_id"], hostile["job_id"], *family} and any(
+            s["trace_id"] == DOCS_TRACE and s["name"] == "sluice.lease" for s in ss))
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -112,6 +117,12 @@ def test_one_jobs_spans_form_one_trace_across_the_functions_and_its_children_joi
     for member in family:
         assert one(spans, "sluice.lease", member)["parent_span_id"] == children["span_id"], member
         assert one(spans, "sluice.handler", member)["trace_id"] == "5" * 32
+
+    # docs/api.md's example: its given traceparent made a job of that trace, through to the worker.
+    docs = [s for s in spans if s["trace_id"] == DOCS_TRACE]
+    assert {s["service"] for s in docs} == {GATEWAY, RELAY, WORKER}
+    [enqueued] = [s for s in docs if s["name"] == "sluice.enqueue"]
+    assert enqueued["parent_span_id"] == "b7ad6b7169203331"
 
     # A hostile traceparent: a fresh trace rooted at the gateway, the job ran all the same.
     fresh = one(spans, "sluice.lease", hostile["job_id"])
