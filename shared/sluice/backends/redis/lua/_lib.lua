@@ -259,6 +259,16 @@ local function valid_trace(t)
     and string.sub(t, 36, 36) == '-' and string.sub(t, 53, 53) == '-'
 end
 
+-- A job's optional field (its group, its traceparent): '' is none; else it must pass `valid` and is
+-- kept in `map` (made on first use) under the job's offset `at`. Returns the map, and false if invalid.
+local function keep_optional(map, at, value, valid)
+  if value == '' then return map, true end
+  if type(value) ~= 'string' or not valid(value) then return map, false end
+  map = map or {}
+  map[at] = value
+  return map, true
+end
+
 local function keys_of_groups(prefix, turns, state)
   return {prefix = prefix, turns = turns, state = state}
 end
@@ -426,18 +436,11 @@ local function enqueue_jobs(prefix, ready, delayed, seqkey, used, G)
     local i = 6 * r - 4
     local bad = check_job(ARGV, i, now)
     if bad then return bad end
-    local group = ARGV[i + 4]
-    if group ~= '' then
-      if not valid_group(group) then return invalid('group of ' .. ARGV[i]) end
-      groups = groups or {}
-      groups[i] = group
-    end
-    local trace = ARGV[i + 5]
-    if trace ~= '' then
-      if not valid_trace(trace) then return invalid('traceparent of ' .. ARGV[i]) end
-      traces = traces or {}
-      traces[i] = trace
-    end
+    local ok
+    groups, ok = keep_optional(groups, i, ARGV[i + 4], valid_group)
+    if not ok then return invalid('group of ' .. ARGV[i]) end
+    traces, ok = keep_optional(traces, i, ARGV[i + 5], valid_trace)
+    if not ok then return invalid('traceparent of ' .. ARGV[i]) end
     starts[r] = i
   end
 

@@ -96,18 +96,11 @@ for r = 0, k - 1 do
   if not int_in(R[i + 5], 0, MAX_TOKEN) then return invalid('redrive_gen') end
   local bad = check_job(R, i + 1, now)
   if bad then return bad end
-  local group = R[i + 6]
-  if group ~= '' then
-    if type(group) ~= 'string' or not valid_group(group) then return invalid('group of ' .. R[i + 1]) end
-    groups = groups or {}
-    groups[i + 1] = group
-  end
-  local trace = R[i + 7]
-  if trace ~= '' then
-    if type(trace) ~= 'string' or not valid_trace(trace) then return invalid('traceparent of ' .. R[i + 1]) end
-    traces = traces or {}
-    traces[i + 1] = trace
-  end
+  local kept
+  groups, kept = keep_optional(groups, i + 1, R[i + 6], valid_group)
+  if not kept then return invalid('group of ' .. R[i + 1]) end
+  traces, kept = keep_optional(traces, i + 1, R[i + 7], valid_trace)
+  if not kept then return invalid('traceparent of ' .. R[i + 1]) end
   if offset > max_offset then max_offset = offset end
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
