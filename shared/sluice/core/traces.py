@@ -70,18 +70,10 @@ def parse(value: object) -> TraceParent | None:
 
 
 def carried(value: object) -> str | None:
-    """The version-00 ``traceparent`` a job carries for ``value`` (a header), or None."""
+    """The version-00 ``traceparent`` a job carries for ``value`` (a header's value: a repeated header,
+    which the HTTP layer hands over as a list, is ignored, as anything else not a valid one), or None."""
     found = parse(value)
     return None if found is None else found.header()
-
-
-def from_headers(headers: object) -> str | None:
-    """The carried ``traceparent`` of a request's headers (a mapping; names are case-insensitive), or
-    None. Two different values (a repeated header) are ignored: neither is trusted."""
-    if not hasattr(headers, "items"):
-        return None
-    found = {carried(v) for k, v in headers.items() if isinstance(k, str) and k.lower() == HEADER}
-    return found.pop() if len(found) == 1 else None
 
 
 # -- the ports: what the use cases ask of the tracing adapter ---------------------------------------
