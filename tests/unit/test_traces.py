@@ -209,3 +209,13 @@ def test_the_client_sends_the_current_spans_traceparent_and_nothing_without_one(
     mine = f"00-{current.get_span_context().trace_id:032x}-{current.get_span_context().span_id:016x}-01"
     assert [h.get("traceparent") for _, _, h, _ in t.sent] == [None, mine, CALLER, None]
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_an_untraced_record_is_the_json_of_before_traces() -> None:
+    """A relay of before traces refuses a record with a field it does not know: an untraced record
+    has none (docs/deploy.md, Upgrading)."""
+    plain = JobSpec(job_id="j", queue="q", payload=1)
+    assert "traceparent" not in json.loads(plain.model_dump_json())
+    traced = plain.model_copy(update={"traceparent": CALLER})
+    assert json.loads(traced.model_dump_json())["traceparent"] == CALLER
+    assert JobSpec.model_validate_json(traced.model_dump_json()) == traced

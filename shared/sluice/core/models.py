@@ -214,8 +214,9 @@ class JobSpec(Model):
     # in-flight limit (QueueConfig.max_in_flight_per_group). None: the queue's default group.
     group: GroupName | None = None
     # Its trace (sluice.core.traces): the gateway's enqueue span, or the caller's span it came with.
-    # Sealed when present; None: untraced (every record before traces, and the seal of before).
-    traceparent: TraceParentText | None = None
+    # Sealed when present; None: untraced (every record before traces, and the seal of before), and
+    # left out of the JSON, so an untraced record is the bytes a relay of before traces reads.
+    traceparent: TraceParentText | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("payload")
     @classmethod
