@@ -211,11 +211,15 @@ def test_the_client_sends_the_current_spans_traceparent_and_nothing_without_one(
     assert trace.get_current_span() is trace.INVALID_SPAN
 
 
-def test_an_untraced_record_is_the_json_of_before_traces() -> None:
-    """A relay of before traces refuses a record with a field it does not know: an untraced record
-    has none (docs/deploy.md, Upgrading)."""
+def test_an_untraced_record_and_childrens_request_are_the_json_of_before_traces() -> None:
+    """A relay (an internal function) of before traces refuses a record (a request) with a field it
+    does not know: an untraced one has none (docs/deploy.md, Upgrading)."""
     plain = JobSpec(job_id="j", queue="q", payload=1)
     assert "traceparent" not in json.loads(plain.model_dump_json())
     traced = plain.model_copy(update={"traceparent": CALLER})
     assert json.loads(traced.model_dump_json())["traceparent"] == CALLER
     assert JobSpec.model_validate_json(traced.model_dump_json()) == traced
+    from sluice.core.families import FamilyRequest
+
+    request = FamilyRequest(parent_id="01M969M1N5Q3NS1QAM2TBVQP5H.q.819KQJS996DTKGN37", token=1)
+    assert "traceparent" not in request.model_dump(mode="json")  # what a worker sends the internal function
