@@ -223,3 +223,23 @@ def test_an_untraced_record_and_childrens_request_are_the_json_of_before_traces(
 
     request = FamilyRequest(parent_id="01M969M1N5Q3NS1QAM2TBVQP5H.q.819KQJS996DTKGN37", token=1)
     assert "traceparent" not in request.model_dump(mode="json")  # what a worker sends the internal function
+
+
+@pytest.mark.parametrize("given", ["junk" * 200, CALLER])
+def test_a_childrens_request_takes_any_traceparent_a_valid_one_parents_the_span(given: str) -> None:
+    """The full path (the children's records carry the span) is on the local stack
+    (tests/stack/test_traces_stack.py); the fake store keeps no families, so this one ends refused."""
+    from sluice.core import ids
+    from sluice.core.errors import SluiceError
+    from sluice.core.families import ChildRequest, FamilyRequest
+    from tests.unit.test_gateway_fakes import KEY
+
+    rig, spans = traced_rig()
+    request = FamilyRequest(parent_id=ids.mint(rig.now_ms, "emails", KEY), token=1, traceparent=given,
+                            jobs=[ChildRequest(queue="kids", key="a", payload={"p": SECRET})])
+    with pytest.raises(SluiceError):
+        rig.api.enqueue_children(request)
+    [span] = spans
+    assert span["name"] == "sluice.enqueue_children" and span["status"] == "ERROR"
+    assert span["parent_span_id"] == (None if given != CALLER else "00f067aa0ba902b7")
+    assert SECRET not in json.dumps(spans)
