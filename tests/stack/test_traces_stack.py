@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sluice.backends.otel.spans import ATTRIBUTES, SPAN_NAMES
 from sluice_dev.local import deployed
 from sluice_dev.local.traces import read
 from tests.stack.test_dev import SLUICE, http, wait_for
@@ -132,7 +133,5 @@ def test_one_jobs_spans_form_one_trace_across_the_functions_and_its_children_joi
     # Ids, names, counts and outcomes: the ledger's amount (its payload, its result) is in none.
     assert not [s for s in spans if str(SECRET) in json.dumps(s)]
     assert str(SECRET) not in traces_file.read_text()
-    assert {k for s in spans for k in s["attributes"]} <= {
-        "messaging.system", "sluice.queue", "sluice.job", "sluice.jobs", "sluice.parent", "sluice.partition",
-        "sluice.outcome", "sluice.attempt", "sluice.lease", "sluice.token", "sluice.write", "sluice.table",
-        "sluice.schedule", "sluice.abandoned"}
+    assert {k for s in spans for k in s["attributes"]} <= ATTRIBUTES
+    assert {s["name"] for s in spans} <= SPAN_NAMES

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sluice.backends.otel.spans import OtelEnqueueSpans, TraceObserver
+from sluice.backends.otel.spans import ATTRIBUTES, SPAN_NAMES, OtelEnqueueSpans, TraceObserver
 from sluice.core import seal, traces
 from sluice.core.bus import EventBus
 from sluice.core.models import JobSpec
@@ -186,6 +186,7 @@ def test_the_workers_spans_hang_from_the_lease_and_the_handler_hands_its_context
     assert seen[0] == f"00-{TRACE}-{by['sluice.handler']['span_id']}-01"  # ctx.traceparent: the handler span
     assert seen[1] is None
     assert SECRET not in json.dumps(spans)
+    assert {k for s in spans for k in s["attributes"]} <= ATTRIBUTES and set(by) <= SPAN_NAMES
     assert observer.handler_traceparent("t1") is None  # nothing left open
 
 

@@ -40,6 +40,15 @@ from sluice.core.version import __version__
 TRACER: Final = "sluice"
 MAX_OPEN: Final = 10_000  # open lease (and handler) spans kept per process
 SYSTEM: Final = {"messaging.system": "sluice"}
+# The spans' names and every attribute they may carry (docs/worker.md, "Traces"): telemetry names, not
+# code, which the docs may give as they are (tests/unit/test_doc_names.py); ids, names, counts and
+# outcomes only, never a payload (tests/stack/test_traces_stack.py holds the spans to this list).
+SPAN_NAMES: Final = frozenset(f"sluice.{name}" for name in (
+    "enqueue", "enqueue_batch", "enqueue_children", "fire", "push", "lease", "grant", "handler",
+    "fenced_write"))
+ATTRIBUTES: Final = frozenset({"messaging.system", *(f"sluice.{name}" for name in (
+    "queue", "job", "jobs", "parent", "schedule", "partition", "outcome", "attempt", "lease", "token",
+    "write", "table", "abandoned"))})
 # The lease span's outcome by the Redis call that ended it (FailReported says retry, dead or cancelled)
 _REDIS_ENDINGS: Final[dict[type[ev.Event], str]] = {ev.Acked: "acked", ev.Released: "released"}
 
