@@ -42,9 +42,10 @@ WORKER_PATH_S = 20.0
 TIMEOUT_S = 900.0
 
 
-def send(url: str, n: int, clients: int, batch: int = 1) -> tuple[dict[str, float], list[str]]:
-    """``n`` echo jobs from ``clients`` threads, ``batch`` per request; each job's 202 time (wall
-    clock) by job id."""
+def send(url: str, n: int, clients: int, batch: int = 1,
+         queue: str = "echo") -> tuple[dict[str, float], list[str]]:
+    """``n`` requests of ``batch`` jobs to ``queue`` (echo: payload {"i"...}; any other queue: an
+    integer payload) from ``clients`` threads; each job's 202 time (wall clock) by job id."""
     from sluice.client import Client
 
     accepted: dict[str, float] = {}
@@ -57,9 +58,10 @@ def send(url: str, n: int, clients: int, batch: int = 1) -> tuple[dict[str, floa
         for i in counter:  # shared: each index once across the threads
             try:
                 if batch == 1:
-                    jobs = [c.enqueue("echo", {"i": i}, keyed=False).job_id]
+                    jobs = [c.enqueue(queue, {"i": i} if queue == "echo" else i, keyed=False).job_id]
                 else:
-                    reply = c.enqueue_batch("echo", [{"payload": {"i": i, "k": k}} for k in range(batch)],
+                    reply = c.enqueue_batch(queue, [{"payload": {"i": i, "k": k} if queue == "echo"
+                                                     else i * batch + k} for k in range(batch)],
                                             keyed=False)
                     jobs = [j.job_id for j in reply.jobs]
             except Exception as exc:  # counted, not fatal: the figure says how many got through

@@ -41,6 +41,7 @@ Prints {"bench": "engine_cost", "server": {redis_version, mem_allocator, executa
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import statistics
 import sys
@@ -58,6 +59,7 @@ PUSH_BATCH = 500
 BATCH = 50  # a worker's lease and ack batch
 WORKERS = 4  # batches leased and not yet acked at once: up to 200 leases in flight
 LOST = 5  # leases a round that lapse (their holders died)
+POLICY = 5  # the retry policy's max_attempts the workers tell with each lease (where the engine takes it)
 EXTEND_EVERY, FAIL_EVERY, DEAD_EVERY = 10, 100, 1_000
 LEASE_MS, MIN_LEASE_MS = 30_000, 10
 MAINTENANCE_EVERY = 5  # rounds (RelayConfig.maintenance_s / one second)
@@ -90,6 +92,10 @@ class Workload:
         queue_cls, self.spec = engine()
         self.q = queue_cls.from_url(url)
         self.queue = queue
+        # A worker tells lease.lua its handler's retry policy (issue 31); an engine before that cannot
+        # be told. POLICY is the jobs' own max_attempts, so the workload's endings stay the same.
+        told = "policy_attempts" in inspect.signature(self.q.lease).parameters
+        self.told: dict[str, int] = {"policy_attempts": POLICY} if told else {}
         self.pushed = self.handled = self.fails = 0
         self.batches: list[list[Any]] = []  # leased, not acked yet: oldest first
         self.failing: list[Any] = []
@@ -124,10 +130,10 @@ class Workload:
         return RATE
 
     def do_lost(self) -> int:  # never acked: lapses, and the next lease call reclaims it
-        return len(self.q.lease(self.queue, LOST, MIN_LEASE_MS))
+        return len(self.q.lease(self.queue, LOST, MIN_LEASE_MS, **self.told))
 
     def do_lease(self) -> int:
-        got = self.q.lease(self.queue, BATCH, LEASE_MS)
+        got = self.q.lease(self.queue, BATCH, LEASE_MS, **self.told)
         if got:
             self.batches.append(got)
         return len(got)

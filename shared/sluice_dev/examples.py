@@ -16,7 +16,11 @@ Each queue shows one thing a real handler does:
   also checks the job's token), ``{"account": "a1", "amount": 5}``; ``"sleep": s`` first
   works ``s`` seconds without looking at its lease, as a careless handler would. It
   writes to one table only, named by the deployment (``SLUICE_EXAMPLES_LEDGER_TABLE``,
-  default ``sluice-examples``), never by the payload.
+  default ``sluice-examples``), never by the payload. ``"notice": true`` first tells a
+  service of the entry through ``ctx.http`` (best effort: a refusal is logged), a service
+  running the fence middleware whose URL the deployment gives (``SLUICE_EXAMPLES_SERVICE_URL``;
+  the local stack's ``sluice_dev.local.service``): the demo's frozen worker sees both its
+  notice and its write refused.
 
 These handlers are a demonstration: the deployed worker loads ``sluice.worker.no_handlers`` unless
 ``WorkerHandlersModule`` says otherwise (issue 19); ``sluice dev`` and the demo load this
@@ -55,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sluice import Fail, Job, JobContext, LeaseLost, Retry, Worker
 from sluice.backends.dynamodb.fenced import fencing_headers
-from sluice.core.errors import InvalidInput
+from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.families import MAX_CHILDREN
 from sluice.core.models import dump_json
 
@@ -63,6 +67,7 @@ app = Worker()
 
 LEDGER_TABLE = "sluice-examples"
 SINK_URL_ENV = "SLUICE_EXAMPLES_SINK_URL"
+SERVICE_URL_ENV = "SLUICE_EXAMPLES_SERVICE_URL"
 NOTIFY_HOSTS_ENV = "SLUICE_EXAMPLES_NOTIFY_HOSTS"
 LEDGER_TABLE_ENV = "SLUICE_EXAMPLES_LEDGER_TABLE"
 MAX_ROUNDS = 200_000
@@ -175,6 +180,20 @@ def notify(job: Job, ctx: JobContext) -> dict[str, Any]:
 # -- ledger (FencedTable) -------------------------------------------------------------------------------
 
 
+def _notice(ctx: JobContext, account: str, amount: int) -> None:
+    """Tell the ledger's service of the entry, best effort, as handlers often notify: a failure is
+    logged and the entry is written anyway. The service's fence refuses a stale holder's notice
+    (StaleToken) as the fenced table refuses its write: the demo's frozen worker shows both."""
+    url = os.environ.get(SERVICE_URL_ENV)
+    if not url:
+        raise Fail(f"a notice needs the service's URL ({SERVICE_URL_ENV})")
+    try:
+        ctx.http.request("POST", url.rstrip("/") + "/ledger", json={"account": account, "amount": amount},
+                         resource="ledger-notice", timeout=10)
+    except SluiceError as exc:
+        ctx.logger.warning("ledger notice not sent: %s", exc)
+
+
 @app.handler("ledger")
 def ledger(job: Job, ctx: JobContext) -> dict[str, Any]:
     p = _obj(job)
@@ -191,6 +210,8 @@ def ledger(job: Job, ctx: JobContext) -> dict[str, Any]:
     if "table" in p and p["table"] != name:
         raise Fail(f"ledger writes only to its configured table ({LEDGER_TABLE_ENV}), "
                    "not to one named in the payload")
+    if p.get("notice") is True:
+        _notice(ctx, account, amount)
     table = ctx.fenced_table(name)
     # Keyed by job: a redelivered job overwrites its own entry, never adds a second one.
     table.put_item({"pk": f"{account}#{job.job_id}", "account": account, "amount": amount,

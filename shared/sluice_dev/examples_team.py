@@ -3,7 +3,8 @@
 They run in their own worker function (``sluice-worker-words``), with its own containers, and
 their queue is routed to it (docs/teams.md). ``word-count`` is a typed queue (``model=Text``):
 its JSON Schema is published with its route, so the gateway refuses a payload that does not
-match (400 ``PAYLOAD_INVALID``) and the handler gets a validated ``Text``.
+match (400 ``PAYLOAD_INVALID``) and the handler gets a validated ``Text``. ``new-year`` is a schedule
+declared in code (``app.schedule``), on the team's own queue.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class Text(BaseModel):
 def word_count(text: Text, ctx: JobContext) -> dict[str, Any]:
     # The function that ran it, as Lambda named it (worker ids are "<function>:<request id>").
     return {"words": len(text.text.split()), "i": text.i, "function": ctx.worker_id.split(":")[0]}
+
+
+# A schedule in code (issue 31), registered with the routes by the team's registrar at deploy (and
+# at `sluice dev --worker words=...`): once a year, so it never fires during a test or the demo.
+app.schedule("new-year", "cron(0 0 1 1 ? *)", queue="word-count", payload=Text(text="happy new year"))
 
 
 @app.handler("word-batch")

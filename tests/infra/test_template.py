@@ -783,7 +783,9 @@ def test_layer_pins_satisfy_the_package_dependencies() -> None:
 
     from packaging.requirements import Requirement
 
-    project = tomllib.loads((cfn.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    found = tomllib.loads((cfn.ROOT / "pyproject.toml").read_text())["project"]
+    # The client's dependencies and the Lambda runtime's extra (issue 31): the layer runs both.
+    project = [*found["dependencies"], *found["optional-dependencies"]["lambda"]]
     pins = {}
     for line in Path(cfn.ROOT / "shared/requirements.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):

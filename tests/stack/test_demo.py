@@ -26,7 +26,8 @@ def test_demo_200_jobs_exits_0_with_a_consistent_summary(tmp_path: Path) -> None
     s = json.loads(result.stdout.strip().splitlines()[-1])
     plan = workload.plan(200, 1, "http://sink")
     for key in ("accepted", "succeeded", "dead", "duplicates_suppressed", "retries", "leases_lost",
-                "fenced_writes_rejected", "stale_writes_accepted", "latency_ms", "jobs_per_s"):
+                "fenced_writes_rejected", "fenced_calls_rejected", "stale_writes_accepted", "latency_ms",
+                "jobs_per_s"):
         assert key in s, key
     assert s["accepted"] == 200
     assert s["succeeded"] + s["dead"] == s["accepted"]
@@ -39,6 +40,9 @@ def test_demo_200_jobs_exits_0_with_a_consistent_summary(tmp_path: Path) -> None
     assert s["stale_writes_accepted"] == 0
     # the frozen worker's takeover and its refused write happen on every run (issue 13, bug 7)
     assert s["fenced_writes_rejected"] >= 1 and s["leases_lost"] >= 1
+    # ... and its late call to the ledger's service, refused by the service's fence (issue 31, item 7)
+    assert s["fenced_calls_rejected"] >= 1
+    assert "calls refused by a service's fence" in result.stdout + result.stderr
     lat = s["latency_ms"]
     assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
     assert s["jobs_per_s"] > 0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sluice.core.errors import RouteConflict
+from sluice.core.errors import RegistrationRefused, RouteConflict
 from sluice_dev.cli import main
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.stack.gateway_http import http
@@ -263,3 +263,66 @@ def test_sluice_dev_fires_a_stored_schedule_into_the_firings_function_once_per_f
         time.sleep(0.2)
     assert deliveries() == 2  # both reached the firings function, one job ran (attempts 1)
     assert dev.schedules.tick(now_ms=created["created_at_ms"] + 60_500) == []
+
+
+def test_a_default_worker_declaring_schedules_stops_the_stack_from_starting(tmp_path: Path) -> None:
+    """Issue 31: the default worker cannot register its code's schedules (in AWS it holds no Scheduler
+    rights), so, as its deploy would fail, the local stack refuses to start, saying what to do."""
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+                              handlers="tests.stack.scheduled_handlers"))
+    with pytest.raises(RegistrationRefused, match="deploy these handlers as a team's worker"):
+        dev.start()
+    assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
+
+
+def test_the_teams_code_schedules_are_registered_updated_and_removed_by_its_registrar(
+        stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """Issue 31, item 5: ``app.schedule`` in sluice_dev.examples_team is registered by the words team's
+    registrar function at start, as CloudFormation's Create does; an Update brings the table back to
+    the code (a changed schedule restored, one the code no longer declares removed, an operator's
+    left alone), a wrong Declarations digest is refused, and the stack's Delete removes the team's.
+    Last in the module: it deletes the team's routes, then registers them again."""
+    import boto3
+
+    from sluice.backends.dynamodb.schedules import DynamoScheduleStore
+    from sluice.core.schedules import Schedule
+    from sluice.entry.worker import describe, load_app
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
+
+    dev, endpoints = stack
+    assert dev.settings is not None
+    db = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=dev.settings.aws_endpoint_url)
+    store = DynamoScheduleStore(db, dev.function("OperatorFunction").env["SLUICE_SCHEDULES_TABLE"])
+    declared = store.get("word-count", "new-year")
+    assert (declared.expression, declared.payload, declared.owner, declared.paused) == (
+        "cron(0 0 1 1 ? *)", {"text": "happy new year", "i": None}, "words", False)
+    req = urllib.request.Request(f"{endpoints['gateway_url']}/v1/admin/queues/word-count/schedules",
+                                 headers={LOCAL_CALLER_HEADER: LOCAL_OPERATOR})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        listed = {s["name"]: s for s in json.loads(r.read())["schedules"]}
+    assert listed["new-year"]["next_firing_ms"] % 86_400_000 == 0  # a midnight (UTC): next 1 January
+    assert listed["new-year"]["declared_by"] == "words"
+
+    # As a previous deploy's code left it: new-year with another expression, and one since removed.
+    store.replace(Schedule("new-year", "rate(1 day)", "word-count", {"text": "x"}, 1, owner="words"))
+    store.create(Schedule("old", "rate(1 day)", "word-count", {"text": "old"}, 1, owner="words"))
+    store.create(Schedule("ops", "rate(1 day)", "word-count", {"text": "ops"}, 1))  # an operator's
+    digest = describe(load_app("sluice_dev.examples_team"))["digest"]
+    answer = dev.register_team("words", kind="Update", properties={"Declarations": digest})
+    assert answer["Data"]["Schedules"] == "word-count/new-year"
+    assert answer["Data"]["SchedulesRemoved"] == "word-count/old"
+    restored = store.get("word-count", "new-year")
+    assert (restored.expression, restored.payload) == ("cron(0 0 1 1 ? *)",
+                                                       {"text": "happy new year", "i": None})
+    assert store.find("word-count", "old") is None and store.get("word-count", "ops").owner == ""
+
+    wrong = dev.register_team("words", kind="Update", properties={"Declarations": "sha256-" + "0" * 32},
+                              check=False)
+    assert wrong["Status"] == "FAILED" and "routes digest" in wrong["Reason"], wrong
+
+    gone = dev.register_team("words", kind="Delete")
+    assert gone["Data"]["SchedulesRemoved"] == "word-count/new-year"
+    assert [s.name for s in store.all("word-count")] == ["ops"]
+    dev.register_team("words", kind="Create")  # the routes back, for whatever runs after
+    assert store.get("word-count", "new-year").owner == "words"
+    store.delete("word-count", "ops")

@@ -24,7 +24,7 @@ import boto3
 import pytest
 
 from sluice.backends.dynamodb.jobs import DynamoJobStore
-from sluice.core.errors import InvalidInput
+from sluice.core.errors import InvalidInput, RegistrationRefused
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.stack.test_dev_teams import http, started, wait_job
 
@@ -182,3 +182,17 @@ def test_a_route_written_around_the_registrar_is_never_dispatched(
         db.put_item(TableName=s.routes_table, Item=good)
     done = wait_job(gateway, accepted["job_id"])
     assert done["status"] == "succeeded" and done["result"]["function"] == WORDS_FN, done
+
+
+def test_a_teams_code_scheduling_onto_another_teams_queue_stops_its_registration(tmp_path: Path) -> None:
+    """Issue 31, item 5: evil's handlers module declares a schedule on word-count (team words'). Its
+    registrar function, asked by CloudFormation's Create at start, refuses it with the reason, before
+    any write: the stack does not start."""
+    dev = DevStack(DevOptions(
+        state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False, safety_net_every_s=600,
+        team_workers=(("words", "sluice_dev.examples_team"), ("evil", "tests.stack.hostile_schedules"))))
+    why = ("team evil's routes were refused: schedule word-count/drain-them targets queue 'word-count', "
+           "which the team map does not give team 'evil'")
+    with pytest.raises(RegistrationRefused, match=why):
+        dev.start()
+    assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()

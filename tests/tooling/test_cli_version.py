@@ -19,3 +19,13 @@ def test_version_imports_almost_nothing() -> None:
     assert version.startswith("sluice, version")
     loaded = [m for m in json.loads(modules) if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert not loaded, loaded
+
+
+def test_the_console_script_runs_the_cli_when_the_tooling_is_installed() -> None:
+    """``sluice`` is ``sluice_dev.launcher:main`` (issue 31, item 3): with the tooling it is the CLI."""
+    code = ("import sys\nsys.argv = ['sluice', '--version']\nfrom sluice_dev.launcher import main\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sluice, version")

@@ -55,7 +55,7 @@ def test_the_import_name_stays_sluice() -> None:
         tool = tomllib.load(f)["tool"]["setuptools"]
     assert tool["package-dir"] == {"": "shared"}
     assert (ROOT / "shared" / "sluice" / "__init__.py").is_file()
-    assert set(tool["package-data"]) == {"sluice", "sluice_dev"}
+    assert set(tool["package-data"]) == {"sluice", "sluice_dev", "sluice_fence"}  # fence.lua (issue 31)
 
 
 def test_no_install_command_names_the_old_distribution() -> None:

@@ -34,13 +34,37 @@ def test_a_takeover_without_a_refused_write_of_the_frozen_worker_is_a_failure(tm
     assert why is not None and "no write of it was refused" in why
 
 
-def test_the_frozen_workers_refused_write_is_the_story(tmp_path: Path) -> None:
+def test_the_frozen_workers_refused_call_and_refused_write_are_the_story(tmp_path: Path) -> None:
     events = [{"op": "grant", "job": "J", "pid": 7, "outcome": "ok", "token": 1},
               {"op": "grant", "job": "J", "pid": 8, "outcome": "ok", "token": 2},
+              {"op": "http", "job": "J", "pid": 8, "outcome": "ok", "token": 2, "status": 200},
+              {"op": "http", "job": "J", "pid": 7, "outcome": "rejected", "token": 1, "current": 2},
               {"op": "fenced", "job": "J", "pid": 7, "outcome": "rejected", "token": 1}]
     f = freezer(tmp_path, events)
     f.took_over, f.pid = True, 7
     assert f.failure(history.HistoryReport()) is None
+
+
+def test_a_refused_write_without_a_refused_call_to_the_service_is_a_failure(tmp_path: Path) -> None:
+    """Issue 31, item 7: the frozen worker's late HTTP call is refused by the service's fence, as its
+    write is; a run where the service let it through (or it never called) did not show it."""
+    events = [{"op": "grant", "job": "J", "pid": 7, "outcome": "ok", "token": 1},
+              {"op": "grant", "job": "J", "pid": 8, "outcome": "ok", "token": 2},
+              {"op": "http", "job": "J", "pid": 7, "outcome": "ok", "token": 1, "status": 200},
+              {"op": "fenced", "job": "J", "pid": 7, "outcome": "rejected", "token": 1}]
+    f = freezer(tmp_path, events)
+    f.took_over, f.pid = True, 7
+    why = f.failure(history.HistoryReport())
+    assert why is not None and "did not refuse its late call (['ok'])" in why
+
+
+def test_the_history_counts_calls_a_services_fence_refused_once_per_lost_attempt() -> None:
+    a = history.Analyser()
+    a.feed([{"op": "grant", "job": "J", "pid": 7, "outcome": "ok", "token": 1, "t0": 1.0, "t1": 1.1},
+            {"op": "http", "job": "J", "pid": 7, "outcome": "rejected", "token": 1, "current": 2},
+            {"op": "fenced", "job": "J", "pid": 7, "outcome": "rejected", "token": 1}])
+    r = a.finish()
+    assert (r.fenced_calls_rejected, r.fenced_writes_rejected, r.leases_lost) == (1, 1, 1)
 
 
 def test_the_plain_progress_line_counts_the_plans_jobs_and_the_families_apart() -> None:

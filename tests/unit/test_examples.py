@@ -105,6 +105,42 @@ def test_ledger_writes_one_entry_per_job_through_the_fenced_table() -> None:
                                               "job_id": "01JOB", "token": 4})]
 
 
+def test_ledger_tells_its_service_first_and_writes_even_when_the_services_fence_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notice (issue 31, item 7) goes through ctx.http; it is best effort, so a stale holder's
+    refused notice is logged and the write is tried all the same (the fenced table refuses it)."""
+    from sluice.core.errors import StaleToken
+
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+
+    class Http:
+        def request(self, method: str, url: str, **kw: Any) -> Any:
+            sent.append((method, url, kw))
+            if len(sent) > 1:
+                raise StaleToken(mine=4, current=5)
+            return None
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def warning(self, msg: str, *args: Any) -> None:
+            self.lines.append(msg % args)
+
+    ctx = Ctx(token=4)
+    ctx.http, ctx.logger = Http(), Log()  # type: ignore[attr-defined]
+    monkeypatch.setenv(ex.SERVICE_URL_ENV, "http://svc:1/service/")
+    payload = {"account": "a1", "amount": 5, "notice": True}
+    for _ in range(2):
+        ex.ledger(job("ledger", payload), ctx)  # type: ignore[arg-type]
+    assert [(m, u, kw["json"], kw["resource"]) for m, u, kw in sent] == [
+        ("POST", "http://svc:1/service/ledger", {"account": "a1", "amount": 5}, "ledger-notice")] * 2
+    assert len(ctx.tables) == 2 and "ledger notice not sent" in ctx.logger.lines[0]  # type: ignore[attr-defined]
+    monkeypatch.delenv(ex.SERVICE_URL_ENV)
+    with pytest.raises(Fail, match=ex.SERVICE_URL_ENV):
+        ex.ledger(job("ledger", payload), ctx)  # type: ignore[arg-type]
+
+
 def test_ledger_refuses_a_non_integer_amount() -> None:
     with pytest.raises(Fail):
         ex.ledger(job("ledger", {"amount": 1.5}), Ctx())  # type: ignore[arg-type]

@@ -111,3 +111,28 @@ def test_the_layer_rule_sees_the_old_api_imports(tmp_path: Path) -> None:
     found = [n for _, n in imports_of(bad, "sluice.gateway.api") if _within(n, "sluice.gateway.http")]
     assert found == ["sluice.gateway.http.models", "sluice.gateway.http.models.Accepted",
                      "sluice.gateway.http", "sluice.gateway.http.jsonguard"]
+
+
+# The services' fence middleware (issue 31, item 7): a package of its own, outside the layer, that a
+# service imports with no Sluice runtime and no tooling: of ``sluice`` it may use the pure core only.
+FENCE = ROOT / "shared" / "sluice_fence"
+FENCE_MAY_USE = ("sluice.core", "sluice_fence")
+
+
+def test_the_layer_never_imports_the_fence_and_the_build_leaves_it_out(tmp_path: Path) -> None:
+    found = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path, module in _production_files()
+             for line, name in imports_of(path, module) if _within(name, "sluice_fence")]
+    assert not found, "the layer imports the services' fence:\n" + "\n".join(found)
+    build = module_from_file(ROOT / "shared" / "build_layer.py", "build_layer")
+    build.copy_package(tmp_path)
+    assert not (tmp_path / "sluice_fence").exists()
+
+
+def test_the_fence_uses_only_the_core_of_the_layer_and_no_tooling() -> None:
+    files = [(p, _module_name(p)) for p in sorted(FENCE.rglob("*.py"))]
+    assert files
+    beyond = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path, module in files
+              for line, name in imports_of(path, module)
+              if (name.split(".")[0] in ("sluice", "sluice_dev", "sluice_fence", "boto3")
+                  and not any(_within(name, ok) for ok in FENCE_MAY_USE))]
+    assert not beyond, "the fence imports beyond the core:\n" + "\n".join(beyond)

@@ -191,3 +191,28 @@ def test_the_retry_policy_example_in_docs_worker_md_runs() -> None:
     assert k.store.get_job("declined").status == "failed"
     assert k.app.handlers["charge"].retry == RetryPolicy(8, (2, 300), (ConnectionError, TimeoutError),
                                                          (namespace["CardDeclined"],))
+
+
+@pytest.mark.parametrize(("sent", "policy_max", "lapses"), [
+    (None, 2, 2),  # up to 5 lapsed attempts before the worker told Redis its policy
+    (None, 8, 8),  # cut at 5 before
+    (50, 3, 3),
+    (None, None, 5),
+])
+def test_a_lapsed_lease_ends_the_job_by_the_policy_the_worker_told_its_queue(
+        sent: int | None, policy_max: int | None, lapses: int) -> None:
+    """The worker's lease tells the queue its handler's policy (lease.lua ARGV[4]; the fake keeps it
+    as lease.lua does), so leases that lapse (the worker died) end the job where failures would."""
+    clock = ManualClock()
+    k = kit(FakeQueue(clock))
+    k.app.register("q", lambda job, ctx: None,
+                   retry=None if policy_max is None else RetryPolicy(max_attempts=policy_max))
+    k.worker().drain(["q"], 1)  # an empty queue: the lease tells the policy all the same
+    assert k.queue.policies.get("q") == policy_max
+    k.queue.add("q", "j", max_attempts=MAX_ATTEMPTS_UNSET if sent is None else sent)
+    for n in range(1, lapses + 1):
+        [j] = k.queue.lease("q", 1, 1_000, "dying")  # a worker that dies holding it
+        assert j.attempt == n
+        clock.advance(2_000)
+        k.queue.reap("q", 100)
+    assert k.queue.job("q", "j").state == "dead"

@@ -279,7 +279,10 @@ def test_a_team_worker_describes_its_handlers_to_its_registrar() -> None:
     app.register("avatars", lambda job, ctx: None)
     app.schemas = lambda: {"avatars": SCHEMA}  # type: ignore[attr-defined]
     assert worker.DESCRIBE == DESCRIBE_EVENT
-    assert worker.describe(app) == {"queues": ["avatars"], "schemas": {"avatars": SCHEMA}}
+    answer = worker.describe(app)
+    assert {k: answer[k] for k in ("queues", "schemas", "schedules")} == {
+        "queues": ["avatars"], "schemas": {"avatars": SCHEMA}, "schedules": []}
+    assert answer["digest"].startswith("sha256-")  # issue 31: the registration's inputs, hashed
 
 
 def test_the_registrar_function_answers_custom_resources_only() -> None:

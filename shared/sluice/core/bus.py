@@ -199,6 +199,17 @@ class FencedWrite(TokenCall):
     current: int | None = None
 
 
+class FencedCall(TokenCall):
+    """A handler's HTTP call through ``ctx.http``, carrying its fencing token: ``outcome`` ok (any
+    answer but the fence's), rejected (a fence middleware refused the token: ``current`` is the
+    newer one), or error (no answer); ``status`` the HTTP status the handler got (0 otherwise)."""
+
+    method: str
+    host: str
+    status: int = 0
+    current: int | None = None
+
+
 class FailureRecorded(TokenCall):
     """A failure record in the jobs table (``status`` queued, failed, dead or cancelled)."""
 

@@ -21,6 +21,7 @@ from sluice.core.models import (
     SettleEntry,
     WriteOutcome,
 )
+from sluice.core.schedules import Schedule
 from sluice.core.throttle import CallerLimit, Verdict
 
 
@@ -51,8 +52,11 @@ class JobQueue(Protocol):
         """True if newly added, False if a job with that id already existed."""
         ...
 
-    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
-        """``lease_ms`` None leases each job for its own ``lease_ms``."""
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str,
+              policy_attempts: int | None = None) -> list[LeasedJob]:
+        """``lease_ms`` None leases each job for its own ``lease_ms``. ``policy_attempts``: the
+        queue's handler's retry policy's ``max_attempts`` (0: none), which the queue keeps to end a
+        lapsed lease's job as ``policy.attempts_allowed`` says; None tells nothing."""
         ...
     def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
         """Raises LeaseLost unless ``lease_token`` still holds the lease."""
@@ -271,3 +275,35 @@ class ResultSink(Protocol):
 class Metrics(Protocol):
     def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
 
+
+
+class ScheduleTrigger(Protocol):
+    """What fires the schedules (EventBridge Scheduler in AWS: ``backends.dynamodb.schedules``); the
+    operator API's schedules (``gateway.schedules``) and the registrar's (``registrar.schedules``)."""
+
+    def create(self, schedule: Schedule) -> None: ...
+
+    def set_paused(self, schedule: Schedule) -> None:
+        """Restate the schedule (its pause flag, and whatever else changed)."""
+
+    def delete(self, queue: str, name: str) -> None: ...
+
+
+class ScheduleItems(Protocol):
+    """The schedules table's writes that ``create_fired`` needs (the gateway's and the registrar's stores)."""
+
+    def create(self, schedule: Schedule) -> None: ...
+
+    def delete(self, queue: str, name: str) -> None: ...
+
+
+def create_fired(store: ScheduleItems, trigger: ScheduleTrigger | None, schedule: Schedule) -> None:
+    """Store ``schedule``, then create what fires it; if that fails, the item is withdrawn: no item is
+    kept that nothing fires (the operator API's create and a registration's)."""
+    store.create(schedule)
+    if trigger is not None:
+        try:
+            trigger.create(schedule)
+        except Exception:
+            store.delete(schedule.queue, schedule.name)
+            raise

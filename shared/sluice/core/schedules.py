@@ -221,6 +221,9 @@ class Schedule:
     payload: Any
     start_ms: int
     paused: bool = False
+    # Who declared it in code (a team, or ``sluice`` for Sluice's own worker: ``core.declared``), whose
+    # deploys update and remove it; "" for one created through the operator API, which no deploy touches.
+    owner: str = ""
 
     @classmethod
     def create(cls, name: object, expression: object, queue: object, payload: Any, now_ms: int) -> Schedule:

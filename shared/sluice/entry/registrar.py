@@ -1,7 +1,9 @@
 """A team's registrar function (``<stack>-registrar-<team>``, infra/team.yaml): the Lambda handler.
 
 ``Custom::SluiceRoutes`` requests from the team's stack (infra/worker.yaml's ``TeamRoutes``, whose
-``ServiceToken`` is this function) register or remove the team's routes (``sluice.registrar``).
+``ServiceToken`` is this function) register or remove the team's routes and the schedules its code
+declares (``sluice.registrar``; the schedules table and Scheduler when ``SLUICE_SCHEDULES_TABLE``
+and the firings function are configured).
 Who may invoke it is decided by its resource policy (the team's deploy roles only), not by the
 event; what it may register is decided by its configuration (``SLUICE_REGISTRAR_TEAM``,
 ``SLUICE_REGISTRAR_QUEUES``, ``SLUICE_STACK_NAME``), the team map's entry for its team.
@@ -33,7 +35,7 @@ def build(s: Settings) -> Registrar:
 
     return Registrar.of(s.stack_name, s.registrar_team, s.registrar_queues,
                         DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)),
-                        LambdaWorkerDescriber.from_settings(s))
+                        LambdaWorkerDescriber.from_settings(s), wiring.code_schedules(s))
 
 
 def respond(event: Mapping[str, Any], registrar: Registrar, send: Any,

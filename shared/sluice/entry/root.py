@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway
     from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.backends.dynamodb.schedules import SchedulerTrigger
     from sluice.backends.otel.spans import TraceObserver
     from sluice.backends.redis.connection import RedisConnection
     from sluice.core.families import FamilyStore
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from sluice.gateway.registry import Reservations
     from sluice.gateway.schedules import Schedules
     from sluice.gateway.throttle import Throttle
+    from sluice.registrar.schedules import CodeSchedules
     from sluice.relay.ports import ParkedCounter, ParkingLot, RelayEngine
     from sluice.streams.countdown import StreamCountdown
 
@@ -328,16 +330,35 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
         return None
 
     def build(api: Api) -> Schedules:
-        from sluice.backends.dynamodb.schedules import DynamoScheduleStore, SchedulerTrigger
+        from sluice.backends.dynamodb.schedules import DynamoScheduleStore
         from sluice.gateway.schedules import Schedules
 
-        trigger = None
-        if s.firings_function_arn and s.scheduler_role_arn:
-            trigger = SchedulerTrigger(boto_client("scheduler", s), s.firings_function_arn,
-                                       s.scheduler_role_arn, s.scheduler_group, s.firings_dead_letter_arn)
-        return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), trigger)
+        return Schedules(api, DynamoScheduleStore(dynamodb(s), s.schedules_table), schedule_trigger(s))
 
     return build
+
+
+def schedule_trigger(s: Settings) -> SchedulerTrigger | None:
+    """EventBridge Scheduler for the schedules; None without the firings function's ARN and the
+    Scheduler role (``sluice dev``, whose scheduler reads the table)."""
+    from sluice.backends.dynamodb.schedules import SchedulerTrigger
+
+    if not (s.firings_function_arn and s.scheduler_role_arn):
+        return None
+    return SchedulerTrigger(boto_client("scheduler", s), s.firings_function_arn, s.scheduler_role_arn,
+                            s.scheduler_group, s.firings_dead_letter_arn)
+
+
+def code_schedules(s: Settings) -> CodeSchedules | None:
+    """The schedules declared in code, as a registration writes them (issue 31); None without a
+    schedules table."""
+    if not s.schedules_table:
+        return None
+    from sluice.backends.dynamodb.schedules import DynamoScheduleStore
+    from sluice.core.clock import wall_ms
+    from sluice.registrar.schedules import CodeSchedules
+
+    return CodeSchedules(DynamoScheduleStore(dynamodb(s), s.schedules_table), schedule_trigger(s), wall_ms)
 
 
 def parking_lot(s: Settings | None = None) -> ParkingLot | None:

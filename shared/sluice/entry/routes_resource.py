@@ -12,7 +12,11 @@ routes can never name a function that does not exist. Create and Update replace 
 routes (``store.routes.register``); Delete removes them. Every check runs before any write.
 
 Properties: ``Owner`` (the team; default the function's name), ``Patterns`` (extra queue
-prefixes such as ``thumbs-*``, optional).
+prefixes such as ``thumbs-*``, optional), ``Declarations`` (the digest of the code's queues, schemas
+and schedules, so a change to them re-registers; optional, and refused if it is not the code's).
+
+The schedules the handlers module declares (``app.schedule``, issue 31) are registered with the
+routes, owned by ``Owner`` (``registrar.schedules``), as a team's registrar registers a team's.
 """
 
 from __future__ import annotations
@@ -25,22 +29,34 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sluice.backends.dynamodb.routes import RouteStore
     from sluice.core.config import Settings
+    from sluice.registrar.schedules import CodeSchedules
     from sluice.worker.registry import Worker
 
 log = logging.getLogger(__name__)
 Send = Callable[[str, bytes], None]
+# Sluice's default worker holds no Scheduler rights (the operator function alone does: docs/security.md),
+# so it cannot register the schedules its module declares; sluice dev refuses them the same way.
+DEFAULT_WORKER_SCHEDULES = (
+    "the handlers module declares schedules (app.schedule), which Sluice's default worker does not "
+    "register (it holds no Scheduler rights; the operator function alone does): deploy these handlers "
+    "as a team's worker (infra/worker.yaml), whose registrar registers them, or create them with "
+    "`sluice schedules create`; nothing was written")
 
 
 def is_custom_resource(event: object) -> bool:
     return isinstance(event, dict) and {"RequestType", "ResponseURL", "StackId"} <= event.keys()
 
 
-def apply(event: Mapping[str, Any], function: str, app: Worker,
-          store: RouteStore) -> tuple[str, dict[str, str]]:
-    """The routes change one request asks for; returns (physical id, data). Raises on refusal."""
+def apply(event: Mapping[str, Any], function: str, app: Worker, store: RouteStore,
+          schedules: CodeSchedules | None = None) -> tuple[str, dict[str, str]]:
+    """The routes change one request asks for, and the schedules ``app`` declares (issue 31);
+    returns (physical id, data). Raises on refusal, before any write."""
     from sluice.backends.dynamodb.routes import register, unregister
-    from sluice.core.errors import InvalidInput
-    from sluice.core.routes import app_schemas, routes_for
+    from sluice.core.declared import SchedulePlan, digest
+    from sluice.core.errors import InvalidInput, RegistrationRefused
+    from sluice.core.routes import RouteTable, app_schemas, routes_for
+    from sluice.registrar.register import check_digest
+    from sluice.registrar.schedules import plan_declared
 
     props = event.get("ResourceProperties") or {}
     owner = str(props.get("Owner") or function)
@@ -56,21 +72,29 @@ def apply(event: Mapping[str, Any], function: str, app: Worker,
         known = str(event.get("PhysicalResourceId") or physical)
         _prefix, old_owner, old_function = [*known.split(":", 2), "", ""][:3]
         gone = unregister(store, owner=old_owner or owner, function=old_function or function)
-        return known, {"Removed": ",".join(r.pattern for r in gone)}
+        dropped = SchedulePlan() if schedules is None else schedules.remove_all(old_owner or owner)
+        return known, {"Removed": ",".join(r.pattern for r in gone), **dropped.data(())}
+    declared = app.declared_schedules()
+    if declared and schedules is None:
+        raise RegistrationRefused(DEFAULT_WORKER_SCHEDULES)
+    check_digest(props, digest(app.handlers, app_schemas(app), declared))
     wanted = routes_for(function, owner, app.handlers, app_schemas(app), [str(p) for p in patterns])
+    changes = plan_declared(schedules, owner, None, declared, RouteTable(wanted))
     stale = register(store, None, wanted, owner=owner, function=function)
+    if schedules is not None:
+        schedules.apply(changes)
     return physical, {"Routes": ",".join(r.pattern for r in wanted),
                       "Typed": ",".join(sorted(q for r in wanted for q in r.schemas)),
-                      "Removed": ",".join(r.pattern for r in stale)}
+                      "Removed": ",".join(r.pattern for r in stale), **changes.data(declared)}
 
 
 def respond(event: Mapping[str, Any], function: str, app: Worker, store: RouteStore,
-            send: Send) -> dict[str, Any]:
+            send: Send, schedules: CodeSchedules | None = None) -> dict[str, Any]:
     """Run ``apply`` and tell CloudFormation (``send(url, body)``), whatever happened."""
     physical, status, reason = f"sluice-routes:{function}", "SUCCESS", ""
     data: dict[str, str] = {}
     try:
-        physical, data = apply(event, function, app, store)
+        physical, data = apply(event, function, app, store, schedules)
     except Exception as exc:  # a refusal or a backend error must still reach CloudFormation
         status, reason = "FAILED", f"{type(exc).__name__}: {exc}"
         log.error("routes %s for %s refused: %s", event.get("RequestType"), function, reason)
@@ -130,4 +154,5 @@ def handle(event: Mapping[str, Any], context: Any, app: Worker,
     if not s.routes_table:
         return respond(event, str(context.function_name), app, NoRoutesTable(), put)
     return respond(event, str(context.function_name), app,
-                   DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)), put)
+                   DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)), put,
+                   wiring.code_schedules(s))

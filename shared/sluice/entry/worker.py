@@ -103,11 +103,15 @@ DESCRIBE = {"sluice": "describe"}  # backends.aws.team_map.DESCRIBE_EVENT
 
 
 def describe(app: Worker) -> dict[str, Any]:
-    """This function's queues and typed queues' JSON Schemas, for its team's registrar (which checks
-    every one against the team map: the answer is the team's code's, so nothing in it is trusted)."""
+    """This function's queues, typed queues' JSON Schemas and declared schedules, for its team's
+    registrar (which checks every one against the team map: the answer is the team's code's, so
+    nothing in it is trusted), and their digest (``core.declared.digest``)."""
+    from sluice.core.declared import digest
     from sluice.core.routes import app_schemas
 
-    return {"queues": sorted(app.handlers), "schemas": app_schemas(app)}
+    queues, schemas, declared = sorted(app.handlers), app_schemas(app), app.declared_schedules()
+    return {"queues": queues, "schemas": schemas, "schedules": [d.as_dict() for d in declared],
+            "digest": digest(queues, schemas, declared)}
 
 
 def handle_dispatch(event: object, context: LambdaContextLike,

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field
 from sluice.core import schedules, traces
 from sluice.core.base import Model
 from sluice.core.models import validate_public_queue
+from sluice.core.ports import ScheduleTrigger, create_fired
 from sluice.core.wire import Accepted, EnqueueRequest
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class ScheduleView(Model):
     paused: bool
     created_at_ms: int
     next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
+    declared_by: str = Field("", description="The team whose handlers' code declares it (app.schedule), "
+                                             "whose deploys update and remove it; empty for one created "
+                                             "through this API.")
 
 
 class ScheduleList(Model):
@@ -99,14 +103,7 @@ class ScheduleStore(Protocol):
         """Forget the schedule, or ``ScheduleNotFound``."""
 
 
-class Trigger(Protocol):
-    """What fires the schedules (EventBridge Scheduler in AWS); optional locally."""
-
-    def create(self, schedule: schedules.Schedule) -> None: ...
-
-    def set_paused(self, schedule: schedules.Schedule) -> None: ...
-
-    def delete(self, queue: str, name: str) -> None: ...
+Trigger = ScheduleTrigger  # what fires the schedules (EventBridge Scheduler in AWS); optional locally
 
 
 # -- the use case --------------------------------------------------------------------------------
@@ -131,7 +128,8 @@ class Schedules:
         upcoming = None if schedule.paused else schedule.next_after(self.api.clock())
         return ScheduleView(name=schedule.name, expression=schedule.expression, queue=schedule.queue,
                             payload=schedule.payload, paused=schedule.paused,
-                            created_at_ms=schedule.start_ms, next_firing_ms=upcoming)
+                            created_at_ms=schedule.start_ms, next_firing_ms=upcoming,
+                            declared_by=schedule.owner)
 
     def _queue(self, queue: str, then: str = "") -> str:
         """The path's queue, as an enqueue checks it (400 malformed or reserved, 404 unrouted;
@@ -146,13 +144,7 @@ class Schedules:
         # Checked as its firings will be: Sluice's own enqueue, a plain caller's limits.
         self.api.pipeline.check(schedule.queue, EnqueueRequest(payload=schedule.payload),
                                 self.api.anonymous(), then=WROTE_NOTHING)
-        self.store.create(schedule)
-        if self.trigger is not None:
-            try:
-                self.trigger.create(schedule)
-            except Exception:  # keep no item that nothing fires
-                self.store.delete(schedule.queue, schedule.name)
-                raise
+        create_fired(self.store, self.trigger, schedule)
         return self.view(schedule)
 
     def get(self, queue: str, name: str) -> ScheduleView:

@@ -14,9 +14,14 @@ within the team's patterns (``routes.check_within_map``), and the usual checks f
 (``backends.dynamodb.routes.register``: no other owner's overlapping pattern, valid schemas). Every
 check runs before the one conditional transaction that writes: a refusal writes nothing.
 
-Schedules are not registered here: they are created through the operator API (docs/api.md),
-which no team worker can reach. A request that carries ``Schedules`` is refused, so a team does
-not believe it registered some.
+Schedules declared in the team's code (``app.schedule``, issue 31) come with the describe answer
+and are registered here too (``registrar.schedules``): only on queues within the team's map and
+routed by this registration, checked with the routes before anything is written; those the code
+no longer declares are deleted, and the stack's Delete removes them all. A request that carries
+``Schedules`` in its properties is refused: the code, not the request, declares them. The request's
+``Declarations``, when given, must be the digest of what the worker describes (``core.declared``):
+it is there so that CloudFormation runs the registration when the code's declarations change, and
+a digest of other code means the deploy passed the wrong one.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sluice.backends.dynamodb.routes import RouteStore, register, unregister
+from sluice.core import declared as code
 from sluice.core.errors import InvalidInput, RegistrationRefused
-from sluice.core.routes import TEAM_RE, check_within_map, function_name, routes_for, team_patterns
+from sluice.core.routes import TEAM_RE, RouteTable, check_within_map, function_name, routes_for, team_patterns
+from sluice.registrar.schedules import CodeSchedules, plan_declared
 
 FAILED_PREFIX = "sluice-registrar-failed:"  # the physical id of a Create that wrote nothing
 _VERSION_RE = re.compile(r"^[0-9]{1,10}$")
@@ -52,14 +59,16 @@ class Registrar:
     function: str  # <stack>-worker-<team>
     store: RouteStore
     describer: WorkerDescriber
+    schedules: CodeSchedules | None = None  # None: no schedules table, so no schedule may be declared
 
     @classmethod
     def of(cls, stack_name: str, team: str, queues: str | Sequence[str], store: RouteStore,
-           describer: WorkerDescriber) -> Registrar:
+           describer: WorkerDescriber, schedules: CodeSchedules | None = None) -> Registrar:
         if not stack_name or not TEAM_RE.fullmatch(team or ""):
             raise InvalidInput(f"a registrar needs its stack and team (SLUICE_STACK_NAME, "
                                f"SLUICE_REGISTRAR_TEAM); got {stack_name!r}, {team!r}")
-        return cls(team, team_patterns(queues), worker_function(stack_name, team), store, describer)
+        return cls(team, team_patterns(queues), worker_function(stack_name, team), store, describer,
+                   schedules)
 
     @property
     def physical_id(self) -> str:
@@ -73,7 +82,8 @@ class Registrar:
             if known.startswith(FAILED_PREFIX):  # its Create was refused: it wrote nothing
                 return known, {"Removed": ""}
             gone = unregister(self.store, owner=self.team, function=self.function)
-            return self.physical_id, {"Removed": ",".join(r.pattern for r in gone)}
+            dropped = code.SchedulePlan() if self.schedules is None else self.schedules.remove_all(self.team)
+            return self.physical_id, {"Removed": ",".join(r.pattern for r in gone), **dropped.data(())}
         if kind not in ("Create", "Update"):
             raise InvalidInput(f"unknown RequestType {kind!r}")
         props = event.get("ResourceProperties") or {}
@@ -84,12 +94,18 @@ class Registrar:
         queues, schemas = described.get("queues"), described.get("schemas") or {}
         if not isinstance(queues, list) or not isinstance(schemas, dict):
             raise InvalidInput(f"{self.function} did not describe its handlers (queues, schemas)")
+        declared = code.from_answer(described.get("schedules"))
+        check_digest(props, code.digest([str(q) for q in queues], schemas, declared))
         wanted = routes_for(self.function, self.team, [str(q) for q in queues], schemas, patterns(props))
         check_within_map(wanted, self.team, self.allowed)
+        changes = plan_declared(self.schedules, self.team, self.allowed, declared, RouteTable(wanted))
         stale = register(self.store, None, wanted, owner=self.team, function=self.function)
+        if self.schedules is not None:
+            self.schedules.apply(changes)
         return self.physical_id, {"Routes": ",".join(r.pattern for r in wanted),
                                   "Typed": ",".join(sorted(q for r in wanted for q in r.schemas)),
-                                  "Removed": ",".join(r.pattern for r in stale)}
+                                  "Removed": ",".join(r.pattern for r in stale), **changes.data(declared)}
+
 
     def refuse_claims(self, props: Mapping[str, Any]) -> None:
         owner = props.get("Owner")
@@ -102,8 +118,18 @@ class Registrar:
                 raise RegistrationRefused(f"this registrar routes queues to {self.function} only; the "
                                           f"request names {named!r}. Nothing was written")
         if props.get("Schedules"):
-            raise RegistrationRefused("schedules are not registered at deploy time: create them through "
+            raise RegistrationRefused("schedules are not taken from the request: declare them in the "
+                                      "handlers' code (app.schedule, docs/worker.md) or create them through "
                                       "the operator API (docs/api.md, Schedules). Nothing was written")
+
+
+def check_digest(props: Mapping[str, Any], found: str) -> None:
+    """The request's ``Declarations``, if any, must be the digest of what the worker describes."""
+    given = str(props.get("Declarations") or "")
+    if given and given != found:
+        raise RegistrationRefused(
+            f"Declarations is {given[:80]!r}, but the worker's code declares {found!r}: pass the digest "
+            "of the code you deploy (sluice routes digest <handlers module>); nothing was written")
 
 
 def qualifier(version: object) -> str | None:

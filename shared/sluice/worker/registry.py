@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -48,6 +48,9 @@ from sluice.worker.runtime.options import AnyHandler, Handler, HandlerSpec, Work
 from sluice.worker.runtime.outcomes import Outcome
 from sluice.worker.runtime.telemetry import Telemetry
 from sluice.worker.runtime.typed import schema_copy
+
+if TYPE_CHECKING:
+    from sluice.core.declared import Declared
 
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=BaseModel)
@@ -141,6 +144,7 @@ class Worker:
                  payloads: PayloadStore | Lazy[PayloadStore] | None = None,
                  traces: HandlerTraces | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
+        self._schedules: dict[tuple[str, str], Declared] = {}  # (queue, name): declared in code
         self.queue = queue
         self.store = store
         self.options = options or WorkerOptions()
@@ -199,6 +203,22 @@ class Worker:
         that does not match with a 400 before it reaches Kafka. Each call returns fresh copies."""
         return {q: schema_copy(spec.schema) for q, spec in self._handlers.items() if spec.schema is not None}
 
+    def schedule(self, name: str, expression: str, *, queue: str, payload: Any = None) -> None:
+        """Declare a schedule: each firing of ``expression`` (EventBridge Scheduler's ``rate(...)`` or
+        ``cron(...)``, UTC, at most once a minute) enqueues ``payload`` (JSON, or a pydantic model)
+        on ``queue``, one of this team's queues. The deploy registers it (the registrar): created,
+        updated and removed as the code changes (docs/worker.md, "Schedules in code")."""
+        from sluice.core.declared import Declared
+
+        declared = Declared.of(name, expression, queue, payload)
+        if declared.key in self._schedules:
+            raise InvalidInput(f"schedule {queue}/{name} is already declared")
+        self._schedules[declared.key] = declared
+
+    def declared_schedules(self) -> list[Declared]:
+        """The schedules this module declares (``schedule``), by queue and name."""
+        return [self._schedules[k] for k in sorted(self._schedules)]
+
     def bind(self, *, queue: JobQueue | None = None, store: JobStore | Lazy[JobStore] | None = None,
              options: WorkerOptions | None = None, telemetry: Telemetry | None = None,
              clock: Callable[[], float] | None = None,
@@ -217,6 +237,7 @@ class Worker:
                        families=families or self.families, payloads=payloads or self.payloads,
                        traces=traces or self.traces)
         bound._handlers = dict(self._handlers)
+        bound._schedules = dict(self._schedules)
         bound._clock = self._clock if clock is None else clock
         return bound
 
@@ -367,7 +388,8 @@ class Worker:
                 continue
             leased_at, lease_t0 = self._clock(), ev.wall()
             try:
-                jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id)
+                jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id,
+                                           None if spec is None else spec.policy_attempts)
             except SluiceError as exc:
                 self.telemetry.logger.error("lease failed on %s: %s", name, exc, extra={"queue": name})
                 summary.error = f"lease {name}: {exc}"

@@ -1,10 +1,11 @@
-"""``sluice routes register|list|delete``: which worker function drains which queues.
+"""``sluice routes register|list|delete|digest``: which worker function drains which queues.
 
 ``register`` loads a handlers module, as the worker function will, and routes each of its
 queues (and any ``--pattern`` prefix) to ``--function``, publishing each typed queue's JSON
 Schema (``app.schemas()``) next to its route. It refuses, writing nothing: a function that does
 not exist, a queue another owner routes, a schema that is not valid JSON Schema. In AWS the
 team's stack does the same at deploy time (infra/worker.yaml's ``Routes`` custom resource).
+``digest`` prints what that deploy's ``Declarations`` parameter should be for a handlers module.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def register(target: Target, function: str, module: str, owner: str | None, patt
         click.echo(f"{r.pattern} -> {function}{typed}")
     for r in stale:
         click.echo(f"removed {r.pattern} (no longer handled by {function})")
+
+
+@routes.command("digest")
+@click.argument("module")
+@click.option("--json", "as_json", is_flag=True, help="The describe answer the digest is of, as JSON.")
+def digest(module: str, as_json: bool) -> None:
+    """The digest of MODULE's queues, schemas and declared schedules (issue 31): pass it to the deploy
+    (infra/worker.yaml's Declarations, template.yaml's WorkerDeclarations), so that a change to any of
+    them re-registers them: CloudFormation re-runs the registration only when a property changes."""
+    from sluice.entry.worker import describe, load_app
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the user's own module, as `sluice dev` finds it
+    answer = describe(load_app(module))
+    click.echo(json.dumps(answer, sort_keys=True) if as_json else answer["digest"])
 
 
 @routes.command("list")

@@ -35,10 +35,12 @@ def _when(ms: int | None) -> str:
 
 
 def line(view: Mapping[str, Any]) -> str:
-    """One schedule as a line: name, expression, active or paused, next firing, payload."""
+    """One schedule as a line: name, expression, active or paused, next firing, payload, and the team
+    whose code declares it (issue 31)."""
     state = "paused" if view.get("paused") else "active"
+    owner = f"  declared by team {view['declared_by']}" if view.get("declared_by") else ""
     return (f"{view['name']}  {view['expression']}  {state}  next {_when(view.get('next_firing_ms'))}  "
-            f"payload {json.dumps(view.get('payload'), separators=(',', ':'))}")
+            f"payload {json.dumps(view.get('payload'), separators=(',', ':'))}{owner}")
 
 
 def _show(view: Mapping[str, Any], text: str) -> None:

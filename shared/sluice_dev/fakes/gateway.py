@@ -80,6 +80,19 @@ class FakeScheduleStore:
         self.writes += 1
         del self.items[queue, name]
 
+    def owned(self, owner: str) -> list[schedules.Schedule]:
+        return [s for s in self.items.values() if s.owner == owner]
+
+    def find(self, queue: str, name: str) -> schedules.Schedule | None:
+        return self.items.get((queue, name))
+
+    def replace(self, schedule: schedules.Schedule) -> None:
+        found = self.items.get((schedule.queue, schedule.name))
+        if found is None or found.owner != schedule.owner:
+            raise ScheduleNotFound(name=schedule.name, queue=schedule.queue)
+        self.writes += 1
+        self.items[schedule.queue, schedule.name] = schedule
+
 
 class FakeTrigger:
     def __init__(self) -> None:
@@ -119,10 +132,12 @@ class FakeCallerThrottle:
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.gateway import api
     from sluice.gateway import schedules as gateway_schedules
+    from sluice.registrar import schedules as registrar_schedules
 
     _IDEMPOTENCY: api.Idempotency = FakeIdempotency()
     _SCHEDULE_STORE: gateway_schedules.ScheduleStore = FakeScheduleStore()
     _TRIGGER: gateway_schedules.Trigger = FakeTrigger()
+    _DECLARED_STORE: registrar_schedules.DeclaredScheduleStore = FakeScheduleStore()
     from sluice.core import ports
 
     _CALLER_THROTTLE: ports.CallerThrottle = FakeCallerThrottle(lambda: 0)

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, QueueNotAllowed
 from sluice.core.models import (
-    DEFAULT_MAX_ATTEMPTS,
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_UNSET,
     DeadJob,
@@ -30,6 +29,7 @@ from sluice.core.models import (
     QueueStats,
     is_reserved_queue,
 )
+from sluice.core.policy import attempts_allowed
 
 
 def real_ms() -> int:
@@ -116,6 +116,7 @@ class FakeQueue:
         self.finished: dict[str, FinishedCounts] = {}  # a queue's cumulative endings (keys.finished)
         self.used: dict[str, int] = {}  # bytes a queue's jobs count against its budget (keys.used)
         self.writes: list[tuple[str, ...]] = []  # the operator's writes: set_config, redrive, purge_dead
+        self.policies: dict[str, int] = {}  # a queue's handler policy's attempts, as a lease told them
 
     # -- helpers for tests ------------------------------------------------------------------
 
@@ -208,19 +209,26 @@ class FakeQueue:
 
     def _reclaim(self, queue: str) -> None:
         now = self.now_ms()
+        policy = self.policies.get(queue)
         for (q, _), j in self.jobs.items():
             if q != queue:
                 continue
             if j.state == "delayed" and j.run_at_ms <= now:
                 j.state, j.seq = "ready", next(self._seq)
             elif j.state == "leased" and j.deadline_ms <= now:
-                j.state = "dead" if j.attempts >= _ceiling(j.spec, DEFAULT_MAX_ATTEMPTS) else "ready"
+                j.state = "dead" if j.attempts >= attempts_allowed(j.spec.max_attempts, policy) else "ready"
                 j.seq = next(self._seq)
 
-    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str) -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None, worker_id: str,
+              policy_attempts: int | None = None) -> list[LeasedJob]:
         with self._lock:
             self.broken.check("lease")
             self.calls.append(("lease", queue, n))
+            if policy_attempts is not None:  # lease.lua's ARGV[4]: kept per queue, 0 forgets it
+                if policy_attempts:
+                    self.policies[queue] = policy_attempts
+                else:
+                    self.policies.pop(queue, None)
             self._reclaim(queue)
             ready = sorted((j for (q, _), j in self.jobs.items() if q == queue and j.state == "ready"),
                            key=lambda j: (-j.spec.priority, j.seq))

@@ -6,10 +6,12 @@
 2. Enqueue the plan (``local.workload``) over HTTP while showing live counts: enqueued,
    in Kafka, in Redis, leased, succeeded, retrying, dead.
 3. Freeze one worker with SIGSTOP while it holds a ``ledger`` job that works without
-   looking at its lease, until another worker has been granted that job, then let it
-   run on: its ``FencedTable`` write must be refused. So a healthy run shows the
-   fencing at work, not only the happy path; a run where it does not happen (no takeover,
-   no refused write) fails, with the reason, like a broken invariant.
+   looking at its lease, until another worker has been granted that job and has called
+   the ledger's service (``local.service``, a service running the fence middleware), then
+   let it run on: its late call to the service (``ctx.http``) must be refused (409), and its
+   ``FencedTable`` write too. So a healthy run shows the fencing at work, not only the happy
+   path; a run where it does not happen (no takeover, no refused call or write) fails, with
+   the reason, like a broken invariant.
 4. When every accepted job is final, check the invariants (``local.verify``) against the
    jobs table and the workers' history, print the summary (and ``--json``: one JSON
    line last), and stop everything.
@@ -48,6 +50,10 @@ DEMO_QUEUES = ("echo", "hash", "ledger", "notify", "flaky", "slow", "fanout", "s
 FREEZE_JOB_SLEEP_S = 3.0
 START_WAIT_S = 60.0
 TAKEOVER_TRIES = 20
+# After the takeover the new holder works FREEZE_JOB_SLEEP_S too before it calls the service: the
+# frozen worker is let go only once that call is in (or this long after the takeover), so its own
+# call comes late.
+NEW_CALL_WAIT_S = FREEZE_JOB_SLEEP_S + 20.0
 # The jobs carry their own 3 s lease (workload.DEMO_LEASE_S); the default lease here only sizes
 # the workers' time budget. Retries back off from 300 ms so the retried jobs finish in the run.
 DEMO_SETTINGS: dict[str, Any] = {"default_lease_seconds": workload.DEMO_LEASE_S, "worker_batch": 30,
@@ -86,9 +92,10 @@ class Freezer(threading.Thread):
 
     The job is enqueued alone before the rest, so the frozen worker holds this one lease
     and the story stays the seed's: A stalls, its lease expires, B takes the job with a
-    newer token, A wakes up and writes, and storage refuses A. Once A's lease has expired,
-    a drain of the job's queue is asked for ahead of the queued dispatches, as the
-    scheduled safety net would do a little later.
+    newer token and calls the ledger's service, A wakes up, calls the service and writes, and
+    both the service's fence and storage refuse A. Once A's lease has expired, a drain of the
+    job's queue is asked for ahead of the queued dispatches, as the scheduled safety net would
+    do a little later.
     """
 
     def __init__(self, job: workload.PlannedJob, state: Board, stop: threading.Event, dev: DevStack) -> None:
@@ -147,6 +154,10 @@ class Freezer(threading.Thread):
                 if self._wait(lambda: len(self._grants()) > 1, 3):
                     self.took_over = True
                     break
+            if self.took_over:  # A's call must come after B's, which B makes after its own work
+                self._wait(lambda: any(e.get("op") == "http" and e.get("outcome") == "ok"
+                                       and int(e.get("pid", 0)) != pid for e in self._events()),
+                           NEW_CALL_WAIT_S)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -163,6 +174,10 @@ class Freezer(threading.Thread):
         if not refused:
             return (f"the freeze did not show fencing: worker {self.pid} was taken over, but no write "
                     f"of it was refused (fenced writes rejected {report.fenced_writes_rejected})")
+        calls = [e for e in self._events() if e.get("op") == "http" and int(e.get("pid", 0)) == self.pid]
+        if not any(e.get("outcome") == "rejected" for e in calls):
+            return (f"the freeze did not show fencing for services: worker {self.pid} was taken over, but "
+                    f"the service's fence did not refuse its late call ({[e.get('outcome') for e in calls]})")
         return None
 
     def _events(self) -> list[dict[str, Any]]:
@@ -281,6 +296,7 @@ def summarize(plan: workload.Plan, sent: workload.SendReport, report: history.Hi
         "retries": report.retries,
         "leases_lost": report.leases_lost,
         "fenced_writes_rejected": report.fenced_writes_rejected,
+        "fenced_calls_rejected": report.fenced_calls_rejected,
         "stale_writes_accepted": report.stale_writes_accepted,
         "latency_ms": {p: round(percentile(latencies, q), 1)
                        for p, q in (("p50", 50), ("p95", 95), ("p99", 99))},
@@ -302,6 +318,7 @@ def _summary_table(s: dict[str, Any], ok: bool, notes: list[str]) -> Any:
         ("jobs accepted", s["accepted"]), ("succeeded", s["succeeded"]), ("dead-lettered", s["dead"]),
         ("duplicates suppressed at enqueue", s["duplicates_suppressed"]), ("retries", s["retries"]),
         ("leases lost", s["leases_lost"]), ("fenced writes rejected", s["fenced_writes_rejected"]),
+        ("calls refused by a service's fence", s["fenced_calls_rejected"]),
         ("stale writes accepted", s["stale_writes_accepted"]),
         ("families: parents / children / continuations / sums right",
          " / ".join(str(s.get("families", {}).get(k, 0)) for k in ("parents", "children", "continuations",
@@ -346,7 +363,7 @@ def _run(o: DemoOptions, dev: DevStack, out: Console, interactive: bool) -> bool
     plan = workload.plan(o.jobs, o.seed, str(endpoints["sink_url"]))
     freeze_job = next((j for j in plan.jobs if j.queue == "ledger" and not j.duplicate), None)
     if o.freeze and freeze_job is not None:
-        freeze_job.payload = {**freeze_job.payload, "sleep": FREEZE_JOB_SLEEP_S}
+        freeze_job.payload = {**freeze_job.payload, "sleep": FREEZE_JOB_SLEEP_S, "notice": True}
     sent = workload.SendReport()
     path = str(endpoints["history_path"])
     st = Board(path=path)

@@ -64,13 +64,15 @@ BINDINGS: dict[str, str] = {
     "SLUICE_LAMBDA_ENDPOINT_URL": "the local Lambda service's Invoke API",
     "SLUICE_HISTORY_PATH": "the local history of grants, writes and acks (sluice top, verify)",
     "SLUICE_EXAMPLES_SINK_URL": "the local fencing-aware sink of the notify example",
+    "SLUICE_EXAMPLES_SERVICE_URL": "the local service running the fence middleware (the ledger's notice)",
     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "set by Lambda itself from MemorySize",
 }
 # A function's own bindings (``plan``'s ``own``): where the template names its Redis user's secret.
 OWN = ("SLUICE_REDIS_USERNAME", "SLUICE_REDIS_PASSWORD")
 # The bindings every local function gets, whatever its template environment says.
 LOCAL_ONLY = ("SLUICE_AWS_ENDPOINT_URL", "SLUICE_LAMBDA_ENDPOINT_URL", "SLUICE_HISTORY_PATH",
-              "SLUICE_EXAMPLES_SINK_URL", "SLUICE_JOB_ID_SECRET", "SLUICE_JOB_ID_SECRET_ARN")
+              "SLUICE_EXAMPLES_SINK_URL", "SLUICE_EXAMPLES_SERVICE_URL", "SLUICE_JOB_ID_SECRET",
+              "SLUICE_JOB_ID_SECRET_ARN")
 
 
 @dataclass(frozen=True)

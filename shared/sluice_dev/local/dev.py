@@ -11,7 +11,8 @@
   invokes the relay every ``relay_every_s`` and the worker safety net every
   ``safety_net_every_s``; the relay dispatches workers through the Lambda Invoke
   API, exactly as in AWS;
-- a fencing-aware HTTP sink for the ``notify`` example (``local.sink``).
+- a fencing-aware HTTP sink for the ``notify`` example (``local.sink``), and a service running the
+  fence middleware for the ``ledger`` example's notice (``local.service``).
 
 Every function's configuration (Timeout, MemorySize, environment, reserved concurrency,
 schedules and their inputs) comes from ``template.yaml`` at its parameters' defaults, or at a
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sluice.core.config import Settings
-from sluice.core.errors import ConfigError
+from sluice.core.errors import ConfigError, RegistrationRefused
 from sluice.core.models import is_reserved_queue
 from sluice_dev.local import access as iam
 from sluice_dev.local import deployed, redis_users, servers
@@ -50,6 +51,7 @@ from sluice_dev.local.deployed import LocalChanges, LocalFunction, Override
 from sluice_dev.local.job_id_secret import key_in_secrets_manager
 from sluice_dev.local.lambdas import Function, Invocation, LambdaApi, LocalLambda
 from sluice_dev.local.redis_users import LocalRedisUser
+from sluice_dev.local.service import FencedService
 from sluice_dev.local.sink import FencedSink
 from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
 from sluice_dev.local.teams import TeamStack
@@ -220,6 +222,7 @@ class DevStack:
         self.lambda_api: LambdaApi | None = None
         self.gateway: Any = None
         self.sink: FencedSink | None = None
+        self.service: FencedService | None = None
         self.endpoints: dict[str, Any] = {}
         self.routes: list[str] = []  # "pattern -> function" registered at start (with --worker)
         # Each function's Redis ACL user (logical id, or team:<name>), as ElastiCache RBAC in AWS.
@@ -259,6 +262,7 @@ class DevStack:
             if o.job_id_key_secret:
                 s = key_in_secrets_manager(s)
             self.sink = FencedSink().start()
+            self.service = FencedService(s.redis_url).start()
             lambda_port = servers.free_port()
             s = s.model_copy(update={"lambda_endpoint_url": f"http://127.0.0.1:{lambda_port}",
                                      "routes_table": s.routes_table or ROUTES_TABLE,
@@ -293,6 +297,7 @@ class DevStack:
                 "gateway_url": self.gateway.url,
                 "lambda_url": self.lambda_api.url,
                 "sink_url": self.sink.url,
+                "service_url": self.service.url,
                 "handlers": s.handlers_module,
                 "workers": [{"name": n, "function": team_function_name(n), "handlers": m}
                             for n, (m, _d) in self.teams.items()],
@@ -389,6 +394,10 @@ class DevStack:
 
         store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
         app = load_app(self.default_module)
+        if app.declared_schedules():  # as the default worker's DefaultWorkerRoutes refuses them
+            from sluice.entry.routes_resource import DEFAULT_WORKER_SCHEDULES
+
+            raise RegistrationRefused(f"{self.default_module}: {DEFAULT_WORKER_SCHEDULES}")
         wanted = routes_for(WORKER_FUNCTION, "sluice", app.handlers, app_schemas(app))
         register(store, functions, wanted, owner="sluice", function=WORKER_FUNCTION)
         lines = [f"{r.pattern} -> {WORKER_FUNCTION}{' (typed)' if r.schemas else ''}" for r in wanted]
@@ -613,6 +622,8 @@ class DevStack:
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_INTERNAL_FUNCTION_NAME": INTERNAL_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
+        if self.service is not None:
+            out["SLUICE_EXAMPLES_SERVICE_URL"] = self.service.url
         optional = {"SLUICE_AWS_ENDPOINT_URL": s.aws_endpoint_url, "SLUICE_HISTORY_PATH": s.history_path,
                     "SLUICE_LAMBDA_ENDPOINT_URL": s.lambda_endpoint_url,
                     "SLUICE_JOB_ID_SECRET": s.job_id_secret.get_secret_value() if s.job_id_secret else None,
@@ -884,14 +895,15 @@ class DevStack:
             self._scheduler.join(5)
         if self._events_thread is not None:
             self._events_thread.join(5)
-        parts = [p for p in (self.gateway, self.lambda_api, self.lambdas, self.sink) if p is not None]
+        parts = [p for p in (self.gateway, self.lambda_api, self.lambdas, self.sink, self.service)
+                 if p is not None]
         # In parallel: each HTTP server takes up to its poll interval (0.5 s) to notice.
         threads = [threading.Thread(target=_quietly, args=(p.stop,)) for p in parts]
         for t in threads:
             t.start()
         for t in threads:
             t.join(15)
-        self.gateway = self.lambda_api = self.lambdas = self.sink = None
+        self.gateway = self.lambda_api = self.lambdas = self.sink = self.service = None
         self.stack.stop()
         if self._log_handler is not None:
             logger = logging.getLogger("sluice")

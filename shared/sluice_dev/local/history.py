@@ -17,6 +17,9 @@ Each line: ``{"op", "job", "queue", "token", "outcome", "t0", "t1", "pid", ...}`
   ``rejected`` (stale token; ``current`` is the newer one), ``cancelled`` or ``error``;
   ``digest`` identifies the result;
 - ``fenced``: a handler's ``FencedTable`` write, same outcomes;
+- ``http``: a handler's call through ``ctx.http`` (``method``, ``host``, ``status``): outcome ``ok``
+  (any answer but a fence's refusal), ``rejected`` (a service's fence refused the token: ``current``
+  is the newer one) or ``error`` (no answer);
 - ``failure``: a failure record (``status`` queued|failed|dead|cancelled), same outcomes;
 - ``ack`` / ``fail`` / ``release``: the Redis side, outcome ``ok`` (``fail`` also gives
   ``retry``/``dead``), ``lost`` or ``error``; ``lease`` is the Redis lease token;
@@ -125,6 +128,9 @@ def line_of(e: ev.Event) -> tuple[str, dict[str, Any]] | None:
         return "write", {"job": e.job, "token": e.token, "digest": digest(e.result), **_call(e)}
     if isinstance(e, ev.FencedWrite):
         return "fenced", {"job": e.job, "token": e.token, "table": e.table, "kind": e.kind, **_call(e)}
+    if isinstance(e, ev.FencedCall):
+        return "http", {"job": e.job, "token": e.token, "method": e.method, "host": e.host,
+                        "status": e.status, **_call(e)}
     if isinstance(e, ev.FailureRecorded):
         return "failure", {"job": e.job, "token": e.token, "status": e.status, **_call(e)}
     if isinstance(e, ev.GrantReleased):
@@ -214,6 +220,7 @@ class HistoryReport:
     jobs: dict[str, JobFacts] = field(default_factory=dict)
     invocations: int = 0
     fenced_writes_rejected: int = 0  # result writes and FencedTable writes refused for a stale token
+    fenced_calls_rejected: int = 0  # ctx.http calls a service's fence refused for a stale token
     stale_writes_accepted: int = 0
     leases_lost: int = 0
     retries: int = 0
@@ -275,6 +282,9 @@ class Analyser:
                 elif outcome == "rejected":
                     r.fenced_writes_rejected += 1
                     self._lose(f, pid, int(e.get("token", 0)))
+            elif op == "http" and outcome == "rejected":
+                r.fenced_calls_rejected += 1
+                self._lose(f, pid, int(e.get("token", 0)))
             elif op == "failure" and outcome == "ok" and e.get("status") == "queued":
                 f.retries += 1
                 r.retries += 1

@@ -249,10 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
-    from sluice_dev.local import motosqs, mototx
+    from sluice_dev.local import motos3list, motosqs, mototx
 
     mototx.install()
     motosqs.install()
+    motos3list.install()
 
     class Dispatch(DomainDispatcherApplication):
         """Remembers which backend serves a host: moto otherwise scans every service's URL

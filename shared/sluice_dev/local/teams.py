@@ -38,6 +38,8 @@ TEAM_TEMPLATE = SOURCE_ROOT / "infra" / "team.yaml"
 RESPONSES_BUCKET = "sluice-cfn-responses"  # CloudFormation's custom-resource response bucket, locally
 ACCOUNT = "000000000000"
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"
+NO_SCHEDULER = frozenset({"SLUICE_SCHEDULER_GROUP", "SLUICE_SCHEDULER_ROLE_ARN",
+                          "SLUICE_FIRINGS_FUNCTION_ARN", "SLUICE_FIRINGS_DEAD_LETTER_ARN"})
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,10 @@ def registrar_env(stack: TeamStack, s: Settings) -> dict[str, str]:
     for var, value in stack.registrar_env.items():
         if var == "SLUICE_ROUTES_TABLE":
             env[var] = s.routes_table
+        elif var == "SLUICE_SCHEDULES_TABLE":
+            env[var] = s.schedules_table
+        elif var in NO_SCHEDULER:
+            continue  # no EventBridge Scheduler locally: sluice dev's scheduler reads the table
         elif isinstance(value, Resource):
             raise ConfigError(f"{stack.registrar}: {var} names {value}, which the local stack does not bind")
         else:

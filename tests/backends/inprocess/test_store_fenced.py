@@ -134,8 +134,11 @@ def test_fenced_table_direct_construction(db: Any, env: tuple[DynamoJobStore, st
 
 
 def test_fencing_headers() -> None:
-    assert fencing_headers("job-1", 34) == {"Sluice-Fencing-Token": "34", "Idempotency-Key": "job-1"}
-    assert fencing_headers("job-1", 35, step="charge")["Idempotency-Key"] == "job-1:charge"
+    assert fencing_headers("job-1", 34) == {"Sluice-Fencing-Token": "34", "Idempotency-Key": "job-1",
+                                            "Sluice-Job-Id": "job-1"}  # the job's fence key (issue 31)
+    assert fencing_headers("job-1", 35, step="charge") == {
+        "Sluice-Fencing-Token": "35", "Idempotency-Key": "job-1:charge", "Sluice-Job-Id": "job-1",
+        "Sluice-Fence-Resource": "charge"}
     for bad in ((" ", 1, None), ("j", 0, None), ("j", True, None), ("j", 1, ""), ("j", 1, "a\r\nb"),
                 ("j", 1, "x" * 65), ("j", 1, "é")):
         with pytest.raises(InvalidInput):

@@ -38,6 +38,9 @@ from sluice.core.errors import (
     StaleToken,
     StoreError,
 )
+from sluice.core.fencing import IDEMPOTENCY_HEADER as IDEMPOTENCY_HEADER  # importable from here, as before
+from sluice.core.fencing import TOKEN_HEADER as TOKEN_HEADER
+from sluice.core.fencing import fence_headers
 from sluice.core.models import JobState, validate_job_id, validate_token
 from sluice.core.ports import Metrics
 
@@ -50,8 +53,6 @@ REJECTED_METRIC = "FencedWriteRejected"
 # Cancellation reasons that mean "not now" (DynamoDB's codes inside TransactionCanceledException).
 RETRYABLE_REASONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded",
                                "RequestLimitExceeded", "TransactionInProgress"})
-TOKEN_HEADER = "Sluice-Fencing-Token"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class Fence:
@@ -94,20 +95,16 @@ def classify(fence: Fence, operation: str, job_id: str, mine: int, old: Mapping[
 
 
 def fencing_headers(job_id: str, token: int, step: str | None = None) -> dict[str, str]:
-    """Headers for an HTTP service that should refuse stale workers too.
+    """Headers for an HTTP service that should refuse stale workers too (``sluice.core.fencing``;
+    a handler's ``ctx.http`` sends them itself).
 
-    ``Idempotency-Key`` is stable across every attempt of the job (the job id, plus
-    ``step`` when a handler makes several distinct calls), so a retry by a newer
-    holder dedupes against a call a stale holder already made. ``Sluice-Fencing-Token``
-    lets the service refuse any request whose token is lower than the highest it
-    has seen for that key.
+    ``Idempotency-Key`` is stable across every attempt of the job (the job id, plus ``step``, the
+    call's resource, when a handler makes several distinct calls), so a retry by a newer holder
+    dedupes against a call a stale holder already made. ``Sluice-Job-Id`` and
+    ``Sluice-Fencing-Token`` let the service refuse any request whose token is lower than the
+    highest it has seen for that job (the ``sluice_fence`` middleware).
     """
-    key = validate_job_id(job_id)
-    if step is not None:
-        if not step or len(step) > 64 or not step.isprintable() or not step.isascii():
-            raise InvalidInput(f"invalid idempotency step {step!r}: 1..64 printable ASCII characters")
-        key = f"{key}:{step}"
-    return {TOKEN_HEADER: str(validate_token(token)), IDEMPOTENCY_HEADER: key}
+    return fence_headers(job_id, token, step)
 
 
 def _plain(value: Any) -> Any:

@@ -34,14 +34,15 @@ def _key(queue: str, name: str) -> dict[str, Any]:
 def _item(s: Schedule) -> dict[str, Any]:
     return {**_key(s.queue, s.name), "expression": {"S": s.expression},
             "payload": {"S": json.dumps(s.payload, separators=(",", ":"))},
-            "start_ms": {"N": str(s.start_ms)}, "paused": {"BOOL": s.paused}}
+            "start_ms": {"N": str(s.start_ms)}, "paused": {"BOOL": s.paused},
+            **({"owner": {"S": s.owner}} if s.owner else {})}
 
 
 def _schedule(item: dict[str, Any]) -> Schedule:
     try:
         return Schedule(item["name"]["S"], item["expression"]["S"], item["queue"]["S"],
                         json.loads(item["payload"]["S"]), int(item["start_ms"]["N"]),
-                        bool(item["paused"]["BOOL"]))
+                        bool(item["paused"]["BOOL"]), item.get("owner", {}).get("S", ""))
     except (KeyError, ValueError) as exc:
         raise StoreError(f"a schedule item is malformed: {exc!r}") from exc
 
@@ -88,6 +89,31 @@ class DynamoScheduleStore(OnTable):
     def every(self) -> list[Schedule]:
         """Every queue's schedules (the local scheduler's view; a scan)."""
         return [_schedule(item) for item in scan_all(self.client, self.table_name)]
+
+    # -- schedules declared in code (registrar.schedules.DeclaredScheduleStore; issue 31) -----------
+
+    def owned(self, owner: str) -> list[Schedule]:
+        """The schedules ``owner``'s code declared: a scan (the table is small, and a team's queues
+        may be prefixes, which no key condition can name)."""
+        return [s for s in self.every() if s.owner == owner]
+
+    def find(self, queue: str, name: str) -> Schedule | None:
+        try:
+            return self.get(queue, name)
+        except ScheduleNotFound:
+            return None
+
+    def replace(self, schedule: Schedule) -> None:
+        """Overwrite an item its owner's code declared, only if it is still that owner's."""
+        try:
+            self.client.put_item(TableName=self.table_name, Item=_item(schedule),
+                                 ConditionExpression=f"{_PRESENT} AND #o = :o",
+                                 ExpressionAttributeNames={**_NAMES, "#o": "owner"},
+                                 ExpressionAttributeValues={":o": {"S": schedule.owner}})
+        except ClientError as exc:
+            if error_code(exc) == _EXISTS:
+                raise ScheduleNotFound(name=schedule.name, queue=schedule.queue) from None
+            raise translate(exc, f"put_item {self.table_name}") from exc
 
     def set_paused(self, queue: str, name: str, paused: bool) -> Schedule:
         try:

@@ -59,7 +59,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
                 "time zadd zcard zcount zrem",
     "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del get hdel hexists hincrby hmget hset hsetnx incrby rpush set time zadd zcard "
+    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time zadd zcard "
                 "zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",

@@ -23,7 +23,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:seq          string FIFO order and lease tokens (one step per lease call), never below TIME
                                    in microseconds, so lease tokens keep increasing across a Redis loss
                                    and a failover to a lagging replica (_lib.lua take_seq)
-    sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark
+    sluice:{q}:config       hash   max_in_flight, rate_per_s, burst, paused, high_watermark, low_watermark;
+                                   policy_attempts (lease.lua's: the handler policy's, for lapsed leases)
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
     sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)

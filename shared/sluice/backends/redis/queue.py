@@ -37,6 +37,7 @@ from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.models import (
+    MAX_ATTEMPTS,
     MAX_DELAY_MS,
     DeadJob,
     Extended,
@@ -81,19 +82,24 @@ class RedisJobQueue:
 
     # --- the lease life cycle ---------------------------------------------------------------
 
-    def lease(self, queue: str, n: int, lease_ms: int | None = None, worker_id: str = "") -> list[LeasedJob]:
+    def lease(self, queue: str, n: int, lease_ms: int | None = None, worker_id: str = "",
+              policy_attempts: int | None = None) -> list[LeasedJob]:
         """Lease up to ``n`` (1..1000) jobs for ``lease_ms`` (None: each job's own lease_ms).
 
         Due delayed jobs and expired leases are reclaimed first (up to 100 of each).
         ``worker_id`` is validated but not stored in Redis (that would cost a write per
-        job); the job store records the lease owner.
+        job); the job store records the lease owner. ``policy_attempts`` (0..100, 0: the handler
+        has no retry policy; None: say nothing) is kept in the queue's config hash, written only
+        when it changes, and bounds the attempts a lapsed lease uses up (lease.lua ARGV[4]).
         """
         k = self.conn.keys(queue)
         checked_int(n, 1, MAX_BATCH, "n")
         ms = 0 if lease_ms is None else checked_lease_ms(lease_ms)
         if not isinstance(worker_id, str) or len(worker_id) > 256:
             raise InvalidInput(f"worker_id must be a string of at most 256 characters, got {worker_id!r}")
-        return self.conn.scripts.lease(k, n, ms, RECLAIM_PER_LEASE)
+        if policy_attempts is not None:
+            checked_int(policy_attempts, 0, MAX_ATTEMPTS, "policy_attempts")
+        return self.conn.scripts.lease(k, n, ms, RECLAIM_PER_LEASE, policy_attempts)
 
     def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
         """New deadline = now + lease_ms. Raises LeaseLost (or StaleToken) unless ``lease_token`` holds it."""

@@ -202,8 +202,9 @@ class RedisRelayEngine:
                 raise InvalidQueueName(f"enqueue_internal is for reserved queues, not {queue!r}")
         return enqueue_specs(self.conn, specs, internal=True)
 
-    def lease(self, queue: str, n: int, lease_ms: int | None = None, worker_id: str = "") -> list[LeasedJob]:
-        return self.jobs.lease(queue, n, lease_ms, worker_id)
+    def lease(self, queue: str, n: int, lease_ms: int | None = None, worker_id: str = "",
+              policy_attempts: int | None = None) -> list[LeasedJob]:
+        return self.jobs.lease(queue, n, lease_ms, worker_id, policy_attempts)
 
     def extend(self, queue: str, job_id: str, lease_token: int, lease_ms: int) -> Extended:
         return self.jobs.extend(queue, job_id, lease_token, lease_ms)

@@ -294,10 +294,16 @@ class Scripts:
                           [k.job_prefix, k.ready, k.delayed, k.seq, k.used, *k.group_keys], args)
         return [bool(x) for x in reply]
 
-    def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int) -> list[LeasedJob]:
+    def lease(self, k: QueueKeys, n: int, lease_ms: int, reclaim_limit: int,
+              policy_attempts: int | None = None) -> list[LeasedJob]:
+        """``policy_attempts``: the queue's handler's retry policy's max_attempts (0: it has none),
+        kept for the leases that lapse (lease.lua ARGV[4]); None tells nothing."""
+        args: list[Any] = [n, lease_ms, reclaim_limit]
+        if policy_attempts is not None:
+            args.append(policy_attempts)
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
                                         k.config, k.settle, k.finished, k.used, *k.group_keys,
-                                        k.turns_zset], [n, lease_ms, reclaim_limit])
+                                        k.turns_zset], args)
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
@@ -345,7 +351,7 @@ class Scripts:
 
     def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle, k.finished, k.used, *k.group_keys], [limit])
+                                       k.settle, k.finished, k.used, *k.group_keys, k.config], [limit])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:

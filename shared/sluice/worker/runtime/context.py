@@ -6,10 +6,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
+from sluice.core.bus import EventBus
 from sluice.core.errors import ConfigError, InvalidInput, PayloadTooLarge, SluiceError, TooManyChildren
 from sluice.core.families import (
     MAX_CHILDREN,
@@ -24,6 +25,9 @@ from sluice.core.families import (
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import JobRecord, describe_validation
 from sluice.worker.runtime.telemetry import JobLogger
+
+if TYPE_CHECKING:
+    from sluice.worker.runtime.http import FencedHttp
 
 T = TypeVar("T")
 FencedTableFactory = Callable[[str, str, int], Any]  # (table name, job id, fencing token) -> FencedTable
@@ -76,6 +80,8 @@ class JobContext:
     _family_gateway: FamilyGateway | None = None  # the gateway's family entry (sluice.core.families)
     _families: FamilyStore | Lazy[FamilyStore] | None = None  # the jobs table's families, for children()
     _clock: Callable[[], float] = time.monotonic  # the clock ``timeout_at`` is on
+    _events: EventBus | None = None  # the drain's bus: ctx.http reports each call there (FencedCall)
+    _http: FencedHttp | None = None
     _trace: Callable[[], str | None] | None = None  # the handler span's traceparent (runtime.execute)
 
     @property
@@ -117,6 +123,17 @@ class JobContext:
         if table is None:
             table = self._tables[name] = self._fenced(name, self.job_id, self.token)
         return table
+
+    @property
+    def http(self) -> FencedHttp:
+        """This attempt's HTTP calls (``sluice.worker.runtime.http.FencedHttp``): each carries the
+        job id and this token, so a service running the fence middleware (``sluice_fence``)
+        refuses them once the token is stale (``StaleToken``), as a fenced table does."""
+        if self._http is None:
+            from sluice.worker.runtime.http import FencedHttp  # urllib3 only for handlers that call
+
+            self._http = FencedHttp(self.job_id, self.token, self._events or EventBus())
+        return self._http
 
     # -- jobs that start jobs (sluice.core.families, docs/flows.md) ------------------------------------
 

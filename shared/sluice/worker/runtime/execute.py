@@ -115,7 +115,7 @@ class JobRunner:
                          timeout_at=self._clock() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced, _progress=self._progress(job.job_id, token),
                          _family_gateway=self._family_gateway, _families=self._families, _clock=self._clock,
-                         _trace=self._trace_of(job))
+                         _events=self.finisher.events, _trace=self._trace_of(job))
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,

@@ -136,6 +136,12 @@ class HandlerSpec:
     def timeout_for(self, options: WorkerOptions) -> int:
         return self.timeout_ms if self.timeout_ms is not None else options.default_timeout_ms()
 
+    @property
+    def policy_attempts(self) -> int:
+        """Its retry policy's ``max_attempts`` as the lease tells Redis (0: the policy says none),
+        so that a lapsed lease ends its job where a failed attempt would (docs/worker.md)."""
+        return (self.retry.max_attempts or 0) if self.retry is not None else 0
+
     def call(self, job: Job, ctx: JobContext) -> Any:
         """Run the handler on ``job``: on its Job, or on its payload validated as ``model``
         (``Fail`` with the validation errors if it does not validate). Runs on the job's

@@ -47,7 +47,9 @@ local FRONT = 8796093022208          -- 2^43: a reclaimed job's score is its rea
 -- Limits; tests/unit/test_engine_lua.py checks they equal sluice.core.models' constants.
 local MAX_PRIORITY = 9
 local MAX_ATTEMPTS = 100
-local DEFAULT_MAX_ATTEMPTS = 5       -- an unset (0) max_attempts where no worker decides: reclaim
+local DEFAULT_MAX_ATTEMPTS = 5       -- an unset (0) max_attempts where no worker told a policy: reclaim
+-- The config hash's field holding the handler's retry policy's max_attempts (lease.lua, lapse_limit).
+local POLICY_FIELD = 'policy_attempts'
 local MIN_LEASE_MS = 10
 local MAX_LEASE_MS = 43200000
 local MAX_DELAY_MS = 604800000
@@ -170,13 +172,31 @@ end
 
 -- The job's max_attempts, or `unset` when its caller sent none (0): the handler's retry policy
 -- decides then, and only the worker knows it. fail.lua passes MAX_ATTEMPTS (the worker's own
--- verdict, its `permanent`, decides); reclaim, where no worker is asked (the lease lapsed: the
--- worker died, froze or timed out), passes DEFAULT_MAX_ATTEMPTS, as before there were policies.
--- Not done: the policy's own number for lapsed attempts (the worker would have to tell lease.lua;
--- docs/worker.md, "Retry policy in code", says what this leaves).
+-- verdict, its `permanent`, decides).
 local function max_attempts_of(meta, unset)
   local m = tonumber(string.match(meta, '^%d,(%d+)'))
   if m == 0 then return unset end
+  return m
+end
+
+-- The policy's attempts as the config hash keeps them (HGET's reply), or false: none told, or a
+-- value no script wrote (only lease.lua writes the field; config.lua refuses it).
+local function policy_of(v)
+  return int_in(v, 1, MAX_ATTEMPTS) or false
+end
+
+-- The attempts a lapsed lease may use up (reclaim: no worker is asked, it died, froze or timed out):
+-- sluice.core.policy.attempts_allowed, the caller's max_attempts and the handler's retry policy's
+-- `policy` (a number; false when no worker told one: DEFAULT_MAX_ATTEMPTS for an unset job, as before
+-- policies), the lower when both say. The worker tells the policy with each lease (lease.lua
+-- ARGV[4]), kept in the queue's config hash as POLICY_FIELD.
+local function lapse_limit(meta, policy)
+  local m = tonumber(string.match(meta, '^%d,(%d+)'))
+  if not policy then
+    if m == 0 then return DEFAULT_MAX_ATTEMPTS end
+    return m
+  end
+  if m == 0 or m > policy then return policy end
   return m
 end
 
@@ -495,8 +515,11 @@ end
 -- FRONT), FIFO among reclaimed jobs. Their seqs are taken once for them all (one take_seq, not
 -- one per job) and the ungrouped ones enter ready with one ZADD (issue 30: a batch's counters
 -- move once); a grouped one enters its group's zset in its place among the others' writes.
+-- A lapse ends the job's attempts at lapse_limit: `policy` is the handler's retry policy's attempts
+-- as the caller read them from `config` (lease.lua: a number, or false for none); nil (reap.lua) reads
+-- them from `config` here, only when a lease lapsed, so a reap with nothing to reclaim costs no read.
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
-                       limit, G)
+                       limit, G, config, policy)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -520,12 +543,13 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
   local gone = redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, limit)
   if #gone > 0 then
     local dz, sz, n_dead, n_cancelled, freed = {}, {}, 0, 0, 0
+    if policy == nil then policy = policy_of(redis.call('HGET', config, POLICY_FIELD)) end
     -- First every job's fields, and how many go back (their seqs, taken at once), then the writes.
     local fs, back = {}, 0
     for k, id in ipairs(gone) do
       local f = redis.call('HMGET', prefix .. id, 'a', 'm', 'c', 'g', 'sz', 'grp')
       fs[k] = f
-      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < max_attempts_of(f[2], DEFAULT_MAX_ATTEMPTS) then back = back + 1 end
+      if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < lapse_limit(f[2], policy) then back = back + 1 end
     end
     local seq = back > 0 and take_seq(seqkey, back) - back or 0
     local rz = {}
@@ -541,7 +565,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       elseif f[2] then
         local a = (tonumber(f[1]) or 0) + 1
         redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
-        if a >= max_attempts_of(f[2], DEFAULT_MAX_ATTEMPTS) then
+        if a >= lapse_limit(f[2], policy) then
           dz[#dz + 1] = now
           dz[#dz + 1] = id
           n_dead = n_dead + 1

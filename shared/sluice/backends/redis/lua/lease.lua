@@ -4,7 +4,7 @@
 --   KEYS[1] job prefix  sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[2] ready  KEYS[3] delayed  KEYS[4] leased  KEYS[5] dead  (zsets)
 --   KEYS[6] tokens hash (job id -> lease token)  KEYS[7] seq string
---   KEYS[8] config hash (max_in_flight, read only)
+--   KEYS[8] config hash (max_in_flight read; the policy's attempts, ARGV[4], kept)
 --   KEYS[9] settle zset (expiries that ended a job, for the relay to tell the jobs table)
 --   KEYS[10] finished hash (cumulative endings: an expiry's dead or cancelled job counts there)
 --   KEYS[11] used string (the queue's counted bytes: a job an expiry removes gives its sz back)
@@ -14,6 +14,11 @@
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
 --                          (an expired lease's job goes to the front of its band: _lib.lua to_front)
+--   ARGV[4] policy         optional: the queue's handler's retry policy's max_attempts, 1..100, or 0
+--                          for a handler without one; absent or '' leaves what an earlier lease told.
+--                          Kept in the config hash (_lib.lua POLICY_FIELD; written only when it
+--                          changes), it bounds the attempts a lapsed lease uses up, here and in
+--                          reap.lua, as the worker bounds a failed one (_lib.lua lapse_limit)
 -- Output
 --   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>[ <g>]", payload}
 --   g is the job's redrive generation, present only once it was redriven (docs/store.md):
@@ -55,11 +60,23 @@ local lease_ms = int_in(ARGV[2], 0, MAX_LEASE_MS)
 if not lease_ms or (lease_ms > 0 and lease_ms < MIN_LEASE_MS) then return invalid('lease_ms') end
 local limit = int_in(ARGV[3], 0, 10000)
 if not limit then return invalid('reclaim_limit') end
+local told = ARGV[4]
+if told and told ~= '' and not int_in(told, 0, MAX_ATTEMPTS) then return invalid('policy') end
 
+local cfg = redis.call('HMGET', config, 'max_in_flight', 'max_in_flight_per_group', POLICY_FIELD)
+local policy = policy_of(cfg[3])
+if told and told ~= '' and told ~= (cfg[3] or '0') then  -- a new policy (a deploy): one write
+  if told == '0' then
+    redis.call('HDEL', config, POLICY_FIELD)
+  else
+    redis.call('HSET', config, POLICY_FIELD, told)
+  end
+  policy = policy_of(told)
+end
 local now = now_ms()
-reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now, limit, G)
+reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now, limit, G, config,
+        policy)
 
-local cfg = redis.call('HMGET', config, 'max_in_flight', 'max_in_flight_per_group')
 local max_in_flight = tonumber(cfg[1]) or 0
 if max_in_flight > 0 then
   n = math.min(n, max_in_flight - redis.call('ZCARD', leased))
