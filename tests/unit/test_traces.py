@@ -244,3 +244,35 @@ def test_a_childrens_request_takes_any_traceparent_a_valid_one_parents_the_span(
     assert span["name"] == "sluice.enqueue_children" and span["status"] == "ERROR"
     assert span["parent_span_id"] == (None if given != CALLER else "00f067aa0ba902b7")
     assert SECRET not in json.dumps(spans)
+
+
+def test_ctx_http_sends_the_handler_spans_traceparent_and_its_call_is_a_span_without_its_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.worker.runtime import http as fenced_http
+    from tests.unit.test_fencing import FakePool, FakeResponse
+
+    pool = FakePool(FakeResponse(200, b"{}"), FakeResponse(200, b"{}"))
+    monkeypatch.setattr(fenced_http, "pool", lambda: pool)
+    spans, provider = recorded()
+    k = kit()
+    observer = TraceObserver(provider)
+    observer.subscribe(k.app.events)
+
+    @k.app.handler("q")
+    def handle(job: Any, ctx: Any) -> int:
+        ctx.http.request("POST", f"https://svc.example/charge/{SECRET}?card={SECRET}", json={"s": SECRET})
+        ctx.http.request("GET", "https://svc.example/x", headers={"traceparent": CALLER})  # the handler's own
+        return 1
+
+    k.queue.enqueue(JobSpec(job_id="t1", queue="q", payload=1, traceparent=CALLER))
+    worker = k.worker()
+    worker.traces = observer
+    worker.drain(["q"], batch=1)
+    handler = next(s for s in spans if s["name"] == "sluice.handler")
+    assert [kw["headers"]["traceparent"] for _, _, kw in pool.sent] == [
+        f"00-{TRACE}-{handler['span_id']}-01", CALLER]
+    calls = [s for s in spans if s["name"] == "sluice.fenced_call"]
+    assert [(c["parent_span_id"], c["attributes"]["sluice.method"], c["attributes"]["sluice.host"],
+             c["attributes"]["sluice.status"]) for c in calls] == [
+        (handler["span_id"], "POST", "svc.example", 200), (handler["span_id"], "GET", "svc.example", 200)]
+    assert SECRET not in json.dumps(spans)

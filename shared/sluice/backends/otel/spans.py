@@ -8,7 +8,8 @@ One job, one trace (docs/worker.md, Traces)::
        └─ sluice.lease           worker: from the lease call to the lease's end (ack, fail, release, lost)
           ├─ sluice.grant        the fencing token's grant
           ├─ sluice.handler      the handler; a child's sluice.enqueue (internal function) is its child
-          │  └─ sluice.fenced_write   each FencedTable write of the handler
+          │  ├─ sluice.fenced_write   each FencedTable write of the handler
+          │  └─ sluice.fenced_call    each ctx.http call (method, host, status: no path, no body)
           └─ sluice.fenced_write      the result's write under the fencing token
 
 The push is the lease's sibling: Redis holds the record's context (the enqueue span's), so the
@@ -45,10 +46,10 @@ SYSTEM: Final = {"messaging.system": "sluice"}
 # outcomes only, never a payload (tests/stack/test_traces_stack.py holds the spans to this list).
 SPAN_NAMES: Final = frozenset(f"sluice.{name}" for name in (
     "enqueue", "enqueue_batch", "enqueue_children", "fire", "push", "lease", "grant", "handler",
-    "fenced_write"))
+    "fenced_write", "fenced_call"))
 ATTRIBUTES: Final = frozenset({"messaging.system", *(f"sluice.{name}" for name in (
     "queue", "job", "jobs", "parent", "schedule", "partition", "outcome", "attempt", "lease", "token",
-    "write", "table", "abandoned"))})
+    "write", "table", "abandoned", "method", "host", "status"))})
 # The lease span's outcome by the Redis call that ended it (FailReported says retry, dead or cancelled)
 _REDIS_ENDINGS: Final[dict[type[ev.Event], str]] = {ev.Acked: "acked", ev.Released: "released"}
 
@@ -123,8 +124,8 @@ class TraceObserver:
 
     def subscribe(self, bus: ev.EventBus) -> None:
         bus.subscribe(self, ev.Pushed, ev.Leased, ev.Granted, ev.HandlerStarted, ev.HandlerEnded,
-                      ev.ResultWritten, ev.ResultRefused, ev.FencedWrite, ev.Acked, ev.FailReported,
-                      ev.Released, ev.LeaseGone, ev.Finished)
+                      ev.ResultWritten, ev.ResultRefused, ev.FencedWrite, ev.FencedCall, ev.Acked,
+                      ev.FailReported, ev.Released, ev.LeaseGone, ev.Finished)
 
     def handler_traceparent(self, job_id: str) -> str | None:
         span = self._handlers.get(job_id)
@@ -153,6 +154,10 @@ class TraceObserver:
             self._child(e.job, "sluice.fenced_write", e, {"write": e.kind, "table": e.table,
                                                           "outcome": e.outcome, "token": e.token},
                         under_handler=True)
+        elif isinstance(e, ev.FencedCall):  # no URL path or query: they may hold what a payload does
+            self._child(e.job, "sluice.fenced_call", e, {"method": e.method, "host": e.host,
+                                                         "status": e.status, "outcome": e.outcome,
+                                                         "token": e.token}, under_handler=True)
         elif isinstance(e, ev.Acked | ev.FailReported | ev.Released):
             # Redis was told: the lease ends here (a failed call leaves it held: Finished ends it)
             if e.outcome != "error":

@@ -132,7 +132,7 @@ class JobContext:
         if self._http is None:
             from sluice.worker.runtime.http import FencedHttp  # urllib3 only for handlers that call
 
-            self._http = FencedHttp(self.job_id, self.token, self._events or EventBus())
+            self._http = FencedHttp(self.job_id, self.token, self._events or EventBus(), self._trace)
         return self._http
 
     # -- jobs that start jobs (sluice.core.families, docs/flows.md) ------------------------------------
