@@ -47,7 +47,6 @@ from sluice.core.routes import TEAM_RE, RouteTable, check_within_map, function_n
 from sluice.registrar.schedules import CodeSchedules, plan_declared
 
 FAILED_PREFIX = "sluice-registrar-failed:"  # the physical id of a Create that wrote nothing
-SLUICE_OWNER = "sluice"  # the owner of the default worker's routes and schedules (Registrar.default)
 _VERSION_RE = re.compile(r"^[0-9]{1,10}$")
 
 
@@ -63,7 +62,7 @@ def worker_function(stack_name: str, team: str) -> str:
 
 @dataclass
 class Registrar:
-    team: str  # the owner of what it registers: a team, or SLUICE_OWNER (``default``)
+    team: str  # the owner of what it registers: a team, or code.SLUICE_OWNER (``default``)
     allowed: tuple[str, ...] | None  # the team map's patterns for ``team``; None: no map (``default``)
     function: str  # <stack>-worker-<team>, or Sluice's default worker
     store: RouteStore
@@ -87,7 +86,7 @@ class Registrar:
         if not function or ":" in function:
             raise InvalidInput(f"the default worker's registrar needs the worker's function name "
                                f"(SLUICE_WORKER_FUNCTION_NAME); got {function!r}")
-        return cls(SLUICE_OWNER, None, function, store, describer, schedules)
+        return cls(code.SLUICE_OWNER, None, function, store, describer, schedules)
 
     @property
     def whose(self) -> str:
