@@ -153,20 +153,25 @@ class Team:
         self.describer = FakeDescriber({})
         self.code(*schedules)
         self.now = 1_000
-        self.registrar = Registrar.of("st", "media", queues, self.routes, self.describer,
-                                      CodeSchedules(self.table, self.trigger, lambda: self.now))
+        self.registrar = self.build(queues, CodeSchedules(self.table, self.trigger, lambda: self.now))
+
+    def build(self, queues: str, schedules: CodeSchedules) -> Registrar:
+        return Registrar.of("st", "media", queues, self.routes, self.describer, schedules)
 
     def code(self, *schedules: dict[str, Any]) -> None:
         self.describer.answers[MEDIA] = {"queues": ["avatars"], "schemas": {"avatars": SCHEMA},
                                          "schedules": list(schedules)}
 
+    resource: dict[str, Any] = {"LogicalResourceId": "TeamRoutes",
+                                "StackId": "arn:aws:cloudformation:us-east-1:1:stack/media/1",
+                                "PhysicalResourceId": "sluice-registrar:media:st-worker-media"}
+    props: dict[str, Any] = {}
+
     def deploy(self, kind: str = "Update", **props: Any) -> dict[str, Any]:
         event: dict[str, Any] = {
             "RequestType": kind, "ResponseURL": CFN_URL, "RequestId": "r1",
-            "LogicalResourceId": "TeamRoutes", "ResourceType": "Custom::SluiceRoutes",
-            "StackId": "arn:aws:cloudformation:us-east-1:1:stack/media/1",
-            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:x", **props},
-            "PhysicalResourceId": "sluice-registrar:media:st-worker-media"}
+            "ResourceType": "Custom::SluiceRoutes", **self.resource,
+            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:x", **self.props, **props}}
         return registrar_entry.respond(event, self.registrar, lambda url, data: None)
 
     def stored(self) -> dict[tuple[str, str], tuple[str, Any, str]]:
@@ -335,28 +340,18 @@ DEFAULT_WORKER = "st-WorkerFunction-AbC123"  # a generated name: SLUICE_WORKER_F
 class Default(Team):
     """Sluice's registrar on fakes, asking the default worker (which holds no Scheduler rights)."""
 
-    def __init__(self, *schedules: dict[str, Any]) -> None:
-        self.routes, self.table, self.trigger = FakeRouteStore(), FakeScheduleStore(), FakeTrigger()
-        self.describer = FakeDescriber({})
-        self.code(*schedules)
-        self.now = 1_000
-        self.registrar = Registrar.default(DEFAULT_WORKER, self.routes, self.describer,
-                                           CodeSchedules(self.table, self.trigger, lambda: self.now))
+    def build(self, queues: str, schedules: CodeSchedules) -> Registrar:
+        return Registrar.default(DEFAULT_WORKER, self.routes, self.describer, schedules)
 
     def code(self, *schedules: dict[str, Any]) -> None:
         self.describer.answers[DEFAULT_WORKER] = {"queues": ["avatars", "reports"],
                                                   "schemas": {"avatars": SCHEMA},
                                                   "schedules": list(schedules)}
 
-    def deploy(self, kind: str = "Update", **props: Any) -> dict[str, Any]:
-        event: dict[str, Any] = {
-            "RequestType": kind, "ResponseURL": CFN_URL, "RequestId": "r1",
-            "LogicalResourceId": "DefaultWorkerRegistration", "ResourceType": "Custom::SluiceRoutes",
-            "StackId": "arn:aws:cloudformation:us-east-1:1:stack/st/1",
-            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:x", "Owner": "sluice",
-                                   "Function": DEFAULT_WORKER, **props},
-            "PhysicalResourceId": f"sluice-registrar:sluice:{DEFAULT_WORKER}"}
-        return registrar_entry.respond(event, self.registrar, lambda url, data: None)
+    resource = {"LogicalResourceId": "DefaultWorkerRegistration",
+                "StackId": "arn:aws:cloudformation:us-east-1:1:stack/st/1",
+                "PhysicalResourceId": f"sluice-registrar:sluice:{DEFAULT_WORKER}"}
+    props = {"Owner": "sluice", "Function": DEFAULT_WORKER}
 
 
 REPORT = {"name": "nightly-report", "expression": "cron(0 3 * * ? *)", "queue": "reports",
