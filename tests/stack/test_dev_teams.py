@@ -280,6 +280,7 @@ def test_the_default_workers_code_schedules_are_registered_updated_and_removed_b
     from sluice.backends.dynamodb.schedules import DynamoScheduleStore
     from sluice.core.schedules import Schedule
     from sluice.entry.worker import describe, load_app
+    from sluice_dev.local import teams
     from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
 
     state = tmp_path / ".sluice"
@@ -319,10 +320,24 @@ def test_the_default_workers_code_schedules_are_registered_updated_and_removed_b
         claim = dev.register_default(kind="Update", properties={"Owner": "words"}, check=False)
         assert claim["Status"] == "FAILED" and "names owner 'words'" in claim["Reason"], claim
 
+        # The upgrade's last step: CloudFormation deletes the old DefaultWorkerRoutes, whose
+        # ServiceToken was the worker. It has no routes table: it removes nothing.
+        routes = DynamoRouteStore.from_settings(dev.settings)
+        before = routes.list_routes()
+        bucket = teams.ResponseBucket(dev.settings)
+        key, url = bucket.url()
+        legacy = teams.cfn_event("Delete", "arn:aws:cloudformation:us-east-1:000000000000:stack/sluice/local",
+                                 url, {"ServiceToken": "sluice-worker", "Owner": "sluice"},
+                                 "sluice-routes:sluice:sluice-worker")
+        assert dev.lambdas is not None
+        inv = dev.lambdas.invoke("sluice-worker", legacy, asynchronous=False, caller=dev.deployer_caller())
+        assert inv.done.wait(60) and (bucket.answer(key, timeout_s=10) or {}).get("Status") == "SUCCESS"
+        assert routes.list_routes() == before and store.get("ticks", "hourly").owner == "sluice"
+
         gone = dev.register_default(kind="Delete")
         assert gone["Data"]["SchedulesRemoved"] == "ticks/hourly"
         assert [s.name for s in store.all("ticks")] == ["ops"]
-        assert DynamoRouteStore.from_settings(dev.settings).list_routes() == []  # its routes went too
+        assert routes.list_routes() == []  # its routes went too
     finally:
         dev.stop()
 
