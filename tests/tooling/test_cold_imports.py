@@ -35,6 +35,7 @@ EXPECTED: dict[str, frozenset[str]] = {
     "worker": (NEVER_AT_IMPORT - {"sluice.worker.runtime.execute"}) | HTTP | {"asyncio"},
     "events": NEVER_AT_IMPORT | HTTP,
     "countdown": NEVER_AT_IMPORT | HTTP,
+    "registrar": NEVER_AT_IMPORT | HTTP,  # Sluice's registrar (issue 31): boto3 by its first request
 }
 # Every optional table named, so each lazy builder the import reaches is on its lazy path.
 ENV = {"SLUICE_JOB_ID_SECRET": "cold-imports-secret-0123456789abcdef", "AWS_DEFAULT_REGION": "us-east-1",

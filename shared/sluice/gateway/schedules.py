@@ -74,7 +74,8 @@ class ScheduleView(Model):
     created_at_ms: int
     next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
     declared_by: str = Field("", description="The team whose handlers' code declares it (app.schedule), "
-                                             "whose deploys update and remove it; empty for one created "
+                                             "or `sluice` for Sluice's default worker's code; their "
+                                             "deploys update and remove it. Empty for one created "
                                              "through this API.")
 
 
