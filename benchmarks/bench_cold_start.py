@@ -39,6 +39,13 @@ Each figure is the median of ROUNDS fresh processes, each run right after a yard
 ratios are medians of the per-round ratios (this machine's load comes and goes). The targets
 (issue 14): import within 1.5x boto3's, import plus first call within 3x (``import_ratio``,
 ``total_ratio``).
+
+``--traces`` (issue 31, item 6) runs each round twice, right after each other: traces off, then on
+(``SLUICE_TRACES``; the OpenTelemetry API with no SDK, what Sluice itself adds: the exporter is the
+deployer's), with the same input (the gateway's request and the relay's record carry a
+``traceparent``, so spans are made). It adds ``traces_import_ratio``, ``traces_total_ratio`` (on/off:
+medians of the per-round ratios, wall clock), their CPU forms and their spreads; the target: within
+1.1 (10%).
 """
 
 from __future__ import annotations
@@ -146,7 +153,10 @@ def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
     }
 
 
-def _append_one_job(env: Mapping[str, str]) -> None:
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # --traces: the input's trace
+
+
+def _append_one_job(env: Mapping[str, str], traceparent: str | None = None) -> None:
     """One fresh job in Kafka for the relay's next round, minted and sealed as the gateway writes it."""
     from sluice.backends.kafka.producer import KafkaJobLog
     from sluice.core import ids, seal
@@ -161,7 +171,8 @@ def _append_one_job(env: Mapping[str, str]) -> None:
     key = s.job_id_secret.get_secret_value().encode()
     # Minted and sealed as the gateway writes it: the relay pushes nothing else (issue 27).
     spec = seal.seal_spec(JobSpec(job_id=ids.mint(now, RELAY_QUEUE, key), queue=RELAY_QUEUE,
-                                  payload={"bench": "cold_start"}, enqueued_at_ms=now), key)
+                                  payload={"bench": "cold_start"}, enqueued_at_ms=now,
+                                  traceparent=traceparent), key)
     log = KafkaJobLog.from_settings(s)
     try:
         log.append([spec])
@@ -169,16 +180,17 @@ def _append_one_job(env: Mapping[str, str]) -> None:
         log.close()
 
 
-def _fresh(event: dict[str, Any]) -> dict[str, Any]:
+def _fresh(event: dict[str, Any], traceparent: str | None = None) -> dict[str, Any]:
     """``event`` with a new Idempotency-Key, if it has one: with the recorded event's key, every
     round after the first would time a replay of the first round's response (no Kafka producer,
-    no admission view), not an enqueue."""
+    no admission view), not an enqueue. ``traceparent``: a request's header too (``--traces``)."""
     headers = event.get("headers") or {}
     if "Idempotency-Key" not in headers:
         return event
     key = f"cold-start-{uuid.uuid4().hex}"
-    multi = {**(event.get("multiValueHeaders") or {}), "Idempotency-Key": [key]}
-    return {**event, "headers": {**headers, "Idempotency-Key": key}, "multiValueHeaders": multi}
+    extra = {"Idempotency-Key": key} | ({} if traceparent is None else {"traceparent": traceparent})
+    multi = {**(event.get("multiValueHeaders") or {}), **{k: [v] for k, v in extra.items()}}
+    return {**event, "headers": {**headers, **extra}, "multiValueHeaders": multi}
 
 
 FIRST_CALLS = ("GatewayFunction", "RelayFunction", "WorkerFunction")
@@ -233,16 +245,38 @@ def _env_of(dev: Any, functions: Mapping[str, Any], logical_id: str) -> dict[str
 
 
 def _round(python: str, args: list[str], event: dict[str, Any], fn_env: dict[str, str],
-           env: dict[str, str]) -> dict[str, Any]:
+           env: dict[str, str], traceparent: str | None = None) -> dict[str, Any]:
     """One fresh process: the handler's import, then (unless ``args[6]`` is "none") its first call."""
     if args[6] == "first-push":
-        _append_one_job(fn_env)
-    args = [*args[:3], json.dumps(_fresh(event)), *args[4:]]
+        _append_one_job(fn_env, traceparent)
+    args = [*args[:3], json.dumps(_fresh(event, traceparent)), *args[4:]]
     return dict(json.loads(_run(python, args, env, DRIVER, show_stderr=args[7] == "1")))
 
 
+def _traces_figures(off: list[dict[str, Any]], on: list[dict[str, Any]]) -> dict[str, Any]:
+    """Traces on against off (``--traces``): per-round ratios of the pair run side by side, medians
+    and spreads; wall clock and CPU."""
+    def ratios(fields: tuple[str, ...], cpu: bool) -> list[float]:
+        names = tuple(f.replace("_ms", "_cpu_ms") if cpu else f for f in fields)
+        return [sum(b[f] for f in names) / sum(a[f] for f in names) for a, b in zip(off, on, strict=True)]
+
+    out: dict[str, Any] = {"traces_import_ms": round(statistics.median(r["import_ms"] for r in on), 1)}
+    kinds = [("import", ("import_ms",))]
+    if "first_call_ms" in off[0]:
+        kinds.append(("total", ("import_ms", "first_call_ms")))
+        out["traces_first_call_ms"] = round(statistics.median(r["first_call_ms"] for r in on), 1)
+    for name, fields in kinds:
+        for cpu in (False, True):
+            values = ratios(fields, cpu)
+            key = f"traces_{'cpu_' if cpu else ''}{name}_ratio"
+            out[key] = round(statistics.median(values), 3)
+            out[key + "_spread"] = [round(min(values), 3), round(max(values), 3)]
+    return out
+
+
 def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, rounds: int = ROUNDS,
-            only: tuple[str, ...] = FUNCTIONS, profile: str | None = None) -> list[dict[str, Any]]:
+            only: tuple[str, ...] = FUNCTIONS, profile: str | None = None,
+            traces: bool = False) -> list[dict[str, Any]]:
     from sluice.backends.dynamodb import tables
     from sluice.backends.kafka.producer import ensure_topics
     from sluice_dev.local import servers
@@ -287,10 +321,13 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, ro
             handler = dev.deploy.functions[logical_id].handler
 
             args = [str(build / logical_id), opt, handler, "", str(timeout_ms), rie_dir, until, "0"]
-            runs, yardstick = [], []
+            runs, yardstick, traced = [], [], []
+            tp = TRACEPARENT if traces else None
             for _ in range(rounds):  # the yardstick right beside each run: load here comes and goes
                 yardstick.append(json.loads(_run(python, [boto3_from], env_base, BOTO3)))
-                runs.append(_round(python, args, event, fn_env, env))
+                runs.append(_round(python, args, event, fn_env, env, tp))
+                if traces:  # the same, traced, right after: its pair in this round
+                    traced.append(_round(python, args, event, fn_env, {**env, "SLUICE_TRACES": "true"}, tp))
             if profile == logical_id and until != "none":
                 log(f"{logical_id}: the first call under cProfile (CPU time), heaviest cumulative entries:")
                 _round(python, [*args[:7], "1"], event, fn_env, env)
@@ -299,7 +336,8 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, ro
             rows.append({"function": logical_id, **_figures(runs, yardstick), "at_import": last["at_import"],
                          "redis_loaded": last.get("redis_loaded"), "modules": last["modules"],
                          **({"relay_call_ms": round(statistics.median(r["call_ms"] for r in runs), 1)}
-                            if until == "first-push" else {})})
+                            if until == "first-push" else {}),
+                         **(_traces_figures(runs, traced) if traces else {})})
         return rows
     finally:
         stack.stop()
@@ -318,11 +356,13 @@ def main() -> int:
                         help="these functions only (logical ids)")
     parser.add_argument("--profile", choices=FIRST_CALLS, default=None,
                         help="one more round of this function under cProfile: what its first call spends")
+    parser.add_argument("--traces", action="store_true",
+                        help="each round also with SLUICE_TRACES on, right after: the traces' cost (on/off)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-cold-") as tmp:
         build = args.artifacts or artifacts.build(Path(tmp) / "x86", "x86_64")
         for row in measure(build, Path(tmp) / "state", args.yardstick, rounds=args.rounds,
-                           only=tuple(args.only), profile=args.profile):
+                           only=tuple(args.only), profile=args.profile, traces=args.traces):
             emit("cold_start", **row)
     return 0
 

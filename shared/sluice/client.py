@@ -21,6 +21,11 @@ Transport (``sluice.client_transport``): pooled keep-alive connections (urllib3)
 Payloads (``enqueue``, ``enqueue_batch``'s jobs, ``create_schedule``) may be pydantic models: they
 are sent as ``model_dump(mode="json")`` (datetimes as ISO strings, enums as values), and the
 handler gets that JSON.
+
+Traces: an enqueue sends the caller's current OpenTelemetry span as the W3C ``traceparent`` header
+(or the ``traceparent`` given), so the job's spans join the caller's trace (docs/worker.md, Traces).
+The client never imports OpenTelemetry itself: where the process has not imported its API, no span
+can be current, and nothing is sent.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -125,25 +131,29 @@ class Client:
     def enqueue(self, queue: str, payload: Any, *, delay_seconds: int = 0, priority: int = 0,
                 max_attempts: int | None = None, lease_seconds: int = 30,
                 idempotency_key: str | None = None, keyed: bool = True,
-                group: str | None = None) -> wire.Accepted:
+                group: str | None = None, traceparent: str | None = None) -> wire.Accepted:
         """``max_attempts`` None (the default) sends none: the handler's ``RetryPolicy`` decides,
-        else 5. A number is a ceiling: the handler's policy may lower it, never raise it."""
+        else 5. A number is a ceiling: the handler's policy may lower it, never raise it.
+        ``traceparent``: the trace the job joins (default: the current OpenTelemetry span's)."""
         job = self._job({"payload": payload, "delay_seconds": delay_seconds, "priority": priority,
                          "max_attempts": max_attempts, "lease_seconds": lease_seconds}
                         | ({} if group is None else {"group": group}))
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs", _request_body(job),
-                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
+                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed,
+                          traceparent=traceparent or current_traceparent())
         return wire.Accepted.model_validate(body)
 
     def enqueue_batch(self, queue: str, jobs: Sequence[Mapping[str, Any] | wire.EnqueueRequest], *,
-                      idempotency_key: str | None = None, keyed: bool = True) -> wire.BatchAccepted:
+                      idempotency_key: str | None = None, keyed: bool = True,
+                      traceparent: str | None = None) -> wire.BatchAccepted:
         try:
             batch = wire.BatchRequest(jobs=[self._job(_fields(j)) for j in jobs])
         except ValidationError as exc:
             raise InvalidInput(f"invalid batch: {exc}") from exc
         body = self._call("POST", f"/v1/queues/{self._queue(queue)}/jobs/batch",
                           {"jobs": [_request_body(j) for j in batch.jobs]},
-                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed)
+                          idempotency_key=_key(idempotency_key, keyed), keyed=keyed,
+                          traceparent=traceparent or current_traceparent())
         return wire.BatchAccepted.model_validate(body)
 
     def status(self, job_id: str) -> wire.JobView:
@@ -288,7 +298,7 @@ class Client:
         return quote(validate_queue_name(queue), safe="")
 
     def _call(self, method: str, path: str, body: Any = None, *, idempotency_key: str | None = None,
-              keyed: bool = True) -> Any:
+              keyed: bool = True, traceparent: str | None = None) -> Any:
         if self.closed:
             raise ClientClosed(f"{method} {path}: this client was closed")
         data = None if body is None else json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
@@ -297,6 +307,8 @@ class Client:
             headers["Content-Type"] = "application/json"
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
         if self.api_key:
             headers["x-api-key"] = self.api_key
         url = self.api_url + path
@@ -365,6 +377,19 @@ class Poll:
                                f"{status}")
         self.delay = min(delay * 1.5, 2.0)
         return delay
+
+
+def current_traceparent() -> str | None:
+    """The W3C traceparent of the current OpenTelemetry span, or None: where the process never
+    imported the OpenTelemetry API no span can be current, so it is not imported here (a web server
+    that only enqueues pays nothing for traces)."""
+    otel = sys.modules.get("opentelemetry.trace")
+    if otel is None:
+        return None
+    context = otel.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
 def _fields(job: Mapping[str, Any] | wire.EnqueueRequest) -> Mapping[str, Any]:

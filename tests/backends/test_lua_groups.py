@@ -131,11 +131,12 @@ def test_a_queue_without_groups_touches_no_group_key(rq: RedisQueue, redis_clien
 def test_enqueue_lua_refuses_a_bad_group_before_writing(redis_client: redis.Redis, group: str) -> None:
     script = redis_client.register_script(source("enqueue.lua"))
     keys = [K.job_prefix, K.ready, K.delayed, K.seq, *K.group_keys]
-    good = ["ok", '"p"', "0,5,30000,0", "0", ""]
+    good = ["ok", '"p"', "0,5,30000,0", "0", "", ""]  # no group, no traceparent
     script(keys=keys, args=[1, *good])
     before = snapshot(redis_client)
-    for args in ([1, "a", '"p"', "0,5,30000,0", "0", group] if group else [1, "a", '"p"', "0,5,30000,0", "0"],
-                 [2, *good, "b", '"p"', "0,5,30000,0", "0", group or "a b"]):
+    alone = [1, "a", '"p"', "0,5,30000,0", "0", group, ""] if group else [1, "a", '"p"', "0,5,30000,0", "0"]
+    for args in (alone,
+                 [2, *good, "b", '"p"', "0,5,30000,0", "0", group or "a b", ""]):
         with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
             script(keys=keys, args=args)
     assert snapshot(redis_client) == before

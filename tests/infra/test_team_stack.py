@@ -234,9 +234,10 @@ def test_the_relay_reads_the_team_map_and_nothing_writes_it_but_this_stack() -> 
         assert "ssm:PutParameter" not in str(resource), name
 
 
-def test_only_sluices_default_worker_writes_routes_in_sluices_stack() -> None:
+def test_only_sluices_registrar_writes_routes_in_sluices_stack() -> None:
     """Issue 27: a team's routes are written by its registrar alone (infra/team.yaml); in Sluice's own
-    stack only the default worker registers its own (DefaultWorkerRoutes, owner sluice)."""
+    stack only Sluice's registrar, the default worker's (issue 31: DefaultWorkerRegistration, owner
+    sluice), not the worker, which runs handler code."""
     out = cfn.transformed()
     writers = set()
     for name, fn in cfn.resources(out, "AWS::Lambda::Function").items():
@@ -250,10 +251,16 @@ def test_only_sluices_default_worker_writes_routes_in_sluices_stack() -> None:
                                                           "dynamodb:*")}
                     if writes and "RoutesTable" in json.dumps(st["Resource"]):
                         writers.add(name)
-    assert writers == {"WorkerFunction"}
-    default = cfn.template()["Resources"]["DefaultWorkerRoutes"]["Properties"]
-    assert default["Owner"] == "sluice"
-    assert default["ServiceToken"] == {"Fn::GetAtt": ["WorkerFunction", "Arn"]}
+    assert writers == {"RegistrarFunction"}
+    resources = cfn.template()["Resources"]
+    default = resources["DefaultWorkerRegistration"]["Properties"]
+    assert default["Owner"] == "sluice" and default["Function"] == {"Ref": "WorkerFunction"}
+    assert default["ServiceToken"] == {"Fn::GetAtt": ["RegistrarFunction", "Arn"]}
+    env = resources["RegistrarFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["SLUICE_WORKER_FUNCTION_NAME"] == {"Ref": "WorkerFunction"}
+    assert "SLUICE_REGISTRAR_TEAM" not in env
+    assert "DefaultWorkerRoutes" not in resources  # a new logical id: a ServiceToken cannot change
+    assert "SLUICE_ROUTES_TABLE" not in resources["WorkerFunction"]["Properties"]["Environment"]["Variables"]
 
 
 def test_every_import_is_an_export_of_the_sluice_stack() -> None:

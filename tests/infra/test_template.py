@@ -498,7 +498,8 @@ def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
         p = fn["Properties"]
         # Outside the VPC, boto3 only.
-        if name == "EventsFunction":  # the layer, outside the VPC (docs/events.md: no endpoint)
+        # The layer, outside the VPC: docs/events.md (no endpoint); Sluice's registrar, as a team's.
+        if name in ("EventsFunction", "RegistrarFunction"):
             assert p["Layers"] == [{"Ref": "SharedLayer"}] and "VpcConfig" not in p, name
         elif name not in ("KafkaBootstrapFunction", "SecretRotationFunction", "PrefixListsFunction"):
             assert p["Layers"] == [{"Ref": "SharedLayer"}], name
@@ -887,9 +888,59 @@ def test_the_operator_function_may_touch_its_groups_schedules_and_pass_the_invok
     assert passing["Resource"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
     for name, role in _function_roles().items():  # no other function schedules or passes a role
-        if name != "OperatorFunction":
+        if name not in ("OperatorFunction", "RegistrarFunction"):  # the registrar's: the test below
             for st in _statements(role):
                 assert not any(a.startswith("scheduler:") or a == "iam:PassRole" for a in st["Action"]), name
+
+
+def test_sluices_registrar_may_touch_its_groups_schedules_and_ask_the_default_worker_only() -> None:
+    """Issue 31: the default worker's declared schedules are registered by RegistrarFunction, which
+    runs the layer's code alone: Scheduler create, update and delete in this stack's group, the
+    invoke role passed to Scheduler alone, the routes and schedules tables, the worker's describe.
+    The worker function, which runs handler code, holds none of it."""
+    from tests.infra.test_template_security import _statements
+
+    roles = _function_roles()
+    statements = _statements(roles["RegistrarFunction"])
+    by_resource: dict[str, set[str]] = {}
+    for st in statements:
+        assert st["Effect"] == "Allow"
+        by_resource.setdefault(json.dumps(st["Resource"], sort_keys=True), set()).update(st["Action"])
+    scheduler = [s for s in statements if any(a.startswith("scheduler:") for a in s["Action"])]
+    assert len(scheduler) == 1 and scheduler[0]["Resource"] == SCHEDULE_ARNS
+    assert sorted(scheduler[0]["Action"]) == ["scheduler:CreateSchedule", "scheduler:DeleteSchedule",
+                                              "scheduler:UpdateSchedule"]
+    (passing,) = [s for s in statements if "iam:PassRole" in s["Action"]]
+    assert passing["Action"] == ["iam:PassRole"]
+    assert passing["Resource"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
+    assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
+
+    def on(logical_id: str) -> set[str]:
+        return by_resource.pop(json.dumps({"Fn::GetAtt": [logical_id, "Arn"]}), set())
+
+    assert on("RoutesTable") == {"dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem",
+                                 "dynamodb:ConditionCheckItem"}
+    assert on("SchedulesTable") == {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:PutItem",
+                                    "dynamodb:DeleteItem"}
+    assert on("WorkerFunction") == {"lambda:InvokeFunction"}
+    assert on("SchedulerInvokeRole") == {"iam:PassRole"}
+    by_resource.pop(json.dumps(SCHEDULE_ARNS, sort_keys=True))
+    # Left: what SAM adds to every function (its logs, X-Ray when Tracing is Active).
+    assert all(a.startswith(("logs:", "xray:")) for actions in by_resource.values() for a in actions), \
+        by_resource
+    env = props("RegistrarFunction")["Environment"]["Variables"]
+    assert env["SLUICE_SCHEDULER_GROUP"] == {"Ref": "ScheduleGroup"}
+    assert env["SLUICE_SCHEDULER_ROLE_ARN"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
+    assert env["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}
+    assert "VpcConfig" not in props("RegistrarFunction")  # as a team's registrar: public endpoints
+    worker = _statements(roles["WorkerFunction"])
+    for st in worker:  # the worker: no Scheduler, no role passed, no schedules or routes table
+        assert not any(a.startswith("scheduler:") or a == "iam:PassRole" for a in st["Action"]), st
+        assert "SchedulesTable" not in json.dumps(st["Resource"]), st
+        assert "RoutesTable" not in json.dumps(st["Resource"]), st
+    worker_env = props("WorkerFunction")["Environment"]["Variables"]
+    assert not {"SLUICE_SCHEDULES_TABLE", "SLUICE_SCHEDULER_ROLE_ARN", "SLUICE_ROUTES_TABLE"} & \
+        set(worker_env)
 
 
 def test_scheduler_may_invoke_the_firings_function_and_nothing_else() -> None:

@@ -167,7 +167,8 @@ FUNCTIONS = sorted(
 # role (the poller's), so a service principal, which has no allow here, is refused implicitly.
 STREAM_READERS = {"EventsFunction", "CountdownFunction"}
 DEPLOYER = DEPLOYERS.split(",")[0], None
-CUSTOM_RESOURCES = {"PrefixListsFunction", "KafkaBootstrapFunction", "KafkaTopicsFunction"}
+CUSTOM_RESOURCES = {"PrefixListsFunction", "KafkaBootstrapFunction", "KafkaTopicsFunction",
+                    "RegistrarFunction"}
 RELAY_RULES = [("events.amazonaws.com", rule_arn(f"RelayTick{i}")) for i in range(1, 5)]
 # Every invoker and the functions it may invoke (empty: none).
 INVOKERS: list[tuple[str, tuple[str, str | None], frozenset[str]]] = [
@@ -187,6 +188,8 @@ INVOKERS: list[tuple[str, tuple[str, str | None], frozenset[str]]] = [
     # The relay dispatches the default worker (async) and releases continuations.
     ("the relay", sam_role("RelayFunction"), frozenset({"InternalFunction", "WorkerFunction"})),
     ("the countdown", sam_role("CountdownFunction"), frozenset({"InternalFunction"})),
+    # Sluice's registrar asks the default worker for its handlers and declared schedules (issue 31).
+    ("Sluice's registrar", sam_role("RegistrarFunction"), frozenset({"WorkerFunction"})),
     ("a team's worker", TEAM, frozenset({"InternalFunction"})),
     ("another stack's team worker", (role("other-stack-team-media", "/sluice/"), None), frozenset()),
     ("a team-named role outside /sluice/", (role(f"{STACK}-team-media"), None), frozenset()),
@@ -231,8 +234,9 @@ INVOKERS: list[tuple[str, tuple[str, str | None], frozenset[str]]] = [
     ),
     ("Secrets Manager, any secret", ("secretsmanager.amazonaws.com", secret_arn("mine")), frozenset()),
     ("Secrets Manager, no SourceArn", ("secretsmanager.amazonaws.com", None), frozenset()),
-    # The infra team's deploy roles: CloudFormation acts for them on custom resources
-    # (DefaultWorkerRoutes' ServiceToken is the default worker).
+    # The infra team's deploy roles: CloudFormation acts for them on custom resources (Sluice's
+    # registrar answers DefaultWorkerRegistration; the default worker, the Delete of a stack's
+    # DefaultWorkerRoutes from before issue 31).
     *[
         (f"a deployer {d.rsplit('/', 1)[1]}", (d, None), frozenset({*CUSTOM_RESOURCES, "WorkerFunction"}))
         for d in DEPLOYERS.split(",")
@@ -344,6 +348,7 @@ def test_the_callers_own_policies_allow_the_function_they_call() -> None:
         (sam_role("RelayFunction"), "InternalFunction"),
         (sam_role("RelayFunction"), "WorkerFunction"),
         (sam_role("CountdownFunction"), "InternalFunction"),
+        (sam_role("RegistrarFunction"), "WorkerFunction"),
         ((VALUES["SchedulerInvokeRole.Arn"], None), "FiringsFunction"),
     ):
         request = Request(caller[0], "lambda:InvokeFunction", function_arn(function))

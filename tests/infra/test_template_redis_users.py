@@ -19,7 +19,7 @@ from tests.infra.test_template import RES, T, _function_roles, props, redis_grou
 USERS = {"RedisRelayUser": "RelayFunction", "RedisGatewayUser": "GatewayFunction",
          "RedisOperatorUser": "OperatorFunction", "RedisWorkerUser": "WorkerFunction"}
 # The functions that read no Redis: no user, no secret.
-NO_REDIS = ("CountdownFunction", "EventsFunction")
+NO_REDIS = ("CountdownFunction", "EventsFunction", "RegistrarFunction")
 
 
 def functions() -> list[str]:

@@ -1,5 +1,5 @@
-"""A handlers module that declares a schedule, for Sluice's default worker: refused (issue 31, item 5),
-as the default worker's DefaultWorkerRoutes refuses it in AWS (it holds no Scheduler rights)."""
+"""A handlers module that declares a schedule, for Sluice's default worker (issue 31, item 5): Sluice's
+registrar registers it (template.yaml's RegistrarFunction; the worker holds no Scheduler rights)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sluice.core.errors import RegistrationRefused, RouteConflict
+from sluice.core.errors import RouteConflict
 from sluice_dev.cli import main
 from sluice_dev.local.dev import DevOptions, DevStack
 from tests.stack.gateway_http import http
@@ -265,14 +265,81 @@ def test_sluice_dev_fires_a_stored_schedule_into_the_firings_function_once_per_f
     assert dev.schedules.tick(now_ms=created["created_at_ms"] + 60_500) == []
 
 
-def test_a_default_worker_declaring_schedules_stops_the_stack_from_starting(tmp_path: Path) -> None:
-    """Issue 31: the default worker cannot register its code's schedules (in AWS it holds no Scheduler
-    rights), so, as its deploy would fail, the local stack refuses to start, saying what to do."""
-    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", workers=1, log_level="WARNING", history=False,
+def test_the_default_workers_code_schedules_are_registered_updated_and_removed_by_sluices_registrar(
+        tmp_path: Path) -> None:
+    """Issue 31: the default worker runs handler code and holds no Scheduler rights, so Sluice's
+    registrar function (template.yaml's RegistrarFunction) asks it what its module declares and
+    registers it at start, as CloudFormation's Create of DefaultWorkerRegistration does: listed by the
+    operator API and ``sluice schedules list`` as the default worker's code's. An Update brings the
+    table back to the code (a changed schedule restored, one the code no longer declares removed, an
+    operator's left alone), a request naming another owner is refused, and the stack's Delete removes
+    the code's schedules."""
+    import boto3
+
+    from sluice.backends.dynamodb.routes import DynamoRouteStore
+    from sluice.backends.dynamodb.schedules import DynamoScheduleStore
+    from sluice.core.schedules import Schedule
+    from sluice.entry.worker import describe, load_app
+    from sluice_dev.local import teams
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
+
+    state = tmp_path / ".sluice"
+    dev = DevStack(DevOptions(state_dir=state, workers=1, log_level="WARNING", history=False,
                               handlers="tests.stack.scheduled_handlers"))
-    with pytest.raises(RegistrationRefused, match="deploy these handlers as a team's worker"):
-        dev.start()
-    assert dev.lambdas is None and not (tmp_path / ".sluice" / "endpoints.json").exists()
+    endpoints = dev.start()
+    try:
+        assert dev.settings is not None
+        # The worker can write neither: its environment names no schedules or routes table.
+        assert not {"SLUICE_SCHEDULES_TABLE", "SLUICE_ROUTES_TABLE"} & set(dev.function("WorkerFunction").env)
+        assert "ticks -> sluice-worker" in endpoints["routes"]
+        req = urllib.request.Request(f"{endpoints['gateway_url']}/v1/admin/queues/ticks/schedules",
+                                     headers={LOCAL_CALLER_HEADER: LOCAL_OPERATOR})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            (listed,) = json.loads(r.read())["schedules"]
+        assert (listed["name"], listed["expression"], listed["payload"], listed["declared_by"]) == (
+            "hourly", "rate(1 hour)", {"n": 1}, "sluice")
+        shown = CliRunner().invoke(main, ["--state-dir", str(state), "schedules", "list", "ticks"])
+        assert shown.exit_code == 0, shown.output
+        assert "hourly  rate(1 hour)  active" in shown.output
+        assert "declared by the default worker's code" in shown.output
+
+        db = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=dev.settings.aws_endpoint_url)
+        store = DynamoScheduleStore(db, dev.function("OperatorFunction").env["SLUICE_SCHEDULES_TABLE"])
+        # As a previous deploy's code left it: hourly at another rate and payload, and one since removed.
+        store.replace(Schedule("hourly", "rate(2 hours)", "ticks", {"n": 0}, 1, owner="sluice"))
+        store.create(Schedule("old", "rate(1 day)", "ticks", None, 1, owner="sluice"))
+        store.create(Schedule("ops", "rate(1 day)", "ticks", None, 1))  # an operator's
+        digest = describe(load_app("tests.stack.scheduled_handlers"))["digest"]
+        answer = dev.register_default(kind="Update", properties={"Declarations": digest})
+        data = answer["Data"]
+        assert (data["Schedules"], data["SchedulesRemoved"]) == ("ticks/hourly", "ticks/old")
+        restored = store.get("ticks", "hourly")
+        assert (restored.expression, restored.payload, restored.owner) == ("rate(1 hour)", {"n": 1}, "sluice")
+        assert store.find("ticks", "old") is None and store.get("ticks", "ops").owner == ""
+
+        claim = dev.register_default(kind="Update", properties={"Owner": "words"}, check=False)
+        assert claim["Status"] == "FAILED" and "names owner 'words'" in claim["Reason"], claim
+
+        # The upgrade's last step: CloudFormation deletes the old DefaultWorkerRoutes, whose
+        # ServiceToken was the worker. It has no routes table: it removes nothing.
+        routes = DynamoRouteStore.from_settings(dev.settings)
+        before = routes.list_routes()
+        bucket = teams.ResponseBucket(dev.settings)
+        key, url = bucket.url()
+        legacy = teams.cfn_event("Delete", "arn:aws:cloudformation:us-east-1:000000000000:stack/sluice/local",
+                                 url, {"ServiceToken": "sluice-worker", "Owner": "sluice"},
+                                 "sluice-routes:sluice:sluice-worker")
+        assert dev.lambdas is not None
+        inv = dev.lambdas.invoke("sluice-worker", legacy, asynchronous=False, caller=dev.deployer_caller())
+        assert inv.done.wait(60) and (bucket.answer(key, timeout_s=10) or {}).get("Status") == "SUCCESS"
+        assert routes.list_routes() == before and store.get("ticks", "hourly").owner == "sluice"
+
+        gone = dev.register_default(kind="Delete")
+        assert gone["Data"]["SchedulesRemoved"] == "ticks/hourly"
+        assert [s.name for s in store.all("ticks")] == ["ops"]
+        assert routes.list_routes() == []  # its routes went too
+    finally:
+        dev.stop()
 
 
 def test_the_teams_code_schedules_are_registered_updated_and_removed_by_its_registrar(

@@ -16,12 +16,14 @@ fencing token). Nothing is written: the jobs topic, the jobs table, the schedule
 queues' Redis state are the same before and after, and the other team's job is still waiting.
 The template's policies refuse the same callers: tests/infra/test_template_invokers.py.
 
-Every function (issue 27): the same invokers also try the relay, the default worker and the team's
-worker with a scheduled event, a worker dispatch and a forged CloudFormation Delete of the default
-worker's routes (DefaultWorkerRoutes, answered at a ResponseURL on the moto S3). Each is refused by
-the function's resource policy; the routes table is unchanged, no answer reaches the URL, and no
-job is leased or acked. The events and countdown functions run in-process locally (their stream's
-poller), so no local invoker reaches them: their policies are held by the template test.
+Every function (issue 27): the same invokers also try the relay, the default worker, the team's
+worker and Sluice's registrar (issue 31) with a scheduled event, a worker dispatch and forged
+CloudFormation Deletes of the default worker's routes (DefaultWorkerRoutes, and the registrar's
+DefaultWorkerRegistration, which would delete its routes and declared schedules; answered at a
+ResponseURL on the moto S3). Each is refused by the function's resource policy; the routes table is
+unchanged, no answer reaches the URL, and no job is leased or acked. The events and countdown
+functions run in-process locally (their stream's poller), so no local invoker reaches them: their
+policies are held by the template test.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from sluice_dev.local.dev import (
     GATEWAY_FUNCTION,
     INTERNAL_FUNCTION,
     OPERATOR_FUNCTION,
+    REGISTRAR_FUNCTION,
     RELAY_FUNCTION,
     WORKER_FUNCTION,
     DevOptions,
@@ -270,7 +273,7 @@ def test_sluices_own_callers_are_still_admitted(rig: Rig) -> None:
 # The relay's, the default worker's and a team worker's legitimate callers: the relay dispatches
 # both workers (each one's resource policy admits its role: template.yaml's WorkerFunctionPolicy,
 # infra/worker.yaml's TeamWorkerPolicy). Everyone else below is a hostile invoker of these three.
-SCHEDULED = (RELAY_FUNCTION, WORKER_FUNCTION, team_function_name(TEAM[0]))
+SCHEDULED = (RELAY_FUNCTION, WORKER_FUNCTION, team_function_name(TEAM[0]), REGISTRAR_FUNCTION)
 LEGITIMATE = {(WORKER_FUNCTION, "the relay"), (team_function_name(TEAM[0]), "the relay")}
 
 
@@ -288,10 +291,20 @@ def scheduled_shapes(rig: Rig) -> dict[str, tuple[dict[str, Any], str | None]]:
         f"sluice-routes:sluice:{WORKER_FUNCTION}",
     )
     delete["LogicalResourceId"] = "DefaultWorkerRoutes"
+    key2, url2 = bucket.url()
+    registration = teams.cfn_event(
+        "Delete",
+        "arn:aws:cloudformation:us-east-1:000000000000:stack/sluice/local",
+        url2,
+        {"ServiceToken": REGISTRAR_FUNCTION, "Owner": "sluice", "Function": WORKER_FUNCTION},
+        f"sluice-registrar:sluice:{WORKER_FUNCTION}",
+    )
+    registration["LogicalResourceId"] = "DefaultWorkerRegistration"
     return {
         "a scheduled event": (scheduled_event(), None),
         "a worker dispatch": ({"queues": ["echo", "word-count"], "batch": 10, "source": "safety-net"}, None),
         "a CloudFormation Delete of DefaultWorkerRoutes": (delete, key),
+        "a CloudFormation Delete of DefaultWorkerRegistration": (registration, key2),
     }
 
 
@@ -323,7 +336,7 @@ def test_every_invoker_is_refused_the_relay_and_the_workers_and_nothing_is_writt
                 tried += 1
                 if response_key is not None:
                     answers.append(response_key)
-    assert tried == (len(CALLERS) * len(SCHEDULED) - len(LEGITIMATE)) * 3
+    assert tried == (len(CALLERS) * len(SCHEDULED) - len(LEGITIMATE)) * 4
     assert lambdas.counts["denied"] - denied == tried
     time.sleep(2)  # anything asynchronous an attempt might have set off
     assert rig.snapshot() == before  # the routes, the queues' Redis state (nothing leased or acked), ...

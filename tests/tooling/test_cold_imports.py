@@ -35,6 +35,7 @@ EXPECTED: dict[str, frozenset[str]] = {
     "worker": (NEVER_AT_IMPORT - {"sluice.worker.runtime.execute"}) | HTTP | {"asyncio"},
     "events": NEVER_AT_IMPORT | HTTP,
     "countdown": NEVER_AT_IMPORT | HTTP,
+    "registrar": NEVER_AT_IMPORT | HTTP,  # Sluice's registrar (issue 31): boto3 by its first request
 }
 # Every optional table named, so each lazy builder the import reaches is on its lazy path.
 ENV = {"SLUICE_JOB_ID_SECRET": "cold-imports-secret-0123456789abcdef", "AWS_DEFAULT_REGION": "us-east-1",
@@ -50,8 +51,8 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def loaded_by_import(function: str) -> set[str]:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "PYTHON"))}, **ENV}
+def loaded_by_import(function: str, **extra: str) -> set[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "PYTHON"))}, **ENV, **extra}
     out = subprocess.run([sys.executable, "-I", "-c", CODE, str(FUNCTIONS / function), str(ROOT / "shared")],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -68,3 +69,13 @@ def test_a_handler_import_loads_only_what_its_init_needs(function: str) -> None:
     assert "sluice" in loaded  # the handler module did import, through the layer's package
     early = sorted(EXPECTED[function] & loaded)
     assert not early, f"{function} loads {early} at import"
+
+
+@pytest.mark.parametrize("function", sorted(EXPECTED))
+def test_traces_load_no_client_library_at_import_and_off_no_opentelemetry(function: str) -> None:
+    """Issue 31 item 6: traces on, a handler's import still loads none of its heavy libraries (the
+    OpenTelemetry API comes with the first call that emits a span: bench_cold_start.py --traces
+    times it); traces off (the default), no function imports OpenTelemetry at all."""
+    traced = loaded_by_import(function, SLUICE_TRACES="true")
+    assert not sorted(EXPECTED[function] & traced), f"{function} with traces on loads them at import"
+    assert not {m for m in loaded_by_import(function) if m.split(".")[0] == "opentelemetry"}

@@ -153,20 +153,25 @@ class Team:
         self.describer = FakeDescriber({})
         self.code(*schedules)
         self.now = 1_000
-        self.registrar = Registrar.of("st", "media", queues, self.routes, self.describer,
-                                      CodeSchedules(self.table, self.trigger, lambda: self.now))
+        self.registrar = self.build(queues, CodeSchedules(self.table, self.trigger, lambda: self.now))
+
+    def build(self, queues: str, schedules: CodeSchedules) -> Registrar:
+        return Registrar.of("st", "media", queues, self.routes, self.describer, schedules)
 
     def code(self, *schedules: dict[str, Any]) -> None:
         self.describer.answers[MEDIA] = {"queues": ["avatars"], "schemas": {"avatars": SCHEMA},
                                          "schedules": list(schedules)}
 
+    resource: dict[str, Any] = {"LogicalResourceId": "TeamRoutes",
+                                "StackId": "arn:aws:cloudformation:us-east-1:1:stack/media/1",
+                                "PhysicalResourceId": "sluice-registrar:media:st-worker-media"}
+    props: dict[str, Any] = {}
+
     def deploy(self, kind: str = "Update", **props: Any) -> dict[str, Any]:
         event: dict[str, Any] = {
             "RequestType": kind, "ResponseURL": CFN_URL, "RequestId": "r1",
-            "LogicalResourceId": "TeamRoutes", "ResourceType": "Custom::SluiceRoutes",
-            "StackId": "arn:aws:cloudformation:us-east-1:1:stack/media/1",
-            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:x", **props},
-            "PhysicalResourceId": "sluice-registrar:media:st-worker-media"}
+            "ResourceType": "Custom::SluiceRoutes", **self.resource,
+            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:x", **self.props, **props}}
         return registrar_entry.respond(event, self.registrar, lambda url, data: None)
 
     def stored(self) -> dict[tuple[str, str], tuple[str, Any, str]]:
@@ -325,3 +330,121 @@ def test_sluice_routes_digest_prints_the_digest_a_deploy_passes() -> None:
     assert [d.name for d in words.declared_schedules()] == ["new-year"]
     shown = CliRunner().invoke(main, ["routes", "digest", "--json", "sluice_dev.examples_team"])
     assert json.loads(shown.output)["schedules"][0]["payload"] == {"text": "happy new year", "i": None}
+
+
+# -- Sluice's registrar for its default worker (template.yaml's RegistrarFunction, issue 31) --------
+
+DEFAULT_WORKER = "st-WorkerFunction-AbC123"  # a generated name: SLUICE_WORKER_FUNCTION_NAME gives it
+
+
+class Default(Team):
+    """Sluice's registrar on fakes, asking the default worker (which holds no Scheduler rights)."""
+
+    def build(self, queues: str, schedules: CodeSchedules) -> Registrar:
+        return Registrar.default(DEFAULT_WORKER, self.routes, self.describer, schedules)
+
+    def code(self, *schedules: dict[str, Any]) -> None:
+        self.describer.answers[DEFAULT_WORKER] = {"queues": ["avatars", "reports"],
+                                                  "schemas": {"avatars": SCHEMA},
+                                                  "schedules": list(schedules)}
+
+    resource = {"LogicalResourceId": "DefaultWorkerRegistration",
+                "StackId": "arn:aws:cloudformation:us-east-1:1:stack/st/1",
+                "PhysicalResourceId": f"sluice-registrar:sluice:{DEFAULT_WORKER}"}
+    props = {"Owner": "sluice", "Function": DEFAULT_WORKER}
+
+
+REPORT = {"name": "nightly-report", "expression": "cron(0 3 * * ? *)", "queue": "reports",
+          "payload": {"kind": "daily"}}
+
+
+def test_sluices_registrar_registers_updates_and_removes_the_default_workers_schedules() -> None:
+    """The default worker declares; Sluice's registrar asks it (describe) and registers its routes and
+    schedules, owned by ``sluice``, as a team's registrar does a team's (create, update, delete)."""
+    default = Default(REPORT)
+    ops = Schedule("ops", "rate(1 hour)", "reports", None, 5)  # an operator's: never touched
+    default.table.create(ops)
+    right = code.digest(["avatars", "reports"], {"avatars": SCHEMA}, code.from_answer([REPORT]))
+    body = default.deploy("Create", Declarations=right)
+    assert body["Status"] == "SUCCESS", body
+    assert body["PhysicalResourceId"] == f"sluice-registrar:sluice:{DEFAULT_WORKER}"
+    assert body["Data"]["Schedules"] == "reports/nightly-report"
+    assert {p: (r.function, r.owner) for p, r in default.routes.routes.items()} == {
+        "avatars": (DEFAULT_WORKER, "sluice"), "reports": (DEFAULT_WORKER, "sluice")}
+    assert default.stored()[("reports", "nightly-report")] == ("cron(0 3 * * ? *)", {"kind": "daily"},
+                                                               "sluice")
+    assert ("create", "nightly-report") in default.trigger.calls
+    assert default.describer.calls == [(DEFAULT_WORKER, None)]
+
+    default.now = 2_000  # a changed expression and payload: updated, its phase from now
+    default.code({**REPORT, "expression": "cron(0 4 * * ? *)", "payload": {"kind": "weekly"}})
+    assert default.deploy()["Status"] == "SUCCESS"
+    assert default.stored()[("reports", "nightly-report")] == ("cron(0 4 * * ? *)", {"kind": "weekly"},
+                                                               "sluice")
+    assert default.table.items["reports", "nightly-report"].start_ms == 2_000
+    assert default.trigger.calls[-1] == ("resume", "nightly-report")  # the Scheduler schedule restated
+
+    default.code()  # removed from the code: deleted, the operator's stays
+    body = default.deploy()
+    assert body["Data"]["SchedulesRemoved"] == "reports/nightly-report"
+    assert set(default.stored()) == {("reports", "ops")}
+    assert ("delete", "nightly-report") in default.trigger.calls
+
+    default.code(REPORT)
+    assert default.deploy()["Status"] == "SUCCESS"
+    body = default.deploy("Delete")  # the stack deleted: the routes and the code's schedules go
+    assert body["Status"] == "SUCCESS" and body["Data"]["SchedulesRemoved"] == "reports/nightly-report"
+    assert default.routes.routes == {} and set(default.stored()) == {("reports", "ops")}
+
+
+@pytest.mark.parametrize(("declared", "why"), [
+    # the worker's answer is checked again: an internal queue, however the answer was made
+    ({**REPORT, "queue": "sluice-relay-p0"}, "queue 'sluice-relay-p0' is reserved"),
+    # a queue routed to another owner, or to nobody: not this registration's routes
+    ({**REPORT, "queue": "payments"}, "schedule payments/nightly-report: no handler of this worker, and no "
+                                      "pattern, routes queue 'payments'; nothing was written"),
+    ({**REPORT, "queue": "avatars", "payload": {"size": "big"}}, "does not match queue 'avatars''s schema"),
+])
+def test_the_default_workers_schedule_off_its_own_queues_is_refused_and_writes_nothing(
+        declared: dict[str, Any], why: str) -> None:
+    default = Default(REPORT)
+    default.routes.routes["payments"] = Route("payments", MEDIA, "media")  # team media's queue
+    assert default.deploy("Create")["Status"] == "SUCCESS"
+    routes, stored, writes = dict(default.routes.routes), default.stored(), default.table.writes
+    default.code(REPORT, declared)
+    body = default.deploy()
+    assert body["Status"] == "FAILED" and why in body["Reason"], body["Reason"]
+    assert default.routes.routes == routes and default.stored() == stored and default.table.writes == writes
+    assert default.trigger.calls == [("create", "nightly-report")]
+
+
+@pytest.mark.parametrize(("claim", "why"), [
+    ({"Owner": "media"}, "registers Sluice's default worker (owner 'sluice')'s routes; the request names "
+                         "owner 'media'"),
+    ({"Function": MEDIA}, f"routes queues to {DEFAULT_WORKER} only"),
+    ({"Schedules": [REPORT]}, "schedules are not taken from the request"),
+])
+def test_sluices_registrar_takes_its_owner_and_function_from_its_configuration(
+        claim: dict[str, Any], why: str) -> None:
+    default = Default(REPORT)
+    body = default.deploy("Create", **claim)
+    assert body["Status"] == "FAILED" and why in body["Reason"], body["Reason"]
+    assert default.routes.routes == {} and default.stored() == {}
+
+
+def test_the_registrar_function_is_sluices_or_a_teams_by_its_configuration() -> None:
+    from sluice.core.config import Settings
+    from sluice.core.errors import ConfigError
+
+    tables = {"routes_table": "routes", "schedules_table": "schedules", "aws_region": "us-east-1"}
+    default = registrar_entry.build(Settings(worker_function_name=DEFAULT_WORKER, **tables))
+    assert (default.team, default.allowed, default.function) == ("sluice", None, DEFAULT_WORKER)
+    assert default.schedules is not None
+    team = registrar_entry.build(Settings(stack_name="st", registrar_team="media",
+                                          registrar_queues="avatars", **tables))
+    assert (team.team, team.allowed, team.function) == ("media", ("avatars",), MEDIA)
+    with pytest.raises(ConfigError, match="not both"):
+        registrar_entry.build(Settings(stack_name="st", registrar_team="media", registrar_queues="avatars",
+                                       worker_function_name=DEFAULT_WORKER, **tables))
+    with pytest.raises(InvalidInput, match="SLUICE_WORKER_FUNCTION_NAME"):
+        Registrar.default("arn:aws:lambda:us-east-1:1:function:x", FakeRouteStore(), FakeDescriber({}))

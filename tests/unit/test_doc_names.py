@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from sluice.backends.otel.spans import ATTRIBUTES, SPAN_NAMES
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([*(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
 BASES = (ROOT, ROOT / "shared", ROOT / "shared" / "sluice", ROOT / "shared" / "sluice_dev")
 NOT_CODE = {"sluice.jobs", "sluice.jobs.dlq", "sluice.relay.push.unminted",  # topics, a metric
             "sluice.queue", "sluice.queue.thumbs",  # completion events' sources (docs/events.md)
-            "sluice.fence"}  # the WSGI environ and ASGI scope key of an admitted request (sluice_fence)
+            "sluice.fence",  # the WSGI environ and ASGI scope key of an admitted request (sluice_fence)
+            *SPAN_NAMES, *ATTRIBUTES}  # the spans' names and attributes (docs/worker.md, Traces)
 # Files of a user's project or of a running stack, not of this repository.
 NOT_OURS = {".sluice/endpoints.json", "myapp/jobs.py", "control/worker.json", "worker/jobs.py",
             "functions/worker/jobs.py"}  # README.md's first handler

@@ -78,7 +78,7 @@ def test_job_fields_pack_the_meta_the_scripts_read() -> None:
     spec = JobSpec(job_id="a", queue="q", payload={"b": 1, "a": [True, None]}, priority=7, max_attempts=3,
                    lease_ms=1500, run_at_ms=5, enqueued_at_ms=42)
     fields = job_fields(spec, "q", now_ms=1_000)
-    assert fields == ("a", '{"a":[true,null],"b":1}', "7,3,1500,42", 5, "")
+    assert fields == ("a", '{"a":[true,null],"b":1}', "7,3,1500,42", 5, "", "")  # no group, no trace
 
 
 def test_job_fields_leave_a_missing_enqueued_at_to_the_script() -> None:
@@ -136,5 +136,5 @@ def test_push_args_carry_each_jobs_redrive_generation() -> None:
         [args] = push_args("q", 1, records, horizon=2**52, gens=gens)
         flat = json.loads(args[2])
         assert args[:2] == [1, 2]
-        assert flat == ["0", "a", "null", "0,5,30000,0", "0", want[0], "",
-                        "1", "b", "null", "2,5,30000,0", "7", want[1], ""]
+        assert flat == ["0", "a", "null", "0,5,30000,0", "0", want[0], "", "",  # no group, no trace
+                        "1", "b", "null", "2,5,30000,0", "7", want[1], "", ""]

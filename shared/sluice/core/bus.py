@@ -94,9 +94,14 @@ class JobCall(CallEnded):
 
 
 class Leased(JobEvent):
+    """``t0``: when the lease call that handed it out began; ``traceparent``: the job's trace, as
+    Redis holds it (``sluice.core.traces``; None: untraced)."""
+
     lease: int  # the Redis lease token
     attempt: int
     deadline_ms: int | None = None
+    t0: float | None = None
+    traceparent: str | None = None
 
 
 class LeaseCall(JobCall):
@@ -270,6 +275,7 @@ class Pushed(CallEnded):
     pushed: int = 0
     skipped: int = 0
     jobs: tuple[str, ...] = ()
+    traced: tuple[tuple[str, str], ...] = ()  # (job, traceparent) of the records that carry one
 
 
 class ConfigRead(Event):

@@ -196,6 +196,11 @@ class Settings(BaseModel):
     # caller, a table writer) run only where asked for (`sluice dev`, the demo).
     handlers_module: str = "sluice.worker.no_handlers"
     history_path: str | None = None  # local stack / chaos only: JSONL of grants, writes, acks (local.history)
+    # Spans of every job's path (issue 31 item 6; sluice.backends.otel), with the OpenTelemetry API:
+    # exported by whatever SDK the deployer installs (the ADOT layer in AWS; docs/deploy.md). Off: the
+    # API is never imported, and a caller's traceparent still goes on with its jobs.
+    traces: bool = False
+    traces_path: str | None = None  # local stack only: the spans as JSON lines (sluice_dev.local.traces)
 
     # Relay.
     relay_batch: int = Field(default=500, ge=1)

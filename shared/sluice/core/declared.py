@@ -3,9 +3,10 @@
     app.schedule("nightly-report", "cron(0 3 * * ? *)", queue="reports", payload={"kind": "daily"})
 
 A handlers module declares them next to its handlers (``Worker.schedule``); the worker describes them
-with its queues (``entry.worker.describe``), and at deploy the team's registrar (or Sluice's default
-worker, for its own) registers them: created, updated and removed as the code changes. A stored
-schedule carries its ``owner``: the team whose code declared it, or ``""`` for one created through
+with its queues (``entry.worker.describe``), and at deploy the team's registrar (or Sluice's registrar,
+for its default worker's, owner ``sluice``) registers them: created, updated and removed as the code
+changes. A stored schedule carries its ``owner``: the team whose code declared it (``sluice``: the
+default worker's), or ``""`` for one created through
 the operator API, which a deploy never touches; a declared schedule whose queue and name an
 operator's (or another owner's) schedule holds is refused, not taken over.
 
@@ -30,6 +31,9 @@ from sluice.core.routes import RouteTable, TeamMap, payload_errors
 from sluice.core.schedules import Schedule, check_name, parse
 
 MAX_DECLARED: Final = 100  # schedules one handlers module declares
+# The owner of Sluice's default worker's routes and declared schedules (template.yaml's registrar):
+# a team's are owned by the team.
+SLUICE_OWNER: Final = "sluice"
 MAX_PAYLOAD_BYTES: Final = 64 * 1024  # one stored item stays far below DynamoDB's 400 KB
 # EventBridge Scheduler's names are 1-64 characters; a declared schedule's is ``queue.name`` whole
 # (never ``scheduler_name``'s hashed form), so the registrar's grant can name a team's schedules by

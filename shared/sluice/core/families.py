@@ -66,6 +66,10 @@ class FamilyRequest(Model):
     token: int = Field(ge=1)
     jobs: list[ChildRequest] = Field(default_factory=list)
     then: ThenRequest | None = None
+    # The parent's handler span (``JobContext.traceparent``): the children join its trace. Checked by
+    # the gateway (``sluice.core.traces.carried``), which ignores a malformed one: never refused. Left
+    # out when None, so an untraced request is one an internal function of before traces takes.
+    traceparent: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ReleaseRequest(Model):

@@ -193,9 +193,10 @@ JOB_OVERHEAD_BYTES: Final = 200
 BUDGET_RESUME: Final = 0.9  # a queue held by its budget takes jobs again below this share of it
 
 
-def job_bytes(job_id: str, payload: str, meta: str, prefix_len: int) -> int:
+def job_bytes(job_id: str, payload: str, meta: str, prefix_len: int, traceparent: str = "") -> int:
     """What push.lua counts for one job (its ``sz`` field); the lengths are bytes, as Lua's ``#``."""
-    return len(payload.encode()) + len(meta) + 2 * len(job_id) + prefix_len + JOB_OVERHEAD_BYTES
+    return (len(payload.encode()) + len(meta) + 2 * len(job_id) + prefix_len + JOB_OVERHEAD_BYTES
+            + len(traceparent))
 
 
 def budget_held(used: int, budget: int, held: bool) -> bool:

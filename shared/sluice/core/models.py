@@ -16,6 +16,8 @@ from pydantic import ConfigDict, Field, ValidationError, ValidationInfo, field_v
 
 from sluice.core.base import Model
 from sluice.core.errors import InvalidInput, InvalidQueueName, ReservedQueue
+from sluice.core.traces import LENGTH as TRACEPARENT_LENGTH
+from sluice.core.traces import PATTERN as TRACEPARENT_PATTERN
 
 # Every name pattern, once: the validators, the wire models, the OpenAPI document and the HTTP
 # routes read these (template.yaml's AllowedPatterns are tested equal, tests/unit/test_names.py).
@@ -181,6 +183,8 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.DEAD, Jo
 QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
 JobId = Annotated[str, Field(pattern=JOB_ID_PATTERN)]
 GroupName = Annotated[str, Field(pattern=GROUP_PATTERN)]
+# A W3C traceparent, version 00 exactly (sluice.core.traces.PATTERN, which the gateway normalises to)
+TraceParentText = Annotated[str, Field(pattern=TRACEPARENT_PATTERN, max_length=TRACEPARENT_LENGTH)]
 
 
 # Validation context of a JobSpec whose payload the caller has just serialised with ``dump_json``
@@ -209,6 +213,10 @@ class JobSpec(Model):
     # Its fair-share group (a tenant): leased in turn with the queue's other groups, within their
     # in-flight limit (QueueConfig.max_in_flight_per_group). None: the queue's default group.
     group: GroupName | None = None
+    # Its trace (sluice.core.traces): the gateway's enqueue span, or the caller's span it came with.
+    # Sealed when present; None: untraced (every record before traces, and the seal of before), and
+    # left out of the JSON, so an untraced record is the bytes a relay of before traces reads.
+    traceparent: TraceParentText | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("payload")
     @classmethod
@@ -237,11 +245,12 @@ class DecodedJob(NamedTuple):
     run_at_ms: int
     enqueued_at_ms: int
     group: str | None = None  # JobSpec.group
+    traceparent: str | None = None  # JobSpec.traceparent
 
     @classmethod
     def of(cls, spec: JobSpec) -> DecodedJob:
         return cls(spec.job_id, spec.queue, dump_json(spec.payload), spec.priority, spec.max_attempts,
-                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms, spec.group)
+                   spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms, spec.group, spec.traceparent)
 
 
 class Job(Model):
@@ -279,6 +288,7 @@ class LeasedJob(Model):
     # final item is left only for a generation newer than the one it last ran under.
     redrive_gen: int = 0
     group: str | None = None  # its fair-share group (JobSpec.group)
+    traceparent: str | None = None  # its trace (JobSpec.traceparent), as the relay stored it
 
     def as_job(self) -> Job:
         return Job(job_id=self.job_id, queue=self.queue, payload=self.payload, attempt=self.attempt,

@@ -8,10 +8,13 @@ it (one Crockford character, as in an id) and an HMAC-SHA256, truncated to 128 b
 digits), over every field the relay acts on:
 
     schema_version, job_id, queue, SHA-256 of the payload's canonical JSON (``models.dump_json``),
-    priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, idempotency_key[, group]
+    priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, idempotency_key[, group][, traceparent]
 
-(the group, issue 28 item 5, only when the record has one: every record sealed before groups, and
-every record without one, signs the same bytes as before)
+(the group, issue 28 item 5, and the traceparent, issue 31 item 6, only when the record has one:
+every record sealed before them, and every record without them, signs the same bytes as before).
+The traceparent is sealed although the relay only carries it: it goes into Redis with the job, and
+whoever can write to Kafka must not graft a genuine job onto another trace, nor carry text of their
+own into the job's hash; inside the seal it costs no Kafka header and no second check.
 
 with a key derived from the job id key for this use only (``record_key``), so a seal is never a
 valid id MAC nor the other way round. The relay checks the seal before it pushes
@@ -55,14 +58,16 @@ def payload_digest(payload_json: str) -> str:
 
 def message(job_id: str, queue: str, payload_json: str, priority: int, max_attempts: int, lease_ms: int,
             run_at_ms: int, enqueued_at_ms: int, idempotency_key: str | None,
-            group: str | None = None) -> bytes:
+            group: str | None = None, traceparent: str | None = None) -> bytes:
     """The bytes a seal signs. Fields are separated by a newline, which none may contain (ids,
     queues and groups match their patterns, the numbers are ints, the digest is hex, and an
     idempotency key is printable ASCII); a missing idempotency key is ``-``, a present one ``+`` and
-    the key. A group adds a last line ``g`` and the group; without one the bytes are those of
-    before groups, so their seals still verify."""
+    the key. A group adds a line ``g`` and the group, then a traceparent a line ``t`` and it (hex and
+    dashes); without them the bytes are those of before groups, so their seals still verify."""
     key = "-" if idempotency_key is None else "+" + idempotency_key
     tail = "" if group is None else "\ng" + group
+    if traceparent is not None:
+        tail += "\nt" + traceparent
     return (f"sluice record {VERSION}\n{job_id}\n{queue}\n{payload_digest(payload_json)}\n{priority}\n"
             f"{max_attempts}\n{lease_ms}\n{run_at_ms}\n{enqueued_at_ms}\n{key}{tail}").encode()
 
@@ -98,7 +103,7 @@ def spec_message(spec: JobSpec, payload_json: str | None = None) -> bytes:
     """``message`` of a ``JobSpec`` (``payload_json``: its payload's canonical JSON, if already made)."""
     return message(spec.job_id, spec.queue, spec.payload_json() if payload_json is None else payload_json,
                    spec.priority, spec.max_attempts, spec.lease_ms, spec.run_at_ms, spec.enqueued_at_ms,
-                   spec.idempotency_key, spec.group)
+                   spec.idempotency_key, spec.group, spec.traceparent)
 
 
 def seal_spec(spec: JobSpec, key: bytes) -> JobSpec:

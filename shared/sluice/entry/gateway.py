@@ -206,7 +206,7 @@ def build_api(settings: Settings | None = None) -> Api:
     limits = Limits.from_settings(s)
     # The routes are read on the first enqueue (not at import), at most every route_cache_ttl_s.
     return Api(Backends(wiring.job_log(settings), wiring.lazy_store(settings), queue, events=wiring.events(),
-                        families=wiring.lazy_families(settings)),
+                        families=wiring.lazy_families(settings), spans=wiring.enqueue_spans(s)),
                IdMinting(wiring.job_id_key(settings), wiring.previous_job_id_keys(settings),
                          refresh=lambda: wiring.refresh_job_id_keys(settings), horizon_ms=id_horizon_ms(s),
                          unsealed_before_ms=s.unsealed_continuations_before_ms),

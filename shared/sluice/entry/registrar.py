@@ -1,4 +1,5 @@
-"""A team's registrar function (``<stack>-registrar-<team>``, infra/team.yaml): the Lambda handler.
+"""A registrar function: a team's (``<stack>-registrar-<team>``, infra/team.yaml), or Sluice's own
+for its default worker (``<stack>-registrar``, template.yaml's ``RegistrarFunction``, issue 31).
 
 ``Custom::SluiceRoutes`` requests from the team's stack (infra/worker.yaml's ``TeamRoutes``, whose
 ``ServiceToken`` is this function) register or remove the team's routes and the schedules its code
@@ -6,7 +7,9 @@ declares (``sluice.registrar``; the schedules table and Scheduler when ``SLUICE_
 and the firings function are configured).
 Who may invoke it is decided by its resource policy (the team's deploy roles only), not by the
 event; what it may register is decided by its configuration (``SLUICE_REGISTRAR_TEAM``,
-``SLUICE_REGISTRAR_QUEUES``, ``SLUICE_STACK_NAME``), the team map's entry for its team.
+``SLUICE_REGISTRAR_QUEUES``, ``SLUICE_STACK_NAME``), the team map's entry for its team. Sluice's own
+registrar is configured with the default worker's name (``SLUICE_WORKER_FUNCTION_NAME``) and no team:
+it answers template.yaml's ``DefaultWorkerRegistration`` (``Registrar.default``).
 
 A refusal answers CloudFormation ``FAILED`` with the reason, so the deploy fails and says why.
 """
@@ -30,12 +33,19 @@ log = logging.getLogger(__name__)
 def build(s: Settings) -> Registrar:
     from sluice.backends.aws.team_map import LambdaWorkerDescriber
     from sluice.backends.dynamodb.routes import DynamoRouteStore
+    from sluice.core.errors import ConfigError
     from sluice.entry import root as wiring
     from sluice.registrar.register import Registrar
 
-    return Registrar.of(s.stack_name, s.registrar_team, s.registrar_queues,
-                        DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s)),
-                        LambdaWorkerDescriber.from_settings(s), wiring.code_schedules(s))
+    if s.registrar_team and s.worker_function_name:  # one or the other: never a team's map widened
+        raise ConfigError("a registrar is a team's (SLUICE_REGISTRAR_TEAM) or the default worker's "
+                          "(SLUICE_WORKER_FUNCTION_NAME), not both")
+    store = DynamoRouteStore.from_settings(s, client=wiring.dynamodb(s))
+    describer = LambdaWorkerDescriber.from_settings(s)
+    if s.worker_function_name:
+        return Registrar.default(s.worker_function_name, store, describer, wiring.code_schedules(s))
+    return Registrar.of(s.stack_name, s.registrar_team, s.registrar_queues, store, describer,
+                        wiring.code_schedules(s))
 
 
 def respond(event: Mapping[str, Any], registrar: Registrar, send: Any,
@@ -46,7 +56,7 @@ def respond(event: Mapping[str, Any], registrar: Registrar, send: Any,
     url = str(event.get("ResponseURL") or "")
     if not response_url_ok(url, local_endpoint):
         log.error("registrar of %s: refused a request whose ResponseURL is not CloudFormation's: %.200s",
-                  registrar.team, url)
+                  registrar.whose, url)
         return {"Status": "FAILED", "Reason": "ResponseURL is not CloudFormation's; nothing was done"}
     status, reason = "SUCCESS", ""
     data: dict[str, str] = {}
@@ -55,7 +65,7 @@ def respond(event: Mapping[str, Any], registrar: Registrar, send: Any,
         physical, data = registrar.apply(event)
     except Exception as exc:  # a refusal or a backend error must still reach CloudFormation
         status, reason = "FAILED", f"{type(exc).__name__}: {exc}"
-        log.error("registrar of %s: %s refused: %s", registrar.team, event.get("RequestType"), reason)
+        log.error("registrar of %s: %s refused: %s", registrar.whose, event.get("RequestType"), reason)
     body = {"Status": status, "Reason": (reason or "see the registrar's log")[:900],
             "PhysicalResourceId": physical[:1000], "StackId": event.get("StackId"),
             "RequestId": event.get("RequestId"), "LogicalResourceId": event.get("LogicalResourceId"),

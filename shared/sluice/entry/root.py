@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.dynamodb.schedules import SchedulerTrigger
+    from sluice.backends.otel.spans import TraceObserver
     from sluice.backends.redis.connection import RedisConnection
     from sluice.core.families import FamilyStore
     from sluice.core.ids import Verifier
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         QueueDirectory,
     )
     from sluice.core.routes import RouteCache, TeamMapCache
+    from sluice.core.traces import EnqueueSpans
     from sluice.gateway.api import Api
     from sluice.gateway.registry import Reservations
     from sluice.gateway.schedules import Schedules
@@ -475,6 +477,41 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
 
 _counted: set[int] = set()
 _written_through: set[int] = set()
+
+
+# -- traces (issue 31 item 6): built only where Settings.traces is on, so OpenTelemetry is imported
+# only there; the API hands the spans to the deployer's SDK (docs/deploy.md, Traces)
+
+
+def enqueue_spans(s: Settings | None = None) -> EnqueueSpans:
+    """The gateway's enqueue spans; with traces off none (a caller's traceparent still goes on)."""
+    from sluice.core.traces import NO_SPANS
+
+    if not (s or settings()).traces:
+        return NO_SPANS
+    from sluice.backends.otel.spans import OtelEnqueueSpans
+
+    return OtelEnqueueSpans()
+
+
+_observer: list[TraceObserver] = []  # the process's one, once built
+_traced: set[int] = set()
+
+
+def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObserver | None:
+    """The process's span observer, subscribed (once) to ``bus`` (default: the process's bus, which
+    the worker's drains and the relay's parts emit on); None with traces off."""
+    if not (s or settings()).traces:
+        return None
+    if not _observer:
+        from sluice.backends.otel.spans import TraceObserver
+
+        _observer.append(TraceObserver())
+    bus = events() if bus is None else bus
+    if id(bus) not in _traced:
+        _traced.add(id(bus))
+        _observer[0].subscribe(bus)
+    return _observer[0]
 
 
 def reset() -> None:

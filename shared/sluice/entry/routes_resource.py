@@ -1,22 +1,22 @@
-"""Sluice's default worker registering its own routes: the CloudFormation custom resource.
+"""A worker function answering a ``Custom::SluiceRoutes`` request itself (the layer before issue 31).
 
-Only template.yaml's ``DefaultWorkerRoutes`` uses this (Sluice's own stack, owner ``sluice``). A
-team's routes are registered by its team's registrar (``sluice.entry.registrar``, issue 27); a
-team's worker has no routes table and refuses such a request (``NoRoutesTable``).
+Since issue 31 no template sends a worker this request to register: Sluice's default worker's
+routes and declared schedules are registered by Sluice's registrar function (template.yaml's
+``RegistrarFunction`` answering ``DefaultWorkerRegistration``; ``sluice.entry.registrar``), and a
+team's by its team's registrar (infra/team.yaml, issue 27). A worker whose configuration names no
+routes table (every worker the current templates deploy) refuses a Create or Update and answers a
+Delete by removing nothing (``NoRoutesTable``): a stack moving to the registrar creates the new
+resource, then deletes the old one (``DefaultWorkerRoutes``, ``Routes``), whose ServiceToken was the
+worker, and that Delete must not remove what the registrar just registered.
 
-Sluice's stack declares ``Custom::SluiceRoutes`` with its worker function as the
-``ServiceToken``. The function loads its handlers module anyway (once per
-container), so it knows its queues and the typed queues' JSON Schemas (``app.schemas()``), and
-``context.function_name`` is its name: nothing is copied into the template by hand, and the
-routes can never name a function that does not exist. Create and Update replace the function's
-routes (``store.routes.register``); Delete removes them. Every check runs before any write.
-
-Properties: ``Owner`` (the team; default the function's name), ``Patterns`` (extra queue
-prefixes such as ``thumbs-*``, optional), ``Declarations`` (the digest of the code's queues, schemas
-and schedules, so a change to them re-registers; optional, and refused if it is not the code's).
-
-The schedules the handlers module declares (``app.schedule``, issue 31) are registered with the
-routes, owned by ``Owner`` (``registrar.schedules``), as a team's registrar registers a team's.
+A worker still deployed by an older template.yaml (``SLUICE_ROUTES_TABLE`` set, ``DefaultWorkerRoutes``'
+ServiceToken the worker) registers its own routes as it did: its handlers module's queues and typed
+queues' JSON Schemas, to ``context.function_name``. Create and Update replace the function's routes
+(``store.routes.register``); Delete removes them. Every check runs before any write. Properties:
+``Owner`` (default the function's name), ``Patterns`` (extra queue prefixes such as ``thumbs-*``),
+``Declarations`` (the digest of the code's queues, schemas and schedules; refused if not the code's).
+Such a worker has no Scheduler rights, so a module that declares schedules is refused
+(``DEFAULT_WORKER_SCHEDULES``): the current template's registrar registers them.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Send = Callable[[str, bytes], None]
-# Sluice's default worker holds no Scheduler rights (the operator function alone does: docs/security.md),
-# so it cannot register the schedules its module declares; sluice dev refuses them the same way.
+# A worker function runs handler code, so it holds no Scheduler rights (docs/security.md): a worker
+# registering its own routes (an older template.yaml) cannot register the schedules its module declares.
 DEFAULT_WORKER_SCHEDULES = (
     "the handlers module declares schedules (app.schedule), which Sluice's default worker does not "
-    "register (it holds no Scheduler rights; the operator function alone does): deploy these handlers "
-    "as a team's worker (infra/worker.yaml), whose registrar registers them, or create them with "
-    "`sluice schedules create`; nothing was written")
+    "register itself (it runs handler code and holds no Scheduler rights): Sluice's registrar function "
+    "does (template.yaml's RegistrarFunction, answering DefaultWorkerRegistration): deploy the current "
+    "template.yaml, or create them with `sluice schedules create`; nothing was written")
 
 
 def is_custom_resource(event: object) -> bool:
@@ -117,10 +117,11 @@ def put(url: str, body: bytes) -> None:
 
 
 class NoRoutesTable:
-    """A team's worker (issue 27): it writes no routes, its team's registrar does. A Create or
-    Update is refused with that reason; a Delete (a stack still naming the worker as its
-    ServiceToken, being replaced by the registrar's ``TeamRoutes``) succeeds and removes nothing,
-    so it cannot remove what the registrar registered."""
+    """A worker with no routes table: a team's (issue 27) or, since issue 31, Sluice's default worker.
+    It writes no routes, its registrar does. A Create or Update is refused with that reason; a Delete
+    (a stack still naming the worker as its ServiceToken, being replaced by the registrar's
+    ``TeamRoutes`` or ``DefaultWorkerRegistration``) succeeds and removes nothing, so it cannot
+    remove what the registrar registered."""
 
     def list_routes(self) -> list[Any]:
         return []  # so a Delete removes nothing; a Create's put_routes refuses
@@ -136,17 +137,18 @@ class NoRoutesTable:
 def _refused() -> Exception:
     from sluice.core.errors import RegistrationRefused
 
-    return RegistrationRefused("a team's worker does not register its own routes: its team's registrar "
-                               "does (infra/team.yaml; ServiceToken: the export "
-                               "<SluiceStackName>-team-<team>-RegistrarArn). Nothing was written")
+    return RegistrationRefused("a worker does not register its own routes: its registrar does (a team's: "
+                               "infra/team.yaml, ServiceToken the export <SluiceStackName>-team-<team>-"
+                               "RegistrarArn; Sluice's default worker's: template.yaml's RegistrarFunction, "
+                               "ServiceToken of DefaultWorkerRegistration). Nothing was written")
 
 
 def handle(event: Mapping[str, Any], context: Any, app: Worker,
            settings: Settings | None = None) -> dict[str, Any]:
     """The worker Lambda's answer to a ``Custom::SluiceRoutes`` request for ``app``, its handlers
-    module's Worker (``entry.worker.prepare``). Only Sluice's default worker, whose stack gives it
-    the routes table (``DefaultWorkerRoutes``), registers its own routes; a team's worker has no
-    routes table and no right to one, and refuses."""
+    module's Worker (``entry.worker.prepare``). Only a default worker an older template.yaml gives
+    the routes table registers its own routes; every other worker has no routes table and no right
+    to one, and refuses (a Delete: removes nothing)."""
     from sluice.backends.dynamodb.routes import DynamoRouteStore
     from sluice.entry import root as wiring
 

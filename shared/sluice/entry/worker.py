@@ -124,7 +124,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     worker = app.bind(
         queue=wiring.queue(s), store=wiring.lazy_store(s), options=options,
         family_gateway=wiring.family_gateway(s), families=wiring.lazy_families(s),
-        payloads=wiring.payload_store(s),
+        payloads=wiring.payload_store(s), traces=wiring.traces(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")
     work = queue_work_metrics(app, s)
     try:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from sluice.core import ids
+from sluice.core import ids, traces
 from sluice.core.bus import EventBus, JobEnded
 from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
@@ -112,6 +112,9 @@ class Backends:
     # The jobs table's families (``sluice.gateway.families``), on the same table as ``store``;
     # None: this gateway starts no children (nor counts a cancelled one down).
     families: FamilyStore | Lazy[FamilyStore] | None = None
+    # The enqueue span, the one span started around a call (its context is sealed into the records):
+    # ``sluice.backends.otel`` where tracing is on; else none, and a caller's traceparent goes on as is.
+    spans: traces.EnqueueSpans = traces.NO_SPANS
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,7 @@ class Api:
         # Every job passes through it: an enqueue's, a child's, a firing's.
         self.pipeline = EnqueuePipeline(backends.log, minting, intake, clock=clock)
         self.events = backends.events
+        self.spans = backends.spans
         self._store, self._queue = backends.store, backends.queue
         self._families = backends.families
         self.idempotency = idempotency
@@ -194,35 +198,44 @@ class Api:
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, queue: str, request: EnqueueRequest, *, idempotency_key: str | None = None,
-                remaining_ms: Callable[[], int] | None = None, caller: Caller | None = None) -> Enqueued:
-        """``caller``: as its entry verified it (None: ``anonymous``)."""
+                remaining_ms: Callable[[], int] | None = None, caller: Caller | None = None,
+                traceparent: str | None = None) -> Enqueued:
+        """``caller``: as its entry verified it (None: ``anonymous``); ``traceparent``: the caller's
+        span (``sluice.core.traces.carried``: a valid one, or None), parent of the enqueue span."""
         pipeline = self.pipeline
-        pipeline.check(queue, request, caller or self.anonymous())
+        with traces.span(self.spans, "enqueue", traceparent, queue) as span:
+            pipeline.check(queue, request, caller or self.anonymous())
 
-        def accept() -> Accepted:
-            pipeline.admit(queue, [request])  # inside: a replay returns its stored answer
-            key = idempotency_key if self.idempotency is not None else None
-            spec = pipeline.spec(queue, request, self.clock(), key)
-            self._accept([spec])
-            return Accepted(job_id=spec.job_id, queue=queue)
+            def accept() -> Accepted:
+                pipeline.admit(queue, [request])  # inside: a replay returns its stored answer
+                key = idempotency_key if self.idempotency is not None else None
+                spec = pipeline.spec(queue, request, self.clock(), key, traceparent=span.traceparent)
+                self._accept([spec])
+                span.set(job=spec.job_id)
+                return Accepted(job_id=spec.job_id, queue=queue)
 
-        return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
+            return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
                       remaining_ms: Callable[[], int] | None = None,
-                      caller: Caller | None = None) -> Enqueued:
+                      caller: Caller | None = None, traceparent: str | None = None) -> Enqueued:
+        """``enqueue`` for 1..100 jobs, all or nothing: one enqueue span, whose context they all carry."""
         pipeline = self.pipeline
-        pipeline.check_batch(queue, request.jobs, caller or self.anonymous())
+        with traces.span(self.spans, "enqueue_batch", traceparent, queue) as span:
+            pipeline.check_batch(queue, request.jobs, caller or self.anonymous())
 
-        def accept() -> BatchAccepted:
-            pipeline.admit(queue, request.jobs)
-            now = self.clock()
-            specs = [pipeline.spec(queue, job, now, idempotency_key) for job in request.jobs]
-            self._accept(specs)
-            return BatchAccepted(queue=queue, jobs=[Accepted(job_id=s.job_id, queue=queue) for s in specs])
+            def accept() -> BatchAccepted:
+                pipeline.admit(queue, request.jobs)
+                now = self.clock()
+                specs = [pipeline.spec(queue, job, now, idempotency_key, traceparent=span.traceparent)
+                         for job in request.jobs]
+                self._accept(specs)
+                span.set(jobs=len(specs))
+                accepted = [Accepted(job_id=s.job_id, queue=queue) for s in specs]
+                return BatchAccepted(queue=queue, jobs=accepted)
 
-        return self._once(idempotency_key, "enqueue_batch", queue, request, accept, BatchAccepted,
-                          remaining_ms)
+            return self._once(idempotency_key, "enqueue_batch", queue, request, accept, BatchAccepted,
+                              remaining_ms)
 
     def _once(self, key: str | None, op: str, queue: str, request: EnqueueRequest | BatchRequest,
               accept: Callable[[], Accepted | BatchAccepted], model: type[Accepted] | type[BatchAccepted],
@@ -261,8 +274,14 @@ class Api:
     # -- families (sluice.core.families; the gateway function's direct-invoke entry) ---------------------
 
     def enqueue_children(self, request: FamilyRequest, caller: Caller | None = None) -> FamilyAccepted:
-        """A leased job's children (and continuation); see ``sluice.gateway.families``."""
-        return family_cases.enqueue_children(self, request, caller or self.anonymous())
+        """A leased job's children (and continuation); see ``sluice.gateway.families``. They join the
+        parent's trace: the enqueue span's parent is the parent's handler span (``request.traceparent``,
+        ignored unless valid), and every child and the continuation carry the enqueue span's."""
+        first = request.jobs[0].queue if request.jobs else request.then.queue if request.then else ""
+        with traces.span(self.spans, "enqueue_children", traces.carried(request.traceparent), first) as span:
+            span.set(parent=request.parent_id, jobs=len(request.jobs))
+            return family_cases.enqueue_children(self, request, caller or self.anonymous(),
+                                                 traceparent=span.traceparent)
 
     def release_continuation(self, continuation: str) -> bool:
         return family_cases.release_continuation(self, continuation)

@@ -158,8 +158,10 @@ def _check_keys(request: FamilyRequest) -> None:
         raise InvalidInput(f"child key {duplicate!r} is used twice: each child needs its own key")
 
 
-def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) -> FamilyAccepted:
-    """``caller``: whom the children are for, as the entry verified it (a worker's invoke)."""
+def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller, *,
+                     traceparent: str | None = None) -> FamilyAccepted:
+    """``caller``: whom the children are for, as the entry verified it (a worker's invoke);
+    ``traceparent``: the trace their records carry (the continuation's too, kept until its release)."""
     pipeline = api.pipeline
     parent_id = _parent(api, request.parent_id)
     _check_keys(request)
@@ -177,14 +179,15 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller) ->
     now = api.clock()
     store = families_of(api)
     name, known = _derivation(api, store, parent_id, request)
-    specs = [pipeline.spec(job.queue, job, now, None, job_id=name(job.queue, job.key))
-             for job in request.jobs]
+    specs = [pipeline.spec(job.queue, job, now, None, job_id=name(job.queue, job.key),
+                           traceparent=traceparent) for job in request.jobs]
     child_ids = [s.job_id for s in specs]
     then_id = None
     then_spec = None
     if request.then is not None:
         then_id = name(request.then.queue, ids.CONTINUATION_PREFIX + request.then.key)
-        then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id)
+        then_spec = pipeline.spec(request.then.queue, request.then, now, None, job_id=then_id,
+                                  traceparent=traceparent)
         _same_family(store, then_id, child_ids)
     for child_id, state in known.items():
         if state.continuation != then_id:  # the key named a child of another family

@@ -240,12 +240,13 @@ class EnqueuePipeline:
         return ids.mint(now_ms, queue, self.verifier.key) if self.new_id is None else self.new_id(now_ms)
 
     def spec(self, queue: str, request: EnqueueRequest, now_ms: int, key: str | None, *,
-             job_id: str | None = None) -> JobSpec:
+             job_id: str | None = None, traceparent: str | None = None) -> JobSpec:
         """The record for ``request``, whose payload ``check_size`` has serialised already: on the
         gateway a payload becomes canonical JSON once (then the record's own JSON, to Kafka).
         ``job_id``: a child's or a firing's derived id; None mints one. The record is sealed
         (``sluice.core.seal``) with the current job id key: the relay pushes nothing else. A large
-        payload is written to the payload store here, and the seal covers its pointer."""
+        payload is written to the payload store here, and the seal covers its pointer. ``traceparent``:
+        the trace the job joins (the use case's enqueue span, ``sluice.core.traces``), sealed too."""
         job_id = job_id or self.mint(now_ms, queue)
         payload, payload_json = request.payload, self._payload_of(request)
         if self.payloads is not None:
@@ -270,10 +271,11 @@ class EnqueuePipeline:
             "enqueued_at_ms": now_ms,
             "idempotency_key": key,
             "group": request.group,
+            "traceparent": traceparent,
         }
         fields["seal"] = seal.seal(self.verifier.key, seal.message(
             job_id, queue, payload_json, request.priority, attempts,
-            fields["lease_ms"], fields["run_at_ms"], now_ms, key, request.group))
+            fields["lease_ms"], fields["run_at_ms"], now_ms, key, request.group, traceparent))
         return JobSpec.model_validate(fields, context={PAYLOAD_CHECKED: True})
 
     def sealed(self, spec: JobSpec) -> bool:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import ConfigDict, Field
 
-from sluice.core import schedules
+from sluice.core import schedules, traces
 from sluice.core.base import Model
 from sluice.core.models import validate_public_queue
 from sluice.core.ports import ScheduleTrigger, create_fired
@@ -40,12 +40,15 @@ def fire(api: Api, schedule: schedules.Schedule, scheduled_ms: int, caller: Call
     between two deliveries gives one id. ``caller``: the Scheduler entry's (None: ``Api.anonymous``,
     a plain caller's limits)."""
     pipeline, request = api.pipeline, EnqueueRequest(payload=schedule.payload)
-    at = schedules.firing_time(schedule, scheduled_ms, api.clock())
-    pipeline.check(schedule.queue, request, caller or api.anonymous())
-    pipeline.admit(schedule.queue, [request])
-    job_id = schedules.firing_id(schedule.name, schedule.queue, at)
-    pipeline.append([pipeline.spec(schedule.queue, request, api.clock(), None, job_id=job_id)])
-    return Accepted(job_id=job_id, queue=schedule.queue)
+    with traces.span(api.spans, "fire", None, schedule.queue) as span:  # each firing: a trace of its own
+        at = schedules.firing_time(schedule, scheduled_ms, api.clock())
+        pipeline.check(schedule.queue, request, caller or api.anonymous())
+        pipeline.admit(schedule.queue, [request])
+        job_id = schedules.firing_id(schedule.name, schedule.queue, at)
+        span.set(job=job_id, schedule=schedule.name)
+        pipeline.append([pipeline.spec(schedule.queue, request, api.clock(), None, job_id=job_id,
+                                       traceparent=span.traceparent)])
+        return Accepted(job_id=job_id, queue=schedule.queue)
 
 
 # -- the routes' models ------------------------------------------------------------------------
@@ -71,7 +74,8 @@ class ScheduleView(Model):
     created_at_ms: int
     next_firing_ms: int | None = Field(description="The next firing (UTC ms); null when paused or none.")
     declared_by: str = Field("", description="The team whose handlers' code declares it (app.schedule), "
-                                             "whose deploys update and remove it; empty for one created "
+                                             "or `sluice` for Sluice's default worker's code; their "
+                                             "deploys update and remove it. Empty for one created "
                                              "through this API.")
 
 

@@ -1,4 +1,5 @@
-"""A team's registrar: registers routes only for the queues the team map gives its team.
+"""A registrar: registers a worker's routes and declared schedules; a team's, only for the queues
+the team map gives its team.
 
 Each team has its own registrar function, ``<stack>-registrar-<team>`` (infra/team.yaml, which
 the infra team deploys). Its configuration, not the request, holds the team's name and the queue
@@ -22,6 +23,13 @@ no longer declares are deleted, and the stack's Delete removes them all. A reque
 ``Declarations``, when given, must be the digest of what the worker describes (``core.declared``):
 it is there so that CloudFormation runs the registration when the code's declarations change, and
 a digest of other code means the deploy passed the wrong one.
+
+Sluice's own stack has one more registrar (``Registrar.default``; template.yaml's
+``RegistrarFunction``, issue 31), for its default worker: the same requests and checks, owner
+``sluice``, the worker its configuration names (``SLUICE_WORKER_FUNCTION_NAME``), and no team map
+(the infra team deploys that worker's code): its routes may be any queue no other owner routes, and
+its schedules any queue those routes cover. The worker function runs handler code, so it holds no
+Scheduler rights; this registrar holds them and asks the worker what it declares.
 """
 
 from __future__ import annotations
@@ -54,9 +62,9 @@ def worker_function(stack_name: str, team: str) -> str:
 
 @dataclass
 class Registrar:
-    team: str
-    allowed: tuple[str, ...]  # the team map's patterns for ``team``
-    function: str  # <stack>-worker-<team>
+    team: str  # the owner of what it registers: a team, or code.SLUICE_OWNER (``default``)
+    allowed: tuple[str, ...] | None  # the team map's patterns for ``team``; None: no map (``default``)
+    function: str  # <stack>-worker-<team>, or Sluice's default worker
     store: RouteStore
     describer: WorkerDescriber
     schedules: CodeSchedules | None = None  # None: no schedules table, so no schedule may be declared
@@ -69,6 +77,22 @@ class Registrar:
                                f"SLUICE_REGISTRAR_TEAM); got {stack_name!r}, {team!r}")
         return cls(team, team_patterns(queues), worker_function(stack_name, team), store, describer,
                    schedules)
+
+    @classmethod
+    def default(cls, function: str, store: RouteStore, describer: WorkerDescriber,
+                schedules: CodeSchedules | None = None) -> Registrar:
+        """Sluice's default worker's registrar (template.yaml's ``RegistrarFunction``): owner
+        ``sluice``, ``function`` from its configuration, no team map."""
+        if not function or ":" in function:
+            raise InvalidInput(f"the default worker's registrar needs the worker's function name "
+                               f"(SLUICE_WORKER_FUNCTION_NAME); got {function!r}")
+        return cls(code.SLUICE_OWNER, None, function, store, describer, schedules)
+
+    @property
+    def whose(self) -> str:
+        if self.allowed is None:
+            return f"Sluice's default worker (owner {self.team!r})"
+        return f"team {self.team!r}"
 
     @property
     def physical_id(self) -> str:
@@ -97,7 +121,8 @@ class Registrar:
         declared = code.from_answer(described.get("schedules"))
         check_digest(props, code.digest([str(q) for q in queues], schemas, declared))
         wanted = routes_for(self.function, self.team, [str(q) for q in queues], schemas, patterns(props))
-        check_within_map(wanted, self.team, self.allowed)
+        if self.allowed is not None:
+            check_within_map(wanted, self.team, self.allowed)
         changes = plan_declared(self.schedules, self.team, self.allowed, declared, RouteTable(wanted))
         stale = register(self.store, None, wanted, owner=self.team, function=self.function)
         if self.schedules is not None:
@@ -110,7 +135,7 @@ class Registrar:
     def refuse_claims(self, props: Mapping[str, Any]) -> None:
         owner = props.get("Owner")
         if owner not in (None, "", self.team):
-            raise RegistrationRefused(f"this registrar registers team {self.team!r}'s routes; the request "
+            raise RegistrationRefused(f"this registrar registers {self.whose}'s routes; the request "
                                       f"names owner {owner!r}. Nothing was written")
         for key in ("Function", "FunctionName"):
             named = props.get(key)

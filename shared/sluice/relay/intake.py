@@ -66,7 +66,8 @@ def refusal(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: int) -
                        f"sealed records (format {seal.VERSION})", not ids.is_keyless(job.job_id))
     kid = seal.seal_key_id(sealing.seal)
     signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts, job.lease_ms,
-                          job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key, job.group)
+                          job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key, job.group,
+                          job.traceparent)
     if kid is None or not seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
         return Refusal("seal: the record does not match its seal (its payload, priority, attempts, lease, "
                        "run-at or acceptance time was altered, or no key of this deployment sealed it)",
@@ -85,7 +86,7 @@ def check_record(job: DecodedJob, sealing: Sealing, job_ids: Verifier, now_ms: i
     if sealing.schema_version == seal.VERSION and (kid := seal.seal_key_id(sealing.seal)) is not None:
         signed = seal.message(job.job_id, job.queue, job.payload, job.priority, job.max_attempts,
                               job.lease_ms, job.run_at_ms, job.enqueued_at_ms, sealing.idempotency_key,
-                              job.group)
+                              job.group, job.traceparent)
         if seal.verify(sealing.seal, signed, job_ids.keys_for(kid)):
             expired = seal.life_refusal(job.enqueued_at_ms, job.run_at_ms, now_ms)
             return None if expired is None else Refusal(expired, True, genuine=True)

@@ -140,7 +140,9 @@ class Pusher:
                 self.events.emit(ev.Pushed(outcome="error", error=ev.error_text(outcome), **common))
             else:
                 self.events.emit(ev.Pushed(outcome="ok", pushed=outcome.pushed, skipped=outcome.skipped,
-                                           jobs=tuple(job.job_id for _, job in records), **common))
+                                           jobs=tuple(job.job_id for _, job in records),
+                                           traced=tuple((job.job_id, job.traceparent) for _, job in records
+                                                        if job.traceparent), **common))
 
     def finish(self, plan: list[Item], done: Executed, states: dict[str, QueueState]) -> int:
         """Apply a round's outcome; returns how many jobs it pushed. Raises the round's error."""

@@ -101,7 +101,7 @@ def decode_sealed(record: SourceRecord) -> tuple[DecodedJob, Sealing] | str:
     return (_new(DecodedJob, (job_id, queue, payload, get("priority", _PRIORITY),
                               get("max_attempts", _MAX_ATTEMPTS), get("lease_ms", _LEASE_MS),
                               get("run_at_ms", _RUN_AT_MS), get("enqueued_at_ms", _ENQUEUED_AT_MS),
-                              get("group"))),
+                              get("group"), get("traceparent"))),
             _new(Sealing, (get("schema_version", SCHEMA_VERSION), get("seal"), get("idempotency_key"))))
 
 

@@ -37,6 +37,7 @@ from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import LeasedJob, validate_public_queue
 from sluice.core.policy import RetryPolicy
 from sluice.core.ports import JobQueue, JobStore, PayloadStore, WorkWaiter
+from sluice.core.traces import HandlerTraces
 from sluice.worker.runtime.budget import RemainingMs, TimeBudget
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
 from sluice.worker.runtime.execute import JobRunner
@@ -140,7 +141,8 @@ class Worker:
                  fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
                  family_gateway: FamilyGateway | None = None,
                  families: FamilyStore | Lazy[FamilyStore] | None = None,
-                 payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> None:
+                 payloads: PayloadStore | Lazy[PayloadStore] | None = None,
+                 traces: HandlerTraces | None = None) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self._schedules: dict[tuple[str, str], Declared] = {}  # (queue, name): declared in code
         self.queue = queue
@@ -155,6 +157,9 @@ class Worker:
         # continuation): ctx.children(), and the countdown of the children that end here.
         self.families = families
         self.payloads = payloads  # where large payloads live (sluice.core.payloads); None: all inline
+        # The handler spans of the process's tracing observer (sluice.backends.otel), which the
+        # composition root subscribed; None: ctx.traceparent is the job's own.
+        self.traces = traces
         self._clock = clock  # monotonic seconds: leases, timeouts, lingering (tests inject one)
 
     # -- registration ---------------------------------------------------------------------------
@@ -221,14 +226,16 @@ class Worker:
              fenced: FencedTableFactory | None = None, events: ev.EventBus | None = None,
              family_gateway: FamilyGateway | None = None,
              families: FamilyStore | Lazy[FamilyStore] | None = None,
-             payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> Worker:
+             payloads: PayloadStore | Lazy[PayloadStore] | None = None,
+             traces: HandlerTraces | None = None) -> Worker:
         """A copy of this worker with the same handlers and the given adapters and knobs."""
         bound = Worker(queue=queue or self.queue, store=store or self.store,
                        options=options or self.options, telemetry=telemetry or self._telemetry,
                        worker_id=worker_id or self.worker_id,
                        fenced=fenced or self._fenced, events=events or self.events,
                        family_gateway=family_gateway or self.family_gateway,
-                       families=families or self.families, payloads=payloads or self.payloads)
+                       families=families or self.families, payloads=payloads or self.payloads,
+                       traces=traces or self.traces)
         bound._handlers = dict(self._handlers)
         bound._schedules = dict(self._schedules)
         bound._clock = self._clock if clock is None else clock
@@ -297,7 +304,7 @@ class Worker:
             fenced = self._fenced or self._store_tables(built, bus)
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
                                family_gateway=self.family_gateway, families=self.families, clock=self._clock,
-                               payloads=self.payloads)
+                               payloads=self.payloads, traces=self.traces)
             # A child that ends here counts down its continuation (core.families): a drain's subscriber.
             if self.family_gateway is not None and self.families is not None:
                 Countdown(resolve(self.families), self.family_gateway.release).subscribe(bus)
@@ -379,7 +386,7 @@ class Worker:
                 skipped += 1
                 summary.skipped_for_time.append(name)
                 continue
-            leased_at = self._clock()
+            leased_at, lease_t0 = self._clock(), ev.wall()
             try:
                 jobs = session.queue.lease(name, wanted, self.options.lease_ms, self.worker_id,
                                            None if spec is None else spec.policy_attempts)
@@ -391,7 +398,8 @@ class Worker:
                 self._settle(session, name, jobs)
             for j in jobs:
                 session.events.emit(ev.Leased(job=j.job_id, queue=j.queue, lease=j.lease_token,
-                                              attempt=j.attempt, deadline_ms=j.deadline_ms))
+                                              attempt=j.attempt, deadline_ms=j.deadline_ms,
+                                              t0=lease_t0, traceparent=j.traceparent))
             left -= len(jobs)
             summary.leased += len(jobs)
             leased_any = leased_any or bool(jobs)

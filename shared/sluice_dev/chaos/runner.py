@@ -432,10 +432,16 @@ class _Progress:
         self.tenant: set[str] = set()  # the tenant nemesis's jobs (chaos.tenant)
 
     def catch_up(self) -> bool:
-        """Read new history; True if a job got its first accepted result."""
+        """Read new history; True if a job got its first accepted result, or the relay moved records
+        (pushed, parked, read back or dropped some). After a Redis loss near the end of a run, the
+        relay replays its partitions and reads its parked lanes back for a minute or more before its
+        first push, while no job finishes: a drain that waited on results alone gave up there."""
         before = len(self.written)
+        relayed = False
         for e in self.tail.read():
             op = e.get("op")
+            if op == "relay_run" and any(int(e.get(k) or 0) > 0 for k in RELAY_MOVES):
+                relayed = True
             if op == "enqueue" and e.get("outcome") == "ok":
                 self.accepted.add(str(e["job"]))
                 self.waiting.add(str(e["job"]))
@@ -447,7 +453,10 @@ class _Progress:
                 new = {*map(str, e.get("children", ())), str(e.get("continuation"))} - self.members
                 self.members.update(new)
                 self.waiting.update(new)
-        return len(self.written) > before
+        return relayed or len(self.written) > before
+
+
+RELAY_MOVES = ("pushed", "parked", "unparked", "final_dropped", "parked_released", "replays")
 
 
 def run(o: Options, say: Say = print) -> RunResult:

@@ -17,12 +17,16 @@ if TYPE_CHECKING:
     from sluice.worker.runtime.options import HandlerSpec
 
 
-def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _settings_overrides(worker_batch: int | None, worker_concurrency: int | None,
+                        traces: Path | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if worker_batch is not None:
         out["worker_batch"] = worker_batch
     if worker_concurrency is not None:
         out["worker_concurrency"] = worker_concurrency
+    if traces is not None:  # every function traces, into one file (sluice_dev.local.traces)
+        out["traces"] = True
+        out["traces_path"] = str(traces.resolve())
     return out
 
 
@@ -97,13 +101,17 @@ def _team_worker(spec: str) -> tuple[str, str]:
                    "schedule; each run then lasts this plus 10 s).")
 @click.option("--history/--no-history", default=True, show_default=True,
               help="Record every grant, result write and ack in .sluice/history.jsonl (sluice top reads it).")
+@click.option("--traces", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Trace every job (SLUICE_TRACES) and write the spans of every function to this file, "
+                   "one JSON object a line (docs/worker.md, Traces).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_obj
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
         handlers: str, workers: int, team_workers: tuple[str, ...], team_template: Path | None,
         kafka_bootstrap: str | None, worker_batch: int | None, worker_concurrency: int | None,
-        redis_shards: int, relay_every: float | None, history: bool, log_level: str) -> None:
+        redis_shards: int, relay_every: float | None, history: bool, log_level: str,
+        traces: Path | None) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Each function runs as template.yaml configures it; every local difference is printed at
@@ -120,7 +128,7 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
                          workers=workers, relay_every_s=relay_every,
                          relay_timeout_s=None if relay_every is None else relay_every + 10,
                          log_level=log_level.upper(), history=history, why="a sluice dev option",
-                         settings=_settings_overrides(worker_batch, worker_concurrency),
+                         settings=_settings_overrides(worker_batch, worker_concurrency, traces),
                          team_workers=tuple(_team_worker(w) for w in team_workers))
     if team_template is not None:
         options = dataclasses.replace(options, team_template=team_template.resolve())

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from sluice.client import Client
+from sluice.core.declared import SLUICE_OWNER
 from sluice.core.errors import SluiceError
 from sluice.core.models import validate_queue_name
 from sluice.core.schedules import check_name
@@ -38,7 +39,9 @@ def line(view: Mapping[str, Any]) -> str:
     """One schedule as a line: name, expression, active or paused, next firing, payload, and the team
     whose code declares it (issue 31)."""
     state = "paused" if view.get("paused") else "active"
-    owner = f"  declared by team {view['declared_by']}" if view.get("declared_by") else ""
+    by = view.get("declared_by")
+    owner = ("  declared by the default worker's code" if by == SLUICE_OWNER
+             else f"  declared by team {by}" if by else "")
     return (f"{view['name']}  {view['expression']}  {state}  next {_when(view.get('next_firing_ms'))}  "
             f"payload {json.dumps(view.get('payload'), separators=(',', ':'))}{owner}")
 

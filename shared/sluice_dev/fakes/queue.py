@@ -242,7 +242,8 @@ class FakeQueue:
                                      deadline_ms=j.deadline_ms, attempt=j.attempts,
                                      max_attempts=j.spec.max_attempts, priority=j.spec.priority,
                                      lease_ms=ms, enqueued_at_ms=j.spec.enqueued_at_ms,
-                                     cancel_requested=j.cancel_requested))
+                                     cancel_requested=j.cancel_requested,
+                                     traceparent=j.spec.traceparent))
             return out
 
     def _held(self, method: str, queue: str, job_id: str, token: int) -> QJob:

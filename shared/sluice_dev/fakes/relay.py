@@ -89,7 +89,8 @@ class FakeEngine:
             lease.holder, lease.deadline = worker_id, self.clock.t + cast(int, lease_ms) / 1000
             out.append(LeasedJob(job_id=job_id, queue=queue, payload=spec.payload, lease_token=lease.token,
                                  deadline_ms=int(lease.deadline * 1000), attempt=lease.attempts,
-                                 max_attempts=spec.max_attempts, lease_ms=lease_ms))
+                                 max_attempts=spec.max_attempts, lease_ms=lease_ms,
+                                 traceparent=getattr(spec, "traceparent", None)))
         return out
 
     def extend(self, queue: str, job_id: str, token: int, lease_ms: int) -> Extended:

@@ -87,6 +87,11 @@ def main(argv: list[str]) -> int:
 
     function_name, ref = argv[0], argv[1]
     wiring.events().subscribe(record_history)  # before the handler module loads: local containers record
+    traces_path = wiring.settings().traces_path
+    if traces_path:  # `sluice dev --traces FILE`: this function's spans to FILE, as an exporter sends them
+        from sluice_dev.local.traces import install
+
+        install(traces_path, function_name)
     answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # print() and loggers now write to the log file, never to the answer channel
     handler = load(ref)

@@ -29,7 +29,8 @@ from sluice_dev.local.template import DeployConfig, FunctionConfig, Resource, ra
 # Logical id in template.yaml -> the local function's name (and its Powertools service name).
 NAMES = {"GatewayFunction": "sluice-gateway", "OperatorFunction": "sluice-operator",
          "InternalFunction": "sluice-internal", "FiringsFunction": "sluice-firings",
-         "RelayFunction": "sluice-relay", "WorkerFunction": "sluice-worker"}
+         "RelayFunction": "sluice-relay", "WorkerFunction": "sluice-worker",
+         "RegistrarFunction": "sluice-registrar"}
 
 # Environment variables the local stack sets or drops where the template names a stack resource,
 # or that exist only locally: where the local servers are. None of them changes behaviour.

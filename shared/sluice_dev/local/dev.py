@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sluice.core.config import Settings
-from sluice.core.errors import ConfigError, RegistrationRefused
+from sluice.core.errors import ConfigError
 from sluice.core.models import is_reserved_queue
 from sluice_dev.local import access as iam
 from sluice_dev.local import deployed, redis_users, servers
@@ -67,6 +67,7 @@ GATEWAY_FUNCTION = deployed.NAMES["GatewayFunction"]
 OPERATOR_FUNCTION = deployed.NAMES["OperatorFunction"]
 INTERNAL_FUNCTION = deployed.NAMES["InternalFunction"]
 FIRINGS_FUNCTION = deployed.NAMES["FiringsFunction"]
+REGISTRAR_FUNCTION = deployed.NAMES["RegistrarFunction"]  # Sluice's registrar (issue 31)
 # The stream's countdown runs in sluice dev's own process (no event source mapping locally); it
 # signs as the template's CountdownFunction would (its role, its key).
 COUNTDOWN_KEY = iam.key_of("sluice-countdown")
@@ -77,6 +78,10 @@ PAYLOADS_BUCKET = "sluice-payloads"  # the local payloads bucket (template.yaml'
 QUEUES_TABLE = "sluice-queues"  # the local durable registry of queues (template.yaml's QueuesTable)
 SCHEDULE_TICK_S = 1.0  # how often the local scheduler looks for due firings (a minute is the finest)
 STACK_NAME = "sluice"  # so a team's function is sluice-worker-<team>, the relay's naming convention
+# The infra team's deploy role, as DeployerPrincipalArns names it (the rule DeployersAreNamed wants
+# one): the principal CloudFormation acts for when it sends Sluice's custom resources.
+LOCAL_DEPLOYER = f"arn:aws:iam::000000000000:role/{STACK_NAME}-deployer"
+DEFAULT_REGISTRATION = "DefaultWorkerRegistration"  # template.yaml's custom resource for the default worker
 LOCAL_LAYER = "arn:aws:lambda:us-east-1:000000000000:layer:sluice-local:1"  # the checkout stands in
 FUNCTIONS_DIR = Path(__file__).resolve().parents[3] / "functions"  # present in a source checkout
 
@@ -146,6 +151,9 @@ class DevOptions:
             params["RedisShards"] = str(self.redis_shards)
         if self.handlers is not None:
             params["WorkerHandlersModule"] = self.handlers
+        # A parameter value, as `sam deploy` must pass one: the role the local stack's
+        # CloudFormation requests act for (Sluice's registrar admits its deployers alone).
+        params.setdefault("DeployerPrincipalArns", LOCAL_DEPLOYER)
         return load(self.template, self.config_env, overrides=params, stack_name=STACK_NAME)
 
     def team_deploys(self) -> dict[str, tuple[str, DeployConfig]]:
@@ -282,6 +290,9 @@ class DevStack:
                     for _ in range(min(o.warm_workers, o.workers))]
             warm += [self.lambdas.invoke(team.name, {**warm_up, "queues": [self._first_queue(name)]})
                      for name, team in self.team_functions.items()]
+            # Sluice's registrar's container starts now too (an event it refuses), ready to register.
+            warm.append(self.lambdas.invoke(REGISTRAR_FUNCTION, {"warm-up": True},
+                                            caller=self.deployer_caller()))
             self._ensure_resources(s)
             events_queue = self._start_events(s)
             self.routes = self._register_routes(s)
@@ -382,34 +393,36 @@ class DevStack:
 
     def _register_routes(self, s: Settings) -> list[str]:
         """Every worker function's queues become its routes, as each one's Custom::SluiceRoutes
-        does at deploy time: the default worker's own (DefaultWorkerRoutes), and each team's through
-        its registrar (infra/team.yaml; infra/worker.yaml's TeamRoutes), which registers only what
-        the team map gives the team. So, as deployed, the gateway refuses a queue no handler has
+        does at deploy time: the default worker's, and the schedules its code declares, through
+        Sluice's registrar (template.yaml's DefaultWorkerRegistration, issue 31), and each team's
+        through its registrar (infra/team.yaml; infra/worker.yaml's TeamRoutes), which registers only
+        what the team map gives the team. So, as deployed, the gateway refuses a queue no handler has
         (404 NO_ROUTE, under UnroutedQueues=refuse) and a typed queue's bad payload (400). A queue
-        two modules handle is a RouteConflict: the stack does not start."""
-        from sluice.backends.dynamodb.routes import DynamoRouteStore, LambdaFunctions, register
-        from sluice.core.routes import app_schemas, routes_for
-        from sluice.entry.worker import load_app
+        two modules handle is a RouteConflict, and a refused declared schedule a RegistrationRefused:
+        the stack does not start."""
         from sluice_dev.local import teams
 
-        store, functions = DynamoRouteStore.from_settings(s), LambdaFunctions.from_settings(s)
-        app = load_app(self.default_module)
-        if app.declared_schedules():  # as the default worker's DefaultWorkerRoutes refuses them
-            from sluice.entry.routes_resource import DEFAULT_WORKER_SCHEDULES
-
-            raise RegistrationRefused(f"{self.default_module}: {DEFAULT_WORKER_SCHEDULES}")
-        wanted = routes_for(WORKER_FUNCTION, "sluice", app.handlers, app_schemas(app))
-        register(store, functions, wanted, owner="sluice", function=WORKER_FUNCTION)
-        lines = [f"{r.pattern} -> {WORKER_FUNCTION}{' (typed)' if r.schemas else ''}" for r in wanted]
+        lines = _route_lines(self.register_default(s=s), WORKER_FUNCTION)
         if not self.team_stacks:
             return lines
         teams.put_team_map(s, list(self.team_stacks.values()))
         for team in self.team_stacks:
-            answer = self.register_team(team, s)
-            typed = set(filter(None, str(answer["Data"].get("Typed", "")).split(",")))
-            lines += [f"{p} -> {team_function_name(team)}{' (typed)' if p in typed else ''}"
-                      for p in filter(None, str(answer["Data"].get("Routes", "")).split(","))]
+            lines += _route_lines(self.register_team(team, s), team_function_name(team))
         return lines
+
+    def register_default(self, s: Settings | None = None, kind: str = "Create",
+                         properties: dict[str, Any] | None = None, check: bool = True) -> dict[str, Any]:
+        """CloudFormation's request for template.yaml's DefaultWorkerRegistration to Sluice's registrar,
+        acting for the deployer, and its answer; with ``check``, a refusal raises."""
+        from sluice_dev.local import teams
+
+        props = {"ServiceToken": REGISTRAR_FUNCTION, "Owner": "sluice", "Function": WORKER_FUNCTION,
+                 "HandlersModule": self.default_module, **(properties or {})}
+        stack_id = f"arn:aws:cloudformation:us-east-1:000000000000:stack/{STACK_NAME}/local"
+        answer = self._custom_resource(
+            REGISTRAR_FUNCTION, kind, stack_id, props, f"sluice-registrar:sluice:{WORKER_FUNCTION}",
+            self.deployer_caller(), self.function("RegistrarFunction").timeout_s, s, DEFAULT_REGISTRATION)
+        return teams.raise_refusal("sluice", answer, "Sluice's default worker") if check else (answer or {})
 
     def register_team(self, team: str, s: Settings | None = None, kind: str = "Create",
                       properties: dict[str, Any] | None = None, stack_id: str | None = None,
@@ -418,24 +431,39 @@ class DevStack:
         TeamRoutes), and its answer; with ``check``, a refusal raises (RouteConflict, ...)."""
         from sluice_dev.local import teams
 
+        stack = self.team_stacks[team]
+        # CloudFormation invokes it acting for the stack operation's principal: the team's deployer.
+        answer = self._custom_resource(
+            stack.registrar, kind, stack_id or f"arn:aws:cloudformation:us-east-1:000000000000:stack/"
+            f"{team}-worker/local", {"ServiceToken": stack.registrar, **(properties or {})},
+            f"sluice-registrar:{team}:{team_function_name(team)}", iam.Caller(stack.deployer_arn),
+            stack.registrar_timeout_s, s)
+        return teams.raise_refusal(team, answer) if check else (answer or {})
+
+    def _custom_resource(self, function: str, kind: str, stack_id: str, properties: dict[str, Any],
+                         physical_id: str, caller: iam.Caller, timeout_s: float, s: Settings | None,
+                         logical_id: str | None = None) -> dict[str, Any] | None:
+        """A Custom::SluiceRoutes request sent to ``function`` as CloudFormation sends it (its answer
+        PUT to a ResponseURL on the moto server's S3), and the answer read back."""
+        from sluice_dev.local import teams
+
         s = s or self._servers
         assert self.lambdas is not None and s is not None
         bucket = teams.ResponseBucket(s)
         key, url = bucket.url()
-        stack = self.team_stacks[team]
-        event = teams.cfn_event(kind, stack_id or f"arn:aws:cloudformation:us-east-1:000000000000:stack/"
-                                f"{team}-worker/local", url, {"ServiceToken": stack.registrar,
-                                                               **(properties or {})},
-                                None if kind == "Create" else f"sluice-registrar:{team}:"
-                                f"{team_function_name(team)}")
-        # CloudFormation invokes it acting for the stack operation's principal: the team's deployer.
-        inv = self.lambdas.invoke(stack.registrar, event, asynchronous=False,
-                                  caller=iam.Caller(stack.deployer_arn))
-        inv.done.wait(stack.registrar_timeout_s + 5)
+        event = teams.cfn_event(kind, stack_id, url, properties, None if kind == "Create" else physical_id)
+        if logical_id is not None:
+            event["LogicalResourceId"] = logical_id
+        inv = self.lambdas.invoke(function, event, asynchronous=False, caller=caller)
+        inv.done.wait(timeout_s + 5)
         answer = bucket.answer(key, timeout_s=5)
         if answer is None and inv.error:
             answer = {"Status": "FAILED", "Reason": f"the registrar failed: {inv.error}"}
-        return teams.raise_refusal(team, answer) if check else (answer or {})
+        return answer
+
+    def deployer_caller(self) -> iam.Caller:
+        """CloudFormation acting for the stack operation's principal: the first DeployerPrincipalArns."""
+        return iam.Caller(self.deploy.parameters["DeployerPrincipalArns"].split(",")[0])
 
     def ensure_function_tables(self, client: Any) -> None:
         """The tables only some functions name (the workers' settings, which ``tables.ensure_all``
@@ -559,8 +587,10 @@ class DevStack:
         worker = self.function("WorkerFunction")
         # Not the worker's Redis user: this process's own reads (the safety net) are the tooling's.
         tooling_env = {k: v for k, v in worker.env.items() if k not in deployed.OWN}
+        # The routes table too, which the worker no longer names (its registrar writes its routes).
         self.settings = deployed.settings_of(tooling_env, worker_function_name=WORKER_FUNCTION,
-                                             lambda_endpoint_url=s.lambda_endpoint_url)
+                                             lambda_endpoint_url=s.lambda_endpoint_url,
+                                             routes_table=s.routes_table or ROUTES_TABLE)
         self.access = self._access()
         return self._functions()
 
@@ -655,7 +685,8 @@ class DevStack:
                        "InternalFunction": (o.gateway_concurrency, "local containers for workers' children; "
                                                                    "unreserved in AWS"),
                        "FiringsFunction": (o.gateway_concurrency, "local containers for firings; "
-                                                                  "unreserved in AWS")}
+                                                                  "unreserved in AWS"),
+                       "RegistrarFunction": (1, "one local container; unreserved in AWS")}
         if o.worker_timeout_s is not None:
             timeout["WorkerFunction"] = (o.worker_timeout_s, o.why)
             env["WorkerFunction"]["SLUICE_FUNCTION_TIMEOUT_S"] = (str(o.worker_timeout_s),
@@ -718,6 +749,8 @@ class DevStack:
                 "FiringsFunction": (_handler_ref("firings", "sluice_dev.local.container:firings"), 3600.0),
                 "WorkerFunction": (_handler_ref("worker", "sluice.entry.worker:handle_dispatch"),
                                    o.worker_idle_s),
+                "RegistrarFunction": (_handler_ref("registrar", "sluice.entry.registrar:handler"),
+                                      o.worker_idle_s),
                 "RelayFunction": (o.relay_handler or
                                   _handler_ref("relay", "sluice.entry.relay:run_scheduled"),
                                   max(o.relay_every_s or 60.0, 20.0) * 3)}
@@ -932,6 +965,14 @@ class DevStack:
 def _credentials(name: str) -> dict[str, str]:
     """The function's own dummy credentials: its key id names its role to the local Lambda service."""
     return {"AWS_ACCESS_KEY_ID": iam.key_of(name), "AWS_SECRET_ACCESS_KEY": iam.SECRET}
+
+
+def _route_lines(answer: dict[str, Any], function: str) -> list[str]:
+    """A registrar's answer as ``sluice dev`` prints it: ``pattern -> function (typed)``."""
+    data = answer.get("Data") or {}
+    typed = set(filter(None, str(data.get("Typed", "")).split(",")))
+    return [f"{p} -> {function}{' (typed)' if p in typed else ''}"
+            for p in filter(None, str(data.get("Routes", "")).split(","))]
 
 
 def _quietly(fn: Callable[[], None]) -> None:

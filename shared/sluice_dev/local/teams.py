@@ -164,14 +164,16 @@ class ResponseBucket:
             return answer
 
 
-def raise_refusal(team: str, answer: dict[str, Any] | None) -> dict[str, Any]:
-    """The registrar's answer if it succeeded; else the refusal as the exception it names."""
+def raise_refusal(team: str, answer: dict[str, Any] | None, whose: str | None = None) -> dict[str, Any]:
+    """The registrar's answer if it succeeded; else the refusal as the exception it names. ``whose``:
+    what the registrar registers (default ``team <team>``; Sluice's registrar: its default worker)."""
+    whose = whose or f"team {team}"
     if answer is None:
-        raise ConfigError(f"team {team}'s registrar did not answer")
+        raise ConfigError(f"{whose}'s registrar did not answer")
     if answer.get("Status") == "SUCCESS":
         return answer
     reason = str(answer.get("Reason") or "")
     kind, _, message = reason.partition(": ")
     error: type[SluiceError] = {"RouteConflict": RouteConflict,
                                 "RegistrationRefused": RegistrationRefused}.get(kind, ConfigError)
-    raise error(f"team {team}'s routes were refused: {message or reason}")
+    raise error(f"{whose}'s routes were refused: {message or reason}")

@@ -99,8 +99,8 @@ class RedisAdmin:
         try:
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.zscore(k.dead, job_id)
-            pipe.hmget(key, "p", "m", "grp")
-            score, (payload, meta, group) = pipe.execute()
+            pipe.hmget(key, "p", "m", "grp", "tp")
+            score, (payload, meta, group, trace) = pipe.execute()
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         if score is None or payload is None or meta is None:
@@ -108,7 +108,8 @@ class RedisAdmin:
         priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in text(meta).split(","))
         return JobSpec(job_id=job_id, queue=queue, payload=json.loads(text(payload)), priority=priority,
                        max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms,
-                       group=None if group is None else text(group))
+                       group=None if group is None else text(group),
+                       traceparent=None if trace is None else text(trace))  # its redrive stays in its trace
 
     def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
         """Move one dead job (NOT_FOUND if it is not dead) or all of them back to ready.

@@ -78,7 +78,7 @@ def job_fields(spec: JobSpec, queue: str, now_ms: int, skew_ms: int = DELAY_SKEW
     enqueued_at_ms = checked_int(spec.enqueued_at_ms, 0, horizon, "enqueued_at_ms")  # 0: the script's TIME
     meta = f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}"
     group = "" if spec.group is None else validate_group(spec.group)
-    return JobFields(spec.job_id, payload, meta, run_at_ms, group)
+    return JobFields(spec.job_id, payload, meta, run_at_ms, group, spec.traceparent or "")
 
 
 def text(value: Any) -> str:

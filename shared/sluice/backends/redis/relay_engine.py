@@ -299,8 +299,8 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
             if type(job) is not DecodedJob:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
             # one unpacking, not an attribute lookup per field
-            job_id, job_queue, payload, priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, group = (
-                job)
+            (job_id, job_queue, payload, priority, max_attempts, lease_ms, run_at_ms, enqueued_at_ms, group,
+             trace) = job
             if job_queue != queue:
                 raise InvalidInput(f"expected DecodedJobs of queue {queue!r}, got {job!r:.200}")
             if type(offset) is not int or not 0 <= offset <= MAX_TOKEN:
@@ -316,7 +316,7 @@ def push_args(queue: str, owner_token: int, records: Sequence[tuple[int, Decoded
                     raise InvalidInput(f"redrive generation of {job_id}: 0..{MAX_TOKEN}, not {found!r}")
                 gen = str(found)
             extend((str(offset), job_id, payload, f"{priority},{max_attempts},{lease_ms},{enqueued_at_ms}",
-                    str(run_at_ms), gen, group or ""))
+                    str(run_at_ms), gen, group or "", trace or ""))
         # Each chunk after the first follows the one before: push.lua takes nothing of it unless
         # the stored offset reached that chunk's last offset (taken whole, not stopped by the budget).
         chunks.append(push_argv(owner_token, flat, budget, follow))

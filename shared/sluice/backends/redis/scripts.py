@@ -170,20 +170,21 @@ class JobFields(NamedTuple):
     meta: str  # "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>", see lua/_lib.lua
     run_at_ms: int
     group: str = ""  # its fair group; "" = none (the default group)
+    traceparent: str = ""  # its W3C traceparent (JobSpec.traceparent); "" = untraced
 
 
 _RECORDS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-PUSH_FIELDS = 7  # per record in push.lua's records argument
+PUSH_FIELDS = 8  # per record in push.lua's records argument
 
 
 def push_argv(owner_token: int, flat: list[str], budget: int = 0, follow: int = -1) -> list[Any]:
     """push.lua's ARGV: the owner token, the record count, and the records as one JSON array of
-    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen, group per record), then the
+    strings (offset, job_id, payload, meta, run_at_ms, redrive_gen, group, traceparent per record), then the
     deployment's byte budget per queue (0 = none) and the offset this call follows (-1: none; see
     push.lua). One argument rather than seven per record: redis-py packs each argument in Python,
-    which was most of a push's client CPU."""
+    which was most of a push's client CPU. (Eight per record since traces: PUSH_FIELDS.)"""
     return [owner_token, len(flat) // PUSH_FIELDS, _RECORDS.encode(flat), budget, follow]
 
 
@@ -308,14 +309,15 @@ class Scripts:
         loads = json.loads
         jobs = []
         for k_th, i in enumerate(range(2, len(reply), 2), start=1):
-            job_id, used, meta, *more = _word(reply[i]).split(" ")  # more: [gen[, group]]
+            job_id, used, meta, *more = _word(reply[i]).split(" ")  # more: [gen[, group[, traceparent]]]
             priority, max_attempts, own_lease_ms, enqueued_at_ms = map(int, meta.split(","))
             ms = lease_ms or own_lease_ms
             jobs.append(LeasedJob(
                 job_id=job_id, queue=queue, payload=loads(reply[i + 1]), lease_token=t0 + k_th,
                 deadline_ms=now + ms, attempt=int(used) + 1, max_attempts=max_attempts,
                 priority=priority, lease_ms=ms, enqueued_at_ms=enqueued_at_ms,
-                redrive_gen=int(more[0]) if more else 0, group=more[1] if len(more) > 1 else None))
+                redrive_gen=int(more[0]) if more else 0, group=more[1] or None if len(more) > 1 else None,
+                traceparent=more[2] if len(more) > 2 else None))
         return jobs
 
     def extend(self, k: QueueKeys, job_id: str, token: int, lease_ms: int) -> Extended:
@@ -409,7 +411,8 @@ class Scripts:
         queue (0 = none), for a queue with no max_bytes of its own."""
         flat: list[str] = []
         for offset, job, gen in records:
-            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen), job.group)
+            flat += (str(offset), job.job_id, job.payload, job.meta, str(job.run_at_ms), str(gen), job.group,
+                     job.traceparent)
         return PushResult.of(self._run("push.lua", push_keys(k, topic, partition),
                                        push_argv(owner_token, flat, budget)))
 

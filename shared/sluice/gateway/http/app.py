@@ -27,7 +27,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValida
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from sluice.core import wire
+from sluice.core import traces, wire
 from sluice.core.caller import Caller
 from sluice.core.errors import InvalidQueueName, SluiceError
 from sluice.core.models import (
@@ -65,6 +65,12 @@ JobIdParam = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id fro
 KeyHeader = Annotated[str | None, Header(
     alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
     description="1..128 printable ASCII characters. Same key and body: the original job (200).")]
+# Any, not a checked str: a malformed, oversized or repeated traceparent is ignored (a fresh trace),
+# never a 4xx; an enqueue is not lost for its trace (sluice.core.traces).
+TraceHeader = Annotated[Any, Header(
+    alias="traceparent",
+    description="W3C Trace Context: the caller's span (00-<32 hex trace id>-<16 hex span id>-<2 hex "
+                "flags>). The job's spans join that trace; an invalid value is ignored (a fresh trace).")]
 
 
 def _problem_response(p: wire.Problem, headers: dict[str, str] | None = None) -> Response[Any]:
@@ -187,10 +193,12 @@ class HttpGateway:
                              200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
                                            wire.Accepted, _LOCATION), **_BODY})
         def enqueue(queue: QueueParam, job: Annotated[wire.EnqueueRequest, Body()],
-                    idempotency_key: KeyHeader = None) -> Response[wire.Accepted]:
+                    idempotency_key: KeyHeader = None,
+                    traceparent: TraceHeader = None) -> Response[wire.Accepted]:
             who = caller()
             return _accepted(self.api.enqueue(queue, job, idempotency_key=who.own_key(idempotency_key),
-                                              remaining_ms=remaining_ms(), caller=who))
+                                              remaining_ms=remaining_ms(), caller=who,
+                                              traceparent=traces.carried(traceparent)))
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -198,10 +206,12 @@ class HttpGateway:
                              200: _ok_spec("Replay of an earlier request with this Idempotency-Key.",
                                            wire.BatchAccepted), **_BODY})
         def enqueue_batch(queue: QueueParam, batch: Annotated[wire.BatchRequest, Body()],
-                          idempotency_key: KeyHeader = None) -> Response[wire.BatchAccepted]:
+                          idempotency_key: KeyHeader = None,
+                          traceparent: TraceHeader = None) -> Response[wire.BatchAccepted]:
             who = caller()
             return _accepted(self.api.enqueue_batch(queue, batch, remaining_ms=remaining_ms(), caller=who,
-                                                    idempotency_key=who.own_key(idempotency_key)))
+                                                    idempotency_key=who.own_key(idempotency_key),
+                                                    traceparent=traces.carried(traceparent)))
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",

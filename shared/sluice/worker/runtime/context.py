@@ -82,6 +82,15 @@ class JobContext:
     _clock: Callable[[], float] = time.monotonic  # the clock ``timeout_at`` is on
     _events: EventBus | None = None  # the drain's bus: ctx.http reports each call there (FencedCall)
     _http: FencedHttp | None = None
+    _trace: Callable[[], str | None] | None = None  # the handler span's traceparent (runtime.execute)
+
+    @property
+    def traceparent(self) -> str | None:
+        """Where this attempt is in its job's trace, as a W3C ``traceparent``: its handler span where
+        the worker traces (``Settings.traces``), else the context its job came with; None for an
+        untraced job. Send it to the services the handler calls (the ``traceparent`` header); the
+        children it starts carry it, so a family is one trace (docs/worker.md, Traces)."""
+        return None if self._trace is None else self._trace()
 
     @property
     def lease_lost(self) -> threading.Event:
@@ -123,7 +132,7 @@ class JobContext:
         if self._http is None:
             from sluice.worker.runtime.http import FencedHttp  # urllib3 only for handlers that call
 
-            self._http = FencedHttp(self.job_id, self.token, self._events or EventBus())
+            self._http = FencedHttp(self.job_id, self.token, self._events or EventBus(), self._trace)
         return self._http
 
     # -- jobs that start jobs (sluice.core.families, docs/flows.md) ------------------------------------
@@ -147,7 +156,8 @@ class JobContext:
                                     jobs=[ChildRequest.model_validate(_fields(j, ("queue", "payload", "key")))
                                           for j in jobs],
                                     then=None if then is None else ThenRequest.model_validate(
-                                        _fields(then, ("queue", "payload", "key"))))
+                                        _fields(then, ("queue", "payload", "key"))),
+                                    traceparent=self.traceparent)
         except ValidationError as exc:
             raise InvalidInput(f"invalid children ({describe_validation(exc)})") from None
         if len(request.jobs) > MAX_CHILDREN:  # the gateway refuses it too; say so before sending it

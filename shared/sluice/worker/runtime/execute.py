@@ -30,6 +30,7 @@ from sluice.core.families import FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import Job, LeasedJob, dump_json
 from sluice.core.ports import JobStore, PayloadStore
+from sluice.core.traces import HandlerTraces
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
 from sluice.worker.runtime.finish import Attempt, Finisher
 from sluice.worker.runtime.heartbeat import Tracked
@@ -49,7 +50,8 @@ class JobRunner:
                  family_gateway: FamilyGateway | None = None,
                  families: FamilyStore | Lazy[FamilyStore] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 payloads: PayloadStore | Lazy[PayloadStore] | None = None) -> None:
+                 payloads: PayloadStore | Lazy[PayloadStore] | None = None,
+                 traces: HandlerTraces | None = None) -> None:
         self.finisher = finisher
         self.store = store
         self.options = options
@@ -60,6 +62,7 @@ class JobRunner:
         self._clock = clock  # monotonic seconds, the heartbeat's clock
         self._families = families  # the jobs table's families, for ctx.children(); None: none
         self._payloads = payloads  # where large payloads live; None: a pointer cannot be resolved
+        self._traces = traces  # the handler spans' contexts (sluice.backends.otel); None: not traced here
 
     def run(self, tracked: Tracked, spec: HandlerSpec | None) -> Outcome:
         job = tracked.leased
@@ -112,7 +115,7 @@ class JobRunner:
                          timeout_at=self._clock() + timeout_ms / 1000, _lease=tracked.state,
                          _fenced=self._fenced, _progress=self._progress(job.job_id, token),
                          _family_gateway=self._family_gateway, _families=self._families, _clock=self._clock,
-                         _events=self.finisher.events)
+                         _events=self.finisher.events, _trace=self._trace_of(job))
         waited = max(0, self._now_ms() - job.enqueued_at_ms) if job.enqueued_at_ms else None
         events = self.finisher.events
         events.emit(ev.HandlerStarted(job=job.job_id, queue=job.queue, token=token, attempt=job.attempt,
@@ -144,6 +147,13 @@ class JobRunner:
         except errors.SluiceError as exc:
             return self.finisher.fail(a, f"payload: {exc}", kind="error")
         return job.model_copy(update={"payload": payload}).as_job()
+
+    def _trace_of(self, job: LeasedJob) -> Callable[[], str | None]:
+        """``JobContext.traceparent``: the handler span's, once it is started, else the job's own."""
+        traces = self._traces
+        if traces is None:
+            return lambda: job.traceparent
+        return lambda: traces.handler_traceparent(job.job_id) or job.traceparent
 
     def _progress(self, job_id: str, token: int) -> Progress:
         return Progress(self.store.write_progress, job_id, token, every_ms=self.options.progress_every_ms,

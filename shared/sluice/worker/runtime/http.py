@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -50,9 +50,11 @@ def pool() -> urllib3.PoolManager:
 class FencedHttp:
     """The calls of one attempt (``job_id``, fencing ``token``), reported on ``events`` (``FencedCall``)."""
 
-    def __init__(self, job_id: str, token: int, events: EventBus) -> None:
+    def __init__(self, job_id: str, token: int, events: EventBus,
+                 trace: Callable[[], str | None] | None = None) -> None:
         fence_headers(job_id, token)  # refuses what no header may carry, before any call
         self.job_id, self.token, self._events = job_id, token, events
+        self._trace = trace  # ctx.traceparent: sent as the traceparent header unless the handler sets one
 
     def request(self, method: str, url: str, *, json: Any = None, body: bytes | str | None = None,
                 headers: Mapping[str, str] | None = None, resource: str | None = None,
@@ -70,6 +72,9 @@ class FencedHttp:
         if _RESERVED.intersection(h.lower() for h in sent):
             raise InvalidInput(f"ctx.http sets {', '.join((*FENCE_HEADERS, IDEMPOTENCY_HEADER))} itself")
         sent.update(fence_headers(self.job_id, self.token, resource))
+        traceparent = None if self._trace is None else self._trace()
+        if traceparent is not None and not any(h.lower() == "traceparent" for h in sent):
+            sent["traceparent"] = traceparent  # the service's spans join the job's trace
         if json is not None:
             body = jsonlib.dumps(json, separators=(",", ":"))
             sent.setdefault("Content-Type", "application/json")

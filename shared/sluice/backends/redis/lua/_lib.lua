@@ -18,6 +18,8 @@
 --        leave a final item only for a newer generation (docs/store.md)
 --   grp  its fair-share group (absent: the queue's default group). A grouped job waits in its
 --        group's ready zset (<group prefix> .. grp), not in ready; see "Fair groups" below.
+--   tp   its W3C traceparent (absent: untraced; sluice.core.traces): the worker's spans of the
+--        job are children of it. Counted in sz.
 --   sz   the bytes the job counts against its queue's budget (job_size): added to the
 --        queue's used counter (keys.used) when the hash is made, taken off when it is
 --        deleted (release_bytes). A hash without sz (made before budgets) counts 0.
@@ -271,6 +273,22 @@ local function valid_group(g)
   return #g <= 64 and string.match(g, '^[%w][%w_.:%-]*$') ~= nil
 end
 
+-- A traceparent as the gateway writes it (sluice.core.traces.PATTERN): version 00, lower-case hex.
+local function valid_trace(t)
+  return #t == 55 and string.match(t, '^00%-[0-9a-f]+%-[0-9a-f]+%-[0-9a-f][0-9a-f]$') ~= nil
+    and string.sub(t, 36, 36) == '-' and string.sub(t, 53, 53) == '-'
+end
+
+-- A job's optional field (its group, its traceparent): '' is none; else it must pass `valid` and is
+-- kept in `map` (made on first use) under the job's offset `at`. Returns the map, and false if invalid.
+local function keep_optional(map, at, value, valid)
+  if value == '' then return map, true end
+  if type(value) ~= 'string' or not valid(value) then return map, false end
+  map = map or {}
+  map[at] = value
+  return map, true
+end
+
 local function keys_of_groups(prefix, turns, state)
   return {prefix = prefix, turns = turns, state = state}
 end
@@ -355,8 +373,8 @@ end
 -- take_seq and one ZADD (per group); delayed ones one ZADD, run-at at most 7 days
 -- from TIME. Each job's size is stored as its sz and added to `used` (one INCRBY), its format as
 -- v. `groups` (or
--- nil: no job has one) maps an offset to its job's group.
-local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups)
+-- nil: no job has one) maps an offset to its job's group, `traces` (or nil) to its traceparent.
+local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used, G, groups, traces)
   local n_ready = 0
   for _, i in ipairs(starts) do
     if tonumber(A[i + 3]) <= now then n_ready = n_ready + 1 end
@@ -371,6 +389,8 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
   for _, i in ipairs(starts) do
     local id, meta, run_at = A[i], A[i + 2], math.min(tonumber(A[i + 3]), now + MAX_DELAY_MS)
     local n = #A[i + 1] + #meta + 2 * #id + fixed  -- job_size, inlined: this runs for every job pushed
+    local trace = traces and traces[i]
+    if trace then n = n + #trace end
     bytes = bytes + n
     local sz = sizes[n]
     if not sz then
@@ -379,8 +399,11 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
     end
     if string.sub(meta, -2) == ',0' then meta = string.sub(meta, 1, -2) .. now end  -- enqueued now
     local group = groups and groups[i]
-    if group then
-      redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT, 'grp', group)
+    if group or trace then  -- tp is optional, as grp: format 2 (readers of before ignore it)
+      local f = {'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT}
+      if group then f[#f + 1], f[#f + 2] = 'grp', group end
+      if trace then f[#f + 1], f[#f + 2] = 'tp', trace end
+      redis.call('HSET', prefix .. id, unpack(f))
     else
       redis.call('HSET', prefix .. id, 'p', A[i + 1], 'm', meta, 'sz', sz, 'v', JOB_FORMAT)
     end
@@ -419,31 +442,30 @@ local function create_jobs(A, prefix, ready, delayed, seqkey, starts, now, used,
 end
 
 -- The body of enqueue.lua and enqueue_internal.lua, which differ only in which queues they
--- accept: ARGV = n, then n x (id, payload, meta, run_at_ms, group or ""). Validates every job
+-- accept: ARGV = n, then n x (id, payload, meta, run_at_ms, group or "", traceparent or ""). Validates every job
 -- before the first write, creates the new ones, and returns 1 (added) or 0 (already there) per job.
 -- Their bytes are counted in `used`, with no budget: only the relay's push.lua enforces one.
 -- G: the group keys (keys_of_groups).
 local function enqueue_jobs(prefix, ready, delayed, seqkey, used, G)
   local k = int_in(ARGV[1], 1, 1000)
-  if not k or #ARGV ~= 1 + 5 * k then return invalid('job count') end
+  if not k or #ARGV ~= 1 + 6 * k then return invalid('job count') end
 
   local now = now_ms()
-  local starts, groups = {}, nil
+  local starts, groups, traces = {}, nil, nil
   for r = 1, k do
-    local i = 5 * r - 3
+    local i = 6 * r - 4
     local bad = check_job(ARGV, i, now)
     if bad then return bad end
-    local group = ARGV[i + 4]
-    if group ~= '' then
-      if not valid_group(group) then return invalid('group of ' .. ARGV[i]) end
-      groups = groups or {}
-      groups[i] = group
-    end
+    local ok
+    groups, ok = keep_optional(groups, i, ARGV[i + 4], valid_group)
+    if not ok then return invalid('group of ' .. ARGV[i]) end
+    traces, ok = keep_optional(traces, i, ARGV[i + 5], valid_trace)
+    if not ok then return invalid('traceparent of ' .. ARGV[i]) end
     starts[r] = i
   end
 
   local fresh = new_jobs(ARGV, prefix, starts)
-  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
+  create_jobs(ARGV, prefix, ready, delayed, seqkey, fresh, now, used, G, groups, traces)
   local added, out = {}, {}
   for _, i in ipairs(fresh) do added[i] = true end
   for r = 1, k do out[r] = added[starts[r]] and 1 or 0 end

@@ -6,7 +6,8 @@
 --   KEYS[5] used string: the jobs' bytes are counted there (no budget here: push.lua has one)
 --   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua)
 --   ARGV[1] k           number of jobs (1..1000)
---   then k groups of 5: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none)
+--   then k groups of 6: job_id, payload (JSON), meta, run_at_ms (0 = now), group ("" = none),
+--                       traceparent ("" = none: untraced; else sluice.core.traces.PATTERN, stored as tp)
 --                       meta = "<priority 0..9>,<max_attempts 0..100, 0 = unset>,<lease_ms>,<enqueued_at_ms>"
 --                       (enqueued_at_ms 0 = now)
 -- Output

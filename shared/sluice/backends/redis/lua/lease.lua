@@ -22,7 +22,8 @@
 -- Output
 --   {now_ms, t0, then 2 entries per leased job: "<job_id> <a> <meta>[ <g>]", payload}
 --   g is the job's redrive generation, present only once it was redriven (docs/store.md):
---   the worker's grant needs it to leave a final item.
+--   the worker's grant needs it to leave a final item. A traced job's entry (its hash has tp)
+--   is always "<job_id> <a> <meta> <g> <group or empty> <tp>".
 --   The k-th job returned (k = 1, 2, ...) has token t0 + k and attempt a + 1 (a = attempts
 --   used before; it is written to the job only if this lease fails or expires).
 --   meta = "<priority>,<max_attempts>,<lease_ms>,<enqueued_at_ms>"; a lease's deadline
@@ -255,7 +256,7 @@ local deadline = lease_ms > 0 and string.format('%d', now + lease_ms)
 local lz, tz = {}, {}
 for i = 1, #popped, 2 do
   local id = popped[i]
-  local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm', 'g')
+  local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm', 'g', 'tp')
   if f[1] then
     token = token + 1
     lz[#lz + 1] = deadline or now + tonumber(string.match(f[3], '^%d,%d+,(%d+)'))
@@ -263,7 +264,10 @@ for i = 1, #popped, 2 do
     tz[#tz + 1] = id
     tz[#tz + 1] = string.format('%d', token)
     local group = grouped_pairs and popped[i + 1]
-    if group then
+    if f[5] then
+      out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. (f[4] or '0') .. ' ' .. (group or '')
+        .. ' ' .. f[5]
+    elseif group then
       out[#out + 1] = id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. (f[4] or '0') .. ' ' .. group
     else
       out[#out + 1] = f[4] and id .. ' ' .. (f[2] or '0') .. ' ' .. f[3] .. ' ' .. f[4]

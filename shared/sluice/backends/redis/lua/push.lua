@@ -12,10 +12,11 @@
 --   KEYS[15] idle  zset     sluice:{q}:idle  (workers waiting for work: idle.lua; read only)
 --   ARGV[1] owner_token     the relay's lease token on this partition (positive integer)
 --   ARGV[2] k               number of records (1..1000)
---   ARGV[3] records         a JSON array of 7k strings, k groups of 7: offset, job_id, payload,
+--   ARGV[3] records         a JSON array of 8k strings, k groups of 8: offset, job_id, payload,
 --                           meta, run_at_ms (as in enqueue.lua), redrive_gen, group ("" = none: a
---                           grouped job waits in its group's ready zset). One argument rather
---                           than 7k: the client packs one string instead of thousands (issue 18).
+--                           grouped job waits in its group's ready zset), traceparent ("" = none;
+--                           stored as the job's tp and counted in its sz). One argument rather
+--                           than 8k: the client packs one string instead of thousands (issue 18).
 --                           redrive_gen: 0, or the job's redrive generation in the jobs table,
 --                           stored as the new job's g (a redriven job replayed after a Redis
 --                           loss: its grant needs the generation to leave its final item)
@@ -78,7 +79,7 @@ if not budget then return invalid('budget') end
 local follow = int_in(ARGV[5], -1, MAX_TOKEN)
 if not follow then return invalid('follow') end
 local ok, R = pcall(cjson.decode, ARGV[3])
-if not ok or type(R) ~= 'table' or #R ~= 7 * k then return invalid('records') end
+if not ok or type(R) ~= 'table' or #R ~= 8 * k then return invalid('records') end
 
 local stored = redis.call('HMGET', relayed, 'owner', 'offset')
 if owner < (tonumber(stored[1]) or 0) then
@@ -87,20 +88,19 @@ end
 local stored_offset = tonumber(stored[2]) or -1
 
 local now = now_ms()
-local max_offset, starts, groups = stored_offset, {}, nil
+local max_offset, starts, groups, traces = stored_offset, {}, nil, nil
 for r = 0, k - 1 do
-  local i = 1 + 7 * r
+  local i = 1 + 8 * r
   local offset = int_in(R[i], 0, MAX_TOKEN)
   if not offset then return invalid('offset') end
   if not int_in(R[i + 5], 0, MAX_TOKEN) then return invalid('redrive_gen') end
   local bad = check_job(R, i + 1, now)
   if bad then return bad end
-  local group = R[i + 6]
-  if group ~= '' then
-    if type(group) ~= 'string' or not valid_group(group) then return invalid('group of ' .. R[i + 1]) end
-    groups = groups or {}
-    groups[i + 1] = group
-  end
+  local kept
+  groups, kept = keep_optional(groups, i + 1, R[i + 6], valid_group)
+  if not kept then return invalid('group of ' .. R[i + 1]) end
+  traces, kept = keep_optional(traces, i + 1, R[i + 7], valid_trace)
+  if not kept then return invalid('traceparent of ' .. R[i + 1]) end
   if offset > max_offset then max_offset = offset end
   if offset > stored_offset then starts[#starts + 1] = i + 1 end
 end
@@ -125,9 +125,9 @@ if budget > 0 and #fresh > 0 then
 end
 if budget > 0 and #fresh > 0 then
   for n, s in ipairs(fresh) do
-    local sz = job_size(prefix, R[s], R[s + 1], R[s + 2])
+    local sz = job_size(prefix, R[s], R[s + 1], R[s + 2]) + #R[s + 6]  -- its traceparent too (create_jobs)
     if use > 0 and use + sz > budget then
-      taken = (s - 2) / 7  -- the records before this one's (s = 7r + 2 for record r, 0-based)
+      taken = (s - 2) / 8  -- the records before this one's (s = 8r + 2 for record r, 0-based)
       for j = #fresh, n, -1 do fresh[j] = nil end
       break
     end
@@ -135,22 +135,22 @@ if budget > 0 and #fresh > 0 then
   end
   if taken < k then
     max_offset = stored_offset
-    for r = 0, taken - 1 do max_offset = math.max(max_offset, tonumber(R[1 + 7 * r])) end
+    for r = 0, taken - 1 do max_offset = math.max(max_offset, tonumber(R[1 + 8 * r])) end
   end
 end
 if taken == 0 then return {0, 0, stored_offset, k, 0} end
 redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', max_offset)
-create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups)
+create_jobs(R, prefix, ready, delayed, seqkey, fresh, now, used, G, groups, traces)
 local made = {}
 for _, s in ipairs(fresh) do
   made[s] = true
   if R[s + 4] ~= '0' then redis.call('HSET', prefix .. R[s], 'g', R[s + 4]) end
 end
--- Existing jobs of the records taken (s = 7r + 2 for record r < taken) under an older generation
+-- Existing jobs of the records taken (s = 8r + 2 for record r < taken) under an older generation
 -- than the jobs table's: the redrive's own move never reached this Redis. Make it now.
 local revived = 0
 for _, s in ipairs(starts) do
-  if s < 7 * taken + 2 and not made[s] and R[s + 4] ~= '0' then
+  if s < 8 * taken + 2 and not made[s] and R[s + 4] ~= '0' then
     local key = prefix .. R[s]
     local f = redis.call('HMGET', key, 'm', 'g', 'grp')
     if f[1] and (tonumber(f[2]) or 0) < tonumber(R[s + 4]) then
