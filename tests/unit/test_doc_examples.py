@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import sluice
-from sluice.core.families import FamilyAccepted, FamilyRequest
 from sluice.core.models import Job
 from sluice.worker.runtime.context import JobContext
 from sluice_dev.fakes import kit
+from tests.unit.test_worker_async import Gateway
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -32,19 +32,6 @@ def run(source: str, doc: str, namespace: dict[str, Any]) -> None:
     """As a reader's module would: without this file's ``from __future__`` (its string annotations
     would leave a pydantic model of the example unresolved)."""
     exec(compile(source, doc, "exec", dont_inherit=True), namespace)
-
-
-class Gateway:
-    def __init__(self) -> None:
-        self.requests: list[FamilyRequest] = []
-
-    def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted:
-        self.requests.append(request)
-        return FamilyAccepted(job_ids=[f"child-{c.key}" for c in request.jobs],
-                              continuation="then" if request.then else None)
-
-    def release(self, continuation: str) -> None:
-        raise AssertionError("not called here")
 
 
 def test_the_first_handler_of_docs_worker_md_runs_and_fails_retries_or_writes_as_it_says() -> None:
