@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What each test file costs in CPU: ``.ci/cpu_per_file.py [-o out.tsv] PATH...``.
+"""What each test file costs in CPU: ``.ci/cpu_per_file.py [-o out.tsv] [--whole] PATH...``.
 
 Runs every ``test_*.py`` under each PATH (a tier's folder or a file) in a pytest of its own, one
 after the other, without xdist, and prints one line per file: user and system CPU-seconds of pytest
@@ -88,14 +88,18 @@ def main() -> int:
     parser.add_argument("-o", "--out", help="append one TSV row per file here")
     parser.add_argument("--pytest", default=str(Path(sys.executable).parent / "pytest"))
     parser.add_argument("--extra", default="", help="more pytest arguments, one string")
+    parser.add_argument("--whole", action="store_true",
+                        help="one pytest over all PATHs (e.g. a tier with --extra '-n 2 --dist loadfile')")
     args = parser.parse_args()
     _subreaper()
     out = open(args.out, "a") if args.out else None  # noqa: SIM115
-    for path in files_of(args.paths):
+    runs = [" ".join(args.paths)] if args.whole else [str(p) for p in files_of(args.paths)]
+    for path in runs:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.monotonic()
-        proc = subprocess.run([args.pytest, "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                               *args.extra.split(), str(path)],
+        solo = [] if args.whole else ["-p", "no:xdist"]
+        proc = subprocess.run([args.pytest, "-q", "-p", "no:cacheprovider", *solo,
+                               *args.extra.split(), *path.split()],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         wall = time.monotonic() - start
         leaked = _reap_all()

@@ -19,16 +19,22 @@ from sluice_dev.local import motoddb
 
 pytestmark = pytest.mark.timeout(120)
 
-STOCK = serialize.BaseJSONSerializer._serialize_type_structure
+CURRENT = serialize.BaseJSONSerializer._serialize_type_structure  # installed by conftest.py
+STOCK = getattr(CURRENT, "__wrapped__", CURRENT)
+
+
+def _stock() -> None:
+    serialize.BaseJSONSerializer._serialize_type_structure = STOCK  # type: ignore[method-assign]
 
 
 @pytest.fixture
 def installed() -> Iterator[None]:
+    _stock()
     motoddb.install()
     try:
         yield
     finally:
-        serialize.BaseJSONSerializer._serialize_type_structure = STOCK  # type: ignore[method-assign]
+        serialize.BaseJSONSerializer._serialize_type_structure = CURRENT  # type: ignore[method-assign]
 
 
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
@@ -73,12 +79,13 @@ def test_every_item_serialises_as_motos_own_walk_does(item: dict[str, Any],
                 _serialize("Query", {"Items": items, "Count": len(items)}),
                 _serialize("GetRecords", {"Records": [record]}, "dynamodbstreams")]
 
-    stock = answers()
-    motoddb.install()
+    _stock()
     try:
+        stock = answers()
+        motoddb.install()
         fast = answers()
     finally:
-        serialize.BaseJSONSerializer._serialize_type_structure = STOCK  # type: ignore[method-assign]
+        serialize.BaseJSONSerializer._serialize_type_structure = CURRENT  # type: ignore[method-assign]
     assert fast == stock
 
 
@@ -94,7 +101,7 @@ def test_the_attribute_values_of_both_services_take_the_direct_way(installed: No
 
 def test_an_attribute_value_that_is_not_a_dict_goes_the_stock_way(installed: None) -> None:
     odd = {"Item": {"a": {"L": ["not an attribute value"]}}}
-    serialize.BaseJSONSerializer._serialize_type_structure = STOCK  # type: ignore[method-assign]
+    _stock()
     stock = _serialize("GetItem", odd)
     motoddb.install()
     assert _serialize("GetItem", odd) == stock

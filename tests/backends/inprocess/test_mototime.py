@@ -14,16 +14,18 @@ from moto.core.serialize import TimestampSerializer
 from sluice_dev.local import mototime
 
 pytestmark = pytest.mark.timeout(60)
-STOCK = TimestampSerializer._convert_timestamp_to_str
+CURRENT = TimestampSerializer._convert_timestamp_to_str  # installed by conftest.py
+STOCK = getattr(CURRENT, "__wrapped__", CURRENT)
 
 
 @pytest.fixture
 def installed() -> Iterator[None]:
+    TimestampSerializer._convert_timestamp_to_str = STOCK  # type: ignore[method-assign]
     mototime.install()
     try:
         yield
     finally:
-        TimestampSerializer._convert_timestamp_to_str = STOCK  # type: ignore[method-assign]
+        TimestampSerializer._convert_timestamp_to_str = CURRENT  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("value", ["2026-12-06T18:00:01.250Z", "2026-12-06T18:00:01Z", 1_765_000_000,
