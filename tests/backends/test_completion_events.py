@@ -131,3 +131,38 @@ def test_a_redriven_job_ending_again_gets_a_new_id_and_a_rerun_of_a_success_none
     assert ids == sorted([f"{dead}:dead:0", f"{dead}:dead:{gen}", f"{rerun}:succeeded:0",
                           f"{unrecorded}:cancelled:0", f"{honoured}:cancelled:0"])
     assert gen == 1
+
+
+def test_the_poller_reads_on_with_the_iterator_it_was_given_one_request_a_round(s: Settings) -> None:
+    """As an event source mapping does: after the first round, each round is one GetRecords on the
+    iterator the last one returned (it was DescribeStream, GetShardIterator and GetRecords every half
+    second on every local stack); records written since arrive, none again, and a refused batch is
+    read again from its first failed record."""
+    store = DynamoJobStore.from_settings(s)
+    batches: list[set[str]] = []  # the job ids of each batch handed
+    refuse = False
+
+    def consume(records: Any) -> list[str]:
+        batches.append({r["dynamodb"]["Keys"]["job_id"]["S"] for r in records})
+        return [str(r["dynamodb"]["SequenceNumber"]) for r in records] if refuse else []
+
+    poller = stream_poller(s, consume)
+    calls: list[str] = []
+    poller.client.meta.events.register("before-call.dynamodbstreams.*",
+                                       lambda model, **_: calls.append(model.name))
+    store.mark_queued([(_id(1), "q", 0)])
+    assert poller.poll_once() > 0 and batches == [{_id(1)}]
+    assert calls == ["DescribeStream", "GetShardIterator", "GetRecords"]
+    calls.clear()
+    assert [poller.poll_once() for _ in range(3)] == [0, 0, 0]
+    assert calls == ["GetRecords"] * 3  # no describe, no new iterator
+    store.mark_queued([(_id(2), "q", 0)])
+    assert poller.poll_once() > 0 and batches[1:] == [{_id(2)}]
+    refuse = True
+    store.mark_queued([(_id(3), "q", 0)])
+    calls.clear()
+    assert poller.poll_once() > 0 and batches[2:] == [{_id(3)}]
+    refuse = False
+    assert poller.poll_once() > 0 and batches[3:] == [{_id(3)}]  # read again ...
+    assert calls == ["GetRecords", "GetShardIterator", "GetRecords"]  # ... from a new iterator
+    assert poller.poll_once() == 0 and len(batches) == 4

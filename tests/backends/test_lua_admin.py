@@ -79,9 +79,11 @@ def test_cancel_missing_job_is_not_found(rq: RedisQueue, redis_client: redis.Red
 
 def test_reap_returns_expired_leases_and_promotes_due_delayed(rq: RedisQueue,
                                                              redis_client: redis.Redis) -> None:
-    rq.enqueue_many([spec("retry", max_attempts=2), spec("last", max_attempts=1), spec("alive")])
-    rq.lease("q", 2, 20)
+    rq.enqueue_many([spec("alive"), spec("retry", max_attempts=2), spec("last", max_attempts=1)])
+    # the long lease first: 20 ms leases taken first could lapse before the next lease call on a
+    # loaded machine, which reclaims them inline (CI saw reap find nothing)
     rq.lease("q", 1, 60_000)
+    rq.lease("q", 2, 20)
     rq.enqueue(spec("delayed", run_at_ms=redis_now_ms(redis_client) + 20))
     time.sleep(0.04)
     assert rq.reap("q") == 2
@@ -233,11 +235,13 @@ def test_holds_is_true_only_while_a_job_is_ready_delayed_or_leased(rq: RedisQueu
 
 def test_overdue_leases_counts_leases_past_their_deadline_and_writes_nothing(
         rq: RedisQueue, redis_client: redis.Redis) -> None:
-    rq.enqueue_many([spec("short"), spec("long")])
+    rq.enqueue_many([spec("long"), spec("short")])
     assert rq.overdue_leases("q") == 0
-    [short] = rq.lease("q", 1, 10)
+    # the long lease first: a 10 ms lease taken first could lapse before the next lease call on a
+    # loaded machine, which reclaims it inline (CI saw "short" leased twice)
     [long] = rq.lease("q", 1, 60_000)
-    assert {short.job_id, long.job_id} == {"short", "long"}
+    [short] = rq.lease("q", 1, 10)
+    assert (long.job_id, short.job_id) == ("long", "short")
     time.sleep(0.05)
     before = snapshot(redis_client)
     assert rq.overdue_leases("q") == 1 and rq.overdue_leases("other") == 0

@@ -249,9 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
-    from sluice_dev.local import motos3list, motosqs, mototx
+    from sluice_dev.local import motoddb, motoevents, motos3list, motosqs, mototime, mototx
 
     mototx.install()
+    motoddb.install()
+    motoevents.install()
+    mototime.install()
     motosqs.install()
     motos3list.install()
 

@@ -19,7 +19,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -90,7 +90,15 @@ class DeployConfig:
     rotations: Mapping[str, str] = field(default_factory=dict)  # rotation schedule -> its expression
 
 
-class CfnLoader(yaml.SafeLoader):
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:
+    # libyaml's parser where PyYAML has it: template.yaml in 0.04 CPU-s instead of 0.24, once per
+    # local stack, per chaos run and in many tests; the same document (tests/unit/test_dev_template.py)
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class CfnLoader(_SafeLoader):
     """SafeLoader plus CloudFormation's short-form tags, turned into their long form."""
 
 
