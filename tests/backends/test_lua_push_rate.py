@@ -188,22 +188,24 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     """The script validates on its own too (defence in depth against other callers)."""
     rq.push("q", TOPIC, 0, 1, recs(0))
     script = redis_client.register_script(source("push.lua"))
-    # owner, count, offset, id, payload, meta, run_at, gen, group
-    good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0, ""]
+    # owner, count, offset, id, payload, meta, run_at, gen, group, traceparent
+    good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0, "", ""]
     keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake, K.used, K.config,
             *K.group_keys]
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
         return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]]), 0, -1]  # budget, follow
 
-    script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0, 0, ""]))  # the good one is good
+    script(keys=keys, args=argv([1, 1, 1, "ok", '"p"', "0,5,30000,0", 0, 0, "", ""]))  # the good one is good
     before = snapshot(redis_client)
     bad_args = []
     for index, value in [(2, "-1"), (3, "bad id!"), (4, ""), (5, "10,5,30000,0"), (5, "0,-1,30000,0"),
                          (5, "0,1000,30000,0"), (5, "0,5,5,0"), (5, "0,5,30000"), (5, "0,101,30000,0"),
                          (6, str(10**15)),
                          (6, "1.5"), (7, "-1"), (7, "x"), (7, str(2**53)), (0, "x"), (1, "2"),
-                         (8, "bad group!"), (8, "-lead"), (8, "x" * 65), (8, "a{b}"), (8, "a b")]:
+                         (8, "bad group!"), (8, "-lead"), (8, "x" * 65), (8, "a{b}"), (8, "a b"),
+                         (9, "not a traceparent"), (9, "00-" + "A" * 32 + "-" + "b" * 16 + "-01"),
+                         (9, "00-" + "a" * 32 + "-" + "b" * 16 + "-01" + "x" * 100)]:
         args = list(good)
         args[index] = value
         bad_args.append(argv(args))
@@ -214,6 +216,7 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
                  json.dumps([*records[:2], None, *records[3:]]),
                  json.dumps([*records[:3], ["x"], *records[4:]]), json.dumps([*records[:5], 3]),
                  json.dumps([*records[:6], 3]), json.dumps([*records[:6], None]), json.dumps(records[:6]),
+                 json.dumps([*records[:7], 3]), json.dumps(records[:7]),
                  "[" * 2000 + "]" * 2000]:
         bad_args.append([1, 1, blob, 0, -1])
     for budget, follow in [("-1", -1), ("x", -1), ("1.5", -1), (0, "-2"), (0, "x"), (0, str(2**53))]:
