@@ -35,7 +35,10 @@ from sluice_dev.chaos.app import Control, kill_after_push, record_relay, worker_
 from sluice_dev.chaos.skew import ClockFollower
 from sluice_dev.local.history import History, open_history
 
-HANDLER_TIMEOUT_S = 2.0  # the chaos handler's hard timeout: its work takes 30 ms at most
+# The chaos handler's hard timeout. A plain job's work takes 30 ms at most, but a parent asks the
+# gateway for its family over HTTP, which on a loaded 2-core machine took over 2 s and timed out
+# every retry; 5 s still leaves the 8 s worker function 3 s to write and ack.
+HANDLER_TIMEOUT_S = 5.0
 PARTITION_LEASE_MS = 3_000  # the relay's partition lease (15 s in the Lambda's defaults)
 CHECKPOINT_S = 2.0  # Redis-loss recovery's checkpoint interval (5 s in the Lambda)
 
