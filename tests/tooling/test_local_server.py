@@ -31,3 +31,40 @@ def test_a_body_over_10_mib_is_answered_413_to_a_client_that_sends_it_whole(path
     assert (response.status, doc["code"]) == (413, "PAYLOAD_TOO_LARGE")
     assert response.getheader("Content-Type") == "application/problem+json"
     assert rig.log.records == []
+
+
+def test_the_http_api_payload_reaches_the_gateway_as_20_events_and_back() -> None:
+    """`sluice dev --profile small` serves the API as an HTTP API: 2.0 events, the caller under
+    requestContext.authorizer.iam (issue 33, item 2)."""
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+
+    rig = Rig()
+    seen: list[dict[str, object]] = []
+
+    def handler(event: dict[str, object], context: object) -> dict[str, object]:
+        seen.append(event)
+        return rig.gateway(event, context)  # type: ignore[arg-type]
+
+    caller = "arn:aws:sts::123456789012:assumed-role/web/1"
+    with LocalGateway(handler, payload="2.0") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.request("POST", "/v1/queues/echo/jobs?x=1&x=2", body=json.dumps({"payload": {"n": 1}}),
+                         headers={"Content-Type": "application/json", "Idempotency-Key": "k-1",
+                                  LOCAL_CALLER_HEADER: caller})
+            response = conn.getresponse()
+            doc = json.loads(response.read())
+        finally:
+            conn.close()
+    assert response.status == 202 and response.getheader("Location") == f"/v1/jobs/{doc['job_id']}"
+    [event] = seen
+    assert (event["version"], event["rawPath"], event["rawQueryString"]) == \
+        ("2.0", "/v1/queues/echo/jobs", "x=1&x=2")
+    assert event["requestContext"]["authorizer"]["iam"]["userArn"] == caller  # type: ignore[index]
+    assert "identity" not in event["requestContext"]  # type: ignore[operator]
+    assert [r.idempotency_key for r in rig.log.records] == [f"{caller}|k-1"]
+
+
+def test_an_unknown_payload_version_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"3\.0"):
+        LocalGateway(Rig().gateway, payload="3.0")

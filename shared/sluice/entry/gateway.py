@@ -5,7 +5,8 @@ with the kinds it serves: an event of another kind is refused (403 ``WRONG_FUNCT
 any adapter is built, so nothing is read or written. The function's resource policy admits only
 its caller; refusing the other shapes too means a caller it admits cannot reach another entry.
 
-- ``GatewayFunction``: API requests, API Gateway REST proxy events (``sluice.entry.gateway_api``);
+- ``GatewayFunction``: API requests, API Gateway REST proxy events (``sluice.entry.gateway_api``), or an
+  HTTP API's payload 2.0 events, read as the REST event of the same request (``sluice.entry.http_api``);
   ``lambda_function`` here (``functions/gateway/app.py``);
 - ``OperatorFunction``: proxy events for ``/v1/admin/...`` (``sluice.entry.gateway_operator``);
 - ``InternalFunction``: a worker's children and continuations, the countdown's releases, a direct
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sluice.core.errors import ConfigError, WrongFunction
 from sluice.core.version import __version__
-from sluice.entry import gateway_internal, gateway_scheduler
+from sluice.entry import gateway_internal, gateway_scheduler, http_api
 from sluice.gateway.api import Api
 from sluice.gateway.schedules import Schedules
 
@@ -123,6 +124,8 @@ class Gateway:
         return self._schedules
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        if http_api.is_http_api_event(event):  # the small profile's HTTP API (payload 2.0; issue 33)
+            return http_api.as_http_api_response(self(http_api.as_rest(event), context))
         kind = kind_of(event)
         if self.serves == EVERY_CALLER and kind is None:
             kind = "operator" if is_operator_call(event) else "api"  # one function's days

@@ -57,6 +57,9 @@ def try_hint(handlers: Mapping[str, HandlerSpec]) -> str | None:
             f"(queues: {', '.join(queues[:8])}{', ...' if len(queues) > 8 else ''})")
 
 
+LARGE_LOCAL_SHARDS = 3  # template.yaml's Profiles mapping: large's RedisShards
+
+
 def _team_worker(spec: str) -> tuple[str, str]:
     name, sep, module = spec.partition("=")
     if not sep or not name or not module:
@@ -93,9 +96,13 @@ def _team_worker(spec: str) -> tuple[str, str]:
               help="Jobs a worker leases per call and per invocation.")
 @click.option("--worker-concurrency", type=click.IntRange(1, 64), default=None,
               help="Jobs one worker runs at once (threads).")
-@click.option("--redis-shards", type=click.IntRange(1, 16), default=1, show_default=True,
+@click.option("--redis-shards", type=click.IntRange(1, 16), default=None,
               help="Redis shards: above 1, a local Redis cluster of that many masters, which the "
-                   "functions reach at a redis+cluster:// URL (the RedisShards parameter; docs/scale.md).")
+                   "functions reach at a redis+cluster:// URL (the RedisShards parameter; docs/scale.md). "
+                   "Default: 1, or the large profile's 3.")
+@click.option("--profile", type=click.Choice(["small", "standard", "large"]), default=None,
+              help="Run the template at this Profile (docs/deploy.md, Profiles): small serves the API as "
+                   "an HTTP API does (payload 2.0 events), large runs a local Redis cluster of 3 shards.")
 @click.option("--relay-every", type=click.FloatRange(1, 3600), default=None,
               help="Seconds between scheduled relay invocations (an override of the template's "
                    "schedule; each run then lasts this plus 10 s).")
@@ -110,8 +117,8 @@ def _team_worker(spec: str) -> tuple[str, str]:
 def dev(target: Target, template_path: Path | None, config_env: str | None, artifacts: Path | None,
         handlers: str, workers: int, team_workers: tuple[str, ...], team_template: Path | None,
         kafka_bootstrap: str | None, worker_batch: int | None, worker_concurrency: int | None,
-        redis_shards: int, relay_every: float | None, history: bool, log_level: str,
-        traces: Path | None) -> None:
+        redis_shards: int | None, profile: str | None, relay_every: float | None, history: bool,
+        log_level: str, traces: Path | None) -> None:
     """Run the whole pipeline here until Ctrl-C: Redis, Kafka, DynamoDB, gateway, relay, workers.
 
     Each function runs as template.yaml configures it; every local difference is printed at
@@ -123,7 +130,8 @@ def dev(target: Target, template_path: Path | None, config_env: str | None, arti
 
     options = DevOptions(state_dir=target.state_dir, template=template_path or TEMPLATE,
                          config_env=config_env, handlers=handlers, kafka_bootstrap=kafka_bootstrap,
-                         redis_shards=redis_shards,
+                         redis_shards=redis_shards or (LARGE_LOCAL_SHARDS if profile == "large" else 1),
+                         profile=profile,
                          artifacts=artifacts.resolve() if artifacts else None,
                          workers=workers, relay_every_s=relay_every,
                          relay_timeout_s=None if relay_every is None else relay_every + 10,

@@ -1,4 +1,5 @@
-"""Serve a Lambda handler over real HTTP on 127.0.0.1 by building API Gateway REST proxy events.
+"""Serve a Lambda handler over real HTTP on 127.0.0.1 by building API Gateway REST proxy events
+(or, with ``payload="2.0"``, the HTTP API's payload 2.0 events the small profile's API sends).
 
 What API Gateway does in front of the gateway Lambda, done locally: the request line,
 headers and body become a REST proxy event (``path`` still percent-encoded, as REST
@@ -43,6 +44,8 @@ LOCAL_CALLER_HEADER = "X-Sluice-Local-Caller"  # the IAM caller, locally (module
 # The local tooling's operator (`sluice console`, tests): with the template's OperatorPrincipalArns
 # empty nobody is an operator, so `sluice dev` names this one instead, as an override it prints.
 LOCAL_OPERATOR = "arn:aws:iam::000000000000:role/sluice-local-operator"
+# The events API Gateway sends: a REST API's (1.0), an HTTP API's (2.0, the small profile's; issue 33).
+PAYLOAD_VERSIONS = ("1.0", "2.0")
 
 
 class LocalContext:
@@ -104,6 +107,49 @@ def build_event(method: str, target: str, headers: Sequence[tuple[str, str]], bo
     }
 
 
+def build_http_api_event(method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None, *,
+                         source_ip: str = "127.0.0.1") -> dict[str, Any]:
+    """An HTTP API (payload 2.0) Lambda proxy event for one HTTP request, as the small profile's API sends
+    (issue 33): lower-case headers with repeats joined by commas, cookies apart, the caller under
+    ``requestContext.authorizer.iam``, the ``$default`` stage (no prefix on ``rawPath``)."""
+    rest = build_event(method, target, headers, body, source_ip=source_ip)
+    path, _, query = target.partition("?")
+    joined: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        if name.lower() == LOCAL_CALLER_HEADER.lower():
+            continue
+        if name.lower() == "cookie":
+            cookies += [c.strip() for c in value.split(";") if c.strip()]
+            continue
+        key = name.lower()
+        joined[key] = f"{joined[key]},{value}" if key in joined else value
+    identity = rest["requestContext"]["identity"]
+    caller = identity["userArn"]
+    context: dict[str, Any] = {
+        "accountId": "000000000000", "apiId": "local", "domainName": "127.0.0.1", "domainPrefix": "local",
+        "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": source_ip,
+                 "userAgent": identity["userAgent"]},
+        "requestId": rest["requestContext"]["requestId"], "routeKey": "$default", "stage": "$default",
+        "timeEpoch": rest["requestContext"]["requestTimeEpoch"],
+    }
+    if caller:
+        context["authorizer"] = {"iam": {"userArn": caller, "accountId": caller.split(":")[4] or None,
+                                         "callerId": None, "userId": None, "accessKey": None}}
+    event: dict[str, Any] = {
+        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": query,
+        "headers": joined, "requestContext": context, "isBase64Encoded": rest["isBase64Encoded"],
+    }
+    if cookies:
+        event["cookies"] = cookies
+    if rest["queryStringParameters"]:
+        multi = rest["multiValueQueryStringParameters"]
+        event["queryStringParameters"] = {k: ",".join(v) for k, v in multi.items()}
+    if rest["body"] is not None:
+        event["body"] = rest["body"]
+    return event
+
+
 def _response_parts(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
     headers: dict[str, list[str]] = {k: [str(v)] for k, v in (response.get("headers") or {}).items()}
     for name, values in (response.get("multiValueHeaders") or {}).items():
@@ -111,6 +157,7 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]
     body = response.get("body") or ""
     raw = base64.b64decode(body) if response.get("isBase64Encoded") else str(body).encode("utf-8")
     pairs = [(k, v) for k, values in headers.items() for v in values if k.lower() != "content-length"]
+    pairs += [("Set-Cookie", str(c)) for c in response.get("cookies") or ()]  # a 2.0 response's
     return int(response.get("statusCode", 502)), pairs, raw
 
 
@@ -132,13 +179,17 @@ class _QuietServer(ThreadingHTTPServer):
 
 class LocalGateway(ThreadedServer):
     def __init__(self, handlers: Handler | Sequence[Handler], *, host: str = "127.0.0.1", port: int = 0,
-                 function_name: str = "sluice-gateway", timeout_ms: int = 29_000) -> None:
+                 function_name: str = "sluice-gateway", timeout_ms: int = 29_000,
+                 payload: str = "1.0") -> None:
         pool = [handlers] if callable(handlers) else list(handlers)
         self._idle: queue.Queue[Handler] = queue.Queue()
         for handler in pool:
             self._idle.put(handler)
         self.function_name = function_name
         self.timeout_ms = timeout_ms
+        if payload not in PAYLOAD_VERSIONS:
+            raise ValueError(f"payload {payload!r} is not one of {', '.join(PAYLOAD_VERSIONS)}")
+        self.build = build_http_api_event if payload == "2.0" else build_event
         super().__init__(self._request_handler(), host, port, thread_name="sluice-local-gateway",
                          server_class=_QuietServer)
 
@@ -169,8 +220,8 @@ class LocalGateway(ThreadedServer):
                     self.close_connection = True
                     return
                 body = self.rfile.read(length) if length else None
-                event = build_event(self.command, self.path, list(self.headers.items()), body,
-                                    source_ip=self.client_address[0])
+                event = gateway.build(self.command, self.path, list(self.headers.items()), body,
+                                      source_ip=self.client_address[0])
                 try:
                     status, headers, raw = _response_parts(gateway.invoke(event))
                 except Exception:  # API Gateway answers 502 when the integration fails

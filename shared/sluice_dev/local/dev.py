@@ -98,6 +98,12 @@ LOCAL_OPERATOR_WHY = ("OperatorPrincipalArns is empty, so the template names no 
                       "the operator API work (docs/security.md)")
 
 
+def api_payload(profile: str) -> str:
+    """The payload version of the events the profile's API sends: the small profile's HTTP API sends 2.0
+    (template.yaml, ``Profiles`` mapping's ``Api``), the REST API of the others 1.0."""
+    return "2.0" if profile == "small" else "1.0"
+
+
 @dataclass
 class DevOptions:
     """How a local stack differs from the template. Every field left None takes the template's
@@ -113,6 +119,9 @@ class DevOptions:
     handlers: str | None = "sluice_dev.examples"
     kafka_bootstrap: str | None = None  # an existing Kafka; else Tansu on S3
     redis_shards: int = 1  # above 1: a local Redis cluster of that many masters (the RedisShards parameter)
+    # The template's Profile parameter (small, standard, large; issue 33): small's API is an HTTP API,
+    # so the local API server then sends payload 2.0 events (``api_payload``).
+    profile: str | None = None
     attach: dict[str, str] | None = None  # servers already running, kept when this stack stops (Stack.attach)
     workers: int = 4  # worker containers at once (the template leaves the worker unreserved)
     worker_timeout_s: int | None = None
@@ -149,6 +158,8 @@ class DevOptions:
         params = dict(self.parameters)
         if self.redis_shards > 1:
             params["RedisShards"] = str(self.redis_shards)
+        if self.profile is not None:
+            params["Profile"] = self.profile
         if self.handlers is not None:
             params["WorkerHandlersModule"] = self.handlers
         # A parameter value, as `sam deploy` must pass one: the role the local stack's
@@ -210,6 +221,7 @@ class DevStack:
     def __init__(self, options: DevOptions) -> None:
         self.options = options
         self.deploy = options.deploy()  # ConfigError now, before anything starts
+        self.api_payload = api_payload(self.deploy.parameters.get("Profile", "standard"))
         self.teams = options.team_deploys()
         if self.teams and options.artifacts is not None:
             raise ConfigError("--worker runs teams' functions from this checkout; not with --artifacts")
@@ -800,6 +812,7 @@ class DevStack:
         attribute, so two requests in one process would see each other's headers and body.
         Lambda never runs two requests in one process, and neither do we.
         """
+        from sluice.entry import http_api
         from sluice.entry.gateway import is_admin_path
         from sluice_dev.local.api_server import LocalGateway
 
@@ -810,7 +823,8 @@ class DevStack:
         def handler(event: dict[str, Any], _context: Any) -> dict[str, Any]:
             # The API's routes: /v1/admin/... integrate with the operator function, the rest with
             # the public one; API Gateway invokes either with the route's SourceArn.
-            path, method = str(event.get("path") or ""), str(event.get("httpMethod") or "")
+            rest = http_api.as_rest(event) if http_api.is_http_api_event(event) else event
+            path, method = str(rest.get("path") or ""), str(rest.get("httpMethod") or "")
             function = OPERATOR_FUNCTION if is_admin_path(path) else GATEWAY_FUNCTION
             try:
                 inv = lambdas.invoke(function, event, asynchronous=False, caller=iam.api_caller(method, path))
@@ -837,7 +851,7 @@ class DevStack:
             return {"statusCode": status, "headers": {"Content-Type": "application/problem+json"},
                     "body": json.dumps(body)}
 
-        return LocalGateway([handler] * self.options.gateway_concurrency).start()
+        return LocalGateway([handler] * self.options.gateway_concurrency, payload=self.api_payload).start()
 
     # -- EventBridge's part ----------------------------------------------------------------------------
 
