@@ -76,7 +76,7 @@ def test_an_idle_month_has_no_price_per_million() -> None:
     (["--jobs-per-month", "1M", "--handler-seconds", "1e9"], "between 0 and 900"),
     (["--jobs-per-month", "1M", "--handler-seconds", "soon"], "not a number"),
     (["--jobs-per-month", "1M", "--egress-kb", "inf"], "finite"),
-    (["--jobs-per-month", "1M", "--profile", "small"], "unknown profile 'small'"),
+    (["--jobs-per-month", "1M", "--profile", "enormous"], "unknown profile 'enormous'"),
     (["--jobs-per-month", "1M", "--egress", "nat-everywhere"], "nat-everywhere"),
     ([], "--jobs-per-month"),
 ])

@@ -149,8 +149,8 @@ def test_hostile_workloads_are_refused(bad: dict[str, Any]) -> None:
 
 
 def test_an_unknown_profile_names_the_known_ones() -> None:
-    assert profile("standard") is STANDARD and set(PROFILES) >= {"standard"}
-    with pytest.raises(InvalidInput, match="known profiles are standard"):
+    assert profile("standard") is STANDARD and list(PROFILES) == ["small", "standard", "large"]
+    with pytest.raises(InvalidInput, match="known profiles are small, standard, large"):
         profile("enormous")
 
 
@@ -207,7 +207,7 @@ def _raw(price: price_book.Price, **changes: Any) -> dict[str, Any]:
 
 def test_a_profile_the_model_cannot_price_is_refused() -> None:
     with pytest.raises(InvalidInput, match="the model prices kafka"):
-        replace(STANDARD, kafka="msk-provisioned")  # issue 33, item 2 adds it with its lines
+        replace(STANDARD, kafka="confluent-cloud")
     with pytest.raises(InvalidInput, match="the model prices kafka"):
         replace(STANDARD, api="websocket")
 
@@ -221,3 +221,68 @@ def test_the_front_door_is_the_profiles_on_both_sides(monkeypatch: pytest.Monkey
     # 300 M × $1.00 + 700 M × $0.90
     assert e.sluice.line("API Gateway (enqueue)").monthly == pytest.approx(930.0)
     assert e.sqs.line("API Gateway (enqueue)").monthly == pytest.approx(930.0)
+
+
+# ------------------------------------------------------------------ the small and large profiles (item 2)
+
+
+def small(jobs: float, **kw: Any) -> tuple[Bill, Bill]:
+    e = estimate(Workload(jobs, **kw), profile("small"), BOOK)
+    return e.sluice, e.sqs
+
+
+def test_the_fixed_lines_of_the_small_profile() -> None:
+    sluice, _ = small(0)
+    assert sluice.line("MSK brokers").monthly == pytest.approx(66.576)  # 2 × kafka.t3.small × 0.0456 × 730
+    assert sluice.line("MSK broker storage").monthly == pytest.approx(2.0)  # 2 × 10 GB × $0.10
+    assert sluice.line("ElastiCache").monthly == pytest.approx(9.344)  # 1 × t4g.micro Valkey × 0.0128 × 730
+    # Lambda, Secrets Manager, Scheduler, SSM (no STS: no function calls it) × 2 AZs × 0.01 × 730
+    assert sluice.line("Interface endpoints").monthly == pytest.approx(58.4)
+    assert sluice.line("Alarms").monthly == pytest.approx(1.8)  # one cache node: 18 alarm metrics
+    assert not [line for line in sluice.lines if line.name.startswith("MSK Serverless")]
+    # 66.576 + 2 + 9.344 + 58.4 + 24.8288841 (relay) + 0.30076146 (safety net) + 2 + 1.8 + 3 + 6
+    assert sluice.fixed == pytest.approx(174.24964556)
+
+
+def test_with_a_nat_the_small_profile_drops_its_endpoints_and_meets_the_idle_target() -> None:
+    sluice, _ = small(0, egress="nat-single")
+    assert not [line for line in sluice.lines if line.name == "Interface endpoints"]
+    assert sluice.line("NAT gateways (handler egress)").monthly == pytest.approx(32.85)  # 0.045 × 730
+    assert sluice.fixed == pytest.approx(174.24964556 - 58.4 + 32.85)  # 148.70
+    assert sluice.fixed <= 150
+    busy, _ = small(100e6, egress="nat-single")
+    # the relay's worker invocations through the NAT: 0.5 KB × 10⁸ = 50 GB × $0.045
+    assert busy.line("NAT data processed (AWS APIs, no endpoints)").monthly == pytest.approx(2.25)
+    standard = estimate(Workload(0, egress="nat-single"), STANDARD, BOOK).sluice
+    assert standard.line("Interface endpoints").monthly == pytest.approx(109.5)  # standard keeps its five
+
+
+def test_the_variable_lines_of_the_small_profile() -> None:
+    sluice, sqs = small(100e6)
+    assert sluice.line("API Gateway (enqueue)").monthly == pytest.approx(100.0)  # HTTP API, 100 M × $1.00
+    assert sqs.line("API Gateway (enqueue)").monthly == pytest.approx(100.0)  # the same front door
+    # 150 GB in + 150 GB out, half of it to the other AZ = 150 GB, × 2 directions × $0.01
+    assert sluice.line("Kafka cross-AZ traffic").monthly == pytest.approx(3.0)
+    # 150 GB × 14/30 × 2 copies = 140 GB, less the 20 GB provisioned = 120 GB × $0.10
+    assert sluice.line("MSK broker storage above the floor").monthly == pytest.approx(12.0)
+    assert not [line for line in sluice.lines if line.name in ("MSK data in", "MSK data out", "MSK storage")]
+    assert small(1e6)[0].line("MSK broker storage above the floor").monthly == 0  # 1.4 GB, under the floor
+
+
+def test_the_small_profiles_targets_as_the_model_computes_them() -> None:
+    """Issue 33's targets: idle is met with one NAT gateway; the ratios are not (the per-job lines)."""
+    sluice, sqs = small(100e6)
+    # SQS + Lambda behind an HTTP API: 100 + 48 (1.2 requests × $0.40) + 13.3334 (worker) + 2 + 62.5 + 125
+    # + 50 + 35 (logs) + 3.5 (storage: 30 GB × 14/30 × 0.25) + 0.2628 (idle polling)
+    assert sqs.monthly == pytest.approx(439.5962, abs=1e-3)
+    assert sluice.monthly / sqs.monthly == pytest.approx(1.8185, abs=1e-3)
+    big, big_sqs = small(1e9)
+    assert big.monthly / big_sqs.monthly == pytest.approx(1.4742, abs=1e-3)
+
+
+def test_the_large_profile() -> None:
+    sluice = estimate(Workload(0), profile("large"), BOOK).sluice
+    assert sluice.line("ElastiCache").monthly == pytest.approx(6 * 0.1752 * 730)  # 3 shards × 2 r7g.large
+    assert sluice.line("MSK partitions").monthly == pytest.approx(40 * 0.0015 * 730)  # 32 + 8 = 43.80
+    assert sluice.line("Relay Lambda").monthly == pytest.approx(4 * 24.8288841)  # 4 partition groups
+    assert sluice.line("Alarms").monthly == pytest.approx(2.3)  # 19 - 2 one-shard + 3 × 2 per node

@@ -123,7 +123,8 @@ def as_json(e: Estimate) -> dict[str, Any]:
               type=_Checked("jobs per month", MAX_JOBS_PER_MONTH, parse_count), metavar="JOBS",
               help="Jobs a month: 250k, 100M, 1B, or a plain number.")
 @click.option("--profile", "chosen", type=_Profile(), default="standard", show_default=True,
-              help="The deploy profile priced (standard: the template's defaults).")
+              help="The deploy profile priced (template.yaml's Profile): small, standard (the template's "
+                   "defaults) or large.")
 @click.option("--handler-seconds", type=_Checked("handler seconds", MAX_HANDLER_SECONDS), default=0.0,
               metavar="S",
               show_default=True, help="Your handler's own run time a job, at the worker's memory.")

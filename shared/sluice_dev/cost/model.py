@@ -138,6 +138,14 @@ def nat_gateways(egress: str, profile: Profile) -> int:
     return {"none": 0, "nat-single": 1, "nat-per-az": profile.azs}[egress]
 
 
+def interface_endpoints(egress: str, profile: Profile) -> tuple[str, ...]:
+    """The interface endpoints the deploy creates: a profile may drop some when a NAT gateway is the way
+    out (template.yaml's condition ``CreateInterfaceEndpoints``)."""
+    if nat_gateways(egress, profile) and profile.endpoints_with_nat is not None:
+        return profile.endpoints_with_nat
+    return profile.interface_endpoints
+
+
 # ------------------------------------------------------------------ Sluice
 
 
@@ -166,15 +174,26 @@ def _fixed(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
         split = f"{p.job_partitions} + {p.dead_letter_partitions} dead-letter"
         out.append(fixed("MSK partitions", f"{partitions} ({split}) × {usd(per)} × {h}",
                          partitions * per * hours))
+    if p.kafka == "msk-provisioned":
+        broker = prices.usd(f"msk_broker_{p.kafka_broker}_hour")
+        kind = f"kafka.{p.kafka_broker.replace('_', '.')}"
+        out.append(fixed("MSK brokers", f"{p.kafka_brokers} × {kind} × {usd(broker)} × {h}",
+                         p.kafka_brokers * broker * hours))
+        floor, per_gb = p.kafka_brokers * p.kafka_volume_gb, prices.usd("msk_broker_storage")
+        out.append(fixed("MSK broker storage", f"{p.kafka_brokers} × {count(p.kafka_volume_gb)} GB × "
+                         f"{usd(per_gb)}", floor * per_gb))
     node = prices.usd(f"cache_{p.cache_engine}_{p.cache_node}")
     kind = f"cache.{p.cache_node.replace('_', '.')}, {CACHE_ENGINES[p.cache_engine]}"
-    out.append(fixed("ElastiCache", f"{p.cache_nodes} × {kind} × {usd(node)} × {h}",
+    shards = f" ({p.cache_shards} shards)" if p.cache_shards > 1 else ""
+    out.append(fixed("ElastiCache", f"{p.cache_nodes}{shards} × {kind} × {usd(node)} × {h}",
                      p.cache_nodes * node * hours))
-    endpoint, services = prices.usd("endpoint_az_hour"), len(p.interface_endpoints)
-    names = ", ".join(p.interface_endpoints)
-    out.append(fixed("Interface endpoints",
-                     f"{services} services ({names}) × {p.azs} AZs × {usd(endpoint)} × {h}",
-                     services * p.azs * endpoint * hours))
+    endpoints = interface_endpoints(workload.egress, p)
+    endpoint, services = prices.usd("endpoint_az_hour"), len(endpoints)
+    if endpoints:
+        names = ", ".join(endpoints)
+        out.append(fixed("Interface endpoints",
+                         f"{services} services ({names}) × {p.azs} AZs × {usd(endpoint)} × {h}",
+                         services * p.azs * endpoint * hours))
     gb_s, request = prices.usd("lambda_gb_second"), prices.usd("lambda_requests")
     runs = 60 * hours * p.relay_groups
     relay_gb_s = p.relay_gb * p.relay_run_s * runs
@@ -236,6 +255,8 @@ def _variable(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
     ]
     if p.kafka == "msk-serverless":
         out += _msk(workload, p, prices)
+    if p.kafka == "msk-provisioned":
+        out += _msk_provisioned(workload, p, prices)
     work = f"{count(p.worker_gb)} GB × {count(p.worker_overhead_s)} s × {n} × {usd(gb_s)}"
     out.append(variable("Worker Lambda compute", work, p.worker_gb * p.worker_overhead_s * jobs * gb_s))
     out += _handler_time(workload, p.worker_gb, prices)
@@ -258,7 +279,33 @@ def _variable(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
         out.append(variable("NAT data processed",
                             f"{count(kb)} KB a job × {n} = {count(kb * jobs / GB)} GB × {usd(per)}",
                             kb * jobs / GB * per))
+        dropped = len(p.interface_endpoints) - len(interface_endpoints(workload.egress, p))
+        if dropped:
+            kb = p.aws_via_nat_kb
+            out.append(variable("NAT data processed (AWS APIs, no endpoints)",
+                                f"~{count(kb)} KB a job (the relay's worker invocations) × {n} = "
+                                f"{count(kb * jobs / GB)} GB × {usd(per)}", kb * jobs / GB * per))
     return out
+
+
+def _msk_provisioned(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
+    """Provisioned brokers bill no bytes and no replication, but a client's bytes to a broker in another AZ
+    cross it (half of them with 2 AZs, evenly spread), and the retention needs disk above the floor."""
+    kb, days, jobs = workload.shape.record_kb, p.kafka_retention_days, workload.jobs_per_month
+    gb = kb * jobs / GB
+    cross, stored = prices.usd("data_cross_az_gb"), prices.usd("msk_broker_storage")
+    share = (p.azs - 1) / p.azs
+    crossing = gb * 2 * share  # written once by the gateway, read once by the relay
+    kept = gb * days / DAYS_PER_MONTH * p.kafka_replication
+    floor = p.kafka_brokers * p.kafka_volume_gb
+    return [
+        variable("Kafka cross-AZ traffic", f"{count(gb)} GB in + {count(gb)} GB out, "
+                 f"{count(p.azs - 1)}/{p.azs} of it to another AZ = {count(crossing)} GB × 2 directions × "
+                 f"{usd(cross)}", crossing * 2 * cross),
+        variable("MSK broker storage above the floor", f"{count(gb)} GB × {count(days)}/{DAYS_PER_MONTH} × "
+                 f"{p.kafka_replication} copies = {count(kept)} GB, less the {count(floor)} GB provisioned, "
+                 f"× {usd(stored)}", max(0.0, kept - floor) * stored),
+    ]
 
 
 def _msk(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:

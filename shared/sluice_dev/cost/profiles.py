@@ -1,8 +1,11 @@
 """What a deploy profile puts into the bill: the shape the cost model prices, one ``Profile`` per name.
 
-``standard`` is template.yaml at its defaults (docs/cost.md, "The configuration costed"). Issue 33's
-item 2 adds ``small`` and ``large`` here, with the kinds they need (``kafka="msk-provisioned"``,
-``api="http"``, ...) and their lines in ``model``; until then ``profile("small")`` is refused by name.
+Each is template.yaml at ``Profile=<name>`` (its ``Profiles`` mapping; issue 33, item 2): ``standard`` is
+the template at its defaults (docs/cost.md, "The configuration costed"); ``small`` is a team's first
+production queue (2 AZs, 2 provisioned kafka.t3.small brokers, one cache.t4g.micro node, an HTTP API,
+the fewest interface endpoints: none when a NAT gateway is the way out); ``large`` has 3 Redis shards,
+32 job partitions and 4 relay partition groups. tests/infra/test_template_profiles.py checks that the
+template creates what these say.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from dataclasses import dataclass
 
 from sluice.core.errors import InvalidInput
 
-KAFKA_KINDS = ("msk-serverless", "existing")  # item 2: "msk-provisioned"
-API_KINDS = ("rest",)  # item 2: "http" (prices.toml has api_http_requests)
+KAFKA_KINDS = ("msk-serverless", "msk-provisioned", "existing")
+API_KINDS = ("rest", "http")
 
 
 @dataclass(frozen=True)
@@ -22,13 +25,24 @@ class Profile:
     # Interface endpoints the stack creates, one per AZ each (infra/endpoints.yaml); DynamoDB and S3
     # are gateway endpoints, free.
     interface_endpoints: tuple[str, ...] = ("Lambda", "STS", "Secrets Manager", "Scheduler", "SSM")
+    # With a NAT gateway (HandlerEgress), the interface endpoints still created: the small profile drops
+    # them all (the functions reach those APIs through the NAT); None: the same as without one.
+    endpoints_with_nat: tuple[str, ...] | None = None
+    # Bytes a job sends to AWS APIs through the NAT when it replaces the endpoints: the relay's worker
+    # invocation (~3 KB with TLS and headers, one per batch of 10) and the odd SSM/Secrets Manager read.
+    aws_via_nat_kb: float = 0.5
     kafka: str = "msk-serverless"
+    kafka_brokers: int = 0  # msk-provisioned: brokers, one per AZ or a multiple
+    kafka_broker: str = "t3_small"  # prices.toml's msk_broker_<type>_hour
+    kafka_volume_gb: float = 10  # msk-provisioned: each broker's EBS volume (KafkaBrokerVolumeGB)
+    kafka_replication: int = 2  # msk-provisioned: copies of each record (the topics' replication factor)
     job_partitions: int = 8  # KafkaPartitions
     dead_letter_partitions: int = 8
     kafka_retention_days: float = 14  # KafkaRetentionHours' default, 336 h: the job life bound
     cache_engine: str = "valkey"
     cache_node: str = "t4g_small"  # prices.toml's cache_<engine>_<node>
-    cache_nodes: int = 2  # primary + replica, Multi-AZ
+    cache_nodes: int = 2  # primary + replica, Multi-AZ (every shard's nodes)
+    cache_shards: int = 1  # RedisShards
     api: str = "rest"
     gateway_gb: float = 0.5
     gateway_s: float = 0.040  # a gateway invocation, one job a request
@@ -55,18 +69,18 @@ class Profile:
 
 
 STANDARD = Profile("standard")
+SMALL = Profile("small", azs=2, interface_endpoints=("Lambda", "Secrets Manager", "Scheduler", "SSM"),
+                endpoints_with_nat=(), kafka="msk-provisioned", kafka_brokers=2, cache_node="t4g_micro",
+                cache_nodes=1, api="http", alarm_metrics=18)
+LARGE = Profile("large", job_partitions=32, cache_node="r7g_large", cache_nodes=6, cache_shards=3,
+                relay_groups=4, alarm_metrics=23)
 
-PROFILES: dict[str, Profile] = {
-    "standard": STANDARD,
-    # "small": Profile("small", azs=2, kafka="msk-provisioned", api="http", ...),  issue 33, item 2
-    # "large": Profile("large", ...),  issue 33, item 2
-}
+PROFILES: dict[str, Profile] = {"small": SMALL, "standard": STANDARD, "large": LARGE}
 
 
 def profile(name: str) -> Profile:
     """The profile called ``name``; an unknown name is refused, naming the known ones."""
     found = PROFILES.get(name)
     if found is None:
-        raise InvalidInput(f"unknown profile {name!r}: known profiles are {', '.join(sorted(PROFILES))} "
-                           "(small and large are issue 33, item 2)")
+        raise InvalidInput(f"unknown profile {name!r}: known profiles are {', '.join(PROFILES)}")
     return found
