@@ -678,8 +678,12 @@ def test_cluster_parameters_reach_the_observability_stack_with_the_same_bounds()
     accepts every value the parent does."""
     obs = cfn.load(cfn.NESTED["observability"])
     passed = props("Observability")["Parameters"]
+    # RedisShards: the standard profile's as given, small's and large's from the Profiles mapping (issue 33)
+    profiled = {"Fn::If": ["StandardProfile", {"Ref": "RedisShards"},
+                           {"Fn::FindInMap": ["Profiles", {"Ref": "Profile"}, "RedisShards"]}]}
+    assert passed["RedisShards"] == profiled
     for name in ("RedisShards", "RedisReplicasPerShard"):
-        assert passed[name] == {"Ref": name}
+        assert passed[name] in ({"Ref": name}, profiled)
         parent, child = T["Parameters"][name], obs["Parameters"][name]
         assert (child["MinValue"], child["MaxValue"], child["Default"]) == \
             (parent["MinValue"], parent["MaxValue"], parent["Default"]), name
@@ -781,7 +785,8 @@ def test_dashboard_body_is_valid_json() -> None:
 
 def test_template_outputs_the_api_url_and_table_names() -> None:
     outputs = T["Outputs"]
-    assert outputs["ApiUrl"]["Value"]["Fn::Sub"].startswith("https://${Api}.execute-api.")
+    url = cfn.resolve(outputs["ApiUrl"]["Value"], {"SmallProfile": False})  # the small profile's: HttpApi
+    assert url["Fn::Sub"].startswith("https://${Api}.execute-api.")
     assert outputs["JobsTableName"]["Value"] == {"Ref": "JobsTable"}
     assert outputs["IdempotencyTableName"]["Value"] == {"Ref": "IdempotencyTable"}
 

@@ -335,3 +335,22 @@ def test_the_template_reads_the_same_with_libyaml_as_with_pyyamls_own_parser() -
         text = path.read_text()
         assert yaml.load(text, Loader=template.CfnLoader) == yaml.load(text, Loader=Pure), path
     assert template.CfnLoader.__mro__[1] is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@pytest.mark.parametrize(("profile", "partitions", "groups", "payload"), [
+    ("small", "8", "1", "2.0"), ("standard", "8", "1", "1.0"), ("large", "32", "4", "1.0")])
+def test_each_profile_runs_locally_as_the_template_resolves_it(profile: str, partitions: str, groups: str,
+                                                               payload: str) -> None:
+    """`sluice dev --profile` (issue 33): the Profiles mapping reaches the functions (Fn::FindInMap), the
+    functions admit the local API whichever front door the profile has, and small's API sends 2.0 events."""
+    from sluice_dev.local import access
+    from sluice_dev.local.dev import DevOptions, api_payload
+
+    d = DevOptions(profile=profile, handlers=None).deploy()
+    assert d.parameters["Profile"] == profile
+    relay = d.functions["RelayFunction"].env
+    assert (relay["SLUICE_KAFKA_PARTITIONS"], relay["SLUICE_RELAY_PARTITION_GROUPS"]) == (partitions, groups)
+    policy = access.bind(d.resource_policies["GatewayFunction"], access.names_for(d, {}))
+    arns = policy["Statement"][0]["Condition"]["ArnLike"]["aws:SourceArn"]
+    assert arns[0] == f"arn:aws:execute-api:us-east-1:000000000000:{access.API_ID}/*/*/v1/queues/*"
+    assert api_payload(profile) == payload

@@ -139,7 +139,7 @@ def names_for(deploy: DeployConfig, functions: Mapping[str, str]) -> dict[str, s
     """What the template's references become locally: each local function's name and ARN (by
     logical id), every function's SAM-generated role, the template's roles, and the API's id."""
     stack = deploy.stack_name
-    out = {"Api": API_ID}
+    out = {"Api": API_ID, "HttpApi": API_ID}  # the small profile's front door is an HTTP API (issue 33)
     for lid, cfg in deploy.functions.items():
         out[f"{lid}Role.Arn"] = role_arn(stack, f"{lid}Role")
         for schedule in cfg.schedules:  # its rules (SourceArn in its resource policy)

@@ -266,6 +266,9 @@ class _Resolver:
             return all(self.value(x) for x in arg)
         if key == "Fn::GetAtt":
             return Resource(".".join(arg))
+        if key == "Fn::FindInMap":  # the Profiles mapping (issue 33), CacheEngines
+            table, first, second = (_text(self.value(x)) for x in arg)
+            return self.doc["Mappings"][table][first][second]
         if key == "Fn::Sub":
             return self._sub(arg)
         if key == "Fn::Join":

@@ -1,0 +1,185 @@
+"""Deploy profiles (issue 33, item 2): template.yaml at Profile=small, standard and large, as CloudFormation
+would resolve it, and the cost model's profiles (sluice_dev.cost.profiles) against what it creates.
+
+standard is the parameters as given (today's shape); small and large take their shape from the Profiles
+mapping. cfn-lint and `sam validate --lint` for each profile and egress choice: test_lint_profiles.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice_dev.cost.profiles import PROFILES
+from tests.infra import cfn
+
+T = cfn.template()
+ENDPOINTS = cfn.load(cfn.NESTED["endpoints"])
+
+
+class Deploy:
+    """The template at some parameters: its conditions, the resources it creates, values resolved."""
+
+    def __init__(self, doc: dict[str, Any] = T, **overrides: Any) -> None:
+        self.doc = doc
+        self.params = cfn.parameters(doc, **overrides)
+        self.conds = cfn.conditions(doc, self.params)
+        self.resources = {name: r for name, r in doc["Resources"].items()
+                          if self.conds.get(r.get("Condition", ""), True)}
+
+    def value(self, expr: Any) -> Any:
+        """``expr`` with Fn::If decided, and parameter Refs and Fn::FindInMap computed."""
+        expr = cfn.resolve(expr, self.conds)
+        if isinstance(expr, dict) and set(expr) == {"Ref"} and expr["Ref"] in self.params:
+            return self.params[expr["Ref"]]
+        if isinstance(expr, dict) and set(expr) == {"Fn::FindInMap"}:
+            table, first, second = (self.value(x) for x in expr["Fn::FindInMap"])
+            return self.doc["Mappings"][table][first][second]
+        if isinstance(expr, dict):
+            return {k: self.value(v) for k, v in expr.items()}
+        if isinstance(expr, list):
+            return [self.value(v) for v in expr]
+        return expr
+
+    def props(self, name: str) -> dict[str, Any]:
+        return self.value(self.resources[name].get("Properties", {}))  # type: ignore[no-any-return]
+
+    def env(self, function: str) -> dict[str, Any]:
+        merged = {**T["Globals"]["Function"]["Environment"]["Variables"],
+                  **self.resources[function]["Properties"].get("Environment", {}).get("Variables", {})}
+        return self.value(merged)  # type: ignore[no-any-return]
+
+
+def at(profile: str, egress: str = "none", **more: Any) -> Deploy:
+    return Deploy(Profile=profile, HandlerEgress=egress, **more)
+
+
+def test_standard_is_the_default_and_takes_the_parameters_as_given() -> None:
+    assert T["Parameters"]["Profile"]["Default"] == "standard"
+    d = at("standard", CacheNodeType="cache.r7g.xlarge", KafkaPartitions=12, RelayPartitionGroups=2,
+           NewVpcSubnetCount=2, RedisShards=2)
+    assert "KafkaCluster" in d.resources and "KafkaBrokers" not in d.resources
+    assert "Api" in d.resources and "HttpApi" not in d.resources
+    redis = d.props("RedisGroup")
+    assert (redis["CacheNodeType"], redis["NumNodeGroups"], redis["MultiAZEnabled"]) == (
+        "cache.r7g.xlarge", 2, True)
+    assert d.env("RelayFunction")["SLUICE_KAFKA_PARTITIONS"] == 12
+    assert d.env("RelayFunction")["SLUICE_RELAY_PARTITION_GROUPS"] == 2
+    assert d.props("Network")["Parameters"]["SubnetCount"] == 2
+    assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == "all"
+    assert "FunctionToEndpoints" in d.resources and "FunctionToAwsApis" not in d.resources
+
+
+@pytest.mark.parametrize("egress", ["none", "nat-single", "nat-per-az"])
+def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress: str) -> None:
+    d = at("small", egress, CacheNodeType="cache.r7g.xlarge", KafkaPartitions=8)
+    assert "KafkaCluster" not in d.resources and "Api" not in d.resources
+    assert d.props("Network")["Parameters"]["SubnetCount"] == 2
+    msk = d.props("KafkaBrokers")
+    assert (msk["NumberOfBrokerNodes"], msk["BrokerNodeGroupInfo"]["InstanceType"]) == (2, "kafka.t3.small")
+    assert msk["ClientAuthentication"]["Sasl"]["Iam"]["Enabled"] is True
+    assert msk["ClientAuthentication"]["Unauthenticated"]["Enabled"] is False
+    assert msk["EncryptionInfo"]["EncryptionInTransit"] == {"ClientBroker": "TLS", "InCluster": True}
+    assert len(msk["BrokerNodeGroupInfo"]["ClientSubnets"]) == 2
+    config = d.props("KafkaBrokersConfiguration")["ServerProperties"]
+    assert "default.replication.factor=2" in config and "auto.create.topics.enable=false" in config
+    # Every function's Kafka permission names the provisioned cluster.
+    assert d.props("KafkaBootstrap")["ClusterArn"] == {"Ref": "KafkaBrokers"}
+    redis = d.props("RedisGroup")
+    assert (redis["CacheNodeType"], redis["NumCacheClusters"]) == ("cache.t4g.micro", 1)
+    assert (redis["MultiAZEnabled"], redis["AutomaticFailoverEnabled"]) == (False, False)
+    assert "NumNodeGroups" not in redis
+    nat = egress != "none"
+    assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == ("none" if nat else "no-sts")
+    assert ("FunctionToAwsApis" in d.resources) is nat and ("FunctionToEndpoints" in d.resources) is not nat
+
+
+def test_the_small_profiles_http_api_signs_every_route_and_sends_20_events() -> None:
+    d = at("small")
+    routes = {d.props(n)["RouteKey"]: d.props(n) for n, r in d.resources.items()
+              if r["Type"] == "AWS::ApiGatewayV2::Route"}
+    assert set(routes) == {"ANY /v1/queues/{proxy+}", "ANY /v1/jobs/{proxy+}", "GET /v1/openapi.json",
+                           "ANY /v1/admin/{proxy+}"}
+    assert {r["AuthorizationType"] for r in routes.values()} == {"AWS_IAM"}
+    integrations = {n: d.props(n) for n, r in d.resources.items()
+                    if r["Type"] == "AWS::ApiGatewayV2::Integration"}
+    assert {i["PayloadFormatVersion"] for i in integrations.values()} == {"2.0"}
+    admin = routes["ANY /v1/admin/{proxy+}"]["Target"]
+    assert admin == {"Fn::Sub": "integrations/${HttpApiOperator}"}
+    assert d.props("HttpApiOperator")["IntegrationUri"] == {"Fn::GetAtt": ["OperatorFunction", "Arn"]}
+    for name in ("ApiUsagePlan", "ApiKey", "ApiWaf", "ApiWafAssociation"):
+        assert name not in Deploy(Profile="small", ApiAuthMode="API_KEY", ApiWafRateLimit=100).resources
+    # The functions admit the HTTP API's SourceArns: the same paths, the HTTP API's id.
+    allow = d.props("GatewayFunctionPolicy")["PolicyDocument"]["Statement"][0]
+    arns = allow["Condition"]["ArnLike"]["aws:SourceArn"]
+    assert [a["Fn::Sub"][1]["FrontDoor"] for a in arns] == [{"Ref": "HttpApi"}] * 3
+    assert at("standard").props("GatewayFunctionPolicy")["PolicyDocument"]["Statement"][0][
+        "Condition"]["ArnLike"]["aws:SourceArn"][0]["Fn::Sub"][1]["FrontDoor"] == {"Ref": "Api"}
+    assert "HttpApi" in d.value(T["Outputs"]["ApiUrl"]["Value"])["Fn::Sub"]
+
+
+def test_small_refuses_api_keys_and_waf_before_anything_is_created() -> None:
+    rule = T["Rules"]["SmallIsAnHttpApi"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "Profile"}, "small"]}
+    asserted = [a["Assert"] for a in rule["Assertions"]]
+    assert {"Fn::Equals": [{"Ref": "ApiAuthMode"}, "IAM"]} in asserted
+    assert {"Fn::Equals": [{"Ref": "ApiWafRateLimit"}, "0"]} in asserted
+
+
+def test_small_with_an_existing_kafka_creates_none() -> None:
+    d = at("small", KafkaBootstrapServers="b-1:9098", KafkaClusterArn=(
+        "arn:aws:kafka:us-east-1:123456789012:cluster/jobs/0f6e5d4c"), KafkaSecurityGroupId="sg-0a")
+    created = {"KafkaBrokers", "KafkaCluster", "KafkaBrokersConfiguration", "KafkaBootstrap"} & set(d.resources)
+    assert not created
+
+
+def test_large_is_three_shards_32_partitions_and_four_relay_groups() -> None:
+    d = at("large", RedisShards=1, KafkaPartitions=8, RelayPartitionGroups=1,
+           CacheNodeType="cache.t4g.small")
+    redis = d.props("RedisGroup")
+    assert (redis["CacheNodeType"], redis["NumNodeGroups"], redis["ReplicasPerNodeGroup"]) == (
+        "cache.r7g.large", 3, 1)
+    assert "NumCacheClusters" not in redis and d.conds["RedisCluster"]
+    assert d.props("Observability")["Parameters"]["RedisShards"] == 3
+    relay = d.env("RelayFunction")
+    assert (relay["SLUICE_KAFKA_PARTITIONS"], relay["SLUICE_RELAY_PARTITION_GROUPS"]) == (32, 4)
+    assert relay["SLUICE_REDIS_URL"]["Fn::Sub"].startswith("rediss+cluster://")
+    assert d.props("KafkaTopics")["Partitions"] == 32
+    assert d.conds["RelayGroup2"] and d.conds["RelayGroup3"] and d.conds["RelayGroup4"]
+    assert "KafkaCluster" in d.resources and "Api" in d.resources
+
+
+def test_every_profile_creates_what_the_cost_model_prices() -> None:
+    """sluice cost and docs/cost.md price these shapes: they must be what the template creates."""
+    interface = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: r.get("Condition")
+                 for r in ENDPOINTS["Resources"].values()
+                 if r["Type"] == "AWS::EC2::VPCEndpoint"
+                 and r["Properties"].get("VpcEndpointType") == "Interface"}
+    names = {"lambda": "Lambda", "sts": "STS", "secretsmanager": "Secrets Manager", "scheduler": "Scheduler",
+             "ssm": "SSM"}
+    for name, p in PROFILES.items():
+        d = at(name)
+        maps = T["Mappings"]["Profiles"][name]
+        subnets = d.value(d.resources["Network"]["Properties"]["Parameters"]["SubnetCount"])
+        assert p.azs == int(subnets), name
+        redis = d.props("RedisGroup")
+        assert f"cache.{p.cache_node.replace('_', '.')}" == redis["CacheNodeType"], name
+        shards = redis.get("NumNodeGroups", 1)
+        nodes = redis.get("NumCacheClusters") or shards * (1 + redis["ReplicasPerNodeGroup"])
+        assert (p.cache_nodes, p.cache_shards) == (nodes, shards), name
+        assert p.job_partitions == d.env("RelayFunction")["SLUICE_KAFKA_PARTITIONS"], name
+        assert p.relay_groups == int(d.env("RelayFunction")["SLUICE_RELAY_PARTITION_GROUPS"]), name
+        assert p.api == ("http" if "HttpApi" in d.resources else "rest"), name
+        kind = "msk-provisioned" if "KafkaBrokers" in d.resources else "msk-serverless"
+        assert p.kafka == kind, name
+        if kind == "msk-provisioned":
+            assert (p.kafka_brokers, p.kafka_volume_gb) == (maps["KafkaBrokers"], maps["KafkaBrokerVolumeGB"])
+            assert f"kafka.{p.kafka_broker.replace('_', '.')}" == maps["KafkaBrokerType"]
+        for egress, with_nat in (("none", False), ("nat-single", True)):
+            which = at(name, egress).props("Endpoints")["Parameters"]["InterfaceEndpoints"]
+            made = [names[k] for k, cond in interface.items()
+                    if which != "none" and (cond != "Sts" or which == "all")]
+            expected = p.endpoints_with_nat if with_nat and p.endpoints_with_nat is not None \
+                else p.interface_endpoints
+            assert sorted(made) == sorted(expected), (name, egress)
