@@ -130,7 +130,8 @@ def test_small_refuses_api_keys_and_waf_before_anything_is_created() -> None:
 def test_small_with_an_existing_kafka_creates_none() -> None:
     d = at("small", KafkaBootstrapServers="b-1:9098", KafkaClusterArn=(
         "arn:aws:kafka:us-east-1:123456789012:cluster/jobs/0f6e5d4c"), KafkaSecurityGroupId="sg-0a")
-    created = {"KafkaBrokers", "KafkaCluster", "KafkaBrokersConfiguration", "KafkaBootstrap"} & set(d.resources)
+    kafka = {"KafkaBrokers", "KafkaCluster", "KafkaBrokersConfiguration", "KafkaBootstrap"}
+    created = kafka & set(d.resources)
     assert not created
 
 
