@@ -3,7 +3,8 @@
 test_lint.py and test_lint_egress.py lint the standard profile with every HandlerEgress. Here the small
 profile (its own resource types: MSK Provisioned, an HTTP API; its endpoints' conditions) with no egress,
 a NAT gateway and an existing VPC's NAT, and the large one, in one cfn-lint run (every combination of
-profile and HandlerEgress was linted by hand when the profiles were added: clean); `sam validate --lint` on the small profile over a NAT gateway, its least usual shape.
+profile and HandlerEgress was linted by hand when the profiles were added: clean); `sam validate --lint`
+on the small profile over a NAT gateway, its least usual shape.
 """
 
 from __future__ import annotations
