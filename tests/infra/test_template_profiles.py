@@ -82,6 +82,10 @@ def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress:
     assert msk["ClientAuthentication"]["Unauthenticated"]["Enabled"] is False
     assert msk["EncryptionInfo"]["EncryptionInTransit"] == {"ClientBroker": "TLS", "InCluster": True}
     assert len(msk["BrokerNodeGroupInfo"]["ClientSubnets"]) == 2
+    scaling = d.props("KafkaBrokerStorage")
+    assert (scaling["ScalableDimension"], scaling["ResourceId"]) == ("kafka:broker-storage:VolumeSize",
+                                                                     {"Ref": "KafkaBrokers"})
+    assert d.props("KafkaBrokerStorageScaling")["TargetTrackingScalingPolicyConfiguration"]["DisableScaleIn"]
     config = d.props("KafkaBrokersConfiguration")["ServerProperties"]
     assert "default.replication.factor=2" in config and "auto.create.topics.enable=false" in config
     # Every function's Kafka permission names the provisioned cluster.
