@@ -94,6 +94,7 @@ def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress:
     assert (redis["CacheNodeType"], redis["NumCacheClusters"]) == ("cache.t4g.micro", 1)
     assert (redis["MultiAZEnabled"], redis["AutomaticFailoverEnabled"]) == (False, False)
     assert "NumNodeGroups" not in redis
+    assert d.props("Observability")["Parameters"]["CacheNodes"] == 1  # one memory alarm, on its one node
     nat = egress != "none"
     assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == ("none" if nat else "no-sts")
     assert ("FunctionToAwsApis" in d.resources) is nat and ("FunctionToEndpoints" in d.resources) is not nat
