@@ -296,12 +296,14 @@ def profiles() -> str:
            front door (the small profile's HTTP API on both sides). The small profile drops every interface
            endpoint when a NAT gateway is the way out (the functions then reach Lambda, Secrets Manager,
            Scheduler and SSM through it), so with `HandlerEgress=nat-single` it costs **${nat}** idle,
-           *less* than without egress (${no_nat}), and its handlers can reach the internet. At volume the
+           *less* than without egress (${no_nat}), and its handlers can reach the internet; on a Kafka
+           cluster that already exists (`KafkaBootstrapServers`) it costs ${existing}. At volume the
            gap to SQS is the per-job lines, not the floor: at 1,000 M jobs a month the small profile costs
            ${extra} per million more than SQS + Lambda, of which {difference}. No profile setting removes
            the per-job lines; issue 33's item 4 works on them. The standard profile's idle ${standard} is
            {share:.0%} MSK Serverless.""",
         nat=money(nat.fixed), no_nat=money(no_nat.fixed), extra=money(extra),
+        existing=money(at(0, replace(small, kafka="existing")).sluice.fixed),
         difference=_difference(big), standard=money(at(0, standard).sluice.fixed),
         share=sum(line.monthly for line in at(0, standard).sluice.lines if line.name.startswith("MSK"))
         / at(0, standard).sluice.fixed)
