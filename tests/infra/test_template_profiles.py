@@ -51,8 +51,14 @@ class Deploy:
         return self.value(merged)  # type: ignore[no-any-return]
 
 
+EXISTING = {"VpcId": "vpc-0123456789abcdef0", "PrivateSubnetIds": "subnet-0a,subnet-0b",
+            "PrivateRouteTableIds": "rtb-0a"}
+EGRESS = ("none", "nat-single", "nat-per-az", "existing-nat")
+
+
 def at(profile: str, egress: str = "none", **more: Any) -> Deploy:
-    return Deploy(Profile=profile, HandlerEgress=egress, **more)
+    existing = EXISTING if egress == "existing-nat" else {}
+    return Deploy(Profile=profile, HandlerEgress=egress, **{**existing, **more})
 
 
 def test_standard_is_the_default_and_takes_the_parameters_as_given() -> None:
@@ -71,11 +77,12 @@ def test_standard_is_the_default_and_takes_the_parameters_as_given() -> None:
     assert "FunctionToEndpoints" in d.resources and "FunctionToAwsApis" not in d.resources
 
 
-@pytest.mark.parametrize("egress", ["none", "nat-single", "nat-per-az"])
+@pytest.mark.parametrize("egress", EGRESS)
 def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress: str) -> None:
     d = at("small", egress, CacheNodeType="cache.r7g.xlarge", KafkaPartitions=8)
     assert "KafkaCluster" not in d.resources and "Api" not in d.resources
-    assert d.props("Network")["Parameters"]["SubnetCount"] == 2
+    if egress != "existing-nat":
+        assert d.props("Network")["Parameters"]["SubnetCount"] == 2
     msk = d.props("KafkaBrokers")
     assert (msk["NumberOfBrokerNodes"], msk["BrokerNodeGroupInfo"]["InstanceType"]) == (2, "kafka.t3.small")
     assert msk["ClientAuthentication"]["Sasl"]["Iam"]["Enabled"] is True
@@ -95,7 +102,7 @@ def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress:
     assert (redis["MultiAZEnabled"], redis["AutomaticFailoverEnabled"]) == (False, False)
     assert "NumNodeGroups" not in redis
     assert d.props("Observability")["Parameters"]["CacheNodes"] == 1  # one memory alarm, on its one node
-    nat = egress != "none"
+    nat = egress in ("nat-single", "nat-per-az")  # a NAT gateway this stack creates
     assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == ("none" if nat else "no-sts")
     assert ("FunctionToAwsApis" in d.resources) is nat and ("FunctionToEndpoints" in d.resources) is not nat
 
@@ -189,3 +196,13 @@ def test_every_profile_creates_what_the_cost_model_prices() -> None:
             expected = p.endpoints_with_nat if with_nat and p.endpoints_with_nat is not None \
                 else p.interface_endpoints
             assert sorted(made) == sorted(expected), (name, egress)
+
+
+@pytest.mark.parametrize("egress", EGRESS)
+def test_large_and_standard_keep_every_endpoint_and_only_the_workers_way_out(egress: str) -> None:
+    """Egress is the profile's own choice only in small (its endpoints); large and standard are as before."""
+    for profile in ("standard", "large"):
+        d = at(profile, egress)
+        assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == "all"
+        assert "FunctionToAwsApis" not in d.resources and "FunctionToEndpoints" in d.resources
+        assert ("HandlerEgressSecurityGroup" in d.resources) is (egress != "none")
