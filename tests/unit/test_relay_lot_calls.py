@@ -222,6 +222,15 @@ def test_a_lane_drains_while_its_queue_keeps_receiving_records() -> None:
 # -- several park calls in flight per lane ------------------------------------------------------------
 
 
+def resume_in_order(w: Any, relay: Relay, held: HeldExecutor, a_ids: list[str], steps: int) -> None:
+    """A resumes: every one of its records reaches Redis once, in order."""
+    w.engine.set_config("a", paused=False)
+    for _ in range(steps):
+        held.finish()
+        relay.step()
+    assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))
+
+
 def test_next_cut_takes_the_first_run_not_yet_in_a_call_and_never_overlaps_another() -> None:
     out = [10, 11, 12, 20, 21, 22, 30]
     assert next_cut(out, set(), 500, -1) == (0, 7)
@@ -267,11 +276,7 @@ def test_a_flood_waiting_for_slow_parks_holds_back_no_other_queue() -> None:
         relay.step()
     assert lot.count("a") == 380 and w.source.paused == set()
     assert w.source.committed_offsets[0] == 384 and owned.parking_count == 0
-    w.engine.set_config("a", paused=False)
-    for _ in range(100):
-        held.finish()
-        relay.step()
-    assert offsets_in_redis(w, "a", a_ids) == list(range(380))
+    resume_in_order(w, relay, held, a_ids, 100)
 
 
 def test_a_failed_park_is_not_committed_past_though_a_later_one_was_written() -> None:
@@ -311,8 +316,4 @@ def test_a_failed_park_is_not_committed_past_though_a_later_one_was_written() ->
     relay.step()
     assert calls[2:] == [(0, 19)] and lot.count("a") == 40 and not lane.out
     assert w.source.committed_offsets[0] == 40
-    w.engine.set_config("a", paused=False)
-    for _ in range(40):
-        held.finish()
-        relay.step()
-    assert offsets_in_redis(w, "a", a_ids) == list(range(40))
+    resume_in_order(w, relay, held, a_ids, 40)
