@@ -18,6 +18,7 @@ import pytest
 from sluice.core.errors import BackendUnavailable
 from sluice.relay import Relay
 from sluice.relay.lot_calls import LotCalls
+from sluice.relay.parking import next_cut
 from tests.unit.test_relay_parking import offsets_in_redis, parked_world, relay_with
 
 pytestmark = pytest.mark.timeout(20)
@@ -216,3 +217,103 @@ def test_a_lane_drains_while_its_queue_keeps_receiving_records() -> None:
         relay.step()
         w.clock.t += 0.05
     assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))
+
+
+# -- several park calls in flight per lane ------------------------------------------------------------
+
+
+def resume_in_order(w: Any, relay: Relay, held: HeldExecutor, a_ids: list[str], steps: int) -> None:
+    """A resumes: every one of its records reaches Redis once, in order."""
+    w.engine.set_config("a", paused=False)
+    for _ in range(steps):
+        held.finish()
+        relay.step()
+    assert offsets_in_redis(w, "a", a_ids) == list(range(len(a_ids)))
+
+
+def test_next_cut_takes_the_first_run_not_yet_in_a_call_and_never_overlaps_another() -> None:
+    out = [10, 11, 12, 20, 21, 22, 30]
+    assert next_cut(out, set(), 500, -1) == (0, 7)
+    assert next_cut(out, set(), 2, -1) == (0, 2)  # at most ``park_call_max`` a call
+    assert next_cut(out, {10, 11, 12}, 500, 12) == (3, 7)  # after the call in flight
+    assert next_cut(out, {20, 21}, 500, 21) == (0, 3)  # a run stops at a record in another call
+    assert next_cut(out, set(out), 500, 30) == (0, 0)
+    assert next_cut([], set(), 500, -1) == (0, 0)
+    # A spill put 10-12 ahead of the lane after calls up to 21 were cut; 20-21's call was written
+    # and left ``out``: the spilled run must not reach past it, or its segment's range would hold
+    # 20-21's (read back by last offset, 22 could come before 20)
+    assert next_cut([10, 11, 12, 22, 30], set(), 500, 21) == (0, 3)
+    assert next_cut([22, 30], set(), 500, 21) == (0, 2)
+
+
+def test_a_flood_waiting_for_slow_parks_holds_back_no_other_queue() -> None:
+    """The lane's parks take long (none finishes while the flood comes): with one park call at a
+    time, the flood's records waiting for it filled the partition's buffer, its fetching paused, and
+    B's records behind them in Kafka waited one park round trip after another (the tenant nemesis:
+    the others' p99 2.5-6.3 times their quiet p99). Now each turn's new records go out in a call of
+    their own, out of the buffer's count, up to ``park_calls`` calls and ``parking_max`` records in
+    flight; beyond that the buffer fills and the fetching pauses, as before: memory stays bounded."""
+    w, lot, relay, held = held_relay(max_pending=100, batch=25)
+    w.engine.set_config("a", paused=True)
+    a_ids: list[str] = []
+    b_ids: list[str] = []
+    for _ in range(4):  # 180 of A: more than the buffer holds
+        a_ids += w.add(45, queue="a", partition=0)
+        b_ids += w.add(1, queue="b", partition=0)
+        for _ in range(3):
+            relay.step()
+        assert w.source.paused == set()
+        assert sorted(w.in_redis("b")) == sorted(b_ids)  # B flows while A's parks are all in flight
+    owned = relay.ownership.owned[0]
+    assert len(held.waiting) == 4 and lot.count("a") == 0 and owned.parking_count == 180
+    assert w.source.committed_offsets.get(0, 0) == 0  # nothing durable: nothing committed past
+    a_ids += w.add(200, queue="a", partition=0)  # a fifth call would pass ``park_calls``: they wait
+    for _ in range(6):
+        relay.step()
+    assert len(held.waiting) == 4 and w.source.paused == {0} and owned.pending_count >= 100
+    for _ in range(6):
+        held.finish()
+        relay.step()
+    assert lot.count("a") == 380 and w.source.paused == set()
+    assert w.source.committed_offsets[0] == 384 and owned.parking_count == 0
+    resume_in_order(w, relay, held, a_ids, 100)
+
+
+def test_a_failed_park_is_not_committed_past_though_a_later_one_was_written() -> None:
+    """Calls finish in any order: the second is written, the first fails. The commit stays below
+    the first's records, which go again as the same call (its own segment: no two overlap), and
+    every record comes back once, in order."""
+    w, lot, relay, held = held_relay(max_pending=50, batch=25)
+    calls: list[tuple[int, int]] = []
+    park = lot.park
+
+    def seen(queue: str, partition: int, records: Any, **kwargs: Any) -> None:
+        calls.append((records[0].offset, records[-1].offset))
+        park(queue, partition, records, **kwargs)
+
+    lot.park = seen  # type: ignore[method-assign]
+    w.engine.set_config("a", paused=True)
+    a_ids = w.add(20, queue="a", partition=0)
+    for _ in range(2):
+        relay.step()
+    assert len(held.waiting) == 1
+    a_ids += w.add(20, queue="a", partition=0)
+    for _ in range(2):
+        relay.step()
+    assert len(held.waiting) == 2
+    second = held.waiting[1]
+    held.waiting.remove(second)
+    second[0].set_result(second[1]())
+    relay.step()
+    assert lot.count("a") == 20 and w.source.committed_offsets.get(0, 0) == 0
+    lot.fail = 1
+    held.finish()  # the first fails, and goes again at once, the same records
+    relay.step()
+    lane = relay.ownership.owned[0].lanes["a"]
+    assert w.source.committed_offsets.get(0, 0) == 0 and len(lane.out) == 20
+    assert calls == [(20, 39), (0, 19)] and lane.flying == {0}  # as run: the second first
+    held.finish()
+    relay.step()
+    assert calls[2:] == [(0, 19)] and lot.count("a") == 40 and not lane.out
+    assert w.source.committed_offsets[0] == 40
+    resume_in_order(w, relay, held, a_ids, 40)

@@ -33,6 +33,9 @@ class RelayConfig:
     # ... each park call taking at most this many of a lane's records (short calls: a relay that
     # stops waits for the calls in flight only briefly)
     park_call_max: int = 500
+    # ... and a lane has up to this many park calls in flight at once (a held queue's flood is written
+    # as it comes, not one call at a time behind the buffer: the others' records wait behind it in Kafka)
+    park_calls: int = 4
     refresh_s: float = 0.5  # how often a queue's config and depth are re-read from Redis
     # ... and a queue whose new jobs were left to workers waiting for work: if those have just
     # left (their linger over), its jobs get workers within this, not at the next maintenance
@@ -78,6 +81,13 @@ class RelayConfig:
         buffer beside the default batch: 500 records against twice 500) would fill it, and the
         partition's fetching would pause for every queue, as before parking."""
         return max(1, min(self.park_threshold or 2 * self.batch, self.max_pending // 4))
+
+    @property
+    def parking_max(self) -> int:
+        """Records of a partition in park calls in flight at most (relay/parking.py): as many as its
+        buffer holds, or one full call. They are out of the buffer's count (its fetching goes on
+        while they are written), so a partition holds at most about twice ``max_pending``."""
+        return max(self.max_pending, self.park_call_max)
 
     def replace(self, **changes: Any) -> RelayConfig:
         return dataclasses.replace(self, **changes)

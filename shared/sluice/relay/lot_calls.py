@@ -6,7 +6,8 @@ nemesis measured the other tenants' p99 at 5 to 7 times their quiet p99. So a tu
 to a thread and goes on; the relay's state is changed only by the call's ``then``, run on the
 relay's own thread by ``collect`` (at the next turn, or at once if the call is already done).
 
-One call per key (a lane: its kind, partition and queue) at a time: a lane with a call in flight is
+One call per key at a time (a read: its partition and queue; a park: those and its first offset, so
+that a lane has several parks in flight, relay/parking.py): a lane with a read in flight is
 left alone until its outcome is applied, so a turn decides about it on what it knows (the records a
 park took stay buffered and uncommitted until then; a read's page is applied before anything else is
 parked or read there). Memory stays bounded: records waiting for their park count in the partition's

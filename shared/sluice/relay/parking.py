@@ -19,8 +19,9 @@ the job life bound ends ``dead`` with the reason (``JobStore.refuse_record``), n
 
 The decisions (``spill``, ``drained``, ``read_room``) are pure. ``Parking`` decides on the relay's
 main thread, between the push round and the commit; the lot's parks and reads run on threads
-(relay/lot_calls.py), one per lane at a time, so a held queue's writes never slow another queue's
-pushes; the sweep runs on a thread of its own.
+(relay/lot_calls.py), so a held queue's writes never slow another queue's pushes: a lane has up to
+``RelayConfig.park_calls`` parks in flight (``next_cut``), and one read; the sweep runs on a thread
+of its own.
 
 A record due beyond the relay's horizon goes to its queue's delay lane instead (relay/delays.py):
 keyed by run time, it holds back none of its queue's ready records.
@@ -72,6 +73,22 @@ def drained(page_len: int, limit: int, parked_since: bool, waiting: int) -> bool
     """Whether a lane goes back to direct pushing after a read: it came back short, and nothing
     was parked (or is waiting to be) since, so no parked record is left for a new one to overtake."""
     return page_len < limit and not parked_since and waiting == 0
+
+
+def next_cut(out: Sequence[int], cut: Collection[int], most: int, cut_to: int) -> tuple[int, int]:
+    """A lane's next park call, as the slice (start, stop) of ``out`` (the offsets of its records
+    not parked yet, in order): the first run of them in no call yet (``cut``), at most ``most`` long
+    ((0, 0): none). No two calls' offset ranges may overlap: the lot reads a lane by each segment's
+    last offset, and could return a record of one segment after higher offsets of another
+    (``ParkingLot.page``). So a run stops at a record cut into another call, and a run below
+    ``cut_to`` (the highest offset cut so far: records a spill put ahead of the lane's) never reaches
+    past it, where calls may have been written since and left ``out``."""
+    start = next((i for i, offset in enumerate(out) if offset not in cut), len(out))
+    stop = start
+    while (stop < len(out) and stop - start < most and out[stop] not in cut
+           and (out[start] > cut_to or out[stop] < cut_to)):
+        stop += 1
+    return (start, stop) if stop > start else (0, 0)
 
 
 def read_room(buffered: int, partition_pending: int, config: RelayConfig) -> int:
@@ -142,12 +159,7 @@ class Parking:
             self._spill(owned, held, blocked)
         for owned in everyone:
             for queue, lane in owned.lanes.items():
-                key = ("lane", owned.number, queue)
-                if lane.out and not calls.busy(key):
-                    records = [parked_record(r, job) for r, job in lane.out[:self.config.park_call_max]]
-                    calls.submit(key, partial(self.lot.park, queue, owned.number, records,
-                                              mark=not lane.marked),
-                                 partial(self._parked, owned, queue, lane, records))
+                self._park(owned, queue, lane)
         self.delays.park(everyone)
         calls.collect()
         # A read goes beside the lane's park in flight (its own key): a queue that receives records at
@@ -208,7 +220,7 @@ class Parking:
             lane = owned.lanes.get(queue)
             if lane is not None and lane.parking and lane.back_from is not None:
                 continue  # its buffer holds records read back: the rest is parked already
-            if any(self.calls.busy((kind, owned.number, queue)) for kind in ("lane", "read")):
+            if lane is not None and (lane.flying or self.calls.busy(("read", owned.number, queue))):
                 continue  # a park or read in flight: decided again once it is applied
             above = 0 if blocked(queue) else self.config.park_above
             if len(q) <= above:
@@ -226,19 +238,66 @@ class Parking:
             lane.parking = True
             lane.out[:0] = [(raw.pop(offset), job) for offset, job in moved]  # still counted as pending
 
+    def _park(self, owned: OwnedPartition, queue: str, lane: Lane) -> None:
+        """Send the lane's park calls: those whose write failed, again as they were cut, then new ones
+        cut from what waits in ``out``; up to ``park_calls`` in flight, and up to ``parking_max``
+        records in flight in the partition (``parking_count``). A call's records leave the partition's
+        ``pending_count`` while it flies, so its fetching goes on: with one call at a time, a held
+        queue's flood waiting for it filled the buffer, the fetching paused, and every other queue's
+        records waited behind the flood in Kafka for a park round trip after another."""
+        if not lane.out:
+            return
+        most = self.config.parking_max
+        for first in sorted(lane.calls):  # failed: the oldest first
+            if len(lane.flying) >= self.config.park_calls:
+                return
+            records = lane.calls[first]
+            if first in lane.flying or (owned.parking_count and owned.parking_count + len(records) > most):
+                continue
+            self._send(owned, queue, lane, records)
+        while len(lane.flying) < self.config.park_calls and owned.parking_count < most:
+            size = min(self.config.park_call_max, most - owned.parking_count)
+            start, stop = next_cut([r.offset for r, _ in lane.out], self._cut(lane), size, lane.cut_to)
+            if start == stop:
+                return
+            records = [parked_record(r, job) for r, job in lane.out[start:stop]]
+            lane.calls[records[0].offset] = records
+            lane.cut_to = max(lane.cut_to, records[-1].offset)
+            self._send(owned, queue, lane, records)
+
+    @staticmethod
+    def _cut(lane: Lane) -> set[int]:
+        return {r.offset for records in lane.calls.values() for r in records}
+
+    def _send(self, owned: OwnedPartition, queue: str, lane: Lane, records: list[ParkedRecord]) -> None:
+        first = records[0].offset
+        lane.flying.add(first)
+        owned.pending_count -= len(records)
+        owned.parking_count += len(records)
+        # the marker goes with every call until one has written it: an earlier one may fail
+        self.calls.submit(("lane", owned.number, queue, first),
+                          partial(self.lot.park, queue, owned.number, records, mark=not lane.marked),
+                          partial(self._parked, owned, queue, lane, records))
+
     def _parked(self, owned: OwnedPartition, queue: str, lane: Lane, records: list[ParkedRecord],
                 outcome: object) -> None:
         if self.ownership.owned.get(owned.number) is not owned:
             return  # given back meanwhile: not committed past, so its new owner takes them from Kafka
-        if isinstance(outcome, SluiceError):  # they stay in the buffer, uncommitted: tried at the next turn
+        lane.flying.discard(records[0].offset)
+        owned.parking_count -= len(records)
+        if isinstance(outcome, SluiceError):  # buffered and counted again, uncommitted: sent at the next turn
+            owned.pending_count += len(records)
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
                                               error=ev.error_text(outcome)))
             return
-        del lane.out[:len(records)]
+        del lane.calls[records[0].offset]
+        # calls finish in any order: ``out`` keeps the records not durable yet, in order, so its head
+        # is still the partition's commit point and the bound of the lane's reads
+        done = {r.offset for r in records}
+        lane.out[:] = [item for item in lane.out if item[0].offset not in done]
         self.intake.hooks.on_parked(owned.number, [r.offset for r in records])
         lane.parked_since_read = lane.marked = True
         lane.parks += 1
-        owned.pending_count -= len(records)
         self.report.parked += len(records)
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 

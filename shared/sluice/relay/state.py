@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.models import DecodedJob, QueueConfig
-from sluice.core.ports import Metrics, SourceRecord
+from sluice.core.ports import Metrics, ParkedRecord, SourceRecord
 
 
 @dataclass
@@ -67,6 +67,13 @@ class Lane:
     marked: bool = False  # its marker is written (or was loaded): parks need not write it again
     parks: int = 0  # park writes so far (the sweep forgets a lane it found empty only if none since)
     out: list[tuple[SourceRecord, DecodedJob]] = field(default_factory=list)  # taken, not parked yet
+    # The park calls cut from ``out``, by their first offset, until their write succeeds: in flight
+    # (``flying``) or, after a failed write, to be sent again as they are. A call's records are never
+    # cut again: two segments whose offset ranges overlapped could be read back out of order
+    # (relay/parking.py, ``next_cut``).
+    calls: dict[int, list[ParkedRecord]] = field(default_factory=dict)
+    flying: set[int] = field(default_factory=set)
+    cut_to: int = -1  # the highest offset cut into a call so far
 
     def returned(self, offset: int) -> bool:
         """Whether a buffered record of the queue came back from the lot (durable there)."""
@@ -97,6 +104,10 @@ class OwnedPartition:
     # Intake: records taken from the source and not pushed yet, per queue, in offset order
     pending: dict[str, deque[tuple[int, DecodedJob]]] = field(default_factory=dict)
     pending_count: int = 0
+    # Parking: records handed to park calls in flight. They stay uncommitted (``Lane.out``) but leave
+    # ``pending_count``, so the partition's fetching goes on while they are written; at most
+    # ``RelayConfig.parking_max`` of them (relay/parking.py): memory stays bounded
+    parking_count: int = 0
     next_offset: int | None = None  # one past the last record taken from the source
     fetch_paused: bool = False
     committed: int | None = None  # Committer
