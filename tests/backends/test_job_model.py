@@ -48,6 +48,7 @@ from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import EPOCH_KEY, QueueKeys
+from sluice.core import ids
 from sluice.core.bus import EventBus
 from sluice.core.errors import AlreadyFinished, JobNotFound
 from sluice.core.models import FINAL_STATES, JobSpec
@@ -135,6 +136,8 @@ class JobMachine(RuleBasedStateMachine):
         self.specs: dict[str, JobSpec] = {}
         self.offsets: dict[str, int] = {}
         self.ids = itertools.count()
+        self.short: dict[str, str] = {}  # a keyed id -> the prefixed id it stands for (``path_point``)
+        self.entropy = uuid.uuid4().bytes[:6]
         self.final_since: dict[str, tuple[str, int]] = {}  # final (status, token) seen, no redrive since
         self.redriven: dict[str, int] = {}  # redriven, not granted since: the item's token then
         self.max_token: dict[str, int] = {}
@@ -233,14 +236,25 @@ class JobMachine(RuleBasedStateMachine):
     # -- rules: jobs in -----------------------------------------------------------------------------
 
     @precondition(lambda self: self.on("enqueue_and_push") and not self.relay.frozen and len(self.specs) < 10)
-    @rule(n=st.integers(1, 3), priority=st.sampled_from([0, 0, 5]), max_attempts=st.integers(0, 3))
-    def enqueue_and_push(self, n: int, priority: int, max_attempts: int) -> None:
+    @rule(n=st.integers(1, 3), priority=st.sampled_from([0, 0, 5]), max_attempts=st.integers(0, 3),
+          keyed=st.booleans())
+    def enqueue_and_push(self, n: int, priority: int, max_attempts: int, keyed: bool = False) -> None:
         """The gateway appends to Kafka; the relay pushes into Redis and marks the jobs queued.
-        A max_attempts of 0: its caller sent none (the handler's retry policy decides; here none)."""
+        A max_attempts of 0: its caller sent none (the handler's retry policy decides; here none).
+        ``keyed``: ids the gateway minted with its key, as every caller's job has: the relay writes
+        no ``queued`` item for them (issue 33), so until its grant such a job has no item and its id
+        answers for it (GET, cancel: ``cancel_unrecorded``)."""
         for _ in range(n):
-            spec = JobSpec(job_id=f"{self.prefix}{next(self.ids)}", queue=QUEUE, payload={},
-                           priority=priority, max_attempts=max_attempts,
-                           enqueued_at_ms=int(time.time() * 1000))
+            now = int(time.time() * 1000)
+            job_id = f"{self.prefix}{next(self.ids)}"
+            if keyed:
+                # the example's own entropy, then a count: keyed ids sort in the order they were made
+                # (the rules pick from sorted ids), whatever the clock, as prefixed ids do
+                entropy = self.entropy + len(self.short).to_bytes(4, "big")
+                self.short[minted := ids.mint(now, QUEUE, self.api.verifier.key, entropy)] = job_id
+                job_id = minted
+            spec = JobSpec(job_id=job_id, queue=QUEUE, payload={},
+                           priority=priority, max_attempts=max_attempts, enqueued_at_ms=now)
             self.specs[spec.job_id] = spec
             self.offsets[spec.job_id] = self.source.append_spec(0, spec)
         self.appended = True
@@ -905,9 +919,13 @@ class JobMachine(RuleBasedStateMachine):
     def path_point(self, rs: dict[str, Any], items: dict[str, dict[str, Any]]) -> list[Any]:
         """What this step left, without ids' random prefixes or clock values (``TRACE``)."""
         cut = len(self.prefix)
-        return [[sorted(j[cut:] for j in rs[z]) for z in (*LIVE_ZSETS, "dead")],
-                sorted(j[cut:] for j in rs["settle"]),
-                sorted((j[cut:], it["status"], it["token"]) for j, it in items.items()),
+
+        def short(j: str) -> str:
+            return self.short.get(j, j)[cut:]
+
+        return [[sorted(short(j) for j in rs[z]) for z in (*LIVE_ZSETS, "dead")],
+                sorted(short(j) for j in rs["settle"]),
+                sorted((short(j), it["status"], it["token"]) for j, it in items.items()),
                 sorted((w.name, w.state) for w in self.workers.all)]
 
     def fencing(self) -> None:
@@ -1278,6 +1296,13 @@ FOUND["replay-after-ttl-reads-a-rerun-record"] = [
     ("family_start", {"n": 1, "then": False, "fault": "none"}),
     ("parent_reruns", {"index": 0, "rotate": 1, "fault": "none"}), ("cancel", {"index": 0}),
     ("ttl_expires", {"index": 0}), ("redis_loses_everything", {})]
+# Issue 33 (cheaper per job), found by the suite's run on the change's first version: a keyed job has
+# no item until its grant, and two key rotations later its id no longer verifies, so its cancel
+# answered 404 (I6) while Redis still held it. The gateway now answers for an id its queue holds live
+# (``Api._held``), whatever the keys and the horizon.
+FOUND["keyed-job-cancelled-past-two-rotations"] = [
+    ("enqueue_and_push", {"n": 1, "priority": 0, "max_attempts": 0, "keyed": True}),
+    ("rotate_job_id_key", {}), ("rotate_job_id_key", {}), ("cancel", {"index": 0})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 
@@ -1300,3 +1325,35 @@ def replay(cls: type[JobMachine], steps: list[tuple[str, dict[str, Any]]]) -> No
 def test_what_the_machine_found_stays_fixed(found: str, redis_url: str, moto_url: str,
                                             jobs_table: str) -> None:
     replay(machine(redis_url, moto_url, jobs_table), FOUND[found])
+
+
+@pytest.mark.timeout(120)
+def test_keyed_jobs_run_without_a_queued_item_and_their_ids_answer(redis_url: str, moto_url: str,
+                                                                  jobs_table: str) -> None:
+    """Issue 33 (cheaper per job): the relay writes no ``queued`` item for a keyed id. Until its grant
+    such a job has no item; GET answers ``queued`` from the id and Redis, a cancel ends it (I6), a
+    Redis loss replays it (I4), and its grant creates the item with the id's acceptance time. Every
+    invariant is checked after each step, as the machine does."""
+    m = machine(redis_url, moto_url, jobs_table)()
+    try:
+        m.enqueue_and_push(n=3, priority=0, max_attempts=2, keyed=True)
+        m.job_invariants()
+        keyed = sorted(m.short)
+        assert not any(j in m.items() for j in keyed)  # no queued write for a keyed id
+        first = m.api.status(keyed[0])
+        assert (first.status, first.created_at_ms) == ("queued", m.specs[keyed[0]].enqueued_at_ms)
+        assert m.api.cancel(keyed[1]).status == "cancelled"  # the 1st cancellable: keyed[1] after a sort
+        m.job_invariants()
+        m.redis_loses_everything()
+        m.job_invariants()
+        m.lease_and_run("ok")
+        m.job_invariants()
+        m.lease_and_run("ok")
+        m.job_invariants()
+        items = m.items()
+        assert {j: items[j]["status"] for j in keyed} == {
+            keyed[0]: "succeeded", keyed[1]: "cancelled", keyed[2]: "succeeded"}
+        for ran in (keyed[0], keyed[2]):  # created by the grant, with the id's acceptance time
+            assert m.store.get_job(ran).created_at_ms == m.specs[ran].enqueued_at_ms
+    finally:
+        m.teardown()

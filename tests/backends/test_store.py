@@ -111,6 +111,32 @@ def test_a_grant_is_fenced_on_the_redis_lease_token(env: Env) -> None:
     assert lease_fields(env, "j1") == (t1 + 3, "tool", 9)
 
 
+def test_a_grant_that_creates_the_item_stores_the_id_s_acceptance_time(env: Env) -> None:
+    """Issue 33 (cheaper per job): the relay writes no ``queued`` item for a keyed id, so its grant
+    creates the item, with the acceptance time of the id's ULID (what GET showed before the grant),
+    not the grant's; never later than now, and now for an id without a ULID. An existing item keeps
+    its own."""
+    from sluice.core import ids
+
+    def created(job_id: str) -> int:
+        return env.store.get_job(job_id).created_at_ms
+
+    accepted = int(time.time() * 1000) - 60_000
+    keyed = ids.mint(accepted, "q", b"k" * 32)
+    env.store.grant(keyed, "q", "w", lease_token=1)
+    assert created(keyed) == accepted
+    future = ids.mint(int(time.time() * 1000) + 3_600_000, "q", b"k" * 32)
+    before = int(time.time() * 1000)
+    env.store.grant(future, "q", "w", lease_token=1)
+    assert before - 5_000 <= created(future) <= int(time.time() * 1000)
+    env.store.grant("plain-1", "q", "w", lease_token=1)
+    assert before - 5_000 <= created("plain-1") <= int(time.time() * 1000)
+    marked = ids.mint(accepted, "q", b"k" * 32)
+    env.store.mark_queued([(marked, "q", accepted - 5)])
+    env.store.grant(marked, "q", "w", lease_token=1)
+    assert created(marked) == accepted - 5
+
+
 def test_an_older_lease_is_refused_whatever_the_status(env: Env) -> None:
     """Refused as stale before any other reason: a succeeded job's re-run (the second update of a
     grant) and a failed job alike; the newer lease is the one that deals with the job."""

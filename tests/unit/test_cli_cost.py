@@ -37,13 +37,13 @@ def test_the_month_line_by_line_next_to_sqs() -> None:
     sluice, sqs = out.split("\nSQS + Lambda")
     rows = {line[2:46].strip(): line[46:].split() for line in sluice.splitlines() if line.startswith("  ")}
     assert rows["MSK Serverless cluster"] == ["547.50", "5.48"]
-    assert rows["DynamoDB writes"] == ["312.50", "3.13"]
+    assert rows["DynamoDB writes"] == ["250.00", "2.50"]  # 4 WRU (5 before issue 33)
     assert rows["Handler run time"] == ["266.67", "2.67"]
-    # 749.93 fixed + 889.67 variable + 266.67 of handler
-    assert rows["total"] == ["1,906.26", "19.06"]
+    # 749.93 fixed + 809.32 variable + 266.67 of handler
+    assert rows["total"] == ["1,825.91", "18.26"]
     their = {line[2:46].strip(): line[46:].split() for line in sqs.splitlines() if line.startswith("  ")}
     assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["956.26", "9.56"]
-    assert "Sluice costs 1.99× SQS + Lambda for this work" in out
+    assert "Sluice costs 1.91× SQS + Lambda for this work" in out
 
 
 def test_json_carries_every_line_with_its_arithmetic() -> None:

@@ -126,6 +126,41 @@ def test_unrecorded_ids_expire_with_the_horizon(rig: Rig) -> None:
     assert rig.call("GET", f"/v1/jobs/{accepted['job_id']}")[0] == 200
 
 
+def test_a_job_waiting_in_redis_past_the_horizon_still_reads_and_cancels(rig: Rig) -> None:
+    """Issue 33 (cheaper per job): the relay writes no ``queued`` item for a keyed id, so a job that
+    waits in its queue longer than the horizon (a queue held for weeks) has no item until its grant.
+    While Redis holds it, its id still answers GET (``queued``) and DELETE (a cancelled item); one
+    Redis no longer holds is 404 as before."""
+    _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
+    job_id = accepted["job_id"]
+    rig.queue.add("emails", job_id)  # pushed; no item
+    rig.now_ms += DEFAULT_ID_HORIZON_MS + 1
+    code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"], doc["created_at_ms"]) == (200, "queued", rig.log.records[0].enqueued_at_ms)
+    code, _, doc = rig.call("DELETE", f"/v1/jobs/{job_id}")
+    assert (code, doc["status"]) == (202, "cancelled")
+    assert rig.queue.cancelled == [("emails", job_id)]
+    assert rig.store.get_job(job_id).status is JobState.CANCELLED
+    _, _, other = rig.call("POST", JOBS, {"payload": 2})
+    rig.now_ms += DEFAULT_ID_HORIZON_MS + 1  # past the horizon and not in Redis: 404
+    assert rig.call("GET", f"/v1/jobs/{other['job_id']}")[0] == 404
+    assert rig.call("DELETE", f"/v1/jobs/{other['job_id']}")[0] == 404
+    # Minted with a key long rotated away (no key verifies it), or keyless (a schedule firing's):
+    # held live in the queue its id names, it is the relay's, which checked it when it pushed it.
+    old_key = ids.mint(rig.now_ms - 1_000, "emails", b"a-key-two-rotations-ago-0123456789")
+    firing = ids.keyless(rig.now_ms - 1_000, "emails", b"e" * 10, b"firing")
+    for job_id in (old_key, firing):
+        assert rig.call("GET", f"/v1/jobs/{job_id}")[0] == 404
+        rig.queue.add("emails", job_id)
+        code, _, doc = rig.call("GET", f"/v1/jobs/{job_id}")
+        assert (code, doc["status"], doc["created_at_ms"]) == (200, "queued", rig.now_ms - 1_000)
+        assert rig.call("DELETE", f"/v1/jobs/{job_id}")[2]["status"] == "cancelled"
+    stray = ids.mint(rig.now_ms - 1_000, "emails", b"another-key-two-rotations-ago-0123")
+    rig.queue.add("thumbnails", stray)  # held in another queue than the one its id names: not its job
+    assert rig.call("GET", f"/v1/jobs/{stray}")[0] == 404
+    assert rig.call("DELETE", f"/v1/jobs/{stray}")[0] == 404
+
+
 def test_status_reports_result_and_last_error(rig: Rig) -> None:
     _, _, accepted = rig.call("POST", JOBS, {"payload": 1})
     relayed(rig, accepted["job_id"], JobState.SUCCEEDED, attempts=2, result={"ok": True},

@@ -150,3 +150,31 @@ def test_a_round_larger_than_a_second_s_worth_is_written_in_paced_calls() -> Non
         time.sleep(0.05)
     writer.close(5)
     assert [n for _, n in calls] == [40, 10] and calls[1][0] - calls[0][0] >= 0.9
+
+
+def test_a_keyed_id_is_spared_its_queued_write_and_a_keyless_or_unshaped_one_is_not() -> None:
+    """Issue 33 (cheaper per job): an id a gateway minted with a key answers GET and DELETE by itself
+    until its grant writes the item, so its ``queued`` write (1 WRU a job) is spared, and counted; a
+    schedule firing's keyless id, and an id of any other shape, is written as before."""
+    from sluice.core import ids
+    from sluice.relay.status import needs_item
+
+    key = b"k" * 32
+    keyed, child = ids.mint(1000, "q", key), ids.derive(ids.mint(1000, "q", key), "q", "c1", key)
+    keyless = ids.keyless(1000, "q", b"e" * 10, b"firing")
+    assert not needs_item(keyed) and not needs_item(child)
+    assert needs_item(keyless) and needs_item("j1") and needs_item(ids.ulid(1000))
+    calls: list[list[tuple[str, str, int]]] = []
+
+    class Store:
+        def mark_queued(self, jobs: Any) -> None:
+            calls.append(list(jobs))
+
+    writer = StatusWriter(Store(), EventBus())  # type: ignore[arg-type]
+    jobs = [(i, DecodedJob(j, "q", "null", 0, 5, 30_000, 0, 1000 + i))
+            for i, j in enumerate((keyed, keyless, child, "j3"))]
+    writer.submit([("q", jobs)])
+    writer.close(5)
+    assert [job for call in calls for job in call] == [(keyless, "q", 1001), ("j3", "q", 1003)]
+    b = writer.backlog
+    assert (b.submitted, b.written, b.spared, b.waiting) == (4, 2, 2, 0)

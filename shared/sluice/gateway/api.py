@@ -78,7 +78,7 @@ from sluice.gateway.throttle import Throttle
 log = logging.getLogger(__name__)
 
 NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
-CANCELLED_BEFORE_RELAY: Final = "cancelled before the relay took it"
+CANCELLED_BEFORE_RELAY: Final = "cancelled before its first attempt"
 new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
 __all__ = ["DEFAULT_ID_HORIZON_MS", "ENQUEUED_NOTHING", "Admission", "Api", "Backends", "Enqueued",
            "IdMinting", "Idempotency", "Intake", "Policy", "new_job_id"]
@@ -302,14 +302,31 @@ class Api:
 
     # -- reads and cancel ------------------------------------------------------------------
 
-    def minted(self, job_id: str) -> ids.Minted | None:
-        """Queue and acceptance time of an id this gateway issued within the horizon, else None."""
+    def minted(self, job_id: str, *, held: bool = False) -> ids.Minted | None:
+        """Queue and acceptance time of an id this gateway issued within the horizon, else None.
+
+        ``held``: else, of an id of a minted or keyless shape that its queue holds live in Redis
+        (``_held``). Raises the queue's errors then."""
         found = self.verifier.verify(job_id)
-        if found is None or self.clock() - found.accepted_at_ms > self.id_horizon_ms:
+        if found is not None and self.clock() - found.accepted_at_ms <= self.id_horizon_ms:
+            if is_reserved_queue(found.queue):  # minted before the prefix was reserved: not a caller's job
+                raise JobNotFound(f"no job {job_id}")
+            return found
+        return self._held(job_id) if held else None
+
+    def _held(self, job_id: str) -> ids.Minted | None:
+        """The job behind an id its queue holds live in Redis, whatever the horizon and the keys.
+
+        The relay writes no ``queued`` item for a keyed id (issue 33, ``relay.status.needs_item``), so
+        until its grant a job has none; one that waits longer than the horizon (a queue held for
+        weeks), or past two key rotations, would otherwise read and cancel as 404 while it is still
+        to run. Redis holding it is the proof: the relay checked its id (or its seal) when it pushed
+        it. Its acceptance time is its id's ULID's."""
+        queue = ids.shaped_queue(job_id)
+        if queue is None or is_reserved_queue(queue) or not self.queue.holds(queue, job_id):
             return None
-        if is_reserved_queue(found.queue):  # minted before the prefix was reserved: not a caller's job
-            raise JobNotFound(f"no job {job_id}")
-        return found
+        accepted = ids.ulid_time_ms(job_id.split(".", 1)[0])
+        return ids.Minted(queue, min(accepted or 0, self.clock()))
 
     @property
     def job_id_key(self) -> bytes:
@@ -324,7 +341,7 @@ class Api:
         try:
             record = self.store.get_job(job_id)
         except JobNotFound:
-            minted = self.minted(job_id)
+            minted = self.minted(job_id, held=True)
             if minted is None:
                 raise
             # Issued by us and acknowledged by Kafka (the 202 came after the ack; a failed
@@ -405,7 +422,12 @@ class Api:
     def _cancel_in_store(self, job_id: str) -> JobRecord:
         minted = self.minted(job_id)
         if minted is None:
-            return self.store.request_cancel(job_id)
+            try:
+                return self.store.request_cancel(job_id)
+            except JobNotFound:
+                minted = self.minted(job_id, held=True)  # still waiting in Redis, with no item
+                if minted is None:
+                    raise
         # Ours and possibly not recorded yet: a cancelled item, created if the relay has not
         # made one (it then skips the job); an existing item is cancelled as request_cancel does.
         return self.store.cancel_unrecorded(job_id, minted.queue, CANCELLED_BEFORE_RELAY,

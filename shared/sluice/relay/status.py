@@ -11,6 +11,13 @@ reads ``queued`` reads an absent or ``accepted`` item the same way), a dropped w
 failed one, which was always tolerated, and the oldest are the jobs most likely leased
 already, whose write the condition would refuse anyway. ``GET`` answers ``accepted`` for such
 a job until its grant.
+
+A job whose id a gateway minted with a key (``ids.named_key_id``) is not written at all (issue 33,
+cheaper per job): its id is the proof ``GET`` and ``DELETE`` need without an item, ``GET`` asks
+Redis whether it is ``queued`` (``Api._accepted_or_queued``), a cancel creates its item
+(``cancel_unrecorded``) and its grant creates it with the id's acceptance time. So the write
+bought nothing for it but one WRU (``Backlog.spared``). A keyless id (a schedule's firing) proves
+nothing by itself, so its ``queued`` item is still what ``GET`` and ``DELETE`` find.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
+from sluice.core.ids import named_key_id
 from sluice.core.models import DecodedJob
 from sluice.core.ports import JobStore
 
@@ -39,11 +47,18 @@ class Backlog:
     submitted: int = 0
     written: int = 0  # handed to ``mark_queued`` (whether it succeeded or not)
     dropped: int = 0  # never written: more than ``max_waiting`` waited (the oldest go)
+    spared: int = 0  # never written: the id answers for the job (``needs_item``)
     max_waiting: int = 0
 
     @property
     def waiting(self) -> int:
-        return self.submitted - self.written - self.dropped
+        return self.submitted - self.written - self.dropped - self.spared
+
+
+def needs_item(job_id: str) -> bool:
+    """Whether a pushed job's ``queued`` item is worth its write: not for an id a gateway minted with
+    a key, which answers ``GET`` and ``DELETE`` by itself until the grant writes the item."""
+    return named_key_id(job_id) is None
 
 
 class StatusWriter:
@@ -107,8 +122,11 @@ class StatusWriter:
 
     def _run(self) -> None:
         while (rounds := self._next()) is not None:
-            jobs = [(job.job_id, q, job.enqueued_at_ms) for pushed in rounds for q, records in pushed
-                    for _, job in records]
+            every = [(job.job_id, q, job.enqueued_at_ms) for pushed in rounds for q, records in pushed
+                     for _, job in records]
+            jobs = [job for job in every if needs_item(job[0])]
+            with self._ready:
+                self.backlog.spared += len(every) - len(jobs)
             for i in range(0, len(jobs), self.max_jobs):  # a round may be larger than a call
                 start = time.monotonic()
                 chunk = jobs[i:i + self.max_jobs]

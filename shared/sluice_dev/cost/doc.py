@@ -170,7 +170,7 @@ def volume() -> str:
 
 # What Sluice pays that SQS + Lambda does not, at 1,000 M jobs a month: (what, Sluice's lines, SQS's lines).
 _DIFFERENCE = (
-    ("the two DynamoDB writes SQS does without (queued, token grant)", ("DynamoDB writes",),
+    ("the DynamoDB write SQS does without (the token grant)", ("DynamoDB writes",),
      ("Result write (DynamoDB, unfenced)", "Dedupe table (to match the Idempotency-Key)")),
     ("the gateway Lambda", ("Gateway Lambda compute", "Gateway Lambda requests"), ()),
     ("Kafka", ("MSK data in", "MSK data out", "MSK storage", "Kafka cross-AZ traffic",

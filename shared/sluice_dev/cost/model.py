@@ -35,7 +35,9 @@ class JobShape:
     """The job costed (docs/cost.md, "The configuration costed"): a 1 KB JSON payload, a 200 B result."""
 
     record_kb: float = 1.5  # a Kafka record: the payload and its envelope
-    item_kb: float = 1.5  # the jobs item: payload, result, attributes
+    # The jobs item holds no payload: its attributes and the 200 B result, 527 B measured
+    # (benchmarks/bench_per_job.py, issue 33), + the 100 B DynamoDB bills per item for storage.
+    item_kb: float = 0.65
     log_kb: float = 1.0  # structured logs and EMF per job
     access_log_kb: float = 0.7  # one access log line per request (the template's format)
     sqs_result_kb: float = 0.3  # SQS + Lambda's result item (no payload, no token)

@@ -58,8 +58,10 @@ class Profile:
     dashboards: int = 1
     custom_metrics: int = 20  # EMF metric/dimension series of the service-wide metrics
     retention_days: float = 14  # RetentionDays: finished jobs' items
-    wru_keyed: float = 5  # per job with an Idempotency-Key (docs/cost.md, "Per job")
-    wru_unkeyed: float = 3
+    # per job with an Idempotency-Key (docs/cost.md, "Per job"): the idempotency record's 2, the grant,
+    # the result; the relay writes no ``queued`` for a keyed id since issue 33 (benchmarks/bench_per_job.py)
+    wru_keyed: float = 4
+    wru_unkeyed: float = 2
     rru: float = 1  # the relay's relay_view read
 
     def __post_init__(self) -> None:

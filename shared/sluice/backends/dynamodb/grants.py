@@ -15,7 +15,7 @@ from sluice.backends.dynamodb.families import GrantedSlots
 from sluice.backends.dynamodb.items import ItemTable
 from sluice.backends.dynamodb.lifecycle import Lifecycle
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobCancelled, LeaseLost
-from sluice.core.ids import NO_QUEUE, queue_in_id
+from sluice.core.ids import NO_QUEUE, queue_in_id, ulid_time_ms
 from sluice.core.models import FINAL_STATES, JobState, validate_job_id, validate_queue_name
 
 NOT_CANCELLED = "(attribute_not_exists(#cx) OR #cx = :false)"
@@ -38,6 +38,15 @@ NOT_OLDER = "(attribute_not_exists(#run) OR #run <= :gen)"
 # by the newer one's.
 LEASE_NEWER = "(attribute_not_exists(#lt) OR #lt <= :lt)"
 MAX_OWNER_CHARS = 256
+
+
+def accepted_ms(job_id: str, now_ms: int) -> int:
+    """When the job was accepted, for an item its grant creates: the id's ULID time (a keyed id's
+    item is first written by its grant: the relay writes no ``queued`` for it, ``relay.status``), so
+    ``GET`` shows the acceptance time before and after the grant alike; ``now_ms`` for an id of
+    another shape, and at most ``now_ms`` (an id is not proof of its time)."""
+    ulid_ms = ulid_time_ms(job_id.split(".", 1)[0])
+    return now_ms if ulid_ms is None else min(ulid_ms, now_ms)
 
 
 class Grants:
@@ -71,6 +80,7 @@ class Grants:
         gen, lease = generation(redrive_gen), lease_token_of(lease_token)
         now = self.items.now_ms()
         values = {":one": N(1), ":leased": S(JobState.LEASED), ":owner": S(owner), ":now": N(now),
+                  ":created": N(accepted_ms(job_id, now)),
                   ":queue": S(queue), ":cancelled": S(JobState.CANCELLED), ":false": {"BOOL": False},
                   ":succeeded": S(JobState.SUCCEEDED), ":failed": S(JobState.FAILED),
                   ":dead": S(JobState.DEAD), ":gen": N(gen), ":lt": N(lease or 0)}
@@ -81,7 +91,7 @@ class Grants:
         request = self.items.request(
             job_id,
             update="ADD #tok :one, #att :one SET #st = :leased, #own = :owner, #up = :now, #run = :gen, "
-                   f"#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :now){record} "
+                   f"#q = if_not_exists(#q, :queue), #cr = if_not_exists(#cr, :created){record} "
                    "REMOVE #exp, #fin",
             condition=condition, values=values, ReturnValues="ALL_NEW")
         attrs, ok = self.items.update("grant", request)

@@ -21,6 +21,7 @@ from sluice.backends.dynamodb.items import ItemTable
 from sluice.core import formats
 from sluice.core.endings import Settled, redriven_waiting, settle_outcome
 from sluice.core.errors import AlreadyFinished, InvalidInput, JobExists, JobNotFound, StoreError
+from sluice.core.ids import named_key_id
 from sluice.core.models import (
     FINAL_STATES,
     JobRecord,
@@ -78,6 +79,8 @@ class Unqueued:
         return item_str(item, "status") != JobState.ACCEPTED or "parent_id" in item
 
     def note(self, job_id: str) -> None:
+        if named_key_id(job_id) is not None:
+            return  # the relay writes no ``queued`` for a keyed id at all (``relay.status.needs_item``)
         if len(self._ids) >= self._limit:
             self._ids.pop(next(iter(self._ids)), None)
         self._ids[job_id] = None
