@@ -5,6 +5,7 @@ view and the CLI."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
@@ -15,6 +16,16 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
+from sluice.core.listing import (
+    DEFAULT_PAGE,
+    JobPage,
+    ListedJob,
+    check_limit,
+    check_prefix,
+    check_state,
+    paginate,
+    parse_cursor,
+)
 from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 
@@ -82,6 +93,42 @@ class RedisAdmin:
                   for i in infos if int(i.get("maxmemory", 0) or 0) > 0]
         return max(shares) if shares else None
 
+    # --- listing (issue 32) --------------------------------------------------------------------
+
+    def list_jobs(self, queue: str, state: str, limit: int = DEFAULT_PAGE, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        """One page of ``queue``'s jobs in ``state``, newest first (``sluice.core.listing``): ZRANGE
+        BYSCORE REV reads from the cursor's score down, then one pipelined HMGET of the page's job
+        hashes. Reads only, so no script; ready lists the ungrouped ready zset (a fair group's
+        ready jobs are not listed: a stub, docs/console.md)."""
+        state, limit = check_state(state), check_limit(limit)
+        start, prefix = parse_cursor(cursor), check_prefix(prefix)
+        k = self.conn.keys(queue)
+        key = {"ready": k.ready, "delayed": k.delayed, "leased": k.leased, "dead": k.dead,
+               "finished": k.recent}[state]
+        top: Any = "+inf" if start is None else start.score
+        bottom: Any = "-inf"
+        client = self.conn.client
+
+        def read(offset: int, count: int) -> list[tuple[str, int]]:
+            rows = client.zrange(key, top, bottom, desc=True, byscore=True, offset=offset, num=count,
+                                 withscores=True)
+            return [(text(member), int(score)) for member, score in rows]
+
+        try:
+            picked, after, examined = paginate(read, start, prefix, limit)
+            fields: list[Any] = []
+            if picked and state != "finished":
+                pipe = client.pipeline(transaction=False)
+                for job_id, _ in picked:
+                    pipe.hmget(k.job_prefix + job_id, "p", "m", "a", "err", "grp")
+                fields = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        jobs = [_listed(job_id, state, score, fields[i] if fields else None)
+                for i, (job_id, score) in enumerate(picked)]
+        return JobPage(queue=queue, state=state, jobs=jobs, next=after, scanned=examined)
+
     # --- dead letters -----------------------------------------------------------------------
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
@@ -136,3 +183,18 @@ class RedisAdmin:
         while deleted := self.conn.scripts.purge(k, MAX_BATCH):
             total += deleted
         return total
+
+
+def _listed(job_id: str, state: str, score: int, fields: list[Any] | None) -> ListedJob:
+    """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, or gone)."""
+    at = None if state == "ready" else score
+    if not fields or fields[1] is None:
+        return ListedJob(job_id=job_id, state=state, at_ms=at)
+    payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
+    priority, _, _, enqueued = (int(v) for v in str(meta).split(","))
+    try:
+        body = None if payload is None else json.loads(payload)
+    except ValueError:
+        body = payload
+    return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
+                     attempts=int(attempts or 0), group=group, last_error=error, payload=body)
