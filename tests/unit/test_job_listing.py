@@ -131,19 +131,22 @@ def test_the_core_checks_refuse_what_the_route_would(bad: dict[str, Any]) -> Non
         listing.check_prefix(args["prefix"])
 
 
-def test_a_prefix_that_matches_nothing_stops_at_its_scan_budget_with_a_cursor() -> None:
-    rows = [(f"job-{i:06d}", 100_000 - i) for i in range(25_000)]
+def test_a_prefix_that_matches_nothing_stops_at_its_scan_budget_with_a_boundary() -> None:
+    members = [f"job-{i:06d}" for i in range(25_000)]
+    reads: list[int] = []
 
-    def reader(top: int) -> listing.Read:  # as ZRANGE BYSCORE REV from the cursor's score down
-        below = [r for r in rows if r[1] <= top]
-        return lambda offset, count: below[offset:offset + count]
+    def reader(start: int) -> listing.Read:  # the members after the boundary, as the adapter reads them
+        def read(offset: int, count: int) -> list[str]:
+            reads.append(count)
+            return members[start + offset:start + offset + count]
+        return read
 
-    picked, after, examined = listing.paginate(reader(10**9), None, "zzz", 50)
-    assert picked == [] and after is not None and listing.SCAN_MOST <= examined < listing.SCAN_MOST + 1000
+    picked, boundary, examined = listing.paginate(reader(0), "zzz", 50)
+    assert picked == [] and boundary is not None and listing.SCAN_MOST <= examined < listing.SCAN_MOST + 1000
     pages, found = 1, []
-    while after is not None and not found:
-        cursor = listing.parse_cursor(after)
-        assert cursor is not None
-        found, after, _ = listing.paginate(reader(cursor.score), cursor, "job-024999", 50)
+    while boundary is not None and not found:
+        found, boundary, _ = listing.paginate(reader(members.index(boundary) + 1), "job-024999", 50)
         pages += 1
-    assert found == [("job-024999", 100_000 - 24_999)] and pages == 3
+    assert found == ["job-024999"] and pages == 3 and max(reads) == 1000
+    page, boundary, examined = listing.paginate(reader(0), None, 10)
+    assert (page, boundary, examined) == (members[:10], members[9], 11)  # one more read: another page follows

@@ -115,35 +115,34 @@ class JobPage(Model):
     scanned: int = Field(default=0, description="Zset members this page examined.")
 
 
-Read = Callable[[int, int], Sequence[tuple[str, int]]]
+Read = Callable[[int, int], Sequence[str]]
 
 
-def paginate(read: Read, cursor: Cursor | None, prefix: str | None, limit: int,
-             chunk: int = 1000) -> tuple[list[tuple[str, int]], str | None, int]:
-    """One page of a zset read newest first: ``read(offset, count)`` gives its ``(member, score)``
-    pairs from the cursor's score down (the cursor's own score included, since members share
-    scores). Returns the page's pairs (at most ``limit``), the next cursor (None: no more) and
-    how many members after the cursor it examined (at most ``SCAN_MOST`` plus one chunk's worth
-    while a prefix filters: a page that spends its budget returns a cursor to go on from)."""
+def paginate(read: Read, prefix: str | None, limit: int,
+             chunk: int = 1000) -> tuple[list[str], str | None, int]:
+    """One page of a zset read newest first: ``read(offset, count)`` gives its members strictly
+    after the cursor, in order (the adapter skips the cursor's own score's members up to it).
+    Members only: parsing a score costs a Redis client more than its member, and only the page's
+    and the boundary's scores are needed (the adapter reads those). Returns the page's members (at
+    most ``limit``), the member the next page starts after (None: no more), and how many members
+    it examined (at most ``SCAN_MOST`` plus one chunk while a prefix filters: a page that spends its
+    budget returns a boundary to go on from)."""
     want = limit + 1  # one more than the page, to know whether another page follows
     size = want if prefix is None else max(chunk, want)
-    picked: list[tuple[str, int]] = []
+    picked: list[str] = []
     examined, offset = 0, 0
-    last: tuple[str, int] | None = None
     while True:
         entries = read(offset, size)
-        for member, score in entries:
-            if not after(cursor, score, member):
-                continue
-            examined, last = examined + 1, (member, score)
+        for member in entries:
+            examined += 1
             if prefix is None or member.startswith(prefix):
-                picked.append((member, score))
+                picked.append(member)
                 if len(picked) == want:
-                    return picked[:limit], encode_cursor(picked[limit - 1][1], picked[limit - 1][0]), examined
+                    return picked[:limit], picked[limit - 1], examined
         if len(entries) < size:
             return picked, None, examined
-        if examined >= SCAN_MOST and last is not None:
-            return picked, encode_cursor(last[1], last[0]), examined
+        if examined >= SCAN_MOST:
+            return picked, entries[-1], examined
         offset += len(entries)
 
 

@@ -345,13 +345,16 @@ class FakeQueue:
 
         rows = sorted(((i, int(score(j))) for i, j in jobs.items()), key=lambda r: (r[1], r[0].encode()),
                       reverse=True)
-        top = rows if start is None else [r for r in rows if r[1] <= start.score]
-        picked, after, examined = listing.paginate(lambda o, n: top[o:o + n], start, prefix, limit)
-        out = [listing.ListedJob(job_id=i, state=state, at_ms=None if state == "ready" else sc,
+        rest = [r for r in rows if listing.after(start, r[1], r[0])]
+        scores = dict(rest)
+        picked, boundary, examined = listing.paginate(lambda o, n: [m for m, _ in rest[o:o + n]], prefix,
+                                                      limit)
+        after = None if boundary is None else listing.encode_cursor(scores[boundary], boundary)
+        out = [listing.ListedJob(job_id=i, state=state, at_ms=None if state == "ready" else scores[i],
                                  enqueued_at_ms=jobs[i].spec.enqueued_at_ms, priority=jobs[i].spec.priority,
                                  attempts=jobs[i].attempts, group=jobs[i].spec.group,
                                  last_error=jobs[i].last_error, payload=jobs[i].spec.payload)
-               for i, sc in picked]
+               for i in picked]
         return listing.JobPage(queue=queue, state=state, jobs=out, next=after, scanned=examined)
 
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
