@@ -29,6 +29,7 @@ from sluice.core.errors import InvalidInput
 from sluice.core.models import JOB_ID
 
 STATES: Final = ("ready", "delayed", "leased", "dead", "finished")
+STATE_PATTERN: Final = f"^({'|'.join(STATES)})$"
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 1000
 SCAN_MOST: Final = 10_000  # zset members one page examines at most while a prefix filters

@@ -34,7 +34,6 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/?$"), ("GET",)),
 )
 
-STATE_PATTERN: Final = f"^({'|'.join(listing.STATES)})$"
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
 
 
@@ -142,7 +141,7 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C
              summary="The queue's jobs in one state, newest first, a page at a time (sensitive payload "
                      "fields redacted).")
     def jobs(queue: AdminQueue,
-             state: Annotated[str, Query(pattern=STATE_PATTERN, description=(
+             state: Annotated[str, Query(pattern=listing.STATE_PATTERN, description=(
                  "ready, delayed, leased, dead, or finished (the last jobs acked).")),
              ] = "ready",
              limit: Annotated[int, Query(ge=1, le=listing.MAX_PAGE)] = listing.DEFAULT_PAGE,
