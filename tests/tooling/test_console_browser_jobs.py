@@ -1,10 +1,12 @@
 """Issue 32 in a real headless browser against ``sluice dev``: a queue's jobs page filters by state
 and id prefix (the filter form, then the page's links), and a flow's tree links each job to its
 page; the depth page draws its stacked layers. Skipped as tests/tooling/test_console_browser.py is
-(no chromium, chromedriver or selenium)."""
+(no chromium, chromedriver or selenium). ``SLUICE_CONSOLE_SCREENSHOTS=docs/img`` saves the three
+pages there (console-jobs.png, console-flow.png, console-depth.png: how docs/console.md's are made)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,7 @@ def test_the_jobs_page_filters_and_the_flow_tree_links_each_job(
     wait.until(lambda d: "state=delayed" in d.current_url)
     assert listed(browser) == list(reversed(delayed))  # newest first: the one that runs last
     assert "<b>three</b>" in text_of(browser, "table.jobs")  # shown as text
+    shot(browser, "console-jobs.png")
     field = browser.find_element(By.CSS_SELECTOR, '#job-filter input[name="prefix"]')
     field.clear()
     field.send_keys(delayed[1])
@@ -83,6 +86,7 @@ def test_the_jobs_page_filters_and_the_flow_tree_links_each_job(
     assert all("succeeded" in cls for cls in nodes.values()), nodes
     first = browser.find_element(By.CSS_SELECTOR, "#flow a.node").get_attribute("data-job")
     assert first == parent
+    shot(browser, "console-flow.png")
     click(browser, f'#flow a.node[data-job="{then}"]')
     wait.until(lambda d: text_of(d, "#job-status") == "succeeded")
     assert then in browser.current_url
@@ -93,3 +97,10 @@ def test_the_jobs_page_filters_and_the_flow_tree_links_each_job(
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#wait-p50"))
     assert text_of(browser, ".count-delayed") == "3"
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "svg.depth polygon.layer")) == 4)
+    shot(browser, "console-depth.png")
+
+
+def shot(browser: Any, name: str) -> None:
+    folder = os.environ.get("SLUICE_CONSOLE_SCREENSHOTS")
+    if folder:
+        browser.save_screenshot(str(Path(folder) / name))

@@ -95,14 +95,18 @@ def percentile(values: Sequence[int], q: float) -> int | None:
 
 
 def stacked_chart(samples: Sequence[Depth], now_s: float, width: int = 640, height: int = 180) -> str:
-    """Inline SVG: ready, delayed, leased and dead stacked over the last hour (x: -60 min .. now)."""
+    """Inline SVG: ready, delayed, leased and dead stacked over the last hour (x: from the hour's
+    start, or the first sample if later, to now)."""
     if len(samples) < 2:
         return (f'<svg class="depth" width="{width}" height="{height}" role="img" '
                 'aria-label="no samples yet"><text x="8" y="20">no samples yet</text></svg>')
     top = max(max(d.ready + d.delayed + d.leased + d.dead for d in samples), 1)
+    # The hour, or the part of it the console has seen (it samples from its start): the span drawn.
+    start = max(now_s - HOUR_S, samples[0].at_s)
+    span = max(now_s - start, 1.0)
 
     def x(at_s: float) -> float:
-        return (at_s - (now_s - HOUR_S)) / HOUR_S * width
+        return (at_s - start) / span * width
 
     def y(v: float) -> float:
         return height - 1 - v / top * (height - 2)
@@ -121,7 +125,7 @@ def stacked_chart(samples: Sequence[Depth], now_s: float, width: int = 640, heig
     return (f'<svg class="depth" width="{width}" height="{height}" role="img" aria-label="{esc(label)}">'
             f'<title>{esc(label)}</title>{"".join(polys)}'
             f'<text x="2" y="12" class="axis">{top}</text></svg>'
-            f'<div class="axis-x"><span>-60 min</span><span class="now">now</span></div>')
+            f'<div class="axis-x"><span>-{span / 60:.0f} min</span><span class="now">now</span></div>')
 
 
 def waits(reader: Reader, queue: str, now_ms: int) -> tuple[int | None, int | None, int]:
