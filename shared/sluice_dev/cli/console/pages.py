@@ -125,7 +125,11 @@ def stacked_chart(samples: Sequence[Depth], now_s: float, width: int = 640, heig
     return (f'<svg class="depth" width="{width}" height="{height}" role="img" aria-label="{esc(label)}">'
             f'<title>{esc(label)}</title>{"".join(polys)}'
             f'<text x="2" y="12" class="axis">{top}</text></svg>'
-            f'<div class="axis-x"><span>-{span / 60:.0f} min</span><span class="now">now</span></div>')
+            f'<div class="axis-x"><span>-{_ago(span)}</span><span class="now">now</span></div>')
+
+
+def _ago(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def waits(reader: Reader, queue: str, now_ms: int) -> tuple[int | None, int | None, int]:
