@@ -14,6 +14,10 @@ Sensitive fields: a typed queue's payload JSON Schema (its handler's pydantic mo
 with its route) marks a property sensitive with ``"writeOnly": true`` (pydantic's ``SecretStr``
 and ``SecretBytes`` emit it) or ``"x-sluice-sensitive": true``; ``redact`` puts ``REDACTED`` in
 its place before a payload leaves the operator API, so the console and the CLI never see it.
+
+Not done (stubs, docs/console.md): an untyped queue cannot mark fields (no per-queue setting yet);
+a fair group's ready jobs (in the group's own zset) and jobs delayed beyond the relay's delay
+horizon (in the parking lot, not Redis) are not listed.
 """
 
 from __future__ import annotations
