@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from pydantic import BaseModel, ValidationError
 
@@ -49,6 +49,7 @@ from sluice.client_transport import Transport as Transport
 from sluice.client_transport import UrllibTransport as UrllibTransport
 from sluice.core import wire
 from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
+from sluice.core.listing import JobPage, check_state
 from sluice.core.models import (
     FINAL_STATES,
     DeadJob,
@@ -214,6 +215,15 @@ class Client:
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         doc = self._call("GET", self._admin(queue, f"dlq?limit={int(limit)}"))
         return [DeadJob.model_validate({**j, "queue": queue}) for j in doc["jobs"]]
+
+    def list_jobs(self, queue: str, state: str = "ready", *, limit: int = 50, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        """One page of ``queue``'s jobs in ``state`` (ready, delayed, leased, dead, finished), newest
+        first (``GET /v1/admin/queues/{queue}/jobs``); pass the page's ``next`` as ``cursor`` for the
+        one after. Payload fields the queue marks sensitive come back redacted."""
+        query = {"state": check_state(state), "limit": str(int(limit))}
+        query.update({k: v for k, v in (("cursor", cursor), ("prefix", prefix)) if v})
+        return JobPage.model_validate(self._call("GET", self._admin(queue, f"jobs?{urlencode(query)}")))
 
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         """One dead job, or every one (``job_id`` None): ``{"queue", "moved", "refused"}``."""

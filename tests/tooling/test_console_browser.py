@@ -61,9 +61,16 @@ def shout(job, ctx):
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
-    (tmp_path / "myjobs.py").write_text(HANDLERS)
+    yield from serve_console(tmp_path, HANDLERS)
+
+
+def serve_console(tmp_path: Path, handlers: str,
+                  workers: int = 1) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
+    """``sluice dev`` with ``handlers`` (a module's text) and ``sluice console`` on it: (folder,
+    endpoints, the console's URL, its launch link); both stopped after."""
+    (tmp_path / "myjobs.py").write_text(handlers)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
-    argv = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"]
+    argv = [SLUICE, "dev", "--workers", str(workers), "--log-level", "WARNING", "--handlers", "myjobs"]
     dev = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True)
     console = None

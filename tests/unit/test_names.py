@@ -7,12 +7,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from sluice.core import models
+from sluice.core import listing, models
 from tests.infra import cfn
 from tests.unit.test_gateway_fakes import Rig
 
 PATTERNS = {models.QUEUE_NAME_PATTERN, models.JOB_ID_PATTERN, models.IDEMPOTENCY_KEY_PATTERN,
-            models.GROUP_PATTERN}
+            models.GROUP_PATTERN, listing.STATE_PATTERN, listing.CURSOR_PATTERN}  # listing: issue 32
 
 
 def _patterns(node: Any) -> Iterator[str]:

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
 from sluice.core.endings import Settled
+from sluice.core.listing import JobPage
 from sluice.core.models import (
     DeadJob,
     Extended,
@@ -87,6 +88,11 @@ class JobQueue(Protocol):
         ...
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]: ...
+    def list_jobs(self, queue: str, state: str, limit: int = 50, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        """One page of the queue's jobs in ``state``, newest first (``sluice.core.listing``)."""
+        ...
+
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
         """A dead job as its Kafka record had it (JobNotFound if not dead), for a redrive's append."""
         ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sluice.core import knobs, policy
+from sluice.core import knobs, listing, policy
 from sluice.core.errors import InvalidInput, NoRoute, NotOperator
 from sluice.core.limits import Limits
 from sluice.core.models import (
@@ -132,6 +132,21 @@ class Admin:
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LISTED:
             raise InvalidInput(f"limit must be 1..{MAX_LISTED}, got {limit!r}")
         return self.queue.dead_letters(self.check_queue(name), limit)
+
+    def list_jobs(self, name: str, state: str, limit: int = listing.DEFAULT_PAGE, cursor: str | None = None,
+                  prefix: str | None = None) -> listing.JobPage:
+        """One page of the queue's jobs in ``state``, newest first, with the payload fields its
+        route's schema marks sensitive redacted here, before any of it leaves the operator API
+        (so the console, the CLI and their logs never hold them)."""
+        page = self.queue.list_jobs(self.check_queue(name), state, limit, cursor, prefix)
+        paths = listing.sensitive_paths(None if self.routes is None else self.routes.schema(page.queue))
+        if not paths:
+            return page
+        jobs = []
+        for job in page.jobs:
+            payload, hit = listing.redact(job.payload, paths)
+            jobs.append(job.model_copy(update={"payload": payload, "redacted": hit}))
+        return page.model_copy(update={"jobs": jobs})
 
     def redrive(self, name: str, job_id: str | None, everything: bool) -> RedriveReport:
         queue = self.check_queue(name)

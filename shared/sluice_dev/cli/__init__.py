@@ -173,9 +173,9 @@ def register(group: click.Group) -> None:
 
 
 def _load() -> None:
-    from sluice_dev.cli import check, console, cost, events, jobs, local, ops, routes, schedules, top
+    from sluice_dev.cli import check, console, cost, events, joblist, jobs, local, ops, routes, schedules, top
 
-    for module in (jobs, ops, top, local, check, events, routes, console, schedules, cost):
+    for module in (jobs, ops, top, local, check, events, routes, console, schedules, cost, joblist):
         for command in module.COMMANDS:
             main.add_command(command)
     register(main)

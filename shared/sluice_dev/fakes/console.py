@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import JobNotFound
+from sluice.core.listing import JobPage, ListedJob
 from sluice.core.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
 from sluice.core.wire import JobView
 
@@ -43,6 +44,7 @@ class FakeBackend:
         self.listed = ["emails", "reports"]  # what GET /v1/admin/queues lists
         self.polls = 0
         self.schedule_paused = False
+        self.listed_calls: list[tuple[Any, ...]] = []  # list_jobs: (queue, state, limit, cursor, prefix)
 
     def queue_row(self, queue: str) -> dict[str, Any]:
         self.polls += 1  # each poll: 4 more succeeded, 1 more dead
@@ -72,6 +74,17 @@ class FakeBackend:
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return list(self.dead)
+
+    def list_jobs(self, queue: str, state: str = "ready", *, limit: int = 50, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        """GET /v1/admin/queues/{queue}/jobs: the dead job, with ``EVIL`` in its payload and error, in
+        every state asked for, and a next cursor on the first page; each read kept in ``listed_calls``."""
+        self.listed_calls.append((queue, state, limit, cursor, prefix))
+        job = ListedJob(job_id=JOB, state=state, at_ms=1_700_000_000_000, enqueued_at_ms=1_699_999_999_000,
+                        priority=0, attempts=3, last_error=EVIL, payload={"to": EVIL, "card": "[redacted]"},
+                        redacted=["card"])
+        shown = [] if prefix and not JOB.startswith(prefix) else [job]
+        return JobPage(queue=queue, state=state, jobs=shown, next=None if cursor else f"5~{JOB}")
 
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         self.calls.append(("redrive", queue, job_id))

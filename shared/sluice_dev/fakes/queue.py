@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sluice.core import listing
 from sluice.core.errors import AlreadyFinished, JobNotFound, LeaseLost, QueueNotAllowed
 from sluice.core.models import (
     MAX_ATTEMPTS,
@@ -327,6 +328,34 @@ class FakeQueue:
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return [DeadJob(job_id=j.spec.job_id, queue=q, attempts=j.attempts, last_error=j.last_error,
                         died_at_ms=0) for (q, _), j in self.jobs.items() if q == queue and j.state == "dead"]
+
+    def list_jobs(self, queue: str, state: str, limit: int = 50, cursor: str | None = None,
+                  prefix: str | None = None) -> listing.JobPage:
+        """Redis's listing (``RedisAdmin.list_jobs``) over the fake's jobs: the same checks and
+        pagination, each state's score as Redis keeps it (finished: the fake's ``done`` jobs)."""
+        state, limit = listing.check_state(state), listing.check_limit(limit)
+        start, prefix = listing.parse_cursor(cursor), listing.check_prefix(prefix)
+        own = "done" if state == "finished" else state
+        with self._lock:
+            jobs = {j.spec.job_id: j for (q, _), j in self.jobs.items() if q == queue and j.state == own}
+
+        def score(j: QJob) -> int:
+            return {"ready": (9 - j.spec.priority) * 2 ** 44 + j.seq, "delayed": j.run_at_ms,
+                    "leased": j.deadline_ms}.get(state, j.seq)
+
+        rows = sorted(((i, int(score(j))) for i, j in jobs.items()), key=lambda r: (r[1], r[0].encode()),
+                      reverse=True)
+        rest = [r for r in rows if listing.after(start, r[1], r[0])]
+        scores = dict(rest)
+        picked, boundary, examined = listing.paginate(lambda o, n: [m for m, _ in rest[o:o + n]], prefix,
+                                                      limit)
+        after = None if boundary is None else listing.encode_cursor(scores[boundary], boundary)
+        out = [listing.ListedJob(job_id=i, state=state, at_ms=None if state == "ready" else scores[i],
+                                 enqueued_at_ms=jobs[i].spec.enqueued_at_ms, priority=jobs[i].spec.priority,
+                                 attempts=jobs[i].attempts, group=jobs[i].spec.group,
+                                 last_error=jobs[i].last_error, payload=jobs[i].spec.payload)
+               for i in picked]
+        return listing.JobPage(queue=queue, state=state, jobs=out, next=after, scanned=examined)
 
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
         j = self.jobs.get((queue, job_id))

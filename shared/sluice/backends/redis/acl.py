@@ -44,7 +44,8 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
 # the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
-    "ack.lua": "decrby del exists hdel hexists hincrby hmget hsetnx rpush zcard zrem",
+    "ack.lua": "decrby del exists hdel hexists hincrby hmget hsetnx rpush time zadd zcard zrem "
+               "zremrangebyrank",
     "cancel.lua": "decrby del exists hdel hexists hincrby hmget hset lrem time zadd zcard zrem zscore",
     "config.lua": "hdel hget hgetall hmget hset hsetnx rpush zcard zrange",
     "enqueue.lua": "exists get hincrby hset hsetnx incrby rpush set time zadd",

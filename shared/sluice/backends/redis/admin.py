@@ -5,6 +5,7 @@ view and the CLI."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
@@ -15,6 +16,18 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
+from sluice.core.listing import (
+    DEFAULT_PAGE,
+    JobPage,
+    ListedJob,
+    after,
+    check_limit,
+    check_prefix,
+    check_state,
+    encode_cursor,
+    paginate,
+    parse_cursor,
+)
 from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 
@@ -82,6 +95,60 @@ class RedisAdmin:
                   for i in infos if int(i.get("maxmemory", 0) or 0) > 0]
         return max(shares) if shares else None
 
+    # --- listing (issue 32) --------------------------------------------------------------------
+
+    def list_jobs(self, queue: str, state: str, limit: int = DEFAULT_PAGE, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        """One page of ``queue``'s jobs in ``state``, newest first (``sluice.core.listing``): ZRANGE
+        BYSCORE REV of members from the cursor's score down (past the cursor's own score-mates up
+        to it), then one pipeline: ZMSCORE of the page and its boundary, HMGET of each job hash.
+        Reads only, so no script; ready lists the ungrouped ready zset (a fair group's ready jobs
+        are not listed: a stub, docs/console.md)."""
+        state, limit = check_state(state), check_limit(limit)
+        start, prefix = parse_cursor(cursor), check_prefix(prefix)
+        k = self.conn.keys(queue)
+        key = {"ready": k.ready, "delayed": k.delayed, "leased": k.leased, "dead": k.dead,
+               "finished": k.recent}[state]
+        top: Any = "+inf" if start is None else start.score
+        bottom: Any = "-inf"
+        client = self.conn.client
+        try:
+            skip = 0
+            if start is not None:  # members share scores: skip the cursor's score-mates up to it
+                mates = client.zrange(key, top, top, desc=True, byscore=True)
+                skip = sum(1 for m in mates if not after(start, start.score, text(m)))
+
+            def read(offset: int, count: int) -> list[str]:
+                rows = client.zrange(key, top, bottom, desc=True, byscore=True, offset=skip + offset,
+                                     num=count)
+                return [text(m) for m in rows]
+
+            picked, boundary, examined = paginate(read, prefix, limit)
+            shown = [*picked, *([boundary] if boundary is not None else [])]
+            pipe = client.pipeline(transaction=False)
+            for job_id in shown:
+                pipe.zscore(key, job_id)
+            for job_id in picked if state != "finished" else ():
+                pipe.hmget(k.job_prefix + job_id, "p", "m", "a", "err", "grp")
+            replies = pipe.execute() if shown else []
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        scores, fields = replies[:len(shown)], replies[len(shown):]
+        jobs = [_listed(job_id, state, scores[i], fields[i] if fields else None)
+                for i, job_id in enumerate(picked)]
+        following = None
+        if boundary is not None:
+            # The boundary left between the two reads (acked, leased): go on from the page's last
+            # job instead, or from the same cursor (a page that found none re-reads its span).
+            known = [(m, sc) for m, sc in zip(shown, scores, strict=True) if sc is not None]
+            if scores[-1] is not None:
+                following = encode_cursor(int(scores[-1]), boundary)
+            elif known:
+                following = encode_cursor(int(known[-1][1]), known[-1][0])
+            else:
+                following = cursor
+        return JobPage(queue=queue, state=state, jobs=jobs, next=following, scanned=examined)
+
     # --- dead letters -----------------------------------------------------------------------
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
@@ -136,3 +203,18 @@ class RedisAdmin:
         while deleted := self.conn.scripts.purge(k, MAX_BATCH):
             total += deleted
         return total
+
+
+def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None) -> ListedJob:
+    """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, or gone)."""
+    at = None if state == "ready" or score is None else int(score)
+    if not fields or fields[1] is None:
+        return ListedJob(job_id=job_id, state=state, at_ms=at)
+    payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
+    priority, _, _, enqueued = (int(v) for v in str(meta).split(","))
+    try:
+        body = None if payload is None else json.loads(payload)
+    except ValueError:
+        body = payload
+    return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
+                     attempts=int(attempts or 0), group=group, last_error=error, payload=body)

@@ -41,6 +41,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
                                    read, by lease.lua, which moves it into rota (an upgrade)
     sluice:{q}:groups       hash   <group> -> its leased jobs; >group -> 1 while the group is in rota;
                                    #ready -> jobs in every group's ready zset (_lib.lua, "Fair groups")
+    sluice:{q}:recent       zset   job id -> when it finished (ms): the last jobs acked, capped (ack.lua
+                                   keeps listing.RECENT_KEPT), for the operator's listing (issue 32)
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
@@ -215,3 +217,9 @@ class QueueKeys:
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"
+
+    @property
+    def recent(self) -> str:
+        """zset job id -> finished-at ms: the queue's last acked jobs, capped (ack.lua), which the
+        operator's listing shows as ``finished`` (their hashes are gone)."""
+        return f"{self.base}:recent"

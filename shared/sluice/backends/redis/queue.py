@@ -36,6 +36,7 @@ from sluice.backends.redis.scripts import REDIS_ERRORS, JobFields, translate
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError
+from sluice.core.listing import DEFAULT_PAGE, JobPage
 from sluice.core.models import (
     MAX_ATTEMPTS,
     MAX_DELAY_MS,
@@ -229,6 +230,10 @@ class RedisJobQueue:
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
         return self.admin.dead_letters(queue, limit)
+
+    def list_jobs(self, queue: str, state: str, limit: int = DEFAULT_PAGE, cursor: str | None = None,
+                  prefix: str | None = None) -> JobPage:
+        return self.admin.list_jobs(queue, state, limit, cursor, prefix)
 
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
         return self.admin.dead_spec(queue, job_id)

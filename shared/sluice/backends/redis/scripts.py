@@ -31,6 +31,7 @@ from redis.commands.core import Script
 
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS, REGISTRY_LOADED_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
+from sluice.core.listing import RECENT_KEPT
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
@@ -326,8 +327,8 @@ class Scripts:
 
     def ack(self, k: QueueKeys, jobs: Sequence[tuple[str, int]]) -> list[SluiceError | None]:
         pairs = " ".join([f"{job_id} {token}" for job_id, token in jobs])
-        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished, k.used, *k.group_keys],
-                          [pairs])
+        reply = self._run("ack.lua", [k.job_prefix, k.leased, k.tokens, k.finished, k.used, *k.group_keys,
+                                      k.recent], [pairs, RECENT_KEPT])
         out: list[SluiceError | None] = [None] * len(jobs)
         for i in range(1, len(reply), 2):
             out[int(reply[i]) - 1] = parse_error(_word(reply[i + 1]))

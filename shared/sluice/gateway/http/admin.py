@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import ConfigDict, Field
 
+from sluice.core import listing
 from sluice.core.base import Model
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
 from sluice.gateway.admin import MAX_LISTED, Admin
@@ -30,6 +31,7 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks)/?$"), ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/?$"), ("GET",)),
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
@@ -82,7 +84,8 @@ def _config(queue: str, config: QueueConfig) -> Response[Any]:
     return _json(200, {"queue": queue, **config.model_dump(mode="json")})
 
 
-def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses: dict[int, Any]) -> None:
+def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C901 - a closure per route
+             responses: dict[int, Any]) -> None:
     """Add the operator routes to ``app``; ``admin()`` gives the use-cases for one request."""
     tags = ["operator"]
 
@@ -133,6 +136,21 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses:
                  limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 100) -> Response[Any]:
         dead = admin().dead_letters(queue, limit)
         return _json(200, {"queue": queue, "jobs": [d.model_dump(mode="json") for d in dead]})
+
+    @app.get("/v1/admin/queues/<queue>/jobs", operation_id="admin_jobs", tags=tags, responses=responses,
+             summary="The queue's jobs in one state, newest first, a page at a time (sensitive payload "
+                     "fields redacted).")
+    def jobs(queue: AdminQueue,
+             state: Annotated[str, Query(pattern=listing.STATE_PATTERN, description=(
+                 "ready, delayed, leased, dead, or finished (the last jobs acked).")),
+             ] = "ready",
+             limit: Annotated[int, Query(ge=1, le=listing.MAX_PAGE)] = listing.DEFAULT_PAGE,
+             cursor: Annotated[str | None, Query(pattern=listing.CURSOR_PATTERN, description=(
+                 "The `next` of the page before."))] = None,
+             prefix: Annotated[str | None, Query(pattern=listing.PREFIX_PATTERN, description=(
+                 "Only ids that start with this."))] = None) -> Response[Any]:
+        page = admin().list_jobs(queue, state, limit, cursor, prefix)
+        return _json(200, page.model_dump(mode="json"))
 
     @app.post("/v1/admin/queues/<queue>/dlq/redrive", operation_id="admin_redrive", tags=tags,
               responses=responses, summary="Put one dead job, or all of them, back in the ready queue.")

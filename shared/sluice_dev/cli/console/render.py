@@ -113,7 +113,9 @@ def queue_row(stats: QueueStats, rates: Sequence[Rates], token: str) -> str:
             f'<td class="bytes">{esc(in_redis(stats))}</td><td class="parked">{esc(parked(stats))}</td>'
             f'{_finished_cell(stats, rates[-1] if rates else None)}'
             f'<td>{sparkline(rates)}</td><td class="state {state}">{state}</td>'
-            f'<td class="limit">{esc(limit)}</td><td>{toggle} {rate_form}</td></tr>')
+            f'<td class="limit">{esc(limit)}</td><td>{toggle} {rate_form} '
+            f'<a class="jobs-link" href="{esc(qpath(q, "/jobs"))}">jobs</a> '
+            f'<a class="depth-link" href="{esc(qpath(q, "/depth"))}">depth</a></td></tr>')
 
 
 QUEUE_HEAD = ("<tr><th>queue</th><th>ready</th><th>delayed</th><th>leased</th><th>dead</th>"
@@ -174,6 +176,9 @@ def job_fragment(view: JobView) -> str:
     ]
     if view.waits_for:
         rows.append(("waits for", _ids(view.waits_for) + f" ({view.remaining} not ended)"))
+    if view.parent_id or view.children or view.continuations or view.continuation:
+        rows.append(("flow", f'<a id="flow-link" href="/flows?id={esc(quote(view.job_id, safe=""))}">'
+                             "the flow as a tree</a>"))
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<table class="job" data-final="{"yes" if view.status in FINAL else "no"}">{body}</table>'
 

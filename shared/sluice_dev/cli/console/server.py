@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 from sluice.core.errors import SluiceError
 from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
 from sluice.core.schedules import check_name
-from sluice_dev.cli.console import render
+from sluice_dev.cli.console import pages, render
 from sluice_dev.cli.console.backend import Backend, History, Watched
 from sluice_dev.local.httpd import QuietHandler
 
@@ -69,6 +69,7 @@ class Console:
     port: int
     watched: Watched = field(default_factory=Watched)
     history: History = field(default_factory=History)
+    depths: pages.Depths = field(default_factory=pages.Depths)  # the depth page's hour (issue 32)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # the forms' CSRF token
     launch_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # printed, used once
     sessions: set[str] = field(default_factory=set)  # the cookies handed out (one: the link works once)
@@ -197,6 +198,10 @@ class Console:
         if path.startswith("/static/") and path[8:] in STATIC:
             text = resources.files("sluice_dev.cli.console").joinpath("static", path[8:]).read_text("utf-8")
             return Response(200, text, STATIC[path[8:]])
+        found = pages.get(self.backend, self.depths, path, query)  # jobs list, flow tree, depth (issue 32)
+        if found is not None:
+            status, title, body = found
+            return Response(status, body) if title is None else self.html(status, title, body)
         match = _DLQ.match(path)
         if match:
             queue = validate_queue_name(match.group(1))
@@ -210,6 +215,7 @@ class Console:
         rows = []
         for stats in shown:
             self.history.record(stats)
+            self.depths.record(stats)
             rows.append(render.queue_row(stats, self.history.rates(stats.queue), self.token))
         return render.queues_table(rows, errors)
 

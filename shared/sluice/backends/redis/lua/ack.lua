@@ -8,9 +8,12 @@
 --   KEYS[5] used string: the acked jobs' sz fields are given back (keys.used)
 --   KEYS[6] group prefix  KEYS[7] turns list  KEYS[8] groups hash  (fair groups: _lib.lua; an
 --           acked grouped job's group has one lease less, and takes turns again if it has work)
+--   KEYS[9] recent zset (job id -> finished-at ms, Redis's TIME): each acked job is added and the
+--           zset trimmed to its newest ARGV[2] (the operator's listing of finished jobs, issue 32)
 --   ARGV[1] "<job_id> <token> <job_id> <token> ..." (1..1000 pairs, single spaces): one
 --           argument rather than 2n, because encoding each argument is what a Python
 --           client pays for (job ids cannot contain spaces)
+--   ARGV[2] how many finished jobs the recent zset keeps (1..100000)
 -- Output
 --   {acked, then for each pair that was not acked: its index (1-based), its error}
 --   errors: "NOT_FOUND job=<id>", "STALE_TOKEN job=<id> mine=<t> current=<t>",
@@ -26,6 +29,8 @@
 
 local prefix, leased, tokens, finished, used = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local G = keys_of_groups(KEYS[6], KEYS[7], KEYS[8])
+local recent, kept = KEYS[9], ARGV[2]
+if not int_in(kept, 1, 100000) then return invalid('kept') end
 local ids, mine = {}, {}
 for id, token in string.gmatch(ARGV[1], '(%S+) (%S+)') do
   ids[#ids + 1] = id
@@ -78,6 +83,13 @@ if #done > 0 then
   if ended then
     for group, k in pairs(ended) do group_done(G, group, k) end
   end
+  local now, scored = now_ms(), {}
+  for _, id in ipairs(done) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = id
+  end
+  redis.call('ZADD', recent, unpack(scored))
+  redis.call('ZREMRANGEBYRANK', recent, 0, -tonumber(kept) - 1)
 end
 out[1] = #done
 return out

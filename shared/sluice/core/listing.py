@@ -1,0 +1,219 @@
+"""Listing a queue's jobs (issue 32, item 1): the states, the cursor, the checks of a request, and
+the payload fields a queue marks sensitive. Pure: the Redis read is ``backends.redis.admin``'s.
+
+A page lists one state's jobs newest first, in the order of the state's Redis zset read backwards:
+delayed by when they run, leased by their lease deadline, dead by when they died, finished (the
+capped recent list ``keys.recent``) by when they finished, and ready in the reverse of the order
+workers take them (the lowest priority's newest first). The cursor is the last job a page
+returned, ``<score>~<job id>``: the next page starts strictly after it, so a job that moves
+between two pages is shown once at most, never twice on one page, and a removed cursor job is no
+error. An id prefix filters; it examines at most ``SCAN_MOST`` members a page and returns a cursor
+to go on from, so a prefix that matches nothing cannot make one request read the whole queue.
+
+Sensitive fields: a typed queue's payload JSON Schema (its handler's pydantic model, published
+with its route) marks a property sensitive with ``"writeOnly": true`` (pydantic's ``SecretStr``
+and ``SecretBytes`` emit it) or ``"x-sluice-sensitive": true``; ``redact`` puts ``REDACTED`` in
+its place before a payload leaves the operator API, so the console and the CLI never see it.
+
+Not done (stubs, docs/console.md): an untyped queue cannot mark fields (no per-queue setting yet);
+a fair group's ready jobs (in the group's own zset) and jobs delayed beyond the relay's delay
+horizon (in the parking lot, not Redis) are not listed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+from pydantic import Field
+
+from sluice.core.base import Model
+from sluice.core.errors import InvalidInput
+from sluice.core.models import JOB_ID
+
+STATES: Final = ("ready", "delayed", "leased", "dead", "finished")
+STATE_PATTERN: Final = f"^({'|'.join(STATES)})$"
+DEFAULT_PAGE: Final = 50
+MAX_PAGE: Final = 1000
+SCAN_MOST: Final = 10_000  # zset members one page examines at most while a prefix filters
+RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.lua trims it)
+REDACTED: Final = "[redacted]"
+PREFIX_PATTERN: Final = f"^{JOB_ID}$"  # a prefix of a job id is itself shaped like one
+_PREFIX_RE = re.compile(PREFIX_PATTERN)
+CURSOR_PATTERN: Final = rf"^-?[0-9]{{1,17}}~{JOB_ID}$"
+_CURSOR_RE = re.compile(rf"(-?[0-9]{{1,17}})~({JOB_ID})")
+_SCHEMA_DEPTH: Final = 12  # nesting followed in a payload schema ($refs may recurse)
+
+
+class Cursor(NamedTuple):
+    score: int
+    job_id: str
+
+
+def encode_cursor(score: int, job_id: str) -> str:
+    return f"{int(score)}~{job_id}"
+
+
+def parse_cursor(text: object) -> Cursor | None:
+    """None for no cursor (absent or empty); InvalidInput for anything but ``<score>~<job id>``."""
+    if text is None or text == "":
+        return None
+    match = _CURSOR_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput("invalid cursor: pass the `next` of the page before, unchanged")
+    return Cursor(int(match.group(1)), match.group(2))
+
+
+def check_state(state: object) -> str:
+    if state not in STATES:
+        raise InvalidInput(f"state must be one of {', '.join(STATES)}, not {state!r}")
+    return str(state)
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be 1..{MAX_PAGE}, got {limit!r}")
+    return limit
+
+
+def check_prefix(prefix: object) -> str | None:
+    """None for no filter; the prefix if it could start a job id, else InvalidInput (no glob or
+    pattern character can reach Redis: the filter is a plain ``startswith``)."""
+    if prefix is None or prefix == "":
+        return None
+    if not isinstance(prefix, str) or _PREFIX_RE.fullmatch(prefix) is None:
+        raise InvalidInput(f"invalid id prefix {prefix!r}: the start of a job id ({PREFIX_PATTERN})")
+    return prefix
+
+
+def after(cursor: Cursor | None, score: int, member: str) -> bool:
+    """Whether (score, member) comes after ``cursor`` newest first: a lower score, or the same
+    score and a member lower by bytes (a reversed zset orders equal scores that way)."""
+    if cursor is None:
+        return True
+    return score < cursor.score or (score == cursor.score and member.encode() < cursor.job_id.encode())
+
+
+class ListedJob(Model):
+    """One job of a page. ``at_ms``: when it runs (delayed), its lease deadline (leased), when it
+    died (dead) or finished (finished); None for ready (its ``enqueued_at_ms`` says how long it
+    waits). Finished jobs carry only their id and time (their hash is gone: ``GET /v1/jobs/{id}``)."""
+
+    job_id: str
+    state: str
+    at_ms: int | None = None
+    enqueued_at_ms: int | None = None
+    priority: int | None = None
+    attempts: int | None = None
+    group: str | None = None
+    last_error: str | None = None
+    payload: Any = None
+    redacted: list[str] = Field(default_factory=list)
+
+
+class JobPage(Model):
+    queue: str
+    state: str
+    jobs: list[ListedJob]
+    next: str | None = Field(default=None, description="Cursor of the next page; null: no more.")
+    scanned: int = Field(default=0, description="Zset members this page examined.")
+
+
+Read = Callable[[int, int], Sequence[str]]
+
+
+def paginate(read: Read, prefix: str | None, limit: int,
+             chunk: int = 1000) -> tuple[list[str], str | None, int]:
+    """One page of a zset read newest first: ``read(offset, count)`` gives its members strictly
+    after the cursor, in order (the adapter skips the cursor's own score's members up to it).
+    Members only: parsing a score costs a Redis client more than its member, and only the page's
+    and the boundary's scores are needed (the adapter reads those). Returns the page's members (at
+    most ``limit``), the member the next page starts after (None: no more), and how many members
+    it examined (at most ``SCAN_MOST`` plus one chunk while a prefix filters: a page that spends its
+    budget returns a boundary to go on from)."""
+    want = limit + 1  # one more than the page, to know whether another page follows
+    size = want if prefix is None else max(chunk, want)
+    picked: list[str] = []
+    examined, offset = 0, 0
+    while True:
+        entries = read(offset, size)
+        for member in entries:
+            examined += 1
+            if prefix is None or member.startswith(prefix):
+                picked.append(member)
+                if len(picked) == want:
+                    return picked[:limit], picked[limit - 1], examined
+        if len(entries) < size:
+            return picked, None, examined
+        if examined >= SCAN_MOST:
+            return picked, entries[-1], examined
+        offset += len(entries)
+
+
+# -- sensitive payload fields -----------------------------------------------------------------------
+
+
+def _marked(schema: Mapping[str, Any]) -> bool:
+    return schema.get("writeOnly") is True or schema.get("x-sluice-sensitive") is True
+
+
+def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return defs.get(ref[len("#/$defs/"):], {})
+    return schema
+
+
+def _walk(schema: Any, defs: Mapping[str, Any], path: tuple[str, ...], out: set[tuple[str, ...]],
+          depth: int) -> None:
+    schema = _resolve(schema, defs)
+    if depth > _SCHEMA_DEPTH or not isinstance(schema, Mapping):
+        return
+    if path and _marked(schema):
+        out.add(path)
+        return
+    for branch in ("anyOf", "oneOf", "allOf"):
+        for sub in schema.get(branch) or ():
+            _walk(sub, defs, path, out, depth + 1)
+    props = schema.get("properties")
+    if isinstance(props, Mapping):
+        for name, sub in props.items():
+            _walk(sub, defs, (*path, str(name)), out, depth + 1)
+    if isinstance(schema.get("items"), Mapping):
+        _walk(schema["items"], defs, (*path, "*"), out, depth + 1)
+
+
+def sensitive_paths(schema: Mapping[str, Any] | None) -> list[tuple[str, ...]]:
+    """The payload paths a queue's JSON Schema marks sensitive (``*``: every item of a list)."""
+    if not schema:
+        return []
+    out: set[tuple[str, ...]] = set()
+    found = schema.get("$defs")
+    defs: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    _walk(schema, defs, (), out, 0)
+    return sorted(out)
+
+
+def _redact(value: Any, path: Sequence[str]) -> tuple[Any, bool]:
+    if not path:
+        return REDACTED, True
+    head, rest = path[0], path[1:]
+    if head == "*" and isinstance(value, list):
+        results = [_redact(item, rest) for item in value]
+        return [v for v, _ in results], any(hit for _, hit in results)
+    if isinstance(value, dict) and head in value:
+        inner, hit = _redact(value[head], rest)
+        return {**value, head: inner}, hit
+    return value, False
+
+
+def redact(payload: Any, paths: Sequence[tuple[str, ...]]) -> tuple[Any, list[str]]:
+    """``payload`` with every sensitive path's value replaced by ``REDACTED`` (a copy; the input is
+    not changed), and the dotted paths that were present and replaced."""
+    hit: list[str] = []
+    for path in paths:
+        payload, found = _redact(payload, path)
+        if found:
+            hit.append(".".join(path))
+    return payload, hit

@@ -1,0 +1,151 @@
+"""Issue 32 in the console: a queue's jobs page (filter by state and id prefix, a cursor), a flow as
+a tree, and the depth over the last hour; every value escaped, and none of them without the
+session cookie. With the fake API (``sluice_dev.fakes.FakeBackend``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice.core.models import QueueConfig, QueueStats
+from sluice.core.wire import JobView
+from sluice_dev.cli.console import pages
+from sluice_dev.cli.console.backend import Watched
+from sluice_dev.cli.console.server import Console
+from sluice_dev.fakes import EVIL, JOB, FakeBackend, job_view
+from tests.unit.test_console import HOST, get
+
+CHILD = "01JB0000000000000000000000.emails.child00001"
+THEN = "01JB0000000000000000000000.emails.then000001"
+
+
+@pytest.fixture
+def app() -> Console:
+    return Console(FakeBackend(), "local stack", 8470, Watched({"emails"}))
+
+
+def fake(app: Console) -> FakeBackend:
+    assert isinstance(app.backend, FakeBackend)
+    return app.backend
+
+
+def test_the_jobs_page_filters_by_state_and_prefix_and_links_each_job(app: Console) -> None:
+    r = get(app, "/queues/emails/jobs?state=dead&prefix=01JB")
+    assert r.status == 200
+    assert fake(app).listed_calls[-1] == ("emails", "dead", pages.DEFAULT_PAGE, None, "01JB")
+    assert f'href="/jobs?id={JOB}"' in r.body and '<option value="dead" selected>' in r.body
+    assert 'id="next-page"' in r.body and f"cursor=5~{JOB}" in r.body
+    assert "[redacted]" in r.body
+    r = get(app, "/queues/emails/jobs?state=ready&prefix=zz")
+    assert 'id="jobs-empty"' in r.body and "No ready jobs starting zz" in r.body
+    r = get(app, f"/queues/emails/jobs?state=dead&cursor=5~{JOB}")
+    assert fake(app).listed_calls[-1][3] == f"5~{JOB}" and 'id="next-page"' not in r.body
+    assert fake(app).calls == []  # reading changes nothing
+
+
+@pytest.mark.parametrize("query", ["state=running", "state=%3Cscript%3E", "prefix=a*", "prefix=%7Bq%7D",
+                                   "cursor=nope", "cursor=1~%3Cb%3E", "prefix=" + "a" * 300])
+def test_hostile_filters_are_400_and_never_reach_the_api(app: Console, query: str) -> None:
+    r = get(app, f"/queues/emails/jobs?{query}")
+    assert r.status == 400 and "<script" not in r.body.replace('<script src="/static/console.js" defer>', "")
+    assert fake(app).listed_calls == []
+
+
+def test_the_new_pages_escape_every_value(app: Console) -> None:
+    fake(app).job = job_view(job_id=JOB, last_error=EVIL, children=[JOB])
+    for path in ("/queues/emails/jobs?state=dead", f"/flows?id={JOB}", "/queues/emails/depth",
+                 "/fragment/queues/emails/depth"):
+        body = get(app, path).body
+        assert "<script>alert" not in body, path
+    listed = get(app, "/queues/emails/jobs?state=dead").body
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in listed
+
+
+def test_without_the_cookie_the_new_pages_are_401(app: Console) -> None:
+    for path in ("/queues/emails/jobs", f"/flows?id={JOB}", "/queues/emails/depth",
+                 "/fragment/queues/emails/depth"):
+        assert app.handle("GET", path, HOST).status == 401, path
+    assert fake(app).listed_calls == []
+
+
+class Family(FakeBackend):
+    """A parent with two children and a continuation, the child's child failed; ``reads`` counts
+    GET /v1/jobs/{id}."""
+
+    def __init__(self, views: dict[str, JobView]) -> None:
+        super().__init__()
+        self.views, self.reads = views, 0
+
+    def status(self, job_id: str) -> JobView:
+        self.reads += 1
+        return self.views[job_id]
+
+
+def family() -> dict[str, JobView]:
+    grandchild = CHILD[:-1] + "2"
+    return {JOB: job_view(job_id=JOB, status="succeeded", children=[CHILD, grandchild[:-1] + "3"],
+                          continuations=[THEN]),
+            CHILD: job_view(job_id=CHILD, status="succeeded", parent_id=JOB, children=[grandchild]),
+            grandchild: job_view(job_id=grandchild, status="failed", parent_id=CHILD),
+            grandchild[:-1] + "3": job_view(job_id=grandchild[:-1] + "3", status="leased", parent_id=JOB),
+            THEN: job_view(job_id=THEN, status="queued", parent_id=JOB, waits_for=[CHILD], remaining=1)}
+
+
+def test_a_flow_is_drawn_from_its_root_as_a_tree_coloured_by_state_each_node_a_link() -> None:
+    views = family()
+    app = Console(Family(views), "local stack", 8470, Watched({"emails"}))
+    grandchild = CHILD[:-1] + "2"
+    body = get(app, f"/flows?id={grandchild}").body  # opened at a leaf: drawn from the root
+    assert body.index(f'data-job="{JOB}"') < body.index(f'data-job="{CHILD}"') < body.index(
+        f'data-job="{grandchild}"')
+    for job_id, view in views.items():
+        assert f'href="/jobs?id={job_id}" class="node status {view.status}"' in body
+    assert '<li class="focus"><a' in body and "then<ul>" in body
+    page = get(app, f"/jobs?id={JOB}").body
+    assert f'id="flow-link" href="/flows?id={JOB}"' in page
+
+
+def test_a_flow_that_loops_or_is_huge_is_drawn_within_its_read_budget(app: Console) -> None:
+    body = get(app, f"/flows?id={JOB}").body  # the fake job is its own child
+    assert body.count(f'data-job="{JOB}"') == 1 and "(above)" in body
+    many = {f"j{i}": job_view(job_id=f"j{i}", status="queued", children=[f"j{i + 1}"]) for i in range(500)}
+    big = Family(many)
+    app2 = Console(big, "local stack", 8470, Watched({"emails"}))
+    body = get(app2, "/flows?id=j0").body
+    assert big.reads == pages.FLOW_NODES and f"first {pages.FLOW_NODES} jobs" in body
+
+
+def stats(ready: int, dead: int = 0) -> QueueStats:
+    return QueueStats(queue="emails", ready=ready, delayed=1, leased=2, dead=dead, oldest_ready_age_ms=10,
+                      config=QueueConfig())
+
+
+def test_depth_keeps_the_last_hour_and_stacks_its_four_layers() -> None:
+    now = [1_000_000.0]
+    depths = pages.Depths(clock=lambda: now[0])
+    for i in range(800):  # 800 samples 10 s apart: more than an hour
+        depths.record(stats(ready=i % 7, dead=i % 3))
+        now[0] += 10
+    hour = depths.hour("emails")
+    assert 355 <= len(hour) <= 361 and hour[0].at_s >= now[0] - pages.HOUR_S
+    depths.record(stats(ready=1))
+    depths.record(stats(ready=2))  # closer than SAMPLE_GAP_S: the earlier one is kept
+    assert depths.hour("emails")[-1].ready == 1
+    svg = pages.stacked_chart(hour, now[0])
+    assert [svg.count(f'class="layer {name}"') for name, _ in pages.LAYERS] == [1, 1, 1, 1]
+    assert "style=" not in svg  # the CSP allows no inline style
+
+
+def test_the_depth_page_shows_wait_percentiles_of_the_ready_jobs(app: Console) -> None:
+    body = get(app, "/queues/emails/depth").body
+    assert 'id="wait-p50"' in body and 'data-refresh="/fragment/queues/emails/depth"' in body
+    assert fake(app).listed_calls[-1][:3] == ("emails", "ready", pages.WAIT_SAMPLE)
+    assert [pages.percentile([5, 1, 3, 2, 4], q) for q in (50, 99, 1)] == [3, 5, 1]
+    assert pages.percentile([], 50) is None
+
+
+def test_the_queue_rows_link_to_their_jobs_and_depth_pages(app: Console) -> None:
+    body: Any = get(app, "/").body
+    assert 'class="jobs-link" href="/queues/emails/jobs"' in body
+    assert 'class="depth-link" href="/queues/emails/depth"' in body

@@ -1,0 +1,152 @@
+"""Issue 32, item 1: a queue's jobs listed by state through the operator API (GET
+/v1/admin/queues/{queue}/jobs), newest first with a cursor, filtered by id prefix, and the payload
+fields a typed queue marks sensitive redacted. The gateway over the fake queue; the Redis read is
+tests/backends/test_lua_listing.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from sluice.core import listing
+from sluice.core.errors import InvalidInput
+from sluice.core.routes import Route, RouteTable
+from tests.unit.test_gateway_admin import OPERATOR_SESSION, WEB, Rig
+
+JOBS = "/v1/admin/queues/emails/jobs"
+
+
+def seeded(n: int = 30, routes: RouteTable | None = None) -> Rig:
+    rig = Rig(routes=routes)
+    rig.queue.seed("emails", "ready", 0)
+    for i in range(n):
+        rig.queue.add("emails", f"job-{i:03d}", {"to": f"u{i}@x", "card": {"number": "4111", "exp": "12/30"}},
+                      priority=i % 3)
+    return rig
+
+
+def test_pages_of_ready_jobs_newest_first_follow_the_cursor_to_the_end() -> None:
+    rig = seeded(30)
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        query = {"state": "ready", "limit": "7", **({"cursor": cursor} if cursor else {})}
+        code, _, doc = rig.call("GET", JOBS, query=query)
+        assert code == 200 and doc["state"] == "ready" and len(doc["jobs"]) <= 7
+        seen += [j["job_id"] for j in doc["jobs"]]
+        cursor = doc["next"]
+        if cursor is None:
+            break
+    assert sorted(seen) == [f"job-{i:03d}" for i in range(30)] and len(seen) == len(set(seen))
+    # the reverse of the order workers take them: the lowest priority's newest job first
+    assert seen[0] == "job-027" and seen[-1] == "job-002"
+    assert rig.untouched()
+
+
+def test_a_prefix_filters_and_each_state_lists_only_its_own_jobs() -> None:
+    rig = seeded(30)
+    rig.queue.seed("emails", "dead", 2)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "ready", "prefix": "job-01"})
+    assert code == 200 and sorted(j["job_id"] for j in doc["jobs"]) == [f"job-01{i}" for i in range(10)]
+    code, _, doc = rig.call("GET", JOBS, query={"state": "dead"})
+    assert [j["state"] for j in doc["jobs"]] == ["dead", "dead"]
+    assert all(j["job_id"].startswith("dead-") for j in doc["jobs"])
+
+
+class Card(BaseModel):
+    number: SecretStr
+    exp: str
+
+
+class Order(BaseModel):
+    to: str
+    card: Card
+
+
+def test_fields_a_typed_queue_marks_sensitive_are_redacted_before_they_leave_the_api() -> None:
+    routes = RouteTable([Route("emails", "fn-emails", "team", {"emails": Order.model_json_schema()}, 1)])
+    rig = seeded(3, routes)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert code == 200
+    for job in doc["jobs"]:
+        assert job["payload"]["card"] == {"number": listing.REDACTED, "exp": "12/30"}
+        assert job["redacted"] == ["card.number"] and job["payload"]["to"].startswith("u")
+    assert "4111" not in str(doc)
+
+
+def test_sensitive_paths_follow_refs_optionals_lists_and_the_explicit_mark() -> None:
+    schema = {"properties": {"a": {"type": "string", "x-sluice-sensitive": True},
+                             "b": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]},
+                             "c": {"type": "array", "items": {"$ref": "#/$defs/B"}},
+                             "loop": {"$ref": "#/$defs/Loop"}},
+              "$defs": {"B": {"properties": {"pin": {"type": "string", "writeOnly": True}}},
+                        "Loop": {"properties": {"next": {"$ref": "#/$defs/Loop"}}}}}
+    paths = listing.sensitive_paths(schema)
+    assert paths == [("a",), ("b", "pin"), ("c", "*", "pin")]
+    payload = {"a": "x", "b": {"pin": "1"}, "c": [{"pin": "2"}, {"pin": "3"}], "d": 4}
+    out, hit = listing.redact(payload, paths)
+    assert out == {"a": "[redacted]", "b": {"pin": "[redacted]"},
+                   "c": [{"pin": "[redacted]"}, {"pin": "[redacted]"}], "d": 4}
+    assert hit == ["a", "b.pin", "c.*.pin"] and payload["a"] == "x"  # the input is left alone
+    assert listing.redact({"b": None}, paths) == ({"b": None}, [])
+
+
+HOSTILE = [
+    ({"state": "running"}, "state"), ({"state": "ready|dead"}, "state"), ({"limit": "1001"}, "limit"),
+    ({"limit": "0"}, "limit"), ({"limit": "99999999999999999999"}, "limit"), ({"limit": "-1"}, "limit"),
+    ({"cursor": "nope"}, "cursor"), ({"cursor": "1~"}, "cursor"), ({"cursor": "1~a b"}, "cursor"),
+    ({"cursor": "9" * 40 + "~a"}, "cursor"), ({"cursor": "1.5~a"}, "cursor"),
+    ({"prefix": "*"}, "prefix"), ({"prefix": "job-*"}, "prefix"), ({"prefix": "a[0-9]"}, "prefix"),
+    ({"prefix": "{emails}:x"}, "prefix"), ({"prefix": "x\r\nFLUSHALL"}, "prefix"),
+    ({"prefix": "a" * 200}, "prefix"),
+]
+
+
+@pytest.mark.parametrize(("query", "name"), HOSTILE)
+def test_hostile_queries_are_400_and_read_nothing(query: dict[str, str], name: str) -> None:
+    rig = seeded(3)
+    code, _, doc = rig.call("GET", JOBS, query=query)
+    assert code == 400, doc
+    assert name in str(doc.get("errors") or doc.get("detail")) and rig.untouched()
+
+
+def test_a_non_operator_gets_403_and_a_cursor_past_the_end_an_empty_page() -> None:
+    rig = seeded(3)
+    code, _, doc = rig.call("GET", JOBS, caller=WEB)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR")
+    code, _, doc = rig.call("GET", JOBS, query={"cursor": "-5~zzz"}, caller=OPERATOR_SESSION)
+    assert (code, doc["jobs"], doc["next"]) == (200, [], None)
+
+
+@pytest.mark.parametrize("bad", [{"state": "x"}, {"limit": 0}, {"limit": True}, {"cursor": "1~"},
+                                 {"prefix": "a*"}, {"cursor": 5}])
+def test_the_core_checks_refuse_what_the_route_would(bad: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"state": "ready", "limit": 5, "cursor": None, "prefix": None, **bad}
+    with pytest.raises(InvalidInput):
+        listing.check_state(args["state"])
+        listing.check_limit(args["limit"])
+        listing.parse_cursor(args["cursor"])
+        listing.check_prefix(args["prefix"])
+
+
+def test_a_prefix_that_matches_nothing_stops_at_its_scan_budget_with_a_boundary() -> None:
+    members = [f"job-{i:06d}" for i in range(25_000)]
+    reads: list[int] = []
+
+    def reader(start: int) -> listing.Read:  # the members after the boundary, as the adapter reads them
+        def read(offset: int, count: int) -> list[str]:
+            reads.append(count)
+            return members[start + offset:start + offset + count]
+        return read
+
+    picked, boundary, examined = listing.paginate(reader(0), "zzz", 50)
+    assert picked == [] and boundary is not None and listing.SCAN_MOST <= examined < listing.SCAN_MOST + 1000
+    pages, found = 1, []
+    while boundary is not None and not found:
+        found, boundary, _ = listing.paginate(reader(members.index(boundary) + 1), "job-024999", 50)
+        pages += 1
+    assert found == ["job-024999"] and pages == 3 and max(reads) == 1000
+    page, boundary, examined = listing.paginate(reader(0), None, 10)
+    assert (page, boundary, examined) == (members[:10], members[9], 11)  # one more read: another page follows
