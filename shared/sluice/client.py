@@ -215,6 +215,13 @@ class Client:
         doc = self._call("GET", self._admin(queue, f"dlq?limit={int(limit)}"))
         return [DeadJob.model_validate({**j, "queue": queue}) for j in doc["jobs"]]
 
+    def timeline(self, queue: str, job_id: str) -> list[dict[str, Any]]:
+        """The job's timeline (``GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline``): the steps its
+        workers recorded, oldest first (``sluice.core.timeline``); [] once it expired."""
+        path = f"jobs/{quote(validate_job_id(job_id), safe='')}/timeline"
+        doc = self._call("GET", self._admin(queue, path))
+        return list(doc["steps"])
+
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         """One dead job, or every one (``job_id`` None): ``{"queue", "moved", "refused"}``."""
         body = {"all": True} if job_id is None else {"job_id": validate_job_id(job_id)}

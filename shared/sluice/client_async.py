@@ -107,6 +107,7 @@ class AsyncClient:
     queue_rows = _awaitable(Client.queue_rows)
     queue_row = _awaitable(Client.queue_row)
     dead_letters = _awaitable(Client.dead_letters)
+    timeline = _awaitable(Client.timeline)
     redrive = _awaitable(Client.redrive)
     purge_dead = _awaitable(Client.purge_dead)
     schedules = _awaitable(Client.schedules)
