@@ -53,7 +53,7 @@ def test_a_job_that_runs_once_takes_two_appends_after_its_grant_and_at_its_finis
         ["lease", "grant"], ["renew", "write", "ack", "finish"]]
     lease, grant = log.calls[0][2]
     assert lease == {"at_ms": 1000, "kind": "lease", "lease": 7, "attempt": 1, "deadline_ms": 5000}
-    assert grant == {"at_ms": 1100, "kind": "grant", "worker": "A:1", "token": 33}
+    assert grant == {"at_ms": 1100, "kind": "grant", "lease": 7, "worker": "A:1", "token": 33}
     assert {c[:2] for c in log.calls} == {("q", "j")}
 
 
@@ -62,8 +62,9 @@ def test_a_refused_write_is_sent_at_once_with_the_token_it_met() -> None:
     _run(_bus(log), refused=True)
     assert [[s["kind"] for s in steps] for _, _, steps in log.calls] == [
         ["lease", "grant"], ["renew", "write"], ["finish"]]
-    assert log.calls[1][2][1] == {"at_ms": 3000, "kind": "write", "token": 33, "outcome": "rejected",
-                                  "current": 34}
+    assert log.calls[1][2][1] == {"at_ms": 3000, "kind": "write", "lease": 7, "token": 33,
+                                  "outcome": "rejected", "current": 34}
+    assert all(s["lease"] == 7 for _, _, steps in log.calls for s in steps)  # every step names its lane
 
 
 def test_a_lost_lease_is_sent_at_once() -> None:

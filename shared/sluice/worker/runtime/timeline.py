@@ -27,6 +27,7 @@ MAX_OPEN = 256  # jobs with steps not yet sent (a worker holds a batch at most; 
 @dataclass
 class _Open:
     queue: str
+    lease: int  # on every step: the drawing's lane (a write or a grant does not name its lease)
     steps: list[str] = field(default_factory=list)
 
 
@@ -50,7 +51,7 @@ class TimelineRecorder:
         with self._lock:
             entry = self.open.get(job)
             if entry is not None:
-                entry.steps.append(timeline.encode(kind, round(at * 1000), **facts))
+                entry.steps.append(timeline.encode(kind, round(at * 1000), lease=entry.lease, **facts))
         return entry
 
     def flush(self, job: str, *, done: bool = False) -> None:
@@ -70,8 +71,8 @@ class TimelineRecorder:
         if len(self.open) >= MAX_OPEN:
             self.flush(next(iter(self.open)), done=True)
         with self._lock:
-            self.open[e.job] = _Open(e.queue)
-        self._step(e.job, "lease", e.at, lease=e.lease, attempt=e.attempt, deadline_ms=e.deadline_ms)
+            self.open[e.job] = _Open(e.queue, e.lease)
+        self._step(e.job, "lease", e.at, attempt=e.attempt, deadline_ms=e.deadline_ms)
 
     def _granted(self, e: ev.Granted) -> None:
         if self._step(e.job, "grant", e.at, worker=e.owner, token=e.token,
@@ -80,12 +81,12 @@ class TimelineRecorder:
 
     def _renewed(self, e: ev.Renewed) -> None:
         if e.outcome == "ok":
-            self._step(e.job, "renew", e.at, lease=e.lease, deadline_ms=e.deadline_ms)
-        elif self._step(e.job, "lost", e.at, lease=e.lease, outcome=e.outcome) is not None:
+            self._step(e.job, "renew", e.at, deadline_ms=e.deadline_ms)
+        elif self._step(e.job, "lost", e.at, outcome=e.outcome) is not None:
             self.flush(e.job)
 
     def _lease_gone(self, e: ev.LeaseGone) -> None:
-        if not e.again and self._step(e.job, "lost", e.at, lease=e.lease, outcome=e.why[:80]) is not None:
+        if not e.again and self._step(e.job, "lost", e.at, outcome=e.why[:80]) is not None:
             self.flush(e.job)
 
     def _written(self, e: ev.ResultWritten) -> None:
@@ -96,10 +97,10 @@ class TimelineRecorder:
             self.flush(e.job)
 
     def _acked(self, e: ev.Acked) -> None:
-        self._step(e.job, "ack", e.at, lease=e.lease, outcome=e.outcome)
+        self._step(e.job, "ack", e.at, outcome=e.outcome)
 
     def _finished(self, e: ev.Finished) -> None:
-        self._step(e.job, "finish", e.at, lease=e.lease, outcome=e.outcome)
+        self._step(e.job, "finish", e.at, outcome=e.outcome)
         self.flush(e.job, done=True)
 
 
