@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 from sluice.core.errors import SluiceError
 from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
 from sluice.core.schedules import check_name
-from sluice_dev.cli.console import render
+from sluice_dev.cli.console import render, scenario
+from sluice_dev.cli.console import timeline as render_timeline
 from sluice_dev.cli.console.backend import Backend, History, Watched
 from sluice_dev.local.httpd import QuietHandler
 
@@ -73,6 +74,7 @@ class Console:
     launch_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # printed, used once
     sessions: set[str] = field(default_factory=set)  # the cookies handed out (one: the link works once)
     launched: bool = False
+    scenarios: scenario.Runs | None = None  # the scenario page's runs; None: not the local stack (issue 32)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def origins(self) -> set[str]:
@@ -121,6 +123,9 @@ class Console:
         if not self.has_session(headers):  # every route, GET included: no page without the cookie
             return Response(401, LOG_IN, TEXT)
         try:
+            if url.path in scenario.PATHS:
+                session = _cookie(headers.get("cookie", ""), COOKIE) or ""
+                return scenario.route(self, method, url.path, query, body, headers, session)
             if method in ("GET", "HEAD"):
                 return self.get(url.path, query)
             if method != "POST":
@@ -188,6 +193,8 @@ class Console:
             return Response(200, self.queues_fragment())
         if path == "/jobs":
             return self.job(query.get("id", "").strip())
+        if path == "/jobs/timeline":
+            return self.timeline(validate_job_id(query.get("id", "").strip()))
         if path == "/fragment/job":
             view = self.backend.status(validate_job_id(query.get("id", "")))
             return Response(200, render.job_fragment(view))
@@ -222,6 +229,13 @@ class Console:
             return self.html(404 if _status(exc) == 404 else 400, "Jobs",
                              render.job_page(job_id, None, str(exc)))
         return self.html(200, f"Job {job_id}", render.job_page(job_id, fragment, None))
+
+    def timeline(self, job_id: str) -> Response:
+        """The job's attempts as lanes (issue 32 item 2): its queue from the job's view, its steps from
+        the operator route ``GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline``."""
+        view = self.backend.status(job_id)
+        steps = self.backend.timeline(view.queue, job_id)
+        return self.html(200, f"Timeline of {job_id}", render_timeline.page(view, steps))
 
     # -- POST --------------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
+from urllib.parse import quote
 
+from sluice.core.wire import JobView
 from sluice_dev.cli.console.render import esc
 
 WIDTH, LEFT, LANE_H, TOP = 960, 170, 46, 26
@@ -193,3 +195,16 @@ def table(drawn: Sequence[Lane]) -> str:
 def drawing(steps: Sequence[Mapping[str, Any]], title: str = "") -> str:
     drawn = lanes(steps)
     return svg(drawn, title) + table(drawn)
+
+
+def page(view: JobView, steps: Sequence[Mapping[str, Any]]) -> str:
+    """The console's timeline page of one job."""
+    job = esc(quote(view.job_id, safe=""))
+    status = f'<span class="status {esc(view.status)}">{esc(view.status)}</span>'
+    return (f'<p><a href="/jobs?id={job}" id="timeline-job">{esc(view.job_id)}</a> of {esc(view.queue)}: '
+            f'{status}, {view.attempts} attempts</p>'
+            '<p class="hint">One lane per lease (one worker invocation), as its worker recorded it: the '
+            'lease and its fencing token, the renewals, a lost lease, a takeover, the write (accepted or '
+            'refused by its fence) and the ack. Kept for an hour after the last step '
+            '(SLUICE_TIMELINE_TTL_S).</p>'
+            + drawing(steps, f"timeline of {view.job_id}"))
