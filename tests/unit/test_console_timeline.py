@@ -114,3 +114,15 @@ def test_a_console_of_a_deployment_runs_no_scenario(app: Console) -> None:
     assert app.scenarios is None
     assert 'id="scenario-local-only"' in get(app, "/scenario").body
     assert post(app, "/scenario/gc-pause", {"freeze_for": "12", "fencing": "on"}).status == 400
+
+
+def test_a_lease_lost_before_its_grant_is_no_takeover() -> None:
+    """A lease that lapsed before its grant (no token: nobody ran the job) gets its own lane, marked
+    not granted; the takeover is the next granted lease's."""
+    steps = FakeBackend().timeline("emails", JOB)
+    steps[2:2] = [{"at_ms": 2100, "kind": "lease", "lease": 8, "attempt": 2, "deadline_ms": 2200},
+                  {"at_ms": 2110, "kind": "lost", "lease": 8, "outcome": "lapsed before the grant"}]
+    drawn = lanes(steps)
+    assert [ln.label for ln in drawn[:3]] == [EVIL, "(not granted)", "B"]
+    assert "takeover" not in [m.kind for m in drawn[1].marks]
+    assert "takeover" in [m.kind for m in drawn[2].marks]

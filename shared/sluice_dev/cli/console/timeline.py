@@ -78,7 +78,9 @@ def lanes(steps: Sequence[Mapping[str, Any]]) -> list[Lane]:
             lane.ended_ms = at if lane.ended_ms is None else lane.ended_ms
             lane.marks.append(Mark(at, "finish", f"finishes: {s.get('outcome')}"))
     ordered = sorted(by_lease.values(), key=lambda ln: (ln.start_ms or 0, ln.lease or 0))
-    _takeovers(ordered)
+    for lane in ordered:
+        lane.label = lane.label or "(not granted)"  # a lease lost before its grant: no worker ran the job
+    _takeovers([lane for lane in ordered if lane.token])
     return [*ordered, storage]
 
 
@@ -105,8 +107,8 @@ def _write(lane: Lane, storage: Lane, at: int, s: Mapping[str, Any], granted: li
 
 
 def _takeovers(ordered: Sequence[Lane]) -> None:
-    """A lease that began after an earlier one's deadline, the earlier one not ended: the earlier
-    lease was lost at its deadline, the later one took over."""
+    """Of the granted leases (``ordered``): one that began after an earlier one's deadline, the
+    earlier one not ended: the earlier lease was lost at its deadline, the later one took over."""
     for before, after in pairwise(ordered):
         if before.until_ms is None or after.start_ms is None:
             continue
