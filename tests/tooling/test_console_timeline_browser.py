@@ -17,8 +17,6 @@ Skipped where chromium, chromedriver or selenium is missing, as test_console_bro
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.stack.test_dev import http, wait_for, with_ctrl_c
-from tests.tooling.test_console_browser import SLUICE, Until, browser, click, text_of, wait_status
+from tests.stack.test_dev import http
+from tests.tooling.test_console_browser import Until, browser, click, console_on_dev, text_of, wait_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 __all__ = ["browser"]  # the fixture, shared with test_console_browser.py
@@ -62,29 +60,9 @@ app.events.subscribe(gc_pause, ResultWriting)
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[dict[str, Any], str, str]]:
-    (tmp_path / "freezer.py").write_text(HANDLERS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
-    argv = [SLUICE, "dev", "--workers", "2", "--log-level", "WARNING", "--handlers", "freezer"]
-    dev = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True)
-    console = None
-    try:
-        endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", dev, timeout=90)
-        console = subprocess.Popen(with_ctrl_c([SLUICE, "console", "--port", "0"]), cwd=tmp_path, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert console.stdout is not None
-        line = console.stdout.readline()
-        assert "sluice console on http://127.0.0.1:" in line, line
-        link = console.stdout.readline()
-        url = line.split(" on ", 1)[1].split()[0].rstrip("/")
-        yield endpoints, url, link.split(": ", 1)[1].strip()
-    finally:
-        if console is not None:
-            console.send_signal(signal.SIGINT)
-            console.wait(timeout=30)
-        dev.send_signal(signal.SIGTERM)
-        dev.communicate(timeout=60)
+def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
+    with console_on_dev(tmp_path, "freezer", HANDLERS, workers=2) as running:
+        yield running
 
 
 def kinds(driver: Any) -> list[str]:
@@ -112,8 +90,8 @@ def run_scenario(driver: Any, wait: Until, url: str, freeze: str, fencing: bool)
 
 
 def test_a_timeline_shows_a_takeover_and_a_refused_write_and_the_scenario_controls_change_the_outcome(
-        stack: tuple[dict[str, Any], str, str], browser: Any) -> None:
-    endpoints, url, login = stack
+        stack: tuple[Path, dict[str, Any], str, str], browser: Any) -> None:
+    _, endpoints, url, login = stack
     gateway = endpoints["gateway_url"]
     wait = Until(browser, timeout=90)
     browser.get(login)

@@ -140,7 +140,7 @@ def svg(drawn: Sequence[Lane], title: str = "") -> str:
                 'more).</p>')
     t0, t1 = min(times), max(times)
     span = max(t1 - t0, 1)
-    scale = (WIDTH - LEFT - 30) / span
+    scale = (WIDTH - LEFT - 110) / span  # room on the right for the last marks' words
 
     def x(t: int) -> float:
         return LEFT + (t - t0) * scale
@@ -207,6 +207,6 @@ def page(view: JobView, steps: Sequence[Mapping[str, Any]]) -> str:
             f'{status}, {view.attempts} attempts</p>'
             '<p class="hint">One lane per lease (one worker invocation), as its worker recorded it: the '
             'lease and its fencing token, the renewals, a lost lease, a takeover, the write (accepted or '
-            'refused by its fence) and the ack. Kept for an hour after the last step '
+            'refused by its fence) and the ack. Kept 10 minutes after the last step '
             '(SLUICE_TIMELINE_TTL_S).</p>'
             + drawing(steps, f"timeline of {view.job_id}"))
