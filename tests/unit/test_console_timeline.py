@@ -95,7 +95,7 @@ def test_the_scenario_page_runs_one_at_a_time_for_its_own_session_with_its_two_c
 
     r = post(app, "/scenario/gc-pause", {"freeze_for": "7.5"})  # fencing unticked: off
     assert r.status == 303 and r.headers["Location"] == "/scenario?msg=started"
-    assert "one+at+a+time" in post(app, "/scenario/gc-pause", {"freeze_for": "1"}).headers["Location"]
+    assert "one%20at%20a%20time" in post(app, "/scenario/gc-pause", {"freeze_for": "1"}).headers["Location"]
     assert 'id="scenario-running"' in get(app, "/fragment/scenario").body
     gate.go.set()
     done = wait_done(app)

@@ -30,6 +30,7 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks)/?$"), ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/[^/]*/timeline/?$"), ("GET",)),
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]

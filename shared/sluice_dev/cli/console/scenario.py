@@ -14,16 +14,12 @@ of a deployment runs no processes on the operator's machine for it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from typing import Any
 
 from sluice.core.errors import InvalidInput, SluiceError
 from sluice_dev.cli.console.render import esc, flash
-
-if TYPE_CHECKING:
-    from sluice_dev.cli.console.server import Console, Response
 
 TIME_SCALE = 0.3  # the story's 10 s lease is 3 s; a run takes about 10 s with its servers
 MAX_FREEZE_S = 30.0
@@ -83,34 +79,11 @@ class Runs:
             return self.last.get(session)
 
 
-def route(console: Console, method: str, path: str, query: Mapping[str, str], body: bytes,
-          headers: Mapping[str, str], session: str) -> Response:
-    from sluice_dev.cli.console.server import TEXT, Response, see_other
-
-    runs = console.scenarios
-    if path == "/fragment/scenario" and method in ("GET", "HEAD"):
-        return Response(200, fragment(None if runs is None else runs.of(session)))
-    if path == "/scenario" and method in ("GET", "HEAD"):
-        return console.html(200, "Scenario: gc-pause", page(console, session, query.get("msg")))
-    if path == "/scenario/gc-pause" and method == "POST":
-        fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-        refusal = console.refuses(headers, fields)
-        if refusal:
-            return Response(403, refusal, TEXT)
-        if runs is None:
-            return console.html(400, "Scenario", f'<p class="error">{esc(LOCAL_ONLY)}</p>')
-        freeze = _freeze(fields.get("freeze_for", ""))
-        if not runs.start(session, freeze, fields.get("fencing") == "on"):
-            return see_other("/scenario?msg=a+run+is+going%3A+one+at+a+time")
-        return see_other("/scenario?msg=started")
-    return Response(404, "not found", TEXT)
-
-
 LOCAL_ONLY = ("scenarios run only where the console operates the local stack (sluice console without "
               "--api): they start servers and worker processes on this machine")
 
 
-def _freeze(raw: str) -> float:
+def freeze_of(raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
@@ -120,15 +93,14 @@ def _freeze(raw: str) -> float:
     return value
 
 
-def page(console: Console, session: str, message: str | None) -> str:
-    runs = console.scenarios
+def page(runs: Runs | None, token: str, session: str, message: str | None) -> str:
     if runs is None:
         return f'<p class="error" id="scenario-local-only">{esc(LOCAL_ONLY)}</p>'
     run = runs.of(session)
     freeze = 12.0 if run is None else run.freeze_for_s
     fencing = True if run is None else run.fencing
     controls = (f'<form method="post" action="/scenario/gc-pause" id="scenario-form">'
-                f'<input type="hidden" name="csrf" value="{esc(console.token)}">'
+                f'<input type="hidden" name="csrf" value="{esc(token)}">'
                 f'<label>Worker A frozen for <input name="freeze_for" id="freeze_for" size="4" '
                 f'value="{freeze:g}"> s</label> '
                 f'<label><input type="checkbox" name="fencing" id="fencing"{" checked" if fencing else ""}> '

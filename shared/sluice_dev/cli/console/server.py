@@ -124,8 +124,7 @@ class Console:
             return Response(401, LOG_IN, TEXT)
         try:
             if url.path in scenario.PATHS:
-                session = _cookie(headers.get("cookie", ""), COOKIE) or ""
-                return scenario.route(self, method, url.path, query, body, headers, session)
+                return self.scenario(method, url.path, query, body, headers)
             if method in ("GET", "HEAD"):
                 return self.get(url.path, query)
             if method != "POST":
@@ -236,6 +235,28 @@ class Console:
         view = self.backend.status(job_id)
         steps = self.backend.timeline(view.queue, job_id)
         return self.html(200, f"Timeline of {job_id}", render_timeline.page(view, steps))
+
+    def scenario(self, method: str, path: str, query: Mapping[str, str], body: bytes,
+                 headers: Mapping[str, str]) -> Response:
+        """The scenario page (issue 32 item 3, ``scenario``): its runs are the session's own."""
+        session, runs = _cookie(headers.get("cookie", ""), COOKIE) or "", self.scenarios
+        if path == "/fragment/scenario" and method in ("GET", "HEAD"):
+            return Response(200, scenario.fragment(None if runs is None else runs.of(session)))
+        if path == "/scenario" and method in ("GET", "HEAD"):
+            body_html = scenario.page(runs, self.token, session, query.get("msg"))
+            return self.html(200, "Scenario: gc-pause", body_html)
+        if path != "/scenario/gc-pause" or method != "POST":
+            return Response(404, "not found", TEXT)
+        fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        refusal = self.refuses(headers, fields)
+        if refusal:
+            return Response(403, refusal, TEXT)
+        if runs is None:
+            return self.html(400, "Scenario", f'<p class="error">{render.esc(scenario.LOCAL_ONLY)}</p>')
+        freeze = scenario.freeze_of(fields.get("freeze_for", ""))
+        if not runs.start(session, freeze, fields.get("fencing") == "on"):
+            return see_other("/scenario?msg=" + quote("a run is going: one at a time"))
+        return see_other("/scenario?msg=started")
 
     # -- POST --------------------------------------------------------------------------------
 
