@@ -160,8 +160,7 @@ def job_fragment(view: JobView) -> str:
         ("job id", esc(view.job_id)), ("queue", esc(view.queue)),
         ("state", f'<span class="status {esc(view.status)}" id="job-status">{esc(view.status)}</span>'),
         ("attempts", str(view.attempts)),
-        ("fencing token", "not on the API's job view; the jobs table keeps only the latest "
-                          "(each grant adds 1), no history of them"),
+        ("fencing token", "not on the API's job view: each attempt's is on the job's timeline"),
         ("progress", progress),
         ("created", esc(when(view.created_at_ms))), ("updated", esc(when(view.updated_at_ms))),
         ("finished", esc(when(view.finished_at_ms))),
