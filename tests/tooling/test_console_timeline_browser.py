@@ -48,10 +48,10 @@ def freeze(job, ctx):
 
 def gc_pause(e):
     # The first attempt's worker freezes whole (its heartbeat too) after the lease check, before
-    # its fenced write; a detached shell wakes it up 15 s later, long after its 1 s lease (the relay
-    # reaps a lapsed lease and starts a worker for it within two maintenance rounds of 5 s).
+    # its fenced write; a detached shell wakes it up 25 s later, long after its 1 s lease (the relay
+    # reaps a lapsed lease and starts a worker for it within a few maintenance rounds of 5 s, under load).
     if e.token == 1:
-        subprocess.Popen(["sh", "-c", f"sleep 15; kill -CONT {os.getpid()}"], start_new_session=True)
+        subprocess.Popen(["sh", "-c", f"sleep 25; kill -CONT {os.getpid()}"], start_new_session=True)
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
@@ -106,7 +106,7 @@ def test_a_timeline_shows_a_takeover_and_a_refused_write_and_the_scenario_contro
     assert view["result"] == {"token": 2} and view["attempts"] == 2, view  # the second worker's
     browser.get(f"{url}/jobs?id={job_id}")
     click(browser, "#job-timeline")
-    # A's refused write is recorded when A wakes up (15 s after its freeze): the page is read again.
+    # A's refused write is recorded when A wakes up (25 s after its freeze): the page is read again.
     deadline = time.monotonic() + 60
     while "write-refused" not in kinds(browser) and time.monotonic() < deadline:
         time.sleep(1)

@@ -168,17 +168,17 @@ def svg(drawn: Sequence[Lane], title: str = "") -> str:
                 end = min(end, max(ends)) if lane.until_ms else max(ends)
             parts.append(f'<rect class="lease-bar" x="{x(lane.start_ms):.1f}" y="{y - 7:.1f}" '
                          f'width="{max(x(end) - x(lane.start_ms), 2):.1f}" height="14"/>')
-        last_label = -1e9
+        last = {-9: -1e9, 18: -1e9}  # the x of the last word above the marks and below them
         for m in sorted(lane.marks, key=lambda m: m.at_ms):
             tip = f"{(m.at_ms - t0) / 1000:.2f} s: {m.text}"
             parts.append(f'<circle class="mark {esc(m.kind)}" data-kind="{esc(m.kind)}" '
                          f'cx="{x(m.at_ms):.1f}" cy="{y:.1f}" r="6"><title>{esc(tip)}</title></circle>')
-            if m.kind in LABELS:
-                # a word too close to the lane's previous one goes below the mark instead
-                below = x(m.at_ms) - last_label < 70
-                last_label = -1e9 if below else x(m.at_ms)
+            # a word too close to the lane's previous one goes below the mark, or is left to the tooltip
+            dy = next((d for d in (-9, 18) if x(m.at_ms) - last[d] >= 70), None)
+            if m.kind in LABELS and dy is not None:
+                last[dy] = x(m.at_ms)
                 parts.append(f'<text class="mark-label {esc(m.kind)}" x="{x(m.at_ms) + 8:.1f}" '
-                             f'y="{y + (18 if below else -9):.1f}">{esc(LABELS[m.kind])}</text>')
+                             f'y="{y + dy:.1f}">{esc(LABELS[m.kind])}</text>')
         parts.append("</g>")
     parts.append("</svg>")
     return "".join(parts)
