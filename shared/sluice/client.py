@@ -224,6 +224,12 @@ class Client:
         query = {"state": check_state(state), "limit": str(int(limit))}
         query.update({k: v for k, v in (("cursor", cursor), ("prefix", prefix)) if v})
         return JobPage.model_validate(self._call("GET", self._admin(queue, f"jobs?{urlencode(query)}")))
+    def timeline(self, queue: str, job_id: str) -> list[dict[str, Any]]:
+        """The job's timeline (``GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline``): the steps its
+        workers recorded, oldest first (``sluice.core.timeline``); [] once it expired."""
+        path = f"jobs/{quote(validate_job_id(job_id), safe='')}/timeline"
+        doc = self._call("GET", self._admin(queue, path))
+        return list(doc["steps"])
 
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         """One dead job, or every one (``job_id`` None): ``{"queue", "moved", "refused"}``."""

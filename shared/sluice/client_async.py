@@ -108,6 +108,7 @@ class AsyncClient:
     queue_row = _awaitable(Client.queue_row)
     dead_letters = _awaitable(Client.dead_letters)
     list_jobs = _awaitable(Client.list_jobs)
+    timeline = _awaitable(Client.timeline)
     redrive = _awaitable(Client.redrive)
     purge_dead = _awaitable(Client.purge_dead)
     schedules = _awaitable(Client.schedules)

@@ -259,3 +259,17 @@ def test_a_users_rotated_password_is_read_again_after_wrongpass(server: str, adm
             RedisConnection.from_settings(other).client.ping()
     finally:
         queue.close()
+
+
+def test_a_worker_appends_a_jobs_timeline_and_the_operator_reads_it_as_their_users(
+        server: str, admin: redis.Redis) -> None:
+    """Issue 32: timeline.lua as a team's worker user (its own queues only), LRANGE as the operator."""
+    from sluice.backends.redis.timeline import RedisTimeline
+    from sluice.core import timeline
+
+    team = RedisTimeline(conn(server, "team-a"), ttl_ms=60_000)
+    team.append("a", "j1", [timeline.encode("grant", 1, worker="w", token=3)])
+    refused(lambda: team.append("b", "j1", [timeline.encode("grant", 1, token=3)]))
+    assert not admin.exists(QueueKeys("b").timeline("j1"))
+    assert RedisTimeline(conn(server, "sluice-operator"), ttl_ms=1000).read("a", "j1")[0]["token"] == 3
+    refused(lambda: RedisTimeline(conn(server, "sluice-gateway"), ttl_ms=1000).read("a", "j1"))

@@ -83,3 +83,22 @@ def test_bad_options_are_one_clear_line_and_a_non_zero_exit() -> None:
     result = CliRunner().invoke(scenario, ["gc-pause", "--renew-every", "20"])
     assert result.exit_code == 2
     assert "shorter than --lease" in result.output
+
+
+def test_html_draws_the_run_from_the_timeline_the_workers_recorded_in_redis(tmp_path: Any) -> None:
+    """Issue 32 item 3: ``--html FILE``: the job's timeline as the two workers recorded it in the
+    scenario's Redis (timeline.lua), drawn: A's lease lost, B's takeover, and without fencing A's
+    stale write accepted over B's."""
+    out = tmp_path / "gc.html"
+    report, _ = run("--no-fencing", "--html", str(out))
+    steps = report["steps"]
+    grants = [s for s in steps if s["kind"] == "grant"]
+    assert [s["worker"].split(":")[0] for s in grants] == ["A", "B"]
+    assert [s["token"] for s in grants] == [report["stored"]["result_token"], report["stored"]["token"]]
+    writes = [(s["token"], s["outcome"]) for s in steps if s["kind"] == "write"]
+    assert writes == [(grants[1]["token"], "written"), (grants[0]["token"], "written")]
+    html = out.read_text()
+    assert html.count('data-kind="takeover"') == 2  # in the drawing and in the table
+    assert html.count('data-kind="stale-accepted"') == 4  # A's lane, storage's lane, 2 rows of the table
+    assert 'data-kind="expired"' in html and "BUG: two workers acted as the owner" in html
+    assert "<script" not in html

@@ -9,6 +9,7 @@ queues page there (how docs/img/console.png is made).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -61,16 +62,25 @@ def shout(job, ctx):
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
-    yield from serve_console(tmp_path, HANDLERS)
+    with console_on_dev(tmp_path, "myjobs", HANDLERS, workers=1) as running:
+        yield running
 
 
 def serve_console(tmp_path: Path, handlers: str,
                   workers: int = 1) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
-    """``sluice dev`` with ``handlers`` (a module's text) and ``sluice console`` on it: (folder,
-    endpoints, the console's URL, its launch link); both stopped after."""
-    (tmp_path / "myjobs.py").write_text(handlers)
+    """``console_on_dev`` with ``handlers`` as the module ``myjobs``, for a fixture to yield from."""
+    with console_on_dev(tmp_path, "myjobs", handlers, workers=workers) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def console_on_dev(tmp_path: Path, module: str, handlers: str,
+                   workers: int) -> Iterator[tuple[Path, dict[str, Any], str, str]]:
+    """``sluice dev`` with ``handlers`` as the module ``module``, and ``sluice console`` on it: the
+    folder, the stack's endpoints, the console's URL and its launch link."""
+    (tmp_path / f"{module}.py").write_text(handlers)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")} | {"PYTHONUNBUFFERED": "1"}
-    argv = [SLUICE, "dev", "--workers", str(workers), "--log-level", "WARNING", "--handlers", "myjobs"]
+    argv = [SLUICE, "dev", "--workers", str(workers), "--log-level", "WARNING", "--handlers", module]
     dev = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True)
     console = None

@@ -415,3 +415,25 @@ def test_sluice_queues_and_the_console_show_the_parked_records() -> None:
     assert [c.header for c in queues_table([st]).columns].index("parked") == 10
     assert '<td class="parked">6000 (last' in render.queue_row(st, [], "token")
     assert "<th>parked</th>" in render.QUEUE_HEAD
+
+
+def test_a_jobs_timeline_is_read_through_the_operator_route_for_operators_only() -> None:
+    """Issue 32 item 2: GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline, from the gateway's
+    timeline log; a plain caller is refused, a bad job id is a 400."""
+    from sluice.core import timeline
+    from sluice.gateway.http.app import HttpGateway
+
+    class Log:
+        def append(self, queue: str, job_id: str, entries: list[str]) -> None: ...
+
+        def read(self, queue: str, job_id: str) -> list[dict[str, Any]]:
+            step = timeline.decode(timeline.encode("grant", 5, worker="A", token=33))
+            return [step] if (queue, job_id) == ("emails", "j-1") else []
+
+    rig = Rig()
+    rig.gateway._http = HttpGateway(lambda: rig.api, timelines=Log)
+    status, _, body = rig.call("GET", Q + "/jobs/j-1/timeline")
+    assert status == 200 and body == {"queue": "emails", "job_id": "j-1",
+                                      "steps": [{"at_ms": 5, "kind": "grant", "worker": "A", "token": 33}]}
+    assert rig.call("GET", Q + "/jobs/j-1/timeline", caller=WEB)[0] == 403
+    assert rig.call("GET", Q + "/jobs/j%20%3Cb%3E/timeline")[0] in (400, 404, 422)

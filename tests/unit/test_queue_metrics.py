@@ -214,6 +214,7 @@ def test_the_worker_lambda_publishes_its_queues_wait_and_endings_after_the_drain
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(wiring, "queue", lambda s=None: queue)
         mp.setattr(wiring, "store", lambda s=None: store)
+        mp.setattr(wiring, "timelines", lambda s=None, bus=None: None)  # no Redis here (issue 32's recorder)
         for i in range(3):
             queue.add("thumbnails", f"img-{i}", f"cat{i}", enqueued_at_ms=int(ev.wall() * 1000) - 5_000)
         capsys.readouterr()

@@ -156,7 +156,11 @@ def test_each_role_runs_the_scripts_of_its_function() -> None:
     """What each function's code calls (read in backends/redis: queue, admin, config, relay_engine,
     relay/recovery); the real calls as each user: tests/backends/test_redis_acl.py."""
     assert set(acl.WORKER.scripts) == {"lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua",
-                                       "idle.lua"}
+                                       "idle.lua", "timeline.lua"}
+    # Issue 32: a job's timeline (timeline.lua) needs no command a worker did not have; the operator
+    # reads it (LRANGE), nobody else does.
+    assert "lrange" in acl.OPERATOR.all_commands()
+    assert "lrange" not in acl.WORKER.all_commands() + acl.GATEWAY.all_commands()
     assert "push.lua" in acl.RELAY.scripts and "rebase.lua" in acl.RELAY.scripts
     assert "purge.lua" not in acl.GATEWAY.scripts and "purge.lua" in acl.OPERATOR.scripts
     # Issue 28: the gateway reserves a new queue before its first 202 (register.lua), and loads the

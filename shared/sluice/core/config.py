@@ -201,6 +201,9 @@ class Settings(BaseModel):
     # API is never imported, and a caller's traceparent still goes on with its jobs.
     traces: bool = False
     traces_path: str | None = None  # local stack only: the spans as JSON lines (sluice_dev.local.traces)
+    # A job's timeline (issue 32): its workers' steps in a capped list per job in Redis, kept this long
+    # after its last step (docs/cost.md prices it); 0: not recorded.
+    timeline_ttl_s: int = Field(default=600, ge=0, le=604_800)
 
     # Relay.
     relay_batch: int = Field(default=500, ge=1)

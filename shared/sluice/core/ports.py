@@ -202,6 +202,14 @@ class JobLog(Protocol):
         ...
 
 
+class TimelineLog(Protocol):
+    """A job's timeline (``sluice.core.timeline``): capped and expiring, written by its workers,
+    read by the operator API (issue 32)."""
+
+    def append(self, queue: str, job_id: str, entries: Sequence[str]) -> None: ...
+    def read(self, queue: str, job_id: str) -> list[dict[str, Any]]: ...
+
+
 class SourceRecord(NamedTuple):
     """One record of the job topic as the relay reads it (``sluice.relay.ports.RecordSource``, which
     the Kafka adapter implements): no client library types leak past the adapter.

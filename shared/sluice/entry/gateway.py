@@ -34,6 +34,7 @@ from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
+    from sluice.core.ports import TimelineLog
     from sluice.core.routes import RouteCache
     from sluice.gateway.http.app import HttpGateway
     from sluice.gateway.http.idempotency import PowertoolsIdempotency
@@ -106,7 +107,7 @@ class Gateway:
             self._http = HttpGateway(lambda: self.api, max_payload_bytes=self._max_payload_bytes,
                                      routes=self._routes,
                                      schedules=None if self._schedules is None else lambda: self.schedules,
-                                     version=__version__)
+                                     version=__version__, timelines=_timeline_log)
         return self._http
 
     @property
@@ -263,3 +264,9 @@ def lambda_function(settings: Settings | None = None, *,
         return response
 
     return gateway, handler
+
+
+def _timeline_log() -> TimelineLog:
+    from sluice.entry import root as wiring
+
+    return wiring.timeline_log()

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         JobStore,
         PayloadStore,
         QueueDirectory,
+        TimelineLog,
     )
     from sluice.core.routes import RouteCache, TeamMapCache
     from sluice.core.traces import EnqueueSpans
@@ -514,9 +515,34 @@ def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObser
     return _observer[0]
 
 
+_timelined: set[int] = set()
+
+
+@cache
+def timeline_log(s: Settings | None = None) -> TimelineLog:
+    """A job's timeline in Redis (the workers append, the operator reads)."""
+    from sluice.backends.redis.timeline import RedisTimeline
+
+    s = s or settings()
+    return RedisTimeline(redis(s), max(1, s.timeline_ttl_s) * 1000)
+
+
+def timelines(s: Settings | None = None, bus: EventBus | None = None) -> None:
+    """Record every job's steps on ``bus`` (default: the process's) in its timeline, once per bus;
+    nothing with ``timeline_ttl_s`` 0."""
+    s = s or settings()
+    bus = events() if bus is None else bus
+    if s.timeline_ttl_s <= 0 or id(bus) in _timelined:
+        return
+    from sluice.worker.runtime.timeline import TimelineRecorder
+
+    _timelined.add(id(bus))
+    TimelineRecorder(lambda: timeline_log()).subscribe(bus)  # the adapter of the settings of the day
+
+
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine, payload_store, queue_directory):
+                    dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log):
         builder.cache_clear()

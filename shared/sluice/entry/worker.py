@@ -121,6 +121,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     dispatch = parse_dispatch(event)
     s = settings or wiring.settings()
     app, options = prepare(s)
+    wiring.timelines(s)  # each job's steps, for its timeline (issue 32)
     worker = app.bind(
         queue=wiring.queue(s), store=wiring.lazy_store(s), options=options,
         family_gateway=wiring.family_gateway(s), families=wiring.lazy_families(s),

@@ -11,11 +11,11 @@ run before any write, so a refused or invalid request changes nothing. Redrive g
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from sluice.core import knobs, listing, policy
-from sluice.core.errors import InvalidInput, NoRoute, NotOperator
+from sluice.core.errors import ConfigError, InvalidInput, NoRoute, NotOperator
 from sluice.core.limits import Limits
 from sluice.core.models import (
     DeadJob,
@@ -25,7 +25,7 @@ from sluice.core.models import (
     validate_job_id,
     validate_public_queue,
 )
-from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState
+from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState, TimelineLog
 from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
@@ -62,8 +62,10 @@ class Admin:
     def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
                  reseal: Reseal | None = None, limits: Limits | None = None,
-                 registry: Listing | None = None) -> None:
+                 registry: Listing | None = None,
+                 timelines: Callable[[], TimelineLog] | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
+        self.timelines = timelines  # a job's timeline (issue 32), built on use; None: this gateway reads none
         self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
         self.registry = registry
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
@@ -147,6 +149,13 @@ class Admin:
             payload, hit = listing.redact(job.payload, paths)
             jobs.append(job.model_copy(update={"payload": payload, "redacted": hit}))
         return page.model_copy(update={"jobs": jobs})
+    def timeline(self, name: str, job_id: str) -> list[dict[str, Any]]:
+        """The steps the job's workers recorded (``sluice.core.timeline``), oldest first; [] once
+        the timeline expired, or when nothing recorded it."""
+        queue = self.check_queue(name)
+        if self.timelines is None:
+            raise ConfigError("this gateway reads no job timelines")
+        return self.timelines().read(queue, validate_job_id(job_id))
 
     def redrive(self, name: str, job_id: str | None, everything: bool) -> RedriveReport:
         queue = self.check_queue(name)

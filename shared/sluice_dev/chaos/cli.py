@@ -40,9 +40,10 @@ def _finish(result: Any, as_json: bool) -> None:
         click.echo(json.dumps(result.as_dict(), separators=(",", ":"), default=str))
 
 
-def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_json: bool) -> None:
+def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_json: bool,
+          html: str | None = None) -> None:
     """One scenario: its parameters (refused: exit 2), what will happen, the story as it plays, and
-    the verdict."""
+    the verdict; ``html``: the run's drawing written to that file too."""
     try:
         p = params()
     except SluiceError as exc:
@@ -54,6 +55,12 @@ def _play(params: Callable[[], Any], header: str, story: Callable[..., Any], as_
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:
         _fail(str(exc))
         return
+    if html is not None:
+        from pathlib import Path
+
+        from sluice_dev.chaos.scenario_html import page
+
+        Path(html).write_text(page(result.as_dict()), encoding="utf-8")
     _finish(result, as_json)
 
 
@@ -75,8 +82,10 @@ _AS_JSON = click.option("--json", "as_json", is_flag=True, help="End with the re
 @click.option("--no-fencing", is_flag=True, help="Storage takes the unconditional write path: the bug.")
 @_TIME_SCALE
 @_AS_JSON
+@click.option("--html", "html", default=None, metavar="FILE",
+              help="Also write the run's drawing (its timeline, as the workers recorded it) to FILE.")
 def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for: float, no_fencing: bool,
-                 time_scale: float, as_json: bool) -> None:
+                 time_scale: float, as_json: bool, html: str | None) -> None:
     """Worker A stalls past its lease; B takes over; A wakes up and writes. Who wins?"""
     from sluice_dev.chaos import scenarios
 
@@ -85,7 +94,7 @@ def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for:
           f"gc-pause: lease {lease:g} s renewed every {renew_every:g} s; A stalls at {freeze_at:g} s "
           f"for {freeze_for:g} s; fencing {'OFF (the bug)' if no_fencing else 'ON'}; "
           f"time scale {time_scale:g}",
-          scenarios.gc_pause, as_json)
+          scenarios.gc_pause, as_json, html)
 
 
 @scenario.command("crash-before-ack")

@@ -83,6 +83,14 @@ def build(cfg: dict[str, Any], emit: EventPipe) -> Any:
     events.subscribe(probe(emit, fencing=fencing))
     events.subscribe(before_write, ResultWriting)
     events.subscribe(before_ack, Acking)
+    # The job's timeline in the scenario's Redis, recorded as a deployed worker records it (issue 32):
+    # the drawing (``--html``, the console's scenario page) is read back from there.
+    from sluice.backends.redis.connection import RedisConnection
+    from sluice.backends.redis.timeline import RedisTimeline
+    from sluice.worker.runtime.timeline import TimelineRecorder
+
+    timeline = RedisTimeline(RedisConnection.from_settings(s), ttl_ms=600_000)
+    TimelineRecorder(lambda: timeline).subscribe(events)
     store = DynamoJobStore.from_settings(s, fencing=fencing)
     worker = app.bind(
         queue=RedisJobQueue.from_settings(s), store=store, families=store.families, events=events,

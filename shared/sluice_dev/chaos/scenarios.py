@@ -257,6 +257,17 @@ class _Play:
         return {"status": str(rec.status), "attempts": rec.attempts, "token": rec.token,
                 "result_token": rec.result_token, "result": rec.result}
 
+    def steps(self) -> list[dict[str, Any]]:
+        """The job's timeline as the workers recorded it in Redis (issue 32): what the drawing shows."""
+        from sluice.backends.redis.connection import RedisConnection
+        from sluice.backends.redis.timeline import RedisTimeline
+
+        conn = RedisConnection.from_url(self.env.redis_url)
+        try:
+            return RedisTimeline(conn, ttl_ms=600_000).read(QUEUE, self.job_id)
+        finally:
+            conn.close()
+
     def close(self) -> None:
         for child in self.children.values():
             child.stop()
@@ -294,7 +305,9 @@ def gc_pause(p: Params, echo: Echo | None = None) -> Result:
 
             budget = 60 + p.scaled(p.freeze_at_s + p.freeze_for_s + 2 * p.lease_s + p.work_s)
             play.pump(done, budget, drive)
-            return _verdict_gc(play, p)
+            result = _verdict_gc(play, p)
+            result.extra["steps"] = play.steps()
+            return result
         finally:
             play.close()
 

@@ -85,6 +85,18 @@ class FakeBackend:
                         redacted=["card"])
         shown = [] if prefix and not JOB.startswith(prefix) else [job]
         return JobPage(queue=queue, state=state, jobs=shown, next=None if cursor else f"5~{JOB}")
+    def timeline(self, queue: str, job_id: str) -> list[dict[str, Any]]:
+        """A takeover after a freeze: A's lease lapsed, B took over and wrote, A's late write was
+        refused; every text a worker id could carry is ``EVIL``."""
+        return [{"at_ms": 1000, "kind": "lease", "lease": 7, "attempt": 1, "deadline_ms": 2000},
+                {"at_ms": 1001, "kind": "grant", "lease": 7, "worker": EVIL, "token": 33},
+                {"at_ms": 2500, "kind": "lease", "lease": 9, "attempt": 2, "deadline_ms": 4000},
+                {"at_ms": 2501, "kind": "grant", "lease": 9, "worker": "B", "token": 34},
+                {"at_ms": 2900, "kind": "write", "lease": 9, "token": 34, "outcome": "written"},
+                {"at_ms": 2910, "kind": "ack", "lease": 9, "outcome": "ok"},
+                {"at_ms": 3500, "kind": "write", "lease": 7, "token": 33, "outcome": "rejected",
+                 "current": 34},
+                {"at_ms": 3510, "kind": "finish", "lease": 7, "outcome": EVIL}]
 
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         self.calls.append(("redrive", queue, job_id))

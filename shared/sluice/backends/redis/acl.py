@@ -71,6 +71,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "settled.lua": "decrby del hget zrem zscore",
     "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
+    "timeline.lua": "lpop pexpire rpush",
     "trim.lua": "decrby del hget time zcard zrange zrem zscore",
 }.items()}
 
@@ -106,8 +107,9 @@ class Role:
 
 
 # A worker (a team's, or Sluice's default one): its lease life cycle and its wait for work.
-WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua"),
-              ("blpop",))
+# timeline.lua (a job's timeline, issue 32) calls only commands the others already do.
+WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua",
+                         "timeline.lua"), ("blpop",))
 # The public API (GatewayFunction; InternalFunction and FiringsFunction run the same enqueue
 # pipeline): the admission view (stats.lua, the registry, memory), the reservation of a new queue
 # before its first 202 (register.lua; registry_load.lua after a Redis loss: issue 28), GET's
@@ -116,11 +118,12 @@ WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "rele
 GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
                ("zscore", "sismember", "scard", "info"), public_queues=True,
                global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS))
-# The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings.
+# The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, and a
+# job's timeline (LRANGE, issue 32).
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
                             "registry_load.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
-                 "info"), public_queues=True, global_keys=REGISTRY_KEYS)
+                 "info", "lrange"), public_queues=True, global_keys=REGISTRY_KEYS)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
 RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
                        "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",

@@ -393,6 +393,11 @@ class Scripts:
                           dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
                           FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
+    def timeline(self, k: QueueKeys, job_id: str, cap: int, ttl_ms: int, entries: Sequence[str]) -> int:
+        """``timeline.lua``: append ``entries`` to the job's timeline, keep its last ``cap``, expire it
+        ``ttl_ms`` after this append; the list's length after."""
+        return int(self._run("timeline.lua", [k.timeline(job_id)], [cap, ttl_ms, *entries]))
+
     def idle(self, k: QueueKeys, worker_id: str, ms: int) -> int:
         """``idle.lua``: ``worker_id`` waits for work until now + ``ms`` (0: no longer); the
         number of waiting workers after the call."""

@@ -32,9 +32,11 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/[^/]*/timeline/?$"), ("GET",)),
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
+AdminJobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id.")]
 
 
 class _Request(Model):
@@ -158,7 +160,20 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C
         report = admin().redrive(queue, body.job_id, body.all)
         return _json(200, {"queue": queue, "moved": report.moved, "refused": report.refused})
 
+    register_timeline(app, admin, responses, tags)
+
     @app.delete("/v1/admin/queues/<queue>/dlq", operation_id="admin_purge", tags=tags, responses=responses,
                 summary="Delete every dead job of the queue from Redis (their status stays dead).")
     def purge(queue: AdminQueue) -> Response[Any]:
         return _json(200, {"queue": queue, "purged": admin().purge(queue)})
+
+
+def register_timeline(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses: dict[int, Any],
+                      tags: list[str]) -> None:
+    """A job's timeline (issue 32 item 2; ``sluice.core.timeline``)."""
+
+    @app.get("/v1/admin/queues/<queue>/jobs/<job_id>/timeline", operation_id="admin_job_timeline", tags=tags,
+             responses=responses, summary="A job's timeline: its workers' leases, grants, renewals, writes "
+                                          "(accepted or refused by the fence) and acks, oldest first.")
+    def job_timeline(queue: AdminQueue, job_id: AdminJobId) -> Response[Any]:
+        return _json(200, {"queue": queue, "job_id": job_id, "steps": admin().timeline(queue, job_id)})

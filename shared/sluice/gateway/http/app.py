@@ -42,6 +42,7 @@ from sluice.gateway.http import jsonguard, problems, schedule_routes
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
+    from sluice.core.ports import TimelineLog
     from sluice.core.routes import RouteCache, RouteTable
 
 log = logging.getLogger(__name__)
@@ -112,8 +113,9 @@ class HttpGateway:
 
     def __init__(self, api: Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
                  routes: RouteCache | None = None, schedules: Callable[[], Schedules] | None = None,
-                 version: str = "") -> None:
+                 version: str = "", timelines: Callable[[], TimelineLog] | None = None) -> None:
         self._api = api  # built on the first request that needs it (cold start)
+        self._timelines = timelines  # jobs' timelines, for the operator route (issue 32)
         self.version = version  # Sluice's, in the OpenAPI document
         self._schedules = schedules  # None: no schedule routes (404)
         self.max_payload_bytes = max_payload_bytes
@@ -157,7 +159,8 @@ class HttpGateway:
         api, pipeline = self.api, self.api.pipeline
         return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
                      refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
-                     limits=pipeline.limits, registry=pipeline.registry)
+                     limits=pipeline.limits, registry=pipeline.registry,
+                     timelines=self._timelines)
 
     def openapi_json(self) -> str:
         if self._openapi is None:

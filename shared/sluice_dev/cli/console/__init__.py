@@ -31,7 +31,12 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
     # no IAM, the operator routes take the caller from a header.
     client = target.operator_client(api, max_attempts=2)
     where = api or target.api_url or target.env.get("SLUICE_API_URL") or f"local stack ({client.api_url})"
-    return Console(client, where, port, watched)
+    console = Console(client, where, port, watched)
+    if not (api or target.api_url or target.env.get("SLUICE_API_URL")):  # the local stack (issue 32)
+        from sluice_dev.cli.console.scenario import Runs
+
+        console.scenarios = Runs()
+    return console
 
 
 @click.command("console")

@@ -39,7 +39,8 @@ def page(title: str, body: str, *, token: str, where: str) -> str:
 <link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script>
 </head><body>
 <nav><strong>sluice console</strong> <a href="/">Queues</a> <a href="/jobs">Jobs</a>
-<a href="/schedules">Schedules</a> <span class="where">{esc(where)}</span></nav>
+<a href="/schedules">Schedules</a> <a href="/scenario">Scenario</a>
+<span class="where">{esc(where)}</span></nav>
 <main><h1>{esc(title)}</h1>
 {body}
 </main></body></html>
@@ -161,8 +162,7 @@ def job_fragment(view: JobView) -> str:
         ("job id", esc(view.job_id)), ("queue", esc(view.queue)),
         ("state", f'<span class="status {esc(view.status)}" id="job-status">{esc(view.status)}</span>'),
         ("attempts", str(view.attempts)),
-        ("fencing token", "not on the API's job view; the jobs table keeps only the latest "
-                          "(each grant adds 1), no history of them"),
+        ("fencing token", "not on the API's job view: each attempt's is on the job's timeline"),
         ("progress", progress),
         ("created", esc(when(view.created_at_ms))), ("updated", esc(when(view.updated_at_ms))),
         ("finished", esc(when(view.finished_at_ms))),
@@ -191,7 +191,9 @@ def job_page(job_id: str, fragment: str | None, error: str | None) -> str:
     if fragment is None:
         return lookup
     src = "/fragment/job?id=" + esc(quote(job_id, safe=""))
-    return f'{lookup}<div id="job" data-refresh="{src}" data-until-final="yes">{fragment}</div>'
+    link = "/jobs/timeline?id=" + esc(quote(job_id, safe=""))
+    timeline = f'<p><a id="job-timeline" href="{link}">Timeline of its attempts</a></p>'
+    return f'{lookup}{timeline}<div id="job" data-refresh="{src}" data-until-final="yes">{fragment}</div>'
 
 
 def dlq_page(queue: str, jobs: Sequence[DeadJob], token: str, message: str | None) -> str:

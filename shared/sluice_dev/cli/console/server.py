@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 from sluice.core.errors import SluiceError
 from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
 from sluice.core.schedules import check_name
-from sluice_dev.cli.console import pages, render
+from sluice_dev.cli.console import pages, render, scenario
+from sluice_dev.cli.console import timeline as render_timeline
 from sluice_dev.cli.console.backend import Backend, History, Watched
 from sluice_dev.local.httpd import QuietHandler
 
@@ -74,6 +75,7 @@ class Console:
     launch_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # printed, used once
     sessions: set[str] = field(default_factory=set)  # the cookies handed out (one: the link works once)
     launched: bool = False
+    scenarios: scenario.Runs | None = None  # the scenario page's runs; None: not the local stack (issue 32)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def origins(self) -> set[str]:
@@ -122,6 +124,8 @@ class Console:
         if not self.has_session(headers):  # every route, GET included: no page without the cookie
             return Response(401, LOG_IN, TEXT)
         try:
+            if url.path in scenario.PATHS:
+                return self.scenario(method, url.path, query, body, headers)
             if method in ("GET", "HEAD"):
                 return self.get(url.path, query)
             if method != "POST":
@@ -189,6 +193,8 @@ class Console:
             return Response(200, self.queues_fragment())
         if path == "/jobs":
             return self.job(query.get("id", "").strip())
+        if path == "/jobs/timeline":
+            return self.timeline(validate_job_id(query.get("id", "").strip()))
         if path == "/fragment/job":
             view = self.backend.status(validate_job_id(query.get("id", "")))
             return Response(200, render.job_fragment(view))
@@ -228,6 +234,35 @@ class Console:
             return self.html(404 if _status(exc) == 404 else 400, "Jobs",
                              render.job_page(job_id, None, str(exc)))
         return self.html(200, f"Job {job_id}", render.job_page(job_id, fragment, None))
+
+    def timeline(self, job_id: str) -> Response:
+        """The job's attempts as lanes (issue 32 item 2): its queue from the job's view, its steps from
+        the operator route ``GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline``."""
+        view = self.backend.status(job_id)
+        steps = self.backend.timeline(view.queue, job_id)
+        return self.html(200, f"Timeline of {job_id}", render_timeline.page(view, steps))
+
+    def scenario(self, method: str, path: str, query: Mapping[str, str], body: bytes,
+                 headers: Mapping[str, str]) -> Response:
+        """The scenario page (issue 32 item 3, ``scenario``): its runs are the session's own."""
+        session, runs = _cookie(headers.get("cookie", ""), COOKIE) or "", self.scenarios
+        if path == "/fragment/scenario" and method in ("GET", "HEAD"):
+            return Response(200, scenario.fragment(None if runs is None else runs.of(session)))
+        if path == "/scenario" and method in ("GET", "HEAD"):
+            body_html = scenario.page(runs, self.token, session, query.get("msg"))
+            return self.html(200, "Scenario: gc-pause", body_html)
+        if path != "/scenario/gc-pause" or method != "POST":
+            return Response(404, "not found", TEXT)
+        fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        refusal = self.refuses(headers, fields)
+        if refusal:
+            return Response(403, refusal, TEXT)
+        if runs is None:
+            return self.html(400, "Scenario", f'<p class="error">{render.esc(scenario.LOCAL_ONLY)}</p>')
+        freeze = scenario.freeze_of(fields.get("freeze_for", ""))
+        if not runs.start(session, freeze, fields.get("fencing") == "on"):
+            return see_other("/scenario?msg=" + quote("a run is going: one at a time"))
+        return see_other("/scenario?msg=started")
 
     # -- POST --------------------------------------------------------------------------------
 
