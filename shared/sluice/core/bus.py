@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform
 
 from sluice.core.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.core.models import QueueStats
@@ -46,16 +46,69 @@ def wall() -> float:
     return _wall()
 
 
+# Classes of the catalogue whose dataclass methods are not made yet (in the order they were
+# declared, so bases come first), with the defaults each declared.
+_UNMADE: dict[type, dict[str, Any]] = {}
+_making = threading.RLock()
+_ever_made: list[bool] = []  # one entry once _made ran: the catalogue is made
+
+
+def _make(cls: type, defaults: dict[str, Any]) -> None:
+    """``cls`` made, in place, the dataclass it declares (its bases made already). Its fields are
+    slots already (``_EventType``): their descriptors step aside while dataclass() reads the
+    defaults, and come back (no slotted copy is made: the class keeps its identity)."""
+    slots = {n: cls.__dict__[n] for n in cls.__dict__["__slots__"]}
+    for n, value in defaults.items():
+        setattr(cls, n, value)
+    dataclass(frozen=True, kw_only=True)(cls)
+    for n, slot in slots.items():
+        setattr(cls, n, slot)
+
+
+def _made() -> None:
+    """Every event class made a dataclass, if not done yet: the whole catalogue at once, at the first
+    use of any (built, unpickled, or asked for its fields), so no subclass can ever read a made
+    base's fields as its own. Cold start (issue 30, item 3): dataclass() writes and compiles six
+    methods a class, 40 ms of every function's import for the catalogue's fifty events, and an
+    import builds no event."""
+    with _making:
+        _ever_made[:] = [True]
+        while _UNMADE:
+            cls = next(iter(_UNMADE))
+            _make(cls, _UNMADE.pop(cls))
+
+
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
 class _EventType(type):
     """Makes every class of the catalogue a frozen, slotted, keyword-only dataclass of the fields it
-    declares (after its bases' fields), so an event is its fields and nothing else (PEP 681)."""
+    declares (after its bases' fields), so an event is its fields and nothing else (PEP 681).
+
+    The slots are made with the class; the dataclass methods at the first use of any event
+    (``_made``): one built, unpickled, or asked for ``__dataclass_fields__`` (``dataclasses.fields``).
+    A class declared after that is made at once."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any) -> _EventType:
-        cls = super().__new__(mcs, name, bases, namespace, **kw)
-        if "__dataclass_fields__" in namespace:  # the slotted copy that dataclass() makes of a class
-            return cls
-        return cast(_EventType, dataclass(frozen=True, slots=True, kw_only=True)(cast(type, cls)))
+        own = list(namespace.get("__annotations__", {}))
+        defaults = {n: namespace.pop(n) for n in own if n in namespace}
+        inherited = {n for b in bases for c in b.__mro__ for n in c.__dict__.get("__slots__", ())}
+        slots = tuple(n for n in own if n not in inherited)  # a field redeclared keeps its base's slot
+        cls = super().__new__(mcs, name, bases, {**namespace, "__slots__": slots}, **kw)
+        with _making:
+            _UNMADE[cls] = defaults
+            if _ever_made:
+                _made()  # the catalogue is made: so is a class declared after it (an observer's own)
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _UNMADE:
+            _made()
+        return super().__call__(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__dataclass_") and _UNMADE:  # dataclasses.fields, is_dataclass, params
+            _made()
+            return getattr(cls, name)
+        raise AttributeError(name)
 
 
 class Event(metaclass=_EventType):
@@ -66,6 +119,16 @@ class Event(metaclass=_EventType):
     """
 
     at: float = field(default_factory=wall)
+
+    # What dataclass(slots=True) gives a frozen class, which slots alone do not: pickling
+    # (``_EventType`` makes the dataclass in place, without that copy).
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f) for f in self.__dataclass_fields__]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        _made()
+        for f, value in zip(self.__dataclass_fields__, state, strict=True):
+            object.__setattr__(self, f, value)
 
 
 class CallEnded(Event):
