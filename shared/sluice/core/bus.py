@@ -61,6 +61,9 @@ def _make(cls: type, defaults: dict[str, Any]) -> None:
     for n, value in defaults.items():
         setattr(cls, n, value)
     dataclass(frozen=True, kw_only=True)(cls)
+    for n in defaults:  # a base's field given a new default here: its base's slot holds it
+        if n not in slots and n in cls.__dict__:
+            delattr(cls, n)
     for n, slot in slots.items():
         setattr(cls, n, slot)
 
@@ -74,8 +77,9 @@ def _made() -> None:
     with _making:
         _ever_made[:] = [True]
         while _UNMADE:
-            cls = next(iter(_UNMADE))
-            _make(cls, _UNMADE.pop(cls))
+            cls, defaults = next(iter(_UNMADE.items()))
+            _make(cls, defaults)
+            del _UNMADE[cls]  # only once made: a thread that finds _UNMADE empty may build any event
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
