@@ -46,11 +46,9 @@ def wall() -> float:
     return _wall()
 
 
-# Classes of the catalogue whose dataclass methods are not made yet (in the order they were
-# declared, so bases come first), with the defaults each declared.
+# Event classes whose dataclass methods are not made yet, with the defaults each declared.
 _UNMADE: dict[type, dict[str, Any]] = {}
 _making = threading.RLock()
-_ever_made: list[bool] = []  # one entry once _made ran: the catalogue is made
 
 
 def _make(cls: type, defaults: dict[str, Any]) -> None:
@@ -68,18 +66,30 @@ def _make(cls: type, defaults: dict[str, Any]) -> None:
         setattr(cls, n, slot)
 
 
-def _made() -> None:
-    """Every event class made a dataclass, if not done yet: the whole catalogue at once, at the first
-    use of any (built, unpickled, or asked for its fields), so no subclass can ever read a made
-    base's fields as its own. Cold start (issue 30, item 3): dataclass() writes and compiles six
-    methods a class, 40 ms of every function's import for the catalogue's fifty events, and an
-    import builds no event."""
+def _made(cls: type) -> None:
+    """``cls`` and its bases made dataclasses, if not done yet. Cold start (issue 30, item 3):
+    dataclass() writes and compiles six methods a class, 40 ms of every function's import for the
+    catalogue's fifty events; a class is made when first built, unpickled, or asked for its fields,
+    so an import makes none, and a first event made costs its own class and bases (about a ms
+    each), not the catalogue's."""
     with _making:
-        _ever_made[:] = [True]
-        while _UNMADE:
-            cls, defaults = next(iter(_UNMADE.items()))
-            _make(cls, defaults)
-            del _UNMADE[cls]  # only once made: a thread that finds _UNMADE empty may build any event
+        for c in reversed(cls.__mro__):
+            if c in _UNMADE:
+                _make(c, _UNMADE[c])
+                del _UNMADE[c]  # only once made: a thread that finds it gone may build one
+
+
+class _Unmade:
+    """A class's own ``__dataclass_fields__`` and ``__dataclass_params__`` until it is made: reading
+    either (``dataclasses.fields``, ``is_dataclass``) makes it, so no class reads its made base's
+    fields as its own; dataclass() puts the real ones in their place."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        _made(owner)
+        return owner.__dict__[self.name]
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
@@ -87,32 +97,24 @@ class _EventType(type):
     """Makes every class of the catalogue a frozen, slotted, keyword-only dataclass of the fields it
     declares (after its bases' fields), so an event is its fields and nothing else (PEP 681).
 
-    The slots are made with the class; the dataclass methods at the first use of any event
-    (``_made``): one built, unpickled, or asked for ``__dataclass_fields__`` (``dataclasses.fields``).
-    A class declared after that is made at once."""
+    The slots are made with the class; the dataclass methods when the class is first used
+    (``_made``): built, unpickled, or asked for ``__dataclass_fields__`` (``dataclasses.fields``)."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any) -> _EventType:
         own = list(namespace.get("__annotations__", {}))
         defaults = {n: namespace.pop(n) for n in own if n in namespace}
         inherited = {n for b in bases for c in b.__mro__ for n in c.__dict__.get("__slots__", ())}
         slots = tuple(n for n in own if n not in inherited)  # a field redeclared keeps its base's slot
-        cls = super().__new__(mcs, name, bases, {**namespace, "__slots__": slots}, **kw)
+        unmade = {n: _Unmade(n) for n in ("__dataclass_fields__", "__dataclass_params__")}
+        cls = super().__new__(mcs, name, bases, {**namespace, **unmade, "__slots__": slots}, **kw)
         with _making:
             _UNMADE[cls] = defaults
-            if _ever_made:
-                _made()  # the catalogue is made: so is a class declared after it (an observer's own)
         return cls
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _UNMADE:
-            _made()
+        if cls in _UNMADE:
+            _made(cls)
         return super().__call__(*args, **kwargs)
-
-    def __getattr__(cls, name: str) -> Any:
-        if name.startswith("__dataclass_") and _UNMADE:  # dataclasses.fields, is_dataclass, params
-            _made()
-            return getattr(cls, name)
-        raise AttributeError(name)
 
 
 class Event(metaclass=_EventType):
@@ -130,7 +132,7 @@ class Event(metaclass=_EventType):
         return [getattr(self, f) for f in self.__dataclass_fields__]
 
     def __setstate__(self, state: list[Any]) -> None:
-        _made()
+        _made(type(self))
         for f, value in zip(self.__dataclass_fields__, state, strict=True):
             object.__setattr__(self, f, value)
 
