@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,12 +52,17 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def loaded_by_import(function: str, **extra: str) -> set[str]:
+def after_import(code: str, function: str, **extra: str) -> Any:
+    """What ``code`` prints (its last line, JSON) in a fresh interpreter that imported the function."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "PYTHON"))}, **ENV, **extra}
-    out = subprocess.run([sys.executable, "-I", "-c", CODE, str(FUNCTIONS / function), str(ROOT / "shared")],
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(FUNCTIONS / function), str(ROOT / "shared")],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def loaded_by_import(function: str, **extra: str) -> set[str]:
+    return set(after_import(CODE, function, **extra))
 
 
 def test_every_function_is_checked() -> None:
@@ -79,3 +85,25 @@ def test_traces_load_no_client_library_at_import_and_off_no_opentelemetry(functi
     traced = loaded_by_import(function, SLUICE_TRACES="true")
     assert not sorted(EXPECTED[function] & traced), f"{function} with traces on loads them at import"
     assert not {m for m in loaded_by_import(function) if m.split(".")[0] == "opentelemetry"}
+
+
+BUILT_AT_IMPORT = """
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import app
+from sluice.core import bus, models
+events = [c for c in vars(bus).values() if isinstance(c, type) and issubclass(c, bus.Event)]
+made = [c for c in events if isinstance(vars(c)["__dataclass_fields__"], dict)]
+print(json.dumps({"events_made": len(made),
+                  "models_built": sorted(n for n in ("QueueConfig", "FinishedCounts", "QueueStats")
+                                         if getattr(models, n).__pydantic_complete__)}))
+"""
+
+
+@pytest.mark.parametrize("function", sorted(EXPECTED))
+def test_a_handler_import_makes_no_event_class_and_builds_no_queue_model(function: str) -> None:
+    """Issue 30 item 3: the event catalogue's fifty dataclasses (six generated methods each, ~40 ms)
+    are made each at its first use, and QueueStats' defaults are factories (an instance as a
+    default built QueueConfig's validator, and with it pydantic's plugin loader, at import)."""
+    built = after_import(BUILT_AT_IMPORT, function)
+    assert built == {"events_made": 0, "models_built": []}, f"{function} at import: {built}"

@@ -105,3 +105,26 @@ def test_the_calls_on_a_lease_and_under_a_token_share_their_fields() -> None:
     assert all(issubclass(c, ev.LeaseCall) for c in (ev.Acked, ev.FailReported, ev.Released, ev.Renewed))
     assert all(issubclass(c, ev.TokenCall) for c in (ev.ResultWritten, ev.ResultRefused, ev.FencedWrite,
                                                      ev.FailureRecorded, ev.GrantReleased))
+
+
+def test_an_event_class_is_made_at_its_first_use_and_a_redeclared_field_keeps_its_slot() -> None:
+    """Issue 30 item 3: an event class's dataclass methods are made at its first use (an import
+    makes none: tests/tooling/test_cold_imports.py), its bases first; a field a subclass declares
+    again with a new default is still its base's slot."""
+
+    class Later(ev.Renewed):
+        deadline_ms: int | None = 7
+        note: str = ""
+
+    class Sub(Later):
+        more: int = 1
+
+    assert Later in ev._UNMADE and Sub in ev._UNMADE
+    assert [f.name for f in dataclasses.fields(Sub)][-3:] == ["deadline_ms", "note", "more"]
+    assert Later not in ev._UNMADE and Sub not in ev._UNMADE
+    assert Later.__slots__ == ("note",)  # type: ignore[attr-defined]
+    e = Later(job="j", queue="q", lease=1, outcome="ok", t0=1.0, at=2.0)
+    assert (e.deadline_ms, e.note) == (7, "") and not hasattr(e, "__dict__")
+    assert [f.name for f in dataclasses.fields(Later)][-2:] == ["deadline_ms", "note"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.note = "x"  # type: ignore[misc]

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform
 
 from sluice.core.errors import JobCancelled, JobNotFound, LeaseLost, SluiceError, StaleToken
 from sluice.core.models import QueueStats
@@ -46,16 +46,75 @@ def wall() -> float:
     return _wall()
 
 
+# Event classes whose dataclass methods are not made yet, with the defaults each declared.
+_UNMADE: dict[type, dict[str, Any]] = {}
+_making = threading.RLock()
+
+
+def _make(cls: type, defaults: dict[str, Any]) -> None:
+    """``cls`` made, in place, the dataclass it declares (its bases made already). Its fields are
+    slots already (``_EventType``): their descriptors step aside while dataclass() reads the
+    defaults, and come back (no slotted copy is made: the class keeps its identity)."""
+    slots = {n: cls.__dict__[n] for n in cls.__dict__["__slots__"]}
+    for n, value in defaults.items():
+        setattr(cls, n, value)
+    dataclass(frozen=True, kw_only=True)(cls)
+    for n in defaults:  # a base's field given a new default here: its base's slot holds it
+        if n not in slots and n in cls.__dict__:
+            delattr(cls, n)
+    for n, slot in slots.items():
+        setattr(cls, n, slot)
+
+
+def _made(cls: type) -> None:
+    """``cls`` and its bases made dataclasses, if not done yet. Cold start (issue 30, item 3):
+    dataclass() writes and compiles six methods a class, 40 ms of every function's import for the
+    catalogue's fifty events; a class is made when first built, unpickled, or asked for its fields,
+    so an import makes none, and a first event made costs its own class and bases (about a ms
+    each), not the catalogue's."""
+    with _making:
+        for c in reversed(cls.__mro__):
+            if c in _UNMADE:
+                _make(c, _UNMADE[c])
+                del _UNMADE[c]  # only once made: a thread that finds it gone may build one
+
+
+class _Unmade:
+    """A class's own ``__dataclass_fields__`` and ``__dataclass_params__`` until it is made: reading
+    either (``dataclasses.fields``, ``is_dataclass``) makes it, so no class reads its made base's
+    fields as its own; dataclass() puts the real ones in their place."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        _made(owner)
+        return owner.__dict__[self.name]
+
+
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
 class _EventType(type):
     """Makes every class of the catalogue a frozen, slotted, keyword-only dataclass of the fields it
-    declares (after its bases' fields), so an event is its fields and nothing else (PEP 681)."""
+    declares (after its bases' fields), so an event is its fields and nothing else (PEP 681).
+
+    The slots are made with the class; the dataclass methods when the class is first used
+    (``_made``): built, unpickled, or asked for ``__dataclass_fields__`` (``dataclasses.fields``)."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any) -> _EventType:
-        cls = super().__new__(mcs, name, bases, namespace, **kw)
-        if "__dataclass_fields__" in namespace:  # the slotted copy that dataclass() makes of a class
-            return cls
-        return cast(_EventType, dataclass(frozen=True, slots=True, kw_only=True)(cast(type, cls)))
+        own = list(namespace.get("__annotations__", {}))
+        defaults = {n: namespace.pop(n) for n in own if n in namespace}
+        inherited = {n for b in bases for c in b.__mro__ for n in c.__dict__.get("__slots__", ())}
+        slots = tuple(n for n in own if n not in inherited)  # a field redeclared keeps its base's slot
+        unmade = {n: _Unmade(n) for n in ("__dataclass_fields__", "__dataclass_params__")}
+        cls = super().__new__(mcs, name, bases, {**namespace, **unmade, "__slots__": slots}, **kw)
+        with _making:
+            _UNMADE[cls] = defaults
+        return cls
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls in _UNMADE:
+            _made(cls)
+        return super().__call__(*args, **kwargs)
 
 
 class Event(metaclass=_EventType):
@@ -66,6 +125,16 @@ class Event(metaclass=_EventType):
     """
 
     at: float = field(default_factory=wall)
+
+    # What dataclass(slots=True) gives a frozen class, which slots alone do not: pickling
+    # (``_EventType`` makes the dataclass in place, without that copy).
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f) for f in self.__dataclass_fields__]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        _made(type(self))
+        for f, value in zip(self.__dataclass_fields__, state, strict=True):
+            object.__setattr__(self, f, value)
 
 
 class CallEnded(Event):

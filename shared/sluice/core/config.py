@@ -30,7 +30,10 @@ def _environ() -> dict[str, str]:
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, validate_default=True)
+    # defer_build: its validator is built when the first Settings is made (the first call's adapters),
+    # not at import: the first validator built also loads pydantic's plugin loader (importlib.metadata),
+    # 30+ ms of every function's init (issue 30, item 3).
+    model_config = ConfigDict(extra="ignore", frozen=True, validate_default=True, defer_build=True)
 
     def __init__(self, **values: Any) -> None:
         env = _environ()

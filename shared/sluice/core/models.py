@@ -369,9 +369,12 @@ class QueueStats(Model):
     leased: int
     dead: int
     oldest_ready_age_ms: int | None
-    config: QueueConfig = QueueConfig()
+    # Factories, not instances: an instance here would build both models' validators at import, and
+    # with the first of them pydantic's plugin loader (importlib.metadata), 30+ ms of every function's
+    # cold start (issue 30, item 3).
+    config: QueueConfig = Field(default_factory=QueueConfig)
     idle_workers: int = 0  # workers waiting for work in BLPOP (worker linger); a relay starts none for them
-    finished: FinishedCounts = FinishedCounts()  # cumulative endings (keys.finished)
+    finished: FinishedCounts = Field(default_factory=FinishedCounts)  # cumulative endings (keys.finished)
     used_bytes: int = 0  # bytes its jobs count against its budget (keys.used; push.lua reserves them)
     budget_bytes: int = 0  # its effective byte budget (limits.Limits.with_budget); 0: none or not known
     parked: int = 0  # about how many of its records wait in the parking lot (the registry's counter)
