@@ -206,7 +206,9 @@ class Settings(BaseModel):
     traces_path: str | None = None  # local stack only: the spans as JSON lines (sluice_dev.local.traces)
     # A job's timeline (issue 32): its workers' steps in a capped list per job in Redis, kept this long
     # after its last step (docs/cost.md prices it); 0: not recorded.
-    timeline_ttl_s: int = Field(default=600, ge=0, le=604_800)
+    # Off unless asked for: two more Redis calls a job and ~845 B of Redis memory per job kept, which at
+    # 1,000 jobs/s would hold a third of a small cache (docs/cost.md, Job timelines); sluice dev turns it on.
+    timeline_ttl_s: int = Field(default=0, ge=0, le=604_800)
 
     # Relay.
     relay_batch: int = Field(default=500, ge=1)

@@ -165,6 +165,8 @@ class DevOptions:
         # A parameter value, as `sam deploy` must pass one: the role the local stack's
         # CloudFormation requests act for (Sluice's registrar admits its deployers alone).
         params.setdefault("DeployerPrincipalArns", LOCAL_DEPLOYER)
+        # The console's timeline page on the local stack (JobTimelineSeconds is 0, off, by default in AWS).
+        params.setdefault("JobTimelineSeconds", "600")
         return load(self.template, self.config_env, overrides=params, stack_name=STACK_NAME)
 
     def team_deploys(self) -> dict[str, tuple[str, DeployConfig]]:
