@@ -28,6 +28,7 @@ NAMES = {
     "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
     "#fv": "format_version",  # the writer's format (sluice.core.formats.ITEM; items.py)
     "#pend": "pending_children",
+    "#nb": "buckets",  # a continuation counted on bucket items (families.py, issue 30)
 }
 
 
