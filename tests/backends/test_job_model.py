@@ -871,7 +871,11 @@ class JobMachine(RuleBasedStateMachine):
             then = items.get(f.then) if f.then else None
             if then is None or "remaining" not in then or f.then in self.expired:
                 continue
-            remaining = int(then["remaining"]["N"])
+            # Counted on buckets of ``fm.BUCKET`` slots (issue 30): the item's remaining counts buckets.
+            left = fam.store.families.children_left(f.then or "")
+            remaining = int(then["remaining"]["N"]) if left is None else left
+            self.check("F2", (left is None) or (int(then["remaining"]["N"]) == 0) == (left == 0),
+                       f"continuation {f.then}: {left} children left but {then['remaining']['N']} buckets")
             waiting = sorted(c for c in f.children.values() if c not in fam.ever_final)
             self.check("F2", remaining == len(waiting),
                        f"continuation {f.then} waits for {remaining} children; {waiting} never ended")

@@ -9,16 +9,10 @@ The jobs table is in-process moto, its items sized by moto's own rules (``moto_i
 
 from __future__ import annotations
 
+import contextlib
 import random
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
-import pytest
-from moto import mock_aws
-
-from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.codec import N, S
 from sluice.backends.dynamodb.families import bucket_key, family_key
 from sluice.backends.dynamodb.jobs import DynamoJobStore
@@ -28,24 +22,13 @@ from sluice.core.errors import BackendUnavailable
 from sluice.core.families import COUNT_BUCKET, Countdown, bucket_sizes
 from sluice.streams.countdown import StreamCountdown
 from sluice_dev.local.motoserver import moto_item_size
+from tests.backends.inprocess import test_flows_stream
 from tests.backends.inprocess.test_flows import Rig, ended
 from tests.backends.inprocess.test_flows_stream import end, stream
 
+db, rig = test_flows_stream.db, test_flows_stream.rig  # its fixtures: a jobs table with its stream
+
 WRITES = {"UpdateItem", "PutItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
-
-
-@pytest.fixture(scope="module")
-def db() -> Iterator[Any]:
-    with mock_aws():
-        yield boto3.client("dynamodb", region_name="us-east-1")
-
-
-@pytest.fixture
-def rig(db: Any) -> Iterator[Rig]:
-    name = f"jobs-{uuid.uuid4().hex[:8]}"
-    tables.create_jobs_table(db, name)  # with its stream, as in the template
-    yield Rig(DynamoJobStore(db, name))
-    db.delete_table(TableName=name)
 
 
 class Meter:
@@ -65,6 +48,11 @@ class Meter:
     def _after(self, **_: Any) -> None:
         size = max(self._sizes[0], moto_item_size(self._table, self._key) or 0)
         self.units.append((self._key["job_id"]["S"], max(1, -(-size // 1024))))
+
+
+def recount(rig: Rig) -> list[str]:
+    """The stream's countdown over every record of the jobs table's stream so far."""
+    return StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation)).recount(stream(rig))
 
 
 def children(n: int) -> list[str]:
@@ -140,14 +128,12 @@ def test_a_full_bucket_whose_count_on_the_continuation_was_lost_is_counted_by_th
         end(rig.store, child, "succeeded")
     items.update = dies_on_the_continuation  # type: ignore[method-assign]
     for child in family.job_ids:
-        try:
+        with contextlib.suppress(BackendUnavailable):
             bus.emit(ended(child))
-        except BackendUnavailable:
-            pass
     del items.update
     assert rig.api.status(then).remaining == 0 and then not in rig.appended()  # every bucket full
     assert not rig.store.families.unreleased(then)  # ... and the continuation's item waits for them
-    assert StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation)).recount(stream(rig)) == []
+    assert recount(rig) == []
     assert rig.appended().count(then) == 1 and rig.store.families.unreleased(then) is False
 
 
@@ -163,7 +149,7 @@ def test_the_stream_writes_nothing_for_children_counted_in_a_full_bucket_or_not(
     assert rig.appended().count(then) == 1
     calls: list[str] = []
     rig.store._db.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
-    assert StreamCountdown(Countdown(rig.store.families, rig.api.release_continuation)).recount(stream(rig)) == []
+    assert recount(rig) == []
     assert calls and not WRITES & set(calls), calls
     assert rig.appended().count(then) == 1
 
@@ -179,8 +165,9 @@ def test_a_family_started_before_buckets_still_counts_on_the_continuations_item(
         {"DeleteRequest": {"Key": {"job_id": S(bucket_key(then, 0))}}}]})
     for key, remaining in ((family_key(then), None), (then, 2)):
         update = "REMOVE buckets" + ("" if remaining is None else " SET remaining = :n")
+        values = {} if remaining is None else {"ExpressionAttributeValues": {":n": N(remaining)}}
         rig.store._db.update_item(TableName=rig.store.table, Key={"job_id": S(key)}, UpdateExpression=update,
-                                  **({} if remaining is None else {"ExpressionAttributeValues": {":n": N(2)}}))
+                                  **values)
     token = rig.store.grant(rig.parent, "fanout", "w9")
     rig.api.enqueue_children(rig.request(2, then=True, token=token))  # a re-run: no buckets now either
     assert families.items.read(bucket_key(then, 0)) is None and families.children_left(then) is None
@@ -200,4 +187,5 @@ def test_a_slot_outside_the_family_counts_nothing(rig: Rig) -> None:
     then = family.continuation or ""
     assert rig.store.families.count_down(then, COUNT_BUCKET * 40) is None
     assert rig.store.families.count_down(then, -1) is None
-    assert rig.api.status(then).remaining == 2 and rig.store.families.items.read(then)["remaining"]["N"] == "1"
+    assert rig.api.status(then).remaining == 2
+    assert rig.store.families.items.read(then)["remaining"]["N"] == "1"  # one bucket, not full
