@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ class Meter:
     def __init__(self, db: Any, table: str) -> None:
         self.table, self.units, self.writes = table, {}, {}
         self.by_count: list[int] = []  # the units of each countdown write
-        self._pending: dict[str, Any] = {}
+        self._call = threading.local()  # the store writes children (and buckets) from a pool
         for op in WRITES:
             db.meta.events.register(f"before-parameter-build.dynamodb.{op}", self._before)
             db.meta.events.register(f"after-call.dynamodb.{op}", self._after)
@@ -48,18 +49,19 @@ class Meter:
         from sluice_dev.local.motoserver import moto_item_size
 
         key = params.get("Key") or {"job_id": params["Item"]["job_id"]}
-        self._pending = {"key": key, "before": moto_item_size(self.table, key) or 0,
+        self._call.pending = {"key": key, "before": moto_item_size(self.table, key) or 0,
                          "count": "#ended :slots" in str(params.get("UpdateExpression", ""))}
 
     def _after(self, **_: Any) -> None:
         from sluice_dev.local.motoserver import moto_item_size
 
-        key = self._pending["key"]
-        units = max(1, -(-max(self._pending["before"], moto_item_size(self.table, key) or 0) // 1024))
+        pending = self._call.pending
+        key = pending["key"]
+        units = max(1, -(-max(pending["before"], moto_item_size(self.table, key) or 0) // 1024))
         name = key["job_id"]["S"]
         self.units[name] = self.units.get(name, 0) + units
         self.writes[name] = self.writes.get(name, 0) + 1
-        if self._pending["count"]:
+        if pending["count"]:
             self.by_count.append(units)
 
 
