@@ -164,7 +164,7 @@ def test_a_family_started_before_buckets_still_counts_on_the_continuations_item(
     rig.store._db.batch_write_item(RequestItems={rig.store.table: [
         {"DeleteRequest": {"Key": {"job_id": S(bucket_key(then, 0))}}}]})
     for key, remaining in ((family_key(then), None), (then, 2)):
-        update = "REMOVE buckets" + ("" if remaining is None else " SET remaining = :n")
+        update = "REMOVE buckets, buckets_left" + ("" if remaining is None else " SET remaining = :n")
         values = {} if remaining is None else {"ExpressionAttributeValues": {":n": N(remaining)}}
         rig.store._db.update_item(TableName=rig.store.table, Key={"job_id": S(key)}, UpdateExpression=update,
                                   **values)
@@ -188,4 +188,26 @@ def test_a_slot_outside_the_family_counts_nothing(rig: Rig) -> None:
     assert rig.store.families.count_down(then, COUNT_BUCKET * 40) is None
     assert rig.store.families.count_down(then, -1) is None
     assert rig.api.status(then).remaining == 2
-    assert rig.store.families.items.read(then)["remaining"]["N"] == "1"  # one bucket, not full
+    assert rig.store.families.items.read(then)["buckets_left"]["N"] == "1"  # one bucket, not full
+
+
+def test_code_of_before_buckets_counts_nothing_on_a_bucketed_continuation(rig: Rig) -> None:
+    """During an upgrade, a process still on the code of before issue 30 (a team's worker on an
+    older layer) counts a child by that code's one write on the continuation's item. A bucketed
+    continuation's item has no ``remaining`` (its count is ``buckets_left``), so that write is
+    refused: it cannot take the count of buckets for a count of children and release it early."""
+    family = rig.api.enqueue_children(rig.request(3, then=True))
+    then = family.continuation or ""
+    old_count = rig.store.families.items.request(  # the code of before issue 30's count_down, verbatim
+        then, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
+        condition="attribute_exists(#left) AND NOT contains(#ended, :slot)",
+        values={":slots": {"NS": ["1"]}, ":slot": N(1), ":one": N(1), ":now": N(1)},
+        ReturnValues="UPDATED_NEW")
+    _, ok = rig.store.families.items.update("count_down", old_count)
+    assert not ok and "remaining" not in (rig.store.families.items.read(then) or {})
+    assert not rig.store.families.unreleased(then) and rig.api.status(then).remaining == 3
+    bus = EventBus()
+    Countdown(rig.store.families, rig.api.release_continuation).subscribe(bus)
+    for child in family.job_ids:  # this code's counts (or the stream's, on this code) release it
+        bus.emit(ended(child))
+    assert rig.appended().count(then) == 1 and rig.api.status(then).remaining == 0

@@ -12,16 +12,18 @@ A family lives on five kinds of items (docs/flows.md):
   ``parent_id`` and, in a family with a continuation, that ``continuation``: whoever sees the
   child end reads it there (or has it from the grant), with the child's ``family_slot`` (its rank
   among the family's child ids, ``core.families.family_slots``);
-- the continuation's item is created ``accepted`` with ``remaining``: the buckets of its countdown
-  not full yet (``buckets`` of them). Each bucket (key ``~count~<continuation>~<b>``) holds up to
-  ``core.families.COUNT_BUCKET`` slots: a child's countdown adds its slot to the bucket's
-  ``ended_slots`` and takes one off its ``remaining`` in one conditional write (a slot counts
-  once), on an item under 1 KB (DynamoDB bills a write by the item's size: 1 WCU). The write that
-  fills a bucket counts the bucket on the continuation's item, by the same write (issue 30). A
-  family started before issue 30 (no ``buckets``) counts its children on the continuation's item;
+- the continuation's item is created ``accepted`` with ``buckets_left``: the buckets of its
+  countdown not full yet (``buckets`` of them). Not ``remaining``: code of before issue 30 counts a
+  child on ``remaining``, so it counts nothing here, and never releases the continuation early.
+  Each bucket (key ``~count~<continuation>~<b>``) holds up to ``core.families.COUNT_BUCKET``
+  slots: a child's countdown adds its slot to the bucket's ``ended_slots`` and takes one off its
+  ``remaining`` in one conditional write (a slot counts once), on an item under 1 KB (DynamoDB
+  bills a write by the item's size: 1 WCU). The write that fills a bucket counts the bucket on the
+  continuation's item, by the same kind of write. A family started before issue 30 (no
+  ``buckets``) counts its children on the continuation's item's ``remaining``;
 - the family's record (key ``~family~<continuation>``, never a job id) holds what is written
   once: ``waits_for`` (the children) and ``continuation_spec`` (the continuation's Kafka record,
-  appended once ``remaining`` is 0).
+  appended once the count is 0).
 """
 
 from __future__ import annotations
@@ -63,10 +65,19 @@ def _slot(item: dict[str, Any]) -> Slot | None:
     return None if then is None else (then, item_int(item, "family_slot"))
 
 
+def _left(item: dict[str, Any]) -> int | None:
+    """A continuation's item's count: its buckets not full (issue 30), or, for a family of before,
+    its children not counted; None: not a continuation's item."""
+    for name in ("buckets_left", "remaining"):
+        if name in item:
+            return item_int(item, name)
+    return None
+
+
 def _unreleased(item: dict[str, Any] | None) -> bool:
     """Every child of the continuation (``item``) was counted, and it was not appended yet."""
-    return item is not None and "remaining" in item and item_int(item, "remaining") <= 0 \
-        and "released_at_ms" not in item
+    left = None if item is None else _left(item)
+    return item is not None and left is not None and left <= 0 and "released_at_ms" not in item
 
 
 def _ended(item: dict[str, Any] | None) -> set[int]:
@@ -233,8 +244,8 @@ class Families:
         item: dict[str, Any] = {"job_id": S(continuation), "queue": S(queue), "status": S(JobState.ACCEPTED),
                                 "attempts": N(0), "token": N(0), "created_at_ms": N(created_at_ms),
                                 "updated_at_ms": N(now), "parent_id": S(parent_id),
-                                "remaining": N(len(sizes) if bucketed else len(set(child_ids))),
-                                **({"buckets": N(len(sizes))} if bucketed else {})}
+                                **({"buckets": N(len(sizes)), "buckets_left": N(len(sizes))} if bucketed
+                                   else {"remaining": N(len(set(child_ids)))})}
         self.items.put_new("start_family", item)  # already there: a retry of this same start
         return self.family(continuation)
 
@@ -264,27 +275,28 @@ class Families:
         No bucket: a family of before issue 30, counted on the continuation's item itself.
         """
         index = slot // self.bucket
-        attrs, ok = self.items.update("count_down", self._count(bucket_key(continuation, index), slot,
-                                                                "attribute_exists(#left)"))
+        attrs, ok = self.items.update("count_down", self._count(bucket_key(continuation, index), slot))
         if attrs is None and not ok:  # no bucket: the continuation's item counts its children
-            return self._count_on(continuation, slot, "attribute_exists(#left) AND attribute_not_exists(#nb)")
+            return self._count_on(continuation, slot, "#left")
         if attrs is not None and item_int(attrs, "remaining", 1) > 0:
             return item_int(attrs, "remaining") if ok else None
-        return self._count_on(continuation, index, "attribute_exists(#nb)")  # the bucket is full
+        return self._count_on(continuation, index, "#bl")  # the bucket is full
 
-    def _count(self, key: str, slot: int, exists: str) -> dict[str, Any]:
-        """The countdown's one conditional write on ``key``: ``slot`` counted once (``exists``: which
-        item may count it)."""
+    def _count(self, key: str, slot: int, left: str = "#left") -> dict[str, Any]:
+        """The countdown's one conditional write on ``key``: ``slot`` counted once, off ``left``
+        (``#left``: a bucket's, or a continuation's of before issue 30; ``#bl``: a continuation's
+        buckets), which must exist: a bucketed continuation has no ``remaining``, a legacy one no
+        ``buckets_left``, so neither kind of count lands on the other kind of item."""
         return self.items.request(
-            key, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
-            condition=f"{exists} AND NOT contains(#ended, :slot)",
+            key, update=f"ADD #ended :slots SET {left} = {left} - :one, #up = :now",
+            condition=f"attribute_exists({left}) AND NOT contains(#ended, :slot)",
             values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1),
                     ":now": N(self.items.now_ms())},
             ReturnValues="UPDATED_NEW")
 
-    def _count_on(self, continuation: str, slot: int, exists: str) -> int | None:
-        attrs, ok = self.items.update("count_down", self._count(continuation, slot, exists))
-        return item_int(attrs, "remaining") if ok and attrs is not None else None
+    def _count_on(self, continuation: str, slot: int, left: str) -> int | None:
+        attrs, ok = self.items.update("count_down", self._count(continuation, slot, left))
+        return _left(attrs) if ok and attrs is not None else None
 
     def unreleased(self, continuation: str) -> bool:
         return _unreleased(self.items.read(continuation))
@@ -350,7 +362,7 @@ class Families:
         return Family(continuation=continuation, queue=item_str(item, "queue") or "",
                       parent_id=item_str(record, "parent_id") or "",
                       waits_for=tuple(sorted(record["waits_for"]["SS"])),
-                      remaining=item_int(item, "remaining"),
+                      remaining=_left(item) or 0,
                       released="released_at_ms" in item, spec_json=item_str(record, "continuation_spec"))
 
     def members(self, continuation: str) -> tuple[str, list[str]]:
@@ -370,7 +382,8 @@ class Families:
         The family's record then expires with the job's retention."""
         now = self.items.now_ms()
         request = self.items.request(continuation, update="SET #rel = :now, #up = :now",
-                                     condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
+                                     condition="(attribute_exists(#left) OR attribute_exists(#bl)) "
+                                               "AND attribute_not_exists(#rel)",
                                      values={":now": N(now)}, ReturnValues="ALL_NEW")
         attrs, ok = self.items.update("mark_released", request)
         if ok:  # the record and the buckets expire with the job's retention (one write per bucket)
