@@ -77,8 +77,18 @@ def per_child(counts: dict[str, int], plain: list[str], children: list[str], the
 
     per_plain = sum(counts.get(j, 0) for j in plain) / len(plain)
     own = sum(counts.get(j, 0) for j in children)
-    family = own + counts.get(then, 0) + counts.get(family_key(then), 0) + counts.get(parent, 0) - per_plain
+    family = own + counts.get(then, 0) + counts.get(family_key(then), 0) + counts.get(parent, 0) - per_plain \
+        + buckets(counts, then)
     return per_plain, family / len(children), own / len(children)
+
+
+def buckets(counts: dict[str, int], then: str) -> int:
+    """The writes (or units) on the continuation's countdown buckets (``~count~<then>~<b>``, issue 30;
+    none before it)."""
+    from sluice.backends.dynamodb.families import family_key
+
+    prefix = family_key(then).replace("~family~", "~count~", 1) + "~"
+    return sum(n for key, n in counts.items() if key.startswith(prefix))
 
 
 def settle(read: Callable[[], int], deadline: float, *, quiet_s: float = 5.0, every_s: float = 0.5,
@@ -152,8 +162,12 @@ def main() -> None:
         grants = first_times(Path(str(ep["history_path"])), "grant")
         written = first_times(Path(str(ep["history_path"])), "write")
         plain_s = max(written[j] for j in plain) - min(grants[j] for j in plain)
-        at_end = writes(str(ep["dynamodb_endpoint"])).get(then, 0)
-        _, settle_s = settle(lambda: writes(str(ep["dynamodb_endpoint"])).get(then, 0), deadline)
+        def countdown_writes() -> int:  # the continuation's item and its buckets
+            counts = writes(str(ep["dynamodb_endpoint"]))
+            return counts.get(then, 0) + buckets(counts, then)
+
+        at_end = countdown_writes()
+        _, settle_s = settle(countdown_writes, deadline)
         counts = writes(str(ep["dynamodb_endpoint"]))
         wcus = writes(str(ep["dynamodb_endpoint"]), "wcu_by_key")
         children = client.status(parent).children
@@ -169,6 +183,8 @@ def main() -> None:
              wcu_per_child=round(wcu_family, 2), child_item_wcu_per_child=round(wcu_own, 2),
              wcu_per_plain_job=round(wcu_plain, 2),
              continuation_item_writes=counts.get(then, 0), continuation_item_wcu=wcus.get(then, 0),
+             bucket_writes=buckets(counts, then), bucket_wcu=buckets(wcus, then),
+             countdown_wcu_per_child=round((wcus.get(then, 0) + buckets(wcus, then)) / len(children), 2),
              family_record_wcu=wcus.get(family_key(then), 0),
              continuation_item_writes_at_end=at_end, stream_settle_s=settle_s,
              parent_extra_writes=round(counts.get(parent, 0) - per_plain, 2),

@@ -19,6 +19,7 @@ from typing import Any
 
 import boto3
 
+from sluice.backends.dynamodb.families import bucket_key
 from sluice.backends.dynamodb.jobs import DynamoJobStore
 from sluice.core import ids
 from sluice.core.bus import EventBus
@@ -34,6 +35,7 @@ PARENT_QUEUE = "jmparent"
 FAULTS = ("none", "none", "append_fails", "half_written")
 MAX_FAMILIES = 2  # per example
 MAX_CHILDREN = 3  # per family
+BUCKET = 2  # slots per bucket of a countdown (issue 30; 128 in production): a family of 3 fills two
 PARENT_ENDINGS = ("fail", "dead", "swallowed", "settled")
 
 
@@ -108,6 +110,7 @@ class FamilyWorld:
              queue: str) -> FamilyWorld:
         cls.clean(db, table, key, queue)
         log = FamilyLog(source, specs, offsets)
+        store.families.bucket = BUCKET
         api = Api(Backends(log, store, engine, EventBus(), families=store.families), IdMinting(key))
         return cls(store, log, api, StreamTail(moto_url, db, table))
 
@@ -127,7 +130,8 @@ class FamilyWorld:
             parent = FamilyWorld.parent_id(index, key)
             then = ids.derive_keyless(parent, queue, ids.CONTINUATION_PREFIX + "then")
             keys += [parent, then, f"~family~{then}", *(ids.derive_keyless(parent, queue, f"k{i}")
-                                                        for i in range(MAX_CHILDREN))]
+                                                        for i in range(MAX_CHILDREN)),
+                     *(bucket_key(then, b) for b in range(-(-MAX_CHILDREN // BUCKET)))]
         db.batch_write_item(RequestItems={table: [{"DeleteRequest": {"Key": {"job_id": {"S": k}}}}
                                                   for k in keys]})
 

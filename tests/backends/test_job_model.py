@@ -883,9 +883,15 @@ class JobMachine(RuleBasedStateMachine):
                                f"{child}, a child of {f.parent} (ended {parent}), is {status} and was "
                                "never appended: nothing will ever run or end it")
             then = items.get(f.then) if f.then else None
-            if then is None or "remaining" not in then or f.then in self.expired:
+            count = next((n for n in ("buckets_left", "remaining") if n in (then or {})), None)
+            if then is None or count is None or f.then in self.expired:
                 continue
-            remaining = int(then["remaining"]["N"])
+            # Counted on buckets of ``fm.BUCKET`` slots (issue 30): its buckets_left counts buckets.
+            left = fam.store.families.children_left(f.then or "")
+            remaining = int(then[count]["N"]) if left is None else left
+            self.check("F2", (left is None) == (count == "remaining") and
+                       (int(then[count]["N"]) == 0) == (remaining == 0),
+                       f"continuation {f.then}: {left} children left but {then[count]['N']} {count}")
             waiting = sorted(c for c in f.children.values() if c not in fam.ever_final)
             self.check("F2", remaining == len(waiting),
                        f"continuation {f.then} waits for {remaining} children; {waiting} never ended")

@@ -40,6 +40,10 @@ RELEASE_TRIES: Final = 3
 MAX_CHILDREN: Final = 1_000  # children one job may start, continuations' children included
 MAX_REQUEST_BYTES: Final = 6_000_000  # a synchronous Lambda invoke's payload limit (6 MB), less room
 INTERNAL: Final = "sluice_internal"  # the key of the gateway's direct-invoke events (never from API Gateway)
+# Slots per bucket of a continuation's countdown (issue 30): a bucket's item holds at most this many
+# counted slots (3 to 4 bytes each), so it stays under 1 KB and each child's count is 1 WCU, however
+# many children the family has (docs/flows.md, "The bucketed countdown").
+COUNT_BUCKET: Final = 128
 
 
 class ChildRequest(EnqueueRequest):
@@ -108,6 +112,11 @@ def family_slots(child_ids: Sequence[str]) -> dict[str, int]:
     ending takes ``remaining`` to 0 (issue 29). The set is fixed once the family's record exists,
     and the gateway writes that record before any child's item."""
     return {child: rank for rank, child in enumerate(sorted(set(child_ids)))}
+
+
+def bucket_sizes(children: int, size: int = COUNT_BUCKET) -> list[int]:
+    """The slots in each bucket of a family of ``children``: slot ``s`` counts on bucket ``s // size``."""
+    return [min(size, children - start) for start in range(0, children, size)]
 
 
 def creatable_slots(parent_id: str, families: Mapping[str, tuple[str, Sequence[str]]]) -> dict[str, Slot]:
@@ -312,6 +321,11 @@ class FamilyStore(FamilyReads, Protocol):
     def family(self, continuation: str) -> Any: ...
 
     def waits_for(self, continuation: str) -> list[str]: ...
+
+    def children_left(self, continuation: str) -> int | None:
+        """Children not counted yet, from the countdown's buckets; None: a family of before issue 30,
+        whose continuation's ``remaining`` counts children, not buckets."""
+        ...
 
     def mark_released(self, continuation: str) -> bool: ...
 

@@ -352,7 +352,10 @@ class Api:
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
         if record.remaining is not None:  # a continuation: its children are in its family's record
-            record.waits_for = family_cases.families_of(self).waits_for(job_id)
+            families = family_cases.families_of(self)
+            record.waits_for = families.waits_for(job_id)
+            left = families.children_left(job_id)  # its item's remaining counts buckets (issue 30)
+            record.remaining = record.remaining if left is None else left
         status = record.status
         if status is JobState.ACCEPTED:
             status = self._accepted_or_queued(record.queue, job_id)

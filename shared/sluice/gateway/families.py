@@ -248,7 +248,9 @@ def release_continuation(api: FamilyHost, continuation: str) -> bool:
     if family.released:
         return False
     if family.remaining > 0:
-        raise InvalidInput(f"continuation {continuation} still waits for {family.remaining} children")
+        left = store.children_left(continuation)  # ``remaining`` counts the countdown's buckets
+        raise InvalidInput(f"continuation {continuation} still waits for "
+                           f"{family.remaining if left is None else left} children")
     if family.spec_json is None:
         return False
     spec = JobSpec.model_validate_json(family.spec_json)

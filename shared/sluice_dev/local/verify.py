@@ -158,7 +158,7 @@ def _check_result(job: PlannedJob, item: dict[str, Any], writes: list[dict[str, 
 
 # -- families (jobs that start jobs, docs/flows.md) -----------------------------------------------------
 
-FAMILY_FIELDS = "job_id, #st, children, continuations, #res, remaining, #tok"
+FAMILY_FIELDS = "job_id, #st, children, continuations, #res, remaining, buckets_left, #tok"
 
 
 @dataclass
@@ -215,8 +215,9 @@ def check_families(jobs: Iterable[PlannedJob], members: dict[str, tuple[list[str
             v.problems.append(f"continuation {then}: {item.get('status')} with {item.get('result')}, "
                               f"expected succeeded with {want}")
             continue
-        if int(item.get("remaining", -1)) != 0:
-            v.problems.append(f"continuation {then} counted down to {item.get('remaining')}, not 0")
+        left = item.get("buckets_left", item.get("remaining", -1))  # buckets (issue 30), or children
+        if int(left) != 0:
+            v.problems.append(f"continuation {then} counted down to {left}, not 0")
         if facts is None or not facts.grants or min(t0 for _, t0, _ in facts.grants) < last_child:
             v.problems.append(f"continuation {then} started before its last child's result was written")
             continue

@@ -28,6 +28,7 @@ NAMES = {
     "#left": "remaining", "#ended": "ended_slots", "#slot": "family_slot", "#rel": "released_at_ms",
     "#fv": "format_version",  # the writer's format (sluice.core.formats.ITEM; items.py)
     "#pend": "pending_children",
+    "#nb": "buckets", "#bl": "buckets_left",  # a continuation counted on buckets (families.py, issue 30)
 }
 
 
@@ -97,7 +98,8 @@ def decode_record(item: Mapping[str, Any], load_result: Callable[[str], bytes] |
         parent_id=item_str(item, "parent_id"), children=item_set(item, "children"),
         continuations=item_set(item, "continuations"), continuation=item_str(item, "continuation"),
         waits_for=item_set(item, "waits_for"),
-        remaining=item_int(item, "remaining") if "remaining" in item else None)
+        remaining=item_int(item, "remaining") if "remaining" in item else
+        item_int(item, "buckets_left") if "buckets_left" in item else None)  # a continuation (issue 30)
 
 
 def item_set(item: Mapping[str, Any], name: str) -> list[str]:

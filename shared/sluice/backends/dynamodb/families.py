@@ -1,6 +1,6 @@
 """The jobs table's family writes: children a job started, and the countdown of a continuation.
 
-A family lives on four kinds of items (docs/flows.md):
+A family lives on five kinds of items (docs/flows.md):
 
 - the parent's item gains ``children`` (and ``continuations``): string sets, added to with
   ``ADD`` under the parent's current fencing token, so only the worker holding the parent now
@@ -12,13 +12,18 @@ A family lives on four kinds of items (docs/flows.md):
   ``parent_id`` and, in a family with a continuation, that ``continuation``: whoever sees the
   child end reads it there (or has it from the grant), with the child's ``family_slot`` (its rank
   among the family's child ids, ``core.families.family_slots``);
-- the continuation's item is created ``accepted`` with ``remaining`` (children not ended yet);
-  each child's countdown adds its slot to ``ended_slots`` and takes one off ``remaining`` in one
-  conditional write (a slot counts once). It stays small (no list of ids), since every child's
-  countdown writes it and DynamoDB bills a write by the item's size;
+- the continuation's item is created ``accepted`` with ``buckets_left``: the buckets of its
+  countdown not full yet (``buckets`` of them). Not ``remaining``: code of before issue 30 counts a
+  child on ``remaining``, so it counts nothing here, and never releases the continuation early.
+  Each bucket (key ``~count~<continuation>~<b>``) holds up to ``core.families.COUNT_BUCKET``
+  slots: a child's countdown adds its slot to the bucket's ``ended_slots`` and takes one off its
+  ``remaining`` in one conditional write (a slot counts once), on an item under 1 KB (DynamoDB
+  bills a write by the item's size: 1 WCU). The write that fills a bucket counts the bucket on the
+  continuation's item, by the same kind of write. A family started before issue 30 (no
+  ``buckets``) counts its children on the continuation's item's ``remaining``;
 - the family's record (key ``~family~<continuation>``, never a job id) holds what is written
   once: ``waits_for`` (the children) and ``continuation_spec`` (the continuation's Kafka record,
-  appended once ``remaining`` is 0).
+  appended once the count is 0).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from sluice.backends.dynamodb.errors import translated
 from sluice.backends.dynamodb.items import ItemTable
 from sluice.backends.dynamodb.lifecycle import BORN
 from sluice.core.errors import BackendUnavailable, JobNotFound, LeaseLost, TooManyChildren
-from sluice.core.families import Abandoned, ChildState, NewChild, Slot, SlotView
+from sluice.core.families import COUNT_BUCKET, Abandoned, ChildState, NewChild, Slot, SlotView, bucket_sizes
 from sluice.core.ids import queue_in_id
 from sluice.core.models import JobState, truncate_error
 from sluice.core.pools import LazyPool
@@ -46,7 +51,7 @@ class Family:
     queue: str
     parent_id: str
     waits_for: tuple[str, ...]
-    remaining: int
+    remaining: int  # buckets not full yet (children not counted yet, in a family of before issue 30)
     released: bool
     spec_json: str | None  # the continuation's JobSpec as JSON; dropped once released
 
@@ -60,15 +65,33 @@ def _slot(item: dict[str, Any]) -> Slot | None:
     return None if then is None else (then, item_int(item, "family_slot"))
 
 
+def _left(item: dict[str, Any]) -> int | None:
+    """A continuation's item's count: its buckets not full (issue 30), or, for a family of before,
+    its children not counted; None: not a continuation's item."""
+    for name in ("buckets_left", "remaining"):
+        if name in item:
+            return item_int(item, name)
+    return None
+
+
 def _unreleased(item: dict[str, Any] | None) -> bool:
     """Every child of the continuation (``item``) was counted, and it was not appended yet."""
-    return item is not None and "remaining" in item and item_int(item, "remaining") <= 0 \
-        and "released_at_ms" not in item
+    left = None if item is None else _left(item)
+    return item is not None and left is not None and left <= 0 and "released_at_ms" not in item
+
+
+def _ended(item: dict[str, Any] | None) -> set[int]:
+    return {int(n) for n in (item or {}).get("ended_slots", {}).get("NS", [])}
 
 
 def family_key(continuation: str) -> str:
     """The key of a family's record: never a job id (``~`` is in none), like the relay's checkpoints."""
     return f"~family~{continuation}"
+
+
+def bucket_key(continuation: str, bucket: int) -> str:
+    """The key of one bucket of a continuation's countdown: never a job id, like ``family_key``."""
+    return f"~count~{continuation}~{bucket}"
 
 
 GRANTS_REMEMBERED = 10_000
@@ -105,9 +128,13 @@ class Families:
     ``pool`` runs the per-child writes and reads; ``granted``: the slots the grants of the same
     store recorded (``GrantedSlots``)."""
 
-    def __init__(self, items: ItemTable, pool: LazyPool, granted: GrantedSlots | None = None) -> None:
+    def __init__(self, items: ItemTable, pool: LazyPool, granted: GrantedSlots | None = None, *,
+                 bucket: int = COUNT_BUCKET) -> None:
         self.items, self._pool = items, pool
         self._granted = granted if granted is not None else GrantedSlots()
+        # Slots per bucket: every process counting a family must use the gateway's (the constant;
+        # the job model makes it 2, so its families of 3 children fill two buckets).
+        self.bucket = bucket
 
     def adopt(self, parent_id: str, token: int, child_ids: Sequence[str], continuation: str | None,
               limit: int) -> None:
@@ -196,21 +223,30 @@ class Families:
 
     def start_family(self, continuation: str, queue: str, parent_id: str, child_ids: Sequence[str],
                      spec_json: str, created_at_ms: int) -> Family:
-        """Create the family's record and the continuation's item (waiting for ``child_ids``).
+        """Create the family's record, its countdown's buckets and the continuation's item (waiting
+        for ``child_ids``), in that order: the item exists only once every bucket does.
 
-        Each is created only if absent, the record first: a re-run (or a repeat after a crash
-        between the two) finds them as they are, and never resets the count.
+        Each is created only if absent: a re-run (or a repeat after a crash in between) finds them
+        as they are, and never resets the count. A record of before issue 30 (no ``buckets``) gets
+        no buckets: its children count on the continuation's item, as they did.
         """
         now = self.items.now_ms()
+        sizes = bucket_sizes(len(set(child_ids)), self.bucket)
         record: dict[str, Any] = {"job_id": S(family_key(continuation)), "parent_id": S(parent_id),
                                   "waits_for": _ss(child_ids), "continuation_spec": S(spec_json),
-                                  "created_at_ms": N(now)}
+                                  "created_at_ms": N(now), "buckets": N(len(sizes))}
+        bucketed = self.items.put_new("start_family", record) \
+            or "buckets" in (self.items.read(family_key(continuation)) or {})
+        if bucketed:
+            self._pool.map(lambda b: self.items.put_new("start_family", {
+                "job_id": S(bucket_key(continuation, b)), "remaining": N(sizes[b]), "created_at_ms": N(now)}),
+                list(range(len(sizes))))
         item: dict[str, Any] = {"job_id": S(continuation), "queue": S(queue), "status": S(JobState.ACCEPTED),
                                 "attempts": N(0), "token": N(0), "created_at_ms": N(created_at_ms),
                                 "updated_at_ms": N(now), "parent_id": S(parent_id),
-                                "remaining": N(len(set(child_ids)))}
-        for put in (record, item):
-            self.items.put_new("start_family", put)  # already there: a retry of this same start
+                                **({"buckets": N(len(sizes)), "buckets_left": N(len(sizes))} if bucketed
+                                   else {"remaining": N(len(set(child_ids)))})}
+        self.items.put_new("start_family", item)  # already there: a retry of this same start
         return self.family(continuation)
 
     def continuation_of(self, job_id: str) -> Slot | None:
@@ -228,51 +264,90 @@ class Families:
         return _slot(response.get("Item") or {})
 
     def count_down(self, continuation: str, slot: int) -> int | None:
-        """Count the child in ``slot`` as ended: the children still running, or None if it was
-        counted already.
+        """Count the child in ``slot`` as ended: 0 once every child of the continuation is counted
+        (more while some are not), or None if it was counted already.
 
-        One conditional write on the continuation's item: the slot joins ``ended_slots`` (a number
-        set, a few KB for 1,000 children) and ``remaining`` drops by one, or nothing happens. The
-        list of children is not on this item, so it stays small however many count down on it
-        (DynamoDB bills a write by the item's size).
-
-        NOT BUILT (issue 30): the item passes 1 KB at about 300 counted slots, so with 1,000
-        children a count averages 2.07 WCUs; counting on 128-slot bucket items, and a full
-        bucket on this one, would keep it at 1 (docs/flows.md, Costs).
+        One conditional write on the slot's bucket (``bucket_key``: under 1 KB, so 1 WCU): the slot
+        joins its ``ended_slots`` and its ``remaining`` drops by one, or nothing happens. The write
+        that fills the bucket counts the bucket on the continuation's item by the same kind of
+        write (one per ``COUNT_BUCKET`` children); a bucket found full when its slot was counted
+        already is counted there again (refused, unless a crash lost that count: this repairs it).
+        No bucket: a family of before issue 30, counted on the continuation's item itself.
         """
-        request = self.items.request(
-            continuation, update="ADD #ended :slots SET #left = #left - :one, #up = :now",
-            condition="attribute_exists(#left) AND NOT contains(#ended, :slot)",
+        index = slot // self.bucket
+        attrs, ok = self.items.update("count_down", self._count(bucket_key(continuation, index), slot))
+        if attrs is None and not ok:  # no bucket: the continuation's item counts its children
+            return self._count_on(continuation, slot, "#left")
+        if attrs is not None and item_int(attrs, "remaining", 1) > 0:
+            return item_int(attrs, "remaining") if ok else None
+        return self._count_on(continuation, index, "#bl")  # the bucket is full
+
+    def _count(self, key: str, slot: int, left: str = "#left") -> dict[str, Any]:
+        """The countdown's one conditional write on ``key``: ``slot`` counted once, off ``left``
+        (``#left``: a bucket's, or a continuation's of before issue 30; ``#bl``: a continuation's
+        buckets), which must exist: a bucketed continuation has no ``remaining``, a legacy one no
+        ``buckets_left``, so neither kind of count lands on the other kind of item."""
+        return self.items.request(
+            key, update=f"ADD #ended :slots SET {left} = {left} - :one, #up = :now",
+            condition=f"attribute_exists({left}) AND NOT contains(#ended, :slot)",
             values={":slots": {"NS": [str(slot)]}, ":slot": N(slot), ":one": N(1),
                     ":now": N(self.items.now_ms())},
             ReturnValues="UPDATED_NEW")
-        attrs, ok = self.items.update("count_down", request)
-        return item_int(attrs, "remaining") if ok and attrs is not None else None
+
+    def _count_on(self, continuation: str, slot: int, left: str) -> int | None:
+        attrs, ok = self.items.update("count_down", self._count(continuation, slot, left))
+        return _left(attrs) if ok and attrs is not None else None
 
     def unreleased(self, continuation: str) -> bool:
         return _unreleased(self.items.read(continuation))
 
     def slot_view(self, continuation: str, slot: int) -> SlotView:
+        """Read first (the stream's countdown): the slot's bucket, and only when it is full the
+        continuation's item (is the bucket counted there, is the continuation released). A full
+        bucket that the continuation's item misses reads as not counted: ``count_down`` repairs it."""
+        index = slot // self.bucket
+        bucket = self.items.read(bucket_key(continuation, index))
+        if bucket is None:  # a family of before issue 30
+            item = self.items.read(continuation)
+            return SlotView(counted=slot in _ended(item), unreleased=_unreleased(item))
+        if slot not in _ended(bucket):
+            return SlotView(counted=False, unreleased=False)
+        if item_int(bucket, "remaining", 1) > 0:
+            return SlotView(counted=True, unreleased=False)
         item = self.items.read(continuation)
-        ended = (item or {}).get("ended_slots", {}).get("NS", [])
-        return SlotView(counted=any(int(n) == slot for n in ended), unreleased=_unreleased(item))
+        if item is None:
+            return SlotView(counted=True, unreleased=False)
+        return SlotView(counted=index in _ended(item), unreleased=_unreleased(item))
+
+    def children_left(self, continuation: str) -> int | None:
+        """Children of ``continuation`` not counted yet, summed over its buckets (one BatchGetItem);
+        None for a family of before issue 30, whose continuation's ``remaining`` says it."""
+        record = self.items.read(family_key(continuation))
+        if record is None or "buckets" not in record:
+            return None
+        keys = [bucket_key(continuation, b) for b in range(item_int(record, "buckets"))]
+        return sum(item_int(item, "remaining") for item in self._batch_get(keys, "#id, #left"))
 
     def children_state(self, job_ids: Sequence[str]) -> dict[str, ChildState]:
         """Status, continuation and slot of the children that have an item (BatchGetItem)."""
-        ids = list(dict.fromkeys(job_ids))
-        out: dict[str, ChildState] = {}
+        return {str(item["job_id"]["S"]): ChildState(item_str(item, "status") or "",
+                                                     item_str(item, "continuation"),
+                                                     item_int(item, "family_slot"))
+                for item in self._batch_get(list(dict.fromkeys(job_ids)), "#id, #st, #then, #slot")}
+
+    def _batch_get(self, ids: Sequence[str], projection: str) -> list[dict[str, Any]]:
+        """The items of ``ids`` that exist (strongly consistent BatchGetItem, 100 keys a request)."""
+        names = {k: v for k, v in {"#id": "job_id", "#st": "status", "#left": "remaining",
+                                   **_SLOT_NAMES}.items() if k in projection}
+        out: list[dict[str, Any]] = []
         for start in range(0, len(ids), 100):
             keys: list[dict[str, Any]] = [{"job_id": S(j)} for j in ids[start:start + 100]]
             for _ in range(8):
                 with translated("batch_get_item"):
                     response: Any = self.items.client.batch_get_item(RequestItems={self.items.table: {
-                        "Keys": keys, "ConsistentRead": True,
-                        "ProjectionExpression": "#id, #st, #then, #slot",
-                        "ExpressionAttributeNames": {"#id": "job_id", "#st": "status", **_SLOT_NAMES}}})
-                for item in response.get("Responses", {}).get(self.items.table, []):
-                    out[str(item["job_id"]["S"])] = ChildState(item_str(item, "status") or "",
-                                                               item_str(item, "continuation"),
-                                                               item_int(item, "family_slot"))
+                        "Keys": keys, "ConsistentRead": True, "ProjectionExpression": projection,
+                        "ExpressionAttributeNames": names}})
+                out += response.get("Responses", {}).get(self.items.table, [])
                 keys = list(response.get("UnprocessedKeys", {}).get(self.items.table, {}).get("Keys", []))
                 if not keys:
                     break
@@ -287,7 +362,7 @@ class Families:
         return Family(continuation=continuation, queue=item_str(item, "queue") or "",
                       parent_id=item_str(record, "parent_id") or "",
                       waits_for=tuple(sorted(record["waits_for"]["SS"])),
-                      remaining=item_int(item, "remaining"),
+                      remaining=_left(item) or 0,
                       released="released_at_ms" in item, spec_json=item_str(record, "continuation_spec"))
 
     def members(self, continuation: str) -> tuple[str, list[str]]:
@@ -307,12 +382,15 @@ class Families:
         The family's record then expires with the job's retention."""
         now = self.items.now_ms()
         request = self.items.request(continuation, update="SET #rel = :now, #up = :now",
-                                     condition="attribute_exists(#left) AND attribute_not_exists(#rel)",
-                                     values={":now": N(now)})
-        _, ok = self.items.update("mark_released", request)
-        if ok:
-            self.items.update("mark_released", self.items.request(
-                family_key(continuation), update="SET #exp = :exp", values=self.items.finish_values(now)))
+                                     condition="(attribute_exists(#left) OR attribute_exists(#bl)) "
+                                               "AND attribute_not_exists(#rel)",
+                                     values={":now": N(now)}, ReturnValues="ALL_NEW")
+        attrs, ok = self.items.update("mark_released", request)
+        if ok:  # the record and the buckets expire with the job's retention (one write per bucket)
+            keys = [family_key(continuation)] + [bucket_key(continuation, b)
+                                                 for b in range(item_int(attrs or {}, "buckets"))]
+            self._pool.map(lambda key: self.items.update("mark_released", self.items.request(
+                key, update="SET #exp = :exp", values=self.items.finish_values(now))), keys)
         return ok
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Any]:
