@@ -36,7 +36,8 @@ def handler(event, context):
         time.sleep(30)
     return {"pid": os.getpid(), "sid": os.getsid(0), "calls": calls, "probe_before": seen,
             "only": os.environ.get("ONLY"), "shared": os.environ.get("SHARED"), "cwd": os.getcwd(),
-            "argv": sys.argv[1:], "preloaded": "boto3" in sys.modules}
+            "argv": sys.argv[1:], "preloaded": "boto3" in sys.modules,
+            "cmdline": open("/proc/self/cmdline", "rb").read().decode()}
 '''
 
 
@@ -68,6 +69,9 @@ def test_each_forked_container_has_its_own_environment_module_state_and_session(
     assert a["calls"] == b["calls"] == 1 and a["probe_before"] is None and b["probe_before"] is None
     assert a["pid"] != b["pid"] and a["sid"] == a["pid"] and b["sid"] == b["pid"]
     assert a["cwd"] == os.getcwd() and a["argv"][0] == "a" and b["argv"][0] == "b"
+    # ps shows each as the container it is (tests/stack/test_dev.py finds the functions so)
+    assert a["cmdline"].split("\0")[1:5] == ["-m", "sluice_dev.local.container", "a", a["argv"][1]]
+    assert b["cmdline"].rstrip("\0").split("\0")[2:4] == ["sluice_dev.local.container", "b"]
     again = call(service, "a")  # the warm container keeps its state, as a Lambda container does
     assert again["pid"] == a["pid"] and again["calls"] == 2 and again["probe_before"] == "a"
     zygote = next(iter(service._zygotes.values())).proc.pid
@@ -142,3 +146,4 @@ def test_a_zygote_refuses_to_preload_a_module_that_reads_the_settings_at_import(
             server.close()
     assert server.proc.returncode != 0
     assert "read the settings at import" in (tmp_path / "log").read_text()
+

@@ -7,7 +7,8 @@ those modules once, before any handler's module and before anything reads the en
 a container for each request. The fork then becomes what the fresh process was:
 
 - its own session (``setsid``: the service kills a container with ``killpg``), its stdin, stdout and
-  stderr (the fds the service made for it, passed over a Unix socket), its cwd;
+  stderr (the fds the service made for it, passed over a Unix socket), its cwd, and the command line
+  ps shows (``python -m sluice_dev.local.container NAME HANDLER``, written over the zygote's);
 - its own environment: ``os.environ`` is replaced by the function's (the service's environment plus
   the function's variables, as ``Popen(env=...)`` gave it), ``time.tzset()`` reads TZ again;
 - fresh module state: nothing in the zygote has run a handler, built a client or read a setting, so
@@ -235,6 +236,24 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
         sock.send(json.dumps(message).encode())
 
 
+def _retitle(argv: Sequence[str]) -> None:
+    """Show ``argv`` as this process's command line (ps, psutil: ``/proc/self/cmdline``), as
+    setproctitle does: the zygote's argv area (``/proc/self/stat``'s arg_start and arg_end) is
+    rewritten in place, NUL-padded, cut to its size (the zygote's own line is the longer)."""
+    import ctypes
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        start, end = int(fields[45]), int(fields[46])  # stat fields 48 and 49
+    except (OSError, IndexError, ValueError):
+        return
+    size = end - start
+    if size <= 1:
+        return
+    title = "\0".join(argv).encode()[:size - 1]
+    ctypes.memmove(start, title + b"\0" * (size - len(title)), size)
+
+
 def _become_container(sock: socket.socket, wake: tuple[int, ...], request: dict[str, Any],
                       fds: list[int]) -> None:
     """In the fork: become ``python -m sluice_dev.local.container ARGV`` under its environment."""
@@ -258,6 +277,7 @@ def _become_container(sock: socket.socket, wake: tuple[int, ...], request: dict[
         from sluice_dev.local import container
 
         sys.argv = [container.__file__ or "container", *request["argv"]]
+        _retitle([sys.executable, "-m", CONTAINER, *request["argv"]])
         code = container.main(request["argv"])
     except SystemExit as exc:
         code = exc.code
