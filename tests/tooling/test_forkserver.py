@@ -135,6 +135,19 @@ def test_a_fork_ends_at_its_stdins_eof_and_is_reaped_with_its_exit_code(tmp_path
     assert "sluice.entry.root" in PRELOAD
 
 
+def test_a_zygote_that_does_not_answer_in_time_is_given_up(tmp_path: Path) -> None:
+    with open(tmp_path / "log", "ab") as log:
+        server = ForkServer(sys.executable, dict(os.environ), log)  # still starting: it cannot answer
+        try:
+            with pytest.raises(OSError, match="did not fork"):
+                server.spawn(["f", "x:handler"], dict(os.environ), log, timeout=0.001)
+            assert not server.alive  # its late answer must not answer the next spawn
+            with pytest.raises(OSError, match="ended"):
+                server.spawn(["f", "x:handler"], dict(os.environ), log)
+        finally:
+            server.close()
+
+
 def test_a_zygote_refuses_to_preload_a_module_that_reads_the_settings_at_import(tmp_path: Path) -> None:
     # worker_function prepares at import (Settings.from_env): every fork would keep the zygote's.
     with open(tmp_path / "log", "ab") as log:

@@ -162,29 +162,28 @@ class ForkServer:
 
         OSError when the zygote is gone or does not answer in ``timeout`` s.
         """
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
         request = json.dumps({"argv": argv, "env": dict(env), "cwd": os.getcwd()}).encode()
-        try:
-            with self._lock:
-                if not self.alive:
-                    raise OSError("the fork server has ended")
-                self._pipes = (os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"))
-                in_w = out_r = -1
+        with self._lock:
+            if not self.alive:
+                raise OSError("the fork server has ended")
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            self._pipes = (os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"))
+            try:
                 socket.send_fds(self._sock, [request], [in_r, out_w, stderr.fileno()])
                 forked = self._replies.get(timeout=timeout)
-        except Exception as exc:
-            for fd in (in_w, out_r):
-                if fd >= 0:
-                    os.close(fd)
-            if self._pipes is not None:
+            except Exception as exc:
+                # No answer: a late one would answer the next spawn, so this zygote is done with.
+                self.alive = False
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
                 for f in self._pipes:
                     f.close()
-            raise OSError(f"the fork server did not fork: {exc}") from exc
-        finally:
-            self._pipes = None
-            os.close(in_r)
-            os.close(out_w)
+                raise OSError(f"the fork server did not fork: {exc}") from exc
+            finally:
+                self._pipes = None
+                os.close(in_r)
+                os.close(out_w)
         if forked is None:
             raise OSError("the fork server ended before it forked")
         return forked
@@ -199,8 +198,12 @@ class ForkServer:
                 break
             message = json.loads(raw)
             if "pid" in message:
-                assert self._pipes is not None
-                forked = ForkedProcess(int(message["pid"]), *self._pipes)
+                pipes = self._pipes
+                if pipes is None:  # a late answer to a spawn that gave up: nobody holds its pipes
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(int(message["pid"]), signal.SIGKILL)
+                    continue
+                forked = ForkedProcess(int(message["pid"]), *pipes)
                 self._forked[forked.pid] = forked
                 self._replies.put(forked)
             elif "exited" in message:
