@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sluice_dev.local.access import Access, AccessDenied, Caller, access_key_id
+from sluice_dev.local.forkserver import ContainerProcess, ForkServer, preload_for, zygote_key
 from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class Invocation:
 @dataclass(eq=False)
 class Container:
     function: Function
-    proc: subprocess.Popen[bytes]
+    proc: ContainerProcess  # a fork of the zygote, or a Popen for a command of its own
     busy: Invocation | None = None
     last_used: float = field(default_factory=time.monotonic)
     invocations: int = 0
@@ -102,7 +103,7 @@ class Container:
 
 class LocalLambda:
     def __init__(self, functions: list[Function], log_dir: Path, *, python: str = sys.executable,
-                 access: Access | None = None) -> None:
+                 access: Access | None = None, fork: bool = True) -> None:
         self.functions = {f.name: f for f in functions}
         self.access = access  # None: nobody is checked (a harness of its own functions)
         self.log_dir = log_dir
@@ -115,6 +116,11 @@ class LocalLambda:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._logs: dict[str, IO[bytes]] = {}
+        # Containers are forks of a zygote that has imported once (sluice_dev.local.forkserver), one
+        # zygote per set of interpreter-start variables; fork=False starts each as a fresh process.
+        self.fork = fork
+        self._zygotes: dict[tuple[tuple[str, str], ...], ForkServer] = {}
+        self._preload = preload_for(f.handler for f in functions if not f.command)
         # Called with every invocation once it has its answer or error (under the service's lock:
         # keep it short). The chaos run records the worker's drain summaries through it.
         self.on_finish: Callable[[Invocation], None] | None = None
@@ -200,6 +206,8 @@ class LocalLambda:
                 c.proc.wait(5)
         if self._thread is not None:
             self._thread.join(5)
+        for zygote in self._zygotes.values():
+            zygote.close()
         for f in self._logs.values():
             f.close()
 
@@ -262,11 +270,16 @@ class LocalLambda:
         logf = self._logs.get(fn.name)
         if logf is None:
             logf = self._logs[fn.name] = open(self.log_dir / f"{fn.name}.log", "ab")  # noqa: SIM115
+        env = {**os.environ, **fn.env}
         try:
-            argv = list(fn.command) or [self.python, "-m", "sluice_dev.local.container", fn.name, fn.handler]
-            proc = subprocess.Popen(argv,
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf,
-                                    env={**os.environ, **fn.env}, start_new_session=True)
+            proc: ContainerProcess
+            if self.fork and not fn.command:
+                proc = self._zygote(env).spawn([fn.name, fn.handler], env, logf)
+            else:
+                argv = list(fn.command) or [self.python, "-m", "sluice_dev.local.container", fn.name,
+                                            fn.handler]
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf,
+                                        env=env, start_new_session=True)
         except OSError as exc:
             log.error("cannot start a container for %s: %s", fn.name, exc)
             return None
@@ -276,6 +289,24 @@ class LocalLambda:
         threading.Thread(target=self._read, args=(c,), name=f"sluice-container-{proc.pid}",
                          daemon=True).start()
         return c
+
+    def _zygote(self, env: Mapping[str, str]) -> ForkServer:
+        """The live zygote for ``env``'s interpreter-start variables (a new one if it died).
+
+        The first spawn waits, under the service's lock, for a new zygote's imports (what the first
+        container's would have cost; nothing runs yet at a stack's start). Not done: botocore's data
+        files parsed in the zygote too (~0.1 CPU-s a container, not measurable in a stack test).
+        """
+        key = zygote_key(env)
+        zygote = self._zygotes.get(key)
+        if zygote is None or not zygote.alive:
+            if zygote is not None:
+                zygote.close()
+            logf = self._logs.get("") or open(self.log_dir / "forkserver.log", "ab")  # noqa: SIM115
+            self._logs[""] = logf
+            zygote = self._zygotes[key] = ForkServer(self.python, {**os.environ, **dict(key)}, logf,
+                                                          self._preload)
+        return zygote
 
     def _read(self, c: Container) -> None:
         assert c.proc.stdout is not None
