@@ -359,7 +359,12 @@ def family_check(report: Report, families: Mapping[str, list[Mapping[str, Any]]]
 def _check_children(report: Report, parent: str, children: Sequence[str], jobs: Mapping[str, _Job],
                     store: Mapping[str, StoreItem], ops: rules.Ops) -> tuple[float, bool]:
     """When the last child's first result was written, and whether the parent's expected answer
-    for the continuation still holds (no child cancelled by the operator)."""
+    for the continuation still holds (no child cancelled by the operator).
+
+    A write landed somewhere between its request (``t0``) and its answer (``t1``): a worker frozen
+    while its request is in flight answers seconds after the store applied it (and counted the
+    child: the bucketed countdown lets another child's worker then release the continuation). Only
+    a continuation that started before every accepted write of a child was even sent is proven early."""
     last_child, answer_holds = 0.0, True
     parent_item = store.get(parent)
     for child in children:
@@ -371,7 +376,7 @@ def _check_children(report: Report, parent: str, children: Sequence[str], jobs: 
             _violation(report, child, f"child of {parent} did not succeed "
                                       f"({item.status if item else 'no item'})")
             continue
-        last_child = max(last_child, min(float(w.get("t1", 0)) for w in c.writes))
+        last_child = max(last_child, min(float(w.get("t0", w.get("t1", 0))) for w in c.writes))
     return last_child, answer_holds
 
 
