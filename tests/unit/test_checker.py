@@ -243,9 +243,10 @@ def test_a_continuation_that_ran_before_its_last_child_wrote_is_a_violation() ->
 
 def test_a_childs_write_answered_late_by_a_frozen_worker_bounds_the_continuation_by_its_request() -> None:
     """test_chaos_short after the bucketed countdown (h33-fanout): a child's worker sent its result
-    write at 447.15 and froze (pause_worker) before the answer; the store had applied it, and counted the child, so another
-    child's worker released the continuation, which started at 448.34. The write's answer came at
-    449.54. The continuation was not early: only a start before the request was sent proves it."""
+    write at 447.15 and froze (pause_worker) before the answer; the store had applied it and counted
+    the child, so another child's worker released the continuation, which started at 448.34. The
+    write's answer came at 449.54. The continuation was not early: only a start before the request
+    was sent proves it."""
     events, store = a_family(then_at=5.5)  # c1's write is sent at 5.2
     late = next(e for e in events if e["op"] == "write" and e["job"] == "c1")
     late["t1"] = 7.0  # its answer, after the freeze
