@@ -1328,6 +1328,19 @@ FOUND["keyed-job-expired-then-cancelled"] = [
     ("lease_and_run", {"still_running": False, "verdict": "ok"}), ("cancel", {"index": 0}),
     ("family_start", {"fault": "none", "n": 1, "then": False}), ("ttl_expires", {"index": 0}),
     ("redis_loses_everything", {}), ("redis_loses_everything", {}), ("cancel", {"index": 97})]
+# The same hole, found by a second 250-example hunt (example 247) through schedule firings and key
+# rotations: the cancel of a keyed job whose item TTL had deleted.
+FOUND["keyed-job-expired-then-cancelled-after-firings"] = [
+    ("firing_across_rotation", {"max_attempts": 2, "rotate": False}),
+    ("firing_across_rotation", {"max_attempts": 1, "rotate": True}), ("relay_restart", {}),
+    ("lease_and_run", {"still_running": False, "verdict": "ok"}), ("cancel", {"index": 19}),
+    ("ttl_expires", {"index": 16}), ("cancel", {"index": 50}), ("redis_loses_everything", {}),
+    ("rotate_job_id_key", {}), ("enqueue_and_push", {"keyed": True, "max_attempts": 0, "n": 2, "priority": 0}),
+    ("rotate_job_id_key", {}), ("enqueue_and_push", {"keyed": True, "max_attempts": 0, "n": 3, "priority": 0}),
+    ("lease", {"n": 1}), ("enqueue_and_push", {"keyed": True, "max_attempts": 0, "n": 2, "priority": 0}),
+    ("lease", {"n": 1}), ("relay_restart", {}), ("run", {"index": 69, "verdict": "ok"}),
+    ("redis_loses_everything", {}), ("ttl_expires", {"index": 54}), ("replica_falls_behind", {}),
+    ("failover_to_lagging_replica", {}), ("run_late", {"index": 7}), ("cancel", {"index": 1})]
 # Sequences whose fix is not merged yet (reason: the fix missing).
 UNFIXED: dict[str, str] = {}
 
