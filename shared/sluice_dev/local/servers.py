@@ -129,17 +129,27 @@ def start_redis(port: int | None = None, workdir: Path | None = None, log_path: 
     """A throwaway redis-server: no RDB snapshots, no AOF, so a restart loses everything.
     ``aclfile``: its users (``sluice_dev.local.redis_users``), loaded again at every restart.
     ``binary``: that redis-server (default: ``redis_server_binary``)."""
-    port = port or free_port()
-    cmd = [binary or redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-           "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
-    if aclfile is not None:
-        cmd += ["--aclfile", str(aclfile.resolve())]
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        cmd += ["--dir", str(workdir)]
-    proc = _spawn(cmd, log_path)
-    wait_for_port(port, proc=proc)
-    return Server("redis", port, proc, log_path, {"url": f"redis://127.0.0.1:{port}/0"})
+    # A port free_port() found free can be taken by another process before redis-server binds it (the
+    # suite's two tiers start servers side by side: a fresh-clone CI run lost a stack so): a server that
+    # exits before listening, on a port of our choosing, is started again on another.
+    for attempt in range(1 if port else 3):
+        at = port or free_port()
+        cmd = [binary or redis_server_binary(), "--port", str(at), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
+        if aclfile is not None:
+            cmd += ["--aclfile", str(aclfile.resolve())]
+        if workdir is not None:
+            workdir.mkdir(parents=True, exist_ok=True)
+            cmd += ["--dir", str(workdir)]
+        proc = _spawn(cmd, log_path)
+        try:
+            wait_for_port(at, proc=proc)
+        except RuntimeError:
+            if port or attempt == 2 or proc.poll() is None:
+                raise
+            continue
+        return Server("redis", at, proc, log_path, {"url": f"redis://127.0.0.1:{at}/0"})
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
