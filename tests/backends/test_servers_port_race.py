@@ -9,8 +9,8 @@ from sluice_dev.local import servers
 
 
 @pytest.mark.timeout(60)
-def test_a_redis_whose_free_port_was_taken_meanwhile_starts_on_another(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_redis_whose_free_port_was_taken_meanwhile_starts_on_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     taken = socket.socket()  # bound, not listening: the port is in use, and nothing answers on it
     taken.bind(("127.0.0.1", 0))
     busy = taken.getsockname()[1]
