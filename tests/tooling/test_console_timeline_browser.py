@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300
 __all__ = ["browser"]  # the fixture, shared with test_console_browser.py
 
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 
 HANDLERS = '''
 import os, signal, subprocess
@@ -84,7 +85,11 @@ def run_scenario(driver: Any, wait: Until, url: str, freeze: str, fencing: bool)
     box = driver.find_element(By.ID, "fencing")
     if box.is_selected() != fencing:
         box.click()
+    page = driver.find_element(By.TAG_NAME, "html")
     click(driver, "#scenario-run")
+    # The page shows the session's last run until the POST's answer replaces it: waiting for "done"
+    # at once found the previous run's (a CI run read "Running: A frozen for 5 s..." as the third's).
+    wait.until(staleness_of(page))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#scenario-done, #scenario-error"))
     return text_of(driver, "#scenario")
 
