@@ -89,3 +89,75 @@ def test_ties_on_a_score_page_through_without_a_repeat_or_a_gap(rq: RedisQueue,
             break
         cursor = page.next
     assert seen == ["z", *[f"t{i:02d}" for i in reversed(range(12))], "y"]
+
+
+# -- fair groups in the ready listing (the closing review of issue 32) -----------------------------
+
+
+def walk(rq: RedisQueue, state: str, limit: int, **kw: object) -> tuple[list[str], list[int]]:
+    """Every page of a walk: the ids in order and each page's examined count."""
+    seen, scanned, cursor = [], [], None
+    for _ in range(1000):
+        page = rq.list_jobs("q", state, limit=limit, cursor=cursor, **kw)  # type: ignore[arg-type]
+        seen += [j.job_id for j in page.jobs]
+        scanned.append(page.scanned)
+        if page.next is None:
+            return seen, scanned
+        cursor = page.next
+    raise AssertionError("the walk did not end")
+
+
+def ready_order(redis_client: redis.Redis) -> list[str]:
+    """Every ready job, grouped or not, by its ready score, newest first (the listing's order)."""
+    keys = [K.ready, *redis_client.scan_iter(K.group_prefix + "*")]
+    rows = [(s, m) for key in keys for m, s in redis_client.zrange(key, 0, -1, withscores=True)]
+    return [m for _, m in sorted(rows, key=lambda r: (r[0], r[1].encode()), reverse=True)]
+
+
+def test_a_fair_groups_ready_jobs_are_listed_merged_with_the_ungrouped_newest_first(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    for i in range(12):  # interleaved: groups a, b, c and the default group, two priorities
+        group = ("ga", "gb", "gc", None)[i % 4]
+        rq.enqueue(spec(f"j{i:02d}", group=group, priority=i % 2, payload={"n": i}))
+    expected = ready_order(redis_client)
+    assert len(expected) == 12 and redis_client.zcard(K.ready) == 3  # nine wait in their groups
+    for limit in (1, 5, 50):
+        seen, _ = walk(rq, "ready", limit)
+        assert seen == expected, limit
+    top = rq.list_jobs("q", "ready", limit=12).jobs
+    assert {j.job_id: j.group for j in top}["j00"] == "ga" and all(j.payload is not None for j in top)
+    assert [j.job_id for j in rq.list_jobs("q", "ready", prefix="j1").jobs] == \
+        [m for m in expected if m.startswith("j1")]
+    assert walk(rq, "ready", 4, prefix="j0")[0] == [m for m in expected if m.startswith("j0")]
+
+
+def test_a_group_left_out_of_the_turns_at_its_limit_is_still_listed(rq: RedisQueue,
+                                                                  redis_client: redis.Redis) -> None:
+    rq.set_config("q", max_in_flight_per_group=1)
+    rq.enqueue_many([spec(f"g{i}", group="full") for i in range(3)])
+    assert [j.job_id for j in rq.lease("q", 5, 30_000)] == ["g0"]  # then "full" is at its limit
+    assert rq.lease("q", 5, 30_000) == [] and "full" not in redis_client.lrange(K.turns, 0, -1)
+    assert [j.job_id for j in rq.list_jobs("q", "ready").jobs] == ["g2", "g1"]
+
+
+def test_a_page_over_many_groups_stays_within_its_budget_and_the_walk_loses_nothing(
+        rq: RedisQueue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.backends.redis.admin as admin
+
+    monkeypatch.setattr(admin, "SCAN_MOST", 40)  # 41 zsets (ready and 40 groups): one member each
+    rq.enqueue_many([spec(f"x{i:03d}", group=None if i % 41 == 0 else f"g{i % 41}") for i in range(205)])
+    expected = ready_order(redis_client)
+    seen, scanned = walk(rq, "ready", 50)
+    assert seen == expected and len(seen) == len(set(seen)) == 205
+    assert max(scanned) <= 41  # max(SCAN_MOST, zsets): not 41 zsets * 51
+    seen, scanned = walk(rq, "ready", 50, prefix="x1")
+    assert seen == [m for m in expected if m.startswith("x1")] and max(scanned) <= 41
+
+
+def test_odd_fields_in_the_groups_hash_name_no_zset(rq: RedisQueue, redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("a", group="ok"))
+    rq.enqueue(spec("b"))
+    # what no script writes, or what a group may not be called: neither read as a key nor an error
+    redis_client.hset(K.groups, mapping={">*": "1", "#x": "1", "{q}:ready": "1", ">": "1", "bad name": "2"})
+    redis_client.zadd(K.group_prefix + "*", {"glob": 1})
+    assert sorted(j.job_id for j in rq.list_jobs("q", "ready").jobs) == ["a", "b"]

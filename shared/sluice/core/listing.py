@@ -151,6 +151,46 @@ def paginate(read: Read, prefix: str | None, limit: int,
         offset += len(entries)
 
 
+# -- several zsets (or sources) read as one, newest first -----------------------------------------
+
+
+class Entry(NamedTuple):
+    """A listed job's place: its score (the state's order) and its id."""
+
+    score: int
+    member: str
+
+    def key(self) -> tuple[int, bytes]:
+        return self.score, self.member.encode()
+
+
+class Run(NamedTuple):
+    """What one source gave for a page: its entries strictly after the cursor, newest first, and
+    ``frontier``, the oldest place its read covered (None: the source was read to its end). Past the
+    frontier the source may hold more, unseen."""
+
+    entries: list[Entry]
+    frontier: Entry | None
+
+
+def merge(runs: Sequence[Run], limit: int) -> tuple[list[Entry], Entry | None]:
+    """One page of several sources read as one (a queue's ready zset and its fair groups' zsets;
+    the delayed zset and the parking lot's delay lanes), newest first: the page (at most
+    ``limit``) and the place the next page starts after (None: no more).
+
+    Only places every source covered are certain: the page stops at the newest of the frontiers,
+    so it may hold fewer than ``limit`` jobs and still have a next page (as a prefix page does);
+    it is never wrong and never repeats a job. A page that holds none returns that frontier, so a
+    walk always moves on."""
+    cut = max((r.frontier for r in runs if r.frontier is not None), key=Entry.key, default=None)
+    merged = sorted((e for r in runs for e in r.entries), key=Entry.key, reverse=True)
+    if cut is not None:
+        merged = [e for e in merged if e.key() >= cut.key()]
+    if len(merged) > limit:
+        return merged[:limit], merged[limit - 1]
+    return merged, cut
+
+
 # -- sensitive payload fields -----------------------------------------------------------------------
 
 

@@ -13,22 +13,29 @@ from sluice.backends.redis.checks import MAX_BATCH, MAX_TOKEN, checked_int, text
 from sluice.backends.redis.client import is_cluster
 from sluice.backends.redis.config import parse_config
 from sluice.backends.redis.connection import RedisConnection
-from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY
+from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY, QueueKeys
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.listing import (
     DEFAULT_PAGE,
+    SCAN_MOST,
+    Cursor,
+    Entry,
     JobPage,
     ListedJob,
+    Run,
     after,
     check_limit,
     check_prefix,
     check_state,
     encode_cursor,
+    merge,
     paginate,
     parse_cursor,
 )
-from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+
+_FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
 
 
 class RedisAdmin:
@@ -102,11 +109,15 @@ class RedisAdmin:
         """One page of ``queue``'s jobs in ``state``, newest first (``sluice.core.listing``): ZRANGE
         BYSCORE REV of members from the cursor's score down (past the cursor's own score-mates up
         to it), then one pipeline: ZMSCORE of the page and its boundary, HMGET of each job hash.
-        Reads only, so no script; ready lists the ungrouped ready zset (a fair group's ready jobs
-        are not listed: a stub, docs/console.md)."""
+        Reads only, so no script. ``ready`` takes in the fair groups' ready zsets too, when the
+        queue has groups (``_grouped``)."""
         state, limit = check_state(state), check_limit(limit)
         start, prefix = parse_cursor(cursor), check_prefix(prefix)
         k = self.conn.keys(queue)
+        if state == "ready":
+            groups = self._groups(k)
+            if groups:
+                return self._grouped(queue, k, groups, limit, start, prefix)
         key = {"ready": k.ready, "delayed": k.delayed, "leased": k.leased, "dead": k.dead,
                "finished": k.recent}[state]
         top: Any = "+inf" if start is None else start.score
@@ -129,7 +140,7 @@ class RedisAdmin:
             for job_id in shown:
                 pipe.zscore(key, job_id)
             for job_id in picked if state != "finished" else ():
-                pipe.hmget(k.job_prefix + job_id, "p", "m", "a", "err", "grp")
+                pipe.hmget(k.job_prefix + job_id, *_FIELDS)
             replies = pipe.execute() if shown else []
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
@@ -148,6 +159,69 @@ class RedisAdmin:
             else:
                 following = cursor
         return JobPage(queue=queue, state=state, jobs=jobs, next=following, scanned=examined)
+
+    def _groups(self, k: QueueKeys) -> list[str]:
+        """The fair groups that may hold ready jobs: those in the turns (``>group`` in the groups
+        hash), those left out at their per-group limit (a leased count there: they join again when
+        a lease ends) and those of the turns' old layout (a zset lease.lua has not moved yet). A
+        group with ready jobs is always one of them (_lib.lua, "Fair groups")."""
+        try:
+            pipe = self.conn.client.pipeline(transaction=False)
+            pipe.hkeys(k.groups)
+            pipe.zrange(k.turns_zset, 0, -1)
+            fields, old = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        names = {name[1:] if name.startswith(">") else name for name in map(text, [*fields, *old])}
+        return sorted(n for n in names if n and not n.startswith(("#", ">")) and GROUP_RE.fullmatch(n))
+
+    def _grouped(self, queue: str, k: QueueKeys, groups: list[str], limit: int, start: Cursor | None,
+                 prefix: str | None) -> JobPage:
+        """``ready`` with the fair groups' ready zsets merged in (their scores are ready's), newest
+        first (``listing.merge``), in one pipeline: from each zset its first ``each`` members from
+        the cursor's score down, with scores. ``each`` shares ``SCAN_MOST`` among the zsets (at
+        least one each), so a page examines at most ``max(SCAN_MOST, zsets)`` members however many
+        groups there are; a zset read in full that may hold more sets the page's frontier. Then
+        one pipelined HMGET of the page's jobs."""
+        keys = [k.ready, *(k.group_prefix + g for g in groups)]
+        want = limit + 1
+        share = max(1, SCAN_MOST // len(keys))
+        each = share if prefix is not None else min(want, share)
+        # Below the cursor's score (exclusive), and its score-mates apart (ready's scores are unique
+        # but for a rare clash): a frontier is then always past the cursor, so a walk moves on.
+        top: Any = "+inf" if start is None else f"({start.score}"
+        bottom: Any = "-inf"
+        client = self.conn.client
+        try:
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                if start is not None:
+                    pipe.zrange(key, start.score, start.score, desc=True, byscore=True, withscores=True)
+                pipe.zrange(key, top, bottom, desc=True, byscore=True, offset=0, num=each, withscores=True)
+            reads = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        runs, examined = [], 0
+        step = 1 if start is None else 2
+        for i in range(0, len(reads), step):
+            mates, rows = ([], reads[i]) if start is None else (reads[i], reads[i + 1])
+            entries = [Entry(int(score), text(m)) for m, score in [*mates, *rows]]
+            examined += sum(1 for e in entries if after(start, e.score, e.member))  # not the cursor's own
+            frontier = Entry(int(rows[-1][1]), text(rows[-1][0])) if len(rows) == each else None
+            kept = [e for e in entries if after(start, e.score, e.member)
+                    and (prefix is None or e.member.startswith(prefix))]
+            runs.append(Run(kept, frontier))
+        page, following = merge(runs, limit)
+        try:
+            pipe = client.pipeline(transaction=False)
+            for entry in page:
+                pipe.hmget(k.job_prefix + entry.member, *_FIELDS)
+            fields = pipe.execute() if page else []
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        jobs = [_listed(e.member, "ready", e.score, fields[i]) for i, e in enumerate(page)]
+        return JobPage(queue=queue, state="ready", jobs=jobs, scanned=examined,
+                       next=None if following is None else encode_cursor(following.score, following.member))
 
     # --- dead letters -----------------------------------------------------------------------
 
