@@ -203,6 +203,11 @@ class Client:
                                   ("max_bytes", max_bytes)) if v is not None}
         return self._config("PUT", queue, "caps", body)
 
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> QueueConfig:
+        """The payload fields the operator's listing redacts for ``queue`` (JSON pointers or top-level
+        names; [] marks none): ``PUT /v1/admin/queues/{queue}/sensitive``."""
+        return self._config("PUT", queue, "sensitive", {"fields": list(fields)})
+
     def queue_rows(self) -> list[dict[str, Any]]:
         """Every queue (``GET /v1/admin/queues``): each a QueueStats's fields plus ``overdue_leases``
         and ``route`` (``{"function", "owner", "typed"}``, or None for the default worker)."""

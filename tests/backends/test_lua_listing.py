@@ -4,14 +4,17 @@ list of recently finished jobs that ack.lua keeps (``keys.recent``), by the key 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import source
 from sluice.core.errors import InvalidInput
 from sluice.core.listing import RECENT_KEPT
-from tests.backends.test_engine_support import leased, redis_now_ms, spec
+from tests.backends.test_engine_support import leased, redis_now_ms, snapshot, spec
 
 pytestmark = pytest.mark.integration
 K = QueueKeys("q")
@@ -161,3 +164,39 @@ def test_odd_fields_in_the_groups_hash_name_no_zset(rq: RedisQueue, redis_client
     redis_client.hset(K.groups, mapping={">*": "1", "#x": "1", "{q}:ready": "1", ">": "1", "bad name": "2"})
     redis_client.zadd(K.group_prefix + "*", {"glob": 1})
     assert sorted(j.job_id for j in rq.list_jobs("q", "ready").jobs) == ["a", "b"]
+
+
+# -- a queue's sensitive fields in its config hash (config.lua) --------------------------------------
+
+
+def test_the_sensitive_setting_is_kept_in_the_config_hash_and_read_back(rq: RedisQueue,
+                                                                         redis_client: redis.Redis) -> None:
+    config = rq.set_config("q", sensitive=["password", "/card/number", "/ünï~1code"])
+    assert config.sensitive == ("/password", "/card/number", "/ünï~1code")
+    assert json.loads(redis_client.hget(K.config, "sensitive")) == list(config.sensitive)
+    assert rq.stats("q").config.sensitive == config.sensitive and rq.get_config("q") == config
+    assert rq.set_config("q", sensitive=[]).sensitive == ()
+    # a value config.lua would never write (a hand-made HSET): the whole payload is hidden, not shown
+    redis_client.hset(K.config, "sensitive", "not json")
+    assert rq.get_config("q").sensitive == ("",)
+
+
+@pytest.mark.parametrize("value", ["{}", '{"a": "/x"}', "[1]", '["a", 2]', "nope", '"x"',
+                                   "[" + '"a",' * 40 + '"a"]', '["' + "a" * 2000 + '"]', "[" * 5000, "[[]]"])
+def test_config_lua_refuses_a_bad_sensitive_value_before_writing(redis_client: redis.Redis,
+                                                                 value: str) -> None:
+    script = redis_client.register_script(source("config.lua"))
+    redis_client.hset(K.config, "paused", "0")
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+        script(keys=[K.config, *K.group_keys, K.job_prefix, K.leased],
+               args=["paused", "1", "sensitive", value])
+    assert snapshot(redis_client) == before
+
+
+@pytest.mark.parametrize("bad", [["a"] * 33, ["/a~2"], [1], "password", ["a/b"], ["/x\x00"]])
+def test_the_engine_checks_the_setting_before_redis(rq: RedisQueue, redis_client: redis.Redis,
+                                                    bad: object) -> None:
+    with pytest.raises(InvalidInput):
+        rq.set_config("q", sensitive=bad)
+    assert redis_client.exists(K.config) == 0

@@ -56,3 +56,27 @@ def test_sluice_jobs_list_pages_filters_and_redacts(served: Rig) -> None:
 def test_sluice_jobs_list_refuses_bad_options(served: Rig, args: list[str]) -> None:
     result = CliRunner(mix_stderr=False).invoke(main, ["jobs", "list", "emails", *args])
     assert result.exit_code != 0 and served.untouched()
+
+
+def test_sluice_queue_sensitive_marks_fields_the_listing_then_redacts(served: Rig,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    runner = CliRunner(mix_stderr=False)
+    marked = runner.invoke(main, ["queue", "sensitive", "emails", "to", "/card/exp"])
+    assert marked.exit_code == 0, marked.output + marked.stderr
+    assert "emails: sensitive /to, /card/exp" in marked.stdout
+    assert served.queue.get_config("emails").sensitive == ("/to", "/card/exp")
+    with caplog.at_level("DEBUG"):
+        shown = runner.invoke(main, ["jobs", "list", "emails", "--json"])
+    page = json.loads(shown.stdout)
+    for job in page["jobs"]:
+        assert job["payload"] == {"to": "[redacted]", "card": {"number": "[redacted]", "exp": "[redacted]"}}
+    everything = shown.stdout + shown.stderr + caplog.text
+    assert "4111-secret" not in everything and "u1@x" not in everything and "1/30" not in everything
+    cleared = runner.invoke(main, ["queue", "sensitive", "emails", "--clear"])
+    assert cleared.exit_code == 0 and served.queue.get_config("emails").sensitive == ()
+
+
+@pytest.mark.parametrize("args", [[], ["a", "--clear"], ["/a~2"], ["a/b"], ["/" + "a" * 300]])
+def test_sluice_queue_sensitive_refuses_bad_fields_and_writes_nothing(served: Rig, args: list[str]) -> None:
+    result = CliRunner(mix_stderr=False).invoke(main, ["queue", "sensitive", "emails", *args])
+    assert result.exit_code != 0 and served.untouched()

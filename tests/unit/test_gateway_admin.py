@@ -88,7 +88,8 @@ Q = "/v1/admin/queues/emails"
 WRITES = [("POST", Q + "/pause", None), ("POST", Q + "/resume", None),
           ("PUT", Q + "/rate", {"per_second": 5}), ("PUT", Q + "/max-in-flight", {"max_in_flight": 3}),
           ("PUT", Q + "/watermarks", {"high": 100}), ("POST", Q + "/dlq/redrive", {"all": True}),
-          ("DELETE", Q + "/dlq", None), ("PUT", Q + "/caps", {"max_dead": 9})]
+          ("DELETE", Q + "/dlq", None), ("PUT", Q + "/caps", {"max_dead": 9}),
+          ("PUT", Q + "/sensitive", {"fields": ["password"]})]
 EVERY = [*WRITES, ("GET", Q + "/dlq", None), ("GET", Q, None), ("GET", Q + "/jobs", None)]
 
 

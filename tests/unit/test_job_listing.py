@@ -175,3 +175,73 @@ def test_merge_stops_at_the_newest_frontier_and_a_walk_over_it_loses_nothing() -
     # a frontier that is no entry (a prefix page's boundary): an empty page still moves on to it
     page, nxt = listing.merge([listing.Run([], E(55, "x")), listing.Run([E(40, "b")], None)], 5)
     assert (page, nxt) == ([], E(55, "x"))
+
+
+# -- sensitive fields of any queue, by its setting (issue 32's closing review) -----------------------
+
+SENSITIVE = "/v1/admin/queues/emails/sensitive"
+
+
+def test_an_untyped_queues_setting_redacts_its_fields_in_the_listing() -> None:
+    rig = seeded(3)  # no routes: an untyped queue
+    code, _, doc = rig.call("PUT", SENSITIVE, {"fields": ["to", "/card/number", "/nope/x"]})
+    assert code == 200, doc
+    assert doc["sensitive"] == ["/to", "/card/number", "/nope/x"]
+    code, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert code == 200 and len(doc["jobs"]) == 3
+    for job in doc["jobs"]:
+        card = {"number": listing.REDACTED, "exp": "12/30"}
+        assert job["payload"] == {"to": listing.REDACTED, "card": card}
+        assert job["redacted"] == ["card.number", "to"]
+    assert "4111" not in str(doc) and "u0@x" not in str(doc)
+    code, _, doc = rig.call("GET", "/v1/admin/queues/emails")
+    assert doc["config"]["sensitive"] == ["/to", "/card/number", "/nope/x"]
+    code, _, doc = rig.call("PUT", SENSITIVE, {"fields": []})  # marks none again
+    assert code == 200 and doc["sensitive"] == []
+    _, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert doc["jobs"][0]["payload"]["card"]["number"] == "4111" and doc["jobs"][0]["redacted"] == []
+
+
+def test_a_typed_queues_schema_and_its_setting_both_redact() -> None:
+    routes = RouteTable([Route("emails", "fn-emails", "team", {"emails": Order.model_json_schema()}, 1)])
+    rig = seeded(2, routes)
+    assert rig.call("PUT", SENSITIVE, {"fields": ["/card/exp"]})[0] == 200
+    _, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert doc["jobs"][0]["payload"]["card"] == {"number": listing.REDACTED, "exp": listing.REDACTED}
+    assert doc["jobs"][0]["redacted"] == ["card.exp", "card.number"]
+
+
+def test_pointers_reach_list_items_escaped_names_and_the_whole_payload() -> None:
+    stored = listing.check_sensitive(["/items/*/pin", "/a~1b", "x~y", ""])
+    assert stored == ["/items/*/pin", "/a~1b", "/x~0y", ""]
+    paths = listing.setting_paths(stored)
+    payload = {"items": [{"pin": 1}, {"pin": 2, "k": 3}], "a/b": "s", "x~y": "t", "keep": 1}
+    out, hit = listing.redact(payload, paths[:3])
+    assert out == {"items": [{"pin": "[redacted]"}, {"pin": "[redacted]", "k": 3}], "a/b": "[redacted]",
+                   "x~y": "[redacted]", "keep": 1}
+    assert hit == ["items.*.pin", "a/b", "x~y"]
+    assert listing.redact(payload, paths) == ("[redacted]", ["items.*.pin", "a/b", "x~y", "(payload)"])
+    assert listing.redact(None, paths) == (None, [])  # a finished job carries no payload
+
+
+HOSTILE_FIELDS: list[Any] = [
+    "password", {"fields": "password"}, {"fields": [1]}, {"fields": [None]}, {"fields": [["a"]]},
+    {"fields": ["a"] * 33}, {"fields": ["/" + "a" * 256]}, {"fields": ["/a/b/c/d/e/f/g/h/i/j/k/l/m"]},
+    {"fields": ["/a~2b"]}, {"fields": ["/a~"]}, {"fields": ["a/b"]}, {"fields": ["/a//b"]}, {"fields": ["/"]},
+    {"fields": ["/a\nb"]}, {"fields": ["\x00"]}, {"fields": ["a", "/a"]}, {"fields": ["a"], "extra": 1},
+    {}, None, {"fields": {"a": 1}},
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE_FIELDS)
+def test_a_bad_sensitive_setting_is_400_and_writes_nothing(body: Any) -> None:
+    rig = seeded(1)
+    code, _, doc = rig.call("PUT", SENSITIVE, body)
+    assert code == 400, doc
+    assert rig.untouched() and rig.queue.get_config("emails").sensitive == ()
+
+
+def test_a_non_operator_cannot_change_what_is_redacted() -> None:
+    rig = seeded(1)
+    code, _, doc = rig.call("PUT", SENSITIVE, {"fields": []}, caller=WEB)
+    assert (code, doc["code"]) == (403, "NOT_OPERATOR") and rig.untouched()

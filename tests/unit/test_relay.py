@@ -530,11 +530,14 @@ def test_status_updates_never_hold_up_or_break_pushing() -> None:
 def test_unconfigured_queues_get_the_deployment_default_rate_once() -> None:
     w = World(partitions=1)
     w.engine.set_config("tuned", rate_per_s=5.0, burst=1)
+    w.engine.set_config("secret", sensitive=("/password",))  # what the listing hides sets no flow knob
     w.add(5, queue="fresh", partition=0)
     w.add(5, queue="tuned", partition=0)
+    w.add(5, queue="secret", partition=0)
     relay = w.relay(default_rate_per_s=50.0)
     run_steps(relay, 3)
     assert w.engine.get_config("fresh").rate_per_s == 50.0 and w.engine.get_config("fresh").burst == 50
+    assert w.engine.get_config("secret").rate_per_s == 50.0
     assert w.engine.get_config("tuned").rate_per_s == 5.0  # an operator's own setting stands
     assert "take_rate" in w.engine.calls
 

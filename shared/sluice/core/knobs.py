@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from sluice.core.errors import InvalidInput
+from sluice.core.listing import check_sensitive
 from sluice.core.models import QueueConfig
 
 
@@ -78,6 +79,13 @@ def set_caps(engine: ConfigEngine, queue: str, max_delayed: int | None = None,
     if not changes:
         raise InvalidInput("give --max-delayed, --max-dead, --max-bytes or some of them")
     return engine.set_config(queue, **changes)
+
+
+def set_sensitive(engine: ConfigEngine, queue: str, fields: Any) -> QueueConfig:
+    """The payload fields the operator's listing shows as ``[redacted]`` for ``queue``, typed or not
+    (JSON pointers or top-level names, ``sluice.core.listing.check_sensitive``; [] marks none). It
+    replaces the queue's list; a typed queue's schema marks its own besides."""
+    return engine.set_config(queue, sensitive=tuple(check_sensitive(fields)))
 
 
 def pause(engine: ConfigEngine, queue: str) -> QueueConfig:

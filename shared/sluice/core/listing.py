@@ -248,12 +248,73 @@ def _redact(value: Any, path: Sequence[str]) -> tuple[Any, bool]:
     return value, False
 
 
+# -- sensitive fields a queue's setting names (any queue, typed or not) -------------------------------
+
+MAX_SENSITIVE: Final = 32  # fields one queue may mark
+MAX_POINTER: Final = 256  # characters of one field's pointer
+_POINTER_RE = re.compile(r"(?:/(?:[^~/]|~[01])*)*")  # RFC 6901: every ~ escaped as ~0 or ~1
+_PRINTABLE_RE = re.compile(r"[ -~\u00a0-\U0010ffff]*")  # no control character, no line break
+
+
+def pointer_path(pointer: str) -> tuple[str, ...]:
+    """A checked pointer's path: its unescaped segments (``"/card/number"`` -> ``("card", "number")``,
+    ``""`` -> ``()``, the whole payload)."""
+    return tuple(seg.replace("~1", "/").replace("~0", "~") for seg in pointer.split("/")[1:])
+
+
+def check_sensitive(fields: object) -> list[str]:
+    """The queue's sensitive fields as stored: JSON pointers (RFC 6901). Each entry is a pointer
+    (``/card/number``; a segment ``*`` is every item of a list; ``""`` is the whole payload) or a
+    top-level field's name (``password``, stored as ``/password``). InvalidInput, naming the entry,
+    for anything else: not a list of strings, more than ``MAX_SENSITIVE``, one longer than
+    ``MAX_POINTER`` or deeper than the schema walk follows, a control character, an unescaped
+    ``~``, an empty segment, or the same field twice. An empty list marks none."""
+    if not isinstance(fields, list | tuple):
+        raise InvalidInput(f"sensitive fields must be a list of JSON pointers or field names, not "
+                           f"{type(fields).__name__}")
+    if len(fields) > MAX_SENSITIVE:
+        raise InvalidInput(f"at most {MAX_SENSITIVE} sensitive fields per queue, got {len(fields)}")
+    out: list[str] = []
+    for i, field in enumerate(fields):
+        what = f"sensitive field {i}"
+        if not isinstance(field, str):
+            raise InvalidInput(f"{what} must be a string, not {type(field).__name__}")
+        if len(field) > MAX_POINTER:
+            raise InvalidInput(f"{what} is {len(field)} characters long; the limit is {MAX_POINTER}")
+        if not _PRINTABLE_RE.fullmatch(field):
+            raise InvalidInput(f"{what} {field[:40]!r} holds a control character")
+        pointer = field if field.startswith("/") or field == "" else "/" + field.replace("~", "~0").replace(
+            "/", "~1")
+        if not field.startswith("/") and field and "/" in field:
+            raise InvalidInput(f"{what} {field!r}: a JSON pointer starts with '/' (/a/b), a field's "
+                               "name has no '/'")
+        if not _POINTER_RE.fullmatch(pointer):
+            raise InvalidInput(f"{what} {field!r} is no JSON pointer: write '~' as '~0' and '/' in a "
+                               "name as '~1' (RFC 6901)")
+        path = pointer_path(pointer)
+        if any(seg == "" for seg in path):
+            raise InvalidInput(f"{what} {field!r} has an empty segment")
+        if len(path) > _SCHEMA_DEPTH:
+            raise InvalidInput(f"{what} {field!r} is {len(path)} levels deep; the limit is {_SCHEMA_DEPTH}")
+        if pointer in out:
+            raise InvalidInput(f"{what} {field!r} names a field given before")
+        out.append(pointer)
+    return out
+
+
+def setting_paths(stored: Sequence[str]) -> list[tuple[str, ...]]:
+    """The paths a queue's sensitive setting names (checked pointers, as ``check_sensitive`` stored them)."""
+    return [pointer_path(p) for p in stored]
+
+
 def redact(payload: Any, paths: Sequence[tuple[str, ...]]) -> tuple[Any, list[str]]:
     """``payload`` with every sensitive path's value replaced by ``REDACTED`` (a copy; the input is
     not changed), and the dotted paths that were present and replaced."""
     hit: list[str] = []
+    if payload is None:  # a finished job's (its hash is gone): nothing to hide
+        return payload, hit
     for path in paths:
         payload, found = _redact(payload, path)
         if found:
-            hit.append(".".join(path))
+            hit.append(".".join(path) or "(payload)")
     return payload, hit

@@ -344,6 +344,9 @@ class QueueConfig(Model):
     # Leased jobs one group (JobSpec.group) may hold at once; 0 = no limit. Jobs without a group
     # (the default group) are bounded by max_in_flight only (docs/engine.md, "Fair groups").
     max_in_flight_per_group: int = Field(default=0, ge=0)
+    # Payload fields the operator's listing shows as [redacted] (issue 32's review), as JSON pointers
+    # (sluice.core.listing.check_sensitive), besides those a typed queue's schema marks.
+    sensitive: tuple[str, ...] = ()
 
 
 class FinishedCounts(Model):

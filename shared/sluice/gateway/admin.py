@@ -96,6 +96,9 @@ class Admin:
                  max_bytes: Any = None) -> QueueConfig:
         return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
+    def set_sensitive(self, name: str, fields: Any) -> QueueConfig:
+        return knobs.set_sensitive(self.queue, self.check_queue(name), fields)
+
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
         A queue no route covers while routes are known and unrouted queues are refused (one
@@ -138,17 +141,28 @@ class Admin:
     def list_jobs(self, name: str, state: str, limit: int = listing.DEFAULT_PAGE, cursor: str | None = None,
                   prefix: str | None = None) -> listing.JobPage:
         """One page of the queue's jobs in ``state``, newest first, with the payload fields its
-        route's schema marks sensitive redacted here, before any of it leaves the operator API
-        (so the console, the CLI and their logs never hold them)."""
-        page = self.queue.list_jobs(self.check_queue(name), state, limit, cursor, prefix)
-        paths = listing.sensitive_paths(None if self.routes is None else self.routes.schema(page.queue))
-        if not paths:
+        route's schema or its own setting (``set_sensitive``) marks sensitive redacted here, before
+        any of it leaves the operator API (so the console, the CLI and their logs never hold them)."""
+        queue = self.check_queue(name)
+        page = self.queue.list_jobs(queue, state, limit, cursor, prefix)
+        return self.redacted(page)
+
+    def sensitive(self, queue: str) -> list[tuple[str, ...]]:
+        """Every payload path ``queue`` marks sensitive: its schema's and its setting's."""
+        marked = set(listing.sensitive_paths(None if self.routes is None else self.routes.schema(queue)))
+        marked.update(listing.setting_paths(self.queue.get_config(queue).sensitive))
+        return sorted(marked)
+
+    def redacted(self, page: listing.JobPage) -> listing.JobPage:
+        paths = self.sensitive(page.queue)
+        if not paths or not page.jobs:
             return page
         jobs = []
         for job in page.jobs:
             payload, hit = listing.redact(job.payload, paths)
             jobs.append(job.model_copy(update={"payload": payload, "redacted": hit}))
         return page.model_copy(update={"jobs": jobs})
+
     def timeline(self, name: str, job_id: str) -> list[dict[str, Any]]:
         """The steps the job's workers recorded (``sluice.core.timeline``), oldest first; [] once
         the timeline expired, or when nothing recorded it."""

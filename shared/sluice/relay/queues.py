@@ -55,7 +55,8 @@ class QueueStates:
             self.events.emit(ev.ConfigRead(queue=queue, paused=bool(stats.config.paused), t0=t0))
         state.config = stats.config
         rate = self.config.default_rate_per_s
-        if rate > 0 and stats.config == QueueConfig() and queue not in self._defaulted:
+        unset = stats.config.model_copy(update={"sensitive": ()}) == QueueConfig()  # no flow knob set
+        if rate > 0 and unset and queue not in self._defaulted:
             # A queue nobody has configured gets the deployment's default rate, written to
             # Redis so that every relay shares the same bucket (rate.lua reads it there).
             self._defaulted.add(queue)

@@ -295,6 +295,23 @@ def caps_cmd(target: Target, name: str, max_delayed: int | None, max_dead: int |
     _show(config, name, f"{name}: {caps(config)}")
 
 
+@queue.command("sensitive")
+@QUEUE_NAME
+@click.argument("fields", nargs=-1)
+@click.option("--clear", is_flag=True, help="Mark no field (the schema's marks of a typed queue stay).")
+@click.pass_obj
+def sensitive_cmd(target: Target, name: str, fields: tuple[str, ...], clear: bool) -> None:
+    """Show NAME's payload FIELDS as [redacted] in listings (the operator API, the console,
+    `sluice jobs list`): JSON pointers (/card/number; * is every item of a list) or top-level
+    names (password). Replaces the queue's list; typed or not (docs/api.md, Sensitive fields)."""
+    if bool(fields) == clear:
+        raise InvalidInput("give the fields, or --clear")
+    api, name = target.operator_api(), validate_queue_name(name)
+    config = api.set_sensitive(name, fields) if api else control.set_sensitive(target.engine(), name,
+                                                                                 list(fields))
+    _show(config, name, f"{name}: sensitive {', '.join(config.sensitive) or 'none'}")
+
+
 # -- sluice dlq ... ---------------------------------------------------------------------------------
 
 

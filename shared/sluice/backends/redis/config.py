@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sluice.backends.redis.checks import checked_int, text
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput
+from sluice.core.listing import check_sensitive
 from sluice.core.models import QueueConfig
 
 CONFIG_INTS = ("max_in_flight", "burst", "high_watermark", "low_watermark", "max_delayed", "max_dead",
@@ -50,6 +52,8 @@ def config_value(name: str, value: object) -> str:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e9:
             raise InvalidInput(f"rate_per_s must be a number in 0..1e9, got {value!r}")
         return repr(float(value))
+    if name == "sensitive":
+        return json.dumps(check_sensitive(value), ensure_ascii=False, separators=(",", ":"))
     if name == "paused":
         if not isinstance(value, bool):
             raise InvalidInput(f"paused must be a bool, got {value!r}")
@@ -64,4 +68,16 @@ def parse_config(raw: dict[Any, Any]) -> QueueConfig:
         **{name: int(fields[name]) for name in (*CONFIG_INTS, "max_bytes") if name in fields},
         rate_per_s=float(fields.get("rate_per_s", 0)),
         paused=fields.get("paused") == "1",
+        sensitive=_sensitive(fields.get("sensitive")),
     )
+
+
+def _sensitive(stored: str | None) -> tuple[str, ...]:
+    """The stored sensitive fields; a value config.lua would not have written (a hand-made HSET)
+    hides the whole payload (``""``) rather than show what it meant to hide."""
+    if stored is None:
+        return ()
+    try:
+        return tuple(check_sensitive(json.loads(stored)))
+    except (ValueError, InvalidInput):
+        return ("",)

@@ -28,7 +28,8 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/?$"), ("GET",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/caps/?$"), ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(pause|resume)/?$"), ("POST",)),
-    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks)/?$"), ("PUT",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/(rate|max-in-flight|watermarks|sensitive)/?$"),
+     ("PUT",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/?$"), ("GET", "DELETE")),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/?$"), ("GET",)),
@@ -71,6 +72,13 @@ class CapsRequest(_Request):
                                   "Dead jobs at which the queue takes no more; 0 = the default.")
     max_bytes: int | None = _count(1 << 50, "Bytes its jobs may take in Redis (its byte budget); "
                                             "0 = the deployment's default.")
+
+
+class SensitiveRequest(_Request):
+    fields: list[str] = Field(max_length=listing.MAX_SENSITIVE, description=(
+        "Payload fields the listing shows as [redacted]: JSON pointers (/card/number; a segment * is "
+        "every item of a list; \"\" the whole payload) or top-level names (password); [] marks none. "
+        "Replaces the queue's list."))
 
 
 class RedriveRequest(_Request):
@@ -131,6 +139,11 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C
              responses=responses, summary="Backpressure on the queue's ready depth.")
     def watermarks(queue: AdminQueue, body: Annotated[WatermarksRequest, Body()]) -> Response[Any]:
         return _config(queue, admin().set_watermarks(queue, body.high, body.low))
+
+    @app.put("/v1/admin/queues/<queue>/sensitive", operation_id="admin_sensitive", tags=tags,
+             responses=responses, summary="The payload fields the listing redacts, for any queue.")
+    def sensitive(queue: AdminQueue, body: Annotated[SensitiveRequest, Body()]) -> Response[Any]:
+        return _config(queue, admin().set_sensitive(queue, body.fields))
 
     @app.get("/v1/admin/queues/<queue>/dlq", operation_id="admin_dlq_list", tags=tags, responses=responses,
              summary="The queue's dead jobs, oldest first, with their last error.")

@@ -7,7 +7,9 @@
 --   ARGV    pairs: field, value. Fields: max_in_flight, burst, high_watermark,
 --           low_watermark, max_delayed, max_dead, max_in_flight_per_group (integers >= 0),
 --           max_bytes (integer 0..2^53-1: the queue's byte budget, push.lua), rate_per_s
---           (number >= 0), paused (0 | 1)
+--           (number >= 0), paused (0 | 1), sensitive (a JSON array of at most 32 strings, at
+--           most 40,000 bytes: the payload fields the operator's listing redacts, as JSON pointers
+--           sluice.core.listing.check_sensitive checked first; '[]' marks none)
 --   Setting max_in_flight_per_group above 0 counts each group's leased jobs afresh from the leased
 --   set and keeps the counts from then on; 0 drops them (_lib.lua recount_groups, drop_counts).
 --   Either way every group that had a count and has ready jobs takes turns again: lease.lua drops
@@ -35,6 +37,16 @@ for i = 1, #ARGV, 2 do
     if not r or r < 0 or r > 1000000000 or r ~= r then return invalid(field) end
   elseif field == 'paused' then
     if value ~= '0' and value ~= '1' then return invalid(field) end
+  elseif field == 'sensitive' then
+    if #value > 40000 then return invalid(field) end
+    local ok, list = pcall(cjson.decode, value)
+    if not ok or type(list) ~= 'table' or #list > 32 then return invalid(field) end
+    local n = 0
+    for _, entry in pairs(list) do
+      n = n + 1
+      if type(entry) ~= 'string' or #entry > 1024 then return invalid(field) end
+    end
+    if n ~= #list or string.sub(value, 1, 1) ~= '[' then return invalid(field) end
   else
     return invalid('field ' .. tostring(field))
   end
