@@ -223,12 +223,13 @@ class Client:
 
     def list_jobs(self, queue: str, state: str = "ready", *, limit: int = 50, cursor: str | None = None,
                   prefix: str | None = None) -> JobPage:
-        """One page of ``queue``'s jobs in ``state`` (ready, delayed, leased, dead, finished), newest
-        first (``GET /v1/admin/queues/{queue}/jobs``); pass the page's ``next`` as ``cursor`` for the
-        one after. Payload fields the queue marks sensitive come back redacted."""
+        """One page of ``queue``'s jobs in ``state`` (ready, delayed, leased, dead, finished, parked),
+        newest first (``GET /v1/admin/queues/{queue}/jobs``); pass the page's ``next`` as ``cursor``
+        for the one after. Payload fields the queue marks sensitive come back redacted."""
         query = {"state": check_state(state), "limit": str(int(limit))}
         query.update({k: v for k, v in (("cursor", cursor), ("prefix", prefix)) if v})
         return JobPage.model_validate(self._call("GET", self._admin(queue, f"jobs?{urlencode(query)}")))
+
     def timeline(self, queue: str, job_id: str) -> list[dict[str, Any]]:
         """The job's timeline (``GET /v1/admin/queues/{queue}/jobs/{job_id}/timeline``): the steps its
         workers recorded, oldest first (``sluice.core.timeline``); [] once it expired."""

@@ -15,7 +15,7 @@ import pytest
 from sluice.backends.dynamodb import segments
 from sluice.backends.dynamodb.parking import DynamoParkingLot, expires_at
 from sluice.backends.dynamodb.tables import create_parked_table
-from sluice.core.errors import SluiceError
+from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.limits import JOB_LIFE_MS
 from sluice.core.ports import ParkedRecord
 
@@ -179,3 +179,81 @@ def test_a_repark_cut_otherwise_ending_at_the_same_record_overwrites_no_segment(
     lot.park("a", 0, [rec(0, o) for o in range(35, 60)], mark=False)
     assert [r.offset for r in lot.page("a", 0, -1, 100)] == list(range(10, 60))
     assert lot.count("a") == 50
+
+
+# -- the operator's listing, state=parked (issue 32's review): newest, read backwards ------------------
+
+
+def listed(partition: int, offset: int, run_at_ms: int = 0, job: str | None = None) -> ParkedRecord:
+    job_id = job or f"p{partition}-{offset}"
+    value = b'{"job_id":"%s","payload":{"n":%d},"priority":3}' % (job_id.encode(), offset)
+    return ParkedRecord(partition, offset, b"k", value, job_id, 1_700_000_000_000, run_at_ms)
+
+
+def filled(lot: DynamoParkingLot) -> list[tuple[int, str]]:
+    """Held lanes in segments and delay lanes in two partitions, and another queue's; the order the
+    listing must give: the held records, by partition (highest first) and newest offset first, then
+    the delayed ones, by partition and latest run time first."""
+    t = 1_700_000_000_000
+    lot.segment_bytes = 200  # a few records a segment: pages end inside segments
+    held = {0: list(range(10, 40)), 2: list(range(100, 112))}
+    delayed = {0: [(t + 5_000 * (i % 7), 500 + i) for i in range(15)], 1: [(t + 9, 900), (t + 9, 901)]}
+    for partition, offsets in held.items():
+        lot.park("q", partition, [listed(partition, o) for o in offsets])
+    lot.park("q", 0, [listed(0, 12), listed(0, 13)])  # a re-park, cut otherwise: no repeat on a page
+    for partition, runs in delayed.items():
+        lot.park("q", partition, [listed(partition, o, run) for run, o in runs], delay=True)
+    lot.park("other", 0, [listed(0, 1, job="elsewhere")])
+    order = [((1, p, 0, o), f"p{p}-{o}") for p, offsets in held.items() for o in offsets]
+    order += [((0, p, run, o), f"p{p}-{o}") for p, runs in delayed.items() for run, o in runs]
+    return [(i, job) for i, (_, job) in enumerate(sorted(order, reverse=True))]
+
+
+def walk_lot(lot: DynamoParkingLot, limit: int, prefix: str | None = None) -> tuple[list[str], list[int]]:
+    seen, examined, after = [], [], None
+    for _ in range(500):
+        page = lot.newest("q", after, limit, prefix)
+        seen += [r.job_id for r, _ in page.records]
+        examined.append(page.examined)
+        if page.next is None:
+            return seen, examined
+        after = page.next
+    raise AssertionError("the walk did not end")
+
+
+def test_the_listing_reads_a_queues_parked_records_newest_first_across_lanes_and_pages(
+        lot: DynamoParkingLot) -> None:
+    expected = [job for _, job in filled(lot)]
+    assert len(expected) == 30 + 12 + 15 + 2
+    for limit in (1, 7, 100):
+        assert walk_lot(lot, limit)[0] == expected, limit
+    first = lot.newest("q", None, 3)
+    assert [d for _, d in first.records] == [False, False, False] and first.records[0][0].offset == 111
+    assert walk_lot(lot, 4, prefix="p0-5")[0] == [j for j in expected if j.startswith("p0-5")]
+    assert lot.newest("q", None, 5, prefix="nobody").records == []
+
+
+def test_a_parked_page_stops_at_its_budget_and_goes_on_from_there(
+        lot: DynamoParkingLot, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.backends.dynamodb.parking as parking
+
+    expected = [job for _, job in filled(lot)]
+    monkeypatch.setattr(parking, "SCAN_MOST", 10)
+    seen, examined = walk_lot(lot, 50, prefix="p")
+    assert seen == expected and len(examined) > 1
+    assert max(examined) < 10 + 10  # the budget and the rest of one segment (200 bytes: a few records)
+
+
+@pytest.mark.parametrize("bad", ["x1-2", "d1-2", "d1-2-3-4", "o1", "d1-1000000000000000-1",
+                                 "o1-100000000000000000000", "d-1-2", "o1-a"])
+def test_a_cursor_that_names_no_place_in_the_lot_is_refused_before_any_read(lot: DynamoParkingLot,
+                                                                            bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        lot.newest("q", (bad, 0), 5)
+
+
+def test_compact_keys_round_trip() -> None:
+    from sluice.backends.dynamodb.parking import compact_key, delay_key, item_key, lane_key, segment_key
+
+    for sk in (delay_key(3, 1_765_000_000_000, 42), lane_key(0, 7), segment_key(12, 100, 250)):
+        assert item_key(compact_key(sk)) == sk

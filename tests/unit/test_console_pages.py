@@ -44,6 +44,26 @@ def test_the_jobs_page_filters_by_state_and_prefix_and_links_each_job(app: Conso
     assert fake(app).calls == []  # reading changes nothing
 
 
+def test_the_parked_state_lists_the_lot_with_its_own_cursor_and_lane(app: Console) -> None:
+    listed = fake(app).list_jobs
+
+    def parked(queue: str, state: str = "ready", **kw: Any) -> Any:
+        page = listed(queue, state, **kw)
+        jobs = [j.model_copy(update={"parked": "delay"}) for j in page.jobs]
+        return page.model_copy(update={"jobs": jobs, "next": None if kw.get("cursor") else "o1-5~5"})
+
+    fake(app).list_jobs = parked  # type: ignore[method-assign]
+    r = get(app, "/queues/emails/jobs?state=parked")
+    assert r.status == 200 and "parked (delay)" in r.body and "cursor=o1-5~5" in r.body
+    assert '<option value="parked" selected>' in r.body
+    r = get(app, "/queues/emails/jobs?state=parked&cursor=o1-5~5")
+    assert r.status == 200 and fake(app).listed_calls[-1][1:4] == ("parked", pages.DEFAULT_PAGE, "o1-5~5")
+    for bad in ("state=parked&cursor=5~" + JOB, "state=ready&cursor=o1-5~5", "state=parked&cursor=o1~5"):
+        calls = len(fake(app).listed_calls)
+        assert get(app, f"/queues/emails/jobs?{bad}").status == 400, bad
+        assert len(fake(app).listed_calls) == calls
+
+
 @pytest.mark.parametrize("query", ["state=running", "state=%3Cscript%3E", "prefix=a*", "prefix=%7Bq%7D",
                                    "cursor=nope", "cursor=1~%3Cb%3E", "prefix=" + "a" * 300])
 def test_hostile_filters_are_400_and_never_reach_the_api(app: Console, query: str) -> None:

@@ -12,7 +12,9 @@ from pydantic import BaseModel, SecretStr
 
 from sluice.core import listing
 from sluice.core.errors import InvalidInput
+from sluice.core.ports import ParkedRecord
 from sluice.core.routes import Route, RouteTable
+from sluice_dev.fakes.relay import FakeParkingLot
 from tests.unit.test_gateway_admin import OPERATOR_SESSION, WEB, Rig
 
 JOBS = "/v1/admin/queues/emails/jobs"
@@ -245,3 +247,63 @@ def test_a_non_operator_cannot_change_what_is_redacted() -> None:
     rig = seeded(1)
     code, _, doc = rig.call("PUT", SENSITIVE, {"fields": []}, caller=WEB)
     assert (code, doc["code"]) == (403, "NOT_OPERATOR") and rig.untouched()
+
+
+# -- state=parked: the relay's parking lot, through the operator API (issue 32's review) --------------
+
+
+def with_lot(rig: Rig) -> FakeParkingLot:
+    lot = FakeParkingLot()
+    rig.gateway.http._parked = lambda: lot
+    t = 1_800_000_000_000
+    value = b'{"job_id":"%s","payload":{"to":"x@y","card":{"number":"4111"}},"priority":2,"group":"g1"}'
+    for i in range(6):
+        lot.park("emails", i % 2, [ParkedRecord(i % 2, 100 + i, b"k", value % f"held-{i}".encode(),
+                                                f"held-{i}", t, 0)])
+        lot.park("emails", 0, [ParkedRecord(0, 200 + i, b"k", value % f"late-{i}".encode(), f"late-{i}", t,
+                                            t + 86_400_000 * (i + 1))], delay=True)
+    lot.park("other", 0, [ParkedRecord(0, 1, None, b"{}", "not-mine", t, 0)])
+    return lot
+
+
+def test_parked_jobs_are_listed_with_their_lane_run_time_and_redacted_payload() -> None:
+    rig = seeded(1)
+    with_lot(rig)
+    assert rig.call("PUT", SENSITIVE, {"fields": ["/card/number"]})[0] == 200
+    seen, cursor = [], None
+    for _ in range(10):
+        code, _, doc = rig.call("GET", JOBS, query={"state": "parked", "limit": "4",
+                                                    **({"cursor": cursor} if cursor else {})})
+        assert code == 200 and doc["state"] == "parked", doc
+        seen += doc["jobs"]
+        cursor = doc["next"]
+        if cursor is None:
+            break
+    assert [j["job_id"] for j in seen] == ["held-5", "held-3", "held-1", "held-4", "held-2", "held-0",
+                                           *[f"late-{i}" for i in reversed(range(6))]]
+    late = seen[6]
+    shown = (late["parked"], late["at_ms"], late["priority"], late["group"])
+    assert shown == ("delay", 1_800_518_400_000, 2, "g1")
+    assert (seen[0]["parked"], seen[0]["at_ms"]) == ("held", None)
+    assert all(j["payload"] == {"to": "x@y", "card": {"number": "[redacted]"}} for j in seen)
+    assert "4111" not in str(seen)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "parked", "prefix": "late-1"})
+    assert [j["job_id"] for j in doc["jobs"]] == ["late-1"]
+
+
+def test_without_a_parking_lot_nothing_is_parked() -> None:
+    rig = seeded(1)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "parked"})
+    assert (code, doc["jobs"], doc["next"]) == (200, [], None)
+
+
+@pytest.mark.parametrize(("state", "cursor"), [
+    ("parked", "5~job-001"), ("ready", "o1-5~5"), ("parked", "o1-5"), ("parked", "x1-5~5"),
+    ("parked", "o1-5-6-7~1"), ("parked", "d1-1000000000000000-1~1"), ("parked", "o1-a~1")])
+def test_a_cursor_of_the_other_kind_or_no_place_is_400_and_reads_nothing(state: str, cursor: str) -> None:
+    rig = seeded(1)
+    lot = with_lot(rig)
+    pages = lot.pages
+    code, _, doc = rig.call("GET", JOBS, query={"state": state, "cursor": cursor})
+    assert code == 400, doc
+    assert "cursor" in str(doc.get("errors") or doc.get("detail")) and lot.pages == pages and rig.untouched()

@@ -22,6 +22,7 @@ horizon (in the parking lot, not Redis) are not listed.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -32,7 +33,7 @@ from sluice.core.base import Model
 from sluice.core.errors import InvalidInput
 from sluice.core.models import JOB_ID
 
-STATES: Final = ("ready", "delayed", "leased", "dead", "finished")
+STATES: Final = ("ready", "delayed", "leased", "dead", "finished", "parked")
 STATE_PATTERN: Final = f"^({'|'.join(STATES)})$"
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 1000
@@ -41,8 +42,13 @@ RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.
 REDACTED: Final = "[redacted]"
 PREFIX_PATTERN: Final = f"^{JOB_ID}$"  # a prefix of a job id is itself shaped like one
 _PREFIX_RE = re.compile(PREFIX_PATTERN)
-CURSOR_PATTERN: Final = rf"^-?[0-9]{{1,17}}~{JOB_ID}$"
+# A parked page's cursor is a place in the parking lot instead: its item's key, compact (the lot's
+# adapter reads it: ``d<partition>-<run at>-<offset>``, ``o<partition>-<offset>[-<first offset>]``),
+# and the record's offset.
+LOT_CURSOR: Final = r"[do][0-9]{1,6}(?:-[0-9]{1,20}){1,2}~[0-9]{1,20}"
+CURSOR_PATTERN: Final = rf"^(-?[0-9]{{1,17}}~{JOB_ID}|{LOT_CURSOR})$"
 _CURSOR_RE = re.compile(rf"(-?[0-9]{{1,17}})~({JOB_ID})")
+_LOT_CURSOR_RE = re.compile(r"([do][0-9]{1,6}(?:-[0-9]{1,20}){1,2})~([0-9]{1,20})")
 _SCHEMA_DEPTH: Final = 12  # nesting followed in a payload schema ($refs may recurse)
 
 
@@ -56,13 +62,54 @@ def encode_cursor(score: int, job_id: str) -> str:
 
 
 def parse_cursor(text: object) -> Cursor | None:
-    """None for no cursor (absent or empty); InvalidInput for anything but ``<score>~<job id>``."""
+    """None for no cursor (absent or empty); InvalidInput for anything but ``<score>~<job id>``
+    (a parked page's cursor included: ``parse_lot_cursor``)."""
     if text is None or text == "":
         return None
     match = _CURSOR_RE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise InvalidInput("invalid cursor: pass the `next` of the page before, unchanged")
     return Cursor(int(match.group(1)), match.group(2))
+
+
+class LotPlace(NamedTuple):
+    """A place in the parking lot (``state=parked``): its item's compact key, the record's offset."""
+
+    key: str
+    offset: int
+
+
+def parse_lot_cursor(text: object) -> LotPlace | None:
+    """A parked page's cursor: None for none; InvalidInput for anything but a lot's place."""
+    if text is None or text == "":
+        return None
+    match = _LOT_CURSOR_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise InvalidInput("invalid cursor for state parked: pass the `next` of the parked page before")
+    return LotPlace(match.group(1), int(match.group(2)))
+
+
+def encode_lot_cursor(place: tuple[str, int] | None) -> str | None:
+    return None if place is None else f"{place[0]}~{int(place[1])}"
+
+
+def parked_job(job_id: str, value: bytes, enqueued_at_ms: int, run_at_ms: int, delayed: bool) -> ListedJob:
+    """A parked record as a listed job: what its Kafka record holds (it was sealed and checked when
+    it was accepted, and is checked again when it leaves the lot). ``at_ms``: when it runs, for
+    a record delayed beyond the relay's horizon; ``parked``: ``delay`` or ``held`` (its queue was
+    held: paused, over a watermark or cap, or slower than its records came)."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        doc = None
+    doc = doc if isinstance(doc, dict) else {}
+    priority, group = doc.get("priority"), doc.get("group")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        priority = None
+    return ListedJob(job_id=job_id, state="parked", at_ms=run_at_ms if delayed else None,
+                     enqueued_at_ms=enqueued_at_ms, priority=priority,
+                     group=group if isinstance(group, str) else None, payload=doc.get("payload"),
+                     parked="delay" if delayed else "held")
 
 
 def check_state(state: object) -> str:
@@ -110,6 +157,8 @@ class ListedJob(Model):
     last_error: str | None = None
     payload: Any = None
     redacted: list[str] = Field(default_factory=list)
+    parked: str | None = Field(default=None, description=(
+        "state parked: delay (delayed beyond the relay's horizon) or held (its queue was held)."))
 
 
 class JobPage(Model):

@@ -260,6 +260,30 @@ class ParkedRecord(NamedTuple):
 DELAY_MARKER = "~d#"
 
 
+class ParkedPage(NamedTuple):
+    """A page of a queue's parked records, the lot's order read backwards (``ParkedJobs.newest``):
+    each record with whether it waits in a delay lane (True) or a held queue's lane (False); the
+    place the next page starts after (a lot's place, ``listing.LotPlace``; None: no more); how
+    many records the page examined."""
+
+    records: list[tuple[ParkedRecord, bool]]
+    next: tuple[str, int] | None
+    examined: int
+
+
+class ParkedJobs(Protocol):
+    """The parking lot as the operator's listing reads it (``state=parked``; issue 32's review):
+    read only, a queue's records newest first in the lot's order. Raises a ``SluiceError`` when the
+    lot cannot be reached."""
+
+    def newest(self, queue: str, after: tuple[str, int] | None, limit: int,
+               prefix: str | None = None) -> ParkedPage:
+        """At most ``limit`` records of ``queue`` after ``after`` (a page's ``next``; None: from the
+        newest), whose job id starts with ``prefix``; a page examines at most
+        ``listing.SCAN_MOST`` records (and the rest of the last item it read)."""
+        ...
+
+
 class Dispatcher(Protocol):
     """Starts workers for a queue: Lambda async invokes in AWS, processes locally."""
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         JobLog,
         JobQueue,
         JobStore,
+        ParkedJobs,
         PayloadStore,
         QueueDirectory,
         TimelineLog,
@@ -365,6 +366,18 @@ def code_schedules(s: Settings) -> CodeSchedules | None:
 def parking_lot(s: Settings | None = None) -> ParkingLot | None:
     """The relay's parking lot (issue 28, ``ParkedTable``) on the container's DynamoDB client; None
     without a table (a held queue's records then wait in the relay's buffer)."""
+    s = s or settings()
+    if not s.parked_table:
+        return None
+    from sluice.backends.dynamodb.parking import DynamoParkingLot
+
+    return DynamoParkingLot(dynamodb(s), s.parked_table)
+
+
+@cache
+def parked_jobs(s: Settings | None = None) -> ParkedJobs | None:
+    """The parking lot as the operator's listing reads it (``state=parked``), once per container;
+    None without a table."""
     s = s or settings()
     if not s.parked_table:
         return None

@@ -25,7 +25,7 @@ from sluice.core.models import (
     validate_job_id,
     validate_public_queue,
 )
-from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedState, TimelineLog
+from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedJobs, ParkedState, TimelineLog
 from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
@@ -63,8 +63,10 @@ class Admin:
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
                  reseal: Reseal | None = None, limits: Limits | None = None,
                  registry: Listing | None = None,
-                 timelines: Callable[[], TimelineLog] | None = None) -> None:
+                 timelines: Callable[[], TimelineLog] | None = None,
+                 parked: Callable[[], ParkedJobs | None] | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
+        self.parked = parked  # the parking lot, read for state=parked; None (or it gives None): no lot
         self.timelines = timelines  # a job's timeline (issue 32), built on use; None: this gateway reads none
         self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
         self.registry = registry
@@ -144,8 +146,25 @@ class Admin:
         route's schema or its own setting (``set_sensitive``) marks sensitive redacted here, before
         any of it leaves the operator API (so the console, the CLI and their logs never hold them)."""
         queue = self.check_queue(name)
+        if listing.check_state(state) == "parked":
+            return self.redacted(self.parked_jobs(queue, limit, cursor, prefix))
         page = self.queue.list_jobs(queue, state, limit, cursor, prefix)
         return self.redacted(page)
+
+    def parked_jobs(self, queue: str, limit: int, cursor: str | None, prefix: str | None) -> listing.JobPage:
+        """``state=parked``: the queue's records in the relay's parking lot (a DynamoDB table, not
+        Redis): those delayed beyond the relay's horizon and those of a held queue. Without a lot
+        (a stack that keeps none) nothing is parked: an empty page."""
+        limit, prefix = listing.check_limit(limit), listing.check_prefix(prefix)
+        place = listing.parse_lot_cursor(cursor)
+        lot = self.parked() if self.parked is not None else None
+        if lot is None:
+            return listing.JobPage(queue=queue, state="parked", jobs=[])
+        page = lot.newest(queue, place, limit, prefix)
+        jobs = [listing.parked_job(r.job_id, r.value, r.enqueued_at_ms, r.run_at_ms, delayed)
+                for r, delayed in page.records]
+        return listing.JobPage(queue=queue, state="parked", jobs=jobs, scanned=page.examined,
+                               next=listing.encode_lot_cursor(page.next))
 
     def sensitive(self, queue: str) -> list[tuple[str, ...]]:
         """Every payload path ``queue`` marks sensitive: its schema's and its setting's."""

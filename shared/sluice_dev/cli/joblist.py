@@ -57,7 +57,8 @@ def list_jobs(target: Target, queue: str, state: str, prefix: str | None, limit:
         now = time.time() * 1000
         for job in page.jobs:
             payload = "-" if job.payload is None else json.dumps(job.payload, ensure_ascii=False)[:80]
-            cells = (job.job_id, when_cell(job, now), "-" if job.priority is None else str(job.priority),
+            name = job.job_id + (f" ({job.parked})" if job.parked else "")  # parked: delay or held
+            cells = (name, when_cell(job, now), "-" if job.priority is None else str(job.priority),
                      "-" if job.attempts is None else str(job.attempts), payload, (job.last_error or "")[:80])
             table.add_row(*(Text(c) for c in cells))  # Text: "[redacted]" is no rich markup
         console().print(table)

@@ -11,10 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from sluice.backends.dynamodb import parking
 from sluice.core import policy
 from sluice.core.errors import BackendUnavailable, LeaseLost, StaleToken
+from sluice.core.listing import SCAN_MOST
 from sluice.core.models import Extended, JobSpec, LeasedJob, QueueConfig, QueueStats, SettleEntry
-from sluice.core.ports import DELAY_MARKER, ParkedRecord
+from sluice.core.ports import DELAY_MARKER, ParkedPage, ParkedRecord
 from sluice.relay import SourceRecord
 from sluice_dev.fakes.ports import FakeClock
 
@@ -380,6 +382,33 @@ class FakeParkingLot:
             return sum(len(lane) for lanes in (self.lanes, self.delays)
                        for (q, _), lane in lanes.items() if q == queue)
 
+    def newest(self, queue: str, after: tuple[str, int] | None, limit: int,
+               prefix: str | None = None) -> ParkedPage:
+        """``ParkedJobs.newest`` as the DynamoDB lot answers it, one record an item: the items' keys
+        read backwards, strictly after ``after``'s, at most ``SCAN_MOST`` examined."""
+        self._maybe_fail()
+        hi = None if after is None else parking.item_key(after[0])
+        with self._lock:
+            self.pages += 1
+            items = [(parking.lane_key(r.partition, r.offset), r, False)
+                     for (q, _), lane in self.lanes.items() if q == queue for r in lane.values()]
+            items += [(parking.delay_key(r.partition, r.run_at_ms, r.offset), r, True)
+                      for (q, _), lane in self.delays.items() if q == queue for r in lane.values()]
+        rest = sorted((i for i in items if hi is None or i[0] < hi), key=lambda i: i[0], reverse=True)
+        picked, examined = [], 0
+        for sk, r, delayed in rest:
+            examined += 1
+            if prefix is None or r.job_id.startswith(prefix):
+                picked.append((sk, r, delayed))
+                if len(picked) == limit + 1:
+                    last = picked[limit - 1]
+                    return ParkedPage([(r, d) for _, r, d in picked[:limit]],
+                                      (parking.compact_key(last[0]), last[1].offset), examined)
+            if examined >= SCAN_MOST:
+                place = (parking.compact_key(sk), r.offset)
+                return ParkedPage([(r, d) for _, r, d in picked], place, examined)
+        return ParkedPage([(r, d) for _, r, d in picked], None, examined)
+
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
     from sluice.relay import ports
@@ -387,3 +416,6 @@ if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothin
     _ENGINE: ports.RelayEngine = FakeEngine(FakeClock())
     _SOURCE: ports.RecordSource = FakeSource()
     _LOT: ports.ParkingLot = FakeParkingLot()
+    from sluice.core.ports import ParkedJobs
+
+    _PARKED: ParkedJobs = FakeParkingLot()

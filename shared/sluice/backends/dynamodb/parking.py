@@ -33,9 +33,10 @@ from typing import Any, Final
 
 from sluice.backends.dynamodb import segments
 from sluice.backends.dynamodb.errors import translated
-from sluice.core.errors import BackendUnavailable
+from sluice.core.errors import BackendUnavailable, InvalidInput
 from sluice.core.limits import DAY_MS, JOB_LIFE_MS
-from sluice.core.ports import DELAY_MARKER, ParkedRecord
+from sluice.core.listing import SCAN_MOST
+from sluice.core.ports import DELAY_MARKER, ParkedPage, ParkedRecord
 
 BATCH: Final = 25  # BatchWriteItem's most
 UNPROCESSED_TRIES: Final = 5
@@ -100,6 +101,30 @@ def _records(item: dict[str, Any]) -> list[ParkedRecord]:
     key = item.get("k")
     return [ParkedRecord(partition, offset, bytes(key["B"]) if key else None, bytes(item["v"]["B"]),
                          item["job"]["S"], int(item["enq"]["N"]), int(item["run_at"]["N"]))]
+
+
+def compact_key(sk: str) -> str:
+    """An item's key as a listing's cursor holds it: ``d#000001#001765000000000#000...42`` ->
+    ``d1-1765000000000-42``, ``o#000003#000...1234#000...1200`` -> ``o3-1234-1200``."""
+    kind, partition, *rest = sk.split("#")
+    return f"{kind}{int(partition)}-" + "-".join(str(int(n)) for n in rest)
+
+
+def item_key(compact: str) -> str:
+    """``compact_key`` undone; InvalidInput for a key no item of the lot could have."""
+    kind, numbers = compact[:1], compact[1:].split("-")
+    try:
+        partition, *rest = (int(n) for n in numbers)
+    except ValueError:
+        raise InvalidInput(f"invalid cursor: no place in the parking lot ({compact!r})") from None
+    fits = partition < 10**6 and all(n < 10**20 for n in rest)
+    if kind == "d" and len(rest) == 2 and fits and rest[0] < 10**15:
+        return delay_key(partition, rest[0], rest[1])
+    if kind == "o" and len(rest) == 1 and fits:
+        return lane_key(partition, rest[0])
+    if kind == "o" and len(rest) == 2 and fits:
+        return segment_key(partition, rest[1], rest[0])
+    raise InvalidInput(f"invalid cursor: no place in the parking lot ({compact!r})")
 
 
 def in_order(records: Sequence[ParkedRecord], after: int) -> list[ParkedRecord]:
@@ -227,6 +252,55 @@ class DynamoParkingLot:
                 if "LastEvaluatedKey" not in page:
                     return len(seen)
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def newest(self, queue: str, after: tuple[str, int] | None, limit: int,
+               prefix: str | None = None) -> ParkedPage:
+        """``ParkedJobs.newest`` (the operator's listing, ``state=parked``): the queue's items in key
+        order read backwards (one Query, a few items at a time, eventually consistent: half the
+        read's price), each segment's records newest offset first. That is the held lanes' records
+        first, by partition (highest first) and newest first, then the delay lanes', by partition
+        and latest run time first. ``after``: the cursor's place (compact item key, offset); the page goes on
+        strictly after it. A record a re-park put in two segments is listed once a page."""
+        hi = "o#~" if after is None else item_key(after[0])  # "d#..." < "o#..." < "o#~"
+        kwargs: dict[str, Any] = {
+            "TableName": self.table, "ScanIndexForward": False,
+            "KeyConditionExpression": "pk = :q AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {":q": {"S": queue}, ":lo": {"S": "d#"}, ":hi": {"S": hi}}}
+        want, per_item = limit + 1, 1.0
+        picked: list[tuple[ParkedRecord, bool, str]] = []
+        seen: set[tuple[bool, int, int]] = set()
+        examined = 0
+        with translated(f"query {self.table}"):
+            while True:
+                kwargs["Limit"] = max(1, min(100, int(-(-(want - len(picked)) // per_item))))
+                answer = self.client.query(**kwargs)
+                items = answer.get("Items", [])
+                held = 0
+                for item in items:
+                    sk = item["sk"]["S"]
+                    delayed = sk.startswith("d#")
+                    records = sorted(_records(item), key=lambda r: r.offset, reverse=True)
+                    held += len(records)
+                    for r in records:
+                        if after is not None and sk == hi and r.offset >= after[1]:
+                            continue
+                        if (delayed, r.partition, r.offset) in seen:
+                            continue
+                        seen.add((delayed, r.partition, r.offset))
+                        examined += 1
+                        if prefix is None or r.job_id.startswith(prefix):
+                            picked.append((r, delayed, sk))
+                            if len(picked) == want:
+                                last = picked[limit - 1]
+                                return ParkedPage([(r, d) for r, d, _ in picked[:limit]],
+                                                  (compact_key(last[2]), last[0].offset), examined)
+                    if examined >= SCAN_MOST and records:  # the budget spent: go on after this item
+                        return ParkedPage([(r, d) for r, d, _ in picked],
+                                          (compact_key(sk), records[-1].offset), examined)
+                per_item = held / len(items) if items else per_item
+                if "LastEvaluatedKey" not in answer:
+                    return ParkedPage([(r, d) for r, d, _ in picked], None, examined)
+                kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def _batch(self, queue: str, requests: list[dict[str, Any]]) -> None:
         """BatchWriteItem in 25s, ``CONCURRENT_BATCHES`` at once (a held queue's flood is parked at

@@ -114,6 +114,9 @@ class RedisAdmin:
         state, limit = check_state(state), check_limit(limit)
         start, prefix = parse_cursor(cursor), check_prefix(prefix)
         k = self.conn.keys(queue)
+        if state == "parked":
+            raise InvalidInput("parked jobs wait in the relay's parking lot, not in Redis: list them "
+                               "through the operator API (GET /v1/admin/queues/{queue}/jobs?state=parked)")
         if state == "ready":
             groups = self._groups(k)
             if groups:

@@ -23,7 +23,15 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote, urlencode
 
 from sluice.core.errors import SluiceError
-from sluice.core.listing import DEFAULT_PAGE, STATES, JobPage, check_prefix, check_state, parse_cursor
+from sluice.core.listing import (
+    DEFAULT_PAGE,
+    STATES,
+    JobPage,
+    check_prefix,
+    check_state,
+    parse_cursor,
+    parse_lot_cursor,
+)
 from sluice.core.models import QueueStats, validate_job_id, validate_queue_name
 from sluice.core.wire import JobView
 from sluice_dev.cli.console.render import esc, qpath, when
@@ -192,7 +200,7 @@ def jobs_page(queue: str, state: str, prefix: str | None, page: JobPage) -> str:
                f' <button type="submit">Filter</button></form>')
     rows = "".join(
         f'<tr data-job="{esc(j.job_id)}"><td class="id">{job_link(j.job_id)}</td>'
-        f'<td class="status {esc(j.state)}">{esc(j.state)}</td>'
+        f'<td class="status {esc(j.state)}">{esc(j.state)}{esc(f" ({j.parked})" if j.parked else "")}</td>'
         f'<td>{esc(when(j.at_ms if j.at_ms is not None else j.enqueued_at_ms))}</td>'
         f'<td>{esc("-" if j.priority is None else j.priority)}</td>'
         f'<td>{esc("-" if j.attempts is None else j.attempts)}</td><td>{esc(j.group or "-")}</td>'
@@ -212,7 +220,10 @@ def jobs_page(queue: str, state: str, prefix: str | None, page: JobPage) -> str:
             f'<a href="{esc(qpath(queue, "/dlq"))}">dead-letter queue</a></p>{table}{more}'
             '<p class="hint">Newest first: delayed by when they run, leased by lease deadline, dead by when '
             'they died, finished (the last 1,000 acked) by when they finished; ready in the reverse of the '
-            'order workers take them. Fields the queue marks sensitive show [redacted].</p>')
+            'order workers take them, a fair group\'s ready jobs among them. Parked: the relay\'s parking '
+            'lot (jobs delayed beyond its horizon, and a held queue\'s records), held ones first, by '
+            'partition, newest first, then the delayed ones, latest run time first; not in Redis, so '
+            'never under delayed. Fields the queue marks sensitive show [redacted].</p>')
 
 
 # -- flows as trees --------------------------------------------------------------------------------
@@ -293,7 +304,7 @@ def get(reader: Reader, depths: Depths, path: str, query: Mapping[str, str]) -> 
         state = check_state(query.get("state") or "ready")
         prefix = check_prefix(query.get("prefix", "").strip())
         cursor = query.get("cursor") or None
-        parse_cursor(cursor)
+        parse_lot_cursor(cursor) if state == "parked" else parse_cursor(cursor)
         page = reader.list_jobs(queue, state, limit=DEFAULT_PAGE, cursor=cursor, prefix=prefix)
         return 200, f"Jobs of {queue}", jobs_page(queue, state, prefix, page)
     if match := _DEPTH.match(path):
