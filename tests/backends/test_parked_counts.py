@@ -60,3 +60,22 @@ def test_the_relay_observer_writes_each_step_and_a_lost_table_is_a_sluice_error(
     assert directory.parked_of("a").parked == 6
     with pytest.raises(SluiceError):
         DynamoQueueDirectory(directory.client, "no-such-table").add_parked({"a": 1}, {})
+
+
+def test_a_queues_sensitive_fields_live_in_the_state_map_beside_the_counters(
+        directory: DynamoQueueDirectory) -> None:
+    """Issue 32's review: the durable copy of a queue's sensitive setting, ``state.sensitive``."""
+    assert directory.sensitive_of("a") == ()
+    directory.set_sensitive("a", ["/to", "/card/number"])  # a queue with no item yet: recorded first
+    assert directory.names() == ["a"] and directory.sensitive_of("a") == ("/to", "/card/number")
+    assert directory.add_parked({"a": 2}, {"a": 5}) == {"a": 2}  # the relay's fields stay apart
+    directory.put("a")
+    directory.set_sensitive("a", [])
+    assert directory.sensitive_of("a") == () and directory.parked_of("a") == ParkedState(2, 5)
+    directory.client.update_item(  # what set_sensitive never writes: the whole payload is hidden
+        TableName=directory.table_name, Key={"queue": {"S": "a"}}, UpdateExpression="SET #s.#k = :v",
+        ExpressionAttributeNames={"#s": "state", "#k": "sensitive"},
+        ExpressionAttributeValues={":v": {"L": [{"N": "1"}]}})
+    assert directory.sensitive_of("a") == ("",)
+    with pytest.raises(SluiceError):
+        DynamoQueueDirectory(directory.client, "no-such-table").sensitive_of("a")

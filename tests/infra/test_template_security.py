@@ -215,9 +215,10 @@ def test_no_function_may_scan_or_query_a_table() -> None:
 def test_the_queues_table_is_written_by_the_enqueue_functions_and_the_relay_only() -> None:
     """Issue 28: the durable registry of queues. The functions that run the enqueue pipeline (they
     reserve a new queue before its first 202) and the relay (it writes through a queue new to Redis's
-    cache) may write it; the operator only reads it (the listing, and one queue's item for its
-    parked counter, as the gateway for GET /v1/queues/{queue}); no other function touches it; and
-    every one that may is told its name."""
+    cache) may write it; the operator reads it (the listing, and one queue's item for its
+    parked counter, as the gateway for GET /v1/queues/{queue}) and writes only a queue's sensitive
+    fields (issue 32's review: an UpdateItem held to the item's own attributes, returning nothing);
+    no other function touches it; and every one that may is told its name."""
     assert props("QueuesTable")["KeySchema"] == [{"AttributeName": "queue", "KeyType": "HASH"}]
     writers = {"GatewayFunction", "InternalFunction", "FiringsFunction", "RelayFunction"}
     for name, role in _function_roles().items():
@@ -226,8 +227,15 @@ def test_the_queues_table_is_written_by_the_enqueue_functions_and_the_relay_only
                    for action in statement["Action"]}
         expected = ({"dynamodb:UpdateItem", "dynamodb:Scan", "dynamodb:GetItem"} if name == "GatewayFunction"
                     else {"dynamodb:UpdateItem", "dynamodb:Scan"} if name in writers
-                    else {"dynamodb:Scan", "dynamodb:GetItem"} if name == "OperatorFunction" else set())
+                    else {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem"}
+                    if name == "OperatorFunction" else set())
         assert actions == expected, (name, actions)
+        if name == "OperatorFunction":
+            updates = [st for st in _statements(role) if "dynamodb:UpdateItem" in st["Action"]
+                       and st["Resource"] == {"Fn::GetAtt": ["QueuesTable", "Arn"]}]
+            assert updates and all(u["Action"] == ["dynamodb:UpdateItem"] for u in updates)
+            assert all(u["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"] ==
+                       ["queue", "created_at_ms", "state"] for u in updates)
         env = props(name).get("Environment", {}).get("Variables", {}) if name in RES else {}
         if expected:
             assert env.get("SLUICE_QUEUES_TABLE") == {"Ref": "QueuesTable"}, name

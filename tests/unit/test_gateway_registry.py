@@ -5,6 +5,7 @@ firing, a family's children and its continuation."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ class Directory:
         self.items: list[str] = []
         self.fail: Exception | None = None
         self.parking: dict[str, ParkedState] = {}  # the relay's counters (relay/parked_counts.py)
+        self.sensitive: dict[str, tuple[str, ...]] = {}  # state.sensitive (issue 32's review)
 
     def put(self, queue: str) -> None:
         if self.fail is not None:
@@ -45,6 +47,15 @@ class Directory:
 
     def parked_of(self, queue: str) -> ParkedState:
         return self.parking.get(queue, ParkedState())
+
+    def sensitive_of(self, queue: str) -> tuple[str, ...]:
+        return self.sensitive.get(queue, ())
+
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.put(queue)
+        self.sensitive[queue] = tuple(fields)
 
 
 def reserving(max_queues: int = 0) -> tuple[Rig, Directory]:
@@ -206,3 +217,24 @@ def test_the_root_loads_a_lost_cache_from_the_table_and_writes_the_relays_new_qu
     bare = SimpleNamespace(registry_source=None)
     root.durable_registry(bare, EventBus(), Settings())  # type: ignore[arg-type]  # no table: Redis only
     assert bare.registry_source is None
+
+
+def test_a_queues_sensitive_fields_are_kept_durably_and_survive_a_redis_loss() -> None:
+    """Issue 32's review: the setting is written to the durable registry first, then to the config
+    hash; the listing redacts the union, so a Redis loss (the config hash gone, the jobs replayed)
+    cannot show a field an operator hid, and a failed durable write changes nothing."""
+    from sluice.gateway.admin import Admin
+
+    rig, directory = reserving()
+    admin = Admin(rig.queue, rig.store, rig.log, registry=rig.api.pipeline.registry)  # type: ignore[arg-type]
+    rig.queue.add("emails", "job-1", {"to": "a@b", "body": "hi"})
+    assert admin.set_sensitive("emails", ["to"]).sensitive == ("/to",)
+    assert directory.sensitive == {"emails": ("/to",)} and "emails" in directory.items
+    rig.queue.configs.clear()  # Redis lost its data; the relay replays the job
+    [job] = admin.list_jobs("emails", "ready", prefix="job-1").jobs
+    assert job.payload == {"to": "[redacted]", "body": "hi"} and job.redacted == ["to"]
+    directory.fail = StoreError("DynamoDB is down")
+    with pytest.raises(StoreError):
+        admin.set_sensitive("emails", [])
+    assert rig.queue.get_config("emails").sensitive == () and directory.sensitive["emails"] == ("/to",)
+    assert admin.list_jobs("emails", "ready", prefix="job-1").jobs[0].payload["to"] == "[redacted]"

@@ -12,12 +12,13 @@ to go on from, so a prefix that matches nothing cannot make one request read the
 
 Sensitive fields: a typed queue's payload JSON Schema (its handler's pydantic model, published
 with its route) marks a property sensitive with ``"writeOnly": true`` (pydantic's ``SecretStr``
-and ``SecretBytes`` emit it) or ``"x-sluice-sensitive": true``; ``redact`` puts ``REDACTED`` in
-its place before a payload leaves the operator API, so the console and the CLI never see it.
+and ``SecretBytes`` emit it) or ``"x-sluice-sensitive": true``; any queue's own setting names
+fields by JSON pointer (``check_sensitive``); ``redact`` puts ``REDACTED`` in their place before a
+payload leaves the operator API, so the console and the CLI never see it.
 
-Not done (stubs, docs/console.md): an untyped queue cannot mark fields (no per-queue setting yet);
-a fair group's ready jobs (in the group's own zset) and jobs delayed beyond the relay's delay
-horizon (in the parking lot, not Redis) are not listed.
+A fair group's ready jobs wait in the group's own zset: the ready listing merges them in
+(``merge``). Records in the relay's parking lot (delayed beyond its horizon, or held) are the
+state ``parked``, read through ``ports.ParkedJobs`` with a cursor of their own (``LotPlace``).
 """
 
 from __future__ import annotations

@@ -193,6 +193,13 @@ class QueueDirectory(Protocol):
         """One queue's parking state (``ParkedState()`` when it has none)."""
         ...
 
+    def sensitive_of(self, queue: str) -> tuple[str, ...]:
+        """The payload fields an operator marked sensitive for ``queue`` (checked JSON pointers,
+        ``sluice.core.listing.check_sensitive``), kept here so a Redis loss cannot unmark them."""
+        ...
+
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
+
 
 class JobLog(Protocol):
     """The durable append-only log (Kafka)."""

@@ -38,6 +38,8 @@ class Listing(Protocol):
 
     def parked(self) -> dict[str, ParkedState] | None: ...
     def parked_of(self, queue: str) -> ParkedState: ...
+    def sensitive_of(self, queue: str) -> tuple[str, ...]: ...
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
@@ -99,7 +101,14 @@ class Admin:
         return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
     def set_sensitive(self, name: str, fields: Any) -> QueueConfig:
-        return knobs.set_sensitive(self.queue, self.check_queue(name), fields)
+        """The queue's sensitive fields, checked before any write, kept in the durable registry
+        first (when there is one: a Redis loss cannot unmark them there), then in its config. A
+        write that fails between the two leaves more fields redacted, never fewer: the listing
+        redacts the union."""
+        queue, checked = self.check_queue(name), listing.check_sensitive(fields)
+        if self.registry is not None:
+            self.registry.set_sensitive(queue, checked)
+        return knobs.set_sensitive(self.queue, queue, checked)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
@@ -170,6 +179,8 @@ class Admin:
         """Every payload path ``queue`` marks sensitive: its schema's and its setting's."""
         marked = set(listing.sensitive_paths(None if self.routes is None else self.routes.schema(queue)))
         marked.update(listing.setting_paths(self.queue.get_config(queue).sensitive))
+        if self.registry is not None:
+            marked.update(listing.setting_paths(self.registry.sensitive_of(queue)))
         return sorted(marked)
 
     def redacted(self, page: listing.JobPage) -> listing.JobPage:

@@ -16,6 +16,7 @@ trips), not one per request; a refusal is not remembered (a full registry may ge
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 from sluice.core.errors import BackendUnavailable, StoreError
@@ -54,6 +55,16 @@ class Reservations:
     def parked_of(self, queue: str) -> ParkedState:
         durable = self.durable
         return ParkedState() if durable is None else durable.parked_of(queue)
+
+    def sensitive_of(self, queue: str) -> tuple[str, ...]:
+        """The durable copy of the queue's sensitive fields (``set_sensitive``); () without a registry."""
+        durable = self.durable
+        return () if durable is None else durable.sensitive_of(queue)
+
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None:
+        durable = self.durable
+        if durable is not None:
+            durable.set_sensitive(queue, fields)
 
     def reserve(self, queue: str) -> None:
         """Raise unless ``queue`` is (now) in the registry, durably: QueueNotAllowed (403) for a

@@ -15,7 +15,7 @@ loaded from here after a Redis loss (``RedisConnection.load_registry``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -23,6 +23,8 @@ from sluice.backends.dynamodb.client import OnTable
 from sluice.backends.dynamodb.errors import error_code, translate, translated
 from sluice.backends.dynamodb.scan import scan_all
 from sluice.core.clock import wall_ms
+from sluice.core.errors import InvalidInput
+from sluice.core.listing import check_sensitive
 from sluice.core.models import QUEUE_NAME_RE, validate_public_queue
 from sluice.core.ports import ParkedState
 
@@ -98,6 +100,32 @@ class DynamoQueueDirectory(OnTable):
         items = scan_all(self.client, self.table_name)
         return {n: parked_state(item) for item in items
                 if QUEUE_NAME_RE.fullmatch(n := item.get("queue", {}).get("S", ""))}
+
+    def sensitive_of(self, queue: str) -> tuple[str, ...]:
+        """The payload fields the operator marked sensitive for ``queue`` (``state.sensitive``: the
+        durable copy of its config's, which a Redis loss leaves here); one GetItem. A value no
+        ``set_sensitive`` wrote hides the whole payload (``""``) rather than show it."""
+        with translated(f"get_item {self.table_name}"):
+            item = self.client.get_item(TableName=self.table_name, Key={"queue": {"S": queue}},
+                                        ProjectionExpression="#s.#k",
+                                        ExpressionAttributeNames={"#s": "state", "#k": "sensitive"})
+        stored = item.get("Item", {}).get("state", {}).get("M", {}).get("sensitive")
+        if stored is None:
+            return ()
+        try:
+            return tuple(check_sensitive([v["S"] for v in stored["L"]]))
+        except (KeyError, TypeError, InvalidInput):
+            return ("",)
+
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None:
+        """Keep ``fields`` (checked pointers) as ``state.sensitive``, the item recorded first if it is
+        not (two UpdateItems: a nested path needs its map to exist)."""
+        self.put(queue)
+        with translated(f"update_item {self.table_name}"):
+            self.client.update_item(
+                TableName=self.table_name, Key={"queue": {"S": queue}}, UpdateExpression="SET #s.#k = :v",
+                ExpressionAttributeNames={"#s": "state", "#k": "sensitive"},
+                ExpressionAttributeValues={":v": {"L": [{"S": f} for f in check_sensitive(list(fields))]}})
 
     def parked_of(self, queue: str) -> ParkedState:
         """One queue's parking state (one GetItem)."""

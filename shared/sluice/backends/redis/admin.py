@@ -110,7 +110,7 @@ class RedisAdmin:
         BYSCORE REV of members from the cursor's score down (past the cursor's own score-mates up
         to it), then one pipeline: ZMSCORE of the page and its boundary, HMGET of each job hash.
         Reads only, so no script. ``ready`` takes in the fair groups' ready zsets too, when the
-        queue has groups (``_grouped``)."""
+        queue has groups (``_grouped``); ``parked`` is not Redis's (the gateway's ``ParkedJobs``)."""
         state, limit = check_state(state), check_limit(limit)
         start, prefix = parse_cursor(cursor), check_prefix(prefix)
         k = self.conn.keys(queue)
