@@ -147,12 +147,12 @@ def test_a_page_over_many_groups_stays_within_its_budget_and_the_walk_loses_noth
         rq: RedisQueue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     import sluice.backends.redis.admin as admin
 
-    monkeypatch.setattr(admin, "SCAN_MOST", 40)  # 41 zsets (ready and 40 groups): one member each
+    monkeypatch.setattr(admin, "GROUPED_SCAN_MOST", 40)
     rq.enqueue_many([spec(f"x{i:03d}", group=None if i % 41 == 0 else f"g{i % 41}") for i in range(205)])
     expected = ready_order(redis_client)
     seen, scanned = walk(rq, "ready", 50)
     assert seen == expected and len(seen) == len(set(seen)) == 205
-    assert max(scanned) <= 41  # max(SCAN_MOST, zsets): not 41 zsets * 51
+    assert max(scanned) <= 40  # the budget: entries examined, not zsets read
     seen, scanned = walk(rq, "ready", 50, prefix="x1")
     assert seen == [m for m in expected if m.startswith("x1")] and max(scanned) <= 41
 
@@ -200,3 +200,27 @@ def test_the_engine_checks_the_setting_before_redis(rq: RedisQueue, redis_client
     with pytest.raises(InvalidInput):
         rq.set_config("q", sensitive=bad)
     assert redis_client.exists(K.config) == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["", "", "0", "", "10"], ["", "", "1002", "", "10"], ["", "", "5", "", "0"], ["", "", "x", "", "10"],
+    ["1.5", "a", "5", "", "10"], ["9" * 19, "a", "5", "", "10"], ["", "", "5", "a" * 129, "10"],
+    ["", "", "5", "", "100001"]])
+def test_listing_lua_refuses_bad_arguments(rq: RedisQueue, redis_client: redis.Redis,
+                                           args: list[str]) -> None:
+    rq.enqueue(spec("a", group="g"))
+    before = snapshot(redis_client)
+    with pytest.raises(redis.ResponseError, match="INVALID_INPUT"):
+        redis_client.register_script(source("listing.lua"))(
+            keys=[K.ready, K.group_prefix, K.groups, K.turns_zset], args=args)
+    assert snapshot(redis_client) == before
+
+
+def test_listing_lua_orders_equal_scores_by_bytes_not_the_locale(rq: RedisQueue,
+                                                                 redis_client: redis.Redis) -> None:
+    rq.enqueue(spec("seed", group="g"))  # a group with ready jobs: the listing goes through listing.lua
+    redis_client.zadd(K.group("g"), {"xB": 5, "xa": 5, "x_": 5})
+    redis_client.zadd(K.ready, {"xZ": 5, "xb": 5})
+    redis_client.hincrby(K.groups, "#ready", 3)
+    seen, _ = walk(rq, "ready", 2)
+    assert seen[-5:] == ["xb", "xa", "x_", "xZ", "xB"]  # bytes, reversed: what one zset would give

@@ -273,3 +273,19 @@ def test_a_worker_appends_a_jobs_timeline_and_the_operator_reads_it_as_their_use
     assert not admin.exists(QueueKeys("b").timeline("j1"))
     assert RedisTimeline(conn(server, "sluice-operator"), ttl_ms=1000).read("a", "j1")[0]["token"] == 3
     refused(lambda: RedisTimeline(conn(server, "sluice-gateway"), ttl_ms=1000).read("a", "j1"))
+
+
+def test_the_operator_lists_grouped_ready_jobs_and_marks_sensitive_fields_as_its_user(server: str,
+                                                                           admin: redis.Redis) -> None:
+    """Issue 32's review: listing.lua (a fair group's ready jobs) and the sensitive setting
+    (config.lua's field) as the operator's Redis user."""
+    from tests.backends.test_engine_support import make_queue
+
+    for rq in make_queue(server):
+        rq.enqueue_many([spec("lg-1", queue="lg", group="t1"), spec("lg-2", queue="lg"),
+                         spec("lg-3", queue="lg", group="t2")])
+    op = conn(server, "sluice-operator")
+    ops, config = RedisAdmin(op), RedisQueueConfig(op)
+    assert sorted(j.job_id for j in ops.list_jobs("lg", "ready").jobs) == ["lg-1", "lg-2", "lg-3"]
+    assert ops.list_jobs("lg", "ready", prefix="lg-3").jobs[0].group == "t2"
+    assert config.set_config("lg", sensitive=["/id"]).sensitive == ("/id",)

@@ -154,31 +154,6 @@ def test_a_prefix_that_matches_nothing_stops_at_its_scan_budget_with_a_boundary(
     assert (page, boundary, examined) == (members[:10], members[9], 11)  # one more read: another page follows
 
 
-def test_merge_stops_at_the_newest_frontier_and_a_walk_over_it_loses_nothing() -> None:
-    E = listing.Entry
-    a = [E(s, f"a{s}") for s in (90, 70, 50, 30, 10)]
-    b = [E(s, f"b{s}") for s in (80, 60, 40, 20)]
-    everything = sorted([*a, *b], key=E.key, reverse=True)
-
-    def run(source: list[listing.Entry], cursor: listing.Entry | None, each: int) -> listing.Run:
-        rest = [e for e in source if cursor is None or e.key() < cursor.key()]
-        return listing.Run(rest[:each], rest[each - 1] if len(rest) >= each else None)
-
-    for each, limit in ((1, 3), (2, 2), (3, 10), (10, 4)):
-        seen: list[listing.Entry] = []
-        cursor = None
-        for _ in range(50):
-            page, cursor = listing.merge([run(a, cursor, each), run(b, cursor, each)], limit)
-            assert len(page) <= limit
-            seen += page
-            if cursor is None:
-                break
-        assert seen == everything, (each, limit)
-    # a frontier that is no entry (a prefix page's boundary): an empty page still moves on to it
-    page, nxt = listing.merge([listing.Run([], E(55, "x")), listing.Run([E(40, "b")], None)], 5)
-    assert (page, nxt) == ([], E(55, "x"))
-
-
 # -- sensitive fields of any queue, by its setting (issue 32's closing review) -----------------------
 
 SENSITIVE = "/v1/admin/queues/emails/sensitive"

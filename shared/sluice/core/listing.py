@@ -16,8 +16,8 @@ and ``SecretBytes`` emit it) or ``"x-sluice-sensitive": true``; any queue's own 
 fields by JSON pointer (``check_sensitive``); ``redact`` puts ``REDACTED`` in their place before a
 payload leaves the operator API, so the console and the CLI never see it.
 
-A fair group's ready jobs wait in the group's own zset: the ready listing merges them in
-(``merge``). Records in the relay's parking lot (delayed beyond its horizon, or held) are the
+A fair group's ready jobs wait in the group's own zset: the ready listing merges them in, in Redis
+(``listing.lua``). Records in the relay's parking lot (delayed beyond its horizon, or held) are the
 state ``parked``, read through ``ports.ParkedJobs`` with a cursor of their own (``LotPlace``).
 """
 
@@ -39,6 +39,9 @@ STATE_PATTERN: Final = f"^({'|'.join(STATES)})$"
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 1000
 SCAN_MOST: Final = 10_000  # zset members one page examines at most while a prefix filters
+# ...and a ready page merged across fair groups in Redis (listing.lua): a script blocks Redis while
+# it runs, and a heap step costs more than a range read's member (bench_listing: ~250 ms at 10,000).
+GROUPED_SCAN_MOST: Final = 2_500
 RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.lua trims it)
 REDACTED: Final = "[redacted]"
 PREFIX_PATTERN: Final = f"^{JOB_ID}$"  # a prefix of a job id is itself shaped like one
@@ -199,46 +202,6 @@ def paginate(read: Read, prefix: str | None, limit: int,
         if examined >= SCAN_MOST:
             return picked, entries[-1], examined
         offset += len(entries)
-
-
-# -- several zsets (or sources) read as one, newest first -----------------------------------------
-
-
-class Entry(NamedTuple):
-    """A listed job's place: its score (the state's order) and its id."""
-
-    score: int
-    member: str
-
-    def key(self) -> tuple[int, bytes]:
-        return self.score, self.member.encode()
-
-
-class Run(NamedTuple):
-    """What one source gave for a page: its entries strictly after the cursor, newest first, and
-    ``frontier``, the oldest place its read covered (None: the source was read to its end). Past the
-    frontier the source may hold more, unseen."""
-
-    entries: list[Entry]
-    frontier: Entry | None
-
-
-def merge(runs: Sequence[Run], limit: int) -> tuple[list[Entry], Entry | None]:
-    """One page of several sources read as one (a queue's ready zset and its fair groups' zsets;
-    the delayed zset and the parking lot's delay lanes), newest first: the page (at most
-    ``limit``) and the place the next page starts after (None: no more).
-
-    Only places every source covered are certain: the page stops at the newest of the frontiers,
-    so it may hold fewer than ``limit`` jobs and still have a next page (as a prefix page does);
-    it is never wrong and never repeats a job. A page that holds none returns that frontier, so a
-    walk always moves on."""
-    cut = max((r.frontier for r in runs if r.frontier is not None), key=Entry.key, default=None)
-    merged = sorted((e for r in runs for e in r.entries), key=Entry.key, reverse=True)
-    if cut is not None:
-        merged = [e for e in merged if e.key() >= cut.key()]
-    if len(merged) > limit:
-        return merged[:limit], merged[limit - 1]
-    return merged, cut
 
 
 # -- sensitive payload fields -----------------------------------------------------------------------

@@ -184,8 +184,10 @@ class Admin:
         return sorted(marked)
 
     def redacted(self, page: listing.JobPage) -> listing.JobPage:
+        if not page.jobs:
+            return page
         paths = self.sensitive(page.queue)
-        if not paths or not page.jobs:
+        if not paths:
             return page
         jobs = []
         for job in page.jobs:

@@ -54,6 +54,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "fail.lua": "decrby del exists get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time "
                 "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
+    "listing.lua": "hkeys zrange",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
@@ -118,10 +119,10 @@ WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "rele
 GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
                ("zscore", "sismember", "scard", "info"), public_queues=True,
                global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS))
-# The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, and a
-# job's timeline (LRANGE, issue 32).
+# The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, a
+# job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua).
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
-                            "registry_load.lua"),
+                            "registry_load.lua", "listing.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
                  "info", "lrange"), public_queues=True, global_keys=REGISTRY_KEYS)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.

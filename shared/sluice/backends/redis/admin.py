@@ -18,22 +18,19 @@ from sluice.backends.redis.scripts import REDIS_ERRORS, translate
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.listing import (
     DEFAULT_PAGE,
-    SCAN_MOST,
+    GROUPED_SCAN_MOST,
     Cursor,
-    Entry,
     JobPage,
     ListedJob,
-    Run,
     after,
     check_limit,
     check_prefix,
     check_state,
     encode_cursor,
-    merge,
     paginate,
     parse_cursor,
 )
-from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
 
@@ -117,10 +114,8 @@ class RedisAdmin:
         if state == "parked":
             raise InvalidInput("parked jobs wait in the relay's parking lot, not in Redis: list them "
                                "through the operator API (GET /v1/admin/queues/{queue}/jobs?state=parked)")
-        if state == "ready":
-            groups = self._groups(k)
-            if groups:
-                return self._grouped(queue, k, groups, limit, start, prefix)
+        if state == "ready" and self._grouped_ready(k):
+            return self._grouped(queue, k, limit, start, prefix)
         key = {"ready": k.ready, "delayed": k.delayed, "leased": k.leased, "dead": k.dead,
                "finished": k.recent}[state]
         top: Any = "+inf" if start is None else start.score
@@ -163,68 +158,34 @@ class RedisAdmin:
                 following = cursor
         return JobPage(queue=queue, state=state, jobs=jobs, next=following, scanned=examined)
 
-    def _groups(self, k: QueueKeys) -> list[str]:
-        """The fair groups that may hold ready jobs: those in the turns (``>group`` in the groups
-        hash), those left out at their per-group limit (a leased count there: they join again when
-        a lease ends) and those of the turns' old layout (a zset lease.lua has not moved yet). A
-        group with ready jobs is always one of them (_lib.lua, "Fair groups")."""
+    def _grouped_ready(self, k: QueueKeys) -> bool:
+        """Whether some fair group has ready jobs (``#ready`` in the groups hash counts them: _lib.lua)."""
+        try:
+            (count,) = self.conn.client.hmget(k.groups, "#ready")
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return int(count or 0) > 0
+
+    def _grouped(self, queue: str, k: QueueKeys, limit: int, start: Cursor | None,
+                 prefix: str | None) -> JobPage:
+        """``ready`` with the fair groups' ready zsets merged in, newest first, by ``listing.lua``
+        (a k-way merge in Redis: only the page comes back), at most ``GROUPED_SCAN_MOST`` entries
+        examined; then one pipelined HMGET of the page's jobs."""
+        examined, boundary, rows = self.conn.scripts.listing(
+            k, None if start is None else start.score, "" if start is None else start.job_id, limit + 1,
+            prefix or "", GROUPED_SCAN_MOST)
+        page = rows[:limit]
+        following = rows[limit - 1] if len(rows) > limit else boundary
         try:
             pipe = self.conn.client.pipeline(transaction=False)
-            pipe.hkeys(k.groups)
-            pipe.zrange(k.turns_zset, 0, -1)
-            fields, old = pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise translate(exc) from exc
-        names = {name[1:] if name.startswith(">") else name for name in map(text, [*fields, *old])}
-        return sorted(n for n in names if n and not n.startswith(("#", ">")) and GROUP_RE.fullmatch(n))
-
-    def _grouped(self, queue: str, k: QueueKeys, groups: list[str], limit: int, start: Cursor | None,
-                 prefix: str | None) -> JobPage:
-        """``ready`` with the fair groups' ready zsets merged in (their scores are ready's), newest
-        first (``listing.merge``), in one pipeline: from each zset its first ``each`` members from
-        the cursor's score down, with scores. ``each`` shares ``SCAN_MOST`` among the zsets (at
-        least one each), so a page examines at most ``max(SCAN_MOST, zsets)`` members however many
-        groups there are; a zset read in full that may hold more sets the page's frontier. Then
-        one pipelined HMGET of the page's jobs."""
-        keys = [k.ready, *(k.group_prefix + g for g in groups)]
-        want = limit + 1
-        share = max(1, SCAN_MOST // len(keys))
-        each = share if prefix is not None else min(want, share)
-        # Below the cursor's score (exclusive), and its score-mates apart (ready's scores are unique
-        # but for a rare clash): a frontier is then always past the cursor, so a walk moves on.
-        top: Any = "+inf" if start is None else f"({start.score}"
-        bottom: Any = "-inf"
-        client = self.conn.client
-        try:
-            pipe = client.pipeline(transaction=False)
-            for key in keys:
-                if start is not None:
-                    pipe.zrange(key, start.score, start.score, desc=True, byscore=True, withscores=True)
-                pipe.zrange(key, top, bottom, desc=True, byscore=True, offset=0, num=each, withscores=True)
-            reads = pipe.execute()
-        except REDIS_ERRORS as exc:
-            raise translate(exc) from exc
-        runs, examined = [], 0
-        step = 1 if start is None else 2
-        for i in range(0, len(reads), step):
-            mates, rows = ([], reads[i]) if start is None else (reads[i], reads[i + 1])
-            entries = [Entry(int(score), text(m)) for m, score in [*mates, *rows]]
-            examined += sum(1 for e in entries if after(start, e.score, e.member))  # not the cursor's own
-            frontier = Entry(int(rows[-1][1]), text(rows[-1][0])) if len(rows) == each else None
-            kept = [e for e in entries if after(start, e.score, e.member)
-                    and (prefix is None or e.member.startswith(prefix))]
-            runs.append(Run(kept, frontier))
-        page, following = merge(runs, limit)
-        try:
-            pipe = client.pipeline(transaction=False)
-            for entry in page:
-                pipe.hmget(k.job_prefix + entry.member, *_FIELDS)
+            for job_id, _ in page:
+                pipe.hmget(k.job_prefix + job_id, *_FIELDS)
             fields = pipe.execute() if page else []
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        jobs = [_listed(e.member, "ready", e.score, fields[i]) for i, e in enumerate(page)]
+        jobs = [_listed(job_id, "ready", score, fields[i]) for i, (job_id, score) in enumerate(page)]
         return JobPage(queue=queue, state="ready", jobs=jobs, scanned=examined,
-                       next=None if following is None else encode_cursor(following.score, following.member))
+                       next=None if following is None else encode_cursor(following[1], following[0]))
 
     # --- dead letters -----------------------------------------------------------------------
 

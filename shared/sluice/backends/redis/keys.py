@@ -62,7 +62,7 @@ Who touches what (each function's Redis user may touch only that: ``acl``, docs/
 "Redis users"). A worker, a team's or the default one: only its queues' keys (lease, extend, ack,
 fail, release, idle; BLPOP of ``wake``), never a global key. The gateway: public queues' keys
 (stats, cancel, GET's holds) and the registry (admission; its reservation before a 202). The operator: public
-queues' keys (stats, dead letters, redrive, purge, config) and ``sluice:queues`` (list; register
+queues' keys (stats, dead letters, redrive, purge, config, the listing) and ``sluice:queues`` (list; register
 on a config change). The relay: every queue's keys, its reserved ``sluice-relay`` queue's too,
 ``sluice:queues`` (register, list) and the epochs. The countdown and events functions: nothing.
 """

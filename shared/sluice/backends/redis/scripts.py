@@ -393,6 +393,18 @@ class Scripts:
                           dict(zip(flat[::2], flat[1::2], strict=True)), int(r[7]),
                           FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
+    def listing(self, k: QueueKeys, score: int | None, job_id: str, want: int, prefix: str,
+                budget: int) -> tuple[int, tuple[str, int] | None, list[tuple[str, int]]]:
+        """``listing.lua``: ready and the fair groups' ready zsets merged newest first, after the
+        cursor (``score``, ``job_id``; None: from the newest): (entries examined, the boundary where
+        the budget ran out or None, the page's (id, score) newest first, at most ``want``)."""
+        r = self._run("listing.lua", [k.ready, k.group_prefix, k.groups, k.turns_zset],
+                      ["" if score is None else str(int(score)), job_id, want, prefix, budget])
+        flat = [_word(x) for x in r[1:]]
+        boundary = (flat[0], int(float(flat[1]))) if flat[0] else None
+        rows = flat[2:]
+        return int(r[0]), boundary, [(rows[i], int(float(rows[i + 1]))) for i in range(0, len(rows), 2)]
+
     def timeline(self, k: QueueKeys, job_id: str, cap: int, ttl_ms: int, entries: Sequence[str]) -> int:
         """``timeline.lua``: append ``entries`` to the job's timeline, keep its last ``cap``, expire it
         ``ttl_ms`` after this append; the list's length after."""
