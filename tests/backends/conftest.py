@@ -20,11 +20,12 @@ from sluice_dev.local.cluster import Cluster, start_cluster
 from tests.backends.test_engine_support import make_queue
 
 # Together they run every engine script: lease, extend, ack, fail, release, reap, cancel, stats,
-# redrive, settle, push (offsets, owner fencing, rate), register, idle/wake, the ownership lease.
+# redrive, settle, push (offsets, owner fencing, rate), register, idle/wake, the ownership lease,
+# the listing.
 CLUSTER_MODULES = frozenset({
     "test_lua_enqueue_lease", "test_lua_lifecycle", "test_lua_settle", "test_lua_admin",
     "test_lua_limits", "test_lua_push_rate", "test_engine_reserved", "test_relay_push_many",
-    "test_lua_finished", "test_lua_throttle", "test_lua_budget", "test_lua_groups",
+    "test_lua_finished", "test_lua_throttle", "test_lua_budget", "test_lua_groups", "test_lua_listing",
 })
 
 
