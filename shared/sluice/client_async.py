@@ -104,6 +104,7 @@ class AsyncClient:
     set_max_in_flight = _awaitable(Client.set_max_in_flight)
     set_watermarks = _awaitable(Client.set_watermarks)
     set_caps = _awaitable(Client.set_caps)
+    set_sensitive = _awaitable(Client.set_sensitive)
     queue_rows = _awaitable(Client.queue_rows)
     queue_row = _awaitable(Client.queue_row)
     dead_letters = _awaitable(Client.dead_letters)
