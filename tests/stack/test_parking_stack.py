@@ -218,6 +218,21 @@ def test_a_flood_of_jobs_delayed_seven_days_holds_back_no_other_nor_its_own_read
     ids_ran = lambda: [r["id"] for r in ran(log)]  # noqa: E731
     wait_until("A's ready jobs ran past its far-delayed ones", lambda: set(ready) <= set(ids_ran()), 30)
     wait_until("A's far-delayed jobs in its delay lane", lambda: stack.lot.count(A) >= len(far), 30)
+    # the operator's listing shows them as parked (issue 32's review), not as delayed: they are not in Redis
+    from click.testing import CliRunner
+
+    from sluice_dev.cli import main
+
+    def listed(state: str) -> dict[str, Any]:
+        out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack.state), "jobs", "list", A,
+                                                        "--state", state, "--limit", "1000", "--json"])
+        assert out.exit_code == 0, out.output + out.stderr
+        return {j["job_id"]: j for j in json.loads(out.stdout)["jobs"]}
+
+    parked = listed("parked")
+    assert set(far) <= set(parked) and {parked[i]["parked"] for i in far} == {"delay"}
+    assert all(parked[i]["at_ms"] > time.time() * 1000 + 6 * 24 * 3600_000 for i in far)
+    assert parked[far[0]]["payload"] == {"log": log, "n": 0} and not set(far) & set(listed("delayed"))
     wait_until("A's jobs due past the horizon came back and ran", lambda: set(soon) <= set(ids_ran()), 30)
     assert stack.engine.stats(A).delayed == 0  # the 7-day ones: never pushed now
     runs = ids_ran()
