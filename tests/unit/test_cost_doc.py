@@ -50,9 +50,9 @@ def test_every_region_is_there_once_and_no_other() -> None:
 def test_the_doc_states_the_corrected_figures() -> None:
     """The fixed cost the volume and SQS tables use is the fixed table's (749.93; they used 726.53)."""
     text = doc.DOC.read_text(encoding="utf-8")
-    assert "Cost per million = $8.09 + $749.93 / (millions of jobs a month)" in text
+    assert "Cost per million = $8.07 + $749.93 / (millions of jobs a month)" in text  # $8.09 before the logs
     assert "726.53" not in text and "$130" not in text
-    assert "| 100 M (38.1/s) | 7.50 | 8.09 | **15.59** | 6.90 | 2.26× |" in text
+    assert "| 100 M (38.1/s) | 7.50 | 8.07 | **15.57** | 6.66 | 2.34× |" in text
 
 
 def test_the_readme_first_screen_states_the_models_figures() -> None:
