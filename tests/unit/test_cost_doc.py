@@ -97,3 +97,13 @@ def test_deploy_md_states_the_models_figures() -> None:
     assert f"| ${nat[0]:.2f} a month, + $0.045 a GB |" in egress
     assert f"| ${nat[1]:.2f} a month with 3 AZs (${two_azs:.2f} with 2), + $0.045 a GB |" \
         in egress
+
+
+def test_the_targets_say_why_the_missed_ones_are_missed_with_the_models_figures() -> None:
+    """The small profile's SQS + Lambda at 1,000 M jobs: 4,088.3468 / 1,000 = $4.09 per million, so 1.20×
+    allows 0.2 × 4.0883 = $0.82 more; its idle month less two of its four endpoints (2 × 2 AZs × $0.01 ×
+    730 = $29.20): 174.34964556 - 29.2 = $145.15."""
+    said = " ".join(doc.targets().split())
+    assert "SQS + Lambda costs $4.09 per million, so 1.20× allows Sluice $0.82 more" in said
+    assert "would leave two endpoints: $145.15 a month, under $150.00; it is not built" in said
+    assert "4 interface endpoints cost $58.40 a month (4 × 2 AZs × $0.01 × 730)" in said

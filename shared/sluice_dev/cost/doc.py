@@ -279,6 +279,8 @@ def _why_not(small: Profile) -> str:
     bare = replace(small, interface_endpoints=())
     endpoints = idle.line("Interface endpoints").monthly
     each = endpoints / len(small.interface_endpoints)
+    shape = big.workload.shape  # the gateway's lines, a request: $ per million jobs (KB × 10⁶ = GB)
+    gateway_logs = (shape.platform_log_kb + shape.gateway_emf_kb) * load().usd("logs_ingest_gb")
     grant = big.sluice.line("DynamoDB writes").monthly / 1e3 - sum(
         big.sqs.line(n).monthly for n in ("Result write (DynamoDB, unfenced)",
                                           "Dedupe table (to match the Idempotency-Key)")) / 1e3
@@ -290,7 +292,9 @@ def _why_not(small: Profile) -> str:
            gateway Lambda is the front door's own code (ids minted with the stack's key, the
            Idempotency-Key, the Kafka produce), which API Gateway cannot do alone. None of these goes
            without the guarantee it pays for, and together they come to ${must} a million, more than the
-           ${allow_big} allowed. At 100 M jobs a month
+           ${allow_big} allowed. The gateway's log lines (${gw_logs}: Lambda's START, END and REPORT lines
+           and its EMF count, a request) could go (Lambda's JSON log format at system level WARN, no count
+           of 2xx answers); that is not done, and it would leave {r_big_logs}. At 100 M jobs a month
            the fixed floor adds ${floor_hundred} per million: the ratio is {r_hundred} without egress and
            would still be {r_bare} with no interface endpoint at all; with one NAT gateway the handlers'
            NAT data (${nat} per million, which SQS + Lambda, outside any VPC, does not pay) makes it
@@ -301,6 +305,8 @@ def _why_not(small: Profile) -> str:
             line.monthly for line in big.sluice.lines if line.name in (
                 "Kafka cross-AZ traffic", "MSK broker storage above the floor", "DynamoDB reads",
                 "Gateway Lambda compute", "Gateway Lambda requests")) / 1e3),
+        gw_logs=money(gateway_logs), r_big_logs=ratio(((big.sluice.per_million or 0) - gateway_logs)
+                                                      / (big.sqs.per_million or 1)),
         floor_hundred=money(hundred.sluice.fixed / 100), r_hundred=ratio(hundred.ratio),
         r_bare=ratio(at(100e6, bare).ratio),
         nat=money(sum(line.monthly for line in at(100e6, small, egress="nat-single").sluice.lines
