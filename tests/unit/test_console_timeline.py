@@ -126,3 +126,20 @@ def test_a_lease_lost_before_its_grant_is_no_takeover() -> None:
     assert [ln.label for ln in drawn[:3]] == [EVIL, "(not granted)", "B"]
     assert "takeover" not in [m.kind for m in drawn[1].marks]
     assert "takeover" in [m.kind for m in drawn[2].marks]
+
+
+def test_the_relays_reap_of_a_lapsed_lease_is_drawn_on_that_leases_lane(app: Console) -> None:
+    """reap.lua's step (timelines on): on the lane of the lease that lapsed, with its token and
+    where the job went; an unknown outcome is shown escaped."""
+    steps = FakeBackend().timeline("emails", JOB)
+    steps.insert(2, {"at_ms": 2050, "kind": "reap", "worker": "relay", "lease": 7, "attempt": 1,
+                     "outcome": "ready"})
+    first, second = lanes(steps)[:2]
+    [reaped] = [m for m in first.marks if m.kind == "reaped"]
+    assert reaped.at_ms == 2050 and "lapsed lease 7 (attempt 1): the job goes back to ready" in reaped.text
+    assert first.label == EVIL and "reaped" not in [m.kind for m in second.marks]  # not relabelled "relay"
+    steps[2]["outcome"] = EVIL
+    app.backend.timeline = lambda queue, job_id: steps  # type: ignore[method-assign]
+    page = get(app, f"/jobs/timeline?id={JOB}").body
+    _no_script(page)
+    assert 'data-kind="reaped"' in page and "the relay takes back lapsed lease 7" in page

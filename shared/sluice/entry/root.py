@@ -158,7 +158,8 @@ def relay_engine(s: Settings | None = None) -> RelayEngine:
     """What the relay needs of Redis (``RedisRelayEngine``)."""
     from sluice.backends.redis.relay_engine import RedisRelayEngine
 
-    return RedisRelayEngine(redis(s))
+    ttl_ms = (s or settings()).timeline_ttl_s * 1000  # > 0: each reaped lease is a timeline step (issue 32)
+    return RedisRelayEngine(redis(s), ttl_ms)
 
 
 def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:

@@ -55,13 +55,13 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
                 "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
-                 "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
+                 "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
     "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
                 "time zadd zcard zcount zrem",
     "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time zadd zcard "
-                "zrangebyscore zremrangebyrank",
+    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
+                "time zadd zcard zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",

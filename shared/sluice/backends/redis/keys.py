@@ -44,7 +44,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:recent       zset   job id -> when it finished (ms): the last jobs acked, capped (ack.lua
                                    keeps listing.RECENT_KEPT), for the operator's listing (issue 32)
     sluice:{q}:tl:<id>      list   the job's timeline (timeline.lua, issue 32): its workers' leases, grants,
-                                   renewals, writes and acks, capped, expiring after its last append
+                                   renewals, writes and acks, and the relay's reap of a lapsed lease
+                                   (reap.lua), capped, expiring after its last append
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
@@ -217,9 +218,14 @@ class QueueKeys:
         """The three KEYS every script that moves a grouped job takes last: prefix, turns, groups."""
         return [self.group_prefix, self.turns, self.groups]
 
+    @property
+    def timeline_prefix(self) -> str:
+        """reap.lua builds a job's timeline key from the ids it reclaims: ``timeline`` without the id."""
+        return f"{self.base}:tl:"
+
     def timeline(self, job_id: str) -> str:
-        """list: the job's timeline (timeline.lua), capped and expiring; only workers append, only
-        the operator reads."""
+        """list: the job's timeline (timeline.lua), capped and expiring; workers append, and reap.lua
+        a lapsed lease's step while timelines are on; only the operator reads."""
         return f"{self.base}:tl:{validate_job_id(job_id)}"
 
     def relayed(self, topic: str, partition: int) -> str:

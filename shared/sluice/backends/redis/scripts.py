@@ -350,9 +350,12 @@ class Scripts:
                                                 k.finished, k.used, *k.group_keys],
                                [job_id, int(settle), int(cancelled)]))
 
-    def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
+    def reap(self, k: QueueKeys, limit: int, timeline_ttl_ms: int = 0,
+             timeline_cap: int = 64) -> tuple[int, int]:
+        """``reap.lua``; ``timeline_ttl_ms`` > 0: each lapsed lease gets a step on its job's timeline."""
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle, k.finished, k.used, *k.group_keys, k.config], [limit])
+                                       k.settle, k.finished, k.used, *k.group_keys, k.config,
+                                       k.timeline_prefix], [limit, timeline_ttl_ms, timeline_cap])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
