@@ -43,6 +43,10 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
                                    #ready -> jobs in every group's ready zset (_lib.lua, "Fair groups")
     sluice:{q}:recent       zset   job id -> when it finished (ms): the last jobs acked, capped (ack.lua
                                    keeps listing.RECENT_KEPT), for the operator's listing (issue 32)
+    sluice:{q}:waits        hash   wait bucket -> jobs first leased since the last depth sample (lease.lua),
+                                   taken and emptied by sample.lua (core/depth.py)
+    sluice:{q}:depth        list   "<ms>,<ready>,<delayed>,<leased>,<dead>[;<bucket>:<n>,...]" per depth
+                                   sample of the last hour (sample.lua, the relay), capped, expiring
     sluice:{q}:tl:<id>      list   the job's timeline (timeline.lua, issue 32): its workers' leases, grants,
                                    renewals, writes and acks, and the relay's reap of a lapsed lease
                                    (reap.lua), capped, expiring after its last append
@@ -230,6 +234,18 @@ class QueueKeys:
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"
+
+    @property
+    def waits(self) -> str:
+        """hash bucket -> count: the enqueue-to-start waits of the jobs first leased since the relay's
+        last depth sample (lease.lua counts, sample.lua takes; ``sluice.core.depth``)."""
+        return f"{self.base}:waits"
+
+    @property
+    def depth(self) -> str:
+        """list: the queue's depth samples of the last hour with their waits (sample.lua), capped and
+        expiring; the operator's ``GET .../depth`` reads it."""
+        return f"{self.base}:depth"
 
     @property
     def recent(self) -> str:
