@@ -5,6 +5,8 @@ console's protections (session, CSRF), runs one at a time and shows a run only t
 from __future__ import annotations
 
 import threading
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,3 +145,29 @@ def test_the_relays_reap_of_a_lapsed_lease_is_drawn_on_that_leases_lane(app: Con
     page = get(app, f"/jobs/timeline?id={JOB}").body
     _no_script(page)
     assert 'data-kind="reaped"' in page and "the relay takes back lapsed lease 7" in page
+
+
+def test_the_scenario_page_runs_on_the_running_stacks_servers_and_not_against_a_deployment(
+        tmp_path: Path) -> None:
+    """Inside ``sluice dev`` (a running local stack in the folder) the runs borrow its redis-server and
+    moto server (``scenarios.Borrowed``); a console pointed at a deployment, or at a stack still
+    starting, has no runs: the page says it is unavailable, and a POST starts nothing."""
+    from sluice_dev.chaos.scenarios import Borrowed
+    from sluice_dev.cli.console import build
+    from sluice_dev.cli.target import Target
+
+    stack = {"gateway_url": "http://127.0.0.1:9", "redis_url": "redis://127.0.0.1:7/0",
+             "aws_endpoint_url": "http://127.0.0.1:8"}
+    local = Target(tmp_path, env={})
+    local.__dict__["local"] = stack  # what running_stack() reads from .sluice/endpoints.json
+    runs = build(local, None, 0, ()).scenarios
+    assert runs is not None and isinstance(runs.runner, partial)
+    assert runs.runner.args == (Borrowed("redis://127.0.0.1:7/0", "http://127.0.0.1:8"),)
+    assert scenario.on_stack(None) is None and scenario.on_stack({"pid": 1, "starting": True}) is None
+
+    deployed = Target(tmp_path, env={})
+    deployed.__dict__["local"] = stack  # even in a stack's folder, --api means the deployment
+    app = build(deployed, "https://abc.execute-api.us-east-1.amazonaws.com/live", PORT, ())
+    assert app.scenarios is None
+    assert "unavailable" in get(app, "/scenario").body
+    assert post(app, "/scenario/gc-pause", {"freeze_for": "12", "fencing": "on"}).status == 400

@@ -32,10 +32,10 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
     client = target.operator_client(api, max_attempts=2)
     where = api or target.api_url or target.env.get("SLUICE_API_URL") or f"local stack ({client.api_url})"
     console = Console(client, where, port, watched)
-    if not (api or target.api_url or target.env.get("SLUICE_API_URL")):  # the local stack (issue 32)
-        from sluice_dev.cli.console.scenario import Runs
+    if not (api or target.api_url or target.env.get("SLUICE_API_URL")):  # inside sluice dev (issue 32)
+        from sluice_dev.cli.console.scenario import on_stack
 
-        console.scenarios = Runs()
+        console.scenarios = on_stack(target.local)  # on its servers; None while it is not running
     return console
 
 
