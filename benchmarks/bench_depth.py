@@ -7,7 +7,8 @@ One redis-server, two queues filled alike with ``JOBS`` jobs whose enqueue times
 minute; the two are leased ``BATCH`` at a time in turns (which goes first alternates), and Redis's
 own time in scripts (INFO commandstats, µs, ``base_tree.script_usec``) is read around each call, so
 both see the same moments of a shared machine. ``ROUNDS`` rounds; the figures are the medians of
-the per-round µs per job. Then ``SAMPLES`` sample.lua calls after a lease batch each (a histogram of
+the per-round µs per job, and ``added`` the median of the rounds' differences (paired: a round's
+two sides saw the same load). Then ``SAMPLES`` sample.lua calls after a lease batch each (a histogram of
 a few buckets to take), timed the same way.
 
 Prints {"bench": "depth", "load", "lease_us_per_job": {"with_waits", "without", "added"},
@@ -34,7 +35,7 @@ from sluice.core import depth
 from sluice.core.clock import wall_ms
 from sluice.core.models import JobSpec
 
-JOBS, BATCH, ROUNDS, SAMPLES = 5_000, 50, 5, 200
+JOBS, BATCH, ROUNDS, SAMPLES = 5_000, 50, 9, 200
 
 
 def fill(rq: RedisQueue, queue: str) -> None:
@@ -80,7 +81,10 @@ def main() -> None:
         with_waits, without = statistics.median(per_round[True]), statistics.median(per_round[False])
         emit("depth", load=list(os.getloadavg()), rounds=ROUNDS, jobs=JOBS, batch=BATCH,
              lease_us_per_job={"with_waits": round(with_waits, 3), "without": round(without, 3),
-                               "added": round(with_waits - without, 3)},
+                               "added": round(statistics.median(
+                                   a - b for a, b in zip(per_round[True], per_round[False], strict=True)), 3),
+                               "added_per_round": [round(a - b, 2) for a, b in
+                                                   zip(per_round[True], per_round[False], strict=True)]},
              sample_us_per_call=round(statistics.median(samples), 2),
              stored_sample_bytes=len(client.lindex(k.depth, -1) or b""),
              depth_list_memory_bytes=client.memory_usage(k.depth))

@@ -265,7 +265,7 @@ for i = 1, #popped, 2 do
   if f[1] then
     token = token + 1
     if wb and (not f[2] or f[2] == '0') then  -- a first start: its wait since the enqueue
-      local e = tonumber(string.match(f[3], '(%d+)$'))
+      local e = tonumber(string.match(f[3], '^%d,%d+,%d+,(%d+)'))
       if e then
         local b = math.min(200, math.floor(math.log(math.max(0, now - e) + 1) * WAIT_SCALE + 1e-9))
         wb[b] = (wb[b] or 0) + 1
