@@ -6,17 +6,15 @@ console reads it."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.stack.gateway_http import http, until
-from tests.stack.test_dev import HANDLERS, SLUICE, wait_for
+from tests.stack.devrun import job_views, running_dev
+from tests.stack.gateway_http import http
+from tests.stack.test_dev import HANDLERS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -25,20 +23,15 @@ def test_the_relay_keeps_the_queues_hour_with_its_jobs_waits_for_the_operator_ro
     from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LOCAL_OPERATOR
 
     (tmp_path / "myjobs.py").write_text(HANDLERS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    argv = [SLUICE, "dev", "--workers", "1", "--log-level", "WARNING", "--handlers", "myjobs"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        gw = wait_for(tmp_path / ".sluice" / "endpoints.json", proc)["gateway_url"]
+    with running_dev(tmp_path, "--workers", "1", "--handlers", "myjobs") as dev:
+        gw = dev.endpoints["gateway_url"]
         started_at = time.time() * 1000
-        ids = []
+        urls = []
         for text in ("a", "b", "c"):
             status, accepted = http("POST", f"{gw}/v1/queues/shout/jobs", {"payload": {"text": text}})
             assert status == 202, accepted
-            ids.append(accepted["job_id"])
-        for job_id in ids:
-            until(gw, job_id, lambda v: v["status"] == "succeeded")
+            urls.append(f"{gw}/v1/jobs/{accepted['job_id']}")
+        assert len(job_views(urls, timeout=90)) == 3
         operator = {LOCAL_CALLER_HEADER: LOCAL_OPERATOR}
         deadline = time.monotonic() + 60
         hour: Any = {}
@@ -54,6 +47,3 @@ def test_the_relay_keeps_the_queues_hour_with_its_jobs_waits_for_the_operator_ro
         assert at == sorted(at) and at[0] >= started_at - 60_000
         assert all(s["ready"] >= 0 and s["dead"] == 0 for s in hour["samples"])
         assert http("GET", f"{gw}/v1/admin/queues/shout/depth")[0] == 403  # operators only
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
