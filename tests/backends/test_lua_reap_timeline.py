@@ -113,3 +113,13 @@ def test_the_relays_engine_writes_the_step_only_with_its_timeline_ttl(redis_url:
     assert on.reap("q", 1) == 1
     assert sorted(j for j in "ab" if redis_client.exists(K.timeline(j))) == ["b"]
     assert 0 < redis_client.pttl(K.timeline("b")) <= 600_000
+
+
+def test_a_workers_lease_that_reclaims_a_lapsed_lease_writes_no_step(rq: RedisQueue,
+                                                                     redis_client: redis.Redis) -> None:
+    """lease.lua reclaims lapsed leases inline too (the hot path): it passes no timeline, so it reads
+    and writes none; the next lease's lane shows the takeover."""
+    lapsed(rq)
+    [again] = rq.lease("q", 1, 30_000, "B")
+    assert again.job_id == "a" and again.attempt == 2
+    assert redis_client.exists(K.timeline("a")) == 0
