@@ -291,7 +291,8 @@ ADMIN_OPS = {("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{que
              ("/v1/admin/queues/{queue}/schedules/{name}/resume", "post"),
              ("/v1/admin/queues", "get"), ("/v1/admin/queues/{queue}", "get"),
              ("/v1/admin/queues/{queue}/caps", "put"), ("/v1/admin/queues/{queue}/jobs", "get"),
-             ("/v1/admin/queues/{queue}/jobs/{job_id}/timeline", "get")}  # issue 32
+             ("/v1/admin/queues/{queue}/jobs/{job_id}/timeline", "get"),  # issue 32
+             ("/v1/admin/queues/{queue}/depth", "get")}
 
 
 @pytest.mark.parametrize("mode", ["IAM", "API_KEY", "IAM_AND_API_KEY"])

@@ -42,7 +42,7 @@ from sluice.gateway.http import jsonguard, problems, schedule_routes
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
-    from sluice.core.ports import TimelineLog
+    from sluice.core.ports import DepthLog, TimelineLog
     from sluice.core.routes import RouteCache, RouteTable
 
 log = logging.getLogger(__name__)
@@ -113,9 +113,11 @@ class HttpGateway:
 
     def __init__(self, api: Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
                  routes: RouteCache | None = None, schedules: Callable[[], Schedules] | None = None,
-                 version: str = "", timelines: Callable[[], TimelineLog] | None = None) -> None:
+                 version: str = "", timelines: Callable[[], TimelineLog] | None = None,
+                 depths: Callable[[], DepthLog] | None = None) -> None:
         self._api = api  # built on the first request that needs it (cold start)
         self._timelines = timelines  # jobs' timelines, for the operator route (issue 32)
+        self._depths = depths  # queues' last hour of depths and waits, for the operator route
         self.version = version  # Sluice's, in the OpenAPI document
         self._schedules = schedules  # None: no schedule routes (404)
         self.max_payload_bytes = max_payload_bytes
@@ -160,7 +162,7 @@ class HttpGateway:
         return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
                      refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
                      limits=pipeline.limits, registry=pipeline.registry,
-                     timelines=self._timelines)
+                     timelines=self._timelines, depths=self._depths)
 
     def openapi_json(self) -> str:
         if self._openapi is None:
