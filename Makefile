@@ -31,9 +31,9 @@ XDIST := -n 2 --dist loadfile
 XDIST_infra := -n 2 --dist loadfile --no-loadscope-reorder
 XDIST_chaos := -n 2 --dist loadfile --no-loadscope-reorder
 # pytest plugins a tier has no test for, kept out of its processes (a controller and two workers each):
-# schemathesis' plugin imports hypothesis and trio (1.3 CPU-s a process; only
-# tests/backends/test_gateway_schemathesis.py needs it), anyio's imports trio (no test is anyio's), and
-# hypothesis' imports hypothesis at every controller's summary. Collecting tests/stack: 5.0 -> 1.8 CPU-s.
+# schemathesis' plugin imports hypothesis and trio (only tests/backends/test_gateway_schemathesis.py needs
+# it), anyio's imports trio (no test is anyio's), and hypothesis' imports hypothesis at every controller's
+# summary. Collecting tests/stack, bytecode cached: 1.9 -> 1.6 CPU-s a process.
 NO_PLUGINS := -p no:anyio -p no:schemathesis -p no:hypothesispytest
 PLUGINS_unit := -p no:anyio -p no:schemathesis
 PLUGINS_backends := -p no:anyio
