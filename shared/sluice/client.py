@@ -48,6 +48,7 @@ from sluice.client_transport import PooledTransport as PooledTransport
 from sluice.client_transport import Transport as Transport
 from sluice.client_transport import UrllibTransport as UrllibTransport
 from sluice.core import wire
+from sluice.core.depth import DepthHistory
 from sluice.core.errors import ERROR_CODES, BackendUnavailable, InvalidInput, SluiceError, WaitTimedOut
 from sluice.core.listing import JobPage, check_state
 from sluice.core.models import (
@@ -236,6 +237,11 @@ class Client:
         path = f"jobs/{quote(validate_job_id(job_id), safe='')}/timeline"
         doc = self._call("GET", self._admin(queue, path))
         return list(doc["steps"])
+
+    def depth_history(self, queue: str) -> DepthHistory:
+        """The queue's depths over the last hour as the relay sampled them, with the enqueue-to-start
+        wait (p50, p99) of the jobs started (``GET /v1/admin/queues/{queue}/depth``)."""
+        return DepthHistory.model_validate(self._call("GET", self._admin(queue, "depth")))
 
     def redrive(self, queue: str, job_id: str | None = None) -> dict[str, Any]:
         """One dead job, or every one (``job_id`` None): ``{"queue", "moved", "refused"}``."""

@@ -110,6 +110,7 @@ class AsyncClient:
     dead_letters = _awaitable(Client.dead_letters)
     list_jobs = _awaitable(Client.list_jobs)
     timeline = _awaitable(Client.timeline)
+    depth_history = _awaitable(Client.depth_history)
     redrive = _awaitable(Client.redrive)
     purge_dead = _awaitable(Client.purge_dead)
     schedules = _awaitable(Client.schedules)

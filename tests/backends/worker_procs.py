@@ -111,8 +111,9 @@ class WorkerProc:
 
     @classmethod
     def start(cls, name: str, **cfg: Any) -> WorkerProc:
+        # DEBUG: the stories wait for "job started", a DEBUG line since issue 33 (one INFO line a job).
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               "POWERTOOLS_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+               "POWERTOOLS_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen([sys.executable, "-m", "tests.backends.worker_procs",
                                  json.dumps({"name": name, **cfg})], cwd=ROOT, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -195,3 +195,26 @@ def sub(text: str, values: dict[str, Any]) -> str:
     import re
 
     return re.sub(r"\$\{([A-Za-z0-9:.]+)\}", lambda m: str(values.get(m.group(1), m.group(0))), text)
+
+
+def dashboard(doc: dict[str, Any], **overrides: Any) -> tuple[str, dict[str, Any]]:
+    """A dashboard's body as deployed with these parameters: the text of its ``Fn::Sub`` (the string form,
+    or the list form's first item) with its own variables (the list form's map, ``Fn::If`` decided and
+    ``Fn::Join`` of parameter Refs computed) put in, and the parameter values, for ``sub`` to finish."""
+    (body,) = (r["Properties"]["DashboardBody"]["Fn::Sub"]
+               for r in resources(doc, "AWS::CloudWatch::Dashboard").values())
+    params = parameters(doc, **overrides)
+    if isinstance(body, str):
+        return body, params
+    text, variables = body
+
+    def value(v: Any) -> str:
+        if isinstance(v, dict) and set(v) == {"Ref"}:
+            return str(params[v["Ref"]])
+        if isinstance(v, dict) and set(v) == {"Fn::Join"}:
+            sep, parts = v["Fn::Join"]
+            return str(sep).join(value(p) for p in parts)
+        return str(v)
+
+    resolved = resolve(variables, conditions(doc, params))
+    return sub(text, {name: value(v) for name, v in resolved.items()}), params

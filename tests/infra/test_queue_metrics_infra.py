@@ -23,8 +23,7 @@ def test_the_queue_alarm_watches_the_oldest_age_of_one_queue() -> None:
 
 def test_the_dashboard_shows_every_per_queue_metric_by_queue() -> None:
     obs = cfn.load(cfn.NESTED["observability"])
-    dashboard = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]
-    body = dashboard["Properties"]["DashboardBody"]["Fn::Sub"]
+    body, _ = cfn.dashboard(obs)
     names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body))
     widgets = json.loads(cfn.sub(body, {n: "x" for n in names} | {"RelayLagAlarmThreshold": 1}))["widgets"]
     expressions = [m[0]["expression"] for w in widgets for m in w["properties"]["metrics"]

@@ -292,6 +292,7 @@ ADMIN_OPS = {("/v1/admin/queues/{queue}/pause", "post"), ("/v1/admin/queues/{que
              ("/v1/admin/queues", "get"), ("/v1/admin/queues/{queue}", "get"),
              ("/v1/admin/queues/{queue}/caps", "put"), ("/v1/admin/queues/{queue}/jobs", "get"),
              ("/v1/admin/queues/{queue}/jobs/{job_id}/timeline", "get"),  # issue 32
+             ("/v1/admin/queues/{queue}/depth", "get"),
              ("/v1/admin/queues/{queue}/sensitive", "put")}  # issue 32's review
 
 
@@ -777,12 +778,13 @@ def test_alarm_topic_uses_a_key_whose_policy_lets_cloudwatch_publish() -> None:
     assert admins and all("root" in json.dumps(s["Principal"]) for s in admins), "key must stay manageable"
 
 
-def test_dashboard_body_is_valid_json() -> None:
+@pytest.mark.parametrize("http_api", ["", "a1b2c3"])
+def test_dashboard_body_is_valid_json(http_api: str) -> None:
     obs = cfn.load(cfn.NESTED["observability"])
-    body = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]["Properties"]["DashboardBody"]
-    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body["Fn::Sub"]))
+    text, _ = cfn.dashboard(obs, HttpApiId=http_api)
+    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", text))
     assert names <= set(obs["Parameters"]) | {"AWS::Region"}
-    widgets = json.loads(cfn.sub(body["Fn::Sub"], {n: "x" for n in names} | {"RelayLagAlarmThreshold": 1}))
+    widgets = json.loads(cfn.sub(text, {n: "x" for n in names} | {"RelayLagAlarmThreshold": 1}))
     assert len(widgets["widgets"]) >= 6
 
 
@@ -974,10 +976,10 @@ def test_the_dashboards_redis_widget_charts_every_node_of_the_group_in_either_mo
     """Node ids are <group>-00N on one shard and <group>-000S-00N in cluster mode: the widget
     searches the group's nodes instead of naming -001/-002, which do not exist in cluster mode."""
     obs = cfn.load(cfn.NESTED["observability"])
-    body = cfn.resources(obs, "AWS::CloudWatch::Dashboard")["Dashboard"]["Properties"]["DashboardBody"]
-    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", body["Fn::Sub"]))
-    widgets = json.loads(cfn.sub(body["Fn::Sub"], {n: "x" for n in names} | {"RedisGroupId": "grp",
-                                                                    "RelayLagAlarmThreshold": 1}))["widgets"]
+    text, _ = cfn.dashboard(obs)
+    names = set(re.findall(r"\$\{([A-Za-z0-9:.]+)\}", text))
+    widgets = json.loads(cfn.sub(text, {n: "x" for n in names} | {"RedisGroupId": "grp",
+                                                                  "RelayLagAlarmThreshold": 1}))["widgets"]
     redis = next(w["properties"] for w in widgets if w["properties"].get("title") == "Redis")
     rows = [row[0] for row in redis["metrics"]]
     assert all(isinstance(r, dict) and "expression" in r for r in rows), "no fixed node ids"

@@ -7,6 +7,7 @@ mapping. cfn-lint and `sam validate --lint` for each profile and egress choice: 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -206,3 +207,51 @@ def test_large_and_standard_keep_every_endpoint_and_only_the_workers_way_out(egr
         assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == "all"
         assert "FunctionToAwsApis" not in d.resources and "FunctionToEndpoints" in d.resources
         assert ("HandlerEgressSecurityGroup" in d.resources) is (egress != "none")
+
+
+OBSERVABILITY = cfn.load(cfn.NESTED["observability"])
+
+
+def api_watch(profile: str) -> tuple[list[tuple[str, dict[str, Any]]], list[list[Any]]]:
+    """What watches the profile's front door in the observability stack as that profile deploys it: each
+    API Gateway metric its alarms read (metric name, dimensions), and the dashboard's API widget's rows."""
+    d = at(profile)
+    passed = d.props("Observability")["Parameters"]
+    http_api = passed["HttpApiId"]
+    api_id = "a1b2c3" if http_api == {"Ref": "HttpApi"} else http_api  # the HttpApi's id, once created
+    params = {"HttpApiId": api_id, "ApiName": "sluice-test-api", "ApiStage": passed["ApiStage"]}
+    obs_params = cfn.parameters(OBSERVABILITY, **params)
+    conds = cfn.conditions(OBSERVABILITY, obs_params)
+    read = []
+    for alarm in cfn.resources(OBSERVABILITY, "AWS::CloudWatch::Alarm").values():
+        if not conds.get(alarm.get("Condition", ""), True):
+            continue
+        p = alarm["Properties"]
+        metrics = [m["MetricStat"]["Metric"] for m in p.get("Metrics", []) if "MetricStat" in m]
+        metrics += [p] if "MetricName" in p else []
+        for m in metrics:
+            if m["Namespace"] == "AWS/ApiGateway":
+                dims = {dim["Name"]: obs_params[dim["Value"]["Ref"]] if isinstance(dim["Value"], dict)
+                        else dim["Value"] for dim in m["Dimensions"]}
+                read.append((m["MetricName"], dims))
+    text, _ = cfn.dashboard(OBSERVABILITY, **params)
+    values = {k: "x" if v is None else v for k, v in obs_params.items()} | {"RelayLagAlarmThreshold": 1}
+    widgets = json.loads(cfn.sub(text, values))["widgets"]
+    (api,) = [w["properties"]["metrics"] for w in widgets if w["properties"].get("title") == "API"]
+    return read, api
+
+
+def test_the_api_alarm_and_widget_watch_the_http_apis_metrics_under_small() -> None:
+    """An HTTP API's metrics carry ApiId and Stage $default and are named 4xx and 5xx: under Profile=small
+    the 5xx alarm and the dashboard read those (a REST API's ApiName metrics would never have data), and
+    under standard and large the REST API's, as before."""
+    read, rows = api_watch("small")
+    where = {"ApiId": "a1b2c3", "Stage": "$default"}
+    assert sorted(read, key=str) == [("5xx", where), ("Count", where)]
+    assert [row[1] for row in rows] == ["Count", "4xx", "5xx", "Latency"]
+    assert all(row[2:6] == ["ApiId", "a1b2c3", "Stage", "$default"] for row in rows)
+    for profile in ("standard", "large"):
+        read, rows = api_watch(profile)
+        assert read == [("5XXError", {"ApiName": "sluice-test-api", "Stage": "live"})], profile
+        assert [row[1] for row in rows] == ["Count", "4XXError", "5XXError", "Latency"], profile
+        assert all(row[2:6] == ["ApiName", "sluice-test-api", "Stage", "live"] for row in rows), profile

@@ -3,19 +3,16 @@ queue of every shard, and nothing left behind (issue 20)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 from redis.crc import key_slot
 
 from sluice_dev.local.cluster import slot_ranges
-from tests.stack.test_dev import SLUICE, http, wait_for
+from tests.stack.devrun import job_views, running_dev
+from tests.stack.gateway_http import http
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -30,36 +27,20 @@ def test_sluice_dev_runs_jobs_on_every_shard_of_a_local_cluster(tmp_path: Path) 
     handlers = "import sluice\n\napp = sluice.Worker()\n\n" + "".join(
         f"\n@app.handler({q!r})\ndef h_{q}(job, ctx):\n    return {{'queue': {q!r}}}\n" for q in queues)
     (tmp_path / "shardjobs.py").write_text(handlers)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    argv = [SLUICE, "dev", "--workers", "2", "--log-level", "WARNING", "--handlers", "shardjobs",
-            "--redis-shards", "3"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        endpoints = wait_for(tmp_path / ".sluice" / "endpoints.json", proc, timeout=90)
+    with running_dev(tmp_path, "--workers", "2", "--handlers", "shardjobs", "--redis-shards", "3") as dev:
+        endpoints = dev.endpoints
         assert endpoints["redis_url"].startswith("redis+cluster://")
         urls = []
         for q in queues:
             status, accepted = http("POST", f"{endpoints['gateway_url']}/v1/queues/{q}/jobs", {"payload": {}})
             assert status == 202, accepted
             urls.append(f"{endpoints['gateway_url']}/v1/jobs/{accepted['job_id']}")
-        deadline = time.monotonic() + 60
-        views: dict[str, Any] = {}
-        while time.monotonic() < deadline and len(views) < len(urls):
-            for url in urls:
-                status, view = http("GET", url)
-                assert status == 200, view
-                if view["status"] == "succeeded":
-                    views[url] = view
-            time.sleep(0.3)
-        assert [views[u]["result"] for u in urls] == [{"queue": q} for q in queues]
-        children = psutil.Process(proc.pid).children(recursive=True)
+        views = job_views(urls)
+        assert [views[u]["result"] for u in urls if u in views] == [{"queue": q} for q in queues]
+        children = psutil.Process(dev.proc.pid).children(recursive=True)
         assert sum("redis-server" in " ".join(c.cmdline()) for c in children) == 3
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert endpoints["redis_url"] in out  # the redis row of the start-up block
+    assert dev.proc.returncode == 0, dev.err
+    assert endpoints["redis_url"] in dev.out  # the redis row of the start-up block
     time.sleep(0.2)
     left = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [c.cmdline() for c in left]

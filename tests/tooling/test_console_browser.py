@@ -145,6 +145,17 @@ class Until:
             raise AssertionError(f"gave up on {self.driver.current_url}:\n{page}") from exc
 
 
+def logged_in(browser: Any, stack: tuple[Path, dict[str, Any], str, str],
+              timeout: float = 90) -> tuple[str, str, Until]:
+    """The browser logged in through the console's launch link (issue 27): the stack's gateway,
+    the console's URL and a waiter on the browser."""
+    _, endpoints, url, login = stack
+    wait = Until(browser, timeout=timeout)
+    browser.get(login)
+    wait.until(lambda d: d.current_url.rstrip("/") == url)
+    return endpoints["gateway_url"], url, wait
+
+
 # The page re-renders itself every few seconds, so an element handle can go stale between finding
 # it and using it (CI failed on both StaleElementReferenceException and chromedriver's "Node with
 # given id does not belong to the document"). Reading and clicking inside one script is atomic

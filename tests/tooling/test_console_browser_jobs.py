@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.stack.test_dev import http
-from tests.tooling.test_console_browser import Until, click, serve_console, text_of, wait_status
 from tests.tooling.test_console_browser import browser as browser  # the fixture
+from tests.tooling.test_console_browser import click, logged_in, serve_console, text_of, wait_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 from selenium.webdriver.common.by import By  # noqa: E402 - after test_console_browser's skip
@@ -35,11 +35,7 @@ def listed(browser: Any) -> list[str]:
 
 def test_the_jobs_page_filters_and_the_flow_tree_links_each_job(
         stack: tuple[Path, dict[str, Any], str, str], browser: Any) -> None:
-    _, endpoints, url, login = stack
-    gateway = endpoints["gateway_url"]
-    wait = Until(browser, timeout=90)
-    browser.get(login)
-    wait.until(lambda d: d.current_url.rstrip("/") == url)
+    gateway, url, wait = logged_in(browser, stack)
 
     delayed = []
     for text in ("one", "two", "<b>three</b>"):

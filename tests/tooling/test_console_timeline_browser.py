@@ -25,7 +25,15 @@ from typing import Any
 import pytest
 
 from tests.stack.test_dev import http
-from tests.tooling.test_console_browser import Until, browser, click, console_on_dev, text_of, wait_status
+from tests.tooling.test_console_browser import (
+    Until,
+    browser,
+    click,
+    console_on_dev,
+    logged_in,
+    text_of,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 __all__ = ["browser"]  # the fixture, shared with test_console_browser.py
@@ -96,11 +104,7 @@ def run_scenario(driver: Any, wait: Until, url: str, freeze: str, fencing: bool)
 
 def test_a_timeline_shows_a_takeover_and_a_refused_write_and_the_scenario_controls_change_the_outcome(
         stack: tuple[Path, dict[str, Any], str, str], browser: Any) -> None:
-    _, endpoints, url, login = stack
-    gateway = endpoints["gateway_url"]
-    wait = Until(browser, timeout=90)
-    browser.get(login)
-    wait.until(lambda d: d.current_url.rstrip("/") == url)
+    gateway, url, wait = logged_in(browser, stack)
 
     status, accepted = http("POST", f"{gateway}/v1/queues/freeze/jobs",
                             {"payload": {"n": 1}, "lease_seconds": 1})

@@ -39,11 +39,11 @@ def test_the_month_line_by_line_next_to_sqs() -> None:
     assert rows["MSK Serverless cluster"] == ["547.50", "5.48"]
     assert rows["DynamoDB writes"] == ["250.00", "2.50"]  # 4 WRU (5 before issue 33)
     assert rows["Handler run time"] == ["266.67", "2.67"]
-    # 749.93 fixed + 809.32 variable + 266.67 of handler
-    assert rows["total"] == ["1,825.91", "18.26"]
+    # 749.93 fixed + 807.44 variable + 266.67 of handler
+    assert rows["total"] == ["1,824.04", "18.24"]
     their = {line[2:46].strip(): line[46:].split() for line in sqs.splitlines() if line.startswith("  ")}
-    assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["956.26", "9.56"]
-    assert "Sluice costs 1.91× SQS + Lambda for this work" in out
+    assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["932.74", "9.33"]
+    assert "Sluice costs 1.96× SQS + Lambda for this work" in out
 
 
 def test_json_carries_every_line_with_its_arithmetic() -> None:
@@ -56,7 +56,7 @@ def test_json_carries_every_line_with_its_arithmetic() -> None:
     assert lines["NAT data processed"]["monthly"] == pytest.approx(450.0)  # 10 KB × 10⁹ = 10,000 GB × 0.045
     assert lines["API Gateway (enqueue)"]["arithmetic"] == "333 M × $3.50 + 667 M × $2.80 (monthly tiers)"
     assert doc["ratio"] == pytest.approx(doc["sluice"]["monthly"] / doc["sqs_lambda"]["monthly"])
-    assert doc["sqs_lambda"]["per_million"] == pytest.approx(6.4266968)
+    assert doc["sqs_lambda"]["per_million"] == pytest.approx(6.1914468)
 
 
 def test_an_idle_month_has_no_price_per_million() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluice.core.models import QueueConfig, QueueStats
+from sluice.core import depth
 from sluice.core.wire import JobView
 from sluice_dev.cli.console import pages
 from sluice_dev.cli.console.backend import Watched
@@ -136,33 +136,36 @@ def test_a_flow_that_loops_or_is_huge_is_drawn_within_its_read_budget(app: Conso
     assert big.reads == pages.FLOW_NODES and f"first {pages.FLOW_NODES} jobs" in body
 
 
-def stats(ready: int, dead: int = 0) -> QueueStats:
-    return QueueStats(queue="emails", ready=ready, delayed=1, leased=2, dead=dead, oldest_ready_age_ms=10,
-                      config=QueueConfig())
-
-
-def test_depth_keeps_the_last_hour_and_stacks_its_four_layers() -> None:
-    now = [1_000_000.0]
-    depths = pages.Depths(clock=lambda: now[0])
-    for i in range(800):  # 800 samples 10 s apart: more than an hour
-        depths.record(stats(ready=i % 7, dead=i % 3))
-        now[0] += 10
-    hour = depths.hour("emails")
-    assert 355 <= len(hour) <= 361 and hour[0].at_s >= now[0] - pages.HOUR_S
-    depths.record(stats(ready=1))
-    depths.record(stats(ready=2))  # closer than SAMPLE_GAP_S: the earlier one is kept
-    assert depths.hour("emails")[-1].ready == 1
-    svg = pages.stacked_chart(hour, now[0])
-    assert [svg.count(f'class="layer {name}"') for name, _ in pages.LAYERS] == [1, 1, 1, 1]
-    assert "style=" not in svg  # the CSP allows no inline style
-
-
-def test_the_depth_page_shows_wait_percentiles_of_the_ready_jobs(app: Console) -> None:
+def test_the_depth_page_draws_the_relays_hour_from_the_operator_route(app: Console) -> None:
+    """The chart and the waits come from GET /v1/admin/queues/{queue}/depth (the relay's samples in
+    Redis, the same for every console), not from this console's memory or a listing of ready jobs."""
     body = get(app, "/queues/emails/depth").body
-    assert 'id="wait-p50"' in body and 'data-refresh="/fragment/queues/emails/depth"' in body
-    assert fake(app).listed_calls[-1][:3] == ("emails", "ready", pages.WAIT_SAMPLE)
-    assert [pages.percentile([5, 1, 3, 2, 4], q) for q in (50, 99, 1)] == [3, 5, 1]
-    assert pages.percentile([], 50) is None
+    assert fake(app).depth_calls == ["emails"] and fake(app).listed_calls == []
+    assert 'data-refresh="/fragment/queues/emails/depth"' in body
+    assert [body.count(f'class="layer {name}"') for name, _ in pages.LAYERS] == [1, 1, 1, 1]
+    assert "style=" not in body.split('<div class="depth-chart">')[1]  # the CSP allows no inline style
+    assert '<td id="wait-started">9</td>' in body  # the jobs started over the hour
+    assert f'<td id="wait-p50">{depth.bucket_ms(depth.bucket(100))} ms</td>' in body
+    assert f'<td id="wait-p99">{depth.bucket_ms(depth.bucket(10_000)) / 1000:.1f} s</td>' in body
+    assert get(app, "/fragment/queues/emails/depth").body.count('class="layer ') == 4
+    assert fake(app).depth_calls == ["emails", "emails"]
+
+
+def test_a_depth_page_with_no_samples_yet_says_so(app: Console) -> None:
+    fake(app).depth_history = lambda queue: depth.history(queue, [], 0)  # type: ignore[method-assign]
+    body = get(app, "/queues/emails/depth").body
+    assert "no samples yet" in body and '<td id="wait-p50">-</td>' in body
+
+
+def test_the_chart_spans_the_hour_or_what_the_relay_sampled_of_it() -> None:
+    now_ms = 100 * depth.HOUR_MS
+    stored = [depth.encode(now_ms - i * 10_000, i % 7, 1, 2, i % 3) for i in range(400, -1, -1)]
+    hour = depth.history("emails", stored, now_ms)
+    assert 360 <= len(hour.samples) <= 361 and hour.samples[0].at_ms >= now_ms - depth.HOUR_MS
+    svg = pages.stacked_chart(hour.samples, now_ms / 1000)
+    assert [svg.count(f'class="layer {name}"') for name, _ in pages.LAYERS] == [1, 1, 1, 1]
+    assert "-60 min" in svg
+    assert "-20 s" in pages.stacked_chart(hour.samples[-3:], now_ms / 1000)
 
 
 def test_the_queue_rows_link_to_their_jobs_and_depth_pages(app: Console) -> None:

@@ -5,6 +5,8 @@ console's protections (session, CSRF), runs one at a time and shows a run only t
 from __future__ import annotations
 
 import threading
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +128,46 @@ def test_a_lease_lost_before_its_grant_is_no_takeover() -> None:
     assert [ln.label for ln in drawn[:3]] == [EVIL, "(not granted)", "B"]
     assert "takeover" not in [m.kind for m in drawn[1].marks]
     assert "takeover" in [m.kind for m in drawn[2].marks]
+
+
+def test_the_relays_reap_of_a_lapsed_lease_is_drawn_on_that_leases_lane(app: Console) -> None:
+    """reap.lua's step (timelines on): on the lane of the lease that lapsed, with its token and
+    where the job went; an unknown outcome is shown escaped."""
+    steps = FakeBackend().timeline("emails", JOB)
+    steps.insert(2, {"at_ms": 2050, "kind": "reap", "worker": "relay", "lease": 7, "attempt": 1,
+                     "outcome": "ready"})
+    first, second = lanes(steps)[:2]
+    [reaped] = [m for m in first.marks if m.kind == "reaped"]
+    assert reaped.at_ms == 2050 and "lapsed lease 7 (attempt 1): the job goes back to ready" in reaped.text
+    assert first.label == EVIL and "reaped" not in [m.kind for m in second.marks]  # not relabelled "relay"
+    steps[2]["outcome"] = EVIL
+    app.backend.timeline = lambda queue, job_id: steps  # type: ignore[method-assign]
+    page = get(app, f"/jobs/timeline?id={JOB}").body
+    _no_script(page)
+    assert 'data-kind="reaped"' in page and "the relay takes back lapsed lease 7" in page
+
+
+def test_the_scenario_page_runs_on_the_running_stacks_servers_and_not_against_a_deployment(
+        tmp_path: Path) -> None:
+    """Inside ``sluice dev`` (a running local stack in the folder) the runs borrow its redis-server and
+    moto server (``scenarios.Borrowed``); a console pointed at a deployment, or at a stack still
+    starting, has no runs: the page says it is unavailable, and a POST starts nothing."""
+    from sluice_dev.chaos.scenarios import Borrowed
+    from sluice_dev.cli.console import build
+    from sluice_dev.cli.target import Target
+
+    stack = {"gateway_url": "http://127.0.0.1:9", "redis_url": "redis://127.0.0.1:7/0",
+             "aws_endpoint_url": "http://127.0.0.1:8"}
+    local = Target(tmp_path, env={})
+    local.__dict__["local"] = stack  # what running_stack() reads from .sluice/endpoints.json
+    runs = build(local, None, 0, ()).scenarios
+    assert runs is not None and isinstance(runs.runner, partial)
+    assert runs.runner.args == (Borrowed("redis://127.0.0.1:7/0", "http://127.0.0.1:8"),)
+    assert scenario.on_stack(None) is None and scenario.on_stack({"pid": 1, "starting": True}) is None
+
+    deployed = Target(tmp_path, env={})
+    deployed.__dict__["local"] = stack  # even in a stack's folder, --api means the deployment
+    app = build(deployed, "https://abc.execute-api.us-east-1.amazonaws.com/live", PORT, ())
+    assert app.scenarios is None
+    assert "unavailable" in get(app, "/scenario").body
+    assert post(app, "/scenario/gc-pause", {"freeze_for": "12", "fencing": "on"}).status == 400

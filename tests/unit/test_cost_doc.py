@@ -50,9 +50,9 @@ def test_every_region_is_there_once_and_no_other() -> None:
 def test_the_doc_states_the_corrected_figures() -> None:
     """The fixed cost the volume and SQS tables use is the fixed table's (749.93; they used 726.53)."""
     text = doc.DOC.read_text(encoding="utf-8")
-    assert "Cost per million = $8.09 + $749.93 / (millions of jobs a month)" in text
+    assert "Cost per million = $8.07 + $749.93 / (millions of jobs a month)" in text  # $8.09 before the logs
     assert "726.53" not in text and "$130" not in text
-    assert "| 100 M (38.1/s) | 7.50 | 8.09 | **15.59** | 6.90 | 2.26× |" in text
+    assert "| 100 M (38.1/s) | 7.50 | 8.07 | **15.57** | 6.66 | 2.34× |" in text
 
 
 def test_the_readme_first_screen_states_the_models_figures() -> None:
@@ -97,3 +97,13 @@ def test_deploy_md_states_the_models_figures() -> None:
     assert f"| ${nat[0]:.2f} a month, + $0.045 a GB |" in egress
     assert f"| ${nat[1]:.2f} a month with 3 AZs (${two_azs:.2f} with 2), + $0.045 a GB |" \
         in egress
+
+
+def test_the_targets_say_why_the_missed_ones_are_missed_with_the_models_figures() -> None:
+    """The small profile's SQS + Lambda at 1,000 M jobs: 4,088.3468 / 1,000 = $4.09 per million, so 1.20×
+    allows 0.2 × 4.0883 = $0.82 more; its idle month less two of its four endpoints (2 × 2 AZs × $0.01 ×
+    730 = $29.20): 174.34964556 - 29.2 = $145.15."""
+    said = " ".join(doc.targets().split())
+    assert "SQS + Lambda costs $4.09 per million, so 1.20× allows Sluice $0.82 more" in said
+    assert "would leave two endpoints: $145.15 a month, under $150.00; it is not built" in said
+    assert "4 interface endpoints cost $58.40 a month (4 × 2 AZs × $0.01 × 730)" in said

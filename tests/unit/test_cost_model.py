@@ -52,13 +52,15 @@ def test_the_variable_lines_per_million_jobs() -> None:
         "MSK storage": 0.07,  # 1.5 GB × 14/30 × 0.10: the 14-day retention, not 7
         "Worker Lambda compute": 0.200001,
         "Worker Lambda requests": 0.02,
-        "CloudWatch Logs": 0.50,
+        # 0.503 KB (the worker's line and EMF) + 0.168 (the gateway's EMF) + 0.265 × 1.1 (Lambda's lines, a
+        # gateway and a tenth of a worker invocation) = 0.9625 KB × 10⁶ = 0.9625 GB × $0.50
+        "CloudWatch Logs": 0.48125,
         "API access logs": 0.35,
         "DynamoDB storage": 0.0758333,  # a 0.65 KB item: 0.65 GB × 14/30 × 0.25 (1.5 KB before issue 33)
         "DynamoDB PITR": 0.0606667,  # 0.65 GB × 14/30 × 0.20
     }
     assert {line.name: line.monthly for line in sluice.lines if not line.fixed} == pytest.approx(expected)
-    assert sluice.variable == pytest.approx(8.093169)  # 8.896669 before issue 33
+    assert sluice.variable == pytest.approx(8.074419)  # 8.896669 before issue 33
 
 
 def test_api_gateway_is_billed_through_its_monthly_tiers() -> None:
@@ -73,18 +75,29 @@ def test_api_gateway_is_billed_through_its_monthly_tiers() -> None:
 def test_sqs_and_lambda_for_the_same_work() -> None:
     _, sqs = month(1e6)
     assert sqs.fixed == pytest.approx(0.2628)  # 5 pollers × 2,628,000 s / 20 s = 657,000 × $0.40 / M
-    # 3.50 + 0.48 + 0.133334 + 0.02 + 0.625 + 1.25 + 0.50 + 0.35 + 0.035
-    assert sqs.variable == pytest.approx(6.893334)
+    # 3.50 + 0.48 + 0.133334 + 0.02 + 0.625 + 1.25 + 0.26475 (logs) + 0.35 + 0.035
+    assert sqs.variable == pytest.approx(6.658084)
     _, unkeyed = month(1e6, keyed=False)
-    assert unkeyed.variable == pytest.approx(6.893334 - 1.25)  # no dedupe table
+    assert unkeyed.variable == pytest.approx(6.658084 - 1.25)  # no dedupe table
+
+
+def test_the_logs_line_counts_each_sides_lines() -> None:
+    """The same worker line and EMF a job on both sides (0.503 KB, measured), Lambda's START/END/REPORT
+    (0.265 KB) per invocation: SQS + Lambda's worker a tenth of one a job; Sluice's also its gateway's, one a
+    job, with the gateway's EMF line (0.168 KB)."""
+    sluice, sqs = month(1e6)
+    assert sqs.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.0265) * 0.50)  # 0.26475
+    assert sluice.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.168 + 0.2915) * 0.50)  # 0.48125
+    wide = estimate(Workload(1e6), replace(STANDARD, worker_batch=20), BOOK).sluice
+    assert wide.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.168 + 0.265 * 1.05) * 0.50)
 
 
 def test_the_ratio_at_100_million_jobs() -> None:
     e = estimate(Workload(100e6), STANDARD, BOOK)
-    assert e.sluice.monthly == pytest.approx(749.92564556 + 809.3169)
-    assert e.sqs.monthly == pytest.approx(0.2628 + 689.3334)
-    assert e.ratio == pytest.approx(1559.24254556 / 689.5962)
-    assert e.sluice.per_million == pytest.approx(15.5924254556)
+    assert e.sluice.monthly == pytest.approx(749.92564556 + 807.4419)
+    assert e.sqs.monthly == pytest.approx(0.2628 + 665.8084)
+    assert e.ratio == pytest.approx(1557.36754556 / 666.0712)
+    assert e.sluice.per_million == pytest.approx(15.5736754556)
 
 
 def test_handler_seconds_cost_the_same_on_both_sides() -> None:
@@ -238,17 +251,18 @@ def test_the_fixed_lines_of_the_small_profile() -> None:
     assert sluice.line("ElastiCache").monthly == pytest.approx(9.344)  # 1 × t4g.micro Valkey × 0.0128 × 730
     # Lambda, Secrets Manager, Scheduler, SSM (no STS: no function calls it) × 2 AZs × 0.01 × 730
     assert sluice.line("Interface endpoints").monthly == pytest.approx(58.4)
-    assert sluice.line("Alarms").monthly == pytest.approx(1.8)  # one cache node: 18 alarm metrics
+    # one cache node, and the HTTP API's 5xx rate read from two metrics (5xx / Count): 19 alarm metrics
+    assert sluice.line("Alarms").monthly == pytest.approx(1.9)
     assert not [line for line in sluice.lines if line.name.startswith("MSK Serverless")]
-    # 66.576 + 2 + 9.344 + 58.4 + 24.8288841 (relay) + 0.30076146 (safety net) + 2 + 1.8 + 3 + 6
-    assert sluice.fixed == pytest.approx(174.24964556)
+    # 66.576 + 2 + 9.344 + 58.4 + 24.8288841 (relay) + 0.30076146 (safety net) + 2 + 1.9 + 3 + 6
+    assert sluice.fixed == pytest.approx(174.34964556)
 
 
 def test_with_a_nat_the_small_profile_drops_its_endpoints_and_meets_the_idle_target() -> None:
     sluice, _ = small(0, egress="nat-single")
     assert not [line for line in sluice.lines if line.name == "Interface endpoints"]
     assert sluice.line("NAT gateways (handler egress)").monthly == pytest.approx(32.85)  # 0.045 × 730
-    assert sluice.fixed == pytest.approx(174.24964556 - 58.4 + 32.85)  # 148.70
+    assert sluice.fixed == pytest.approx(174.34964556 - 58.4 + 32.85)  # 148.80
     assert sluice.fixed <= 150
     busy, _ = small(100e6, egress="nat-single")
     # the relay's worker invocations through the NAT: 0.5 KB × 10⁸ = 50 GB × $0.045
@@ -273,15 +287,16 @@ def test_the_small_profiles_targets_as_the_model_computes_them() -> None:
     """Issue 33's targets: idle is met with one NAT gateway; the ratios are not (the per-job lines)."""
     sluice, sqs = small(100e6)
     # SQS + Lambda behind an HTTP API: 100 + 48 (1.2 requests × $0.40) + 13.3334 (worker) + 2 + 62.5 + 125
-    # + 50 + 35 (logs) + 3.5 (storage: 30 GB × 14/30 × 0.25) + 0.2628 (idle polling)
-    assert sqs.monthly == pytest.approx(439.5962, abs=1e-3)
-    # Sluice: 174.2496 idle + 100 (HTTP API) + 26.6668 + 20 (gateway Lambda) + 250 (2 WRU × 10⁸ × $1.25/M,
+    # + 26.475 + 35 (logs: 0.5295 KB a job; access) + 3.5 (storage: 30 GB × 14/30 × 0.25) + 0.2628 (polling)
+    assert sqs.monthly == pytest.approx(416.0712, abs=1e-3)
+    # Sluice: 174.3496 idle + 100 (HTTP API) + 26.6668 + 20 (gateway Lambda) + 250 (2 WRU × 10⁸ × $1.25/M,
     # no queued write since item 4) + 12.5 (reads) + 3 (cross-AZ) + 12 (storage above the floor)
-    # + 20.0001 + 2 (worker) + 50 + 35 (logs) + 7.5833 + 6.0667 (0.65 KB items, PITR) = 719.0665
-    assert sluice.monthly == pytest.approx(719.0665, abs=1e-3)
-    assert sluice.monthly / sqs.monthly == pytest.approx(1.6357, abs=1e-3)
+    # + 20.0001 + 2 (worker) + 48.125 + 35 (logs: 0.9625 KB a job; access) + 7.5833 + 6.0667 (0.65 KB items,
+    # PITR) = 717.2915
+    assert sluice.monthly == pytest.approx(717.2915, abs=1e-3)
+    assert sluice.monthly / sqs.monthly == pytest.approx(1.7240, abs=1e-3)
     big, big_sqs = small(1e9)
-    assert big.monthly / big_sqs.monthly == pytest.approx(1.2884, abs=1e-3)
+    assert big.monthly / big_sqs.monthly == pytest.approx(1.3580, abs=1e-3)
 
 
 def test_the_large_profile() -> None:

@@ -440,7 +440,7 @@ def test_openapi_document_describes_every_route_from_the_models(rig: Rig) -> Non
         ("/v1/admin/queues", "get"), ("/v1/admin/queues/{queue}", "get"),
         ("/v1/admin/queues/{queue}/caps", "put"), ("/v1/admin/queues/{queue}/jobs", "get"),
         ("/v1/admin/queues/{queue}/jobs/{job_id}/timeline", "get"),  # issue 32
-        ("/v1/admin/queues/{queue}/sensitive", "put")}
+        ("/v1/admin/queues/{queue}/depth", "get"), ("/v1/admin/queues/{queue}/sensitive", "put")}
     request = doc["components"]["schemas"]["EnqueueRequest"]
     assert request["additionalProperties"] is False and request["required"] == ["payload"]
     lease = request["properties"]["lease_seconds"]

@@ -438,3 +438,35 @@ def test_a_jobs_timeline_is_read_through_the_operator_route_for_operators_only()
                                       "steps": [{"at_ms": 5, "kind": "grant", "worker": "A", "token": 33}]}
     assert rig.call("GET", Q + "/jobs/j-1/timeline", caller=WEB)[0] == 403
     assert rig.call("GET", Q + "/jobs/j%20%3Cb%3E/timeline")[0] in (400, 404, 422)
+
+
+def test_a_queues_depth_hour_is_read_through_the_operator_route_for_operators_only() -> None:
+    """GET /v1/admin/queues/{queue}/depth (issue 32's closing review): the relay's samples from the
+    gateway's depth log, with the hour's waits; a plain caller is refused, a bad queue is a 400, and a
+    gateway with no depth log says so."""
+    from sluice.core import depth
+    from sluice.gateway.http.app import HttpGateway
+
+    read: list[str] = []
+
+    class Log:
+        def record(self, queue: str, ready: int, delayed: int, leased: int, dead: int) -> bool:
+            raise AssertionError("the operator route only reads")
+
+        def read(self, queue: str) -> depth.DepthHistory:
+            read.append(queue)
+            return depth.history(queue, [depth.encode(1_000, 4, 3, 2, 1, {depth.bucket(100): 2})], 2_000)
+
+    rig = Rig()
+    rig.gateway._http = HttpGateway(lambda: rig.api, depths=Log)
+    status, _, body = rig.call("GET", Q + "/depth")
+    assert status == 200 and read == ["emails"]
+    assert body["samples"] == [{"at_ms": 1_000, "ready": 4, "delayed": 3, "leased": 2, "dead": 1,
+                                "started": 2, "wait_p50_ms": depth.bucket_ms(depth.bucket(100)),
+                                "wait_p99_ms": depth.bucket_ms(depth.bucket(100))}]
+    assert (body["started"], body["queue"]) == (2, "emails") and 90 <= body["wait_p99_ms"] <= 110
+    assert rig.call("GET", Q + "/depth", caller=WEB)[0] == 403
+    assert rig.call("GET", "/v1/admin/queues/%3Cb%3E/depth")[0] in (400, 404, 422)
+    assert read == ["emails"]
+    rig.gateway._http = HttpGateway(lambda: rig.api)
+    assert rig.call("GET", Q + "/depth")[0] >= 400

@@ -79,7 +79,7 @@ def test_log_lines_carry_the_jobs_keys() -> None:
     obs(finished("unsettled", detail="store down"))
     obs(finished("lease_lost", detail="said by its LeaseGone"))
     assert [(x.level, x.message) for x in log.lines] == [
-        ("info", "job started"), ("warning", "lease lost: extend refused"), ("warning", "job retried: boom"),
+        ("debug", "job started"), ("warning", "lease lost: extend refused"), ("warning", "job retried: boom"),
         ("info", "job succeeded"), ("info", "lease released: the worker is stopping"),
         ("info", "job cancelled"), ("error", "job left to its lease: store down")]
     keys = {"job_id": "j", "queue": "q", "attempt": 2, "lease_token": 7, "worker_id": "w-1"}
@@ -87,6 +87,54 @@ def test_log_lines_carry_the_jobs_keys() -> None:
     assert log.lines[1].extra == keys  # the heartbeat knows no fencing token
     assert log.lines[2].extra == {**keys, "token": 5, "retry_after_ms": 900}
     assert log.lines[3].extra == {**keys, "token": 5, "write": "written"}
+
+
+def info(log: CaptureLog) -> list[str]:
+    return [x.message for x in log.lines if x.level != "debug"]
+
+
+def test_a_job_that_succeeds_writes_one_info_line_with_its_handlers_duration() -> None:
+    """Issue 33: one INFO line per plain job (it was two: "job started" as well), carrying what the
+    other said and how long the handler ran."""
+    log = CaptureLog()
+    obs = LogObserver(log, "w-1")
+    obs(ev.HandlerStarted(job="j", queue="q", token=5, attempt=2, lease=7))
+    obs(ev.HandlerEnded(job="j", queue="q", token=5, outcome="returned", duration_ms=12.345))
+    obs(finished("succeeded", detail="written"))
+    assert info(log) == ["job succeeded"]
+    assert log.lines[-1].extra == {"job_id": "j", "queue": "q", "attempt": 2, "lease_token": 7,
+                                   "worker_id": "w-1", "token": 5, "write": "written", "duration_ms": 12.3}
+    assert log.lines[0].level == "debug" and log.lines[0].message == "job started"
+    assert not obs._running  # forgotten at its verdict
+
+
+def test_a_job_still_running_at_its_first_renewal_says_so_once() -> None:
+    """The jobs an operator looks for (long, stuck, in an invocation that died) keep a line before
+    their end: the first renewal of a running handler's lease says "job running", with its keys."""
+    log = CaptureLog()
+    obs = LogObserver(log, "w-1")
+    obs(ev.Renewed(job="j", queue="q", lease=7, outcome="ok", t0=0.0))  # no handler running: nothing
+    obs(ev.HandlerStarted(job="j", queue="q", token=5, attempt=2, lease=7))
+    obs(ev.Renewed(job="j", queue="q", lease=7, outcome="lost", t0=0.0))  # a failed renewal: not running
+    obs(ev.Renewed(job="j", queue="q", lease=7, outcome="ok", t0=0.0))
+    obs(ev.Renewed(job="j", queue="q", lease=7, outcome="ok", t0=0.0))
+    obs(ev.Renewed(job="k", queue="q", lease=7, outcome="ok", t0=0.0))  # another job's lease
+    assert info(log) == ["job running"]
+    running = log.lines[-1]
+    assert (running.level, running.extra) == ("info", {"job_id": "j", "queue": "q", "attempt": 2,
+                                                       "lease_token": 7, "worker_id": "w-1", "token": 5})
+    obs(finished("retried", detail="boom"))
+    assert info(log) == ["job running", "job retried: boom"] and not obs._running
+
+
+def test_handlers_without_a_verdict_are_forgotten_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.worker.runtime import observers
+
+    monkeypatch.setattr(observers, "RUNNING_KEPT", 3)
+    obs = LogObserver(CaptureLog())
+    for n in range(5):
+        obs(ev.HandlerStarted(job=f"j{n}", queue="q", token=1, attempt=1, lease=n))
+    assert [job for job, _ in obs._running] == ["j2", "j3", "j4"]
 
 
 def test_observe_attaches_both_and_detaches_them() -> None:

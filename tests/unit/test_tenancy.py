@@ -29,7 +29,7 @@ ADMIN_SHAPES = {f"/v1/admin/queues/{{queue}}/{tail}": methods for tail, methods 
     ("watermarks", {"put"}), ("dlq", {"get", "delete"}), ("dlq/redrive", {"post"}), ("caps", {"put"}),
     ("schedules", {"get", "post"}), ("schedules/{name}", {"get", "delete"}),
     ("schedules/{name}/pause", {"post"}), ("schedules/{name}/resume", {"post"}), ("jobs", {"get"}),
-    ("jobs/{job_id}/timeline", {"get"}), ("sensitive", {"put"}))} | {
+    ("jobs/{job_id}/timeline", {"get"}), ("depth", {"get"}), ("sensitive", {"put"}))} | {
     "/v1/admin/queues": {"get"}, "/v1/admin/queues/{queue}": {"get"}}
 PREFIX = "arn:aws:execute-api:us-east-1:123456789012:a1b2c3d4e5/live/"
 NOW = 1_700_000_000_000

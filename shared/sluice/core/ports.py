@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
+from sluice.core.depth import DepthHistory
 from sluice.core.endings import Settled
 from sluice.core.listing import JobPage
 from sluice.core.models import (
@@ -207,6 +208,14 @@ class JobLog(Protocol):
     def append(self, specs: Sequence[JobSpec]) -> None:
         """Returns only after every record is acknowledged; raises BackendUnavailable."""
         ...
+
+
+class DepthLog(Protocol):
+    """A queue's depth over the last hour with its jobs' enqueue-to-start waits
+    (``sluice.core.depth``): the relay records a sample, the operator API reads the hour."""
+
+    def record(self, queue: str, ready: int, delayed: int, leased: int, dead: int) -> bool: ...
+    def read(self, queue: str) -> DepthHistory: ...
 
 
 class TimelineLog(Protocol):

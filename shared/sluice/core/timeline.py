@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The kinds of step, in the order a worker takes them.
-KINDS = ("lease", "grant", "renew", "lost", "write", "ack", "finish")
+# The kinds of step, in the order a worker takes them; then "reap", the relay taking back a lapsed
+# lease (reap.lua writes it itself, while timelines are on: ``w`` "relay", ``l`` the lease that lapsed,
+# ``a`` the attempt it used up, ``o`` where the job went: ready, dead, cancelled or gone).
+KINDS = ("lease", "grant", "renew", "lost", "write", "ack", "finish", "reap")
 CAP = 64  # steps kept per job: a job retried many times keeps its last ones
 MAX_ENTRY = 512  # bytes per step (timeline.lua refuses longer)
 _KEYS = {"t": "at_ms", "k": "kind", "w": "worker", "l": "lease", "a": "attempt", "f": "token",

@@ -34,7 +34,7 @@ from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
-    from sluice.core.ports import ParkedJobs, TimelineLog
+    from sluice.core.ports import DepthLog, ParkedJobs, TimelineLog
     from sluice.core.routes import RouteCache
     from sluice.gateway.http.app import HttpGateway
     from sluice.gateway.http.idempotency import PowertoolsIdempotency
@@ -107,7 +107,8 @@ class Gateway:
             self._http = HttpGateway(lambda: self.api, max_payload_bytes=self._max_payload_bytes,
                                      routes=self._routes,
                                      schedules=None if self._schedules is None else lambda: self.schedules,
-                                     version=__version__, timelines=_timeline_log, parked=_parked_jobs)
+                                     version=__version__, timelines=_timeline_log, depths=_depth_log,
+                                     parked=_parked_jobs)
         return self._http
 
     @property
@@ -270,6 +271,12 @@ def _parked_jobs() -> ParkedJobs | None:
     from sluice.entry import root as wiring
 
     return wiring.parked_jobs()
+
+
+def _depth_log() -> DepthLog:
+    from sluice.entry import root as wiring
+
+    return wiring.depth_log()
 
 
 def _timeline_log() -> TimelineLog:

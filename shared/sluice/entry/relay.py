@@ -113,6 +113,7 @@ def scheduled_relay(settings: Settings, context: LambdaContextLike, *, metrics: 
                                **(recovery or {}))
     wiring.subscribe_countdown(bus, settings)  # a settled child counts down its continuation (core.families)
     wiring.traces(settings, bus)  # its push spans, where traces are on
+    wiring.sample_depths(settings, bus)  # each queue's last hour of depths and waits, in Redis (console)
     relay = Relay(engine, wiring.store(settings), source, dispatcher, relay_id=relay_id,
                   config=RelayConfig.from_settings(settings, **options), metrics=metrics,
                   hooks=recovery_hooks, job_ids=job_ids, events=bus, parking=wiring.parking_lot(settings))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sluice.core.lazy import Lazy
     from sluice.core.ports import (
         CallerThrottle,
+        DepthLog,
         Dispatcher,
         JobLog,
         JobQueue,
@@ -159,7 +160,8 @@ def relay_engine(s: Settings | None = None) -> RelayEngine:
     """What the relay needs of Redis (``RedisRelayEngine``)."""
     from sluice.backends.redis.relay_engine import RedisRelayEngine
 
-    return RedisRelayEngine(redis(s))
+    ttl_ms = (s or settings()).timeline_ttl_s * 1000  # > 0: each reaped lease is a timeline step (issue 32)
+    return RedisRelayEngine(redis(s), ttl_ms)
 
 
 def lazy_queue(s: Settings | None = None) -> Lazy[JobQueue]:
@@ -553,9 +555,32 @@ def timelines(s: Settings | None = None, bus: EventBus | None = None) -> None:
     TimelineRecorder(lambda: timeline_log()).subscribe(bus)  # the adapter of the settings of the day
 
 
+_depth_sampled: set[int] = set()
+
+
+@cache
+def depth_log(s: Settings | None = None) -> DepthLog:
+    """A queue's last hour of depths and waits in Redis (the relay samples, the operator reads)."""
+    from sluice.backends.redis.depth import RedisDepthLog
+
+    return RedisDepthLog(redis(s))
+
+
+def sample_depths(s: Settings | None = None, bus: EventBus | None = None) -> None:
+    """Keep each queue's last hour of depths in Redis from the relay's measures on ``bus`` (default:
+    the process's), once per bus (``sluice.relay.depth``)."""
+    bus = events() if bus is None else bus
+    if id(bus) in _depth_sampled:
+        return
+    from sluice.relay.depth import DepthSampler
+
+    _depth_sampled.add(id(bus))
+    DepthSampler(lambda: depth_log(s)).subscribe(bus)
+
+
 def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log):
+                    dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log, depth_log):
         builder.cache_clear()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from sluice.core import knobs, listing, policy
+from sluice.core.depth import DepthHistory
 from sluice.core.errors import ConfigError, InvalidInput, NoRoute, NotOperator
 from sluice.core.limits import Limits
 from sluice.core.models import (
@@ -25,7 +26,7 @@ from sluice.core.models import (
     validate_job_id,
     validate_public_queue,
 )
-from sluice.core.ports import JobLog, JobQueue, JobStore, ParkedJobs, ParkedState, TimelineLog
+from sluice.core.ports import DepthLog, JobLog, JobQueue, JobStore, ParkedJobs, ParkedState, TimelineLog
 from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
@@ -66,10 +67,12 @@ class Admin:
                  reseal: Reseal | None = None, limits: Limits | None = None,
                  registry: Listing | None = None,
                  timelines: Callable[[], TimelineLog] | None = None,
+                 depths: Callable[[], DepthLog] | None = None,
                  parked: Callable[[], ParkedJobs | None] | None = None) -> None:
         self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
         self.parked = parked  # the parking lot, read for state=parked; None (or it gives None): no lot
         self.timelines = timelines  # a job's timeline (issue 32), built on use; None: this gateway reads none
+        self.depths = depths  # a queue's last hour of depths and waits, built on use; None: none read
         self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
         self.registry = registry
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
@@ -214,3 +217,11 @@ class Admin:
 
     def purge(self, name: str) -> int:
         return self.queue.purge_dead(self.check_queue(name))
+
+    def depth(self, name: str) -> DepthHistory:
+        """The queue's depth samples of the last hour and its jobs' enqueue-to-start waits
+        (``sluice.core.depth``: the relay samples); no samples when the relay took none yet."""
+        queue = self.check_queue(name)
+        if self.depths is None:
+            raise ConfigError("this gateway reads no depth history")
+        return self.depths().read(queue)

@@ -7,6 +7,7 @@ Registered on the main ``sluice`` group by ``sluice_dev.cli``; runnable alone to
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -72,6 +73,22 @@ _TIME_SCALE = click.option("--time-scale", type=float, default=1.0, show_default
 _AS_JSON = click.option("--json", "as_json", is_flag=True, help="End with the result as one JSON line.")
 
 
+def _writable_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Refused before the run, not after it: a scenario takes seconds to minutes, and its drawing is why the
+    user asked."""
+    if value is None:
+        return None
+    path = Path(value)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise click.BadParameter(f"{value} is a folder; name a file")
+    if not folder.is_dir():
+        raise click.BadParameter(f"no folder {folder} to write {path.name} in")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise click.BadParameter(f"cannot write {value}")
+    return value
+
+
 @scenario.command("gc-pause")
 @_LEASE
 @click.option("--renew-every", type=float, default=3.0, show_default=True,
@@ -82,7 +99,7 @@ _AS_JSON = click.option("--json", "as_json", is_flag=True, help="End with the re
 @click.option("--no-fencing", is_flag=True, help="Storage takes the unconditional write path: the bug.")
 @_TIME_SCALE
 @_AS_JSON
-@click.option("--html", "html", default=None, metavar="FILE",
+@click.option("--html", "html", default=None, metavar="FILE", callback=_writable_file,
               help="Also write the run's drawing (its timeline, as the workers recorded it) to FILE.")
 def gc_pause_cmd(lease: float, renew_every: float, freeze_at: float, freeze_for: float, no_fencing: bool,
                  time_scale: float, as_json: bool, html: str | None) -> None:

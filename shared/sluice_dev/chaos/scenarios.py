@@ -1,9 +1,10 @@
 """The seed's failure stories, played with real processes: ``sluice scenario gc-pause`` and
 ``sluice scenario crash-before-ack``.
 
-Each scenario starts its own redis-server and moto server, creates the jobs table,
-enqueues one job, and starts two real worker processes, A and B
-(``sluice_dev.chaos.scenario_worker``). A is let loose first; B starts competing once A
+Each scenario starts its own redis-server and moto server (or borrows a running ``sluice dev``'s:
+``Borrowed``, the console's scenario page, with a queue, tables and a bucket of its own scratch
+names, removed afterwards), creates the jobs table, enqueues one job, and starts two real worker
+processes, A and B (``sluice_dev.chaos.scenario_worker``). A is let loose first; B starts competing once A
 holds the lease. Everything on the timeline is something a process reported doing
 (a lease, a grant, a renewal, a write and what storage answered, an ack) or
 something the controller observed itself (the lease's deadline passing in Redis,
@@ -30,11 +31,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice_dev.chaos.procs import Child
 from sluice_dev.chaos.timeline import Entry, Narrator
+
+if TYPE_CHECKING:
+    from sluice.core.config import Settings
 
 QUEUE = "scenario"
 WORKER_MODULE = "sluice_dev.chaos.scenario_worker"
@@ -99,11 +103,27 @@ class _Env:
     queue: Any
     store: Any
     redis: Any
+    queue_name: str = QUEUE
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """The servers of a running ``sluice dev`` (its endpoints.json's ``redis_url`` and
+    ``aws_endpoint_url``) that a scenario runs on instead of starting its own."""
+
+    redis_url: str
+    moto_url: str
+
+
+SCRATCH = "scenario-"  # a borrowed stack's scratch names: this, then a random suffix
 
 
 @contextlib.contextmanager
-def _servers() -> Iterator[_Env]:
-    """A redis-server and a moto server of the scenario's own, with a fresh jobs table."""
+def _servers(on: Borrowed | None = None) -> Iterator[_Env]:
+    """A redis-server and a moto server of the scenario's own, with a fresh jobs table; or, ``on`` a
+    running stack, that stack's, with a queue, two tables and a bucket of scratch names that no real
+    one has (a random suffix; the queue is never registered, so the stack's relay and workers never
+    see it), all removed afterwards."""
     from sluice.backends.dynamodb import tables
     from sluice.backends.dynamodb.jobs import DynamoJobStore
     from sluice.backends.redis.engine import RedisQueue
@@ -112,22 +132,62 @@ def _servers() -> Iterator[_Env]:
 
     workdir = Path(tempfile.mkdtemp(prefix="sluice-scenario-"))
     started: list[servers.Server] = []
+    suffix = uuid.uuid4().hex[:8]
+    scratch = "" if on is None else SCRATCH
+    s: Settings | None = None
     try:
-        started.append(servers.start_redis(workdir=workdir / "redis", log_path=workdir / "redis.log"))
-        started.append(motoserver.start(log_path=workdir / "moto.log"))  # one request at a time, as DynamoDB
-        redis_url, moto_url = started[0].extra["url"], started[1].extra["url"]
-        suffix = uuid.uuid4().hex[:8]
-        s = Settings(redis_url=redis_url, aws_endpoint_url=moto_url, jobs_table=f"jobs-{suffix}",
-                     idempotency_table=f"idem-{suffix}", results_bucket=f"results-{suffix}")
+        if on is None:
+            started.append(servers.start_redis(workdir=workdir / "redis", log_path=workdir / "redis.log"))
+            started.append(motoserver.start(log_path=workdir / "moto.log"))  # one request at a time
+            redis_url, moto_url = started[0].extra["url"], started[1].extra["url"]
+        else:
+            redis_url, moto_url = on.redis_url, on.moto_url
+        # Only these names: no routes, schedules, parked or queues table, no payloads bucket, whatever
+        # the environment says (ensure_all would create those too).
+        s = Settings(redis_url=redis_url, aws_endpoint_url=moto_url, jobs_table=f"{scratch}jobs-{suffix}",
+                     idempotency_table=f"{scratch}idem-{suffix}", results_bucket=f"{scratch}results-{suffix}",
+                     routes_table="", schedules_table="", parked_table="", queues_table="",
+                     payloads_bucket="")
         with _dummy_aws():
             tables.ensure_all(s)
             queue = RedisQueue.from_settings(s)
             yield _Env(redis_url, moto_url, s.jobs_table, s.results_bucket, workdir, queue,
-                       DynamoJobStore.from_settings(s), queue.client)
+                       DynamoJobStore.from_settings(s), queue.client,
+                       QUEUE if on is None else f"{SCRATCH}{suffix}")
     finally:
+        if on is not None and s is not None:
+            with _dummy_aws():
+                _scrub(s, f"{SCRATCH}{suffix}")
         for server in reversed(started):
             server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _scrub(s: Settings, queue: str) -> None:
+    """Remove what a run on a borrowed stack made (``s``: its scratch Settings): its queue's Redis keys
+    (all under the queue's ``{queue}`` hash tag), its two tables and its bucket. Best effort: a
+    leftover has a scratch name no real queue, table or bucket has."""
+    import boto3
+    import botocore.exceptions
+    import redis
+
+    from sluice.backends.redis.engine import RedisQueue
+
+    if not queue.startswith(SCRATCH):  # never anything but a scratch queue's keys
+        raise ValueError(f"not a scratch queue: {queue!r}")
+    with contextlib.suppress(redis.RedisError):
+        client = RedisQueue.from_url(s.redis_url).client
+        for key in list(client.scan_iter(match=f"sluice:{{{queue}}}:*", count=1000)):
+            client.delete(key)  # one by one: a cluster client deletes one slot's keys a call
+    dynamodb = boto3.client("dynamodb", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+    for table in (s.jobs_table, s.idempotency_table):
+        with contextlib.suppress(botocore.exceptions.ClientError):
+            dynamodb.delete_table(TableName=table)
+    with contextlib.suppress(botocore.exceptions.ClientError):
+        s3 = boto3.resource("s3", region_name=s.aws_region, endpoint_url=s.aws_endpoint_url)
+        bucket = s3.Bucket(s.results_bucket)
+        bucket.objects.all().delete()
+        bucket.delete()
 
 
 @contextlib.contextmanager
@@ -164,7 +224,7 @@ class _Play:
     def start(self, name: str, **cfg: Any) -> Child:
         env, p = self.env, self.p
         config = {"name": name, "redis_url": env.redis_url, "moto_url": env.moto_url, "table": env.table,
-                  "bucket": env.bucket, "queue": QUEUE, "lease_ms": self.lease_ms,
+                  "bucket": env.bucket, "queue": env.queue_name, "lease_ms": self.lease_ms,
                   "heartbeat_fraction": p.renew_every_s / p.lease_s, "gate": True, **cfg}
         child = Child(name, WORKER_MODULE, [json.dumps(config)], events=self.events, stdin=True,
                       log_path=env.workdir / f"worker-{name}.log")
@@ -174,10 +234,17 @@ class _Play:
     def enqueue(self) -> None:
         from sluice.core.models import JobSpec
 
-        spec = JobSpec(job_id=self.job_id, queue=QUEUE, payload={"numbers": [3, 4, 5]},
+        spec = JobSpec(job_id=self.job_id, queue=self.env.queue_name, payload={"numbers": [3, 4, 5]},
                        lease_ms=self.lease_ms, max_attempts=5)
         self.env.store.record_accepted(spec)
-        self.env.queue.enqueue(spec)
+        # enqueue.lua alone, not ``enqueue`` (which registers the queue first): an unregistered queue
+        # is one the relay's maintenance never visits, so on a borrowed stack (the console's scenario
+        # page inside sluice dev) its relay and workers never see the scratch queue.
+        from sluice.backends.redis.checks import job_fields
+        from sluice.core.clock import wall_ms
+
+        conn, name = self.env.queue.conn, self.env.queue_name
+        conn.scripts.enqueue(conn.keys(name), [job_fields(spec, name, wall_ms())], internal=False)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         ready: set[str] = set()
@@ -215,7 +282,7 @@ class _Play:
             return
         from sluice.backends.redis.keys import QueueKeys
 
-        score = self.env.redis.zscore(QueueKeys(QUEUE).leased, self.job_id)
+        score = self.env.redis.zscore(QueueKeys(self.env.queue_name).leased, self.job_id)
         if score is None:
             return
         secs, micros = self.env.redis.time()
@@ -264,7 +331,7 @@ class _Play:
 
         conn = RedisConnection.from_url(self.env.redis_url)
         try:
-            return RedisTimeline(conn, ttl_ms=600_000).read(QUEUE, self.job_id)
+            return RedisTimeline(conn, ttl_ms=600_000).read(self.env.queue_name, self.job_id)
         finally:
             conn.close()
 
@@ -273,9 +340,10 @@ class _Play:
             child.stop()
 
 
-def gc_pause(p: Params, echo: Echo | None = None) -> Result:
-    """Worker A freezes (SIGSTOP) just before its write; B may take over; who wins?"""
-    with _servers() as env:
+def gc_pause(p: Params, echo: Echo | None = None, on: Borrowed | None = None) -> Result:
+    """Worker A freezes (SIGSTOP) just before its write; B may take over; who wins? ``on``: a running
+    stack's servers, with scratch names (else its own servers)."""
+    with _servers(on) as env:
         play = _Play(env, p, echo)
         try:
             a = play.start("A", work_s=p.scaled(p.freeze_at_s), work_from_lease=True,
@@ -342,7 +410,7 @@ def crash_before_ack(p: Params, echo: Echo | None = None) -> Result:
 def _in_redis(play: _Play) -> bool:
     from sluice.backends.redis.keys import QueueKeys
 
-    return bool(play.env.redis.exists(QueueKeys(QUEUE).job(play.job_id)))
+    return bool(play.env.redis.exists(QueueKeys(play.env.queue_name).job(play.job_id)))
 
 
 def _verdict_gc(play: _Play, p: Params) -> Result:

@@ -103,14 +103,22 @@ def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, SluiceError):
         return text
+    if _file_error(exc):  # a path the user gave, not a server: "cannot connect" would send them looking there
+        return f"{exc.strerror or text}: {exc.filename}"  # type: ignore[attr-defined]
     if isinstance(exc, ConnectionError | OSError):
         return f"cannot connect: {text}"
     return f"{type(exc).__name__}: {text}"
 
 
+def _file_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and not isinstance(exc, ConnectionError) and exc.filename is not None
+
+
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, SluiceError):
         return exc.code
+    if _file_error(exc):
+        return "FILE_ERROR"
     return "CANNOT_CONNECT" if isinstance(exc, ConnectionError | OSError) else "INTERNAL"
 
 

@@ -178,6 +178,7 @@ _DIFFERENCE = (
     ("the larger stored item with its PITR", ("DynamoDB storage", "DynamoDB PITR"), ("Result storage",)),
     ("the relay's read", ("DynamoDB reads",), ()),
     ("the worker's longer run", ("Worker Lambda compute",), ("Worker Lambda compute",)),
+    ("the gateway's log lines", ("CloudWatch Logs",), ("CloudWatch Logs",)),
     ("less SQS's own requests", (), ("SQS requests",)),
 )
 
@@ -205,7 +206,8 @@ def sqs() -> str:
            month; at volume its receives are in the SQS line) and it needs no VPC. So SQS is cheaper at
            every volume: {r1} at 1 M jobs a month (${s1} against ${q1} per million), {r100} at 100 M, and
            still {rb} at 1,000 M (${sb} against ${qb}), where Sluice's extra (${extra} per million) is
-           {difference}; API Gateway, the logs and the handler's own time cost the same on both sides.""",
+           {difference}; API Gateway, its access logs, the worker's own log line and the handler's own
+           time cost the same on both sides.""",
         idle=idle.arithmetic, idle_usd=money(idle.monthly), r1=ratio(base.ratio), s1=per_million(base.sluice),
         q1=per_million(base.sqs), r100=ratio(hundred.ratio), rb=ratio(big.ratio), sb=per_million(big.sluice),
         qb=per_million(big.sqs), extra=money(extra), difference=_difference(big))
@@ -266,8 +268,62 @@ def targets() -> str:
             e = at(jobs, small, egress=egress)
             value = e.ratio if jobs else e.sluice.fixed
             rows.append([what, f"≤ {show(most)}", f"`{egress}`", show(value), _verdict(value, most)])
-    return _table(["Target (issue 33), `small` profile", "Goal", "`HandlerEgress`", "Model", "Result"], rows,
-                  right=0)
+    table = _table(["Target (issue 33), `small` profile", "Goal", "`HandlerEgress`", "Model", "Result"], rows,
+                   right=0)
+    return table + "\n\n" + _why_not(small)
+
+
+def _why_not(small: Profile) -> str:
+    """Why the targets the model says are missed cannot be met without giving something up: the arithmetic."""
+    big, hundred, idle = at(1e9, small), at(100e6, small), at(0, small).sluice
+    bare = replace(small, interface_endpoints=())
+    endpoints = idle.line("Interface endpoints").monthly
+    each = endpoints / len(small.interface_endpoints)
+    shape = big.workload.shape  # the gateway's lines, a request: $ per million jobs (KB × 10⁶ = GB)
+    gateway_logs = (shape.platform_log_kb + shape.gateway_emf_kb) * load().usd("logs_ingest_gb")
+    grant = big.sluice.line("DynamoDB writes").monthly / 1e3 - sum(
+        big.sqs.line(n).monthly for n in ("Result write (DynamoDB, unfenced)",
+                                          "Dedupe table (to match the Idempotency-Key)")) / 1e3
+    return prose(
+        """Why the ratios are not met. At 1,000 M jobs a month SQS + Lambda costs ${q_big} per million, so
+           1.20× allows Sluice ${allow_big} more; it costs ${extra_big} more: {difference}. The token grant
+           (${grant}) is what fencing costs, one conditional write an attempt; Kafka's retention and the
+           relay's read are replay after a Redis loss and cancels honoured before a job reaches Redis; the
+           gateway Lambda is the front door's own code (ids minted with the stack's key, the
+           Idempotency-Key, the Kafka produce), which API Gateway cannot do alone. None of these goes
+           without the guarantee it pays for, and together they come to ${must} a million, more than the
+           ${allow_big} allowed. The gateway's log lines (${gw_logs}: Lambda's START, END and REPORT lines
+           and its EMF count, a request) could go (Lambda's JSON log format at system level WARN, no count
+           of 2xx answers); that is not done, and it would leave {r_big_logs}. At 100 M jobs a month
+           the fixed floor adds ${floor_hundred} per million: the ratio is {r_hundred} without egress and
+           would still be {r_bare} with no interface endpoint at all; with one NAT gateway the handlers'
+           NAT data (${nat} per million, which SQS + Lambda, outside any VPC, does not pay) makes it
+           {r_nat}.""",
+        q_big=per_million(big.sqs), allow_big=money(0.2 * (big.sqs.per_million or 0)),
+        extra_big=money((big.sluice.per_million or 0) - (big.sqs.per_million or 0)),
+        difference=_difference(big), grant=money(grant), must=money(grant + sum(
+            line.monthly for line in big.sluice.lines if line.name in (
+                "Kafka cross-AZ traffic", "MSK broker storage above the floor", "DynamoDB reads",
+                "Gateway Lambda compute", "Gateway Lambda requests")) / 1e3),
+        gw_logs=money(gateway_logs), r_big_logs=ratio(((big.sluice.per_million or 0) - gateway_logs)
+                                                      / (big.sqs.per_million or 1)),
+        floor_hundred=money(hundred.sluice.fixed / 100), r_hundred=ratio(hundred.ratio),
+        r_bare=ratio(at(100e6, bare).ratio),
+        nat=money(sum(line.monthly for line in at(100e6, small, egress="nat-single").sluice.lines
+                      if line.name.startswith("NAT data")) / 100),
+        r_nat=ratio(at(100e6, small, egress="nat-single").ratio)) + "\n\n" + prose(
+        """Why idle without egress is not met. The small profile's {n} interface endpoints cost ${endpoints}
+           a month ({n} × {azs} AZs × {hour} × {hours}): Lambda (the relay starts the workers; a worker
+           calls the internal function for `enqueue_many`), Secrets Manager (every function in the VPC reads
+           its Redis user's password and the job id key when it starts), Scheduler (the operator function's
+           schedule routes) and SSM (the relay's team map). Each is called from a function that reaches
+           Redis or Kafka, so it runs in the VPC, and none of the calls can go (docs/deploy.md, "Interface
+           endpoints"). Moving the two rare ones (the team map read, the Scheduler calls) into a small
+           function outside the VPC, invoked through the Lambda endpoint, would leave two endpoints:
+           ${two} a month, under ${goal}; it is not built.""",
+        n=len(small.interface_endpoints), endpoints=money(endpoints), azs=small.azs,
+        hour=usd(load().usd("endpoint_az_hour")), hours=count(load().hours_per_month),
+        two=money(idle.fixed - 2 * each), goal=money(TARGETS[0][2]))
 
 
 def profiles() -> str:
@@ -300,8 +356,8 @@ def profiles() -> str:
            cluster that already exists (`KafkaBootstrapServers`) it costs ${existing}. At volume the
            gap to SQS is the per-job lines, not the floor: at 1,000 M jobs a month the small profile costs
            ${extra} per million more than SQS + Lambda, of which {difference}. No profile setting removes
-           the per-job lines; issue 33's item 4 works on them. The standard profile's idle ${standard} is
-           {share:.0%} MSK Serverless.""",
+           the per-job lines ("Targets" below says why the rest stays). The standard profile's idle
+           ${standard} is {share:.0%} MSK Serverless.""",
         nat=money(nat.fixed), no_nat=money(no_nat.fixed), extra=money(extra),
         existing=money(at(0, replace(small, kafka="existing")).sluice.fixed),
         difference=_difference(big), standard=money(at(0, standard).sluice.fixed),

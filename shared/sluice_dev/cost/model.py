@@ -38,7 +38,15 @@ class JobShape:
     # The jobs item holds no payload: its attributes and the 200 B result, 527 B measured
     # (benchmarks/bench_per_job.py, issue 33), + the 100 B DynamoDB bills per item for storage.
     item_kb: float = 0.65
-    log_kb: float = 1.0  # structured logs and EMF per job
+    # CloudWatch Logs, per job (issue 33, benchmarks/bench_log_bytes.py): the worker's own, measured, one
+    # "job succeeded" line (440 B) and EMF flushed once a drain of 10 (63 B): 820 + 63 B before issue 33
+    # cut "job started" to DEBUG. Both sides write the same structured line and metrics a job.
+    worker_log_kb: float = 0.503
+    # Lambda's START, END and REPORT lines of one invocation (text format: 71 + 52 + 142 B with a request
+    # id, formatted as Lambda writes them, not measured): Sluice's gateway runs once a job, both workers
+    # once a batch.
+    platform_log_kb: float = 0.265
+    gateway_emf_kb: float = 0.168  # the gateway handler's EMF line, one an invocation (measured, the same)
     access_log_kb: float = 0.7  # one access log line per request (the template's format)
     sqs_result_kb: float = 0.3  # SQS + Lambda's result item (no payload, no token)
 
@@ -265,7 +273,7 @@ def _variable(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
     invocations = jobs / p.worker_batch
     out.append(variable("Worker Lambda requests", f"1 invocation per {p.worker_batch} jobs: "
                         f"{count(invocations)} × {usd(request)} / M", invocations * request / 1e6))
-    out += _logs(workload, prices)
+    out += _logs(workload, prices, p.worker_batch, gateway=True)
     gb = shape.item_kb * jobs / GB
     gb_month = gb * p.retention_days / DAYS_PER_MONTH
     storage, pitr = prices.usd("dynamodb_storage"), prices.usd("dynamodb_pitr")
@@ -336,13 +344,20 @@ def _handler_time(workload: Workload, worker_gb: float, prices: PriceBook) -> li
                      f"{count(workload.jobs_per_month)} × {usd(gb_s)}", worker_gb * seconds * gb_s)]
 
 
-def _logs(workload: Workload, prices: PriceBook) -> list[Line]:
-    """Logs both sides write: the functions' own, and the front door's access log."""
+def _logs(workload: Workload, prices: PriceBook, batch: int, gateway: bool) -> list[Line]:
+    """Logs both sides write: the functions' own (the worker's line and EMF a job, Lambda's platform lines
+    per invocation: a worker's a ``batch``, the ``gateway`` function's a job), and the front door's
+    access log."""
     jobs, shape, per = workload.jobs_per_month, workload.shape, prices.usd("logs_ingest_gb")
-    logs, access = shape.log_kb * jobs / GB, shape.access_log_kb * jobs / GB
+    invocations = 1 / batch + (1 if gateway else 0)
+    kb = shape.worker_log_kb + shape.platform_log_kb * invocations + (shape.gateway_emf_kb if gateway else 0)
+    logs, access = kb * jobs / GB, shape.access_log_kb * jobs / GB
+    calls = f"(1 gateway + 1/{batch} worker invocation)" if gateway else f"1/{batch} worker invocation"
+    emf = f" + {count(shape.gateway_emf_kb)} KB (the gateway's EMF)" if gateway else ""
     return [
-        variable("CloudWatch Logs", f"~{count(shape.log_kb)} KB of structured logs and EMF a job = "
-                 f"{count(logs)} GB × {usd(per)}", logs * per),
+        variable("CloudWatch Logs", f"{count(shape.worker_log_kb)} KB (the worker's line and EMF){emf} + "
+                 f"{count(shape.platform_log_kb)} KB (Lambda's lines) × {calls} = {count(round(kb, 4))} KB "
+                 f"a job = {count(round(logs, 4))} GB × {usd(per)}", logs * per),
         variable("API access logs", f"one ~{count(shape.access_log_kb)} KB JSON line a request = "
                  f"{count(access)} GB × {usd(per)}", access * per),
     ]
@@ -384,7 +399,7 @@ def sqs_lambda(workload: Workload, prices: PriceBook, api: str = "rest", worker_
         lines.append(variable("Dedupe table (to match the Idempotency-Key)",
                               f"{count(sqs.dedupe_wru)} WRU × {n} × {usd(wru)} / M",
                               sqs.dedupe_wru * jobs * wru / 1e6))
-    lines += _logs(workload, prices)
+    lines += _logs(workload, prices, sqs.batch, gateway=False)
     lines.append(variable("Result storage", f"a {count(shape.sqs_result_kb)} KB item kept 14 days, no PITR: "
                           f"{count(gb)} GB × 14/{DAYS_PER_MONTH} × {usd(storage)}",
                           gb * 14 / DAYS_PER_MONTH * storage))

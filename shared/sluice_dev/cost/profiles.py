@@ -73,7 +73,7 @@ class Profile:
 STANDARD = Profile("standard")
 SMALL = Profile("small", azs=2, interface_endpoints=("Lambda", "Secrets Manager", "Scheduler", "SSM"),
                 endpoints_with_nat=(), kafka="msk-provisioned", kafka_brokers=2, cache_node="t4g_micro",
-                cache_nodes=1, api="http", alarm_metrics=18)
+                cache_nodes=1, api="http", alarm_metrics=19)
 LARGE = Profile("large", job_partitions=32, cache_node="r7g_large", cache_nodes=6, cache_shards=3,
                 relay_groups=4, alarm_metrics=23)
 

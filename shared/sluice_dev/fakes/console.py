@@ -3,8 +3,10 @@ it reads and writes), with hostile texts for the pages to escape."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
+from sluice.core import depth
 from sluice.core.errors import JobNotFound
 from sluice.core.listing import JobPage, ListedJob
 from sluice.core.models import DeadJob, FinishedCounts, QueueConfig, QueueStats
@@ -45,6 +47,8 @@ class FakeBackend:
         self.polls = 0
         self.schedule_paused = False
         self.listed_calls: list[tuple[Any, ...]] = []  # list_jobs: (queue, state, limit, cursor, prefix)
+        self.depth_calls: list[str] = []
+        self.now = time.time
 
     def queue_row(self, queue: str) -> dict[str, Any]:
         self.polls += 1  # each poll: 4 more succeeded, 1 more dead
@@ -85,6 +89,16 @@ class FakeBackend:
                         redacted=["card"])
         shown = [] if prefix and not JOB.startswith(prefix) else [job]
         return JobPage(queue=queue, state=state, jobs=shown, next=None if cursor else f"5~{JOB}")
+    def depth_history(self, queue: str) -> depth.DepthHistory:
+        """GET /v1/admin/queues/{queue}/depth: three samples 10 s apart ending now (the console's
+        clock), 9 jobs started in the last two (waits of ~100 ms, and one of ~10 s)."""
+        self.depth_calls.append(queue)
+        now = int(self.now() * 1000)
+        stored = [depth.encode(now - 20_000, 5, 1, 2, 0),
+                  depth.encode(now - 10_000, 7, 1, 2, 1, {depth.bucket(100): 4}),
+                  depth.encode(now, 3, 1, 2, 1, {depth.bucket(100): 4, depth.bucket(10_000): 1})]
+        return depth.history(queue, stored, now)
+
     def timeline(self, queue: str, job_id: str) -> list[dict[str, Any]]:
         """A takeover after a freeze: A's lease lapsed, B took over and wrote, A's late write was
         refused; every text a worker id could carry is ``EVIL``."""

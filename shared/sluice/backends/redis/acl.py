@@ -56,14 +56,15 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
     "listing.lua": "hkeys zrange",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
-                 "rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
+                 "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
     "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
                 "time zadd zcard zcount zrem",
     "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time zadd zcard "
-                "zrangebyscore zremrangebyrank",
+    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
+                "time zadd zcard zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
+    "sample.lua": "del hgetall lindex ltrim pexpire rpush time",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
     "registry_load.lua": "sadd set",
@@ -128,7 +129,7 @@ OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lu
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
 RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
                        "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",
-                       "trim.lua",
+                       "trim.lua", "sample.lua",
                        "stats.lua", "redrive.lua", "config.lua", "rebase.lua"),
              ("hget", "zrange", "hmget", "hgetall", "smembers", "info", "get", "set"), all_keys=True)
 

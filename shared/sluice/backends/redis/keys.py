@@ -43,8 +43,13 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
                                    #ready -> jobs in every group's ready zset (_lib.lua, "Fair groups")
     sluice:{q}:recent       zset   job id -> when it finished (ms): the last jobs acked, capped (ack.lua
                                    keeps listing.RECENT_KEPT), for the operator's listing (issue 32)
+    sluice:{q}:waits        hash   wait bucket -> jobs first leased since the last depth sample (lease.lua),
+                                   taken and emptied by sample.lua (core/depth.py)
+    sluice:{q}:depth        list   "<ms>,<ready>,<delayed>,<leased>,<dead>[;<bucket>:<n>,...]" per depth
+                                   sample of the last hour (sample.lua, the relay), capped, expiring
     sluice:{q}:tl:<id>      list   the job's timeline (timeline.lua, issue 32): its workers' leases, grants,
-                                   renewals, writes and acks, capped, expiring after its last append
+                                   renewals, writes and acks, and the relay's reap of a lapsed lease
+                                   (reap.lua), capped, expiring after its last append
 
 Per caller (issue 27, item 5): sluice:{caller:<digest>}:bucket, a hash (r, b, t) of the caller's
 request and byte token buckets, shared by every gateway (throttle.lua); ``<digest>`` is the first
@@ -217,13 +222,30 @@ class QueueKeys:
         """The three KEYS every script that moves a grouped job takes last: prefix, turns, groups."""
         return [self.group_prefix, self.turns, self.groups]
 
+    @property
+    def timeline_prefix(self) -> str:
+        """reap.lua builds a job's timeline key from the ids it reclaims: ``timeline`` without the id."""
+        return f"{self.base}:tl:"
+
     def timeline(self, job_id: str) -> str:
-        """list: the job's timeline (timeline.lua), capped and expiring; only workers append, only
-        the operator reads."""
+        """list: the job's timeline (timeline.lua), capped and expiring; workers append, and reap.lua
+        a lapsed lease's step while timelines are on; only the operator reads."""
         return f"{self.base}:tl:{validate_job_id(job_id)}"
 
     def relayed(self, topic: str, partition: int) -> str:
         return f"{self.base}:relayed:{topic}:{int(partition)}"
+
+    @property
+    def waits(self) -> str:
+        """hash bucket -> count: the enqueue-to-start waits of the jobs first leased since the relay's
+        last depth sample (lease.lua counts, sample.lua takes; ``sluice.core.depth``)."""
+        return f"{self.base}:waits"
+
+    @property
+    def depth(self) -> str:
+        """list: the queue's depth samples of the last hour with their waits (sample.lua), capped and
+        expiring; the operator's ``GET .../depth`` reads it."""
+        return f"{self.base}:depth"
 
     @property
     def recent(self) -> str:

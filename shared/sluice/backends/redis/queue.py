@@ -33,6 +33,7 @@ from sluice.backends.redis.checks import (
 from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.scripts import REDIS_ERRORS, JobFields, translate
+from sluice.core import timeline
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError
@@ -162,10 +163,12 @@ class RedisJobQueue:
             raise InvalidInput("the jobs table says leased (settle) or cancelled, not both")
         return self.conn.scripts.cancel(k, validate_job_id(job_id), settle, cancelled)
 
-    def reap(self, queue: str, limit: int = 1000) -> int:
-        """Reclaim up to ``limit`` expired leases (and promote due delayed jobs); returns expired."""
+    def reap(self, queue: str, limit: int = 1000, timeline_ttl_ms: int | None = None) -> int:
+        """Reclaim up to ``limit`` expired leases (and promote due delayed jobs); returns expired.
+        ``timeline_ttl_ms`` > 0 (timelines on): each lapsed lease's job gets a "reap" step."""
         k = self.conn.keys(queue)
-        return self.conn.scripts.reap(k, checked_int(limit, 1, 10_000, "limit"))[0]
+        ttl = checked_int(timeline_ttl_ms, 1000, 604_800_000, "timeline_ttl_ms") if timeline_ttl_ms else 0
+        return self.conn.scripts.reap(k, checked_int(limit, 1, 10_000, "limit"), ttl, timeline.CAP)[0]
 
     def holds(self, queue: str, job_id: str) -> bool:
         """Whether Redis holds ``job_id`` live (ready, delayed or leased). A read, for ``GET``:

@@ -57,15 +57,16 @@ PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, part
 class RedisRelayEngine:
     """The relay's Redis, over a shared ``RedisConnection``."""
 
-    def __init__(self, conn: RedisConnection) -> None:
+    def __init__(self, conn: RedisConnection, timeline_ttl_ms: int = 0) -> None:
         self.conn = conn
+        self.timeline_ttl_ms = timeline_ttl_ms  # > 0: a reaped lease is a step on its job's timeline
         self.jobs = RedisJobQueue(conn)
         self.admin = RedisAdmin(conn)
         self.config = RedisQueueConfig(conn)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisRelayEngine:
-        return cls(RedisConnection.from_settings(settings))
+        return cls(RedisConnection.from_settings(settings), settings.timeline_ttl_s * 1000)
 
     @property
     def client(self) -> redis.Redis[Any]:
@@ -217,8 +218,10 @@ class RedisRelayEngine:
 
     # --- maintenance --------------------------------------------------------------------------
 
-    def reap(self, queue: str, limit: int = 1000) -> int:
-        return self.jobs.reap(queue, limit)
+    def reap(self, queue: str, limit: int = 1000, timeline_ttl_ms: int | None = None) -> int:
+        """``RedisJobQueue.reap``, its timeline steps by this engine's ``timeline_ttl_ms`` unless told."""
+        ttl = self.timeline_ttl_ms if timeline_ttl_ms is None else timeline_ttl_ms
+        return self.jobs.reap(queue, limit, ttl)
 
     def unsettled(self, queue: str, limit: int = 100) -> list[SettleEntry]:
         """The oldest ``limit`` entries of the settle set (``keys.settle``: endings the jobs table

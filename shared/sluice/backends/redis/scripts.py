@@ -304,7 +304,7 @@ class Scripts:
             args.append(policy_attempts)
         reply = self._run("lease.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
                                         k.config, k.settle, k.finished, k.used, *k.group_keys,
-                                        k.turns_zset], args)
+                                        k.turns_zset, k.waits], args)
         now, t0 = int(reply[0]), int(reply[1])
         queue = k.queue
         loads = json.loads
@@ -350,9 +350,12 @@ class Scripts:
                                                 k.finished, k.used, *k.group_keys],
                                [job_id, int(settle), int(cancelled)]))
 
-    def reap(self, k: QueueKeys, limit: int) -> tuple[int, int]:
+    def reap(self, k: QueueKeys, limit: int, timeline_ttl_ms: int = 0,
+             timeline_cap: int = 64) -> tuple[int, int]:
+        """``reap.lua``; ``timeline_ttl_ms`` > 0: each lapsed lease gets a step on its job's timeline."""
         reply = self._run("reap.lua", [k.job_prefix, k.ready, k.delayed, k.leased, k.dead, k.tokens, k.seq,
-                                       k.settle, k.finished, k.used, *k.group_keys, k.config], [limit])
+                                       k.settle, k.finished, k.used, *k.group_keys, k.config,
+                                       k.timeline_prefix], [limit, timeline_ttl_ms, timeline_cap])
         return int(reply[0]), int(reply[1])
 
     def redrive(self, k: QueueKeys, job_id: str | None, limit: int, generation: int = 0) -> int:
@@ -404,6 +407,11 @@ class Scripts:
         boundary = (flat[0], int(float(flat[1]))) if flat[0] else None
         rows = flat[2:]
         return int(r[0]), boundary, [(rows[i], int(float(rows[i + 1]))) for i in range(0, len(rows), 2)]
+
+    def sample(self, k: QueueKeys, counts: Sequence[int], cap: int, ttl_ms: int, gap_ms: int) -> bool:
+        """``sample.lua``: one depth sample (ready, delayed, leased, dead) with the waits counted since
+        the last; False when the last sample is younger than ``gap_ms`` (nothing written)."""
+        return bool(self._run("sample.lua", [k.waits, k.depth], [*counts, cap, ttl_ms, gap_ms]))
 
     def timeline(self, k: QueueKeys, job_id: str, cap: int, ttl_ms: int, entries: Sequence[str]) -> int:
         """``timeline.lua``: append ``entries`` to the job's timeline, keep its last ``cap``, expire it

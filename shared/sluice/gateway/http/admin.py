@@ -34,6 +34,7 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/dlq/redrive/?$"), ("POST",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/?$"), ("GET",)),
     (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/jobs/[^/]*/timeline/?$"), ("GET",)),
+    (re.compile(r"^/v1/admin/queues/(?P<queue>[^/]*)/depth/?$"), ("GET",)),
 )
 
 AdminQueue = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="Queue name.")]
@@ -190,3 +191,10 @@ def register_timeline(app: APIGatewayRestResolver, admin: Callable[[], Admin], r
                                           "(accepted or refused by the fence) and acks, oldest first.")
     def job_timeline(queue: AdminQueue, job_id: AdminJobId) -> Response[Any]:
         return _json(200, {"queue": queue, "job_id": job_id, "steps": admin().timeline(queue, job_id)})
+
+    @app.get("/v1/admin/queues/<queue>/depth", operation_id="admin_queue_depth", tags=tags,
+             responses=responses, summary="The queue's ready, delayed, leased and dead counts over the last "
+                                          "hour, as the relay sampled them, with the enqueue-to-start wait "
+                                          "(p50, p99) of the jobs started.")
+    def queue_depth(queue: AdminQueue) -> Response[Any]:
+        return _json(200, admin().depth(queue).model_dump(mode="json"))

@@ -42,7 +42,7 @@ from sluice.gateway.http import jsonguard, problems, schedule_routes
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
-    from sluice.core.ports import ParkedJobs, TimelineLog
+    from sluice.core.ports import DepthLog, ParkedJobs, TimelineLog
     from sluice.core.routes import RouteCache, RouteTable
 
 log = logging.getLogger(__name__)
@@ -114,9 +114,11 @@ class HttpGateway:
     def __init__(self, api: Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
                  routes: RouteCache | None = None, schedules: Callable[[], Schedules] | None = None,
                  version: str = "", timelines: Callable[[], TimelineLog] | None = None,
+                 depths: Callable[[], DepthLog] | None = None,
                  parked: Callable[[], ParkedJobs | None] | None = None) -> None:
         self._api = api  # built on the first request that needs it (cold start)
         self._timelines = timelines  # jobs' timelines, for the operator route (issue 32)
+        self._depths = depths  # queues' last hour of depths and waits, for the operator route
         self._parked = parked  # the parking lot, for the listing's state=parked (issue 32's review)
         self.version = version  # Sluice's, in the OpenAPI document
         self._schedules = schedules  # None: no schedule routes (404)
@@ -162,7 +164,7 @@ class HttpGateway:
         return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
                      refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
                      limits=pipeline.limits, registry=pipeline.registry,
-                     timelines=self._timelines, parked=self._parked)
+                     timelines=self._timelines, depths=self._depths, parked=self._parked)
 
     def openapi_json(self) -> str:
         if self._openapi is None:

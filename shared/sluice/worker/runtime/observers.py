@@ -2,10 +2,17 @@
 
 The runner, the finisher and the heartbeat say what happened (``sluice.core.bus``); these
 turn it into the EMF metrics the alarms and the dashboard read (names in
-``runtime.telemetry``) and the log lines docs/worker.md lists ("job started",
-"job succeeded", "job retried: ...", "lease lost: ...", "lease released: ..."), each
-with the job's keys. A drain attaches both to its session's bus (``Worker``); a
-``Heartbeat`` or ``Finisher`` built alone attaches them to its own.
+``runtime.telemetry``) and the log lines docs/worker.md lists ("job succeeded", "job running",
+"job retried: ...", "lease lost: ...", "lease released: ..."), each with the job's keys.
+A drain attaches both to its session's bus (``Worker``); a ``Heartbeat`` or ``Finisher`` built
+alone attaches them to its own.
+
+A job that succeeds writes one INFO line, "job succeeded", with its handler's ``duration_ms``
+(issue 33: CloudWatch Logs bills each line, and "job started" at INFO was a second line for
+every job, ~40% of a plain job's log bytes, ``benchmarks/bench_log_bytes.py``). "job started"
+is DEBUG; a job still running at its first lease renewal says "job running" at INFO, once, so
+the jobs an operator looks for (long, stuck, or in an invocation that died) keep a line naming
+them before their end.
 
 What stays a direct log call: the diagnostics of one branch (an ack or a release the
 queue refused after the verdict, a heartbeat retrying): their text says which branch.
@@ -13,6 +20,7 @@ queue refused after the verdict, a heartbeat retrying): their text says which br
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +71,9 @@ class MetricsObserver:
         return None
 
 
+RUNNING_KEPT = 1024  # handlers a LogObserver remembers at once (one lease call hands out at most 1,000)
+
+
 class LogObserver:
     """One structured line per lifecycle step, keyed as docs/worker.md says: ``job_id``, ``queue``,
     ``attempt``, ``lease_token``, ``worker_id`` and, once granted, ``token``."""
@@ -70,6 +81,11 @@ class LogObserver:
     def __init__(self, logger: LogSink, worker_id: str = "") -> None:
         self.logger = logger
         self.worker_id = worker_id
+        # (job, lease) of each handler running: its keys, whether "job running" was said; then the
+        # handler's duration until the verdict. Bounded: a verdict the worker never reaches (a re-run
+        # ending on a stored one) leaves an entry the oldest-first trim drops.
+        self._running: dict[tuple[str, int], list[Any]] = {}
+        self._lock = threading.Lock()
 
     def _keys(self, job: str, queue: str, attempt: int, lease: int, token: int | None,
               **more: Any) -> dict[str, Any]:
@@ -82,18 +98,44 @@ class LogObserver:
 
     def __call__(self, e: ev.Event) -> None:
         if isinstance(e, ev.HandlerStarted):
-            self.logger.info("job started", extra=self._keys(e.job, e.queue, e.attempt, e.lease, e.token))
+            keys = self._keys(e.job, e.queue, e.attempt, e.lease, e.token)
+            self.logger.debug("job started", extra=keys)
+            with self._lock:
+                self._running[(e.job, e.lease)] = [keys, False, None]
+                while len(self._running) > RUNNING_KEPT:
+                    del self._running[next(iter(self._running))]
+        elif isinstance(e, ev.Renewed):
+            self._renewed(e)
+        elif isinstance(e, ev.HandlerEnded):
+            with self._lock:
+                for (job, _), entry in self._running.items():
+                    if job == e.job and entry[0].get("token") == e.token:
+                        entry[2] = round(e.duration_ms, 1)
         elif isinstance(e, ev.LeaseGone):
             self.logger.warning("lease lost: %s", e.why,
                                 extra=self._keys(e.job, e.queue, e.attempt, e.lease, e.token))
         elif isinstance(e, ev.Finished):
             self._finished(e)
 
+    def _renewed(self, e: ev.Renewed) -> None:
+        """The first renewal of a running handler's lease: "job running", once."""
+        if e.outcome != "ok":
+            return
+        with self._lock:
+            entry = self._running.get((e.job, e.lease))
+            if entry is None or entry[1]:
+                return
+            entry[1] = True
+        self.logger.info("job running", extra=entry[0])
+
     def _finished(self, e: ev.Finished) -> None:
         keys = self._keys(e.job, e.queue, e.attempt, e.lease, e.token)
+        with self._lock:
+            entry = self._running.pop((e.job, e.lease), None)
         log = self.logger
         if e.outcome == "succeeded":
-            log.info("job succeeded", extra={**keys, "write": e.detail})
+            took = {} if entry is None or entry[2] is None else {"duration_ms": entry[2]}
+            log.info("job succeeded", extra={**keys, "write": e.detail, **took})
         elif e.outcome in ("retried", "failed", "dead"):
             log.warning("job %s: %s", e.outcome, e.detail, extra={**keys, "retry_after_ms": e.retry_after_ms})
         elif e.outcome == "cancelled":

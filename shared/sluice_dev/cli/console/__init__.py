@@ -32,10 +32,10 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
     client = target.operator_client(api, max_attempts=2)
     where = api or target.api_url or target.env.get("SLUICE_API_URL") or f"local stack ({client.api_url})"
     console = Console(client, where, port, watched)
-    if not (api or target.api_url or target.env.get("SLUICE_API_URL")):  # the local stack (issue 32)
-        from sluice_dev.cli.console.scenario import Runs
+    if not (api or target.api_url or target.env.get("SLUICE_API_URL")):  # inside sluice dev (issue 32)
+        from sluice_dev.cli.console.scenario import on_stack
 
-        console.scenarios = Runs()
+        console.scenarios = on_stack(target.local)  # on its servers; None while it is not running
     return console
 
 
@@ -51,12 +51,10 @@ def build(target: Target, api: str | None, port: int, queues: tuple[str, ...]) -
 @click.pass_obj
 def console(target: Target, port: int, api: str | None, queues: tuple[str, ...]) -> None:
     """Serve a web console on localhost: queues, jobs, dead jobs, schedules."""
-    from sluice_dev.cli.console.pages import start_sampler
     from sluice_dev.cli.console.server import serve
 
     app = build(target, api, port, queues)
     server = serve(app)
-    start_sampler(app.queues_fragment)  # the depth pages' hour fills while no page is open
     click.echo(f"sluice console on http://127.0.0.1:{app.port}/ for {app.where} (Ctrl-C stops it)")
     # The one way in (docs/console.md, Safety): the link's token becomes the browser's cookie.
     click.echo(f"open this link once to log in: {app.login_url()}")

@@ -2,7 +2,8 @@
 queue's depth over the last hour (items 1, 4 and 5; docs/console.md).
 
 Like the rest of the console, everything comes through the public and operator APIs (``Backend``:
-``list_jobs`` is ``GET /v1/admin/queues/{queue}/jobs``, ``status`` is ``GET /v1/jobs/{id}``),
+``list_jobs`` is ``GET /v1/admin/queues/{queue}/jobs``, ``status`` is ``GET /v1/jobs/{id}``,
+``depth_history`` is ``GET /v1/admin/queues/{queue}/depth``: the relay's samples in Redis),
 every value goes through ``render.esc``, and the pages carry no inline script (the refresh is
 ``static/console.js``'s ``data-refresh``). ``get`` answers this module's paths for
 ``server.Console``: (status, title, HTML), a bare fragment when the title is None, or None for a
@@ -11,17 +12,14 @@ path that is not one of them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
+from sluice.core.depth import SAMPLE_EVERY_S, DepthHistory, DepthSample
 from sluice.core.errors import SluiceError
 from sluice.core.listing import (
     DEFAULT_PAGE,
@@ -40,9 +38,6 @@ _JOBS = re.compile(r"^/queues/([^/]+)/jobs$")
 _DEPTH = re.compile(r"^/queues/([^/]+)/depth$")
 _DEPTH_FRAGMENT = re.compile(r"^/fragment/queues/([^/]+)/depth$")
 HOUR_S = 3600.0
-SAMPLE_GAP_S = 5.0  # depth samples closer than this keep the earlier one (several tabs, the sampler)
-SAMPLER_EVERY_S = 10.0  # the console's own poll, so the hour fills while no page is open
-WAIT_SAMPLE = 1000  # ready jobs read for the wait percentiles
 FLOW_NODES = 200  # jobs one flow page reads at most (GET /v1/jobs/{id} each)
 FLOW_UP = 20  # parents followed up to the root at most
 LAYERS = (("ready", "#2a62c9"), ("delayed", "#8e6bbf"), ("leased", "#e0a526"), ("dead", "#b3261e"))
@@ -56,65 +51,25 @@ class Reader(Protocol):
     def list_jobs(self, queue: str, state: str = "ready", *, limit: int = DEFAULT_PAGE,
                   cursor: str | None = None, prefix: str | None = None) -> JobPage: ...
     def queue_row(self, queue: str) -> dict[str, Any]: ...
+    def depth_history(self, queue: str) -> DepthHistory: ...
 
 
-# -- depth over the last hour ----------------------------------------------------------------------
+# -- depth over the last hour --------------------------------------------------------------------
 
 
-class Depth(NamedTuple):
-    at_s: float  # wall clock
-    ready: int
-    delayed: int
-    leased: int
-    dead: int
-
-
-@dataclass
-class Depths:
-    """Each queue's depths over the last hour, as the console's polls saw them (the queues page's
-    refresh, the depth page's, and the sampler thread every ``SAMPLER_EVERY_S``)."""
-
-    clock: Callable[[], float] = time.time
-    samples: dict[str, deque[Depth]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def record(self, stats: QueueStats) -> None:
-        now = self.clock()
-        with self._lock:
-            kept = self.samples.setdefault(stats.queue, deque())
-            if kept and now - kept[-1].at_s < SAMPLE_GAP_S:
-                return
-            kept.append(Depth(now, stats.ready, stats.delayed, stats.leased, stats.dead))
-            while kept and kept[0].at_s < now - HOUR_S:
-                kept.popleft()
-
-    def hour(self, queue: str) -> list[Depth]:
-        now = self.clock()
-        with self._lock:
-            return [d for d in self.samples.get(queue, ()) if d.at_s >= now - HOUR_S]
-
-
-def percentile(values: Sequence[int], q: float) -> int | None:
-    """Nearest-rank percentile; None for no values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[min(len(ranked) - 1, max(0, int(-(-q * len(ranked) // 100)) - 1))]
-
-
-def stacked_chart(samples: Sequence[Depth], now_s: float, width: int = 640, height: int = 180) -> str:
+def stacked_chart(samples: Sequence[DepthSample], now_s: float, width: int = 640, height: int = 180) -> str:
     """Inline SVG: ready, delayed, leased and dead stacked over the last hour (x: from the hour's
     start, or the first sample if later, to now)."""
     if len(samples) < 2:
         return (f'<svg class="depth" width="{width}" height="{height}" role="img" '
                 'aria-label="no samples yet"><text x="8" y="20">no samples yet</text></svg>')
     top = max(max(d.ready + d.delayed + d.leased + d.dead for d in samples), 1)
-    # The hour, or the part of it the console has seen (it samples from its start): the span drawn.
-    start = max(now_s - HOUR_S, samples[0].at_s)
+    # The hour, or the part of it the relay has sampled: the span drawn.
+    start = max(now_s - HOUR_S, samples[0].at_ms / 1000)
     span = max(now_s - start, 1.0)
 
-    def x(at_s: float) -> float:
-        return (at_s - start) / span * width
+    def x(at_ms: int) -> float:
+        return max(0.0, (at_ms / 1000 - start) / span * width)
 
     def y(v: float) -> float:
         return height - 1 - v / top * (height - 2)
@@ -122,12 +77,13 @@ def stacked_chart(samples: Sequence[Depth], now_s: float, width: int = 640, heig
     polys, below = [], [0] * len(samples)
     for name, colour in LAYERS:
         above = [b + getattr(d, name) for b, d in zip(below, samples, strict=True)]
-        upper = [f"{x(d.at_s):.1f},{y(v):.1f}" for d, v in zip(samples, above, strict=True)]
-        lower = [f"{x(d.at_s):.1f},{y(v):.1f}"
+        upper = [f"{x(d.at_ms):.1f},{y(v):.1f}" for d, v in zip(samples, above, strict=True)]
+        lower = [f"{x(d.at_ms):.1f},{y(v):.1f}"
                  for d, v in zip(reversed(samples), reversed(below), strict=True)]
         last = getattr(samples[-1], name)
         polys.append(f'<polygon class="layer {name}" fill="{colour}" fill-opacity="0.75" '
-                     f'points="{" ".join(upper + lower)}"><title>{name}: {last} now</title></polygon>')
+                     f'points="{" ".join(upper + lower)}"><title>{name}: {last} at the last sample</title>'
+                     '</polygon>')
         below = above
     label = f"ready, delayed, leased and dead jobs stacked over the last hour; most {top}"
     return (f'<svg class="depth" width="{width}" height="{height}" role="img" aria-label="{esc(label)}">'
@@ -140,44 +96,42 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def waits(reader: Reader, queue: str, now_ms: int) -> tuple[int | None, int | None, int]:
-    """(p50, p99, how many) of how long the ready jobs have waited so far, from one listing of up
-    to ``WAIT_SAMPLE`` ready jobs (all of them while the queue holds no more; beyond, the newest)."""
-    page = reader.list_jobs(queue, "ready", limit=WAIT_SAMPLE)
-    ages = [max(0, now_ms - j.enqueued_at_ms) for j in page.jobs if j.enqueued_at_ms is not None]
-    return percentile(ages, 50), percentile(ages, 99), len(ages)
-
-
 def _ms(value: int | None) -> str:
     if value is None:
         return "-"
     return f"{value} ms" if value < 10_000 else f"{value / 1000:.1f} s"
 
 
-def depth_fragment(reader: Reader, depths: Depths, queue: str) -> str:
+def depth_fragment(reader: Reader, queue: str, now_s: float) -> str:
+    """The chart and the waits from ``GET /v1/admin/queues/{queue}/depth`` (the relay's samples, the
+    same for every console), and the counts now from the queue's row."""
     stats = QueueStats.model_validate(reader.queue_row(queue))
-    depths.record(stats)
-    now = depths.clock()
-    p50, p99, n = waits(reader, queue, int(now * 1000))
-    sampled = "" if n < WAIT_SAMPLE else f" (the newest {WAIT_SAMPLE} of {stats.ready})"
+    hour = reader.depth_history(queue)
     legend = "".join(f'<li class="legend-{name}">{name} <strong class="count-{name}">{getattr(stats, name)}'
                      f'</strong></li>' for name, _ in LAYERS)
-    return (f'<div class="depth-chart">{stacked_chart(depths.hour(queue), now)}</div>'
+    last = next((s for s in reversed(hour.samples) if s.started), None)
+    recent = ("-", "-") if last is None else (_ms(last.wait_p50_ms), _ms(last.wait_p99_ms))
+    return (f'<div class="depth-chart">{stacked_chart(hour.samples, now_s)}</div>'
             f'<ul class="legend">{legend}</ul>'
-            f'<table class="waits"><tr><th>wait so far, ready jobs{esc(sampled)}</th><th>p50</th><th>p99</th>'
-            f'<th>oldest</th></tr><tr><td>{n} jobs</td><td id="wait-p50">{_ms(p50)}</td>'
-            f'<td id="wait-p99">{_ms(p99)}</td><td>{_ms(stats.oldest_ready_age_ms)}</td></tr></table>')
+            f'<table class="waits"><tr><th>enqueue to start</th><th>jobs started</th><th>p50</th><th>p99</th>'
+            f'</tr><tr><td>the last hour</td><td id="wait-started">{hour.started}</td>'
+            f'<td id="wait-p50">{_ms(hour.wait_p50_ms)}</td>'
+            f'<td id="wait-p99">{_ms(hour.wait_p99_ms)}</td></tr>'
+            f'<tr><td>the last sample with starts</td><td>{"-" if last is None else last.started}</td>'
+            f'<td>{recent[0]}</td><td>{recent[1]}</td></tr>'
+            f'<tr><td>oldest ready job, waiting so far</td><td></td><td colspan="2">'
+            f'{_ms(stats.oldest_ready_age_ms)}</td></tr></table>')
 
 
 def depth_page(queue: str, fragment: str) -> str:
     src = f"/fragment/queues/{quote(queue, safe='')}/depth"
     return (f'<p><a href="{esc(qpath(queue, "/jobs"))}">jobs of {esc(queue)}</a></p>'
             f'<div id="depth" data-refresh="{esc(src)}">{fragment}</div>'
-            '<p class="hint">Stacked: ready (bottom), delayed, leased, dead, as this console polled them '
-            '(every 10 s, and every refresh) over the last hour; the hour starts when the console does. '
-            'Wait: how long the jobs ready now have waited so far (the operator API\'s listing); the '
-            'time from enqueue to start of jobs already run is the QueueWaitTime metric '
-            '(docs/worker.md).</p>')
+            '<p class="hint">Stacked: ready (bottom), delayed, leased, dead, as the relay sampled them '
+            f'(every {SAMPLE_EVERY_S:g} s) over the last hour, kept in Redis (GET /v1/admin/queues/{{queue}}/'
+            'depth): every console shows the same hour, against a deployment too. Wait: from a job\'s '
+            'enqueue to its first lease, counted by the lease itself (within 9 %; a delayed job\'s '
+            'includes its delay; retries are not counted).</p>')
 
 
 # -- jobs listed and filtered -----------------------------------------------------------------------
@@ -293,7 +247,7 @@ def flow_page(reader: Reader, job_id: str) -> str:
 # -- routes ----------------------------------------------------------------------------------------
 
 
-def get(reader: Reader, depths: Depths, path: str, query: Mapping[str, str]) -> Page | None:
+def get(reader: Reader, path: str, query: Mapping[str, str], now_s: float) -> Page | None:
     """This module's GET routes; None when ``path`` is none of them. SluiceErrors (bad input, the
     API's refusals) go up to ``Console.handle``, which shows them as an error page."""
     if path == "/flows":
@@ -309,22 +263,8 @@ def get(reader: Reader, depths: Depths, path: str, query: Mapping[str, str]) -> 
         return 200, f"Jobs of {queue}", jobs_page(queue, state, prefix, page)
     if match := _DEPTH.match(path):
         queue = validate_queue_name(match.group(1))
-        return 200, f"Depth of {queue}", depth_page(queue, depth_fragment(reader, depths, queue))
+        return 200, f"Depth of {queue}", depth_page(queue, depth_fragment(reader, queue, now_s))
     if match := _DEPTH_FRAGMENT.match(path):
         queue = validate_queue_name(match.group(1))
-        return 200, None, depth_fragment(reader, depths, queue)
+        return 200, None, depth_fragment(reader, queue, now_s)
     return None
-
-
-def start_sampler(sample: Callable[[], object], every_s: float = SAMPLER_EVERY_S) -> threading.Thread:
-    """A daemon thread that calls ``sample`` (the console's poll of every shown queue) every
-    ``every_s``, so a depth page opened later has the hour behind it."""
-    def run() -> None:
-        while True:
-            with contextlib.suppress(Exception):  # an unreachable API now is tried again next round
-                sample()
-            time.sleep(every_s)
-
-    thread = threading.Thread(target=run, name="console-depth-sampler", daemon=True)
-    thread.start()
-    return thread

@@ -2,13 +2,17 @@
 
 ``/scenario`` shows two controls, how long worker A stays frozen and whether storage checks
 fencing tokens; its form (a POST with the console's CSRF token, like every other change) starts
-``sluice_dev.chaos.scenarios.gc_pause`` in a thread: its own redis-server and moto server, two real
-worker processes, A frozen with SIGSTOP before its write. One run at a time in the console, and
-each session sees only the runs it started. The drawing is the job's timeline as the two workers
-recorded it in that Redis (``scenario_html.body``), the same as ``sluice scenario gc-pause --html``.
+``sluice_dev.chaos.scenarios.gc_pause`` in a thread on the running ``sluice dev``'s redis-server
+and moto server (``scenarios.Borrowed``), under scratch names of its own (a queue ``scenario-<hex>``
+that is never registered, so the stack's relay and workers never see it; its own jobs and
+idempotency tables and results bucket), all removed after the run; two real worker processes, A
+frozen with SIGSTOP before its write. One run at a time in the console, and each session sees only
+the runs it started. The drawing is the job's timeline as the two workers recorded it in that
+Redis (``scenario_html.body``), the same as ``sluice scenario gc-pause --html``.
 
-Only where the console operates the local stack (``sluice console`` with no ``--api``): a console
-of a deployment runs no processes on the operator's machine for it.
+Only inside ``sluice dev`` (``sluice console`` with no ``--api`` in the folder of a running local
+stack): a console of a deployment starts no server and no process for it and touches nothing; the
+page says it is unavailable.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from sluice.core.errors import InvalidInput, SluiceError
 from sluice_dev.cli.console.render import esc, flash
+
+if TYPE_CHECKING:
+    from sluice_dev.chaos.scenarios import Borrowed
 
 TIME_SCALE = 0.3  # the story's 10 s lease is 3 s; a run takes about 10 s with its servers
 MAX_FREEZE_S = 30.0
@@ -27,11 +35,22 @@ PATHS = frozenset({"/scenario", "/fragment/scenario", "/scenario/gc-pause"})
 Runner = Callable[[float, bool], dict[str, Any]]
 
 
-def run_gc_pause(freeze_for_s: float, fencing: bool) -> dict[str, Any]:
+def run_gc_pause(on: Borrowed, freeze_for_s: float, fencing: bool) -> dict[str, Any]:
     from sluice_dev.chaos import scenarios
 
     return scenarios.gc_pause(scenarios.Params(freeze_for_s=freeze_for_s, fencing=fencing,
-                                               time_scale=TIME_SCALE)).as_dict()
+                                               time_scale=TIME_SCALE), on=on).as_dict()
+
+
+def on_stack(local: dict[str, Any] | None) -> Runs | None:
+    """The runs of a console inside ``sluice dev`` (``local``: its endpoints.json), on that stack's
+    servers; None without one (a deployment's console, or a stack still starting)."""
+    from sluice_dev.chaos.scenarios import Borrowed
+
+    if not local or not local.get("redis_url") or not local.get("aws_endpoint_url"):
+        return None
+    stack = Borrowed(str(local["redis_url"]), str(local["aws_endpoint_url"]))
+    return Runs(runner=partial(run_gc_pause, stack))
 
 
 @dataclass
@@ -50,7 +69,7 @@ class Run:
 class Runs:
     """The runs of this console: at most one going, the last of each session kept."""
 
-    runner: Runner = run_gc_pause
+    runner: Runner
     last: dict[str, Run] = field(default_factory=dict)  # by session
     busy: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -79,8 +98,10 @@ class Runs:
             return self.last.get(session)
 
 
-LOCAL_ONLY = ("scenarios run only where the console operates the local stack (sluice console without "
-              "--api): they start servers and worker processes on this machine")
+LOCAL_ONLY = ("The scenario page is unavailable here: it runs only in a console of a running `sluice dev` "
+              "(sluice console without --api, in the stack's folder), on that stack's redis-server and moto "
+              "server under scratch names. This console is not one, so it starts nothing and touches "
+              "nothing.")
 
 
 def freeze_of(raw: str) -> float:
@@ -110,7 +131,8 @@ def page(runs: Runs | None, token: str, session: str, message: str | None) -> st
              'its own lease check and is frozen (SIGSTOP, a GC pause) just before writing its result. '
              'Worker B competes from the start. Everything below is what the two real worker processes '
              f'recorded in the job\'s timeline in Redis; the run goes at {TIME_SCALE:g} of the story\'s '
-             'speed, on a redis-server and moto server of its own.</p>')
+             'speed, on this sluice dev\'s redis-server and moto server, under scratch names of its own '
+             '(a queue, two tables and a bucket no real one has, removed after the run).</p>')
     return (f'{flash(message)}{intro}{controls}'
             f'<div id="scenario" data-refresh="/fragment/scenario" data-until-final="yes">'
             f'{fragment(run)}</div>')

@@ -21,6 +21,7 @@ import hmac
 import re
 import secrets
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
@@ -70,7 +71,6 @@ class Console:
     port: int
     watched: Watched = field(default_factory=Watched)
     history: History = field(default_factory=History)
-    depths: pages.Depths = field(default_factory=pages.Depths)  # the depth page's hour (issue 32)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # the forms' CSRF token
     launch_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # printed, used once
     sessions: set[str] = field(default_factory=set)  # the cookies handed out (one: the link works once)
@@ -204,7 +204,7 @@ class Console:
         if path.startswith("/static/") and path[8:] in STATIC:
             text = resources.files("sluice_dev.cli.console").joinpath("static", path[8:]).read_text("utf-8")
             return Response(200, text, STATIC[path[8:]])
-        found = pages.get(self.backend, self.depths, path, query)  # jobs list, flow tree, depth (issue 32)
+        found = pages.get(self.backend, path, query, time.time())  # jobs list, flow tree, depth (issue 32)
         if found is not None:
             status, title, body = found
             return Response(status, body) if title is None else self.html(status, title, body)
@@ -221,7 +221,6 @@ class Console:
         rows = []
         for stats in shown:
             self.history.record(stats)
-            self.depths.record(stats)
             rows.append(render.queue_row(stats, self.history.rates(stats.queue), self.token))
         return render.queues_table(rows, errors)
 

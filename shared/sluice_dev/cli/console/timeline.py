@@ -17,13 +17,17 @@ from itertools import pairwise
 from typing import Any
 from urllib.parse import quote
 
+from sluice.core.timeline import KINDS
 from sluice.core.wire import JobView
 from sluice_dev.cli.console.render import esc
 
 WIDTH, LEFT, LANE_H, TOP = 960, 170, 46, 26
 # The marks the story turns on get a word beside them; every mark has its full text as a tooltip.
 LABELS = {"takeover": "takeover", "expired": "lease lost", "write-refused": "refused",
-          "stale-accepted": "stale write accepted", "write-accepted": "accepted", "lost": "lost"}
+          "stale-accepted": "stale write accepted", "write-accepted": "accepted", "lost": "lost",
+          "reaped": "reaped"}
+WENT = {"ready": "the job goes back to ready", "dead": "its attempts are used up: the job is dead",
+        "cancelled": "a cancel was requested: the job is removed", "gone": "the job was already gone"}
 
 
 @dataclass
@@ -77,6 +81,10 @@ def lanes(steps: Sequence[Mapping[str, Any]]) -> list[Lane]:
         elif kind == "finish":
             lane.ended_ms = at if lane.ended_ms is None else lane.ended_ms
             lane.marks.append(Mark(at, "finish", f"finishes: {s.get('outcome')}"))
+        elif kind == "reap":  # the relay, not a worker: on the lane of the lease that lapsed
+            went = WENT.get(str(s.get("outcome")), f"the job: {s.get('outcome')}")
+            lane.marks.append(Mark(at, "reaped", f"the relay takes back lapsed lease {lease} (attempt "
+                                                 f"{s.get('attempt')}): {went}"))
     ordered = sorted(by_lease.values(), key=lambda ln: (ln.start_ms or 0, ln.lease or 0))
     for lane in ordered:
         lane.label = lane.label or "(not granted)"  # a lease lost before its grant: no worker ran the job
@@ -125,8 +133,7 @@ def _int(value: Any) -> int:
 
 
 def _order(step: Mapping[str, Any]) -> int:
-    kinds = ("lease", "grant", "renew", "lost", "write", "ack", "finish")
-    return kinds.index(step["kind"]) if step.get("kind") in kinds else len(kinds)
+    return KINDS.index(step["kind"]) if step.get("kind") in KINDS else len(KINDS)
 
 
 # -- drawing ---------------------------------------------------------------------------------------
@@ -211,6 +218,6 @@ def page(view: JobView, steps: Sequence[Mapping[str, Any]]) -> str:
             f'{status}, {view.attempts} attempts</p>'
             '<p class="hint">One lane per lease (one worker invocation), as its worker recorded it: the '
             'lease and its fencing token, the renewals, a lost lease, a takeover, the write (accepted or '
-            'refused by its fence) and the ack. Kept 10 minutes after the last step '
-            '(SLUICE_TIMELINE_TTL_S).</p>'
+            'refused by its fence) and the ack; and the relay reaping a lease that lapsed. Kept 10 minutes '
+            'after the last step (SLUICE_TIMELINE_TTL_S).</p>'
             + drawing(steps, f"timeline of {view.job_id}"))

@@ -503,6 +503,24 @@ local function redriven_to_ready(G, key, ready, seqkey, id, gen, f)
   to_ready(G, ready, seqkey, id, priority_of(f[1]), f[3] or nil)
 end
 
+-- A "reap" step on the timeline of each job whose lapsed lease reclaim took back (issue 32): the
+-- lease token that lapsed (l: the drawing's lane), the attempt it used up (a) and where the job
+-- went (o: ready, dead, cancelled, or gone when its hash was missing), at Redis TIME, as
+-- timeline.lua appends (capped at tl.cap, expiring tl.ttl after): three calls per lapsed lease.
+-- The step is sluice.core.timeline's format, built here as text (no JSON library needed).
+local function note_reaps(tl, gone, fs, ends, leases, now)
+  for k, id in ipairs(gone) do
+    local lease = leases[k] and string.match(leases[k], '^%d+$')
+    local a = (tonumber(fs[k][1]) or 0) + 1
+    local step = string.format('{"t":%d,"k":"reap","w":"relay",%s"a":%d,"o":"%s"}', now,
+      lease and '"l":' .. lease .. ',' or '', a, ends[k])
+    local key = tl.prefix .. id
+    local len = redis.call('RPUSH', key, step)
+    if len > tl.cap then redis.call('LPOP', key, len - tl.cap) end
+    redis.call('PEXPIRE', key, tl.ttl)
+  end
+end
+
 -- Before leasing (and from reap): move due delayed jobs to ready, and end expired
 -- leases: the attempt is counted, then the job goes back to the front of ready, or to dead when its
 -- attempts are used up, or is dropped when a cancel was requested. At most `limit` of
@@ -518,8 +536,10 @@ end
 -- A lapse ends the job's attempts at lapse_limit: `policy` is the handler's retry policy's attempts
 -- as the caller read them from `config` (lease.lua: a number, or false for none); nil (reap.lua) reads
 -- them from `config` here, only when a lease lapsed, so a reap with nothing to reclaim costs no read.
+-- `tl` (reap.lua, while timelines are on; nil otherwise: no read, no write) is {prefix, ttl, cap}:
+-- each lapsed lease gets a "reap" step on its job's timeline (note_reaps).
 local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, settle, finished, used, now,
-                       limit, G, config, policy)
+                       limit, G, config, policy, tl)
   local promoted, expired = 0, 0
   if limit <= 0 then return 0, 0 end
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
@@ -552,9 +572,10 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       if f[3] ~= '1' and f[2] and (tonumber(f[1]) or 0) + 1 < lapse_limit(f[2], policy) then back = back + 1 end
     end
     local seq = back > 0 and take_seq(seqkey, back) - back or 0
-    local rz = {}
+    local rz, ends = {}, tl and {}
     for k, id in ipairs(gone) do
       local key, f = prefix .. id, fs[k]
+      if ends then ends[k] = f[3] == '1' and 'cancelled' or not f[2] and 'gone' or 'ready' end
       if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
@@ -566,6 +587,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
         local a = (tonumber(f[1]) or 0) + 1
         redis.call('HSET', key, 'a', a, 'err', 'lease expired on attempt ' .. a)
         if a >= lapse_limit(f[2], policy) then
+          if ends then ends[k] = 'dead' end
           dz[#dz + 1] = now
           dz[#dz + 1] = id
           n_dead = n_dead + 1
@@ -589,6 +611,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
     count_finished(finished, 0, n_dead, n_cancelled)
     -- No worker is left to tell the jobs table, which still says "leased": the relay will.
     if #sz > 0 then redis.call('ZADD', settle, unpack(sz)) end
+    if ends then note_reaps(tl, gone, fs, ends, redis.call('HMGET', tokens, unpack(gone)), now) end
     redis.call('HDEL', tokens, unpack(gone))
     -- The expired ids are exactly ranks 0..#gone-1: the earliest deadlines.
     redis.call('ZREMRANGEBYRANK', leased, 0, #gone - 1)

@@ -10,6 +10,10 @@
 --   KEYS[11] used string (the queue's counted bytes: a job an expiry removes gives its sz back)
 --   KEYS[12] group prefix  KEYS[13] turns list  KEYS[14] groups hash  (fair groups: _lib.lua)
 --   KEYS[15] the turns zset of the layout before (read, moved into KEYS[13], deleted)
+--   KEYS[16] optional: the waits hash (bucket -> count; sluice.core.depth): each job leased for the
+--            first time (no attempt used) counts its wait, now_ms - its enqueued_at_ms, in bucket
+--            floor(log2(wait + 1) * 4) (at most 200): one HINCRBY per distinct bucket of the call.
+--            The relay's sample.lua takes and empties it. Absent: nothing counted.
 --   ARGV[1] n              1..1000 jobs wanted
 --   ARGV[2] lease_ms       10..43200000, or 0 = each job's own lease_ms
 --   ARGV[3] reclaim_limit  0..10000 delayed jobs and expired leases reclaimed first (each)
@@ -53,7 +57,8 @@
 local prefix, ready, delayed, leased, dead, tokens, seqkey, config, settle, finished, used =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local G = keys_of_groups(KEYS[12], KEYS[13], KEYS[14])
-local turns_zset = KEYS[15]
+local turns_zset, waits = KEYS[15], KEYS[16]
+local WAIT_SCALE = 4 / math.log(2)  -- 4 buckets per power of two (sluice.core.depth.BUCKETS_PER_OCTAVE)
 local n = int_in(ARGV[1], 1, 1000)
 if not n then return invalid('n') end
 local lease_ms = int_in(ARGV[2], 0, MAX_LEASE_MS)
@@ -253,12 +258,19 @@ out[2] = token
 -- One deadline string for the batch (when the caller gave the lease length), so ZADD
 -- does not format the same number once per job.
 local deadline = lease_ms > 0 and string.format('%d', now + lease_ms)
-local lz, tz = {}, {}
+local lz, tz, wb = {}, {}, waits and {}
 for i = 1, #popped, 2 do
   local id = popped[i]
   local f = redis.call('HMGET', prefix .. id, 'p', 'a', 'm', 'g', 'tp')
   if f[1] then
     token = token + 1
+    if wb and (not f[2] or f[2] == '0') then  -- a first start: its wait since the enqueue
+      local e = tonumber(string.match(f[3], '^%d,%d+,%d+,(%d+)'))
+      if e then
+        local b = math.min(200, math.floor(math.log(math.max(0, now - e) + 1) * WAIT_SCALE + 1e-9))
+        wb[b] = (wb[b] or 0) + 1
+      end
+    end
     lz[#lz + 1] = deadline or now + tonumber(string.match(f[3], '^%d,%d+,(%d+)'))
     lz[#lz + 1] = id
     tz[#tz + 1] = id
@@ -279,5 +291,8 @@ end
 if #lz > 0 then
   redis.call('ZADD', leased, unpack(lz))
   redis.call('HSET', tokens, unpack(tz))
+end
+if wb then
+  for b, c in pairs(wb) do redis.call('HINCRBY', waits, text(b), text(c)) end
 end
 return out

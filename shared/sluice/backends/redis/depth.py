@@ -1,0 +1,32 @@
+"""``RedisDepthLog``: the ``sluice.core.ports.DepthLog`` port, a queue's last hour of depth samples in
+Redis (``keys.QueueKeys.depth``, appended by ``sample.lua`` with the waits ``lease.lua`` counted in
+``keys.QueueKeys.waits``; read with one LRANGE)."""
+
+from __future__ import annotations
+
+from sluice.backends.redis.connection import RedisConnection
+from sluice.backends.redis.scripts import REDIS_ERRORS, translate
+from sluice.core import depth
+from sluice.core.clock import wall_ms
+from sluice.core.models import validate_public_queue
+
+
+class RedisDepthLog:
+    def __init__(self, conn: RedisConnection, gap_s: float = depth.SAMPLE_EVERY_S) -> None:
+        self.conn, self.gap_ms = conn, max(0, int(gap_s * 1000) - 500)  # a relay's round may come a bit early
+
+    def record(self, queue: str, ready: int, delayed: int, leased: int, dead: int) -> bool:
+        """One sample; False when another relay's is younger than the gap (nothing written)."""
+        k = self.conn.keys(validate_public_queue(queue))
+        return self.conn.scripts.sample(k, [max(0, int(n)) for n in (ready, delayed, leased, dead)],
+                                        depth.SAMPLES_KEPT, depth.SAMPLES_TTL_MS, self.gap_ms)
+
+    def read(self, queue: str) -> depth.DepthHistory:
+        """The last hour (by this process's clock; the samples carry Redis's: a skew of seconds
+        moves the hour's edge by as much)."""
+        k = self.conn.keys(validate_public_queue(queue))
+        try:
+            stored = self.conn.client.lrange(k.depth, 0, -1)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return depth.history(k.queue, stored, wall_ms())
