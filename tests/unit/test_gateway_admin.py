@@ -470,3 +470,14 @@ def test_a_queues_depth_hour_is_read_through_the_operator_route_for_operators_on
     assert read == ["emails"]
     rig.gateway._http = HttpGateway(lambda: rig.api)
     assert rig.call("GET", Q + "/depth")[0] >= 400
+
+
+def test_a_config_answer_names_sensitive_only_for_a_queue_that_marks_fields() -> None:
+    """A client older than the setting (its QueueConfig forbids extra fields) still reads every queue
+    that marks none."""
+    rig = Rig()
+    code, _, doc = rig.call("POST", Q + "/pause")
+    assert code == 200 and "sensitive" not in doc
+    code, _, doc = rig.call("PUT", Q + "/sensitive", {"fields": ["password"]})
+    assert code == 200 and doc["sensitive"] == ["/password"], doc  # kept as a JSON pointer
+    assert "sensitive" in rig.call("POST", Q + "/resume")[2]

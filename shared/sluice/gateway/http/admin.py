@@ -92,7 +92,10 @@ def _json(status: int, body: Any) -> Response[Any]:
 
 
 def _config(queue: str, config: QueueConfig) -> Response[Any]:
-    return _json(200, {"queue": queue, **config.model_dump(mode="json")})
+    # ``sensitive`` only when set: a client older than it refuses an answer that carries it (its
+    # QueueConfig forbids extra fields), so it keeps working with every queue that marks none
+    unset = set() if config.sensitive else {"sensitive"}
+    return _json(200, {"queue": queue, **config.model_dump(mode="json", exclude=unset)})
 
 
 def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C901 - a closure per route
