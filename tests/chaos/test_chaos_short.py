@@ -15,6 +15,7 @@ Each run has a file of its own: xdist (--dist loadfile) then runs them on both w
 from __future__ import annotations
 
 import json
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,11 @@ INVARIANTS = ("lost", "unexpected", "duplicate_results", "wrong_results", "stale
 
 def run(tmp_path: Path, *args: str) -> dict[str, Any]:
     result = CliRunner().invoke(chaos, [*args, "--json", "--state-dir", str(tmp_path / "run")])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # a run that raised before its report (a CI run ended at "starting redis, moto and the Kafka
+        # broker", and the JSON parse error below said nothing of why)
+        trace = "".join(traceback.format_exception(result.exception))
+        raise AssertionError(f"the run raised:\n{trace}\noutput:\n{result.output[-3000:]}")
     report: dict[str, Any] = json.loads(result.output.strip().splitlines()[-1])
     assert result.exit_code == 0, result.output[-3000:]
     for invariant in INVARIANTS:
