@@ -63,8 +63,14 @@ class Stack:
 
 
 def ran(log: str) -> list[dict[str, Any]]:
+    """The lines the handlers finished writing: a read beside a worker's append may see the end of
+    its line not yet copied (a fresh-clone CI run failed on "Unterminated string"), so the text after
+    the last newline waits for the next read."""
     path = Path(log)
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if not path.exists():
+        return []
+    complete = path.read_text().split("\n")[:-1]
+    return [json.loads(line) for line in complete]
 
 
 def wait_until(what: str, check: Any, timeout_s: float) -> Any:
