@@ -42,6 +42,8 @@ def test_token_bucket_refills_at_rate_and_caps_at_burst() -> None:
 
 def test_watermark_hysteresis() -> None:
     assert policy.watermark_paused(101, 100, 50, currently_paused=False) is True
+    assert policy.watermark_paused(100, 100, 50, currently_paused=False) is True  # at the mark
+    assert policy.watermark_paused(99, 100, 50, currently_paused=False) is False
     assert policy.watermark_paused(80, 100, 50, currently_paused=True) is True
     assert policy.watermark_paused(49, 100, 50, currently_paused=True) is False
     assert policy.watermark_paused(10_000, 0, 0, currently_paused=False) is False

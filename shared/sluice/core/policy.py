@@ -265,9 +265,12 @@ def priority_allowed(priority: int, principal: str, *, max_caller_priority: int,
 
 
 def watermark_paused(ready: int, high: int, low: int, currently_paused: bool) -> bool:
-    """Hysteresis: pause pushing above the high mark, resume only below the low mark."""
+    """Hysteresis: pause pushing once the ready depth reaches the high mark, resume only below the low
+    mark. At the mark, not only above it: a queue whose count came to rest exactly on it (the planner
+    aims one past it, from an estimate) was never latched, so a drain to between the marks resumed
+    pushing at once (a fresh-clone CI run of test_relay_flow read 501 where hysteresis keeps 250)."""
     if high <= 0:
         return False
     if currently_paused:
         return ready >= max(0, low)
-    return ready > high
+    return ready >= high
