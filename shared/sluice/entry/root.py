@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from sluice.backends.aws.family_gateway import LambdaFamilyGateway
     from sluice.backends.dynamodb.jobs import DynamoJobStore
+    from sluice.backends.dynamodb.parking import DynamoParkingLot
     from sluice.backends.dynamodb.schedules import SchedulerTrigger
     from sluice.backends.otel.spans import TraceObserver
     from sluice.backends.redis.connection import RedisConnection
@@ -365,27 +366,26 @@ def code_schedules(s: Settings) -> CodeSchedules | None:
     return CodeSchedules(DynamoScheduleStore(dynamodb(s), s.schedules_table), schedule_trigger(s), wall_ms)
 
 
-def parking_lot(s: Settings | None = None) -> ParkingLot | None:
-    """The relay's parking lot (issue 28, ``ParkedTable``) on the container's DynamoDB client; None
-    without a table (a held queue's records then wait in the relay's buffer)."""
+def _dynamo_lot(s: Settings | None) -> DynamoParkingLot | None:
     s = s or settings()
     if not s.parked_table:
         return None
     from sluice.backends.dynamodb.parking import DynamoParkingLot
 
     return DynamoParkingLot(dynamodb(s), s.parked_table)
+
+
+def parking_lot(s: Settings | None = None) -> ParkingLot | None:
+    """The relay's parking lot (issue 28, ``ParkedTable``) on the container's DynamoDB client; None
+    without a table (a held queue's records then wait in the relay's buffer)."""
+    return _dynamo_lot(s)
 
 
 @cache
 def parked_jobs(s: Settings | None = None) -> ParkedJobs | None:
-    """The parking lot as the operator's listing reads it (``state=parked``), once per container;
-    None without a table."""
-    s = s or settings()
-    if not s.parked_table:
-        return None
-    from sluice.backends.dynamodb.parking import DynamoParkingLot
-
-    return DynamoParkingLot(dynamodb(s), s.parked_table)
+    """The same lot as the operator's listing reads it (``state=parked``), once per container; None
+    without a table."""
+    return _dynamo_lot(s)
 
 
 @cache
@@ -582,5 +582,6 @@ def reset() -> None:
     """Forget every cached adapter (tests, and the local stack after a restart)."""
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
-                    dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log, depth_log):
+                    dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log, depth_log,
+                    parked_jobs):
         builder.cache_clear()
