@@ -85,6 +85,9 @@ class LogObserver:
         # handler's duration until the verdict. Bounded: a verdict the worker never reaches (a re-run
         # ending on a stored one) leaves an entry the oldest-first trim drops.
         self._running: dict[tuple[str, int], list[Any]] = {}
+        # the same entries by (job, token): HandlerEnded names the token, not the lease, and a scan
+        # of every running entry at each end cost a batch of 1,000 jobs a million steps
+        self._by_token: dict[tuple[str, int], list[Any]] = {}
         self._lock = threading.Lock()
 
     def _keys(self, job: str, queue: str, attempt: int, lease: int, token: int | None,
@@ -101,21 +104,29 @@ class LogObserver:
             keys = self._keys(e.job, e.queue, e.attempt, e.lease, e.token)
             self.logger.debug("job started", extra=keys)
             with self._lock:
-                self._running[(e.job, e.lease)] = [keys, False, None]
+                entry = self._running[(e.job, e.lease)] = [keys, False, None]
+                self._by_token[(e.job, e.token)] = entry
                 while len(self._running) > RUNNING_KEPT:
-                    del self._running[next(iter(self._running))]
+                    self._forget(next(iter(self._running)))
         elif isinstance(e, ev.Renewed):
             self._renewed(e)
         elif isinstance(e, ev.HandlerEnded):
             with self._lock:
-                for (job, _), entry in self._running.items():
-                    if job == e.job and entry[0].get("token") == e.token:
-                        entry[2] = round(e.duration_ms, 1)
+                ended = self._by_token.get((e.job, e.token))
+                if ended is not None:
+                    ended[2] = round(e.duration_ms, 1)
         elif isinstance(e, ev.LeaseGone):
             self.logger.warning("lease lost: %s", e.why,
                                 extra=self._keys(e.job, e.queue, e.attempt, e.lease, e.token))
         elif isinstance(e, ev.Finished):
             self._finished(e)
+
+    def _forget(self, running: tuple[str, int]) -> list[Any] | None:
+        """Drop a running entry from both maps (the caller holds the lock)."""
+        entry = self._running.pop(running, None)
+        if entry is not None:
+            self._by_token.pop((running[0], entry[0].get("token")), None)
+        return entry
 
     def _renewed(self, e: ev.Renewed) -> None:
         """The first renewal of a running handler's lease: "job running", once."""
@@ -131,7 +142,7 @@ class LogObserver:
     def _finished(self, e: ev.Finished) -> None:
         keys = self._keys(e.job, e.queue, e.attempt, e.lease, e.token)
         with self._lock:
-            entry = self._running.pop((e.job, e.lease), None)
+            entry = self._forget((e.job, e.lease))
         log = self.logger
         if e.outcome == "succeeded":
             took = {} if entry is None or entry[2] is None else {"duration_ms": entry[2]}
