@@ -249,10 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     from werkzeug.serving import run_simple
 
-    from sluice_dev.local import motoddb, motoevents, motos3list, motosqs, mototime, mototx
+    from sluice_dev.local import motoddb, motoevents, motoexpr, motos3list, motosqs, mototime, mototx
 
     mototx.install()
     motoddb.install()
+    motoexpr.install()
     motoevents.install()
     mototime.install()
     motosqs.install()

@@ -1,0 +1,149 @@
+"""moto's update expressions parsed and checked once per text (``sluice_dev.local.motoexpr``): every
+request, good or hostile, gets the answer moto's own code gives it, and the item the same writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+from sluice_dev.local import motoexpr
+
+pytestmark = pytest.mark.timeout(120)
+
+CLS = validators.UpdateExpressionValidator
+INSTALLED = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate)  # by conftest.py
+
+
+def _stock() -> None:
+    make, init, validate = INSTALLED
+    UpdateExpressionParser.make = classmethod(make.__func__.__wrapped__.__func__)  # type: ignore[method-assign]
+    CLS.__init__, CLS.validate = init.__wrapped__, validate.__wrapped__  # type: ignore[method-assign]
+
+
+def _restore() -> None:
+    UpdateExpressionParser.make, CLS.__init__, CLS.validate = INSTALLED  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def stock() -> Iterator[None]:
+    _stock()
+    try:
+        yield
+    finally:
+        _restore()
+
+
+# (update expression, names, values): each sent twice in a row, on the item "j" (created by the first)
+REQUESTS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
+    ("SET #a = :a, #b = if_not_exists(#b, :b)", {"#a": "a", "#b": "b"}, {":a": {"S": "x"}, ":b": {"N": "1"}}),
+    ("set #a = :a", {"#a": "a"}, {":a": {"S": "lower"}}),
+    ("SET #a = :a SET #b = :b", {"#a": "a", "#b": "b"}, {":a": {"S": "x"}, ":b": {"S": "y"}}),  # two SETs
+    ("ADD #n :one ADD #m :one", {"#n": "n", "#m": "m"}, {":one": {"N": "1"}}),  # two ADDs
+    ("SET #a = :a, #a = :b", {"#a": "a"}, {":a": {"S": "x"}, ":b": {"S": "y"}}),  # one path twice
+    # the same text, harmless with these names and refused with the next: names are part of the check
+    ("SET #p = :a, #q = :b", {"#p": "p", "#q": "q"}, {":a": {"S": "x"}, ":b": {"S": "y"}}),
+    ("SET #p = :a, #q = :b", {"#p": "p", "#q": "p"}, {":a": {"S": "x"}, ":b": {"S": "y"}}),
+    ("SET #p = :a, #q = :b", {"#p": "p", "#q": "job_id"}, {":a": {"S": "x"}, ":b": {"S": "y"}}),  # the key
+    ("SET m.inner = :a, m = :b", {}, {":a": {"S": "x"}, ":b": {"M": {}}}),  # overlapping paths
+    ("REMOVE #a, #a", {"#a": "a"}, {}),
+    ("SET #a = = :a", {"#a": "a"}, {":a": {"S": "x"}}),  # does not parse
+    ("SET #a = :missing", {"#a": "a"}, {":a": {"S": "x"}}),  # a value the request does not give
+    # passes the checks of the text, fails on the item: after a pass, later checks still run
+    ("SET #z = #z + :one", {"#z": "nothing-here"}, {":one": {"N": "1"}}),
+    ("ADD #n :one, #s :s", {"#n": "n", "#s": "s"}, {":one": {"N": "2"}, ":s": {"SS": ["a", "b"]}}),
+    ("DELETE #s :s REMOVE #a", {"#s": "s", "#a": "a"}, {":s": {"SS": ["a"]}}),
+    ("SET #b = #b - :one, #l = list_append(if_not_exists(#l, :e), :l)", {"#b": "b", "#l": "l"},
+     {":one": {"N": "1"}, ":e": {"L": []}, ":l": {"L": [{"S": "v"}]}}),
+    ("SET #s = :a", {"#s": "s"}, {":a": {"N": "3"}}),  # a set replaced by a number: allowed
+    ("ADD #s :s", {"#s": "s"}, {":s": {"SS": ["a"]}}),  # adding a set to a number: refused
+]
+
+
+def _answers(requests: list[tuple[str, dict[str, str], dict[str, Any]]]) -> list[Any]:
+    """What each request got (its attributes, or its error's code and message), then the items."""
+    with mock_aws():
+        db = boto3.client("dynamodb", region_name="us-east-1")
+        db.create_table(TableName="t", KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST")
+        got: list[Any] = []
+        for expression, names, values in requests:
+            for _ in range(2):
+                kwargs: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+                if values:
+                    kwargs["ExpressionAttributeValues"] = values
+                try:
+                    got.append(db.update_item(TableName="t", Key={"job_id": {"S": "j"}},
+                                              UpdateExpression=expression, ReturnValues="ALL_NEW",
+                                              **kwargs).get("Attributes"))
+                except ClientError as exc:
+                    got.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        got.append(db.scan(TableName="t")["Items"])
+    return got
+
+
+def test_every_request_gets_motos_own_answer_and_leaves_the_same_item() -> None:
+    _stock()
+    try:
+        stock = _answers(REQUESTS)
+    finally:
+        _restore()
+    fast = _answers(REQUESTS)
+    assert fast == stock
+    refused = [a for a in stock[:-1] if isinstance(a, tuple)]
+    assert len(refused) >= 20  # the hostile texts were refused (twice each), not quietly applied
+
+
+def test_a_text_is_parsed_once_and_its_checks_run_once_per_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "SET #kept_once = :a, #also_once = :b"
+    assert UpdateExpressionParser.make(text) is UpdateExpressionParser.make(text)
+    ran: list[str] = []
+    for kind in motoexpr.structural_checks(validators):
+        traverse = kind.traverse
+        monkeypatch.setattr(kind, "traverse", lambda self, node, t=traverse: ran.append(type(self).__name__)
+                            or t(self, node))
+    values = {":a": {"S": "x"}, ":b": {"S": "y"}}
+    requests = [(text, {"#kept_once": "a", "#also_once": "b"}, values)] * 2
+    _answers(requests)
+    # the first request's two validations (an item it creates, then the item) run the three checks once
+    assert ran == ["ActionCountValidator", "OverlappingPathsValidator", "UpdateHashRangeKeyValidator"]
+    ran.clear()
+    _answers([(text, {"#kept_once": "a", "#also_once": "c"}, values)])  # other names: checked again
+    assert len(ran) == 3
+
+
+def test_a_refused_text_is_refused_every_time_never_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+    traverse = validators.ActionCountValidator.traverse
+    monkeypatch.setattr(validators.ActionCountValidator, "traverse",
+                        lambda self, node: ran.append(1) or traverse(self, node))
+    values = {":a": {"S": "x"}, ":b": {"S": "y"}}
+    answers = _answers([("SET #a = :a SET #b = :b", {"#a": "a", "#b": "b"}, values)])
+    assert [a[0] for a in answers[:2]] == ["ValidationException"] * 2 and len(ran) == 2
+
+
+def test_stock_moto_checks_every_time(stock: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``install`` changes (this test's counterpart above): stock moto parses and checks again."""
+    text = "SET #a = :a"
+    assert UpdateExpressionParser.make(text) is not UpdateExpressionParser.make(text)
+    ran: list[int] = []
+    traverse = validators.ActionCountValidator.traverse
+    monkeypatch.setattr(validators.ActionCountValidator, "traverse",
+                        lambda self, node: ran.append(1) or traverse(self, node))
+    _answers([(text, {"#a": "a"}, {":a": {"S": "x"}})])
+    assert len(ran) == 3  # the first request validates twice (the item it creates, then the item)
+
+
+def test_install_is_idempotent_and_finds_the_checks_of_the_text_alone() -> None:
+    motoexpr.install()
+    assert (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate) == INSTALLED
+    assert motoexpr.structural_checks(validators) == (
+        validators.ActionCountValidator, validators.OverlappingPathsValidator,
+        validators.UpdateHashRangeKeyValidator)
