@@ -182,3 +182,21 @@ def test_recorded_openapi_event(app: ModuleType) -> None:
     code, headers, doc = call(app, event("apigw_openapi.json"))
     assert code == 200 and headers["content-type"] == "application/json"
     assert "/v1/queues/{queue}/jobs" in doc["paths"]
+
+
+def test_the_local_stacks_warm_up_answers_without_generating_the_openapi_document(
+        app: ModuleType, fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sluice dev`'s first request to each gateway container builds the Api and reads a queue, as an
+    enqueue does, and writes nothing; the OpenAPI document (0.66 CPU-s a container) waits for a request
+    that asks for it."""
+    from sluice.gateway.http import app as http_app
+    from sluice_dev.local.dev import WARM_UP_QUEUE, warm_up_event
+
+    def no_document(*_args: Any) -> str:
+        raise AssertionError("the warm-up generated the OpenAPI document")
+
+    monkeypatch.setattr(http_app, "build_openapi", no_document)
+    registered = fakes.queue.queues()
+    code, _, body = call(app, warm_up_event())
+    assert (code, body["queue"], body["ready"]) == (200, WARM_UP_QUEUE, 0)
+    assert fakes.log.records == [] and fakes.store.items == {} and fakes.queue.queues() == registered
