@@ -14,10 +14,14 @@ of that, the parses and these three checks were about 40% (cProfile).
 request. It runs the three checks once per tree, attribute names and table key: they read nothing
 else (no value, no item) and change nothing, so a later request could only pass them again. An
 expression that fails to parse or fails a check is never kept: it fails the same way every time.
+Each validation's deep copy of a kept tree is made directly (``clone``, a third of what was left),
+for a tree whose deep copy is exactly that (``is_plain``); any other object is deep-copied as before.
 """
 
 from __future__ import annotations
 
+import copy
+import copyreg
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,13 +31,15 @@ BOUND = 4_096  # texts kept; past it the memo starts again (a long-lived server 
 
 def install() -> None:
     """Memoises update expressions' parses and their checks of the expression alone (idempotent)."""
-    from moto.dynamodb.parsing import expressions, validators
+    from moto.dynamodb.parsing import ast_nodes, expressions, validators
 
     parser: Any = expressions.UpdateExpressionParser  # type: ignore[attr-defined]  # moto's module is untyped
+    node: Any = ast_nodes.Node  # type: ignore[attr-defined]
     original = parser.make
     if getattr(original, _INSTALLED, False):
         return
     parsed: dict[str, Any] = {}
+    plain: dict[int, Any] = {}  # id -> a kept tree that ``clone`` copies as deepcopy would
 
     def make(cls: type[Any], expression_str: str) -> Any:
         try:
@@ -44,13 +50,17 @@ def install() -> None:
         if isinstance(expression_str, str):
             if len(parsed) >= BOUND:
                 parsed.clear()
+                plain.clear()
             parsed[expression_str] = tree
+            if is_plain(tree, node):
+                plain[id(tree)] = tree
         return tree
 
     setattr(make, _INSTALLED, True)
     make.__wrapped__ = original  # type: ignore[attr-defined]
     parser.make = classmethod(make)
     _check_once(validators)
+    _clone_plain(validators, plain)
 
 
 def structural_checks(validators: Any) -> tuple[type[Any], ...]:
@@ -108,3 +118,65 @@ def _check_once(validators: Any) -> None:
     __init__.__wrapped__ = init  # type: ignore[attr-defined]
     cls.__init__ = __init__
     cls.validate = checked_validate
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})  # what deepcopy hands back as they are
+_STATE = ("type", "children", "parent")  # a parsed Node's attributes, in the order its __init__ sets them
+_COPIED_BY_STATE: dict[type[Any], bool] = {}
+
+
+def _copied_by_state(cls: type[Any]) -> bool:
+    """Whether deepcopy copies an instance of ``cls`` as ``cls.__new__`` plus a deep copy of its
+    ``__dict__`` (nothing of the class's own: no ``__deepcopy__``, reduce, state hooks or slots)."""
+    if cls not in _COPIED_BY_STATE:
+        own: Any = cls
+        base: Any = object
+        _COPIED_BY_STATE[cls] = (
+            cls not in copyreg.dispatch_table and getattr(cls, "__deepcopy__", None) is None
+            and own.__reduce_ex__ is base.__reduce_ex__ and own.__reduce__ is base.__reduce__
+            and own.__getstate__ is base.__getstate__ and not hasattr(cls, "__setstate__")
+            and not any("__slots__" in vars(k) for k in cls.__mro__))
+    return _COPIED_BY_STATE[cls]
+
+
+def is_plain(tree: Any, node: type[Any]) -> bool:
+    """Whether ``tree`` is a tree of ``node`` objects whose deep copy ``clone`` makes: each node has
+    exactly the parser's attributes, is its parent's child (the root has none) and appears once, and
+    every other child is an atom (a string, a number, None)."""
+    seen: set[int] = set()
+
+    def ok(n: Any, parent: Any) -> bool:
+        if not isinstance(n, node) or id(n) in seen or not _copied_by_state(type(n)) \
+                or tuple(vars(n)) != _STATE or n.parent is not parent:
+            return False
+        seen.add(id(n))
+        if n.children is None:
+            return True
+        return type(n.children) is list and all(type(c) in _ATOMS or ok(c, n) for c in n.children)
+
+    return ok(tree, None)
+
+
+def clone(n: Any, parent: Any = None) -> Any:
+    """``copy.deepcopy`` of a tree ``is_plain`` accepts, made directly: the same classes, attributes
+    in the same order, children copied, each child's parent its new parent, atoms shared."""
+    cls: Any = type(n)
+    new = cls.__new__(cls)
+    children = n.children
+    new.__dict__.update(type=n.type, children=None if children is None else
+                        [c if type(c) in _ATOMS else clone(c, new) for c in children], parent=parent)
+    return new
+
+
+def _clone_plain(validators: Any, plain: dict[int, Any]) -> None:
+    """The validators' ``deepcopy`` (of the tree each validation works on) clones a kept plain tree
+    (``clone``); anything else it deep-copies as before."""
+    stock = copy.deepcopy
+
+    def deepcopy(x: Any, memo: dict[int, Any] | None = None) -> Any:
+        if memo is None and plain.get(id(x)) is x:
+            return clone(x)
+        return stock(x, memo)
+
+    deepcopy.__wrapped__ = stock  # type: ignore[attr-defined]
+    validators.deepcopy = deepcopy

@@ -3,6 +3,7 @@ request, good or hostile, gets the answer moto's own code gives it, and the item
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
-from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing import ast_nodes, validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
 from sluice_dev.local import motoexpr
@@ -18,17 +19,19 @@ from sluice_dev.local import motoexpr
 pytestmark = pytest.mark.timeout(120)
 
 CLS = validators.UpdateExpressionValidator
-INSTALLED = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate)  # by conftest.py
+# by conftest.py
+INSTALLED = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate, validators.deepcopy)
 
 
 def _stock() -> None:
-    make, init, validate = INSTALLED
+    make, init, validate, deepcopy = INSTALLED
     UpdateExpressionParser.make = classmethod(make.__func__.__wrapped__.__func__)  # type: ignore[method-assign]
     CLS.__init__, CLS.validate = init.__wrapped__, validate.__wrapped__  # type: ignore[method-assign]
+    validators.deepcopy = deepcopy.__wrapped__
 
 
 def _restore() -> None:
-    UpdateExpressionParser.make, CLS.__init__, CLS.validate = INSTALLED  # type: ignore[method-assign]
+    UpdateExpressionParser.make, CLS.__init__, CLS.validate, validators.deepcopy = INSTALLED  # type: ignore[method-assign]
 
 
 @pytest.fixture
@@ -143,7 +146,73 @@ def test_stock_moto_checks_every_time(stock: None, monkeypatch: pytest.MonkeyPat
 
 def test_install_is_idempotent_and_finds_the_checks_of_the_text_alone() -> None:
     motoexpr.install()
-    assert (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate) == INSTALLED
+    now = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate, validators.deepcopy)
+    assert now == INSTALLED
     assert motoexpr.structural_checks(validators) == (
         validators.ActionCountValidator, validators.OverlappingPathsValidator,
         validators.UpdateHashRangeKeyValidator)
+
+
+def _shape(tree: Any) -> Any:
+    """A tree as nested tuples: each node's class, its attributes in order, its children, and whether
+    its parent is the node it hangs from."""
+    def walk(n: Any, parent: Any) -> Any:
+        if not isinstance(n, ast_nodes.Node):
+            return (type(n), n)
+        return (type(n), tuple(vars(n)), n.type, n.parent is parent,
+                None if n.children is None else tuple(walk(c, n) for c in n.children))
+    return walk(tree, None)
+
+
+TEXTS = [*sorted({r[0] for r in REQUESTS if r[0] != "SET #a = = :a"}), "SET a[1].b.c = :a",
+         "REMOVE a[0], b.c[2]", "SET #a = #a + :b", "SET #l = list_append(:l, #l)",
+         "DELETE #s :s ADD #n :n SET #x = :x REMOVE #y"]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_a_kept_tree_is_cloned_as_deepcopy_copies_it(text: str) -> None:
+    tree = UpdateExpressionParser.make(text)
+    assert motoexpr.is_plain(tree, ast_nodes.Node)
+    made, copied = motoexpr.clone(tree), copy.deepcopy(tree)
+    assert _shape(made) == _shape(copied) == _shape(tree)
+    assert made is not tree and all(a is not b for a, b in zip(_nodes(made), _nodes(tree), strict=True))
+    assert validators.deepcopy(tree) is not tree and _shape(validators.deepcopy(tree)) == _shape(copied)
+
+
+def _nodes(tree: Any) -> list[Any]:
+    return [tree, *(n for c in tree.children or [] if isinstance(c, ast_nodes.Node) for n in _nodes(c))]
+
+
+def test_a_tree_clone_would_copy_otherwise_is_deep_copied() -> None:
+    tree = copy.deepcopy(UpdateExpressionParser.make("SET #a = :a, #b = :b"))
+    set_clause = tree.children[0]
+    assert motoexpr.is_plain(tree, ast_nodes.Node)
+    stray = set_clause.children[0].parent = ast_nodes.UpdateExpression(children=None)  # a parent elsewhere
+    assert not motoexpr.is_plain(tree, ast_nodes.Node)
+    copied = validators.deepcopy(tree)  # not a kept tree: the stock deepcopy, the stray parent copied too
+    assert copied.children[0].children[0].parent is not copied.children[0]
+    assert type(copied.children[0].children[0].parent) is type(stray)
+    tree.children[0].children[0].parent = set_clause
+    shared = ast_nodes.ExpressionAttributeName("#a")
+    twice = ast_nodes.UpdateExpressionPath(children=[shared, shared])  # one node in two places
+    assert not motoexpr.is_plain(twice, ast_nodes.Node)
+    extra = UpdateExpressionParser.make("SET #e = :e")
+    extra_copy = copy.deepcopy(extra)
+    extra_copy.note = "an attribute the parser never sets"
+    assert not motoexpr.is_plain(extra_copy, ast_nodes.Node)
+
+
+def test_each_validation_of_a_kept_tree_clones_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    cloned: list[Any] = []
+    clone = motoexpr.clone
+
+    def counted(tree: Any, parent: Any = None) -> Any:
+        if parent is None:
+            cloned.append(tree)
+        return clone(tree, parent)
+
+    monkeypatch.setattr(motoexpr, "clone", counted)
+    text = "SET #cloned = :a"
+    _answers([(text, {"#cloned": "a"}, {":a": {"S": "x"}})])
+    # a new item's request validates twice, the next request once: each a clone of the kept tree
+    assert cloned == [UpdateExpressionParser.make(text)] * 3
