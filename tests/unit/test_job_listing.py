@@ -5,10 +5,10 @@ tests/backends/test_lua_listing.py's."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from sluice.core import listing
 from sluice.core.errors import InvalidInput
@@ -93,6 +93,66 @@ def test_sensitive_paths_follow_refs_optionals_lists_and_the_explicit_mark() -> 
                    "c": [{"pin": "[redacted]"}, {"pin": "[redacted]"}], "d": 4}
     assert hit == ["a", "b.pin", "c.*.pin"] and payload["a"] == "x"  # the input is left alone
     assert listing.redact({"b": None}, paths) == ({"b": None}, [])
+
+
+
+class Plain(BaseModel):
+    n: str
+
+
+class Wallet(BaseModel):
+    """Secrets where a schema walk that knew only properties, items and $defs missed them."""
+
+    tokens: dict[str, SecretStr]  # additionalProperties
+    cards: dict[str, Card]  # additionalProperties -> $ref
+    pair: tuple[str, SecretStr]  # prefixItems
+    spare: dict[str, SecretStr] | None = None  # anyOf -> additionalProperties
+    whole: Annotated[Plain, Field(json_schema_extra={"x-sluice-sensitive": True})]  # a mark beside $ref
+
+
+WALLET = {"tokens": {"a": "S1"}, "cards": {"x": {"number": "S2", "exp": "12/30"}}, "pair": ["k", "S3"],
+          "spare": {"b": "S4"}, "whole": {"n": "S5"}}
+
+
+def test_a_typed_queues_secrets_in_maps_tuples_and_marked_models_are_redacted() -> None:
+    """Hostile-team review (session 18): a handler model holding SecretStr values in a dict or a
+    tuple, or marking a whole sub-model, showed them to every operator in the listing."""
+    paths = listing.sensitive_paths(Wallet.model_json_schema())
+    assert paths == [("cards", "*", "number"), ("pair", "1"), ("spare", "*"), ("tokens", "*"), ("whole",)]
+    out, hit = listing.redact(WALLET, paths)
+    assert out == {"tokens": {"a": "[redacted]"}, "cards": {"x": {"number": "[redacted]", "exp": "12/30"}},
+                   "pair": ["k", "[redacted]"], "spare": {"b": "[redacted]"}, "whole": "[redacted]"}
+    assert hit == ["cards.*.number", "pair.1", "spare.*", "tokens.*", "whole"]
+    routes = RouteTable([Route("emails", "fn-emails", "team", {"emails": Wallet.model_json_schema()}, 1)])
+    rig = Rig(routes=routes)
+    rig.queue.seed("emails", "ready", 0)
+    rig.queue.add("emails", "job-1", WALLET)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert code == 200 and len(doc["jobs"]) == 1
+    assert not any(f"S{i}" in str(doc) for i in range(1, 6)), doc
+
+
+def test_a_hand_written_draft_07_schema_marks_through_definitions_and_pattern_properties() -> None:
+    secret = {"$ref": "#/definitions/S"}
+    schema = {"definitions": {"S": {"type": "string", "writeOnly": True}},
+              "properties": {"pw": secret,
+                             "env": {"type": "object", "patternProperties": {"^K": secret}},
+                             "old": {"type": "array", "items": [{"type": "string"}, secret]},
+                             "gone": {"$ref": "#/definitions/Nope", "x-sluice-sensitive": True}}}
+    assert listing.sensitive_paths(schema) == [("env", "*"), ("gone",), ("old", "1"), ("pw",)]
+
+
+def test_pointers_reach_map_members_and_list_items_by_index() -> None:
+    """An operator's pointer: ``*`` over an object is every member, a number an item of a list (RFC
+    6901); one past the end, or not an index (``01``), reaches nothing."""
+    paths = listing.setting_paths(listing.check_sensitive(
+        ["/cards/*/number", "/items/0/pin", "/items/7/pin", "/items/01/k"]))
+    payload = {"cards": {"x": {"number": "S1"}, "y": {"number": "S2"}},
+               "items": [{"pin": "S3", "k": 1}, {"pin": "p2", "k": 2}]}
+    out, hit = listing.redact(payload, paths)
+    assert out == {"cards": {"x": {"number": "[redacted]"}, "y": {"number": "[redacted]"}},
+                   "items": [{"pin": "[redacted]", "k": 1}, {"pin": "p2", "k": 2}]}
+    assert hit == ["cards.*.number", "items.0.pin"] and payload["items"][0]["pin"] == "S3"
 
 
 HOSTILE = [
