@@ -284,6 +284,28 @@ def test_a_non_operator_cannot_change_what_is_redacted() -> None:
     assert (code, doc["code"]) == (403, "NOT_OPERATOR") and rig.untouched()
 
 
+
+def test_a_change_that_unmarks_a_field_is_logged_with_who_and_the_list_before(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Careless-operator review (session 18): `{"fields": []}`, or a list that drops a field, shows
+    those values in clear from the next page on; the answer leaves `sensitive` out when none is
+    marked, so before this nothing said which fields had been marked, or by whom."""
+    rig = seeded(1)
+    with caplog.at_level("INFO", logger="sluice.gateway.admin"):
+        assert rig.call("PUT", SENSITIVE, {"fields": ["to", "/card/number"]})[0] == 200
+        assert rig.call("PUT", SENSITIVE, {"fields": ["/card/number", "/card/exp"]})[0] == 200
+        assert rig.call("PUT", SENSITIVE, {"fields": []})[0] == 200
+    added, typo, cleared = [r for r in caplog.records if r.name == "sluice.gateway.admin"]
+    assert (added.levelname, added.sensitive_before, added.sensitive) == ("INFO", [], ["/to", "/card/number"])
+    assert (typo.levelname, typo.unmarked) == ("WARNING", ["/to"])
+    assert (cleared.levelname, cleared.sensitive) == ("WARNING", [])
+    assert cleared.unmarked == ["/card/number", "/card/exp"]
+    assert cleared.principal == OPERATOR_SESSION and cleared.queue == "emails"
+    assert OPERATOR_SESSION in cleared.getMessage() and "/card/exp" in cleared.getMessage()
+    assert rig.call("PUT", SENSITIVE, {"fields": []}, caller=WEB)[0] == 403  # a refusal logs no change
+    assert len([r for r in caplog.records if r.name == "sluice.gateway.admin"]) == 3
+
+
 # -- state=parked: the relay's parking lot, through the operator API (issue 32's review) --------------
 
 

@@ -311,7 +311,7 @@ def sensitive_cmd(target: Target, name: str, fields: tuple[str, ...], clear: boo
     # On Redis, as the operator API does: an internal queue is refused, and the durable registry's
     # copy is written first, so a Redis loss cannot unmark the fields.
     config = api.set_sensitive(name, fields) if api else mark_sensitive(
-        target.engine(), target.queue_directory(), name, list(fields))
+        target.engine(), target.queue_directory(), name, list(fields), by="sluice queue sensitive (Redis)")
     _show(config, name, f"{name}: sensitive {', '.join(config.sensitive) or 'none'}")
 
 
