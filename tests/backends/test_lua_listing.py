@@ -157,6 +157,34 @@ def test_a_page_over_many_groups_stays_within_its_budget_and_the_walk_loses_noth
     assert seen == [m for m in expected if m.startswith("x1")] and max(scanned) <= 41
 
 
+
+def test_a_page_over_more_groups_than_a_call_takes_is_several_short_calls_and_loses_nothing(
+        rq: RedisQueue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 18's hostile review: one listing.lua call over every group blocked Redis 170 ms at
+    10,000 groups and 2.7 s at 100,000, for every queue; now each call is given at most
+    GROUPS_PER_CALL groups and the calls' pages are merged (listing.merge_parts)."""
+    import sluice.backends.redis.admin as admin
+
+    monkeypatch.setattr(admin, "GROUPS_PER_CALL", 4)
+    monkeypatch.setattr(admin, "GROUPED_SCAN_MOST", 40)
+    real = rq.conn.scripts.listing
+    given: list[int] = []
+
+    def spy(*args: object, **kw: object) -> object:
+        given.append(len(args[7]) if len(args) > 7 else -1)  # type: ignore[arg-type]
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rq.conn.scripts, "listing", spy)
+    rq.enqueue_many([spec(f"x{i:03d}", group=None if i % 23 == 0 else f"g{i % 23}") for i in range(205)])
+    expected = ready_order(redis_client)
+    seen, _ = walk(rq, "ready", 50)
+    assert seen == expected and len(seen) == len(set(seen)) == 205
+    assert given and max(given) <= 4 and given.count(4) >= 5  # 22 groups: 6 calls a page
+    seen, _ = walk(rq, "ready", 7, prefix="x1")
+    assert seen == [m for m in expected if m.startswith("x1")]
+    assert [j.job_id for j in rq.list_jobs("q", "ready", limit=3).jobs] == expected[:3]
+
+
 def test_odd_fields_in_the_groups_hash_name_no_zset(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.enqueue(spec("a", group="ok"))
     rq.enqueue(spec("b"))

@@ -364,3 +364,64 @@ def test_a_cursor_of_the_other_kind_or_no_place_is_400_and_reads_nothing(state: 
     code, _, doc = rig.call("GET", JOBS, query={"state": state, "cursor": cursor})
     assert code == 400, doc
     assert "cursor" in str(doc.get("errors") or doc.get("detail")) and lot.pages == pages and rig.untouched()
+
+
+# -- a page over many fair groups: several listing.lua calls merged (session 18) ---------------------
+
+
+def _lua_model(zsets: list[list[tuple[str, int]]], cursor: tuple[str, int] | None, want: int, prefix: str,
+               budget: int) -> listing.Part:
+    """listing.lua's answer over ``zsets``, in Python: newest first after the cursor, ``want``
+    matches at most, a boundary where ``budget`` entries were examined and more follow."""
+    def key(r: tuple[str, int]) -> tuple[int, bytes]:
+        return r[1], r[0].encode()
+    rows = sorted((r for z in zsets for r in z if cursor is None or key(r) < key(cursor)), key=key,
+                  reverse=True)
+    out: list[tuple[str, int]] = []
+    for n, row in enumerate(rows, 1):
+        if row[0].startswith(prefix):
+            out.append(row)
+            if len(out) >= want:
+                return n, None, out
+        if n >= budget and n < len(rows):
+            return n, row, out
+    return len(rows), None, out
+
+
+def _walk_pages(call: Any, limit: int) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10_000):
+        _, boundary, rows = call(cursor, limit + 1)
+        assert len(rows) <= limit + 1
+        seen += [r[0] for r in rows[:limit]]
+        cursor = rows[limit - 1] if len(rows) > limit else boundary
+        if cursor is None:
+            return seen
+    raise AssertionError("the walk did not end")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pages_merged_from_calls_over_parts_of_the_groups_walk_as_one_call_does(seed: int) -> None:
+    """``merge_parts``: a page over many groups is several listing.lua calls (``GROUPS_PER_CALL``
+    groups each, so none blocks Redis for long); the walk they give is the walk one call over every
+    zset gives, with ties on a score, a prefix and a small budget."""
+    import random
+
+    rnd = random.Random(seed)
+    zsets = [[(f"{rnd.choice('ab')}{z}-{i}", rnd.randrange(40)) for i in range(rnd.randrange(12))]
+             for z in range(rnd.randrange(1, 30))]
+    split = rnd.randrange(1, 6)
+    parts = [zsets[i:i + split] for i in range(0, len(zsets), split)]
+    for prefix, budget, limit in (("", 1000, 5), ("a", 7, 3), ("b", 3, 1), ("", 4, 50)):
+        def one(cursor: Any, want: int, prefix: str = prefix, budget: int = budget) -> listing.Part:
+            return _lua_model(zsets, cursor, want, prefix, budget)
+
+        def merged(cursor: Any, want: int, prefix: str = prefix, budget: int = budget) -> listing.Part:
+            return listing.merge_parts([_lua_model(p, cursor, want, prefix, budget) for p in parts], want)
+
+        expected = _walk_pages(one, limit)
+        assert _walk_pages(merged, limit) == expected, (prefix, budget, limit)
+        assert expected == [r[0] for r in sorted((r for z in zsets for r in z),
+                                                 key=lambda r: (r[1], r[0].encode()), reverse=True)
+                            if r[0].startswith(prefix)]

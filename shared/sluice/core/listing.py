@@ -44,6 +44,11 @@ SCAN_MOST: Final = 10_000  # zset members one page examines at most while a pref
 # (bench_listing, 1,000 groups, a prefix that matches nothing: p50 ~150 ms at 2,500, load 5-6).
 GROUPED_SCAN_MOST: Final = 1_000
 RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.lua trims it)
+# Fair groups whose ready zsets one listing.lua call merges: a page over more groups is several calls,
+# their pages merged here (``merge_parts``), so no call blocks Redis for long. One call over every
+# group blocked it 170 ms at 10,000 groups and 2.7 s at 100,000 (session 18's hostile review:
+# a caller may enqueue into as many groups as it likes); 256 groups a call take a few ms.
+GROUPS_PER_CALL: Final = 256
 REDACTED: Final = "[redacted]"
 PREFIX_PATTERN: Final = f"^{JOB_ID}$"  # a prefix of a job id is itself shaped like one
 _PREFIX_RE = re.compile(PREFIX_PATTERN)
@@ -203,6 +208,33 @@ def paginate(read: Read, prefix: str | None, limit: int,
         if examined >= SCAN_MOST:
             return picked, entries[-1], examined
         offset += len(entries)
+
+
+Row = tuple[str, int]  # (job id, score) of a merged page (listing.lua)
+Part = tuple[int, Row | None, list[Row]]  # one call's (examined, boundary or None, rows newest first)
+
+
+def _newest_first(row: Row) -> tuple[int, bytes]:
+    return row[1], row[0].encode()  # a higher score, then a higher id by bytes (as a zset orders ties)
+
+
+def merge_parts(parts: Sequence[Part], want: int) -> Part:
+    """One page from the pages of several listing.lua calls over disjoint zsets, each from the same
+    cursor with the same want, prefix and budget: what one call over all of them would give, within
+    its budget. A call stopped at its frontier: its budget's boundary, or its ``want``-th match; above
+    the newest frontier every call examined everything, so the page is the newest ``want`` matches
+    at or above it, and when fewer, the next page goes on from that frontier (a boundary then: a
+    call whose ``want`` matches made the frontier gave ``want`` rows above it)."""
+    frontiers = [boundary if boundary is not None else rows[-1] if len(rows) >= want else None
+                 for _, boundary, rows in parts]
+    known = [f for f in frontiers if f is not None]
+    newest = max(known, key=_newest_first) if known else None
+    rows = sorted((r for _, _, part in parts for r in part), key=_newest_first, reverse=True)
+    if newest is not None:
+        rows = [r for r in rows if _newest_first(r) >= _newest_first(newest)]
+    rows = rows[:want]
+    boundary = newest if newest is not None and len(rows) < want else None
+    return sum(examined for examined, _, _ in parts), boundary, rows
 
 
 # -- sensitive payload fields -----------------------------------------------------------------------

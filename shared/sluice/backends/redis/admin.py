@@ -19,6 +19,7 @@ from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.listing import (
     DEFAULT_PAGE,
     GROUPED_SCAN_MOST,
+    GROUPS_PER_CALL,
     Cursor,
     JobPage,
     ListedJob,
@@ -27,10 +28,11 @@ from sluice.core.listing import (
     check_prefix,
     check_state,
     encode_cursor,
+    merge_parts,
     paginate,
     parse_cursor,
 )
-from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
 
@@ -166,14 +168,34 @@ class RedisAdmin:
             raise translate(exc) from exc
         return int(count or 0) > 0
 
+    def _group_names(self, k: QueueKeys) -> list[str]:
+        """The groups that may hold ready jobs, as listing.lua reads them when it reads them itself:
+        the groups hash's fields (``>group`` taking turns, ``group`` with leases; not ``#`` counters)
+        and the old layout's turns zset; each once, only names a group may have."""
+        try:
+            pipe = self.conn.client.pipeline(transaction=False)
+            pipe.hkeys(k.groups)
+            pipe.zrange(k.turns_zset, 0, -1)
+            fields, old = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        found = (f[1:] if f.startswith(">") else f for f in map(text, fields) if not f.startswith("#"))
+        return [g for g in dict.fromkeys([*found, *map(text, old)]) if GROUP_RE.fullmatch(g)]
+
     def _grouped(self, queue: str, k: QueueKeys, limit: int, start: Cursor | None,
                  prefix: str | None) -> JobPage:
         """``ready`` with the fair groups' ready zsets merged in, newest first, by ``listing.lua``
         (a k-way merge in Redis: only the page comes back), at most ``GROUPED_SCAN_MOST`` entries
-        examined; then one pipelined HMGET of the page's jobs."""
-        examined, boundary, rows = self.conn.scripts.listing(
-            k, None if start is None else start.score, "" if start is None else start.job_id, limit + 1,
-            prefix or "", GROUPED_SCAN_MOST)
+        examined a call; then one pipelined HMGET of the page's jobs. The groups are read here
+        (HKEYS) and given ``GROUPS_PER_CALL`` a call, the calls' pages merged (``merge_parts``): one
+        call over 100,000 groups blocked Redis for seconds, for every queue."""
+        names = self._group_names(k)
+        chunks = [names[i:i + GROUPS_PER_CALL] for i in range(0, len(names), GROUPS_PER_CALL)] or [[]]
+        score, after_id = (None, "") if start is None else (start.score, start.job_id)
+        parts = [self.conn.scripts.listing(k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST,
+                                           "groups" if i else "ready", chunk)
+                 for i, chunk in enumerate(chunks)]
+        examined, boundary, rows = parts[0] if len(parts) == 1 else merge_parts(parts, limit + 1)
         page = rows[:limit]
         following = rows[limit - 1] if len(rows) > limit else boundary
         try:

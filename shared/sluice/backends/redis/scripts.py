@@ -397,12 +397,15 @@ class Scripts:
                           FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
     def listing(self, k: QueueKeys, score: int | None, job_id: str, want: int, prefix: str,
-                budget: int) -> tuple[int, tuple[str, int] | None, list[tuple[str, int]]]:
+                budget: int, which: str = "", groups: Sequence[str] = ()
+                ) -> tuple[int, tuple[str, int] | None, list[tuple[str, int]]]:
         """``listing.lua``: ready and the fair groups' ready zsets merged newest first, after the
         cursor (``score``, ``job_id``; None: from the newest): (entries examined, the boundary where
-        the budget ran out or None, the page's (id, score) newest first, at most ``want``)."""
+        the budget ran out or None, the page's (id, score) newest first, at most ``want``). ``which``
+        "" merges every group (read by the script); "ready" ready and ``groups``; "groups" those only."""
         r = self._run("listing.lua", [k.ready, k.group_prefix, k.groups, k.turns_zset],
-                      ["" if score is None else str(int(score)), job_id, want, prefix, budget])
+                      ["" if score is None else str(int(score)), job_id, want, prefix, budget,
+                       *([which, *groups] if which else [])])
         flat = [_word(x) for x in r[1:]]
         boundary = (flat[0], int(float(flat[1]))) if flat[0] else None
         rows = flat[2:]
