@@ -185,6 +185,26 @@ def test_a_page_over_more_groups_than_a_call_takes_is_several_short_calls_and_lo
     assert [j.job_id for j in rq.list_jobs("q", "ready", limit=3).jobs] == expected[:3]
 
 
+
+def test_another_queues_job_named_in_this_queues_zsets_or_cursor_shows_nothing_of_it(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Hostile review (session 18): a team adds queue ``b``'s job id to its own queue's ready zset and
+    to a fair group's (its Redis user may write its own keys), and an operator of ``q`` passes a
+    cursor naming ``b``'s job: every page reads ``q``'s job hashes only, so ``b``'s payload never shows."""
+    rq.enqueue(spec("secret-b", queue="b", payload={"card": "4111"}))
+    rq.enqueue_many([spec("mine"), spec("grouped", group="t1")])
+    redis_client.zadd(K.ready, {"secret-b": 1})
+    redis_client.zadd(K.group_prefix + "t1", {"secret-b": 2})
+    page = rq.list_jobs("q", "ready")
+    assert {j.job_id for j in page.jobs} == {"mine", "grouped", "secret-b"}
+    assert {j.payload is None for j in page.jobs if j.job_id == "secret-b"} == {True}  # in both zsets
+    b_score = int(redis_client.zscore(QueueKeys("b").ready, "secret-b") or 0)
+    for state in ("ready", "delayed", "leased", "dead"):
+        for cursor in (f"{b_score}~secret-b", None):
+            listed = rq.list_jobs("q", state, cursor=cursor).model_dump_json()
+            assert "4111" not in listed, (state, cursor)
+
+
 def test_odd_fields_in_the_groups_hash_name_no_zset(rq: RedisQueue, redis_client: redis.Redis) -> None:
     rq.enqueue(spec("a", group="ok"))
     rq.enqueue(spec("b"))

@@ -65,3 +65,17 @@ def test_a_foreign_or_cut_entry_is_skipped_when_read(conn: RedisConnection,
                        timeline.encode("ack", 5, outcome="ok"))
     steps = RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
     assert steps == [{"at_ms": 5, "kind": "ack", "outcome": "ok"}]
+
+
+def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: RedisConnection,
+                                                                       redis_client: redis.Redis) -> None:
+    """Hostile review (session 18): an operator whose IAM policy names queue ``a`` asks for a job of
+    queue ``b`` through ``a``'s route (``GET .../queues/a/jobs/<b's id>/timeline``): the read takes
+    ``a``'s key, so nothing of ``b``; a team that pushes steps under ``b``'s id into its own queue's
+    key forges nothing on ``b``'s."""
+    log = RedisTimeline(conn, ttl_ms=60_000)
+    log.append("b", "jb", [timeline.encode("grant", 1, worker="B-worker", token=9)])
+    assert log.read("a", "jb") == []
+    redis_client.rpush(QueueKeys("a").timeline("jb"), timeline.encode("grant", 2, worker="forged", token=1))
+    assert [s["worker"] for s in log.read("b", "jb")] == ["B-worker"]
+    assert [s["worker"] for s in log.read("a", "jb")] == ["forged"]  # under a's route only
