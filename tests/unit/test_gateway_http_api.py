@@ -12,8 +12,8 @@ import pytest
 
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway_api, http_api
-from tests.unit.test_gateway_fakes import LambdaContext
 from tests.loading import module_from_file
+from tests.unit.test_gateway_fakes import LambdaContext
 from tests.unit.test_gateway_handler import APP, Fakes, app, event, fakes  # noqa: F401  (fixtures)
 
 CALLER = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"
