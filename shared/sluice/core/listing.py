@@ -71,6 +71,16 @@ def encode_cursor(score: int, job_id: str) -> str:
     return f"{int(score)}~{job_id}"
 
 
+_CURSOR_MOST: Final = 10**17 - 1  # the largest score a cursor carries (CURSOR_PATTERN: 17 digits)
+
+
+def cursor_score(score: float) -> int:
+    """A zset score as a cursor's: scripts write scores far inside 17 digits (ready's below 2**48,
+    times in ms); one beyond (``inf``, ``1e20``: a team's own key written by hand) is clamped, so the
+    page still answers and its ``next`` parses, and a walk goes on past such entries."""
+    return int(max(-_CURSOR_MOST, min(_CURSOR_MOST, score)))
+
+
 def parse_cursor(text: object) -> Cursor | None:
     """None for no cursor (absent or empty); InvalidInput for anything but ``<score>~<job id>``
     (a parked page's cursor included: ``parse_lot_cursor``)."""

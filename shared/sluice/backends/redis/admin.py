@@ -27,6 +27,7 @@ from sluice.core.listing import (
     check_limit,
     check_prefix,
     check_state,
+    cursor_score,
     encode_cursor,
     merge_parts,
     paginate,
@@ -153,9 +154,9 @@ class RedisAdmin:
             # job instead, or from the same cursor (a page that found none re-reads its span).
             known = [(m, sc) for m, sc in zip(shown, scores, strict=True) if sc is not None]
             if scores[-1] is not None:
-                following = encode_cursor(int(scores[-1]), boundary)
+                following = encode_cursor(cursor_score(scores[-1]), boundary)
             elif known:
-                following = encode_cursor(int(known[-1][1]), known[-1][0])
+                following = encode_cursor(cursor_score(known[-1][1]), known[-1][0])
             else:
                 following = cursor
         return JobPage(queue=queue, state=state, jobs=jobs, next=following, scanned=examined)
@@ -265,16 +266,27 @@ class RedisAdmin:
         return total
 
 
+def _number(value: object) -> int | None:
+    """A job's number as a script wrote it (0..2**53-1); None for what none would write (a team's
+    Redis user may write its own queue's keys by hand): shown as unknown, never a 500 for the page."""
+    try:
+        n = int(float(value)) if isinstance(value, float) else int(str(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if 0 <= n <= MAX_TOKEN else None
+
+
 def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None) -> ListedJob:
     """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, or gone)."""
-    at = None if state == "ready" or score is None else int(score)
+    at = None if state == "ready" or score is None else _number(score)
     if not fields or fields[1] is None:
         return ListedJob(job_id=job_id, state=state, at_ms=at)
     payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
-    priority, _, _, enqueued = (int(v) for v in str(meta).split(","))
+    parts = str(meta).split(",")
+    priority, enqueued = (_number(parts[0]), _number(parts[3])) if len(parts) == 4 else (None, None)
     try:
         body = None if payload is None else json.loads(payload)
     except ValueError:
         body = payload
     return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
-                     attempts=int(attempts or 0), group=group, last_error=error, payload=body)
+                     attempts=_number(attempts or 0), group=group, last_error=error, payload=body)

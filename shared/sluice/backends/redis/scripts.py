@@ -31,7 +31,7 @@ from redis.commands.core import Script
 
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS, REGISTRY_LOADED_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
-from sluice.core.listing import RECENT_KEPT
+from sluice.core.listing import RECENT_KEPT, cursor_score
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
@@ -407,9 +407,10 @@ class Scripts:
                       ["" if score is None else str(int(score)), job_id, want, prefix, budget,
                        *([which, *groups] if which else [])])
         flat = [_word(x) for x in r[1:]]
-        boundary = (flat[0], int(float(flat[1]))) if flat[0] else None
+        boundary = (flat[0], cursor_score(float(flat[1]))) if flat[0] else None
         rows = flat[2:]
-        return int(r[0]), boundary, [(rows[i], int(float(rows[i + 1]))) for i in range(0, len(rows), 2)]
+        return int(r[0]), boundary, [(rows[i], cursor_score(float(rows[i + 1])))
+                                     for i in range(0, len(rows), 2)]
 
     def sample(self, k: QueueKeys, counts: Sequence[int], cap: int, ttl_ms: int, gap_ms: int) -> bool:
         """``sample.lua``: one depth sample (ready, delayed, leased, dead) with the waits counted since
