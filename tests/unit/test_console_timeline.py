@@ -188,3 +188,14 @@ def test_the_scenario_page_runs_on_the_running_stacks_servers_and_not_against_a_
     assert app.scenarios is None
     assert "unavailable" in get(app, "/scenario").body
     assert post(app, "/scenario/gc-pause", {"freeze_for": "12", "fencing": "on"}).status == 400
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "1e400", "-0.1", "30.0001", "", " ", "0x10"])
+def test_the_scenarios_freeze_refuses_what_is_no_time_within_its_bound(raw: str) -> None:
+    """Careless-operator review (session 18): `nan` passes a check written as `value < 0 or value >
+    most`, and a frozen worker for nan (or inf) seconds would never be woken."""
+    from sluice.core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        scenario.freeze_of(raw)
+    assert scenario.freeze_of("0") == 0 and scenario.freeze_of("30") == 30
