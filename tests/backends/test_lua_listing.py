@@ -168,18 +168,22 @@ def test_a_page_over_more_groups_than_a_call_takes_is_several_short_calls_and_lo
     monkeypatch.setattr(admin, "GROUPS_PER_CALL", 4)
     monkeypatch.setattr(admin, "GROUPED_SCAN_MOST", 40)
     real = rq.conn.scripts.listing
-    given: list[int] = []
+    calls: list[tuple[str, int]] = []  # (which, groups named) of each listing.lua call
 
     def spy(*args: object, **kw: object) -> object:
-        given.append(len(args[7]) if len(args) > 7 else -1)  # type: ignore[arg-type]
+        calls.append((str(args[6]), len(args[7]) if args[6] != "few" else 0))  # type: ignore[arg-type]
         return real(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(rq.conn.scripts, "listing", spy)
+    rq.enqueue_many([spec(f"s{i}", group=f"g{i}") for i in range(3)])  # 3 groups: one call, as before
+    assert len(rq.list_jobs("q", "ready").jobs) == 3 and calls == [("few", 0)]
     rq.enqueue_many([spec(f"x{i:03d}", group=None if i % 23 == 0 else f"g{i % 23}") for i in range(205)])
     expected = ready_order(redis_client)
+    calls.clear()
     seen, _ = walk(rq, "ready", 50)
-    assert seen == expected and len(seen) == len(set(seen)) == 205
-    assert given and max(given) <= 4 and given.count(4) >= 5  # 22 groups: 6 calls a page
+    assert seen == expected and len(seen) == len(set(seen)) == 208
+    # 23 groups: the script says "more than 4", then 6 calls of at most 4 groups a page
+    assert calls[:7] == [("few", 0), ("ready", 4), *[("groups", 4)] * 4, ("groups", 3)], calls[:7]
     seen, _ = walk(rq, "ready", 7, prefix="x1")
     assert seen == [m for m in expected if m.startswith("x1")]
     assert [j.job_id for j in rq.list_jobs("q", "ready", limit=3).jobs] == expected[:3]
@@ -285,7 +289,8 @@ def test_the_engine_checks_the_setting_before_redis(rq: RedisQueue, redis_client
 @pytest.mark.parametrize("args", [
     ["", "", "0", "", "10"], ["", "", "1002", "", "10"], ["", "", "5", "", "0"], ["", "", "x", "", "10"],
     ["1.5", "a", "5", "", "10"], ["9" * 19, "a", "5", "", "10"], ["", "", "5", "a" * 129, "10"],
-    ["", "", "5", "", "100001"]])
+    ["", "", "5", "", "100001"], ["", "", "5", "", "10", "all"], ["", "", "5", "", "10", "few"],
+    ["", "", "5", "", "10", "few", "0"], ["", "", "5", "", "10", "few", "x"]])
 def test_listing_lua_refuses_bad_arguments(rq: RedisQueue, redis_client: redis.Redis,
                                            args: list[str]) -> None:
     rq.enqueue(spec("a", group="g"))

@@ -187,16 +187,20 @@ class RedisAdmin:
                  prefix: str | None) -> JobPage:
         """``ready`` with the fair groups' ready zsets merged in, newest first, by ``listing.lua``
         (a k-way merge in Redis: only the page comes back), at most ``GROUPED_SCAN_MOST`` entries
-        examined a call; then one pipelined HMGET of the page's jobs. The groups are read here
-        (HKEYS) and given ``GROUPS_PER_CALL`` a call, the calls' pages merged (``merge_parts``): one
-        call over 100,000 groups blocked Redis for seconds, for every queue."""
-        names = self._group_names(k)
-        chunks = [names[i:i + GROUPS_PER_CALL] for i in range(0, len(names), GROUPS_PER_CALL)] or [[]]
+        examined a call; then one pipelined HMGET of the page's jobs. One call when the queue has at
+        most ``GROUPS_PER_CALL`` groups; over more (the script says so, reading nothing else), the
+        groups are read here (HKEYS) and given ``GROUPS_PER_CALL`` a call, the calls' pages merged
+        (``merge_parts``): one call over 100,000 groups blocked Redis for seconds, for every queue."""
         score, after_id = (None, "") if start is None else (start.score, start.job_id)
-        parts = [self.conn.scripts.listing(k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST,
-                                           "groups" if i else "ready", chunk)
-                 for i, chunk in enumerate(chunks)]
-        examined, boundary, rows = parts[0] if len(parts) == 1 else merge_parts(parts, limit + 1)
+        examined, boundary, rows = self.conn.scripts.listing(
+            k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST, "few", [str(GROUPS_PER_CALL)])
+        if examined < 0:
+            names = self._group_names(k)
+            chunks = [names[i:i + GROUPS_PER_CALL] for i in range(0, len(names), GROUPS_PER_CALL)]
+            parts = [self.conn.scripts.listing(k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST,
+                                               "groups" if i else "ready", chunk)
+                     for i, chunk in enumerate(chunks)]
+            examined, boundary, rows = merge_parts(parts, limit + 1)
         page = rows[:limit]
         following = rows[limit - 1] if len(rows) > limit else boundary
         try:

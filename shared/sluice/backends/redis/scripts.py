@@ -402,10 +402,14 @@ class Scripts:
         """``listing.lua``: ready and the fair groups' ready zsets merged newest first, after the
         cursor (``score``, ``job_id``; None: from the newest): (entries examined, the boundary where
         the budget ran out or None, the page's (id, score) newest first, at most ``want``). ``which``
-        "" merges every group (read by the script); "ready" ready and ``groups``; "groups" those only."""
+        "" merges every group (read by the script); "few" the same when there are at most
+        ``groups[0]`` of them, else (-1, None, []) and nothing read; "ready" ready and ``groups``;
+        "groups" those only."""
         r = self._run("listing.lua", [k.ready, k.group_prefix, k.groups, k.turns_zset],
                       ["" if score is None else str(int(score)), job_id, want, prefix, budget,
                        *([which, *groups] if which else [])])
+        if int(r[0]) < 0:
+            return -1, None, []
         flat = [_word(x) for x in r[1:]]
         boundary = (flat[0], cursor_score(float(flat[1]))) if flat[0] else None
         rows = flat[2:]
