@@ -79,3 +79,14 @@ def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: Re
     redis_client.rpush(QueueKeys("a").timeline("jb"), timeline.encode("grant", 2, worker="forged", token=1))
     assert [s["worker"] for s in log.read("b", "jb")] == ["B-worker"]
     assert [s["worker"] for s in log.read("a", "jb")] == ["forged"]  # under a's route only
+
+
+def test_a_list_filled_by_hand_is_read_only_as_far_as_the_cap(conn: RedisConnection,
+                                                              redis_client: redis.Redis) -> None:
+    """Hostile-team review (session 18): a team's Redis user may push onto its own job's timeline
+    list; the operator's read took all of it (20,000 steps here, any number there) into the
+    operator function. It reads the last ``cap`` steps, what timeline.lua keeps."""
+    for start in range(0, 20_000, 5_000):
+        redis_client.rpush(KEY, *(timeline.encode("renew", t, lease=1) for t in range(start, start + 5_000)))
+    steps = RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
+    assert [s["at_ms"] for s in steps] == list(range(20_000 - timeline.CAP, 20_000))
