@@ -191,7 +191,7 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     # owner, count, offset, id, payload, meta, run_at, gen, group, traceparent
     good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0, "", ""]
     keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake, K.used, K.config,
-            *K.group_keys]
+            *K.group_keys, K.dead, K.leased, K.tokens, K.idle]  # push.lua's 15 (scripts.py)
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
         return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]]), 0, -1]  # budget, follow
