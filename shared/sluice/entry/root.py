@@ -107,10 +107,9 @@ def durable_registry(conn: RedisConnection, bus: EventBus | None, s: Settings) -
     if not s.queues_table:
         return
     conn.registry_source = lambda: queue_directory(s).names()
-    if bus is not None and id(bus) not in _written_through:
+    if bus is not None and bus.claim("registry write-through"):
         from sluice.core.bus import QueueRegistered
 
-        _written_through.add(id(bus))
         bus.subscribe(lambda e: queue_directory(s).put(e.queue), QueueRegistered)
 
 
@@ -498,14 +497,11 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
     from sluice.core.families import Countdown
 
     keeper = family_gateway(s)
-    if keeper is None or id(bus) in _counted:
+    if keeper is None or not bus.claim("countdown"):
         return
-    _counted.add(id(bus))
     Countdown(families(s), keeper.release).subscribe(bus)
 
 
-_counted: set[int] = set()
-_written_through: set[int] = set()
 
 
 # -- traces (issue 31 item 6): built only where Settings.traces is on, so OpenTelemetry is imported
@@ -524,7 +520,6 @@ def enqueue_spans(s: Settings | None = None) -> EnqueueSpans:
 
 
 _observer: list[TraceObserver] = []  # the process's one, once built
-_traced: set[int] = set()
 
 
 def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObserver | None:
@@ -537,13 +532,9 @@ def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObser
 
         _observer.append(TraceObserver())
     bus = events() if bus is None else bus
-    if id(bus) not in _traced:
-        _traced.add(id(bus))
+    if bus.claim("traces"):
         _observer[0].subscribe(bus)
     return _observer[0]
-
-
-_timelined: set[int] = set()
 
 
 @cache
@@ -560,15 +551,11 @@ def timelines(s: Settings | None = None, bus: EventBus | None = None) -> None:
     nothing with ``timeline_ttl_s`` 0."""
     s = s or settings()
     bus = events() if bus is None else bus
-    if s.timeline_ttl_s <= 0 or id(bus) in _timelined:
+    if s.timeline_ttl_s <= 0 or not bus.claim("timeline"):
         return
     from sluice.worker.runtime.timeline import TimelineRecorder
 
-    _timelined.add(id(bus))
     TimelineRecorder(lambda: timeline_log()).subscribe(bus)  # the adapter of the settings of the day
-
-
-_depth_sampled: set[int] = set()
 
 
 @cache
@@ -583,11 +570,10 @@ def sample_depths(s: Settings | None = None, bus: EventBus | None = None) -> Non
     """Keep each queue's last hour of depths in Redis from the relay's measures on ``bus`` (default:
     the process's), once per bus (``sluice.relay.depth``)."""
     bus = events() if bus is None else bus
-    if id(bus) in _depth_sampled:
+    if not bus.claim("depth samples"):
         return
     from sluice.relay.depth import DepthSampler
 
-    _depth_sampled.add(id(bus))
     DepthSampler(lambda: depth_log(s)).subscribe(bus)
 
 

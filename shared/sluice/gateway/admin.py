@@ -43,6 +43,24 @@ class Listing(Protocol):
     def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
 
 
+class SensitiveCopy(Protocol):
+    """Where a queue's sensitive fields are kept outside Redis (the durable registry)."""
+
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
+
+
+def mark_sensitive(config: knobs.ConfigEngine, durable: SensitiveCopy | None, queue: str,
+                   fields: Any) -> QueueConfig:
+    """``queue``'s sensitive fields, checked before any write, kept in the durable registry first
+    (when there is one: a Redis loss cannot unmark them there), then in its config. A write that
+    fails between the two leaves more fields redacted, never fewer: the listing redacts the union.
+    The operator API and ``sluice queue sensitive`` on Redis both come here."""
+    queue, checked = validate_public_queue(queue), listing.check_sensitive(fields)
+    if durable is not None:
+        durable.set_sensitive(queue, checked)
+    return knobs.set_sensitive(config, queue, checked)
+
+
 def authorize(principal: str, operators: Sequence[str]) -> None:
     """NotOperator unless ``principal`` is an IAM caller on ``operators``; an empty list admits nobody.
 
@@ -104,14 +122,8 @@ class Admin:
         return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
     def set_sensitive(self, name: str, fields: Any) -> QueueConfig:
-        """The queue's sensitive fields, checked before any write, kept in the durable registry
-        first (when there is one: a Redis loss cannot unmark them there), then in its config. A
-        write that fails between the two leaves more fields redacted, never fewer: the listing
-        redacts the union."""
-        queue, checked = self.check_queue(name), listing.check_sensitive(fields)
-        if self.registry is not None:
-            self.registry.set_sensitive(queue, checked)
-        return knobs.set_sensitive(self.queue, queue, checked)
+        """``mark_sensitive`` for a queue a route covers."""
+        return mark_sensitive(self.queue, self.registry, self.check_queue(name), fields)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).
