@@ -86,6 +86,7 @@ def test_a_team_runs_its_own_queues_lease_life_cycle(server: str, admin: redis.R
     assert team.fail("a", fourth.job_id, fourth.lease_token, "bad", permanent=True) == "dead"
     assert team.idle("a", "w1", 1_000) == 1 and team.idle("a", "w1", 0) == 0
     assert team.wait_for_work("a", 10) is False
+    assert team.wait_for_work("a", 10, "w1") is False  # its own wake list: a queue key too
     (thumb,) = team.lease("thumbs-small", 1)
     team.ack("thumbs-small", thumb.job_id, thumb.lease_token)
 

@@ -222,10 +222,16 @@ def test_only_the_teams_deployers_may_invoke_the_registrar_and_a_deny_backs_it()
 
 
 def test_the_relay_reads_the_team_map_and_nothing_writes_it_but_this_stack() -> None:
+    """The relay reads it through TeamMapFunction, outside the VPC (issue 33), which alone may read it."""
     sluice = cfn.template()["Resources"]
     relay = sluice["RelayFunction"]["Properties"]
     assert relay["Environment"]["Variables"]["SLUICE_STACK_NAME"] == {"Ref": "AWS::StackName"}
-    statements = [s for p in relay["Policies"] if isinstance(p, dict) and "Statement" in p
+    assert relay["Environment"]["Variables"]["SLUICE_TEAM_MAP_FUNCTION_NAME"] == {"Ref": "TeamMapFunction"}
+    reader = sluice["TeamMapFunction"]["Properties"]
+    assert reader["Environment"]["Variables"]["SLUICE_STACK_NAME"] == {"Ref": "AWS::StackName"}
+    readers = {name for name, r in sluice.items() if "ssm:GetParametersByPath" in str(r)}
+    assert readers == {"TeamMapFunction"}
+    statements = [s for p in reader["Policies"] if isinstance(p, dict) and "Statement" in p
                   for s in p["Statement"]]
     ssm = [s for s in statements if any(a.startswith("ssm:") for a in s["Action"])]
     assert [s["Action"] for s in ssm] == [["ssm:GetParametersByPath"]]

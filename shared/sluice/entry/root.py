@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ParkedJobs,
         PayloadStore,
         QueueDirectory,
+        ScheduleTrigger,
         TimelineLog,
     )
     from sluice.core.routes import RouteCache, TeamMapCache
@@ -342,7 +343,17 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
     return build
 
 
-def schedule_trigger(s: Settings) -> SchedulerTrigger | None:
+def schedule_trigger(s: Settings) -> ScheduleTrigger | None:
+    """What fires the schedules: the scheduler function, outside the VPC, where one is named (the
+    operator's, issue 33), else ``scheduler_trigger``."""
+    if s.scheduler_function_name:
+        from sluice.backends.aws.scheduler_proxy import LambdaScheduleTrigger
+
+        return LambdaScheduleTrigger.of(s)
+    return scheduler_trigger(s)
+
+
+def scheduler_trigger(s: Settings) -> SchedulerTrigger | None:
     """EventBridge Scheduler for the schedules; None without the firings function's ARN and the
     Scheduler role (``sluice dev``, whose scheduler reads the table)."""
     from sluice.backends.dynamodb.schedules import SchedulerTrigger
@@ -412,8 +423,10 @@ def team_map(s: Settings | None = None) -> TeamMapCache | None:
     from sluice.core.routes import TeamMapCache, TeamMapSource
 
     def build() -> TeamMapSource:
-        from sluice.backends.aws.team_map import SsmTeamMap
+        from sluice.backends.aws.team_map import LambdaTeamMap, SsmTeamMap
 
+        if s.team_map_function_name:  # outside the VPC, which then needs no SSM endpoint (issue 33)
+            return LambdaTeamMap.of(s)
         return SsmTeamMap.from_settings(s)
 
     return TeamMapCache(Lazy(build), ttl_s=s.team_map_ttl_s)

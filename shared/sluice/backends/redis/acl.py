@@ -59,7 +59,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
     "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
-                "time zadd zcard zcount zrem",
+                "time zadd zcard zrem zrevrangebyscore",
     "rate.lua": "hmget hset time",
     "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
                 "time zadd zcard zrangebyscore zremrangebyrank",
