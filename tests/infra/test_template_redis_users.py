@@ -136,3 +136,19 @@ def test_a_team_stack_gets_what_its_user_needs_and_no_credential() -> None:
     assert env["Variables"]["SLUICE_REDIS_AUTH_SECRET_ARN"] == {
         "Fn::Sub": "sluice/${SluiceStackName}/redis/team-${TeamName}"}
     assert "RedisAuthSecretArn" not in json.dumps(worker)
+
+
+def test_no_worker_user_may_load_a_script_and_every_worker_can_ask_the_internal_function() -> None:
+    """A team's user with SCRIPT LOAD could run its own endless Lua and stall every team (docs/security.md):
+    the worker users' access strings (Sluice's default worker's, and the rules a team stack appends to
+    its queues) have none; a worker asks the internal function, which loads shipped scripts only."""
+    worker_rules = [props("RedisWorkerUser")["AccessString"], T["Outputs"]["RedisWorkerAccessRules"]["Value"]]
+    for rules in worker_rules:
+        assert not {"+script|load", "+script", "+eval", "+@scripting"} & set(rules.split()), rules
+    for user in ("RedisRelayUser", "RedisGatewayUser", "RedisOperatorUser"):
+        assert "+script|load" in props(user)["AccessString"].split(), user  # the internal function's
+    assert props("WorkerFunction")["Environment"]["Variables"]["SLUICE_INTERNAL_FUNCTION_NAME"] == {
+        "Ref": "InternalFunction"}
+    team_worker = cfn.load(cfn.ROOT / "infra/worker.yaml")
+    (fn,) = cfn.resources(team_worker, "AWS::Serverless::Function").values()
+    assert "SLUICE_INTERNAL_FUNCTION_NAME" in fn["Properties"]["Environment"]["Variables"]

@@ -5,7 +5,7 @@ Each Protocol is small on purpose: a use-case depends only on the methods it cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
@@ -328,6 +328,17 @@ class ResultSink(Protocol):
 
 class Metrics(Protocol):
     def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
+
+
+class ScriptLoader(Protocol):
+    """Puts Lua texts into Redis's script cache: SCRIPT LOAD itself (a Sluice function's user), or,
+    for a worker, whose user may not (docs/security.md), the internal function's load, which takes
+    only shipped worker scripts (``sluice.core.script_loads``)."""
+
+    def load(self, texts: Mapping[str, str]) -> None:
+        """Each text (by its script's name, e.g. "lease.lua") is in the cache, or this raises
+        (ScriptNotAllowed, BackendUnavailable, NotPermitted)."""
+        ...
 
 
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         TimelineLog,
     )
     from sluice.core.routes import RouteCache, TeamMapCache
+    from sluice.core.script_loads import ScriptIntake
     from sluice.core.traces import EnqueueSpans
     from sluice.gateway.api import Api
     from sluice.gateway.registry import Reservations
@@ -154,6 +155,30 @@ def queue(s: Settings | None = None) -> JobQueue:
     from sluice.backends.redis.queue import RedisJobQueue
 
     return RedisJobQueue(redis(s))
+
+
+def worker_queue(s: Settings | None = None) -> JobQueue:
+    """``queue(s)`` for a worker, whose Redis user may not SCRIPT LOAD (docs/security.md): after a
+    NOSCRIPT its connection asks the internal function to load its scripts (all of them at once),
+    where one is named; without one (a harness as Redis's default user) it loads them itself."""
+    s = s or settings()
+    conn = redis(s)
+    if s.internal_function_name and conn.scripts.loader is None:
+        from sluice.backends.aws.family_gateway import LambdaInvoke
+        from sluice.backends.aws.script_loader import LambdaScriptLoader
+        from sluice.backends.redis.acl import WORKER
+
+        conn.scripts.use_loader(LambdaScriptLoader(LambdaInvoke.from_settings(s)), WORKER.scripts)
+    return queue(s)
+
+
+@cache
+def script_intake(s: Settings | None = None) -> ScriptIntake:
+    """The internal function's load of a worker's scripts: shipped ones only, SCRIPT LOAD as its user."""
+    from sluice.backends.redis.scripts import RedisScriptLoader, worker_allow_list
+    from sluice.core.script_loads import ScriptIntake
+
+    return ScriptIntake(RedisScriptLoader(redis(s).client), worker_allow_list())
 
 
 @cache
@@ -582,5 +607,5 @@ def reset() -> None:
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
                     dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log, depth_log,
-                    parked_jobs):
+                    parked_jobs, script_intake):
         builder.cache_clear()
