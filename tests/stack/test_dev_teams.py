@@ -219,7 +219,7 @@ def test_a_teams_next_job_runs_after_redis_lost_its_scripts(stack: tuple[DevStac
     from sluice.core.script_loads import sha1
     from sluice_dev.local.dev import INTERNAL_FUNCTION
 
-    dev, endpoints = stack
+    _dev, endpoints = stack
     admin = redis.Redis.from_url(endpoints["redis_url"], decode_responses=True)
     try:
         seen = len(INVOKED)

@@ -239,3 +239,27 @@ def test_a_pipelined_noscript_asks_the_loader_and_sends_those_calls_again() -> N
     scripts.use_loader(loader, acl.WORKER.scripts)
     assert scripts._pipelined("ack.lua", [(["k"], []), (["k"], [])]) == [3, 3]
     assert len(loader.loads) == 1 and client.evalshas == 4
+
+
+# -- the composition root -------------------------------------------------------------------------
+
+def test_the_workers_root_gives_its_connection_the_internal_functions_loader_and_others_none() -> None:
+    from sluice.core.config import Settings
+    from sluice.entry import root as wiring
+
+    url = "redis://127.0.0.1:1/0"  # never connected: building a client opens no socket
+    wiring.reset()
+    try:
+        worker = Settings(redis_url=url, internal_function_name="sluice-internal", aws_region="us-east-1")
+        wiring.worker_queue(worker)
+        scripts = wiring.redis(worker).scripts
+        assert isinstance(scripts.loader, LambdaScriptLoader)
+        assert scripts.load_together == acl.WORKER.scripts
+        gateway = Settings(redis_url=url, aws_region="us-east-1")  # the gateway's queue: loads itself
+        wiring.queue(gateway)
+        assert wiring.redis(gateway).scripts.loader is None
+        alone = Settings(redis_url=url, aws_region="eu-west-1")  # a worker with no internal function
+        wiring.worker_queue(alone)
+        assert wiring.redis(alone).scripts.loader is None
+    finally:
+        wiring.reset()
