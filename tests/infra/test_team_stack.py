@@ -175,7 +175,7 @@ def test_the_team_has_its_own_redis_user_over_its_queues_keys_alone() -> None:
     queues = ["avatars", "thumbs-*"]
     inner = parts[1]["Fn::Join"]
     assert inner[1] == {"Ref": "Queues"}
-    assert parts[3] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-RedisWorkerAccessRules"}}
+    assert parts[3] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-RedisWorkerCommandRules"}}
     built = parts[0] + inner[0].join(queues) + parts[2] + acl.worker_command_rules()
     assert built.split() == acl.access_string("worker", queues).split()
     secret = RES["TeamRedisUserSecret"]["Properties"]
