@@ -16,12 +16,16 @@ else (no value, no item) and change nothing, so a later request could only pass 
 expression that fails to parse or fails a check is never kept: it fails the same way every time.
 Each validation's deep copy of a kept tree is made directly (``clone``, a third of what was left),
 for a tree whose deep copy is exactly that (``is_plain``); any other object is deep-copied as before.
+A condition expression's tokens (``ConditionExpressionParser._lex_condition_expression``, regular
+expressions over the text, about half of its parse) are kept per text too: each parse gets a new
+deque of new tokens, equal to the ones lexing makes (a token is a tuple of strings and an empty list).
 """
 
 from __future__ import annotations
 
 import copy
 import copyreg
+from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,6 +65,7 @@ def install() -> None:
     parser.make = classmethod(make)
     _check_once(validators)
     _clone_plain(validators, plain)
+    _lex_once()
 
 
 def structural_checks(validators: Any) -> tuple[type[Any], ...]:
@@ -180,3 +185,26 @@ def _clone_plain(validators: Any, plain: dict[int, Any]) -> None:
 
     deepcopy.__wrapped__ = stock  # type: ignore[attr-defined]
     validators.deepcopy = deepcopy
+
+
+def _lex_once() -> None:
+    """``ConditionExpressionParser`` lexes each text once; a text it cannot lex raises every time."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    original = ConditionExpressionParser._lex_condition_expression
+    lexed: dict[str, tuple[Any, ...]] = {}
+
+    def _lex_condition_expression(self: Any) -> Any:
+        text = self.condition_expression
+        tokens = lexed.get(text) if isinstance(text, str) else None
+        if tokens is None:
+            made = original(self)  # raises as before
+            if isinstance(text, str) and all(type(t.children) is list and not t.children for t in made):
+                if len(lexed) >= BOUND:
+                    lexed.clear()
+                lexed[text] = tuple(made)
+            return made
+        return deque(t._replace(children=[]) for t in tokens)
+
+    _lex_condition_expression.__wrapped__ = original  # type: ignore[attr-defined]
+    ConditionExpressionParser._lex_condition_expression = _lex_condition_expression  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.parsing import ast_nodes, validators
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
@@ -19,6 +20,7 @@ from sluice_dev.local import motoexpr
 pytestmark = pytest.mark.timeout(120)
 
 CLS = validators.UpdateExpressionValidator
+LEXER = ConditionExpressionParser._lex_condition_expression
 # by conftest.py
 INSTALLED = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate, validators.deepcopy)
 
@@ -28,10 +30,12 @@ def _stock() -> None:
     UpdateExpressionParser.make = classmethod(make.__func__.__wrapped__.__func__)  # type: ignore[method-assign]
     CLS.__init__, CLS.validate = init.__wrapped__, validate.__wrapped__  # type: ignore[method-assign]
     validators.deepcopy = deepcopy.__wrapped__
+    ConditionExpressionParser._lex_condition_expression = LEXER.__wrapped__  # type: ignore[attr-defined]
 
 
 def _restore() -> None:
     UpdateExpressionParser.make, CLS.__init__, CLS.validate, validators.deepcopy = INSTALLED  # type: ignore[method-assign]
+    ConditionExpressionParser._lex_condition_expression = LEXER  # type: ignore[method-assign]
 
 
 @pytest.fixture
@@ -216,3 +220,82 @@ def test_each_validation_of_a_kept_tree_clones_it(monkeypatch: pytest.MonkeyPatc
     _answers([(text, {"#cloned": "a"}, {":a": {"S": "x"}})])
     # a new item's request validates twice, the next request once: each a clone of the kept tree
     assert cloned == [UpdateExpressionParser.make(text)] * 3
+
+
+# (condition expression, names, values): each tried twice on a put of the item "c", then twice on an
+# update of it; good texts, texts that do not parse, a reserved word, an unbalanced parenthesis
+CONDITIONS: list[tuple[str, dict[str, str], dict[str, Any]]] = [
+    ("attribute_not_exists(#id)", {"#id": "job_id"}, {}),
+    ("attribute_exists(#id) AND #st = :s", {"#id": "job_id", "#st": "st"}, {":s": {"S": "new"}}),
+    ("#st = :s AND #tok = :t", {"#st": "st", "#tok": "tok"}, {":s": {"S": "new"}, ":t": {"N": "1"}}),
+    ("size(#kids) = :n OR attribute_not_exists(#kids)", {"#kids": "kids"}, {":n": {"N": "0"}}),
+    ("NOT contains(#e, :x)", {"#e": "e"}, {":x": {"S": "x"}}),
+    ("#st IN (:a, :b)", {"#st": "st"}, {":a": {"S": "new"}, ":b": {"S": "old"}}),
+    ("#tok BETWEEN :a AND :b", {"#tok": "tok"}, {":a": {"N": "0"}, ":b": {"N": "5"}}),
+    ("(#st <> :s) AND (#tok >= :t)", {"#st": "st", "#tok": "tok"}, {":s": {"S": "gone"}, ":t": {"N": "1"}}),
+    ("#st = = :s", {"#st": "st"}, {":s": {"S": "new"}}),
+    ("#st == :s", {"#st": "st"}, {":s": {"S": "new"}}),
+    ("((#st = :s)", {"#st": "st"}, {":s": {"S": "new"}}),
+    ("status = :s", {}, {":s": {"S": "new"}}),  # a reserved word as a name
+    ("#st = :s", {"#st": "st"}, {":s": {"S": "new"}, ":unused": {"S": "x"}}),
+    ("#st = :s ; DROP", {"#st": "st"}, {":s": {"S": "new"}}),
+]
+
+
+def _conditioned(conditions: list[tuple[str, dict[str, str], dict[str, Any]]]) -> list[Any]:
+    with mock_aws():
+        db = boto3.client("dynamodb", region_name="us-east-1")
+        db.create_table(TableName="t", KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST")
+        got: list[Any] = []
+
+        def attempt(call: Any, **kwargs: Any) -> None:
+            try:
+                got.append(call(TableName="t", **kwargs).get("Attributes"))
+            except ClientError as exc:
+                got.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+            except ValueError as exc:  # moto's own failure (size() of a missing attribute), as it is
+                got.append(("ValueError", str(exc)))
+
+        for i, (condition, names, values) in enumerate(conditions):
+            extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+            if values:
+                extra["ExpressionAttributeValues"] = values
+            for _ in range(2):
+                item = {"job_id": {"S": "c"}, "st": {"S": "new"}, "tok": {"N": str(i % 3)}}
+                attempt(db.put_item, Item=item, ConditionExpression=condition, **extra)
+                update_names = {**names, "#tk": "tok"}
+                attempt(db.update_item, Key={"job_id": {"S": "c"}}, UpdateExpression="ADD #tk :one",
+                        ConditionExpression=condition, ExpressionAttributeNames=update_names,
+                        ExpressionAttributeValues={**values, ":one": {"N": "1"}}, ReturnValues="ALL_NEW")
+        got.append(db.scan(TableName="t")["Items"])
+    return got
+
+
+def test_every_condition_gets_motos_own_answer() -> None:
+    _stock()
+    try:
+        stock = _conditioned(CONDITIONS)
+    finally:
+        _restore()
+    assert _conditioned(CONDITIONS) == stock
+    refused = [a for a in stock[:-1] if isinstance(a, tuple)]
+    assert len(refused) >= 20 and len(stock) - 1 - len(refused) >= 10  # both kinds of answer
+
+
+def test_a_condition_is_lexed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    lexed: list[str] = []
+    text = "#lexed_once = :v AND attribute_exists(#other)"
+
+    def parse() -> Any:
+        parser = ConditionExpressionParser(text, {"#lexed_once": "a", "#other": "b"}, {":v": {"S": "x"}})
+        return parser._lex_condition_expression()
+
+    original_lex_one = ConditionExpressionParser._lex_one_node
+    monkeypatch.setattr(ConditionExpressionParser, "_lex_one_node",
+                        lambda self, rest: lexed.append(rest) or original_lex_one(self, rest))
+    first, second = parse(), parse()
+    assert first == second and first is not second
+    assert all(a is not b and a.children is not b.children for a, b in zip(first, second, strict=True))
+    assert lexed and lexed[0] == text and lexed.count(text) == 1  # the second parse lexed nothing
