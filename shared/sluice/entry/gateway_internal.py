@@ -15,19 +15,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sluice.core import families as flows
 from sluice.core.caller import Caller
 from sluice.core.errors import InvalidInput, SluiceError
 from sluice.core.models import describe_validation
+from sluice.core.wire import INTERNAL
 from sluice.gateway.api import Api
 from sluice.gateway.http import problems
 
 
 def is_internal(event: Mapping[str, Any]) -> bool:
-    return flows.INTERNAL in event and "httpMethod" not in event
+    return INTERNAL in event and "httpMethod" not in event
 
 
 def handle(api: Callable[[], Api], event: dict[str, Any]) -> dict[str, Any]:
+    # The families' models and use cases on this path only: the gateway and operator functions,
+    # which refuse these events, never load them (cold start, docs/deploy.md).
+    from sluice.core import families as flows
+
     try:
         request = flows.family_event(event)
         use_cases = api()
