@@ -32,7 +32,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 from urllib.parse import parse_qs
 
@@ -137,13 +137,18 @@ class Route:
     func: Callable[..., Any]
     status_code: int
     openapi: dict[str, Any]  # the decorator's other arguments: the OpenAPI document's (powertools_twin)
-    pattern: re.Pattern[str] = field(init=False)
+    _pattern: re.Pattern[str] | None = None
     _fields: list[_Field] | None = None
     _returns: tuple[_Field] | None = None
 
     def __post_init__(self) -> None:
         self.rule = self.rule.rstrip("/")
-        self.pattern = re.compile(f"^{_DYNAMIC.sub(_GROUP, self.rule)}/*$")
+
+    def match(self, path: str) -> re.Match[str] | None:
+        """The rule against ``path``, compiled on its first request: an init compiles no rule (cold start)."""
+        if self._pattern is None:
+            self._pattern = re.compile(f"^{_DYNAMIC.sub(_GROUP, self.rule)}/*$")
+        return self._pattern.match(path)
 
     def fields(self) -> list[_Field]:
         """The parameters, read from the signature on the route's first request (cold start)."""
@@ -194,6 +199,7 @@ class Router:
 
     def __init__(self, json_body_deserializer: Callable[[str], Any] = json.loads) -> None:
         self.routes: list[Route] = []
+        self._order: list[Route] = []
         self.handlers: dict[type[Exception], Callable[[Any], Response[Any]]] = {}
         self.context: dict[str, Any] = {}
         self.current_event: Event
@@ -245,8 +251,8 @@ class Router:
     def _answer(self, event: Mapping[str, Any]) -> Response[Any]:
         method, path = str(event["httpMethod"]).upper(), str(event["path"])
         try:
-            for route in sorted(self.routes, key=lambda r: "<" in r.rule):  # static rules first
-                match = route.pattern.match(path) if route.method == method else None
+            for route in self._ordered():
+                match = route.match(path) if route.method == method else None
                 if match is not None:
                     values = self._arguments(route, match.groupdict(), event)
                     result = route.func(**values)
@@ -260,6 +266,12 @@ class Router:
             if handler is None:
                 raise
             return handler(exc)
+
+    def _ordered(self) -> list[Route]:
+        """Static rules before dynamic ones, each in the order registered (as Powertools tries them)."""
+        if len(self._order) != len(self.routes):
+            self._order = sorted(self.routes, key=lambda r: "<" in r.rule)
+        return self._order
 
     def _arguments(self, route: Route, path: dict[str, str], event: Mapping[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = {}
