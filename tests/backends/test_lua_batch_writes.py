@@ -82,21 +82,42 @@ def test_push_leaves_one_wake_token_per_batch_when_nobody_waits(rq: RedisQueue,
     assert redis_client.llen(K.wake) == 16  # at most 16 kept
 
 
-def test_push_leaves_a_wake_token_per_waiting_worker_up_to_its_jobs(rq: RedisQueue,
-                                                                   redis_client: redis.Redis) -> None:
-    """Each waiting worker's BLPOP takes one token: a batch wakes every worker waiting now, as
-    many as it has jobs (at most 16 tokens kept); a worker whose wait is over is not counted."""
+def test_push_wakes_a_waiting_worker_per_job_those_that_began_waiting_last_first(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Each waiting worker gets a token in its own list: a batch wakes as many workers waiting now
+    as it has jobs (at most 16), those whose wait began last first (issue 28: a worker never woken
+    is not needed, and leaves at its linger's end); a worker whose wait is over is not counted,
+    and the shared list gets no token while someone waits."""
     rq.idle("q", "gone", 1)
     for w in range(3):
-        rq.idle("q", f"w{w}", 5_000)
+        rq.idle("q", f"w{w}", 5_000 + w)  # w2 began waiting last: its deadline is the latest
     time.sleep(0.01)
+
+    def woken() -> list[str]:
+        found = {w: redis_client.llen(K.wake_of(w)) for w in ["gone", *(f"w{n}" for n in range(20))]}
+        assert set(found.values()) <= {0, 1}  # one token each
+        return sorted(w for w, n in found.items() if n)
+
     assert push(rq, *range(10)) == 10
-    assert redis_client.llen(K.wake) == 3
-    redis_client.delete(K.wake)
-    assert push(rq, 10, 11) == 2  # fewer jobs than waiters: a token per job
-    assert redis_client.llen(K.wake) == 2
-    redis_client.delete(K.wake)
+    assert woken() == ["w0", "w1", "w2"] and redis_client.llen(K.wake) == 0
+    assert 0 < redis_client.pttl(K.wake_of("w0")) <= 5_000
+    assert push(rq, 10) == 1  # one job: the worker that began waiting last, one token kept
+    assert woken() == ["w0", "w1", "w2"] and redis_client.llen(K.wake_of("w2")) == 1
+    for w in range(3):
+        redis_client.delete(K.wake_of(f"w{w}"))
+    assert push(rq, 11) == 1
+    assert woken() == ["w2"]
+    redis_client.delete(K.wake_of("w2"))
+    assert push(rq, 12, 13) == 2  # fewer jobs than waiters: a token per job
+    assert woken() == ["w1", "w2"]
+    for w in range(3):
+        redis_client.delete(K.wake_of(f"w{w}"))
     for w in range(3, 20):
-        rq.idle("q", f"w{w}", 5_000)
-    assert push(rq, *range(12, 52)) == 40
-    assert redis_client.llen(K.wake) == 16
+        rq.idle("q", f"w{w}", 5_000 + w)
+    assert push(rq, *range(14, 54)) == 40
+    assert woken() == sorted(f"w{w}" for w in range(4, 20))  # 16, the last to begin waiting
+    for w in range(20):
+        rq.idle("q", f"w{w}", 0)
+    assert push(rq, 54) == 1  # nobody waits: the shared list's token, for the next to wait
+    assert redis_client.llen(K.wake) == 1
+    assert rq.wait_for_work("q", 100, "w0") is True and rq.wait_for_work("q", 100, "w0") is False

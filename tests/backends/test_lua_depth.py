@@ -109,3 +109,14 @@ def test_the_depth_log_records_a_sample_and_reads_the_hour_back(rq: RedisQueue,
     assert RedisDepthLog(rq.conn).record("q", 1, 0, 0, 0) is False  # within the 10 s gap: a second relay's
     time.sleep(0.01)
     assert len(log.read("q").samples) == 1
+
+
+def test_a_depth_list_filled_by_hand_is_read_only_as_far_as_samples_are_kept(
+        rq: RedisQueue, redis_client: redis.Redis) -> None:
+    """Hostile-team review (session 18): a team's Redis user may push onto its own queue's depth list;
+    the operator's depth route read all of it. It reads the last SAMPLES_KEPT, what sample.lua keeps."""
+    now = redis_now_ms(redis_client)
+    n = depth.SAMPLES_KEPT + 5_000
+    redis_client.rpush(K.depth, *(depth.encode(now - n + i, i, 0, 0, 0) for i in range(n)))
+    hour = RedisDepthLog(rq.conn).read("q")
+    assert [s.ready for s in hour.samples] == list(range(n - depth.SAMPLES_KEPT, n))

@@ -36,6 +36,18 @@ def test_push_enqueues_and_records_offset_and_owner(rq: RedisQueue, redis_client
     assert redis_client.smembers(QUEUES_KEY) == {"q"}
 
 
+def test_push_wakes_a_waiting_worker_through_a_list_of_its_own(rq: RedisQueue,
+                                                               redis_client: redis.Redis) -> None:
+    """Issue 28 (on a cluster too): push.lua writes the waiting worker's own wake list, a key it
+    builds from KEYS[6] in the queue's slot, and the worker's BLPOP of its own list and the
+    shared one takes the token."""
+    rq.idle("q", "fn:req-1", 5_000)
+    assert rq.push("q", TOPIC, 0, 1, recs(0)).pushed == 1
+    assert redis_client.llen(K.wake_of("fn:req-1")) == 1 and redis_client.llen(K.wake) == 0
+    assert rq.wait_for_work("q", 100, "fn:req-1") is True
+    assert rq.wait_for_work("q", 100, "fn:req-1") is False
+
+
 def test_push_stores_a_redriven_jobs_generation_for_its_grant(rq: RedisQueue,
                                                               redis_client: redis.Redis) -> None:
     """A redriven job pushed again (after a Redis loss) carries the jobs table's redrive generation,
@@ -191,7 +203,7 @@ def test_push_lua_rejects_bad_argv_before_writing(rq: RedisQueue, redis_client: 
     # owner, count, offset, id, payload, meta, run_at, gen, group, traceparent
     good = [1, 1, 5, "ok", '"p"', "0,5,30000,0", 0, 0, "", ""]
     keys = [K.relayed(TOPIC, 0), K.job_prefix, K.ready, K.delayed, K.seq, K.wake, K.used, K.config,
-            *K.group_keys]
+            *K.group_keys, K.dead, K.leased, K.tokens, K.idle]  # push.lua's 15 (scripts.py)
 
     def argv(fields: list[object]) -> list[object]:  # the records go as one JSON array of strings
         return [fields[0], fields[1], json.dumps([str(f) for f in fields[2:]]), 0, -1]  # budget, follow

@@ -65,3 +65,28 @@ def test_a_foreign_or_cut_entry_is_skipped_when_read(conn: RedisConnection,
                        timeline.encode("ack", 5, outcome="ok"))
     steps = RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
     assert steps == [{"at_ms": 5, "kind": "ack", "outcome": "ok"}]
+
+
+def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: RedisConnection,
+                                                                       redis_client: redis.Redis) -> None:
+    """Hostile review (session 18): an operator whose IAM policy names queue ``a`` asks for a job of
+    queue ``b`` through ``a``'s route (``GET .../queues/a/jobs/<b's id>/timeline``): the read takes
+    ``a``'s key, so nothing of ``b``; a team that pushes steps under ``b``'s id into its own queue's
+    key forges nothing on ``b``'s."""
+    log = RedisTimeline(conn, ttl_ms=60_000)
+    log.append("b", "jb", [timeline.encode("grant", 1, worker="B-worker", token=9)])
+    assert log.read("a", "jb") == []
+    redis_client.rpush(QueueKeys("a").timeline("jb"), timeline.encode("grant", 2, worker="forged", token=1))
+    assert [s["worker"] for s in log.read("b", "jb")] == ["B-worker"]
+    assert [s["worker"] for s in log.read("a", "jb")] == ["forged"]  # under a's route only
+
+
+def test_a_list_filled_by_hand_is_read_only_as_far_as_the_cap(conn: RedisConnection,
+                                                              redis_client: redis.Redis) -> None:
+    """Hostile-team review (session 18): a team's Redis user may push onto its own job's timeline
+    list; the operator's read took all of it (20,000 steps here, any number there) into the
+    operator function. It reads the last ``cap`` steps, what timeline.lua keeps."""
+    for start in range(0, 20_000, 5_000):
+        redis_client.rpush(KEY, *(timeline.encode("renew", t, lease=1) for t in range(start, start + 5_000)))
+    steps = RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
+    assert [s["at_ms"] for s in steps] == list(range(20_000 - timeline.CAP, 20_000))

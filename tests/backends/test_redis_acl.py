@@ -9,7 +9,7 @@ real script methods, and is refused the ones of other functions.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -22,10 +22,11 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QUEUES_KEY, QueueKeys
 from sluice.backends.redis.queue import RedisJobQueue
 from sluice.backends.redis.relay_engine import RedisRelayEngine
-from sluice.backends.redis.scripts import source
+from sluice.backends.redis.scripts import RedisScriptLoader, source, worker_allow_list
 from sluice.core.config import Settings
-from sluice.core.errors import ConfigError, NotPermitted
+from sluice.core.errors import ConfigError, NotPermitted, ScriptNotAllowed
 from sluice.core.models import DecodedJob, SettleEntry
+from sluice.core.script_loads import ScriptIntake, request, sha1
 from sluice.relay.ownership import RELAY_QUEUE, partition_job
 from sluice.relay.recovery.adapters import RedisEpochs
 from sluice_dev.local import servers
@@ -61,9 +62,30 @@ def admin(server: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-def conn(url: str, user: str) -> RedisConnection:
-    return RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
-                                                  redis_password=f"pw-{user}"))  # type: ignore[arg-type]
+def conn(url: str, user: str, *, loader: bool = True) -> RedisConnection:
+    """As ``user``; a worker's connection (whose user may not SCRIPT LOAD) with the loader its
+    composition root gives it (``loader``), played by ``InternalLoader``."""
+    c = RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
+                                               redis_password=f"pw-{user}"))  # type: ignore[arg-type]
+    if loader and USERS[user][0] == "worker":
+        c.scripts.use_loader(InternalLoader(url), acl.WORKER.scripts)
+    return c
+
+
+class InternalLoader:
+    """A worker's ``ScriptLoader`` as the internal function answers it: its call, checked against
+    the allow-list (``ScriptIntake``), then SCRIPT LOAD as the internal function's user (the gateway's)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.calls = url, 0
+
+    def load(self, texts: Mapping[str, str]) -> None:
+        self.calls += 1
+        gateway = conn(self.url, "sluice-gateway")
+        try:
+            ScriptIntake(RedisScriptLoader(gateway.client), worker_allow_list())(request(texts))
+        finally:
+            gateway.close()
 
 
 def refused(call: Callable[[], Any]) -> None:
@@ -86,6 +108,7 @@ def test_a_team_runs_its_own_queues_lease_life_cycle(server: str, admin: redis.R
     assert team.fail("a", fourth.job_id, fourth.lease_token, "bad", permanent=True) == "dead"
     assert team.idle("a", "w1", 1_000) == 1 and team.idle("a", "w1", 0) == 0
     assert team.wait_for_work("a", 10) is False
+    assert team.wait_for_work("a", 10, "w1") is False  # its own wake list: a queue key too
     (thumb,) = team.lease("thumbs-small", 1)
     team.ack("thumbs-small", thumb.job_id, thumb.lease_token)
 
@@ -98,9 +121,10 @@ def test_a_teams_credentials_get_noperm_on_another_teams_keys_and_write_nothing(
     team = RedisJobQueue(conn(server, "team-a"))
     raw = team.conn.client
     b, a = QueueKeys("b"), QueueKeys("a")
-    lease_sha = raw.script_load(source("lease.lua"))
-    other_from_inside = raw.script_load(f"return redis.call('DEL', '{b.ready}')")
-    for call in (lambda: raw.lpush(b.wake, "x"), lambda: raw.hget(b.job("b1"), "p"),
+    lease_sha = admin.script_load(source("lease.lua"))  # loaded by someone else: still refused
+    other_from_inside = admin.script_load(f"return redis.call('DEL', '{b.ready}')")
+    for call in (lambda: raw.script_load("return 1"), lambda: raw.lpush(b.wake, "x"),
+                 lambda: raw.hget(b.job("b1"), "p"),
                  lambda: raw.zadd(b.ready, {"evil": 0}),
                  lambda: raw.evalsha(lease_sha, 10, b.job_prefix, b.ready, b.delayed, b.leased, b.dead,
                                      b.tokens, b.seq, b.config, b.settle, b.finished, 1, 1000, 1),
@@ -114,6 +138,46 @@ def test_a_teams_credentials_get_noperm_on_another_teams_keys_and_write_nothing(
                  lambda: team.lease(RELAY_QUEUE, 1), lambda: team.enqueue(spec("x", "a"))):
         refused(call)
     assert snapshot(admin) == before
+
+
+ENDLESS = "while true do end"
+
+
+def test_a_team_may_not_load_its_own_lua_so_cannot_stall_the_shared_redis(server: str,
+                                                                          admin: redis.Redis) -> None:
+    """The hole (docs/security.md): a team's user could SCRIPT LOAD an endless loop and EVALSHA it,
+    and every other client got BUSY. Now SCRIPT LOAD is NOPERM for every worker user, and the
+    internal function's load takes only shipped worker scripts: the loop is never in the cache."""
+    for user in ("team-a", "team-b", "sluice-worker"):
+        raw = conn(server, user).client
+        refused(lambda raw=raw: raw.script_load(ENDLESS))  # type: ignore[misc]
+        refused(lambda raw=raw: raw.eval(ENDLESS, 0))  # type: ignore[misc]
+    with pytest.raises(ScriptNotAllowed, match="deploy Sluice's stack first"):
+        InternalLoader(server).load({"lease.lua": ENDLESS})
+    with pytest.raises(ScriptNotAllowed):  # one bad text: none of the call is loaded
+        InternalLoader(server).load({"ack.lua": source("ack.lua"), "lease.lua": ENDLESS})
+    assert admin.script_exists(sha1(ENDLESS)) == [False]
+
+
+def test_after_redis_lost_its_scripts_a_teams_worker_has_them_loaded_by_the_internal_function(
+        server: str, admin: redis.Redis) -> None:
+    """After a restart or failover (SCRIPT FLUSH here) a worker's EVALSHA meets NOSCRIPT; its user
+    may not SCRIPT LOAD, so it asks its loader once (every worker script at once) and runs again."""
+    RedisJobQueue(RedisConnection.from_url(server)).enqueue_many([spec("f1", "a"), spec("f2", "a")])
+    admin.script_flush()
+    alone = RedisJobQueue(conn(server, "team-a", loader=False))
+    refused(lambda: alone.lease("a", 1))  # NOSCRIPT, then its own SCRIPT LOAD: NOPERM
+    assert admin.script_exists(sha1(source("lease.lua"))) == [False]
+    team = RedisJobQueue(conn(server, "team-a"))
+    loader = team.conn.scripts.loader
+    assert isinstance(loader, InternalLoader)
+    first, second = team.lease("a", 2, 30_000, "w1")
+    team.ack("a", first.job_id, first.lease_token)
+    assert team.fail("a", second.job_id, second.lease_token, "boom", 0) == "retry"
+    assert team.idle("a", "w1", 0) == 0
+    assert loader.calls == 1  # the first NOSCRIPT loaded them all
+    assert admin.script_exists(*(sha1(source(n)) for n in acl.WORKER.scripts)) == [True] * 7
+    assert admin.script_exists(sha1(ENDLESS)) == [False]
 
 
 def test_the_default_worker_reaches_every_public_queue_but_no_reserved_one(server: str,
@@ -246,6 +310,7 @@ def test_a_users_rotated_password_is_read_again_after_wrongpass(server: str, adm
     RedisJobQueue(RedisConnection.from_url(server)).enqueue_many([spec("r1", "rot"), spec("r2", "rot")])
     mine = settings.model_copy(update={"redis_auth_secret_arn": arn})
     queue = RedisJobQueue(RedisConnection.from_settings(mine))
+    queue.conn.scripts.use_loader(InternalLoader(server), acl.WORKER.scripts)
     try:
         assert [j.job_id for j in queue.lease("rot", 1)] == ["r1"]
         sm.put_secret_value(SecretId=arn, SecretString=json.dumps({"username": name, "password": "second"}))

@@ -66,7 +66,7 @@ def test_one_push_batch_wakes_every_waiting_worker(rq: RedisQueue) -> None:
 
     def wait(worker: str) -> None:
         rq.idle("q", worker, 3_000)
-        if rq.wait_for_work("q", 3_000):
+        if rq.wait_for_work("q", 3_000, worker):
             woke.append(time.monotonic())
 
     waiters = [threading.Thread(target=wait, args=(f"w{w}",)) for w in range(3)]
@@ -97,13 +97,17 @@ def test_wait_for_work_returns_on_a_push_and_times_out_without_one(rq: RedisQueu
     assert woke and woke[0] and woke[0] - pushed_at < 0.5
     with pytest.raises(InvalidInput):
         rq.wait_for_work("q", 0)
+    for worker in ("x" * 257, 7):
+        with pytest.raises(InvalidInput):
+            rq.wait_for_work("q", 10, worker)  # type: ignore[arg-type]
 
 
-def _worker(rq: RedisQueue, store: FakeStore, linger_ms: int, ran: list[tuple[str, float]]) -> Worker:
+def _worker(rq: RedisQueue, store: FakeStore, linger_ms: int, ran: list[tuple[str, float]],
+            worker_id: str = "linger-test") -> Worker:
     app = Worker()
     app.register("q", lambda job, ctx: ran.append((job.job_id, time.monotonic())) or {"ok": True})
     return app.bind(queue=rq, store=store, options=WorkerOptions(lease_ms=5_000, linger_ms=linger_ms),
-                    telemetry=Telemetry(MemoryMetrics()), worker_id="linger-test")
+                    telemetry=Telemetry(MemoryMetrics()), worker_id=worker_id)
 
 
 def test_a_lingering_drain_runs_jobs_pushed_after_its_queue_went_empty(rq: RedisQueue) -> None:
@@ -132,6 +136,44 @@ def test_a_lingering_drain_runs_jobs_pushed_after_its_queue_went_empty(rq: Redis
     assert time.monotonic() - pushes[-1] >= 1.4  # it waited the linger after the last job
     assert time.monotonic() - started < 6
     assert rq.stats("q").idle_workers == 0
+
+
+def test_a_trickle_keeps_one_lingering_worker_not_every_worker_it_finds_waiting(rq: RedisQueue) -> None:
+    """Issue 28's 23.6 s: two drains linger on a queue that gets one job every 0.2 s (a rate
+    limit of 5 a second). The push wakes the worker that began waiting last, so the other is not
+    needed and ends at its linger's end; the trickle keeps one worker, not two. Before, every
+    BLPOP took a token in turn: the two workers alternated, each woken every 0.4 s, inside its
+    1 s linger, and both drained until the queue stayed empty. On `sluice dev` with 2 worker
+    containers, queue A's two lingering workers held both while A drained its 150 jobs at 5 a
+    second, and B's invocation waited for a container for 23.6 s."""
+    ran: list[tuple[str, float]] = []
+    store = FakeStore()
+    ended: dict[str, float] = {}
+    out: dict[str, DrainSummary] = {}
+
+    def drain(name: str) -> None:
+        out[name] = _worker(rq, store, 1_000, ran, worker_id=name).drain(["q"], 10)
+        ended[name] = time.monotonic()
+
+    drains = [threading.Thread(target=drain, args=(name,)) for name in ("x", "y")]
+    for t in drains:
+        t.start()
+    deadline = time.monotonic() + 5
+    while rq.stats("q").idle_workers < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    for n in range(20):  # 4 s of jobs, 0.2 s apart
+        push(rq, n)
+        time.sleep(0.2)
+    last_push = time.monotonic()
+    for t in drains:
+        t.join(10)
+    assert sorted(job for job, _ in ran) == sorted(f"j0-{n}" for n in range(20))  # each once
+    assert sum(s.leased for s in out.values()) == 20
+    first = min(ended.values())
+    # the worker not needed left about a linger after the trickle began, not after it ended
+    assert first - started < 2.0 < last_push - started, (first - started, last_push - started)
+    assert all(s.stopped == "empty" for s in out.values())
 
 
 def test_without_linger_a_drain_of_an_empty_queue_returns_at_once(rq: RedisQueue) -> None:

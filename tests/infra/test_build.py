@@ -23,7 +23,7 @@ import yaml
 from tests.infra import cfn
 from tests.infra.tools import env, run, tool
 
-APPS = ("gateway", "operator", "internal", "firings", "relay", "worker", "registrar")
+APPS = ("gateway", "operator", "internal", "firings", "relay", "worker", "registrar", "teams", "scheduler")
 EM_AARCH64 = 183  # ELF e_machine of arm64
 
 

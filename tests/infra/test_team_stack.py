@@ -175,7 +175,7 @@ def test_the_team_has_its_own_redis_user_over_its_queues_keys_alone() -> None:
     queues = ["avatars", "thumbs-*"]
     inner = parts[1]["Fn::Join"]
     assert inner[1] == {"Ref": "Queues"}
-    assert parts[3] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-RedisWorkerAccessRules"}}
+    assert parts[3] == {"Fn::ImportValue": {"Fn::Sub": "${SluiceStackName}-RedisWorkerCommandRules"}}
     built = parts[0] + inner[0].join(queues) + parts[2] + acl.worker_command_rules()
     assert built.split() == acl.access_string("worker", queues).split()
     secret = RES["TeamRedisUserSecret"]["Properties"]
@@ -222,10 +222,16 @@ def test_only_the_teams_deployers_may_invoke_the_registrar_and_a_deny_backs_it()
 
 
 def test_the_relay_reads_the_team_map_and_nothing_writes_it_but_this_stack() -> None:
+    """The relay reads it through TeamMapFunction, outside the VPC (issue 33), which alone may read it."""
     sluice = cfn.template()["Resources"]
     relay = sluice["RelayFunction"]["Properties"]
     assert relay["Environment"]["Variables"]["SLUICE_STACK_NAME"] == {"Ref": "AWS::StackName"}
-    statements = [s for p in relay["Policies"] if isinstance(p, dict) and "Statement" in p
+    assert relay["Environment"]["Variables"]["SLUICE_TEAM_MAP_FUNCTION_NAME"] == {"Ref": "TeamMapFunction"}
+    reader = sluice["TeamMapFunction"]["Properties"]
+    assert reader["Environment"]["Variables"]["SLUICE_STACK_NAME"] == {"Ref": "AWS::StackName"}
+    readers = {name for name, r in sluice.items() if "ssm:GetParametersByPath" in str(r)}
+    assert readers == {"TeamMapFunction"}
+    statements = [s for p in reader["Policies"] if isinstance(p, dict) and "Statement" in p
                   for s in p["Statement"]]
     ssm = [s for s in statements if any(a.startswith("ssm:") for a in s["Action"])]
     assert [s["Action"] for s in ssm] == [["ssm:GetParametersByPath"]]

@@ -501,8 +501,9 @@ def test_functions_share_the_layer_and_log_to_retained_groups() -> None:
     for name, fn in cfn.resources(T, "AWS::Serverless::Function").items():
         p = fn["Properties"]
         # Outside the VPC, boto3 only.
-        # The layer, outside the VPC: docs/events.md (no endpoint); Sluice's registrar, as a team's.
-        if name in ("EventsFunction", "RegistrarFunction"):
+        # The layer, outside the VPC: docs/events.md (no endpoint); Sluice's registrar, as a team's; the
+        # team map and scheduler functions, so the VPC needs no SSM or Scheduler endpoint (issue 33).
+        if name in ("EventsFunction", "RegistrarFunction", "TeamMapFunction", "SchedulerFunction"):
             assert p["Layers"] == [{"Ref": "SharedLayer"}] and "VpcConfig" not in p, name
         elif name not in ("KafkaBootstrapFunction", "SecretRotationFunction", "PrefixListsFunction"):
             assert p["Layers"] == [{"Ref": "SharedLayer"}], name
@@ -547,7 +548,8 @@ def test_vpc_endpoints_cover_every_api_the_functions_call() -> None:
     nested = cfn.load(cfn.NESTED["endpoints"])
     services = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
                 for r in cfn.resources(nested, "AWS::EC2::VPCEndpoint").values()}
-    assert services == {"dynamodb", "s3", "lambda", "sts", "secretsmanager", "scheduler", "ssm"}
+    # Issue 33: no STS (no function calls it), Scheduler or SSM (called from outside the VPC).
+    assert services == {"dynamodb", "s3", "lambda", "secretsmanager"}
     # No route out at the defaults (HandlerEgress=none): every way out is a choice (test_template_egress.py).
     network = cfn.load(cfn.NESTED["network"])
     conds = cfn.conditions(network, cfn.parameters(network))
@@ -862,11 +864,16 @@ SCHEDULE_ARNS = {"Fn::Sub": "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AW
 
 
 def test_the_operator_function_keeps_schedules_in_its_table_and_its_group() -> None:
-    """Schedule CRUD is the operator function's (issue 27); each schedule targets the firings function."""
+    """Schedule CRUD is the operator function's (issue 27), its Scheduler calls the scheduler function's
+    (issue 33); each schedule targets the firings function."""
     from sluice.core.config import Settings
 
-    env = props("OperatorFunction")["Environment"]["Variables"]
-    assert env["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}
+    operator = props("OperatorFunction")["Environment"]["Variables"]
+    assert operator["SLUICE_SCHEDULES_TABLE"] == {"Ref": "SchedulesTable"}
+    assert operator["SLUICE_SCHEDULER_FUNCTION_NAME"] == {"Ref": "SchedulerFunction"}
+    assert not {"SLUICE_SCHEDULER_GROUP", "SLUICE_SCHEDULER_ROLE_ARN", "SLUICE_FIRINGS_FUNCTION_ARN",
+                "SLUICE_FIRINGS_DEAD_LETTER_ARN"} & set(operator)
+    env = props("SchedulerFunction")["Environment"]["Variables"]
     assert env["SLUICE_SCHEDULER_GROUP"] == {"Ref": "ScheduleGroup"}
     assert env["SLUICE_SCHEDULER_ROLE_ARN"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
     pseudo = cfn.parameters(T)
@@ -875,7 +882,8 @@ def test_the_operator_function_keeps_schedules_in_its_table_and_its_group() -> N
     assert target == "arn:aws:lambda:us-east-1:123456789012:function:sluice-test-firings"
     assert name == "sluice-test-firings"  # the firings function's own ARN
     assert RES["ScheduleGroup"]["Type"] == "AWS::Scheduler::ScheduleGroup"
-    for field in ("schedules_table", "scheduler_group", "scheduler_role_arn", "firings_function_arn"):
+    for field in ("schedules_table", "scheduler_group", "scheduler_role_arn", "firings_function_arn",
+                  "scheduler_function_name"):
         assert field in Settings.model_fields
     for other in ("GatewayFunction", "InternalFunction", "FiringsFunction"):  # no one else creates them
         variables = props(other)["Environment"]["Variables"]
@@ -883,22 +891,33 @@ def test_the_operator_function_keeps_schedules_in_its_table_and_its_group() -> N
                     "SLUICE_GATEWAY_FUNCTION_ARN"} & set(variables), other
 
 
-def test_the_operator_function_may_touch_its_groups_schedules_and_pass_the_invoke_role_only() -> None:
+def test_the_scheduler_function_may_touch_its_groups_schedules_and_pass_the_invoke_role_only() -> None:
+    """Issue 33: the operator's Scheduler calls are the scheduler function's, outside the VPC; its role
+    holds exactly Scheduler's three calls on the group and the invoke role's PassRole to Scheduler, and the
+    operator keeps only the invoke of that function."""
     from tests.infra.test_template_security import _statements
 
-    statements = _statements(_function_roles()["OperatorFunction"])
+    statements = _statements(_function_roles()["SchedulerFunction"])
+    assert len(statements) == 2 and all(s["Effect"] == "Allow" for s in statements)
     scheduler = [s for s in statements if any(a.startswith("scheduler:") for a in s["Action"])]
-    assert scheduler and all(s == scheduler[0] for s in scheduler)  # one statement, in every variant
+    assert len(scheduler) == 1  # one statement, in every variant
     assert sorted(scheduler[0]["Action"]) == ["scheduler:CreateSchedule", "scheduler:DeleteSchedule",
-                                              "scheduler:GetSchedule", "scheduler:UpdateSchedule"]
+                                              "scheduler:UpdateSchedule"]
     assert scheduler[0]["Resource"] == SCHEDULE_ARNS
+    assert "VpcConfig" not in props("SchedulerFunction")
+    operator = _statements(_function_roles()["OperatorFunction"])
+    invokes = {json.dumps(s, sort_keys=True) for s in operator
+               if any(a.startswith("lambda:") for a in s["Action"])}
+    (invoke,) = [json.loads(s) for s in invokes]  # the same statement in every variant
+    assert invoke["Action"] == ["lambda:InvokeFunction"]
+    assert "SchedulerFunction" in json.dumps(invoke["Resource"])
     passing, *same = [s for s in statements if "iam:PassRole" in s["Action"]]
     assert all(s == passing for s in same)
     assert passing["Action"] == ["iam:PassRole"]
     assert passing["Resource"] == {"Fn::GetAtt": ["SchedulerInvokeRole", "Arn"]}
     assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
     for name, role in _function_roles().items():  # no other function schedules or passes a role
-        if name not in ("OperatorFunction", "RegistrarFunction"):  # the registrar's: the test below
+        if name not in ("SchedulerFunction", "RegistrarFunction"):  # the registrar's: the test below
             for st in _statements(role):
                 assert not any(a.startswith("scheduler:") or a == "iam:PassRole" for a in st["Action"]), name
 

@@ -40,8 +40,9 @@ def test_the_scheduler_role_may_invoke_the_firings_function_and_send_to_its_queu
                          "sqs:SendMessage": QUEUE_ARN}
 
 
-def test_the_operator_function_names_the_queue_in_the_setting_the_trigger_reads() -> None:
-    env = props("OperatorFunction")["Environment"]["Variables"]
+def test_the_scheduler_function_names_the_queue_in_the_setting_the_trigger_reads() -> None:
+    """The operator's Scheduler calls are the scheduler function's since issue 33: its trigger reads it."""
+    env = props("SchedulerFunction")["Environment"]["Variables"]
     assert env["SLUICE_FIRINGS_DEAD_LETTER_ARN"] == QUEUE_ARN
     assert "firings_dead_letter_arn" in Settings.model_fields
     assert Settings(firings_dead_letter_arn="arn:x").firings_dead_letter_arn == "arn:x"

@@ -83,8 +83,7 @@ def test_kafka_egress_goes_to_the_cluster_only_never_to_the_internet() -> None:
 ENDPOINTS = cfn.load(cfn.ROOT / "infra" / "endpoints.yaml")
 # Endpoint -> the service prefix of the actions it carries.
 SERVICES = {"DynamoDbEndpoint": "dynamodb", "S3Endpoint": "s3", "LambdaEndpoint": "lambda",
-            "StsEndpoint": "sts", "SecretsManagerEndpoint": "secretsmanager",
-            "SchedulerEndpoint": "scheduler", "SsmEndpoint": "ssm"}
+            "SecretsManagerEndpoint": "secretsmanager"}
 # Called by AWS services on a function's behalf, never through the VPC: the stream reads of an
 # event source mapping (DynamoDB Streams has its own API host, which no gateway endpoint serves).
 NOT_THROUGH_THE_VPC = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator",
@@ -145,8 +144,7 @@ def test_endpoint_policies_name_the_actions_the_functions_use() -> None:
             if statement["Sid"] != "CustomResourceReplies":
                 condition = statement["Condition"]["StringEquals"]
                 assert condition["aws:PrincipalAccount"] == {"Ref": "AWS::AccountId"}, name
-                if service != "sts":
-                    assert condition["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
+                assert condition["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
         missing = {a for a in used if a.startswith(f"{service}:")} - named
         assert not missing, f"{name} does not carry {sorted(missing)}, which an in-VPC role uses"
 

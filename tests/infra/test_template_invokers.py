@@ -185,8 +185,10 @@ INVOKERS: list[tuple[str, tuple[str, str | None], frozenset[str]]] = [
     ("API Gateway, no SourceArn", ("apigateway.amazonaws.com", None), frozenset()),
     ("Scheduler's role", (VALUES["SchedulerInvokeRole.Arn"], None), frozenset({"FiringsFunction"})),
     ("the worker", sam_role("WorkerFunction"), frozenset({"InternalFunction"})),
-    # The relay dispatches the default worker (async) and releases continuations.
-    ("the relay", sam_role("RelayFunction"), frozenset({"InternalFunction", "WorkerFunction"})),
+    # The relay dispatches the default worker (async), releases continuations and asks the team map
+    # function outside the VPC (issue 33).
+    ("the relay", sam_role("RelayFunction"),
+     frozenset({"InternalFunction", "WorkerFunction", "TeamMapFunction"})),
     ("the countdown", sam_role("CountdownFunction"), frozenset({"InternalFunction"})),
     # Sluice's registrar asks the default worker for its handlers and declared schedules (issue 31).
     ("Sluice's registrar", sam_role("RegistrarFunction"), frozenset({"WorkerFunction"})),
@@ -194,7 +196,12 @@ INVOKERS: list[tuple[str, tuple[str, str | None], frozenset[str]]] = [
     ("another stack's team worker", (role("other-stack-team-media", "/sluice/"), None), frozenset()),
     ("a team-named role outside /sluice/", (role(f"{STACK}-team-media"), None), frozenset()),
     ("the events function", sam_role("EventsFunction"), frozenset()),
-    *[(f"the {name} function", sam_role(f"{lid}"), frozenset()) for lid, name in SPLIT.items()],
+    # The operator asks the scheduler function outside the VPC for its Scheduler calls (issue 33).
+    *[(f"the {name} function", sam_role(f"{lid}"),
+       frozenset({"SchedulerFunction"}) if lid == "OperatorFunction" else frozenset())
+      for lid, name in SPLIT.items()],
+    ("the team map function", sam_role("TeamMapFunction"), frozenset()),
+    ("the scheduler function", sam_role("SchedulerFunction"), frozenset()),
     ("the rotation function", sam_role("SecretRotationFunction"), frozenset()),
     ("the Kafka topics function", sam_role("KafkaTopicsFunction"), frozenset()),
     ("a stranger allowed lambda:* on *", STRANGER, frozenset()),
@@ -350,6 +357,8 @@ def test_the_callers_own_policies_allow_the_function_they_call() -> None:
         (sam_role("CountdownFunction"), "InternalFunction"),
         (sam_role("RegistrarFunction"), "WorkerFunction"),
         ((VALUES["SchedulerInvokeRole.Arn"], None), "FiringsFunction"),
+        (sam_role("RelayFunction"), "TeamMapFunction"),
+        (sam_role("OperatorFunction"), "SchedulerFunction"),
     ):
         request = Request(caller[0], "lambda:InvokeFunction", function_arn(function))
         assert decide(request, None, identity_policies(caller[0])) == "allow", (caller, function)

@@ -104,7 +104,7 @@ def test_small_is_two_azs_provisioned_msk_one_cache_node_and_an_http_api(egress:
     assert "NumNodeGroups" not in redis
     assert d.props("Observability")["Parameters"]["CacheNodes"] == 1  # one memory alarm, on its one node
     nat = egress in ("nat-single", "nat-per-az")  # a NAT gateway this stack creates
-    assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == ("none" if nat else "no-sts")
+    assert d.props("Endpoints")["Parameters"]["InterfaceEndpoints"] == ("none" if nat else "all")
     assert ("FunctionToAwsApis" in d.resources) is nat and ("FunctionToEndpoints" in d.resources) is not nat
 
 
@@ -170,8 +170,7 @@ def test_every_profile_creates_what_the_cost_model_prices() -> None:
                  for r in ENDPOINTS["Resources"].values()
                  if r["Type"] == "AWS::EC2::VPCEndpoint"
                  and r["Properties"].get("VpcEndpointType") == "Interface"}
-    names = {"lambda": "Lambda", "sts": "STS", "secretsmanager": "Secrets Manager", "scheduler": "Scheduler",
-             "ssm": "SSM"}
+    names = {"lambda": "Lambda", "secretsmanager": "Secrets Manager"}
     for name, p in PROFILES.items():
         d = at(name)
         maps = T["Mappings"]["Profiles"][name]
@@ -192,8 +191,7 @@ def test_every_profile_creates_what_the_cost_model_prices() -> None:
             assert f"kafka.{p.kafka_broker.replace('_', '.')}" == maps["KafkaBrokerType"]
         for egress, with_nat in (("none", False), ("nat-single", True)):
             which = at(name, egress).props("Endpoints")["Parameters"]["InterfaceEndpoints"]
-            made = [names[k] for k, cond in interface.items()
-                    if which != "none" and (cond != "Sts" or which == "all")]
+            made = [names[k] for k in interface if which != "none"]
             expected = p.endpoints_with_nat if with_nat and p.endpoints_with_nat is not None \
                 else p.interface_endpoints
             assert sorted(made) == sorted(expected), (name, egress)
@@ -255,3 +253,83 @@ def test_the_api_alarm_and_widget_watch_the_http_apis_metrics_under_small() -> N
         assert read == [("5XXError", {"ApiName": "sluice-test-api", "Stage": "live"})], profile
         assert [row[1] for row in rows] == ["Count", "4XXError", "5XXError", "Latency"], profile
         assert all(row[2:6] == ["ApiName", "sluice-test-api", "Stage", "live"] for row in rows), profile
+
+
+# ------------------------------------------------------------------ issue 33: every endpoint has a caller
+
+# Services the in-VPC roles hold actions of that need no interface endpoint: the gateway endpoints'
+# (DynamoDB, S3); Kafka's IAM actions, which the brokers check (the cluster is in the VPC); and what
+# Lambda itself calls with the role, outside the VPC: the dead-letter queues (SQS), the log streams,
+# the network interfaces (a team's boundary names these; Sluice's roles get them from managed policies).
+NO_INTERFACE_ENDPOINT = {"dynamodb", "s3", "kafka-cluster", "sqs", "logs", "ec2"}
+
+
+def _in_vpc_services() -> set[str]:
+    """The services of every action a role of a function in the VPC holds: template.yaml's (after the SAM
+    transform) and a team worker's (infra/team.yaml's boundary, which is its role's permissions)."""
+    from tests.infra.test_template import _function_roles
+    from tests.infra.test_template_guard import _allowed_actions
+
+    out = cfn.transformed()
+    actions = {a for name, role in _function_roles().items()
+               if "VpcConfig" in out["Resources"][name]["Properties"]
+               for a in _allowed_actions(role["Properties"].get("Policies", []))}
+    team = cfn.load(cfn.ROOT / "infra" / "team.yaml")["Resources"]["TeamWorkerBoundary"]
+    actions |= _allowed_actions(team["Properties"])
+    return {action.split(":", 1)[0] for action in actions}
+
+
+def test_each_interface_endpoint_has_a_caller_in_the_vpc_and_each_call_an_endpoint() -> None:
+    """An interface endpoint costs $0.01 an AZ-hour used or not: each one the template creates serves an
+    action an in-VPC role holds (template.yaml after the SAM transform, infra/worker.yaml, infra/team.yaml),
+    and each service such a role calls has one. Standard and large created an STS endpoint that nothing
+    called, and every profile SSM's and Scheduler's, now called from TeamMapFunction and SchedulerFunction
+    outside the VPC (docs/deploy.md, Interface endpoints)."""
+    used = _in_vpc_services()
+    interface = {r["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]
+                 for r in ENDPOINTS["Resources"].values()
+                 if r["Type"] == "AWS::EC2::VPCEndpoint"
+                 and r["Properties"].get("VpcEndpointType") == "Interface"}
+    assert interface == {"lambda", "secretsmanager"}
+    assert interface <= used, f"endpoints with no caller in the VPC: {sorted(interface - used)}"
+    assert used - NO_INTERFACE_ENDPOINT <= interface, f"calls with no endpoint: {sorted(used - interface)}"
+    assert not {"sts", "ssm", "scheduler"} & used
+
+
+def test_the_relay_and_the_operator_reach_ssm_and_scheduler_only_through_their_functions() -> None:
+    """The relay asks TeamMapFunction (SSM) and the operator SchedulerFunction (Scheduler): both outside
+    the VPC, each holding only its call's rights, each told to the one function that invokes it."""
+    d = at("standard")
+    assert d.env("RelayFunction")["SLUICE_TEAM_MAP_FUNCTION_NAME"] == {"Ref": "TeamMapFunction"}
+    assert d.env("OperatorFunction")["SLUICE_SCHEDULER_FUNCTION_NAME"] == {"Ref": "SchedulerFunction"}
+    for lid in ("TeamMapFunction", "SchedulerFunction"):
+        assert "VpcConfig" not in d.resources[lid]["Properties"], lid
+        assert not {"SLUICE_REDIS_AUTH_SECRET_ARN", "SLUICE_JOB_ID_SECRET_ARN"} & set(
+            d.resources[lid]["Properties"]["Environment"]["Variables"]), lid
+    (statement,) = d.resources["TeamMapFunction"]["Properties"]["Policies"][0]["Statement"]
+    assert statement["Action"] == ["ssm:GetParametersByPath"] and statement["Effect"] == "Allow"
+    assert [r["Fn::Sub"].rsplit(":parameter", 1)[1] for r in statement["Resource"]] == [
+        "/sluice/${AWS::StackName}/teams", "/sluice/${AWS::StackName}/teams/*"]
+    assert len(d.resources["TeamMapFunction"]["Properties"]["Policies"]) == 1
+    for lid in ("TeamMapFunction", "SchedulerFunction"):
+        app = (cfn.ROOT / d.resources[lid]["Properties"]["CodeUri"] / "app.py").read_text()
+        code = [line for line in app.splitlines() if line and not line.startswith(('"""', "#"))]
+        assert len(code) == 1 and code[0].startswith("from sluice.entry."), (lid, code)
+
+
+def test_no_code_in_the_vpc_calls_sts() -> None:
+    """No STS endpoint is created because nothing calls STS: no client of it anywhere in the layer's code,
+    and the MSK IAM token is signed with the function's own credentials (``generate_auth_token(region)``,
+    which calls STS only to assume a role or, with ``aws_debug_creds``, to log the caller)."""
+    import re
+
+    calls = re.compile(r"""(client|resource)\(\s*["']sts["']|assume_role|get_caller_identity|"""
+                       r"""generate_auth_token_from_role_arn|aws_debug_creds""")
+    found = [f"{path.relative_to(cfn.ROOT)}:{n}"
+             for root in (cfn.ROOT / "shared" / "sluice", cfn.ROOT / "functions", cfn.ROOT / "infra")
+             for path in root.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if calls.search(line)]
+    assert not found, found
+    assert calls.search('boto_client("sts", s)') and calls.search("sts.assume_role(RoleArn=arn)")
+    auth = (cfn.ROOT / "shared" / "sluice" / "backends" / "kafka" / "auth.py").read_text()
+    assert "MSKAuthTokenProvider.generate_auth_token(region)" in auth

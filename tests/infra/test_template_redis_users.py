@@ -126,7 +126,7 @@ def test_functions_that_read_no_redis_have_no_redis_credential(function: str) ->
 
 def test_a_team_stack_gets_what_its_user_needs_and_no_credential() -> None:
     outputs = T["Outputs"]
-    assert outputs["RedisWorkerAccessRules"]["Value"] == acl.worker_command_rules()
+    assert outputs["RedisWorkerCommandRules"]["Value"] == acl.worker_command_rules()
     sep, prefix = outputs["RedisUserIdPrefix"]["Value"]["Fn::Join"]
     for user, word in [("RedisDefaultUser", "default"), ("RedisRelayUser", "relay")]:
         assert props(user)["UserId"]["Fn::Join"] == [sep, [*prefix, word]]
@@ -136,3 +136,43 @@ def test_a_team_stack_gets_what_its_user_needs_and_no_credential() -> None:
     assert env["Variables"]["SLUICE_REDIS_AUTH_SECRET_ARN"] == {
         "Fn::Sub": "sluice/${SluiceStackName}/redis/team-${TeamName}"}
     assert "RedisAuthSecretArn" not in json.dumps(worker)
+
+
+def test_no_worker_user_may_load_a_script_and_every_worker_can_ask_the_internal_function() -> None:
+    """A team's user with SCRIPT LOAD could run its own endless Lua and stall every team (docs/security.md):
+    the worker users' access strings (Sluice's default worker's, and the rules a team stack appends to
+    its queues) have none; a worker asks the internal function, which loads shipped scripts only."""
+    worker_rules = [props("RedisWorkerUser")["AccessString"],
+                    T["Outputs"]["RedisWorkerCommandRules"]["Value"]]
+    for rules in worker_rules:
+        assert not {"+script|load", "+script", "+eval", "+@scripting"} & set(rules.split()), rules
+    for user in ("RedisRelayUser", "RedisGatewayUser", "RedisOperatorUser"):
+        assert "+script|load" in props(user)["AccessString"].split(), user  # the internal function's
+    assert props("WorkerFunction")["Environment"]["Variables"]["SLUICE_INTERNAL_FUNCTION_NAME"] == {
+        "Ref": "InternalFunction"}
+    team_worker = cfn.load(cfn.ROOT / "infra/worker.yaml")
+    (fn,) = cfn.resources(team_worker, "AWS::Serverless::Function").values()
+    assert "SLUICE_INTERNAL_FUNCTION_NAME" in fn["Properties"]["Environment"]["Variables"]
+
+
+# What RedisWorkerAccessRules exported before session 18: frozen, since CloudFormation refuses to
+# change an export another stack imports (team stacks deployed before then import it).
+LEGACY_WORKER_RULES = (
+    "-@all +blpop +cluster|shards +cluster|slots +command +decrby +del +evalsha +exists +get +hdel "
+    "+hexists +hget +hgetall +hincrby +hmget +hset +hsetnx +incrby +lpop +pexpire +ping +pttl +rpush "
+    "+script|load +set +time +zadd +zcard +zpopmin +zrange +zrangebyscore +zrem +zremrangebyrank "
+    "+zremrangebyscore")
+
+
+def test_the_export_teams_stacks_imported_before_stays_as_it_was_and_no_team_stack_imports_it_now() -> None:
+    """A Sluice stack update that changed an export a team stack imports would fail (and roll back):
+    the worker's rules without script|load are a new export, which infra/team.yaml imports; the old
+    one keeps its value until no team stack deployed before imports it (docs/deploy.md, Upgrading)."""
+    outputs = T["Outputs"]
+    assert outputs["RedisWorkerAccessRules"]["Value"] == LEGACY_WORKER_RULES
+    assert outputs["RedisWorkerAccessRules"]["Export"]["Name"] == {
+        "Fn::Sub": "${AWS::StackName}-RedisWorkerAccessRules"}
+    assert outputs["RedisWorkerCommandRules"]["Export"]["Name"] == {
+        "Fn::Sub": "${AWS::StackName}-RedisWorkerCommandRules"}
+    team = (cfn.ROOT / "infra/team.yaml").read_text()
+    assert "-RedisWorkerAccessRules" not in team and "-RedisWorkerCommandRules" in team

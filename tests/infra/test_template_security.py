@@ -155,7 +155,7 @@ def test_the_prefix_list_lookup_names_both_services_of_the_region() -> None:
 def test_every_vpc_endpoint_serves_this_account_only() -> None:
     nested = cfn.load(cfn.NESTED["endpoints"])
     endpoints = cfn.resources(nested, "AWS::EC2::VPCEndpoint")
-    assert len(endpoints) == 7  # with SSM's (the relay reads the team map, issue 27)
+    assert len(endpoints) == 4  # no STS, Scheduler or SSM endpoint since issue 33 (docs/deploy.md)
     for name, endpoint in endpoints.items():
         statements = endpoint["Properties"]["PolicyDocument"]["Statement"]
         service = endpoint["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[-1]
@@ -164,8 +164,7 @@ def test_every_vpc_endpoint_serves_this_account_only() -> None:
             if st["Sid"] != "CustomResourceReplies":  # the actions each names: test_template_guard.py
                 cond = st["Condition"]["StringEquals"]
                 assert cond["aws:PrincipalAccount"] == {"Ref": "AWS::AccountId"}, name
-                if service != "sts":  # STS calls name no resource of the account
-                    assert cond["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
+                assert cond["aws:ResourceAccount"] == {"Ref": "AWS::AccountId"}, name
             else:  # the one exception: custom resources answer CloudFormation through S3
                 assert (service, st["Action"]) == ("s3", "s3:PutObject"), name
                 # this region's response bucket, this account's stacks (issue 27, item 8)

@@ -192,7 +192,8 @@ def test_a_teams_redis_credentials_get_noperm_on_another_teams_queue_keys(
         assert isinstance(words.lease("word-count", 1), list)  # its own queue: allowed
         raw = words.conn.client
         for call in (lambda: raw.lpush(echo.wake, "x"), lambda: raw.hget(echo.job("theirs"), "p"),
-                     lambda: raw.delete(echo.job("theirs")), lambda: raw.flushall(), lambda: raw.keys("*")):
+                     lambda: raw.delete(echo.job("theirs")), lambda: raw.flushall(), lambda: raw.keys("*"),
+                     lambda: raw.script_load("while true do end")):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 call()
         for call in (lambda: words.lease("echo", 1), lambda: words.lease("sluice-relay", 1),
@@ -204,6 +205,36 @@ def test_a_teams_redis_credentials_get_noperm_on_another_teams_queue_keys(
     finally:
         admin.delete(echo.job("theirs"), "sentinel-of-the-test")
         words.close()
+        admin.close()
+
+
+def test_a_teams_next_job_runs_after_redis_lost_its_scripts(stack: tuple[DevStack, dict[str, Any]]) -> None:
+    """A team's Redis user may not SCRIPT LOAD (docs/security.md, "Who loads a worker's scripts"):
+    after Redis's script cache is flushed (a restart, a failover), the team's worker meets NOSCRIPT,
+    asks the internal function to load its scripts (shipped ones only), and its next job runs."""
+    import redis
+
+    from sluice.backends.redis.acl import WORKER
+    from sluice.backends.redis.scripts import source
+    from sluice.core.script_loads import sha1
+    from sluice_dev.local.dev import INTERNAL_FUNCTION
+
+    _dev, endpoints = stack
+    admin = redis.Redis.from_url(endpoints["redis_url"], decode_responses=True)
+    try:
+        seen = len(INVOKED)
+        admin.script_flush()
+        code, words = http("POST", f"{endpoints['gateway_url']}/v1/queues/word-count/jobs",
+                           {"payload": {"text": "after a flush"}})
+        assert code == 202, words
+        done = wait_job(endpoints["gateway_url"], words["job_id"])
+        assert done["status"] == "succeeded" and done["result"]["words"] == 3, done
+        loads = [ev for fn, ev in INVOKED[seen:] if fn == INTERNAL_FUNCTION
+                 and ev.get("sluice_internal") == "load_scripts"]
+        assert loads, [fn for fn, _ in INVOKED[seen:]]
+        assert set(loads[0]["scripts"]) == set(WORKER.scripts)
+        assert all(admin.script_exists(*(sha1(source(n)) for n in WORKER.scripts)))
+    finally:
         admin.close()
 
 

@@ -5,8 +5,9 @@ a key nobody was given. With each it calls the local Lambda Invoke API (boto3, S
 function in AWS would) on the public, operator, internal and firings functions, with every event
 shape a caller could forge: an API Gateway proxy event naming an operator as its caller (purge a
 dead-letter queue, pause a queue, enqueue at priority 9, read and cancel another team's job,
-create a schedule), a family event (children of another team's job, a release), a firing at a
-time of its choosing.
+create a schedule), a family event (children of another team's job, a release), a load of its own
+endless Lua into Redis's script cache (refused SCRIPT_NOT_ALLOWED: not a shipped worker script, and
+not in the cache after), a firing at a time of its choosing.
 
 Every attempt is refused: by the function's resource policy (Lambda's 403 AccessDeniedException,
 decided as AWS decides it over template.yaml's AWS::Lambda::ResourcePolicy), or, where the policy
@@ -45,6 +46,7 @@ from sluice.backends.redis.queue import RedisJobQueue
 from sluice.core.config import Settings
 from sluice.core.models import JOB_ID_PATTERN
 from sluice.core.schedules import FIRE_KEY, iso
+from sluice.core.script_loads import sha1
 from sluice_dev.local.access import key_of
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, build_event
 from sluice_dev.local.dev import (
@@ -179,6 +181,9 @@ def proxy(method: str, path: str, body: Any = None) -> dict[str, Any]:
     )
 
 
+ENDLESS = "while true do end"  # a team's own Lua: it would stall Redis for every queue
+
+
 def shapes(victim: str) -> dict[str, dict[str, Any]]:
     return {
         "purge a dead-letter queue": proxy("DELETE", "/v1/admin/queues/echo/dlq"),
@@ -200,6 +205,8 @@ def shapes(victim: str) -> dict[str, dict[str, Any]]:
             "jobs": [{"queue": "echo", "payload": {"text": "x"}, "key": "k"}],
         },
         "release a continuation": {"sluice_internal": "release", "continuation": victim},
+        "load its own endless Lua into Redis": {"sluice_internal": "load_scripts",
+                                                "scripts": {"lease.lua": ENDLESS}},
         "a firing at a time of one's choosing": {
             FIRE_KEY: "nightly",
             "queue": "echo",
@@ -213,6 +220,8 @@ def refused_by_the_function(shape: str, answer: dict[str, Any]) -> bool:
     refused by its parent's fencing token; a release of a job that is no continuation releases nothing."""
     if shape == "release a continuation":
         return answer.get("released") is False or "error" in answer
+    if shape == "load its own endless Lua into Redis":  # not a shipped worker script: nothing loaded
+        return answer.get("statusCode") == 403 and answer["error"]["code"] == "SCRIPT_NOT_ALLOWED"
     if shape == "children of another team's job":
         return answer.get("statusCode", 0) >= 400 and "error" in answer
     if "body" in answer:  # a proxy event's answer
@@ -251,6 +260,7 @@ def test_every_invoker_is_refused_every_function_and_nothing_is_written(rig: Rig
     assert lambdas.counts["denied"] - denied == len(outcomes) - len(admitted)
     time.sleep(2)  # anything asynchronous an attempt might have set off
     assert rig.snapshot() == before
+    assert RedisJobQueue.from_settings(rig.settings).conn.client.script_exists(sha1(ENDLESS)) == [False]
     r = rig.http("GET", f"/v1/jobs/{rig.victim}", headers={LOCAL_CALLER_HEADER: TEAM_A})
     assert r.status == 200 and r.doc["status"] not in ("cancelled", "succeeded"), r.doc
 

@@ -199,3 +199,19 @@ def test_wait_exit_codes_and_json_output_on_a_real_stack(cli: Any, engine: Redis
     assert json.loads(cli("dlq", "purge", "hash", "--yes", "--json").output) == {"queue": "hash", "purged": 1}
     snapshot = json.loads(cli("top", "--once", "--json").output)
     assert any(q["queue"] == "echo" and "overdue_leases" in q for q in snapshot["queues"])
+
+
+def test_queue_sensitive_on_redis_keeps_the_durable_copy_and_refuses_internal_queues(
+        stack: tuple[Path, dict[str, Any]], cli: Any, engine: RedisQueue) -> None:
+    # It wrote the config hash only: a Redis loss unmarked the fields, and an internal queue, which
+    # the operator API refuses, was taken.
+    from sluice_dev.cli.target import Target
+
+    directory = Target(stack[0], env={}).queue_directory()
+    assert directory is not None
+    assert "sensitive /secret" in cli("queue", "sensitive", "sens", "/secret").output
+    assert engine.get_config("sens").sensitive == ("/secret",)
+    assert directory.sensitive_of("sens") == ("/secret",)
+    internal = cli("queue", "sensitive", "sluice-relay", "/x", ok=False)
+    assert internal.exit_code != 0 and "reserved" in internal.output
+    assert engine.get_config("sluice-relay").sensitive == () and directory.sensitive_of("sluice-relay") == ()

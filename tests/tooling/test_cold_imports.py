@@ -44,6 +44,9 @@ EXPECTED: dict[str, frozenset[str]] = {
     "events": NEVER_AT_IMPORT | HTTP,
     "countdown": NEVER_AT_IMPORT | HTTP,
     "registrar": NEVER_AT_IMPORT | HTTP,  # Sluice's registrar (issue 31): boto3 by its first request
+    # Outside the VPC (issue 33): boto3 by the first team map read, or the first schedule call.
+    "teams": NEVER_AT_IMPORT | HTTP,
+    "scheduler": NEVER_AT_IMPORT | HTTP,
 }
 # Every optional table named, so each lazy builder the import reaches is on its lazy path.
 ENV = {"SLUICE_JOB_ID_SECRET": "cold-imports-secret-0123456789abcdef", "AWS_DEFAULT_REGION": "us-east-1",

@@ -68,3 +68,38 @@ def test_the_http_api_payload_reaches_the_gateway_as_20_events_and_back() -> Non
 def test_an_unknown_payload_version_is_refused() -> None:
     with pytest.raises(ValueError, match=r"3\.0"):
         LocalGateway(Rig().gateway, payload="3.0")
+
+
+def test_a_web_page_cannot_send_the_local_caller_header_to_sluice_dev() -> None:
+    """Hostile-caller review (session 18): any web page a developer opens may send requests to
+    127.0.0.1:<port>. A cross-origin request carrying `X-Sluice-Local-Caller` needs a CORS
+    preflight first, and the local server grants none (no Access-Control-Allow-*), so the browser
+    never sends it; what a page may send without one (a form POST) names no caller: 403, nothing
+    written."""
+    from sluice_dev.local.api_server import LOCAL_CALLER_HEADER
+    from tests.unit.test_gateway_admin import Q
+    from tests.unit.test_gateway_admin import Rig as AdminRig
+
+    rig = AdminRig()
+    with LocalGateway(rig.gateway) as server:
+        def send(method: str, path: str, headers: dict[str, str],
+                 body: str | None = None) -> http.client.HTTPResponse:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                return response
+            finally:
+                conn.close()
+
+        origin = {"Origin": "https://evil.example"}
+        for path in (Q + "/pause", Q + "/sensitive", Q + "/jobs", "/v1/queues/emails/jobs"):
+            pre = send("OPTIONS", path, {**origin, "Access-Control-Request-Method": "POST",
+                                         "Access-Control-Request-Headers": LOCAL_CALLER_HEADER.lower()})
+            granted = [h for h, _ in pre.getheaders() if h.lower().startswith("access-control-allow")]
+            assert pre.status >= 400 and granted == [], (path, pre.status, granted)
+        form = send("POST", Q + "/pause", {**origin, "Content-Type": "application/x-www-form-urlencoded"},
+                    "x=1")
+        assert form.status == 403
+    assert rig.untouched()

@@ -39,11 +39,11 @@ def test_the_month_line_by_line_next_to_sqs() -> None:
     assert rows["MSK Serverless cluster"] == ["547.50", "5.48"]
     assert rows["DynamoDB writes"] == ["250.00", "2.50"]  # 4 WRU (5 before issue 33)
     assert rows["Handler run time"] == ["266.67", "2.67"]
-    # 749.93 fixed + 807.44 variable + 266.67 of handler
-    assert rows["total"] == ["1,824.04", "18.24"]
+    # 684.30 fixed + 807.44 variable + 266.67 of handler
+    assert rows["total"] == ["1,758.41", "17.58"]
     their = {line[2:46].strip(): line[46:].split() for line in sqs.splitlines() if line.startswith("  ")}
     assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["932.74", "9.33"]
-    assert "Sluice costs 1.96× SQS + Lambda for this work" in out
+    assert "Sluice costs 1.89× SQS + Lambda for this work" in out  # 1,758.41 / 932.74
 
 
 def test_json_carries_every_line_with_its_arithmetic() -> None:
@@ -63,7 +63,7 @@ def test_an_idle_month_has_no_price_per_million() -> None:
     code, out, _ = run("--jobs-per-month", "0", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["sluice"]["per_million"] is None
-    assert doc["sluice"]["monthly"] == pytest.approx(749.92564556)
+    assert doc["sluice"]["monthly"] == pytest.approx(684.30156585)
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -55,6 +55,23 @@ def test_a_timeline_with_no_steps_says_so(app: Console) -> None:
     assert 'id="timeline-empty"' in get(app, f"/jobs/timeline?id={JOB}").body
 
 
+
+def test_a_step_with_a_number_no_worker_writes_is_skipped_and_the_page_still_draws(app: Console) -> None:
+    """Hostile-team review (session 18): a team's Redis user may push its own job's timeline steps; a
+    time or deadline past 2**53 overflowed a float and the console's timeline page was a 500."""
+    from sluice.core import timeline
+
+    huge = "9" * 400
+    raw = [timeline.encode("lease", 5, lease=1, attempt=1, deadline_ms=9_000),
+           timeline.encode("grant", 6, lease=1, token=2, worker="w"),
+           f'{{"t":1{huge},"k":"renew","l":1}}', f'{{"t":7,"k":"renew","l":1,"d":1{huge}}}']
+    steps = [s for s in map(timeline.decode, raw) if s is not None]  # as the operator API reads them
+    assert [s["kind"] for s in steps] == ["lease", "grant"]
+    app.backend.timeline = lambda queue, job_id: steps  # type: ignore[method-assign]
+    r = get(app, f"/jobs/timeline?id={JOB}")
+    assert r.status == 200 and 'id="timeline"' in r.body
+
+
 class Gate:
     """A scenario runner that ends when told, with a result that carries hostile texts."""
 
@@ -171,3 +188,14 @@ def test_the_scenario_page_runs_on_the_running_stacks_servers_and_not_against_a_
     assert app.scenarios is None
     assert "unavailable" in get(app, "/scenario").body
     assert post(app, "/scenario/gc-pause", {"freeze_for": "12", "fencing": "on"}).status == 400
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "1e400", "-0.1", "30.0001", "", " ", "0x10"])
+def test_the_scenarios_freeze_refuses_what_is_no_time_within_its_bound(raw: str) -> None:
+    """Careless-operator review (session 18): `nan` passes a check written as `value < 0 or value >
+    most`, and a frozen worker for nan (or inf) seconds would never be woken."""
+    from sluice.core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        scenario.freeze_of(raw)
+    assert scenario.freeze_of("0") == 0 and scenario.freeze_of("30") == 30

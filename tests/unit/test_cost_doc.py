@@ -30,7 +30,7 @@ def test_the_committed_doc_is_what_the_model_computes() -> None:
 
 def test_a_figure_edited_by_hand_is_found() -> None:
     committed = doc.DOC.read_text(encoding="utf-8")
-    tampered = committed.replace("| **Total** | | **749.93** |", "| **Total** | | **726.53** |")
+    tampered = committed.replace("| **Total** | | **684.30** |", "| **Total** | | **726.53** |")
     assert tampered != committed
     assert doc.rewrite(tampered) == committed
 
@@ -48,11 +48,12 @@ def test_every_region_is_there_once_and_no_other() -> None:
 
 
 def test_the_doc_states_the_corrected_figures() -> None:
-    """The fixed cost the volume and SQS tables use is the fixed table's (749.93; they used 726.53)."""
+    """The fixed cost the volume and SQS tables use is the fixed table's (684.30 since issue 33's endpoints;
+    749.93 before; they used 726.53)."""
     text = doc.DOC.read_text(encoding="utf-8")
-    assert "Cost per million = $8.07 + $749.93 / (millions of jobs a month)" in text  # $8.09 before the logs
+    assert "Cost per million = $8.07 + $684.30 / (millions of jobs a month)" in text  # $8.09 before the logs
     assert "726.53" not in text and "$130" not in text
-    assert "| 100 M (38.1/s) | 7.50 | 8.07 | **15.57** | 6.66 | 2.34× |" in text
+    assert "| 100 M (38.1/s) | 6.84 | 8.07 | **14.92** | 6.66 | 2.24× |" in text
 
 
 def test_the_readme_first_screen_states_the_models_figures() -> None:
@@ -101,9 +102,12 @@ def test_deploy_md_states_the_models_figures() -> None:
 
 def test_the_targets_say_why_the_missed_ones_are_missed_with_the_models_figures() -> None:
     """The small profile's SQS + Lambda at 1,000 M jobs: 4,088.3468 / 1,000 = $4.09 per million, so 1.20×
-    allows 0.2 × 4.0883 = $0.82 more; its idle month less two of its four endpoints (2 × 2 AZs × $0.01 ×
-    730 = $29.20): 174.34964556 - 29.2 = $145.15."""
+    allows 0.2 × 4.0883 = $0.82 more. Its idle month (issue 33): two endpoints (2 × 2 AZs × $0.01 × 730 =
+    $29.20), the two it no longer has $29.20 more, the team map function's bound $0.08; 145.22556585."""
     said = " ".join(doc.targets().split())
     assert "SQS + Lambda costs $4.09 per million, so 1.20× allows Sluice $0.82 more" in said
-    assert "would leave two endpoints: $145.15 a month, under $150.00; it is not built" in said
-    assert "4 interface endpoints cost $58.40 a month (4 × 2 AZs × $0.01 × 730)" in said
+    assert "2 interface endpoints cost $29.20 a month (2 × 2 AZs × $0.01 × 730)" in said
+    assert "needed two more endpoints ($29.20 a month)" in said
+    assert "at most $0.08 a month" in said
+    assert "**$145.23** a month idle without egress, under $150.00" in said
+    assert "costs $148.88" in said

@@ -30,13 +30,17 @@ def test_the_fixed_lines_of_the_standard_profile() -> None:
     assert sluice.line("MSK Serverless cluster").monthly == pytest.approx(0.75 * 730)  # 547.50
     assert sluice.line("MSK partitions").monthly == pytest.approx(17.52)  # (8 + 8) × 0.0015 × 730
     assert sluice.line("ElastiCache").monthly == pytest.approx(37.376)  # 2 × 0.0256 × 730
-    assert sluice.line("Interface endpoints").monthly == pytest.approx(109.50)  # 5 × 3 × 0.01 × 730
+    # Lambda and Secrets Manager only (issue 33: no STS, Scheduler or SSM endpoint) × 3 AZs × 0.01 × 730
+    assert sluice.line("Interface endpoints").monthly == pytest.approx(43.80)
     # 0.5 GB × 85 s × 43,800 runs = 1,861,500 GB-s × 0.0000133334 = 24.8201241, + 43,800 × $0.20 / M
     assert sluice.line("Relay Lambda").monthly == pytest.approx(24.8288841)
     # 43,800 × 0.5 s × 1 GB = 21,900 GB-s = 0.29200146, + 0.00876
     assert sluice.line("Safety net (worker)").monthly == pytest.approx(0.30076146)
-    assert sluice.fixed == pytest.approx(749.92564556)
-    assert all(line.fixed for line in sluice.lines[:10]) and not any(line.fixed for line in sluice.lines[10:])
+    # at most 2 × 60 × 730 = 87,600 reads × 0.25 GB × 0.2 s = 4,380 GB-s × 0.0000133334 = 0.05840029,
+    # + 87,600 × $0.20 / M = 0.01752
+    assert sluice.line("Team map function").monthly == pytest.approx(0.07592029)
+    assert sluice.fixed == pytest.approx(749.92564556 - 109.5 + 43.8 + 0.07592029)  # 684.30
+    assert all(line.fixed for line in sluice.lines[:11]) and not any(line.fixed for line in sluice.lines[11:])
 
 
 def test_the_variable_lines_per_million_jobs() -> None:
@@ -94,10 +98,12 @@ def test_the_logs_line_counts_each_sides_lines() -> None:
 
 def test_the_ratio_at_100_million_jobs() -> None:
     e = estimate(Workload(100e6), STANDARD, BOOK)
-    assert e.sluice.monthly == pytest.approx(749.92564556 + 807.4419)
+    # the fixed 684.30156585 (issue 33: 749.92564556 less 3 endpoints × 3 AZs × $0.01 × 730 = 65.70, plus
+    # the team map function's 0.07592029)
+    assert e.sluice.monthly == pytest.approx(684.30156585 + 807.4419)
     assert e.sqs.monthly == pytest.approx(0.2628 + 665.8084)
-    assert e.ratio == pytest.approx(1557.36754556 / 666.0712)
-    assert e.sluice.per_million == pytest.approx(15.5736754556)
+    assert e.ratio == pytest.approx(1491.74346585 / 666.0712)
+    assert e.sluice.per_million == pytest.approx(14.9174346585)
 
 
 def test_handler_seconds_cost_the_same_on_both_sides() -> None:
@@ -132,14 +138,14 @@ def test_no_egress_no_nat_line() -> None:
 
 def test_a_month_without_jobs_is_the_fixed_cost_and_has_no_price_per_million() -> None:
     sluice, sqs = month(0)
-    assert sluice.monthly == pytest.approx(749.92564556) and sluice.per_million is None
+    assert sluice.monthly == pytest.approx(684.30156585) and sluice.per_million is None
     assert sqs.monthly == pytest.approx(0.2628)
 
 
 def test_an_existing_kafka_drops_every_msk_line() -> None:
     e = estimate(Workload(1e6), replace(STANDARD, kafka="existing"), BOOK)
     assert not [line for line in e.sluice.lines if line.name.startswith("MSK")]
-    assert e.sluice.fixed == pytest.approx(749.92564556 - 547.5 - 17.52)
+    assert e.sluice.fixed == pytest.approx(684.30156585 - 547.5 - 17.52)
 
 
 def test_self_hosting_from_ec2_prices() -> None:
@@ -249,26 +255,28 @@ def test_the_fixed_lines_of_the_small_profile() -> None:
     assert sluice.line("MSK brokers").monthly == pytest.approx(66.576)  # 2 × kafka.t3.small × 0.0456 × 730
     assert sluice.line("MSK broker storage").monthly == pytest.approx(2.0)  # 2 × 10 GB × $0.10
     assert sluice.line("ElastiCache").monthly == pytest.approx(9.344)  # 1 × t4g.micro Valkey × 0.0128 × 730
-    # Lambda, Secrets Manager, Scheduler, SSM (no STS: no function calls it) × 2 AZs × 0.01 × 730
-    assert sluice.line("Interface endpoints").monthly == pytest.approx(58.4)
+    # Lambda, Secrets Manager (issue 33: Scheduler and SSM from outside the VPC, no STS) × 2 AZs × 0.01 × 730
+    assert sluice.line("Interface endpoints").monthly == pytest.approx(29.2)
     # one cache node, and the HTTP API's 5xx rate read from two metrics (5xx / Count): 19 alarm metrics
     assert sluice.line("Alarms").monthly == pytest.approx(1.9)
     assert not [line for line in sluice.lines if line.name.startswith("MSK Serverless")]
-    # 66.576 + 2 + 9.344 + 58.4 + 24.8288841 (relay) + 0.30076146 (safety net) + 2 + 1.9 + 3 + 6
-    assert sluice.fixed == pytest.approx(174.34964556)
+    # 66.576 + 2 + 9.344 + 29.2 + 24.8288841 (relay) + 0.30076146 (safety net) + 0.07592029 (team map
+    # function) + 2 + 1.9 + 3 + 6: the idle target ($150) met without egress
+    assert sluice.fixed == pytest.approx(145.22556585)
+    assert sluice.fixed <= 150
 
 
 def test_with_a_nat_the_small_profile_drops_its_endpoints_and_meets_the_idle_target() -> None:
     sluice, _ = small(0, egress="nat-single")
     assert not [line for line in sluice.lines if line.name == "Interface endpoints"]
     assert sluice.line("NAT gateways (handler egress)").monthly == pytest.approx(32.85)  # 0.045 × 730
-    assert sluice.fixed == pytest.approx(174.34964556 - 58.4 + 32.85)  # 148.80
+    assert sluice.fixed == pytest.approx(145.22556585 - 29.2 + 32.85)  # 148.88
     assert sluice.fixed <= 150
     busy, _ = small(100e6, egress="nat-single")
     # the relay's worker invocations through the NAT: 0.5 KB × 10⁸ = 50 GB × $0.045
     assert busy.line("NAT data processed (AWS APIs, no endpoints)").monthly == pytest.approx(2.25)
     standard = estimate(Workload(0, egress="nat-single"), STANDARD, BOOK).sluice
-    assert standard.line("Interface endpoints").monthly == pytest.approx(109.5)  # standard keeps its five
+    assert standard.line("Interface endpoints").monthly == pytest.approx(43.8)  # standard keeps its two
 
 
 def test_the_variable_lines_of_the_small_profile() -> None:
@@ -284,19 +292,19 @@ def test_the_variable_lines_of_the_small_profile() -> None:
 
 
 def test_the_small_profiles_targets_as_the_model_computes_them() -> None:
-    """Issue 33's targets: idle is met with one NAT gateway; the ratios are not (the per-job lines)."""
+    """Issue 33's targets: idle is met (with or without egress); the ratios are not (the per-job lines)."""
     sluice, sqs = small(100e6)
     # SQS + Lambda behind an HTTP API: 100 + 48 (1.2 requests × $0.40) + 13.3334 (worker) + 2 + 62.5 + 125
     # + 26.475 + 35 (logs: 0.5295 KB a job; access) + 3.5 (storage: 30 GB × 14/30 × 0.25) + 0.2628 (polling)
     assert sqs.monthly == pytest.approx(416.0712, abs=1e-3)
-    # Sluice: 174.3496 idle + 100 (HTTP API) + 26.6668 + 20 (gateway Lambda) + 250 (2 WRU × 10⁸ × $1.25/M,
+    # Sluice: 145.2256 idle + 100 (HTTP API) + 26.6668 + 20 (gateway Lambda) + 250 (2 WRU × 10⁸ × $1.25/M,
     # no queued write since item 4) + 12.5 (reads) + 3 (cross-AZ) + 12 (storage above the floor)
     # + 20.0001 + 2 (worker) + 48.125 + 35 (logs: 0.9625 KB a job; access) + 7.5833 + 6.0667 (0.65 KB items,
-    # PITR) = 717.2915
-    assert sluice.monthly == pytest.approx(717.2915, abs=1e-3)
-    assert sluice.monthly / sqs.monthly == pytest.approx(1.7240, abs=1e-3)
+    # PITR) = 688.1675
+    assert sluice.monthly == pytest.approx(688.1675, abs=1e-3)
+    assert sluice.monthly / sqs.monthly == pytest.approx(1.6540, abs=1e-3)
     big, big_sqs = small(1e9)
-    assert big.monthly / big_sqs.monthly == pytest.approx(1.3580, abs=1e-3)
+    assert big.monthly / big_sqs.monthly == pytest.approx(1.3508, abs=1e-3)
 
 
 def test_the_large_profile() -> None:

@@ -64,6 +64,22 @@ def test_a_negative_count_in_a_bucket_is_ignored() -> None:
     assert found is not None and found[1] == {4: 1} and found[0].started == 1
 
 
+
+def test_a_number_no_script_writes_is_skipped_so_the_hour_and_its_chart_still_draw() -> None:
+    """Hostile-team review (session 18): a team's Redis user may write its own queue's depth list and
+    waits hash; a count past 2**53 overflowed a float, so the operator's depth route and the
+    console's chart of that queue failed (500) instead of skipping it."""
+    from sluice_dev.cli.console.pages import stacked_chart
+
+    huge = "9" * 400
+    stored = [depth.encode(900, 1, 1, 1, 1), f"1000,1,1,1,1;5:{huge},6:2", f"1{huge},1,1,1,1",
+              f"1100,{huge},1,1,1", depth.encode(1200, 2, 0, 0, 0, {3: 2**53})]
+    hour = depth.history("q", stored, 2_000)
+    assert [(s.at_ms, s.started) for s in hour.samples] == [(900, 0), (1000, 2), (1200, 0)]
+    assert hour.started == 2 and hour.wait_p99_ms == depth.bucket_ms(6)
+    assert hour.model_dump_json() and '<svg class="depth"' in stacked_chart(hour.samples, 2.0)
+
+
 class Log:
     def __init__(self, fail: bool = False) -> None:
         self.records: list[tuple[str, int, int, int, int]] = []

@@ -301,15 +301,16 @@ def test_each_local_function_connects_as_its_own_redis_user(tmp_path: Path) -> N
     dev, functions = _prepared(CASES["sluice dev --worker words=sluice_dev.examples_team"](tmp_path))
     users = {f.name: f.env.get("SLUICE_REDIS_USERNAME") for f in functions.values()}
     # The split functions each connect as their own user (of their role: the operator's, or the
-    # gateway's for internal calls and firings); the registrars (Sluice's, the team's) read no Redis.
+    # gateway's for internal calls and firings); the registrars (Sluice's, the team's) and the two functions
+    # outside the VPC (the team map's, the scheduler's; issue 33) read no Redis.
     assert users == {"sluice-gateway": "sluice-gateway", "sluice-operator": "sluice-operator",
                      "sluice-internal": "sluice-internal", "sluice-firings": "sluice-firings",
                      "sluice-relay": "sluice-relay", "sluice-worker": "sluice-worker",
                      "sluice-worker-words": "sluice-worker-words", "sluice-registrar-words": None,
-                     "sluice-registrar": None}
+                     "sluice-registrar": None, "sluice-teams": None, "sluice-scheduler": None}
     passwords = {f.env["SLUICE_REDIS_PASSWORD"] for f in functions.values()
                  if f.env.get("SLUICE_REDIS_USERNAME")}
-    assert len(passwords) == len(users) - 2  # one each (not the registrars)
+    assert len(passwords) == len(users) - 4  # one each (not the registrars, the team map or the scheduler)
     words = dev.redis_users["team:words"]
     from sluice.entry.worker import load_app
 

@@ -12,8 +12,9 @@ import pytest
 
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway_api, http_api
+from tests.loading import module_from_file
 from tests.unit.test_gateway_fakes import LambdaContext
-from tests.unit.test_gateway_handler import Fakes, app, event, fakes  # noqa: F401  (fixtures)
+from tests.unit.test_gateway_handler import APP, Fakes, app, event, fakes  # noqa: F401  (fixtures)
 
 CALLER = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"
 
@@ -111,3 +112,37 @@ def test_the_response_joins_multi_value_headers_and_lifts_cookies() -> None:
                                          "multiValueHeaders": multi})
     assert out == {"statusCode": 202, "headers": {"A": "1", "B": "x, y"}, "body": "{}",
                    "isBase64Encoded": False, "cookies": ["s=1", "t=2"]}
+
+
+OPERATOR = "arn:aws:iam::123456789012:role/operator"
+ADMIN = [("GET", "/v1/admin/queues/emails/jobs", None), ("GET", "/v1/admin/queues/emails/depth", None),
+         ("GET", "/v1/admin/queues/emails/jobs/01HZX5Q3W7K2M9N4P6R8S0T1V2/timeline", None),
+         ("PUT", "/v1/admin/queues/emails/sensitive", '{"fields": []}'),
+         ("POST", "/v1/admin/queues/emails/pause", None), ("GET", "/v1/admin/queues", None)]
+
+
+@pytest.mark.parametrize("signed_as", [None, CALLER])
+def test_the_local_caller_header_names_no_operator_through_the_http_api(
+        fakes: Fakes, monkeypatch: pytest.MonkeyPatch, signed_as: str | None) -> None:  # noqa: F811
+    """Hostile-caller review (session 18): the small profile's HTTP API passes every header on, so a
+    caller (unsigned, or signed as a plain caller) sends `X-Sluice-Local-Caller: <an operator>` to the
+    admin routes, the newest ones included; only `authorizer.iam` may name the caller: 403, nothing
+    written. The same header with an operator's signature is the control: the list is not empty."""
+    monkeypatch.setenv("SLUICE_OPERATOR_PRINCIPALS", OPERATOR)
+    operator = module_from_file(APP.parents[1] / "operator" / "app.py", "operator_app_under_test")
+    for method, path, body in ADMIN:
+        ev = copy.deepcopy(event("httpapi_get_job.json"))
+        ev["rawPath"] = ev["requestContext"]["http"]["path"] = path
+        ev["requestContext"]["http"]["method"] = method
+        ev["body"] = body
+        ev["headers"].update({"X-Sluice-Local-Caller": OPERATOR, "x-sluice-local-caller": OPERATOR,
+                              "content-type": "application/json"})
+        if signed_as is None:
+            del ev["requestContext"]["authorizer"]
+        else:
+            ev["requestContext"]["authorizer"]["iam"]["userArn"] = signed_as
+        code, _, doc = call(operator, ev)
+        assert (code, doc["code"]) == (403, "NOT_OPERATOR"), (method, path, doc)
+    assert fakes.queue.writes == [] and fakes.log.records == []
+    ev["requestContext"].setdefault("authorizer", {"iam": {}})["iam"]["userArn"] = OPERATOR
+    assert call(operator, ev)[0] == 200  # the last one, GET /v1/admin/queues, signed as the operator

@@ -48,6 +48,8 @@ SHAPES: dict[str, dict[str, Any]] = {
         "sluice_internal": "enqueue_children", "parent_id": JOB, "token": 1,
         "jobs": [{"queue": "emails", "payload": 1, "key": "k"}]},
     "internal: release": {"sluice_internal": "release", "continuation": JOB},
+    "internal: load a worker's scripts": {"sluice_internal": "load_scripts",
+                                          "scripts": {"lease.lua": "while true do end"}},
     "firing: at a time of one's choosing": {FIRE_KEY: "nightly", "queue": "emails",
                                             "scheduled_time": "2030-01-01T00:00:00Z"},
 }

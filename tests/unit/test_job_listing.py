@@ -5,10 +5,10 @@ tests/backends/test_lua_listing.py's."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 
 from sluice.core import listing
 from sluice.core.errors import InvalidInput
@@ -93,6 +93,66 @@ def test_sensitive_paths_follow_refs_optionals_lists_and_the_explicit_mark() -> 
                    "c": [{"pin": "[redacted]"}, {"pin": "[redacted]"}], "d": 4}
     assert hit == ["a", "b.pin", "c.*.pin"] and payload["a"] == "x"  # the input is left alone
     assert listing.redact({"b": None}, paths) == ({"b": None}, [])
+
+
+
+class Plain(BaseModel):
+    n: str
+
+
+class Wallet(BaseModel):
+    """Secrets where a schema walk that knew only properties, items and $defs missed them."""
+
+    tokens: dict[str, SecretStr]  # additionalProperties
+    cards: dict[str, Card]  # additionalProperties -> $ref
+    pair: tuple[str, SecretStr]  # prefixItems
+    spare: dict[str, SecretStr] | None = None  # anyOf -> additionalProperties
+    whole: Annotated[Plain, Field(json_schema_extra={"x-sluice-sensitive": True})]  # a mark beside $ref
+
+
+WALLET = {"tokens": {"a": "S1"}, "cards": {"x": {"number": "S2", "exp": "12/30"}}, "pair": ["k", "S3"],
+          "spare": {"b": "S4"}, "whole": {"n": "S5"}}
+
+
+def test_a_typed_queues_secrets_in_maps_tuples_and_marked_models_are_redacted() -> None:
+    """Hostile-team review (session 18): a handler model holding SecretStr values in a dict or a
+    tuple, or marking a whole sub-model, showed them to every operator in the listing."""
+    paths = listing.sensitive_paths(Wallet.model_json_schema())
+    assert paths == [("cards", "*", "number"), ("pair", "1"), ("spare", "*"), ("tokens", "*"), ("whole",)]
+    out, hit = listing.redact(WALLET, paths)
+    assert out == {"tokens": {"a": "[redacted]"}, "cards": {"x": {"number": "[redacted]", "exp": "12/30"}},
+                   "pair": ["k", "[redacted]"], "spare": {"b": "[redacted]"}, "whole": "[redacted]"}
+    assert hit == ["cards.*.number", "pair.1", "spare.*", "tokens.*", "whole"]
+    routes = RouteTable([Route("emails", "fn-emails", "team", {"emails": Wallet.model_json_schema()}, 1)])
+    rig = Rig(routes=routes)
+    rig.queue.seed("emails", "ready", 0)
+    rig.queue.add("emails", "job-1", WALLET)
+    code, _, doc = rig.call("GET", JOBS, query={"state": "ready"})
+    assert code == 200 and len(doc["jobs"]) == 1
+    assert not any(f"S{i}" in str(doc) for i in range(1, 6)), doc
+
+
+def test_a_hand_written_draft_07_schema_marks_through_definitions_and_pattern_properties() -> None:
+    secret = {"$ref": "#/definitions/S"}
+    schema = {"definitions": {"S": {"type": "string", "writeOnly": True}},
+              "properties": {"pw": secret,
+                             "env": {"type": "object", "patternProperties": {"^K": secret}},
+                             "old": {"type": "array", "items": [{"type": "string"}, secret]},
+                             "gone": {"$ref": "#/definitions/Nope", "x-sluice-sensitive": True}}}
+    assert listing.sensitive_paths(schema) == [("env", "*"), ("gone",), ("old", "1"), ("pw",)]
+
+
+def test_pointers_reach_map_members_and_list_items_by_index() -> None:
+    """An operator's pointer: ``*`` over an object is every member, a number an item of a list (RFC
+    6901); one past the end, or not an index (``01``), reaches nothing."""
+    paths = listing.setting_paths(listing.check_sensitive(
+        ["/cards/*/number", "/items/0/pin", "/items/7/pin", "/items/01/k"]))
+    payload = {"cards": {"x": {"number": "S1"}, "y": {"number": "S2"}},
+               "items": [{"pin": "S3", "k": 1}, {"pin": "p2", "k": 2}]}
+    out, hit = listing.redact(payload, paths)
+    assert out == {"cards": {"x": {"number": "[redacted]"}, "y": {"number": "[redacted]"}},
+                   "items": [{"pin": "[redacted]", "k": 1}, {"pin": "p2", "k": 2}]}
+    assert hit == ["cards.*.number", "items.0.pin"] and payload["items"][0]["pin"] == "S3"
 
 
 HOSTILE = [
@@ -224,6 +284,28 @@ def test_a_non_operator_cannot_change_what_is_redacted() -> None:
     assert (code, doc["code"]) == (403, "NOT_OPERATOR") and rig.untouched()
 
 
+
+def test_a_change_that_unmarks_a_field_is_logged_with_who_and_the_list_before(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Careless-operator review (session 18): `{"fields": []}`, or a list that drops a field, shows
+    those values in clear from the next page on; the answer leaves `sensitive` out when none is
+    marked, so before this nothing said which fields had been marked, or by whom."""
+    rig = seeded(1)
+    with caplog.at_level("INFO", logger="sluice.gateway.admin"):
+        assert rig.call("PUT", SENSITIVE, {"fields": ["to", "/card/number"]})[0] == 200
+        assert rig.call("PUT", SENSITIVE, {"fields": ["/card/number", "/card/exp"]})[0] == 200
+        assert rig.call("PUT", SENSITIVE, {"fields": []})[0] == 200
+    added, typo, cleared = [r for r in caplog.records if r.name == "sluice.gateway.admin"]
+    assert (added.levelname, added.sensitive_before, added.sensitive) == ("INFO", [], ["/to", "/card/number"])
+    assert (typo.levelname, typo.unmarked) == ("WARNING", ["/to"])
+    assert (cleared.levelname, cleared.sensitive) == ("WARNING", [])
+    assert cleared.unmarked == ["/card/number", "/card/exp"]
+    assert cleared.principal == OPERATOR_SESSION and cleared.queue == "emails"
+    assert OPERATOR_SESSION in cleared.getMessage() and "/card/exp" in cleared.getMessage()
+    assert rig.call("PUT", SENSITIVE, {"fields": []}, caller=WEB)[0] == 403  # a refusal logs no change
+    assert len([r for r in caplog.records if r.name == "sluice.gateway.admin"]) == 3
+
+
 # -- state=parked: the relay's parking lot, through the operator API (issue 32's review) --------------
 
 
@@ -282,3 +364,64 @@ def test_a_cursor_of_the_other_kind_or_no_place_is_400_and_reads_nothing(state: 
     code, _, doc = rig.call("GET", JOBS, query={"state": state, "cursor": cursor})
     assert code == 400, doc
     assert "cursor" in str(doc.get("errors") or doc.get("detail")) and lot.pages == pages and rig.untouched()
+
+
+# -- a page over many fair groups: several listing.lua calls merged (session 18) ---------------------
+
+
+def _lua_model(zsets: list[list[tuple[str, int]]], cursor: tuple[str, int] | None, want: int, prefix: str,
+               budget: int) -> listing.Part:
+    """listing.lua's answer over ``zsets``, in Python: newest first after the cursor, ``want``
+    matches at most, a boundary where ``budget`` entries were examined and more follow."""
+    def key(r: tuple[str, int]) -> tuple[int, bytes]:
+        return r[1], r[0].encode()
+    rows = sorted((r for z in zsets for r in z if cursor is None or key(r) < key(cursor)), key=key,
+                  reverse=True)
+    out: list[tuple[str, int]] = []
+    for n, row in enumerate(rows, 1):
+        if row[0].startswith(prefix):
+            out.append(row)
+            if len(out) >= want:
+                return n, None, out
+        if n >= budget and n < len(rows):
+            return n, row, out
+    return len(rows), None, out
+
+
+def _walk_pages(call: Any, limit: int) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10_000):
+        _, boundary, rows = call(cursor, limit + 1)
+        assert len(rows) <= limit + 1
+        seen += [r[0] for r in rows[:limit]]
+        cursor = rows[limit - 1] if len(rows) > limit else boundary
+        if cursor is None:
+            return seen
+    raise AssertionError("the walk did not end")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pages_merged_from_calls_over_parts_of_the_groups_walk_as_one_call_does(seed: int) -> None:
+    """``merge_parts``: a page over many groups is several listing.lua calls (``GROUPS_PER_CALL``
+    groups each, so none blocks Redis for long); the walk they give is the walk one call over every
+    zset gives, with ties on a score, a prefix and a small budget."""
+    import random
+
+    rnd = random.Random(seed)
+    zsets = [[(f"{rnd.choice('ab')}{z}-{i}", rnd.randrange(40)) for i in range(rnd.randrange(12))]
+             for z in range(rnd.randrange(1, 30))]
+    split = rnd.randrange(1, 6)
+    parts = [zsets[i:i + split] for i in range(0, len(zsets), split)]
+    for prefix, budget, limit in (("", 1000, 5), ("a", 7, 3), ("b", 3, 1), ("", 4, 50)):
+        def one(cursor: Any, want: int, prefix: str = prefix, budget: int = budget) -> listing.Part:
+            return _lua_model(zsets, cursor, want, prefix, budget)
+
+        def merged(cursor: Any, want: int, prefix: str = prefix, budget: int = budget) -> listing.Part:
+            return listing.merge_parts([_lua_model(p, cursor, want, prefix, budget) for p in parts], want)
+
+        expected = _walk_pages(one, limit)
+        assert _walk_pages(merged, limit) == expected, (prefix, budget, limit)
+        assert expected == [r[0] for r in sorted((r for z in zsets for r in z),
+                                                 key=lambda r: (r[1], r[0].encode()), reverse=True)
+                            if r[0].startswith(prefix)]

@@ -171,6 +171,17 @@ def test_each_role_runs_the_scripts_of_its_function() -> None:
     assert not {"set", "get"} & set(acl.WORKER.commands)
 
 
+def test_no_worker_may_load_a_script_and_sluices_own_roles_may() -> None:
+    """A team's user that could SCRIPT LOAD could run ``while true do end`` and stall every team
+    (docs/security.md): the internal function loads a worker's scripts; EVAL is never granted."""
+    assert not {"script|load", "script", "eval"} & set(acl.WORKER.all_commands())
+    assert "script|load" not in acl.worker_command_rules().replace("+", " ").split()
+    assert "script|load" not in acl.rules("worker", ["a"]) and "+script|load" not in acl.rules("worker", None)
+    for role in (acl.GATEWAY, acl.OPERATOR, acl.RELAY):
+        assert "script|load" in role.all_commands(), role.name
+        assert not {"eval", "script", "script|kill", "script|flush"} & set(role.all_commands())
+
+
 def test_access_strings_and_setuser_args() -> None:
     assert acl.access_string("worker", ["a"]) == "on ~sluice:{a}:* " + acl.worker_command_rules()
     assert acl.worker_command_rules().startswith("-@all +")

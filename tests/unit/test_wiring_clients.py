@@ -48,3 +48,25 @@ def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() 
         assert wiring.dynamodb(s) is not client  # reset forgets it with the adapters built on it
     finally:
         wiring.reset()
+
+
+def test_each_new_bus_gets_the_roots_observers_once_even_at_a_collected_buss_address() -> None:
+    # A set of id(bus) skipped a new bus that CPython placed where a collected one had been:
+    # its depth samples (or timeline, countdown, traces) were never subscribed.
+    from sluice.core.bus import EventBus
+
+    s = Settings(aws_region="us-east-1")
+    for _ in range(50):
+        bus = EventBus()
+        wiring.sample_depths(s, bus)
+        wiring.sample_depths(s, bus)
+        assert len(bus._subs) == 1
+        del bus
+
+
+def test_a_role_is_claimed_once_per_bus() -> None:
+    from sluice.core.bus import EventBus
+
+    one, two = EventBus(), EventBus()
+    assert one.claim("timeline") and not one.claim("timeline")
+    assert one.claim("traces") and two.claim("timeline")

@@ -574,6 +574,17 @@ class EventBus:
         self._lock = threading.Lock()
         self._subs: tuple[tuple[tuple[type[Event], ...], Subscriber], ...] = ()
         self._listening = False
+        self._roles: set[str] = set()
+
+    def claim(self, role: str) -> bool:
+        """True only the first time ``role`` is claimed on this bus. The composition root's observers
+        subscribe once per bus however many entry points build them; kept on the bus itself because a
+        set of ``id(bus)`` would skip a new bus that reuses a collected one's address."""
+        with self._lock:
+            if role in self._roles:
+                return False
+            self._roles.add(role)
+            return True
 
     def subscribe(self, callback: Callable[[E], None], *types: type[E]) -> Callable[[], None]:
         """Call ``callback`` for each event of ``types`` (all events if none); returns an unsubscribe."""

@@ -182,12 +182,20 @@ class Settings(BaseModel):
     # FiringsDeadLetterQueue, whose depth alarms). Empty: retries alone (``sluice dev``).
     firings_dead_letter_arn: str = ""
     gateway_function_arn: str = ""  # deprecated: read only where firings_function_arn is unset
+    # The scheduler function (template.yaml ``SchedulerFunction``, outside the VPC, issue 33): set in the
+    # operator, which then asks it to create, pause and delete Scheduler schedules over the Lambda
+    # endpoint instead of calling Scheduler itself (no Scheduler endpoint in the VPC). Empty: direct.
+    scheduler_function_name: str = ""
     route_cache_ttl_s: float = Field(default=30.0, ge=0.0, le=60.0)
     # Teams (issue 27, docs/teams.md): the Sluice stack's name. Its team map is the SSM parameters
     # under /sluice/<stack_name>/teams/ (infra/team.yaml writes them), and a team's worker function is
     # <stack_name>-worker-<team>. Empty: no team map, so the relay follows no route to a team function.
     stack_name: str = ""
     team_map_ttl_s: float = Field(default=60.0, ge=0.0, le=600.0)
+    # The team map function (template.yaml ``TeamMapFunction``, outside the VPC, issue 33): set in the
+    # relay, which then reads the map through it over the Lambda endpoint (no SSM endpoint in the
+    # VPC). Empty: the relay reads SSM itself.
+    team_map_function_name: str = ""
     # A team's registrar (sluice.entry.registrar; infra/team.yaml sets these): its team and the
     # queue patterns the team map gives it, comma-separated.
     registrar_team: str = ""

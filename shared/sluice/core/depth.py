@@ -35,6 +35,10 @@ SAMPLE_EVERY_S: Final = 10.0  # the relay's samples per queue at most this often
 SAMPLES_KEPT: Final = 2 * int(HOUR_MS / 1000 / SAMPLE_EVERY_S)
 SAMPLES_TTL_MS: Final = HOUR_MS + 600_000  # a queue nobody samples any more drops its hour after this
 MAX_SAMPLE: Final = 4096  # bytes of one stored sample (a histogram has MAX_BUCKET fields at most)
+# Largest number a sample may carry: what sample.lua and lease.lua can write (Lua numbers are doubles).
+# A larger one was written by hand (a team's Redis user may write its own queue's keys) and would
+# overflow a float in the percentiles and the console's chart: its sample, or bucket, is skipped.
+MAX_NUMBER: Final = 2**53 - 1
 
 
 def bucket(wait_ms: int) -> int:
@@ -115,11 +119,11 @@ def decode(text: str | bytes) -> tuple[DepthSample, dict[int, int]] | None:
         histogram: dict[int, int] = {}
         for part in filter(None, tail.split(",")):
             b, _, n = part.partition(":")
-            if 0 <= int(b) <= MAX_BUCKET and int(n) > 0:
+            if 0 <= int(b) <= MAX_BUCKET and 0 < int(n) <= MAX_NUMBER:
                 histogram[int(b)] = histogram.get(int(b), 0) + int(n)
     except ValueError:
         return None
-    if min(at, ready, delayed, leased, dead) < 0:
+    if min(at, ready, delayed, leased, dead) < 0 or max(at, ready, delayed, leased, dead) > MAX_NUMBER:
         return None
     sample = DepthSample(at_ms=at, ready=ready, delayed=delayed, leased=leased, dead=dead,
                          started=sum(histogram.values()), wait_p50_ms=percentile(histogram, 50),

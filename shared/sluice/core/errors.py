@@ -162,6 +162,12 @@ class NotPermitted(SluiceError):
     Not retried: the same credentials are refused again."""
 
 
+class ScriptNotAllowed(SluiceError):
+    """The internal function refused to load a worker's script: its text is not one Sluice has
+    shipped (``lua/worker_scripts.sha1``), e.g. a team's layer newer than Sluice's stack (deploy
+    Sluice's stack first, docs/deploy.md "Upgrade order"). Nothing was loaded."""
+
+
 class RecordTampered(StoreError):
     """A stored job record (a continuation's, under ``~family~<id>``) whose seal does not match it:
     it was altered after the gateway sealed it, so it is not appended (docs/security.md, "Records")."""
@@ -302,7 +308,7 @@ ERROR_CODES: dict[str, type[SluiceError]] = {
         RouteRefused, RegistrationRefused,
         NoRoute, PayloadInvalid, InvalidSchedule, FiringRefused, ScheduleTooFrequent, UnsupportedSchedule,
         ScheduleNotFound, ScheduleExists, NotOperator, BadBody, UnsupportedMediaType, CallerThrottled,
-        WrongFunction, RegistryCold,
+        WrongFunction, RegistryCold, ScriptNotAllowed,
     )
 }
 

@@ -44,6 +44,12 @@ SCAN_MOST: Final = 10_000  # zset members one page examines at most while a pref
 # (bench_listing, 1,000 groups, a prefix that matches nothing: p50 ~150 ms at 2,500, load 5-6).
 GROUPED_SCAN_MOST: Final = 1_000
 RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.lua trims it)
+# Fair groups whose ready zsets one listing.lua call merges: a page over more groups is several calls,
+# their pages merged here (``merge_parts``), so no call blocks Redis for long. One call over every
+# group blocked it 170 ms at 10,000 groups and 2.7 s at 100,000 (session 18's hostile review:
+# a caller may enqueue into as many groups as it likes). 1,000 a call: a queue of at most that many
+# is one call, as before (256 made a page at 1,000 groups 2-4 times slower, bench_listing).
+GROUPS_PER_CALL: Final = 1_000
 REDACTED: Final = "[redacted]"
 PREFIX_PATTERN: Final = f"^{JOB_ID}$"  # a prefix of a job id is itself shaped like one
 _PREFIX_RE = re.compile(PREFIX_PATTERN)
@@ -64,6 +70,16 @@ class Cursor(NamedTuple):
 
 def encode_cursor(score: int, job_id: str) -> str:
     return f"{int(score)}~{job_id}"
+
+
+_CURSOR_MOST: Final = 10**17 - 1  # the largest score a cursor carries (CURSOR_PATTERN: 17 digits)
+
+
+def cursor_score(score: float) -> int:
+    """A zset score as a cursor's: scripts write scores far inside 17 digits (ready's below 2**48,
+    times in ms); one beyond (``inf``, ``1e20``: a team's own key written by hand) is clamped, so the
+    page still answers and its ``next`` parses, and a walk goes on past such entries."""
+    return int(max(-_CURSOR_MOST, min(_CURSOR_MOST, score)))
 
 
 def parse_cursor(text: object) -> Cursor | None:
@@ -205,6 +221,33 @@ def paginate(read: Read, prefix: str | None, limit: int,
         offset += len(entries)
 
 
+Row = tuple[str, int]  # (job id, score) of a merged page (listing.lua)
+Part = tuple[int, Row | None, list[Row]]  # one call's (examined, boundary or None, rows newest first)
+
+
+def _newest_first(row: Row) -> tuple[int, bytes]:
+    return row[1], row[0].encode()  # a higher score, then a higher id by bytes (as a zset orders ties)
+
+
+def merge_parts(parts: Sequence[Part], want: int) -> Part:
+    """One page from the pages of several listing.lua calls over disjoint zsets, each from the same
+    cursor with the same want, prefix and budget: what one call over all of them would give, within
+    its budget. A call stopped at its frontier: its budget's boundary, or its ``want``-th match; above
+    the newest frontier every call examined everything, so the page is the newest ``want`` matches
+    at or above it, and when fewer, the next page goes on from that frontier (a boundary then: a
+    call whose ``want`` matches made the frontier gave ``want`` rows above it)."""
+    frontiers = [boundary if boundary is not None else rows[-1] if len(rows) >= want else None
+                 for _, boundary, rows in parts]
+    known = [f for f in frontiers if f is not None]
+    newest = max(known, key=_newest_first) if known else None
+    rows = sorted((r for _, _, part in parts for r in part), key=_newest_first, reverse=True)
+    if newest is not None:
+        rows = [r for r in rows if _newest_first(r) >= _newest_first(newest)]
+    rows = rows[:want]
+    boundary = newest if newest is not None and len(rows) < want else None
+    return sum(examined for examined, _, _ in parts), boundary, rows
+
+
 # -- sensitive payload fields -----------------------------------------------------------------------
 
 
@@ -212,16 +255,46 @@ def _marked(schema: Mapping[str, Any]) -> bool:
     return schema.get("writeOnly") is True or schema.get("x-sluice-sensitive") is True
 
 
-def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
+def _resolve(schema: Any, root: Mapping[str, Any]) -> Any:
+    """A local ``$ref`` (``#/$defs/...``, draft-07's ``#/definitions/...``, any pointer into the
+    schema) followed, with the ref's own siblings kept: pydantic puts a field's
+    ``json_schema_extra`` (``x-sluice-sensitive``) beside the ``$ref`` of a model-typed field, and a
+    mark there marks the whole value. A ref that names nothing here resolves to its siblings."""
     ref = schema.get("$ref") if isinstance(schema, Mapping) else None
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return defs.get(ref[len("#/$defs/"):], {})
-    return schema
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        return schema
+    target: Any = root
+    for seg in pointer_path(ref[1:]):
+        target = target.get(seg) if isinstance(target, Mapping) else None
+    siblings = {k: v for k, v in schema.items() if k != "$ref"}
+    if not isinstance(target, Mapping):
+        return siblings
+    return {**target, **siblings} if siblings else target
 
 
-def _walk(schema: Any, defs: Mapping[str, Any], path: tuple[str, ...], out: set[tuple[str, ...]],
+def _members(schema: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The subschemas of a map's members and a list's or tuple's items, each with its path segment:
+    ``*`` (``_redact``: every member of an object, every item of a list) or a tuple's index. A map's
+    declared properties are among its members too, so a marked ``additionalProperties`` redacts
+    them as well: more, never fewer."""
+    subs: list[tuple[str, Any]] = [("*", schema.get(k)) for k in (
+        "additionalProperties", "unevaluatedProperties", "additionalItems", "unevaluatedItems")]
+    for key in ("prefixItems", "items"):  # items: one schema, or draft-04's tuple of them
+        found = schema.get(key)
+        subs.extend(_enumerate_items(found) if isinstance(found, list) else [("*", found)])
+    patterns = schema.get("patternProperties")
+    if isinstance(patterns, Mapping):
+        subs.extend(("*", sub) for sub in patterns.values())
+    return subs
+
+
+def _enumerate_items(schemas: list[Any]) -> list[tuple[str, Any]]:
+    return [(str(i), sub) for i, sub in enumerate(schemas)]
+
+
+def _walk(schema: Any, root: Mapping[str, Any], path: tuple[str, ...], out: set[tuple[str, ...]],
           depth: int) -> None:
-    schema = _resolve(schema, defs)
+    schema = _resolve(schema, root)
     if depth > _SCHEMA_DEPTH or not isinstance(schema, Mapping):
         return
     if path and _marked(schema):
@@ -229,24 +302,28 @@ def _walk(schema: Any, defs: Mapping[str, Any], path: tuple[str, ...], out: set[
         return
     for branch in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(branch) or ():
-            _walk(sub, defs, path, out, depth + 1)
+            _walk(sub, root, path, out, depth + 1)
+    for branch in ("then", "else"):
+        _walk(schema.get(branch), root, path, out, depth + 1)
     props = schema.get("properties")
     if isinstance(props, Mapping):
         for name, sub in props.items():
-            _walk(sub, defs, (*path, str(name)), out, depth + 1)
-    if isinstance(schema.get("items"), Mapping):
-        _walk(schema["items"], defs, (*path, "*"), out, depth + 1)
+            _walk(sub, root, (*path, str(name)), out, depth + 1)
+    for seg, sub in _members(schema):
+        _walk(sub, root, (*path, seg), out, depth + 1)
 
 
 def sensitive_paths(schema: Mapping[str, Any] | None) -> list[tuple[str, ...]]:
-    """The payload paths a queue's JSON Schema marks sensitive (``*``: every item of a list)."""
+    """The payload paths a queue's JSON Schema marks sensitive (``*``: every member of an object or
+    item of a list)."""
     if not schema:
         return []
     out: set[tuple[str, ...]] = set()
-    found = schema.get("$defs")
-    defs: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    _walk(schema, defs, (), out, 0)
+    _walk(schema, schema, (), out, 0)
     return sorted(out)
+
+
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")  # a JSON pointer's array index (RFC 6901)
 
 
 def _redact(value: Any, path: Sequence[str]) -> tuple[Any, bool]:
@@ -256,6 +333,13 @@ def _redact(value: Any, path: Sequence[str]) -> tuple[Any, bool]:
     if head == "*" and isinstance(value, list):
         results = [_redact(item, rest) for item in value]
         return [v for v, _ in results], any(hit for _, hit in results)
+    if head == "*" and isinstance(value, dict):
+        members = {k: _redact(v, rest) for k, v in value.items()}
+        return {k: v for k, (v, _) in members.items()}, any(hit for _, hit in members.values())
+    if isinstance(value, list) and _INDEX.fullmatch(head) and int(head) < len(value):
+        i = int(head)
+        inner, hit = _redact(value[i], rest)
+        return [*value[:i], inner, *value[i + 1:]], hit
     if isinstance(value, dict) and head in value:
         inner, hit = _redact(value[head], rest)
         return {**value, head: inner}, hit
@@ -278,7 +362,8 @@ def pointer_path(pointer: str) -> tuple[str, ...]:
 
 def check_sensitive(fields: object) -> list[str]:
     """The queue's sensitive fields as stored: JSON pointers (RFC 6901). Each entry is a pointer
-    (``/card/number``; a segment ``*`` is every item of a list; ``""`` is the whole payload) or a
+    (``/card/number``; a segment ``*`` is every item of a list and every member of an object, a
+    number the item at that index; ``""`` is the whole payload) or a
     top-level field's name (``password``, stored as ``/password``). InvalidInput, naming the entry,
     for anything else: not a list of strings, more than ``MAX_SENSITIVE``, one longer than
     ``MAX_POINTER`` or deeper than the schema walk follows, a control character, an unescaped

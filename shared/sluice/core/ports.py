@@ -5,7 +5,7 @@ Each Protocol is small on purpose: a use-case depends only on the methods it cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
@@ -44,7 +44,7 @@ class WorkWaiter(Protocol):
     """A queue a worker can wait on for new jobs (``RedisJobQueue``): the worker's linger."""
 
     def idle(self, queue: str, worker_id: str, ms: int) -> int: ...
-    def wait_for_work(self, queue: str, timeout_ms: int) -> bool: ...
+    def wait_for_work(self, queue: str, timeout_ms: int, worker_id: str = "") -> bool: ...
 
 
 class JobQueue(Protocol):
@@ -328,6 +328,17 @@ class ResultSink(Protocol):
 
 class Metrics(Protocol):
     def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
+
+
+class ScriptLoader(Protocol):
+    """Puts Lua texts into Redis's script cache: SCRIPT LOAD itself (a Sluice function's user), or,
+    for a worker, whose user may not (docs/security.md), the internal function's load, which takes
+    only shipped worker scripts (``sluice.core.script_loads``)."""
+
+    def load(self, texts: Mapping[str, str]) -> None:
+        """Each text (by its script's name, e.g. "lease.lua") is in the cache, or this raises
+        (ScriptNotAllowed, BackendUnavailable, NotPermitted)."""
+        ...
 
 
 

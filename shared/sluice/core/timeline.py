@@ -19,6 +19,7 @@ from typing import Any
 KINDS = ("lease", "grant", "renew", "lost", "write", "ack", "finish", "reap")
 CAP = 64  # steps kept per job: a job retried many times keeps its last ones
 MAX_ENTRY = 512  # bytes per step (timeline.lua refuses longer)
+MAX_NUMBER = 2**53 - 1  # a step's numbers: times, tokens, leases (Lua's exact integers)
 _KEYS = {"t": "at_ms", "k": "kind", "w": "worker", "l": "lease", "a": "attempt", "f": "token",
          "d": "deadline_ms", "o": "outcome", "c": "current"}
 
@@ -45,4 +46,6 @@ def decode(text: str | bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(doc, dict) or doc.get("k") not in KINDS or not isinstance(doc.get("t"), int):
         return None
+    if any(isinstance(v, int) and not -MAX_NUMBER <= v <= MAX_NUMBER for v in doc.values()):
+        return None  # written by hand (no worker's clock or token is that large): a float would overflow
     return {_KEYS[k]: v for k, v in doc.items() if k in _KEYS}

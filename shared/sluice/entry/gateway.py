@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sluice.core.config import Settings
     from sluice.core.ports import DepthLog, ParkedJobs, TimelineLog
     from sluice.core.routes import RouteCache
+    from sluice.core.script_loads import ScriptIntake
     from sluice.gateway.http.app import HttpGateway
     from sluice.gateway.http.idempotency import PowertoolsIdempotency
 
@@ -89,8 +90,10 @@ class Gateway:
     def __init__(self, api: Api | Callable[[], Api], *, max_payload_bytes: int = 256 * 1024,
                  routes: RouteCache | None = None,
                  schedules: Schedules | Callable[[Api], Schedules] | None = None,
-                 serves: frozenset[Kind] = EVERY_CALLER) -> None:
+                 serves: frozenset[Kind] = EVERY_CALLER,
+                 scripts: Callable[[], ScriptIntake] | None = None) -> None:
         self.serves = serves
+        self._scripts = scripts  # the internal call that loads a worker's scripts; None: refused
         self._api_or_factory = api
         self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
         self._max_payload_bytes, self._routes = max_payload_bytes, routes
@@ -134,7 +137,7 @@ class Gateway:
         if kind is None or kind not in self.serves:
             return self.refuse(event, kind)
         if kind == "internal":
-            return gateway_internal.handle(lambda: self.api, event)
+            return gateway_internal.handle(lambda: self.api, event, self._scripts)
         if kind == "firing":
             return gateway_scheduler.handle(lambda: self.schedules, event)
         if kind == "operator":
@@ -238,7 +241,8 @@ def gateway_from_settings(settings: Settings | None = None, *,
     s = settings or wiring.settings()
     check_settings(s)
     return Gateway(lambda: build_api(settings), max_payload_bytes=s.max_payload_bytes,
-                   routes=wiring.routes(settings), schedules=wiring.schedules(s), serves=serves)
+                   routes=wiring.routes(settings), schedules=wiring.schedules(s), serves=serves,
+                   scripts=lambda: wiring.script_intake(settings))
 
 
 def lambda_function(settings: Settings | None = None, *,

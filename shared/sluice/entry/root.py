@@ -37,9 +37,11 @@ if TYPE_CHECKING:
         ParkedJobs,
         PayloadStore,
         QueueDirectory,
+        ScheduleTrigger,
         TimelineLog,
     )
     from sluice.core.routes import RouteCache, TeamMapCache
+    from sluice.core.script_loads import ScriptIntake
     from sluice.core.traces import EnqueueSpans
     from sluice.gateway.api import Api
     from sluice.gateway.registry import Reservations
@@ -106,10 +108,9 @@ def durable_registry(conn: RedisConnection, bus: EventBus | None, s: Settings) -
     if not s.queues_table:
         return
     conn.registry_source = lambda: queue_directory(s).names()
-    if bus is not None and id(bus) not in _written_through:
+    if bus is not None and bus.claim("registry write-through"):
         from sluice.core.bus import QueueRegistered
 
-        _written_through.add(id(bus))
         bus.subscribe(lambda e: queue_directory(s).put(e.queue), QueueRegistered)
 
 
@@ -154,6 +155,30 @@ def queue(s: Settings | None = None) -> JobQueue:
     from sluice.backends.redis.queue import RedisJobQueue
 
     return RedisJobQueue(redis(s))
+
+
+def worker_queue(s: Settings | None = None) -> JobQueue:
+    """``queue(s)`` for a worker, whose Redis user may not SCRIPT LOAD (docs/security.md): after a
+    NOSCRIPT its connection asks the internal function to load its scripts (all of them at once),
+    where one is named; without one (a harness as Redis's default user) it loads them itself."""
+    s = s or settings()
+    conn = redis(s)
+    if s.internal_function_name and conn.scripts.loader is None:
+        from sluice.backends.aws.family_gateway import LambdaInvoke
+        from sluice.backends.aws.script_loader import LambdaScriptLoader
+        from sluice.backends.redis.acl import WORKER
+
+        conn.scripts.use_loader(LambdaScriptLoader(LambdaInvoke.from_settings(s)), WORKER.scripts)
+    return queue(s)
+
+
+@cache
+def script_intake(s: Settings | None = None) -> ScriptIntake:
+    """The internal function's load of a worker's scripts: shipped ones only, SCRIPT LOAD as its user."""
+    from sluice.backends.redis.scripts import RedisScriptLoader, worker_allow_list
+    from sluice.core.script_loads import ScriptIntake
+
+    return ScriptIntake(RedisScriptLoader(redis(s).client), worker_allow_list())
 
 
 @cache
@@ -343,7 +368,17 @@ def schedules(s: Settings | None = None) -> Callable[[Api], Schedules] | None:
     return build
 
 
-def schedule_trigger(s: Settings) -> SchedulerTrigger | None:
+def schedule_trigger(s: Settings) -> ScheduleTrigger | None:
+    """What fires the schedules: the scheduler function, outside the VPC, where one is named (the
+    operator's, issue 33), else ``scheduler_trigger``."""
+    if s.scheduler_function_name:
+        from sluice.backends.aws.scheduler_proxy import LambdaScheduleTrigger
+
+        return LambdaScheduleTrigger.of(s)
+    return scheduler_trigger(s)
+
+
+def scheduler_trigger(s: Settings) -> SchedulerTrigger | None:
     """EventBridge Scheduler for the schedules; None without the firings function's ARN and the
     Scheduler role (``sluice dev``, whose scheduler reads the table)."""
     from sluice.backends.dynamodb.schedules import SchedulerTrigger
@@ -413,8 +448,10 @@ def team_map(s: Settings | None = None) -> TeamMapCache | None:
     from sluice.core.routes import TeamMapCache, TeamMapSource
 
     def build() -> TeamMapSource:
-        from sluice.backends.aws.team_map import SsmTeamMap
+        from sluice.backends.aws.team_map import LambdaTeamMap, SsmTeamMap
 
+        if s.team_map_function_name:  # outside the VPC, which then needs no SSM endpoint (issue 33)
+            return LambdaTeamMap.of(s)
         return SsmTeamMap.from_settings(s)
 
     return TeamMapCache(Lazy(build), ttl_s=s.team_map_ttl_s)
@@ -485,14 +522,11 @@ def subscribe_countdown(bus: EventBus, s: Settings | None = None) -> None:
     from sluice.core.families import Countdown
 
     keeper = family_gateway(s)
-    if keeper is None or id(bus) in _counted:
+    if keeper is None or not bus.claim("countdown"):
         return
-    _counted.add(id(bus))
     Countdown(families(s), keeper.release).subscribe(bus)
 
 
-_counted: set[int] = set()
-_written_through: set[int] = set()
 
 
 # -- traces (issue 31 item 6): built only where Settings.traces is on, so OpenTelemetry is imported
@@ -511,7 +545,6 @@ def enqueue_spans(s: Settings | None = None) -> EnqueueSpans:
 
 
 _observer: list[TraceObserver] = []  # the process's one, once built
-_traced: set[int] = set()
 
 
 def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObserver | None:
@@ -524,13 +557,9 @@ def traces(s: Settings | None = None, bus: EventBus | None = None) -> TraceObser
 
         _observer.append(TraceObserver())
     bus = events() if bus is None else bus
-    if id(bus) not in _traced:
-        _traced.add(id(bus))
+    if bus.claim("traces"):
         _observer[0].subscribe(bus)
     return _observer[0]
-
-
-_timelined: set[int] = set()
 
 
 @cache
@@ -547,15 +576,11 @@ def timelines(s: Settings | None = None, bus: EventBus | None = None) -> None:
     nothing with ``timeline_ttl_s`` 0."""
     s = s or settings()
     bus = events() if bus is None else bus
-    if s.timeline_ttl_s <= 0 or id(bus) in _timelined:
+    if s.timeline_ttl_s <= 0 or not bus.claim("timeline"):
         return
     from sluice.worker.runtime.timeline import TimelineRecorder
 
-    _timelined.add(id(bus))
     TimelineRecorder(lambda: timeline_log()).subscribe(bus)  # the adapter of the settings of the day
-
-
-_depth_sampled: set[int] = set()
 
 
 @cache
@@ -570,11 +595,10 @@ def sample_depths(s: Settings | None = None, bus: EventBus | None = None) -> Non
     """Keep each queue's last hour of depths in Redis from the relay's measures on ``bus`` (default:
     the process's), once per bus (``sluice.relay.depth``)."""
     bus = events() if bus is None else bus
-    if id(bus) in _depth_sampled:
+    if not bus.claim("depth samples"):
         return
     from sluice.relay.depth import DepthSampler
 
-    _depth_sampled.add(id(bus))
     DepthSampler(lambda: depth_log(s)).subscribe(bus)
 
 
@@ -583,5 +607,5 @@ def reset() -> None:
     for builder in (settings, queue, dynamo_store, store, job_log, dispatcher, job_id_key,
                     previous_job_id_keys, completion_publisher, family_gateway, routes, stream_countdown,
                     dynamodb, redis, relay_engine, payload_store, queue_directory, timeline_log, depth_log,
-                    parked_jobs):
+                    parked_jobs, script_intake):
         builder.cache_clear()

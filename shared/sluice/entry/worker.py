@@ -123,7 +123,7 @@ def handle_dispatch(event: object, context: LambdaContextLike,
     app, options = prepare(s)
     wiring.timelines(s)  # each job's steps, for its timeline (issue 32)
     worker = app.bind(
-        queue=wiring.queue(s), store=wiring.lazy_store(s), options=options,
+        queue=wiring.worker_queue(s), store=wiring.lazy_store(s), options=options,
         family_gateway=wiring.family_gateway(s), families=wiring.lazy_families(s),
         payloads=wiring.payload_store(s), traces=wiring.traces(s),
         worker_id=f"{context.function_name}:{context.aws_request_id}")

@@ -11,12 +11,13 @@ run before any write, so a refused or invalid request changes nothing. Redrive g
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from sluice.core import knobs, listing, policy
 from sluice.core.depth import DepthHistory
-from sluice.core.errors import ConfigError, InvalidInput, NoRoute, NotOperator
+from sluice.core.errors import ConfigError, InvalidInput, NoRoute, NotOperator, SluiceError
 from sluice.core.limits import Limits
 from sluice.core.models import (
     DeadJob,
@@ -31,6 +32,7 @@ from sluice.core.routes import Route, RouteTable, unrouted_refused
 from sluice.gateway.redrive import RedriveReport, Reseal, redrive_all, redrive_one
 
 MAX_LISTED = 10_000
+log = logging.getLogger("sluice.gateway.admin")
 
 
 class Listing(Protocol):
@@ -41,6 +43,53 @@ class Listing(Protocol):
     def parked_of(self, queue: str) -> ParkedState: ...
     def sensitive_of(self, queue: str) -> tuple[str, ...]: ...
     def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
+
+
+class SensitiveCopy(Protocol):
+    """Where a queue's sensitive fields are kept outside Redis (the durable registry)."""
+
+    def sensitive_of(self, queue: str) -> tuple[str, ...]: ...
+    def set_sensitive(self, queue: str, fields: Sequence[str]) -> None: ...
+
+
+def mark_sensitive(config: knobs.ConfigEngine, durable: SensitiveCopy | None, queue: str,
+                   fields: Any, *, by: str = "") -> QueueConfig:
+    """``queue``'s sensitive fields, checked before any write, kept in the durable registry first
+    (when there is one: a Redis loss cannot unmark them there), then in its config. A write that
+    fails between the two leaves more fields redacted, never fewer: the listing redacts the union.
+    The operator API and ``sluice queue sensitive`` on Redis both come here. Each change is logged
+    with ``by`` (the operator's principal), the fields marked before and after, and a warning when
+    it unmarks any: an operator who clears the list by mistake (``[]``, a typo replacing it) shows
+    payloads in clear from the next page on, and the log is where the list that was can be read."""
+    queue, checked = validate_public_queue(queue), listing.check_sensitive(fields)
+    before = _marked_now(config, durable, queue)
+    if durable is not None:
+        durable.set_sensitive(queue, checked)
+    out = knobs.set_sensitive(config, queue, checked)
+    unmarked = None if before is None else [f for f in before if f not in checked]
+    facts = {"queue": queue, "principal": by, "sensitive_before": before, "sensitive": checked,
+             "unmarked": unmarked}
+    if unmarked != []:  # some unmarked, or unknown (the list before could not be read)
+        log.warning("queue %s: sensitive fields changed by %s: %s -> %s (unmarked: %s)", queue, by or "?",
+                    "?" if before is None else before, checked, "?" if unmarked is None else unmarked,
+                    extra=facts)
+    else:
+        log.info("queue %s: sensitive fields changed by %s: %s -> %s", queue, by or "?", before, checked,
+                 extra=facts)
+    return out
+
+
+def _marked_now(config: knobs.ConfigEngine, durable: SensitiveCopy | None, queue: str) -> list[str] | None:
+    """The fields ``queue`` marks now, config and durable copy together (the listing's union); None
+    when either cannot be read (the change goes ahead, logged as unknown)."""
+    try:
+        found = list(config.get_config(queue).sensitive)
+        for field in durable.sensitive_of(queue) if durable is not None else ():
+            if field not in found:
+                found.append(field)
+    except SluiceError:
+        return None
+    return found
 
 
 def authorize(principal: str, operators: Sequence[str]) -> None:
@@ -103,15 +152,9 @@ class Admin:
                  max_bytes: Any = None) -> QueueConfig:
         return knobs.set_caps(self.queue, self.check_queue(name), max_delayed, max_dead, max_bytes)
 
-    def set_sensitive(self, name: str, fields: Any) -> QueueConfig:
-        """The queue's sensitive fields, checked before any write, kept in the durable registry
-        first (when there is one: a Redis loss cannot unmark them there), then in its config. A
-        write that fails between the two leaves more fields redacted, never fewer: the listing
-        redacts the union."""
-        queue, checked = self.check_queue(name), listing.check_sensitive(fields)
-        if self.registry is not None:
-            self.registry.set_sensitive(queue, checked)
-        return knobs.set_sensitive(self.queue, queue, checked)
+    def set_sensitive(self, name: str, fields: Any, by: str = "") -> QueueConfig:
+        """``mark_sensitive`` for a queue a route covers, logged as changed ``by`` this principal."""
+        return mark_sensitive(self.queue, self.registry, self.check_queue(name), fields, by=by)
 
     def route(self, queue: str) -> dict[str, Any] | None:
         """Where the queue's jobs go: its route's function and owner, or None (the default worker).

@@ -440,7 +440,7 @@ class Worker:
         assert isinstance(waiter, WorkWaiter)
         try:
             waiter.idle(queue, self.worker_id, int(left_ms))
-            woke = waiter.wait_for_work(queue, int(min(left_ms, MAX_WAIT_MS)))
+            woke = waiter.wait_for_work(queue, int(min(left_ms, MAX_WAIT_MS)), self.worker_id)
             if woke:  # busy from now on: the relay must not count on this worker for new pushes
                 waiter.idle(queue, self.worker_id, 0)
         except SluiceError as exc:

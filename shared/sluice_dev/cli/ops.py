@@ -27,6 +27,7 @@ from sluice.core.models import (
     validate_queue_name,
 )
 from sluice.core.routes import RouteTable, unrouted_refused
+from sluice.gateway.admin import mark_sensitive
 from sluice.gateway.redrive import redrive_all, redrive_one
 from sluice_dev.cli.output import emit, json_mode
 from sluice_dev.cli.target import Target
@@ -307,8 +308,10 @@ def sensitive_cmd(target: Target, name: str, fields: tuple[str, ...], clear: boo
     if bool(fields) == clear:
         raise InvalidInput("give the fields, or --clear")
     api, name = target.operator_api(), validate_queue_name(name)
-    config = api.set_sensitive(name, fields) if api else control.set_sensitive(target.engine(), name,
-                                                                                 list(fields))
+    # On Redis, as the operator API does: an internal queue is refused, and the durable registry's
+    # copy is written first, so a Redis loss cannot unmark the fields.
+    config = api.set_sensitive(name, fields) if api else mark_sensitive(
+        target.engine(), target.queue_directory(), name, list(fields), by="sluice queue sensitive (Redis)")
     _show(config, name, f"{name}: sensitive {', '.join(config.sensitive) or 'none'}")
 
 

@@ -142,7 +142,8 @@ def fixed() -> str:
                                 an existing Kafka cluster (`KafkaBootstrapServers`), the floor drops to
                                 **${existing}** a month; a dev stack with 2 AZs (`NewVpcSubnetCount=2`,
                                 {endpoint_azs} endpoint-AZs) and 4+4 partitions costs {parts} + {rest}
-                                (safety net, secrets, alarms, dashboard, custom metrics) = ${dev} ≈
+                                (safety net, team map function, secrets, alarms, dashboard, custom
+                                metrics) = ${dev} ≈
                                 **${dev_round}/month** idle. No NAT gateway is in these figures: the default
                                 deploy has none ("Handler egress" below).""",
               msk=money(msk), share=msk / base.fixed, existing=money(existing),
@@ -275,10 +276,8 @@ def targets() -> str:
 
 def _why_not(small: Profile) -> str:
     """Why the targets the model says are missed cannot be met without giving something up: the arithmetic."""
-    big, hundred, idle = at(1e9, small), at(100e6, small), at(0, small).sluice
+    big, hundred = at(1e9, small), at(100e6, small)
     bare = replace(small, interface_endpoints=())
-    endpoints = idle.line("Interface endpoints").monthly
-    each = endpoints / len(small.interface_endpoints)
     shape = big.workload.shape  # the gateway's lines, a request: $ per million jobs (KB × 10⁶ = GB)
     gateway_logs = (shape.platform_log_kb + shape.gateway_emf_kb) * load().usd("logs_ingest_gb")
     grant = big.sluice.line("DynamoDB writes").monthly / 1e3 - sum(
@@ -311,19 +310,32 @@ def _why_not(small: Profile) -> str:
         r_bare=ratio(at(100e6, bare).ratio),
         nat=money(sum(line.monthly for line in at(100e6, small, egress="nat-single").sluice.lines
                       if line.name.startswith("NAT data")) / 100),
-        r_nat=ratio(at(100e6, small, egress="nat-single").ratio)) + "\n\n" + prose(
-        """Why idle without egress is not met. The small profile's {n} interface endpoints cost ${endpoints}
-           a month ({n} × {azs} AZs × {hour} × {hours}): Lambda (the relay starts the workers; a worker
-           calls the internal function for `enqueue_many`), Secrets Manager (every function in the VPC reads
-           its Redis user's password and the job id key when it starts), Scheduler (the operator function's
-           schedule routes) and SSM (the relay's team map). Each is called from a function that reaches
-           Redis or Kafka, so it runs in the VPC, and none of the calls can go (docs/deploy.md, "Interface
-           endpoints"). Moving the two rare ones (the team map read, the Scheduler calls) into a small
-           function outside the VPC, invoked through the Lambda endpoint, would leave two endpoints:
-           ${two} a month, under ${goal}; it is not built.""",
+        r_nat=ratio(at(100e6, small, egress="nat-single").ratio)) + "\n\n" + _idle(small)
+
+
+def _idle(small: Profile) -> str:
+    """The small profile's idle month without egress, and what its interface endpoints are for."""
+    idle, nat = at(0, small).sluice, at(0, small, egress="nat-single").sluice
+    endpoints = idle.line("Interface endpoints").monthly
+    outside = idle.line("Team map function").monthly
+    before = endpoints / len(small.interface_endpoints) * (len(small.interface_endpoints) + 2)
+    return prose(
+        """Idle without egress. The small profile's {n} interface endpoints cost ${endpoints} a month ({n}
+           × {azs} AZs × {hour} × {hours}): Lambda (the relay starts the workers and asks the team map
+           function; a worker calls the internal function for `enqueue_many`; the operator asks the
+           scheduler function) and Secrets Manager (every function in the VPC reads its Redis user's password
+           and the job id key when it starts). The two rare calls that needed two more endpoints (${more}
+           a month) are made outside the VPC since issue 33: the relay's team map read by the team map
+           function (SSM; at most ${outside} a month, line "Team map function") and the operator's Scheduler
+           calls by the scheduler function (a few invocations per schedule change: nothing the model
+           shows), each invoked through the Lambda endpoint and admitting its one caller (docs/deploy.md,
+           "Interface endpoints"). No function calls STS, so no profile has its endpoint. That leaves
+           **${idle}** a month idle without egress, under ${goal}; with one NAT gateway (`nat-single`) the
+           small profile drops both endpoints and costs ${nat}.""",
         n=len(small.interface_endpoints), endpoints=money(endpoints), azs=small.azs,
         hour=usd(load().usd("endpoint_az_hour")), hours=count(load().hours_per_month),
-        two=money(idle.fixed - 2 * each), goal=money(TARGETS[0][2]))
+        more=money(before - endpoints), outside=money(outside), idle=money(idle.fixed),
+        goal=money(TARGETS[0][2]), nat=money(nat.fixed))
 
 
 def profiles() -> str:
@@ -349,10 +361,10 @@ def profiles() -> str:
     extra = (big.sluice.per_million or 0) - (big.sqs.per_million or 0)
     return _table(head, rows, right=5) + "\n\n" + prose(
         """Each row is `HandlerEgress=none`; each ratio is against SQS + Lambda behind the profile's own
-           front door (the small profile's HTTP API on both sides). The small profile drops every interface
-           endpoint when a NAT gateway is the way out (the functions then reach Lambda, Secrets Manager,
-           Scheduler and SSM through it), so with `HandlerEgress=nat-single` it costs **${nat}** idle,
-           *less* than without egress (${no_nat}), and its handlers can reach the internet; on a Kafka
+           front door (the small profile's HTTP API on both sides). The small profile drops both interface
+           endpoints when a NAT gateway is the way out (the functions then reach Lambda and Secrets Manager
+           through it), so with `HandlerEgress=nat-single` it costs **${nat}** idle, against ${no_nat}
+           without egress, and its handlers can reach the internet; on a Kafka
            cluster that already exists (`KafkaBootstrapServers`) it costs ${existing}. At volume the
            gap to SQS is the per-job lines, not the floor: at 1,000 M jobs a month the small profile costs
            ${extra} per million more than SQS + Lambda, of which {difference}. No profile setting removes

@@ -217,6 +217,12 @@ def _fixed(workload: Workload, p: Profile, prices: PriceBook) -> list[Line]:
                      f"{count(p.worker_gb)} GB = {count(net_gb_s)} GB-s × {usd(gb_s)}, + {count(nets)} "
                      "requests",
                      net_gb_s * gb_s + nets * request / 1e6))
+    reads = 2 * 60 * hours * p.relay_groups  # two relay runs overlap; each container reads once a minute
+    team_gb_s = reads * p.team_map_gb * p.team_map_s
+    out.append(fixed("Team map function", f"at most {count(reads)} reads (2 relay runs × 60 × {h}{groups}, "
+                     f"once a team's route exists) × {count(p.team_map_gb)} GB × {count(p.team_map_s)} s = "
+                     f"{count(team_gb_s)} GB-s × {usd(gb_s)}, + {count(reads)} requests",
+                     team_gb_s * gb_s + reads * request / 1e6))
     secret, alarm = prices.usd("secret_month"), prices.usd("alarm_metric_month")
     dashboard, metric = prices.usd("dashboard_month"), prices.usd("custom_metric_month")
     out += [

@@ -3,7 +3,7 @@
 Each is template.yaml at ``Profile=<name>`` (its ``Profiles`` mapping; issue 33, item 2): ``standard`` is
 the template at its defaults (docs/cost.md, "The configuration costed"); ``small`` is a team's first
 production queue (2 AZs, 2 provisioned kafka.t3.small brokers, one cache.t4g.micro node, an HTTP API,
-the fewest interface endpoints: none when a NAT gateway is the way out); ``large`` has 3 Redis shards,
+no interface endpoint when a NAT gateway is the way out); ``large`` has 3 Redis shards,
 32 job partitions and 4 relay partition groups. tests/infra/test_template_profiles.py checks that the
 template creates what these say.
 """
@@ -23,13 +23,14 @@ class Profile:
     name: str
     azs: int = 3
     # Interface endpoints the stack creates, one per AZ each (infra/endpoints.yaml); DynamoDB and S3
-    # are gateway endpoints, free.
-    interface_endpoints: tuple[str, ...] = ("Lambda", "STS", "Secrets Manager", "Scheduler", "SSM")
+    # are gateway endpoints, free. Only the services a function in the VPC calls (issue 33): Scheduler
+    # and SSM are called from outside it (SchedulerFunction, TeamMapFunction), STS by no function.
+    interface_endpoints: tuple[str, ...] = ("Lambda", "Secrets Manager")
     # With a NAT gateway (HandlerEgress), the interface endpoints still created: the small profile drops
     # them all (the functions reach those APIs through the NAT); None: the same as without one.
     endpoints_with_nat: tuple[str, ...] | None = None
     # Bytes a job sends to AWS APIs through the NAT when it replaces the endpoints: the relay's worker
-    # invocation (~3 KB with TLS and headers, one per batch of 10) and the odd SSM/Secrets Manager read.
+    # invocation (~3 KB with TLS and headers, one per batch of 10) and the odd Secrets Manager read.
     aws_via_nat_kb: float = 0.5
     kafka: str = "msk-serverless"
     kafka_brokers: int = 0  # msk-provisioned: brokers, one per AZ or a multiple
@@ -53,6 +54,10 @@ class Profile:
     worker_overhead_s: float = 0.015  # Sluice's own time per job at batch 10 (lease, grant, result, ack)
     worker_batch: int = 10
     safety_net_s: float = 0.5  # one safety-net invocation a minute
+    # The team map function (outside the VPC, issue 33): the relay asks it at most once a minute a
+    # container (SLUICE_TEAM_MAP_TTL_S), and only once a route names a team's function.
+    team_map_gb: float = 0.25
+    team_map_s: float = 0.2
     secrets: int = 5  # the relay's, gateway's, operator's and worker's Redis users, the job id key
     alarm_metrics: int = 19
     dashboards: int = 1
@@ -71,9 +76,8 @@ class Profile:
 
 
 STANDARD = Profile("standard")
-SMALL = Profile("small", azs=2, interface_endpoints=("Lambda", "Secrets Manager", "Scheduler", "SSM"),
-                endpoints_with_nat=(), kafka="msk-provisioned", kafka_brokers=2, cache_node="t4g_micro",
-                cache_nodes=1, api="http", alarm_metrics=19)
+SMALL = Profile("small", azs=2, endpoints_with_nat=(), kafka="msk-provisioned", kafka_brokers=2,
+                cache_node="t4g_micro", cache_nodes=1, api="http", alarm_metrics=19)
 LARGE = Profile("large", job_partitions=32, cache_node="r7g_large", cache_nodes=6, cache_shards=3,
                 relay_groups=4, alarm_metrics=23)
 

@@ -30,7 +30,9 @@ from sluice_dev.local.template import DeployConfig, FunctionConfig, Resource, ra
 NAMES = {"GatewayFunction": "sluice-gateway", "OperatorFunction": "sluice-operator",
          "InternalFunction": "sluice-internal", "FiringsFunction": "sluice-firings",
          "RelayFunction": "sluice-relay", "WorkerFunction": "sluice-worker",
-         "RegistrarFunction": "sluice-registrar"}
+         "RegistrarFunction": "sluice-registrar",
+         # Outside the VPC (issue 33): the relay's team map read, the operator's Scheduler calls.
+         "TeamMapFunction": "sluice-teams", "SchedulerFunction": "sluice-scheduler"}
 
 # Environment variables the local stack sets or drops where the template names a stack resource,
 # or that exist only locally: where the local servers are. None of them changes behaviour.
@@ -42,9 +44,10 @@ BINDINGS: dict[str, str] = {
     "SLUICE_ROUTES_TABLE": "the routes table on the moto server",
     "SLUICE_QUEUES_TABLE": "the durable registry of queues on the moto server",
     "SLUICE_SCHEDULES_TABLE": "the schedules table on the moto server (sluice dev's scheduler fires them)",
-    "SLUICE_SCHEDULER_GROUP": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler fires "
-                              "the table's schedules",
-    "SLUICE_SCHEDULER_ROLE_ARN": "dropped: no EventBridge Scheduler locally (the gateway keeps the table)",
+    "SLUICE_SCHEDULER_GROUP": "the scheduler function's: the moto server's default group (moto stores the "
+                              "schedules, sluice dev's scheduler fires the table's); dropped elsewhere",
+    "SLUICE_SCHEDULER_ROLE_ARN": "the scheduler function's: the local Scheduler role, on the moto server; "
+                                 "dropped elsewhere (the registrar keeps the table)",
     "SLUICE_FIRINGS_DEAD_LETTER_ARN": "dropped: no EventBridge Scheduler locally; sluice dev's scheduler "
                                       "sends a failed firing again at its next tick",
     "SLUICE_PARKED_TABLE": "the parking lot on the moto server (issue 28)",
@@ -52,6 +55,8 @@ BINDINGS: dict[str, str] = {
     "SLUICE_PAYLOADS_BUCKET": "the payloads bucket on the moto server (tables.ensure_all makes it)",
     "SLUICE_WORKER_FUNCTION_NAME": "the worker's name in the local Lambda service",
     "SLUICE_INTERNAL_FUNCTION_NAME": "the internal function's name in the local Lambda service",
+    "SLUICE_TEAM_MAP_FUNCTION_NAME": "the team map function's name in the local Lambda service",
+    "SLUICE_SCHEDULER_FUNCTION_NAME": "the scheduler function's name in the local Lambda service",
     "SLUICE_REDIS_AUTH_SECRET_ARN": "dropped: the function's Redis user is given as SLUICE_REDIS_USERNAME "
                                     "and SLUICE_REDIS_PASSWORD (no Secrets Manager)",
     "SLUICE_REDIS_USERNAME": "the function's own ACL user on the local redis-server (its ElastiCache user in "

@@ -68,6 +68,12 @@ OPERATOR_FUNCTION = deployed.NAMES["OperatorFunction"]
 INTERNAL_FUNCTION = deployed.NAMES["InternalFunction"]
 FIRINGS_FUNCTION = deployed.NAMES["FiringsFunction"]
 REGISTRAR_FUNCTION = deployed.NAMES["RegistrarFunction"]  # Sluice's registrar (issue 31)
+TEAM_MAP_FUNCTION = deployed.NAMES["TeamMapFunction"]  # outside the VPC in AWS (issue 33)
+SCHEDULER_FUNCTION = deployed.NAMES["SchedulerFunction"]
+# The local scheduler function calls the moto server's EventBridge Scheduler in its default group
+# (template.yaml's group and the firings dead-letter queue are a deploy's); sluice dev's own scheduler
+# still fires the schedules from the table, as moto's does not fire them.
+MOTO_SCHEDULE_GROUP = "default"
 # The stream's countdown runs in sluice dev's own process (no event source mapping locally); it
 # signs as the template's CountdownFunction would (its role, its key).
 COUNTDOWN_KEY = iam.key_of("sluice-countdown")
@@ -586,6 +592,10 @@ class DevStack:
         local difference in ``self.overrides``. Sets ``self.settings`` to what the worker sees."""
         self.redis_users = self.redis_users or self._plan_redis_users()  # start() planned them already
         own = {lid: user.env() for lid, user in self.redis_users.items() if not lid.startswith("team:")}
+        # The scheduler function's Scheduler (issue 33): the moto server's, in its default group, with the
+        # local Scheduler role; the registrar, which the template gives them too, keeps the table alone.
+        own["SchedulerFunction"] = {"SLUICE_SCHEDULER_GROUP": MOTO_SCHEDULE_GROUP,
+                                    "SLUICE_SCHEDULER_ROLE_ARN": self.scheduler_caller().principal}
         self.local_functions, self.overrides = deployed.plan(self.deploy, self.changes(s),
                                                              self.bindings(s, sink_url), own)
         self.team_functions, self._servers = {}, s
@@ -665,6 +675,8 @@ class DevStack:
                "SLUICE_QUEUES_TABLE": s.queues_table or QUEUES_TABLE,
                "SLUICE_RESULTS_BUCKET": s.results_bucket, "SLUICE_WORKER_FUNCTION_NAME": WORKER_FUNCTION,
                "SLUICE_INTERNAL_FUNCTION_NAME": INTERNAL_FUNCTION,
+               "SLUICE_TEAM_MAP_FUNCTION_NAME": TEAM_MAP_FUNCTION,
+               "SLUICE_SCHEDULER_FUNCTION_NAME": SCHEDULER_FUNCTION,
                "SLUICE_EXAMPLES_SINK_URL": sink_url}
         if self.service is not None:
             out["SLUICE_EXAMPLES_SERVICE_URL"] = self.service.url
@@ -688,6 +700,7 @@ class DevStack:
         if isinstance(stack_name, str) and stack_name != STACK_NAME:
             why = f"the local functions are {STACK_NAME}-*, its team map /sluice/{STACK_NAME}/teams/"
             env["RelayFunction"]["SLUICE_STACK_NAME"] = (STACK_NAME, why)
+            env["TeamMapFunction"]["SLUICE_STACK_NAME"] = (STACK_NAME, why)
         if o.kafka_bootstrap is None and "SLUICE_RELAY_FETCH_MAX_WAIT_MS" not in env["RelayFunction"]:
             env["RelayFunction"]["SLUICE_RELAY_FETCH_MAX_WAIT_MS"] = (str(TANSU_FETCH_MAX_WAIT_MS), TANSU_WHY)
         timeout: dict[str, tuple[float, str]] = {}
@@ -700,7 +713,9 @@ class DevStack:
                                                                    "unreserved in AWS"),
                        "FiringsFunction": (o.gateway_concurrency, "local containers for firings; "
                                                                   "unreserved in AWS"),
-                       "RegistrarFunction": (1, "one local container; unreserved in AWS")}
+                       "RegistrarFunction": (1, "one local container; unreserved in AWS"),
+                       "TeamMapFunction": (1, "one local container; unreserved in AWS"),
+                       "SchedulerFunction": (1, "one local container; unreserved in AWS")}
         if o.worker_timeout_s is not None:
             timeout["WorkerFunction"] = (o.worker_timeout_s, o.why)
             env["WorkerFunction"]["SLUICE_FUNCTION_TIMEOUT_S"] = (str(o.worker_timeout_s),
@@ -764,6 +779,9 @@ class DevStack:
                 "WorkerFunction": (_handler_ref("worker", "sluice.entry.worker:handle_dispatch"),
                                    o.worker_idle_s),
                 "RegistrarFunction": (_handler_ref("registrar", "sluice.entry.registrar:handler"),
+                                      o.worker_idle_s),
+                "TeamMapFunction": (_handler_ref("teams", "sluice.entry.teams:handler"), o.worker_idle_s),
+                "SchedulerFunction": (_handler_ref("scheduler", "sluice.entry.scheduler:handler"),
                                       o.worker_idle_s),
                 "RelayFunction": (o.relay_handler or
                                   _handler_ref("relay", "sluice.entry.relay:run_scheduled"),

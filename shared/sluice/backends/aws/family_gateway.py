@@ -24,6 +24,16 @@ log = logging.getLogger(__name__)
 Invoke = Callable[[dict[str, Any]], dict[str, Any]]  # event -> the gateway's answer
 
 
+def answer(reply: dict[str, Any]) -> dict[str, Any]:
+    """The internal function's ``reply``, or the error it carries raised as its ``SluiceError``."""
+    error = reply.get("error")
+    if isinstance(error, dict):
+        raw = error.get("details")
+        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        raise from_code(str(error.get("code", "SLUICE_ERROR")), str(error.get("message", "")), **details)
+    return reply
+
+
 class LambdaFamilyGateway:
     """``flows.LambdaFamilyGateway`` over any way of invoking the gateway (``invoke``)."""
 
@@ -31,13 +41,7 @@ class LambdaFamilyGateway:
         self._invoke = invoke
 
     def _call(self, event: dict[str, Any]) -> dict[str, Any]:
-        reply = self._invoke(event)
-        error = reply.get("error")
-        if isinstance(error, dict):
-            raw = error.get("details")
-            details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            raise from_code(str(error.get("code", "SLUICE_ERROR")), str(error.get("message", "")), **details)
-        return reply
+        return answer(self._invoke(event))
 
     def enqueue_children(self, request: FamilyRequest) -> FamilyAccepted:
         reply = self._call(request.model_dump(mode="json"))

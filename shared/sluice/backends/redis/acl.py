@@ -24,6 +24,12 @@ plus the few it sends itself. Nothing else: no FLUSHALL/FLUSHDB, KEYS, SCAN, CON
 DEBUG, MONITOR, SCRIPT FLUSH/KILL, SHUTDOWN, CLIENT, MODULE, EVAL (redis-py's scripts use
 EVALSHA, and SCRIPT LOAD after a NOSCRIPT).
 
+SCRIPT LOAD. Only Sluice's own roles (``loads_scripts``): a team's user that could load its own
+Lua could load ``while true do end``, and its EVALSHA would stall the shared Redis for every
+team (BUSY), with no Sluice user allowed SCRIPT KILL, and a script that wrote first cannot be
+killed at all. A worker's scripts are loaded for it by the internal function, which loads only
+texts on the allow-list of shipped worker scripts (``lua/worker_scripts.sha1``; docs/security.md).
+
 The syntax is Redis 6.2's (ElastiCache accepts it; the local redis-server is 6.2): no
 selectors, no ``%R~`` read-only patterns, no ``reset`` (ElastiCache refuses it in an access
 string; ``setuser_args`` resets locally before the rules).
@@ -59,7 +65,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
     "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
-                "time zadd zcard zcount zrem",
+                "time zadd zcard zrem zrevrangebyscore",
     "rate.lua": "hmget hset time",
     "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
                 "time zadd zcard zrangebyscore zremrangebyrank",
@@ -77,9 +83,11 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "trim.lua": "decrby del hget time zcard zrange zrem zscore",
 }.items()}
 
-# Every connection: the health check, scripts (EVALSHA; SCRIPT LOAD after NOSCRIPT), and what
-# redis-py's cluster client reads at start (the slot map, COMMAND for key positions).
-_CONNECTION = ("ping", "evalsha", "script|load", "command", "cluster|slots", "cluster|shards")
+# Every connection: the health check, scripts (EVALSHA), and what redis-py's cluster client reads
+# at start (the slot map, COMMAND for key positions).
+_CONNECTION = ("ping", "evalsha", "command", "cluster|slots", "cluster|shards")
+# A role that loads its own scripts after a NOSCRIPT: Sluice's, never a worker's (module doc).
+_LOADS_SCRIPTS = "script|load"
 
 # Never granted to any role, whatever a future edit adds (tests/unit/test_redis_acl.py).
 FORBIDDEN = frozenset({"flushall", "flushdb", "keys", "scan", "config", "acl", "debug", "monitor",
@@ -100,16 +108,20 @@ class Role:
     all_keys: bool = False
     public_queues: bool = False
     global_keys: tuple[str, ...] = ()
+    loads_scripts: bool = False  # SCRIPT LOAD (module doc): Sluice's own functions only
 
     def all_commands(self) -> list[str]:
         out = set(_CONNECTION) | set(self.commands)
+        if self.loads_scripts:
+            out.add(_LOADS_SCRIPTS)
         for script in self.scripts:
             out |= SCRIPT_COMMANDS[script]
         return sorted(out)
 
 
 # A worker (a team's, or Sluice's default one): its lease life cycle and its wait for work.
-# timeline.lua (a job's timeline, issue 32) calls only commands the others already do.
+# timeline.lua (a job's timeline, issue 32) calls only commands the others already do. No SCRIPT
+# LOAD: the internal function loads these scripts for it (``sluice.core.script_loads``).
 WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "release.lua", "idle.lua",
                          "timeline.lua"), ("blpop",))
 # The public API (GatewayFunction; InternalFunction and FiringsFunction run the same enqueue
@@ -119,19 +131,20 @@ WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "rele
 # keys.caller_bucket).
 GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
                ("zscore", "sismember", "scard", "info"), public_queues=True,
-               global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS))
+               global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS), loads_scripts=True)
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, a
 # job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua).
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
                             "registry_load.lua", "listing.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
-                 "info", "lrange"), public_queues=True, global_keys=REGISTRY_KEYS)
+                 "info", "lrange"), public_queues=True, global_keys=REGISTRY_KEYS, loads_scripts=True)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
 RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
                        "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",
                        "trim.lua", "sample.lua",
                        "stats.lua", "redrive.lua", "config.lua", "rebase.lua"),
-             ("hget", "zrange", "hmget", "hgetall", "smembers", "info", "get", "set"), all_keys=True)
+             ("hget", "zrange", "hmget", "hgetall", "smembers", "info", "get", "set"), all_keys=True,
+             loads_scripts=True)
 
 ROLES: dict[str, Role] = {r.name: r for r in (WORKER, GATEWAY, OPERATOR, RELAY)}
 

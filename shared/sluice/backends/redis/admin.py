@@ -19,6 +19,7 @@ from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.listing import (
     DEFAULT_PAGE,
     GROUPED_SCAN_MOST,
+    GROUPS_PER_CALL,
     Cursor,
     JobPage,
     ListedJob,
@@ -26,11 +27,13 @@ from sluice.core.listing import (
     check_limit,
     check_prefix,
     check_state,
+    cursor_score,
     encode_cursor,
+    merge_parts,
     paginate,
     parse_cursor,
 )
-from sluice.core.models import QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
 
@@ -151,9 +154,9 @@ class RedisAdmin:
             # job instead, or from the same cursor (a page that found none re-reads its span).
             known = [(m, sc) for m, sc in zip(shown, scores, strict=True) if sc is not None]
             if scores[-1] is not None:
-                following = encode_cursor(int(scores[-1]), boundary)
+                following = encode_cursor(cursor_score(scores[-1]), boundary)
             elif known:
-                following = encode_cursor(int(known[-1][1]), known[-1][0])
+                following = encode_cursor(cursor_score(known[-1][1]), known[-1][0])
             else:
                 following = cursor
         return JobPage(queue=queue, state=state, jobs=jobs, next=following, scanned=examined)
@@ -166,14 +169,38 @@ class RedisAdmin:
             raise translate(exc) from exc
         return int(count or 0) > 0
 
+    def _group_names(self, k: QueueKeys) -> list[str]:
+        """The groups that may hold ready jobs, as listing.lua reads them when it reads them itself:
+        the groups hash's fields (``>group`` taking turns, ``group`` with leases; not ``#`` counters)
+        and the old layout's turns zset; each once, only names a group may have."""
+        try:
+            pipe = self.conn.client.pipeline(transaction=False)
+            pipe.hkeys(k.groups)
+            pipe.zrange(k.turns_zset, 0, -1)
+            fields, old = pipe.execute()
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        found = (f[1:] if f.startswith(">") else f for f in map(text, fields) if not f.startswith("#"))
+        return [g for g in dict.fromkeys([*found, *map(text, old)]) if GROUP_RE.fullmatch(g)]
+
     def _grouped(self, queue: str, k: QueueKeys, limit: int, start: Cursor | None,
                  prefix: str | None) -> JobPage:
         """``ready`` with the fair groups' ready zsets merged in, newest first, by ``listing.lua``
         (a k-way merge in Redis: only the page comes back), at most ``GROUPED_SCAN_MOST`` entries
-        examined; then one pipelined HMGET of the page's jobs."""
+        examined a call; then one pipelined HMGET of the page's jobs. One call when the queue has at
+        most ``GROUPS_PER_CALL`` groups; over more (the script says so, reading nothing else), the
+        groups are read here (HKEYS) and given ``GROUPS_PER_CALL`` a call, the calls' pages merged
+        (``merge_parts``): one call over 100,000 groups blocked Redis for seconds, for every queue."""
+        score, after_id = (None, "") if start is None else (start.score, start.job_id)
         examined, boundary, rows = self.conn.scripts.listing(
-            k, None if start is None else start.score, "" if start is None else start.job_id, limit + 1,
-            prefix or "", GROUPED_SCAN_MOST)
+            k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST, "few", [str(GROUPS_PER_CALL)])
+        if examined < 0:
+            names = self._group_names(k)
+            chunks = [names[i:i + GROUPS_PER_CALL] for i in range(0, len(names), GROUPS_PER_CALL)]
+            parts = [self.conn.scripts.listing(k, score, after_id, limit + 1, prefix or "", GROUPED_SCAN_MOST,
+                                               "groups" if i else "ready", chunk)
+                     for i, chunk in enumerate(chunks)]
+            examined, boundary, rows = merge_parts(parts, limit + 1)
         page = rows[:limit]
         following = rows[limit - 1] if len(rows) > limit else boundary
         try:
@@ -243,16 +270,27 @@ class RedisAdmin:
         return total
 
 
+def _number(value: object) -> int | None:
+    """A job's number as a script wrote it (0..2**53-1); None for what none would write (a team's
+    Redis user may write its own queue's keys by hand): shown as unknown, never a 500 for the page."""
+    try:
+        n = int(float(value)) if isinstance(value, float) else int(str(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if 0 <= n <= MAX_TOKEN else None
+
+
 def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None) -> ListedJob:
     """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, or gone)."""
-    at = None if state == "ready" or score is None else int(score)
+    at = None if state == "ready" or score is None else _number(score)
     if not fields or fields[1] is None:
         return ListedJob(job_id=job_id, state=state, at_ms=at)
     payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
-    priority, _, _, enqueued = (int(v) for v in str(meta).split(","))
+    parts = str(meta).split(",")
+    priority, enqueued = (_number(parts[0]), _number(parts[3])) if len(parts) == 4 else (None, None)
     try:
         body = None if payload is None else json.loads(payload)
     except ValueError:
         body = payload
     return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
-                     attempts=int(attempts or 0), group=group, last_error=error, payload=body)
+                     attempts=_number(attempts or 0), group=group, last_error=error, payload=body)

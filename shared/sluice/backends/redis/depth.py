@@ -25,8 +25,8 @@ class RedisDepthLog:
         """The last hour (by this process's clock; the samples carry Redis's: a skew of seconds
         moves the hour's edge by as much)."""
         k = self.conn.keys(validate_public_queue(queue))
-        try:
-            stored = self.conn.client.lrange(k.depth, 0, -1)
+        try:  # the last SAMPLES_KEPT: what sample.lua keeps, and all a list filled by hand costs
+            stored = self.conn.client.lrange(k.depth, -depth.SAMPLES_KEPT, -1)
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return depth.history(k.queue, stored, wall_ms())

@@ -28,7 +28,8 @@ Layout of queue ``q`` (docs/engine.md has the state machine):
     sluice:{q}:bucket       hash   token-bucket state shared by every relay
     sluice:{q}:relayed:<topic>:<partition>  hash  offset, owner (exactly-once hand-off)
     sluice:{q}:idle         zset   worker id -> until when (ms) it waits for work (idle.lua)
-    sluice:{q}:wake         list   a token per push, one more per further waiting worker (push.lua), for BLPOP
+    sluice:{q}:wake         list   a token per push when no worker waits (push.lua), for BLPOP
+    sluice:{q}:wake:<worker> list  a waiting worker's own token (push.lua wakes the last to wait first)
     sluice:{q}:finished     hash   succeeded, dead, cancelled: how many jobs left the queue for good that
                                    way since the key was made (counters only go up; stats.lua reads them)
     sluice:{q}:used         string the bytes its job hashes count against its budget (the sum of their
@@ -175,8 +176,13 @@ class QueueKeys:
 
     @property
     def wake(self) -> str:
-        """list of tokens, one per job pushed (push.lua, capped): a waiting worker BLPOPs it."""
+        """list of tokens, one per push that found no worker waiting (push.lua, capped): a worker
+        that begins waiting just after such a push BLPOPs it."""
         return f"{self.base}:wake"
+
+    def wake_of(self, worker_id: str) -> str:
+        """list: ``worker_id``'s own token while it waits (push.lua builds it as ``wake`` + ':' + id)."""
+        return f"{self.wake}:{worker_id}"
 
     @property
     def finished(self) -> str:

@@ -198,15 +198,19 @@ class RedisJobQueue:
             raise InvalidInput(f"worker_id must be a string of 1 to 256 characters, got {worker_id!r}")
         return self.conn.scripts.idle(self.conn.keys(queue), worker_id, checked_int(ms, 0, MAX_IDLE_MS, "ms"))
 
-    def wait_for_work(self, queue: str, timeout_ms: int) -> bool:
+    def wait_for_work(self, queue: str, timeout_ms: int, worker_id: str = "") -> bool:
         """Block until ``push.lua`` pushes a job into ``queue`` (True) or ``timeout_ms`` passes (False).
 
-        BLPOP on the queue's wake list, a token per push and per further waiting worker: a token
-        may be stale (nobody waited when it was pushed), so True means "lease now", not "a job is
-        surely there"."""
+        BLPOP on ``worker_id``'s own wake list (push.lua wakes the workers waiting, those that
+        began last first) and the queue's shared one (a token left by a push when nobody waited):
+        a token may be stale, so True means "lease now", not "a job is surely there"."""
         timeout_ms = checked_int(timeout_ms, 1, MAX_WAIT_MS, "timeout_ms")
+        if not isinstance(worker_id, str) or len(worker_id) > 256:
+            raise InvalidInput(f"worker_id must be a string of at most 256 characters, got {worker_id!r}")
+        keys = self.conn.keys(queue)
+        lists = [keys.wake_of(worker_id), keys.wake] if worker_id else [keys.wake]
         try:
-            return self.conn.client.blpop([self.conn.keys(queue).wake], timeout=timeout_ms / 1000) is not None
+            return self.conn.client.blpop(lists, timeout=timeout_ms / 1000) is not None
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 

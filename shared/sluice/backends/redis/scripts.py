@@ -1,7 +1,9 @@
 """One typed method per Lua script in ``lua/``; Redis errors become ``sluice.core.errors``.
 
 Each ``.lua`` file is read once per process, when first used, and registered as a
-redis-py ``Script`` (EVALSHA, with one SCRIPT LOAD on NOSCRIPT). A line
+redis-py ``Script`` (EVALSHA, with one SCRIPT LOAD on NOSCRIPT; a connection given a
+``ScriptLoader``, a worker's, whose user may not SCRIPT LOAD, asks it instead and tries once
+more: docs/security.md, "Who loads a worker's scripts"). A line
 ``--@include _lib.lua`` is replaced by that file's Lua source, so helpers are written
 once. Arguments are passed through ARGV, never pasted into the source.
 
@@ -31,8 +33,10 @@ from redis.commands.core import Script
 
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_KEYS, REGISTRY_LOADED_KEY, QueueKeys
 from sluice.core.errors import BackendUnavailable, NotPermitted, RedisTopologyError, SluiceError, from_code
-from sluice.core.listing import RECENT_KEPT
+from sluice.core.listing import RECENT_KEPT, cursor_score
 from sluice.core.models import Extended, FinishedCounts, LeasedJob
+from sluice.core.ports import ScriptLoader
+from sluice.core.script_loads import parse_allow_list, sha1
 
 _INCLUDE = re.compile(r"^--@include (\w+\.lua)$", re.MULTILINE)
 # Server replies that mean "not now" rather than "wrong": safe to retry later.
@@ -75,6 +79,33 @@ def used_parts(lib: str, body: str) -> str:
                 keep[i] = grew = True
                 words |= set(_WORD.findall(part))
     return "".join(part for part, kept in zip(parts, keep, strict=True) if kept)
+
+
+ALLOW_LIST = "worker_scripts.sha1"  # beside the Lua: every worker script text shipped (append-only)
+
+
+@cache
+def worker_allow_list() -> dict[str, str]:
+    """sha1 -> name of every worker script text Sluice has shipped (``sluice.core.script_loads``)."""
+    folder = resources.files("sluice.backends.redis") / "lua"
+    return parse_allow_list((folder / ALLOW_LIST).read_text(encoding="utf-8"))
+
+
+class RedisScriptLoader:
+    """``ScriptLoader`` by SCRIPT LOAD on ``client`` (a Sluice function's user; on a cluster,
+    redis-py sends it to every primary)."""
+
+    def __init__(self, client: redis.Redis[Any]) -> None:
+        self.client = client
+
+    def load(self, texts: Mapping[str, str]) -> None:
+        for name, text in texts.items():
+            try:
+                got = _word(self.client.execute_command("SCRIPT", "LOAD", text))
+            except REDIS_ERRORS as exc:
+                raise translate(exc) from exc
+            if got != sha1(text):  # never expected: Redis names a script by its SHA-1
+                raise SluiceError(f"redis loaded {name} as {got}, not {sha1(text)}")
 
 
 def _word(value: Any) -> str:
@@ -150,6 +181,8 @@ def translate(exc: Exception) -> SluiceError:
         return denied
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return BackendUnavailable(f"redis unavailable: {exc}")
+    if isinstance(exc, redis.exceptions.NoScriptError):  # still, after a load: a failover meanwhile
+        return BackendUnavailable(f"redis does not hold the script even after loading it (NOSCRIPT): {exc}")
     text = str(exc)
     if isinstance(exc, redis.exceptions.ResponseError):
         # redis-py strips a known error code off the text (CLUSTERDOWN, READONLY, TRYAGAIN...) and
@@ -241,6 +274,21 @@ class Scripts:
     def __init__(self, client: redis.Redis[Any]) -> None:
         self.client = client
         self._scripts: dict[str, Script] = {}
+        # None: SCRIPT LOAD after a NOSCRIPT (Sluice's users); else asked instead (a worker's).
+        self.loader: ScriptLoader | None = None
+        self.load_together: tuple[str, ...] = ()  # loaded with any one the loader is asked for
+
+    def use_loader(self, loader: ScriptLoader, together: Sequence[str] = ()) -> None:
+        """After a NOSCRIPT, ask ``loader`` for the script (and every one of ``together``: a Redis
+        that lost one lost them all, so one call rather than one per script) and try once more."""
+        self.loader, self.load_together = loader, tuple(together)
+
+    def _load(self, name: str) -> None:
+        """``name`` into Redis's script cache (a NOSCRIPT said it is not there)."""
+        if self.loader is None:
+            self.client.execute_command("SCRIPT", "LOAD", source(name))
+        else:
+            self.loader.load({n: source(n) for n in dict.fromkeys((name, *self.load_together))})
 
     def _script(self, name: str) -> Script:
         script = self._scripts.get(name)
@@ -250,7 +298,14 @@ class Scripts:
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return self._script(name)(keys=keys, args=args)
+            if self.loader is None:
+                return self._script(name)(keys=keys, args=args)
+            sha = self._script(name).sha  # type: ignore[attr-defined]  # redis-py has it; its stubs do not
+            try:
+                return self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:  # the call did not run: load, then once more
+                self._load(name)
+                return self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
@@ -276,7 +331,7 @@ class Scripts:
                     replies[i] = reply
                 todo = [i for i in todo if isinstance(replies[i], redis.exceptions.NoScriptError)]
                 if todo:
-                    self.client.execute_command("SCRIPT", "LOAD", source(name))
+                    self._load(name)
             except REDIS_ERRORS as exc:
                 raise translate(exc) from exc
             if not todo:
@@ -397,16 +452,24 @@ class Scripts:
                           FinishedCounts(succeeded=succeeded, dead=dead, cancelled=cancelled), int(r[9]))
 
     def listing(self, k: QueueKeys, score: int | None, job_id: str, want: int, prefix: str,
-                budget: int) -> tuple[int, tuple[str, int] | None, list[tuple[str, int]]]:
+                budget: int, which: str = "", groups: Sequence[str] = ()
+                ) -> tuple[int, tuple[str, int] | None, list[tuple[str, int]]]:
         """``listing.lua``: ready and the fair groups' ready zsets merged newest first, after the
         cursor (``score``, ``job_id``; None: from the newest): (entries examined, the boundary where
-        the budget ran out or None, the page's (id, score) newest first, at most ``want``)."""
+        the budget ran out or None, the page's (id, score) newest first, at most ``want``). ``which``
+        "" merges every group (read by the script); "few" the same when there are at most
+        ``groups[0]`` of them, else (-1, None, []) and nothing read; "ready" ready and ``groups``;
+        "groups" those only."""
         r = self._run("listing.lua", [k.ready, k.group_prefix, k.groups, k.turns_zset],
-                      ["" if score is None else str(int(score)), job_id, want, prefix, budget])
+                      ["" if score is None else str(int(score)), job_id, want, prefix, budget,
+                       *([which, *groups] if which else [])])
+        if int(r[0]) < 0:
+            return -1, None, []
         flat = [_word(x) for x in r[1:]]
-        boundary = (flat[0], int(float(flat[1]))) if flat[0] else None
+        boundary = (flat[0], cursor_score(float(flat[1]))) if flat[0] else None
         rows = flat[2:]
-        return int(r[0]), boundary, [(rows[i], int(float(rows[i + 1]))) for i in range(0, len(rows), 2)]
+        return int(r[0]), boundary, [(rows[i], cursor_score(float(rows[i + 1])))
+                                     for i in range(0, len(rows), 2)]
 
     def sample(self, k: QueueKeys, counts: Sequence[int], cap: int, ttl_ms: int, gap_ms: int) -> bool:
         """``sample.lua``: one depth sample (ready, delayed, leased, dead) with the waits counted since

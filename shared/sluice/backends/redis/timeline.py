@@ -23,10 +23,12 @@ class RedisTimeline:
                                        entries[i:i + 16])
 
     def read(self, queue: str, job_id: str) -> list[dict[str, Any]]:
-        """The job's steps, oldest first (as appended); [] when it has none (never recorded, or expired)."""
+        """The job's steps, oldest first (as appended); [] when it has none (never recorded, or expired).
+        Only the last ``cap`` are read: what timeline.lua keeps, and all a list a team's Redis user
+        filled by hand (its own queue's key) costs the operator function and Redis."""
         key = self.conn.keys(queue).timeline(validate_job_id(job_id))
         try:
-            raw = self.conn.client.lrange(key, 0, -1)
+            raw = self.conn.client.lrange(key, -self.cap, -1)
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         return [step for step in map(timeline.decode, raw) if step is not None]

@@ -146,7 +146,9 @@ def register(app: Router, admin: Callable[[], Admin],  # noqa: C901 - a closure 
     @app.put("/v1/admin/queues/<queue>/sensitive", operation_id="admin_sensitive", tags=tags,
              responses=responses, summary="The payload fields the listing redacts, for any queue.")
     def sensitive(queue: AdminQueue, body: Annotated[SensitiveRequest, Body()]) -> Response[Any]:
-        return _config(queue, admin().set_sensitive(queue, body.fields))
+        caller = app.context.get("caller")  # logged with the change: who unmarked a field
+        return _config(queue, admin().set_sensitive(queue, body.fields,
+                                                    by=getattr(caller, "principal", "") or ""))
 
     @app.get("/v1/admin/queues/<queue>/dlq", operation_id="admin_dlq_list", tags=tags, responses=responses,
              summary="The queue's dead jobs, oldest first, with their last error.")

@@ -51,6 +51,7 @@ _KINDS: Final[Sequence[tuple[type[Exception], Kind]]] = (
     (errors.QueueNotAllowed, Kind(403, "queue-not-allowed", "Queue Not Allowed")),
     (errors.NotOperator, Kind(403, "not-operator", "Operators Only")),
     (errors.WrongFunction, Kind(403, "wrong-function", "Wrong Function For This Caller")),
+    (errors.ScriptNotAllowed, Kind(403, "script-not-allowed", "Script Not Allowed")),
 )
 INTERNAL: Final = Kind(500, "internal", "Internal Server Error")
 NOT_FOUND: Final = Kind(404, "not-found", "Not Found")

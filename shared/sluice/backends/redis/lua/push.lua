@@ -4,7 +4,8 @@
 --   KEYS[1] relayed   hash  sluice:{q}:relayed:<topic>:<partition>  fields owner, offset
 --   KEYS[2] job prefix      sluice:{q}:job:  (job keys = prefix .. id, built here: same slot)
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
---   KEYS[6] wake   list     sluice:{q}:wake  (tokens for waiting workers' BLPOP: below)
+--   KEYS[6] wake   list     sluice:{q}:wake  (tokens for waiting workers' BLPOP, and the prefix of
+--                           each waiting worker's own list, sluice:{q}:wake:<worker>: below)
 --   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
 --   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; paused; read only)
 --   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
@@ -48,12 +49,16 @@
 --   counted pushed; a ready or delayed one waits where it is (docs/redis-loss.md). The stored offset becomes the largest
 --   offset seen (it never goes down) and the stored owner the caller's token, in the
 --   same atomic step as the enqueue: a relay that dies before its Kafka commit pushes
---   nothing twice. A batch with fresh jobs adds one token to the wake list, and one more for each
---   further worker waiting for work now (idle.lua), up to one per fresh job (at most WAKE_MAX
---   kept, for WAKE_TTL_MS): each waiting worker's BLPOP takes one token and wakes at once
---   (worker/registry.py, linger), and the one token left when nobody waits wakes a worker that
---   registers just after this push. A token per job (before issue 30) only left stale tokens
---   behind, each costing a later waiter an empty lease.
+--   nothing twice. A batch with fresh jobs wakes the workers waiting for work now (idle.lua) that
+--   began waiting last (the latest deadlines), one per fresh job and at most WAKE_MAX: a token in
+--   each one's own list, KEYS[6] .. ':' .. worker id (one kept, for WAKE_TTL_MS), which its BLPOP
+--   takes (worker/registry.py, linger). A worker never woken is not needed: it ends at its
+--   linger's end, so a trickle keeps one worker, not every worker that waits (issue 28: with one
+--   shared list each BLPOP took a token in turn, and a queue getting a job every 0.2 s kept every
+--   waiter alive, each woken inside its 1 s linger). With nobody waiting, one token goes to the
+--   shared list KEYS[6] (at most WAKE_MAX kept, for WAKE_TTL_MS), for a worker that registers
+--   just after this push. A token per job (before issue 30) only left stale tokens behind, each
+--   costing a later waiter an empty lease.
 -- Errors (nothing written)
 --   STALE_TOKEN mine=<token> current=<token>  a relay with a newer token owns the partition
 --   INVALID_INPUT <what>
@@ -170,11 +175,18 @@ for _, s in ipairs(starts) do
   end
 end
 if #fresh + revived > 0 then
-  local n = math.min(#fresh + revived, WAKE_MAX)
-  if n > 1 then n = math.max(1, math.min(n, redis.call('ZCOUNT', idle, now, '+inf'))) end
-  local wakes = {}
-  for i = 1, n do wakes[i] = '1' end
-  if redis.call('LPUSH', wake, unpack(wakes)) > WAKE_MAX then redis.call('LTRIM', wake, 0, WAKE_MAX - 1) end
-  redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+  -- The workers that began waiting last (the latest deadlines), one per job: a worker not woken
+  -- is not needed, and ends at its linger's end (a FIFO wake kept every waiter of a trickle alive).
+  local waiters = redis.call('ZREVRANGEBYSCORE', idle, '+inf', now, 'LIMIT', 0,
+                             math.min(#fresh + revived, WAKE_MAX))
+  for _, worker in ipairs(waiters) do
+    local own = wake .. ':' .. worker
+    if redis.call('LPUSH', own, '1') > 1 then redis.call('LTRIM', own, 0, 0) end
+    redis.call('PEXPIRE', own, WAKE_TTL_MS)
+  end
+  if #waiters == 0 then
+    if redis.call('LPUSH', wake, '1') > WAKE_MAX then redis.call('LTRIM', wake, 0, WAKE_MAX - 1) end
+    redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+  end
 end
 return {#fresh + revived, taken - #fresh - revived, max_offset, k - taken, 0}
