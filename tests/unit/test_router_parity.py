@@ -138,7 +138,18 @@ ADMIN: list[tuple[str, Callable[[admin.Rig], Any]]] = [
     ("rate, strict types", lambda r: r.call("PUT", Q + "/rate", {"per_second": "5"})),
     ("rate, out of range", lambda r: r.call("PUT", Q + "/rate", {"per_second": -1, "burst": 10**9})),
     ("rate, no body", lambda r: r.call("PUT", Q + "/rate")),
-    ("rate, no body, text/plain", lambda r: r.call("PUT", Q + "/rate", content_type="text/plain")),
+    ("rate, no body, text/plain", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": "text/plain"})),
+    ("rate, no body, multipart", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": "multipart/form-data; boundary=b"})),
+    ("rate, no body, multipart, quoted", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": 'multipart/form-data; charset=x; boundary="b"'})),
+    ("rate, no body, multipart, no boundary", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": "multipart/form-data; boundary="})),
+    ("rate, no body, form", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": "application/x-www-form-urlencoded"})),
+    ("rate, no body, JSON in capitals", lambda r: r.call("PUT", Q + "/rate", headers={
+        "Content-Type": "APPLICATION/JSON"})),
     ("rate, a list body", lambda r: r.call("PUT", Q + "/rate", raw='[{"per_second": 2}]')),
     ("caps", lambda r: r.call("PUT", Q + "/caps", {"max_dead": 5})),
     ("watermarks, missing high", lambda r: r.call("PUT", Q + "/watermarks", {"low": 5})),
