@@ -40,6 +40,12 @@ ratios are medians of the per-round ratios (this machine's load comes and goes).
 (issue 14): import within 1.5x boto3's, import plus first call within 3x (``import_ratio``,
 ``total_ratio``).
 
+``--against DIR`` (another build folder, e.g. main's) times that build's function in every round
+too, right beside this one's and after the same yardstick, the two in alternating order: its own
+figures under ``against``, and ``vs_against_cpu_import`` (and ``_first_call``, ``_total``) the median
+[lowest, highest] of the per-round ratios, this build's CPU over that one's (below 1: this build costs
+less). Load that comes and goes then moves both sides of a round alike.
+
 ``--traces`` (issue 31, item 6) runs each round twice, right after each other: traces off, then on
 (``SLUICE_TRACES``; the OpenTelemetry API with no SDK, what Sluice itself adds: the exporter is the
 deployer's), with the same input (the gateway's request and the relay's record carry a
@@ -233,6 +239,20 @@ def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[s
             "cpu_total_ratio_spread": spread(("import_cpu_ms", "first_call_cpu_ms"))}
 
 
+def _against_figures(runs: list[dict[str, Any]], others: list[dict[str, Any]]) -> dict[str, Any]:
+    """This build's CPU over the other's (``--against``), round by round: median and spread."""
+    kinds = {"import": ("import_cpu_ms",)}
+    if "first_call_cpu_ms" in runs[0]:
+        kinds |= {"first_call": ("first_call_cpu_ms",), "total": ("import_cpu_ms", "first_call_cpu_ms")}
+    out: dict[str, Any] = {}
+    for name, fields in kinds.items():
+        values = [sum(a[f] for f in fields) / sum(b[f] for f in fields)
+                  for a, b in zip(runs, others, strict=True)]
+        out[f"vs_against_cpu_{name}"] = round(statistics.median(values), 2)
+        out[f"vs_against_cpu_{name}_spread"] = [round(min(values), 2), round(max(values), 2)]
+    return out
+
+
 def _env_of(dev: Any, functions: Mapping[str, Any], logical_id: str) -> dict[str, str]:
     """The function's environment as ``sluice dev`` runs it; the stream functions, which ``sluice dev``
     plays in-process, get the template's own (their import reads none of it)."""
@@ -276,7 +296,7 @@ def _traces_figures(off: list[dict[str, Any]], on: list[dict[str, Any]]) -> dict
 
 def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, rounds: int = ROUNDS,
             only: tuple[str, ...] = FUNCTIONS, profile: str | None = None,
-            traces: bool = False) -> list[dict[str, Any]]:
+            traces: bool = False, against: Path | None = None) -> list[dict[str, Any]]:
     from sluice.backends.dynamodb import tables
     from sluice.backends.kafka.producer import ensure_topics
     from sluice_dev.local import servers
@@ -321,11 +341,17 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, ro
             handler = dev.deploy.functions[logical_id].handler
 
             args = [str(build / logical_id), opt, handler, "", str(timeout_ms), rie_dir, until, "0"]
-            runs, yardstick, traced = [], [], []
+            runs, yardstick, traced, others = [], [], [], []
             tp = TRACEPARENT if traces else None
-            for _ in range(rounds):  # the yardstick right beside each run: load here comes and goes
+            other = None if against is None else \
+                [str(against / logical_id), str(against / "SharedLayer" / "python"), *args[2:]]
+            for n in range(rounds):  # the yardstick right beside each run: load here comes and goes
                 yardstick.append(json.loads(_run(python, [boto3_from], env_base, BOTO3)))
+                if other is not None and n % 2:  # --against: the other build first every other round
+                    others.append(_round(python, other, event, fn_env, env, tp))
                 runs.append(_round(python, args, event, fn_env, env, tp))
+                if other is not None and not n % 2:
+                    others.append(_round(python, other, event, fn_env, env, tp))
                 if traces:  # the same, traced, right after: its pair in this round
                     traced.append(_round(python, args, event, fn_env, {**env, "SLUICE_TRACES": "true"}, tp))
             if profile == logical_id and until != "none":
@@ -337,7 +363,9 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, ro
                          "redis_loaded": last.get("redis_loaded"), "modules": last["modules"],
                          **({"relay_call_ms": round(statistics.median(r["call_ms"] for r in runs), 1)}
                             if until == "first-push" else {}),
-                         **(_traces_figures(runs, traced) if traces else {})})
+                         **(_traces_figures(runs, traced) if traces else {}),
+                         **({"against": _figures(others, yardstick), **_against_figures(runs, others)}
+                            if others else {})})
         return rows
     finally:
         stack.stop()
@@ -356,13 +384,17 @@ def main() -> int:
                         help="these functions only (logical ids)")
     parser.add_argument("--profile", choices=FIRST_CALLS, default=None,
                         help="one more round of this function under cProfile: what its first call spends")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another build folder (main's, say) timed in every round too: this build's CPU "
+                             "over that one's, round by round")
     parser.add_argument("--traces", action="store_true",
                         help="each round also with SLUICE_TRACES on, right after: the traces' cost (on/off)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-cold-") as tmp:
         build = args.artifacts or artifacts.build(Path(tmp) / "x86", "x86_64")
         for row in measure(build, Path(tmp) / "state", args.yardstick, rounds=args.rounds,
-                           only=tuple(args.only), profile=args.profile, traces=args.traces):
+                           only=tuple(args.only), profile=args.profile, traces=args.traces,
+                           against=args.against):
             emit("cold_start", **row)
     return 0
 

@@ -13,7 +13,7 @@ It starts its own Tansu broker (in-memory), moto server and redis-server
   proxy events (tests/events/apigw_enqueue.json with its 19 headers) through ``Gateway`` over
   ``build_api``, the real adapters, one request at a time, each answered 202 only after
   Kafka acknowledged it. The happy path writes nothing else (job ids verify themselves,
-  docs/api.md), so this is the whole cost of an enqueue: body guard, Powertools' resolver
+  docs/api.md), so this is the whole cost of an enqueue: body guard, the router
   with its validation, the use case and the producer;
 - throttled (``throttled_jobs_per_s``, ``throttled_p50_ms``, ``throttle_p50_ms``: the difference of
   the medians): the same gateway with a per-caller limit (issue 27, item 5) too high to refuse

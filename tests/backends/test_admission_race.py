@@ -59,7 +59,7 @@ class Container:
 
     def enqueue(self, queue: str, payload: Any) -> tuple[int, Any]:
         """The pipeline's answer, as the handler would turn it into a status and a problem document
-        (called from threads: Powertools' resolver keeps its request per instance, as one Lambda
+        (called from threads: the gateway's router keeps its request per instance, as one Lambda
         container serves one request at a time, so the race runs below the HTTP layer)."""
         try:
             accepted = self.api.enqueue(queue, EnqueueRequest(payload=payload))

@@ -113,7 +113,7 @@ def test_the_depth_log_records_a_sample_and_reads_the_hour_back(rq: RedisQueue,
 
 def test_a_depth_list_filled_by_hand_is_read_only_as_far_as_samples_are_kept(
         rq: RedisQueue, redis_client: redis.Redis) -> None:
-    """Hostile-team review (session 18): a team's Redis user may push onto its own queue's depth list;
+    """Hostile-team review (session 35): a team's Redis user may push onto its own queue's depth list;
     the operator's depth route read all of it. It reads the last SAMPLES_KEPT, what sample.lua keeps."""
     now = redis_now_ms(redis_client)
     n = depth.SAMPLES_KEPT + 5_000

@@ -160,7 +160,7 @@ def test_a_page_over_many_groups_stays_within_its_budget_and_the_walk_loses_noth
 
 def test_a_page_over_more_groups_than_a_call_takes_is_several_short_calls_and_loses_nothing(
         rq: RedisQueue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Session 18's hostile review: one listing.lua call over every group blocked Redis 170 ms at
+    """Session 35's hostile review: one listing.lua call over every group blocked Redis 170 ms at
     10,000 groups and 2.7 s at 100,000, for every queue; now each call is given at most
     GROUPS_PER_CALL groups and the calls' pages are merged (listing.merge_parts)."""
     import sluice.backends.redis.admin as admin
@@ -192,7 +192,7 @@ def test_a_page_over_more_groups_than_a_call_takes_is_several_short_calls_and_lo
 
 def test_another_queues_job_named_in_this_queues_zsets_or_cursor_shows_nothing_of_it(
         rq: RedisQueue, redis_client: redis.Redis) -> None:
-    """Hostile review (session 18): a team adds queue ``b``'s job id to its own queue's ready zset and
+    """Hostile review (session 35): a team adds queue ``b``'s job id to its own queue's ready zset and
     to a fair group's (its Redis user may write its own keys), and an operator of ``q`` passes a
     cursor naming ``b``'s job: every page reads ``q``'s job hashes only, so ``b``'s payload never shows."""
     rq.enqueue(spec("secret-b", queue="b", payload={"card": "4111"}))
@@ -213,7 +213,7 @@ def test_another_queues_job_named_in_this_queues_zsets_or_cursor_shows_nothing_o
 @pytest.mark.parametrize("grouped", [False, True])
 def test_a_teams_hand_made_hash_or_score_is_listed_as_unknown_and_the_walk_goes_on(
         rq: RedisQueue, redis_client: redis.Redis, grouped: bool) -> None:
-    """Hostile-team review (session 18): a team's Redis user may write its own queue's job hashes and
+    """Hostile-team review (session 35): a team's Redis user may write its own queue's job hashes and
     zsets by hand. A meta field that does not parse, an attempts count of "z", an infinite or 1e20
     score: the listing of that queue was a 500 (int() of them), or gave a `next` that the next page
     refused (more than 17 digits), or the console could not print its time; now such a number is

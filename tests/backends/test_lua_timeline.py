@@ -69,7 +69,7 @@ def test_a_foreign_or_cut_entry_is_skipped_when_read(conn: RedisConnection,
 
 def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: RedisConnection,
                                                                        redis_client: redis.Redis) -> None:
-    """Hostile review (session 18): an operator whose IAM policy names queue ``a`` asks for a job of
+    """Hostile review (session 35): an operator whose IAM policy names queue ``a`` asks for a job of
     queue ``b`` through ``a``'s route (``GET .../queues/a/jobs/<b's id>/timeline``): the read takes
     ``a``'s key, so nothing of ``b``; a team that pushes steps under ``b``'s id into its own queue's
     key forges nothing on ``b``'s."""
@@ -83,7 +83,7 @@ def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: Re
 
 def test_a_list_filled_by_hand_is_read_only_as_far_as_the_cap(conn: RedisConnection,
                                                               redis_client: redis.Redis) -> None:
-    """Hostile-team review (session 18): a team's Redis user may push onto its own job's timeline
+    """Hostile-team review (session 35): a team's Redis user may push onto its own job's timeline
     list; the operator's read took all of it (20,000 steps here, any number there) into the
     operator function. It reads the last ``cap`` steps, what timeline.lua keeps."""
     for start in range(0, 20_000, 5_000):

@@ -155,7 +155,7 @@ def test_no_worker_user_may_load_a_script_and_every_worker_can_ask_the_internal_
     assert "SLUICE_INTERNAL_FUNCTION_NAME" in fn["Properties"]["Environment"]["Variables"]
 
 
-# What RedisWorkerAccessRules exported before session 18: frozen, since CloudFormation refuses to
+# What RedisWorkerAccessRules exported before session 35: frozen, since CloudFormation refuses to
 # change an export another stack imports (team stacks deployed before then import it).
 LEGACY_WORKER_RULES = (
     "-@all +blpop +cluster|shards +cluster|slots +command +decrby +del +evalsha +exists +get +hdel "

@@ -22,13 +22,20 @@ FUNCTIONS = ROOT / "functions"
 # Loaded on the paths that use them, never at a handler's import: Redis and Kafka by the first
 # call that reads or writes them, jsonschema by the first typed route, boto3 by the first AWS client.
 NEVER_AT_IMPORT = frozenset({"redis", "kafka", "jsonschema", "boto3", "sluice.worker.runtime.execute"})
-# The REST surface (Powertools' resolver, its routes and their models): only the two functions
+# Powertools' event handler: its package imports every resolver (AppSync's with asyncio, Bedrock's)
+# and its event source classes; the gateway's own router (sluice.gateway.http.router) serves the
+# routes, and Powertools' resolver comes only with the first OpenAPI document (sluice.gateway.http.openapi).
+NO_RESOLVER = frozenset({"aws_lambda_powertools.event_handler", "asyncio",
+                         "aws_lambda_powertools.utilities.data_classes", "sluice.gateway.http.openapi"})
+# The REST surface (the router, its routes and their models): only the two functions
 # that answer API Gateway's proxy events build it at init.
-HTTP = frozenset({"aws_lambda_powertools.event_handler", "sluice.gateway.http.app",
-                  "sluice.gateway.http.admin"})
+HTTP = NO_RESOLVER | {"sluice.gateway.http.app", "sluice.gateway.http.admin", "sluice.gateway.http.router"}
+# Children and continuations (their models and use cases): by the internal function's first call only;
+# the gateway and operator functions refuse its events, and a continuation's GET loads them then.
+FAMILIES = frozenset({"sluice.core.families", "sluice.gateway.families"})
 EXPECTED: dict[str, frozenset[str]] = {
-    "gateway": NEVER_AT_IMPORT,
-    "operator": NEVER_AT_IMPORT,
+    "gateway": NEVER_AT_IMPORT | NO_RESOLVER | FAMILIES,
+    "operator": NEVER_AT_IMPORT | NO_RESOLVER | FAMILIES,
     "internal": NEVER_AT_IMPORT | HTTP,
     "firings": NEVER_AT_IMPORT | HTTP,
     "relay": NEVER_AT_IMPORT | HTTP,

@@ -71,7 +71,7 @@ def test_an_unknown_payload_version_is_refused() -> None:
 
 
 def test_a_web_page_cannot_send_the_local_caller_header_to_sluice_dev() -> None:
-    """Hostile-caller review (session 18): any web page a developer opens may send requests to
+    """Hostile-caller review (session 35): any web page a developer opens may send requests to
     127.0.0.1:<port>. A cross-origin request carrying `X-Sluice-Local-Caller` needs a CORS
     preflight first, and the local server grants none (no Access-Control-Allow-*), so the browser
     never sends it; what a page may send without one (a form POST) names no caller: 403, nothing

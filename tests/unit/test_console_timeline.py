@@ -57,7 +57,7 @@ def test_a_timeline_with_no_steps_says_so(app: Console) -> None:
 
 
 def test_a_step_with_a_number_no_worker_writes_is_skipped_and_the_page_still_draws(app: Console) -> None:
-    """Hostile-team review (session 18): a team's Redis user may push its own job's timeline steps; a
+    """Hostile-team review (session 35): a team's Redis user may push its own job's timeline steps; a
     time or deadline past 2**53 overflowed a float and the console's timeline page was a 500."""
     from sluice.core import timeline
 
@@ -192,7 +192,7 @@ def test_the_scenario_page_runs_on_the_running_stacks_servers_and_not_against_a_
 
 @pytest.mark.parametrize("raw", ["nan", "NaN", "inf", "-inf", "1e400", "-0.1", "30.0001", "", " ", "0x10"])
 def test_the_scenarios_freeze_refuses_what_is_no_time_within_its_bound(raw: str) -> None:
-    """Careless-operator review (session 18): `nan` passes a check written as `value < 0 or value >
+    """Careless-operator review (session 35): `nan` passes a check written as `value < 0 or value >
     most`, and a frozen worker for nan (or inf) seconds would never be woken."""
     from sluice.core.errors import InvalidInput
 

@@ -66,7 +66,7 @@ def test_a_negative_count_in_a_bucket_is_ignored() -> None:
 
 
 def test_a_number_no_script_writes_is_skipped_so_the_hour_and_its_chart_still_draw() -> None:
-    """Hostile-team review (session 18): a team's Redis user may write its own queue's depth list and
+    """Hostile-team review (session 35): a team's Redis user may write its own queue's depth list and
     waits hash; a count past 2**53 overflowed a float, so the operator's depth route and the
     console's chart of that queue failed (500) instead of skipping it."""
     from sluice_dev.cli.console.pages import stacked_chart

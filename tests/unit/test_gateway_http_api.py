@@ -124,7 +124,7 @@ ADMIN = [("GET", "/v1/admin/queues/emails/jobs", None), ("GET", "/v1/admin/queue
 @pytest.mark.parametrize("signed_as", [None, CALLER])
 def test_the_local_caller_header_names_no_operator_through_the_http_api(
         fakes: Fakes, monkeypatch: pytest.MonkeyPatch, signed_as: str | None) -> None:  # noqa: F811
-    """Hostile-caller review (session 18): the small profile's HTTP API passes every header on, so a
+    """Hostile-caller review (session 35): the small profile's HTTP API passes every header on, so a
     caller (unsigned, or signed as a plain caller) sends `X-Sluice-Local-Caller: <an operator>` to the
     admin routes, the newest ones included; only `authorizer.iam` may name the caller: 403, nothing
     written. The same header with an operator's signature is the control: the list is not empty."""

@@ -115,7 +115,7 @@ WALLET = {"tokens": {"a": "S1"}, "cards": {"x": {"number": "S2", "exp": "12/30"}
 
 
 def test_a_typed_queues_secrets_in_maps_tuples_and_marked_models_are_redacted() -> None:
-    """Hostile-team review (session 18): a handler model holding SecretStr values in a dict or a
+    """Hostile-team review (session 35): a handler model holding SecretStr values in a dict or a
     tuple, or marking a whole sub-model, showed them to every operator in the listing."""
     paths = listing.sensitive_paths(Wallet.model_json_schema())
     assert paths == [("cards", "*", "number"), ("pair", "1"), ("spare", "*"), ("tokens", "*"), ("whole",)]
@@ -287,7 +287,7 @@ def test_a_non_operator_cannot_change_what_is_redacted() -> None:
 
 def test_a_change_that_unmarks_a_field_is_logged_with_who_and_the_list_before(
         caplog: pytest.LogCaptureFixture) -> None:
-    """Careless-operator review (session 18): `{"fields": []}`, or a list that drops a field, shows
+    """Careless-operator review (session 35): `{"fields": []}`, or a list that drops a field, shows
     those values in clear from the next page on; the answer leaves `sensitive` out when none is
     marked, so before this nothing said which fields had been marked, or by whom."""
     rig = seeded(1)
@@ -366,7 +366,7 @@ def test_a_cursor_of_the_other_kind_or_no_place_is_400_and_reads_nothing(state: 
     assert "cursor" in str(doc.get("errors") or doc.get("detail")) and lot.pages == pages and rig.untouched()
 
 
-# -- a page over many fair groups: several listing.lua calls merged (session 18) ---------------------
+# -- a page over many fair groups: several listing.lua calls merged (session 35) ---------------------
 
 
 def _lua_model(zsets: list[list[tuple[str, int]]], cursor: tuple[str, int] | None, want: int, prefix: str,

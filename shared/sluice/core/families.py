@@ -32,14 +32,13 @@ from sluice.core.bus import EventBus, JobEnded, ResultWritten
 from sluice.core.errors import SluiceError
 from sluice.core.ids import ulid_time_ms
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN
-from sluice.core.wire import EnqueueRequest
+from sluice.core.wire import INTERNAL, EnqueueRequest
 
 log = logging.getLogger("sluice.core.families")
 
 RELEASE_TRIES: Final = 3
 MAX_CHILDREN: Final = 1_000  # children one job may start, continuations' children included
 MAX_REQUEST_BYTES: Final = 6_000_000  # a synchronous Lambda invoke's payload limit (6 MB), less room
-INTERNAL: Final = "sluice_internal"  # the key of the gateway's direct-invoke events (never from API Gateway)
 # Slots per bucket of a continuation's countdown (issue 30): a bucket's item holds at most this many
 # counted slots (3 to 4 bytes each), so it stays under 1 KB and each child's count is 1 WCU, however
 # many children the family has (docs/flows.md, "The bucketed countdown").

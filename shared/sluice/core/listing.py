@@ -46,7 +46,7 @@ GROUPED_SCAN_MOST: Final = 1_000
 RECENT_KEPT: Final = 1000  # finished jobs the recent list keeps per queue (ack.lua trims it)
 # Fair groups whose ready zsets one listing.lua call merges: a page over more groups is several calls,
 # their pages merged here (``merge_parts``), so no call blocks Redis for long. One call over every
-# group blocked it 170 ms at 10,000 groups and 2.7 s at 100,000 (session 18's hostile review:
+# group blocked it 170 ms at 10,000 groups and 2.7 s at 100,000 (session 35's hostile review:
 # a caller may enqueue into as many groups as it likes). 1,000 a call: a queue of at most that many
 # is one call, as before (256 made a page at 1,000 groups 2-4 times slower, bench_listing).
 GROUPS_PER_CALL: Final = 1_000

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sluice.core.errors import InvalidInput, ScriptNotAllowed
-from sluice.core.families import INTERNAL
 from sluice.core.ports import ScriptLoader
+from sluice.core.wire import INTERNAL
 
 LOAD_SCRIPTS: Final = "load_scripts"  # the internal call's ``sluice_internal`` value
 MAX_SCRIPTS: Final = 16  # texts per call (a worker has 7 scripts)

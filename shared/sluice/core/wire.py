@@ -30,6 +30,9 @@ from sluice.core.models import (
 MAX_DELAY_SECONDS: Final = 7 * 24 * 3600
 MAX_LEASE_SECONDS: Final = MAX_LEASE_MS // 1000
 MAX_BATCH: Final = 100
+# The key of the gateway's direct-invoke events (``sluice.core.families.family_event``; never from API
+# Gateway): here, below the families' models, so that telling such an event apart loads none of them.
+INTERNAL: Final = "sluice_internal"
 
 
 class EnqueueRequest(Model):

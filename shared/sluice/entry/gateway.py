@@ -16,7 +16,7 @@ its caller; refusing the other shapes too means a caller it admits cannot reach 
 ``Gateway(api)`` without ``serves`` answers every kind: the in-process harnesses (tests, chaos)
 play all four functions with one object.
 
-Cold start (docs/deploy.md): the HTTP surface (Powertools' resolver, its routes and their models) is
+Cold start (docs/deploy.md): the HTTP surface (the gateway's router, its routes and their models) is
 built at init only by a function that serves proxy events; the internal and firings functions never
 import it (an event of a proxy's shape, which they refuse, imports it then).
 """

@@ -17,23 +17,27 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sluice.core import families as flows
 from sluice.core import script_loads
 from sluice.core.caller import Caller
 from sluice.core.errors import ConfigError, InvalidInput, SluiceError
 from sluice.core.models import describe_validation
 from sluice.core.script_loads import ScriptIntake
+from sluice.core.wire import INTERNAL
 from sluice.gateway.api import Api
 from sluice.gateway.http import problems
 
 
 def is_internal(event: Mapping[str, Any]) -> bool:
-    return flows.INTERNAL in event and "httpMethod" not in event
+    return INTERNAL in event and "httpMethod" not in event
 
 
 def handle(api: Callable[[], Api], event: dict[str, Any],
            scripts: Callable[[], ScriptIntake] | None = None) -> dict[str, Any]:
     """``scripts``: the load of a worker's scripts (None: this gateway loads none, a harness's)."""
+    # The families' models and use cases on this path only: the gateway and operator functions,
+    # which refuse these events, never load them (cold start, docs/deploy.md).
+    from sluice.core import families as flows
+
     try:
         if script_loads.is_load_scripts(event):
             if scripts is None:

@@ -33,14 +33,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sluice.core import ids, traces
 from sluice.core.bus import EventBus, JobEnded
 from sluice.core.caller import Caller
 from sluice.core.clock import wall_ms
 from sluice.core.errors import AlreadyFinished, JobNotFound, SluiceError
-from sluice.core.families import Countdown, FamilyAccepted, FamilyRequest, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import (
@@ -64,7 +63,6 @@ from sluice.core.wire import (
     QueueRoute,
     QueueView,
 )
-from sluice.gateway import families as family_cases
 from sluice.gateway.pipeline import (
     DEFAULT_ID_HORIZON_MS,
     ENQUEUED_NOTHING,
@@ -74,6 +72,9 @@ from sluice.gateway.pipeline import (
     Intake,
 )
 from sluice.gateway.throttle import Throttle
+
+if TYPE_CHECKING:  # the families' models and use cases come with the first family call (cold start)
+    from sluice.core.families import FamilyAccepted, FamilyRequest, FamilyStore
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +278,8 @@ class Api:
         """A leased job's children (and continuation); see ``sluice.gateway.families``. They join the
         parent's trace: the enqueue span's parent is the parent's handler span (``request.traceparent``,
         ignored unless valid), and every child and the continuation carry the enqueue span's."""
+        from sluice.gateway import families as family_cases
+
         first = request.jobs[0].queue if request.jobs else request.then.queue if request.then else ""
         with traces.span(self.spans, "enqueue_children", traces.carried(request.traceparent), first) as span:
             span.set(parent=request.parent_id, jobs=len(request.jobs))
@@ -284,6 +287,8 @@ class Api:
                                                  traceparent=span.traceparent)
 
     def release_continuation(self, continuation: str) -> bool:
+        from sluice.gateway import families as family_cases
+
         return family_cases.release_continuation(self, continuation)
 
     def _count_down(self, event: JobEnded) -> None:
@@ -295,6 +300,9 @@ class Api:
         stream counts the child again (``CountdownFunction``)."""
         if self._families is None:
             return
+        from sluice.core.families import Countdown
+        from sluice.gateway import families as family_cases
+
         try:
             Countdown(family_cases.families_of(self), self.release_continuation).on_ended(event)
         except SluiceError as exc:
@@ -352,6 +360,8 @@ class Api:
         if is_reserved_queue(record.queue):
             raise JobNotFound(f"no job {job_id}")  # Sluice's own jobs are nobody's to read
         if record.remaining is not None:  # a continuation: its children are in its family's record
+            from sluice.gateway import families as family_cases
+
             families = family_cases.families_of(self)
             record.waits_for = families.waits_for(job_id)
             left = families.children_left(job_id)  # its item's remaining counts buckets (issue 30)

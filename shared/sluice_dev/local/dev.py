@@ -836,8 +836,9 @@ class DevStack:
     def _serve_gateway(self) -> Any:
         """HTTP on 127.0.0.1; each request becomes a proxy event for a gateway container.
 
-        Containers, not threads: Powertools' resolver keeps the current event in a class
-        attribute, so two requests in one process would see each other's headers and body.
+        Containers, not threads: the gateway's router keeps the current event on itself (as
+        Powertools' resolver did, in a class attribute), so two requests in one process would
+        see each other's headers and body.
         Lambda never runs two requests in one process, and neither do we.
         """
         from sluice.entry import http_api

@@ -1,5 +1,6 @@
 """The gateway's HTTP layer: strict body guard, wire models, problem documents,
-the Powertools resolver (``sluice.gateway.http.app``) and a local HTTP adapter.
+the REST router (``sluice.gateway.http.app``, ``router``) and a local HTTP adapter.
 
-Importing this package loads nothing heavy; ``sluice.gateway.http.app`` imports Powertools.
+Importing this package loads nothing heavy; only ``sluice.gateway.http.openapi`` (the OpenAPI
+document, on its first request) imports Powertools' event handler.
 """

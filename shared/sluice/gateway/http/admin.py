@@ -13,14 +13,13 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Final
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import ConfigDict, Field
 
 from sluice.core import listing
 from sluice.core.base import Model
 from sluice.core.models import JOB_ID_PATTERN, QUEUE_NAME_PATTERN, QueueConfig
 from sluice.gateway.admin import MAX_LISTED, Admin
+from sluice.gateway.http.router import APPLICATION_JSON, Body, Path, Query, Response, Router
 
 PREFIX: Final = "/v1/admin/"
 SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
@@ -88,7 +87,7 @@ class RedriveRequest(_Request):
 
 
 def _json(status: int, body: Any) -> Response[Any]:
-    return Response(status, content_types.APPLICATION_JSON, json.dumps(body, separators=(",", ":")))
+    return Response(status, APPLICATION_JSON, json.dumps(body, separators=(",", ":")))
 
 
 def _config(queue: str, config: QueueConfig) -> Response[Any]:
@@ -98,7 +97,7 @@ def _config(queue: str, config: QueueConfig) -> Response[Any]:
     return _json(200, {"queue": queue, **config.model_dump(mode="json", exclude=unset)})
 
 
-def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C901 - a closure per route
+def register(app: Router, admin: Callable[[], Admin],  # noqa: C901 - a closure per route
              responses: dict[int, Any]) -> None:
     """Add the operator routes to ``app``; ``admin()`` gives the use-cases for one request."""
     tags = ["operator"]
@@ -187,7 +186,7 @@ def register(app: APIGatewayRestResolver, admin: Callable[[], Admin],  # noqa: C
         return _json(200, {"queue": queue, "purged": admin().purge(queue)})
 
 
-def register_timeline(app: APIGatewayRestResolver, admin: Callable[[], Admin], responses: dict[int, Any],
+def register_timeline(app: Router, admin: Callable[[], Admin], responses: dict[int, Any],
                       tags: list[str]) -> None:
     """A job's timeline (issue 32 item 2; ``sluice.core.timeline``)."""
 

@@ -1,15 +1,16 @@
-"""The gateway's HTTP surface: a Powertools REST resolver behind a strict body guard.
+"""The gateway's HTTP surface: the gateway's REST router behind a strict body guard.
 
 ``HttpGateway.handle(event, context, caller)`` answers one API Gateway proxy event whose caller
 its entry verified (``sluice.entry.gateway_api`` for API requests, ``sluice.entry.gateway_operator``
 for the operator routes). For the routes that take a body it first runs ``jsonguard``'s checks of
-the raw event body (content type, size, base64, UTF-8), because Powertools' own body handling
-happens inside its validation middleware, before any hook of ours, and is lenient. The resolver
-then parses the checked text with ``jsonguard.strict_loads`` (depth, duplicate keys, NaN, huge
-integers) as its ``json_body_deserializer``, and pydantic validates the value against the same
-models that generate ``/v1/openapi.json``.
+the raw event body (content type, size, base64, UTF-8), as it did when Powertools' resolver, whose
+body handling was lenient and left no hook before it, served these routes. The router
+(``sluice.gateway.http.router``, which answers as that resolver did) then parses the checked text
+with ``jsonguard.strict_loads`` (depth, duplicate keys, NaN, huge integers), and pydantic validates
+the value against the same models that generate ``/v1/openapi.json`` (Powertools still writes the
+document, from the same routes: ``sluice.gateway.http.openapi``, on its first request).
 
-A resolver instance is not thread-safe (it keeps the current event on itself); a
+A router instance is not thread-safe (it keeps the current event on itself); a
 Lambda container runs one request at a time, and ``local_server`` serialises calls.
 """
 
@@ -20,12 +21,6 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final
-
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from sluice.core import traces, wire
 from sluice.core.caller import Caller
@@ -39,6 +34,17 @@ from sluice.gateway.admin import Admin
 from sluice.gateway.api import Api, Enqueued
 from sluice.gateway.http import admin as admin_routes
 from sluice.gateway.http import jsonguard, problems, schedule_routes
+from sluice.gateway.http.router import (
+    APPLICATION_JSON,
+    Body,
+    Header,
+    NotFoundError,
+    OpenAPIResponse,
+    Path,
+    RequestValidationError,
+    Response,
+    Router,
+)
 from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
@@ -85,7 +91,7 @@ def _problem_spec(description: str) -> OpenAPIResponse:
 
 def _ok_spec(description: str, model: type[Any], headers: dict[str, Any] | None = None) -> OpenAPIResponse:
     spec: OpenAPIResponse = {"description": description,
-                             "content": {content_types.APPLICATION_JSON: {"model": model}}}
+                             "content": {APPLICATION_JSON: {"model": model}}}
     if headers:
         spec["headers"] = headers
     return spec
@@ -126,7 +132,7 @@ class HttpGateway:
         self._openapi: str | None = None
         self._routes = routes  # the typed queues' schemas in the OpenAPI document
         self._typed: tuple[Any, str] | None = None  # (route table, document with its schemas)
-        self.resolver = self._build()
+        self.router = self._build()
 
     @property
     def api(self) -> Api:
@@ -145,8 +151,8 @@ class HttpGateway:
                 event = _checked_body(event, limit, parse=admin)
             except SluiceError as exc:
                 return problem_event(problems.from_exception(exc, instance=path))
-        self.resolver.context["caller"] = caller  # Powertools' per-request context: resolve clears it
-        return self.resolver.resolve(event, context)
+        self.router.context["caller"] = caller  # the request's context: resolve clears it
+        return self.router.resolve(event, context)
 
     def _body_limit(self, event: Mapping[str, Any], path: str, admin: bool) -> int | None:
         """The most bytes the request's body may have; None: a request whose body is not checked."""
@@ -168,7 +174,7 @@ class HttpGateway:
 
     def openapi_json(self) -> str:
         if self._openapi is None:
-            self._openapi = build_openapi(self.resolver, self.version)
+            self._openapi = build_openapi(self.router, self.version)
         if self._routes is None:
             return self._openapi
         try:
@@ -181,9 +187,9 @@ class HttpGateway:
 
     # -- routes ------------------------------------------------------------------------------
 
-    def _build(self) -> APIGatewayRestResolver:  # noqa: C901 - one closure per route reads best
+    def _build(self) -> Router:  # noqa: C901 - one closure per route reads best
         # The body's text passed ``_checked_body``: the strict parser refuses what json.loads lets through.
-        app = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=jsonguard.strict_loads)
+        app = Router(json_body_deserializer=jsonguard.strict_loads)
 
         def remaining_ms() -> Callable[[], int] | None:
             ctx = app.lambda_context
@@ -233,7 +239,7 @@ class HttpGateway:
                                404: _problem_spec("No such job."),
                                409: _problem_spec("The job already finished.")})
         def cancel_job(job_id: JobIdParam) -> Response[wire.CancelAccepted]:
-            return Response(202, content_types.APPLICATION_JSON, self.api.cancel(job_id))
+            return Response(202, APPLICATION_JSON, self.api.cancel(job_id))
 
         @app.get("/v1/queues/<queue>", operation_id="get_queue", tags=["queues"],
                  summary="Depths, oldest ready job's age, rate limit and paused flag.",
@@ -251,7 +257,7 @@ class HttpGateway:
 
         @app.get("/v1/openapi.json", include_in_schema=False)
         def openapi() -> Response[Any]:
-            return Response(200, content_types.APPLICATION_JSON, self.openapi_json())
+            return Response(200, APPLICATION_JSON, self.openapi_json())
 
         def invalid(exc: RequestValidationError) -> Response[Any]:
             return _problem_response(problems.from_validation(exc.errors(), instance=app.current_event.path))
@@ -278,9 +284,9 @@ class HttpGateway:
 def _canonical_json(event: dict[str, Any]) -> dict[str, Any]:
     """The event with its Content-Type spelled ``application/json``, once ``jsonguard`` accepted it.
 
-    Media types are case-insensitive (``APPLICATION/JSON``), but Powertools' validation compares
-    the header case-sensitively and raised on any other spelling (a 500). The body is parsed
-    by the guard, never by Powertools, so the header only has to pass that comparison.
+    Media types are case-insensitive (``APPLICATION/JSON``), but the router compares the header
+    case-sensitively, as Powertools' validation did (which raised on any other spelling: a 500). The
+    body was parsed by the guard, so the header only has to pass that comparison.
     """
     headers = {k: v for k, v in (event.get("headers") or {}).items() if k.lower() != "content-type"}
     return {**event, "headers": {**headers, "Content-Type": "application/json"}}
@@ -306,7 +312,7 @@ def _accepted(outcome: Enqueued) -> Response[Any]:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
     if isinstance(outcome.body, wire.Accepted):
         headers["Location"] = f"/v1/jobs/{outcome.body.job_id}"
-    return Response(200 if outcome.replayed else 202, content_types.APPLICATION_JSON, outcome.body,
+    return Response(200 if outcome.replayed else 202, APPLICATION_JSON, outcome.body,
                     headers=headers)
 
 
@@ -335,13 +341,16 @@ def _unrouted(method: str, path: str) -> tuple[wire.Problem, dict[str, str]]:
                             instance=path), {}
 
 
-def build_openapi(resolver: APIGatewayRestResolver, version: str) -> str:
-    """The OpenAPI 3.1 document Powertools generates from the route signatures and models.
+def build_openapi(routes: Router, version: str) -> str:
+    """The OpenAPI 3.1 document Powertools generates from the route signatures and models (the
+    router's Powertools twin, ``sluice.gateway.http.openapi``: imported by the first call only).
 
     Powertools adds its own 422 schema (``HTTPValidationError``) to every operation; our
     routes declare their own 422, so the unused component schemas are dropped.
     """
-    doc = json.loads(resolver.get_openapi_json_schema(
+    from sluice.gateway.http import openapi
+
+    doc = json.loads(openapi.twin(routes).get_openapi_json_schema(
         title="Sluice enqueue gateway", version=version,
         description="Enqueue jobs durably (Kafka-acknowledged) and query or cancel them. "
                     "Errors are RFC 9457 problem documents (application/problem+json)."))

@@ -14,11 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
-
 from sluice.core.models import QUEUE_NAME_PATTERN
+from sluice.gateway.http.router import APPLICATION_JSON, Body, OpenAPIResponse, Path, Response, Router
 from sluice.gateway.schedules import ScheduleList, ScheduleRequest, Schedules, ScheduleView
 
 NameParam = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", description="Schedule name.")]
@@ -32,7 +29,7 @@ SHAPES: Final = (  # for 405 vs 404 (app._unrouted)
 CREATE_PATH: Final = re.compile(r"^/v1/admin/queues/[^/]*/schedules/?$")  # the body may hold a whole payload
 
 
-def add_routes(app: APIGatewayRestResolver, schedules: Callable[[], Schedules],
+def add_routes(app: Router, schedules: Callable[[], Schedules],
                problem: Callable[[str], OpenAPIResponse], ok: Callable[[str, type[Any]], OpenAPIResponse],
                common: Mapping[int, OpenAPIResponse]) -> None:
     """Operator routes (``/v1/admin/...``: the gateway checks the caller first), the queue in each path."""
@@ -53,7 +50,7 @@ def add_routes(app: APIGatewayRestResolver, schedules: Callable[[], Schedules],
     def create_schedule(queue: QueueParam,
                         schedule: Annotated[ScheduleRequest, Body()]) -> Response[ScheduleView]:
         view = schedules().create(queue, schedule)
-        return Response(201, content_types.APPLICATION_JSON, view,
+        return Response(201, APPLICATION_JSON, view,
                         headers={"Location": f"/v1/admin/queues/{queue}/schedules/{view.name}"})
 
     @app.get(BASE, operation_id="list_schedules", tags=tags, summary="The queue's schedules.",
@@ -82,4 +79,4 @@ def add_routes(app: APIGatewayRestResolver, schedules: Callable[[], Schedules],
                 responses={204: {"description": "Deleted."}, **missing})
     def delete_schedule(queue: QueueParam, name: NameParam) -> Response[Any]:
         schedules().delete(queue, name)
-        return Response(204, content_types.APPLICATION_JSON, "")
+        return Response(204, APPLICATION_JSON, "")

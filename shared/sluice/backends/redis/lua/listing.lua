@@ -21,7 +21,7 @@
 --           those groups only. The operator's page asks 'few' first and, over more groups, names
 --           at most that many a call and merges the calls' pages (sluice.core.listing.merge_parts),
 --           so no call blocks Redis for a queue of 100,000 groups (one call reading them all took
---           2.7 s; session 18's hostile review)
+--           2.7 s; session 35's hostile review)
 --   ARGV[7..] group names (with 'ready' or 'groups'), or the most groups (with 'few'); a name no
 --           group may have is skipped
 -- Output
