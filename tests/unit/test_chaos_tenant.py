@@ -37,3 +37,13 @@ def test_latency_counts_only_the_others_accepted_jobs_to_their_first_accepted_re
     assert latency(events) == {"p50": 2000.0, "p99": 2000.0, "n": 2}
     assert latency(events, queue=TENANT) == {"p50": 89000.0, "p99": 89000.0, "n": 1}
     assert latency([]) == {"p50": 0.0, "p99": 0.0, "n": 0}
+
+
+def test_latency_splits_off_the_time_to_the_first_lease() -> None:
+    events = [
+        {"op": "enqueue", "job": "a", "outcome": "ok", "t1": 10.0},
+        {"op": "lease", "job": "a", "t1": 10.25},
+        {"op": "lease", "job": "a", "t1": 15.0},  # a second lease: the first counts
+        {"op": "write", "job": "a", "outcome": "written", "t1": 10.5},
+    ]
+    assert latency(events) == {"p50": 500.0, "p99": 500.0, "n": 1, "lease_p50": 250.0, "lease_p99": 250.0}

@@ -219,25 +219,40 @@ class Tenant:
 
 
 def latency(events: list[dict[str, Any]], *, queue: str | None = None) -> dict[str, float | int]:
-    """The others' time (ms) from an accepted enqueue to their first accepted result: p50, p99, n.
+    """The others' time (ms) from an accepted enqueue to their first accepted result: p50, p99, n;
+    and, for the jobs that have one, to their first lease (``lease_p50``, ``lease_p99``): what the
+    gateway, Kafka, the relay and the wait for a worker took, the rest being the handler's run and
+    its write.
 
     ``queue`` None: every job enqueued without a ``queue`` field (the ordinary workload's)."""
     from sluice_dev.chaos.checker import ACCEPTED_WRITES
 
     accepted: dict[str, float] = {}
     first_write: dict[str, float] = {}
+    first_lease: dict[str, float] = {}
     for e in events:
         job = e.get("job")
         if not job:
             continue
-        if e.get("op") == "enqueue" and e.get("outcome") == "ok" and e.get("queue") == queue:
+        op = e.get("op")
+        if op == "enqueue" and e.get("outcome") == "ok" and e.get("queue") == queue:
             accepted[str(job)] = float(e["t1"])
-        elif e.get("op") == "write" and e.get("outcome") in ACCEPTED_WRITES:
+        elif op == "write" and e.get("outcome") in ACCEPTED_WRITES:
             first_write.setdefault(str(job), float(e.get("t1", 0)))
+        elif op == "lease":
+            first_lease.setdefault(str(job), float(e.get("t1", 0)))
     took = sorted((first_write[j] - t) * 1000 for j, t in accepted.items() if j in first_write)
     if not took:
         return {"p50": 0.0, "p99": 0.0, "n": 0}
-    return {"p50": round(_quantile(took, 0.50), 1), "p99": round(_quantile(took, 0.99), 1), "n": len(took)}
+    out: dict[str, float | int] = {"p50": _ms(took, 0.50), "p99": _ms(took, 0.99), "n": len(took)}
+    leased = sorted((first_lease[j] - t) * 1000 for j, t in accepted.items() if j in first_lease)
+    if leased:
+        out |= {"lease_p50": _ms(leased, 0.50), "lease_p99": _ms(leased, 0.99)}
+    return out
+
+
+def _ms(ordered: list[float], q: float) -> float:
+    return round(_quantile(ordered, q), 1)
 
 
 def _quantile(ordered: list[float], q: float) -> float:
