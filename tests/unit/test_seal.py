@@ -167,3 +167,20 @@ def test_an_unsealed_record_is_trusted_only_as_its_own_id_minted_before_the_upgr
     assert not seal.unsealed_before_upgrade(old.model_copy(update={"queue": "r"}), job_id, minted, NOW)
     assert not seal.unsealed_before_upgrade(old.model_copy(update={"schema_version": seal.VERSION}), job_id,
                                             minted, NOW)  # today's format must carry its seal
+
+
+def test_a_seal_is_the_documented_hmac_whatever_key_sealed_before() -> None:
+    """Session 35: ``_mac`` copies an HMAC keyed once per key instead of keying one per record. A
+    seal is still HMAC-SHA256 of the message with the derived record key, its first 128 bits in
+    hex, so records sealed by a gateway of before (in Kafka, or stored for a continuation) verify;
+    and each key keeps its own keyed state, in any order of use."""
+    import hashlib
+    import hmac
+
+    for key in (KEY, OLD, OTHER, KEY, OTHER):
+        spec = sealed(key)
+        record_key = hmac.new(key, b"sluice record seal key\x00", hashlib.sha256).digest()
+        signed = seal.spec_message(spec)
+        assert spec.seal == ids.key_id(key) + hmac.new(record_key, signed, hashlib.sha256).hexdigest()[:32]
+        assert seal.verify(spec.seal, signed, [key])
+        assert not seal.verify(spec.seal, signed + b"x", [key])

@@ -72,8 +72,18 @@ def message(job_id: str, queue: str, payload_json: str, priority: int, max_attem
             f"{max_attempts}\n{lease_ms}\n{run_at_ms}\n{enqueued_at_ms}\n{key}{tail}").encode()
 
 
+@lru_cache(maxsize=16)
+def _keyed(key: bytes) -> hmac.HMAC:
+    """An HMAC-SHA256 already keyed with ``record_key(key)``, for ``_mac`` to copy: the one-shot
+    ``hmac.digest`` sets OpenSSL's HMAC up with the key for every record (3.6 against 2.1 µs a
+    record on session 35's machine; the MAC is the same)."""
+    return hmac.new(record_key(key), digestmod=hashlib.sha256)
+
+
 def _mac(key: bytes, signed: bytes) -> str:
-    return hmac.digest(record_key(key), signed, "sha256")[:_MAC_BYTES].hex()
+    mac = _keyed(key).copy()
+    mac.update(signed)
+    return mac.digest()[:_MAC_BYTES].hex()
 
 
 def seal(key: bytes, signed: bytes) -> str:
