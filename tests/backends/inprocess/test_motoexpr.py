@@ -3,6 +3,7 @@ request, good or hostile, gets the answer moto's own code gives it, and the item
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -38,13 +39,20 @@ def _restore() -> None:
     ConditionExpressionParser._lex_condition_expression = LEXER  # type: ignore[method-assign]
 
 
-@pytest.fixture
-def stock() -> Iterator[None]:
+@contextlib.contextmanager
+def stock_moto() -> Iterator[None]:
+    """moto as it ships, for the block: the answers every patched request must give."""
     _stock()
     try:
         yield
     finally:
         _restore()
+
+
+@pytest.fixture
+def stock() -> Iterator[None]:
+    with stock_moto():
+        yield
 
 
 # (update expression, names, values): each sent twice in a row, on the item "j" (created by the first)
@@ -97,11 +105,8 @@ def _answers(requests: list[tuple[str, dict[str, str], dict[str, Any]]]) -> list
 
 
 def test_every_request_gets_motos_own_answer_and_leaves_the_same_item() -> None:
-    _stock()
-    try:
+    with stock_moto():
         stock = _answers(REQUESTS)
-    finally:
-        _restore()
     fast = _answers(REQUESTS)
     assert fast == stock
     refused = [a for a in stock[:-1] if isinstance(a, tuple)]
@@ -274,11 +279,8 @@ def _conditioned(conditions: list[tuple[str, dict[str, str], dict[str, Any]]]) -
 
 
 def test_every_condition_gets_motos_own_answer() -> None:
-    _stock()
-    try:
+    with stock_moto():
         stock = _conditioned(CONDITIONS)
-    finally:
-        _restore()
     assert _conditioned(CONDITIONS) == stock
     refused = [a for a in stock[:-1] if isinstance(a, tuple)]
     assert len(refused) >= 20 and len(stock) - 1 - len(refused) >= 10  # both kinds of answer
