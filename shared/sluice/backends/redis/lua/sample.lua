@@ -14,12 +14,20 @@
 --   The sample is "<now_ms>,<ready>,<delayed>,<leased>,<dead>", then ";<bucket>:<count>,..." when
 --   jobs started since the sample before; the waits hash is emptied in the same step, so each
 --   start is counted in exactly one sample. Time is Redis TIME.
+--   A waits hash no lease.lua left (more than WAIT_FIELDS fields, or over WAIT_BYTES: a team's own
+--   Redis user may HSET it by hand, session 36) is neither read nor deleted: the sample has the
+--   depths alone, and the hash stays the team's to delete (freeing twenty 1 MB values took Redis
+--   2-7 ms, an UNLINK too: a hash of so few fields is freed at once). HLEN, and MEMORY USAGE over
+--   at most WAIT_FIELDS fields, cost microseconds whatever the hash holds; reading it whole took
+--   157-393 ms at 100,000 fields and 68-648 ms at twenty 1 MB values, Redis blocked for every queue.
 -- Errors (nothing written)
 --   INVALID_INPUT <what>
 
 --@include _lib.lua
 
 local waits, list = KEYS[1], KEYS[2]
+-- lease.lua writes buckets 0..200 (sluice.core.depth.MAX_BUCKET), each a count: a few KB.
+local WAIT_FIELDS, WAIT_BYTES = 201, 65536
 local counts = {}
 for i = 1, 4 do
   counts[i] = int_in(ARGV[i], 0, MAX_TOKEN)
@@ -39,8 +47,9 @@ if last then
   if t and now - t < gap then return 0 end
 end
 local sample = string.format('%d', now) .. ',' .. table.concat({ARGV[1], ARGV[2], ARGV[3], ARGV[4]}, ',')
-local h = redis.call('HGETALL', waits)
-if #h > 0 then
+local n = redis.call('HLEN', waits)
+if n > 0 and n <= WAIT_FIELDS and redis.call('MEMORY', 'USAGE', waits, 'SAMPLES', '0') <= WAIT_BYTES then
+  local h = redis.call('HGETALL', waits)
   local parts = {}
   for i = 1, #h, 2 do parts[#parts + 1] = h[i] .. ':' .. h[i + 1] end
   sample = sample .. ';' .. table.concat(parts, ',')
