@@ -66,13 +66,16 @@ def team(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, username="team-a", password="pw-team-a", decode_responses=True)
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def script_us(admin: redis.Redis, call: Callable[[], Any]) -> tuple[Any, int]:
     """``call``'s result and the longest EVALSHA it ran, in microseconds (SLOWLOG)."""
     call()  # loads the script (NOSCRIPT once) and warms the connection
     admin.slowlog_reset()
     out = call()
-    took = [e["duration"] for e in admin.slowlog_get(128)
-            if str(e["command"]).startswith(("EVALSHA", "b'EVALSHA"))]
+    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
     assert took, admin.slowlog_get(128)
     return out, max(took)
 

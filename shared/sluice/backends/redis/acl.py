@@ -87,8 +87,9 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
 # Every connection: the health check, scripts (EVALSHA), and what redis-py's cluster client reads
 # at start (the slot map, COMMAND for key positions).
 _CONNECTION = ("ping", "evalsha", "command", "cluster|slots", "cluster|shards")
-# A role that loads its own scripts after a NOSCRIPT: Sluice's, never a worker's (module doc).
-_LOADS_SCRIPTS = "script|load"
+# A role that loads its own scripts after a NOSCRIPT: Sluice's, never a worker's (module doc); the
+# internal function (the gateway's user) asks which are cached first (scripts.RedisScriptLoader).
+_LOADS_SCRIPTS = ("script|load", "script|exists")
 
 # Never granted to any role, whatever a future edit adds (tests/unit/test_redis_acl.py).
 FORBIDDEN = frozenset({"flushall", "flushdb", "keys", "scan", "config", "acl", "debug", "monitor",
@@ -114,7 +115,7 @@ class Role:
     def all_commands(self) -> list[str]:
         out = set(_CONNECTION) | set(self.commands)
         if self.loads_scripts:
-            out.add(_LOADS_SCRIPTS)
+            out.update(_LOADS_SCRIPTS)
         for script in self.scripts:
             out |= SCRIPT_COMMANDS[script]
         return sorted(out)
