@@ -155,3 +155,26 @@ def test_a_config_as_large_as_config_lua_writes_is_read_whole(server: str, admin
     assert len(stats.config) == 12 and stats.config["unknown_but_small"] == "1"
     assert stats.config["sensitive"] == sensitive
     assert config.get_config("a").max_bytes == 1 << 40
+
+
+NEW_COMMANDS = {"+hlen", "+hstrlen", "+memory|usage"}
+
+
+def test_a_user_whose_access_string_predates_the_bounds_still_runs_both_scripts(server: str,
+                                                                                admin: redis.Redis) -> None:
+    """While ElastiCache has not yet applied the template's new access strings, the new layer's
+    scripts meet NOPERM on HLEN, MEMORY USAGE and HSTRLEN: they read the hashes whole, as before,
+    rather than fail every stats call (the gateway's admission) and every sample."""
+    for role in ("relay", "gateway"):
+        rules = [r for r in acl.rules(role) if r not in NEW_COMMANDS]
+        assert len(rules) == len(acl.rules(role)) - 3
+        admin.execute_command("ACL", "SETUSER", f"old-{role}", "reset", "on", f">pw-old-{role}", *rules)
+    own = team(server)
+    own.hset(K.waits, mapping={"26": 4})
+    own.hset(K.config, mapping={"max_in_flight": "5", "paused": "1"})
+    old_relay = conn(server, "old-relay")
+    assert sample(old_relay) and admin.lindex(K.depth, -1).endswith(";26:4")
+    for user in ("old-relay", "old-gateway"):
+        assert conn(server, user).scripts.stats(K).config == {"max_in_flight": "5", "paused": "1"}
+    stuff(own, K.config, 40)  # over the field bound: the known fields, which need HSTRLEN
+    assert conn(server, "old-gateway").scripts.stats(K).config["max_in_flight"] == "5"

@@ -47,13 +47,24 @@ if last then
   if t and now - t < gap then return 0 end
 end
 local sample = string.format('%d', now) .. ',' .. table.concat({ARGV[1], ARGV[2], ARGV[3], ARGV[4]}, ',')
-local n = redis.call('HLEN', waits)
-if n > 0 and n <= WAIT_FIELDS and redis.call('MEMORY', 'USAGE', waits, 'SAMPLES', '0') <= WAIT_BYTES then
+-- By pcall: a Redis user whose access string predates HLEN and MEMORY USAGE (the template's change
+-- not yet applied by ElastiCache while the new layer runs) reads the hash whole, as before.
+local n, read = redis.pcall('HLEN', waits), true
+if type(n) == 'number' then
+  read = n > 0 and n <= WAIT_FIELDS
+  if read then
+    local bytes = redis.pcall('MEMORY', 'USAGE', waits, 'SAMPLES', '0')
+    read = type(bytes) ~= 'number' or bytes <= WAIT_BYTES
+  end
+end
+if read then
   local h = redis.call('HGETALL', waits)
-  local parts = {}
-  for i = 1, #h, 2 do parts[#parts + 1] = h[i] .. ':' .. h[i + 1] end
-  sample = sample .. ';' .. table.concat(parts, ',')
-  redis.call('DEL', waits)
+  if #h > 0 then
+    local parts = {}
+    for i = 1, #h, 2 do parts[#parts + 1] = h[i] .. ':' .. h[i + 1] end
+    sample = sample .. ';' .. table.concat(parts, ',')
+    redis.call('DEL', waits)
+  end
 end
 local len = redis.call('RPUSH', list, sample)
 if len > cap then redis.call('LTRIM', list, len - cap, -1) end

@@ -31,15 +31,21 @@ local KNOWN = {{'max_in_flight', 32}, {'burst', 32}, {'high_watermark', 32}, {'l
                {'max_delayed', 32}, {'max_dead', 32}, {'max_in_flight_per_group', 32}, {'max_bytes', 32},
                {'rate_per_s', 32}, {'paused', 32}, {'sensitive', 40000}, {POLICY_FIELD, 32}}
 
+-- HLEN, MEMORY USAGE and HSTRLEN by pcall: a Redis user whose access string predates them (the
+-- template's change not yet applied by ElastiCache while the new layer runs) reads the hash whole,
+-- as before.
 local function config_of(key)
-  local n = redis.call('HLEN', key)
+  local n = redis.pcall('HLEN', key)
+  if type(n) ~= 'number' then return redis.call('HGETALL', key) end
   if n == 0 then return {} end
-  if n <= CONFIG_FIELDS and redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0') <= CONFIG_BYTES then
-    return redis.call('HGETALL', key)
+  if n <= CONFIG_FIELDS then
+    local bytes = redis.pcall('MEMORY', 'USAGE', key, 'SAMPLES', '0')
+    if type(bytes) ~= 'number' or bytes <= CONFIG_BYTES then return redis.call('HGETALL', key) end
   end
   local out = {}
   for _, f in ipairs(KNOWN) do
-    local len = redis.call('HSTRLEN', key, f[1])
+    local len = redis.pcall('HSTRLEN', key, f[1])
+    if type(len) ~= 'number' then return redis.call('HGETALL', key) end
     if len > 0 and len <= f[2] then
       out[#out + 1] = f[1]
       out[#out + 1] = redis.call('HGET', key, f[1])
