@@ -386,3 +386,18 @@ def test_a_team_repeating_load_scripts_has_redis_load_nothing_already_cached(ser
     assert _loads(admin) == 14
     assert admin.script_exists(*(sha1(t) for t in texts.values())) == [True] * 7
     admin.config_set("slowlog-log-slower-than", 10_000)
+
+
+def test_a_loader_whose_user_predates_script_exists_loads_every_text(server: str, admin: redis.Redis) -> None:
+    """A gateway user whose access string ElastiCache has not yet changed (no ``script|exists``)
+    loads every text, as before session 36, rather than fail a worker's load."""
+    rules = [r for r in acl.rules("gateway") if r != "+script|exists"]
+    assert len(rules) == len(acl.rules("gateway")) - 1
+    admin.execute_command("ACL", "SETUSER", "old-gateway", "reset", "on", ">pw-old-gateway", *rules)
+    old = RedisConnection.from_settings(Settings(redis_url=server, redis_username="old-gateway",
+                                                 redis_password="pw-old-gateway"))  # type: ignore[arg-type]
+    admin.script_flush()
+    texts = {name: source(name) for name in acl.WORKER.scripts}
+    ScriptIntake(RedisScriptLoader(old.client), worker_allow_list())(request(texts))
+    assert admin.script_exists(*(sha1(t) for t in texts.values())) == [True] * 7
+    refused(lambda: old.client.execute_command("SCRIPT", "EXISTS", sha1(texts["ack.lua"])))

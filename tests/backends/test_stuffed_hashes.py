@@ -22,8 +22,10 @@ from sluice.backends.redis import acl
 from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import RedisScriptLoader, source
 from sluice.core.config import Settings
 from sluice.core.depth import MAX_BUCKET
+from sluice.core.script_loads import sha1
 from sluice_dev.local import servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -178,3 +180,28 @@ def test_a_user_whose_access_string_predates_the_bounds_still_runs_both_scripts(
         assert conn(server, user).scripts.stats(K).config == {"max_in_flight": "5", "paused": "1"}
     stuff(own, K.config, 40)  # over the field bound: the known fields, which need HSTRLEN
     assert conn(server, "old-gateway").scripts.stats(K).config["max_in_flight"] == "5"
+
+
+def test_on_a_cluster_the_bounds_hold_and_a_script_lost_by_one_primary_is_loaded_again(
+        redis_cluster: Any, redis_cluster_url: str) -> None:
+    """MEMORY USAGE takes its key from KEYS (the queue's slot), and SCRIPT EXISTS asks every primary:
+    a text one primary lost (its restart) counts as missing, so the loader loads it everywhere."""
+    c = RedisConnection.from_url(redis_cluster_url)
+    raw = c.client
+    stuff(raw, K.waits, 1_000)
+    assert c.scripts.sample(K, [1, 2, 3, 4], 720, 3_600_000, 0)
+    assert raw.lindex(K.depth, -1).split(",", 1)[1] == "1,2,3,4"
+    raw.hset(K.config, mapping={"max_in_flight": "5"})
+    stuff(raw, K.config, 1_000)
+    assert c.scripts.stats(K).config == {"max_in_flight": "5"}
+    texts = {name: source(name) for name in acl.WORKER.scripts}
+    loader = RedisScriptLoader(raw)
+    loader.load(texts)
+    assert loader.missing(texts) == {}
+    with redis.Redis.from_url(redis_cluster.node_urls[1]) as node:
+        node.script_flush()
+    assert loader.missing(texts) == texts
+    loader.load(texts)
+    for url in redis_cluster.node_urls:
+        with redis.Redis.from_url(url) as node:
+            assert node.script_exists(*(sha1(t) for t in texts.values())) == [True] * 7
