@@ -17,7 +17,7 @@
 --   A waits hash no lease.lua left (more than WAIT_FIELDS fields, or over WAIT_BYTES: a team's own
 --   Redis user may HSET it by hand, session 36) is neither read nor deleted: the sample has the
 --   depths alone, and the hash stays the team's to delete (freeing twenty 1 MB values took Redis
---   2-7 ms, an UNLINK too: a hash of so few fields is freed at once). HLEN, and MEMORY USAGE over
+--   1.6-5.6 ms, an UNLINK too: a hash of so few fields is freed at once). HLEN, and MEMORY USAGE over
 --   at most WAIT_FIELDS fields, cost microseconds whatever the hash holds; reading it whole took
 --   157-393 ms at 100,000 fields and 68-648 ms at twenty 1 MB values, Redis blocked for every queue.
 -- Errors (nothing written)
