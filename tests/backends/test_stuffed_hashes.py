@@ -23,6 +23,7 @@ from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import RedisScriptLoader, source
+from sluice.core import depth
 from sluice.core.config import Settings
 from sluice.core.depth import MAX_BUCKET
 from sluice.core.script_loads import sha1
@@ -116,12 +117,34 @@ def test_a_waits_hash_a_team_stuffs_by_hand_is_dropped_unread_by_the_sample(
 
 
 def test_the_most_a_lease_writes_is_still_sampled_whole(server: str, admin: redis.Redis) -> None:
-    """Every bucket lease.lua may write (0..MAX_BUCKET), each with the largest count: within the bounds."""
+    """Every bucket lease.lua may write (0..MAX_BUCKET), each with a count of six digits (a million
+    first leases in 10 s): within the bounds, and the sample within what a read decodes."""
     relay = conn(server, "sluice-relay")
-    team(server).hset(K.waits, mapping={str(b): str(2**53 - 1) for b in range(MAX_BUCKET + 1)})
+    team(server).hset(K.waits, mapping={str(b): "999999" for b in range(MAX_BUCKET + 1)})
     assert sample(relay)
-    _, _, histogram = admin.lindex(K.depth, -1).partition(";")
+    stored = admin.lindex(K.depth, -1)
+    _, _, histogram = stored.partition(";")
     assert len(histogram.split(",")) == MAX_BUCKET + 1 and not admin.exists(K.waits)
+    decoded = depth.decode(stored)
+    assert decoded is not None and decoded[0].started == 999999 * (MAX_BUCKET + 1)
+
+
+def test_a_histogram_a_read_would_skip_is_left_out_and_the_depths_kept(server: str,
+                                                                      admin: redis.Redis) -> None:
+    """200 hand-made fields of 250-byte names (within the field and byte bounds) made a 51 KB sample,
+    which every read of the hour skipped (over MAX_SAMPLE), depths and all, and which stayed in the
+    depth list: 720 of them 37 MB for the operator's read. Now the sample keeps its depths alone."""
+    relay = conn(server, "sluice-relay")
+    team(server).hset(K.waits, mapping={f"{n:03d}" + "x" * 247: "1" for n in range(200)})
+    assert sample(relay)
+    stored = admin.lindex(K.depth, -1)
+    assert len(stored) <= depth.MAX_SAMPLE and stored.split(",", 1)[1] == "1,2,3,4"
+    decoded = depth.decode(stored)
+    assert decoded is not None and decoded[0].ready == 1 and not admin.exists(K.waits)
+
+
+def test_sample_lua_keeps_the_cores_sample_bound() -> None:
+    assert f"local MAX_SAMPLE = {depth.MAX_SAMPLE}\n" in source("sample.lua")
 
 
 @pytest.mark.parametrize("how", ["100,000 fields", "a 10 MB sensitive value"])

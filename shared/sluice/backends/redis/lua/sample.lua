@@ -13,7 +13,8 @@
 --   1 when a sample was appended, 0 when the last one is younger than gap_ms
 --   The sample is "<now_ms>,<ready>,<delayed>,<leased>,<dead>", then ";<bucket>:<count>,..." when
 --   jobs started since the sample before; the waits hash is emptied in the same step, so each
---   start is counted in exactly one sample. Time is Redis TIME.
+--   start is counted in exactly one sample. Time is Redis TIME. A histogram that would make the
+--   sample longer than MAX_SAMPLE is left out (the waits still taken).
 --   A waits hash no lease.lua left (more than WAIT_FIELDS fields, or over WAIT_BYTES: a team's own
 --   Redis user may HSET it by hand, session 36) is neither read nor deleted: the sample has the
 --   depths alone, and the hash stays the team's to delete (freeing twenty 1 MB values took Redis
@@ -28,6 +29,9 @@
 local waits, list = KEYS[1], KEYS[2]
 -- lease.lua writes buckets 0..200 (sluice.core.depth.MAX_BUCKET), each a count: a few KB.
 local WAIT_FIELDS, WAIT_BYTES = 201, 65536
+-- sluice.core.depth.MAX_SAMPLE: a longer sample is skipped when read, its depths with it, so a
+-- histogram that would make one (field names written by hand) is left out and the depths kept.
+local MAX_SAMPLE = 4096
 local counts = {}
 for i = 1, 4 do
   counts[i] = int_in(ARGV[i], 0, MAX_TOKEN)
@@ -62,7 +66,8 @@ if read then
   if #h > 0 then
     local parts = {}
     for i = 1, #h, 2 do parts[#parts + 1] = h[i] .. ':' .. h[i + 1] end
-    sample = sample .. ';' .. table.concat(parts, ',')
+    local histogram = table.concat(parts, ',')
+    if #sample + 1 + #histogram <= MAX_SAMPLE then sample = sample .. ';' .. histogram end
     redis.call('DEL', waits)
   end
 end
