@@ -12,7 +12,9 @@ action without resources).
   than a job's life (``KEY_MIN_AGE_DAYS``): ids minted under the previous key may still be in flight,
   and the relay would dead-letter their records as unminted (a second ``rotate-secret`` by hand; a
   chaos run that rotated 8 times in 10 minutes lost most of its jobs that way). A leaked key is
-  replaced at once with ``put-secret-value``, knowing that cost.
+  replaced at once with ``put-secret-value``, knowing that cost. The new key's key id (one
+  character of 32, derived from the key) is drawn until it is neither the current nor the previous
+  key's (``fresh_key``): a shared key id made ids of two keys name one key id.
 - **A Redis user's password** (ElastiCache RBAC, one user per function and per team;
   ``{"username", "user_id", "password"}``, a ``user_id`` under ``REDIS_USER_ID_PREFIX``):
   ``setSecret`` gives the user two passwords, the current one and the pending one
@@ -31,11 +33,13 @@ rotation.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 import string
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +47,8 @@ ALPHABET = string.ascii_letters + string.digits
 LENGTH = 64
 WAIT_S = 280  # ElastiCache applies a user change in a few minutes; three waits fit in 900 s
 KEY_MIN_AGE_DAYS = 14  # sluice.core.limits.JOB_LIFE_MS in days (no layer here: a test checks they agree)
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # sluice.core.ids's key id alphabet (a test checks)
+MAX_KEY_DRAWS = 64  # sluice.core.ids.MAX_KEY_DRAWS
 
 
 def handler(event: dict[str, Any], context: Any) -> None:
@@ -83,12 +89,33 @@ def redis_user(secret: str) -> str | None:
     return user_id
 
 
-def new_value(current: str) -> str:
-    """The pending version: a new password (and the same user) or a new bare key."""
-    password = "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+def new_value(current: str, previous: str | None = None) -> str:
+    """The pending version: a new password (and the same user) or a new bare key, whose key id is
+    neither the current key's nor the previous one's (``fresh_key``)."""
     if redis_user(current) is None:
-        return password
-    return json.dumps({**json.loads(current), "password": password})
+        return fresh_key([k for k in (current, previous) if k is not None], _password)
+    return json.dumps({**json.loads(current), "password": _password()})
+
+
+def _password() -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(LENGTH))
+
+
+def key_id(key: str) -> str:
+    """``sluice.core.ids.key_id`` of a bare key as the functions read it (its UTF-8 bytes); no layer
+    here, so a test checks they agree."""
+    return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key.encode("utf-8")).digest()[0] & 31]
+
+
+def fresh_key(held: list[str], draw: Callable[[], str]) -> str:
+    """``sluice.core.ids.fresh_key``: a drawn key whose key id no held key has. A new key shares the
+    current key's one-character key id one time in 32, and ids of both then name one key id."""
+    taken = {key_id(k) for k in held}
+    for _ in range(MAX_KEY_DRAWS):
+        key = draw()
+        if key_id(key) not in taken:
+            return key
+    raise RuntimeError(f"no job id key with a key id other than {sorted(taken)} in {MAX_KEY_DRAWS} draws")
 
 
 def _check_key_age(sm: Any, arn: str) -> None:
@@ -108,8 +135,16 @@ def _create(sm: Any, arn: str, token: str, current: str) -> None:
     try:
         sm.get_secret_value(SecretId=arn, VersionId=token, VersionStage="AWSPENDING")
     except sm.exceptions.ResourceNotFoundException:
-        sm.put_secret_value(SecretId=arn, ClientRequestToken=token, SecretString=new_value(current),
+        previous = _previous(sm, arn) if redis_user(current) is None else None
+        sm.put_secret_value(SecretId=arn, ClientRequestToken=token, SecretString=new_value(current, previous),
                             VersionStages=["AWSPENDING"])
+
+
+def _previous(sm: Any, arn: str) -> str | None:
+    try:
+        return str(sm.get_secret_value(SecretId=arn, VersionStage="AWSPREVIOUS")["SecretString"])
+    except sm.exceptions.ResourceNotFoundException:
+        return None  # the first rotation
 
 
 def _set_redis_user(sm: Any, arn: str, token: str, user: str, current: str) -> None:

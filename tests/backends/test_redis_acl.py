@@ -354,3 +354,50 @@ def test_the_operator_lists_grouped_ready_jobs_and_marks_sensitive_fields_as_its
     assert sorted(j.job_id for j in ops.list_jobs("lg", "ready").jobs) == ["lg-1", "lg-2", "lg-3"]
     assert ops.list_jobs("lg", "ready", prefix="lg-3").jobs[0].group == "t2"
     assert config.set_config("lg", sensitive=["/id"]).sensitive == ("/id",)
+
+
+def _loads(admin: redis.Redis) -> int:
+    """SCRIPT LOADs since the slow log was reset (every command is logged: the fixture's threshold 0;
+    Redis 6.2's commandstats count SCRIPT as one command)."""
+    commands = (e["command"] for e in admin.slowlog_get(4096))
+    return sum(1 for c in commands if (c.decode() if isinstance(c, bytes) else c).startswith("SCRIPT LOAD"))
+
+
+def test_a_team_repeating_load_scripts_has_redis_load_nothing_already_cached(server: str,
+                                                                            admin: redis.Redis) -> None:
+    """Session 36: any team's worker may invoke the internal function's load_scripts in a loop with
+    the shipped texts. Each call SCRIPT LOADed all seven (Redis hashed about 70 KB again each time);
+    now one SCRIPT EXISTS finds them cached and nothing is loaded, until Redis loses them."""
+    texts = {name: source(name) for name in acl.WORKER.scripts}
+    intake = InternalLoader(server)
+    admin.script_flush()
+    admin.config_set("slowlog-max-len", 4096)
+    admin.config_set("slowlog-log-slower-than", 0)
+    admin.slowlog_reset()
+    intake.load(texts)
+    assert _loads(admin) == 7
+    for _ in range(20):
+        intake.load(texts)
+    assert _loads(admin) == 7  # before: 7 more a call
+    admin.script_flush()  # a restart or failover: the next call loads them all again
+    intake.load({"lease.lua": texts["lease.lua"], "ack.lua": texts["ack.lua"]})
+    assert _loads(admin) == 9
+    intake.load(texts)
+    assert _loads(admin) == 14
+    assert admin.script_exists(*(sha1(t) for t in texts.values())) == [True] * 7
+    admin.config_set("slowlog-log-slower-than", 10_000)
+
+
+def test_a_loader_whose_user_predates_script_exists_loads_every_text(server: str, admin: redis.Redis) -> None:
+    """A gateway user whose access string ElastiCache has not yet changed (no ``script|exists``)
+    loads every text, as before session 36, rather than fail a worker's load."""
+    rules = [r for r in acl.rules("gateway") if r != "+script|exists"]
+    assert len(rules) == len(acl.rules("gateway")) - 1
+    admin.execute_command("ACL", "SETUSER", "old-gateway", "reset", "on", ">pw-old-gateway", *rules)
+    old = RedisConnection.from_settings(Settings(redis_url=server, redis_username="old-gateway",
+                                                 redis_password="pw-old-gateway"))  # type: ignore[arg-type]
+    admin.script_flush()
+    texts = {name: source(name) for name in acl.WORKER.scripts}
+    ScriptIntake(RedisScriptLoader(old.client), worker_allow_list())(request(texts))
+    assert admin.script_exists(*(sha1(t) for t in texts.values())) == [True] * 7
+    refused(lambda: old.client.execute_command("SCRIPT", "EXISTS", sha1(texts["ack.lua"])))

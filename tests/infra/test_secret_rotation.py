@@ -121,3 +121,39 @@ def test_the_rotations_key_age_is_the_job_life_bound() -> None:
     from sluice.core.limits import DAY_MS, JOB_LIFE_MS
 
     assert load_app().KEY_MIN_AGE_DAYS * DAY_MS == JOB_LIFE_MS
+
+
+def test_the_rotations_key_id_is_the_layers() -> None:
+    """The rotation has no layer: its copy of ``ids.key_id`` (over the key's UTF-8 bytes, as
+    ``sluice.entry.root.job_id_key`` reads a bare SecretString) and its draw bound must agree."""
+    from sluice.core import ids
+
+    app = load_app()
+    assert app.CROCKFORD == ids.CROCKFORD and app.MAX_KEY_DRAWS == ids.MAX_KEY_DRAWS
+    for n in range(200):
+        key = f"key-{n}-é-{'k' * 40}"
+        assert app.key_id(key) == ids.key_id(key.encode("utf-8"))
+
+
+def _keys_with_id(app: Any, kid: str, tag: str) -> str:
+    return next(k for n in range(10_000) if app.key_id(k := f"{tag}{n:063d}") == kid)
+
+
+@pytest.mark.parametrize("previous_age_days", [60, None], ids=["rotated-before", "first-rotation"])
+def test_a_new_job_id_key_never_takes_the_current_or_previous_keys_key_id(
+        monkeypatch: pytest.MonkeyPatch, previous_age_days: float | None) -> None:
+    """Session 36: a rotation drew the current key's key id one time in 32 (one character of 32).
+    The draws here give the current key's key id, then the previous key's, then a free one."""
+    app = load_app()
+    current, previous = "k" * 64, "p" * 64  # FakeSecrets' previous key is "p" * 64
+    held = [current] if previous_age_days is None else [current, previous]
+    assert len({app.key_id(k) for k in held}) == len(held)
+    taken = {app.key_id(k) for k in held}
+    free = next(k for n in range(10_000) if app.key_id(k := f"f{n:063d}") not in taken)
+    draws = iter("".join([*(_keys_with_id(app, app.key_id(k), "c") for k in held), free]))
+    fake_secrets = types.ModuleType("secrets")
+    fake_secrets.choice = lambda alphabet: next(draws)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "secrets", fake_secrets)
+    ages = {} if previous_age_days is None else {"previous_age_days": previous_age_days}
+    sm, _ = rotate(monkeypatch, current, **ages)
+    assert sm.values["v2"] == free and sm.stages["v2"] == ["AWSCURRENT"]

@@ -46,10 +46,13 @@ def test_scripts_take_every_key_through_keys(name: str) -> None:
     code = "\n".join(line for line in source(name).splitlines() if not line.lstrip().startswith("--"))
     assert "sluice:" not in code
     assert "{" not in re.sub(r"\{[^{}]*\}", "", code.replace("{{", ""))  # only Lua table braces
-    for call in re.findall(r"redis\.call\('(\w+)', ([^,)]+)", code):
-        command, first = call
+    for call in re.findall(r"redis\.call\('(\w+)', ([^,)]+)(?:, ([^,)]+))?", code):
+        command, first, second = call
         if command in ("TIME",):
             continue
+        if command == "MEMORY":  # MEMORY USAGE <key>: the key comes second
+            assert first == "'USAGE'", f"{name}: MEMORY {first}"
+            first = second
         assert not first.startswith(("'", '"')), f"{name}: {command} on a literal key {first}"
 
 

@@ -106,6 +106,25 @@ def key_id(key: bytes) -> str:
     return CROCKFORD[hashlib.sha256(b"sluice job id key id\x00" + key).digest()[0] & 31]
 
 
+MAX_KEY_DRAWS: Final = 64  # a draw misses both held key ids 30 times in 32: 64 misses is ~1e-77
+
+
+def fresh_key(held: Iterable[bytes], draw: Callable[[], bytes]) -> bytes:
+    """A new job id key from ``draw`` whose key id no ``held`` key has (the current and previous keys).
+
+    A rotation's new key shares the current key's key id one time in 32 (one character of 32):
+    ids of both keys then name the same key id, and a container that cached the keys before the
+    rotation finds the id's key id known and its MAC wrong (``Verifier`` re-reads on any failed
+    verify since session 35, but at a cost). So draw again until the key id is free.
+    RuntimeError after ``MAX_KEY_DRAWS`` draws (only a broken ``draw``)."""
+    taken = {key_id(k) for k in held}
+    for _ in range(MAX_KEY_DRAWS):
+        key = check_key(draw())
+        if key_id(key) not in taken:
+            return key
+    raise RuntimeError(f"no job id key with a key id other than {sorted(taken)} in {MAX_KEY_DRAWS} draws")
+
+
 def check_key(key: bytes) -> bytes:
     if not isinstance(key, bytes) or len(key) < MIN_KEY_BYTES:
         raise ValueError(f"the job id key must be at least {MIN_KEY_BYTES} bytes")

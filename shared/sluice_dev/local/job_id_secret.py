@@ -8,10 +8,12 @@ rotation (``sluice.entry.root.job_id_keys``), named by ``SLUICE_JOB_ID_SECRET_AR
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from typing import Any
 
 from sluice.core.config import Settings
+from sluice.core.ids import fresh_key
 
 SECRET_NAME = "sluice/local/job-id"
 
@@ -31,10 +33,20 @@ def key_in_secrets_manager(s: Settings) -> Settings:
 
 def rotate(s: Settings) -> bytes:
     """Rotate the key as Secrets Manager's rotation does: a new AWSCURRENT version, the old one
-    AWSPREVIOUS. Returns the new key."""
+    AWSPREVIOUS, the new key's key id neither of theirs (``ids.fresh_key``). Returns the new key."""
     if not s.job_id_secret_arn:
         raise ValueError("the job id key is not in Secrets Manager (DevOptions.job_id_key_secret)")
-    key = secrets.token_urlsafe(32)
-    _client(s).put_secret_value(SecretId=s.job_id_secret_arn, SecretString=key,
-                                VersionStages=["AWSCURRENT"])
-    return key.encode("utf-8")
+    client = _client(s)
+    key = fresh_key(_held(client, s.job_id_secret_arn), lambda: secrets.token_urlsafe(32).encode("utf-8"))
+    client.put_secret_value(SecretId=s.job_id_secret_arn, SecretString=key.decode("utf-8"),
+                            VersionStages=["AWSCURRENT"])
+    return key
+
+
+def _held(client: Any, arn: str) -> list[bytes]:
+    """The keys that verify now: AWSCURRENT and, after a first rotation, AWSPREVIOUS."""
+    held = []
+    for stage in ("AWSCURRENT", "AWSPREVIOUS"):
+        with contextlib.suppress(client.exceptions.ResourceNotFoundException):
+            held.append(client.get_secret_value(SecretId=arn, VersionStage=stage)["SecretString"].encode())
+    return held

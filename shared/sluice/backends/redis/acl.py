@@ -48,7 +48,8 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 
 # The commands each script calls: its own body's, and those of the _lib.lua helpers it calls
 # (directly or through other helpers). tests/unit/test_redis_acl.py derives the same sets from
-# the Lua sources and fails on any difference, so a new redis.call cannot go unlisted.
+# the Lua sources and fails on any difference, so a new redis.call cannot go unlisted. A command
+# with subcommands is granted the one a script calls (``memory|usage``: not MEMORY PURGE or DOCTOR).
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
     "ack.lua": "decrby del exists hdel hexists hincrby hmget hsetnx rpush time zadd zcard zrem "
                "zremrangebyrank",
@@ -70,14 +71,14 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
                 "time zadd zcard zrangebyscore zremrangebyrank",
     "rebase.lua": "hmget hset",
-    "sample.lua": "del hgetall lindex ltrim pexpire rpush time",
+    "sample.lua": "del hgetall hlen lindex ltrim memory|usage pexpire rpush time",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
     "registry_load.lua": "sadd set",
     "release.lua": "decrby del exists get hdel hexists hget hincrby hmget hsetnx incrby rpush set time zadd "
                    "zcard zrem",
     "settled.lua": "decrby del hget zrem zscore",
-    "stats.lua": "get hget hgetall hmget time zcard zcount zrangebyscore",
+    "stats.lua": "get hget hgetall hlen hmget hstrlen memory|usage time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
     "timeline.lua": "lpop pexpire rpush",
     "trim.lua": "decrby del hget time zcard zrange zrem zscore",
@@ -86,8 +87,9 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
 # Every connection: the health check, scripts (EVALSHA), and what redis-py's cluster client reads
 # at start (the slot map, COMMAND for key positions).
 _CONNECTION = ("ping", "evalsha", "command", "cluster|slots", "cluster|shards")
-# A role that loads its own scripts after a NOSCRIPT: Sluice's, never a worker's (module doc).
-_LOADS_SCRIPTS = "script|load"
+# A role that loads its own scripts after a NOSCRIPT: Sluice's, never a worker's (module doc); the
+# internal function (the gateway's user) asks which are cached first (scripts.RedisScriptLoader).
+_LOADS_SCRIPTS = ("script|load", "script|exists")
 
 # Never granted to any role, whatever a future edit adds (tests/unit/test_redis_acl.py).
 FORBIDDEN = frozenset({"flushall", "flushdb", "keys", "scan", "config", "acl", "debug", "monitor",
@@ -113,7 +115,7 @@ class Role:
     def all_commands(self) -> list[str]:
         out = set(_CONNECTION) | set(self.commands)
         if self.loads_scripts:
-            out.add(_LOADS_SCRIPTS)
+            out.update(_LOADS_SCRIPTS)
         for script in self.scripts:
             out |= SCRIPT_COMMANDS[script]
         return sorted(out)

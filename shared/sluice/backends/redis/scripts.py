@@ -93,19 +93,38 @@ def worker_allow_list() -> dict[str, str]:
 
 class RedisScriptLoader:
     """``ScriptLoader`` by SCRIPT LOAD on ``client`` (a Sluice function's user; on a cluster,
-    redis-py sends it to every primary)."""
+    redis-py sends it to every primary) of the texts not in the cache already.
+
+    One SCRIPT EXISTS of every text's SHA-1 first (on a cluster every primary's, a script missing on
+    one counts as missing): the internal function's ``load_scripts`` is a call any team's worker may
+    repeat in a loop with the shipped texts (session 36), and SCRIPT LOAD has Redis hash each whole
+    text again (about 70 KB for the seven, each call) where SCRIPT EXISTS reads seven SHA-1s. A user
+    whose ACL lacks ``script|exists`` (one whose template change has not reached ElastiCache yet)
+    loads every text, as before."""
 
     def __init__(self, client: redis.Redis[Any]) -> None:
         self.client = client
 
     def load(self, texts: Mapping[str, str]) -> None:
-        for name, text in texts.items():
+        for name, text in self.missing(texts).items():
             try:
                 got = _word(self.client.execute_command("SCRIPT", "LOAD", text))
             except REDIS_ERRORS as exc:
                 raise translate(exc) from exc
             if got != sha1(text):  # never expected: Redis names a script by its SHA-1
                 raise SluiceError(f"redis loaded {name} as {got}, not {sha1(text)}")
+
+    def missing(self, texts: Mapping[str, str]) -> dict[str, str]:
+        """The texts (by name) not in Redis's script cache."""
+        if not texts:
+            return {}
+        try:
+            found = self.client.execute_command("SCRIPT", "EXISTS", *(sha1(t) for t in texts.values()))
+        except redis.exceptions.NoPermissionError:
+            return dict(texts)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        return {name: text for (name, text), there in zip(texts.items(), found, strict=True) if not there}
 
 
 def _word(value: Any) -> str:

@@ -16,10 +16,44 @@
 --   The oldest ready job is the earliest-enqueued of the heads of the ten priority
 --   bands (within a band jobs are FIFO, reclaimed ones first), so this costs at most ten lookups.
 --   It looks at ungrouped jobs only (a grouped job's age is not in it: a stub, docs/engine.md).
+--   The config hash is read whole while it is no bigger than config.lua and lease.lua leave it
+--   (CONFIG_FIELDS fields, CONFIG_BYTES bytes). A team's own Redis user may HSET it by hand
+--   (session 36): a stuffed one (100,000 fields cost 145 ms a call, with Redis blocked, at every
+--   gateway's and relay's stats of the queue) gives only the fields a script writes, each within
+--   its size (KNOWN), one HSTRLEN and one HGET each.
 
 --@include _lib.lua
 
 local prefix, ready = KEYS[1], KEYS[2]
+local CONFIG_FIELDS, CONFIG_BYTES = 32, 65536
+-- config.lua's fields (and lease.lua's policy_attempts), each with the longest value they write.
+local KNOWN = {{'max_in_flight', 32}, {'burst', 32}, {'high_watermark', 32}, {'low_watermark', 32},
+               {'max_delayed', 32}, {'max_dead', 32}, {'max_in_flight_per_group', 32}, {'max_bytes', 32},
+               {'rate_per_s', 32}, {'paused', 32}, {'sensitive', 40000}, {POLICY_FIELD, 32}}
+
+-- HLEN, MEMORY USAGE and HSTRLEN by pcall: a Redis user whose access string predates them (the
+-- template's change not yet applied by ElastiCache while the new layer runs) reads the hash whole,
+-- as before.
+local function config_of(key)
+  local n = redis.pcall('HLEN', key)
+  if type(n) ~= 'number' then return redis.call('HGETALL', key) end
+  if n == 0 then return {} end
+  if n <= CONFIG_FIELDS then
+    local bytes = redis.pcall('MEMORY', 'USAGE', key, 'SAMPLES', '0')
+    if type(bytes) ~= 'number' or bytes <= CONFIG_BYTES then return redis.call('HGETALL', key) end
+  end
+  local out = {}
+  for _, f in ipairs(KNOWN) do
+    local len = redis.pcall('HSTRLEN', key, f[1])
+    if type(len) ~= 'number' then return redis.call('HGETALL', key) end
+    if len > 0 and len <= f[2] then
+      out[#out + 1] = f[1]
+      out[#out + 1] = redis.call('HGET', key, f[1])
+    end
+  end
+  return out
+end
+
 local now = now_ms()
 local oldest = nil
 -- The jobs in ready took their seqs less than FRONT steps before the counter's value now
@@ -40,7 +74,7 @@ local age = -1
 if oldest then age = math.max(0, now - oldest) end
 local grouped = tonumber(redis.call('HGET', KEYS[11], '#ready')) or 0
 return {redis.call('ZCARD', ready) + math.max(grouped, 0), redis.call('ZCARD', KEYS[3]),
-        redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), age, now, redis.call('HGETALL', KEYS[6]),
+        redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), age, now, config_of(KEYS[6]),
         redis.call('ZCOUNT', KEYS[7], now + 1, '+inf'),
         redis.call('HMGET', KEYS[9], 'succeeded', 'dead', 'cancelled'),
         tonumber(redis.call('GET', KEYS[10])) or 0}
