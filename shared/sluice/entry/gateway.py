@@ -17,8 +17,10 @@ its caller; refusing the other shapes too means a caller it admits cannot reach 
 play all four functions with one object.
 
 Cold start (docs/deploy.md): the HTTP surface (the gateway's router, its routes and their models) is
-built at init only by a function that serves proxy events; the internal and firings functions never
-import it (an event of a proxy's shape, which they refuse, imports it then).
+built at init only by the function that serves the public API, whose first request is an enqueue; the
+operator function builds it on its first request (an operator's call: the admin routes' modules, the
+jobs listing and the depth history, come with it), and the internal and firings functions never import
+it (an event of a proxy's shape, which they refuse, imports it then).
 """
 
 from __future__ import annotations
@@ -98,8 +100,8 @@ class Gateway:
         self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
         self._max_payload_bytes, self._routes = max_payload_bytes, routes
         self._http: HttpGateway | None = None
-        if serves & PROXIED:
-            _ = self.http  # built at init: the first request's routes (cold start, module doc)
+        if "api" in serves:
+            _ = self.http  # built at init: the first enqueue's routes (cold start, module doc)
 
     @property
     def http(self) -> HttpGateway:
