@@ -30,10 +30,12 @@ Lambda lays them out, configured from the template as ``sluice dev`` does, and t
 - ``cpu_import_ratio_spread``, ``cpu_total_ratio_spread``: the lowest and highest per-round ratio;
   ``cpu_first_call_ratio``: the first call alone against the yardstick.
 
-The functions without a first call here (``FIRST_CALLS``: the operator, internal, firings, events
-and countdown functions, whose first unit of work needs a caller this bench does not play) are
-timed at import only (``first_call_ms`` null). ``--profile FUNCTION`` (a logical id) adds one round
-under cProfile and logs the first call's heaviest entries, cumulative CPU: what dominates it.
+The operator's first call is an operator's ``GET /v1/admin/queues`` (every queue's stats from Redis;
+its HTTP surface is built on it since session 36). The functions without a first call here
+(``FIRST_CALLS``: the internal, firings, events and countdown functions, whose first unit of work needs a
+caller this bench does not play) are timed at import only (``first_call_ms`` null). ``--profile
+FUNCTION`` (a logical id) adds one round under cProfile and logs the first call's heaviest entries,
+cumulative CPU: what dominates it.
 
 Each figure is the median of ROUNDS fresh processes, each run right after a yardstick run; the
 ratios are medians of the per-round ratios (this machine's load comes and goes). The targets
@@ -73,6 +75,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import emit, log
 from infra import artifacts
+from sluice_dev.local.api_server import LOCAL_OPERATOR as OPERATOR
 
 ROUNDS = 5
 FUNCTIONS = ("GatewayFunction", "OperatorFunction", "InternalFunction", "FiringsFunction", "RelayFunction",
@@ -148,11 +151,23 @@ RELAY_WINDOW_MS = 20_000  # the relay's time before its stop_before: room for it
 # 10 s too, once, with five helpers building: the relay had not taken its partitions)
 
 
+def _operator_event() -> dict[str, Any]:
+    """An operator's ``GET /v1/admin/queues`` (every queue's stats, from Redis), signed by ``sluice dev``'s
+    operator (``OPERATOR``, on the function's allow-list here)."""
+    event = json.loads((EVENTS / "apigw_get_queue.json").read_text())
+    context = event["requestContext"]
+    event.update(path="/v1/admin/queues", resource="/v1/admin/queues", pathParameters=None)
+    event["requestContext"] = {**context, "path": "/live/v1/admin/queues", "resourcePath": "/v1/admin/queues",
+                               "identity": {**context["identity"], "userArn": OPERATOR}}
+    return event  # type: ignore[no-any-return]
+
+
 def _events() -> dict[str, tuple[dict[str, Any], int, str]]:
     """Per function with a first call (``FIRST_CALLS``): its event, the invocation's remaining time
     (the relay's: beyond its own stop_before), and where its first call ends."""
     return {
         "GatewayFunction": (json.loads((EVENTS / "apigw_enqueue.json").read_text()), 29_000, "return"),
+        "OperatorFunction": (_operator_event(), 29_000, "return"),
         "RelayFunction": (json.loads((EVENTS / "scheduled_relay.json").read_text()),
                           RELAY_WINDOW_MS, "first-push"),
         "WorkerFunction": ({"queues": ["echo"], "batch": 10, "source": "relay"}, 300_000, "return"),
@@ -199,7 +214,7 @@ def _fresh(event: dict[str, Any], traceparent: str | None = None) -> dict[str, A
     return {**event, "headers": {**headers, **extra}, "multiValueHeaders": multi}
 
 
-FIRST_CALLS = ("GatewayFunction", "RelayFunction", "WorkerFunction")
+FIRST_CALLS = ("GatewayFunction", "OperatorFunction", "RelayFunction", "WorkerFunction")
 
 
 def _figures(runs: list[dict[str, Any]], yardstick: list[list[float]]) -> dict[str, Any]:
@@ -336,6 +351,8 @@ def measure(build: Path, state: Path, yardstick_layer: Path | None = None, *, ro
             event, timeout_ms, until = calls.get(logical_id, ({}, 0, "none"))
             fn_env = _env_of(dev, functions, logical_id)
             env = {**env_base, **fn_env}
+            if logical_id == "OperatorFunction":  # the first call's caller, on its allow-list
+                env["SLUICE_OPERATOR_PRINCIPALS"] = OPERATOR
             if until == "first-push":
                 timeout_ms += settings_of(fn_env).relay_stop_before_ms
             handler = dev.deploy.functions[logical_id].handler

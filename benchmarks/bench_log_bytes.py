@@ -3,8 +3,8 @@
 Prints one JSON object:
   {"bench": "log_bytes", "jobs", "rounds", "batch",
    "before": {"log_bytes_per_job", "log_lines_per_job", "emf_bytes_per_job", "lines"},
-   "after": {...}, "gateway_emf_bytes_per_invocation", "platform_bytes_per_invocation",
-   "saved_bytes_per_job", "usd_per_million_saved", "spread"}
+   "after": {...}, "gateway_bytes_per_invocation": {"before": {"202", "503"}, "after": {...}},
+   "platform_bytes_per_invocation", "saved_bytes_per_job", "usd_per_million_saved", "spread"}
 
 The worker's real path in this process (``sluice.Worker`` bound to the real ``RedisQueue`` and
 ``DynamoJobStore``, on a redis-server and the moto server started here): jobs with ids a gateway
@@ -18,9 +18,11 @@ Lambda (``_X_AMZN_TRACE_ID`` set, as Lambda sets it on every invocation, so each
 ``before`` logs as the worker did before issue 33 ("job started" at INFO, then "job succeeded"),
 ``after`` as it does now ("job started" at DEBUG, "job succeeded" with ``duration_ms``; "job running"
 only for a handler still running at its first renewal, which a no-op never is), alternating in one
-run, ``ROUNDS`` times each; the figures are medians. Per invocation, beside the worker's: the gateway
-handler's EMF line (measured: Powertools writing what the handler writes) and Lambda's platform lines
-(START, END, REPORT; formatted, not measured), which the cost model adds per invocation (docs/cost.md,
+run, ``ROUNDS`` times each; the figures are medians. Per invocation, beside the worker's: what the
+gateway handler writes for an answer of 202 and of 503, before issue 33's cut of its count of 2xx answers
+and after (measured: Powertools writing what the handler writes), and Lambda's platform lines (START, END,
+REPORT in the text format; formatted, not measured), which the cost model adds per worker invocation; the
+gateway, at system level WARN in the JSON format, gets none for an invocation that succeeds (docs/cost.md,
 "CloudWatch Logs").
 """
 
@@ -133,22 +135,48 @@ def one_round(engine: Any, store: Any, app: Any, logger: Any, old: bool) -> dict
             "emf_bytes_per_job": emf.bytes / JOBS, "lines": dict(sorted(logs.messages.items()))}
 
 
-def gateway_emf_bytes() -> int:
-    """The gateway handler's EMF line, one an invocation (``sluice.entry.gateway``: ``Metrics(namespace=
-    "Sluice")``, ``@log_metrics``, a ``Gateway2xx`` count), written by Powertools as the handler does."""
+class Context:
+    """What Powertools' ``inject_lambda_context`` reads of Lambda's context."""
+
+    function_name, memory_limit_in_mb, aws_request_id = "sluice-bench-gateway", 512, str(uuid.uuid4())
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:sluice-bench-gateway"
+
+
+def gateway_bytes() -> dict[str, dict[str, int]]:
+    """What the gateway handler writes for one invocation answered 202, and one answered 503, by Powertools
+    as in Lambda: ``before`` issue 33's cut (``@log_metrics``, a ``<Function><n>xx`` count for every answer,
+    as the handler was), ``after`` (``sluice.entry.gateway.instrumented``, the handler itself, around a
+    gateway that answers the status)."""
     from aws_lambda_powertools import Metrics
     from aws_lambda_powertools.metrics import MetricUnit
 
-    metrics, out = Metrics(namespace="Sluice"), Counting()
+    from sluice.entry.gateway import instrumented
 
-    @metrics.log_metrics
-    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        metrics.add_metric(name="Gateway2xx", unit=MetricUnit.Count, value=1)
-        return {"statusCode": 202}
+    def before(status: int) -> Any:
+        metrics = Metrics(namespace="Sluice")
 
-    with contextlib.redirect_stdout(out):
-        handler({}, None)
-    return out.bytes
+        @metrics.log_metrics
+        def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            metrics.add_metric(name=f"Gateway{status // 100}xx", unit=MetricUnit.Count, value=1)
+            return {"statusCode": status}
+
+        return handler
+
+    def after(status: int) -> Any:
+        return instrumented(lambda event, context: {"statusCode": status}, "api")
+
+    # template.yaml's: Powertools adds it to the metric's dimensions, so the line grows by its name
+    os.environ["POWERTOOLS_SERVICE_NAME"] = "sluice-gateway"
+    out: dict[str, dict[str, int]] = {}
+    for name, build in (("before", before), ("after", after)):
+        for status in (202, 503):
+            written = Counting()
+            with contextlib.redirect_stdout(written):  # the handler's logger writes here too
+                handler = build(status)
+                written.reset()
+                handler({}, Context())
+            out.setdefault(name, {})[str(status)] = written.bytes
+    return out
 
 
 def platform_bytes() -> int:
@@ -203,7 +231,7 @@ def main() -> None:
     before, after = summary("before"), summary("after")
     saved = before["log_bytes_per_job"] - after["log_bytes_per_job"]
     emit("log_bytes", jobs=JOBS, rounds=ROUNDS, batch=BATCH, before=before, after=after,
-         gateway_emf_bytes_per_invocation=gateway_emf_bytes(), platform_bytes_per_invocation=platform_bytes(),
+         gateway_bytes_per_invocation=gateway_bytes(), platform_bytes_per_invocation=platform_bytes(),
          saved_bytes_per_job=round(saved, 1),
          usd_per_million_saved=round(saved * 1e6 / 1e9 * LOGS_USD_PER_GB, 3),
          spread={name: [min(r["log_bytes_per_job"] for r in rows), max(r["log_bytes_per_job"] for r in rows)]

@@ -33,11 +33,15 @@ HTTP = NO_RESOLVER | {"sluice.gateway.http.app", "sluice.gateway.http.admin", "s
 # Children and continuations (their models and use cases): by the internal function's first call only;
 # the gateway and operator functions refuse its events, and a continuation's GET loads them then.
 FAMILIES = frozenset({"sluice.core.families", "sluice.gateway.families"})
+# The operator routes' use cases and models (the jobs listing, the depth history): with the operator
+# function's first request, which builds the HTTP surface (issue 30, item 3; sluice.core.ports names them
+# for annotations only).
+ADMIN = frozenset({"sluice.gateway.admin", "sluice.core.listing", "sluice.core.depth"})
 EXPECTED: dict[str, frozenset[str]] = {
     "gateway": NEVER_AT_IMPORT | NO_RESOLVER | FAMILIES,
-    "operator": NEVER_AT_IMPORT | NO_RESOLVER | FAMILIES,
-    "internal": NEVER_AT_IMPORT | HTTP,
-    "firings": NEVER_AT_IMPORT | HTTP,
+    "operator": NEVER_AT_IMPORT | HTTP | FAMILIES | ADMIN,
+    "internal": NEVER_AT_IMPORT | HTTP | ADMIN,
+    "firings": NEVER_AT_IMPORT | HTTP | ADMIN,
     "relay": NEVER_AT_IMPORT | HTTP,
     # asyncio: by the first async handler's job (sluice.worker.runtime.aio), 25+ ms of a cold start
     "worker": (NEVER_AT_IMPORT - {"sluice.worker.runtime.execute"}) | HTTP | {"asyncio"},

@@ -39,11 +39,11 @@ def test_the_month_line_by_line_next_to_sqs() -> None:
     assert rows["MSK Serverless cluster"] == ["547.50", "5.48"]
     assert rows["DynamoDB writes"] == ["250.00", "2.50"]  # 4 WRU (5 before issue 33)
     assert rows["Handler run time"] == ["266.67", "2.67"]
-    # 684.30 fixed + 807.44 variable + 266.67 of handler
-    assert rows["total"] == ["1,758.41", "17.58"]
+    # 684.30 fixed + 785.79 variable (807.44 before the gateway's log lines went) + 266.67 of handler
+    assert rows["total"] == ["1,736.76", "17.37"]
     their = {line[2:46].strip(): line[46:].split() for line in sqs.splitlines() if line.startswith("  ")}
     assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["932.74", "9.33"]
-    assert "Sluice costs 1.89× SQS + Lambda for this work" in out  # 1,758.41 / 932.74
+    assert "Sluice costs 1.86× SQS + Lambda for this work" in out  # 1,736.76 / 932.74
 
 
 def test_json_carries_every_line_with_its_arithmetic() -> None:

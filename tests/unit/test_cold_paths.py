@@ -97,8 +97,9 @@ def test_a_function_serving_no_proxy_events_builds_no_rest_surface() -> None:
         assert gateway._http is None
         refused = gateway({"httpMethod": "GET", "path": "/v1/jobs/x", "requestContext": {}}, None)
         assert refused["statusCode"] == 403 and "WRONG_FUNCTION" in refused["body"]
-    for served in ({"api"}, {"operator"}):
-        assert Gateway(no_api, serves=frozenset(served))._http is not None  # type: ignore[arg-type]
+    assert Gateway(no_api, serves=frozenset({"api"}))._http is not None  # type: ignore[arg-type]
+    # the operator's on its first request (session 36: tests/unit/test_gateway_split.py)
+    assert Gateway(no_api, serves=frozenset({"operator"}))._http is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", ["internal", "firing"])

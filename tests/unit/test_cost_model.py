@@ -14,7 +14,7 @@ import pytest
 
 from sluice.core.errors import ConfigError, InvalidInput
 from sluice_dev.cost import prices as price_book
-from sluice_dev.cost.model import Bill, Workload, estimate, self_hosted
+from sluice_dev.cost.model import GATEWAY_LOG_KB_BEFORE, Bill, JobShape, Workload, estimate, self_hosted
 from sluice_dev.cost.profiles import PROFILES, STANDARD, profile
 
 BOOK = price_book.load()
@@ -56,15 +56,16 @@ def test_the_variable_lines_per_million_jobs() -> None:
         "MSK storage": 0.07,  # 1.5 GB × 14/30 × 0.10: the 14-day retention, not 7
         "Worker Lambda compute": 0.200001,
         "Worker Lambda requests": 0.02,
-        # 0.503 KB (the worker's line and EMF) + 0.168 (the gateway's EMF) + 0.265 × 1.1 (Lambda's lines, a
-        # gateway and a tenth of a worker invocation) = 0.9625 KB × 10⁶ = 0.9625 GB × $0.50
-        "CloudWatch Logs": 0.48125,
+        # 0.503 KB (the worker's line and EMF) + 0.265 × 0.1 (Lambda's lines, a tenth of a worker invocation)
+        # + 0 (the gateway's for a 2xx answer; 0.168 EMF + 0.265 Lambda's lines before issue 33: 0.48125)
+        # = 0.5295 KB × 10⁶ = 0.5295 GB × $0.50
+        "CloudWatch Logs": 0.26475,
         "API access logs": 0.35,
         "DynamoDB storage": 0.0758333,  # a 0.65 KB item: 0.65 GB × 14/30 × 0.25 (1.5 KB before issue 33)
         "DynamoDB PITR": 0.0606667,  # 0.65 GB × 14/30 × 0.20
     }
     assert {line.name: line.monthly for line in sluice.lines if not line.fixed} == pytest.approx(expected)
-    assert sluice.variable == pytest.approx(8.074419)  # 8.896669 before issue 33
+    assert sluice.variable == pytest.approx(7.857919)  # 8.896669 before issue 33, 8.074419 before its logs
 
 
 def test_api_gateway_is_billed_through_its_monthly_tiers() -> None:
@@ -87,23 +88,28 @@ def test_sqs_and_lambda_for_the_same_work() -> None:
 
 def test_the_logs_line_counts_each_sides_lines() -> None:
     """The same worker line and EMF a job on both sides (0.503 KB, measured), Lambda's START/END/REPORT
-    (0.265 KB) per invocation: SQS + Lambda's worker a tenth of one a job; Sluice's also its gateway's, one a
-    job, with the gateway's EMF line (0.168 KB)."""
+    (0.265 KB) per worker invocation, a tenth of one a job. Sluice's gateway, one invocation a job, writes
+    nothing for a 2xx answer since issue 33 (JSON format at system level WARN, no count of 2xx answers);
+    before, Lambda's three lines and its EMF line (0.204 KB with the service dimension; 0.168 without)."""
     sluice, sqs = month(1e6)
     assert sqs.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.0265) * 0.50)  # 0.26475
-    assert sluice.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.168 + 0.2915) * 0.50)  # 0.48125
+    assert sluice.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.0265) * 0.50)  # the same
     wide = estimate(Workload(1e6), replace(STANDARD, worker_batch=20), BOOK).sluice
-    assert wide.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.168 + 0.265 * 1.05) * 0.50)
+    assert wide.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.265 * 0.05) * 0.50)
+    logged = estimate(Workload(1e6, shape=JobShape(gateway_log_kb=GATEWAY_LOG_KB_BEFORE)), STANDARD, BOOK)
+    # the worker's, a tenth of Lambda's lines, and the gateway's 0.265 KB of them and its 0.204 KB EMF line
+    assert logged.sluice.line("CloudWatch Logs").monthly == pytest.approx((0.503 + 0.0265 + 0.469) * 0.50)
+    assert logged.sqs.line("CloudWatch Logs").monthly == pytest.approx(0.26475)  # SQS's own, unchanged
 
 
 def test_the_ratio_at_100_million_jobs() -> None:
     e = estimate(Workload(100e6), STANDARD, BOOK)
     # the fixed 684.30156585 (issue 33: 749.92564556 less 3 endpoints × 3 AZs × $0.01 × 730 = 65.70, plus
     # the team map function's 0.07592029)
-    assert e.sluice.monthly == pytest.approx(684.30156585 + 807.4419)
+    assert e.sluice.monthly == pytest.approx(684.30156585 + 785.7919)  # 807.4419 before the gateway's logs
     assert e.sqs.monthly == pytest.approx(0.2628 + 665.8084)
-    assert e.ratio == pytest.approx(1491.74346585 / 666.0712)
-    assert e.sluice.per_million == pytest.approx(14.9174346585)
+    assert e.ratio == pytest.approx(1470.09346585 / 666.0712)
+    assert e.sluice.per_million == pytest.approx(14.7009346585)
 
 
 def test_handler_seconds_cost_the_same_on_both_sides() -> None:
@@ -299,12 +305,14 @@ def test_the_small_profiles_targets_as_the_model_computes_them() -> None:
     assert sqs.monthly == pytest.approx(416.0712, abs=1e-3)
     # Sluice: 145.2256 idle + 100 (HTTP API) + 26.6668 + 20 (gateway Lambda) + 250 (2 WRU × 10⁸ × $1.25/M,
     # no queued write since item 4) + 12.5 (reads) + 3 (cross-AZ) + 12 (storage above the floor)
-    # + 20.0001 + 2 (worker) + 48.125 + 35 (logs: 0.9625 KB a job; access) + 7.5833 + 6.0667 (0.65 KB items,
-    # PITR) = 688.1675
-    assert sluice.monthly == pytest.approx(688.1675, abs=1e-3)
-    assert sluice.monthly / sqs.monthly == pytest.approx(1.6540, abs=1e-3)
+    # + 20.0001 + 2 (worker) + 26.475 + 35 (logs: 0.5295 KB a job, 0.9625 before the gateway's went; access)
+    # + 7.5833 + 6.0667 (0.65 KB items, PITR) = 666.5175 (688.1675 with the gateway's logs)
+    assert sluice.monthly == pytest.approx(666.5175, abs=1e-3)
+    assert sluice.monthly / sqs.monthly == pytest.approx(1.6019, abs=1e-3)  # 1.6540 with them
     big, big_sqs = small(1e9)
-    assert big.monthly / big_sqs.monthly == pytest.approx(1.3508, abs=1e-3)
+    # 5,522.6446 with the gateway's logs (1.3508×), less 0.433 KB × 10⁹ = 433 GB × $0.50 = 216.50
+    assert big.monthly == pytest.approx(5306.1446, abs=1e-3)
+    assert big.monthly / big_sqs.monthly == pytest.approx(1.2979, abs=1e-3)
 
 
 def test_the_large_profile() -> None:

@@ -21,7 +21,7 @@ from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
 from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
 from tests.loading import module_from_file
-from tests.unit.test_gateway_fakes import EVENTS, LambdaContext, gateway_queue
+from tests.unit.test_gateway_fakes import EVENTS, LambdaContext, gateway_queue, unavailable
 
 APP = Path(__file__).parents[2] / "functions" / "gateway" / "app.py"
 SECRET = "handler-test-secret-0123456789"
@@ -72,6 +72,10 @@ def event(name: str) -> dict[str, Any]:
     return json.loads((EVENTS / name).read_text())  # type: ignore[no-any-return]
 
 
+def emf_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+
+
 def call(app: ModuleType, ev: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
     response = app.handler(ev, LambdaContext())
     headers = {k.lower(): v[-1] for k, v in (response.get("multiValueHeaders") or {}).items()}
@@ -83,7 +87,7 @@ def test_cold_start_builds_no_adapter(app: ModuleType, fakes: Fakes) -> None:
     assert fakes.builds == 0
 
 
-def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recorded_enqueue_event(capsys: pytest.CaptureFixture[str], app: ModuleType, fakes: Fakes) -> None:
     code, headers, body = call(app, event("apigw_enqueue.json"))
     assert code == 202 and headers["location"] == f"/v1/jobs/{body['job_id']}"
     [spec] = fakes.log.records
@@ -91,8 +95,7 @@ def test_recorded_enqueue_event(app: ModuleType, fakes: Fakes, capsys: pytest.Ca
         "emails", {"to": "ada@example.com", "template": "welcome"}, 5, 60_000)
     caller = "arn:aws:sts::123456789012:assumed-role/web-servers/web-1"
     assert spec.idempotency_key == f"{caller}|order-1234-welcome-email"
-    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
-    assert emf and emf[-1]["Gateway2xx"] == [1.0]
+    assert emf_lines(capsys) == []  # a 2xx answer is counted by API Gateway and Lambda, not by a line
     code, _, again = call(app, event("apigw_enqueue.json"))
     assert (code, again) == (200, body)
     # log, idempotency and the Redis queue: once per container. The queue is built on the first
@@ -156,12 +159,30 @@ def test_recorded_base64_event(app: ModuleType, fakes: Fakes) -> None:
     assert code == 202 and fakes.log.records[0].payload["image"] == "s3://photos/é.jpg"
 
 
-def test_settings_reach_the_gateway(app: ModuleType, fakes: Fakes) -> None:
+def test_settings_reach_the_gateway(capsys: pytest.CaptureFixture[str], app: ModuleType,
+                                    fakes: Fakes) -> None:
     ev = event("apigw_enqueue.json")
     ev["body"] = json.dumps({"payload": "x" * 1000})  # over SLUICE_MAX_PAYLOAD_BYTES=1000 as JSON
     code, _, doc = call(app, ev)
     assert (code, doc["status"]) == (413, 413)
     assert fakes.log.records == []
+    [emf] = emf_lines(capsys)  # an answer that is not 2xx is counted, in the function's own metric
+    assert emf["Gateway4xx"] == [1.0] and emf["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Sluice"
+
+
+def test_only_answers_that_are_not_2xx_write_a_metric_line(capsys: pytest.CaptureFixture[str],
+                                                           app: ModuleType, fakes: Fakes) -> None:
+    """Issue 33: the gateway's per-request EMF count of 2xx answers is gone (168 B a job); 4xx and 5xx
+    answers keep theirs, one line each, with nothing left over for the next request."""
+    assert [call(app, event("apigw_enqueue_batch.json"))[0] for _ in range(3)] == [202, 200, 200]  # replays
+    assert call(app, event("apigw_get_job.json"))[0] == 404
+    fakes.log.fail = unavailable()
+    unkeyed = event("apigw_enqueue.json")
+    unkeyed["headers"] = {k: v for k, v in unkeyed["headers"].items() if k != "Idempotency-Key"}
+    unkeyed["multiValueHeaders"] = {k: [v] for k, v in unkeyed["headers"].items()}
+    assert call(app, unkeyed)[0] == 503
+    counts = [{k: v for k, v in line.items() if k.startswith("Gateway")} for line in emf_lines(capsys)]
+    assert counts == [{"Gateway4xx": [1.0]}, {"Gateway5xx": [1.0]}]
 
 
 def test_recorded_get_cancel_and_queue_events(app: ModuleType, fakes: Fakes) -> None:

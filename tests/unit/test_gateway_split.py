@@ -78,6 +78,28 @@ def test_each_function_refuses_every_other_callers_shape_and_builds_nothing(name
     assert app.gateway.serves == frozenset({OWN[name]})
 
 
+def test_the_operator_function_builds_its_routes_on_its_first_request(fakes: Fakes,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cold start (issue 30, item 3): the operator's init builds no HTTP surface (its router, the admin
+    routes, the jobs listing and the depth history): its first request does, and answers as before. The
+    public function's first request is an enqueue: it keeps its routes built at init."""
+    from sluice.entry import root as wiring
+
+    def no_store(settings: Any = None) -> Any:
+        raise AssertionError("a queue's stats need no jobs table: only a redrive writes it")
+
+    monkeypatch.setenv("SLUICE_OPERATOR_PRINCIPALS", OPERATOR)
+    monkeypatch.setattr(wiring, "store", no_store)
+    wiring.settings.cache_clear()
+    app = load("operator")
+    assert app.gateway._http is None
+    for path in ("/v1/admin/queues", "/v1/admin/queues/emails"):  # no DynamoDB client built for them
+        response = app.handler(proxy("GET", path), LambdaContext())
+        assert response["statusCode"] == 200, response
+    assert app.gateway._http is not None
+    assert load("gateway").gateway._http is not None
+
+
 def test_the_public_function_still_serves_its_own_callers(fakes: Fakes) -> None:
     app = load("gateway")
     response = app.handler(event("apigw_enqueue.json"), LambdaContext())

@@ -6,12 +6,10 @@ Each Protocol is small on purpose: a use-case depends only on the methods it cal
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from sluice.core.bus import EventBus
-from sluice.core.depth import DepthHistory
 from sluice.core.endings import Settled
-from sluice.core.listing import JobPage
 from sluice.core.models import (
     DeadJob,
     Extended,
@@ -23,8 +21,12 @@ from sluice.core.models import (
     SettleEntry,
     WriteOutcome,
 )
-from sluice.core.schedules import Schedule
-from sluice.core.throttle import CallerLimit, Verdict
+
+if TYPE_CHECKING:  # annotations only: a function loads these with the use cases that call them (cold start)
+    from sluice.core.depth import DepthHistory
+    from sluice.core.listing import JobPage
+    from sluice.core.schedules import Schedule
+    from sluice.core.throttle import CallerLimit, Verdict
 
 
 class CallerThrottle(Protocol):

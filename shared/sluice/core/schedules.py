@@ -21,7 +21,6 @@ the relay drops the repeat.
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import hashlib
 import re
@@ -40,7 +39,11 @@ _RATE_RE: Final = re.compile(r"rate\(\s*(\d{1,9})\s+([a-z]+)\s*\)")
 _RATE_UNITS_MS: Final = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 _SUBSECOND_UNITS: Final = {"second", "seconds", "sec", "secs", "s", "millisecond", "milliseconds", "ms"}
 _CRON_RE: Final = re.compile(r"cron\((.*)\)", re.DOTALL)
-_MONTHS: Final = {m.upper(): i for i, m in enumerate(calendar.month_abbr) if m}
+# Scheduler's English names, whatever the locale (calendar's month_abbr follows it; importing calendar also
+# loads locale: a few ms of every cold start that imports schedules).
+_MONTHS: Final = {m: i for i, m in enumerate(
+    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), start=1)}
+_EPOCH: Final = dt.date(1970, 1, 1)
 _DAYS: Final = {"SUN": 1, "MON": 2, "TUE": 3, "WED": 4, "THU": 5, "FRI": 6, "SAT": 7}
 _SEARCH_DAYS: Final = 366 * 5  # a cron with no firing in five years (e.g. Feb 30) is refused
 
@@ -182,7 +185,7 @@ def next_after(expression: Expression, after_ms: int, start_ms: int) -> int | No
         day = dt.date(min(cron.years), 1, 1)
     for _ in range(_SEARCH_DAYS):
         if _day_matches(cron, day):
-            midnight = calendar.timegm(day.timetuple()) * 1000
+            midnight = (day - _EPOCH).days * 86_400_000  # the day's midnight, UTC
             for hour in sorted(cron.hours):
                 for minute in sorted(cron.minutes):
                     at = midnight + (hour * 60 + minute) * 60_000

@@ -17,8 +17,10 @@ its caller; refusing the other shapes too means a caller it admits cannot reach 
 play all four functions with one object.
 
 Cold start (docs/deploy.md): the HTTP surface (the gateway's router, its routes and their models) is
-built at init only by a function that serves proxy events; the internal and firings functions never
-import it (an event of a proxy's shape, which they refuse, imports it then).
+built at init only by the function that serves the public API, whose first request is an enqueue; the
+operator function builds it on its first request (an operator's call: the admin routes' modules, the
+jobs listing and the depth history, come with it), and the internal and firings functions never import
+it (an event of a proxy's shape, which they refuse, imports it then).
 """
 
 from __future__ import annotations
@@ -98,8 +100,8 @@ class Gateway:
         self._schedules = schedules  # None: no schedule routes (404), and a firing answers 500
         self._max_payload_bytes, self._routes = max_payload_bytes, routes
         self._http: HttpGateway | None = None
-        if serves & PROXIED:
-            _ = self.http  # built at init: the first request's routes (cold start, module doc)
+        if "api" in serves:
+            _ = self.http  # built at init: the first enqueue's routes (cold start, module doc)
 
     @property
     def http(self) -> HttpGateway:
@@ -248,27 +250,40 @@ def gateway_from_settings(settings: Settings | None = None, *,
 def lambda_function(settings: Settings | None = None, *,
                     kind: Kind = "api") -> tuple[Gateway, Handler]:
     """The function serving ``kind`` (the public API by default: ``functions/gateway/app.py``): its
-    Gateway and its Lambda handler, with Powertools' logging and metrics (one ``<Function>{2,4,5}xx``
-    count per answer, ``Gateway2xx`` for the public API); called once per container, at init."""
+    Gateway and its Lambda handler (``instrumented``); called once per container, at init."""
+    # Adapters (Kafka producer, clients) built on first use.
+    gateway = gateway_from_settings(settings, serves=frozenset({kind}))
+    return gateway, instrumented(gateway, kind)
+
+
+def instrumented(gateway: Handler, kind: Kind) -> Handler:
+    """``gateway`` as a Lambda handler, with Powertools' logger (a proxy request's correlation id) and one
+    EMF count per answer that is not 2xx (``<Function>4xx``, ``<Function>5xx``; ``Gateway5xx`` for the
+    public API).
+
+    A 2xx answer writes no line (issue 33, docs/cost.md "Log volume"): API Gateway's ``Count`` less its
+    4XX/5XX, and Lambda's ``Invocations`` for the direct callers, count those for nothing, and no alarm or
+    dashboard reads a 2xx count. Its EMF line was 168 B a request, with Lambda's START/END/REPORT
+    (template.yaml's ``GatewaySystemLogLevel`` drops those) $0.22 per million jobs."""
     from aws_lambda_powertools import Logger, Metrics
     from aws_lambda_powertools.logging import correlation_paths
     from aws_lambda_powertools.metrics import MetricUnit
 
     logger = Logger()
     metrics = Metrics(namespace="Sluice")
-    # Adapters (Kafka producer, clients) built on first use.
-    gateway = gateway_from_settings(settings, serves=frozenset({kind}))
     prefix = FUNCTIONS[kind][1]
-    proxied = kind in ("api", "operator")
+    proxied = kind in PROXIED
 
     @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST if proxied else None)
-    @metrics.log_metrics
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         response = gateway(event, context)
-        metrics.add_metric(name=f"{prefix}{response['statusCode'] // 100}xx", unit=MetricUnit.Count, value=1)
+        family = response["statusCode"] // 100
+        if family != 2:
+            metrics.add_metric(name=f"{prefix}{family}xx", unit=MetricUnit.Count, value=1)
+            metrics.flush_metrics()
         return response
 
-    return gateway, handler
+    return handler
 
 
 def _parked_jobs() -> ParkedJobs | None:

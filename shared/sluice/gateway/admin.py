@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from sluice.core import knobs, listing, policy
 from sluice.core.depth import DepthHistory
 from sluice.core.errors import ConfigError, InvalidInput, NoRoute, NotOperator, SluiceError
+from sluice.core.lazy import Lazy, resolve
 from sluice.core.limits import Limits
 from sluice.core.models import (
     DeadJob,
@@ -111,20 +112,27 @@ def authorize(principal: str, operators: Sequence[str]) -> None:
 
 
 class Admin:
-    def __init__(self, queue: JobQueue, store: JobStore, log: JobLog | None, *,
+    def __init__(self, queue: JobQueue, store: JobStore | Lazy[JobStore], log: JobLog | None, *,
                  routes: RouteTable | None = None, refuse_unrouted: bool = True,
                  reseal: Reseal | None = None, limits: Limits | None = None,
                  registry: Listing | None = None,
                  timelines: Callable[[], TimelineLog] | None = None,
                  depths: Callable[[], DepthLog] | None = None,
                  parked: Callable[[], ParkedJobs | None] | None = None) -> None:
-        self.queue, self.store, self.log, self.reseal = queue, store, log, reseal
+        # The jobs table: only a redrive writes it, so the operator function's first call (a queue's
+        # stats, say) builds no DynamoDB client for it (cold start).
+        self._store = store
+        self.queue, self.log, self.reseal = queue, log, reseal
         self.parked = parked  # the parking lot, read for state=parked; None (or it gives None): no lot
         self.timelines = timelines  # a job's timeline (issue 32), built on use; None: this gateway reads none
         self.depths = depths  # a queue's last hour of depths and waits, built on use; None: none read
         self.limits = limits or Limits()  # the deployment's default byte budget, for budget_bytes
         self.registry = registry
         self.routes, self.refuse_unrouted = routes, refuse_unrouted
+
+    @property
+    def store(self) -> JobStore:
+        return resolve(self._store)
 
     def check_queue(self, name: str) -> str:
         """The queue's name, public (400 otherwise) and covered by a route when routes exist (404)."""

@@ -17,8 +17,10 @@ from sluice.core.errors import ConfigError
 from sluice_dev.cost.model import (
     DEFAULT_EGRESS_KB,
     EGRESS_CHOICES,
+    GATEWAY_LOG_KB_BEFORE,
     Bill,
     Estimate,
+    JobShape,
     Line,
     Workload,
     estimate,
@@ -193,7 +195,7 @@ def _difference(e: Estimate) -> str:
     parts = [("the fixed floor", (e.sluice.fixed - e.sqs.fixed) / per)]
     parts += [(what, total(e.sluice, ours) - total(e.sqs, theirs)) for what, ours, theirs in _DIFFERENCE]
     parts.sort(key=lambda p: -p[1])
-    return ", ".join(f"{what} (${money(abs(x))})" for what, x in parts)
+    return ", ".join(f"{what} (${money(abs(x))})" for what, x in parts if money(abs(x)) != "0.00")
 
 
 def sqs() -> str:
@@ -278,8 +280,9 @@ def _why_not(small: Profile) -> str:
     """Why the targets the model says are missed cannot be met without giving something up: the arithmetic."""
     big, hundred = at(1e9, small), at(100e6, small)
     bare = replace(small, interface_endpoints=())
-    shape = big.workload.shape  # the gateway's lines, a request: $ per million jobs (KB × 10⁶ = GB)
-    gateway_logs = (shape.platform_log_kb + shape.gateway_emf_kb) * load().usd("logs_ingest_gb")
+    # the gateway's lines before issue 33, a request: $ per million jobs (KB × 10⁶ = GB)
+    gateway_logs = GATEWAY_LOG_KB_BEFORE * load().usd("logs_ingest_gb")
+    logged = estimate(Workload(1e9, shape=JobShape(gateway_log_kb=GATEWAY_LOG_KB_BEFORE)), small, load())
     grant = big.sluice.line("DynamoDB writes").monthly / 1e3 - sum(
         big.sqs.line(n).monthly for n in ("Result write (DynamoDB, unfenced)",
                                           "Dedupe table (to match the Idempotency-Key)")) / 1e3
@@ -292,8 +295,9 @@ def _why_not(small: Profile) -> str:
            Idempotency-Key, the Kafka produce), which API Gateway cannot do alone. None of these goes
            without the guarantee it pays for, and together they come to ${must} a million, more than the
            ${allow_big} allowed. The gateway's log lines (${gw_logs}: Lambda's START, END and REPORT lines
-           and its EMF count, a request) could go (Lambda's JSON log format at system level WARN, no count
-           of 2xx answers); that is not done, and it would leave {r_big_logs}. At 100 M jobs a month
+           and its EMF count of 2xx answers, a request) went in issue 33 (Lambda's JSON log format at system
+           level WARN, and no count of 2xx answers: "Log volume" above); with them the ratio was
+           {r_big_logs}. At 100 M jobs a month
            the fixed floor adds ${floor_hundred} per million: the ratio is {r_hundred} without egress and
            would still be {r_bare} with no interface endpoint at all; with one NAT gateway the handlers'
            NAT data (${nat} per million, which SQS + Lambda, outside any VPC, does not pay) makes it
@@ -304,8 +308,7 @@ def _why_not(small: Profile) -> str:
             line.monthly for line in big.sluice.lines if line.name in (
                 "Kafka cross-AZ traffic", "MSK broker storage above the floor", "DynamoDB reads",
                 "Gateway Lambda compute", "Gateway Lambda requests")) / 1e3),
-        gw_logs=money(gateway_logs), r_big_logs=ratio(((big.sluice.per_million or 0) - gateway_logs)
-                                                      / (big.sqs.per_million or 1)),
+        gw_logs=money(gateway_logs), r_big_logs=ratio(logged.ratio),
         floor_hundred=money(hundred.sluice.fixed / 100), r_hundred=ratio(hundred.ratio),
         r_bare=ratio(at(100e6, bare).ratio),
         nat=money(sum(line.monthly for line in at(100e6, small, egress="nat-single").sluice.lines

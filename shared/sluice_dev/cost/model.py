@@ -27,6 +27,10 @@ MAX_HANDLER_SECONDS = 900.0  # Lambda's longest invocation
 MAX_EGRESS_KB = 1e6  # 1 GB a job
 GB = 1e6  # KB in a GB, as AWS bills (decimal)
 DAYS_PER_MONTH = 30  # a GB kept d days is d/30 GB-month
+# The gateway's lines a job before issue 33's cut (JobShape.gateway_log_kb): Lambda's three and the handler's
+# EMF count, 204 B with the service dimension the template's POWERTOOLS_SERVICE_NAME adds (bench_log_bytes;
+# the 168 B this model used was measured without it).
+GATEWAY_LOG_KB_BEFORE = 0.265 + 0.204
 CACHE_ENGINES = {"valkey": "Valkey", "redis": "Redis OSS"}  # template.yaml's CacheEngine
 
 
@@ -43,10 +47,13 @@ class JobShape:
     # cut "job started" to DEBUG. Both sides write the same structured line and metrics a job.
     worker_log_kb: float = 0.503
     # Lambda's START, END and REPORT lines of one invocation (text format: 71 + 52 + 142 B with a request
-    # id, formatted as Lambda writes them, not measured): Sluice's gateway runs once a job, both workers
-    # once a batch.
+    # id, formatted as Lambda writes them, not measured): both workers write them once a batch.
     platform_log_kb: float = 0.265
-    gateway_emf_kb: float = 0.168  # the gateway handler's EMF line, one an invocation (measured, the same)
+    # Sluice's gateway function, once a job: nothing for a request it answers 2xx (issue 33: Lambda's
+    # JSON log format at system level WARN writes no START or REPORT for an invocation that succeeds, and
+    # the handler counts only answers that are not 2xx; benchmarks/bench_log_bytes.py): it wrote
+    # GATEWAY_LOG_KB_BEFORE.
+    gateway_log_kb: float = 0.0
     access_log_kb: float = 0.7  # one access log line per request (the template's format)
     sqs_result_kb: float = 0.3  # SQS + Lambda's result item (no payload, no token)
 
@@ -352,18 +359,19 @@ def _handler_time(workload: Workload, worker_gb: float, prices: PriceBook) -> li
 
 def _logs(workload: Workload, prices: PriceBook, batch: int, gateway: bool) -> list[Line]:
     """Logs both sides write: the functions' own (the worker's line and EMF a job, Lambda's platform lines
-    per invocation: a worker's a ``batch``, the ``gateway`` function's a job), and the front door's
-    access log."""
+    once a worker invocation, a ``batch``; with ``gateway``, Sluice's gateway function's, a job), and the
+    front door's access log."""
     jobs, shape, per = workload.jobs_per_month, workload.shape, prices.usd("logs_ingest_gb")
-    invocations = 1 / batch + (1 if gateway else 0)
-    kb = shape.worker_log_kb + shape.platform_log_kb * invocations + (shape.gateway_emf_kb if gateway else 0)
+    kb = shape.worker_log_kb + shape.platform_log_kb / batch + (shape.gateway_log_kb if gateway else 0)
     logs, access = kb * jobs / GB, shape.access_log_kb * jobs / GB
-    calls = f"(1 gateway + 1/{batch} worker invocation)" if gateway else f"1/{batch} worker invocation"
-    emf = f" + {count(shape.gateway_emf_kb)} KB (the gateway's EMF)" if gateway else ""
+    ours = ""
+    if gateway:
+        why = "" if shape.gateway_log_kb else ": none for a 2xx answer"
+        ours = f" + {count(shape.gateway_log_kb)} KB (the gateway's{why})"
     return [
-        variable("CloudWatch Logs", f"{count(shape.worker_log_kb)} KB (the worker's line and EMF){emf} + "
-                 f"{count(shape.platform_log_kb)} KB (Lambda's lines) × {calls} = {count(round(kb, 4))} KB "
-                 f"a job = {count(round(logs, 4))} GB × {usd(per)}", logs * per),
+        variable("CloudWatch Logs", f"{count(shape.worker_log_kb)} KB (the worker's line and EMF) + "
+                 f"{count(shape.platform_log_kb)} KB (Lambda's lines) × 1/{batch} worker invocation{ours} = "
+                 f"{count(round(kb, 4))} KB a job = {count(round(logs, 4))} GB × {usd(per)}", logs * per),
         variable("API access logs", f"one ~{count(shape.access_log_kb)} KB JSON line a request = "
                  f"{count(access)} GB × {usd(per)}", access * per),
     ]

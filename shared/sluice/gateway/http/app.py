@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 from sluice.core import traces, wire
 from sluice.core.caller import Caller
 from sluice.core.errors import InvalidQueueName, SluiceError
+from sluice.core.lazy import Lazy
 from sluice.core.models import (
     IDEMPOTENCY_KEY_PATTERN,
     JOB_ID_PATTERN,
@@ -167,7 +168,7 @@ class HttpGateway:
 
     def _admin_use_cases(self) -> Admin:
         api, pipeline = self.api, self.api.pipeline
-        return Admin(api.queue, api.store, pipeline.log, routes=pipeline.route_table(),
+        return Admin(api.queue, Lazy(lambda: api.store), pipeline.log, routes=pipeline.route_table(),
                      refuse_unrouted=pipeline.refuse_unrouted, reseal=pipeline.reseal_now,
                      limits=pipeline.limits, registry=pipeline.registry,
                      timelines=self._timelines, depths=self._depths, parked=self._parked)
