@@ -5,7 +5,9 @@ Prints one JSON object per case (``CASES``, BENCH_READBACK_CASES):
    "base", "rounds", "this": {...}, "base_side": {...}, "cpu_ratio", "rru_ratio", "load_before",
    "load_after"}
 with each side's medians over the rounds: "relay_cpu_us_per_record" (the relay process's CPU,
-every thread), "moto_cpu_us_per_record" (the moto server's), "queries", "mb_read" (the items the
+every thread, over the read back), "park_cpu_us_per_record" (the same over the parking, from the
+first poll: decode, checks, packing, the writes), "moto_cpu_us_per_record" (the moto server's over
+the read back), "queries", "mb_read" (the items the
 lot's Queries returned), "rru_per_1k_records" (the read request units those Queries bill on
 DynamoDB, strongly consistent: each Query's items summed, 1 per 4 KB), "wall_s", and "runs".
 
@@ -119,9 +121,11 @@ def side(redis_url: str, moto_url: str, moto_pid: int, case: str, tag: str) -> d
     ready = QueueKeys(queue).ready
     moto = psutil.Process(moto_pid)
     try:
+        park0 = time.process_time()
         deadline = time.monotonic() + 300
         while relay.report.parked < records and time.monotonic() < deadline:
             relay.step()
+        park_cpu = time.process_time() - park0
         assert relay.report.parked >= records, f"parked {relay.report.parked} of {records}"
         queries0, bytes0, rru0 = client.queries, client.bytes, client.rru
         moto0 = sum(moto.cpu_times()[:2])
@@ -139,6 +143,7 @@ def side(redis_url: str, moto_url: str, moto_pid: int, case: str, tag: str) -> d
         engine.close()
         check.close()
     return {"relay_cpu_us_per_record": round(cpu * 1e6 / records, 1),
+            "park_cpu_us_per_record": round(park_cpu * 1e6 / records, 1),
             "moto_cpu_us_per_record": round(moto_cpu * 1e6 / records, 1),
             "queries": client.queries - queries0, "mb_read": round((client.bytes - bytes0) / 1e6, 2),
             "rru_per_1k_records": round((client.rru - rru0) * 1000 / records, 1), "wall_s": round(wall, 2),
