@@ -4,7 +4,8 @@ holding its queue every way it can, against the same workload without it, in the
 Prints one JSON object per case (``CASES``, BENCH_TENANT_CASES):
   {"bench": "tenant", "case", "jobs", "flood", "window_s", "relay_max_pending",
    "quiet": {"p50", "p99", "n"}, "nemesis": {"p50", "p99", "n"}, "others_drained_while_held",
-   "tenant_accepted", "ratio_p99", "target_ratio_p99": 2.0}
+   "tenant_accepted", "ratio_p99", "target_ratio_p99": 2.0, "load": {"quiet", "nemesis"},
+   "cpu": {"quiet", "nemesis", "split"}}
 
 Both runs are ``sluice chaos`` on the Lambda runtime with no faults and the same seed: ``jobs``
 ordinary jobs over ``duration`` seconds. In the nemesis run the tenant (``chaos.tenant``) pauses
@@ -30,7 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import emit, log
-from sluice_dev.chaos import runner, tenant
+from sluice_dev.chaos import cpu, runner, tenant
 
 TARGET = 2.0
 
@@ -49,21 +50,25 @@ def main() -> None:
         flood, duration, max_pending = CASES[case]
         flood = int(os.environ.get("BENCH_TENANT_FLOOD", flood))
         duration = float(os.environ.get("BENCH_TENANT_DURATION", duration))
-        figures = {}
+        figures, load = {}, {}
         with tempfile.TemporaryDirectory(prefix="bench-tenant-") as tmp:
             for name, plan in (("quiet", None), ("nemesis", tenant.TenantPlan(flood=flood))):
                 o = runner.Options(jobs=jobs, duration_s=duration, seed=5, faults=False, families=False,
                                    tenant=plan, drain_tenant=False, state_dir=Path(tmp) / name,
-                                   relay_max_pending=max_pending)
+                                   relay_max_pending=max_pending, measure_cpu=True)
+                before = os.getloadavg()[0]
                 figures[name] = runner.run(o, say=log)
+                load[name] = [round(before, 2), round(os.getloadavg()[0], 2)]
         quiet, loud = figures["quiet"], figures["nemesis"]
+        accepted = int(loud.tenant.get("accepted") or 0)
         p99_quiet = float(quiet.latency.get("p99") or 0)
         emit("tenant", case=case, jobs=jobs, flood=flood, window_s=duration,
              relay_max_pending=max_pending or 5000, quiet=quiet.latency, nemesis=loud.latency,
              others_drained_while_held=loud.tenant.get("others_drained_while_held"),
-             tenant_accepted=loud.tenant.get("accepted"),
+             tenant_accepted=accepted,
              ratio_p99=round(float(loud.latency.get("p99") or 0) / p99_quiet, 2) if p99_quiet else None,
-             target_ratio_p99=TARGET)
+             target_ratio_p99=TARGET, load=load,
+             cpu={"quiet": quiet.cpu, "nemesis": loud.cpu, "split": cpu.split(quiet.cpu, loud.cpu, accepted)})
 
 
 if __name__ == "__main__":

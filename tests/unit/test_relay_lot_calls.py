@@ -19,6 +19,8 @@ from sluice.core.errors import BackendUnavailable
 from sluice.relay import Relay
 from sluice.relay.lot_calls import LotCalls
 from sluice.relay.parking import next_cut
+from sluice_dev.fakes import FakeParkingLot
+from tests.unit.test_relay import World
 from tests.unit.test_relay_parking import offsets_in_redis, parked_world, relay_with
 
 pytestmark = pytest.mark.timeout(20)
@@ -317,3 +319,51 @@ def test_a_failed_park_is_not_committed_past_though_a_later_one_was_written() ->
     assert calls[2:] == [(0, 19)] and lot.count("a") == 40 and not lane.out
     assert w.source.committed_offsets[0] == 40
     resume_in_order(w, relay, held, a_ids, 40)
+
+
+def test_what_a_read_fetched_beyond_a_park_still_in_flight_is_not_kept_to_serve_later() -> None:
+    """A read back fetches whole items: with a slow park in flight (30..39) and a later one written
+    (40..49), it may bring 40..49 too. Served later from ``Lane.ahead``, once the slow park landed,
+    they would move the lane's read position past 30..39, which would never come back: the rest a
+    read fetched is kept only below the bound it was read under, and dropped when a park lands
+    below its end."""
+
+    class WholeLaneLot(FakeParkingLot):  # a lane stored as one item: a whole page is all of it
+        def page(self, queue: str, partition: int, after: int, limit: int, *,
+                 whole: bool = False) -> list[Any]:
+            return super().page(queue, partition, after, 10**9 if whole else limit)
+
+    w, lot = World(partitions=1), WholeLaneLot()
+    relay = relay_with(w, lot, refresh_s=0.0, park_threads=1, park_threshold=3, batch=10, max_pending=60)
+    held = HeldExecutor()
+    relay.parking.calls.executor = held  # type: ignore[union-attr]
+    w.engine.set_config("a", paused=True)
+    a_ids = w.add(30, queue="a", partition=0)
+    for _ in range(6):
+        held.finish()
+        relay.step()
+    assert lot.count("a") == 30 and not held.waiting
+    a_ids += w.add(10, queue="a", partition=0)
+    relay.step()
+    a_ids += w.add(10, queue="a", partition=0)
+    relay.step()
+    _slow, later = held.waiting
+    held.waiting.remove(later)
+    later[0].set_result(later[1]())
+    relay.step()
+    assert lot.count("a") == 40  # 0..29 and 40..49; 30..39 in flight
+    w.engine.set_config("a", paused=False)
+    relay.step()
+    assert len(held.waiting) == 2  # the slow park and the read
+    read = held.waiting[1]
+    held.waiting.remove(read)
+    read[0].set_result(read[1]())  # fetches 0..29 and 40..49
+    relay.step()
+    lane = relay.ownership.owned[0].lanes["a"]
+    assert lane.ahead and lane.ahead[-1].offset < 30
+    # and if it were kept (a lot read by another rule), the slow park landing below it drops it
+    lane.ahead += [lot.lanes[("a", 0)][o] for o in range(40, 50)]
+    for _ in range(60):
+        held.finish()
+        relay.step()
+    assert offsets_in_redis(w, "a", a_ids) == list(range(50))

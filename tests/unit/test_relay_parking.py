@@ -19,7 +19,7 @@ from sluice.core.limits import JOB_LIFE_MS
 from sluice.core.models import DecodedJob, JobSpec, JobState
 from sluice.relay import Relay, RelayConfig, SourceRecord
 from sluice.relay.lot_calls import LotCalls
-from sluice.relay.parking import drained, read_room, spill
+from sluice.relay.parking import SWEEP_PAGE, drained, read_room, spill
 from sluice.relay.state import Lane, OwnedPartition
 from sluice_dev.fakes import FakeParkingLot
 from tests.unit.test_relay import World, run_steps
@@ -529,3 +529,37 @@ def test_a_pause_the_relay_has_not_read_yet_still_keeps_new_jobs_out_of_redis() 
     relay.queues.states["a"].refreshed_at = float("-inf")  # the next read of its config
     run_steps(relay, 40)
     assert offsets_in_redis(w, "a", ids + later) == list(range(22))
+
+
+class CountedLot(FakeParkingLot):
+    """Counts the relay's reads back (the sweep's, of ``SWEEP_PAGE`` from a lane's start, apart)."""
+
+    def __init__(self) -> None:
+        super().__init__(segments=True)
+        self.reads: list[int] = []  # each read back's room
+
+    def page(self, queue: str, partition: int, after: int, limit: int, *,
+             whole: bool = False) -> list[Any]:
+        if limit != SWEEP_PAGE:
+            self.reads.append(limit)
+        return super().page(queue, partition, after, limit, whole=whole)
+
+
+def test_a_lane_is_read_back_a_segment_at_a_time_not_a_room_at_a_time() -> None:
+    """A segment holds a park call's records (hundreds), and a read of a room's worth of them (a
+    few: ``park_above``) fetches and bills all of it: the rest is served from ``Lane.ahead``."""
+    w, lot = World(partitions=1), CountedLot()
+    w.engine.set_config("a", paused=True)
+    relay = relay_with(w, lot, refresh_s=0.0, batch=50, max_pending=200, park_threshold=10)
+    ids = w.add(600, queue="a", partition=0)
+    run_steps(relay, 20)
+    assert lot.count("a") == 600 and not lot.reads
+    segments = len(set(lot.calls[("a", 0)].values()))
+    assert segments <= 8  # a poll's records (twice a batch) a park call
+    w.engine.set_config("a", paused=False)
+    run_steps(relay, 150)
+    assert offsets_in_redis(w, "a", ids) == list(range(600))  # all, once, in order
+    assert max(lot.reads) <= 10  # park_above: a room at a time, as before (60 reads of 10)
+    assert len(lot.reads) <= segments + 1, lot.reads  # a read per segment, and the short one at the end
+    assert not relay.ownership.owned[0].lanes["a"].parking
+

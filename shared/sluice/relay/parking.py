@@ -99,6 +99,13 @@ def read_room(buffered: int, partition_pending: int, config: RelayConfig) -> int
     return max(0, min(config.park_above - buffered, config.max_pending // 2 - partition_pending))
 
 
+def ahead_of(rest: Sequence[ParkedRecord], bound: int | None) -> list[ParkedRecord]:
+    """What a read fetched beyond its room that the next reads may take without the lot: the lot's
+    whole range then, so only below ``bound``, the read bound it was made under. Above it a park
+    still in flight (or a record Kafka has yet to give again) may land between what it fetched."""
+    return list(rest) if bound is None else list(takewhile(lambda r: r.offset < bound, rest))
+
+
 def parked_record(record: SourceRecord, job: DecodedJob) -> ParkedRecord:
     return ParkedRecord(record.partition, record.offset, record.key, record.value or b"", job.job_id,
                         job.enqueued_at_ms, job.run_at_ms)
@@ -162,29 +169,42 @@ class Parking:
                 self._park(owned, queue, lane)
         self.delays.park(everyone)
         calls.collect()
-        # A read goes beside the lane's park in flight (its own key): a queue that receives records at
-        # every poll always has some waiting for their park, and a lane read only between parks was
-        # never read while its queue was busy (a chaos run pushed nothing for 400 s).
         for owned in everyone:
             partition_bound = owned.read_bound()  # now, not when the page comes: see ``_read``
             for queue, lane in owned.lanes.items():
-                key = ("read", owned.number, queue)
-                if not lane.parking or queue in held or calls.busy(key) or blocked(queue):
+                if not lane.parking or queue in held or blocked(queue):
                     continue
-                read = self._next_read(owned, queue, lane, partition_bound)
-                if read is None:
-                    if owned_by.get(owned.number) is not owned:
-                        break  # lost: its new owner reads the lane
-                    continue
-                after, room, bound = read
-                calls.submit(key, partial(self.lot.page, queue, owned.number, after, room),
-                             partial(self._read, owned, queue, lane, room, bound))
+                if not self._read_back(owned, queue, lane, partition_bound):
+                    break  # lost: its new owner reads the lane
         calls.collect()
         # the delay lanes (horizon 0 too: a lane parked under a larger one still comes back), of the
         # partitions still owned (a refusal may give one back)
         self.delays.push_back([o for o in everyone if owned_by.get(o.number) is o], held, blocked)
         for owned in everyone:
             self._drop_raw(owned)
+
+    def _read_back(self, owned: OwnedPartition, queue: str, lane: Lane, partition_bound: int | None) -> bool:
+        """The lane's next read back: from what the last read fetched ahead (``Lane.ahead``), at once,
+        or from the lot, on a thread. False: the partition was lost meanwhile.
+
+        A read goes beside the lane's park in flight (its own key): a queue that receives records at
+        every poll always has some waiting for their park, and a lane read only between parks was
+        never read while its queue was busy (a chaos run pushed nothing for 400 s)."""
+        key = ("read", owned.number, queue)
+        if self.calls.busy(key):
+            return True
+        read = self._next_read(owned, queue, lane, partition_bound)
+        if read is None:
+            return self.ownership.owned.get(owned.number) is owned
+        after, room, bound = read
+        if lane.ahead and lane.ahead[0].offset <= after:  # in Redis already (push.lua's mark passed them)
+            lane.ahead = [r for r in lane.ahead if r.offset > after]
+        if lane.ahead:
+            self._read(owned, queue, lane, room, bound, lane.ahead, ahead=True)
+            return self.ownership.owned.get(owned.number) is owned
+        self.calls.submit(key, partial(self.lot.page, queue, owned.number, after, room, whole=True),
+                          partial(self._read, owned, queue, lane, room, bound))
+        return True
 
     def _next_read(self, owned: OwnedPartition, queue: str, lane: Lane,
                    bound: int | None) -> tuple[int, int, int | None] | None:
@@ -235,6 +255,7 @@ class Parking:
                 lane = owned.lanes[queue] = Lane()
             elif not lane.parking:  # parking again: what is buffered now was never parked
                 lane.back_from = None
+                lane.ahead = []
             lane.parking = True
             lane.out[:0] = [(raw.pop(offset), job) for offset, job in moved]  # still counted as pending
 
@@ -291,6 +312,8 @@ class Parking:
                                               error=ev.error_text(outcome)))
             return
         del lane.calls[records[0].offset]
+        if lane.ahead and records[0].offset <= lane.ahead[-1].offset:
+            lane.ahead = []  # no longer the lot's whole range (never expected: reads stop below ``out``)
         # calls finish in any order: ``out`` keeps the records not durable yet, in order, so its head
         # is still the partition's commit point and the bound of the lane's reads
         done = {r.offset for r in records}
@@ -302,25 +325,54 @@ class Parking:
         self.events.emit(ev.Parked(queue=queue, partition=owned.number, n=len(records)))
 
     def _read(self, owned: OwnedPartition, queue: str, lane: Lane, limit: int, bound: int | None,
-              page: list[ParkedRecord] | SluiceError) -> None:
-        """Apply a page read back. ``bound``: the partition's read bound when the read was sent. Records
-        taken from the source since are newer, and wait in ``lane.out`` to be parked: a parked record
-        of the page at or above it (a replay's) must not overtake them."""
+              page: list[ParkedRecord] | SluiceError, *, ahead: bool = False) -> None:
+        """Apply a page read back: its first ``limit`` records, those below ``bound`` (the partition's
+        read bound when the read was sent: records taken from the source since are newer, and wait
+        in ``lane.out`` to be parked; a parked record of the page at or above it, a replay's, must not
+        overtake them).
+
+        The lot's page holds every record of the items it read (``whole``): the rest, below
+        ``bound`` (``ahead_of``), is kept in ``lane.ahead`` and taken by the next reads with no lot
+        call (a segment of 500 records was read again for each room's worth of them, and all of it
+        billed each time). It is the lot's whole range then, above ``read_to``: nothing below
+        ``out``'s head is parked later (a park that lands below its end drops it: ``_parked``), and
+        the records the sweep deletes meanwhile are final, which the push drops. ``ahead``: ``page``
+        is ``lane.ahead`` itself; it never says the lane has drained (the lot may hold more beyond
+        it), nor resets ``parked_since_read``."""
         if self.ownership.owned.get(owned.number) is not owned:
             return  # given back meanwhile: its new owner reads the lane from its start
         if isinstance(page, SluiceError):
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number, error=ev.error_text(page)))
             return
-        parked_since, lane.parked_since_read = lane.parked_since_read, False
+        parked_since = lane.parked_since_read
+        if not ahead:
+            lane.parked_since_read = False
+        taken = self._take(owned, queue, lane, page, limit, bound)
+        if taken is None:
+            return  # given back: its new owner reads the lane from its start
+        n, used, short = taken
+        lane.ahead = [] if short else ahead_of(page[used:], bound)
+        owned.pending_count += n
+        self.report.unparked += n
+        done = not (ahead or short) and drained(len(page), limit, parked_since, len(lane.out))
+        if done:
+            lane.parking = False
+        if n or done:
+            self.events.emit(ev.Unparked(queue=queue, partition=owned.number, n=n, drained=done))
+
+    def _take(self, owned: OwnedPartition, queue: str, lane: Lane, page: list[ParkedRecord], limit: int,
+              bound: int | None) -> tuple[int, int, bool] | None:
+        """Buffer the first ``limit`` records of ``page`` below ``bound``, checked again as when Kafka
+        gave them: (buffered, used, whether ``bound`` stopped it), or None if the partition was lost."""
         mark = owned.relayed.get(queue, -1)
         q = owned.pending.get(queue)
         if q is None:
             q = owned.pending[queue] = deque()
-        n, short = 0, False
-        for parked in page:
+        n = used = 0
+        for parked in page[:limit]:
             if bound is not None and parked.offset >= bound:
-                short = True  # not taken from the source again yet: read back once it is
-                break
+                return n, used, True  # not taken from the source again yet: read back once it is
+            used += 1
             if lane.back_from is None:
                 lane.back_from = parked.offset
             lane.read_to = parked.offset
@@ -328,17 +380,11 @@ class Parking:
                 continue  # in Redis already (read back once before, by this owner or another)
             job = self.intake.readmit(owned, parked.record())
             if self.ownership.owned.get(owned.number) is not owned:
-                return  # given back: its new owner reads the lane from its start
+                return None
             if job is not None:  # else refused or dead-lettered: the sweep releases it
                 q.append((parked.offset, job))
                 n += 1
-        owned.pending_count += n
-        self.report.unparked += n
-        done = not short and drained(len(page), limit, parked_since, len(lane.out))
-        if done:
-            lane.parking = False
-        if n or done:
-            self.events.emit(ev.Unparked(queue=queue, partition=owned.number, n=n, drained=done))
+        return n, used, False
 
     @staticmethod
     def _drop_raw(owned: OwnedPartition) -> None:

@@ -162,8 +162,10 @@ class ParkingLot(Protocol):
     def page(self, queue: str, partition: int, after: int, limit: int, *,
              whole: bool = False) -> list[ParkedRecord]:
         """The first ``limit`` records of (``queue``, ``partition``) above offset ``after``, in order,
-        each once. ``whole``: with the rest of the records stored with the last of them (the sweep's
-        read: a lot that keeps records together deletes them together, ``release``)."""
+        each once. ``whole``: with the rest of the records stored with the last of them, which the
+        read fetched anyway: the sweep's read (a lot that keeps records together deletes them
+        together, ``release``), and the relay's read back, which keeps them for its next reads
+        (``Lane.ahead``)."""
         ...
 
     def release(self, queue: str, records: Sequence[ParkedRecord], *, delay: bool = False) -> int:

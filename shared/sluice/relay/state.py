@@ -74,6 +74,11 @@ class Lane:
     calls: dict[int, list[ParkedRecord]] = field(default_factory=dict)
     flying: set[int] = field(default_factory=set)
     cut_to: int = -1  # the highest offset cut into a call so far
+    # Read ahead: the rest of the items the last read back fetched, beyond its room and below its
+    # bound, in offset order (relay/parking.py, ``Parking._read``): the lot's whole records in that
+    # range then, served before the lot is read again. A segment holds hundreds of records, and a
+    # read of a few of them reads (and bills) all of it.
+    ahead: list[ParkedRecord] = field(default_factory=list)
 
     def returned(self, offset: int) -> bool:
         """Whether a buffered record of the queue came back from the lot (durable there)."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.chaos import checker, completions, history, keys, nemesis, operator, runtimes, tenant
+from sluice_dev.chaos import checker, completions, cpu, history, keys, nemesis, operator, runtimes, tenant
 from sluice_dev.chaos.app import QUEUE
 from sluice_dev.chaos.workload import Enqueuer
 
@@ -56,6 +56,7 @@ class Options:
     drain_tenant: bool = True  # False: the run ends once the others drained (benchmarks/bench_tenant.py)
     extra_faults: tuple[str, ...] = ()  # nemesis.EXTRA_KINDS to plan too (--add-fault)
     only_faults: tuple[str, ...] = ()  # the plan's faults of these kinds only (--only-fault; () all)
+    measure_cpu: bool = False  # CPU seconds per part from the workload's start to the drain (chaos.cpu)
 
 
 @dataclass
@@ -72,11 +73,13 @@ class RunResult:
     runtime_counts: dict[str, int] = field(default_factory=dict)
     tenant: dict[str, Any] = field(default_factory=dict)  # the tenant nemesis's run (chaos.tenant)
     latency: dict[str, float | int] = field(default_factory=dict)  # the ordinary workload's (tenant.latency)
+    cpu: dict[str, Any] = field(default_factory=dict)  # measure_cpu: chaos.cpu's sums, the relay's moves
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.report.as_dict(), "drained": self.drained, "seconds": self.seconds,
                 "runtime": self.runtime, "runtime_counts": self.runtime_counts,
                 "latency": self.latency, **({"tenant": self.tenant} if self.tenant else {}),
+                **({"cpu": self.cpu} if self.cpu else {}),
                 "state_dir": str(self.state_dir), **({"diagnosis": self.diagnosis} if self.diagnosis else {})}
 
 
@@ -183,10 +186,13 @@ class Run:
                        if o.operator else [])
             for a in actions:
                 self.history.emit("plan", role="operator", **a.as_dict())
+            meter = cpu.CpuMeter(runtime.processes).start() if o.measure_cpu else None
             self._chaos(settings, runtime, faults, actions, times)
             drained = self._drain_tenant(settings, times) if self.tenant is not None else True
             if o.drain_tenant or self.tenant is None:
                 drained = self._drain(settings, times) and drained
+            used = meter.stop() if meter is not None else {}
+            ended = time.time()
             counts = runtime.stop_agents()
             stopped = True
             say("publishing the completion events through the stream, EventBridge and SQS...")
@@ -197,6 +203,8 @@ class Run:
                                    live_leases(settings.redis_url))
             diagnosis = self._diagnose(report, settings)
             events = history.read(self.history_path)
+            if used:
+                used["relay"] = relay_moves(events, until=ended)
         finally:
             if not stopped:
                 with contextlib.suppress(Exception):
@@ -204,7 +212,7 @@ class Run:
             runtime.stop()
         times["total"] = time.monotonic() - t_start
         return RunResult(report, faults, self.dir, drained, {k: round(v, 1) for k, v in times.items()},
-                         diagnosis, runtime.name, counts, self.tenant_result, tenant.latency(events))
+                         diagnosis, runtime.name, counts, self.tenant_result, tenant.latency(events), used)
 
     def _diagnose(self, report: checker.Report, settings: Any) -> dict[str, Any]:
         """Where the log has each lost job (None: the broker lost a record it had acknowledged)."""
@@ -457,6 +465,18 @@ class _Progress:
 
 
 RELAY_MOVES = ("pushed", "parked", "unparked", "final_dropped", "parked_released", "replays")
+
+
+def relay_moves(events: list[dict[str, Any]], *, until: float) -> dict[str, int]:
+    """What the relay's invocations that ended by ``until`` (wall clock) moved, summed: the work the
+    CPU measured up to then paid for (an invocation still running then is not counted)."""
+    out = dict.fromkeys(("invocations", *RELAY_MOVES), 0)
+    for e in events:
+        if e.get("op") == "relay_run" and float(e.get("t1") or 0) <= until:
+            out["invocations"] += 1
+            for k in RELAY_MOVES:
+                out[k] += int(e.get(k) or 0)
+    return out
 
 
 def run(o: Options, say: Say = print) -> RunResult:

@@ -47,6 +47,7 @@ class Runtime(Protocol):
     def flush_registry_shard(self) -> str: ...
     def rotate_job_id_key(self) -> bytes: ...
     def activity(self) -> str: ...
+    def processes(self) -> dict[int, str]: ...
     def stop_agents(self) -> dict[str, int]: ...
     def stop(self) -> None: ...
 
@@ -175,6 +176,17 @@ class LambdaRuntime:
         return (f"invocations={c.get('invocations', 0)} cold_starts={c.get('cold_starts', 0)} "
                 f"crashed={c.get('crashed', 0)} timeouts={c.get('timeouts', 0)}")
 
+    def processes(self) -> dict[int, str]:
+        """Each live container by its function (``relay``, ``worker``, ...) and each server by name
+        (``chaos.cpu``: the CPU each part takes)."""
+        if self.dev is None:
+            return {}
+        out = _servers(self.dev.stack)
+        if self.dev.lambdas is not None:
+            out |= {int(c["pid"]): str(c["function"]).removeprefix("sluice-")
+                    for c in self.dev.lambdas.describe()}
+        return out
+
     def stop_agents(self) -> dict[str, int]:
         counts = self.counts()
         if self.dev is not None:
@@ -185,6 +197,15 @@ class LambdaRuntime:
     def stop(self) -> None:
         if self.dev is not None:
             self.dev.stop()
+
+
+def _servers(stack: Any) -> dict[int, str]:
+    """A local stack's server processes by name (``redis``, ``moto``, ``kafka-s3``, ``tansu``)."""
+    out: dict[int, str] = {}
+    for name, server in list(stack.servers.items()):
+        with contextlib.suppress(Exception):  # one being restarted by the nemesis
+            out[int(server.pid)] = "redis" if name.startswith("redis") else name
+    return out
 
 
 # -- processes ------------------------------------------------------------------------------------------
@@ -311,6 +332,15 @@ class ProcessRuntime:
 
     def activity(self) -> str:
         return f"respawns={self.supervisor.respawns if self.supervisor else 0}"
+
+    def processes(self) -> dict[int, str]:
+        out = _servers(self.stack)
+        if self.supervisor is not None:
+            for name in list(self.supervisor.children):
+                pid = self.supervisor.pid(name)
+                if pid is not None:
+                    out[pid] = "relay" if name.startswith("r") else "worker"
+        return out
 
     def stop_agents(self) -> dict[str, int]:
         respawns = self.supervisor.respawns if self.supervisor is not None else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import TYPE_CHECKING, Any, cast
 
 from sluice.backends.dynamodb import parking
@@ -304,9 +305,15 @@ class FakeSource:
 
 class FakeParkingLot:
     """``ParkingLot`` in memory, with the DynamoDB adapter's ordering: per (queue, partition) by
-    offset, a marker per (partition, queue). ``fail``: the next calls raise BackendUnavailable."""
+    offset, a marker per (partition, queue). ``fail``: the next calls raise BackendUnavailable.
 
-    def __init__(self) -> None:
+    ``segments``: as the DynamoDB lot keeps a park call's records in one item, a ``whole`` page
+    holds the rest of the call its last record was parked in (a re-park moves a record to its new
+    call); else every record is an item of its own."""
+
+    def __init__(self, *, segments: bool = True) -> None:
+        self.segments = segments
+        self.calls: dict[tuple[str, int], dict[int, int]] = {}  # per lane: offset -> its park call's first
         self.lanes: dict[tuple[str, int], dict[int, ParkedRecord]] = {}
         self.delays: dict[tuple[str, int], dict[tuple[int, int], ParkedRecord]] = {}  # by due_key
         self.markers: set[tuple[int, str]] = set()
@@ -338,8 +345,10 @@ class FakeParkingLot:
                 lane[r.due_key] = r
         else:
             ordered = self.lanes.setdefault((queue, partition), {})
+            calls = self.calls.setdefault((queue, partition), {})
             for r in records:
                 ordered[r.offset] = r
+                calls[r.offset] = records[0].offset
         self.writes += len(records)
 
     def page(self, queue: str, partition: int, after: int, limit: int, *,
@@ -348,7 +357,12 @@ class FakeParkingLot:
         with self._lock:
             self.pages += 1
             lane = self.lanes.get((queue, partition), {})
-            return [lane[o] for o in sorted(lane) if o > after][:limit]  # one record an item: whole
+            above = [lane[o] for o in sorted(lane) if o > after]
+            if not (whole and self.segments) or len(above) <= limit:
+                return above[:limit]  # one record an item: whole as it is
+            calls = self.calls[(queue, partition)]
+            call = calls[above[limit - 1].offset]
+            return above[:limit] + list(takewhile(lambda r: calls[r.offset] == call, above[limit:]))
 
     def due(self, queue: str, partition: int, after: tuple[int, int] | None,
             limit: int) -> list[ParkedRecord]:
