@@ -1,0 +1,210 @@
+"""Session 36: values a team's own Redis user may write by hand into the keys of its queue, read by the
+relay (push.lua, rate.lua) and by every gateway, relay and operator (stats.lua), on a real
+redis-server with the ACL users (``sluice.backends.redis.acl``).
+
+A 10 MB value in a field such a script read made each call copy it into Lua with Redis blocked for
+everyone: push.lua 37-54 ms a call (``paused``, ``max_bytes``, ``used``), rate.lua 21-32 ms, stats.lua
+4-130 ms (the seq, the used counter, the groups' ``#ready``, the finished counts, the head job's
+``m``), at every push and stats call of that queue. Each is now read within the size a script writes
+it, and what an oversized or malformed value means hurts only that team's queue (docs/security.md,
+"Values a team may stuff"). Times from SLOWLOG, as tests/backends/test_stuffed_hashes.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from sluice.backends.redis import acl
+from sluice.backends.redis.connection import RedisConnection
+from sluice.backends.redis.keys import QueueKeys
+from sluice.backends.redis.scripts import JobFields, PushResult
+from sluice.core.config import Settings
+from sluice_dev.local import servers
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+USERS = {"team-a": ("worker", ["a"]), "sluice-relay": ("relay", None), "sluice-gateway": ("gateway", None),
+         "sluice-operator": ("operator", None)}
+K = QueueKeys("a")
+BIG = "9" * 10_000_000  # digits: a value that also parses, as far as a number goes
+BOUND_US = 5_000  # a bounded call takes about 0.1 ms; the 10 MB reads took 4-130 ms (SLOWLOG)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    srv = servers.start_redis(workdir=tmp_path_factory.mktemp("redis-fields"))
+    try:
+        admin = redis.Redis.from_url(srv.extra["url"], decode_responses=True)
+        for name, (role, queues) in USERS.items():
+            admin.execute_command(*acl.setuser_args(name, f"pw-{name}", role, queues))
+        admin.close()
+        yield srv.extra["url"]
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def admin(server: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(server, decode_responses=True)
+    client.flushall()
+    client.config_set("slowlog-log-slower-than", 0)
+    yield client
+    client.close()
+
+
+def conn(url: str, user: str) -> RedisConnection:
+    return RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
+                                                  redis_password=f"pw-{user}"))  # type: ignore[arg-type]
+
+
+def team(url: str) -> redis.Redis:
+    """The team's own worker user, sending commands by hand."""
+    return redis.Redis.from_url(url, username="team-a", password="pw-team-a", decode_responses=True)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def script_us(admin: redis.Redis, call: Callable[[], Any]) -> tuple[Any, int]:
+    """``call``'s result and the longest EVALSHA it ran, in microseconds (SLOWLOG): ``call`` runs
+    twice, the first loading the script."""
+    call()
+    admin.slowlog_reset()
+    out = call()
+    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
+    assert took, admin.slowlog_get(128)
+    return out, max(took)
+
+
+_offsets = iter(range(1, 1_000_000))
+
+
+def push(relay: RedisConnection, budget: int = 0, group: str = "") -> PushResult:
+    """One fresh job for queue a (partition 0 of topic t, owner token 1)."""
+    n = next(_offsets)
+    return relay.scripts.push(K, "t", 0, 1, [(n, JobFields(f"j{n}", '{"x":1}', "5,3,30000,0", 0, group), 0)],
+                              budget)
+
+
+@pytest.mark.parametrize("field", ["paused", "max_bytes"])
+def test_an_oversized_config_field_is_not_read_by_push_and_holds_only_that_queue(
+        server: str, admin: redis.Redis, field: str) -> None:
+    """A longer paused reads as paused (the team's queue waits, as an operator's pause has it wait), a
+    longer max_bytes as unset (the deployment's budget). Before: 37-54 ms a push, and not paused."""
+    relay = conn(server, "sluice-relay")
+    team(server).hset(K.config, field, BIG)
+    result, took = script_us(admin, lambda: push(relay, budget=1 << 30))
+    assert took < BOUND_US, took
+    if field == "paused":
+        assert result.paused and result.left == 1 and admin.zcard(K.ready) == 0
+    else:
+        assert result.pushed == 1 and not result.paused
+
+
+def test_an_oversized_used_counter_is_not_read_by_push_and_is_counted_again_from_zero(
+        server: str, admin: redis.Redis) -> None:
+    """Before: 40 ms a push, and nothing taken ever again (the 10 MB of nines read as infinity)."""
+    relay = conn(server, "sluice-relay")
+    own = team(server)
+
+    def stuffed_push() -> PushResult:
+        own.set(K.used, BIG)
+        return push(relay, budget=1 << 30)
+
+    result, took = script_us(admin, stuffed_push)
+    assert took < BOUND_US and result.pushed == 1, (took, result)
+    assert int(admin.get(K.used)) == int(admin.hget(K.job(f"j{result.offset}"), "sz"))
+
+
+@pytest.mark.parametrize("used", ["abc", "99999999999999999999", "-5"])
+def test_a_used_counter_incrby_would_refuse_is_dropped_before_push_writes_anything(
+        server: str, admin: redis.Redis, used: str) -> None:
+    """Before: push.lua wrote the relayed offset and the job's hash, then INCRBY failed: the script
+    stopped with the grouped job in no ready zset and its record behind the stored offset (lost)."""
+    relay = conn(server, "sluice-relay")
+    team(server).set(K.used, used)
+    result = push(relay, group="g1")
+    job = f"j{result.offset}"
+    assert result.pushed == 1 and admin.zscore(K.group("g1"), job) is not None
+    assert int(admin.get(K.used)) == int(admin.hget(K.job(job), "sz"))
+
+
+def test_an_oversized_rate_reads_as_the_strictest(server: str, admin: redis.Redis) -> None:
+    """rate_per_s grants nothing; burst is 1. Before: 21-32 ms a call, and rate_per_s of ten million
+    nines read as infinity (one granted from the full bucket, then every one asked)."""
+    relay, own = conn(server, "sluice-relay"), team(server)
+    own.hset(K.config, "rate_per_s", BIG)
+    granted, took = script_us(admin, lambda: relay.scripts.rate(K, 10))
+    assert granted == 0 and took < BOUND_US, (granted, took)
+    own.hset(K.config, mapping={"rate_per_s": "0.001", "burst": BIG})
+    admin.delete(K.bucket)
+    granted, took = script_us(admin, lambda: relay.scripts.rate(K, 10))
+    assert granted == 0 and took < BOUND_US, (granted, took)  # the first call took the one token
+    admin.delete(K.bucket)
+    assert relay.scripts.rate(K, 10) == 1
+
+
+def _head_m(own: redis.Redis, relay: RedisConnection) -> None:
+    n = push(relay).offset
+    own.hset(K.job(f"j{n}"), "m", "5,3,30000," + BIG)
+
+
+STATS_CASES: dict[str, Callable[[redis.Redis, RedisConnection], Any]] = {
+    "seq": lambda own, relay: own.set(K.seq, BIG),
+    "used": lambda own, relay: own.set(K.used, BIG),
+    "groups #ready": lambda own, relay: own.hset(K.groups, "#ready", BIG),
+    "finished succeeded": lambda own, relay: own.hset(K.finished, "succeeded", BIG),
+    "the head job's m": _head_m,
+}
+
+
+@pytest.mark.parametrize("case", list(STATS_CASES))
+def test_an_oversized_value_stats_reads_is_not_read_for_any_user(server: str, admin: redis.Redis,
+                                                                   case: str) -> None:
+    """Before: 4-130 ms a call (the head job's m 130 ms), for every gateway's, relay's and operator's
+    stats of the queue; the finished count's 10 MB of digits also failed the reply's parse."""
+    own = team(server)
+    STATS_CASES[case](own, conn(server, "sluice-relay"))
+    own.hset(K.finished, "dead", "7")
+    for user in ("sluice-gateway", "sluice-relay", "sluice-operator"):
+        c = conn(server, user)
+        stats, took = script_us(admin, lambda c=c: c.scripts.stats(K))  # type: ignore[misc]
+        assert took < BOUND_US, (user, took)
+        assert stats.finished.dead == 7 and stats.used_bytes >= 0 and stats.ready >= 0
+        if case in ("used", "finished succeeded", "groups #ready"):
+            assert stats.used_bytes == 0 and stats.finished.succeeded == 0 and stats.ready == 0
+        if case == "the head job's m":
+            assert stats.ready == 1 and stats.oldest_ready_age_ms == -1
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "1e400"])
+def test_a_malformed_count_reads_as_none_rather_than_failing_the_stats_reply(
+        server: str, admin: redis.Redis, value: str) -> None:
+    own = team(server)
+    own.hset(K.finished, mapping={"succeeded": value, "dead": "2"})
+    own.set(K.used, value)
+    stats = conn(server, "sluice-gateway").scripts.stats(K)
+    assert stats.finished.succeeded == 0 and stats.finished.dead == 2 and stats.used_bytes == 0
+
+
+def test_a_user_whose_access_string_predates_strlen_still_pushes_and_reads_stats(
+        server: str, admin: redis.Redis) -> None:
+    """While ElastiCache has not yet applied the new access strings, STRLEN is refused: the value is
+    read whole, as before, rather than every push and stats call failing."""
+    for role in ("relay", "gateway"):
+        rules = [r for r in acl.rules(role) if r != "+strlen"]
+        assert len(rules) == len(acl.rules(role)) - 1
+        admin.execute_command("ACL", "SETUSER", f"old-{role}", "reset", "on", f">pw-old-{role}", *rules)
+    own = team(server)
+    own.set(K.used, "100")
+    own.hset(K.config, "paused", "1")
+    relay = conn(server, "old-relay")
+    assert push(relay, budget=1 << 30).paused
+    own.hdel(K.config, "paused")
+    assert push(relay, budget=1 << 30).pushed == 1
+    assert conn(server, "old-gateway").scripts.stats(K).used_bytes > 100
