@@ -21,7 +21,8 @@ import redis
 from sluice.backends.redis import acl
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
-from sluice.backends.redis.scripts import JobFields, PushResult
+from sluice.backends.redis.relay_engine import MAX_ERR_BYTES, RedisRelayEngine
+from sluice.backends.redis.scripts import JobFields, PushResult, source
 from sluice.core.config import Settings
 from sluice_dev.local import servers
 
@@ -208,3 +209,78 @@ def test_a_user_whose_access_string_predates_strlen_still_pushes_and_reads_stats
     own.hdel(K.config, "paused")
     assert push(relay, budget=1 << 30).pushed == 1
     assert conn(server, "old-gateway").scripts.stats(K).used_bytes > 100
+
+
+def test_a_relayed_owner_or_offset_that_is_no_token_reads_as_none(server: str, admin: redis.Redis) -> None:
+    """Before: a 10 MB owner refused every push of the queue (STALE_TOKEN, the 10 MB echoed: 175 ms a
+    push, and a reply the client could not parse), and an offset of ten million nines skipped every
+    record after it (read as infinity). Now neither is a token: the push takes its records."""
+    relay, own = conn(server, "sluice-relay"), team(server)
+
+    def stuffed_push() -> PushResult:
+        own.hset(K.relayed("t", 0), mapping={"owner": BIG, "offset": BIG})
+        return push(relay)
+
+    result, took = script_us(admin, stuffed_push)
+    assert took < BOUND_US and result.pushed == 1, (took, result)
+    assert admin.hget(K.relayed("t", 0), "owner") == "1"
+
+
+@pytest.mark.parametrize("offset", ["abc", "1" * 5_000, BIG])
+def test_the_relays_read_of_a_relayed_offset_that_is_no_offset_is_minus_one(
+        server: str, admin: redis.Redis, offset: str) -> None:
+    """Before: int() of it raised (ValueError, "Exceeds the limit (4300 digits)"), and the 10 MB
+    crossed to the relay."""
+    team(server).hset(K.relayed("t", 0), "offset", offset)
+    engine = RedisRelayEngine(conn(server, "sluice-relay"))
+    admin.config_resetstat()
+    assert engine.relayed_offset("a", "t", 0, 1) == -1
+    assert len(offset) <= 16 or "cmdstat_hget" not in admin.info("commandstats")  # the long ones unread
+    team(server).hset(K.relayed("t", 0), "offset", "41")
+    assert engine.relayed_offset("a", "t", 0, 1) == 41
+
+
+def test_a_settle_set_naming_one_stuffed_job_a_hundred_times_reads_its_err_not_at_all(
+        server: str, admin: redis.Redis) -> None:
+    """The relay's maintenance reads the err of the oldest 100 settle entries' jobs. Before: 100
+    members naming one job with a 10 MB err read 1 GB each maintenance (684 ms of HMGET in Redis,
+    2 GB in the relay). Now each job once, and an err only within what fail.lua writes."""
+    own = team(server)
+    own.hset(K.job("j1"), "err", "x" * 10_000_000)
+    own.hset(K.job("j2"), "err", "lease expired on attempt 3")
+    own.zadd(K.settle, {**{f"dead:{g}:j1": 1 for g in range(100)}, "dead:0:j2": 0})
+    engine = RedisRelayEngine(conn(server, "sluice-relay"))
+    admin.config_resetstat()
+    entries = engine.unsettled("a", 101)
+    assert len(entries) == 101 and entries[0].last_error == "lease expired on attempt 3"
+    assert all(e.last_error is None for e in entries[1:])
+    stats = admin.info("commandstats")
+    assert stats["cmdstat_hget"]["calls"] == 1 and "cmdstat_hmget" not in stats, stats
+    assert f"if #err > {MAX_ERR_BYTES} then" in source("fail.lua")
+
+
+def test_an_oversized_policy_is_not_read_by_reap(server: str, admin: redis.Redis) -> None:
+    """One ZADD of a lapsed entry makes every reap read the policy. Before: 30 MB read each reap
+    (SLOWLOG 7-20 ms). Now none told: the caller's max_attempts (3) decides."""
+    relay, own = conn(server, "sluice-relay"), team(server)
+    own.hset(K.config, "policy_attempts", "9" * 30_000_000)
+
+    def lapsed() -> tuple[int, int]:
+        admin.hset(K.job("lj"), mapping={"p": "{}", "m": "5,3,30000,1", "a": "1", "sz": "10", "v": "2"})
+        admin.zadd(K.leased, {"lj": 1})
+        admin.hset(K.tokens, "lj", "5")
+        return relay.scripts.reap(K, 500)
+
+    reaped, took = script_us(admin, lapsed)
+    assert reaped == (1, 0) and took < BOUND_US, (reaped, took)
+    assert admin.hget(K.job("lj"), "a") == "2" and admin.zscore(K.ready, "lj") is not None
+
+
+def test_a_relay_whose_access_string_predates_hstrlen_reads_the_settle_errors_whole(
+        server: str, admin: redis.Redis) -> None:
+    rules = [r for r in acl.rules("relay") if r not in ("+hstrlen", "+strlen")]
+    admin.execute_command("ACL", "SETUSER", "older-relay", "reset", "on", ">pw-older-relay", *rules)
+    team(server).hset(K.job("j2"), "err", "boom")
+    team(server).zadd(K.settle, {"dead:0:j2": 0})
+    engine = RedisRelayEngine(conn(server, "older-relay"))
+    assert [e.last_error for e in engine.unsettled("a", 10)] == ["boom"]

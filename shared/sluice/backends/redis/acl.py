@@ -68,9 +68,9 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "push.lua": "del exists get hdel hexists hget hincrby hmget hset hsetnx hstrlen incrby lpush ltrim "
                 "pexpire rpush set strlen time zadd zcard zrem zrevrangebyscore",
     "rate.lua": "hget hmget hset hstrlen time",
-    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
-                "time zadd zcard zrangebyscore zremrangebyrank",
-    "rebase.lua": "hmget hset",
+    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx hstrlen incrby lpop pexpire "
+                "rpush set time zadd zcard zrangebyscore zremrangebyrank",
+    "rebase.lua": "hget hset hstrlen",
     "sample.lua": "del hgetall hlen lindex ltrim memory|usage pexpire rpush time",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
