@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from sluice.backends.redis import acl
+from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.relay_engine import MAX_ERR_BYTES, RedisRelayEngine
@@ -284,3 +285,15 @@ def test_a_relay_whose_access_string_predates_hstrlen_reads_the_settle_errors_wh
     team(server).zadd(K.settle, {"dead:0:j2": 0})
     engine = RedisRelayEngine(conn(server, "older-relay"))
     assert [e.last_error for e in engine.unsettled("a", 10)] == ["boom"]
+
+
+def test_a_three_byte_config_value_no_script_writes_fails_no_users_read_of_the_queue(
+        server: str, admin: redis.Redis) -> None:
+    """Before: ``max_in_flight`` ``abc`` raised ValueError in every read of the queue's config (the
+    relay's refresh, in its plan of every queue: each step failed; every gateway's admission; the
+    operator's list of all queues). Now it reads as unset, the queue's other settings as written."""
+    team(server).hset(K.config, mapping={"max_in_flight": "abc", "rate_per_s": "-1", "paused": "1"})
+    got = RedisRelayEngine(conn(server, "sluice-relay")).stats("a")
+    assert got.config.max_in_flight == 0 and got.config.rate_per_s == 0 and got.config.paused
+    for user in ("sluice-gateway", "sluice-operator"):
+        assert RedisQueueConfig(conn(server, user)).get_config("a").paused
