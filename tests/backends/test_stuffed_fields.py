@@ -26,7 +26,9 @@ from sluice.backends.redis.relay_engine import MAX_ERR_BYTES, RedisRelayEngine
 from sluice.backends.redis.scripts import JobFields, PushResult, source
 from sluice.core.bus import EventBus
 from sluice.core.config import Settings
+from sluice.core.errors import SluiceError
 from sluice.relay.config import RelayConfig
+from sluice.relay.pusher import own_keys
 from sluice.relay.queues import QueueStates
 from sluice_dev.local import servers
 
@@ -307,3 +309,15 @@ def test_a_key_of_the_wrong_type_holds_that_queue_alone_in_the_relays_reads(serv
     assert not states.get("b", 100.0).blocked  # another queue reads as ever
     team(server).delete(K.ready)
     assert not states.get("a", 200.0).blocked  # read again after refresh_s: no longer held
+
+
+@pytest.mark.parametrize("key", [K.idle, K.wake, K.relayed("t", 0)])
+def test_a_push_only_key_of_the_wrong_type_fails_as_the_queues_own_keys(server: str, admin: redis.Redis,
+                                                                          key: str) -> None:
+    """The relay holds a queue alone for such an error (``pusher.own_keys``: a reply no code maps),
+    and fails the round for Redis failing (``BackendUnavailable``) as before."""
+    team(server).delete(key)
+    team(server).set(key, "x")
+    with pytest.raises(SluiceError) as refused:
+        push(conn(server, "sluice-relay"))
+    assert own_keys(refused.value) and "WRONGTYPE" in str(refused.value)

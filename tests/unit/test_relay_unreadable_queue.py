@@ -25,14 +25,19 @@ BROKEN = "a-broken"  # sorts before "q": the maintenance reached it first
 class BrokenEngine(FakeEngine):
     """A FakeEngine whose reads of one queue fail as Redis's do when the team broke its keys."""
 
-    def __init__(self, clock: FakeClock, error: Exception) -> None:
+    def __init__(self, clock: FakeClock, error: Exception, push_only: bool = False) -> None:
         super().__init__(clock)
-        self.error = error
+        self.error, self.push_only = error, push_only
 
     def stats(self, queue: str) -> QueueStats:
-        if queue == BROKEN:
+        if queue == BROKEN and not self.push_only:
             raise self.error
         return super().stats(queue)
+
+    def push(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        if queue == BROKEN:
+            raise self.error
+        return super().push(queue, *args, **kwargs)
 
     def reap(self, queue: str, limit: int) -> int:
         if queue == BROKEN:
@@ -40,9 +45,9 @@ class BrokenEngine(FakeEngine):
         return super().reap(queue, limit)
 
 
-def world(error: Exception) -> tuple[BrokenEngine, FakeSource, Relay]:
+def world(error: Exception, push_only: bool = False) -> tuple[BrokenEngine, FakeSource, Relay]:
     clock = FakeClock()
-    engine = BrokenEngine(clock, error)
+    engine = BrokenEngine(clock, error, push_only)
     source = FakeSource(topic=TOPIC, n_partitions=1, clock=clock)
     for n in range(10):
         queue = BROKEN if n % 2 else "q"
@@ -83,3 +88,14 @@ def test_redis_down_still_fails_the_step_as_before() -> None:
     with pytest.raises(BackendUnavailable):
         for _ in range(4):
             relay.step()
+
+
+def test_a_queue_whose_push_alone_fails_on_its_keys_is_held_and_the_step_goes_on() -> None:
+    """A key only push.lua touches (the relayed hash, the wake list, a group's zset) of the wrong type:
+    the queue's re-read works and its push fails. Before, that error was raised as the round's, after
+    the other queues' pushes: every step failed and backed off (up to 2 s), slowing every queue."""
+    engine, _, relay = world(ERRORS["a key of the wrong type"], push_only=True)
+    for _ in range(4):
+        relay.step()  # raised before
+    assert sorted(engine.jobs.get("q", {})) == [f"job-{n}" for n in (0, 2, 4, 6, 8)]
+    assert relay.queues.states[BROKEN].blocked and relay.report.errors == 0
