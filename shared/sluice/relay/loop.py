@@ -209,7 +209,7 @@ class Relay:
         for queue, state in list(self.queues.states.items()):
             if state.pushed_since_dispatch and state.idle_workers and \
                     now - state.refreshed_at >= self.config.recount_s:
-                self.queues.refresh(queue, state, now)
+                self.queues.refresh_or_hold(queue, state, now)
 
     def _plan(self) -> list[Item]:
         """Which records to push now: the planner's decision on freshly read queue states."""

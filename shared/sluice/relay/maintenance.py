@@ -12,7 +12,7 @@ import logging
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.endings import Settled
-from sluice.core.errors import SluiceError
+from sluice.core.errors import BackendUnavailable, SluiceError
 from sluice.core.models import SettleEntry, is_reserved_queue
 from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
@@ -38,17 +38,27 @@ class Maintenance:
         for queue in self.engine.queues():
             if is_reserved_queue(queue):
                 continue
-            reaped = self.engine.reap(queue, self.config.reap_limit)
-            self.report.reaped += reaped
-            self._settle(queue)
-            state = self.queues.states.setdefault(queue, QueueState())
-            self.queues.refresh(queue, state, now)
-            if state.dead:  # most queues have none: no round trip for them
-                self._trim(queue)
-            if (self.dispatch.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
-                    and now - state.dispatched_at >= self.config.maintenance_s):
-                state.pushed_since_dispatch = max(1, reaped)
-                self.dispatch.queue(queue, state, now)
+            try:
+                self._maintain(queue, now)
+            except BackendUnavailable:
+                raise
+            except (SluiceError, ValueError) as exc:  # its own keys (its team's by hand): the rest go on
+                log.error("could not maintain queue %s; the other queues go on: %s", queue, exc)
+
+    def _maintain(self, queue: str, now: float) -> None:
+        reaped = self.engine.reap(queue, self.config.reap_limit)
+        self.report.reaped += reaped
+        self._settle(queue)
+        state = self.queues.states.setdefault(queue, QueueState())
+        self.queues.refresh_or_hold(queue, state, now)
+        if state.unreadable:
+            return
+        if state.dead:  # most queues have none: no round trip for them
+            self._trim(queue)
+        if (self.dispatch.dispatcher is not None and (state.ready > 0 or reaped) and state.leased == 0
+                and now - state.dispatched_at >= self.config.maintenance_s):
+            state.pushed_since_dispatch = max(1, reaped)
+            self.dispatch.queue(queue, state, now)
 
     def _settle(self, queue: str) -> None:
         """Copy into the jobs table what Redis ended on its own (``keys.settle``).

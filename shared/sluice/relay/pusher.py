@@ -34,6 +34,14 @@ log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as be
 Records = list[tuple[int, DecodedJob]]
 
 
+def own_keys(error: SluiceError) -> bool:
+    """Whether a push's error is the queue's own keys' (a Redis reply no code maps, such as WRONGTYPE:
+    its team's Redis user may write every key of its queue by hand, session 36), not Redis failing:
+    the queue is then held alone (``QueueState.unreadable``, cleared by its next successful re-read)
+    rather than the round failing, which backed off every queue of the relay at every step."""
+    return type(error) is SluiceError
+
+
 @dataclass
 class Executed:
     # per plan item, in order: the records sent (finals removed), and push's outcome,
@@ -121,7 +129,8 @@ class Pusher:
         self.announce(items, outcomes, t0, self.topic)
         for i, outcome in zip(sending, outcomes, strict=True):
             done.results[i] = (done.results[i][0], outcome)
-            if isinstance(outcome, SluiceError) and not isinstance(outcome, LeaseLost):
+            if isinstance(outcome, SluiceError) and not isinstance(outcome, LeaseLost) \
+                    and not own_keys(outcome):  # (an error of the queue's own keys holds it: finish)
                 done.error = done.error or outcome  # raised once the others are applied
 
     def announce(self, items: list[PushItem], outcomes: Sequence[PushOutcome | Exception], t0: float,
@@ -159,6 +168,7 @@ class Pusher:
                 self.ownership.assign()
                 continue
             if isinstance(outcome, SluiceError):  # the round's error, raised below: tried again
+                self._hold_if_own_keys(owned.number, queue, outcome, states.get(queue))  # (or held alone)
                 continue
             if isinstance(outcome, Exception):  # the other partitions and queues still flow
                 self.report.unexpected_errors += 1
@@ -190,6 +200,17 @@ class Pusher:
         if done.error is not None:
             raise done.error
         return pushed
+
+    def _hold_if_own_keys(self, partition: int, queue: str, error: SluiceError,
+                          state: QueueState | None) -> None:
+        """A push that failed on the queue's own keys (``own_keys``) holds the queue alone until its
+        next successful re-read; the round does not fail for it (``_push``)."""
+        if not own_keys(error) or state is None:
+            return
+        if not state.unreadable:
+            log.error("pushing into %s failed on its own keys; it is held until a re-read: %s", queue, error)
+            self.events.emit(ev.PushFailed(partition=partition, queue=queue, error=ev.error_text(error)))
+        state.unreadable = True
 
     def _taken(self, queue: str, take: Records, records: Records, outcome: PushOutcome,
                states: dict[str, QueueState]) -> tuple[Records, int]:

@@ -14,7 +14,7 @@ import logging
 
 from sluice.core import bus as ev
 from sluice.core import limits, policy
-from sluice.core.errors import SluiceError
+from sluice.core.errors import BackendUnavailable, SluiceError
 from sluice.core.models import QueueConfig
 from sluice.relay.config import RelayConfig
 from sluice.relay.ports import RelayEngine
@@ -44,8 +44,26 @@ class QueueStates:
         if state is None:
             state = self.states[queue] = QueueState()
         if now - state.refreshed_at >= self.config.refresh_s:
-            self.refresh(queue, state, now)
+            self.refresh_or_hold(queue, state, now)
         return state
+
+    def refresh_or_hold(self, queue: str, state: QueueState, now: float) -> None:
+        """``refresh``; when the read fails on the queue's own keys, the queue is held alone until a
+        read succeeds (tried again every ``refresh_s``). Its team's Redis user may write every key of
+        it by hand: a key of the wrong type (WRONGTYPE in every script) or a value no script writes
+        failed the read, and with it the plan of every queue this relay serves, at every step
+        (session 36). Redis itself failing (``BackendUnavailable``) fails the step, as before."""
+        try:
+            self.refresh(queue, state, now)
+        except BackendUnavailable:
+            raise
+        except (SluiceError, ValueError) as exc:
+            if not state.unreadable:
+                log.error("could not read queue %s; it is held until a read succeeds: %s", queue, exc)
+            state.unreadable = True
+            state.refreshed_at = now
+            return
+        state.unreadable = False
 
     def refresh(self, queue: str, state: QueueState, now: float) -> None:
         listening = self.events.listening  # nobody listens: no clock read, no event built

@@ -185,6 +185,8 @@ class QueueState:
     # over its byte budget, or among the largest when every queue's use reached the total (QueueStates;
     # the pusher sets it too when push.lua left records over the budget)
     budget_full: bool = False
+    # its last read failed on its own keys (QueueStates.refresh_or_hold): held until a read succeeds
+    unreadable: bool = False
 
     @property
     def ready_estimate(self) -> int:
@@ -192,7 +194,8 @@ class QueueState:
 
     @property
     def blocked(self) -> bool:
-        return self.config.paused or self.watermark_paused or self.dead_full or self.budget_full
+        return (self.config.paused or self.watermark_paused or self.dead_full or self.budget_full
+                or self.unreadable)
 
 
 Item = tuple[OwnedPartition, str, list[tuple[int, DecodedJob]]]  # a partition's next records for one queue

@@ -65,12 +65,12 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget zrange zremrangebyrank",
-    "push.lua": "exists get hdel hexists hincrby hmget hset hsetnx incrby lpush ltrim pexpire rpush set "
-                "time zadd zcard zrem zrevrangebyscore",
-    "rate.lua": "hmget hset time",
-    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx incrby lpop pexpire rpush set "
-                "time zadd zcard zrangebyscore zremrangebyrank",
-    "rebase.lua": "hmget hset",
+    "push.lua": "del exists get hdel hexists hget hincrby hmget hset hsetnx hstrlen incrby lpush ltrim "
+                "pexpire rpush set strlen time zadd zcard zrem zrevrangebyscore",
+    "rate.lua": "hget hmget hset hstrlen time",
+    "reap.lua": "decrby del get hdel hexists hget hincrby hmget hset hsetnx hstrlen incrby lpop pexpire "
+                "rpush set time zadd zcard zrangebyscore zremrangebyrank",
+    "rebase.lua": "hget hset hstrlen",
     "sample.lua": "del hgetall hlen lindex ltrim memory|usage pexpire rpush time",
     "redrive.lua": "get hdel hincrby hmget hset hsetnx incrby rpush set time zadd zrange zrem zscore",
     "register.lua": "exists sadd scard sismember",
@@ -78,7 +78,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "release.lua": "decrby del exists get hdel hexists hget hincrby hmget hsetnx incrby rpush set time zadd "
                    "zcard zrem",
     "settled.lua": "decrby del hget zrem zscore",
-    "stats.lua": "get hget hgetall hlen hmget hstrlen memory|usage time zcard zcount zrangebyscore",
+    "stats.lua": "get hget hgetall hlen hstrlen memory|usage strlen time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
     "timeline.lua": "lpop pexpire rpush",
     "trim.lua": "decrby del hget time zcard zrange zrem zscore",

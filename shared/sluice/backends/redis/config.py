@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from sluice.backends.redis.checks import checked_int, text
@@ -58,15 +60,32 @@ def config_value(name: str, value: object) -> str:
     raise InvalidInput(f"unknown queue setting {name!r}")
 
 
+_COUNT = re.compile(r"0|[1-9][0-9]{0,15}")  # what config.lua writes for a count (at most 2**53 - 1)
+
+
 def parse_config(raw: dict[Any, Any]) -> QueueConfig:
-    """A config hash (from HGETALL, or stats.lua's reply) as a QueueConfig."""
+    """A config hash (from HGETALL, or stats.lua's reply) as a QueueConfig.
+
+    The queue's team may write the hash by hand (its Redis user may HSET every key of its queue): a
+    value config.lua would not have written reads as unset, never as an error. Before session 36 a
+    3-byte ``max_in_flight`` of ``abc`` (or a ``rate_per_s`` of ``-1``) raised here, in the relay's
+    plan of every queue (a failed step, again each step: no queue of that relay was pushed), in every
+    gateway's admission of the queue and in the operator's list of all queues. Unset is nothing the
+    team could not write itself (HDEL), so it gains nothing by it."""
     fields = {text(key): text(value) for key, value in raw.items()}
-    return QueueConfig(
-        **{name: int(fields[name]) for name in (*CONFIG_INTS, "max_bytes") if name in fields},
-        rate_per_s=float(fields.get("rate_per_s", 0)),
-        paused=fields.get("paused") == "1",
-        sensitive=_sensitive(fields.get("sensitive")),
-    )
+    counts = {name: int(fields[name]) for name in (*CONFIG_INTS, "max_bytes")
+              if name in fields and _COUNT.fullmatch(fields[name])}
+    return QueueConfig(**counts, rate_per_s=_rate(fields.get("rate_per_s")),
+                       paused=fields.get("paused") == "1", sensitive=_sensitive(fields.get("sensitive")))
+
+
+def _rate(stored: str | None) -> float:
+    """A stored rate_per_s; one config.lua would not have written (not a number in 0..1e9) is unset."""
+    try:
+        rate = float(stored) if stored is not None and len(stored) <= 32 else 0.0
+    except ValueError:
+        return 0.0
+    return rate if math.isfinite(rate) and 0 <= rate <= 1e9 else 0.0
 
 
 def _sensitive(stored: str | None) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ rate through ``RedisAdmin`` and ``RedisQueueConfig``, all over one shared connec
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,14 @@ __all__ = ["PushItem", "PushResult", "RedisRelayEngine", "push_args"]
 
 log = logging.getLogger("sluice.relay")
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
+
+
+# The longest last error a script writes (fail.lua refuses a longer one): a job's err is read for a
+# settle entry only within it, since the queue's team may write the field by hand (``bounded_fields``).
+MAX_ERR_BYTES = 65536
+# The longest relayed offset push.lua writes (an integer up to 2**53 - 1).
+_OFFSET_DIGITS = 16
+_CANONICAL_INT = re.compile(r"-1|0|[1-9][0-9]*")
 
 
 class RedisRelayEngine:
@@ -170,11 +179,13 @@ class RedisRelayEngine:
         """The partition's offset recorded by push.lua in ``queue`` (-1: nothing pushed yet)."""
         k = self.conn.keys(queue)
         checked_int(partition, 0, 1_000_000, "partition")
-        try:
-            value = self.conn.client.hget(k.relayed(topic, partition), "offset")
+        key = k.relayed(topic, partition)
+        try:  # the queue's team may write the hash by hand: read as push.lua does (its small_hget)
+            value = self.conn.bounded_fields([key], ("offset",), _OFFSET_DIGITS)[0][0]
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        return -1 if value is None else int(value)
+        word = None if value is None else text(value)
+        return int(word) if word is not None and _CANONICAL_INT.fullmatch(word) else -1
 
     def take_rate(self, queue: str, wanted: int) -> int:
         """How many of ``wanted`` jobs the queue's shared token bucket allows now."""
@@ -228,7 +239,7 @@ class RedisRelayEngine:
         has not been told), with the job's last error if it has one."""
         k = self.conn.keys(queue)
         rows = self.conn.oldest_with_fields(k.settle, k.job_prefix, checked_int(limit, 1, 1000, "limit"),
-                                            ("err",),
+                                            ("err",), max_bytes=MAX_ERR_BYTES,
                                             job_id_of=lambda member: text(member).rpartition(":")[2])
         return [SettleEntry.parse(member, queue, score, err) for member, score, (err,) in rows]
 

@@ -75,6 +75,30 @@ local function now_us()
   return time_us
 end
 
+local function small_hget(key, field, max)
+  -- Bounded reads of a value a team's own Redis user may write by hand (its worker user may write
+  -- every key of its queues: docs/security.md, "Values a team may stuff"). A script that reads such a
+  -- value for another user (the relay, a gateway, the operator) first asks its length: a 10 MB value
+  -- copied into Lua cost 20-130 ms a call with Redis blocked, at every push or stats call of the
+  -- queue. Each returns the value; false when it is missing (or empty); true when it is longer than
+  -- `max` (not read: the caller decides what such a value means). By pcall: a user whose access
+  -- string predates STRLEN (ElastiCache applying the template after the layer runs) reads it whole.
+  local n = redis.pcall('HSTRLEN', key, field)
+  if type(n) ~= 'number' then return redis.call('HGET', key, field) end
+  if n == 0 then return false end
+  if n > max then return true end
+  return redis.call('HGET', key, field)
+end
+
+local function small_get(key, max)
+  -- small_hget's, for a string key.
+  local n = redis.pcall('STRLEN', key)
+  if type(n) ~= 'number' then return redis.call('GET', key) end
+  if n == 0 then return false end
+  if n > max then return true end
+  return redis.call('GET', key)
+end
+
 local function now_ms()
   return math.floor(now_us() / 1000)
 end

@@ -6,8 +6,11 @@
 --   KEYS[3] ready  zset     KEYS[4] delayed zset     KEYS[5] seq string
 --   KEYS[6] wake   list     sluice:{q}:wake  (tokens for waiting workers' BLPOP, and the prefix of
 --                           each waiting worker's own list, sluice:{q}:wake:<worker>: below)
---   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget)
---   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; paused; read only)
+--   KEYS[7] used   string   sluice:{q}:used  (bytes its jobs count against its budget; one that is
+--                           not a count, which the team's user may SET by hand, is dropped: below)
+--   KEYS[8] config hash     sluice:{q}:config  (max_bytes: the queue's own budget; paused; read only,
+--                           each field within 32 bytes: a longer paused reads as paused, a longer
+--                           max_bytes as unset)
 --   KEYS[9] group prefix  KEYS[10] turns list  KEYS[11] groups hash  (fair groups: _lib.lua)
 --   KEYS[12] dead  KEYS[13] leased  (zsets)  KEYS[14] tokens hash  (a redrive a failover lost: below)
 --   KEYS[15] idle  zset     sluice:{q}:idle  (workers waiting for work: idle.lua; read only)
@@ -86,11 +89,13 @@ if not follow then return invalid('follow') end
 local ok, R = pcall(cjson.decode, ARGV[3])
 if not ok or type(R) ~= 'table' or #R ~= 8 * k then return invalid('records') end
 
-local stored = redis.call('HMGET', relayed, 'owner', 'offset')
-if owner < (tonumber(stored[1]) or 0) then
-  return redis.error_reply('STALE_TOKEN mine=' .. ARGV[1] .. ' current=' .. stored[1])
+-- The queue's team may write the relayed hash by hand too: an owner or offset that is not one a
+-- script writes reads as none (a 10 MB owner cost 175 ms a push, echoed in the refusal).
+local current = small_hget(relayed, 'owner', 16)
+if owner < (int_in(current, 1, MAX_TOKEN) or 0) then
+  return redis.error_reply('STALE_TOKEN mine=' .. ARGV[1] .. ' current=' .. current)
 end
-local stored_offset = tonumber(stored[2]) or -1
+local stored_offset = int_in(small_hget(relayed, 'offset', 16), -1, MAX_TOKEN) or -1
 
 local now = now_ms()
 local max_offset, starts, groups, traces = stored_offset, {}, nil, nil
@@ -114,15 +119,24 @@ if stored_offset < follow then return {0, 0, stored_offset, k, 0} end
 
 local fresh = new_jobs(R, prefix, starts)
 local taken = k
-if #fresh > 0 then
-  local conf = redis.call('HMGET', config, 'max_bytes', 'paused')
-  if conf[2] == '1' then return {0, 0, stored_offset, k, 1} end
-  budget = tonumber(conf[1]) or 0
-  if budget == 0 then budget = tonumber(ARGV[4]) end
-end
 local use = 0
+if #fresh > 0 then
+  -- The config and used are keys the queue's team may write by hand (_lib.lua small_hget): each is
+  -- read only within the size a script writes. A longer paused reads as paused and a longer
+  -- max_bytes as unset (the deployment's budget): the team holds its own queue, nobody else's.
+  local paused = small_hget(config, 'paused', 32)
+  if paused == true or paused == '1' then return {0, 0, stored_offset, k, 1} end
+  local own = small_hget(config, 'max_bytes', 32)
+  budget = type(own) == 'string' and tonumber(own) or 0
+  if budget == 0 then budget = tonumber(ARGV[4]) end
+  -- A used INCRBY would refuse (not an integer, or longer than any count) failed create_jobs after
+  -- its first writes; it is dropped here, before them, as a lost counter is (counted from 0 again).
+  local u = small_get(used, 16)
+  use = int_in(u, 0, MAX_TOKEN)
+  if u and not use then redis.call('DEL', used) end
+  use = use or 0
+end
 if budget > 0 and #fresh > 0 then
-  use = tonumber(redis.call('GET', used)) or 0
   -- Each job's size is at most its bytes in ARGV[3] plus its id again (<= 128), the prefix and
   -- the overhead: when the whole batch fits by that bound, no job needs looking at (the common
   -- case, a queue far from its budget, pays for no second pass over the batch).

@@ -25,10 +25,12 @@ if not owner then return invalid('owner token') end
 local offset = int_in(ARGV[2], -1, MAX_TOKEN)
 if not offset then return invalid('offset') end
 
-local stored = redis.call('HMGET', relayed, 'owner', 'offset')
-if (tonumber(stored[1]) or 0) >= owner then return 0 end
-local stored_offset = tonumber(stored[2])
-if stored_offset and stored_offset > offset then
+-- Read as push.lua reads them (the queue's team may write the hash by hand): an owner that is not a
+-- token is none, and an offset that is not one is replaced.
+if (int_in(small_hget(relayed, 'owner', 16), 1, MAX_TOKEN) or 0) >= owner then return 0 end
+local stored = small_hget(relayed, 'offset', 16)
+local stored_offset = int_in(stored, -1, MAX_TOKEN)
+if stored and (not stored_offset or stored_offset > offset) then
   redis.call('HSET', relayed, 'owner', ARGV[1], 'offset', ARGV[2])
 else
   redis.call('HSET', relayed, 'owner', ARGV[1])

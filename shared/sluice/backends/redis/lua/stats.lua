@@ -11,8 +11,8 @@
 -- Output
 --   {ready (ungrouped and grouped), delayed, leased, dead, oldest_ready_age_ms (-1 when ready is empty), now_ms,
 --    config as {field, value, field, value ...}, idle workers (deadline after TIME),
---    {succeeded, dead, cancelled} from the finished hash (false where a field is missing),
---    used bytes (0 when the counter is missing)}
+--    {succeeded, dead, cancelled} from the finished hash (false where a field is missing or not a
+--    count), used bytes (0 when the counter is missing or not a count)}
 --   The oldest ready job is the earliest-enqueued of the heads of the ten priority
 --   bands (within a band jobs are FIFO, reclaimed ones first), so this costs at most ten lookups.
 --   It looks at ungrouped jobs only (a grouped job's age is not in it: a stub, docs/engine.md).
@@ -59,22 +59,31 @@ local oldest = nil
 -- The jobs in ready took their seqs less than FRONT steps before the counter's value now
 -- (_lib.lua: while they entered ready less than about 101 days ago), so band pr holds the BAND scores up to its score for that value: its reclaimed
 -- jobs (to_front) in the lower half, the others above them.
-local top = tonumber(redis.call('GET', KEYS[8])) or 0
+-- Every key read here but the zsets is one the queue's team may write by hand: each value is read
+-- within the size a script writes it (_lib.lua small_get, small_hget), and a count only as a count.
+-- A seq that is not one reads as TIME in µs (take_seq keeps it at or above that).
+local top = int_in(small_get(KEYS[8], 16), 0, MAX_TOKEN) or now_us()
 for pr = 0, MAX_PRIORITY do
   local hi = ready_score(pr, top)
   -- Bounds as numbers: redis.call sends them exactly; '..' would round them.
   local head = redis.call('ZRANGEBYSCORE', ready, hi - BAND + 1, hi, 'LIMIT', 0, 1)
   if #head > 0 then
-    local meta = redis.call('HGET', prefix .. head[1], 'm')
-    local e = meta and tonumber(string.match(meta, '(%d+)$'))
+    local meta = small_hget(prefix .. head[1], 'm', 64)
+    local e = type(meta) == 'string' and tonumber(string.match(meta, '(%d+)$'))
     if e and (oldest == nil or e < oldest) then oldest = e end
   end
 end
 local age = -1
 if oldest then age = math.max(0, now - oldest) end
-local grouped = tonumber(redis.call('HGET', KEYS[11], '#ready')) or 0
+local grouped = int_in(small_hget(KEYS[11], '#ready', 17), -MAX_TOKEN, MAX_TOKEN) or 0
+-- A count of the finished hash, or false (as HMGET's missing field) for one that is not a count.
+local function count(field)
+  local v = small_hget(KEYS[9], field, 16)
+  return int_in(v, 0, MAX_TOKEN) and v or false
+end
+local finished = {count('succeeded'), count('dead'), count('cancelled')}
 return {redis.call('ZCARD', ready) + math.max(grouped, 0), redis.call('ZCARD', KEYS[3]),
         redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), age, now, config_of(KEYS[6]),
         redis.call('ZCOUNT', KEYS[7], now + 1, '+inf'),
-        redis.call('HMGET', KEYS[9], 'succeeded', 'dead', 'cancelled'),
-        tonumber(redis.call('GET', KEYS[10])) or 0}
+        finished,
+        int_in(small_get(KEYS[10], 16), 0, MAX_TOKEN) or 0}
