@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +77,25 @@ def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
             a for a in str(parameters["DeployerPrincipalArns"]).split(",") if a.strip()]:
         out.append(NO_DEPLOYERS)
     return out
+
+
+def safety_net_warning(parameters: Mapping[str, str], queues: Iterable[str]) -> str | None:
+    """The handlers' queues a team template's safety net (its ``Queues``) leaves out, if any (pure).
+
+    infra/worker.yaml's ``Queues`` defaults to ``jobs``: a team that deploys with the default gets a
+    safety net that drains a queue its code may not have, and none of those it has. A template
+    without the parameter (Sluice's own, whose safety net is ``SafetyNetQueues``) gets no warning."""
+    if "Queues" not in parameters:
+        return None
+    drained = [q.strip() for q in str(parameters["Queues"]).split(",") if q.strip()]
+    handled = sorted(set(queues))
+    missed = [q for q in handled if q not in drained]
+    if not missed:
+        return None
+    return (f"the safety net (Queues: {','.join(drained)}) does not drain or reap {', '.join(missed)}: "
+            "when the relay dispatches nothing (a relay outage, a lost dispatch) their jobs wait until it "
+            "does; deploy with "
+            f"--parameter-overrides Queues={','.join(handled)}")
 
 
 def life_bound(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> list[str]:
@@ -183,6 +202,8 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
     warnings = deployment_warnings(deploy.parameters) + _budget_warnings(deploy.parameters, len(rows))
+    undrained = safety_net_warning(deploy.parameters, app.handlers)
+    warnings += [undrained] if undrained else []
     # Issue 33: handlers that import an HTTP client, in a deploy that gives them no way out.
     clients = egress.http_client_imports(handlers_module)
     no_way_out = egress.warning(deploy.parameters, clients)
