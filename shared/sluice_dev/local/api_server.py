@@ -97,7 +97,9 @@ def build_event(method: str, target: str, headers: Sequence[tuple[str, str]], bo
         "pathParameters": {"proxy": unquote(path.lstrip("/"))},
         "stageVariables": None,
         "requestContext": {
-            "resourcePath": "/{proxy+}", "httpMethod": method, "path": f"/{stage}{path}", "stage": stage,
+            # The URL's path as the caller sent it: this server serves the API at its root, as a custom
+            # domain mapped at its root does (no stage before /v1), so Location headers carry none.
+            "resourcePath": "/{proxy+}", "httpMethod": method, "path": path, "stage": stage,
             "requestId": str(uuid.uuid4()), "requestTimeEpoch": int(time.time() * 1000),
             "accountId": "000000000000", "apiId": "local", "protocol": "HTTP/1.1",
             "identity": {"sourceIp": source_ip, "userAgent": user_agent, "userArn": caller, "apiKeyId": None},
