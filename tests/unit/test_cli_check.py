@@ -213,3 +213,20 @@ def test_a_team_template_whose_safety_net_misses_the_handlers_queues_is_a_warnin
     assert named.exit_code == 0 and "safety net" not in named.stderr
     sluice = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice_dev.examples"])
     assert "safety net" not in sluice.stderr  # Sluice's own template: SafetyNetQueues, not this warning
+
+
+def test_a_stack_and_team_name_too_long_for_aws_together_are_refused_before_the_deploy() -> None:
+    """Session 36's walk: SluiceStackName admits 41 characters and TeamName 21, so the team's registrar
+    `<stack>-registrar-<team>` could be 73 characters, past Lambda's and IAM's 64: the deploy failed
+    half-way. 53 together is the most; `sluice check` says so before."""
+    stack = "s" + "x" * 31  # 32
+    fits = ["check", "--template", TEAM, "--parameter", LAYER, "--parameter", f"SluiceStackName={stack}",
+            "--parameter", f"TeamName={'t' * 21}", "sluice_dev.examples_team"]
+    out = CliRunner(mix_stderr=False).invoke(main, fits)
+    assert out.exit_code == 0, out.stderr
+    over = [*fits[:-2], f"TeamName={'t' * 21}", "--parameter", f"SluiceStackName={stack}y",
+            "sluice_dev.examples_team"]
+    out = CliRunner(mix_stderr=False).invoke(main, over)
+    assert out.exit_code == 1
+    assert f"'{stack}y-registrar-{'t' * 21}', 65 characters: AWS takes at most 64" in out.stderr
+    assert "53 characters together" in out.stderr and "worker function" not in out.stderr

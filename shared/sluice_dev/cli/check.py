@@ -98,6 +98,26 @@ def safety_net_warning(parameters: Mapping[str, str], queues: Iterable[str]) -> 
             f"--parameter-overrides Queues={','.join(handled)}")
 
 
+MAX_NAME = 64  # the longest Lambda function name and IAM role name
+
+
+def team_name_problems(parameters: Mapping[str, str]) -> list[str]:
+    """The names a team's stacks give that AWS refuses as too long (pure; empty for Sluice's template).
+
+    Each parameter's pattern admits its own length (SluiceStackName 41, TeamName 21 characters), and no
+    CloudFormation rule can count characters, so together they admit names of up to 73 characters: the
+    deploy of infra/team.yaml or infra/worker.yaml failed half-way on them."""
+    if "TeamName" not in parameters or "SluiceStackName" not in parameters:
+        return []
+    stack, team = str(parameters["SluiceStackName"]), str(parameters["TeamName"])
+    names = {"the team worker function (infra/worker.yaml)": f"{stack}-worker-{team}",
+             "the team's registrar function and its role (infra/team.yaml)": f"{stack}-registrar-{team}",
+             "the team worker's role (infra/team.yaml)": f"{stack}-team-{team}"}
+    return [f"{what} would be named {name!r}, {len(name)} characters: AWS takes at most {MAX_NAME}; "
+            f"SluiceStackName and TeamName may have {MAX_NAME - len('-registrar-')} characters together"
+            for what, name in names.items() if len(name) > MAX_NAME]
+
+
 def life_bound(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> list[str]:
     """What in the Sluice stack's retentions and job id key rotation does not honour the life bound
     (``sluice.core.limits.life_bound_problems``; empty for a team's template, which has neither)."""
@@ -182,10 +202,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
             raise ConfigError(f"--parameter {item!r} is not NAME=VALUE")
         overrides[name] = value
     deploy = load(template_path or TEMPLATE, config_env, overrides=overrides)
-    mismatch = life_bound(deploy.parameters, deploy.rotations)
-    if mismatch:  # issue 27, item 7: before anything else, whatever the handlers
-        _refuse("the job life bound is not honoured: " + "; ".join(mismatch)
-                + " (docs/security.md, Records)", "LIFE_BOUND_MISMATCH")
+    _refuse_undeployable(deploy.parameters, deploy.rotations)
     logical_id = logical_id or worker_function(deploy.functions)
     cfg = deploy.functions.get(logical_id)
     if cfg is None:
@@ -244,6 +261,17 @@ def _budget_warnings(parameters: Mapping[str, str], handler_queues: int) -> list
         _refuse("the byte budgets do not fit Redis: " + "; ".join(errors) + " (docs/deploy.md, Byte budgets)",
                 "BUDGET_OVER_NODE")
     return warnings
+
+
+def _refuse_undeployable(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> None:
+    """Exit 1 for what no deploy of these parameters can do, before anything else, whatever the handlers."""
+    mismatch = life_bound(parameters, rotations)
+    if mismatch:  # issue 27, item 7
+        _refuse("the job life bound is not honoured: " + "; ".join(mismatch)
+                + " (docs/security.md, Records)", "LIFE_BOUND_MISMATCH")
+    too_long = team_name_problems(parameters)
+    if too_long:
+        _refuse("cannot deploy: " + "; ".join(too_long), "NAME_TOO_LONG")
 
 
 def _refuse(message: str, code: str) -> None:
