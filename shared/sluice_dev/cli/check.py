@@ -165,14 +165,6 @@ def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     return workers[0]
 
 
-def _code_folder(template: Path, cfg: FunctionConfig) -> list[str]:
-    """The function's CodeUri as a folder on this machine, if it is one (an s3:// URI is not)."""
-    if cfg.code_uri is None or "://" in cfg.code_uri:
-        return []
-    folder = (template.parent / cfg.code_uri).resolve()
-    return [str(folder)] if folder.is_dir() else []
-
-
 @click.command()
 @click.argument("handlers_module")
 @click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -193,7 +185,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     from sluice.core.errors import ConfigError
     from sluice.entry.worker import load_app
     from sluice_dev.local.deployed import settings_of
-    from sluice_dev.local.template import TEMPLATE, load
+    from sluice_dev.local.template import TEMPLATE, code_folder, load
 
     overrides = {}
     for item in parameters:
@@ -212,7 +204,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
         raise ConfigError(f"{logical_id} does not pass SLUICE_FUNCTION_TIMEOUT_S (its Timeout) to its code")
     # The user's own module: where the deploy puts it (the function's CodeUri, /var/task in
     # Lambda), else in this folder, as `sluice dev` finds it.
-    for folder in (os.getcwd(), *_code_folder(deploy.path, cfg)):
+    for folder in (os.getcwd(), *filter(None, [code_folder(deploy, cfg)])):
         if folder not in sys.path:
             sys.path.insert(0, folder)
     app = load_app(handlers_module)
