@@ -109,7 +109,7 @@ def test_a_local_server_given_by_its_url_is_not_signed(tmp_path: Path) -> None:
         target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})
         assert target.client().sign_sigv4 is False, url
         operator = target.operator_client()
-        assert (operator.sign_sigv4, operator.headers) == (False, {LOCAL_CALLER_HEADER: LOCAL_OPERATOR}), url
+        assert (operator.sign_sigv4, operator.headers) == (False, {}), url  # the caller: SLUICE_LOCAL_CALLER
     for url in ("https://abc.execute-api.eu-west-1.amazonaws.com/prod", "https://127.example.com/x"):
         target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})
         assert target.client().sign_sigv4 is True and target.operator_client().sign_sigv4 is True, url

@@ -119,11 +119,8 @@ class Target:
 
         url = url or self.api_url or self.env.get("SLUICE_API_URL")
         caller = self.env.get("SLUICE_LOCAL_CALLER")
-        if url and is_local_url(url):  # a local server (`sluice dev`'s gateway given by its URL)
-            return Client(url, max_attempts=max_attempts,
-                          headers={LOCAL_CALLER_HEADER: caller or LOCAL_OPERATOR})
-        if url:
-            return Client(url, sign_sigv4=True, max_attempts=max_attempts,
+        if url:  # a loopback URL is a local server: unsigned, its caller SLUICE_LOCAL_CALLER's alone
+            return Client(url, sign_sigv4=not is_local_url(url), max_attempts=max_attempts,
                           headers={LOCAL_CALLER_HEADER: caller} if caller else None)
         if self.local:
             return Client(str(self.local["gateway_url"]), max_attempts=max_attempts,
