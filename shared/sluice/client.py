@@ -382,7 +382,10 @@ class Client:
 
             self._credentials = botocore.session.get_session().get_credentials()
             if self._credentials is None:
-                raise InvalidInput("sign_sigv4=True but no AWS credentials were found")
+                raise InvalidInput("sign_sigv4=True but no AWS credentials were found: give boto3 some "
+                                   "(AWS_PROFILE, AWS_ACCESS_KEY_ID, an instance or task role), or pass "
+                                   "api_key= for an API_KEY deployment, or sign_sigv4=False for a local "
+                                   "server")
         request = AWSRequest(method=method, url=url, data=data or b"", headers=dict(headers))
         SigV4Auth(self._credentials, "execute-api", self.region).add_auth(request)  # fresh date per attempt
         return {k: str(v) for k, v in request.headers.items()}

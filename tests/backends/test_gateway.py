@@ -87,7 +87,7 @@ def get(path: str) -> dict[str, Any]:
 
 def test_recorded_enqueue_reaches_kafka_and_the_jobs_table(gateway: Gateway, settings: Settings) -> None:
     code, headers, body = call(gateway, recorded("apigw_enqueue.json"))
-    assert code == 202 and headers["location"] == f"/v1/jobs/{body['job_id']}"
+    assert code == 202 and headers["location"] == f"/live/v1/jobs/{body['job_id']}"  # the recorded stage
     records = dict(kafka_records(settings))
     value = records[body["job_id"]]  # keyed by job id
     spec = JobSpec.model_validate(value)  # the record is a JobSpec, as the relay reads it

@@ -63,6 +63,9 @@ def test_the_names_every_part_relies_on() -> None:
     ("avatars", True), ("thumbs-*", True), ("a", True), ("sluice-ops", False), ("sluice-*", False),
     ("s*", False), ("sluic*", False), ("sluice*", False), ("slx*", True), ("Thumbs", False), ("*", False),
     ("a.b", False), ("a*b", False),
+    # A queue name has up to 64 characters (the API's pattern) and a prefix 63 before its *: the
+    # parameter refused a 64-character queue, so no team could be given one (session 36's walk).
+    ("q" * 64, True), ("q" * 65, False), ("q" * 63 + "*", True), ("q" * 64 + "*", False),
 ])
 def test_the_queues_parameter_refuses_sluices_own_queues_and_what_covers_them(queue: str, ok: bool) -> None:
     pattern = TEAM["Parameters"]["Queues"]["AllowedPattern"]

@@ -103,3 +103,24 @@ def test_a_web_page_cannot_send_the_local_caller_header_to_sluice_dev() -> None:
                     "x=1")
         assert form.status == 403
     assert rig.untouched()
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1e3", "5, 5", "0x10", "\uff15"])
+def test_a_content_length_that_is_not_a_number_of_bytes_is_400_and_reaches_nothing(length: str) -> None:
+    """Session 36's walk as a hostile caller: a malformed Content-Length made the local server raise
+    (a traceback in sluice dev's log) and hang up with no answer; API Gateway answers 400."""
+    import socket
+
+    rig = Rig()
+    request = (f"POST /v1/queues/echo/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {length}\r\n\r\n").encode() + b'{"payload": 1}'
+    with LocalGateway(rig.gateway) as server, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request)
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), raw
+    assert json.loads(body)["code"] == "BAD_REQUEST"
+    assert rig.log.records == []

@@ -172,3 +172,61 @@ def test_a_byte_budget_total_the_node_cannot_hold_is_refused_and_one_that_fits_p
     many = CliRunner(mix_stderr=False).invoke(main, ["check", "--parameter", "QueueBudgetBytes=268435456",
                                                      "sluice_dev.examples"])
     assert many.exit_code == 0 and "10 queues x QueueBudgetBytes 268435456" in many.stderr
+
+
+def test_the_digest_finds_the_handlers_module_in_the_code_uri_as_the_deploy_line_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/teams.md's deploy line, `Declarations=$(sluice routes digest jobs)`, run from the team's folder
+    (worker.yaml next to worker/jobs.py): it failed with "No module named 'jobs'" and the shell passed
+    an empty digest, which the template's pattern admits (session 36's walk)."""
+    team = tmp_path / "team"
+    (team / "worker").mkdir(parents=True)
+    shutil.copyfile(TEAM, team / "worker.yaml")
+    module = f"walk_digest_jobs_{tmp_path.name.replace('-', '_')}"  # unique: imported once per process
+    (team / "worker" / f"{module}.py").write_text(
+        "import sluice\napp = sluice.Worker()\n\n"
+        "@app.handler('avatar-cleanup')\ndef cleanup(job, ctx):\n    return None\n")
+    monkeypatch.chdir(team)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = CliRunner(mix_stderr=False).invoke(main, ["routes", "digest", module])
+    assert out.exit_code == 0, out.output + out.stderr
+    assert out.stdout.strip().startswith("sha256-") and len(out.stdout.strip()) == len("sha256-") + 32
+    elsewhere = CliRunner(mix_stderr=False).invoke(main, ["routes", "digest", "--code", "nowhere",
+                                                          f"{module}_missing"])
+    assert elsewhere.exit_code == 1 and "cannot import the handlers module" in elsewhere.stderr
+
+
+def test_a_team_template_whose_safety_net_misses_the_handlers_queues_is_a_warning() -> None:
+    """infra/worker.yaml's Queues defaults to `jobs`: deployed with the default, a team's safety net drains
+    none of its queues, and nothing said so (session 36's walk). Named, the warning goes."""
+    base = ["check", "--template", TEAM, "--parameter", LAYER]
+    out = CliRunner(mix_stderr=False).invoke(main, [*base, "sluice_dev.examples_team"])
+    assert out.exit_code == 0, out.output + out.stderr
+    assert "warning: the safety net (Queues: jobs) does not drain or reap word-batch, word-count, " \
+        "word-total" in out.stderr
+    assert "Queues=word-batch,word-count,word-total" in out.stderr
+    some = CliRunner(mix_stderr=False).invoke(main, [*base, "--parameter", "Queues=word-count,other",
+                                                     "sluice_dev.examples_team"])
+    assert "(Queues: word-count,other) does not drain or reap word-batch, word-total:" in some.stderr
+    every = ["--parameter", "Queues=word-count,word-batch,word-total,other"]
+    named = CliRunner(mix_stderr=False).invoke(main, [*base, *every, "sluice_dev.examples_team"])
+    assert named.exit_code == 0 and "safety net" not in named.stderr
+    sluice = CliRunner(mix_stderr=False).invoke(main, ["check", "sluice_dev.examples"])
+    assert "safety net" not in sluice.stderr  # Sluice's own template: SafetyNetQueues, not this warning
+
+
+def test_a_stack_and_team_name_too_long_for_aws_together_are_refused_before_the_deploy() -> None:
+    """Session 36's walk: SluiceStackName admits 41 characters and TeamName 21, so the team's registrar
+    `<stack>-registrar-<team>` could be 73 characters, past Lambda's and IAM's 64: the deploy failed
+    half-way. 53 together is the most; `sluice check` says so before."""
+    stack = "s" + "x" * 31  # 32
+    fits = ["check", "--template", TEAM, "--parameter", LAYER, "--parameter", f"SluiceStackName={stack}",
+            "--parameter", f"TeamName={'t' * 21}", "sluice_dev.examples_team"]
+    out = CliRunner(mix_stderr=False).invoke(main, fits)
+    assert out.exit_code == 0, out.stderr
+    over = [*fits[:-2], f"TeamName={'t' * 21}", "--parameter", f"SluiceStackName={stack}y",
+            "sluice_dev.examples_team"]
+    out = CliRunner(mix_stderr=False).invoke(main, over)
+    assert out.exit_code == 1
+    assert f"'{stack}y-registrar-{'t' * 21}', 65 characters: AWS takes at most 64" in out.stderr
+    assert "53 characters together" in out.stderr and "worker function" not in out.stderr

@@ -100,3 +100,16 @@ def test_the_operator_client_is_the_local_operator_or_a_signed_deployment(tmp_pa
     deployed = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url, "SLUICE_REDIS_URL": "x"})
     client = deployed.operator_client()  # with Redis set too: schedules have no way but the API
     assert (client.api_url, client.headers, client.sign_sigv4) == (url, {}, True)
+
+
+def test_a_local_server_given_by_its_url_is_not_signed(tmp_path: Path) -> None:
+    """Session 36's walk: `SLUICE_API_URL=http://127.0.0.1:<port> sluice enqueue ...` against `sluice dev`
+    failed with "no AWS credentials were found": the CLI signed for a server that checks no signature."""
+    for url in ("http://127.0.0.1:4010", "http://localhost:4010/", "http://[::1]:4010"):
+        target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})
+        assert target.client().sign_sigv4 is False, url
+        operator = target.operator_client()
+        assert (operator.sign_sigv4, operator.headers) == (False, {}), url  # the caller: SLUICE_LOCAL_CALLER
+    for url in ("https://abc.execute-api.eu-west-1.amazonaws.com/prod", "https://127.example.com/x"):
+        target = Target(state_dir=tmp_path / ".sluice", env={"SLUICE_API_URL": url})
+        assert target.client().sign_sigv4 is True and target.operator_client().sign_sigv4 is True, url

@@ -355,3 +355,29 @@ def test_each_profile_runs_locally_as_the_template_resolves_it(profile: str, par
     arns = policy["Statement"][0]["Condition"]["ArnLike"]["aws:SourceArn"]
     assert arns[0] == f"arn:aws:execute-api:us-east-1:000000000000:{access.API_ID}/*/*/v1/queues/*"
     assert api_payload(profile) == payload
+
+
+def test_a_teams_module_in_its_templates_code_uri_is_found_and_on_its_functions_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/teams.md's layout (worker.yaml next to worker/, which holds jobs.py): `sluice dev --worker
+    media=jobs --worker-template worker.yaml` from the team's folder stopped with "No module named
+    'jobs'" (session 36's walk), while `sluice check --template worker.yaml jobs` found it in the CodeUri."""
+    import shutil
+    import sys
+
+    team = tmp_path / "team"
+    (team / "worker").mkdir(parents=True)
+    shutil.copyfile(cfn.ROOT / "infra" / "worker.yaml", team / "worker.yaml")
+    module = f"walk_dev_jobs_{tmp_path.name.replace('-', '_')}"  # unique: imported once per process
+    (team / "worker" / f"{module}.py").write_text(
+        "import sluice\napp = sluice.Worker()\n\n"
+        "@app.handler('avatar-cleanup')\ndef cleanup(job, ctx):\n    return None\n")
+    monkeypatch.chdir(team)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    dev = DevStack(DevOptions(state_dir=tmp_path / ".sluice", team_workers=(("media", module),),
+                              team_template=Path("worker.yaml")))
+    dev._check_handlers()
+    functions = {f.name: f for f in dev.prepare(LOCAL, "http://127.0.0.1:7005")}
+    path = functions["sluice-worker-media"].env["PYTHONPATH"].split(":")
+    assert path[0] == str((team / "worker").resolve())
+    assert str((team / "worker").resolve()) not in functions["sluice-worker"].env["PYTHONPATH"]

@@ -89,7 +89,7 @@ def test_cold_start_builds_no_adapter(app: ModuleType, fakes: Fakes) -> None:
 
 def test_recorded_enqueue_event(capsys: pytest.CaptureFixture[str], app: ModuleType, fakes: Fakes) -> None:
     code, headers, body = call(app, event("apigw_enqueue.json"))
-    assert code == 202 and headers["location"] == f"/v1/jobs/{body['job_id']}"
+    assert code == 202 and headers["location"] == f"/live/v1/jobs/{body['job_id']}"  # the recorded stage
     [spec] = fakes.log.records
     assert (spec.queue, spec.payload, spec.priority, spec.lease_ms) == (
         "emails", {"to": "ada@example.com", "template": "welcome"}, 5, 60_000)

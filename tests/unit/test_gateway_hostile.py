@@ -73,6 +73,20 @@ def test_json_that_is_not_an_object_is_400(rig: Rig, raw: str) -> None:
     refused(rig, 400, "POST", JOBS, raw=raw)
 
 
+@pytest.mark.parametrize(("path", "raw"), [
+    (JOBS, '[{"payload": 1}, {"payload": 2}, {"payload": 3}]'),
+    (JOBS, ' \n[{"payload": 1}]'),
+    (BATCH, '[{"jobs": [{"payload": 1}]}, {"jobs": [{"payload": 2}]}]'),
+])
+def test_an_array_of_jobs_is_400_not_its_first_job_accepted_and_the_rest_dropped(
+        rig: Rig, path: str, raw: str) -> None:
+    """Session 36's walk: the router read a JSON array as its first element, as Powertools did, so
+    `[job1, job2, job3]` was answered 202 with job1's id and jobs 2 and 3 were lost without a word."""
+    doc = refused(rig, 400, "POST", path, raw=raw)
+    assert doc["code"] == "BAD_BODY"
+    assert "JSON array" in str(doc["detail"]) and "/jobs/batch" in str(doc["detail"])
+
+
 @pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded",
                                    "multipart/form-data; boundary=b", "application/json; charset=iso-8859-1"])
 def test_wrong_content_type_is_415(rig: Rig, ctype: str | None) -> None:

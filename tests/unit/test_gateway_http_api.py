@@ -146,3 +146,21 @@ def test_the_local_caller_header_names_no_operator_through_the_http_api(
     assert fakes.queue.writes == [] and fakes.log.records == []
     ev["requestContext"].setdefault("authorizer", {"iam": {}})["iam"]["userArn"] = OPERATOR
     assert call(operator, ev)[0] == 200  # the last one, GET /v1/admin/queues, signed as the operator
+
+
+def test_the_location_of_an_accepted_job_is_under_the_stage_or_base_path_the_caller_called() -> None:
+    """Session 36's walk: the REST profile's URL is https://<api>.execute-api.<region>.amazonaws.com/live,
+    and the 202's Location was /v1/jobs/<id>: a client that follows it reached /v1/jobs/<id> on that host,
+    which the API does not serve (403 Missing Authentication Token). API Gateway puts the path as called
+    in requestContext.path: the stage (or a custom domain's base path) is what it has before ``path``."""
+    from sluice.gateway.http.router import Event
+
+    def base(path: str, called: object) -> str:
+        return Event({"path": path, "httpMethod": "GET", "requestContext": {"path": called}}).base_path
+
+    assert base("/v1/queues/q/jobs", "/live/v1/queues/q/jobs") == "/live"
+    assert base("/v1/queues/q/jobs", "/api/v2/v1/queues/q/jobs") == "/api/v2"  # a custom domain's mapping
+    assert base("/v1/queues/q/jobs", "/v1/queues/q/jobs") == ""  # at a domain's root, or sluice dev
+    for called in (None, 7, "/other/path", "live/v1/queues/q/jobs", "//v1/queues/q/jobs/"):
+        assert base("/v1/queues/q/jobs", called) == ""
+    assert base("/v1/queues/q/jobs", "//v1/queues/q/jobs") == ""  # a prefix that ends in / names no base

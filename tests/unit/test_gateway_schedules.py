@@ -51,7 +51,7 @@ def w() -> World:
 
 def test_create_get_list_pause_resume_delete(w: World) -> None:
     status, headers, body = w.call("POST", BASE, NIGHTLY)
-    assert status == 201 and headers["location"] == f"{BASE}/nightly"
+    assert status == 201 and headers["location"] == f"/live{BASE}/nightly"  # under the caller's stage
     assert body["paused"] is False and body["created_at_ms"] == w.now_ms
     assert body["next_firing_ms"] == schedules.next_after(schedules.parse(NIGHTLY["expression"]), w.now_ms, 0)
     assert w.call("GET", BASE + "/nightly")[2] == body

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +79,45 @@ def deployment_warnings(parameters: Mapping[str, str]) -> list[str]:
     return out
 
 
+def safety_net_warning(parameters: Mapping[str, str], queues: Iterable[str]) -> str | None:
+    """The handlers' queues a team template's safety net (its ``Queues``) leaves out, if any (pure).
+
+    infra/worker.yaml's ``Queues`` defaults to ``jobs``: a team that deploys with the default gets a
+    safety net that drains a queue its code may not have, and none of those it has. A template
+    without the parameter (Sluice's own, whose safety net is ``SafetyNetQueues``) gets no warning."""
+    if "Queues" not in parameters:
+        return None
+    drained = [q.strip() for q in str(parameters["Queues"]).split(",") if q.strip()]
+    handled = sorted(set(queues))
+    missed = [q for q in handled if q not in drained]
+    if not missed:
+        return None
+    return (f"the safety net (Queues: {','.join(drained)}) does not drain or reap {', '.join(missed)}: "
+            "when the relay dispatches nothing (a relay outage, a lost dispatch) their jobs wait until it "
+            "does; deploy with "
+            f"--parameter-overrides Queues={','.join(handled)}")
+
+
+MAX_NAME = 64  # the longest Lambda function name and IAM role name
+
+
+def team_name_problems(parameters: Mapping[str, str]) -> list[str]:
+    """The names a team's stacks give that AWS refuses as too long (pure; empty for Sluice's template).
+
+    Each parameter's pattern admits its own length (SluiceStackName 41, TeamName 21 characters), and no
+    CloudFormation rule can count characters, so together they admit names of up to 73 characters: the
+    deploy of infra/team.yaml or infra/worker.yaml failed half-way on them."""
+    if "TeamName" not in parameters or "SluiceStackName" not in parameters:
+        return []
+    stack, team = str(parameters["SluiceStackName"]), str(parameters["TeamName"])
+    names = {"the team worker function (infra/worker.yaml)": f"{stack}-worker-{team}",
+             "the team's registrar function and its role (infra/team.yaml)": f"{stack}-registrar-{team}",
+             "the team worker's role (infra/team.yaml)": f"{stack}-team-{team}"}
+    return [f"{what} would be named {name!r}, {len(name)} characters: AWS takes at most {MAX_NAME}; "
+            f"SluiceStackName and TeamName may have {MAX_NAME - len('-registrar-')} characters together"
+            for what, name in names.items() if len(name) > MAX_NAME]
+
+
 def life_bound(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> list[str]:
     """What in the Sluice stack's retentions and job id key rotation does not honour the life bound
     (``sluice.core.limits.life_bound_problems``; empty for a team's template, which has neither)."""
@@ -126,14 +165,6 @@ def worker_function(functions: Mapping[str, FunctionConfig]) -> str:
     return workers[0]
 
 
-def _code_folder(template: Path, cfg: FunctionConfig) -> list[str]:
-    """The function's CodeUri as a folder on this machine, if it is one (an s3:// URI is not)."""
-    if cfg.code_uri is None or "://" in cfg.code_uri:
-        return []
-    folder = (template.parent / cfg.code_uri).resolve()
-    return [str(folder)] if folder.is_dir() else []
-
-
 @click.command()
 @click.argument("handlers_module")
 @click.option("--template", "template_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -154,7 +185,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
     from sluice.core.errors import ConfigError
     from sluice.entry.worker import load_app
     from sluice_dev.local.deployed import settings_of
-    from sluice_dev.local.template import TEMPLATE, load
+    from sluice_dev.local.template import TEMPLATE, code_folder, load
 
     overrides = {}
     for item in parameters:
@@ -163,10 +194,7 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
             raise ConfigError(f"--parameter {item!r} is not NAME=VALUE")
         overrides[name] = value
     deploy = load(template_path or TEMPLATE, config_env, overrides=overrides)
-    mismatch = life_bound(deploy.parameters, deploy.rotations)
-    if mismatch:  # issue 27, item 7: before anything else, whatever the handlers
-        _refuse("the job life bound is not honoured: " + "; ".join(mismatch)
-                + " (docs/security.md, Records)", "LIFE_BOUND_MISMATCH")
+    _refuse_undeployable(deploy.parameters, deploy.rotations)
     logical_id = logical_id or worker_function(deploy.functions)
     cfg = deploy.functions.get(logical_id)
     if cfg is None:
@@ -176,13 +204,15 @@ def check(handlers_module: str, template_path: Path | None, config_env: str | No
         raise ConfigError(f"{logical_id} does not pass SLUICE_FUNCTION_TIMEOUT_S (its Timeout) to its code")
     # The user's own module: where the deploy puts it (the function's CodeUri, /var/task in
     # Lambda), else in this folder, as `sluice dev` finds it.
-    for folder in (os.getcwd(), *_code_folder(deploy.path, cfg)):
+    for folder in (os.getcwd(), *filter(None, [code_folder(deploy, cfg)])):
         if folder not in sys.path:
             sys.path.insert(0, folder)
     app = load_app(handlers_module)
     options = WorkerOptions.from_settings(settings)
     rows = report(dict(app.handlers), options, settings.default_lease_seconds)
     warnings = deployment_warnings(deploy.parameters) + _budget_warnings(deploy.parameters, len(rows))
+    undrained = safety_net_warning(deploy.parameters, app.handlers)
+    warnings += [undrained] if undrained else []
     # Issue 33: handlers that import an HTTP client, in a deploy that gives them no way out.
     clients = egress.http_client_imports(handlers_module)
     no_way_out = egress.warning(deploy.parameters, clients)
@@ -223,6 +253,17 @@ def _budget_warnings(parameters: Mapping[str, str], handler_queues: int) -> list
         _refuse("the byte budgets do not fit Redis: " + "; ".join(errors) + " (docs/deploy.md, Byte budgets)",
                 "BUDGET_OVER_NODE")
     return warnings
+
+
+def _refuse_undeployable(parameters: Mapping[str, str], rotations: Mapping[str, str]) -> None:
+    """Exit 1 for what no deploy of these parameters can do, before anything else, whatever the handlers."""
+    mismatch = life_bound(parameters, rotations)
+    if mismatch:  # issue 27, item 7
+        _refuse("the job life bound is not honoured: " + "; ".join(mismatch)
+                + " (docs/security.md, Records)", "LIFE_BOUND_MISMATCH")
+    too_long = team_name_problems(parameters)
+    if too_long:
+        _refuse("cannot deploy: " + "; ".join(too_long), "NAME_TOO_LONG")
 
 
 def _refuse(message: str, code: str) -> None:

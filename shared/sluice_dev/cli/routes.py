@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -69,15 +70,24 @@ def register(target: Target, function: str, module: str, owner: str | None, patt
 
 @routes.command("digest")
 @click.argument("module")
+@click.option("--code", "code", type=click.Path(file_okay=False, path_type=Path), default=Path("worker"),
+              show_default=True,
+              help="The folder that holds MODULE, the worker function's CodeUri (infra/worker.yaml's is "
+                   "worker/); MODULE is looked for there, then in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="The describe answer the digest is of, as JSON.")
-def digest(module: str, as_json: bool) -> None:
+def digest(module: str, code: Path, as_json: bool) -> None:
     """The digest of MODULE's queues, schemas and declared schedules (issue 31): pass it to the deploy
     (infra/worker.yaml's Declarations, template.yaml's WorkerDeclarations), so that a change to any of
     them re-registers them: CloudFormation re-runs the registration only when a property changes."""
     from sluice.entry.worker import describe, load_app
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the user's own module, as `sluice dev` finds it
+    # The user's own module, where the deploy puts it (the CodeUri, as `sluice check` looks), else in
+    # this folder, as `sluice dev` finds it. docs/teams.md's layout keeps jobs.py in worker/: from the
+    # team's folder, `sluice routes digest jobs` failed with "No module named 'jobs'", and the deploy
+    # line's `Declarations=$(...)` went on with an empty digest.
+    for folder in (os.getcwd(), *([str(code.resolve())] if code.is_dir() else [])):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     answer = describe(load_app(module))
     click.echo(json.dumps(answer, sort_keys=True) if as_json else answer["digest"])
 

@@ -37,6 +37,23 @@ if TYPE_CHECKING:
     from sluice.core.models import JobSpec
 
 
+def is_local_url(url: str) -> bool:
+    """A URL on this machine's loopback: a local server (`sluice dev`), where no signature is checked and
+    none is needed; API Gateway is never there (it answers only for its own host name). Signing for one
+    needed AWS credentials a laptop may not have: `SLUICE_API_URL=http://127.0.0.1:<port> sluice enqueue`
+    failed with "no AWS credentials were found" (session 36's walk)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: 127.example.com is not this machine
+        return False
+
+
 class NoTarget(SluiceError):
     """Nothing to talk to: no local stack runs here and no deployed endpoint is configured."""
 
@@ -74,7 +91,7 @@ class Target:
         url = self.api_url or self.env.get("SLUICE_API_URL")
         if url:
             key = self.env.get("SLUICE_API_KEY")
-            return Client(url, api_key=key, sign_sigv4=not key, max_attempts=4)
+            return Client(url, api_key=key, sign_sigv4=not key and not is_local_url(url), max_attempts=4)
         if self.local:
             return Client(str(self.local["gateway_url"]), max_attempts=4)
         raise self._not_running("SLUICE_API_URL")
@@ -102,8 +119,8 @@ class Target:
 
         url = url or self.api_url or self.env.get("SLUICE_API_URL")
         caller = self.env.get("SLUICE_LOCAL_CALLER")
-        if url:
-            return Client(url, sign_sigv4=True, max_attempts=max_attempts,
+        if url:  # a loopback URL is a local server: unsigned, its caller SLUICE_LOCAL_CALLER's alone
+            return Client(url, sign_sigv4=not is_local_url(url), max_attempts=max_attempts,
                           headers={LOCAL_CALLER_HEADER: caller} if caller else None)
         if self.local:
             return Client(str(self.local["gateway_url"]), max_attempts=max_attempts,

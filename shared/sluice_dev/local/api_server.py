@@ -97,7 +97,9 @@ def build_event(method: str, target: str, headers: Sequence[tuple[str, str]], bo
         "pathParameters": {"proxy": unquote(path.lstrip("/"))},
         "stageVariables": None,
         "requestContext": {
-            "resourcePath": "/{proxy+}", "httpMethod": method, "path": f"/{stage}{path}", "stage": stage,
+            # The URL's path as the caller sent it: this server serves the API at its root, as a custom
+            # domain mapped at its root does (no stage before /v1), so Location headers carry none.
+            "resourcePath": "/{proxy+}", "httpMethod": method, "path": path, "stage": stage,
             "requestId": str(uuid.uuid4()), "requestTimeEpoch": int(time.time() * 1000),
             "accountId": "000000000000", "apiId": "local", "protocol": "HTTP/1.1",
             "identity": {"sourceIp": source_ip, "userAgent": user_agent, "userArn": caller, "apiKeyId": None},
@@ -161,6 +163,17 @@ def _response_parts(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]
     return int(response.get("statusCode", 502)), pairs, raw
 
 
+def _content_length(values: Sequence[str]) -> int | None:
+    """The body's length from the request's Content-Length headers (none: no body); None when they are
+    not one run of digits (RFC 9110's ``1*DIGIT``): ``abc``, ``-5``, ``1e3``, ``5, 5``, two headers."""
+    if not values:
+        return 0
+    text = values[0].strip()
+    if len(values) > 1 or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def _discard(rfile: Any, remaining: int) -> None:
     while remaining > 0:
         chunk = rfile.read(min(remaining, 1 << 16))
@@ -207,7 +220,15 @@ class LocalGateway(ThreadedServer):
             protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
 
             def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
+                length = _content_length(self.headers.get_all("Content-Length") or [])
+                if length is None:
+                    # Where the body ends is unknown: answered, as API Gateway does, and the
+                    # connection closed (it was a traceback in the log and a hang-up, no answer).
+                    bad = {"type": "urn:sluice:problem:bad-request", "title": "Bad Request", "status": 400,
+                           "detail": "Content-Length is not one number of bytes", "code": "BAD_REQUEST"}
+                    self.answer(400, json.dumps(bad).encode(), [("Content-Type", "application/problem+json")])
+                    self.close_connection = True
+                    return
                 if length > MAX_REQUEST_BYTES:
                     # Read the body away first (up to a bound), as API Gateway does: a server that
                     # answers and closes mid-upload breaks the client's send, and the client then

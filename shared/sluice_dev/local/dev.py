@@ -55,7 +55,7 @@ from sluice_dev.local.service import FencedService
 from sluice_dev.local.sink import FencedSink
 from sluice_dev.local.stack import STATE_DIR, Stack, _env_text
 from sluice_dev.local.teams import TeamStack
-from sluice_dev.local.template import IMPORT, TEMPLATE, DeployConfig, load
+from sluice_dev.local.template import IMPORT, TEMPLATE, DeployConfig, code_folder, load
 
 if TYPE_CHECKING:
     from sluice.core.routes import RouteTable
@@ -397,8 +397,18 @@ class DevStack:
             sys.path.insert(0, cwd)  # the user's own module, as the children will see it
         load_app(self.default_module)
         for name, (module, _deploy) in self.teams.items():
+            # A team's module in its template's CodeUri (worker/ in infra/worker.yaml), as `sluice check`
+            # and its own function (PYTHONPATH) find it, else in this folder.
+            folder = self._team_code(name)
+            if folder is not None and folder not in sys.path:
+                sys.path.insert(0, folder)
             if not load_app(module).handlers:
                 raise ConfigError(f"--worker {name}={module}: the module registers no handler")
+
+    def _team_code(self, team: str) -> str | None:
+        """The folder of team ``team``'s own code: its template's CodeUri, if that is a folder here."""
+        deploy = self.teams[team][1]
+        return code_folder(deploy, deploy.functions[team_function_id(deploy)])
 
     @property
     def default_module(self) -> str:
@@ -805,8 +815,9 @@ class DevStack:
             assert fn.max_concurrency is not None, f"{fn.logical_id}: changes() names a local concurrency"
             out.append(Function(fn.name, ref, int(fn.timeout_s * 1000), fn.max_concurrency, env, idle_s=idle,
                                 command=command))
-        for team in self.team_functions.values():  # the layer's entry, as infra/worker.yaml's Handler
-            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": path, **_credentials(team.name)}
+        for name, team in self.team_functions.items():  # the layer's entry, as infra/worker.yaml's Handler
+            own = os.pathsep.join(p for p in (self._team_code(name), path) if p)  # its CodeUri first
+            env = {**servers.DUMMY_AWS_ENV, **team.env, "PYTHONPATH": own, **_credentials(team.name)}
             assert team.max_concurrency is not None
             out.append(Function(team.name, "sluice.entry.worker_function:handler",
                                 int(team.timeout_s * 1000), team.max_concurrency, env,

@@ -90,6 +90,15 @@ class DeployConfig:
     rotations: Mapping[str, str] = field(default_factory=dict)  # rotation schedule -> its expression
 
 
+def code_folder(deploy: DeployConfig, cfg: FunctionConfig) -> str | None:
+    """The function's CodeUri as a folder on this machine, if it is one (an s3:// URI is not): where a
+    deploy puts the user's handlers module (/var/task in Lambda)."""
+    if cfg.code_uri is None or "://" in cfg.code_uri:
+        return None
+    folder = (deploy.path.parent / cfg.code_uri).resolve()
+    return str(folder) if folder.is_dir() else None
+
+
 if TYPE_CHECKING:
     _SafeLoader = yaml.SafeLoader
 else:

@@ -212,7 +212,8 @@ class HttpGateway:
             who = caller()
             return _accepted(self.api.enqueue(queue, job, idempotency_key=who.own_key(idempotency_key),
                                               remaining_ms=remaining_ms(), caller=who,
-                                              traceparent=traces.carried(traceparent)))
+                                              traceparent=traces.carried(traceparent)),
+                             app.current_event.base_path)
 
         @app.post("/v1/queues/<queue>/jobs/batch", status_code=202, operation_id="enqueue_batch",
                   tags=["jobs"], summary="Enqueue 1..100 jobs, all or nothing.",
@@ -225,7 +226,8 @@ class HttpGateway:
             who = caller()
             return _accepted(self.api.enqueue_batch(queue, batch, remaining_ms=remaining_ms(), caller=who,
                                                     idempotency_key=who.own_key(idempotency_key),
-                                                    traceparent=traces.carried(traceparent)))
+                                                    traceparent=traces.carried(traceparent)),
+                             app.current_event.base_path)
 
         @app.get("/v1/jobs/<job_id>", operation_id="get_job", tags=["jobs"],
                  summary="A job's status, attempts, timestamps, and result or last error.",
@@ -309,10 +311,10 @@ def problem_event(p: wire.Problem, exc: BaseException | None = None) -> dict[str
             "headers": {"Content-Type": problems.PROBLEM_JSON, **problems.headers_for(p, exc)}}
 
 
-def _accepted(outcome: Enqueued) -> Response[Any]:
+def _accepted(outcome: Enqueued, base_path: str) -> Response[Any]:
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
-    if isinstance(outcome.body, wire.Accepted):
-        headers["Location"] = f"/v1/jobs/{outcome.body.job_id}"
+    if isinstance(outcome.body, wire.Accepted):  # under the caller's stage or base path, as it called
+        headers["Location"] = f"{base_path}/v1/jobs/{outcome.body.job_id}"
     return Response(200 if outcome.replayed else 202, APPLICATION_JSON, outcome.body,
                     headers=headers)
 

@@ -193,6 +193,20 @@ class Event:
         self.path: str = raw["path"]
         self.http_method: str = raw["httpMethod"]
 
+    @property
+    def base_path(self) -> str:
+        """What the caller's URL has before the route's path: the stage on the execute-api domain
+        (``/live``: ``requestContext.path`` is ``/live/v1/...`` where ``path`` is ``/v1/...``), a custom
+        domain's base path, or nothing. API Gateway sets both; a caller cannot. A ``Location`` of
+        ``/v1/jobs/<id>`` alone sent a client that follows it to a path the API does not serve (403
+        Missing Authentication Token, session 36's walk)."""
+        context = self.raw_event.get("requestContext")
+        full = context.get("path") if isinstance(context, Mapping) else None
+        if not isinstance(full, str) or not self.path or full == self.path or not full.endswith(self.path):
+            return ""
+        prefix = full[:-len(self.path)]
+        return prefix if prefix.startswith("/") and not prefix.endswith("/") else ""
+
 
 class Router:
     """Routes, exception handlers and the current request's ``context`` (cleared after each)."""

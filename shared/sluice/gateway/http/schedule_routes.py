@@ -51,7 +51,8 @@ def add_routes(app: Router, schedules: Callable[[], Schedules],
                         schedule: Annotated[ScheduleRequest, Body()]) -> Response[ScheduleView]:
         view = schedules().create(queue, schedule)
         return Response(201, APPLICATION_JSON, view,
-                        headers={"Location": f"/v1/admin/queues/{queue}/schedules/{view.name}"})
+                        headers={"Location": f"{app.current_event.base_path}/v1/admin/queues/{queue}"
+                                                 f"/schedules/{view.name}"})
 
     @app.get(BASE, operation_id="list_schedules", tags=tags, summary="The queue's schedules.",
              responses={200: ok("The schedules, by name.", ScheduleList), **common})
