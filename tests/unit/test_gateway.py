@@ -376,6 +376,22 @@ def test_a_callers_idempotency_key_is_its_own() -> None:
     assert tenant.own_key(None) is None
 
 
+@pytest.mark.parametrize(("scope_a", "key_a", "scope_b", "key_b"), [
+    ("garbage", "x|k1", "garbage|x", "k1"),  # session 36's hostile walk: the second replayed the first's job
+    ("a\\", "|k", "a|", "k"),  # both "a\\||k" were the scope's backslash not escaped
+    ("a\\|b", "k", "a\\", "b|k"),
+])
+def test_a_scope_holding_the_separator_cannot_name_another_callers_key(scope_a: str, key_a: str,
+                                                                         scope_b: str, key_b: str) -> None:
+    a, b = Caller(idempotency_scope=scope_a), Caller(idempotency_scope=scope_b)
+    assert a.own_key(key_a) != b.own_key(key_b)
+
+
+def test_an_arns_scoped_key_is_stored_as_before_the_escape() -> None:
+    arn = "arn:aws:sts::123456789012:assumed-role/web/i-0abc"
+    assert Caller(idempotency_scope=arn).own_key("order-7") == f"{arn}|order-7"
+
+
 def test_batch_replay_returns_the_same_ids(rig: Rig) -> None:
     key = {"Idempotency-Key": "batch-1"}
     body = {"jobs": [{"payload": i} for i in range(3)]}

@@ -38,5 +38,13 @@ class Caller:
         return priority <= self.max_priority or self.is_operator
 
     def own_key(self, idempotency_key: str | None) -> str | None:
-        """The caller's Idempotency-Key in its own scope, so another tenant's same key is another key."""
-        return None if idempotency_key is None else f"{self.idempotency_scope}|{idempotency_key}"
+        """The caller's Idempotency-Key in its own scope, so another tenant's same key is another key.
+
+        The scope's own ``\\`` and ``|`` are escaped, so the first bare ``|`` ends it: a caller
+        ``a`` with key ``b|k`` and a caller ``a|b`` with key ``k`` are two keys. IAM ARNs and API
+        key ids hold neither character, so their stored keys are what they were before the escape
+        (records in flight during an upgrade still replay); a local caller's name may hold both."""
+        if idempotency_key is None:
+            return None
+        scope = self.idempotency_scope.replace("\\", "\\\\").replace("|", "\\|")
+        return f"{scope}|{idempotency_key}"
