@@ -12,6 +12,7 @@ it, and what an oversized or malformed value means hurts only that team's queue 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,13 +25,18 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.relay_engine import MAX_ERR_BYTES, RedisRelayEngine
 from sluice.backends.redis.scripts import JobFields, PushResult, source
+from sluice.core import bus as ev
 from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.errors import SluiceError
+from sluice.core.models import JobSpec
+from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
 from sluice.relay.pusher import own_keys
 from sluice.relay.queues import QueueStates
+from sluice_dev.fakes import FakeSource
 from sluice_dev.local import servers
+from tests.backends.relay_proc import NullStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -321,3 +327,39 @@ def test_a_push_only_key_of_the_wrong_type_fails_as_the_queues_own_keys(server: 
     with pytest.raises(SluiceError) as refused:
         push(conn(server, "sluice-relay"))
     assert own_keys(refused.value) and "WRONGTYPE" in str(refused.value)
+
+
+def test_a_forged_relayed_owner_holds_its_queue_alone_and_the_partitions_other_queue_flows(
+        server: str, admin: redis.Redis) -> None:
+    """The team's user writes its queue's relayed owner as 2**53-1 (docs/security.md, "A forged relayed
+    owner"). Before, push.lua refused every push into it as stale and the relay dropped the partition
+    at its first push there, and again after each take-over: another team's queue on that partition
+    waited. Now the relay's lease on the partition says no relay holds that owner: the queue alone is
+    held, and flows again once its team deletes the key."""
+    topic, other = "sluice.jobs", QueueKeys("b")
+    forged = K.relayed(topic, 0)
+    team(server).hset(forged, mapping={"owner": str(2**53 - 1), "offset": "-1"})
+    source = FakeSource(topic=topic, n_partitions=1)
+    for i in range(10):
+        for queue in ("a", "b"):
+            source.append_spec(0, JobSpec(job_id=f"{queue}-{i}", queue=queue, payload={"n": i}))
+    held: list[ev.OwnerForged] = []
+    bus = EventBus()
+    bus.subscribe(held.append, ev.OwnerForged)
+    engine = RedisRelayEngine(conn(server, "sluice-relay"))
+    relay = Relay(engine, NullStore(), source, None, relay_id="r1", events=bus,  # type: ignore[arg-type]
+                  config=RelayConfig(poll_ms=10, commit_s=0, batch=4, refresh_s=0.05))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and admin.zcard(other.ready) < 10:
+            relay.step()
+        assert admin.zcard(other.ready) == 10 and admin.zcard(K.ready) == 0  # before: b waited behind a
+        assert 0 in relay.ownership.owned and relay.report.partitions_lost == 0
+        assert admin.hget(forged, "owner") == str(2**53 - 1)  # nothing pushed over it
+        team(server).delete(forged)
+        while time.monotonic() < deadline and admin.zcard(K.ready) < 10:
+            relay.step()
+    finally:
+        relay.stop()
+    assert admin.zcard(K.ready) == 10 and admin.zcard(other.ready) == 10
+    assert [(e.queue, e.held) for e in held] == [("a", True), ("a", False)]

@@ -133,8 +133,12 @@ def test_push_refused_with_stale_token_drops_the_partition() -> None:
     w.add(10)
     relay = w.relay(batch=5)
     run_steps(relay, 2)
-    # a newer owner pushed to this queue's record (its lease token is higher)
-    w.engine.relayed[("q", TOPIC, 0)]["owner_token"] = 99
+    # a newer relay leased the partition (ours lapsed: r1 was frozen) and pushed to this queue's
+    # record with its higher lease token. (Until session 36 only the key was written here: an owner
+    # no relay holds, which is now a forged owner, held: tests/unit/test_relay_forged_owner.py.)
+    w.engine.ownership[partition_job_id(TOPIC, 0)][1].deadline = w.clock.t - 1
+    newer = w.engine.lease(RELAY_QUEUE, 1, 30_000, "r2")[0]
+    w.engine.relayed[("q", TOPIC, 0)]["owner_token"] = newer.lease_token
     relay.step()
     assert relay.report.stale_stops == 1
     assert 0 not in relay.ownership.owned and w.source.assigned == []

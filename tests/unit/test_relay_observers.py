@@ -50,6 +50,9 @@ class Recorded:
     (ev.Replayed(topic="t", partition=0, start=5, committed=9, old_epoch="a", epoch="b"),
      [("RelayReplays", 1, {})]),
     (ev.CheckpointFailed(error="throttled", retry_in_s=5.0), [("RelayCheckpointFailed", 1, {})]),
+    (ev.OwnerForged(queue="q", partition=0, owner="9007199254740991", held=True),
+     [("RelayForgedOwner", 1, {"queue": "q"})]),
+    (ev.OwnerForged(queue="q", partition=0, owner="", held=False), []),
 ])
 def test_each_incident_is_the_count_it_always_was(incident: ev.Incident, counts: list[Any]) -> None:
     m = Recorded()

@@ -398,6 +398,19 @@ class PartitionLost(Incident):
     why: str
 
 
+class OwnerForged(Incident):
+    """A push of ``partition`` into ``queue`` was refused for a newer owner (``owner``, as the
+    queue's relayed key names it) while this relay's lease on the partition was still current: no
+    relay holds that owner (tokens come from that lease), so its team's Redis user wrote it. The
+    queue alone is held, and tried again every ``refresh_s``; ``held`` False once a push into it
+    succeeds again."""
+
+    queue: str
+    partition: int
+    owner: str
+    held: bool
+
+
 class OwnershipJobRemoved(Incident):
     """A job in the ownership queue that no relay enqueued was removed."""
 

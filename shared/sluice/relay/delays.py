@@ -237,6 +237,13 @@ class DelayLanes:
                 jobs: list[tuple[ParkedRecord, DecodedJob | None]], records: list[tuple[int, DecodedJob]],
                 outcome: object) -> None:
         if isinstance(outcome, LeaseLost):
+            if self.pusher.forged(owned, queue, outcome, False, {}, self.topic):
+                # the lane's queue's key names an owner no relay holds: this lane alone waits, read
+                # again in refresh_s (push_back reads a lane once its next run time is within the horizon)
+                lane.seq = None
+                wait_ms = self.config.delay_horizon_ms + int(self.config.refresh_s * 1000)
+                lane.next_due_ms = self.now_ms() + wait_ms
+                return
             self._lose(owned, outcome)
             return
         if isinstance(outcome, Exception):  # nothing of this item written: tried again, offset re-read
@@ -244,6 +251,7 @@ class DelayLanes:
             self.events.emit(ev.ParkingFailed(queue=queue, partition=owned.number,
                                               error=ev.error_text(outcome)))
             return
+        self.pusher.forged_gone(queue, owned.number, self.topic)
         pushed, skipped, left = (int(getattr(outcome, name)) for name in ("pushed", "skipped", "left"))
         taken = len(records) - left
         assert lane.seq is not None

@@ -59,14 +59,18 @@ class RelayMetrics:
             m.count("RelayDispatchRefused", queue=e.queue)
         elif isinstance(e, ev.LagMeasured):
             m.count("RelayLag", e.lag)
-        elif isinstance(e, ev.Parked | ev.Unparked):
+        elif isinstance(e, ev.Parked | ev.Unparked | ev.ParkingFailed):
             parking_counts(m, e)
-        elif isinstance(e, ev.ParkingFailed):
-            m.count("RelayParkingFailed")
+        elif isinstance(e, ev.OwnerForged) and e.held:
+            m.count("RelayForgedOwner", queue=e.queue)
 
 
-def parking_counts(m: Metrics, e: ev.Parked | ev.Unparked) -> None:
-    """Per queue: records parked, read back, released by the sweep, ended past their life."""
+def parking_counts(m: Metrics, e: ev.Parked | ev.Unparked | ev.ParkingFailed) -> None:
+    """Per queue: records parked, read back, released by the sweep, ended past their life; and the
+    lot's failures (no dimension)."""
+    if isinstance(e, ev.ParkingFailed):
+        m.count("RelayParkingFailed")
+        return
     if isinstance(e, ev.Parked):
         m.count("RelayParked", e.n, queue=e.queue)
         return

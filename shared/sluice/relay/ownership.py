@@ -111,6 +111,21 @@ class Ownership:
         owned.leased_at = now
         return False
 
+    def still_ours(self, owned: OwnedPartition) -> bool:
+        """Ask the authority whether ``owned``'s lease is still this relay's, by extending it (as
+        ``check`` does, early). Only a newer lease of the partition's job gives a newer owner token
+        (lease.lua: from its queue's seq; ``owner_token`` folds in a generation a new session
+        starts, and a session starts only with a new lease), and such a lease would have
+        replaced ours: so when this succeeds, no relay holds a newer owner token for the
+        partition. Any failure (the lease lost, Redis failing) is False: the caller drops the
+        partition, as it did on every refusal before session 36."""
+        try:
+            self.engine.extend(RELAY_QUEUE, owned.job_id, owned.token, self.config.lease_ms)
+        except SluiceError as exc:
+            log.info("partition %s: its lease is not ours any more: %s", owned.number, exc)
+            return False
+        return True
+
     def _acquire(self, now: float) -> bool:
         self._register()
         limit = self.config.max_partitions

@@ -4,7 +4,9 @@
 same atomic step and skips records at or below it (docs/relay.md). The I/O half of a
 round (``start``: drop the jobs already final, push) runs on a pusher thread while the
 main thread polls; ``finish`` applies the outcome on the main thread, the only one that
-changes relay state. A push refused because a newer owner pushed loses the partition.
+changes relay state. A push refused because a newer owner pushed loses the partition, unless
+the relay's own lease on it is still current (``Ownership.still_ours``): then no relay holds that
+owner, its queue's team wrote it by hand, and that queue alone is held (``forged_suspect``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
-from sluice.core.errors import LeaseLost, SluiceError
+from sluice.core.errors import LeaseLost, SluiceError, StaleToken
 from sluice.core.models import DecodedJob
 from sluice.core.ports import JobStore
 from sluice.relay.config import RelayConfig
@@ -25,7 +27,7 @@ from sluice.relay.hooks import RelayHooks
 from sluice.relay.ownership import Ownership
 from sluice.relay.ports import PushItem, PushOutcome, RelayEngine
 from sluice.relay.queues import hold_for_budget
-from sluice.relay.state import Item, QueueState, RelayReport
+from sluice.relay.state import Item, OwnedPartition, QueueState, RelayReport
 from sluice.relay.status import StatusWriter
 
 log = logging.getLogger("sluice.relay")  # one logger for the whole relay, as before the package split
@@ -42,6 +44,17 @@ def own_keys(error: SluiceError) -> bool:
     return type(error) is SluiceError
 
 
+def forged_suspect(refusal: LeaseLost, fenced: bool) -> bool:
+    """Whether a refused push may name a forged owner: ``push.lua`` refused it for a newer owner in
+    the queue's relayed key (``StaleToken``), which its team's Redis user may write by hand (session
+    36: an owner of 2**53-1 refused every push into that queue, each relay taking the partition
+    dropped it again at its first push there, and the partition's other queues moved only between
+    take-overs). Not so when the relay's hooks refused the partition before the push (``fenced``:
+    Redis's epoch changed): nothing was asked of the queue's key. The caller holds the queue only
+    if the partition's lease is still its own (``Ownership.still_ours``), else drops it."""
+    return isinstance(refusal, StaleToken) and not fenced
+
+
 @dataclass
 class Executed:
     # per plan item, in order: the records sent (finals removed), and push's outcome,
@@ -49,6 +62,7 @@ class Executed:
     # None when nothing was sent
     results: list[tuple[Records, PushOutcome | Exception | None]] = field(default_factory=list)
     error: SluiceError | None = None
+    fenced: set[int] = field(default_factory=set)  # partitions the hooks refused before their push
 
 
 class Pusher:
@@ -62,6 +76,7 @@ class Pusher:
         self._status = StatusWriter(store, self.events, max_waiting=config.status_max_waiting,
                                     max_per_s=config.status_max_per_s)
         self._executor: ThreadPoolExecutor | None = None
+        self._forged: set[tuple[str, str, int]] = set()  # (topic, queue, partition): a forged owner
 
     @property
     def status(self) -> StatusWriter:
@@ -83,7 +98,7 @@ class Pusher:
             # Redriven jobs are not final, and are pushed with their redrive generation (a replayed
             # record of one carries none): docs/redis-loss.md, "Redriven jobs".
             final, gens = self.store.relay_view([job.job_id for _, _, take in plan for _, job in take])
-            stale: set[int] = set()
+            stale = done.fenced
             sending: list[int] = []  # indexes into plan, and into done.results
             items: list[PushItem] = []
             for owned, queue, take in plan:
@@ -158,14 +173,13 @@ class Pusher:
         pushed = 0
         queued: list[tuple[str, Records]] = []  # for the status writer, which builds its tuples itself
         owned_by = self.ownership.owned
+        ours: dict[int, bool] = {}  # partitions whose lease was asked for this round: still ours?
         for (owned, queue, take), (records, outcome) in zip(plan, done.results, strict=False):
             # strict=False: a round that failed before its push holds fewer results than items
             if owned_by.get(owned.number) is not owned:
                 continue  # lost earlier in this round: its records are the new owner's now
             if isinstance(outcome, LeaseLost):
-                self.report.stale_stops += 1
-                self.ownership.lose(owned.number, str(outcome))
-                self.ownership.assign()
+                self._refused(owned, queue, outcome, owned.number in done.fenced, ours, states.get(queue))
                 continue
             if isinstance(outcome, SluiceError):  # the round's error, raised below: tried again
                 self._hold_if_own_keys(owned.number, queue, outcome, states.get(queue))  # (or held alone)
@@ -179,6 +193,8 @@ class Pusher:
                 continue
             done_with = len(take)  # records of take that leave the buffer
             if outcome is not None:
+                if self._forged:
+                    self.forged_gone(queue, owned.number, self.topic)
                 records, done_with = self._taken(queue, take, records, outcome, states)
                 if records:  # push.lua raised the recorded offset to at least the last one taken
                     owned.relayed[queue] = max(owned.relayed.get(queue, -1), records[-1][0])
@@ -211,6 +227,54 @@ class Pusher:
             log.error("pushing into %s failed on its own keys; it is held until a re-read: %s", queue, error)
             self.events.emit(ev.PushFailed(partition=partition, queue=queue, error=ev.error_text(error)))
         state.unreadable = True
+
+    def _refused(self, owned: OwnedPartition, queue: str, refusal: LeaseLost, fenced: bool,
+                 ours: dict[int, bool], state: QueueState | None) -> None:
+        """A refused push: the queue alone is held for a forged owner (``forged``), else the
+        partition is lost (a newer owner, or the hooks' fence)."""
+        if state is not None and self.forged(owned, queue, refusal, fenced, ours, self.topic):
+            state.unreadable = True  # held as a queue whose own keys fail: see forged
+            return
+        self.report.stale_stops += 1
+        self.ownership.lose(owned.number, str(refusal))
+        self.ownership.assign()
+
+    def forged(self, owned: OwnedPartition, queue: str, refusal: LeaseLost, fenced: bool,
+               ours: dict[int, bool], topic: str) -> bool:
+        """Whether ``refusal`` of a push of ``owned`` into ``queue`` (under ``topic``) names an owner no
+        relay holds (``forged_suspect``, and the lease asked once per round and partition, kept in
+        ``ours``: ``Ownership.still_ours``); an ``OwnerForged`` incident when it first does. The
+        caller then holds that queue (or delay lane) alone and keeps the partition; the pusher holds
+        the queue as one whose own keys fail (``QueueState.unreadable``): its records park as a
+        paused queue's, so the partition's commit passes them, and its next re-read (every
+        ``refresh_s``) lets the next round push into it again, which checks again.
+
+        Safe if a newer relay takes the partition right after the check: it can lease it only once
+        our lease lapses (just extended), and from then on every key it pushes fences this relay as
+        before. Nothing of the held queue's records was written; they wait in the buffer or the
+        parking lot, which a new owner reads from each marked lane's start."""
+        if not forged_suspect(refusal, fenced):
+            return False
+        if owned.number not in ours:
+            ours[owned.number] = self.ownership.still_ours(owned)
+        if not ours[owned.number]:
+            return False
+        if (topic, queue, owned.number) not in self._forged:
+            self._forged.add((topic, queue, owned.number))
+            owner = str(refusal.current if isinstance(refusal, StaleToken) else None)[:32]
+            log.error("queue %s's relayed key for partition %s (%s) names owner %s, which no relay holds "
+                      "(this relay's lease is current): held until its key is fixed", queue, owned.number,
+                      topic, owner)
+            self.events.emit(ev.OwnerForged(queue=queue, partition=owned.number, owner=owner, held=True))
+        return True
+
+    def forged_gone(self, queue: str, partition: int, topic: str) -> None:
+        """A push into a queue (or delay lane) held for a forged owner went through: its key was fixed."""
+        if (topic, queue, partition) in self._forged:
+            self._forged.discard((topic, queue, partition))
+            log.warning("queue %s takes partition %s's records (%s) again: its relayed owner is fixed",
+                        queue, partition, topic)
+            self.events.emit(ev.OwnerForged(queue=queue, partition=partition, owner="", held=False))
 
     def _taken(self, queue: str, take: Records, records: Records, outcome: PushOutcome,
                states: dict[str, QueueState]) -> tuple[Records, int]:

@@ -185,7 +185,8 @@ class QueueState:
     # over its byte budget, or among the largest when every queue's use reached the total (QueueStates;
     # the pusher sets it too when push.lua left records over the budget)
     budget_full: bool = False
-    # its last read failed on its own keys (QueueStates.refresh_or_hold): held until a read succeeds
+    # its last read or push failed on its own keys (QueueStates.refresh_or_hold; the pusher too, and
+    # for a forged relayed owner): held until a read succeeds, every refresh_s
     unreadable: bool = False
 
     @property
