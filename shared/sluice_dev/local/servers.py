@@ -9,6 +9,7 @@ orphan behind.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -16,9 +17,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from sluice_dev.local.forkserver import ForkServer
 
 DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -157,12 +162,50 @@ def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
 
     Stock moto runs requests on threads with no locks, so two conditional writes to one
     item can interleave; DynamoDB applies each atomically, and fencing depends on that.
+    Each is a fork of this process's moto zygote (``_moto_zygote``); a fresh process if that fails.
     """
     port = port or free_port()
-    proc = _spawn([sys.executable, "-m", "sluice_dev.local.motoserver", "-H", "127.0.0.1", "-p", str(port)],
-                  log_path, DUMMY_AWS_ENV)
+    argv = ["-H", "127.0.0.1", "-p", str(port)]
+    env = {**os.environ, **DUMMY_AWS_ENV}
+    proc: Any = None
+    with contextlib.suppress(OSError), open(log_path or os.devnull, "ab") as out:
+        proc = _moto_zygote(env).spawn_server("sluice_dev.local.motoserver", argv, env, out)
+    if proc is None:
+        proc = _spawn([sys.executable, "-m", "sluice_dev.local.motoserver", *argv], log_path, DUMMY_AWS_ENV)
     wait_for_port(port, proc=proc)
     return Server("moto", port, proc, log_path, {"url": f"http://127.0.0.1:{port}"})
+
+
+# One moto zygote per environment a server was started with (moto reads some variables at import),
+# all ended, and waited for, when this process exits: a zygote's CPU and its forks' then count in
+# this process's children (a tier's CPU-s, .ci/cpu_per_file.py) as a server's own process's did.
+_moto_zygotes: dict[tuple[tuple[str, str], ...], ForkServer] = {}
+_moto_lock = threading.Lock()
+_PER_TEST = ("PYTEST_CURRENT_TEST",)  # changes at every test; moto never reads it
+
+
+def _moto_zygote(env: dict[str, str]) -> ForkServer:
+    """The live moto zygote for ``env`` (a new one if there is none, or it died)."""
+    from sluice_dev.local import motoserver
+
+    key = tuple(sorted((k, v) for k, v in env.items() if k not in _PER_TEST))
+    with _moto_lock:
+        zygote = _moto_zygotes.get(key)
+        if zygote is None or not zygote.alive:
+            if not _moto_zygotes:
+                atexit.register(_close_moto_zygotes)
+            if zygote is not None:
+                zygote.close()
+            with open(os.devnull, "wb") as null:  # the zygote's own output; each fork's goes to its log
+                zygote = _moto_zygotes[key] = ForkServer(sys.executable, env, null, motoserver.PRELOAD)
+        return zygote
+
+
+def _close_moto_zygotes() -> None:
+    with _moto_lock:
+        for zygote in _moto_zygotes.values():
+            zygote.close()
+        _moto_zygotes.clear()
 
 
 def start_tansu(port: int | None = None, *, s3_endpoint: str | None = None, bucket: str = "tansu",
