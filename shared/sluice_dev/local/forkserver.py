@@ -37,6 +37,7 @@ The zygote ends when the service closes its socket (or dies); its containers end
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
 import gc
 import importlib
@@ -49,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from queue import Queue
 from typing import IO, Any, Protocol
@@ -257,6 +258,35 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait(5)
         self._sock.close()
+
+
+class Zygotes:
+    """This process's zygotes by key, each kept for the next start until the process exits, then
+    ended and waited for: their CPU, and their forks', counts in this process's children (a tier's
+    CPU-s, .ci/cpu_per_file.py) as each fresh process's did. A zygote that died is replaced."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, ForkServer] = {}
+        self._lock = threading.Lock()
+        self._at_exit = False
+
+    def get(self, key: Hashable, start: Callable[[], ForkServer]) -> ForkServer:
+        with self._lock:
+            zygote = self._by_key.get(key)
+            if zygote is None or not zygote.alive:
+                if zygote is not None:
+                    zygote.close()
+                if not self._at_exit:
+                    atexit.register(self.close)
+                    self._at_exit = True
+                zygote = self._by_key[key] = start()
+            return zygote
+
+    def close(self) -> None:
+        with self._lock:
+            for zygote in self._by_key.values():
+                zygote.close()
+            self._by_key.clear()
 
 
 # -- the zygote ------------------------------------------------------------------------------------

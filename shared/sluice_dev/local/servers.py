@@ -9,7 +9,6 @@ orphan behind.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
@@ -17,13 +16,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.local.forkserver import ForkServer
+from sluice_dev.local.forkserver import ForkServer, Zygotes
 
 DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -176,11 +174,8 @@ def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
     return Server("moto", port, proc, log_path, {"url": f"http://127.0.0.1:{port}"})
 
 
-# One moto zygote per environment a server was started with (moto reads some variables at import),
-# all ended, and waited for, when this process exits: a zygote's CPU and its forks' then count in
-# this process's children (a tier's CPU-s, .ci/cpu_per_file.py) as a server's own process's did.
-_moto_zygotes: dict[tuple[tuple[str, str], ...], ForkServer] = {}
-_moto_lock = threading.Lock()
+# One moto zygote per environment a server was started with (moto reads some variables at import).
+_moto_zygotes = Zygotes()
 _PER_TEST = ("PYTEST_CURRENT_TEST",)  # changes at every test; moto never reads it
 
 
@@ -188,24 +183,11 @@ def _moto_zygote(env: dict[str, str]) -> ForkServer:
     """The live moto zygote for ``env`` (a new one if there is none, or it died)."""
     from sluice_dev.local import motoserver
 
-    key = tuple(sorted((k, v) for k, v in env.items() if k not in _PER_TEST))
-    with _moto_lock:
-        zygote = _moto_zygotes.get(key)
-        if zygote is None or not zygote.alive:
-            if not _moto_zygotes:
-                atexit.register(_close_moto_zygotes)
-            if zygote is not None:
-                zygote.close()
-            with open(os.devnull, "wb") as null:  # the zygote's own output; each fork's goes to its log
-                zygote = _moto_zygotes[key] = ForkServer(sys.executable, env, null, motoserver.PRELOAD)
-        return zygote
+    def start() -> ForkServer:
+        with open(os.devnull, "wb") as null:  # the zygote's own output; each fork's goes to its log
+            return ForkServer(sys.executable, env, null, motoserver.PRELOAD)
 
-
-def _close_moto_zygotes() -> None:
-    with _moto_lock:
-        for zygote in _moto_zygotes.values():
-            zygote.close()
-        _moto_zygotes.clear()
+    return _moto_zygotes.get(tuple(sorted((k, v) for k, v in env.items() if k not in _PER_TEST)), start)
 
 
 def start_tansu(port: int | None = None, *, s3_endpoint: str | None = None, bucket: str = "tansu",
