@@ -18,7 +18,10 @@ unexport PYTHONDONTWRITEBYTECODE
 # Two cores run the server tiers at once, so a tier's budget is its CPU more than its wall time: what
 # each test file costs, with every process it starts, is `.ci/cpu_per_file.py tests/<tier>`.
 # The server tiers' fixtures start their servers on free ports, per xdist worker; a file's tests stay
-# on one worker (module fixtures start once). Two lanes, each taking the next tier as it frees. In this
+# on one worker (module fixtures start once). Every moto server and Lambda container is a fork of a
+# zygote that the process (an xdist worker, a `sluice dev`) keeps until it exits: after its first
+# stack, a stack's two moto servers and its containers' zygote cost ~0.35 CPU-s to start, not ~2.6
+# (sluice_dev/local/forkserver.py). Two lanes, each taking the next tier as it frees. In this
 # order they end together (fresh clone, 3132a3e: stack 247 s, backends 202, chaos 162, tooling 107,
 # infra 99): stack then chaos in one lane (~410 s), tooling, backends and infra in the other (~410 s);
 # the order before (stack, infra, tooling | backends, chaos) ended at 452 s, tooling alone at the end.

@@ -1,7 +1,8 @@
 """Issue 14: one job end to end through the BUILT artifacts, not the source tree.
 
-``sam build`` of the same template for this machine (x86_64, python3.12: infra/artifacts.py),
-then the gateway, relay and worker functions from the build folder, each in a python3.12
+``sam build`` of the same template for this machine (x86_64, python3.12: infra/artifacts.py; its
+nested stacks, which hold nothing sam builds, left out: test_artifacts_template.py; test_build.py
+builds them), then the gateway, relay and worker functions from the build folder, each in a python3.12
 process with only its own bundle and the built layer on its path, as Lambda lays them out
 (/var/task and /opt/python; infra/lambda_rie.py), configured from the template like
 ``sluice dev`` (``DevOptions.artifacts``). The job goes over HTTP to the gateway, through
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not _python312_available():
         pytest.skip("no python3.12 (pyenv, PYENV_VERSION=3.12.1:3.11.7): the build and the functions need it")
-    return artifacts.build(tmp_path_factory.mktemp("x86"), "x86_64", timeout=400)
+    return artifacts.build(tmp_path_factory.mktemp("x86"), "x86_64", timeout=400, nested=False)
 
 
 # A team's handlers module, where template.yaml's WorkerHandlersModule says to put it: in the

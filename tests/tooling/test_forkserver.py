@@ -112,6 +112,25 @@ def test_when_the_zygote_dies_its_containers_end_and_the_next_spawn_starts_anoth
     assert next(iter(service._zygotes.values())).proc.pid != zygote.proc.pid
 
 
+def test_a_service_started_after_another_forks_from_the_same_zygote_with_fresh_containers(
+        service: LocalLambda, tmp_path: Path) -> None:
+    """A test file's stack, or a chaos run's, after another's in one process: its zygote has
+    imported already, and its containers start as fresh as the first service's did."""
+    first = call(service, "a")
+    zygote = next(iter(service._zygotes.values()))
+    ref = service.functions["a"].handler
+    service.stop()
+    assert zygote.alive  # kept for the next service, with none of the first one's containers
+    later = LocalLambda([Function("a", ref, 10_000, 1, {"ONLY": "later"})], tmp_path / "later").start()
+    try:
+        again = call(later, "a")
+        assert next(iter(later._zygotes.values())) is zygote
+        assert again["pid"] != first["pid"] and again["calls"] == 1 and again["probe_before"] is None
+        assert again["only"] == "later"
+    finally:
+        later.stop()
+
+
 def test_a_fork_ends_at_its_stdins_eof_and_is_reaped_with_its_exit_code(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
     app.write_text("def handler(event, context):\n    return event\n")

@@ -24,6 +24,10 @@ worker_function``, functions/*/app.py) are not preloadable: their preparation is
 Interpreter-start variables (``PYTHON*``: sys.path, hash seed, bytecode) cannot change after start:
 the service keeps one zygote per set of them (``zygote_key``).
 
+The same zygote forks servers (``spawn_server``: ``python -m MODULE ARGV`` as ``MODULE.main(argv)``,
+stdin from /dev/null, output to a log): ``servers.start_moto`` forks each moto server from a zygote
+that imported moto once (``motoserver.PRELOAD``), ~0.03 CPU-s a server instead of ~0.8.
+
 The zygote reaps its forks and reports each exit (code as ``Popen.returncode`` gives it: -N for a
 signal) to the service, whose ``ForkedProcess`` stands in for ``subprocess.Popen``. If the zygote
 dies, its containers are killed and reported as ended by SIGKILL; the next spawn starts a new zygote.
@@ -33,7 +37,9 @@ The zygote ends when the service closes its socket (or dies); its containers end
 from __future__ import annotations
 
 import ast
+import atexit
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -44,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from queue import Queue
 from typing import IO, Any, Protocol
@@ -111,9 +117,9 @@ def zygote_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 class ForkedProcess:
-    """A container forked by the zygote: ``Popen``'s pid, pipes, ``poll`` and ``wait``."""
+    """A process forked by the zygote: ``Popen``'s pid, pipes (a server's: none), ``poll`` and ``wait``."""
 
-    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    def __init__(self, pid: int, stdin: IO[bytes] | None, stdout: IO[bytes] | None) -> None:
         self.pid, self.stdin, self.stdout = pid, stdin, stdout
         self.returncode: int | None = None
         self._ended = threading.Event()
@@ -152,7 +158,7 @@ class ForkServer:
         self._lock = threading.Lock()  # one spawn at a time: replies come in request order
         self._replies: Queue[ForkedProcess | None] = Queue()
         self._forked: dict[int, ForkedProcess] = {}
-        self._pipes: tuple[IO[bytes], IO[bytes]] | None = None
+        self._pipes: tuple[IO[bytes] | None, IO[bytes] | None] | None = None
         self.alive = True
         threading.Thread(target=self._listen, name=f"sluice-forkserver-{self.proc.pid}", daemon=True).start()
 
@@ -162,28 +168,51 @@ class ForkServer:
 
         OSError when the zygote is gone or does not answer in ``timeout`` s.
         """
-        request = json.dumps({"argv": argv, "env": dict(env), "cwd": os.getcwd()}).encode()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            return self._fork(CONTAINER, argv, env, [in_r, out_w, stderr.fileno()],
+                              (os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")), timeout)
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+
+    def spawn_server(self, module: str, argv: list[str], env: Mapping[str, str], out: IO[bytes],
+                     timeout: float = 60.0) -> ForkedProcess:
+        """Fork ``python -m MODULE ARGV`` (``MODULE.main(argv)``, preloaded by this zygote) with
+        stdin from /dev/null and stdout and stderr to ``out``, as ``servers._spawn`` starts a server."""
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            return self._fork(module, argv, env, [null, out.fileno(), out.fileno()], (None, None), timeout)
+        finally:
+            os.close(null)
+
+    def _fork(self, module: str, argv: list[str], env: Mapping[str, str], fds: list[int],
+              pipes: tuple[IO[bytes] | None, IO[bytes] | None], timeout: float) -> ForkedProcess:
+        """Send the request and ``fds`` (the fork's stdin, stdout, stderr); the fork once it leads its
+        session. ``pipes``: this side's ends of the fork's stdin and stdout, closed if it fails."""
+        request = json.dumps({"module": module, "argv": argv, "env": dict(env), "cwd": os.getcwd()}).encode()
         with self._lock:
             if not self.alive:
+                for f in pipes:
+                    if f is not None:
+                        f.close()
                 raise OSError("the fork server has ended")
-            in_r, in_w = os.pipe()
-            out_r, out_w = os.pipe()
-            self._pipes = (os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"))
+            self._pipes = pipes
             try:
-                socket.send_fds(self._sock, [request], [in_r, out_w, stderr.fileno()])
+                socket.send_fds(self._sock, [request], fds)
                 forked = self._replies.get(timeout=timeout)
             except Exception as exc:
                 # No answer: a late one would answer the next spawn, so this zygote is done with.
                 self.alive = False
                 with contextlib.suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)
-                for f in self._pipes:
-                    f.close()
+                for f in pipes:
+                    if f is not None:
+                        f.close()
                 raise OSError(f"the fork server did not fork: {exc}") from exc
             finally:
                 self._pipes = None
-                os.close(in_r)
-                os.close(out_w)
         if forked is None:
             raise OSError("the fork server ended before it forked")
         return forked
@@ -231,6 +260,35 @@ class ForkServer:
         self._sock.close()
 
 
+class Zygotes:
+    """This process's zygotes by key, each kept for the next start until the process exits, then
+    ended and waited for: their CPU, and their forks', counts in this process's children (a tier's
+    CPU-s, .ci/cpu_per_file.py) as each fresh process's did. A zygote that died is replaced."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, ForkServer] = {}
+        self._lock = threading.Lock()
+        self._at_exit = False
+
+    def get(self, key: Hashable, start: Callable[[], ForkServer]) -> ForkServer:
+        with self._lock:
+            zygote = self._by_key.get(key)
+            if zygote is None or not zygote.alive:
+                if zygote is not None:
+                    zygote.close()
+                if not self._at_exit:
+                    atexit.register(self.close)
+                    self._at_exit = True
+                zygote = self._by_key[key] = start()
+            return zygote
+
+    def close(self) -> None:
+        with self._lock:
+            for zygote in self._by_key.values():
+                zygote.close()
+            self._by_key.clear()
+
+
 # -- the zygote ------------------------------------------------------------------------------------
 
 
@@ -257,9 +315,9 @@ def _retitle(argv: Sequence[str]) -> None:
     ctypes.memmove(start, title + b"\0" * (size - len(title)), size)
 
 
-def _become_container(sock: socket.socket, wake: tuple[int, ...], request: dict[str, Any],
-                      fds: list[int]) -> None:
-    """In the fork: become ``python -m sluice_dev.local.container ARGV`` under its environment."""
+def _become(sock: socket.socket, wake: tuple[int, ...], request: dict[str, Any], fds: list[int]) -> None:
+    """In the fork: become ``python -m MODULE ARGV`` (the request's; a container unless it names
+    another module) under its environment."""
     code: Any = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -277,11 +335,11 @@ def _become_container(sock: socket.socket, wake: tuple[int, ...], request: dict[
         os.environ.clear()
         os.environ.update(request["env"])
         time.tzset()
-        from sluice_dev.local import container
-
-        sys.argv = [container.__file__ or "container", *request["argv"]]
-        _retitle([sys.executable, "-m", CONTAINER, *request["argv"]])
-        code = container.main(request["argv"])
+        name = request.get("module", CONTAINER)
+        module = importlib.import_module(name)
+        sys.argv = [module.__file__ or name, *request["argv"]]
+        _retitle([sys.executable, "-m", name, *request["argv"]])
+        code = module.main(request["argv"])
     except SystemExit as exc:
         code = exc.code
     except BaseException:
@@ -318,6 +376,9 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> int:
     """The zygote's loop: a fork per request, an exit report per reaped fork, until the socket closes."""
     for name in preload:
         importlib.import_module(name)
+    # What the imports made stays out of every fork's collections: a collection that walks it
+    # writes to each object's header, copying the zygote's pages into the fork one by one.
+    gc.freeze()
     root = sys.modules.get("sluice.entry.root")
     if root is not None and root.settings.cache_info().currsize:
         # Every fork would keep the zygote's Settings, not read its function's environment.
@@ -348,7 +409,7 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> int:
         pid = os.fork()
         if pid == 0:
             os.close(ready_r)
-            _become_container(sock, (wake_r, wake_w, ready_w), request, fds)
+            _become(sock, (wake_r, wake_w, ready_w), request, fds)
         os.close(ready_w)
         os.read(ready_r, 1)  # EOF: the fork closed its end after setsid (or died)
         os.close(ready_r)

@@ -39,13 +39,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from sluice_dev.local.access import Access, AccessDenied, Caller, access_key_id
-from sluice_dev.local.forkserver import ContainerProcess, ForkServer, preload_for, zygote_key
+from sluice_dev.local.forkserver import ContainerProcess, ForkServer, Zygotes, preload_for, zygote_key
 from sluice_dev.local.httpd import QuietHandler, ThreadedServer
 
 log = logging.getLogger(__name__)
 
 _INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations/?$")
 _FUNCTION_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/?$")
+# The container zygotes of this process, by interpreter, preload and interpreter-start variables: a
+# stack started after another in this process (a test file's, a chaos run's) forks from the same one.
+_ZYGOTES = Zygotes()
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class LocalLambda:
         self._logs: dict[str, IO[bytes]] = {}
         # Containers are forks of a zygote that has imported once (sluice_dev.local.forkserver), one
         # zygote per set of interpreter-start variables; fork=False starts each as a fresh process.
+        # The zygotes are this process's (_ZYGOTES); _zygotes: the ones this service forked from.
         self.fork = fork
         self._zygotes: dict[tuple[tuple[str, str], ...], ForkServer] = {}
         self._preload = preload_for(f.handler for f in functions if not f.command)
@@ -206,8 +210,6 @@ class LocalLambda:
                 c.proc.wait(5)
         if self._thread is not None:
             self._thread.join(5)
-        for zygote in self._zygotes.values():
-            zygote.close()
         for f in self._logs.values():
             f.close()
 
@@ -298,14 +300,14 @@ class LocalLambda:
         files parsed in the zygote too (~0.1 CPU-s a container, not measurable in a stack test).
         """
         key = zygote_key(env)
-        zygote = self._zygotes.get(key)
-        if zygote is None or not zygote.alive:
-            if zygote is not None:
-                zygote.close()
-            logf = self._logs.get("") or open(self.log_dir / "forkserver.log", "ab")  # noqa: SIM115
-            self._logs[""] = logf
-            zygote = self._zygotes[key] = ForkServer(self.python, {**os.environ, **dict(key)}, logf,
-                                                          self._preload)
+
+        def start() -> ForkServer:
+            # The zygote's own output (its imports' warnings) goes to the log of the service that
+            # started it.
+            with open(self.log_dir / "forkserver.log", "ab") as logf:
+                return ForkServer(self.python, {**os.environ, **dict(key)}, logf, self._preload)
+
+        zygote = self._zygotes[key] = _ZYGOTES.get((self.python, self._preload, key), start)
         return zygote
 
     def _read(self, c: Container) -> None:

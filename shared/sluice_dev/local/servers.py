@@ -19,6 +19,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from sluice_dev.local.forkserver import ForkServer, Zygotes
 
 DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -157,12 +160,34 @@ def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
 
     Stock moto runs requests on threads with no locks, so two conditional writes to one
     item can interleave; DynamoDB applies each atomically, and fencing depends on that.
+    Each is a fork of this process's moto zygote (``_moto_zygote``); a fresh process if that fails.
     """
     port = port or free_port()
-    proc = _spawn([sys.executable, "-m", "sluice_dev.local.motoserver", "-H", "127.0.0.1", "-p", str(port)],
-                  log_path, DUMMY_AWS_ENV)
+    argv = ["-H", "127.0.0.1", "-p", str(port)]
+    env = {**os.environ, **DUMMY_AWS_ENV}
+    proc: Any = None
+    with contextlib.suppress(OSError), open(log_path or os.devnull, "ab") as out:
+        proc = _moto_zygote(env).spawn_server("sluice_dev.local.motoserver", argv, env, out)
+    if proc is None:
+        proc = _spawn([sys.executable, "-m", "sluice_dev.local.motoserver", *argv], log_path, DUMMY_AWS_ENV)
     wait_for_port(port, proc=proc)
     return Server("moto", port, proc, log_path, {"url": f"http://127.0.0.1:{port}"})
+
+
+# One moto zygote per environment a server was started with (moto reads some variables at import).
+_moto_zygotes = Zygotes()
+_PER_TEST = ("PYTEST_CURRENT_TEST",)  # changes at every test; moto never reads it
+
+
+def _moto_zygote(env: dict[str, str]) -> ForkServer:
+    """The live moto zygote for ``env`` (a new one if there is none, or it died)."""
+    from sluice_dev.local import motoserver
+
+    def start() -> ForkServer:
+        with open(os.devnull, "wb") as null:  # the zygote's own output; each fork's goes to its log
+            return ForkServer(sys.executable, env, null, motoserver.PRELOAD)
+
+    return _moto_zygotes.get(tuple(sorted((k, v) for k, v in env.items() if k not in _PER_TEST)), start)
 
 
 def start_tansu(port: int | None = None, *, s3_endpoint: str | None = None, bucket: str = "tansu",
