@@ -138,6 +138,19 @@ local function refuse_reserved(key)
   return nil
 end
 
+-- The most a job's sz can be: 10 digits, more than one job Redis can hold (a string is at most
+-- 512 MB). Summed over a call's 1000 jobs it stays below 1e17, an integer Redis reads from Lua.
+local MAX_JOB_BYTES = 9999999999
+
+-- The bytes job hash `key` counts against its budget, for the relay's, a gateway's and the
+-- operator's scripts. Its team's worker user may write sz by hand (docs/security.md, "Values a team
+-- may stuff"): it is read bounded (small_hget), and one that is not a count of at most MAX_JOB_BYTES
+-- counts 0, so the team loses only its own byte accounting and the caller's DECRBY cannot refuse it
+-- after the caller's first write. Worker scripts read sz as before (their texts are allow-listed).
+local function size_of(key)
+  return int_in(small_hget(key, 'sz', 10), 0, MAX_JOB_BYTES) or 0
+end
+
 -- The queue's seq counter moved on by n (n >= 1) to at least TIME in microseconds + n; returns
 -- its new value v: the caller takes v - n + 1 .. v, n consecutive values above both the counter's
 -- old value and TIME. Every script takes seq through here, after it validated its input.
@@ -182,8 +195,21 @@ end
 -- The sum of the sz fields of the job hashes `keys` (before they are deleted).
 local function sizes_of(keys)
   local n = 0
-  for _, key in ipairs(keys) do n = n + (tonumber(redis.call('HGET', key, 'sz')) or 0) end
+  for _, key in ipairs(keys) do n = n + size_of(key) end
   return n
+end
+
+-- release_bytes for the scripts of the relay, a gateway and the operator: a used counter DECRBY
+-- would refuse (not a count, as push.lua reads it: the team may SET it) is dropped instead, as a
+-- lost counter is (counted from 0 again), so the caller never fails after its first writes.
+local function give_back(used, n)
+  if n <= 0 then return end
+  local u = small_get(used, 16)
+  if u and not int_in(u, 0, MAX_TOKEN) then
+    redis.call('DEL', used)
+    return
+  end
+  release_bytes(used, n)
 end
 
 local function ready_score(priority, seq)

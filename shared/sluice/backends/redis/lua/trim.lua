@@ -63,7 +63,7 @@ end
 if #gone > 0 then
   local freed = sizes_of(keys)
   redis.call('DEL', unpack(keys))
-  release_bytes(used, freed)
+  give_back(used, freed)
   redis.call('ZREM', dead, unpack(gone))
 end
 return {#gone, unsettled}
