@@ -440,16 +440,50 @@ def test_a_stuffed_sz_counts_nothing_in_a_gateways_cancel(server: str, admin: re
     assert _slowest_script_us(admin) < BOUND_US
 
 
-@pytest.mark.parametrize("used", ["abc", "99999999999999999999", "-9223372036854775800"])
+@pytest.mark.parametrize("used", ["abc", "99999999999999999999", "-9223372036854775800", "9" * 10_000_000])
 def test_a_used_counter_decrby_would_refuse_is_dropped_by_the_scripts_that_give_bytes_back(
         server: str, admin: redis.Redis, used: str) -> None:
     """The team SETs its used counter. Before: trim.lua deleted the job, then DECRBY failed (not an
-    integer; or it would overflow); the same in purge, settled and cancel. Now it is dropped, as
-    push.lua drops it, and counted from 0 again."""
+    integer; or it would overflow); the same in purge, settled, cancel and reclaim. Now it is dropped
+    (_lib.lua release_bytes, by pcall), as push.lua drops it, and counted from 0 again."""
     _job(server, admin, "j", "300", K.dead)
     team(server).set(K.used, used)
+    admin.slowlog_reset()
     assert conn(server, "sluice-relay").scripts.trim(K, 0, 1, 10) == (1, 0)
     assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("j"), K.used)
+    assert _slowest_script_us(admin) < BOUND_US  # DECRBY refuses a 10 MB value by its length
+
+
+def _leased(server: str, admin: redis.Redis, sz: str, cancel: bool = False) -> RedisConnection:
+    """Job j of queue a leased (token 5), its sz written by the team; the team's worker connection,
+    with the worker scripts loaded for it (as the internal function loads them)."""
+    _job(server, admin, "j", sz, K.leased)
+    admin.zadd(K.leased, {"j": 2**50})
+    admin.hset(K.tokens, "j", "5")
+    if cancel:
+        admin.hset(K.job("j"), "c", "1")
+    for name in ("ack.lua", "fail.lua", "release.lua"):
+        admin.script_load(source(name))
+    return conn(server, "team-a")
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+@pytest.mark.parametrize("end", ["ack", "fail", "release"])
+def test_a_stuffed_sz_counts_nothing_in_the_teams_own_worker_scripts(server: str, admin: redis.Redis,
+                                                                     sz: str, end: str) -> None:
+    """The team hurts only itself here, but the rule holds: before, ack.lua deleted the hash and
+    failed at DECRBY with the lease entry and token left; fail.lua and release.lua (a cancel
+    requested) took the lease entry and token first. No worker command is added (no HSTRLEN: the sz
+    is still read whole, then checked)."""
+    worker = _leased(server, admin, sz, cancel=end != "ack")
+    if end == "ack":
+        assert worker.scripts.ack(K, [("j", 5)]) == [None]
+    elif end == "fail":
+        assert worker.scripts.fail(K, "j", 5, "boom", 0, False) == "cancelled"
+    else:
+        assert worker.scripts.release(K, "j", 5) == "cancelled"
+    assert not admin.exists(K.job("j")) and admin.zcard(K.leased) == 0 and not admin.hexists(K.tokens, "j")
+    assert int(admin.get(K.used)) == USED
 
 
 def test_an_ordinary_sz_is_still_given_back_by_every_script_that_deletes_a_job(
@@ -465,3 +499,17 @@ def test_an_ordinary_sz_is_still_given_back_by_every_script_that_deletes_a_job(
         _job(server, admin, "j", str(1000 + n), K.dead)
         delete()
         assert not admin.exists(K.job("j")) and int(admin.get(K.used)) == USED - 1000 - n, n
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_of_a_lapsed_cancelled_job_counts_nothing_in_the_relays_reap(
+        server: str, admin: redis.Redis, sz: str) -> None:
+    """reclaim (reap.lua; lease.lua's too) reads sz with the job's other fields. Before: it deleted the
+    cancelled job's hash, then DECRBY failed: its lease entry and token left, nothing settled. Now the
+    sz counts 0 (still read whole by the HMGET: docs/security.md, "What remains")."""
+    _job(server, admin, "lj", sz, K.leased)
+    admin.hset(K.job("lj"), "c", "1")
+    admin.hset(K.tokens, "lj", "5")
+    assert conn(server, "sluice-relay").scripts.reap(K, 500) == (1, 0)
+    assert not admin.exists(K.job("lj")) and admin.zcard(K.leased) == 0 and not admin.hexists(K.tokens, "lj")
+    assert admin.zrange(K.settle, 0, -1) == ["cancelled:0:lj"] and int(admin.get(K.used)) == USED

@@ -142,12 +142,13 @@ end
 -- 512 MB). Summed over a call's 1000 jobs it stays below 1e17, an integer Redis reads from Lua.
 local MAX_JOB_BYTES = 9999999999
 
--- The bytes job hash `key` counts against its budget, for the relay's, a gateway's and the
--- operator's scripts. Its team's worker user may write sz by hand (docs/security.md, "Values a team
--- may stuff"): it is read bounded (small_hget), and one that is not a count of at most MAX_JOB_BYTES
--- counts 0, so the team loses only its own byte accounting and the caller's DECRBY cannot refuse it
--- after the caller's first write. Worker scripts read sz as before (their texts are allow-listed).
 local function size_of(key)
+  -- The bytes job hash `key` counts against its budget, for the relay's, a gateway's and the
+  -- operator's scripts. Its team's worker user may write sz by hand (docs/security.md, "Values a
+  -- team may stuff"): it is read bounded, and one that is not a count of at most MAX_JOB_BYTES counts
+  -- 0, so the team loses only its own byte accounting and the caller's DECRBY cannot refuse it after
+  -- the caller's first write. Worker scripts (and a lapsed job's, in lease.lua and reap.lua) check sz
+  -- the same way after reading it whole: the worker's user has no HSTRLEN.
   return int_in(small_hget(key, 'sz', 10), 0, MAX_JOB_BYTES) or 0
 end
 
@@ -188,8 +189,13 @@ end
 
 -- Give back `n` bytes of the queue's budget (keys.used): jobs whose hashes were deleted. The
 -- counter never goes below 0 (a hash counted before a counter was lost is not counted twice).
+-- The team's own user may SET the counter: one DECRBY refuses (not an integer; near -2^63) is
+-- dropped, as push.lua drops it (counted from 0 again), by pcall: the caller wrote already, and
+-- failing here would leave its call half done.
 local function release_bytes(used, n)
-  if n > 0 and redis.call('DECRBY', used, n) <= 0 then redis.call('DEL', used) end
+  if n <= 0 then return end
+  local left = redis.pcall('DECRBY', used, n)
+  if type(left) ~= 'number' or left <= 0 then redis.call('DEL', used) end
 end
 
 -- The sum of the sz fields of the job hashes `keys` (before they are deleted).
@@ -197,19 +203,6 @@ local function sizes_of(keys)
   local n = 0
   for _, key in ipairs(keys) do n = n + size_of(key) end
   return n
-end
-
--- release_bytes for the scripts of the relay, a gateway and the operator: a used counter DECRBY
--- would refuse (not a count, as push.lua reads it: the team may SET it) is dropped instead, as a
--- lost counter is (counted from 0 again), so the caller never fails after its first writes.
-local function give_back(used, n)
-  if n <= 0 then return end
-  local u = small_get(used, 16)
-  if u and not int_in(u, 0, MAX_TOKEN) then
-    redis.call('DEL', used)
-    return
-  end
-  release_bytes(used, n)
 end
 
 local function ready_score(priority, seq)
@@ -629,7 +622,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
-        freed = freed + (tonumber(f[5]) or 0)
+        freed = freed + (int_in(f[5], 0, MAX_JOB_BYTES) or 0)  -- the team may write sz by hand
         n_cancelled = n_cancelled + 1
         sz[#sz + 1] = now
         sz[#sz + 1] = settle_member('cancelled', id, f[4])

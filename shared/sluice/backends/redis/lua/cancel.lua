@@ -43,7 +43,7 @@ local size = size_of(key)  -- bounded: the team may write sz by hand
 if was_dead then
   redis.call('ZREM', dead, id)
   redis.call('DEL', key)
-  give_back(used, size)
+  release_bytes(used, size)
   return 'removed'
 end
 local g = f[1]
@@ -51,7 +51,7 @@ if f[2] then remove_grouped(keys_of_groups(KEYS[9], KEYS[10], KEYS[11]), f[2], i
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)
-give_back(used, size)
+release_bytes(used, size)
 if record == '1' then redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, g)) end
 count_finished(finished, 0, 0, 1)
 return 'removed'

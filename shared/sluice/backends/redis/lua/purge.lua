@@ -21,7 +21,7 @@ local keys = {}
 for i, id in ipairs(ids) do keys[i] = prefix .. id end
 local freed = sizes_of(keys)
 redis.call('DEL', unpack(keys))
-give_back(used, freed)
+release_bytes(used, freed)
 -- The ids are ranks 0..#ids-1 of dead.
 redis.call('ZREMRANGEBYRANK', dead, 0, #ids - 1)
 return #ids

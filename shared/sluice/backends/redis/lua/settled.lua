@@ -43,5 +43,5 @@ for i = 1, n, 3 do
     end
   end
 end
-give_back(used, freed)
+release_bytes(used, freed)
 return removed

@@ -63,7 +63,7 @@ end
 if #gone > 0 then
   local freed = sizes_of(keys)
   redis.call('DEL', unpack(keys))
-  give_back(used, freed)
+  release_bytes(used, freed)
   redis.call('ZREM', dead, unpack(gone))
 end
 return {#gone, unsettled}
