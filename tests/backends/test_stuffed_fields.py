@@ -513,3 +513,14 @@ def test_a_stuffed_sz_of_a_lapsed_cancelled_job_counts_nothing_in_the_relays_rea
     assert conn(server, "sluice-relay").scripts.reap(K, 500) == (1, 0)
     assert not admin.exists(K.job("lj")) and admin.zcard(K.leased) == 0 and not admin.hexists(K.tokens, "lj")
     assert admin.zrange(K.settle, 0, -1) == ["cancelled:0:lj"] and int(admin.get(K.used)) == USED
+
+
+def test_a_relay_whose_access_string_predates_hstrlen_still_trims_a_stuffed_sz(server: str,
+                                                                                admin: redis.Redis) -> None:
+    """While ElastiCache has not applied the access strings, size_of reads sz whole (pcall) and still
+    counts it 0: the trim completes."""
+    rules = [r for r in acl.rules("relay") if r not in ("+hstrlen", "+strlen")]
+    admin.execute_command("ACL", "SETUSER", "older-relay", "reset", "on", ">pw-older-relay", *rules)
+    _job(server, admin, "big", "9" * 10_000_000, K.dead)
+    assert conn(server, "older-relay").scripts.trim(K, 0, 1, 10) == (1, 0)
+    assert admin.zcard(K.dead) == 0 and int(admin.get(K.used)) == USED
