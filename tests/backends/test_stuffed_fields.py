@@ -363,3 +363,164 @@ def test_a_forged_relayed_owner_holds_its_queue_alone_and_the_partitions_other_q
         relay.stop()
     assert admin.zcard(K.ready) == 10 and admin.zcard(other.ready) == 10
     assert [(e.queue, e.held) for e in held] == [("a", True), ("a", False)]
+
+
+
+# A job's sz, written by the team's user, read by the scripts that delete a job for another user:
+# trim.lua and settled.lua (the relay's maintenance), purge.lua (the operator), cancel.lua (a gateway).
+# Before: read whole (HGET), and a value DECRBY refuses (10 MB of nines: infinity in Lua; 20 digits:
+# 1e+20; 1e400) failed the script at release_bytes, after it had deleted the job's hash.
+STUFFED_SZ = ["9" * 10_000_000, "99999999999999999999", "1e400"]
+USED = 5_000  # the queue's used counter before: an ordinary job's sz is 300
+
+
+def _job(server: str, admin: redis.Redis, job_id: str, sz: str, zset: str) -> None:
+    """A job of queue a in ``zset`` (dead: died at 1 ms), its sz then written by the team's own user."""
+    admin.hset(K.job(job_id), mapping={"p": "{}", "m": "5,3,30000,1", "a": "3", "sz": "300", "v": "2"})
+    admin.zadd(zset, {job_id: 1})
+    admin.set(K.used, USED)
+    team(server).hset(K.job(job_id), "sz", sz)
+
+
+def _slowest_script_us(admin: redis.Redis) -> int:
+    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
+    assert took, admin.slowlog_get(128)
+    return max(took)
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_counts_nothing_in_the_relays_trim_of_dead_jobs(server: str, admin: redis.Redis,
+                                                                     sz: str) -> None:
+    """Before: trim.lua deleted the hash, then DECRBY failed (the dead entry left for the next trim;
+    the 10 MB copied into Lua: 29-46 ms, SLOWLOG). Now the job is trimmed whole and the team's
+    ordinary job still gives its 300 bytes back: the stuffed one counts 0."""
+    relay = conn(server, "sluice-relay")
+    _job(server, admin, "big", sz, K.dead)
+    admin.hset(K.job("ok"), mapping={"p": "{}", "m": "5,3,30000,1", "sz": "300", "v": "2"})
+    admin.zadd(K.dead, {"ok": 2})
+    admin.slowlog_reset()
+    assert relay.scripts.trim(K, 0, 1, 10) == (2, 0)
+    assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("big"), K.job("ok"))
+    assert int(admin.get(K.used)) == USED - 300
+    assert _slowest_script_us(admin) < BOUND_US
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_counts_nothing_in_the_operators_purge(server: str, admin: redis.Redis, sz: str) -> None:
+    """Before: purge.lua deleted the hashes, then DECRBY failed with the dead entries still there."""
+    _job(server, admin, "big", sz, K.dead)
+    admin.slowlog_reset()
+    assert conn(server, "sluice-operator").scripts.purge(K, 10) == 1
+    assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("big")) and int(admin.get(K.used)) == USED
+    assert _slowest_script_us(admin) < BOUND_US
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_counts_nothing_in_the_relays_settled(server: str, admin: redis.Redis, sz: str) -> None:
+    """Before: settled.lua took the settle entry and the dead entry, deleted the hash, then failed:
+    the relay saw an error for an entry it had settled."""
+    _job(server, admin, "big", sz, K.dead)
+    admin.zadd(K.settle, {"dead:0:big": 7})
+    admin.slowlog_reset()
+    assert conn(server, "sluice-relay").scripts.settled(K, [("dead:0:big", 7, True)]) == 1
+    assert admin.zcard(K.settle) == 0 and admin.zcard(K.dead) == 0 and not admin.exists(K.job("big"))
+    assert int(admin.get(K.used)) == USED
+    assert _slowest_script_us(admin) < BOUND_US
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_counts_nothing_in_a_gateways_cancel(server: str, admin: redis.Redis, sz: str) -> None:
+    """Before: cancel.lua took the job out of ready and deleted it, then failed before counting it
+    cancelled and recording the settle entry the jobs table needs (its item stayed "leased")."""
+    _job(server, admin, "big", sz, K.ready)
+    admin.slowlog_reset()
+    assert conn(server, "sluice-gateway").scripts.cancel(K, "big", settle=True) == "removed"
+    assert admin.zcard(K.ready) == 0 and not admin.exists(K.job("big")) and int(admin.get(K.used)) == USED
+    assert admin.hget(K.finished, "cancelled") == "1" and admin.zcard(K.settle) == 1
+    assert _slowest_script_us(admin) < BOUND_US
+
+
+@pytest.mark.parametrize("used", ["abc", "99999999999999999999", "-9223372036854775800", "9" * 10_000_000])
+def test_a_used_counter_decrby_would_refuse_is_dropped_by_the_scripts_that_give_bytes_back(
+        server: str, admin: redis.Redis, used: str) -> None:
+    """The team SETs its used counter. Before: trim.lua deleted the job, then DECRBY failed (not an
+    integer; or it would overflow); the same in purge, settled, cancel and reclaim. Now it is dropped
+    (_lib.lua release_bytes, by pcall), as push.lua drops it, and counted from 0 again."""
+    _job(server, admin, "j", "300", K.dead)
+    team(server).set(K.used, used)
+    admin.slowlog_reset()
+    assert conn(server, "sluice-relay").scripts.trim(K, 0, 1, 10) == (1, 0)
+    assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("j"), K.used)
+    assert _slowest_script_us(admin) < BOUND_US  # DECRBY refuses a 10 MB value by its length
+
+
+def _leased(server: str, admin: redis.Redis, sz: str, cancel: bool = False) -> RedisConnection:
+    """Job j of queue a leased (token 5), its sz written by the team; the team's worker connection,
+    with the worker scripts loaded for it (as the internal function loads them)."""
+    _job(server, admin, "j", sz, K.leased)
+    admin.zadd(K.leased, {"j": 2**50})
+    admin.hset(K.tokens, "j", "5")
+    if cancel:
+        admin.hset(K.job("j"), "c", "1")
+    for name in ("ack.lua", "fail.lua", "release.lua"):
+        admin.script_load(source(name))
+    return conn(server, "team-a")
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+@pytest.mark.parametrize("end", ["ack", "fail", "release"])
+def test_a_stuffed_sz_counts_nothing_in_the_teams_own_worker_scripts(server: str, admin: redis.Redis,
+                                                                     sz: str, end: str) -> None:
+    """The team hurts only itself here, but the rule holds: before, ack.lua deleted the hash and
+    failed at DECRBY with the lease entry and token left; fail.lua and release.lua (a cancel
+    requested) took the lease entry and token first. No worker command is added (no HSTRLEN: the sz
+    is still read whole, then checked)."""
+    worker = _leased(server, admin, sz, cancel=end != "ack")
+    if end == "ack":
+        assert worker.scripts.ack(K, [("j", 5)]) == [None]
+    elif end == "fail":
+        assert worker.scripts.fail(K, "j", 5, "boom", 0, False) == "cancelled"
+    else:
+        assert worker.scripts.release(K, "j", 5) == "cancelled"
+    assert not admin.exists(K.job("j")) and admin.zcard(K.leased) == 0 and not admin.hexists(K.tokens, "j")
+    assert int(admin.get(K.used)) == USED
+
+
+def test_an_ordinary_sz_is_still_given_back_by_every_script_that_deletes_a_job(
+        server: str, admin: redis.Redis) -> None:
+    relay = conn(server, "sluice-relay")
+    def settled() -> object:
+        admin.zadd(K.settle, {"dead:0:j": 7})
+        return relay.scripts.settled(K, [("dead:0:j", 7, True)])
+
+    for n, delete in enumerate([lambda: relay.scripts.trim(K, 0, 1, 10),
+                                lambda: conn(server, "sluice-operator").scripts.purge(K, 10), settled,
+                                lambda: conn(server, "sluice-gateway").scripts.cancel(K, "j", False, True)]):
+        _job(server, admin, "j", str(1000 + n), K.dead)
+        delete()
+        assert not admin.exists(K.job("j")) and int(admin.get(K.used)) == USED - 1000 - n, n
+
+
+@pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
+def test_a_stuffed_sz_of_a_lapsed_cancelled_job_counts_nothing_in_the_relays_reap(
+        server: str, admin: redis.Redis, sz: str) -> None:
+    """reclaim (reap.lua; lease.lua's too) reads sz with the job's other fields. Before: it deleted the
+    cancelled job's hash, then DECRBY failed: its lease entry and token left, nothing settled. Now the
+    sz counts 0 (still read whole by the HMGET: docs/security.md, "What remains")."""
+    _job(server, admin, "lj", sz, K.leased)
+    admin.hset(K.job("lj"), "c", "1")
+    admin.hset(K.tokens, "lj", "5")
+    assert conn(server, "sluice-relay").scripts.reap(K, 500) == (1, 0)
+    assert not admin.exists(K.job("lj")) and admin.zcard(K.leased) == 0 and not admin.hexists(K.tokens, "lj")
+    assert admin.zrange(K.settle, 0, -1) == ["cancelled:0:lj"] and int(admin.get(K.used)) == USED
+
+
+def test_a_relay_whose_access_string_predates_hstrlen_still_trims_a_stuffed_sz(server: str,
+                                                                                admin: redis.Redis) -> None:
+    """While ElastiCache has not applied the access strings, size_of reads sz whole (pcall) and still
+    counts it 0: the trim completes."""
+    rules = [r for r in acl.rules("relay") if r not in ("+hstrlen", "+strlen")]
+    admin.execute_command("ACL", "SETUSER", "older-relay", "reset", "on", ">pw-older-relay", *rules)
+    _job(server, admin, "big", "9" * 10_000_000, K.dead)
+    assert conn(server, "older-relay").scripts.trim(K, 0, 1, 10) == (1, 0)
+    assert admin.zcard(K.dead) == 0 and int(admin.get(K.used)) == USED

@@ -81,7 +81,11 @@ def test_lua_limits_match_the_models() -> None:
         "MIN_LEASE_MS": models.MIN_LEASE_MS, "MAX_LEASE_MS": models.MAX_LEASE_MS,
         "MAX_DELAY_MS": models.MAX_DELAY_MS, "MAX_TOKEN": 2**53 - 1,
         "MAX_SKEW_MS": checks.RELAY_SKEW_MS,
+        # A job's sz as the relay's, gateway's and operator's scripts read it (size_of): above any job
+        # a Redis string holds (512 MB), and 1000 of them sum below 1e17 (Lua to Redis: "%.17g").
+        "MAX_JOB_BYTES": 10**10 - 1,
     }
+    assert consts["MAX_JOB_BYTES"] > 512 * 2**20 and 1000 * consts["MAX_JOB_BYTES"] < 10**17
     assert "local BAND = 17592186044416" in lib and 17592186044416 == 2**44
     unset = re.findall(r"^local DEFAULT_MAX_ATTEMPTS = (\d+)", lib, re.MULTILINE)
     assert unset == [str(models.DEFAULT_MAX_ATTEMPTS)]  # reclaim's ceiling for an unset max_attempts

@@ -53,7 +53,8 @@ from sluice.core.models import RESERVED_QUEUE_PREFIX, validate_public_queue
 SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) for name, commands in {
     "ack.lua": "decrby del exists hdel hexists hincrby hmget hsetnx rpush time zadd zcard zrem "
                "zremrangebyrank",
-    "cancel.lua": "decrby del exists hdel hexists hincrby hmget hset lrem time zadd zcard zrem zscore",
+    "cancel.lua": "decrby del exists hdel hexists hget hincrby hmget hset hstrlen lrem time zadd zcard zrem "
+                  "zscore",
     "config.lua": "hdel hget hgetall hmget hset hsetnx rpush zcard zrange",
     "enqueue.lua": "exists get hincrby hset hsetnx incrby rpush set time zadd",
     "enqueue_internal.lua": "exists get hincrby hset hsetnx incrby rpush set time zadd",
@@ -64,7 +65,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "listing.lua": "hkeys zrange",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
-    "purge.lua": "decrby del hget zrange zremrangebyrank",
+    "purge.lua": "decrby del hget hstrlen zrange zremrangebyrank",
     "push.lua": "del exists get hdel hexists hget hincrby hmget hset hsetnx hstrlen incrby lpush ltrim "
                 "pexpire rpush set strlen time zadd zcard zrem zrevrangebyscore",
     "rate.lua": "hget hmget hset hstrlen time",
@@ -77,11 +78,11 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "registry_load.lua": "sadd set",
     "release.lua": "decrby del exists get hdel hexists hget hincrby hmget hsetnx incrby rpush set time zadd "
                    "zcard zrem",
-    "settled.lua": "decrby del hget zrem zscore",
+    "settled.lua": "decrby del hget hstrlen zrem zscore",
     "stats.lua": "get hget hgetall hlen hstrlen memory|usage strlen time zcard zcount zrangebyscore",
     "throttle.lua": "hmget hset pexpire time",
     "timeline.lua": "lpop pexpire rpush",
-    "trim.lua": "decrby del hget time zcard zrange zrem zscore",
+    "trim.lua": "decrby del hget hstrlen time zcard zrange zrem zscore",
 }.items()}
 
 # Every connection: the health check, scripts (EVALSHA), and what redis-py's cluster client reads

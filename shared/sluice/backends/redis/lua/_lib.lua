@@ -138,6 +138,20 @@ local function refuse_reserved(key)
   return nil
 end
 
+-- The most a job's sz can be: 10 digits, more than one job Redis can hold (a string is at most
+-- 512 MB). Summed over a call's 1000 jobs it stays below 1e17, an integer Redis reads from Lua.
+local MAX_JOB_BYTES = 9999999999
+
+local function size_of(key)
+  -- The bytes job hash `key` counts against its budget, for the relay's, a gateway's and the
+  -- operator's scripts. Its team's worker user may write sz by hand (docs/security.md, "Values a
+  -- team may stuff"): it is read bounded, and one that is not a count of at most MAX_JOB_BYTES counts
+  -- 0, so the team loses only its own byte accounting and the caller's DECRBY cannot refuse it after
+  -- the caller's first write. Worker scripts (and a lapsed job's, in lease.lua and reap.lua) check sz
+  -- the same way after reading it whole: the worker's user has no HSTRLEN.
+  return int_in(small_hget(key, 'sz', 10), 0, MAX_JOB_BYTES) or 0
+end
+
 -- The queue's seq counter moved on by n (n >= 1) to at least TIME in microseconds + n; returns
 -- its new value v: the caller takes v - n + 1 .. v, n consecutive values above both the counter's
 -- old value and TIME. Every script takes seq through here, after it validated its input.
@@ -175,14 +189,19 @@ end
 
 -- Give back `n` bytes of the queue's budget (keys.used): jobs whose hashes were deleted. The
 -- counter never goes below 0 (a hash counted before a counter was lost is not counted twice).
+-- The team's own user may SET the counter: one DECRBY refuses (not an integer; near -2^63) is
+-- dropped, as push.lua drops it (counted from 0 again), by pcall: the caller wrote already, and
+-- failing here would leave its call half done.
 local function release_bytes(used, n)
-  if n > 0 and redis.call('DECRBY', used, n) <= 0 then redis.call('DEL', used) end
+  if n <= 0 then return end
+  local left = redis.pcall('DECRBY', used, n)
+  if type(left) ~= 'number' or left <= 0 then redis.call('DEL', used) end
 end
 
 -- The sum of the sz fields of the job hashes `keys` (before they are deleted).
 local function sizes_of(keys)
   local n = 0
-  for _, key in ipairs(keys) do n = n + (tonumber(redis.call('HGET', key, 'sz')) or 0) end
+  for _, key in ipairs(keys) do n = n + size_of(key) end
   return n
 end
 
@@ -603,7 +622,7 @@ local function reclaim(prefix, ready, delayed, leased, tokens, dead, seqkey, set
       if f[6] then group_done(G, f[6], 1) end
       if f[3] == '1' then
         redis.call('DEL', key)
-        freed = freed + (tonumber(f[5]) or 0)
+        freed = freed + (int_in(f[5], 0, MAX_JOB_BYTES) or 0)  -- the team may write sz by hand
         n_cancelled = n_cancelled + 1
         sz[#sz + 1] = now
         sz[#sz + 1] = settle_member('cancelled', id, f[4])

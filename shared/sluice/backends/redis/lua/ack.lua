@@ -69,7 +69,7 @@ if #done > 0 then
   for _, k in ipairs(keys) do
     local f = redis.call('HMGET', k, 'c', 'sz', 'grp')
     if f[1] == '1' then cancelled = cancelled + 1 end
-    freed = freed + (tonumber(f[2]) or 0)
+    freed = freed + (int_in(f[2], 0, MAX_JOB_BYTES) or 0)  -- the team may write sz by hand
     if f[3] then
       ended = ended or {}
       ended[f[3]] = (ended[f[3]] or 0) + 1

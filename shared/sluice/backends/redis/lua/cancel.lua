@@ -38,19 +38,20 @@ if redis.call('HEXISTS', tokens, id) == 1 then
 end
 local was_dead = redis.call('ZSCORE', dead, id)
 if was_dead and cancelled == '0' then return redis.error_reply('ALREADY_FINISHED job=' .. id) end
-local f = redis.call('HMGET', key, 'g', 'sz', 'grp')
+local f = redis.call('HMGET', key, 'g', 'grp')
+local size = size_of(key)  -- bounded: the team may write sz by hand
 if was_dead then
   redis.call('ZREM', dead, id)
   redis.call('DEL', key)
-  release_bytes(used, tonumber(f[2]) or 0)
+  release_bytes(used, size)
   return 'removed'
 end
 local g = f[1]
-if f[3] then remove_grouped(keys_of_groups(KEYS[9], KEYS[10], KEYS[11]), f[3], id) end
+if f[2] then remove_grouped(keys_of_groups(KEYS[9], KEYS[10], KEYS[11]), f[2], id) end
 redis.call('ZREM', ready, id)
 redis.call('ZREM', delayed, id)
 redis.call('DEL', key)
-release_bytes(used, tonumber(f[2]) or 0)
+release_bytes(used, size)
 if record == '1' then redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, g)) end
 count_finished(finished, 0, 0, 1)
 return 'removed'

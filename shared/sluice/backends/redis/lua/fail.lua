@@ -51,7 +51,8 @@ redis.call('ZREM', leased, id)
 redis.call('HDEL', tokens, id)
 if f[5] then group_done(G, f[5], 1) end
 if permanent == '0' and f[3] == '1' then
-  release_bytes(KEYS[13], tonumber(redis.call('HGET', key, 'sz')) or 0)
+  local sz = int_in(redis.call('HGET', key, 'sz'), 0, MAX_JOB_BYTES)  -- the team may write sz by hand
+  release_bytes(KEYS[13], sz or 0)
   redis.call('DEL', key)
   redis.call('ZADD', settle, now, settle_member('cancelled', id, f[4]))
   count_finished(finished, 0, 0, 1)

@@ -31,7 +31,7 @@ redis.call('HDEL', tokens, id)
 if f[5] then group_done(G, f[5], 1) end
 if f[2] == '1' then
   redis.call('DEL', key)
-  release_bytes(used, tonumber(f[4]) or 0)
+  release_bytes(used, int_in(f[4], 0, MAX_JOB_BYTES) or 0)  -- the team may write sz by hand
   redis.call('ZADD', settle, now_ms(), settle_member('cancelled', id, f[3]))
   count_finished(finished, 0, 0, 1)
   return 'cancelled'

@@ -38,7 +38,7 @@ for i = 1, n, 3 do
     removed = removed + redis.call('ZREM', settle, ARGV[i])
     if ARGV[i + 2] == '1' and redis.call('ZREM', dead, ids[i]) == 1 then
       local key = prefix .. ids[i]
-      freed = freed + (tonumber(redis.call('HGET', key, 'sz')) or 0)
+      freed = freed + size_of(key)
       redis.call('DEL', key)
     end
   end
