@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,23 +31,17 @@ if __package__ in (None, ""):
 import redis
 
 from benchmarks.base_tree import script_usec
-from benchmarks.common import emit, log, redis_server
+from benchmarks.common import emit, log, lua_at, redis_server
 from sluice.backends.redis import scripts
 from sluice.backends.redis.keys import QueueKeys
 
 BASE = "f6071cc"  # main when this work began: push, rate, stats and reap read the values whole
-ROOT = Path(__file__).resolve().parent.parent
-LUA = "shared/sluice/backends/redis/lua"
 NAMES = ("push.lua", "rate.lua", "stats.lua", "reap.lua")
 ROUNDS, CALLS, BATCH = 7, 100, 500
 
 
 def base_source(name: str) -> str:
-    def show(file: str) -> str:
-        return subprocess.run(["git", "show", f"{BASE}:{LUA}/{file}"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
-    text = show(name)
-    return scripts._INCLUDE.sub(lambda m: scripts.used_parts(show(m.group(1)), text), text)
+    return lua_at(BASE, name)
 
 
 class Side:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,23 +29,17 @@ if __package__ in (None, ""):
 import redis
 
 from benchmarks.base_tree import script_usec
-from benchmarks.common import emit, log, redis_server
+from benchmarks.common import emit, log, lua_at, redis_server
 from sluice.backends.redis import scripts
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core import depth
 
 BASE = "8b99c7b"  # main when session 36 began: sample.lua and stats.lua read the hashes whole
-ROOT = Path(__file__).resolve().parent.parent
-LUA = "shared/sluice/backends/redis/lua"
 ROUNDS, CALLS, STUFFED = 9, 200, 5
 
 
 def base_source(name: str) -> str:
-    def show(file: str) -> str:
-        return subprocess.run(["git", "show", f"{BASE}:{LUA}/{file}"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
-    text = show(name)
-    return scripts._INCLUDE.sub(lambda m: scripts.used_parts(show(m.group(1)), text), text)
+    return lua_at(BASE, name)
 
 
 class Side:

@@ -8,6 +8,7 @@ Run a benchmark as ``python benchmarks/bench_<name>.py`` (what ``make bench`` do
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -125,3 +126,19 @@ def count_invocation(counts: dict[str, int], inv: Any) -> None:
 def by_function(counts: dict[str, int]) -> dict[str, int]:
     """``counts`` keyed by the function's short name (``sluice-worker`` -> ``worker``)."""
     return {name.split("-")[-1]: n for name, n in counts.items()}
+
+
+def lua_at(rev: str, name: str) -> str:
+    """A Redis script's text as the commit ``rev`` shipped it, its ``_lib.lua`` parts included as
+    that commit's ``scripts`` module would (the benchmarks that run a base commit's Lua beside this
+    tree's on one redis-server)."""
+    from sluice.backends.redis import scripts
+
+    root, lua = Path(__file__).resolve().parent.parent, "shared/sluice/backends/redis/lua"
+
+    def show(file: str) -> str:
+        return subprocess.run(["git", "show", f"{rev}:{lua}/{file}"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout
+
+    text = show(name)
+    return scripts._INCLUDE.sub(lambda m: scripts.used_parts(show(m.group(1)), text), text)

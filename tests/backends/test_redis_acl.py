@@ -29,7 +29,7 @@ from sluice.core.models import DecodedJob, SettleEntry
 from sluice.core.script_loads import ScriptIntake, request, sha1
 from sluice.relay.ownership import RELAY_QUEUE, partition_job
 from sluice.relay.recovery.adapters import RedisEpochs
-from sluice_dev.local import servers
+from tests.backends.acl_support import acl_server, admin_client
 from tests.backends.test_engine_support import snapshot, spec
 
 pytestmark = pytest.mark.integration
@@ -43,23 +43,12 @@ USERS: dict[str, tuple[str, list[str] | None]] = {
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = servers.start_redis(workdir=tmp_path_factory.mktemp("redis-acl"))
-    try:
-        admin = redis.Redis.from_url(srv.extra["url"], decode_responses=True)
-        for name, (role, queues) in USERS.items():
-            admin.execute_command(*acl.setuser_args(name, f"pw-{name}", role, queues))
-        admin.close()
-        yield srv.extra["url"]
-    finally:
-        srv.stop()
+    yield from acl_server(tmp_path_factory.mktemp("redis-acl"), USERS)
 
 
 @pytest.fixture
 def admin(server: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(server, decode_responses=True)
-    client.flushall()
-    yield client
-    client.close()
+    yield from admin_client(server)
 
 
 def conn(url: str, user: str, *, loader: bool = True) -> RedisConnection:

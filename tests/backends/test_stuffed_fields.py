@@ -27,7 +27,6 @@ from sluice.backends.redis.relay_engine import MAX_ERR_BYTES, RedisRelayEngine
 from sluice.backends.redis.scripts import JobFields, PushResult, source
 from sluice.core import bus as ev
 from sluice.core.bus import EventBus
-from sluice.core.config import Settings
 from sluice.core.errors import SluiceError
 from sluice.core.models import JobSpec
 from sluice.relay import Relay
@@ -35,13 +34,20 @@ from sluice.relay.config import RelayConfig
 from sluice.relay.pusher import own_keys
 from sluice.relay.queues import QueueStates
 from sluice_dev.fakes import FakeSource
-from sluice_dev.local import servers
+from tests.backends.acl_support import (
+    TEAM_AND_READERS,
+    acl_server,
+    admin_client,
+    conn,
+    script_us,
+    slowest_script_us,
+    team,
+)
 from tests.backends.relay_proc import NullStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-USERS = {"team-a": ("worker", ["a"]), "sluice-relay": ("relay", None), "sluice-gateway": ("gateway", None),
-         "sluice-operator": ("operator", None)}
+USERS = TEAM_AND_READERS
 K = QueueKeys("a")
 BIG = "9" * 10_000_000  # digits: a value that also parses, as far as a number goes
 BOUND_US = 5_000  # a bounded call takes about 0.1 ms; the 10 MB reads took 4-130 ms (SLOWLOG)
@@ -49,49 +55,12 @@ BOUND_US = 5_000  # a bounded call takes about 0.1 ms; the 10 MB reads took 4-13
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = servers.start_redis(workdir=tmp_path_factory.mktemp("redis-fields"))
-    try:
-        admin = redis.Redis.from_url(srv.extra["url"], decode_responses=True)
-        for name, (role, queues) in USERS.items():
-            admin.execute_command(*acl.setuser_args(name, f"pw-{name}", role, queues))
-        admin.close()
-        yield srv.extra["url"]
-    finally:
-        srv.stop()
+    yield from acl_server(tmp_path_factory.mktemp("redis-fields"), USERS)
 
 
 @pytest.fixture
 def admin(server: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(server, decode_responses=True)
-    client.flushall()
-    client.config_set("slowlog-log-slower-than", 0)
-    yield client
-    client.close()
-
-
-def conn(url: str, user: str) -> RedisConnection:
-    return RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
-                                                  redis_password=f"pw-{user}"))  # type: ignore[arg-type]
-
-
-def team(url: str) -> redis.Redis:
-    """The team's own worker user, sending commands by hand."""
-    return redis.Redis.from_url(url, username="team-a", password="pw-team-a", decode_responses=True)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def script_us(admin: redis.Redis, call: Callable[[], Any]) -> tuple[Any, int]:
-    """``call``'s result and the longest EVALSHA it ran, in microseconds (SLOWLOG): ``call`` runs
-    twice, the first loading the script."""
-    call()
-    admin.slowlog_reset()
-    out = call()
-    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
-    assert took, admin.slowlog_get(128)
-    return out, max(took)
+    yield from admin_client(server, slowlog=True)
 
 
 _offsets = iter(range(1, 1_000_000))
@@ -382,12 +351,6 @@ def _job(server: str, admin: redis.Redis, job_id: str, sz: str, zset: str) -> No
     team(server).hset(K.job(job_id), "sz", sz)
 
 
-def _slowest_script_us(admin: redis.Redis) -> int:
-    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
-    assert took, admin.slowlog_get(128)
-    return max(took)
-
-
 @pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
 def test_a_stuffed_sz_counts_nothing_in_the_relays_trim_of_dead_jobs(server: str, admin: redis.Redis,
                                                                      sz: str) -> None:
@@ -402,7 +365,7 @@ def test_a_stuffed_sz_counts_nothing_in_the_relays_trim_of_dead_jobs(server: str
     assert relay.scripts.trim(K, 0, 1, 10) == (2, 0)
     assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("big"), K.job("ok"))
     assert int(admin.get(K.used)) == USED - 300
-    assert _slowest_script_us(admin) < BOUND_US
+    assert slowest_script_us(admin) < BOUND_US
 
 
 @pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
@@ -412,7 +375,7 @@ def test_a_stuffed_sz_counts_nothing_in_the_operators_purge(server: str, admin: 
     admin.slowlog_reset()
     assert conn(server, "sluice-operator").scripts.purge(K, 10) == 1
     assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("big")) and int(admin.get(K.used)) == USED
-    assert _slowest_script_us(admin) < BOUND_US
+    assert slowest_script_us(admin) < BOUND_US
 
 
 @pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
@@ -425,7 +388,7 @@ def test_a_stuffed_sz_counts_nothing_in_the_relays_settled(server: str, admin: r
     assert conn(server, "sluice-relay").scripts.settled(K, [("dead:0:big", 7, True)]) == 1
     assert admin.zcard(K.settle) == 0 and admin.zcard(K.dead) == 0 and not admin.exists(K.job("big"))
     assert int(admin.get(K.used)) == USED
-    assert _slowest_script_us(admin) < BOUND_US
+    assert slowest_script_us(admin) < BOUND_US
 
 
 @pytest.mark.parametrize("sz", STUFFED_SZ, ids=["10MB", "20-digits", "1e400"])
@@ -437,7 +400,7 @@ def test_a_stuffed_sz_counts_nothing_in_a_gateways_cancel(server: str, admin: re
     assert conn(server, "sluice-gateway").scripts.cancel(K, "big", settle=True) == "removed"
     assert admin.zcard(K.ready) == 0 and not admin.exists(K.job("big")) and int(admin.get(K.used)) == USED
     assert admin.hget(K.finished, "cancelled") == "1" and admin.zcard(K.settle) == 1
-    assert _slowest_script_us(admin) < BOUND_US
+    assert slowest_script_us(admin) < BOUND_US
 
 
 @pytest.mark.parametrize("used", ["abc", "99999999999999999999", "-9223372036854775800", "9" * 10_000_000])
@@ -451,7 +414,7 @@ def test_a_used_counter_decrby_would_refuse_is_dropped_by_the_scripts_that_give_
     admin.slowlog_reset()
     assert conn(server, "sluice-relay").scripts.trim(K, 0, 1, 10) == (1, 0)
     assert admin.zcard(K.dead) == 0 and not admin.exists(K.job("j"), K.used)
-    assert _slowest_script_us(admin) < BOUND_US  # DECRBY refuses a 10 MB value by its length
+    assert slowest_script_us(admin) < BOUND_US  # DECRBY refuses a 10 MB value by its length
 
 
 def _leased(server: str, admin: redis.Redis, sz: str, cancel: bool = False) -> RedisConnection:

@@ -12,7 +12,7 @@ over (157-393 ms for the waits, 145 ms for the config before the fix) must hold.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,63 +24,25 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.scripts import RedisScriptLoader, source
 from sluice.core import depth
-from sluice.core.config import Settings
 from sluice.core.depth import MAX_BUCKET
 from sluice.core.script_loads import sha1
-from sluice_dev.local import servers
+from tests.backends.acl_support import TEAM_AND_READERS, acl_server, admin_client, conn, script_us, team
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-USERS = {"team-a": ("worker", ["a"]), "sluice-relay": ("relay", None), "sluice-gateway": ("gateway", None),
-         "sluice-operator": ("operator", None)}
+USERS = TEAM_AND_READERS
 K = QueueKeys("a")
 BOUND_US = 20_000  # a bounded read takes well under 1 ms; the stuffed hashes' reads took 145-648 ms
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    srv = servers.start_redis(workdir=tmp_path_factory.mktemp("redis-stuffed"))
-    try:
-        admin = redis.Redis.from_url(srv.extra["url"], decode_responses=True)
-        for name, (role, queues) in USERS.items():
-            admin.execute_command(*acl.setuser_args(name, f"pw-{name}", role, queues))
-        admin.close()
-        yield srv.extra["url"]
-    finally:
-        srv.stop()
+    yield from acl_server(tmp_path_factory.mktemp("redis-stuffed"), USERS)
 
 
 @pytest.fixture
 def admin(server: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(server, decode_responses=True)
-    client.flushall()
-    client.config_set("slowlog-log-slower-than", 0)
-    yield client
-    client.close()
-
-
-def conn(url: str, user: str) -> RedisConnection:
-    return RedisConnection.from_settings(Settings(redis_url=url, redis_username=user,
-                                                  redis_password=f"pw-{user}"))  # type: ignore[arg-type]
-
-
-def team(url: str) -> redis.Redis:
-    """The team's own worker user, sending commands by hand."""
-    return redis.Redis.from_url(url, username="team-a", password="pw-team-a", decode_responses=True)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def script_us(admin: redis.Redis, call: Callable[[], Any]) -> tuple[Any, int]:
-    """``call``'s result and the longest EVALSHA it ran, in microseconds (SLOWLOG)."""
-    call()  # loads the script (NOSCRIPT once) and warms the connection
-    admin.slowlog_reset()
-    out = call()
-    took = [e["duration"] for e in admin.slowlog_get(128) if _text(e["command"]).startswith("EVALSHA")]
-    assert took, admin.slowlog_get(128)
-    return out, max(took)
+    yield from admin_client(server, slowlog=True)
 
 
 def stuff(client: redis.Redis, key: str, fields: int, value: str = "1") -> None:
