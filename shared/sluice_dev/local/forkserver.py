@@ -26,7 +26,7 @@ the service keeps one zygote per set of them (``zygote_key``).
 
 The same zygote forks servers (``spawn_server``: ``python -m MODULE ARGV`` as ``MODULE.main(argv)``,
 stdin from /dev/null, output to a log): ``servers.start_moto`` forks each moto server from a zygote
-that imported moto once (``motoserver.PRELOAD``), ~0.03 CPU-s a server instead of ~0.8.
+that imported moto once (``servers.MOTO_PRELOAD``), ~0.03 CPU-s a server instead of ~0.8.
 
 The zygote reaps its forks and reports each exit (code as ``Popen.returncode`` gives it: -N for a
 signal) to the service, whose ``ForkedProcess`` stands in for ``subprocess.Popen``. If the zygote

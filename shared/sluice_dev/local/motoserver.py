@@ -33,14 +33,7 @@ StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-# What ``main`` imports, and the models its patches (``install``) and the first requests load: a zygote
-# imports these once and forks each server (``servers.start_moto``), which then starts in ~0.05 CPU-s,
-# not the ~0.8 of a fresh interpreter importing moto. Importing them reads no state a server keeps.
-PRELOAD = ("sluice_dev.local.motoserver", "moto.moto_server.werkzeug_app", "werkzeug.serving",
-           "sluice_dev.local.motoddb", "sluice_dev.local.motoevents", "sluice_dev.local.motoexpr",
-           "sluice_dev.local.motos3list", "sluice_dev.local.motosqs", "sluice_dev.local.mototime",
-           "sluice_dev.local.mototx", "moto.dynamodb.models", "moto.dynamodb.responses", "moto.s3.models",
-           "moto.s3.responses", "moto.sqs.models", "moto.events.models")
+PRELOAD = servers.MOTO_PRELOAD  # what a moto zygote imports before it forks a server
 
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
 COUNT_ENV = "SLUICE_MOTO_COUNT_WRITES"  # "1": count DynamoDB writes per item key (benchmarks)
