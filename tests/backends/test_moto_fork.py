@@ -70,10 +70,16 @@ def test_moto_servers_are_forks_of_one_zygote_each_with_its_own_session_state_an
     assert c.proc.returncode == -9
 
 
-def test_when_the_zygote_dies_its_servers_end_and_the_next_server_comes_from_a_new_one() -> None:
+def test_when_the_zygote_dies_its_servers_end_and_the_next_server_comes_from_a_new_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its own zygote (one per environment): the one it kills must not be the zygote of the servers
+    # other tests of this process use (the session's moto_server), which would end with it.
+    bystander = servers.start_moto()
+    monkeypatch.setenv("SLUICE_TEST_OWN_ZYGOTE", "test_moto_fork")
     a = servers.start_moto()
     zygote = psutil.Process(a.pid).ppid()
     assert zygote != os.getpid(), "a server of this process's own, not a fork"
+    assert zygote != psutil.Process(bystander.pid).ppid()
     os.kill(zygote, signal.SIGKILL)
     assert a.proc.wait(10) == -signal.SIGKILL  # reported, and killed: nobody would reap it
     deadline = time.monotonic() + 10
@@ -87,3 +93,7 @@ def test_when_the_zygote_dies_its_servers_end_and_the_next_server_comes_from_a_n
     finally:
         b.stop()
     assert b.proc.returncode == 0
+    try:
+        assert bystander.alive() and sqs(bystander).list_queues().get("QueueUrls", []) == []
+    finally:
+        bystander.stop()
