@@ -19,8 +19,8 @@ It starts its own Tansu broker (in-memory), moto server and redis-server
   the medians): the same gateway with a per-caller limit (issue 27, item 5) too high to refuse
   anything, so each request also runs ``throttle.lua`` on the local redis-server: the cost of the
   limit on every request;
-- keyed (``keyed_jobs_per_s``, one round): with an Idempotency-Key (Powertools idempotency on
-  DynamoDB, the moto server: two more writes per request).
+- keyed (``keyed_jobs_per_s``, one round): with an Idempotency-Key (its record, one write on
+  DynamoDB, the moto server: one more write per request, two before issue 33).
 
 Within a round the sides take turns in blocks of BLOCK requests, so a burst of load from
 elsewhere on this shared machine hits every side alike; a side's rate in a round is its

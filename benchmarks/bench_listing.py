@@ -43,7 +43,7 @@ from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.console.backend import Watched
 from sluice_dev.cli.console.server import Console
-from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from sluice_dev.fakes import FakeKeyStore, FakeLog, FakeStore
 from sluice_dev.local.api_server import LOCAL_CALLER_HEADER, LocalGateway
 
 QUEUE = "bench"
@@ -101,7 +101,7 @@ def main() -> None:
         log(f"filled {sum(SPLIT.values())} jobs in {time.perf_counter() - t:.1f} s")
         api = Api(Backends(FakeLog(), FakeStore(), rq, events=EventBus()),  # type: ignore[arg-type]
                   IdMinting(b"bench-job-id-key-0123456789abcdef"), intake=Intake(),
-                  policy=Policy((OPERATOR,)), idempotency=FakeIdempotency())
+                  policy=Policy((OPERATOR,)), idempotency=FakeKeyStore())
         with LocalGateway(Gateway(api)) as server:
             client = Client(server.url, headers={LOCAL_CALLER_HEADER: OPERATOR}, max_attempts=1)
             console = Console(client, "bench", PORT, Watched({QUEUE}))

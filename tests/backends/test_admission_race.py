@@ -34,7 +34,7 @@ from sluice.gateway.registry import Reservations
 from sluice.relay import Relay
 from sluice.relay.config import RelayConfig
 from sluice.relay.ownership import partition_job
-from sluice_dev.fakes import FakeClock, FakeDispatcher, FakeIdempotency, FakeLog, FakeSource, FakeStore
+from sluice_dev.fakes import FakeClock, FakeDispatcher, FakeKeyStore, FakeLog, FakeSource, FakeStore
 from tests.unit.test_gateway_fakes import LambdaContext, event_for, unpack
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ class Container:
         self.queue = RedisJobQueue(self.conn)
         self.reservations = Reservations(self.queue, directory)
         api = Api(Backends(log, FakeStore(), self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
-                  intake=Intake(registry=self.reservations), idempotency=FakeIdempotency(),
+                  intake=Intake(registry=self.reservations), idempotency=FakeKeyStore(),
                   clock=clock.now_ms)
         self.api, self.gateway = api, Gateway(api)
 

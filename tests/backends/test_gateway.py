@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sluice.backends.dynamodb.idempotency import DynamoKeyStore
 from sluice.backends.kafka.auth import client_config
 from sluice.backends.kafka.producer import KafkaJobLog
 from sluice.client import Client
@@ -24,11 +25,11 @@ from sluice.core import seal
 from sluice.core.bus import EventBus
 from sluice.core.config import Settings
 from sluice.core.errors import AlreadyFinished, BackendUnavailable
+from sluice.core.lazy import resolve
 from sluice.core.models import JobSpec
 from sluice.entry import root as wiring
 from sluice.entry.gateway import Gateway, build_api
 from sluice.gateway.api import Api, Backends, IdMinting
-from sluice.gateway.http.idempotency import PowertoolsIdempotency
 from sluice_dev.local import servers
 from sluice_dev.local.api_server import LocalGateway
 from tests.backends.test_gateway_stack import job_items, kafka_records, stack_settings
@@ -192,15 +193,16 @@ def test_hostile_input_writes_nothing_anywhere(gateway: Gateway, settings: Setti
     assert (len(kafka_records(settings)), len(job_items(settings))) == (before_kafka, before_items)
 
 
-def test_idempotency_on_powertools_and_dynamodb(gateway: Gateway, settings: Settings) -> None:
+def test_idempotency_on_dynamodb(gateway: Gateway, settings: Settings) -> None:
     first = call(gateway, post("idem", {"payload": {"order": 1}}, key="order-1"))
     again = call(gateway, post("idem", {"payload": {"order": 1}}, key="order-1"))
     other = call(gateway, post("idem", {"payload": {"order": 2}}, key="order-1"))
     assert (first[0], again[0], other[0]) == (202, 200, 422)
     assert again[2] == first[2] and again[1]["idempotent-replayed"] == "true"
     assert other[1]["content-type"] == "application/problem+json"
-    keyed = [k for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|order-1")]
-    assert keyed == [first[2]["job_id"]]
+    # The repeat appended the same record again (the relay and Redis keep one job per id); the 422 nothing.
+    keyed = [(k, v) for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|order-1")]
+    assert [k for k, _ in keyed] == [first[2]["job_id"]] * 2 and keyed[0][1] == keyed[1][1]
 
 
 class HeldLog:
@@ -225,16 +227,36 @@ def test_two_identical_requests_at_once_make_one_job(api: Api, settings: Setting
         call(first_container, post("idem", {"payload": "once"}, key="same-moment"))))
     thread.start()
     assert held.entered.wait(10)
-    code, _, doc = call(second_container, post("idem", {"payload": "once"}, key="same-moment"))
-    assert (code, doc["code"]) == (409, "IN_PROGRESS")
+    # The second claims the first's record and answers its job (it waits on the same gate to append).
+    second: list[tuple[int, dict[str, str], Any]] = []
+    other = threading.Thread(target=lambda: second.append(
+        call(second_container, post("idem", {"payload": "once"}, key="same-moment"))))
+    other.start()
+    wait_for(lambda: _claimed(api))
     held.release.set()
     thread.join(10)
+    other.join(10)
     [(code, _, accepted)] = results
-    assert code == 202
+    [(again_code, _, again)] = second
+    assert (code, again_code, again) == (202, 200, accepted)
     code, _, replay = call(second_container, post("idem", {"payload": "once"}, key="same-moment"))
     assert (code, replay) == (200, accepted)
-    keyed = [k for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|same-moment")]
-    assert keyed == [accepted["job_id"]]
+    keyed = {k for k, v in kafka_records(settings) if (v["idempotency_key"] or "").endswith("|same-moment")}
+    assert keyed == {accepted["job_id"]}
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _claimed(api: Api) -> bool:
+    store = resolve(api.idempotency)
+    assert isinstance(store, DynamoKeyStore)
+    found = store.client.scan(TableName=store.table_name)["Items"]
+    return any(i.get("claimed") == {"BOOL": True} for i in found)
 
 
 def test_kafka_unavailable_is_503_and_nothing_is_left_accepted(api: Api, settings: Settings) -> None:
@@ -341,14 +363,17 @@ def test_client_gives_up_with_backend_unavailable_when_nothing_listens() -> None
         client.enqueue("q", 1)
 
 
-def test_idempotency_store_is_the_powertools_layout(api: Api, settings: Settings) -> None:
-    assert isinstance(api.idempotency, PowertoolsIdempotency)
+def test_idempotency_records_are_written_once_in_the_tables_layout(api: Api, settings: Settings) -> None:
+    assert isinstance(resolve(api.idempotency), DynamoKeyStore)
     import boto3
 
     db = boto3.client("dynamodb", endpoint_url=settings.aws_endpoint_url, region_name=settings.aws_region)
+    before = len(db.scan(TableName=settings.idempotency_table)["Items"])
+    code, _, _ = call(Gateway(api), post("idem", {"payload": "wru"}, key="one-write"))
     items = db.scan(TableName=settings.idempotency_table)["Items"]
+    assert code == 202 and len(items) == before + 1
     assert items and all(i["id"]["S"].startswith("sluice-gateway-v1#") for i in items)
-    assert {i["status"]["S"] for i in items} == {"COMPLETED"}
+    assert {i["status"]["S"] for i in items} == {"INPROGRESS"} and {i["v"]["N"] for i in items} == {"2"}
 
 
 def test_the_job_id_secret_comes_from_secrets_manager(settings: Settings, unique: str) -> None:

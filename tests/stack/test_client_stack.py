@@ -28,28 +28,57 @@ from tests.stack.tcp_count import CountingProxy
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 GETS = 50
 OPERATOR = {LOCAL_CALLER_HEADER: LOCAL_OPERATOR}
+Stack = tuple[Path, str, DevStack]  # the state dir, the gateway's URL, the stack
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     state: Path = tmp_path_factory.mktemp("client") / ".sluice"
     dev = DevStack(DevOptions(state_dir=state, handlers="tests.stack.client_handlers", workers=1,
                               log_level="WARNING", history=False, follow_events=False))
     endpoints = dev.start()
     try:
-        yield state, str(endpoints["gateway_url"])
+        yield state, str(endpoints["gateway_url"]), dev
     finally:
         dev.stop()
 
 
 @pytest.fixture(scope="module")
-def job_id(stack: tuple[Path, str]) -> str:
+def job_id(stack: Stack) -> str:
     with Client(stack[1]) as client:
         return client.enqueue("emails", {"n": 1}).job_id
 
 
+def test_a_keyed_enqueue_sent_again_runs_once(stack: Stack) -> None:
+    """Issue 33: a repeat of a keyed enqueue appends its record again (its first may have died
+    before its append); through the real relay, Redis and worker the job still runs once, whether
+    the repeats come before it ran or after it ended."""
+    from kafka.partitioner.default import murmur2
+
+    settings = stack[2].settings
+    assert settings is not None
+
+    def partition(job_id: str) -> int:  # kafka-python's default partitioner, the gateway's producer's
+        return (murmur2(job_id.encode("utf-8")) & 0x7FFFFFFF) % settings.kafka_partitions
+
+    with Client(stack[1]) as client:
+        first = client.enqueue("emails", {"n": "keyed"}, idempotency_key="runs-once")
+        for _ in range(2):
+            assert client.enqueue("emails", {"n": "keyed"}, idempotency_key="runs-once") == first
+        view = client.wait(first.job_id, timeout_s=90)
+        assert (view.status, view.attempts) == ("succeeded", 1)
+        for _ in range(2):
+            assert client.enqueue("emails", {"n": "keyed"}, idempotency_key="runs-once") == first
+        # A later job on the repeats' partition: once it ran, the relay had read the repeats before it.
+        later = next(a for a in (client.enqueue("emails", {"n": i}, keyed=False) for i in range(400))
+                     if partition(a.job_id) == partition(first.job_id))
+        assert client.wait(later.job_id, timeout_s=90).status == "succeeded"
+        again = client.status(first.job_id)
+        assert (again.status, again.attempts, again.result) == ("succeeded", 1, view.result)
+
+
 def test_sequential_requests_on_one_client_share_one_connection_until_close(
-        stack: tuple[Path, str], job_id: str) -> None:
+        stack: Stack, job_id: str) -> None:
     with CountingProxy(stack[1]) as proxy:
         client = Client(proxy.url)
         for _ in range(GETS):
@@ -63,7 +92,7 @@ def test_sequential_requests_on_one_client_share_one_connection_until_close(
 
 
 def test_the_urllib_transport_of_before_opened_a_connection_per_request(
-        stack: tuple[Path, str], job_id: str) -> None:
+        stack: Stack, job_id: str) -> None:
     with CountingProxy(stack[1]) as proxy, Client(proxy.url, transport=UrllibTransport()) as client:
         for _ in range(10):
             client.status(job_id)
@@ -75,7 +104,7 @@ class Greeting(BaseModel):
     times: int
 
 
-def test_the_async_client_enqueues_a_model_and_waits_for_its_job(stack: tuple[Path, str]) -> None:
+def test_the_async_client_enqueues_a_model_and_waits_for_its_job(stack: Stack) -> None:
     async def run(url: str) -> tuple[Any, list[str]]:
         async with AsyncClient(url, max_connections=4) as client:
             accepted = await client.enqueue("emails", Greeting(to="ada", times=2))
@@ -91,7 +120,7 @@ def test_the_async_client_enqueues_a_model_and_waits_for_its_job(stack: tuple[Pa
         assert proxy.wait_open(0) == 0  # leaving `async with` closed them
 
 
-def test_create_schedule_makes_a_schedule_that_list_shows(stack: tuple[Path, str]) -> None:
+def test_create_schedule_makes_a_schedule_that_list_shows(stack: Stack) -> None:
     with Client(stack[1], headers=OPERATOR) as client:
         created = client.create_schedule("emails", "client-nightly", "cron(0 3 * * ? *)",
                                           Greeting(to="ops", times=1))
@@ -108,7 +137,7 @@ def test_create_schedule_makes_a_schedule_that_list_shows(stack: tuple[Path, str
             client.get_schedule("emails", "client-nightly")
 
 
-def test_sluice_schedules_creates_lists_pauses_and_deletes(stack: tuple[Path, str]) -> None:
+def test_sluice_schedules_creates_lists_pauses_and_deletes(stack: Stack) -> None:
     def sluice(*args: str) -> list[Any]:
         out = CliRunner(mix_stderr=False).invoke(main, ["--state-dir", str(stack[0]), "schedules", *args,
                                                         "--json"])
@@ -126,7 +155,7 @@ def test_sluice_schedules_creates_lists_pauses_and_deletes(stack: tuple[Path, st
     assert "cli-hourly" not in {s["name"] for s in sluice("list", "emails")}
 
 
-def test_the_docs_client_example_runs(stack: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+def test_the_docs_client_example_runs(stack: Stack, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     """docs/api.md's example, as written, with ``API`` the local gateway. Locally IAM is a header
     (``X-Sluice-Local-Caller``, docs/api.md Operator API): every client it builds sends the local

@@ -37,13 +37,14 @@ def test_the_month_line_by_line_next_to_sqs() -> None:
     sluice, sqs = out.split("\nSQS + Lambda")
     rows = {line[2:46].strip(): line[46:].split() for line in sluice.splitlines() if line.startswith("  ")}
     assert rows["MSK Serverless cluster"] == ["547.50", "5.48"]
-    assert rows["DynamoDB writes"] == ["250.00", "2.50"]  # 4 WRU (5 before issue 33)
+    assert rows["DynamoDB writes"] == ["187.50", "1.88"]  # 3 WRU (5 before issue 33, 4 before its one put)
     assert rows["Handler run time"] == ["266.67", "2.67"]
-    # 684.30 fixed + 785.79 variable (807.44 before the gateway's log lines went) + 266.67 of handler
-    assert rows["total"] == ["1,736.76", "17.37"]
+    # 684.30 fixed + 723.29 variable (807.44 before the gateway's log lines went, 785.79 before the
+    # idempotency record's one write) + 266.67 of handler
+    assert rows["total"] == ["1,674.26", "16.74"]
     their = {line[2:46].strip(): line[46:].split() for line in sqs.splitlines() if line.startswith("  ")}
     assert their["Handler run time"] == ["266.67", "2.67"] and their["total"] == ["932.74", "9.33"]
-    assert "Sluice costs 1.86× SQS + Lambda for this work" in out  # 1,736.76 / 932.74
+    assert "Sluice costs 1.79× SQS + Lambda for this work" in out  # 1,674.26 / 932.74
 
 
 def test_json_carries_every_line_with_its_arithmetic() -> None:

@@ -51,10 +51,11 @@ def test_the_doc_states_the_corrected_figures() -> None:
     """The fixed cost the volume and SQS tables use is the fixed table's (684.30 since issue 33's endpoints;
     749.93 before; they used 726.53)."""
     text = doc.DOC.read_text(encoding="utf-8")
-    # $8.09 before the worker's logs were counted, $8.07 before the gateway's went (issue 33)
-    assert "Cost per million = $7.86 + $684.30 / (millions of jobs a month)" in text
+    # $8.09 before the worker's logs were counted, $8.07 before the gateway's went, $7.86 before the
+    # Idempotency-Key's record was written once (issue 33)
+    assert "Cost per million = $7.23 + $684.30 / (millions of jobs a month)" in text
     assert "726.53" not in text and "$130" not in text
-    assert "| 100 M (38.1/s) | 6.84 | 7.86 | **14.70** | 6.66 | 2.21× |" in text
+    assert "| 100 M (38.1/s) | 6.84 | 7.23 | **14.08** | 6.66 | 2.11× |" in text
 
 
 def test_the_readme_first_screen_states_the_models_figures() -> None:

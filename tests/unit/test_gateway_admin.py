@@ -18,7 +18,7 @@ from sluice.core.routes import Route, RouteTable
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake, Policy
 from sluice_dev.cli.ops import UNROUTED, api_route, route_of
-from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeQueue, FakeStore, ManualClock
+from sluice_dev.fakes import FakeKeyStore, FakeLog, FakeQueue, FakeStore, ManualClock
 from tests.unit.test_gateway_fakes import KEY, LambdaContext, event_for, unpack
 
 OPERATOR = "arn:aws:iam::123456789012:role/operator"
@@ -56,7 +56,7 @@ class Rig:
         cache = None if routes is None else FixedRoutes(routes)
         self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(routes=cache), policy=Policy(operators),  # type: ignore[arg-type]
-                       idempotency=FakeIdempotency())
+                       idempotency=FakeKeyStore())
         self.gateway = Gateway(self.api)
 
     def call(self, method: str, path: str, body: Any = None, *, caller: str | None = OPERATOR_SESSION,

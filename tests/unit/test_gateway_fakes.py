@@ -20,7 +20,7 @@ from sluice.core.errors import BackendUnavailable
 from sluice.core.models import QueueConfig
 from sluice.entry.gateway import Gateway
 from sluice.gateway.api import Api, Backends, IdMinting, Intake
-from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeQueue, FakeStore, real_ms
+from sluice_dev.fakes import FakeKeyStore, FakeLog, FakeQueue, FakeStore, real_ms
 
 EVENTS = Path(__file__).parent.parent / "events"
 KEY = b"unit-test-job-id-key-0123456789"
@@ -44,7 +44,7 @@ class Rig:
         self.store = FakeStore()
         self.now_ms = 1_700_000_000_000
         self.queue = gateway_queue(lambda: self.now_ms)
-        self.idem = FakeIdempotency()
+        self.idem = FakeKeyStore()
         self.api = Api(Backends(self.log, self.store, self.queue, events=EventBus()), IdMinting(KEY),  # type: ignore[arg-type]
                        intake=Intake(max_payload_bytes), idempotency=self.idem, clock=lambda: self.now_ms)
         self.gateway = Gateway(self.api, max_payload_bytes=max_payload_bytes)

@@ -19,7 +19,7 @@ from sluice.core.errors import ConfigError
 from sluice.core.models import JobRecord, JobState
 from sluice.entry import gateway as entry_gateway
 from sluice.entry import root as wiring
-from sluice_dev.fakes import FakeIdempotency, FakeLog, FakeStore
+from sluice_dev.fakes import FakeKeyStore, FakeLog, FakeStore
 from tests.loading import module_from_file
 from tests.unit.test_gateway_fakes import EVENTS, LambdaContext, gateway_queue, unavailable
 
@@ -29,7 +29,7 @@ SECRET = "handler-test-secret-0123456789"
 
 class Fakes:
     def __init__(self) -> None:
-        self.log, self.store, self.idem = FakeLog(), FakeStore(), FakeIdempotency()
+        self.log, self.store, self.idem = FakeLog(), FakeStore(), FakeKeyStore()
         self.queue = gateway_queue()
         self.builds = 0
 

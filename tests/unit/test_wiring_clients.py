@@ -41,7 +41,8 @@ def test_the_store_routes_schedules_and_idempotency_share_one_dynamodb_client() 
         assert wiring.store(s).client is client  # type: ignore[attr-defined]
         assert cache.source.get().client is client  # type: ignore[union-attr]
         assert schedules(api).store.client is client  # type: ignore[attr-defined]
-        assert idempotency(s).persistence.client is client  # type: ignore[attr-defined]
+        keys = idempotency(s)
+        assert not keys.built and keys.get().client is client  # type: ignore[attr-defined]
         assert (client.meta.config.read_timeout, client.meta.config.max_pool_connections) == (10, 32)
         assert wiring.dynamodb(s) is client
         wiring.reset()

@@ -36,11 +36,12 @@ from sluice.gateway.schedules import Schedules
 
 if TYPE_CHECKING:
     from sluice.core.config import Settings
+    from sluice.core.lazy import Lazy
     from sluice.core.ports import DepthLog, ParkedJobs, TimelineLog
     from sluice.core.routes import RouteCache
     from sluice.core.script_loads import ScriptIntake
     from sluice.gateway.http.app import HttpGateway
-    from sluice.gateway.http.idempotency import PowertoolsIdempotency
+    from sluice.gateway.keyed import KeyStore
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 Kind = Literal["api", "operator", "internal", "firing"]
@@ -193,12 +194,18 @@ def id_horizon_ms(s: Settings) -> int:
     return min(s.job_id_horizon_hours * 3_600_000, s.retention_days * 86_400_000)
 
 
-def idempotency(s: Settings) -> PowertoolsIdempotency:
-    """Idempotency-Keys on the container's DynamoDB client, built on the first keyed request."""
-    from sluice.entry import root as wiring
-    from sluice.gateway.http.idempotency import PowertoolsIdempotency
+def idempotency(s: Settings) -> Lazy[KeyStore]:
+    """Idempotency-Keys' records on the container's DynamoDB client, built on the first keyed request:
+    a keyless enqueue loads neither the adapter nor boto3 (the gateway's cold start, issue 14)."""
+    from sluice.core.lazy import Lazy
 
-    return PowertoolsIdempotency.from_settings(s, build_client=lambda: wiring.dynamodb(s))
+    def build() -> KeyStore:
+        from sluice.backends.dynamodb.idempotency import DynamoKeyStore
+        from sluice.entry import root as wiring
+
+        return DynamoKeyStore.from_settings(s, client=wiring.dynamodb(s))
+
+    return Lazy(build)
 
 
 def build_api(settings: Settings | None = None) -> Api:

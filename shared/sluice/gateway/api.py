@@ -31,9 +31,9 @@ or reading one's stats, is a 400 naming the prefix; a job of one reads and cance
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from sluice.core import ids, traces
 from sluice.core.bus import EventBus, JobEnded
@@ -63,6 +63,7 @@ from sluice.core.wire import (
     QueueRoute,
     QueueView,
 )
+from sluice.gateway.keyed import KeyedRequest, KeyStore, Once
 from sluice.gateway.pipeline import (
     DEFAULT_ID_HORIZON_MS,
     ENQUEUED_NOTHING,
@@ -82,21 +83,7 @@ NOT_ACKNOWLEDGED: Final = "not acknowledged by Kafka"
 CANCELLED_BEFORE_RELAY: Final = "cancelled before its first attempt"
 new_job_id = ids.ulid  # an unsigned ULID: tests and benchmarks that need a well-formed unknown id
 __all__ = ["DEFAULT_ID_HORIZON_MS", "ENQUEUED_NOTHING", "Admission", "Api", "Backends", "Enqueued",
-           "IdMinting", "Idempotency", "Intake", "Policy", "new_job_id"]
-
-
-class Idempotency(Protocol):
-    """Runs an action at most once per key (see ``sluice.gateway.http.idempotency``)."""
-
-    def run(self, key: str, fingerprint: Mapping[str, Any], action: Callable[[], dict[str, Any]],
-            remaining_ms: Callable[[], int] | None = None) -> tuple[dict[str, Any], bool]:
-        """Return (result, replayed).
-
-        Raises IdempotencyConflict when the key was used with a different fingerprint,
-        InProgress while the first request with the key is still running, and
-        BackendUnavailable when the key store cannot be reached.
-        """
-        ...
+           "IdMinting", "Intake", "KeyStore", "Policy", "new_job_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +130,7 @@ class Api:
     entry verified them (``sluice.core.caller``; ``policy`` says whom the deployment trusts more)."""
 
     def __init__(self, backends: Backends, minting: IdMinting, *, intake: Intake | None = None,
-                 policy: Policy | None = None, idempotency: Idempotency | None = None,
+                 policy: Policy | None = None, idempotency: KeyStore | Lazy[KeyStore] | None = None,
                  clock: Callable[[], int] = wall_ms) -> None:
         policy = policy or Policy()
         # Every job passes through it: an enqueue's, a child's, a firing's.
@@ -152,7 +139,9 @@ class Api:
         self.spans = backends.spans
         self._store, self._queue = backends.store, backends.queue
         self._families = backends.families
-        self.idempotency = idempotency
+        # Idempotency-Keys (``sluice.gateway.keyed``); None: keys are ignored.
+        self.idempotency = idempotency  # another Api over the same backends may share it (tests)
+        self._once = None if idempotency is None else Once(idempotency, self.pipeline, self._withdraw, clock)
         self.clock = clock
         self.id_horizon_ms = minting.horizon_ms
         # Read per request by the entries that build callers (``sluice.entry.gateway``).
@@ -207,15 +196,18 @@ class Api:
         with traces.span(self.spans, "enqueue", traceparent, queue) as span:
             pipeline.check(queue, request, caller or self.anonymous())
 
-            def accept() -> Accepted:
-                pipeline.admit(queue, [request])  # inside: a replay returns its stored answer
-                key = idempotency_key if self.idempotency is not None else None
-                spec = pipeline.spec(queue, request, self.clock(), key, traceparent=span.traceparent)
-                self._accept([spec])
-                span.set(job=spec.job_id)
-                return Accepted(job_id=spec.job_id, queue=queue)
+            key = idempotency_key if self._once is not None else None
 
-            return self._once(idempotency_key, "enqueue", queue, request, accept, Accepted, remaining_ms)
+            def build(now_ms: int, job_id_of: Callable[[int], str] | None) -> list[JobSpec]:
+                return [pipeline.spec(queue, request, now_ms, key, traceparent=span.traceparent,
+                                      job_id=None if job_id_of is None else job_id_of(0))]
+
+            def answer(specs: Sequence[JobSpec]) -> Accepted:
+                span.set(job=specs[0].job_id)
+                return Accepted(job_id=specs[0].job_id, queue=queue)
+
+            return self._enqueue(key, "enqueue", queue, request, [request], build, answer, Accepted,
+                                 remaining_ms)
 
     def enqueue_batch(self, queue: str, request: BatchRequest, *, idempotency_key: str | None = None,
                       remaining_ms: Callable[[], int] | None = None,
@@ -225,32 +217,39 @@ class Api:
         with traces.span(self.spans, "enqueue_batch", traceparent, queue) as span:
             pipeline.check_batch(queue, request.jobs, caller or self.anonymous())
 
-            def accept() -> BatchAccepted:
-                pipeline.admit(queue, request.jobs)
-                now = self.clock()
-                specs = [pipeline.spec(queue, job, now, idempotency_key, traceparent=span.traceparent)
-                         for job in request.jobs]
-                self._accept(specs)
+            key = idempotency_key if self._once is not None else None
+
+            def build(now_ms: int, job_id_of: Callable[[int], str] | None) -> list[JobSpec]:
+                return [pipeline.spec(queue, job, now_ms, key, traceparent=span.traceparent,
+                                      job_id=None if job_id_of is None else job_id_of(i))
+                        for i, job in enumerate(request.jobs)]
+
+            def answer(specs: Sequence[JobSpec]) -> BatchAccepted:
                 span.set(jobs=len(specs))
-                accepted = [Accepted(job_id=s.job_id, queue=queue) for s in specs]
-                return BatchAccepted(queue=queue, jobs=accepted)
+                return BatchAccepted(queue=queue,
+                                     jobs=[Accepted(job_id=s.job_id, queue=queue) for s in specs])
 
-            return self._once(idempotency_key, "enqueue_batch", queue, request, accept, BatchAccepted,
-                              remaining_ms)
+            return self._enqueue(key, "enqueue_batch", queue, request, request.jobs, build, answer,
+                                 BatchAccepted, remaining_ms)
 
-    def _once(self, key: str | None, op: str, queue: str, request: EnqueueRequest | BatchRequest,
-              accept: Callable[[], Accepted | BatchAccepted], model: type[Accepted] | type[BatchAccepted],
-              remaining_ms: Callable[[], int] | None) -> Enqueued:
-        """``accept()`` now, or at most once per Idempotency-Key (a replay returns the stored body).
-
-        The fingerprint is built only for a keyed request: the plain path stays free of it.
-        """
-        if key is None or self.idempotency is None:
-            return Enqueued(accept())
-        fingerprint = {"op": op, "queue": queue, "request": request.model_dump(mode="json")}
-        result, replayed = self.idempotency.run(key, fingerprint, lambda: accept().model_dump(mode="json"),
-                                                remaining_ms)
-        return Enqueued(model.model_validate(result), replayed)
+    def _enqueue(self, key: str | None, op: str, queue: str, request: EnqueueRequest | BatchRequest,
+                 jobs: Sequence[EnqueueRequest],
+                 build: Callable[[int, Callable[[int], str] | None], list[JobSpec]],
+                 answer: Callable[[Sequence[JobSpec]], Accepted | BatchAccepted],
+                 model: type[Accepted] | type[BatchAccepted],
+                 remaining_ms: Callable[[], int] | None) -> Enqueued:
+        """Admit, build and append ``request``'s jobs now, or at most once per Idempotency-Key
+        (``sluice.gateway.keyed``: a repeat answers the same jobs). The plain path builds no
+        fingerprint and touches no key store."""
+        if key is None or self._once is None:
+            self.pipeline.admit(queue, jobs)
+            specs = build(self.clock(), None)
+            self._accept(specs)
+            return Enqueued(answer(specs))
+        made, replayed = self._once.run(KeyedRequest(
+            key, op, queue, request.model_dump(mode="json"), lambda: self.pipeline.admit(queue, jobs), build),
+            remaining_ms)
+        return Enqueued(model.model_validate(made) if isinstance(made, dict) else answer(made), replayed)
 
     def _accept(self, specs: Sequence[JobSpec]) -> None:
         try:

@@ -287,21 +287,28 @@ def _why_not(small: Profile) -> str:
         big.sqs.line(n).monthly for n in ("Result write (DynamoDB, unfenced)",
                                           "Dedupe table (to match the Idempotency-Key)")) / 1e3
     return prose(
-        """Why the ratios are not met. At 1,000 M jobs a month SQS + Lambda costs ${q_big} per million, so
-           1.20× allows Sluice ${allow_big} more; it costs ${extra_big} more: {difference}. The token grant
-           (${grant}) is what fencing costs, one conditional write an attempt; Kafka's retention and the
-           relay's read are replay after a Redis loss and cancels honoured before a job reaches Redis; the
-           gateway Lambda is the front door's own code (ids minted with the stack's key, the
-           Idempotency-Key, the Kafka produce), which API Gateway cannot do alone. None of these goes
-           without the guarantee it pays for, and together they come to ${must} a million, more than the
-           ${allow_big} allowed. The gateway's log lines (${gw_logs}: Lambda's START, END and REPORT lines
-           and its EMF count of 2xx answers, a request) went in issue 33 (Lambda's JSON log format at system
-           level WARN, and no count of 2xx answers: "Log volume" above); with them the ratio was
-           {r_big_logs}. At 100 M jobs a month
-           the fixed floor adds ${floor_hundred} per million: the ratio is {r_hundred} without egress and
-           would still be {r_bare} with no interface endpoint at all; with one NAT gateway the handlers'
-           NAT data (${nat} per million, which SQS + Lambda, outside any VPC, does not pay) makes it
-           {r_nat}.""",
+        """The ratios. Without egress (the small profile's default, `HandlerEgress=none`) both are met: at
+           1,000 M jobs a month SQS + Lambda costs ${q_big} per million, so 1.20× allows Sluice ${allow_big}
+           more; it costs ${extra_big} more: {difference}. The last cut was the Idempotency-Key's record,
+           written once since issue 33 (${record} per million keyed jobs: it was an "in progress" put and a
+           "completed" update, docs/api.md, "One write a key"), so Sluice's DynamoDB writes cost
+           ${sl_writes} a million (the key's record, the token grant that fences, the result) against
+           SQS + Lambda's ${sq_writes} (its result and a dedupe table's put and update). What stays pays for
+           a guarantee: Kafka's retention and the relay's read are replay after a Redis loss and cancels
+           honoured before a job reaches Redis;
+           the gateway Lambda is the front door's own code (ids minted with the stack's key, the
+           Idempotency-Key, the Kafka produce), which API Gateway cannot do alone; together ${must} a
+           million. The gateway's log lines (${gw_logs}: Lambda's START, END and REPORT lines and its EMF
+           count of 2xx answers, a request) went in issue 33 too (Lambda's JSON log format at system level
+           WARN, and no count of 2xx answers: "Log volume" above); with them the ratio would be
+           {r_big_logs}. At 100 M jobs a month the fixed floor adds ${floor_hundred} per million: the ratio
+           is {r_hundred} without egress ({r_bare} with no interface endpoint at all). With one NAT gateway
+           neither ratio is met: the handlers' NAT data (${nat} per million, the handlers' own traffic to
+           the internet, which SQS + Lambda, outside any VPC, does not pay) makes it {r_nat} at 100 M.""",
+        record=money(load().usd("dynamodb_write")),
+        sl_writes=money(big.sluice.line("DynamoDB writes").monthly / 1e3), sq_writes=money(sum(
+            big.sqs.line(n).monthly for n in ("Result write (DynamoDB, unfenced)",
+                                              "Dedupe table (to match the Idempotency-Key)")) / 1e3),
         q_big=per_million(big.sqs), allow_big=money(0.2 * (big.sqs.per_million or 0)),
         extra_big=money((big.sluice.per_million or 0) - (big.sqs.per_million or 0)),
         difference=_difference(big), grant=money(grant), must=money(grant + sum(

@@ -63,9 +63,10 @@ class Profile:
     dashboards: int = 1
     custom_metrics: int = 20  # EMF metric/dimension series of the service-wide metrics
     retention_days: float = 14  # RetentionDays: finished jobs' items
-    # per job with an Idempotency-Key (docs/cost.md, "Per job"): the idempotency record's 2, the grant,
-    # the result; the relay writes no ``queued`` for a keyed id since issue 33 (benchmarks/bench_per_job.py)
-    wru_keyed: float = 4
+    # per job with an Idempotency-Key (docs/cost.md, "Per job"): the idempotency record's 1 (one put since
+    # issue 33, benchmarks/bench_keyed.py; Powertools wrote it twice), the grant, the result; the relay
+    # writes no ``queued`` for a keyed id since issue 33 (benchmarks/bench_per_job.py)
+    wru_keyed: float = 3
     wru_unkeyed: float = 2
     rru: float = 1  # the relay's relay_view read
 

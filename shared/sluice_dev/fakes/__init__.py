@@ -9,7 +9,7 @@ wired to them. Each module checks its fakes against their Protocols under mypy -
 """
 
 from sluice_dev.fakes.console import EVIL, JOB, FakeBackend, job_view, queue_row
-from sluice_dev.fakes.gateway import FakeCallerThrottle, FakeIdempotency, FakeScheduleStore, FakeTrigger
+from sluice_dev.fakes.gateway import FakeCallerThrottle, FakeKeyStore, FakeScheduleStore, FakeTrigger
 from sluice_dev.fakes.ports import FakeClock, FakeDispatcher, FakeLog, FakePayloadStore
 from sluice_dev.fakes.queue import Broken, FakeQueue, ManualClock, ManualMonotonic, QJob, real_ms
 from sluice_dev.fakes.recovery import FakeCheckpoints, FakeEpochs, FakeOffsets
@@ -21,7 +21,7 @@ from sluice_dev.fakes.worker import CaptureLog, FakeLambdaContext, Kit, Line, ki
 __all__ = [
     "EVIL", "JOB", "RELAY_CALLS", "Broken", "CaptureLog", "FakeBackend", "FakeCallerThrottle",
     "FakeCheckpoints", "FakeClock", "FakeDescriber", "FakeDispatcher", "FakeEngine", "FakeEpochs",
-    "FakeFencedTable", "FakeIdempotency", "FakeLambdaContext", "FakeLog", "FakeOffsets", "FakeParkingLot",
+    "FakeFencedTable", "FakeKeyStore", "FakeLambdaContext", "FakeLog", "FakeOffsets", "FakeParkingLot",
     "FakePayloadStore", "FakeQueue", "FakeRouteStore", "FakeScheduleStore", "FakeSource", "FakeStore",
     "FakeTeamMap", "FakeTrigger", "Kit", "Line", "ManualClock", "ManualMonotonic", "Pushed", "QJob",
     "job_view", "kit", "queue_row", "real_ms",

@@ -1,4 +1,4 @@
-"""In-memory fakes of the gateway's own ports: the idempotency store (``sluice.gateway.api.Idempotency``)
+"""In-memory fakes of the gateway's own ports: Idempotency-Keys' store (``sluice.gateway.keyed.KeyStore``),
 the schedules' store and trigger (``sluice.gateway.schedules.ScheduleStore``, ``Trigger``) and the
 callers' buckets (``sluice.core.ports.CallerThrottle``).
 
@@ -7,47 +7,65 @@ The gateway's job queue is ``sluice_dev.fakes.FakeQueue``, the one every caller 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 import threading
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sluice.core import schedules, throttle
-from sluice.core.errors import IdempotencyConflict, InProgress, ScheduleExists, ScheduleNotFound
+from sluice.core.errors import ScheduleExists, ScheduleNotFound
+from sluice.core.idempotency import KeyRecord, Stored
 
 
-class FakeIdempotency:
-    """The three promised semantics, on a dict: replay, conflict, in progress."""
+class FakeKeyStore:
+    """``sluice.gateway.keyed.KeyStore`` on a dict: take, claim and release as the table does them.
+    ``writes`` counts the writes a real table would bill (take, claim, release)."""
 
     def __init__(self) -> None:
-        self.records: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        self.records: dict[str, tuple[KeyRecord | Stored, int]] = {}  # key -> (record, expires_at_s)
         self.lock = threading.Lock()
         self.keys_seen: list[str] = []
+        self.writes = 0
 
-    def run(self, key: str, fingerprint: Mapping[str, Any], action: Callable[[], dict[str, Any]],
-            remaining_ms: Callable[[], int] | None = None) -> tuple[dict[str, Any], bool]:
-        digest = json.dumps(fingerprint, sort_keys=True)
+    def take(self, key: str, record: KeyRecord, *, expires_at_s: int,
+             now_ms: int) -> KeyRecord | Stored | None:
         with self.lock:
             self.keys_seen.append(key)
-            if key in self.records:
-                stored, result = self.records[key]
-                if stored != digest:
-                    raise IdempotencyConflict("different request")
-                if result is None:
-                    raise InProgress("in progress")
-                return copy.deepcopy(result), True
-            self.records[key] = (digest, None)
-        try:
-            result = action()
-        except BaseException:
-            with self.lock:
-                del self.records[key]
-            raise
+            found = self.records.get(key)
+            if found is not None and found[1] >= now_ms // 1000 and not _overdue(found[0], now_ms):
+                return found[0]
+            self.writes += 1
+            self.records[key] = (record, expires_at_s)
+            return None
+
+    def claim(self, key: str, record: KeyRecord) -> bool:
         with self.lock:
-            self.records[key] = (digest, result)
-        return result, False
+            found = self.records.get(key)
+            if found is None or not _same(found[0], record):
+                return False
+            self.writes += 1
+            self.records[key] = (dataclasses.replace(record, claimed=True), found[1])
+            return True
+
+    def release(self, key: str, record: KeyRecord) -> bool:
+        with self.lock:
+            found = self.records.get(key)
+            if found is None or not _same(found[0], record) or found[0].claimed:  # type: ignore[union-attr]
+                return False
+            self.writes += 1
+            del self.records[key]
+            return True
+
+
+def _same(found: KeyRecord | Stored, record: KeyRecord) -> bool:
+    return isinstance(found, KeyRecord) and found.accepted_at_ms == record.accepted_at_ms \
+        and found.seed == record.seed
+
+
+def _overdue(found: KeyRecord | Stored, now_ms: int) -> bool:
+    """A record of before in progress past its deadline, which ``take`` overwrites."""
+    return isinstance(found, Stored) and found.response is None and found.in_progress_until_ms is not None \
+        and found.in_progress_until_ms < now_ms
 
 
 class FakeScheduleStore:
@@ -130,11 +148,11 @@ class FakeCallerThrottle:
 
 
 if TYPE_CHECKING:  # each fake is its port's: mypy --strict checks these, nothing runs them
-    from sluice.gateway import api
     from sluice.gateway import schedules as gateway_schedules
+    from sluice.gateway.keyed import KeyStore
     from sluice.registrar import schedules as registrar_schedules
 
-    _IDEMPOTENCY: api.Idempotency = FakeIdempotency()
+    _IDEMPOTENCY: KeyStore = FakeKeyStore()
     _SCHEDULE_STORE: gateway_schedules.ScheduleStore = FakeScheduleStore()
     _TRIGGER: gateway_schedules.Trigger = FakeTrigger()
     _DECLARED_STORE: registrar_schedules.DeclaredScheduleStore = FakeScheduleStore()
