@@ -74,3 +74,35 @@ def test_poison_jobs_are_a_seeded_few_and_only_when_asked_for() -> None:
     clean = payload(5, poisoned[0], poison=True)
     del clean["poison"]
     assert clean == payload(5, poisoned[0])  # the rest of the payload is the same job's
+
+
+def test_keyed_batches_keep_their_ids_across_a_gateway_that_dies_before_or_after_its_append(
+        tmp_path: Path) -> None:
+    """``--keyed`` (issue 33): the real use case over fakes; a death leaves the key's record and withdraws
+    nothing; the retry with the same key names the same ids, so each job is named once, and appended."""
+    from sluice.core.bus import EventBus
+    from sluice.gateway.api import Api, Backends, IdMinting
+    from sluice_dev.chaos.keyed import Deaths, DyingLog, HeldRelease
+    from sluice_dev.fakes import FakeKeyStore, FakeLog, FakeStore
+
+    h = history.History(tmp_path / "h.jsonl")
+    deaths = Deaths(seed=5, history=h)
+    log, store, keys = FakeLog(), FakeStore(), FakeKeyStore()
+    api = Api(Backends(DyingLog(log, deaths), store, None, events=EventBus()),  # type: ignore[arg-type]
+              IdMinting(b"k" * 32), idempotency=HeldRelease(keys, deaths))
+    plan = iter(["before", "after", None])
+
+    def arm(batch: int) -> None:  # batch 0 dies before its append, batch 10 after it
+        deaths.armed = next(plan)
+
+    deaths.arm = arm  # type: ignore[method-assign]
+    enqueuer = Enqueuer(api, h, seed=5, jobs=30, window_s=0.0, batch=10, keyed=True, deaths=deaths)
+    enqueuer.run(threading.Event())
+    events = [e for e in history.read(tmp_path / "h.jsonl") if e["op"] == "enqueue"]
+    unknown = [e["job"] for e in events if e["outcome"] == "info"]
+    accepted = {e["job"]: e["i"] for e in events if e["outcome"] == "ok"}
+    assert len(unknown) == 20 and set(unknown) <= set(accepted)  # named before, answered the same after
+    assert sorted(accepted.values()) == list(range(30)) and enqueuer.accepted == 30
+    appended = [r.job_id for r in log.records]
+    assert set(appended) == set(accepted) and len(appended) == 40  # batch 10's appended twice
+    assert store.unrecorded == [] and deaths.count == 2

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sluice.core import ids
-from sluice.core.bus import EventBus
+from sluice.core.bus import EventBus, KeyedJobsNamed
 from sluice.core.errors import BackendUnavailable, IdempotencyConflict, InProgress, QueueFull
 from sluice.core.idempotency import CLOCK_SKEW_MS, KeyRecord, Stored, entropy, fingerprint, must_claim
 from sluice.core.wire import BatchRequest, EnqueueRequest
@@ -40,7 +40,8 @@ class Rig:
                  admission: Any = None) -> None:
         self.log, self.store, self.keys = FakeLog(), FakeStore(), keys or FakeKeyStore()
         self.now_ms = NOW
-        self.api = Api(Backends(self.log, self.store, None, events=EventBus()),  # type: ignore[arg-type]
+        self.bus = EventBus()
+        self.api = Api(Backends(self.log, self.store, None, events=self.bus),  # type: ignore[arg-type]
                        minting or IdMinting(KEY), intake=Intake(admission=admission), idempotency=self.keys,
                        clock=lambda: self.now_ms)
 
@@ -275,3 +276,19 @@ def test_the_fingerprint_is_powertools_payload_hash() -> None:
     expected = hashlib.sha256(json.dumps({"op": "enqueue", "queue": "q", "request": request},
                                          sort_keys=True).encode()).hexdigest()
     assert fingerprint("enqueue", "q", request) == expected
+
+
+def test_each_append_names_its_jobs_on_the_bus_before_it_runs() -> None:
+    """An observer learns a keyed request's ids even when its answer never comes (the chaos workload)."""
+    rig = Rig()
+    named: list[KeyedJobsNamed] = []
+    rig.bus.subscribe(named.append, KeyedJobsNamed)
+    rig.log.fail = BackendUnavailable("kafka down")
+    rig.keys.release = lambda key, record: False  # type: ignore[method-assign]  # as if it had died
+    with pytest.raises(BackendUnavailable):
+        rig.enqueue()
+    rig.log.fail = None
+    job_id, replayed = rig.enqueue()
+    assert replayed and [(e.queue, e.jobs, e.repeat) for e in named] == [
+        ("emails", (job_id,), False), ("emails", (job_id,), True)]
+    assert [r.job_id for r in rig.log.records] == [job_id]

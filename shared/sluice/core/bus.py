@@ -543,6 +543,20 @@ class QueueMeasured(Incident):
         return self.stats.queue
 
 
+# -- gateway --------------------------------------------------------------------------------------
+
+
+class KeyedJobsNamed(Event):
+    """A keyed enqueue (``gateway.keyed``) is about to append ``jobs``, the ids its Idempotency-Key's
+    record names: a first request's (``repeat`` False) or a repeat's, which appends the same ids again.
+    Emitted before the append, so an observer knows the ids of a request whose answer never came
+    (the chaos workload names them in its history)."""
+
+    queue: str
+    jobs: tuple[str, ...]
+    repeat: bool
+
+
 # -- every path -----------------------------------------------------------------------------------
 
 

@@ -141,7 +141,8 @@ class Api:
         self._families = backends.families
         # Idempotency-Keys (``sluice.gateway.keyed``); None: keys are ignored.
         self.idempotency = idempotency  # another Api over the same backends may share it (tests)
-        self._once = None if idempotency is None else Once(idempotency, self.pipeline, self._withdraw, clock)
+        self._once = None if idempotency is None else Once(idempotency, self.pipeline, self._withdraw, clock,
+                                                           self.events)
         self.clock = clock
         self.id_horizon_ms = minting.horizon_ms
         # Read per request by the entries that build callers (``sluice.entry.gateway``).

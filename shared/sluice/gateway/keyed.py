@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from sluice.core import ids
+from sluice.core.bus import EventBus, KeyedJobsNamed
 from sluice.core.errors import IdempotencyConflict, InProgress
 from sluice.core.idempotency import SEED_BYTES, KeyRecord, Stored, entropy, fingerprint, must_claim
 from sluice.core.lazy import Lazy, resolve
@@ -65,8 +66,10 @@ class Once:
     """Runs keyed enqueues over ``store`` (held lazily: built on the first keyed request)."""
 
     def __init__(self, store: KeyStore | Lazy[KeyStore], pipeline: EnqueuePipeline,
-                 withdraw: Callable[[Sequence[JobSpec]], None], clock: Callable[[], int]) -> None:
+                 withdraw: Callable[[Sequence[JobSpec]], None], clock: Callable[[], int],
+                 events: EventBus | None = None) -> None:
         self._store, self.pipeline, self.withdraw, self.clock = store, pipeline, withdraw, clock
+        self.events = events
 
     @property
     def store(self) -> KeyStore:
@@ -101,7 +104,7 @@ class Once:
             self._release(request.key, mine)  # nothing appended: the key is free again
             raise
         try:
-            self.pipeline.append(specs)
+            self._append(request.queue, specs, repeat=False)
         except BaseException:
             # The outcome is unknown. Withdraw only a record nobody else took over: a repeat that
             # claimed it answered 200 for these ids.
@@ -119,8 +122,13 @@ class Once:
         # Its writer may have died before its registry reservation or its append: do both again (a
         # 202 is binding; the relay and Redis keep one job per id).
         self.pipeline.reserve(request.queue)
-        self.pipeline.append(specs)
+        self._append(request.queue, specs, repeat=True)
         return specs
+
+    def _append(self, queue: str, specs: Sequence[JobSpec], *, repeat: bool) -> None:
+        if self.events is not None and self.events.listening:
+            self.events.emit(KeyedJobsNamed(queue=queue, jobs=tuple(s.job_id for s in specs), repeat=repeat))
+        self.pipeline.append(specs)
 
     def _release(self, key: str, mine: KeyRecord) -> bool:
         try:

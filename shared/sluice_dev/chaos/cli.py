@@ -168,6 +168,9 @@ def crash_before_ack_cmd(lease: float, renew_every: float, time_scale: float, as
                                       "on; or paused to the end.")
 @click.option("--relay-max-pending", type=click.IntRange(10, 1_000_000), default=None,
               help="The relay's per-partition hold limit (default 5,000; Settings.relay_max_pending).")
+@click.option("--keyed", is_flag=True,
+              help="Send each batch with an Idempotency-Key (sent again with it until answered), and let "
+                   "the workload's gateway die at seeded batches before or after its append (issue 33).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the history and logs go (default .sluice_dev/chaos/seed<K>-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="End with the checker's report as one JSON line.")
@@ -175,7 +178,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
           operator: bool, drain_timeout: float | None, redis_shards: int, add_faults: tuple[str, ...],
           only_faults: tuple[str, ...],
           tenant_flood: int, tenant_far: int, tenant_hold: str,
-          relay_max_pending: int | None, state_dir: Path | None, as_json: bool) -> None:
+          relay_max_pending: int | None, keyed: bool, state_dir: Path | None, as_json: bool) -> None:
     """A Jepsen-style run: the local pipeline under a seeded nemesis, then a history checker."""
     from sluice_dev.chaos import runner, tenant
 
@@ -186,7 +189,7 @@ def chaos(jobs: int, duration: float, seed: int, workers: int, runtime: str, no_
                              state_dir=state_dir, redis_shards=redis_shards, tenant=plan,
                              relay_max_pending=relay_max_pending,
                              extra_faults=EXTRA_KINDS if "all" in add_faults else add_faults,
-                             only_faults=only_faults)
+                             only_faults=only_faults, keyed=keyed)
     try:
         outcome = runner.run(options, say=click.echo)
     except (SluiceError, TimeoutError, RuntimeError, OSError) as exc:

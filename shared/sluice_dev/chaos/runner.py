@@ -24,7 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.chaos import checker, completions, cpu, history, keys, nemesis, operator, runtimes, tenant
+from sluice_dev.chaos import (
+    checker,
+    completions,
+    cpu,
+    history,
+    keyed,
+    keys,
+    nemesis,
+    operator,
+    runtimes,
+    tenant,
+)
 from sluice_dev.chaos.app import QUEUE
 from sluice_dev.chaos.workload import Enqueuer
 
@@ -57,6 +68,7 @@ class Options:
     extra_faults: tuple[str, ...] = ()  # nemesis.EXTRA_KINDS to plan too (--add-fault)
     only_faults: tuple[str, ...] = ()  # the plan's faults of these kinds only (--only-fault; () all)
     measure_cpu: bool = False  # CPU seconds per part from the workload's start to the drain (chaos.cpu)
+    keyed: bool = False  # batches with an Idempotency-Key, and a gateway that dies now and then (chaos.keyed)
 
 
 @dataclass
@@ -235,15 +247,24 @@ class Run:
         job_log = KafkaJobLog.from_settings(settings)
         store = DynamoJobStore.from_settings(settings)
 
+        deaths = keyed.Deaths(o.seed, self.history) if o.keyed else None
+
         def gateway() -> Api:  # the workload's gateway: mints (Enqueuer names the ids) and seals
-            return Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
-                                families=store.families), keys.minting(settings))
+            if deaths is None:
+                return Api(Backends(job_log, store, RedisJobQueue.from_settings(settings), EventBus(),
+                                    families=store.families), keys.minting(settings))
+            from sluice.backends.dynamodb.idempotency import DynamoKeyStore
+
+            return Api(Backends(keyed.DyingLog(job_log, deaths), store, RedisJobQueue.from_settings(settings),
+                                EventBus(), families=store.families), keys.minting(settings),
+                       idempotency=keyed.HeldRelease(DynamoKeyStore.from_settings(settings), deaths))
 
         api = gateway()
         enqueuer = Enqueuer(api, self.history, o.seed, o.jobs, window_s=o.duration_s * ENQUEUE_SHARE,
                             lease_seconds=runtime.lease_seconds, poison=o.operator,
                             mint_key=wiring.job_id_key(settings),  # the relay verifies ids and seals
-                            family_key=wiring.job_id_key(settings) if o.families else None)
+                            family_key=wiring.job_id_key(settings) if o.families else None,
+                            keyed=o.keyed, deaths=deaths)
         stop, abort = threading.Event(), threading.Event()
         servers = _Servers(runtime, lambda: self._rotated(settings, enqueuer, gateway))
         nem = nemesis.Nemesis(faults, runtime, servers, self.history, self.dir / "control")

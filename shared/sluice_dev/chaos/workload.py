@@ -5,6 +5,11 @@ payload (``agents.expected_result``), so the checker knows every right answer. J
 are chosen here too (``s<seed>-<index>-<try>``), through the use case's id hook, so an
 enqueue that fails with an unknown outcome (Kafka did not answer) is still named in
 the history: if that job runs after all, its result is not "unexpected".
+
+Keyed (``keyed``, issue 33): each batch goes with an Idempotency-Key and its ids are the gateway's,
+named from the key's record; the use case says them on its bus before each append
+(``KeyedJobsNamed``), which names them here when the answer never comes. A failed attempt is sent
+again with the same key, and ``chaos.keyed`` makes the gateway die at seeded batches.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from sluice.core.errors import SluiceError
 from sluice_dev.chaos import families
 from sluice_dev.chaos.agents import QUEUE, expected_result
 from sluice_dev.chaos.history import History, digest
+from sluice_dev.chaos.keyed import Deaths, GatewayDied
 
 MAX_ATTEMPTS = 25  # generous: every kill, freeze and lost lease costs the job an attempt
 POISON_SHARE = 0.03  # with the operator on: jobs whose handler fails them (Fail), for it to redrive
@@ -50,7 +56,8 @@ class Enqueuer:
     def __init__(self, api: Any, history: History, seed: int, jobs: int, window_s: float, *,
                  batch: int = 10, lease_seconds: int = 30, poison: bool = False,
                  mint_key: bytes | None = None, family_key: bytes | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, keyed: bool = False,
+                 deaths: Deaths | None = None) -> None:
         self.api, self.history, self.seed, self.jobs = api, history, seed, jobs
         self.poison, self.mint_key = poison, mint_key
         self.family_key = family_key  # with it, families: their parents' ids are minted with it
@@ -62,12 +69,18 @@ class Enqueuer:
         self.unknown = 0
         self.done = threading.Event()
         self._ids: deque[str] = deque()
+        self.keyed, self.deaths = keyed, deaths
+        self._named: list[str] = []  # the keyed ids the gateway named during the current attempt
         self.use(api)
 
     def use(self, api: Any) -> None:
         """Enqueue through ``api`` from the next batch on: after a key rotation, a gateway holding the
         new key, which seals each record with the key it mints with (``chaos.runner``)."""
         api.new_id = lambda _now_ms: self._ids.popleft()  # the use case's id hook
+        if self.keyed:
+            from sluice.core.bus import KeyedJobsNamed
+
+            api.events.subscribe(lambda e: self._named.extend(e.jobs), KeyedJobsNamed)
         self.api = api
 
     def _name(self, indices: list[int], attempt: int) -> list[str]:
@@ -101,16 +114,50 @@ class Enqueuer:
         finally:
             self.done.set()
 
-    def _enqueue(self, indices: list[int], stop: threading.Event) -> None:
+    def _request(self, indices: list[int]) -> tuple[Any, list[dict[str, Any]]]:
         from sluice.core.wire import BatchRequest, EnqueueRequest
 
+        payloads = [payload(self.seed, i, self.poison, self.family_key is not None, self.lease_seconds)
+                    for i in indices]
+        jobs = [EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS, lease_seconds=self.lease_seconds)
+                for p in payloads]
+        return BatchRequest(jobs=jobs), payloads
+
+    def _enqueue_keyed(self, indices: list[int], stop: threading.Event) -> None:
+        request, payloads = self._request(indices)
+        key = f"chaos-{self.seed}-{indices[0]}"
+        if self.deaths is not None:
+            self.deaths.arm(indices[0])
+        while not stop.is_set():
+            self._named.clear()
+            t0 = time.time()
+            try:
+                answer = self.api.enqueue_batch(QUEUE, request, idempotency_key=key)
+                ids, outcome = [j.job_id for j in answer.body.jobs], "ok"
+            except (SluiceError, GatewayDied):  # no answer: the ids named, if any, may run
+                ids, outcome = list(self._named), "info"
+            if self.deaths is not None:
+                self.deaths.disarm()
+            t1 = time.time()
+            for i, jid, p in zip(indices, ids, payloads, strict=False):
+                self.history.emit("enqueue", job=jid, i=i, expect=digest(expected_result(p)),
+                                  outcome=outcome, t0=t0, t1=t1, key=key)
+            if outcome == "ok":
+                self.accepted += len(ids)
+                with self._recent_lock:
+                    self._recent.extend(ids)
+                return
+            self.unknown += len(ids)
+            stop.wait(0.5)  # the same request with the same key, once the fault is over
+
+    def _enqueue(self, indices: list[int], stop: threading.Event) -> None:
+        if self.keyed:
+            self._enqueue_keyed(indices, stop)
+            return
         attempt = 0
         while not stop.is_set():
             ids = self._name(indices, attempt)
-            payloads = [payload(self.seed, i, self.poison, self.family_key is not None, self.lease_seconds)
-                        for i in indices]
-            request = BatchRequest(jobs=[EnqueueRequest(payload=p, max_attempts=MAX_ATTEMPTS,
-                                                        lease_seconds=self.lease_seconds) for p in payloads])
+            request, payloads = self._request(indices)
             self._ids.clear()
             self._ids.extend(ids)
             t0 = time.time()
