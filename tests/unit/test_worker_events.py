@@ -32,7 +32,7 @@ def test_a_success_reports_each_step_and_one_job_ended_before_the_ack() -> None:
                            ev.Acking)
     seen = run(k, lambda job, ctx: {"r": 1})
     assert kinds(seen) == ["Leased", "Granted", "HandlerStarted", "HandlerEnded", "ResultWriting",
-                           "ResultWritten", "JobEnded", "Acking", "Acked", "Finished"]
+                           "ResultWritten", "JobEnded", "Acking", "Acked", "Finished", "RoundEnded"]
     granted = next(e for e in seen if isinstance(e, ev.Granted))
     ended = next(e for e in seen if isinstance(e, ev.JobEnded))
     assert (granted.outcome, granted.token, granted.owner) == ("ok", 1, "w-test")
@@ -48,7 +48,7 @@ def test_failed_dead_and_retried_jobs() -> None:
         raise Fail("no")
 
     seen = run(kit(), fails)
-    assert kinds(seen)[-4:] == ["FailureRecorded", "JobEnded", "FailReported", "Finished"]
+    assert kinds(seen)[-5:] == ["FailureRecorded", "JobEnded", "FailReported", "Finished", "RoundEnded"]
     assert [e.state for e in seen if isinstance(e, ev.JobEnded)] == ["failed"]
     assert [e.outcome for e in seen if isinstance(e, ev.FailReported)] == ["dead"]
 
@@ -70,7 +70,7 @@ def test_a_stale_write_is_refused_with_both_tokens_and_nothing_ends_or_acks() ->
     seen = run(k, late)
     refused = [e for e in seen if isinstance(e, ev.ResultRefused)]
     assert [(e.outcome, e.token, e.current) for e in refused] == [("rejected", 1, 2)]
-    assert kinds(seen)[-3:] == ["ResultRefused", "LeaseGone", "Finished"]
+    assert kinds(seen)[-4:] == ["ResultRefused", "LeaseGone", "Finished", "RoundEnded"]
 
 
 def test_a_failing_subscriber_changes_nothing() -> None:

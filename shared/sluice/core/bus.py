@@ -204,6 +204,14 @@ class Released(LeaseCall):
     """A lease given back to Redis without using up an attempt."""
 
 
+class RoundEnded(Event):
+    """A drain's round ran the ``jobs`` it leased on ``queue`` to their end (``worker.registry``): what
+    waits for the round (the worker's countdown, ``worker.countdown``) goes now."""
+
+    queue: str
+    jobs: int
+
+
 # -- worker: the jobs table ------------------------------------------------------------------------
 
 

@@ -171,6 +171,11 @@ class FamilyReads(Protocol):
 
     def count_down(self, continuation: str, slot: int) -> int | None: ...
 
+    def count_down_many(self, continuation: str, slots: Sequence[int]) -> int | None:
+        """``count_down`` for several slots at once (one write per bucket they fall in): the lowest
+        count left (0: every child counted), or None if every slot was counted already."""
+        ...
+
     def unreleased(self, continuation: str) -> bool:
         """True if every child was counted and the continuation was not appended yet."""
         ...

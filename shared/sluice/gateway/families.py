@@ -203,7 +203,10 @@ def enqueue_children(api: FamilyHost, request: FamilyRequest, caller: Caller, *,
     store.record_children(parent_id, [NewChild(s.job_id, s.queue, now, slots[s.job_id]) for s in specs],
                           then_id)
     final = {j: st for j, st in known.items() if st.status in FINAL_STATES}
-    fresh = [s for s in specs if s.job_id not in final]
+    # In slot order, not the request's: a worker's round then holds neighbouring slots, which its
+    # countdown counts with one write per bucket (worker.countdown). The ids spread the children over
+    # Kafka's partitions, so they never ran in the request's order.
+    fresh = sorted((s for s in specs if s.job_id not in final), key=lambda s: slots[s.job_id])
     if fresh:
         pipeline.append(fresh)
     store.appended(parent_id, child_ids)
@@ -230,8 +233,7 @@ def _same_children(then_id: str, waits_for: Sequence[str], child_ids: Sequence[s
 def _count_final(api: FamilyHost, store: FamilyStore, then_id: str, slots: Sequence[int]) -> None:
     """Children that ended before this (re-run) request: counted now, since their JobEnded may be
     long past (or never came: the process that ended them died before its countdown)."""
-    for slot in slots:
-        store.count_down(then_id, slot)
+    store.count_down_many(then_id, slots)
     if store.unreleased(then_id):  # now, or counted before and its release failed
         release_continuation(api, then_id)
 

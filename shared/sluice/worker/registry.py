@@ -32,12 +32,13 @@ from pydantic import BaseModel
 
 from sluice.core import bus as ev
 from sluice.core.errors import InvalidInput, SluiceError
-from sluice.core.families import Countdown, FamilyGateway, FamilyStore
+from sluice.core.families import FamilyGateway, FamilyStore
 from sluice.core.lazy import Lazy, resolve
 from sluice.core.models import LeasedJob, validate_public_queue
 from sluice.core.policy import RetryPolicy
 from sluice.core.ports import JobQueue, JobStore, PayloadStore, WorkWaiter
 from sluice.core.traces import HandlerTraces
+from sluice.worker.countdown import RoundCountdown
 from sluice.worker.runtime.budget import RemainingMs, TimeBudget
 from sluice.worker.runtime.context import FencedTableFactory, JobContext
 from sluice.worker.runtime.execute import JobRunner
@@ -305,9 +306,10 @@ class Worker:
             runner = JobRunner(finisher, built, self.options, self.worker_id, fenced=fenced,
                                family_gateway=self.family_gateway, families=self.families, clock=self._clock,
                                payloads=self.payloads, traces=self.traces)
-            # A child that ends here counts down its continuation (core.families): a drain's subscriber.
+            # A child that ends here counts down its continuation when its round ends (worker.countdown):
+            # a drain's subscriber.
             if self.family_gateway is not None and self.families is not None:
-                Countdown(resolve(self.families), self.family_gateway.release).subscribe(bus)
+                RoundCountdown(resolve(self.families), self.family_gateway.release).subscribe(bus)
             return runner, finisher
 
         parts: Lazy[tuple[JobRunner, Finisher]] = Lazy(settle)
@@ -404,7 +406,11 @@ class Worker:
             summary.leased += len(jobs)
             leased_any = leased_any or bool(jobs)
             tracked = [session.heartbeat.track(j, leased_at, self._job_log(j)) for j in jobs]
-            self._run_batch(session, tracked, spec, budget, stop, summary)
+            try:
+                self._run_batch(session, tracked, spec, budget, stop, summary)
+            finally:
+                if jobs:  # what waits for the round's end (the countdown) goes now
+                    session.events.emit(ev.RoundEnded(queue=name, jobs=len(jobs)))
         return left, leased_any, skipped
 
     def _settle(self, session: _Session, name: str, jobs: list[LeasedJob]) -> None:

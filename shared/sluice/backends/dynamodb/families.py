@@ -42,6 +42,8 @@ from sluice.core.ids import queue_in_id
 from sluice.core.models import JobState, truncate_error
 from sluice.core.pools import LazyPool
 
+MANY_MAX = 64  # slots counted in one write: its condition names each (DynamoDB's 4 KB expression limit)
+
 
 @dataclass(frozen=True, slots=True)
 class Family:
@@ -281,6 +283,39 @@ class Families:
         if attrs is not None and item_int(attrs, "remaining", 1) > 0:
             return item_int(attrs, "remaining") if ok else None
         return self._count_on(continuation, index, "#bl")  # the bucket is full
+
+    def count_down_many(self, continuation: str, slots: Sequence[int]) -> int | None:
+        """``count_down`` for several slots: one conditional write per bucket they fall in (1 WCU,
+        issue 30: the worker counts a round's children together). A bucket where a slot was counted
+        already, or a family of before issue 30, has each slot counted alone (``count_down``). The
+        lowest count any write returned (0 releases), or None if every slot was counted already."""
+        by_bucket: dict[int, set[int]] = {}
+        for slot in slots:
+            by_bucket.setdefault(slot // self.bucket, set()).add(slot)
+        groups = [(index, ordered[i:i + MANY_MAX]) for index, group in by_bucket.items()
+                  for ordered in [sorted(group)] for i in range(0, len(ordered), MANY_MAX)]
+        counts = [self._count_bucket(continuation, index, group) for index, group in groups]
+        known = [c for c in counts if c is not None]
+        return min(known) if known else None
+
+    def _count_bucket(self, continuation: str, index: int, unique: list[int]) -> int | None:
+        if len(unique) == 1:
+            return self.count_down(continuation, unique[0])
+        key = bucket_key(continuation, index)
+        condition = " AND ".join(["attribute_exists(#left)",
+                                  *(f"NOT contains(#ended, :s{i})" for i in range(len(unique)))])
+        attrs, ok = self.items.update("count_down", self.items.request(
+            key, update="ADD #ended :slots SET #left = #left - :n, #up = :now", condition=condition,
+            values={":slots": {"NS": [str(s) for s in unique]}, ":n": N(len(unique)),
+                    ":now": N(self.items.now_ms()), **{f":s{i}": N(s) for i, s in enumerate(unique)}},
+            ReturnValues="UPDATED_NEW"))
+        if not ok:
+            counts = [self.count_down(continuation, s) for s in unique]
+            known = [c for c in counts if c is not None]
+            return min(known) if known else None
+        if attrs is not None and item_int(attrs, "remaining", 1) > 0:
+            return item_int(attrs, "remaining")
+        return self._count_on(continuation, index, "#bl")  # this write filled the bucket
 
     def _count(self, key: str, slot: int, left: str = "#left") -> dict[str, Any]:
         """The countdown's one conditional write on ``key``: ``slot`` counted once, off ``left``
