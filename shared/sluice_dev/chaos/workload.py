@@ -138,17 +138,25 @@ class Enqueuer:
                 ids, outcome = list(self._named), "info"
             if self.deaths is not None:
                 self.deaths.disarm()
-            t1 = time.time()
-            for i, jid, p in zip(indices, ids, payloads, strict=False):
-                self.history.emit("enqueue", job=jid, i=i, expect=digest(expected_result(p)),
-                                  outcome=outcome, t0=t0, t1=t1, key=key)
-            if outcome == "ok":
-                self.accepted += len(ids)
-                with self._recent_lock:
-                    self._recent.extend(ids)
+            # a death before the record names no ids: zip stops at them
+            if self._record(indices, ids, payloads, outcome, t0, key=key):
                 return
-            self.unknown += len(ids)
             stop.wait(0.5)  # the same request with the same key, once the fault is over
+
+    def _record(self, indices: list[int], ids: list[str], payloads: list[dict[str, Any]], outcome: str,
+                t0: float, **extra: Any) -> bool:
+        """The attempt's enqueue lines, and its counts; True if it was answered (``ok``)."""
+        t1 = time.time()
+        for i, jid, p in zip(indices, ids, payloads, strict=False):
+            self.history.emit("enqueue", job=jid, i=i, expect=digest(expected_result(p)), outcome=outcome,
+                              t0=t0, t1=t1, **extra)
+        if outcome != "ok":
+            self.unknown += len(ids)
+            return False
+        self.accepted += len(ids)
+        with self._recent_lock:
+            self._recent.extend(ids)
+        return True
 
     def _enqueue(self, indices: list[int], stop: threading.Event) -> None:
         if self.keyed:
@@ -166,15 +174,7 @@ class Enqueuer:
                 outcome = "ok"
             except SluiceError:  # Kafka did not acknowledge: the records may or may not be there
                 outcome = "info"
-            t1 = time.time()
-            for i, jid, p in zip(indices, ids, payloads, strict=True):
-                self.history.emit("enqueue", job=jid, i=i, expect=digest(expected_result(p)),
-                                  outcome=outcome, t0=t0, t1=t1)
-            if outcome == "ok":
-                self.accepted += len(ids)
-                with self._recent_lock:
-                    self._recent.extend(ids)
+            if self._record(indices, ids, payloads, outcome, t0):
                 return
-            self.unknown += len(ids)
             attempt += 1
             stop.wait(0.5)  # the same payloads again, as new jobs, once Kafka is back
