@@ -37,6 +37,7 @@ from sluice_dev.chaos import (
     tenant,
 )
 from sluice_dev.chaos.app import QUEUE
+from sluice_dev.chaos.countdown import StreamCountdownAgent
 from sluice_dev.chaos.workload import Enqueuer
 
 Say = Callable[[str], None]
@@ -179,6 +180,7 @@ class Run:
         runtime = runtimes.make(o.runtime, o, self.dir, self.history)
         counts: dict[str, int] = {}
         stopped = False
+        streamed: StreamCountdownAgent | None = None
         try:
             held = {"relay_max_pending": o.relay_max_pending} if o.relay_max_pending else {}
             base = Settings(kafka_topic="chaos.jobs", kafka_dead_letter_topic="chaos.dlq",
@@ -199,12 +201,16 @@ class Run:
             for a in actions:
                 self.history.emit("plan", role="operator", **a.as_dict())
             meter = cpu.CpuMeter(runtime.processes).start() if o.measure_cpu else None
+            # the countdown function's part: the stream counts children a killed worker's round left
+            streamed = StreamCountdownAgent(settings).start()
             self._chaos(settings, runtime, faults, actions, times)
             drained = self._drain_tenant(settings, times) if self.tenant is not None else True
             if o.drain_tenant or self.tenant is None:
                 drained = self._drain(settings, times) and drained
             used = meter.stop() if meter is not None else {}
             ended = time.time()
+            streamed.stop()
+            streamed = None
             counts = runtime.stop_agents()
             stopped = True
             say("publishing the completion events through the stream, EventBridge and SQS...")
@@ -218,6 +224,9 @@ class Run:
             if used:
                 used["relay"] = relay_moves(events, until=ended)
         finally:
+            if streamed is not None:
+                with contextlib.suppress(Exception):
+                    streamed.stop()
             if not stopped:
                 with contextlib.suppress(Exception):
                     runtime.stop_agents()
