@@ -137,3 +137,22 @@ def test_redrive_all_moves_what_it_may_and_reports_the_rest() -> None:
     assert report.moved == 2 and set(report.refused) == {"old", "done"}
     assert [c[1] for c in calls.log if c[0] == "kafka"] == ["a", "b"]
     assert queue.dead == ["old", "done"]  # left dead, and the loop ended
+
+
+def test_redrive_all_moves_a_job_that_dies_again_meanwhile_once() -> None:
+    """A handler that always fails, on a fast worker: the job is dead again before the call reads the
+    dead list again. It was moved twice in a fresh-clone CI (``sluice dlq redrive --all`` said 3 jobs
+    back for 2), and nothing stopped it going round for as long as the worker kept up."""
+    calls = Calls()
+
+    class Dies(Queue):
+        def redrive(self, queue: str, job_id: str | None = None, generation: int = 0) -> int:
+            moved = super().redrive(queue, job_id, generation)
+            assert job_id is not None
+            self.jobs[queue, job_id].state = "dead"  # leased, run and failed again at once
+            return moved
+
+    queue = Dies(calls, ["a", "b"])
+    report = redrive_all(queue, Store(calls), "q", log=Log(calls))  # type: ignore[arg-type]
+    assert report.moved == 2 and report.refused == {}
+    assert [c[1] for c in calls.log if c[0] == "redis"] == ["a", "b"] and sorted(queue.dead) == ["a", "b"]

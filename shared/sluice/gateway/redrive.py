@@ -84,20 +84,26 @@ def redrive_one(queue: JobQueue, store: JobStore, queue_name: str, job_id: str, 
 
 def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLog | None,
                 reseal: Reseal | None = None) -> RedriveReport:
-    """Redrive every dead job of a queue, oldest first; refused ones stay dead and are reported."""
+    """Redrive every dead job of a queue, oldest first, each at most once; refused ones stay dead and
+    are reported. A job that dies again while this runs (a handler that always fails, on a fast
+    worker) stays dead: it was moved once, and moving it again and again could keep this call
+    going for as long as the worker keeps up."""
     queue_name = validate_queue_name(queue_name)
     report = RedriveReport()
+    moved: set[str] = set()
     while True:
-        limit = min(MAX_LISTED, len(report.refused) + PAGE)
-        page = [d.job_id for d in queue.dead_letters(queue_name, limit) if d.job_id not in report.refused]
+        limit = min(MAX_LISTED, len(report.refused) + len(moved) + PAGE)
+        page = [d.job_id for d in queue.dead_letters(queue_name, limit)
+                if d.job_id not in report.refused and d.job_id not in moved]
         if not page:
             return report
         for job_id in page:
             try:
                 report.moved += redrive_one(queue, store, queue_name, job_id, log=log, reseal=reseal)
+                moved.add(job_id)
             except (JobNotFound, AlreadyFinished, RedriveRaced) as exc:
                 # Refused by the store (expired record, cancelled, succeeded), or no longer dead
                 # in Redis (redriven or purged meanwhile): either way, not ours to move now.
                 report.refused[job_id] = str(exc)
-        if len(report.refused) >= MAX_LISTED:
-            return report  # every listed job is refused; the rest waits for the next run
+        if len(report.refused) + len(moved) >= MAX_LISTED:
+            return report  # as many as one listing holds; the rest waits for the next run
