@@ -81,11 +81,14 @@ class Once:
         digest = fingerprint(request.op, request.queue, request.body)
         for _ in range(TAKES):
             now = self.clock()
-            mine = KeyRecord(digest, now, ids.key_id(self.pipeline.verifier.key),
-                             os.urandom(SEED_BYTES).hex(), now + (remaining_ms or _default_remaining)())
+            # One read of the key: the record names it, and the ids are minted with it, even if the
+            # verifier reads the keys again (a rotation) in between.
+            key = self.pipeline.verifier.key
+            mine = KeyRecord(digest, now, ids.key_id(key), os.urandom(SEED_BYTES).hex(),
+                             now + (remaining_ms or _default_remaining)())
             found = self.store.take(request.key, mine, expires_at_s=now // 1000 + RECORD_LIFE_S, now_ms=now)
             if found is None:
-                return self._first(request, mine), False
+                return self._first(request, mine, key), False
             if isinstance(found, Stored):
                 return _stored(found, digest), True
             if found.fingerprint != digest:
@@ -95,11 +98,10 @@ class Once:
             return self._again(request, found), True
         raise InProgress("the first request with this Idempotency-Key is still ending; retry shortly")
 
-    def _first(self, request: KeyedRequest, mine: KeyRecord) -> list[JobSpec]:
+    def _first(self, request: KeyedRequest, mine: KeyRecord, key: bytes) -> list[JobSpec]:
         try:
             request.admit()
-            naming = self._naming(request.queue, mine, self.pipeline.verifier.key)
-            specs = request.build(mine.accepted_at_ms, naming)
+            specs = request.build(mine.accepted_at_ms, self._naming(request.queue, mine, key))
         except BaseException:
             self._release(request.key, mine)  # nothing appended: the key is free again
             raise

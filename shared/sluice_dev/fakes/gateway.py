@@ -50,7 +50,8 @@ class FakeKeyStore:
     def release(self, key: str, record: KeyRecord) -> bool:
         with self.lock:
             found = self.records.get(key)
-            if found is None or not _same(found[0], record) or found[0].claimed:  # type: ignore[union-attr]
+            held = None if found is None else found[0]
+            if not isinstance(held, KeyRecord) or not _same(held, record) or held.claimed:
                 return False
             self.writes += 1
             del self.records[key]
