@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     from werkzeug.serving import run_simple
 
     from sluice_dev.local import motoddb, motoevents, motoexpr, motos3list, motosqs, mototime, mototx
+    from sluice_dev.local.keepalive import KeepAlive
 
     mototx.install()
     motoddb.install()
@@ -275,8 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: _exit_now())
     counter = WriteCounter(moto_item_size) if os.environ.get(COUNT_ENV) == "1" else None
-    run_simple(args.host, args.port, Serialized(app, counter), threaded=True,
-               request_handler=MotoRequestHandler)
+
+    class Handler(KeepAlive, MotoRequestHandler):
+        """moto's handler, its connections kept open (``keepalive``)."""
+
+    run_simple(args.host, args.port, Serialized(app, counter), threaded=True, request_handler=Handler)
     return 0
 
 

@@ -181,8 +181,9 @@ def start_moto(port: int | None = None, log_path: Path | None = None) -> Server:
 MOTO_PRELOAD = ("sluice_dev.local.motoserver", "moto.moto_server.werkzeug_app", "werkzeug.serving",
                 "sluice_dev.local.motoddb", "sluice_dev.local.motoevents", "sluice_dev.local.motoexpr",
                 "sluice_dev.local.motos3list", "sluice_dev.local.motosqs", "sluice_dev.local.mototime",
-                "sluice_dev.local.mototx", "moto.dynamodb.models", "moto.dynamodb.responses",
-                "moto.s3.models", "moto.s3.responses", "moto.sqs.models", "moto.events.models")
+                "sluice_dev.local.mototx", "sluice_dev.local.keepalive", "moto.dynamodb.models",
+                "moto.dynamodb.responses", "moto.s3.models", "moto.s3.responses", "moto.sqs.models",
+                "moto.events.models")
 
 # One moto zygote per environment a server was started with (moto reads some variables at import).
 _moto_zygotes = Zygotes()
