@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 CLS = validators.UpdateExpressionValidator
 LEXER = ConditionExpressionParser._lex_condition_expression
+WALK = ast_nodes.DepthFirstTraverser.traverse
 # by conftest.py
 INSTALLED = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate, validators.deepcopy)
 
@@ -32,11 +33,13 @@ def _stock() -> None:
     CLS.__init__, CLS.validate = init.__wrapped__, validate.__wrapped__  # type: ignore[method-assign]
     validators.deepcopy = deepcopy.__wrapped__
     ConditionExpressionParser._lex_condition_expression = LEXER.__wrapped__  # type: ignore[attr-defined]
+    ast_nodes.DepthFirstTraverser.traverse = WALK.__wrapped__  # type: ignore[attr-defined]
 
 
 def _restore() -> None:
     UpdateExpressionParser.make, CLS.__init__, CLS.validate, validators.deepcopy = INSTALLED  # type: ignore[method-assign]
     ConditionExpressionParser._lex_condition_expression = LEXER  # type: ignore[method-assign]
+    ast_nodes.DepthFirstTraverser.traverse = WALK  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -156,7 +159,7 @@ def test_stock_moto_checks_every_time(stock: None, monkeypatch: pytest.MonkeyPat
 def test_install_is_idempotent_and_finds_the_checks_of_the_text_alone() -> None:
     motoexpr.install()
     now = (UpdateExpressionParser.__dict__["make"], CLS.__init__, CLS.validate, validators.deepcopy)
-    assert now == INSTALLED
+    assert now == INSTALLED and ast_nodes.DepthFirstTraverser.traverse is WALK
     assert motoexpr.structural_checks(validators) == (
         validators.ActionCountValidator, validators.OverlappingPathsValidator,
         validators.UpdateHashRangeKeyValidator)
@@ -301,3 +304,39 @@ def test_a_condition_is_lexed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> 
     assert first == second and first is not second
     assert all(a is not b and a.children is not b.children for a, b in zip(first, second, strict=True))
     assert lexed and lexed[0] == text and lexed.count(text) == 1  # the second parse lexed nothing
+
+
+def test_a_walk_processes_the_same_nodes_in_the_same_order_and_an_overriding_walker_keeps_moto_s() -> None:
+    """Every node class a map names, subclasses first matched by the map's order, each processor's
+    answer put in its parent's place; a traverser that overrides ``process`` is walked by moto's own."""
+    tree = UpdateExpressionParser.make("SET #a = :a, #b = if_not_exists(#b, :b) REMOVE #c ADD #n :one")
+
+    class Recorder(ast_nodes.DepthFirstTraverser):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, str]] = []
+
+        def _processing_map(self) -> dict[Any, Any]:
+            return {ast_nodes.UpdateExpressionSetAction: self.first, ast_nodes.Node: self.other}
+
+        def first(self, node: Any) -> Any:
+            self.seen.append(("set", type(node).__name__))
+            return node
+
+        def other(self, node: Any) -> Any:
+            self.seen.append(("node", type(node).__name__))
+            return copy.copy(node)  # a new node: it must take the old one's place
+
+    class Overriding(Recorder):
+        def process(self, node: Any) -> Any:
+            self.seen.append(("own", type(node).__name__))
+            return node
+
+    def run(kind: type[Recorder], stock: bool) -> tuple[list[tuple[str, str]], Any]:
+        walker, copied = kind(), copy.deepcopy(tree)
+        walk = WALK.__wrapped__ if stock else WALK  # type: ignore[attr-defined]
+        return walker.seen, _shape(walk(walker, copied))
+
+    fast, stock = run(Recorder, stock=False), run(Recorder, stock=True)
+    assert fast == stock and ("set", "UpdateExpressionSetAction") in fast[0] and len(fast[0]) > 10
+    assert run(Overriding, stock=False) == run(Overriding, stock=True)
+    assert run(Overriding, stock=False)[0][0][0] == "own"
