@@ -26,6 +26,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # infra 99): stack then chaos in one lane (~410 s), tooling, backends and infra in the other (~410 s);
 # the order before (stack, infra, tooling | backends, chaos) ended at 452 s, tooling alone at the end.
 # tooling goes early: its browser tests mostly wait, which the other lane's CPU-bound stack fills.
+# Three lanes (TIER_LANES=3) were tried on a fresh clone in session 38: 616 s against 604 s for two;
+# each tier's CPU rose under the contention (stack 269 -> 297 CPU-s, infra 149 -> 173).
 PYTEST := $(BIN)/pytest -q
 SERVER_TIERS := stack tooling backends chaos infra
 XDIST := -n 2 --dist loadfile

@@ -95,3 +95,16 @@ def test_a_head_answer_gives_the_object_s_length_and_no_body(moto_url: str) -> N
     assert got.status == 200 and got.read() == b"x" * 1234
     conn.close()
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x" * 1234
+
+
+@pytest.mark.parametrize("length", ["-5", "ten", "1e3"])
+def test_a_body_whose_length_is_not_a_count_is_refused_and_the_connection_closed(
+        moto_server: servers.Server, length: str) -> None:
+    """Where such a body ends, and so where the next request starts, is unknown: a 400, then the
+    server closes, rather than read the body's bytes as a request."""
+    with socket.create_connection(("127.0.0.1", moto_server.port), timeout=10) as sock:
+        raw = _request(b"{}").replace(b"Content-Length: 2", f"Content-Length: {length}".encode())
+        sock.sendall(raw + _request(b"{}"))
+        [(status, headers, body)] = _answers(sock, 1)
+        assert status == 400 and headers.get("connection") == "close" and b"Content-Length" in body
+        assert sock.recv(1) == b""

@@ -68,8 +68,11 @@ class KeepAlive:
         if environ.get("wsgi.input_terminated"):  # a chunked body: werkzeug's DechunkedInput
             body = environ["wsgi.input"].read()
         else:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            body = self.rfile.read(length) if length > 0 else b""
+            length = _length(environ.get("CONTENT_LENGTH"))
+            if length is None:  # where this body ends, and the next request starts, is unknown
+                self._answer("400 Bad Request", [], b"Bad Content-Length", close=True)
+                return
+            body = self.rfile.read(length) if length else b""
             if len(body) < length:  # the client went away mid-body
                 self.close_connection = True
                 return
@@ -77,26 +80,38 @@ class KeepAlive:
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         got: list[Any] = []
+        written: list[bytes] = []  # what an app hands the legacy write() comes first
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             got[:] = [status, headers]
-            return lambda data: None  # the legacy write(): the servers here never call it
+            return written.append
 
         try:
             result = self.server.app(environ, start_response)
             try:
-                out = b"".join(result)
+                out = b"".join([*written, *result])
             finally:
                 close = getattr(result, "close", None)
                 if callable(close):
                     close()
         except Exception:  # the app failed: a 500, and this connection goes
             traceback.print_exc()
-            self.close_connection = True
             got[:] = ["500 Internal Server Error", [("Content-Type", "text/plain")]]
             out = b"Internal Server Error"
+            self.close_connection = True
         if not got:
             got[:] = ["500 Internal Server Error", []]
             self.close_connection = True
-        self.wfile.write(answer_bytes(got[0], got[1], out, head=self.command == "HEAD",
-                                      close=self.close_connection))
+        self._answer(got[0], got[1], out, close=self.close_connection)
+
+    def _answer(self, status: str, headers: list[tuple[str, str]], body: bytes, *, close: bool) -> None:
+        self.close_connection = close
+        self.wfile.write(answer_bytes(status, headers, body, head=self.command == "HEAD", close=close))
+
+
+def _length(raw: Any) -> int | None:
+    """A request's ``Content-Length`` (absent: 0), or None when it is not a count of bytes."""
+    if raw in (None, ""):
+        return 0
+    text = str(raw).strip()
+    return int(text) if text.isdigit() else None
