@@ -6,7 +6,9 @@ A worker counts the children its round ended when the round ends (``worker.count
 acks: a worker killed mid-round leaves children ended, acked and uncounted, and only the stream counts
 them then (docs/flows.md, "The round countdown"). The chaos runs ran without it while every count was
 made before its job's ack; they run the production path now, or a kill mid-round would leave a
-continuation waiting for good that AWS would release.
+continuation waiting for good that AWS would release. The Lambda runtime's ``sluice dev`` stack polls
+the stream into its own countdown already (``Runtime.counts_down_stream``); this agent serves the
+process runtime.
 """
 
 from __future__ import annotations

@@ -202,15 +202,17 @@ class Run:
                 self.history.emit("plan", role="operator", **a.as_dict())
             meter = cpu.CpuMeter(runtime.processes).start() if o.measure_cpu else None
             # the countdown function's part: the stream counts children a killed worker's round left
-            streamed = StreamCountdownAgent(settings).start()
+            # (a runtime on sluice dev's stack polls the stream itself: counting twice is work twice)
+            streamed = None if runtime.counts_down_stream else StreamCountdownAgent(settings).start()
             self._chaos(settings, runtime, faults, actions, times)
             drained = self._drain_tenant(settings, times) if self.tenant is not None else True
             if o.drain_tenant or self.tenant is None:
                 drained = self._drain(settings, times) and drained
             used = meter.stop() if meter is not None else {}
             ended = time.time()
-            streamed.stop()
-            streamed = None
+            if streamed is not None:
+                streamed.stop()
+                streamed = None
             counts = runtime.stop_agents()
             stopped = True
             say("publishing the completion events through the stream, EventBridge and SQS...")

@@ -36,6 +36,9 @@ Say = Callable[[str], None]
 class Runtime(Protocol):
     name: str
     lease_seconds: int  # the lease each chaos job is enqueued with
+    # whether it polls the jobs table's stream into the countdown itself (``sluice dev`` does: the
+    # countdown function's part); if not, the run does (``chaos.countdown``)
+    counts_down_stream: bool
 
     def start(self, base: Any, say: Say) -> Any: ...
     def describe(self) -> str: ...
@@ -74,6 +77,7 @@ class LambdaRuntime:
     """The local Lambda service of ``sluice dev``, its schedule and its dispatch, under the nemesis."""
 
     name = "lambda"
+    counts_down_stream = True  # DevStack's stream poller (``local.dev._start_events``)
     WORKER_TIMEOUT_S = 8  # the worker function's timeout: short, so its time budget matters
     RELAY_EVERY_S = 5.0  # EventBridge's schedule for the relay (a minute in AWS)
     RELAY_TIMEOUT_S = 10.0  # each relay run lasts this minus a quarter (sluice dev's rule)
@@ -264,6 +268,7 @@ class ProcessRuntime:
     """Worker and relay processes (``chaos.agents``), each slot kept alive by a supervisor."""
 
     name = "process"
+    counts_down_stream = False
     lease_seconds = 30  # the workers lease with their own 2 s (``lease_ms``), whatever the job says
 
     def __init__(self, o: Any, run_dir: Path, history: History) -> None:
