@@ -84,9 +84,26 @@ def test_a_job_of_another_queue_has_no_timeline_under_this_queues_route(conn: Re
 def test_a_list_filled_by_hand_is_read_only_as_far_as_the_cap(conn: RedisConnection,
                                                               redis_client: redis.Redis) -> None:
     """Hostile-team review (session 35): a team's Redis user may push onto its own job's timeline
-    list; the operator's read took all of it (20,000 steps here, any number there) into the
-    operator function. It reads the last ``cap`` steps, what timeline.lua keeps."""
-    for start in range(0, 20_000, 5_000):
-        redis_client.rpush(KEY, *(timeline.encode("renew", t, lease=1) for t in range(start, start + 5_000)))
+    list; the operator's read took all of it into the operator function. It reads the last ``cap``
+    steps, what timeline.lua keeps, of a list no larger than timeline.lua writes (200 steps)."""
+    redis_client.rpush(KEY, *(timeline.encode("renew", t, lease=1) for t in range(200)))
     steps = RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
-    assert [s["at_ms"] for s in steps] == list(range(20_000 - timeline.CAP, 20_000))
+    assert [s["at_ms"] for s in steps] == list(range(200 - timeline.CAP, 200))
+
+
+@pytest.mark.parametrize("filled", ["20,000 small steps", "one 10 MB step last"])
+def test_a_list_larger_than_timeline_lua_writes_is_refused_unread(
+        conn: RedisConnection, redis_client: redis.Redis, filled: str) -> None:
+    """Session 39: a step of 10 MB pushed last made each operator read of the timeline copy it out
+    of the shared Redis (the count bound cannot see one entry's size). A list larger than
+    timeline.lua ever writes is refused by its size (MEMORY USAGE), with nothing read."""
+    if filled.startswith("20,000"):
+        for start in range(0, 20_000, 5_000):
+            steps = (timeline.encode("renew", t, lease=1) for t in range(start, start + 5_000))
+            redis_client.rpush(KEY, *steps)
+    else:
+        redis_client.rpush(KEY, timeline.encode("renew", 1, lease=1), "x" * 10_000_000)
+    redis_client.config_resetstat()
+    with pytest.raises(InvalidInput, match=r"not read: job j1's timeline holds \d+ bytes .*written by hand"):
+        RedisTimeline(conn, ttl_ms=60_000).read("q", "j1")
+    assert "cmdstat_lrange" not in redis_client.info("commandstats")

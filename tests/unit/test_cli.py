@@ -149,3 +149,26 @@ def test_dev_runs_a_team_worker_from_the_teams_own_template(runner: CliRunner, t
     assert "TeamName='media' does not match ^[a-z]{1,3}$" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / ".sluice" / "dev.pid").exists()
+
+
+def test_jobs_list_says_which_fields_the_operator_function_left_unread(
+        runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 39 (``sluice.core.read_bounds``): an unread payload or error prints as [not read], not as
+    "-" or blank, which would read as a job that has none."""
+    from sluice.core.listing import JobPage, ListedJob
+    from sluice_dev.cli.target import Target
+
+    page = JobPage(queue="q", state="dead", jobs=[
+        ListedJob(job_id="a", state="dead", attempts=1, unread=["payload", "last_error"]),
+        ListedJob(job_id="b", state="dead", attempts=1, payload=None, last_error=None)])
+
+    class Operator:
+        def list_jobs(self, *_a: object, **_k: object) -> JobPage:
+            return page
+
+    monkeypatch.setattr(Target, "operator_client", lambda *_a, **_k: Operator())
+    result = runner.invoke(main, ["jobs", "list", "q", "--state", "dead"])
+    assert result.exit_code == 0, result.output
+    row_a = next(line for line in result.output.splitlines() if "│ a " in line)
+    row_b = next(line for line in result.output.splitlines() if "│ b " in line)
+    assert row_a.count("[not read]") == 2 and "[not read]" not in row_b

@@ -172,3 +172,18 @@ def test_the_queue_rows_link_to_their_jobs_and_depth_pages(app: Console) -> None
     body: Any = get(app, "/").body
     assert 'class="jobs-link" href="/queues/emails/jobs"' in body
     assert 'class="depth-link" href="/queues/emails/depth"' in body
+
+
+def test_fields_the_operator_function_left_unread_are_said_not_shown_blank(
+        app: Console, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 39 (``sluice.core.read_bounds``): a payload or error larger than Sluice writes comes back
+    null and named in ``unread``; the page says so rather than show "-" as for a job with none."""
+    from sluice.core.listing import JobPage, ListedJob
+
+    page = JobPage(queue="emails", state="dead", jobs=[
+        ListedJob(job_id=JOB, state="dead", unread=["payload", "last_error"]),
+        ListedJob(job_id=CHILD, state="dead", payload={"n": 1}, last_error="boom")])
+    monkeypatch.setattr(FakeBackend, "list_jobs", lambda *_a, **_k: page)
+    body = get(app, "/queues/emails/jobs?state=dead").body
+    assert body.count("[not read: larger than Sluice writes, or past the page budget]") == 2
+    assert "boom" in body and "&quot;n&quot;: 1" in body

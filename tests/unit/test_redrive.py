@@ -139,6 +139,25 @@ def test_redrive_all_moves_what_it_may_and_reports_the_rest() -> None:
     assert queue.dead == ["old", "done"]  # left dead, and the loop ended
 
 
+def test_redrive_all_goes_on_past_a_dead_job_the_queues_team_wrote_by_hand() -> None:
+    """Session 39: a dead job whose stored fields Sluice would not write (its team's Redis user's own:
+    a 10 MB payload, a malformed meta) or an id no job has is refused its redrive with InvalidInput.
+    Before, that error (a ValueError of the meta's parse) ended the whole queue's redrive there."""
+    calls = Calls()
+
+    class Stuffed(Queue):
+        def dead_spec(self, queue: str, job_id: str) -> JobSpec:
+            if job_id == "stuffed":
+                raise InvalidInput("dead job stuffed holds fields longer than Sluice writes them")
+            return super().dead_spec(queue, job_id)
+
+    queue = Stuffed(calls, ["a", "stuffed", "b"])
+    report = redrive_all(queue, Store(calls), "q", log=Log(calls))  # type: ignore[arg-type]
+    assert report.moved == 2 and list(report.refused) == ["stuffed"]
+    assert "longer than Sluice writes" in report.refused["stuffed"]
+    assert [c[1] for c in calls.log if c[0] == "kafka"] == ["a", "b"] and queue.dead == ["stuffed"]
+
+
 def test_redrive_all_moves_a_job_that_dies_again_meanwhile_once() -> None:
     """A handler that always fails, on a fast worker: the job is dead again before the call reads the
     dead list again. It was moved twice in a fresh-clone CI (``sluice dlq redrive --all`` said 3 jobs

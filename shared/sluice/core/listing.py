@@ -178,6 +178,9 @@ class ListedJob(Model):
     last_error: str | None = None
     payload: Any = None
     redacted: list[str] = Field(default_factory=list)
+    unread: list[str] = Field(default_factory=list, description=(
+        "Fields not read: longer than Sluice writes them (written by hand), or the page's payloads "
+        "past its budget (16 MiB; page smaller to see them)."))
     parked: str | None = Field(default=None, description=(
         "state parked: delay (delayed beyond the relay's horizon) or held (its queue was held)."))
 

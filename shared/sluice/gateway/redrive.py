@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sluice.core.errors import AlreadyFinished, JobNotFound, RedriveRaced
+from sluice.core.errors import AlreadyFinished, InvalidInput, JobNotFound, RedriveRaced
 from sluice.core.models import JobSpec, validate_job_id, validate_queue_name
 from sluice.core.ports import JobLog, JobQueue, JobStore
 
@@ -101,9 +101,10 @@ def redrive_all(queue: JobQueue, store: JobStore, queue_name: str, *, log: JobLo
             try:
                 report.moved += redrive_one(queue, store, queue_name, job_id, log=log, reseal=reseal)
                 moved.add(job_id)
-            except (JobNotFound, AlreadyFinished, RedriveRaced) as exc:
-                # Refused by the store (expired record, cancelled, succeeded), or no longer dead
-                # in Redis (redriven or purged meanwhile): either way, not ours to move now.
+            except (JobNotFound, AlreadyFinished, RedriveRaced, InvalidInput) as exc:
+                # Refused by the store (expired record, cancelled, succeeded), no longer dead in
+                # Redis (redriven or purged meanwhile), or not a job Sluice wrote (an id or fields
+                # the queue's team put there by hand): either way, not ours to move now.
                 report.refused[job_id] = str(exc)
         if len(report.refused) + len(moved) >= MAX_LISTED:
             return report  # as many as one listing holds; the rest waits for the next run

@@ -57,9 +57,13 @@ def list_jobs(target: Target, queue: str, state: str, prefix: str | None, limit:
         now = time.time() * 1000
         for job in page.jobs:
             payload = "-" if job.payload is None else json.dumps(job.payload, ensure_ascii=False)[:80]
+            error = (job.last_error or "")[:80]
+            # left unread by the operator function (sluice.core.read_bounds): said, not shown blank
+            payload, error = ("[not read]" if "payload" in job.unread else payload,
+                              "[not read]" if "last_error" in job.unread else error)
             name = job.job_id + (f" ({job.parked})" if job.parked else "")  # parked: delay or held
             cells = (name, when_cell(job, now), "-" if job.priority is None else str(job.priority),
-                     "-" if job.attempts is None else str(job.attempts), payload, (job.last_error or "")[:80])
+                     "-" if job.attempts is None else str(job.attempts), payload, error)
             table.add_row(*(Text(c) for c in cells))  # Text: "[redacted]" is no rich markup
         console().print(table)
     if page.next:

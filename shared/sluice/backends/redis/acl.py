@@ -136,11 +136,14 @@ GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.
                ("zscore", "sismember", "scard", "info"), public_queues=True,
                global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS), loads_scripts=True)
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, a
-# job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua).
+# job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua). Its
+# reads of what a team may write by hand ask their sizes first (HSTRLEN, MEMORY USAGE:
+# sluice.core.read_bounds); stats.lua calls both too, so its access string is the same with them.
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
                             "registry_load.lua", "listing.lua"),
-                ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "zscore", "hgetall",
-                 "info", "lrange"), public_queues=True, global_keys=REGISTRY_KEYS, loads_scripts=True)
+                ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "hget", "hstrlen",
+                 "memory|usage", "zscore", "hgetall", "info", "lrange"), public_queues=True,
+                global_keys=REGISTRY_KEYS, loads_scripts=True)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
 RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",
                        "ack.lua", "release.lua", "enqueue_internal.lua", "reap.lua", "settled.lua",

@@ -5,6 +5,7 @@ view and the CLI."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -15,6 +16,7 @@ from sluice.backends.redis.config import parse_config
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QUEUES_KEY, REGISTRY_RESERVED_KEY, QueueKeys
 from sluice.backends.redis.scripts import REDIS_ERRORS, translate
+from sluice.core import read_bounds
 from sluice.core.errors import InvalidInput, JobNotFound
 from sluice.core.listing import (
     DEFAULT_PAGE,
@@ -36,6 +38,20 @@ from sluice.core.listing import (
 from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
+_SPEC_FIELDS = ("p", "m", "grp", "tp")  # a dead job's, for its redrive (``dead_spec``)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounded:
+    """What ``RedisAdmin._job_fields`` read: per job its fields' values (None: absent or unread),
+    their lengths (None: not asked), and the names of those left unread."""
+
+    values: list[list[Any]]
+    lengths: list[list[int]] | None
+    unread: list[list[str]]
+
+    def row(self, i: int) -> tuple[list[Any] | None, list[str]]:
+        return (self.values[i] if self.values else None), (self.unread[i] if self.unread else [])
 
 
 class RedisAdmin:
@@ -140,14 +156,11 @@ class RedisAdmin:
             pipe = client.pipeline(transaction=False)
             for job_id in shown:
                 pipe.zscore(key, job_id)
-            for job_id in picked if state != "finished" else ():
-                pipe.hmget(k.job_prefix + job_id, *_FIELDS)
-            replies = pipe.execute() if shown else []
+            scores = pipe.execute() if shown else []
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        scores, fields = replies[:len(shown)], replies[len(shown):]
-        jobs = [_listed(job_id, state, scores[i], fields[i] if fields else None)
-                for i, job_id in enumerate(picked)]
+        got = self._job_fields(k, picked if state != "finished" else [])
+        jobs = [_listed(job_id, state, scores[i], *got.row(i)) for i, job_id in enumerate(picked)]
         following = None
         if boundary is not None:
             # The boundary left between the two reads (acked, leased): go on from the page's last
@@ -203,25 +216,49 @@ class RedisAdmin:
             examined, boundary, rows = merge_parts(parts, limit + 1)
         page = rows[:limit]
         following = rows[limit - 1] if len(rows) > limit else boundary
-        try:
-            pipe = self.conn.client.pipeline(transaction=False)
-            for job_id, _ in page:
-                pipe.hmget(k.job_prefix + job_id, *_FIELDS)
-            fields = pipe.execute() if page else []
-        except REDIS_ERRORS as exc:
-            raise translate(exc) from exc
-        jobs = [_listed(job_id, "ready", score, fields[i]) for i, (job_id, score) in enumerate(page)]
+        got = self._job_fields(k, [job_id for job_id, _ in page])
+        jobs = [_listed(job_id, "ready", score, *got.row(i)) for i, (job_id, score) in enumerate(page)]
         return JobPage(queue=queue, state="ready", jobs=jobs, scanned=examined,
                        next=None if following is None else encode_cursor(following[1], following[0]))
+
+    def _job_fields(self, k: QueueKeys, job_ids: list[str], fields: tuple[str, ...] = _FIELDS,
+                    budget: int | None = read_bounds.PAGE_PAYLOAD_BUDGET) -> _Bounded:
+        """Jobs' hash fields, each read only within its read bound and the page's payloads within
+        ``budget`` (``sluice.core.read_bounds``): lengths first, then the chosen fields, two round
+        trips. An operator user whose access string predates HSTRLEN reads them whole, as before."""
+        keys = [k.job_prefix + job_id for job_id in job_ids]
+        try:
+            lengths = self.conn.field_lengths(keys, fields)
+            unread: list[list[str]] = [[] for _ in keys]
+            if lengths is None:
+                reads = [[True] * len(fields) for _ in keys]
+            else:
+                reads, unread = read_bounds.chosen(lengths, fields, budget)
+            return _Bounded(self.conn.read_fields(keys, fields, reads), lengths, unread)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
 
     # --- dead letters -----------------------------------------------------------------------
 
     def dead_letters(self, queue: str, limit: int = 100) -> list[DeadJob]:
-        k = self.conn.keys(queue)
-        rows = self.conn.oldest_with_fields(k.dead, k.job_prefix, checked_int(limit, 1, 10_000, "limit"),
-                                            ("a", "err"))
-        return [DeadJob(job_id=job_id, queue=queue, attempts=int(f[0] or 0), last_error=f[1], died_at_ms=died)
-                for job_id, died, f in rows]
+        """The oldest ``limit`` dead jobs. Each one's attempts and last error are read only within
+        what the scripts write there (``read_bounds``): a longer error, written by hand, is
+        named in its place and not read."""
+        k, limit = self.conn.keys(queue), checked_int(limit, 1, 10_000, "limit")
+        try:
+            entries = self.conn.client.zrange(k.dead, 0, limit - 1, withscores=True)
+        except REDIS_ERRORS as exc:
+            raise translate(exc) from exc
+        ids = [text(member) for member, _ in entries]
+        read = self._job_fields(k, ids, ("a", "err"), None)
+        out = []
+        for i, (job_id, (_, died)) in enumerate(zip(ids, entries, strict=True)):
+            attempts, error = (None if v is None else text(v) for v in read.values[i])
+            if error is None and read.lengths is not None and read.lengths[i][1] > 0:
+                error = read_bounds.unread_error(read.lengths[i][1], read_bounds.CAPS["err"])
+            out.append(DeadJob(job_id=job_id, queue=queue, attempts=_number(attempts or 0) or 0,
+                               last_error=error, died_at_ms=int(died)))
+        return out
 
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
         """A dead job as its Kafka record had it (ready now), for a redrive to append again
@@ -231,13 +268,22 @@ class RedisAdmin:
         try:
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.zscore(k.dead, job_id)
-            pipe.hmget(key, "p", "m", "grp", "tp")
-            score, (payload, meta, group, trace) = pipe.execute()
+            for field in _SPEC_FIELDS:
+                pipe.hstrlen(key, field)  # type: ignore[no-untyped-call]
+            score, *lengths = pipe.execute()
+            if score is None or not lengths[0] or not lengths[1]:
+                raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+            _check_spec_lengths(job_id, lengths)
+            payload, meta, group, trace = self.conn.client.hmget(key, *_SPEC_FIELDS)
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        if score is None or payload is None or meta is None:
+        if payload is None or meta is None:  # gone between the two reads
             raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
-        priority, max_attempts, lease_ms, enqueued_at_ms = (int(v) for v in text(meta).split(","))
+        spec = [_number(v) for v in text(meta).split(",")]
+        if len(spec) != 4 or None in spec:
+            raise InvalidInput(f"dead job {job_id}'s stored meta {text(meta)!r} is not what Sluice writes "
+                               "(written by hand): it cannot be redriven; purge it", job_id=job_id)
+        priority, max_attempts, lease_ms, enqueued_at_ms = (int(v or 0) for v in spec)
         return JobSpec(job_id=job_id, queue=queue, payload=json.loads(text(payload)), priority=priority,
                        max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms,
                        group=None if group is None else text(group),
@@ -280,11 +326,24 @@ def _number(value: object) -> int | None:
     return n if 0 <= n <= MAX_TOKEN else None
 
 
-def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None) -> ListedJob:
-    """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, or gone)."""
+def _check_spec_lengths(job_id: str, lengths: list[int]) -> None:
+    """A dead job whose stored fields are longer than Sluice writes them (a team's Redis user wrote
+    them by hand) is refused before they are read: a redrive would append what no record carries."""
+    over = [f"{read_bounds.NAMES[f]} ({n} bytes, at most {read_bounds.CAPS[f]})"
+            for f, n in zip(_SPEC_FIELDS, lengths, strict=True) if n > read_bounds.CAPS[f]]
+    if over:
+        raise InvalidInput(f"dead job {job_id} holds fields longer than Sluice writes them: "
+                           f"{', '.join(over)}; written by hand, so not read, and it cannot be redriven; "
+                           "purge it", job_id=job_id)
+
+
+def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None,
+            unread: list[str] | None = None) -> ListedJob:
+    """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, gone, or
+    its meta unread); ``unread``: the fields left unread (``read_bounds``)."""
     at = None if state == "ready" or score is None else _number(score)
     if not fields or fields[1] is None:
-        return ListedJob(job_id=job_id, state=state, at_ms=at)
+        return ListedJob(job_id=job_id, state=state, at_ms=at, unread=unread or [])
     payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
     parts = str(meta).split(",")
     priority, enqueued = (_number(parts[0]), _number(parts[3])) if len(parts) == 4 else (None, None)
@@ -293,4 +352,6 @@ def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | No
     except ValueError:
         body = payload
     return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
-                     attempts=_number(attempts or 0), group=group, last_error=error, payload=body)
+                     attempts=None if unread and "attempts" in unread else _number(attempts or 0),
+                     group=group, last_error=error, payload=body,
+                     unread=unread or [])

@@ -1,12 +1,11 @@
 """``RedisDepthLog``: the ``sluice.core.ports.DepthLog`` port, a queue's last hour of depth samples in
 Redis (``keys.QueueKeys.depth``, appended by ``sample.lua`` with the waits ``lease.lua`` counted in
-``keys.QueueKeys.waits``; read with one LRANGE)."""
+``keys.QueueKeys.waits``; read with one LRANGE, after its size: ``RedisConnection.list_tail``)."""
 
 from __future__ import annotations
 
 from sluice.backends.redis.connection import RedisConnection
-from sluice.backends.redis.scripts import REDIS_ERRORS, translate
-from sluice.core import depth
+from sluice.core import depth, read_bounds
 from sluice.core.clock import wall_ms
 from sluice.core.models import validate_public_queue
 
@@ -25,8 +24,8 @@ class RedisDepthLog:
         """The last hour (by this process's clock; the samples carry Redis's: a skew of seconds
         moves the hour's edge by as much)."""
         k = self.conn.keys(validate_public_queue(queue))
-        try:  # the last SAMPLES_KEPT: what sample.lua keeps, and all a list filled by hand costs
-            stored = self.conn.client.lrange(k.depth, -depth.SAMPLES_KEPT, -1)
-        except REDIS_ERRORS as exc:
-            raise translate(exc) from exc
+        # The last SAMPLES_KEPT (what sample.lua keeps), and only from a list no larger than sample.lua
+        # writes it (read_bounds): all a list filled by hand costs.
+        stored = self.conn.list_tail(k.depth, depth.SAMPLES_KEPT, read_bounds.DEPTH_MAX_BYTES,
+                                     f"queue {k.queue}'s depth samples")
         return depth.history(k.queue, stored, wall_ms())

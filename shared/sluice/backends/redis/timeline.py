@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sluice.backends.redis.connection import RedisConnection
-from sluice.backends.redis.scripts import REDIS_ERRORS, translate
-from sluice.core import timeline
+from sluice.core import read_bounds, timeline
 from sluice.core.models import validate_job_id
 
 
@@ -25,10 +24,9 @@ class RedisTimeline:
     def read(self, queue: str, job_id: str) -> list[dict[str, Any]]:
         """The job's steps, oldest first (as appended); [] when it has none (never recorded, or expired).
         Only the last ``cap`` are read: what timeline.lua keeps, and all a list a team's Redis user
-        filled by hand (its own queue's key) costs the operator function and Redis."""
+        filled by hand (its own queue's key) costs the operator function and Redis; and only when the
+        whole list is no larger than Sluice writes it (``read_bounds``): longer entries were written by
+        hand, and reading them out of the shared Redis is refused (InvalidInput)."""
         key = self.conn.keys(queue).timeline(validate_job_id(job_id))
-        try:
-            raw = self.conn.client.lrange(key, -self.cap, -1)
-        except REDIS_ERRORS as exc:
-            raise translate(exc) from exc
+        raw = self.conn.list_tail(key, self.cap, read_bounds.TIMELINE_MAX_BYTES, f"job {job_id}'s timeline")
         return [step for step in map(timeline.decode, raw) if step is not None]

@@ -137,6 +137,11 @@ def depth_page(queue: str, fragment: str) -> str:
 # -- jobs listed and filtered -----------------------------------------------------------------------
 
 
+def _unread(field: str, unread: list[str]) -> str:
+    """A field the operator function left unread (``sluice.core.read_bounds``): said, not shown blank."""
+    return "[not read: larger than Sluice writes, or past the page budget]" if field in unread else ""
+
+
 def _json(value: Any) -> str:
     return esc(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
 
@@ -158,8 +163,9 @@ def jobs_page(queue: str, state: str, prefix: str | None, page: JobPage) -> str:
         f'<td>{esc(when(j.at_ms if j.at_ms is not None else j.enqueued_at_ms))}</td>'
         f'<td>{esc("-" if j.priority is None else j.priority)}</td>'
         f'<td>{esc("-" if j.attempts is None else j.attempts)}</td><td>{esc(j.group or "-")}</td>'
-        f'<td><pre>{"-" if j.payload is None else _json(j.payload)}</pre></td>'
-        f'<td><pre>{esc(j.last_error or "")}</pre></td></tr>'
+        f'<td><pre>{_unread("payload", j.unread) or ("-" if j.payload is None else _json(j.payload))}'
+        '</pre></td>'
+        f'<td><pre>{_unread("last_error", j.unread) or esc(j.last_error or "")}</pre></td></tr>'
         for j in page.jobs)
     head = ("<tr><th>job</th><th>state</th><th>when</th><th>priority</th><th>attempts</th><th>group</th>"
             "<th>payload</th><th>last error</th></tr>")

@@ -1,0 +1,142 @@
+"""Session 39: the operator's on-demand reads of what a team's own Redis user may write by hand, on a
+real redis-server as the operator's ACL user (``sluice.core.read_bounds``).
+
+The listing read five fields of up to 1,000 jobs whole, the dead-letter list each dead job's error,
+a redrive the dead job's payload, the timeline and depth routes their lists: 10 MB written into such
+a field or list was copied out of the Redis every team shares at each read (a page of 1,000 such
+jobs: 10 GB). Each is now read only within what Sluice writes there, and what was left unread is
+said: named in the listing, in place of the error, or refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from sluice.backends.redis.admin import RedisAdmin
+from sluice.backends.redis.depth import RedisDepthLog
+from sluice.backends.redis.keys import QueueKeys
+from sluice.core import read_bounds
+from sluice.core.errors import InvalidInput
+from tests.backends.acl_support import TEAM_AND_READERS, acl_server, admin_client, conn, team
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+K = QueueKeys("a")
+BIG = "x" * 10_000_000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from acl_server(tmp_path_factory.mktemp("redis-operator-reads"), TEAM_AND_READERS)
+
+
+@pytest.fixture
+def admin(server: str) -> Iterator[redis.Redis]:
+    yield from admin_client(server)
+
+
+@pytest.fixture
+def operator(server: str) -> RedisAdmin:
+    return RedisAdmin(conn(server, "sluice-operator"))
+
+
+def job(r: redis.Redis, job_id: str, zset: str, score: float, **fields: str) -> None:
+    """A job as push.lua and fail.lua leave it, in ``zset``."""
+    r.hset(K.job(job_id), mapping={"p": '{"n":1}', "m": "5,3,30000,1000", "a": "1", "sz": "10", "v": "2",
+                                   **fields})
+    r.zadd(zset, {job_id: score})
+
+
+def bytes_out(r: redis.Redis) -> int:
+    """What Redis has written to its clients since the last CONFIG RESETSTAT (replies included)."""
+    return int(r.info("stats")["total_net_output_bytes"])
+
+
+def test_a_listing_page_leaves_each_stuffed_field_unread_and_names_it(
+        admin: redis.Redis, operator: RedisAdmin, server: str) -> None:
+    own = team(server)
+    job(admin, "plain", K.ready, 0)
+    for i, field in enumerate(("p", "m", "a", "err", "grp")):
+        job(admin, f"s{i}", K.ready, 0)
+        own.hset(K.job(f"s{i}"), field, BIG)
+    admin.config_resetstat()
+    page = operator.list_jobs("a", "ready", limit=1000)
+    assert bytes_out(admin) < 100_000, "a stuffed field crossed the wire"
+    found = {j.job_id: j for j in page.jobs}
+    assert found["plain"].payload == {"n": 1} and found["plain"].unread == [] and found["plain"].priority == 5
+    assert found["s0"].payload is None and found["s0"].unread == ["payload"] and found["s0"].priority == 5
+    # meta unread: the job is listed by id alone, as one gone between the reads, and says why
+    assert found["s1"].unread == ["meta"] and found["s1"].priority is None
+    assert found["s2"].attempts is None and found["s2"].unread == ["attempts"]
+    assert found["s2"].payload == {"n": 1}
+    assert found["s3"].last_error is None and found["s3"].unread == ["last_error"]
+    assert found["s4"].group is None and found["s4"].unread == ["group"]
+    # one HGET per field present and within its bound: plain 3, s0-s2 2 each, s3 and s4 3 each
+    assert admin.info("commandstats")["cmdstat_hget"]["calls"] == 15
+
+
+def test_a_pages_payloads_are_read_within_its_budget_and_the_rest_named(admin: redis.Redis,
+                                                                        operator: RedisAdmin) -> None:
+    """Payloads of 3 MB each, within the one-job bound (8 MiB) but 16 MiB a page: the newest five are
+    read (15 MB), the sixth and seventh named unread; a page of one reads the older one whole."""
+    body = '"' + "y" * 3_000_000 + '"'
+    for i in range(7):
+        job(admin, f"j{i}", K.delayed, 10_000 - i, p=body)  # j0 newest: listed first
+    admin.config_resetstat()
+    page = operator.list_jobs("a", "delayed", limit=10)
+    assert [j.job_id for j in page.jobs] == [f"j{i}" for i in range(7)]
+    assert [j.unread for j in page.jobs] == [[]] * 5 + [["payload"]] * 2
+    assert all(len(j.payload) == 3_000_000 for j in page.jobs[:5])
+    assert bytes_out(admin) < read_bounds.PAGE_PAYLOAD_BUDGET + 100_000
+    first = operator.list_jobs("a", "delayed", limit=5)
+    alone = operator.list_jobs("a", "delayed", limit=1, cursor=first.next)
+    (j5,) = alone.jobs
+    assert j5.job_id == "j5" and j5.unread == [] and len(j5.payload) == 3_000_000
+
+
+def test_the_dead_letters_say_an_error_was_not_read_and_parse_a_malformed_count(
+        admin: redis.Redis, operator: RedisAdmin, server: str) -> None:
+    job(admin, "d1", K.dead, 1, err="boom", a="3")
+    job(admin, "d2", K.dead, 2, err="ok")
+    own = team(server)
+    own.hset(K.job("d2"), mapping={"err": BIG, "a": "abc"})
+    admin.config_resetstat()
+    dead = operator.dead_letters("a", 10)
+    assert bytes_out(admin) < 10_000
+    assert [(d.job_id, d.attempts) for d in dead] == [("d1", 3), ("d2", 0)]
+    assert dead[0].last_error == "boom"
+    assert dead[1].last_error == (f"[not read: {len(BIG)} bytes, longer than the 65536 Sluice writes; "
+                                  "written by hand]")
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("p", BIG, r"payload \(10000000 bytes, at most 8388608\)"),
+    ("tp", "0" * 100, r"traceparent \(100 bytes, at most 55\)"),
+    ("m", "5,3,abc,1", r"stored meta '5,3,abc,1' is not what Sluice writes"),
+    ("m", "5,3", r"stored meta '5,3' is not what Sluice writes"),
+])
+def test_a_dead_job_with_fields_longer_or_other_than_sluice_writes_is_refused_a_redrive_unread(
+        admin: redis.Redis, operator: RedisAdmin, server: str, field: str, value: str, says: str) -> None:
+    job(admin, "d1", K.dead, 1)
+    team(server).hset(K.job("d1"), field, value)
+    admin.config_resetstat()
+    with pytest.raises(InvalidInput, match=says + r".*purge it"):
+        operator.dead_spec("a", "d1")
+    assert bytes_out(admin) < 10_000
+    job(admin, "d2", K.dead, 2)
+    assert operator.dead_spec("a", "d2").payload == {"n": 1}  # an ordinary dead job still reads
+
+
+def test_a_depth_list_larger_than_sample_lua_writes_is_refused_unread(admin: redis.Redis,
+                                                                       server: str) -> None:
+    team(server).rpush(K.depth, "1000,1,0,0,0", BIG)
+    admin.config_resetstat()
+    with pytest.raises(InvalidInput, match=r"not read: queue a's depth samples holds \d+ bytes .*by hand"):
+        RedisDepthLog(conn(server, "sluice-operator")).read("a")
+    assert "cmdstat_lrange" not in admin.info("commandstats")
+    admin.delete(K.depth)
+    admin.rpush(K.depth, *[f"{i},1,0,0,0" for i in range(1000)])  # more than kept, each small: read
+    RedisDepthLog(conn(server, "sluice-operator")).read("a")
