@@ -236,14 +236,19 @@ class RedisConnection:
 
     def read_fields(self, keys: list[str], fields: tuple[str, ...],
                     reads: list[list[bool]]) -> list[list[Any]]:
-        """The fields ``reads`` marks of each hash (None for the others), one HGET each in one round
-        trip: only what was chosen crosses the wire."""
-        wanted = [(i, j) for i, row in enumerate(reads) for j, ok in enumerate(row) if ok]
+        """The fields ``reads`` marks of each hash (None for the others), one HMGET per hash that has
+        any, in one round trip: only what was chosen crosses the wire."""
+        wanted = [[fields[j] for j, ok in enumerate(row) if ok] for row in reads]
         pipe = self.client.pipeline(transaction=False)
-        for i, j in wanted:
-            pipe.hget(keys[i], fields[j])
-        got = dict(zip(wanted, pipe.execute() if wanted else [], strict=True))
-        return [[got.get((i, j)) for j in range(len(fields))] for i in range(len(keys))]
+        for key, names in zip(keys, wanted, strict=True):
+            if names:
+                pipe.hmget(key, names)
+        replies = iter(pipe.execute() if any(wanted) else [])
+        out: list[list[Any]] = []
+        for names in wanted:
+            got = dict(zip(names, next(replies), strict=True)) if names else {}
+            out.append([got.get(field) for field in fields])
+        return out
 
 def redis_credentials(arn: str, settings: Settings) -> tuple[str | None, str]:
     """(username, password) of this function's Redis user from Secrets Manager: ElastiCache RBAC's
