@@ -166,3 +166,27 @@ def test_the_location_of_an_accepted_job_is_under_the_stage_or_base_path_the_cal
     for called in (None, 7, "/other/path", "live/v1/queues/q/jobs", "//v1/queues/q/jobs/"):
         assert base("/v1/queues/q/jobs", called) == ""
     assert base("/v1/queues/q/jobs", "//v1/queues/q/jobs") == ""  # a prefix that ends in / names no base
+
+
+def test_two_idempotency_keys_are_refused_by_both_front_doors_and_nothing_is_appended(
+        app: ModuleType, fakes: Fakes) -> None:  # noqa: F811
+    """Session 39: an HTTP API joins a repeated header's values with commas, so two Idempotency-Key
+    headers arrived as one key "a,b" and were accepted under it, where the REST API refused them (400).
+    A key can no longer hold a comma, so both refuse, with the reason."""
+    v2 = event("httpapi_enqueue.json")
+    v2["headers"]["idempotency-key"] = "order-1,order-2"  # what API Gateway sends for the two headers
+    code, _, body = call(app, v2)
+    assert code == 400 and "cannot contain a comma" in body["detail"]
+    assert "two Idempotency-Key" in body["detail"]
+    rest = event("apigw_enqueue.json")
+    rest["multiValueHeaders"]["Idempotency-Key"] = ["order-1", "order-2"]
+    response = app.handler(rest, LambdaContext())
+    assert response["statusCode"] == 400
+    rest = event("apigw_enqueue.json")
+    rest["headers"]["Idempotency-Key"] = "order-1,order-2"  # one header, a comma of its own
+    rest["multiValueHeaders"]["Idempotency-Key"] = ["order-1,order-2"]
+    response = app.handler(rest, LambdaContext())
+    assert response["statusCode"] == 400 and "cannot contain a comma" in json.loads(response["body"])["detail"]
+    assert fakes.log.records == []
+    v2["headers"]["idempotency-key"] = "order-1;order-2 +x.y_z"  # the other printable characters still do
+    assert call(app, v2)[0] == 202

@@ -44,3 +44,12 @@ def test_the_template_allowed_patterns_say_what_models_says() -> None:
     assert params["QueueAllowList"]["AllowedPattern"] == f"^({queue}(,{queue})*)?$"
     assert re.fullmatch(r"[a-z-]+", models.RESERVED_QUEUE_PREFIX)  # no metacharacters: stands as written
     assert params["SafetyNetQueues"]["AllowedPattern"] == f"^(?!{models.RESERVED_QUEUE_PREFIX}){queue}$"
+
+
+def test_an_idempotency_key_is_any_printable_ascii_but_a_comma_without_spaces_at_its_ends() -> None:
+    """Session 39: no comma (an HTTP API joins two headers' values with one; docs/api.md)."""
+    key = re.compile(models.IDEMPOTENCY_KEY_PATTERN)
+    printable = [chr(c) for c in range(0x21, 0x7F)]
+    assert [c for c in printable if not key.match(c)] == [","]
+    assert [c for c in printable if not key.match(f"a{c} b")] == [","]
+    assert key.match("a" * 128) and not key.match("a" * 129) and not key.match(" a") and not key.match("a ")

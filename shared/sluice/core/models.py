@@ -32,8 +32,14 @@ JOB_ID_RE = re.compile(JOB_ID)
 GROUP: Final = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}"
 GROUP_PATTERN: Final = f"^{GROUP}$"
 GROUP_RE = re.compile(GROUP)
-# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key).
-IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-~](?:[ -~]{0,126}[!-~])?$"
+# Printable ASCII without leading or trailing spaces (proxies trim those, changing the key), and
+# without commas: an HTTP API (payload 2.0) joins a repeated header's values with commas, so "a,b"
+# could be one key or two Idempotency-Key headers, which a REST API request refuses (session 39).
+IDEMPOTENCY_KEY_PATTERN: Final = r"^[!-+\--~](?:[ -+\--~]{0,126}[!-+\--~])?$"
+IDEMPOTENCY_KEY_COMMA: Final = ("an Idempotency-Key cannot contain a comma: two Idempotency-Key headers "
+                                "reach the gateway joined by one (an HTTP API joins a repeated header's "
+                                "values), so a comma cannot be told from two keys; send one key, "
+                                "without commas")
 # Queues whose names start with this are Sluice's own (the relay's partition ownership lives
 # in ``sluice-relay``): no caller may enqueue into, read, cancel or operate them, the relay
 # never pushes a Kafka record into one, and no worker is dispatched for one. lua/_lib.lua

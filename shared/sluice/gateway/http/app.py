@@ -70,9 +70,11 @@ _SHAPES: Final = (  # for 405 vs 404, and 400 for a malformed queue name in a kn
 QueueParam = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description=(
     "Queue name. Names starting with sluice- are reserved for Sluice's own queues (400)."))]
 JobIdParam = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id from the 202 response.")]
+
 KeyHeader = Annotated[str | None, Header(
     alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
-    description="1..128 printable ASCII characters. Same key and body: the original job (200).")]
+    description="1..128 printable ASCII characters, no comma (two headers arrive joined by one). "
+                "Same key and body: the original job (200).")]
 # Any, not a checked str: a malformed, oversized or repeated traceparent is ignored (a fresh trace),
 # never a 4xx; an enqueue is not lost for its trace (sluice.core.traces).
 TraceHeader = Annotated[Any, Header(

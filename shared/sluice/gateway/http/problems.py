@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from sluice.core import errors
 from sluice.core.errors import BadBody, PayloadTooLarge, UnsupportedMediaType
+from sluice.core.models import IDEMPOTENCY_KEY_COMMA
 from sluice.core.wire import FieldError, Problem
 
 PROBLEM_JSON: Final = "application/problem+json"
@@ -108,6 +109,10 @@ def _pointer(loc: Iterable[Any]) -> tuple[str, int | None]:
     return "#/" + "/".join(p.lower() for p in parts), None
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def from_validation(raw_errors: Sequence[Mapping[str, Any]], instance: str | None = None) -> Problem:
     """A 400 naming every failing field; for a batch, the first failing job's index leads the detail."""
     field_errors: list[FieldError] = []
@@ -116,6 +121,8 @@ def from_validation(raw_errors: Sequence[Mapping[str, Any]], instance: str | Non
         message = str(err.get("msg", "invalid"))
         if err.get("type") == "extra_forbidden":
             message = "unknown field (job ids, attempts and tokens are assigned by Sluice)"
+        elif tuple(err.get("loc", ()))[-1:] == ("idempotency-key",) and "," in _text(err.get("input")):
+            message = IDEMPOTENCY_KEY_COMMA  # two headers joined, or a comma of its own: the pattern's why
         field_errors.append(FieldError(pointer=pointer, detail=message, index=index))
     indexes = sorted({e.index for e in field_errors if e.index is not None})
     first = field_errors[0] if field_errors else None
