@@ -186,7 +186,8 @@ def test_two_idempotency_keys_are_refused_by_both_front_doors_and_nothing_is_app
     rest["headers"]["Idempotency-Key"] = "order-1,order-2"  # one header, a comma of its own
     rest["multiValueHeaders"]["Idempotency-Key"] = ["order-1,order-2"]
     response = app.handler(rest, LambdaContext())
-    assert response["statusCode"] == 400 and "cannot contain a comma" in json.loads(response["body"])["detail"]
+    detail = json.loads(response["body"])["detail"]
+    assert response["statusCode"] == 400 and "cannot contain a comma" in detail
     assert fakes.log.records == []
     v2["headers"]["idempotency-key"] = "order-1;order-2 +x.y_z"  # the other printable characters still do
     assert call(app, v2)[0] == 202
