@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from sluice.backends.redis.admin import RedisAdmin
+from sluice.backends.redis.admin import GROUPS_LISTED_MOST, RedisAdmin
 from sluice.backends.redis.depth import RedisDepthLog
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core import read_bounds
@@ -140,3 +140,23 @@ def test_a_depth_list_larger_than_sample_lua_writes_is_refused_unread(admin: red
     admin.delete(K.depth)
     admin.rpush(K.depth, *[f"{i},1,0,0,0" for i in range(1000)])  # more than kept, each small: read
     RedisDepthLog(conn(server, "sluice-operator")).read("a")
+
+
+def test_a_grouped_ready_listing_over_more_group_entries_than_it_reads_is_refused_unread(
+        admin: redis.Redis, operator: RedisAdmin, server: str) -> None:
+    """The grouped ready listing reads the groups hash's names (HKEYS) when a queue has more groups
+    than one call takes. The team's user (or callers, one job per group) may make it any size: over
+    ``GROUPS_LISTED_MOST`` entries it is refused by its length (HLEN), before any name is read."""
+    own = team(server)
+    for start in range(0, GROUPS_LISTED_MOST + 1, 50_000):
+        end = min(start + 50_000, GROUPS_LISTED_MOST + 1)
+        own.hset(K.groups, mapping={f"g{i}": "1" for i in range(start, end)})
+    own.hset(K.groups, "#ready", "1")
+    admin.config_resetstat()
+    entries = GROUPS_LISTED_MOST + 2
+    with pytest.raises(InvalidInput, match=rf"queue a's ready jobs are in {entries} group entries"):
+        operator.list_jobs("a", "ready", limit=10)
+    assert "cmdstat_hkeys" not in admin.info("commandstats")
+    own.hdel(K.groups, *[f"g{i}" for i in range(1_000, GROUPS_LISTED_MOST + 1)])
+    assert operator.list_jobs("a", "ready", limit=10).jobs == []  # a size it reads: read, as before
+    assert admin.info("commandstats")["cmdstat_hkeys"]["calls"] >= 1

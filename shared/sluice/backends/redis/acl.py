@@ -62,7 +62,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "fail.lua": "decrby del exists get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time "
                 "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
-    "listing.lua": "hkeys zrange",
+    "listing.lua": "hkeys hlen zrange",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
     "purge.lua": "decrby del hget hstrlen zrange zremrangebyrank",
@@ -142,7 +142,7 @@ GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
                             "registry_load.lua", "listing.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "hget", "hstrlen",
-                 "memory|usage", "zscore", "hgetall", "info", "lrange"), public_queues=True,
+                 "hlen", "memory|usage", "zscore", "hgetall", "info", "lrange"), public_queues=True,
                 global_keys=REGISTRY_KEYS, loads_scripts=True)
 # The relay: every queue (its partition ownership lives in a reserved one) and the global keys.
 RELAY = Role("relay", ("push.lua", "register.lua", "registry_load.lua", "rate.lua", "lease.lua", "extend.lua",

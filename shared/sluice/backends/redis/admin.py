@@ -37,6 +37,12 @@ from sluice.core.listing import (
 )
 from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
 
+# The groups hash's entries a grouped ready listing reads (HKEYS) at most: a queue's groups come
+# from its callers' jobs and from its team's own Redis user. 200,000 fields (100,000 groups taking
+# turns with leases: two fields each) are 2.5 MB and 48-112 ms of Redis's time in one HKEYS, and a
+# page over them already takes seconds (100,000 groups: 2.9-4.1 s); a larger hash, read whole,
+# would block every queue longer.
+GROUPS_LISTED_MOST = 200_000
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
 _SPEC_FIELDS = ("p", "m", "grp", "tp")  # a dead job's, for its redrive (``dead_spec``)
 
@@ -187,6 +193,11 @@ class RedisAdmin:
         the groups hash's fields (``>group`` taking turns, ``group`` with leases; not ``#`` counters)
         and the old layout's turns zset; each once, only names a group may have."""
         try:
+            size = int(self.conn.client.hlen(k.groups))
+            if size > GROUPS_LISTED_MOST:  # read whole, it would block Redis for every queue
+                raise InvalidInput(f"queue {k.queue}'s ready jobs are in {size} group entries, more than a "
+                                   f"listing reads ({GROUPS_LISTED_MOST}); list another state, or page "
+                                   "with a prefix after its groups drain")
             pipe = self.conn.client.pipeline(transaction=False)
             pipe.hkeys(k.groups)
             pipe.zrange(k.turns_zset, 0, -1)

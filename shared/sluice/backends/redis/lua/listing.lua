@@ -64,10 +64,11 @@ local function add_group(g)
   end
 end
 if which == '' or which == 'few' then
-  local fields = redis.call('HKEYS', groups)
   -- a group has at most two fields ('>g' and 'g') beside a few '#' counters: far more fields than
-  -- that are more groups than asked for, said before checking each name (the costly part)
-  if most and #fields > 2 * most + 16 then return {-1} end
+  -- that are more groups than asked for, said by the hash's length before any name is read (HKEYS
+  -- of a hash of 200,000 fields blocked Redis 44 ms a call; a team's user may make it any size)
+  if most and redis.call('HLEN', groups) > 2 * most + 16 then return {-1} end
+  local fields = redis.call('HKEYS', groups)
   for _, f in ipairs(fields) do
     local c = string.sub(f, 1, 1)
     if c == '>' then add_group(string.sub(f, 2)) elseif c ~= '#' then add_group(f) end
