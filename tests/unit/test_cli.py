@@ -172,3 +172,23 @@ def test_jobs_list_says_which_fields_the_operator_function_left_unread(
     row_a = next(line for line in result.output.splitlines() if "│ a " in line)
     row_b = next(line for line in result.output.splitlines() if "│ b " in line)
     assert row_a.count("[not read]") == 2 and "[not read]" not in row_b
+
+
+def test_dlq_list_prints_a_handlers_error_as_its_text_not_as_rich_markup(
+        runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 39: an error in brackets ("[not read: ...]", or a handler's own "[bold]...") printed
+    blank or restyled: the table read it as rich markup."""
+    from sluice.core.models import DeadJob
+    from sluice_dev.cli.target import Target
+
+    dead = [DeadJob(job_id="a", queue="q", attempts=1, died_at_ms=0, last_error="[not read: 10 bytes]"),
+            DeadJob(job_id="b", queue="q", attempts=2, died_at_ms=0, last_error="[bold]boom[/bold] [link=x]y")]
+
+    class Operator:
+        def dead_letters(self, *_a: object) -> list[DeadJob]:
+            return dead
+
+    monkeypatch.setattr(Target, "operator_api", lambda *_a, **_k: Operator())
+    result = runner.invoke(main, ["dlq", "list", "q"])
+    assert result.exit_code == 0, result.output
+    assert "[not read: 10 bytes]" in result.output and "[bold]boom[/bold] [link=x]y" in result.output

@@ -182,6 +182,7 @@ def test_two_idempotency_keys_are_refused_by_both_front_doors_and_nothing_is_app
     rest["multiValueHeaders"]["Idempotency-Key"] = ["order-1", "order-2"]
     response = app.handler(rest, LambdaContext())
     assert response["statusCode"] == 400
+    assert "2 Idempotency-Key headers: send one" in json.loads(response["body"])["detail"]
     rest = event("apigw_enqueue.json")
     rest["headers"]["Idempotency-Key"] = "order-1,order-2"  # one header, a comma of its own
     rest["multiValueHeaders"]["Idempotency-Key"] = ["order-1,order-2"]

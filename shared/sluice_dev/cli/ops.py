@@ -15,6 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sluice.core import knobs as control
 from sluice.core.clock import wall_ms
@@ -344,8 +345,9 @@ def dlq_list(target: Target, name: str, max_jobs: int, as_json: bool) -> None:
         table.add_column(col)
     now = time.time() * 1000
     for d in dead:
+        # Text: a handler's error is its own text (and an unread one "[not read: ...]"), never rich markup
         table.add_row(d.job_id, str(d.attempts), f"{age(int(now - d.died_at_ms))} ago",
-                      (d.last_error or "")[:100])
+                      Text((d.last_error or "")[:100]))
     console().print(table)
 
 

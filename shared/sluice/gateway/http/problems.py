@@ -123,6 +123,8 @@ def from_validation(raw_errors: Sequence[Mapping[str, Any]], instance: str | Non
             message = "unknown field (job ids, attempts and tokens are assigned by Sluice)"
         elif tuple(err.get("loc", ()))[-1:] == ("idempotency-key",) and "," in _text(err.get("input")):
             message = IDEMPOTENCY_KEY_COMMA  # two headers joined, or a comma of its own: the pattern's why
+        elif tuple(err.get("loc", ()))[-1:] == ("idempotency-key",) and isinstance(err.get("input"), list):
+            message = f"{len(err['input'])} Idempotency-Key headers: send one"  # a REST API's repeated header
         field_errors.append(FieldError(pointer=pointer, detail=message, index=index))
     indexes = sorted({e.index for e in field_errors if e.index is not None})
     first = field_errors[0] if field_errors else None
