@@ -182,7 +182,8 @@ def test_dlq_list_prints_a_handlers_error_as_its_text_not_as_rich_markup(
     from sluice_dev.cli.target import Target
 
     dead = [DeadJob(job_id="a", queue="q", attempts=1, died_at_ms=0, last_error="[not read: 10 bytes]"),
-            DeadJob(job_id="b", queue="q", attempts=2, died_at_ms=0, last_error="[bold]boom[/bold] [link=x]y")]
+            DeadJob(job_id="b", queue="q", attempts=2, died_at_ms=0,
+                    last_error="[bold]boom[/bold] [link=x]y")]
 
     class Operator:
         def dead_letters(self, *_a: object) -> list[DeadJob]:
