@@ -1,5 +1,5 @@
-"""Session 39: the operator's on-demand reads of what a team's own Redis user may write by hand, on a
-real redis-server as the operator's ACL user (``sluice.core.read_bounds``).
+"""Session 39: the operator's on-demand reads (and a GET's hold check) of what a team's own Redis user
+may write by hand, on a real redis-server as the operator's ACL user (``sluice.core.read_bounds``).
 
 The listing read five fields of up to 1,000 jobs whole, the dead-letter list each dead job's error,
 a redrive the dead job's payload, the timeline and depth routes their lists: 10 MB written into such
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from sluice.backends.redis import acl
 from sluice.backends.redis.admin import GROUPS_LISTED_MOST, RedisAdmin
 from sluice.backends.redis.depth import RedisDepthLog
 from sluice.backends.redis.keys import QueueKeys
@@ -160,3 +161,22 @@ def test_a_grouped_ready_listing_over_more_group_entries_than_it_reads_is_refuse
     own.hdel(K.groups, *[f"g{i}" for i in range(1_000, GROUPS_LISTED_MOST + 1)])
     assert operator.list_jobs("a", "ready", limit=10).jobs == []  # a size it reads: read, as before
     assert admin.info("commandstats")["cmdstat_hkeys"]["calls"] >= 1
+
+
+def test_a_gets_hold_check_reads_a_grp_only_as_long_as_a_group_name(admin: redis.Redis, server: str) -> None:
+    """GET of a job the relay wrote no item for asks Redis whether it holds it (``holds``): a grouped
+    job waits in its group's zset, found by its grp. A 10 MB grp was copied out at every GET."""
+    from sluice.backends.redis.queue import RedisJobQueue
+
+    gateway = RedisJobQueue(conn(server, "sluice-gateway"))
+    job(admin, "g1", K.group("acme"), 1, grp="acme")
+    assert gateway.holds("a", "g1")
+    own = team(server)
+    own.hset(K.job("g1"), "grp", BIG)
+    admin.config_resetstat()
+    assert not gateway.holds("a", "g1")  # not a group Sluice names: not read, so not found there
+    assert bytes_out(admin) < 10_000
+    older = [r for r in acl.rules("gateway") if r != "+hstrlen"]
+    admin.execute_command("ACL", "SETUSER", "older-gateway", "reset", "on", ">pw-older-gateway", *older)
+    own.hset(K.job("g1"), "grp", "acme")
+    assert RedisJobQueue(conn(server, "older-gateway")).holds("a", "g1")  # reads it whole, as before

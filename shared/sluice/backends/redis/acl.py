@@ -133,7 +133,7 @@ WORKER = Role("worker", ("lease.lua", "extend.lua", "ack.lua", "fail.lua", "rele
 # holds, DELETE's cancel, and the per-caller throttle's buckets (throttle.lua, one key per caller:
 # keys.caller_bucket).
 GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.lua", "registry_load.lua"),
-               ("zscore", "sismember", "scard", "info"), public_queues=True,
+               ("zscore", "hget", "hstrlen", "sismember", "scard", "info"), public_queues=True,
                global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS), loads_scripts=True)
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, a
 # job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua). Its

@@ -33,7 +33,7 @@ from sluice.backends.redis.checks import (
 from sluice.backends.redis.config import RedisQueueConfig
 from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.scripts import REDIS_ERRORS, JobFields, translate
-from sluice.core import timeline
+from sluice.core import read_bounds, timeline
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, SluiceError
@@ -179,11 +179,21 @@ class RedisJobQueue:
             p = self.conn.client.pipeline(transaction=False)
             for zset in (k.ready, k.delayed, k.leased):
                 p.zscore(zset, job_id)
-            p.hget(k.job(job_id), "grp")
-            *scores, group = p.execute()
+            p.hstrlen(k.job(job_id), "grp")  # type: ignore[no-untyped-call]
+            *scores, length = p.execute(raise_on_error=False)
+            if isinstance(length, redis.exceptions.NoPermissionError):
+                length = 1  # a user whose access string predates HSTRLEN: read it, as before
+            for reply in (*scores, length):
+                if isinstance(reply, Exception):
+                    raise reply
             if any(score is not None for score in scores):
                 return True
-            # A grouped job waits in its group's ready zset (lua/_lib.lua, "Fair groups").
+            # A grouped job waits in its group's ready zset (lua/_lib.lua, "Fair groups"). Its grp is
+            # read only as long as a group name: the queue's team may write the field by hand, and a
+            # 10 MB one was copied out of Redis at every GET of the job (read_bounds).
+            if not 0 < int(length) <= read_bounds.CAPS["grp"]:
+                return False
+            group = self.conn.client.hget(k.job(job_id), "grp")
             return group is not None and self.conn.client.zscore(k.group(text(group)), job_id) is not None
         except redis.exceptions.RedisError as exc:
             raise translate(exc) from exc
