@@ -7,7 +7,7 @@ tell a retry that landed from a stale writer, which only the method can do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -61,6 +61,20 @@ def translated(operation: str) -> Iterator[None]:
 
 def is_conditional_failure(exc: ClientError) -> bool:
     return error_code(exc) == "ConditionalCheckFailedException"
+
+
+def conditional(operation: str, call: Callable[[], object]) -> bool:
+    """Run one conditional write: True if written, False if its condition refused it; any other
+    botocore error re-raised as a SluiceError."""
+    try:
+        call()
+    except ClientError as exc:
+        if is_conditional_failure(exc):
+            return False
+        raise translate(exc, operation) from exc
+    except BotoCoreError as exc:
+        raise translate(exc, operation) from exc
+    return True
 
 
 def old_item(exc: ClientError) -> dict[str, Any] | None:

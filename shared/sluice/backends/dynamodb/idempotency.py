@@ -21,7 +21,7 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.backends.dynamodb.client import OnTable
-from sluice.backends.dynamodb.errors import error_code, translate
+from sluice.backends.dynamodb.errors import conditional, is_conditional_failure, translate
 from sluice.core.errors import StoreError
 from sluice.core.idempotency import RECORD_FORMAT, KeyRecord, Stored, record_key
 
@@ -54,7 +54,7 @@ class DynamoKeyStore(OnTable):
                     ReturnValuesOnConditionCheckFailure="ALL_OLD")
                 return None
             except (ClientError, BotoCoreError) as exc:
-                if not isinstance(exc, ClientError) or error_code(exc) != "ConditionalCheckFailedException":
+                if not isinstance(exc, ClientError) or not is_conditional_failure(exc):
                     raise translate(exc, "take an Idempotency-Key") from exc
                 returned: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment]
                 old = returned or self._read(key)
@@ -63,27 +63,16 @@ class DynamoKeyStore(OnTable):
         raise StoreError(f"the Idempotency-Key record {record_key(key)} changed under two writes in a row")
 
     def claim(self, key: str, record: KeyRecord) -> bool:
-        return self._conditional("claim an Idempotency-Key", lambda: self.client.update_item(
+        return conditional("claim an Idempotency-Key", lambda: self.client.update_item(
             TableName=self.table_name, Key={"id": {"S": record_key(key)}},
             UpdateExpression="SET #claimed = :t", ConditionExpression=_SAME, ExpressionAttributeNames=_NAMES,
             ExpressionAttributeValues={**_values(record), ":t": {"BOOL": True}}))
 
     def release(self, key: str, record: KeyRecord) -> bool:
-        return self._conditional("release an Idempotency-Key", lambda: self.client.delete_item(
+        return conditional("release an Idempotency-Key", lambda: self.client.delete_item(
             TableName=self.table_name, Key={"id": {"S": record_key(key)}},
             ConditionExpression=f"{_SAME} AND attribute_not_exists(#claimed)",
             ExpressionAttributeNames=_NAMES, ExpressionAttributeValues=_values(record)))
-
-    def _conditional(self, operation: str, call: Any) -> bool:
-        try:
-            call()
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise translate(exc, operation) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, operation) from exc
-        return True
 
     def _read(self, key: str) -> dict[str, Any] | None:
         try:

@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.backends.dynamodb.codec import NAMES, N, S, decode_record
-from sluice.backends.dynamodb.errors import is_conditional_failure, old_item, translate, translated
+from sluice.backends.dynamodb.errors import (
+    conditional,
+    is_conditional_failure,
+    old_item,
+    translate,
+    translated,
+)
 from sluice.backends.dynamodb.results import job_result_key
 from sluice.core import formats
 from sluice.core.clock import wall_ms
@@ -87,16 +93,9 @@ class ItemTable:
 
     def put_new(self, operation: str, item: dict[str, Any]) -> bool:
         """Create ``item`` unless an item with its key exists: True if written, False if not."""
-        try:
-            self.client.put_item(TableName=self.table, Item={**item, "format_version": N(formats.ITEM)},
-                                 ConditionExpression="attribute_not_exists(job_id)")
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise translate(exc, operation) from exc
-        except BotoCoreError as exc:
-            raise translate(exc, operation) from exc
-        return True
+        return conditional(operation, lambda: self.client.put_item(
+            TableName=self.table, Item={**item, "format_version": N(formats.ITEM)},
+            ConditionExpression="attribute_not_exists(job_id)"))
 
     def read(self, job_id: str) -> dict[str, Any] | None:
         with translated("get_item"):
