@@ -1,5 +1,5 @@
 """Issue 32, item 1 on a real Redis: the operator's listing of a queue's jobs by state
-(``RedisAdmin.list_jobs``: ZRANGE BYSCORE REV and one pipelined HMGET, no script) and the capped
+(``RedisAdmin.list_jobs``: ZRANGE BYSCORE REV, then the page's fields by fields.lua) and the capped
 list of recently finished jobs that ack.lua keeps (``keys.recent``), by the key state it leaves."""
 
 from __future__ import annotations

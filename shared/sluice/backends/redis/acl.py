@@ -62,6 +62,7 @@ SCRIPT_COMMANDS: dict[str, frozenset[str]] = {name: frozenset(commands.split()) 
     "fail.lua": "decrby del exists get hdel hexists hget hincrby hmget hset hsetnx incrby rpush set time "
                 "zadd zcard zrem",
     "idle.lua": "pexpire pttl time zadd zcard zrem zremrangebyscore",
+    "fields.lua": "hget hstrlen",
     "listing.lua": "hkeys hlen zrange",
     "lease.lua": "decrby del exists get hdel hexists hget hgetall hincrby hmget hset hsetnx incrby lpop "
                  "pexpire rpush set time zadd zcard zpopmin zrange zrangebyscore zremrangebyrank",
@@ -137,10 +138,10 @@ GATEWAY = Role("gateway", ("stats.lua", "cancel.lua", "throttle.lua", "register.
                global_keys=(*REGISTRY_KEYS, CALLER_BUCKETS), loads_scripts=True)
 # The operator routes (/v1/admin): stats, dead letters (list, redrive, purge), queue settings, a
 # job's timeline (LRANGE, issue 32), and the ready listing with its fair groups (listing.lua). Its
-# reads of what a team may write by hand ask their sizes first (HSTRLEN, MEMORY USAGE:
-# sluice.core.read_bounds); stats.lua calls both too, so its access string is the same with them.
+# reads of what a team may write by hand ask their sizes first (fields.lua's HSTRLEN, MEMORY USAGE, HLEN:
+# sluice.core.read_bounds); stats.lua calls them too, so its access string is the same with them.
 OPERATOR = Role("operator", ("stats.lua", "redrive.lua", "purge.lua", "config.lua", "register.lua",
-                            "registry_load.lua", "listing.lua"),
+                            "registry_load.lua", "listing.lua", "fields.lua"),
                 ("smembers", "sismember", "scard", "time", "zcount", "zrange", "hmget", "hget", "hstrlen",
                  "hlen", "memory|usage", "zscore", "hgetall", "info", "lrange"), public_queues=True,
                 global_keys=REGISTRY_KEYS, loads_scripts=True)

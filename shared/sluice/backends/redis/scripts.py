@@ -490,6 +490,16 @@ class Scripts:
         return int(r[0]), boundary, [(rows[i], cursor_score(float(rows[i + 1])))
                                      for i in range(0, len(rows), 2)]
 
+    def fields(self, k: QueueKeys, fields: Sequence[str], bounds: Sequence[int], budget: int,
+               job_ids: Sequence[str]) -> list[list[str | int | None]]:
+        """``fields.lua``: per job, per field, its value when within its bound (and, for the first
+        field, the ``budget`` left: 0 none), None when absent, or its length (an int) when not read.
+        At most 1,000 ids a call."""
+        r = self._run("fields.lua", [k.job_prefix], [len(fields), *fields, *bounds, budget, *job_ids])
+        flat = [v if v is None or isinstance(v, int) else _word(v) for v in r]
+        width = len(fields)
+        return [flat[i * width:(i + 1) * width] for i in range(len(job_ids))]
+
     def sample(self, k: QueueKeys, counts: Sequence[int], cap: int, ttl_ms: int, gap_ms: int) -> bool:
         """``sample.lua``: one depth sample (ready, delayed, leased, dead) with the waits counted since
         the last; False when the last sample is younger than ``gap_ms`` (nothing written)."""
