@@ -182,3 +182,24 @@ def test_a_gets_hold_check_reads_a_grp_only_as_long_as_a_group_name(admin: redis
     admin.execute_command("ACL", "SETUSER", "older-gateway", "reset", "on", ">pw-older-gateway", *older)
     own.hset(K.job("g1"), "grp", "acme")
     assert RedisJobQueue(conn(server, "older-gateway")).holds("a", "g1")  # reads it whole, as before
+
+
+def test_a_dead_member_no_job_may_have_lists_as_a_job_with_nothing_read(
+        admin: redis.Redis, operator: RedisAdmin, server: str) -> None:
+    """A member the team's user ZADDs to its dead set names no job Sluice made (ids are at most 128
+    characters): it lists with nothing asked of its hash, and the other dead jobs as before."""
+    job(admin, "d1", K.dead, 1, err="boom")
+    team(server).zadd(K.dead, {"x" * 200: 2, "bad id!": 3})
+    dead = operator.dead_letters("a", 10)
+    assert [(d.job_id[:5], d.attempts, d.last_error) for d in dead] == [
+        ("d1", 1, "boom"), ("xxxxx", 0, None), ("bad i", 0, None)]
+    page = operator.list_jobs("a", "dead", limit=10)
+    assert [j.job_id[:5] for j in page.jobs] == ["bad i", "xxxxx", "d1"] and page.jobs[2].last_error == "boom"
+
+
+def test_a_dead_job_whose_payload_is_no_json_is_refused_a_redrive(admin: redis.Redis, operator: RedisAdmin,
+                                                                  server: str) -> None:
+    job(admin, "d1", K.dead, 1)
+    team(server).hset(K.job("d1"), "p", "{not json")
+    with pytest.raises(InvalidInput, match=r"stored payload is not JSON .*purge it"):
+        operator.dead_spec("a", "d1")

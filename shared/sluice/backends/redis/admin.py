@@ -35,7 +35,15 @@ from sluice.core.listing import (
     paginate,
     parse_cursor,
 )
-from sluice.core.models import GROUP_RE, QUEUE_NAME_RE, DeadJob, JobSpec, QueueStats, validate_job_id
+from sluice.core.models import (
+    GROUP_RE,
+    JOB_ID_RE,
+    QUEUE_NAME_RE,
+    DeadJob,
+    JobSpec,
+    QueueStats,
+    validate_job_id,
+)
 
 # The groups hash's entries a grouped ready listing reads (HKEYS) at most: a queue's groups come
 # from its callers' jobs and from its team's own Redis user. 200,000 fields (100,000 groups taking
@@ -136,7 +144,7 @@ class RedisAdmin:
         BYSCORE REV of members from the cursor's score down (past the cursor's own score-mates up
         to it), then one pipeline: ZSCORE of the page and its boundary; then the page's fields within
         their read bounds (``_job_fields``: fields.lua).
-        Reads only, so no script. ``ready`` takes in the fair groups' ready zsets too, when the
+        Reads only. ``ready`` takes in the fair groups' ready zsets too, when the
         queue has groups (``_grouped``); ``parked`` is not Redis's (the gateway's ``ParkedJobs``)."""
         state, limit = check_state(state), check_limit(limit)
         start, prefix = parse_cursor(cursor), check_prefix(prefix)
@@ -240,27 +248,34 @@ class RedisAdmin:
     def _job_fields(self, k: QueueKeys, job_ids: list[str], fields: tuple[str, ...] = _FIELDS,
                     budget: int | None = read_bounds.PAGE_PAYLOAD_BUDGET) -> _Bounded:
         """Jobs' hash fields, each read only within its read bound and the first field (the payload)
-        only within ``budget`` over all of them (``sluice.core.read_bounds``), by ``fields.lua``: one
-        call a thousand jobs, the lengths asked in Redis."""
+        only within ``budget`` over all of them (``sluice.core.read_bounds``), by ``fields.lua``:
+        ``_FIELDS_PER_CALL`` jobs a call, the lengths asked in Redis. An id no job may have (a zset
+        member its team wrote by hand) names no hash: all its fields read as absent, unasked."""
         bounds = [read_bounds.CAPS[f] for f in fields]
         left = budget or 0
         values: list[list[Any]] = []
         lengths: list[list[int]] = []
         unread: list[list[str]] = []
-        for i in range(0, len(job_ids), _FIELDS_PER_CALL):
-            rows = self.conn.scripts.fields(k, fields, bounds, left, job_ids[i:i + _FIELDS_PER_CALL])
-            for row in rows:
-                if any(isinstance(v, int) for v in row):
-                    values.append([None if isinstance(v, int) else v for v in row])
-                    lengths.append([v if isinstance(v, int) else 0 for v in row])
-                    unread.append([read_bounds.NAMES[f] for f, v in zip(fields, row, strict=True)
-                                   if isinstance(v, int)])
-                else:
-                    values.append(row)
-                    lengths.append(_NONE_UNREAD[:len(row)])
-                    unread.append([])
+        absent: list[Any] = [None] * len(fields)
+        asked = [job_id for job_id in job_ids if JOB_ID_RE.fullmatch(job_id)]
+        found: dict[str, list[Any]] = {}
+        for i in range(0, len(asked), _FIELDS_PER_CALL):
+            chunk = asked[i:i + _FIELDS_PER_CALL]
+            found.update(zip(chunk, self.conn.scripts.fields(k, fields, bounds, left, chunk), strict=True))
+            for row in (found[job_id] for job_id in chunk):
                 if budget and isinstance(row[0], str):
                     left = max(1, left - len(row[0].encode()))  # 0 would mean no budget
+        for job_id in job_ids:
+            row = found.get(job_id, absent)
+            if any(isinstance(v, int) for v in row):
+                values.append([None if isinstance(v, int) else v for v in row])
+                lengths.append([v if isinstance(v, int) else 0 for v in row])
+                unread.append([read_bounds.NAMES[f] for f, v in zip(fields, row, strict=True)
+                               if isinstance(v, int)])
+            else:
+                values.append(row)
+                lengths.append(_NONE_UNREAD[:len(row)])
+                unread.append([])
         return _Bounded(values, lengths, unread)
 
     # --- dead letters -----------------------------------------------------------------------
@@ -309,7 +324,12 @@ class RedisAdmin:
             raise InvalidInput(f"dead job {job_id}'s stored meta {text(meta)!r} is not what Sluice writes "
                                "(written by hand): it cannot be redriven; purge it", job_id=job_id)
         priority, max_attempts, lease_ms, enqueued_at_ms = (int(v or 0) for v in spec)
-        return JobSpec(job_id=job_id, queue=queue, payload=json.loads(text(payload)), priority=priority,
+        try:
+            body = json.loads(text(payload))
+        except ValueError as exc:
+            raise InvalidInput(f"dead job {job_id}'s stored payload is not JSON (written by hand): it cannot "
+                               "be redriven; purge it", job_id=job_id) from exc
+        return JobSpec(job_id=job_id, queue=queue, payload=body, priority=priority,
                        max_attempts=max_attempts, lease_ms=lease_ms, enqueued_at_ms=enqueued_at_ms,
                        group=None if group is None else text(group),
                        traceparent=None if trace is None else text(trace))  # its redrive stays in its trace
