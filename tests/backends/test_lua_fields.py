@@ -10,6 +10,7 @@ import redis
 from sluice.backends.redis.engine import RedisQueue
 from sluice.backends.redis.keys import QueueKeys
 from sluice.core.errors import InvalidInput
+from sluice.core.read_bounds import CAPS
 from tests.backends.test_engine_support import snapshot
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,15 @@ def test_the_first_field_is_read_while_the_budget_lasts_in_the_order_of_the_ids(
         redis_client.hset(K.job(job_id), mapping={"p": "x" * size, "err": "e" * size})
     rows = rq.conn.scripts.fields(K, FIELDS, [100, 100], 10, ["a", "b", "c"])
     assert rows == [["x" * 6, "e" * 6], [5, "e" * 5], ["x" * 4, "e" * 4]]  # only p counts: 6 + 4
+
+
+@pytest.mark.parametrize("field", ["p", "m", "a", "err", "grp"])
+def test_a_field_one_byte_over_its_read_bound_is_left_unread_and_the_others_at_theirs_are_read(
+        rq: RedisQueue, redis_client: redis.Redis, field: str) -> None:
+    fields = ("p", "m", "a", "err", "grp")
+    redis_client.hset(K.job("a"), mapping={f: "x" * (CAPS[f] + (f == field)) for f in fields})
+    (row,) = rq.conn.scripts.fields(K, fields, [CAPS[f] for f in fields], 0, ["a"])
+    assert row == [CAPS[f] + 1 if f == field else "x" * CAPS[f] for f in fields]
 
 
 @pytest.mark.parametrize(("args", "what"), [

@@ -1,4 +1,5 @@
-"""sluice.core.read_bounds: which job-hash fields the operator's reads take, by their lengths (pure)."""
+"""sluice.core.read_bounds: the read bounds themselves, and the refusal of a list larger than Sluice writes
+(pure; fields.lua applies the field bounds: tests/backends/test_lua_fields.py)."""
 
 from __future__ import annotations
 
@@ -6,35 +7,7 @@ import pytest
 
 from sluice.core import read_bounds
 from sluice.core.errors import InvalidInput
-from sluice.core.read_bounds import CAPS, chosen
-
-FIELDS = ("p", "m", "a", "err", "grp")
-
-
-def test_fields_within_their_caps_are_read_and_absent_ones_are_neither_read_nor_named() -> None:
-    reads, unread = chosen([[10, 20, 1, 0, 5]], FIELDS, budget=None)
-    assert reads == [[True, True, True, False, True]] and unread == [[]]
-
-
-@pytest.mark.parametrize("field", FIELDS)
-def test_a_field_one_byte_over_its_cap_is_left_unread_and_named(field: str) -> None:
-    row = [CAPS[f] + (1 if f == field else 0) for f in FIELDS]
-    reads, unread = chosen([row], FIELDS, budget=None)
-    assert reads[0] == [f != field for f in FIELDS]
-    assert unread[0] == [read_bounds.NAMES[field]]
-
-
-def test_payloads_are_read_in_order_while_the_budget_lasts_and_a_smaller_later_one_still_fits() -> None:
-    lengths = [[600, 1, 1, 0, 0], [500, 1, 1, 0, 0], [300, 1, 1, 0, 0], [0, 1, 1, 0, 0]]
-    reads, unread = chosen(lengths, FIELDS, budget=1000)
-    assert [r[0] for r in reads] == [True, False, True, False]
-    assert unread == [[], ["payload"], [], []]
-    assert all(r[1] and r[2] for r in reads)  # only payloads count against the budget
-
-
-def test_without_a_budget_every_payload_within_its_cap_is_read() -> None:
-    reads, _ = chosen([[CAPS["p"], 1, 1, 0, 0]] * 3, FIELDS, budget=None)
-    assert all(r[0] for r in reads)
+from sluice.core.read_bounds import CAPS
 
 
 def test_a_list_larger_than_sluice_writes_is_refused_with_what_and_how_large() -> None:

@@ -6,12 +6,13 @@ A team's own Redis user may write every field of its queue's job hashes by hand 
 read asks each field's length first (HSTRLEN) and takes a field only within what Sluice itself
 writes there (``CAPS``), and a page's payloads only while their sum stays within a budget (a page
 of ordinary payloads can be large too: 1,000 inline jobs of 256 KB). A field left unread is named
-(``ListedJob.unread``), so the operator knows to page smaller or to look at that job alone.
+(``ListedJob.unread``), so the operator knows to page smaller or to look at that job alone. The
+reads themselves are ``fields.lua``'s (in Redis: one call per 250 jobs, not six commands a job).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
 
 from sluice.core import depth, timeline
@@ -40,30 +41,6 @@ CAPS: Final[Mapping[str, int]] = {"p": MAX_PAYLOAD_BYTES, "m": 64, "a": 20, "err
 # The fields as the operator's answers name them (``ListedJob``).
 NAMES: Final[Mapping[str, str]] = {"p": "payload", "m": "meta", "a": "attempts", "err": "last_error",
                                    "grp": "group", "tp": "traceparent", "sz": "size"}
-
-
-def chosen(lengths: Sequence[Sequence[int]], fields: Sequence[str],
-           budget: int | None = None) -> tuple[list[list[bool]], list[list[str]]]:
-    """For each hash (``lengths[i][j]``: HSTRLEN of ``fields[j]``, 0 when absent): which fields to
-    read, and which present ones are left unread (their ``NAMES``). A field is read when present and
-    within its cap; ``p`` also only while the payloads read so far, in order, leave ``budget``
-    (None: no budget)."""
-    left = budget
-    reads: list[list[bool]] = []
-    unread: list[list[str]] = []
-    for row in lengths:
-        wanted, skipped = [], []
-        for field, length in zip(fields, row, strict=True):
-            ok = 0 < length <= CAPS[field]
-            if ok and field == "p" and left is not None:
-                ok = length <= left
-                left -= length if ok else 0
-            wanted.append(ok)
-            if length > 0 and not ok:
-                skipped.append(NAMES[field])
-        reads.append(wanted)
-        unread.append(skipped)
-    return reads, unread
 
 
 def unread_error(length: int, cap: int) -> str:

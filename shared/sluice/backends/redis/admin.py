@@ -5,7 +5,6 @@ view and the CLI."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -52,24 +51,13 @@ from sluice.core.models import (
 # would block every queue longer.
 GROUPS_LISTED_MOST = 200_000
 _FIELDS = ("p", "m", "a", "err", "grp")  # a listed job's hash fields (``_listed``)
+# One job's fields as fields.lua answers them: a field's value, None when absent, or its length (an
+# int) when present and left unread (longer than its read bound, or past the page's payload budget).
+Row = list[str | int | None]
 # Job ids one fields.lua call reads: a script blocks Redis while it runs, 6.3 ms for 1,000 jobs of
 # five fields, so a page of 1,000 is four calls of about 1.6 ms.
 _FIELDS_PER_CALL = 250
-_NONE_UNREAD = [0] * 8
 _SPEC_FIELDS = ("p", "m", "grp", "tp")  # a dead job's, for its redrive (``dead_spec``)
-
-
-@dataclass(frozen=True, slots=True)
-class _Bounded:
-    """What ``RedisAdmin._job_fields`` read: per job its fields' values (None: absent or unread),
-    the lengths of those left unread (0 for the others), and their names."""
-
-    values: list[list[Any]]
-    lengths: list[list[int]]
-    unread: list[list[str]]
-
-    def row(self, i: int) -> tuple[list[Any] | None, list[str]]:
-        return (self.values[i] if self.values else None), (self.unread[i] if self.unread else [])
 
 
 class RedisAdmin:
@@ -178,8 +166,8 @@ class RedisAdmin:
             scores = pipe.execute() if shown else []
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        got = self._job_fields(k, picked if state != "finished" else [])
-        jobs = [_listed(job_id, state, scores[i], *got.row(i)) for i, job_id in enumerate(picked)]
+        rows = self._job_fields(k, picked) if state != "finished" else [None] * len(picked)
+        jobs = [_listed(job_id, state, scores[i], rows[i]) for i, job_id in enumerate(picked)]
         following = None
         if boundary is not None:
             # The boundary left between the two reads (acked, leased): go on from the page's last
@@ -240,43 +228,30 @@ class RedisAdmin:
             examined, boundary, rows = merge_parts(parts, limit + 1)
         page = rows[:limit]
         following = rows[limit - 1] if len(rows) > limit else boundary
-        got = self._job_fields(k, [job_id for job_id, _ in page])
-        jobs = [_listed(job_id, "ready", score, *got.row(i)) for i, (job_id, score) in enumerate(page)]
+        read = self._job_fields(k, [job_id for job_id, _ in page])
+        jobs = [_listed(job_id, "ready", score, read[i]) for i, (job_id, score) in enumerate(page)]
         return JobPage(queue=queue, state="ready", jobs=jobs, scanned=examined,
                        next=None if following is None else encode_cursor(following[1], following[0]))
 
     def _job_fields(self, k: QueueKeys, job_ids: list[str], fields: tuple[str, ...] = _FIELDS,
-                    budget: int | None = read_bounds.PAGE_PAYLOAD_BUDGET) -> _Bounded:
-        """Jobs' hash fields, each read only within its read bound and the first field (the payload)
-        only within ``budget`` over all of them (``sluice.core.read_bounds``), by ``fields.lua``:
-        ``_FIELDS_PER_CALL`` jobs a call, the lengths asked in Redis. An id no job may have (a zset
-        member its team wrote by hand) names no hash: all its fields read as absent, unasked."""
+                    budget: int = read_bounds.PAGE_PAYLOAD_BUDGET) -> list[Row]:
+        """Jobs' hash fields (a ``Row`` each), each read only within its read bound and the first
+        field (the payload) only within ``budget`` over all of them (0: none;
+        ``sluice.core.read_bounds``), by ``fields.lua``: ``_FIELDS_PER_CALL`` jobs a call, the
+        lengths asked in Redis. An id no job may have (a zset member its team wrote by hand) names
+        no hash: all its fields read as absent, unasked."""
         bounds = [read_bounds.CAPS[f] for f in fields]
-        left = budget or 0
-        values: list[list[Any]] = []
-        lengths: list[list[int]] = []
-        unread: list[list[str]] = []
-        absent: list[Any] = [None] * len(fields)
         asked = [job_id for job_id in job_ids if JOB_ID_RE.fullmatch(job_id)]
-        found: dict[str, list[Any]] = {}
+        found: dict[str, Row] = {}
+        left = budget
         for i in range(0, len(asked), _FIELDS_PER_CALL):
             chunk = asked[i:i + _FIELDS_PER_CALL]
-            found.update(zip(chunk, self.conn.scripts.fields(k, fields, bounds, left, chunk), strict=True))
-            for row in (found[job_id] for job_id in chunk):
-                if budget and isinstance(row[0], str):
-                    left = max(1, left - len(row[0].encode()))  # 0 would mean no budget
-        for job_id in job_ids:
-            row = found.get(job_id, absent)
-            if any(isinstance(v, int) for v in row):
-                values.append([None if isinstance(v, int) else v for v in row])
-                lengths.append([v if isinstance(v, int) else 0 for v in row])
-                unread.append([read_bounds.NAMES[f] for f, v in zip(fields, row, strict=True)
-                               if isinstance(v, int)])
-            else:
-                values.append(row)
-                lengths.append(_NONE_UNREAD[:len(row)])
-                unread.append([])
-        return _Bounded(values, lengths, unread)
+            rows = self.conn.scripts.fields(k, fields, bounds, left, chunk)
+            found.update(zip(chunk, rows, strict=True))
+            if budget:  # the next call gets what this one left (1, not 0, which would mean none)
+                left = max(1, left - sum(len(row[0].encode()) for row in rows if isinstance(row[0], str)))
+        absent: Row = [None] * len(fields)
+        return [found.get(job_id, absent) for job_id in job_ids]
 
     # --- dead letters -----------------------------------------------------------------------
 
@@ -290,35 +265,35 @@ class RedisAdmin:
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
         ids = [text(member) for member, _ in entries]
-        read = self._job_fields(k, ids, ("a", "err"), None)
         out = []
-        for i, (job_id, (_, died)) in enumerate(zip(ids, entries, strict=True)):
-            attempts, error = (None if v is None else text(v) for v in read.values[i])
-            if error is None and read.lengths[i][1] > 0:
-                error = read_bounds.unread_error(read.lengths[i][1], read_bounds.CAPS["err"])
-            out.append(DeadJob(job_id=job_id, queue=queue, attempts=_number(attempts or 0) or 0,
-                               last_error=error, died_at_ms=int(died)))
+        read = self._job_fields(k, ids, ("a", "err"), 0)
+        for job_id, (_, died), (attempts, error) in zip(ids, entries, read, strict=True):
+            if isinstance(error, int):
+                error = read_bounds.unread_error(error, read_bounds.CAPS["err"])
+            out.append(DeadJob(job_id=job_id, queue=queue, last_error=error, died_at_ms=int(died),
+                               attempts=0 if isinstance(attempts, int) else _number(attempts or 0) or 0))
         return out
 
     def dead_spec(self, queue: str, job_id: str) -> JobSpec:
         """A dead job as its Kafka record had it (ready now), for a redrive to append again
-        (``sluice.gateway.redrive``); ``JobNotFound`` if the job is not dead-lettered. A read: no script."""
+        (``sluice.gateway.redrive``); ``JobNotFound`` if the job is not dead-lettered. A read: its
+        fields by ``fields.lua``, each within its read bound, or ``InvalidInput`` naming those longer
+        (a team's Redis user wrote them by hand: a redrive would append what no record carries)."""
         k = self.conn.keys(queue)
-        key = k.job(validate_job_id(job_id))
         try:
-            pipe = self.conn.client.pipeline(transaction=False)
-            pipe.zscore(k.dead, job_id)
-            for field in _SPEC_FIELDS:
-                pipe.hstrlen(key, field)  # type: ignore[no-untyped-call]
-            score, *lengths = pipe.execute()
-            if score is None or not lengths[0] or not lengths[1]:
-                raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
-            _check_spec_lengths(job_id, lengths)
-            payload, meta, group, trace = self.conn.client.hmget(key, *_SPEC_FIELDS)
+            score = self.conn.client.zscore(k.dead, validate_job_id(job_id))
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
-        if payload is None or meta is None:  # gone between the two reads
+        row = self._job_fields(k, [job_id], _SPEC_FIELDS, 0)[0] if score is not None else [None] * 4
+        payload, meta, group, trace = row
+        if payload is None or meta is None:
             raise JobNotFound(f"job {job_id} is not dead-lettered in {queue}", job_id=job_id)
+        over = [f"{read_bounds.NAMES[f]} ({n} bytes, at most {read_bounds.CAPS[f]})"
+                for f, n in zip(_SPEC_FIELDS, row, strict=True) if isinstance(n, int)]
+        if over:
+            raise InvalidInput(f"dead job {job_id} holds fields longer than Sluice writes them: "
+                               f"{', '.join(over)}; written by hand, so not read, and it cannot be redriven; "
+                               "purge it", job_id=job_id)
         spec = [_number(v) for v in text(meta).split(",")]
         if len(spec) != 4 or None in spec:
             raise InvalidInput(f"dead job {job_id}'s stored meta {text(meta)!r} is not what Sluice writes "
@@ -371,25 +346,15 @@ def _number(value: object) -> int | None:
     return n if 0 <= n <= MAX_TOKEN else None
 
 
-def _check_spec_lengths(job_id: str, lengths: list[int]) -> None:
-    """A dead job whose stored fields are longer than Sluice writes them (a team's Redis user wrote
-    them by hand) is refused before they are read: a redrive would append what no record carries."""
-    over = [f"{read_bounds.NAMES[f]} ({n} bytes, at most {read_bounds.CAPS[f]})"
-            for f, n in zip(_SPEC_FIELDS, lengths, strict=True) if n > read_bounds.CAPS[f]]
-    if over:
-        raise InvalidInput(f"dead job {job_id} holds fields longer than Sluice writes them: "
-                           f"{', '.join(over)}; written by hand, so not read, and it cannot be redriven; "
-                           "purge it", job_id=job_id)
-
-
-def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | None,
-            unread: list[str] | None = None) -> ListedJob:
-    """A page's job from its zset score and its hash's p, m, a, err, grp (None: finished, gone, or
-    its meta unread); ``unread``: the fields left unread (``read_bounds``)."""
+def _listed(job_id: str, state: str, score: float | None, row: Row | None) -> ListedJob:
+    """A page's job from its zset score and its hash's p, m, a, err, grp as ``_job_fields`` read
+    them (None: finished; a job gone, or whose meta was left unread, shows its id alone); the fields
+    left unread are named (``read_bounds``)."""
     at = None if state == "ready" or score is None else _number(score)
-    if not fields or fields[1] is None:
-        return ListedJob(job_id=job_id, state=state, at_ms=at, unread=unread or [])
-    payload, meta, attempts, error, group = (None if v is None else text(v) for v in fields)
+    unread = [read_bounds.NAMES[f] for f, v in zip(_FIELDS, row or (), strict=False) if isinstance(v, int)]
+    if row is None or not isinstance(row[1], str):
+        return ListedJob(job_id=job_id, state=state, at_ms=at, unread=unread)
+    payload, meta, attempts, error, group = (v if isinstance(v, str) else None for v in row)
     parts = str(meta).split(",")
     priority, enqueued = (_number(parts[0]), _number(parts[3])) if len(parts) == 4 else (None, None)
     try:
@@ -397,6 +362,5 @@ def _listed(job_id: str, state: str, score: float | None, fields: list[Any] | No
     except ValueError:
         body = payload
     return ListedJob(job_id=job_id, state=state, at_ms=at, enqueued_at_ms=enqueued, priority=priority,
-                     attempts=None if unread and "attempts" in unread else _number(attempts or 0),
-                     group=group, last_error=error, payload=body,
-                     unread=unread or [])
+                     attempts=None if isinstance(row[2], int) else _number(attempts or 0),
+                     group=group, last_error=error, payload=body, unread=unread)

@@ -199,11 +199,25 @@ class RedisConnection:
         (HSTRLEN), then the fields within the bound, each distinct hash once: two round trips. A user
         whose access string predates HSTRLEN (NOPERM) reads them whole, as before."""
         distinct = list(dict.fromkeys(keys))
-        lengths = self.field_lengths(distinct, fields)
-        reads = [[lengths is None or 0 < n <= max_bytes for n in row]
-                 for row in (lengths or [[1] * len(fields)] * len(distinct))]
-        read = dict(zip(distinct, self.read_fields(distinct, fields, reads), strict=True))
-        return [read[key] for key in keys]
+        pipe = self.client.pipeline(transaction=False)
+        for key in distinct:
+            for field in fields:
+                pipe.hstrlen(key, field)  # type: ignore[no-untyped-call]
+        try:
+            flat = [int(n) for n in pipe.execute()] if distinct else []
+            ok = [0 < n <= max_bytes for n in flat]
+        except redis.exceptions.NoPermissionError:
+            ok = [True] * (len(distinct) * len(fields))  # read whole, as before HSTRLEN
+        # One HMGET per hash, of its fields within the bound.
+        wanted = [[f for j, f in enumerate(fields) if ok[i * len(fields) + j]] for i in range(len(distinct))]
+        pipe = self.client.pipeline(transaction=False)
+        for key, names in zip(distinct, wanted, strict=True):
+            if names:
+                pipe.hmget(key, names)
+        replies = iter(pipe.execute() if any(wanted) else [])
+        read = {key: dict(zip(names, next(replies), strict=True)) if names else {}
+                for key, names in zip(distinct, wanted, strict=True)}
+        return [[read[key].get(field) for field in fields] for key in keys]
 
     def list_tail(self, key: str, count: int, most_bytes: int, what: str) -> list[Any]:
         """The last ``count`` entries of a list a team's own Redis user may write, read only when the
@@ -220,35 +234,6 @@ class RedisConnection:
         except REDIS_ERRORS as exc:
             raise translate(exc) from exc
 
-    def field_lengths(self, keys: list[str], fields: tuple[str, ...]) -> list[list[int]] | None:
-        """HSTRLEN of each field of each hash (0: absent), one round trip; None for a user whose
-        access string predates HSTRLEN (NOPERM)."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            for field in fields:
-                pipe.hstrlen(key, field)  # type: ignore[no-untyped-call]
-        try:
-            flat = [int(n) for n in pipe.execute()] if keys and fields else []
-        except redis.exceptions.NoPermissionError:
-            return None
-        width = len(fields)
-        return [flat[i * width:(i + 1) * width] for i in range(len(keys))]
-
-    def read_fields(self, keys: list[str], fields: tuple[str, ...],
-                    reads: list[list[bool]]) -> list[list[Any]]:
-        """The fields ``reads`` marks of each hash (None for the others), one HMGET per hash that has
-        any, in one round trip: only what was chosen crosses the wire."""
-        wanted = [[fields[j] for j, ok in enumerate(row) if ok] for row in reads]
-        pipe = self.client.pipeline(transaction=False)
-        for key, names in zip(keys, wanted, strict=True):
-            if names:
-                pipe.hmget(key, names)
-        replies = iter(pipe.execute() if any(wanted) else [])
-        out: list[list[Any]] = []
-        for names in wanted:
-            got = dict(zip(names, next(replies), strict=True)) if names else {}
-            out.append([got.get(field) for field in fields])
-        return out
 
 def redis_credentials(arn: str, settings: Settings) -> tuple[str | None, str]:
     """(username, password) of this function's Redis user from Secrets Manager: ElastiCache RBAC's

@@ -33,6 +33,7 @@ from sluice.backends.redis.connection import RedisConnection
 from sluice.backends.redis.keys import QueueKeys
 from sluice.backends.redis.queue import RedisJobQueue, enqueue_specs
 from sluice.backends.redis.scripts import REDIS_ERRORS, PushResult, push_argv, translate
+from sluice.core import read_bounds
 from sluice.core.clock import wall_ms
 from sluice.core.config import Settings
 from sluice.core.errors import InvalidInput, InvalidQueueName, SluiceError
@@ -55,9 +56,9 @@ log = logging.getLogger("sluice.relay")
 PushItem = tuple[str, int, int, Sequence[tuple[int, DecodedJob]]]  # queue, partition, owner token, records
 
 
-# The longest last error a script writes (fail.lua refuses a longer one): a job's err is read for a
-# settle entry only within it, since the queue's team may write the field by hand (``bounded_fields``).
-MAX_ERR_BYTES = 65536
+# A job's err is read for a settle entry only within the longest one a script writes (its read bound:
+# fail.lua refuses a longer one), since the queue's team may write the field by hand (``bounded_fields``).
+MAX_ERR_BYTES = read_bounds.MAX_ERR_BYTES
 # The longest relayed offset push.lua writes (an integer up to 2**53 - 1).
 _OFFSET_DIGITS = 16
 _CANONICAL_INT = re.compile(r"-1|0|[1-9][0-9]*")
